@@ -1,0 +1,3 @@
+"""psych_runtime.activities."""
+
+__all__: list[str] = []

@@ -1,0 +1,76 @@
+"""The one error hierarchy of psych-runtime.
+
+Every exception the runtime raises on purpose is a `PsychError`::
+
+    PsychError
+    ├── SpecError                 a Spec, file or document is malformed (names the path)
+    │   └── VersionMismatch       a stated hash does not match the content it came with
+    ├── ValidationFailed          publish-time validation found problems (carries them all)
+    ├── RegistryError             a tool cannot be registered, or is not registered
+    ├── NotFound                  a Version, Run or blob does not exist
+    ├── AccessDenied              a Scope asked for another tenant's Run
+    └── RunFailed                 a Run ended in failure; carries its terminal reason
+
+Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
+per package and re-raised `from` the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psych_runtime.specs._validation import Problem
+
+
+class PsychError(Exception):
+    """Base of every error psych-runtime raises on purpose."""
+
+
+class SpecError(PsychError, ValueError):
+    """A Spec, Version document or Spec file is malformed.
+
+    The message names every offending path (``limits.max_turns: ...``).
+    """
+
+
+class VersionMismatch(SpecError):
+    """A document's stated hash does not match the hash of its content."""
+
+
+class ValidationFailed(PsychError):
+    """Publish-time validation found one or more problems.
+
+    Attributes:
+        problems: every problem found, in path order.
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s):\n{lines}")
+
+
+class RegistryError(PsychError, ValueError):
+    """A tool could not be registered, or a name is not registered."""
+
+
+class NotFound(PsychError, LookupError):
+    """A Version, Run or blob does not exist."""
+
+
+class AccessDenied(PsychError, PermissionError):
+    """A caller's Scope does not own the Run it asked for."""
+
+
+class RunFailed(PsychError):
+    """A Run ended in failure.
+
+    Attributes:
+        reason: the terminal reason recorded by the Run.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

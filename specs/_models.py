@@ -1,0 +1,413 @@
+"""The Spec models: what an agent or a workflow is, as frozen data.
+
+Field names, types, defaults and bounds are the seed API's (``shared/seeds/002_*.txt``);
+the attribute docstrings below double as the field reference.
+
+Collections come in two kinds. Set-like ones (tools, skills, MCP servers, A2A peers,
+subagents, and the plain-string sets ``allow``, ``extensions``, ``SpawnEnvelope.tools`` and
+``SpawnEnvelope.models``) are sorted at validation and refuse a repeated entry, so their
+order never moves a Version hash. Ordered ones (workflow steps, model fallbacks, OAuth
+redirect URIs) keep the order they were given, because order is meaning there.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,127}$"
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+"""An identifier: a letter or underscore, then up to 127 of ``[a-zA-Z0-9_.-]``."""
+
+FORBIDDEN_HTTP_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+"""Headers an HttpTool may not carry literally: credentials are names, resolved at call time."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
+    )
+
+
+def _sorted_unique_names(items: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    seen: set[str] = set()
+    for item in items:
+        if item.name in seen:
+            raise ValueError(f"{what} name {item.name!r} appears more than once")
+        seen.add(item.name)
+    return tuple(sorted(items, key=lambda item: item.name))
+
+
+def _sorted_unique_strings(items: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if len(set(items)) != len(items):
+        repeated = sorted({s for s in items if items.count(s) > 1})
+        raise ValueError(f"{what} repeats {', '.join(map(repr, repeated))}")
+    return tuple(sorted(items))
+
+
+class ModelRef(_Frozen):
+    """Which model, and how it is called.
+
+    ``fallbacks`` is failover for a provider outage, not routing: the list is tried in order
+    on transient failure and is never chosen between on cost or capability.
+    """
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    """The model id, as the worker's model endpoint configuration knows it."""
+    temperature: Annotated[float | None, Field(ge=0, le=2)] = None
+    """Sampling temperature; ``None`` leaves the provider's default."""
+    top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    """Nucleus sampling mass; ``None`` leaves the provider's default."""
+    max_output_tokens: Annotated[int | None, Field(gt=0)] = None
+    """Cap on tokens generated per call; ``None`` leaves the provider's default."""
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    """Reasoning effort for models that support it."""
+    fallbacks: tuple[Annotated[str, Field(min_length=1, max_length=256)], ...] = ()
+    """Model ids tried in order when the primary fails transiently. Ordered."""
+
+
+class Limits(_Frozen):
+    """Budgets. Every one has a default because an unset limit is an unbounded bill."""
+
+    max_steps: Annotated[int, Field(gt=0, le=10000)] = 48
+    """Most model calls plus tool calls a Run may make."""
+    max_turns: Annotated[int, Field(gt=0, le=1000)] = 32
+    """Most turns (one model call and the tool calls it produced) a Run may take."""
+    max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256)] = 16
+    """Calls beyond this in one turn are not run; each gets an error result."""
+    deadline_seconds: Annotated[float, Field(gt=0, le=86400)] = 900.0
+    """Wall-clock budget from admission; then a grace period, then FORCE_SETTLED."""
+    transient_retry_budget: Annotated[int, Field(ge=0, le=100)] = 8
+    """Transient failures (5xx, 429, 408, connection, stream idle) retried per Run."""
+    max_delegation_depth: Annotated[int, Field(ge=0, le=16)] = 3
+    """How deep subagent delegation may nest below this agent."""
+    max_fanout_per_turn: Annotated[int, Field(gt=0, le=64)] = 4
+    """Most subagent calls one turn may start."""
+    failure_streak_threshold: Annotated[int, Field(gt=0, le=100)] = 3
+    """Consecutive failures of one tool after which it is withheld and the model told."""
+    failure_streak_hard_stop: Annotated[int, Field(gt=0, le=200)] = 6
+    """Consecutive failures of one tool after which the Run fails."""
+    repeat_call_threshold: Annotated[int, Field(gt=0, le=100)] = 3
+    """Identical call with identical result this many times gets a refusal."""
+    repeat_call_hard_stop: Annotated[int, Field(gt=0, le=200)] = 6
+    """Identical call with identical result this many times stops the Run."""
+    stream_idle_seconds: Annotated[float, Field(ge=0, le=3600)] = 300.0
+    """Longest gap between streamed chunks before the call fails transiently; 0 disables."""
+    large_result_bytes: Annotated[int, Field(gt=0)] = 32768
+    """Tool results larger than this are stored whole and shown as handle + preview."""
+    max_history_records: Annotated[int, Field(ge=0, le=20000)] = 300
+    """How many records a continuing Run carries across continue-as-new."""
+
+
+class SuspensionPolicy(_Frozen):
+    """How long a suspended Run waits before it is given up on (settled ABANDONED)."""
+
+    approval_expires_seconds: Annotated[float, Field(gt=0)] = 86400.0
+    """Wait for an approval decision."""
+    question_expires_seconds: Annotated[float, Field(gt=0)] = 86400.0
+    """Wait for an answer to ``ask_question``."""
+    external_expires_seconds: Annotated[float, Field(gt=0)] = 604800.0
+    """Wait for an external completion (webhook, callback)."""
+    children_expires_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    """Wait for child Runs."""
+    may_ask_questions: bool = False
+    """Whether the built-in ``ask_question`` tool is offered."""
+
+
+class CompactionPolicy(_Frozen):
+    """When this agent replaces its older conversation with a summary (opt-in)."""
+
+    trigger_tokens: Annotated[int, Field(gt=0)]
+    """Compact once the last call's input + cache-read + cache-write tokens reach this."""
+    keep_recent_turns: Annotated[int, Field(gt=0, le=100)] = 3
+    """Turns kept verbatim after the cut."""
+    model: str | None = None
+    """Model for the summariser call; ``None`` uses the agent's model."""
+    max_summary_tokens: Annotated[int, Field(gt=0, le=32000)] = 2048
+    """Output cap of the summariser call."""
+    summary_instructions: Annotated[str | None, Field(max_length=4000)] = None
+    """Appended to the summariser's own system prompt."""
+
+
+class SpawnEnvelope(_Frozen):
+    """What a parent may compose at run time: tools, models, depth and breadth of children."""
+
+    tools: tuple[str, ...] = ()
+    """Tools a spawned child may hold (a subset of the parent's); empty = the parent's."""
+    models: tuple[str, ...] = ()
+    """Models a spawned child may use; empty = the parent's model."""
+    max_depth: Annotated[int, Field(ge=1, le=16)] = 2
+    """How deep spawned children may nest."""
+    max_alive: Annotated[int, Field(ge=1, le=32)] = 3
+    """Most spawned children alive at once."""
+    may_message: bool = True
+    """Whether the parent may message a live child."""
+
+    @field_validator("tools", "models")
+    @classmethod
+    def _as_set(cls, value: tuple[str, ...], info: Any) -> tuple[str, ...]:
+        return _sorted_unique_strings(value, info.field_name)
+
+
+class Skill(_Frozen):
+    """An instruction pack loaded on demand through ``load_skill``."""
+
+    name: Name
+    """Skill name, as ``load_skill`` and ``[[skill:name]]`` links refer to it."""
+    description: Annotated[str, Field(min_length=1, max_length=1024)]
+    """One line shown in the system prompt's skills index."""
+    body: Annotated[str, Field(min_length=1)]
+    """The instructions, loaded only when the model asks for them."""
+
+
+class CodeTool(_Frozen):
+    """A Python function the consumer registered at boot, referenced by name."""
+
+    kind: Literal["code"] = "code"
+    name: Name
+    """The name the function was registered under in the worker's ToolRegistry."""
+    interruptible: bool = True
+    """Whether an abort may cancel the call while it runs."""
+
+
+class HttpTool(_Frozen):
+    """A tool that is entirely data, so an end user can create one at runtime."""
+
+    kind: Literal["http"] = "http"
+    name: Name
+    """Tool name shown to the model."""
+    description: Annotated[str, Field(min_length=1, max_length=4096)]
+    """What the tool does, shown to the model."""
+    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    """URL template; ``{placeholder}`` segments are filled from the call's arguments."""
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    """HTTP method. POST and PATCH are not safe to repeat and are never sent twice."""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    """JSON schema of the arguments; must declare every URL placeholder."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Literal headers. Never credentials: ``Authorization``/``Cookie`` are refused."""
+    credential: Annotated[str | None, Field(max_length=256)] = None
+    """Name of a credential the SecretResolver turns into an ``Authorization`` header."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
+    """Per-request timeout."""
+    interruptible: bool = True
+    """Whether an abort may cancel the call while it runs."""
+
+    @field_validator("headers")
+    @classmethod
+    def _no_literal_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(h for h in value if h.lower() in FORBIDDEN_HTTP_HEADERS)
+        if bad:
+            raise ValueError(
+                f"literal {', '.join(bad)} header refused: name a credential instead "
+                "(HttpTool.credential), which the SecretResolver resolves at call time"
+            )
+        return value
+
+
+Tool = Annotated[CodeTool | HttpTool, Field(discriminator="kind")]
+
+
+class McpOAuth(_Frozen):
+    """OAuth 2.1 configuration for one MCP server."""
+
+    grant: Literal["authorization_code", "client_credentials"] = "client_credentials"
+    """Which grant obtains tokens for this server."""
+    preregistered_client_id: Annotated[str | None, Field(max_length=512)] = None
+    """A client id registered with the authorization server ahead of time (public)."""
+    client_secret_credential: Annotated[str | None, Field(max_length=256)] = None
+    """Name of the credential holding the client secret; never the secret itself."""
+    cimd_url: Annotated[str | None, Field(max_length=2048)] = None
+    """URL of a client-id metadata document."""
+    allow_dynamic_registration: bool = True
+    """Whether dynamic client registration may be used when nothing else identifies us."""
+    application_type: Literal["native", "web"] = "native"
+    """OAuth application type used in registration."""
+    client_name: Annotated[str, Field(max_length=256)] = "psych"
+    """Client name used in registration."""
+    redirect_uris: tuple[str, ...] = ()
+    """Redirect URIs for authorization_code, in preference order. Ordered."""
+
+
+class McpServer(_Frozen):
+    """An MCP connection, as data; its tools are discovered from the server."""
+
+    name: Name
+    """Server name; its tools reach the model as ``<server>__<tool>``."""
+    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    """Endpoint URL."""
+    transport: Literal["http", "sse"] = "http"
+    """Streamable HTTP or SSE."""
+    credential: Annotated[str | None, Field(max_length=256)] = None
+    """Name of a credential sent as a bearer token."""
+    oauth: McpOAuth | None = None
+    """OAuth 2.1 configuration, when the server is behind an authorization server."""
+    allow: tuple[str, ...] = ()
+    """Tools granted out of what the server offers (exact or trailing ``*``); empty = all."""
+    optional: bool = False
+    """Whether the Run goes on (model told) when the server is unreachable."""
+    preload: bool | None = None
+    """Whether tools are discovered at Run start; ``None`` lets the runtime decide."""
+
+    @field_validator("allow")
+    @classmethod
+    def _allow_as_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _sorted_unique_strings(value, "allow")
+
+
+class A2APeer(_Frozen):
+    """Another agent, reachable over A2A, that this agent may delegate to."""
+
+    name: Name
+    """Peer name."""
+    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    """Base URL; the Agent Card is fetched from it at run time."""
+    credential: Annotated[str | None, Field(max_length=256)] = None
+    """Name of a credential sent with ``scheme``."""
+    scheme: Annotated[str, Field(max_length=64)] = "Bearer"
+    """Authorization scheme for the credential."""
+    tenant: Annotated[str | None, Field(max_length=256)] = None
+    """Tenant sent as the protocol says."""
+    allow: tuple[str, ...] = ()
+    """Skills granted out of the card's (exact or trailing ``*``); empty = all."""
+    optional: bool = False
+    """Whether the Run goes on (model told) when the peer is unreachable."""
+    extensions: tuple[str, ...] = ()
+    """A2A extension URIs to activate."""
+
+    @field_validator("allow", "extensions")
+    @classmethod
+    def _as_set(cls, value: tuple[str, ...], info: Any) -> tuple[str, ...]:
+        return _sorted_unique_strings(value, info.field_name)
+
+
+class AgentSpec(_Frozen):
+    """A Step that loops Turns until a stop condition."""
+
+    kind: Literal["agent"] = "agent"
+    name: Name
+    """Agent name."""
+    description: Annotated[str, Field(max_length=4096)] = ""
+    """What this agent is for."""
+    instructions: str = ""
+    """The first block of the system prompt."""
+    model: ModelRef
+    """Which model, and how it is called."""
+    tools: tuple[Tool, ...] = ()
+    """Code and HTTP tools. Set-like: sorted by name, unique."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers. Set-like: sorted by name, unique."""
+    a2a_peers: tuple[A2APeer, ...] = ()
+    """A2A peers. Set-like: sorted by name, unique."""
+    skills: tuple[Skill, ...] = ()
+    """Skills. Set-like: sorted by name, unique."""
+    subagents: tuple[SubagentRef, ...] = ()
+    """Subagents reachable through ``delegate``. Set-like: sorted by name, unique."""
+    spawn: SpawnEnvelope | None = None
+    """Permission to compose children at run time; ``None`` = no ``spawn`` tool."""
+    compaction: CompactionPolicy | None = None
+    """Conversation compaction; ``None`` = off."""
+    limits: Limits = Field(default_factory=Limits)
+    """Budgets."""
+    suspension: SuspensionPolicy = Field(default_factory=SuspensionPolicy)
+    """Suspension expiries."""
+    tasks_enabled: bool = False
+    """Whether the task-list tool is offered."""
+    components_enabled: bool = False
+    """Whether the model may attach structured display components."""
+    answer_style: Literal["concise"] | None = None
+    """Answer style block of the system prompt; ``None`` adds nothing."""
+
+    @field_validator("tools", "mcp_servers", "a2a_peers", "skills", "subagents")
+    @classmethod
+    def _set_like(cls, value: tuple[Any, ...], info: Any) -> tuple[Any, ...]:
+        return _sorted_unique_names(value, info.field_name.rstrip("s").replace("_", " "))
+
+
+class SubagentRef(_Frozen):
+    """A nested agent this Spec may delegate to; its Spec is embedded, not referenced."""
+
+    name: Name
+    """Name the model delegates to."""
+    description: Annotated[str, Field(min_length=20, max_length=2048)]
+    """When to delegate to it; shown in the subagents index (at least 20 characters)."""
+    spec: AgentSpec
+    """The subagent's whole Spec, pinned by the parent's hash."""
+
+
+class AgentStep(_Frozen):
+    """A workflow step that runs an agent."""
+
+    kind: Literal["agent"] = "agent"
+    name: Name
+    """Step name, unique within the workflow."""
+    spec: AgentSpec
+    """The agent to run."""
+
+
+class ToolStep(_Frozen):
+    """A workflow step that calls one tool with fixed arguments."""
+
+    kind: Literal["tool"] = "tool"
+    name: Name
+    """Step name, unique within the workflow."""
+    tool: Name
+    """Name of one of the workflow's tools."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Arguments passed to the tool."""
+
+
+class WorkflowStepRef(_Frozen):
+    """A workflow step that runs a nested workflow."""
+
+    kind: Literal["workflow"] = "workflow"
+    name: Name
+    """Step name, unique within the workflow."""
+    spec: WorkflowSpec
+    """The nested workflow."""
+
+
+Step = Annotated[AgentStep | ToolStep | WorkflowStepRef, Field(discriminator="kind")]
+
+
+class WorkflowSpec(_Frozen):
+    """A Step that sequences other Steps deterministically."""
+
+    kind: Literal["workflow"] = "workflow"
+    name: Name
+    """Workflow name."""
+    description: Annotated[str, Field(max_length=4096)] = ""
+    """What this workflow is for."""
+    steps: Annotated[tuple[Step, ...], Field(min_length=1)]
+    """Steps, run in order. Ordered; names unique."""
+    tools: tuple[Tool, ...] = ()
+    """Tools its ToolSteps call. Set-like: sorted by name, unique."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers. Set-like: sorted by name, unique."""
+    limits: Limits = Field(default_factory=Limits)
+    """Budgets."""
+    suspension: SuspensionPolicy = Field(default_factory=SuspensionPolicy)
+    """Suspension expiries."""
+
+    @field_validator("tools", "mcp_servers")
+    @classmethod
+    def _set_like(cls, value: tuple[Any, ...], info: Any) -> tuple[Any, ...]:
+        return _sorted_unique_names(value, info.field_name.rstrip("s").replace("_", " "))
+
+    @model_validator(mode="after")
+    def _unique_step_names(self) -> WorkflowSpec:
+        seen: set[str] = set()
+        for step in self.steps:
+            if step.name in seen:
+                raise ValueError(f"step name {step.name!r} appears more than once")
+            seen.add(step.name)
+        return self
+
+
+Spec = Annotated[AgentSpec | WorkflowSpec, Field(discriminator="kind")]
+"""Either kind of Spec, discriminated on ``kind``."""
+
+AgentSpec.model_rebuild()
+WorkflowSpec.model_rebuild()

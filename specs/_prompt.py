@@ -1,0 +1,87 @@
+"""Prompt assembly: the system prompt as a pure function of the Spec.
+
+The order is fixed, because any change to it invalidates providers' prompt caches:
+
+1. ``instructions``
+2. the answer-style block (nothing when ``answer_style`` is ``None``)
+3. the skills index (name and description of each skill; bodies load via ``load_skill``)
+4. the subagents index (name and description; reached via ``delegate``)
+5. the task list (when ``tasks_enabled`` and the Run has tasks)
+6. per-turn context blocks (from context providers; shown for that turn only)
+
+Blocks 1-4 depend only on the Spec and form a stable prefix; 5 and 6 depend on Run state
+and are appended after it. Empty blocks are left out; blocks are separated by a blank line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from psych_runtime.specs._models import AgentSpec
+
+ANSWER_STYLES: dict[str, str] = {
+    "concise": (
+        "Answer style: be concise. Lead with the answer, use as few words as the answer "
+        "needs, and skip preamble and restating the question."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """One entry of the Run's task list as the prompt shows it."""
+
+    title: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+def _skills_index(spec: AgentSpec) -> str:
+    if not spec.skills:
+        return ""
+    lines = [
+        "Skills: call load_skill with a name to read its full instructions before using it."
+    ]
+    lines += [f"- {skill.name}: {skill.description}" for skill in spec.skills]
+    return "\n".join(lines)
+
+
+def _subagents_index(spec: AgentSpec) -> str:
+    if not spec.subagents:
+        return ""
+    lines = ["Subagents: call delegate with a name and a task to hand work to one of them."]
+    lines += [f"- {sub.name}: {sub.description}" for sub in spec.subagents]
+    return "\n".join(lines)
+
+
+def _task_block(tasks: Sequence[TaskItem]) -> str:
+    if not tasks:
+        return ""
+    lines = ["Task list:"]
+    lines += [f"- [{task.status}] {task.title}" for task in tasks]
+    return "\n".join(lines)
+
+
+def system_prompt(
+    spec: AgentSpec,
+    *,
+    tasks: Sequence[TaskItem] = (),
+    context: Sequence[str] = (),
+) -> str:
+    """The system prompt for one turn of ``spec``, in the documented order.
+
+    Args:
+        spec: the agent.
+        tasks: the Run's task list, if the agent has one.
+        context: per-turn context blocks, already budgeted by their providers.
+    """
+    blocks = [
+        spec.instructions.strip(),
+        ANSWER_STYLES[spec.answer_style] if spec.answer_style else "",
+        _skills_index(spec),
+        _subagents_index(spec),
+        _task_block(tasks) if spec.tasks_enabled else "",
+        *(block.strip() for block in context),
+    ]
+    return "\n\n".join(block for block in blocks if block)

@@ -1,0 +1,272 @@
+"""The ToolRegistry: Python functions a worker can call as code tools.
+
+A Spec names a code tool; the registry holds the function. The JSON schema the model sees
+is derived here, once, from the function's type hints and its Google-style docstring (the
+summary becomes the description, ``Args:`` entries become parameter descriptions), so the
+schema cannot drift from the code. Arguments are validated against a pydantic model with
+``extra="forbid"`` before the function runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from psych_runtime.specs._errors import RegistryError
+from psych_runtime.specs._models import NAME_PATTERN
+from psych_runtime.specs._validation import BUILTIN_TOOL_NAMES
+
+_NAME = re.compile(NAME_PATTERN)
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One registered code tool.
+
+    Attributes:
+        name: the name a Spec's CodeTool refers to.
+        description: what the model is told the tool does.
+        arguments: the pydantic model the call's arguments are validated against.
+        fn: the function (sync or async).
+        idempotent: whether running it twice is harmless; if False a call interrupted by a
+            crash is recorded UNKNOWN instead of being run again.
+    """
+
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    fn: Callable[..., Any]
+    idempotent: bool
+    unpack: bool
+
+    @property
+    def is_async(self) -> bool:
+        """Whether ``fn`` is a coroutine function."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        """The JSON schema of the arguments, as shown to the model."""
+        schema = self.arguments.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def parse_arguments(self, raw: dict[str, Any]) -> BaseModel:
+        """Validate raw arguments.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not fit the schema.
+        """
+        return self.arguments.model_validate(raw)
+
+    async def invoke(self, raw: dict[str, Any]) -> Any:
+        """Validate ``raw`` and call the function (awaiting it when async).
+
+        Sync functions run in the calling thread; the activity that calls this decides on
+        threads. Raises what the function raises, or ``ValidationError`` for bad arguments.
+        """
+        parsed = self.parse_arguments(raw)
+        if self.unpack:
+            kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+            result = self.fn(**kwargs)
+        else:
+            result = self.fn(parsed)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The summary paragraph and the ``Args:`` descriptions of a Google-style docstring."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    index = 0
+    while index < len(lines) and lines[index].strip():
+        if _SECTION_HEADER.match(lines[index]):
+            break
+        summary.append(lines[index].strip())
+        index += 1
+    current: str | None = None
+    in_args = False
+    for line in lines[index:]:
+        if _ARGS_HEADER.match(line):
+            in_args, current = True, None
+            continue
+        if in_args and _SECTION_HEADER.match(line) and not line.startswith((" ", "\t")):
+            in_args = False
+            continue
+        if not in_args:
+            continue
+        match = _ARG_LINE.match(line)
+        indent = len(line) - len(line.lstrip())
+        if match and indent <= 4:
+            current = match.group(1).lstrip("*")
+            args[current] = match.group(3).strip()
+        elif current and line.strip():
+            args[current] = f"{args[current]} {line.strip()}".strip()
+    return " ".join(summary), args
+
+
+def _arguments_model(name: str, fn: Callable[..., Any], docs: dict[str, str]) -> type[BaseModel]:
+    signature = inspect.signature(fn)
+    try:
+        hints = get_type_hints(fn)
+    except Exception as err:  # NameError etc. from unresolvable annotations
+        raise RegistryError(f"tool {name!r}: cannot resolve type hints: {err}") from err
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise RegistryError(
+                f"tool {name!r}: *{param.name}/**{param.name} cannot be described to a model; "
+                "declare each argument"
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise RegistryError(
+                f"tool {name!r}: positional-only argument {param.name!r} cannot be passed by "
+                "name; make it a regular argument"
+            )
+        if param.name not in hints:
+            raise RegistryError(f"tool {name!r}: argument {param.name!r} has no type hint")
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (
+            hints[param.name],
+            Field(default, description=docs.get(param.name) or None),
+        )
+    model: type[BaseModel] = create_model(
+        f"{name}_arguments",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
+    )
+    return model
+
+
+class ToolRegistry:
+    """Code tools by name. Register at import time; a worker loads it at boot."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolDef] = {}
+
+    def _add(self, tool: ToolDef) -> None:
+        if not _NAME.match(tool.name):
+            raise RegistryError(f"tool name {tool.name!r} does not match {NAME_PATTERN}")
+        if tool.name in BUILTIN_TOOL_NAMES:
+            raise RegistryError(f"tool name {tool.name!r} is taken by a built-in tool")
+        if tool.name in self._tools:
+            raise RegistryError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def register(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+    ) -> Any:
+        """Register a sync or async function; usable bare or as ``@registry.register(...)``.
+
+        The schema comes from the type hints (every argument needs one) and the description
+        from the docstring's summary unless given.
+
+        Raises:
+            RegistryError: the name is taken or invalid, or the signature cannot be described.
+        """
+
+        def add(target: Callable[..., Any]) -> Callable[..., Any]:
+            tool_name = name or target.__name__
+            summary, docs = _parse_docstring(inspect.getdoc(target))
+            text = description if description is not None else summary
+            if not text:
+                raise RegistryError(
+                    f"tool {tool_name!r}: give it a docstring or a description; "
+                    "the model needs to know what it does"
+                )
+            self._add(
+                ToolDef(
+                    name=tool_name,
+                    description=text,
+                    arguments=_arguments_model(tool_name, target, docs),
+                    fn=target,
+                    idempotent=idempotent,
+                    unpack=True,
+                )
+            )
+            return target
+
+        return add if fn is None else add(fn)
+
+    def register_dynamic(
+        self,
+        name: str,
+        model: type[BaseModel],
+        fn: Callable[[Any], Any],
+        *,
+        description: str | None = None,
+        idempotent: bool = False,
+    ) -> None:
+        """Register ``fn(arguments: model)`` under ``name`` with a pydantic argument model.
+
+        The model must forbid extra fields, so a model's made-up argument is an error it
+        reads rather than something silently dropped.
+
+        Raises:
+            RegistryError: the name is taken or invalid, or ``model`` allows extra fields.
+        """
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise RegistryError(f"tool {name!r}: model must be a pydantic BaseModel subclass")
+        if model.model_config.get("extra") != "forbid":
+            raise RegistryError(
+                f"tool {name!r}: {model.__name__} must set model_config extra='forbid'"
+            )
+        text = description or (inspect.getdoc(model) or "").split("\n\n")[0].strip()
+        if not text:
+            raise RegistryError(f"tool {name!r}: give it a description")
+        self._add(
+            ToolDef(
+                name=name,
+                description=text,
+                arguments=model,
+                fn=fn,
+                idempotent=idempotent,
+                unpack=False,
+            )
+        )
+
+    def get(self, name: str) -> ToolDef:
+        """The tool registered as ``name``.
+
+        Raises:
+            RegistryError: nothing is registered under that name.
+        """
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise RegistryError(f"no code tool named {name!r} is registered") from None
+
+    def find(self, fn: Callable[..., Any]) -> ToolDef | None:
+        """The tool registered for this exact function, if any."""
+        return next((tool for tool in self._tools.values() if tool.fn is fn), None)
+
+    def names(self) -> frozenset[str]:
+        """Every registered name (what ``ValidationContext.registered_tools`` wants)."""
+        return frozenset(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[ToolDef]:
+        return iter(sorted(self._tools.values(), key=lambda tool: tool.name))
+
+    def __len__(self) -> int:
+        return len(self._tools)

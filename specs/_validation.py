@@ -1,0 +1,324 @@
+"""Publish-time validation and access narrowing.
+
+``validate`` reports every problem it finds, never only the first; an empty list means the
+Spec may be published. Checks that need the network (is this MCP server reachable?) take
+their answer from the ``ValidationContext`` the caller filled in, so validating offline still
+reports everything else.
+
+``narrow`` is the one function that decides what is callable; the validator calls it for
+spawn envelopes and MCP grants, and the runtime calls it at every turn boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from psych_runtime.specs._models import (
+    AgentSpec,
+    AgentStep,
+    CodeTool,
+    HttpTool,
+    McpServer,
+    ToolStep,
+    WorkflowSpec,
+    WorkflowStepRef,
+)
+
+BUILTIN_TOOL_NAMES = frozenset(
+    {
+        "ask_question",
+        "delegate",
+        "load_skill",
+        "read_tool_output",
+        "send_message",
+        "show_component",
+        "spawn",
+        "update_tasks",
+    }
+)
+"""Names the runtime offers itself; no declared tool may take one."""
+
+MCP_TOOL_SEPARATOR = "__"
+"""MCP tools reach the model as ``<server>__<tool>``."""
+
+MAX_NESTING_DEPTH = 16
+"""Deepest nesting of workflows within workflows (and agents within workflows)."""
+
+_SKILL_LINK = re.compile(r"\[\[skill:([^\]\s]+)\]\]")
+_URL_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with a Spec.
+
+    Attributes:
+        path: where, as ``tools[issue_refund].url`` or ``steps[welcome].spec.model.model``.
+        message: what is wrong, readably.
+    """
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass(frozen=True, init=False)
+class ValidationContext:
+    """What the world looks like at publish time.
+
+    Attributes:
+        registered_tools: names of code tools the worker's ToolRegistry holds. A code tool
+            the registry does not hold is a problem.
+        known_models: model ids the model endpoint accepts; empty = don't check.
+        reachable_mcp_servers: MCP server names that answered; empty = don't check.
+    """
+
+    registered_tools: frozenset[str] = field(default_factory=frozenset)
+    known_models: frozenset[str] = field(default_factory=frozenset)
+    reachable_mcp_servers: frozenset[str] = field(default_factory=frozenset)
+
+    def __init__(
+        self,
+        registered_tools: Iterable[str] = (),
+        known_models: Iterable[str] = (),
+        reachable_mcp_servers: Iterable[str] = (),
+    ) -> None:
+        object.__setattr__(self, "registered_tools", frozenset(registered_tools))
+        object.__setattr__(self, "known_models", frozenset(known_models))
+        object.__setattr__(self, "reachable_mcp_servers", frozenset(reachable_mcp_servers))
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether ``name`` equals a pattern or starts with a pattern's text before a trailing ``*``."""
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            if name.startswith(pattern[:-1]):
+                return True
+        elif name == pattern:
+            return True
+    return False
+
+
+def narrow(
+    offered: Iterable[str],
+    *,
+    allow: Sequence[str] = (),
+    permitted: Sequence[str] | None = None,
+    withheld: Iterable[str] = (),
+) -> tuple[str, ...]:
+    """What is callable: offered ⊇ permitted ⊇ allowed ⊇ callable now.
+
+    Args:
+        offered: what the source offers (a server's tools, a peer's skills, a parent's tools).
+        allow: what the Spec grants, exact names or trailing-``*`` prefixes; empty grants
+            everything offered (the seed's rule for ``allow``).
+        permitted: what the tenant (or a parent) permits, in the same pattern syntax.
+            Three-state: ``None`` inherits (permits all), ``()`` permits nothing.
+        withheld: exact names not callable right now (e.g. a tool on a failure streak).
+
+    Returns:
+        The callable names, sorted and unique.
+    """
+    withheld_set = set(withheld)
+    return tuple(
+        sorted(
+            {
+                name
+                for name in offered
+                if (permitted is None or matches(name, permitted))
+                and (not allow or matches(name, allow))
+                and name not in withheld_set
+            }
+        )
+    )
+
+
+def _url_placeholders(url: str) -> list[str]:
+    return _URL_PLACEHOLDER.findall(url)
+
+
+def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
+    problems = []
+    properties = tool.input_schema.get("properties", {})
+    if not isinstance(properties, dict):
+        problems.append(Problem(f"{path}.input_schema.properties", "must be a mapping"))
+        properties = {}
+    for placeholder in _url_placeholders(tool.url):
+        if placeholder not in properties:
+            problems.append(
+                Problem(
+                    f"{path}.url",
+                    f"placeholder {{{placeholder}}} is not a property of input_schema",
+                )
+            )
+    if tool.input_schema and tool.input_schema.get("type", "object") != "object":
+        problems.append(Problem(f"{path}.input_schema.type", "must be 'object'"))
+    return problems
+
+
+def _check_tools(
+    tools: Sequence[CodeTool | HttpTool],
+    mcp_names: set[str],
+    context: ValidationContext,
+    prefix: str,
+) -> list[Problem]:
+    problems = []
+    for tool in tools:
+        name = tool.name
+        path = f"{prefix}tools[{name}]"
+        if name in BUILTIN_TOOL_NAMES:
+            problems.append(Problem(path, f"name {name!r} is taken by a built-in tool"))
+        if MCP_TOOL_SEPARATOR in name and name.split(MCP_TOOL_SEPARATOR, 1)[0] in mcp_names:
+            problems.append(
+                Problem(
+                    path,
+                    f"name {name!r} collides with the tools of MCP server "
+                    f"{name.split(MCP_TOOL_SEPARATOR, 1)[0]!r}",
+                )
+            )
+        if isinstance(tool, HttpTool):
+            problems.extend(_check_http_tool(tool, path))
+        elif name not in context.registered_tools:
+            problems.append(
+                Problem(path, f"code tool {name!r} is not registered in the ToolRegistry")
+            )
+    return problems
+
+
+def _check_mcp(
+    servers: Sequence[McpServer], context: ValidationContext, prefix: str
+) -> list[Problem]:
+    if not context.reachable_mcp_servers:
+        return []
+    return [
+        Problem(
+            f"{prefix}mcp_servers[{server.name}]",
+            "server did not answer at publish and is not optional",
+        )
+        for server in servers
+        if not server.optional and server.name not in context.reachable_mcp_servers
+    ]
+
+
+def _check_model(model: str, path: str, context: ValidationContext) -> list[Problem]:
+    if context.known_models and model not in context.known_models:
+        return [Problem(path, f"unknown model {model!r}")]
+    return []
+
+
+def _callable_names(spec: AgentSpec) -> list[str]:
+    names = [tool.name for tool in spec.tools]
+    names += [f"{server.name}{MCP_TOOL_SEPARATOR}*" for server in spec.mcp_servers]
+    return names
+
+
+def _validate_agent(
+    spec: AgentSpec, context: ValidationContext, prefix: str, depth: int, budget: int
+) -> list[Problem]:
+    """Validate one agent. ``depth`` is its delegation depth, ``budget`` the deepest allowed."""
+    problems: list[Problem] = []
+    mcp_names = {server.name for server in spec.mcp_servers}
+    problems += _check_tools(spec.tools, mcp_names, context, prefix)
+    problems += _check_mcp(spec.mcp_servers, context, prefix)
+    problems += _check_model(spec.model.model, f"{prefix}model.model", context)
+    for index, fallback in enumerate(spec.model.fallbacks):
+        problems += _check_model(fallback, f"{prefix}model.fallbacks[{index}]", context)
+    if spec.compaction is not None and spec.compaction.model is not None:
+        problems += _check_model(spec.compaction.model, f"{prefix}compaction.model", context)
+
+    skill_names = {skill.name for skill in spec.skills}
+    for skill in spec.skills:
+        for link in _SKILL_LINK.findall(skill.body):
+            if link not in skill_names:
+                problems.append(
+                    Problem(
+                        f"{prefix}skills[{skill.name}].body",
+                        f"link [[skill:{link}]] names no skill of this agent",
+                    )
+                )
+
+    if spec.spawn is not None:
+        envelope = spec.spawn
+        path = f"{prefix}spawn"
+        granted = narrow(envelope.tools, permitted=_callable_names(spec))
+        for tool in envelope.tools:
+            if tool not in granted:
+                problems.append(
+                    Problem(f"{path}.tools", f"{tool!r} is not one of this agent's own tools")
+                )
+        for index, model in enumerate(envelope.models):
+            problems += _check_model(model, f"{path}.models[{index}]", context)
+        if envelope.max_depth > spec.limits.max_delegation_depth:
+            problems.append(
+                Problem(
+                    f"{path}.max_depth",
+                    f"{envelope.max_depth} exceeds limits.max_delegation_depth "
+                    f"({spec.limits.max_delegation_depth})",
+                )
+            )
+
+    budget = min(budget, depth + spec.limits.max_delegation_depth)
+    for sub in spec.subagents:
+        path = f"{prefix}subagents[{sub.name}]"
+        if depth + 1 > budget:
+            problems.append(
+                Problem(
+                    path,
+                    f"delegation depth {depth + 1} exceeds the max_delegation_depth "
+                    f"in force here ({budget})",
+                )
+            )
+            continue
+        problems += _validate_agent(sub.spec, context, f"{path}.spec.", depth + 1, budget)
+    return problems
+
+
+def _validate_workflow(
+    spec: WorkflowSpec, context: ValidationContext, prefix: str, nesting: int
+) -> list[Problem]:
+    problems: list[Problem] = []
+    mcp_names = {server.name for server in spec.mcp_servers}
+    problems += _check_tools(spec.tools, mcp_names, context, prefix)
+    problems += _check_mcp(spec.mcp_servers, context, prefix)
+    tool_names = [tool.name for tool in spec.tools]
+    tool_names += [f"{name}{MCP_TOOL_SEPARATOR}*" for name in sorted(mcp_names)]
+    for step in spec.steps:
+        path = f"{prefix}steps[{step.name}]"
+        if isinstance(step, ToolStep):
+            if not matches(step.tool, tool_names):
+                problems.append(
+                    Problem(f"{path}.tool", f"{step.tool!r} is not one of the workflow's tools")
+                )
+        elif isinstance(step, AgentStep):
+            problems += _validate_agent(
+                step.spec, context, f"{path}.spec.", 0, step.spec.limits.max_delegation_depth
+            )
+        elif isinstance(step, WorkflowStepRef):
+            if nesting + 1 > MAX_NESTING_DEPTH:
+                problems.append(
+                    Problem(path, f"workflow nesting exceeds {MAX_NESTING_DEPTH} levels")
+                )
+                continue
+            problems += _validate_workflow(step.spec, context, f"{path}.spec.", nesting + 1)
+    return problems
+
+
+def validate(
+    spec: AgentSpec | WorkflowSpec, context: ValidationContext | None = None
+) -> list[Problem]:
+    """Every problem with ``spec`` that can be found before it runs; empty = valid.
+
+    Structural rules (bounds, names, unique entries, literal credentials) are enforced by the
+    models themselves when the Spec is built; this finds what needs the whole tree or the
+    world: registrations, models, reachability, links, depths, name collisions, templates.
+    """
+    context = context or ValidationContext()
+    if isinstance(spec, AgentSpec):
+        problems = _validate_agent(spec, context, "", 0, spec.limits.max_delegation_depth)
+    else:
+        problems = _validate_workflow(spec, context, "", 0)
+    return problems

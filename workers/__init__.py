@@ -1,0 +1,3 @@
+"""psych_runtime.workers."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""psych_runtime.workflows."""
+
+__all__: list[str] = []
