@@ -1,3 +1,74 @@
-"""psych_runtime.activities."""
+"""psych_runtime.activities: every side effect of a Run, and the ports they go through.
 
-__all__: list[str] = []
+Model calls over httpx, code and HTTP tools, blobs, secrets, versions, pricing; plus the
+scriptable fake model server for tests. Workflows import only the payload types.
+"""
+
+from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
+from psych_runtime.activities._fake_model import FakeModel, Reply, ToolCall
+from psych_runtime.activities._fake_model import Usage as FakeUsage
+from psych_runtime.activities._model import (
+    MODEL_CALL_FAILED,
+    Endpoint,
+    ModelActivities,
+    ModelEndpoints,
+    ModelPrice,
+    Pricing,
+    TablePricing,
+    classify,
+)
+from psych_runtime.activities._payloads import (
+    ACTIVITY_NAMES,
+    ChatMessage,
+    Latency,
+    ModelCallInput,
+    ModelCallResult,
+    ModelFailure,
+    ToolCallRequest,
+    ToolDefinition,
+    ToolOutcome,
+    Usage,
+)
+from psych_runtime.activities._secrets import (
+    EnvSecretResolver,
+    SecretNotFound,
+    SecretResolver,
+    StaticSecretResolver,
+)
+from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.activities._version_store import FileVersionStore
+
+__all__ = [
+    "ACTIVITY_NAMES",
+    "BlobStore",
+    "ChatMessage",
+    "Conversations",
+    "Endpoint",
+    "EnvSecretResolver",
+    "FakeModel",
+    "FakeUsage",
+    "FileVersionStore",
+    "Latency",
+    "LocalBlobStore",
+    "MODEL_CALL_FAILED",
+    "ModelActivities",
+    "ModelCallInput",
+    "ModelCallResult",
+    "ModelEndpoints",
+    "ModelFailure",
+    "ModelPrice",
+    "Pricing",
+    "Reply",
+    "SecretNotFound",
+    "SecretResolver",
+    "StaticSecretResolver",
+    "TablePricing",
+    "ToolActivities",
+    "ToolCall",
+    "ToolCallRequest",
+    "ToolDefinition",
+    "ToolOutcome",
+    "Usage",
+    "blob_ref",
+    "classify",
+]

@@ -411,3 +411,18 @@ Spec = Annotated[AgentSpec | WorkflowSpec, Field(discriminator="kind")]
 
 AgentSpec.model_rebuild()
 WorkflowSpec.model_rebuild()
+
+
+class Scope(_Frozen):
+    """Who a call is made for. Every entry point takes one; every Record carries it.
+
+    The tenant owns its Runs: another tenant's Scope is refused (AccessDenied). Principal
+    and labels are opaque to the runtime and passed through to ports and records.
+    """
+
+    tenant: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.]+$")]
+    """The owning tenant (letters, digits, ``_`` and ``.``; no ``-``, which joins ids)."""
+    principal: Annotated[str | None, Field(max_length=256)] = None
+    """Who acts within the tenant, if known."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form labels carried into records and ports."""

@@ -40,9 +40,7 @@ class TaskItem:
 def _skills_index(spec: AgentSpec) -> str:
     if not spec.skills:
         return ""
-    lines = [
-        "Skills: call load_skill with a name to read its full instructions before using it."
-    ]
+    lines = ["Skills: call load_skill with a name to read its full instructions before using it."]
     lines += [f"- {skill.name}: {skill.description}" for skill in spec.skills]
     return "\n".join(lines)
 

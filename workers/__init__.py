@@ -1,3 +1,30 @@
-"""psych_runtime.workers."""
+"""psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
-__all__: list[str] = []
+from psych_runtime.workers._devserver import (
+    FAST_DISPATCH_ARGS,
+    start_dev_server,
+    start_time_skipping_server,
+    temporal_binary,
+)
+from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
+from psych_runtime.workers._worker import (
+    WorkerSettings,
+    activities_for,
+    build_worker,
+    connect,
+    run_worker,
+)
+
+__all__ = [
+    "FAST_DISPATCH_ARGS",
+    "PsychPlugin",
+    "SANDBOX_PASSTHROUGH",
+    "WorkerSettings",
+    "activities_for",
+    "build_worker",
+    "connect",
+    "run_worker",
+    "start_dev_server",
+    "start_time_skipping_server",
+    "temporal_binary",
+]

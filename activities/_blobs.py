@@ -1,0 +1,134 @@
+"""Content-addressed blobs: the BlobStore port, its local-directory default, and the
+conversation chain stored in it.
+
+A conversation is a chain of nodes ``{"parent": <ref or null>, "messages": [<ref>...]}``;
+its head ref is all a model-call activity needs. Appending stores one node, so a call's
+input stays the same size however long the Run is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from psych_runtime.activities._payloads import ChatMessage
+from psych_runtime.specs import NotFound
+
+
+def blob_ref(data: bytes) -> str:
+    """The ref of ``data``: ``"sha256:" + hex digest``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Port: content-addressed bytes. ``put`` is idempotent; refs are content hashes."""
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data``; return its ref."""
+        ...
+
+    async def get(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``.
+
+        Raises:
+            NotFound: nothing is stored under ``ref``.
+        """
+        ...
+
+
+class LocalBlobStore:
+    """Blobs as files ``<root>/<2 hex>/<62 hex>``, written atomically (embedded default).
+
+    Workers on one machine (or sharing a volume) may share a root.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, ref: str) -> Path:
+        algorithm, _, digest = ref.partition(":")
+        if algorithm != "sha256" or len(digest) != 64:
+            raise NotFound(f"not a blob ref: {ref!r}")
+        return self.root / digest[:2] / digest[2:]
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data``; return its ref."""
+        ref = blob_ref(data)
+        path = self._path(ref)
+        if path.exists():
+            return ref
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+        return ref
+
+    async def get(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``."""
+        try:
+            return self._path(ref).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"no blob {ref} in {self.root}") from None
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Conversations:
+    """Reads and appends conversation chains in a BlobStore, caching resolved heads.
+
+    The cache maps a head ref to its full message list, so a Run's next call resolves its
+    head by reading one node instead of walking the whole chain.
+    """
+
+    def __init__(self, blobs: BlobStore, *, cache_size: int = 256) -> None:
+        self.blobs = blobs
+        self._cache: OrderedDict[str, tuple[ChatMessage, ...]] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def put_message(self, message: ChatMessage) -> str:
+        """Store one message; return its ref."""
+        return await self.blobs.put(_dumps(message.model_dump(mode="json")))
+
+    async def get_message(self, ref: str) -> ChatMessage:
+        """Read one stored message."""
+        return ChatMessage.model_validate_json(await self.blobs.get(ref))
+
+    async def append(self, head: str | None, message_refs: list[str]) -> str | None:
+        """Store a node extending ``head`` with ``message_refs``; return the new head."""
+        if not message_refs:
+            return head
+        return await self.blobs.put(_dumps({"parent": head, "messages": message_refs}))
+
+    async def messages(self, head: str | None) -> tuple[ChatMessage, ...]:
+        """Every message of the conversation ending at ``head``, oldest first."""
+        # Walk back to the nearest cached node (iteratively: chains are as long as Runs).
+        pending: list[tuple[str, list[str]]] = []
+        cursor = head
+        base: tuple[ChatMessage, ...] = ()
+        while cursor is not None:
+            if cursor in self._cache:
+                self._cache.move_to_end(cursor)
+                base = self._cache[cursor]
+                break
+            node = json.loads(await self.blobs.get(cursor))
+            pending.append((cursor, node["messages"]))
+            cursor = node["parent"]
+        result = base
+        for ref, message_refs in reversed(pending):
+            result = result + tuple([await self.get_message(m) for m in message_refs])
+            self._remember(ref, result)
+        return result
+
+    def _remember(self, ref: str, messages: tuple[ChatMessage, ...]) -> None:
+        self._cache[ref] = messages
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)

@@ -1,0 +1,736 @@
+"""A scriptable fake OpenAI-compatible model server, for tests.
+
+`FakeModel` is a real HTTP/1.1 server on loopback that speaks the chat-completions protocol
+(`POST /v1/chat/completions`, JSON or SSE streaming, and `GET /v1/models`). A test scripts
+what the model says with `Reply` values queued in order, or with a `responder` callable, and
+afterwards inspects every request the server received::
+
+    async with FakeModel() as model:
+        model.enqueue(
+            Reply.tool_calls(ToolCall("get_weather", {"city": "Paris"})),
+            Reply.text("It is sunny."),
+        )
+        ...  # point the code under test at model.base_url
+        assert model.requests[1]["messages"][-1]["role"] == "tool"
+
+Besides answers, a script can fail the way real providers do: HTTP errors with Retry-After,
+tool calls whose arguments are not JSON, streams that stall or drop mid-way.
+
+The server is a raw asyncio socket server driven by h11 rather than uvicorn/starlette:
+dropping a connection mid-stream or without any response, which `Reply.abort` needs, is not
+expressible through ASGI (uvicorn answers 500 instead), and uvicorn would also take over the
+process's signal handlers and logging configuration when started from a test. h11 is already
+installed as a dependency of httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import h11
+
+__all__ = ["FakeModel", "Reply", "ToolCall", "Usage"]
+
+_MAX_READ = 65536
+_CHAT_PATH = "/v1/chat/completions"
+_MODELS_PATH = "/v1/models"
+
+# OpenAI's `error.type` for the statuses tests script most; anything else is a server error.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage a reply reports, in provider-neutral names.
+
+    Mapped onto the OpenAI `usage` object as `prompt_tokens`, `completion_tokens`,
+    `prompt_tokens_details.cached_tokens` and `completion_tokens_details.reasoning_tokens`;
+    `total_tokens` is the sum of input and output.
+    """
+
+    input_tokens: int = 0
+    """Tokens of the prompt, reported as `prompt_tokens`."""
+    output_tokens: int = 0
+    """Tokens of the completion, reported as `completion_tokens`."""
+    cache_read_tokens: int = 0
+    """Prompt tokens served from the provider's cache, reported as `cached_tokens`."""
+    reasoning_tokens: int = 0
+    """Completion tokens spent reasoning, reported as `reasoning_tokens`."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the fake model makes.
+
+    Attributes:
+        name: the function name.
+        arguments: a dict is JSON-encoded; a str is sent verbatim, so a test can send
+            arguments that are not valid JSON.
+        id: the tool-call id; when None the server assigns `call_<n>`, counting per server.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+
+ReplyKind = Literal["text", "tool_calls", "error", "stall", "abort"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response of the fake model.
+
+    Build replies with the static constructors (`Reply.text`, `Reply.tool_calls`,
+    `Reply.malformed_tool_call`, `Reply.error`, `Reply.stall`, `Reply.abort`); the fields
+    are what the server reads and are only meaningful for the kinds that use them.
+    """
+
+    kind: ReplyKind
+    """Which behaviour the server acts out."""
+    content: str = ""
+    """Assistant text (`text` and `tool_calls`)."""
+    calls: tuple[ToolCall, ...] = ()
+    """Tool calls made (`tool_calls`)."""
+    usage: Usage | None = None
+    """Usage reported; None derives a rough count from the characters exchanged."""
+    chunk_size: int = 8
+    """Characters of content or tool-call arguments per streamed chunk."""
+    status: int = 0
+    """HTTP status (`error`)."""
+    retry_after: float | None = None
+    """Seconds sent as `Retry-After` and `retry-after-ms` (`error`)."""
+    message: str = ""
+    """Error message (`error`)."""
+    seconds: float = 0.0
+    """How long the stream goes silent (`stall`)."""
+    after_chunks: int = 0
+    """Chunks sent before stalling or dropping the connection (`stall`, `abort`)."""
+    then: Reply | None = None
+    """The reply streamed around the stall, or the partial stream aborted (`stall`, `abort`)."""
+
+    @staticmethod
+    def text(content: str, *, usage: Usage | None = None, chunk_size: int = 8) -> Reply:
+        """A plain assistant message, finishing with `stop`.
+
+        Args:
+            content: the assistant text.
+            usage: usage to report; None derives it from character counts.
+            chunk_size: characters per streamed chunk.
+        """
+        _check_chunk_size(chunk_size)
+        return Reply(kind="text", content=content, usage=usage, chunk_size=chunk_size)
+
+    @staticmethod
+    def tool_calls(*calls: ToolCall, content: str = "", usage: Usage | None = None) -> Reply:
+        """An assistant message making tool calls, finishing with `tool_calls`.
+
+        When streamed, each call's arguments arrive split across several chunks, as real
+        providers send them.
+
+        Args:
+            *calls: the calls, in order; at least one.
+            content: optional text sent before the calls.
+            usage: usage to report; None derives it from character counts.
+        """
+        if not calls:
+            raise ValueError("Reply.tool_calls needs at least one ToolCall")
+        return Reply(kind="tool_calls", content=content, calls=calls, usage=usage)
+
+    @staticmethod
+    def malformed_tool_call(name: str, raw_arguments: str) -> Reply:
+        """A tool call whose arguments are sent verbatim, typically not valid JSON.
+
+        Args:
+            name: the function name.
+            raw_arguments: the exact arguments string, e.g. `'{"city": "Par'`.
+        """
+        return Reply.tool_calls(ToolCall(name, raw_arguments))
+
+    @staticmethod
+    def error(
+        status: int, *, retry_after: float | None = None, message: str = "scripted error"
+    ) -> Reply:
+        """An HTTP error with an OpenAI-style body `{"error": {"message", "type", "code"}}`.
+
+        Streaming requests get the same plain JSON error, as OpenAI answers before a stream
+        starts.
+
+        Args:
+            status: an HTTP status from 400 to 599.
+            retry_after: seconds to send as `Retry-After` (and `retry-after-ms`, which the
+                OpenAI SDK prefers); no header when None.
+            message: the error message.
+        """
+        if not 400 <= status <= 599:
+            raise ValueError(f"Reply.error needs a 4xx or 5xx status, got {status}")
+        return Reply(kind="error", status=status, retry_after=retry_after, message=message)
+
+    @staticmethod
+    def stall(seconds: float, *, after_chunks: int = 1, then: Reply | None = None) -> Reply:
+        """A response that goes silent for a while, then finishes normally.
+
+        Streaming: the first `after_chunks` chunks of `then` are sent, then nothing for
+        `seconds`, then the rest of the stream. Non-streaming: the server waits `seconds`
+        before answering with `then`.
+
+        Args:
+            seconds: how long to stay silent.
+            after_chunks: chunks sent before the silence; 0 stalls right after the headers.
+            then: a `text` or `tool_calls` reply; defaults to a short text reply.
+        """
+        if seconds < 0:
+            raise ValueError(f"Reply.stall needs seconds >= 0, got {seconds}")
+        if after_chunks < 0:
+            raise ValueError(f"Reply.stall needs after_chunks >= 0, got {after_chunks}")
+        then = Reply.text("stalled, then finished") if then is None else then
+        if then.kind not in ("text", "tool_calls"):
+            raise ValueError(f"Reply.stall needs a text or tool_calls reply, got {then.kind}")
+        return Reply(kind="stall", seconds=seconds, after_chunks=after_chunks, then=then)
+
+    @staticmethod
+    def abort(after_chunks: int = 1) -> Reply:
+        """A response whose connection drops abruptly.
+
+        Streaming: `after_chunks` chunks of a text reply are sent, then the connection is
+        reset with no finishing chunk and no `[DONE]`. Non-streaming: the connection is
+        closed without any response.
+
+        Args:
+            after_chunks: chunks sent before the drop; 0 drops right after the headers.
+        """
+        if after_chunks < 0:
+            raise ValueError(f"Reply.abort needs after_chunks >= 0, got {after_chunks}")
+        # One chunk longer than what is sent, so the stream is always cut short.
+        partial = Reply.text("partial " * (after_chunks + 1), chunk_size=len("partial "))
+        return Reply(kind="abort", after_chunks=after_chunks, then=partial)
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+class _Drop(Exception):
+    """Raised inside a response to reset the connection instead of finishing it."""
+
+
+@dataclass
+class _Response:
+    """What a handler decided to send.
+
+    A plain response sends `body` after waiting `delay` seconds; a streamed one (`chunks`
+    set) pauses `pause_seconds` after `pause_after` chunks, or resets the connection after
+    `drop_after` chunks.
+    """
+
+    status: int
+    body: dict[str, Any] | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    delay: float = 0.0
+    chunks: list[dict[str, Any]] | None = None
+    pause_after: int | None = None
+    pause_seconds: float = 0.0
+    drop_after: int | None = None
+
+
+class FakeModel:
+    """A scriptable OpenAI-compatible chat-completions server on loopback.
+
+    Start it in the running loop with `async with FakeModel() as model:`, or in a
+    background thread for sync code with `start_in_thread()` / `stop()` (or
+    `with FakeModel() as model:`). Point the client under test at `base_url`.
+
+    Each chat-completions request is answered by, in order: the next reply queued for the
+    requested model, the next reply in the shared queue, then `responder`. With none of
+    these the server answers 500 `fake model: script exhausted (request N)`, so a test
+    whose script is too short fails loudly instead of hanging. A model id not in `models`
+    gets 404 `model_not_found` without consuming a reply.
+
+    Attributes:
+        responder: called with the parsed request body when no queued reply matches;
+            returns the `Reply` to act out. Lets tests and benchmarks script dynamically.
+        requests: every chat-completions request body received, in order, including those
+            answered with errors. Bodies that are not a JSON object get 400 and are not
+            recorded.
+        headers: the request headers, parallel to `requests`, with lowercased names.
+    """
+
+    def __init__(self, *, models: Iterable[str] = ("fake-model",), host: str = "127.0.0.1") -> None:
+        """Create a stopped server.
+
+        Args:
+            models: the model ids the server knows; others get 404.
+            host: the address to bind; the port is chosen by the OS.
+        """
+        self.models: tuple[str, ...] = tuple(models)
+        self.host = host
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._shared: deque[Reply] = deque()
+        self._per_model: dict[str, deque[Reply]] = {}
+        # Tests enqueue from their own thread while a thread-mode server consumes.
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._call_ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+        self._port: int | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._thread_stop: asyncio.Event | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, e.g. `http://127.0.0.1:43211/v1`; valid once started."""
+        if self._port is None:
+            raise RuntimeError("FakeModel is not running; start it first")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self._port}/v1"
+
+    def enqueue(self, *replies: Reply, model: str | None = None) -> None:
+        """Queue replies, answered first in, first out.
+
+        Args:
+            *replies: the replies, in the order requests will get them.
+            model: queue them for requests naming this model only; None queues them for
+                any model, after that model's own queue is empty.
+        """
+        with self._lock:
+            if model is None:
+                self._shared.extend(replies)
+            else:
+                self._per_model.setdefault(model, deque()).extend(replies)
+
+    async def __aenter__(self) -> Self:
+        """Start serving in the running loop."""
+        if self._server is not None:
+            raise RuntimeError("FakeModel is already running")
+        self._server = await asyncio.start_server(self._serve_connection, self.host, 0)
+        self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop serving, cutting open connections (a stalled stream would hold them)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        self._port = None
+
+    def start_in_thread(self) -> Self:
+        """Start serving from a background thread with its own event loop, for sync code.
+
+        Returns once the server accepts connections. Stop it with `stop()`.
+        """
+        if self._thread is not None or self._server is not None:
+            raise RuntimeError("FakeModel is already running")
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        async def serve() -> None:
+            self._thread_loop = asyncio.get_running_loop()
+            self._thread_stop = asyncio.Event()
+            async with self:
+                started.set()
+                await self._thread_stop.wait()
+
+        def run() -> None:
+            try:
+                asyncio.run(serve())
+            except BaseException as err:  # handed to the starting thread, not lost
+                failure.append(err)
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=run, name="fake-model", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError("FakeModel failed to start") from failure[0]
+        return self
+
+    def stop(self) -> None:
+        """Stop a server started with `start_in_thread()`; a no-op when it is not running."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        loop, stop = self._thread_loop, self._thread_stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stop.set)
+        thread.join()
+        self._thread_loop = self._thread_stop = None
+
+    def __enter__(self) -> Self:
+        """Start serving in a background thread; see `start_in_thread()`."""
+        return self.start_in_thread()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the background server."""
+        self.stop()
+
+    # --- HTTP plumbing -------------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                received = await _read_request(conn, reader)
+                if received is None:
+                    return
+                request, body = received
+                response = self._handle(request, body)
+                await _send(conn, writer, response)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except _Drop:
+            # The `finally` closes rather than aborts the transport: abort() would discard
+            # chunks still buffered, and the client sees a truncated message either way.
+            pass
+        except (ConnectionError, h11.ProtocolError):
+            # The client went away or spoke broken HTTP; nothing useful left to say.
+            pass
+        except asyncio.CancelledError:
+            # Only `__aexit__` cancels these tasks, and waits for them. Re-raising would make
+            # asyncio's stream machinery log the cancellation as an error (Python 3.11).
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def _handle(self, request: h11.Request, body: bytes) -> _Response:
+        method = request.method.decode()
+        path = request.target.decode().split("?", 1)[0].rstrip("/")
+        if path == _MODELS_PATH and method == "GET":
+            data = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models
+            ]
+            return _Response(200, {"object": "list", "data": data})
+        if path != _CHAT_PATH or method != "POST":
+            return _error(404, f"fake model: no route for {method} {path}", code="not_found")
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            return _error(400, "fake model: request body is not a JSON object")
+        headers: dict[str, str] = {}
+        for name, value in request.headers:
+            key = name.decode().lower()
+            headers[key] = f"{headers[key]}, {value.decode()}" if key in headers else value.decode()
+        self.requests.append(parsed)
+        self.headers.append(headers)
+        return self._answer(parsed, len(self.requests))
+
+    def _answer(self, body: dict[str, Any], number: int) -> _Response:
+        model = body.get("model")
+        if not isinstance(model, str):
+            return _error(400, "you must provide a model parameter", code="missing_model")
+        if model not in self.models:
+            return _error(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+                type_="invalid_request_error",
+            )
+        try:
+            reply = self._next_reply(body, model)
+        except Exception as err:  # a broken responder should fail the test, not the server
+            return _error(500, f"fake model: responder raised {err!r} (request {number})")
+        if reply is None:
+            return _error(500, f"fake model: script exhausted (request {number})")
+        return self._act_out(reply, body, model)
+
+    def _next_reply(self, body: dict[str, Any], model: str) -> Reply | None:
+        with self._lock:
+            own = self._per_model.get(model)
+            if own:
+                return own.popleft()
+            if self._shared:
+                return self._shared.popleft()
+        return None if self.responder is None else self.responder(body)
+
+    def _act_out(self, reply: Reply, body: dict[str, Any], model: str) -> _Response:
+        streaming = body.get("stream") is True
+        if reply.kind == "error":
+            response = _error(reply.status, reply.message)
+            if reply.retry_after is not None:
+                response.headers += [
+                    ("retry-after", f"{reply.retry_after:g}"),
+                    ("retry-after-ms", str(round(reply.retry_after * 1000))),
+                ]
+            return response
+        if reply.kind == "abort" and not streaming:
+            raise _Drop
+        inner = reply.then if reply.then is not None else reply
+        if not streaming:
+            response = _Response(200, self._completion(inner, body, model))
+            if reply.kind == "stall":
+                response.delay = reply.seconds
+            return response
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        chunks = self._chunks(inner, body, model, include_usage=include_usage)
+        response = _Response(
+            200, headers=[("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        )
+        response.chunks = chunks
+        if reply.kind == "stall":
+            response.pause_after = min(reply.after_chunks, len(chunks))
+            response.pause_seconds = reply.seconds
+        elif reply.kind == "abort":
+            response.drop_after = reply.after_chunks
+        return response
+
+    # --- OpenAI payloads -----------------------------------------------------------------
+
+    def _tool_calls(self, reply: Reply) -> list[tuple[str, str, str]]:
+        return [
+            (
+                call.id if call.id is not None else f"call_{next(self._call_ids)}",
+                call.name,
+                call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments),
+            )
+            for call in reply.calls
+        ]
+
+    def _completion(self, reply: Reply, body: dict[str, Any], model: str) -> dict[str, Any]:
+        calls = self._tool_calls(reply)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.content if reply.content or not calls else None,
+            "refusal": None,
+        }
+        if calls:
+            message["tool_calls"] = [
+                {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
+                for id_, name, args in calls
+            ]
+        return {
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": "tool_calls" if calls else "stop",
+                }
+            ],
+            "usage": _usage(reply, calls, body),
+        }
+
+    def _chunks(
+        self, reply: Reply, body: dict[str, Any], model: str, *, include_usage: bool
+    ) -> list[dict[str, Any]]:
+        calls = self._tool_calls(reply)
+        size = reply.chunk_size
+        deltas: list[dict[str, Any]] = [
+            {"content": reply.content[i : i + size]} for i in range(0, len(reply.content), size)
+        ]
+        for index, (id_, name, args) in enumerate(calls):
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": id_,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            deltas += [
+                {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + size]}}]}
+                for i in range(0, len(args), size)
+            ]
+        if not deltas:
+            deltas.append({"content": ""})
+        # Real providers announce the role once, in the first delta.
+        deltas[0] = {"role": "assistant", **deltas[0]}
+        base = {
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+        # With include_usage every chunk carries `usage: null` until the final usage chunk.
+        extra: dict[str, Any] = {"usage": None} if include_usage else {}
+        chunks = [
+            {
+                **base,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+                **extra,
+            }
+            for delta in deltas
+        ]
+        finish = "tool_calls" if calls else "stop"
+        chunks.append(
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                **extra,
+            }
+        )
+        if include_usage:
+            chunks.append({**base, "choices": [], "usage": _usage(reply, calls, body)})
+        return chunks
+
+
+def _error(
+    status: int, message: str, *, code: str | None = None, type_: str | None = None
+) -> _Response:
+    error_type = type_ or _ERROR_TYPES.get(status, "server_error")
+    if code is None:
+        code = "rate_limit_exceeded" if status == 429 else error_type
+    return _Response(
+        status, {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    )
+
+
+def _usage(reply: Reply, calls: list[tuple[str, str, str]], body: dict[str, Any]) -> dict[str, Any]:
+    usage = reply.usage
+    if usage is None:
+        # A rough four-characters-per-token count: enough for budget arithmetic in tests.
+        completion = len(reply.content) + sum(len(name) + len(args) for _, name, args in calls)
+        usage = Usage(
+            input_tokens=_prompt_chars(body.get("messages")) // 4,
+            output_tokens=max(1, completion // 4),
+        )
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def _prompt_chars(messages: object) -> int:
+    """Characters of text in the request messages: contents, text parts and tool calls."""
+    if not isinstance(messages, list):
+        return 0
+    total = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(
+                len(part["text"])
+                for part in content
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                total += sum(len(v) for v in function.values() if isinstance(v, str))
+    return total
+
+
+async def _read_request(
+    conn: h11.Connection, reader: asyncio.StreamReader
+) -> tuple[h11.Request, bytes] | None:
+    """Read one whole request; None when the client closed the connection between requests."""
+    request: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(_MAX_READ))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert request is not None
+            return request, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+        else:
+            raise h11.LocalProtocolError(f"unexpected event {event!r}")
+
+
+async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: _Response) -> None:
+    """Send `response`, acting out its pause or drop; raises `_Drop` to reset the connection."""
+
+    async def write(event: h11.Event) -> None:
+        data = conn.send(event)
+        if data:
+            writer.write(data)
+            await writer.drain()
+
+    if response.chunks is None:
+        payload = json.dumps(response.body).encode()
+        await asyncio.sleep(response.delay)
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(payload))),
+            *response.headers,
+        ]
+        await write(h11.Response(status_code=response.status, headers=headers))
+        await write(h11.Data(data=payload))
+        await write(h11.EndOfMessage())
+        return
+    # No content-length: h11 frames the stream with chunked transfer encoding.
+    await write(h11.Response(status_code=response.status, headers=response.headers))
+    for sent, chunk in enumerate(response.chunks):
+        if sent == response.drop_after:
+            raise _Drop
+        if sent == response.pause_after:
+            await asyncio.sleep(response.pause_seconds)
+        await write(h11.Data(data=b"data: " + json.dumps(chunk).encode() + b"\n\n"))
+    if response.pause_after == len(response.chunks):
+        await asyncio.sleep(response.pause_seconds)
+    await write(h11.Data(data=b"data: [DONE]\n\n"))
+    await write(h11.EndOfMessage())

@@ -1,0 +1,234 @@
+"""Activity payloads: the data a workflow sends to an activity and gets back.
+
+These are the activity half of the workflow contract. Each activity takes one frozen
+model and returns one; the names in ``ACTIVITY_NAMES`` are API. Payloads carry data only:
+never a client, a callable or a secret (credentials travel as names).
+
+History stays linear because the conversation travels by reference: message bodies are
+content-addressed blobs (``BlobStore``), a conversation is a chain of blob nodes whose
+head hash the model activity receives, and each body enters history at most once (as the
+activity input that brings it, or the result that produced it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from psych_runtime.specs import HttpTool, ModelRef, Scope
+
+BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+"""The content hash of a stored blob."""
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- activity names (API: a changed signature gets a new name) ----------------------------
+
+MODEL_COMPLETE = "psych.model.complete"
+TOOL_CATALOG = "psych.tool.catalog"
+TOOL_CODE = "psych.tool.code"
+TOOL_HTTP = "psych.tool.http"
+TOOL_READ_OUTPUT = "psych.tool.read_output"
+
+ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_CATALOG, TOOL_CODE, TOOL_HTTP, TOOL_READ_OUTPUT)
+
+
+# --- conversation -------------------------------------------------------------------------
+
+
+class ToolCallRequest(_Payload):
+    """A tool call as the model asked for it."""
+
+    id: str
+    """The provider's call id; tool results answer it."""
+    name: str
+    """The tool name the model used (may name no tool: that is the model's error)."""
+    arguments: str
+    """The arguments exactly as the model sent them: JSON text, possibly malformed."""
+
+
+class ChatMessage(_Payload):
+    """One message of a conversation (OpenAI chat roles)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    """Assistant messages only."""
+    tool_call_id: str | None = None
+    """Tool messages only: which call this answers."""
+
+
+class ToolDefinition(_Payload):
+    """A tool as the model is shown it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments (an object schema)."""
+
+
+# --- model --------------------------------------------------------------------------------
+
+
+class Usage(_Payload):
+    """Tokens of one model call, split the way providers bill them."""
+
+    input_tokens: int = 0
+    """Prompt tokens not served from cache."""
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Part of ``output_tokens`` spent reasoning, where the provider reports it."""
+
+
+class Latency(_Payload):
+    """Where the time of one activity went (milliseconds)."""
+
+    queue_wait_ms: float
+    """From scheduling to a worker starting it."""
+    duration_ms: float
+    """From start to finish on the worker."""
+    first_token_ms: float | None = None
+    """From start to the first streamed token (model calls that stream)."""
+
+
+class ModelCallInput(_Payload):
+    """One model call: which model, and the conversation by reference."""
+
+    run_id: str
+    turn: int
+    model: str
+    """The model id for this attempt (the primary or a fallback)."""
+    params: ModelRef
+    """Sampling parameters (``params.model`` may differ from ``model`` on fallback)."""
+    system_prompt: str | None = None
+    """The system prompt, inline: sent once, then referred to by ``system_ref``."""
+    system_ref: BlobRef | None = None
+    context_ref: BlobRef | None = None
+    """Head of the stored conversation so far; ``None`` = empty."""
+    new_messages: tuple[ChatMessage | BlobRef, ...] = ()
+    """Messages to append, in order: inline ones (user input, workflow notes, error results
+    the workflow made) are stored by the activity; refs (tool results stored by their tool
+    activity) are appended as they are. One ordered list, because tool results must follow
+    their assistant message in call order and notes must come after them."""
+    tools_ref: BlobRef | None = None
+    """Stored list of ToolDefinitions offered; ``None`` = no tools."""
+    exclude_tools: tuple[str, ...] = ()
+    """Names in the stored list not offered this call (withheld tools)."""
+    stream: bool = True
+    stream_idle_seconds: float = 300.0
+    """Longest allowed gap between streamed chunks; 0 disables."""
+    scope: Scope
+
+
+class ModelCallResult(_Payload):
+    """What a successful model call produced."""
+
+    model: str
+    """The model id that answered."""
+    system_ref: BlobRef | None
+    context_ref: BlobRef
+    """Head of the stored conversation including the new input and the assistant message."""
+    text: str
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage
+    cost: float | None = None
+    """From the Pricing port at call time; ``None`` when the price is unknown, never 0."""
+    latency: Latency
+
+
+class ModelFailure(_Payload):
+    """Why a model call failed: the details of a ``ModelCallFailed`` ApplicationError."""
+
+    transient: bool
+    """5xx, 429, 408, connection errors and stream idle are transient; others are not."""
+    status: int | None = None
+    retry_after: float | None = None
+    """Seconds the provider asked us to wait (Retry-After), if it did."""
+    message: str
+
+
+# --- tools --------------------------------------------------------------------------------
+
+
+class CatalogInput(_Payload):
+    """Resolve the tools a Run offers into definitions and execution facts."""
+
+    run_id: str
+    code_tools: tuple[str, ...] = ()
+    """Names of code tools the Spec grants (looked up in the worker's ToolRegistry)."""
+    http_tools: tuple[HttpTool, ...] = ()
+    builtins: tuple[ToolDefinition, ...] = ()
+    """Built-in tools the workflow offers, with their definitions."""
+
+
+class CatalogEntry(_Payload):
+    """Execution facts of one offered tool."""
+
+    name: str
+    kind: Literal["code", "http", "builtin"]
+    safe_to_repeat: bool
+    """False for code tools not registered idempotent and for HTTP POST/PATCH."""
+
+
+class ToolCatalog(_Payload):
+    """The tools a Run offers: the stored definitions and what the workflow must know."""
+
+    tools_ref: BlobRef | None
+    entries: tuple[CatalogEntry, ...]
+
+
+class CodeToolCall(_Payload):
+    """Run one registered code tool."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    large_result_bytes: int
+    scope: Scope
+
+
+class HttpToolCall(_Payload):
+    """Send one HTTP tool request."""
+
+    run_id: str
+    call_id: str
+    tool: HttpTool
+    arguments: dict[str, Any]
+    large_result_bytes: int
+    scope: Scope
+
+
+class ToolOutcome(_Payload):
+    """What one tool call produced, stored whole, shown small."""
+
+    call_id: str
+    status: Literal["ok", "error"]
+    content: str
+    """The result if it fits ``large_result_bytes``, else a preview of it."""
+    truncated: bool
+    """True when ``content`` is a preview and the model got a handle to read the rest."""
+    size: int
+    """Size of the whole result in bytes (UTF-8)."""
+    result_ref: BlobRef
+    """The whole result (the handle ``read_tool_output`` reads)."""
+    message_ref: BlobRef
+    """The tool message the model is shown (result or handle + preview)."""
+    latency: Latency
+
+
+class ReadOutputInput(_Payload):
+    """``read_tool_output``: a slice of a stored result."""
+
+    call_id: str
+    """The tool call being answered (the read's own call id)."""
+    handle: str
+    offset: int = 0
+    length: int = 8192

@@ -1,0 +1,455 @@
+"""Tool activities: resolve a Run's tool catalog, run code tools, send HTTP tool requests,
+and read back stored results (the built-in ``read_tool_output``).
+
+Errors the model should read come back as data, ``ToolOutcome(status="error")``: invalid
+arguments, an exception raised by a tool, an HTTP error status, a timeout, a refused
+connection, a missing credential. The activity itself fails only for what the model
+cannot fix (a code tool this worker does not have) and on cancellation.
+
+Every outcome is stored whole in the BlobStore (``result_ref``) together with the tool
+message the model is shown (``message_ref``). A result larger than ``large_result_bytes``
+is shown as a handle plus a preview, so it enters workflow history only as that preview;
+the model reads the rest in slices with ``read_tool_output``.
+
+While a tool runs the activity heartbeats, so a crashed worker is noticed by the heartbeat
+timeout and a cancellation (an abort) reaches the activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Coroutine
+from typing import Any, Literal, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities._blobs import BlobStore, Conversations, _dumps
+from psych_runtime.activities._payloads import (
+    TOOL_CATALOG,
+    TOOL_CODE,
+    TOOL_HTTP,
+    TOOL_READ_OUTPUT,
+    CatalogEntry,
+    CatalogInput,
+    ChatMessage,
+    CodeToolCall,
+    HttpToolCall,
+    Latency,
+    ReadOutputInput,
+    ToolCatalog,
+    ToolDefinition,
+    ToolOutcome,
+)
+from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.specs import HttpTool, NotFound, RegistryError, ToolDef, ToolRegistry
+
+_T = TypeVar("_T")
+
+_PREVIEW_BYTES = 2048
+"""Largest preview shown in place of a result over ``large_result_bytes``."""
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+"""A URL template placeholder; the same pattern publish-time validation checks."""
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
+_BLOB_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class _ToolError(Exception):
+    """A failure the model reads as the tool's result (an outcome with status "error")."""
+
+
+class ToolActivities:
+    """The tool activities, sharing one BlobStore, SecretResolver and HTTP client.
+
+    Register the bound methods with a worker::
+
+        tools = ToolActivities(registry=registry, blobs=LocalBlobStore(path))
+        Worker(..., activities=[tools.catalog, tools.code, tools.http, tools.read_output])
+
+    and ``await tools.aclose()`` when the worker stops.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: ToolRegistry,
+        blobs: BlobStore,
+        secrets: SecretResolver | None = None,
+        http: httpx.AsyncClient | None = None,
+        heartbeat_seconds: float = 1.0,
+    ) -> None:
+        """Create the activities.
+
+        Args:
+            registry: the code tools this worker can run.
+            blobs: where results and tool messages are stored.
+            secrets: resolves HTTP tool credentials; without one, a tool that names a
+                credential gets an error outcome.
+            http: the client HTTP tools are sent with. It must not retry: a POST is not
+                safe to repeat, and repeating is the workflow's decision. Without one, an
+                httpx client is created on first use (httpx never retries requests) and
+                closed by ``aclose``.
+            heartbeat_seconds: how often a running tool call heartbeats.
+        """
+        self.registry = registry
+        self.blobs = blobs
+        self.secrets = secrets
+        self._conversations = Conversations(blobs)
+        self._http = http
+        self._owned_http: httpx.AsyncClient | None = None
+        self._heartbeat_seconds = heartbeat_seconds
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if these activities created it."""
+        if self._owned_http is not None:
+            await self._owned_http.aclose()
+            self._owned_http = None
+
+    def _client(self) -> httpx.AsyncClient:
+        # Created on first use, so a worker whose Runs never call an HTTP tool holds none.
+        if self._http is not None:
+            return self._http
+        if self._owned_http is None:
+            self._owned_http = httpx.AsyncClient()
+        return self._owned_http
+
+    # --- activities ------------------------------------------------------------------------
+
+    @activity.defn(name=TOOL_CATALOG)
+    async def catalog(self, input: CatalogInput) -> ToolCatalog:
+        """Resolve the tools a Run offers into stored definitions and execution facts.
+
+        The definitions (sorted by name) are stored as one blob, ``tools_ref``, which
+        model calls refer to instead of carrying the list.
+
+        Raises:
+            ApplicationError: ``ToolNotRegistered`` when a code tool is not in this
+                worker's registry; ``DuplicateToolName`` when two tools share a name.
+                Both are non-retryable.
+        """
+        definitions: list[ToolDefinition] = []
+        entries: list[CatalogEntry] = []
+        for name in input.code_tools:
+            tool = self._code_tool(name)
+            definitions.append(
+                ToolDefinition(
+                    name=tool.name, description=tool.description, parameters=tool.parameters_schema
+                )
+            )
+            entries.append(
+                CatalogEntry(name=tool.name, kind="code", safe_to_repeat=tool.idempotent)
+            )
+        for http_tool in input.http_tools:
+            definitions.append(
+                ToolDefinition(
+                    name=http_tool.name,
+                    description=http_tool.description,
+                    parameters=http_tool.input_schema or {"type": "object", "properties": {}},
+                )
+            )
+            entries.append(
+                CatalogEntry(
+                    name=http_tool.name,
+                    kind="http",
+                    safe_to_repeat=http_tool.method not in _NOT_SAFE_TO_REPEAT,
+                )
+            )
+        for builtin in input.builtins:
+            definitions.append(builtin)
+            entries.append(CatalogEntry(name=builtin.name, kind="builtin", safe_to_repeat=True))
+        counts = Counter(definition.name for definition in definitions)
+        duplicates = sorted(name for name, count in counts.items() if count > 1)
+        if duplicates:
+            raise ApplicationError(
+                f"tool names offered more than once: {', '.join(duplicates)}",
+                type="DuplicateToolName",
+                non_retryable=True,
+            )
+        definitions.sort(key=lambda definition: definition.name)
+        entries.sort(key=lambda entry: entry.name)
+        tools_ref = None
+        if definitions:
+            tools_ref = await self.blobs.put(
+                _dumps([definition.model_dump(mode="json") for definition in definitions])
+            )
+        return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
+
+    @activity.defn(name=TOOL_CODE)
+    async def code(self, input: CodeToolCall) -> ToolOutcome:
+        """Run one registered code tool; invalid arguments and its exceptions are data.
+
+        Sync functions run in a worker thread so the event loop keeps heartbeating. On
+        cancellation an async tool is cancelled; a sync tool's thread cannot be stopped and
+        runs to its end, its result discarded.
+
+        Raises:
+            ApplicationError: ``ToolNotRegistered`` (non-retryable).
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        started = time.monotonic()
+        tool = self._code_tool(input.tool)
+        try:
+            parsed = tool.parse_arguments(input.arguments)
+        except ValidationError as err:
+            text = f"invalid arguments for {tool.name}: {_describe(err)}"
+            return await self._outcome(input, "error", text, started)
+        try:
+            text = _render(await self._heartbeating(_call(tool, parsed)))
+        except Exception as err:
+            activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
+            return await self._outcome(input, "error", f"{type(err).__name__}: {err}", started)
+        return await self._outcome(input, "ok", text, started)
+
+    @activity.defn(name=TOOL_HTTP)
+    async def http(self, input: HttpToolCall) -> ToolOutcome:
+        """Send one HTTP tool request; error statuses, timeouts and refusals are data.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        started = time.monotonic()
+        try:
+            request = await self._build_request(input)
+            text = await self._heartbeating(self._send(input.tool, request))
+        except _ToolError as err:
+            return await self._outcome(input, "error", str(err), started)
+        return await self._outcome(input, "ok", text, started)
+
+    @activity.defn(name=TOOL_READ_OUTPUT)
+    async def read_output(self, input: ReadOutputInput) -> ToolOutcome:
+        """The built-in ``read_tool_output``: a slice of a stored result.
+
+        ``offset`` and ``length`` count characters (of the UTF-8 decoded result), matching
+        the character offsets the truncation message gives. The slice is preceded by a
+        header line with the total size and the next offset. A slice is never truncated
+        again: the model chose its length.
+        """
+        started = time.monotonic()
+        try:
+            text = await self._read_slice(input)
+        except _ToolError as err:
+            return await self._outcome(input, "error", str(err), started)
+        return await self._outcome(input, "ok", text, started)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _code_tool(self, name: str) -> ToolDef:
+        try:
+            return self.registry.get(name)
+        except RegistryError as err:
+            # A deployment error, not the model's: retrying on this worker cannot help.
+            raise ApplicationError(
+                f"code tool {name!r} is not registered: it must be registered in the "
+                "worker's ToolRegistry (every worker polling this task queue needs it)",
+                type="ToolNotRegistered",
+                non_retryable=True,
+            ) from err
+
+    async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Await ``work`` as a task, heartbeating until it is done.
+
+        On cancellation the task is cancelled and awaited (so its cleanup runs) before the
+        cancellation propagates.
+        """
+        task = asyncio.create_task(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._heartbeat_seconds)
+                if done:
+                    return task.result()
+                activity.heartbeat()
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved, so asyncio does not log it as never retrieved
+            raise
+
+    async def _build_request(self, input: HttpToolCall) -> httpx.Request:
+        tool = input.tool
+        used: set[str] = set()
+
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            value = input.arguments.get(name)
+            if value is None:
+                raise _ToolError(f"{tool.name}: missing argument {name!r} (used in its URL)")
+            used.add(name)
+            return quote(_text(value), safe="")
+
+        url = _PLACEHOLDER.sub(fill, tool.url)
+        rest = {name: value for name, value in input.arguments.items() if name not in used}
+        headers = dict(tool.headers)
+        if tool.credential is not None:
+            headers["Authorization"] = f"Bearer {await self._secret(input, tool.credential)}"
+        timeout = httpx.Timeout(tool.timeout_seconds)
+        try:
+            if tool.method in _BODY_METHODS:
+                return self._client().build_request(
+                    tool.method, url, json=rest, headers=headers, timeout=timeout
+                )
+            params: list[tuple[str, str | int | float | bool | None]] = [
+                (name, _text(item))
+                for name, value in rest.items()
+                for item in (value if isinstance(value, list) else [value])
+            ]
+            return self._client().build_request(
+                tool.method, url, params=params, headers=headers, timeout=timeout
+            )
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
+            raise _ToolError(f"{tool.name}: invalid URL {url!r}: {err}") from err
+
+    async def _secret(self, input: HttpToolCall, credential: str) -> str:
+        # Messages name the credential and never carry its value.
+        if self.secrets is None:
+            raise _ToolError(
+                f"{input.tool.name}: credential {credential!r} cannot be resolved: "
+                "this worker has no SecretResolver"
+            )
+        try:
+            return await self.secrets.resolve(input.scope, credential)
+        except NotFound as err:
+            raise _ToolError(
+                f"{input.tool.name}: credential {credential!r} is not available"
+            ) from err
+
+    async def _send(self, tool: HttpTool, request: httpx.Request) -> str:
+        target = f"{request.method} {request.url.copy_with(query=None)}"
+        try:
+            # httpx's timeout bounds each phase; this bounds the whole exchange.
+            async with asyncio.timeout(tool.timeout_seconds):
+                response = await self._client().send(request)
+        except (TimeoutError, httpx.TimeoutException) as err:
+            raise _ToolError(
+                f"{tool.name}: {target} timed out after {tool.timeout_seconds:g} s"
+            ) from err
+        except (httpx.HTTPError, httpx.InvalidURL) as err:
+            raise _ToolError(f"{tool.name}: {target} failed: {type(err).__name__}: {err}") from err
+        if response.status_code >= 400:
+            raise _ToolError(
+                f"HTTP {response.status_code} {response.reason_phrase}: {response.text}"
+            )
+        return response.text
+
+    async def _read_slice(self, input: ReadOutputInput) -> str:
+        handle = input.handle
+        missing = _ToolError(f"no stored tool output with handle {handle!r}")
+        if not _BLOB_REF.match(handle):
+            raise missing
+        try:
+            data = await self.blobs.get(handle)
+        except NotFound as err:
+            raise missing from err
+        text = data.decode("utf-8", errors="replace")
+        total = len(text)
+        if input.offset < 0 or input.length < 1:
+            raise _ToolError("read_tool_output: offset must be >= 0 and length >= 1")
+        if input.offset > total:
+            raise _ToolError(
+                f"read_tool_output: offset {input.offset} is past the end of {handle} "
+                f"({total} characters)"
+            )
+        end = min(input.offset + input.length, total)
+        after = f"next offset {end}" if end < total else "end of output"
+        header = (
+            f"[{handle}: characters {input.offset}-{end} of {total} ({len(data)} bytes); {after}]"
+        )
+        return f"{header}\n{text[input.offset : end]}"
+
+    async def _outcome(
+        self,
+        input: CodeToolCall | HttpToolCall | ReadOutputInput,
+        status: Literal["ok", "error"],
+        text: str,
+        started: float,
+    ) -> ToolOutcome:
+        """Store the whole result and the tool message the model is shown."""
+        data = text.encode()
+        result_ref = await self.blobs.put(data)
+        limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
+        if limit is None or len(data) <= limit:
+            content, shown, truncated = text, text, False
+        else:
+            # Decoding drops a character the byte cut split in two.
+            content = data[: max(0, min(_PREVIEW_BYTES, limit))].decode(errors="ignore")
+            shown = (
+                f"The result was {len(data)} bytes, too large to show whole; it is stored "
+                f"under handle {result_ref}. Its first {len(content)} characters follow. "
+                f'To read more, call read_tool_output with handle "{result_ref}" and '
+                f"offset {len(content)} (offset and length count characters).\n\n{content}"
+            )
+            truncated = True
+        message_ref = await self._conversations.put_message(
+            ChatMessage(role="tool", content=shown, tool_call_id=input.call_id)
+        )
+        return ToolOutcome(
+            call_id=input.call_id,
+            status=status,
+            content=content,
+            truncated=truncated,
+            size=len(data),
+            result_ref=result_ref,
+            message_ref=message_ref,
+            latency=_latency(started),
+        )
+
+
+async def _call(tool: ToolDef, parsed: BaseModel) -> Any:
+    """Call ``tool.fn`` with validated arguments; sync functions run in a worker thread.
+
+    ``ToolDef.invoke`` runs sync functions in the calling thread, and running it on a
+    private event loop in a thread would break sync tools that start their own loop
+    (``asyncio.run``), so the call is bound here with the registry's unpacking rule.
+    """
+    if tool.unpack:
+        bound = functools.partial(
+            tool.fn, **{name: getattr(parsed, name) for name in type(parsed).model_fields}
+        )
+    else:
+        bound = functools.partial(tool.fn, parsed)
+    result = await bound() if tool.is_async else await asyncio.to_thread(bound)
+    if inspect.isawaitable(result):  # a callable object with an async __call__
+        result = await result
+    return result
+
+
+def _describe(err: ValidationError) -> str:
+    """``order_id: Field required; limit: Input should be a valid integer``."""
+    problems = []
+    for error in err.errors(include_url=False):
+        location = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{location}: {error['msg']}" if location else error["msg"])
+    return "; ".join(problems)
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _text(value: Any) -> str:
+    """An argument as URL text: strings as they are, other JSON values as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _latency(started: float) -> Latency:
+    info = activity.info()
+    queued = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
+    return Latency(
+        queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
+    )

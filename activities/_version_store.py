@@ -1,0 +1,65 @@
+"""The file-backed VersionStore: one JSON document per Version hash in a directory.
+
+Writes go to a temporary file that is then hard-linked into place, so a half-written
+Version is never visible and two concurrent publishers of one Spec agree on the first
+``published_at`` (the link fails for the second, which then reads the first).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
+
+
+class FileVersionStore:
+    """Versions stored as ``<root>/<hex digest>.json``; publishing is idempotent."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, version_hash: str) -> Path:
+        algorithm, _, digest = version_hash.partition(":")
+        if algorithm != "sha256" or len(digest) != 64 or not digest.isalnum():
+            raise SpecError(f"not a Version hash: {version_hash!r}")
+        return self.root / f"{digest}.json"
+
+    def publish(self, spec: AgentSpec | WorkflowSpec) -> Version:
+        """Store ``spec``, or return the Version already stored with its hash."""
+        version = Version.of(spec)
+        path = self._path(version.hash)
+        if path.exists():
+            return self.get(version.hash)
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".publish-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(version.to_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return self.get(version.hash)
+        finally:
+            os.unlink(tmp)
+        return version
+
+    def get(self, version_hash: str) -> Version:
+        """The stored Version with this hash, re-verified on read.
+
+        Raises:
+            NotFound: nothing is stored under this hash.
+            VersionMismatch: the stored document was altered.
+        """
+        path = self._path(version_hash)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise NotFound(f"no Version {version_hash} in {self.root}") from None
+        version = Version.from_json(text, source=str(path))
+        if version.hash != version_hash:
+            raise SpecError(f"{path} holds Version {version.hash}, not {version_hash}")
+        return version

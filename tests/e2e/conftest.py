@@ -1,0 +1,82 @@
+"""End-to-end harness: a real dev server, the fake model, a real worker per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.activities import FakeModel
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._secrets import StaticSecretResolver
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import Scope, ToolRegistry
+from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workflows import PsychClient
+
+MODELS = ("fake-model", "fake-fallback", "fake-other")
+
+
+@dataclass
+class Harness:
+    """What an e2e test drives: the client, the fake model, and the worker's wiring."""
+
+    env: WorkflowEnvironment
+    client: PsychClient
+    fake: FakeModel
+    scope: Scope
+    registry: ToolRegistry
+    settings: WorkerSettings
+    home: Path
+
+    @asynccontextmanager
+    async def worker(self) -> AsyncIterator[None]:
+        """Run a worker for this test's task queue while the block runs."""
+        async with run_worker(self.env.client, self.settings):
+            yield
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModel]:
+    async with FakeModel(models=MODELS) as model:
+        yield model
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return ToolRegistry()
+
+
+@pytest.fixture
+def harness(
+    dev_env: WorkflowEnvironment, fake: FakeModel, registry: ToolRegistry, tmp_path: Path
+) -> Harness:
+    task_queue = f"e2e-{uuid.uuid4().hex[:12]}"
+    settings = WorkerSettings(
+        task_queue=task_queue,
+        registry=registry,
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="test-key")),
+        secrets=StaticSecretResolver({"orders-key": "s3cret"}),
+    )
+    client = PsychClient(
+        dev_env.client,
+        store=FileVersionStore(tmp_path / "versions"),
+        task_queue=task_queue,
+        registry=registry,
+    )
+    return Harness(
+        env=dev_env,
+        client=client,
+        fake=fake,
+        scope=Scope(tenant="acme", principal="tester"),
+        registry=registry,
+        settings=settings,
+        home=tmp_path,
+    )

@@ -1,0 +1,274 @@
+"""AgentRun end to end on a real dev server: tools, stop conditions, failures, guards."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from psych_runtime.activities import Reply, ToolCall
+from psych_runtime.specs import AccessDenied, AgentBuilder, RunFailed, Scope
+from psych_runtime.workflows import (
+    ModelCallFailed,
+    ModelCallStarted,
+    RunStatus,
+    ToolCallFinished,
+    ToolWithheld,
+)
+
+from ._http_server import CountingServer
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def orders_api() -> Iterator[CountingServer]:
+    server = CountingServer(
+        respond=lambda seen: (200, json.dumps({"refunded": True, "path": seen.path}))
+    ).start()
+    yield server
+    server.stop()
+
+
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order.
+
+    Args:
+        order_id: The order's id.
+    """
+    return {"order_id": order_id, "status": "delivered"}
+
+
+def flaky(x: int) -> str:
+    """A tool that always fails."""
+    raise ValueError(f"cannot handle {x}")
+
+
+async def test_multi_turn_code_and_http_tools(harness: Harness, orders_api: CountingServer) -> None:
+    builder = (
+        AgentBuilder("support", registry=harness.registry)
+        .instructions("Help with orders.")
+        .model("fake-model")
+        .tool(lookup_order)
+        .http_tool(
+            "refund",
+            description="Refund an order.",
+            url=orders_api.url + "/orders/{order_id}/refund",
+            method="POST",
+            input_schema={
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                "required": ["order_id"],
+            },
+            credential="orders-key",
+        )
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.tool_calls(ToolCall("refund", {"order_id": "42", "amount": 5})),
+        Reply.text("Refunded order 42."),
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(builder.build(), "Refund order 42", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        report = await client.report(run, scope=harness.scope)
+        records = [r async for r in client.stream(run, scope=harness.scope)]
+
+    assert result.status is RunStatus.COMPLETED
+    assert result.answer == "Refunded order 42."
+    assert orders_api.count("POST", "/orders/42/refund") == 1
+    sent = orders_api.seen[0]
+    assert sent.headers["authorization"] == "Bearer s3cret"
+    assert json.loads(sent.body) == {"amount": 5}
+
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    assert {r.scope.tenant for r in records} == {"acme"}
+    assert [c.tool for c in report.tool_calls] == ["lookup_order", "refund"]
+    assert [c.status for c in report.tool_calls] == ["ok", "ok"]
+    assert "delivered" in (report.tool_calls[0].result or "")
+    assert len(report.model_calls) == 3 and all(c.ok for c in report.model_calls)
+    assert report.system_prompt.startswith("Help with orders.")
+    assert report.totals is not None and report.totals.turns == 3
+    assert report.totals.cost is None  # no pricing configured: unknown, never 0
+
+    # The third model call saw the whole conversation, tool results in call order.
+    last = harness.fake.requests[2]["messages"]
+    assert [m["role"] for m in last] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    assert "delivered" in last[3]["content"]
+
+
+async def test_max_turns_stops_the_run(harness: Harness) -> None:
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("looper", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .limits(max_turns=2)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "2"})),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.STOPPED
+    assert result.reason.startswith("max_turns")
+    assert result.totals.turns == 2
+
+
+async def test_fallback_on_5xx_and_429_with_retry_after(harness: Harness) -> None:
+    spec = AgentBuilder("fb").model("fake-model", fallbacks=["fake-fallback"]).build()
+    harness.fake.enqueue(
+        Reply.error(503),
+        Reply.error(429, retry_after=1.5),
+        Reply.text("finally"),
+        model="fake-model",
+    )
+    harness.fake.enqueue(Reply.error(500), Reply.error(500), model="fake-fallback")
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.answer == "finally"
+    assert [(c.model, c.ok) for c in report.model_calls] == [
+        ("fake-model", False),
+        ("fake-fallback", False),
+        ("fake-model", False),
+        ("fake-fallback", False),
+        ("fake-model", True),
+    ]
+    assert result.totals.transient_failures == 4
+    # The 429's Retry-After was honoured before the same model was called again.
+    limited = next(r for r in records if isinstance(r, ModelCallFailed) and r.status == 429)
+    assert limited.retry_after == 1.5
+    retried = [
+        r
+        for r in records
+        if isinstance(r, ModelCallStarted) and r.model == "fake-model" and r.seq > limited.seq
+    ]
+    assert (retried[0].at - limited.at).total_seconds() >= 1.5
+
+
+async def test_retry_budget_exhaustion_fails_the_run(harness: Harness) -> None:
+    spec = AgentBuilder("budget").model("fake-model").limits(transient_retry_budget=2).build()
+    harness.fake.enqueue(Reply.error(502), Reply.error(502), Reply.error(502), Reply.error(502))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        with pytest.raises(RunFailed, match="transient_retry_budget exhausted"):
+            await harness.client.result(run, scope=harness.scope)
+        state = await harness.client.status(run, scope=harness.scope)
+    assert state.status is RunStatus.FAILED
+    assert len(harness.fake.requests) == 3  # the first try and two retries, no more
+
+
+async def test_non_transient_400_fails_at_once(harness: Harness) -> None:
+    spec = AgentBuilder("bad").model("fake-model").build()
+    harness.fake.enqueue(Reply.error(400, message="bad request shape"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        with pytest.raises(RunFailed, match="model_error"):
+            await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    failed = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert len(failed) == 1 and failed[0].transient is False
+    assert len(harness.fake.requests) == 1
+
+
+async def test_malformed_and_unknown_tool_calls_reach_the_model(harness: Harness) -> None:
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("m", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.malformed_tool_call("lookup_order", '{"order_id": '),
+        Reply.tool_calls(ToolCall("no_such_tool", {})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.answer == "done"
+    second = harness.fake.requests[1]["messages"][-1]
+    third = harness.fake.requests[2]["messages"][-1]
+    assert second["role"] == "tool" and "not valid JSON" in second["content"]
+    assert third["role"] == "tool" and "unknown tool 'no_such_tool'" in third["content"]
+    assert "lookup_order" in third["content"]
+
+
+async def test_failure_streak_withholds_then_hard_stops(harness: Harness) -> None:
+    harness.registry.register(flaky)
+    spec = (
+        AgentBuilder("streak", registry=harness.registry)
+        .model("fake-model")
+        .tool("flaky")
+        .limits(failure_streak_threshold=2, failure_streak_hard_stop=3)
+        .build()
+    )
+    harness.fake.enqueue(*[Reply.tool_calls(ToolCall("flaky", {"x": i})) for i in range(3)])
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        with pytest.raises(RunFailed, match="failure_streak"):
+            await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert any(isinstance(r, ToolWithheld) and r.tool == "flaky" for r in records)
+    third_call = harness.fake.requests[2]
+    assert "flaky" not in [t["function"]["name"] for t in third_call.get("tools", [])]
+    assert "withheld" in third_call["messages"][-1]["content"]
+
+
+async def test_repeat_call_guard_refuses_then_stops(harness: Harness) -> None:
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("rep", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .limits(repeat_call_threshold=2, repeat_call_hard_stop=3)
+        .build()
+    )
+    same = ToolCall("lookup_order", {"order_id": "7"})
+    harness.fake.enqueue(*[Reply.tool_calls(same) for _ in range(4)])
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        with pytest.raises(RunFailed, match="repeat_call"):
+            await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    finished = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert [r.status for r in finished] == ["ok", "ok", "refused"]
+    assert "Change approach" in finished[2].content
+
+
+async def test_idempotent_dispatch_and_access_denied(harness: Harness) -> None:
+    spec = AgentBuilder("idem").model("fake-model").build()
+    harness.fake.enqueue(Reply.text("once"))
+    async with harness.worker():
+        first = await harness.client.dispatch(spec, "hi", scope=harness.scope, idempotency_key="k1")
+        await harness.client.result(first, scope=harness.scope)
+        second = await harness.client.dispatch(
+            spec, "hi again", scope=harness.scope, idempotency_key="k1"
+        )
+        assert second.workflow_id == first.workflow_id
+        assert (await harness.client.result(second, scope=harness.scope)).answer == "once"
+        other = Scope(tenant="globex")
+        with pytest.raises(AccessDenied):
+            await harness.client.status(first, scope=other)
+        with pytest.raises(AccessDenied):
+            await harness.client.report(first.workflow_id, scope=other)
+        listed = await harness.client.list(scope=harness.scope, agent="idem")
+    assert len(harness.fake.requests) == 1
+    assert [s.workflow_id for s in listed] == [first.workflow_id]

