@@ -542,10 +542,12 @@ def _timeout(read: float | None) -> httpx.Timeout:
 
 @contextlib.asynccontextmanager
 async def _heartbeating() -> AsyncIterator[None]:
-    """Heartbeat while waiting for a non-streamed answer.
+    """Heartbeat on a timer for as long as the call is open.
 
-    Nothing arrives to heartbeat on until the whole answer does, which may take longer than
-    the heartbeat timeout; the beats still stop if the worker dies.
+    Neither a non-streamed answer nor a stream's gaps (a reasoning model may think for
+    minutes before its first token, within ``stream_idle_seconds``) give anything to beat
+    on in time, so the beat is a timer; it still stops when the worker dies, which is what
+    the heartbeat timeout detects.
     """
     timeout = activity.info().heartbeat_timeout
     if not timeout:
@@ -724,14 +726,16 @@ class ModelActivities:
         idle = input.stream_idle_seconds
         stream = _Stream(started=started)
         try:
-            async with self.http.stream(
-                "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
-            ) as response:
+            async with (
+                _heartbeating(),
+                self.http.stream(
+                    "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
+                ) as response,
+            ):
                 if not response.is_success:
                     await response.aread()
                     response.raise_for_status()
                 async for line in response.aiter_lines():
-                    activity.heartbeat()  # the SDK throttles these to the heartbeat timeout
                     stream.feed(line)
                     if stream.done:
                         break
