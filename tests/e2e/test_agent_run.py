@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -272,3 +273,97 @@ async def test_idempotent_dispatch_and_access_denied(harness: Harness) -> None:
         listed = await harness.client.list(scope=harness.scope, agent="idem")
     assert len(harness.fake.requests) == 1
     assert [s.workflow_id for s in listed] == [first.workflow_id]
+
+
+async def test_max_steps_counts_model_and_tool_calls(harness: Harness) -> None:
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("steps", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .limits(max_steps=3)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("lookup_order", {"order_id": "1"}),
+            ToolCall("lookup_order", {"order_id": "2"}),
+            ToolCall("lookup_order", {"order_id": "3"}),
+        )
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.STOPPED
+    assert result.reason.startswith("max_steps")
+    assert result.totals.steps == 3
+    # One model call and two tool calls fit; the third call was answered, not run.
+    assert [c.status for c in report.tool_calls] == ["ok", "ok", "error"]
+    assert "max_steps" in (report.tool_calls[2].result or "")
+    assert len(harness.fake.requests) == 1
+
+
+def big_report(size: int) -> str:
+    """Produce a large text report.
+
+    Args:
+        size: How many characters.
+    """
+    return "".join(chr(ord("a") + i % 26) for i in range(size))
+
+
+async def test_large_result_is_a_handle_the_model_can_read(harness: Harness) -> None:
+    harness.registry.register(big_report)
+    spec = (
+        AgentBuilder("large", registry=harness.registry)
+        .model("fake-model")
+        .tool("big_report")
+        .limits(large_result_bytes=1024)
+        .build()
+    )
+
+    def respond(body: dict[str, object]) -> Reply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        last = messages[-1]
+        if last["role"] == "user":
+            return Reply.tool_calls(ToolCall("big_report", {"size": 10_000}))
+        handle = re.search(r"sha256:[0-9a-f]{64}", last["content"])
+        if handle and "read_tool_output" in last["content"]:
+            return Reply.tool_calls(
+                ToolCall("read_tool_output", {"handle": handle.group(0), "offset": 9990})
+            )
+        return Reply.text(f"tail was {last['content'][-10:]}")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "report please", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    first, read = report.tool_calls
+    assert first.truncated
+    assert first.size == 10_000
+    assert len(first.result or "") < 2048
+    assert read.tool == "read_tool_output"
+    assert read.status == "ok"
+    assert result.answer == f"tail was {big_report(10_000)[-10:]}"
+    # The model was shown a handle and a preview, never the whole result.
+    shown = harness.fake.requests[1]["messages"][-1]["content"]
+    assert len(shown) < 4096
+    assert first.result_ref is not None
+    assert first.result_ref in shown
+
+
+async def test_stream_stall_is_transient_and_retried(harness: Harness) -> None:
+    spec = AgentBuilder("stall").model("fake-model").limits(stream_idle_seconds=0.5).build()
+    harness.fake.enqueue(Reply.stall(3.0, after_chunks=1), Reply.text("recovered"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.answer == "recovered"
+    failed = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert len(failed) == 1
+    assert failed[0].transient
+    assert "idle" in failed[0].message
