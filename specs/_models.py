@@ -31,6 +31,24 @@ class _Frozen(BaseModel):
     )
 
 
+def _plain_json(value: Any, path: str = "") -> None:
+    """Refuse what JSON cannot say exactly: a set's order depends on the hash seed, so a
+    Spec holding one would hash differently in two processes."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path or 'value'}: key {key!r} is not a string")
+            _plain_json(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _plain_json(item, f"{path}[{index}]")
+    elif value is not None and not isinstance(value, str | int | float | bool):
+        raise ValueError(
+            f"{path or 'value'}: {type(value).__name__} is not JSON "
+            "(use a list, a mapping, a string, a number, a boolean or null)"
+        )
+
+
 def _sorted_unique_names(items: tuple[Any, ...], what: str) -> tuple[Any, ...]:
     seen: set[str] = set()
     for item in items:
@@ -195,6 +213,12 @@ class HttpTool(_Frozen):
     interruptible: bool = True
     """Whether an abort may cancel the call while it runs."""
 
+    @field_validator("input_schema")
+    @classmethod
+    def _schema_is_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _plain_json(value)
+        return value
+
     @field_validator("headers")
     @classmethod
     def _no_literal_credentials(cls, value: dict[str, str]) -> dict[str, str]:
@@ -356,7 +380,13 @@ class ToolStep(_Frozen):
     tool: Name
     """Name of one of the workflow's tools."""
     arguments: dict[str, Any] = Field(default_factory=dict)
-    """Arguments passed to the tool."""
+    """Arguments passed to the tool (plain JSON)."""
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _plain_json(value)
+        return value
 
 
 class WorkflowStepRef(_Frozen):

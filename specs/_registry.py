@@ -38,6 +38,8 @@ class ToolDef:
         fn: the function (sync or async).
         idempotent: whether running it twice is harmless; if False a call interrupted by a
             crash is recorded UNKNOWN instead of being run again.
+        read_only: MCP-style annotation for policies; None = unannotated (treated as write).
+        destructive: MCP-style annotation for policies; None = unannotated.
     """
 
     name: str
@@ -46,6 +48,8 @@ class ToolDef:
     fn: Callable[..., Any]
     idempotent: bool
     unpack: bool
+    read_only: bool | None = None
+    destructive: bool | None = None
 
     @property
     def is_async(self) -> bool:
@@ -136,6 +140,10 @@ def _arguments_model(name: str, fn: Callable[..., Any], docs: dict[str, str]) ->
                 f"tool {name!r}: positional-only argument {param.name!r} cannot be passed by "
                 "name; make it a regular argument"
             )
+        if param.name.startswith("_") or hasattr(BaseModel, param.name):
+            raise RegistryError(
+                f"tool {name!r}: argument name {param.name!r} is reserved by pydantic; rename it"
+            )
         if param.name not in hints:
             raise RegistryError(f"tool {name!r}: argument {param.name!r} has no type hint")
         default = ... if param.default is param.empty else param.default
@@ -173,11 +181,14 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         idempotent: bool = False,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
     ) -> Any:
         """Register a sync or async function; usable bare or as ``@registry.register(...)``.
 
         The schema comes from the type hints (every argument needs one) and the description
-        from the docstring's summary unless given.
+        from the docstring's summary unless given. ``read_only``/``destructive`` annotate the
+        tool for policies (unannotated = write).
 
         Raises:
             RegistryError: the name is taken or invalid, or the signature cannot be described.
@@ -200,6 +211,8 @@ class ToolRegistry:
                     fn=target,
                     idempotent=idempotent,
                     unpack=True,
+                    read_only=read_only,
+                    destructive=destructive,
                 )
             )
             return target
@@ -214,6 +227,8 @@ class ToolRegistry:
         *,
         description: str | None = None,
         idempotent: bool = False,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
     ) -> None:
         """Register ``fn(arguments: model)`` under ``name`` with a pydantic argument model.
 
@@ -229,7 +244,8 @@ class ToolRegistry:
             raise RegistryError(
                 f"tool {name!r}: {model.__name__} must set model_config extra='forbid'"
             )
-        text = description or (inspect.getdoc(model) or "").split("\n\n")[0].strip()
+        # __doc__, not inspect.getdoc: getdoc falls back to BaseModel's own documentation.
+        text = description or inspect.cleandoc(model.__doc__ or "").split("\n\n")[0].strip()
         if not text:
             raise RegistryError(f"tool {name!r}: give it a description")
         self._add(
@@ -240,6 +256,8 @@ class ToolRegistry:
                 fn=fn,
                 idempotent=idempotent,
                 unpack=False,
+                read_only=read_only,
+                destructive=destructive,
             )
         )
 

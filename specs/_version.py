@@ -24,6 +24,24 @@ from psych_runtime.specs._models import AgentSpec, Spec, WorkflowSpec
 VersionHash = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 """``"sha256:"`` followed by 64 lowercase hex digits."""
 
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, but strings with a line-break character it would otherwise
+    write raw (and read back as a space) are double-quoted, where they are escaped."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = '"' if any(c in data for c in "\x85\u2028\u2029") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _dump_yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=True, allow_unicode=True)
+
+
 _TAGS = frozenset({"agent", "workflow", "tool", "code", "http"})
 _SPEC_ADAPTER: TypeAdapter[AgentSpec | WorkflowSpec] = TypeAdapter(Spec)
 
@@ -152,7 +170,7 @@ class Version(BaseModel):
 
     def to_yaml(self) -> str:
         """A YAML document that ``Version.from_yaml`` reads back exactly."""
-        return yaml.safe_dump(self.to_data(), sort_keys=True, allow_unicode=True)
+        return _dump_yaml(self.to_data())
 
     @classmethod
     def from_data(cls, data: Any, *, source: str = "version") -> Version:
@@ -214,7 +232,7 @@ def spec_to_json(spec: AgentSpec | WorkflowSpec) -> str:
 
 def spec_to_yaml(spec: AgentSpec | WorkflowSpec) -> str:
     """The Spec as a YAML document, every field present."""
-    return yaml.safe_dump(spec_to_data(spec), sort_keys=True, allow_unicode=True)
+    return _dump_yaml(spec_to_data(spec))
 
 
 def spec_from_json(text: str | bytes, *, source: str = "spec") -> AgentSpec | WorkflowSpec:

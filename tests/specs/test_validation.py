@@ -1,0 +1,361 @@
+"""Publish-time validation (every problem, each with a path) and access narrowing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from psych_runtime.specs import (
+    BUILTIN_TOOL_NAMES,
+    MCP_TOOL_SEPARATOR,
+    AgentSpec,
+    AgentStep,
+    CodeTool,
+    CompactionPolicy,
+    HttpTool,
+    Limits,
+    McpServer,
+    ModelRef,
+    Problem,
+    Skill,
+    SpawnEnvelope,
+    SubagentRef,
+    ToolStep,
+    ValidationContext,
+    ValidationFailed,
+    WorkflowSpec,
+    WorkflowStepRef,
+    matches,
+    narrow,
+    validate,
+)
+
+
+def agent(name: str = "a", **fields: Any) -> AgentSpec:
+    return AgentSpec(**{"name": name, "model": ModelRef(model="gpt-4o"), **fields})
+
+
+def http(name: str = "h", url: str = "https://x.test/", **fields: Any) -> HttpTool:
+    return HttpTool(name=name, description="d", url=url, **fields)
+
+
+def skill(name: str, body: str = "b") -> Skill:
+    return Skill(name=name, description="d", body=body)
+
+
+def paths(problems: list[Problem]) -> list[str]:
+    return sorted(p.path for p in problems)
+
+
+def nest(depth: int, **limits: Any) -> AgentSpec:
+    """An agent with a chain of ``depth`` subagents below it."""
+    spec = agent("leaf")
+    for level in range(depth, 0, -1):
+        spec = agent(
+            f"level{level - 1}",
+            subagents=[SubagentRef(name=f"sub{level}", description="d" * 20, spec=spec)],
+            limits=Limits(**limits),
+        )
+    return spec
+
+
+def test_valid_spec_has_no_problems() -> None:
+    spec = agent(
+        tools=[
+            CodeTool(name="lookup"),
+            http(
+                "refund",
+                url="https://x.test/orders/{order_id}",
+                input_schema={"type": "object", "properties": {"order_id": {"type": "string"}}},
+            ),
+        ],
+        mcp_servers=[
+            McpServer(name="crm", url="u"),
+            McpServer(name="maybe", url="u", optional=True),
+        ],
+        skills=[skill("a", "see [[skill:b]]"), skill("b", "see [[skill:a]]")],
+        spawn=SpawnEnvelope(tools=["lookup", "crm__get"], models=["gpt-4o"], max_depth=2),
+        subagents=[SubagentRef(name="s", description="d" * 20, spec=agent("child"))],
+    )
+    context = ValidationContext(
+        registered_tools=["lookup"], known_models=["gpt-4o"], reachable_mcp_servers=["crm"]
+    )
+    assert validate(spec, context) == []
+
+
+def test_every_problem_is_reported_not_just_the_first() -> None:
+    spec = agent(
+        model=ModelRef(model="mystery", fallbacks=["gpt-4o", "ghost"]),
+        tools=[
+            CodeTool(name="unregistered"),
+            CodeTool(name="load_skill"),
+            http("refund", url="https://x.test/{order_id}/{line}"),
+        ],
+        mcp_servers=[
+            McpServer(name="down", url="u"),
+            McpServer(name="opt", url="u", optional=True),
+        ],
+        skills=[skill("s", "use [[skill:missing]] and [[skill:s]]")],
+        spawn=SpawnEnvelope(tools=["not_mine"], max_depth=5),
+        compaction=CompactionPolicy(trigger_tokens=10, model="tiny"),
+    )
+    context = ValidationContext(
+        registered_tools=["load_skill"], known_models=["gpt-4o"], reachable_mcp_servers=["other"]
+    )
+    problems = validate(spec, context)
+    assert paths(problems) == sorted(
+        [
+            "compaction.model",
+            "mcp_servers[down]",
+            "model.fallbacks[1]",
+            "model.model",
+            "skills[s].body",
+            "spawn.max_depth",
+            "spawn.tools",
+            "tools[load_skill]",
+            "tools[refund].url",
+            "tools[refund].url",
+            "tools[unregistered]",
+        ]
+    )
+    for problem in problems:
+        assert problem.message
+        assert str(problem) == f"{problem.path}: {problem.message}"
+
+
+def test_validation_failed_carries_every_problem() -> None:
+    problems = validate(agent(tools=[CodeTool(name="x"), CodeTool(name="y")]))
+    error = ValidationFailed(problems)
+    assert error.problems == tuple(problems)
+    assert "2 problem(s)" in str(error)
+    assert "tools[x]" in str(error) and "tools[y]" in str(error)
+
+
+def test_unregistered_code_tool() -> None:
+    spec = agent(tools=[CodeTool(name="lookup"), http()])
+    (problem,) = validate(spec, ValidationContext())
+    assert problem.path == "tools[lookup]"
+    assert "not registered" in problem.message
+    assert validate(spec, ValidationContext(registered_tools=["lookup"])) == []
+    assert validate(spec) == [problem]
+
+
+def test_unknown_model_and_empty_known_models() -> None:
+    spec = agent(
+        model=ModelRef(model="gpt-5", fallbacks=["gpt-4o"]),
+        spawn=SpawnEnvelope(models=["nope"], max_depth=1),
+    )
+    problems = validate(spec, ValidationContext(known_models=["gpt-4o"]))
+    assert paths(problems) == ["model.model", "spawn.models[0]"]
+    assert "gpt-5" in problems[0].message or "gpt-5" in problems[1].message
+    assert validate(spec, ValidationContext(known_models=[])) == []
+    assert validate(spec, ValidationContext(known_models=["gpt-5", "gpt-4o", "nope"])) == []
+
+
+def test_unreachable_mcp_server() -> None:
+    spec = agent(
+        mcp_servers=[
+            McpServer(name="up", url="u"),
+            McpServer(name="down", url="u"),
+            McpServer(name="flaky", url="u", optional=True),
+        ]
+    )
+    problems = validate(spec, ValidationContext(reachable_mcp_servers=["up"]))
+    assert paths(problems) == ["mcp_servers[down]"]
+    assert "not optional" in problems[0].message
+    assert validate(spec, ValidationContext(reachable_mcp_servers=[])) == []
+    assert validate(spec, ValidationContext(reachable_mcp_servers=["up", "down"])) == []
+
+
+def test_broken_skill_link() -> None:
+    spec = agent(skills=[skill("a", "[[skill:b]] [[skill:gone]]"), skill("b", "[[skill:a]]")])
+    (problem,) = validate(spec)
+    assert problem.path == "skills[a].body"
+    assert "gone" in problem.message
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES))
+def test_tool_named_like_a_builtin(name: str) -> None:
+    spec = agent(tools=[http(name)])
+    (problem,) = validate(spec)
+    assert problem.path == f"tools[{name}]"
+    assert "built-in" in problem.message
+
+
+def test_builtin_names_include_the_documented_ones() -> None:
+    documented = {"load_skill", "read_tool_output", "ask_question", "delegate", "spawn"}
+    assert documented <= BUILTIN_TOOL_NAMES
+
+
+def test_http_url_placeholder_missing_from_schema() -> None:
+    spec = agent(
+        tools=[
+            http(
+                "t",
+                url="https://x.test/{a}/{b}?q={c}",
+                input_schema={"type": "object", "properties": {"b": {"type": "string"}}},
+            )
+        ]
+    )
+    problems = validate(spec)
+    assert [p.path for p in problems] == ["tools[t].url", "tools[t].url"]
+    assert "{a}" in problems[0].message
+    assert "{c}" in problems[1].message
+    assert validate(agent(tools=[http("t", url="https://x.test/{a}")])) != []
+
+
+def test_spawn_tools_must_be_the_agents_own() -> None:
+    spec = agent(
+        tools=[CodeTool(name="own")],
+        mcp_servers=[McpServer(name="srv", url="u")],
+        spawn=SpawnEnvelope(tools=["own", f"srv{MCP_TOOL_SEPARATOR}anything", "other", "srv"]),
+    )
+    problems = validate(spec, ValidationContext(registered_tools=["own"]))
+    assert paths(problems) == ["spawn.tools", "spawn.tools"]
+    messages = " ".join(p.message for p in problems)
+    assert "'other'" in messages and "'srv'" in messages
+    assert "'own'" not in messages
+
+
+def test_spawn_depth_within_delegation_depth() -> None:
+    over = agent(spawn=SpawnEnvelope(max_depth=4), limits=Limits(max_delegation_depth=3))
+    (problem,) = validate(over)
+    assert problem.path == "spawn.max_depth"
+    assert "max_delegation_depth" in problem.message
+    at = agent(spawn=SpawnEnvelope(max_depth=3), limits=Limits(max_delegation_depth=3))
+    assert validate(at) == []
+
+
+def test_subagent_nesting_within_delegation_depth() -> None:
+    assert validate(nest(3)) == []  # default max_delegation_depth is 3
+    problems = validate(nest(4))
+    assert [p.path for p in problems] == [
+        "subagents[sub1].spec.subagents[sub2].spec.subagents[sub3].spec.subagents[sub4]"
+    ]
+    assert "depth 4" in problems[0].message
+    assert validate(nest(2, max_delegation_depth=2)) == []
+    assert paths(validate(nest(1, max_delegation_depth=0))) == ["subagents[sub1]"]
+
+
+def test_parent_depth_bounds_a_childs_larger_budget() -> None:
+    child = agent("child", subagents=[SubagentRef(name="g", description="d" * 20, spec=agent())])
+    parent = agent(
+        subagents=[SubagentRef(name="c", description="d" * 20, spec=child)],
+        limits=Limits(max_delegation_depth=1),
+    )
+    assert paths(validate(parent)) == ["subagents[c].spec.subagents[g]"]
+
+
+def test_problems_inside_subagents_carry_their_path() -> None:
+    child = agent("child", tools=[CodeTool(name="nope")])
+    spec = agent(subagents=[SubagentRef(name="helper", description="d" * 20, spec=child)])
+    assert paths(validate(spec)) == ["subagents[helper].spec.tools[nope]"]
+
+
+def test_tool_step_must_name_a_workflow_tool() -> None:
+    spec = WorkflowSpec(
+        name="w",
+        tools=[http("known")],
+        mcp_servers=[McpServer(name="srv", url="u")],
+        steps=[
+            ToolStep(name="ok", tool="known"),
+            ToolStep(name="mcp", tool="srv__create"),
+            ToolStep(name="bad", tool="unknown"),
+        ],
+    )
+    (problem,) = validate(spec)
+    assert problem.path == "steps[bad].tool"
+    assert "unknown" in problem.message
+
+
+def test_workflow_problems_carry_step_prefix() -> None:
+    inner_agent = agent("greeter", tools=[CodeTool(name="missing")])
+    nested = WorkflowSpec(name="inner", steps=[ToolStep(name="x", tool="absent")])
+    spec = WorkflowSpec(
+        name="w",
+        tools=[CodeTool(name="unreg")],
+        steps=[
+            AgentStep(name="welcome", spec=inner_agent),
+            WorkflowStepRef(name="sub", spec=nested),
+        ],
+    )
+    problems = validate(spec, ValidationContext(known_models=["other"]))
+    assert paths(problems) == [
+        "steps[sub].spec.steps[x].tool",
+        "steps[welcome].spec.model.model",
+        "steps[welcome].spec.tools[missing]",
+        "tools[unreg]",
+    ]
+
+
+def test_workflow_agent_step_delegation_depth() -> None:
+    spec = WorkflowSpec(name="w", steps=[AgentStep(name="deep", spec=nest(4))])
+    (problem,) = validate(spec)
+    assert problem.path.startswith("steps[deep].spec.subagents[sub1]")
+
+
+def test_validation_context_takes_any_iterable() -> None:
+    context = ValidationContext(
+        registered_tools=(n for n in ["a"]), known_models={"m"}, reachable_mcp_servers=["s"]
+    )
+    assert context.registered_tools == frozenset({"a"})
+    assert context.known_models == frozenset({"m"})
+    assert context.reachable_mcp_servers == frozenset({"s"})
+    assert ValidationContext().known_models == frozenset()
+
+
+# --- narrow --------------------------------------------------------------------------------
+
+OFFERED = ["search", "search_docs", "create", "delete", "admin_reset"]
+
+
+def test_empty_allow_grants_everything_offered() -> None:
+    assert narrow(OFFERED) == tuple(sorted(OFFERED))
+    assert narrow(OFFERED, allow=()) == tuple(sorted(OFFERED))
+
+
+def test_allow_exact_and_trailing_star() -> None:
+    assert narrow(OFFERED, allow=["create"]) == ("create",)
+    assert narrow(OFFERED, allow=["search*"]) == ("search", "search_docs")
+    assert narrow(OFFERED, allow=["search"]) == ("search",)
+    assert narrow(OFFERED, allow=["sea"]) == ()
+    assert narrow(OFFERED, allow=["*"]) == tuple(sorted(OFFERED))
+    assert narrow(OFFERED, allow=["create", "admin_*"]) == ("admin_reset", "create")
+
+
+def test_permitted_is_three_state() -> None:
+    assert narrow(OFFERED, permitted=None) == tuple(sorted(OFFERED))
+    assert narrow(OFFERED, permitted=()) == ()
+    assert narrow(OFFERED, permitted=["search*", "delete"]) == ("delete", "search", "search_docs")
+    assert narrow(OFFERED, allow=["search*"], permitted=["search_docs", "create"]) == (
+        "search_docs",
+    )
+
+
+def test_withheld_removed() -> None:
+    assert narrow(OFFERED, withheld=["create", "not_offered"]) == (
+        "admin_reset",
+        "delete",
+        "search",
+        "search_docs",
+    )
+    assert narrow(OFFERED, allow=["search*"], withheld={"search"}) == ("search_docs",)
+
+
+def test_narrow_result_sorted_and_unique() -> None:
+    result = narrow(["b", "a", "b", "c", "a"], allow=["a", "b", "c*"])
+    assert result == ("a", "b", "c")
+    assert isinstance(result, tuple)
+
+
+def test_narrow_never_grants_what_is_not_offered() -> None:
+    assert narrow(["a"], allow=["a", "b"], permitted=["b", "a"]) == ("a",)
+
+
+def test_matches() -> None:
+    assert matches("srv__x", ["srv__*"])
+    assert matches("x", ["x"])
+    assert not matches("xy", ["x"])
+    assert not matches("x", [])
+    assert matches("anything", ["*"])
