@@ -33,8 +33,16 @@ TOOL_CATALOG = "psych.tool.catalog"
 TOOL_CODE = "psych.tool.code"
 TOOL_HTTP = "psych.tool.http"
 TOOL_READ_OUTPUT = "psych.tool.read_output"
+POLICY_DECIDE = "psych.policy.decide"
 
-ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_CATALOG, TOOL_CODE, TOOL_HTTP, TOOL_READ_OUTPUT)
+ACTIVITY_NAMES = (
+    MODEL_COMPLETE,
+    POLICY_DECIDE,
+    TOOL_CATALOG,
+    TOOL_CODE,
+    TOOL_HTTP,
+    TOOL_READ_OUTPUT,
+)
 
 
 # --- conversation -------------------------------------------------------------------------
@@ -168,6 +176,34 @@ class CatalogInput(_Payload):
     """Built-in tools the workflow offers, with their definitions."""
 
 
+Decision = Literal["allow", "deny", "ask"]
+
+
+class ToolInfo(_Payload):
+    """What a policy knows about a tool (MCP-style annotations; None = unannotated)."""
+
+    name: str
+    kind: Literal["code", "http", "mcp", "builtin"]
+    read_only: bool | None = None
+    destructive: bool | None = None
+
+    @property
+    def effect(self) -> Literal["read_only", "write", "destructive"]:
+        """``destructive`` if annotated so, ``read_only`` if annotated so, else ``write``."""
+        if self.destructive:
+            return "destructive"
+        if self.read_only:
+            return "read_only"
+        return "write"
+
+
+class PolicyDecision(_Payload):
+    """A policy's answer for a tool or for one call."""
+
+    decision: Decision
+    reason: str = ""
+
+
 class CatalogEntry(_Payload):
     """Execution facts of one offered tool."""
 
@@ -175,6 +211,19 @@ class CatalogEntry(_Payload):
     kind: Literal["code", "http", "builtin"]
     safe_to_repeat: bool
     """False for code tools not registered idempotent and for HTTP POST/PATCH."""
+    info: ToolInfo
+    policy: PolicyDecision | None = None
+    """The Policy's decision for every call of this tool; None = ask per call."""
+
+
+class PolicyInput(_Payload):
+    """Ask the Policy about one call of a tool whose decision depends on the call."""
+
+    run_id: str
+    call_id: str
+    tool: ToolInfo
+    arguments: dict[str, Any]
+    scope: Scope
 
 
 class ToolCatalog(_Payload):
@@ -210,7 +259,8 @@ class ToolOutcome(_Payload):
     """What one tool call produced, stored whole, shown small."""
 
     call_id: str
-    status: Literal["ok", "error"]
+    status: Literal["ok", "error", "wait"]
+    """``wait``: the tool returned an ExternalWait; the Run suspends on ``wait_token``."""
     content: str
     """The result if it fits ``large_result_bytes``, else a preview of it."""
     truncated: bool
@@ -222,6 +272,7 @@ class ToolOutcome(_Payload):
     message_ref: BlobRef
     """The tool message the model is shown (result or handle + preview)."""
     latency: Latency
+    wait_token: str | None = None
 
 
 class ReadOutputInput(_Payload):

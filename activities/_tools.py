@@ -18,7 +18,6 @@ timeout and a cancellation (an abort) reaches the activity.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 import re
@@ -35,6 +34,7 @@ from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._blobs import BlobStore, Conversations, _dumps
 from psych_runtime.activities._payloads import (
+    POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
     TOOL_HTTP,
@@ -45,13 +45,24 @@ from psych_runtime.activities._payloads import (
     CodeToolCall,
     HttpToolCall,
     Latency,
+    PolicyDecision,
+    PolicyInput,
     ReadOutputInput,
     ToolCatalog,
     ToolDefinition,
+    ToolInfo,
     ToolOutcome,
 )
+from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._secrets import SecretResolver
-from psych_runtime.specs import HttpTool, NotFound, RegistryError, ToolDef, ToolRegistry
+from psych_runtime.specs import (
+    ExternalWait,
+    HttpTool,
+    NotFound,
+    RegistryError,
+    ToolDef,
+    ToolRegistry,
+)
 
 _T = TypeVar("_T")
 
@@ -86,6 +97,7 @@ class ToolActivities:
         blobs: BlobStore,
         secrets: SecretResolver | None = None,
         http: httpx.AsyncClient | None = None,
+        policy: Policy | None = None,
         heartbeat_seconds: float = 1.0,
     ) -> None:
         """Create the activities.
@@ -99,6 +111,8 @@ class ToolActivities:
                 safe to repeat, and repeating is the workflow's decision. Without one, an
                 httpx client is created on first use (httpx never retries requests) and
                 closed by ``aclose``.
+            policy: decides allow/deny/ask per tool or per call (default ``RulePolicy()``,
+                which allows everything). An exception inside it counts as deny.
             heartbeat_seconds: how often a running tool call heartbeats.
         """
         self.registry = registry
@@ -108,6 +122,7 @@ class ToolActivities:
         self._http = http
         self._owned_http: httpx.AsyncClient | None = None
         self._heartbeat_seconds = heartbeat_seconds
+        self.policy: Policy = policy if policy is not None else RulePolicy()
 
     async def aclose(self) -> None:
         """Close the HTTP client if these activities created it."""
@@ -146,8 +161,20 @@ class ToolActivities:
                     name=tool.name, description=tool.description, parameters=tool.parameters_schema
                 )
             )
+            info = ToolInfo(
+                name=tool.name,
+                kind="code",
+                read_only=tool.read_only,
+                destructive=tool.destructive,
+            )
             entries.append(
-                CatalogEntry(name=tool.name, kind="code", safe_to_repeat=tool.idempotent)
+                CatalogEntry(
+                    name=tool.name,
+                    kind="code",
+                    safe_to_repeat=tool.idempotent,
+                    info=info,
+                    policy=self._fixed(info),
+                )
             )
         for http_tool in input.http_tools:
             definitions.append(
@@ -157,16 +184,28 @@ class ToolActivities:
                     parameters=http_tool.input_schema or {"type": "object", "properties": {}},
                 )
             )
+            info = ToolInfo(name=http_tool.name, kind="http")
             entries.append(
                 CatalogEntry(
                     name=http_tool.name,
                     kind="http",
                     safe_to_repeat=http_tool.method not in _NOT_SAFE_TO_REPEAT,
+                    info=info,
+                    policy=self._fixed(info),
                 )
             )
         for builtin in input.builtins:
             definitions.append(builtin)
-            entries.append(CatalogEntry(name=builtin.name, kind="builtin", safe_to_repeat=True))
+            # Built-ins act only on the Run itself; the Policy governs tools of the world.
+            entries.append(
+                CatalogEntry(
+                    name=builtin.name,
+                    kind="builtin",
+                    safe_to_repeat=True,
+                    info=ToolInfo(name=builtin.name, kind="builtin", read_only=True),
+                    policy=PolicyDecision(decision="allow", reason="built-in"),
+                )
+            )
         counts = Counter(definition.name for definition in definitions)
         duplicates = sorted(name for name, count in counts.items() if count > 1)
         if duplicates:
@@ -183,6 +222,22 @@ class ToolActivities:
                 _dumps([definition.model_dump(mode="json") for definition in definitions])
             )
         return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
+
+    def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
+        try:
+            return self.policy.fixed(info)
+        except Exception as err:
+            activity.logger.warning("policy failed for %s", info.name, exc_info=True)
+            return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
+
+    @activity.defn(name=POLICY_DECIDE)
+    async def decide(self, input: PolicyInput) -> PolicyDecision:
+        """Ask the Policy about one call; an exception inside it counts as deny."""
+        try:
+            return await self.policy.decide(input.scope, input.tool, input.arguments)
+        except Exception as err:
+            activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
+            return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
     @activity.defn(name=TOOL_CODE)
     async def code(self, input: CodeToolCall) -> ToolOutcome:
@@ -204,11 +259,16 @@ class ToolActivities:
             text = f"invalid arguments for {tool.name}: {_describe(err)}"
             return await self._outcome(input, "error", text, started)
         try:
-            text = _render(await self._heartbeating(_call(tool, parsed)))
+            value = await self._heartbeating(_call(tool, parsed))
         except Exception as err:
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
             return await self._outcome(input, "error", f"{type(err).__name__}: {err}", started)
-        return await self._outcome(input, "ok", text, started)
+        if isinstance(value, ExternalWait):
+            outcome = await self._outcome(
+                input, "wait", value.message or f"waiting for {value.token}", started
+            )
+            return outcome.model_copy(update={"wait_token": value.token})
+        return await self._outcome(input, "ok", _render(value), started)
 
     @activity.defn(name=TOOL_HTTP)
     async def http(self, input: HttpToolCall) -> ToolOutcome:
@@ -369,7 +429,7 @@ class ToolActivities:
     async def _outcome(
         self,
         input: CodeToolCall | HttpToolCall | ReadOutputInput,
-        status: Literal["ok", "error"],
+        status: Literal["ok", "error", "wait"],
         text: str,
         started: float,
     ) -> ToolOutcome:
@@ -409,14 +469,9 @@ async def _call(tool: ToolDef, parsed: BaseModel) -> Any:
 
     ``ToolDef.invoke`` runs sync functions in the calling thread, and running it on a
     private event loop in a thread would break sync tools that start their own loop
-    (``asyncio.run``), so the call is bound here with the registry's unpacking rule.
+    (``asyncio.run``), so the bound call is awaited here instead.
     """
-    if tool.unpack:
-        bound = functools.partial(
-            tool.fn, **{name: getattr(parsed, name) for name in type(parsed).model_fields}
-        )
-    else:
-        bound = functools.partial(tool.fn, parsed)
+    bound = tool.bind(parsed)
     result = await bound() if tool.is_async else await asyncio.to_thread(bound)
     if inspect.isawaitable(result):  # a callable object with an async __call__
         result = await result

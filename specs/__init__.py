@@ -39,7 +39,7 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._prompt import TaskItem, system_prompt
-from psych_runtime.specs._registry import ToolDef, ToolRegistry
+from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
@@ -71,6 +71,7 @@ __all__ = [
     "BUILTIN_TOOL_NAMES",
     "CodeTool",
     "CompactionPolicy",
+    "ExternalWait",
     "HttpTool",
     "Limits",
     "MCP_TOOL_SEPARATOR",

@@ -9,6 +9,7 @@ schema cannot drift from the code. Arguments are validated against a pydantic mo
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -25,6 +26,25 @@ _NAME = re.compile(NAME_PATTERN)
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class ExternalWait:
+    """Return this from a code tool to wait for an external completion.
+
+    The Run suspends (reason ``external``) until someone completes ``token`` with a payload
+    (``PsychClient.complete``, the ``psych.resume`` update or signal), which becomes the
+    tool's result; or until ``SuspensionPolicy.external_expires_seconds`` pass, when the
+    Run settles ABANDONED. The tool hands ``token`` to whoever will call back (a webhook
+    registration, a ticket), so it chooses it.
+
+    Attributes:
+        token: identifies the wait; unique within the Run.
+        message: what the wait is for, shown in the Run's state and records.
+    """
+
+    token: str
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,13 @@ class ToolDef:
         schema.pop("title", None)
         return schema
 
+    def bind(self, parsed: BaseModel) -> Callable[[], Any]:
+        """``fn`` bound to validated arguments (unpacked as keywords, or the model itself)."""
+        if self.unpack:
+            kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+            return functools.partial(self.fn, **kwargs)
+        return functools.partial(self.fn, parsed)
+
     def parse_arguments(self, raw: dict[str, Any]) -> BaseModel:
         """Validate raw arguments.
 
@@ -77,12 +104,7 @@ class ToolDef:
         Sync functions run in the calling thread; the activity that calls this decides on
         threads. Raises what the function raises, or ``ValidationError`` for bad arguments.
         """
-        parsed = self.parse_arguments(raw)
-        if self.unpack:
-            kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
-            result = self.fn(**kwargs)
-        else:
-            result = self.fn(parsed)
+        result = self.bind(self.parse_arguments(raw))()
         if inspect.isawaitable(result):
             result = await result
         return result

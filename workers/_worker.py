@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._model import ModelActivities, ModelEndpoints, Pricing
+from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import SpecError, ToolRegistry
@@ -38,6 +39,8 @@ class WorkerSettings:
         endpoints: which endpoint serves which model (``OPENAI_BASE_URL``/``OPENAI_API_KEY``).
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
         pricing: the Pricing port (default none: every cost is unknown, None).
+        policy: the Policy port deciding allow/deny/ask per tool call (default
+            ``RulePolicy()``: allow everything).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -46,6 +49,7 @@ class WorkerSettings:
     endpoints: ModelEndpoints = field(default_factory=ModelEndpoints.from_env)
     secrets: SecretResolver = field(default_factory=EnvSecretResolver)
     pricing: Pricing | None = None
+    policy: Policy = field(default_factory=RulePolicy)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -93,9 +97,20 @@ def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[An
         endpoints=settings.endpoints, blobs=settings.blobs, pricing=settings.pricing, http=http
     )
     tools = ToolActivities(
-        registry=settings.registry, blobs=settings.blobs, secrets=settings.secrets, http=http
+        registry=settings.registry,
+        blobs=settings.blobs,
+        secrets=settings.secrets,
+        http=http,
+        policy=settings.policy,
     )
-    return [model.complete, tools.catalog, tools.code, tools.http, tools.read_output]
+    return [
+        model.complete,
+        tools.catalog,
+        tools.code,
+        tools.decide,
+        tools.http,
+        tools.read_output,
+    ]
 
 
 def build_worker(
