@@ -735,10 +735,11 @@ class ModelActivities:
                 if not response.is_success:
                     await response.aread()
                     response.raise_for_status()
+                # Read to the end even after [DONE]: a response left unread closes its
+                # connection, and the next call would pay a new TCP (and TLS) handshake.
                 async for line in response.aiter_lines():
-                    stream.feed(line)
-                    if stream.done:
-                        break
+                    if not stream.done:
+                        stream.feed(line)
         except httpx.ReadTimeout as err:
             # The read timeout is the idle limit: only a silent stream can exceed it.
             raise StreamIdle(idle) from err

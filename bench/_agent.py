@@ -1,0 +1,173 @@
+"""AgentRun under the benchmark: a worker, the fake model, and a trivial code tool.
+
+The fake model is scripted by a responder, so any number of Runs can share it: a Run's
+first user message says how many turns it takes (``turns=N``); the responder answers turn
+``t`` (one more than the assistant messages it was sent) with a call to the agent's one
+code tool while ``t < N``, and with a text answer at ``t = N``. A Run of N turns therefore
+makes N model calls, N - 1 tool calls and one catalog call: 2N activities, the same count
+as N turns of the bare loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import statistics
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.activities import (
+    Endpoint,
+    FakeModel,
+    FileVersionStore,
+    LocalBlobStore,
+    ModelEndpoints,
+    Reply,
+    ToolCall,
+)
+from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.workers import WorkerSettings, run_worker
+from psych_runtime.workflows import PsychClient, RunStatus
+
+MODEL = "fake-model"
+_TURNS = re.compile(r"turns=(\d+)")
+SCOPE = Scope(tenant="bench", principal="bench")
+
+
+async def small_result(turn: int) -> str:
+    """Return a short result for this turn.
+
+    Args:
+        turn: The turn number.
+    """
+    return f"ok {turn}"
+
+
+async def result_4kb(turn: int) -> str:
+    """Return a 4 KB result for this turn.
+
+    Args:
+        turn: The turn number.
+    """
+    stem = f"turn {turn}: "
+    return stem + "x" * (4096 - len(stem))
+
+
+def responder(body: dict[str, Any]) -> Reply:
+    """The fake model's script for every benchmark Run (see the module docstring)."""
+    messages = body.get("messages") or []
+    first_user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+    match = _TURNS.search(first_user if isinstance(first_user, str) else "")
+    turns = int(match.group(1)) if match else 1
+    turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+    if turn >= turns:
+        return Reply.text(f"done after {turn} turns")
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    tool = next(name for name in offered if name != "read_tool_output")
+    return Reply.tool_calls(ToolCall(tool, {"turn": turn}))
+
+
+def agent_spec(registry: ToolRegistry, turns: int, *, result_4kb_tool: bool) -> AgentSpec:
+    """An agent whose limits allow ``turns`` turns and whose one tool is trivial."""
+    tool = result_4kb if result_4kb_tool else small_result
+    return (
+        AgentBuilder("bench_4kb" if result_4kb_tool else "bench", registry=registry)
+        .instructions("Call the tool until told otherwise.")
+        .model(MODEL)
+        .tool(tool)
+        .limits(
+            max_turns=turns,
+            max_steps=2 * turns + 2,
+            # Above the 4 KB result, so results are shown inline (DESIGN.md §4).
+            large_result_bytes=8192,
+            # The repeat guard counts identical (arguments, result) pairs: each turn's
+            # arguments differ, so it never fires; the defaults would not stop a Run either.
+        )
+        .build()
+    )
+
+
+@dataclass(frozen=True)
+class AgentRunTiming:
+    """One finished Run."""
+
+    workflow_id: str
+    wall_ms: float
+    turns: int
+
+
+class AgentBench:
+    """Starts AgentRuns of a given length on one worker and times them."""
+
+    def __init__(self, env: WorkflowEnvironment, home: Path, fake: FakeModel) -> None:
+        self.registry = ToolRegistry()
+        self.task_queue = f"bench-agent-{time.monotonic_ns()}"
+        self.settings = WorkerSettings(
+            task_queue=self.task_queue,
+            registry=self.registry,
+            blobs=LocalBlobStore(home / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="bench")),
+        )
+        self.client = PsychClient(
+            env.client,
+            store=FileVersionStore(home / "versions"),
+            task_queue=self.task_queue,
+            registry=self.registry,
+        )
+        self.env = env
+        self._specs: dict[tuple[int, bool], AgentSpec] = {}
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, env: WorkflowEnvironment, home: Path) -> AsyncIterator[AgentBench]:
+        """The fake model and a psych worker, for the block."""
+        async with FakeModel(models=(MODEL,)) as fake:
+            fake.responder = responder
+            bench = cls(env, home, fake)
+            async with run_worker(env.client, bench.settings):
+                yield bench
+
+    def _spec(self, turns: int, result_4kb_tool: bool) -> AgentSpec:
+        key = (turns, result_4kb_tool)
+        if key not in self._specs:
+            self._specs[key] = agent_spec(self.registry, turns, result_4kb_tool=result_4kb_tool)
+        return self._specs[key]
+
+    async def run(self, turns: int, *, result_4kb_tool: bool = False) -> AgentRunTiming:
+        """Run one AgentRun of ``turns`` turns to completion."""
+        spec = self._spec(turns, result_4kb_tool)
+        started = time.perf_counter()
+        handle = await self.client.dispatch(spec, f"Work. turns={turns}", scope=SCOPE)
+        result = await self.client.result(handle, scope=SCOPE)
+        wall_ms = (time.perf_counter() - started) * 1000
+        if result.status is not RunStatus.COMPLETED or result.totals.turns != turns:
+            raise RuntimeError(
+                f"benchmark Run {handle.workflow_id} settled {result.status} after "
+                f"{result.totals.turns} turns ({result.reason}); expected {turns} turns"
+            )
+        return AgentRunTiming(handle.workflow_id, wall_ms, turns)
+
+    async def activity_bodies_ms(self, workflow_id: str) -> dict[str, float]:
+        """Median time inside the model and tool activities, as they measured it themselves.
+
+        From the Run's report (each activity returns a ``Latency``): the work of the
+        activity body alone, without the SDK, the payload conversion and the RPCs that the
+        history timestamps also include.
+        """
+        report = await self.client.report(workflow_id, scope=SCOPE)
+        model = [c.latency.duration_ms for c in report.model_calls if c.latency]
+        tool = [c.latency.duration_ms for c in report.tool_calls if c.latency]
+        return {
+            "model": statistics.median(model) if model else float("nan"),
+            "tool": statistics.median(tool) if tool else float("nan"),
+        }
+
+    def handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
+        """The Temporal handle of a Run."""
+        return self.env.client.get_workflow_handle(workflow_id)

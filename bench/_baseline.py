@@ -1,0 +1,97 @@
+"""Running the baseline workflows (``_workflows``) on their own worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from bench._workflows import (
+    BARE_LOOP,
+    BASELINE_ACTIVITIES,
+    CONVERSATION_LOOP,
+    BareLoop,
+    ConversationLoop,
+    LoopInput,
+)
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """One finished (or failed) baseline workflow."""
+
+    workflow_id: str
+    wall_ms: float
+    failure: str | None = None
+    """Why it did not complete, e.g. the server terminated it at its history size limit."""
+
+
+class BaselineBench:
+    """Starts baseline workflows on one worker and times them."""
+
+    def __init__(self, env: WorkflowEnvironment, task_queue: str) -> None:
+        self.env = env
+        self.task_queue = task_queue
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(
+        cls, env: WorkflowEnvironment, *, eager_activities: bool = True
+    ) -> AsyncIterator[BaselineBench]:
+        """A worker for the baseline workflows, for the block.
+
+        ``eager_activities=False`` turns off eager activity dispatch, so every activity
+        task also goes through the server's transfer queue (see bench/README.md).
+        """
+        task_queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
+        async with Worker(
+            env.client,
+            task_queue=task_queue,
+            workflows=[BareLoop, ConversationLoop],
+            activities=list(BASELINE_ACTIVITIES),
+            disable_eager_activity_execution=not eager_activities,
+        ):
+            yield cls(env, task_queue)
+
+    async def _run(self, workflow: str, input: LoopInput, give_up_s: float) -> BaselineRun:
+        workflow_id = f"bench-{uuid.uuid4().hex}"
+        started = time.perf_counter()
+        handle = await self.env.client.start_workflow(
+            workflow, input, id=workflow_id, task_queue=self.task_queue, result_type=int
+        )
+        failure: str | None = None
+        try:
+            await asyncio.wait_for(handle.result(), give_up_s)
+        except WorkflowFailureError as err:
+            failure = f"{type(err.cause).__name__}: {err.cause}"
+        except TimeoutError:
+            failure = f"not finished after {give_up_s:g} s; terminated by the benchmark"
+            await handle.terminate("benchmark timeout")
+        return BaselineRun(workflow_id, (time.perf_counter() - started) * 1000, failure)
+
+    async def bare(self, turns: int, *, tool: bool = True) -> BaselineRun:
+        """One BareLoop of ``turns`` turns (model + tool activity, or model only)."""
+        run = await self._run(BARE_LOOP, LoopInput(turns=turns, tool=tool), give_up_s=300)
+        if run.failure:
+            raise RuntimeError(f"bare loop {run.workflow_id} failed: {run.failure}")
+        return run
+
+    async def conversation(self, turns: int, result_bytes: int, give_up_s: float) -> BaselineRun:
+        """One ConversationLoop; a failure (history too large) is returned, not raised."""
+        return await self._run(
+            CONVERSATION_LOOP,
+            LoopInput(turns=turns, result_bytes=result_bytes),
+            give_up_s=give_up_s,
+        )
+
+    def handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
+        """The Temporal handle of a baseline workflow."""
+        return self.env.client.get_workflow_handle(workflow_id)

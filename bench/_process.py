@@ -1,0 +1,110 @@
+"""This process and the dev server process: their output streams and CPU time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.workers import start_dev_server
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@contextlib.contextmanager
+def _redirected_fds(target: int, fds: tuple[int, ...]) -> Iterator[None]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in fds]
+    try:
+        for fd in fds:
+            os.dup2(target, fd)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip(fds, saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+@contextlib.asynccontextmanager
+async def dev_server(*, fast_dispatch: bool) -> AsyncIterator[WorkflowEnvironment]:
+    """A fresh in-memory dev server (psych's ``start_dev_server``) for the block.
+
+    Its stdout and stderr go to /dev/null (fds 1 and 2 are pointed there while it is
+    spawned, and it inherits them), so its banner stays out of the benchmark's tables.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with _redirected_fds(devnull, (1, 2)):
+            env = await start_dev_server(fast_dispatch=fast_dispatch)
+    finally:
+        os.close(devnull)
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@dataclass
+class Captured:
+    """What was written to fds 1 and 2 inside ``captured_output``."""
+
+    text: str = ""
+
+    def count(self, needle: str) -> int:
+        """Lines containing ``needle``."""
+        return sum(needle in line for line in self.text.splitlines())
+
+
+@contextlib.contextmanager
+def captured_output() -> Iterator[Captured]:
+    """Capture fds 1 and 2: the SDK core's Rust logger writes to them, not through Python."""
+    captured = Captured()
+    with tempfile.TemporaryFile() as sink:
+        try:
+            with _redirected_fds(sink.fileno(), (1, 2)):
+                yield captured
+        finally:
+            sink.seek(0)
+            captured.text = sink.read().decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """CPU seconds used so far by this process and by its child processes (the server)."""
+
+    process_s: float
+    server_s: float
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        pids += [int(pid) for pid in task.read_text().split()]
+    return pids
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime are fields 14 and 15 of /proc/<pid>/stat (12 and 13 after the name).
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def cpu_mark() -> CpuMark:
+    """CPU used so far (the server's part needs Linux /proc; 0 elsewhere)."""
+    times = os.times()
+    return CpuMark(
+        process_s=times.user + times.system,
+        server_s=sum(_cpu_of(pid) for pid in _children()),
+    )

@@ -1,0 +1,293 @@
+"""Medians, ratios and the printed tables of each section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench._sections import (
+    AGENT_MODEL_ACTIVITY,
+    AGENT_TOOL_ACTIVITY,
+    Batch,
+    DispatchResult,
+    HistoryResult,
+    HistorySample,
+    RunSample,
+    SequentialResult,
+    Settings,
+    ThroughputResult,
+)
+from bench._table import median, table
+from bench._workflows import MODEL_ACTIVITY, TOOL_ACTIVITY
+
+_ROLE = {
+    MODEL_ACTIVITY: "model",
+    AGENT_MODEL_ACTIVITY: "model",
+    TOOL_ACTIVITY: "tool",
+    AGENT_TOOL_ACTIVITY: "tool",
+    "psych.tool.catalog": "catalog",
+}
+_PHASES = (
+    "workflow task: wait",
+    "workflow task: run",
+    "activity: wait",
+    "activity: run model",
+    "activity: run tool",
+    "activity: run catalog",
+)
+
+
+def _phases(samples: list[RunSample]) -> dict[str, float]:
+    """Median ms/turn of each phase, activity types named by their role."""
+    by_role: list[dict[str, float]] = []
+    for sample in samples:
+        renamed: dict[str, float] = {}
+        for phase, ms in sample.phases_ms_per_turn.items():
+            prefix, _, activity = phase.partition("activity: run ")
+            key = f"activity: run {_ROLE.get(activity, activity)}" if activity else prefix
+            renamed[key] = renamed.get(key, 0.0) + ms
+        by_role.append(renamed)
+    return {phase: median([s.get(phase, 0.0) for s in by_role]) for phase in _PHASES}
+
+
+def sequential_summary(result: SequentialResult) -> dict[str, Any]:
+    """Medians and ratios of section 1."""
+    bare = median([s.wall_ms_per_turn for s in result.bare])
+    agent = median([s.wall_ms_per_turn for s in result.agent])
+    bare_steady = median([s.steady_ms_per_turn or 0.0 for s in result.bare])
+    agent_steady = median([s.steady_ms_per_turn or 0.0 for s in result.agent])
+    bodies = {
+        role: median([x.activity_bodies_ms.get(role, float("nan")) for x in result.agent])
+        for role in ("model", "tool")
+    }
+    return {
+        "agent_activity_bodies_ms": bodies,
+        "bare_ms_per_turn": bare,
+        "agent_ms_per_turn": agent,
+        "ratio": agent / bare,
+        "bare_steady_ms_per_turn": bare_steady,
+        "agent_steady_ms_per_turn": agent_steady,
+        "steady_ratio": agent_steady / bare_steady,
+        "bare_phases_ms_per_turn": _phases(result.bare),
+        "agent_phases_ms_per_turn": _phases(result.agent),
+    }
+
+
+def sequential_text(result: SequentialResult, settings: Settings) -> str:
+    """Section 1 as printed."""
+    s = sequential_summary(result)
+    head = (
+        f"1. Per-turn time, one Run at a time ({result.turns} turns; median of "
+        f"{len(result.agent)} Runs each, after one warm-up Run; fast-dispatch server)"
+    )
+    main = table(
+        ["", "ms/turn (wall)", "ratio", "ms/turn (steady)", "ratio"],
+        [
+            ["bare loop (floor)", s["bare_ms_per_turn"], 1.0, s["bare_steady_ms_per_turn"], 1.0],
+            [
+                "AgentRun",
+                s["agent_ms_per_turn"],
+                s["ratio"],
+                s["agent_steady_ms_per_turn"],
+                s["steady_ratio"],
+            ],
+        ],
+    )
+    bare_p, agent_p = s["bare_phases_ms_per_turn"], s["agent_phases_ms_per_turn"]
+    bodies = s["agent_activity_bodies_ms"]
+    phases = table(
+        ["where a turn's time goes (ms/turn)", "bare loop", "AgentRun", "difference"],
+        [[p, bare_p[p], agent_p[p], agent_p[p] - bare_p[p]] for p in _PHASES]
+        + [
+            ["  model activity body (own Latency)", "~0", bodies["model"], ""],
+            ["  tool activity body (own Latency)", "~0", bodies["tool"], ""],
+        ],
+    )
+    notes = (
+        "wall = start to result at the client / turns; steady = median gap between "
+        "consecutive model-activity schedulings.\nPhases come from history event "
+        "timestamps; 'wait' is schedule-to-start, 'run' start-to-complete as the server "
+        "saw it;\n'body' is the time the activity measured inside itself (without the SDK, "
+        "payload conversion and RPCs).\nThe AgentRun figures include the fake model server, "
+        "which runs in this process and shares its CPU."
+    )
+    return f"{head}\n{main}\n\n{phases}\n{notes}"
+
+
+def _batches(batches: list[Batch]) -> dict[str, float]:
+    return {
+        "turns_per_s": median([b.turns_per_s for b in batches]),
+        "process_cpu_ms_per_turn": median([b.process_cpu_ms_per_turn for b in batches]),
+        "server_cpu_ms_per_turn": median([b.server_cpu_ms_per_turn for b in batches]),
+    }
+
+
+def throughput_summary(result: ThroughputResult) -> dict[str, Any]:
+    """Medians and ratios of section 2."""
+    bare, agent = _batches(result.bare), _batches(result.agent)
+    return {"bare": bare, "agent": agent, "ratio": agent["turns_per_s"] / bare["turns_per_s"]}
+
+
+def throughput_text(result: ThroughputResult) -> str:
+    """Section 2 as printed."""
+    s = throughput_summary(result)
+    head = (
+        f"2. Throughput: {result.runs} Runs at once x {result.turns} turns "
+        f"(median of {len(result.agent)} batches each; fast-dispatch server)"
+    )
+    rows: list[list[object]] = []
+    for name, key, batches, ratio in (
+        ("bare loop (floor)", "bare", result.bare, 1.0),
+        ("AgentRun", "agent", result.agent, s["ratio"]),
+    ):
+        rows.append(
+            [
+                name,
+                s[key]["turns_per_s"],
+                ratio,
+                s[key]["process_cpu_ms_per_turn"],
+                s[key]["server_cpu_ms_per_turn"],
+                _list([b.turns_per_s for b in batches]),
+            ]
+        )
+    body = table(
+        [
+            "",
+            "turns/s",
+            "ratio",
+            "CPU ms/turn: this process",
+            "dev server",
+            "batches (turns/s)",
+        ],
+        rows,
+    )
+    note = (
+        "'this process' is the worker, the fake model server and the client; a 2-core machine "
+        "runs out of CPU, so the CPU per turn is what sets the turns/s."
+    )
+    return f"{head}\n{body}\n{note}"
+
+
+def _per_turn(sample: HistorySample) -> float:
+    return sample.server_bytes / max(sample.turns_done, 1)
+
+
+def history_summary(result: HistoryResult) -> dict[str, Any]:
+    """Bytes per turn and their growth in section 3."""
+
+    def growth(samples: list[HistorySample]) -> float:
+        done = [s for s in samples if s.failure is None]
+        return _per_turn(done[-1]) / _per_turn(done[0]) if len(done) > 1 else float("nan")
+
+    return {
+        "agent_bytes_per_turn": {s.turns: _per_turn(s) for s in result.agent},
+        "conversation_bytes_per_turn": {s.turns: _per_turn(s) for s in result.conversation},
+        "agent_growth": growth(result.agent),
+        "conversation_growth": growth(result.conversation),
+    }
+
+
+def history_text(result: HistoryResult) -> str:
+    """Section 3 as printed."""
+    s = history_summary(result)
+    head = (
+        f"3. History size, {result.result_bytes // 1024} KB tool result per turn "
+        "(bytes as the server accounts them against its 50 MB limit)"
+    )
+    rows: list[list[object]] = []
+    for name, samples in (
+        ("AgentRun (by reference)", result.agent),
+        ("ConversationLoop (by value)", result.conversation),
+    ):
+        for sample in samples:
+            rows.append(
+                [
+                    name,
+                    sample.turns,
+                    sample.turns_done,
+                    sample.server_bytes,
+                    _per_turn(sample),
+                    sample.events,
+                    sample.closed_by.removeprefix("WORKFLOW_EXECUTION_").lower(),
+                ]
+            )
+    body = table(["", "turns", "done", "history bytes", "bytes/turn", "events", "closed"], rows)
+    agent_lengths = [x.turns for x in result.agent]
+    conv_lengths = [x.turns for x in result.conversation if x.failure is None]
+    lines = [
+        head,
+        body,
+        f"bytes/turn, longest over shortest completed Run: AgentRun x{s['agent_growth']:.2f} "
+        f"({agent_lengths[0]} -> {agent_lengths[-1]} turns; linear history = x1), "
+        f"ConversationLoop x{s['conversation_growth']:.2f} "
+        f"({conv_lengths[0]} -> {conv_lengths[-1]} turns; quadratic = grows with turns)",
+    ]
+    lines += [
+        f"ConversationLoop of {x.turns} turns stopped after {x.turns_done} turns: {x.failure}"
+        for x in result.conversation
+        if x.failure
+    ]
+    warned = {n: c for n, c in result.payload_warnings.items() if c}
+    if warned:
+        lines.append(
+            "the SDK warned of a payload over 512 KB (TMPRL1103) "
+            + ", ".join(f"{c} times in the {n}-turn Run" for n, c in warned.items())
+            + " (the by-value model input; AgentRun's largest payload stays one message)"
+        )
+    return "\n".join(lines)
+
+
+def dispatch_summary(results: list[DispatchResult]) -> dict[str, Any]:
+    """Medians of section 4, per server."""
+    return {
+        ("fast" if r.fast_dispatch else "default"): {
+            "first_run_ms_per_turn": r.first_run,
+            "later_runs_ms_per_turn": median(r.later_runs),
+            "after_idle_ms_per_turn": r.after_idle,
+            "two_activities_ms_per_turn": median(r.two_activities),
+            "eager_off_ms_per_turn": median(r.eager_off),
+            "concurrent_turns_per_s": r.concurrent.turns_per_s,
+            "concurrent_server_cpu_ms_per_turn": r.concurrent.server_cpu_ms_per_turn,
+        }
+        for r in results
+    }
+
+
+def dispatch_text(results: list[DispatchResult], settings: Settings) -> str:
+    """Section 4 as printed."""
+    turns = results[0].turns if results else settings.dispatch_turns
+    head = (
+        f"4. Dispatch latency: bare loop, 1 activity/turn, {turns} turns, on a freshly "
+        f"started dev server each (ms/turn; 'later' = median of "
+        f"{settings.dispatch_later_runs} back-to-back Runs)"
+    )
+    rows = [
+        [
+            "fast (FAST_DISPATCH_ARGS: 1000/s)"
+            if r.fast_dispatch
+            else "default (transferProcessorMaxPollRPS 20/s)",
+            r.first_run,
+            median(r.later_runs),
+            r.after_idle,
+            median(r.two_activities),
+            median(r.eager_off),
+            r.concurrent.turns_per_s,
+        ]
+        for r in results
+    ]
+    body = table(
+        [
+            "dev server",
+            "first run",
+            "later runs",
+            f"after {settings.dispatch_idle_s:g} s idle",
+            "2 activities/turn",
+            "eager dispatch off",
+            f"turns/s, {settings.concurrent_runs} at once",
+        ],
+        rows,
+    )
+    return f"{head}\n{body}"
+
+
+def _list(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)

@@ -1,0 +1,126 @@
+"""The baseline workflows the benchmark measures AgentRun against, and their activities.
+
+``BareLoop`` is the floor: a Temporal workflow that does nothing but the turn loop's
+Temporal work (N turns of a trivial "model" activity and, optionally, a trivial "tool"
+activity). ``ConversationLoop`` is what Temporal agent integrations commonly do: every
+model-call activity carries the whole conversation so far as its input.
+
+This module is imported inside the workflow sandbox, so it imports only the standard
+library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict
+from temporalio import activity, workflow
+
+BARE_LOOP = "bench.bare_loop"
+CONVERSATION_LOOP = "bench.conversation_loop"
+MODEL_ACTIVITY = "bench.model"
+TOOL_ACTIVITY = "bench.tool"
+CONVERSATION_MODEL_ACTIVITY = "bench.model_on_conversation"
+RESULT_TOOL_ACTIVITY = "bench.tool_result"
+
+_TIMEOUT = timedelta(seconds=60)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LoopInput(_Frozen):
+    """What a baseline loop does."""
+
+    turns: int
+    """Turns to take."""
+    tool: bool = True
+    """Whether each turn runs a tool activity after the model activity."""
+    result_bytes: int = 16
+    """Size of each tool result (``ConversationLoop``)."""
+
+
+class ModelTurn(_Frozen):
+    """The input of the conversation-carrying model activity: the whole conversation."""
+
+    turn: int
+    conversation: tuple[str, ...]
+
+
+class ToolTurn(_Frozen):
+    """The input of the result-producing tool activity."""
+
+    turn: int
+    result_bytes: int
+
+
+@activity.defn(name=MODEL_ACTIVITY)
+async def model_activity(turn: int) -> str:
+    """A model call that costs nothing."""
+    return f"call tool, turn {turn}"
+
+
+@activity.defn(name=TOOL_ACTIVITY)
+async def tool_activity(turn: int) -> str:
+    """A tool call that costs nothing."""
+    return f"tool result {turn}"
+
+
+@activity.defn(name=CONVERSATION_MODEL_ACTIVITY)
+async def model_on_conversation(input: ModelTurn) -> str:
+    """A model call given the whole conversation, as its input."""
+    return f"call tool, turn {input.turn}, after {len(input.conversation)} messages"
+
+
+@activity.defn(name=RESULT_TOOL_ACTIVITY)
+async def tool_result(input: ToolTurn) -> str:
+    """A tool returning ``result_bytes`` of text that differ per turn."""
+    stem = f"turn {input.turn}: "
+    return stem + "x" * max(input.result_bytes - len(stem), 0)
+
+
+BASELINE_ACTIVITIES = (model_activity, tool_activity, model_on_conversation, tool_result)
+
+
+@workflow.defn(name=BARE_LOOP)
+class BareLoop:
+    """N turns of a trivial model activity and (optionally) a trivial tool activity."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        for turn in range(1, input.turns + 1):
+            await workflow.execute_activity(
+                MODEL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
+            )
+            if input.tool:
+                await workflow.execute_activity(
+                    TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
+                )
+        return input.turns
+
+
+@workflow.defn(name=CONVERSATION_LOOP)
+class ConversationLoop:
+    """N turns where the model activity's input is the whole conversation so far."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        conversation: list[str] = []
+        for turn in range(1, input.turns + 1):
+            answer = await workflow.execute_activity(
+                CONVERSATION_MODEL_ACTIVITY,
+                ModelTurn(turn=turn, conversation=tuple(conversation)),
+                result_type=str,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            result = await workflow.execute_activity(
+                RESULT_TOOL_ACTIVITY,
+                ToolTurn(turn=turn, result_bytes=input.result_bytes),
+                result_type=str,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            conversation += [answer, result]
+        return input.turns
