@@ -246,13 +246,15 @@ class AgentRun:
                     loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
                 )
             except TimeoutError:
+                # Taken before cancelling: a cancelled call leaves _open_calls as it unwinds.
+                open_calls = dict(self._open_calls)
                 loop.cancel()
-                await asyncio.wait([loop])
-                return await self._settle(self._force_settle())
+                await workflow.wait([loop])
+                return await self._settle(self._force_settle(open_calls))
         return await self._settle(loop.result())
 
-    def _force_settle(self) -> _Outcome:
-        for call_id, (turn, tool) in sorted(self._open_calls.items()):
+    def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> _Outcome:
+        for call_id, (turn, tool) in sorted(open_calls.items()):
             self._record(
                 ToolCallFinished,
                 turn=turn,
@@ -261,7 +263,6 @@ class AgentRun:
                 status="unknown",
                 content="the Run's deadline and grace period ran out before this call reported",
             )
-        self._open_calls.clear()
         return _Outcome(
             RunStatus.FORCE_SETTLED,
             f"deadline: {self._spec.limits.deadline_seconds:g} s and "
@@ -279,7 +280,12 @@ class AgentRun:
             answer=outcome.answer,
             totals=self._totals,
         )
-        workflow.upsert_search_attributes([_STATUS_KEY.value_set(outcome.status.value)])
+        # A Run started without psych's search attributes (PsychClient(search_attributes=
+        # False), for a server that has none registered, like the time-skipping test
+        # server) must not upsert one: the server would fail every workflow task. What the
+        # Run was started with is in its history, so the choice is deterministic.
+        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
+            workflow.upsert_search_attributes([_STATUS_KEY.value_set(outcome.status.value)])
         if outcome.status is RunStatus.FAILED:
             raise ApplicationError(outcome.reason, type="RunFailed", non_retryable=True)
         return RunResult(
@@ -393,6 +399,10 @@ class AgentRun:
             wait = self._not_before.get(model, 0.0) - workflow.time()
             if wait > 0:
                 await workflow.sleep(wait)
+            if self._past_deadline():
+                # The grace period is for calls already in flight, not for new attempts.
+                outcome = self._deadline_outcome()
+                raise _Stop(outcome.status, outcome.reason)
             attempt += 1
             self._record(ModelCallStarted, turn=turn, model=model, attempt=attempt)
             self._count(steps=1, model_calls=1)
@@ -476,6 +486,8 @@ class AgentRun:
                 tool=call.name,
                 arguments=call.arguments,
             )
+        # Counted before they run, so a Run force-settled mid-turn still counts its calls.
+        self._count(steps=len(calls[:room]), tool_calls=len(calls))
         tasks = [self._run_tool(turn, call, offered) for call in calls[:room]]
         results = list(await asyncio.gather(*tasks))
         for call in calls[room:]:
@@ -486,7 +498,6 @@ class AgentRun:
                 else f"not run: the Run's max_steps ({limits.max_steps}) is used up"
             )
             results.append(self._inline(call, "error", reason))
-        self._count(steps=len(calls[:room]), tool_calls=len(calls))
         notes: list[ChatMessage | str] = []
         for result in results:
             self._after_tool(turn, result, notes)

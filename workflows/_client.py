@@ -128,6 +128,10 @@ class PsychClient:
         context: what ``publish`` validates against (registered tools, known models...).
         registry: the ToolRegistry the workers load, when this process has it; ``publish``
             then checks code tools against its names at the moment of publishing.
+        search_attributes: start Runs with psych's search attributes (``SEARCH_ATTRIBUTES``,
+            which the namespace must have registered) so ``list`` can find them. Pass
+            False for a server without them, such as the time-skipping test server; the
+            Run then never upserts one either, and ``list`` refuses.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class PsychClient:
         task_queue: str = DEFAULT_TASK_QUEUE,
         context: ValidationContext | None = None,
         registry: ToolRegistry | None = None,
+        search_attributes: bool = True,
     ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
@@ -150,6 +155,7 @@ class PsychClient:
         self.task_queue = task_queue
         self.context = context or ValidationContext()
         self.registry = registry
+        self.search_attributes = search_attributes
 
     # --- versions ------------------------------------------------------------------------
 
@@ -223,6 +229,8 @@ class PsychClient:
                         SearchAttributePair(_VERSION, version.hash),
                         SearchAttributePair(_STATUS, RunStatus.RUNNING.value),
                     ]
+                    if self.search_attributes
+                    else []
                 ),
                 static_summary=f"agent {version.spec.name} ({version.hash[:19]})",
             )
@@ -319,7 +327,13 @@ class PsychClient:
         status: RunStatus | str | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
-        """The tenant's Runs, newest first, filtered by search attributes."""
+        """The tenant's Runs, newest first, filtered by search attributes.
+
+        Raises:
+            SpecError: this client starts Runs without search attributes.
+        """
+        if not self.search_attributes:
+            raise SpecError("listing needs search attributes: this client starts Runs without")
         clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
         if agent is not None:
             clauses.append(f"{SA_AGENT} = {_quote(agent)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,12 @@ from psych_runtime.specs import Scope, Version
 AGENT_RUN = "AgentRun"
 QUERY_STATE = "psych.state"
 QUERY_RECORDS = "psych.records"
+RESUME = "psych.resume"
+"""Update (validated, answers) and signal (same payload, for callers without updates)."""
+ABORT = "psych.abort"
+"""Update and signal."""
+STEER = "psych.steer"
+"""Update and signal."""
 
 SA_TENANT = "PsychTenant"
 SA_AGENT = "PsychAgent"
@@ -37,9 +43,11 @@ class _Frozen(BaseModel):
 
 
 class RunStatus(StrEnum):
-    """Where a Run is. The last five are terminal."""
+    """Where a Run is. All but RUNNING and SUSPENDED are terminal."""
 
     RUNNING = "running"
+    SUSPENDED = "suspended"
+    """Waiting on a person or a system: an approval, an answer, an external completion."""
     COMPLETED = "completed"
     """The model answered (finished with no tool calls)."""
     STOPPED = "stopped"
@@ -49,11 +57,78 @@ class RunStatus(StrEnum):
     FORCE_SETTLED = "force_settled"
     """The deadline and its grace period ran out; open calls were settled UNKNOWN."""
     ABORTED = "aborted"
+    """An abort arrived; interruptible calls were cancelled, the others finished."""
+    ABANDONED = "abandoned"
+    """A suspension expired with nobody answering."""
 
     @property
     def terminal(self) -> bool:
         """Whether the Run has settled."""
-        return self is not RunStatus.RUNNING
+        return self not in (RunStatus.RUNNING, RunStatus.SUSPENDED)
+
+
+SuspensionReason = Literal["approval", "question", "external", "children"]
+
+
+class Pending(_Frozen):
+    """One thing a suspended Run waits for."""
+
+    reason: SuspensionReason
+    id: str
+    """What a resume names: the tool call id (approval, question) or the wait token."""
+    call_id: str
+    tool: str
+    arguments: str = ""
+    question: str | None = None
+    expires_at: datetime
+
+
+class ResumeInput(_Frozen):
+    """Payload of ``psych.resume``: an approval decision, an answer, or a completion."""
+
+    reason: Literal["approval", "question", "external"]
+    id: str
+    """The pending call id (approval, question) or the external wait token."""
+    tenant: str
+    """The caller's tenant; another tenant's resume is refused."""
+    by: str | None = None
+    """Who resumes (recorded)."""
+    approved: bool | None = None
+    """Approvals: True runs the call, False settles it rejected."""
+    note: str | None = None
+    """Approvals: a reason the model is told when rejected."""
+    answer: str | None = None
+    """Questions: the answer."""
+    payload: Any = None
+    """External waits: what the waiting tool returns (JSON)."""
+
+
+class ResumeResult(_Frozen):
+    """Answer of the ``psych.resume`` update."""
+
+    reason: Literal["approval", "question", "external"]
+    id: str
+    outcome: Literal["approved", "rejected", "answered", "completed"]
+
+
+class AbortInput(_Frozen):
+    """Payload of ``psych.abort``."""
+
+    tenant: str
+    by: str | None = None
+    reason: str = "aborted by request"
+
+
+class SteerInput(_Frozen):
+    """Payload of ``psych.steer``: a message for the model, and when it should see it."""
+
+    tenant: str
+    message: str = Field(min_length=1)
+    mode: Literal["steer", "follow_up", "next_run"] = "steer"
+    """steer: before the current turn's next model call; follow_up: after the turn (the Run
+    continues instead of ending on an answer); next_run: a new Run starts with it when this
+    one settles."""
+    by: str | None = None
 
 
 # --- input and output ---------------------------------------------------------------------
@@ -147,7 +222,7 @@ class ModelCallFailed(_Record):
     budget_left: int
 
 
-ToolCallStatus = Literal["ok", "error", "unknown", "refused"]
+ToolCallStatus = Literal["ok", "error", "unknown", "refused", "denied", "rejected", "aborted"]
 
 
 class ToolCallStarted(_Record):
@@ -166,7 +241,9 @@ class ToolCallFinished(_Record):
     tool: str
     status: ToolCallStatus
     """ok, error (the tool failed or the call was invalid), unknown (the worker running a
-    call that is not safe to repeat stopped mid-call), refused (a guard withheld it)."""
+    call that is not safe to repeat stopped mid-call), refused (a guard withheld it),
+    denied (the Policy said no), rejected (an approver said no), aborted (cancelled by an
+    abort)."""
     content: str
     """The result as the model was shown it (a preview when ``truncated``)."""
     truncated: bool = False
@@ -181,6 +258,52 @@ class ToolWithheld(_Record):
     kind: Literal["tool_withheld"] = "tool_withheld"
     tool: str
     failures: int
+
+
+class Suspended(_Record):
+    """The Run waits for something (an approval, an answer, an external completion)."""
+
+    kind: Literal["suspended"] = "suspended"
+    pending: Pending
+
+
+class Resumed(_Record):
+    """A pending item was answered."""
+
+    kind: Literal["resumed"] = "resumed"
+    reason: SuspensionReason
+    id: str
+    by: str | None = None
+    outcome: Literal["approved", "rejected", "answered", "completed"]
+    detail: str | None = None
+    """The note, the answer, or the completion payload (as JSON text)."""
+
+
+class SuspensionExpired(_Record):
+    """Nobody answered in time; the Run settles ABANDONED."""
+
+    kind: Literal["suspension_expired"] = "suspension_expired"
+    reason: SuspensionReason
+    id: str
+
+
+class AbortRequested(_Record):
+    kind: Literal["abort_requested"] = "abort_requested"
+    by: str | None = None
+    reason: str
+
+
+class SteerReceived(_Record):
+    kind: Literal["steer_received"] = "steer_received"
+    mode: Literal["steer", "follow_up", "next_run"]
+    message: str
+    by: str | None = None
+
+
+class NextRunStarted(_Record):
+    kind: Literal["next_run_started"] = "next_run_started"
+    workflow_id: str
+    message: str
 
 
 class RunSettled(_Record):
@@ -200,6 +323,12 @@ Record = Annotated[
     | ToolCallStarted
     | ToolCallFinished
     | ToolWithheld
+    | Suspended
+    | Resumed
+    | SuspensionExpired
+    | AbortRequested
+    | SteerReceived
+    | NextRunStarted
     | RunSettled,
     Field(discriminator="kind"),
 ]
@@ -237,3 +366,5 @@ class RunState(_Frozen):
     last_seq: int
     totals: Totals
     withheld_tools: tuple[str, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    """What a suspended Run waits for."""

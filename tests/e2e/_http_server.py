@@ -55,11 +55,14 @@ class CountingServer:
                     time.sleep(owner.delay)
                 status, text = owner.respond(seen)
                 data = text.encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client is gone (a killed worker): nobody to answer
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -258,10 +259,11 @@ async def test_idempotent_dispatch_and_access_denied(harness: Harness) -> None:
     spec = AgentBuilder("idem").model("fake-model").build()
     harness.fake.enqueue(Reply.text("once"))
     async with harness.worker():
-        first = await harness.client.dispatch(spec, "hi", scope=harness.scope, idempotency_key="k1")
+        key = f"k-{uuid.uuid4().hex}"
+        first = await harness.client.dispatch(spec, "hi", scope=harness.scope, idempotency_key=key)
         await harness.client.result(first, scope=harness.scope)
         second = await harness.client.dispatch(
-            spec, "hi again", scope=harness.scope, idempotency_key="k1"
+            spec, "hi again", scope=harness.scope, idempotency_key=key
         )
         assert second.workflow_id == first.workflow_id
         assert (await harness.client.result(second, scope=harness.scope)).answer == "once"

@@ -1,0 +1,101 @@
+"""A psych worker in its own process, so a test can SIGKILL it mid-call.
+
+    python -m tests.e2e._worker_proc TARGET TASK_QUEUE BLOB_DIR MODEL_BASE_URL
+
+connects to the Temporal server at TARGET with ``workers.connect``, runs ``run_worker`` on
+TASK_QUEUE with the blob directory and model endpoint given and the code tools of
+``REGISTRY`` below, prints ``ready`` once it polls, and runs until killed. ``spawn`` starts
+it from a test. The test process imports ``REGISTRY`` too, so what it publishes names
+exactly the tools this worker has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.specs import ToolRegistry
+from psych_runtime.workers import WorkerSettings, connect, run_worker
+
+READY = "ready"
+REPO = Path(__file__).resolve().parents[2]
+
+REGISTRY = ToolRegistry()
+
+
+@REGISTRY.register
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order.
+
+    Args:
+        order_id: The order's id.
+    """
+    return {"order_id": order_id, "status": "delivered"}
+
+
+@REGISTRY.register
+async def wait_for_courier(minutes: int) -> str:
+    """Wait until the courier confirms (the confirmation never comes in tests).
+
+    Args:
+        minutes: How long to wait.
+    """
+    await asyncio.sleep(minutes * 60)
+    return "confirmed"
+
+
+STICKY_TIMEOUT = timedelta(seconds=1)
+"""How long the server holds a workflow task for this worker's sticky cache before giving it
+to any worker on the task queue (the SDK default is 10 s). Killed, this worker never takes
+it, so a shorter hold only makes crash tests faster; the hand-over itself is the same."""
+
+
+async def main(target: str, task_queue: str, blob_dir: str, model_base_url: str) -> None:
+    client = await connect(target)
+    settings = WorkerSettings(
+        task_queue=task_queue,
+        registry=REGISTRY,
+        blobs=LocalBlobStore(blob_dir),
+        endpoints=ModelEndpoints(default=Endpoint(base_url=model_base_url, api_key="test-key")),
+    )
+    async with run_worker(client, settings, sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT):
+        print(READY, flush=True)
+        await asyncio.Event().wait()
+
+
+async def spawn(
+    target: str, task_queue: str, blob_dir: Path, model_base_url: str
+) -> asyncio.subprocess.Process:
+    """Start this worker in a child process; return once it polls.
+
+    The caller kills it by its pid (``os.kill(proc.pid, SIGKILL)``) when done.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        __name__,
+        target,
+        task_queue,
+        str(blob_dir),
+        model_base_url,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        if line.decode().strip() != READY:
+            raise RuntimeError(f"the worker process did not start: it said {line!r}")
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))

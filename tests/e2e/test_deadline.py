@@ -1,0 +1,222 @@
+"""The deadline on the time-skipping test server: timers run ahead, calls in flight do not.
+
+The test server skips its clock ahead to the next timer only while no activity is
+scheduled: it must, since a running activity's heartbeat timeout is measured on that clock.
+So these Runs spend the deadline's time in a skippable wait (the model answers 429 with a
+long Retry-After, which the workflow waits out on a timer) and only the last stretch with a
+call in flight runs at wall-clock speed. The test server has no custom search attributes,
+so the client starts Runs without them (and the Run then upserts none either).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.activities import FakeModel, Reply, ToolCall
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, SpecError, ToolRegistry
+from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
+from psych_runtime.workflows import (
+    PsychClient,
+    RunAdmitted,
+    RunHandle,
+    RunResult,
+    RunSettled,
+    RunStatus,
+)
+from psych_runtime.workflows._agent_run import DEADLINE_GRACE_SECONDS
+
+from ._time_skipping import until_settled
+
+pytestmark = pytest.mark.e2e
+
+DEADLINE = 60.0
+
+
+async def pause(seconds: float) -> str:
+    """Wait, then say so.
+
+    Args:
+        seconds: How long to wait.
+    """
+    await asyncio.sleep(seconds)
+    return f"waited {seconds:g} s"
+
+
+@pytest.fixture(scope="module")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await start_time_skipping_server()
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@dataclass
+class TimeSkipping:
+    env: WorkflowEnvironment
+    client: PsychClient
+    fake: FakeModel
+    scope: Scope
+    registry: ToolRegistry
+
+    def spec(self) -> AgentSpec:
+        return (
+            AgentBuilder("courier", registry=self.registry)
+            .model("fake-model")
+            .tool("pause")
+            .limits(deadline_seconds=DEADLINE)
+            .build()
+        )
+
+    async def settled(self, run: RunHandle) -> RunResult:
+        async with asyncio.timeout(60):
+            await until_settled(self.env, self.client, run, self.scope)
+        return await self.client.result(run, scope=self.scope)
+
+    async def server_seconds(self, run: RunHandle) -> float:
+        """Server-clock seconds from admission to settling."""
+        records = (await self.client.records(run, scope=self.scope)).records
+        admitted = next(r for r in records if isinstance(r, RunAdmitted))
+        settled = next(r for r in records if isinstance(r, RunSettled))
+        return (settled.at - admitted.at).total_seconds()
+
+
+@asynccontextmanager
+async def harness(env: WorkflowEnvironment, home: Path) -> AsyncIterator[TimeSkipping]:
+    """A fake model, a client without search attributes and a worker, on ``env``."""
+    registry = ToolRegistry()
+    registry.register(pause)
+    task_queue = f"deadline-{uuid.uuid4().hex[:12]}"
+    async with FakeModel() as fake:
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            registry=registry,
+            blobs=LocalBlobStore(home / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+        )
+        client = PsychClient(
+            env.client,
+            store=FileVersionStore(home / "versions"),
+            task_queue=task_queue,
+            registry=registry,
+            search_attributes=False,
+        )
+        async with run_worker(env.client, settings):
+            yield TimeSkipping(env, client, fake, Scope(tenant="acme"), registry)
+
+
+@pytest.fixture
+async def ts(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[TimeSkipping]:
+    async with harness(ts_env, tmp_path) as ts:
+        yield ts
+
+
+@pytest.fixture
+async def own_ts(tmp_path: Path) -> AsyncIterator[TimeSkipping]:
+    """A harness on a test server of its own, for a Run that settles with a call in flight.
+
+    The test server stops skipping time while any activity is open, and it never closes
+    an activity whose workflow has completed (the worker's cancellation report is refused
+    as NOT_FOUND), so after such a Run its clock stays at wall speed for good.
+    """
+    env = await start_time_skipping_server()
+    try:
+        async with harness(env, tmp_path) as ts:
+            yield ts
+    finally:
+        await env.shutdown()
+
+
+async def test_call_in_flight_past_deadline_and_grace_is_force_settled_unknown(
+    own_ts: TimeSkipping,
+) -> None:
+    ts = own_ts
+    started = time.monotonic()
+    # 59 s of the deadline go by on a skippable timer; then the tool call blocks for an
+    # hour and only the last second of the deadline plus the grace run in real time.
+    ts.fake.enqueue(
+        Reply.error(429, retry_after=DEADLINE - 1),
+        Reply.tool_calls(ToolCall("pause", {"seconds": 3600})),
+        Reply.text("never asked for"),
+    )
+    run = await ts.client.dispatch(ts.spec(), "Wait for the courier", scope=ts.scope)
+    result = await ts.settled(run)
+    wall = time.monotonic() - started
+    report = await ts.client.report(run, scope=ts.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    grace = DEADLINE_GRACE_SECONDS
+    assert result.reason == f"deadline: {DEADLINE:g} s and {grace:g} s grace passed"
+    [call] = report.tool_calls
+    assert call.tool == "pause"
+    assert call.status == "unknown"
+    assert "deadline" in (call.result or "")
+    assert result.totals.tool_calls == 1
+    assert len(ts.fake.requests) == 2  # no model call after the deadline
+
+    server = await ts.server_seconds(run)
+    assert DEADLINE + DEADLINE_GRACE_SECONDS <= server < DEADLINE + DEADLINE_GRACE_SECONDS + 5
+    # The 59 s wait was skipped; the grace with the call in flight was not (it cannot be).
+    assert wall < server - (DEADLINE - 5)
+
+
+async def test_deadline_passing_during_a_tool_call_stops_before_the_next_turn(
+    ts: TimeSkipping,
+) -> None:
+    # The deadline passes while a 4 s tool call runs; the call finishes within the grace,
+    # is recorded, and no further turn starts.
+    ts.fake.enqueue(
+        Reply.error(429, retry_after=DEADLINE - 3),
+        Reply.tool_calls(ToolCall("pause", {"seconds": 4})),
+        Reply.text("never asked for"),
+    )
+    run = await ts.client.dispatch(ts.spec(), "Wait a little", scope=ts.scope)
+    result = await ts.settled(run)
+    report = await ts.client.report(run, scope=ts.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    assert result.reason == f"deadline: {DEADLINE:g} s passed"
+    [call] = report.tool_calls
+    assert call.status == "ok"
+    assert call.result == "waited 4 s"
+    assert result.totals.turns == 1
+    assert len(ts.fake.requests) == 2
+    server = await ts.server_seconds(run)
+    assert DEADLINE < server < DEADLINE + DEADLINE_GRACE_SECONDS
+
+
+async def test_deadline_passing_during_a_retry_wait_starts_no_new_call(ts: TimeSkipping) -> None:
+    # The model asks to be retried after the deadline: the Run waits it out (nothing in
+    # flight) and settles then, without another model call in the grace period.
+    ts.fake.enqueue(Reply.error(429, retry_after=DEADLINE + 15), Reply.text("late answer"))
+    started = time.monotonic()
+    run = await ts.client.dispatch(ts.spec(), "Hello", scope=ts.scope)
+    result = await ts.settled(run)
+    wall = time.monotonic() - started
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    assert result.reason == f"deadline: {DEADLINE:g} s passed"
+    assert result.answer is None
+    assert len(ts.fake.requests) == 1
+    assert result.totals.model_calls == 1
+    assert result.totals.transient_failures == 1
+    server = await ts.server_seconds(run)
+    assert DEADLINE + 15 <= server < DEADLINE + DEADLINE_GRACE_SECONDS
+    assert wall < 10  # all of it skipped
+
+
+async def test_client_without_search_attributes_refuses_to_list(ts: TimeSkipping) -> None:
+    with pytest.raises(SpecError, match="search attributes"):
+        await ts.client.list(scope=ts.scope)

@@ -1,0 +1,509 @@
+"""Record the replay gate's histories: one real Run of every AgentRun shape.
+
+    python -m tests.workflows.record_histories                 # shapes without a history
+    python -m tests.workflows.record_histories --overwrite NAME [NAME ...]
+    python -m tests.workflows.record_histories --list
+
+Each shape is a real Run on a real server: the embedded dev server (``start_dev_server``)
+with the fake model, loopback HTTP APIs and in-process workers; a worker process killed
+with SIGKILL for the crash shapes; the time-skipping test server for the deadline shapes.
+Its history is fetched and written to ``histories/<name>.json`` (``WorkflowHistory.to_json``,
+the format ``temporal workflow show --output json`` prints). ``test_replay.py`` replays
+them all against the current AgentRun.
+
+Existing histories are never overwritten unless named with ``--overwrite``: a change to
+AgentRun that breaks the replay of a committed history must be versioned with
+``workflow.patched``, not re-recorded (see histories/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from temporalio.client import WorkflowHistory
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from psych_runtime.activities import FakeModel, Reply, ToolCall
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, Scope, ToolRegistry, Version
+from psych_runtime.workers import (
+    WorkerSettings,
+    run_worker,
+    start_dev_server,
+    start_time_skipping_server,
+)
+from psych_runtime.workflows import (
+    AGENT_RUN,
+    AgentRunInput,
+    PsychClient,
+    RunHandle,
+    workflow_id_for,
+)
+from tests.e2e._http_server import CountingServer
+from tests.e2e._time_skipping import until_settled
+from tests.e2e._worker_proc import REGISTRY, spawn
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+SCOPE = Scope(tenant="acme", principal="recorder")
+MODELS = ("fake-model", "fake-fallback")
+
+Server = Literal["dev", "time-skipping"]
+
+
+# --- tools --------------------------------------------------------------------------------
+
+TOOLS = ToolRegistry()
+TOOLS.register(REGISTRY.get("lookup_order").fn)
+
+
+@TOOLS.register
+def flaky(x: int) -> str:
+    """A tool that always fails.
+
+    Args:
+        x: Anything.
+    """
+    raise ValueError(f"cannot handle {x}")
+
+
+@TOOLS.register
+def inventory() -> str:
+    """The whole inventory, as one long text."""
+    return INVENTORY
+
+
+@TOOLS.register
+async def pause(seconds: float) -> str:
+    """Wait, then say so.
+
+    Args:
+        seconds: How long to wait.
+    """
+    await asyncio.sleep(seconds)
+    return f"waited {seconds:g} s"
+
+
+INVENTORY = "".join(f"item {n:03d}: {n * 7 % 50} in stock\n" for n in range(40))
+INVENTORY_REF = "sha256:" + hashlib.sha256(INVENTORY.encode()).hexdigest()
+
+
+# --- the rig ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    """One scenario's fake model, client and worker wiring, on one server."""
+
+    env: WorkflowEnvironment
+    server: Server
+    client: PsychClient
+    fake: FakeModel
+    settings: WorkerSettings
+    home: Path
+
+    def worker(self) -> contextlib.AbstractAsyncContextManager[Worker]:
+        return run_worker(self.env.client, self.settings)
+
+    def agent(self, name: str) -> AgentBuilder:
+        return AgentBuilder(name, registry=TOOLS).model("fake-model")
+
+    async def settle(self, run: RunHandle) -> None:
+        """Wait until the Run settles (FAILED included)."""
+        async with asyncio.timeout(120):
+            if self.server == "time-skipping":
+                await until_settled(self.env, self.client, run, SCOPE)
+                return
+            with contextlib.suppress(RunFailed):
+                await self.client.result(run, scope=SCOPE)
+
+    async def run(self, spec: AgentSpec, text: str = "Hello") -> RunHandle:
+        """Dispatch ``spec`` with a worker running, and wait until it settles."""
+        async with self.worker():
+            run = await self.client.dispatch(spec, text, scope=SCOPE)
+            await self.settle(run)
+        return run
+
+
+@asynccontextmanager
+async def rig(env: WorkflowEnvironment, server: Server, home: Path) -> AsyncIterator[Rig]:
+    task_queue = f"record-{uuid.uuid4().hex[:12]}"
+    async with FakeModel(models=MODELS) as fake:
+        yield Rig(
+            env=env,
+            server=server,
+            client=PsychClient(
+                env.client,
+                store=FileVersionStore(home / "versions"),
+                task_queue=task_queue,
+                registry=TOOLS,
+                search_attributes=server == "dev",
+            ),
+            fake=fake,
+            settings=WorkerSettings(
+                task_queue=task_queue,
+                registry=TOOLS,
+                blobs=LocalBlobStore(home / "blobs"),
+                endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+            ),
+            home=home,
+        )
+
+
+# --- the shapes ---------------------------------------------------------------------------
+
+
+async def plain_answer(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.text("Hello! How can I help?"))
+    return await rig.run(rig.agent("greeter").instructions("Greet.").build())
+
+
+async def code_and_http_tools(rig: Rig) -> RunHandle:
+    api = CountingServer().start()
+    try:
+        spec = (
+            rig.agent("support")
+            .tool("lookup_order")
+            .http_tool(
+                "refund",
+                description="Refund an order.",
+                url=api.url + "/orders/{order_id}/refund",
+                method="POST",
+            )
+            .build()
+        )
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+            Reply.tool_calls(
+                ToolCall("refund", {"order_id": "42"}),
+                ToolCall("lookup_order", {"order_id": "42"}),
+            ),
+            Reply.text("Refunded order 42."),
+        )
+        return await rig.run(spec, "Refund order 42")
+    finally:
+        api.stop()
+
+
+async def large_result_read_back(rig: Rig) -> RunHandle:
+    spec = rig.agent("stock").tool("inventory").limits(large_result_bytes=256).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("inventory")),
+        Reply.tool_calls(
+            ToolCall("read_tool_output", {"handle": INVENTORY_REF, "offset": 256, "length": 200})
+        ),
+        Reply.text("Item 039 has 23 in stock."),
+    )
+    return await rig.run(spec, "How many of item 039?")
+
+
+async def skill_loaded(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("skilled")
+        .skill("refunds", "How refunds work.", body="Refund within 30 days only.")
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("load_skill", {"name": "refunds"})),
+        Reply.text("Refunds are possible within 30 days."),
+    )
+    return await rig.run(spec, "Can I get a refund?")
+
+
+async def malformed_and_unknown_tool_calls(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.malformed_tool_call("lookup_order", '{"order_id": '),
+        Reply.tool_calls(ToolCall("no_such_tool", {})),
+        Reply.text("done"),
+    )
+    return await rig.run(rig.agent("sloppy").tool("lookup_order").build())
+
+
+async def over_the_per_turn_call_cap(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("lookup_order", {"order_id": "1"}),
+            ToolCall("lookup_order", {"order_id": "2"}),
+        ),
+        Reply.text("Only one was looked up."),
+    )
+    spec = rig.agent("capped").tool("lookup_order").limits(max_tool_calls_per_turn=1).build()
+    return await rig.run(spec)
+
+
+async def transient_failure_then_fallback(rig: Rig) -> RunHandle:
+    spec = AgentBuilder("fb").model("fake-model", fallbacks=["fake-fallback"]).build()
+    rig.fake.enqueue(Reply.error(503), Reply.text("finally"), model="fake-model")
+    rig.fake.enqueue(Reply.error(429, retry_after=0.5), model="fake-fallback")
+    return await rig.run(spec)
+
+
+async def retry_budget_exhausted(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.error(502), Reply.error(502))
+    return await rig.run(rig.agent("budget").limits(transient_retry_budget=1).build())
+
+
+async def non_transient_failure(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.error(400, message="bad request shape"))
+    return await rig.run(rig.agent("bad").build())
+
+
+async def failure_streak_withheld(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("streak")
+        .tool("flaky")
+        .limits(failure_streak_threshold=2, failure_streak_hard_stop=6)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("flaky", {"x": 1})),
+        Reply.tool_calls(ToolCall("flaky", {"x": 2})),
+        Reply.text("The tool is broken; I answer without it."),
+    )
+    return await rig.run(spec)
+
+
+async def failure_streak_hard_stop(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("streak")
+        .tool("flaky")
+        .limits(failure_streak_threshold=2, failure_streak_hard_stop=3)
+        .build()
+    )
+    rig.fake.enqueue(*[Reply.tool_calls(ToolCall("flaky", {"x": i})) for i in range(3)])
+    return await rig.run(spec)
+
+
+async def repeat_guard_refusal(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("rep")
+        .tool("lookup_order")
+        .limits(repeat_call_threshold=2, repeat_call_hard_stop=4)
+        .build()
+    )
+    same = ToolCall("lookup_order", {"order_id": "7"})
+    rig.fake.enqueue(*[Reply.tool_calls(same) for _ in range(3)], Reply.text("Order 7: delivered."))
+    return await rig.run(spec)
+
+
+async def repeat_guard_hard_stop(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("rep")
+        .tool("lookup_order")
+        .limits(repeat_call_threshold=2, repeat_call_hard_stop=3)
+        .build()
+    )
+    same = ToolCall("lookup_order", {"order_id": "7"})
+    rig.fake.enqueue(*[Reply.tool_calls(same) for _ in range(3)])
+    return await rig.run(spec)
+
+
+async def max_turns_stop(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "2"})),
+    )
+    return await rig.run(rig.agent("looper").tool("lookup_order").limits(max_turns=2).build())
+
+
+async def version_mismatch(rig: Rig) -> RunHandle:
+    spec = rig.agent("tampered").build()
+    other = rig.agent("original").build()
+    forged = Version(hash=Version.of(other).hash, spec=spec, published_at=datetime.now(UTC))
+    run_id = uuid.uuid4().hex
+    async with rig.worker():
+        await rig.env.client.start_workflow(
+            AGENT_RUN,
+            AgentRunInput(run_id=run_id, version=forged, scope=SCOPE, messages=("Hello",)),
+            id=workflow_id_for(SCOPE.tenant, run_id),
+            task_queue=rig.settings.task_queue,
+        )
+        run = RunHandle(workflow_id_for(SCOPE.tenant, run_id), run_id, SCOPE.tenant, "", "")
+        await rig.settle(run)
+    return run
+
+
+async def _crashed(rig: Rig, method: Literal["GET", "POST"]) -> RunHandle:
+    """A worker process is SIGKILLed while the Run's HTTP call is in flight."""
+    api = CountingServer(delay=5.0).start()
+    spec = (
+        rig.agent("crashed")
+        .http_tool(
+            "order",
+            description="Act on an order.",
+            url=api.url + "/orders/{order_id}",
+            method=method,
+        )
+        .build()
+    )
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("order", {"order_id": "42"})), Reply.text("done"))
+    target = rig.env.client.service_client.config.target_host
+    proc = await spawn(target, rig.settings.task_queue, rig.home / "blobs", rig.fake.base_url)
+    try:
+        run = await rig.client.dispatch(spec, "Handle order 42", scope=SCOPE)
+        async with asyncio.timeout(30):
+            while True:  # until the request is in flight
+                if api.seen:
+                    break
+                await asyncio.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        api.delay = 0.0
+        async with rig.worker():
+            await rig.settle(run)
+    finally:
+        if proc.returncode is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        api.stop()
+    return run
+
+
+async def unknown_after_crash(rig: Rig) -> RunHandle:
+    return await _crashed(rig, "POST")
+
+
+async def rerun_after_crash(rig: Rig) -> RunHandle:
+    return await _crashed(rig, "GET")
+
+
+def _deadline_agent(rig: Rig) -> AgentSpec:
+    return rig.agent("courier").tool("pause").limits(deadline_seconds=60).build()
+
+
+async def deadline_force_settled(rig: Rig) -> RunHandle:
+    # See tests/e2e/test_deadline.py: the wait is skipped, the in-flight grace is not.
+    rig.fake.enqueue(
+        Reply.error(429, retry_after=59),
+        Reply.tool_calls(ToolCall("pause", {"seconds": 3600})),
+    )
+    return await rig.run(_deadline_agent(rig))
+
+
+async def deadline_during_tool_call(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.error(429, retry_after=57),
+        Reply.tool_calls(ToolCall("pause", {"seconds": 4})),
+    )
+    return await rig.run(_deadline_agent(rig))
+
+
+async def deadline_during_retry_wait(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.error(429, retry_after=75))
+    return await rig.run(_deadline_agent(rig))
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    server: Server
+    record: Callable[[Rig], Awaitable[RunHandle]]
+
+
+SHAPES = tuple(
+    Shape(fn.__name__, server, fn)
+    for server, fn in [
+        ("dev", plain_answer),
+        ("dev", code_and_http_tools),
+        ("dev", large_result_read_back),
+        ("dev", skill_loaded),
+        ("dev", malformed_and_unknown_tool_calls),
+        ("dev", over_the_per_turn_call_cap),
+        ("dev", transient_failure_then_fallback),
+        ("dev", retry_budget_exhausted),
+        ("dev", non_transient_failure),
+        ("dev", failure_streak_withheld),
+        ("dev", failure_streak_hard_stop),
+        ("dev", repeat_guard_refusal),
+        ("dev", repeat_guard_hard_stop),
+        ("dev", max_turns_stop),
+        ("dev", version_mismatch),
+        ("dev", unknown_after_crash),
+        ("dev", rerun_after_crash),
+        ("time-skipping", deadline_force_settled),
+        ("time-skipping", deadline_during_tool_call),
+        ("time-skipping", deadline_during_retry_wait),
+    ]
+)
+"""Every shape with a committed history, in recording order."""
+
+
+async def record(shapes: Sequence[Shape], out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="psych-record-") as tmp:
+        dev = await start_dev_server() if any(s.server == "dev" for s in shapes) else None
+        try:
+            for shape in shapes:
+                started = time.monotonic()
+                home = Path(tmp) / shape.name
+                if shape.server == "dev":
+                    assert dev is not None
+                    history = await _record_on(dev, shape, home)
+                else:
+                    # A server of its own: a Run that settles with an activity open leaves
+                    # the test server's clock locked for good (see test_deadline.py).
+                    env = await start_time_skipping_server()
+                    try:
+                        history = await _record_on(env, shape, home)
+                    finally:
+                        await env.shutdown()
+                _write(out / f"{shape.name}.json", history.to_json() + "\n")
+                print(f"{shape.name}: {time.monotonic() - started:.1f} s", flush=True)
+        finally:
+            if dev is not None:
+                await dev.shutdown()
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+async def _record_on(env: WorkflowEnvironment, shape: Shape, home: Path) -> WorkflowHistory:
+    async with rig(env, shape.server, home) as r:
+        run = await shape.record(r)
+    return await env.client.get_workflow_handle(run.workflow_id).fetch_history()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--overwrite", nargs="+", metavar="NAME", default=[])
+    parser.add_argument("--list", action="store_true", help="list the shapes and exit")
+    parser.add_argument("--out", type=Path, default=HISTORIES)
+    args = parser.parse_args(argv)
+    names = {shape.name for shape in SHAPES}
+    if args.list:
+        for shape in SHAPES:
+            have = "recorded" if (args.out / f"{shape.name}.json").exists() else "missing"
+            print(f"{shape.name:40} {shape.server:14} {have}")
+        return
+    unknown = sorted(set(args.overwrite) - names)
+    if unknown:
+        sys.exit(f"no such shape: {', '.join(unknown)} (see --list)")
+    chosen = [
+        s for s in SHAPES if s.name in args.overwrite or not (args.out / f"{s.name}.json").exists()
+    ]
+    if not chosen:
+        print("every shape has a history; name any to re-record with --overwrite")
+        return
+    asyncio.run(record(chosen, args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The replay gate: every committed history of a real Run replays on today's AgentRun.
+
+A failure here means a change to AgentRun (or to a payload it decodes) would break Runs
+already in flight when workers are upgraded. Version the change with ``workflow.patched``;
+do not re-record the history (see histories/README.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from psych_runtime.workers import PsychPlugin
+from psych_runtime.workflows import AgentRun
+
+from .record_histories import HISTORIES, SHAPES
+
+COMMITTED = sorted(HISTORIES.glob("*.json"))
+
+
+def test_every_shape_has_a_committed_history() -> None:
+    committed = {path.stem for path in COMMITTED}
+    missing = sorted({shape.name for shape in SHAPES} - committed)
+    assert not missing, f"record them: python -m tests.workflows.record_histories ({missing})"
+
+
+@pytest.fixture(scope="module")
+def replayer() -> Replayer:
+    # The plugin brings what the workers run with: pydantic's data converter, the sandbox
+    # and its passthrough list, and the failure types that fail a Run instead of a task.
+    return Replayer(workflows=[AgentRun], plugins=[PsychPlugin()])
+
+
+def load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.stem)
+async def test_history_replays(replayer: Replayer, path: Path) -> None:
+    history = load(path)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"
