@@ -9,6 +9,7 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── RegistryError             a tool cannot be registered, or is not registered
     ├── NotFound                  a Version, Run or blob does not exist
     ├── AccessDenied              a Scope asked for another tenant's Run
+    ├── Refused                   a Run refused a resume, abort or steer (names why)
     └── RunFailed                 a Run ended in failure; carries its terminal reason
 
 Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
@@ -62,6 +63,20 @@ class NotFound(PsychError, LookupError):
 
 class AccessDenied(PsychError, PermissionError):
     """A caller's Scope does not own the Run it asked for."""
+
+
+class Refused(PsychError):
+    """A Run refused a resume, abort or steer: not suspended, settled, unknown or stale id,
+    expired, already answered.
+
+    Attributes:
+        kind: the refusal's type (``NotSuspended``, ``UnknownPending``, ``Expired``,
+            ``AlreadyAnswered``, ``WrongReason``, ``BadResume``).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
 
 
 class RunFailed(PsychError):

@@ -20,13 +20,20 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import (
         MODEL_COMPLETE,
+        POLICY_DECIDE,
         TOOL_CATALOG,
         TOOL_CODE,
         TOOL_HTTP,
@@ -39,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
         ModelCallInput,
         ModelCallResult,
         ModelFailure,
+        PolicyDecision,
+        PolicyInput,
         ReadOutputInput,
         ToolCallRequest,
         ToolCatalog,
@@ -48,21 +57,39 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import AgentSpec, HttpTool, system_prompt, version_hash
     from psych_runtime.workflows._records import (
+        ABORT,
         AGENT_RUN,
         QUERY_RECORDS,
         QUERY_STATE,
+        RESUME,
+        SA_AGENT,
         SA_STATUS,
+        SA_SUSPENSION,
+        SA_TENANT,
+        SA_VERSION,
+        STEER,
+        AbortInput,
+        AbortRequested,
         AgentRunInput,
         ModelCallFailed,
         ModelCallFinished,
         ModelCallStarted,
+        NextRunStarted,
+        Pending,
         RecordsPage,
         RecordsQuery,
+        Resumed,
+        ResumeInput,
+        ResumeResult,
         RunAdmitted,
         RunResult,
         RunSettled,
         RunState,
         RunStatus,
+        SteerInput,
+        SteerReceived,
+        Suspended,
+        SuspensionExpired,
         ToolCallFinished,
         ToolCallStarted,
         ToolCallStatus,
@@ -117,7 +144,27 @@ BUILTIN_LOAD_SKILL = ToolDefinition(
     },
 )
 
+BUILTIN_ASK_QUESTION = ToolDefinition(
+    name="ask_question",
+    description=(
+        "Ask the person you work for a question and wait for the answer. Use it only when "
+        "you cannot go on without their input."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string", "description": "The question."}},
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+ABORTED_CALL = "The call was cancelled: the Run was aborted."
+
 _STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
+_SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+_TENANT_KEY = SearchAttributeKey.for_keyword(SA_TENANT)
+_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+_VERSION_KEY = SearchAttributeKey.for_keyword(SA_VERSION)
 
 
 @dataclass
@@ -148,6 +195,14 @@ class _Guards:
     repeats: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
 
 
+@dataclass
+class _Wait:
+    """One pending suspension item and, once it came, its answer."""
+
+    item: Pending
+    answer: ResumeInput | None = None
+
+
 class _Stop(Exception):
     """Raised inside the loop to settle the Run."""
 
@@ -175,6 +230,15 @@ class AgentRun:
         self._not_before: dict[str, float] = {}
         self._model_failures: dict[str, int] = {}
         self._cost_unknown = False
+        self._pending: dict[str, _Wait] = {}
+        self._expired: set[str] = set()
+        self._abort: AbortInput | None = None
+        self._interruptible: dict[str, asyncio.Task[Any]] = {}
+        self._model_task: asyncio.Task[Any] | None = None
+        self._steer: list[str] = []
+        self._follow_up: list[str] = []
+        self._next_run: list[str] = []
+        self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
 
     # --- queries -------------------------------------------------------------------------
 
@@ -194,6 +258,7 @@ class AgentRun:
             last_seq=len(self._records),
             totals=self._totals,
             withheld_tools=tuple(self._guards.withheld),
+            pending=tuple(w.item for w in self._pending.values()),
         )
 
     @workflow.query(name=QUERY_RECORDS)
@@ -205,6 +270,125 @@ class AgentRun:
             last_seq=len(self._records),
             settled=self._status.terminal,
         )
+
+    # --- resume, abort, steer (updates, and signals for callers without updates) ---------
+
+    def _check_caller(self, tenant: str) -> None:
+        if tenant != self._input.scope.tenant:
+            raise ApplicationError(
+                f"tenant {tenant!r} may not act on this Run", type="AccessDenied"
+            )
+        if self._status.terminal:
+            raise ApplicationError(
+                f"the Run has settled {self._status.value}: {self._reason}", type="NotSuspended"
+            )
+
+    @workflow.update(name=RESUME)
+    def resume(self, input: ResumeInput) -> ResumeResult:
+        """Answer a pending approval, question or external wait (exactly once)."""
+        return self._resume(input)
+
+    def _resume(self, input: ResumeInput) -> ResumeResult:
+        self._validate_resume(input)  # again: two updates may pass validation in one task
+        wait = self._pending[input.id]
+        wait.answer = input
+        if input.reason == "approval":
+            outcome = "approved" if input.approved else "rejected"
+            detail = input.note
+        elif input.reason == "question":
+            outcome, detail = "answered", input.answer
+        else:
+            outcome, detail = "completed", json.dumps(input.payload)
+        self._record(
+            Resumed, reason=input.reason, id=input.id, by=input.by, outcome=outcome, detail=detail
+        )
+        return ResumeResult(reason=input.reason, id=input.id, outcome=outcome)
+
+    @resume.validator
+    def _validate_resume(self, input: ResumeInput) -> None:
+        self._check_caller(input.tenant)
+        wait = self._pending.get(input.id)
+        if wait is None:
+            if input.id in self._expired:
+                raise ApplicationError(f"{input.id!r} expired", type="Expired")
+            waiting = ", ".join(self._pending) or "nothing"
+            raise ApplicationError(
+                f"nothing pending with id {input.id!r} (pending: {waiting})", type="UnknownPending"
+            )
+        if wait.answer is not None:
+            raise ApplicationError(f"{input.id!r} was already answered", type="AlreadyAnswered")
+        if wait.item.reason != input.reason:
+            raise ApplicationError(
+                f"{input.id!r} waits for {wait.item.reason}, not {input.reason}",
+                type="WrongReason",
+            )
+        if workflow.now() >= wait.item.expires_at:
+            raise ApplicationError(f"{input.id!r} expired", type="Expired")
+        if input.reason == "approval" and input.approved is None:
+            raise ApplicationError("an approval needs approved=true or false", type="BadResume")
+        if input.reason == "question" and input.answer is None:
+            raise ApplicationError("an answer needs answer text", type="BadResume")
+
+    @workflow.signal(name=RESUME)
+    def resume_signal(self, input: ResumeInput) -> None:
+        """``psych.resume`` as a signal; an invalid one is logged and ignored."""
+        try:
+            self._resume(input)
+        except ApplicationError as err:
+            workflow.logger.warning("psych.resume signal ignored: %s", err)
+
+    @workflow.update(name=ABORT)
+    def abort(self, input: AbortInput) -> None:
+        """Abort the Run: interruptible calls are cancelled, the others finish."""
+        self._do_abort(input)
+
+    def _do_abort(self, input: AbortInput) -> None:
+        if self._abort is not None:
+            return
+        self._abort = input
+        self._record(AbortRequested, by=input.by, reason=input.reason)
+        for task in self._interruptible.values():
+            task.cancel()
+        if self._model_task is not None:
+            self._model_task.cancel()
+
+    @abort.validator
+    def _validate_abort(self, input: AbortInput) -> None:
+        self._check_caller(input.tenant)
+
+    @workflow.signal(name=ABORT)
+    def abort_signal(self, input: AbortInput) -> None:
+        """``psych.abort`` as a signal; an invalid one is logged and ignored."""
+        try:
+            self._validate_abort(input)
+        except ApplicationError as err:
+            workflow.logger.warning("psych.abort signal ignored: %s", err)
+            return
+        self._do_abort(input)
+
+    @workflow.update(name=STEER)
+    def steer(self, input: SteerInput) -> None:
+        """Queue a message: into this turn, after it, or for the next Run."""
+        self._do_steer(input)
+
+    def _do_steer(self, input: SteerInput) -> None:
+        self._record(SteerReceived, mode=input.mode, message=input.message, by=input.by)
+        queue = {"steer": self._steer, "follow_up": self._follow_up, "next_run": self._next_run}
+        queue[input.mode].append(input.message)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        self._check_caller(input.tenant)
+
+    @workflow.signal(name=STEER)
+    def steer_signal(self, input: SteerInput) -> None:
+        """``psych.steer`` as a signal; an invalid one is logged and ignored."""
+        try:
+            self._validate_steer(input)
+        except ApplicationError as err:
+            workflow.logger.warning("psych.steer signal ignored: %s", err)
+            return
+        self._do_steer(input)
 
     # --- run -----------------------------------------------------------------------------
 
@@ -235,11 +419,7 @@ class AgentRun:
             system_prompt=self._system_prompt,
         )
         loop = asyncio.create_task(self._loop())
-        try:
-            await workflow.wait_condition(
-                loop.done, timeout=spec.limits.deadline_seconds, timeout_summary="deadline"
-            )
-        except TimeoutError:
+        if not await self._within_deadline(loop, spec.limits.deadline_seconds):
             self._deadline_hit = True
             try:
                 await workflow.wait_condition(
@@ -252,6 +432,29 @@ class AgentRun:
                 await workflow.wait([loop])
                 return await self._settle(self._force_settle(open_calls))
         return await self._settle(loop.result())
+
+    async def _within_deadline(self, loop: asyncio.Task[_Outcome], deadline: float) -> bool:
+        """Wait for the loop; False when ``deadline`` seconds of unsuspended time ran out.
+
+        Time spent suspended (waiting for a person or a system, each wait bounded by its own
+        expiry) does not count: the deadline bounds the Run's work, not its waiting.
+        """
+        used = 0.0
+        while not loop.done():
+            if self._pending:
+                await workflow.wait_condition(lambda: loop.done() or not self._pending)
+                continue
+            started = workflow.time()
+            try:
+                await workflow.wait_condition(
+                    lambda: loop.done() or bool(self._pending),
+                    timeout=deadline - used,
+                    timeout_summary="deadline",
+                )
+            except TimeoutError:
+                return False
+            used += workflow.time() - started
+        return True
 
     def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> _Outcome:
         for call_id, (turn, tool) in sorted(open_calls.items()):
@@ -280,12 +483,9 @@ class AgentRun:
             answer=outcome.answer,
             totals=self._totals,
         )
-        # A Run started without psych's search attributes (PsychClient(search_attributes=
-        # False), for a server that has none registered, like the time-skipping test
-        # server) must not upsert one: the server would fail every workflow task. What the
-        # Run was started with is in its history, so the choice is deterministic.
-        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
-            workflow.upsert_search_attributes([_STATUS_KEY.value_set(outcome.status.value)])
+        self._show_status()
+        for index, message in enumerate(self._next_run, start=1):
+            await self._start_next_run(index, message)
         if outcome.status is RunStatus.FAILED:
             raise ApplicationError(outcome.reason, type="RunFailed", non_retryable=True)
         return RunResult(
@@ -295,6 +495,106 @@ class AgentRun:
             answer=outcome.answer,
             totals=self._totals,
         )
+
+    def _show_status(self) -> None:
+        """Put the Run's status and suspension reason where listing sees them."""
+        reasons = sorted({w.item.reason for w in self._pending.values()})
+        suspension = ",".join(reasons) or None
+        if self._status is RunStatus.RUNNING and suspension:
+            status = RunStatus.SUSPENDED
+        elif self._status is RunStatus.SUSPENDED and not suspension:
+            status = RunStatus.RUNNING
+        else:
+            status = self._status
+        self._status = status
+        if (status, suspension) == self._shown_status:
+            return
+        self._shown_status = (status, suspension)
+        # A Run started without psych's search attributes (PsychClient(search_attributes=
+        # False), for a server that has none registered, like the time-skipping test
+        # server) must not upsert one: the server would fail every workflow task. What the
+        # Run was started with is in its history, so the choice is deterministic.
+        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is None:
+            return
+        workflow.upsert_search_attributes(
+            [
+                _STATUS_KEY.value_set(status.value),
+                _SUSPENSION_KEY.value_set(suspension)
+                if suspension
+                else _SUSPENSION_KEY.value_unset(),
+            ]
+        )
+
+    async def _start_next_run(self, index: int, message: str) -> None:
+        """Start a Run of the same Version with a queued next-run message (not a child:
+        it outlives this Run, so the parent-close policy abandons it)."""
+        run_id = f"{self._input.run_id}-next{index}"
+        workflow_id = f"psych-{self._input.scope.tenant}-{run_id}"
+        attributes = None
+        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
+            attributes = TypedSearchAttributes(
+                [
+                    SearchAttributePair(_TENANT_KEY, self._input.scope.tenant),
+                    SearchAttributePair(_AGENT_KEY, self._input.version.spec.name),
+                    SearchAttributePair(_VERSION_KEY, self._input.version.hash),
+                    SearchAttributePair(_STATUS_KEY, RunStatus.RUNNING.value),
+                ]
+            )
+        await workflow.start_child_workflow(
+            AGENT_RUN,
+            AgentRunInput(
+                run_id=run_id,
+                version=self._input.version,
+                scope=self._input.scope,
+                messages=(message,),
+            ),
+            id=workflow_id,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            search_attributes=attributes,
+            static_summary=f"next Run of {self._input.run_id}",
+        )
+        self._record(NextRunStarted, workflow_id=workflow_id, message=message)
+
+    # --- suspensions ---------------------------------------------------------------------
+
+    async def _suspend(self, item: Pending, expires_seconds: float) -> ResumeInput:
+        """Wait for ``item`` to be answered; settle ABANDONED if it expires first."""
+        wait = _Wait(item)
+        self._pending[item.id] = wait
+        self._record(Suspended, pending=item)
+        self._show_status()
+        try:
+            await workflow.wait_condition(
+                lambda: wait.answer is not None or self._abort is not None,
+                timeout=expires_seconds,
+                timeout_summary=f"{item.reason} {item.id} expires",
+            )
+        except TimeoutError:
+            self._expired.add(item.id)
+            self._record(SuspensionExpired, reason=item.reason, id=item.id)
+            raise _Stop(
+                RunStatus.ABANDONED,
+                f"suspension_expired: {item.reason} {item.id} was not answered within "
+                f"{expires_seconds:g} s",
+            ) from None
+        finally:
+            del self._pending[item.id]
+            self._show_status()
+        if wait.answer is None:
+            raise _Stop(RunStatus.ABORTED, self._abort_reason())
+        return wait.answer
+
+    def _abort_reason(self) -> str:
+        assert self._abort is not None
+        by = f" by {self._abort.by}" if self._abort.by else ""
+        return f"aborted{by}: {self._abort.reason}"
+
+    def _check_abort(self) -> None:
+        if self._abort is not None:
+            raise _Stop(RunStatus.ABORTED, self._abort_reason())
+
+    def _expires_at(self, seconds: float) -> Any:
+        return workflow.now() + timedelta(seconds=seconds)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -315,6 +615,7 @@ class AgentRun:
         context_ref: str | None = None
         system_ref: str | None = None
         while True:
+            self._check_abort()
             if self._past_deadline():
                 return self._deadline_outcome()
             if self._turn >= limits.max_turns:
@@ -325,6 +626,7 @@ class AgentRun:
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})
             self._record(TurnStarted, turn=turn)
+            pending += self._take(self._steer)
             result = await self._call_model(
                 turn,
                 ModelCallInput(
@@ -344,11 +646,23 @@ class AgentRun:
             )
             context_ref, system_ref = result.context_ref, result.system_ref
             pending = []
+            self._check_abort()
             if not result.tool_calls:
-                return _Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+                # Input that arrived for this turn, or for after it, continues the Run.
+                pending = self._take(self._steer) + self._take(self._follow_up)
+                if not pending:
+                    return _Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+                continue
             if self._past_deadline():
                 return self._deadline_outcome()
             pending = await self._run_tools(turn, result.tool_calls, offered)
+            self._check_abort()
+
+    @staticmethod
+    def _take(queue: list[str]) -> list[ChatMessage | str]:
+        messages: list[ChatMessage | str] = [ChatMessage(role="user", content=m) for m in queue]
+        queue.clear()
+        return messages
 
     def _past_deadline(self) -> bool:
         return self._deadline_hit
@@ -370,6 +684,8 @@ class AgentRun:
         builtins = [BUILTIN_READ_TOOL_OUTPUT]
         if spec.skills:
             builtins.append(BUILTIN_LOAD_SKILL)
+        if spec.suspension.may_ask_questions:
+            builtins.append(BUILTIN_ASK_QUESTION)
         catalog: ToolCatalog = await workflow.execute_activity(
             TOOL_CATALOG,
             CatalogInput(
@@ -406,8 +722,8 @@ class AgentRun:
             attempt += 1
             self._record(ModelCallStarted, turn=turn, model=model, attempt=attempt)
             self._count(steps=1, model_calls=1)
-            try:
-                result: ModelCallResult = await workflow.execute_activity(
+            self._model_task = asyncio.create_task(
+                workflow.execute_activity(
                     MODEL_COMPLETE,
                     call.model_copy(update={"model": model}),
                     result_type=ModelCallResult,
@@ -416,7 +732,16 @@ class AgentRun:
                     retry_policy=ONCE,
                     summary=f"model {model}, turn {turn}",
                 )
+            )
+            try:
+                result: ModelCallResult = await self._model_task
+            except asyncio.CancelledError:
+                if self._abort is None:
+                    raise
+                raise _Stop(RunStatus.ABORTED, self._abort_reason()) from None
             except ActivityError as err:
+                self._model_task = None
+                self._check_abort()
                 failure = _model_failure(err)
                 budget_left = limits.transient_retry_budget - self._totals.transient_failures
                 if failure.transient:
@@ -450,6 +775,7 @@ class AgentRun:
                 self._not_before[model] = workflow.time() + delay
                 index += 1
                 continue
+            self._model_task = None
             self._model_failures.pop(result.model, None)
             self._record(
                 ModelCallFinished,
@@ -488,7 +814,7 @@ class AgentRun:
             )
         # Counted before they run, so a Run force-settled mid-turn still counts its calls.
         self._count(steps=len(calls[:room]), tool_calls=len(calls))
-        tasks = [self._run_tool(turn, call, offered) for call in calls[:room]]
+        tasks = [asyncio.create_task(self._run_tool(turn, call, offered)) for call in calls[:room]]
         results = list(await asyncio.gather(*tasks))
         for call in calls[room:]:
             reason = (
@@ -549,11 +875,116 @@ class AgentRun:
             result.counts_as_failure = False
             result.repeat_refusal = True
             return result
+        refusal = await self._authorize(call, entry, arguments)
+        if refusal is not None:
+            return refusal
+        if entry.name == "ask_question":
+            return await self._ask(call, arguments)
         self._open_calls[call.id] = (turn, call.name)
+        interruptible = self._interruptible_tool(call.name)
+        task = asyncio.create_task(self._execute(turn, call, entry, arguments))
+        if interruptible:
+            self._interruptible[call.id] = task
         try:
-            return await self._execute(turn, call, entry, arguments)
+            result = await task
+        except asyncio.CancelledError:
+            if self._abort is None or not task.cancelled():
+                raise
+            result = self._inline(call, "aborted", ABORTED_CALL)
+            result.counts_as_failure = False
         finally:
             self._open_calls.pop(call.id, None)
+            self._interruptible.pop(call.id, None)
+        if result.outcome is not None and result.outcome.status == "wait":
+            return await self._external(call, result.outcome)
+        return result
+
+    def _interruptible_tool(self, name: str) -> bool:
+        tool = next((t for t in self._spec.tools if t.name == name), None)
+        return tool.interruptible if tool is not None else True
+
+    async def _authorize(
+        self, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
+    ) -> _ToolResult | None:
+        """The Policy's word on this call: None to run it, else the result the model sees."""
+        decision = entry.policy
+        if decision is None:
+            decision = await workflow.execute_activity(
+                POLICY_DECIDE,
+                PolicyInput(
+                    run_id=self._input.run_id,
+                    call_id=call.id,
+                    tool=entry.info,
+                    arguments=arguments,
+                    scope=self._input.scope,
+                ),
+                result_type=PolicyDecision,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=SAFE_TOOL_RETRY,
+                summary=f"policy for {call.name}",
+            )
+        if decision.decision == "deny":
+            why = f": {decision.reason}" if decision.reason else ""
+            result = self._inline(call, "denied", f"The policy does not allow this call{why}.")
+            result.counts_as_failure = False  # a denial is not the tool failing
+            return result
+        if decision.decision == "allow":
+            return None
+        seconds = self._spec.suspension.approval_expires_seconds
+        answer = await self._suspend(
+            Pending(
+                reason="approval",
+                id=call.id,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+                expires_at=self._expires_at(seconds),
+            ),
+            seconds,
+        )
+        if answer.approved:
+            return None
+        note = f" Their note: {answer.note}" if answer.note else ""
+        result = self._inline(call, "rejected", f"An approver rejected this call.{note}")
+        result.counts_as_failure = False
+        return result
+
+    async def _ask(self, call: ToolCallRequest, arguments: dict[str, Any]) -> _ToolResult:
+        seconds = self._spec.suspension.question_expires_seconds
+        answer = await self._suspend(
+            Pending(
+                reason="question",
+                id=call.id,
+                call_id=call.id,
+                tool=call.name,
+                question=str(arguments.get("question", "")),
+                expires_at=self._expires_at(seconds),
+            ),
+            seconds,
+        )
+        return self._inline(call, "ok", answer.answer or "")
+
+    async def _external(self, call: ToolCallRequest, outcome: ToolOutcome) -> _ToolResult:
+        token = outcome.wait_token or call.id
+        if token in self._pending:
+            return self._inline(call, "error", f"another call already waits on token {token!r}")
+        seconds = self._spec.suspension.external_expires_seconds
+        answer = await self._suspend(
+            Pending(
+                reason="external",
+                id=token,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+                question=outcome.content,
+                expires_at=self._expires_at(seconds),
+            ),
+            seconds,
+        )
+        payload = answer.payload
+        return self._inline(
+            call, "ok", payload if isinstance(payload, str) else json.dumps(payload)
+        )
 
     async def _execute(
         self, turn: int, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
@@ -625,6 +1056,10 @@ class AgentRun:
                     summary=summary,
                 )
         except ActivityError as err:
+            if self._abort is not None and _was_cancelled(err):
+                result = self._inline(call, "aborted", ABORTED_CALL)
+                result.counts_as_failure = False
+                return result
             if not entry.safe_to_repeat:
                 result = self._inline(call, "unknown", UNKNOWN_OUTCOME)
                 result.counts_as_failure = False
@@ -722,6 +1157,10 @@ class AgentRun:
             self._cost_unknown = True
         new_cost = None if self._cost_unknown else (totals.cost or 0.0) + (cost or 0.0)
         self._totals = totals.model_copy(update={"usage": summed, "cost": new_cost})
+
+
+def _was_cancelled(err: ActivityError) -> bool:
+    return isinstance(err.__cause__, CancelledError)
 
 
 def _canonical_arguments(raw: str) -> str:

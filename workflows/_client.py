@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -26,13 +32,14 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,
     NotFound,
+    Refused,
     RunFailed,
     Scope,
     SpecError,
@@ -45,20 +52,29 @@ from psych_runtime.specs import (
     validate,
 )
 from psych_runtime.workflows._records import (
+    ABORT,
     AGENT_RUN,
     QUERY_RECORDS,
     QUERY_STATE,
+    RESUME,
     SA_AGENT,
     SA_STATUS,
+    SA_SUSPENSION,
     SA_TENANT,
     SA_VERSION,
+    STEER,
+    AbortInput,
     AgentRunInput,
+    Pending,
     Record,
     RecordsPage,
     RecordsQuery,
+    ResumeInput,
+    ResumeResult,
     RunResult,
     RunState,
     RunStatus,
+    SteerInput,
 )
 from psych_runtime.workflows._report import RunReport, build_report
 
@@ -69,6 +85,7 @@ _TENANT = SearchAttributeKey.for_keyword(SA_TENANT)
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
+_SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,10 @@ class RunSummary:
     status: str | None
     started_at: datetime | None
     closed_at: datetime | None
+    suspension: str | None = None
+    """What a suspended Run waits on (approval, question, external, children)."""
+    pending: tuple[Pending, ...] = ()
+    """Filled by ``list(suspended=True)``: each item, with its expiry."""
 
 
 def workflow_id_for(tenant: str, run_id: str) -> str:
@@ -325,9 +346,13 @@ class PsychClient:
         agent: str | None = None,
         version_hash: str | None = None,
         status: RunStatus | str | None = None,
+        suspended: bool = False,
         limit: int = 100,
     ) -> list[RunSummary]:
         """The tenant's Runs, newest first, filtered by search attributes.
+
+        ``suspended=True`` lists only suspended Runs, each with what it waits for, on whom,
+        and until when (one state query per Run).
 
         Raises:
             SpecError: this client starts Runs without search attributes.
@@ -339,6 +364,8 @@ class PsychClient:
             clauses.append(f"{SA_AGENT} = {_quote(agent)}")
         if version_hash is not None:
             clauses.append(f"{SA_VERSION} = {_quote(version_hash)}")
+        if suspended:
+            status = RunStatus.SUSPENDED
         if status is not None:
             clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
         found: list[RunSummary] = []
@@ -354,9 +381,151 @@ class PsychClient:
                     status=attributes.get(_STATUS),
                     started_at=execution.start_time,
                     closed_at=execution.close_time,
+                    suspension=attributes.get(_SUSPENSION),
                 )
             )
+        if suspended:
+            found = [
+                dataclasses.replace(
+                    summary,
+                    pending=(await self.status(summary.workflow_id, scope=scope)).pending,
+                )
+                for summary in found
+            ]
         return found
+
+    # --- resume, abort, steer ------------------------------------------------------------
+
+    async def _update(
+        self, run: RunHandle | str, scope: Scope, name: str, arg: Any, result_type: type[Any]
+    ) -> Any:
+        workflow_id, handle = self._handle(run, scope)
+        try:
+            return await handle.execute_update(name, arg, result_type=result_type)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError):
+                if cause.type == "AccessDenied":
+                    raise AccessDenied(cause.message) from err
+                raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
+            raise
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                # A settled Run has no handlers left; say how it settled.
+                try:
+                    state = await self.status(workflow_id, scope=scope)
+                except NotFound:
+                    raise NotFound(f"no Run {workflow_id}") from err
+                raise Refused(
+                    "NotSuspended",
+                    f"{workflow_id} has settled {state.status.value}: {state.reason}",
+                ) from err
+            raise
+
+    async def resume(
+        self, run: RunHandle | str, request: ResumeInput, *, scope: Scope
+    ) -> ResumeResult:
+        """Answer what a suspended Run waits for; see ``approve``, ``answer``, ``complete``.
+
+        Raises:
+            Refused: not suspended, settled, unknown or stale id, expired, already answered.
+            AccessDenied: another tenant's Run.
+        """
+        if request.tenant != scope.tenant:
+            raise AccessDenied(f"a resume for tenant {request.tenant!r} under {scope.tenant!r}")
+        result: ResumeResult = await self._update(run, scope, RESUME, request, ResumeResult)
+        return result
+
+    async def approve(
+        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+    ) -> ResumeResult:
+        """Approve a pending tool call; it runs."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="approval",
+                id=call_id,
+                tenant=scope.tenant,
+                by=scope.principal,
+                approved=True,
+                note=note,
+            ),
+            scope=scope,
+        )
+
+    async def deny(
+        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+    ) -> ResumeResult:
+        """Reject a pending tool call; it settles rejected and the model is told (with note)."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="approval",
+                id=call_id,
+                tenant=scope.tenant,
+                by=scope.principal,
+                approved=False,
+                note=note,
+            ),
+            scope=scope,
+        )
+
+    async def answer(
+        self, run: RunHandle | str, call_id: str, text: str, *, scope: Scope
+    ) -> ResumeResult:
+        """Answer a pending ``ask_question`` call."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="question", id=call_id, tenant=scope.tenant, by=scope.principal, answer=text
+            ),
+            scope=scope,
+        )
+
+    async def complete(
+        self, run: RunHandle | str, token: str, payload: Any, *, scope: Scope
+    ) -> ResumeResult:
+        """Complete an external wait: ``payload`` becomes the waiting tool's result."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="external",
+                id=token,
+                tenant=scope.tenant,
+                by=scope.principal,
+                payload=payload,
+            ),
+            scope=scope,
+        )
+
+    async def abort(
+        self, run: RunHandle | str, *, scope: Scope, reason: str = "aborted by request"
+    ) -> None:
+        """Abort the Run (it settles ABORTED once non-interruptible calls finish)."""
+        await self._update(
+            run,
+            scope,
+            ABORT,
+            AbortInput(tenant=scope.tenant, by=scope.principal, reason=reason),
+            type(None),
+        )
+
+    async def steer(
+        self,
+        run: RunHandle | str,
+        message: str,
+        *,
+        scope: Scope,
+        mode: Literal["steer", "follow_up", "next_run"] = "steer",
+    ) -> None:
+        """Give the Run a message: into this turn, after it, or for the next Run."""
+        await self._update(
+            run,
+            scope,
+            STEER,
+            SteerInput(tenant=scope.tenant, message=message, mode=mode, by=scope.principal),
+            type(None),
+        )
 
 
 async def _query(

@@ -1,0 +1,392 @@
+"""Suspend, resume and interrupt end to end on a real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from psych_runtime.activities import Reply, ToolCall
+from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.specs import (
+    AccessDenied,
+    AgentBuilder,
+    AgentSpec,
+    ExternalWait,
+    Refused,
+    Scope,
+)
+from psych_runtime.workflows import (
+    NextRunStarted,
+    Resumed,
+    RunHandle,
+    RunState,
+    RunStatus,
+    SteerReceived,
+    Suspended,
+)
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], within: float = 15.0, what: str = "condition"
+) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def suspended(harness: Harness, run: RunHandle) -> RunState:
+    state: RunState | None = None
+
+    async def check() -> bool:
+        nonlocal state
+        state = await harness.client.status(run, scope=harness.scope)
+        return state.status is RunStatus.SUSPENDED
+
+    await eventually(check, what="the Run to suspend")
+    assert state is not None
+    return state
+
+
+def orders_agent(harness: Harness, deleted: list[str]) -> AgentSpec:
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        deleted.append(order_id)
+        return f"order {order_id} deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    return (
+        AgentBuilder("orders", registry=harness.registry)
+        .model("fake-model")
+        .tool("delete_order")
+        .build()
+    )
+
+
+async def test_approval_granted_runs_the_call(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"}, id="call-del")),
+        Reply.text("Deleted."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 42", scope=harness.scope)
+        state = await suspended(harness, run)
+        (pending,) = state.pending
+        assert pending.reason == "approval"
+        assert pending.id == "call-del"
+        assert pending.tool == "delete_order"
+        assert json.loads(pending.arguments) == {"order_id": "42"}
+        assert deleted == []  # nothing ran while waiting
+        listed = await harness.client.list(scope=harness.scope, suspended=True)
+        mine = [s for s in listed if s.workflow_id == run.workflow_id]
+        assert mine[0].suspension == "approval"
+        assert mine[0].pending[0].expires_at == pending.expires_at
+
+        approved = await harness.client.approve(run, "call-del", scope=harness.scope)
+        assert approved.outcome == "approved"
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == ["42"]
+    resumed = [r for r in records if isinstance(r, Resumed)]
+    assert [(r.by, r.outcome) for r in resumed] == [("tester", "approved")]
+    assert any(isinstance(r, Suspended) for r in records)
+
+
+async def test_approval_denied_settles_the_call_rejected(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c1")),
+        Reply.text("I did not delete it."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 7", scope=harness.scope)
+        await suspended(harness, run)
+        await harness.client.deny(run, "c1", scope=harness.scope, note="keep it")
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == []
+    assert report.tool_calls[0].status == "rejected"
+    told = harness.fake.requests[1]["messages"][-1]["content"]
+    assert "rejected" in told
+    assert "keep it" in told
+
+
+async def test_policy_denial_reaches_the_model_without_suspending(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.settings.policy = RulePolicy(tools={"delete_*": "deny"})
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"})), Reply.text("Refused.")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 7", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == []
+    assert report.tool_calls[0].status == "denied"
+    assert "policy does not allow" in harness.fake.requests[1]["messages"][-1]["content"]
+
+
+async def test_duplicate_and_concurrent_approvals_make_one_decision(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "9"}, id="c9")), Reply.text("ok")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 9", scope=harness.scope)
+        await suspended(harness, run)
+        outcomes = await asyncio.gather(
+            harness.client.approve(run, "c9", scope=harness.scope),
+            harness.client.deny(run, "c9", scope=harness.scope),
+            harness.client.approve(run, "c9", scope=harness.scope),
+            return_exceptions=True,
+        )
+        decided = [o for o in outcomes if not isinstance(o, BaseException)]
+        refused = [o for o in outcomes if isinstance(o, Refused)]
+        assert len(decided) == 1
+        assert len(refused) == 2
+        await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        with pytest.raises(Refused, match="settled completed"):
+            await harness.client.approve(run, "c9", scope=harness.scope)
+    assert len([r for r in records if isinstance(r, Resumed)]) == 1
+    assert deleted == (["9"] if decided[0].outcome == "approved" else [])
+
+
+async def test_resume_refusals_name_what_is_wrong(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"}, id="c1")), Reply.text("ok")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 1", scope=harness.scope)
+        await suspended(harness, run)
+        with pytest.raises(Refused, match="nothing pending with id 'nope'"):
+            await harness.client.approve(run, "nope", scope=harness.scope)
+        with pytest.raises(Refused, match="waits for approval, not question"):
+            await harness.client.answer(run, "c1", "yes", scope=harness.scope)
+        with pytest.raises(AccessDenied):
+            await harness.client.approve(run, "c1", scope=Scope(tenant="globex"))
+        await harness.client.approve(run, "c1", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+
+
+async def test_question_answered_and_not_offered_unless_allowed(harness: Harness) -> None:
+    asking = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.text("Order 42 it is."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "refund my order", scope=harness.scope)
+        state = await suspended(harness, run)
+        assert state.pending[0].reason == "question"
+        assert state.pending[0].question == "Which order?"
+        await harness.client.answer(run, "q1", "42", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.answer == "Order 42 it is."
+    tools = [t["function"]["name"] for t in harness.fake.requests[0]["tools"]]
+    assert "ask_question" in tools
+    assert harness.fake.requests[1]["messages"][-1] == {
+        "role": "tool",
+        "content": "42",
+        "tool_call_id": "q1",
+    }
+
+    silent = AgentBuilder("silent").model("fake-model").build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "?"})), Reply.text("fine")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(silent, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    offered = [t["function"]["name"] for t in harness.fake.requests[2].get("tools", [])]
+    assert "ask_question" not in offered
+    assert "unknown tool 'ask_question'" in harness.fake.requests[3]["messages"][-1]["content"]
+
+
+async def test_external_wait_completed_by_token(harness: Harness) -> None:
+    @harness.registry.register
+    def request_payment(order_id: str) -> ExternalWait:
+        """Ask the payment provider to charge an order; it calls back when done."""
+        return ExternalWait(token=f"pay-{order_id}", message="waiting for the payment webhook")
+
+    spec = (
+        AgentBuilder("payer", registry=harness.registry)
+        .model("fake-model")
+        .tool("request_payment")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("request_payment", {"order_id": "42"}, id="p1")),
+        Reply.text("Paid."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "charge 42", scope=harness.scope)
+        state = await suspended(harness, run)
+        assert state.pending[0].reason == "external"
+        assert state.pending[0].id == "pay-42"
+        assert state.pending[0].question == "waiting for the payment webhook"
+        done = await harness.client.complete(
+            run, "pay-42", {"paid": True, "amount": 19.9}, scope=harness.scope
+        )
+        assert done.outcome == "completed"
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.answer == "Paid."
+    told = harness.fake.requests[1]["messages"][-1]
+    assert told["tool_call_id"] == "p1"
+    assert json.loads(told["content"]) == {"paid": True, "amount": 19.9}
+
+
+async def test_abort_cancels_interruptible_and_waits_for_the_rest(harness: Harness) -> None:
+    cancelled: list[str] = []
+    finished: list[str] = []
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def slow_search(query: str) -> str:
+        """Search slowly."""
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(query)
+            raise
+        return "found"
+
+    @harness.registry.register
+    async def slow_write(record: str) -> str:
+        """Write a record, which must not be cut off halfway."""
+        await asyncio.sleep(1.5)
+        finished.append(record)
+        return "written"
+
+    spec = (
+        AgentBuilder("worker", registry=harness.registry)
+        .model("fake-model")
+        .tool("slow_search")
+        .tool("slow_write", interruptible=False)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("slow_search", {"query": "q"}, id="s1"),
+            ToolCall("slow_write", {"record": "r"}, id="w1"),
+        )
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.abort(run, scope=harness.scope, reason="user pressed stop")
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+
+        async def search_was_cancelled() -> bool:
+            return cancelled == ["q"]
+
+        await eventually(search_was_cancelled, what="the search's server-side cancellation")
+    assert result.status is RunStatus.ABORTED
+    assert "user pressed stop" in result.reason
+    statuses = {c.tool: (c.status, c.result) for c in report.tool_calls}
+    assert statuses["slow_search"][0] == "aborted"
+    assert statuses["slow_write"] == ("ok", "written")
+    assert finished == ["r"]
+    assert len(harness.fake.requests) == 1  # no model call after the abort
+
+
+async def test_abort_while_suspended_settles_aborted(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "3"})))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 3", scope=harness.scope)
+        await suspended(harness, run)
+        await harness.client.abort(run, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        with pytest.raises(Refused, match="settled aborted"):
+            await harness.client.abort(run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED
+    assert deleted == []
+
+
+def gated_tool(harness: Harness, gate: asyncio.Event, started: asyncio.Event) -> None:
+    @harness.registry.register
+    async def fetch(item: str) -> str:
+        """Fetch an item."""
+        started.set()
+        await gate.wait()
+        return f"{item}: 12 USD"
+
+
+async def test_steer_and_follow_up_change_what_the_model_sees(harness: Harness) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    gated_tool(harness, gate, started)
+    spec = AgentBuilder("shop", registry=harness.registry).model("fake-model").tool("fetch").build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "book"}, id="f1")),
+        Reply.text("The book is 11 EUR."),
+        Reply.text("Shipping is free."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "price of the book?", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.steer(run, "answer in EUR", scope=harness.scope)
+        await harness.client.steer(
+            run, "and what about shipping?", scope=harness.scope, mode="follow_up"
+        )
+        gate.set()
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.answer == "Shipping is free."
+    second = harness.fake.requests[1]["messages"]
+    assert [m["role"] for m in second[-2:]] == ["tool", "user"]
+    assert second[-1]["content"] == "answer in EUR"
+    third = harness.fake.requests[2]["messages"]
+    assert third[-1] == {"role": "user", "content": "and what about shipping?"}
+    steered = [(r.mode, r.message) for r in records if isinstance(r, SteerReceived)]
+    assert steered == [("steer", "answer in EUR"), ("follow_up", "and what about shipping?")]
+
+
+async def test_next_run_starts_a_new_run_with_the_message(harness: Harness) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    gated_tool(harness, gate, started)
+    spec = (
+        AgentBuilder("shop2", registry=harness.registry).model("fake-model").tool("fetch").build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "pen"})),
+        Reply.text("The pen is 12 USD."),
+        Reply.text("Your cart is empty."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "price of the pen?", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.steer(run, "what is in my cart?", scope=harness.scope, mode="next_run")
+        gate.set()
+        first = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        (started_next,) = [r for r in records if isinstance(r, NextRunStarted)]
+        second = await harness.client.result(started_next.workflow_id, scope=harness.scope)
+        report = await harness.client.report(started_next.workflow_id, scope=harness.scope)
+    assert first.answer == "The pen is 12 USD."
+    assert second.answer == "Your cart is empty."
+    assert report.input == ("what is in my cart?",)
+    assert report.version_hash == run.version_hash
