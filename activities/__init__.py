@@ -1,6 +1,6 @@
 """psych_runtime.activities: every side effect of a Run, and the ports they go through.
 
-Model calls over httpx, code and HTTP tools, blobs, secrets, versions, pricing; plus the
+Model calls over httpx, code and HTTP tools, policy, blobs, secrets, versions, pricing; plus the
 scriptable fake model server for tests. Workflows import only the payload types.
 """
 
@@ -20,15 +20,19 @@ from psych_runtime.activities._model import (
 from psych_runtime.activities._payloads import (
     ACTIVITY_NAMES,
     ChatMessage,
+    Decision,
     Latency,
     ModelCallInput,
     ModelCallResult,
     ModelFailure,
+    PolicyDecision,
     ToolCallRequest,
     ToolDefinition,
+    ToolInfo,
     ToolOutcome,
     Usage,
 )
+from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._secrets import (
     EnvSecretResolver,
     SecretNotFound,
@@ -43,6 +47,7 @@ __all__ = [
     "BlobStore",
     "ChatMessage",
     "Conversations",
+    "Decision",
     "Endpoint",
     "EnvSecretResolver",
     "FakeModel",
@@ -57,8 +62,11 @@ __all__ = [
     "ModelEndpoints",
     "ModelFailure",
     "ModelPrice",
+    "Policy",
+    "PolicyDecision",
     "Pricing",
     "Reply",
+    "RulePolicy",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
@@ -67,6 +75,7 @@ __all__ = [
     "ToolCall",
     "ToolCallRequest",
     "ToolDefinition",
+    "ToolInfo",
     "ToolOutcome",
     "Usage",
     "blob_ref",
