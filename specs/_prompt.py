@@ -48,7 +48,7 @@ def _skills_index(spec: AgentSpec) -> str:
 def _subagents_index(spec: AgentSpec) -> str:
     if not spec.subagents:
         return ""
-    lines = ["Subagents: call delegate with a name and a task to hand work to one of them."]
+    lines = ["Subagents: call delegate with an agent name below and a self-contained task."]
     lines += [f"- {sub.name}: {sub.description}" for sub in spec.subagents]
     return "\n".join(lines)
 

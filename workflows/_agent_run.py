@@ -26,7 +26,12 @@ from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
 )
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from temporalio.workflow import ParentClosePolicy
 
@@ -55,7 +60,14 @@ with workflow.unsafe.imports_passed_through():
         ToolOutcome,
         Usage,
     )
-    from psych_runtime.specs import AgentSpec, HttpTool, system_prompt, version_hash
+    from psych_runtime.specs import (
+        AgentSpec,
+        HttpTool,
+        Version,
+        narrow,
+        system_prompt,
+        version_hash,
+    )
     from psych_runtime.workflows._records import (
         ABORT,
         AGENT_RUN,
@@ -160,6 +172,26 @@ BUILTIN_ASK_QUESTION = ToolDefinition(
 
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
 
+
+def _delegate_definition(spec: AgentSpec) -> ToolDefinition:
+    return ToolDefinition(
+        name="delegate",
+        description=(
+            "Hand a task to one of your subagents and wait for its answer. Give it "
+            "everything it needs in the task: it does not see this conversation."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [s.name for s in spec.subagents]},
+                "task": {"type": "string", "description": "The task, self-contained."},
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+    )
+
+
 _STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 _TENANT_KEY = SearchAttributeKey.for_keyword(SA_TENANT)
@@ -239,6 +271,7 @@ class AgentRun:
         self._follow_up: list[str] = []
         self._next_run: list[str] = []
         self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
+        self._delegations: dict[int, int] = {}
 
     # --- queries -------------------------------------------------------------------------
 
@@ -686,6 +719,8 @@ class AgentRun:
             builtins.append(BUILTIN_LOAD_SKILL)
         if spec.suspension.may_ask_questions:
             builtins.append(BUILTIN_ASK_QUESTION)
+        if spec.subagents:
+            builtins.append(_delegate_definition(spec))
         catalog: ToolCatalog = await workflow.execute_activity(
             TOOL_CATALOG,
             CatalogInput(
@@ -880,6 +915,8 @@ class AgentRun:
             return refusal
         if entry.name == "ask_question":
             return await self._ask(call, arguments)
+        if entry.name == "delegate":
+            return await self._delegate(turn, call, arguments)
         self._open_calls[call.id] = (turn, call.name)
         interruptible = self._interruptible_tool(call.name)
         task = asyncio.create_task(self._execute(turn, call, entry, arguments))
@@ -963,6 +1000,119 @@ class AgentRun:
             seconds,
         )
         return self._inline(call, "ok", answer.answer or "")
+
+    async def _delegate(
+        self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+    ) -> _ToolResult:
+        """Run a subagent as a child AgentRun; the parent is suspended (children) meanwhile.
+
+        The child's tools are its own narrowed to the parent's; its Version is hashed here
+        (deterministically) and travels whole, so a replayed parent starts the same child.
+        """
+        spec = self._spec
+        limits = spec.limits
+        name = str(arguments.get("agent", ""))
+        sub = next((s for s in spec.subagents if s.name == name), None)
+        if sub is None:
+            known = ", ".join(s.name for s in spec.subagents)
+            return self._inline(call, "error", f"no subagent named {name!r}; you have: {known}")
+        depth = self._input.depth + 1
+        if depth > limits.max_delegation_depth:
+            return self._inline(
+                call,
+                "error",
+                f"delegation depth {depth} would exceed max_delegation_depth "
+                f"({limits.max_delegation_depth}); do the task yourself",
+            )
+        started = self._delegations.get(turn, 0)
+        if started >= limits.max_fanout_per_turn:
+            return self._inline(
+                call,
+                "error",
+                f"not run: more than max_fanout_per_turn ({limits.max_fanout_per_turn}) "
+                "delegations in one turn",
+            )
+        self._delegations[turn] = started + 1
+        parent_tools = [t.name for t in spec.tools]
+        allowed = set(narrow([t.name for t in sub.spec.tools], permitted=parent_tools))
+        child_spec = sub.spec.model_copy(
+            update={"tools": tuple(t for t in sub.spec.tools if t.name in allowed)}
+        )
+        version = Version(
+            hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now()
+        )
+        index = sum(self._delegations.values())
+        run_id = f"{self._input.run_id}-sub{index}"
+        workflow_id = f"psych-{self._input.scope.tenant}-{run_id}"
+        attributes = None
+        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
+            attributes = TypedSearchAttributes(
+                [
+                    SearchAttributePair(_TENANT_KEY, self._input.scope.tenant),
+                    SearchAttributePair(_AGENT_KEY, child_spec.name),
+                    SearchAttributePair(_VERSION_KEY, version.hash),
+                    SearchAttributePair(_STATUS_KEY, RunStatus.RUNNING.value),
+                ]
+            )
+        child = await workflow.start_child_workflow(
+            AGENT_RUN,
+            AgentRunInput(
+                run_id=run_id,
+                version=version,
+                scope=self._input.scope,
+                messages=(str(arguments.get("task", "")),),
+                depth=depth,
+            ),
+            id=workflow_id,
+            result_type=RunResult,
+            search_attributes=attributes,
+            static_summary=f"subagent {name} of {self._input.run_id}",
+        )
+        seconds = spec.suspension.children_expires_seconds
+        item = Pending(
+            reason="children",
+            id=workflow_id,
+            call_id=call.id,
+            tool="delegate",
+            arguments=call.arguments,
+            expires_at=self._expires_at(seconds),
+        )
+        self._pending[item.id] = _Wait(item)
+        self._record(Suspended, pending=item)
+        self._show_status()
+        try:
+            await workflow.wait_condition(
+                lambda: child.done() or self._abort is not None,
+                timeout=seconds,
+                timeout_summary=f"subagent {name} expires",
+            )
+        except TimeoutError:
+            child.cancel()
+            self._expired.add(item.id)
+            self._record(SuspensionExpired, reason="children", id=item.id)
+            raise _Stop(
+                RunStatus.ABANDONED,
+                f"suspension_expired: subagent {workflow_id} did not finish within {seconds:g} s",
+            ) from None
+        finally:
+            del self._pending[item.id]
+            self._show_status()
+        if not child.done():
+            child.cancel()
+            raise _Stop(RunStatus.ABORTED, self._abort_reason())
+        try:
+            result: RunResult = child.result()
+        except ChildWorkflowError as err:
+            return self._inline(
+                call, "error", f"subagent {name} ({workflow_id}) failed: {_cause(err)}"
+            )
+        if result.status is RunStatus.COMPLETED:
+            return self._inline(call, "ok", result.answer or "")
+        return self._inline(
+            call,
+            "error",
+            f"subagent {name} ({workflow_id}) ended {result.status.value}: {result.reason}",
+        )
 
     async def _external(self, call: ToolCallRequest, outcome: ToolOutcome) -> _ToolResult:
         token = outcome.wait_token or call.id

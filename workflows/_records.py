@@ -142,6 +142,8 @@ class AgentRunInput(_Frozen):
     scope: Scope
     messages: tuple[str, ...] = Field(min_length=1)
     """The user's input message(s), in order."""
+    depth: int = Field(default=0, ge=0)
+    """Delegation depth: 0 for a Run a caller started, parent's + 1 for a subagent's."""
 
 
 class Totals(_Frozen):

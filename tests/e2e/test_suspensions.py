@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -390,3 +391,65 @@ async def test_next_run_starts_a_new_run_with_the_message(harness: Harness) -> N
     assert second.answer == "Your cart is empty."
     assert report.input == ("what is in my cart?",)
     assert report.version_hash == run.version_hash
+
+
+async def test_delegate_runs_a_subagent_as_a_child_run(harness: Harness) -> None:
+    @harness.registry.register
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return f"{term} = 42"
+
+    @harness.registry.register
+    def wipe() -> str:
+        """Wipe everything (only the researcher asks for it; the lead may not grant it)."""
+        return "wiped"
+
+    researcher = (
+        AgentBuilder("researcher", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup")
+        .tool("wipe")
+        .build()
+    )
+    spec = (
+        AgentBuilder("lead", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup")
+        .subagent("researcher", "Finds facts with the lookup tool.", researcher)
+        .build()
+    )
+    gate = asyncio.Event()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        tools = [t["function"]["name"] for t in body.get("tools", [])]
+        if "delegate" in tools:  # the lead
+            if messages[-1]["role"] == "user":
+                return Reply.tool_calls(
+                    ToolCall("delegate", {"agent": "researcher", "task": "what is x?"})
+                )
+            return Reply.text(f"lead: {messages[-1]['content']}")
+        if messages[-1]["role"] == "user":  # the researcher
+            return Reply.tool_calls(ToolCall("lookup", {"term": "x"}))
+        return Reply.text(messages[-1]["content"]) if gate.is_set() else Reply.error(503)
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "find x", scope=harness.scope)
+        state = await suspended(harness, run)
+        (pending,) = state.pending
+        assert pending.reason == "children"
+        assert pending.tool == "delegate"
+        child_state = await harness.client.status(pending.id, scope=harness.scope)
+        assert child_state.agent == "researcher"
+        gate.set()
+        result = await harness.client.result(run, scope=harness.scope)
+        child = await harness.client.report(pending.id, scope=harness.scope)
+    assert result.answer == "lead: x = 42"
+    assert child.input == ("what is x?",)
+    assert [c.tool for c in child.tool_calls] == ["lookup"]
+    assert child.status is RunStatus.COMPLETED
+    # The child's tools are its request narrowed to the parent's: no wipe.
+    child_calls = [r for r in harness.fake.requests if "delegate" not in str(r.get("tools"))]
+    offered = {t["function"]["name"] for t in child_calls[0]["tools"]}
+    assert offered == {"lookup", "read_tool_output"}
