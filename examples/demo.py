@@ -1,0 +1,292 @@
+"""`make demo`: the support agent end to end, in one process, on a real Temporal dev server.
+
+It starts, and stops again on the way out:
+
+- the embedded Temporal dev server (port 7233, or ``PSYCH_DEMO_PORT``, or any free port
+  when 7233 is taken);
+- a loopback HTTP server playing the payments API the ``issue_refund`` tool calls (port
+  8765, or ``PSYCH_DEMO_HTTP_PORT``, or any free port; the tool's URL follows it). It
+  checks the bearer token against ``PSYCH_SECRET_PAYMENTS_API_KEY``, which is set to a
+  demo value when unset, and the worker resolves the ``payments-api-key`` credential
+  from that same variable;
+- the scriptable fake model, scripted by ``support_model`` below to behave like a small
+  model: unless ``OPENAI_BASE_URL`` is set, in which case that endpoint (with
+  ``OPENAI_API_KEY``) serves ``PSYCH_DEMO_MODEL`` (default: the Spec's model);
+- a psych worker with the tools of ``examples/tools.py``.
+
+Then it publishes ``support-agent.yaml``, dispatches one Run and prints its records live
+and its report, exactly as ``psych run`` does. It exits 0 when the Run completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from psych_runtime.activities import (
+    Endpoint,
+    EnvSecretResolver,
+    FakeModel,
+    FileVersionStore,
+    LocalBlobStore,
+    ModelEndpoints,
+    Reply,
+    ToolCall,
+)
+from psych_runtime.specs import AgentSpec, Scope, ToolRegistry, parse_spec, spec_to_data
+from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
+from psych_runtime.workers._loading import load_object, load_spec_file
+from psych_runtime.workflows import PsychClient, RunStatus
+
+HERE = Path(__file__).resolve().parent
+SPEC_FILE = HERE / "support-agent.yaml"
+TOOLS = f"{HERE / 'tools.py'}:registry"
+MESSAGE = "Please refund order 42, it arrived broken."
+TASK_QUEUE = "psych-demo"
+TENANT = "demo"
+SECRET_VARIABLE = "PSYCH_SECRET_PAYMENTS_API_KEY"
+SPEC_HTTP_PORT = 8765
+
+
+# --- the scripted model -------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def support_model(body: dict[str, Any]) -> Reply:
+    """A small scripted support model, deciding from the conversation it is sent.
+
+    Finds the order id in the user's message, looks the order up, refunds it if it was
+    delivered, then answers in one sentence built from the tool results.
+    """
+    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+    user = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
+    found = re.search(r"order\s*(?:#|number|no\.?)?\s*(\w+)", user, re.IGNORECASE)
+    if found is None:
+        return Reply.text("Which order is this about? Please give me its number.")
+    order_id = found.group(1)
+    names = {
+        call.get("id"): call.get("function", {}).get("name")
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or ()
+    }
+    results = {
+        names.get(m.get("tool_call_id")): _text(m.get("content"))
+        for m in messages
+        if m.get("role") == "tool"
+    }
+    if "lookup_order" not in results:
+        return Reply.tool_calls(ToolCall("lookup_order", {"order_id": order_id}))
+    order = _json(results["lookup_order"])
+    if order.get("status") != "delivered":
+        status = order.get("status", "unknown")
+        return Reply.text(f"Order {order_id} is {status}, so I cannot refund it yet.")
+    if "issue_refund" not in results:
+        reason = "arrived broken" if "broken" in user.lower() else "customer request"
+        return Reply.tool_calls(ToolCall("issue_refund", {"order_id": order_id, "reason": reason}))
+    refund = _json(results["issue_refund"])
+    if not refund.get("refunded"):
+        return Reply.text(f"I could not refund order {order_id}: {results['issue_refund'][:200]}")
+    return Reply.text(
+        f"I refunded order {order_id} ({order.get('total', 'the full amount')}); "
+        f"refund {refund.get('refund_id', '')} is on its way to you."
+    )
+
+
+# --- the payments API ---------------------------------------------------------------------
+
+
+@contextmanager
+def payments_api(port: int) -> Iterator[str]:
+    """Serve ``POST /orders/{id}/refund`` on loopback; yield the base URL."""
+    refund_path = re.compile(r"^/orders/([^/]+)/refund$")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = _json(self.rfile.read(length).decode() if length else "")
+            expected = f"Bearer {os.environ.get(SECRET_VARIABLE, '')}"
+            matched = refund_path.match(self.path)
+            if self.headers.get("authorization") != expected:
+                self._answer(401, {"error": "invalid or missing bearer token"})
+            elif matched is None:
+                self._answer(404, {"error": f"no route for POST {self.path}"})
+            else:
+                order_id = matched.group(1)
+                self._answer(
+                    200,
+                    {
+                        "refunded": True,
+                        "order_id": order_id,
+                        "refund_id": f"rf-{order_id}",
+                        "reason": body.get("reason"),
+                    },
+                )
+
+        def _answer(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the Run's records already show every call
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="payments-api", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+# --- wiring -------------------------------------------------------------------------------
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        # As the servers do, so a port left in TIME_WAIT by a previous demo counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _port(variable: str, preferred: int) -> int:
+    """``$variable``, else ``preferred`` when free, else 0 (the OS picks one)."""
+    if os.environ.get(variable):
+        return int(os.environ[variable])
+    return preferred if _is_free(preferred) else 0
+
+
+def _example_spec() -> AgentSpec:
+    spec = load_spec_file(SPEC_FILE)
+    assert isinstance(spec, AgentSpec)
+    return spec
+
+
+@contextmanager
+def _stdout_to_devnull() -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null while a child process is started.
+
+    The dev server prints a banner on the standard output it inherits, late enough to land
+    in the middle of the Run's records; nothing else writes while it starts.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _demo_spec(example: AgentSpec, payments_url: str, model: str) -> AgentSpec:
+    """The example Spec, its HTTP tool pointed at ``payments_url`` and its model set."""
+    data = spec_to_data(example)
+    for tool in data["tools"]:
+        if tool["kind"] == "http":
+            tool["url"] = tool["url"].replace(f"http://127.0.0.1:{SPEC_HTTP_PORT}", payments_url)
+    data["model"]["model"] = model
+    spec = parse_spec(data, source=str(SPEC_FILE))
+    assert isinstance(spec, AgentSpec)
+    return spec
+
+
+async def main() -> int:
+    """Run the demo; the exit status is 0 when the Run completed."""
+    os.environ.setdefault(SECRET_VARIABLE, "demo-payments-key")
+    registry = load_object(TOOLS)
+    assert isinstance(registry, ToolRegistry)
+    real_model = bool(os.environ.get("OPENAI_BASE_URL"))
+    dev_port = _port("PSYCH_DEMO_PORT", 7233)
+    with _stdout_to_devnull():
+        env = await start_dev_server(port=dev_port or None)
+    try:
+        async with AsyncExitStack() as stack:
+            payments_url = stack.enter_context(
+                payments_api(_port("PSYCH_DEMO_HTTP_PORT", SPEC_HTTP_PORT))
+            )
+            example = _example_spec()
+            model = example.model.model
+            if real_model:
+                model = os.environ.get("PSYCH_DEMO_MODEL") or model
+                endpoints = ModelEndpoints.from_env()
+                serving = f"{model} at {os.environ['OPENAI_BASE_URL']}"
+            else:
+                fake = await stack.enter_async_context(FakeModel(models=(model,)))
+                fake.responder = support_model
+                endpoints = ModelEndpoints(default=Endpoint(fake.base_url, "demo-model-key"))
+                serving = f"the scripted fake model as {model} (set OPENAI_BASE_URL for a real one)"
+            spec = _demo_spec(example, payments_url, model)
+            home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="psych-demo-")))
+            settings = WorkerSettings(
+                task_queue=TASK_QUEUE,
+                registry=registry,
+                blobs=LocalBlobStore(home / "blobs"),
+                endpoints=endpoints,
+                secrets=EnvSecretResolver(),
+            )
+            await stack.enter_async_context(run_worker(env.client, settings))
+            print(f"Temporal dev server at {env.client.service_client.config.target_host}")
+            print(f"payments API at {payments_url}")
+            print(f"model: {serving}")
+            client = PsychClient(
+                env.client,
+                store=FileVersionStore(home / "versions"),
+                task_queue=TASK_QUEUE,
+                registry=registry,
+            )
+            version = client.publish(spec)
+            print(f"published {spec.name} {version.hash}")
+            print(f"input: {MESSAGE}\n", flush=True)
+            scope = Scope(tenant=TENANT)
+            run = await client.dispatch(version, MESSAGE, scope=scope)
+            report = await follow_run(client, run, scope=scope)
+    finally:
+        await env.shutdown()
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(asyncio.run(main()))
+    except KeyboardInterrupt:
+        sys.exit(130)

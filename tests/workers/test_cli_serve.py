@@ -1,0 +1,99 @@
+"""``psych worker`` and ``psych dev`` as real child processes, stopped by signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import pytest
+
+from psych_runtime.activities import Reply, ToolCall
+
+from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
+
+PSYCH = (sys.executable, "-m", "psych_runtime.workers._cli")
+
+
+def script_lookup(cli: Cli) -> None:
+    cli.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "7"})),
+        Reply.text("Order 7 was delivered."),
+    )
+
+
+async def stop(child: asyncio.subprocess.Process, signum: int) -> tuple[int, str, str]:
+    child.send_signal(signum)
+    async with asyncio.timeout(20):
+        out, err = await child.communicate()
+    assert child.returncode is not None
+    return child.returncode, out.decode(), err.decode()
+
+
+async def test_worker_serves_runs_until_sigint(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_lookup(cli)
+    # The server comes from Temporal's environment configuration, the wiring from PSYCH_*
+    # (and --tools overrides PSYCH_TOOLS).
+    env = cli.child_env(
+        TEMPORAL_ADDRESS=cli.address,
+        PSYCH_TASK_QUEUE=cli.task_queue,
+        PSYCH_TOOLS="no_such_module:registry",
+    )
+    child = await spawn([*PSYCH, "worker", "--tools", TOOLS_REF], env, cli.home)
+    assert child.stdout is not None
+    try:
+        started = await read_until(child.stdout, "Ctrl-C to stop")
+        assert f"worker polling task queue {cli.task_queue!r} at {cli.address}" in started
+        status, out, err = await psych(capsys, *cli.run_args("--input", "Where is order 7?"))
+        assert status == 0, out + err
+        assert "answer:       Order 7 was delivered." in out
+    finally:
+        code, rest, errors = await stop(child, signal.SIGINT)
+    assert code == 0, errors
+    assert rest.strip() == "worker stopped"
+    assert "Traceback" not in errors
+
+
+async def test_dev_runs_a_server_and_a_worker_until_sigterm(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_lookup(cli)
+    port = free_port()
+    env = cli.child_env(PSYCH_TOOLS=TOOLS_REF)
+    child = await spawn([*PSYCH, "dev", "--port", str(port)], env, cli.home)
+    assert child.stdout is not None
+    try:
+        started = await read_until(child.stdout, "Ctrl-C to stop")
+        assert f"Temporal dev server at 127.0.0.1:{port}\n" in started
+        assert "worker polling task queue 'psych'" in started
+
+        # A second dev server on the same port is refused instead of joining the first.
+        status, _, err = await psych(capsys, "dev", "--port", str(port))
+        assert status == 1
+        assert err.startswith(f"psych: port {port} on 127.0.0.1 is in use")
+
+        argv = [
+            "run",
+            str(cli.spec_file),
+            "--input",
+            "Where is order 7?",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--tools",
+            TOOLS_REF,
+            "--store",
+            str(cli.home / "versions"),
+        ]
+        status, out, err = await psych(capsys, *argv)
+        assert status == 0, out + err
+        assert "on task queue 'psych'" in out and "settled completed: answered" in out
+        assert "Traceback" not in err
+    finally:
+        code, rest, errors = await stop(child, signal.SIGTERM)
+    assert code == 0, errors
+    assert "worker and dev server stopped" in rest
+    # Its server is gone with it.
+    status, _, err = await psych(capsys, "list", "--address", f"127.0.0.1:{port}")
+    assert status == 1 and "cannot connect" in err

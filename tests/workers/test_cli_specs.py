@@ -1,0 +1,90 @@
+"""``psych validate`` and ``psych publish``: exit codes, every problem, no tracebacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import psych_runtime.workers as workers
+from psych_runtime.workers._cli import main
+
+from .conftest import SUPPORT_SPEC, TOOLS_REF
+
+
+def test_public_names_are_sorted_and_exist() -> None:
+    assert workers.__all__ == sorted(workers.__all__)
+    assert {"follow_run", "format_record", "format_report"} <= set(workers.__all__)
+    assert all(hasattr(workers, name) for name in workers.__all__)
+
+
+def test_validate_a_valid_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(SUPPORT_SPEC), "--registry", TOOLS_REF]) == 0
+    assert capsys.readouterr().out.strip() == f"{SUPPORT_SPEC}: valid"
+
+
+def test_validate_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "two.yaml"
+    spec.write_text(
+        "kind: agent\nname: two\nmodel: {model: m}\n"
+        "tools:\n  - {kind: code, name: alpha}\n  - {kind: code, name: beta}\n"
+    )
+    assert main(["validate", str(spec), "--known-model", "other"]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}: tools[alpha]: code tool 'alpha' is not registered" in err
+    assert f"{spec}: tools[beta]: code tool 'beta' is not registered" in err
+    assert f"{spec}: model.model: unknown model 'm'" in err
+    assert f"{spec}: 3 problem(s); not valid" in err
+
+
+def test_malformed_yaml_names_line_and_column_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("kind: agent\nname: [oops\nmodel: {model: m}\n")
+    assert main(["validate", str(spec)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1
+    assert "line 3, column 6" in captured.err
+    assert "Traceback" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["validate", "no/such/spec.yaml"], "cannot read"),
+        (["validate", str(SUPPORT_SPEC), "--registry", "no_such_module:registry"], "cannot import"),
+        (["validate", str(SUPPORT_SPEC), "--registry", "no_colon"], "module:attribute"),
+    ],
+)
+def test_errors_are_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("psych: ") and err.count("\n") == 1
+    assert message in err
+
+
+def test_publish_twice_prints_the_same_hash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "versions"
+    argv = ["publish", str(SUPPORT_SPEC), "--registry", TOOLS_REF, "--store", str(store)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    second = capsys.readouterr().out
+    assert first == second
+    assert first.startswith("sha256:") and " agent support " in first
+    digest = first.split()[0].removeprefix("sha256:")
+    assert [p.name for p in store.iterdir()] == [f"{digest}.json"]
+
+
+def test_publish_refuses_an_invalid_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "versions"
+    assert main(["publish", str(SUPPORT_SPEC), "--store", str(store)]) == 1
+    assert "code tool 'lookup_order' is not registered" in capsys.readouterr().err
+    assert not store.exists()

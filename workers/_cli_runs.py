@@ -1,0 +1,240 @@
+"""``psych run``, ``status``, ``report`` and ``list``: driving Runs through a Temporal server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
+
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentSpec, PsychError, Scope
+from psych_runtime.workers._cli_specs import DEFAULT_STORE, checked_spec, load_registry
+from psych_runtime.workers._console import follow_run, format_report, format_state
+from psych_runtime.workers._worker import connect
+from psych_runtime.workflows import PsychClient, RunStatus
+
+_OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
+
+
+def temporal_target(args: argparse.Namespace) -> str:
+    """The server address a command connects to: ``--address``, else Temporal's env config."""
+    if args.address:
+        return str(args.address)
+    config = ClientConfig.load_client_connect_config()
+    return str(config.get("target_host") or "localhost:7233")
+
+
+async def temporal_client(args: argparse.Namespace) -> Client:
+    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration.
+
+    Raises:
+        PsychError: the server cannot be reached (one line, no traceback).
+    """
+    try:
+        return await connect(args.address, namespace=args.namespace)
+    except RuntimeError as err:
+        # The SDK's bridge reports connection failures as a RuntimeError carrying a long
+        # transport-level chain; its OS message ("Connection refused") says it best.
+        text = str(err)
+        found = _OS_MESSAGE.search(text)
+        reason = found.group(1) if found else text.removeprefix("Failed client connect: ")
+        # After a failed connect the SDK's Rust side still calls back into Python shortly;
+        # if the interpreter is finalizing by then, it aborts with "Fatal Python error:
+        # PyGILState_Release" (temporalio/sdk-python#300). Letting the loop run a moment
+        # longer absorbs the callback (measured: aborts in most exits without, none with).
+        await asyncio.sleep(0.1)
+        raise PsychError(
+            f"cannot connect to Temporal at {temporal_target(args)}: {reason} "
+            "(is a server running? `psych dev` starts one)"
+        ) from err
+
+
+def scope_of(args: argparse.Namespace) -> Scope:
+    """The caller's Scope from ``--tenant``."""
+    try:
+        return Scope(tenant=args.tenant)
+    except ValidationError as err:
+        raise PsychError(
+            f"invalid tenant {args.tenant!r}: use letters, digits, '_' and '.' only"
+        ) from err
+
+
+async def _has_worker(client: Client, task_queue: str) -> bool:
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    response = await client.workflow_service.describe_task_queue(request)
+    return len(response.pollers) > 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
+    spec = checked_spec(args.file, registry)
+    if spec is None:
+        return 1
+    if not isinstance(spec, AgentSpec):
+        raise PsychError(f"{args.file}: {spec.name} is a workflow Spec; `psych run` runs agents")
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    client = PsychClient(
+        temporal, store=FileVersionStore(args.store), task_queue=args.task_queue, registry=registry
+    )
+    version = client.publish(spec)
+    if not await _has_worker(temporal, args.task_queue):
+        print(
+            f"psych: no worker polls task queue {args.task_queue!r} yet; the Run waits for one "
+            "(start one with `psych worker` or `psych dev`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    run = await client.dispatch(
+        version, args.input, scope=scope, idempotency_key=args.idempotency_key
+    )
+    try:
+        report = await follow_run(client, run, scope=scope, json_report=args.json)
+    except asyncio.CancelledError:
+        print(
+            f"psych: stopped following {run.workflow_id}; the Run goes on "
+            f"(`psych status {run.workflow_id} --tenant {scope.tenant}`)",
+            file=sys.stderr,
+        )
+        raise
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Publish a Spec, dispatch a Run, print its records live and then its report.
+
+    Exits 0 when the Run completed, 1 otherwise.
+    """
+    return asyncio.run(_run(args))
+
+
+def _reader(temporal: Client) -> PsychClient:
+    # Reading Runs never touches the version store; the default one is never written.
+    return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE))
+
+
+async def _status(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client = _reader(await temporal_client(args))
+    state = await client.status(args.run_id, scope=scope)
+    print(state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print a Run's current state (the ``psych.state`` query)."""
+    return asyncio.run(_status(args))
+
+
+async def _report(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client = _reader(await temporal_client(args))
+    report = await client.report(args.run_id, scope=scope)
+    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a Run's report (summary, or JSON with ``--json``)."""
+    return asyncio.run(_report(args))
+
+
+async def _list(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client = _reader(await temporal_client(args))
+    runs = await client.list(scope=scope, agent=args.agent, status=args.status, limit=args.limit)
+    if not runs:
+        print(f"no Runs for tenant {scope.tenant!r}", file=sys.stderr)
+        return 0
+    rows = [("RUN ID", "AGENT", "STATUS", "STARTED")] + [
+        (
+            run.workflow_id,
+            run.agent or "-",
+            run.status or "-",
+            run.started_at.isoformat(timespec="seconds") if run.started_at else "-",
+        )
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*padded, row[-1]]))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List the tenant's Runs, newest first."""
+    return asyncio.run(_list(args))
+
+
+def add_run_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    connection: argparse.ArgumentParser,
+    store: argparse.ArgumentParser,
+) -> None:
+    """Add ``run``, ``status``, ``report`` and ``list`` to ``psych``."""
+    tenant = argparse.ArgumentParser(add_help=False)
+    tenant.add_argument(
+        "--tenant",
+        default=os.environ.get("PSYCH_TENANT", "default"),
+        help="the tenant the Runs belong to (env PSYCH_TENANT, default 'default')",
+    )
+    parents = [connection, tenant]
+
+    run = commands.add_parser(
+        "run",
+        parents=[*parents, store],
+        help="publish a Spec, run it, print its records and report",
+    )
+    run.add_argument("file", help="agent Spec file (.yaml, .yml or .json)")
+    run.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="TEXT",
+        help="the user's message (repeat for several messages)",
+    )
+    run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
+    run.add_argument(
+        "--tools",
+        help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
+        "(env PSYCH_TOOLS)",
+    )
+    run.add_argument(
+        "--task-queue",
+        default=os.environ.get("PSYCH_TASK_QUEUE", "psych"),
+        help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
+    )
+    run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.set_defaults(func=cmd_run)
+
+    state = commands.add_parser("status", parents=parents, help="print a Run's current state")
+    state.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    state.add_argument("--json", action="store_true", help="print the state as JSON")
+    state.set_defaults(func=cmd_status)
+
+    report = commands.add_parser("report", parents=parents, help="print a Run's report")
+    report.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    report.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    report.set_defaults(func=cmd_report)
+
+    listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")
+    listing.add_argument("--agent", help="only Runs of this agent")
+    listing.add_argument(
+        "--status", choices=[status.value for status in RunStatus], help="only Runs in this status"
+    )
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.set_defaults(func=cmd_list)

@@ -1,0 +1,125 @@
+"""``psych worker`` and ``psych dev``: long-running processes stopped by SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+
+from psych_runtime.specs import PsychError
+from psych_runtime.workers._cli_runs import temporal_client, temporal_target
+from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._worker import WorkerSettings, run_worker
+
+
+async def until_signalled() -> None:
+    """Return when the process receives SIGINT or SIGTERM."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+def settings_from(args: argparse.Namespace) -> WorkerSettings:
+    """``WorkerSettings.from_env`` with the command line's overrides applied."""
+    environ = dict(os.environ)
+    if args.tools:
+        environ["PSYCH_TOOLS"] = args.tools
+    if args.task_queue:
+        environ["PSYCH_TASK_QUEUE"] = args.task_queue
+    return WorkerSettings.from_env(environ)
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    client = await temporal_client(args)
+    async with run_worker(client, settings):
+        print(
+            f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
+            f"(namespace {client.namespace}); Ctrl-C to stop",
+            flush=True,
+        )
+        await until_signalled()
+    print("worker stopped", flush=True)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run a psych worker until SIGINT or SIGTERM."""
+    return asyncio.run(_worker(args))
+
+
+async def _dev(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    ui_port = args.ui_port if args.ui_port is not None else args.port + 1000
+    try:
+        env = await start_dev_server(
+            port=args.port, ui=args.ui, ui_port=ui_port if args.ui else None, db_file=args.db
+        )
+    except RuntimeError as err:
+        raise PsychError(
+            f"cannot start the Temporal dev server on port {args.port}: {err}"
+        ) from err
+    try:
+        async with run_worker(env.client, settings):
+            print(f"Temporal dev server at {env.client.service_client.config.target_host}")
+            if args.ui:
+                print(f"Temporal UI at http://127.0.0.1:{ui_port}")
+            print(f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop", flush=True)
+            await until_signalled()
+    finally:
+        await env.shutdown()
+    print("worker and dev server stopped", flush=True)
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Run the embedded Temporal dev server and a worker until SIGINT or SIGTERM."""
+    return asyncio.run(_dev(args))
+
+
+def add_serve_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    connection: argparse.ArgumentParser,
+) -> None:
+    """Add ``worker`` and ``dev`` to ``psych``."""
+    wiring = argparse.ArgumentParser(add_help=False)
+    wiring.add_argument(
+        "--tools",
+        help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
+        "(overrides PSYCH_TOOLS)",
+    )
+    wiring.add_argument(
+        "--task-queue", help="the task queue to poll (overrides PSYCH_TASK_QUEUE, default psych)"
+    )
+
+    worker = commands.add_parser(
+        "worker",
+        parents=[connection, wiring],
+        help="run a worker against a Temporal server",
+        description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
+        "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
+        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
+        "OPENAI_BASE_URL and OPENAI_API_KEY.",
+    )
+    worker.set_defaults(func=cmd_worker)
+
+    dev = commands.add_parser(
+        "dev",
+        parents=[wiring],
+        help="run a local Temporal dev server and a worker",
+        description="Start the embedded Temporal dev server and a worker in this process; "
+        "stop both on SIGINT/SIGTERM.",
+    )
+    dev.add_argument("--port", type=int, default=7233, help="the server's port (default 7233)")
+    dev.add_argument("--ui", action="store_true", help="also serve the Temporal web UI")
+    dev.add_argument("--ui-port", type=int, help="the UI's port (default: --port + 1000)")
+    dev.add_argument("--db", metavar="FILE", help="keep the server's state in this SQLite file")
+    dev.set_defaults(func=cmd_dev)

@@ -1,0 +1,172 @@
+"""Printing Runs for people: one line per record, and a report summary.
+
+``psych run`` and ``examples/demo.py`` both print through ``follow_run``, so what the demo
+shows is exactly what the command shows.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from psych_runtime.specs import Scope
+from psych_runtime.workflows import (
+    ModelCallFailed,
+    ModelCallFinished,
+    ModelCallStarted,
+    PsychClient,
+    RunAdmitted,
+    RunHandle,
+    RunReport,
+    RunSettled,
+    RunState,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolWithheld,
+    Totals,
+    TurnStarted,
+)
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f} ms"
+
+
+def format_record(record: Any) -> str:
+    """One readable progress line for a Record (``Record`` union member)."""
+    if isinstance(record, RunAdmitted):
+        said = _short(" / ".join(record.messages), 80)
+        return f"run admitted: agent {record.agent} ({record.version_hash[:19]}), input {said!r}"
+    if isinstance(record, TurnStarted):
+        return f"turn {record.turn}"
+    if isinstance(record, ModelCallStarted):
+        attempt = f" (attempt {record.attempt})" if record.attempt > 1 else ""
+        return f"  model call {record.model}{attempt} ..."
+    if isinstance(record, ModelCallFinished):
+        if record.tool_calls:
+            names = ", ".join(call.get("name", "?") for call in record.tool_calls)
+            said = f"{len(record.tool_calls)} tool call(s): {names}"
+        else:
+            said = f"text {_short(record.text, 80)!r}"
+        usage = record.usage
+        return (
+            f"  model call {record.model} -> {said} "
+            f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
+            f"{_ms(record.latency.duration_ms)}]"
+        )
+    if isinstance(record, ModelCallFailed):
+        kind = "transient" if record.transient else "permanent"
+        status = f", HTTP {record.status}" if record.status is not None else ""
+        retry = f", retry after {record.retry_after:g} s" if record.retry_after is not None else ""
+        left = f"; {record.budget_left} retries left" if record.transient else ""
+        said = _short(record.message)
+        return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
+    if isinstance(record, ToolCallStarted):
+        return f"  tool call {record.tool}({_short(record.arguments, 80)}) ..."
+    if isinstance(record, ToolCallFinished):
+        took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
+        return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
+    if isinstance(record, ToolWithheld):
+        return f"  tool {record.tool} withheld after {record.failures} failures in a row"
+    if isinstance(record, RunSettled):
+        return f"settled {record.status}: {record.reason}"
+    return f"  {getattr(record, 'kind', type(record).__name__)}"
+
+
+def _field(name: str, value: object) -> str:
+    text = str(value).replace("\n", "\n" + " " * 14)
+    return f"{name + ':':<13} {text}"
+
+
+def _totals_lines(totals: Totals | None) -> list[str]:
+    if totals is None:
+        return [_field("totals", "not settled yet")]
+    usage = totals.usage
+    return [
+        _field("turns", totals.turns),
+        _field(
+            "usage",
+            f"{usage.input_tokens} input, {usage.output_tokens} output, "
+            f"{usage.cache_read_tokens} cache read, {usage.cache_write_tokens} cache write, "
+            f"{usage.reasoning_tokens} reasoning tokens",
+        ),
+        _field("cost", "unknown" if totals.cost is None else f"{totals.cost:.6f}"),
+    ]
+
+
+def format_report(report: RunReport) -> str:
+    """The summary of a report: status, reason, answer, counts, usage and cost."""
+    failed = sum(1 for call in report.model_calls if not call.ok)
+    by_status: dict[str, int] = {}
+    for call in report.tool_calls:
+        key = call.status or "open"
+        by_status[key] = by_status.get(key, 0) + 1
+    counts = ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
+    lines = [
+        _field("run", report.workflow_id),
+        _field("agent", f"{report.agent} ({report.version_hash})"),
+        _field("status", report.status),
+        _field("reason", report.reason or "-"),
+        _field("answer", report.answer or "-"),
+        _field("model calls", f"{len(report.model_calls)} ({failed} failed)"),
+        _field("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
+        *_totals_lines(report.totals),
+    ]
+    return "\n".join(lines)
+
+
+def format_state(workflow_id: str, state: RunState) -> str:
+    """The answer of the state query, for ``psych status``."""
+    lines = [
+        _field("run", workflow_id),
+        _field("agent", f"{state.agent} ({state.version_hash})"),
+        _field("status", state.status),
+        _field("reason", state.reason or "-"),
+        _field("answer", state.answer or "-"),
+        _field("turn", state.turn),
+        _field("records", state.last_seq),
+        _field("model calls", state.totals.model_calls),
+        _field("tool calls", state.totals.tool_calls),
+    ]
+    if state.withheld_tools:
+        lines.append(_field("withheld", ", ".join(state.withheld_tools)))
+    return "\n".join(lines)
+
+
+async def follow_run(
+    client: PsychClient,
+    run: RunHandle | str,
+    *,
+    scope: Scope,
+    out: TextIO | None = None,
+    json_report: bool = False,
+) -> RunReport:
+    """Print a Run's records as they arrive, then its report; return the report.
+
+    Args:
+        client: the client the Run is reached through.
+        run: the Run (handle or workflow id).
+        scope: the caller's Scope (must own the Run).
+        out: where to print (standard output by default).
+        json_report: print the report as JSON; progress lines then go to standard error,
+            so ``out`` holds one JSON document.
+    """
+    out = sys.stdout if out is None else out
+    progress = sys.stderr if json_report else out
+    workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
+    print(f"Run {workflow_id} on task queue {client.task_queue!r}", file=progress, flush=True)
+    async for record in client.stream(run, scope=scope):
+        print(format_record(record), file=progress, flush=True)
+    report = await client.report(run, scope=scope)
+    if json_report:
+        print(report.model_dump_json(indent=2), file=out, flush=True)
+    else:
+        print(file=out)
+        print(format_report(report), file=out, flush=True)
+    return report
