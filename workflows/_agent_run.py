@@ -20,12 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributeKey,
-    SearchAttributePair,
-    TypedSearchAttributes,
-)
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -74,11 +69,8 @@ with workflow.unsafe.imports_passed_through():
         QUERY_RECORDS,
         QUERY_STATE,
         RESUME,
-        SA_AGENT,
         SA_STATUS,
         SA_SUSPENSION,
-        SA_TENANT,
-        SA_VERSION,
         STEER,
         AbortInput,
         AbortRequested,
@@ -108,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         ToolWithheld,
         Totals,
         TurnStarted,
+        run_search_attributes,
     )
 
 DEADLINE_GRACE_SECONDS = 30.0
@@ -194,9 +187,6 @@ def _delegate_definition(spec: AgentSpec) -> ToolDefinition:
 
 _STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
-_TENANT_KEY = SearchAttributeKey.for_keyword(SA_TENANT)
-_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
-_VERSION_KEY = SearchAttributeKey.for_keyword(SA_VERSION)
 
 
 @dataclass
@@ -558,35 +548,51 @@ class AgentRun:
             ]
         )
 
-    async def _start_next_run(self, index: int, message: str) -> None:
-        """Start a Run of the same Version with a queued next-run message (not a child:
-        it outlives this Run, so the parent-close policy abandons it)."""
-        run_id = f"{self._input.run_id}-next{index}"
+    async def _start_run(
+        self,
+        run_id: str,
+        version: Version,
+        message: str,
+        *,
+        depth: int,
+        summary: str,
+        parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
+        """Start another AgentRun of this tenant as a child workflow."""
         workflow_id = f"psych-{self._input.scope.tenant}-{run_id}"
         attributes = None
         if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
-            attributes = TypedSearchAttributes(
-                [
-                    SearchAttributePair(_TENANT_KEY, self._input.scope.tenant),
-                    SearchAttributePair(_AGENT_KEY, self._input.version.spec.name),
-                    SearchAttributePair(_VERSION_KEY, self._input.version.hash),
-                    SearchAttributePair(_STATUS_KEY, RunStatus.RUNNING.value),
-                ]
+            attributes = run_search_attributes(
+                self._input.scope.tenant, version.spec.name, version.hash
             )
-        await workflow.start_child_workflow(
+        return await workflow.start_child_workflow(
             AGENT_RUN,
             AgentRunInput(
                 run_id=run_id,
-                version=self._input.version,
+                version=version,
                 scope=self._input.scope,
                 messages=(message,),
+                depth=depth,
             ),
             id=workflow_id,
-            parent_close_policy=ParentClosePolicy.ABANDON,
+            result_type=RunResult,
+            parent_close_policy=parent_close_policy,
             search_attributes=attributes,
-            static_summary=f"next Run of {self._input.run_id}",
+            static_summary=summary,
         )
-        self._record(NextRunStarted, workflow_id=workflow_id, message=message)
+
+    async def _start_next_run(self, index: int, message: str) -> None:
+        """Start a Run of the same Version with a queued next-run message. It outlives this
+        Run, so the parent-close policy abandons it rather than terminating it."""
+        child = await self._start_run(
+            f"{self._input.run_id}-next{index}",
+            self._input.version,
+            message,
+            depth=self._input.depth,
+            summary=f"next Run of {self._input.run_id}",
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        self._record(NextRunStarted, workflow_id=child.id, message=message)
 
     # --- suspensions ---------------------------------------------------------------------
 
@@ -1042,32 +1048,14 @@ class AgentRun:
             hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now()
         )
         index = sum(self._delegations.values())
-        run_id = f"{self._input.run_id}-sub{index}"
-        workflow_id = f"psych-{self._input.scope.tenant}-{run_id}"
-        attributes = None
-        if workflow.info().typed_search_attributes.get(_STATUS_KEY) is not None:
-            attributes = TypedSearchAttributes(
-                [
-                    SearchAttributePair(_TENANT_KEY, self._input.scope.tenant),
-                    SearchAttributePair(_AGENT_KEY, child_spec.name),
-                    SearchAttributePair(_VERSION_KEY, version.hash),
-                    SearchAttributePair(_STATUS_KEY, RunStatus.RUNNING.value),
-                ]
-            )
-        child = await workflow.start_child_workflow(
-            AGENT_RUN,
-            AgentRunInput(
-                run_id=run_id,
-                version=version,
-                scope=self._input.scope,
-                messages=(str(arguments.get("task", "")),),
-                depth=depth,
-            ),
-            id=workflow_id,
-            result_type=RunResult,
-            search_attributes=attributes,
-            static_summary=f"subagent {name} of {self._input.run_id}",
+        child = await self._start_run(
+            f"{self._input.run_id}-sub{index}",
+            version,
+            str(arguments.get("task", "")),
+            depth=depth,
+            summary=f"subagent {name} of {self._input.run_id}",
         )
+        workflow_id = child.id
         seconds = spec.suspension.children_expires_seconds
         item = Pending(
             reason="children",

@@ -26,7 +26,6 @@ from temporalio.client import (
 )
 from temporalio.common import (
     SearchAttributeKey,
-    SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
@@ -75,13 +74,13 @@ from psych_runtime.workflows._records import (
     RunState,
     RunStatus,
     SteerInput,
+    run_search_attributes,
 )
 from psych_runtime.workflows._report import RunReport, build_report
 
 DEFAULT_TASK_QUEUE = "psych"
 _PREFIX = "psych-"
 
-_TENANT = SearchAttributeKey.for_keyword(SA_TENANT)
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
@@ -243,15 +242,10 @@ class PsychClient:
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(_TENANT, scope.tenant),
-                        SearchAttributePair(_AGENT, version.spec.name),
-                        SearchAttributePair(_VERSION, version.hash),
-                        SearchAttributePair(_STATUS, RunStatus.RUNNING.value),
-                    ]
+                search_attributes=(
+                    run_search_attributes(scope.tenant, version.spec.name, version.hash)
                     if self.search_attributes
-                    else []
+                    else TypedSearchAttributes.empty
                 ),
                 static_summary=f"agent {version.spec.name} ({version.hash[:19]})",
             )
@@ -440,35 +434,26 @@ class PsychClient:
         self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
     ) -> ResumeResult:
         """Approve a pending tool call; it runs."""
-        return await self.resume(
-            run,
-            ResumeInput(
-                reason="approval",
-                id=call_id,
-                tenant=scope.tenant,
-                by=scope.principal,
-                approved=True,
-                note=note,
-            ),
-            scope=scope,
-        )
+        return await self._decide(run, call_id, True, scope, note)
 
     async def deny(
         self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
     ) -> ResumeResult:
         """Reject a pending tool call; it settles rejected and the model is told (with note)."""
-        return await self.resume(
-            run,
-            ResumeInput(
-                reason="approval",
-                id=call_id,
-                tenant=scope.tenant,
-                by=scope.principal,
-                approved=False,
-                note=note,
-            ),
-            scope=scope,
+        return await self._decide(run, call_id, False, scope, note)
+
+    async def _decide(
+        self, run: RunHandle | str, call_id: str, approved: bool, scope: Scope, note: str | None
+    ) -> ResumeResult:
+        request = ResumeInput(
+            reason="approval",
+            id=call_id,
+            tenant=scope.tenant,
+            by=scope.principal,
+            approved=approved,
+            note=note,
         )
+        return await self.resume(run, request, scope=scope)
 
     async def answer(
         self, run: RunHandle | str, call_id: str, text: str, *, scope: Scope

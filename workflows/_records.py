@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from psych_runtime.activities._payloads import Latency, Usage
 from psych_runtime.specs import Scope, Version
@@ -36,6 +37,18 @@ SA_STATUS = "PsychStatus"
 SA_SUSPENSION = "PsychSuspension"
 SEARCH_ATTRIBUTES = (SA_TENANT, SA_AGENT, SA_VERSION, SA_STATUS, SA_SUSPENSION)
 """Keyword search attributes a namespace must have registered for listing Runs."""
+
+
+def run_search_attributes(tenant: str, agent: str, version_hash: str) -> TypedSearchAttributes:
+    """The search attributes a Run starts with (status ``running``)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_TENANT), tenant),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_AGENT), agent),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_VERSION), version_hash),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATUS), "running"),
+        ]
+    )
 
 
 class _Frozen(BaseModel):
