@@ -12,10 +12,15 @@ It starts, and stops again on the way out:
 - the scriptable fake model, scripted by ``support_model`` below to behave like a small
   model: unless ``OPENAI_BASE_URL`` is set, in which case that endpoint (with
   ``OPENAI_API_KEY``) serves ``PSYCH_DEMO_MODEL`` (default: the Spec's model);
-- a psych worker with the tools of ``examples/tools.py``.
+- a psych worker with the tools of ``examples/tools.py`` whose Policy asks a person to
+  approve every ``issue_refund`` call (``RulePolicy(tools={"issue_refund": "ask"})``, what
+  ``psych worker --ask issue_refund`` builds).
 
 Then it publishes ``support-agent.yaml``, dispatches one Run and prints its records live
-and its report, exactly as ``psych run`` does. It exits 0 when the Run completed.
+and its report, exactly as ``psych run`` does. When the Run suspends on the refund's
+approval, the demo prints the command an operator would run (``psych approve <run> <call
+id>``) and approves the call itself, as operator ``ops``, through ``PsychClient.approve``;
+the refund then runs. It exits 0 when the Run completed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,12 +47,13 @@ from psych_runtime.activities import (
     LocalBlobStore,
     ModelEndpoints,
     Reply,
+    RulePolicy,
     ToolCall,
 )
 from psych_runtime.specs import AgentSpec, Scope, ToolRegistry, parse_spec, spec_to_data
 from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
 from psych_runtime.workers._loading import load_object, load_spec_file
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended
 
 HERE = Path(__file__).resolve().parent
 SPEC_FILE = HERE / "support-agent.yaml"
@@ -55,6 +61,8 @@ TOOLS = f"{HERE / 'tools.py'}:registry"
 MESSAGE = "Please refund order 42, it arrived broken."
 TASK_QUEUE = "psych-demo"
 TENANT = "demo"
+OPERATOR = "ops"
+ASK_BEFORE = "issue_refund"
 SECRET_VARIABLE = "PSYCH_SECRET_PAYMENTS_API_KEY"
 SPEC_HTTP_PORT = 8765
 
@@ -218,6 +226,24 @@ def _stdout_to_devnull() -> Iterator[None]:
         os.close(devnull)
 
 
+def _approver(client: PsychClient, run: RunHandle) -> Callable[[Any], Awaitable[None]]:
+    """What ``follow_run`` calls with each record: approve the refund once it waits."""
+    operator = Scope(tenant=TENANT, principal=OPERATOR)
+
+    async def on_record(record: Any) -> None:
+        if not isinstance(record, Suspended) or record.pending.reason != "approval":
+            return
+        call_id = record.pending.id
+        print(
+            f"    (the demo approves {call_id} itself, as operator {OPERATOR!r}, "
+            "through PsychClient.approve)",
+            flush=True,
+        )
+        await client.approve(run, call_id, scope=operator, note="order checked, refund it")
+
+    return on_record
+
+
 def _demo_spec(example: AgentSpec, payments_url: str, model: str) -> AgentSpec:
     """The example Spec, its HTTP tool pointed at ``payments_url`` and its model set."""
     data = spec_to_data(example)
@@ -263,11 +289,13 @@ async def main() -> int:
                 blobs=LocalBlobStore(home / "blobs"),
                 endpoints=endpoints,
                 secrets=EnvSecretResolver(),
+                policy=RulePolicy(tools={ASK_BEFORE: "ask"}),
             )
             await stack.enter_async_context(run_worker(env.client, settings))
             print(f"Temporal dev server at {env.client.service_client.config.target_host}")
             print(f"payments API at {payments_url}")
             print(f"model: {serving}")
+            print(f"approval needed for: {ASK_BEFORE}")
             client = PsychClient(
                 env.client,
                 store=FileVersionStore(home / "versions"),
@@ -279,7 +307,7 @@ async def main() -> int:
             print(f"input: {MESSAGE}\n", flush=True)
             scope = Scope(tenant=TENANT)
             run = await client.dispatch(version, MESSAGE, scope=scope)
-            report = await follow_run(client, run, scope=scope)
+            report = await follow_run(client, run, scope=scope, on_record=_approver(client, run))
     finally:
         await env.shutdown()
     return 0 if report.status is RunStatus.COMPLETED else 1

@@ -1,7 +1,8 @@
 """The ``psych`` command line: the parser, and the one place errors become exit statuses.
 
 Commands live beside it: ``_cli_specs`` (validate, publish), ``_cli_runs`` (run, status,
-report, list) and ``_cli_serve`` (worker, dev).
+report, list), ``_cli_resume`` (approve, deny, answer, complete, abort, steer) and
+``_cli_serve`` (worker, dev).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from psych_runtime.specs import PsychError
+from psych_runtime.specs import PsychError, Refused
+from psych_runtime.workers._cli_resume import add_resume_commands
 from psych_runtime.workers._cli_runs import add_run_commands
 from psych_runtime.workers._cli_serve import add_serve_commands
 from psych_runtime.workers._cli_specs import DEFAULT_STORE, cmd_publish, cmd_validate
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish_cmd.set_defaults(func=cmd_publish)
 
     add_run_commands(commands, connection, store)
+    add_resume_commands(commands, connection)
     add_serve_commands(commands, connection)
     return parser
 
@@ -67,17 +71,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``psych``; returns the exit status.
 
-    A psych error or a Temporal RPC failure prints one line and returns 1, never a
-    traceback; an interrupt returns 130.
+    A psych error (a Run's refusal names its kind) or a Temporal RPC failure prints one
+    line and returns 1, never a traceback; an interrupt returns 130.
     """
     args = build_parser().parse_args(argv)
     try:
         status: int = args.func(args)
+    except Refused as err:
+        print(f"psych: refused ({err.kind}): {err}", file=sys.stderr)
+        return 1
     except PsychError as err:
         print(f"psych: {err}", file=sys.stderr)
         return 1
     except RPCError as err:
         print(f"psych: Temporal refused: {err.message} ({err.status.name})", file=sys.stderr)
+        return 1
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        print(
+            f"psych: the Run did not take it: {getattr(cause, 'message', cause)}", file=sys.stderr
+        )
         return 1
     except KeyboardInterrupt:
         print("psych: interrupted", file=sys.stderr)

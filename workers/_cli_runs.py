@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import re
 import sys
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -18,9 +20,17 @@ from temporalio.envconfig import ClientConfig
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentSpec, PsychError, Scope
 from psych_runtime.workers._cli_specs import DEFAULT_STORE, checked_spec, load_registry
-from psych_runtime.workers._console import follow_run, format_report, format_state
+from psych_runtime.workers._console import (
+    describe_pending,
+    follow_run,
+    format_report,
+    format_state,
+    format_time,
+    format_until,
+    resume_command,
+)
 from psych_runtime.workers._worker import connect
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
 
@@ -58,17 +68,44 @@ async def temporal_client(args: argparse.Namespace) -> Client:
         ) from err
 
 
-def scope_of(args: argparse.Namespace) -> Scope:
-    """The caller's Scope from ``--tenant``."""
+def default_principal() -> str | None:
+    """Who acts, unless ``--principal`` says: ``PSYCH_PRINCIPAL``, else the OS user name."""
+    if os.environ.get("PSYCH_PRINCIPAL"):
+        return os.environ["PSYCH_PRINCIPAL"]
     try:
-        return Scope(tenant=args.tenant)
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment (some containers)
+        return None
+
+
+def scope_of(args: argparse.Namespace) -> Scope:
+    """The caller's Scope from ``--tenant`` (and ``--principal`` where a command has it)."""
+    try:
+        tenant = Scope(tenant=args.tenant).tenant
     except ValidationError as err:
         raise PsychError(
             f"invalid tenant {args.tenant!r}: use letters, digits, '_' and '.' only"
         ) from err
+    principal = getattr(args, "principal", None) or None
+    try:
+        return Scope(tenant=tenant, principal=principal)
+    except ValidationError as err:
+        raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
 
 
-async def _has_worker(client: Client, task_queue: str) -> bool:
+def tenant_arguments() -> argparse.ArgumentParser:
+    """The ``--tenant`` option every Run command takes (a parent parser)."""
+    tenant = argparse.ArgumentParser(add_help=False)
+    tenant.add_argument(
+        "--tenant",
+        default=os.environ.get("PSYCH_TENANT", "default"),
+        help="the tenant the Runs belong to (env PSYCH_TENANT, default 'default')",
+    )
+    return tenant
+
+
+async def has_worker(client: Client, task_queue: str) -> bool:
+    """Whether any worker polls ``task_queue`` for workflow tasks now."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
@@ -91,7 +128,7 @@ async def _run(args: argparse.Namespace) -> int:
         temporal, store=FileVersionStore(args.store), task_queue=args.task_queue, registry=registry
     )
     version = client.publish(spec)
-    if not await _has_worker(temporal, args.task_queue):
+    if not await has_worker(temporal, args.task_queue):
         print(
             f"psych: no worker polls task queue {args.task_queue!r} yet; the Run waits for one "
             "(start one with `psych worker` or `psych dev`)",
@@ -152,12 +189,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return asyncio.run(_report(args))
 
 
+def _pending_lines(run: RunSummary, tenant: str, now: datetime) -> list[str]:
+    """What a suspended Run waits on, until when, and the command that resumes it."""
+    if not run.pending:
+        return ["  waiting for nothing any more (answered since it was listed)"]
+    lines: list[str] = []
+    for item in run.pending:
+        lines.append(f"  {item.reason} {item.id}: waiting for {describe_pending(item)}")
+        until = f"until {format_time(item.expires_at)} ({format_until(item.expires_at, now)})"
+        command = resume_command(run.workflow_id, item, tenant)
+        lines.append(f"    {until}" + (f"; {command}" if command else ""))
+    return lines
+
+
 async def _list(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     client = _reader(await temporal_client(args))
-    runs = await client.list(scope=scope, agent=args.agent, status=args.status, limit=args.limit)
+    runs = await client.list(
+        scope=scope,
+        agent=args.agent,
+        status=args.status,
+        suspended=args.suspended,
+        limit=args.limit,
+    )
     if not runs:
-        print(f"no Runs for tenant {scope.tenant!r}", file=sys.stderr)
+        which = "suspended Runs" if args.suspended else "Runs"
+        print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
         return 0
     rows = [("RUN ID", "AGENT", "STATUS", "STARTED")] + [
         (
@@ -169,14 +226,17 @@ async def _list(args: argparse.Namespace) -> int:
         for run in runs
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
+    now = datetime.now(UTC)
+    for index, row in enumerate(rows):
         padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*padded, row[-1]]))
+        if args.suspended and index > 0:
+            print("\n".join(_pending_lines(runs[index - 1], scope.tenant, now)))
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """List the tenant's Runs, newest first."""
+    """List the tenant's Runs, newest first; with ``--suspended``, what each waits on."""
     return asyncio.run(_list(args))
 
 
@@ -186,13 +246,7 @@ def add_run_commands(
     store: argparse.ArgumentParser,
 ) -> None:
     """Add ``run``, ``status``, ``report`` and ``list`` to ``psych``."""
-    tenant = argparse.ArgumentParser(add_help=False)
-    tenant.add_argument(
-        "--tenant",
-        default=os.environ.get("PSYCH_TENANT", "default"),
-        help="the tenant the Runs belong to (env PSYCH_TENANT, default 'default')",
-    )
-    parents = [connection, tenant]
+    parents = [connection, tenant_arguments()]
 
     run = commands.add_parser(
         "run",
@@ -233,8 +287,14 @@ def add_run_commands(
 
     listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")
     listing.add_argument("--agent", help="only Runs of this agent")
-    listing.add_argument(
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument(
         "--status", choices=[status.value for status in RunStatus], help="only Runs in this status"
+    )
+    which.add_argument(
+        "--suspended",
+        action="store_true",
+        help="only suspended Runs, each with what it waits on, until when, and how to resume it",
     )
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     listing.set_defaults(func=cmd_list)

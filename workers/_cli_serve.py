@@ -10,7 +10,7 @@ import signal
 from psych_runtime.specs import PsychError
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
 from psych_runtime.workers._devserver import start_dev_server
-from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workers._worker import WorkerSettings, describe_policy, run_worker
 
 
 async def until_signalled() -> None:
@@ -28,19 +28,34 @@ async def until_signalled() -> None:
 
 
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
-    """``WorkerSettings.from_env`` with the command line's overrides applied."""
+    """``WorkerSettings.from_env`` with the command line's overrides applied.
+
+    ``--ask`` (all of them) replaces ``PSYCH_ASK``; ``--ask-destructive`` sets
+    ``PSYCH_ASK_DESTRUCTIVE``.
+    """
     environ = dict(os.environ)
     if args.tools:
         environ["PSYCH_TOOLS"] = args.tools
     if args.task_queue:
         environ["PSYCH_TASK_QUEUE"] = args.task_queue
+    if args.ask:
+        environ["PSYCH_ASK"] = ",".join(args.ask)
+    if args.ask_destructive:
+        environ["PSYCH_ASK_DESTRUCTIVE"] = "1"
     return WorkerSettings.from_env(environ)
+
+
+def _print_policy(settings: WorkerSettings) -> None:
+    asked = describe_policy(settings.policy)
+    if asked:
+        print(f"approval needed for: {asked} (psych list --suspended; psych approve)")
 
 
 async def _worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     client = await temporal_client(args)
     async with run_worker(client, settings):
+        _print_policy(settings)
         print(
             f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
             f"(namespace {client.namespace}); Ctrl-C to stop",
@@ -72,6 +87,7 @@ async def _dev(args: argparse.Namespace) -> int:
             print(f"Temporal dev server at {env.client.service_client.config.target_host}")
             if args.ui:
                 print(f"Temporal UI at http://127.0.0.1:{ui_port}")
+            _print_policy(settings)
             print(f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop", flush=True)
             await until_signalled()
     finally:
@@ -99,6 +115,19 @@ def add_serve_commands(
     wiring.add_argument(
         "--task-queue", help="the task queue to poll (overrides PSYCH_TASK_QUEUE, default psych)"
     )
+    wiring.add_argument(
+        "--ask",
+        action="append",
+        metavar="TOOL_PATTERN",
+        help="a person must approve each call of this tool before it runs: a name, or a "
+        "prefix ending in '*' (repeatable; replaces PSYCH_ASK, comma-separated patterns)",
+    )
+    wiring.add_argument(
+        "--ask-destructive",
+        action="store_true",
+        help="a person must approve each call of a tool registered destructive=True "
+        "(env PSYCH_ASK_DESTRUCTIVE=1)",
+    )
 
     worker = commands.add_parser(
         "worker",
@@ -107,7 +136,8 @@ def add_serve_commands(
         description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
         "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
         "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
-        "OPENAI_BASE_URL and OPENAI_API_KEY.",
+        "OPENAI_BASE_URL and OPENAI_API_KEY; which tool calls wait for a person's approval "
+        "from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
     )
     worker.set_defaults(func=cmd_worker)
 

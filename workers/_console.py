@@ -7,19 +7,28 @@ shows is exactly what the command shows.
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TextIO
 
 from psych_runtime.specs import Scope
 from psych_runtime.workflows import (
+    AbortRequested,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
+    NextRunStarted,
+    Pending,
     PsychClient,
+    Resumed,
     RunAdmitted,
     RunHandle,
     RunReport,
     RunSettled,
     RunState,
+    SteerReceived,
+    Suspended,
+    SuspensionExpired,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -36,6 +45,68 @@ def _short(text: str, limit: int = 100) -> str:
 
 def _ms(value: float) -> str:
     return f"{value:.0f} ms"
+
+
+def format_time(value: datetime) -> str:
+    """A timestamp to the second, ISO 8601 with its offset."""
+    return value.isoformat(timespec="seconds")
+
+
+def format_until(expires_at: datetime, now: datetime) -> str:
+    """How long from ``now`` until ``expires_at``: ``in 23 h 59 min``, ``2 min ago``."""
+    seconds = int((expires_at - now).total_seconds())
+    left = abs(seconds)
+    days, rest = divmod(left, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        span = f"{days} d {hours} h"
+    elif hours:
+        span = f"{hours} h {minutes} min"
+    elif minutes:
+        span = f"{minutes} min {secs} s"
+    else:
+        span = f"{secs} s"
+    return f"in {span}" if seconds >= 0 else f"{span} ago"
+
+
+def describe_pending(item: Pending) -> str:
+    """What a pending item waits for, as a phrase after "waiting for"."""
+    if item.reason == "approval":
+        return f"approval of {item.tool}({_short(item.arguments, 80)})"
+    if item.reason == "question":
+        return f"an answer to {_short(item.question or '', 80)!r}"
+    if item.reason == "external":
+        said = f": {_short(item.question, 80)}" if item.question else ""
+        return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
+    return f"subagent Run {item.id}"
+
+
+def resume_command(workflow_id: str, item: Pending, tenant: str) -> str | None:
+    """The ``psych`` command that resumes ``item`` (None for child Runs, which finish)."""
+    flag = "" if tenant == "default" else f" --tenant {tenant}"
+    ident = _shell_word(item.id)
+    if item.reason == "approval":
+        return f"psych approve {workflow_id} {ident}{flag} (or: psych deny ... --note TEXT)"
+    if item.reason == "question":
+        return f"psych answer {workflow_id} {ident} TEXT{flag}"
+    if item.reason == "external":
+        return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
+    return None
+
+
+def _shell_word(text: str) -> str:
+    if text and all(c.isalnum() or c in "-_.:/@+=" for c in text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _pending_id(item: Pending) -> str:
+    if item.reason == "external":
+        return f"token {item.id}"
+    if item.reason == "children":
+        return f"call {item.call_id}"
+    return f"id {item.id}"
 
 
 def format_record(record: Any) -> str:
@@ -74,6 +145,26 @@ def format_record(record: Any) -> str:
         return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
     if isinstance(record, ToolWithheld):
         return f"  tool {record.tool} withheld after {record.failures} failures in a row"
+    if isinstance(record, Suspended):
+        item = record.pending
+        return (
+            f"  suspended: waiting for {describe_pending(item)} "
+            f"until {format_time(item.expires_at)} ({_pending_id(item)})"
+        )
+    if isinstance(record, Resumed):
+        by = f" by {record.by}" if record.by else ""
+        detail = f": {_short(record.detail, 80)}" if record.detail else ""
+        return f"  resumed: {record.outcome}{by} ({record.reason} {record.id}){detail}"
+    if isinstance(record, SuspensionExpired):
+        return f"  suspension expired: nobody answered {record.reason} {record.id} in time"
+    if isinstance(record, AbortRequested):
+        by = f" by {record.by}" if record.by else ""
+        return f"abort requested{by}: {_short(record.reason, 80)}"
+    if isinstance(record, SteerReceived):
+        by = f" from {record.by}" if record.by else ""
+        return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
+    if isinstance(record, NextRunStarted):
+        return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
     return f"  {getattr(record, 'kind', type(record).__name__)}"
@@ -136,6 +227,14 @@ def format_state(workflow_id: str, state: RunState) -> str:
     ]
     if state.withheld_tools:
         lines.append(_field("withheld", ", ".join(state.withheld_tools)))
+    for item in state.pending:
+        lines.append(
+            _field(
+                "waiting for",
+                f"{describe_pending(item)} until {format_time(item.expires_at)} "
+                f"({_pending_id(item)})",
+            )
+        )
     return "\n".join(lines)
 
 
@@ -146,8 +245,11 @@ async def follow_run(
     scope: Scope,
     out: TextIO | None = None,
     json_report: bool = False,
+    on_record: Callable[[Any], Awaitable[None]] | None = None,
 ) -> RunReport:
     """Print a Run's records as they arrive, then its report; return the report.
+
+    After a ``suspended`` record it also prints the ``psych`` command that resumes it.
 
     Args:
         client: the client the Run is reached through.
@@ -156,6 +258,8 @@ async def follow_run(
         out: where to print (standard output by default).
         json_report: print the report as JSON; progress lines then go to standard error,
             so ``out`` holds one JSON document.
+        on_record: awaited with each record after it is printed (the demo answers its
+            suspension here, so what it does appears in order).
     """
     out = sys.stdout if out is None else out
     progress = sys.stderr if json_report else out
@@ -163,6 +267,12 @@ async def follow_run(
     print(f"Run {workflow_id} on task queue {client.task_queue!r}", file=progress, flush=True)
     async for record in client.stream(run, scope=scope):
         print(format_record(record), file=progress, flush=True)
+        if isinstance(record, Suspended):
+            command = resume_command(workflow_id, record.pending, scope.tenant)
+            if command is not None:
+                print(f"    to resume: {command}", file=progress, flush=True)
+        if on_record is not None:
+            await on_record(record)
     report = await client.report(run, scope=scope)
     if json_report:
         print(report.model_dump_json(indent=2), file=out, flush=True)

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._model import ModelActivities, ModelEndpoints, Pricing
+from psych_runtime.activities._payloads import Decision
 from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
@@ -40,7 +41,8 @@ class WorkerSettings:
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
         pricing: the Pricing port (default none: every cost is unknown, None).
         policy: the Policy port deciding allow/deny/ask per tool call (default
-            ``RulePolicy()``: allow everything).
+            ``RulePolicy()``: allow everything; ``PSYCH_ASK`` and ``PSYCH_ASK_DESTRUCTIVE``
+            make ``from_env`` build an asking one, see ``ask_policy``).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -67,7 +69,46 @@ class WorkerSettings:
             blobs=LocalBlobStore(env.get("PSYCH_BLOB_DIR", str(Path(DEFAULT_HOME) / "blobs"))),
             endpoints=ModelEndpoints.from_env(env),
             secrets=EnvSecretResolver(env),
+            policy=ask_policy(
+                split_patterns(env.get("PSYCH_ASK", "")),
+                destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
+            ),
         )
+
+
+def split_patterns(text: str) -> list[str]:
+    """Comma-separated tool patterns (``PSYCH_ASK``), blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _truthy(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def ask_policy(patterns: Sequence[str] = (), *, destructive: bool = False) -> RulePolicy:
+    """A RulePolicy asking a person to approve calls of the tools ``patterns`` name (exact
+    names, or a prefix ending in ``*``), and of every destructive tool with
+    ``destructive``; everything else is allowed.
+
+    Raises:
+        SpecError: a pattern has a ``*`` other than at its end, or is empty.
+    """
+    for pattern in patterns:
+        if not pattern or "*" in pattern[:-1]:
+            raise SpecError(
+                f"invalid tool pattern {pattern!r}: a tool name, or a prefix ending in '*'"
+            )
+    asking: dict[str, Decision] = {pattern: "ask" for pattern in patterns}
+    return RulePolicy(tools=asking, destructive="ask" if destructive else "allow")
+
+
+def describe_policy(policy: Policy) -> str | None:
+    """What an asking RulePolicy asks approval for, in words (None when it never asks)."""
+    if not isinstance(policy, RulePolicy):
+        return f"what {type(policy).__name__} decides"
+    asked = [pattern for pattern, decision in policy.tools.items() if decision == "ask"]
+    asked += [f"{effect} tools" for effect, d in policy.by_effect.items() if d == "ask"]
+    return ", ".join(asked) if asked else None
 
 
 async def connect(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import sys
 from .conftest import EXAMPLES, ROOT, free_port
 
 
-def test_demo_runs_the_support_agent_end_to_end() -> None:
+def test_demo_runs_the_support_agent_end_to_end_with_one_approval() -> None:
     dev_port, http_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PSYCH_"))}
     env.update(PSYCH_DEMO_PORT=str(dev_port), PSYCH_DEMO_HTTP_PORT=str(http_port))
@@ -28,10 +29,29 @@ def test_demo_runs_the_support_agent_end_to_end() -> None:
     assert f"Temporal dev server at 127.0.0.1:{dev_port}\n" in out
     assert f"payments API at http://127.0.0.1:{http_port}\n" in out
     assert "Temporal Server:" not in out  # the server's banner stays out of the records
+    assert "approval needed for: issue_refund\n" in out
     lines = out.splitlines()
     assert '  tool call lookup_order({"order_id": "42"}) ...' in lines
+    # The refund waits for an approval; the demo shows the operator's command, approves
+    # it through PsychClient as "ops", and only then does the refund run.
+    run_id = re.search(r"^Run (psych-demo-\w+) on task queue", out, re.MULTILINE)
+    assert run_id is not None, out
+    waiting = re.compile(
+        r'  suspended: waiting for approval of issue_refund\(\{"order_id": "42", '
+        r'"reason": "arrived broken"\}\) until \d{4}-\d\d-\d\dT[\d:]+\+00:00 \(id (call_\w+)\)'
+    )
+    suspended = next((i for i, line in enumerate(lines) if waiting.fullmatch(line)), -1)
+    assert suspended >= 0, out
+    found = waiting.fullmatch(lines[suspended])
+    assert found is not None
+    call_id = found.group(1)
+    command = f"    to resume: psych approve {run_id.group(1)} {call_id} --tenant demo"
+    assert lines[suspended + 1].startswith(command), out
+    assert lines[suspended + 2].startswith(f"    (the demo approves {call_id} itself"), out
+    resumed = f"  resumed: approved by ops (approval {call_id}): order checked, refund it"
+    assert lines[suspended + 3] == resumed, out
     refund = '  tool call issue_refund -> ok: {"refunded": true, "order_id": "42"'
-    assert any(line.startswith(refund) for line in lines), out
+    assert lines[suspended + 4].startswith(refund), out
     assert "settled completed: answered" in lines
     assert "status:       completed" in lines
     assert (
