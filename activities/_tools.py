@@ -184,7 +184,14 @@ class ToolActivities:
                     parameters=http_tool.input_schema or {"type": "object", "properties": {}},
                 )
             )
-            info = ToolInfo(name=http_tool.name, kind="http")
+            # HTTP's own semantics annotate a request: GET is safe (read-only), DELETE
+            # destroys; everything else is a write, as an unannotated tool is.
+            info = ToolInfo(
+                name=http_tool.name,
+                kind="http",
+                read_only=http_tool.method == "GET" or None,
+                destructive=http_tool.method == "DELETE" or None,
+            )
             entries.append(
                 CatalogEntry(
                     name=http_tool.name,

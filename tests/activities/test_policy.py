@@ -54,7 +54,13 @@ def catalog_input() -> CatalogInput:
     return CatalogInput(
         run_id="r1",
         code_tools=("drop_orders", "read_orders", "update_order"),
-        http_tools=(HttpTool(name="ping", description="Ping.", url="http://127.0.0.1:1/"),),
+        http_tools=(
+            HttpTool(name="ping", description="Ping.", url="http://127.0.0.1:1/"),
+            HttpTool(name="fetch", description="Fetch.", url="http://127.0.0.1:1/", method="GET"),
+            HttpTool(
+                name="purge", description="Purge.", url="http://127.0.0.1:1/", method="DELETE"
+            ),
+        ),
     )
 
 
@@ -65,7 +71,9 @@ async def test_rule_policy_decides_per_tool_by_annotation_and_name(tmp_path: Pat
     decisions = {e.name: e.policy.decision if e.policy else None for e in catalog.entries}
     assert decisions == {
         "drop_orders": "ask",  # destructive
-        "ping": "allow",  # unannotated = write, allowed by default
+        "fetch": "allow",  # HTTP GET: read-only
+        "purge": "ask",  # HTTP DELETE: destructive
+        "ping": "allow",  # HTTP POST: write, allowed by default
         "read_orders": "allow",
         "update_order": "deny",  # the name rule wins
     }
