@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -599,29 +600,53 @@ class AgentRun:
     async def _suspend(self, item: Pending, expires_seconds: float) -> ResumeInput:
         """Wait for ``item`` to be answered; settle ABANDONED if it expires first."""
         wait = _Wait(item)
+        await self._hold(
+            wait,
+            lambda: wait.answer is not None,
+            expires_seconds,
+            f"{item.reason} {item.id} was not answered",
+        )
+        assert wait.answer is not None
+        return wait.answer
+
+    async def _hold(
+        self, wait: _Wait, ready: Callable[[], bool], seconds: float, expired: str
+    ) -> None:
+        """Suspend on ``wait`` until ``ready()``.
+
+        Raises:
+            _Stop: ABANDONED when ``seconds`` pass first, ABORTED when an abort arrives.
+        """
+        item = wait.item
         self._pending[item.id] = wait
         self._record(Suspended, pending=item)
         self._show_status()
         try:
             await workflow.wait_condition(
-                lambda: wait.answer is not None or self._abort is not None,
-                timeout=expires_seconds,
+                lambda: ready() or self._abort is not None,
+                timeout=seconds,
                 timeout_summary=f"{item.reason} {item.id} expires",
             )
         except TimeoutError:
+            self._release(item.id)
             self._expired.add(item.id)
             self._record(SuspensionExpired, reason=item.reason, id=item.id)
             raise _Stop(
-                RunStatus.ABANDONED,
-                f"suspension_expired: {item.reason} {item.id} was not answered within "
-                f"{expires_seconds:g} s",
+                RunStatus.ABANDONED, f"suspension_expired: {expired} within {seconds:g} s"
             ) from None
-        finally:
-            del self._pending[item.id]
-            self._show_status()
-        if wait.answer is None:
+        except asyncio.CancelledError:
+            # Deliberately not a `finally`: when a worker stops, the SDK leaves its cached
+            # Runs to the garbage collector, which closes this coroutine (GeneratorExit)
+            # outside any workflow, where the release's upsert would raise.
+            self._release(item.id)
+            raise
+        self._release(item.id)
+        if not ready():
             raise _Stop(RunStatus.ABORTED, self._abort_reason())
-        return wait.answer
+
+    def _release(self, pending_id: str) -> None:
+        del self._pending[pending_id]
+        self._show_status()
 
     def _abort_reason(self) -> str:
         assert self._abort is not None
@@ -1065,29 +1090,13 @@ class AgentRun:
             arguments=call.arguments,
             expires_at=self._expires_at(seconds),
         )
-        self._pending[item.id] = _Wait(item)
-        self._record(Suspended, pending=item)
-        self._show_status()
         try:
-            await workflow.wait_condition(
-                lambda: child.done() or self._abort is not None,
-                timeout=seconds,
-                timeout_summary=f"subagent {name} expires",
+            await self._hold(
+                _Wait(item), child.done, seconds, f"subagent {workflow_id} did not finish"
             )
-        except TimeoutError:
+        except _Stop:
             child.cancel()
-            self._expired.add(item.id)
-            self._record(SuspensionExpired, reason="children", id=item.id)
-            raise _Stop(
-                RunStatus.ABANDONED,
-                f"suspension_expired: subagent {workflow_id} did not finish within {seconds:g} s",
-            ) from None
-        finally:
-            del self._pending[item.id]
-            self._show_status()
-        if not child.done():
-            child.cancel()
-            raise _Stop(RunStatus.ABORTED, self._abort_reason())
+            raise
         try:
             result: RunResult = child.result()
         except ChildWorkflowError as err:

@@ -6,10 +6,10 @@
 
 Each shape is a real Run on a real server: the embedded dev server (``start_dev_server``)
 with the fake model, loopback HTTP APIs and in-process workers; a worker process killed
-with SIGKILL for the crash shapes; the time-skipping test server for the deadline shapes.
-Its history is fetched and written to ``histories/<name>.json`` (``WorkflowHistory.to_json``,
-the format ``temporal workflow show --output json`` prints). ``test_replay.py`` replays
-them all against the current AgentRun.
+with SIGKILL for the crash shapes; the time-skipping test server for the deadline shapes
+and the expired approval. Its history is fetched and written to ``histories/<name>.json``
+(``WorkflowHistory.to_json``, the format ``temporal workflow show --output json`` prints).
+``test_replay.py`` replays them all against the current AgentRun.
 
 Existing histories are never overwritten unless named with ``--overwrite``: a change to
 AgentRun that breaks the replay of a committed history must be versioned with
@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -42,8 +42,17 @@ from temporalio.worker import Worker
 from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
-from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, Scope, ToolRegistry, Version
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    ExternalWait,
+    RunFailed,
+    Scope,
+    ToolRegistry,
+    Version,
+)
 from psych_runtime.workers import (
     WorkerSettings,
     run_worker,
@@ -52,9 +61,14 @@ from psych_runtime.workers import (
 )
 from psych_runtime.workflows import (
     AGENT_RUN,
+    RESUME,
     AgentRunInput,
+    NextRunStarted,
+    Pending,
     PsychClient,
+    ResumeInput,
     RunHandle,
+    RunStatus,
     workflow_id_for,
 )
 from tests.e2e._http_server import CountingServer
@@ -101,6 +115,78 @@ async def pause(seconds: float) -> str:
     return f"waited {seconds:g} s"
 
 
+@TOOLS.register(destructive=True)
+def delete_order(order_id: str) -> str:
+    """Delete an order for good (the suspension shapes' Policy asks before it runs).
+
+    Args:
+        order_id: The order's id.
+    """
+    return f"order {order_id} deleted"
+
+
+@TOOLS.register
+def request_payment(order_id: str) -> ExternalWait:
+    """Ask the payment provider to charge an order; it calls back when done.
+
+    Args:
+        order_id: The order's id.
+    """
+    return ExternalWait(token=f"pay-{order_id}", message="waiting for the payment webhook")
+
+
+@dataclass
+class Gate:
+    """Lets a scenario see a tool call start, and decide when it may finish."""
+
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    open: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+GATES: dict[str, Gate] = {}
+"""Gates of the gated tools below, by tool name; a scenario using them clears it first."""
+
+
+async def _through_gate(name: str) -> None:
+    gate = GATES.setdefault(name, Gate())
+    gate.started.set()
+    await gate.open.wait()
+
+
+@TOOLS.register
+async def fetch(item: str) -> str:
+    """Fetch an item's price.
+
+    Args:
+        item: The item.
+    """
+    await _through_gate("fetch")
+    return f"{item}: 12 USD"
+
+
+@TOOLS.register
+async def search(query: str) -> str:
+    """Search (slowly; its gate never opens, so only an abort ends it).
+
+    Args:
+        query: What to look for.
+    """
+    await _through_gate("search")
+    return "found"
+
+
+@TOOLS.register
+async def write_record(record: str) -> str:
+    """Write a record, which must not be cut off halfway (registered non-interruptible
+    by the Specs that use it).
+
+    Args:
+        record: What to write.
+    """
+    await _through_gate("write_record")
+    return "written"
+
+
 INVENTORY = "".join(f"item {n:03d}: {n * 7 % 50} in stock\n" for n in range(40))
 INVENTORY_REF = "sha256:" + hashlib.sha256(INVENTORY.encode()).hexdigest()
 
@@ -133,6 +219,36 @@ class Rig:
                 return
             with contextlib.suppress(RunFailed):
                 await self.client.result(run, scope=SCOPE)
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    if await check():
+                        return
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise RuntimeError(f"timed out waiting for {what}") from None
+
+    async def suspended(self, run: RunHandle) -> Pending:
+        """Wait until the Run is suspended on one item; return it."""
+        pending: list[Pending] = []
+
+        async def check() -> bool:
+            state = await self.client.status(run, scope=SCOPE)
+            pending[:] = state.pending
+            return state.status is RunStatus.SUSPENDED
+
+        await self.until(check, "the Run to suspend")
+        (item,) = pending
+        return item
+
+    async def started(self, tool: str) -> Gate:
+        """Wait until the gated ``tool`` is running; return its gate."""
+        gate = GATES.setdefault(tool, Gate())
+        async with asyncio.timeout(30):
+            await gate.started.wait()
+        return gate
 
     async def run(self, spec: AgentSpec, text: str = "Hello") -> RunHandle:
         """Dispatch ``spec`` with a worker running, and wait until it settles."""
@@ -410,6 +526,160 @@ async def deadline_during_retry_wait(rig: Rig) -> RunHandle:
     return await rig.run(_deadline_agent(rig))
 
 
+def _orders(rig: Rig) -> AgentSpec:
+    """An agent whose delete_order calls wait for an approval."""
+    rig.settings.policy = RulePolicy(destructive="ask")
+    return rig.agent("orders").tool("delete_order").build()
+
+
+async def _approval(
+    rig: Rig, decide: Callable[[RunHandle, Pending], Awaitable[object]]
+) -> RunHandle:
+    spec = _orders(rig)
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})), Reply.text("Done.")
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        await decide(run, await rig.suspended(run))
+        await rig.settle(run)
+    return run
+
+
+async def approval_granted(rig: Rig) -> RunHandle:
+    async def approve(run: RunHandle, pending: Pending) -> object:
+        return await rig.client.approve(run, pending.id, scope=SCOPE, note="checked")
+
+    return await _approval(rig, approve)
+
+
+async def approval_granted_by_signal(rig: Rig) -> RunHandle:
+    async def signal(run: RunHandle, pending: Pending) -> object:
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        approval = ResumeInput(
+            reason="approval", id=pending.id, tenant=SCOPE.tenant, by="ops", approved=True
+        )
+        return await handle.signal(RESUME, approval)
+
+    return await _approval(rig, signal)
+
+
+async def approval_denied(rig: Rig) -> RunHandle:
+    async def deny(run: RunHandle, pending: Pending) -> object:
+        return await rig.client.deny(run, pending.id, scope=SCOPE, note="keep it")
+
+    return await _approval(rig, deny)
+
+
+async def approval_expired(rig: Rig) -> RunHandle:
+    # Nobody answers: the test server jumps the default day to the expiry.
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})))
+    return await rig.run(_orders(rig), "Delete order 42")
+
+
+async def question_answered(rig: Rig) -> RunHandle:
+    spec = rig.agent("asker").suspension(may_ask_questions=True).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"})),
+        Reply.text("Order 42 it is."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Refund my order", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.answer(run, pending.id, "42", scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def external_wait_completed(rig: Rig) -> RunHandle:
+    spec = rig.agent("payer").tool("request_payment").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("request_payment", {"order_id": "42"})), Reply.text("Paid.")
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Charge order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.complete(run, pending.id, {"paid": True}, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def abort_during_interruptible_call(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = rig.agent("searcher").tool("search").build()
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("search", {"query": "q"})))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Search", scope=SCOPE)
+        await rig.started("search")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        await rig.settle(run)  # the search is cancelled; its gate never opens
+    return run
+
+
+async def abort_during_non_interruptible_call(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = rig.agent("writer").tool("write_record", interruptible=False).build()
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("write_record", {"record": "r"})))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Write", scope=SCOPE)
+        gate = await rig.started("write_record")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        gate.open.set()  # the write finishes and is recorded; then the Run settles ABORTED
+        await rig.settle(run)
+    return run
+
+
+async def abort_while_suspended(rig: Rig) -> RunHandle:
+    spec = _orders(rig)
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "3"})))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 3", scope=SCOPE)
+        await rig.suspended(run)
+        await rig.client.abort(run, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def steer_and_follow_up(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = rig.agent("shop").tool("fetch").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "book"})),
+        Reply.text("The book is 11 EUR."),
+        Reply.text("Shipping is free."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Price of the book?", scope=SCOPE)
+        gate = await rig.started("fetch")
+        await rig.client.steer(run, "Answer in EUR.", scope=SCOPE)
+        await rig.client.steer(run, "And shipping?", scope=SCOPE, mode="follow_up")
+        gate.open.set()
+        await rig.settle(run)
+    return run
+
+
+async def next_run(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = rig.agent("shop").tool("fetch").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "pen"})),
+        Reply.text("The pen is 12 USD."),
+        Reply.text("Your cart is empty."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Price of the pen?", scope=SCOPE)
+        gate = await rig.started("fetch")
+        await rig.client.steer(run, "What is in my cart?", scope=SCOPE, mode="next_run")
+        gate.open.set()
+        await rig.settle(run)
+        # The history recorded is this Run's (it starts the next one); let that one settle
+        # too, so no Run is left behind on the server.
+        records = (await rig.client.records(run, scope=SCOPE)).records
+        (started,) = [r for r in records if isinstance(r, NextRunStarted)]
+        await rig.client.result(started.workflow_id, scope=SCOPE)
+    return run
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -440,6 +710,17 @@ SHAPES = tuple(
         ("time-skipping", deadline_force_settled),
         ("time-skipping", deadline_during_tool_call),
         ("time-skipping", deadline_during_retry_wait),
+        ("dev", approval_granted),
+        ("dev", approval_granted_by_signal),
+        ("dev", approval_denied),
+        ("time-skipping", approval_expired),
+        ("dev", question_answered),
+        ("dev", external_wait_completed),
+        ("dev", abort_during_interruptible_call),
+        ("dev", abort_during_non_interruptible_call),
+        ("dev", abort_while_suspended),
+        ("dev", steer_and_follow_up),
+        ("dev", next_run),
     ]
 )
 """Every shape with a committed history, in recording order."""

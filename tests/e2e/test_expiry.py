@@ -1,0 +1,294 @@
+"""Suspension expiry and the deadline's pause while suspended, on the time-skipping server.
+
+An unanswered approval, question or external wait settles the Run ABANDONED when its
+expiry timer fires; the test server jumps straight to that timer (a day, for the default
+approval expiry), so each test takes seconds of wall time. The server skips only while
+no activity is open and only while time skipping is unlocked, which ``until_settled``
+(and ``WorkflowEnvironment.sleep``, which skips an exact span) do; ``PsychClient.result``
+does not. The test server has no custom search attributes: the client starts Runs without.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.activities import FakeModel, Reply, ToolCall
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    ExternalWait,
+    Refused,
+    Scope,
+    SuspensionPolicy,
+    ToolRegistry,
+)
+from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
+from psych_runtime.workflows import (
+    ModelCallFailed,
+    Pending,
+    PsychClient,
+    Record,
+    Resumed,
+    RunAdmitted,
+    RunHandle,
+    RunResult,
+    RunSettled,
+    RunStatus,
+    Suspended,
+    SuspensionExpired,
+)
+
+from ._time_skipping import until_settled
+
+pytestmark = pytest.mark.e2e
+
+DAY = 86400.0
+SCOPE = Scope(tenant="acme", principal="tester")
+WALL_LIMIT = 20.0
+"""Wall seconds a test may take: server time of hours or days is skipped, not waited out."""
+
+
+@dataclass
+class Rig:
+    """A fake model, a client without search attributes and a worker on the test server."""
+
+    env: WorkflowEnvironment
+    client: PsychClient
+    fake: FakeModel
+    registry: ToolRegistry
+    scope: Scope = SCOPE
+    deleted: list[str] = field(default_factory=list)
+    payments: list[str] = field(default_factory=list)
+
+    def orders(self, **limits: float) -> AgentSpec:
+        builder = AgentBuilder("orders", registry=self.registry).model("fake-model")
+        builder = builder.tool("delete_order")
+        return builder.limits(**limits).build() if limits else builder.build()
+
+    async def until(self, check: Callable[[], Awaitable[bool]]) -> None:
+        """Poll ``check`` at wall speed (time skipping stays locked meanwhile)."""
+        async with asyncio.timeout(15):
+            while True:
+                if await check():
+                    return
+                await asyncio.sleep(0.05)
+
+    async def suspended(self, run: RunHandle) -> Pending:
+        """Wait until the Run suspends on one item; return it."""
+        pending: list[Pending] = []
+
+        async def check() -> bool:
+            state = await self.client.status(run, scope=self.scope)
+            assert not state.status.terminal, f"settled {state.status}: {state.reason}"
+            pending[:] = state.pending
+            return state.status is RunStatus.SUSPENDED
+
+        await self.until(check)
+        (item,) = pending
+        return item
+
+    async def settled(self, run: RunHandle) -> RunResult:
+        async with asyncio.timeout(WALL_LIMIT):
+            await until_settled(self.env, self.client, run, self.scope)
+        return await self.client.result(run, scope=self.scope)
+
+    async def records(self, run: RunHandle) -> tuple[Record, ...]:
+        return (await self.client.records(run, scope=self.scope)).records
+
+    async def server_seconds(self, run: RunHandle) -> float:
+        """Server-clock seconds from admission to settling."""
+        records = await self.records(run)
+        admitted = next(r for r in records if isinstance(r, RunAdmitted))
+        settled = next(r for r in records if isinstance(r, RunSettled))
+        return (settled.at - admitted.at).total_seconds()
+
+
+@pytest.fixture(scope="module")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await start_time_skipping_server()
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+async def rig(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]:
+    registry = ToolRegistry()
+    task_queue = f"expiry-{uuid.uuid4().hex[:12]}"
+    async with FakeModel() as fake:
+        rig = Rig(
+            env=ts_env,
+            client=PsychClient(
+                ts_env.client,
+                store=FileVersionStore(tmp_path / "versions"),
+                task_queue=task_queue,
+                registry=registry,
+                search_attributes=False,
+            ),
+            fake=fake,
+            registry=registry,
+        )
+
+        @registry.register(destructive=True)
+        def delete_order(order_id: str) -> str:
+            """Delete an order for good."""
+            rig.deleted.append(order_id)
+            return f"order {order_id} deleted"
+
+        @registry.register
+        def request_payment(order_id: str) -> ExternalWait:
+            """Ask the payment provider to charge an order; it calls back when done."""
+            rig.payments.append(order_id)
+            return ExternalWait(token=f"pay-{order_id}", message="waiting for the webhook")
+
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            registry=registry,
+            blobs=LocalBlobStore(tmp_path / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+            policy=RulePolicy(destructive="ask"),
+        )
+        async with run_worker(ts_env.client, settings):
+            yield rig
+
+
+async def expires(
+    rig: Rig,
+    spec: AgentSpec,
+    call: ToolCall,
+    reason: str,
+    seconds: float,
+    late: Callable[[RunHandle, str], Awaitable[object]],
+) -> None:
+    """Dispatch ``spec``, let ``call`` suspend it unanswered until it expires, then resume
+    late with ``late(run, pending id)``: the Run is ABANDONED and the late resume refused."""
+    rig.fake.enqueue(Reply.tool_calls(call), Reply.text("never asked for"))
+    started = time.monotonic()
+    run = await rig.client.dispatch(spec, "go", scope=rig.scope)
+    pending = await rig.suspended(run)
+    assert pending.reason == reason
+    result = await rig.settled(run)
+    wall = time.monotonic() - started
+    records = await rig.records(run)
+
+    assert result.status is RunStatus.ABANDONED
+    assert result.reason.startswith("suspension_expired"), result.reason
+    assert f"{reason} {pending.id}" in result.reason
+    expired = [r for r in records if isinstance(r, SuspensionExpired)]
+    assert [(r.reason, r.id) for r in expired] == [(reason, pending.id)]
+    assert not any(isinstance(r, Resumed) for r in records)
+    (settled,) = [r for r in records if isinstance(r, RunSettled)]
+    assert settled.status is RunStatus.ABANDONED
+    assert len(rig.fake.requests) == 1  # the model never heard back
+    (suspended,) = [r for r in records if isinstance(r, Suspended)]
+    assert (settled.at - suspended.at).total_seconds() == pytest.approx(seconds, abs=1.0)
+    assert settled.at >= pending.expires_at
+    assert await rig.server_seconds(run) >= seconds
+    assert wall < WALL_LIMIT  # the server jumped; nobody waited
+
+    with pytest.raises(Refused, match=r"settled abandoned: suspension_expired") as refused:
+        await late(run, pending.id)
+    assert refused.value.kind == "NotSuspended"
+
+
+async def test_unanswered_approval_expires_after_a_day_and_abandons_the_run(rig: Rig) -> None:
+    spec = rig.orders()
+    assert spec.suspension.approval_expires_seconds == DAY  # the default, not a test value
+
+    async def approve(run: RunHandle, call_id: str) -> object:
+        return await rig.client.approve(run, call_id, scope=rig.scope)
+
+    call = ToolCall("delete_order", {"order_id": "42"}, id="call-del")
+    await expires(rig, spec, call, "approval", DAY, approve)
+    assert rig.deleted == []
+
+
+async def test_unanswered_question_expires_and_abandons_the_run(rig: Rig) -> None:
+    spec = (
+        AgentBuilder("asker")
+        .model("fake-model")
+        .suspension(may_ask_questions=True, question_expires_seconds=3 * 3600)
+        .build()
+    )
+
+    async def answer(run: RunHandle, call_id: str) -> object:
+        return await rig.client.answer(run, call_id, "order 42", scope=rig.scope)
+
+    call = ToolCall("ask_question", {"question": "Which order?"}, id="q1")
+    await expires(rig, spec, call, "question", 3 * 3600, answer)
+
+
+async def test_uncompleted_external_wait_expires_and_abandons_the_run(rig: Rig) -> None:
+    spec = (
+        AgentBuilder("payer", registry=rig.registry)
+        .model("fake-model")
+        .tool("request_payment")
+        .suspension(external_expires_seconds=2 * DAY)
+        .build()
+    )
+    assert spec.suspension.external_expires_seconds != SuspensionPolicy().external_expires_seconds
+
+    async def complete(run: RunHandle, token: str) -> object:
+        return await rig.client.complete(run, token, {"paid": True}, scope=rig.scope)
+
+    call = ToolCall("request_payment", {"order_id": "42"}, id="p1")
+    await expires(rig, spec, call, "external", 2 * DAY, complete)
+    assert rig.payments == ["42"]  # the tool ran once; only its callback never came
+
+
+async def test_time_suspended_does_not_count_toward_the_deadline(rig: Rig) -> None:
+    deadline = 60.0
+    suspended_for = 2 * 3600.0
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c7")),
+        Reply.text("Deleted order 7."),
+    )
+    started = time.monotonic()
+    run = await rig.client.dispatch(
+        rig.orders(deadline_seconds=deadline), "delete 7", scope=rig.scope
+    )
+    pending = await rig.suspended(run)
+    # Two hours of server time pass with the Run suspended (the test server fires every
+    # timer due in that span, a 60 s deadline's included if one were running).
+    await rig.env.sleep(suspended_for)
+    state = await rig.client.status(run, scope=rig.scope)
+    assert state.status is RunStatus.SUSPENDED, (state.status, state.reason)
+
+    await rig.client.approve(run, pending.id, scope=rig.scope)
+    result = await rig.settled(run)
+    wall = time.monotonic() - started
+
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "Deleted order 7."
+    assert rig.deleted == ["7"]
+    assert await rig.server_seconds(run) >= suspended_for
+    assert wall < WALL_LIMIT
+
+
+async def test_the_same_skip_fires_a_deadline_that_is_running(rig: Rig) -> None:
+    # The control for the test above: skipping the same span over a Run that is not
+    # suspended (waiting out an hour-long Retry-After) fires its deadline.
+    rig.fake.enqueue(Reply.error(429, retry_after=3600), Reply.text("never asked for"))
+    run = await rig.client.dispatch(rig.orders(deadline_seconds=60), "hi", scope=rig.scope)
+
+    async def waiting_to_retry() -> bool:
+        return any(isinstance(r, ModelCallFailed) for r in await rig.records(run))
+
+    await rig.until(waiting_to_retry)
+    await rig.env.sleep(2 * 3600.0)
+    state = await rig.client.status(run, scope=rig.scope)
+    assert state.status is RunStatus.FORCE_SETTLED, (state.status, state.reason)
+    assert len(rig.fake.requests) == 1
