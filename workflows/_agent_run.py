@@ -443,18 +443,30 @@ class AgentRun:
             system_prompt=self._system_prompt,
         )
         loop = asyncio.create_task(self._loop())
-        if not await self._within_deadline(loop, spec.limits.deadline_seconds):
-            self._deadline_hit = True
-            try:
-                await workflow.wait_condition(
-                    loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
-                )
-            except TimeoutError:
-                # Taken before cancelling: a cancelled call leaves _open_calls as it unwinds.
-                open_calls = dict(self._open_calls)
-                loop.cancel()
-                await workflow.wait([loop])
-                return await self._settle(self._force_settle(open_calls))
+        try:
+            if not await self._within_deadline(loop, spec.limits.deadline_seconds):
+                self._deadline_hit = True
+                try:
+                    await workflow.wait_condition(
+                        loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
+                    )
+                except TimeoutError:
+                    # Taken before cancelling: a cancelled call leaves _open_calls as it
+                    # unwinds.
+                    open_calls = dict(self._open_calls)
+                    loop.cancel()
+                    await workflow.wait([loop])
+                    return await self._settle(self._force_settle(open_calls))
+        except asyncio.CancelledError:
+            # The workflow itself was cancelled (a parent's delegate expired, or an operator
+            # cancelled it): settle the record and the search attributes, then let the
+            # cancellation end the workflow as Temporal expects.
+            loop.cancel()
+            self._status = RunStatus.ABORTED
+            self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
+            self._record(RunSettled, status=self._status, reason=self._reason, totals=self._totals)
+            self._show_status()
+            raise
         return await self._settle(loop.result())
 
     async def _within_deadline(self, loop: asyncio.Task[_Outcome], deadline: float) -> bool:

@@ -292,3 +292,40 @@ async def test_the_same_skip_fires_a_deadline_that_is_running(rig: Rig) -> None:
     state = await rig.client.status(run, scope=rig.scope)
     assert state.status is RunStatus.FORCE_SETTLED, (state.status, state.reason)
     assert len(rig.fake.requests) == 1
+
+
+async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(rig: Rig) -> None:
+    # The subagent waits out a two-hour Retry-After; the lead's children expiry (an hour,
+    # the default) passes first on the server's clock. Its own deadline is a day, so only
+    # the expiry can end it.
+    researcher = (
+        AgentBuilder("researcher", registry=rig.registry)
+        .model("fake-model")
+        .limits(deadline_seconds=DAY)
+        .build()
+    )
+    lead = (
+        AgentBuilder("lead", registry=rig.registry)
+        .model("fake-model")
+        .subagent("researcher", "Researches a question and reports back.", researcher)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "find x"})),
+        Reply.error(429, retry_after=7200),
+    )
+    run = await rig.client.dispatch(lead, "find x", scope=rig.scope)
+    pending = await rig.suspended(run)
+    assert pending.reason == "children"
+    result = await rig.settled(run)
+    child = await rig.client.status(pending.id, scope=rig.scope)
+
+    assert result.status is RunStatus.ABANDONED
+    assert result.reason.startswith(f"suspension_expired: subagent {pending.id}")
+    assert await rig.server_seconds(run) == pytest.approx(
+        SuspensionPolicy().children_expires_seconds, abs=1.0
+    )
+    assert child.status is RunStatus.ABORTED  # cancelled with its lead, and says so
+    assert child.reason is not None
+    assert child.reason.startswith("cancelled")
+    assert len(rig.fake.requests) == 2  # the lead's call and the subagent's one

@@ -680,6 +680,40 @@ async def next_run(rig: Rig) -> RunHandle:
     return run
 
 
+def _lead(rig: Rig) -> AgentSpec:
+    """A lead agent with one subagent, reached through delegate."""
+    # A day's deadline, so only the lead's children expiry can end delegate_expired.
+    researcher = (
+        rig.agent("researcher").tool("lookup_order").limits(deadline_seconds=86400).build()
+    )
+    return (
+        rig.agent("lead")
+        .tool("lookup_order")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .build()
+    )
+
+
+async def delegate_answered(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),  # the subagent
+        Reply.text("Order 42 is delivered."),  # the subagent's answer
+        Reply.text("The researcher says order 42 is delivered."),  # the lead
+    )
+    return await rig.run(_lead(rig), "Where is order 42?")
+
+
+async def delegate_expired(rig: Rig) -> RunHandle:
+    # The subagent waits out a two-hour Retry-After; the lead's children expiry (an hour by
+    # default) passes first on the test server's clock, and the lead is ABANDONED.
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.error(429, retry_after=7200),
+    )
+    return await rig.run(_lead(rig), "Where is order 42?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -716,6 +750,8 @@ SHAPES = tuple(
         ("time-skipping", approval_expired),
         ("dev", question_answered),
         ("dev", external_wait_completed),
+        ("dev", delegate_answered),
+        ("time-skipping", delegate_expired),
         ("dev", abort_during_interruptible_call),
         ("dev", abort_during_non_interruptible_call),
         ("dev", abort_while_suspended),
