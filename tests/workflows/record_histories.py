@@ -683,9 +683,7 @@ async def next_run(rig: Rig) -> RunHandle:
 def _lead(rig: Rig) -> AgentSpec:
     """A lead agent with one subagent, reached through delegate."""
     # A day's deadline, so only the lead's children expiry can end delegate_expired.
-    researcher = (
-        rig.agent("researcher").tool("lookup_order").limits(deadline_seconds=86400).build()
-    )
+    researcher = rig.agent("researcher").tool("lookup_order").limits(deadline_seconds=86400).build()
     return (
         rig.agent("lead")
         .tool("lookup_order")
