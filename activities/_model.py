@@ -52,6 +52,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Connect, write and pool waits. Reads are bounded by the stream idle limit (streaming) or by
 # the activity's start-to-close timeout (non-streaming: a long answer has no bytes to show).
 _IO_TIMEOUT_SECONDS = 30.0
+_DRAIN_SECONDS = 1.0
 _TRANSIENT_STATUSES = frozenset({408, 429})
 _PROVIDER_MESSAGE_LIMIT = 500
 
@@ -629,7 +630,10 @@ class ModelActivities:
         """
         started = time.monotonic()
         try:
-            return await self._complete(input, started)
+            # Beats from the start: rebuilding a long conversation from a slow BlobStore
+            # happens before the request and must not look like a lost worker.
+            async with _heartbeating():
+                return await self._complete(input, started)
         except Exception as err:
             # The one place foreign exceptions are mapped. Non-retryable: the workflow
             # retries transient failures against its per-Run budget and fallbacks.
@@ -710,8 +714,7 @@ class ModelActivities:
     async def _post(
         self, url: str, body: dict[str, Any], headers: dict[str, str], input: ModelCallInput
     ) -> _Answer:
-        async with _heartbeating():
-            response = await self.http.post(url, json=body, headers=headers, timeout=_timeout(None))
+        response = await self.http.post(url, json=body, headers=headers, timeout=_timeout(None))
         response.raise_for_status()
         return _parse_completion(response.content, input.turn)
 
@@ -726,20 +729,26 @@ class ModelActivities:
         idle = input.stream_idle_seconds
         stream = _Stream(started=started)
         try:
-            async with (
-                _heartbeating(),
-                self.http.stream(
-                    "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
-                ) as response,
-            ):
+            async with self.http.stream(
+                "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
+            ) as response:
                 if not response.is_success:
                     await response.aread()
                     response.raise_for_status()
-                # Read to the end even after [DONE]: a response left unread closes its
-                # connection, and the next call would pay a new TCP (and TLS) handshake.
-                async for line in response.aiter_lines():
-                    if not stream.done:
-                        stream.feed(line)
+                lines = response.aiter_lines()
+                async for line in lines:
+                    stream.feed(line)
+                    if stream.done:
+                        break
+                # Drain what follows [DONE] (normally nothing): a response left unread
+                # closes its connection, and the next call would pay a new TCP (and TLS)
+                # handshake. Bounded, so a server holding the stream open after [DONE]
+                # cannot turn a complete answer into an idle failure.
+                if stream.done:
+                    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                        async with asyncio.timeout(_DRAIN_SECONDS):
+                            async for _ in lines:
+                                pass
         except httpx.ReadTimeout as err:
             # The read timeout is the idle limit: only a silent stream can exceed it.
             raise StreamIdle(idle) from err

@@ -281,5 +281,5 @@ class ReadOutputInput(_Payload):
     call_id: str
     """The tool call being answered (the read's own call id)."""
     handle: str
-    offset: int = 0
-    length: int = 8192
+    offset: int = Field(default=0, ge=0)
+    length: int = Field(default=8192, gt=0, le=65536)

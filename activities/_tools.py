@@ -232,7 +232,10 @@ class ToolActivities:
 
     def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
         try:
-            return self.policy.fixed(info)
+            decision = self.policy.fixed(info)
+            # Validated here: a policy's malformed answer is its failure (a deny), not a
+            # payload the workflow would fail to decode on every retry of its task.
+            return None if decision is None else PolicyDecision.model_validate(decision)
         except Exception as err:
             activity.logger.warning("policy failed for %s", info.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
@@ -241,7 +244,8 @@ class ToolActivities:
     async def decide(self, input: PolicyInput) -> PolicyDecision:
         """Ask the Policy about one call; an exception inside it counts as deny."""
         try:
-            return await self.policy.decide(input.scope, input.tool, input.arguments)
+            decision = await self.policy.decide(input.scope, input.tool, input.arguments)
+            return PolicyDecision.model_validate(decision)
         except Exception as err:
             activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")

@@ -116,7 +116,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
 
 _WHEN = {
     "steer": "before its next model call of this turn",
-    "follow_up": "in a new turn after this one",
+    "follow_up": "when the model would otherwise end on an answer, as a new turn",
     "next_run": "in a new Run once this one settles",
 }
 
@@ -206,8 +206,8 @@ def add_resume_commands(
         "--mode",
         choices=["steer", "follow_up", "next_run"],
         default="steer",
-        help="steer: into this turn's next model call (default); follow_up: a new turn after "
-        "this one, instead of ending on an answer; next_run: a new Run of the same Version "
-        "when this one settles",
+        help="steer: into this turn's next model call (default); follow_up: held until the "
+        "model would end on an answer, then a new turn instead; next_run: a new Run of the "
+        "same Version when this one settles",
     )
     steer.set_defaults(func=cmd_steer)

@@ -14,6 +14,7 @@ activities never retry on their own; a transient failure costs one unit of the R
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,6 +104,9 @@ with workflow.unsafe.imports_passed_through():
         TurnStarted,
         run_search_attributes,
     )
+
+RECORDS_PAGE_BYTES = 1_000_000
+"""Most JSON bytes of records one ``psych.records`` answer carries (gRPC caps messages)."""
 
 DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
@@ -287,13 +291,18 @@ class AgentRun:
 
     @workflow.query(name=QUERY_RECORDS)
     def records(self, query: RecordsQuery) -> RecordsPage:
-        """Records with ``seq > query.after``, at most ``query.limit`` of them."""
+        """Records with ``seq > query.after``: at most ``query.limit`` of them, and fewer
+        when they would exceed ``RECORDS_PAGE_BYTES`` (a query answer has a size limit)."""
         start = max(query.after, 0)
-        return RecordsPage(
-            records=tuple(self._records[start : start + query.limit]),
-            last_seq=len(self._records),
-            settled=self._status.terminal,
-        )
+        page: list[Any] = []
+        size = 0
+        for record in self._records[start : start + query.limit]:
+            size += len(record.model_dump_json())
+            if page and size > RECORDS_PAGE_BYTES:
+                break
+            page.append(record)
+        settled = bool(self._records) and isinstance(self._records[-1], RunSettled)
+        return RecordsPage(records=tuple(page), last_seq=len(self._records), settled=settled)
 
     # --- resume, abort, steer (updates, and signals for callers without updates) ---------
 
@@ -433,6 +442,18 @@ class AgentRun:
                     f"hashes to {actual}",
                 )
             )
+        expected = f"psych-{input.scope.tenant}-{input.run_id}"
+        if workflow.patched("psych-workflow-id") and workflow.info().workflow_id != expected:
+            # Clients authorize by the tenant in the id: a Run started by hand under an
+            # id that names another tenant must not run (its records would leak).
+            return await self._settle(
+                _Outcome(
+                    RunStatus.FAILED,
+                    f"workflow_id: a Run of tenant {input.scope.tenant!r} and run id "
+                    f"{input.run_id!r} must have workflow id {expected!r}, not "
+                    f"{workflow.info().workflow_id!r}",
+                )
+            )
         self._spec = spec
         self._system_prompt = system_prompt(spec)
         self._record(
@@ -459,9 +480,10 @@ class AgentRun:
                     return await self._settle(self._force_settle(open_calls))
         except asyncio.CancelledError:
             # The workflow itself was cancelled (a parent's delegate expired, or an operator
-            # cancelled it): settle the record and the search attributes, then let the
-            # cancellation end the workflow as Temporal expects.
+            # cancelled it): stop the loop, settle the record and the search attributes,
+            # then let the cancellation end the workflow as Temporal expects.
             loop.cancel()
+            await workflow.wait([loop])
             self._status = RunStatus.ABORTED
             self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
             self._record(RunSettled, status=self._status, reason=self._reason, totals=self._totals)
@@ -512,6 +534,11 @@ class AgentRun:
         self._status = outcome.status
         self._reason = outcome.reason
         self._answer = outcome.answer
+        # The status goes out first (the command order committed histories have), the next
+        # Runs start, and only then is run_settled written: it is the last record.
+        self._show_status()
+        for index, message in enumerate(self._next_run, start=1):
+            await self._start_next_run(index, message)
         self._record(
             RunSettled,
             status=outcome.status,
@@ -519,9 +546,6 @@ class AgentRun:
             answer=outcome.answer,
             totals=self._totals,
         )
-        self._show_status()
-        for index, message in enumerate(self._next_run, start=1):
-            await self._start_next_run(index, message)
         if outcome.status is RunStatus.FAILED:
             raise ApplicationError(outcome.reason, type="RunFailed", non_retryable=True)
         return RunResult(
@@ -679,6 +703,10 @@ class AgentRun:
             return await self._turns()
         except _Stop as stop:
             return stop.outcome
+        except (ActivityError, ChildWorkflowError) as err:
+            # An activity or child that failed where no caller handles it (the policy
+            # activity, starting a subagent): the Run fails, with its record settled.
+            return _Outcome(RunStatus.FAILED, f"{type(err).__name__}: {_cause(err)}")
 
     async def _turns(self) -> _Outcome:
         spec = self._spec
@@ -740,6 +768,17 @@ class AgentRun:
         queue.clear()
         return messages
 
+    def _ready_model(self, models: list[str], index: int) -> str:
+        """From ``index`` on, in order, the first model not waiting out a Retry-After or a
+        backoff; if all are, the one ready soonest. So a fallback that just answered keeps
+        answering while the primary waits, across turns too."""
+        now = workflow.time()
+        ordered = [models[(index + k) % len(models)] for k in range(len(models))]
+        ready = [m for m in ordered if self._not_before.get(m, 0.0) <= now]
+        if ready:
+            return ready[0]
+        return min(ordered, key=lambda m: self._not_before.get(m, 0.0))
+
     def _past_deadline(self) -> bool:
         return self._deadline_hit
 
@@ -789,10 +828,17 @@ class AgentRun:
         index = 0
         attempt = 0
         while True:
-            model = models[index % len(models)]
+            model = self._ready_model(models, index)
             wait = self._not_before.get(model, 0.0) - workflow.time()
             if wait > 0:
-                await workflow.sleep(wait)
+                # An abort ends the wait: no billable call starts after it.
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self._abort is not None,
+                        timeout=wait,
+                        timeout_summary=f"retry {model}",
+                    )
+            self._check_abort()
             if self._past_deadline():
                 # The grace period is for calls already in flight, not for new attempts.
                 outcome = self._deadline_outcome()
@@ -820,6 +866,9 @@ class AgentRun:
             except ActivityError as err:
                 self._model_task = None
                 self._check_abort()
+                if _was_cancelled(err):
+                    # The workflow is being cancelled (or force-settled): not a model failure.
+                    raise asyncio.CancelledError from err
                 failure = _model_failure(err)
                 budget_left = limits.transient_retry_budget - self._totals.transient_failures
                 if failure.transient:
@@ -893,7 +942,26 @@ class AgentRun:
         # Counted before they run, so a Run force-settled mid-turn still counts its calls.
         self._count(steps=len(calls[:room]), tool_calls=len(calls))
         tasks = [asyncio.create_task(self._run_tool(turn, call, offered)) for call in calls[:room]]
-        results = list(await asyncio.gather(*tasks))
+        # Every call is waited for and recorded before any stop takes effect: an abort or an
+        # expiry raised by one call must not leave the turn's other calls unrecorded (a
+        # non-interruptible one finishes, and its result is recorded).
+        stop: _Stop | None = None
+        results: list[_ToolResult] = []
+        for call, outcome in zip(
+            calls[:room], await asyncio.gather(*tasks, return_exceptions=True), strict=True
+        ):
+            if isinstance(outcome, _ToolResult):
+                results.append(outcome)
+            elif isinstance(outcome, _Stop):
+                stop = stop or outcome
+                status: ToolCallStatus = (
+                    "aborted" if outcome.outcome.status is RunStatus.ABORTED else "rejected"
+                )
+                result = self._inline(call, status, f"not run: {outcome.outcome.reason}")
+                result.counts_as_failure = False
+                results.append(result)
+            else:
+                raise outcome
         for call in calls[room:]:
             reason = (
                 f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
@@ -904,7 +972,12 @@ class AgentRun:
             results.append(self._inline(call, "error", reason))
         notes: list[ChatMessage | str] = []
         for result in results:
-            self._after_tool(turn, result, notes)
+            try:
+                self._after_tool(turn, result, notes)
+            except _Stop as hard_stop:
+                stop = stop or hard_stop
+        if stop is not None:
+            raise stop
         return [r.message for r in results] + notes
 
     def _inline(self, call: ToolCallRequest, status: ToolCallStatus, text: str) -> _ToolResult:
@@ -956,6 +1029,7 @@ class AgentRun:
         refusal = await self._authorize(call, entry, arguments)
         if refusal is not None:
             return refusal
+        self._check_abort()
         if entry.name == "ask_question":
             return await self._ask(call, arguments)
         if entry.name == "delegate":
@@ -1165,14 +1239,12 @@ class AgentRun:
         retry = SAFE_TOOL_RETRY if entry.safe_to_repeat else ONCE
         try:
             if entry.name == "read_tool_output":
+                read = _read_arguments(call.id, arguments)
+                if isinstance(read, str):
+                    return self._inline(call, "error", read)
                 outcome = await workflow.execute_activity(
                     TOOL_READ_OUTPUT,
-                    ReadOutputInput(
-                        call_id=call.id,
-                        handle=str(arguments.get("handle", "")),
-                        offset=int(arguments.get("offset", 0)),
-                        length=int(arguments.get("length", 8192)),
-                    ),
+                    read,
                     result_type=ToolOutcome,
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=SAFE_TOOL_RETRY,
@@ -1215,11 +1287,13 @@ class AgentRun:
                     summary=summary,
                 )
         except ActivityError as err:
-            if self._abort is not None and _was_cancelled(err):
+            if _was_cancelled(err):
+                if self._abort is None:
+                    raise asyncio.CancelledError from err
                 result = self._inline(call, "aborted", ABORTED_CALL)
                 result.counts_as_failure = False
                 return result
-            if not entry.safe_to_repeat:
+            if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
                 result = self._inline(call, "unknown", UNKNOWN_OUTCOME)
                 result.counts_as_failure = False
                 return result
@@ -1316,6 +1390,25 @@ class AgentRun:
             self._cost_unknown = True
         new_cost = None if self._cost_unknown else (totals.cost or 0.0) + (cost or 0.0)
         self._totals = totals.model_copy(update={"usage": summed, "cost": new_cost})
+
+
+READ_MAX_LENGTH = 65536
+
+
+def _read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput | str:
+    """``read_tool_output``'s arguments, or the error the model should read."""
+    handle, offset, length = (
+        arguments.get("handle"),
+        arguments.get("offset", 0),
+        arguments.get("length", 8192),
+    )
+    if not isinstance(handle, str) or not handle:
+        return "read_tool_output needs a handle (the text after 'handle' in the preview)"
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        return f"offset must be a whole number >= 0, not {offset!r}"
+    if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= READ_MAX_LENGTH:
+        return f"length must be a whole number from 1 to {READ_MAX_LENGTH}, not {length!r}"
+    return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
 
 
 def _was_cancelled(err: ActivityError) -> bool:

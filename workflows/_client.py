@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -249,7 +250,17 @@ class PsychClient:
                 ),
                 static_summary=f"agent {version.spec.name} ({version.hash[:19]})",
             )
-        return handle
+        if idempotency_key is None or not self.search_attributes:
+            return handle
+        # The key may have reached an existing Run: answer with what that Run runs.
+        attributes = (
+            await self.temporal.get_workflow_handle(workflow_id).describe()
+        ).typed_search_attributes
+        return dataclasses.replace(
+            handle,
+            agent=attributes.get(_AGENT) or handle.agent,
+            version_hash=attributes.get(_VERSION) or handle.version_hash,
+        )
 
     def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
         workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
@@ -292,16 +303,23 @@ class PsychClient:
         """Yield records with ``seq > after`` as the Run writes them, until it settles.
 
         Polls the records query (queries do not grow history, unlike a long-poll update).
+        Also ends when the workflow closed without settling its record (terminated by an
+        operator, or by a parent's close policy).
         """
+        workflow_id, handle = self._handle(run, scope)
         while True:
-            page = await self.records(run, scope=scope, after=after)
+            page = await self.records(workflow_id, scope=scope, after=after)
             for record in page.records:
                 yield record
             after = page.records[-1].seq if page.records else after
-            if page.settled and after >= page.last_seq:
+            if after < page.last_seq:
+                continue
+            if page.settled:
                 return
-            if after >= page.last_seq:
-                await asyncio.sleep(poll_interval)
+            description = await handle.describe()
+            if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+                return
+            await asyncio.sleep(poll_interval)
 
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
         """Wait for the Run to settle and return its result.

@@ -261,8 +261,8 @@ async def test_steer_follow_up_adds_a_turn(cli: Cli, capsys: pytest.CaptureFixtu
         )
         assert status == 0, err
         assert (
-            out
-            == f"{wid}: follow_up message taken; the model sees it in a new turn after this one\n"
+            out == f"{wid}: follow_up message taken; the model sees it when the model would "
+            "otherwise end on an answer, as a new turn\n"
         )
         status, _, err = await psych(capsys, "approve", *cli.args(wid, "refund-1"))
         assert status == 0, err
