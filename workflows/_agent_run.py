@@ -495,17 +495,18 @@ class AgentRun:
         """Wait for the loop; False when ``deadline`` seconds of unsuspended time ran out.
 
         Time spent suspended (waiting for a person or a system, each wait bounded by its own
-        expiry) does not count: the deadline bounds the Run's work, not its waiting.
+        expiry) does not count: the deadline bounds the Run's work, not its waiting. The
+        clock runs whenever any call is executing, even beside a suspended one.
         """
         used = 0.0
         while not loop.done():
-            if self._pending:
-                await workflow.wait_condition(lambda: loop.done() or not self._pending)
+            if self._suspended_only():
+                await workflow.wait_condition(lambda: loop.done() or not self._suspended_only())
                 continue
             started = workflow.time()
             try:
                 await workflow.wait_condition(
-                    lambda: loop.done() or bool(self._pending),
+                    lambda: loop.done() or self._suspended_only(),
                     timeout=deadline - used,
                     timeout_summary="deadline",
                 )
@@ -513,6 +514,10 @@ class AgentRun:
                 return False
             used += workflow.time() - started
         return True
+
+    def _suspended_only(self) -> bool:
+        """Whether the Run only waits: something is pending and no call is executing."""
+        return bool(self._pending) and not self._open_calls
 
     def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> _Outcome:
         for call_id, (turn, tool) in sorted(open_calls.items()):

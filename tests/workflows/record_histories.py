@@ -28,20 +28,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from temporalio.client import WorkflowHistory
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import (
@@ -680,6 +681,103 @@ async def next_run(rig: Rig) -> RunHandle:
     return run
 
 
+async def max_steps_stop(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("lookup_order", {"order_id": "1"}),
+            ToolCall("lookup_order", {"order_id": "2"}),
+            ToolCall("lookup_order", {"order_id": "3"}),
+        )
+    )
+    return await rig.run(rig.agent("stepper").tool("lookup_order").limits(max_steps=3).build())
+
+
+async def policy_denied(rig: Rig) -> RunHandle:
+    rig.settings.policy = RulePolicy(tools={"delete_*": "deny"})
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"})), Reply.text("Refused.")
+    )
+    return await rig.run(rig.agent("orders").tool("delete_order").build(), "Delete order 7")
+
+
+class _PerCall:
+    """A policy that decides each call: order 13 is protected."""
+
+    def fixed(self, tool: ToolInfo) -> PolicyDecision | None:
+        return None
+
+    async def decide(
+        self, scope: Scope, tool: ToolInfo, arguments: Mapping[str, object]
+    ) -> PolicyDecision:
+        if arguments.get("order_id") == "13":
+            return PolicyDecision(decision="deny", reason="order 13 is protected")
+        return PolicyDecision(decision="allow")
+
+
+async def per_call_policy(rig: Rig) -> RunHandle:
+    rig.settings.policy = _PerCall()
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "12"}),
+            ToolCall("delete_order", {"order_id": "13"}),
+        ),
+        Reply.text("Done."),
+    )
+    return await rig.run(rig.agent("orders").tool("delete_order").build(), "Delete 12 and 13")
+
+
+async def _expired(rig: Rig, spec: AgentSpec, call: ToolCall) -> RunHandle:
+    rig.fake.enqueue(Reply.tool_calls(call))
+    return await rig.run(spec, "Go")
+
+
+async def question_expired(rig: Rig) -> RunHandle:
+    spec = (
+        rig.agent("asker")
+        .suspension(may_ask_questions=True, question_expires_seconds=3 * 3600)
+        .build()
+    )
+    return await _expired(rig, spec, ToolCall("ask_question", {"question": "Which order?"}))
+
+
+async def external_wait_expired(rig: Rig) -> RunHandle:
+    spec = rig.agent("payer").tool("request_payment").build()
+    return await _expired(rig, spec, ToolCall("request_payment", {"order_id": "42"}))
+
+
+async def abort_during_model_call(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.stall(30, after_chunks=1))
+    async with rig.worker():
+        run = await rig.client.dispatch(rig.agent("slow").build(), "Hi", scope=SCOPE)
+
+        async def calling() -> bool:
+            return len(rig.fake.requests) == 1
+
+        await rig.until(calling, "the model call")
+        await rig.client.abort(run, scope=SCOPE, reason="enough")
+        await rig.settle(run)
+    return run
+
+
+async def workflow_cancelled(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.stall(30, after_chunks=1))
+    async with rig.worker():
+        run = await rig.client.dispatch(rig.agent("cancelled").build(), "Hi", scope=SCOPE)
+
+        async def calling() -> bool:
+            return len(rig.fake.requests) == 1
+
+        await rig.until(calling, "the model call")
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await rig.until(closed, "the cancellation")
+    return run
+
+
 def _lead(rig: Rig) -> AgentSpec:
     """A lead agent with one subagent, reached through delegate."""
     # A day's deadline, so only the lead's children expiry can end delegate_expired.
@@ -748,6 +846,13 @@ SHAPES = tuple(
         ("time-skipping", approval_expired),
         ("dev", question_answered),
         ("dev", external_wait_completed),
+        ("dev", max_steps_stop),
+        ("dev", policy_denied),
+        ("dev", per_call_policy),
+        ("time-skipping", question_expired),
+        ("time-skipping", external_wait_expired),
+        ("dev", abort_during_model_call),
+        ("dev", workflow_cancelled),
         ("dev", delegate_answered),
         ("time-skipping", delegate_expired),
         ("dev", abort_during_interruptible_call),

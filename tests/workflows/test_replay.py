@@ -7,6 +7,8 @@ do not re-record the history (see histories/README.md).
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,13 @@ def replayer() -> Replayer:
 
 
 def load(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    """The history under its Run's own workflow id (``psych-<tenant>-<run id>``, which
+    AgentRun checks), read back from the input in its first event."""
+    text = path.read_text()
+    events = json.loads(text)["events"]
+    payload = events[0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+    run = json.loads(base64.b64decode(payload["data"]))
+    return WorkflowHistory.from_json(f"psych-{run['scope']['tenant']}-{run['run_id']}", text)
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.stem)
