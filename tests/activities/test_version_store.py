@@ -1,0 +1,68 @@
+"""The file-backed VersionStore: idempotent publishing, verified reads."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities import FileVersionStore
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    NotFound,
+    SpecError,
+    VersionMismatch,
+    VersionStore,
+    version_hash,
+)
+
+
+def spec(name: str = "support") -> AgentSpec:
+    return AgentBuilder(name).instructions("Help.").model("gpt-4o").build()
+
+
+def test_it_is_a_version_store(tmp_path: Path) -> None:
+    assert isinstance(FileVersionStore(tmp_path), VersionStore)
+
+
+def test_publishing_an_identical_spec_returns_the_first_version(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path)
+    first = store.publish(spec())
+    time.sleep(0.01)
+    again = store.publish(spec())
+    assert again == first
+    assert again.published_at == first.published_at
+    assert first.hash == version_hash(spec())
+    assert store.get(first.hash) == first
+    assert store.publish(spec("other")).hash != first.hash
+
+
+def test_concurrent_publishers_agree_on_one_version(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path)
+    with ThreadPoolExecutor(8) as pool:
+        versions = list(pool.map(lambda _: store.publish(spec()), range(16)))
+    assert len({v.published_at for v in versions}) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [f"{versions[0].hash[7:]}.json"]
+
+
+def test_unknown_hash_is_not_found_and_a_malformed_one_is_refused(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path)
+    with pytest.raises(NotFound):
+        store.get("sha256:" + "0" * 64)
+    with pytest.raises(SpecError, match="not a Version hash"):
+        store.get("md5:abc")
+
+
+def test_a_tampered_file_is_refused_on_read(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path)
+    version = store.publish(spec())
+    path = tmp_path / f"{version.hash[7:]}.json"
+    data = json.loads(path.read_text())
+    data["spec"]["instructions"] = "Do something else."
+    path.write_text(json.dumps(data))
+    with pytest.raises(VersionMismatch):
+        store.get(version.hash)
