@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
@@ -34,8 +35,11 @@ class PsychPlugin(SimplePlugin):
     """Install on the Temporal client (it then applies to workers built from it).
 
     Sets pydantic's data converter (every payload is a pydantic model), the sandbox
-    passthrough list above, and makes PsychError fail the workflow rather than the
-    workflow task (which Temporal would retry forever).
+    passthrough list above, and makes PsychError and pydantic's ValidationError fail the
+    workflow rather than the workflow task (which Temporal would retry forever): a Run
+    started with a malformed input (by hand, with the plain ``temporal`` CLI) fails at
+    once, saying which field is wrong. A malformed signal is still only logged and
+    dropped by the SDK, and a malformed update rejected.
     """
 
     def __init__(self) -> None:
@@ -43,5 +47,5 @@ class PsychPlugin(SimplePlugin):
             "psych_runtime.PsychPlugin",
             data_converter=pydantic_data_converter,
             workflow_runner=_runner,
-            workflow_failure_exception_types=[PsychError],
+            workflow_failure_exception_types=[PsychError, ValidationError],
         )

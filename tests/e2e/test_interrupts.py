@@ -275,3 +275,19 @@ async def test_failing_to_decide_fails_the_run_with_its_record_settled(harness: 
     assert finished[0].status == "denied"
     assert isinstance(records[-1], RunSettled)
     assert deleted == []
+
+
+async def test_a_malformed_input_fails_the_run_instead_of_retrying_forever(
+    harness: Harness,
+) -> None:
+    async with harness.worker():
+        handle = await harness.env.client.start_workflow(
+            AGENT_RUN,
+            {"run_id": "r1", "scope": {"tenant": "acme"}, "messages": []},
+            id="psych-acme-malformed",
+            task_queue=harness.settings.task_queue,
+        )
+        async with asyncio.timeout(20):
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+    assert "version" in str(failed.value.cause)
