@@ -14,7 +14,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -23,6 +23,7 @@ from psych_runtime.specs._models import NAME_PATTERN
 from psych_runtime.specs._validation import BUILTIN_TOOL_NAMES
 
 _NAME = re.compile(NAME_PATTERN)
+_F = TypeVar("_F", bound=Callable[..., Any])
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
@@ -196,16 +197,40 @@ class ToolRegistry:
             raise RegistryError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
 
+    @overload
     def register(
         self,
-        fn: Callable[..., Any] | None = None,
+        fn: _F,
         *,
         name: str | None = None,
         description: str | None = None,
         idempotent: bool = False,
         read_only: bool | None = None,
         destructive: bool | None = None,
-    ) -> Any:
+    ) -> _F: ...
+
+    @overload
+    def register(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
+    ) -> Callable[[_F], _F]: ...
+
+    def register(
+        self,
+        fn: _F | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
+    ) -> _F | Callable[[_F], _F]:
         """Register a sync or async function; usable bare or as ``@registry.register(...)``.
 
         The schema comes from the type hints (every argument needs one) and the description
@@ -216,7 +241,7 @@ class ToolRegistry:
             RegistryError: the name is taken or invalid, or the signature cannot be described.
         """
 
-        def add(target: Callable[..., Any]) -> Callable[..., Any]:
+        def add(target: _F) -> _F:
             tool_name = name or target.__name__
             summary, docs = _parse_docstring(inspect.getdoc(target))
             text = description if description is not None else summary
