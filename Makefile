@@ -26,6 +26,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy tests bench examples
 
 unit: $(STAMP)
 	$(BIN)/pytest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -66,7 +66,10 @@ REQUIRED: dict[type[BaseModel], dict[str, Any]] = {
 }
 
 
-def build(cls: type[BaseModel], **fields: Any) -> BaseModel:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def build(cls: type[_M], **fields: Any) -> _M:
     return cls(**{**REQUIRED[cls], **fields})
 
 
@@ -547,7 +550,7 @@ def test_models_hold_no_callables() -> None:
         """A function."""
 
     with pytest.raises(ValidationError):
-        CodeTool(name=fn)  # type: ignore[arg-type]
+        CodeTool(name=fn)
     with pytest.raises(ValidationError):
         agent(tools=[fn])
 

@@ -46,7 +46,7 @@ SETTINGS = settings(
 
 # U+0085 is left out: PyYAML folds it on load, which test_version.py covers on its own.
 TEXT = st.text(
-    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x85"), max_size=24
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x85"), max_size=24
 )
 NONEMPTY = TEXT.filter(bool)
 NAMES = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_.-]{0,10}", fullmatch=True)
@@ -352,7 +352,8 @@ def _reverse_fallbacks(data: dict[str, Any]) -> bool:
     if data["kind"] != "agent" or len(set(data["model"]["fallbacks"])) < 2:
         return False
     data["model"]["fallbacks"].reverse()
-    return data["model"]["fallbacks"] != list(reversed(data["model"]["fallbacks"]))
+    fallbacks: list[str] = data["model"]["fallbacks"]
+    return fallbacks != list(reversed(fallbacks))
 
 
 def _add_fallback(data: dict[str, Any]) -> bool:

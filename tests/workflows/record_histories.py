@@ -560,7 +560,8 @@ async def approval_granted_by_signal(rig: Rig) -> RunHandle:
         approval = ResumeInput(
             reason="approval", id=pending.id, tenant=SCOPE.tenant, by="ops", approved=True
         )
-        return await handle.signal(RESUME, approval)
+        await handle.signal(RESUME, approval)
+        return None
 
     return await _approval(rig, signal)
 
@@ -817,51 +818,49 @@ class Shape:
     record: Callable[[Rig], Awaitable[RunHandle]]
 
 
-SHAPES = tuple(
-    Shape(fn.__name__, server, fn)
-    for server, fn in [
-        ("dev", plain_answer),
-        ("dev", code_and_http_tools),
-        ("dev", large_result_read_back),
-        ("dev", skill_loaded),
-        ("dev", malformed_and_unknown_tool_calls),
-        ("dev", over_the_per_turn_call_cap),
-        ("dev", transient_failure_then_fallback),
-        ("dev", retry_budget_exhausted),
-        ("dev", non_transient_failure),
-        ("dev", failure_streak_withheld),
-        ("dev", failure_streak_hard_stop),
-        ("dev", repeat_guard_refusal),
-        ("dev", repeat_guard_hard_stop),
-        ("dev", max_turns_stop),
-        ("dev", version_mismatch),
-        ("dev", unknown_after_crash),
-        ("dev", rerun_after_crash),
-        ("time-skipping", deadline_force_settled),
-        ("time-skipping", deadline_during_tool_call),
-        ("time-skipping", deadline_during_retry_wait),
-        ("dev", approval_granted),
-        ("dev", approval_granted_by_signal),
-        ("dev", approval_denied),
-        ("time-skipping", approval_expired),
-        ("dev", question_answered),
-        ("dev", external_wait_completed),
-        ("dev", max_steps_stop),
-        ("dev", policy_denied),
-        ("dev", per_call_policy),
-        ("time-skipping", question_expired),
-        ("time-skipping", external_wait_expired),
-        ("dev", abort_during_model_call),
-        ("dev", workflow_cancelled),
-        ("dev", delegate_answered),
-        ("time-skipping", delegate_expired),
-        ("dev", abort_during_interruptible_call),
-        ("dev", abort_during_non_interruptible_call),
-        ("dev", abort_while_suspended),
-        ("dev", steer_and_follow_up),
-        ("dev", next_run),
-    ]
-)
+_ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
+    ("dev", plain_answer),
+    ("dev", code_and_http_tools),
+    ("dev", large_result_read_back),
+    ("dev", skill_loaded),
+    ("dev", malformed_and_unknown_tool_calls),
+    ("dev", over_the_per_turn_call_cap),
+    ("dev", transient_failure_then_fallback),
+    ("dev", retry_budget_exhausted),
+    ("dev", non_transient_failure),
+    ("dev", failure_streak_withheld),
+    ("dev", failure_streak_hard_stop),
+    ("dev", repeat_guard_refusal),
+    ("dev", repeat_guard_hard_stop),
+    ("dev", max_turns_stop),
+    ("dev", version_mismatch),
+    ("dev", unknown_after_crash),
+    ("dev", rerun_after_crash),
+    ("time-skipping", deadline_force_settled),
+    ("time-skipping", deadline_during_tool_call),
+    ("time-skipping", deadline_during_retry_wait),
+    ("dev", approval_granted),
+    ("dev", approval_granted_by_signal),
+    ("dev", approval_denied),
+    ("time-skipping", approval_expired),
+    ("dev", question_answered),
+    ("dev", external_wait_completed),
+    ("dev", max_steps_stop),
+    ("dev", policy_denied),
+    ("dev", per_call_policy),
+    ("time-skipping", question_expired),
+    ("time-skipping", external_wait_expired),
+    ("dev", abort_during_model_call),
+    ("dev", workflow_cancelled),
+    ("dev", delegate_answered),
+    ("time-skipping", delegate_expired),
+    ("dev", abort_during_interruptible_call),
+    ("dev", abort_during_non_interruptible_call),
+    ("dev", abort_while_suspended),
+    ("dev", steer_and_follow_up),
+    ("dev", next_run),
+]
+SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
 
 
