@@ -84,7 +84,8 @@ def build_report(workflow_id: str, state: RunState, records: Sequence[Any]) -> R
     """Project ``records`` (in seq order) into a RunReport."""
     admitted = next((r for r in records if isinstance(r, RunAdmitted)), None)
     model_calls: list[ModelCallReport] = []
-    tools: dict[str, ToolCallReport] = {}
+    # Keyed by (turn, call id): providers may reuse index-like call ids in later turns.
+    tools: dict[tuple[int, str], ToolCallReport] = {}
     settled: RunSettled | None = None
     open_call: ModelCallStarted | None = None
     for record in records:
@@ -118,15 +119,15 @@ def build_report(workflow_id: str, state: RunState, records: Sequence[Any]) -> R
             )
             open_call = None
         elif isinstance(record, ToolCallStarted):
-            tools[record.call_id] = ToolCallReport(
+            tools[record.turn, record.call_id] = ToolCallReport(
                 turn=record.turn,
                 call_id=record.call_id,
                 tool=record.tool,
                 arguments=record.arguments,
             )
         elif isinstance(record, ToolCallFinished):
-            started = tools.get(record.call_id)
-            tools[record.call_id] = ToolCallReport(
+            started = tools.get((record.turn, record.call_id))
+            tools[record.turn, record.call_id] = ToolCallReport(
                 turn=record.turn,
                 call_id=record.call_id,
                 tool=record.tool,

@@ -367,3 +367,28 @@ async def test_stream_stall_is_transient_and_retried(harness: Harness) -> None:
     assert len(failed) == 1
     assert failed[0].transient
     assert "idle" in failed[0].message
+
+
+async def test_report_keeps_calls_apart_when_a_provider_reuses_call_ids(
+    harness: Harness,
+) -> None:
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("reuse", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"}, id="call_0")),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "2"}, id="call_0")),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert [(c.turn, c.call_id, json.loads(c.arguments)) for c in report.tool_calls] == [
+        (1, "call_0", {"order_id": "1"}),
+        (2, "call_0", {"order_id": "2"}),
+    ]
