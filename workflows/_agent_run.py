@@ -365,10 +365,7 @@ class AgentRun:
     @workflow.signal(name=RESUME)
     def resume_signal(self, input: ResumeInput) -> None:
         """``psych.resume`` as a signal; an invalid one is logged and ignored."""
-        try:
-            self._resume(input)
-        except ApplicationError as err:
-            workflow.logger.warning("psych.resume signal ignored: %s", err)
+        _as_signal(RESUME, self._resume, input)
 
     @workflow.update(name=ABORT)
     def abort(self, input: AbortInput) -> None:
@@ -376,6 +373,7 @@ class AgentRun:
         self._do_abort(input)
 
     def _do_abort(self, input: AbortInput) -> None:
+        self._check_caller(input.tenant)  # again, for the signal, which has no validator
         if self._abort is not None:
             return
         self._abort = input
@@ -392,12 +390,7 @@ class AgentRun:
     @workflow.signal(name=ABORT)
     def abort_signal(self, input: AbortInput) -> None:
         """``psych.abort`` as a signal; an invalid one is logged and ignored."""
-        try:
-            self._validate_abort(input)
-        except ApplicationError as err:
-            workflow.logger.warning("psych.abort signal ignored: %s", err)
-            return
-        self._do_abort(input)
+        _as_signal(ABORT, self._do_abort, input)
 
     @workflow.update(name=STEER)
     def steer(self, input: SteerInput) -> None:
@@ -405,6 +398,7 @@ class AgentRun:
         self._do_steer(input)
 
     def _do_steer(self, input: SteerInput) -> None:
+        self._check_caller(input.tenant)  # again, for the signal, which has no validator
         self._record(SteerReceived, mode=input.mode, message=input.message, by=input.by)
         queue = {"steer": self._steer, "follow_up": self._follow_up, "next_run": self._next_run}
         queue[input.mode].append(input.message)
@@ -416,12 +410,7 @@ class AgentRun:
     @workflow.signal(name=STEER)
     def steer_signal(self, input: SteerInput) -> None:
         """``psych.steer`` as a signal; an invalid one is logged and ignored."""
-        try:
-            self._validate_steer(input)
-        except ApplicationError as err:
-            workflow.logger.warning("psych.steer signal ignored: %s", err)
-            return
-        self._do_steer(input)
+        _as_signal(STEER, self._do_steer, input)
 
     # --- run -----------------------------------------------------------------------------
 
@@ -455,6 +444,7 @@ class AgentRun:
                 )
             )
         self._spec = spec
+        self._tools = {tool.name: tool for tool in spec.tools}
         self._system_prompt = system_prompt(spec)
         self._record(
             RunAdmitted,
@@ -785,6 +775,8 @@ class AgentRun:
         return min(ordered, key=lambda m: self._not_before.get(m, 0.0))
 
     def _past_deadline(self) -> bool:
+        # A method, not the attribute: mypy narrows an attribute read before an await to
+        # False and would call the check after it unreachable.
         return self._deadline_hit
 
     def _deadline_outcome(self) -> _Outcome:
@@ -1059,7 +1051,7 @@ class AgentRun:
         return result
 
     def _interruptible_tool(self, name: str) -> bool:
-        tool = next((t for t in self._spec.tools if t.name == name), None)
+        tool = self._tools.get(name)
         return tool.interruptible if tool is not None else True
 
     async def _authorize(
@@ -1256,7 +1248,7 @@ class AgentRun:
                     summary=summary,
                 )
             elif entry.kind == "http":
-                tool = next(t for t in spec.tools if t.name == call.name)
+                tool = self._tools[call.name]
                 assert isinstance(tool, HttpTool)
                 outcome = await workflow.execute_activity(
                     TOOL_HTTP,
@@ -1414,6 +1406,15 @@ def _read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput 
     if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= READ_MAX_LENGTH:
         return f"length must be a whole number from 1 to {READ_MAX_LENGTH}, not {length!r}"
     return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
+
+
+def _as_signal(name: str, action: Callable[[Any], object], input: Any) -> None:
+    """Run an update's action for its signal twin: a signal cannot answer, so a refusal
+    is logged and the signal ignored."""
+    try:
+        action(input)
+    except ApplicationError as err:
+        workflow.logger.warning("%s signal ignored: %s", name, err)
 
 
 def _was_cancelled(err: ActivityError) -> bool:

@@ -746,29 +746,32 @@ async def external_wait_expired(rig: Rig) -> RunHandle:
     return await _expired(rig, spec, ToolCall("request_payment", {"order_id": "42"}))
 
 
-async def abort_during_model_call(rig: Rig) -> RunHandle:
+async def _during_model_call(
+    rig: Rig, name: str, interrupt: Callable[[RunHandle], Awaitable[None]]
+) -> RunHandle:
+    """Start a Run whose model call stalls, then ``interrupt`` it while the call streams."""
     rig.fake.enqueue(Reply.stall(30, after_chunks=1))
     async with rig.worker():
-        run = await rig.client.dispatch(rig.agent("slow").build(), "Hi", scope=SCOPE)
+        run = await rig.client.dispatch(rig.agent(name).build(), "Hi", scope=SCOPE)
 
         async def calling() -> bool:
             return len(rig.fake.requests) == 1
 
         await rig.until(calling, "the model call")
-        await rig.client.abort(run, scope=SCOPE, reason="enough")
-        await rig.settle(run)
+        await interrupt(run)
     return run
 
 
+async def abort_during_model_call(rig: Rig) -> RunHandle:
+    async def abort(run: RunHandle) -> None:
+        await rig.client.abort(run, scope=SCOPE, reason="enough")
+        await rig.settle(run)
+
+    return await _during_model_call(rig, "slow", abort)
+
+
 async def workflow_cancelled(rig: Rig) -> RunHandle:
-    rig.fake.enqueue(Reply.stall(30, after_chunks=1))
-    async with rig.worker():
-        run = await rig.client.dispatch(rig.agent("cancelled").build(), "Hi", scope=SCOPE)
-
-        async def calling() -> bool:
-            return len(rig.fake.requests) == 1
-
-        await rig.until(calling, "the model call")
+    async def cancel(run: RunHandle) -> None:
         handle = rig.env.client.get_workflow_handle(run.workflow_id)
         await handle.cancel()
 
@@ -776,7 +779,8 @@ async def workflow_cancelled(rig: Rig) -> RunHandle:
             return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
 
         await rig.until(closed, "the cancellation")
-    return run
+
+    return await _during_model_call(rig, "cancelled", cancel)
 
 
 def _lead(rig: Rig) -> AgentSpec:
