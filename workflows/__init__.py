@@ -1,7 +1,8 @@
 """psych_runtime.workflows: the deterministic Temporal workflows and the client driving them.
 
-``AgentRun`` is the durable turn loop; the record, state, query and report types are the
-workflow contract (plain JSON on the wire); ``PsychClient`` publishes Specs and drives Runs.
+``AgentRun`` is the durable turn loop and ``WorkflowRun`` a WorkflowSpec's steps, both on one
+Run kernel; the record, state, query and report types are the workflow contract (plain JSON
+on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
 from psych_runtime.workflows._agent_run import AgentRun
@@ -11,9 +12,8 @@ from psych_runtime.workflows._client import (
     RunHandle,
     RunSummary,
     parse_workflow_id,
-    workflow_id_for,
 )
-from psych_runtime.workflows._records import (
+from psych_runtime.workflows._contract import (
     ABORT,
     AGENT_RUN,
     QUERY_RECORDS,
@@ -21,27 +21,37 @@ from psych_runtime.workflows._records import (
     RESUME,
     SEARCH_ATTRIBUTES,
     STEER,
+    WORKFLOW_RUN,
     AbortInput,
-    AbortRequested,
     AgentRunInput,
+    ParentBounds,
+    RecordsPage,
+    RecordsQuery,
+    RefusalKind,
+    ResumeInput,
+    ResumeResult,
+    RunInput,
+    RunResult,
+    RunState,
+    SteerInput,
+    WorkflowRunInput,
+    workflow_id_for,
+)
+from psych_runtime.workflows._records import (
+    AbortRequested,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
     Pending,
     Record,
-    RecordsPage,
-    RecordsQuery,
     Resumed,
-    ResumeInput,
-    ResumeResult,
     RunAdmitted,
-    RunResult,
     RunSettled,
-    RunState,
     RunStatus,
-    SteerInput,
     SteerReceived,
+    StepFinished,
+    StepStarted,
     Suspended,
     SuspensionExpired,
     ToolCallFinished,
@@ -50,7 +60,13 @@ from psych_runtime.workflows._records import (
     Totals,
     TurnStarted,
 )
-from psych_runtime.workflows._report import ModelCallReport, RunReport, ToolCallReport
+from psych_runtime.workflows._report import (
+    ModelCallReport,
+    RunReport,
+    StepReport,
+    ToolCallReport,
+)
+from psych_runtime.workflows._workflow_run import WorkflowRun
 
 __all__ = [
     "ABORT",
@@ -65,6 +81,7 @@ __all__ = [
     "ModelCallReport",
     "ModelCallStarted",
     "NextRunStarted",
+    "ParentBounds",
     "Pending",
     "PsychClient",
     "QUERY_RECORDS",
@@ -73,11 +90,13 @@ __all__ = [
     "Record",
     "RecordsPage",
     "RecordsQuery",
+    "RefusalKind",
     "ResumeInput",
     "ResumeResult",
     "Resumed",
     "RunAdmitted",
     "RunHandle",
+    "RunInput",
     "RunReport",
     "RunResult",
     "RunSettled",
@@ -88,6 +107,9 @@ __all__ = [
     "STEER",
     "SteerInput",
     "SteerReceived",
+    "StepFinished",
+    "StepReport",
+    "StepStarted",
     "Suspended",
     "SuspensionExpired",
     "ToolCallFinished",
@@ -96,6 +118,9 @@ __all__ = [
     "ToolWithheld",
     "Totals",
     "TurnStarted",
+    "WORKFLOW_RUN",
+    "WorkflowRun",
+    "WorkflowRunInput",
     "parse_workflow_id",
     "workflow_id_for",
 ]

@@ -51,9 +51,8 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
-from psych_runtime.workflows._records import (
+from psych_runtime.workflows._contract import (
     ABORT,
-    AGENT_RUN,
     QUERY_RECORDS,
     QUERY_STATE,
     RESUME,
@@ -63,24 +62,32 @@ from psych_runtime.workflows._records import (
     SA_TENANT,
     SA_VERSION,
     STEER,
+    WORKFLOW_ID_PREFIX,
     AbortInput,
     AgentRunInput,
-    Pending,
-    Record,
     RecordsPage,
     RecordsQuery,
+    RefusalKind,
     ResumeInput,
     ResumeResult,
     RunResult,
     RunState,
-    RunStatus,
     SteerInput,
+    WorkflowRunInput,
     run_search_attributes,
+    workflow_id_for,
+    workflow_type_for,
+)
+from psych_runtime.workflows._records import (
+    Pending,
+    Record,
+    RunStatus,
+    StepStarted,
 )
 from psych_runtime.workflows._report import RunReport, build_report
 
 DEFAULT_TASK_QUEUE = "psych"
-_PREFIX = "psych-"
+_PREFIX = WORKFLOW_ID_PREFIX
 
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
@@ -114,11 +121,6 @@ class RunSummary:
     """What a suspended Run waits on (approval, question, external, children)."""
     pending: tuple[Pending, ...] = ()
     """Filled by ``list(suspended=True)``: each item, with its expiry."""
-
-
-def workflow_id_for(tenant: str, run_id: str) -> str:
-    """The workflow id of a Run."""
-    return f"{_PREFIX}{tenant}-{run_id}"
 
 
 def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
@@ -200,31 +202,30 @@ class PsychClient:
             raise ValidationFailed(problems)
         return self.store.publish(spec)
 
-    def _version(self, agent: Version | AgentSpec | str) -> Version:
-        if isinstance(agent, Version):
-            return agent.verify()
-        if isinstance(agent, AgentSpec):
-            return self.publish(agent)
-        return self.store.get(agent)
+    def _version(self, spec: Version | AgentSpec | WorkflowSpec | str) -> Version:
+        if isinstance(spec, Version):
+            return spec.verify()
+        if isinstance(spec, AgentSpec | WorkflowSpec):
+            return self.publish(spec)
+        return self.store.get(spec)
 
     # --- runs ----------------------------------------------------------------------------
 
     async def dispatch(
         self,
-        agent: Version | AgentSpec | str,
+        spec: Version | AgentSpec | WorkflowSpec | str,
         input: str | Sequence[str],
         *,
         scope: Scope,
         idempotency_key: str | None = None,
     ) -> RunHandle:
-        """Start a Run of ``agent`` (a Version, a Spec to publish, or a Version hash).
+        """Start a Run of ``spec`` (a Version, a Spec to publish, or a Version hash): an
+        AgentRun for an agent, a WorkflowRun for a workflow.
 
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
         whether it is still running or settled (its first input wins).
         """
-        version = self._version(agent)
-        if not isinstance(version.spec, AgentSpec):
-            raise SpecError(f"Version {version.hash} is a workflow; dispatch runs agents")
+        version = self._version(spec)
         messages = (input,) if isinstance(input, str) else tuple(input)
         if idempotency_key is not None:
             digest = hashlib.sha256(f"{scope.tenant}\0{idempotency_key}".encode()).hexdigest()
@@ -236,9 +237,10 @@ class PsychClient:
         # A settled Run with this id raises WorkflowAlreadyStartedError: the idempotent
         # answer is that Run, so the error is the expected outcome, not a failure.
         with contextlib.suppress(WorkflowAlreadyStartedError):
+            input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
             await self.temporal.start_workflow(
-                AGENT_RUN,
-                AgentRunInput(run_id=run_id, version=version, scope=scope, messages=messages),
+                workflow_type_for(version),
+                input_type(run_id=run_id, version=version, scope=scope, messages=messages),
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -248,7 +250,7 @@ class PsychClient:
                     if self.search_attributes
                     else TypedSearchAttributes.empty
                 ),
-                static_summary=f"agent {version.spec.name} ({version.hash[:19]})",
+                static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
             )
         if idempotency_key is None or not self.search_attributes:
             return handle
@@ -307,6 +309,7 @@ class PsychClient:
         operator, or by a parent's close policy).
         """
         workflow_id, handle = self._handle(run, scope)
+        closed = False
         while True:
             page = await self.records(workflow_id, scope=scope, after=after)
             for record in page.records:
@@ -314,12 +317,14 @@ class PsychClient:
             after = page.records[-1].seq if page.records else after
             if after < page.last_seq:
                 continue
-            if page.settled:
+            if page.settled or closed:
                 return
             description = await handle.describe()
-            if description.status not in (None, WorkflowExecutionStatus.RUNNING):
-                return
-            await asyncio.sleep(poll_interval)
+            # Closed without a settled record seen: read once more, because the records it
+            # wrote while this generator was suspended (its caller busy) came after the page.
+            closed = description.status not in (None, WorkflowExecutionStatus.RUNNING)
+            if not closed:
+                await asyncio.sleep(poll_interval)
 
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
         """Wait for the Run to settle and return its result.
@@ -349,7 +354,12 @@ class PsychClient:
             records.extend(page.records)
             if not page.records or len(records) >= page.last_seq:
                 break
-        return build_report(workflow_id, state, records)
+        children = {
+            record.run: await self.report(record.run, scope=scope)
+            for record in records
+            if isinstance(record, StepStarted) and record.run is not None
+        }
+        return build_report(workflow_id, state, records, children)
 
     async def list(
         self,
@@ -417,7 +427,7 @@ class PsychClient:
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError):
-                if cause.type == "AccessDenied":
+                if cause.type == RefusalKind.ACCESS_DENIED:
                     raise AccessDenied(cause.message) from err
                 raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
             raise
@@ -429,7 +439,7 @@ class PsychClient:
                 except NotFound:
                     raise NotFound(f"no Run {workflow_id}") from err
                 raise Refused(
-                    "NotSuspended",
+                    RefusalKind.NOT_SUSPENDED,
                     f"{workflow_id} has settled {state.status.value}: {state.reason}",
                 ) from err
             raise

@@ -1,9 +1,10 @@
-"""Records, run state and the workflow's payload types (the workflow half of the contract).
+"""The log's vocabulary: Records, Run status, pending items and Totals arithmetic.
 
 A Run's log is a list of Records with a gapless ``seq`` starting at 1, each stamped with the
-Run's Scope. The state query, the record stream and the report are projections of it.
-Every type here is a frozen pydantic model and travels as plain JSON, so the plain
-``temporal`` CLI can start, query and signal Runs.
+Run's Scope (``_record_log.py`` appends them). The state query, the record stream and the
+report are projections of it. Every type here is a frozen pydantic model and travels as
+plain JSON, so the plain ``temporal`` CLI can read Runs. The names, inputs and answers of
+the workflow contract are in ``_contract.py``.
 """
 
 from __future__ import annotations
@@ -13,42 +14,9 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from psych_runtime.activities._payloads import Latency, Usage
-from psych_runtime.specs import Scope, Version
-
-# --- stable names of the workflow contract -------------------------------------------------
-
-AGENT_RUN = "AgentRun"
-QUERY_STATE = "psych.state"
-QUERY_RECORDS = "psych.records"
-RESUME = "psych.resume"
-"""Update (validated, answers) and signal (same payload, for callers without updates)."""
-ABORT = "psych.abort"
-"""Update and signal."""
-STEER = "psych.steer"
-"""Update and signal."""
-
-SA_TENANT = "PsychTenant"
-SA_AGENT = "PsychAgent"
-SA_VERSION = "PsychVersion"
-SA_STATUS = "PsychStatus"
-SA_SUSPENSION = "PsychSuspension"
-SEARCH_ATTRIBUTES = (SA_TENANT, SA_AGENT, SA_VERSION, SA_STATUS, SA_SUSPENSION)
-"""Keyword search attributes a namespace must have registered for listing Runs."""
-
-
-def run_search_attributes(tenant: str, agent: str, version_hash: str) -> TypedSearchAttributes:
-    """The search attributes a Run starts with (status ``running``)."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword(SA_TENANT), tenant),
-            SearchAttributePair(SearchAttributeKey.for_keyword(SA_AGENT), agent),
-            SearchAttributePair(SearchAttributeKey.for_keyword(SA_VERSION), version_hash),
-            SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATUS), "running"),
-        ]
-    )
+from psych_runtime.specs import Scope
 
 
 class _Frozen(BaseModel):
@@ -94,69 +62,9 @@ class Pending(_Frozen):
     arguments: str = ""
     question: str | None = None
     expires_at: datetime
-
-
-class ResumeInput(_Frozen):
-    """Payload of ``psych.resume``: an approval decision, an answer, or a completion."""
-
-    reason: Literal["approval", "question", "external"]
-    id: str
-    """The pending call id (approval, question) or the external wait token."""
-    tenant: str
-    """The caller's tenant; another tenant's resume is refused."""
-    by: str | None = None
-    """Who resumes (recorded)."""
-    approved: bool | None = None
-    """Approvals: True runs the call, False settles it rejected."""
-    note: str | None = None
-    """Approvals: a reason the model is told when rejected."""
-    answer: str | None = None
-    """Questions: the answer."""
-    payload: Any = None
-    """External waits: what the waiting tool returns (JSON)."""
-
-
-class ResumeResult(_Frozen):
-    """Answer of the ``psych.resume`` update."""
-
-    reason: Literal["approval", "question", "external"]
-    id: str
-    outcome: Literal["approved", "rejected", "answered", "completed"]
-
-
-class AbortInput(_Frozen):
-    """Payload of ``psych.abort``."""
-
-    tenant: str
-    by: str | None = None
-    reason: str = "aborted by request"
-
-
-class SteerInput(_Frozen):
-    """Payload of ``psych.steer``: a message for the model, and when it should see it."""
-
-    tenant: str
-    message: str = Field(min_length=1)
-    mode: Literal["steer", "follow_up", "next_run"] = "steer"
-    """steer: before the current turn's next model call; follow_up: after the turn (the Run
-    continues instead of ending on an answer); next_run: a new Run starts with it when this
-    one settles."""
-    by: str | None = None
-
-
-# --- input and output ---------------------------------------------------------------------
-
-
-class AgentRunInput(_Frozen):
-    """What starts an AgentRun. The whole Version travels, and is re-hashed at start."""
-
-    run_id: str
-    version: Version
-    scope: Scope
-    messages: tuple[str, ...] = Field(min_length=1)
-    """The user's input message(s), in order."""
-    depth: int = Field(default=0, ge=0)
-    """Delegation depth: 0 for a Run a caller started, parent's + 1 for a subagent's."""
+    run: str | None = None
+    """The workflow id of the child Run that holds this item (a workflow step's agent, a
+    subagent), shown by its parent and resumable through the parent's id; None: this Run."""
 
 
 class Totals(_Frozen):
@@ -171,15 +79,37 @@ class Totals(_Frozen):
     cost: float | None = None
     """Sum of known costs; ``None`` while any call's price was unknown."""
 
+    def plus(self, **increments: int) -> Totals:
+        """These totals with the named counters increased."""
+        return self.model_copy(
+            update={name: getattr(self, name) + value for name, value in increments.items()}
+        )
 
-class RunResult(_Frozen):
-    """What an AgentRun returns when it settles (other than FAILED, which fails it)."""
+    def with_usage(self, usage: Usage, cost: float | None, *, cost_unknown: bool) -> Totals:
+        """These totals with one more call's usage and cost; the cost stays None once any
+        price was unknown (``cost_unknown``), never a partial sum shown as the whole."""
+        summed = Usage(
+            **{
+                name: getattr(self.usage, name) + getattr(usage, name)
+                for name in Usage.model_fields
+            }
+        )
+        new_cost = None if cost_unknown else (self.cost or 0.0) + (cost or 0.0)
+        return self.model_copy(update={"usage": summed, "cost": new_cost})
 
-    run_id: str
-    status: RunStatus
-    reason: str
-    answer: str | None = None
-    totals: Totals
+    def rolled_up(self, child: Totals, *, cost_unknown: bool) -> Totals:
+        """These totals with a child Run's added (its calls, usage and cost)."""
+        return self.plus(
+            steps=child.steps,
+            model_calls=child.model_calls,
+            tool_calls=child.tool_calls,
+            transient_failures=child.transient_failures,
+        ).with_usage(child.usage, child.cost, cost_unknown=cost_unknown)
+
+    @property
+    def cost_unknown(self) -> bool:
+        """Whether some call's price was unknown (calls were made, no cost is known)."""
+        return self.cost is None and self.model_calls > 0
 
 
 # --- records ------------------------------------------------------------------------------
@@ -197,8 +127,11 @@ class RunAdmitted(_Record):
     kind: Literal["run_admitted"] = "run_admitted"
     version_hash: str
     agent: str
+    """The Spec's name (an agent's or a workflow's)."""
     messages: tuple[str, ...]
     system_prompt: str
+    """As sent to the model (empty for a workflow)."""
+    spec_kind: Literal["agent", "workflow"] = "agent"
 
 
 class TurnStarted(_Record):
@@ -321,12 +254,48 @@ class NextRunStarted(_Record):
     message: str
 
 
+StepKind = Literal["tool", "agent", "workflow"]
+
+
+class StepStarted(_Record):
+    """A workflow step started: a tool call, or a child Run (``run`` is its workflow id)."""
+
+    kind: Literal["step_started"] = "step_started"
+    step: str
+    step_kind: StepKind
+    index: int
+    """1 for the first step."""
+    input: Any = None
+    """What the step was given: the tool's arguments, or the child Run's messages."""
+    run: str | None = None
+
+
+class StepFinished(_Record):
+    """A workflow step ended; ``ok`` False stops the workflow at this step."""
+
+    kind: Literal["step_finished"] = "step_finished"
+    step: str
+    step_kind: StepKind
+    ok: bool
+    output: Any = None
+    """The tool's result (parsed when it is JSON), the agent's answer, or the nested
+    workflow's outputs keyed by step name."""
+    error: str | None = None
+    run: str | None = None
+    status: RunStatus | None = None
+    """The child Run's ending (agent and workflow steps)."""
+    totals: Totals | None = None
+    """The child Run's totals, rolled up into this Run's."""
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
     reason: str
     answer: str | None = None
     totals: Totals
+    outputs: dict[str, Any] | None = None
+    """A workflow's step outputs keyed by step name (None for an agent)."""
 
 
 Record = Annotated[
@@ -344,42 +313,8 @@ Record = Annotated[
     | AbortRequested
     | SteerReceived
     | NextRunStarted
+    | StepStarted
+    | StepFinished
     | RunSettled,
     Field(discriminator="kind"),
 ]
-
-
-# --- queries ------------------------------------------------------------------------------
-
-
-class RecordsQuery(_Frozen):
-    """Argument of the ``psych.records`` query: records with ``seq > after``."""
-
-    after: int = 0
-    limit: int = Field(default=500, gt=0, le=5000)
-
-
-class RecordsPage(_Frozen):
-    records: tuple[Record, ...]
-    last_seq: int
-    """The highest seq the Run has written (read on from here)."""
-    settled: bool
-    """Whether the Run has settled (no records will follow the last one)."""
-
-
-class RunState(_Frozen):
-    """Answer of the ``psych.state`` query."""
-
-    run_id: str
-    tenant: str
-    agent: str
-    version_hash: str
-    status: RunStatus
-    reason: str | None = None
-    answer: str | None = None
-    turn: int
-    last_seq: int
-    totals: Totals
-    withheld_tools: tuple[str, ...] = ()
-    pending: tuple[Pending, ...] = ()
-    """What a suspended Run waits for."""

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.workflows._contract import (
+    RunState,
+)
 from psych_runtime.workflows._records import (
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
     RunAdmitted,
     RunSettled,
-    RunState,
     RunStatus,
+    StepFinished,
+    StepKind,
+    StepStarted,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallStatus,
@@ -61,6 +66,30 @@ class ToolCallReport(_Frozen):
     latency: Latency | None = None
 
 
+class StepReport(_Frozen):
+    """One workflow step: what it was given, what it gave, and its child Run's report."""
+
+    index: int
+    name: str
+    kind: StepKind
+    input: Any = None
+    """The tool's arguments, or the child Run's input messages."""
+    ok: bool | None = None
+    """None while the step runs."""
+    output: Any = None
+    error: str | None = None
+    run: str | None = None
+    """The child Run's workflow id (agent and workflow steps)."""
+    status: RunStatus | None = None
+    usage: Usage | None = None
+    cost: float | None = None
+    """None when unknown (never 0 for unknown)."""
+    seconds: float | None = None
+    """From the step's start to its end."""
+    child: RunReport | None = None
+    """The child Run's own report: its model and tool calls (and steps)."""
+
+
 class RunReport(_Frozen):
     """Everything a Run did, projected from its records."""
 
@@ -77,19 +106,60 @@ class RunReport(_Frozen):
     reason: str | None
     answer: str | None
     totals: Totals | None
-    """Set once the Run has settled."""
+    """Set once the Run has settled (a workflow's include its steps' child Runs)."""
+    kind: Literal["agent", "workflow"] = "agent"
+    steps: tuple[StepReport, ...] = ()
+    """A workflow's steps in order (empty for an agent)."""
+    outputs: dict[str, Any] | None = None
+    """A workflow's step outputs keyed by step name."""
 
 
-def build_report(workflow_id: str, state: RunState, records: Sequence[Any]) -> RunReport:
-    """Project ``records`` (in seq order) into a RunReport."""
+def build_report(
+    workflow_id: str,
+    state: RunState,
+    records: Sequence[Any],
+    children: Mapping[str, RunReport] | None = None,
+) -> RunReport:
+    """Project ``records`` (in seq order) into a RunReport; ``children`` are the reports
+    of its steps' child Runs by workflow id."""
     admitted = next((r for r in records if isinstance(r, RunAdmitted)), None)
     model_calls: list[ModelCallReport] = []
     # Keyed by (turn, call id): providers may reuse index-like call ids in later turns.
     tools: dict[tuple[int, str], ToolCallReport] = {}
     settled: RunSettled | None = None
     open_call: ModelCallStarted | None = None
+    steps: dict[str, StepReport] = {}
+    started_at: dict[str, Any] = {}
     for record in records:
-        if isinstance(record, ModelCallStarted):
+        if isinstance(record, StepStarted):
+            started_at[record.step] = record.at
+            steps[record.step] = StepReport(
+                index=record.index,
+                name=record.step,
+                kind=record.step_kind,
+                input=record.input,
+                run=record.run,
+            )
+        elif isinstance(record, StepFinished):
+            begun = steps.get(record.step)
+            totals = record.totals
+            steps[record.step] = StepReport(
+                index=begun.index if begun else len(steps) + 1,
+                name=record.step,
+                kind=record.step_kind,
+                input=begun.input if begun else None,
+                ok=record.ok,
+                output=record.output,
+                error=record.error,
+                run=record.run,
+                status=record.status,
+                usage=totals.usage if totals else None,
+                cost=totals.cost if totals else None,
+                seconds=(record.at - started_at[record.step]).total_seconds()
+                if record.step in started_at
+                else None,
+            )
+        elif isinstance(record, ModelCallStarted):
             open_call = record
         elif isinstance(record, ModelCallFinished):
             model_calls.append(
@@ -154,5 +224,11 @@ def build_report(workflow_id: str, state: RunState, records: Sequence[Any]) -> R
         status=settled.status if settled else RunStatus.RUNNING,
         reason=settled.reason if settled else None,
         answer=settled.answer if settled else None,
+        kind=state.kind,
+        steps=tuple(
+            step.model_copy(update={"child": (children or {}).get(step.run or "")})
+            for step in steps.values()
+        ),
+        outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
     )

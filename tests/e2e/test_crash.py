@@ -29,7 +29,7 @@ from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient, RunReport, RunResult, RunStatus
-from psych_runtime.workflows._agent_run import UNKNOWN_OUTCOME
+from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
 from ._http_server import CountingServer
 from ._worker_proc import REGISTRY, spawn

@@ -35,7 +35,7 @@ from psych_runtime.workflows import (
     RunSettled,
     RunStatus,
 )
-from psych_runtime.workflows._agent_run import DEADLINE_GRACE_SECONDS
+from psych_runtime.workflows._run_base import DEADLINE_GRACE_SECONDS
 
 from ._time_skipping import until_settled
 

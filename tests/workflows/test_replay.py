@@ -1,8 +1,8 @@
-"""The replay gate: every committed history of a real Run replays on today's AgentRun.
+"""The replay gate: every committed history of a real Run replays on today's workflows.
 
-A failure here means a change to AgentRun (or to a payload it decodes) would break Runs
-already in flight when workers are upgraded. Version the change with ``workflow.patched``;
-do not re-record the history (see histories/README.md).
+A failure here means a change to AgentRun or WorkflowRun (or to a payload they decode)
+would break Runs already in flight when workers are upgraded. Version the change with
+``workflow.patched``; do not re-record the history (see histories/README.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from psych_runtime.workers import PsychPlugin
-from psych_runtime.workflows import AgentRun
+from psych_runtime.workflows import AgentRun, WorkflowRun
 
 from .record_histories import HISTORIES, SHAPES
 
@@ -33,7 +33,7 @@ def test_every_shape_has_a_committed_history() -> None:
 def replayer() -> Replayer:
     # The plugin brings what the workers run with: pydantic's data converter, the sandbox
     # and its passthrough list, and the failure types that fail a Run instead of a task.
-    return Replayer(workflows=[AgentRun], plugins=[PsychPlugin()])
+    return Replayer(workflows=[AgentRun, WorkflowRun], plugins=[PsychPlugin()])
 
 
 def load(path: Path) -> WorkflowHistory:

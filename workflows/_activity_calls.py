@@ -1,0 +1,136 @@
+"""Every activity a Run schedules: its name, its options and its typed call, in one table.
+
+Retries belong to the workflow: model calls and tools not safe to repeat run once (the Run
+counts model retries against its budget; a tool not safe to repeat is never run twice);
+tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
+5, for infrastructure failures only (a tool's own error is data, not an activity failure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import (
+        MODEL_COMPLETE,
+        POLICY_DECIDE,
+        TOOL_CATALOG,
+        TOOL_CODE,
+        TOOL_HTTP,
+        TOOL_READ_OUTPUT,
+        CatalogInput,
+        CodeToolCall,
+        HttpToolCall,
+        ModelCallInput,
+        ModelCallResult,
+        PolicyDecision,
+        PolicyInput,
+        ReadOutputInput,
+        ToolCatalog,
+        ToolOutcome,
+    )
+
+_R = TypeVar("_R")
+
+SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+"""Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
+ONCE = RetryPolicy(maximum_attempts=1)
+"""Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one activity is scheduled."""
+
+    start_to_close: timedelta
+    retry: RetryPolicy
+    heartbeat: timedelta | None = None
+
+
+OPTIONS: dict[str, Options] = {
+    TOOL_CATALOG: Options(
+        timedelta(seconds=60),
+        RetryPolicy(maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]),
+    ),
+    MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+    TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # An HTTP tool's own timeout plus this margin bounds its activity.
+    TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+}
+"""Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
+
+
+def tool_retry(safe_to_repeat: bool) -> RetryPolicy:
+    """A tool safe to repeat gets infrastructure retries; any other runs at most once."""
+    return SAFE_TOOL_RETRY if safe_to_repeat else ONCE
+
+
+async def _execute(
+    name: str,
+    input: Any,
+    result_type: type[_R],
+    *,
+    summary: str,
+    retry: RetryPolicy | None = None,
+    extra_time: timedelta = timedelta(0),
+) -> _R:
+    """Schedule activity ``name`` with its options from ``OPTIONS``."""
+    options = OPTIONS[name]
+    result: _R = await workflow.execute_activity(
+        name,
+        input,
+        result_type=result_type,
+        start_to_close_timeout=options.start_to_close + extra_time,
+        heartbeat_timeout=options.heartbeat,
+        retry_policy=retry or options.retry,
+        summary=summary,
+    )
+    return result
+
+
+async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
+    """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy."""
+    return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
+
+
+async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
+    """``psych.model.complete``: one model call, once (the Run owns retries)."""
+    summary = f"model {call.model}, turn {turn}"
+    return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+
+
+async def decide(input: PolicyInput) -> PolicyDecision:
+    """``psych.policy.decide``: the Policy's word on one call (allow, deny or ask)."""
+    summary = f"policy for {input.tool.name}"
+    return await _execute(POLICY_DECIDE, input, PolicyDecision, summary=summary)
+
+
+async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
+    """``psych.tool.read_output``: a slice of a large result stored whole."""
+    return await _execute(TOOL_READ_OUTPUT, input, ToolOutcome, summary=summary)
+
+
+async def call_http(input: HttpToolCall, *, safe_to_repeat: bool, summary: str) -> ToolOutcome:
+    """``psych.tool.http``: one HTTP tool call, bounded by the tool's own timeout."""
+    return await _execute(
+        TOOL_HTTP,
+        input,
+        ToolOutcome,
+        summary=summary,
+        retry=tool_retry(safe_to_repeat),
+        extra_time=timedelta(seconds=input.tool.timeout_seconds),
+    )
+
+
+async def call_code(input: CodeToolCall, *, safe_to_repeat: bool, summary: str) -> ToolOutcome:
+    """``psych.tool.code``: one code tool call."""
+    return await _execute(
+        TOOL_CODE, input, ToolOutcome, summary=summary, retry=tool_retry(safe_to_repeat)
+    )

@@ -1,0 +1,289 @@
+"""Built-in tools: name -> (when offered, definition, handler), in one table.
+
+Adding a built-in touches only this table (its definition and handler live beside it).
+A built-in that ``executes`` runs as a call (it is an open call for the deadline, abort
+can cancel it); one that does not suspends the Run instead (a question, a subagent).
+The table's order is the order the tools are offered to the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ReadOutputInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.specs import AgentSpec, Version, narrow, version_hash
+    from psych_runtime.workflows import _activity_calls as calls
+    from psych_runtime.workflows._children import start_child
+    from psych_runtime.workflows._contract import ParentBounds, RunResult
+    from psych_runtime.workflows._outcome import Stop
+    from psych_runtime.workflows._records import Pending, RunStatus
+    from psych_runtime.workflows._run_base import cause_text
+    from psych_runtime.workflows._suspensions import Wait, expires_at
+    from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
+
+if TYPE_CHECKING:
+    from psych_runtime.workflows._tool_calls import ToolCalls
+
+READ_MAX_LENGTH = 65536
+
+Handler = Callable[["ToolCalls", int, ToolCallRequest, dict[str, Any]], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One built-in tool."""
+
+    offer: Callable[[ToolCalls], ToolDefinition | None]
+    """Its definition when the Run offers it, else None."""
+    handle: Handler
+    executes: bool
+    """True: runs as a call; False: suspends the Run instead of running."""
+
+
+# --- read_tool_output ----------------------------------------------------------------------
+
+READ_TOOL_OUTPUT = ToolDefinition(
+    name="read_tool_output",
+    description=(
+        "Read part of a large tool result that was stored whole and shown to you as a "
+        "handle with a preview."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "handle": {"type": "string", "description": "The handle the result gave."},
+            "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "length": {"type": "integer", "minimum": 1, "maximum": 65536, "default": 8192},
+        },
+        "required": ["handle"],
+        "additionalProperties": False,
+    },
+)
+
+
+def _read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput | str:
+    """``read_tool_output``'s arguments, or the error the model should read."""
+    handle, offset, length = (
+        arguments.get("handle"),
+        arguments.get("offset", 0),
+        arguments.get("length", 8192),
+    )
+    if not isinstance(handle, str) or not handle:
+        return "read_tool_output needs a handle (the text after 'handle' in the preview)"
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        return f"offset must be a whole number >= 0, not {offset!r}"
+    if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= READ_MAX_LENGTH:
+        return f"length must be a whole number from 1 to {READ_MAX_LENGTH}, not {length!r}"
+    return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
+
+
+async def _read_tool_output(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    read = _read_arguments(call.id, arguments)
+    if isinstance(read, str):
+        return inline(call, "error", read)
+    outcome = await calls.read_output(read, summary=f"tool {call.name}, turn {turn}")
+    return from_outcome(call, outcome)
+
+
+# --- load_skill ----------------------------------------------------------------------------
+
+LOAD_SKILL = ToolDefinition(
+    name="load_skill",
+    description="Load the full instructions of one of your skills by name.",
+    parameters={
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "The skill's name."}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+)
+
+
+async def _load_skill(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    spec = run._spec
+    assert isinstance(spec, AgentSpec)
+    name = str(arguments.get("name", ""))
+    skill = next((s for s in spec.skills if s.name == name), None)
+    if skill is None:
+        known = ", ".join(s.name for s in spec.skills)
+        return inline(call, "ok", f"There is no skill named {name!r}. Skills you have: {known}.")
+    return inline(call, "ok", skill.body)
+
+
+# --- ask_question --------------------------------------------------------------------------
+
+ASK_QUESTION = ToolDefinition(
+    name="ask_question",
+    description=(
+        "Ask the person you work for a question and wait for the answer. Use it only when "
+        "you cannot go on without their input."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string", "description": "The question."}},
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+
+async def _ask_question(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    seconds = run._suspension.question_expires_seconds
+    answer = await run._suspensions.suspend(
+        Pending(
+            reason="question",
+            id=call.id,
+            call_id=call.id,
+            tool=call.name,
+            question=str(arguments.get("question", "")),
+            expires_at=expires_at(seconds),
+        ),
+        seconds,
+    )
+    return inline(call, "ok", answer.answer or "")
+
+
+# --- delegate ------------------------------------------------------------------------------
+
+
+def _delegate_definition(run: ToolCalls) -> ToolDefinition | None:
+    spec = run._spec
+    if not isinstance(spec, AgentSpec) or not spec.subagents:
+        return None
+    return ToolDefinition(
+        name="delegate",
+        description=(
+            "Hand a task to one of your subagents and wait for its answer. Give it "
+            "everything it needs in the task: it does not see this conversation."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [s.name for s in spec.subagents]},
+                "task": {"type": "string", "description": "The task, self-contained."},
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+    )
+
+
+async def _delegate(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    """Run a subagent as a child AgentRun; the parent is suspended (children) meanwhile.
+
+    The child's tools are its own narrowed to the parent's; its Version is hashed here
+    (deterministically) and travels whole, so a replayed parent starts the same child. What
+    the child waits for is mirrored in the parent, and answerable through the parent's id.
+    """
+    spec = run._spec
+    assert isinstance(spec, AgentSpec)
+    limits = spec.limits
+    name = str(arguments.get("agent", ""))
+    sub = next((s for s in spec.subagents if s.name == name), None)
+    if sub is None:
+        known = ", ".join(s.name for s in spec.subagents)
+        return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
+    depth = run._input.depth + 1
+    if depth > limits.max_delegation_depth:
+        return inline(
+            call,
+            "error",
+            f"delegation depth {depth} would exceed max_delegation_depth "
+            f"({limits.max_delegation_depth}); do the task yourself",
+        )
+    started = run._delegations.get(turn, 0)
+    if started >= limits.max_fanout_per_turn:
+        return inline(
+            call,
+            "error",
+            f"not run: more than max_fanout_per_turn ({limits.max_fanout_per_turn}) "
+            "delegations in one turn",
+        )
+    run._delegations[turn] = started + 1
+    parent_tools = [t.name for t in spec.tools]
+    allowed = set(narrow([t.name for t in sub.spec.tools], permitted=parent_tools))
+    child_spec = sub.spec.model_copy(
+        update={"tools": tuple(t for t in sub.spec.tools if t.name in allowed)}
+    )
+    version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
+    index = sum(run._delegations.values())
+    child = await start_child(
+        run._input.scope,
+        f"{run._input.run_id}-sub{index}",
+        version,
+        (str(arguments.get("task", "")),),
+        depth=depth,
+        summary=f"subagent {name} of {run._input.run_id}",
+        bounds=ParentBounds(report_pending=True),
+    )
+    workflow_id = child.id
+    run._children[workflow_id] = child
+    seconds = run._suspension.children_expires_seconds
+    item = Pending(
+        reason="children",
+        id=workflow_id,
+        call_id=call.id,
+        tool="delegate",
+        arguments=call.arguments,
+        expires_at=expires_at(seconds),
+    )
+    try:
+        await run._suspensions.hold(
+            Wait(item), child.done, seconds, f"subagent {workflow_id} did not finish"
+        )
+    except Stop:
+        run._forget_child(workflow_id)
+        child.cancel()
+        raise
+    run._forget_child(workflow_id)
+    try:
+        result: RunResult = child.result()
+    except ChildWorkflowError as err:
+        return inline(call, "error", f"subagent {name} ({workflow_id}) failed: {cause_text(err)}")
+    if result.status is RunStatus.COMPLETED:
+        return inline(call, "ok", result.answer or "")
+    return inline(
+        call,
+        "error",
+        f"subagent {name} ({workflow_id}) ended {result.status.value}: {result.reason}",
+    )
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+def _offer_skill(run: ToolCalls) -> ToolDefinition | None:
+    spec = run._spec
+    return LOAD_SKILL if isinstance(spec, AgentSpec) and spec.skills else None
+
+
+def _offer_question(run: ToolCalls) -> ToolDefinition | None:
+    return ASK_QUESTION if run._suspension.may_ask_questions else None
+
+
+BUILTINS: dict[str, Builtin] = {
+    "read_tool_output": Builtin(lambda run: READ_TOOL_OUTPUT, _read_tool_output, executes=True),
+    "load_skill": Builtin(_offer_skill, _load_skill, executes=True),
+    "ask_question": Builtin(_offer_question, _ask_question, executes=False),
+    "delegate": Builtin(_delegate_definition, _delegate, executes=False),
+}
+
+
+def offered_builtins(run: ToolCalls) -> tuple[ToolDefinition, ...]:
+    """The built-ins this Run offers, in table order."""
+    offers = (builtin.offer(run) for builtin in BUILTINS.values())
+    return tuple(offer for offer in offers if offer is not None)

@@ -1,0 +1,116 @@
+"""The guards on a Run's tool calls, as pure functions over their bookkeeping.
+
+Failure streak: consecutive ``error``/``refused`` outcomes of one tool; at
+``failure_streak_threshold`` the tool is withheld (not offered, the model told), at
+``failure_streak_hard_stop`` the Run fails. Repeat guard: the same tool with the same
+canonical arguments returning the same result ``repeat_call_threshold`` times makes later
+identical calls refused without running; refusals count toward ``repeat_call_hard_stop``.
+Policy denials, rejections and aborts are not the tool failing and count toward nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.specs import Limits
+
+
+@dataclass
+class Guards:
+    """Failure-streak and repeat-call bookkeeping of one Run."""
+
+    streaks: dict[str, int] = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)
+    repeats: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    """(tool, canonical arguments) -> result ref -> times seen."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one finished call does to the Run: withhold its tool, or stop the Run."""
+
+    withhold: int | None = None
+    """The streak length at which the tool is withheld now (None: not withheld now)."""
+    hard_stop: str | None = None
+    """Why the Run fails now (None: it goes on)."""
+
+
+def canonical_arguments(raw: str) -> str:
+    """Arguments as a comparable key (sorted JSON; malformed text as it came)."""
+    try:
+        return json.dumps(json.loads(raw or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return raw
+
+
+def withheld_message(tool: str, limits: Limits) -> str:
+    """The refusal a call of a withheld tool gets."""
+    return (
+        f"{tool} is withheld: it failed {limits.failure_streak_threshold} times in a row. "
+        "Use another approach."
+    )
+
+
+def repeat_refusal(guards: Guards, tool: str, arguments: str, limits: Limits) -> str | None:
+    """The refusal of a call repeated past the threshold (None: let it run)."""
+    seen = guards.repeats.get((tool, canonical_arguments(arguments)), {})
+    if seen and max(seen.values()) >= limits.repeat_call_threshold:
+        return (
+            f"refused: you called {tool} with these arguments {max(seen.values())} times and "
+            "got the same result each time. Change approach instead of repeating the call."
+        )
+    return None
+
+
+def after_refusal(guards: Guards, tool: str, arguments: str, limits: Limits) -> Verdict:
+    """Count a repeat refusal; past ``repeat_call_hard_stop`` the Run stops."""
+    seen = guards.repeats[(tool, canonical_arguments(arguments))]
+    top = max(seen, key=lambda sig: seen[sig])
+    seen[top] += 1
+    if seen[top] >= limits.repeat_call_hard_stop:
+        return Verdict(
+            hard_stop=f"repeat_call: {tool} was called {seen[top]} times with the same "
+            "arguments and result"
+        )
+    return Verdict()
+
+
+def after_result(
+    guards: Guards,
+    tool: str,
+    arguments: str,
+    *,
+    ok: bool,
+    counts_as_failure: bool,
+    result_ref: str | None,
+    limits: Limits,
+) -> Verdict:
+    """Update the guards with one finished call (in call order)."""
+    if result_ref is not None:
+        seen = guards.repeats.setdefault((tool, canonical_arguments(arguments)), {})
+        seen[result_ref] = seen.get(result_ref, 0) + 1
+    if ok:
+        guards.streaks.pop(tool, None)
+        return Verdict()
+    if not counts_as_failure:
+        return Verdict()
+    streak = guards.streaks.get(tool, 0) + 1
+    guards.streaks[tool] = streak
+    if streak >= limits.failure_streak_hard_stop:
+        return Verdict(hard_stop=f"failure_streak: {tool} failed {streak} times in a row")
+    if streak >= limits.failure_streak_threshold and tool not in guards.withheld:
+        guards.withheld.append(tool)
+        return Verdict(withhold=streak)
+    return Verdict()
+
+
+def withheld_note(tool: str, streak: int) -> str:
+    """What the model is told when a tool is withheld."""
+    return (
+        f"[runtime] The tool {tool} failed {streak} times in a row and is withheld for the "
+        "rest of this Run. Continue without it."
+    )

@@ -1,0 +1,567 @@
+"""What every Run has, AgentRun and WorkflowRun alike.
+
+The typed record log, status and search attributes, the deadline clock, admission checks
+and settling, the suspensions, the children it forwards to, and the handlers of the shared
+contract (``psych.state``, ``psych.records``, ``psych.resume``, ``psych.abort``,
+``psych.steer``, ``psych.child_pending``). A Run kind supplies its body (``_body``), what
+it records at admission (``_admit``), and how abort and steer reach its running work.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import Usage
+    from psych_runtime.specs import AgentSpec, Limits, WorkflowSpec, version_hash
+    from psych_runtime.workflows._children import (
+        STATUS_KEY,
+        has_search_attributes,
+        report_pending,
+        start_child,
+    )
+    from psych_runtime.workflows._contract import (
+        ABORT,
+        CHILD_PENDING,
+        MAX_TEXT_CHARS,
+        QUERY_RECORDS,
+        QUERY_STATE,
+        RESUME,
+        SA_SUSPENSION,
+        STEER,
+        AbortInput,
+        ChildPending,
+        RecordsPage,
+        RecordsQuery,
+        RefusalKind,
+        ResumeInput,
+        ResumeResult,
+        RunInput,
+        RunResult,
+        RunState,
+        SteerInput,
+        refusal,
+        workflow_id_for,
+    )
+    from psych_runtime.workflows._guards import Guards
+    from psych_runtime.workflows._outcome import Outcome, Stop
+    from psych_runtime.workflows._record_log import RecordLog
+    from psych_runtime.workflows._records import (
+        AbortRequested,
+        NextRunStarted,
+        Pending,
+        Resumed,
+        RunSettled,
+        RunStatus,
+        SteerReceived,
+        ToolCallFinished,
+        Totals,
+    )
+    from psych_runtime.workflows._suspensions import Suspensions, check_sizes
+
+DEADLINE_GRACE_SECONDS = 30.0
+"""After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
+
+_SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+
+
+class RunBase(abc.ABC):
+    """The kernel of a Run (see the module docstring); not a workflow by itself."""
+
+    KIND: ClassVar[str]
+    """``agent`` or ``workflow``: the Spec kind this Run kind runs."""
+
+    def __init__(self, input: RunInput) -> None:
+        self._input = input
+        self._log = RecordLog(input.scope)
+        self._status = RunStatus.RUNNING
+        self._reason: str | None = None
+        self._answer: str | None = None
+        self._outputs: dict[str, Any] | None = None
+        self._turn = 0
+        self._totals = Totals()
+        self._cost_unknown = False
+        self._guards = Guards()
+        self._limits = Limits()
+        self._deadline_hit = False
+        self._open_calls: dict[str, tuple[int, str]] = {}
+        self._abort: AbortInput | None = None
+        self._interruptible: dict[str, asyncio.Task[Any]] = {}
+        self._steer: list[str] = []
+        self._follow_up: list[str] = []
+        self._next_run: list[str] = []
+        self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
+        self._reported: tuple[Pending, ...] = ()
+        self._children: dict[str, workflow.ChildWorkflowHandle[Any, RunResult]] = {}
+        """Running children that answers and aborts are forwarded to, by workflow id."""
+        self._suspensions = Suspensions(
+            self._log, changed=self._show_status, aborted=self._abort_text
+        )
+
+    # --- hooks of a Run kind -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
+        """Take the admitted Spec and record ``run_admitted``."""
+
+    @abc.abstractmethod
+    async def _body(self) -> Outcome:
+        """Run to an Outcome (a Stop raised inside is caught by the caller)."""
+
+    def _aborting(self) -> None:  # noqa: B027 (an optional hook: nothing more by default)
+        """Stop what an abort stops at once (beyond interruptible tool calls)."""
+
+    def _steer_into(self, input: SteerInput) -> None:
+        """Queue or forward a steer or follow-up message."""
+        queue = self._steer if input.mode == "steer" else self._follow_up
+        queue.append(input.message)
+
+    def _check_steer(self, input: SteerInput) -> None:  # noqa: B027 (an optional hook)
+        """Refuse a steer this Run cannot take now (beyond the caller checks)."""
+
+    def _state_step(self) -> str | None:
+        return None
+
+    # --- queries -------------------------------------------------------------------------
+
+    @workflow.query(name=QUERY_STATE)
+    def state(self) -> RunState:
+        """The Run's current state."""
+        return RunState(
+            run_id=self._input.run_id,
+            tenant=self._input.scope.tenant,
+            agent=self._input.version.spec.name,
+            version_hash=self._input.version.hash,
+            status=self._status,
+            reason=self._reason,
+            answer=self._answer,
+            turn=self._turn,
+            last_seq=len(self._log),
+            totals=self._totals,
+            withheld_tools=tuple(self._guards.withheld),
+            pending=self._suspensions.items(),
+            kind="agent" if self.KIND == "agent" else "workflow",
+            step=self._state_step(),
+            outputs=self._outputs,
+        )
+
+    @workflow.query(name=QUERY_RECORDS)
+    def records(self, query: RecordsQuery) -> RecordsPage:
+        """Records with ``seq > query.after`` (see ``RecordLog.page``)."""
+        return self._log.page(query)
+
+    # --- resume, abort, steer (updates, and signals for callers without updates) ---------
+
+    def _check_caller(self, tenant: str) -> None:
+        if tenant != self._input.scope.tenant:
+            raise refusal(RefusalKind.ACCESS_DENIED, f"tenant {tenant!r} may not act on this Run")
+        if self._status.terminal:
+            raise refusal(
+                RefusalKind.NOT_SUSPENDED,
+                f"the Run has settled {self._status.value}: {self._reason}",
+            )
+
+    @workflow.update(name=RESUME)
+    def resume(self, input: ResumeInput) -> ResumeResult:
+        """Answer a pending approval, question or external wait (exactly once)."""
+        return self._resume(input)
+
+    def _resume(self, input: ResumeInput) -> ResumeResult:
+        item = self._check_resume(input)  # again: two updates may pass validation in one task
+        if input.reason == "approval":
+            outcome = "approved" if input.approved else "rejected"
+            detail = input.note
+        elif input.reason == "question":
+            outcome, detail = "answered", input.answer
+        else:
+            outcome, detail = "completed", json.dumps(input.payload)
+        child = self._suspensions.child_of(input.id) if item.run is not None else None
+        if child is not None:
+            # A child's item: the child records the answer when the forwarded signal comes.
+            remaining = tuple(
+                p for p in self._suspensions.children.get(child, ()) if p.id != input.id
+            )
+            self._suspensions.set_child(child, remaining)
+            self._forward(child, RESUME, input)
+        else:
+            self._suspensions.waits[input.id].answer = input
+            self._log.add(
+                Resumed(
+                    **self._log.stamp(),
+                    reason=input.reason,
+                    id=input.id,
+                    by=input.by,
+                    outcome=outcome,
+                    detail=detail,
+                )
+            )
+        return ResumeResult(reason=input.reason, id=input.id, outcome=outcome)
+
+    @resume.validator
+    def _validate_resume(self, input: ResumeInput) -> None:
+        self._check_resume(input)
+
+    def _check_resume(self, input: ResumeInput) -> Pending:
+        self._check_caller(input.tenant)
+        check_sizes(input)
+        return self._suspensions.check(input)
+
+    @workflow.signal(name=RESUME)
+    def resume_signal(self, input: ResumeInput) -> None:
+        """``psych.resume`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(RESUME, self._resume, input)
+
+    @workflow.update(name=ABORT)
+    def abort(self, input: AbortInput) -> None:
+        """Abort the Run: interruptible calls are cancelled, the others finish."""
+        self._do_abort(input)
+
+    def _do_abort(self, input: AbortInput) -> None:
+        self._validate_abort(input)  # again, for the signal, which has no validator
+        if self._abort is not None:
+            return
+        self._abort = input
+        self._log.add(AbortRequested(**self._log.stamp(), by=input.by, reason=input.reason))
+        for task in self._interruptible.values():
+            task.cancel()
+        self._aborting()
+
+    @abort.validator
+    def _validate_abort(self, input: AbortInput) -> None:
+        self._check_caller(input.tenant)
+        _check_text("reason", input.reason)
+        _check_text("by", input.by)
+
+    @workflow.signal(name=ABORT)
+    def abort_signal(self, input: AbortInput) -> None:
+        """``psych.abort`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(ABORT, self._do_abort, input)
+
+    @workflow.update(name=STEER)
+    def steer(self, input: SteerInput) -> None:
+        """Queue a message: into this turn, after it, or for the next Run."""
+        self._do_steer(input)
+
+    def _do_steer(self, input: SteerInput) -> None:
+        self._validate_steer(input)  # again, for the signal, which has no validator
+        self._log.add(
+            SteerReceived(**self._log.stamp(), mode=input.mode, message=input.message, by=input.by)
+        )
+        if input.mode == "next_run":
+            self._next_run.append(input.message)
+        else:
+            self._steer_into(input)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        self._check_caller(input.tenant)
+        _check_text("message", input.message)
+        _check_text("by", input.by)
+        if input.mode != "next_run":
+            self._check_steer(input)
+
+    @workflow.signal(name=STEER)
+    def steer_signal(self, input: SteerInput) -> None:
+        """``psych.steer`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(STEER, self._do_steer, input)
+
+    @workflow.signal(name=CHILD_PENDING)
+    def child_pending(self, input: ChildPending) -> None:
+        """A child Run's pending items changed: mirror them (a finished child's are dropped)."""
+        if input.run in self._children:
+            self._suspensions.set_child(input.run, input.pending)
+
+    def _forget_child(self, run: str) -> None:
+        """A child settled (or is being cancelled): stop mirroring and forwarding to it.
+        Not called from a ``finally``: see ``Suspensions.hold`` on cancelled coroutines."""
+        self._children.pop(run, None)
+        if run in self._suspensions.children:
+            self._suspensions.set_child(run, ())
+
+    def _forward(self, run: str, name: str, payload: Any) -> None:
+        """Send a signal to a running child (its handler validates it again)."""
+        task = asyncio.create_task(self._children[run].signal(name, payload))
+        task.add_done_callback(lambda done: _log_forward_failure(name, run, done))
+
+    # --- the run -------------------------------------------------------------------------
+
+    async def _run(self, input: RunInput) -> RunResult:
+        """Admit the Run, run its body within the deadline, and settle it."""
+        spec = input.version.spec
+        if spec.kind != self.KIND:
+            article = "an" if self.KIND == "agent" else "a"
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED, f"Version {input.version.hash} is not {article} {self.KIND}"
+                )
+            )
+        actual = version_hash(spec)
+        if actual != input.version.hash:
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    f"version_mismatch: input states {input.version.hash} but its spec "
+                    f"hashes to {actual}",
+                )
+            )
+        expected = workflow_id_for(input.scope.tenant, input.run_id)
+        if workflow.patched("psych-workflow-id") and workflow.info().workflow_id != expected:
+            # Clients authorize by the tenant in the id: a Run started by hand under an
+            # id that names another tenant must not run (its records would leak).
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    f"workflow_id: a Run of tenant {input.scope.tenant!r} and run id "
+                    f"{input.run_id!r} must have workflow id {expected!r}, not "
+                    f"{workflow.info().workflow_id!r}",
+                )
+            )
+        self._limits = spec.limits
+        self._admit(spec)
+        loop = asyncio.create_task(self._guarded_body())
+        try:
+            if not await self._within_deadline(loop, spec.limits.deadline_seconds):
+                self._deadline_hit = True
+                try:
+                    await workflow.wait_condition(
+                        loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
+                    )
+                except TimeoutError:
+                    # Taken before cancelling: a cancelled call leaves _open_calls as it
+                    # unwinds.
+                    open_calls = dict(self._open_calls)
+                    loop.cancel()
+                    await workflow.wait([loop])
+                    return await self._settle(self._force_settle(open_calls))
+        except asyncio.CancelledError:
+            # The workflow itself was cancelled (a parent's expiry, or an operator
+            # cancelled it): stop the body, settle the record and the search attributes,
+            # then let the cancellation end the workflow as Temporal expects.
+            loop.cancel()
+            await workflow.wait([loop])
+            self._status = RunStatus.ABORTED
+            self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
+            self._log.add(
+                RunSettled(
+                    **self._log.stamp(),
+                    status=self._status,
+                    reason=self._reason,
+                    totals=self._totals,
+                    outputs=self._outputs,
+                )
+            )
+            self._show_status()
+            raise
+        return await self._settle(loop.result())
+
+    async def _guarded_body(self) -> Outcome:
+        try:
+            return await self._body()
+        except Stop as stop:
+            return stop.outcome
+        except (ActivityError, ChildWorkflowError) as err:
+            # An activity or child that failed where no caller handles it (the policy
+            # activity, starting a child): the Run fails, with its record settled.
+            return Outcome(RunStatus.FAILED, f"{type(err).__name__}: {cause_text(err)}")
+
+    async def _within_deadline(self, loop: asyncio.Task[Outcome], deadline: float) -> bool:
+        """Wait for the body; False when ``deadline`` seconds of unsuspended time ran out.
+
+        Time spent suspended (waiting for a person or a system, each wait bounded by its own
+        expiry) does not count: the deadline bounds the Run's work, not its waiting. The
+        clock runs whenever any call is executing, even beside a suspended one.
+        """
+        used = 0.0
+        while not loop.done():
+            if self._waiting_only():
+                await workflow.wait_condition(lambda: loop.done() or not self._waiting_only())
+                continue
+            started = workflow.time()
+            try:
+                await workflow.wait_condition(
+                    lambda: loop.done() or self._waiting_only(),
+                    timeout=deadline - used,
+                    timeout_summary="deadline",
+                )
+            except TimeoutError:
+                return False
+            used += workflow.time() - started
+        return True
+
+    def _waiting_only(self) -> bool:
+        return self._suspensions.waiting_only(len(self._open_calls))
+
+    def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
+        for call_id, (turn, tool) in sorted(open_calls.items()):
+            self._log.add(
+                ToolCallFinished(
+                    **self._log.stamp(),
+                    turn=turn,
+                    call_id=call_id,
+                    tool=tool,
+                    status="unknown",
+                    content="the Run's deadline and grace period ran out before this call reported",
+                )
+            )
+        return Outcome(
+            RunStatus.FORCE_SETTLED,
+            f"deadline: {self._limits.deadline_seconds:g} s and "
+            f"{DEADLINE_GRACE_SECONDS:g} s grace passed",
+        )
+
+    def _past_deadline(self) -> bool:
+        # A method, not the attribute: mypy narrows an attribute read before an await to
+        # False and would call the check after it unreachable.
+        return self._deadline_hit
+
+    def _deadline_outcome(self) -> Outcome:
+        return Outcome(
+            RunStatus.FORCE_SETTLED, f"deadline: {self._limits.deadline_seconds:g} s passed"
+        )
+
+    async def _settle(self, outcome: Outcome) -> RunResult:
+        self._status = outcome.status
+        self._reason = outcome.reason
+        self._answer = outcome.answer
+        # The status goes out first (the command order committed histories have), the next
+        # Runs start, and only then is run_settled written: it is the last record.
+        self._show_status()
+        for index, message in enumerate(self._next_run, start=1):
+            await self._start_next_run(index, message)
+        self._log.add(
+            RunSettled(
+                **self._log.stamp(),
+                status=outcome.status,
+                reason=outcome.reason,
+                answer=outcome.answer,
+                totals=self._totals,
+                outputs=self._outputs,
+            )
+        )
+        if outcome.status is RunStatus.FAILED:
+            # The totals ride along, so a parent can count what a failed child spent.
+            raise ApplicationError(
+                outcome.reason,
+                self._totals.model_dump(mode="json"),
+                type="RunFailed",
+                non_retryable=True,
+            )
+        return RunResult(
+            run_id=self._input.run_id,
+            status=outcome.status,
+            reason=outcome.reason,
+            answer=outcome.answer,
+            totals=self._totals,
+            outputs=self._outputs,
+        )
+
+    async def _start_next_run(self, index: int, message: str) -> None:
+        """Start a Run of the same Version with a queued next-run message. It outlives this
+        Run, so the parent-close policy abandons it rather than terminating it."""
+        child = await start_child(
+            self._input.scope,
+            f"{self._input.run_id}-next{index}",
+            self._input.version,
+            (message,),
+            depth=self._input.depth,
+            summary=f"next Run of {self._input.run_id}",
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        self._log.add(NextRunStarted(**self._log.stamp(), workflow_id=child.id, message=message))
+
+    def _show_status(self) -> None:
+        """Put the Run's status and suspension reason where listing (and a parent) sees them."""
+        suspension = self._suspensions.reasons()
+        if self._status is RunStatus.RUNNING and suspension:
+            status = RunStatus.SUSPENDED
+        elif self._status is RunStatus.SUSPENDED and not suspension:
+            status = RunStatus.RUNNING
+        else:
+            status = self._status
+        self._status = status
+        bounds = self._input.bounds
+        if bounds is not None and bounds.report_pending and not status.terminal:
+            items = self._suspensions.items()
+            if items != self._reported:
+                self._reported = items
+                report_pending(items)
+        if (status, suspension) == self._shown_status:
+            return
+        self._shown_status = (status, suspension)
+        if not has_search_attributes():
+            return
+        workflow.upsert_search_attributes(
+            [
+                STATUS_KEY.value_set(status.value),
+                _SUSPENSION_KEY.value_set(suspension)
+                if suspension
+                else _SUSPENSION_KEY.value_unset(),
+            ]
+        )
+
+    # --- abort, bookkeeping --------------------------------------------------------------
+
+    def _abort_text(self) -> str | None:
+        if self._abort is None:
+            return None
+        by = f" by {self._abort.by}" if self._abort.by else ""
+        return f"aborted{by}: {self._abort.reason}"
+
+    def _abort_reason(self) -> str:
+        return self._abort_text() or "aborted"
+
+    def _check_abort(self) -> None:
+        if self._abort is not None:
+            raise Stop(RunStatus.ABORTED, self._abort_reason())
+
+    def _count(self, **increments: int) -> None:
+        self._totals = self._totals.plus(**increments)
+
+    def _add_usage(self, usage: Usage, cost: float | None) -> None:
+        if cost is None:
+            self._cost_unknown = True
+        self._totals = self._totals.with_usage(usage, cost, cost_unknown=self._cost_unknown)
+
+    def _add_child_totals(self, child: Totals) -> None:
+        if child.cost_unknown:
+            self._cost_unknown = True
+        self._totals = self._totals.rolled_up(child, cost_unknown=self._cost_unknown)
+
+
+def cause_text(err: BaseException) -> str:
+    """The innermost message that says something about ``err``."""
+    cause = err.__cause__
+    while cause is not None and cause.__cause__ is not None and not str(cause):
+        cause = cause.__cause__
+    return str(cause or err)
+
+
+def _check_text(name: str, text: str | None) -> None:
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        raise refusal(
+            RefusalKind.TOO_LARGE,
+            f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken",
+        )
+
+
+def _as_signal(name: str, action: Callable[[Any], object], input: Any) -> None:
+    """Run an update's action for its signal twin: a signal cannot answer, so a refusal
+    is logged and the signal ignored."""
+    try:
+        action(input)
+    except ApplicationError as err:
+        workflow.logger.warning("%s signal ignored: %s", name, err)
+
+
+def _log_forward_failure(name: str, run: str, task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        workflow.logger.warning("forwarding %s to %s failed: %s", name, run, task.exception())
