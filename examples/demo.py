@@ -20,7 +20,9 @@ Then it publishes ``support-agent.yaml``, dispatches one Run and prints its reco
 and its report, exactly as ``psych run`` does. When the Run suspends on the refund's
 approval, the demo prints the command an operator would run (``psych approve <run> <call
 id>``) and approves the call itself, as operator ``ops``, through ``PsychClient.approve``;
-the refund then runs. It exits 0 when the Run completed.
+the refund then runs. Then it runs the workflow ``onboarding-workflow.yaml`` the same way: a
+tool step (``create_account``) and an agent step (a greeter, a child AgentRun, followed in
+place). It exits 0 when both Runs completed.
 """
 
 from __future__ import annotations
@@ -50,13 +52,22 @@ from psych_runtime.activities import (
     RulePolicy,
     ToolCall,
 )
-from psych_runtime.specs import AgentSpec, Scope, ToolRegistry, parse_spec, spec_to_data
+from psych_runtime.specs import (
+    AgentSpec,
+    Scope,
+    ToolRegistry,
+    WorkflowSpec,
+    parse_spec,
+    spec_to_data,
+)
 from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended
 
 HERE = Path(__file__).resolve().parent
 SPEC_FILE = HERE / "support-agent.yaml"
+WORKFLOW_FILE = HERE / "onboarding-workflow.yaml"
+WORKFLOW_MESSAGE = "Onboard Ada Lovelace, who signed up for the starter plan."
 TOOLS = f"{HERE / 'tools.py'}:registry"
 MESSAGE = "Please refund order 42, it arrived broken."
 TASK_QUEUE = "psych-demo"
@@ -125,6 +136,21 @@ def support_model(body: dict[str, Any]) -> Reply:
         f"I refunded order {order_id} ({order.get('total', 'the full amount')}); "
         f"refund {refund.get('refund_id', '')} is on its way to you."
     )
+
+
+def demo_model(body: dict[str, Any]) -> Reply:
+    """The support model, or the onboarding workflow's greeter when its prompt asks to
+    welcome a customer (it reads the account from the prior step's output)."""
+    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+    system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+    if "Welcome the new customer" not in system:
+        return support_model(body)
+    user = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
+    account = re.search(r'"account": "([\w-]+)"', user)
+    name = re.search(r"Onboard (\w+)", user)
+    who = name.group(1) if name else "there"
+    where = f" Your account {account.group(1)} is ready." if account else ""
+    return Reply.text(f"Welcome aboard, {who}!{where} Reply here whenever you need us.")
 
 
 # --- the payments API ---------------------------------------------------------------------
@@ -244,6 +270,17 @@ def _approver(client: PsychClient, run: RunHandle) -> Callable[[Any], Awaitable[
     return on_record
 
 
+def _demo_workflow(model: str) -> WorkflowSpec:
+    """The example workflow with its agent steps' model set."""
+    data = spec_to_data(load_spec_file(WORKFLOW_FILE))
+    for step in data["steps"]:
+        if step["kind"] == "agent":
+            step["spec"]["model"]["model"] = model
+    spec = parse_spec(data, source=str(WORKFLOW_FILE))
+    assert isinstance(spec, WorkflowSpec)
+    return spec
+
+
 def _demo_spec(example: AgentSpec, payments_url: str, model: str) -> AgentSpec:
     """The example Spec, its HTTP tool pointed at ``payments_url`` and its model set."""
     data = spec_to_data(example)
@@ -278,7 +315,7 @@ async def main() -> int:
                 serving = f"{model} at {os.environ['OPENAI_BASE_URL']}"
             else:
                 fake = await stack.enter_async_context(FakeModel(models=(model,)))
-                fake.responder = support_model
+                fake.responder = demo_model
                 endpoints = ModelEndpoints(default=Endpoint(fake.base_url, "demo-model-key"))
                 serving = f"the scripted fake model as {model} (set OPENAI_BASE_URL for a real one)"
             spec = _demo_spec(example, payments_url, model)
@@ -308,9 +345,15 @@ async def main() -> int:
             scope = Scope(tenant=TENANT)
             run = await client.dispatch(version, MESSAGE, scope=scope)
             report = await follow_run(client, run, scope=scope, on_record=_approver(client, run))
+            workflow = client.publish(_demo_workflow(model))
+            print(f"\npublished workflow {workflow.spec.name} {workflow.hash}")
+            print(f"input: {WORKFLOW_MESSAGE}\n", flush=True)
+            onboarding = await client.dispatch(workflow, WORKFLOW_MESSAGE, scope=scope)
+            steps = await follow_run(client, onboarding, scope=scope)
     finally:
         await env.shutdown()
-    return 0 if report.status is RunStatus.COMPLETED else 1
+    completed = (report.status, steps.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
+    return 0 if completed else 1
 
 
 if __name__ == "__main__":

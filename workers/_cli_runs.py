@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 
 from psych_runtime.activities._version_store import FileVersionStore
-from psych_runtime.specs import AgentSpec, PsychError, Scope
+from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers._cli_specs import DEFAULT_STORE, checked_spec, load_registry
 from psych_runtime.workers._console import (
     describe_pending,
@@ -120,8 +120,6 @@ async def _run(args: argparse.Namespace) -> int:
     spec = checked_spec(args.file, registry)
     if spec is None:
         return 1
-    if not isinstance(spec, AgentSpec):
-        raise PsychError(f"{args.file}: {spec.name} is a workflow Spec; `psych run` runs agents")
     scope = scope_of(args)
     temporal = await temporal_client(args)
     client = PsychClient(

@@ -6,6 +6,7 @@ shows is exactly what the command shows.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -27,6 +28,8 @@ from psych_runtime.workflows import (
     RunSettled,
     RunState,
     SteerReceived,
+    StepFinished,
+    StepStarted,
     Suspended,
     SuspensionExpired,
     ToolCallFinished,
@@ -113,7 +116,10 @@ def format_record(record: Any) -> str:
     """One readable progress line for a Record (``Record`` union member)."""
     if isinstance(record, RunAdmitted):
         said = _short(" / ".join(record.messages), 80)
-        return f"run admitted: agent {record.agent} ({record.version_hash[:19]}), input {said!r}"
+        return (
+            f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
+            f"input {said!r}"
+        )
     if isinstance(record, TurnStarted):
         return f"turn {record.turn}"
     if isinstance(record, ModelCallStarted):
@@ -165,6 +171,15 @@ def format_record(record: Any) -> str:
         return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
     if isinstance(record, NextRunStarted):
         return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
+    if isinstance(record, StepStarted):
+        child = f" as {record.run}" if record.run else ""
+        given = _short(json.dumps(record.input, ensure_ascii=False), 80)
+        return f"step {record.index} {record.step} ({record.step_kind}){child}, given {given}"
+    if isinstance(record, StepFinished):
+        if record.ok:
+            said = _short(json.dumps(record.output, ensure_ascii=False), 80)
+            return f"step {record.step} -> ok: {said}"
+        return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
     return f"  {getattr(record, 'kind', type(record).__name__)}"
@@ -175,12 +190,23 @@ def _field(name: str, value: object) -> str:
     return f"{name + ':':<13} {text}"
 
 
-def _totals_lines(totals: Totals | None) -> list[str]:
+def _totals_lines(totals: Totals | None, kind: str = "agent") -> list[str]:
     if totals is None:
         return [_field("totals", "not settled yet")]
     usage = totals.usage
+    counts = (
+        [_field("turns", totals.turns)]
+        if kind == "agent"
+        else [
+            _field(
+                "in all",
+                f"{totals.model_calls} model calls, {totals.tool_calls} tool calls "
+                "(its steps' Runs included)",
+            )
+        ]
+    )
     return [
-        _field("turns", totals.turns),
+        *counts,
         _field(
             "usage",
             f"{usage.input_tokens} input, {usage.output_tokens} output, "
@@ -189,6 +215,32 @@ def _totals_lines(totals: Totals | None) -> list[str]:
         ),
         _field("cost", "unknown" if totals.cost is None else f"{totals.cost:.6f}"),
     ]
+
+
+def _step_lines(report: RunReport) -> list[str]:
+    lines = []
+    for step in report.steps:
+        state = "running" if step.ok is None else ("ok" if step.ok else "failed")
+        took = f", {step.seconds:.2f} s" if step.seconds is not None else ""
+        cost = ""
+        if step.usage is not None:
+            priced = "cost unknown" if step.cost is None else f"cost {step.cost:.6f}"
+            cost = f", {step.usage.input_tokens} in / {step.usage.output_tokens} out, {priced}"
+        said = step.error if step.ok is False else json.dumps(step.output, ensure_ascii=False)
+        lines.append(
+            _field(
+                f"step {step.index}",
+                f"{step.name} ({step.kind}) {state}{took}{cost}: {_short(said or '', 80)}",
+            )
+        )
+        child = step.child
+        if child is not None:
+            failed = sum(1 for call in child.model_calls if not call.ok)
+            lines.append(
+                " " * 14 + f"{child.workflow_id}: {len(child.model_calls)} model calls "
+                f"({failed} failed), {len(child.tool_calls)} tool calls, {len(child.steps)} steps"
+            )
+    return lines
 
 
 def format_report(report: RunReport) -> str:
@@ -201,13 +253,21 @@ def format_report(report: RunReport) -> str:
     counts = ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
     lines = [
         _field("run", report.workflow_id),
-        _field("agent", f"{report.agent} ({report.version_hash})"),
+        _field(report.kind, f"{report.agent} ({report.version_hash})"),
         _field("status", report.status),
         _field("reason", report.reason or "-"),
-        _field("answer", report.answer or "-"),
+        _field(
+            "answer" if report.kind == "agent" else "outputs",
+            report.answer
+            if report.kind == "agent"
+            else json.dumps(report.outputs, ensure_ascii=False, indent=2),
+        )
+        if report.answer or report.outputs
+        else _field("answer", "-"),
+        *_step_lines(report),
         _field("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         _field("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
-        *_totals_lines(report.totals),
+        *_totals_lines(report.totals, report.kind),
     ]
     return "\n".join(lines)
 
@@ -216,11 +276,11 @@ def format_state(workflow_id: str, state: RunState) -> str:
     """The answer of the state query, for ``psych status``."""
     lines = [
         _field("run", workflow_id),
-        _field("agent", f"{state.agent} ({state.version_hash})"),
+        _field(state.kind, f"{state.agent} ({state.version_hash})"),
         _field("status", state.status),
         _field("reason", state.reason or "-"),
         _field("answer", state.answer or "-"),
-        _field("turn", state.turn),
+        _field("turn", state.turn) if state.kind == "agent" else _field("step", state.step or "-"),
         _field("records", state.last_seq),
         _field("model calls", state.totals.model_calls),
         _field("tool calls", state.totals.tool_calls),
@@ -228,11 +288,12 @@ def format_state(workflow_id: str, state: RunState) -> str:
     if state.withheld_tools:
         lines.append(_field("withheld", ", ".join(state.withheld_tools)))
     for item in state.pending:
+        held = f", held by {item.run}" if item.run else ""
         lines.append(
             _field(
                 "waiting for",
                 f"{describe_pending(item)} until {format_time(item.expires_at)} "
-                f"({_pending_id(item)})",
+                f"({_pending_id(item)}{held})",
             )
         )
     return "\n".join(lines)
@@ -265,14 +326,7 @@ async def follow_run(
     progress = sys.stderr if json_report else out
     workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
     print(f"Run {workflow_id} on task queue {client.task_queue!r}", file=progress, flush=True)
-    async for record in client.stream(run, scope=scope):
-        print(format_record(record), file=progress, flush=True)
-        if isinstance(record, Suspended):
-            command = resume_command(workflow_id, record.pending, scope.tenant)
-            if command is not None:
-                print(f"    to resume: {command}", file=progress, flush=True)
-        if on_record is not None:
-            await on_record(record)
+    await _follow(client, workflow_id, workflow_id, scope, progress, on_record, "")
     report = await client.report(run, scope=scope)
     if json_report:
         print(report.model_dump_json(indent=2), file=out, flush=True)
@@ -280,3 +334,26 @@ async def follow_run(
         print(file=out)
         print(format_report(report), file=out, flush=True)
     return report
+
+
+async def _follow(
+    client: PsychClient,
+    root: str,
+    workflow_id: str,
+    scope: Scope,
+    progress: TextIO,
+    on_record: Callable[[Any], Awaitable[None]] | None,
+    indent: str,
+) -> None:
+    """Print one Run's records; a workflow step's child Run is followed in place, indented
+    (steps run one at a time), and its waits are resumed through the root Run's id."""
+    async for record in client.stream(workflow_id, scope=scope):
+        print(indent + format_record(record), file=progress, flush=True)
+        if isinstance(record, Suspended):
+            command = resume_command(root, record.pending, scope.tenant)
+            if command is not None:
+                print(f"{indent}    to resume: {command}", file=progress, flush=True)
+        if on_record is not None:
+            await on_record(record)
+        if isinstance(record, StepStarted) and record.run is not None:
+            await _follow(client, root, record.run, scope, progress, on_record, indent + "    ")

@@ -24,7 +24,7 @@ from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
-from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun
+from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 DEFAULT_HOME = ".psych"
 
@@ -170,7 +170,7 @@ def build_worker(
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
-    workflows: Sequence[type] = [AgentRun]
+    workflows: Sequence[type] = [AgentRun, WorkflowRun]
     return Worker(
         client,
         task_queue=settings.task_queue,

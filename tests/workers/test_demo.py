@@ -11,7 +11,7 @@ import sys
 from .conftest import EXAMPLES, ROOT, free_port
 
 
-def test_demo_runs_the_support_agent_end_to_end_with_one_approval() -> None:
+def test_demo_runs_the_support_agent_and_the_onboarding_workflow() -> None:
     dev_port, http_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PSYCH_"))}
     env.update(PSYCH_DEMO_PORT=str(dev_port), PSYCH_DEMO_HTTP_PORT=str(http_port))
@@ -59,6 +59,15 @@ def test_demo_runs_the_support_agent_end_to_end_with_one_approval() -> None:
     )
     assert "tool calls:   2 (2 ok)" in lines
     assert "cost:         unknown" in lines
+    # Then the onboarding workflow: a tool step, then an agent step followed in place.
+    assert 'step 1 create (tool), given {"plan": "starter"}' in lines
+    assert 'step create -> ok: {"account": "acct-starter", "plan": "starter"}' in lines
+    greeted = "Welcome aboard, Ada! Your account acct-starter is ready."
+    assert any(line.startswith("    run admitted: agent greeter") for line in lines), out
+    assert "settled completed: completed: 2 steps" in lines
+    assert "workflow:     onboard-customer (sha256:" in out
+    assert f'"welcome": "{greeted} Reply here whenever you need us."' in out
+    assert "in all:       1 model calls, 1 tool calls (its steps' Runs included)" in lines
     # Everything it started is stopped: both ports can be bound again.
     for port in (dev_port, http_port):
         with socket.socket() as probe:

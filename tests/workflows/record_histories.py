@@ -1,4 +1,4 @@
-"""Record the replay gate's histories: one real Run of every AgentRun shape.
+"""Record the replay gate's histories: one real Run of every AgentRun and WorkflowRun shape.
 
     python -m tests.workflows.record_histories                 # shapes without a history
     python -m tests.workflows.record_histories --overwrite NAME [NAME ...]
@@ -9,7 +9,8 @@ with the fake model, loopback HTTP APIs and in-process workers; a worker process
 with SIGKILL for the crash shapes; the time-skipping test server for the deadline shapes
 and the expired approval. Its history is fetched and written to ``histories/<name>.json``
 (``WorkflowHistory.to_json``, the format ``temporal workflow show --output json`` prints).
-``test_replay.py`` replays them all against the current AgentRun.
+``test_replay.py`` replays them all against the current AgentRun and WorkflowRun (a
+workflow's history is its own; its steps' child Runs have histories of their own).
 
 Existing histories are never overwritten unless named with ``--overwrite``: a change to
 AgentRun that breaks the replay of a committed history must be versioned with
@@ -53,6 +54,8 @@ from psych_runtime.specs import (
     Scope,
     ToolRegistry,
     Version,
+    WorkflowBuilder,
+    WorkflowSpec,
 )
 from psych_runtime.workers import (
     WorkerSettings,
@@ -238,7 +241,7 @@ class Rig:
         async def check() -> bool:
             state = await self.client.status(run, scope=SCOPE)
             pending[:] = state.pending
-            return state.status is RunStatus.SUSPENDED
+            return state.status is RunStatus.SUSPENDED and bool(pending)
 
         await self.until(check, "the Run to suspend")
         (item,) = pending
@@ -251,7 +254,7 @@ class Rig:
             await gate.started.wait()
         return gate
 
-    async def run(self, spec: AgentSpec, text: str = "Hello") -> RunHandle:
+    async def run(self, spec: AgentSpec | WorkflowSpec, text: str = "Hello") -> RunHandle:
         """Dispatch ``spec`` with a worker running, and wait until it settles."""
         async with self.worker():
             run = await self.client.dispatch(spec, text, scope=SCOPE)
@@ -815,6 +818,124 @@ async def delegate_expired(rig: Rig) -> RunHandle:
     return await rig.run(_lead(rig), "Where is order 42?")
 
 
+# --- WorkflowRun shapes ---------------------------------------------------------------------
+
+
+def _workflow(rig: Rig, name: str) -> WorkflowBuilder:
+    return WorkflowBuilder(name, registry=TOOLS)
+
+
+async def workflow_three_steps(rig: Rig) -> RunHandle:
+    nested = (
+        _workflow(rig, "nested")
+        .tool("lookup_order")
+        .tool_step("again", "lookup_order", {"order_id": "7"})
+    )
+    spec = (
+        _workflow(rig, "onboard")
+        .tool("lookup_order")
+        .tool_step("look", "lookup_order", {"order_id": "42"})
+        .agent_step("tell", rig.agent("teller").instructions("Summarise.").build())
+        .workflow_step("nested", nested)
+        .build()
+    )
+    rig.fake.enqueue(Reply.text("Order 42 is on its way."))
+    return await rig.run(spec, "Check order 42")
+
+
+async def workflow_step_failed(rig: Rig) -> RunHandle:
+    spec = (
+        _workflow(rig, "failing")
+        .tool("flaky")
+        .tool("lookup_order")
+        .tool_step("break", "flaky", {"x": 1})
+        .tool_step("never", "lookup_order", {"order_id": "1"})
+        .build()
+    )
+    return await rig.run(spec)
+
+
+async def workflow_agent_step_failed(rig: Rig) -> RunHandle:
+    spec = _workflow(rig, "agent-fails").agent_step("talk", rig.agent("talker").build()).build()
+    rig.fake.enqueue(Reply.error(400))
+    return await rig.run(spec)
+
+
+def _deleting_workflow(rig: Rig) -> WorkflowSpec:
+    rig.settings.policy = RulePolicy(destructive="ask")
+    return (
+        _workflow(rig, "deleting")
+        .tool("delete_order")
+        .tool_step("delete", "delete_order", {"order_id": "42"})
+        .build()
+    )
+
+
+async def workflow_tool_step_approved(rig: Rig) -> RunHandle:
+    spec = _deleting_workflow(rig)
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.approve(run, pending.id, scope=SCOPE, note="checked")
+        await rig.settle(run)
+    return run
+
+
+async def workflow_tool_step_expired(rig: Rig) -> RunHandle:
+    # Nobody answers: the test server jumps the workflow's default day to the expiry.
+    return await rig.run(_deleting_workflow(rig), "Delete order 42")
+
+
+async def workflow_agent_step_approved(rig: Rig) -> RunHandle:
+    orders = _orders(rig)
+    spec = _workflow(rig, "delegating").agent_step("orders", orders).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "9"})), Reply.text("Deleted.")
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 9", scope=SCOPE)
+        pending = await rig.suspended(run)  # the child's approval, seen through the workflow
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def workflow_abort_during_agent_step(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = (
+        _workflow(rig, "searching")
+        .agent_step("search", rig.agent("searcher").tool("search").build())
+        .build()
+    )
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("search", {"query": "q"})))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Search", scope=SCOPE)
+        await rig.started("search")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        await rig.settle(run)
+    return run
+
+
+async def workflow_steer_forwarded(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = _workflow(rig, "steered").agent_step("shop", rig.agent("shop").tool("fetch").build())
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("fetch", {"item": "book"})), Reply.text("11 EUR."))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec.build(), "Price of the book?", scope=SCOPE)
+        gate = await rig.started("fetch")
+        await rig.client.steer(run, "Answer in EUR.", scope=SCOPE)
+        child = f"{run.workflow_id}-step1"
+
+        async def arrived() -> bool:
+            records = (await rig.client.records(child, scope=SCOPE)).records
+            return any(r.kind == "steer_received" for r in records)
+
+        await rig.until(arrived, "the steer to reach the agent step")
+        gate.open.set()
+        await rig.settle(run)
+    return run
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -863,6 +984,14 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", abort_while_suspended),
     ("dev", steer_and_follow_up),
     ("dev", next_run),
+    ("dev", workflow_three_steps),
+    ("dev", workflow_step_failed),
+    ("dev", workflow_agent_step_failed),
+    ("dev", workflow_tool_step_approved),
+    ("time-skipping", workflow_tool_step_expired),
+    ("dev", workflow_agent_step_approved),
+    ("dev", workflow_abort_during_agent_step),
+    ("dev", workflow_steer_forwarded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
