@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._catalog import by_name, resolve
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
+    from psych_runtime.workflows._handlers import parse_input
     from psych_runtime.workflows._model_calls import (
         budget_left,
         model_failure,
@@ -49,8 +50,9 @@ class AgentRun(ToolCalls):
     KIND: ClassVar[str] = "agent"
 
     @workflow.init
-    def __init__(self, input: AgentRunInput) -> None:
-        super().__init__(input)
+    def __init__(self, *args: Any) -> None:
+        # Untyped so that a start with no argument or two fails the Run, not every task.
+        super().__init__(parse_input(args, AgentRunInput))
         self._system_prompt = ""
         self._budget = 0
         self._not_before: dict[str, float] = {}
@@ -58,9 +60,9 @@ class AgentRun(ToolCalls):
         self._model_task: asyncio.Task[Any] | None = None
 
     @workflow.run
-    async def run(self, input: AgentRunInput) -> RunResult:
+    async def run(self, *args: Any) -> RunResult:
         """Run the turn loop to a settled state."""
-        return await self._run(input)
+        return await self._run()
 
     def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
         assert isinstance(spec, AgentSpec)

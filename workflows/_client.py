@@ -75,6 +75,7 @@ from psych_runtime.workflows._contract import (
     SteerInput,
     WorkflowRunInput,
     run_search_attributes,
+    size_problem,
     workflow_id_for,
     workflow_type_for,
 )
@@ -422,6 +423,9 @@ class PsychClient:
         self, run: RunHandle | str, scope: Scope, name: str, arg: Any, result_type: type[Any]
     ) -> Any:
         workflow_id, handle = self._handle(run, scope)
+        problem = size_problem(arg)
+        if problem is not None:
+            raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
             return await handle.execute_update(name, arg, result_type=result_type)
         except WorkflowUpdateFailedError as err:

@@ -7,6 +7,7 @@ the client alike. Every payload is a frozen pydantic model that travels as plain
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -168,6 +169,27 @@ class ChildPending(_Frozen):
     run: str
     """The child's workflow id."""
     pending: tuple[Pending, ...] = ()
+
+
+def size_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
+    """What of an update's payload is over its bound (None: nothing). Checked by the Run's
+    validators and, before sending, by PsychClient: over Temporal's 2 MB blob limit a
+    worker cannot even reject an update (the rejection echoes the request)."""
+    texts: dict[str, str | None] = {"by": input.by}
+    if isinstance(input, ResumeInput):
+        texts |= {"note": input.note, "answer": input.answer}
+        if input.payload is not None:
+            size = len(json.dumps(input.payload))
+            if size > MAX_PAYLOAD_BYTES:
+                return f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are taken"
+    elif isinstance(input, AbortInput):
+        texts["reason"] = input.reason
+    else:
+        texts["message"] = input.message
+    for name, text in texts.items():
+        if text is not None and len(text) > MAX_TEXT_CHARS:
+            return f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken"
+    return None
 
 
 # --- input and output ----------------------------------------------------------------------

@@ -1,18 +1,15 @@
 """What every Run has, AgentRun and WorkflowRun alike.
 
 The typed record log, status and search attributes, the deadline clock, admission checks
-and settling, the suspensions, the children it forwards to, and the handlers of the shared
-contract (``psych.state``, ``psych.records``, ``psych.resume``, ``psych.abort``,
-``psych.steer``, ``psych.child_pending``). A Run kind supplies its body (``_body``), what
-it records at admission (``_admit``), and how abort and steer reach its running work.
+and settling, the suspensions and the children it forwards to (the contract's handlers
+are in ``_handlers.py``). A Run kind supplies its body (``_body``), what it records at
+admission (``_admit``), and how abort and steer reach its running work.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import json
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from temporalio import workflow
@@ -22,7 +19,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import Usage
-    from psych_runtime.specs import AgentSpec, Limits, WorkflowSpec, version_hash
+    from psych_runtime.specs import AgentSpec, Limits, Scope, WorkflowSpec, version_hash
     from psych_runtime.workflows._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -30,43 +27,25 @@ with workflow.unsafe.imports_passed_through():
         start_child,
     )
     from psych_runtime.workflows._contract import (
-        ABORT,
-        CHILD_PENDING,
-        MAX_TEXT_CHARS,
-        QUERY_RECORDS,
-        QUERY_STATE,
-        RESUME,
         SA_SUSPENSION,
-        STEER,
         AbortInput,
-        ChildPending,
-        RecordsPage,
-        RecordsQuery,
-        RefusalKind,
-        ResumeInput,
-        ResumeResult,
         RunInput,
         RunResult,
-        RunState,
         SteerInput,
-        refusal,
         workflow_id_for,
     )
     from psych_runtime.workflows._guards import Guards
     from psych_runtime.workflows._outcome import Outcome, Stop
     from psych_runtime.workflows._record_log import RecordLog
     from psych_runtime.workflows._records import (
-        AbortRequested,
         NextRunStarted,
         Pending,
-        Resumed,
         RunSettled,
         RunStatus,
-        SteerReceived,
         ToolCallFinished,
         Totals,
     )
-    from psych_runtime.workflows._suspensions import Suspensions, check_sizes
+    from psych_runtime.workflows._suspensions import Suspensions
 
 DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
@@ -80,9 +59,19 @@ class RunBase(abc.ABC):
     KIND: ClassVar[str]
     """``agent`` or ``workflow``: the Spec kind this Run kind runs."""
 
-    def __init__(self, input: RunInput) -> None:
-        self._input = input
-        self._log = RecordLog(input.scope)
+    def __init__(self, input: RunInput | str) -> None:
+        """Args:
+        input: the Run's input, or what is wrong with the arguments it was started
+            with (the Run then fails at once, and its handlers refuse).
+        """
+        self._bad_input: str | None = None
+        if isinstance(input, str):
+            self._bad_input = input
+            scope = Scope(tenant="unknown")
+        else:
+            self._input = input
+            scope = input.scope
+        self._log = RecordLog(scope)
         self._status = RunStatus.RUNNING
         self._reason: str | None = None
         self._answer: str | None = None
@@ -131,171 +120,13 @@ class RunBase(abc.ABC):
     def _state_step(self) -> str | None:
         return None
 
-    # --- queries -------------------------------------------------------------------------
-
-    @workflow.query(name=QUERY_STATE)
-    def state(self) -> RunState:
-        """The Run's current state."""
-        return RunState(
-            run_id=self._input.run_id,
-            tenant=self._input.scope.tenant,
-            agent=self._input.version.spec.name,
-            version_hash=self._input.version.hash,
-            status=self._status,
-            reason=self._reason,
-            answer=self._answer,
-            turn=self._turn,
-            last_seq=len(self._log),
-            totals=self._totals,
-            withheld_tools=tuple(self._guards.withheld),
-            pending=self._suspensions.items(),
-            kind="agent" if self.KIND == "agent" else "workflow",
-            step=self._state_step(),
-            outputs=self._outputs,
-        )
-
-    @workflow.query(name=QUERY_RECORDS)
-    def records(self, query: RecordsQuery) -> RecordsPage:
-        """Records with ``seq > query.after`` (see ``RecordLog.page``)."""
-        return self._log.page(query)
-
-    # --- resume, abort, steer (updates, and signals for callers without updates) ---------
-
-    def _check_caller(self, tenant: str) -> None:
-        if tenant != self._input.scope.tenant:
-            raise refusal(RefusalKind.ACCESS_DENIED, f"tenant {tenant!r} may not act on this Run")
-        if self._status.terminal:
-            raise refusal(
-                RefusalKind.NOT_SUSPENDED,
-                f"the Run has settled {self._status.value}: {self._reason}",
-            )
-
-    @workflow.update(name=RESUME)
-    def resume(self, input: ResumeInput) -> ResumeResult:
-        """Answer a pending approval, question or external wait (exactly once)."""
-        return self._resume(input)
-
-    def _resume(self, input: ResumeInput) -> ResumeResult:
-        item = self._check_resume(input)  # again: two updates may pass validation in one task
-        if input.reason == "approval":
-            outcome = "approved" if input.approved else "rejected"
-            detail = input.note
-        elif input.reason == "question":
-            outcome, detail = "answered", input.answer
-        else:
-            outcome, detail = "completed", json.dumps(input.payload)
-        child = self._suspensions.child_of(input.id) if item.run is not None else None
-        if child is not None:
-            # A child's item: the child records the answer when the forwarded signal comes.
-            remaining = tuple(
-                p for p in self._suspensions.children.get(child, ()) if p.id != input.id
-            )
-            self._suspensions.set_child(child, remaining)
-            self._forward(child, RESUME, input)
-        else:
-            self._suspensions.waits[input.id].answer = input
-            self._log.add(
-                Resumed(
-                    **self._log.stamp(),
-                    reason=input.reason,
-                    id=input.id,
-                    by=input.by,
-                    outcome=outcome,
-                    detail=detail,
-                )
-            )
-        return ResumeResult(reason=input.reason, id=input.id, outcome=outcome)
-
-    @resume.validator
-    def _validate_resume(self, input: ResumeInput) -> None:
-        self._check_resume(input)
-
-    def _check_resume(self, input: ResumeInput) -> Pending:
-        self._check_caller(input.tenant)
-        check_sizes(input)
-        return self._suspensions.check(input)
-
-    @workflow.signal(name=RESUME)
-    def resume_signal(self, input: ResumeInput) -> None:
-        """``psych.resume`` as a signal; an invalid one is logged and ignored."""
-        _as_signal(RESUME, self._resume, input)
-
-    @workflow.update(name=ABORT)
-    def abort(self, input: AbortInput) -> None:
-        """Abort the Run: interruptible calls are cancelled, the others finish."""
-        self._do_abort(input)
-
-    def _do_abort(self, input: AbortInput) -> None:
-        self._validate_abort(input)  # again, for the signal, which has no validator
-        if self._abort is not None:
-            return
-        self._abort = input
-        self._log.add(AbortRequested(**self._log.stamp(), by=input.by, reason=input.reason))
-        for task in self._interruptible.values():
-            task.cancel()
-        self._aborting()
-
-    @abort.validator
-    def _validate_abort(self, input: AbortInput) -> None:
-        self._check_caller(input.tenant)
-        _check_text("reason", input.reason)
-        _check_text("by", input.by)
-
-    @workflow.signal(name=ABORT)
-    def abort_signal(self, input: AbortInput) -> None:
-        """``psych.abort`` as a signal; an invalid one is logged and ignored."""
-        _as_signal(ABORT, self._do_abort, input)
-
-    @workflow.update(name=STEER)
-    def steer(self, input: SteerInput) -> None:
-        """Queue a message: into this turn, after it, or for the next Run."""
-        self._do_steer(input)
-
-    def _do_steer(self, input: SteerInput) -> None:
-        self._validate_steer(input)  # again, for the signal, which has no validator
-        self._log.add(
-            SteerReceived(**self._log.stamp(), mode=input.mode, message=input.message, by=input.by)
-        )
-        if input.mode == "next_run":
-            self._next_run.append(input.message)
-        else:
-            self._steer_into(input)
-
-    @steer.validator
-    def _validate_steer(self, input: SteerInput) -> None:
-        self._check_caller(input.tenant)
-        _check_text("message", input.message)
-        _check_text("by", input.by)
-        if input.mode != "next_run":
-            self._check_steer(input)
-
-    @workflow.signal(name=STEER)
-    def steer_signal(self, input: SteerInput) -> None:
-        """``psych.steer`` as a signal; an invalid one is logged and ignored."""
-        _as_signal(STEER, self._do_steer, input)
-
-    @workflow.signal(name=CHILD_PENDING)
-    def child_pending(self, input: ChildPending) -> None:
-        """A child Run's pending items changed: mirror them (a finished child's are dropped)."""
-        if input.run in self._children:
-            self._suspensions.set_child(input.run, input.pending)
-
-    def _forget_child(self, run: str) -> None:
-        """A child settled (or is being cancelled): stop mirroring and forwarding to it.
-        Not called from a ``finally``: see ``Suspensions.hold`` on cancelled coroutines."""
-        self._children.pop(run, None)
-        if run in self._suspensions.children:
-            self._suspensions.set_child(run, ())
-
-    def _forward(self, run: str, name: str, payload: Any) -> None:
-        """Send a signal to a running child (its handler validates it again)."""
-        task = asyncio.create_task(self._children[run].signal(name, payload))
-        task.add_done_callback(lambda done: _log_forward_failure(name, run, done))
-
     # --- the run -------------------------------------------------------------------------
 
-    async def _run(self, input: RunInput) -> RunResult:
+    async def _run(self) -> RunResult:
         """Admit the Run, run its body within the deadline, and settle it."""
+        if self._bad_input is not None:
+            raise ApplicationError(self._bad_input, type="BadInput", non_retryable=True)
+        input = self._input
         spec = input.version.spec
         if spec.kind != self.KIND:
             article = "an" if self.KIND == "agent" else "a"
@@ -543,25 +374,3 @@ def cause_text(err: BaseException) -> str:
     while cause is not None and cause.__cause__ is not None and not str(cause):
         cause = cause.__cause__
     return str(cause or err)
-
-
-def _check_text(name: str, text: str | None) -> None:
-    if text is not None and len(text) > MAX_TEXT_CHARS:
-        raise refusal(
-            RefusalKind.TOO_LARGE,
-            f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken",
-        )
-
-
-def _as_signal(name: str, action: Callable[[Any], object], input: Any) -> None:
-    """Run an update's action for its signal twin: a signal cannot answer, so a refusal
-    is logged and the signal ignored."""
-    try:
-        action(input)
-    except ApplicationError as err:
-        workflow.logger.warning("%s signal ignored: %s", name, err)
-
-
-def _log_forward_failure(name: str, run: str, task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        workflow.logger.warning("forwarding %s to %s failed: %s", name, run, task.exception())

@@ -10,7 +10,6 @@ two updates can pass validation in one workflow task: exactly one decision is re
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,8 +18,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._contract import (
-        MAX_PAYLOAD_BYTES,
-        MAX_TEXT_CHARS,
         RefusalKind,
         ResumeInput,
         refusal,
@@ -173,20 +170,3 @@ class Suspensions:
 def expires_at(seconds: float) -> datetime:
     """When an item held from now for ``seconds`` expires."""
     return workflow.now() + timedelta(seconds=seconds)
-
-
-def check_sizes(input: ResumeInput) -> None:
-    """Refuse a note, answer or payload over its bound, before anything is written."""
-    for name, text in (("note", input.note), ("answer", input.answer), ("by", input.by)):
-        if text is not None and len(text) > MAX_TEXT_CHARS:
-            raise refusal(
-                RefusalKind.TOO_LARGE,
-                f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken",
-            )
-    if input.payload is not None:
-        size = len(json.dumps(input.payload))
-        if size > MAX_PAYLOAD_BYTES:
-            raise refusal(
-                RefusalKind.TOO_LARGE,
-                f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are taken",
-            )

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows import _guards as guards
     from psych_runtime.workflows._builtins import BUILTINS
     from psych_runtime.workflows._contract import RunInput
+    from psych_runtime.workflows._handlers import Handlers
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import (
         Pending,
@@ -48,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallStatus,
         ToolWithheld,
     )
-    from psych_runtime.workflows._run_base import RunBase, cause_text
+    from psych_runtime.workflows._run_base import cause_text
     from psych_runtime.workflows._suspensions import expires_at
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
 
@@ -60,10 +61,10 @@ UNKNOWN_OUTCOME = (
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
 
 
-class ToolCalls(RunBase):
+class ToolCalls(Handlers):
     """The tool-call pipeline of a Run kind that calls tools (both kinds do)."""
 
-    def __init__(self, input: RunInput) -> None:
+    def __init__(self, input: RunInput | str) -> None:
         super().__init__(input)
         self._spec: AgentSpec | WorkflowSpec
         self._tools: dict[str, CodeTool | HttpTool] = {}

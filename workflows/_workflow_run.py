@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRunInput,
         refusal,
     )
+    from psych_runtime.workflows._handlers import parse_input
     from psych_runtime.workflows._outcome import Outcome, Stop
     from psych_runtime.workflows._records import (
         RunAdmitted,
@@ -70,16 +71,17 @@ class WorkflowRun(ToolCalls):
     KIND: ClassVar[str] = "workflow"
 
     @workflow.init
-    def __init__(self, input: WorkflowRunInput) -> None:
-        super().__init__(input)
+    def __init__(self, *args: Any) -> None:
+        # Untyped so that a start with no argument or two fails the Run, not every task.
+        super().__init__(parse_input(args, WorkflowRunInput))
         self._step: str | None = None
         self._running: str | None = None
         """The workflow id of the running agent or workflow step."""
 
     @workflow.run
-    async def run(self, input: WorkflowRunInput) -> RunResult:
+    async def run(self, *args: Any) -> RunResult:
         """Run the steps in order to a settled state."""
-        return await self._run(input)
+        return await self._run()
 
     def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
         assert isinstance(spec, WorkflowSpec)

@@ -1,0 +1,168 @@
+"""What a hostile or careless caller sends to a Run is refused cleanly (issue: hardening).
+
+A start with no argument or with two fails the Run at once (not its workflow task forever);
+a resume or steer carrying megabytes is refused by the validator before anything is written,
+for any caller, and the Run keeps answering queries and approvals; refusals are typed and
+marked non-retryable for every Temporal client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from psych_runtime.activities import Reply, ToolCall
+from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.specs import AgentBuilder, Refused
+from psych_runtime.workflows import (
+    AGENT_RUN,
+    RESUME,
+    STEER,
+    WORKFLOW_RUN,
+    ResumeInput,
+    RunHandle,
+    RunState,
+    RunStatus,
+    SteerInput,
+)
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+MEGABYTE = 1024 * 1024
+"""Far over psych's bounds, under Temporal's 2 MB blob limit (past that, see below)."""
+
+
+async def pending(harness: Harness, run: RunHandle) -> RunState:
+    """The Run's state once something is pending."""
+    while True:
+        state = await harness.client.status(run, scope=harness.scope)
+        if state.pending:
+            return state
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("workflow", [AGENT_RUN, WORKFLOW_RUN])
+@pytest.mark.parametrize("args", [[], [{"run_id": "a"}, {"run_id": "b"}]], ids=["none", "two"])
+async def test_a_start_with_no_or_two_arguments_fails_the_run_at_once(
+    harness: Harness, workflow: str, args: list[object]
+) -> None:
+    async with harness.worker():
+        handle = await harness.env.client.start_workflow(
+            workflow,
+            args=args,
+            id=f"psych-acme-args{len(args)}{workflow}",
+            task_queue=harness.settings.task_queue,
+        )
+        async with asyncio.timeout(20):
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "BadInput"
+    given = "none" if not args else "2"
+    assert f"takes one argument, an {workflow}Input (JSON); it was given {given}" in str(cause)
+
+
+async def test_megabyte_updates_are_refused_before_anything_is_written(harness: Harness) -> None:
+    deleted: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order."""
+        deleted.append(order_id)
+        return "deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"}, id="c1")), Reply.text("ok")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec.tool("delete_order").build(), "delete 1", scope=harness.scope
+        )
+        handle = harness.env.client.get_workflow_handle(run.workflow_id)
+
+        await asyncio.wait_for(pending(harness, run), 20)
+        events_before = len((await handle.fetch_history()).events)
+        huge = "x" * MEGABYTE
+        for tenant in ("acme", "globex"):  # the owner and a stranger alike
+            big = ResumeInput(reason="approval", id="c1", tenant=tenant, approved=False, note=huge)
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(RESUME, big)
+            cause = refused.value.cause
+            assert isinstance(cause, ApplicationError)
+            assert cause.non_retryable
+            assert cause.type == ("TooLarge" if tenant == "acme" else "AccessDenied")
+        with pytest.raises(Refused) as steer:
+            await harness.client.steer(run, huge, scope=harness.scope)
+        assert steer.value.kind == "TooLarge"
+        # Signals with the same payloads are dropped by the Run, not taken.
+        await handle.signal(STEER, SteerInput(tenant="acme", message=huge))
+        # The Run answers at once, wrote nothing for the refusals, and still takes approvals.
+        started = time.monotonic()
+        state = await harness.client.status(run, scope=harness.scope)
+        assert time.monotonic() - started < 2.0
+        assert state.status is RunStatus.SUSPENDED
+        history = await handle.fetch_history()
+        kinds = {event.event_type for event in history.events[events_before:]}
+        assert not any("UPDATE" in str(kind) for kind in kinds)
+        await harness.client.approve(run, "c1", scope=harness.scope, note="fine")
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == ["1"]
+
+
+async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers(
+    harness: Harness,
+) -> None:
+    # Over Temporal's 2 MB blob limit no worker can reject an update cleanly: the rejection
+    # echoes the request, which the worker may not upload. PsychClient refuses such input
+    # before sending it; a raw client's update fails the Run's task until the server drops
+    # the update, and then the Run goes on as before, nothing written.
+    deleted: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order."""
+        deleted.append(order_id)
+        return "deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "2"}, id="c2")), Reply.text("ok")
+    )
+    huge = "x" * (3 * MEGABYTE)
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec.tool("delete_order").build(), "delete 2", scope=harness.scope
+        )
+        await asyncio.wait_for(pending(harness, run), 20)
+        with pytest.raises(Refused) as local:
+            await harness.client.deny(run, "c2", scope=harness.scope, note=huge)
+        assert local.value.kind == "TooLarge"
+        handle = harness.env.client.get_workflow_handle(run.workflow_id)
+        raw = ResumeInput(reason="approval", id="c2", tenant="acme", approved=False, note=huge)
+        with pytest.raises((WorkflowUpdateFailedError, RPCError)):
+            await handle.execute_update(RESUME, raw)
+        started = time.monotonic()
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    await harness.client.approve(run, "c2", scope=harness.scope)
+                    break
+                except (RPCError, WorkflowUpdateFailedError, Refused):
+                    await asyncio.sleep(0.5)
+        recovered = time.monotonic() - started
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == ["2"]
+    assert recovered < 30.0, f"the Run took {recovered:.1f} s to take approvals again"
