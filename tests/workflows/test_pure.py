@@ -1,0 +1,117 @@
+"""The kernel's pure parts, without a server: guards, model retries, Totals, input parsing."""
+
+from __future__ import annotations
+
+from psych_runtime.activities._payloads import ModelFailure, Usage
+from psych_runtime.specs import Limits
+from psych_runtime.workflows import AgentRunInput, Totals
+from psych_runtime.workflows._contract import (
+    MAX_TEXT_CHARS,
+    AbortInput,
+    ResumeInput,
+    SteerInput,
+    size_problem,
+)
+from psych_runtime.workflows._guards import (
+    Guards,
+    after_refusal,
+    after_result,
+    canonical_arguments,
+    repeat_refusal,
+)
+from psych_runtime.workflows._handlers import parse_input
+from psych_runtime.workflows._model_calls import budget_left, ready_model, retry_delay
+
+LIMITS = Limits(
+    failure_streak_threshold=2,
+    failure_streak_hard_stop=3,
+    repeat_call_threshold=2,
+    repeat_call_hard_stop=3,
+)
+
+
+def fail(guards: Guards, tool: str = "t", args: str = "{}") -> tuple[int | None, str | None]:
+    verdict = after_result(
+        guards, tool, args, ok=False, counts_as_failure=True, result_ref=None, limits=LIMITS
+    )
+    return verdict.withhold, verdict.hard_stop
+
+
+def test_a_streak_withholds_then_stops_and_success_resets_it() -> None:
+    guards = Guards()
+    assert fail(guards) == (None, None)
+    assert fail(guards) == (2, None)
+    assert guards.withheld == ["t"]
+    withhold, stop = fail(guards)
+    assert withhold is None and stop == "failure_streak: t failed 3 times in a row"
+    fresh = Guards()
+    fail(fresh)
+    after_result(fresh, "t", "{}", ok=True, counts_as_failure=False, result_ref="r", limits=LIMITS)
+    assert fail(fresh) == (None, None)  # the ok call ended the streak
+
+
+def test_denials_do_not_count_toward_the_streak() -> None:
+    guards = Guards()
+    for _ in range(5):
+        verdict = after_result(
+            guards, "t", "{}", ok=False, counts_as_failure=False, result_ref=None, limits=LIMITS
+        )
+        assert verdict.hard_stop is None and verdict.withhold is None
+    assert guards.streaks == {}
+
+
+def test_repeats_are_refused_after_the_threshold_and_stop_at_the_hard_stop() -> None:
+    guards = Guards()
+    args = '{"b": 1, "a": 2}'
+    for _ in range(2):
+        assert repeat_refusal(guards, "t", args, LIMITS) is None
+        after_result(
+            guards, "t", args, ok=True, counts_as_failure=False, result_ref="r1", limits=LIMITS
+        )
+    # Same arguments in another key order are the same call.
+    refused = repeat_refusal(guards, "t", '{"a": 2, "b": 1}', LIMITS)
+    assert refused is not None and "2 times" in refused
+    assert after_refusal(guards, "t", args, LIMITS).hard_stop is not None
+    assert canonical_arguments("not json") == "not json"
+
+
+def test_ready_model_prefers_the_next_ready_one_then_the_soonest() -> None:
+    models = ["a", "b", "c"]
+    assert ready_model(models, 0, {}, now=10.0) == "a"
+    assert ready_model(models, 1, {"b": 20.0}, now=10.0) == "c"
+    assert ready_model(models, 0, {"a": 30.0, "b": 15.0, "c": 40.0}, now=10.0) == "b"
+
+
+def test_retry_delay_and_budget() -> None:
+    transient = ModelFailure(transient=True, message="503")
+    assert [retry_delay(transient, n) for n in (1, 2, 3, 10)] == [0.5, 1.0, 2.0, 30.0]
+    assert retry_delay(transient.model_copy(update={"retry_after": 7.0}), 5) == 7.0
+    assert budget_left(2, 1, transient) == 0
+    assert budget_left(2, 2, transient) == -1
+    assert budget_left(2, 2, ModelFailure(transient=False, message="400")) == 0
+
+
+def test_totals_roll_up_and_unknown_cost_stays_unknown() -> None:
+    usage = Usage(input_tokens=10, output_tokens=2)
+    priced = Totals().plus(model_calls=1).with_usage(usage, 0.5, cost_unknown=False)
+    assert priced.cost == 0.5 and not priced.cost_unknown
+    unpriced = Totals().plus(model_calls=1).with_usage(usage, None, cost_unknown=True)
+    assert unpriced.cost is None and unpriced.cost_unknown
+    parent = priced.rolled_up(priced, cost_unknown=False)
+    assert (parent.model_calls, parent.usage.input_tokens, parent.cost) == (2, 20, 1.0)
+    assert priced.rolled_up(unpriced, cost_unknown=True).cost is None
+
+
+def test_size_problem_names_the_field() -> None:
+    big = "x" * (MAX_TEXT_CHARS + 1)
+    assert size_problem(SteerInput(tenant="a", message="hi")) is None
+    assert "message is" in (size_problem(SteerInput(tenant="a", message=big)) or "")
+    assert "reason is" in (size_problem(AbortInput(tenant="a", reason=big)) or "")
+    resume = ResumeInput(reason="external", id="t", tenant="a", payload=["y" * 300_000])
+    assert "payload is" in (size_problem(resume) or "")
+
+
+def test_parse_input_says_what_is_wrong() -> None:
+    assert "given none" in str(parse_input([], AgentRunInput))
+    assert "given 2" in str(parse_input([{}, {}], AgentRunInput))
+    assert "not a valid AgentRunInput" in str(parse_input([{"run_id": 1}], AgentRunInput))
