@@ -9,7 +9,6 @@ from psych_runtime.workflows._agent_run import AgentRun
 from psych_runtime.workflows._client import (
     DEFAULT_TASK_QUEUE,
     PsychClient,
-    RunHandle,
     RunSummary,
     parse_workflow_id,
 )
@@ -30,6 +29,7 @@ from psych_runtime.workflows._contract import (
     RefusalKind,
     ResumeInput,
     ResumeResult,
+    RunHandle,
     RunInput,
     RunResult,
     RunState,

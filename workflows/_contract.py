@@ -8,6 +8,7 @@ the client alike. Every payload is a frozen pydantic model that travels as plain
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -70,6 +71,17 @@ def run_search_attributes(tenant: str, agent: str, version_hash: str) -> TypedSe
             SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATUS), "running"),
         ]
     )
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """A dispatched Run."""
+
+    workflow_id: str
+    run_id: str
+    tenant: str
+    agent: str
+    version_hash: str
 
 
 # --- refusals ------------------------------------------------------------------------------

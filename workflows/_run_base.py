@@ -181,15 +181,7 @@ class RunBase(abc.ABC):
             await workflow.wait([loop])
             self._status = RunStatus.ABORTED
             self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
-            self._log.add(
-                RunSettled(
-                    **self._log.stamp(),
-                    status=self._status,
-                    reason=self._reason,
-                    totals=self._totals,
-                    outputs=self._outputs,
-                )
-            )
+            self._record_settled(Outcome(self._status, self._reason))
             self._show_status()
             raise
         return await self._settle(loop.result())
@@ -268,16 +260,7 @@ class RunBase(abc.ABC):
         self._show_status()
         for index, message in enumerate(self._next_run, start=1):
             await self._start_next_run(index, message)
-        self._log.add(
-            RunSettled(
-                **self._log.stamp(),
-                status=outcome.status,
-                reason=outcome.reason,
-                answer=outcome.answer,
-                totals=self._totals,
-                outputs=self._outputs,
-            )
-        )
+        self._record_settled(outcome)
         if outcome.status is RunStatus.FAILED:
             # The totals ride along, so a parent can count what a failed child spent.
             raise ApplicationError(
@@ -293,6 +276,19 @@ class RunBase(abc.ABC):
             answer=outcome.answer,
             totals=self._totals,
             outputs=self._outputs,
+        )
+
+    def _record_settled(self, outcome: Outcome) -> None:
+        """Write ``run_settled``: always the last record."""
+        self._log.add(
+            RunSettled(
+                **self._log.stamp(),
+                status=outcome.status,
+                reason=outcome.reason,
+                answer=outcome.answer,
+                totals=self._totals,
+                outputs=self._outputs,
+            )
         )
 
     async def _start_next_run(self, index: int, message: str) -> None:
