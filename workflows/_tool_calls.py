@@ -54,9 +54,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
 
 UNKNOWN_OUTCOME = (
-    "The outcome of this call is unknown: the worker running it stopped before reporting, "
-    "and the tool is not safe to repeat, so it was not run again. It may or may not have "
-    "taken effect; check before relying on either."
+    "The outcome of this call is unknown: no word of it reached the Run in time (the "
+    "worker running it stopped, or lost contact with the Temporal server for longer than "
+    "the call's heartbeat timeout), and the tool is not safe to repeat, so it was not run "
+    "again. It may or may not have taken effect; check before relying on either."
 )
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
 
