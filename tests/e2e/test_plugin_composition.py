@@ -21,8 +21,9 @@ from temporalio.worker import Plugin as WorkerPlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from psych_runtime.activities import FileVersionStore, Reply
+from psych_runtime.activities import FileVersionStore
 from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply
 from psych_runtime.workers import SANDBOX_PASSTHROUGH, PsychPlugin, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 

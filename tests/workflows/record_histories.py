@@ -39,7 +39,6 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
@@ -54,6 +53,7 @@ from psych_runtime.specs import (
     ToolRegistry,
     Version,
 )
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import (
     WorkerSettings,
     run_worker,
