@@ -250,7 +250,9 @@ async def test_stall_leaves_a_gap_then_finishes(
     assert content_of(chunks) == "abcdefghijkl"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert gaps[1] >= 0.3
+    # The server sends chunk 3 at least 0.3 s after chunk 2, but chunk 2 can be read late
+    # on a loaded machine, which shortens the gap seen here (0.296 s was measured in CI).
+    assert gaps[1] >= 0.25
     assert max(gaps[:1] + gaps[2:]) < 0.2
 
 
