@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The editable install is "strict" (a link tree under build/), so a new module file needs a
 # reinstall: the stamp depends on every package directory's mtime, which a new file moves.
+# find descends, so nested package folders (activities/testing/ = psych_runtime.testing) count.
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 

@@ -1,12 +1,11 @@
 """psych_runtime.activities: every side effect of a Run, and the ports they go through.
 
-Model calls over httpx, code and HTTP tools, policy, blobs, secrets, versions, pricing; plus the
-scriptable fake model server for tests. Workflows import only the payload types.
+Model calls over httpx, code and HTTP tools, policy, blobs, secrets, versions, pricing.
+Workflows import only the payload types. The scriptable fake model server for tests is
+``psych_runtime.testing`` (its files live in ``activities/testing/``).
 """
 
 from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
-from psych_runtime.activities._fake_model import FakeModel, Reply, ToolCall
-from psych_runtime.activities._fake_model import Usage as FakeUsage
 from psych_runtime.activities._model import (
     MODEL_CALL_FAILED,
     Endpoint,
@@ -50,8 +49,6 @@ __all__ = [
     "Decision",
     "Endpoint",
     "EnvSecretResolver",
-    "FakeModel",
-    "FakeUsage",
     "FileVersionStore",
     "Latency",
     "LocalBlobStore",
@@ -65,14 +62,12 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Pricing",
-    "Reply",
     "RulePolicy",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
     "TablePricing",
     "ToolActivities",
-    "ToolCall",
     "ToolCallRequest",
     "ToolDefinition",
     "ToolInfo",

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, Conversations
 from psych_runtime.activities._payloads import (
     MODEL_COMPLETE,
@@ -572,11 +573,12 @@ async def _heartbeating() -> AsyncIterator[None]:
 # --- the activity -------------------------------------------------------------------------
 
 
-class ModelActivities:
+class ModelActivities(ActivityClass):
     """The model-call activity and its collaborators.
 
-    Register ``complete`` on a worker. The instance keeps one ``Conversations`` so that a
-    Run's next call resolves its conversation head from cache (O(1) per call).
+    Register ``activities()`` (``complete``) on a worker. The instance keeps one
+    ``Conversations`` so that a Run's next call resolves its conversation head from cache
+    (O(1) per call).
     """
 
     def __init__(

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, Conversations, _dumps
 from psych_runtime.activities._payloads import (
     POLICY_DECIDE,
@@ -79,13 +80,13 @@ class _ToolError(Exception):
     """A failure the model reads as the tool's result (an outcome with status "error")."""
 
 
-class ToolActivities:
+class ToolActivities(ActivityClass):
     """The tool activities, sharing one BlobStore, SecretResolver and HTTP client.
 
-    Register the bound methods with a worker::
+    Register them with a worker::
 
         tools = ToolActivities(registry=registry, blobs=LocalBlobStore(path))
-        Worker(..., activities=[tools.catalog, tools.code, tools.http, tools.read_output])
+        Worker(..., activities=tools.activities())
 
     and ``await tools.aclose()`` when the worker stops.
     """

@@ -22,16 +22,9 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities import (
-    Endpoint,
-    FakeModel,
-    FileVersionStore,
-    LocalBlobStore,
-    ModelEndpoints,
-    Reply,
-    ToolCall,
-)
+from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 

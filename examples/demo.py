@@ -44,13 +44,10 @@ from typing import Any
 from psych_runtime.activities import (
     Endpoint,
     EnvSecretResolver,
-    FakeModel,
     FileVersionStore,
     LocalBlobStore,
     ModelEndpoints,
-    Reply,
     RulePolicy,
-    ToolCall,
 )
 from psych_runtime.specs import (
     AgentSpec,
@@ -60,6 +57,7 @@ from psych_runtime.specs import (
     parse_spec,
     spec_to_data,
 )
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended

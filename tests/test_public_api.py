@@ -13,6 +13,7 @@ import pytest
         "psych_runtime.specs",
         "psych_runtime.workflows",
         "psych_runtime.activities",
+        "psych_runtime.testing",
         "psych_runtime.workers",
     ],
 )

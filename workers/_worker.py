@@ -133,7 +133,7 @@ async def connect(
 
 
 def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[Any]:
-    """The activity callables a psych worker registers."""
+    """The activity callables a psych worker registers: each activity class's own list."""
     model = ModelActivities(
         endpoints=settings.endpoints, blobs=settings.blobs, pricing=settings.pricing, http=http
     )
@@ -144,14 +144,7 @@ def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[An
         http=http,
         policy=settings.policy,
     )
-    return [
-        model.complete,
-        tools.catalog,
-        tools.code,
-        tools.decide,
-        tools.http,
-        tools.read_output,
-    ]
+    return [*model.activities(), *tools.activities()]
 
 
 def build_worker(

@@ -15,7 +15,6 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import FakeModel, FakeUsage, Reply, ToolCall
 from psych_runtime.activities._blobs import Conversations, LocalBlobStore, blob_ref
 from psych_runtime.activities._model import (
     MODEL_CALL_FAILED,
@@ -38,6 +37,8 @@ from psych_runtime.activities._payloads import (
     Usage,
 )
 from psych_runtime.specs import ModelRef, NotFound, Scope
+from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 
 MODEL = "fake-model"
 KEY = "sk-test-key"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities import FakeModel
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._secrets import StaticSecretResolver
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
+from psych_runtime.testing import FakeModel
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
 from psych_runtime.specs import AccessDenied, AgentBuilder, RunFailed, Scope
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     ModelCallFailed,
     ModelCallStarted,

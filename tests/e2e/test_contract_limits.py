@@ -16,9 +16,9 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from psych_runtime.activities import Reply, ToolCall
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import AgentBuilder, Refused
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     AGENT_RUN,
     RESUME,

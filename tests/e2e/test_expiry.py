@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._policy import RulePolicy
@@ -34,6 +33,7 @@ from psych_runtime.specs import (
     SuspensionPolicy,
     ToolRegistry,
 )
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
 from psych_runtime.workflows import (
     ModelCallFailed,

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, start_dev_server
 from psych_runtime.workflows import (
     Pending,

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import (
     AccessDenied,
@@ -19,6 +18,7 @@ from psych_runtime.specs import (
     Refused,
     Scope,
 )
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     NextRunStarted,
     Resumed,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import temporal_binary
 from psych_runtime.workflows import Resumed, RunHandle, RunStatus, ToolCallFinished
 

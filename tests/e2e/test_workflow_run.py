@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import (
     AccessDenied,
@@ -26,6 +25,7 @@ from psych_runtime.specs import (
     WorkflowBuilder,
     WorkflowSpec,
 )
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     RunHandle,
     RunState,

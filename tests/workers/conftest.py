@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities import FakeModel
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._secrets import StaticSecretResolver
 from psych_runtime.specs import ToolRegistry
+from psych_runtime.testing import FakeModel
 from psych_runtime.workers._cli import main
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._worker import WorkerSettings, run_worker

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
+from psych_runtime.testing import Reply, ToolCall
 
 from .conftest import PAYMENTS_KEY, Cli, free_port, psych
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from psych_runtime.activities import Reply, ToolCall
+from psych_runtime.testing import Reply, ToolCall
 
 from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
 

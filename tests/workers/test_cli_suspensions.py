@@ -12,8 +12,9 @@ from argparse import Namespace
 
 import pytest
 
-from psych_runtime.activities import FileVersionStore, Reply, RulePolicy, ToolCall
+from psych_runtime.activities import FileVersionStore, RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, ExternalWait, Scope, ToolRegistry
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._cli_serve import settings_from
 from psych_runtime.workers._loading import load_spec_file
 from psych_runtime.workflows import (

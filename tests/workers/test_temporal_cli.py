@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities import FileVersionStore, Reply, ToolCall
+from psych_runtime.activities import FileVersionStore
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import temporal_binary
 from psych_runtime.workers._loading import load_spec_file
 

@@ -40,7 +40,6 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from psych_runtime.activities import FakeModel, Reply, ToolCall
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
@@ -57,6 +56,7 @@ from psych_runtime.specs import (
     WorkflowBuilder,
     WorkflowSpec,
 )
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import (
     WorkerSettings,
     run_worker,

@@ -1,4 +1,4 @@
-"""A scriptable fake OpenAI-compatible model server, for tests.
+"""A scriptable fake OpenAI-compatible model server, for tests (psych-runtime's and users').
 
 `FakeModel` is a real HTTP/1.1 server on loopback that speaks the chat-completions protocol
 (`POST /v1/chat/completions`, JSON or SSE streaming, and `GET /v1/models`). A test scripts
@@ -19,8 +19,8 @@ tool calls whose arguments are not JSON, streams that stall or drop mid-way.
 The server is a raw asyncio socket server driven by h11 rather than uvicorn/starlette:
 dropping a connection mid-stream or without any response, which `Reply.abort` needs, is not
 expressible through ASGI (uvicorn answers 500 instead), and uvicorn would also take over the
-process's signal handlers and logging configuration when started from a test. h11 is already
-installed as a dependency of httpx.
+process's signal handlers and logging configuration when started from a test. h11 is the
+HTTP/1.1 parser httpx itself is built on, so it costs no extra install.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 import h11
-
-__all__ = ["FakeModel", "Reply", "ToolCall", "Usage"]
 
 _MAX_READ = 65536
 _CHAT_PATH = "/v1/chat/completions"

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 import psych_runtime.activities as activities
-from psych_runtime.activities import FakeModel, Reply, ToolCall
-from psych_runtime.activities import FakeUsage as Usage
+import psych_runtime.testing as testing
+from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
 
 HELLO = [{"role": "user", "content": "Hello there, model!"}]  # 19 characters
 
@@ -91,10 +91,10 @@ def tool_calls_of(chunks: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return calls
 
 
-def test_all_is_sorted_and_exported() -> None:
-    assert activities.__all__ == sorted(activities.__all__)
-    assert {"FakeModel", "Reply", "ToolCall", "Usage"} <= set(activities.__all__)
-    assert all(hasattr(activities, name) for name in activities.__all__)
+def test_public_home_is_psych_runtime_testing_only() -> None:
+    assert testing.__all__ == ["FakeModel", "Reply", "ToolCall", "Usage"]
+    # One public home: the activities package no longer re-exports the fake.
+    assert {"FakeModel", "FakeUsage", "Reply", "ToolCall"}.isdisjoint(activities.__all__)
 
 
 async def test_text_non_streaming(model: FakeModel, client: httpx.AsyncClient) -> None:
@@ -250,7 +250,9 @@ async def test_stall_leaves_a_gap_then_finishes(
     assert content_of(chunks) == "abcdefghijkl"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert gaps[1] >= 0.3
+    # The server sends chunk 3 at least 0.3 s after chunk 2, but chunk 2 can be read late
+    # on a loaded machine, which shortens the gap seen here (0.296 s was measured in CI).
+    assert gaps[1] >= 0.25
     assert max(gaps[:1] + gaps[2:]) < 0.2
 
 
