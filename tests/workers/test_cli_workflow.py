@@ -138,12 +138,11 @@ async def test_a_tool_step_that_asks_is_listed_suspended_and_approved_by_step_na
     worker = await spawn(
         [*PSYCH, "worker", "--tools", TOOLS_REF, "--ask", "create_account"], env, cli.home
     )
-    runner: asyncio.subprocess.Process | None = None
-    assert worker.stdout is not None
+    # Started together (each pays a Python start-up): the Run waits for the worker to poll.
+    runner = await spawn([*PSYCH, *run_argv(cli)], env, cli.home)
+    assert worker.stdout is not None and runner.stdout is not None
     try:
         await read_until(worker.stdout, "Ctrl-C to stop")
-        runner = await spawn([*PSYCH, *run_argv(cli)], env, cli.home)
-        assert runner.stdout is not None
         followed = await read_until(runner.stdout, "to resume:")
         found = RUN_LINE.search(followed)
         assert found is not None, followed
@@ -179,7 +178,7 @@ async def test_a_tool_step_that_asks_is_listed_suspended_and_approved_by_step_na
             rest, errors = await runner.communicate()
         assert runner.returncode == 0, rest.decode() + errors.decode()
     finally:
-        if runner is not None and runner.returncode is None:
+        if runner.returncode is None:
             runner.send_signal(signal.SIGINT)
             async with asyncio.timeout(20):
                 await runner.communicate()
