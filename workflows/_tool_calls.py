@@ -74,9 +74,17 @@ class ToolCalls(RunBase):
         self._spec = spec
         self._tools = {tool.name: tool for tool in spec.tools}
         bounds = self._input.bounds
-        self._suspension = (
-            bounds.suspension if bounds is not None and bounds.suspension else spec.suspension
-        )
+        own = spec.suspension
+        policy = bounds.suspension if bounds is not None and bounds.suspension else own
+        # A parent imposes its expiries only: whether the model may ask questions is part of
+        # what this Version offers its model. Runs admitted before this fix took the
+        # parent's flag; the patch is asked only where the two differ, so no other Run's
+        # history changes.
+        if policy.may_ask_questions != own.may_ask_questions and workflow.patched(
+            "psych-own-questions"
+        ):
+            policy = policy.model_copy(update={"may_ask_questions": own.may_ask_questions})
+        self._suspension = policy
 
     async def _run_tools(
         self, turn: int, batch: tuple[ToolCallRequest, ...], offered: dict[str, CatalogEntry]
