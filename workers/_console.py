@@ -279,7 +279,13 @@ def format_state(workflow_id: str, state: RunState) -> str:
         _field(state.kind, f"{state.agent} ({state.version_hash})"),
         _field("status", state.status),
         _field("reason", state.reason or "-"),
-        _field("answer", state.answer or "-"),
+        # A workflow has no answer: its result is its steps' outputs, as in the report.
+        _field("answer", state.answer or "-")
+        if state.kind == "agent"
+        else _field(
+            "outputs",
+            json.dumps(state.outputs, ensure_ascii=False, indent=2) if state.outputs else "-",
+        ),
         _field("turn", state.turn) if state.kind == "agent" else _field("step", state.step or "-"),
         _field("records", state.last_seq),
         _field("model calls", state.totals.model_calls),

@@ -76,9 +76,12 @@ class ToolCalls(Handlers):
         self._spec = spec
         self._tools = {tool.name: tool for tool in spec.tools}
         bounds = self._input.bounds
-        self._suspension = (
-            bounds.suspension if bounds is not None and bounds.suspension else spec.suspension
-        )
+        own = spec.suspension
+        policy = bounds.suspension if bounds is not None and bounds.suspension else own
+        # A parent imposes its expiries only: whether the model may ask questions is part of
+        # what this Version offers its model. (WorkflowRun ships with this rule, so no Run
+        # in flight ever took the parent's flag: no patch is needed.)
+        self._suspension = policy.model_copy(update={"may_ask_questions": own.may_ask_questions})
 
     async def _run_tools(
         self, turn: int, batch: tuple[ToolCallRequest, ...], offered: dict[str, CatalogEntry]
