@@ -900,6 +900,21 @@ async def workflow_agent_step_approved(rig: Rig) -> RunHandle:
     return run
 
 
+async def workflow_agent_step_question(rig: Rig) -> RunHandle:
+    asker = rig.agent("asker").suspension(may_ask_questions=True).build()
+    spec = _workflow(rig, "asking").agent_step("ask", asker).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"})),
+        Reply.text("Order 42 it is."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Refund my order", scope=SCOPE)
+        pending = await rig.suspended(run)  # the child's question, through the workflow
+        await rig.client.answer(run, pending.id, "42", scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
 async def workflow_abort_during_agent_step(rig: Rig) -> RunHandle:
     GATES.clear()
     spec = (
@@ -990,6 +1005,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_tool_step_approved),
     ("time-skipping", workflow_tool_step_expired),
     ("dev", workflow_agent_step_approved),
+    ("dev", workflow_agent_step_question),
     ("dev", workflow_abort_during_agent_step),
     ("dev", workflow_steer_forwarded),
 ]
