@@ -39,12 +39,13 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
-    Problem,
     ValidationContext,
     matches,
     narrow,
@@ -97,6 +98,7 @@ __all__ = [
     "ToolDef",
     "ToolRegistry",
     "ToolStep",
+    "UNSUPPORTED_FIELDS",
     "ValidationContext",
     "ValidationFailed",
     "Version",
@@ -115,6 +117,7 @@ __all__ = [
     "spec_to_json",
     "spec_to_yaml",
     "system_prompt",
+    "unsupported_features",
     "validate",
     "version_hash",
 ]

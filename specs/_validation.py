@@ -25,6 +25,8 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._problem import Problem
+from psych_runtime.specs._unsupported import unsupported_features
 
 BUILTIN_TOOL_NAMES = frozenset(
     {
@@ -48,22 +50,6 @@ MAX_NESTING_DEPTH = 16
 
 _SKILL_LINK = re.compile(r"\[\[skill:([^\]\s]+)\]\]")
 _URL_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One thing wrong with a Spec.
-
-    Attributes:
-        path: where, as ``tools[issue_refund].url`` or ``steps[welcome].spec.model.model``.
-        message: what is wrong, readably.
-    """
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 @dataclass(frozen=True, init=False)
@@ -314,11 +300,12 @@ def validate(
 
     Structural rules (bounds, names, unique entries, literal credentials) are enforced by the
     models themselves when the Spec is built; this finds what needs the whole tree or the
-    world: registrations, models, reachability, links, depths, name collisions, templates.
+    world: registrations, models, reachability, links, depths, name collisions, templates,
+    and every field the runtime does not implement yet (``unsupported_features``).
     """
     context = context or ValidationContext()
     if isinstance(spec, AgentSpec):
         problems = _validate_agent(spec, context, "", 0, spec.limits.max_delegation_depth)
     else:
         problems = _validate_workflow(spec, context, "", 0)
-    return problems
+    return problems + unsupported_features(spec)

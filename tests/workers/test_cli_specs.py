@@ -9,7 +9,7 @@ import pytest
 import psych_runtime.workers as workers
 from psych_runtime.workers._cli import main
 
-from .conftest import SUPPORT_SPEC, TOOLS_REF
+from .conftest import EXAMPLES, SUPPORT_SPEC, TOOLS_REF
 
 
 def test_public_names_are_sorted_and_exist() -> None:
@@ -88,3 +88,26 @@ def test_publish_refuses_an_invalid_spec(
     assert main(["publish", str(SUPPORT_SPEC), "--store", str(store)]) == 1
     assert "code tool 'lookup_order' is not registered" in capsys.readouterr().err
     assert not store.exists()
+
+
+def test_publish_refuses_a_field_the_runtime_does_not_implement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "compacting.yaml"
+    spec.write_text(
+        "kind: agent\nname: a\nmodel: {model: m}\ntasks_enabled: true\n"
+        "subagents:\n  - name: helper\n    description: Summarises long threads for me.\n"
+        "    spec: {kind: agent, name: h, model: {model: m}, compaction: {trigger_tokens: 9}}\n"
+    )
+    store = tmp_path / "versions"
+    assert main(["publish", str(spec), "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}: subagents[helper].spec.compaction: compaction is not implemented" in err
+    assert f"{spec}: tasks_enabled: the task list is not implemented" in err
+    assert f"{spec}: 2 problem(s); not valid" in err
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_spec_validates(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(example), "--registry", TOOLS_REF]) == 0, capsys.readouterr().err
