@@ -15,7 +15,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._models import (
+    A2APeer,
     AgentSpec,
     AgentStep,
     CodeTool,
@@ -143,6 +145,8 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
             )
     if tool.input_schema and tool.input_schema.get("type", "object") != "object":
         problems.append(Problem(f"{path}.input_schema.type", "must be 'object'"))
+    problems += url_credentials(tool.url, f"{path}.url")
+    problems += header_credentials(tool.headers, f"{path}.headers")
     return problems
 
 
@@ -178,16 +182,26 @@ def _check_tools(
 def _check_mcp(
     servers: Sequence[McpServer], context: ValidationContext, prefix: str
 ) -> list[Problem]:
-    if not context.reachable_mcp_servers:
-        return []
-    return [
-        Problem(
-            f"{prefix}mcp_servers[{server.name}]",
-            "server did not answer at publish and is not optional",
-        )
-        for server in servers
-        if not server.optional and server.name not in context.reachable_mcp_servers
-    ]
+    problems = []
+    for server in servers:
+        path = f"{prefix}mcp_servers[{server.name}]"
+        problems += url_credentials(server.url, f"{path}.url")
+        if server.oauth is not None and server.oauth.cimd_url is not None:
+            problems += url_credentials(server.oauth.cimd_url, f"{path}.oauth.cimd_url")
+        if (
+            context.reachable_mcp_servers
+            and not server.optional
+            and server.name not in context.reachable_mcp_servers
+        ):
+            problems.append(Problem(path, "server did not answer at publish and is not optional"))
+    return problems
+
+
+def _check_a2a(peers: Sequence[A2APeer], prefix: str) -> list[Problem]:
+    problems = []
+    for peer in peers:
+        problems += url_credentials(peer.url, f"{prefix}a2a_peers[{peer.name}].url")
+    return problems
 
 
 def _check_model(model: str, path: str, context: ValidationContext) -> list[Problem]:
@@ -210,6 +224,7 @@ def _validate_agent(
     mcp_names = {server.name for server in spec.mcp_servers}
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
+    problems += _check_a2a(spec.a2a_peers, prefix)
     problems += _check_model(spec.model.model, f"{prefix}model.model", context)
     for index, fallback in enumerate(spec.model.fallbacks):
         problems += _check_model(fallback, f"{prefix}model.fallbacks[{index}]", context)
@@ -298,10 +313,12 @@ def validate(
 ) -> list[Problem]:
     """Every problem with ``spec`` that can be found before it runs; empty = valid.
 
-    Structural rules (bounds, names, unique entries, literal credentials) are enforced by the
-    models themselves when the Spec is built; this finds what needs the whole tree or the
-    world: registrations, models, reachability, links, depths, name collisions, templates,
-    and every field the runtime does not implement yet (``unsupported_features``).
+    Structural rules (bounds, names, unique entries, literal ``Authorization`` headers) are
+    enforced by the models themselves when the Spec is built; this finds what needs the
+    whole tree or the world: registrations, models, reachability, links, depths, name
+    collisions, templates, other credentials written as literals in URLs and headers
+    instead of named, and every field the runtime does not implement yet
+    (``unsupported_features``).
     """
     context = context or ValidationContext()
     if isinstance(spec, AgentSpec):
