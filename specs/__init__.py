@@ -6,6 +6,13 @@ temporalio, so all of it is safe inside a workflow.
 """
 
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
+from psych_runtime.specs._documents import (
+    MAX_DOCUMENT_BYTES,
+    MAX_INT_DIGITS,
+    MAX_SPEC_BYTES,
+    MAX_SPEC_DEPTH,
+    MAX_VALUES,
+)
 from psych_runtime.specs._errors import (
     AccessDenied,
     NotFound,
@@ -76,6 +83,11 @@ __all__ = [
     "ExternalWait",
     "HttpTool",
     "Limits",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_INT_DIGITS",
+    "MAX_SPEC_BYTES",
+    "MAX_SPEC_DEPTH",
+    "MAX_VALUES",
     "MCP_TOOL_SEPARATOR",
     "McpOAuth",
     "McpServer",

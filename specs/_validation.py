@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from psych_runtime.specs._credentials import header_credentials, url_credentials
+from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
 from psych_runtime.specs._models import (
     A2APeer,
     AgentSpec,
@@ -29,6 +30,7 @@ from psych_runtime.specs._models import (
 )
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._unsupported import unsupported_features
+from psych_runtime.specs._version import canonical_bytes
 
 BUILTIN_TOOL_NAMES = frozenset(
     {
@@ -308,6 +310,26 @@ def _validate_workflow(
     return problems
 
 
+def _check_size(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
+    """The Spec travels whole in Temporal payloads: it must encode, and within the bound."""
+    try:
+        problem = tree_problem(spec.model_dump(), max_values=None)
+    except ValueError as err:  # pydantic's own serialisation depth limit
+        return [Problem("<root>", f"the Spec cannot be serialised: {err}")]
+    if problem is not None:
+        return [problem]
+    size = len(canonical_bytes(spec))
+    if size > MAX_SPEC_BYTES:
+        return [
+            Problem(
+                "<root>",
+                f"the Spec is {size} bytes of canonical JSON; at most {MAX_SPEC_BYTES} "
+                "(1 MiB) may be published, so that it fits in a Temporal payload",
+            )
+        ]
+    return []
+
+
 def validate(
     spec: AgentSpec | WorkflowSpec, context: ValidationContext | None = None
 ) -> list[Problem]:
@@ -317,12 +339,13 @@ def validate(
     enforced by the models themselves when the Spec is built; this finds what needs the
     whole tree or the world: registrations, models, reachability, links, depths, name
     collisions, templates, other credentials written as literals in URLs and headers
-    instead of named, and every field the runtime does not implement yet
-    (``unsupported_features``).
+    instead of named, every field the runtime does not implement yet
+    (``unsupported_features``), and a Spec whose canonical JSON cannot be encoded or is
+    larger than ``MAX_SPEC_BYTES``.
     """
     context = context or ValidationContext()
     if isinstance(spec, AgentSpec):
         problems = _validate_agent(spec, context, "", 0, spec.limits.max_delegation_depth)
     else:
         problems = _validate_workflow(spec, context, "", 0)
-    return problems + unsupported_features(spec)
+    return problems + unsupported_features(spec) + _check_size(spec)
