@@ -65,20 +65,33 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
 """``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
 
 
-def _walk(model: BaseModel, prefix: str, problems: list[Problem]) -> None:
-    cls = type(model)
-    for name, info in cls.model_fields.items():
-        value = getattr(model, name)
-        reason = UNSUPPORTED_FIELDS.get(f"{cls.__name__}.{name}")
-        if reason is not None and value != info.get_default(call_default_factory=True):
-            problems.append(Problem(f"{prefix}{name}", reason))
+def _walk(spec: BaseModel) -> list[Problem]:
+    # Depth-first in declaration order (a field, then what it holds, then the next field),
+    # with an explicit stack: a Spec that reached a workflow unvalidated may nest deeper
+    # than the recursion limit allows.
+    problems: list[Problem] = []
+    pending: list[tuple[BaseModel, str, str | None]] = [(spec, "", None)]
+    while pending:
+        model, prefix, field = pending.pop()
+        cls = type(model)
+        if field is None:
+            pending.extend((model, prefix, name) for name in reversed(cls.model_fields))
+            continue
+        value = getattr(model, field)
+        reason = UNSUPPORTED_FIELDS.get(f"{cls.__name__}.{field}")
+        default = cls.model_fields[field].get_default(call_default_factory=True)
+        if reason is not None and value != default:
+            problems.append(Problem(f"{prefix}{field}", reason))
         if isinstance(value, BaseModel):
-            _walk(value, f"{prefix}{name}.", problems)
+            pending.append((value, f"{prefix}{field}.", None))
         elif isinstance(value, tuple):
-            for index, item in enumerate(value):
-                if isinstance(item, BaseModel):
-                    label = getattr(item, "name", index)
-                    _walk(item, f"{prefix}{name}[{label}].", problems)
+            items = [
+                (item, f"{prefix}{field}[{getattr(item, 'name', index)}].", None)
+                for index, item in enumerate(value)
+                if isinstance(item, BaseModel)
+            ]
+            pending.extend(reversed(items))
+    return problems
 
 
 def unsupported_features(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
@@ -91,6 +104,4 @@ def unsupported_features(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
         One problem per use, named by its path (``subagents[helper].spec.compaction``),
         in the order the fields are declared.
     """
-    problems: list[Problem] = []
-    _walk(spec, "", problems)
-    return problems
+    return _walk(spec)

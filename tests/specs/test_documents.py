@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from psych_runtime.activities import FileVersionStore
 from psych_runtime.specs import (
@@ -310,3 +311,15 @@ def test_a_damaged_version_file_is_a_spec_error(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes().replace(b'"a"', b'"\xff"'))
     with pytest.raises(SpecError, match="not UTF-8 at line"):
         store.get(version.hash)
+
+
+def test_free_form_json_built_in_code_is_bounded_too() -> None:
+    cyclic: dict[str, Any] = {"type": "object"}
+    cyclic["properties"] = cyclic
+    with pytest.raises(ValidationError, match=r"properties: contains itself"):
+        HttpTool(name="t", description="d", url="https://x.test", input_schema=cyclic)
+    deep: dict[str, Any] = {}
+    for _ in range(5000):
+        deep = {"p": deep}
+    with pytest.raises(ValidationError, match=r"nested deeper than 128 levels"):
+        HttpTool(name="t", description="d", url="https://x.test", input_schema=deep)

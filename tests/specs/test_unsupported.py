@@ -185,3 +185,12 @@ def test_unsupported_module_imports_nothing_a_workflow_sandbox_would_refuse() ->
         for alias in node.names
     }
     assert imported <= {"__future__", "collections", "types", "pydantic", "psych_runtime"}
+
+
+def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() -> None:
+    # The workflow calls this on Specs that were never validated (Run admission).
+    spec = agent("leaf", compaction=CompactionPolicy(trigger_tokens=1))
+    for _ in range(400):
+        spec = agent(subagents=[SubagentRef(name="s", description="d" * 20, spec=spec)])
+    (problem,) = unsupported_features(spec)
+    assert problem.path == "subagents[s].spec." * 400 + "compaction"
