@@ -182,6 +182,7 @@ def survive(document: str | bytes) -> None:
         except SpecError as err:
             refusal = str(err)
             assert refusal, "a refusal says what is wrong"
+            refusal.encode("utf-8")  # and can be printed (no lone surrogate in it)
         elapsed = time.process_time() - started
         assert elapsed < PER_DOCUMENT_SECONDS, f"{load.__name__} took {elapsed:.2f}s {refusal}"
 
