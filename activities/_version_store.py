@@ -56,10 +56,11 @@ class FileVersionStore:
         """
         path = self._path(version_hash)
         try:
-            text = path.read_text(encoding="utf-8")
+            # Bytes, so a damaged file is a SpecError naming the place, not a decode error.
+            document = path.read_bytes()
         except FileNotFoundError:
             raise NotFound(f"no Version {version_hash} in {self.root}") from None
-        version = Version.from_json(text, source=str(path))
+        version = Version.from_json(document, source=str(path))
         if version.hash != version_hash:
             raise SpecError(f"{path} holds Version {version.hash}, not {version_hash}")
         return version

@@ -6,6 +6,13 @@ temporalio, so all of it is safe inside a workflow.
 """
 
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
+from psych_runtime.specs._documents import (
+    MAX_DOCUMENT_BYTES,
+    MAX_INT_DIGITS,
+    MAX_SPEC_BYTES,
+    MAX_SPEC_DEPTH,
+    MAX_VALUES,
+)
 from psych_runtime.specs._errors import (
     AccessDenied,
     NotFound,
@@ -39,12 +46,13 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
-    Problem,
     ValidationContext,
     matches,
     narrow,
@@ -75,6 +83,11 @@ __all__ = [
     "ExternalWait",
     "HttpTool",
     "Limits",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_INT_DIGITS",
+    "MAX_SPEC_BYTES",
+    "MAX_SPEC_DEPTH",
+    "MAX_VALUES",
     "MCP_TOOL_SEPARATOR",
     "McpOAuth",
     "McpServer",
@@ -97,6 +110,7 @@ __all__ = [
     "ToolDef",
     "ToolRegistry",
     "ToolStep",
+    "UNSUPPORTED_FIELDS",
     "ValidationContext",
     "ValidationFailed",
     "Version",
@@ -115,6 +129,7 @@ __all__ = [
     "spec_to_json",
     "spec_to_yaml",
     "system_prompt",
+    "unsupported_features",
     "validate",
     "version_hash",
 ]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from psych_runtime.specs._validation import Problem
+    from psych_runtime.specs._problem import Problem
 
 
 class PsychError(Exception):

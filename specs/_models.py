@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from psych_runtime.specs._documents import MAX_SPEC_DEPTH
+
 NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,127}$"
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -31,22 +33,43 @@ class _Frozen(BaseModel):
     )
 
 
-def _plain_json(value: Any, path: str = "") -> None:
+def _plain_json(value: Any) -> None:
     """Refuse what JSON cannot say exactly: a set's order depends on the hash seed, so a
-    Spec holding one would hash differently in two processes."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{path or 'value'}: key {key!r} is not a string")
-            _plain_json(item, f"{path}.{key}" if path else key)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _plain_json(item, f"{path}[{index}]")
-    elif value is not None and not isinstance(value, str | int | float | bool):
-        raise ValueError(
-            f"{path or 'value'}: {type(value).__name__} is not JSON "
-            "(use a list, a mapping, a string, a number, a boolean or null)"
-        )
+    Spec holding one would hash differently in two processes. Also refuse a mapping or list
+    that contains itself or nests past ``MAX_SPEC_DEPTH``, walking with an explicit stack
+    so neither can exhaust the recursion limit. (NaN, lone surrogates and giant integers
+    are refused when the Spec is hashed or validated, with the path.)"""
+    pending: list[tuple[Any, str, int]] = [(value, "", 1)]
+    open_ids: set[int] = set()
+    while pending:
+        item, path, depth = pending.pop()
+        if item is _CLOSE:  # its children are done: it is no longer an ancestor
+            open_ids.discard(depth)  # (a close marker carries the container's id here)
+            continue
+        if isinstance(item, dict | list | tuple):
+            if id(item) in open_ids:
+                raise ValueError(f"{path or 'value'}: contains itself")
+            if depth > MAX_SPEC_DEPTH:
+                raise ValueError(f"{path or 'value'}: nested deeper than {MAX_SPEC_DEPTH} levels")
+            open_ids.add(id(item))
+            pending.append((_CLOSE, path, id(item)))
+            if isinstance(item, dict):
+                for key, child in reversed(item.items()):
+                    if not isinstance(key, str):
+                        raise ValueError(f"{path or 'value'}: key {key!r} is not a string")
+                    pending.append((child, f"{path}.{key}" if path else key, depth + 1))
+            else:
+                for index in range(len(item) - 1, -1, -1):
+                    pending.append((item[index], f"{path}[{index}]", depth + 1))
+        elif item is not None and not isinstance(item, str | int | float | bool):
+            raise ValueError(
+                f"{path or 'value'}: {type(item).__name__} is not JSON "
+                "(use a list, a mapping, a string, a number, a boolean or null)"
+            )
+
+
+_CLOSE = object()
+"""Marks, on ``_plain_json``'s stack, where a container's children end."""
 
 
 def _sorted_unique_names(items: tuple[Any, ...], what: str) -> tuple[Any, ...]:

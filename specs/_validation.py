@@ -15,7 +15,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from psych_runtime.specs._credentials import header_credentials, url_credentials
+from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
 from psych_runtime.specs._models import (
+    A2APeer,
     AgentSpec,
     AgentStep,
     CodeTool,
@@ -25,6 +28,9 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._problem import Problem
+from psych_runtime.specs._unsupported import unsupported_features
+from psych_runtime.specs._version import canonical_bytes
 
 BUILTIN_TOOL_NAMES = frozenset(
     {
@@ -48,22 +54,6 @@ MAX_NESTING_DEPTH = 16
 
 _SKILL_LINK = re.compile(r"\[\[skill:([^\]\s]+)\]\]")
 _URL_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One thing wrong with a Spec.
-
-    Attributes:
-        path: where, as ``tools[issue_refund].url`` or ``steps[welcome].spec.model.model``.
-        message: what is wrong, readably.
-    """
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 @dataclass(frozen=True, init=False)
@@ -157,6 +147,8 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
             )
     if tool.input_schema and tool.input_schema.get("type", "object") != "object":
         problems.append(Problem(f"{path}.input_schema.type", "must be 'object'"))
+    problems += url_credentials(tool.url, f"{path}.url")
+    problems += header_credentials(tool.headers, f"{path}.headers")
     return problems
 
 
@@ -192,16 +184,26 @@ def _check_tools(
 def _check_mcp(
     servers: Sequence[McpServer], context: ValidationContext, prefix: str
 ) -> list[Problem]:
-    if not context.reachable_mcp_servers:
-        return []
-    return [
-        Problem(
-            f"{prefix}mcp_servers[{server.name}]",
-            "server did not answer at publish and is not optional",
-        )
-        for server in servers
-        if not server.optional and server.name not in context.reachable_mcp_servers
-    ]
+    problems = []
+    for server in servers:
+        path = f"{prefix}mcp_servers[{server.name}]"
+        problems += url_credentials(server.url, f"{path}.url")
+        if server.oauth is not None and server.oauth.cimd_url is not None:
+            problems += url_credentials(server.oauth.cimd_url, f"{path}.oauth.cimd_url")
+        if (
+            context.reachable_mcp_servers
+            and not server.optional
+            and server.name not in context.reachable_mcp_servers
+        ):
+            problems.append(Problem(path, "server did not answer at publish and is not optional"))
+    return problems
+
+
+def _check_a2a(peers: Sequence[A2APeer], prefix: str) -> list[Problem]:
+    problems = []
+    for peer in peers:
+        problems += url_credentials(peer.url, f"{prefix}a2a_peers[{peer.name}].url")
+    return problems
 
 
 def _check_model(model: str, path: str, context: ValidationContext) -> list[Problem]:
@@ -224,6 +226,7 @@ def _validate_agent(
     mcp_names = {server.name for server in spec.mcp_servers}
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
+    problems += _check_a2a(spec.a2a_peers, prefix)
     problems += _check_model(spec.model.model, f"{prefix}model.model", context)
     for index, fallback in enumerate(spec.model.fallbacks):
         problems += _check_model(fallback, f"{prefix}model.fallbacks[{index}]", context)
@@ -307,18 +310,42 @@ def _validate_workflow(
     return problems
 
 
+def _check_size(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
+    """The Spec travels whole in Temporal payloads: it must encode, and within the bound."""
+    try:
+        problem = tree_problem(spec.model_dump(), max_values=None)
+    except ValueError as err:  # pydantic's own serialisation depth limit
+        return [Problem("<root>", f"the Spec cannot be serialised: {err}")]
+    if problem is not None:
+        return [problem]
+    size = len(canonical_bytes(spec))
+    if size > MAX_SPEC_BYTES:
+        return [
+            Problem(
+                "<root>",
+                f"the Spec is {size} bytes of canonical JSON; at most {MAX_SPEC_BYTES} "
+                "(1 MiB) may be published, so that it fits in a Temporal payload",
+            )
+        ]
+    return []
+
+
 def validate(
     spec: AgentSpec | WorkflowSpec, context: ValidationContext | None = None
 ) -> list[Problem]:
     """Every problem with ``spec`` that can be found before it runs; empty = valid.
 
-    Structural rules (bounds, names, unique entries, literal credentials) are enforced by the
-    models themselves when the Spec is built; this finds what needs the whole tree or the
-    world: registrations, models, reachability, links, depths, name collisions, templates.
+    Structural rules (bounds, names, unique entries, literal ``Authorization`` headers) are
+    enforced by the models themselves when the Spec is built; this finds what needs the
+    whole tree or the world: registrations, models, reachability, links, depths, name
+    collisions, templates, other credentials written as literals in URLs and headers
+    instead of named, every field the runtime does not implement yet
+    (``unsupported_features``), and a Spec whose canonical JSON cannot be encoded or is
+    larger than ``MAX_SPEC_BYTES``.
     """
     context = context or ValidationContext()
     if isinstance(spec, AgentSpec):
         problems = _validate_agent(spec, context, "", 0, spec.limits.max_delegation_depth)
     else:
         problems = _validate_workflow(spec, context, "", 0)
-    return problems
+    return problems + unsupported_features(spec) + _check_size(spec)

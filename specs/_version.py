@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Protocol, runtime_checkable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from psych_runtime.specs._documents import (
+    MAX_SPEC_DEPTH,
+    check_tree,
+    load_json,
+    load_yaml,
+    tree_problem,
+)
 from psych_runtime.specs._errors import SpecError, VersionMismatch
 from psych_runtime.specs._models import AgentSpec, Spec, WorkflowSpec
 
@@ -68,11 +74,20 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
 def parse_spec(data: Any, *, source: str = "spec") -> AgentSpec | WorkflowSpec:
     """Validate a dict (from JSON, YAML or code) into a Spec, discriminated on ``kind``.
 
+    The data is first checked to be a bounded tree (``check_tree``: no cycles, not too
+    deep or large, no lone surrogates or giant integers), so validating it is bounded too.
+
     Raises:
         SpecError: naming every offending path.
     """
     if isinstance(data, AgentSpec | WorkflowSpec):
         return data
+    check_tree(data, source=source)
+    return _parse_tree(data, source)
+
+
+def _parse_tree(data: Any, source: str) -> AgentSpec | WorkflowSpec:
+    """``parse_spec`` of data already known to be a bounded tree."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping, got {type(data).__name__}")
     if "kind" not in data:
@@ -81,17 +96,6 @@ def parse_spec(data: Any, *, source: str = "spec") -> AgentSpec | WorkflowSpec:
         return _SPEC_ADAPTER.validate_python(data)
     except ValidationError as err:
         raise SpecError(f"{source} is invalid:\n{format_validation_error(err)}") from err
-
-
-def _no_nan(value: Any, path: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{path}: {value!r} cannot be hashed (NaN and infinities are refused)")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _no_nan(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _no_nan(item, f"{path}[{index}]")
 
 
 def spec_to_data(spec: AgentSpec | WorkflowSpec) -> dict[str, Any]:
@@ -104,10 +108,18 @@ def canonical_bytes(spec: AgentSpec | WorkflowSpec) -> bytes:
     """The bytes a Spec's hash is computed over.
 
     Raises:
-        SpecError: a value cannot be represented canonically (NaN, infinity).
+        SpecError: a value cannot be represented canonically (NaN, infinity, a lone
+            surrogate, a giant integer, nesting deeper than ``MAX_SPEC_DEPTH``), naming
+            its path.
     """
-    _no_nan(spec.model_dump(), "")  # the JSON dump would quietly turn NaN into null
-    data = spec_to_data(spec)
+    try:
+        # The JSON dump would quietly turn NaN into null, and crash on the others.
+        problem = tree_problem(spec.model_dump(), max_values=None)
+        data = spec_to_data(spec)
+    except ValueError as err:  # pydantic's own serialisation depth limit
+        raise SpecError(f"the Spec cannot be serialised: {err}") from err
+    if problem is not None:
+        raise SpecError(str(problem))
     return json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
@@ -180,12 +192,17 @@ class Version(BaseModel):
             SpecError: the document is malformed (naming the path).
             VersionMismatch: the stated hash does not match the content.
         """
+        check_tree(data, source=source, max_depth=MAX_SPEC_DEPTH + 1)
+        return cls._from_tree(data, source)
+
+    @classmethod
+    def _from_tree(cls, data: Any, source: str) -> Version:
         if not isinstance(data, dict):
             raise SpecError(f"{source}: expected a mapping, got {type(data).__name__}")
         missing = [k for k in ("hash", "spec", "published_at") if k not in data]
         if missing:
             raise SpecError(f"{source}: missing {', '.join(missing)}")
-        spec = parse_spec(data["spec"], source=f"{source}.spec")
+        spec = _parse_tree(data["spec"], f"{source}.spec")
         try:
             version = cls.model_validate({**data, "spec": spec})
         except ValidationError as err:
@@ -195,34 +212,12 @@ class Version(BaseModel):
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "version") -> Version:
         """Read a JSON Version document (see ``from_data``)."""
-        return cls.from_data(load_json(text, source=source), source=source)
+        return cls._from_tree(_version_document(load_json, text, source), source)
 
     @classmethod
     def from_yaml(cls, text: str | bytes, *, source: str = "version") -> Version:
         """Read a YAML Version document (see ``from_data``)."""
-        return cls.from_data(load_yaml(text, source=source), source=source)
-
-
-def load_json(text: str | bytes, *, source: str = "document") -> Any:
-    """Parse JSON, mapping syntax errors to a SpecError with line and column."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(
-            f"{source}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-        ) from err
-
-
-def load_yaml(text: str | bytes, *, source: str = "document") -> Any:
-    """Parse YAML (safe loader), mapping syntax errors to a SpecError with line and column."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{source}: invalid YAML{where}: {err.problem}") from err
-    except yaml.YAMLError as err:
-        raise SpecError(f"{source}: invalid YAML: {err}") from err
+        return cls._from_tree(_version_document(load_yaml, text, source), source)
 
 
 def spec_to_json(spec: AgentSpec | WorkflowSpec) -> str:
@@ -235,14 +230,31 @@ def spec_to_yaml(spec: AgentSpec | WorkflowSpec) -> str:
     return _dump_yaml(spec_to_data(spec))
 
 
+def _version_document(load: Any, text: str | bytes, source: str) -> Any:
+    # A Version document is what publish wrote around a Spec already within the bounds;
+    # its indentation may make it longer than a hand-written document, so only its
+    # structure is bounded (one level deeper, for the envelope).
+    return load(text, source=source, max_bytes=None, max_depth=MAX_SPEC_DEPTH + 1)
+
+
 def spec_from_json(text: str | bytes, *, source: str = "spec") -> AgentSpec | WorkflowSpec:
-    """Read a Spec from a JSON document."""
-    return parse_spec(load_json(text, source=source), source=source)
+    """Read a Spec from a JSON document (UTF-8 text or bytes).
+
+    Raises:
+        SpecError: the document is malformed, too large or too deep, or its fields are
+            invalid; the message names ``source`` and the line and column or the path.
+    """
+    return _parse_tree(load_json(text, source=source), source)
 
 
 def spec_from_yaml(text: str | bytes, *, source: str = "spec") -> AgentSpec | WorkflowSpec:
-    """Read a Spec from a YAML document."""
-    return parse_spec(load_yaml(text, source=source), source=source)
+    """Read a Spec from a YAML document (UTF-8 text or bytes; safe tags only).
+
+    Raises:
+        SpecError: as ``spec_from_json``; also for a duplicate key or an alias that
+            expands the document past ``MAX_VALUES``.
+    """
+    return _parse_tree(load_yaml(text, source=source), source)
 
 
 @runtime_checkable

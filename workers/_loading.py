@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from psych_runtime.specs import AgentSpec, SpecError, WorkflowSpec, spec_from_json, spec_from_yaml
+from psych_runtime.specs import (
+    MAX_DOCUMENT_BYTES,
+    AgentSpec,
+    SpecError,
+    WorkflowSpec,
+    spec_from_json,
+    spec_from_yaml,
+)
 
 
 def load_object(reference: str) -> Any:
@@ -48,14 +55,18 @@ def load_spec_file(path: str | Path) -> AgentSpec | WorkflowSpec:
     """Read a Spec from a ``.yaml``/``.yml``/``.json`` file.
 
     Raises:
-        SpecError: unreadable file, bad syntax (with line and column), or invalid fields
+        SpecError: unreadable file, not UTF-8, larger than ``MAX_DOCUMENT_BYTES``, bad
+            syntax, duplicate keys, too deep (with line and column), or invalid fields
             (with their paths).
     """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as handle:
+            # One byte past the bound is enough for the parser to refuse the file, without
+            # reading all of a huge one first.
+            document = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as err:
         raise SpecError(f"{file}: cannot read: {err.strerror}") from err
     if file.suffix.lower() == ".json":
-        return spec_from_json(text, source=str(file))
-    return spec_from_yaml(text, source=str(file))
+        return spec_from_json(document, source=str(file))
+    return spec_from_yaml(document, source=str(file))

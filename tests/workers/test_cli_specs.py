@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ import pytest
 import psych_runtime.workers as workers
 from psych_runtime.workers._cli import main
 
-from .conftest import SUPPORT_SPEC, TOOLS_REF
+from .conftest import EXAMPLES, SUPPORT_SPEC, TOOLS_REF
 
 
 def test_public_names_are_sorted_and_exist() -> None:
@@ -88,3 +91,87 @@ def test_publish_refuses_an_invalid_spec(
     assert main(["publish", str(SUPPORT_SPEC), "--store", str(store)]) == 1
     assert "code tool 'lookup_order' is not registered" in capsys.readouterr().err
     assert not store.exists()
+
+
+def test_publish_refuses_a_field_the_runtime_does_not_implement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "compacting.yaml"
+    spec.write_text(
+        "kind: agent\nname: a\nmodel: {model: m}\ntasks_enabled: true\n"
+        "subagents:\n  - name: helper\n    description: Summarises long threads for me.\n"
+        "    spec: {kind: agent, name: h, model: {model: m}, compaction: {trigger_tokens: 9}}\n"
+    )
+    store = tmp_path / "versions"
+    assert main(["publish", str(spec), "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}: subagents[helper].spec.compaction: compaction is not implemented" in err
+    assert f"{spec}: tasks_enabled: the task list is not implemented" in err
+    assert f"{spec}: 2 problem(s); not valid" in err
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_spec_validates(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(example), "--registry", TOOLS_REF]) == 0, capsys.readouterr().err
+
+
+BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+HOSTILE_FILES: dict[str, tuple[bytes, str]] = {
+    "latin1.yaml": (b"kind: agent\nname: caf\xe9\n", "not UTF-8 at line 2, column 10"),
+    "deep.json": (b"[" * 100_000, "line 1, column 129: nested deeper than 128 levels"),
+    "deep.yaml": (b"[" * 100_000, "line 1, column 129: nested deeper than 128 levels"),
+    "recursive.yaml": (b"&a [*a]", "[0]: contains itself"),
+    "bomb.yaml": (
+        ("kind: agent\nname: b\nmodel: {model: m}\na: &a [lol, lol, lol, lol, lol, lol, lol,"
+         " lol, lol]\n" + BOMB).encode(),
+        "expands to more than",
+    ),
+    "bigint.json": (
+        b'{"kind": "agent", "name": "a", "model": {"model": "m", "max_output_tokens": '
+        + b"9" * 5000 + b"}}",
+        "line 1, column 77: a number of 5000 digits",
+    ),
+    "surrogate.json": (
+        b'{"kind": "agent", "name": "a", "model": {"model": "m"}, "instructions": "\\ud800"}',
+        "instructions: contains a lone surrogate U+D800",
+    ),
+    "duplicate.yaml": (
+        b"kind: agent\nname: a\nmodel: {model: m}\nname: b\n",
+        "line 4, column 1: duplicate key 'name' (first at line 2)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_FILES))
+def test_hostile_spec_file_is_one_line_naming_file_and_place(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    content, place = HOSTILE_FILES[name]
+    spec = tmp_path / name
+    spec.write_bytes(content)
+    assert main(["validate", str(spec)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"psych: {spec}") and captured.err.count("\n") == 1
+    assert place in captured.err
+
+
+def test_psych_validate_refuses_an_alias_bomb_within_seconds(tmp_path: Path) -> None:
+    content, place = HOSTILE_FILES["bomb.yaml"]
+    spec = tmp_path / "bomb.yaml"
+    spec.write_bytes(content)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "psych_runtime.workers._cli", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # The interpreter's start and imports take most of this; the refusal itself < 1 s.
+    assert time.monotonic() - started < 15
+    assert done.returncode == 1
+    assert place in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,107 @@
+"""Spec fields the seed API defines but this runtime does not implement yet.
+
+A Spec that sets one of them must neither publish nor run: an agent whose ``compaction``
+is silently ignored grows its conversation until the provider refuses it, one whose
+``mcp_servers`` are ignored answers without the tools it was promised. So ``validate``
+reports each use as a problem, and the workflow calls ``unsupported_features`` at Run
+admission to fail a Spec that reached it unpublished.
+
+``UNSUPPORTED_FIELDS`` is the one table. The change that implements a field deletes its
+entry and nothing else here: the walk finds every place a model can appear (the root,
+subagents' embedded Specs, workflow steps, nested workflows, the servers of either kind
+of Spec) from the models themselves.
+
+Pure and deterministic: no I/O, fields visited in declaration order and list entries in
+their (already sorted) order, so it is safe inside a workflow and two calls on one Spec
+report the same problems in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from pydantic import BaseModel
+
+from psych_runtime.specs._models import AgentSpec, WorkflowSpec
+from psych_runtime.specs._problem import Problem
+
+UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "AgentSpec.a2a_peers": (
+            "A2A delegation is not implemented by this runtime yet; "
+            "the agent would run without its peers"
+        ),
+        "AgentSpec.compaction": (
+            "compaction is not implemented by this runtime yet (issue 10); "
+            "the conversation would grow without ever being summarised"
+        ),
+        "AgentSpec.components_enabled": (
+            "display components are not implemented by this runtime yet (issue 10); "
+            "no component tool would be offered"
+        ),
+        "AgentSpec.mcp_servers": (
+            "MCP servers are not implemented by this runtime yet (issue 9); "
+            "the agent would run without their tools"
+        ),
+        "AgentSpec.spawn": (
+            "spawn is not implemented by this runtime yet (issue 10); "
+            "no spawn tool would be offered"
+        ),
+        "AgentSpec.tasks_enabled": (
+            "the task list is not implemented by this runtime yet (issue 10); "
+            "no task-list tool would be offered"
+        ),
+        "McpServer.oauth": (
+            "MCP OAuth is not implemented by this runtime yet; "
+            "the server would be called without it"
+        ),
+        "WorkflowSpec.mcp_servers": (
+            "MCP servers are not implemented by this runtime yet (issue 9); "
+            "no step could call their tools"
+        ),
+    }
+)
+"""``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
+
+
+def _walk(spec: BaseModel) -> list[Problem]:
+    # Depth-first in declaration order (a field, then what it holds, then the next field),
+    # with an explicit stack: a Spec that reached a workflow unvalidated may nest deeper
+    # than the recursion limit allows.
+    problems: list[Problem] = []
+    pending: list[tuple[BaseModel, str, str | None]] = [(spec, "", None)]
+    while pending:
+        model, prefix, field = pending.pop()
+        cls = type(model)
+        if field is None:
+            pending.extend((model, prefix, name) for name in reversed(cls.model_fields))
+            continue
+        value = getattr(model, field)
+        reason = UNSUPPORTED_FIELDS.get(f"{cls.__name__}.{field}")
+        default = cls.model_fields[field].get_default(call_default_factory=True)
+        if reason is not None and value != default:
+            problems.append(Problem(f"{prefix}{field}", reason))
+        if isinstance(value, BaseModel):
+            pending.append((value, f"{prefix}{field}.", None))
+        elif isinstance(value, tuple):
+            items = [
+                (item, f"{prefix}{field}[{getattr(item, 'name', index)}].", None)
+                for index, item in enumerate(value)
+                if isinstance(item, BaseModel)
+            ]
+            pending.extend(reversed(items))
+    return problems
+
+
+def unsupported_features(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
+    """Every use in ``spec`` of a field this runtime does not implement yet.
+
+    Pure and deterministic, so the workflow may call it at Run admission as well as
+    ``validate`` at publish. Empty means everything the Spec asks for is implemented.
+
+    Returns:
+        One problem per use, named by its path (``subagents[helper].spec.compaction``),
+        in the order the fields are declared.
+    """
+    return _walk(spec)

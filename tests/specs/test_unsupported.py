@@ -1,0 +1,196 @@
+"""Fields the runtime does not implement yet are refused wherever they appear, by one table."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import psych_runtime.specs as specs
+from psych_runtime.specs import (
+    UNSUPPORTED_FIELDS,
+    A2APeer,
+    AgentSpec,
+    AgentStep,
+    CompactionPolicy,
+    McpOAuth,
+    McpServer,
+    ModelRef,
+    Problem,
+    SpawnEnvelope,
+    SubagentRef,
+    ToolStep,
+    ValidationFailed,
+    WorkflowSpec,
+    WorkflowStepRef,
+    spec_from_yaml,
+    unsupported_features,
+    validate,
+)
+
+SPECS_DIR = Path(specs.__file__).resolve().parent
+
+
+def agent(name: str = "a", **fields: Any) -> AgentSpec:
+    return AgentSpec(**{"name": name, "model": ModelRef(model="m"), **fields})
+
+
+# Each unsupported AgentSpec field, set to something other than its default.
+AGENT_FIELDS: dict[str, dict[str, Any]] = {
+    "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
+    "compaction": {"compaction": CompactionPolicy(trigger_tokens=1000)},
+    "components_enabled": {"components_enabled": True},
+    "mcp_servers": {"mcp_servers": [McpServer(name="crm", url="https://crm.test")]},
+    "spawn": {"spawn": SpawnEnvelope()},
+    "tasks_enabled": {"tasks_enabled": True},
+}
+
+# Where an AgentSpec can sit, and the path prefix its problems carry there.
+PLACES: dict[str, tuple[Callable[[AgentSpec], AgentSpec | WorkflowSpec], str]] = {
+    "root": (lambda inner: inner, ""),
+    "subagent": (
+        lambda inner: agent(subagents=[SubagentRef(name="h", description="d" * 20, spec=inner)]),
+        "subagents[h].spec.",
+    ),
+    "grandchild": (
+        lambda inner: agent(
+            subagents=[
+                SubagentRef(
+                    name="c",
+                    description="d" * 20,
+                    spec=agent(
+                        "c", subagents=[SubagentRef(name="g", description="d" * 20, spec=inner)]
+                    ),
+                )
+            ]
+        ),
+        "subagents[c].spec.subagents[g].spec.",
+    ),
+    "agent_step": (
+        lambda inner: WorkflowSpec(name="w", steps=[AgentStep(name="s", spec=inner)]),
+        "steps[s].spec.",
+    ),
+    "nested_workflow": (
+        lambda inner: WorkflowSpec(
+            name="w",
+            steps=[
+                WorkflowStepRef(
+                    name="n",
+                    spec=WorkflowSpec(name="n", steps=[AgentStep(name="s", spec=inner)]),
+                )
+            ],
+        ),
+        "steps[n].spec.steps[s].spec.",
+    ),
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+@pytest.mark.parametrize("field", sorted(AGENT_FIELDS))
+def test_unsupported_agent_field_is_refused_wherever_it_appears(field: str, place: str) -> None:
+    build, prefix = PLACES[place]
+    spec = build(agent("inner", **AGENT_FIELDS[field]))
+    problems = unsupported_features(spec)
+    assert [p.path for p in problems] == [f"{prefix}{field}"]
+    assert problems[0].message == UNSUPPORTED_FIELDS[f"AgentSpec.{field}"]
+    assert "not implemented" in problems[0].message
+    assert set(problems) <= set(validate(spec))
+
+
+def test_mcp_oauth_is_refused_on_agent_and_workflow_servers() -> None:
+    server = McpServer(name="crm", url="https://crm.test", oauth=McpOAuth())
+    on_agent = agent(mcp_servers=[server])
+    on_workflow = WorkflowSpec(
+        name="w", mcp_servers=[server], steps=[ToolStep(name="t", tool="crm__get")]
+    )
+    assert [p.path for p in unsupported_features(on_agent)] == [
+        "mcp_servers",
+        "mcp_servers[crm].oauth",
+    ]
+    assert [p.path for p in unsupported_features(on_workflow)] == [
+        "mcp_servers",
+        "mcp_servers[crm].oauth",
+    ]
+    assert (
+        unsupported_features(on_workflow)[0].message
+        == UNSUPPORTED_FIELDS["WorkflowSpec.mcp_servers"]
+    )
+    assert unsupported_features(on_agent)[1].message == UNSUPPORTED_FIELDS["McpServer.oauth"]
+
+
+def test_defaults_and_explicit_defaults_are_not_refused() -> None:
+    assert unsupported_features(agent()) == []
+    explicit = agent(
+        a2a_peers=[],
+        mcp_servers=[],
+        spawn=None,
+        compaction=None,
+        tasks_enabled=False,
+        components_enabled=False,
+    )
+    assert unsupported_features(explicit) == []
+    assert validate(explicit) == []
+
+
+def test_every_use_is_reported_in_a_stable_order() -> None:
+    everything = agent(
+        **{k: v for fields in AGENT_FIELDS.values() for k, v in fields.items()},
+        subagents=[SubagentRef(name="h", description="d" * 20, spec=agent(tasks_enabled=True))],
+    )
+    first = unsupported_features(everything)
+    assert first == unsupported_features(everything)
+    assert first == unsupported_features(AgentSpec.model_validate(everything.model_dump()))
+    assert [p.path for p in first] == [
+        "mcp_servers",
+        "a2a_peers",
+        "subagents[h].spec.tasks_enabled",
+        "spawn",
+        "compaction",
+        "tasks_enabled",
+        "components_enabled",
+    ]
+
+
+def test_a_document_using_an_unsupported_field_does_not_publish() -> None:
+    spec = spec_from_yaml(
+        "kind: agent\nname: a\nmodel: {model: m}\ncompaction: {trigger_tokens: 1}\n",
+        source="a.yaml",
+    )
+    problems = validate(spec)
+    assert problems == [Problem("compaction", UNSUPPORTED_FIELDS["AgentSpec.compaction"])]
+    assert "compaction: compaction is not implemented" in str(ValidationFailed(problems))
+
+
+def test_table_names_real_fields_of_spec_models() -> None:
+    for key in UNSUPPORTED_FIELDS:
+        model_name, _, field = key.partition(".")
+        model = getattr(specs, model_name)
+        assert field in model.model_fields, key
+
+
+def test_unsupported_module_imports_nothing_a_workflow_sandbox_would_refuse() -> None:
+    # The workflow calls this at Run admission, inside Temporal's sandbox.
+    tree = ast.parse((SPECS_DIR / "_unsupported.py").read_text())
+    imported = {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert imported <= {"__future__", "collections", "types", "pydantic", "psych_runtime"}
+
+
+def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() -> None:
+    # The workflow calls this on Specs that were never validated (Run admission).
+    spec = agent("leaf", compaction=CompactionPolicy(trigger_tokens=1))
+    for _ in range(400):
+        spec = agent(subagents=[SubagentRef(name="s", description="d" * 20, spec=spec)])
+    (problem,) = unsupported_features(spec)
+    assert problem.path == "subagents[s].spec." * 400 + "compaction"
