@@ -19,7 +19,14 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import Usage
-    from psych_runtime.specs import AgentSpec, Limits, Scope, WorkflowSpec, version_hash
+    from psych_runtime.specs import (
+        AgentSpec,
+        Limits,
+        Scope,
+        WorkflowSpec,
+        unsupported_features,
+        version_hash,
+    )
     from psych_runtime.workflows._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -154,6 +161,17 @@ class RunBase(abc.ABC):
                     f"workflow_id: a Run of tenant {input.scope.tenant!r} and run id "
                     f"{input.run_id!r} must have workflow id {expected!r}, not "
                     f"{workflow.info().workflow_id!r}",
+                )
+            )
+        unsupported = unsupported_features(spec)
+        if unsupported and workflow.patched("psych-unsupported-fields"):
+            # Publishing refuses these; a Version that skipped publishing fails loudly
+            # rather than running as if the fields were absent.
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    "unsupported: this runtime does not implement "
+                    + "; ".join(str(problem) for problem in unsupported),
                 )
             )
         self._limits = spec.limits

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
@@ -17,13 +18,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.specs import AgentBuilder, Refused
+from psych_runtime.specs import AgentBuilder, Refused, Version, parse_spec, version_hash
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     AGENT_RUN,
     RESUME,
     STEER,
     WORKFLOW_RUN,
+    AgentRunInput,
     ResumeInput,
     RunHandle,
     RunState,
@@ -166,3 +168,29 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
     assert result.status is RunStatus.COMPLETED
     assert deleted == ["2"]
     assert recovered < 30.0, f"the Run took {recovered:.1f} s to take approvals again"
+
+
+@pytest.mark.parametrize(
+    "field", [{"tasks_enabled": True}, {"compaction": {"trigger_tokens": 1}}], ids=str
+)
+async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(
+    harness: Harness, field: dict[str, object]
+) -> None:
+    # Publishing refuses it (validate); a Version built by hand and started directly must
+    # not run as if the field were absent.
+    data = {"kind": "agent", "name": "eager", "model": {"model": "fake-model"}, **field}
+    spec = parse_spec(data, source="test")
+    version = Version(hash=version_hash(spec), spec=spec, published_at=datetime.now(UTC))
+    run_id = f"unsupported{len(harness.fake.requests)}{next(iter(field))}"
+    async with harness.worker():
+        handle = await harness.env.client.start_workflow(
+            AGENT_RUN,
+            AgentRunInput(run_id=run_id, version=version, scope=harness.scope, messages=("hi",)),
+            id=f"psych-acme-{run_id}",
+            task_queue=harness.settings.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+    name = next(iter(field))
+    assert f"unsupported: this runtime does not implement {name}: " in str(failed.value.cause)
+    assert harness.fake.requests == []  # no model call was made
