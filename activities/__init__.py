@@ -31,6 +31,7 @@ from psych_runtime.activities._payloads import (
     ToolInfo,
     ToolOutcome,
     Usage,
+    invalid_arguments_message,
 )
 from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._secrets import (
@@ -80,4 +81,5 @@ __all__ = [
     "Usage",
     "blob_ref",
     "classify",
+    "invalid_arguments_message",
 ]

@@ -136,8 +136,8 @@ def add_serve_commands(
         description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
         "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
         "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
-        "OPENAI_BASE_URL and OPENAI_API_KEY; which tool calls wait for a person's approval "
-        "from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
+        "OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_STREAM; which tool calls wait for a "
+        "person's approval from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
     )
     worker.set_defaults(func=cmd_worker)
 

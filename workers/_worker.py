@@ -37,7 +37,8 @@ class WorkerSettings:
         task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
         registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
         blobs: the BlobStore (``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
-        endpoints: which endpoint serves which model (``OPENAI_BASE_URL``/``OPENAI_API_KEY``).
+        endpoints: which endpoint serves which model (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+            ``OPENAI_STREAM``).
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
         pricing: the Pricing port (default none: every cost is unknown, None).
         policy: the Policy port deciding allow/deny/ask per tool call (default
