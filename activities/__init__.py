@@ -33,7 +33,12 @@ from psych_runtime.activities._payloads import (
     Usage,
     invalid_arguments_message,
 )
-from psych_runtime.activities._policy import Policy, RulePolicy
+from psych_runtime.activities._policy import (
+    Policy,
+    RulePolicy,
+    policy_description,
+    policy_digest,
+)
 from psych_runtime.activities._secrets import (
     EnvSecretResolver,
     SecretNotFound,
@@ -82,4 +87,6 @@ __all__ = [
     "blob_ref",
     "classify",
     "invalid_arguments_message",
+    "policy_description",
+    "policy_digest",
 ]
