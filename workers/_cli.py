@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -116,6 +117,9 @@ def entry() -> NoReturn:
         status = main()
     except SystemExit as done:  # argparse's --help (0) and usage errors (2, printed)
         status = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    except Exception:  # a bug: its traceback, and exit 1 rather than an abort at exit
+        traceback.print_exc()
+        status = 1
     gc.collect()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
