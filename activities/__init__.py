@@ -30,8 +30,14 @@ from psych_runtime.activities._payloads import (
     ToolInfo,
     ToolOutcome,
     Usage,
+    invalid_arguments_message,
 )
-from psych_runtime.activities._policy import Policy, RulePolicy
+from psych_runtime.activities._policy import (
+    Policy,
+    RulePolicy,
+    policy_description,
+    policy_digest,
+)
 from psych_runtime.activities._secrets import (
     EnvSecretResolver,
     SecretNotFound,
@@ -75,4 +81,7 @@ __all__ = [
     "Usage",
     "blob_ref",
     "classify",
+    "invalid_arguments_message",
+    "policy_description",
+    "policy_digest",
 ]

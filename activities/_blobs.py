@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 from psych_runtime.activities._payloads import ChatMessage
 from psych_runtime.specs import NotFound
+
+_REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def blob_ref(data: bytes) -> str:
@@ -52,9 +55,12 @@ class LocalBlobStore:
         self.root = Path(root)
 
     def _path(self, ref: str) -> Path:
-        algorithm, _, digest = ref.partition(":")
-        if algorithm != "sha256" or len(digest) != 64:
-            raise NotFound(f"not a blob ref: {ref!r}")
+        # Refs reach here from payloads and callers, so a ref is a file name only once it
+        # is exactly a sha256 digest: anything else (`../`, `/`, upper case) could name a
+        # file outside the root.
+        if not _REF.fullmatch(ref):
+            raise NotFound(f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
+        digest = ref.removeprefix("sha256:")
         return self.root / digest[:2] / digest[2:]
 
     async def put(self, data: bytes) -> str:
@@ -71,7 +77,11 @@ class LocalBlobStore:
         return ref
 
     async def get(self, ref: str) -> bytes:
-        """The bytes stored under ``ref``."""
+        """The bytes stored under ``ref``.
+
+        Raises:
+            NotFound: nothing is stored under ``ref``, or it is not a blob ref.
+        """
         try:
             return self._path(ref).read_bytes()
         except FileNotFoundError:

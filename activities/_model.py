@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import email.utils
+import json
 import math
 import os
 import time
@@ -28,7 +30,7 @@ from typing import Any, Protocol, Self, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, Conversations
@@ -43,7 +45,8 @@ from psych_runtime.activities._payloads import (
     ToolDefinition,
     Usage,
 )
-from psych_runtime.specs import NotFound
+from psych_runtime.activities._redact import Redactor
+from psych_runtime.specs import NotFound, SpecError
 
 MODEL_CALL_FAILED = "ModelCallFailed"
 """The ApplicationError type of every failed model call; its details are a ModelFailure."""
@@ -56,6 +59,17 @@ _IO_TIMEOUT_SECONDS = 30.0
 _DRAIN_SECONDS = 1.0
 _TRANSIENT_STATUSES = frozenset({408, 429})
 _PROVIDER_MESSAGE_LIMIT = 500
+_EXCERPT_CHARS = 200
+
+MAX_RESULT_BYTES = 1_500_000
+"""Largest ``ModelCallResult`` (as JSON) a call returns. Temporal refuses payloads over
+2 MB (its default blob limit), and a refused completion would be retried as if the worker
+had failed; a larger answer fails at once, not transient, naming its size."""
+MAX_BODY_BYTES = 4 * MAX_RESULT_BYTES
+"""Largest response body read: JSON escaping and SSE framing make a body several times its
+text, but one past this cannot fit ``MAX_RESULT_BYTES`` however it is framed."""
+API_KEY_NAME = "model-api-key"
+"""The name an endpoint's API key is redacted as: ``[REDACTED:model-api-key]``."""
 
 
 # --- endpoints ----------------------------------------------------------------------------
@@ -69,6 +83,9 @@ class Endpoint:
     """The API base, e.g. ``https://api.openai.com/v1``; ``/chat/completions`` is appended."""
     api_key: str | None = field(default=None, repr=False)
     """Sent as ``Authorization: Bearer``; ``None`` sends no Authorization header."""
+    stream: bool = True
+    """Whether calls may stream (SSE). ``False`` always asks for a whole answer, for a
+    gateway that cannot stream; ``True`` streams when the workflow asks to."""
 
 
 class ModelEndpoints:
@@ -106,15 +123,32 @@ class ModelEndpoints:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ModelEndpoints:
-        """One default endpoint from ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
+        """One default endpoint from ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and
+        ``OPENAI_STREAM``.
 
-        ``OPENAI_BASE_URL`` defaults to OpenAI's API; an unset or empty key sends none.
+        ``OPENAI_BASE_URL`` defaults to OpenAI's API; an unset or empty key sends none;
+        ``OPENAI_STREAM=0`` (or ``false``/``no``/``off``) turns streaming off.
+
+        Raises:
+            SpecError: ``OPENAI_STREAM`` is set to something other than a yes or a no.
         """
         base_url = environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        return cls(default=Endpoint(base_url, environ.get("OPENAI_API_KEY") or None))
+        stream = _flag("OPENAI_STREAM", environ.get("OPENAI_STREAM", ""), default=True)
+        return cls(default=Endpoint(base_url, environ.get("OPENAI_API_KEY") or None, stream=stream))
 
     def __repr__(self) -> str:
         return f"ModelEndpoints(default={self.default!r}, routes={dict(self.routes)!r})"
+
+
+def _flag(variable: str, text: str, *, default: bool) -> bool:
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"{variable}={text!r}: expected 1/0, true/false, yes/no or on/off")
 
 
 # --- pricing ------------------------------------------------------------------------------
@@ -187,6 +221,12 @@ class ProviderResponseError(Exception):
     """
 
 
+class ResponseTooLarge(ProviderResponseError):
+    """An answer too large to return through Temporal. Not transient: it would be as
+    large next time.
+    """
+
+
 def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailure:
     """Decide whether a failed model call is transient, and describe it.
 
@@ -221,7 +261,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         text = _describe(cause)
     else:
         transient = False
-        if isinstance(cause, ProviderResponseError):
+        if isinstance(cause, ResponseTooLarge):
+            text = str(cause)
+        elif isinstance(cause, ProviderResponseError):
             text = f"malformed provider response: {cause}"
         elif isinstance(cause, NotFound):
             text = str(cause)
@@ -415,6 +457,78 @@ def _parse_completion(data: bytes, turn: int) -> _Answer:
     )
 
 
+def _media_type(response: httpx.Response) -> str:
+    media_type: str = response.headers.get("content-type", "")
+    return media_type.partition(";")[0].strip().lower()
+
+
+def _excerpt(media_type: str, body: bytes) -> str:
+    """What came back, for a reason: the content type and the body's start, on one line."""
+    text = " ".join(body[: _EXCERPT_CHARS * 4].decode("utf-8", errors="replace").split())
+    if len(text) > _EXCERPT_CHARS:
+        text = text[: _EXCERPT_CHARS - 3] + "..."
+    return f"{media_type or 'no content type'}, {len(body)} bytes: {text!r}"
+
+
+def _parse_body(body: bytes, media_type: str, turn: int, started: float) -> _Answer:
+    """A whole response body as an answer: a chat completion, or a whole SSE stream.
+
+    Gateways differ from what was asked: some ignore ``stream: true`` and answer JSON,
+    some stream when asked not to. A body that is neither is a ProviderResponseError
+    saying what came back (content type and start), never a dropped connection: reading
+    it again would return the same thing.
+    """
+    if media_type == "text/event-stream" or body.lstrip().startswith(b"data:"):
+        stream = _Stream(started=started)
+        for line in body.decode("utf-8", errors="replace").splitlines():
+            stream.feed(line)
+            if stream.done:
+                break
+        if not stream.done and stream.finish_reason is None:
+            raise ProviderResponseError(
+                f"an event stream that never finished: {_excerpt(media_type, body)}"
+            )
+        return stream.answer(turn)
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise ProviderResponseError(
+            f"not a chat completion: {_excerpt(media_type, body)}"
+        ) from None
+    if not isinstance(document, dict) or not isinstance(document.get("choices"), list):
+        raise ProviderResponseError(
+            f"JSON that is not a chat completion (no choices list): {_excerpt(media_type, body)}"
+        )
+    try:
+        return _parse_completion(body, turn)
+    except ProviderResponseError as err:
+        raise ProviderResponseError(f"{err}: {_excerpt(media_type, body)}") from None
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The body, refusing one past ``MAX_BODY_BYTES`` as soon as it passes it."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ResponseTooLarge(_too_large(int(declared), "response body"))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ResponseTooLarge(_too_large(size, "response body", more=True))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, what: str, *, more: bool = False) -> str:
+    limit = MAX_BODY_BYTES if what == "response body" else MAX_RESULT_BYTES
+    return (
+        f"response too large: {'over ' if more else ''}{size} bytes of {what}, more than the "
+        f"{limit} bytes a model call may return through Temporal (whose payload limit is "
+        "2 MB); lower max_output_tokens or use a model that answers shorter"
+    )
+
+
 @dataclass
 class _PartialCall:
     id: str | None = None
@@ -433,6 +547,8 @@ class _Stream:
     usage: _WireUsage | None = None
     first_token: float | None = None
     done: bool = False
+    size: int = 0
+    """Bytes of text and tool-call arguments so far, bounded by ``MAX_RESULT_BYTES``."""
 
     def feed(self, line: str) -> None:
         """Take one SSE line (``data: {...}``, ``data: [DONE]``, comments, other fields)."""
@@ -455,6 +571,7 @@ class _Stream:
                 continue
             if delta.content:
                 self.text.append(delta.content)
+                self._grew(delta.content)
                 self._token()
             for position, piece in enumerate(delta.tool_calls or ()):
                 # The id and name come in a call's first delta, its arguments in pieces.
@@ -465,7 +582,14 @@ class _Stream:
                 call.name = call.name or piece.function.name
                 if piece.function.arguments:
                     call.arguments.append(piece.function.arguments)
+                    self._grew(piece.function.arguments)
                 self._token()
+
+    def _grew(self, piece: str) -> None:
+        # Fails the call as soon as it cannot fit, instead of buffering an endless stream.
+        self.size += len(piece.encode())
+        if self.size > MAX_RESULT_BYTES:
+            raise ResponseTooLarge(_too_large(self.size, "answer", more=True))
 
     def _token(self) -> None:
         if self.first_token is None:
@@ -507,11 +631,13 @@ def _request_body(
     system: str | None,
     messages: Sequence[ChatMessage],
     tools: Sequence[ToolDefinition],
+    *,
+    stream: bool,
 ) -> dict[str, Any]:
     wire = [_wire_message(m) for m in messages]
     if system:
         wire.insert(0, {"role": "system", "content": system})
-    body: dict[str, Any] = {"model": input.model, "messages": wire, "stream": input.stream}
+    body: dict[str, Any] = {"model": input.model, "messages": wire, "stream": stream}
     if tools:
         body["tools"] = [
             {
@@ -533,7 +659,7 @@ def _request_body(
     ):
         if value is not None:
             body[key] = value
-    if input.stream:
+    if stream:
         body["stream_options"] = {"include_usage": True}
     return body
 
@@ -626,29 +752,48 @@ class ModelActivities(ActivityClass):
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
         """Call the model on the stored conversation plus what is new; store its answer.
 
+        The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
+        taken from the response: the answer, failure messages, their causes and the log.
+
         Raises:
-            ApplicationError: type ``ModelCallFailed``, non-retryable, details a
-                ``ModelFailure`` saying whether the failure is transient.
+            ApplicationError: type ``ModelCallFailed``, non-retryable, category BENIGN,
+                details a ``ModelFailure`` saying whether the failure is transient.
         """
         started = time.monotonic()
+        redact = Redactor()
         try:
             # Beats from the start: rebuilding a long conversation from a slow BlobStore
             # happens before the request and must not look like a lost worker.
             async with _heartbeating():
-                return await self._complete(input, started)
+                return await self._complete(input, started, redact)
         except Exception as err:
             # The one place foreign exceptions are mapped. Non-retryable: the workflow
             # retries transient failures against its per-Run budget and fallbacks.
             failure = classify(err, model=input.model)
+            failure = failure.model_copy(update={"message": redact(failure.message)})
+            # The workflow handles every model failure, so it is an expected outcome:
+            # one line here, and BENIGN makes the SDK log its traceback at DEBUG instead
+            # of WARNING.
+            activity.logger.warning(
+                "model call failed (%s): %s",
+                "transient" if failure.transient else "not transient",
+                failure.message,
+            )
             raise ApplicationError(
                 failure.message,
                 failure.model_dump(mode="json"),
                 type=MODEL_CALL_FAILED,
                 non_retryable=True,
-            ) from err
+                category=ApplicationErrorCategory.BENIGN,
+            ) from redact.scrub(err)
 
-    async def _complete(self, input: ModelCallInput, started: float) -> ModelCallResult:
+    async def _complete(
+        self, input: ModelCallInput, started: float, redact: Redactor
+    ) -> ModelCallResult:
         endpoint = self.endpoints.for_model(input.model)
+        if endpoint.api_key:
+            redact.add(API_KEY_NAME, endpoint.api_key)
+        stream = input.stream and endpoint.stream
         system_ref, system = await self._system(input)
         history = await self.conversations.messages(input.context_ref)
         new_refs: list[str] = []
@@ -661,14 +806,22 @@ class ModelActivities(ActivityClass):
                 new_refs.append(item)
                 new_messages.append(await self.conversations.get_message(item))
         tools = await self._tools(input)
-        body = _request_body(input, system, [*history, *new_messages], tools)
+        body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
 
-        if input.stream:
+        if stream:
             answer = await self._stream(url, body, headers, input, started)
         else:
-            answer = await self._post(url, body, headers, input)
+            answer = await self._post(url, body, headers, input, started)
+        answer = dataclasses.replace(
+            answer,
+            text=redact(answer.text),
+            tool_calls=tuple(
+                call.model_copy(update={"arguments": redact(call.arguments)})
+                for call in answer.tool_calls
+            ),
+        )
 
         assistant = ChatMessage(role="assistant", content=answer.text, tool_calls=answer.tool_calls)
         assistant_ref = await self.conversations.put_message(assistant)
@@ -682,7 +835,7 @@ class ModelActivities(ActivityClass):
         )
         info = activity.info()
         queue_wait = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
-        return ModelCallResult(
+        result = ModelCallResult(
             model=input.model,
             system_ref=system_ref,
             context_ref=head,
@@ -697,6 +850,10 @@ class ModelActivities(ActivityClass):
                 first_token_ms=answer.first_token_ms,
             ),
         )
+        size = len(result.model_dump_json())
+        if size > MAX_RESULT_BYTES:
+            raise ResponseTooLarge(_too_large(size, "result"))
+        return result
 
     async def _system(self, input: ModelCallInput) -> tuple[str | None, str | None]:
         """The system prompt's ref and text: stored now if inline, else loaded."""
@@ -714,11 +871,21 @@ class ModelActivities(ActivityClass):
         return [t for t in tools if t.name not in excluded]
 
     async def _post(
-        self, url: str, body: dict[str, Any], headers: dict[str, str], input: ModelCallInput
+        self,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        input: ModelCallInput,
+        started: float,
     ) -> _Answer:
-        response = await self.http.post(url, json=body, headers=headers, timeout=_timeout(None))
-        response.raise_for_status()
-        return _parse_completion(response.content, input.turn)
+        async with self.http.stream(
+            "POST", url, json=body, headers=headers, timeout=_timeout(None)
+        ) as response:
+            if not response.is_success:
+                await response.aread()
+                response.raise_for_status()
+            data = await _read_capped(response)
+        return _parse_body(data, _media_type(response), input.turn, started)
 
     async def _stream(
         self,
@@ -737,6 +904,12 @@ class ModelActivities(ActivityClass):
                 if not response.is_success:
                     await response.aread()
                     response.raise_for_status()
+                media_type = _media_type(response)
+                if media_type != "text/event-stream":
+                    # A gateway that ignores `stream: true` (a whole JSON completion), or
+                    # something else entirely (an HTML page): judged whole, by content.
+                    data = await _read_capped(response)
+                    return _parse_body(data, media_type, input.turn, started)
                 lines = response.aiter_lines()
                 async for line in lines:
                     stream.feed(line)

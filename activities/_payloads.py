@@ -12,6 +12,7 @@ activity input that brings it, or the result that produced it).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -283,3 +284,19 @@ class ReadOutputInput(_Payload):
     handle: str
     offset: int = Field(default=0, ge=0)
     length: int = Field(default=8192, gt=0, le=65536)
+
+
+# --- texts both sides write ---------------------------------------------------------------
+
+
+def invalid_arguments_message(err: json.JSONDecodeError) -> str:
+    """What the model reads when its tool-call arguments are not JSON.
+
+    ``JSONDecodeError.msg`` may already end in "at" ("Unterminated string starting at"),
+    so the position is given as its own clause rather than appended to it. Pure, for the
+    workflow to call.
+    """
+    return (
+        f"arguments are not valid JSON: {err.msg.removesuffix(' at').rstrip(':')} "
+        f"(at character {err.pos}); resend"
+    )

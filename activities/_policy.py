@@ -8,6 +8,7 @@ with no further activity. Only tools whose ``fixed`` answer is ``None`` cost a
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -71,3 +72,41 @@ class RulePolicy:
     ) -> PolicyDecision:
         """Same as ``fixed``."""
         return self.fixed(tool)
+
+    def describe(self) -> str:
+        """The rules as text, e.g. ``issue_refund: ask; read_only: allow, write: allow,
+        destructive: ask``.
+
+        Patterns keep their order (the first match wins), except that neighbours with the
+        same decision are sorted: swapping them changes nothing, so ``--ask a --ask b``
+        and ``--ask b --ask a`` describe the same policy.
+        """
+        runs: list[list[tuple[str, Decision]]] = []
+        for pattern, decision in self.tools.items():
+            if runs and runs[-1][0][1] == decision:
+                runs[-1].append((pattern, decision))
+            else:
+                runs.append([(pattern, decision)])
+        rules = [f"{pattern}: {decision}" for run in runs for pattern, decision in sorted(run)]
+        effects = ", ".join(f"{effect}: {decision}" for effect, decision in self.by_effect.items())
+        return "; ".join([*rules, effects])
+
+
+def policy_description(policy: Policy) -> str:
+    """A stable, human-readable description of what ``policy`` decides.
+
+    Workers of one task queue must decide alike (a call asks for approval on one and runs
+    unasked on another otherwise), and this text, or its ``policy_digest``, is what they
+    compare. A policy describes itself with a ``describe() -> str`` method, as
+    ``RulePolicy`` does; one without is described by its class's qualified name only, so
+    two instances of such a class compare equal whatever they were configured with.
+    """
+    cls = type(policy)
+    name = cls.__qualname__ if cls is RulePolicy else f"{cls.__module__}.{cls.__qualname__}"
+    describe = getattr(policy, "describe", None)
+    return f"{name}({describe()})" if callable(describe) else name
+
+
+def policy_digest(policy: Policy) -> str:
+    """Eight hex digits of the sha256 of ``policy_description(policy)``."""
+    return hashlib.sha256(policy_description(policy).encode()).hexdigest()[:8]

@@ -55,6 +55,7 @@ from psych_runtime.activities._payloads import (
     ToolOutcome,
 )
 from psych_runtime.activities._policy import Policy, RulePolicy
+from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._secrets import SecretResolver
 from psych_runtime.specs import (
     ExternalWait,
@@ -290,12 +291,14 @@ class ToolActivities(ActivityClass):
             asyncio.CancelledError: the activity was cancelled.
         """
         started = time.monotonic()
+        # Everything below the request comes from the server, which may echo the credential.
+        redact = Redactor()
         try:
-            request = await self._build_request(input)
+            request = await self._build_request(input, redact)
             text = await self._heartbeating(self._send(input.tool, request))
         except _ToolError as err:
-            return await self._outcome(input, "error", str(err), started)
-        return await self._outcome(input, "ok", text, started)
+            return await self._outcome(input, "error", redact(str(err)), started)
+        return await self._outcome(input, "ok", redact(text), started)
 
     @activity.defn(name=TOOL_READ_OUTPUT)
     async def read_output(self, input: ReadOutputInput) -> ToolOutcome:
@@ -347,7 +350,7 @@ class ToolActivities(ActivityClass):
                 task.exception()  # retrieved, so asyncio does not log it as never retrieved
             raise
 
-    async def _build_request(self, input: HttpToolCall) -> httpx.Request:
+    async def _build_request(self, input: HttpToolCall, redact: Redactor) -> httpx.Request:
         tool = input.tool
         used: set[str] = set()
 
@@ -363,7 +366,9 @@ class ToolActivities(ActivityClass):
         rest = {name: value for name, value in input.arguments.items() if name not in used}
         headers = dict(tool.headers)
         if tool.credential is not None:
-            headers["Authorization"] = f"Bearer {await self._secret(input, tool.credential)}"
+            secret = await self._secret(input, tool.credential)
+            redact.add(tool.credential, secret)
+            headers["Authorization"] = f"Bearer {secret}"
         timeout = httpx.Timeout(tool.timeout_seconds)
         try:
             if tool.method in _BODY_METHODS:
@@ -375,8 +380,14 @@ class ToolActivities(ActivityClass):
                 for name, value in rest.items()
                 for item in (value if isinstance(value, list) else [value])
             ]
+            # httpx's `params=` replaces the URL's query, but the template's own query
+            # (`?expand=items&id={order_id}`) is part of the tool: keep its pairs, first
+            # and never overridden (the model must not replace what the tool fixed), and
+            # append the arguments' pairs after them.
+            target = httpx.URL(url)
+            target = target.copy_with(params=[*target.params.multi_items(), *params])
             return self._client().build_request(
-                tool.method, url, params=params, headers=headers, timeout=timeout
+                tool.method, target, headers=headers, timeout=timeout
             )
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
             raise _ToolError(f"{tool.name}: invalid URL {url!r}: {err}") from err

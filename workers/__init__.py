@@ -12,8 +12,10 @@ from psych_runtime.workers._worker import (
     WorkerSettings,
     activities_for,
     build_worker,
+    check_fleet_policy,
     connect,
     run_worker,
+    worker_identity,
 )
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "WorkerSettings",
     "activities_for",
     "build_worker",
+    "check_fleet_policy",
     "connect",
     "follow_run",
     "format_record",
@@ -31,4 +34,5 @@ __all__ = [
     "start_dev_server",
     "start_time_skipping_server",
     "temporal_binary",
+    "worker_identity",
 ]

@@ -8,9 +8,13 @@ report, list), ``_cli_resume`` (approve, deny, answer, complete, abort, steer) a
 from __future__ import annotations
 
 import argparse
+import gc
+import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -98,5 +102,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def entry() -> NoReturn:
+    """The ``psych`` executable: ``main``, then an exit that never finalizes the interpreter.
+
+    Why: the Temporal SDK's Rust core owns threads (the process-wide Runtime, which has no
+    shutdown call) and a client object that, freed during interpreter finalization, calls
+    back into Python from one of those threads; the interpreter then aborts with "Fatal
+    Python error: PyGILState_Release ... finalizing" (temporalio/sdk-python#300), after the
+    right output, in about one run in four on this machine. So clients left unreachable
+    are collected while the interpreter is whole, the output and logs are flushed, and
+    the process ends with ``os._exit``: once the command is done nothing else needs to run.
+    """
+    try:
+        status = main()
+    except SystemExit as done:  # argparse's --help (0) and usage errors (2, printed)
+        status = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    except Exception:  # a bug: its traceback, and exit 1 rather than an abort at exit
+        traceback.print_exc()
+        status = 1
+    gc.collect()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # a reader gone (`| head`), or closed
+            status = status or 1
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -57,11 +57,6 @@ async def temporal_client(args: argparse.Namespace) -> Client:
         text = str(err)
         found = _OS_MESSAGE.search(text)
         reason = found.group(1) if found else text.removeprefix("Failed client connect: ")
-        # After a failed connect the SDK's Rust side still calls back into Python shortly;
-        # if the interpreter is finalizing by then, it aborts with "Fatal Python error:
-        # PyGILState_Release" (temporalio/sdk-python#300). Letting the loop run a moment
-        # longer absorbs the callback (measured: aborts in most exits without, none with).
-        await asyncio.sleep(0.1)
         raise PsychError(
             f"cannot connect to Temporal at {temporal_target(args)}: {reason} "
             "(is a server running? `psych dev` starts one)"
@@ -202,14 +197,21 @@ def _pending_lines(run: RunSummary, tenant: str, now: datetime) -> list[str]:
 
 async def _list(args: argparse.Namespace) -> int:
     scope = scope_of(args)
+    if args.limit < 0:
+        raise PsychError(f"--limit {args.limit}: a number of Runs, or 0 for all of them")
     client = _reader(await temporal_client(args))
+    # One more than shown, so a cut list says so instead of passing for the whole list.
+    # 0 = all: the client pages through every match (sys.maxsize never binds).
+    wanted = args.limit + 1 if args.limit else sys.maxsize
     runs = await client.list(
         scope=scope,
         agent=args.agent,
         status=args.status,
         suspended=args.suspended,
-        limit=args.limit,
+        limit=wanted,
     )
+    more = bool(args.limit) and len(runs) > args.limit
+    runs = runs[: args.limit] if more else runs
     if not runs:
         which = "suspended Runs" if args.suspended else "Runs"
         print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
@@ -230,6 +232,12 @@ async def _list(args: argparse.Namespace) -> int:
         print("  ".join([*padded, row[-1]]))
         if args.suspended and index > 0:
             print("\n".join(_pending_lines(runs[index - 1], scope.tenant, now)))
+    if more:
+        print(
+            f"psych: showing the newest {args.limit} matching Runs; there are more "
+            f"(--limit N shows N, --limit 0 shows all)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -294,5 +302,10 @@ def add_run_commands(
         action="store_true",
         help="only suspended Runs, each with what it waits on, until when, and how to resume it",
     )
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.add_argument(
+        "--limit",
+        type=int,
+        default=100,
+        help="at most this many, newest first (default 100; 0 = all); a cut list says so",
+    )
     listing.set_defaults(func=cmd_list)

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 
+from psych_runtime.activities import policy_description, policy_digest
 from psych_runtime.specs import PsychError
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
 from psych_runtime.workers._devserver import start_dev_server
 from psych_runtime.workers._worker import WorkerSettings, describe_policy, run_worker
 
 
-async def until_signalled() -> None:
-    """Return when the process receives SIGINT or SIGTERM."""
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[asyncio.Event]:
+    """An event set when the process receives SIGINT or SIGTERM, for the block's duration.
+
+    Entered before the "Ctrl-C to stop" line is printed: a signal sent as soon as that
+    line is read must stop the process cleanly, not interrupt it.
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
     try:
-        await stop.wait()
+        yield stop
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
@@ -46,22 +54,28 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
 
 
 def _print_policy(settings: WorkerSettings) -> None:
-    asked = describe_policy(settings.policy)
+    # One line: what the worker's policy is (the digest its identity carries, which other
+    # workers of the queue compare), and what waits for a person under it.
+    policy = settings.policy
+    line = f"policy {policy_digest(policy)}: {policy_description(policy)}"
+    asked = describe_policy(policy)
     if asked:
-        print(f"approval needed for: {asked} (psych list --suspended; psych approve)")
+        line += f"; approval needed for: {asked} (psych list --suspended; psych approve)"
+    print(line)
 
 
 async def _worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     client = await temporal_client(args)
     async with run_worker(client, settings):
-        _print_policy(settings)
-        print(
-            f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
-            f"(namespace {client.namespace}); Ctrl-C to stop",
-            flush=True,
-        )
-        await until_signalled()
+        with stop_on_signal() as stop:
+            _print_policy(settings)
+            print(
+                f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
+                f"(namespace {client.namespace}); Ctrl-C to stop",
+                flush=True,
+            )
+            await stop.wait()
     print("worker stopped", flush=True)
     return 0
 
@@ -84,12 +98,16 @@ async def _dev(args: argparse.Namespace) -> int:
         ) from err
     try:
         async with run_worker(env.client, settings):
-            print(f"Temporal dev server at {env.client.service_client.config.target_host}")
-            if args.ui:
-                print(f"Temporal UI at http://127.0.0.1:{ui_port}")
-            _print_policy(settings)
-            print(f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop", flush=True)
-            await until_signalled()
+            with stop_on_signal() as stop:
+                print(f"Temporal dev server at {env.client.service_client.config.target_host}")
+                if args.ui:
+                    print(f"Temporal UI at http://127.0.0.1:{ui_port}")
+                _print_policy(settings)
+                print(
+                    f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop",
+                    flush=True,
+                )
+                await stop.wait()
     finally:
         await env.shutdown()
     print("worker and dev server stopped", flush=True)
@@ -136,8 +154,8 @@ def add_serve_commands(
         description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
         "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
         "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
-        "OPENAI_BASE_URL and OPENAI_API_KEY; which tool calls wait for a person's approval "
-        "from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
+        "OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_STREAM; which tool calls wait for a "
+        "person's approval from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
     )
     worker.set_defaults(func=cmd_worker)
 

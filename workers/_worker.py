@@ -3,30 +3,47 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._model import ModelActivities, ModelEndpoints, Pricing
 from psych_runtime.activities._payloads import Decision
-from psych_runtime.activities._policy import Policy, RulePolicy
+from psych_runtime.activities._policy import (
+    Policy,
+    RulePolicy,
+    policy_description,
+    policy_digest,
+)
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
-from psych_runtime.specs import SpecError, ToolRegistry
+from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 DEFAULT_HOME = ".psych"
+
+POLLER_LIVE_SECONDS = 90.0
+"""A poller the server last saw longer ago than this is taken for a stopped worker. An
+idle worker's long poll lasts about a minute, so a live one is always seen within it."""
+_POLICY_IN_IDENTITY = re.compile(r"\spolicy=([0-9a-f]{8})$")
 
 
 @dataclass
@@ -37,7 +54,8 @@ class WorkerSettings:
         task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
         registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
         blobs: the BlobStore (``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
-        endpoints: which endpoint serves which model (``OPENAI_BASE_URL``/``OPENAI_API_KEY``).
+        endpoints: which endpoint serves which model (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+            ``OPENAI_STREAM``).
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
         pricing: the Pricing port (default none: every cost is unknown, None).
         policy: the Policy port deciding allow/deny/ask per tool call (default
@@ -147,6 +165,70 @@ def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[An
     return [*model.activities(), *tools.activities()]
 
 
+def worker_identity(policy: Policy, base: str | None = None) -> str:
+    """The Temporal identity of a psych worker: ``psych@<host>:<pid> policy=<digest>``.
+
+    The digest (``policy_digest``) lets every worker of a task queue see, through
+    ``DescribeTaskQueue``, whether the others decide approvals as it does. ``base``
+    replaces ``psych@<host>:<pid>``.
+    """
+    who = base or f"psych@{socket.gethostname()}:{os.getpid()}"
+    return f"{who} policy={policy_digest(policy)}"
+
+
+async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) -> None:
+    """Refuse to join a task queue whose live psych workers use another approval policy.
+
+    Every live poller (workflow and activity tasks) whose identity carries a policy
+    digest (see ``worker_identity``) must carry this one. Pollers without a digest (not
+    psych workers) cannot be compared and are left alone, as are pollers not seen for
+    ``POLLER_LIVE_SECONDS``. A server without DescribeTaskQueue (the time-skipping test
+    server) has nothing to compare.
+
+    Raises:
+        PsychError: another live worker's digest differs; the message names it and both
+            digests, and this policy's description.
+    """
+    ours = policy_digest(policy)
+    now = datetime.now(UTC)
+    others: dict[str, str] = {}
+    for task_type in (
+        TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    ):
+        request = DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=task_type,
+        )
+        try:
+            response = await client.workflow_service.describe_task_queue(request)
+        except RPCError as err:
+            # Temporal's time-skipping test server implements no DescribeTaskQueue; it
+            # serves the one process that started it, so there is no fleet to compare.
+            if err.status is RPCStatusCode.UNIMPLEMENTED:
+                return
+            raise
+        for poller in response.pollers:
+            found = _POLICY_IN_IDENTITY.search(poller.identity)
+            seen = poller.last_access_time.ToDatetime(tzinfo=UTC)
+            if found is None or now - seen > timedelta(seconds=POLLER_LIVE_SECONDS):
+                continue
+            if found.group(1) != ours:
+                others[poller.identity] = found.group(1)
+    if others:
+        listed = ", ".join(f"{who!r} (policy={digest})" for who, digest in sorted(others.items()))
+        raise PsychError(
+            f"refusing to start: task queue {task_queue!r} is polled by {listed}, whose approval "
+            f"policy differs from this worker's (policy={ours}: {policy_description(policy)}). "
+            "Workers of one queue must decide alike, or a call that waits for approval on one "
+            "runs unasked on another: give this worker the same --ask/--ask-destructive "
+            "(PSYCH_ASK, PSYCH_ASK_DESTRUCTIVE), stop the other, or use another --task-queue. "
+            f"A stopped worker drops out of this check {POLLER_LIVE_SECONDS:g} s after its "
+            "last poll."
+        )
+
+
 def build_worker(
     client: Client,
     settings: WorkerSettings,
@@ -158,17 +240,20 @@ def build_worker(
 
     ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
     client every outbound request of the activities goes through (the caller closes it);
-    extra keyword arguments go to ``temporalio.worker.Worker``. ``run_worker`` does all of
-    this for you.
+    extra keyword arguments go to ``temporalio.worker.Worker``. Its identity carries the
+    policy's digest (``worker_identity``; an ``identity`` option replaces the part before
+    it). ``run_worker`` does all of this for you.
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
     workflows: Sequence[type] = [AgentRun, WorkflowRun]
+    identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=workflows,
         activities=activities_for(settings, http),
+        identity=identity,
         **worker_options,
     )
 
@@ -177,8 +262,15 @@ def build_worker(
 async def run_worker(
     client: Client, settings: WorkerSettings | None = None, **worker_options: Any
 ) -> AsyncIterator[Worker]:
-    """Run a psych worker (and its HTTP client) for the duration of the block."""
+    """Run a psych worker (and its HTTP client) for the duration of the block.
+
+    Raises:
+        PsychError: a live worker of the task queue has another approval policy
+            (``check_fleet_policy``); this one does not start.
+    """
+    settings = settings or WorkerSettings()
+    await check_fleet_policy(client, settings.task_queue, settings.policy)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
-        worker = build_worker(client, settings or WorkerSettings(), http=http, **worker_options)
+        worker = build_worker(client, settings, http=http, **worker_options)
         async with worker:
             yield worker

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         PolicyInput,
         ToolCallRequest,
         ToolOutcome,
+        invalid_arguments_message,
     )
     from psych_runtime.specs import (
         AgentSpec,
@@ -156,9 +157,7 @@ class ToolCalls(Handlers):
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as err:
-            return inline(
-                call, "error", f"arguments are not valid JSON ({err.msg} at {err.pos}); resend"
-            )
+            return inline(call, "error", invalid_arguments_message(err))
         if not isinstance(arguments, dict):
             return inline(call, "error", "arguments must be a JSON object")
         refused = guards.repeat_refusal(self._guards, call.name, call.arguments, self._limits)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -13,8 +14,8 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from typing import Any, Literal
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import h11
 import pytest
@@ -39,6 +40,7 @@ from psych_runtime.activities._secrets import (
 )
 from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import HttpTool, NotFound, Scope, ToolRegistry
+from tests._upstream import Answer, Request, Upstream, echo_headers
 
 SCOPE = Scope(tenant="acme")
 SECRET = "s3cr3t-token-value"
@@ -689,3 +691,70 @@ async def test_static_secret_resolver_never_shows_values() -> None:
         await resolver.resolve(SCOPE, "missing")
     assert SECRET not in repr(resolver)
     assert "payments-api-key" in repr(resolver)
+
+
+# --- secrets echoed back, and the URL template's own query --------------------------------
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_http_credential_echoed_by_the_server_is_redacted_everywhere(
+    tools: ToolActivities, env: ActivityEnvironment, blobs: LocalBlobStore, status: int
+) -> None:
+    tool = HttpTool(
+        name="charge",
+        description="Look up a charge.",
+        url="/charges",
+        method="GET",
+        credential="payments-api-key",
+    )
+
+    def respond(request: Request) -> Answer:
+        # Echoed verbatim, in the Bearer form, percent-encoded and as basic auth's base64.
+        token = request.headers["authorization"].removeprefix("Bearer ")
+        page = echo_headers(status)(request).body
+        assert isinstance(page, str)
+        encoded = base64.b64encode(token.encode()).decode()
+        return Answer(status, f"{page}\nquoted: {quote(token)} {encoded}", "text/plain")
+
+    with Upstream(respond) as upstream:
+        tool = tool.model_copy(update={"url": upstream.url + "/charges"})
+        outcome = await env.run(tools.http, http_call(tool))
+
+    assert upstream.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert outcome.status == ("ok" if status == 200 else "error")
+    assert "authorization: Bearer [REDACTED:payments-api-key]" in outcome.content
+    assert outcome.content.count("[REDACTED:payments-api-key]") == 3
+    everything = outcome.model_dump_json() + await shown(blobs, outcome)
+    stored = b"".join(path.read_bytes() for path in blobs.root.rglob("*") if path.is_file())
+    for form in (SECRET, quote(SECRET), base64.b64encode(SECRET.encode()).decode()):
+        assert form not in everything
+        assert form.encode() not in stored
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+async def test_http_url_template_query_is_kept_and_arguments_are_appended(
+    tools: ToolActivities,
+    env: ActivityEnvironment,
+    server: EchoServer,
+    method: Literal["GET", "DELETE"],
+) -> None:
+    tool = HttpTool(
+        name="order",
+        description="An order.",
+        url=server.base_url + "/orders?expand=items&id={order_id}",
+        method=method,
+    )
+
+    outcome = await env.run(tools.http, http_call(tool, order_id="4 2", limit=5, expand="all"))
+
+    assert outcome.status == "ok", outcome.content
+    [request] = server.requests
+    assert request["path"] == "/orders"
+    # Kept, never replaced: the model's `expand` comes after the tool's own (httpx groups
+    # the values of one name together).
+    assert request["query"] == [
+        ["expand", "items"],
+        ["expand", "all"],
+        ["id", "4 2"],
+        ["limit", "5"],
+    ]

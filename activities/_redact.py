@@ -1,0 +1,136 @@
+"""Redaction: resolved secret values out of everything derived from an upstream response.
+
+An activity sends a secret (a tool's credential, the model endpoint's API key) in a request
+header; a server may echo it back (an error page listing the request headers, a 401 body
+quoting the key). Whatever the activity then returns, raises or logs would carry it into
+workflow history, records, reports, blobs and the next request to the model provider. So
+each activity builds one ``Redactor`` from the values it resolved and passes every text it
+derives from the response through it before returning or logging.
+
+A value is replaced in the forms a server is likely to echo: verbatim (which also covers
+``Bearer <value>``), percent-encoded, JSON-escaped, HTML-escaped and base64 (standard and
+URL-safe, with or without padding), each by ``[REDACTED:<name>]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping
+from urllib.parse import quote, quote_plus
+
+
+def _forms(value: str) -> set[str]:
+    """The texts a server may echo ``value`` as."""
+    raw = value.encode()
+    b64 = base64.b64encode(raw).decode()
+    urlsafe = base64.urlsafe_b64encode(raw).decode()
+    forms = {
+        value,
+        quote(value, safe=""),
+        quote_plus(value),
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        html.escape(value),
+        b64,
+        b64.rstrip("="),
+        urlsafe,
+        urlsafe.rstrip("="),
+    }
+    forms.discard("")
+    return forms
+
+
+class Redactor:
+    """Replaces each secret value (in its echoed forms) by ``[REDACTED:<name>]``.
+
+    Build one per activity call from the values resolved for it; it holds them only as
+    long as the call does. Its repr shows names, never values.
+    """
+
+    def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
+        """Redact ``secrets``, a mapping of credential name to resolved value.
+
+        Empty values are ignored (there is nothing to find). A value is redacted wherever
+        it occurs, however short: a leaked secret costs more than a garbled word.
+        """
+        self._secrets: dict[str, str] = {}
+        self._table: list[tuple[str, str]] = []
+        for name, value in (secrets or {}).items():
+            self.add(name, value)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the secrets redacted."""
+        return tuple(sorted(self._secrets))
+
+    def add(self, name: str, value: str) -> None:
+        """Redact ``value`` (resolved as ``name``) from now on."""
+        if not value:
+            return
+        self._secrets[name] = value
+        table = [
+            (form, f"[REDACTED:{secret}]")
+            for secret, known in self._secrets.items()
+            for form in _forms(known)
+        ]
+        # Longest first, so a form containing another (a value and its base64, say) is
+        # replaced whole rather than leaving pieces of itself behind.
+        table.sort(key=lambda pair: len(pair[0]), reverse=True)
+        self._table = table
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every form of every secret replaced."""
+        for form, marker in self._table:
+            if form in text:
+                text = text.replace(form, marker)
+        return text
+
+    def scrub(self, err: BaseException) -> BaseException:
+        """``err`` with its message and its causes' messages redacted.
+
+        Temporal serialises an activity failure's cause chain (each message) into history,
+        and a worker's log prints it, so a cause built from response text (a parse error
+        quoting the body, a protocol error quoting a header line) must be clean too. A link
+        whose message cannot be rewritten in place (a class with its own ``__str__``, such
+        as pydantic's ValidationError) is replaced by a ``RedactedError`` carrying the
+        redacted message; the rest of the chain is kept.
+        """
+        head = self._scrub_one(err)
+        seen = {id(head)}
+        link = head
+        while True:
+            if link.__cause__ is not None:
+                link.__cause__ = nxt = self._scrub_one(link.__cause__)
+            elif link.__context__ is not None:
+                link.__context__ = nxt = self._scrub_one(link.__context__)
+            else:
+                return head
+            if id(nxt) in seen:  # a cycle (possible with __context__): every link is done
+                return head
+            seen.add(id(nxt))
+            link = nxt
+
+    def _scrub_one(self, err: BaseException) -> BaseException:
+        text = str(err)
+        clean = self(text)
+        if clean == text:
+            return err
+        # Exception.__str__ shows args; classes computing their text differently keep it.
+        err.args = (clean,)
+        if str(err) == clean:
+            return err
+        replacement = RedactedError(f"{type(err).__name__}: {clean}")
+        replacement.__cause__ = err.__cause__
+        replacement.__context__ = err.__context__
+        replacement.__suppress_context__ = err.__suppress_context__
+        replacement.__traceback__ = err.__traceback__
+        return replacement
+
+    def __repr__(self) -> str:
+        return f"Redactor(names={list(self.names)!r})"
+
+
+class RedactedError(Exception):
+    """Stands in, in a failure's cause chain, for an exception whose text held a secret."""

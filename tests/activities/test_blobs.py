@@ -1,0 +1,52 @@
+"""LocalBlobStore: content-addressed files under its root, and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities._blobs import LocalBlobStore, blob_ref
+from psych_runtime.specs import NotFound
+
+
+async def test_put_then_get_stores_under_the_root_by_digest(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "blobs")
+    ref = await store.put(b"hello")
+    assert ref == blob_ref(b"hello")
+    digest = ref.removeprefix("sha256:")
+    assert (tmp_path / "blobs" / digest[:2] / digest[2:]).read_bytes() == b"hello"
+    assert await store.get(ref) == b"hello"
+
+
+def _traversal(target: str) -> str:
+    # 64 characters that the old length-only check took for a digest: `..` as the fan-out
+    # directory, then `./` padding and the file name.
+    digest = ".." + "./" * ((62 - len(target)) // 2) + target
+    assert len(digest) == 64, len(digest)
+    return "sha256:" + digest
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        _traversal("passwd"),
+        "sha256:" + "A" * 64,  # upper case: another file on a case-sensitive disk
+        "sha256:" + "g" * 64,
+        "sha256:" + "a" * 63,
+        "sha256:" + "a" * 64 + "\n",
+        "md5:" + "a" * 64,
+        "../../etc/passwd",
+    ],
+)
+async def test_a_ref_that_is_not_a_lowercase_sha256_digest_is_refused(
+    tmp_path: Path, ref: str
+) -> None:
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "passwd").write_text("root:x:0:0")
+    store = LocalBlobStore(tmp_path / "r" / "blobs")
+    (tmp_path / "r" / "blobs").mkdir()
+    with pytest.raises(NotFound, match="not a blob ref"):
+        await store.get(ref)
+    with pytest.raises(NotFound, match="not a blob ref"):
+        store._path(ref)  # the one path both get and put go through

@@ -1,0 +1,192 @@
+"""``psych`` exits cleanly every time, and ``list`` says when it shows only part of the Runs,
+against the session dev server with a real worker."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import sys
+import uuid
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from psych_runtime.activities import FileVersionStore, RulePolicy
+from psych_runtime.specs import AgentSpec, Scope
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers._loading import load_spec_file
+from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
+
+from .conftest import Cli, psych
+
+FORKSERVER = Path(__file__).with_name("_forkserver.py")
+PSYCH_SCRIPT = Path(sys.executable).with_name("psych")
+TIMES = 50
+
+
+def tenant() -> str:
+    return f"exit{uuid.uuid4().hex[:8]}"
+
+
+def ask_before_refunds(cli: Cli) -> None:
+    """The worker (started after this) asks a person before each refund."""
+    cli.settings.policy = RulePolicy(tools={"issue_refund": "ask"})
+
+
+async def suspended_runs(cli: Cli, scope: Scope, count: int) -> list[RunHandle]:
+    """``count`` Runs of the support Spec, each waiting for approval of its refund."""
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(cli.home / "versions"),
+        task_queue=cli.task_queue,
+        registry=cli.settings.registry,
+    )
+    spec = load_spec_file(cli.spec_file)
+    assert isinstance(spec, AgentSpec)
+    runs = []
+    for index in range(count):
+        cli.fake.enqueue(
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": str(index)})),
+            Reply.tool_calls(ToolCall("issue_refund", {"order_id": str(index), "reason": "x"})),
+        )
+        run = await client.dispatch(spec, f"Refund order {index}", scope=scope)
+        for _ in range(400):
+            if (await client.status(run, scope=scope)).status is RunStatus.SUSPENDED:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"{run.workflow_id} never suspended")
+        runs.append(run)
+    return runs
+
+
+async def listed(
+    cli: Cli, capsys: pytest.CaptureFixture[str], who: str, count: int, *extra: str
+) -> tuple[str, str]:
+    """``psych list`` output once visibility shows ``count`` Runs (it lags a little)."""
+    for _ in range(100):
+        status, out, err = await psych(
+            capsys, "list", *extra, "--address", cli.address, "--tenant", who
+        )
+        assert status == 0, err
+        if sum(line.startswith(f"psych-{who}-") for line in out.splitlines()) >= count:
+            return out, err
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"visibility never showed {count} Runs:\n{out}")
+
+
+async def forked(commands: list[list[str]], output: Path, parallel: int) -> list[dict[str, Any]]:
+    """Run each command as its own ``psych`` process (see ``_forkserver``)."""
+    (entry,) = [ep.value for ep in entry_points(group="console_scripts") if ep.name == "psych"]
+    request = {"entry": entry, "commands": commands, "parallel": parallel, "output": str(output)}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(FORKSERVER),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await child.communicate(json.dumps(request).encode())
+    assert child.returncode == 0, err.decode()
+    results: list[dict[str, Any]] = json.loads(out)
+    return results
+
+
+@pytest.mark.timeout(240)
+async def test_every_read_command_exits_0_every_time(
+    cli: Cli, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    who = tenant()
+    scope = Scope(tenant=who)
+    (tmp_path / "forked").mkdir()
+    ask_before_refunds(cli)
+    async with cli.worker():
+        (run,) = await suspended_runs(cli, scope, 1)
+        await listed(cli, capsys, who, 1, "--suspended")
+        connection = ["--address", cli.address, "--tenant", who]
+        reads = [
+            ["status", run.workflow_id, *connection],
+            ["report", run.workflow_id, *connection],
+            ["list", *connection],
+            ["list", "--suspended", *connection],
+        ]
+        results = await forked(reads * TIMES, tmp_path / "forked", parallel=8)
+        # The installed executable itself too, a few times: the same exit path.
+        real = [
+            await asyncio.create_subprocess_exec(
+                str(PSYCH_SCRIPT),
+                *argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for argv in reads
+        ]
+        real_results = [(child, *(await child.communicate())) for child in real]
+
+    statuses = collections.Counter((r["argv"][0], r["argv"][1], r["status"]) for r in results)
+    failures = [r for r in results if r["status"] != 0]
+    assert not failures, (statuses, failures[0]["stderr"])
+    assert len(results) == 4 * TIMES
+    for result in results:
+        assert result["stdout"], result  # each printed its answer before exiting
+        assert "Fatal Python error" not in result["stderr"]
+    assert all(run.workflow_id in r["stdout"] for r in results if r["argv"][0] == "list")
+    for child, out, err in real_results:
+        assert child.returncode == 0, err.decode()
+        assert out
+
+
+async def test_list_says_when_it_shows_only_the_newest_runs(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    who = tenant()
+    # 101 Runs cheaply: started on a queue no worker polls, with the attributes psych sets.
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "running"),
+        ]
+    )
+    handles = await asyncio.gather(
+        *(
+            cli.env.client.start_workflow(
+                "AgentRun",
+                id=f"psych-{who}-r{index:03d}",
+                task_queue=f"nobody-{who}",
+                search_attributes=attributes,
+            )
+            for index in range(101)
+        )
+    )
+    try:
+        out, err = await listed(cli, capsys, who, 100)
+        assert sum(line.startswith(f"psych-{who}-") for line in out.splitlines()) == 100
+        assert "showing the newest 100 matching Runs; there are more" in err
+        assert "--limit 0 shows all" in err
+
+        out, err = await listed(cli, capsys, who, 101, "--limit", "0")
+        assert sum(line.startswith(f"psych-{who}-") for line in out.splitlines()) == 101
+        assert "there are more" not in err
+    finally:
+        await asyncio.gather(*(handle.terminate("test over") for handle in handles))
+
+
+async def test_list_suspended_says_when_it_is_cut(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    who = tenant()
+    ask_before_refunds(cli)
+    async with cli.worker():
+        runs = await suspended_runs(cli, Scope(tenant=who), 3)
+        await listed(cli, capsys, who, 3, "--suspended")
+        out, err = await listed(cli, capsys, who, 2, "--suspended", "--limit", "2")
+    rows = [line for line in out.splitlines() if line.startswith(f"psych-{who}-")]
+    assert len(rows) == 2
+    assert {row.split()[0] for row in rows} <= {run.workflow_id for run in runs}
+    assert sum(line.startswith("  approval ") for line in out.splitlines()) == 2
+    assert "showing the newest 2 matching Runs; there are more" in err
