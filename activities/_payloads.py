@@ -215,6 +215,10 @@ class CatalogEntry(_Payload):
     info: ToolInfo
     policy: PolicyDecision | None = None
     """The Policy's decision for every call of this tool; None = ask per call."""
+    heartbeat_timeout_seconds: float | None = None
+    """How long a call of this tool may go unheard by the server before it counts as lost;
+    set by the worker for tools not safe to repeat, sized for the server outage a finished
+    call must survive. None: the workflow's default (10 s)."""
 
 
 class PolicyInput(_Payload):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
+from temporalio.client import AsyncActivityHandle
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._activity_class import ActivityClass
@@ -67,6 +69,7 @@ from psych_runtime.specs import (
 )
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 _PREVIEW_BYTES = 2048
 """Largest preview shown in place of a result over ``large_result_bytes``."""
@@ -75,6 +78,9 @@ _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
 _BLOB_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
+OUTAGE_MARGIN = 10.0
+"""Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
+worker holds a heartbeat back (5 s, set by ``build_worker``) and the server's restart."""
 
 
 class _ToolError(Exception):
@@ -101,6 +107,7 @@ class ToolActivities(ActivityClass):
         http: httpx.AsyncClient | None = None,
         policy: Policy | None = None,
         heartbeat_seconds: float = 1.0,
+        outage_seconds: float = 0.0,
     ) -> None:
         """Create the activities.
 
@@ -116,6 +123,12 @@ class ToolActivities(ActivityClass):
             policy: decides allow/deny/ask per tool or per call (default ``RulePolicy()``,
                 which allows everything). An exception inside it counts as deny.
             heartbeat_seconds: how often a running tool call heartbeats.
+            outage_seconds: how long the Temporal server may be away without losing the
+                result of a call not safe to repeat that finished meanwhile (0: no such
+                care). Such calls then get a heartbeat timeout of ``outage_seconds +
+                OUTAGE_MARGIN`` and report their result through the worker's client
+                (asynchronous completion), whose retries must last as long: connect it
+                with ``outage_retry(outage_seconds)`` (psych's ``connect`` does).
         """
         self.registry = registry
         self.blobs = blobs
@@ -124,6 +137,8 @@ class ToolActivities(ActivityClass):
         self._http = http
         self._owned_http: httpx.AsyncClient | None = None
         self._heartbeat_seconds = heartbeat_seconds
+        self._outage_seconds = outage_seconds
+        self._reporting: set[asyncio.Task[None]] = set()
         self.policy: Policy = policy if policy is not None else RulePolicy()
 
     async def aclose(self) -> None:
@@ -176,6 +191,7 @@ class ToolActivities(ActivityClass):
                     safe_to_repeat=tool.idempotent,
                     info=info,
                     policy=self._fixed(info),
+                    heartbeat_timeout_seconds=self._lost_after(tool.idempotent),
                 )
             )
         for http_tool in input.http_tools:
@@ -201,6 +217,9 @@ class ToolActivities(ActivityClass):
                     safe_to_repeat=http_tool.method not in _NOT_SAFE_TO_REPEAT,
                     info=info,
                     policy=self._fixed(info),
+                    heartbeat_timeout_seconds=self._lost_after(
+                        http_tool.method not in _NOT_SAFE_TO_REPEAT
+                    ),
                 )
             )
         for builtin in input.builtins:
@@ -266,6 +285,9 @@ class ToolActivities(ActivityClass):
         """
         started = time.monotonic()
         tool = self._code_tool(input.tool)
+        return await self._deliver(self._run_code(input, tool, started), tool.idempotent)
+
+    async def _run_code(self, input: CodeToolCall, tool: ToolDef, started: float) -> ToolOutcome:
         try:
             parsed = tool.parse_arguments(input.arguments)
         except ValidationError as err:
@@ -293,6 +315,12 @@ class ToolActivities(ActivityClass):
         started = time.monotonic()
         # Everything below the request comes from the server, which may echo the credential.
         redact = Redactor()
+        safe = input.tool.method not in _NOT_SAFE_TO_REPEAT
+        return await self._deliver(self._send_http(input, redact, started), safe)
+
+    async def _send_http(
+        self, input: HttpToolCall, redact: Redactor, started: float
+    ) -> ToolOutcome:
         try:
             request = await self._build_request(input, redact)
             text = await self._heartbeating(self._send(input.tool, request))
@@ -329,6 +357,35 @@ class ToolActivities(ActivityClass):
                 type="ToolNotRegistered",
                 non_retryable=True,
             ) from err
+
+    def _lost_after(self, safe_to_repeat: bool) -> float | None:
+        """The heartbeat timeout a tool's calls get (None: the workflow's default)."""
+        if safe_to_repeat or self._outage_seconds <= 0:
+            return None
+        return self._outage_seconds + OUTAGE_MARGIN
+
+    async def _deliver(
+        self, work: Coroutine[Any, Any, ToolOutcome], safe_to_repeat: bool
+    ) -> ToolOutcome:
+        """Run ``work``; a call not safe to repeat reports its outcome itself.
+
+        The worker's own completion of an activity gives up after about 10 s of retries,
+        so a call that finished while the server was away would be lost, and recorded
+        UNKNOWN. Such a call completes asynchronously instead, through the worker's client,
+        whose retries last the outage (the heartbeat timeout, set in the catalogue, lasts
+        as long). A call safe to repeat is simply run again if its result is lost.
+
+        Raises:
+            CompleteAsyncError: the outcome is on its way through the client.
+        """
+        outcome = await work
+        if safe_to_repeat or self._outage_seconds <= 0:
+            return outcome
+        handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
+        task = asyncio.create_task(_report(handle, outcome))
+        self._reporting.add(task)
+        task.add_done_callback(self._reporting.discard)
+        activity.raise_complete_async()
 
     async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Await ``work`` as a task, heartbeating until it is done.
@@ -531,3 +588,15 @@ def _latency(started: float) -> Latency:
     return Latency(
         queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
     )
+
+
+async def _report(handle: AsyncActivityHandle, outcome: ToolOutcome) -> None:
+    """Complete a call through the client, retrying as long as its retry config says."""
+    try:
+        await handle.complete(outcome)
+    except Exception:
+        _log.error(
+            "could not report the outcome of tool call %s; the Run records it UNKNOWN",
+            outcome.call_id,
+            exc_info=True,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -19,7 +20,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
@@ -32,13 +33,17 @@ from psych_runtime.activities._policy import (
     policy_digest,
 )
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
-from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.activities._tools import OUTAGE_MARGIN, ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 DEFAULT_HOME = ".psych"
+DEFAULT_OUTAGE_SECONDS = 60.0
+HEARTBEAT_THROTTLE = timedelta(seconds=5)
+"""The longest a worker holds back a tool call's heartbeat (the SDK's default, up to 60 s,
+would leave a call's last heartbeat that much older than an outage)."""
 
 POLLER_LIVE_SECONDS = 90.0
 """A poller the server last saw longer ago than this is taken for a stopped worker. An
@@ -61,6 +66,13 @@ class WorkerSettings:
         policy: the Policy port deciding allow/deny/ask per tool call (default
             ``RulePolicy()``: allow everything; ``PSYCH_ASK`` and ``PSYCH_ASK_DESTRUCTIVE``
             make ``from_env`` build an asking one, see ``ask_policy``).
+        outage_seconds: how long the Temporal server may be unreachable without losing
+            the result of a tool call not safe to repeat that finished meanwhile
+            (``PSYCH_OUTAGE_SECONDS``, default 60; 0 turns this off). Such calls get a
+            heartbeat timeout of this plus ``OUTAGE_MARGIN`` (10 s), so a worker that dies
+            mid-call is noticed that much later: lower it where servers never go away
+            for long and crashed calls should be settled sooner. The worker's client
+            must retry that long (``outage_retry``; psych's ``connect`` does).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -70,6 +82,7 @@ class WorkerSettings:
     secrets: SecretResolver = field(default_factory=EnvSecretResolver)
     pricing: Pricing | None = None
     policy: Policy = field(default_factory=RulePolicy)
+    outage_seconds: float = DEFAULT_OUTAGE_SECONDS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -91,12 +104,34 @@ class WorkerSettings:
                 split_patterns(env.get("PSYCH_ASK", "")),
                 destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
+            outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
         )
 
 
 def split_patterns(text: str) -> list[str]:
     """Comma-separated tool patterns (``PSYCH_ASK``), blanks dropped."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _seconds(name: str, env: Mapping[str, str], default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{name}={text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400:
+        raise SpecError(f"{name}={text!r} must be from 0 to 86400 seconds")
+    return value
+
+
+def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
+    """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
+    up after 10 s): what a worker's client needs to report a call that finished while the
+    server was away."""
+    elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
+    return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
 
 
 def _truthy(text: str) -> bool:
@@ -145,6 +180,7 @@ async def connect(
     if namespace is not None:
         config["namespace"] = namespace
     config.setdefault("target_host", "localhost:7233")
+    config.setdefault("retry_config", outage_retry())
     config.update(kwargs)
     plugins = [*config.pop("plugins", []), PsychPlugin()]
     return await Client.connect(plugins=plugins, **config)
@@ -161,6 +197,7 @@ def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[An
         secrets=settings.secrets,
         http=http,
         policy=settings.policy,
+        outage_seconds=settings.outage_seconds,
     )
     return [*model.activities(), *tools.activities()]
 
@@ -248,6 +285,8 @@ def build_worker(
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
     workflows: Sequence[type] = [AgentRun, WorkflowRun]
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
+    worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
+    _check_outage_retry(client, settings.outage_seconds)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -256,6 +295,21 @@ def build_worker(
         identity=identity,
         **worker_options,
     )
+
+
+def _check_outage_retry(client: Client, outage_seconds: float) -> None:
+    """Say so when the client gives up before the outage the worker should survive."""
+    retry = client.service_client.config.retry_config
+    lasts = None if retry is None else retry.max_elapsed_time_millis
+    if outage_seconds > 0 and lasts is not None and lasts < outage_seconds * 1000:
+        logging.getLogger(__name__).warning(
+            "this worker's Temporal client retries for %.0f s only: a tool call that "
+            "finishes while the server is away longer is recorded UNKNOWN (outage_seconds "
+            "is %.0f; connect with psych_runtime.workers.connect, or retry_config="
+            "outage_retry())",
+            lasts / 1000,
+            outage_seconds,
+        )
 
 
 @asynccontextmanager

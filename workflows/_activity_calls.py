@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         TOOL_CODE,
         TOOL_HTTP,
         TOOL_READ_OUTPUT,
+        CatalogEntry,
         CatalogInput,
         CodeToolCall,
         HttpToolCall,
@@ -80,15 +81,17 @@ async def _execute(
     summary: str,
     retry: RetryPolicy | None = None,
     extra_time: timedelta = timedelta(0),
+    heartbeat: timedelta | None = None,
 ) -> _R:
-    """Schedule activity ``name`` with its options from ``OPTIONS``."""
+    """Schedule activity ``name`` with its options from ``OPTIONS`` (``heartbeat``
+    overrides its heartbeat timeout)."""
     options = OPTIONS[name]
     result: _R = await workflow.execute_activity(
         name,
         input,
         result_type=result_type,
         start_to_close_timeout=options.start_to_close + extra_time,
-        heartbeat_timeout=options.heartbeat,
+        heartbeat_timeout=heartbeat or options.heartbeat,
         retry_policy=retry or options.retry,
         summary=summary,
     )
@@ -117,20 +120,32 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
     return await _execute(TOOL_READ_OUTPUT, input, ToolOutcome, summary=summary)
 
 
-async def call_http(input: HttpToolCall, *, safe_to_repeat: bool, summary: str) -> ToolOutcome:
+async def call_http(input: HttpToolCall, entry: CatalogEntry, *, summary: str) -> ToolOutcome:
     """``psych.tool.http``: one HTTP tool call, bounded by the tool's own timeout."""
     return await _execute(
         TOOL_HTTP,
         input,
         ToolOutcome,
         summary=summary,
-        retry=tool_retry(safe_to_repeat),
+        retry=tool_retry(entry.safe_to_repeat),
         extra_time=timedelta(seconds=input.tool.timeout_seconds),
+        heartbeat=_heartbeat(entry),
     )
 
 
-async def call_code(input: CodeToolCall, *, safe_to_repeat: bool, summary: str) -> ToolOutcome:
+async def call_code(input: CodeToolCall, entry: CatalogEntry, *, summary: str) -> ToolOutcome:
     """``psych.tool.code``: one code tool call."""
     return await _execute(
-        TOOL_CODE, input, ToolOutcome, summary=summary, retry=tool_retry(safe_to_repeat)
+        TOOL_CODE,
+        input,
+        ToolOutcome,
+        summary=summary,
+        retry=tool_retry(entry.safe_to_repeat),
+        heartbeat=_heartbeat(entry),
     )
+
+
+def _heartbeat(entry: CatalogEntry) -> timedelta | None:
+    """The worker's heartbeat timeout for this tool (sized for the outage it survives)."""
+    seconds = entry.heartbeat_timeout_seconds
+    return timedelta(seconds=seconds) if seconds is not None else None

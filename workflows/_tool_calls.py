@@ -274,7 +274,7 @@ class ToolCalls(Handlers):
                         large_result_bytes=large,
                         scope=self._input.scope,
                     ),
-                    safe_to_repeat=entry.safe_to_repeat,
+                    entry,
                     summary=summary,
                 )
             else:
@@ -287,7 +287,7 @@ class ToolCalls(Handlers):
                         large_result_bytes=large,
                         scope=self._input.scope,
                     ),
-                    safe_to_repeat=entry.safe_to_repeat,
+                    entry,
                     summary=summary,
                 )
         except ActivityError as err:

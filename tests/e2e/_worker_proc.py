@@ -61,6 +61,9 @@ async def main(target: str, task_queue: str, blob_dir: str, model_base_url: str)
         registry=REGISTRY,
         blobs=LocalBlobStore(blob_dir),
         endpoints=ModelEndpoints(default=Endpoint(base_url=model_base_url, api_key="test-key")),
+        # No server outage to survive here: a killed worker's calls not safe to repeat are
+        # settled after the default 10 s heartbeat timeout instead of outage + margin.
+        outage_seconds=0,
     )
     async with run_worker(client, settings, sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT):
         print(READY, flush=True)

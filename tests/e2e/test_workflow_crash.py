@@ -163,6 +163,7 @@ async def crash(
                 endpoints=ModelEndpoints(
                     default=Endpoint(base_url=fake.base_url, api_key="test-key")
                 ),
+                outage_seconds=0,
             )
             async with run_worker(dev_env.client, settings):
                 results = await asyncio.wait_for(
