@@ -184,6 +184,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _pending_lines(run: RunSummary, tenant: str, now: datetime) -> list[str]:
     """What a suspended Run waits on, until when, and the command that resumes it."""
+    if run.unreadable is not None:
+        return [f"  what it waits for cannot be read now: {run.unreadable}"]
     if not run.pending:
         return ["  waiting for nothing any more (answered since it was listed)"]
     lines: list[str] = []

@@ -15,7 +15,7 @@ import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -79,6 +79,8 @@ from psych_runtime.workflows._records import (
 from psych_runtime.workflows._report import RunReport, build_report
 
 DEFAULT_TASK_QUEUE = "psych"
+LIST_QUERY_SECONDS = 5.0
+"""How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
 _PREFIX = WORKFLOW_ID_PREFIX
 
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
@@ -102,6 +104,9 @@ class RunSummary:
     """What a suspended Run waits on (approval, question, external, children)."""
     pending: tuple[Pending, ...] = ()
     """Filled by ``list(suspended=True)``: each item, with its expiry."""
+    unreadable: str | None = None
+    """Why ``list(suspended=True)`` could not read this Run's pending items (its state is a
+    query a worker of its task queue answers: none may be polling); None when read."""
 
 
 def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
@@ -259,8 +264,15 @@ class PsychClient(RunActions):
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
         """
+        return await self._state(run, scope, None)
+
+    async def _state(
+        self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
+    ) -> RunState:
         workflow_id, handle = self._handle(run, scope)
-        state: RunState = await _query(handle, workflow_id, QUERY_STATE, None, RunState)
+        state: RunState = await _query(
+            handle, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
+        )
         if state.tenant != scope.tenant:
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
         return state
@@ -388,14 +400,26 @@ class PsychClient(RunActions):
                 )
             )
         if suspended:
-            found = [
-                dataclasses.replace(
-                    summary,
-                    pending=(await self.status(summary.workflow_id, scope=scope)).pending,
-                )
-                for summary in found
-            ]
+            found = [await self._with_pending(summary, scope) for summary in found]
         return found
+
+    async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
+        """The summary with what the Run waits for; one Run nobody can answer for (no
+        worker polls its queue) must not hide the others, so it says why instead."""
+        wait = timedelta(seconds=LIST_QUERY_SECONDS)
+        try:
+            state = await self._state(summary.workflow_id, scope, wait)
+        except NotFound as err:
+            return dataclasses.replace(summary, unreadable=str(err))
+        except RPCError as err:
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                why = f"no worker answered within {LIST_QUERY_SECONDS:g} s"
+            elif err.status == RPCStatusCode.FAILED_PRECONDITION:
+                why = "no worker polls its task queue"
+            else:
+                why = "Temporal refused the query"
+            return dataclasses.replace(summary, unreadable=f"{why} ({err.message})")
+        return dataclasses.replace(summary, pending=state.pending)
 
 
 async def _query(
@@ -404,11 +428,13 @@ async def _query(
     name: str,
     arg: Any,
     result_type: type[Any],
+    *,
+    rpc_timeout: timedelta | None = None,
 ) -> Any:
     try:
         if arg is None:
-            return await handle.query(name, result_type=result_type)
-        return await handle.query(name, arg, result_type=result_type)
+            return await handle.query(name, result_type=result_type, rpc_timeout=rpc_timeout)
+        return await handle.query(name, arg, result_type=result_type, rpc_timeout=rpc_timeout)
     except RPCError as err:
         raise _mapped(err, workflow_id) from err
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import (
@@ -25,6 +26,7 @@ from psych_runtime.workflows import (
     RunHandle,
     RunState,
     RunStatus,
+    RunSummary,
     SteerReceived,
     Suspended,
 )
@@ -89,8 +91,14 @@ async def test_approval_granted_runs_the_call(harness: Harness) -> None:
         assert pending.tool == "delete_order"
         assert json.loads(pending.arguments) == {"order_id": "42"}
         assert deleted == []  # nothing ran while waiting
-        listed = await harness.client.list(scope=harness.scope, suspended=True)
-        mine = [s for s in listed if s.workflow_id == run.workflow_id]
+        mine: list[RunSummary] = []
+
+        async def visible() -> bool:  # visibility lags the Run's own state under load
+            listed = await harness.client.list(scope=harness.scope, suspended=True)
+            mine[:] = [s for s in listed if s.workflow_id == run.workflow_id]
+            return bool(mine)
+
+        await eventually(visible, what="the suspended Run to be listed")
         assert mine[0].suspension == "approval"
         assert mine[0].pending[0].expires_at == pending.expires_at
 
@@ -453,3 +461,50 @@ async def test_delegate_runs_a_subagent_as_a_child_run(harness: Harness) -> None
     child_calls = [r for r in harness.fake.requests if "delegate" not in str(r.get("tools"))]
     offered = {t["function"]["name"] for t in child_calls[0]["tools"]}
     assert offered == {"lookup", "read_tool_output"}
+
+
+async def test_list_suspended_shows_every_run_even_one_no_worker_answers_for(
+    harness: Harness,
+) -> None:
+    # A suspended Run whose workers are all gone cannot answer the state query; listing
+    # must still show it (saying why its items are missing) and every other Run.
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "5"}, id="c5")), Reply.text("ok")
+    )
+    orphan = await harness.env.client.start_workflow(
+        "AgentRun",
+        id=f"psych-acme-orphan{harness.settings.task_queue}",
+        task_queue=f"nobody-{harness.settings.task_queue}",
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), "acme"),
+                SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "suspended"),
+            ]
+        ),
+    )
+    try:
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "delete 5", scope=harness.scope)
+            await suspended(harness, run)
+
+            async def both_listed() -> bool:
+                listed = await harness.client.list(scope=harness.scope, suspended=True)
+                ids = {s.workflow_id for s in listed}
+                return {run.workflow_id, orphan.id} <= ids
+
+            await eventually(both_listed, what="both Runs to be listed")
+            listed = {
+                s.workflow_id: s
+                for s in await harness.client.list(scope=harness.scope, suspended=True)
+            }
+            mine, lost = listed[run.workflow_id], listed[orphan.id]
+            assert [item.id for item in mine.pending] == ["c5"] and mine.unreadable is None
+            assert lost.pending == () and lost.unreadable is not None
+            assert lost.unreadable.startswith("no worker ")
+            await harness.client.approve(run, "c5", scope=harness.scope)
+            await harness.client.result(run, scope=harness.scope)
+    finally:
+        await orphan.terminate("test over")
+    assert deleted == ["5"]
