@@ -1,4 +1,4 @@
-"""AgentRun under the benchmark: a worker, the fake model, and a trivial code tool.
+"""AgentRun and WorkflowRun under the benchmark: a worker, the fake model, a trivial code tool.
 
 The fake model is scripted by a responder, so any number of Runs can share it: a Run's
 first user message says how many turns it takes (``turns=N``); the responder answers turn
@@ -6,6 +6,9 @@ first user message says how many turns it takes (``turns=N``); the responder ans
 code tool while ``t < N``, and with a text answer at ``t = N``. A Run of N turns therefore
 makes N model calls, N - 1 tool calls and one catalog call: 2N activities, the same count
 as N turns of the bare loop.
+
+A WorkflowRun of N steps calls the same code tool in each of its N tool steps (step ``i``
+with ``{"turn": i}``): N tool activities and one catalog call, no model.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    Scope,
+    ToolRegistry,
+    WorkflowBuilder,
+    WorkflowSpec,
+)
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
@@ -86,17 +96,27 @@ def agent_spec(registry: ToolRegistry, turns: int, *, result_4kb_tool: bool) -> 
     )
 
 
+def workflow_spec(registry: ToolRegistry, steps: int) -> WorkflowSpec:
+    """A workflow of ``steps`` tool steps, each calling the trivial tool with its own turn."""
+    builder = WorkflowBuilder(f"bench_steps_{steps}", registry=registry).tool(small_result)
+    for step in range(1, steps + 1):
+        builder.tool_step(f"step{step}", "small_result", {"turn": step})
+    # Each tool step counts as a step; the default (48) would cap longer workflows.
+    return builder.limits(max_steps=steps).build()
+
+
 @dataclass(frozen=True)
-class AgentRunTiming:
+class RunTiming:
     """One finished Run."""
 
     workflow_id: str
     wall_ms: float
     turns: int
+    """Turns of an AgentRun, steps of a WorkflowRun."""
 
 
 class AgentBench:
-    """Starts AgentRuns of a given length on one worker and times them."""
+    """Starts AgentRuns and WorkflowRuns of a given length on one worker and times them."""
 
     def __init__(self, env: WorkflowEnvironment, home: Path, fake: FakeModel) -> None:
         self.registry = ToolRegistry()
@@ -115,6 +135,7 @@ class AgentBench:
         )
         self.env = env
         self._specs: dict[tuple[int, bool], AgentSpec] = {}
+        self._workflows: dict[int, WorkflowSpec] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -132,7 +153,7 @@ class AgentBench:
             self._specs[key] = agent_spec(self.registry, turns, result_4kb_tool=result_4kb_tool)
         return self._specs[key]
 
-    async def run(self, turns: int, *, result_4kb_tool: bool = False) -> AgentRunTiming:
+    async def run(self, turns: int, *, result_4kb_tool: bool = False) -> RunTiming:
         """Run one AgentRun of ``turns`` turns to completion."""
         spec = self._spec(turns, result_4kb_tool)
         started = time.perf_counter()
@@ -144,7 +165,23 @@ class AgentBench:
                 f"benchmark Run {handle.workflow_id} settled {result.status} after "
                 f"{result.totals.turns} turns ({result.reason}); expected {turns} turns"
             )
-        return AgentRunTiming(handle.workflow_id, wall_ms, turns)
+        return RunTiming(handle.workflow_id, wall_ms, turns)
+
+    async def workflow(self, steps: int) -> RunTiming:
+        """Run one WorkflowRun of ``steps`` tool steps to completion (``turns`` = steps)."""
+        if steps not in self._workflows:
+            self._workflows[steps] = workflow_spec(self.registry, steps)
+        started = time.perf_counter()
+        handle = await self.client.dispatch(self._workflows[steps], "Work.", scope=SCOPE)
+        result = await self.client.result(handle, scope=SCOPE)
+        wall_ms = (time.perf_counter() - started) * 1000
+        done = len(result.outputs or {})
+        if result.status is not RunStatus.COMPLETED or done != steps:
+            raise RuntimeError(
+                f"benchmark workflow {handle.workflow_id} settled {result.status} with "
+                f"{done} step outputs ({result.reason}); expected {steps}"
+            )
+        return RunTiming(handle.workflow_id, wall_ms, steps)
 
     async def activity_bodies_ms(self, workflow_id: str) -> dict[str, float]:
         """Median time inside the model and tool activities, as they measured it themselves.

@@ -30,6 +30,7 @@ from bench._sections import (
     history,
     sequential,
     throughput,
+    workflow_steps,
 )
 from psych_runtime.workers import FAST_DISPATCH_ARGS, temporal_binary
 
@@ -79,8 +80,8 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     _say(
         f"Repetitions are kept small so the whole run takes about 3 minutes on 2 cores "
         f"({settings.sequential_runs} sequential Runs, {settings.concurrent_repeats} concurrent "
-        f"batches, 1 Run per history length): medians of few samples on a noisy machine, so "
-        f"read the ratios, not the absolute times."
+        f"batches, 1 Run per history length, {settings.workflow_runs} WorkflowRuns): medians of "
+        f"few samples on a noisy machine, so read the ratios, not the absolute times."
         + (" QUICK MODE: a smoke check of the benchmark code, not a measurement." if quick else "")
     )
     sections: dict[str, Any] = {}
@@ -101,6 +102,14 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "summary": report.sequential_summary(seq),
                 }
                 _say("\n" + report.sequential_text(seq, settings))
+                # Measured next to section 1, on a server that holds as few Runs as it did
+                # then; printed last, after section 4, to keep the numbering in order.
+                _progress("5. WorkflowRun steps, one Run at a time")
+                steps = await workflow_steps(agent, bare, settings)
+                sections["workflow"] = {
+                    "samples": _plain(steps),
+                    "summary": report.workflow_summary(steps),
+                }
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -124,6 +133,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
         "summary": report.dispatch_summary(dispatch_results),
     }
     _say("\n" + report.dispatch_text(dispatch_results, settings))
+    _say("\n" + report.workflow_text(steps))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 

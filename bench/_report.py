@@ -14,7 +14,9 @@ from bench._sections import (
     RunSample,
     SequentialResult,
     Settings,
+    StepSample,
     ThroughputResult,
+    WorkflowStepsResult,
 )
 from bench._table import median, table
 from bench._workflows import MODEL_ACTIVITY, TOOL_ACTIVITY
@@ -36,17 +38,35 @@ _PHASES = (
 )
 
 
-def _phases(samples: list[RunSample]) -> dict[str, float]:
-    """Median ms/turn of each phase, activity types named by their role."""
+# Section 5: the bare loop's one activity and the WorkflowRun's tool activity are each a step.
+_STEP_ROLE = {MODEL_ACTIVITY: "step", AGENT_TOOL_ACTIVITY: "step", "psych.tool.catalog": "catalog"}
+_STEP_PHASES = (
+    "workflow task: wait",
+    "workflow task: run",
+    "activity: wait",
+    "activity: run step",
+    "activity: run catalog",
+)
+
+
+def _median_phases(
+    per_sample: list[dict[str, float]], roles: dict[str, str], phases: tuple[str, ...]
+) -> dict[str, float]:
+    """Median ms of each phase over the samples, activity types named by their role."""
     by_role: list[dict[str, float]] = []
-    for sample in samples:
+    for sample in per_sample:
         renamed: dict[str, float] = {}
-        for phase, ms in sample.phases_ms_per_turn.items():
+        for phase, ms in sample.items():
             prefix, _, activity = phase.partition("activity: run ")
-            key = f"activity: run {_ROLE.get(activity, activity)}" if activity else prefix
+            key = f"activity: run {roles.get(activity, activity)}" if activity else prefix
             renamed[key] = renamed.get(key, 0.0) + ms
         by_role.append(renamed)
-    return {phase: median([s.get(phase, 0.0) for s in by_role]) for phase in _PHASES}
+    return {phase: median([s.get(phase, 0.0) for s in by_role]) for phase in phases}
+
+
+def _phases(samples: list[RunSample]) -> dict[str, float]:
+    """Median ms/turn of each phase of section 1."""
+    return _median_phases([s.phases_ms_per_turn for s in samples], _ROLE, _PHASES)
 
 
 def sequential_summary(result: SequentialResult) -> dict[str, Any]:
@@ -287,6 +307,89 @@ def dispatch_text(results: list[DispatchResult], settings: Settings) -> str:
         rows,
     )
     return f"{head}\n{body}"
+
+
+def _steps(samples: list[StepSample]) -> dict[str, Any]:
+    return {
+        "ms_per_step": median([s.wall_ms_per_step for s in samples]),
+        "steady_ms_per_step": median([s.steady_ms_per_step or 0.0 for s in samples]),
+        "history_bytes_per_step": median([s.history_bytes_per_step for s in samples]),
+        "events_per_step": median([s.events_per_step for s in samples]),
+        "phases_ms_per_step": _median_phases(
+            [s.phases_ms_per_step for s in samples], _STEP_ROLE, _STEP_PHASES
+        ),
+    }
+
+
+def workflow_summary(result: WorkflowStepsResult) -> dict[str, Any]:
+    """Medians and ratios of section 5."""
+    bare, workflow = _steps(result.bare), _steps(result.workflow)
+    bodies = [s.tool_body_ms for s in result.workflow if s.tool_body_ms is not None]
+    return {
+        "bare": bare,
+        "workflow": {**workflow, "tool_activity_body_ms": median(bodies)},
+        "ratio": workflow["ms_per_step"] / bare["ms_per_step"],
+        "steady_ratio": workflow["steady_ms_per_step"] / bare["steady_ms_per_step"],
+        "history_ratio": workflow["history_bytes_per_step"] / bare["history_bytes_per_step"],
+    }
+
+
+def workflow_text(result: WorkflowStepsResult) -> str:
+    """Section 5 as printed."""
+    s = workflow_summary(result)
+    bare, workflow = s["bare"], s["workflow"]
+    head = (
+        f"5. WorkflowRun of {result.steps} tool steps, one Run at a time (median of "
+        f"{len(result.workflow)} Runs each, after one warm-up Run; fast-dispatch server)"
+    )
+    main = table(
+        [
+            "",
+            "ms/step (wall)",
+            "ratio",
+            "ms/step (steady)",
+            "ratio",
+            "history bytes/step",
+            "ratio",
+            "events/step",
+        ],
+        [
+            [
+                "bare loop, 1 activity/turn (floor)",
+                bare["ms_per_step"],
+                1.0,
+                bare["steady_ms_per_step"],
+                1.0,
+                bare["history_bytes_per_step"],
+                1.0,
+                bare["events_per_step"],
+            ],
+            [
+                "WorkflowRun, 1 code tool/step",
+                workflow["ms_per_step"],
+                s["ratio"],
+                workflow["steady_ms_per_step"],
+                s["steady_ratio"],
+                workflow["history_bytes_per_step"],
+                s["history_ratio"],
+                workflow["events_per_step"],
+            ],
+        ],
+    )
+    bare_p, flow_p = bare["phases_ms_per_step"], workflow["phases_ms_per_step"]
+    phases = table(
+        ["where a step's time goes (ms/step)", "bare loop", "WorkflowRun", "difference"],
+        [[p, bare_p[p], flow_p[p], flow_p[p] - bare_p[p]] for p in _STEP_PHASES]
+        + [["  tool activity body (own Latency)", "~0", workflow["tool_activity_body_ms"], ""]],
+    )
+    notes = (
+        "A WorkflowRun of N tool steps runs N code-tool activities and one catalog activity; "
+        "the floor is N turns of\nthe bare loop with one trivial activity each. steady = "
+        "median gap between consecutive step-activity schedulings;\nbytes/step = the "
+        "server-accounted history size / steps, the start (input, the Version's spec) and "
+        "the end included."
+    )
+    return f"{head}\n{main}\n\n{phases}\n{notes}"
 
 
 def _list(values: list[float]) -> str:

@@ -1,4 +1,4 @@
-"""The four measurements. Each returns raw samples; ``_report`` derives medians and ratios."""
+"""The five measurements. Each returns raw samples; ``_report`` derives medians and ratios."""
 
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ class Settings:
     dispatch_turns: int = 20
     dispatch_later_runs: int = 5
     dispatch_idle_s: float = 2.5
+    workflow_steps: int = 10
+    workflow_runs: int = 9
+    """Section 5's Runs last ~0.3 s each, so more of them cost little and steady the median."""
 
 
 QUICK = Settings(
@@ -50,6 +53,8 @@ QUICK = Settings(
     dispatch_turns=10,
     dispatch_later_runs=2,
     dispatch_idle_s=1.5,
+    workflow_steps=5,
+    workflow_runs=2,
 )
 """``python -m bench --quick``: a smoke check of the benchmark code, not a measurement."""
 
@@ -298,3 +303,66 @@ async def dispatch(env: WorkflowEnvironment, fast: bool, settings: Settings) -> 
         eager_off=eager_off,
         concurrent=concurrent,
     )
+
+
+# --- 5. workflow steps -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One sequential Run of N one-activity steps, per step."""
+
+    wall_ms_per_step: float
+    """Client-side time from start to result, divided by the steps."""
+    steady_ms_per_step: float | None
+    """Median interval between consecutive step-activity schedulings (from history)."""
+    history_bytes_per_step: float
+    """The history size the server accounts, divided by the steps (start and end included)."""
+    events_per_step: float
+    phases_ms_per_step: dict[str, float]
+    """Where the time went, from history event timestamps (see ``_history``)."""
+    tool_body_ms: float | None = None
+    """WorkflowRun only: median ms inside the tool activity bodies (their ``Latency``)."""
+
+
+@dataclass(frozen=True)
+class WorkflowStepsResult:
+    """Section 5: a WorkflowRun of tool steps against the bare one-activity loop."""
+
+    steps: int
+    bare: list[StepSample] = field(default_factory=list)
+    workflow: list[StepSample] = field(default_factory=list)
+
+
+def _step_sample(
+    wall_ms: float, steps: int, facts: HistoryFacts, tool_body_ms: float | None = None
+) -> StepSample:
+    return StepSample(
+        wall_ms_per_step=wall_ms / steps,
+        steady_ms_per_step=facts.turn_ms,
+        history_bytes_per_step=facts.server_bytes / steps,
+        events_per_step=facts.events / steps,
+        phases_ms_per_step={k: v / steps for k, v in facts.breakdown_ms.items()},
+        tool_body_ms=tool_body_ms,
+    )
+
+
+async def workflow_steps(
+    agent: AgentBench, bare: BaselineBench, settings: Settings
+) -> WorkflowStepsResult:
+    """Alternate bare loops (one trivial activity per turn) and WorkflowRuns of tool steps."""
+    steps = settings.workflow_steps
+    result = WorkflowStepsResult(steps=steps)
+    # One unmeasured Run of each: section 1 warmed the worker for AgentRun, not for the
+    # WorkflowRun class's first sandboxed Run.
+    await bare.bare(steps, tool=False)
+    await agent.workflow(steps)
+    for _ in range(settings.workflow_runs):
+        run = await bare.bare(steps, tool=False)
+        facts = await history_facts(bare.handle(run.workflow_id), MODEL_ACTIVITY)
+        result.bare.append(_step_sample(run.wall_ms, steps, facts))
+        timing = await agent.workflow(steps)
+        facts = await history_facts(agent.handle(timing.workflow_id), AGENT_TOOL_ACTIVITY)
+        bodies = await agent.activity_bodies_ms(timing.workflow_id)
+        result.workflow.append(_step_sample(timing.wall_ms, steps, facts, bodies["tool"]))
+    return result
