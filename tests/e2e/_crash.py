@@ -23,7 +23,9 @@ from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.workers import WorkerSettings, run_worker
+from psych_runtime.workflows import PsychClient
 
 from ._waiting import eventually
 from ._worker_proc import REGISTRY, spawn
@@ -34,9 +36,11 @@ IN_FLIGHT_WITHIN = 30.0
 
 @dataclass
 class DoomedWorker:
-    """A worker process on ``task_queue``, to be killed mid-call."""
+    """A worker process on ``task_queue``, to be killed mid-call, and a PsychClient of it."""
 
     client: Client
+    psych: PsychClient
+    """Dispatches to and reads the Runs on ``task_queue``, with ``REGISTRY``'s tools."""
     task_queue: str
     blob_dir: Path
     model_base_url: str
@@ -76,20 +80,24 @@ class DoomedWorker:
 
 @asynccontextmanager
 async def doomed_worker(
-    client: Client, task_queue: str, blob_dir: Path, model_base_url: str
+    client: Client, task_queue: str, home: Path, model_base_url: str
 ) -> AsyncIterator[DoomedWorker]:
     """Start the worker process; on leaving, kill it if the test has not.
 
     Args:
         client: A client of the dev server both workers poll.
         task_queue: The task queue of the Runs under test.
-        blob_dir: The blob directory both workers share.
+        home: Where the Versions and the blobs both workers share are kept.
         model_base_url: The (fake) model endpoint both workers call.
     """
+    psych = PsychClient(
+        client, store=FileVersionStore(home / "versions"), task_queue=task_queue, registry=REGISTRY
+    )
+    blob_dir = home / "blobs"
     target = client.service_client.config.target_host
     proc = await spawn(target, task_queue, blob_dir, model_base_url)
     try:
-        yield DoomedWorker(client, task_queue, blob_dir, model_base_url, proc)
+        yield DoomedWorker(client, psych, task_queue, blob_dir, model_base_url, proc)
     finally:
         if proc.returncode is None:
             os.kill(proc.pid, signal.SIGKILL)

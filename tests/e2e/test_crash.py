@@ -20,15 +20,13 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workflows import PsychClient, RunReport, RunResult, RunStatus
+from psych_runtime.workflows import RunReport, RunResult, RunStatus
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
 from ._crash import doomed_worker
 from ._http_server import CountingServer
-from ._worker_proc import REGISTRY
 
 pytestmark = pytest.mark.e2e
 
@@ -99,16 +97,9 @@ async def crash(
             Reply.text("Order 42 is in transit."),
             model="fake-other",
         )
-        client = PsychClient(
-            dev_env.client,
-            store=FileVersionStore(home / "versions"),
-            task_queue=task_queue,
-            registry=REGISTRY,
-        )
         try:
-            async with doomed_worker(
-                dev_env.client, task_queue, home / "blobs", fake.base_url
-            ) as doomed:
+            async with doomed_worker(dev_env.client, task_queue, home, fake.base_url) as doomed:
+                client = doomed.psych
                 post_run = await client.dispatch(refunder, "Refund order 42", scope=scope)
                 get_run = await client.dispatch(tracker, "Where is order 42?", scope=scope)
                 killed = await doomed.kill_when(lambda: bool(refunds.seen and orders.seen))

@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowBuilder
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import (
@@ -130,16 +129,9 @@ async def crash(
             Reply.tool_calls(ToolCall("track", {"order_id": "42"}, id="call-track")),
             Reply.text("Order 42 is in transit."),
         )
-        client = PsychClient(
-            dev_env.client,
-            store=FileVersionStore(home / "versions"),
-            task_queue=task_queue,
-            registry=REGISTRY,
-        )
         try:
-            async with doomed_worker(
-                dev_env.client, task_queue, home / "blobs", fake.base_url
-            ) as doomed:
+            async with doomed_worker(dev_env.client, task_queue, home, fake.base_url) as doomed:
+                client = doomed.psych
                 refund_run = await client.dispatch(refund_flow, "Refund order 42", scope=SCOPE)
                 tracking_run = await client.dispatch(tracking_flow, "Track order 42", scope=SCOPE)
                 killed = await doomed.kill_when(lambda: bool(refunds.seen and orders.seen))
