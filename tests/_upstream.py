@@ -48,6 +48,59 @@ def echo_headers(status: int) -> Callable[[Request], Answer]:
     return respond
 
 
+def serve(
+    respond: Callable[[Request], Answer], *, protocol_version: str = "HTTP/1.0"
+) -> ThreadingHTTPServer:
+    """Serve ``respond`` on a free loopback port from a daemon thread, every method alike.
+
+    Args:
+        respond: What to send back for each request as received.
+        protocol_version: ``HTTP/1.1`` keeps connections alive, as real upstreams do.
+
+    Returns:
+        The running server; the caller shuts it down (``shutdown``, then ``server_close``).
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def _handle(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            request = Request(
+                self.command,
+                self.path,
+                {k.lower(): v for k, v in self.headers.items()},
+                self.rfile.read(length) if length else b"",
+            )
+            answer = respond(request)
+            data = answer.body.encode() if isinstance(answer.body, str) else answer.body
+            try:
+                self.send_response(answer.status)
+                self.send_header("content-type", answer.content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client is gone (it gave up on an oversized body, or its worker was
+                # killed): nobody to answer.
+                pass
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    Handler.protocol_version = protocol_version
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def url_of(server: ThreadingHTTPServer) -> str:
+    """``http://127.0.0.1:<port>`` of a server ``serve`` started."""
+    host, port = server.server_address[:2]
+    return f"http://{host!s}:{port}"
+
+
 @dataclass
 class Upstream:
     """Answers each request with ``respond(request)``; remembers every request."""
@@ -60,43 +113,14 @@ class Upstream:
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return url_of(self._server)
 
     def __enter__(self) -> Upstream:
-        owner = self
+        def answer(request: Request) -> Answer:
+            self.requests.append(request)
+            return self.respond(request)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                request = Request(
-                    self.command,
-                    self.path,
-                    {k.lower(): v for k, v in self.headers.items()},
-                    self.rfile.read(length) if length else b"",
-                )
-                owner.requests.append(request)
-                answer = owner.respond(request)
-                data = answer.body.encode() if isinstance(answer.body, str) else answer.body
-                try:
-                    self.send_response(answer.status)
-                    self.send_header("content-type", answer.content_type)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a refused oversized body): nobody to answer
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve(answer, protocol_version="HTTP/1.1")
         return self
 
     def __exit__(

@@ -1,14 +1,15 @@
-"""A real loopback HTTP server that records and counts every request it receives."""
+"""A real loopback HTTP server (``tests._upstream.serve``) that records and counts every
+request it receives."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
+
+from tests._upstream import Answer, Request, serve, url_of
 
 
 @dataclass
@@ -31,47 +32,21 @@ class CountingServer:
     @property
     def url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return url_of(self._server)
 
     def count(self, method: str, path: str) -> int:
         return sum(1 for s in self.seen if s.method == method and s.path == path)
 
     def start(self) -> CountingServer:
-        owner = self
+        def answer(request: Request) -> Answer:
+            seen = Seen(request.method, request.path, request.headers, request.body.decode())
+            self.seen.append(seen)
+            if self.delay:
+                time.sleep(self.delay)
+            status, text = self.respond(seen)
+            return Answer(status, text)
 
-        class Handler(BaseHTTPRequestHandler):
-            def _handle(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length).decode() if length else ""
-                seen = Seen(
-                    self.command,
-                    self.path,
-                    {k.lower(): v for k, v in self.headers.items()},
-                    body,
-                )
-                owner.seen.append(seen)
-                if owner.delay:
-                    time.sleep(owner.delay)
-                status, text = owner.respond(seen)
-                data = text.encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client is gone (a killed worker): nobody to answer
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve(answer)
         return self
 
     def stop(self) -> None:

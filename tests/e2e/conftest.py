@@ -17,6 +17,7 @@ from psych_runtime.activities._secrets import StaticSecretResolver
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
+from psych_runtime.workers import start_time_skipping_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
@@ -40,6 +41,16 @@ class Harness:
         """Run a worker for this test's task queue while the block runs."""
         async with run_worker(self.env.client, self.settings):
             yield
+
+
+@pytest.fixture(scope="module")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server for one test module."""
+    env = await start_time_skipping_server()
+    try:
+        yield env
+    finally:
+        await env.shutdown()
 
 
 @pytest.fixture

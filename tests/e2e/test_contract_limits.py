@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.specs import AgentBuilder, Refused, Version, parse_spec, version_hash
+from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, Version, parse_spec, version_hash
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     AGENT_RUN,
@@ -33,6 +33,7 @@ from psych_runtime.workflows import (
     SteerInput,
 )
 
+from ._waiting import state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -43,11 +44,33 @@ MEGABYTE = 1024 * 1024
 
 async def pending(harness: Harness, run: RunHandle) -> RunState:
     """The Run's state once something is pending."""
-    while True:
-        state = await harness.client.status(run, scope=harness.scope)
-        if state.pending:
-            return state
-        await asyncio.sleep(0.05)
+    return await state_when(
+        harness.client,
+        run,
+        harness.scope,
+        lambda state: bool(state.pending),
+        what="something pending",
+        within=20,
+    )
+
+
+def orders_agent(harness: Harness, deleted: list[str], *, order_id: str, call_id: str) -> AgentSpec:
+    """An agent whose model deletes ``order_id`` (call ``call_id``), then says "ok"; the
+    worker's Policy asks before every deletion, and each one done is added to ``deleted``."""
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order."""
+        deleted.append(order_id)
+        return "deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": order_id}, id=call_id)),
+        Reply.text("ok"),
+    )
+    builder = AgentBuilder("orders", registry=harness.registry).model("fake-model")
+    return builder.tool("delete_order").build()
 
 
 @pytest.mark.parametrize("workflow", [AGENT_RUN, WORKFLOW_RUN])
@@ -74,25 +97,12 @@ async def test_a_start_with_no_or_two_arguments_fails_the_run_at_once(
 
 async def test_megabyte_updates_are_refused_before_anything_is_written(harness: Harness) -> None:
     deleted: list[str] = []
-
-    @harness.registry.register(destructive=True)
-    def delete_order(order_id: str) -> str:
-        """Delete an order."""
-        deleted.append(order_id)
-        return "deleted"
-
-    harness.settings.policy = RulePolicy(destructive="ask")
-    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"}, id="c1")), Reply.text("ok")
-    )
+    spec = orders_agent(harness, deleted, order_id="1", call_id="c1")
     async with harness.worker():
-        run = await harness.client.dispatch(
-            spec.tool("delete_order").build(), "delete 1", scope=harness.scope
-        )
+        run = await harness.client.dispatch(spec, "delete 1", scope=harness.scope)
         handle = harness.env.client.get_workflow_handle(run.workflow_id)
 
-        await asyncio.wait_for(pending(harness, run), 20)
+        await pending(harness, run)
         events_before = len((await handle.fetch_history()).events)
         huge = "x" * MEGABYTE
         for tenant in ("acme", "globex"):  # the owner and a stranger alike
@@ -130,24 +140,11 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
     # before sending it; a raw client's update fails the Run's task until the server drops
     # the update, and then the Run goes on as before, nothing written.
     deleted: list[str] = []
-
-    @harness.registry.register(destructive=True)
-    def delete_order(order_id: str) -> str:
-        """Delete an order."""
-        deleted.append(order_id)
-        return "deleted"
-
-    harness.settings.policy = RulePolicy(destructive="ask")
-    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("delete_order", {"order_id": "2"}, id="c2")), Reply.text("ok")
-    )
+    spec = orders_agent(harness, deleted, order_id="2", call_id="c2")
     huge = "x" * (3 * MEGABYTE)
     async with harness.worker():
-        run = await harness.client.dispatch(
-            spec.tool("delete_order").build(), "delete 2", scope=harness.scope
-        )
-        await asyncio.wait_for(pending(harness, run), 20)
+        run = await harness.client.dispatch(spec, "delete 2", scope=harness.scope)
+        await pending(harness, run)
         with pytest.raises(Refused) as local:
             await harness.client.deny(run, "c2", scope=harness.scope, note=huge)
         assert local.value.kind == "TooLarge"

@@ -11,8 +11,6 @@ told so; the GET is sent again and its result used.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,17 +20,13 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, run_worker
-from psych_runtime.workflows import PsychClient, RunReport, RunResult, RunStatus
+from psych_runtime.workflows import RunReport, RunResult, RunStatus
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
+from ._crash import doomed_worker
 from ._http_server import CountingServer
-from ._worker_proc import REGISTRY, spawn
 
 pytestmark = pytest.mark.e2e
 
@@ -103,50 +97,25 @@ async def crash(
             Reply.text("Order 42 is in transit."),
             model="fake-other",
         )
-        client = PsychClient(
-            dev_env.client,
-            store=FileVersionStore(home / "versions"),
-            task_queue=task_queue,
-            registry=REGISTRY,
-        )
-        target = dev_env.client.service_client.config.target_host
-        proc = await spawn(target, task_queue, home / "blobs", fake.base_url)
         try:
-            post_run = await client.dispatch(refunder, "Refund order 42", scope=scope)
-            get_run = await client.dispatch(tracker, "Where is order 42?", scope=scope)
-            async with asyncio.timeout(30):
-                while True:  # until both requests are in flight
-                    if refunds.seen and orders.seen:
-                        break
-                    await asyncio.sleep(0.05)
+            async with doomed_worker(dev_env.client, task_queue, home, fake.base_url) as doomed:
+                client = doomed.psych
+                post_run = await client.dispatch(refunder, "Refund order 42", scope=scope)
+                get_run = await client.dispatch(tracker, "Where is order 42?", scope=scope)
+                killed = await doomed.kill_when(lambda: bool(refunds.seen and orders.seen))
+                orders.delay = 0.0  # the re-sent GET is answered at once
 
-            os.kill(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            killed = time.monotonic()
-            orders.delay = 0.0  # the re-sent GET is answered at once
-
-            settings = WorkerSettings(
-                task_queue=task_queue,
-                registry=REGISTRY,
-                blobs=LocalBlobStore(home / "blobs"),
-                endpoints=ModelEndpoints(
-                    default=Endpoint(base_url=fake.base_url, api_key="test-key")
-                ),
-                outage_seconds=0,
-            )
-            async with run_worker(dev_env.client, settings):
-                results = await asyncio.wait_for(
-                    asyncio.gather(
-                        client.result(post_run, scope=scope), client.result(get_run, scope=scope)
-                    ),
-                    timeout=60,
-                )
-                seconds = time.monotonic() - killed
-                reports = [await client.report(run, scope=scope) for run in (post_run, get_run)]
+                async with doomed.survivor():
+                    results = await asyncio.wait_for(
+                        asyncio.gather(
+                            client.result(post_run, scope=scope),
+                            client.result(get_run, scope=scope),
+                        ),
+                        timeout=60,
+                    )
+                    seconds = time.monotonic() - killed
+                    reports = [await client.report(run, scope=scope) for run in (post_run, get_run)]
         finally:
-            if proc.returncode is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                await proc.wait()
             refunds.stop()
             orders.stop()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,23 +20,18 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, SpecError, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
+from psych_runtime.workers import run_worker, start_time_skipping_server
 from psych_runtime.workflows import (
     PsychClient,
-    RunAdmitted,
     RunHandle,
     RunResult,
-    RunSettled,
     RunStatus,
 )
 from psych_runtime.workflows._run_base import DEADLINE_GRACE_SECONDS
 
-from ._time_skipping import until_settled
+from ._time_skipping import server_seconds, until_settled, wiring
 
 pytestmark = pytest.mark.e2e
 
@@ -52,15 +46,6 @@ async def pause(seconds: float) -> str:
     """
     await asyncio.sleep(seconds)
     return f"waited {seconds:g} s"
-
-
-@pytest.fixture(scope="module")
-async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_time_skipping_server()
-    try:
-        yield env
-    finally:
-        await env.shutdown()
 
 
 @dataclass
@@ -87,10 +72,7 @@ class TimeSkipping:
 
     async def server_seconds(self, run: RunHandle) -> float:
         """Server-clock seconds from admission to settling."""
-        records = (await self.client.records(run, scope=self.scope)).records
-        admitted = next(r for r in records if isinstance(r, RunAdmitted))
-        settled = next(r for r in records if isinstance(r, RunSettled))
-        return (settled.at - admitted.at).total_seconds()
+        return server_seconds((await self.client.records(run, scope=self.scope)).records)
 
 
 @asynccontextmanager
@@ -98,23 +80,11 @@ async def harness(env: WorkflowEnvironment, home: Path) -> AsyncIterator[TimeSki
     """A fake model, a client without search attributes and a worker, on ``env``."""
     registry = ToolRegistry()
     registry.register(pause)
-    task_queue = f"deadline-{uuid.uuid4().hex[:12]}"
-    async with FakeModel() as fake:
-        settings = WorkerSettings(
-            task_queue=task_queue,
-            registry=registry,
-            blobs=LocalBlobStore(home / "blobs"),
-            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
-        )
-        client = PsychClient(
-            env.client,
-            store=FileVersionStore(home / "versions"),
-            task_queue=task_queue,
-            registry=registry,
-            search_attributes=False,
-        )
-        async with run_worker(env.client, settings):
-            yield TimeSkipping(env, client, fake, Scope(tenant="acme"), registry)
+    async with (
+        wiring(env, home, registry, "deadline") as wired,
+        run_worker(env.client, wired.settings),
+    ):
+        yield TimeSkipping(env, wired.client, wired.fake, Scope(tenant="acme"), registry)
 
 
 @pytest.fixture

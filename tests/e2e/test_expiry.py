@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
@@ -34,14 +30,13 @@ from psych_runtime.specs import (
     ToolRegistry,
 )
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
+from psych_runtime.workers import run_worker
 from psych_runtime.workflows import (
     ModelCallFailed,
     Pending,
     PsychClient,
     Record,
     Resumed,
-    RunAdmitted,
     RunHandle,
     RunResult,
     RunSettled,
@@ -50,7 +45,8 @@ from psych_runtime.workflows import (
     SuspensionExpired,
 )
 
-from ._time_skipping import until_settled
+from ._time_skipping import server_seconds, until_settled, wiring
+from ._waiting import eventually, is_suspended, only_pending, state_when
 
 pytestmark = pytest.mark.e2e
 
@@ -77,27 +73,13 @@ class Rig:
         builder = builder.tool("delete_order")
         return builder.limits(**limits).build() if limits else builder.build()
 
-    async def until(self, check: Callable[[], Awaitable[bool]]) -> None:
-        """Poll ``check`` at wall speed (time skipping stays locked meanwhile)."""
-        async with asyncio.timeout(15):
-            while True:
-                if await check():
-                    return
-                await asyncio.sleep(0.05)
-
     async def suspended(self, run: RunHandle) -> Pending:
-        """Wait until the Run suspends on one item; return it."""
-        pending: list[Pending] = []
-
-        async def check() -> bool:
-            state = await self.client.status(run, scope=self.scope)
-            assert not state.status.terminal, f"settled {state.status}: {state.reason}"
-            pending[:] = state.pending
-            return state.status is RunStatus.SUSPENDED
-
-        await self.until(check)
-        (item,) = pending
-        return item
+        """Wait (at wall speed: time skipping stays locked) until the Run suspends on one
+        item; return it."""
+        state = await state_when(
+            self.client, run, self.scope, is_suspended, what="the Run to suspend", unsettled=True
+        )
+        return only_pending(state)
 
     async def settled(self, run: RunHandle) -> RunResult:
         async with asyncio.timeout(WALL_LIMIT):
@@ -109,38 +91,14 @@ class Rig:
 
     async def server_seconds(self, run: RunHandle) -> float:
         """Server-clock seconds from admission to settling."""
-        records = await self.records(run)
-        admitted = next(r for r in records if isinstance(r, RunAdmitted))
-        settled = next(r for r in records if isinstance(r, RunSettled))
-        return (settled.at - admitted.at).total_seconds()
-
-
-@pytest.fixture(scope="module")
-async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_time_skipping_server()
-    try:
-        yield env
-    finally:
-        await env.shutdown()
+        return server_seconds(await self.records(run))
 
 
 @pytest.fixture
 async def rig(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]:
     registry = ToolRegistry()
-    task_queue = f"expiry-{uuid.uuid4().hex[:12]}"
-    async with FakeModel() as fake:
-        rig = Rig(
-            env=ts_env,
-            client=PsychClient(
-                ts_env.client,
-                store=FileVersionStore(tmp_path / "versions"),
-                task_queue=task_queue,
-                registry=registry,
-                search_attributes=False,
-            ),
-            fake=fake,
-            registry=registry,
-        )
+    async with wiring(ts_env, tmp_path, registry, "expiry") as wired:
+        rig = Rig(env=ts_env, client=wired.client, fake=wired.fake, registry=registry)
 
         @registry.register(destructive=True)
         def delete_order(order_id: str) -> str:
@@ -154,14 +112,8 @@ async def rig(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]
             rig.payments.append(order_id)
             return ExternalWait(token=f"pay-{order_id}", message="waiting for the webhook")
 
-        settings = WorkerSettings(
-            task_queue=task_queue,
-            registry=registry,
-            blobs=LocalBlobStore(tmp_path / "blobs"),
-            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
-            policy=RulePolicy(destructive="ask"),
-        )
-        async with run_worker(ts_env.client, settings):
+        wired.settings.policy = RulePolicy(destructive="ask")
+        async with run_worker(ts_env.client, wired.settings):
             yield rig
 
 
@@ -287,7 +239,7 @@ async def test_the_same_skip_fires_a_deadline_that_is_running(rig: Rig) -> None:
     async def waiting_to_retry() -> bool:
         return any(isinstance(r, ModelCallFailed) for r in await rig.records(run))
 
-    await rig.until(waiting_to_retry)
+    await eventually(waiting_to_retry, what="the model call to wait to retry")
     await rig.env.sleep(2 * 3600.0)
     state = await rig.client.status(run, scope=rig.scope)
     assert state.status is RunStatus.FORCE_SETTLED, (state.status, state.reason)

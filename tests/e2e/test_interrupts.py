@@ -23,8 +23,9 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 
+from ._waiting import eventually
 from .conftest import Harness
-from .test_suspensions import eventually, orders_agent, suspended
+from .test_suspensions import orders_agent, suspended
 
 pytestmark = pytest.mark.e2e
 

@@ -7,11 +7,9 @@ after either restart runs the call once and the Run completes.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 
+from ._waiting import is_suspended, only_pending, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -40,30 +39,12 @@ pytestmark = pytest.mark.e2e
 SCOPE = Scope(tenant="acme", principal="tester")
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 15.0) -> None:
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                if await check():
-                    return
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 async def suspended(client: PsychClient, run: RunHandle) -> Pending:
     """Wait until the Run is suspended on one item; return it."""
-    pending: list[Pending] = []
-
-    async def check() -> bool:
-        state = await client.status(run, scope=SCOPE)
-        assert not state.status.terminal, f"settled {state.status}: {state.reason}"
-        pending[:] = state.pending
-        return state.status is RunStatus.SUSPENDED
-
-    await until(check, "the Run to suspend")
-    (item,) = pending
-    return item
+    state = await state_when(
+        client, run, SCOPE, is_suspended, what="the Run to suspend", unsettled=True
+    )
+    return only_pending(state)
 
 
 def orders_agent(registry: ToolRegistry, deleted: list[str]) -> AgentSpec:

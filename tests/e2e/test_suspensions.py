@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -31,32 +30,16 @@ from psych_runtime.workflows import (
     Suspended,
 )
 
+from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], within: float = 15.0, what: str = "condition"
-) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def suspended(harness: Harness, run: RunHandle) -> RunState:
-    state: RunState | None = None
-
-    async def check() -> bool:
-        nonlocal state
-        state = await harness.client.status(run, scope=harness.scope)
-        return state.status is RunStatus.SUSPENDED
-
-    await eventually(check, what="the Run to suspend")
-    assert state is not None
-    return state
+    return await state_when(
+        harness.client, run, harness.scope, is_suspended, what="the Run to suspend"
+    )
 
 
 def orders_agent(harness: Harness, deleted: list[str]) -> AgentSpec:

@@ -17,8 +17,6 @@ its child AgentRun resumes and completes, and so does its workflow.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -28,12 +26,8 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowBuilder
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import (
     PsychClient,
     Record,
@@ -48,8 +42,9 @@ from psych_runtime.workflows import (
 )
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
+from ._crash import doomed_worker
 from ._http_server import CountingServer
-from ._worker_proc import REGISTRY, spawn
+from ._worker_proc import REGISTRY
 
 pytestmark = pytest.mark.e2e
 
@@ -134,63 +129,37 @@ async def crash(
             Reply.tool_calls(ToolCall("track", {"order_id": "42"}, id="call-track")),
             Reply.text("Order 42 is in transit."),
         )
-        client = PsychClient(
-            dev_env.client,
-            store=FileVersionStore(home / "versions"),
-            task_queue=task_queue,
-            registry=REGISTRY,
-        )
-        target = dev_env.client.service_client.config.target_host
-        proc = await spawn(target, task_queue, home / "blobs", fake.base_url)
         try:
-            refund_run = await client.dispatch(refund_flow, "Refund order 42", scope=SCOPE)
-            tracking_run = await client.dispatch(tracking_flow, "Track order 42", scope=SCOPE)
-            async with asyncio.timeout(30):
-                while True:  # until both requests are in flight
-                    if refunds.seen and orders.seen:
-                        break
-                    await asyncio.sleep(0.05)
+            async with doomed_worker(dev_env.client, task_queue, home, fake.base_url) as doomed:
+                client = doomed.psych
+                refund_run = await client.dispatch(refund_flow, "Refund order 42", scope=SCOPE)
+                tracking_run = await client.dispatch(tracking_flow, "Track order 42", scope=SCOPE)
+                killed = await doomed.kill_when(lambda: bool(refunds.seen and orders.seen))
+                orders.delay = 0.0  # the re-sent GET is answered at once
 
-            os.kill(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            killed = time.monotonic()
-            orders.delay = 0.0  # the re-sent GET is answered at once
-
-            settings = WorkerSettings(
-                task_queue=task_queue,
-                registry=REGISTRY,
-                blobs=LocalBlobStore(home / "blobs"),
-                endpoints=ModelEndpoints(
-                    default=Endpoint(base_url=fake.base_url, api_key="test-key")
-                ),
-                outage_seconds=0,
-            )
-            async with run_worker(dev_env.client, settings):
-                results = await asyncio.wait_for(
-                    asyncio.gather(settle(client, refund_run), settle(client, tracking_run)),
-                    timeout=60,
-                )
-                seconds = time.monotonic() - killed
-                settled: list[Settled] = []
-                for run, result in zip((refund_run, tracking_run), results, strict=True):
-                    report = await client.report(run, scope=SCOPE)
-                    child = next((s.run for s in report.steps if s.kind == "agent"), None)
-                    settled.append(
-                        Settled(
-                            run=run,
-                            result=result,
-                            state=await client.status(run, scope=SCOPE),
-                            report=report,
-                            records=(await client.records(run, scope=SCOPE)).records,
-                            child_records=(await client.records(child, scope=SCOPE)).records
-                            if child is not None
-                            else (),
-                        )
+                async with doomed.survivor():
+                    results = await asyncio.wait_for(
+                        asyncio.gather(settle(client, refund_run), settle(client, tracking_run)),
+                        timeout=60,
                     )
+                    seconds = time.monotonic() - killed
+                    settled: list[Settled] = []
+                    for run, result in zip((refund_run, tracking_run), results, strict=True):
+                        report = await client.report(run, scope=SCOPE)
+                        child = next((s.run for s in report.steps if s.kind == "agent"), None)
+                        settled.append(
+                            Settled(
+                                run=run,
+                                result=result,
+                                state=await client.status(run, scope=SCOPE),
+                                report=report,
+                                records=(await client.records(run, scope=SCOPE)).records,
+                                child_records=(await client.records(child, scope=SCOPE)).records
+                                if child is not None
+                                else (),
+                            )
+                        )
         finally:
-            if proc.returncode is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                await proc.wait()
             refunds.stop()
             orders.stop()
 

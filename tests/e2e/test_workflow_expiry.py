@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +21,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
 from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import (
     AgentBuilder,
     Refused,
@@ -36,12 +32,11 @@ from psych_runtime.specs import (
     WorkflowSpec,
 )
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, run_worker, start_time_skipping_server
+from psych_runtime.workers import run_worker
 from psych_runtime.workflows import (
     Pending,
     PsychClient,
     Record,
-    RunAdmitted,
     RunHandle,
     RunSettled,
     RunStatus,
@@ -51,7 +46,8 @@ from psych_runtime.workflows import (
     SuspensionExpired,
 )
 
-from ._time_skipping import until_settled
+from ._time_skipping import server_seconds, until_settled, wiring
+from ._waiting import is_waiting, only_pending, state_when
 
 pytestmark = pytest.mark.e2e
 
@@ -75,17 +71,10 @@ class Rig:
 
     async def suspended(self, run: RunHandle) -> Pending:
         """Wait (at wall speed: the clock stays locked) until the Run waits on one item."""
-        pending: list[Pending] = []
-        async with asyncio.timeout(15):
-            while True:
-                state = await self.client.status(run, scope=SCOPE)
-                assert not state.status.terminal, f"settled {state.status}: {state.reason}"
-                pending[:] = state.pending
-                if state.status is RunStatus.SUSPENDED and pending:
-                    break
-                await asyncio.sleep(0.05)
-        (item,) = pending
-        return item
+        state = await state_when(
+            self.client, run, SCOPE, is_waiting, what="the Run to suspend", unsettled=True
+        )
+        return only_pending(state)
 
     async def settle(self, run: RunHandle) -> tuple[Record, ...]:
         """Let the server's clock run until the Run settles; its records."""
@@ -94,39 +83,11 @@ class Rig:
         return (await self.client.records(run, scope=SCOPE)).records
 
 
-def server_seconds(records: tuple[Record, ...]) -> float:
-    """Server-clock seconds from admission to settling."""
-    admitted = next(r for r in records if isinstance(r, RunAdmitted))
-    settled = next(r for r in records if isinstance(r, RunSettled))
-    return (settled.at - admitted.at).total_seconds()
-
-
-@pytest.fixture(scope="module")
-async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_time_skipping_server()
-    try:
-        yield env
-    finally:
-        await env.shutdown()
-
-
 @pytest.fixture
 async def rig(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]:
     registry = ToolRegistry()
-    task_queue = f"wfexpiry-{uuid.uuid4().hex[:12]}"
-    async with FakeModel() as fake:
-        rig = Rig(
-            env=ts_env,
-            client=PsychClient(
-                ts_env.client,
-                store=FileVersionStore(tmp_path / "versions"),
-                task_queue=task_queue,
-                registry=registry,
-                search_attributes=False,
-            ),
-            fake=fake,
-            registry=registry,
-        )
+    async with wiring(ts_env, tmp_path, registry, "wfexpiry") as wired:
+        rig = Rig(env=ts_env, client=wired.client, fake=wired.fake, registry=registry)
 
         @registry.register
         def create_account(plan: str) -> str:
@@ -134,14 +95,8 @@ async def rig(ts_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Rig]
             rig.created.append(plan)
             return f"account on {plan}"
 
-        settings = WorkerSettings(
-            task_queue=task_queue,
-            registry=registry,
-            blobs=LocalBlobStore(tmp_path / "blobs"),
-            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
-            policy=RulePolicy(tools={"create_account": "ask"}),
-        )
-        async with run_worker(ts_env.client, settings):
+        wired.settings.policy = RulePolicy(tools={"create_account": "ask"})
+        async with run_worker(ts_env.client, wired.settings):
             yield rig
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -34,33 +33,22 @@ from psych_runtime.workflows import (
     StepStarted,
 )
 
+from . import _waiting as waiting
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], within: float = 20.0, what: str = "condition"
-) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def pending_of(harness: Harness, run: RunHandle) -> RunState:
     """The workflow's state once it is suspended with something pending."""
-    state: RunState | None = None
-
-    async def check() -> bool:
-        nonlocal state
-        state = await harness.client.status(run, scope=harness.scope)
-        return state.status is RunStatus.SUSPENDED and bool(state.pending)
-
-    await eventually(check, what="the workflow to suspend")
-    assert state is not None
-    return state
+    return await waiting.state_when(
+        harness.client,
+        run,
+        harness.scope,
+        waiting.is_waiting,
+        what="the workflow to suspend",
+        within=20.0,
+    )
 
 
 def greeter(harness: Harness, *tools: str) -> AgentSpec:
@@ -334,7 +322,9 @@ async def test_steer_reaches_the_running_agent_step_and_is_refused_between(
             records = (await harness.client.records(child, scope=harness.scope)).records
             return any(r.kind == "steer_received" for r in records)
 
-        await eventually(steered, what="the steer message to reach the agent step")
+        await waiting.eventually(
+            steered, within=20.0, what="the steer message to reach the agent step"
+        )
         release["talk"].set()
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED

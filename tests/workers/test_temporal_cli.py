@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import FileVersionStore
+from psych_runtime.specs import Version
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import temporal_binary
 from psych_runtime.workers._loading import load_spec_file
@@ -49,6 +50,52 @@ async def query(cli: Cli, workflow_id: str, name: str, *args: str) -> Any:
     return json.loads(out)["queryResult"][0]
 
 
+async def start(
+    cli: Cli, workflow_type: str, version: Version, message: str, *, agent: str
+) -> tuple[str, str]:
+    """Start a ``workflow_type`` Run of ``version`` for tenant acme with ``temporal workflow
+    start``, its input plain JSON and its search attributes set by hand; its run id and
+    workflow id."""
+    run_id = uuid.uuid4().hex[:12]
+    workflow_id = f"psych-acme-{run_id}"
+    run_input = {
+        "run_id": run_id,
+        "version": json.loads(version.to_json()),
+        "scope": {"tenant": "acme"},
+        "messages": [message],
+    }
+    started = await temporal(
+        cli,
+        "workflow",
+        "start",
+        "--type",
+        workflow_type,
+        "--task-queue",
+        cli.task_queue,
+        "--workflow-id",
+        workflow_id,
+        "--input",
+        json.dumps(run_input),
+        "--search-attribute",
+        'PsychTenant="acme"',
+        "--search-attribute",
+        f'PsychAgent="{agent}"',
+        "--search-attribute",
+        f'PsychVersion="{version.hash}"',
+        "--search-attribute",
+        'PsychStatus="running"',
+    )
+    assert workflow_id in started
+    return run_id, workflow_id
+
+
+async def workflow_result(cli: Cli, workflow_id: str) -> Any:
+    """The Run's result as ``temporal workflow result`` gives it (JSON)."""
+    return json.loads(
+        await temporal(cli, "workflow", "result", "--workflow-id", workflow_id, "-o", "json")
+    )
+
+
 async def test_start_and_query_an_agent_run_with_the_temporal_cli(
     cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -58,40 +105,11 @@ async def test_start_and_query_an_agent_run_with_the_temporal_cli(
     )
     # What `psych publish` stores is the Version document the input carries.
     version = FileVersionStore(cli.home / "versions").publish(load_spec_file(cli.spec_file))
-    run_id = uuid.uuid4().hex[:12]
-    workflow_id = f"psych-acme-{run_id}"
-    run_input = {
-        "run_id": run_id,
-        "version": json.loads(version.to_json()),
-        "scope": {"tenant": "acme"},
-        "messages": ["Where is order 7?"],
-    }
     async with cli.worker():
-        started = await temporal(
-            cli,
-            "workflow",
-            "start",
-            "--type",
-            "AgentRun",
-            "--task-queue",
-            cli.task_queue,
-            "--workflow-id",
-            workflow_id,
-            "--input",
-            json.dumps(run_input),
-            "--search-attribute",
-            'PsychTenant="acme"',
-            "--search-attribute",
-            'PsychAgent="support"',
-            "--search-attribute",
-            f'PsychVersion="{version.hash}"',
-            "--search-attribute",
-            'PsychStatus="running"',
+        run_id, workflow_id = await start(
+            cli, "AgentRun", version, "Where is order 7?", agent="support"
         )
-        assert workflow_id in started
-        result = json.loads(
-            await temporal(cli, "workflow", "result", "--workflow-id", workflow_id, "-o", "json")
-        )
+        result = await workflow_result(cli, workflow_id)
         state = await query(cli, workflow_id, "psych.state")
         page = await query(cli, workflow_id, "psych.records", "--input", '{"after": 0}')
         later = await query(

@@ -8,7 +8,6 @@ built from it as plain JSON starts ``WorkflowRun`` on a psych worker's task queu
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
@@ -17,7 +16,7 @@ from psych_runtime.testing import Reply
 from psych_runtime.workers._loading import load_spec_file
 
 from .conftest import EXAMPLES, Cli, psych
-from .test_temporal_cli import query, temporal
+from .test_temporal_cli import query, start, workflow_result
 
 WELCOME = "Welcome aboard, we are glad you are here."
 OUTPUTS = {"create": {"account": "acct-starter", "plan": "starter"}, "welcome": WELCOME}
@@ -29,40 +28,11 @@ async def test_start_and_query_a_workflow_run_with_the_temporal_cli(
     cli.fake.enqueue(Reply.text(WELCOME))
     spec = load_spec_file(EXAMPLES / "onboarding-workflow.yaml")
     version = FileVersionStore(cli.home / "versions").publish(spec)
-    run_id = uuid.uuid4().hex[:12]
-    workflow_id = f"psych-acme-{run_id}"
-    run_input = {
-        "run_id": run_id,
-        "version": json.loads(version.to_json()),
-        "scope": {"tenant": "acme"},
-        "messages": ["Onboard Ada"],
-    }
     async with cli.worker():
-        started = await temporal(
-            cli,
-            "workflow",
-            "start",
-            "--type",
-            "WorkflowRun",
-            "--task-queue",
-            cli.task_queue,
-            "--workflow-id",
-            workflow_id,
-            "--input",
-            json.dumps(run_input),
-            "--search-attribute",
-            'PsychTenant="acme"',
-            "--search-attribute",
-            'PsychAgent="onboard-customer"',
-            "--search-attribute",
-            f'PsychVersion="{version.hash}"',
-            "--search-attribute",
-            'PsychStatus="running"',
+        run_id, workflow_id = await start(
+            cli, "WorkflowRun", version, "Onboard Ada", agent="onboard-customer"
         )
-        assert workflow_id in started
-        result = json.loads(
-            await temporal(cli, "workflow", "result", "--workflow-id", workflow_id, "-o", "json")
-        )
+        result = await workflow_result(cli, workflow_id)
         state = await query(cli, workflow_id, "psych.state")
         page = await query(cli, workflow_id, "psych.records", "--input", '{"after": 0}')
         # The psych CLI reads the same Run.
