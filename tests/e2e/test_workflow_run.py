@@ -209,7 +209,7 @@ async def test_a_tool_step_that_asks_is_approved_through_the_workflow(harness: H
             found = await harness.client.list(scope=harness.scope, suspended=True)
             return run.workflow_id in {s.workflow_id for s in found}
 
-        await eventually(listed, what="the suspended workflow to be listed")
+        await waiting.eventually(listed, what="the suspended workflow to be listed")
         await harness.client.approve(run, "create", scope=harness.scope, note="ok")
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED
