@@ -120,27 +120,22 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
     return await _execute(TOOL_READ_OUTPUT, input, ToolOutcome, summary=summary)
 
 
-async def call_http(input: HttpToolCall, entry: CatalogEntry, *, summary: str) -> ToolOutcome:
-    """``psych.tool.http``: one HTTP tool call, bounded by the tool's own timeout."""
+async def call_tool(
+    input: HttpToolCall | CodeToolCall, entry: CatalogEntry, *, summary: str
+) -> ToolOutcome:
+    """``psych.tool.http`` (bounded by the HTTP tool's own timeout too) or
+    ``psych.tool.code``: one tool call, retried only when it is safe to repeat."""
+    if isinstance(input, HttpToolCall):
+        name, extra = TOOL_HTTP, timedelta(seconds=input.tool.timeout_seconds)
+    else:
+        name, extra = TOOL_CODE, timedelta(0)
     return await _execute(
-        TOOL_HTTP,
+        name,
         input,
         ToolOutcome,
         summary=summary,
         retry=tool_retry(entry.safe_to_repeat),
-        extra_time=timedelta(seconds=input.tool.timeout_seconds),
-        heartbeat=_heartbeat(entry),
-    )
-
-
-async def call_code(input: CodeToolCall, entry: CatalogEntry, *, summary: str) -> ToolOutcome:
-    """``psych.tool.code``: one code tool call."""
-    return await _execute(
-        TOOL_CODE,
-        input,
-        ToolOutcome,
-        summary=summary,
-        retry=tool_retry(entry.safe_to_repeat),
+        extra_time=extra,
         heartbeat=_heartbeat(entry),
     )
 

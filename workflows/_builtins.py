@@ -140,17 +140,12 @@ ASK_QUESTION = ToolDefinition(
 async def _ask_question(
     run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
 ) -> ToolResult:
-    seconds = run._suspension.question_expires_seconds
-    answer = await run._suspensions.suspend(
-        Pending(
-            reason="question",
-            id=call.id,
-            call_id=call.id,
-            tool=call.name,
-            question=str(arguments.get("question", "")),
-            expires_at=expires_at(seconds),
-        ),
-        seconds,
+    answer = await run._suspend_call(
+        call,
+        "question",
+        run._suspension.question_expires_seconds,
+        question=str(arguments.get("question", "")),
+        arguments="",
     )
     return inline(call, "ok", answer.answer or "")
 

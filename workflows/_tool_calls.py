@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows import _guards as guards
     from psych_runtime.workflows._builtins import BUILTINS
-    from psych_runtime.workflows._contract import RunInput
+    from psych_runtime.workflows._contract import ResumeInput, RunInput
     from psych_runtime.workflows._handlers import Handlers
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import (
@@ -216,17 +216,8 @@ class ToolCalls(Handlers):
             )
         if decision.decision == "allow":
             return None
-        seconds = self._suspension.approval_expires_seconds
-        answer = await self._suspensions.suspend(
-            Pending(
-                reason="approval",
-                id=call.id,
-                call_id=call.id,
-                tool=call.name,
-                arguments=call.arguments,
-                expires_at=expires_at(seconds),
-            ),
-            seconds,
+        answer = await self._suspend_call(
+            call, "approval", self._suspension.approval_expires_seconds
         )
         if answer.approved:
             return None
@@ -237,21 +228,40 @@ class ToolCalls(Handlers):
         token = outcome.wait_token or call.id
         if token in self._suspensions.waits:
             return inline(call, "error", f"another call already waits on token {token!r}")
-        seconds = self._suspension.external_expires_seconds
-        answer = await self._suspensions.suspend(
+        answer = await self._suspend_call(
+            call,
+            "external",
+            self._suspension.external_expires_seconds,
+            id=token,
+            question=outcome.content,
+        )
+        payload = answer.payload
+        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+
+    async def _suspend_call(
+        self,
+        call: ToolCallRequest,
+        reason: Literal["approval", "question", "external"],
+        seconds: float,
+        *,
+        id: str | None = None,
+        question: str | None = None,
+        arguments: str | None = None,
+    ) -> ResumeInput:
+        """Suspend the Run on ``call`` (an approval, a question, an external wait) until it
+        is answered; the item's id is the call id unless given (a wait token)."""
+        return await self._suspensions.suspend(
             Pending(
-                reason="external",
-                id=token,
+                reason=reason,
+                id=id or call.id,
                 call_id=call.id,
                 tool=call.name,
-                arguments=call.arguments,
-                question=outcome.content,
+                arguments=call.arguments if arguments is None else arguments,
+                question=question,
                 expires_at=expires_at(seconds),
             ),
             seconds,
         )
-        payload = answer.payload
-        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
 
     async def _execute(
         self, turn: int, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
@@ -265,7 +275,7 @@ class ToolCalls(Handlers):
             if entry.kind == "http":
                 tool = self._tools[call.name]
                 assert isinstance(tool, HttpTool)
-                outcome = await calls.call_http(
+                outcome = await calls.call_tool(
                     HttpToolCall(
                         run_id=self._input.run_id,
                         call_id=call.id,
@@ -278,7 +288,7 @@ class ToolCalls(Handlers):
                     summary=summary,
                 )
             else:
-                outcome = await calls.call_code(
+                outcome = await calls.call_tool(
                     CodeToolCall(
                         run_id=self._input.run_id,
                         call_id=call.id,
