@@ -138,7 +138,6 @@ class ToolActivities(ActivityClass):
         self._owned_http: httpx.AsyncClient | None = None
         self._heartbeat_seconds = heartbeat_seconds
         self._outage_seconds = outage_seconds
-        self._reporting: set[asyncio.Task[None]] = set()
         self.policy: Policy = policy if policy is not None else RulePolicy()
 
     async def aclose(self) -> None:
@@ -383,8 +382,8 @@ class ToolActivities(ActivityClass):
             return outcome
         handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
         task = asyncio.create_task(_report(handle, outcome))
-        self._reporting.add(task)
-        task.add_done_callback(self._reporting.discard)
+        _REPORTS.add(task)
+        task.add_done_callback(_REPORTS.discard)
         activity.raise_complete_async()
 
     async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
@@ -588,6 +587,23 @@ def _latency(started: float) -> Latency:
     return Latency(
         queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
     )
+
+
+_REPORTS: set[asyncio.Task[None]] = set()
+"""Outcomes on their way through the client (process-wide: the worker's shutdown waits)."""
+
+
+async def drain_reports(within: float) -> int:
+    """Wait up to ``within`` seconds for every tool outcome still being reported through
+    the client (a worker stopping must not drop a result it holds); return how many were
+    still unsent when the time ran out (each is then recorded UNKNOWN by its Run)."""
+    pending = set(_REPORTS)
+    if not pending:
+        return 0
+    _, unsent = await asyncio.wait(pending, timeout=within)
+    if unsent:
+        _log.error("%d tool outcomes were not reported before the worker stopped", len(unsent))
+    return len(unsent)
 
 
 async def _report(handle: AsyncActivityHandle, outcome: ToolOutcome) -> None:

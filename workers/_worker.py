@@ -33,7 +33,7 @@ from psych_runtime.activities._policy import (
     policy_digest,
 )
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
-from psych_runtime.activities._tools import OUTAGE_MARGIN, ToolActivities
+from psych_runtime.activities._tools import OUTAGE_MARGIN, ToolActivities, drain_reports
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
@@ -328,3 +328,6 @@ async def run_worker(
         worker = build_worker(client, settings, http=http, **worker_options)
         async with worker:
             yield worker
+        # Calls not safe to repeat report their outcome through the client; the worker
+        # has stopped, but those reports may still be retrying through an outage.
+        await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)

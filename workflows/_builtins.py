@@ -19,7 +19,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ReadOutputInput, ToolCallRequest, ToolDefinition
     from psych_runtime.specs import AgentSpec, Version, narrow, version_hash
     from psych_runtime.workflows import _activity_calls as calls
-    from psych_runtime.workflows._children import start_child
     from psych_runtime.workflows._contract import ParentBounds, RunResult
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import Pending, RunStatus
@@ -216,17 +215,15 @@ async def _delegate(
     )
     version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
     index = sum(run._delegations.values())
-    child = await start_child(
-        run._input.scope,
+    child = await run._start_reporting_child(
         f"{run._input.run_id}-sub{index}",
         version,
         (str(arguments.get("task", "")),),
-        depth=depth,
         summary=f"subagent {name} of {run._input.run_id}",
         bounds=ParentBounds(report_pending=True),
+        depth=depth,
     )
     workflow_id = child.id
-    run._children[workflow_id] = child
     seconds = run._suspension.children_expires_seconds
     item = Pending(
         reason="children",

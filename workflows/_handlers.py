@@ -16,9 +16,11 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.specs import Version
+    from psych_runtime.workflows._children import start_child
     from psych_runtime.workflows._contract import (
         ABORT,
         CHILD_PENDING,
@@ -28,16 +30,19 @@ with workflow.unsafe.imports_passed_through():
         STEER,
         AbortInput,
         ChildPending,
+        ParentBounds,
         RecordsPage,
         RecordsQuery,
         RefusalKind,
         ResumeInput,
         ResumeResult,
         RunInput,
+        RunResult,
         RunState,
         SteerInput,
         refusal,
         size_problem,
+        workflow_id_for,
     )
     from psych_runtime.workflows._records import (
         AbortRequested,
@@ -132,10 +137,7 @@ class Handlers(RunBase):
         child = self._suspensions.child_of(input.id) if item.run is not None else None
         if child is not None:
             # A child's item: the child records the answer when the forwarded signal comes.
-            remaining = tuple(
-                p for p in self._suspensions.children.get(child, ()) if p.id != input.id
-            )
-            self._suspensions.set_child(child, remaining)
+            self._suspensions.forward(child, input.id)
             self._forward(child, RESUME, input)
         else:
             self._suspensions.waits[input.id].answer = input
@@ -220,8 +222,43 @@ class Handlers(RunBase):
     @workflow.signal(name=CHILD_PENDING)
     def child_pending(self, input: ChildPending) -> None:
         """A child Run's pending items changed: mirror them (a finished child's are dropped)."""
-        if self._bad_input is None and input.run in self._children:
+        known = input.run in self._children or input.run in self._starting
+        if self._bad_input is None and known:
             self._suspensions.set_child(input.run, input.pending)
+
+    async def _start_reporting_child(
+        self,
+        run_id: str,
+        version: Version,
+        messages: tuple[str, ...],
+        *,
+        summary: str,
+        bounds: ParentBounds,
+        depth: int | None = None,
+    ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
+        """Start a child whose pending items are mirrored here and answers forwarded to it.
+
+        Its id is known before it starts, so a report it sends in the activation that also
+        brings its start (the SDK applies signals first) is taken, not dropped.
+        """
+        child_id = workflow_id_for(self._input.scope.tenant, run_id)
+        self._starting.add(child_id)
+        try:
+            child = await start_child(
+                self._input.scope,
+                run_id,
+                version,
+                messages,
+                depth=self._input.depth + 1 if depth is None else depth,
+                summary=summary,
+                bounds=bounds,
+            )
+        except ChildWorkflowError:
+            self._starting.discard(child_id)
+            raise
+        self._starting.discard(child_id)
+        self._children[child_id] = child
+        return child
 
     def _forget_child(self, run: str) -> None:
         """A child settled (or is being cancelled): stop mirroring and forwarding to it.

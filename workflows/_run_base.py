@@ -99,6 +99,8 @@ class RunBase(abc.ABC):
         self._reported: tuple[Pending, ...] = ()
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, RunResult]] = {}
         """Running children that answers and aborts are forwarded to, by workflow id."""
+        self._starting: set[str] = set()
+        """Children being started (their reports are taken already)."""
         self._suspensions = Suspensions(
             self._log, changed=self._show_status, aborted=self._abort_text
         )

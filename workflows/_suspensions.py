@@ -48,6 +48,10 @@ class Suspensions:
         self.expired: set[str] = set()
         self.children: dict[str, tuple[Pending, ...]] = {}
         """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
+        self._forwarded: dict[str, set[str]] = {}
+        """A child's workflow id -> ids answered here and forwarded to it, until a report
+        of the child's no longer lists them (a report sent before the child saw the answer
+        must not make them answerable again)."""
 
     def items(self) -> tuple[Pending, ...]:
         """Every pending item, this Run's first, then each child's in start order."""
@@ -66,12 +70,29 @@ class Suspensions:
 
     def set_child(self, run: str, pending: tuple[Pending, ...]) -> None:
         """Mirror what child ``run`` waits for now (nothing: forget it)."""
+        listed = {item.id for item in pending}
+        forwarded = self._forwarded.get(run, set()) & listed
+        if forwarded:
+            self._forwarded[run] = forwarded
+        else:
+            self._forwarded.pop(run, None)
+        pending = tuple(item for item in pending if item.id not in forwarded)
         if pending:
             # An item a grandchild holds keeps its holder's id; answers go through ``run``.
             self.children[run] = tuple(
                 item if item.run is not None else item.model_copy(update={"run": run})
                 for item in pending
             )
+        else:
+            self.children.pop(run, None)
+        self._changed()
+
+    def forward(self, run: str, pending_id: str) -> None:
+        """Note that ``pending_id`` of child ``run`` was answered here and forwarded."""
+        self._forwarded.setdefault(run, set()).add(pending_id)
+        remaining = tuple(p for p in self.children.get(run, ()) if p.id != pending_id)
+        if remaining:
+            self.children[run] = remaining
         else:
             self.children.pop(run, None)
         self._changed()
@@ -91,6 +112,11 @@ class Suspensions:
             None,
         )
         if wait is None and child_item is None:
+            if any(input.id in ids for ids in self._forwarded.values()):
+                raise refusal(
+                    RefusalKind.ALREADY_ANSWERED,
+                    f"{input.id!r} was already answered (forwarded to the child Run)",
+                )
             if input.id in self.expired:
                 raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
             waiting = ", ".join(item.id for item in self.items()) or "nothing"

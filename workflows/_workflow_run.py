@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         version_hash,
     )
     from psych_runtime.workflows._catalog import by_name, resolve
-    from psych_runtime.workflows._children import start_child
     from psych_runtime.workflows._contract import (
         ABORT,
         STEER,
@@ -167,6 +166,7 @@ class WorkflowRun(ToolCalls):
         if result.status != "ok":
             error = f"{result.status}: {result.content}"
             self._finish(step.name, "tool", ok=False, error=error)
+            self._check_abort()  # a call an abort cancelled ends the Run ABORTED
             raise _StepFailed(error)
         output: Any = result.content
         if result.outcome is not None and result.outcome.truncated:
@@ -193,12 +193,10 @@ class WorkflowRun(ToolCalls):
             )
         version = Version(hash=version_hash(step.spec), spec=step.spec, published_at=workflow.now())
         left = self._limits.transient_retry_budget - self._totals.transient_failures
-        child = await start_child(
-            self._input.scope,
+        child = await self._start_reporting_child(
             f"{self._input.run_id}-step{index}",
             version,
             messages,
-            depth=self._input.depth + 1,
             summary=f"step {step.name} of {self._input.run_id}",
             bounds=ParentBounds(
                 transient_retry_budget=max(left, 0),
@@ -216,8 +214,9 @@ class WorkflowRun(ToolCalls):
                 run=child.id,
             )
         )
-        self._children[child.id] = child
         self._running = child.id
+        if self._abort is not None:  # it came while the child was being started
+            self._forward(child.id, ABORT, self._abort)
         try:
             result: RunResult = await child
         except ChildWorkflowError as err:

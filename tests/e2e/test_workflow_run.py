@@ -360,3 +360,32 @@ async def test_idempotent_dispatch_and_another_tenant(harness: Harness) -> None:
         records = (await harness.client.records(first, scope=harness.scope)).records
     assert created == ["x"]
     assert [r.step for r in records if isinstance(r, StepStarted)] == ["create"]
+
+
+async def test_abort_during_a_tool_step_settles_the_workflow_aborted(harness: Harness) -> None:
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def crawl(pages: int) -> str:
+        """Crawl for a long time."""
+        started.set()
+        await asyncio.sleep(600)
+        return "crawled"
+
+    spec = (
+        WorkflowBuilder("crawling", registry=harness.registry)
+        .tool("crawl")
+        .tool_step("crawl", "crawl", {"pages": 1000})
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "crawl", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        await harness.client.abort(run, scope=harness.scope, reason="enough")
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.ABORTED
+    assert "enough" in result.reason
+    (finished,) = [r for r in records if isinstance(r, StepFinished)]
+    assert (finished.step, finished.ok) == ("crawl", False)
+    assert finished.error is not None and finished.error.startswith("aborted: ")

@@ -931,6 +931,19 @@ async def workflow_abort_during_agent_step(rig: Rig) -> RunHandle:
     return run
 
 
+async def workflow_abort_during_tool_step(rig: Rig) -> RunHandle:
+    GATES.clear()
+    spec = (
+        _workflow(rig, "searching-step").tool("search").tool_step("find", "search", {"query": "q"})
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec.build(), "Search", scope=SCOPE)
+        await rig.started("search")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        await rig.settle(run)  # the search is cancelled; the workflow settles ABORTED
+    return run
+
+
 async def workflow_steer_forwarded(rig: Rig) -> RunHandle:
     GATES.clear()
     spec = _workflow(rig, "steered").agent_step("shop", rig.agent("shop").tool("fetch").build())
@@ -1008,6 +1021,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_agent_step_question),
     ("dev", workflow_abort_during_agent_step),
     ("dev", workflow_steer_forwarded),
+    ("dev", workflow_abort_during_tool_step),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
