@@ -6,16 +6,15 @@ Workflows import only the payload types. The scriptable fake model server for te
 """
 
 from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
-from psych_runtime.activities._model import (
-    MODEL_CALL_FAILED,
+from psych_runtime.activities._endpoints import (
     Endpoint,
-    ModelActivities,
     ModelEndpoints,
     ModelPrice,
     Pricing,
     TablePricing,
-    classify,
 )
+from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
+from psych_runtime.activities._model_failures import classify
 from psych_runtime.activities._payloads import (
     ACTIVITY_NAMES,
     ChatMessage,

@@ -24,7 +24,8 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
-from psych_runtime.activities._model import ModelActivities, ModelEndpoints, Pricing
+from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities._model import ModelActivities
 from psych_runtime.activities._payloads import Decision
 from psych_runtime.activities._policy import (
     Policy,

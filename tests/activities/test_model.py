@@ -16,17 +16,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities._blobs import Conversations, LocalBlobStore, blob_ref
-from psych_runtime.activities._model import (
-    MODEL_CALL_FAILED,
-    Endpoint,
-    ModelActivities,
-    ModelEndpoints,
-    ModelPrice,
-    ProviderResponseError,
-    StreamIdle,
-    TablePricing,
-    classify,
-)
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints, ModelPrice, TablePricing
+from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
+from psych_runtime.activities._model_failures import ProviderResponseError, StreamIdle, classify
 from psych_runtime.activities._payloads import (
     ChatMessage,
     ModelCallInput,

@@ -13,7 +13,7 @@ from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSki
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel

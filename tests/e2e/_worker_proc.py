@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._secrets import StaticSecretResolver
 from psych_runtime.specs import AgentBuilder, RunFailed
 from psych_runtime.testing import Reply, ToolCall

@@ -16,7 +16,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._secrets import StaticSecretResolver
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.testing import FakeModel

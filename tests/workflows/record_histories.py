@@ -41,7 +41,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._model import Endpoint, ModelEndpoints
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
