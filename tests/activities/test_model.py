@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,17 +46,6 @@ CLOCK = ToolDefinition(name="clock", description="The time.", parameters={"type"
 async def fake() -> AsyncIterator[FakeModel]:
     async with FakeModel(models=(MODEL,)) as model:
         yield model
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> LocalBlobStore:
-    return LocalBlobStore(tmp_path / "blobs")
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ import base64
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -59,17 +57,6 @@ def call(**fields: Any) -> ModelCallInput:
     }
     values.update(fields)
     return ModelCallInput(**values)
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> LocalBlobStore:
-    return LocalBlobStore(tmp_path / "blobs")
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def activities(

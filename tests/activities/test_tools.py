@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, urlsplit
 
@@ -214,11 +213,6 @@ def cancelled() -> list[str]:
 @pytest.fixture
 def started() -> asyncio.Event:
     return asyncio.Event()
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> LocalBlobStore:
-    return LocalBlobStore(tmp_path / "blobs")
 
 
 @pytest.fixture
