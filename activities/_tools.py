@@ -31,7 +31,6 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.client import AsyncActivityHandle
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._activity_class import ActivityClass
@@ -58,6 +57,7 @@ from psych_runtime.activities._payloads import (
 )
 from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
+from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
 from psych_runtime.specs import (
     ExternalWait,
@@ -78,9 +78,6 @@ _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
 _BLOB_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
-OUTAGE_MARGIN = 10.0
-"""Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
-worker holds a heartbeat back (5 s, set by ``build_worker``) and the server's restart."""
 
 
 class _ToolError(Exception):
@@ -380,11 +377,7 @@ class ToolActivities(ActivityClass):
         outcome = await work
         if safe_to_repeat or self._outage_seconds <= 0:
             return outcome
-        handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
-        task = asyncio.create_task(_report(handle, outcome))
-        _REPORTS.add(task)
-        task.add_done_callback(_REPORTS.discard)
-        activity.raise_complete_async()
+        complete_through_client(outcome)
 
     async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Await ``work`` as a task, heartbeating until it is done.
@@ -587,32 +580,3 @@ def _latency(started: float) -> Latency:
     return Latency(
         queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
     )
-
-
-_REPORTS: set[asyncio.Task[None]] = set()
-"""Outcomes on their way through the client (process-wide: the worker's shutdown waits)."""
-
-
-async def drain_reports(within: float) -> int:
-    """Wait up to ``within`` seconds for every tool outcome still being reported through
-    the client (a worker stopping must not drop a result it holds); return how many were
-    still unsent when the time ran out (each is then recorded UNKNOWN by its Run)."""
-    pending = set(_REPORTS)
-    if not pending:
-        return 0
-    _, unsent = await asyncio.wait(pending, timeout=within)
-    if unsent:
-        _log.error("%d tool outcomes were not reported before the worker stopped", len(unsent))
-    return len(unsent)
-
-
-async def _report(handle: AsyncActivityHandle, outcome: ToolOutcome) -> None:
-    """Complete a call through the client, retrying as long as its retry config says."""
-    try:
-        await handle.complete(outcome)
-    except Exception:
-        _log.error(
-            "could not report the outcome of tool call %s; the Run records it UNKNOWN",
-            outcome.call_id,
-            exc_info=True,
-        )

@@ -33,8 +33,9 @@ from psych_runtime.activities._policy import (
     policy_description,
     policy_digest,
 )
+from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
-from psych_runtime.activities._tools import OUTAGE_MARGIN, ToolActivities, drain_reports
+from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
