@@ -1,10 +1,18 @@
-"""The kernel's pure parts, without a server: guards, model retries, Totals, input parsing."""
+"""The kernel's pure parts, without a server: guards, model retries, Totals, input parsing,
+mirrored child items, and draining outcomes still being reported."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
 from psych_runtime.activities._payloads import ModelFailure, Usage
-from psych_runtime.specs import Limits
-from psych_runtime.workflows import AgentRunInput, Totals
+from psych_runtime.activities._reporting import _REPORTS, drain_reports
+from psych_runtime.specs import Limits, Scope
+from psych_runtime.workflows import AgentRunInput, Pending, Totals
 from psych_runtime.workflows._contract import (
     MAX_TEXT_CHARS,
     AbortInput,
@@ -21,6 +29,8 @@ from psych_runtime.workflows._guards import (
 )
 from psych_runtime.workflows._handlers import parse_input
 from psych_runtime.workflows._model_calls import budget_left, ready_model, retry_delay
+from psych_runtime.workflows._record_log import RecordLog
+from psych_runtime.workflows._suspensions import Suspensions
 
 LIMITS = Limits(
     failure_streak_threshold=2,
@@ -115,3 +125,45 @@ def test_parse_input_says_what_is_wrong() -> None:
     assert "given none" in str(parse_input([], AgentRunInput))
     assert "given 2" in str(parse_input([{}, {}], AgentRunInput))
     assert "not a valid AgentRunInput" in str(parse_input([{"run_id": 1}], AgentRunInput))
+
+
+def _pending(item_id: str) -> Pending:
+    return Pending(
+        reason="approval",
+        id=item_id,
+        call_id=item_id,
+        tool="t",
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )
+
+
+def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None:
+    changes: list[None] = []
+    held = Suspensions(
+        RecordLog(Scope(tenant="a")), changed=lambda: changes.append(None), aborted=lambda: None
+    )
+    held.set_child("child", (_pending("A"),))
+    assert held.child_of("A") == "child"
+    held.forward("child", "A")  # answered here, sent on to the child
+    held.set_child("child", (_pending("A"), _pending("B")))  # sent before it saw the answer
+    assert [item.id for item in held.items()] == ["B"]
+    answer = ResumeInput(reason="approval", id="A", tenant="a", approved=False)
+    with pytest.raises(ApplicationError) as again:
+        held.check(answer)
+    assert again.value.type == "AlreadyAnswered"
+    held.set_child("child", (_pending("B"),))  # the child took it: the id is free again
+    with pytest.raises(ApplicationError) as unknown:
+        held.check(answer)
+    assert unknown.value.type == "UnknownPending"
+    assert changes
+
+
+async def test_drain_reports_waits_for_outcomes_still_on_their_way() -> None:
+    release = asyncio.Event()
+    task = asyncio.create_task(release.wait())
+    _REPORTS.add(task)  # type: ignore[arg-type]  # any task stands for a report here
+    task.add_done_callback(_REPORTS.discard)
+    assert await drain_reports(0.05) == 1  # still unsent when the time ran out
+    release.set()
+    assert await drain_reports(1.0) == 0
+    assert not _REPORTS
