@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from psych_runtime.specs import HttpTool, ModelRef, Scope
+from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope
 
 BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 """The content hash of a stored blob."""
@@ -35,13 +35,20 @@ TOOL_CODE = "psych.tool.code"
 TOOL_HTTP = "psych.tool.http"
 TOOL_READ_OUTPUT = "psych.tool.read_output"
 POLICY_DECIDE = "psych.policy.decide"
+MCP_LIST_TOOLS = "psych.mcp.list_tools"
+"""Run as a local activity at every turn boundary (its result is a marker in history)."""
+MCP_SEARCH_TOOLS = "psych.mcp.search_tools"
+TOOL_MCP = "psych.tool.mcp"
 
 ACTIVITY_NAMES = (
+    MCP_LIST_TOOLS,
+    MCP_SEARCH_TOOLS,
     MODEL_COMPLETE,
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
     TOOL_HTTP,
+    TOOL_MCP,
     TOOL_READ_OUTPUT,
 )
 
@@ -209,9 +216,11 @@ class CatalogEntry(_Payload):
     """Execution facts of one offered tool."""
 
     name: str
-    kind: Literal["code", "http", "builtin"]
+    """The name the model sees (for an MCP tool ``<server>__<tool>``, sanitised)."""
+    kind: Literal["code", "http", "mcp", "builtin"]
     safe_to_repeat: bool
-    """False for code tools not registered idempotent and for HTTP POST/PATCH."""
+    """False for code tools not registered idempotent, for HTTP POST/PATCH and for MCP
+    tools the server marks neither read-only nor idempotent."""
     info: ToolInfo
     policy: PolicyDecision | None = None
     """The Policy's decision for every call of this tool; None = ask per call."""
@@ -219,6 +228,10 @@ class CatalogEntry(_Payload):
     """How long a call of this tool may go unheard by the server before it counts as lost;
     set by the worker for tools not safe to repeat, sized for the server outage a finished
     call must survive. None: the workflow's default (10 s)."""
+    server: str | None = None
+    """MCP tools: the server's name in the Spec."""
+    tool: str | None = None
+    """MCP tools: the tool's own name on the server (what ``tools/call`` is sent)."""
 
 
 class PolicyInput(_Payload):
@@ -260,6 +273,87 @@ class HttpToolCall(_Payload):
     scope: Scope
 
 
+class McpCatalogInput(_Payload):
+    """``psych.mcp.list_tools``: this turn's catalogue of a Run with MCP servers.
+
+    The activity discovers each server (``initialize`` + every ``tools/list`` page, or the
+    worker's cache), narrows by ``allow``, names the tools ``<server>__<tool>`` and stores
+    the base definitions plus the offered MCP ones as one blob for the model call.
+    """
+
+    run_id: str
+    turn: int
+    servers: tuple[McpServer, ...]
+    scope: Scope
+    base_tools_ref: BlobRef | None = None
+    """The Run's other definitions (code, HTTP, built-ins: ``ToolCatalog.tools_ref``)."""
+    loaded: tuple[str, ...] = ()
+    """Model-facing names of deferred servers' tools that ``search_mcp_tools`` found:
+    offered from the turn after they were found."""
+    known_hash: str | None = None
+    """The ``catalog_hash`` the workflow already holds: when this turn's is the same, the
+    result leaves out ``tools_ref`` and ``entries`` (a few bytes of history per turn)."""
+
+
+class McpServerStatus(_Payload):
+    """One server's part of a turn's catalogue."""
+
+    server: str
+    status: Literal["ok", "deferred", "unavailable"]
+    """``deferred``: its catalogue is over the worker's preload budget (or ``preload`` is
+    false), so only the tools found through ``search_mcp_tools`` are offered."""
+    tools: int = 0
+    """Tools offered this turn (after ``allow``)."""
+    catalog_hash: str | None = None
+    """Content hash of the server's narrowed definitions."""
+    cached: bool = False
+    """True when the worker's cache answered instead of the server."""
+    error: str | None = None
+    """Why it is unavailable (never carries a credential)."""
+
+
+class McpCatalog(_Payload):
+    """A turn's catalogue: base tools plus the MCP tools offered."""
+
+    catalog_hash: str
+    """Hash of ``tools_ref`` and ``entries``; equal to the input's ``known_hash`` when
+    nothing changed, and then the two are left out."""
+    tools_ref: BlobRef | None = None
+    entries: tuple[CatalogEntry, ...] | None = None
+    """The MCP entries (and ``search_mcp_tools`` when a server is deferred); None =
+    unchanged since ``known_hash``."""
+    servers: tuple[McpServerStatus, ...] = ()
+    renamed: tuple[tuple[str, str, str], ...] = ()
+    """``(model name, server, tool)`` for each tool whose name was sanitised, cut or
+    suffixed to resolve a collision (left out when unchanged)."""
+
+
+class McpToolCall(_Payload):
+    """``psych.tool.mcp``: one ``tools/call``."""
+
+    run_id: str
+    call_id: str
+    server: McpServer
+    tool: str
+    """The tool's own name on the server."""
+    arguments: dict[str, Any]
+    large_result_bytes: int
+    scope: Scope
+
+
+class McpSearchInput(_Payload):
+    """``psych.mcp.search_tools``: search deferred servers' catalogues."""
+
+    run_id: str
+    call_id: str
+    servers: tuple[McpServer, ...]
+    """The deferred servers to search (the model may have named one)."""
+    query: str
+    limit: int = Field(default=10, ge=1, le=50)
+    large_result_bytes: int
+    scope: Scope
+
+
 class ToolOutcome(_Payload):
     """What one tool call produced, stored whole, shown small."""
 
@@ -278,6 +372,14 @@ class ToolOutcome(_Payload):
     """The tool message the model is shown (result or handle + preview)."""
     latency: Latency
     wait_token: str | None = None
+
+
+class McpSearchResult(_Payload):
+    """What ``search_mcp_tools`` found: the model's message and the names to load."""
+
+    outcome: ToolOutcome
+    found: tuple[str, ...] = ()
+    """Model-facing names made callable from the next turn."""
 
 
 class ReadOutputInput(_Payload):

@@ -38,6 +38,7 @@ BUILTIN_TOOL_NAMES = frozenset(
         "delegate",
         "load_skill",
         "read_tool_output",
+        "search_mcp_tools",
         "send_message",
         "show_component",
         "spawn",
