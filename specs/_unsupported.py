@@ -40,10 +40,6 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "display components are not implemented by this runtime yet (issue 10); "
             "no component tool would be offered"
         ),
-        "AgentSpec.mcp_servers": (
-            "MCP servers are not implemented by this runtime yet (issue 9); "
-            "the agent would run without their tools"
-        ),
         "AgentSpec.spawn": (
             "spawn is not implemented by this runtime yet (issue 10); "
             "no spawn tool would be offered"
@@ -56,16 +52,28 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "MCP OAuth is not implemented by this runtime yet; "
             "the server would be called without it"
         ),
-        "WorkflowSpec.mcp_servers": (
-            "MCP servers are not implemented by this runtime yet (issue 9); "
-            "no step could call their tools"
-        ),
     }
 )
 """``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
 
+BEFORE_MCP: Mapping[str, str] = MappingProxyType(
+    {
+        **UNSUPPORTED_FIELDS,
+        "AgentSpec.mcp_servers": (
+            "MCP servers are not implemented by this runtime yet; "
+            "the agent would run without their tools"
+        ),
+        "WorkflowSpec.mcp_servers": (
+            "MCP servers are not implemented by this runtime yet; no step could call their tools"
+        ),
+    }
+)
+"""The table as it was before MCP servers were implemented: a Run admitted then was
+refused for them, and its replay must refuse it again (the workflow's ``psych-mcp``
+patch chooses)."""
 
-def _walk(spec: BaseModel) -> list[Problem]:
+
+def _walk(spec: BaseModel, fields: Mapping[str, str]) -> list[Problem]:
     # Depth-first in declaration order (a field, then what it holds, then the next field),
     # with an explicit stack: a Spec that reached a workflow unvalidated may nest deeper
     # than the recursion limit allows.
@@ -78,7 +86,7 @@ def _walk(spec: BaseModel) -> list[Problem]:
             pending.extend((model, prefix, name) for name in reversed(cls.model_fields))
             continue
         value = getattr(model, field)
-        reason = UNSUPPORTED_FIELDS.get(f"{cls.__name__}.{field}")
+        reason = fields.get(f"{cls.__name__}.{field}")
         default = cls.model_fields[field].get_default(call_default_factory=True)
         if reason is not None and value != default:
             problems.append(Problem(f"{prefix}{field}", reason))
@@ -94,14 +102,17 @@ def _walk(spec: BaseModel) -> list[Problem]:
     return problems
 
 
-def unsupported_features(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
+def unsupported_features(
+    spec: AgentSpec | WorkflowSpec, fields: Mapping[str, str] = UNSUPPORTED_FIELDS
+) -> list[Problem]:
     """Every use in ``spec`` of a field this runtime does not implement yet.
 
     Pure and deterministic, so the workflow may call it at Run admission as well as
     ``validate`` at publish. Empty means everything the Spec asks for is implemented.
+    ``fields`` is the table to apply (an earlier one, to replay an earlier Run).
 
     Returns:
         One problem per use, named by its path (``subagents[helper].spec.compaction``),
         in the order the fields are declared.
     """
-    return _walk(spec)
+    return _walk(spec, fields)

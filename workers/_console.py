@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from psych_runtime.specs import Scope
 from psych_runtime.workflows import (
     AbortRequested,
+    McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
@@ -149,6 +150,12 @@ def format_record(record: Any) -> str:
     if isinstance(record, ToolCallFinished):
         took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
         return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
+    if isinstance(record, McpDiscovered):
+        if record.status == "unavailable":
+            return f"  MCP {record.server}: unavailable: {_short(record.error or '', 100)}"
+        source = "cached" if record.cached else "fresh"
+        deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
+        return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
     if isinstance(record, ToolWithheld):
         return f"  tool {record.tool} withheld after {record.failures} failures in a row"
     if isinstance(record, Suspended):

@@ -39,6 +39,7 @@ from psych_runtime.workflows._contract import (
 )
 from psych_runtime.workflows._records import (
     AbortRequested,
+    McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
@@ -61,6 +62,7 @@ from psych_runtime.workflows._records import (
     TurnStarted,
 )
 from psych_runtime.workflows._report import (
+    McpDiscoveryReport,
     ModelCallReport,
     RunReport,
     StepReport,
@@ -76,6 +78,8 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "DEFAULT_TASK_QUEUE",
+    "McpDiscovered",
+    "McpDiscoveryReport",
     "ModelCallFailed",
     "ModelCallFinished",
     "ModelCallReport",

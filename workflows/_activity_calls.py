@@ -17,16 +17,24 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import (
+        MCP_LIST_TOOLS,
+        MCP_SEARCH_TOOLS,
         MODEL_COMPLETE,
         POLICY_DECIDE,
         TOOL_CATALOG,
         TOOL_CODE,
         TOOL_HTTP,
+        TOOL_MCP,
         TOOL_READ_OUTPUT,
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
         HttpToolCall,
+        McpCatalog,
+        McpCatalogInput,
+        McpSearchInput,
+        McpSearchResult,
+        McpToolCall,
         ModelCallInput,
         ModelCallResult,
         PolicyDecision,
@@ -64,6 +72,12 @@ OPTIONS: dict[str, Options] = {
     # An HTTP tool's own timeout plus this margin bounds its activity.
     TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    # The worker bounds an MCP call by its own call timeout, well inside this.
+    TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # A local activity: an unreachable server is data in its result, so these retries are
+    # for the worker's own failures (the blob store) only.
+    MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
 }
 """Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
 
@@ -103,6 +117,30 @@ async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
     return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
 
 
+async def list_mcp_tools(input: McpCatalogInput) -> McpCatalog:
+    """``psych.mcp.list_tools``, as a local activity: this turn's MCP catalogue.
+
+    Local, because it runs at every turn boundary: its result is one marker event in
+    history (a few bytes when the catalogue is unchanged) instead of an activity's three
+    events and a workflow task of its own.
+    """
+    options = OPTIONS[MCP_LIST_TOOLS]
+    result: McpCatalog = await workflow.execute_local_activity(
+        MCP_LIST_TOOLS,
+        input,
+        result_type=McpCatalog,
+        start_to_close_timeout=options.start_to_close,
+        retry_policy=options.retry,
+        summary=f"MCP tools, turn {input.turn}",
+    )
+    return result
+
+
+async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:
+    """``psych.mcp.search_tools``: the built-in ``search_mcp_tools``."""
+    return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
+
+
 async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
     """``psych.model.complete``: one model call, once (the Run owns retries)."""
     summary = f"model {call.model}, turn {turn}"
@@ -121,12 +159,15 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 
 
 async def call_tool(
-    input: HttpToolCall | CodeToolCall, entry: CatalogEntry, *, summary: str
+    input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
 ) -> ToolOutcome:
-    """``psych.tool.http`` (bounded by the HTTP tool's own timeout too) or
-    ``psych.tool.code``: one tool call, retried only when it is safe to repeat."""
+    """``psych.tool.http`` (bounded by the HTTP tool's own timeout too),
+    ``psych.tool.code`` or ``psych.tool.mcp``: one tool call, retried only when it is safe
+    to repeat."""
     if isinstance(input, HttpToolCall):
         name, extra = TOOL_HTTP, timedelta(seconds=input.tool.timeout_seconds)
+    elif isinstance(input, McpToolCall):
+        name, extra = TOOL_MCP, timedelta(0)
     else:
         name, extra = TOOL_CODE, timedelta(0)
     return await _execute(

@@ -21,9 +21,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelCallResult
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
     from psych_runtime.workflows import _activity_calls as calls
-    from psych_runtime.workflows._catalog import by_name, resolve
+    from psych_runtime.workflows._catalog import resolve
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
     from psych_runtime.workflows._handlers import parse_input
+    from psych_runtime.workflows._mcp import refresh
     from psych_runtime.workflows._model_calls import (
         budget_left,
         model_failure,
@@ -91,7 +92,6 @@ class AgentRun(ToolCalls):
         assert isinstance(spec, AgentSpec)
         limits = spec.limits
         catalog = await resolve(self)
-        offered = by_name(catalog)
         pending: list[ChatMessage | str] = [
             ChatMessage(role="user", content=text) for text in self._input.messages
         ]
@@ -109,6 +109,16 @@ class AgentRun(ToolCalls):
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})
             self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
+            # Resolved at every turn boundary, fixed within the turn.
+            current = await refresh(
+                self._mcp,
+                catalog,
+                run_id=self._input.run_id,
+                turn=turn,
+                scope=self._input.scope,
+                log=self._log,
+            )
+            pending += current.notes
             pending += _take(self._steer)
             result = await self._call_model(
                 turn,
@@ -121,7 +131,7 @@ class AgentRun(ToolCalls):
                     system_ref=system_ref,
                     context_ref=context_ref,
                     new_messages=tuple(pending),
-                    tools_ref=catalog.tools_ref,
+                    tools_ref=current.tools_ref,
                     exclude_tools=tuple(self._guards.withheld),
                     stream_idle_seconds=limits.stream_idle_seconds,
                     scope=self._input.scope,
@@ -138,7 +148,7 @@ class AgentRun(ToolCalls):
                 continue
             if self._past_deadline():
                 return self._deadline_outcome()
-            results, notes = await self._run_tools(turn, result.tool_calls, offered)
+            results, notes = await self._run_tools(turn, result.tool_calls, current.offered)
             pending = [r.message for r in results] + notes
             self._check_abort()
 

@@ -16,7 +16,12 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ReadOutputInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.activities._payloads import (
+        McpSearchInput,
+        ReadOutputInput,
+        ToolCallRequest,
+        ToolDefinition,
+    )
     from psych_runtime.specs import AgentSpec, Version, narrow, version_hash
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._contract import ParentBounds, RunResult
@@ -255,6 +260,45 @@ async def _delegate(
     )
 
 
+# --- search_mcp_tools ----------------------------------------------------------------------
+
+
+async def _search_mcp_tools(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    """Search the deferred MCP servers' catalogues; what it finds is offered next turn.
+
+    Offered by ``psych.mcp.list_tools`` (with its definition) only while a server is
+    deferred, so it has no ``offer`` of its own.
+    """
+    mcp = run._mcp
+    query = arguments.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return inline(call, "error", "search_mcp_tools needs a query (words to look for)")
+    server = arguments.get("server")
+    if server is not None and server not in mcp.deferred:
+        known = ", ".join(mcp.deferred) or "none"
+        return inline(
+            call, "error", f"{server!r} is not a server to search; deferred servers: {known}"
+        )
+    names = [server] if server is not None else list(mcp.deferred)
+    if not names:
+        return inline(call, "error", "no MCP server is deferred this turn; nothing to search")
+    result = await calls.search_mcp_tools(
+        McpSearchInput(
+            run_id=run._input.run_id,
+            call_id=call.id,
+            servers=tuple(mcp.servers[name] for name in names),
+            query=query,
+            large_result_bytes=run._limits.large_result_bytes,
+            scope=run._input.scope,
+        ),
+        summary=f"tool {call.name}, turn {turn}",
+    )
+    mcp.loaded.extend(name for name in result.found if name not in mcp.loaded)
+    return from_outcome(call, result.outcome)
+
+
 # --- the table -----------------------------------------------------------------------------
 
 
@@ -272,6 +316,7 @@ BUILTINS: dict[str, Builtin] = {
     "load_skill": Builtin(_offer_skill, _load_skill, executes=True),
     "ask_question": Builtin(_offer_question, _ask_question, executes=False),
     "delegate": Builtin(_delegate_definition, _delegate, executes=False),
+    "search_mcp_tools": Builtin(lambda run: None, _search_mcp_tools, executes=True),
 }
 
 

@@ -1,6 +1,7 @@
 """What a Run offers the model: its built-ins and its code and HTTP tools, resolved once
 at the start of the Run by the catalogue activity (which also stores the definitions, so
-each model call carries only their ref)."""
+each model call carries only their ref). MCP tools join them at every turn boundary
+(``_mcp.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CatalogEntry, CatalogInput, ToolCatalog
+    from psych_runtime.activities._payloads import CatalogInput, ToolCatalog
     from psych_runtime.specs import HttpTool
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._builtins import offered_builtins
@@ -36,8 +37,3 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
         )
     except ActivityError as err:
         raise Stop(RunStatus.FAILED, f"tools: {cause_text(err)}") from err
-
-
-def by_name(catalog: ToolCatalog) -> dict[str, CatalogEntry]:
-    """The catalogue's entries by tool name."""
-    return {entry.name: entry for entry in catalog.entries}

@@ -208,6 +208,24 @@ class ToolWithheld(_Record):
     failures: int
 
 
+class McpDiscovered(_Record):
+    """What one MCP server offered at a turn boundary (or before a workflow's tool step)."""
+
+    kind: Literal["mcp_discovered"] = "mcp_discovered"
+    turn: int
+    server: str
+    status: Literal["ok", "deferred", "unavailable"]
+    """``deferred``: only tools found through ``search_mcp_tools`` are offered."""
+    tools: int = 0
+    """Tools offered this turn, after ``allow``."""
+    catalog_hash: str | None = None
+    cached: bool = False
+    """True when the worker's cache answered, False when the server was asked."""
+    error: str | None = None
+    renamed: tuple[tuple[str, str, str], ...] = ()
+    """``(model name, server, tool)`` for names that were sanitised, cut or suffixed."""
+
+
 class Suspended(_Record):
     """The Run waits for something (an approval, an answer, an external completion)."""
 
@@ -307,6 +325,7 @@ Record = Annotated[
     | ToolCallStarted
     | ToolCallFinished
     | ToolWithheld
+    | McpDiscovered
     | Suspended
     | Resumed
     | SuspensionExpired

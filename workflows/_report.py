@@ -12,6 +12,7 @@ from psych_runtime.workflows._contract import (
     RunState,
 )
 from psych_runtime.workflows._records import (
+    McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
@@ -66,6 +67,18 @@ class ToolCallReport(_Frozen):
     latency: Latency | None = None
 
 
+class McpDiscoveryReport(_Frozen):
+    """What one MCP server offered at one turn boundary."""
+
+    turn: int
+    server: str
+    status: Literal["ok", "deferred", "unavailable"]
+    tools: int
+    catalog_hash: str | None = None
+    cached: bool = False
+    error: str | None = None
+
+
 class StepReport(_Frozen):
     """One workflow step: what it was given, what it gave, and its child Run's report."""
 
@@ -112,6 +125,8 @@ class RunReport(_Frozen):
     """A workflow's steps in order (empty for an agent)."""
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name."""
+    mcp: tuple[McpDiscoveryReport, ...] = ()
+    """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
 
 
 def build_report(
@@ -130,6 +145,7 @@ def build_report(
     open_call: ModelCallStarted | None = None
     steps: dict[str, StepReport] = {}
     started_at: dict[str, Any] = {}
+    discoveries: list[McpDiscoveryReport] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -209,6 +225,18 @@ def build_report(
                 result_ref=record.result_ref,
                 latency=record.latency,
             )
+        elif isinstance(record, McpDiscovered):
+            discoveries.append(
+                McpDiscoveryReport(
+                    turn=record.turn,
+                    server=record.server,
+                    status=record.status,
+                    tools=record.tools,
+                    catalog_hash=record.catalog_hash,
+                    cached=record.cached,
+                    error=record.error,
+                )
+            )
         elif isinstance(record, RunSettled):
             settled = record
     return RunReport(
@@ -231,4 +259,5 @@ def build_report(
         ),
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
+        mcp=tuple(discoveries),
     )

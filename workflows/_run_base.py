@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         unsupported_features,
         version_hash,
     )
+    from psych_runtime.specs._unsupported import BEFORE_MCP
     from psych_runtime.workflows._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -166,6 +167,11 @@ class RunBase(abc.ABC):
                 )
             )
         unsupported = unsupported_features(spec)
+        before = unsupported_features(spec, BEFORE_MCP)
+        if before != unsupported and not workflow.patched("psych-mcp"):
+            # Admitted before MCP was implemented (so refused for its servers): replay
+            # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.
+            unsupported = before
         if unsupported and workflow.patched("psych-unsupported-fields"):
             # Publishing refuses these; a Version that skipped publishing fails loudly
             # rather than running as if the fields were absent.

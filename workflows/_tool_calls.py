@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         CodeToolCall,
         HttpToolCall,
+        McpToolCall,
         PolicyInput,
         ToolCallRequest,
         ToolOutcome,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._builtins import BUILTINS
     from psych_runtime.workflows._contract import ResumeInput, RunInput
     from psych_runtime.workflows._handlers import Handlers
+    from psych_runtime.workflows._mcp import McpState
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import (
         Pending,
@@ -72,10 +74,12 @@ class ToolCalls(Handlers):
         self._tools: dict[str, CodeTool | HttpTool] = {}
         self._suspension = SuspensionPolicy()
         self._delegations: dict[int, int] = {}
+        self._mcp = McpState()
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
         self._tools = {tool.name: tool for tool in spec.tools}
+        self._mcp.servers = {server.name: server for server in spec.mcp_servers}
         bounds = self._input.bounds
         own = spec.suspension
         policy = bounds.suspension if bounds is not None and bounds.suspension else own
@@ -280,6 +284,21 @@ class ToolCalls(Handlers):
                         run_id=self._input.run_id,
                         call_id=call.id,
                         tool=tool,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=self._input.scope,
+                    ),
+                    entry,
+                    summary=summary,
+                )
+            elif entry.kind == "mcp":
+                assert entry.server is not None and entry.tool is not None
+                outcome = await calls.call_tool(
+                    McpToolCall(
+                        run_id=self._input.run_id,
+                        call_id=call.id,
+                        server=self._mcp.servers[entry.server],
+                        tool=entry.tool,
                         arguments=arguments,
                         large_result_bytes=large,
                         scope=self._input.scope,

@@ -21,7 +21,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CatalogEntry, ToolCallRequest
+    from psych_runtime.activities._payloads import CatalogEntry, ToolCallRequest, ToolCatalog
     from psych_runtime.specs import (
         AgentSpec,
         AgentStep,
@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowStepRef,
         version_hash,
     )
-    from psych_runtime.workflows._catalog import by_name, resolve
+    from psych_runtime.workflows._catalog import resolve
     from psych_runtime.workflows._contract import (
         ABORT,
         STEER,
@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
     )
     from psych_runtime.workflows._handlers import parse_input
+    from psych_runtime.workflows._mcp import refresh
     from psych_runtime.workflows._outcome import Outcome, Stop
     from psych_runtime.workflows._records import (
         RunAdmitted,
@@ -122,9 +123,9 @@ class WorkflowRun(ToolCalls):
     async def _body(self) -> Outcome:
         spec = self._spec
         assert isinstance(spec, WorkflowSpec)
-        offered: dict[str, CatalogEntry] = {}
+        catalog = ToolCatalog(tools_ref=None, entries=())
         if any(isinstance(step, ToolStep) for step in spec.steps):
-            offered = by_name(await resolve(self, builtins=False))
+            catalog = await resolve(self, builtins=False)
         for index, step in enumerate(spec.steps, start=1):
             self._check_abort()
             if self._past_deadline():
@@ -133,7 +134,16 @@ class WorkflowRun(ToolCalls):
             self._step = step.name
             try:
                 if isinstance(step, ToolStep):
-                    output = await self._tool_step(index, step, offered)
+                    # MCP servers are asked before each tool step (its turn boundary).
+                    current = await refresh(
+                        self._mcp,
+                        catalog,
+                        run_id=self._input.run_id,
+                        turn=index,
+                        scope=self._input.scope,
+                        log=self._log,
+                    )
+                    output = await self._tool_step(index, step, current.offered)
                 else:
                     output = await self._child_step(index, step)
             except _StepFailed as failed:

@@ -30,6 +30,7 @@ from psych_runtime.specs import (
     unsupported_features,
     validate,
 )
+from psych_runtime.specs._unsupported import BEFORE_MCP
 
 SPECS_DIR = Path(specs.__file__).resolve().parent
 
@@ -43,7 +44,6 @@ AGENT_FIELDS: dict[str, dict[str, Any]] = {
     "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
     "compaction": {"compaction": CompactionPolicy(trigger_tokens=1000)},
     "components_enabled": {"components_enabled": True},
-    "mcp_servers": {"mcp_servers": [McpServer(name="crm", url="https://crm.test")]},
     "spawn": {"spawn": SpawnEnvelope()},
     "tasks_enabled": {"tasks_enabled": True},
 }
@@ -106,19 +106,23 @@ def test_mcp_oauth_is_refused_on_agent_and_workflow_servers() -> None:
     on_workflow = WorkflowSpec(
         name="w", mcp_servers=[server], steps=[ToolStep(name="t", tool="crm__get")]
     )
-    assert [p.path for p in unsupported_features(on_agent)] == [
-        "mcp_servers",
-        "mcp_servers[crm].oauth",
-    ]
-    assert [p.path for p in unsupported_features(on_workflow)] == [
-        "mcp_servers",
-        "mcp_servers[crm].oauth",
-    ]
-    assert (
-        unsupported_features(on_workflow)[0].message
-        == UNSUPPORTED_FIELDS["WorkflowSpec.mcp_servers"]
+    assert [p.path for p in unsupported_features(on_agent)] == ["mcp_servers[crm].oauth"]
+    assert [p.path for p in unsupported_features(on_workflow)] == ["mcp_servers[crm].oauth"]
+    assert unsupported_features(on_agent)[0].message == UNSUPPORTED_FIELDS["McpServer.oauth"]
+
+
+def test_mcp_servers_are_implemented_but_the_table_before_them_still_refuses_them() -> None:
+    # Runs admitted before MCP was implemented were refused for their servers; the
+    # workflow replays them with the table of that time.
+    server = McpServer(name="crm", url="https://crm.test")
+    on_agent = agent(mcp_servers=[server])
+    on_workflow = WorkflowSpec(
+        name="w", mcp_servers=[server], steps=[ToolStep(name="t", tool="crm__get")]
     )
-    assert unsupported_features(on_agent)[1].message == UNSUPPORTED_FIELDS["McpServer.oauth"]
+    assert unsupported_features(on_agent) == []
+    assert unsupported_features(on_workflow) == []
+    assert [p.path for p in unsupported_features(on_agent, BEFORE_MCP)] == ["mcp_servers"]
+    assert [p.path for p in unsupported_features(on_workflow, BEFORE_MCP)] == ["mcp_servers"]
 
 
 def test_defaults_and_explicit_defaults_are_not_refused() -> None:
@@ -144,7 +148,6 @@ def test_every_use_is_reported_in_a_stable_order() -> None:
     assert first == unsupported_features(everything)
     assert first == unsupported_features(AgentSpec.model_validate(everything.model_dump()))
     assert [p.path for p in first] == [
-        "mcp_servers",
         "a2a_peers",
         "subagents[h].spec.tasks_enabled",
         "spawn",
