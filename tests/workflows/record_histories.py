@@ -78,6 +78,7 @@ from psych_runtime.workflows import (
 from tests.e2e._http_server import CountingServer
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
+from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 SCOPE = Scope(tenant="acme", principal="recorder")
@@ -964,6 +965,117 @@ async def workflow_steer_forwarded(rig: Rig) -> RunHandle:
     return run
 
 
+# --- MCP ----------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _mcp_server(
+    transport: Transport = "streamable-http", *, filler: int = 0
+) -> AsyncIterator[McpTestServer]:
+    server = start_mcp_server(transport, filler=filler)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _mcp_agent(rig: Rig, server: McpTestServer) -> AgentBuilder:
+    transport: Literal["http", "sse"] = "sse" if server.transport == "sse" else "http"
+    return rig.agent("mcp").mcp_server("tools", server.url, transport=transport)
+
+
+async def _mcp_call(rig: Rig, transport: Transport) -> RunHandle:
+    async with _mcp_server(transport) as server:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("tools__lookup", {"id": "42"})),
+            Reply.tool_calls(ToolCall("tools__fail", {"reason": "no"})),
+            Reply.text("Record 42 is active."),
+        )
+        return await rig.run(_mcp_agent(rig, server).build(), "Look up 42")
+
+
+async def mcp_discovery_and_call(rig: Rig) -> RunHandle:
+    return await _mcp_call(rig, "streamable-http")
+
+
+async def mcp_over_sse(rig: Rig) -> RunHandle:
+    return await _mcp_call(rig, "sse")
+
+
+async def mcp_optional_unavailable(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.text("Answered without it."))
+    spec = rig.agent("mcp").mcp_server("down", "http://127.0.0.1:9/mcp", optional=True).build()
+    return await rig.run(spec)
+
+
+async def mcp_required_unreachable(rig: Rig) -> RunHandle:
+    spec = rig.agent("mcp").mcp_server("crm", "http://127.0.0.1:9/mcp").build()
+    return await rig.run(spec)
+
+
+async def mcp_list_changed(rig: Rig) -> RunHandle:
+    async with _mcp_server() as server:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("tools__slow", {"seconds": 2})),
+            Reply.tool_calls(ToolCall("tools__fresh", {"text": "new"})),
+            Reply.text("done"),
+        )
+        async with rig.worker():
+            run = await rig.client.dispatch(_mcp_agent(rig, server).build(), "Go", scope=SCOPE)
+
+            async def slow_running() -> bool:
+                return server.calls("slow") == 1
+
+            await rig.until(slow_running, "the slow call to reach the server")
+            server.add_tool("fresh")
+            await rig.settle(run)
+    return run
+
+
+async def mcp_deferred_search(rig: Rig) -> RunHandle:
+    async with _mcp_server(filler=20) as server:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("search_mcp_tools", {"query": "filler_007"})),
+            Reply.tool_calls(ToolCall("tools__filler_007", {"text": "found"})),
+            Reply.text("done"),
+        )
+        return await rig.run(_mcp_agent(rig, server).build(), "Find")
+
+
+async def mcp_abort_during_call(rig: Rig) -> RunHandle:
+    async with _mcp_server() as server:
+        rig.fake.enqueue(Reply.tool_calls(ToolCall("tools__slow", {"seconds": 60})))
+        async with rig.worker():
+            run = await rig.client.dispatch(_mcp_agent(rig, server).build(), "Wait", scope=SCOPE)
+
+            async def slow_running() -> bool:
+                return server.calls("slow") == 1
+
+            await rig.until(slow_running, "the slow call to reach the server")
+            await rig.client.abort(run, scope=SCOPE, reason="enough")
+            await rig.settle(run)
+    return run
+
+
+async def workflow_mcp_tool_step(rig: Rig) -> RunHandle:
+    async with _mcp_server() as server:
+        spec = WorkflowSpec.model_validate(
+            {
+                "name": "mcp-flow",
+                "mcp_servers": [{"name": "tools", "url": server.url}],
+                "steps": [
+                    {
+                        "kind": "tool",
+                        "name": "greet",
+                        "tool": "tools__echo",
+                        "arguments": {"text": "x"},
+                    }
+                ],
+            }
+        )
+        return await rig.run(spec, "go")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1022,6 +1134,14 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_abort_during_agent_step),
     ("dev", workflow_steer_forwarded),
     ("dev", workflow_abort_during_tool_step),
+    ("dev", mcp_discovery_and_call),
+    ("dev", mcp_over_sse),
+    ("dev", mcp_optional_unavailable),
+    ("dev", mcp_required_unreachable),
+    ("dev", mcp_list_changed),
+    ("dev", mcp_deferred_search),
+    ("dev", mcp_abort_during_call),
+    ("dev", workflow_mcp_tool_step),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
