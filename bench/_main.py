@@ -21,6 +21,7 @@ from typing import Any
 from bench import _report as report
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench
+from bench._mcp import mcp_calls, mcp_summary, mcp_text
 from bench._process import dev_server
 from bench._sections import (
     QUICK,
@@ -110,6 +111,9 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "samples": _plain(steps),
                     "summary": report.workflow_summary(steps),
                 }
+                _progress("6. MCP tool calls against code tool calls")
+                mcp = await mcp_calls(env, Path(home), settings.mcp_turns, settings.mcp_runs)
+                sections["mcp"] = {"samples": _plain(mcp), "summary": mcp_summary(mcp)}
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -134,6 +138,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     }
     _say("\n" + report.dispatch_text(dispatch_results, settings))
     _say("\n" + report.workflow_text(steps))
+    _say("\n" + mcp_text(mcp))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 

@@ -40,6 +40,8 @@ class Settings:
     workflow_steps: int = 10
     workflow_runs: int = 9
     """Section 5's Runs last ~0.3 s each, so more of them cost little and steady the median."""
+    mcp_turns: int = 20
+    mcp_runs: int = 5
 
 
 QUICK = Settings(
@@ -55,6 +57,8 @@ QUICK = Settings(
     dispatch_idle_s=1.5,
     workflow_steps=5,
     workflow_runs=2,
+    mcp_turns=5,
+    mcp_runs=1,
 )
 """``python -m bench --quick``: a smoke check of the benchmark code, not a measurement."""
 
