@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pytest
 
+from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import AgentBuilder, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
@@ -26,7 +27,7 @@ from psych_runtime.workflows import (
 )
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
-from ._waiting import eventually
+from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -185,6 +186,34 @@ async def test_a_tool_added_mid_run_is_offered_the_next_turn(
     # The notification dropped the cache: turn 2 asked the server again.
     assert report.mcp[1].cached is False
     assert report.mcp[0].catalog_hash != report.mcp[1].catalog_hash
+
+
+async def test_annotations_drive_the_policy_a_destructive_tool_waits_for_approval(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    server = mcp_http_server
+    harness.settings.policy = RulePolicy(destructive="ask")  # what --ask-destructive builds
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("tools__wipe", {}, id="call-wipe")),
+        Reply.tool_calls(ToolCall("tools__echo", {"text": "read-only runs at once"})),
+        Reply.text("Wiped."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(agent(server).build(), "Wipe", scope=harness.scope)
+        state = await state_when(
+            harness.client, run, harness.scope, is_suspended, what="the Run to suspend"
+        )
+        (pending,) = state.pending
+        assert (pending.reason, pending.tool, pending.id) == (
+            "approval",
+            "tools__wipe",
+            "call-wipe",
+        )
+        assert server.calls("wipe") == 0  # nothing ran while waiting
+        await harness.client.approve(run, "call-wipe", scope=harness.scope, note="ok")
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert server.calls("wipe") == 1 and server.calls("echo") == 1
 
 
 async def test_an_optional_unreachable_server_is_left_out_and_the_model_told(
