@@ -1,9 +1,12 @@
 """psych_runtime.activities: every side effect of a Run, and the ports they go through.
 
-Model calls over httpx, code and HTTP tools, policy, blobs, secrets, versions, pricing.
+Model calls over httpx, code and HTTP tools, MCP servers, policy, blobs, secrets, versions,
+pricing.
 Workflows import only the payload types. The scriptable fake model server for tests is
 ``psych_runtime.testing`` (its files live in ``activities/testing/``).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
 from psych_runtime.activities._endpoints import (
@@ -46,6 +49,23 @@ from psych_runtime.activities._secrets import (
 from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.activities._version_store import FileVersionStore
 
+if TYPE_CHECKING:
+    from psych_runtime.activities._mcp import McpActivities, McpSettings, check_servers
+
+_LAZY = {"McpActivities", "McpSettings", "check_servers"}
+"""Names imported on first use: the ``mcp`` SDK takes one to two seconds to import here,
+and workflows and every ``psych`` command import this package (for payload types and
+ports) without touching MCP."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from psych_runtime.activities import _mcp
+
+        return getattr(_mcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ACTIVITY_NAMES",
     "BlobStore",
@@ -58,6 +78,8 @@ __all__ = [
     "Latency",
     "LocalBlobStore",
     "MODEL_CALL_FAILED",
+    "McpActivities",
+    "McpSettings",
     "ModelActivities",
     "ModelCallInput",
     "ModelCallResult",
@@ -79,6 +101,7 @@ __all__ = [
     "ToolOutcome",
     "Usage",
     "blob_ref",
+    "check_servers",
     "classify",
     "invalid_arguments_message",
     "policy_description",

@@ -339,6 +339,10 @@ class McpToolCall(_Payload):
     arguments: dict[str, Any]
     large_result_bytes: int
     scope: Scope
+    safe_to_repeat: bool = False
+    """The tool's ``CatalogEntry.safe_to_repeat``: a call not safe to repeat reports its
+    outcome through the worker's client (it must survive a server outage), like a POST
+    tool. Unset, a call is taken for a write that is not safe to repeat."""
 
 
 class McpSearchInput(_Payload):
@@ -348,6 +352,11 @@ class McpSearchInput(_Payload):
     call_id: str
     servers: tuple[McpServer, ...]
     """The deferred servers to search (the model may have named one)."""
+    catalogs: dict[str, BlobRef] = Field(default_factory=dict)
+    """Server name -> that server's ``McpServerStatus.catalog_hash`` this turn: the stored
+    catalogue searched, holding the names the turn's catalogue gave its tools (so what is
+    found is named as ``list_tools`` will offer it, and searching talks to no server). A
+    server of ``servers`` without one is reported to the model as not searchable."""
     query: str
     limit: int = Field(default=10, ge=1, le=50)
     large_result_bytes: int

@@ -130,7 +130,6 @@ class ToolActivities(ActivityClass):
         self.registry = registry
         self.blobs = blobs
         self.secrets = secrets
-        self._conversations = Conversations(blobs)
         self._http = http
         self._owned_http: httpx.AsyncClient | None = None
         self._heartbeat_seconds = heartbeat_seconds
@@ -248,14 +247,7 @@ class ToolActivities(ActivityClass):
         return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
 
     def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
-        try:
-            decision = self.policy.fixed(info)
-            # Validated here: a policy's malformed answer is its failure (a deny), not a
-            # payload the workflow would fail to decode on every retry of its task.
-            return None if decision is None else PolicyDecision.model_validate(decision)
-        except Exception as err:
-            activity.logger.warning("policy failed for %s", info.name, exc_info=True)
-            return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
+        return fixed_decision(self.policy, info)
 
     @activity.defn(name=POLICY_DECIDE)
     async def decide(self, input: PolicyInput) -> PolicyDecision:
@@ -506,34 +498,70 @@ class ToolActivities(ActivityClass):
         started: float,
     ) -> ToolOutcome:
         """Store the whole result and the tool message the model is shown."""
-        data = text.encode()
-        result_ref = await self.blobs.put(data)
         limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
-        if limit is None or len(data) <= limit:
-            content, shown, truncated = text, text, False
-        else:
-            # Decoding drops a character the byte cut split in two.
-            content = data[: max(0, min(_PREVIEW_BYTES, limit))].decode(errors="ignore")
-            shown = (
-                f"The result was {len(data)} bytes, too large to show whole; it is stored "
-                f"under handle {result_ref}. Its first {len(content)} characters follow. "
-                f'To read more, call read_tool_output with handle "{result_ref}" and '
-                f"offset {len(content)} (offset and length count characters).\n\n{content}"
-            )
-            truncated = True
-        message_ref = await self._conversations.put_message(
-            ChatMessage(role="tool", content=shown, tool_call_id=input.call_id)
+        return await store_outcome(
+            self.blobs, input.call_id, status, text, started=started, limit=limit
         )
-        return ToolOutcome(
-            call_id=input.call_id,
-            status=status,
-            content=content,
-            truncated=truncated,
-            size=len(data),
-            result_ref=result_ref,
-            message_ref=message_ref,
-            latency=_latency(started),
+
+
+async def store_outcome(
+    blobs: BlobStore,
+    call_id: str,
+    status: Literal["ok", "error", "wait"],
+    text: str,
+    *,
+    started: float,
+    limit: int | None,
+) -> ToolOutcome:
+    """Store a tool call's whole result and the tool message the model is shown.
+
+    A result over ``limit`` bytes (None: no limit) is shown as a handle plus a preview of
+    at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. Every tool activity
+    (code, HTTP, MCP, the MCP search) stores its outcome through this one function. Call it
+    inside the activity (its latency reads the activity's info).
+    """
+    data = text.encode()
+    result_ref = await blobs.put(data)
+    if limit is None or len(data) <= limit:
+        content, shown, truncated = text, text, False
+    else:
+        # Decoding drops a character the byte cut split in two.
+        content = data[: max(0, min(_PREVIEW_BYTES, limit))].decode(errors="ignore")
+        shown = (
+            f"The result was {len(data)} bytes, too large to show whole; it is stored "
+            f"under handle {result_ref}. Its first {len(content)} characters follow. "
+            f'To read more, call read_tool_output with handle "{result_ref}" and '
+            f"offset {len(content)} (offset and length count characters).\n\n{content}"
         )
+        truncated = True
+    message_ref = await Conversations(blobs).put_message(
+        ChatMessage(role="tool", content=shown, tool_call_id=call_id)
+    )
+    return ToolOutcome(
+        call_id=call_id,
+        status=status,
+        content=content,
+        truncated=truncated,
+        size=len(data),
+        result_ref=result_ref,
+        message_ref=message_ref,
+        latency=latency(started),
+    )
+
+
+def fixed_decision(policy: Policy, info: ToolInfo) -> PolicyDecision | None:
+    """The Policy's decision for every call of a tool (None: ask per call).
+
+    An exception inside the policy, or an answer that is no decision, is a deny.
+    """
+    try:
+        decision = policy.fixed(info)
+        # Validated here: a policy's malformed answer is its failure (a deny), not a
+        # payload the workflow would fail to decode on every retry of its task.
+        return None if decision is None else PolicyDecision.model_validate(decision)
+    except Exception as err:
+        activity.logger.warning("policy failed for %s", info.name, exc_info=True)
+        return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
 
 async def _call(tool: ToolDef, parsed: BaseModel) -> Any:
@@ -574,7 +602,8 @@ def _text(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def _latency(started: float) -> Latency:
+def latency(started: float) -> Latency:
+    """Queue wait and duration of the running activity, which started at ``started``."""
     info = activity.info()
     queued = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
     return Latency(

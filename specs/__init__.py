@@ -55,6 +55,8 @@ from psych_runtime.specs._validation import (
     MCP_TOOL_SEPARATOR,
     ValidationContext,
     matches,
+    mcp_connection_key,
+    mcp_servers_of,
     narrow,
     validate,
 )
@@ -121,6 +123,8 @@ __all__ = [
     "WorkflowStepRef",
     "canonical_bytes",
     "matches",
+    "mcp_connection_key",
+    "mcp_servers_of",
     "narrow",
     "parse_spec",
     "spec_from_json",

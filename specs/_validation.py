@@ -11,9 +11,11 @@ spawn envelopes and MCP grants, and the runtime calls it at every turn boundary.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
@@ -65,22 +67,71 @@ class ValidationContext:
         registered_tools: names of code tools the worker's ToolRegistry holds. A code tool
             the registry does not hold is a problem.
         known_models: model ids the model endpoint accepts; empty = don't check.
-        reachable_mcp_servers: MCP server names that answered; empty = don't check.
+        reachable_mcp_servers: MCP server names that answered; empty = don't check. Kept
+            for callers that check by name; ``mcp_connections`` supersedes it.
+        mcp_connections: the answer of a connection check (``--check-connections``): for
+            each server's ``mcp_connection_key``, None when it answered, else why it did
+            not. None (the default) = not checked. When set, every non-optional MCP server
+            of the Spec, at any depth, must have answered: one that failed, or that the
+            check did not cover, is a problem, even when no server answered at all.
     """
 
     registered_tools: frozenset[str] = field(default_factory=frozenset)
     known_models: frozenset[str] = field(default_factory=frozenset)
     reachable_mcp_servers: frozenset[str] = field(default_factory=frozenset)
+    # Read-only, and left out of the hash: a mapping has none.
+    mcp_connections: Mapping[str, str | None] | None = field(default=None, hash=False)
 
     def __init__(
         self,
         registered_tools: Iterable[str] = (),
         known_models: Iterable[str] = (),
         reachable_mcp_servers: Iterable[str] = (),
+        mcp_connections: Mapping[str, str | None] | None = None,
     ) -> None:
         object.__setattr__(self, "registered_tools", frozenset(registered_tools))
         object.__setattr__(self, "known_models", frozenset(known_models))
         object.__setattr__(self, "reachable_mcp_servers", frozenset(reachable_mcp_servers))
+        connections = None if mcp_connections is None else MappingProxyType(dict(mcp_connections))
+        object.__setattr__(self, "mcp_connections", connections)
+
+
+def mcp_connection_key(server: McpServer) -> str:
+    """What decides whether ``server`` answers a connection check: its transport, URL,
+    credential name and OAuth settings, as one string.
+
+    A connection check's answers are keyed by it, not by the server's name, because a name
+    is unique only within one Spec: a subagent may call another endpoint by the same name.
+    """
+    oauth = None if server.oauth is None else server.oauth.model_dump(mode="json")
+    return json.dumps(
+        [server.transport, server.url, server.credential, oauth],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def mcp_servers_of(spec: AgentSpec | WorkflowSpec) -> tuple[McpServer, ...]:
+    """Every MCP server ``spec`` may connect to, at any depth (subagents' embedded Specs,
+    workflow steps, nested workflows), one per ``mcp_connection_key``, in the order found.
+
+    What a connection check must reach for ``validate`` to find no unreachable server.
+    """
+    found: dict[str, McpServer] = {}
+
+    def walk(node: AgentSpec | WorkflowSpec) -> None:
+        for server in node.mcp_servers:
+            found.setdefault(mcp_connection_key(server), server)
+        if isinstance(node, AgentSpec):
+            for sub in node.subagents:
+                walk(sub.spec)
+            return
+        for step in node.steps:
+            if isinstance(step, AgentStep | WorkflowStepRef):
+                walk(step.spec)
+
+    walk(spec)
+    return tuple(found.values())
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
@@ -191,11 +242,17 @@ def _check_mcp(
         problems += url_credentials(server.url, f"{path}.url")
         if server.oauth is not None and server.oauth.cimd_url is not None:
             problems += url_credentials(server.oauth.cimd_url, f"{path}.oauth.cimd_url")
-        if (
-            context.reachable_mcp_servers
-            and not server.optional
-            and server.name not in context.reachable_mcp_servers
-        ):
+        if server.optional:
+            continue
+        if context.mcp_connections is not None:
+            key = mcp_connection_key(server)
+            if key not in context.mcp_connections:
+                problems.append(Problem(path, "the connection check did not reach this server"))
+            elif (error := context.mcp_connections[key]) is not None:
+                problems.append(
+                    Problem(path, f"server did not answer at publish and is not optional: {error}")
+                )
+        elif context.reachable_mcp_servers and server.name not in context.reachable_mcp_servers:
             problems.append(Problem(path, "server did not answer at publish and is not optional"))
     return problems
 

@@ -8,6 +8,12 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers._devserver import start_dev_server
+from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
+    _mcp_http_process,
+    _mcp_sse_process,
+    mcp_http_server,
+    mcp_sse_server,
+)
 
 
 @pytest.fixture(scope="session")

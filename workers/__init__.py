@@ -1,5 +1,6 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
+from psych_runtime.workers._connections import check_connections
 from psych_runtime.workers._console import follow_run, format_record, format_report
 from psych_runtime.workers._devserver import (
     FAST_DISPATCH_ARGS,
@@ -25,6 +26,7 @@ __all__ = [
     "WorkerSettings",
     "activities_for",
     "build_worker",
+    "check_connections",
     "check_fleet_policy",
     "connect",
     "follow_run",

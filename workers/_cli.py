@@ -23,7 +23,12 @@ from psych_runtime.specs import PsychError, Refused
 from psych_runtime.workers._cli_resume import add_resume_commands
 from psych_runtime.workers._cli_runs import add_run_commands
 from psych_runtime.workers._cli_serve import add_serve_commands
-from psych_runtime.workers._cli_specs import DEFAULT_STORE, cmd_publish, cmd_validate
+from psych_runtime.workers._cli_specs import (
+    DEFAULT_STORE,
+    add_check_arguments,
+    cmd_publish,
+    cmd_validate,
+)
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +40,7 @@ def _spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--known-model", action="append", help="a model id the endpoint serves (repeatable)"
     )
+    add_check_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -40,6 +40,9 @@ from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
+
+if TYPE_CHECKING:
+    from psych_runtime.activities._mcp import McpActivities
 
 DEFAULT_HOME = ".psych"
 DEFAULT_OUTAGE_SECONDS = 60.0
@@ -188,8 +191,29 @@ async def connect(
     return await Client.connect(plugins=plugins, **config)
 
 
-def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[Any]:
-    """The activity callables a psych worker registers: each activity class's own list."""
+def _mcp_activities(settings: WorkerSettings) -> McpActivities:
+    """The MCP activities (and their session pool) for a worker with ``settings``; close
+    them (``await mcp.aclose()``) once the worker has stopped."""
+    # Imported here: the mcp SDK takes a second or two to import, and every psych command
+    # imports this module, most of them never building a worker.
+    from psych_runtime.activities._mcp import McpActivities
+
+    return McpActivities(
+        blobs=settings.blobs,
+        secrets=settings.secrets,
+        policy=settings.policy,
+        outage_seconds=settings.outage_seconds,
+    )
+
+
+def activities_for(
+    settings: WorkerSettings, http: httpx.AsyncClient, mcp: McpActivities | None = None
+) -> list[Any]:
+    """The activity callables a psych worker registers: each activity class's own list.
+
+    ``mcp`` holds the MCP session pool the caller closes when the worker stops; without
+    one, one is made whose sessions close only once idle (``McpSettings.idle_seconds``).
+    """
     model = ModelActivities(
         endpoints=settings.endpoints, blobs=settings.blobs, pricing=settings.pricing, http=http
     )
@@ -201,7 +225,8 @@ def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[An
         policy=settings.policy,
         outage_seconds=settings.outage_seconds,
     )
-    return [*model.activities(), *tools.activities()]
+    mcp = mcp if mcp is not None else _mcp_activities(settings)
+    return [*model.activities(), *tools.activities(), *mcp.activities()]
 
 
 def worker_identity(policy: Policy, base: str | None = None) -> str:
@@ -273,15 +298,19 @@ def build_worker(
     settings: WorkerSettings,
     *,
     http: httpx.AsyncClient,
+    mcp: McpActivities | None = None,
     **worker_options: Any,
 ) -> Worker:
     """A Worker running AgentRun and every psych activity.
 
     ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
     client every outbound request of the activities goes through (the caller closes it);
-    extra keyword arguments go to ``temporalio.worker.Worker``. Its identity carries the
-    policy's digest (``worker_identity``; an ``identity`` option replaces the part before
-    it). ``run_worker`` does all of this for you.
+    ``mcp`` the MCP activities (an ``McpActivities``), whose session pool the caller
+    closes after the worker stops (without one, build_worker makes one whose sessions
+    close only once idle); extra keyword arguments go to ``temporalio.worker.Worker``.
+    Its identity carries the policy's digest (``worker_identity``; an ``identity`` option
+    replaces the part before it). ``run_worker`` does all of this for you, and closes the
+    MCP sessions when the worker stops.
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
@@ -293,7 +322,7 @@ def build_worker(
         client,
         task_queue=settings.task_queue,
         workflows=workflows,
-        activities=activities_for(settings, http),
+        activities=activities_for(settings, http, mcp),
         identity=identity,
         **worker_options,
     )
@@ -327,9 +356,13 @@ async def run_worker(
     settings = settings or WorkerSettings()
     await check_fleet_policy(client, settings.task_queue, settings.policy)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
-        worker = build_worker(client, settings, http=http, **worker_options)
-        async with worker:
-            yield worker
+        mcp = _mcp_activities(settings)
+        try:
+            worker = build_worker(client, settings, http=http, mcp=mcp, **worker_options)
+            async with worker:
+                yield worker
+        finally:
+            await mcp.aclose()
         # Calls not safe to repeat report their outcome through the client; the worker
         # has stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -169,20 +169,33 @@ class PsychClient(RunActions):
     # --- versions ------------------------------------------------------------------------
 
     def publish(
-        self, spec: AgentSpec | WorkflowSpec, context: ValidationContext | None = None
+        self,
+        spec: AgentSpec | WorkflowSpec,
+        context: ValidationContext | None = None,
+        *,
+        mcp_connections: Mapping[str, str | None] | None = None,
     ) -> Version:
         """Validate ``spec`` and publish it; an identical Spec returns the existing Version.
+
+        Args:
+            spec: the Spec.
+            context: what to validate against (default: the client's ``context``).
+            mcp_connections: the answer of a connection check,
+                ``await psych_runtime.workers.check_connections(spec, scope=..., secrets=...)``
+                (the client itself never connects to MCP servers); with it, a
+                non-optional MCP server that did not answer is a problem, as with
+                ``psych publish --check-connections``. It replaces the context's.
 
         Raises:
             ValidationFailed: with every problem found.
         """
         context = context or self.context
         if self.registry is not None:
-            context = ValidationContext(
-                registered_tools=context.registered_tools | self.registry.names(),
-                known_models=context.known_models,
-                reachable_mcp_servers=context.reachable_mcp_servers,
+            context = dataclasses.replace(
+                context, registered_tools=context.registered_tools | self.registry.names()
             )
+        if mcp_connections is not None:
+            context = dataclasses.replace(context, mcp_connections=mcp_connections)
         problems = validate(spec, context)
         if problems:
             raise ValidationFailed(problems)

@@ -1,0 +1,325 @@
+"""The worker's MCP client sessions, pooled by who uses them.
+
+A session is keyed by ``(tenant, principal, url, transport, credential identity)``, never
+by URL alone: two tenants, or two principals, or two credentials reaching one server never
+share a session, so nothing one of them did on it (its auth, its server-side state) can
+reach the other. The credential identity is the sha256 of the resolved secret, so the key
+tells credentials apart without holding one.
+
+The SDK's transports and session are anyio context managers whose cancel scopes must be
+exited by the task that entered them. So each pooled session is owned by one asyncio task
+that enters them, publishes the connected client, and holds them open until it is told to
+close; activities send their requests on that client from their own tasks (each request's
+own scopes live in the requesting task, so cancelling an activity cancels its request and
+the SDK tells the server with ``notifications/cancelled``).
+
+The pool is bounded (``max_sessions``; the least recently used idle session is closed to
+make room), closes sessions idle for ``idle_seconds``, and drops a session whose transport
+failed, so the next use connects again. ``aclose`` closes every session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx2
+import mcp_types
+from mcp.client import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from psych_runtime.specs import Scope
+
+_log = logging.getLogger(__name__)
+
+_SSE_READ_SECONDS = 300.0
+"""How long an open event stream may stay silent before the transport gives up on it (the
+SDK's default; a pooled session idles longer than any call)."""
+
+
+@dataclass(frozen=True, order=True)
+class SessionKey:
+    """Who a pooled session serves and where it goes. Holds no secret."""
+
+    tenant: str
+    principal: str | None
+    url: str
+    transport: str
+    credential: str | None
+    """sha256 hex digest of the resolved credential (None: the server takes none)."""
+
+    @classmethod
+    def of(cls, scope: Scope, url: str, transport: str, secret: str | None) -> SessionKey:
+        """The key for ``scope`` reaching ``url`` with ``secret`` (hashed here)."""
+        identity = None if secret is None else hashlib.sha256(secret.encode()).hexdigest()
+        return cls(scope.tenant, scope.principal, url, transport, identity)
+
+    def __repr__(self) -> str:
+        who = self.tenant if self.principal is None else f"{self.tenant}/{self.principal}"
+        cred = "none" if self.credential is None else self.credential[:8]
+        return f"SessionKey({who} {self.transport} {self.url} credential={cred})"
+
+
+class McpUnavailable(Exception):
+    """A server could not be reached or its session broke (the message names why)."""
+
+
+def describe_error(err: BaseException) -> str:
+    """One line naming what failed: the innermost meaningful exceptions of a group.
+
+    anyio task groups wrap a transport's failure in ``ExceptionGroup``s; the model and the
+    operator want the ``ConnectError: ...`` inside, not the wrapping.
+    """
+    if isinstance(err, BaseExceptionGroup):
+        parts = [describe_error(inner) for inner in err.exceptions]
+        return "; ".join(dict.fromkeys(parts))
+    if isinstance(err, MCPError):
+        return f"MCP error {err.code}: {err.message}"
+    if isinstance(err, TimeoutError):
+        return "timed out"
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+@asynccontextmanager
+async def open_client(
+    url: str,
+    transport: str,
+    headers: dict[str, str],
+    *,
+    connect_timeout: float,
+    on_message: Callable[[IncomingMessage], None] | None = None,
+) -> AsyncIterator[Client]:
+    """Connect to an MCP server and run the ``initialize`` handshake.
+
+    The handshake (``mode="legacy"``) is what every MCP server published so far speaks;
+    the SDK's response cache is off because the worker keeps its own catalogue cache,
+    keyed by session and dropped on ``tools/list_changed``. Enter and exit it in one task.
+    """
+
+    async def handler(message: IncomingMessage) -> None:
+        if on_message is not None:
+            on_message(message)
+
+    async with AsyncExitStack() as stack:
+        if transport == "sse":
+            streams = sse_client(
+                url, headers=headers, timeout=connect_timeout, sse_read_timeout=_SSE_READ_SECONDS
+            )
+        else:
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=headers,
+                    timeout=httpx2.Timeout(connect_timeout, read=_SSE_READ_SECONDS),
+                )
+            )
+            streams = streamable_http_client(url, http_client=http)
+        client = Client(
+            streams,
+            mode="legacy",
+            cache=None,
+            message_handler=handler,
+        )
+        yield await stack.enter_async_context(client)
+
+
+@dataclass(eq=False)
+class _Pooled:
+    key: SessionKey
+    ready: asyncio.Future[Client]
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    users: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    broken: str | None = None
+    """Why the session cannot be used any more (its transport failed)."""
+
+
+class McpSessions:
+    """A bounded pool of connected MCP clients, one owner task each."""
+
+    def __init__(
+        self,
+        *,
+        max_sessions: int,
+        idle_seconds: float,
+        connect_timeout: float,
+        on_tools_changed: Callable[[SessionKey], None],
+    ) -> None:
+        """Create an empty pool.
+
+        Args:
+            max_sessions: most sessions kept open at once (idle ones beyond it are closed,
+                least recently used first; sessions in use are never closed under a call).
+            idle_seconds: a session unused this long is closed.
+            connect_timeout: bound on connecting plus ``initialize``.
+            on_tools_changed: called with a session's key when its server sends
+                ``notifications/tools/list_changed`` (the catalogue cache drops it).
+        """
+        self._max = max_sessions
+        self._idle = idle_seconds
+        self._connect_timeout = connect_timeout
+        self._on_tools_changed = on_tools_changed
+        self._sessions: OrderedDict[SessionKey, _Pooled] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Every owner task still running, dropped sessions' included (``aclose`` waits)."""
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def keys(self) -> tuple[SessionKey, ...]:
+        """The keys of the sessions open (or opening) now."""
+        return tuple(self._sessions)
+
+    @asynccontextmanager
+    async def client(
+        self, key: SessionKey, url: str, headers: dict[str, str]
+    ) -> AsyncIterator[Client]:
+        """Lease the connected client for ``key``, connecting first when there is none.
+
+        ``headers`` (carrying the credential) are used only to connect; they are never
+        stored on the pool.
+
+        Raises:
+            McpUnavailable: connecting failed or timed out; or the session broke during
+                the lease (the pool drops it, so the next lease connects again).
+        """
+        if self._closed:
+            raise McpUnavailable("the worker's MCP sessions are closed")
+        pooled = self._sessions.get(key)
+        if pooled is not None and pooled.broken is not None:
+            self._drop(pooled)
+            pooled = None
+        if pooled is None:
+            pooled = self._open(key, url, headers)
+        self._sessions.move_to_end(key)
+        pooled.users += 1
+        try:
+            try:
+                async with asyncio.timeout(self._connect_timeout):
+                    client = await asyncio.shield(pooled.ready)
+            except TimeoutError:
+                self._drop(pooled)
+                raise McpUnavailable(
+                    f"no answer to connect and initialize within {self._connect_timeout:g} s"
+                ) from None
+            except McpUnavailable:
+                self._drop(pooled)
+                raise
+            try:
+                yield client
+            except MCPError as err:
+                if err.code == mcp_types.CONNECTION_CLOSED:
+                    pooled.broken = describe_error(err)
+                raise
+            if pooled.broken is not None:
+                raise McpUnavailable(f"the session broke: {pooled.broken}")
+        finally:
+            pooled.users -= 1
+            pooled.last_used = time.monotonic()
+            if pooled.broken is not None:
+                self._drop(pooled)
+            self._trim()
+
+    def _open(self, key: SessionKey, url: str, headers: dict[str, str]) -> _Pooled:
+        loop = asyncio.get_running_loop()
+        pooled = _Pooled(key=key, ready=loop.create_future())
+        self._sessions[key] = pooled
+        pooled.task = asyncio.create_task(
+            self._own(pooled, url, dict(headers)), name=f"mcp-session {key!r}"
+        )
+        self._tasks.add(pooled.task)
+        pooled.task.add_done_callback(self._tasks.discard)
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap(), name="mcp-session-reaper")
+        return pooled
+
+    async def _own(self, pooled: _Pooled, url: str, headers: dict[str, str]) -> None:
+        """The owner task: enter the transport and session, wait, exit them here."""
+
+        def on_message(message: IncomingMessage) -> None:
+            if isinstance(message, Exception):
+                # A transport fault: the stream is gone or garbled; connect afresh next time.
+                pooled.broken = describe_error(message)
+                pooled.closing.set()
+            elif isinstance(message, mcp_types.ToolListChangedNotification):
+                self._on_tools_changed(pooled.key)
+
+        try:
+            async with open_client(
+                url,
+                pooled.key.transport,
+                headers,
+                connect_timeout=self._connect_timeout,
+                on_message=on_message,
+            ) as client:
+                headers.clear()  # the owner keeps no credential once connected
+                if not pooled.ready.done():
+                    pooled.ready.set_result(client)
+                await pooled.closing.wait()
+        except asyncio.CancelledError:
+            if not pooled.ready.done():
+                pooled.ready.set_exception(McpUnavailable("connecting was cancelled"))
+            raise
+        except Exception as err:
+            reason = describe_error(err)
+            pooled.broken = reason
+            if not pooled.ready.done():
+                pooled.ready.set_exception(McpUnavailable(reason))
+            else:
+                _log.warning("MCP session %r ended: %s", pooled.key, reason)
+        finally:
+            pooled.broken = pooled.broken or "closed"
+            if self._sessions.get(pooled.key) is pooled:
+                del self._sessions[pooled.key]
+            # Nobody may be left waiting, and a never-awaited exception must not be logged.
+            if pooled.ready.done() and not pooled.ready.cancelled():
+                pooled.ready.exception()
+
+    def _drop(self, pooled: _Pooled) -> None:
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+        pooled.closing.set()
+        if not pooled.ready.done() and pooled.task is not None:
+            pooled.task.cancel()  # still connecting: nothing to wait for
+
+    def _trim(self) -> None:
+        """Close idle sessions past the bound, least recently used first."""
+        excess = len(self._sessions) - self._max
+        for pooled in list(self._sessions.values()):
+            if excess <= 0:
+                return
+            if pooled.users == 0:
+                self._drop(pooled)
+                excess -= 1
+
+    async def _reap(self) -> None:
+        """Close sessions idle longer than ``idle_seconds``, until the pool empties."""
+        while self._sessions:
+            await asyncio.sleep(max(0.05, self._idle / 4))
+            now = time.monotonic()
+            for pooled in list(self._sessions.values()):
+                if pooled.users == 0 and now - pooled.last_used >= self._idle:
+                    self._drop(pooled)
+
+    async def aclose(self) -> None:
+        """Close every session and wait for their owner tasks to finish."""
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for pooled in list(self._sessions.values()):
+            pooled.closing.set()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
