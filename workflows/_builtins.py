@@ -289,6 +289,7 @@ async def _search_mcp_tools(
             run_id=run._input.run_id,
             call_id=call.id,
             servers=tuple(mcp.servers[name] for name in names),
+            catalogs={name: mcp.catalogs[name] for name in names if name in mcp.catalogs},
             query=query,
             large_result_bytes=run._limits.large_result_bytes,
             scope=run._input.scope,

@@ -51,6 +51,8 @@ class McpState:
     """Deferred servers' tools found by ``search_mcp_tools``, in the order found."""
     unavailable: set[str] = field(default_factory=set)
     deferred: tuple[str, ...] = ()
+    catalogs: dict[str, str] = field(default_factory=dict)
+    """Server name -> the ref of its stored catalogue this turn (what a search reads)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ async def refresh(
         if note is not None:
             notes.append(ChatMessage(role="user", content=note))
     state.deferred = tuple(s.server for s in result.servers if s.status == "deferred")
+    state.catalogs = {s.server: s.catalog_hash for s in result.servers if s.catalog_hash}
     offered.update(state.entries)
     return Turn(state.tools_ref or base.tools_ref, offered, notes)
 

@@ -17,12 +17,12 @@ from typing import Any, Literal
 import pytest
 
 from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.specs import AgentBuilder, Scope, WorkflowSpec
+from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     McpDiscovered,
-    RunFailed,
     RunStatus,
+    ToolCallFinished,
     ToolWithheld,
 )
 from tests.mcp.fixture import McpTestServer, start_mcp_server
@@ -70,8 +70,9 @@ def closed_port() -> int:
 
 
 def offered(request: dict[str, Any]) -> list[str]:
-    """The tool names one model request offered."""
-    return sorted(tool["function"]["name"] for tool in request.get("tools", []))
+    """The tool names one model request offered (but ``read_tool_output``, always there)."""
+    names = (tool["function"]["name"] for tool in request.get("tools", []))
+    return sorted(name for name in names if name != "read_tool_output")
 
 
 def agent(server: McpTestServer, **grant: Any) -> AgentBuilder:
@@ -152,7 +153,7 @@ async def test_is_error_counts_toward_the_failure_streak(
         result = await harness.client.result(run, scope=harness.scope)
         records = (await harness.client.records(run, scope=harness.scope)).records
     assert result.status is RunStatus.COMPLETED
-    finished = [r for r in records if getattr(r, "kind", "") == "tool_call_finished"]
+    finished = [r for r in records if isinstance(r, ToolCallFinished)]
     assert [r.status for r in finished] == ["error", "error"]
     assert "second" in finished[1].content
     assert any(isinstance(r, ToolWithheld) and r.tool == "tools__fail" for r in records)
@@ -395,5 +396,5 @@ async def test_a_workflow_tool_step_calls_an_mcp_tool(
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.outputs is not None
-    assert result.outputs["greet"] == "x"
+    assert result.outputs["greet"] == "hi"
     assert "record 7" in json.dumps(result.outputs["find"])
