@@ -188,13 +188,21 @@ class McpActivities(ActivityClass):
 
     @activity.defn(name=MCP_LIST_TOOLS)
     async def list_tools(self, input: McpCatalogInput) -> McpCatalog:
-        """This turn's catalogue: each server discovered (or cached), narrowed and named.
+        """This turn's catalogue (``resolve``); when its hash equals ``input.known_hash``
+        only the hash and statuses come back."""
+        catalog = await self.resolve(input)
+        if catalog.catalog_hash == input.known_hash:
+            return McpCatalog(catalog_hash=catalog.catalog_hash, servers=catalog.servers)
+        return catalog
+
+    async def resolve(self, input: McpCatalogInput) -> McpCatalog:
+        """A turn's whole catalogue: each server discovered (or cached), narrowed and named.
 
         A server over the preload budget (or with ``preload: false``) is deferred: of its
         tools only those named in ``input.loaded`` are offered, plus ``search_mcp_tools``
         once per catalogue. An unreachable server is reported, not raised. The stored
-        definitions are the base ones plus the offered MCP ones, sorted by name; when the
-        result's hash equals ``input.known_hash`` only the hash and statuses come back.
+        definitions are the base ones plus the offered MCP ones, sorted by name. Also
+        what the model-call activity calls for an agent's turn (``McpTurn``).
         """
         base = await self._base_definitions(input.base_tools_ref)
         outcomes = await asyncio.gather(
@@ -255,9 +263,7 @@ class McpActivities(ActivityClass):
         entries.sort(key=lambda entry: entry.name)
         data = _dumps([definition.model_dump(mode="json") for definition in definitions])
         tools_ref = blob_ref(data) if definitions else None
-        catalog_hash = _catalog_hash(tools_ref, entries)
-        if catalog_hash == input.known_hash:
-            return McpCatalog(catalog_hash=catalog_hash, servers=tuple(statuses))
+        catalog_hash = _catalog_hash(tools_ref, entries, statuses)
         if definitions:
             await self.blobs.put(data)
         renamed = tuple(
@@ -541,13 +547,23 @@ def _reason(err: BaseException) -> str:
     return describe_error(err)
 
 
-def _catalog_hash(tools_ref: str | None, entries: Iterable[CatalogEntry]) -> str:
+def _catalog_hash(
+    tools_ref: str | None, entries: Iterable[CatalogEntry], statuses: Iterable[McpServerStatus]
+) -> str:
+    """What a turn's catalogue is, short: the offered definitions, the entries and each
+    server's status (whether its cache answered aside, which changes nothing offered).
+    64 bits of sha256: it only tells a turn's catalogue from the Run's previous one, and it
+    costs history bytes on every turn."""
     body = json.dumps(
-        {"tools_ref": tools_ref, "entries": [entry.model_dump(mode="json") for entry in entries]},
+        {
+            "tools_ref": tools_ref,
+            "entries": [entry.model_dump(mode="json") for entry in entries],
+            "servers": [s.model_dump(mode="json", exclude={"cached"}) for s in statuses],
+        },
         sort_keys=True,
         separators=(",", ":"),
     )
-    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 async def check_servers(

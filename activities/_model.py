@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,6 +29,14 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, Conversations
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities._mcp_turn import (
+    MCP_UNREACHABLE,
+    McpResolver,
+    McpUnreachable,
+    Resolved,
+    resolve_turn,
+    turn_result,
+)
 from psych_runtime.activities._model_failures import (
     MAX_RESULT_BYTES,
     ResponseTooLarge,
@@ -85,6 +94,7 @@ class ModelActivities(ActivityClass):
         blobs: BlobStore,
         pricing: Pricing | None = None,
         http: httpx.AsyncClient | None = None,
+        mcp: McpResolver | None = None,
     ) -> None:
         """Bind the activity to its collaborators.
 
@@ -95,11 +105,14 @@ class ModelActivities(ActivityClass):
             http: the client for provider requests (e.g. one from the egress policy);
                 ``None`` creates one that ``aclose`` closes. Either way its timeouts are
                 set per request and nothing retries.
+            mcp: resolves an agent turn's MCP servers before its call (``McpActivities``);
+                ``None``: a call naming MCP servers fails, naming what is missing.
         """
         self.endpoints = endpoints
         self.blobs = blobs
         self.pricing = pricing
         self.conversations = Conversations(blobs)
+        self.mcp = mcp
         self._owns_http = http is None
         self.http = httpx.AsyncClient(timeout=_timeout(None)) if http is None else http
 
@@ -137,6 +150,15 @@ class ModelActivities(ActivityClass):
             # happens before the request and must not look like a lost worker.
             async with _heartbeating():
                 return await self._complete(input, started, redact)
+        except McpUnreachable as err:
+            # Not the model's failure: no call was made, and retrying cannot help the turn.
+            activity.logger.warning("model call not made: %s", err)
+            raise ApplicationError(
+                str(err),
+                type=MCP_UNREACHABLE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
         except Exception as err:
             # The one place foreign exceptions are mapped. Non-retryable: the workflow
             # retries transient failures against its per-Run budget and fallbacks.
@@ -176,7 +198,15 @@ class ModelActivities(ActivityClass):
             else:
                 new_refs.append(item)
                 new_messages.append(await self.conversations.get_message(item))
-        tools = await self._tools(input)
+        tools_ref = input.tools_ref
+        resolved: Resolved | None = None
+        if input.mcp is not None:
+            resolved = await resolve_turn(self.mcp, input)
+            tools_ref = resolved.catalog.tools_ref
+            for note in resolved.notes:
+                new_refs.append(await self.conversations.put_message(note))
+                new_messages.append(note)
+        tools = await self._tools(tools_ref, input.exclude_tools)
         body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
@@ -220,6 +250,9 @@ class ModelActivities(ActivityClass):
                 duration_ms=(time.monotonic() - started) * 1000,
                 first_token_ms=answer.first_token_ms,
             ),
+            mcp=None
+            if resolved is None or input.mcp is None
+            else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
         )
         size = len(result.model_dump_json())
         if size > MAX_RESULT_BYTES:
@@ -234,11 +267,11 @@ class ModelActivities(ActivityClass):
             return input.system_ref, (await self.blobs.get(input.system_ref)).decode()
         return None, None
 
-    async def _tools(self, input: ModelCallInput) -> list[ToolDefinition]:
-        if input.tools_ref is None:
+    async def _tools(self, ref: str | None, exclude: Sequence[str]) -> list[ToolDefinition]:
+        if ref is None:
             return []
-        tools = _TOOL_LIST.validate_json(await self.blobs.get(input.tools_ref))
-        excluded = set(input.exclude_tools)
+        tools = _TOOL_LIST.validate_json(await self.blobs.get(ref))
+        excluded = set(exclude)
         return [t for t in tools if t.name not in excluded]
 
     async def _post(

@@ -15,7 +15,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope
 
@@ -25,6 +33,34 @@ BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Compact(_Payload):
+    """A payload written without the fields that hold their default (read back with them).
+
+    For the payloads an MCP Run sends on every turn: each default left out is history bytes
+    not spent on every turn of every Run.
+    """
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
+        return {
+            key: value
+            for key, value in data.items()
+            if key not in fields
+            or fields[key].is_required()
+            or getattr(self, key) != fields[key].get_default(call_default_factory=True)
+        }
+
+
+def _compact_server(server: McpServer) -> dict[str, Any]:
+    """An ``McpServer`` as JSON without its default fields (the Spec's own dump keeps them:
+    it is what a Version hashes)."""
+    return server.model_dump(mode="json", exclude_defaults=True)
 
 
 # --- activity names (API: a changed signature gets a new name) ----------------------------
@@ -113,7 +149,48 @@ class Latency(_Payload):
     """From start to the first streamed token (model calls that stream)."""
 
 
-class ModelCallInput(_Payload):
+class McpTurn(_Compact):
+    """An agent turn's MCP servers, resolved by the model-call activity before it calls the
+    model (so a turn's discovery costs no event of its own in history).
+
+    The activity discovers each server (or reads the worker's cache), narrows and names the
+    tools exactly as ``psych.mcp.list_tools`` does, and offers the model the base tools
+    (``ModelCallInput.tools_ref``) plus those MCP tools.
+    """
+
+    servers: tuple[McpServer, ...]
+    loaded: tuple[str, ...] = ()
+    """Deferred servers' tools ``search_mcp_tools`` found (offered from the next turn)."""
+    known_hash: str | None = None
+    """The ``catalog_hash`` of the Run's previous turn."""
+    have: tuple[str, ...] = ()
+    """Names whose entries the workflow already holds for ``known_hash``: not sent again."""
+    told_unavailable: tuple[str, ...] = ()
+    """Optional servers the model was already told are unavailable (told once, until back)."""
+
+    @field_serializer("servers")
+    def _servers(self, servers: tuple[McpServer, ...]) -> list[dict[str, Any]]:
+        return [_compact_server(server) for server in servers]
+
+
+class McpTurnResult(_Compact):
+    """What the turn's MCP discovery found, as the workflow needs it."""
+
+    catalog_hash: str
+    """Hash of the offered definitions, entries and statuses (``cached`` aside)."""
+    servers: tuple[McpServerStatus, ...] = ()
+    """Each server's status; empty when ``catalog_hash`` equals ``known_hash`` (then the
+    workflow's are still true and ``cached`` says what the cache answered)."""
+    cached: tuple[bool, ...] = ()
+    """Per server (input order), whether the worker's cache answered; set when unchanged."""
+    entries: tuple[CatalogEntry, ...] = ()
+    """Entries of the offered MCP tools (and ``search_mcp_tools``) the model called this
+    turn that ``have`` does not name: what the workflow needs to run those calls."""
+    renamed: tuple[tuple[str, str, str], ...] = ()
+    """``(model name, server, tool)`` for rewritten names (left out when unchanged)."""
+
+
+class ModelCallInput(_Compact):
     """One model call: which model, and the conversation by reference."""
 
     run_id: str
@@ -140,9 +217,11 @@ class ModelCallInput(_Payload):
     stream_idle_seconds: float = 300.0
     """Longest allowed gap between streamed chunks; 0 disables."""
     scope: Scope
+    mcp: McpTurn | None = None
+    """The Run's MCP servers, resolved before the call; None = no MCP servers."""
 
 
-class ModelCallResult(_Payload):
+class ModelCallResult(_Compact):
     """What a successful model call produced."""
 
     model: str
@@ -157,6 +236,8 @@ class ModelCallResult(_Payload):
     cost: float | None = None
     """From the Pricing port at call time; ``None`` when the price is unknown, never 0."""
     latency: Latency
+    mcp: McpTurnResult | None = None
+    """What the turn's MCP discovery found (None without MCP servers)."""
 
 
 class ModelFailure(_Payload):
@@ -328,7 +409,7 @@ class McpCatalog(_Payload):
     suffixed to resolve a collision (left out when unchanged)."""
 
 
-class McpToolCall(_Payload):
+class McpToolCall(_Compact):
     """``psych.tool.mcp``: one ``tools/call``."""
 
     run_id: str
@@ -343,6 +424,10 @@ class McpToolCall(_Payload):
     """The tool's ``CatalogEntry.safe_to_repeat``: a call not safe to repeat reports its
     outcome through the worker's client (it must survive a server outage), like a POST
     tool. Unset, a call is taken for a write that is not safe to repeat."""
+
+    @field_serializer("server")
+    def _server(self, server: McpServer) -> dict[str, Any]:
+        return _compact_server(server)
 
 
 class McpSearchInput(_Payload):
@@ -415,3 +500,7 @@ def invalid_arguments_message(err: json.JSONDecodeError) -> str:
         f"arguments are not valid JSON: {err.msg.removesuffix(' at').rstrip(':')} "
         f"(at character {err.pos}); resend"
     )
+
+
+McpTurnResult.model_rebuild()
+ModelCallResult.model_rebuild()

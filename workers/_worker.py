@@ -214,8 +214,15 @@ def activities_for(
     ``mcp`` holds the MCP session pool the caller closes when the worker stops; without
     one, one is made whose sessions close only once idle (``McpSettings.idle_seconds``).
     """
+    mcp = mcp if mcp is not None else _mcp_activities(settings)
+    # One MCP pool and cache serve both the model call (an agent turn's discovery) and the
+    # MCP tool calls.
     model = ModelActivities(
-        endpoints=settings.endpoints, blobs=settings.blobs, pricing=settings.pricing, http=http
+        endpoints=settings.endpoints,
+        blobs=settings.blobs,
+        pricing=settings.pricing,
+        http=http,
+        mcp=mcp,
     )
     tools = ToolActivities(
         registry=settings.registry,
@@ -225,7 +232,6 @@ def activities_for(
         policy=settings.policy,
         outage_seconds=settings.outage_seconds,
     )
-    mcp = mcp if mcp is not None else _mcp_activities(settings)
     return [*model.activities(), *tools.activities(), *mcp.activities()]
 
 

@@ -15,16 +15,17 @@ import contextlib
 from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._mcp_turn import MCP_UNREACHABLE
     from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelCallResult
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._catalog import resolve
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
     from psych_runtime.workflows._handlers import parse_input
-    from psych_runtime.workflows._mcp import refresh
+    from psych_runtime.workflows._mcp import take_turn, turn_input
     from psych_runtime.workflows._model_calls import (
         budget_left,
         model_failure,
@@ -92,6 +93,7 @@ class AgentRun(ToolCalls):
         assert isinstance(spec, AgentSpec)
         limits = spec.limits
         catalog = await resolve(self)
+        base = {entry.name: entry for entry in catalog.entries}
         pending: list[ChatMessage | str] = [
             ChatMessage(role="user", content=text) for text in self._input.messages
         ]
@@ -109,16 +111,6 @@ class AgentRun(ToolCalls):
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})
             self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
-            # Resolved at every turn boundary, fixed within the turn.
-            current = await refresh(
-                self._mcp,
-                catalog,
-                run_id=self._input.run_id,
-                turn=turn,
-                scope=self._input.scope,
-                log=self._log,
-            )
-            pending += current.notes
             pending += _take(self._steer)
             result = await self._call_model(
                 turn,
@@ -131,12 +123,17 @@ class AgentRun(ToolCalls):
                     system_ref=system_ref,
                     context_ref=context_ref,
                     new_messages=tuple(pending),
-                    tools_ref=current.tools_ref,
+                    tools_ref=catalog.tools_ref,
                     exclude_tools=tuple(self._guards.withheld),
                     stream_idle_seconds=limits.stream_idle_seconds,
                     scope=self._input.scope,
+                    # MCP tools are resolved at every turn boundary, inside the model call,
+                    # and fixed within the turn.
+                    mcp=turn_input(self._mcp),
                 ),
             )
+            if result.mcp is not None:
+                take_turn(self._mcp, result.mcp, turn=turn, log=self._log)
             context_ref, system_ref = result.context_ref, result.system_ref
             pending = []
             self._check_abort()
@@ -148,7 +145,8 @@ class AgentRun(ToolCalls):
                 continue
             if self._past_deadline():
                 return self._deadline_outcome()
-            results, notes = await self._run_tools(turn, result.tool_calls, current.offered)
+            offered = base | self._mcp.entries if self._mcp.entries else base
+            results, notes = await self._run_tools(turn, result.tool_calls, offered)
             pending = [r.message for r in results] + notes
             self._check_abort()
 
@@ -194,6 +192,11 @@ class AgentRun(ToolCalls):
                 if isinstance(err.__cause__, CancelledError):
                     # The workflow is being cancelled (or force-settled): not a model failure.
                     raise asyncio.CancelledError from err
+                if isinstance(err.__cause__, ApplicationError) and (
+                    err.__cause__.type == MCP_UNREACHABLE
+                ):
+                    # No model call was made: a required MCP server did not answer.
+                    raise Stop(RunStatus.FAILED, err.__cause__.message) from err
                 failure = model_failure(err, cause_text(err))
                 left = budget_left(self._budget, self._totals.transient_failures, failure)
                 self._log.add(

@@ -1,10 +1,12 @@
 """MCP servers at turn boundaries: what a turn offers, fixed within the turn.
 
-A Run with ``mcp_servers`` asks ``psych.mcp.list_tools`` (a local activity, so its result
-is one marker in history) before every model call of an agent and before every tool step
-of a workflow. The activity discovers or reads its cache, narrows and names the tools,
-and returns the turn's whole definitions blob; when nothing changed since the hash this
-Run holds it returns the hash alone. Replay reads the marker and never talks to a server.
+An agent's turn resolves its MCP catalogue inside its model call (``McpTurn`` in the
+input, ``McpTurnResult`` in the result: the hash, the statuses when they changed, and the
+entries of the MCP tools the model called), so a turn's discovery adds no event to
+history. A workflow's tool step has no model call: it asks ``psych.mcp.list_tools`` (a
+local activity, one marker in history) before the step. Either way the worker discovers or
+reads its cache, narrows and names the tools; replay reads history and never talks to a
+server.
 
 A non-optional server that is unreachable fails the Run naming it; an optional one is left
 out and the model is told when it goes away and when it comes back. Deferred servers (a
@@ -26,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
         McpCatalog,
         McpCatalogInput,
         McpServerStatus,
+        McpTurn,
+        McpTurnResult,
         ToolCatalog,
     )
     from psych_runtime.specs import McpServer, Scope
@@ -53,6 +57,50 @@ class McpState:
     deferred: tuple[str, ...] = ()
     catalogs: dict[str, str] = field(default_factory=dict)
     """Server name -> the ref of its stored catalogue this turn (what a search reads)."""
+    statuses: tuple[McpServerStatus, ...] = ()
+    """Each server's status at the last change of the catalogue (agent turns)."""
+
+
+def turn_input(state: McpState) -> McpTurn | None:
+    """What an agent's model call needs to resolve this turn's MCP tools (None: no servers)."""
+    if not state.servers:
+        return None
+    return McpTurn(
+        servers=tuple(state.servers.values()),
+        loaded=tuple(state.loaded),
+        known_hash=state.catalog_hash,
+        have=tuple(sorted(state.entries)),
+        told_unavailable=tuple(sorted(state.unavailable)),
+    )
+
+
+def take_turn(state: McpState, result: McpTurnResult, *, turn: int, log: RecordLog) -> None:
+    """Take in what an agent turn's model call found, and record it per server."""
+    changed = result.catalog_hash != state.catalog_hash
+    if changed:
+        state.catalog_hash = result.catalog_hash
+        state.entries = {}
+        state.statuses = result.servers
+    state.entries.update({entry.name: entry for entry in result.entries})
+    cached = result.cached if not changed else tuple(s.cached for s in result.servers)
+    for status, was_cached in zip(state.statuses, cached, strict=False):
+        log.add(
+            McpDiscovered(
+                **log.stamp(),
+                turn=turn,
+                server=status.server,
+                status=status.status,
+                tools=status.tools,
+                catalog_hash=status.catalog_hash,
+                cached=was_cached,
+                error=status.error,
+                renamed=tuple(r for r in result.renamed if r[1] == status.server),
+            )
+        )
+    # The activity told the model of every optional server it found down and not told yet.
+    state.unavailable = {s.server for s in state.statuses if s.status == "unavailable"}
+    state.deferred = tuple(s.server for s in state.statuses if s.status == "deferred")
+    state.catalogs = {s.server: s.catalog_hash for s in state.statuses if s.catalog_hash}
 
 
 @dataclass(frozen=True)
@@ -73,7 +121,7 @@ async def refresh(
     scope: Scope,
     log: RecordLog,
 ) -> Turn:
-    """Resolve this turn's catalogue (the base one alone when the Run has no servers).
+    """Resolve a workflow step's catalogue (the base one alone when the Run has no servers).
 
     Raises:
         Stop: FAILED when a non-optional server is unreachable or discovery itself failed.
