@@ -46,6 +46,7 @@ from psych_runtime.activities._mcp_names import allowed_tools, name_tools
 from psych_runtime.activities._mcp_pool import (
     McpSessions,
     McpUnavailable,
+    SessionBroke,
     SessionKey,
     describe_error,
     open_client,
@@ -387,17 +388,30 @@ class McpActivities(ActivityClass):
         if cached is not None:
             return cached, True
         generation = self.catalogs.generation(connection.key)
+        try:
+            tools = await self._list_on_session(server, connection)
+        except SessionBroke as err:
+            if not err.reused:
+                raise
+            # A pooled session that broke since its last use (its server restarted, the
+            # stream was cut) fails at once; listing is read-only, so it is asked again on
+            # a fresh session. A tools/call never is: it may have reached the server.
+            tools = await self._list_on_session(server, connection)
+        self.catalogs.put(connection.key, tools, generation)
+        return tools, False
+
+    async def _list_on_session(
+        self, server: McpServer, connection: _Connection
+    ) -> tuple[McpTool, ...]:
         bound = self.settings.list_timeout_seconds
         async with self.sessions.client(connection.key, server.url, connection.headers) as client:
             try:
                 async with asyncio.timeout(bound):
-                    tools = await self._all_pages(client)
+                    return await self._all_pages(client)
             except TimeoutError:
                 raise _Unavailable(
                     f"tools/list gave no complete answer within {bound:g} s"
                 ) from None
-        self.catalogs.put(connection.key, tools, generation)
-        return tools, False
 
     async def _all_pages(self, client: Client) -> tuple[McpTool, ...]:
         tools: dict[str, McpTool] = {}

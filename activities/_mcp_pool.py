@@ -47,6 +47,13 @@ _SSE_READ_SECONDS = 300.0
 SDK's default; a pooled session idles longer than any call)."""
 
 
+_SESSION_GONE = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.INVALID_REQUEST})
+"""Errors after which a session is dropped: the connection closed, or the server no longer
+knows the session (a restarted streamable-HTTP server answers 404, which the SDK reports as
+INVALID_REQUEST; the SDK itself never sends an invalid request, so a dropped session costs
+at most a reconnect)."""
+
+
 @dataclass(frozen=True, order=True)
 class SessionKey:
     """Who a pooled session serves and where it goes. Holds no secret."""
@@ -72,6 +79,16 @@ class SessionKey:
 
 class McpUnavailable(Exception):
     """A server could not be reached or its session broke (the message names why)."""
+
+
+class SessionBroke(McpUnavailable):
+    """A pooled session's transport failed during a lease (the pool has dropped it)."""
+
+    def __init__(self, reason: str, *, reused: bool) -> None:
+        """``reused``: the session had served earlier leases (it was not new to this one),
+        so a fresh session may well work where it failed."""
+        super().__init__(f"the session broke: {reason}")
+        self.reused = reused
 
 
 def describe_error(err: BaseException) -> str:
@@ -191,8 +208,9 @@ class McpSessions:
         stored on the pool.
 
         Raises:
-            McpUnavailable: connecting failed or timed out; or the session broke during
-                the lease (the pool drops it, so the next lease connects again).
+            McpUnavailable: connecting failed or timed out.
+            SessionBroke: the session's transport failed during the lease (the pool
+                drops it, so the next lease connects again).
         """
         if self._closed:
             raise McpUnavailable("the worker's MCP sessions are closed")
@@ -200,6 +218,7 @@ class McpSessions:
         if pooled is not None and pooled.broken is not None:
             self._drop(pooled)
             pooled = None
+        reused = pooled is not None
         if pooled is None:
             pooled = self._open(key, url, headers)
         self._sessions.move_to_end(key)
@@ -219,11 +238,12 @@ class McpSessions:
             try:
                 yield client
             except MCPError as err:
-                if err.code == mcp_types.CONNECTION_CLOSED:
-                    pooled.broken = describe_error(err)
-                raise
+                if err.code not in _SESSION_GONE:
+                    raise
+                pooled.broken = describe_error(err)
+                raise SessionBroke(pooled.broken, reused=reused) from err
             if pooled.broken is not None:
-                raise McpUnavailable(f"the session broke: {pooled.broken}")
+                raise SessionBroke(pooled.broken, reused=reused)
         finally:
             pooled.users -= 1
             pooled.last_used = time.monotonic()

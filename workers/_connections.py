@@ -11,7 +11,8 @@ non-optional server as a problem at its path. ``psych validate|publish
 
 from __future__ import annotations
 
-from psych_runtime.activities._mcp import McpSettings, check_servers
+from typing import TYPE_CHECKING
+
 from psych_runtime.activities._secrets import SecretResolver
 from psych_runtime.specs import (
     AgentSpec,
@@ -20,6 +21,9 @@ from psych_runtime.specs import (
     mcp_connection_key,
     mcp_servers_of,
 )
+
+if TYPE_CHECKING:
+    from psych_runtime.activities._mcp import McpSettings
 
 
 async def check_connections(
@@ -39,6 +43,10 @@ async def check_connections(
         secrets: resolves the credentials; None when no server names one.
         settings: the connect and list timeouts (the worker's defaults when None).
     """
+    # Imported here: the mcp SDK takes seconds to import, and every psych command imports
+    # this module (through the package and validate/publish), few of them checking.
+    from psych_runtime.activities._mcp import check_servers
+
     servers = mcp_servers_of(spec)
     # check_servers answers by server name, and a name is unique only within one Spec
     # level: each distinct endpoint is asked under a name of its own.

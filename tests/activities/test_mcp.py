@@ -29,7 +29,7 @@ from psych_runtime.activities._payloads import (
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._secrets import SecretNotFound, StaticSecretResolver
 from psych_runtime.specs import McpServer, Scope
-from tests.mcp.fixture import McpTestServer, start_mcp_server
+from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 from tests.mcp.published import TOOLS as PUBLISHED_TOOLS
 from tests.mcp.published import PublishedMcpServer, start_published_mcp_server
 from tests.mcp.server import PIXEL_PNG, RESOURCE_TEXT, RESOURCE_URI
@@ -457,6 +457,111 @@ async def test_a_broken_session_is_dropped_and_the_server_reported_unavailable(
     finally:
         served.stop()
         await mcp.aclose()
+
+
+class CuttingProxy:
+    """A loopback TCP forwarder to a server; ``cut()`` drops every open connection, as a
+    restarted server or a dropped network would."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.connections = 0
+
+    async def __aenter__(self) -> CuttingProxy:
+        self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.cut()
+        await self._server.wait_closed()
+
+    def cut(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        self._writers.update({writer, upstream_writer})
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except ConnectionError:
+                pass
+            finally:
+                sink.transport.abort()
+
+        await asyncio.gather(pump(reader, upstream_writer), pump(upstream_reader, writer))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_session_its_server_lost_is_replaced_on_next_use(
+    transport: Transport, blobs: LocalBlobStore
+) -> None:
+    # The server behind one address restarts: the old process's connections are cut and
+    # the new one knows none of its sessions (streamable HTTP answers 404 to them).
+    old, new = start_mcp_server(transport), start_mcp_server(transport)
+    mcp = McpActivities(blobs=blobs, settings=McpSettings(catalog_ttl_seconds=0))
+    try:
+        async with CuttingProxy(old.port) as proxy:
+            path = "/sse" if transport == "sse" else "/mcp"
+            server = McpServer(
+                name="test",
+                url=f"http://127.0.0.1:{proxy.port}{path}",
+                transport="sse" if transport == "sse" else "http",
+            )
+            assert (await catalog(mcp, server)).servers[0].status == "ok"
+            proxy.target = new.port
+            proxy.cut()
+            old.stop()
+            # The next use connects afresh and answers: no turn is lost to the restart.
+            again = await catalog(mcp, server)
+            assert again.servers[0].status == "ok", again.servers[0].error
+            assert len(mcp.sessions.keys) == 1
+            echoed = await call(mcp, server, "echo", {"text": "still here"})
+            assert echoed.content == "still here"
+            assert new.calls("echo") == 1
+    finally:
+        await mcp.aclose()
+        new.stop()
+        old.stop()
+
+
+async def test_the_catalogue_cache_expires_after_its_ttl(
+    served: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    mcp = McpActivities(blobs=blobs, settings=McpSettings(catalog_ttl_seconds=0.5))
+    try:
+        server = spec_of(served)
+        cached = [(await catalog(mcp, server)).servers[0].cached for _ in range(2)]
+        await asyncio.sleep(0.6)
+        cached.append((await catalog(mcp, server)).servers[0].cached)
+    finally:
+        await mcp.aclose()
+    assert cached == [False, True, False]
+
+
+async def test_calls_not_safe_to_repeat_get_the_outage_heartbeat_timeout(
+    served: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    mcp = McpActivities(blobs=blobs, outage_seconds=60.0)
+    try:
+        result = await catalog(mcp, spec_of(served, allow=("charge", "echo")))
+    finally:
+        await mcp.aclose()
+    assert result.entries is not None
+    timeouts = {entry.name: entry.heartbeat_timeout_seconds for entry in result.entries}
+    assert timeouts == {"test__charge": 70.0, "test__echo": None}
 
 
 # --- deferral and search --------------------------------------------------------------------

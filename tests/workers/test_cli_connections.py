@@ -8,6 +8,8 @@ these tests read the other problems only, so they hold before and after.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,3 +203,20 @@ def test_an_invalid_tenant_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("psych: invalid tenant 'no spaces'")
     assert err.count("\n") == 1
+
+
+def test_the_cli_does_not_import_the_mcp_sdk_until_a_check_runs(tmp_path: Path) -> None:
+    # Importing the SDK takes seconds on a busy machine; every psych command pays for what
+    # the CLI imports, and only --check-connections (or a worker) needs it.
+    probe = (
+        "import sys\n"
+        "from psych_runtime.workers._cli import main\n"
+        "import psych_runtime.workers\n"
+        "before = 'mcp' in sys.modules\n"
+        f"main(['validate', {str(tmp_path / 'missing.json')!r}])\n"
+        "print(before, 'mcp' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "False"]
