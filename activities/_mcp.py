@@ -294,7 +294,7 @@ class McpActivities(ActivityClass):
         """
         started = time.monotonic()
         outcome = await self._call(input, started)
-        if input.safe_to_repeat or self._outage_seconds <= 0:
+        if not input.report_through_client or self._outage_seconds <= 0:
             return outcome
         complete_through_client(outcome)
 

@@ -104,7 +104,7 @@ def turn_result(resolved: Resolved, turn: McpTurn, called: Iterable[str]) -> Mcp
     return McpTurnResult(
         catalog_hash=catalog.catalog_hash,
         servers=() if unchanged else catalog.servers,
-        cached=tuple(s.cached for s in catalog.servers) if unchanged else (),
+        fresh=tuple(s.server for s in catalog.servers if not s.cached) if unchanged else (),
         entries=tuple(by_name[name] for name in wanted),
         renamed=() if unchanged else catalog.renamed,
     )

@@ -181,8 +181,9 @@ class McpTurnResult(_Compact):
     servers: tuple[McpServerStatus, ...] = ()
     """Each server's status; empty when ``catalog_hash`` equals ``known_hash`` (then the
     workflow's are still true and ``cached`` says what the cache answered)."""
-    cached: tuple[bool, ...] = ()
-    """Per server (input order), whether the worker's cache answered; set when unchanged."""
+    fresh: tuple[str, ...] = ()
+    """When unchanged: the servers whose tools came from the server this turn rather than
+    the worker's cache (usually none, so usually left out on the wire)."""
     entries: tuple[CatalogEntry, ...] = ()
     """Entries of the offered MCP tools (and ``search_mcp_tools``) the model called this
     turn that ``have`` does not name: what the workflow needs to run those calls."""
@@ -420,10 +421,10 @@ class McpToolCall(_Compact):
     arguments: dict[str, Any]
     large_result_bytes: int
     scope: Scope
-    safe_to_repeat: bool = False
-    """The tool's ``CatalogEntry.safe_to_repeat``: a call not safe to repeat reports its
-    outcome through the worker's client (it must survive a server outage), like a POST
-    tool. Unset, a call is taken for a write that is not safe to repeat."""
+    report_through_client: bool = False
+    """Set for a tool not safe to repeat (``not CatalogEntry.safe_to_repeat``): its outcome
+    is reported through the worker's client so it survives a server outage, like a POST
+    tool's. Left out (the usual read-only call) on the wire."""
 
     @field_serializer("server")
     def _server(self, server: McpServer) -> dict[str, Any]:

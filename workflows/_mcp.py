@@ -82,8 +82,9 @@ def take_turn(state: McpState, result: McpTurnResult, *, turn: int, log: RecordL
         state.entries = {}
         state.statuses = result.servers
     state.entries.update({entry.name: entry for entry in result.entries})
-    cached = result.cached if not changed else tuple(s.cached for s in result.servers)
-    for status, was_cached in zip(state.statuses, cached, strict=False):
+    fresh = set(result.fresh)
+    for status in state.statuses:
+        was_cached = status.cached if changed else status.server not in fresh
         log.add(
             McpDiscovered(
                 **log.stamp(),

@@ -302,7 +302,7 @@ class ToolCalls(Handlers):
                         arguments=arguments,
                         large_result_bytes=large,
                         scope=self._input.scope,
-                        safe_to_repeat=entry.safe_to_repeat,
+                        report_through_client=not entry.safe_to_repeat,
                     ),
                     entry,
                     summary=summary,
