@@ -16,6 +16,7 @@ from psych_runtime.activities._endpoints import (
     Pricing,
     TablePricing,
 )
+from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
 from psych_runtime.activities._model_failures import classify
 from psych_runtime.activities._payloads import (
@@ -50,9 +51,9 @@ from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.activities._version_store import FileVersionStore
 
 if TYPE_CHECKING:
-    from psych_runtime.activities._mcp import McpActivities, McpSettings, check_servers
+    from psych_runtime.activities._mcp import McpActivities, check_servers
 
-_LAZY = {"McpActivities", "McpSettings", "check_servers"}
+_LAZY = {"McpActivities", "check_servers"}
 """Names imported on first use: the ``mcp`` SDK takes one to two seconds to import here,
 and workflows and every ``psych`` command import this package (for payload types and
 ports) without touching MCP."""

@@ -23,7 +23,7 @@ from psych_runtime.specs import (
 )
 
 if TYPE_CHECKING:
-    from psych_runtime.activities._mcp import McpSettings
+    from psych_runtime.activities._mcp_settings import McpSettings
 
 
 async def check_connections(

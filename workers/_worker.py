@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import ModelActivities
 from psych_runtime.activities._payloads import Decision
 from psych_runtime.activities._policy import (
@@ -78,6 +79,8 @@ class WorkerSettings:
             mid-call is noticed that much later: lower it where servers never go away
             for long and crashed calls should be settled sooner. The worker's client
             must retry that long (``outage_retry``; psych's ``connect`` does).
+        mcp: how the worker talks to MCP servers (timeouts, catalogue cache, preload
+            budget, session pool bounds; ``McpSettings``' documented defaults).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -88,6 +91,7 @@ class WorkerSettings:
     pricing: Pricing | None = None
     policy: Policy = field(default_factory=RulePolicy)
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
+    mcp: McpSettings = field(default_factory=McpSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -202,6 +206,7 @@ def _mcp_activities(settings: WorkerSettings) -> McpActivities:
         blobs=settings.blobs,
         secrets=settings.secrets,
         policy=settings.policy,
+        settings=settings.mcp,
         outage_seconds=settings.outage_seconds,
     )
 

@@ -17,7 +17,8 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities._blobs import LocalBlobStore, _dumps
-from psych_runtime.activities._mcp import McpActivities, McpSettings, check_servers
+from psych_runtime.activities._mcp import McpActivities, check_servers
+from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._payloads import (
     McpCatalog,
     McpCatalogInput,

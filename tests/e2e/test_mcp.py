@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pytest
 
+from psych_runtime.activities import McpSettings
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
@@ -26,6 +27,7 @@ from psych_runtime.workflows import (
     ToolWithheld,
 )
 from tests.mcp.fixture import McpTestServer, start_mcp_server
+from tests.mcp.published import start_published_mcp_server
 
 from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
@@ -398,3 +400,29 @@ async def test_a_workflow_tool_step_calls_an_mcp_tool(
     assert result.outputs is not None
     assert result.outputs["greet"] == "hi"
     assert "record 7" in json.dumps(result.outputs["find"])
+
+
+async def test_a_run_with_a_published_mcp_server_from_pypi(harness: Harness) -> None:
+    # mcp-server-time behind fastmcp's proxy: a server nobody here wrote.
+    server = await asyncio.to_thread(start_published_mcp_server, "streamable-http")
+    try:
+        # The proxy starts the time server on first connection: slow on a busy machine.
+        harness.settings.mcp = McpSettings(connect_timeout_seconds=30.0)
+        spec = AgentBuilder("clock").model("fake-model").mcp_server("time", server.url).build()
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("time__get_current_time", {"timezone": "UTC"})),
+            Reply.text("It is now."),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "What time is it?", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+    finally:
+        server.stop()
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert {"time__convert_time", "time__get_current_time"} <= set(
+        offered(harness.fake.requests[0])
+    )
+    [call] = report.tool_calls
+    assert call.status == "ok", call.result
+    assert "UTC" in (call.result or "")

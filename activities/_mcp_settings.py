@@ -1,0 +1,45 @@
+"""How a worker talks to MCP servers (its own module: ``WorkerSettings`` holds one, and
+importing the MCP activities loads the ``mcp`` SDK, which every ``psych`` command would
+then pay for)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    """How a worker talks to MCP servers. Every field has a documented default.
+
+    Attributes:
+        call_timeout_seconds: longest one ``tools/call`` may take; past it the call is
+            cancelled (the server is told) and the model reads an error. Default 120.
+        catalog_ttl_seconds: how long a session's tool listing is served from the
+            worker's cache (dropped sooner on ``tools/list_changed``; 0: never cached).
+            Default 300.
+        preload_budget_chars: a server whose narrowed definitions take more characters
+            of JSON than this is deferred when its ``preload`` is None. Default 16 000
+            (about 4 000 tokens: a dozen richly described tools).
+        max_sessions: most MCP sessions a worker keeps open (idle ones past it are closed,
+            least recently used first). Default 64.
+        idle_seconds: a session unused this long is closed. Default 300.
+        connect_timeout_seconds: bound on connecting plus ``initialize``. Default 8 (a
+            server behind a proxy that starts it on first connection needs a few).
+        list_timeout_seconds: bound on all ``tools/list`` pages of one server. Default 10;
+            with the connect bound, one turn's catalogue takes at most 18 s whatever the
+            servers do (they are asked concurrently).
+        max_list_pages: most ``tools/list`` pages read from one server (a server whose
+            cursor never ends is unavailable, not a hang). Default 100.
+        heartbeat_seconds: how often a running call heartbeats (also on every progress
+            notification). Default 1.
+    """
+
+    call_timeout_seconds: float = 120.0
+    catalog_ttl_seconds: float = 300.0
+    preload_budget_chars: int = 16_000
+    max_sessions: int = 64
+    idle_seconds: float = 300.0
+    connect_timeout_seconds: float = 8.0
+    list_timeout_seconds: float = 10.0
+    max_list_pages: int = 100
+    heartbeat_seconds: float = 1.0
