@@ -39,6 +39,7 @@ from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 DEFAULT_HOME = ".psych"
@@ -185,6 +186,9 @@ async def connect(
     config.setdefault("retry_config", outage_retry())
     config.update(kwargs)
     plugins = [*config.pop("plugins", []), PsychPlugin()]
+    # Tracing and metrics when OTEL_* configures an exporter (see workers/_telemetry.py).
+    telemetry = telemetry_from_env()
+    plugins += [] if telemetry is None else telemetry.plugins()
     return await Client.connect(plugins=plugins, **config)
 
 
@@ -289,6 +293,9 @@ def build_worker(
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
     _check_outage_retry(client, settings.outage_seconds)
+    telemetry = current_telemetry()
+    if telemetry is not None:
+        telemetry.watch_suspended(client, settings.task_queue)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -333,3 +340,7 @@ async def run_worker(
         # Calls not safe to repeat report their outcome through the client; the worker
         # has stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
+    telemetry = current_telemetry()
+    if telemetry is not None:
+        # The psych command ends with os._exit, which skips the exporters' atexit flush.
+        telemetry.flush()
