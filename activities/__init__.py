@@ -5,7 +5,14 @@ Workflows import only the payload types. The scriptable fake model server for te
 ``psych_runtime.testing`` (its files live in ``activities/testing/``).
 """
 
-from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
+from psych_runtime.activities._blobs import (
+    BlobCipher,
+    BlobStore,
+    Conversations,
+    EncryptedBlobStore,
+    LocalBlobStore,
+    blob_ref,
+)
 from psych_runtime.activities._endpoints import (
     Endpoint,
     ModelEndpoints,
@@ -48,10 +55,12 @@ from psych_runtime.activities._version_store import FileVersionStore
 
 __all__ = [
     "ACTIVITY_NAMES",
+    "BlobCipher",
     "BlobStore",
     "ChatMessage",
     "Conversations",
     "Decision",
+    "EncryptedBlobStore",
     "Endpoint",
     "EnvSecretResolver",
     "FileVersionStore",

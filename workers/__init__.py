@@ -1,5 +1,14 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
+from psych_runtime.workers._codec import (
+    EnvKeyProvider,
+    FileKeyProvider,
+    Key,
+    KeyProvider,
+    Keyring,
+    PsychCodec,
+    codec_from_env,
+)
 from psych_runtime.workers._console import follow_run, format_record, format_report
 from psych_runtime.workers._devserver import (
     FAST_DISPATCH_ARGS,
@@ -19,13 +28,20 @@ from psych_runtime.workers._worker import (
 )
 
 __all__ = [
+    "EnvKeyProvider",
     "FAST_DISPATCH_ARGS",
+    "FileKeyProvider",
+    "Key",
+    "KeyProvider",
+    "Keyring",
+    "PsychCodec",
     "PsychPlugin",
     "SANDBOX_PASSTHROUGH",
     "WorkerSettings",
     "activities_for",
     "build_worker",
     "check_fleet_policy",
+    "codec_from_env",
     "connect",
     "follow_run",
     "format_record",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -11,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -23,7 +24,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
+from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._model import ModelActivities
 from psych_runtime.activities._payloads import Decision
@@ -37,6 +38,7 @@ from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
+from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
@@ -168,7 +170,11 @@ def describe_policy(policy: Policy) -> str | None:
 
 
 async def connect(
-    target: str | None = None, *, namespace: str | None = None, **kwargs: Any
+    target: str | None = None,
+    *,
+    namespace: str | None = None,
+    codec: PsychCodec | Literal["env"] | None = "env",
+    **kwargs: Any,
 ) -> Client:
     """Connect a Temporal client with the psych plugin.
 
@@ -176,6 +182,10 @@ async def connect(
     environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
     ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and the profile file), defaulting to a local
     server at ``localhost:7233``.
+
+    ``codec`` encrypts the payloads (``PsychCodec``); by default it comes from
+    ``PSYCH_CODEC_KEYS`` / ``PSYCH_CODEC_KEY_FILE`` (``codec_from_env``: none when
+    neither is set), and None turns encryption off whatever the environment says.
     """
     config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     if target is not None:
@@ -185,7 +195,9 @@ async def connect(
     config.setdefault("target_host", "localhost:7233")
     config.setdefault("retry_config", outage_retry())
     config.update(kwargs)
-    plugins = [*config.pop("plugins", []), PsychPlugin()]
+    if codec == "env":
+        codec = codec_from_env()
+    plugins = [*config.pop("plugins", []), PsychPlugin(codec=codec)]
     # Tracing and metrics when OTEL_* configures an exporter (see workers/_telemetry.py).
     telemetry = telemetry_from_env()
     plugins += [] if telemetry is None else telemetry.plugins()
@@ -281,7 +293,9 @@ def build_worker(
 ) -> Worker:
     """A Worker running AgentRun and every psych activity.
 
-    ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
+    ``client`` must carry the psych plugin (see ``connect``); when the plugin encrypts
+    payloads (``PsychCodec``), the blob store is wrapped to encrypt with the same keys
+    (``EncryptedBlobStore``), unless it already is; ``http`` is the one HTTP
     client every outbound request of the activities goes through (the caller closes it);
     extra keyword arguments go to ``temporalio.worker.Worker``. Its identity carries the
     policy's digest (``worker_identity``; an ``identity`` option replaces the part before
@@ -289,6 +303,13 @@ def build_worker(
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is not None and not isinstance(settings.blobs, EncryptedBlobStore):
+        # A client that encrypts payloads encrypts the blobs they refer to with the same
+        # keys: a message kept out of history must not sit in clear in the blob store.
+        settings = dataclasses.replace(
+            settings, blobs=EncryptedBlobStore(settings.blobs, codec.blob_cipher())
+        )
     workflows: Sequence[type] = [AgentRun, WorkflowRun]
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
