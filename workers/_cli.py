@@ -2,7 +2,7 @@
 
 Commands live beside it: ``_cli_specs`` (validate, publish), ``_cli_runs`` (run, status,
 report, list), ``_cli_resume`` (approve, deny, answer, complete, abort, steer) and
-``_cli_serve`` (worker, dev).
+``_cli_serve`` (worker, dev), ``_codec_server`` (codec-server).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from psych_runtime.workers._cli_resume import add_resume_commands
 from psych_runtime.workers._cli_runs import add_run_commands
 from psych_runtime.workers._cli_serve import add_serve_commands
 from psych_runtime.workers._cli_specs import DEFAULT_STORE, cmd_publish, cmd_validate
+from psych_runtime.workers._codec_server import add_codec_server_command
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_commands(commands, connection, store)
     add_resume_commands(commands, connection)
     add_serve_commands(commands, connection)
+    add_codec_server_command(commands)
     return parser
 
 
