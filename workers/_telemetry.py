@@ -176,6 +176,12 @@ class Telemetry:
             plugins.append(_RunMetricsPlugin(self.meter_provider))
         return plugins
 
+    def missing_from(self, client: Client) -> list[SimplePlugin]:
+        """The plugins ``client`` does not carry, for a worker built from it to add (a
+        client connected without them, such as the embedded dev server's)."""
+        present = {plugin.name() for plugin in client.config()["plugins"]}
+        return [plugin for plugin in self.plugins() if plugin.name() not in present]
+
     def watch_suspended(self, client: Client, task_queue: str) -> None:
         """Report ``psych.runs.suspended`` for ``task_queue``: the Runs whose
         ``PsychStatus`` is ``suspended`` in Temporal's visibility, counted at each metric

@@ -204,6 +204,18 @@ async def connect(
     return await Client.connect(plugins=plugins, **config)
 
 
+def with_codec(client: Client, codec: PsychCodec | None) -> Client:
+    """``client``'s connection and settings with ``codec`` encrypting its payloads
+    (``client`` itself for None): what ``psych dev`` gives the worker of the dev server it
+    started, whose client was built before the keys were read."""
+    if codec is None:
+        return client
+    config = client.config()
+    others = [plugin for plugin in config["plugins"] if not isinstance(plugin, PsychPlugin)]
+    config["plugins"] = [*others, PsychPlugin(codec=codec)]
+    return Client(**config)
+
+
 def activities_for(settings: WorkerSettings, http: httpx.AsyncClient) -> list[Any]:
     """The activity callables a psych worker registers: each activity class's own list."""
     model = ModelActivities(
