@@ -264,3 +264,28 @@ async def test_span_tree_of_a_run_with_tools_a_suspension_and_a_child(
         if a.get("psych.tenant") == tenant
     }
     assert settled == {("AgentRun", "completed"): 2}
+
+
+async def test_a_client_without_the_plugins_still_gets_a_traced_worker(
+    harness: Harness, traced: Traced
+) -> None:
+    # harness.env.client carries PsychPlugin only, as the embedded dev server's does.
+    plugins = [p.name() for p in harness.env.client.config()["plugins"]]
+    assert "OpenTelemetryPlugin" not in plugins
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = AgentBuilder("solo", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text("hi"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hello", scope=scope)
+        result = await harness.client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    every = traced.spans.get_finished_spans()
+    root = _one(
+        [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant],
+        "invoke_agent solo",
+    )
+    assert root.context is not None
+    spans = [s for s in every if s.context and s.context.trace_id == root.context.trace_id]
+    (turn,) = _children(spans, root)
+    assert [s.name for s in _children(spans, turn)] == ["chat fake-model"]
