@@ -329,6 +329,9 @@ def build_worker(
     telemetry = current_telemetry()
     if telemetry is not None:
         telemetry.watch_suspended(client, settings.task_queue)
+        # A client connected without them still gets a traced worker (no client spans).
+        missing = telemetry.missing_from(client)
+        worker_options["plugins"] = [*worker_options.get("plugins", []), *missing]
     return Worker(
         client,
         task_queue=settings.task_queue,
