@@ -17,6 +17,15 @@ from psych_runtime.workers._devserver import (
     temporal_binary,
 )
 from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
+from psych_runtime.workers._telemetry import (
+    Telemetry,
+    TelemetryConfig,
+    current_telemetry,
+    install_telemetry,
+    telemetry_from_env,
+    telemetry_plugins,
+    uninstall_telemetry,
+)
 from psych_runtime.workers._worker import (
     WorkerSettings,
     activities_for,
@@ -37,18 +46,25 @@ __all__ = [
     "PsychCodec",
     "PsychPlugin",
     "SANDBOX_PASSTHROUGH",
+    "Telemetry",
+    "TelemetryConfig",
     "WorkerSettings",
     "activities_for",
     "build_worker",
     "check_fleet_policy",
     "codec_from_env",
     "connect",
+    "current_telemetry",
     "follow_run",
     "format_record",
     "format_report",
+    "install_telemetry",
     "run_worker",
     "start_dev_server",
     "start_time_skipping_server",
+    "telemetry_from_env",
+    "telemetry_plugins",
     "temporal_binary",
+    "uninstall_telemetry",
     "worker_identity",
 ]

@@ -61,6 +61,7 @@ from temporalio.worker import (
 
 from psych_runtime.activities import _spans
 from psych_runtime.specs import SpecError
+from psych_runtime.workflows._tracing import TRACING_EXTERN
 
 CONTENT_ENV = "PSYCH_OTEL_CONTENT"
 TEMPORAL_SPANS_ENV = "PSYCH_OTEL_TEMPORAL_SPANS"
@@ -172,8 +173,10 @@ class Telemetry:
         plugins: list[SimplePlugin] = []
         if self.tracer_provider is not None:
             plugins.append(OpenTelemetryPlugin(add_temporal_spans=self.temporal_spans))
-        if self.meter_provider is not None:
-            plugins.append(_RunMetricsPlugin(self.meter_provider))
+        if self.tracer_provider is not None or self.meter_provider is not None:
+            plugins.append(
+                _TelemetryPlugin(self.meter_provider, tracing=self.tracer_provider is not None)
+            )
         return plugins
 
     def missing_from(self, client: Client) -> list[SimplePlugin]:
@@ -322,26 +325,40 @@ def _metric_exporter(kind: Exporter, protocol: Protocol) -> MetricExporter:
 # --- Run metrics -----------------------------------------------------------------------------
 
 
-class _RunMetricsPlugin(SimplePlugin):
-    """Counts settled Runs (``psych.runs.settled``) on the worker."""
+class _TelemetryPlugin(SimplePlugin):
+    """Marks the worker's workflows as traced and counts settled Runs
+    (``psych.runs.settled``) on it."""
 
-    def __init__(self, meter_provider: MeterProvider) -> None:
-        counter = meter_provider.get_meter(METER_NAME).create_counter(
-            "psych.runs.settled",
-            unit="{run}",
-            description="Runs that settled, by psych.status (completed, failed, aborted, ...).",
+    def __init__(self, meter_provider: MeterProvider | None, *, tracing: bool) -> None:
+        settled = None
+        if meter_provider is not None:
+            settled = meter_provider.get_meter(METER_NAME).create_counter(
+                "psych.runs.settled",
+                unit="{run}",
+                description="Runs that settled, by psych.status (completed, failed, aborted, ...).",
+            )
+        super().__init__(
+            "psych_runtime.Telemetry", interceptors=[_TelemetryInterceptor(settled, tracing)]
         )
-        super().__init__("psych_runtime.RunMetrics", interceptors=[_RunMetrics(counter)])
 
 
-class _RunMetrics(Interceptor):
-    def __init__(self, settled: Counter) -> None:
+def _traced() -> bool:
+    return True
+
+
+class _TelemetryInterceptor(Interceptor):
+    def __init__(self, settled: Counter | None, tracing: bool) -> None:
         self._settled = settled
+        self._tracing = tracing
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor]:
-        settled = self._settled
+    ) -> type[WorkflowInboundInterceptor] | None:
+        if self._tracing:
+            input.unsafe_extern_functions[TRACING_EXTERN] = _traced
+        if self._settled is None:
+            return None
+        settled: Counter = self._settled
 
         class _Settled(WorkflowInboundInterceptor):
             # The workflow's return (or failure) is only seen live once: a replay that

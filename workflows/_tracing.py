@@ -7,6 +7,9 @@ interceptor carries the current context (this turn's) into every activity and ch
 workflow it starts. The Run's agent, Version hash and turn travel as OpenTelemetry baggage,
 so the activities label their spans with them without a payload field.
 
+Spans are recorded only on a worker that psych's telemetry plugin marks as traced (the
+``TRACING_EXTERN`` extern function; ``psych_runtime.workers.telemetry_plugins``), so a
+worker built without telemetry records none whatever the process's tracer provider is.
 Replay safety is Temporal's: a span is only recorded when the worker's global tracer
 provider is a ``ReplaySafeTracerProvider`` (what ``psych_runtime.workers`` installs; see
 ``temporalio.contrib.opentelemetry.create_tracer_provider``). It gives workflow spans
@@ -37,6 +40,9 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._records import RunStatus
 
 INSTRUMENTATION_NAME = "psych_runtime.workflows"
+TRACING_EXTERN = "psych_runtime.tracing"
+"""The extern function a worker traced by psych registers (``workers/_telemetry.py``): its
+presence, not its value, says the worker's Runs record spans."""
 
 
 class RunTrace:
@@ -45,6 +51,7 @@ class RunTrace:
 
     def __init__(self) -> None:
         self._span: Span | None = None
+        self._labels: dict[str, str] = {}
         self._inner: tuple[Span, Token[Context]] | None = None
 
     @contextmanager
@@ -61,7 +68,8 @@ class RunTrace:
             version: the Version hash.
         """
         provider = trace.get_tracer_provider()
-        if not isinstance(provider, ReplaySafeTracerProvider):
+        traced = TRACING_EXTERN in workflow.extern_functions()
+        if not traced or not isinstance(provider, ReplaySafeTracerProvider):
             yield
             return
         ctx = context.get_current()
@@ -90,6 +98,7 @@ class RunTrace:
             },
         )
         self._span = span
+        self._labels = {"psych.run_id": run_id, "psych.tenant": tenant, "psych.agent": name}
         token = context.attach(trace.set_span_in_context(span, ctx))
         try:
             yield
@@ -129,7 +138,7 @@ class RunTrace:
         self._close_inner()
         ctx = baggage.set_baggage("psych.turn", turn, context.get_current())
         tracer = trace.get_tracer_provider().get_tracer(INSTRUMENTATION_NAME)
-        span = tracer.start_span(name, ctx, attributes=attributes)
+        span = tracer.start_span(name, ctx, attributes={**self._labels, **attributes})
         self._inner = span, context.attach(trace.set_span_in_context(span, ctx))
 
     def _close_inner(self) -> None:

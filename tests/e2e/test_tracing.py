@@ -29,8 +29,7 @@ from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers import PsychPlugin
-from psych_runtime.workers._telemetry import Telemetry, install_telemetry, uninstall_telemetry
+from psych_runtime.workers import PsychPlugin, Telemetry, install_telemetry, uninstall_telemetry
 from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 
@@ -289,3 +288,22 @@ async def test_a_client_without_the_plugins_still_gets_a_traced_worker(
     spans = [s for s in every if s.context and s.context.trace_id == root.context.trace_id]
     (turn,) = _children(spans, root)
     assert [s.name for s in _children(spans, turn)] == ["chat fake-model"]
+
+
+async def test_a_worker_without_telemetry_records_no_spans_whatever_the_global_provider(
+    harness: Harness, traced: Traced
+) -> None:
+    # The process's global tracer provider stays replay-safe (set once by this module),
+    # but a worker built with nothing installed is not traced.
+    uninstall_telemetry()
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = AgentBuilder("quiet", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text("hi"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hello", scope=scope)
+        result = await harness.client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    names = [s.name for s in traced.spans.get_finished_spans()]
+    assert "invoke_agent quiet" not in names
+    assert not any(n.startswith("turn ") or n.startswith("chat ") for n in names)
