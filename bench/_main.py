@@ -21,6 +21,7 @@ from typing import Any
 from bench import _report as report
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench
+from bench._codec import codec_cost, codec_summary, codec_text
 from bench._process import dev_server
 from bench._sections import (
     QUICK,
@@ -110,6 +111,12 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "samples": _plain(steps),
                     "summary": report.workflow_summary(steps),
                 }
+                _progress("6. payload encryption off and on, one Run at a time")
+                codec = await codec_cost(env, Path(home) / "codec", settings)
+                sections["codec"] = {
+                    "samples": _plain(codec),
+                    "summary": codec_summary(codec),
+                }
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -134,6 +141,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     }
     _say("\n" + report.dispatch_text(dispatch_results, settings))
     _say("\n" + report.workflow_text(steps))
+    _say("\n" + codec_text(codec))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 
