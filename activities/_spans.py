@@ -216,6 +216,7 @@ class ChatCall(_Call):
     def done(self, result: ModelCallResult) -> ModelCallResult:
         """Record the answer's model, finish reason and tokens; returns ``result``."""
         usage = result.usage
+        reasons = (result.finish_reason,) if result.finish_reason else ()
         self._metric["gen_ai.response.model"] = result.model
         for token_type, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
             self._instruments.token_usage.record(
@@ -225,7 +226,7 @@ class ChatCall(_Call):
             self._span.set_attributes(
                 {
                     "gen_ai.response.model": result.model,
-                    "gen_ai.response.finish_reasons": (result.finish_reason,),
+                    "gen_ai.response.finish_reasons": reasons,
                     "gen_ai.usage.input_tokens": usage.input_tokens,
                     "gen_ai.usage.output_tokens": usage.output_tokens,
                     "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
@@ -289,6 +290,7 @@ class ToolCall(_Call):
                 dict(arguments), default=str
             )
         self._status = "cancelled"
+        """Until ``done``: an exit without an outcome is a cancellation (or ``failed``)."""
 
     def __enter__(self) -> ToolCall:
         self._open(f"execute_tool {self._tool}", SpanKind.INTERNAL, self._attributes)
@@ -300,9 +302,12 @@ class ToolCall(_Call):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None and self._status == "cancelled" and not isinstance(exc, Exception):
-            # asyncio.CancelledError (a BaseException): the call was cancelled, not failed.
-            self._error = "cancelled"
+        if exc is not None and self._status == "cancelled":
+            if isinstance(exc, Exception):
+                self._status = "failed"
+            else:
+                # asyncio.CancelledError (a BaseException): the call was cancelled, not failed.
+                self._error = "cancelled"
         self._close(exc)
         self._instruments.tool_calls.add(1, {**self._metric, "psych.tool.status": self._status})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -280,3 +281,30 @@ async def test_tool_spans_carry_the_outcome_and_an_http_span_under_an_http_tool(
         if p.attributes and isinstance(p, NumberDataPoint)
     }
     assert counted == {("explode", "error"): 1, ("fetch", "ok"): 1, ("fetch", "error"): 1}
+
+
+def test_a_tool_call_that_raises_is_failed_and_a_cancelled_one_cancelled(
+    recorded: tuple[InMemorySpanExporter, InMemoryMetricReader],
+) -> None:
+    exporter, reader = recorded
+    for tool, raised in (
+        ("broken", ValueError("blob store down")),
+        ("stopped", asyncio.CancelledError()),
+    ):
+        span = _spans.tool_span(tool=tool, call_id="c", run_id="r", tenant="acme", arguments={})
+        with pytest.raises(type(raised)), span:
+            raise raised
+    broken = only(exporter, "execute_tool broken")
+    assert broken.attributes is not None and broken.attributes["error.type"] == "ValueError"
+    data = reader.get_metrics_data()
+    assert data is not None
+    counted = {
+        p.attributes["gen_ai.tool.name"]: p.attributes["psych.tool.status"]
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        if m.name == "psych.tool.calls"
+        for p in m.data.data_points
+        if p.attributes
+    }
+    assert counted == {"broken": "failed", "stopped": "cancelled"}
