@@ -33,6 +33,7 @@ from bench._sections import (
     throughput,
     workflow_steps,
 )
+from bench._tracing import tracing_cost, tracing_summary, tracing_text
 from psych_runtime.workers import FAST_DISPATCH_ARGS, temporal_binary
 
 RESULTS = Path(__file__).parent / "results"
@@ -117,6 +118,12 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "samples": _plain(codec),
                     "summary": codec_summary(codec),
                 }
+                _progress("7. tracing and metrics off and on, one Run at a time")
+                tracing = await tracing_cost(env, Path(home) / "tracing", settings)
+                sections["tracing"] = {
+                    "samples": _plain(tracing),
+                    "summary": tracing_summary(tracing),
+                }
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -142,6 +149,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     _say("\n" + report.dispatch_text(dispatch_results, settings))
     _say("\n" + report.workflow_text(steps))
     _say("\n" + codec_text(codec))
+    _say("\n" + tracing_text(tracing))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 
