@@ -30,8 +30,15 @@ from typing import Any, TypeVar
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics import Counter, Histogram, MeterProvider
-from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, TracerProvider
+from opentelemetry.metrics import Counter, Histogram, MeterProvider, NoOpMeterProvider
+from opentelemetry.trace import (
+    NoOpTracerProvider,
+    Span,
+    SpanKind,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 from opentelemetry.util.types import AttributeValue
 
 from psych_runtime.activities._payloads import (
@@ -93,9 +100,6 @@ def instrument(
         meter_provider: where metrics go; ``None`` records none.
         content: put message contents, tool arguments and results on spans.
     """
-    from opentelemetry.metrics import NoOpMeterProvider
-    from opentelemetry.trace import NoOpTracerProvider
-
     tracers = tracer_provider or NoOpTracerProvider()
     meter = (meter_provider or NoOpMeterProvider()).get_meter(INSTRUMENTATION_NAME)
     global _installed

@@ -60,7 +60,7 @@ from temporalio.worker import (
 )
 
 from psych_runtime.activities import _spans
-from psych_runtime.specs import SpecError
+from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.workflows._tracing import TRACING_EXTERN
 
 CONTENT_ENV = "PSYCH_OTEL_CONTENT"
@@ -188,7 +188,12 @@ class Telemetry:
     def watch_suspended(self, client: Client, task_queue: str) -> None:
         """Report ``psych.runs.suspended`` for ``task_queue``: the Runs whose
         ``PsychStatus`` is ``suspended`` in Temporal's visibility, counted at each metric
-        collection (a no-op without metrics)."""
+        collection (a no-op without metrics).
+
+        Raises:
+            PsychError: called outside a running event loop (the count is made through
+                the loop that watched it).
+        """
         if self._suspended is not None:
             self._suspended.watch(client, task_queue)
 
@@ -414,10 +419,14 @@ class _SuspendedGauge:
         )
 
     def watch(self, client: Client, task_queue: str) -> None:
-        self._watched[(client.namespace, task_queue)] = (
-            weakref.ref(client),
-            asyncio.get_running_loop(),
-        )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise PsychError(
+                "build the worker inside its event loop: psych.runs.suspended is counted "
+                "through the loop that built it"
+            ) from None
+        self._watched[(client.namespace, task_queue)] = (weakref.ref(client), loop)
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         observed: list[Observation] = []

@@ -47,7 +47,8 @@ presence, not its value, says the worker's Runs record spans."""
 
 class RunTrace:
     """The spans of one Run: enter ``run`` around its body, call ``turn``/``step`` at
-    each boundary. Everything is a no-op without a replay-safe tracer provider."""
+    each boundary. Everything is a no-op unless the worker is marked traced
+    (``TRACING_EXTERN``) and the tracer provider is replay-safe."""
 
     def __init__(self) -> None:
         self._span: Span | None = None

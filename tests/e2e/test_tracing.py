@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.activities._version_store import FileVersionStore
-from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import PsychPlugin, Telemetry, install_telemetry, uninstall_telemetry
 from psych_runtime.workers._worker import run_worker
@@ -307,3 +307,25 @@ async def test_a_worker_without_telemetry_records_no_spans_whatever_the_global_p
     names = [s.name for s in traced.spans.get_finished_spans()]
     assert "invoke_agent quiet" not in names
     assert not any(n.startswith("turn ") or n.startswith("chat ") for n in names)
+
+
+async def test_a_failed_run_is_counted_failed_and_its_span_is_an_error(
+    harness: Harness, traced: Traced, traced_client: PsychClient
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = AgentBuilder("doomed", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.error(400))
+    async with run_worker(traced_client.temporal, harness.settings):
+        run = await traced_client.dispatch(spec, "hello", scope=scope)
+        with pytest.raises(RunFailed):
+            await traced_client.result(run, scope=scope)
+    root = _one(traced.spans.get_finished_spans(), "invoke_agent doomed")
+    assert root.attributes is not None and root.attributes["psych.status"] == "failed"
+    assert root.status.status_code.name == "ERROR"
+    settled = {
+        (a["psych.kind"], a["psych.status"]): p.value
+        for a, p in _points(traced.metrics.get_metrics_data(), "psych.runs.settled")
+        if a.get("psych.tenant") == tenant
+    }
+    assert settled == {("AgentRun", "failed"): 1}
