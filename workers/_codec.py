@@ -76,7 +76,8 @@ ENV_ACCEPT_PLAINTEXT = "PSYCH_CODEC_ACCEPT_PLAINTEXT"
 
 _NONCE = 12
 _KEY_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-_TENANT_CHARS = re.compile(r"[^-\s]{1,128}")
+_TENANT_CHARS = re.compile(r"[a-zA-Z0-9_.]{1,128}")
+"""What ``Scope.tenant`` accepts."""
 _BLOB_MAGIC = b"psych-blob-v1\0"
 
 
@@ -105,8 +106,8 @@ class Keyring:
 
     Raises:
         SpecError: a duplicate or malformed id, a secret that is not 32 bytes, a tenant
-            with ``-`` in it (psych tenants cannot have one), a ``current`` entry naming
-            an unknown key or another tenant's key.
+            that no Scope could name (letters, digits, ``_`` and ``.``), a ``current``
+            entry naming an unknown key or another tenant's key.
     """
 
     def __init__(self, keys: Iterable[Key], current: Mapping[str, str]) -> None:

@@ -187,8 +187,9 @@ def test_keyring_validation_names_the_problem() -> None:
         Keyring([Key("short", "acme", b"x" * 16)], {})
     with pytest.raises(SpecError, match="listed twice"):
         Keyring([ACME_1, ACME_1], {})
-    with pytest.raises(SpecError, match="not a psych tenant"):
-        Keyring([Key("k", "ac-me", secret())], {})
+    for tenant in ("ac-me", "acme corp", ""):  # what no Scope could name
+        with pytest.raises(SpecError, match="not a psych tenant"):
+            Keyring([Key("k", tenant, secret())], {})
     with pytest.raises(SpecError, match=r"keys\.json: not a psych keyring"):
         Keyring.from_json('{"keys": []}', source="keys.json")
     with pytest.raises(SpecError, match="PSYCH_CODEC_KEYS: not a psych keyring"):
