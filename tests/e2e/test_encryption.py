@@ -318,3 +318,24 @@ async def test_tenant_b_keys_fail_on_tenant_a_run_with_a_clear_error(harness: Ha
         "refusing a payload sealed for tenant 'acme' (key 'acme-1'): only tenant 'globex''s "
         "payloads are opened here"
     )
+
+
+async def test_failure_texts_are_encrypted_too(harness: Harness) -> None:
+    """A model failure's message quotes the upstream's body; in history it is ciphertext."""
+    leak = "Mrs Higgins of 27A Wimpole Street"
+    harness.fake.enqueue(Reply.error(500, message=f"upstream choked on {leak}"), Reply.text(ANSWER))
+    spec = AgentBuilder("support").model("fake-model").build()
+    acme = psych_client(harness, await client_with(harness.env, WORKER_KEYS.for_tenant("acme")))
+    async with run_worker(await client_with(harness.env, WORKER_KEYS), harness.settings):
+        run = await acme.dispatch(spec, "hello", scope=harness.scope)
+        assert (await acme.result(run, scope=harness.scope)).answer == ANSWER
+        report = await acme.report(run, scope=harness.scope)
+    assert leak in json.dumps(report.model_dump(mode="json"))  # the owner still reads it
+    history = await temporal_cli(
+        harness.env, "workflow", "show", "--workflow-id", run.workflow_id, "--output", "json"
+    )
+    failures = [
+        e for e in json.loads(history)["events"] if "activityTaskFailedEventAttributes" in e
+    ]
+    assert len(failures) == 1  # the failure is there, its text is not
+    assert "Wimpole" not in readable(history)
