@@ -177,12 +177,17 @@ class CodecServer:
         return headers
 
     def _answer(self, request: h11.Request, body: bytes) -> tuple[str | None, _Answer]:
-        headers = {name.decode().lower(): value.decode() for name, value in request.headers}
+        # Header bytes are Latin-1 by HTTP's definition: decoding them never fails.
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in request.headers
+        }
         origin = headers.get("origin")
-        path = request.target.decode().split("?", 1)[0].rstrip("/")
-        action = path.rsplit("/", 1)[-1]
-        if action not in ("encode", "decode") or path.count("/") > 2:
+        path = request.target.decode("latin-1").split("?", 1)[0].rstrip("/")
+        segments = path.split("/")[1:]
+        if not 1 <= len(segments) <= 2 or segments[-1] not in ("encode", "decode"):
             return origin, _Answer(404, _error(f"no such endpoint {path!r}"))
+        action = segments[-1]
         if request.method == b"OPTIONS":
             if origin is None or origin.rstrip("/") not in self.origins:
                 return origin, _Answer(403, _error(f"origin {origin!r} is not allowed"))
@@ -193,12 +198,12 @@ class CodecServer:
             headers.get("authorization", "").encode(), f"Bearer {self.token}".encode()
         ):
             return origin, _Answer(401, _error("missing or wrong 'Authorization: Bearer' token"))
-        namespace = headers.get("x-namespace")
-        if self.namespace is not None and namespace not in (None, self.namespace):
+        named = {headers.get("x-namespace"), segments[0] if len(segments) == 2 else None}
+        if self.namespace is not None and named - {None, self.namespace}:
             return origin, _Answer(403, _error(f"this codec server serves {self.namespace!r}"))
         try:
             payloads = json_format.Parse(body or b"{}", Payloads())
-        except json_format.ParseError as err:
+        except (json_format.ParseError, ValueError) as err:  # ValueError: not UTF-8
             return origin, _Answer(400, _error(f'not {{"payloads": [...]}}: {err}'))
         try:
             if action == "decode":

@@ -99,8 +99,10 @@ async def test_refusals_say_why(server: CodecServer) -> None:
         assert (await http.post("/decode", json=body)).status_code == 401
         assert (await http.get("/decode", headers=AUTH)).status_code == 405
         assert (await http.post("/download", json=body, headers=AUTH)).status_code == 404
-        bad = await http.post("/decode", content=b"{not json", headers=AUTH)
-        assert bad.status_code == 400
+        for junk in (b"{not json", b'{"payloads": "\xff"}'):
+            bad = await http.post("/decode", content=junk, headers=AUTH)
+            assert bad.status_code == 400
+        assert (await http.post("/a/b/decode", json=body, headers=AUTH)).status_code == 404
         globex = await http.post(
             "/decode", json={"payloads": [await sealed("y", "globex")]}, headers=AUTH
         )
@@ -121,6 +123,8 @@ async def test_without_a_tenant_it_decodes_every_tenant_it_holds_and_refuses_to_
         assert "--tenant" in encode.json()["message"]
         other = await http.post("/decode", json=both, headers={"X-Namespace": "dev", **AUTH})
         assert other.status_code == 403
+        assert (await http.post("/dev/decode", json=both, headers=AUTH)).status_code == 403
+        assert (await http.post("/prod/decode", json=both, headers=AUTH)).status_code == 200
 
 
 def test_it_will_not_start_open_or_for_a_tenant_without_keys() -> None:
