@@ -69,8 +69,8 @@ class CodecServer:
         origins: the browser origins allowed to call it (the Temporal UI's, e.g.
             ``http://localhost:8233``); no origin means CLI use only.
         tenant: the one tenant it serves, or None for every tenant its keys cover.
-        namespace: when given, requests naming another namespace (``X-Namespace``) are
-            refused.
+        namespace: when given, requests naming another namespace (``X-Namespace``, or
+            the path's namespace segment) are refused.
 
     Raises:
         SpecError: an empty token, or a tenant the keys cannot encrypt for.
@@ -305,7 +305,9 @@ def add_codec_server_command(
     cmd.add_argument(
         "--tenant", help="serve only this tenant: its keys and the shared ones; needed for /encode"
     )
-    cmd.add_argument("--namespace", help="refuse requests naming another namespace (X-Namespace)")
+    cmd.add_argument(
+        "--namespace", help="refuse requests naming another namespace (X-Namespace or the path)"
+    )
     cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
     cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
     cmd.set_defaults(func=cmd_codec_server)
