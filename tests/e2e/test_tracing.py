@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import create_tracer_provider
+from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities._policy import RulePolicy
@@ -47,16 +48,33 @@ class Traced:
     metrics: InMemoryMetricReader
 
 
-_PROVIDER = create_tracer_provider()
 _EXPORTER = InMemorySpanExporter()
-_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+_ATTACHED: list[ReplaySafeTracerProvider] = []
+
+
+def _global_provider() -> ReplaySafeTracerProvider:
+    """The process's replay-safe global tracer provider, with this module's exporter on it.
+
+    OpenTelemetry allows one global provider per process, and another e2e module
+    (test_plugin_composition) may have installed one already: it is reused, not replaced."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, ReplaySafeTracerProvider):
+        provider = current
+    else:
+        provider = create_tracer_provider()
+        trace.set_tracer_provider(provider)
+    if provider not in _ATTACHED:
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        _ATTACHED.append(provider)
+    return provider
 
 
 @pytest.fixture
 def traced() -> Iterator[Traced]:
     reader = InMemoryMetricReader()
     telemetry = install_telemetry(
-        tracer_provider=_PROVIDER, meter_provider=MeterProvider(metric_readers=[reader])
+        tracer_provider=_global_provider(),
+        meter_provider=MeterProvider(metric_readers=[reader]),
     )
     _EXPORTER.clear()
     try:
