@@ -8,7 +8,14 @@ Workflows import only the payload types. The scriptable fake model server for te
 
 from typing import TYPE_CHECKING, Any
 
-from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
+from psych_runtime.activities._blobs import (
+    BlobCipher,
+    BlobStore,
+    Conversations,
+    EncryptedBlobStore,
+    LocalBlobStore,
+    blob_ref,
+)
 from psych_runtime.activities._endpoints import (
     Endpoint,
     ModelEndpoints,
@@ -69,10 +76,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ACTIVITY_NAMES",
+    "BlobCipher",
     "BlobStore",
     "ChatMessage",
     "Conversations",
     "Decision",
+    "EncryptedBlobStore",
     "Endpoint",
     "EnvSecretResolver",
     "FileVersionStore",

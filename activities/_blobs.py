@@ -1,5 +1,5 @@
-"""Content-addressed blobs: the BlobStore port, its local-directory default, and the
-conversation chain stored in it.
+"""Content-addressed blobs: the BlobStore port, its local-directory default, its
+encrypting wrapper, and the conversation chain stored in it.
 
 A conversation is a chain of nodes ``{"parent": <ref or null>, "messages": [<ref>...]}``;
 its head ref is all a model-call activity needs. Appending stores one node, so a call's
@@ -86,6 +86,50 @@ class LocalBlobStore:
             return self._path(ref).read_bytes()
         except FileNotFoundError:
             raise NotFound(f"no blob {ref} in {self.root}") from None
+
+
+@runtime_checkable
+class BlobCipher(Protocol):
+    """Port: seals and opens blob bytes (``workers.PsychCodec.blob_cipher()`` seals with
+    the payload keys, for the tenant of the Run whose activity runs now)."""
+
+    def seal(self, data: bytes) -> bytes:
+        """``data`` encrypted."""
+        ...
+
+    def open(self, sealed: bytes) -> bytes:
+        """What ``seal`` sealed.
+
+        Raises:
+            NotFound: sealed for another tenant than the running Run's.
+            AccessDenied: not sealed with this cipher's keys, or altered.
+        """
+        ...
+
+
+class EncryptedBlobStore:
+    """A BlobStore whose blobs are sealed by a ``BlobCipher`` before ``inner`` stores them.
+
+    Refs are ``inner``'s refs of the sealed bytes, so on disk (or in a bucket) neither a
+    blob nor its name says anything about its content to anyone without the key.
+    """
+
+    def __init__(self, inner: BlobStore, cipher: BlobCipher) -> None:
+        self.inner = inner
+        self.cipher = cipher
+
+    async def put(self, data: bytes) -> str:
+        """Seal and store ``data``; return the ref of the sealed bytes."""
+        return await self.inner.put(self.cipher.seal(data))
+
+    async def get(self, ref: str) -> bytes:
+        """The plaintext stored under ``ref``.
+
+        Raises:
+            NotFound: nothing is stored under ``ref`` for this Run's tenant.
+            AccessDenied: the blob is not sealed with the cipher's keys, or was altered.
+        """
+        return self.cipher.open(await self.inner.get(ref))
 
 
 def _dumps(value: object) -> bytes:

@@ -73,6 +73,7 @@ from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.activities._spans import tool_span, traced_tool
 from psych_runtime.activities._tools import fixed_decision, store_outcome
 from psych_runtime.specs import McpServer, NotFound, Scope, matches
 
@@ -256,7 +257,16 @@ class McpActivities(ActivityClass):
                 worker's client.
         """
         started = time.monotonic()
-        outcome = await self._call(input, started)
+        span = tool_span(
+            tool=f"{input.server.name}__{input.tool}",
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+            tool_type="extension",
+            extra={"psych.mcp.server": input.server.name, "psych.mcp.tool": input.tool},
+        )
+        outcome = await traced_tool(span, self._call(input, started))
         if not input.report_through_client or self._outage_seconds <= 0:
             return outcome
         complete_through_client(outcome)

@@ -60,10 +60,12 @@ from psych_runtime.activities._payloads import (
     Latency,
     ModelCallInput,
     ModelCallResult,
+    ModelFailure,
     ToolDefinition,
     Usage,
 )
 from psych_runtime.activities._redact import Redactor
+from psych_runtime.activities._spans import chat_span
 
 MODEL_CALL_FAILED = "ModelCallFailed"
 """The ApplicationError type of every failed model call; its details are a ModelFailure."""
@@ -145,40 +147,43 @@ class ModelActivities(ActivityClass):
         """
         started = time.monotonic()
         redact = Redactor()
-        try:
-            # Beats from the start: rebuilding a long conversation from a slow BlobStore
-            # happens before the request and must not look like a lost worker.
-            async with _heartbeating():
-                return await self._complete(input, started, redact)
-        except McpUnreachable as err:
-            # Not the model's failure: no call was made, and retrying cannot help the turn.
-            activity.logger.warning("model call not made: %s", err)
-            raise ApplicationError(
-                str(err),
-                type=MCP_UNREACHABLE,
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,
-            ) from None
-        except Exception as err:
-            # The one place foreign exceptions are mapped. Non-retryable: the workflow
-            # retries transient failures against its per-Run budget and fallbacks.
-            failure = classify(err, model=input.model)
-            failure = failure.model_copy(update={"message": redact(failure.message)})
-            # The workflow handles every model failure, so it is an expected outcome:
-            # one line here, and BENIGN makes the SDK log its traceback at DEBUG instead
-            # of WARNING.
-            activity.logger.warning(
-                "model call failed (%s): %s",
-                "transient" if failure.transient else "not transient",
-                failure.message,
-            )
-            raise ApplicationError(
-                failure.message,
-                failure.model_dump(mode="json"),
-                type=MODEL_CALL_FAILED,
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,
-            ) from redact.scrub(err)
+        with chat_span(input) as span:
+            try:
+                # Beats from the start: rebuilding a long conversation from a slow BlobStore
+                # happens before the request and must not look like a lost worker.
+                async with _heartbeating():
+                    return span.done(await self._complete(input, started, redact))
+            except McpUnreachable as err:
+                # Not the model's failure: no call was made, and retrying cannot help.
+                activity.logger.warning("model call not made: %s", err)
+                span.failed(ModelFailure(transient=False, message=str(err)))
+                raise ApplicationError(
+                    str(err),
+                    type=MCP_UNREACHABLE,
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from None
+            except Exception as err:
+                # The one place foreign exceptions are mapped. Non-retryable: the workflow
+                # retries transient failures against its per-Run budget and fallbacks.
+                failure = classify(err, model=input.model)
+                failure = failure.model_copy(update={"message": redact(failure.message)})
+                # The workflow handles every model failure, so it is an expected outcome:
+                # one line here, and BENIGN makes the SDK log its traceback at DEBUG instead
+                # of WARNING.
+                activity.logger.warning(
+                    "model call failed (%s): %s",
+                    "transient" if failure.transient else "not transient",
+                    failure.message,
+                )
+                span.failed(failure)
+                raise ApplicationError(
+                    failure.message,
+                    failure.model_dump(mode="json"),
+                    type=MODEL_CALL_FAILED,
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from redact.scrub(err)
 
     async def _complete(
         self, input: ModelCallInput, started: float, redact: Redactor

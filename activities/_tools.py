@@ -59,6 +59,7 @@ from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.activities._spans import http_span, tool_span, traced_tool
 from psych_runtime.specs import (
     ExternalWait,
     HttpTool,
@@ -273,7 +274,15 @@ class ToolActivities(ActivityClass):
         """
         started = time.monotonic()
         tool = self._code_tool(input.tool)
-        return await self._deliver(self._run_code(input, tool, started), tool.idempotent)
+        span = tool_span(
+            tool=input.tool,
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+        )
+        work = traced_tool(span, self._run_code(input, tool, started))
+        return await self._deliver(work, tool.idempotent)
 
     async def _run_code(self, input: CodeToolCall, tool: ToolDef, started: float) -> ToolOutcome:
         try:
@@ -304,7 +313,15 @@ class ToolActivities(ActivityClass):
         # Everything below the request comes from the server, which may echo the credential.
         redact = Redactor()
         safe = input.tool.method not in _NOT_SAFE_TO_REPEAT
-        return await self._deliver(self._send_http(input, redact, started), safe)
+        span = tool_span(
+            tool=input.tool.name,
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+        )
+        work = traced_tool(span, self._send_http(input, redact, started))
+        return await self._deliver(work, safe)
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float
@@ -452,7 +469,11 @@ class ToolActivities(ActivityClass):
         try:
             # httpx's timeout bounds each phase; this bounds the whole exchange.
             async with asyncio.timeout(tool.timeout_seconds):
-                response = await self._client().send(request)
+                with http_span(
+                    request.method, str(request.url.copy_with(query=None)), request.url.host
+                ) as span:
+                    response = await self._client().send(request)
+                    span.status(response.status_code)
         except (TimeoutError, httpx.TimeoutException) as err:
             raise _ToolError(
                 f"{tool.name}: {target} timed out after {tool.timeout_seconds:g} s"

@@ -21,6 +21,7 @@ from typing import Any
 from bench import _report as report
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench
+from bench._codec import codec_cost, codec_summary, codec_text
 from bench._mcp import mcp_calls, mcp_summary, mcp_text
 from bench._process import dev_server
 from bench._sections import (
@@ -33,6 +34,7 @@ from bench._sections import (
     throughput,
     workflow_steps,
 )
+from bench._tracing import tracing_cost, tracing_summary, tracing_text
 from psych_runtime.workers import FAST_DISPATCH_ARGS, temporal_binary
 
 RESULTS = Path(__file__).parent / "results"
@@ -114,6 +116,18 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                 _progress("6. MCP tool calls against code tool calls")
                 mcp = await mcp_calls(env, Path(home), settings.mcp_turns, settings.mcp_runs)
                 sections["mcp"] = {"samples": _plain(mcp), "summary": mcp_summary(mcp)}
+                _progress("6. payload encryption off and on, one Run at a time")
+                codec = await codec_cost(env, Path(home) / "codec", settings)
+                sections["codec"] = {
+                    "samples": _plain(codec),
+                    "summary": codec_summary(codec),
+                }
+                _progress("7. tracing and metrics off and on, one Run at a time")
+                tracing = await tracing_cost(env, Path(home) / "tracing", settings)
+                sections["tracing"] = {
+                    "samples": _plain(tracing),
+                    "summary": tracing_summary(tracing),
+                }
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -139,6 +153,8 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     _say("\n" + report.dispatch_text(dispatch_results, settings))
     _say("\n" + report.workflow_text(steps))
     _say("\n" + mcp_text(mcp))
+    _say("\n" + codec_text(codec))
+    _say("\n" + tracing_text(tracing))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 

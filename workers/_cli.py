@@ -2,7 +2,7 @@
 
 Commands live beside it: ``_cli_specs`` (validate, publish), ``_cli_runs`` (run, status,
 report, list), ``_cli_resume`` (approve, deny, answer, complete, abort, steer) and
-``_cli_serve`` (worker, dev).
+``_cli_serve`` (worker, dev), ``_codec_server`` (codec-server).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from psych_runtime.workers._cli_specs import (
     cmd_publish,
     cmd_validate,
 )
+from psych_runtime.workers._codec_server import add_codec_server_command
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_commands(commands, connection, store)
     add_resume_commands(commands, connection)
     add_serve_commands(commands, connection)
+    add_codec_server_command(commands)
     return parser
 
 

@@ -12,8 +12,14 @@ from collections.abc import Iterator
 from psych_runtime.activities import policy_description, policy_digest
 from psych_runtime.specs import PsychError
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
+from psych_runtime.workers._codec import codec_from_env
 from psych_runtime.workers._devserver import start_dev_server
-from psych_runtime.workers._worker import WorkerSettings, describe_policy, run_worker
+from psych_runtime.workers._worker import (
+    WorkerSettings,
+    describe_policy,
+    run_worker,
+    with_codec,
+)
 
 
 @contextlib.contextmanager
@@ -97,7 +103,10 @@ async def _dev(args: argparse.Namespace) -> int:
             f"cannot start the Temporal dev server on port {args.port}: {err}"
         ) from err
     try:
-        async with run_worker(env.client, settings):
+        # The keys (PSYCH_CODEC_KEYS / PSYCH_CODEC_KEY_FILE) reach the worker as they reach
+        # every psych command's client: otherwise `psych run` would encrypt for a worker
+        # that cannot decrypt.
+        async with run_worker(with_codec(env.client, codec_from_env()), settings):
             with stop_on_signal() as stop:
                 print(f"Temporal dev server at {env.client.service_client.config.target_host}")
                 if args.ui:

@@ -12,12 +12,19 @@ import dataclasses
 
 from pydantic import ValidationError
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
-from temporalio.converter import DataConverter, DefaultPayloadConverter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    DefaultPayloadConverter,
+    PayloadCodec,
+)
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from psych_runtime.specs import PsychError, SpecError
+from psych_runtime.workers._codec import chain_codecs
 
 SANDBOX_PASSTHROUGH = (
     # Pure data models shared by workflow and activity code; re-importing them per Run
@@ -55,7 +62,9 @@ def _sandboxed_runner(runner: WorkflowRunner | None) -> WorkflowRunner:
     return runner
 
 
-def _data_converter(converter: DataConverter | None) -> DataConverter:
+def _data_converter(
+    converter: DataConverter | None, codec: PayloadCodec | None = None
+) -> DataConverter:
     """The data converter a client gets from the plugin, given the one it already has.
 
     Every psych payload is a pydantic model, so the payload converter must be pydantic's
@@ -64,11 +73,32 @@ def _data_converter(converter: DataConverter | None) -> DataConverter:
     payload limits) is kept, so encryption or compression set up by the user or another
     plugin still applies.
 
+    With ``codec`` (psych's encryption), it runs after a codec the converter already has
+    (``chain_codecs``: compressing before encrypting), and Temporal's default failure
+    converter becomes the one that moves failure messages and stack traces into an
+    encoded payload: otherwise an error text quoting a tool result or a model's answer
+    would sit in history in clear. A custom failure converter is kept as it is.
+
     Raises:
         SpecError: the converter has another non-default payload converter: psych
             payloads would not round-trip through it, and silently replacing it would
             break whoever installed it.
     """
+    converter = _pydantic(converter)
+    if codec is None:
+        return converter
+    failures = converter.failure_converter_class
+    if failures is DefaultFailureConverter:
+        failures = DefaultFailureConverterWithEncodedAttributes
+    existing = converter.payload_codec
+    return dataclasses.replace(
+        converter,
+        payload_codec=codec if existing is None else chain_codecs(existing, codec),
+        failure_converter_class=failures,
+    )
+
+
+def _pydantic(converter: DataConverter | None) -> DataConverter:
     if converter is None:
         return pydantic_data_converter
     current = converter.payload_converter_class
@@ -97,15 +127,19 @@ class PsychPlugin(SimplePlugin):
     converter, another plugin's passthrough modules, an unsandboxed runner), so the plugin
     composes with others, such as tracing, in either order.
 
+    Args:
+        codec: psych's payload encryption (``PsychCodec``), or None for none. It joins
+            the converter's own codec rather than replacing it (see ``_data_converter``).
+
     Raises:
         SpecError: at client creation, when the data converter has a payload converter
             that is neither Temporal's default nor pydantic's (or a subclass of it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, codec: PayloadCodec | None = None) -> None:
         super().__init__(
             "psych_runtime.PsychPlugin",
-            data_converter=_data_converter,
+            data_converter=lambda converter: _data_converter(converter, codec),
             workflow_runner=_sandboxed_runner,
             workflow_failure_exception_types=[PsychError, ValidationError],
         )

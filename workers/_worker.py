@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -11,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -23,7 +24,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
+from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import ModelActivities
@@ -38,8 +39,10 @@ from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
+from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 if TYPE_CHECKING:
@@ -174,7 +177,11 @@ def describe_policy(policy: Policy) -> str | None:
 
 
 async def connect(
-    target: str | None = None, *, namespace: str | None = None, **kwargs: Any
+    target: str | None = None,
+    *,
+    namespace: str | None = None,
+    codec: PsychCodec | Literal["env"] | None = "env",
+    **kwargs: Any,
 ) -> Client:
     """Connect a Temporal client with the psych plugin.
 
@@ -182,6 +189,10 @@ async def connect(
     environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
     ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and the profile file), defaulting to a local
     server at ``localhost:7233``.
+
+    ``codec`` encrypts the payloads (``PsychCodec``); by default it comes from
+    ``PSYCH_CODEC_KEYS`` / ``PSYCH_CODEC_KEY_FILE`` (``codec_from_env``: none when
+    neither is set), and None turns encryption off whatever the environment says.
     """
     config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     if target is not None:
@@ -191,8 +202,25 @@ async def connect(
     config.setdefault("target_host", "localhost:7233")
     config.setdefault("retry_config", outage_retry())
     config.update(kwargs)
-    plugins = [*config.pop("plugins", []), PsychPlugin()]
+    if codec == "env":
+        codec = codec_from_env()
+    plugins = [*config.pop("plugins", []), PsychPlugin(codec=codec)]
+    # Tracing and metrics when OTEL_* configures an exporter (see workers/_telemetry.py).
+    telemetry = telemetry_from_env()
+    plugins += [] if telemetry is None else telemetry.plugins()
     return await Client.connect(plugins=plugins, **config)
+
+
+def with_codec(client: Client, codec: PsychCodec | None) -> Client:
+    """``client``'s connection and settings with ``codec`` encrypting its payloads
+    (``client`` itself for None): what ``psych dev`` gives the worker of the dev server it
+    started, whose client was built before the keys were read."""
+    if codec is None:
+        return client
+    config = client.config()
+    others = [plugin for plugin in config["plugins"] if not isinstance(plugin, PsychPlugin)]
+    config["plugins"] = [*others, PsychPlugin(codec=codec)]
+    return Client(**config)
 
 
 def _mcp_activities(settings: WorkerSettings) -> McpActivities:
@@ -314,21 +342,31 @@ def build_worker(
 ) -> Worker:
     """A Worker running AgentRun and every psych activity.
 
-    ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
+    ``client`` must carry the psych plugin (see ``connect``); when the plugin encrypts
+    payloads (``PsychCodec``), the blob store is wrapped to encrypt with the same keys
+    (``EncryptedBlobStore``), unless it already is; ``http`` is the one HTTP
     client every outbound request of the activities goes through (the caller closes it);
-    ``mcp`` the MCP activities (an ``McpActivities``), whose session pool the caller
-    closes after the worker stops (without one, build_worker makes one whose sessions
-    close only once idle); extra keyword arguments go to ``temporalio.worker.Worker``.
+    ``mcp`` the MCP activities (an ``McpActivities``, built on the ``sealed`` settings),
+    whose session pool the caller closes after the worker stops (without one,
+    build_worker makes one whose sessions close only once idle); extra keyword arguments
+    go to ``temporalio.worker.Worker``.
     Its identity carries the policy's digest (``worker_identity``; an ``identity`` option
     replaces the part before it). ``run_worker`` does all of this for you, and closes the
     MCP sessions when the worker stops.
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
+    settings = sealed(client, settings)
     workflows: Sequence[type] = [AgentRun, WorkflowRun]
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
     _check_outage_retry(client, settings.outage_seconds)
+    telemetry = current_telemetry()
+    if telemetry is not None:
+        telemetry.watch_suspended(client, settings.task_queue)
+        # A client connected without them still gets a traced worker (no client spans).
+        missing = telemetry.missing_from(client)
+        worker_options["plugins"] = [*worker_options.get("plugins", []), *missing]
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -336,6 +374,18 @@ def build_worker(
         activities=activities_for(settings, http, mcp),
         identity=identity,
         **worker_options,
+    )
+
+
+def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
+    """``settings`` with its blob store encrypting under the client's keys, when the
+    client encrypts payloads (``PsychCodec``) and the store does not already: a message
+    kept out of history must not sit in clear in the blob store."""
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is None or isinstance(settings.blobs, EncryptedBlobStore):
+        return settings
+    return dataclasses.replace(
+        settings, blobs=EncryptedBlobStore(settings.blobs, codec.blob_cipher())
     )
 
 
@@ -364,7 +414,8 @@ async def run_worker(
         PsychError: a live worker of the task queue has another approval policy
             (``check_fleet_policy``); this one does not start.
     """
-    settings = settings or WorkerSettings()
+    # Sealed before the MCP activities are made: they store results in the blob store too.
+    settings = sealed(client, settings or WorkerSettings())
     await check_fleet_policy(client, settings.task_queue, settings.policy)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
         mcp = _mcp_activities(settings)
@@ -377,3 +428,7 @@ async def run_worker(
         # Calls not safe to repeat report their outcome through the client; the worker
         # has stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
+    telemetry = current_telemetry()
+    if telemetry is not None:
+        # The psych command ends with os._exit, which skips the exporters' atexit flush.
+        telemetry.flush()

@@ -89,6 +89,17 @@ class AgentRun(ToolCalls):
             self._model_task.cancel()
 
     async def _body(self) -> Outcome:
+        run = self._input
+        with self._trace.run(
+            kind=self.KIND,
+            name=self._spec.name,
+            run_id=run.run_id,
+            tenant=run.scope.tenant,
+            version=run.version.hash,
+        ):
+            return self._trace.settled(await self._turns())
+
+    async def _turns(self) -> Outcome:
         spec = self._spec
         assert isinstance(spec, AgentSpec)
         limits = spec.limits
@@ -111,6 +122,7 @@ class AgentRun(ToolCalls):
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})
             self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
+            self._trace.turn(turn)
             pending += _take(self._steer)
             result = await self._call_model(
                 turn,

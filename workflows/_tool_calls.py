@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._run_base import cause_text
     from psych_runtime.workflows._suspensions import expires_at
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
+    from psych_runtime.workflows._tracing import RunTrace
 
 UNKNOWN_OUTCOME = (
     "The outcome of this call is unknown: no word of it reached the Run in time (the "
@@ -75,6 +76,7 @@ class ToolCalls(Handlers):
         self._suspension = SuspensionPolicy()
         self._delegations: dict[int, int] = {}
         self._mcp = McpState()
+        self._trace = RunTrace()
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec

@@ -121,6 +121,17 @@ class WorkflowRun(ToolCalls):
     # --- the steps -----------------------------------------------------------------------
 
     async def _body(self) -> Outcome:
+        run = self._input
+        with self._trace.run(
+            kind=self.KIND,
+            name=self._spec.name,
+            run_id=run.run_id,
+            tenant=run.scope.tenant,
+            version=run.version.hash,
+        ):
+            return self._trace.settled(await self._steps())
+
+    async def _steps(self) -> Outcome:
         spec = self._spec
         assert isinstance(spec, WorkflowSpec)
         catalog = ToolCatalog(tools_ref=None, entries=())
@@ -132,6 +143,7 @@ class WorkflowRun(ToolCalls):
                 return self._deadline_outcome()
             self._turn = index
             self._step = step.name
+            self._trace.step(index, step.name)
             try:
                 if isinstance(step, ToolStep):
                     # MCP servers are asked before each tool step (its turn boundary).
