@@ -117,7 +117,7 @@ async def codec_cost(env: WorkflowEnvironment, home: Path, settings: Settings) -
 
 
 def codec_summary(result: CodecResult) -> dict[str, Any]:
-    """Medians and ratios of section 6."""
+    """Medians and ratios of section 7."""
     summary: dict[str, Any] = {"cipher_us_per_payload": result.cipher_us_per_payload}
     for name, samples in (("off", result.off), ("on", result.on)):
         summary[f"{name}_ms_per_turn"] = median([s.wall_ms_per_turn for s in samples])
@@ -136,7 +136,7 @@ def codec_text(result: CodecResult) -> str:
     """Section 6 as printed."""
     s = codec_summary(result)
     head = (
-        f"6. Payload encryption, per turn ({result.turns} turns; median of {len(result.on)} "
+        f"7. Payload encryption, per turn ({result.turns} turns; median of {len(result.on)} "
         "Runs each, alternating, after one warm-up Run each; fast-dispatch server)"
     )
     rows = [

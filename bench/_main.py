@@ -116,13 +116,13 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                 _progress("6. MCP tool calls against code tool calls")
                 mcp = await mcp_calls(env, Path(home), settings.mcp_turns, settings.mcp_runs)
                 sections["mcp"] = {"samples": _plain(mcp), "summary": mcp_summary(mcp)}
-                _progress("6. payload encryption off and on, one Run at a time")
+                _progress("7. payload encryption off and on, one Run at a time")
                 codec = await codec_cost(env, Path(home) / "codec", settings)
                 sections["codec"] = {
                     "samples": _plain(codec),
                     "summary": codec_summary(codec),
                 }
-                _progress("7. tracing and metrics off and on, one Run at a time")
+                _progress("8. tracing and metrics off and on, one Run at a time")
                 tracing = await tracing_cost(env, Path(home) / "tracing", settings)
                 sections["tracing"] = {
                     "samples": _plain(tracing),

@@ -218,7 +218,7 @@ async def tracing_cost(
 
 
 def tracing_summary(result: TracingResult) -> dict[str, Any]:
-    """Medians and ratios of section 7."""
+    """Medians and ratios of section 8."""
     summary: dict[str, Any] = {
         "spans_per_turn": result.spans_per_turn,
         "off_hot_path_ns": result.off_hot_path_ns,
@@ -238,7 +238,7 @@ def tracing_text(result: TracingResult) -> str:
     """Section 7 as printed."""
     s = tracing_summary(result)
     head = (
-        f"7. Tracing and metrics, per turn ({result.turns} turns; median of {len(result.on)} "
+        f"8. Tracing and metrics, per turn ({result.turns} turns; median of {len(result.on)} "
         "Runs each, alternating, after one warm-up Run each; fast-dispatch server)"
     )
     rows = [
