@@ -448,6 +448,8 @@ class McpActivities(ActivityClass):
 
         try:
             async with self.sessions.client(connection.key, server.url, connection.headers) as c:
+                # The SDK makes the client span of the request itself ("MCP send
+                # tools/call <tool>", under this call's execute_tool span).
                 result = await self._heartbeating(
                     c.call_tool(input.tool, input.arguments, progress_callback=on_progress),
                     reports,

@@ -33,6 +33,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import PsychPlugin, Telemetry, install_telemetry, uninstall_telemetry
 from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
+from tests.mcp.fixture import McpTestServer
 
 from ._http_server import CountingServer
 from ._waiting import eventually, is_suspended, state_when
@@ -306,6 +307,42 @@ async def test_a_client_without_the_plugins_still_gets_a_traced_worker(
     spans = [s for s in every if s.context and s.context.trace_id == root.context.trace_id]
     (turn,) = _children(spans, root)
     assert [s.name for s in _children(spans, turn)] == ["chat fake-model"]
+
+
+async def test_an_mcp_call_is_an_execute_tool_span_with_the_sdk_client_span_under_it(
+    harness: Harness, traced: Traced, mcp_http_server: McpTestServer
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = (
+        AgentBuilder("mcp-traced")
+        .model("fake-model")
+        .mcp_server("tools", mcp_http_server.url)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("tools__echo", {"text": "traced"})), Reply.text("done")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hello", scope=scope)
+        result = await harness.client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    every = traced.spans.get_finished_spans()
+    root = _one(
+        [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant],
+        "invoke_agent mcp-traced",
+    )
+    assert root.context is not None
+    spans = [s for s in every if s.context and s.context.trace_id == root.context.trace_id]
+    first_turn = _children(spans, root)[0]
+    names = [s.name for s in _children(spans, first_turn)]
+    assert names == ["chat fake-model", "execute_tool tools__echo"]
+    tool = _one(spans, "execute_tool tools__echo")
+    assert tool.attributes is not None
+    assert tool.attributes.get("gen_ai.tool.type") == "extension"
+    assert tool.attributes.get("psych.mcp.server") == "tools"
+    # The mcp SDK's own client span of the request.
+    assert [s.name for s in _children(spans, tool)] == ["MCP send tools/call echo"]
 
 
 async def test_a_worker_without_telemetry_records_no_spans_whatever_the_global_provider(
