@@ -11,11 +11,9 @@ import sys
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
 
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import PsychError, Scope
@@ -28,6 +26,13 @@ from psych_runtime.workers._console import (
     format_time,
     format_until,
     resume_command,
+)
+from psych_runtime.workers._run_facts import (
+    QUERY_TIMEOUT,
+    has_worker,
+    print_fallback,
+    run_facts,
+    unanswered,
 )
 from psych_runtime.workers._worker import connect
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
@@ -99,17 +104,6 @@ def tenant_arguments() -> argparse.ArgumentParser:
     return tenant
 
 
-async def has_worker(client: Client, task_queue: str) -> bool:
-    """Whether any worker polls ``task_queue`` for workflow tasks now."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-    response = await client.workflow_service.describe_task_queue(request)
-    return len(response.pollers) > 0
-
-
 async def _run(args: argparse.Namespace) -> int:
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
     spec = checked_spec(args.file, registry)
@@ -158,21 +152,47 @@ def _reader(temporal: Client) -> PsychClient:
 
 async def _status(args: argparse.Namespace) -> int:
     scope = scope_of(args)
-    client = _reader(await temporal_client(args))
-    state = await client.status(args.run_id, scope=scope)
-    print(state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state))
+    temporal = await temporal_client(args)
+    # Never stuck: with no worker polling, the query would wait for one until its deadline.
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if facts.worker_polling:
+        try:
+            state = await _reader(temporal).status(
+                args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as err:
+            if not unanswered(err):
+                raise
+        else:
+            print(
+                state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state)
+            )
+            return 0
+    print_fallback(facts, json_output=args.json)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print a Run's current state (the ``psych.state`` query)."""
+    """Print a Run's current state (the ``psych.state`` query); with no worker to answer
+    it, what Temporal itself knows (``run_facts``), within seconds."""
     return asyncio.run(_status(args))
 
 
 async def _report(args: argparse.Namespace) -> int:
     scope = scope_of(args)
-    client = _reader(await temporal_client(args))
-    report = await client.report(args.run_id, scope=scope)
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        print_fallback(facts, json_output=args.json)
+        return 1
+    client = _reader(temporal)
+    try:
+        report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
+    except RPCError as err:
+        if not unanswered(err):
+            raise
+        print_fallback(facts, json_output=args.json)
+        return 1
     print(report.model_dump_json(indent=2) if args.json else format_report(report))
     return 0
 

@@ -257,14 +257,24 @@ class PsychClient(RunActions):
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
         return workflow_id, self.temporal.get_workflow_handle(workflow_id)
 
-    async def status(self, run: RunHandle | str, *, scope: Scope) -> RunState:
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
         """The Run's current state.
+
+        Args:
+            run: the Run.
+            scope: who asks; its tenant must own the Run.
+            query_timeout: how long to wait for a worker to answer the query; None waits as
+                long as the client's default RPC timeout. With no worker polling the
+                Run's task queue, the query waits for one that long.
 
         Raises:
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
+            RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``.
         """
-        return await self._state(run, scope, None)
+        return await self._state(run, scope, query_timeout)
 
     async def _state(
         self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
@@ -278,12 +288,24 @@ class PsychClient(RunActions):
         return state
 
     async def records(
-        self, run: RunHandle | str, *, scope: Scope, after: int = 0, limit: int = 500
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        limit: int = 500,
+        query_timeout: timedelta | None = None,
     ) -> RecordsPage:
-        """Records with ``seq > after`` (works while the Run is live)."""
+        """Records with ``seq > after`` (works while the Run is live); ``query_timeout`` bounds
+        the wait for a worker to answer, as for ``status``."""
         workflow_id, handle = self._handle(run, scope)
         page: RecordsPage = await _query(
-            handle, workflow_id, QUERY_RECORDS, RecordsQuery(after=after, limit=limit), RecordsPage
+            handle,
+            workflow_id,
+            QUERY_RECORDS,
+            RecordsQuery(after=after, limit=limit),
+            RecordsPage,
+            rpc_timeout=query_timeout,
         )
         return page
 
@@ -337,18 +359,29 @@ class PsychClient(RunActions):
             raise _mapped(err, workflow_id) from err
         return result
 
-    async def report(self, run: RunHandle | str, *, scope: Scope) -> RunReport:
-        """The Run's report: a typed projection of all its records."""
+    async def report(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunReport:
+        """The Run's report: a typed projection of all its records.
+
+        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``.
+        """
         workflow_id, _ = self._handle(run, scope)
-        state = await self.status(workflow_id, scope=scope)
+        state = await self.status(workflow_id, scope=scope, query_timeout=query_timeout)
         records: list[Record] = []
         while True:
-            page = await self.records(workflow_id, scope=scope, after=len(records), limit=5000)
+            page = await self.records(
+                workflow_id,
+                scope=scope,
+                after=len(records),
+                limit=5000,
+                query_timeout=query_timeout,
+            )
             records.extend(page.records)
             if not page.records or len(records) >= page.last_seq:
                 break
         children = {
-            record.run: await self.report(record.run, scope=scope)
+            record.run: await self.report(record.run, scope=scope, query_timeout=query_timeout)
             for record in records
             if isinstance(record, StepStarted) and record.run is not None
         }
