@@ -1,4 +1,5 @@
-"""``psych run``, ``status``, ``report`` and ``list``: driving Runs through a Temporal server."""
+"""``psych run``, ``follow``, ``status``, ``report`` and ``list``: driving Runs through a
+Temporal server."""
 
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ from psych_runtime.workers._cli_specs import DEFAULT_STORE, checked_spec, load_r
 from psych_runtime.workers._console import (
     describe_pending,
     follow_run,
-    format_report,
     format_state,
     format_time,
     format_until,
+    print_report,
     resume_command,
 )
+from psych_runtime.workers._render import output_for, runs_table
 from psych_runtime.workers._run_facts import (
     QUERY_TIMEOUT,
     has_worker,
@@ -126,7 +128,7 @@ async def _run(args: argparse.Namespace) -> int:
         version, args.input, scope=scope, idempotency_key=args.idempotency_key
     )
     try:
-        report = await follow_run(client, run, scope=scope, json_report=args.json)
+        report = await follow_run(client, run, scope=scope, json_report=args.json, full=args.full)
     except asyncio.CancelledError:
         print(
             f"psych: stopped following {run.workflow_id}; the Run goes on "
@@ -143,6 +145,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     Exits 0 when the Run completed, 1 otherwise.
     """
     return asyncio.run(_run(args))
+
+
+async def _follow(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        # Its records are queries: with no worker to answer them, following would wait.
+        print_fallback(facts, json_output=args.json)
+        return 1
+    # The Run's own task queue, for the header (following only reads).
+    client = PsychClient(
+        temporal, store=FileVersionStore(DEFAULT_STORE), task_queue=facts.task_queue
+    )
+    try:
+        report = await follow_run(
+            client, args.run_id, scope=scope, json_report=args.json, full=args.full
+        )
+    except asyncio.CancelledError:
+        print(f"psych: stopped following {args.run_id}; the Run goes on", file=sys.stderr)
+        raise
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """Follow an existing Run: its records so far and as they come, then its report.
+
+    Exits as ``psych run`` does: 0 when the Run completed, 1 otherwise.
+    """
+    return asyncio.run(_follow(args))
 
 
 def _reader(temporal: Client) -> PsychClient:
@@ -193,7 +225,10 @@ async def _report(args: argparse.Namespace) -> int:
             raise
         print_fallback(facts, json_output=args.json)
         return 1
-    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_report(report, sys.stdout)
     return 0
 
 
@@ -238,7 +273,7 @@ async def _list(args: argparse.Namespace) -> int:
         which = "suspended Runs" if args.suspended else "Runs"
         print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
         return 0
-    rows = [("RUN ID", "AGENT", "STATUS", "STARTED")] + [
+    listed = [
         (
             run.workflow_id,
             run.agent or "-",
@@ -247,13 +282,19 @@ async def _list(args: argparse.Namespace) -> int:
         )
         for run in runs
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     now = datetime.now(UTC)
-    for index, row in enumerate(rows):
-        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*padded, row[-1]]))
-        if args.suspended and index > 0:
-            print("\n".join(_pending_lines(runs[index - 1], scope.tenant, now)))
+    waits = [_pending_lines(run, scope.tenant, now) for run in runs] if args.suspended else None
+    console = output_for(sys.stdout).console
+    if console is not None:
+        console.print(runs_table(listed, waits))
+    else:
+        rows = [("RUN ID", "AGENT", "STATUS", "STARTED"), *listed]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for index, row in enumerate(rows):
+            padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            print("  ".join([*padded, row[-1]]))
+            if waits is not None and index > 0:
+                print("\n".join(waits[index - 1]))
     if more:
         print(
             f"psych: showing the newest {args.limit} matching Runs; there are more "
@@ -268,12 +309,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     return asyncio.run(_list(args))
 
 
+_FULL_HELP = "show model text, tool arguments and tool results whole, not shortened"
+
+
 def add_run_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     connection: argparse.ArgumentParser,
     store: argparse.ArgumentParser,
 ) -> None:
-    """Add ``run``, ``status``, ``report`` and ``list`` to ``psych``."""
+    """Add ``run``, ``follow``, ``status``, ``report`` and ``list`` to ``psych``."""
     parents = [connection, tenant_arguments()]
 
     run = commands.add_parser(
@@ -301,7 +345,18 @@ def add_run_commands(
         help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
     )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.add_argument("--full", action="store_true", help=_FULL_HELP)
     run.set_defaults(func=cmd_run)
+
+    follow = commands.add_parser(
+        "follow",
+        parents=parents,
+        help="follow a Run: its records so far and as they come, then its report",
+    )
+    follow.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    follow.add_argument("--json", action="store_true", help="print the report as JSON")
+    follow.add_argument("--full", action="store_true", help=_FULL_HELP)
+    follow.set_defaults(func=cmd_follow)
 
     state = commands.add_parser("status", parents=parents, help="print a Run's current state")
     state.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
