@@ -9,6 +9,7 @@ import fcntl
 import os
 import pty
 import re
+import signal
 import struct
 import sys
 import termios
@@ -241,6 +242,46 @@ async def test_no_color_keeps_colours_off_the_terminal_and_force_color_adds_them
     assert re.search(r"status +completed", plain(raw))
     assert forced[0] == 0 and colours(forced[1]), forced
     assert both[0] == 0 and colours(both[1]) == [] and "completed" in both[1]
+
+
+async def test_list_into_head_and_into_a_closed_pipe_ends_quietly(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    who = fresh_tenant()
+    async with cli.worker():
+        workflow_id = await completed_run(cli, capsys, who)
+        env = terminal_env(cli)
+        listing = " ".join(["list", *cli.args(tenant=who)])
+        report = " ".join(["report", workflow_id, *cli.args(tenant=who)])
+        follow = " ".join(["follow", workflow_id, *cli.args(tenant=who)])
+        # As a user types it: the shell's pipeline status is psych's (pipefail).
+        head = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            f"set -o pipefail; {PSYCH_SCRIPT} {listing} | head -1",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        head_out, head_err = await head.communicate()
+        # A reader that is gone before psych writes (`| true`): the write must fail.
+        closed = []
+        for command in (listing, report, follow):
+            child = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                f"{PSYCH_SCRIPT} {command} | true; echo ${{PIPESTATUS[0]}} >&2",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
+            closed.append(await child.communicate())
+    assert head_err == b""
+    assert head.returncode in (0, 128 + signal.SIGPIPE)
+    assert head_out.decode().split() == ["RUN", "ID", "AGENT", "STATUS", "STARTED"]
+    for out, err in closed:
+        # Killed by SIGPIPE, as `seq 1000000 | true` is: status 141, nothing on stderr.
+        assert (out, err) == (b"", f"{128 + signal.SIGPIPE}\n".encode())
 
 
 LONG_ANSWER = "\n".join(
