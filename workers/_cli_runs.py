@@ -36,6 +36,8 @@ from psych_runtime.workers._run_facts import (
     run_facts,
     unanswered,
 )
+from psych_runtime.workers._transcript import read_transcript
+from psych_runtime.workers._transcript_render import print_transcript
 from psych_runtime.workers._worker import connect
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
 
@@ -212,12 +214,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 async def _report(args: argparse.Namespace) -> int:
     scope = scope_of(args)
+    if args.format != "text" and not args.transcript:
+        raise PsychError(f"--format {args.format} is for --transcript")
     temporal = await temporal_client(args)
     facts = await run_facts(temporal, args.run_id, scope=scope)
     if not facts.worker_polling:
         print_fallback(facts, json_output=args.json)
         return 1
     client = _reader(temporal)
+    if args.transcript:
+        transcript = await read_transcript(client, args.run_id, scope=scope)
+        print_transcript(transcript, sys.stdout, markdown=args.format == "md")
+        return 0
     try:
         report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
     except RPCError as err:
@@ -233,7 +241,8 @@ async def _report(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print a Run's report (summary, or JSON with ``--json``)."""
+    """Print a Run's report (summary, JSON with ``--json``), or with ``--transcript`` the
+    conversation as its model saw it (``--format md``: as Markdown)."""
     return asyncio.run(_report(args))
 
 
@@ -365,7 +374,20 @@ def add_run_commands(
 
     report = commands.add_parser("report", parents=parents, help="print a Run's report")
     report.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
-    report.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    shown = report.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    shown.add_argument(
+        "--transcript",
+        action="store_true",
+        help="print the conversation as the model saw it: system prompt, messages, tool "
+        "calls and results, approvals, answers, steering",
+    )
+    report.add_argument(
+        "--format",
+        choices=["text", "md"],
+        default="text",
+        help="the transcript as text for the terminal (default) or as Markdown",
+    )
     report.set_defaults(func=cmd_report)
 
     listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")
