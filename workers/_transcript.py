@@ -253,14 +253,16 @@ def build_transcript(
         elif isinstance(record, RunSettled):
             settled = record
     unseen = [_steered(steer, 0) for mode in ("steer", "follow_up") for steer in queued[mode]]
+    kind = admitted.spec_kind if admitted is not None else "agent"
     return Transcript(
         workflow_id=workflow_id,
         agent=admitted.agent if admitted is not None else "?",
-        kind=admitted.spec_kind if admitted is not None else "agent",
+        kind=kind,
         status=settled.status if settled is not None else "running",
         reason=settled.reason if settled is not None else None,
-        messages=tuple(messages),
-        unseen=tuple(unseen) + tuple(notes),
+        # A workflow talks to no model: its tool steps' calls are steps, not messages.
+        messages=tuple(messages) if kind == "agent" else (),
+        unseen=tuple(unseen) + tuple(notes) if kind == "agent" else (),
         steps=tuple(steps.values()),
     )
 

@@ -15,7 +15,7 @@ from psych_runtime.workers._loading import load_spec_file
 from psych_runtime.workers._transcript import read_transcript
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
 
-from .conftest import Cli, psych
+from .conftest import EXAMPLES, TOOLS_REF, Cli, psych
 
 SCOPE = Scope(tenant="acme")
 STEER = "Tell the customer the refund takes three days."
@@ -208,5 +208,66 @@ async def test_transcript_shows_questions_answered_and_calls_denied(
             "- question 'Which order?': answered by ann: ``` 42",
             "````text\n``` 42\n````",
             "## assistant (turn 2, gpt-4o-mini)\n\nOrder 42 it is.",
+        ],
+    )
+
+
+async def test_transcript_of_a_workflow_nests_its_agent_steps_conversation(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    welcome = "Welcome aboard, we are glad you are here."
+    cli.fake.enqueue(Reply.text(welcome))
+    argv = [
+        "run",
+        str(EXAMPLES / "onboarding-workflow.yaml"),
+        *cli.args("--input", "Onboard Ada"),
+        "--task-queue",
+        cli.task_queue,
+        "--store",
+        str(cli.home / "versions"),
+        "--tools",
+        TOOLS_REF,
+    ]
+    async with cli.worker():
+        status, out, err = await psych(capsys, *argv)
+        assert status == 0, out + err
+        wid = out.split()[1]
+        transcript = await read_transcript(client_of(cli), wid, scope=SCOPE)
+        status, text, err = await psych(capsys, "report", *cli.args(wid, "--transcript"))
+        assert (status, err) == (0, "")
+        status, markdown, err = await psych(
+            capsys, "report", *cli.args(wid, "--transcript", "--format", "md")
+        )
+        assert (status, err) == (0, "")
+    assert transcript.kind == "workflow" and transcript.messages == ()
+    create, greet = transcript.steps
+    assert (create.name, create.ok, create.child) == ("create", True, None)
+    assert greet.child is not None and greet.child.workflow_id == f"{wid}-step2"
+    assert_matches_requests(greet.child.chat_messages(), cli.fake.requests)
+    assert "tool result" not in text  # the tool step is a step, no model saw it
+    assert_in_order(
+        text,
+        [
+            f"Transcript of {wid}: workflow onboard-customer, completed",
+            "── step 1 create (tool) ──",
+            'given {"plan": "starter"}',
+            '-> ok: {"account": "acct-starter", "plan": "starter"}',
+            "── step 2 welcome (agent) ──",
+            f"    Transcript of {wid}-step2: agent greeter, completed (answered)",
+            "    ── user ──",
+            "    Onboard Ada",
+            "    ── assistant (turn 1, gpt-4o-mini) ──",
+            f"    {welcome}",
+        ],
+    )
+    assert_in_order(
+        markdown,
+        [
+            f"# Transcript of `{wid}`",
+            "## Step 1: create (tool)",
+            "## Step 2: welcome (agent)",
+            f"### Transcript of `{wid}-step2`",
+            "#### user\n\nOnboard Ada",
+            f"#### assistant (turn 1, gpt-4o-mini)\n\n{welcome}",
         ],
     )
