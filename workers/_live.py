@@ -68,6 +68,8 @@ class RunProgress:
     pending: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """What the Run waits on, by item id: what for, and the command that resumes it."""
     settled: RunSettled | None = None
+    """The last settled record (a step's child Run settles before its step finishes, so
+    the followed Run's own comes last)."""
 
     def add(self, record: Any, waiting: tuple[str, str | None] | None = None) -> None:
         """Take one record; ``waiting``: a Suspended record's wait (what it waits for, and
@@ -80,6 +82,7 @@ class RunProgress:
             self.step = record.step
         elif isinstance(record, StepFinished):
             self.step = None
+            self.settled = None  # that was the step's child Run settling; this one goes on
         elif isinstance(record, ModelCallStarted):
             self.model = record.model
         elif isinstance(record, ModelCallFinished):
@@ -102,8 +105,6 @@ class RunProgress:
         elif isinstance(record, Resumed | SuspensionExpired):
             self.pending.pop(record.id, None)
         elif isinstance(record, RunSettled):
-            # A step's child Run settles before its step finishes: the followed Run's own
-            # settled record is the last one.
             self.settled = record
 
     def doing(self) -> str:
@@ -122,8 +123,11 @@ class RunProgress:
         where = (
             f"step {self.step}" if self.step else f"turn {self.turn}" if self.turn else "starting"
         )
-        took = _elapsed((now - self.started).total_seconds()) if self.started else "-"
-        cost = "cost unknown" if self.cost_unknown or self.cost is None else f"${self.cost:.6f}"
+        # A settled Run's time stops at its settling (following an old Run shows its length).
+        end = self.settled.at if self.settled is not None else now
+        took = _elapsed((end - self.started).total_seconds()) if self.started else "-"
+        known = not self.cost_unknown and self.cost is not None
+        cost = f"cost {self.cost:.6f}" if known else "cost unknown"
         line = Text()
         line.append(where, style="bold cyan")
         line.append(f"  {took}  ")
