@@ -38,6 +38,7 @@ from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,
     NotFound,
+    PsychError,
     RunFailed,
     Scope,
     SpecError,
@@ -209,7 +210,12 @@ class PsychClient(RunActions):
         AgentRun for an agent, a WorkflowRun for a workflow.
 
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
-        whether it is still running or settled (its first input wins).
+        whether it is still running or settled, as long as the input is the same (the same
+        Version and messages): a key names one dispatch.
+
+        Raises:
+            PsychError: the key already started a Run with another Version or other
+                messages (silently answering with that Run would drop this input).
         """
         version = self._version(spec)
         messages = (input,) if isinstance(input, str) else tuple(input)
@@ -238,7 +244,10 @@ class PsychClient(RunActions):
                 ),
                 static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
             )
-        if idempotency_key is None or not self.search_attributes:
+        if idempotency_key is None:
+            return handle
+        await self._check_same_input(workflow_id, idempotency_key, version, messages)
+        if not self.search_attributes:
             return handle
         # The key may have reached an existing Run: answer with what that Run runs.
         attributes = (
@@ -248,6 +257,36 @@ class PsychClient(RunActions):
             handle,
             agent=attributes.get(_AGENT) or handle.agent,
             version_hash=attributes.get(_VERSION) or handle.version_hash,
+        )
+
+    async def _check_same_input(
+        self, workflow_id: str, key: str, version: Version, messages: tuple[str, ...]
+    ) -> None:
+        """Refuse when the Run ``key`` reached was started with other input.
+
+        The Run's input is the first event of its history, which the server answers
+        without a worker; on a Run this dispatch has just started it is this input.
+        """
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        started = None
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            break
+        if started is None or not started.input.payloads:
+            raise PsychError(f"Run {workflow_id} has no input in its history to compare with")
+        input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
+        (first,) = await self.temporal.data_converter.decode(
+            started.input.payloads[:1], [input_type]
+        )
+        if first.version.hash != version.hash:
+            what = f"Version {first.version.hash}, this dispatch {version.hash}"
+        elif tuple(first.messages) != messages:
+            what = "other messages"
+        else:
+            return
+        raise PsychError(
+            f"idempotency key {key!r} already started Run {workflow_id} with another input "
+            f"({what}); a key names one dispatch, so new input needs a new key"
         )
 
     def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
