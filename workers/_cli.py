@@ -31,8 +31,11 @@ from psych_runtime.workers._cli_specs import DEFAULT_STORE, cmd_publish, cmd_val
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="Spec file (.yaml, .yml or .json)")
     parser.add_argument(
-        "--registry",
-        help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute",
+        "--tools",
+        "--registry",  # the first name it had; every other command says --tools
+        dest="tools",
+        help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute "
+        "(--registry is the same)",
     )
     parser.add_argument(
         "--known-model", action="append", help="a model id the endpoint serves (repeatable)"

@@ -345,8 +345,10 @@ def add_run_commands(
     run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
     run.add_argument(
         "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
         help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(env PSYCH_TOOLS)",
+        "(env PSYCH_TOOLS; --registry is the same)",
     )
     run.add_argument(
         "--task-queue",

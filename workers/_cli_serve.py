@@ -262,8 +262,10 @@ def add_serve_commands(
     wiring = argparse.ArgumentParser(add_help=False)
     wiring.add_argument(
         "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
         help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(overrides PSYCH_TOOLS)",
+        "(overrides PSYCH_TOOLS; --registry is the same)",
     )
     wiring.add_argument(
         "--fake-model",

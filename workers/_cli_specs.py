@@ -105,7 +105,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     Limits that make another unreachable are warnings (standard error), not problems.
     """
-    spec = checked_spec(args.file, load_registry(args.registry), args.known_model or ())
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or ())
     if spec is None:
         return 1
     for warning in limit_warnings(spec):
@@ -116,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """Validate, then publish a Spec file to the version store; print its hash."""
-    spec = checked_spec(args.file, load_registry(args.registry), args.known_model or ())
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or ())
     if spec is None:
         return 1
     version = FileVersionStore(args.store).publish(spec)
