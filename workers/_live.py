@@ -56,6 +56,8 @@ class RunProgress:
     started: datetime | None = None
     turn: int = 0
     step: str | None = None
+    last_step: str | None = None
+    """The step that finished last (a workflow between two steps)."""
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = None
@@ -81,7 +83,8 @@ class RunProgress:
         elif isinstance(record, StepStarted):
             self.step = record.step
         elif isinstance(record, StepFinished):
-            self.step = None
+            # The turns counted were the step's child Run's: a workflow has none of its own.
+            self.step, self.last_step, self.turn = None, record.step, 0
             self.settled = None  # that was the step's child Run settling; this one goes on
         elif isinstance(record, ModelCallStarted):
             self.model = record.model
@@ -120,9 +123,12 @@ class RunProgress:
 
     def status_line(self, now: datetime) -> Text:
         """The one line under the records: where the Run is, how long, tokens and cost."""
-        where = (
-            f"step {self.step}" if self.step else f"turn {self.turn}" if self.turn else "starting"
-        )
+        if self.step:
+            where = f"step {self.step}"
+        elif self.turn:
+            where = f"turn {self.turn}"
+        else:
+            where = f"after step {self.last_step}" if self.last_step else "starting"
         # A settled Run's time stops at its settling (following an old Run shows its length).
         end = self.settled.at if self.settled is not None else now
         took = _elapsed((end - self.started).total_seconds()) if self.started else "-"

@@ -77,9 +77,12 @@ def test_a_wait_shows_until_resumed_and_time_stops_when_the_run_settles() -> Non
     assert progress.waiting_lines() == []
     # A step's child Run settling does not stop the clock of the Run followed.
     progress.add(StepStarted(**stamp(3), step="s", step_kind="agent", index=1, run="child"))
+    progress.add(TurnStarted(**stamp(3), turn=2))  # the child's
+    assert progress.status_line(START).plain.startswith("step s  ")
     settled = {"reason": "done", "totals": Totals()}
     progress.add(RunSettled(**stamp(4), status=RunStatus.COMPLETED, **settled))
     progress.add(StepFinished(**stamp(5), step="s", step_kind="agent", ok=True))
-    assert "  10.0 s  " in progress.status_line(START + timedelta(seconds=10)).plain
+    line = progress.status_line(START + timedelta(seconds=10)).plain
+    assert line.startswith("after step s  10.0 s  "), line
     progress.add(RunSettled(**stamp(6), status=RunStatus.COMPLETED, **settled))
     assert "  6.0 s  " in progress.status_line(START + timedelta(days=3)).plain
