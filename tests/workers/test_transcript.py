@@ -171,7 +171,7 @@ async def test_transcript_of_the_demo_run_matches_what_the_model_received(
     )
 
 
-async def test_transcript_shows_questions_answered_and_calls_denied(
+async def test_transcript_shows_a_question_its_answer_and_who_gave_it_fenced_safely(
     cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asker = (
