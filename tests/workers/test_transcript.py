@@ -271,3 +271,46 @@ async def test_transcript_of_a_workflow_nests_its_agent_steps_conversation(
             f"#### assistant (turn 1, gpt-4o-mini)\n\n{welcome}",
         ],
     )
+
+
+async def test_transcript_shows_a_denied_call_with_who_denied_it_and_the_note(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.settings.policy = RulePolicy(tools={"issue_refund": "ask"})
+    cli.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}, id="lookup-1")),
+        Reply.tool_calls(
+            ToolCall("issue_refund", {"order_id": "42", "reason": "broken"}, id="refund-1")
+        ),
+        Reply.text("I did not refund order 42."),
+    )
+    client = client_of(cli)
+    spec = load_spec_file(cli.spec_file)
+    assert isinstance(spec, AgentSpec)
+    async with cli.worker():
+        run = await client.dispatch(spec, "Refund order 42", scope=SCOPE)
+        await until_suspended(client, run)
+        status, _, err = await psych(
+            capsys,
+            "deny",
+            *cli.args(run.workflow_id, "refund-1", "--principal", "ops", "--note", "a manager"),
+        )
+        assert status == 0, err
+        await client.result(run, scope=SCOPE)
+        transcript = await read_transcript(client, run, scope=SCOPE)
+        status, text, err = await psych(
+            capsys, "report", *cli.args(run.workflow_id, "--transcript")
+        )
+        assert (status, err) == (0, "")
+    assert_matches_requests(transcript.chat_messages(), cli.fake.requests)
+    told = cli.fake.requests[-1]["messages"][-1]["content"]
+    assert_in_order(
+        text,
+        [
+            "── tool result issue_refund [refund-1]: rejected ──",
+            "approval: rejected by ops: a manager",
+            told.splitlines()[0],
+            "── assistant (turn 3, gpt-4o-mini) ──",
+            "I did not refund order 42.",
+        ],
+    )
