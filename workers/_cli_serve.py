@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -160,8 +161,8 @@ async def model_wiring(
     model, serving = fake
     async with model:
         # The fake model needs no key; none is sent, so a real key never reaches it.
-        settings.endpoints = ModelEndpoints(default=Endpoint(model.base_url))
-        yield settings, f"{serving} at {model.base_url}"
+        endpoints = ModelEndpoints(default=Endpoint(model.base_url))
+        yield dataclasses.replace(settings, endpoints=endpoints), f"{serving} at {model.base_url}"
 
 
 _SCRIPTED = ""
