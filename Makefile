@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup path demo test lint typecheck unit bench clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml $(PKG_DIRS)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
+
+# `psych` (and `temporal`) live in .venv/bin: this prints the line that puts them on PATH,
+# for `eval "$$(make -s path)"` (or run `source .venv/bin/activate` instead).
+path: $(STAMP)
+	@echo 'export PATH="$(abspath $(BIN)):$$PATH"'
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

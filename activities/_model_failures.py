@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import socket
 from datetime import UTC, datetime
 
 import httpx
@@ -56,8 +57,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     """Decide whether a failed model call is transient, and describe it.
 
     Transient: HTTP 5xx, 429 and 408, connection errors and timeouts, a connection dropped
-    mid-response, and a stalled stream. Everything else (other 4xx, a response that is not
-    a chat completion, configuration errors) is not: repeating the call cannot help.
+    mid-response, and a stalled stream. Everything else (other 4xx such as 401 and 403, a
+    host name that does not resolve, a response that is not a chat completion,
+    configuration errors) is not: repeating the call cannot help.
 
     Args:
         cause: an error response (its body read), ``httpx.HTTPStatusError``, an httpx
@@ -78,7 +80,14 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
             message=f"model {model}: {text}: {detail}" if detail else f"model {model}: {text}",
         )
     transient = True
-    if isinstance(cause, StreamIdle):
+    unresolved = _name_resolution_error(cause)
+    if unresolved is not None:
+        # A name that does not resolve is a wrong OPENAI_BASE_URL or a machine with no
+        # network; the resolver already retried within getaddrinfo. Spending the Run's
+        # transient budget on it took minutes and hid the cause behind retries.
+        transient = False
+        text = f"cannot resolve {_host(cause)}: {unresolved.strerror or unresolved}"
+    elif isinstance(cause, StreamIdle):
         text = str(cause)
     elif isinstance(cause, httpx.RemoteProtocolError):
         text = f"connection dropped mid-response ({_describe(cause)})"
@@ -95,6 +104,27 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         else:
             text = _describe(cause)
     return ModelFailure(transient=transient, message=f"model {model}: {text}")
+
+
+def _name_resolution_error(err: BaseException) -> socket.gaierror | None:
+    """The ``getaddrinfo`` failure behind an httpx connect error, if that is what it was."""
+    if not isinstance(err, httpx.ConnectError):
+        return None
+    link: BaseException | None = err
+    while link is not None:
+        if isinstance(link, socket.gaierror):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _host(err: BaseException) -> str:
+    try:
+        if isinstance(err, httpx.RequestError):
+            return f"host {err.request.url.host!r}"
+    except RuntimeError:  # raised without its request (httpx sets it on every real call)
+        pass
+    return "the endpoint's host"
 
 
 def _describe(err: BaseException) -> str:

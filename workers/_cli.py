@@ -11,6 +11,8 @@ import argparse
 import gc
 import logging
 import os
+import select
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -35,8 +37,11 @@ from psych_runtime.workers._codec_server import add_codec_server_command
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="Spec file (.yaml, .yml or .json)")
     parser.add_argument(
-        "--registry",
-        help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute",
+        "--tools",
+        "--registry",  # the first name it had; every other command says --tools
+        dest="tools",
+        help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute "
+        "(--registry is the same)",
     )
     parser.add_argument(
         "--known-model", action="append", help="a model id the endpoint serves (repeatable)"
@@ -110,6 +115,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _reader_gone() -> bool:
+    """Whether standard output or error is a pipe whose reader has closed it.
+
+    Linux and the BSDs report POLLERR on the write end of such a pipe, so a BrokenPipeError
+    from another pipe (a child process's) is not taken for the output's end.
+    """
+    poller = select.poll()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poller.register(stream.fileno(), select.POLLOUT)
+        except (ValueError, OSError):  # closed, or not a file
+            continue
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _end_as_posix_tools_do() -> NoReturn:
+    """End on a closed output pipe as POSIX tools do: killed by SIGPIPE, silently.
+
+    Python ignores SIGPIPE and turns it into BrokenPipeError, which would print a
+    traceback; a shell reports 141 (128 + SIGPIPE) for ``psych list | head -1`` as it does
+    for ``seq 1000000 | head -1``. Dying by the signal also skips finalization, as
+    ``os._exit`` does (see ``entry``).
+    """
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # where the signal cannot end a process
+
+
 def entry() -> NoReturn:
     """The ``psych`` executable: ``main``, then an exit that never finalizes the interpreter.
 
@@ -120,11 +153,17 @@ def entry() -> NoReturn:
     right output, in about one run in four on this machine. So clients left unreachable
     are collected while the interpreter is whole, the output and logs are flushed, and
     the process ends with ``os._exit``: once the command is done nothing else needs to run.
+    Output piped into a reader that closed it (``| head -1``) ends the process by SIGPIPE.
     """
     try:
         status = main()
     except SystemExit as done:  # argparse's --help (0) and usage errors (2, printed)
         status = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    except BrokenPipeError:
+        if _reader_gone():
+            _end_as_posix_tools_do()
+        traceback.print_exc()  # another pipe broke: a bug to show
+        status = 1
     except Exception:  # a bug: its traceback, and exit 1 rather than an abort at exit
         traceback.print_exc()
         status = 1
@@ -133,7 +172,9 @@ def entry() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (BrokenPipeError, ValueError):  # a reader gone (`| head`), or closed
+        except BrokenPipeError:  # the reader is gone (`| head`): what was left is not read
+            _end_as_posix_tools_do()
+        except ValueError:  # closed
             status = status or 1
     os._exit(status)
 

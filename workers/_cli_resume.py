@@ -21,12 +21,12 @@ from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import PsychError
 from psych_runtime.workers._cli_runs import (
     default_principal,
-    has_worker,
     scope_of,
     temporal_client,
     tenant_arguments,
 )
 from psych_runtime.workers._cli_specs import DEFAULT_STORE
+from psych_runtime.workers._run_facts import has_worker
 from psych_runtime.workflows import PsychClient, ResumeResult
 
 

@@ -1,4 +1,5 @@
-"""``psych run``, ``status``, ``report`` and ``list``: driving Runs through a Temporal server."""
+"""``psych run``, ``follow``, ``status``, ``report`` and ``list``: driving Runs through a
+Temporal server."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import sys
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
 
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import PsychError, Scope
@@ -23,12 +22,22 @@ from psych_runtime.workers._cli_specs import DEFAULT_STORE, checked_spec, load_r
 from psych_runtime.workers._console import (
     describe_pending,
     follow_run,
-    format_report,
     format_state,
     format_time,
     format_until,
+    print_report,
     resume_command,
 )
+from psych_runtime.workers._render import output_for, runs_table
+from psych_runtime.workers._run_facts import (
+    QUERY_TIMEOUT,
+    has_worker,
+    print_fallback,
+    run_facts,
+    unanswered,
+)
+from psych_runtime.workers._transcript import read_transcript
+from psych_runtime.workers._transcript_render import print_transcript
 from psych_runtime.workers._worker import connect
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
 
@@ -99,17 +108,6 @@ def tenant_arguments() -> argparse.ArgumentParser:
     return tenant
 
 
-async def has_worker(client: Client, task_queue: str) -> bool:
-    """Whether any worker polls ``task_queue`` for workflow tasks now."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-    response = await client.workflow_service.describe_task_queue(request)
-    return len(response.pollers) > 0
-
-
 async def _run(args: argparse.Namespace) -> int:
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
     spec = checked_spec(args.file, registry)
@@ -132,7 +130,7 @@ async def _run(args: argparse.Namespace) -> int:
         version, args.input, scope=scope, idempotency_key=args.idempotency_key
     )
     try:
-        report = await follow_run(client, run, scope=scope, json_report=args.json)
+        report = await follow_run(client, run, scope=scope, json_report=args.json, full=args.full)
     except asyncio.CancelledError:
         print(
             f"psych: stopped following {run.workflow_id}; the Run goes on "
@@ -151,6 +149,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(args))
 
 
+async def _follow(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        # Its records are queries: with no worker to answer them, following would wait.
+        print_fallback(facts, json_output=args.json)
+        return 1
+    # The Run's own task queue, for the header (following only reads).
+    client = PsychClient(
+        temporal, store=FileVersionStore(DEFAULT_STORE), task_queue=facts.task_queue
+    )
+    try:
+        report = await follow_run(
+            client, args.run_id, scope=scope, json_report=args.json, full=args.full
+        )
+    except asyncio.CancelledError:
+        print(f"psych: stopped following {args.run_id}; the Run goes on", file=sys.stderr)
+        raise
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """Follow an existing Run: its records so far and as they come, then its report.
+
+    Exits as ``psych run`` does: 0 when the Run completed, 1 otherwise.
+    """
+    return asyncio.run(_follow(args))
+
+
 def _reader(temporal: Client) -> PsychClient:
     # Reading Runs never touches the version store; the default one is never written.
     return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE))
@@ -158,27 +186,63 @@ def _reader(temporal: Client) -> PsychClient:
 
 async def _status(args: argparse.Namespace) -> int:
     scope = scope_of(args)
-    client = _reader(await temporal_client(args))
-    state = await client.status(args.run_id, scope=scope)
-    print(state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state))
+    temporal = await temporal_client(args)
+    # Never stuck: with no worker polling, the query would wait for one until its deadline.
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if facts.worker_polling:
+        try:
+            state = await _reader(temporal).status(
+                args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as err:
+            if not unanswered(err):
+                raise
+        else:
+            print(
+                state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state)
+            )
+            return 0
+    print_fallback(facts, json_output=args.json)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print a Run's current state (the ``psych.state`` query)."""
+    """Print a Run's current state (the ``psych.state`` query); with no worker to answer
+    it, what Temporal itself knows (``run_facts``), within seconds."""
     return asyncio.run(_status(args))
 
 
 async def _report(args: argparse.Namespace) -> int:
     scope = scope_of(args)
-    client = _reader(await temporal_client(args))
-    report = await client.report(args.run_id, scope=scope)
-    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    if args.format != "text" and not args.transcript:
+        raise PsychError(f"--format {args.format} is for --transcript")
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        print_fallback(facts, json_output=args.json)
+        return 1
+    client = _reader(temporal)
+    if args.transcript:
+        transcript = await read_transcript(client, args.run_id, scope=scope)
+        print_transcript(transcript, sys.stdout, markdown=args.format == "md")
+        return 0
+    try:
+        report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
+    except RPCError as err:
+        if not unanswered(err):
+            raise
+        print_fallback(facts, json_output=args.json)
+        return 1
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_report(report, sys.stdout)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print a Run's report (summary, or JSON with ``--json``)."""
+    """Print a Run's report (summary, JSON with ``--json``), or with ``--transcript`` the
+    conversation as its model saw it (``--format md``: as Markdown)."""
     return asyncio.run(_report(args))
 
 
@@ -218,7 +282,7 @@ async def _list(args: argparse.Namespace) -> int:
         which = "suspended Runs" if args.suspended else "Runs"
         print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
         return 0
-    rows = [("RUN ID", "AGENT", "STATUS", "STARTED")] + [
+    listed = [
         (
             run.workflow_id,
             run.agent or "-",
@@ -227,13 +291,19 @@ async def _list(args: argparse.Namespace) -> int:
         )
         for run in runs
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     now = datetime.now(UTC)
-    for index, row in enumerate(rows):
-        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*padded, row[-1]]))
-        if args.suspended and index > 0:
-            print("\n".join(_pending_lines(runs[index - 1], scope.tenant, now)))
+    waits = [_pending_lines(run, scope.tenant, now) for run in runs] if args.suspended else None
+    console = output_for(sys.stdout).console
+    if console is not None:
+        console.print(runs_table(listed, waits))
+    else:
+        rows = [("RUN ID", "AGENT", "STATUS", "STARTED"), *listed]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for index, row in enumerate(rows):
+            padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            print("  ".join([*padded, row[-1]]))
+            if waits is not None and index > 0:
+                print("\n".join(waits[index - 1]))
     if more:
         print(
             f"psych: showing the newest {args.limit} matching Runs; there are more "
@@ -248,12 +318,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     return asyncio.run(_list(args))
 
 
+_FULL_HELP = "show model text, tool arguments and tool results whole, not shortened"
+
+
 def add_run_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     connection: argparse.ArgumentParser,
     store: argparse.ArgumentParser,
 ) -> None:
-    """Add ``run``, ``status``, ``report`` and ``list`` to ``psych``."""
+    """Add ``run``, ``follow``, ``status``, ``report`` and ``list`` to ``psych``."""
     parents = [connection, tenant_arguments()]
 
     run = commands.add_parser(
@@ -272,8 +345,10 @@ def add_run_commands(
     run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
     run.add_argument(
         "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
         help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(env PSYCH_TOOLS)",
+        "(env PSYCH_TOOLS; --registry is the same)",
     )
     run.add_argument(
         "--task-queue",
@@ -281,7 +356,18 @@ def add_run_commands(
         help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
     )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.add_argument("--full", action="store_true", help=_FULL_HELP)
     run.set_defaults(func=cmd_run)
+
+    follow = commands.add_parser(
+        "follow",
+        parents=parents,
+        help="follow a Run: its records so far and as they come, then its report",
+    )
+    follow.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    follow.add_argument("--json", action="store_true", help="print the report as JSON")
+    follow.add_argument("--full", action="store_true", help=_FULL_HELP)
+    follow.set_defaults(func=cmd_follow)
 
     state = commands.add_parser("status", parents=parents, help="print a Run's current state")
     state.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
@@ -290,7 +376,20 @@ def add_run_commands(
 
     report = commands.add_parser("report", parents=parents, help="print a Run's report")
     report.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
-    report.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    shown = report.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    shown.add_argument(
+        "--transcript",
+        action="store_true",
+        help="print the conversation as the model saw it: system prompt, messages, tool "
+        "calls and results, approvals, answers, steering",
+    )
+    report.add_argument(
+        "--format",
+        choices=["text", "md"],
+        default="text",
+        help="the transcript as text for the terminal (default) or as Markdown",
+    )
     report.set_defaults(func=cmd_report)
 
     listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")

@@ -5,15 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import ipaddress
+import logging
 import os
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
-from psych_runtime.activities import policy_description, policy_digest
+from temporalio import activity, workflow
+
+from psych_runtime.activities import Endpoint, ModelEndpoints, policy_description, policy_digest
 from psych_runtime.specs import PsychError
+from psych_runtime.testing import FakeModel
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
 from psych_runtime.workers._codec import codec_from_env
 from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._scripted_model import fake_model
 from psych_runtime.workers._worker import (
     WorkerSettings,
     describe_policy,
@@ -41,6 +50,57 @@ def stop_on_signal() -> Iterator[asyncio.Event]:
             loop.remove_signal_handler(signum)
 
 
+class ConsoleFormatter(logging.Formatter):
+    """One line per log record: time, level, message and the Run it concerns.
+
+    Expected failures (a model endpoint down, a tool raising) are logged with their
+    exception; on a console that meant a traceback per failed call, hundreds of lines for
+    one unreachable endpoint. Without ``verbose`` the exception is one clause of the line
+    (its type and message); with it the traceback follows the line.
+    """
+
+    def __init__(self, *, verbose: bool) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line (plus its traceback when verbose)."""
+        time = self.formatTime(record, "%H:%M:%S")
+        line = f"{time} {record.levelname.lower()}: {record.getMessage()}"
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            line += (
+                f": {type(error).__name__}: {error}" if str(error) else f": {type(error).__name__}"
+            )
+        context = getattr(record, "temporal_activity", None) or getattr(
+            record, "temporal_workflow", None
+        )
+        if isinstance(context, dict) and context.get("workflow_id"):
+            line += f" [{context['workflow_id']}]"
+        if error is not None and self.verbose and record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def console_logging(*, verbose: bool) -> None:
+    """Log to standard error one line per record (``ConsoleFormatter``), for this process.
+
+    The Run's id moves from the message (where the SDK appends its whole context dict) to
+    the line's end. ``verbose`` adds tracebacks and the SDK's debug records, among them
+    the tracebacks of failures it logs at debug level (a model call's, which the workflow
+    handles).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ConsoleFormatter(verbose=verbose))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    for name in ("temporalio", "psych_runtime"):
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
+    activity.logger.activity_info_on_message = False
+    workflow.logger.workflow_info_on_message = False
+
+
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
     """``WorkerSettings.from_env`` with the command line's overrides applied.
 
@@ -59,6 +119,70 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
     return WorkerSettings.from_env(environ)
 
 
+def _on_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _print_endpoint(settings: WorkerSettings, serving: str | None) -> None:
+    """One line: which endpoint serves the models; a warning when it lacks a needed key.
+
+    A server elsewhere than this machine is taken to need a key (OpenAI's API, a gateway);
+    one on loopback (a local model server) often needs none, so it gets no warning.
+    """
+    default = settings.endpoints.default
+    if serving is not None:
+        print(f"model: {serving}")
+        return
+    if default is None:
+        print("model: no endpoint configured (every model call fails)")
+        return
+    from_env = "OPENAI_BASE_URL" if os.environ.get("OPENAI_BASE_URL") else "default"
+    key = "key from OPENAI_API_KEY" if default.api_key else "no key"
+    stream = "" if default.stream else ", no streaming (OPENAI_STREAM=0)"
+    print(f"model endpoint: {default.base_url} ({from_env}; {key}{stream})")
+    if default.api_key is None and not _on_loopback(default.base_url):
+        print(
+            f"psych: warning: OPENAI_API_KEY is unset and {default.base_url} is not on this "
+            "machine, so model calls will likely be refused (401); set it, or point "
+            "OPENAI_BASE_URL at your endpoint, or serve the scripted model: psych dev --fake-model",
+            file=sys.stderr,
+        )
+
+
+@contextlib.asynccontextmanager
+async def model_wiring(
+    fake: tuple[FakeModel, str] | None, settings: WorkerSettings
+) -> AsyncIterator[tuple[WorkerSettings, str | None]]:
+    """The settings with the fake model (from ``fake_model_of``) serving every model while
+    the block runs, and what serves them; without one, the settings as they are."""
+    if fake is None:
+        yield settings, None
+        return
+    model, serving = fake
+    async with model:
+        # The fake model needs no key; none is sent, so a real key never reaches it.
+        endpoints = ModelEndpoints(default=Endpoint(model.base_url))
+        yield dataclasses.replace(settings, endpoints=endpoints), f"{serving} at {model.base_url}"
+
+
+_SCRIPTED = ""
+"""``--fake-model`` given without a file: the scripted support model (no file has no name)."""
+
+
+def fake_model_of(args: argparse.Namespace) -> tuple[FakeModel, str] | None:
+    """The (stopped) fake model ``--fake-model`` asks for, its script read now, so a bad
+    one is refused before any server starts; None without the option."""
+    if args.fake_model is None:
+        return None
+    return fake_model(None if args.fake_model == _SCRIPTED else args.fake_model)
+
+
 def _print_policy(settings: WorkerSettings) -> None:
     # One line: what the worker's policy is (the digest its identity carries, which other
     # workers of the queue compare), and what waits for a person under it.
@@ -71,10 +195,16 @@ def _print_policy(settings: WorkerSettings) -> None:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    console_logging(verbose=args.verbose)
+    settings = settings_from(args)  # a bad --tools, --ask or script fails before connecting
+    fake = fake_model_of(args)
     client = await temporal_client(args)
-    async with run_worker(client, settings):
+    async with (
+        model_wiring(fake, settings) as (settings, serving),
+        run_worker(client, settings),
+    ):
         with stop_on_signal() as stop:
+            _print_endpoint(settings, serving)
             _print_policy(settings)
             print(
                 f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
@@ -92,7 +222,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _dev(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    console_logging(verbose=args.verbose)
+    settings = settings_from(args)  # a bad --tools, --ask or script fails before the server
+    fake = fake_model_of(args)
     ui_port = args.ui_port if args.ui_port is not None else args.port + 1000
     try:
         env = await start_dev_server(
@@ -106,11 +238,15 @@ async def _dev(args: argparse.Namespace) -> int:
         # The keys (PSYCH_CODEC_KEYS / PSYCH_CODEC_KEY_FILE) reach the worker as they reach
         # every psych command's client: otherwise `psych run` would encrypt for a worker
         # that cannot decrypt.
-        async with run_worker(with_codec(env.client, codec_from_env()), settings):
+        async with (
+            model_wiring(fake, settings) as (settings, serving),
+            run_worker(with_codec(env.client, codec_from_env()), settings),
+        ):
             with stop_on_signal() as stop:
                 print(f"Temporal dev server at {env.client.service_client.config.target_host}")
                 if args.ui:
                     print(f"Temporal UI at http://127.0.0.1:{ui_port}")
+                _print_endpoint(settings, serving)
                 _print_policy(settings)
                 print(
                     f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop",
@@ -136,8 +272,24 @@ def add_serve_commands(
     wiring = argparse.ArgumentParser(add_help=False)
     wiring.add_argument(
         "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
         help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(overrides PSYCH_TOOLS)",
+        "(overrides PSYCH_TOOLS; --registry is the same)",
+    )
+    wiring.add_argument(
+        "--fake-model",
+        nargs="?",
+        const=_SCRIPTED,
+        metavar="SCRIPT",
+        help="serve the models from a fake model on loopback instead of OPENAI_BASE_URL: "
+        "alone, the scripted support model the demo uses; with SCRIPT, a .json/.yaml file "
+        "of replies answered in order (see workers/README.md)",
+    )
+    wiring.add_argument(
+        "--verbose",
+        action="store_true",
+        help="log tracebacks and the SDK's debug records (default: one line per failure)",
     )
     wiring.add_argument(
         "--task-queue", help="the task queue to poll (overrides PSYCH_TASK_QUEUE, default psych)"

@@ -19,6 +19,7 @@ from psych_runtime.activities._secrets import EnvSecretResolver
 from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import (
     AgentSpec,
+    Limits,
     PsychError,
     Scope,
     ToolRegistry,
@@ -106,18 +107,70 @@ def checked_spec(
     return spec
 
 
+def _limit_warnings(limits: Limits, path: str) -> list[str]:
+    """Where one of ``limits`` makes another unreachable (when the Spec sets either)."""
+    found: list[str] = []
+    given = limits.model_fields_set
+    if {"max_steps", "max_turns"} & given and limits.max_steps < 2 * limits.max_turns - 1:
+        # A turn after the first starts only after the previous one's tool calls, so turn
+        # N begins after at least 2(N-1) steps: a model call and a tool call per turn.
+        turns = (limits.max_steps + 1) // 2
+        found.append(
+            f"{path}limits.max_turns: {limits.max_turns} turns need at least "
+            f"{2 * limits.max_turns - 1} steps (a model call and a tool call per turn), but "
+            f"max_steps is {limits.max_steps}: at most {turns} turns are reachable (only "
+            "follow-up messages add turns without a tool call)"
+        )
+    streak = {"failure_streak_threshold", "failure_streak_hard_stop"}
+    if streak & given and limits.failure_streak_hard_stop <= limits.failure_streak_threshold:
+        found.append(
+            f"{path}limits.failure_streak_threshold: {limits.failure_streak_threshold} is "
+            f"never reached: the Run fails at failure_streak_hard_stop "
+            f"({limits.failure_streak_hard_stop}) first, so a failing tool is never withheld"
+        )
+    repeat = {"repeat_call_threshold", "repeat_call_hard_stop"}
+    if repeat & given and limits.repeat_call_hard_stop <= limits.repeat_call_threshold:
+        found.append(
+            f"{path}limits.repeat_call_hard_stop: {limits.repeat_call_hard_stop} is not above "
+            f"repeat_call_threshold ({limits.repeat_call_threshold}): the first refused repeat "
+            "stops the Run, so the model is never told to change approach"
+        )
+    return found
+
+
+def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
+    """Limits of ``spec`` (and of every Spec nested in it) that make another unreachable.
+
+    Only limits a Spec sets are judged: the defaults are a budget, not a plan.
+    """
+    found = _limit_warnings(spec.limits, path)
+    if isinstance(spec, AgentSpec):
+        for sub in spec.subagents:
+            found += limit_warnings(sub.spec, f"{path}subagents[{sub.name}].spec.")
+        return found
+    for step in spec.steps:
+        if step.kind != "tool":
+            found += limit_warnings(step.spec, f"{path}steps[{step.name}].spec.")
+    return found
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Validate a Spec file; print every problem; exit 1 if there are any."""
-    spec = checked_spec(args.file, load_registry(args.registry), args.known_model or (), check=args)
+    """Validate a Spec file; print every problem; exit 1 if there are any.
+
+    Limits that make another unreachable are warnings (standard error), not problems.
+    """
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1
+    for warning in limit_warnings(spec):
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     print(f"{args.file}: valid")
     return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """Validate, then publish a Spec file to the version store; print its hash."""
-    spec = checked_spec(args.file, load_registry(args.registry), args.known_model or (), check=args)
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1
     version = FileVersionStore(args.store).publish(spec)

@@ -1,7 +1,9 @@
 """Printing Runs for people: one line per record, and a report summary.
 
-``psych run`` and ``examples/demo.py`` both print through ``follow_run``, so what the demo
-shows is exactly what the command shows.
+``psych run``, ``psych follow`` and ``examples/demo.py`` all print through ``follow_run``,
+so what the demo shows is exactly what the commands show. The text here is what a pipe
+gets; on a terminal the same lines are styled (``_render``) under a live status line
+(``_live``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from psych_runtime.specs import Scope
+from psych_runtime.workers._live import RunView
+from psych_runtime.workers._render import field_grid, output_for
 from psych_runtime.workflows import (
     AbortRequested,
     McpDiscovered,
@@ -45,6 +49,18 @@ def _short(text: str, limit: int = 100) -> str:
     """``text`` on one line, cut to ``limit`` characters."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _clip(text: str, limit: int, full: bool) -> str:
+    """``text`` whole when ``full``, else shortened to one line."""
+    return text if full else _short(text, limit)
+
+
+def _whole(head: str, text: str) -> str:
+    """``head`` then ``text`` whole: on the same line, or indented below when it has several."""
+    if "\n" not in text:
+        return f"{head} {text}"
+    return head + "\n" + "\n".join("      " + line for line in text.splitlines())
 
 
 def _ms(value: float) -> str:
@@ -113,8 +129,14 @@ def _pending_id(item: Pending) -> str:
     return f"id {item.id}"
 
 
-def format_record(record: Any) -> str:
-    """One readable progress line for a Record (``Record`` union member)."""
+def format_record(record: Any, *, full: bool = False) -> str:
+    """One readable progress line for a Record (``Record`` union member).
+
+    Args:
+        record: the record.
+        full: show model text, tool arguments and tool results whole (on the lines below
+            when they have several), instead of shortened to one line.
+    """
     if isinstance(record, RunAdmitted):
         said = _short(" / ".join(record.messages), 80)
         return (
@@ -131,13 +153,16 @@ def format_record(record: Any) -> str:
             names = ", ".join(call.get("name", "?") for call in record.tool_calls)
             said = f"{len(record.tool_calls)} tool call(s): {names}"
         else:
-            said = f"text {_short(record.text, 80)!r}"
+            said = "text" if full else f"text {_short(record.text, 80)!r}"
         usage = record.usage
-        return (
+        line = (
             f"  model call {record.model} -> {said} "
             f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
             f"{_ms(record.latency.duration_ms)}]"
         )
+        if not full or not record.text:
+            return line
+        return line + "\n" + "\n".join("      " + part for part in record.text.splitlines())
     if isinstance(record, ModelCallFailed):
         kind = "transient" if record.transient else "permanent"
         status = f", HTTP {record.status}" if record.status is not None else ""
@@ -146,9 +171,11 @@ def format_record(record: Any) -> str:
         said = _short(record.message)
         return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
     if isinstance(record, ToolCallStarted):
-        return f"  tool call {record.tool}({_short(record.arguments, 80)}) ..."
+        return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
     if isinstance(record, ToolCallFinished):
         took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
+        if full:
+            return _whole(f"  tool call {record.tool} -> {record.status}{took}:", record.content)
         return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
     if isinstance(record, McpDiscovered):
         if record.status == "unavailable":
@@ -194,18 +221,20 @@ def format_record(record: Any) -> str:
 
 def _field(name: str, value: object) -> str:
     text = str(value).replace("\n", "\n" + " " * 14)
+    if not name:  # a continuation of the field above
+        return " " * 14 + text
     return f"{name + ':':<13} {text}"
 
 
-def _totals_lines(totals: Totals | None, kind: str = "agent") -> list[str]:
+def _totals_fields(totals: Totals | None, kind: str = "agent") -> list[tuple[str, str]]:
     if totals is None:
-        return [_field("totals", "not settled yet")]
+        return [("totals", "not settled yet")]
     usage = totals.usage
     counts = (
-        [_field("turns", totals.turns)]
+        [("turns", str(totals.turns))]
         if kind == "agent"
         else [
-            _field(
+            (
                 "in all",
                 f"{totals.model_calls} model calls, {totals.tool_calls} tool calls "
                 "(its steps' Runs included)",
@@ -214,18 +243,18 @@ def _totals_lines(totals: Totals | None, kind: str = "agent") -> list[str]:
     )
     return [
         *counts,
-        _field(
+        (
             "usage",
             f"{usage.input_tokens} input, {usage.output_tokens} output, "
             f"{usage.cache_read_tokens} cache read, {usage.cache_write_tokens} cache write, "
             f"{usage.reasoning_tokens} reasoning tokens",
         ),
-        _field("cost", "unknown" if totals.cost is None else f"{totals.cost:.6f}"),
+        ("cost", "unknown" if totals.cost is None else f"{totals.cost:.6f}"),
     ]
 
 
-def _step_lines(report: RunReport) -> list[str]:
-    lines = []
+def _step_fields(report: RunReport) -> list[tuple[str, str]]:
+    fields = []
     for step in report.steps:
         state = "running" if step.ok is None else ("ok" if step.ok else "failed")
         took = f", {step.seconds:.2f} s" if step.seconds is not None else ""
@@ -234,8 +263,8 @@ def _step_lines(report: RunReport) -> list[str]:
             priced = "cost unknown" if step.cost is None else f"cost {step.cost:.6f}"
             cost = f", {step.usage.input_tokens} in / {step.usage.output_tokens} out, {priced}"
         said = step.error if step.ok is False else json.dumps(step.output, ensure_ascii=False)
-        lines.append(
-            _field(
+        fields.append(
+            (
                 f"step {step.index}",
                 f"{step.name} ({step.kind}) {state}{took}{cost}: {_short(said or '', 80)}",
             )
@@ -243,40 +272,57 @@ def _step_lines(report: RunReport) -> list[str]:
         child = step.child
         if child is not None:
             failed = sum(1 for call in child.model_calls if not call.ok)
-            lines.append(
-                " " * 14 + f"{child.workflow_id}: {len(child.model_calls)} model calls "
-                f"({failed} failed), {len(child.tool_calls)} tool calls, {len(child.steps)} steps"
+            fields.append(
+                (
+                    "",
+                    f"{child.workflow_id}: {len(child.model_calls)} model calls "
+                    f"({failed} failed), {len(child.tool_calls)} tool calls, "
+                    f"{len(child.steps)} steps",
+                )
             )
-    return lines
+    return fields
 
 
-def format_report(report: RunReport) -> str:
-    """The summary of a report: status, reason, answer, counts, usage and cost."""
+def report_fields(report: RunReport) -> list[tuple[str, str]]:
+    """A report's summary as (name, value) rows: status, reason, answer, counts, usage,
+    cost (a name of "" continues the row above)."""
     failed = sum(1 for call in report.model_calls if not call.ok)
     by_status: dict[str, int] = {}
     for call in report.tool_calls:
         key = call.status or "open"
         by_status[key] = by_status.get(key, 0) + 1
     counts = ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
-    lines = [
-        _field("run", report.workflow_id),
-        _field(report.kind, f"{report.agent} ({report.version_hash})"),
-        _field("status", report.status),
-        _field("reason", report.reason or "-"),
-        _field(
-            "answer" if report.kind == "agent" else "outputs",
-            report.answer
-            if report.kind == "agent"
-            else json.dumps(report.outputs, ensure_ascii=False, indent=2),
-        )
-        if report.answer or report.outputs
-        else _field("answer", "-"),
-        *_step_lines(report),
-        _field("model calls", f"{len(report.model_calls)} ({failed} failed)"),
-        _field("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
-        *_totals_lines(report.totals, report.kind),
+    if report.kind == "agent" and report.answer:
+        answer = ("answer", report.answer)
+    elif report.kind != "agent" and report.outputs:
+        answer = ("outputs", json.dumps(report.outputs, ensure_ascii=False, indent=2))
+    else:
+        answer = ("answer", "-")
+    return [
+        ("run", report.workflow_id),
+        (report.kind, f"{report.agent} ({report.version_hash})"),
+        ("status", str(report.status)),
+        ("reason", report.reason or "-"),
+        answer,
+        *_step_fields(report),
+        ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
+        ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
+        *_totals_fields(report.totals, report.kind),
     ]
-    return "\n".join(lines)
+
+
+def format_report(report: RunReport) -> str:
+    """The summary of a report: status, reason, answer, counts, usage and cost."""
+    return "\n".join(_field(name, value) for name, value in report_fields(report))
+
+
+def print_report(report: RunReport, out: TextIO) -> None:
+    """Print a report's summary: a grid that fits a terminal, or the plain text."""
+    console = output_for(out).console
+    if console is None:
+        print(format_report(report), file=out, flush=True)
+    else:
+        console.print(field_grid(report_fields(report), status=report.status))
 
 
 def format_state(workflow_id: str, state: RunState) -> str:
@@ -320,10 +366,15 @@ async def follow_run(
     out: TextIO | None = None,
     json_report: bool = False,
     on_record: Callable[[Any], Awaitable[None]] | None = None,
+    full: bool = False,
 ) -> RunReport:
     """Print a Run's records as they arrive, then its report; return the report.
 
-    After a ``suspended`` record it also prints the ``psych`` command that resumes it.
+    After a ``suspended`` record it also prints the ``psych`` command that resumes it. On a
+    terminal the lines are styled and, on a real TTY, a live status line below them shows
+    the turn, the elapsed time, tokens and cost so far and what the Run waits on; piped,
+    they are the plain lines of ``format_record``. A Run that has settled already has its
+    records printed, then its report.
 
     Args:
         client: the client the Run is reached through.
@@ -334,18 +385,21 @@ async def follow_run(
             so ``out`` holds one JSON document.
         on_record: awaited with each record after it is printed (the demo answers its
             suspension here, so what it does appears in order).
+        full: show model text, tool arguments and results whole (``format_record``).
     """
     out = sys.stdout if out is None else out
     progress = sys.stderr if json_report else out
     workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
-    print(f"Run {workflow_id} on task queue {client.task_queue!r}", file=progress, flush=True)
-    await _follow(client, workflow_id, workflow_id, scope, progress, on_record, "")
+    view = RunView(output_for(progress))
+    view.line(f"Run {workflow_id} on task queue {client.task_queue!r}")
+    with view.showing():
+        await _follow(client, workflow_id, workflow_id, scope, view, on_record, "", full)
     report = await client.report(run, scope=scope)
     if json_report:
         print(report.model_dump_json(indent=2), file=out, flush=True)
     else:
         print(file=out)
-        print(format_report(report), file=out, flush=True)
+        print_report(report, out)
     return report
 
 
@@ -354,19 +408,23 @@ async def _follow(
     root: str,
     workflow_id: str,
     scope: Scope,
-    progress: TextIO,
+    view: RunView,
     on_record: Callable[[Any], Awaitable[None]] | None,
     indent: str,
+    full: bool,
 ) -> None:
     """Print one Run's records; a workflow step's child Run is followed in place, indented
     (steps run one at a time), and its waits are resumed through the root Run's id."""
     async for record in client.stream(workflow_id, scope=scope):
-        print(indent + format_record(record), file=progress, flush=True)
+        text = format_record(record, full=full).replace("\n", "\n" + indent)
         if isinstance(record, Suspended):
             command = resume_command(root, record.pending, scope.tenant)
+            view.record(record, indent + text, (describe_pending(record.pending), command))
             if command is not None:
-                print(f"{indent}    to resume: {command}", file=progress, flush=True)
+                view.command(f"{indent}    to resume: {command}")
+        else:
+            view.record(record, indent + text)
         if on_record is not None:
             await on_record(record)
         if isinstance(record, StepStarted) and record.run is not None:
-            await _follow(client, root, record.run, scope, progress, on_record, indent + "    ")
+            await _follow(client, root, record.run, scope, view, on_record, indent + "    ", full)

@@ -38,6 +38,7 @@ from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,
     NotFound,
+    PsychError,
     RunFailed,
     Scope,
     SpecError,
@@ -222,7 +223,12 @@ class PsychClient(RunActions):
         AgentRun for an agent, a WorkflowRun for a workflow.
 
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
-        whether it is still running or settled (its first input wins).
+        whether it is still running or settled, as long as the input is the same (the same
+        Version and messages): a key names one dispatch.
+
+        Raises:
+            PsychError: the key already started a Run with another Version or other
+                messages (silently answering with that Run would drop this input).
         """
         version = self._version(spec)
         messages = (input,) if isinstance(input, str) else tuple(input)
@@ -251,7 +257,10 @@ class PsychClient(RunActions):
                 ),
                 static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
             )
-        if idempotency_key is None or not self.search_attributes:
+        if idempotency_key is None:
+            return handle
+        await self._check_same_input(workflow_id, idempotency_key, version, messages)
+        if not self.search_attributes:
             return handle
         # The key may have reached an existing Run: answer with what that Run runs.
         attributes = (
@@ -263,6 +272,36 @@ class PsychClient(RunActions):
             version_hash=attributes.get(_VERSION) or handle.version_hash,
         )
 
+    async def _check_same_input(
+        self, workflow_id: str, key: str, version: Version, messages: tuple[str, ...]
+    ) -> None:
+        """Refuse when the Run ``key`` reached was started with other input.
+
+        The Run's input is the first event of its history, which the server answers
+        without a worker; on a Run this dispatch has just started it is this input.
+        """
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        started = None
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            break
+        if started is None or not started.input.payloads:
+            raise PsychError(f"Run {workflow_id} has no input in its history to compare with")
+        input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
+        (first,) = await self.temporal.data_converter.decode(
+            started.input.payloads[:1], [input_type]
+        )
+        if first.version.hash != version.hash:
+            what = f"Version {first.version.hash}, this dispatch {version.hash}"
+        elif tuple(first.messages) != messages:
+            what = "other messages"
+        else:
+            return
+        raise PsychError(
+            f"idempotency key {key!r} already started Run {workflow_id} with another input "
+            f"({what}); a key names one dispatch, so new input needs a new key"
+        )
+
     def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
         workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
         tenant, _ = parse_workflow_id(workflow_id)
@@ -270,14 +309,24 @@ class PsychClient(RunActions):
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
         return workflow_id, self.temporal.get_workflow_handle(workflow_id)
 
-    async def status(self, run: RunHandle | str, *, scope: Scope) -> RunState:
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
         """The Run's current state.
+
+        Args:
+            run: the Run.
+            scope: who asks; its tenant must own the Run.
+            query_timeout: how long to wait for a worker to answer the query; None waits as
+                long as the client's default RPC timeout. With no worker polling the
+                Run's task queue, the query waits for one that long.
 
         Raises:
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
+            RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``.
         """
-        return await self._state(run, scope, None)
+        return await self._state(run, scope, query_timeout)
 
     async def _state(
         self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
@@ -291,12 +340,24 @@ class PsychClient(RunActions):
         return state
 
     async def records(
-        self, run: RunHandle | str, *, scope: Scope, after: int = 0, limit: int = 500
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        limit: int = 500,
+        query_timeout: timedelta | None = None,
     ) -> RecordsPage:
-        """Records with ``seq > after`` (works while the Run is live)."""
+        """Records with ``seq > after`` (works while the Run is live); ``query_timeout`` bounds
+        the wait for a worker to answer, as for ``status``."""
         workflow_id, handle = self._handle(run, scope)
         page: RecordsPage = await _query(
-            handle, workflow_id, QUERY_RECORDS, RecordsQuery(after=after, limit=limit), RecordsPage
+            handle,
+            workflow_id,
+            QUERY_RECORDS,
+            RecordsQuery(after=after, limit=limit),
+            RecordsPage,
+            rpc_timeout=query_timeout,
         )
         return page
 
@@ -350,18 +411,29 @@ class PsychClient(RunActions):
             raise _mapped(err, workflow_id) from err
         return result
 
-    async def report(self, run: RunHandle | str, *, scope: Scope) -> RunReport:
-        """The Run's report: a typed projection of all its records."""
+    async def report(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunReport:
+        """The Run's report: a typed projection of all its records.
+
+        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``.
+        """
         workflow_id, _ = self._handle(run, scope)
-        state = await self.status(workflow_id, scope=scope)
+        state = await self.status(workflow_id, scope=scope, query_timeout=query_timeout)
         records: list[Record] = []
         while True:
-            page = await self.records(workflow_id, scope=scope, after=len(records), limit=5000)
+            page = await self.records(
+                workflow_id,
+                scope=scope,
+                after=len(records),
+                limit=5000,
+                query_timeout=query_timeout,
+            )
             records.extend(page.records)
             if not page.records or len(records) >= page.last_seq:
                 break
         children = {
-            record.run: await self.report(record.run, scope=scope)
+            record.run: await self.report(record.run, scope=scope, query_timeout=query_timeout)
             for record in records
             if isinstance(record, StepStarted) and record.run is not None
         }

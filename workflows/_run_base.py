@@ -341,6 +341,24 @@ class RunBase(abc.ABC):
         else:
             status = self._status
         self._status = status
+
+        # What the Temporal UI (and `temporal workflow describe`, through the metadata
+        # query) shows as the Run's current details: why an idle Run waits. Held in the
+        # worker's memory, so it adds no command and replays alike.
+        waits: list[str] = []
+        for item in self._suspensions.items():
+            if item.reason == "approval":
+                what = f"approval of {item.tool}({item.arguments[:200]})"
+            elif item.reason == "question":
+                what = f"an answer to {(item.question or '')[:200]!r}"
+            elif item.reason == "external":
+                what = f"completion of {item.tool} (token {item.id})"
+            else:
+                what = f"subagent Run {item.id}"
+            where = f" in {item.run}" if item.run else ""
+            until = item.expires_at.isoformat(timespec="seconds")
+            waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
+        workflow.set_current_details("\n".join(waits) if waits else status.value)
         bounds = self._input.bounds
         if bounds is not None and bounds.report_pending and not status.terminal:
             items = self._suspensions.items()

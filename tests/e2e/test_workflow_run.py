@@ -348,7 +348,7 @@ async def test_idempotent_dispatch_and_another_tenant(harness: Harness) -> None:
             spec, "go", scope=harness.scope, idempotency_key="signup-1"
         )
         second = await harness.client.dispatch(
-            spec, "go again", scope=harness.scope, idempotency_key="signup-1"
+            spec, "go", scope=harness.scope, idempotency_key="signup-1"
         )
         assert first.workflow_id == second.workflow_id
         await harness.client.result(first, scope=harness.scope)

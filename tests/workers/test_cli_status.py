@@ -1,0 +1,191 @@
+"""``psych status`` and ``report`` never hang when no worker polls the Run's queue: they say
+so within seconds and print what Temporal itself knows; a waiting Run's current details
+(what the Temporal UI shows) say what it waits for. The real ``psych`` executable in
+subprocesses, against the session dev server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.api.sdk.v1 import WorkflowMetadata
+
+from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers._loading import load_spec_file
+from psych_runtime.workers._run_facts import QUERY_TIMEOUT
+from psych_runtime.workflows import PsychClient, RunHandle
+
+from ..e2e._waiting import is_waiting, only_pending, state_when
+from .conftest import Cli, registry
+from .test_cli_runs import script_refund
+
+PSYCH = str(Path(sys.executable).parent / "psych")
+
+
+async def psych_process(*argv: str) -> tuple[int, str, str, float]:
+    """Run the real ``psych`` executable; (status, stdout, stderr, seconds it took)."""
+    started = time.monotonic()
+    child = await asyncio.create_subprocess_exec(
+        PSYCH, *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode is not None
+    return child.returncode, out.decode(), err.decode(), time.monotonic() - started
+
+
+async def startup_seconds() -> float:
+    """How long ``psych --help`` takes here now: importing, which is not what is bounded
+    (over 2 s on a loaded 2-core machine)."""
+    status, _, err, seconds = await psych_process("--help")
+    assert status == 0, err
+    return seconds
+
+
+async def dispatch_unpolled(cli: Cli) -> RunHandle:
+    """A Run started on a task queue no worker has ever polled."""
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(cli.home / "versions"),
+        task_queue=f"nobody-{uuid.uuid4().hex[:12]}",
+    )
+    spec = AgentBuilder("support").instructions("Help.").model("gpt-4o-mini").build()
+    return await client.dispatch(spec, "Hello", scope=Scope(tenant="acme"))
+
+
+async def test_status_with_no_worker_answers_within_5_s_with_what_temporal_knows(
+    cli: Cli,
+) -> None:
+    run = await dispatch_unpolled(cli)
+    startup = await startup_seconds()
+    status, out, err, seconds = await psych_process("status", *cli.args(run.workflow_id))
+    assert status == 0, err
+    assert seconds - startup < 5, f"took {seconds:.1f} s, {startup:.1f} s of it starting"
+    assert "cannot answer: no worker polls task queue 'nobody-" in err
+    lines = dict(line.split(":", 1) for line in out.splitlines())
+    assert lines["run"].strip() == run.workflow_id
+    assert lines["status"].strip() == "running"
+    assert lines["temporal"].strip() == "RUNNING (AgentRun)"
+    assert lines["agent"].strip() == f"support ({run.version_hash})"
+    assert lines["task queue"].strip().endswith("(no worker polls it)")
+    assert lines["started"].strip().startswith("20")
+
+
+async def test_status_json_with_no_worker_is_the_facts(cli: Cli) -> None:
+    run = await dispatch_unpolled(cli)
+    startup = await startup_seconds()
+    status, out, err, seconds = await psych_process("status", *cli.args(run.workflow_id), "--json")
+    assert status == 0, err
+    assert seconds - startup < 5, f"took {seconds:.1f} s, {startup:.1f} s of it starting"
+    facts = json.loads(out)
+    assert facts["worker_polling"] is False
+    assert facts["status"] == "running"
+    assert facts["execution_status"] == "RUNNING"
+    assert facts["closed_at"] is None
+
+
+async def test_report_with_no_worker_exits_1_within_5_s_with_the_facts(cli: Cli) -> None:
+    run = await dispatch_unpolled(cli)
+    startup = await startup_seconds()
+    status, out, err, seconds = await psych_process("report", *cli.args(run.workflow_id))
+    assert status == 1
+    assert seconds - startup < 5, f"took {seconds:.1f} s, {startup:.1f} s of it starting"
+    assert "cannot answer: no worker polls task queue" in err
+    assert "status:       running" in out
+
+
+async def test_status_of_a_run_whose_worker_stopped_falls_back_after_the_query_timeout(
+    cli: Cli,
+) -> None:
+    # The server lists a stopped worker's poller for a while, so the query is tried and
+    # bounded by QUERY_TIMEOUT rather than the client's default (a minute and more).
+    script_refund(cli)
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(cli.home / "versions"),
+        task_queue=cli.task_queue,
+        registry=registry(),
+    )
+    scope = Scope(tenant="acme")
+    async with cli.worker():
+        run = await client.dispatch(load_spec_file(cli.spec_file), "Refund order 42", scope=scope)
+        await client.result(run, scope=scope)
+    startup = await startup_seconds()
+    status, out, err, seconds = await psych_process("status", *cli.args(run.workflow_id))
+    assert status == 0, err
+    assert seconds - startup < QUERY_TIMEOUT.total_seconds() + 5
+    assert "answered within" in err or "no worker polls" in err
+    assert "status:       completed" in out
+    assert "closed:       20" in out
+
+
+async def test_a_suspended_runs_current_details_say_what_it_waits_for(
+    cli: Cli, tmp_path: Path
+) -> None:
+    cli.settings.policy = RulePolicy(tools={"issue_refund": "ask"})
+    script_refund(cli)
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(tmp_path / "versions"),
+        task_queue=cli.task_queue,
+        registry=registry(),
+    )
+    scope = Scope(tenant="acme")
+    async with cli.worker():
+        run = await client.dispatch(load_spec_file(cli.spec_file), "Refund order 42", scope=scope)
+        handle = cli.env.client.get_workflow_handle(run.workflow_id)
+        state = await state_when(client, run, scope, is_waiting, what="the approval", within=30)
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        pending = only_pending(state)
+        details = metadata.current_details
+        assert details.startswith(
+            'waiting for approval of issue_refund({"order_id": "42", "reason": "broken"}) until '
+        )
+        assert details.endswith(f"(approval {pending.id})")
+        assert pending.expires_at.isoformat(timespec="seconds") in details
+        # `temporal workflow metadata` (the CLI's face of that query) shows them too.
+        child = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "temporal"),
+            "workflow",
+            "metadata",
+            "--address",
+            cli.address,
+            "--workflow-id",
+            run.workflow_id,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(child.communicate(), 30)
+        assert child.returncode == 0, err.decode()
+        described = out.decode()
+        await client.approve(run, pending.id, scope=Scope(tenant="acme", principal="ops"))
+        await client.result(run, scope=scope)
+        after = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert "waiting for approval of issue_refund" in described, described
+    assert after.current_details == "completed"
+
+
+async def test_a_settled_run_with_a_worker_answers_from_its_state(cli: Cli) -> None:
+    cli.fake.enqueue(Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})))
+    cli.fake.enqueue(Reply.text("Order 42 is delivered."))
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(cli.home / "versions"),
+        task_queue=cli.task_queue,
+        registry=registry(),
+    )
+    scope = Scope(tenant="acme")
+    async with cli.worker():
+        run = await client.dispatch(load_spec_file(cli.spec_file), "About order 42", scope=scope)
+        await client.result(run, scope=scope)
+        status, out, err, _ = await psych_process("status", *cli.args(run.workflow_id))
+    assert status == 0, err
+    assert "cannot answer" not in err
+    assert "Order 42 is delivered." in out

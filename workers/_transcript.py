@@ -1,0 +1,305 @@
+"""``psych report --transcript``: a Run's conversation as its model saw it.
+
+Built from the Run's records alone (``build_transcript``, a pure function): the system
+prompt and the input messages (``run_admitted``), each assistant message with its tool
+calls (``model_call_finished``), each tool result as the model was shown it
+(``tool_call_finished``) with the approvals, answers and completions it waited for
+(``suspended``/``resumed``), and the messages that reached the model later: steering and
+follow-ups, placed where the turn loop hands them to the model, and the runtime's note
+when a tool is withheld. A workflow's transcript is its steps, each agent step with its
+child Run's transcript.
+
+What records do not hold is said, not guessed: a result too large to show whole reached
+the model as a preview behind a handle (the preview is shown, with its size and handle);
+the tool definitions offered and the exact wording of a withheld-tool note are not
+recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from psych_runtime.specs import Scope
+from psych_runtime.workflows import (
+    ModelCallFinished,
+    Pending,
+    PsychClient,
+    Record,
+    Resumed,
+    RunAdmitted,
+    RunHandle,
+    RunSettled,
+    SteerReceived,
+    StepFinished,
+    StepStarted,
+    Suspended,
+    SuspensionExpired,
+    ToolCallFinished,
+    ToolWithheld,
+    TurnStarted,
+)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Something a tool call waited for before its result: an approval, an answer, a
+    completion, or a child Run."""
+
+    reason: str
+    outcome: Literal["approved", "rejected", "answered", "completed", "expired", "waiting"]
+    by: str | None = None
+    detail: str | None = None
+    """The approver's note, the answer, or the completion payload."""
+    question: str | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of the conversation, in the order the model received them."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    turn: int = 0
+    """The turn whose model call first received it (0: before the first); for an
+    assistant message, the turn that produced it."""
+    origin: Literal["input", "steer", "follow_up", "runtime", "model", "tool", "system"] = "input"
+    by: str | None = None
+    """Who sent a steering or follow-up message."""
+    model: str | None = None
+    tool_calls: tuple[dict[str, str], ...] = ()
+    """An assistant message's calls: ``{"id", "name", "arguments"}`` as the model sent them."""
+    tool_call_id: str | None = None
+    tool: str | None = None
+    status: str | None = None
+    """A tool result's status (``ok``, ``error``, ``rejected``, ...)."""
+    waits: tuple[Wait, ...] = ()
+    truncated: bool = False
+    size: int = 0
+    result_ref: str | None = None
+    exact: bool = True
+    """False when the model was shown more than ``content`` holds (a truncated result's
+    handle and instructions, a withheld-tool note's wording)."""
+
+
+@dataclass(frozen=True)
+class StepTranscript:
+    """One workflow step: what it was given and gave, and its child Run's transcript."""
+
+    index: int
+    name: str
+    kind: str
+    input: Any = None
+    ok: bool | None = None
+    output: Any = None
+    error: str | None = None
+    child: Transcript | None = None
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A Run's conversation (an agent) or its steps (a workflow)."""
+
+    workflow_id: str
+    agent: str
+    kind: Literal["agent", "workflow"]
+    status: str
+    reason: str | None
+    messages: tuple[Message, ...] = ()
+    unseen: tuple[Message, ...] = ()
+    """Steering or follow-up messages that arrived after the model's last call."""
+    steps: tuple[StepTranscript, ...] = field(default=())
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The messages in the chat-completions shape the model was sent them."""
+        chat: list[dict[str, Any]] = []
+        for message in self.messages:
+            item: dict[str, Any] = {"role": message.role, "content": message.content}
+            if message.tool_calls:
+                item["content"] = message.content or None
+                item["tool_calls"] = [
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {"name": call.get("name"), "arguments": call.get("arguments")},
+                    }
+                    for call in message.tool_calls
+                ]
+            if message.tool_call_id is not None:
+                item["tool_call_id"] = message.tool_call_id
+            chat.append(item)
+        return chat
+
+
+def _withheld_note(record: ToolWithheld, turn: int) -> Message:
+    return Message(
+        role="user",
+        content=f"the tool {record.tool} failed {record.failures} times in a row and is "
+        "withheld for the rest of this Run",
+        turn=turn + 1,
+        origin="runtime",
+        exact=False,
+    )
+
+
+def _steered(steer: SteerReceived, turn: int) -> Message:
+    origin: Literal["steer", "follow_up"] = "steer" if steer.mode == "steer" else "follow_up"
+    return Message(role="user", content=steer.message, turn=turn, origin=origin, by=steer.by)
+
+
+def build_transcript(
+    workflow_id: str,
+    records: Sequence[Any],
+    children: Mapping[str, Transcript] | None = None,
+) -> Transcript:
+    """A Run's transcript from its records (in seq order); ``children``: the transcripts
+    of its steps' child Runs by workflow id."""
+    admitted = next((r for r in records if isinstance(r, RunAdmitted)), None)
+    messages: list[Message] = []
+    if admitted is not None and admitted.system_prompt:
+        messages.append(Message(role="system", content=admitted.system_prompt, origin="system"))
+    for text in admitted.messages if admitted is not None else ():
+        messages.append(Message(role="user", content=text, turn=1))
+    # The turn loop hands steering to the model at the start of each turn, and steering
+    # and follow-ups together when the model answers without tool calls; withheld-tool
+    # notes follow the turn's tool results. Records are in the order the loop did this.
+    queued: dict[str, list[SteerReceived]] = {"steer": [], "follow_up": []}
+    notes: list[Message] = []
+    waits: dict[str, list[Wait]] = {}
+    held: dict[str, Pending] = {}
+    turn = 0
+    steps: dict[str, StepTranscript] = {}
+    settled: RunSettled | None = None
+
+    def take(into: int, *modes: str) -> None:
+        for mode in modes:
+            messages.extend(_steered(steer, into) for steer in queued[mode])
+            queued[mode].clear()
+
+    for record in records:
+        if isinstance(record, SteerReceived) and record.mode in queued:
+            queued[record.mode].append(record)
+        elif isinstance(record, TurnStarted):
+            turn = record.turn
+            messages.extend(notes)
+            notes.clear()
+            take(turn, "steer")
+        elif isinstance(record, ModelCallFinished):
+            messages.append(
+                Message(
+                    role="assistant",
+                    content=record.text,
+                    turn=record.turn,
+                    origin="model",
+                    model=record.model,
+                    tool_calls=record.tool_calls,
+                )
+            )
+            if not record.tool_calls:
+                take(record.turn + 1, "steer", "follow_up")
+        elif isinstance(record, Suspended):
+            held[record.pending.id] = record.pending
+            waits.setdefault(record.pending.call_id, []).append(
+                Wait(
+                    reason=record.pending.reason,
+                    outcome="waiting",
+                    question=record.pending.question,
+                )
+            )
+        elif isinstance(record, Resumed | SuspensionExpired):
+            pending = held.pop(record.id, None)
+            if pending is not None:
+                _settle_wait(waits.get(pending.call_id, []), record)
+        elif isinstance(record, ToolCallFinished):
+            messages.append(
+                Message(
+                    role="tool",
+                    content=record.content,
+                    turn=record.turn + 1,
+                    origin="tool",
+                    tool_call_id=record.call_id,
+                    tool=record.tool,
+                    status=record.status,
+                    waits=tuple(waits.pop(record.call_id, [])),
+                    truncated=record.truncated,
+                    size=record.size,
+                    result_ref=record.result_ref,
+                    exact=not record.truncated,
+                )
+            )
+        elif isinstance(record, ToolWithheld):
+            notes.append(_withheld_note(record, turn))
+        elif isinstance(record, StepStarted):
+            steps[record.step] = StepTranscript(
+                index=record.index,
+                name=record.step,
+                kind=record.step_kind,
+                input=record.input,
+                child=(children or {}).get(record.run or ""),
+            )
+        elif isinstance(record, StepFinished):
+            begun = steps.get(record.step)
+            steps[record.step] = StepTranscript(
+                index=begun.index if begun else len(steps) + 1,
+                name=record.step,
+                kind=record.step_kind,
+                input=begun.input if begun else None,
+                ok=record.ok,
+                output=record.output,
+                error=record.error,
+                child=(children or {}).get(record.run or "") or (begun.child if begun else None),
+            )
+        elif isinstance(record, RunSettled):
+            settled = record
+    unseen = [_steered(steer, 0) for mode in ("steer", "follow_up") for steer in queued[mode]]
+    kind = admitted.spec_kind if admitted is not None else "agent"
+    return Transcript(
+        workflow_id=workflow_id,
+        agent=admitted.agent if admitted is not None else "?",
+        kind=kind,
+        status=settled.status if settled is not None else "running",
+        reason=settled.reason if settled is not None else None,
+        # A workflow talks to no model: its tool steps' calls are steps, not messages.
+        messages=tuple(messages) if kind == "agent" else (),
+        unseen=tuple(unseen) + tuple(notes) if kind == "agent" else (),
+        steps=tuple(steps.values()),
+    )
+
+
+def _settle_wait(waits: list[Wait], record: Resumed | SuspensionExpired) -> None:
+    """Mark the call's open wait for ``record``'s item answered (or expired)."""
+    for index, wait in enumerate(waits):
+        if wait.outcome == "waiting" and wait.reason == record.reason:
+            if isinstance(record, Resumed):
+                waits[index] = Wait(
+                    reason=wait.reason,
+                    outcome=record.outcome,
+                    by=record.by,
+                    detail=record.detail,
+                    question=wait.question,
+                )
+            else:
+                waits[index] = Wait(reason=wait.reason, outcome="expired", question=wait.question)
+            return
+
+
+async def _records(client: PsychClient, workflow_id: str, scope: Scope) -> list[Record]:
+    records: list[Record] = []
+    while True:
+        page = await client.records(workflow_id, scope=scope, after=len(records), limit=5000)
+        records.extend(page.records)
+        if not page.records or len(records) >= page.last_seq:
+            return records
+
+
+async def read_transcript(client: PsychClient, run: RunHandle | str, *, scope: Scope) -> Transcript:
+    """A Run's transcript, its steps' child Runs included, from the records it has now."""
+    workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
+    records = await _records(client, workflow_id, scope)
+    children = {
+        record.run: await read_transcript(client, record.run, scope=scope)
+        for record in records
+        if isinstance(record, StepStarted) and record.run is not None
+    }
+    return build_transcript(workflow_id, records, children)
