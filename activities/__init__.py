@@ -5,7 +5,14 @@ Workflows import only the payload types. The scriptable fake model server for te
 ``psych_runtime.testing`` (its files live in ``activities/testing/``).
 """
 
-from psych_runtime.activities._blobs import BlobStore, Conversations, LocalBlobStore, blob_ref
+from psych_runtime.activities._blob_config import blob_store_from_env
+from psych_runtime.activities._blobs import (
+    BlobNotFound,
+    BlobStore,
+    Conversations,
+    LocalBlobStore,
+    blob_ref,
+)
 from psych_runtime.activities._endpoints import (
     Endpoint,
     ModelEndpoints,
@@ -37,6 +44,7 @@ from psych_runtime.activities._policy import (
     policy_description,
     policy_digest,
 )
+from psych_runtime.activities._s3_blobs import S3BlobStore, S3Location, parse_s3_url
 from psych_runtime.activities._secrets import (
     EnvSecretResolver,
     SecretNotFound,
@@ -48,6 +56,7 @@ from psych_runtime.activities._version_store import FileVersionStore
 
 __all__ = [
     "ACTIVITY_NAMES",
+    "BlobNotFound",
     "BlobStore",
     "ChatMessage",
     "Conversations",
@@ -68,6 +77,8 @@ __all__ = [
     "PolicyDecision",
     "Pricing",
     "RulePolicy",
+    "S3BlobStore",
+    "S3Location",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
@@ -79,8 +90,10 @@ __all__ = [
     "ToolOutcome",
     "Usage",
     "blob_ref",
+    "blob_store_from_env",
     "classify",
     "invalid_arguments_message",
+    "parse_s3_url",
     "policy_description",
     "policy_digest",
 ]

@@ -23,6 +23,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._model import ModelActivities
@@ -60,7 +61,8 @@ class WorkerSettings:
     Attributes:
         task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
         registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
-        blobs: the BlobStore (``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
+        blobs: the BlobStore (``PSYCH_BLOB_URL=s3://bucket/prefix?...`` for an S3-compatible
+            bucket, else the directory ``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
         endpoints: which endpoint serves which model (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
             ``OPENAI_STREAM``).
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
@@ -99,7 +101,7 @@ class WorkerSettings:
         return cls(
             task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             registry=registry,
-            blobs=LocalBlobStore(env.get("PSYCH_BLOB_DIR", str(Path(DEFAULT_HOME) / "blobs"))),
+            blobs=blob_store_from_env(env, Path(DEFAULT_HOME) / "blobs"),
             endpoints=ModelEndpoints.from_env(env),
             secrets=EnvSecretResolver(env),
             policy=ask_policy(
