@@ -10,6 +10,7 @@ instance metadata), never from the URL.
 from __future__ import annotations
 
 import asyncio
+import functools
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -219,7 +220,6 @@ def _open_client(location: S3Location) -> Any:
     # machine, which no worker without an S3 store (and no workflow sandbox, which imports
     # this package for its payload types) should pay.
     from aiobotocore.config import AioConfig
-    from aiobotocore.session import get_session
 
     addressing = location.addressing or ("path" if location.endpoint else "auto")
     config = AioConfig(
@@ -234,9 +234,18 @@ def _open_client(location: S3Location) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return get_session().create_client(
+    return _session().create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )
+
+
+@functools.cache
+def _session() -> Any:
+    """The one botocore session of the process: a session loads S3's service model (a few
+    megabytes of JSON) once, so every store after the first opens its client quickly."""
+    from aiobotocore.session import get_session
+
+    return get_session()
 
 
 def _code(err: Any) -> str:

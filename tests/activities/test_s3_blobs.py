@@ -111,7 +111,7 @@ async def test_concurrent_puts_of_one_blob_write_it_once(s3: S3Server) -> None:
     # Conditional writes: eight workers storing the same new blob leave one object
     # version in a versioned bucket, not eight.
     bucket = await s3.new_bucket(versioned=True)
-    data = os.urandom(256 * 1024)
+    data = os.urandom(16 * 1024)
     stores = [S3BlobStore.from_url(s3.url(bucket, "p")) for _ in range(8)]
     try:
         refs = await asyncio.gather(*[store.put(data) for store in stores])
