@@ -157,7 +157,7 @@ class S3BlobStore:
         ref = blob_ref(data)
         key = self._key(ref)
         s3 = await self._s3()
-        for _ in range(_CONFLICT_ATTEMPTS):
+        for attempt in range(_CONFLICT_ATTEMPTS):
             try:
                 await s3.put_object(
                     Bucket=self.location.bucket, Key=key, Body=data, IfNoneMatch="*"
@@ -171,6 +171,7 @@ class S3BlobStore:
                 # in progress; it may yet fail, so try again rather than assume it stored.
                 if status != 409:
                     raise
+                await asyncio.sleep(0.05 * (attempt + 1))
         raise PsychError(
             f"blob {ref}: s3://{self.location.bucket}/{key} stayed in conflict for "
             f"{_CONFLICT_ATTEMPTS} conditional writes"
@@ -194,7 +195,7 @@ class S3BlobStore:
             if _code(err) in ("NoSuchKey", "404"):
                 raise BlobNotFound(
                     ref, f"no blob {ref} in s3://{self.location.bucket}/{key}"
-                ) from None
+                ) from err
             raise
 
     async def aclose(self) -> None:
