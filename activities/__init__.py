@@ -24,6 +24,8 @@ from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
 from psych_runtime.activities._model_failures import classify
 from psych_runtime.activities._payloads import (
     ACTIVITY_NAMES,
+    ACTIVITY_ROLES,
+    ROLES,
     ChatMessage,
     Decision,
     Latency,
@@ -37,6 +39,7 @@ from psych_runtime.activities._payloads import (
     ToolOutcome,
     Usage,
     invalid_arguments_message,
+    role_task_queue,
 )
 from psych_runtime.activities._policy import (
     Policy,
@@ -56,6 +59,7 @@ from psych_runtime.activities._version_store import FileVersionStore
 
 __all__ = [
     "ACTIVITY_NAMES",
+    "ACTIVITY_ROLES",
     "BlobNotFound",
     "BlobStore",
     "ChatMessage",
@@ -76,6 +80,7 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Pricing",
+    "ROLES",
     "RulePolicy",
     "S3BlobStore",
     "S3Location",
@@ -96,4 +101,5 @@ __all__ = [
     "parse_s3_url",
     "policy_description",
     "policy_digest",
+    "role_task_queue",
 ]

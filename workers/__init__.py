@@ -15,6 +15,7 @@ from psych_runtime.workers._worker import (
     check_fleet_policy,
     connect,
     run_worker,
+    run_workers,
     worker_identity,
 )
 
@@ -31,6 +32,7 @@ __all__ = [
     "format_record",
     "format_report",
     "run_worker",
+    "run_workers",
     "start_dev_server",
     "start_time_skipping_server",
     "temporal_binary",

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -29,8 +30,9 @@ from psych_runtime.workers._console import (
     format_until,
     resume_command,
 )
+from psych_runtime.workers._pollers import unpolled_queues
 from psych_runtime.workers._worker import connect
-from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
+from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_workflow_id
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
 
@@ -43,14 +45,15 @@ def temporal_target(args: argparse.Namespace) -> str:
     return str(config.get("target_host") or "localhost:7233")
 
 
-async def temporal_client(args: argparse.Namespace) -> Client:
-    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration.
+async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> Client:
+    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration
+    (``connect_options`` go to ``connect``).
 
     Raises:
         PsychError: the server cannot be reached (one line, no traceback).
     """
     try:
-        return await connect(args.address, namespace=args.namespace)
+        return await connect(args.address, namespace=args.namespace, **connect_options)
     except RuntimeError as err:
         # The SDK's bridge reports connection failures as a RuntimeError carrying a long
         # transport-level chain; its OS message ("Connection refused") says it best.
@@ -158,7 +161,13 @@ def _reader(temporal: Client) -> PsychClient:
 
 async def _status(args: argparse.Namespace) -> int:
     scope = scope_of(args)
-    client = _reader(await temporal_client(args))
+    temporal = await temporal_client(args)
+    client = _reader(temporal)
+    # Before the query, which no workflows-role worker would answer; another tenant's Run
+    # is refused by the query itself, so its queues are not described to this caller.
+    if parse_workflow_id(args.run_id)[0] == scope.tenant:
+        for queue in await unpolled_queues(temporal, args.run_id):
+            print(f"psych: {queue.message()}", file=sys.stderr, flush=True)
     state = await client.status(args.run_id, scope=scope)
     print(state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state))
     return 0

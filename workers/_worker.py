@@ -7,7 +7,7 @@ import os
 import re
 import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,16 +18,18 @@ from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from psych_runtime.activities import role_task_queue
 from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._model import ModelActivities
-from psych_runtime.activities._payloads import Decision
+from psych_runtime.activities._payloads import WORKFLOWS_ROLE, Decision
 from psych_runtime.activities._policy import (
     Policy,
     RulePolicy,
@@ -40,6 +42,8 @@ from psych_runtime.activities._tools import ToolActivities
 from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
+from psych_runtime.workers._versioning import deployment_config, version_from_env
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 DEFAULT_HOME = ".psych"
@@ -59,7 +63,16 @@ class WorkerSettings:
     """What a worker is wired with. ``from_env`` reads the ``PSYCH_*`` variables.
 
     Attributes:
-        task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
+        task_queue: the fleet's base task queue (``PSYCH_TASK_QUEUE``, default ``psych``):
+            the workflows role polls it, the model and tools roles ``<base>-model`` and
+            ``<base>-tools``.
+        roles: the worker roles this process runs (``PSYCH_ROLES``, comma-separated
+            ``workflows``, ``model``, ``tools`` or ``all``; default all three).
+        concurrency: how much each role runs at once (``Concurrency``:
+            ``PSYCH_MAX_WORKFLOW_TASKS``, ``PSYCH_MAX_MODEL_CALLS``,
+            ``PSYCH_MAX_TOOL_CALLS``, 100 each by default).
+        deployment: the Worker Deployment Version this worker belongs to
+            (``PSYCH_DEPLOYMENT`` and ``PSYCH_BUILD_ID``; default none: unversioned).
         registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
         blobs: the BlobStore (``PSYCH_BLOB_URL=s3://bucket/prefix?...`` for an S3-compatible
             bucket, else the directory ``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
@@ -80,6 +93,9 @@ class WorkerSettings:
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
+    roles: tuple[str, ...] = field(default_factory=lambda: parse_roles(()))
+    concurrency: Concurrency = field(default_factory=Concurrency)
+    deployment: WorkerDeploymentVersion | None = None
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     blobs: BlobStore = field(default_factory=lambda: LocalBlobStore(Path(DEFAULT_HOME) / "blobs"))
     endpoints: ModelEndpoints = field(default_factory=ModelEndpoints.from_env)
@@ -100,6 +116,9 @@ class WorkerSettings:
             registry = loaded
         return cls(
             task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            roles=parse_roles([env.get("PSYCH_ROLES", "")]),
+            concurrency=Concurrency.from_env(env),
+            deployment=version_from_env(env),
             registry=registry,
             blobs=blob_store_from_env(env, Path(DEFAULT_HOME) / "blobs"),
             endpoints=ModelEndpoints.from_env(env),
@@ -275,27 +294,39 @@ def build_worker(
     settings: WorkerSettings,
     *,
     http: httpx.AsyncClient,
+    role: str = WORKFLOWS_ROLE,
     **worker_options: Any,
 ) -> Worker:
-    """A Worker running AgentRun and every psych activity.
+    """The Worker of one role: for ``workflows`` (the default) AgentRun, WorkflowRun and
+    every psych activity on ``settings.task_queue``; for ``model`` and ``tools`` that
+    role's activities on its own queue (``role_task_queue``).
 
     ``client`` must carry the psych plugin (see ``connect``); ``http`` is the one HTTP
     client every outbound request of the activities goes through (the caller closes it);
-    extra keyword arguments go to ``temporalio.worker.Worker``. Its identity carries the
-    policy's digest (``worker_identity``; an ``identity`` option replaces the part before
-    it). ``run_worker`` does all of this for you.
+    extra keyword arguments go to ``temporalio.worker.Worker`` (they win over the role's
+    ``settings.concurrency``; a ``workflows`` option replaces AgentRun and WorkflowRun on
+    the workflows role, as a variant build does). Its identity carries the policy's digest
+    (``worker_identity``; an ``identity`` option replaces the part before it). A
+    ``settings.deployment`` joins that Worker Deployment Version. ``run_worker`` does all
+    of this for every role of ``settings.roles``.
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
-    workflows: Sequence[type] = [AgentRun, WorkflowRun]
+    workflows: Sequence[type] = worker_options.pop("workflows", (AgentRun, WorkflowRun))
+    if role != WORKFLOWS_ROLE:
+        workflows = []
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
+    for option, value in settings.concurrency.worker_options(role).items():
+        worker_options.setdefault(option, value)
+    if settings.deployment is not None:
+        worker_options.setdefault("deployment_config", deployment_config(settings.deployment))
     _check_outage_retry(client, settings.outage_seconds)
     return Worker(
         client,
-        task_queue=settings.task_queue,
-        workflows=workflows,
-        activities=activities_for(settings, http),
+        task_queue=role_task_queue(settings.task_queue, role),
+        workflows=list(workflows),
+        activities=activities_of_role(activities_for(settings, http), role),
         identity=identity,
         **worker_options,
     )
@@ -317,21 +348,44 @@ def _check_outage_retry(client: Client, outage_seconds: float) -> None:
 
 
 @asynccontextmanager
-async def run_worker(
+async def run_workers(
     client: Client, settings: WorkerSettings | None = None, **worker_options: Any
-) -> AsyncIterator[Worker]:
-    """Run a psych worker (and its HTTP client) for the duration of the block.
+) -> AsyncIterator[list[Worker]]:
+    """Run a psych worker of every role in ``settings.roles`` (one Temporal Worker per
+    role, in that order, sharing one HTTP client) for the duration of the block.
 
     Raises:
-        PsychError: a live worker of the task queue has another approval policy
+        PsychError: a live worker of one of the task queues has another approval policy
             (``check_fleet_policy``); this one does not start.
     """
     settings = settings or WorkerSettings()
-    await check_fleet_policy(client, settings.task_queue, settings.policy)
+    for role in settings.roles:
+        queue = role_task_queue(settings.task_queue, role)
+        await check_fleet_policy(client, queue, settings.policy)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
-        worker = build_worker(client, settings, http=http, **worker_options)
-        async with worker:
-            yield worker
-        # Calls not safe to repeat report their outcome through the client; the worker
-        # has stopped, but those reports may still be retrying through an outage.
+        workers = [
+            build_worker(client, settings, http=http, role=role, **dict(worker_options))
+            for role in settings.roles
+        ]
+        async with AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
+            yield workers
+        # Calls not safe to repeat report their outcome through the client; the workers
+        # have stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
+
+
+@asynccontextmanager
+async def run_worker(
+    client: Client, settings: WorkerSettings | None = None, **worker_options: Any
+) -> AsyncIterator[Worker]:
+    """``run_workers``, yielding the first role's Worker (the workflows role's when it
+    runs here, as it does by default).
+
+    Raises:
+        PsychError: a live worker of one of the task queues has another approval policy
+            (``check_fleet_policy``); this one does not start.
+    """
+    async with run_workers(client, settings, **worker_options) as workers:
+        yield workers[0]
