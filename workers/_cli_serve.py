@@ -185,7 +185,8 @@ def add_serve_commands(
         help="run a worker against a Temporal server",
         description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
         "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
-        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
+        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_URL or "
+        "PSYCH_BLOB_DIR, "
         "OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_STREAM; which tool calls wait for a "
         "person's approval from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
     )
