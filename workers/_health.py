@@ -5,10 +5,11 @@ Both are off unless a port is given (``--health-port``/``PSYCH_HEALTH_PORT``,
 port, a fleet's orchestrator asks for them. Both bind every interface (``0.0.0.0``), since
 probes and scrapes come from outside the container.
 
-- ``GET /livez``: 200 while every Temporal Worker of the process runs; 503 once one has
-  stopped (its poll loop failed for good), so the orchestrator restarts the process.
-- ``GET /readyz``: 200 when every Worker runs and the Temporal server answers its health
-  check; 503 otherwise (starting, stopping, or the server unreachable).
+- ``GET /livez``: 200 until a Temporal Worker of the process has stopped (its poll loop
+  failed for good, or it shut down), then 503, so the orchestrator restarts the process.
+- ``GET /readyz``: 200 when every Worker has started polling and the Temporal server
+  answers its health check; 503 otherwise (starting, stopping, or the server
+  unreachable).
 
 The metrics endpoint (``/metrics``) is served by the SDK's own Rust runtime
 (``PrometheusConfig``), with Temporal's worker metrics (task slots, poll and
@@ -67,13 +68,14 @@ class Health:
         self._workers = workers
 
     def live(self) -> bool:
-        """Every Worker runs."""
+        """No Worker has stopped (one still starting counts as live)."""
         workers = self._workers()
-        return bool(workers) and all(worker.is_running for worker in workers)
+        return bool(workers) and not any(worker.is_shutdown for worker in workers)
 
     async def ready(self) -> bool:
-        """Every Worker runs and the server answers its health check in time."""
-        if not self.live():
+        """Every Worker has started and the server answers its health check in time."""
+        workers = self._workers()
+        if not workers or not all(worker.is_running for worker in workers):
             return False
         try:
             return await asyncio.wait_for(
