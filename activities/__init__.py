@@ -8,8 +8,10 @@ Workflows import only the payload types. The scriptable fake model server for te
 
 from typing import TYPE_CHECKING, Any
 
+from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import (
     BlobCipher,
+    BlobNotFound,
     BlobStore,
     Conversations,
     EncryptedBlobStore,
@@ -28,6 +30,8 @@ from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
 from psych_runtime.activities._model_failures import classify
 from psych_runtime.activities._payloads import (
     ACTIVITY_NAMES,
+    ACTIVITY_ROLES,
+    ROLES,
     ChatMessage,
     Decision,
     Latency,
@@ -41,6 +45,7 @@ from psych_runtime.activities._payloads import (
     ToolOutcome,
     Usage,
     invalid_arguments_message,
+    role_task_queue,
 )
 from psych_runtime.activities._policy import (
     Policy,
@@ -48,6 +53,7 @@ from psych_runtime.activities._policy import (
     policy_description,
     policy_digest,
 )
+from psych_runtime.activities._s3_blobs import S3BlobStore, S3Location, parse_s3_url
 from psych_runtime.activities._secrets import (
     EnvSecretResolver,
     SecretNotFound,
@@ -76,7 +82,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ACTIVITY_NAMES",
+    "ACTIVITY_ROLES",
     "BlobCipher",
+    "BlobNotFound",
     "BlobStore",
     "ChatMessage",
     "Conversations",
@@ -99,7 +107,10 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Pricing",
+    "ROLES",
     "RulePolicy",
+    "S3BlobStore",
+    "S3Location",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
@@ -111,9 +122,12 @@ __all__ = [
     "ToolOutcome",
     "Usage",
     "blob_ref",
+    "blob_store_from_env",
     "check_servers",
     "classify",
     "invalid_arguments_message",
+    "parse_s3_url",
     "policy_description",
     "policy_digest",
+    "role_task_queue",
 ]

@@ -1,5 +1,6 @@
 """Content-addressed blobs: the BlobStore port, its local-directory default, its
-encrypting wrapper, and the conversation chain stored in it.
+encrypting wrapper, the error a missing blob raises, and the conversation chain stored in
+it.
 
 A conversation is a chain of nodes ``{"parent": <ref or null>, "messages": [<ref>...]}``;
 its head ref is all a model-call activity needs. Appending stores one node, so a call's
@@ -17,6 +18,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from temporalio.exceptions import ApplicationError
+
 from psych_runtime.activities._payloads import ChatMessage
 from psych_runtime.specs import NotFound
 
@@ -26,6 +29,42 @@ _REF = re.compile(r"sha256:[0-9a-f]{64}")
 def blob_ref(data: bytes) -> str:
     """The ref of ``data``: ``"sha256:" + hex digest``."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class BlobNotFound(ApplicationError, NotFound):
+    """Nothing is stored under a blob ref, or the ref is not one (``ref`` names it).
+
+    It is a ``NotFound``, as the BlobStore port promises, and also a non-retryable
+    Temporal ``ApplicationError`` of type ``BlobNotFound``: a blob that is missing now
+    stays missing, so an activity it escapes from fails at once instead of being retried
+    until its timeout (the retry policies live in the workflow, which cannot know every
+    error a store raises).
+
+    Attributes:
+        ref: the ref that was asked for.
+    """
+
+    def __init__(self, ref: str, message: str) -> None:
+        super().__init__(message, ref, type="BlobNotFound", non_retryable=True)
+        self.ref = ref
+
+
+def blob_key(ref: str) -> str:
+    """The relative path of ``ref`` in a store: ``<2 hex>/<62 hex>``.
+
+    Every store lays blobs out alike, so a directory of a ``LocalBlobStore`` copied into
+    an ``S3BlobStore``'s prefix (``aws s3 sync``) is a valid store.
+
+    Raises:
+        BlobNotFound: ``ref`` is not ``sha256:`` and 64 lowercase hex digits.
+    """
+    # Refs reach here from payloads and callers, so a ref becomes a path only once it is
+    # exactly a sha256 digest: anything else (`../`, `/`, upper case) could name a file
+    # outside the root, or another object than a blob.
+    if not _REF.fullmatch(ref):
+        raise BlobNotFound(ref, f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
+    digest = ref.removeprefix("sha256:")
+    return f"{digest[:2]}/{digest[2:]}"
 
 
 @runtime_checkable
@@ -40,7 +79,8 @@ class BlobStore(Protocol):
         """The bytes stored under ``ref``.
 
         Raises:
-            NotFound: nothing is stored under ``ref``.
+            NotFound: nothing is stored under ``ref`` (the shipped stores raise its
+                subclass ``BlobNotFound``, naming the ref).
         """
         ...
 
@@ -55,13 +95,7 @@ class LocalBlobStore:
         self.root = Path(root)
 
     def _path(self, ref: str) -> Path:
-        # Refs reach here from payloads and callers, so a ref is a file name only once it
-        # is exactly a sha256 digest: anything else (`../`, `/`, upper case) could name a
-        # file outside the root.
-        if not _REF.fullmatch(ref):
-            raise NotFound(f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
-        digest = ref.removeprefix("sha256:")
-        return self.root / digest[:2] / digest[2:]
+        return self.root / blob_key(ref)
 
     async def put(self, data: bytes) -> str:
         """Store ``data``; return its ref."""
@@ -80,12 +114,12 @@ class LocalBlobStore:
         """The bytes stored under ``ref``.
 
         Raises:
-            NotFound: nothing is stored under ``ref``, or it is not a blob ref.
+            BlobNotFound: nothing is stored under ``ref``, or it is not a blob ref.
         """
         try:
             return self._path(ref).read_bytes()
         except FileNotFoundError:
-            raise NotFound(f"no blob {ref} in {self.root}") from None
+            raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
-from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope
+from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope, SpecError
 
 BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 """The content hash of a stored blob."""
@@ -87,6 +87,37 @@ ACTIVITY_NAMES = (
     TOOL_MCP,
     TOOL_READ_OUTPUT,
 )
+
+# --- worker roles (which task queue each activity is scheduled on) ------------------------
+
+WORKFLOWS_ROLE = "workflows"
+MODEL_ROLE = "model"
+TOOLS_ROLE = "tools"
+ROLES = (WORKFLOWS_ROLE, MODEL_ROLE, TOOLS_ROLE)
+"""The worker roles, each polling its own task queue (``role_task_queue``)."""
+
+ACTIVITY_ROLES: dict[str, str] = {
+    # A local activity runs on the worker that runs the workflow task, whatever its queue.
+    MCP_LIST_TOOLS: WORKFLOWS_ROLE,
+    MCP_SEARCH_TOOLS: TOOLS_ROLE,
+    MODEL_COMPLETE: MODEL_ROLE,
+    POLICY_DECIDE: TOOLS_ROLE,
+    TOOL_CATALOG: TOOLS_ROLE,
+    TOOL_CODE: TOOLS_ROLE,
+    TOOL_HTTP: TOOLS_ROLE,
+    TOOL_MCP: TOOLS_ROLE,
+    TOOL_READ_OUTPUT: TOOLS_ROLE,
+}
+"""The role whose workers run each activity: the workflow schedules it on that role's task
+queue, and a worker of the role registers it."""
+
+
+def role_task_queue(base: str, role: str) -> str:
+    """The task queue of ``role`` in the fleet named ``base`` (``PSYCH_TASK_QUEUE``): the
+    base itself for workflows, ``<base>-model`` and ``<base>-tools`` for the others."""
+    if role not in ROLES:
+        raise SpecError(f"unknown worker role {role!r}: one of {', '.join(ROLES)}")
+    return base if role == WORKFLOWS_ROLE else f"{base}-{role}"
 
 
 # --- conversation -------------------------------------------------------------------------

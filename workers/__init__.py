@@ -34,6 +34,7 @@ from psych_runtime.workers._worker import (
     check_fleet_policy,
     connect,
     run_worker,
+    run_workers,
     worker_identity,
 )
 
@@ -62,6 +63,7 @@ __all__ = [
     "format_report",
     "install_telemetry",
     "run_worker",
+    "run_workers",
     "start_dev_server",
     "start_time_skipping_server",
     "telemetry_from_env",

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -28,6 +29,7 @@ from psych_runtime.workers._console import (
     print_report,
     resume_command,
 )
+from psych_runtime.workers._pollers import unpolled_queues
 from psych_runtime.workers._render import output_for, runs_table
 from psych_runtime.workers._run_facts import (
     QUERY_TIMEOUT,
@@ -39,7 +41,7 @@ from psych_runtime.workers._run_facts import (
 from psych_runtime.workers._transcript import read_transcript
 from psych_runtime.workers._transcript_render import print_transcript
 from psych_runtime.workers._worker import connect
-from psych_runtime.workflows import PsychClient, RunStatus, RunSummary
+from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_workflow_id
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
 
@@ -52,14 +54,15 @@ def temporal_target(args: argparse.Namespace) -> str:
     return str(config.get("target_host") or "localhost:7233")
 
 
-async def temporal_client(args: argparse.Namespace) -> Client:
-    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration.
+async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> Client:
+    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration
+    (``connect_options`` go to ``connect``).
 
     Raises:
         PsychError: the server cannot be reached (one line, no traceback).
     """
     try:
-        return await connect(args.address, namespace=args.namespace)
+        return await connect(args.address, namespace=args.namespace, **connect_options)
     except RuntimeError as err:
         # The SDK's bridge reports connection failures as a RuntimeError carrying a long
         # transport-level chain; its OS message ("Connection refused") says it best.
@@ -187,6 +190,11 @@ def _reader(temporal: Client) -> PsychClient:
 async def _status(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     temporal = await temporal_client(args)
+    # Before the query, which no workflows-role worker would answer; another tenant's Run
+    # is refused by the query itself, so its queues are not described to this caller.
+    if parse_workflow_id(args.run_id)[0] == scope.tenant:
+        for queue in await unpolled_queues(temporal, args.run_id):
+            print(f"psych: {queue.message()}", file=sys.stderr, flush=True)
     # Never stuck: with no worker polling, the query would wait for one until its deadline.
     facts = await run_facts(temporal, args.run_id, scope=scope)
     if facts.worker_polling:

@@ -16,17 +16,25 @@ from urllib.parse import urlsplit
 
 from temporalio import activity, workflow
 
-from psych_runtime.activities import Endpoint, ModelEndpoints, policy_description, policy_digest
+from psych_runtime.activities import (
+    Endpoint,
+    ModelEndpoints,
+    policy_description,
+    policy_digest,
+    role_task_queue,
+)
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
 from psych_runtime.workers._codec import codec_from_env
 from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._health import Health, metrics_runtime, port_from, serve_health
 from psych_runtime.workers._scripted_model import fake_model
 from psych_runtime.workers._worker import (
     WorkerSettings,
     describe_policy,
     run_worker,
+    run_workers,
     with_codec,
 )
 
@@ -116,6 +124,15 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         environ["PSYCH_ASK"] = ",".join(args.ask)
     if args.ask_destructive:
         environ["PSYCH_ASK_DESTRUCTIVE"] = "1"
+    overrides = {
+        "PSYCH_ROLES": ",".join(getattr(args, "role", None) or []),
+        "PSYCH_MAX_WORKFLOW_TASKS": getattr(args, "max_workflow_tasks", None),
+        "PSYCH_MAX_MODEL_CALLS": getattr(args, "max_model_calls", None),
+        "PSYCH_MAX_TOOL_CALLS": getattr(args, "max_tool_calls", None),
+        "PSYCH_DEPLOYMENT": getattr(args, "deployment", None),
+        "PSYCH_BUILD_ID": getattr(args, "build_id", None),
+    }
+    environ.update({name: str(value) for name, value in overrides.items() if value})
     return WorkerSettings.from_env(environ)
 
 
@@ -183,6 +200,12 @@ def fake_model_of(args: argparse.Namespace) -> tuple[FakeModel, str] | None:
     return fake_model(None if args.fake_model == _SCRIPTED else args.fake_model)
 
 
+def _queues(settings: WorkerSettings) -> str:
+    return ", ".join(
+        f"{role} on {role_task_queue(settings.task_queue, role)!r}" for role in settings.roles
+    )
+
+
 def _print_policy(settings: WorkerSettings) -> None:
     # One line: what the worker's policy is (the digest its identity carries, which other
     # workers of the queue compare), and what waits for a person under it.
@@ -198,16 +221,31 @@ async def _worker(args: argparse.Namespace) -> int:
     console_logging(verbose=args.verbose)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before connecting
     fake = fake_model_of(args)
-    client = await temporal_client(args)
+    health_port = port_from(args.health_port, os.environ, "PSYCH_HEALTH_PORT")
+    metrics_port = port_from(args.metrics_port, os.environ, "PSYCH_METRICS_PORT")
+    options = {} if metrics_port is None else {"runtime": metrics_runtime(metrics_port)}
+    client = await temporal_client(args, **options)
     async with (
         model_wiring(fake, settings) as (settings, serving),
-        run_worker(client, settings),
+        run_workers(client, settings) as workers,
+        contextlib.AsyncExitStack() as probes,
     ):
+        if health_port is not None:
+            health = Health(client, lambda: workers)
+            await probes.enter_async_context(serve_health(health, health_port))
         with stop_on_signal() as stop:
             _print_endpoint(settings, serving)
             _print_policy(settings)
+            if settings.deployment is not None:
+                print(
+                    f"deployment {settings.deployment.deployment_name}, build "
+                    f"{settings.deployment.build_id} (Runs pinned to it; psych deploy promote)"
+                )
+            for port, what in ((health_port, "/livez and /readyz"), (metrics_port, "/metrics")):
+                if port is not None:
+                    print(f"{what} on http://0.0.0.0:{port}")
             print(
-                f"worker polling task queue {settings.task_queue!r} at {temporal_target(args)} "
+                f"worker polling {_queues(settings)} at {temporal_target(args)} "
                 f"(namespace {client.namespace}); Ctrl-C to stop",
                 flush=True,
             )
@@ -248,10 +286,7 @@ async def _dev(args: argparse.Namespace) -> int:
                     print(f"Temporal UI at http://127.0.0.1:{ui_port}")
                 _print_endpoint(settings, serving)
                 _print_policy(settings)
-                print(
-                    f"worker polling task queue {settings.task_queue!r}; Ctrl-C to stop",
-                    flush=True,
-                )
+                print(f"worker polling {_queues(settings)}; Ctrl-C to stop", flush=True)
                 await stop.wait()
     finally:
         await env.shutdown()
@@ -314,9 +349,52 @@ def add_serve_commands(
         help="run a worker against a Temporal server",
         description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
         "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
-        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_DIR, "
+        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_URL or "
+        "PSYCH_BLOB_DIR, "
         "OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_STREAM; which tool calls wait for a "
         "person's approval from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
+    )
+    worker.add_argument(
+        "--role",
+        action="append",
+        choices=["workflows", "model", "tools", "all"],
+        help="what this worker runs, each role on its own task queue: workflows on the base "
+        "queue, model calls on <base>-model, tools on <base>-tools (repeatable; replaces "
+        "PSYCH_ROLES, comma-separated; default all)",
+    )
+    worker.add_argument(
+        "--max-workflow-tasks",
+        type=int,
+        help="workflow tasks at once, workflows role (env PSYCH_MAX_WORKFLOW_TASKS, default 100)",
+    )
+    worker.add_argument(
+        "--max-model-calls",
+        type=int,
+        help="model calls at once, model role (env PSYCH_MAX_MODEL_CALLS, default 100)",
+    )
+    worker.add_argument(
+        "--max-tool-calls",
+        type=int,
+        help="tool calls at once, tools role (env PSYCH_MAX_TOOL_CALLS, default 100)",
+    )
+    worker.add_argument(
+        "--deployment",
+        help="Worker Versioning: the Worker Deployment this worker belongs to (env "
+        "PSYCH_DEPLOYMENT; with --build-id; default unversioned)",
+    )
+    worker.add_argument(
+        "--build-id", help="Worker Versioning: this worker's build (env PSYCH_BUILD_ID)"
+    )
+    worker.add_argument(
+        "--health-port",
+        type=int,
+        help="serve /livez and /readyz on this port (env PSYCH_HEALTH_PORT; default off)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the SDK's Prometheus metrics at /metrics on this port "
+        "(env PSYCH_METRICS_PORT; default off)",
     )
     worker.set_defaults(func=cmd_worker)
 

@@ -8,7 +8,7 @@ import os
 import re
 import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,16 +19,19 @@ from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from psych_runtime.activities import role_task_queue
+from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import ModelActivities
-from psych_runtime.activities._payloads import Decision
+from psych_runtime.activities._payloads import WORKFLOWS_ROLE, Decision
 from psych_runtime.activities._policy import (
     Policy,
     RulePolicy,
@@ -42,7 +45,9 @@ from psych_runtime.specs import PsychError, SpecError, ToolRegistry
 from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
+from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
+from psych_runtime.workers._versioning import deployment_config, version_from_env
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 if TYPE_CHECKING:
@@ -65,9 +70,19 @@ class WorkerSettings:
     """What a worker is wired with. ``from_env`` reads the ``PSYCH_*`` variables.
 
     Attributes:
-        task_queue: the queue to poll (``PSYCH_TASK_QUEUE``, default ``psych``).
+        task_queue: the fleet's base task queue (``PSYCH_TASK_QUEUE``, default ``psych``):
+            the workflows role polls it, the model and tools roles ``<base>-model`` and
+            ``<base>-tools``.
+        roles: the worker roles this process runs (``PSYCH_ROLES``, comma-separated
+            ``workflows``, ``model``, ``tools`` or ``all``; default all three).
+        concurrency: how much each role runs at once (``Concurrency``:
+            ``PSYCH_MAX_WORKFLOW_TASKS``, ``PSYCH_MAX_MODEL_CALLS``,
+            ``PSYCH_MAX_TOOL_CALLS``, 100 each by default).
+        deployment: the Worker Deployment Version this worker belongs to
+            (``PSYCH_DEPLOYMENT`` and ``PSYCH_BUILD_ID``; default none: unversioned).
         registry: code tools (``PSYCH_TOOLS`` = ``module:attribute`` of a ToolRegistry).
-        blobs: the BlobStore (``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
+        blobs: the BlobStore (``PSYCH_BLOB_URL=s3://bucket/prefix?...`` for an S3-compatible
+            bucket, else the directory ``PSYCH_BLOB_DIR``, default ``.psych/blobs``).
         endpoints: which endpoint serves which model (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
             ``OPENAI_STREAM``).
         secrets: the SecretResolver (default: ``PSYCH_SECRET_<NAME>`` variables).
@@ -87,6 +102,9 @@ class WorkerSettings:
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
+    roles: tuple[str, ...] = field(default_factory=lambda: parse_roles(()))
+    concurrency: Concurrency = field(default_factory=Concurrency)
+    deployment: WorkerDeploymentVersion | None = None
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     blobs: BlobStore = field(default_factory=lambda: LocalBlobStore(Path(DEFAULT_HOME) / "blobs"))
     endpoints: ModelEndpoints = field(default_factory=ModelEndpoints.from_env)
@@ -108,8 +126,11 @@ class WorkerSettings:
             registry = loaded
         return cls(
             task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            roles=parse_roles([env.get("PSYCH_ROLES", "")]),
+            concurrency=Concurrency.from_env(env),
+            deployment=version_from_env(env),
             registry=registry,
-            blobs=LocalBlobStore(env.get("PSYCH_BLOB_DIR", str(Path(DEFAULT_HOME) / "blobs"))),
+            blobs=blob_store_from_env(env, Path(DEFAULT_HOME) / "blobs"),
             endpoints=ModelEndpoints.from_env(env),
             secrets=EnvSecretResolver(env),
             policy=ask_policy(
@@ -337,10 +358,13 @@ def build_worker(
     settings: WorkerSettings,
     *,
     http: httpx.AsyncClient,
+    role: str = WORKFLOWS_ROLE,
     mcp: McpActivities | None = None,
     **worker_options: Any,
 ) -> Worker:
-    """A Worker running AgentRun and every psych activity.
+    """The Worker of one role: for ``workflows`` (the default) AgentRun, WorkflowRun and
+    every psych activity on ``settings.task_queue``; for ``model`` and ``tools`` that
+    role's activities on its own queue (``role_task_queue``).
 
     ``client`` must carry the psych plugin (see ``connect``); when the plugin encrypts
     payloads (``PsychCodec``), the blob store is wrapped to encrypt with the same keys
@@ -349,17 +373,26 @@ def build_worker(
     ``mcp`` the MCP activities (an ``McpActivities``, built on the ``sealed`` settings),
     whose session pool the caller closes after the worker stops (without one,
     build_worker makes one whose sessions close only once idle); extra keyword arguments
-    go to ``temporalio.worker.Worker``.
-    Its identity carries the policy's digest (``worker_identity``; an ``identity`` option
-    replaces the part before it). ``run_worker`` does all of this for you, and closes the
-    MCP sessions when the worker stops.
+    go to ``temporalio.worker.Worker`` (they win over the role's
+    ``settings.concurrency``; a ``workflows`` option replaces AgentRun and WorkflowRun on
+    the workflows role, as a variant build does). Its identity carries the policy's digest
+    (``worker_identity``; an ``identity`` option replaces the part before it). A
+    ``settings.deployment`` joins that Worker Deployment Version. ``run_worker`` does all
+    of this for every role of ``settings.roles``, and closes the MCP sessions when the
+    workers stop.
     """
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
     settings = sealed(client, settings)
-    workflows: Sequence[type] = [AgentRun, WorkflowRun]
+    workflows: Sequence[type] = worker_options.pop("workflows", (AgentRun, WorkflowRun))
+    if role != WORKFLOWS_ROLE:
+        workflows = []
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
+    for option, value in settings.concurrency.worker_options(role).items():
+        worker_options.setdefault(option, value)
+    if settings.deployment is not None:
+        worker_options.setdefault("deployment_config", deployment_config(settings.deployment))
     _check_outage_retry(client, settings.outage_seconds)
     telemetry = current_telemetry()
     if telemetry is not None:
@@ -369,9 +402,9 @@ def build_worker(
         worker_options["plugins"] = [*worker_options.get("plugins", []), *missing]
     return Worker(
         client,
-        task_queue=settings.task_queue,
-        workflows=workflows,
-        activities=activities_for(settings, http, mcp),
+        task_queue=role_task_queue(settings.task_queue, role),
+        workflows=list(workflows),
+        activities=activities_of_role(activities_for(settings, http, mcp), role),
         identity=identity,
         **worker_options,
     )
@@ -405,30 +438,56 @@ def _check_outage_retry(client: Client, outage_seconds: float) -> None:
 
 
 @asynccontextmanager
-async def run_worker(
+async def run_workers(
     client: Client, settings: WorkerSettings | None = None, **worker_options: Any
-) -> AsyncIterator[Worker]:
-    """Run a psych worker (and its HTTP client) for the duration of the block.
+) -> AsyncIterator[list[Worker]]:
+    """Run a psych worker of every role in ``settings.roles`` (one Temporal Worker per
+    role, in that order, sharing one HTTP client) for the duration of the block.
 
     Raises:
-        PsychError: a live worker of the task queue has another approval policy
+        PsychError: a live worker of one of the task queues has another approval policy
             (``check_fleet_policy``); this one does not start.
     """
     # Sealed before the MCP activities are made: they store results in the blob store too.
     settings = sealed(client, settings or WorkerSettings())
-    await check_fleet_policy(client, settings.task_queue, settings.policy)
+    for role in settings.roles:
+        queue = role_task_queue(settings.task_queue, role)
+        await check_fleet_policy(client, queue, settings.policy)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+        # One MCP session pool and cache for every role of this process.
         mcp = _mcp_activities(settings)
         try:
-            worker = build_worker(client, settings, http=http, mcp=mcp, **worker_options)
-            async with worker:
-                yield worker
+            workers = [
+                build_worker(
+                    client, settings, http=http, role=role, mcp=mcp, **dict(worker_options)
+                )
+                for role in settings.roles
+            ]
+            async with AsyncExitStack() as running:
+                for worker in workers:
+                    await running.enter_async_context(worker)
+                yield workers
         finally:
             await mcp.aclose()
-        # Calls not safe to repeat report their outcome through the client; the worker
-        # has stopped, but those reports may still be retrying through an outage.
+        # Calls not safe to repeat report their outcome through the client; the workers
+        # have stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
     telemetry = current_telemetry()
     if telemetry is not None:
         # The psych command ends with os._exit, which skips the exporters' atexit flush.
         telemetry.flush()
+
+
+@asynccontextmanager
+async def run_worker(
+    client: Client, settings: WorkerSettings | None = None, **worker_options: Any
+) -> AsyncIterator[Worker]:
+    """``run_workers``, yielding the first role's Worker (the workflows role's when it
+    runs here, as it does by default).
+
+    Raises:
+        PsychError: a live worker of one of the task queues has another approval policy
+            (``check_fleet_policy``); this one does not start.
+    """
+    async with run_workers(client, settings, **worker_options) as workers:
+        yield workers[0]

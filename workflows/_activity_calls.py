@@ -4,6 +4,13 @@ Retries belong to the workflow: model calls and tools not safe to repeat run onc
 counts model retries against its budget; a tool not safe to repeat is never run twice);
 tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
 5, for infrastructure failures only (a tool's own error is data, not an activity failure).
+
+Each activity goes to the task queue of its worker role (``ACTIVITY_ROLES``): the model call
+to ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search to
+``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's). The
+local ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow
+workers reach MCP servers too. A Run whose history started before roles (no
+``psych-roles`` marker) keeps scheduling on its own queue, so it replays unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import (
+        ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
         MODEL_COMPLETE,
@@ -26,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         TOOL_HTTP,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
+        WORKFLOWS_ROLE,
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
@@ -42,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         ReadOutputInput,
         ToolCatalog,
         ToolOutcome,
+        role_task_queue,
     )
 
 _R = TypeVar("_R")
@@ -82,6 +92,19 @@ OPTIONS: dict[str, Options] = {
 """Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
 
 
+ROLES_PATCH = "psych-roles"
+"""Marks a Run that schedules each activity on its role's task queue (see the module's
+docstring); a Run replayed without it keeps its own queue for all of them."""
+
+
+def task_queue_for(name: str) -> str | None:
+    """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
+    role = ACTIVITY_ROLES[name]
+    if role == WORKFLOWS_ROLE or not workflow.patched(ROLES_PATCH):
+        return None
+    return role_task_queue(workflow.info().task_queue, role)
+
+
 def tool_retry(safe_to_repeat: bool) -> RetryPolicy:
     """A tool safe to repeat gets infrastructure retries; any other runs at most once."""
     return SAFE_TOOL_RETRY if safe_to_repeat else ONCE
@@ -104,6 +127,7 @@ async def _execute(
         name,
         input,
         result_type=result_type,
+        task_queue=task_queue_for(name),
         start_to_close_timeout=options.start_to_close + extra_time,
         heartbeat_timeout=heartbeat or options.heartbeat,
         retry_policy=retry or options.retry,

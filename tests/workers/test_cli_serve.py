@@ -45,7 +45,9 @@ async def test_worker_serves_runs_until_sigint(
     assert child.stdout is not None
     try:
         started = await read_until(child.stdout, "Ctrl-C to stop")
-        assert f"worker polling task queue {cli.task_queue!r} at {cli.address}" in started
+        tq = cli.task_queue
+        roles = f"workflows on {tq!r}, model on '{tq}-model', tools on '{tq}-tools'"
+        assert f"worker polling {roles} at {cli.address}" in started
         status, out, err = await psych(capsys, *cli.run_args("--input", "Where is order 7?"))
         assert status == 0, out + err
         assert "answer:       Order 7 was delivered." in out
@@ -67,7 +69,7 @@ async def test_dev_runs_a_server_and_a_worker_until_sigterm(
     try:
         started = await read_until(child.stdout, "Ctrl-C to stop")
         assert f"Temporal dev server at 127.0.0.1:{port}\n" in started
-        assert "worker polling task queue 'psych'" in started
+        assert "worker polling workflows on 'psych', model on 'psych-model'" in started
 
         # A second dev server on the same port is refused instead of joining the first.
         status, _, err = await psych(capsys, "dev", "--port", str(port))

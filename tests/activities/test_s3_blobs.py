@@ -1,0 +1,148 @@
+"""S3BlobStore's own behaviour (the shared contract is test_blob_contract.py): its URL,
+the store ``PSYCH_BLOB_URL`` selects, conditional writes under concurrency, and errors that
+are not a missing blob. Against moto's S3 server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+
+from psych_runtime.activities import (
+    BlobNotFound,
+    LocalBlobStore,
+    S3BlobStore,
+    S3Location,
+    blob_ref,
+    blob_store_from_env,
+    parse_s3_url,
+)
+from psych_runtime.specs import SpecError
+from psych_runtime.workers import WorkerSettings
+from tests._s3_server import S3_ENV, S3Server, object_versions, s3_server
+
+
+@pytest.fixture(scope="module")
+async def s3() -> AsyncIterator[S3Server]:
+    async with s3_server() as server:
+        yield server
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in S3_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize(
+    ("url", "location"),
+    [
+        ("s3://bucket", S3Location(bucket="bucket")),
+        ("s3://bucket/", S3Location(bucket="bucket")),
+        ("s3://bucket/psych/blobs/", S3Location(bucket="bucket", prefix="psych/blobs/")),
+        (
+            "s3://b/p?endpoint=http://minio:9000&region=eu-west-1",
+            S3Location(bucket="b", prefix="p/", endpoint="http://minio:9000", region="eu-west-1"),
+        ),
+        (
+            "s3://b?addressing=virtual&endpoint=https://s3.example.test",
+            S3Location(bucket="b", endpoint="https://s3.example.test", addressing="virtual"),
+        ),
+    ],
+)
+def test_the_url_names_bucket_prefix_endpoint_region_and_addressing(
+    url: str, location: S3Location
+) -> None:
+    assert parse_s3_url(url) == location
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("file:///var/blobs", "not an s3:// URL"),
+        ("s3:///prefix", "must be a bucket name"),
+        ("s3://key:secret@bucket/p", "credentials do not go in the URL"),
+        ("s3://bucket:9000/p", "must be a bucket name"),
+        ("s3://b?endpoint=minio:9000", "is not an http(s) URL"),
+        ("s3://b?region=a&region=b", "must be given once"),
+        ("s3://b?region=", "must be given once"),
+        ("s3://b?endpiont=http://x", "unknown parameter(s) endpiont"),
+        ("s3://b?addressing=dns", "addressing must be path, virtual or auto"),
+        ("s3://b/p#frag", "a fragment"),
+    ],
+)
+def test_a_malformed_url_is_refused_naming_what_is_wrong(url: str, says: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_s3_url(url)
+    assert says in str(caught.value)
+    assert "PSYCH_BLOB_URL" in str(caught.value)
+
+
+def test_psych_blob_url_selects_the_s3_store_and_the_directory_stays_the_default(
+    tmp_path: Path,
+) -> None:
+    chosen = blob_store_from_env({"PSYCH_BLOB_URL": "s3://b/p?region=us-east-1"}, tmp_path)
+    assert isinstance(chosen, S3BlobStore)
+    assert chosen.location == S3Location(bucket="b", prefix="p/", region="us-east-1")
+    default = blob_store_from_env({}, tmp_path / "home")
+    assert isinstance(default, LocalBlobStore) and default.root == tmp_path / "home"
+    chosen_dir = blob_store_from_env({"PSYCH_BLOB_DIR": str(tmp_path / "d")}, tmp_path)
+    assert isinstance(chosen_dir, LocalBlobStore) and chosen_dir.root == tmp_path / "d"
+
+
+def test_a_worker_reads_psych_blob_url_from_its_environment() -> None:
+    settings = WorkerSettings.from_env({"PSYCH_BLOB_URL": "s3://fleet/blobs?region=eu-west-1"})
+    assert isinstance(settings.blobs, S3BlobStore)
+    assert settings.blobs.location.bucket == "fleet"
+    assert isinstance(WorkerSettings.from_env({}).blobs, LocalBlobStore)
+
+
+def test_both_stores_named_at_once_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="both set"):
+        blob_store_from_env({"PSYCH_BLOB_URL": "s3://b", "PSYCH_BLOB_DIR": "/blobs"}, tmp_path)
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_concurrent_puts_of_one_blob_write_it_once(s3: S3Server) -> None:
+    # Conditional writes: eight workers storing the same new blob leave one object
+    # version in a versioned bucket, not eight.
+    bucket = await s3.new_bucket(versioned=True)
+    data = os.urandom(16 * 1024)
+    stores = [S3BlobStore.from_url(s3.url(bucket, "p")) for _ in range(8)]
+    try:
+        refs = await asyncio.gather(*[store.put(data) for store in stores])
+    finally:
+        for store in stores:
+            await store.aclose()
+    assert set(refs) == {blob_ref(data)}
+    digest = blob_ref(data).removeprefix("sha256:")
+    versions = await object_versions(s3, bucket, f"p/{digest[:2]}/{digest[2:]}")
+    assert len(versions) == 1
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_missing_bucket_is_a_configuration_error_not_a_missing_blob(
+    s3: S3Server,
+) -> None:
+    async with S3BlobStore.from_url(s3.url("no-such-bucket-here")) as store:
+        with pytest.raises(ClientError) as caught:
+            await store.get(blob_ref(b"x"))
+    assert not isinstance(caught.value, BlobNotFound)
+    assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_closed_store_opens_a_new_client_when_used_again(s3: S3Server) -> None:
+    bucket = await s3.new_bucket(versioned=False)
+    store = S3BlobStore.from_url(s3.url(bucket))
+    ref = await store.put(b"before")
+    await store.aclose()
+    try:
+        assert await store.get(ref) == b"before"
+    finally:
+        await store.aclose()
+    assert repr(store) == f"S3BlobStore(s3://{bucket}/ at {s3.endpoint})"

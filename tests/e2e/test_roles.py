@@ -1,0 +1,167 @@
+"""Worker roles: a process per role runs a Run, a killed model worker is replaced, and a
+Run waiting on a queue nobody polls says so in ``psych status``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.workers import WorkerSettings, run_worker
+from psych_runtime.workers._cli import main
+from psych_runtime.workflows import PsychClient, RunStatus
+
+from ._role_proc import spawn_role, stop
+from ._waiting import eventually
+from ._worker_proc import REGISTRY
+
+SCOPE = Scope(tenant="acme", principal="tester")
+
+
+def order_agent() -> AgentBuilder:
+    return AgentBuilder("orders", registry=REGISTRY).model("fake-model").tool("lookup_order")
+
+
+@contextlib.asynccontextmanager
+async def role_processes(
+    client: Client, task_queue: str, home: Path, model_url: str, *groups: tuple[str, ...]
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """One ``psych worker`` process per group of roles, stopped on leaving."""
+    target = client.service_client.config.target_host
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        for roles in groups:
+            procs.append(await spawn_role(target, task_queue, roles, home / "blobs", model_url))
+        yield procs
+    finally:
+        for proc in procs:
+            await stop(proc)
+
+
+def psych_client(client: Client, task_queue: str, home: Path) -> PsychClient:
+    return PsychClient(
+        client, store=FileVersionStore(home / "versions"), task_queue=task_queue, registry=REGISTRY
+    )
+
+
+async def scheduled_queues(client: Client, workflow_id: str) -> dict[str, set[str]]:
+    """Activity type -> the task queues its activities were scheduled on."""
+    queues: dict[str, set[str]] = {}
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            queues.setdefault(attrs.activity_type.name, set()).add(attrs.task_queue.name)
+    return queues
+
+
+async def test_a_run_completes_with_a_process_per_role(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.enqueue(
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+            Reply.text("Order 42 was delivered."),
+        )
+        async with role_processes(
+            dev_env.client,
+            task_queue,
+            tmp_path,
+            fake.base_url,
+            ("workflows",),
+            ("model",),
+            ("tools",),
+        ):
+            psych = psych_client(dev_env.client, task_queue, tmp_path)
+            run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
+            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    assert result.answer == "Order 42 was delivered."
+    queues = await scheduled_queues(dev_env.client, run.workflow_id)
+    assert queues["psych.model.complete"] == {f"{task_queue}-model"}
+    assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
+    assert queues["psych.tool.catalog"] == {f"{task_queue}-tools"}
+
+
+async def test_killing_the_model_worker_mid_call_and_starting_another_completes_the_run(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    target = dev_env.client.service_client.config.target_host
+    async with FakeModel(models=("fake-model",)) as fake:
+        # The first call hangs until its worker is gone; the Run's retry gets the answer.
+        fake.enqueue(Reply.stall(600), Reply.text("answered after the crash"))
+        async with role_processes(
+            dev_env.client, task_queue, tmp_path, fake.base_url, ("workflows", "tools")
+        ):
+            doomed = await spawn_role(
+                target, task_queue, ("model",), tmp_path / "blobs", fake.base_url
+            )
+            try:
+                psych = psych_client(dev_env.client, task_queue, tmp_path)
+                run = await psych.dispatch(order_agent().build(), "hello", scope=SCOPE)
+
+                async def in_flight() -> bool:
+                    return len(fake.requests) == 1
+
+                await eventually(in_flight, within=30, what="the model call to be in flight")
+            finally:
+                await stop(doomed, signal.SIGKILL)
+            replacement = await spawn_role(
+                target, task_queue, ("model",), tmp_path / "blobs", fake.base_url
+            )
+            try:
+                result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=120)
+            finally:
+                await stop(replacement)
+    assert result.status is RunStatus.COMPLETED
+    assert result.answer == "answered after the crash"
+    assert len(fake.requests) == 2
+
+
+async def test_a_run_whose_tools_queue_has_no_poller_says_so_in_psych_status(
+    dev_env: WorkflowEnvironment, tmp_path: Path, capsys: object
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    target = dev_env.client.service_client.config.target_host
+    async with FakeModel(models=("fake-model",)) as fake:
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            roles=("workflows", "model"),
+            registry=REGISTRY,
+            blobs=LocalBlobStore(tmp_path / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+        )
+        async with run_worker(dev_env.client, settings):
+            psych = psych_client(dev_env.client, task_queue, tmp_path)
+            run = await psych.dispatch(order_agent().build(), "hello", scope=SCOPE)
+            said = io.StringIO()
+
+            async def reported() -> bool:
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    status = await asyncio.to_thread(
+                        main, ["status", run.workflow_id, "--tenant", "acme", "--address", target]
+                    )
+                assert status == 0, err.getvalue()
+                said.write(err.getvalue())
+                return "waiting for a worker of role tools" in err.getvalue()
+
+            await eventually(reported, within=10, what="psych status to name the tools role")
+    line = next(line for line in said.getvalue().splitlines() if "role tools" in line)
+    assert f"on queue {task_queue}-tools" in line
+    assert f"psych worker --role tools --task-queue {task_queue}" in line
+    assert "role model" not in said.getvalue()

@@ -1,0 +1,110 @@
+"""``psych replay``: committed histories replay; a changed history or changed workflow code
+is caught, naming the Run and the event; histories fetched from a namespace replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import FakeModel, Reply
+from psych_runtime.workers import start_dev_server
+from psych_runtime.workers._replay import history_files, load_history, replay
+from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workflows import PsychClient, WorkflowRun
+
+from ._nondeterministic import TimerFirstAgentRun
+from .conftest import ROOT, psych
+
+HISTORIES = ROOT / "tests" / "workflows" / "histories"
+PLAIN = HISTORIES / "plain_answer.json"
+
+
+async def test_committed_histories_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = await psych(capsys, "replay", str(HISTORIES))
+    count = len(list(HISTORIES.glob("*.json")))
+    assert status == 0, out + err
+    assert out.splitlines()[-1] == f"replayed {count} histories: 0 failed"
+    assert sum(line.startswith("ok psych-") for line in out.splitlines()) == count
+
+
+async def test_a_changed_history_fails_naming_the_run_and_the_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = json.loads(PLAIN.read_text())
+    scheduled = next(
+        event
+        for event in history["events"]
+        if event["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+    )
+    scheduled["activityTaskScheduledEventAttributes"]["activityType"]["name"] = "psych.renamed"
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(history))
+    run = load_history(PLAIN).workflow_id
+
+    status, out, _ = await psych(capsys, "replay", str(PLAIN), str(changed))
+
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == f"ok {run} ({PLAIN})"
+    assert lines[1].startswith(f"FAILED {run} ({changed}): ")
+    assert "Nondeterminism" in lines[1]
+    assert "psych.renamed" in lines[1]
+    assert f"event {scheduled['eventId']}" in lines[1] or scheduled["eventId"] in lines[1]
+    assert lines[-1] == "replayed 2 histories: 1 failed"
+
+
+async def test_changed_workflow_code_fails_on_the_committed_histories() -> None:
+    files = history_files([HISTORIES])
+    outcomes = await replay(
+        ((load_history(path), str(path)) for path in files),
+        workflows=(TimerFirstAgentRun, WorkflowRun),
+    )
+    agent_runs = [
+        outcome
+        for outcome, path in zip(outcomes, files, strict=True)
+        if '"AgentRun"' in path.read_text()[:2000]
+    ]
+    assert agent_runs
+    assert all(outcome.failure is not None for outcome in agent_runs)
+    assert all("Nondeterminism" in (outcome.failure or "") for outcome in agent_runs)
+    assert all(outcome.run.startswith("psych-") for outcome in agent_runs)
+
+
+async def test_the_newest_runs_of_a_namespace_replay(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A server of its own: the session's holds other tests' Runs, some of test-only builds.
+    env = await start_dev_server()
+    try:
+        target = env.client.service_client.config.target_host
+        status, out, err = await psych(capsys, "replay", "--last", "5", "--address", target)
+        assert (status, out.splitlines()[-1]) == (0, "replayed 0 histories: 0 failed"), err
+
+        async with FakeModel(models=("fake-model",)) as fake:
+            settings = WorkerSettings(
+                task_queue="replay-source",
+                blobs=LocalBlobStore(tmp_path / "blobs"),
+                endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+            )
+            client = PsychClient(
+                env.client, store=FileVersionStore(tmp_path / "v"), task_queue="replay-source"
+            )
+            scope = Scope(tenant="acme", principal="tester")
+            async with run_worker(env.client, settings):
+                for answer in ("one", "two"):
+                    fake.enqueue(Reply.text(answer))
+                    spec = AgentBuilder("hello").model("fake-model").build()
+                    await client.result(await client.dispatch(spec, "hi", scope=scope), scope=scope)
+
+        status, out, err = await psych(capsys, "replay", "--last", "5", "--address", target)
+    finally:
+        await env.shutdown()
+    assert status == 0, out + err
+    assert out.splitlines()[-1] == "replayed 2 histories: 0 failed"
+    assert all(line.endswith("(namespace default)") for line in out.splitlines()[:-1])

@@ -1,0 +1,75 @@
+"""Worker roles without a server: naming, parsing, what each role registers, its limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from psych_runtime.activities import ACTIVITY_NAMES, ACTIVITY_ROLES, ROLES, role_task_queue
+from psych_runtime.activities._activity_class import activity_name
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.specs import SpecError
+from psych_runtime.workers import WorkerSettings, activities_for
+from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
+from psych_runtime.workers._versioning import deployment_version, version_from_env
+
+
+def test_every_activity_has_a_role_and_roles_name_their_queues() -> None:
+    assert sorted(ACTIVITY_ROLES) == sorted(ACTIVITY_NAMES)
+    assert set(ACTIVITY_ROLES.values()) == set(ROLES)
+    assert [role_task_queue("psych", role) for role in ROLES] == [
+        "psych",
+        "psych-model",
+        "psych-tools",
+    ]
+    with pytest.raises(SpecError, match="unknown worker role 'gpu'"):
+        role_task_queue("psych", "gpu")
+
+
+def test_roles_parse_in_order_without_repeats_and_default_to_all() -> None:
+    assert parse_roles([]) == ROLES
+    assert parse_roles([""]) == ROLES
+    assert parse_roles(["all"]) == ROLES
+    assert parse_roles(["tools", "model,tools"]) == ("model", "tools")
+    with pytest.raises(SpecError, match="unknown worker role 'gpu'"):
+        parse_roles(["model,gpu"])
+    assert WorkerSettings.from_env({"PSYCH_ROLES": "tools"}).roles == ("tools",)
+
+
+async def test_each_role_registers_its_own_activities(tmp_path: Path) -> None:
+    settings = WorkerSettings(blobs=LocalBlobStore(tmp_path))
+    async with httpx.AsyncClient() as http:
+        every = activities_for(settings, http)
+    names = {role: {activity_name(fn) for fn in activities_of_role(every, role)} for role in ROLES}
+    assert names["model"] == {"psych.model.complete"}
+    assert "psych.tool.code" in names["tools"]
+    assert "psych.model.complete" not in names["tools"]
+    # Local activities and Runs begun before roles need every activity on the workflows role.
+    assert names["workflows"] == {activity_name(fn) for fn in every}
+
+
+def test_concurrency_defaults_and_environment() -> None:
+    assert Concurrency.from_env({}) == Concurrency(100, 100, 100)
+    limits = Concurrency.from_env(
+        {"PSYCH_MAX_WORKFLOW_TASKS": "7", "PSYCH_MAX_MODEL_CALLS": "3", "PSYCH_MAX_TOOL_CALLS": "5"}
+    )
+    assert limits.worker_options("workflows") == {"max_concurrent_workflow_tasks": 7}
+    assert limits.worker_options("model") == {"max_concurrent_activities": 3}
+    assert limits.worker_options("tools") == {"max_concurrent_activities": 5}
+    with pytest.raises(SpecError, match="PSYCH_MAX_TOOL_CALLS='0' must be at least 1"):
+        Concurrency.from_env({"PSYCH_MAX_TOOL_CALLS": "0"})
+    with pytest.raises(SpecError, match="is not a whole number"):
+        Concurrency.from_env({"PSYCH_MAX_MODEL_CALLS": "many"})
+
+
+def test_a_deployment_needs_both_its_name_and_a_build_id() -> None:
+    assert version_from_env({}) is None
+    version = version_from_env({"PSYCH_DEPLOYMENT": "psych", "PSYCH_BUILD_ID": "abc"})
+    assert version is not None
+    assert version.to_canonical_string() == "psych.abc"
+    with pytest.raises(SpecError, match="both a deployment name and a build id"):
+        deployment_version("psych", None)
+    with pytest.raises(SpecError, match=r"may not contain '\.'"):
+        deployment_version("a.b", "1")
