@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
-from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 from bench._agent import MODEL, SCOPE, small_result
 from bench._history import history_facts
@@ -30,6 +29,7 @@ from psych_runtime.specs import AgentBuilder, AgentSpec, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
+from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 MCP_TOOL = "tools__echo"
 FILLER = 29
