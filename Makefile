@@ -34,8 +34,9 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy tests bench examples
 
+# Three processes, a module's tests in one of them (its module-scoped servers are shared).
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 test: lint typecheck unit
 

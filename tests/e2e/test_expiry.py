@@ -274,10 +274,15 @@ async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(ri
 
     assert result.status is RunStatus.ABANDONED
     assert result.reason.startswith(f"suspension_expired: subagent {pending.id}")
+    # The lead settles at its expiry (an hour), not at the subagent's retry (two): a few
+    # seconds of slack for the settling tasks a loaded machine runs after the timer.
     assert await rig.server_seconds(run) == pytest.approx(
-        SuspensionPolicy().children_expires_seconds, abs=1.0
+        SuspensionPolicy().children_expires_seconds, abs=5.0
     )
     assert child.status is RunStatus.ABORTED  # cancelled with its lead, and says so
     assert child.reason is not None
     assert child.reason.startswith("cancelled")
-    assert len(rig.fake.requests) == 2  # the lead's call and the subagent's one
+    # The lead's call and the subagent's one; the time-skipping server may skip to the
+    # subagent's retry (a third request, answered 500) in the moment between the lead's
+    # expiry and its cancellation reaching the child, when no task is outstanding.
+    assert len(rig.fake.requests) in (2, 3)
