@@ -9,9 +9,10 @@ It starts, and stops again on the way out:
   checks the bearer token against ``PSYCH_SECRET_PAYMENTS_API_KEY``, which is set to a
   demo value when unset, and the worker resolves the ``payments-api-key`` credential
   from that same variable;
-- the scriptable fake model, scripted by ``support_model`` below to behave like a small
-  model: unless ``OPENAI_BASE_URL`` is set, in which case that endpoint (with
-  ``OPENAI_API_KEY``) serves ``PSYCH_DEMO_MODEL`` (default: the Spec's model);
+- the scriptable fake model, scripted by ``scripted_support_model`` (what ``psych dev
+  --fake-model`` serves) to behave like a small model: unless ``OPENAI_BASE_URL`` is
+  set, in which case that endpoint (with ``OPENAI_API_KEY``) serves ``PSYCH_DEMO_MODEL``
+  (default: the Spec's model);
 - a psych worker with the tools of ``examples/tools.py`` whose Policy asks a person to
   approve every ``issue_refund`` call (``RulePolicy(tools={"issue_refund": "ask"})``, what
   ``psych worker --ask issue_refund`` builds).
@@ -57,9 +58,10 @@ from psych_runtime.specs import (
     parse_spec,
     spec_to_data,
 )
-from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.testing import FakeModel
 from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
 from psych_runtime.workers._loading import load_object, load_spec_file
+from psych_runtime.workers._scripted_model import scripted_support_model
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended
 
 HERE = Path(__file__).resolve().parent
@@ -76,82 +78,16 @@ SECRET_VARIABLE = "PSYCH_SECRET_PAYMENTS_API_KEY"
 SPEC_HTTP_PORT = 8765
 
 
-# --- the scripted model -------------------------------------------------------------------
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts
-        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
+# --- the payments API ---------------------------------------------------------------------
 
 
 def _json(text: str) -> dict[str, Any]:
+    """A request body's JSON object ({} when it is not one)."""
     try:
         value = json.loads(text)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def support_model(body: dict[str, Any]) -> Reply:
-    """A small scripted support model, deciding from the conversation it is sent.
-
-    Finds the order id in the user's message, looks the order up, refunds it if it was
-    delivered, then answers in one sentence built from the tool results.
-    """
-    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
-    user = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
-    found = re.search(r"order\s*(?:#|number|no\.?)?\s*(\w+)", user, re.IGNORECASE)
-    if found is None:
-        return Reply.text("Which order is this about? Please give me its number.")
-    order_id = found.group(1)
-    names = {
-        call.get("id"): call.get("function", {}).get("name")
-        for m in messages
-        if m.get("role") == "assistant"
-        for call in m.get("tool_calls") or ()
-    }
-    results = {
-        names.get(m.get("tool_call_id")): _text(m.get("content"))
-        for m in messages
-        if m.get("role") == "tool"
-    }
-    if "lookup_order" not in results:
-        return Reply.tool_calls(ToolCall("lookup_order", {"order_id": order_id}))
-    order = _json(results["lookup_order"])
-    if order.get("status") != "delivered":
-        status = order.get("status", "unknown")
-        return Reply.text(f"Order {order_id} is {status}, so I cannot refund it yet.")
-    if "issue_refund" not in results:
-        reason = "arrived broken" if "broken" in user.lower() else "customer request"
-        return Reply.tool_calls(ToolCall("issue_refund", {"order_id": order_id, "reason": reason}))
-    refund = _json(results["issue_refund"])
-    if not refund.get("refunded"):
-        return Reply.text(f"I could not refund order {order_id}: {results['issue_refund'][:200]}")
-    return Reply.text(
-        f"I refunded order {order_id} ({order.get('total', 'the full amount')}); "
-        f"refund {refund.get('refund_id', '')} is on its way to you."
-    )
-
-
-def demo_model(body: dict[str, Any]) -> Reply:
-    """The support model, or the onboarding workflow's greeter when its prompt asks to
-    welcome a customer (it reads the account from the prior step's output)."""
-    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
-    system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
-    if "Welcome the new customer" not in system:
-        return support_model(body)
-    user = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
-    account = re.search(r'"account": "([\w-]+)"', user)
-    name = re.search(r"Onboard (\w+)", user)
-    who = name.group(1) if name else "there"
-    where = f" Your account {account.group(1)} is ready." if account else ""
-    return Reply.text(f"Welcome aboard, {who}!{where} Reply here whenever you need us.")
-
-
-# --- the payments API ---------------------------------------------------------------------
 
 
 @contextmanager
@@ -313,7 +249,7 @@ async def main() -> int:
                 serving = f"{model} at {os.environ['OPENAI_BASE_URL']}"
             else:
                 fake = await stack.enter_async_context(FakeModel(models=(model,)))
-                fake.responder = demo_model
+                fake.responder = scripted_support_model
                 endpoints = ModelEndpoints(default=Endpoint(fake.base_url, "demo-model-key"))
                 serving = f"the scripted fake model as {model} (set OPENAI_BASE_URL for a real one)"
             spec = _demo_spec(example, payments_url, model)
