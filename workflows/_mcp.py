@@ -85,19 +85,7 @@ def take_turn(state: McpState, result: McpTurnResult, *, turn: int, log: RecordL
     fresh = set(result.fresh)
     for status in state.statuses:
         was_cached = status.cached if changed else status.server not in fresh
-        log.add(
-            McpDiscovered(
-                **log.stamp(),
-                turn=turn,
-                server=status.server,
-                status=status.status,
-                tools=status.tools,
-                catalog_hash=status.catalog_hash,
-                cached=was_cached,
-                error=status.error,
-                renamed=tuple(r for r in result.renamed if r[1] == status.server),
-            )
-        )
+        _record(log, turn, status, was_cached, result.renamed)
     # The activity told the model of every optional server it found down and not told yet.
     state.unavailable = {s.server for s in state.statuses if s.status == "unavailable"}
     state.deferred = tuple(s.server for s in state.statuses if s.status == "deferred")
@@ -147,19 +135,7 @@ async def refresh(
     _take(state, result)
     notes: list[ChatMessage | str] = []
     for status in result.servers:
-        log.add(
-            McpDiscovered(
-                **log.stamp(),
-                turn=turn,
-                server=status.server,
-                status=status.status,
-                tools=status.tools,
-                catalog_hash=status.catalog_hash,
-                cached=status.cached,
-                error=status.error,
-                renamed=tuple(r for r in result.renamed if r[1] == status.server),
-            )
-        )
+        _record(log, turn, status, status.cached, result.renamed)
         note = _availability(state, status)
         if note is not None:
             notes.append(ChatMessage(role="user", content=note))
@@ -167,6 +143,29 @@ async def refresh(
     state.catalogs = {s.server: s.catalog_hash for s in result.servers if s.catalog_hash}
     offered.update(state.entries)
     return Turn(state.tools_ref or base.tools_ref, offered, notes)
+
+
+def _record(
+    log: RecordLog,
+    turn: int,
+    status: McpServerStatus,
+    cached: bool,
+    renamed: tuple[tuple[str, str, str], ...],
+) -> None:
+    """One server's ``McpDiscovered`` record of a turn."""
+    log.add(
+        McpDiscovered(
+            **log.stamp(),
+            turn=turn,
+            server=status.server,
+            status=status.status,
+            tools=status.tools,
+            catalog_hash=status.catalog_hash,
+            cached=cached,
+            error=status.error,
+            renamed=tuple(r for r in renamed if r[1] == status.server),
+        )
+    )
 
 
 def _take(state: McpState, result: McpCatalog) -> None:
