@@ -164,6 +164,15 @@ async def test_list_says_when_it_shows_only_the_newest_runs(
         )
     )
     try:
+        # Until visibility holds all 101: with only 100 of them indexed yet, list would
+        # rightly show 100 and say nothing of more.
+        for _ in range(200):
+            counted = await cli.env.client.count_workflows(f"PsychTenant = '{who}'")
+            if counted.count == 101:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"visibility never counted 101 Runs of {who}")
         out, err = await listed(cli, capsys, who, 100)
         assert sum(line.startswith(f"psych-{who}-") for line in out.splitlines()) == 100
         assert "showing the newest 100 matching Runs; there are more" in err
