@@ -53,6 +53,7 @@ from psych_runtime.activities._mcp_pool import (
 )
 from psych_runtime.activities._mcp_results import result_text
 from psych_runtime.activities._mcp_settings import McpSettings
+from psych_runtime.activities._outcomes import fixed_decision, store_outcome
 from psych_runtime.activities._payloads import (
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
@@ -74,7 +75,6 @@ from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
 from psych_runtime.activities._spans import tool_span, traced_tool
-from psych_runtime.activities._tools import fixed_decision, store_outcome
 from psych_runtime.specs import McpServer, NotFound, Scope, matches
 
 _log = logging.getLogger(__name__)
