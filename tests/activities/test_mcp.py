@@ -200,6 +200,34 @@ async def test_the_cache_answers_until_the_server_says_its_list_changed(
     assert third.catalog_hash != first.catalog_hash
 
 
+async def test_a_turn_on_an_unchanged_cached_listing_reuses_the_catalogue_built_for_it(
+    served: McpTestServer, mcp: McpActivities
+) -> None:
+    server = spec_of(served)
+    given = McpCatalogInput(run_id="r1", turn=1, servers=(server,), scope=SCOPE)
+    env = ActivityEnvironment()
+    fresh = await env.run(mcp.resolve, given)
+    cached = await env.run(mcp.resolve, given)
+    again = await env.run(mcp.resolve, given.model_copy(update={"turn": 2}))
+    assert [s.cached for s in (*fresh.servers, *cached.servers)] == [False, True]
+    # The second turn built it from the cached listing; the third reused that build.
+    assert again.entries is cached.entries and again.servers[0].cached
+    assert again.catalog_hash == cached.catalog_hash == fresh.catalog_hash
+    # Another tenant's turn is built for it (its blobs are its own).
+    other = given.model_copy(update={"scope": Scope(tenant="other")})
+    assert (await env.run(mcp.resolve, other)).entries is not cached.entries
+
+    assert served.add_tool("memo_tool") >= 1
+
+    async def rebuilt() -> McpCatalog | None:
+        result = await env.run(mcp.resolve, given)
+        return None if result.servers[0].cached else result
+
+    changed: McpCatalog = await eventually(rebuilt, within=10.0)
+    assert changed.entries is not None
+    assert "test__memo_tool" in {entry.name for entry in changed.entries}
+
+
 async def test_an_unreachable_server_is_a_status_naming_the_error(
     mcp: McpActivities, served: McpTestServer
 ) -> None:
