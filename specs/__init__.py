@@ -6,6 +6,7 @@ temporalio, so all of it is safe inside a workflow.
 """
 
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
+from psych_runtime.specs._depth import DepthCap, depth_refusal
 from psych_runtime.specs._documents import (
     MAX_DOCUMENT_BYTES,
     MAX_INT_DIGITS,
@@ -82,6 +83,7 @@ __all__ = [
     "BUILTIN_TOOL_NAMES",
     "CodeTool",
     "CompactionPolicy",
+    "DepthCap",
     "ExternalWait",
     "HttpTool",
     "Limits",
@@ -122,6 +124,7 @@ __all__ = [
     "WorkflowSpec",
     "WorkflowStepRef",
     "canonical_bytes",
+    "depth_refusal",
     "matches",
     "mcp_connection_key",
     "mcp_servers_of",

@@ -39,6 +39,7 @@ from psych_runtime.workflows._contract import (
 )
 from psych_runtime.workflows._records import (
     AbortRequested,
+    ChildSettled,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -77,6 +78,7 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "ChildSettled",
     "DEFAULT_TASK_QUEUE",
     "McpDiscovered",
     "McpDiscoveryReport",

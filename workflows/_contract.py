@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.specs import Scope, SuspensionPolicy, Version
+from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Version
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -228,6 +228,10 @@ class RunInput(_Frozen):
     """The user's input message(s), in order."""
     depth: int = Field(default=0, ge=0)
     """Delegation depth: 0 for a Run a caller started, parent's + 1 for a child's."""
+    depth_caps: tuple[DepthCap, ...] = ()
+    """``(agent, max_delegation_depth)`` of every agent above this Run on its delegation
+    chain, root first (empty for a Run a caller started): with the Run's own agent, what
+    ``specs.depth_refusal`` checks a child's depth against."""
     bounds: ParentBounds | None = None
     """Set by a parent Run; None for a Run a caller started."""
 

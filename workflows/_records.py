@@ -306,6 +306,26 @@ class StepFinished(_Record):
     """The child Run's totals, rolled up into this Run's."""
 
 
+class ChildSettled(_Record):
+    """A child Run this Run started for a tool call (``delegate``, ``spawn``) ended; its
+    totals are rolled up into this Run's (a workflow step's child is in ``StepFinished``)."""
+
+    kind: Literal["child_settled"] = "child_settled"
+    turn: int
+    call_id: str
+    """The tool call that started (or collected) the child."""
+    run: str
+    """The child's workflow id."""
+    agent: str
+    """The child's Spec name."""
+    via: Literal["delegate", "spawn"]
+    version_hash: str
+    status: RunStatus
+    reason: str
+    totals: Totals
+    """The child's own totals, its children's included."""
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -334,6 +354,7 @@ Record = Annotated[
     | NextRunStarted
     | StepStarted
     | StepFinished
+    | ChildSettled
     | RunSettled,
     Field(discriminator="kind"),
 ]
