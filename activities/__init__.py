@@ -18,6 +18,15 @@ from psych_runtime.activities._blobs import (
     LocalBlobStore,
     blob_ref,
 )
+from psych_runtime.activities._context import (
+    ContextProvider,
+    ContextProviders,
+    ContextRequest,
+    ContextSettings,
+    ContextSource,
+    estimate_tokens,
+)
+from psych_runtime.activities._context_result import ContextShown, ContextSkipped, ContextTurn
 from psych_runtime.activities._endpoints import (
     Endpoint,
     ModelEndpoints,
@@ -87,6 +96,14 @@ __all__ = [
     "BlobNotFound",
     "BlobStore",
     "ChatMessage",
+    "ContextProvider",
+    "ContextProviders",
+    "ContextRequest",
+    "ContextSettings",
+    "ContextShown",
+    "ContextSkipped",
+    "ContextSource",
+    "ContextTurn",
     "Conversations",
     "Decision",
     "EncryptedBlobStore",
@@ -125,6 +142,7 @@ __all__ = [
     "blob_store_from_env",
     "check_servers",
     "classify",
+    "estimate_tokens",
     "invalid_arguments_message",
     "parse_s3_url",
     "policy_description",

@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, Conversations
+from psych_runtime.activities._context import ContextProviders, ContextRequest
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._mcp_turn import (
     MCP_UNREACHABLE,
@@ -97,6 +98,7 @@ class ModelActivities(ActivityClass):
         pricing: Pricing | None = None,
         http: httpx.AsyncClient | None = None,
         mcp: McpResolver | None = None,
+        context: ContextProviders | None = None,
     ) -> None:
         """Bind the activity to its collaborators.
 
@@ -109,12 +111,15 @@ class ModelActivities(ActivityClass):
                 set per request and nothing retries.
             mcp: resolves an agent turn's MCP servers before its call (``McpActivities``);
                 ``None``: a call naming MCP servers fails, naming what is missing.
+            context: the worker's pre-turn context providers (``activities._context``),
+                asked before every call; ``None``: no per-turn context.
         """
         self.endpoints = endpoints
         self.blobs = blobs
         self.pricing = pricing
         self.conversations = Conversations(blobs)
         self.mcp = mcp
+        self.context = context
         self._owns_http = http is None
         self.http = httpx.AsyncClient(timeout=_timeout(None)) if http is None else http
 
@@ -212,6 +217,14 @@ class ModelActivities(ActivityClass):
                 new_refs.append(await self.conversations.put_message(note))
                 new_messages.append(note)
         tools = await self._tools(tools_ref, input.exclude_tools)
+        context = None
+        if self.context is not None and self.context.settings.sources:
+            # This call's system text only: system_ref (what the next call loads) stays the
+            # Run's own prompt, and nothing here enters the conversation chain.
+            blocks, context = await self.context.gather(
+                ContextRequest(input.scope, input.run_id, input.turn, tuple(new_messages))
+            )
+            system = "\n\n".join(part for part in (system, *blocks) if part) or None
         body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
@@ -258,6 +271,7 @@ class ModelActivities(ActivityClass):
             mcp=None
             if resolved is None or input.mcp is None
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
+            context=context,
         )
         size = len(result.model_dump_json())
         if size > MAX_RESULT_BYTES:

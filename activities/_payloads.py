@@ -25,6 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
+from psych_runtime.activities._context_result import ContextTurn
 from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope, SpecError
 
 BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
@@ -270,6 +271,8 @@ class ModelCallResult(_Compact):
     latency: Latency
     mcp: McpTurnResult | None = None
     """What the turn's MCP discovery found (None without MCP servers)."""
+    context: ContextTurn | None = None
+    """What the worker's context providers showed this call (None: none registered)."""
 
 
 class ModelFailure(_Payload):

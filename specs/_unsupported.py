@@ -36,17 +36,9 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "compaction is not implemented by this runtime yet (issue 10); "
             "the conversation would grow without ever being summarised"
         ),
-        "AgentSpec.components_enabled": (
-            "display components are not implemented by this runtime yet (issue 10); "
-            "no component tool would be offered"
-        ),
         "AgentSpec.spawn": (
             "spawn is not implemented by this runtime yet (issue 10); "
             "no spawn tool would be offered"
-        ),
-        "AgentSpec.tasks_enabled": (
-            "the task list is not implemented by this runtime yet (issue 10); "
-            "no task-list tool would be offered"
         ),
         "McpServer.oauth": (
             "MCP OAuth is not implemented by this runtime yet; "

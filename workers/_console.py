@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from psych_runtime.specs import Scope
+from psych_runtime.workers._display import display_fields, format_display_record, task_lines
 from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
 from psych_runtime.workflows import (
@@ -216,6 +217,9 @@ def format_record(record: Any, *, full: bool = False) -> str:
         return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
+    shown = format_display_record(record)
+    if shown is not None:
+        return shown
     return f"  {getattr(record, 'kind', type(record).__name__)}"
 
 
@@ -307,6 +311,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         *_step_fields(report),
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
+        *display_fields(report),
         *_totals_fields(report.totals, report.kind),
     ]
 
@@ -346,6 +351,8 @@ def format_state(workflow_id: str, state: RunState) -> str:
     ]
     if state.withheld_tools:
         lines.append(_field("withheld", ", ".join(state.withheld_tools)))
+    if state.tasks:
+        lines.append(_field("tasks", "\n".join(task_lines(state.tasks))))
     for item in state.pending:
         held = f", held by {item.run}" if item.run else ""
         lines.append(

@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from psych_runtime.workers._display import tasks_summary
 from psych_runtime.workers._render import Output, command_text, styled_line
 from psych_runtime.workflows import (
     ModelCallFailed,
@@ -32,6 +33,7 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     TurnStarted,
@@ -69,6 +71,8 @@ class RunProgress:
     """The tools running now."""
     pending: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """What the Run waits on, by item id: what for, and the command that resumes it."""
+    tasks: str | None = None
+    """The task list's progress (``2/5 done``), once the Run has set one."""
     settled: RunSettled | None = None
     """The last settled record (a step's child Run settles before its step finishes, so
     the followed Run's own comes last)."""
@@ -109,6 +113,8 @@ class RunProgress:
             self.pending.pop(record.id, None)
         elif isinstance(record, RunSettled):
             self.settled = record
+        elif isinstance(record, TasksUpdated):
+            self.tasks = tasks_summary(record.tasks)
 
     def doing(self) -> str:
         """What the Run does now, in a few words."""
@@ -139,6 +145,8 @@ class RunProgress:
         line.append(f"  {took}  ")
         line.append(f"{self.input_tokens} in / {self.output_tokens} out tokens", style="dim")
         line.append(f"  {cost}  ", style="dim")
+        if self.tasks is not None:
+            line.append(f"tasks {self.tasks}  ", style="blue")
         line.append(self.doing(), style="yellow" if self.pending else "")
         return line
 

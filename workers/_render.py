@@ -22,6 +22,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from psych_runtime.workers._display import display_style
 from psych_runtime.workflows import (
     AbortRequested,
     ModelCallFailed,
@@ -130,7 +131,7 @@ def record_style(record: Any) -> str:
         return "green" if record.ok else "red"
     if isinstance(record, RunSettled):
         return "bold " + STATUS_STYLES.get(record.status, "")
-    return ""
+    return display_style(record) or ""
 
 
 def styled_line(text: str, record: Any) -> Text:

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
+from psych_runtime.activities._context import ContextProviders, ContextSettings
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import ModelActivities
@@ -99,6 +100,8 @@ class WorkerSettings:
             must retry that long (``outage_retry``; psych's ``connect`` does).
         mcp: how the worker talks to MCP servers (timeouts, catalogue cache, preload
             budget, session pool bounds; ``McpSettings``' documented defaults).
+        context: the pre-turn context providers the model activity asks before every
+            call, and their token budget (``ContextSettings``; default none registered).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -113,6 +116,7 @@ class WorkerSettings:
     policy: Policy = field(default_factory=RulePolicy)
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
     mcp: McpSettings = field(default_factory=McpSettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -277,6 +281,7 @@ def activities_for(
         pricing=settings.pricing,
         http=http,
         mcp=mcp,
+        context=ContextProviders(settings.context, settings.blobs),
     )
     tools = ToolActivities(
         registry=settings.registry,

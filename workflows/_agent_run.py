@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows._outcome import Outcome, Stop
     from psych_runtime.workflows._records import (
+        ContextProvided,
         ModelCallFailed,
         ModelCallFinished,
         ModelCallStarted,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStarted,
     )
     from psych_runtime.workflows._run_base import cause_text
+    from psych_runtime.workflows._tasks import prompt_with_tasks
     from psych_runtime.workflows._tool_calls import ToolCalls
 
 
@@ -110,6 +112,7 @@ class AgentRun(ToolCalls):
         ]
         context_ref: str | None = None
         system_ref: str | None = None
+        prompt_revision = 0  # of the task list the Run's system prompt shows
         while True:
             self._check_abort()
             if self._past_deadline():
@@ -124,6 +127,11 @@ class AgentRun(ToolCalls):
             self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
             self._trace.turn(turn)
             pending += _take(self._steer)
+            if self._tasks.revision != prompt_revision:
+                # The task list changed: this call sends the new prompt inline (a new ref).
+                prompt_revision = self._tasks.revision
+                self._system_prompt = prompt_with_tasks(spec, self._tasks)
+                system_ref = None
             result = await self._call_model(
                 turn,
                 ModelCallInput(
@@ -146,6 +154,12 @@ class AgentRun(ToolCalls):
             )
             if result.mcp is not None:
                 take_turn(self._mcp, result.mcp, turn=turn, log=self._log)
+            if result.context is not None:
+                self._log.add(
+                    ContextProvided(
+                        **self._log.stamp(), turn=turn, **result.context.model_dump(mode="python")
+                    )
+                )
             context_ref, system_ref = result.context_ref, result.system_ref
             pending = []
             self._check_abort()

@@ -24,11 +24,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import AgentSpec, Version, narrow, version_hash
     from psych_runtime.workflows import _activity_calls as calls
+    from psych_runtime.workflows._components import offer_components, show_component
     from psych_runtime.workflows._contract import ParentBounds, RunResult
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import Pending, RunStatus
     from psych_runtime.workflows._run_base import cause_text
     from psych_runtime.workflows._suspensions import Wait, expires_at
+    from psych_runtime.workflows._tasks import offer_tasks, update_tasks
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
 
 if TYPE_CHECKING:
@@ -318,6 +320,8 @@ BUILTINS: dict[str, Builtin] = {
     "ask_question": Builtin(_offer_question, _ask_question, executes=False),
     "delegate": Builtin(_delegate_definition, _delegate, executes=False),
     "search_mcp_tools": Builtin(lambda run: None, _search_mcp_tools, executes=True),
+    "update_tasks": Builtin(offer_tasks, update_tasks, executes=True),
+    "show_component": Builtin(offer_components, show_component, executes=True),
 }
 
 

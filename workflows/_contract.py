@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Version
+from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Task, Version
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -296,3 +296,5 @@ class RunState(_Frozen):
     """A workflow's running step."""
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs so far, keyed by step name."""
+    tasks: tuple[Task, ...] = ()
+    """The task list (``update_tasks``; empty unless ``tasks_enabled``)."""

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from psych_runtime.activities._context_result import ContextShown, ContextSkipped
 from psych_runtime.activities._payloads import Latency, Usage
-from psych_runtime.specs import Scope
+from psych_runtime.specs import Component, Scope, Task
 
 
 class _Frozen(BaseModel):
@@ -326,6 +327,37 @@ class ChildSettled(_Record):
     """The child's own totals, its children's included."""
 
 
+class TasksUpdated(_Record):
+    """The model set the Run's task list (``update_tasks``); the next call's system prompt
+    shows it."""
+
+    kind: Literal["tasks_updated"] = "tasks_updated"
+    turn: int
+    call_id: str
+    tasks: tuple[Task, ...]
+    """The whole list after the change."""
+
+
+class ComponentShown(_Record):
+    """The model showed a display component (``show_component``)."""
+
+    kind: Literal["component_shown"] = "component_shown"
+    turn: int
+    call_id: str
+    component: Component
+
+
+class ContextProvided(_Record):
+    """What the worker's context providers showed one model call (by reference), and which
+    were skipped or dropped; the blocks were in that call's system prompt only."""
+
+    kind: Literal["context_provided"] = "context_provided"
+    turn: int
+    shown: tuple[ContextShown, ...] = ()
+    skipped: tuple[ContextSkipped, ...] = ()
+    budget_tokens: int
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -355,6 +387,9 @@ Record = Annotated[
     | StepStarted
     | StepFinished
     | ChildSettled
+    | TasksUpdated
+    | ComponentShown
+    | ContextProvided
     | RunSettled,
     Field(discriminator="kind"),
 ]

@@ -8,9 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.specs import Task
 from psych_runtime.workflows._contract import (
     RunState,
 )
+from psych_runtime.workflows._display_report import ComponentReport, ContextReport, display_of
 from psych_runtime.workflows._records import (
     McpDiscovered,
     ModelCallFailed,
@@ -127,6 +129,13 @@ class RunReport(_Frozen):
     """A workflow's step outputs keyed by step name."""
     mcp: tuple[McpDiscoveryReport, ...] = ()
     """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
+    tasks: tuple[Task, ...] = ()
+    """The task list as the Run last set it (``update_tasks``)."""
+    task_updates: int = 0
+    components: tuple[ComponentReport, ...] = ()
+    """Every component shown (``show_component``), in order."""
+    context: tuple[ContextReport, ...] = ()
+    """Each model call's per-turn context: blocks shown by reference, providers skipped."""
 
 
 def build_report(
@@ -239,6 +248,7 @@ def build_report(
             )
         elif isinstance(record, RunSettled):
             settled = record
+    display = display_of(records)
     return RunReport(
         workflow_id=workflow_id,
         run_id=state.run_id,
@@ -260,4 +270,8 @@ def build_report(
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
+        tasks=display.tasks,
+        task_updates=display.task_updates,
+        components=display.components,
+        context=display.context,
     )

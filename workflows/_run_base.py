@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows._suspensions import Suspensions
+    from psych_runtime.workflows._tasks import TaskList
 
 DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
@@ -105,6 +106,8 @@ class RunBase(abc.ABC):
         self._suspensions = Suspensions(
             self._log, changed=self._show_status, aborted=self._abort_text
         )
+        self._tasks = TaskList()
+        """The task list (``update_tasks``): per-Run state a continued Run carries."""
 
     # --- hooks of a Run kind -------------------------------------------------------------
 

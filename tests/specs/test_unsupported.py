@@ -43,9 +43,7 @@ def agent(name: str = "a", **fields: Any) -> AgentSpec:
 AGENT_FIELDS: dict[str, dict[str, Any]] = {
     "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
     "compaction": {"compaction": CompactionPolicy(trigger_tokens=1000)},
-    "components_enabled": {"components_enabled": True},
     "spawn": {"spawn": SpawnEnvelope()},
-    "tasks_enabled": {"tasks_enabled": True},
 }
 
 # Where an AgentSpec can sit, and the path prefix its problems carry there.
@@ -142,19 +140,30 @@ def test_defaults_and_explicit_defaults_are_not_refused() -> None:
 def test_every_use_is_reported_in_a_stable_order() -> None:
     everything = agent(
         **{k: v for fields in AGENT_FIELDS.values() for k, v in fields.items()},
-        subagents=[SubagentRef(name="h", description="d" * 20, spec=agent(tasks_enabled=True))],
+        subagents=[
+            SubagentRef(
+                name="h",
+                description="d" * 20,
+                spec=agent(a2a_peers=[A2APeer(name="peer", url="https://peer.test")]),
+            )
+        ],
     )
     first = unsupported_features(everything)
     assert first == unsupported_features(everything)
     assert first == unsupported_features(AgentSpec.model_validate(everything.model_dump()))
     assert [p.path for p in first] == [
         "a2a_peers",
-        "subagents[h].spec.tasks_enabled",
+        "subagents[h].spec.a2a_peers",
         "spawn",
         "compaction",
-        "tasks_enabled",
-        "components_enabled",
     ]
+
+
+def test_tasks_and_components_are_implemented() -> None:
+    # Issue 10 item 4: both fields publish and run now (AgentRun offers their built-ins).
+    spec = agent(tasks_enabled=True, components_enabled=True)
+    assert unsupported_features(spec) == []
+    assert validate(spec) == []
 
 
 def test_a_document_using_an_unsupported_field_does_not_publish() -> None:

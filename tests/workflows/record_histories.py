@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import signal
@@ -41,6 +42,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities._context import ContextRequest, ContextSettings, ContextSource
 from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
 from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
 from psych_runtime.activities._policy import RulePolicy
@@ -1076,6 +1078,50 @@ async def workflow_mcp_tool_step(rig: Rig) -> RunHandle:
         return await rig.run(spec, "go")
 
 
+# --- tasks, components and context providers (issue 10 item 4, issue 11 item 5) -----------
+
+
+async def tasks_updated(rig: Rig) -> RunHandle:
+    plan = [{"title": "Look up the order", "status": "in_progress"}]
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": plan})),
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": [{"title": "x", "status": "?"}]})),
+        Reply.text("Planned."),
+    )
+    return await rig.run(rig.agent("planner").tasks().build(), "Plan it")
+
+
+async def component_shown(rig: Rig) -> RunHandle:
+    card = {"kind": "card", "title": "Order 42", "link": "https://shop.example/42"}
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("show_component", {"component": card}),
+            ToolCall("show_component", {"component": {**card, "link": "ftp://x"}}),
+        ),
+        Reply.text("Shown."),
+    )
+    return await rig.run(rig.agent("shower").components().build(), "Show order 42")
+
+
+async def context_provided_turn(rig: Rig) -> RunHandle:
+    async def customer(request: ContextRequest) -> str:
+        return "Customer: Ada, plan gold."
+
+    async def broken(request: ContextRequest) -> str:
+        raise RuntimeError("crm is down")
+
+    rig.settings = dataclasses.replace(
+        rig.settings,
+        context=ContextSettings(
+            sources=(ContextSource("customer", customer), ContextSource("broken", broken))
+        ),
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})), Reply.text("Delivered.")
+    )
+    return await rig.run(rig.agent("support").tool("lookup_order").build(), "Order 42?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1142,6 +1188,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_deferred_search),
     ("dev", mcp_abort_during_call),
     ("dev", workflow_mcp_tool_step),
+    # tasks, components and context providers
+    ("dev", tasks_updated),
+    ("dev", component_shown),
+    ("dev", context_provided_turn),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

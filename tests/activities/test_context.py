@@ -1,0 +1,101 @@
+"""The context providers' budgeting (activities/_context.py), with a real BlobStore."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities import (
+    ContextProviders,
+    ContextRequest,
+    ContextSettings,
+    ContextSource,
+    estimate_tokens,
+)
+from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.specs import Scope
+
+REQUEST = ContextRequest(Scope(tenant="acme"), "r1", 1, ())
+
+
+def gives(text: object) -> ContextSource:
+    async def provider(request: ContextRequest) -> str | None:
+        return text  # type: ignore[return-value]  # a provider breaking its contract
+
+    return ContextSource(f"p{id(provider)}", provider)
+
+
+def named(name: str, text: str, priority: int = 0, **kw: int) -> ContextSource:
+    async def provider(request: ContextRequest) -> str:
+        return text
+
+    return ContextSource(name, provider, priority=priority, **kw)
+
+
+def test_the_estimate_is_characters_over_four_rounded_up() -> None:
+    assert [estimate_tokens("x" * n) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
+
+
+async def test_lowest_priority_dropped_first_ties_by_registration(tmp_path: Path) -> None:
+    sources = (
+        named("a", "a" * 40, priority=1),  # 10 tokens
+        named("b", "b" * 40, priority=1),
+        named("c", "c" * 40, priority=3),
+        named("d", "d" * 40, priority=2),
+    )
+    blobs = LocalBlobStore(tmp_path)
+    texts, turn = await ContextProviders(ContextSettings(sources, budget_tokens=25), blobs).gather(
+        REQUEST
+    )
+    assert [s.provider for s in turn.shown] == ["c", "d"]
+    assert texts == ["c" * 40, "d" * 40]
+    assert [(s.provider, s.reason, s.tokens) for s in turn.skipped] == [
+        ("b", "over_budget", 10),
+        ("a", "over_budget", 10),
+    ]
+
+
+async def test_a_block_over_its_cap_is_cut_and_empty_answers_show_nothing(tmp_path: Path) -> None:
+    sources = (named("long", "z" * 100, max_tokens=5), named("empty", ""))
+    texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert texts == ["z" * 20]
+    assert [(s.provider, s.tokens, s.truncated) for s in turn.shown] == [("long", 5, True)]
+    assert turn.skipped == ()
+
+
+async def test_failing_slow_and_non_text_providers_are_skipped(tmp_path: Path) -> None:
+    async def broken(request: ContextRequest) -> str:
+        raise ValueError("no")
+
+    async def slow(request: ContextRequest) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    sources = (
+        ContextSource("broken", broken),
+        ContextSource("slow", slow, timeout_seconds=0.05),
+        ContextSource("number", gives(42).provider),
+    )
+    texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert texts == []
+    assert [(s.provider, s.reason) for s in turn.skipped] == [
+        ("broken", "failed"),
+        ("slow", "timeout"),
+        ("number", "failed"),
+    ]
+    assert turn.skipped[2].detail == "returned int, not text"
+
+
+def test_bad_registrations_are_refused() -> None:
+    with pytest.raises(ValueError, match="registered twice: a"):
+        ContextSettings((named("a", "x"), named("a", "y")))
+    with pytest.raises(ValueError, match="max_tokens must be > 0"):
+        named("a", "x", max_tokens=0)
+    with pytest.raises(ValueError, match="budget_tokens must be > 0"):
+        ContextSettings(budget_tokens=0)

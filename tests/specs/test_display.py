@@ -1,0 +1,79 @@
+"""The task list and display-component schemas and their bounds (specs/_display.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from psych_runtime.specs import (
+    MAX_ITEMS,
+    MAX_TASKS,
+    Card,
+    Task,
+    parse_component,
+    parse_tasks,
+)
+
+
+def test_a_valid_task_list_parses_with_pending_by_default() -> None:
+    assert parse_tasks({"tasks": [{"title": "a"}, {"title": "b", "status": "completed"}]}) == (
+        Task(title="a", status="pending"),
+        Task(title="b", status="completed"),
+    )
+    assert parse_tasks({"tasks": []}) == ()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({}, "tasks: Field required"),
+        ({"tasks": [{"title": ""}]}, "tasks.0.title: String should have at least 1 character"),
+        ({"tasks": [{"title": "t" * 201}]}, "at most 200 characters"),
+        ({"tasks": [{"title": "t"}] * (MAX_TASKS + 1)}, "at most 50 items"),
+        ({"tasks": [{"title": "t", "status": "done"}]}, "tasks.0.status"),
+        ({"tasks": [{"title": "t", "owner": "me"}]}, "tasks.0.owner: Extra inputs"),
+    ],
+)
+def test_invalid_task_lists_are_refused_with_the_reason(
+    arguments: dict[str, Any], reason: str
+) -> None:
+    refused = parse_tasks(arguments)
+    assert isinstance(refused, str) and refused.startswith("task list refused: ")
+    assert reason in refused
+
+
+@pytest.mark.parametrize(
+    ("component", "reason"),
+    [
+        ({"kind": "card", "title": "x", "link": "javascript:alert(1)"}, "links must be http(s)"),
+        ({"kind": "card", "title": "x", "image": "file:///etc/passwd"}, "links must be http(s)"),
+        ({"kind": "card", "title": "x", "link": "https://"}, "with a host"),
+        ({"kind": "card", "title": "x", "body": "b" * 2001}, "at most 2000 characters"),
+        ({"kind": "carousel", "cards": []}, "at least 1 item"),
+        ({"kind": "carousel", "cards": [{"title": "c"}] * (MAX_ITEMS + 1)}, "at most 20 items"),
+        ({"kind": "detail", "title": "d", "fields": [{"label": "l"}]}, "value: Field required"),
+        (
+            {
+                "kind": "chart",
+                "title": "c",
+                "labels": ["a", "b"],
+                "series": [{"name": "s", "values": [1]}],
+            },
+            "has 1 values for 2 labels",
+        ),
+        ({"kind": "metric", "label": "l", "value": ""}, "at least 1 character"),
+        ({"kind": "video", "title": "v"}, "'video'"),
+    ],
+)
+def test_invalid_components_are_refused_with_the_reason(
+    component: dict[str, Any], reason: str
+) -> None:
+    refused = parse_component({"component": component})
+    assert isinstance(refused, str) and refused.startswith("component refused: ")
+    assert reason in refused
+
+
+def test_a_valid_card_parses() -> None:
+    card = parse_component({"component": {"kind": "card", "title": "t", "link": "http://a.b"}})
+    assert card == Card(title="t", link="http://a.b")

@@ -1,0 +1,136 @@
+"""How ``psych run``, ``psych report`` and ``psych status`` show a Run's task list, its
+display components and its per-turn context (``TasksUpdated``, ``ComponentShown``,
+``ContextProvided``).
+
+A terminal has no widgets, so each component kind is written as a few indented text
+lines: the same on a TTY and in a pipe, and safe to print (its strings are capped and its
+links are http(s) by the time they are records, ``specs._display``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psych_runtime.specs import Card, Carousel, Chart, Detail, Metric, Task, Timeline
+from psych_runtime.specs._display import AnyComponent, CardItem
+from psych_runtime.workflows import ComponentShown, ContextProvided, RunReport, TasksUpdated
+
+_MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+
+
+def task_lines(tasks: Sequence[Task]) -> list[str]:
+    """One line per task: its mark and title."""
+    return [f"{_MARKS[task.status]} {task.title}" for task in tasks]
+
+
+def tasks_summary(tasks: Sequence[Task]) -> str:
+    """``2/5 done`` (or ``none``)."""
+    if not tasks:
+        return "none"
+    done = sum(1 for task in tasks if task.status == "completed")
+    return f"{done}/{len(tasks)} done"
+
+
+def _card(item: CardItem) -> list[str]:
+    lines = [item.title]
+    lines += item.body.splitlines()
+    if item.image:
+        lines.append(f"image: {item.image}")
+    if item.link:
+        lines.append(f"link: {item.link}")
+    return lines
+
+
+def component_lines(component: AnyComponent) -> list[str]:
+    """A component as text: a heading line naming its kind, then its content."""
+    if isinstance(component, Card):
+        return ["card: " + component.title, *_card(component)[1:]]
+    if isinstance(component, Carousel):
+        lines = [f"carousel: {component.title or ''} ({len(component.cards)} cards)".strip()]
+        for number, item in enumerate(component.cards, 1):
+            first, *rest = _card(item)
+            lines += [f"{number}. {first}", *("   " + line for line in rest)]
+        return lines
+    if isinstance(component, Detail):
+        lines = ["detail: " + component.title]
+        lines += [f"{field.label}: {field.value}" for field in component.fields]
+        return lines + ([f"link: {component.link}"] if component.link else [])
+    if isinstance(component, Timeline):
+        lines = ["timeline: " + (component.title or f"{len(component.events)} events")]
+        for event in component.events:
+            body = f" - {event.body}" if event.body else ""
+            lines.append(f"{event.at}  {event.title}{body}")
+        return lines
+    if isinstance(component, Chart):
+        lines = [f"chart ({component.chart}): {component.title}"]
+        for series in component.series:
+            pairs = ", ".join(
+                f"{label} {value:g}"
+                for label, value in zip(component.labels, series.values, strict=True)
+            )
+            lines.append(f"{series.name}: {pairs}")
+        return lines
+    assert isinstance(component, Metric)
+    unit = f" {component.unit}" if component.unit else ""
+    delta = f" ({component.delta})" if component.delta else ""
+    link = [f"link: {component.link}"] if component.link else []
+    return [f"metric: {component.label} = {component.value}{unit}{delta}", *link]
+
+
+def context_line(record: ContextProvided) -> str:
+    """What one model call's context providers gave, on one line."""
+    shown = ", ".join(
+        f"{block.provider} {block.tokens} tokens" + (" (cut)" if block.truncated else "")
+        for block in record.shown
+    )
+    skipped = ", ".join(f"{s.provider} {s.reason.replace('_', ' ')}" for s in record.skipped)
+    line = f"  context: {shown or 'nothing'} of {record.budget_tokens}"
+    return line + (f"; skipped {skipped}" if skipped else "")
+
+
+def format_display_record(record: Any) -> str | None:
+    """The progress line(s) of a display record; None for any other record."""
+    if isinstance(record, TasksUpdated):
+        lines = [f"  tasks ({tasks_summary(record.tasks)}):"]
+        return "\n".join([*lines, *("      " + line for line in task_lines(record.tasks))])
+    if isinstance(record, ComponentShown):
+        first, *rest = component_lines(record.component)
+        return "\n".join(["  shown " + first, *("      " + line for line in rest)])
+    if isinstance(record, ContextProvided):
+        return context_line(record)
+    return None
+
+
+def display_style(record: Any) -> str | None:
+    """The line style of a display record; None for any other record."""
+    if isinstance(record, TasksUpdated | ComponentShown):
+        return "blue"
+    if isinstance(record, ContextProvided):
+        return "yellow" if record.skipped else "dim"
+    return None
+
+
+def display_fields(report: RunReport) -> list[tuple[str, str]]:
+    """The report rows for the task list, the components and the context (none when the
+    Run had none of them)."""
+    rows: list[tuple[str, str]] = []
+    if report.tasks:
+        rows.append(("tasks", f"{tasks_summary(report.tasks)}, {report.task_updates} update(s)"))
+        rows += [("", line) for line in task_lines(report.tasks)]
+    if report.components:
+        rows.append(("components", str(len(report.components))))
+        for shown in report.components:
+            first, *rest = component_lines(shown.component)
+            rows.append(("", f"turn {shown.turn}: {first}"))
+            rows += [("", "    " + line) for line in rest]
+    if report.context:
+        blocks = sum(len(call.shown) for call in report.context)
+        skipped = sum(len(call.skipped) for call in report.context)
+        rows.append(
+            ("context", f"{blocks} block(s) over {len(report.context)} call(s), {skipped} skipped")
+        )
+        for call in report.context:
+            for s in call.skipped:
+                rows.append(("", f"turn {call.turn}: {s.provider} {s.reason}: {s.detail}"))
+    return rows

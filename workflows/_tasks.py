@@ -1,0 +1,74 @@
+"""The task list: the ``update_tasks`` built-in and the Run's list (``RunBase._tasks``).
+
+``update_tasks`` replaces the whole list (items with a title and a status; the bounds are
+``specs._display``'s). Each accepted change is a ``TasksUpdated`` record and bumps the
+list's revision; the turn loop sends the system prompt inline again (with the new
+task-list block) on the first model call after a change, and by reference otherwise.
+Invalid input changes nothing and is refused to the model with the reason (``error``).
+
+The list is the Run's only task state and is plain data (``TaskList``), so a Run that
+continues as new carries it as it is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.specs import AgentSpec, Task, TaskItem, parse_tasks, system_prompt
+    from psych_runtime.specs._display import MAX_TASK_TITLE, MAX_TASKS, TASKS_SCHEMA
+    from psych_runtime.workflows._records import TasksUpdated
+    from psych_runtime.workflows._tool_result import ToolResult, inline
+
+if TYPE_CHECKING:
+    from psych_runtime.workflows._tool_calls import ToolCalls
+
+
+class TaskList(BaseModel):
+    """A Run's task list and how many times it changed (0: never set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tasks: tuple[Task, ...] = ()
+    revision: int = 0
+
+
+UPDATE_TASKS = ToolDefinition(
+    name="update_tasks",
+    description=(
+        "Set your task list: the whole list, replacing the one before. Each task has a "
+        "title and a status (pending, in_progress or completed). Keep it current as you "
+        f"work; at most {MAX_TASKS} tasks of {MAX_TASK_TITLE} characters each."
+    ),
+    parameters=TASKS_SCHEMA,
+)
+
+
+def offer_tasks(run: ToolCalls) -> ToolDefinition | None:
+    """``update_tasks`` when the agent has ``tasks_enabled``."""
+    spec = run._spec
+    return UPDATE_TASKS if isinstance(spec, AgentSpec) and spec.tasks_enabled else None
+
+
+async def update_tasks(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    """Replace the Run's task list, or refuse the input with the reason."""
+    tasks = parse_tasks(arguments)
+    if isinstance(tasks, str):
+        return inline(call, "error", tasks)
+    run._tasks = TaskList(tasks=tasks, revision=run._tasks.revision + 1)
+    run._log.add(TasksUpdated(**run._log.stamp(), turn=turn, call_id=call.id, tasks=tasks))
+    done = sum(1 for task in tasks if task.status == "completed")
+    return inline(call, "ok", f"task list updated: {len(tasks)} tasks, {done} completed")
+
+
+def prompt_with_tasks(spec: AgentSpec, tasks: TaskList) -> str:
+    """The system prompt showing ``tasks`` in its task-list block."""
+    return system_prompt(
+        spec, tasks=tuple(TaskItem(title=t.title, status=t.status) for t in tasks.tasks)
+    )
