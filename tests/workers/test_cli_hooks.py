@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from psych_runtime.activities import HookEffect
+from psych_runtime.specs import Scope
+from psych_runtime.workers import format_record
 from psych_runtime.workers._cli import build_parser, main
 from psych_runtime.workers._cli_serve import settings_from
 from psych_runtime.workers._settings import PROJECT_SETTINGS
+from psych_runtime.workflows import ToolCallFinished
 
 
 def write(path: Path, text: str) -> Path:
@@ -114,3 +119,27 @@ def test_worker_with_an_untrusted_module_stops_before_connecting(
     status = main(["worker", "--address", "127.0.0.1:9", "--settings", str(file)])
     assert status == 1
     assert "module 'os' is not trusted" in capsys.readouterr().err
+
+
+def test_a_hooked_call_prints_each_hook_and_the_arguments_that_ran() -> None:
+    finished = ToolCallFinished(
+        seq=4,
+        at=datetime(2026, 12, 1, tzinfo=UTC),
+        scope=Scope(tenant="acme"),
+        turn=1,
+        call_id="c1",
+        tool="lookup",
+        status="ok",
+        content="record 42",
+        ran_arguments={"id": "42"},
+        hooks=(
+            HookEffect(stage="pre", hook="acme:fix_id", effect="rewrote_arguments"),
+            HookEffect(stage="post", hook="acme:redact", effect="rewrote_result"),
+        ),
+    )
+    assert format_record(finished) == (
+        "  tool call lookup -> ok: record 42 (hooks: pre acme:fix_id rewrote_arguments; "
+        'post acme:redact rewrote_result; ran with {"id": "42"})'
+    )
+    plain = finished.model_copy(update={"hooks": (), "ran_arguments": None})
+    assert format_record(plain) == "  tool call lookup -> ok: record 42"
