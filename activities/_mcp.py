@@ -324,6 +324,38 @@ class McpActivities(ActivityClass):
         and parameter schema, and ``found`` their names (offered from the next turn).
         """
         started = time.monotonic()
+        # Hooks see the query only: the server the model named is already resolved into
+        # ``input.servers`` by the workflow.
+        plan = self.hooks.plan(
+            HookCall(
+                "search_mcp_tools",
+                "builtin",
+                {"query": input.query},
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        denied = await plan.before()
+        if denied is None and plan.rewritten:
+            query = plan.arguments.get("query")
+            if set(plan.arguments) != {"query"} or not isinstance(query, str) or not query:
+                denied = (
+                    "A pre-call hook rewrote search_mcp_tools' arguments to "
+                    f"{plan.arguments!r}: it may only set query (a non-empty string)."
+                )
+            else:
+                input = input.model_copy(update={"query": query})
+        if denied is not None:
+            refusal = await store_outcome(
+                self.blobs,
+                input.call_id,
+                "denied",
+                denied,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return McpSearchResult(outcome=plan.stamp(refusal))
         candidates: list[NamedTool] = []
         searched: list[str] = []
         missing: list[str] = []
@@ -343,10 +375,13 @@ class McpActivities(ActivityClass):
         text = found_text(found, input.query, searched)
         if missing:
             text += f"\n\n(The catalogues of {', '.join(missing)} are not available this turn.)"
+        status, text = await plan.after("ok", text)
         outcome = await store_outcome(
-            self.blobs, input.call_id, "ok", text, started=started, limit=input.large_result_bytes
+            self.blobs, input.call_id, status, text, started=started, limit=input.large_result_bytes
         )
-        return McpSearchResult(outcome=outcome, found=tuple(named.name for named in found))
+        return McpSearchResult(
+            outcome=plan.stamp(outcome), found=tuple(named.name for named in found)
+        )
 
     # --- discovery -------------------------------------------------------------------------
 

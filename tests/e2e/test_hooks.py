@@ -28,7 +28,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._settings import PROJECT_SETTINGS
 from psych_runtime.workers._worker import activities_for, run_worker
 from psych_runtime.workflows import RunStatus, ToolCallFinished, ToolCallStarted
-from tests.mcp.fixture import McpTestServer
+from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 from ._http_server import CountingServer, Seen
 from ._waiting import eventually
@@ -353,3 +353,70 @@ async def test_building_the_worker_twice_gives_one_chain(harness: Harness, tmp_p
         'command:["/bin/cat"]',
     ]
     assert settings.hooks == Hooks().post("lookup", redact) and len(settings.hooks) == 1
+
+
+def report_text() -> str:
+    """A long result (stored whole, shown as a handle and a preview)."""
+    return "".join(f"line {n:03d}: card 4111111111111111\n" for n in range(40))
+
+
+async def test_built_ins_that_run_activities_are_intercepted(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """``read_tool_output`` (its arguments rewritten, its slice redacted) and
+    ``search_mcp_tools`` (its query rewritten) go through the same plan."""
+    harness.registry.register(report_text)
+
+    def longer_reads(call: HookCall) -> dict[str, Any]:
+        return {**call.arguments, "length": 64}
+
+    def hide_cards(call: HookCall, result: str) -> str:
+        return result.replace("4111111111111111", "****")
+
+    def better_query(call: HookCall) -> dict[str, Any]:
+        return {"query": "filler_007"}
+
+    hooks = (
+        Hooks()
+        .pre("read_tool_output", longer_reads)
+        .post("read_tool_output", hide_cards)
+        .pre("search_mcp_tools", better_query)
+    )
+    harness.settings = dataclasses.replace(harness.settings, hooks=hooks)
+    filler = start_mcp_server("streamable-http", filler=20)
+    try:
+        spec = (
+            AgentBuilder("builtins", registry=harness.registry)
+            .model("fake-model")
+            .tool(report_text)
+            .mcp_server("tools", filler.url, transport="http")
+            .limits(large_result_bytes=256)
+            .build()
+        )
+        async with harness.worker():
+            harness.fake.enqueue(Reply.tool_calls(ToolCall("report_text", {})))
+            run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+
+            async def first_answered() -> bool:
+                return len(harness.fake.requests) >= 2
+
+            await eventually(first_answered, within=30, what="the first tool result")
+            handle = json.dumps(harness.fake.requests[1]["messages"][-1]["content"])
+            ref = handle[handle.index("sha256:") : handle.index("sha256:") + 71]
+            harness.fake.enqueue(
+                Reply.tool_calls(
+                    ToolCall("read_tool_output", {"handle": ref, "offset": 0, "length": 8})
+                ),
+                Reply.tool_calls(ToolCall("search_mcp_tools", {"query": "nothing like it"})),
+                Reply.text("done"),
+            )
+            await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+    finally:
+        filler.stop()
+    _, read, search = report.tool_calls
+    assert read.status == "ok" and read.ran_arguments == {"handle": ref, "offset": 0, "length": 64}
+    assert "characters 0-64" in (read.result or "") and "****" in (read.result or "")
+    assert "4111111111111111" not in (read.result or "")
+    assert search.status == "ok" and search.ran_arguments == {"query": "filler_007"}
+    assert "tools__filler_007" in (search.result or "")
