@@ -18,6 +18,7 @@ from psych_runtime.activities._blobs import (
     LocalBlobStore,
     blob_ref,
 )
+from psych_runtime.activities._command_hooks import CommandHook
 from psych_runtime.activities._context import (
     ContextProvider,
     ContextProviders,
@@ -34,6 +35,7 @@ from psych_runtime.activities._endpoints import (
     Pricing,
     TablePricing,
 )
+from psych_runtime.activities._hooks import Deny, Hook, HookCall, Hooks
 from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
 from psych_runtime.activities._model_failures import classify
@@ -43,6 +45,7 @@ from psych_runtime.activities._payloads import (
     ROLES,
     ChatMessage,
     Decision,
+    HookEffect,
     Latency,
     ModelCallInput,
     ModelCallResult,
@@ -96,6 +99,7 @@ __all__ = [
     "BlobNotFound",
     "BlobStore",
     "ChatMessage",
+    "CommandHook",
     "ContextProvider",
     "ContextProviders",
     "ContextRequest",
@@ -106,10 +110,15 @@ __all__ = [
     "ContextTurn",
     "Conversations",
     "Decision",
+    "Deny",
     "EncryptedBlobStore",
     "Endpoint",
     "EnvSecretResolver",
     "FileVersionStore",
+    "Hook",
+    "HookCall",
+    "HookEffect",
+    "Hooks",
     "Latency",
     "LocalBlobStore",
     "MODEL_CALL_FAILED",

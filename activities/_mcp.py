@@ -32,6 +32,7 @@ from temporalio import activity
 
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, _dumps, blob_ref
+from psych_runtime.activities._hooks import HookCall, Hooks, Interception
 from psych_runtime.activities._mcp_catalog import (
     SEARCH_TOOL,
     CatalogCache,
@@ -121,6 +122,7 @@ class McpActivities(ActivityClass):
         policy: Policy | None = None,
         settings: McpSettings | None = None,
         outage_seconds: float = 0.0,
+        hooks: Hooks | None = None,
     ) -> None:
         """Create the activities.
 
@@ -134,8 +136,12 @@ class McpActivities(ActivityClass):
             outage_seconds: as for ``ToolActivities``: calls not safe to repeat get a
                 heartbeat timeout of this plus ``OUTAGE_MARGIN`` and report their outcome
                 through the worker's client (0: no such care).
+            hooks: the pre, post and on_error hooks every MCP tool call runs through
+                (``activities/_hooks.py``; default none), matched on the model-facing
+                ``server__tool`` name, so tools discovered mid-Run are covered too.
         """
         self.blobs = blobs
+        self.hooks = hooks if hooks is not None else Hooks()
         self.secrets = secrets
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.settings = settings if settings is not None else McpSettings()
@@ -294,7 +300,17 @@ class McpActivities(ActivityClass):
             tool_type="extension",
             extra={"psych.mcp.server": input.server.name, "psych.mcp.tool": input.tool},
         )
-        outcome = await traced_tool(span, self._call(input, started))
+        plan = self.hooks.plan(
+            HookCall(
+                f"{input.server.name}__{input.tool}",
+                "mcp",
+                input.arguments,
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        outcome = await traced_tool(span, self._intercepted(input, started, plan))
         if not input.report_through_client or self._outage_seconds <= 0:
             return outcome
         complete_through_client(outcome)
@@ -308,6 +324,38 @@ class McpActivities(ActivityClass):
         and parameter schema, and ``found`` their names (offered from the next turn).
         """
         started = time.monotonic()
+        # Hooks see the query only: the server the model named is already resolved into
+        # ``input.servers`` by the workflow.
+        plan = self.hooks.plan(
+            HookCall(
+                "search_mcp_tools",
+                "builtin",
+                {"query": input.query},
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        denied = await plan.before()
+        if denied is None and plan.rewritten:
+            query = plan.arguments.get("query")
+            if set(plan.arguments) != {"query"} or not isinstance(query, str) or not query:
+                denied = (
+                    "A pre-call hook rewrote search_mcp_tools' arguments to "
+                    f"{plan.arguments!r}: it may only set query (a non-empty string)."
+                )
+            else:
+                input = input.model_copy(update={"query": query})
+        if denied is not None:
+            refusal = await store_outcome(
+                self.blobs,
+                input.call_id,
+                "denied",
+                denied,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return McpSearchResult(outcome=plan.stamp(refusal))
         candidates: list[NamedTool] = []
         searched: list[str] = []
         missing: list[str] = []
@@ -327,10 +375,13 @@ class McpActivities(ActivityClass):
         text = found_text(found, input.query, searched)
         if missing:
             text += f"\n\n(The catalogues of {', '.join(missing)} are not available this turn.)"
+        status, text = await plan.after("ok", text)
         outcome = await store_outcome(
-            self.blobs, input.call_id, "ok", text, started=started, limit=input.large_result_bytes
+            self.blobs, input.call_id, status, text, started=started, limit=input.large_result_bytes
         )
-        return McpSearchResult(outcome=outcome, found=tuple(named.name for named in found))
+        return McpSearchResult(
+            outcome=plan.stamp(outcome), found=tuple(named.name for named in found)
+        )
 
     # --- discovery -------------------------------------------------------------------------
 
@@ -443,19 +494,41 @@ class McpActivities(ActivityClass):
 
     # --- calls -----------------------------------------------------------------------------
 
-    async def _call(self, input: McpToolCall, started: float) -> ToolOutcome:
+    async def _intercepted(
+        self, input: McpToolCall, started: float, plan: Interception
+    ) -> ToolOutcome:
+        """The call between its pre hooks and its post or on_error hooks."""
+        denied = await plan.before()
+        if denied is not None:
+            stored = await store_outcome(
+                self.blobs,
+                input.call_id,
+                "denied",
+                denied,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return plan.stamp(stored)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
+        return await self._call(input, started, plan)
+
+    async def _call(self, input: McpToolCall, started: float, plan: Interception) -> ToolOutcome:
         server = input.server
         redact = Redactor()
 
         async def outcome(status: Literal["ok", "error"], text: str) -> ToolOutcome:
-            return await store_outcome(
+            # Hooks see the result with the server's credential already redacted.
+            final, shown = await plan.after(status, redact(text))
+            stored = await store_outcome(
                 self.blobs,
                 input.call_id,
-                status,
-                redact(text),
+                final,
+                shown,
                 started=started,
                 limit=input.large_result_bytes,
             )
+            return plan.stamp(stored)
 
         if server.allow and not matches(input.tool, server.allow):
             return await outcome(

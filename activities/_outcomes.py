@@ -26,7 +26,7 @@ _PREVIEW_BYTES = 2048
 async def store_outcome(
     blobs: BlobStore,
     call_id: str,
-    status: Literal["ok", "error", "wait"],
+    status: Literal["ok", "error", "wait", "denied"],
     text: str,
     *,
     started: float,

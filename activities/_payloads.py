@@ -483,12 +483,25 @@ class McpSearchInput(_Payload):
     scope: Scope
 
 
+class HookEffect(_Payload):
+    """What one tool-call hook did to a call (``activities/_hooks.py``)."""
+
+    stage: Literal["pre", "post", "on_error"]
+    hook: str
+    """The hook's name: ``module:function``, ``command:[argv...]`` or the callable's name."""
+    effect: Literal["denied", "rewrote_arguments", "rewrote_result", "replaced_error", "failed"]
+    """``failed``: a post or on_error hook failed; the failure was logged and ignored."""
+    detail: str = ""
+    """The denial's reason, or what failed."""
+
+
 class ToolOutcome(_Payload):
     """What one tool call produced, stored whole, shown small."""
 
     call_id: str
-    status: Literal["ok", "error", "wait"]
-    """``wait``: the tool returned an ExternalWait; the Run suspends on ``wait_token``."""
+    status: Literal["ok", "error", "wait", "denied"]
+    """``wait``: the tool returned an ExternalWait; the Run suspends on ``wait_token``.
+    ``denied``: a pre hook denied the call (the tool did not run)."""
     content: str
     """The result if it fits ``large_result_bytes``, else a preview of it."""
     truncated: bool
@@ -501,6 +514,10 @@ class ToolOutcome(_Payload):
     """The tool message the model is shown (result or handle + preview)."""
     latency: Latency
     wait_token: str | None = None
+    ran_arguments: dict[str, Any] | None = None
+    """The arguments the tool ran with when a pre hook rewrote them (None: the model's)."""
+    hooks: tuple[HookEffect, ...] = ()
+    """Each hook that denied or changed something, in the order they ran."""
 
 
 class McpSearchResult(_Payload):

@@ -35,6 +35,7 @@ from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities._blobs import BlobStore, _dumps
+from psych_runtime.activities._hooks import HookCall, Hooks, Interception
 from psych_runtime.activities._outcomes import fixed_decision, store_outcome
 from psych_runtime.activities._payloads import (
     POLICY_DECIDE,
@@ -103,6 +104,7 @@ class ToolActivities(ActivityClass):
         policy: Policy | None = None,
         heartbeat_seconds: float = 1.0,
         outage_seconds: float = 0.0,
+        hooks: Hooks | None = None,
     ) -> None:
         """Create the activities.
 
@@ -124,8 +126,11 @@ class ToolActivities(ActivityClass):
                 OUTAGE_MARGIN`` and report their result through the worker's client
                 (asynchronous completion), whose retries must last as long: connect it
                 with ``outage_retry(outage_seconds)`` (psych's ``connect`` does).
+            hooks: the pre, post and on_error hooks every call of these activities runs
+                through (``activities/_hooks.py``; default none).
         """
         self.registry = registry
+        self.hooks = hooks if hooks is not None else Hooks()
         self.blobs = blobs
         self.secrets = secrets
         self._http = http
@@ -278,26 +283,39 @@ class ToolActivities(ActivityClass):
             tenant=input.scope.tenant,
             arguments=input.arguments,
         )
-        work = traced_tool(span, self._run_code(input, tool, started))
+        plan = self.hooks.plan(
+            HookCall(
+                input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            )
+        )
+        work = traced_tool(span, self._run_code(input, tool, started, plan))
         return await self._deliver(work, tool.idempotent)
 
-    async def _run_code(self, input: CodeToolCall, tool: ToolDef, started: float) -> ToolOutcome:
+    async def _run_code(
+        self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
+    ) -> ToolOutcome:
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
         try:
             parsed = tool.parse_arguments(input.arguments)
         except ValidationError as err:
             text = f"invalid arguments for {tool.name}: {_describe(err)}"
-            return await self._outcome(input, "error", text, started)
+            return await self._outcome(input, "error", text, started, plan)
         try:
             value = await self._heartbeating(_call(tool, parsed))
         except Exception as err:
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
-            return await self._outcome(input, "error", f"{type(err).__name__}: {err}", started)
+            text = f"{type(err).__name__}: {err}"
+            return await self._outcome(input, "error", text, started, plan)
         if isinstance(value, ExternalWait):
             outcome = await self._outcome(
-                input, "wait", value.message or f"waiting for {value.token}", started
+                input, "wait", value.message or f"waiting for {value.token}", started, plan
             )
             return outcome.model_copy(update={"wait_token": value.token})
-        return await self._outcome(input, "ok", _render(value), started)
+        return await self._outcome(input, "ok", _render(value), started, plan)
 
     @activity.defn(name=TOOL_HTTP)
     async def http(self, input: HttpToolCall) -> ToolOutcome:
@@ -317,18 +335,33 @@ class ToolActivities(ActivityClass):
             tenant=input.scope.tenant,
             arguments=input.arguments,
         )
-        work = traced_tool(span, self._send_http(input, redact, started))
+        plan = self.hooks.plan(
+            HookCall(
+                input.tool.name,
+                "http",
+                input.arguments,
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        work = traced_tool(span, self._send_http(input, redact, started, plan))
         return await self._deliver(work, safe)
 
     async def _send_http(
-        self, input: HttpToolCall, redact: Redactor, started: float
+        self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
     ) -> ToolOutcome:
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
         try:
             request = await self._build_request(input, redact)
             text = await self._heartbeating(self._send(input.tool, request))
         except _ToolError as err:
-            return await self._outcome(input, "error", redact(str(err)), started)
-        return await self._outcome(input, "ok", redact(text), started)
+            return await self._outcome(input, "error", redact(str(err)), started, plan)
+        return await self._outcome(input, "ok", redact(text), started, plan)
 
     @activity.defn(name=TOOL_READ_OUTPUT)
     async def read_output(self, input: ReadOutputInput) -> ToolOutcome:
@@ -340,11 +373,21 @@ class ToolActivities(ActivityClass):
         again: the model chose its length.
         """
         started = time.monotonic()
+        arguments = {"handle": input.handle, "offset": input.offset, "length": input.length}
+        plan = self.hooks.plan(HookCall("read_tool_output", "builtin", arguments, input.call_id))
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
         try:
+            if plan.rewritten:
+                input = ReadOutputInput.model_validate({**plan.arguments, "call_id": input.call_id})
             text = await self._read_slice(input)
+        except ValidationError as err:
+            text = f"invalid arguments for read_tool_output: {_describe(err)}"
+            return await self._outcome(input, "error", text, started, plan)
         except _ToolError as err:
-            return await self._outcome(input, "error", str(err), started)
-        return await self._outcome(input, "ok", text, started)
+            return await self._outcome(input, "error", str(err), started, plan)
+        return await self._outcome(input, "ok", text, started, plan)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -511,15 +554,19 @@ class ToolActivities(ActivityClass):
     async def _outcome(
         self,
         input: CodeToolCall | HttpToolCall | ReadOutputInput,
-        status: Literal["ok", "error", "wait"],
+        status: Literal["ok", "error", "wait", "denied"],
         text: str,
         started: float,
+        plan: Interception,
     ) -> ToolOutcome:
-        """Store the whole result and the tool message the model is shown."""
+        """Run the post or on_error hooks, then store the whole result and the tool
+        message the model is shown, stamped with what the hooks did."""
+        status, text = await plan.after(status, text)
         limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
-        return await store_outcome(
+        outcome = await store_outcome(
             self.blobs, input.call_id, status, text, started=started, limit=limit
         )
+        return plan.stamp(outcome)
 
 
 async def _call(tool: ToolDef, parsed: BaseModel) -> Any:

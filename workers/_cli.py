@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import PsychError, Refused
 from psych_runtime.workers._cli_fleet import add_fleet_commands
+from psych_runtime.workers._cli_hooks import add_hooks_command
 from psych_runtime.workers._cli_resume import add_resume_commands
 from psych_runtime.workers._cli_runs import add_run_commands
 from psych_runtime.workers._cli_serve import add_serve_commands
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_commands(commands, connection)
     add_codec_server_command(commands)
     add_fleet_commands(commands, connection)
+    add_hooks_command(commands)
     return parser
 
 

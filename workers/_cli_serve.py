@@ -25,6 +25,7 @@ from psych_runtime.activities import (
 )
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
+from psych_runtime.workers._cli_hooks import add_settings_arguments
 from psych_runtime.workers._cli_runs import temporal_client, temporal_target
 from psych_runtime.workers._codec import codec_from_env
 from psych_runtime.workers._devserver import start_dev_server
@@ -32,6 +33,7 @@ from psych_runtime.workers._health import Health, metrics_runtime, port_from, se
 from psych_runtime.workers._scripted_model import fake_model
 from psych_runtime.workers._worker import (
     WorkerSettings,
+    bound_hooks,
     describe_policy,
     run_worker,
     run_workers,
@@ -133,7 +135,15 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         "PSYCH_BUILD_ID": getattr(args, "build_id", None),
     }
     environ.update({name: str(value) for name, value in overrides.items() if value})
-    return WorkerSettings.from_env(environ)
+    settings = WorkerSettings.from_env(environ)
+    if getattr(args, "settings", None) is not None:
+        settings = dataclasses.replace(settings, settings_file=args.settings)
+    if getattr(args, "trust_project_settings", False):
+        settings = dataclasses.replace(settings, trust_project_settings=True)
+    # Bound here, so an untrusted module or a bad settings file stops the command before
+    # it connects or starts a server (the worker binds the same files again: pure).
+    bound_hooks(settings)
+    return settings
 
 
 def _on_loopback(url: str) -> bool:
@@ -336,6 +346,7 @@ def add_serve_commands(
         help="a person must approve each call of this tool before it runs: a name, or a "
         "prefix ending in '*' (repeatable; replaces PSYCH_ASK, comma-separated patterns)",
     )
+    add_settings_arguments(wiring)
     wiring.add_argument(
         "--ask-destructive",
         action="store_true",

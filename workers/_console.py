@@ -130,6 +130,17 @@ def _pending_id(item: Pending) -> str:
     return f"id {item.id}"
 
 
+def _hooked(record: ToolCallFinished) -> str:
+    """`` (hooks: pre acme:check rewrote_arguments; ran with {...})``, or nothing."""
+    if not record.hooks:
+        return ""
+    effects = "; ".join(f"{h.stage} {h.hook} {h.effect}" for h in record.hooks)
+    ran = ""
+    if record.ran_arguments is not None:
+        ran = f"; ran with {_short(json.dumps(record.ran_arguments, ensure_ascii=False), 80)}"
+    return f" (hooks: {effects}{ran})"
+
+
 def format_record(record: Any, *, full: bool = False) -> str:
     """One readable progress line for a Record (``Record`` union member).
 
@@ -175,6 +186,7 @@ def format_record(record: Any, *, full: bool = False) -> str:
         return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
     if isinstance(record, ToolCallFinished):
         took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
+        took += _hooked(record)
         if full:
             return _whole(f"  tool call {record.tool} -> {record.status}{took}:", record.content)
         return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"

@@ -30,6 +30,7 @@ from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
 from psych_runtime.activities._context import ContextProviders, ContextSettings
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities._hooks import Hooks
 from psych_runtime.activities._mcp_settings import McpSettings
 from psych_runtime.activities._model import ModelActivities
 from psych_runtime.activities._payloads import WORKFLOWS_ROLE, Decision
@@ -47,6 +48,7 @@ from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
+from psych_runtime.workers._settings import worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
 from psych_runtime.workers._versioning import deployment_config, version_from_env
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
@@ -102,6 +104,13 @@ class WorkerSettings:
             budget, session pool bounds; ``McpSettings``' documented defaults).
         context: the pre-turn context providers the model activity asks before every
             call, and their token budget (``ContextSettings``; default none registered).
+        hooks: tool-call hooks declared in code (``Hooks``), run before the settings
+            files' hooks.
+        settings_file: the global settings file (``--settings``, ``PSYCH_SETTINGS``); None:
+            ``PSYCH_SETTINGS`` of the process, else the default path when it exists
+            (``workers/_settings.py``).
+        trust_project_settings: also load ``./.psych/settings.yaml``
+            (``--trust-project-settings``).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -117,6 +126,9 @@ class WorkerSettings:
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
     mcp: McpSettings = field(default_factory=McpSettings)
     context: ContextSettings = field(default_factory=ContextSettings)
+    hooks: Hooks = field(default_factory=Hooks)
+    settings_file: Path | None = None
+    trust_project_settings: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -142,7 +154,23 @@ class WorkerSettings:
                 destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
             outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
         )
+
+
+def bound_hooks(settings: WorkerSettings) -> Hooks:
+    """The hook chain a worker with ``settings`` runs: its code hooks, then the settings
+    files' (``workers/_settings.py``); equal chains every time, nothing mutated.
+
+    Raises:
+        AccessDenied: a settings file names a Python hook of an untrusted module.
+        SpecError: any other problem of the settings files.
+    """
+    return worker_hooks(
+        settings.hooks,
+        settings.settings_file,
+        trust_project_settings=settings.trust_project_settings,
+    )
 
 
 def split_patterns(text: str) -> list[str]:
@@ -261,6 +289,7 @@ def _mcp_activities(settings: WorkerSettings) -> McpActivities:
         policy=settings.policy,
         settings=settings.mcp,
         outage_seconds=settings.outage_seconds,
+        hooks=bound_hooks(settings),
     )
 
 
@@ -290,6 +319,7 @@ def activities_for(
         http=http,
         policy=settings.policy,
         outage_seconds=settings.outage_seconds,
+        hooks=mcp.hooks,
     )
     return [*model.activities(), *tools.activities(), *mcp.activities()]
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities._context_result import ContextShown, ContextSkipped
-from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.activities._payloads import HookEffect, Latency, Usage
 from psych_runtime.specs import Component, Scope, Task
 
 
@@ -199,6 +199,11 @@ class ToolCallFinished(_Record):
     size: int = 0
     result_ref: str | None = None
     latency: Latency | None = None
+    ran_arguments: dict[str, Any] | None = None
+    """The arguments the tool ran with when a pre hook rewrote them (``ToolCallStarted``
+    keeps the model's); None: it ran with the model's."""
+    hooks: tuple[HookEffect, ...] = ()
+    """Each tool-call hook that denied, rewrote or failed, in the order they ran."""
 
 
 class ToolWithheld(_Record):

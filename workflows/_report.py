@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.activities._payloads import HookEffect, Latency, Usage
 from psych_runtime.specs import Task
 from psych_runtime.workflows._contract import (
     RunState,
@@ -67,6 +67,10 @@ class ToolCallReport(_Frozen):
     size: int = 0
     result_ref: str | None = None
     latency: Latency | None = None
+    ran_arguments: dict[str, Any] | None = None
+    """The arguments that ran when a pre hook rewrote ``arguments`` (None: those)."""
+    hooks: tuple[HookEffect, ...] = ()
+    """What each tool-call hook did to the call."""
 
 
 class McpDiscoveryReport(_Frozen):
@@ -233,6 +237,8 @@ def build_report(
                 size=record.size,
                 result_ref=record.result_ref,
                 latency=record.latency,
+                ran_arguments=record.ran_arguments,
+                hooks=record.hooks,
             )
         elif isinstance(record, McpDiscovered):
             discoveries.append(

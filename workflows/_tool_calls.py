@@ -348,6 +348,8 @@ class ToolCalls(Handlers):
                 size=outcome.size if outcome else len(result.content.encode()),
                 result_ref=outcome.result_ref if outcome else None,
                 latency=outcome.latency if outcome else None,
+                ran_arguments=outcome.ran_arguments if outcome else None,
+                hooks=outcome.hooks if outcome else (),
             )
         )
         if result.repeat_refusal:

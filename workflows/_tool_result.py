@@ -41,8 +41,11 @@ def inline(
 
 def from_outcome(call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
     """A tool activity's outcome as the Run takes it."""
-    # A wait is not a result: the pipeline sees ``outcome.status`` and suspends on it.
-    status: ToolCallStatus = "error" if outcome.status == "error" else "ok"
+    # A wait is not a result: the pipeline sees ``outcome.status`` and suspends on it. A
+    # pre hook's denial is no failure of the tool, as a Policy denial is not.
+    status: ToolCallStatus = "ok"
+    if outcome.status == "error" or outcome.status == "denied":
+        status = outcome.status
     return ToolResult(
         call=call,
         status=status,

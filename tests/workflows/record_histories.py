@@ -41,6 +41,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from psych_runtime.activities import Deny, HookCall, Hooks
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._context import ContextRequest, ContextSettings, ContextSource
 from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
@@ -1122,6 +1123,42 @@ async def context_provided_turn(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("support").tool("lookup_order").build(), "Order 42?")
 
 
+# --- tool-call hooks (issue 11) ------------------------------------------------------------
+
+
+def _hook_guard(call: HookCall) -> Deny | dict[str, str] | None:
+    if call.arguments.get("order_id") == "frozen":
+        return Deny("order frozen is under review")
+    return {"order_id": "42"} if call.arguments.get("order_id") == "7" else None
+
+
+def _hook_redact(call: HookCall, result: str) -> str:
+    return result.replace("delivered", "[redacted]")
+
+
+def _hook_fallback(call: HookCall, error: str) -> str:
+    return f"fallback: {error}"
+
+
+async def hooked_tool_calls(rig: Rig) -> RunHandle:
+    """A pre hook denying one call and rewriting another, a post hook redacting its
+    result and an on_error hook replacing a failure (the hooks run in the activities)."""
+    rig.settings = dataclasses.replace(
+        rig.settings,
+        hooks=Hooks()
+        .pre("lookup_order", _hook_guard)
+        .post("lookup_order", _hook_redact)
+        .on_error("flaky", _hook_fallback),
+    )
+    spec = rig.agent("hooked").tool("lookup_order").tool("flaky").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "frozen"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "7"}), ToolCall("flaky", {"x": 1})),
+        Reply.text("Order 42 is [redacted]."),
+    )
+    return await rig.run(spec, "Where is order 7?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1192,6 +1229,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", tasks_updated),
     ("dev", component_shown),
     ("dev", context_provided_turn),
+    # tool-call hooks (issue 11)
+    ("dev", hooked_tool_calls),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -1,0 +1,366 @@
+"""Settings files: the tool-call hooks a worker loads from YAML, and whom it trusts.
+
+Two files, read when a worker is built (``worker_hooks``), never mutated, never cached:
+
+- the **global** file, always loaded when it exists: ``--settings FILE``, else
+  ``PSYCH_SETTINGS``, else ``~/.config/psych/settings.yaml`` (``$XDG_CONFIG_HOME`` when
+  set). A file named by ``--settings`` or ``PSYCH_SETTINGS`` must exist;
+- the **project** file, ``./.psych/settings.yaml`` (of the worker's working directory),
+  loaded only with ``--trust-project-settings`` (``trust_project_settings=True``); an
+  untrusted one is not read, and the worker logs that it was skipped.
+
+The shape::
+
+    trusted_modules: [acme.hooks]          # global file only
+    hooks:
+      pre:
+        send_email: acme.hooks:check_recipient      # one entry, or a list of them
+        "orders_*":
+          - {python: acme.hooks:audit}
+          - {command: ["/usr/local/bin/check-order", "{order_id}"], timeout_seconds: 5}
+      post: {"*": acme.hooks:redact}
+      on_error: {lookup: {command: [/usr/local/bin/fallback]}}
+
+A Python hook (``module:function``) loads only when its module is, or is inside, one the
+global file's ``trusted_modules`` lists; the project file cannot widen that list (a project
+checkout must not be able to run code of its choosing in the worker). Anything else stops
+the worker at start with a PermissionError (``AccessDenied``) naming the module. Every
+other problem, each named with its file and path, is one ``SpecError``.
+
+The chain: code-declared hooks (``WorkerSettings.hooks``) first, then the global file's,
+then the project file's, each in file order; an entry equal to an earlier one is kept once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from psych_runtime.activities._command_hooks import DEFAULT_TIMEOUT_SECONDS, CommandHook
+from psych_runtime.activities._hooks import (
+    STAGES,
+    Hook,
+    HookAction,
+    Hooks,
+    HookStage,
+    check_pattern,
+)
+from psych_runtime.specs import AccessDenied, SpecError
+from psych_runtime.specs._documents import load_yaml
+
+PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
+"""The project settings file, relative to the worker's working directory."""
+_KEYS = frozenset({"hooks", "trusted_modules"})
+_log = logging.getLogger(__name__)
+Scope = Literal["global", "project"]
+
+
+def default_global_settings(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/psych/settings.yaml`` (default ``~/.config/psych/settings.yaml``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "psych" / "settings.yaml"
+
+
+@dataclass(frozen=True)
+class HookDeclaration:
+    """One hook as a settings file declares it, before it is bound.
+
+    Attributes:
+        stage: ``pre``, ``post`` or ``on_error``.
+        pattern: the tool name, ``prefix*`` or ``*``.
+        python: ``module:function`` of a Python hook (None for a command hook).
+        command: the argv of a command hook (None for a Python hook).
+        timeout_seconds: a command hook's deadline.
+        where: the file and path it was declared at, for messages.
+    """
+
+    stage: HookStage
+    pattern: str
+    python: str | None
+    command: tuple[str, ...] | None
+    timeout_seconds: float
+    where: str
+
+
+@dataclass(frozen=True)
+class SettingsFile:
+    """One parsed settings file.
+
+    Attributes:
+        path: where it was read from.
+        scope: ``global`` or ``project``.
+        trusted_modules: the allow-list it sets: None when it sets none (a project file
+            never does), () when it sets an empty one (nothing trusted), else the modules.
+        hooks: its hook declarations, in file order.
+    """
+
+    path: Path
+    scope: Scope
+    trusted_modules: tuple[str, ...] | None
+    hooks: tuple[HookDeclaration, ...]
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    """The settings files a worker reads.
+
+    Attributes:
+        files: the files loaded, global first.
+        skipped_project: the project file when it exists but was not trusted.
+    """
+
+    files: tuple[SettingsFile, ...]
+    skipped_project: Path | None = None
+
+    @property
+    def trusted_modules(self) -> tuple[str, ...]:
+        """The global file's allow-list (empty when it sets none)."""
+        for file in self.files:
+            if file.scope == "global" and file.trusted_modules is not None:
+                return file.trusted_modules
+        return ()
+
+
+def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
+    """A settings document (plain data, as ``load_yaml`` returns it) checked whole.
+
+    Raises:
+        SpecError: every problem, each naming ``source`` and its path.
+    """
+    problems: list[str] = []
+    trusted: tuple[str, ...] | None = None
+    declarations: list[HookDeclaration] = []
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a settings file is a mapping, not {type(data).__name__}")
+    for key in sorted(set(data) - _KEYS, key=str):
+        problems.append(f"{source}: {key}: unknown setting (known: hooks, trusted_modules)")
+    if "trusted_modules" in data:
+        value = data["trusted_modules"]
+        if scope == "project":
+            problems.append(
+                f"{source}: trusted_modules: only the global settings file may trust modules"
+            )
+        elif not isinstance(value, list) or not all(_module_name(m) for m in value):
+            problems.append(
+                f"{source}: trusted_modules: a list of module names (a.b.c), not {value!r}"
+            )
+        else:
+            trusted = tuple(value)
+    hooks = data.get("hooks")
+    if hooks is not None and not isinstance(hooks, dict):
+        problems.append(f"{source}: hooks: a mapping of pre/post/on_error, not {hooks!r}")
+    elif hooks:
+        for stage in hooks:
+            if stage not in STAGES:
+                problems.append(f"{source}: hooks.{stage}: unknown stage (pre, post, on_error)")
+                continue
+            table = hooks[stage]
+            if table is None:
+                continue
+            if not isinstance(table, dict):
+                problems.append(f"{source}: hooks.{stage}: a mapping of tool patterns to hooks")
+                continue
+            for pattern, entries in table.items():
+                where = f"{source}: hooks.{stage}[{pattern!r}]"
+                try:
+                    check_pattern(pattern)
+                except ValueError as err:
+                    problems.append(f"{where}: {err}")
+                    continue
+                items = entries if isinstance(entries, list) else [entries]
+                for index, item in enumerate(items):
+                    at = f"{where}[{index}]" if isinstance(entries, list) else where
+                    declared = _declaration(stage, pattern, item, at, problems)
+                    if declared is not None:
+                        declarations.append(declared)
+    if problems:
+        raise SpecError("\n".join(problems))
+    return SettingsFile(
+        path=Path(source), scope=scope, trusted_modules=trusted, hooks=tuple(declarations)
+    )
+
+
+def _module_name(value: object) -> bool:
+    return isinstance(value, str) and all(part.isidentifier() for part in value.split("."))
+
+
+def _declaration(
+    stage: HookStage, pattern: str, item: Any, at: str, problems: list[str]
+) -> HookDeclaration | None:
+    python: str | None = None
+    command: tuple[str, ...] | None = None
+    timeout = DEFAULT_TIMEOUT_SECONDS
+    if isinstance(item, str):
+        python = item
+    elif isinstance(item, dict) and set(item) <= {"python"} and "python" in item:
+        python = item["python"]
+    elif (
+        isinstance(item, dict) and "command" in item and set(item) <= {"command", "timeout_seconds"}
+    ):
+        argv = item["command"]
+        if isinstance(argv, str):
+            problems.append(
+                f"{at}.command: a shell string is refused: give an argv list, e.g. "
+                '["/usr/bin/check", "{order_id}"]'
+            )
+            return None
+        if (
+            not isinstance(argv, list)
+            or not argv
+            or not all(isinstance(a, str) and a for a in argv)
+        ):
+            problems.append(f"{at}.command: a non-empty list of non-empty strings, not {argv!r}")
+            return None
+        command = tuple(argv)
+        timeout = item.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= 600
+        ):
+            problems.append(
+                f"{at}.timeout_seconds: a number of seconds in (0, 600], not {timeout!r}"
+            )
+            return None
+    else:
+        problems.append(
+            f'{at}: a hook is "module:function", {{python: module:function}} or '
+            f"{{command: [argv...], timeout_seconds: N}}, not {item!r}"
+        )
+        return None
+    if python is not None and not _python_target(python):
+        problems.append(f"{at}: {python!r} is not module:function")
+        return None
+    return HookDeclaration(stage, pattern, python, command, float(timeout), at)
+
+
+def _python_target(text: object) -> bool:
+    if not isinstance(text, str) or text.count(":") != 1:
+        return False
+    module, attribute = text.split(":")
+    return _module_name(module) and _module_name(attribute)
+
+
+def read_settings_file(path: Path, scope: Scope) -> SettingsFile:
+    """Read and parse one settings file (YAML, with the Spec loaders' safety bounds).
+
+    Raises:
+        SpecError: it cannot be read, or every problem in it.
+    """
+    try:
+        document = path.read_bytes()
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the {scope} settings file: {err}") from err
+    data = load_yaml(document, source=str(path))
+    return parse_settings(data, source=str(path), scope=scope)
+
+
+def load_settings(
+    settings_file: Path | None = None,
+    *,
+    trust_project_settings: bool = False,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LoadedSettings:
+    """The settings files a worker reads (see the module docstring for which and when).
+
+    Raises:
+        SpecError: a named global file is missing, or a file has problems.
+    """
+    env = os.environ if environ is None else environ
+    named = settings_file if settings_file is not None else env.get("PSYCH_SETTINGS") or None
+    files: list[SettingsFile] = []
+    if named is not None:
+        files.append(read_settings_file(Path(named), "global"))
+    else:
+        default = default_global_settings(env)
+        if default.is_file():
+            files.append(read_settings_file(default, "global"))
+    project = (cwd if cwd is not None else Path.cwd()) / PROJECT_SETTINGS
+    skipped = None
+    if project.is_file():
+        if trust_project_settings:
+            files.append(read_settings_file(project, "project"))
+        else:
+            skipped = project
+            _log.warning(
+                "project settings %s not loaded: it is not trusted (start the worker with "
+                "--trust-project-settings to load it)",
+                project,
+            )
+    return LoadedSettings(files=tuple(files), skipped_project=skipped)
+
+
+def bind_settings(loaded: LoadedSettings) -> Hooks:
+    """The hook chain the loaded files declare, their Python hooks imported.
+
+    Raises:
+        AccessDenied: (a PermissionError) a Python hook's module is not trusted; the
+            message names every such module and where it was declared.
+        SpecError: a trusted module or its function cannot be loaded.
+    """
+    trusted = loaded.trusted_modules
+    refused: list[str] = []
+    problems: list[str] = []
+    entries: list[Hook] = []
+    for file in loaded.files:
+        for declared in file.hooks:
+            action: HookAction
+            if declared.command is not None:
+                action = CommandHook(declared.command, declared.timeout_seconds)
+                entries.append(Hook(declared.stage, declared.pattern, action))
+                continue
+            assert declared.python is not None
+            module, attribute = declared.python.split(":")
+            if not any(module == t or module.startswith(t + ".") for t in trusted):
+                refused.append(f"{declared.where}: module {module!r} is not trusted")
+                continue
+            try:
+                loaded_module = importlib.import_module(module)
+                function = getattr(loaded_module, attribute)
+            except (ImportError, AttributeError) as err:
+                problems.append(f"{declared.where}: cannot load {declared.python}: {err}")
+                continue
+            if not callable(function):
+                problems.append(f"{declared.where}: {declared.python} is not callable")
+                continue
+            entries.append(Hook(declared.stage, declared.pattern, function, declared.python))
+    if refused:
+        allowed = ", ".join(trusted) or "none"
+        raise AccessDenied(
+            "refusing to load Python hooks from untrusted modules (trusted_modules in the "
+            f"global settings file lists: {allowed}):\n  " + "\n  ".join(refused)
+        )
+    if problems:
+        raise SpecError("\n".join(problems))
+    return Hooks(entries)
+
+
+def worker_hooks(
+    code: Hooks,
+    settings_file: Path | None = None,
+    *,
+    trust_project_settings: bool = False,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Hooks:
+    """The whole chain a worker runs: ``code``'s hooks, then the settings files'.
+
+    Pure: the same declarations give an equal chain, and nothing passed in is changed.
+
+    Raises:
+        AccessDenied: an untrusted Python hook module.
+        SpecError: any other problem of the settings files.
+    """
+    loaded = load_settings(
+        settings_file, trust_project_settings=trust_project_settings, cwd=cwd, environ=environ
+    )
+    return code.merged(bind_settings(loaded))
