@@ -18,6 +18,7 @@ from psych_runtime.activities._blobs import (
     LocalBlobStore,
     blob_ref,
 )
+from psych_runtime.activities._compaction import SUMMARISER_PROMPT, CompactionActivities
 from psych_runtime.activities._endpoints import (
     Endpoint,
     ModelEndpoints,
@@ -87,6 +88,7 @@ __all__ = [
     "BlobNotFound",
     "BlobStore",
     "ChatMessage",
+    "CompactionActivities",
     "Conversations",
     "Decision",
     "EncryptedBlobStore",
@@ -111,6 +113,7 @@ __all__ = [
     "RulePolicy",
     "S3BlobStore",
     "S3Location",
+    "SUMMARISER_PROMPT",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",

@@ -40,6 +40,8 @@ from psych_runtime.workflows._contract import (
 from psych_runtime.workflows._records import (
     AbortRequested,
     ChildSettled,
+    CompactionApplied,
+    CompactionFailed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -79,6 +81,8 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "ChildSettled",
+    "CompactionApplied",
+    "CompactionFailed",
     "DEFAULT_TASK_QUEUE",
     "McpDiscovered",
     "McpDiscoveryReport",

@@ -96,6 +96,7 @@ class Handlers(RunBase):
             kind="agent" if self.KIND == "agent" else "workflow",
             step=self._state_step(),
             outputs=self._outputs,
+            conversation_ref=self._conversation_ref,
         )
 
     @workflow.query(name=QUERY_RECORDS)

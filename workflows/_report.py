@@ -7,11 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.activities._payloads import Latency, ThreadRef, Usage
 from psych_runtime.workflows._contract import (
     RunState,
 )
 from psych_runtime.workflows._records import (
+    CompactionApplied,
+    CompactionFailed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -127,6 +129,10 @@ class RunReport(_Frozen):
     """A workflow's step outputs keyed by step name."""
     mcp: tuple[McpDiscoveryReport, ...] = ()
     """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
+    compactions: tuple[CompactionApplied | CompactionFailed, ...] = ()
+    """Each summariser call, in order (its usage and cost are in ``totals``)."""
+    thread: ThreadRef | None = None
+    """The earlier Run this Run continues."""
 
 
 def build_report(
@@ -146,6 +152,7 @@ def build_report(
     steps: dict[str, StepReport] = {}
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
+    compactions: list[CompactionApplied | CompactionFailed] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -237,6 +244,8 @@ def build_report(
                     error=record.error,
                 )
             )
+        elif isinstance(record, CompactionApplied | CompactionFailed):
+            compactions.append(record)
         elif isinstance(record, RunSettled):
             settled = record
     return RunReport(
@@ -260,4 +269,6 @@ def build_report(
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
+        compactions=tuple(compactions),
+        thread=admitted.thread if admitted else None,
     )
