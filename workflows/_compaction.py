@@ -163,4 +163,6 @@ async def compact_at_boundary(run: AgentRun, context_ref: str | None) -> str | N
         )
     )
     run._compaction = compacted(state, cut, result)
+    # What a thread continuing this Run reads from now on: the compacted conversation.
+    run._conversation_ref = result.context_ref
     return result.context_ref
