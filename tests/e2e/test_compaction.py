@@ -31,7 +31,7 @@ BIG = FakeUsage(input_tokens=300, output_tokens=5)
 SMALL = FakeUsage(input_tokens=10, output_tokens=5)
 
 
-def agent(harness: Harness, **limits: int) -> AgentSpec:
+def agent(harness: Harness, summariser: str | None = SUMMARISER, **limits: int) -> AgentSpec:
     @harness.registry.register
     def lookup_order(order_id: str) -> str:
         """Look up an order.
@@ -49,7 +49,7 @@ def agent(harness: Harness, **limits: int) -> AgentSpec:
         .compaction(
             100,
             keep_recent_turns=1,
-            model=SUMMARISER,
+            model=summariser,
             max_summary_tokens=64,
             summary_instructions="Keep every order id.",
         )
@@ -195,12 +195,14 @@ async def test_a_failing_summariser_is_recorded_and_the_run_goes_on(harness: Har
 
 async def test_the_summariser_counts_toward_max_steps(harness: Harness) -> None:
     fake = harness.fake
-    fake.enqueue(lookup("1", BIG), lookup("2", BIG), lookup("3", BIG))
-    fake.enqueue(Reply.text("Order 1 shipped."), model=SUMMARISER)
+    # No compaction.model: the summariser runs on the agent's model (third request).
+    fake.enqueue(
+        lookup("1", BIG), lookup("2", BIG), Reply.text("Order 1 shipped."), lookup("3", BIG)
+    )
     client = harness.client
     async with harness.worker():
         run = await client.dispatch(
-            agent(harness, max_steps=6), "Check orders", scope=harness.scope
+            agent(harness, None, max_steps=6), "Check orders", scope=harness.scope
         )
         result = await client.result(run, scope=harness.scope)
         records = (await client.records(run, scope=harness.scope)).records
@@ -209,7 +211,11 @@ async def test_the_summariser_counts_toward_max_steps(harness: Harness) -> None:
     assert result.status is RunStatus.STOPPED
     assert result.reason == "max_steps: 6 steps taken"
     assert result.totals.steps == 6
-    assert len([r for r in records if isinstance(r, CompactionApplied)]) == 1
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    assert applied.model == "fake-model"
+    summariser = fake.requests[2]
+    assert summariser["model"] == "fake-model"
+    assert summariser["messages"][0]["content"].startswith(SUMMARISER_PROMPT)
     calls = [r for r in records if isinstance(r, ToolCallFinished)]
     assert [c.status for c in calls] == ["ok", "ok", "error"]
     assert "max_steps (6) is used up" in calls[2].content
