@@ -3,6 +3,7 @@ next, the cut moving forward, a failing summariser, and the budgets counting it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 
+from ._waiting import eventually
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -219,3 +221,27 @@ async def test_the_summariser_counts_toward_max_steps(harness: Harness) -> None:
     calls = [r for r in records if isinstance(r, ToolCallFinished)]
     assert [c.status for c in calls] == ["ok", "ok", "error"]
     assert "max_steps (6) is used up" in calls[2].content
+
+
+async def test_an_abort_cancels_a_running_summariser(harness: Harness) -> None:
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG))
+    fake.enqueue(Reply.stall(60, then=Reply.text("too late")), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+
+        async def summarising() -> bool:
+            return len(fake.requests) >= 3
+
+        await eventually(summarising, 30, "the summariser call")
+        aborted = time.monotonic()
+        await client.abort(run, scope=harness.scope, reason="stop")
+        result = await client.result(run, scope=harness.scope)
+        # Cancelled, not waited out (the summariser would stall for 60 s).
+        assert time.monotonic() - aborted < 30
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.ABORTED
+    assert fake.requests[2]["model"] == SUMMARISER
+    assert not [r for r in records if isinstance(r, CompactionApplied | CompactionFailed)]
+    assert result.totals.model_calls == 3  # the cancelled summariser call counts
