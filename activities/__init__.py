@@ -19,6 +19,7 @@ from psych_runtime.activities._blobs import (
     blob_ref,
 )
 from psych_runtime.activities._command_hooks import CommandHook
+from psych_runtime.activities._compaction import SUMMARISER_PROMPT, CompactionActivities
 from psych_runtime.activities._context import (
     ContextProvider,
     ContextProviders,
@@ -100,6 +101,7 @@ __all__ = [
     "BlobStore",
     "ChatMessage",
     "CommandHook",
+    "CompactionActivities",
     "ContextProvider",
     "ContextProviders",
     "ContextRequest",
@@ -137,6 +139,7 @@ __all__ = [
     "RulePolicy",
     "S3BlobStore",
     "S3Location",
+    "SUMMARISER_PROMPT",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",

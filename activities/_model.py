@@ -67,6 +67,7 @@ from psych_runtime.activities._payloads import (
 )
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._spans import chat_span
+from psych_runtime.activities._threads import thread_head
 
 MODEL_CALL_FAILED = "ModelCallFailed"
 """The ApplicationError type of every failed model call; its details are a ModelFailure."""
@@ -198,7 +199,11 @@ class ModelActivities(ActivityClass):
             redact.add(API_KEY_NAME, endpoint.api_key)
         stream = input.stream and endpoint.stream
         system_ref, system = await self._system(input)
-        history = await self.conversations.messages(input.context_ref)
+        context_ref = input.context_ref
+        if input.thread is not None and context_ref is None:
+            # A continuing Run's first call: the earlier conversation, bounded, by reference.
+            context_ref = await thread_head(self.conversations, input.thread)
+        history = await self.conversations.messages(context_ref)
         new_refs: list[str] = []
         new_messages: list[ChatMessage] = []
         for item in input.new_messages:
@@ -244,7 +249,7 @@ class ModelActivities(ActivityClass):
 
         assistant = ChatMessage(role="assistant", content=answer.text, tool_calls=answer.tool_calls)
         assistant_ref = await self.conversations.put_message(assistant)
-        head = await self.conversations.append(input.context_ref, [*new_refs, assistant_ref])
+        head = await self.conversations.append(context_ref, [*new_refs, assistant_ref])
         assert head is not None  # the node holds at least the assistant message
         usage = answer.usage or Usage()
         cost = (

@@ -67,6 +67,8 @@ def _compact_server(server: McpServer) -> dict[str, Any]:
 # --- activity names (API: a changed signature gets a new name) ----------------------------
 
 MODEL_COMPLETE = "psych.model.complete"
+MODEL_COMPACT = "psych.model.compact"
+"""The summariser call of compaction (``activities/_compaction.py``)."""
 TOOL_CATALOG = "psych.tool.catalog"
 TOOL_CODE = "psych.tool.code"
 TOOL_HTTP = "psych.tool.http"
@@ -80,6 +82,7 @@ TOOL_MCP = "psych.tool.mcp"
 ACTIVITY_NAMES = (
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
+    MODEL_COMPACT,
     MODEL_COMPLETE,
     POLICY_DECIDE,
     TOOL_CATALOG,
@@ -101,6 +104,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     # A local activity runs on the worker that runs the workflow task, whatever its queue.
     MCP_LIST_TOOLS: WORKFLOWS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
+    MODEL_COMPACT: MODEL_ROLE,
     MODEL_COMPLETE: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
@@ -252,6 +256,9 @@ class ModelCallInput(_Compact):
     scope: Scope
     mcp: McpTurn | None = None
     """The Run's MCP servers, resolved before the call; None = no MCP servers."""
+    thread: ThreadContext | None = None
+    """An earlier Run's conversation this Run continues (sent with the first call only):
+    the activity puts its last messages before ``context_ref`` (by reference)."""
 
 
 class ModelCallResult(_Compact):
@@ -284,6 +291,81 @@ class ModelFailure(_Payload):
     retry_after: float | None = None
     """Seconds the provider asked us to wait (Retry-After), if it did."""
     message: str
+
+
+# --- threads and compaction ---------------------------------------------------------------
+
+
+class ThreadRef(_Payload):
+    """The earlier Run a Run continues, and that Run's conversation head when it was read."""
+
+    run: str
+    """The earlier Run's workflow id (the same tenant's)."""
+    head: BlobRef
+    """Its conversation head (``RunState.conversation_ref``)."""
+
+
+class ThreadContext(_Compact):
+    """What the model activity puts before a threaded Run's first call."""
+
+    head: BlobRef
+    """The earlier conversation's head."""
+    max_messages: int = Field(ge=1)
+    """At most this many of its last messages (``Limits.max_history_records``), never
+    starting on a tool result cut from its call nor ending on an unanswered tool call."""
+
+
+class TurnMark(_Payload):
+    """Where a turn starts in a stored conversation: ``offset`` messages into ``node``.
+
+    ``node`` is the chain node the turn's model call appended (or, after a compaction, the
+    node holding the kept turns); the messages before the offset belong to the turn before
+    (its tool results and notes travel with the next call).
+    """
+
+    node: BlobRef
+    offset: int = Field(default=0, ge=0)
+
+
+class CompactInput(_Payload):
+    """``psych.model.compact``: summarise a conversation up to a turn start."""
+
+    run_id: str
+    turn: int
+    """The turn after which the Run compacts."""
+    model: str
+    """The summariser's model id (``compaction.model`` or the agent's)."""
+    params: ModelRef
+    """The agent's model parameters (sampling); the output cap is ``max_summary_tokens``."""
+    context_ref: BlobRef
+    """The conversation's head now."""
+    marks: tuple[TurnMark, ...] = Field(min_length=1)
+    """The start of the cut turn (everything before it is summarised), then the start of
+    every later turn, in order."""
+    max_summary_tokens: int = Field(gt=0)
+    instructions: str | None = None
+    """``compaction.summary_instructions``, appended to the summariser's system prompt."""
+    stream_idle_seconds: float = 300.0
+    scope: Scope
+
+
+class CompactResult(_Payload):
+    """A compacted conversation: the summary, then the kept turns verbatim."""
+
+    context_ref: BlobRef
+    """The new head: ``{summary}`` then one node of the kept messages."""
+    marks: tuple[TurnMark, ...]
+    """The input's marks, in the new chain."""
+    summary_ref: BlobRef
+    """The summary message the model sees from now on."""
+    summary_preview: str
+    """The summary's first ``SUMMARY_PREVIEW_CHARS`` characters."""
+    replaced: int
+    """Messages the summary replaced (the previous summary among them)."""
+    model: str
+    usage: Usage
+    cost: float | None = None
+    latency: Latency
 
 
 # --- tools --------------------------------------------------------------------------------
@@ -556,3 +638,4 @@ def invalid_arguments_message(err: json.JSONDecodeError) -> str:
 
 McpTurnResult.model_rebuild()
 ModelCallResult.model_rebuild()
+ModelCallInput.model_rebuild()

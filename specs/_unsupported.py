@@ -32,10 +32,6 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "A2A delegation is not implemented by this runtime yet; "
             "the agent would run without its peers"
         ),
-        "AgentSpec.compaction": (
-            "compaction is not implemented by this runtime yet (issue 10); "
-            "the conversation would grow without ever being summarised"
-        ),
         "AgentSpec.spawn": (
             "spawn is not implemented by this runtime yet (issue 10); "
             "no spawn tool would be offered"

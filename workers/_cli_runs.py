@@ -130,7 +130,11 @@ async def _run(args: argparse.Namespace) -> int:
             flush=True,
         )
     run = await client.dispatch(
-        version, args.input, scope=scope, idempotency_key=args.idempotency_key
+        version,
+        args.input,
+        scope=scope,
+        idempotency_key=args.idempotency_key,
+        thread=args.thread,
     )
     try:
         report = await follow_run(client, run, scope=scope, json_report=args.json, full=args.full)
@@ -351,6 +355,12 @@ def add_run_commands(
         help="the user's message (repeat for several messages)",
     )
     run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
+    run.add_argument(
+        "--thread",
+        metavar="RUN",
+        help="continue the conversation of an earlier Run of the tenant (psych-<tenant>-<id>), "
+        "its last limits.max_history_records messages",
+    )
     run.add_argument(
         "--tools",
         "--registry",  # validate's and publish's old name, accepted everywhere

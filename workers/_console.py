@@ -20,6 +20,8 @@ from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
 from psych_runtime.workflows import (
     AbortRequested,
+    CompactionApplied,
+    CompactionFailed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -151,9 +153,10 @@ def format_record(record: Any, *, full: bool = False) -> str:
     """
     if isinstance(record, RunAdmitted):
         said = _short(" / ".join(record.messages), 80)
+        thread = f", continuing {record.thread.run}" if record.thread else ""
         return (
             f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
-            f"input {said!r}"
+            f"input {said!r}{thread}"
         )
     if isinstance(record, TurnStarted):
         return f"turn {record.turn}"
@@ -227,6 +230,15 @@ def format_record(record: Any, *, full: bool = False) -> str:
             said = _short(json.dumps(record.output, ensure_ascii=False), 80)
             return f"step {record.step} -> ok: {said}"
         return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
+    if isinstance(record, CompactionApplied):
+        return (
+            f"  compacted before turn {record.cut_turn} with {record.model}: "
+            f"{record.messages_replaced} messages summarised "
+            f"[{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens, "
+            f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
+        )
+    if isinstance(record, CompactionFailed):
+        return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
     shown = format_display_record(record)

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities._blob_config import blob_store_from_env
 from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
+from psych_runtime.activities._compaction import CompactionActivities
 from psych_runtime.activities._context import ContextProviders, ContextSettings
 from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities._hooks import Hooks
@@ -321,7 +322,14 @@ def activities_for(
         outage_seconds=settings.outage_seconds,
         hooks=mcp.hooks,
     )
-    return [*model.activities(), *tools.activities(), *mcp.activities()]
+    # The summariser shares the model activities' endpoints, pricing and HTTP client.
+    compaction = CompactionActivities(model)
+    return [
+        *model.activities(),
+        *compaction.activities(),
+        *tools.activities(),
+        *mcp.activities(),
+    ]
 
 
 def worker_identity(policy: Policy, base: str | None = None) -> str:

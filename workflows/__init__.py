@@ -41,6 +41,8 @@ from psych_runtime.workflows._display_report import ComponentReport, ContextRepo
 from psych_runtime.workflows._records import (
     AbortRequested,
     ChildSettled,
+    CompactionApplied,
+    CompactionFailed,
     ComponentShown,
     ContextProvided,
     McpDiscovered,
@@ -83,6 +85,8 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "ChildSettled",
+    "CompactionApplied",
+    "CompactionFailed",
     "ComponentReport",
     "ComponentShown",
     "ContextProvided",

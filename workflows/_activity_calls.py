@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
+        MODEL_COMPACT,
         MODEL_COMPLETE,
         POLICY_DECIDE,
         TOOL_CATALOG,
@@ -38,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
+        CompactInput,
+        CompactResult,
         HttpToolCall,
         McpCatalog,
         McpCatalogInput,
@@ -77,6 +80,8 @@ OPTIONS: dict[str, Options] = {
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]),
     ),
     MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    # The summariser is a model call like any other: once, heartbeating while it streams.
+    MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
@@ -169,6 +174,13 @@ async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
     """``psych.model.complete``: one model call, once (the Run owns retries)."""
     summary = f"model {call.model}, turn {turn}"
     return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+
+
+async def compact(input: CompactInput) -> CompactResult:
+    """``psych.model.compact``: the summariser call of compaction, once (a failure leaves
+    the Run uncompacted until the next trigger)."""
+    summary = f"compact with {input.model}, after turn {input.turn}"
+    return await _execute(MODEL_COMPACT, input, CompactResult, summary=summary)
 
 
 async def decide(input: PolicyInput) -> PolicyDecision:

@@ -19,10 +19,20 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._mcp_turn import MCP_UNREACHABLE
-    from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelCallResult
+    from psych_runtime.activities._payloads import (
+        ChatMessage,
+        ModelCallInput,
+        ModelCallResult,
+        ThreadContext,
+    )
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._catalog import resolve
+    from psych_runtime.workflows._compaction import (
+        CompactionState,
+        after_call,
+        compact_at_boundary,
+    )
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
     from psych_runtime.workflows._handlers import parse_input
     from psych_runtime.workflows._mcp import take_turn, turn_input
@@ -62,6 +72,10 @@ class AgentRun(ToolCalls):
         self._not_before: dict[str, float] = {}
         self._model_failures: dict[str, int] = {}
         self._model_task: asyncio.Task[Any] | None = None
+        self._compaction = CompactionState()
+        """Compaction's per-Run state (``_compaction.py``); unused without ``compaction``."""
+        self._thread: ThreadContext | None = None
+        """The earlier conversation the first model call puts first (a threaded Run)."""
 
     @workflow.run
     async def run(self, *args: Any) -> RunResult:
@@ -83,8 +97,14 @@ class AgentRun(ToolCalls):
                 agent=spec.name,
                 messages=self._input.messages,
                 system_prompt=self._system_prompt,
+                thread=self._input.thread,
             )
         )
+        thread = self._input.thread
+        if thread is not None and spec.limits.max_history_records > 0:
+            self._thread = ThreadContext(
+                head=thread.head, max_messages=spec.limits.max_history_records
+            )
 
     def _aborting(self) -> None:
         if self._model_task is not None:
@@ -113,6 +133,7 @@ class AgentRun(ToolCalls):
         context_ref: str | None = None
         system_ref: str | None = None
         prompt_revision = 0  # of the task list the Run's system prompt shows
+        carry = 0
         while True:
             self._check_abort()
             if self._past_deadline():
@@ -121,6 +142,8 @@ class AgentRun(ToolCalls):
                 return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
             if self._totals.steps >= limits.max_steps:
                 return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+            if spec.compaction is not None:
+                context_ref = await compact_at_boundary(self, context_ref)
             self._turn += 1
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})
@@ -150,6 +173,7 @@ class AgentRun(ToolCalls):
                     # MCP tools are resolved at every turn boundary, inside the model call,
                     # and fixed within the turn.
                     mcp=turn_input(self._mcp),
+                    thread=self._thread if context_ref is None else None,
                 ),
             )
             if result.mcp is not None:
@@ -161,7 +185,11 @@ class AgentRun(ToolCalls):
                     )
                 )
             context_ref, system_ref = result.context_ref, result.system_ref
+            self._conversation_ref = context_ref
+            if spec.compaction is not None:
+                self._compaction = after_call(self._compaction, context_ref, carry, result.usage)
             pending = []
+            carry = 0
             self._check_abort()
             if not result.tool_calls:
                 # Input that arrived for this turn, or for after it, continues the Run.
@@ -174,6 +202,7 @@ class AgentRun(ToolCalls):
             offered = base | self._mcp.entries if self._mcp.entries else base
             results, notes = await self._run_tools(turn, result.tool_calls, offered)
             pending = [r.message for r in results] + notes
+            carry = len(pending)
             self._check_abort()
 
     async def _call_model(self, turn: int, call: ModelCallInput) -> ModelCallResult:

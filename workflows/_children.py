@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ThreadRef
     from psych_runtime.specs import Scope, Version
     from psych_runtime.workflows._contract import (
         CHILD_PENDING,
@@ -53,6 +54,7 @@ async def start_child(
     summary: str,
     bounds: ParentBounds | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    thread: ThreadRef | None = None,
 ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
     """Start a Run of ``version`` (AgentRun or WorkflowRun, by its kind) as a child."""
     attributes = None
@@ -68,6 +70,7 @@ async def start_child(
             messages=messages,
             depth=depth,
             bounds=bounds,
+            thread=thread,
         ),
         id=workflow_id_for(scope.tenant, run_id),
         result_type=RunResult,

@@ -34,6 +34,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,
@@ -218,9 +219,15 @@ class PsychClient(RunActions):
         *,
         scope: Scope,
         idempotency_key: str | None = None,
+        thread: RunHandle | str | None = None,
     ) -> RunHandle:
         """Start a Run of ``spec`` (a Version, a Spec to publish, or a Version hash): an
         AgentRun for an agent, a WorkflowRun for a workflow.
+
+        With a ``thread`` (an earlier agent Run of the same tenant, by handle or workflow
+        id), the new Run continues its conversation: its model sees the earlier Run's last
+        messages, as many as the new Spec's ``limits.max_history_records`` (0: none), read
+        by reference from the conversation head the earlier Run has now.
 
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
         whether it is still running or settled, as long as the input is the same (the same
@@ -228,10 +235,15 @@ class PsychClient(RunActions):
 
         Raises:
             PsychError: the key already started a Run with another Version or other
-                messages (silently answering with that Run would drop this input).
+                messages (silently answering with that Run would drop this input); or
+                the ``thread`` Run has no conversation (a workflow, or no model call yet).
+            AccessDenied: the ``thread`` Run belongs to another tenant.
+            NotFound: no such ``thread`` Run.
+            SpecError: a ``thread`` for a workflow Version (only agents converse).
         """
         version = self._version(spec)
         messages = (input,) if isinstance(input, str) else tuple(input)
+        continued = None if thread is None else await self._thread(thread, version, scope)
         if idempotency_key is not None:
             digest = hashlib.sha256(f"{scope.tenant}\0{idempotency_key}".encode()).hexdigest()
             run_id = f"k{digest[:31]}"
@@ -245,7 +257,13 @@ class PsychClient(RunActions):
             input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
             await self.temporal.start_workflow(
                 workflow_type_for(version),
-                input_type(run_id=run_id, version=version, scope=scope, messages=messages),
+                input_type(
+                    run_id=run_id,
+                    version=version,
+                    scope=scope,
+                    messages=messages,
+                    thread=continued,
+                ),
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -271,6 +289,22 @@ class PsychClient(RunActions):
             agent=attributes.get(_AGENT) or handle.agent,
             version_hash=attributes.get(_VERSION) or handle.version_hash,
         )
+
+    async def _thread(self, thread: RunHandle | str, version: Version, scope: Scope) -> ThreadRef:
+        """The earlier Run's conversation head, read from its state (so its tenant is
+        checked by the id and by the Run itself)."""
+        if version.spec.kind != "agent":
+            raise SpecError(
+                f"a thread continues an agent's conversation; {version.spec.name!r} is a workflow"
+            )
+        workflow_id = thread.workflow_id if isinstance(thread, RunHandle) else thread
+        state = await self._state(workflow_id, scope, None)
+        if state.conversation_ref is None:
+            raise PsychError(
+                f"Run {workflow_id} has no conversation to continue "
+                f"(a {state.kind} Run that has made no model call)"
+            )
+        return ThreadRef(run=workflow_id, head=state.conversation_ref)
 
     async def _check_same_input(
         self, workflow_id: str, key: str, version: Version, messages: tuple[str, ...]

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Task, Version
 from psych_runtime.workflows._records import (
     Pending,
@@ -234,6 +235,9 @@ class RunInput(_Frozen):
     ``specs.depth_refusal`` checks a child's depth against."""
     bounds: ParentBounds | None = None
     """Set by a parent Run; None for a Run a caller started."""
+    thread: ThreadRef | None = None
+    """The earlier Run of the same tenant this Run continues (an agent's model sees its
+    conversation, bounded by ``limits.max_history_records``); None: a new conversation."""
 
 
 class AgentRunInput(RunInput):
@@ -298,3 +302,6 @@ class RunState(_Frozen):
     """A workflow's step outputs so far, keyed by step name."""
     tasks: tuple[Task, ...] = ()
     """The task list (``update_tasks``; empty unless ``tasks_enabled``)."""
+    conversation_ref: str | None = None
+    """An agent's conversation head after its last model call (what a Run continuing this
+    one reads, ``PsychClient.dispatch(thread=...)``); None before its first call."""

@@ -97,6 +97,7 @@ class Handlers(RunBase):
             step=self._state_step(),
             outputs=self._outputs,
             tasks=self._tasks.tasks,
+            conversation_ref=self._conversation_ref,
         )
 
     @workflow.query(name=QUERY_RECORDS)

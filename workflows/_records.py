@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities._context_result import ContextShown, ContextSkipped
-from psych_runtime.activities._payloads import HookEffect, Latency, Usage
+from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
 from psych_runtime.specs import Component, Scope, Task
 
 
@@ -133,6 +133,8 @@ class RunAdmitted(_Record):
     system_prompt: str
     """As sent to the model (empty for a workflow)."""
     spec_kind: Literal["agent", "workflow"] = "agent"
+    thread: ThreadRef | None = None
+    """The earlier Run this Run continues, and the conversation head read from it."""
 
 
 class TurnStarted(_Record):
@@ -363,6 +365,35 @@ class ContextProvided(_Record):
     budget_tokens: int
 
 
+class CompactionApplied(_Record):
+    """The conversation before ``cut_turn`` was replaced by a summary for the model; the
+    records of those turns stay in the log."""
+
+    kind: Literal["compaction_applied"] = "compaction_applied"
+    turn: int
+    """The turn after which the Run compacted (before the next model call)."""
+    cut_turn: int
+    """The first turn kept verbatim; what came before it is summarised."""
+    messages_replaced: int
+    """Messages the summary replaced (a previous summary among them)."""
+    summary_preview: str
+    summary_ref: str
+    """The stored summary message, as the model sees it."""
+    model: str
+    usage: Usage
+    cost: float | None = None
+    latency: Latency
+
+
+class CompactionFailed(_Record):
+    """The summariser call failed; the Run goes on uncompacted until the next trigger."""
+
+    kind: Literal["compaction_failed"] = "compaction_failed"
+    turn: int
+    model: str
+    error: str
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -395,6 +426,8 @@ Record = Annotated[
     | TasksUpdated
     | ComponentShown
     | ContextProvided
+    | CompactionApplied
+    | CompactionFailed
     | RunSettled,
     Field(discriminator="kind"),
 ]

@@ -7,13 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from psych_runtime.activities._payloads import HookEffect, Latency, Usage
+from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
 from psych_runtime.specs import Task
 from psych_runtime.workflows._contract import (
     RunState,
 )
 from psych_runtime.workflows._display_report import ComponentReport, ContextReport, display_of
 from psych_runtime.workflows._records import (
+    CompactionApplied,
+    CompactionFailed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -140,6 +142,10 @@ class RunReport(_Frozen):
     """Every component shown (``show_component``), in order."""
     context: tuple[ContextReport, ...] = ()
     """Each model call's per-turn context: blocks shown by reference, providers skipped."""
+    compactions: tuple[CompactionApplied | CompactionFailed, ...] = ()
+    """Each summariser call, in order (its usage and cost are in ``totals``)."""
+    thread: ThreadRef | None = None
+    """The earlier Run this Run continues."""
 
 
 def build_report(
@@ -159,6 +165,7 @@ def build_report(
     steps: dict[str, StepReport] = {}
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
+    compactions: list[CompactionApplied | CompactionFailed] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -252,6 +259,8 @@ def build_report(
                     error=record.error,
                 )
             )
+        elif isinstance(record, CompactionApplied | CompactionFailed):
+            compactions.append(record)
         elif isinstance(record, RunSettled):
             settled = record
     display = display_of(records)
@@ -280,4 +289,6 @@ def build_report(
         task_updates=display.task_updates,
         components=display.components,
         context=display.context,
+        compactions=tuple(compactions),
+        thread=admitted.thread if admitted else None,
     )

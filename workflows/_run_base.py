@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import Usage
+    from psych_runtime.activities._payloads import ThreadRef, Usage
     from psych_runtime.specs import (
         AgentSpec,
         Limits,
@@ -55,6 +55,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows._suspensions import Suspensions
     from psych_runtime.workflows._tasks import TaskList
+
+THREADS_PATCH = "psych-threads"
+"""Marks a Run whose next Runs (``next_run`` steering) continue its conversation."""
 
 DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
@@ -97,6 +100,8 @@ class RunBase(abc.ABC):
         self._steer: list[str] = []
         self._follow_up: list[str] = []
         self._next_run: list[str] = []
+        self._conversation_ref: str | None = None
+        """An agent's conversation head after its last model call (a thread continues it)."""
         self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
         self._reported: tuple[Pending, ...] = ()
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, RunResult]] = {}
@@ -323,6 +328,14 @@ class RunBase(abc.ABC):
     async def _start_next_run(self, index: int, message: str) -> None:
         """Start a Run of the same Version with a queued next-run message. It outlives this
         Run, so the parent-close policy abandons it rather than terminating it."""
+        head = self._conversation_ref
+        # The next Run continues this one's conversation (a thread); Runs started before
+        # threads started theirs without it, and replay starts them the same way.
+        thread = (
+            ThreadRef(run=workflow.info().workflow_id, head=head)
+            if head is not None and workflow.patched(THREADS_PATCH)
+            else None
+        )
         child = await start_child(
             self._input.scope,
             f"{self._input.run_id}-next{index}",
@@ -331,6 +344,7 @@ class RunBase(abc.ABC):
             depth=self._input.depth,
             summary=f"next Run of {self._input.run_id}",
             parent_close_policy=ParentClosePolicy.ABANDON,
+            thread=thread,
         )
         self._log.add(NextRunStarted(**self._log.stamp(), workflow_id=child.id, message=message))
 

@@ -171,10 +171,7 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
 
 @pytest.mark.parametrize(
     "field",
-    [
-        {"a2a_peers": [{"name": "peer", "url": "https://peer.test"}]},
-        {"compaction": {"trigger_tokens": 1}},
-    ],
+    [{"a2a_peers": [{"name": "peer", "url": "https://peer.test"}]}],
     ids=str,
 )
 async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(

@@ -42,7 +42,6 @@ def agent(name: str = "a", **fields: Any) -> AgentSpec:
 # Each unsupported AgentSpec field, set to something other than its default.
 AGENT_FIELDS: dict[str, dict[str, Any]] = {
     "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
-    "compaction": {"compaction": CompactionPolicy(trigger_tokens=1000)},
     "spawn": {"spawn": SpawnEnvelope()},
 }
 
@@ -155,7 +154,6 @@ def test_every_use_is_reported_in_a_stable_order() -> None:
         "a2a_peers",
         "subagents[h].spec.a2a_peers",
         "spawn",
-        "compaction",
     ]
 
 
@@ -168,12 +166,19 @@ def test_tasks_and_components_are_implemented() -> None:
 
 def test_a_document_using_an_unsupported_field_does_not_publish() -> None:
     spec = spec_from_yaml(
-        "kind: agent\nname: a\nmodel: {model: m}\ncompaction: {trigger_tokens: 1}\n",
+        "kind: agent\nname: a\nmodel: {model: m}\n"
+        "a2a_peers: [{name: peer, url: 'https://peer.test'}]\n",
         source="a.yaml",
     )
     problems = validate(spec)
-    assert problems == [Problem("compaction", UNSUPPORTED_FIELDS["AgentSpec.compaction"])]
-    assert "compaction: compaction is not implemented" in str(ValidationFailed(problems))
+    assert problems == [Problem("a2a_peers", UNSUPPORTED_FIELDS["AgentSpec.a2a_peers"])]
+    assert "a2a_peers: A2A delegation is not implemented" in str(ValidationFailed(problems))
+
+
+def test_compaction_is_implemented_so_it_publishes() -> None:
+    spec = agent(compaction=CompactionPolicy(trigger_tokens=1000))
+    assert unsupported_features(spec) == []
+    assert validate(spec) == []
 
 
 def test_table_names_real_fields_of_spec_models() -> None:
@@ -201,8 +206,8 @@ def test_unsupported_module_imports_nothing_a_workflow_sandbox_would_refuse() ->
 
 def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() -> None:
     # The workflow calls this on Specs that were never validated (Run admission).
-    spec = agent("leaf", compaction=CompactionPolicy(trigger_tokens=1))
+    spec = agent("leaf", a2a_peers=[A2APeer(name="peer", url="https://peer.test")])
     for _ in range(400):
         spec = agent(subagents=[SubagentRef(name="s", description="d" * 20, spec=spec)])
     (problem,) = unsupported_features(spec)
-    assert problem.path == "subagents[s].spec." * 400 + "compaction"
+    assert problem.path == "subagents[s].spec." * 400 + "a2a_peers"

@@ -60,6 +60,7 @@ from psych_runtime.specs import (
     WorkflowSpec,
 )
 from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import (
     WorkerSettings,
     run_worker,
@@ -1159,6 +1160,60 @@ async def hooked_tool_calls(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 7?")
 
 
+# --- compaction and threads (issue 10 items 3 and 5) --------------------------------------
+
+_OVER = FakeUsage(input_tokens=500, output_tokens=5)
+
+
+def _compacting(rig: Rig, name: str) -> AgentSpec:
+    return (
+        rig.agent(name)
+        .tool("lookup_order")
+        .compaction(100, keep_recent_turns=1, model="fake-fallback")
+        .build()
+    )
+
+
+async def compaction_applied(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"}), usage=_OVER),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "2"}), usage=_OVER),
+        Reply.text("Both shipped."),
+    )
+    rig.fake.enqueue(Reply.text("Order 1 shipped."), model="fake-fallback")
+    return await rig.run(_compacting(rig, "compactor"), "Orders 1 and 2?")
+
+
+async def compaction_failed(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"}), usage=_OVER),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "2"}), usage=_OVER),
+        Reply.text("Both shipped."),
+    )
+    rig.fake.enqueue(Reply.error(400, message="no summary"), model="fake-fallback")
+    return await rig.run(_compacting(rig, "compactor"), "Orders 1 and 2?")
+
+
+async def thread_continued(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.text("Order 42 shipped."),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "43"})),
+        Reply.text("Order 43 shipped too."),
+    )
+    spec = rig.agent("threads").tool("lookup_order").limits(max_history_records=10).build()
+    async with rig.worker():
+        first = await rig.client.dispatch(spec, "Order 42?", scope=SCOPE)
+        await rig.settle(first)
+        run = await rig.client.dispatch(spec, "And order 43?", scope=SCOPE, thread=first)
+        await rig.settle(run)
+    return run
+
+
+async def next_run_with_thread(rig: Rig) -> RunHandle:
+    # next_run as it is now: the next Run continues this one's thread (psych-threads).
+    return await next_run(rig)
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1231,6 +1286,11 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", context_provided_turn),
     # tool-call hooks (issue 11)
     ("dev", hooked_tool_calls),
+    # compaction and threads (issue 10 items 3 and 5)
+    ("dev", compaction_applied),
+    ("dev", compaction_failed),
+    ("dev", thread_continued),
+    ("dev", next_run_with_thread),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

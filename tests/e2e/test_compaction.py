@@ -1,0 +1,247 @@
+"""Compaction end to end on a real dev server: the trigger, the summary the model sees
+next, the cut moving forward, a failing summariser, and the budgets counting it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from psych_runtime.activities import SUMMARISER_PROMPT
+from psych_runtime.activities._compaction import SUMMARY_HEADER
+from psych_runtime.activities._endpoints import ModelPrice, TablePricing
+from psych_runtime.specs import AgentBuilder, AgentSpec
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
+from psych_runtime.workers._console import format_record
+from psych_runtime.workflows import (
+    CompactionApplied,
+    CompactionFailed,
+    ModelCallFinished,
+    RunStatus,
+    ToolCallFinished,
+)
+
+from ._waiting import eventually
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+SUMMARISER = "fake-other"
+BIG = FakeUsage(input_tokens=300, output_tokens=5)
+SMALL = FakeUsage(input_tokens=10, output_tokens=5)
+
+
+def agent(harness: Harness, summariser: str | None = SUMMARISER, **limits: int) -> AgentSpec:
+    @harness.registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        return f"order {order_id}: shipped"
+
+    builder = (
+        AgentBuilder("compactor", registry=harness.registry)
+        .instructions("Help with orders.")
+        .model("fake-model")
+        .tool(lookup_order)
+        .compaction(
+            100,
+            keep_recent_turns=1,
+            model=summariser,
+            max_summary_tokens=64,
+            summary_instructions="Keep every order id.",
+        )
+    )
+    if limits:
+        builder = builder.limits(**limits)
+    return builder.build()
+
+
+def lookup(order_id: str, usage: FakeUsage) -> Reply:
+    return Reply.tool_calls(ToolCall("lookup_order", {"order_id": order_id}), usage=usage)
+
+
+def texts(request: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"])
+
+
+async def test_compaction_replaces_older_turns_and_the_cut_moves_forward(
+    harness: Harness,
+) -> None:
+    harness.settings.pricing = TablePricing(
+        {
+            "fake-model": ModelPrice(input=1.0, output=1.0),
+            SUMMARISER: ModelPrice(input=10.0, output=10.0),
+        }
+    )
+    fake = harness.fake
+    fake.enqueue(
+        lookup("41", SMALL),  # turn 1: under the trigger
+        lookup("42", BIG),  # turn 2: over it, so turn 1 is summarised before turn 3
+        lookup("43", BIG),  # turn 3: over it again, so the cut moves to turn 3
+        Reply.text("All three orders shipped.", usage=BIG),
+    )
+    fake.enqueue(
+        Reply.text("Asked about orders; 41 shipped.", usage=FakeUsage(input_tokens=7)),
+        Reply.text("Orders 41 and 42 shipped.", usage=FakeUsage(input_tokens=8)),
+        model=SUMMARISER,
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Status of my orders?", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+        report = await client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "All three orders shipped."
+
+    applied = [r for r in records if isinstance(r, CompactionApplied)]
+    assert [(r.turn, r.cut_turn) for r in applied] == [(2, 2), (3, 3)]
+    # Turn 1 (input, call, result); then the first summary and turn 2 (call, result).
+    assert [r.messages_replaced for r in applied] == [3, 3]
+    assert [r.summary_preview for r in applied] == [
+        "Asked about orders; 41 shipped.",
+        "Orders 41 and 42 shipped.",
+    ]
+    assert [r.model for r in applied] == [SUMMARISER, SUMMARISER]
+    assert applied[0].usage.input_tokens == 7 and applied[0].cost is not None
+    assert report.compactions == tuple(applied)
+    line = format_record(applied[0])
+    assert line.startswith("  compacted before turn 2 with fake-other: 3 messages summarised")
+
+    # Requests in order: turn 1, turn 2, summariser, turn 3, summariser, turn 4.
+    models = [r["model"] for r in fake.requests]
+    assert models == [
+        "fake-model",
+        "fake-model",
+        SUMMARISER,
+        "fake-model",
+        SUMMARISER,
+        "fake-model",
+    ]
+    first_summary, turn3, second_summary, turn4 = fake.requests[2:]
+    assert first_summary["messages"][0]["content"] == (
+        SUMMARISER_PROMPT + "\n\nKeep every order id."
+    )
+    assert first_summary["max_completion_tokens"] == 64
+    assert "tools" not in first_summary
+    assert "Status of my orders?" in texts(first_summary)
+    # The model's next call sees the summary and the kept turn, not the replaced messages.
+    assert turn3["messages"][1] == {
+        "role": "user",
+        "content": SUMMARY_HEADER + "Asked about orders; 41 shipped.",
+    }
+    assert "Status of my orders?" not in texts(turn3)
+    assert "order 41: shipped" not in texts(turn3)
+    assert "order 42: shipped" in texts(turn3)
+    assert [m["role"] for m in turn3["messages"]] == ["system", "user", "assistant", "tool"]
+    # The second summary covers the first one and turn 2; the cut never went back.
+    assert "Asked about orders; 41 shipped." in texts(second_summary)
+    assert "order 42: shipped" in texts(second_summary)
+    assert turn4["messages"][1]["content"] == SUMMARY_HEADER + "Orders 41 and 42 shipped."
+    assert "Asked about orders" not in texts(turn4)
+    assert "order 42: shipped" not in texts(turn4)
+    assert "order 43: shipped" in texts(turn4)
+
+    # Replaced records stay in the log.
+    finished = [r for r in records if isinstance(r, ModelCallFinished)]
+    assert [r.turn for r in finished] == [1, 2, 3, 4]
+    # The budgets count both summariser calls: 4 + 2 model calls, plus 3 tool calls.
+    totals = result.totals
+    assert (totals.model_calls, totals.tool_calls, totals.steps) == (6, 3, 9)
+    assert totals.usage.input_tokens == 10 + 300 * 3 + 7 + 8
+    assert totals.cost is not None
+    summariser_cost = sum(r.cost or 0.0 for r in applied)
+    model_cost = sum(r.cost or 0.0 for r in finished)
+    assert totals.cost == pytest.approx(model_cost + summariser_cost)
+    assert len(report.model_calls) == 4
+
+
+async def test_a_failing_summariser_is_recorded_and_the_run_goes_on(harness: Harness) -> None:
+    fake = harness.fake
+    fake.enqueue(
+        lookup("1", BIG),  # turn 1: over the trigger, but one turn is all there is to keep
+        lookup("2", BIG),  # turn 2: the summariser fails
+        lookup("3", BIG),  # turn 3: uncompacted; over the trigger again, now it works
+        Reply.text("Done."),
+    )
+    fake.enqueue(
+        Reply.error(400, message="summariser refused"),
+        Reply.text("Orders 1 and 2 shipped."),
+        model=SUMMARISER,
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED
+    (failed,) = [r for r in records if isinstance(r, CompactionFailed)]
+    assert (failed.turn, failed.model) == (2, SUMMARISER)
+    assert "summariser refused" in failed.error
+    assert format_record(failed).startswith("  compaction with fake-other failed: ")
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    assert (applied.turn, applied.cut_turn) == (3, 3)
+    # Turn 3 saw the whole conversation; turn 4 the summary.
+    turn3, turn4 = fake.requests[3], fake.requests[5]
+    assert "Check orders" in texts(turn3) and "order 1: shipped" in texts(turn3)
+    assert "Check orders" not in texts(turn4)
+    assert turn4["messages"][1]["content"] == SUMMARY_HEADER + "Orders 1 and 2 shipped."
+    # Both summariser calls count: 4 model calls, 2 summariser calls.
+    assert result.totals.model_calls == 6
+
+
+async def test_the_summariser_counts_toward_max_steps(harness: Harness) -> None:
+    fake = harness.fake
+    # No compaction.model: the summariser runs on the agent's model (third request).
+    fake.enqueue(
+        lookup("1", BIG), lookup("2", BIG), Reply.text("Order 1 shipped."), lookup("3", BIG)
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(
+            agent(harness, None, max_steps=6), "Check orders", scope=harness.scope
+        )
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    # Steps: model, tool, model, tool, the summariser (5), model (6): turn 3's call is not
+    # run, which it would have been had the summariser not counted.
+    assert result.status is RunStatus.STOPPED
+    assert result.reason == "max_steps: 6 steps taken"
+    assert result.totals.steps == 6
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    assert applied.model == "fake-model"
+    summariser = fake.requests[2]
+    assert summariser["model"] == "fake-model"
+    assert summariser["messages"][0]["content"].startswith(SUMMARISER_PROMPT)
+    calls = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert [c.status for c in calls] == ["ok", "ok", "error"]
+    assert "max_steps (6) is used up" in calls[2].content
+
+
+async def test_an_abort_cancels_a_running_summariser(harness: Harness) -> None:
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG))
+    fake.enqueue(Reply.stall(60, then=Reply.text("too late")), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+
+        async def summarising() -> bool:
+            return len(fake.requests) >= 3
+
+        await eventually(summarising, 30, "the summariser call")
+        aborted = time.monotonic()
+        await client.abort(run, scope=harness.scope, reason="stop")
+        result = await client.result(run, scope=harness.scope)
+        # Cancelled, not waited out (the summariser would stall for 60 s).
+        assert time.monotonic() - aborted < 30
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.ABORTED
+    assert fake.requests[2]["model"] == SUMMARISER
+    assert not [r for r in records if isinstance(r, CompactionApplied | CompactionFailed)]
+    assert result.totals.model_calls == 3  # the cancelled summariser call counts
