@@ -50,6 +50,7 @@ from psych_runtime.specs._models import (
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
 from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
@@ -86,6 +87,7 @@ __all__ = [
     "DepthCap",
     "ExternalWait",
     "HttpTool",
+    "LeftOut",
     "Limits",
     "MAX_DOCUMENT_BYTES",
     "MAX_INT_DIGITS",
@@ -129,12 +131,14 @@ __all__ = [
     "mcp_connection_key",
     "mcp_servers_of",
     "narrow",
+    "narrow_subagent",
     "parse_spec",
     "spec_from_json",
     "spec_from_yaml",
     "spec_to_data",
     "spec_to_json",
     "spec_to_yaml",
+    "subagent_depth_refusal",
     "system_prompt",
     "unsupported_features",
     "validate",
