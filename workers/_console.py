@@ -17,8 +17,10 @@ from typing import Any, TextIO
 from psych_runtime.specs import Scope
 from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
+from psych_runtime.workers._report_children import child_fields, child_settled_line
 from psych_runtime.workflows import (
     AbortRequested,
+    ChildSettled,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -214,6 +216,8 @@ def format_record(record: Any, *, full: bool = False) -> str:
             said = _short(json.dumps(record.output, ensure_ascii=False), 80)
             return f"step {record.step} -> ok: {said}"
         return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
+    if isinstance(record, ChildSettled):
+        return child_settled_line(record)
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
     return f"  {getattr(record, 'kind', type(record).__name__)}"
@@ -305,6 +309,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         ("reason", report.reason or "-"),
         answer,
         *_step_fields(report),
+        *child_fields(report),
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
         *_totals_fields(report.totals, report.kind),

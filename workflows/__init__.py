@@ -63,6 +63,7 @@ from psych_runtime.workflows._records import (
     TurnStarted,
 )
 from psych_runtime.workflows._report import (
+    ChildReport,
     McpDiscoveryReport,
     ModelCallReport,
     RunReport,
@@ -78,6 +79,7 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "ChildReport",
     "ChildSettled",
     "DEFAULT_TASK_QUEUE",
     "McpDiscovered",

@@ -81,6 +81,7 @@ class AgentRun(ToolCalls):
                 agent=spec.name,
                 messages=self._input.messages,
                 system_prompt=self._system_prompt,
+                left_out=bounds.left_out if bounds is not None else (),
             )
         )
 

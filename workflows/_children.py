@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.specs import Scope, Version
+    from psych_runtime.specs import DepthCap, Scope, Version
     from psych_runtime.workflows._contract import (
         CHILD_PENDING,
         SA_STATUS,
@@ -53,6 +53,7 @@ async def start_child(
     summary: str,
     bounds: ParentBounds | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    depth_caps: tuple[DepthCap, ...] = (),
 ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
     """Start a Run of ``version`` (AgentRun or WorkflowRun, by its kind) as a child."""
     attributes = None
@@ -67,6 +68,7 @@ async def start_child(
             scope=scope,
             messages=messages,
             depth=depth,
+            depth_caps=depth_caps,
             bounds=bounds,
         ),
         id=workflow_id_for(scope.tenant, run_id),

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Version
+from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Version
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -216,6 +216,9 @@ class ParentBounds(_Frozen):
     """The parent's expiries, used for the child's waits instead of its own."""
     report_pending: bool = False
     """Send ``psych.child_pending`` to the parent whenever the pending items change."""
+    left_out: tuple[LeftOut, ...] = ()
+    """What a subagent's Spec asked for and its parent did not grant (``delegate``), so
+    the child's ``run_admitted`` says which tool or MCP server is missing and why."""
 
 
 class RunInput(_Frozen):

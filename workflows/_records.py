@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities._payloads import Latency, Usage
-from psych_runtime.specs import Scope
+from psych_runtime.specs import LeftOut, Scope
 
 
 class _Frozen(BaseModel):
@@ -132,6 +132,8 @@ class RunAdmitted(_Record):
     system_prompt: str
     """As sent to the model (empty for a workflow)."""
     spec_kind: Literal["agent", "workflow"] = "agent"
+    left_out: tuple[LeftOut, ...] = ()
+    """A subagent's tools and MCP servers its parent did not grant, each with why."""
 
 
 class TurnStarted(_Record):

@@ -8,10 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.specs import LeftOut
 from psych_runtime.workflows._contract import (
     RunState,
 )
 from psych_runtime.workflows._records import (
+    ChildSettled,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -79,6 +81,22 @@ class McpDiscoveryReport(_Frozen):
     error: str | None = None
 
 
+class ChildReport(_Frozen):
+    """One child Run a tool call started (``delegate``, ``spawn``): how it ended and what it
+    spent, its own children's spending included (rolled up into the parent's totals)."""
+
+    turn: int
+    call_id: str
+    run: str
+    """The child's workflow id (``psych report <run>`` shows its own calls)."""
+    agent: str
+    via: Literal["delegate", "spawn"]
+    version_hash: str
+    status: RunStatus
+    reason: str
+    totals: Totals
+
+
 class StepReport(_Frozen):
     """One workflow step: what it was given, what it gave, and its child Run's report."""
 
@@ -127,6 +145,10 @@ class RunReport(_Frozen):
     """A workflow's step outputs keyed by step name."""
     mcp: tuple[McpDiscoveryReport, ...] = ()
     """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
+    children: tuple[ChildReport, ...] = ()
+    """Each delegated or spawned child Run, in the order they ended."""
+    left_out: tuple[LeftOut, ...] = ()
+    """A subagent's tools and MCP servers its parent did not grant, each with why."""
 
 
 def build_report(
@@ -146,6 +168,7 @@ def build_report(
     steps: dict[str, StepReport] = {}
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
+    children_settled: list[ChildReport] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -237,6 +260,20 @@ def build_report(
                     error=record.error,
                 )
             )
+        elif isinstance(record, ChildSettled):
+            children_settled.append(
+                ChildReport(
+                    turn=record.turn,
+                    call_id=record.call_id,
+                    run=record.run,
+                    agent=record.agent,
+                    via=record.via,
+                    version_hash=record.version_hash,
+                    status=record.status,
+                    reason=record.reason,
+                    totals=record.totals,
+                )
+            )
         elif isinstance(record, RunSettled):
             settled = record
     return RunReport(
@@ -260,4 +297,6 @@ def build_report(
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
+        children=tuple(children_settled),
+        left_out=admitted.left_out if admitted else (),
     )
