@@ -3,6 +3,7 @@ depth rule at publish and at run time, tools by definition, typed endings."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -11,7 +12,14 @@ import pytest
 from temporalio.api.common.v1 import Payload
 
 from psych_runtime.activities._endpoints import ModelPrice, TablePricing
-from psych_runtime.specs import AgentBuilder, AgentSpec, Version, validate, version_hash
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    Version,
+    WorkflowBuilder,
+    validate,
+    version_hash,
+)
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._console import format_report
 from psych_runtime.workflows import (
@@ -24,6 +32,7 @@ from psych_runtime.workflows import (
 )
 
 from ._http_server import CountingServer
+from ._waiting import eventually
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -311,3 +320,74 @@ async def test_a_child_http_tool_with_the_parents_name_and_another_url_is_refuse
     (call,) = child_report.tool_calls
     assert call.tool == "orders" and call.status == "error"
     assert f"left out:     tool 'orders': {problem.message}" in format_report(child_report)
+
+
+async def test_a_workflow_steps_agent_delegates_within_its_own_depth(harness: Harness) -> None:
+    # The validator takes a step's agent as the root of its chain (depth 0): with a cap of 1
+    # its subagent runs at depth 1, so the WorkflowRun must start the step at its own depth.
+    leaf = _agent(harness, "mid").build()
+    step = (
+        _agent(harness, "root")
+        .limits(max_delegation_depth=1)
+        .subagent("mid", "The only subagent, for tests only.", leaf)
+        .build()
+    )
+    spec = WorkflowBuilder("flow", registry=harness.registry).agent_step("ask", step).build()
+    assert validate(spec) == []
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "mid", "task": "find it"})),
+        Reply.text("found"),
+        Reply.text("root heard: found"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.outputs == {"ask": "root heard: found"}
+    (step_report,) = report.steps
+    assert step_report.child is not None
+    (child,) = step_report.child.children
+    assert child.status is RunStatus.COMPLETED
+    assert report.totals is not None and report.totals.model_calls == 3
+
+
+async def test_an_aborted_parent_records_its_cancelled_child_and_an_unknown_cost(
+    harness: Harness,
+) -> None:
+    calls: list[str] = []
+
+    @harness.registry.register
+    async def slow(what: str) -> str:
+        """Take a long time."""
+        calls.append(what)
+        await asyncio.sleep(30)
+        return "never"
+
+    harness.settings.pricing = PRICES
+    worker = _agent(harness, "worker").tool("slow").build()
+    spec = (
+        _agent(harness, "lead")
+        .tool("slow")  # a child may only use its parent's tools
+        .subagent("worker", "Works slowly, for tests only.", worker)
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "worker", "task": "go"})),
+        Reply.tool_calls(ToolCall("slow", {"what": "x"})),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec.build(), "go", scope=harness.scope)
+
+        async def started() -> bool:
+            return calls == ["x"]
+
+        await eventually(started, what="the child's slow call")
+        await harness.client.abort(run, scope=harness.scope, reason="enough")
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED
+    (child,) = report.children
+    assert child.status is RunStatus.ABORTED
+    assert child.reason.startswith("cancelled: aborted by ")
+    assert report.model_calls[0].cost is not None  # the lead's own call is priced
+    assert report.totals is not None
+    assert report.totals.cost is None  # what the cancelled child spent is not known
