@@ -7,10 +7,12 @@
   same definition (``specs.narrow_subagent``); what is left out, and why, travels in
   ``ParentBounds.left_out`` so the child's ``run_admitted`` says so.
 - Roll-up: whatever the child's ending (an answer, FAILED with its totals on the
-  ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED, cancelled), one
-  ``ChildSettled`` record and its totals in the parent's. A child cancelled by its parent
-  (the parent's expiry or abort) cannot hand its totals back (a cancelled workflow carries
-  no details), so the parent's cost becomes unknown rather than a partial sum.
+  ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED), one ``ChildSettled``
+  record and its totals in the parent's. A parent that stops while its child runs (its
+  expiry, an abort) aborts the child and takes the totals of its ABORTED ending
+  (``_wind_down``); a child that is cancelled or terminated instead cannot hand its totals
+  back (a cancelled workflow carries no details), so the parent's cost becomes unknown
+  rather than a partial sum.
 - The result: a COMPLETED child's answer as plain text; any other ending as JSON
   ``{"status", "reason", "run", "agent"}`` with call status ``error``.
 """
@@ -36,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         subagent_depth_refusal,
         version_hash,
     )
-    from psych_runtime.workflows._contract import ParentBounds, RunResult
+    from psych_runtime.workflows._contract import ABORT, AbortInput, ParentBounds, RunResult
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import ChildSettled, Pending, RunStatus, Totals
     from psych_runtime.workflows._run_base import cause_text
@@ -45,6 +47,10 @@ with workflow.unsafe.imports_passed_through():
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._tool_calls import ToolCalls
+
+WIND_DOWN_SECONDS = 30.0
+"""How long a parent that stops (its expiry, an abort) waits for its aborted child to settle
+and hand back its totals before it cancels the child instead."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +158,11 @@ async def delegate(
         )
     except Stop as stop:
         run._forget_child(workflow_id)
-        child.cancel()
-        settled.unknown(f"cancelled: {stop.outcome.reason}")
+        if workflow.patched("psych-subagent-totals"):
+            await _wind_down(run, child, settled, stop)
+        else:  # started before children were aborted rather than cancelled
+            child.cancel()
+            settled.unknown(f"cancelled: {stop.outcome.reason}")
         raise
     run._forget_child(workflow_id)
     try:
@@ -170,6 +179,47 @@ async def delegate(
     if result.status is RunStatus.COMPLETED:
         return inline(call, "ok", result.answer or "")
     return settled.error_result(call, result.status, result.reason)
+
+
+async def _wind_down(
+    run: ToolCalls,
+    child: workflow.ChildWorkflowHandle[Any, RunResult],
+    settled: _Settled,
+    stop: Stop,
+) -> None:
+    """Abort a child whose parent stops, so that it settles and hands back its totals.
+
+    An abort ends the child's waits at once and cancels its interruptible calls (a
+    cancelled workflow would carry no totals back); a child that has not settled within
+    ``WIND_DOWN_SECONDS`` (a call that may not be interrupted) is cancelled instead.
+    """
+    abort = AbortInput(
+        tenant=run._input.scope.tenant,
+        by=f"parent Run {workflow.info().workflow_id}",
+        reason=stop.outcome.reason,
+    )
+    try:
+        await child.signal(ABORT, abort)
+    except ApplicationError as err:  # it settled meanwhile: its result is there to take
+        workflow.logger.info("aborting subagent %s: %s", child.id, err)
+    try:
+        await workflow.wait_condition(
+            child.done, timeout=WIND_DOWN_SECONDS, timeout_summary=f"subagent {child.id} settles"
+        )
+    except TimeoutError:
+        child.cancel()
+        settled.unknown(f"cancelled after {WIND_DOWN_SECONDS:g} s: {stop.outcome.reason}")
+        return
+    try:
+        result: RunResult = child.result()
+    except ChildWorkflowError as err:
+        totals = failed_totals(err)
+        if totals is None:
+            settled.unknown(cause_text(err))
+        else:
+            settled.known(RunStatus.FAILED, cause_text(err), totals)
+        return
+    settled.known(result.status, result.reason, result.totals)
 
 
 def failed_totals(err: ChildWorkflowError) -> Totals | None:

@@ -351,9 +351,7 @@ async def test_a_workflow_steps_agent_delegates_within_its_own_depth(harness: Ha
     assert report.totals is not None and report.totals.model_calls == 3
 
 
-async def test_an_aborted_parent_records_its_cancelled_child_and_an_unknown_cost(
-    harness: Harness,
-) -> None:
+async def test_an_aborted_parent_aborts_its_child_and_takes_its_totals(harness: Harness) -> None:
     calls: list[str] = []
 
     @harness.registry.register
@@ -384,10 +382,17 @@ async def test_an_aborted_parent_records_its_cancelled_child_and_an_unknown_cost
         await harness.client.abort(run, scope=harness.scope, reason="enough")
         result = await harness.client.result(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
+        child_report = await harness.client.report(report.children[0].run, scope=harness.scope)
     assert result.status is RunStatus.ABORTED
     (child,) = report.children
+    # The child was aborted (not cancelled): its slow call was cancelled, and it settled
+    # with its totals, which the lead took.
     assert child.status is RunStatus.ABORTED
-    assert child.reason.startswith("cancelled: aborted by ")
-    assert report.model_calls[0].cost is not None  # the lead's own call is priced
-    assert report.totals is not None
-    assert report.totals.cost is None  # what the cancelled child spent is not known
+    assert child.reason == f"aborted by parent Run {run.workflow_id}: aborted by tester: enough"
+    assert [c.status for c in child_report.tool_calls] == ["aborted"]
+    assert child.totals == child_report.totals and child.totals.model_calls == 1
+    (own,) = report.model_calls
+    assert own.cost is not None and child.totals.cost is not None
+    assert report.totals is not None and report.totals.model_calls == 2
+    assert report.totals.cost is not None
+    assert math.isclose(report.totals.cost, own.cost + child.totals.cost)

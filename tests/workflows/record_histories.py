@@ -1134,6 +1134,30 @@ async def workflow_agent_step_delegates(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 42?")
 
 
+async def delegate_parent_aborted(rig: Rig) -> RunHandle:
+    # The lead is aborted while its subagent's search runs: the lead aborts the subagent
+    # (the psych-subagent-totals patch), which cancels the search and settles ABORTED with
+    # its totals, and the lead takes them before it settles ABORTED.
+    GATES.clear()
+    searcher = rig.agent("searcher").tool("search").build()
+    spec = (
+        rig.agent("lead")
+        .tool("search")
+        .subagent("searcher", "Searches and reports what it found.", searcher)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "searcher", "task": "find q"})),
+        Reply.tool_calls(ToolCall("search", {"query": "q"})),  # the subagent
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Search", scope=SCOPE)
+        await rig.started("search")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        await rig.settle(run)
+    return run
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1204,6 +1228,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", delegate_failed_child_rolled_up),
     ("dev", delegate_refused_depth),
     ("dev", workflow_agent_step_delegates),
+    ("dev", delegate_parent_aborted),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
