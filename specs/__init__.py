@@ -66,6 +66,7 @@ from psych_runtime.specs._models import (
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
 from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
@@ -108,6 +109,7 @@ __all__ = [
     "Detail",
     "ExternalWait",
     "HttpTool",
+    "LeftOut",
     "Limits",
     "MAX_DOCUMENT_BYTES",
     "MAX_INT_DIGITS",
@@ -157,6 +159,7 @@ __all__ = [
     "mcp_connection_key",
     "mcp_servers_of",
     "narrow",
+    "narrow_subagent",
     "parse_component",
     "parse_spec",
     "parse_tasks",
@@ -165,6 +168,7 @@ __all__ = [
     "spec_to_data",
     "spec_to_json",
     "spec_to_yaml",
+    "subagent_depth_refusal",
     "system_prompt",
     "unsupported_features",
     "validate",

@@ -123,7 +123,9 @@ class Limits(_Frozen):
     transient_retry_budget: Annotated[int, Field(ge=0, le=100)] = 8
     """Transient failures (5xx, 429, 408, connection, stream idle) retried per Run."""
     max_delegation_depth: Annotated[int, Field(ge=0, le=16)] = 3
-    """How deep subagent delegation may nest below this agent."""
+    """Deepest delegation depth a subagent on this agent's chain may run at: depth is
+    absolute (the root Run 0, a child its parent's + 1) and every agent on the chain,
+    the child itself included, bounds it (``depth_refusal``)."""
     max_fanout_per_turn: Annotated[int, Field(gt=0, le=64)] = 4
     """Most subagent calls one turn may start."""
     failure_streak_threshold: Annotated[int, Field(gt=0, le=100)] = 3

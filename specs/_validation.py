@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from psych_runtime.specs._credentials import header_credentials, url_credentials
+from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
 from psych_runtime.specs._models import (
     A2APeer,
@@ -31,6 +32,13 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._problem import Problem
+from psych_runtime.specs._subagents import (
+    child_chain,
+    different_definition,
+    narrow_subagent,
+    own_cap,
+    subagent_depth_refusal,
+)
 from psych_runtime.specs._unsupported import unsupported_features
 from psych_runtime.specs._version import canonical_bytes
 
@@ -277,9 +285,14 @@ def _callable_names(spec: AgentSpec) -> list[str]:
 
 
 def _validate_agent(
-    spec: AgentSpec, context: ValidationContext, prefix: str, depth: int, budget: int
+    spec: AgentSpec,
+    context: ValidationContext,
+    prefix: str,
+    depth: int,
+    chain: tuple[DepthCap, ...],
 ) -> list[Problem]:
-    """Validate one agent. ``depth`` is its delegation depth, ``budget`` the deepest allowed."""
+    """Validate one agent. ``depth`` is its delegation depth and ``chain`` every agent from
+    the root to it (itself last), as the runtime's ``delegate`` checks them."""
     problems: list[Problem] = []
     mcp_names = {server.name for server in spec.mcp_servers}
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
@@ -322,19 +335,21 @@ def _validate_agent(
                 )
             )
 
-    budget = min(budget, depth + spec.limits.max_delegation_depth)
+    above = chain[:-1]
     for sub in spec.subagents:
         path = f"{prefix}subagents[{sub.name}]"
-        if depth + 1 > budget:
-            problems.append(
-                Problem(
-                    path,
-                    f"delegation depth {depth + 1} exceeds the max_delegation_depth "
-                    f"in force here ({budget})",
-                )
-            )
+        refusal = subagent_depth_refusal(depth + 1, above, spec, sub.spec)
+        if refusal is not None:
+            problems.append(Problem(path, refusal))
             continue
-        problems += _validate_agent(sub.spec, context, f"{path}.spec.", depth + 1, budget)
+        _, left_out = narrow_subagent(spec, sub.spec)
+        for left in left_out:
+            if left.reason == different_definition(left.what, left.name):
+                field = "tools" if left.what == "tool" else "mcp_servers"
+                problems.append(Problem(f"{path}.spec.{field}[{left.name}]", left.reason))
+        problems += _validate_agent(
+            sub.spec, context, f"{path}.spec.", depth + 1, child_chain(above, spec, sub.spec)
+        )
     return problems
 
 
@@ -355,8 +370,10 @@ def _validate_workflow(
                     Problem(f"{path}.tool", f"{step.tool!r} is not one of the workflow's tools")
                 )
         elif isinstance(step, AgentStep):
+            # A step's agent is not delegated: it roots a chain of its own, at depth 0
+            # (the WorkflowRun starts it so).
             problems += _validate_agent(
-                step.spec, context, f"{path}.spec.", 0, step.spec.limits.max_delegation_depth
+                step.spec, context, f"{path}.spec.", 0, (own_cap(step.spec),)
             )
         elif isinstance(step, WorkflowStepRef):
             if nesting + 1 > MAX_NESTING_DEPTH:
@@ -403,7 +420,7 @@ def validate(
     """
     context = context or ValidationContext()
     if isinstance(spec, AgentSpec):
-        problems = _validate_agent(spec, context, "", 0, spec.limits.max_delegation_depth)
+        problems = _validate_agent(spec, context, "", 0, (own_cap(spec),))
     else:
         problems = _validate_workflow(spec, context, "", 0)
     return problems + unsupported_features(spec) + _check_size(spec)

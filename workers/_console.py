@@ -18,8 +18,10 @@ from psych_runtime.specs import Scope
 from psych_runtime.workers._display import display_fields, format_display_record, task_lines
 from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
+from psych_runtime.workers._report_children import child_fields, child_settled_line
 from psych_runtime.workflows import (
     AbortRequested,
+    ChildSettled,
     CompactionApplied,
     CompactionFailed,
     McpDiscovered,
@@ -239,6 +241,8 @@ def format_record(record: Any, *, full: bool = False) -> str:
         )
     if isinstance(record, CompactionFailed):
         return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
+    if isinstance(record, ChildSettled):
+        return child_settled_line(record)
     if isinstance(record, RunSettled):
         return f"settled {record.status}: {record.reason}"
     shown = format_display_record(record)
@@ -333,6 +337,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         ("reason", report.reason or "-"),
         answer,
         *_step_fields(report),
+        *child_fields(report),
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
         *display_fields(report),

@@ -69,6 +69,7 @@ from psych_runtime.workflows._records import (
     TurnStarted,
 )
 from psych_runtime.workflows._report import (
+    ChildReport,
     McpDiscoveryReport,
     ModelCallReport,
     RunReport,
@@ -84,6 +85,7 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "ChildReport",
     "ChildSettled",
     "CompactionApplied",
     "CompactionFailed",

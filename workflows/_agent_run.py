@@ -98,6 +98,7 @@ class AgentRun(ToolCalls):
                 messages=self._input.messages,
                 system_prompt=self._system_prompt,
                 thread=self._input.thread,
+                left_out=bounds.left_out if bounds is not None else (),
             )
         )
         thread = self._input.thread

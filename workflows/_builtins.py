@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import (
@@ -22,14 +21,10 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolDefinition,
     )
-    from psych_runtime.specs import AgentSpec, Version, narrow, version_hash
+    from psych_runtime.specs import AgentSpec
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._components import offer_components, show_component
-    from psych_runtime.workflows._contract import ParentBounds, RunResult
-    from psych_runtime.workflows._outcome import Stop
-    from psych_runtime.workflows._records import Pending, RunStatus
-    from psych_runtime.workflows._run_base import cause_text
-    from psych_runtime.workflows._suspensions import Wait, expires_at
+    from psych_runtime.workflows._subagents import delegate, delegate_definition
     from psych_runtime.workflows._tasks import offer_tasks, update_tasks
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
 
@@ -156,112 +151,6 @@ async def _ask_question(
     return inline(call, "ok", answer.answer or "")
 
 
-# --- delegate ------------------------------------------------------------------------------
-
-
-def _delegate_definition(run: ToolCalls) -> ToolDefinition | None:
-    spec = run._spec
-    if not isinstance(spec, AgentSpec) or not spec.subagents:
-        return None
-    return ToolDefinition(
-        name="delegate",
-        description=(
-            "Hand a task to one of your subagents and wait for its answer. Give it "
-            "everything it needs in the task: it does not see this conversation."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "agent": {"type": "string", "enum": [s.name for s in spec.subagents]},
-                "task": {"type": "string", "description": "The task, self-contained."},
-            },
-            "required": ["agent", "task"],
-            "additionalProperties": False,
-        },
-    )
-
-
-async def _delegate(
-    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
-) -> ToolResult:
-    """Run a subagent as a child AgentRun; the parent is suspended (children) meanwhile.
-
-    The child's tools are its own narrowed to the parent's; its Version is hashed here
-    (deterministically) and travels whole, so a replayed parent starts the same child. What
-    the child waits for is mirrored in the parent, and answerable through the parent's id.
-    """
-    spec = run._spec
-    assert isinstance(spec, AgentSpec)
-    limits = spec.limits
-    name = str(arguments.get("agent", ""))
-    sub = next((s for s in spec.subagents if s.name == name), None)
-    if sub is None:
-        known = ", ".join(s.name for s in spec.subagents)
-        return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
-    depth = run._input.depth + 1
-    if depth > limits.max_delegation_depth:
-        return inline(
-            call,
-            "error",
-            f"delegation depth {depth} would exceed max_delegation_depth "
-            f"({limits.max_delegation_depth}); do the task yourself",
-        )
-    started = run._delegations.get(turn, 0)
-    if started >= limits.max_fanout_per_turn:
-        return inline(
-            call,
-            "error",
-            f"not run: more than max_fanout_per_turn ({limits.max_fanout_per_turn}) "
-            "delegations in one turn",
-        )
-    run._delegations[turn] = started + 1
-    parent_tools = [t.name for t in spec.tools]
-    allowed = set(narrow([t.name for t in sub.spec.tools], permitted=parent_tools))
-    child_spec = sub.spec.model_copy(
-        update={"tools": tuple(t for t in sub.spec.tools if t.name in allowed)}
-    )
-    version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
-    index = sum(run._delegations.values())
-    child = await run._start_reporting_child(
-        f"{run._input.run_id}-sub{index}",
-        version,
-        (str(arguments.get("task", "")),),
-        summary=f"subagent {name} of {run._input.run_id}",
-        bounds=ParentBounds(report_pending=True),
-        depth=depth,
-    )
-    workflow_id = child.id
-    seconds = run._suspension.children_expires_seconds
-    item = Pending(
-        reason="children",
-        id=workflow_id,
-        call_id=call.id,
-        tool="delegate",
-        arguments=call.arguments,
-        expires_at=expires_at(seconds),
-    )
-    try:
-        await run._suspensions.hold(
-            Wait(item), child.done, seconds, f"subagent {workflow_id} did not finish"
-        )
-    except Stop:
-        run._forget_child(workflow_id)
-        child.cancel()
-        raise
-    run._forget_child(workflow_id)
-    try:
-        result: RunResult = child.result()
-    except ChildWorkflowError as err:
-        return inline(call, "error", f"subagent {name} ({workflow_id}) failed: {cause_text(err)}")
-    if result.status is RunStatus.COMPLETED:
-        return inline(call, "ok", result.answer or "")
-    return inline(
-        call,
-        "error",
-        f"subagent {name} ({workflow_id}) ended {result.status.value}: {result.reason}",
-    )
-
-
 # --- search_mcp_tools ----------------------------------------------------------------------
 
 
@@ -318,7 +207,7 @@ BUILTINS: dict[str, Builtin] = {
     "read_tool_output": Builtin(lambda run: READ_TOOL_OUTPUT, _read_tool_output, executes=True),
     "load_skill": Builtin(_offer_skill, _load_skill, executes=True),
     "ask_question": Builtin(_offer_question, _ask_question, executes=False),
-    "delegate": Builtin(_delegate_definition, _delegate, executes=False),
+    "delegate": Builtin(delegate_definition, delegate, executes=False),
     "search_mcp_tools": Builtin(lambda run: None, _search_mcp_tools, executes=True),
     "update_tasks": Builtin(offer_tasks, update_tasks, executes=True),
     "show_component": Builtin(offer_components, show_component, executes=True),

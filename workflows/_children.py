@@ -19,7 +19,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ThreadRef
-    from psych_runtime.specs import Scope, Version
+    from psych_runtime.specs import DepthCap, Scope, Version
     from psych_runtime.workflows._contract import (
         CHILD_PENDING,
         SA_STATUS,
@@ -55,6 +55,7 @@ async def start_child(
     bounds: ParentBounds | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     thread: ThreadRef | None = None,
+    depth_caps: tuple[DepthCap, ...] = (),
 ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
     """Start a Run of ``version`` (AgentRun or WorkflowRun, by its kind) as a child."""
     attributes = None
@@ -69,6 +70,7 @@ async def start_child(
             scope=scope,
             messages=messages,
             depth=depth,
+            depth_caps=depth_caps,
             bounds=bounds,
             thread=thread,
         ),

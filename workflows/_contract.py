@@ -17,7 +17,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._payloads import ThreadRef
-from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Task, Version
+from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -217,6 +217,9 @@ class ParentBounds(_Frozen):
     """The parent's expiries, used for the child's waits instead of its own."""
     report_pending: bool = False
     """Send ``psych.child_pending`` to the parent whenever the pending items change."""
+    left_out: tuple[LeftOut, ...] = ()
+    """What a subagent's Spec asked for and its parent did not grant (``delegate``), so
+    the child's ``run_admitted`` says which tool or MCP server is missing and why."""
 
 
 class RunInput(_Frozen):

@@ -19,7 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.specs import Version
+    from psych_runtime.specs import DepthCap, Version
     from psych_runtime.workflows._children import start_child
     from psych_runtime.workflows._contract import (
         ABORT,
@@ -237,6 +237,7 @@ class Handlers(RunBase):
         summary: str,
         bounds: ParentBounds,
         depth: int | None = None,
+        depth_caps: tuple[DepthCap, ...] | None = None,
     ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
         """Start a child whose pending items are mirrored here and answers forwarded to it.
 
@@ -254,6 +255,7 @@ class Handlers(RunBase):
                 depth=self._input.depth + 1 if depth is None else depth,
                 summary=summary,
                 bounds=bounds,
+                depth_caps=self._input.depth_caps if depth_caps is None else depth_caps,
             )
         except ChildWorkflowError:
             self._starting.discard(child_id)

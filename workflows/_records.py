@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities._context_result import ContextShown, ContextSkipped
 from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
-from psych_runtime.specs import Component, Scope, Task
+from psych_runtime.specs import Component, LeftOut, Scope, Task
 
 
 class _Frozen(BaseModel):
@@ -135,6 +135,8 @@ class RunAdmitted(_Record):
     spec_kind: Literal["agent", "workflow"] = "agent"
     thread: ThreadRef | None = None
     """The earlier Run this Run continues, and the conversation head read from it."""
+    left_out: tuple[LeftOut, ...] = ()
+    """A subagent's tools and MCP servers its parent did not grant, each with why."""
 
 
 class TurnStarted(_Record):

@@ -342,6 +342,7 @@ class RunBase(abc.ABC):
             self._input.version,
             (message,),
             depth=self._input.depth,
+            depth_caps=self._input.depth_caps,
             summary=f"next Run of {self._input.run_id}",
             parent_close_policy=ParentClosePolicy.ABANDON,
             thread=thread,

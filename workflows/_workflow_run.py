@@ -215,6 +215,10 @@ class WorkflowRun(ToolCalls):
             )
         version = Version(hash=version_hash(step.spec), spec=step.spec, published_at=workflow.now())
         left = self._limits.transient_retry_budget - self._totals.transient_failures
+        # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
+        # validator assumes (it validates a step's agent as the root of its own chain).
+        # Runs that started their steps one deeper keep doing so on replay.
+        depth = self._input.depth if workflow.patched("psych-step-depth") else None
         child = await self._start_reporting_child(
             f"{self._input.run_id}-step{index}",
             version,
@@ -225,6 +229,7 @@ class WorkflowRun(ToolCalls):
                 suspension=self._suspension,
                 report_pending=True,
             ),
+            depth=depth,
         )
         self._log.add(
             StepStarted(

@@ -279,9 +279,15 @@ async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(ri
     assert await rig.server_seconds(run) == pytest.approx(
         SuspensionPolicy().children_expires_seconds, abs=5.0
     )
-    assert child.status is RunStatus.ABORTED  # cancelled with its lead, and says so
+    # Aborted by its lead (not cancelled), so it settled with its totals, which the lead
+    # took: its ABANDONED ending counts what the subagent spent.
+    assert child.status is RunStatus.ABORTED
     assert child.reason is not None
-    assert child.reason.startswith("cancelled")
+    assert child.reason.startswith(f"aborted by parent Run {run.workflow_id}: suspension_expired")
+    report = await rig.client.report(run, scope=rig.scope)
+    (line,) = report.children
+    assert (line.status, line.totals) == (RunStatus.ABORTED, child.totals)
+    assert result.totals.model_calls == 1 + child.totals.model_calls
     # The lead's call and the subagent's one; the time-skipping server may skip to the
     # subagent's retry (a third request, answered 500) in the moment between the lead's
     # expiry and its cancellation reaching the child, when no task is outstanding.

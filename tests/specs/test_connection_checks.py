@@ -108,7 +108,9 @@ def test_nested_servers_are_checked_at_their_paths() -> None:
     # Same name, different endpoints: only the subagent's one is down.
     connections = {mcp_connection_key(outer): None, mcp_connection_key(inner): "refused"}
     problems = checks(workflow, ValidationContext(mcp_connections=connections))
-    assert sorted(p.path for p in problems) == [
+    # The subagent's one is also not the parent's definition of `docs` (it may not use it).
+    connection = [p for p in problems if "not the same definition" not in p.message]
+    assert sorted(p.path for p in connection) == [
         "steps[first].spec.subagents[helper].spec.mcp_servers[docs]",
         "steps[nested].spec.mcp_servers[docs]",
     ]

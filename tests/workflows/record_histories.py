@@ -1209,9 +1209,91 @@ async def thread_continued(rig: Rig) -> RunHandle:
     return run
 
 
+# --- subagents done right (issue 10, item 1) ------------------------------------------------
+
+
+async def delegate_failed_child_rolled_up(rig: Rig) -> RunHandle:
+    # The subagent answers one call, then fails: its totals ride on its RunFailed error into
+    # the lead's, and the lead's model reads its ending as typed JSON.
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),  # the subagent
+        Reply.error(400, message="the researcher's model refuses"),  # the subagent fails
+        Reply.text("The researcher failed; I cannot say."),  # the lead
+    )
+    return await rig.run(_lead(rig), "Where is order 42?")
+
+
+async def delegate_refused_depth(rig: Rig) -> RunHandle:
+    # The researcher allows no depth below the root, so the validator refuses this tree; sent
+    # unpublished, the lead's delegate is refused at run time with the validator's words.
+    researcher = rig.agent("researcher").tool("lookup_order").limits(max_delegation_depth=0)
+    spec = (
+        rig.agent("lead")
+        .tool("lookup_order")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher.build())
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.text("I will look it up myself."),
+    )
+    run_id = uuid.uuid4().hex
+    async with rig.worker():
+        await rig.env.client.start_workflow(
+            AGENT_RUN,
+            AgentRunInput(run_id=run_id, version=Version.of(spec), scope=SCOPE, messages=("42?",)),
+            id=workflow_id_for(SCOPE.tenant, run_id),
+            task_queue=rig.settings.task_queue,
+        )
+        run = RunHandle(workflow_id_for(SCOPE.tenant, run_id), run_id, SCOPE.tenant, "", "")
+        await rig.settle(run)
+    return run
+
+
 async def next_run_with_thread(rig: Rig) -> RunHandle:
     # next_run as it is now: the next Run continues this one's thread (psych-threads).
     return await next_run(rig)
+
+
+async def workflow_agent_step_delegates(rig: Rig) -> RunHandle:
+    # The step's agent runs at the workflow's depth (the psych-step-depth patch), so its
+    # subagent starts at depth 1, within the step agent's max_delegation_depth of 1.
+    lead = _lead(rig)
+    capped = lead.model_copy(
+        update={"limits": lead.limits.model_copy(update={"max_delegation_depth": 1})}
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.text("Order 42 is delivered."),  # the subagent
+        Reply.text("The researcher says order 42 is delivered."),  # the step's agent
+    )
+    spec = _workflow(rig, "stepping").agent_step("orders", capped).build()
+    return await rig.run(spec, "Where is order 42?")
+
+
+async def delegate_parent_aborted(rig: Rig) -> RunHandle:
+    # The lead is aborted while its subagent's search runs: the lead aborts the subagent
+    # (the psych-subagent-totals patch), which cancels the search and settles ABORTED with
+    # its totals, and the lead takes them before it settles ABORTED.
+    GATES.clear()
+    searcher = rig.agent("searcher").tool("search").build()
+    spec = (
+        rig.agent("lead")
+        .tool("search")
+        .subagent("searcher", "Searches and reports what it found.", searcher)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "searcher", "task": "find q"})),
+        Reply.tool_calls(ToolCall("search", {"query": "q"})),  # the subagent
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Search", scope=SCOPE)
+        await rig.started("search")
+        await rig.client.abort(run, scope=SCOPE, reason="user pressed stop")
+        await rig.settle(run)
+    return run
 
 
 @dataclass(frozen=True)
@@ -1291,6 +1373,11 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", compaction_failed),
     ("dev", thread_continued),
     ("dev", next_run_with_thread),
+    # subagents done right (issue 10, item 1)
+    ("dev", delegate_failed_child_rolled_up),
+    ("dev", delegate_refused_depth),
+    ("dev", workflow_agent_step_delegates),
+    ("dev", delegate_parent_aborted),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -1,5 +1,5 @@
 """The kernel's pure parts, without a server: guards, model retries, Totals, input parsing,
-mirrored child items, and draining outcomes still being reported."""
+mirrored child items, draining outcomes still being reported, and the report's children."""
 
 from __future__ import annotations
 
@@ -7,12 +7,22 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 from psych_runtime.activities._payloads import ModelFailure, Usage
 from psych_runtime.activities._reporting import _REPORTS, drain_reports
-from psych_runtime.specs import Limits, Scope
-from psych_runtime.workflows import AgentRunInput, Pending, Totals
+from psych_runtime.specs import LeftOut, Limits, Scope
+from psych_runtime.workers._console import format_report
+from psych_runtime.workers._report_children import child_fields, child_settled_line
+from psych_runtime.workflows import (
+    AgentRunInput,
+    ChildSettled,
+    Pending,
+    RunAdmitted,
+    RunState,
+    RunStatus,
+    Totals,
+)
 from psych_runtime.workflows._contract import (
     MAX_TEXT_CHARS,
     AbortInput,
@@ -30,6 +40,8 @@ from psych_runtime.workflows._guards import (
 from psych_runtime.workflows._handlers import parse_input
 from psych_runtime.workflows._model_calls import budget_left, ready_model, retry_delay
 from psych_runtime.workflows._record_log import RecordLog
+from psych_runtime.workflows._report import build_report
+from psych_runtime.workflows._subagents import failed_totals
 from psych_runtime.workflows._suspensions import Suspensions
 
 LIMITS = Limits(
@@ -167,3 +179,94 @@ async def test_drain_reports_waits_for_outcomes_still_on_their_way() -> None:
     release.set()
     assert await drain_reports(1.0) == 0
     assert not _REPORTS
+
+
+# --- subagents: the report's children and a failed child's totals --------------------------
+
+
+def _stamp(seq: int) -> dict[str, object]:
+    return {"seq": seq, "at": datetime(2030, 1, 1, tzinfo=UTC), "scope": Scope(tenant="a")}
+
+
+def test_the_report_lists_each_child_and_what_a_subagent_was_not_granted() -> None:
+    spent = Totals(model_calls=2, tool_calls=1, usage=Usage(input_tokens=7), cost=0.25)
+    left = LeftOut(what="tool", name="orders", reason="tool 'orders' is not the same ...")
+    admitted = RunAdmitted(
+        **_stamp(1),
+        version_hash="sha256:x",
+        agent="lead",
+        messages=("go",),
+        system_prompt="",
+        left_out=(left,),
+    )
+    settled = ChildSettled(
+        **_stamp(2),
+        turn=1,
+        call_id="c1",
+        run="psych-a-r-sub1",
+        agent="researcher",
+        via="delegate",
+        version_hash="sha256:y",
+        status=RunStatus.FAILED,
+        reason="model: 400",
+        totals=spent,
+    )
+    state = RunState(
+        run_id="r",
+        tenant="a",
+        agent="lead",
+        version_hash="sha256:x",
+        status=RunStatus.RUNNING,
+        turn=1,
+        last_seq=2,
+        totals=Totals(),
+    )
+    report = build_report("psych-a-r", state, [admitted, settled])
+    (child,) = report.children
+    assert (child.run, child.agent, child.via, child.status, child.reason, child.totals) == (
+        "psych-a-r-sub1",
+        "researcher",
+        "delegate",
+        RunStatus.FAILED,
+        "model: 400",
+        spent,
+    )
+    assert report.left_out == (left,)
+    lines = dict(child_fields(report))
+    assert lines["child 1"] == (
+        "psych-a-r-sub1 (researcher, delegate) failed: 2 model calls, 1 tool calls, "
+        "7 in / 0 out, cost 0.250000; model: 400"
+    )
+    assert lines["left out"].startswith("tool 'orders': ")
+    assert "child 1:" in format_report(report)
+    unpriced = spent.model_copy(update={"cost": None})
+    assert "cost unknown" in child_settled_line(settled.model_copy(update={"totals": unpriced}))
+
+
+def test_a_failed_childs_totals_come_from_its_run_failed_details() -> None:
+    spent = Totals(model_calls=3, usage=Usage(output_tokens=4), cost=1.5)
+    failed = ApplicationError("boom", spent.model_dump(mode="json"), type="RunFailed")
+    err = ChildWorkflowError(
+        "child failed",
+        namespace="n",
+        workflow_id="w",
+        run_id="r",
+        workflow_type="AgentRun",
+        initiated_event_id=1,
+        started_event_id=2,
+        retry_state=None,
+    )
+    err.__cause__ = failed
+    assert failed_totals(err) == spent
+    other = ChildWorkflowError(
+        "child failed",
+        namespace="n",
+        workflow_id="w",
+        run_id="r",
+        workflow_type="AgentRun",
+        initiated_event_id=1,
+        started_event_id=2,
+        retry_state=None,
+    )
+    other.__cause__ = ApplicationError("terminated", type="Terminated")
+    assert failed_totals(other) is None
