@@ -40,10 +40,6 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "display components are not implemented by this runtime yet (issue 10); "
             "no component tool would be offered"
         ),
-        "AgentSpec.spawn": (
-            "spawn is not implemented by this runtime yet (issue 10); "
-            "no spawn tool would be offered"
-        ),
         "AgentSpec.tasks_enabled": (
             "the task list is not implemented by this runtime yet (issue 10); "
             "no task-list tool would be offered"

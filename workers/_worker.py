@@ -38,10 +38,12 @@ from psych_runtime.activities._policy import (
     policy_description,
     policy_digest,
 )
+from psych_runtime.activities._publish import VersionActivities
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
-from psych_runtime.specs import PsychError, SpecError, ToolRegistry
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import PsychError, SpecError, ToolRegistry, VersionStore
 from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
@@ -99,6 +101,9 @@ class WorkerSettings:
             must retry that long (``outage_retry``; psych's ``connect`` does).
         mcp: how the worker talks to MCP servers (timeouts, catalogue cache, preload
             budget, session pool bounds; ``McpSettings``' documented defaults).
+        versions: where ``psych.version.publish`` stores the Versions a Run composes (a
+            spawned child's; ``PSYCH_STORE``, default the directory ``.psych/versions``, as
+            for ``psych publish``). Give it the store the fleet's PsychClient uses.
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -113,6 +118,9 @@ class WorkerSettings:
     policy: Policy = field(default_factory=RulePolicy)
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
     mcp: McpSettings = field(default_factory=McpSettings)
+    versions: VersionStore = field(
+        default_factory=lambda: FileVersionStore(Path(DEFAULT_HOME) / "versions")
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -138,6 +146,7 @@ class WorkerSettings:
                 destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
             outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
         )
 
 
@@ -286,7 +295,8 @@ def activities_for(
         policy=settings.policy,
         outage_seconds=settings.outage_seconds,
     )
-    return [*model.activities(), *tools.activities(), *mcp.activities()]
+    versions = VersionActivities(settings.versions)
+    return [*model.activities(), *tools.activities(), *mcp.activities(), *versions.activities()]
 
 
 def worker_identity(policy: Policy, base: str | None = None) -> str:

@@ -40,6 +40,7 @@ from psych_runtime.workflows._contract import (
 from psych_runtime.workflows._records import (
     AbortRequested,
     ChildSettled,
+    ChildSpawned,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -79,6 +80,7 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "ChildSettled",
+    "ChildSpawned",
     "DEFAULT_TASK_QUEUE",
     "McpDiscovered",
     "McpDiscoveryReport",

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
+    from psych_runtime.workflows._spawn import SpawnedChild, end_spawned
     from psych_runtime.workflows._suspensions import Suspensions
 
 DEADLINE_GRACE_SECONDS = 30.0
@@ -102,6 +103,8 @@ class RunBase(abc.ABC):
         """Running children that answers and aborts are forwarded to, by workflow id."""
         self._starting: set[str] = set()
         """Children being started (their reports are taken already)."""
+        self._spawned: dict[str, SpawnedChild] = {}
+        """Children the model spawned, by workflow id in spawn order (``_spawn.py``)."""
         self._suspensions = Suspensions(
             self._log, changed=self._show_status, aborted=self._abort_text
         )
@@ -278,6 +281,8 @@ class RunBase(abc.ABC):
         )
 
     async def _settle(self, outcome: Outcome) -> RunResult:
+        # Live spawned children end (and are recorded) first; no-op for a Run without any.
+        await end_spawned(self)
         self._status = outcome.status
         self._reason = outcome.reason
         self._answer = outcome.answer
