@@ -99,6 +99,8 @@ def describe_pending(item: Pending) -> str:
     if item.reason == "external":
         said = f": {_short(item.question, 80)}" if item.question else ""
         return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
+    if item.question:  # wait_children: the spawned children it waits for
+        return f"spawned children {_short(item.question, 120)}"
     return f"subagent Run {item.id}"
 
 

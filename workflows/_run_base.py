@@ -358,6 +358,8 @@ class RunBase(abc.ABC):
                 what = f"an answer to {(item.question or '')[:200]!r}"
             elif item.reason == "external":
                 what = f"completion of {item.tool} (token {item.id})"
+            elif item.reason == "children" and item.question:
+                what = f"spawned children {item.question[:200]}"
             else:
                 what = f"subagent Run {item.id}"
             where = f" in {item.run}" if item.run else ""

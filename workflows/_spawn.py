@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TerminatedError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -312,7 +318,7 @@ def _ended(
             reason = cause.message
             if cause.details and isinstance(cause.details[0], dict):
                 totals = Totals.model_validate(cause.details[0])
-        elif cause is not None and type(cause).__name__ in ("CancelledError", "TerminatedError"):
+        elif isinstance(cause, CancelledError | TerminatedError):
             status = RunStatus.ABORTED
     _record_end(run, workflow_id, status, reason, answer, totals)
 
@@ -418,6 +424,8 @@ async def wait_children(
             call_id=call.id,
             tool=call.name,
             arguments=call.arguments,
+            # What the wait is for, as an external wait's item says (shown by psych status).
+            question=", ".join(targets),
             expires_at=expires_at(seconds),
         )
         await run._suspensions.hold(

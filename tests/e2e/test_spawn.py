@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
+from psych_runtime.workers._console import describe_pending
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
@@ -148,6 +149,9 @@ async def test_spawn_and_wait_returns_the_answer_and_rolls_up_usage_and_cost(
         assert state.status is RunStatus.SUSPENDED
         (item,) = [p for p in state.pending if p.tool == "wait_children"]
         assert item.reason == "children"
+        # What it waits for, as psych status shows it: the spawned child by its id.
+        child_id = f"{run.workflow_id}-spawn1"
+        assert (item.question, describe_pending(item)) == (child_id, f"spawned children {child_id}")
         gate.set()
         result = await harness.client.result(run, scope=harness.scope)
         lead = await records(harness, run)
@@ -497,3 +501,45 @@ async def test_a_spawned_child_survives_a_worker_kill_pinned_to_its_hash(
     assert stored == {f"{h.split(':')[1]}.json" for h in (run.version_hash, spawned.version_hash)}
     (settled,) = of(lead, ChildSettled)
     assert settled.status is RunStatus.COMPLETED
+
+
+async def test_a_failed_child_reaches_the_parent_as_a_typed_ending(harness: Harness) -> None:
+    priced(harness)
+    spec = (
+        AgentBuilder("lead", registry=harness.registry)
+        .model("fake-model")
+        .instructions(LEAD)
+        .spawn()
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        message = last(body)
+        if LEAD in system(body):
+            if message["role"] == "user":
+                return Reply.tool_calls(spawn_call(), usage=USAGE)
+            if message["content"].startswith('{"child"'):
+                return Reply.tool_calls(ToolCall("wait_children", {}), usage=USAGE)
+            return Reply.text(message["content"], usage=USAGE)
+        return Reply.error(400, message="the child's request is bad")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "find", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        lead = await records(harness, run)
+
+    (spawned,) = of(lead, ChildSpawned)
+    (ending,) = json.loads(result.answer or "")
+    assert ending == {
+        "status": "failed",
+        "run": spawned.run,
+        "agent": "finder",
+        "reason": ending["reason"],
+    }
+    assert "the child's request is bad" in ending["reason"]
+    (settled,) = of(lead, ChildSettled)
+    assert (settled.status, settled.reason) == (RunStatus.FAILED, ending["reason"])
+    # The failed child's totals ride in its error: its one (failed) call is counted.
+    assert settled.totals.model_calls == 1
+    assert result.totals.model_calls == 3 + 1
