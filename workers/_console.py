@@ -19,6 +19,7 @@ from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
 from psych_runtime.workflows import (
     AbortRequested,
+    ChildSpawned,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -207,6 +208,12 @@ def format_record(record: Any, *, full: bool = False) -> str:
         return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
     if isinstance(record, NextRunStarted):
         return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
+    if isinstance(record, ChildSpawned):
+        tools = ", ".join(record.tools) or "no tools"
+        return (
+            f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
+            f"Version {record.version_hash}"
+        )
     if isinstance(record, StepStarted):
         child = f" as {record.run}" if record.run else ""
         given = _short(json.dumps(record.input, ensure_ascii=False), 80)

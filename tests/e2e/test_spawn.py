@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
-from psych_runtime.workers._console import describe_pending
+from psych_runtime.workers._console import describe_pending, format_record
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
@@ -163,6 +163,9 @@ async def test_spawn_and_wait_returns_the_answer_and_rolls_up_usage_and_cost(
 
     assert result.answer == "lead: x = 42"
     assert (spawned.agent, spawned.tools, spawned.model) == ("finder", ("lookup",), "fake-model")
+    assert format_record(spawned) == (
+        f"  spawned finder as {spawned.run} (fake-model; lookup), Version {spawned.version_hash}"
+    )
     # The child runs the Version the activity published, pinned by the recorded hash.
     version = harness.client.store.get(spawned.version_hash)
     assert isinstance(version.spec, AgentSpec)
