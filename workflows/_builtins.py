@@ -28,11 +28,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import Pending, RunStatus
     from psych_runtime.workflows._run_base import cause_text
-    from psych_runtime.workflows._spawn import (
+    from psych_runtime.workflows._spawn import spawn, spawn_definition
+    from psych_runtime.workflows._spawn_collect import (
         message_child,
         message_definition,
-        spawn,
-        spawn_definition,
         wait_children,
         wait_definition,
     )
@@ -326,7 +325,7 @@ BUILTINS: dict[str, Builtin] = {
     "ask_question": Builtin(_offer_question, _ask_question, executes=False),
     "delegate": Builtin(_delegate_definition, _delegate, executes=False),
     "search_mcp_tools": Builtin(lambda run: None, _search_mcp_tools, executes=True),
-    # spawn (workflows/_spawn.py): only with the Spec's spawn envelope.
+    # spawn (workflows/_spawn.py, _spawn_collect.py): only with the Spec's spawn envelope.
     "spawn": Builtin(spawn_definition, spawn, executes=True),
     "wait_children": Builtin(wait_definition, wait_children, executes=False),
     "message_child": Builtin(message_definition, message_child, executes=True),

@@ -53,7 +53,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
-    from psych_runtime.workflows._spawn import SpawnedChild, end_spawned
+    from psych_runtime.workflows._spawn import SpawnedChild
+    from psych_runtime.workflows._spawn_collect import end_spawned
     from psych_runtime.workflows._suspensions import Suspensions
 
 DEADLINE_GRACE_SECONDS = 30.0

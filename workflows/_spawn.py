@@ -4,10 +4,7 @@ Three built-ins, offered only when the Spec has a ``spawn`` envelope (``_builtin
 holds them): ``spawn`` composes a child (``_spawn_compose``), has it published as a Version
 by the ``psych.version.publish`` activity, records ``child_spawned`` with the Version's
 hash and starts the child as an AgentRun of that Version, returning its id at once;
-``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
-until one or all of the named live children have settled and returns their answers or
-typed endings; ``message_child`` (only when ``may_message``) steers a live child through
-the contract's ``psych.steer`` signal.
+``wait_children`` and ``message_child`` (``_spawn_collect.py``) collect and steer it.
 
 Crash and replay: the publish activity's result (the whole Version) is in the parent's
 history, so a replayed parent starts the child from that Version, never from a Spec
@@ -17,7 +14,7 @@ Per-Run state: ``RunBase._spawned`` (workflow id -> ``SpawnedChild``, plain froz
 spawn order) is everything this feature keeps; the child handles are the kernel's
 ``_children``, as delegate's are. A child's end is recorded (``child_settled``, via
 ``spawn``) when it comes, and its totals are rolled into the parent's; children still alive
-when the parent settles are aborted (then cancelled if they do not end in time).
+when the parent settles are aborted (``_spawn_collect.end_spawned``).
 """
 
 from __future__ import annotations
@@ -47,25 +44,14 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._children import has_search_attributes
     from psych_runtime.workflows._contract import (
-        ABORT,
-        STEER,
-        AbortInput,
         AgentRunInput,
         ParentBounds,
         RunResult,
-        SteerInput,
         run_search_attributes,
-        size_problem,
         workflow_id_for,
         workflow_type_for,
     )
-    from psych_runtime.workflows._records import (
-        ChildSettled,
-        ChildSpawned,
-        Pending,
-        RunStatus,
-        Totals,
-    )
+    from psych_runtime.workflows._records import ChildSettled, ChildSpawned, RunStatus, Totals
     from psych_runtime.workflows._spawn_compose import (
         NAME_PATTERN,
         child_model,
@@ -73,16 +59,11 @@ with workflow.unsafe.imports_passed_through():
         compose,
         parse_request,
     )
-    from psych_runtime.workflows._suspensions import Wait, expires_at
     from psych_runtime.workflows._tool_result import ToolResult, inline
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._run_base import RunBase
     from psych_runtime.workflows._tool_calls import ToolCalls
-
-END_WAIT_SECONDS = 30.0
-"""How long a settling parent waits for its aborted live children to end (and report their
-totals) before it cancels the rest."""
 
 
 class SpawnedChild(BaseModel):
@@ -120,7 +101,8 @@ class SpawnedChild(BaseModel):
         return ending
 
 
-def _envelope(run: ToolCalls) -> SpawnEnvelope | None:
+def envelope_of(run: ToolCalls) -> SpawnEnvelope | None:
+    """The Run's spawn envelope (None: no spawn tools)."""
     spec = run._spec
     return spec.spawn if isinstance(spec, AgentSpec) else None
 
@@ -130,7 +112,7 @@ def _envelope(run: ToolCalls) -> SpawnEnvelope | None:
 
 def spawn_definition(run: ToolCalls) -> ToolDefinition | None:
     """``spawn``, when the Spec has a spawn envelope."""
-    envelope = _envelope(run)
+    envelope = envelope_of(run)
     if envelope is None:
         return None
     spec = run._spec
@@ -168,7 +150,7 @@ async def spawn(
     run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
 ) -> ToolResult:
     """Compose, publish and start a child; its id comes back at once (see the module)."""
-    spec, envelope = run._spec, _envelope(run)
+    spec, envelope = run._spec, envelope_of(run)
     assert isinstance(spec, AgentSpec) and envelope is not None
     request = parse_request(arguments)
     if isinstance(request, str):
@@ -320,10 +302,10 @@ def _ended(
                 totals = Totals.model_validate(cause.details[0])
         elif isinstance(cause, CancelledError | TerminatedError):
             status = RunStatus.ABORTED
-    _record_end(run, workflow_id, status, reason, answer, totals)
+    record_end(run, workflow_id, status, reason, answer, totals)
 
 
-def _record_end(
+def record_end(
     run: RunBase,
     workflow_id: str,
     status: RunStatus,
@@ -331,6 +313,7 @@ def _record_end(
     answer: str | None,
     totals: Totals,
 ) -> None:
+    """Record a spawned child's end (``child_settled``) and roll its totals up."""
     child = run._spawned[workflow_id]
     run._spawned[workflow_id] = child.model_copy(
         update={"state": "settled", "status": status, "reason": reason, "answer": answer}
@@ -361,178 +344,3 @@ def _cause(err: BaseException) -> str:
     while cause is not None and cause.__cause__ is not None and not str(cause):
         cause = cause.__cause__
     return str(cause or err)
-
-
-# --- wait_children -------------------------------------------------------------------------
-
-WAIT_CHILDREN = ToolDefinition(
-    name="wait_children",
-    description=(
-        "Wait for children you spawned and get their answers (or how they ended). Name "
-        "some by id, or none for all you have not collected yet; mode 'any' returns as "
-        "soon as one of them has ended, 'all' (the default) when all have."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "children": {"type": "array", "items": {"type": "string"}},
-            "mode": {"type": "string", "enum": ["all", "any"], "default": "all"},
-        },
-        "additionalProperties": False,
-    },
-)
-
-
-def wait_definition(run: ToolCalls) -> ToolDefinition | None:
-    """``wait_children``, when the Spec has a spawn envelope."""
-    return WAIT_CHILDREN if _envelope(run) is not None else None
-
-
-async def wait_children(
-    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
-) -> ToolResult:
-    """Suspend (reason children) until the children named have ended; return each one's
-    answer or typed ending, in spawn order. Children ended already return at once."""
-    mode = arguments.get("mode", "all")
-    named = arguments.get("children") or []
-    if mode not in ("all", "any"):
-        return inline(call, "error", f"mode must be 'all' or 'any', not {mode!r}")
-    if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
-        return inline(call, "error", "children must be a list of child ids spawn returned")
-    open_ = [c.run for c in run._spawned.values() if c.state in ("running", "settled")]
-    unknown = [n for n in named if n not in open_]
-    if unknown:
-        return inline(
-            call,
-            "error",
-            f"not children to wait for: {', '.join(unknown)} (spawned and not collected yet: "
-            f"{', '.join(open_) or 'none'})",
-        )
-    targets = [c for c in open_ if c in named] if named else open_
-    if not targets:
-        return inline(call, "error", "no spawned child to wait for: none is open")
-
-    def ready() -> bool:
-        ended = [t for t in targets if run._spawned[t].state == "settled"]
-        return bool(ended) and (mode == "any" or len(ended) == len(targets))
-
-    if not ready():
-        seconds = run._suspension.children_expires_seconds
-        item = Pending(
-            reason="children",
-            id=call.id,
-            call_id=call.id,
-            tool=call.name,
-            arguments=call.arguments,
-            # What the wait is for, as an external wait's item says (shown by psych status).
-            question=", ".join(targets),
-            expires_at=expires_at(seconds),
-        )
-        await run._suspensions.hold(
-            Wait(item), ready, seconds, f"spawned children {', '.join(targets)} did not finish"
-        )
-    endings = []
-    for target in targets:
-        child = run._spawned[target]
-        if child.state == "settled":
-            endings.append(child.ending())
-            run._spawned[target] = child.model_copy(update={"state": "collected"})
-    return inline(call, "ok", json.dumps(endings))
-
-
-# --- message_child -------------------------------------------------------------------------
-
-MESSAGE_CHILD = ToolDefinition(
-    name="message_child",
-    description=(
-        "Send a message to a child you spawned that is still working: 'steer' (the default) "
-        "reaches its current turn, 'follow_up' a turn after it would have answered."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "child": {"type": "string", "description": "The id spawn returned."},
-            "message": {"type": "string"},
-            "mode": {"type": "string", "enum": ["steer", "follow_up"], "default": "steer"},
-        },
-        "required": ["child", "message"],
-        "additionalProperties": False,
-    },
-)
-
-
-def message_definition(run: ToolCalls) -> ToolDefinition | None:
-    """``message_child``, when the envelope has ``may_message``."""
-    envelope = _envelope(run)
-    return MESSAGE_CHILD if envelope is not None and envelope.may_message else None
-
-
-async def message_child(
-    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
-) -> ToolResult:
-    """Signal ``psych.steer`` to a live spawned child (its own handler checks it again)."""
-    target, message = arguments.get("child"), arguments.get("message")
-    mode = arguments.get("mode", "steer")
-    if mode not in ("steer", "follow_up"):
-        return inline(call, "error", f"mode must be 'steer' or 'follow_up', not {mode!r}")
-    if not isinstance(message, str) or not message:
-        return inline(call, "error", "message_child needs a message")
-    child = run._spawned.get(target) if isinstance(target, str) else None
-    if child is None or child.state != "running" or target not in run._children:
-        live = ", ".join(c.run for c in run._spawned.values() if c.state == "running")
-        return inline(
-            call, "error", f"{target!r} is not a live child of yours (live: {live or 'none'})"
-        )
-    steer = SteerInput(
-        tenant=run._input.scope.tenant, message=message, mode=mode, by=run._input.run_id
-    )
-    problem = size_problem(steer)
-    if problem is not None:
-        return inline(call, "error", problem)
-    run._forward(child.run, STEER, steer)
-    return inline(call, "ok", f"sent to {child.run} ({mode})")
-
-
-# --- the parent settles --------------------------------------------------------------------
-
-
-async def end_spawned(run: RunBase) -> None:
-    """Before a Run settles: abort its live spawned children and wait (bounded) for them to
-    end, so their endings and totals are recorded; cancel and record those that do not.
-    A Run that spawned nothing returns without a command or an await."""
-    live = [child.run for child in run._spawned.values() if child.state == "running"]
-    if not live:
-        return
-    abort = AbortInput(
-        tenant=run._input.scope.tenant,
-        by=run._input.run_id,
-        reason="the parent Run settled while this spawned child was alive",
-    )
-    for workflow_id in live:
-        handle = run._children[workflow_id]
-        task = asyncio.create_task(handle.signal(ABORT, abort))
-        task.add_done_callback(_log_failure)
-    try:
-        await workflow.wait_condition(
-            lambda: all(run._spawned[w].state != "running" for w in live),
-            timeout=END_WAIT_SECONDS,
-            timeout_summary="spawned children end",
-        )
-    except TimeoutError:
-        for workflow_id in live:
-            if run._spawned[workflow_id].state == "running":
-                run._children[workflow_id].cancel()
-                _record_end(
-                    run,
-                    workflow_id,
-                    RunStatus.ABORTED,
-                    f"cancelled: did not end within {END_WAIT_SECONDS:g} s of the parent "
-                    "settling (its totals are not known)",
-                    None,
-                    Totals(),
-                )
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        workflow.logger.warning("aborting a spawned child failed: %s", task.exception())
