@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from psych_runtime.activities._context_result import ContextTurn
-from psych_runtime.specs import HttpTool, McpServer, ModelRef, Scope, SpecError
+from psych_runtime.specs import AgentSpec, HttpTool, McpServer, ModelRef, Scope, SpecError
 
 BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 """The content hash of a stored blob."""
@@ -78,6 +78,8 @@ MCP_LIST_TOOLS = "psych.mcp.list_tools"
 """Run as a local activity at every turn boundary (its result is a marker in history)."""
 MCP_SEARCH_TOOLS = "psych.mcp.search_tools"
 TOOL_MCP = "psych.tool.mcp"
+VERSION_PUBLISH = "psych.version.publish"
+"""Publishes a spawned child's composed Spec through the worker's VersionStore."""
 
 ACTIVITY_NAMES = (
     MCP_LIST_TOOLS,
@@ -90,6 +92,7 @@ ACTIVITY_NAMES = (
     TOOL_HTTP,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
+    VERSION_PUBLISH,
 )
 
 # --- worker roles (which task queue each activity is scheduled on) ------------------------
@@ -112,6 +115,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     TOOL_HTTP: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,
+    VERSION_PUBLISH: TOOLS_ROLE,
 }
 """The role whose workers run each activity: the workflow schedules it on that role's task
 queue, and a worker of the role registers it."""
@@ -639,3 +643,11 @@ def invalid_arguments_message(err: json.JSONDecodeError) -> str:
 McpTurnResult.model_rebuild()
 ModelCallResult.model_rebuild()
 ModelCallInput.model_rebuild()
+
+
+class VersionPublishInput(_Payload):
+    """Argument of ``psych.version.publish``: a Spec a Run composed (a spawned child's)."""
+
+    run_id: str
+    """The Run that composed it (for the activity's logs and spans)."""
+    spec: AgentSpec

@@ -32,10 +32,6 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
             "A2A delegation is not implemented by this runtime yet; "
             "the agent would run without its peers"
         ),
-        "AgentSpec.spawn": (
-            "spawn is not implemented by this runtime yet (issue 10); "
-            "no spawn tool would be offered"
-        ),
         "McpServer.oauth": (
             "MCP OAuth is not implemented by this runtime yet; "
             "the server would be called without it"

@@ -47,12 +47,14 @@ BUILTIN_TOOL_NAMES = frozenset(
         "ask_question",
         "delegate",
         "load_skill",
+        "message_child",
         "read_tool_output",
         "search_mcp_tools",
         "send_message",
         "show_component",
         "spawn",
         "update_tasks",
+        "wait_children",
     }
 )
 """Names the runtime offers itself; no declared tool may take one."""

@@ -22,6 +22,7 @@ from psych_runtime.workers._report_children import child_fields, child_settled_l
 from psych_runtime.workflows import (
     AbortRequested,
     ChildSettled,
+    ChildSpawned,
     CompactionApplied,
     CompactionFailed,
     McpDiscovered,
@@ -104,6 +105,8 @@ def describe_pending(item: Pending) -> str:
     if item.reason == "external":
         said = f": {_short(item.question, 80)}" if item.question else ""
         return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
+    if item.question:  # wait_children: the spawned children it waits for
+        return f"spawned children {_short(item.question, 120)}"
     return f"subagent Run {item.id}"
 
 
@@ -223,6 +226,12 @@ def format_record(record: Any, *, full: bool = False) -> str:
         return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
     if isinstance(record, NextRunStarted):
         return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
+    if isinstance(record, ChildSpawned):
+        tools = ", ".join(record.tools) or "no tools"
+        return (
+            f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
+            f"Version {record.version_hash}"
+        )
     if isinstance(record, StepStarted):
         child = f" as {record.run}" if record.run else ""
         given = _short(json.dumps(record.input, ensure_ascii=False), 80)

@@ -41,10 +41,12 @@ from psych_runtime.activities._policy import (
     policy_description,
     policy_digest,
 )
+from psych_runtime.activities._publish import VersionActivities
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
 from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
 from psych_runtime.activities._tools import ToolActivities
-from psych_runtime.specs import PsychError, SpecError, ToolRegistry
+from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.specs import PsychError, SpecError, ToolRegistry, VersionStore
 from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
@@ -112,6 +114,9 @@ class WorkerSettings:
             (``workers/_settings.py``).
         trust_project_settings: also load ``./.psych/settings.yaml``
             (``--trust-project-settings``).
+        versions: where ``psych.version.publish`` stores the Versions a Run composes (a
+            spawned child's; ``PSYCH_STORE``, default the directory ``.psych/versions``, as
+            for ``psych publish``). Give it the store the fleet's PsychClient uses.
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -130,6 +135,9 @@ class WorkerSettings:
     hooks: Hooks = field(default_factory=Hooks)
     settings_file: Path | None = None
     trust_project_settings: bool = False
+    versions: VersionStore = field(
+        default_factory=lambda: FileVersionStore(Path(DEFAULT_HOME) / "versions")
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -156,6 +164,7 @@ class WorkerSettings:
             ),
             outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
+            versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
         )
 
 
@@ -324,11 +333,13 @@ def activities_for(
     )
     # The summariser shares the model activities' endpoints, pricing and HTTP client.
     compaction = CompactionActivities(model)
+    versions = VersionActivities(settings.versions)
     return [
         *model.activities(),
         *compaction.activities(),
         *tools.activities(),
         *mcp.activities(),
+        *versions.activities(),
     ]
 
 

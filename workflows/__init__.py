@@ -41,6 +41,7 @@ from psych_runtime.workflows._display_report import ComponentReport, ContextRepo
 from psych_runtime.workflows._records import (
     AbortRequested,
     ChildSettled,
+    ChildSpawned,
     CompactionApplied,
     CompactionFailed,
     ComponentShown,
@@ -87,6 +88,7 @@ __all__ = [
     "AgentRunInput",
     "ChildReport",
     "ChildSettled",
+    "ChildSpawned",
     "CompactionApplied",
     "CompactionFailed",
     "ComponentReport",

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         TOOL_HTTP,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
+        VERSION_PUBLISH,
         WORKFLOWS_ROLE,
         CatalogEntry,
         CatalogInput,
@@ -54,8 +55,10 @@ with workflow.unsafe.imports_passed_through():
         ReadOutputInput,
         ToolCatalog,
         ToolOutcome,
+        VersionPublishInput,
         role_task_queue,
     )
+    from psych_runtime.specs import Version
 
 _R = TypeVar("_R")
 
@@ -93,6 +96,8 @@ OPTIONS: dict[str, Options] = {
     # A local activity: an unreachable server is data in its result, so these retries are
     # for the worker's own failures (the blob store) only.
     MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+    # Publishing is idempotent per hash, so infrastructure failures are retried.
+    VERSION_PUBLISH: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
 }
 """Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
 
@@ -221,3 +226,8 @@ def _heartbeat(entry: CatalogEntry) -> timedelta | None:
     """The worker's heartbeat timeout for this tool (sized for the outage it survives)."""
     seconds = entry.heartbeat_timeout_seconds
     return timedelta(seconds=seconds) if seconds is not None else None
+
+
+async def publish_version(input: VersionPublishInput, *, summary: str) -> Version:
+    """``psych.version.publish``: a composed Spec (a spawned child's) stored as a Version."""
+    return await _execute(VERSION_PUBLISH, input, Version, summary=summary)

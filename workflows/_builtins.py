@@ -24,6 +24,13 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import AgentSpec
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._components import offer_components, show_component
+    from psych_runtime.workflows._spawn import spawn, spawn_definition
+    from psych_runtime.workflows._spawn_collect import (
+        message_child,
+        message_definition,
+        wait_children,
+        wait_definition,
+    )
     from psych_runtime.workflows._subagents import delegate, delegate_definition
     from psych_runtime.workflows._tasks import offer_tasks, update_tasks
     from psych_runtime.workflows._tool_result import ToolResult, from_outcome, inline
@@ -211,6 +218,10 @@ BUILTINS: dict[str, Builtin] = {
     "search_mcp_tools": Builtin(lambda run: None, _search_mcp_tools, executes=True),
     "update_tasks": Builtin(offer_tasks, update_tasks, executes=True),
     "show_component": Builtin(offer_components, show_component, executes=True),
+    # spawn (workflows/_spawn.py, _spawn_collect.py): only with the Spec's spawn envelope.
+    "spawn": Builtin(spawn_definition, spawn, executes=True),
+    "wait_children": Builtin(wait_definition, wait_children, executes=False),
+    "message_child": Builtin(message_definition, message_child, executes=True),
 }
 
 

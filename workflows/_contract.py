@@ -236,6 +236,9 @@ class RunInput(_Frozen):
     """``(agent, max_delegation_depth)`` of every agent above this Run on its delegation
     chain, root first (empty for a Run a caller started): with the Run's own agent, what
     ``specs.depth_refusal`` checks a child's depth against."""
+    spawn_depth: int = Field(default=0, ge=0)
+    """How many ``spawn`` links lead to this Run: 0 unless it is a spawned child, its
+    spawner's + 1 if it is (what ``SpawnEnvelope.max_depth`` bounds)."""
     bounds: ParentBounds | None = None
     """Set by a parent Run; None for a Run a caller started."""
     thread: ThreadRef | None = None

@@ -396,6 +396,25 @@ class CompactionFailed(_Record):
     error: str
 
 
+class ChildSpawned(_Record):
+    """A child the model composed through ``spawn`` was published and started: its
+    Version's hash pins it (a replayed parent starts it from this Version, never from a
+    Spec composed again)."""
+
+    kind: Literal["child_spawned"] = "child_spawned"
+    turn: int
+    call_id: str
+    """The ``spawn`` call."""
+    run: str
+    """The child's workflow id."""
+    agent: str
+    """The child's Spec name (the one the model gave)."""
+    version_hash: str
+    tools: tuple[str, ...] = ()
+    """The tools the child holds (the request within the envelope and the parent's)."""
+    model: str
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -430,6 +449,7 @@ Record = Annotated[
     | ContextProvided
     | CompactionApplied
     | CompactionFailed
+    | ChildSpawned
     | RunSettled,
     Field(discriminator="kind"),
 ]

@@ -53,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
+    from psych_runtime.workflows._spawn import SpawnedChild
+    from psych_runtime.workflows._spawn_collect import end_spawned
     from psych_runtime.workflows._suspensions import Suspensions
     from psych_runtime.workflows._tasks import TaskList
 
@@ -108,6 +110,8 @@ class RunBase(abc.ABC):
         """Running children that answers and aborts are forwarded to, by workflow id."""
         self._starting: set[str] = set()
         """Children being started (their reports are taken already)."""
+        self._spawned: dict[str, SpawnedChild] = {}
+        """Children the model spawned, by workflow id in spawn order (``_spawn.py``)."""
         self._suspensions = Suspensions(
             self._log, changed=self._show_status, aborted=self._abort_text
         )
@@ -286,6 +290,8 @@ class RunBase(abc.ABC):
         )
 
     async def _settle(self, outcome: Outcome) -> RunResult:
+        # Live spawned children end (and are recorded) first; no-op for a Run without any.
+        await end_spawned(self)
         self._status = outcome.status
         self._reason = outcome.reason
         self._answer = outcome.answer
@@ -371,6 +377,8 @@ class RunBase(abc.ABC):
                 what = f"an answer to {(item.question or '')[:200]!r}"
             elif item.reason == "external":
                 what = f"completion of {item.tool} (token {item.id})"
+            elif item.reason == "children" and item.question:
+                what = f"spawned children {item.question[:200]}"
             else:
                 what = f"subagent Run {item.id}"
             where = f" in {item.run}" if item.run else ""

@@ -74,6 +74,7 @@ class DoomedWorker:
                 default=Endpoint(base_url=self.model_base_url, api_key="test-key")
             ),
             outage_seconds=0,
+            versions=FileVersionStore(self.blob_dir.parent / "versions"),
         )
         return run_worker(self.client, settings)
 

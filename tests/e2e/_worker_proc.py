@@ -18,6 +18,7 @@ from pathlib import Path
 
 from psych_runtime.activities._blobs import LocalBlobStore
 from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
+from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
 
@@ -64,6 +65,8 @@ async def main(target: str, task_queue: str, blob_dir: str, model_base_url: str)
         # No server outage to survive here: a killed worker's calls not safe to repeat are
         # settled after the default 10 s heartbeat timeout instead of outage + margin.
         outage_seconds=0,
+        # Beside the blobs, where the crash rig's PsychClient publishes (spawned children).
+        versions=FileVersionStore(Path(blob_dir).parent / "versions"),
     )
     async with run_worker(client, settings, sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT):
         print(READY, flush=True)

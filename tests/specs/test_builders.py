@@ -403,13 +403,12 @@ def test_subagent_and_other_grants() -> None:
         True,
         "concise",
     )
-    # Every grant but the subagent, the MCP server itself (its OAuth is not), compaction, the
-    # task list and components is a field the runtime does not implement yet.
+    # Every grant but the subagent, spawn, compaction, the task list, components and the
+    # MCP server itself (its OAuth is not) is a field the runtime does not implement yet.
     assert validate(spec) == unsupported_features(spec)
     assert [p.path for p in unsupported_features(spec)] == [
         "mcp_servers[crm].oauth",
         "a2a_peers",
-        "spawn",
     ]
 
 

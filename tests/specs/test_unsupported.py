@@ -42,7 +42,6 @@ def agent(name: str = "a", **fields: Any) -> AgentSpec:
 # Each unsupported AgentSpec field, set to something other than its default.
 AGENT_FIELDS: dict[str, dict[str, Any]] = {
     "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
-    "spawn": {"spawn": SpawnEnvelope()},
 }
 
 # Where an AgentSpec can sit, and the path prefix its problems carry there.
@@ -153,7 +152,6 @@ def test_every_use_is_reported_in_a_stable_order() -> None:
     assert [p.path for p in first] == [
         "a2a_peers",
         "subagents[h].spec.a2a_peers",
-        "spawn",
     ]
 
 
@@ -211,3 +209,7 @@ def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() ->
         spec = agent(subagents=[SubagentRef(name="s", description="d" * 20, spec=spec)])
     (problem,) = unsupported_features(spec)
     assert problem.path == "subagents[s].spec." * 400 + "a2a_peers"
+
+
+def test_spawn_is_implemented() -> None:
+    assert unsupported_features(agent(spawn=SpawnEnvelope(tools=("t",)))) == []

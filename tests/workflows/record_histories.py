@@ -35,7 +35,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
@@ -1296,6 +1296,58 @@ async def delegate_parent_aborted(rig: Rig) -> RunHandle:
     return run
 
 
+# --- spawn (issue 10, item 2) ----------------------------------------------------------------
+
+
+def _spawner(rig: Rig) -> AgentSpec:
+    """A lead that may spawn children holding lookup_order (not flaky); the worker
+    publishes their Versions where the rig's client reads them."""
+    rig.settings.versions = rig.client.store
+    # The rig's key "k" is redacted wherever a model sends it back, spawn's "task" included.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="spawn-recorder-key")
+    )
+    return (
+        rig.agent("lead")
+        .instructions("You lead.")
+        .tool("lookup_order")
+        .tool("flaky")
+        .spawn(tools=["lookup_order"])
+        .build()
+    )
+
+
+def _spawn_call(tools: list[str]) -> ToolCall:
+    arguments = {"name": "finder", "instructions": "You find orders.", "task": "status of 42?"}
+    return ToolCall("spawn", {**arguments, "tools": tools})
+
+
+async def spawn_and_wait(rig: Rig) -> RunHandle:
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." in messages[0]["content"]:
+            if last["role"] == "user":
+                return Reply.tool_calls(_spawn_call(["lookup_order"]))
+            if last["content"].startswith('{"child"'):
+                return Reply.tool_calls(ToolCall("wait_children", {}))
+            return Reply.text("The finder says: " + last["content"])
+        if last["role"] == "user":
+            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
+        return Reply.text("Order 42 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(_spawner(rig), "Where is order 42?")
+
+
+async def spawn_refused(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(
+        Reply.tool_calls(_spawn_call(["flaky"])),  # outside the envelope: refused
+        Reply.text("I will look it up myself."),
+    )
+    return await rig.run(_spawner(rig), "Where is order 42?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1378,6 +1430,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", delegate_refused_depth),
     ("dev", workflow_agent_step_delegates),
     ("dev", delegate_parent_aborted),
+    # spawn (issue 10, item 2)
+    ("dev", spawn_and_wait),
+    ("dev", spawn_refused),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

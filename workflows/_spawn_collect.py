@@ -1,0 +1,207 @@
+"""Collecting, steering and ending spawned children (the children ``_spawn.spawn`` started).
+
+``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
+until one or all of the named children have ended and returns their answers or typed
+endings; ``message_child`` (only with ``may_message``) steers a live child through the
+contract's ``psych.steer`` signal; ``end_spawned`` runs as the Run settles and ends the
+children still alive, so their endings and totals are recorded before ``run_settled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.workflows._contract import ABORT, STEER, AbortInput, SteerInput, size_problem
+    from psych_runtime.workflows._records import Pending, RunStatus, Totals
+    from psych_runtime.workflows._spawn import envelope_of, record_end
+    from psych_runtime.workflows._suspensions import Wait, expires_at
+    from psych_runtime.workflows._tool_result import ToolResult, inline
+
+if TYPE_CHECKING:
+    from psych_runtime.workflows._run_base import RunBase
+    from psych_runtime.workflows._tool_calls import ToolCalls
+
+END_WAIT_SECONDS = 30.0
+"""How long a settling parent waits for its aborted live children to end (and report their
+totals) before it cancels the rest."""
+
+
+# --- wait_children -------------------------------------------------------------------------
+
+WAIT_CHILDREN = ToolDefinition(
+    name="wait_children",
+    description=(
+        "Wait for children you spawned and get their answers (or how they ended). Name "
+        "some by id, or none for all you have not collected yet; mode 'any' returns as "
+        "soon as one of them has ended, 'all' (the default) when all have."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "children": {"type": "array", "items": {"type": "string"}},
+            "mode": {"type": "string", "enum": ["all", "any"], "default": "all"},
+        },
+        "additionalProperties": False,
+    },
+)
+
+
+def wait_definition(run: ToolCalls) -> ToolDefinition | None:
+    """``wait_children``, when the Spec has a spawn envelope."""
+    return WAIT_CHILDREN if envelope_of(run) is not None else None
+
+
+async def wait_children(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    """Suspend (reason children) until the children named have ended; return each one's
+    answer or typed ending, in spawn order. Children ended already return at once."""
+    mode = arguments.get("mode", "all")
+    named = arguments.get("children") or []
+    if mode not in ("all", "any"):
+        return inline(call, "error", f"mode must be 'all' or 'any', not {mode!r}")
+    if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
+        return inline(call, "error", "children must be a list of child ids spawn returned")
+    open_ = [c.run for c in run._spawned.values() if c.state in ("running", "settled")]
+    unknown = [n for n in named if n not in open_]
+    if unknown:
+        return inline(
+            call,
+            "error",
+            f"not children to wait for: {', '.join(unknown)} (spawned and not collected yet: "
+            f"{', '.join(open_) or 'none'})",
+        )
+    targets = [c for c in open_ if c in named] if named else open_
+    if not targets:
+        return inline(call, "error", "no spawned child to wait for: none is open")
+
+    def ready() -> bool:
+        ended = [t for t in targets if run._spawned[t].state == "settled"]
+        return bool(ended) and (mode == "any" or len(ended) == len(targets))
+
+    if not ready():
+        seconds = run._suspension.children_expires_seconds
+        item = Pending(
+            reason="children",
+            id=call.id,
+            call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            # What the wait is for, as an external wait's item says (shown by psych status).
+            question=", ".join(targets),
+            expires_at=expires_at(seconds),
+        )
+        await run._suspensions.hold(
+            Wait(item), ready, seconds, f"spawned children {', '.join(targets)} did not finish"
+        )
+    endings = []
+    for target in targets:
+        child = run._spawned[target]
+        if child.state == "settled":
+            endings.append(child.ending())
+            run._spawned[target] = child.model_copy(update={"state": "collected"})
+    return inline(call, "ok", json.dumps(endings))
+
+
+# --- message_child -------------------------------------------------------------------------
+
+MESSAGE_CHILD = ToolDefinition(
+    name="message_child",
+    description=(
+        "Send a message to a child you spawned that is still working: 'steer' (the default) "
+        "reaches its current turn, 'follow_up' a turn after it would have answered."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "child": {"type": "string", "description": "The id spawn returned."},
+            "message": {"type": "string"},
+            "mode": {"type": "string", "enum": ["steer", "follow_up"], "default": "steer"},
+        },
+        "required": ["child", "message"],
+        "additionalProperties": False,
+    },
+)
+
+
+def message_definition(run: ToolCalls) -> ToolDefinition | None:
+    """``message_child``, when the envelope has ``may_message``."""
+    envelope = envelope_of(run)
+    return MESSAGE_CHILD if envelope is not None and envelope.may_message else None
+
+
+async def message_child(
+    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+) -> ToolResult:
+    """Signal ``psych.steer`` to a live spawned child (its own handler checks it again)."""
+    target, message = arguments.get("child"), arguments.get("message")
+    mode = arguments.get("mode", "steer")
+    if mode not in ("steer", "follow_up"):
+        return inline(call, "error", f"mode must be 'steer' or 'follow_up', not {mode!r}")
+    if not isinstance(message, str) or not message:
+        return inline(call, "error", "message_child needs a message")
+    child = run._spawned.get(target) if isinstance(target, str) else None
+    if child is None or child.state != "running" or target not in run._children:
+        live = ", ".join(c.run for c in run._spawned.values() if c.state == "running")
+        return inline(
+            call, "error", f"{target!r} is not a live child of yours (live: {live or 'none'})"
+        )
+    steer = SteerInput(
+        tenant=run._input.scope.tenant, message=message, mode=mode, by=run._input.run_id
+    )
+    problem = size_problem(steer)
+    if problem is not None:
+        return inline(call, "error", problem)
+    run._forward(child.run, STEER, steer)
+    return inline(call, "ok", f"sent to {child.run} ({mode})")
+
+
+# --- the parent settles --------------------------------------------------------------------
+
+
+async def end_spawned(run: RunBase) -> None:
+    """Before a Run settles: abort its live spawned children and wait (bounded) for them to
+    end, so their endings and totals are recorded; cancel and record those that do not.
+    A Run that spawned nothing returns without a command or an await."""
+    live = [child.run for child in run._spawned.values() if child.state == "running"]
+    if not live:
+        return
+    abort = AbortInput(
+        tenant=run._input.scope.tenant,
+        by=run._input.run_id,
+        reason="the parent Run settled while this spawned child was alive",
+    )
+    for workflow_id in live:
+        handle = run._children[workflow_id]
+        task = asyncio.create_task(handle.signal(ABORT, abort))
+        task.add_done_callback(_log_failure)
+    try:
+        await workflow.wait_condition(
+            lambda: all(run._spawned[w].state != "running" for w in live),
+            timeout=END_WAIT_SECONDS,
+            timeout_summary="spawned children end",
+        )
+    except TimeoutError:
+        for workflow_id in live:
+            if run._spawned[workflow_id].state == "running":
+                run._children[workflow_id].cancel()
+                record_end(
+                    run,
+                    workflow_id,
+                    RunStatus.ABORTED,
+                    f"cancelled: did not end within {END_WAIT_SECONDS:g} s of the parent "
+                    "settling (its totals are not known)",
+                    None,
+                    Totals(),
+                )
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        workflow.logger.warning("aborting a spawned child failed: %s", task.exception())
