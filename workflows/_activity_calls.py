@@ -5,12 +5,16 @@ counts model retries against its budget; a tool not safe to repeat is never run 
 tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
 5, for infrastructure failures only (a tool's own error is data, not an activity failure).
 
-Each activity goes to the task queue of its worker role (``ACTIVITY_ROLES``): the model call
-to ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search to
-``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's). The
-local ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow
-workers reach MCP servers too. A Run whose history started before roles (no
-``psych-roles`` marker) keeps scheduling on its own queue, so it replays unchanged.
+A Run dispatched with ``roles_apart`` (a fleet running worker roles in separate processes)
+schedules each activity on the task queue of its worker role (``ACTIVITY_ROLES``): the
+model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search on
+``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
+Any other Run schedules every activity on its own queue: the SDK dispatches an activity
+eagerly (in the workflow task's completion, no matching round trip) only there, and a
+worker of role ``all`` or ``workflows`` registers every activity. The local
+``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
+reach MCP servers too. Histories from before this choice replay as they recorded: with
+the ``psych-roles`` marker on role queues, without it on the Run's own queue.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ToolOutcome,
         role_task_queue,
     )
+    from psych_runtime.workflows._contract import RunInput
 
 _R = TypeVar("_R")
 
@@ -97,12 +102,34 @@ ROLES_PATCH = "psych-roles"
 docstring); a Run replayed without it keeps its own queue for all of them."""
 
 
+ROLES_OPT_IN_PATCH = "psych-roles-opt-in"
+"""Marks a Run that routes by role only when its input says ``roles_apart``; a Run replayed
+without it routes as ``ROLES_PATCH`` recorded (every Run with that marker routed by role)."""
+
+
 def task_queue_for(name: str) -> str | None:
     """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
     role = ACTIVITY_ROLES[name]
-    if role == WORKFLOWS_ROLE or not workflow.patched(ROLES_PATCH):
+    if role == WORKFLOWS_ROLE:
         return None
-    return role_task_queue(workflow.info().task_queue, role)
+    if workflow.patched(ROLES_OPT_IN_PATCH):
+        apart = run_input().roles_apart
+    else:
+        apart = workflow.patched(ROLES_PATCH)
+    return role_task_queue(workflow.info().task_queue, role) if apart else None
+
+
+def run_input() -> RunInput:
+    """The input of the Run whose workflow code is running (``RunBase._input``).
+
+    Raises:
+        RuntimeError: the running workflow is not a Run with a valid input (a Run whose
+            input did not parse fails before it schedules anything).
+    """
+    found = getattr(workflow.instance(), "_input", None)
+    if not isinstance(found, RunInput):
+        raise RuntimeError(f"workflow {workflow.info().workflow_type} has no RunInput")
+    return found
 
 
 def tool_retry(safe_to_repeat: bool) -> RetryPolicy:

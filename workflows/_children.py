@@ -19,6 +19,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import Scope, Version
+    from psych_runtime.workflows._activity_calls import run_input
     from psych_runtime.workflows._contract import (
         CHILD_PENDING,
         SA_STATUS,
@@ -68,6 +69,7 @@ async def start_child(
             messages=messages,
             depth=depth,
             bounds=bounds,
+            roles_apart=run_input().roles_apart,
         ),
         id=workflow_id_for(scope.tenant, run_id),
         result_type=RunResult,

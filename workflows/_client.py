@@ -142,6 +142,10 @@ class PsychClient(RunActions):
             which the namespace must have registered) so ``list`` can find them. Pass
             False for a server without them, such as the time-skipping test server; the
             Run then never upserts one either, and ``list`` refuses.
+        roles_apart: the fleet runs worker roles in separate processes
+            (``psych worker --role ...``): the Runs it starts schedule each activity on its
+            role's task queue. Leave False for workers of role ``all`` (the default): every
+            activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
     """
 
     def __init__(
@@ -153,6 +157,7 @@ class PsychClient(RunActions):
         context: ValidationContext | None = None,
         registry: ToolRegistry | None = None,
         search_attributes: bool = True,
+        roles_apart: bool = False,
     ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
@@ -166,6 +171,7 @@ class PsychClient(RunActions):
         self.context = context or ValidationContext()
         self.registry = registry
         self.search_attributes = search_attributes
+        self.roles_apart = roles_apart
 
     # --- versions ------------------------------------------------------------------------
 
@@ -245,7 +251,13 @@ class PsychClient(RunActions):
             input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
             await self.temporal.start_workflow(
                 workflow_type_for(version),
-                input_type(run_id=run_id, version=version, scope=scope, messages=messages),
+                input_type(
+                    run_id=run_id,
+                    version=version,
+                    scope=scope,
+                    messages=messages,
+                    roles_apart=self.roles_apart,
+                ),
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -234,6 +234,12 @@ class RunInput(_Frozen):
     ``specs.depth_refusal`` checks a child's depth against."""
     bounds: ParentBounds | None = None
     """Set by a parent Run; None for a Run a caller started."""
+    roles_apart: bool = False
+    """Whether the fleet runs worker roles apart: then each activity is scheduled on its
+    role's task queue (``<queue>-model``, ``<queue>-tools``); False (one queue) schedules
+    every activity on the Run's own queue, where the SDK dispatches it eagerly. Chosen at
+    dispatch (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``), inherited by
+    children and next Runs."""
 
 
 class AgentRunInput(RunInput):

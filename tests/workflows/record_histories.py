@@ -1076,6 +1076,39 @@ async def workflow_mcp_tool_step(rig: Rig) -> RunHandle:
         return await rig.run(spec, "go")
 
 
+# --- hot path (issue 15) -------------------------------------------------------------------
+
+
+async def one_queue_code_tool(rig: Rig) -> RunHandle:
+    """A Run not dispatched roles apart: every activity on its own queue."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    return await rig.run(rig.agent("orders").tool("lookup_order").build(), "Where is 42?")
+
+
+async def roles_apart_code_tool(rig: Rig) -> RunHandle:
+    """A Run dispatched roles apart: the model call and the tools on their roles' queues."""
+    apart = PsychClient(
+        rig.env.client,
+        store=rig.client.store,
+        task_queue=rig.client.task_queue,
+        registry=TOOLS,
+        roles_apart=True,
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    async with rig.worker():
+        run = await apart.dispatch(
+            rig.agent("orders").tool("lookup_order").build(), "Where is 42?", scope=SCOPE
+        )
+        await rig.settle(run)
+    return run
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1142,6 +1175,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_deferred_search),
     ("dev", mcp_abort_during_call),
     ("dev", workflow_mcp_tool_step),
+    # hot path (issue 15): the roles opt-in
+    ("dev", one_queue_code_tool),
+    ("dev", roles_apart_code_tool),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
