@@ -57,6 +57,16 @@ class _Compact(_Payload):
         }
 
 
+def _compact_scope(scope: Scope) -> dict[str, Any]:
+    """A Scope as JSON without its defaults (no principal, no labels): the model and tool
+    calls carry it every turn."""
+    return scope.model_dump(mode="json", exclude_defaults=True)
+
+
+LATENCY_DECIMALS = 3
+"""Latencies travel rounded to the microsecond: float noise past it is history bytes."""
+
+
 def _compact_server(server: McpServer) -> dict[str, Any]:
     """An ``McpServer`` as JSON without its default fields (the Spec's own dump keeps them:
     it is what a Version hashes)."""
@@ -66,6 +76,8 @@ def _compact_server(server: McpServer) -> dict[str, Any]:
 # --- activity names (API: a changed signature gets a new name) ----------------------------
 
 MODEL_COMPLETE = "psych.model.complete"
+MODEL_COMPLETE_V2 = "psych.model.complete.v2"
+"""Same input; returns ``ModelCallResultV2`` (no echoed model or system prompt ref)."""
 TOOL_CATALOG = "psych.tool.catalog"
 TOOL_CODE = "psych.tool.code"
 TOOL_HTTP = "psych.tool.http"
@@ -80,6 +92,7 @@ ACTIVITY_NAMES = (
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
@@ -101,6 +114,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     MCP_LIST_TOOLS: WORKFLOWS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
     MODEL_COMPLETE: MODEL_ROLE,
+    MODEL_COMPLETE_V2: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
     TOOL_CODE: TOOLS_ROLE,
@@ -169,7 +183,7 @@ class Usage(_Payload):
     """Part of ``output_tokens`` spent reasoning, where the provider reports it."""
 
 
-class Latency(_Payload):
+class Latency(_Compact):
     """Where the time of one activity went (milliseconds)."""
 
     queue_wait_ms: float
@@ -178,6 +192,10 @@ class Latency(_Payload):
     """From start to finish on the worker."""
     first_token_ms: float | None = None
     """From start to the first streamed token (model calls that stream)."""
+
+    @field_serializer("queue_wait_ms", "duration_ms", "first_token_ms")
+    def _rounded(self, value: float | None) -> float | None:
+        return None if value is None else round(value, LATENCY_DECIMALS)
 
 
 class McpTurn(_Compact):
@@ -252,6 +270,15 @@ class ModelCallInput(_Compact):
     mcp: McpTurn | None = None
     """The Run's MCP servers, resolved before the call; None = no MCP servers."""
 
+    @field_serializer("params")
+    def _params(self, params: ModelRef) -> dict[str, Any]:
+        # Sent every turn: only what the Spec set (``model`` is required, so it stays).
+        return params.model_dump(mode="json", exclude_defaults=True)
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
 
 class ModelCallResult(_Compact):
     """What a successful model call produced."""
@@ -270,6 +297,23 @@ class ModelCallResult(_Compact):
     latency: Latency
     mcp: McpTurnResult | None = None
     """What the turn's MCP discovery found (None without MCP servers)."""
+
+    @field_serializer("usage")
+    def _usage(self, usage: Usage) -> dict[str, Any]:
+        # Zero counts (cache, reasoning) are the usual case: left out, read back as 0.
+        return usage.model_dump(mode="json", exclude_defaults=True)
+
+
+class ModelCallResultV2(ModelCallResult):
+    """What ``psych.model.complete.v2`` returns: a ``ModelCallResult`` without the echoes.
+
+    The workflow knows which model it called, and which system prompt it referred to:
+    ``model`` is left out (None), and ``system_ref`` is set only when the call stored an
+    inline ``system_prompt`` (the ref the workflow sends from then on).
+    """
+
+    model: str | None = None  # type: ignore[assignment]
+    system_ref: BlobRef | None = None
 
 
 class ModelFailure(_Payload):
@@ -374,6 +418,10 @@ class CodeToolCall(_Payload):
     large_result_bytes: int
     scope: Scope
 
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
 
 class HttpToolCall(_Payload):
     """Send one HTTP tool request."""
@@ -384,6 +432,10 @@ class HttpToolCall(_Payload):
     arguments: dict[str, Any]
     large_result_bytes: int
     scope: Scope
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
 
 
 class McpCatalogInput(_Payload):
@@ -480,7 +532,7 @@ class McpSearchInput(_Payload):
     scope: Scope
 
 
-class ToolOutcome(_Payload):
+class ToolOutcome(_Compact):
     """What one tool call produced, stored whole, shown small."""
 
     call_id: str

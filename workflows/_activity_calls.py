@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
         MODEL_COMPLETE,
+        MODEL_COMPLETE_V2,
         POLICY_DECIDE,
         TOOL_CATALOG,
         TOOL_CODE,
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         McpToolCall,
         ModelCallInput,
         ModelCallResult,
+        ModelCallResultV2,
         PolicyDecision,
         PolicyInput,
         ReadOutputInput,
@@ -82,6 +84,7 @@ OPTIONS: dict[str, Options] = {
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]),
     ),
     MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_COMPLETE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
@@ -192,10 +195,23 @@ async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchR
     return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
 
 
+MODEL_V2_PATCH = "psych-model-v2"
+"""Marks a Run whose model calls are ``psych.model.complete.v2`` (a result without the
+echoed model and system prompt ref); a Run replayed without it keeps ``psych.model.complete``."""
+
+
 async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
-    """``psych.model.complete``: one model call, once (the Run owns retries)."""
+    """One model call, once (the Run owns retries): ``psych.model.complete.v2``, whose
+    result is completed here with what the workflow sent (the model, the system prompt
+    ref), or ``psych.model.complete`` in a Run recorded before it."""
     summary = f"model {call.model}, turn {turn}"
-    return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+    if not workflow.patched(MODEL_V2_PATCH):
+        return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+    slim = await _execute(MODEL_COMPLETE_V2, call, ModelCallResultV2, summary=summary)
+    # model_copy does not validate: the two values are the workflow's own, already valid.
+    return slim.model_copy(
+        update={"model": call.model, "system_ref": slim.system_ref or call.system_ref}
+    )
 
 
 async def decide(input: PolicyInput) -> PolicyDecision:

@@ -101,7 +101,7 @@ async def test_a_run_completes_with_a_process_per_role(
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "Order 42 was delivered."
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
-    assert queues["psych.model.complete"] == {f"{task_queue}-model"}
+    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
     assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
     assert queues["psych.tool.catalog"] == {f"{task_queue}-tools"}
 
@@ -201,7 +201,7 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
     assert queues == {
         "psych.tool.catalog": {task_queue},
-        "psych.model.complete": {task_queue},
+        "psych.model.complete.v2": {task_queue},
         "psych.tool.code": {task_queue},
     }
 

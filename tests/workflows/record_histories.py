@@ -1109,6 +1109,16 @@ async def roles_apart_code_tool(rig: Rig) -> RunHandle:
     return run
 
 
+async def model_v2_two_turns(rig: Rig) -> RunHandle:
+    """``psych.model.complete.v2``: the system prompt inline once, then by reference."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    spec = rig.agent("orders").instructions("Answer briefly.").tool("lookup_order").build()
+    return await rig.run(spec, "Where is 42?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1178,6 +1188,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # hot path (issue 15): the roles opt-in
     ("dev", one_queue_code_tool),
     ("dev", roles_apart_code_tool),
+    # hot path (issue 15): slimmer model-call payloads
+    ("dev", model_v2_two_turns),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
