@@ -213,3 +213,46 @@ def test_psych_run_routes_by_role_only_when_told(monkeypatch: pytest.MonkeyPatch
     assert build_parser().parse_args([*argv, "--roles-apart"]).roles_apart is True
     monkeypatch.setenv("PSYCH_ROLES_APART", "1")
     assert build_parser().parse_args(argv).roles_apart is True
+
+
+async def test_a_child_run_inherits_roles_apart_from_its_parent(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    researcher = (
+        AgentBuilder("researcher", registry=REGISTRY).model("fake-model").tool("lookup_order")
+    ).build()
+    lead = (
+        order_agent()
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .build()
+    )
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.enqueue(
+            Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "42?"})),
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),  # the child
+            Reply.text("Order 42 is delivered."),  # the child's answer
+            Reply.text("The researcher says order 42 is delivered."),  # the lead
+        )
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            registry=REGISTRY,
+            blobs=LocalBlobStore(tmp_path / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+        )
+        async with run_worker(dev_env.client, settings):
+            psych = psych_client(dev_env.client, task_queue, tmp_path, roles_apart=True)
+            run = await psych.dispatch(lead, "Where is order 42?", scope=SCOPE)
+            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    children = [
+        event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        async for event in dev_env.client.get_workflow_handle(
+            run.workflow_id
+        ).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert len(children) == 1
+    queues = await scheduled_queues(dev_env.client, children[0])
+    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
+    assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
