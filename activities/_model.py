@@ -57,10 +57,12 @@ from psych_runtime.activities._model_wire import (
 )
 from psych_runtime.activities._payloads import (
     MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
     ChatMessage,
     Latency,
     ModelCallInput,
     ModelCallResult,
+    ModelCallResultV2,
     ModelFailure,
     ToolDefinition,
     Usage,
@@ -139,6 +141,25 @@ class ModelActivities(ActivityClass):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    @activity.defn(name=MODEL_COMPLETE_V2)
+    async def complete_v2(self, input: ModelCallInput) -> ModelCallResultV2:
+        """``complete``, answered without what the workflow already knows: no ``model``
+        (the workflow chose it), and ``system_ref`` only when this call stored the inline
+        ``system_prompt``. Runs recorded with ``psych.model.complete`` keep that name.
+
+        Raises:
+            ApplicationError: as ``complete``.
+        """
+        result = await self.complete(input)
+        fields = {name: getattr(result, name) for name in type(result).model_fields}
+        return ModelCallResultV2(
+            **fields
+            | {
+                "model": None,
+                "system_ref": result.system_ref if input.system_prompt is not None else None,
+            }
+        )
 
     @activity.defn(name=MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:

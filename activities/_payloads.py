@@ -58,6 +58,16 @@ class _Compact(_Payload):
         }
 
 
+def _compact_scope(scope: Scope) -> dict[str, Any]:
+    """A Scope as JSON without its defaults (no principal, no labels): the model and tool
+    calls carry it every turn."""
+    return scope.model_dump(mode="json", exclude_defaults=True)
+
+
+LATENCY_DECIMALS = 3
+"""Latencies travel rounded to the microsecond: float noise past it is history bytes."""
+
+
 def _compact_server(server: McpServer) -> dict[str, Any]:
     """An ``McpServer`` as JSON without its default fields (the Spec's own dump keeps them:
     it is what a Version hashes)."""
@@ -69,6 +79,8 @@ def _compact_server(server: McpServer) -> dict[str, Any]:
 MODEL_COMPLETE = "psych.model.complete"
 MODEL_COMPACT = "psych.model.compact"
 """The summariser call of compaction (``activities/_compaction.py``)."""
+MODEL_COMPLETE_V2 = "psych.model.complete.v2"
+"""Same input; returns ``ModelCallResultV2`` (no echoed model or system prompt ref)."""
 TOOL_CATALOG = "psych.tool.catalog"
 TOOL_CODE = "psych.tool.code"
 TOOL_HTTP = "psych.tool.http"
@@ -86,6 +98,7 @@ ACTIVITY_NAMES = (
     MCP_SEARCH_TOOLS,
     MODEL_COMPACT,
     MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
@@ -109,6 +122,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
     MODEL_COMPACT: MODEL_ROLE,
     MODEL_COMPLETE: MODEL_ROLE,
+    MODEL_COMPLETE_V2: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
     TOOL_CODE: TOOLS_ROLE,
@@ -178,7 +192,7 @@ class Usage(_Payload):
     """Part of ``output_tokens`` spent reasoning, where the provider reports it."""
 
 
-class Latency(_Payload):
+class Latency(_Compact):
     """Where the time of one activity went (milliseconds)."""
 
     queue_wait_ms: float
@@ -187,6 +201,10 @@ class Latency(_Payload):
     """From start to finish on the worker."""
     first_token_ms: float | None = None
     """From start to the first streamed token (model calls that stream)."""
+
+    @field_serializer("queue_wait_ms", "duration_ms", "first_token_ms")
+    def _rounded(self, value: float | None) -> float | None:
+        return None if value is None else round(value, LATENCY_DECIMALS)
 
 
 class McpTurn(_Compact):
@@ -264,6 +282,15 @@ class ModelCallInput(_Compact):
     """An earlier Run's conversation this Run continues (sent with the first call only):
     the activity puts its last messages before ``context_ref`` (by reference)."""
 
+    @field_serializer("params")
+    def _params(self, params: ModelRef) -> dict[str, Any]:
+        # Sent every turn: only what the Spec set (``model`` is required, so it stays).
+        return params.model_dump(mode="json", exclude_defaults=True)
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
 
 class ModelCallResult(_Compact):
     """What a successful model call produced."""
@@ -284,6 +311,23 @@ class ModelCallResult(_Compact):
     """What the turn's MCP discovery found (None without MCP servers)."""
     context: ContextTurn | None = None
     """What the worker's context providers showed this call (None: none registered)."""
+
+    @field_serializer("usage")
+    def _usage(self, usage: Usage) -> dict[str, Any]:
+        # Zero counts (cache, reasoning) are the usual case: left out, read back as 0.
+        return usage.model_dump(mode="json", exclude_defaults=True)
+
+
+class ModelCallResultV2(ModelCallResult):
+    """What ``psych.model.complete.v2`` returns: a ``ModelCallResult`` without the echoes.
+
+    The workflow knows which model it called, and which system prompt it referred to:
+    ``model`` is left out (None), and ``system_ref`` is set only when the call stored an
+    inline ``system_prompt`` (the ref the workflow sends from then on).
+    """
+
+    model: str | None = None  # type: ignore[assignment]
+    system_ref: BlobRef | None = None
 
 
 class ModelFailure(_Payload):
@@ -463,6 +507,10 @@ class CodeToolCall(_Payload):
     large_result_bytes: int
     scope: Scope
 
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
 
 class HttpToolCall(_Payload):
     """Send one HTTP tool request."""
@@ -473,6 +521,10 @@ class HttpToolCall(_Payload):
     arguments: dict[str, Any]
     large_result_bytes: int
     scope: Scope
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
 
 
 class McpCatalogInput(_Payload):
@@ -581,7 +633,7 @@ class HookEffect(_Payload):
     """The denial's reason, or what failed."""
 
 
-class ToolOutcome(_Payload):
+class ToolOutcome(_Compact):
     """What one tool call produced, stored whole, shown small."""
 
     call_id: str

@@ -18,9 +18,11 @@ from bench._workflows import (
     BARE_LOOP,
     BASELINE_ACTIVITIES,
     CONVERSATION_LOOP,
+    RESULT_LOOP,
     BareLoop,
     ConversationLoop,
     LoopInput,
+    ResultLoop,
 )
 
 
@@ -55,7 +57,7 @@ class BaselineBench:
         async with Worker(
             env.client,
             task_queue=task_queue,
-            workflows=[BareLoop, ConversationLoop],
+            workflows=[BareLoop, ConversationLoop, ResultLoop],
             activities=list(BASELINE_ACTIVITIES),
             disable_eager_activity_execution=not eager_activities,
         ):
@@ -82,6 +84,15 @@ class BaselineBench:
         run = await self._run(BARE_LOOP, LoopInput(turns=turns, tool=tool), give_up_s=300)
         if run.failure:
             raise RuntimeError(f"bare loop {run.workflow_id} failed: {run.failure}")
+        return run
+
+    async def results(self, turns: int, result_bytes: int) -> BaselineRun:
+        """One ResultLoop: the bare loop whose tool returns ``result_bytes`` each turn."""
+        run = await self._run(
+            RESULT_LOOP, LoopInput(turns=turns, result_bytes=result_bytes), give_up_s=300
+        )
+        if run.failure:
+            raise RuntimeError(f"result loop {run.workflow_id} failed: {run.failure}")
         return run
 
     async def conversation(self, turns: int, result_bytes: int, give_up_s: float) -> BaselineRun:

@@ -142,6 +142,8 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "summary": report.history_summary(his),
                 }
                 _say("\n" + report.history_text(his))
+                sections["targets"] = report.targets_summary(seq, thr, his)
+                _say("\n" + report.targets_text(seq, thr, his))
         async with dev_server(fast_dispatch=False) as env:
             _progress("4. dispatch latency on a fresh default dev server")
             dispatch_results.insert(0, await dispatch(env, False, settings))

@@ -198,8 +198,12 @@ def history_summary(result: HistoryResult) -> dict[str, Any]:
         done = [s for s in samples if s.failure is None]
         return _per_turn(done[-1]) / _per_turn(done[0]) if len(done) > 1 else float("nan")
 
+    floor = {s.turns: _per_turn(s) for s in result.floor}
+    ratios = {s.turns: _per_turn(s) / floor[s.turns] for s in result.agent if s.turns in floor}
     return {
         "agent_bytes_per_turn": {s.turns: _per_turn(s) for s in result.agent},
+        "floor_bytes_per_turn": floor,
+        "bytes_ratio": ratios,
         "conversation_bytes_per_turn": {s.turns: _per_turn(s) for s in result.conversation},
         "agent_growth": growth(result.agent),
         "conversation_growth": growth(result.conversation),
@@ -215,6 +219,7 @@ def history_text(result: HistoryResult) -> str:
     )
     rows: list[list[object]] = []
     for name, samples in (
+        ("ResultLoop (floor)", result.floor),
         ("AgentRun (by reference)", result.agent),
         ("ConversationLoop (by value)", result.conversation),
     ):
@@ -233,9 +238,12 @@ def history_text(result: HistoryResult) -> str:
     body = table(["", "turns", "done", "history bytes", "bytes/turn", "events", "closed"], rows)
     agent_lengths = [x.turns for x in result.agent]
     conv_lengths = [x.turns for x in result.conversation if x.failure is None]
+    ratios = ", ".join(f"{n} turns x{r:.2f}" for n, r in s["bytes_ratio"].items())
     lines = [
         head,
         body,
+        f"AgentRun bytes/turn over the floor's (ResultLoop: the same activities and 4 KB "
+        f"result, nothing else): {ratios}",
         f"bytes/turn, longest over shortest completed Run: AgentRun x{s['agent_growth']:.2f} "
         f"({agent_lengths[0]} -> {agent_lengths[-1]} turns; linear history = x1), "
         f"ConversationLoop x{s['conversation_growth']:.2f} "
@@ -394,3 +402,52 @@ def workflow_text(result: WorkflowStepsResult) -> str:
 
 def _list(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}" for v in values)
+
+
+def _pairs(agent: list[float], bare: list[float]) -> list[float]:
+    """Ratios of alternated samples, pair by pair (the two of a pair saw the same load)."""
+    return [a / b for a, b in zip(agent, bare, strict=False) if b]
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"x{median(values):.2f} [x{min(values):.2f}-x{max(values):.2f}, n={len(values)}]"
+
+
+def targets_summary(
+    seq: SequentialResult, thr: ThroughputResult, his: HistoryResult
+) -> dict[str, Any]:
+    """Issue 15's three ratios against the floor: medians of the pairs, with their spread."""
+    per_turn = _pairs(
+        [s.wall_ms_per_turn for s in seq.agent], [s.wall_ms_per_turn for s in seq.bare]
+    )
+    steady = _pairs(
+        [s.steady_ms_per_turn or 0.0 for s in seq.agent],
+        [s.steady_ms_per_turn or 0.0 for s in seq.bare],
+    )
+    turns_per_s = _pairs([b.turns_per_s for b in thr.agent], [b.turns_per_s for b in thr.bare])
+    bytes_ratio = list(history_summary(his)["bytes_ratio"].values())
+    return {
+        "per_turn_ratios": per_turn,
+        "steady_ratios": steady,
+        "turns_per_s_ratios": turns_per_s,
+        "bytes_ratios": bytes_ratio,
+    }
+
+
+def targets_text(seq: SequentialResult, thr: ThroughputResult, his: HistoryResult) -> str:
+    """The three ratios against the floor, one line each, with their targets."""
+    t = targets_summary(seq, thr, his)
+    rows = [
+        ["history bytes/turn (section 3, per length)", _spread(t["bytes_ratios"]), "<= x1.10"],
+        [
+            "50-Run turns/s (section 2, per batch pair)",
+            _spread(t["turns_per_s_ratios"]),
+            ">= x1.00",
+        ],
+        ["per-turn time, wall (section 1, per pair)", _spread(t["per_turn_ratios"]), "<= x1.00"],
+        ["per-turn time, steady (section 1, per pair)", _spread(t["steady_ratios"]), "<= x1.00"],
+    ]
+    body = table(["AgentRun / floor", "median [min-max]", "target"], rows)
+    return "Against the floor, this run (issue 15)\n" + body

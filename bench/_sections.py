@@ -16,7 +16,7 @@ from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
 from bench._workflows import MODEL_ACTIVITY, RESULT_TOOL_ACTIVITY
 
-AGENT_MODEL_ACTIVITY = "psych.model.complete"
+AGENT_MODEL_ACTIVITY = "psych.model.complete.v2"
 AGENT_TOOL_ACTIVITY = "psych.tool.code"
 RESULT_BYTES = 4096
 PAYLOAD_WARNING = "TMPRL1103"
@@ -205,6 +205,9 @@ class HistoryResult:
     result_bytes: int
     agent: list[HistorySample] = field(default_factory=list)
     conversation: list[HistorySample] = field(default_factory=list)
+    floor: list[HistorySample] = field(default_factory=list)
+    """ResultLoop of each AgentRun length: the hand-written loop doing the same Temporal work
+    (a trivial model activity, a tool activity returning the same 4 KB), the bytes floor."""
     payload_warnings: dict[int, int] = field(default_factory=dict)
     """By-value Run length -> SDK warnings of a payload over 512 KB (TMPRL1103)."""
 
@@ -216,9 +219,22 @@ def _reemit(text: str, skip: tuple[str, ...]) -> None:
 
 
 async def history(agent: AgentBench, bare: BaselineBench, settings: Settings) -> HistoryResult:
-    """AgentRun (conversation by reference) against ConversationLoop (by value)."""
+    """AgentRun (conversation by reference) against ResultLoop (the floor) and
+    ConversationLoop (by value)."""
     result = HistoryResult(result_bytes=RESULT_BYTES)
     for turns in settings.history_turns:
+        floor = await bare.results(turns, RESULT_BYTES)
+        facts = await history_facts(bare.handle(floor.workflow_id), MODEL_ACTIVITY)
+        result.floor.append(
+            HistorySample(
+                turns=turns,
+                turns_done=facts.completed.get(RESULT_TOOL_ACTIVITY, 0),
+                server_bytes=facts.server_bytes,
+                event_bytes=facts.event_bytes,
+                events=facts.events,
+                closed_by=facts.closed_by,
+            )
+        )
         timing = await agent.run(turns, result_4kb_tool=True)
         facts = await history_facts(agent.handle(timing.workflow_id), AGENT_MODEL_ACTIVITY)
         result.agent.append(

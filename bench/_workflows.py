@@ -2,8 +2,11 @@
 
 ``BareLoop`` is the floor: a Temporal workflow that does nothing but the turn loop's
 Temporal work (N turns of a trivial "model" activity and, optionally, a trivial "tool"
-activity). ``ConversationLoop`` is what Temporal agent integrations commonly do: every
-model-call activity carries the whole conversation so far as its input.
+activity). ``ResultLoop`` is the history floor of section 3: the bare loop whose tool
+returns ``result_bytes`` each turn (a hand-written workflow doing the same work as an
+AgentRun whose tool returns that much, its conversation by reference).
+``ConversationLoop`` is what Temporal agent integrations commonly do: every model-call
+activity carries the whole conversation so far as its input.
 
 This module is imported inside the workflow sandbox, so it imports only the standard
 library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from temporalio import activity, workflow
 
 BARE_LOOP = "bench.bare_loop"
+RESULT_LOOP = "bench.result_loop"
 CONVERSATION_LOOP = "bench.conversation_loop"
 MODEL_ACTIVITY = "bench.model"
 TOOL_ACTIVITY = "bench.tool"
@@ -98,6 +102,26 @@ class BareLoop:
                 await workflow.execute_activity(
                     TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
                 )
+        return input.turns
+
+
+@workflow.defn(name=RESULT_LOOP)
+class ResultLoop:
+    """N turns of a trivial model activity and a tool activity returning ``result_bytes``."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        for turn in range(1, input.turns + 1):
+            await workflow.execute_activity(
+                MODEL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
+            )
+            await workflow.execute_activity(
+                RESULT_TOOL_ACTIVITY,
+                ToolTurn(turn=turn, result_bytes=input.result_bytes),
+                result_type=str,
+                start_to_close_timeout=_TIMEOUT,
+            )
         return input.turns
 
 

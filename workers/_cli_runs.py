@@ -46,6 +46,10 @@ from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_wo
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
 
 
+_TRUE = ("1", "true", "yes", "on")
+"""What ``PSYCH_ROLES_APART`` may say to mean yes (as the worker's ``PSYCH_*`` switches)."""
+
+
 def temporal_target(args: argparse.Namespace) -> str:
     """The server address a command connects to: ``--address``, else Temporal's env config."""
     if args.address:
@@ -119,7 +123,11 @@ async def _run(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     temporal = await temporal_client(args)
     client = PsychClient(
-        temporal, store=FileVersionStore(args.store), task_queue=args.task_queue, registry=registry
+        temporal,
+        store=FileVersionStore(args.store),
+        task_queue=args.task_queue,
+        registry=registry,
+        roles_apart=args.roles_apart,
     )
     version = client.publish(spec)
     if not await has_worker(temporal, args.task_queue):
@@ -372,6 +380,14 @@ def add_run_commands(
         "--task-queue",
         default=os.environ.get("PSYCH_TASK_QUEUE", "psych"),
         help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
+    )
+    run.add_argument(
+        "--roles-apart",
+        action="store_true",
+        default=os.environ.get("PSYCH_ROLES_APART", "").strip().lower() in _TRUE,
+        help="the fleet runs worker roles in separate processes: schedule each activity on "
+        "its role's task queue (env PSYCH_ROLES_APART=1; default: every activity on the "
+        "Run's own queue, for workers of role all)",
     )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--full", action="store_true", help=_FULL_HELP)

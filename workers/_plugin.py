@@ -33,6 +33,12 @@ SANDBOX_PASSTHROUGH = (
     "psych_runtime.activities._payloads",
     "psych_runtime.workflows._records",
     "psych_runtime.workflows._contract",
+    # Client-side code the workflows package imports (PsychClient, the report): never run
+    # by a workflow, yet re-executed with every Run's sandbox (pydantic classes built
+    # again), 40 % of creating a Run's workflow instance when profiled.
+    "psych_runtime.workflows._client",
+    "psych_runtime.workflows._client_actions",
+    "psych_runtime.workflows._report",
     # Libraries those models are built on (deterministic, no I/O at import).
     "pydantic",
     "pydantic_core",

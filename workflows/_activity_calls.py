@@ -5,12 +5,16 @@ counts model retries against its budget; a tool not safe to repeat is never run 
 tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
 5, for infrastructure failures only (a tool's own error is data, not an activity failure).
 
-Each activity goes to the task queue of its worker role (``ACTIVITY_ROLES``): the model call
-to ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search to
-``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's). The
-local ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow
-workers reach MCP servers too. A Run whose history started before roles (no
-``psych-roles`` marker) keeps scheduling on its own queue, so it replays unchanged.
+A Run dispatched with ``roles_apart`` (a fleet running worker roles in separate processes)
+schedules each activity on the task queue of its worker role (``ACTIVITY_ROLES``): the
+model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search on
+``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
+Any other Run schedules every activity on its own queue: the SDK dispatches an activity
+eagerly (in the workflow task's completion, no matching round trip) only there, and a
+worker of role ``all`` or ``workflows`` registers every activity. The local
+``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
+reach MCP servers too. Histories from before this choice replay as they recorded: with
+the ``psych-roles`` marker on role queues, without it on the Run's own queue.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         MCP_SEARCH_TOOLS,
         MODEL_COMPACT,
         MODEL_COMPLETE,
+        MODEL_COMPLETE_V2,
         POLICY_DECIDE,
         TOOL_CATALOG,
         TOOL_CODE,
@@ -50,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         McpToolCall,
         ModelCallInput,
         ModelCallResult,
+        ModelCallResultV2,
         PolicyDecision,
         PolicyInput,
         ReadOutputInput,
@@ -59,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         role_task_queue,
     )
     from psych_runtime.specs import Version
+    from psych_runtime.workflows._contract import RunInput
 
 _R = TypeVar("_R")
 
@@ -85,6 +92,7 @@ OPTIONS: dict[str, Options] = {
     MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     # The summariser is a model call like any other: once, heartbeating while it streams.
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_COMPLETE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
@@ -107,12 +115,34 @@ ROLES_PATCH = "psych-roles"
 docstring); a Run replayed without it keeps its own queue for all of them."""
 
 
+ROLES_OPT_IN_PATCH = "psych-roles-opt-in"
+"""Marks a Run that routes by role only when its input says ``roles_apart``; a Run replayed
+without it routes as ``ROLES_PATCH`` recorded (every Run with that marker routed by role)."""
+
+
 def task_queue_for(name: str) -> str | None:
     """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
     role = ACTIVITY_ROLES[name]
-    if role == WORKFLOWS_ROLE or not workflow.patched(ROLES_PATCH):
+    if role == WORKFLOWS_ROLE:
         return None
-    return role_task_queue(workflow.info().task_queue, role)
+    if workflow.patched(ROLES_OPT_IN_PATCH):
+        apart = run_input().roles_apart
+    else:
+        apart = workflow.patched(ROLES_PATCH)
+    return role_task_queue(workflow.info().task_queue, role) if apart else None
+
+
+def run_input() -> RunInput:
+    """The input of the Run whose workflow code is running (``RunBase._input``).
+
+    Raises:
+        RuntimeError: the running workflow is not a Run with a valid input (a Run whose
+            input did not parse fails before it schedules anything).
+    """
+    found = getattr(workflow.instance(), "_input", None)
+    if not isinstance(found, RunInput):
+        raise RuntimeError(f"workflow {workflow.info().workflow_type} has no RunInput")
+    return found
 
 
 def tool_retry(safe_to_repeat: bool) -> RetryPolicy:
@@ -175,10 +205,23 @@ async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchR
     return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
 
 
+MODEL_V2_PATCH = "psych-model-v2"
+"""Marks a Run whose model calls are ``psych.model.complete.v2`` (a result without the
+echoed model and system prompt ref); a Run replayed without it keeps ``psych.model.complete``."""
+
+
 async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
-    """``psych.model.complete``: one model call, once (the Run owns retries)."""
+    """One model call, once (the Run owns retries): ``psych.model.complete.v2``, whose
+    result is completed here with what the workflow sent (the model, the system prompt
+    ref), or ``psych.model.complete`` in a Run recorded before it."""
     summary = f"model {call.model}, turn {turn}"
-    return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+    if not workflow.patched(MODEL_V2_PATCH):
+        return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+    slim = await _execute(MODEL_COMPLETE_V2, call, ModelCallResultV2, summary=summary)
+    # model_copy does not validate: the two values are the workflow's own, already valid.
+    return slim.model_copy(
+        update={"model": call.model, "system_ref": slim.system_ref or call.system_ref}
+    )
 
 
 async def compact(input: CompactInput) -> CompactResult:

@@ -20,6 +20,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ThreadRef
     from psych_runtime.specs import DepthCap, Scope, Version
+    from psych_runtime.workflows._activity_calls import run_input
     from psych_runtime.workflows._contract import (
         CHILD_PENDING,
         SA_STATUS,
@@ -73,6 +74,7 @@ async def start_child(
             depth_caps=depth_caps,
             bounds=bounds,
             thread=thread,
+            roles_apart=run_input().roles_apart,
         ),
         id=workflow_id_for(scope.tenant, run_id),
         result_type=RunResult,

@@ -143,6 +143,10 @@ class PsychClient(RunActions):
             which the namespace must have registered) so ``list`` can find them. Pass
             False for a server without them, such as the time-skipping test server; the
             Run then never upserts one either, and ``list`` refuses.
+        roles_apart: the fleet runs worker roles in separate processes
+            (``psych worker --role ...``): the Runs it starts schedule each activity on its
+            role's task queue. Leave False for workers of role ``all`` (the default): every
+            activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
     """
 
     def __init__(
@@ -154,6 +158,7 @@ class PsychClient(RunActions):
         context: ValidationContext | None = None,
         registry: ToolRegistry | None = None,
         search_attributes: bool = True,
+        roles_apart: bool = False,
     ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
@@ -167,6 +172,7 @@ class PsychClient(RunActions):
         self.context = context or ValidationContext()
         self.registry = registry
         self.search_attributes = search_attributes
+        self.roles_apart = roles_apart
 
     # --- versions ------------------------------------------------------------------------
 
@@ -263,6 +269,7 @@ class PsychClient(RunActions):
                     scope=scope,
                     messages=messages,
                     thread=continued,
+                    roles_apart=self.roles_apart,
                 ),
                 id=workflow_id,
                 task_queue=self.task_queue,

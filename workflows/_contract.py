@@ -244,6 +244,12 @@ class RunInput(_Frozen):
     thread: ThreadRef | None = None
     """The earlier Run of the same tenant this Run continues (an agent's model sees its
     conversation, bounded by ``limits.max_history_records``); None: a new conversation."""
+    roles_apart: bool = False
+    """Whether the fleet runs worker roles apart: then each activity is scheduled on its
+    role's task queue (``<queue>-model``, ``<queue>-tools``); False (one queue) schedules
+    every activity on the Run's own queue, where the SDK dispatches it eagerly. Chosen at
+    dispatch (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``), inherited by
+    children and next Runs."""
 
 
 class AgentRunInput(RunInput):

@@ -20,10 +20,10 @@ def names(activities: ActivityClass) -> list[str | None]:
     return [activity_name(fn) for fn in activities.activities()]
 
 
-async def test_model_activities_list_complete(tmp_path: Path) -> None:
+async def test_model_activities_list_complete_and_its_v2(tmp_path: Path) -> None:
     async with ModelActivities(endpoints=ModelEndpoints(), blobs=LocalBlobStore(tmp_path)) as model:
-        assert model.activities() == [model.complete]
-        assert names(model) == ["psych.model.complete"]
+        assert model.activities() == [model.complete, model.complete_v2]
+        assert names(model) == ["psych.model.complete", "psych.model.complete.v2"]
 
 
 def test_tool_activities_list_all_five(tmp_path: Path) -> None:

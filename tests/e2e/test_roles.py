@@ -1,5 +1,6 @@
-"""Worker roles: a process per role runs a Run, a killed model worker is replaced, and a
-Run waiting on a queue nobody polls says so in ``psych status``."""
+"""Worker roles: a process per role runs a Run, a killed model worker is replaced, a Run
+waiting on a queue nobody polls says so in ``psych status``, and a Run not dispatched with
+``roles_apart`` keeps every activity on its own queue (eager dispatch)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -21,7 +23,7 @@ from psych_runtime.activities._version_store import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
-from psych_runtime.workers._cli import main
+from psych_runtime.workers._cli import build_parser, main
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._role_proc import spawn_role, stop
@@ -51,9 +53,17 @@ async def role_processes(
             await stop(proc)
 
 
-def psych_client(client: Client, task_queue: str, home: Path) -> PsychClient:
+def psych_client(
+    client: Client, task_queue: str, home: Path, *, roles_apart: bool = True
+) -> PsychClient:
+    """A client of a fleet whose roles run apart (the processes of these tests), unless
+    ``roles_apart`` is False."""
     return PsychClient(
-        client, store=FileVersionStore(home / "versions"), task_queue=task_queue, registry=REGISTRY
+        client,
+        store=FileVersionStore(home / "versions"),
+        task_queue=task_queue,
+        registry=REGISTRY,
+        roles_apart=roles_apart,
     )
 
 
@@ -91,7 +101,7 @@ async def test_a_run_completes_with_a_process_per_role(
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "Order 42 was delivered."
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
-    assert queues["psych.model.complete"] == {f"{task_queue}-model"}
+    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
     assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
     assert queues["psych.tool.catalog"] == {f"{task_queue}-tools"}
 
@@ -165,3 +175,84 @@ async def test_a_run_whose_tools_queue_has_no_poller_says_so_in_psych_status(
     assert f"on queue {task_queue}-tools" in line
     assert f"psych worker --role tools --task-queue {task_queue}" in line
     assert "role model" not in said.getvalue()
+
+
+async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_own_queue(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.enqueue(
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+            Reply.text("Order 42 was delivered."),
+        )
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            registry=REGISTRY,
+            blobs=LocalBlobStore(tmp_path / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+        )
+        assert settings.roles == ("workflows", "model", "tools")
+        async with run_worker(dev_env.client, settings):
+            psych = psych_client(dev_env.client, task_queue, tmp_path, roles_apart=False)
+            run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
+            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    queues = await scheduled_queues(dev_env.client, run.workflow_id)
+    assert queues == {
+        "psych.tool.catalog": {task_queue},
+        "psych.model.complete.v2": {task_queue},
+        "psych.tool.code": {task_queue},
+    }
+
+
+def test_psych_run_routes_by_role_only_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["run", "agent.yaml", "--input", "hi"]
+    monkeypatch.delenv("PSYCH_ROLES_APART", raising=False)
+    assert build_parser().parse_args(argv).roles_apart is False
+    assert build_parser().parse_args([*argv, "--roles-apart"]).roles_apart is True
+    monkeypatch.setenv("PSYCH_ROLES_APART", "1")
+    assert build_parser().parse_args(argv).roles_apart is True
+
+
+async def test_a_child_run_inherits_roles_apart_from_its_parent(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    researcher = (
+        AgentBuilder("researcher", registry=REGISTRY).model("fake-model").tool("lookup_order")
+    ).build()
+    lead = (
+        order_agent()
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .build()
+    )
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.enqueue(
+            Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "42?"})),
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),  # the child
+            Reply.text("Order 42 is delivered."),  # the child's answer
+            Reply.text("The researcher says order 42 is delivered."),  # the lead
+        )
+        settings = WorkerSettings(
+            task_queue=task_queue,
+            registry=REGISTRY,
+            blobs=LocalBlobStore(tmp_path / "blobs"),
+            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+        )
+        async with run_worker(dev_env.client, settings):
+            psych = psych_client(dev_env.client, task_queue, tmp_path, roles_apart=True)
+            run = await psych.dispatch(lead, "Where is order 42?", scope=SCOPE)
+            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    children = [
+        event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        async for event in dev_env.client.get_workflow_handle(
+            run.workflow_id
+        ).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert len(children) == 1
+    queues = await scheduled_queues(dev_env.client, children[0])
+    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
+    assert queues["psych.tool.code"] == {f"{task_queue}-tools"}

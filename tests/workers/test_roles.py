@@ -43,7 +43,11 @@ async def test_each_role_registers_its_own_activities(tmp_path: Path) -> None:
     async with httpx.AsyncClient() as http:
         every = activities_for(settings, http)
     names = {role: {activity_name(fn) for fn in activities_of_role(every, role)} for role in ROLES}
-    assert names["model"] == {"psych.model.complete", "psych.model.compact"}
+    assert names["model"] == {
+        "psych.model.complete",
+        "psych.model.compact",
+        "psych.model.complete.v2",
+    }
     assert "psych.tool.code" in names["tools"]
     assert "psych.model.complete" not in names["tools"]
     # Local activities and Runs begun before roles need every activity on the workflows role.

@@ -1251,6 +1251,39 @@ async def delegate_refused_depth(rig: Rig) -> RunHandle:
     return run
 
 
+# --- hot path (issue 15) -------------------------------------------------------------------
+
+
+async def one_queue_code_tool(rig: Rig) -> RunHandle:
+    """A Run not dispatched roles apart: every activity on its own queue."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    return await rig.run(rig.agent("orders").tool("lookup_order").build(), "Where is 42?")
+
+
+async def roles_apart_code_tool(rig: Rig) -> RunHandle:
+    """A Run dispatched roles apart: the model call and the tools on their roles' queues."""
+    apart = PsychClient(
+        rig.env.client,
+        store=rig.client.store,
+        task_queue=rig.client.task_queue,
+        registry=TOOLS,
+        roles_apart=True,
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    async with rig.worker():
+        run = await apart.dispatch(
+            rig.agent("orders").tool("lookup_order").build(), "Where is 42?", scope=SCOPE
+        )
+        await rig.settle(run)
+    return run
+
+
 async def next_run_with_thread(rig: Rig) -> RunHandle:
     # next_run as it is now: the next Run continues this one's thread (psych-threads).
     return await next_run(rig)
@@ -1348,6 +1381,16 @@ async def spawn_refused(rig: Rig) -> RunHandle:
     return await rig.run(_spawner(rig), "Where is order 42?")
 
 
+async def model_v2_two_turns(rig: Rig) -> RunHandle:
+    """``psych.model.complete.v2``: the system prompt inline once, then by reference."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    spec = rig.agent("orders").instructions("Answer briefly.").tool("lookup_order").build()
+    return await rig.run(spec, "Where is 42?")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1433,6 +1476,11 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # spawn (issue 10, item 2)
     ("dev", spawn_and_wait),
     ("dev", spawn_refused),
+    # hot path (issue 15): the roles opt-in
+    ("dev", one_queue_code_tool),
+    ("dev", roles_apart_code_tool),
+    # hot path (issue 15): slimmer model-call payloads
+    ("dev", model_v2_two_turns),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
