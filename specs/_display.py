@@ -48,7 +48,9 @@ TaskStatus = Literal["pending", "in_progress", "completed"]
 
 
 class _Display(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A chart value of NaN or Infinity (json.loads accepts NaN, Infinity and 1e999) would be
+    # recorded, then written as null, and the record would no longer decode.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _http_only(url: str) -> str:

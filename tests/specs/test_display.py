@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -77,3 +78,16 @@ def test_invalid_components_are_refused_with_the_reason(
 def test_a_valid_card_parses() -> None:
     card = parse_component({"component": {"kind": "card", "title": "t", "link": "http://a.b"}})
     assert card == Card(title="t", link="http://a.b")
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_chart_value_that_is_not_finite_is_refused(value: str) -> None:
+    # The model's arguments are decoded with json.loads, which accepts all four; recorded,
+    # they would be written as null and the Run's records would no longer decode.
+    arguments = json.loads(
+        '{"component": {"kind": "chart", "title": "t", "labels": ["a"], '
+        f'"series": [{{"name": "s", "values": [{value}]}}]}}}}'
+    )
+    reason = parse_component(arguments)
+    assert isinstance(reason, str)
+    assert "component.chart.series.0.values.0: Input should be a finite number" in reason
