@@ -14,8 +14,10 @@ activity per turn for it, whether providers are registered or not. Per call:
    ``ContextSettings.timeout_seconds``, 2 s); one that raises or times out is skipped and
    reported (``failed``, ``timeout``), never fails the call; an empty answer shows nothing;
 2. a block over its provider's ``max_tokens`` is cut to it (``truncated``);
-3. while the kept blocks exceed ``budget_tokens`` (default 2000), the lowest-priority
-   block is dropped (``over_budget``; of equal priorities the later-registered first);
+3. the blocks are tried highest priority first (of equal priorities the earlier
+   registered first) and each is kept if it fits in what is left of ``budget_tokens``
+   (default 2000); one that does not is dropped (``over_budget``), and a smaller,
+   lower-priority block may still be kept after it;
 4. the kept blocks are stored in the BlobStore and shown highest priority first.
 
 Tokens are estimated as characters / 4, rounded up: no tokenizer is model-independent, and
@@ -153,13 +155,25 @@ async def _ask(
     return _Block(index, source, text, truncated=False) if text else None
 
 
-def fit_budget(blocks: Sequence[_Block], budget: int) -> tuple[list[_Block], list[_Block]]:
-    """The blocks kept (highest priority first) and dropped, lowest priority dropped first."""
+def fit_budget(
+    blocks: Sequence[_Block], budget: int
+) -> tuple[list[_Block], list[tuple[_Block, int]]]:
+    """The blocks kept and the blocks dropped, each with the tokens left when it was tried.
+
+    Blocks are tried highest priority first (of equal priorities the earlier registered),
+    and each one that still fits in what is left is kept: a block too big for the budget
+    does not push out a smaller, lower-priority one that fits.
+    """
     ranked = sorted(blocks, key=lambda b: (-b.source.priority, b.index))
-    kept = list(ranked)
-    dropped: list[_Block] = []
-    while kept and sum(b.tokens for b in kept) > budget:
-        dropped.append(kept.pop())
+    kept: list[_Block] = []
+    dropped: list[tuple[_Block, int]] = []
+    left = budget
+    for block in ranked:
+        if block.tokens <= left:
+            kept.append(block)
+            left -= block.tokens
+        else:
+            dropped.append((block, left))
     return kept, dropped
 
 
@@ -187,11 +201,11 @@ class ContextProviders:
             ContextSkipped(
                 provider=b.source.name,
                 reason="over_budget",
-                detail=f"{b.tokens} tokens did not fit the {settings.budget_tokens}-token "
-                f"budget after higher priorities",
+                detail=f"{b.tokens} tokens did not fit the {left} left of the "
+                f"{settings.budget_tokens}-token budget",
                 tokens=b.tokens,
             )
-            for b in dropped
+            for b, left in dropped
         ]
         shown = [
             ContextShown(

@@ -52,8 +52,30 @@ async def test_lowest_priority_dropped_first_ties_by_registration(tmp_path: Path
     assert [s.provider for s in turn.shown] == ["c", "d"]
     assert texts == ["c" * 40, "d" * 40]
     assert [(s.provider, s.reason, s.tokens) for s in turn.skipped] == [
-        ("b", "over_budget", 10),
         ("a", "over_budget", 10),
+        ("b", "over_budget", 10),
+    ]
+
+
+async def test_a_block_too_big_for_the_budget_does_not_push_out_one_that_fits(
+    tmp_path: Path,
+) -> None:
+    sources = (
+        named("low", "l" * 400, priority=0),  # 100 tokens
+        named("high", "h" * 12000, priority=5),  # 3000 tokens: over the whole budget
+    )
+    texts, turn = await ContextProviders(
+        ContextSettings(sources, budget_tokens=2000), LocalBlobStore(tmp_path)
+    ).gather(REQUEST)
+    assert texts == ["l" * 400]
+    assert [(s.provider, s.tokens) for s in turn.shown] == [("low", 100)]
+    assert [(s.provider, s.reason, s.tokens, s.detail) for s in turn.skipped] == [
+        (
+            "high",
+            "over_budget",
+            3000,
+            "3000 tokens did not fit the 2000 left of the 2000-token budget",
+        )
     ]
 
 
