@@ -211,5 +211,20 @@ def parse_component(arguments: dict[str, Any]) -> AnyComponent | str:
 
 TASKS_SCHEMA: dict[str, Any] = TaskListInput.model_json_schema()
 """``update_tasks``'s parameters (JSON Schema)."""
-COMPONENT_SCHEMA: dict[str, Any] = ComponentInput.model_json_schema()
-"""``show_component``'s parameters (JSON Schema, one ``$defs`` entry per kind)."""
+
+
+def _kind_required(schema: dict[str, Any]) -> dict[str, Any]:
+    # Each kind's ``kind`` has a default (so code can build ``Card(title=...)``), which
+    # pydantic's schema reads as optional; the discriminated union refuses a component
+    # without it, so the schema the model is given says it is required.
+    for definition in schema["$defs"].values():
+        kind = definition.get("properties", {}).get("kind")
+        if kind is not None:
+            kind.pop("default", None)
+            definition["required"] = ["kind", *definition.get("required", [])]
+    return schema
+
+
+COMPONENT_SCHEMA: dict[str, Any] = _kind_required(ComponentInput.model_json_schema())
+"""``show_component``'s parameters (JSON Schema, one ``$defs`` entry per kind, each
+requiring ``kind`` as ``parse_component`` does)."""

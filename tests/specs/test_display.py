@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.specs import (
+    COMPONENT_KINDS,
     MAX_ITEMS,
     MAX_TASKS,
     Card,
@@ -15,6 +16,7 @@ from psych_runtime.specs import (
     parse_component,
     parse_tasks,
 )
+from psych_runtime.specs._display import COMPONENT_SCHEMA
 
 
 def test_a_valid_task_list_parses_with_pending_by_default() -> None:
@@ -91,3 +93,20 @@ def test_a_chart_value_that_is_not_finite_is_refused(value: str) -> None:
     reason = parse_component(arguments)
     assert isinstance(reason, str)
     assert "component.chart.series.0.values.0: Input should be a finite number" in reason
+
+
+def test_the_schema_requires_kind_as_the_validator_does() -> None:
+    kinds = {
+        name: definition
+        for name, definition in COMPONENT_SCHEMA["$defs"].items()
+        if "kind" in definition["properties"]
+    }
+    assert len(kinds) == len(COMPONENT_KINDS)
+    for name, definition in kinds.items():
+        assert "kind" in definition["required"], name
+        assert "default" not in definition["properties"]["kind"], name
+    # And the validator: the same card without its kind is refused.
+    assert isinstance(parse_component({"component": {"kind": "card", "title": "t"}}), Card)
+    refused = parse_component({"component": {"title": "t"}})
+    assert isinstance(refused, str)
+    assert "component: Unable to extract tag using discriminator 'kind'" in refused
