@@ -155,11 +155,7 @@ class AgentRun(ToolCalls):
             if result.mcp is not None:
                 take_turn(self._mcp, result.mcp, turn=turn, log=self._log)
             if result.context is not None:
-                self._log.add(
-                    ContextProvided(
-                        **self._log.stamp(), turn=turn, **result.context.model_dump(mode="python")
-                    )
-                )
+                self._log.add(ContextProvided.of(turn, result.context, **self._log.stamp()))
             context_ref, system_ref = result.context_ref, result.system_ref
             pending = []
             self._check_abort()
