@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +46,15 @@ DEFAULT_TIMEOUT_SECONDS = 2.0
 def estimate_tokens(text: str) -> int:
     """The documented estimate: characters / 4, rounded up."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    # A failure's message may quote what a remote service sent; psych run and report print
+    # the detail, so a control character (an escape sequence) is shown escaped, not sent.
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,9 @@ async def _ask(
         )
     except Exception as err:  # a consumer's provider: any failure skips it, reported
         return ContextSkipped(
-            provider=source.name, reason="failed", detail=f"{type(err).__name__}: {err}"[:500]
+            provider=source.name,
+            reason="failed",
+            detail=_printable(f"{type(err).__name__}: {err}")[:500],
         )
     if answer is None or answer == "":
         return None

@@ -3,8 +3,10 @@ display components and its per-turn context (``TasksUpdated``, ``ComponentShown`
 ``ContextProvided``).
 
 A terminal has no widgets, so each component kind is written as a few indented text
-lines: the same on a TTY and in a pipe, and safe to print (its strings are capped and its
-links are http(s) by the time they are records, ``specs._display``).
+lines: the same on a TTY and in a pipe, and safe to print: by the time they are records,
+the model's strings are capped, hold no control character but newline and tab (no escape
+sequence reaches the terminal) and its links are http(s) (``specs._display``); a context
+provider's failure detail has its control characters escaped (``activities._context``).
 """
 
 from __future__ import annotations

@@ -121,3 +121,15 @@ def test_bad_registrations_are_refused() -> None:
         named("a", "x", max_tokens=0)
     with pytest.raises(ValueError, match="budget_tokens must be > 0"):
         ContextSettings(budget_tokens=0)
+
+
+async def test_a_failure_detail_has_its_control_characters_escaped(tmp_path: Path) -> None:
+    async def hostile(request: ContextRequest) -> str:
+        raise ValueError("crm said \x1b]8;;https://evil.test\x07here\x1b]8;;\x07")
+
+    _, turn = await ContextProviders(
+        ContextSettings((ContextSource("crm", hostile),)), LocalBlobStore(tmp_path)
+    ).gather(REQUEST)
+    assert turn.skipped[0].detail == (
+        "ValueError: crm said \\x1b]8;;https://evil.test\\x07here\\x1b]8;;\\x07"
+    )

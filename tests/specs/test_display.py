@@ -110,3 +110,55 @@ def test_the_schema_requires_kind_as_the_validator_does() -> None:
     refused = parse_component({"component": {"title": "t"}})
     assert isinstance(refused, str)
     assert "component: Unable to extract tag using discriminator 'kind'" in refused
+
+
+@pytest.mark.parametrize(
+    ("arguments", "where"),
+    [
+        ({"tasks": [{"title": "ok \x1b[2J"}]}, "tasks.0.title"),
+        ({"tasks": [{"title": "two\nlines"}]}, "tasks.0.title"),
+    ],
+)
+def test_a_task_title_with_a_control_character_is_refused(
+    arguments: dict[str, Any], where: str
+) -> None:
+    reason = parse_tasks(arguments)
+    assert isinstance(reason, str)
+    assert f"{where}: Value error, control character U+00" in reason
+    assert "it would act on the terminal that prints it" in reason
+
+
+@pytest.mark.parametrize(
+    ("component", "where", "char"),
+    [
+        ({"kind": "card", "title": "\x1b[31mred"}, "component.card.title", "U+001B"),
+        # OSC 8: a hyperlink whose shown text hides its target.
+        (
+            {"kind": "card", "title": "t", "body": "\x1b]8;;https://evil.test\x1b\\click"},
+            "component.card.body",
+            "U+001B",
+        ),
+        ({"kind": "metric", "label": "l", "value": "1\x9b2J"}, "component.metric.value", "U+009B"),
+        ({"kind": "card", "title": "t", "body": "a\rb"}, "component.card.body", "U+000D"),
+        (
+            {"kind": "card", "title": "t", "link": "https://x.test/\x07"},
+            "component.card.link",
+            "U+0007",
+        ),
+    ],
+)
+def test_component_strings_with_control_characters_are_refused(
+    component: dict[str, Any], where: str, char: str
+) -> None:
+    reason = parse_component({"component": component})
+    assert isinstance(reason, str)
+    assert f"{where}: Value error, control character {char}" in reason
+
+
+def test_newline_and_tab_are_kept_in_long_text_only() -> None:
+    card = parse_component({"component": {"kind": "card", "title": "t", "body": "a\n\tb"}})
+    assert isinstance(card, Card)
+    assert card.body == "a\n\tb"
+    refused = parse_component({"component": {"kind": "card", "title": "a\tb"}})
+    assert isinstance(refused, str)
+    assert "only newline and tab are" not in refused  # a title allows none
