@@ -69,7 +69,13 @@ class ContextRequest:
 
 
 class ContextProvider(Protocol):
-    """The port: given a call's request, the text to show (empty or None: nothing)."""
+    """The port: given a call's request, the text to show (empty or None: nothing).
+
+    It runs on the worker's event loop, so it must not block: the timeout can only end a
+    provider that awaits, and one that blocks (a synchronous HTTP call, ``time.sleep``)
+    stalls every activity and workflow task of that worker until it returns. Run blocking
+    work in a thread (``asyncio.to_thread``).
+    """
 
     def __call__(self, request: ContextRequest) -> Awaitable[str | None]:
         """Return this call's block, or None to show nothing."""
@@ -138,11 +144,19 @@ async def _ask(
     settings: ContextSettings, index: int, source: ContextSource, request: ContextRequest
 ) -> _Block | ContextSkipped | None:
     timeout = source.timeout_seconds or settings.timeout_seconds
+    deadline = asyncio.timeout(timeout)
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline:
             # Typed str | None, but it is a consumer's code: checked, not trusted.
             answer: object = await source.provider(request)
-    except TimeoutError:
+    except TimeoutError as err:
+        if not deadline.expired():
+            # The provider's own TimeoutError (its HTTP client gave up, say), not ours.
+            return ContextSkipped(
+                provider=source.name,
+                reason="failed",
+                detail=_printable(f"{type(err).__name__}: {err}")[:500],
+            )
         return ContextSkipped(
             provider=source.name, reason="timeout", detail=f"no answer within {timeout:g} s"
         )

@@ -133,3 +133,21 @@ async def test_a_failure_detail_has_its_control_characters_escaped(tmp_path: Pat
     assert turn.skipped[0].detail == (
         "ValueError: crm said \\x1b]8;;https://evil.test\\x07here\\x1b]8;;\\x07"
     )
+
+
+async def test_a_providers_own_timeout_error_is_a_failure_not_our_timeout(tmp_path: Path) -> None:
+    async def gives_up(request: ContextRequest) -> str:
+        raise TimeoutError("crm read timed out")
+
+    async def slow(request: ContextRequest) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    sources = (ContextSource("crm", gives_up), ContextSource("slow", slow, timeout_seconds=0.05))
+    _, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert [(s.provider, s.reason, s.detail) for s in turn.skipped] == [
+        ("crm", "failed", "TimeoutError: crm read timed out"),
+        ("slow", "timeout", "no answer within 0.05 s"),
+    ]
