@@ -9,6 +9,7 @@ import pytest
 
 from psych_runtime.specs import (
     COMPONENT_KINDS,
+    COMPONENT_SCHEMA,
     MAX_ITEMS,
     MAX_TASKS,
     Card,
@@ -16,7 +17,6 @@ from psych_runtime.specs import (
     parse_component,
     parse_tasks,
 )
-from psych_runtime.specs._display import COMPONENT_SCHEMA
 
 
 def test_a_valid_task_list_parses_with_pending_by_default() -> None:
