@@ -75,7 +75,7 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._problem import Problem
-from psych_runtime.specs._prompt import TaskItem, system_prompt
+from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
 from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
@@ -191,4 +191,5 @@ __all__ = [
     "unsupported_features",
     "validate",
     "version_hash",
+    "with_context",
 ]

@@ -25,7 +25,7 @@ which the built-in hands back to the model as the call's ``error`` result.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -200,7 +200,11 @@ AnyComponent = Card | Carousel | Detail | Timeline | Chart | Metric
 Component = Annotated[AnyComponent, Field(discriminator="kind")]
 """A display payload, discriminated on ``kind``."""
 
-COMPONENT_KINDS = ("card", "carousel", "detail", "timeline", "chart", "metric")
+COMPONENT_KINDS: tuple[str, ...] = tuple(
+    get_args(kind.model_fields["kind"].annotation)[0] for kind in get_args(AnyComponent)
+)
+"""The ``kind`` of each component, in the union's order (read from it, so a kind added to
+the union is offered and documented to the model without a second list to update)."""
 
 
 class ComponentInput(_Display):

@@ -61,6 +61,16 @@ def _task_block(tasks: Sequence[TaskItem]) -> str:
     return "\n".join(lines)
 
 
+def with_context(prompt: str, context: Sequence[str]) -> str:
+    """``prompt`` followed by one call's per-turn context blocks (block 6).
+
+    The one place the blocks are joined: ``system_prompt`` and the model activity (which
+    holds the Run's prompt text, not its Spec) both use it. Each block is stripped, empty
+    ones are left out, and a blank line separates them.
+    """
+    return "\n\n".join(block for block in (prompt, *(b.strip() for b in context)) if block)
+
+
 def system_prompt(
     spec: AgentSpec,
     *,
@@ -80,6 +90,5 @@ def system_prompt(
         _skills_index(spec),
         _subagents_index(spec),
         _task_block(tasks) if spec.tasks_enabled else "",
-        *(block.strip() for block in context),
     ]
-    return "\n\n".join(block for block in blocks if block)
+    return with_context("\n\n".join(block for block in blocks if block), context)

@@ -14,8 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psych_runtime.specs import Card, Carousel, Chart, Detail, Metric, Task, Timeline
-from psych_runtime.specs._display import AnyComponent, CardItem
+from psych_runtime.specs import (
+    AnyComponent,
+    Card,
+    CardItem,
+    Carousel,
+    Chart,
+    Detail,
+    Metric,
+    Task,
+    Timeline,
+)
 from psych_runtime.workflows import ComponentShown, ContextProvided, RunReport, TasksUpdated
 
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}

@@ -16,8 +16,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
-    from psych_runtime.specs import COMPONENT_KINDS, AgentSpec, parse_component
-    from psych_runtime.specs._display import COMPONENT_SCHEMA
+    from psych_runtime.specs import COMPONENT_KINDS, COMPONENT_SCHEMA, AgentSpec, parse_component
     from psych_runtime.workflows._records import ComponentShown
     from psych_runtime.workflows._tool_result import ToolResult, inline
 

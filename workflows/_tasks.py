@@ -19,8 +19,16 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
-    from psych_runtime.specs import AgentSpec, Task, TaskItem, parse_tasks, system_prompt
-    from psych_runtime.specs._display import MAX_TASK_TITLE, MAX_TASKS, TASKS_SCHEMA
+    from psych_runtime.specs import (
+        MAX_TASK_TITLE,
+        MAX_TASKS,
+        TASKS_SCHEMA,
+        AgentSpec,
+        Task,
+        TaskItem,
+        parse_tasks,
+        system_prompt,
+    )
     from psych_runtime.workflows._records import TasksUpdated
     from psych_runtime.workflows._tool_result import ToolResult, inline
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -12,6 +12,7 @@ from psych_runtime.specs import (
     COMPONENT_SCHEMA,
     MAX_ITEMS,
     MAX_TASKS,
+    AnyComponent,
     Card,
     Task,
     parse_component,
@@ -162,3 +163,10 @@ def test_newline_and_tab_are_kept_in_long_text_only() -> None:
     refused = parse_component({"component": {"kind": "card", "title": "a\tb"}})
     assert isinstance(refused, str)
     assert "only newline and tab are" not in refused  # a title allows none
+
+
+def test_the_component_kinds_are_read_from_the_union() -> None:
+    assert COMPONENT_KINDS == ("card", "carousel", "detail", "timeline", "chart", "metric")
+    assert [kind.model_fields["kind"].default for kind in get_args(AnyComponent)] == list(
+        COMPONENT_KINDS
+    )

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from psych_runtime.activities import ContextShown, ContextTurn
 from psych_runtime.specs import Scope
+from psych_runtime.workers import SANDBOX_PASSTHROUGH
 from psych_runtime.workflows import ContextProvided
 
 
@@ -28,3 +29,9 @@ def test_a_field_added_to_the_context_turn_does_not_break_the_record() -> None:
         (),
         200,
     )
+
+
+def test_the_context_result_models_are_passed_through_the_sandbox() -> None:
+    # The records (passed through) and the report projection hold ContextShown and
+    # ContextSkipped: a sandbox re-import would give the workflow classes of its own.
+    assert "psych_runtime.activities._context_result" in SANDBOX_PASSTHROUGH
