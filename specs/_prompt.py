@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from psych_runtime.specs._display import Task
 from psych_runtime.specs._models import AgentSpec
 
 ANSWER_STYLES: dict[str, str] = {
@@ -53,7 +54,7 @@ def _subagents_index(spec: AgentSpec) -> str:
     return "\n".join(lines)
 
 
-def _task_block(tasks: Sequence[TaskItem]) -> str:
+def _task_block(tasks: Sequence[TaskItem | Task]) -> str:
     if not tasks:
         return ""
     lines = ["Task list:"]
@@ -74,14 +75,15 @@ def with_context(prompt: str, context: Sequence[str]) -> str:
 def system_prompt(
     spec: AgentSpec,
     *,
-    tasks: Sequence[TaskItem] = (),
+    tasks: Sequence[TaskItem | Task] = (),
     context: Sequence[str] = (),
 ) -> str:
     """The system prompt for one turn of ``spec``, in the documented order.
 
     Args:
         spec: the agent.
-        tasks: the Run's task list, if the agent has one.
+        tasks: the Run's task list, if the agent has one (``Task``, what ``update_tasks``
+            records, or ``TaskItem``, the older name of the same two fields).
         context: per-turn context blocks, already budgeted by their providers.
     """
     blocks = [
