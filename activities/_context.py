@@ -214,8 +214,10 @@ class ContextProviders:
         self.settings = settings
         self.blobs = blobs
 
-    async def gather(self, request: ContextRequest) -> tuple[list[str], ContextTurn]:
-        """The texts to show this call, in order, and what to record about them."""
+    async def gather(self, request: ContextRequest) -> tuple[list[str], ContextTurn | None]:
+        """The texts to show this call, in order, and what to record about them (None when
+        every provider gave nothing: the call's result and the Run's records are then the
+        same as without providers)."""
         settings = self.settings
         answers = await asyncio.gather(
             *(_ask(settings, i, source, request) for i, source in enumerate(settings.sources))
@@ -242,6 +244,8 @@ class ContextProviders:
             )
             for b in kept
         ]
+        if not shown and not skipped:
+            return [], None
         turn = ContextTurn(
             shown=tuple(shown), skipped=tuple(skipped), budget_tokens=settings.budget_tokens
         )
