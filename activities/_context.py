@@ -14,8 +14,10 @@ activity per turn for it, whether providers are registered or not. Per call:
    ``ContextSettings.timeout_seconds``, 2 s); one that raises or times out is skipped and
    reported (``failed``, ``timeout``), never fails the call; an empty answer shows nothing;
 2. a block over its provider's ``max_tokens`` is cut to it (``truncated``);
-3. while the kept blocks exceed ``budget_tokens`` (default 2000), the lowest-priority
-   block is dropped (``over_budget``; of equal priorities the later-registered first);
+3. the blocks are tried highest priority first (of equal priorities the earlier
+   registered first) and each is kept if it fits in what is left of ``budget_tokens``
+   (default 2000); one that does not is dropped (``over_budget``), and a smaller,
+   lower-priority block may still be kept after it;
 4. the kept blocks are stored in the BlobStore and shown highest priority first.
 
 Tokens are estimated as characters / 4, rounded up: no tokenizer is model-independent, and
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +48,15 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    # A failure's message may quote what a remote service sent; psych run and report print
+    # the detail, so a control character (an escape sequence) is shown escaped, not sent.
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 @dataclass(frozen=True)
 class ContextRequest:
     """What a provider is told about the call it contributes to."""
@@ -57,7 +69,13 @@ class ContextRequest:
 
 
 class ContextProvider(Protocol):
-    """The port: given a call's request, the text to show (empty or None: nothing)."""
+    """The port: given a call's request, the text to show (empty or None: nothing).
+
+    It runs on the worker's event loop, so it must not block: the timeout can only end a
+    provider that awaits, and one that blocks (a synchronous HTTP call, ``time.sleep``)
+    stalls every activity and workflow task of that worker until it returns. Run blocking
+    work in a thread (``asyncio.to_thread``).
+    """
 
     def __call__(self, request: ContextRequest) -> Awaitable[str | None]:
         """Return this call's block, or None to show nothing."""
@@ -126,17 +144,27 @@ async def _ask(
     settings: ContextSettings, index: int, source: ContextSource, request: ContextRequest
 ) -> _Block | ContextSkipped | None:
     timeout = source.timeout_seconds or settings.timeout_seconds
+    deadline = asyncio.timeout(timeout)
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline:
             # Typed str | None, but it is a consumer's code: checked, not trusted.
             answer: object = await source.provider(request)
-    except TimeoutError:
+    except TimeoutError as err:
+        if not deadline.expired():
+            # The provider's own TimeoutError (its HTTP client gave up, say), not ours.
+            return ContextSkipped(
+                provider=source.name,
+                reason="failed",
+                detail=_printable(f"{type(err).__name__}: {err}")[:500],
+            )
         return ContextSkipped(
             provider=source.name, reason="timeout", detail=f"no answer within {timeout:g} s"
         )
     except Exception as err:  # a consumer's provider: any failure skips it, reported
         return ContextSkipped(
-            provider=source.name, reason="failed", detail=f"{type(err).__name__}: {err}"[:500]
+            provider=source.name,
+            reason="failed",
+            detail=_printable(f"{type(err).__name__}: {err}")[:500],
         )
     if answer is None or answer == "":
         return None
@@ -153,13 +181,25 @@ async def _ask(
     return _Block(index, source, text, truncated=False) if text else None
 
 
-def fit_budget(blocks: Sequence[_Block], budget: int) -> tuple[list[_Block], list[_Block]]:
-    """The blocks kept (highest priority first) and dropped, lowest priority dropped first."""
+def fit_budget(
+    blocks: Sequence[_Block], budget: int
+) -> tuple[list[_Block], list[tuple[_Block, int]]]:
+    """The blocks kept and the blocks dropped, each with the tokens left when it was tried.
+
+    Blocks are tried highest priority first (of equal priorities the earlier registered),
+    and each one that still fits in what is left is kept: a block too big for the budget
+    does not push out a smaller, lower-priority one that fits.
+    """
     ranked = sorted(blocks, key=lambda b: (-b.source.priority, b.index))
-    kept = list(ranked)
-    dropped: list[_Block] = []
-    while kept and sum(b.tokens for b in kept) > budget:
-        dropped.append(kept.pop())
+    kept: list[_Block] = []
+    dropped: list[tuple[_Block, int]] = []
+    left = budget
+    for block in ranked:
+        if block.tokens <= left:
+            kept.append(block)
+            left -= block.tokens
+        else:
+            dropped.append((block, left))
     return kept, dropped
 
 
@@ -174,8 +214,10 @@ class ContextProviders:
         self.settings = settings
         self.blobs = blobs
 
-    async def gather(self, request: ContextRequest) -> tuple[list[str], ContextTurn]:
-        """The texts to show this call, in order, and what to record about them."""
+    async def gather(self, request: ContextRequest) -> tuple[list[str], ContextTurn | None]:
+        """The texts to show this call, in order, and what to record about them (None when
+        every provider gave nothing: the call's result and the Run's records are then the
+        same as without providers)."""
         settings = self.settings
         answers = await asyncio.gather(
             *(_ask(settings, i, source, request) for i, source in enumerate(settings.sources))
@@ -187,11 +229,11 @@ class ContextProviders:
             ContextSkipped(
                 provider=b.source.name,
                 reason="over_budget",
-                detail=f"{b.tokens} tokens did not fit the {settings.budget_tokens}-token "
-                f"budget after higher priorities",
+                detail=f"{b.tokens} tokens did not fit the {left} left of the "
+                f"{settings.budget_tokens}-token budget",
                 tokens=b.tokens,
             )
-            for b in dropped
+            for b, left in dropped
         ]
         shown = [
             ContextShown(
@@ -202,6 +244,8 @@ class ContextProviders:
             )
             for b in kept
         ]
+        if not shown and not skipped:
+            return [], None
         turn = ContextTurn(
             shown=tuple(shown), skipped=tuple(skipped), budget_tokens=settings.budget_tokens
         )

@@ -70,6 +70,7 @@ from psych_runtime.activities._payloads import (
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._spans import chat_span
 from psych_runtime.activities._threads import thread_head
+from psych_runtime.specs import with_context
 
 MODEL_CALL_FAILED = "ModelCallFailed"
 """The ApplicationError type of every failed model call; its details are a ModelFailure."""
@@ -250,7 +251,7 @@ class ModelActivities(ActivityClass):
             blocks, context = await self.context.gather(
                 ContextRequest(input.scope, input.run_id, input.turn, tuple(new_messages))
             )
-            system = "\n\n".join(part for part in (system, *blocks) if part) or None
+            system = with_context(system or "", blocks) or None
         body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}

@@ -310,7 +310,8 @@ class ModelCallResult(_Compact):
     mcp: McpTurnResult | None = None
     """What the turn's MCP discovery found (None without MCP servers)."""
     context: ContextTurn | None = None
-    """What the worker's context providers showed this call (None: none registered)."""
+    """What the worker's context providers showed this call (None: none registered, or
+    every one gave nothing)."""
 
     @field_serializer("usage")
     def _usage(self, usage: Usage) -> dict[str, Any]:

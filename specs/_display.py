@@ -4,7 +4,9 @@ Both are data the model writes through a built-in tool (``update_tasks``,
 ``show_component``), so both are validated here, as pure functions a workflow may call,
 and both are bounded: every string is capped, every list is capped, and links must be
 http(s), because what the model writes ends up in a report and on a terminal that a person
-reads (a ``javascript:`` or ``file:`` link there is an attack, not a link).
+reads (a ``javascript:`` or ``file:`` link there is an attack, not a link, and so is an
+escape sequence: no string may hold a C0 or C1 control character, except newline and tab
+in the long text fields, ``body`` and ``value``).
 
 The bounds are part of the contract (README "Tasks and components"):
 
@@ -22,7 +24,8 @@ which the built-in hands back to the model as the call's ``error`` result.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -48,7 +51,9 @@ TaskStatus = Literal["pending", "in_progress", "completed"]
 
 
 class _Display(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A chart value of NaN or Infinity (json.loads accepts NaN, Infinity and 1e999) would be
+    # recorded, then written as null, and the record would no longer decode.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _http_only(url: str) -> str:
@@ -58,15 +63,40 @@ def _http_only(url: str) -> str:
     return url
 
 
-Short = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT)]
-Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
-Link = Annotated[str, StringConstraints(max_length=MAX_LINK), AfterValidator(_http_only)]
+# C0 controls, DEL and C1 controls: ESC starts ANSI and OSC 8 sequences (colours, cursor
+# moves, hidden hyperlinks) and C1 CSI/OSC do the same in one character, so a string
+# holding any of them would act on the terminal psych run/report/status print it to.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _refuse_control(pattern: re.Pattern[str], allowed: str) -> Any:
+    def check(value: str) -> str:
+        found = pattern.search(value)
+        if found is not None:
+            raise ValueError(
+                f"control character U+{ord(found.group()):04X} at position {found.start()} "
+                f"is not allowed ({allowed}): it would act on the terminal that prints it"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+_NO_CONTROL = _refuse_control(_CONTROL, "none is")
+_LAYOUT_ONLY = _refuse_control(_CONTROL_BUT_LAYOUT, "only newline and tab are")
+
+Short = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT), _NO_CONTROL]
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT), _LAYOUT_ONLY]
+Link = Annotated[
+    str, StringConstraints(max_length=MAX_LINK), _NO_CONTROL, AfterValidator(_http_only)
+]
 
 
 class Task(_Display):
     """One entry of a Run's task list."""
 
-    title: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TITLE)]
+    title: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TITLE), _NO_CONTROL]
     status: TaskStatus = "pending"
 
 
@@ -170,7 +200,11 @@ AnyComponent = Card | Carousel | Detail | Timeline | Chart | Metric
 Component = Annotated[AnyComponent, Field(discriminator="kind")]
 """A display payload, discriminated on ``kind``."""
 
-COMPONENT_KINDS = ("card", "carousel", "detail", "timeline", "chart", "metric")
+COMPONENT_KINDS: tuple[str, ...] = tuple(
+    get_args(kind.model_fields["kind"].annotation)[0] for kind in get_args(AnyComponent)
+)
+"""The ``kind`` of each component, in the union's order (read from it, so a kind added to
+the union is offered and documented to the model without a second list to update)."""
 
 
 class ComponentInput(_Display):
@@ -209,5 +243,20 @@ def parse_component(arguments: dict[str, Any]) -> AnyComponent | str:
 
 TASKS_SCHEMA: dict[str, Any] = TaskListInput.model_json_schema()
 """``update_tasks``'s parameters (JSON Schema)."""
-COMPONENT_SCHEMA: dict[str, Any] = ComponentInput.model_json_schema()
-"""``show_component``'s parameters (JSON Schema, one ``$defs`` entry per kind)."""
+
+
+def _kind_required(schema: dict[str, Any]) -> dict[str, Any]:
+    # Each kind's ``kind`` has a default (so code can build ``Card(title=...)``), which
+    # pydantic's schema reads as optional; the discriminated union refuses a component
+    # without it, so the schema the model is given says it is required.
+    for definition in schema["$defs"].values():
+        kind = definition.get("properties", {}).get("kind")
+        if kind is not None:
+            kind.pop("default", None)
+            definition["required"] = ["kind", *definition.get("required", [])]
+    return schema
+
+
+COMPONENT_SCHEMA: dict[str, Any] = _kind_required(ComponentInput.model_json_schema())
+"""``show_component``'s parameters (JSON Schema, one ``$defs`` entry per kind, each
+requiring ``kind`` as ``parse_component`` does)."""

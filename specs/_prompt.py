@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from psych_runtime.specs._display import Task
 from psych_runtime.specs._models import AgentSpec
 
 ANSWER_STYLES: dict[str, str] = {
@@ -53,7 +54,7 @@ def _subagents_index(spec: AgentSpec) -> str:
     return "\n".join(lines)
 
 
-def _task_block(tasks: Sequence[TaskItem]) -> str:
+def _task_block(tasks: Sequence[TaskItem | Task]) -> str:
     if not tasks:
         return ""
     lines = ["Task list:"]
@@ -61,17 +62,28 @@ def _task_block(tasks: Sequence[TaskItem]) -> str:
     return "\n".join(lines)
 
 
+def with_context(prompt: str, context: Sequence[str]) -> str:
+    """``prompt`` followed by one call's per-turn context blocks (block 6).
+
+    The one place the blocks are joined: ``system_prompt`` and the model activity (which
+    holds the Run's prompt text, not its Spec) both use it. Each block is stripped, empty
+    ones are left out, and a blank line separates them.
+    """
+    return "\n\n".join(block for block in (prompt, *(b.strip() for b in context)) if block)
+
+
 def system_prompt(
     spec: AgentSpec,
     *,
-    tasks: Sequence[TaskItem] = (),
+    tasks: Sequence[TaskItem | Task] = (),
     context: Sequence[str] = (),
 ) -> str:
     """The system prompt for one turn of ``spec``, in the documented order.
 
     Args:
         spec: the agent.
-        tasks: the Run's task list, if the agent has one.
+        tasks: the Run's task list, if the agent has one (``Task``, what ``update_tasks``
+            records, or ``TaskItem``, the older name of the same two fields).
         context: per-turn context blocks, already budgeted by their providers.
     """
     blocks = [
@@ -80,6 +92,5 @@ def system_prompt(
         _skills_index(spec),
         _subagents_index(spec),
         _task_block(tasks) if spec.tasks_enabled else "",
-        *(block.strip() for block in context),
     ]
-    return "\n\n".join(block for block in blocks if block)
+    return with_context("\n\n".join(block for block in blocks if block), context)

@@ -6,10 +6,12 @@ is silently ignored grows its conversation until the provider refuses it, one wh
 reports each use as a problem, and the workflow calls ``unsupported_features`` at Run
 admission to fail a Spec that reached it unpublished.
 
-``UNSUPPORTED_FIELDS`` is the one table. The change that implements a field deletes its
-entry and nothing else here: the walk finds every place a model can appear (the root,
-subagents' embedded Specs, workflow steps, nested workflows, the servers of either kind
-of Spec) from the models themselves.
+``UNSUPPORTED_FIELDS`` is the live table. The change that implements a field deletes its
+entry there; if a committed Run was refused for that field, it also adds a frozen literal
+copy of the table as it was (``BEFORE_MCP``, ``BEFORE_TASKS``) that the workflow applies,
+behind a ``workflow.patched`` id, to replay such a Run's refusal. The walk finds every
+place a model can appear (the root, subagents' embedded Specs, workflow steps, nested
+workflows, the servers of either kind of Spec) from the models themselves.
 
 Pure and deterministic: no I/O, fields visited in declaration order and list entries in
 their (already sorted) order, so it is safe inside a workflow and two calls on one Spec
@@ -40,9 +42,50 @@ UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
 )
 """``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
 
+_A2A = (
+    "A2A delegation is not implemented by this runtime yet; the agent would run without its peers"
+)
+_COMPACTION = (
+    "compaction is not implemented by this runtime yet (issue 10); "
+    "the conversation would grow without ever being summarised"
+)
+_COMPONENTS = (
+    "display components are not implemented by this runtime yet (issue 10); "
+    "no component tool would be offered"
+)
+_SPAWN = "spawn is not implemented by this runtime yet (issue 10); no spawn tool would be offered"
+_TASKS = (
+    "the task list is not implemented by this runtime yet (issue 10); "
+    "no task-list tool would be offered"
+)
+_OAUTH = "MCP OAuth is not implemented by this runtime yet; the server would be called without it"
+
+# The earlier tables are literals, never derived from UNSUPPORTED_FIELDS: each must stay
+# what it was when Runs were admitted under it, whatever the live table becomes.
+
+BEFORE_TASKS: Mapping[str, str] = MappingProxyType(
+    {
+        "AgentSpec.a2a_peers": _A2A,
+        "AgentSpec.compaction": _COMPACTION,
+        "AgentSpec.components_enabled": _COMPONENTS,
+        "AgentSpec.spawn": _SPAWN,
+        "AgentSpec.tasks_enabled": _TASKS,
+        "McpServer.oauth": _OAUTH,
+    }
+)
+"""The table as it was before the task list, display components, compaction and spawn were
+implemented (issue 10): a Run admitted then was refused for ``tasks_enabled``,
+``components_enabled``, ``compaction`` or ``spawn``, and its replay must refuse it again
+(the workflow's ``psych-tasks`` patch chooses, asked only by a Spec that sets one)."""
+
 BEFORE_MCP: Mapping[str, str] = MappingProxyType(
     {
-        **UNSUPPORTED_FIELDS,
+        "AgentSpec.a2a_peers": _A2A,
+        "AgentSpec.compaction": _COMPACTION,
+        "AgentSpec.components_enabled": _COMPONENTS,
+        "AgentSpec.spawn": _SPAWN,
+        "AgentSpec.tasks_enabled": _TASKS,
+        "McpServer.oauth": _OAUTH,
         "AgentSpec.mcp_servers": (
             "MCP servers are not implemented by this runtime yet; "
             "the agent would run without their tools"
@@ -52,9 +95,9 @@ BEFORE_MCP: Mapping[str, str] = MappingProxyType(
         ),
     }
 )
-"""The table as it was before MCP servers were implemented: a Run admitted then was
-refused for them, and its replay must refuse it again (the workflow's ``psych-mcp``
-patch chooses)."""
+"""The table as it was before MCP servers were implemented (``BEFORE_TASKS``'s entries and
+the two ``mcp_servers`` ones): a Run admitted then was refused for them, and its replay must
+refuse it again (the workflow's ``psych-mcp`` patch chooses)."""
 
 
 def _walk(spec: BaseModel, fields: Mapping[str, str]) -> list[Problem]:

@@ -3,8 +3,10 @@ display components and its per-turn context (``TasksUpdated``, ``ComponentShown`
 ``ContextProvided``).
 
 A terminal has no widgets, so each component kind is written as a few indented text
-lines: the same on a TTY and in a pipe, and safe to print (its strings are capped and its
-links are http(s) by the time they are records, ``specs._display``).
+lines: the same on a TTY and in a pipe, and safe to print: by the time they are records,
+the model's strings are capped, hold no control character but newline and tab (no escape
+sequence reaches the terminal) and its links are http(s) (``specs._display``); a context
+provider's failure detail has its control characters escaped (``activities._context``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psych_runtime.specs import Card, Carousel, Chart, Detail, Metric, Task, Timeline
-from psych_runtime.specs._display import AnyComponent, CardItem
+from psych_runtime.specs import (
+    AnyComponent,
+    Card,
+    CardItem,
+    Carousel,
+    Chart,
+    Detail,
+    Metric,
+    Task,
+    Timeline,
+)
 from psych_runtime.workflows import ComponentShown, ContextProvided, RunReport, TasksUpdated
 
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}

@@ -31,6 +31,7 @@ SANDBOX_PASSTHROUGH = (
     # would cost time and give the converter and the workflow different classes.
     "psych_runtime.specs",
     "psych_runtime.activities._payloads",
+    "psych_runtime.activities._context_result",
     "psych_runtime.workflows._records",
     "psych_runtime.workflows._contract",
     # Client-side code the workflows package imports (PsychClient, the report): never run

@@ -180,11 +180,7 @@ class AgentRun(ToolCalls):
             if result.mcp is not None:
                 take_turn(self._mcp, result.mcp, turn=turn, log=self._log)
             if result.context is not None:
-                self._log.add(
-                    ContextProvided(
-                        **self._log.stamp(), turn=turn, **result.context.model_dump(mode="python")
-                    )
-                )
+                self._log.add(ContextProvided.of(turn, result.context, **self._log.stamp()))
             context_ref, system_ref = result.context_ref, result.system_ref
             self._conversation_ref = context_ref
             if spec.compaction is not None:

@@ -10,16 +10,20 @@ them beyond its log.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
-    from psych_runtime.specs import COMPONENT_KINDS, AgentSpec, parse_component
-    from psych_runtime.specs._display import COMPONENT_SCHEMA
+    from psych_runtime.specs import (
+        COMPONENT_KINDS,
+        COMPONENT_SCHEMA,
+        AnyComponent,
+        parse_component,
+    )
+    from psych_runtime.workflows._display_tool import ParsedCall, offer_when
     from psych_runtime.workflows._records import ComponentShown
-    from psych_runtime.workflows._tool_result import ToolResult, inline
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._tool_calls import ToolCalls
@@ -35,20 +39,16 @@ SHOW_COMPONENT = ToolDefinition(
 )
 
 
-def offer_components(run: ToolCalls) -> ToolDefinition | None:
-    """``show_component`` when the agent has ``components_enabled``."""
-    spec = run._spec
-    return SHOW_COMPONENT if isinstance(spec, AgentSpec) and spec.components_enabled else None
+offer_components = offer_when(lambda spec: spec.components_enabled, SHOW_COMPONENT)
+"""``show_component`` when the agent has ``components_enabled``."""
 
 
-async def show_component(
-    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
-) -> ToolResult:
-    """Record the component, or refuse it with the reason."""
-    component = parse_component(arguments)
-    if isinstance(component, str):
-        return inline(call, "error", component)
+def _show(run: ToolCalls, turn: int, call: ToolCallRequest, component: AnyComponent) -> str:
     run._log.add(
         ComponentShown(**run._log.stamp(), turn=turn, call_id=call.id, component=component)
     )
-    return inline(call, "ok", f"{component.kind} shown")
+    return f"{component.kind} shown"
+
+
+show_component = ParsedCall[AnyComponent](parse_component, _show)
+"""Record the component, or refuse it with the reason."""

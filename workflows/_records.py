@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from psych_runtime.activities._context_result import ContextShown, ContextSkipped
+from psych_runtime.activities._context_result import ContextShown, ContextSkipped, ContextTurn
 from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
 from psych_runtime.specs import Component, LeftOut, Scope, Task
 
@@ -365,6 +365,19 @@ class ContextProvided(_Record):
     shown: tuple[ContextShown, ...] = ()
     skipped: tuple[ContextSkipped, ...] = ()
     budget_tokens: int
+
+    @classmethod
+    def of(cls, turn: int, context: ContextTurn, **stamp: Any) -> ContextProvided:
+        """The record of one call's ``ModelCallResult.context``, field by field: a field
+        added to ``ContextTurn`` later is not handed to this record blindly (it forbids
+        extras, so that would fail the workflow task)."""
+        return cls(
+            **stamp,
+            turn=turn,
+            shown=context.shown,
+            skipped=context.skipped,
+            budget_tokens=context.budget_tokens,
+        )
 
 
 class CompactionApplied(_Record):

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         unsupported_features,
         version_hash,
     )
-    from psych_runtime.specs._unsupported import BEFORE_MCP
+    from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS
     from psych_runtime.workflows._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -179,11 +179,18 @@ class RunBase(abc.ABC):
                 )
             )
         unsupported = unsupported_features(spec)
+        before_tasks = unsupported_features(spec, BEFORE_TASKS)
         before = unsupported_features(spec, BEFORE_MCP)
-        if before != unsupported and not workflow.patched("psych-mcp"):
+        if before != before_tasks and not workflow.patched("psych-mcp"):
             # Admitted before MCP was implemented (so refused for its servers): replay
             # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.
             unsupported = before
+        elif before_tasks != unsupported and not workflow.patched("psych-tasks"):
+            # Admitted before tasks, components, compaction and spawn were implemented: replay
+            # applies that table. Only a Spec setting one of them asks. A Run the branches
+            # that first shipped them admitted has no psych-tasks marker either; it has no
+            # psych-unsupported-fields marker, so the refusal below is not replayed for it.
+            unsupported = before_tasks
         if unsupported and workflow.patched("psych-unsupported-fields"):
             # Publishing refuses these; a Version that skipped publishing fails loudly
             # rather than running as if the fields were absent.

@@ -12,17 +12,24 @@ continues as new carries it as it is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
-    from psych_runtime.specs import AgentSpec, Task, TaskItem, parse_tasks, system_prompt
-    from psych_runtime.specs._display import MAX_TASK_TITLE, MAX_TASKS, TASKS_SCHEMA
+    from psych_runtime.specs import (
+        MAX_TASK_TITLE,
+        MAX_TASKS,
+        TASKS_SCHEMA,
+        AgentSpec,
+        Task,
+        parse_tasks,
+        system_prompt,
+    )
+    from psych_runtime.workflows._display_tool import ParsedCall, offer_when
     from psych_runtime.workflows._records import TasksUpdated
-    from psych_runtime.workflows._tool_result import ToolResult, inline
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._tool_calls import ToolCalls
@@ -48,27 +55,21 @@ UPDATE_TASKS = ToolDefinition(
 )
 
 
-def offer_tasks(run: ToolCalls) -> ToolDefinition | None:
-    """``update_tasks`` when the agent has ``tasks_enabled``."""
-    spec = run._spec
-    return UPDATE_TASKS if isinstance(spec, AgentSpec) and spec.tasks_enabled else None
+offer_tasks = offer_when(lambda spec: spec.tasks_enabled, UPDATE_TASKS)
+"""``update_tasks`` when the agent has ``tasks_enabled``."""
 
 
-async def update_tasks(
-    run: ToolCalls, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
-) -> ToolResult:
-    """Replace the Run's task list, or refuse the input with the reason."""
-    tasks = parse_tasks(arguments)
-    if isinstance(tasks, str):
-        return inline(call, "error", tasks)
+def _set_tasks(run: ToolCalls, turn: int, call: ToolCallRequest, tasks: tuple[Task, ...]) -> str:
     run._tasks = TaskList(tasks=tasks, revision=run._tasks.revision + 1)
     run._log.add(TasksUpdated(**run._log.stamp(), turn=turn, call_id=call.id, tasks=tasks))
     done = sum(1 for task in tasks if task.status == "completed")
-    return inline(call, "ok", f"task list updated: {len(tasks)} tasks, {done} completed")
+    return f"task list updated: {len(tasks)} tasks, {done} completed"
+
+
+update_tasks = ParsedCall[tuple[Task, ...]](parse_tasks, _set_tasks)
+"""Replace the Run's task list, or refuse the input with the reason."""
 
 
 def prompt_with_tasks(spec: AgentSpec, tasks: TaskList) -> str:
     """The system prompt showing ``tasks`` in its task-list block."""
-    return system_prompt(
-        spec, tasks=tuple(TaskItem(title=t.title, status=t.status) for t in tasks.tasks)
-    )
+    return system_prompt(spec, tasks=tasks.tasks)

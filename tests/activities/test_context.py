@@ -49,11 +49,35 @@ async def test_lowest_priority_dropped_first_ties_by_registration(tmp_path: Path
     texts, turn = await ContextProviders(ContextSettings(sources, budget_tokens=25), blobs).gather(
         REQUEST
     )
+    assert turn is not None
     assert [s.provider for s in turn.shown] == ["c", "d"]
     assert texts == ["c" * 40, "d" * 40]
     assert [(s.provider, s.reason, s.tokens) for s in turn.skipped] == [
-        ("b", "over_budget", 10),
         ("a", "over_budget", 10),
+        ("b", "over_budget", 10),
+    ]
+
+
+async def test_a_block_too_big_for_the_budget_does_not_push_out_one_that_fits(
+    tmp_path: Path,
+) -> None:
+    sources = (
+        named("low", "l" * 400, priority=0),  # 100 tokens
+        named("high", "h" * 12000, priority=5),  # 3000 tokens: over the whole budget
+    )
+    texts, turn = await ContextProviders(
+        ContextSettings(sources, budget_tokens=2000), LocalBlobStore(tmp_path)
+    ).gather(REQUEST)
+    assert turn is not None
+    assert texts == ["l" * 400]
+    assert [(s.provider, s.tokens) for s in turn.shown] == [("low", 100)]
+    assert [(s.provider, s.reason, s.tokens, s.detail) for s in turn.skipped] == [
+        (
+            "high",
+            "over_budget",
+            3000,
+            "3000 tokens did not fit the 2000 left of the 2000-token budget",
+        )
     ]
 
 
@@ -62,6 +86,7 @@ async def test_a_block_over_its_cap_is_cut_and_empty_answers_show_nothing(tmp_pa
     texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
         REQUEST
     )
+    assert turn is not None
     assert texts == ["z" * 20]
     assert [(s.provider, s.tokens, s.truncated) for s in turn.shown] == [("long", 5, True)]
     assert turn.skipped == ()
@@ -83,6 +108,7 @@ async def test_failing_slow_and_non_text_providers_are_skipped(tmp_path: Path) -
     texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
         REQUEST
     )
+    assert turn is not None
     assert texts == []
     assert [(s.provider, s.reason) for s in turn.skipped] == [
         ("broken", "failed"),
@@ -99,3 +125,45 @@ def test_bad_registrations_are_refused() -> None:
         named("a", "x", max_tokens=0)
     with pytest.raises(ValueError, match="budget_tokens must be > 0"):
         ContextSettings(budget_tokens=0)
+
+
+async def test_a_failure_detail_has_its_control_characters_escaped(tmp_path: Path) -> None:
+    async def hostile(request: ContextRequest) -> str:
+        raise ValueError("crm said \x1b]8;;https://evil.test\x07here\x1b]8;;\x07")
+
+    _, turn = await ContextProviders(
+        ContextSettings((ContextSource("crm", hostile),)), LocalBlobStore(tmp_path)
+    ).gather(REQUEST)
+    assert turn is not None
+    assert turn.skipped[0].detail == (
+        "ValueError: crm said \\x1b]8;;https://evil.test\\x07here\\x1b]8;;\\x07"
+    )
+
+
+async def test_a_providers_own_timeout_error_is_a_failure_not_our_timeout(tmp_path: Path) -> None:
+    async def gives_up(request: ContextRequest) -> str:
+        raise TimeoutError("crm read timed out")
+
+    async def slow(request: ContextRequest) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    sources = (ContextSource("crm", gives_up), ContextSource("slow", slow, timeout_seconds=0.05))
+    _, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert turn is not None
+    assert [(s.provider, s.reason, s.detail) for s in turn.skipped] == [
+        ("crm", "failed", "TimeoutError: crm read timed out"),
+        ("slow", "timeout", "no answer within 0.05 s"),
+    ]
+
+
+async def test_providers_that_all_give_nothing_record_nothing(tmp_path: Path) -> None:
+    # Nothing shown and nothing skipped: the call's result carries no context, as without
+    # providers, rather than an empty ContextTurn recorded for every turn.
+    sources = (named("empty", ""), ContextSource("none", gives(None).provider))
+    texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert (texts, turn) == ([], None)

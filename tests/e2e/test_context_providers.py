@@ -151,7 +151,19 @@ async def test_providers_fit_the_budget_and_never_enter_the_conversation(
     assert line + "; skipped broken failed, slow timeout, big over budget" in printed.getvalue()
 
 
-async def test_without_providers_the_result_carries_no_context(harness: Harness) -> None:
+async def _nothing(request: ContextRequest) -> str | None:
+    return None
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [(), (ContextSource("quiet", _nothing), ContextSource("empty", _nothing))],
+    ids=["no providers", "providers giving nothing"],
+)
+async def test_without_context_the_result_and_the_records_carry_none(
+    harness: Harness, sources: tuple[ContextSource, ...]
+) -> None:
+    harness.settings = dataclasses.replace(harness.settings, context=ContextSettings(sources))
     harness.fake.enqueue(Reply.text("hi"))
     async with harness.worker():
         run = await harness.client.dispatch(
@@ -160,3 +172,13 @@ async def test_without_providers_the_result_carries_no_context(harness: Harness)
         await harness.client.result(run, scope=harness.scope)
         records = [r async for r in harness.client.stream(run, scope=harness.scope)]
     assert not [r for r in records if isinstance(r, ContextProvided)]
+    # The model call's result as the history holds it: no context field at all.
+    history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    results = [
+        json.loads(event.activity_task_completed_event_attributes.result.payloads[0].data)
+        for event in history.events
+        if event.HasField("activity_task_completed_event_attributes")
+    ]
+    calls = [result for result in results if "system_ref" in result]
+    assert len(calls) == 1
+    assert "context" not in calls[0]

@@ -11,6 +11,7 @@ from psych_runtime.specs import (
     SubagentRef,
     TaskItem,
     system_prompt,
+    with_context,
 )
 from psych_runtime.specs._prompt import ANSWER_STYLES
 
@@ -115,3 +116,15 @@ def test_prefix_is_stable_across_turns() -> None:
     prefix = system_prompt(spec)
     assert first.startswith(prefix + "\n\n")
     assert second.startswith(prefix + "\n\n")
+
+
+def test_the_context_blocks_are_joined_by_one_function() -> None:
+    # The model activity holds the Run's prompt text, not its Spec: it appends a call's
+    # blocks with with_context, which system_prompt uses for its last block too.
+    spec = full_agent()
+    blocks = ["  turn one ", "", "more"]
+    assert system_prompt(spec, tasks=TASKS, context=blocks) == with_context(
+        system_prompt(spec, tasks=TASKS), blocks
+    )
+    assert with_context("", ["only"]) == "only"
+    assert with_context("", ["", "  "]) == ""

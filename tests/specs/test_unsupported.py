@@ -30,7 +30,7 @@ from psych_runtime.specs import (
     unsupported_features,
     validate,
 )
-from psych_runtime.specs._unsupported import BEFORE_MCP
+from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS
 
 SPECS_DIR = Path(specs.__file__).resolve().parent
 
@@ -213,3 +213,32 @@ def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() ->
 
 def test_spawn_is_implemented() -> None:
     assert unsupported_features(agent(spawn=SpawnEnvelope(tools=("t",)))) == []
+
+
+def test_tasks_and_components_are_implemented_but_the_tables_before_them_still_refuse_them() -> (
+    None
+):
+    # Runs admitted before tasks/components were implemented were refused for the flags;
+    # the workflow replays them with the table of that time (and the one before MCP, which
+    # still listed them).
+    spec = agent(tasks_enabled=True, components_enabled=True)
+    assert unsupported_features(spec) == []
+    for before in (BEFORE_TASKS, BEFORE_MCP):
+        paths = [p.path for p in unsupported_features(spec, before)]
+        assert paths == ["tasks_enabled", "components_enabled"]
+
+
+def test_the_earlier_tables_are_frozen_literals_of_their_time() -> None:
+    # Not derived from the live table: implementing another field must not change them.
+    assert set(BEFORE_TASKS) == {
+        "AgentSpec.a2a_peers",
+        "AgentSpec.compaction",
+        "AgentSpec.components_enabled",
+        "AgentSpec.spawn",
+        "AgentSpec.tasks_enabled",
+        "McpServer.oauth",
+    }
+    assert set(BEFORE_MCP) == set(BEFORE_TASKS) | {
+        "AgentSpec.mcp_servers",
+        "WorkflowSpec.mcp_servers",
+    }
