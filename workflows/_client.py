@@ -69,7 +69,7 @@ from psych_runtime.workflows._contract import (
     workflow_id_for,
     workflow_type_for,
 )
-from psych_runtime.workflows._follow import RecordFollower
+from psych_runtime.workflows._follow_hub import FollowHub
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -165,6 +165,8 @@ class PsychClient(RunActions):
         self.context = context or ValidationContext()
         self.registry = registry
         self.search_attributes = search_attributes
+        self.follows = FollowHub(client)
+        """The shared followers of this client's streams (one per followed Run)."""
 
     # --- versions ------------------------------------------------------------------------
 
@@ -374,9 +376,10 @@ class PsychClient(RunActions):
         a follower grows no history and costs an idle Run's worker nothing. Goes on across
         worker restarts and continue-as-new; also ends when the workflow closed without
         settling its record (terminated by an operator, or by a parent's close policy).
+        Streams of one Run through this client share one follower (``FollowHub``).
         """
         workflow_id, _ = self._handle(run, scope)
-        async for record in RecordFollower(self.temporal, workflow_id, after=after).records():
+        async for record in self.follows.stream(workflow_id, after):
             yield record
 
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -55,6 +56,9 @@ CLOSE_EVENTS = frozenset(
 NO_WORKER_RETRY_SECONDS = 1.0
 """How long a follower waits before asking again when no worker answered its query (the
 Run's worker is restarting): the records are in history, a new worker will answer."""
+
+BUSY_RETRY_SECONDS = 0.05
+"""The least wait before asking again when the server's query buffer was full."""
 
 
 def chain_step(page: RecordsPage, after: int) -> Literal["here", "earlier"]:
@@ -127,8 +131,6 @@ class _HistoryWatch:
                     break
             if self.closed is None:
                 raise PsychError(f"the history of {self.execution.workflow_id} ended unclosed")
-        except asyncio.CancelledError:
-            raise
         except Exception as err:  # handed to the follower, which raises it
             self.error = err
             self.changed.set()
@@ -216,11 +218,17 @@ class RecordFollower:
                 )
                 return page
             except RPCError as err:
-                if err.status != RPCStatusCode.DEADLINE_EXCEEDED:
+                if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                    # No worker answered in time (one is restarting): the server still holds
+                    # the records in history, so ask again rather than end the stream.
+                    await asyncio.sleep(NO_WORKER_RETRY_SECONDS)
+                elif err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                    # The server holds few queries while a workflow task runs ("consistent
+                    # query buffer is full"): many followers woken by one task all ask at
+                    # once. Spread the retries so they do not collide again.
+                    await asyncio.sleep(BUSY_RETRY_SECONDS * (1 + random.random()))
+                else:
                     raise _mapped(err, self.workflow_id) from err
-            # No worker answered in time (one is restarting): the server still holds the
-            # records in history, so ask again rather than end the stream.
-            await asyncio.sleep(NO_WORKER_RETRY_SECONDS)
 
 
 @contextlib.asynccontextmanager

@@ -75,8 +75,14 @@ async def test_records_arrive_in_order_from_after(harness: Harness) -> None:
     lookups(harness.fake, 4)
     async with harness.worker():
         run = await harness.client.dispatch(spec, "check orders 1-3", scope=harness.scope)
-        live = await collect(harness.client, run, harness.scope)
+        # The first stream starts the client's shared follower at 3; the one asking for
+        # older records gets a follower of its own.
+        from_three, live = await asyncio.gather(
+            collect(harness.client, run, harness.scope, after=3),
+            collect(harness.client, run, harness.scope),
+        )
         assert_whole(live)
+        assert from_three == live[3:]
         assert [r.call_id for r in live if isinstance(r, ToolCallFinished)] != []
         # Resuming from the middle gives the rest, and the same records.
         rest = await collect(harness.client, run, harness.scope, after=5)
@@ -156,14 +162,21 @@ async def followed_run(harness: Harness, spec: AgentSpec, followers: int) -> tup
 
 async def test_followers_do_not_grow_the_runs_history(harness: Harness) -> None:
     spec = lookup_agent(harness.registry)
+    hub = harness.client.follows
     async with harness.worker():
         alone, _ = await followed_run(harness, spec, 0)
+        before = hub.queries_made()
+        one, _ = await followed_run(harness, spec, 1)
+        by_one = hub.queries_made() - before
         watched, got = await followed_run(harness, spec, 10)
-    assert watched == alone
+        by_ten = hub.queries_made() - before - by_one
+    assert watched == one == alone
     assert len(got) == 10
     for records in got:
         assert_whole(records)
-        assert [type(r) for r in records] == [type(r) for r in got[0]]
+        assert records == got[0]
+    # Ten streams of one Run through one client share a follower: about one's queries.
+    assert 0 < by_ten <= 2 * by_one
 
 
 async def test_a_follower_goes_on_across_a_worker_restart(
