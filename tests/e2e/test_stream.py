@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.specs import AgentBuilder, AgentSpec, NotFound, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import (
     PsychClient,
@@ -202,3 +202,20 @@ async def test_a_follower_goes_on_across_a_worker_restart(
     assert_whole(first)
     assert second == first
     assert isinstance(first[-1], RunSettled) and first[-1].status is RunStatus.COMPLETED
+
+
+async def test_a_follower_ends_when_the_run_is_terminated_and_refuses_no_run(
+    harness: Harness,
+) -> None:
+    ask_then_answer(harness.fake)
+    async with harness.worker():
+        run = await harness.client.dispatch(asker(), "which order?", scope=harness.scope)
+        following = asyncio.create_task(collect(harness.client, run, harness.scope))
+        await state_when(harness.client, run, harness.scope, is_suspended, what="a question")
+        await harness.env.client.get_workflow_handle(run.workflow_id).terminate("operator")
+        records = await following
+        with pytest.raises(NotFound):
+            await collect(harness.client, "psych-acme-nosuchrun", harness.scope)
+    # Closed without settling its record: every record it wrote, then the stream ends.
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    assert isinstance(records[-1], Suspended)
