@@ -50,6 +50,11 @@ MODEL_SECONDS = 0.2
 POLL_SECONDS = 0.25
 """The interval of the records-query poll ``stream`` used before it was pushed."""
 READY = "ready"
+_ASK_AGAIN = (
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.CANCELLED,
+)
 REPO = Path(__file__).resolve().parents[1]
 
 REGISTRY = ToolRegistry()
@@ -80,6 +85,8 @@ class FollowerSample:
     history_events: int
     history_bytes: int
     queries: int
+    retried: int
+    """Queries no worker answered in time or the server refused as busy, asked again."""
     latencies_ms: tuple[float, ...]
 
     @property
@@ -116,40 +123,45 @@ def _script(fake: FakeModel, turns: int) -> None:
     fake.enqueue(Reply.stall(MODEL_SECONDS, after_chunks=0, then=Reply.text("All delivered.")))
 
 
-async def _streamed(psych: PsychClient, run: RunHandle, seen: list[float]) -> int:
+async def _streamed(psych: PsychClient, run: RunHandle, seen: list[float]) -> tuple[int, int]:
     """``PsychClient.stream``: the client's streams of one Run share one follower."""
     async for record in psych.stream(run, scope=SCOPE):
         seen.append(_latency_ms(record))
-    return 0  # counted by the client's FollowHub
+    return 0, 0  # counted by the client's FollowHub
 
 
-async def _own(psych: PsychClient, run: RunHandle, seen: list[float]) -> int:
+async def _own(psych: PsychClient, run: RunHandle, seen: list[float]) -> tuple[int, int]:
     """A follower of its own, as each of many processes following the Run has."""
     follower = RecordFollower(psych.temporal, run.workflow_id)
     async for record in follower.records():
         seen.append(_latency_ms(record))
-    return follower.queries
+    return follower.queries, follower.retried
 
 
-async def _polled(psych: PsychClient, run: RunHandle, seen: list[float]) -> int:
+async def _polled(psych: PsychClient, run: RunHandle, seen: list[float]) -> tuple[int, int]:
     """The replaced follower: the records query every 250 ms until the Run settles."""
-    after, queries = 0, 0
+    after, queries, retried = 0, 0, 0
     while True:
         queries += 1
         try:
             page = await psych.records(run, scope=SCOPE, after=after)
         except RPCError as err:
             # The poll hit the server's buffer of queries held during a workflow task
-            # ("consistent query buffer is full"); the old loop died of it, this one retries.
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+            # ("consistent query buffer is full") or timed out under the load; the old loop
+            # died of either, this one asks again so the row can be measured.
+            if err.status not in (
+                RPCStatusCode.RESOURCE_EXHAUSTED,
+                RPCStatusCode.DEADLINE_EXCEEDED,
+            ):
                 raise
+            retried += 1
             await asyncio.sleep(BUSY_RETRY_SECONDS * (1 + random.random()))
             continue
         for record in page.records:
             seen.append(_latency_ms(record))
             after = record.seq
         if page.settled and after >= page.last_seq:
-            return queries
+            return queries, retried
         if after >= page.last_seq:
             await asyncio.sleep(POLL_SECONDS)
 
@@ -162,7 +174,7 @@ async def _one(
     psych: PsychClient, fake: FakeModel, worker_pid: int, followers: int, mode: Mode, turns: int
 ) -> FollowerSample:
     _script(fake, turns)
-    follow: Callable[[PsychClient, RunHandle, list[float]], Awaitable[int]] = {
+    follow: Callable[[PsychClient, RunHandle, list[float]], Awaitable[tuple[int, int]]] = {
         "stream": _streamed,
         "own": _own,
         "polled": _polled,
@@ -172,7 +184,7 @@ async def _one(
     started = time.perf_counter()
     run = await psych.dispatch(_spec(), "check the orders", scope=SCOPE)
     seen: list[list[float]] = [[] for _ in range(followers)]
-    queries = await asyncio.gather(*(follow(psych, run, got) for got in seen))
+    counts = await asyncio.gather(*(follow(psych, run, got) for got in seen))
     await psych.result(run, scope=SCOPE)
     wall = time.perf_counter() - started
     worker_cpu, server_cpu = _cpu_of(worker_pid) - worker_before, _server_cpu(worker_pid)
@@ -187,7 +199,8 @@ async def _one(
         server_cpu_s=server_cpu - server_before,
         history_events=len(history.events),
         history_bytes=info.history_size_bytes,
-        queries=sum(queries) + psych.follows.queries_made() - hub_before,
+        queries=sum(q for q, _ in counts) + psych.follows.queries_made() - hub_before,
+        retried=sum(r for _, r in counts),
         latencies_ms=tuple(latency for got in seen for latency in got),
     )
 
@@ -276,6 +289,7 @@ def followers_summary(result: FollowersResult) -> dict[str, object]:
             "queries_per_follower_s": median(
                 [s.queries / s.followers / s.wall_s for s in samples if s.followers]
             ),
+            "retried": median([s.retried for s in samples]),
             "latency_median_ms": median(latencies),
             "latency_p95_ms": latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
         }
@@ -299,6 +313,7 @@ def followers_text(result: FollowersResult) -> str:
                 int(row["history_events"]),
                 int(row["history_bytes"]),
                 row["queries_per_follower_s"],
+                int(row["retried"]),
                 row["latency_median_ms"],
                 row["latency_p95_ms"] if row["latency_p95_ms"] is not None else float("nan"),
             )
@@ -312,6 +327,7 @@ def followers_text(result: FollowersResult) -> str:
         "events",
         "history B",
         "queries/follower/s",
+        "retried",
         "latency ms",
         "p95 ms",
     )

@@ -60,6 +60,11 @@ Run's worker is restarting): the records are in history, a new worker will answe
 BUSY_RETRY_SECONDS = 0.05
 """The least wait before asking again when the server's query buffer was full."""
 
+_NO_ANSWER = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+"""A query's timeout, as the server (deadline exceeded) or the client's transport
+("Timeout expired", cancelled) reports it."""
+_RETRIED = (*_NO_ANSWER, RPCStatusCode.RESOURCE_EXHAUSTED)
+
 
 def chain_step(page: RecordsPage, after: int) -> Literal["here", "earlier"]:
     """Where the records with ``seq > after`` are, given one execution's answer to them.
@@ -158,6 +163,8 @@ class RecordFollower:
         self.after = after
         self.queries = 0
         """How many records queries this follower made (what it cost the Run's worker)."""
+        self.retried = 0
+        """How many of them no worker answered in time or the server refused as busy."""
 
     async def records(self) -> AsyncIterator[Record]:
         """The records in order, gapless, until ``run_settled`` (or the Run's end)."""
@@ -218,7 +225,8 @@ class RecordFollower:
                 )
                 return page
             except RPCError as err:
-                if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                self.retried += err.status in _RETRIED
+                if err.status in _NO_ANSWER:
                     # No worker answered in time (one is restarting): the server still holds
                     # the records in history, so ask again rather than end the stream.
                     await asyncio.sleep(NO_WORKER_RETRY_SECONDS)
