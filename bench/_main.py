@@ -22,6 +22,7 @@ from bench import _report as report
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench
 from bench._codec import codec_cost, codec_summary, codec_text
+from bench._followers import followers_cost, followers_summary, followers_text
 from bench._mcp import mcp_calls, mcp_summary, mcp_text
 from bench._process import dev_server
 from bench._sections import (
@@ -128,6 +129,12 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "samples": _plain(tracing),
                     "summary": tracing_summary(tracing),
                 }
+                _progress("9. followers of one Run: pushed streams against none and polling")
+                followers = await followers_cost(env, Path(home) / "followers", quick)
+                sections["followers"] = {
+                    "samples": _plain(followers),
+                    "summary": followers_summary(followers),
+                }
                 _progress("2. throughput")
                 thr = await throughput(agent, bare, settings)
                 sections["throughput"] = {
@@ -157,6 +164,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
     _say("\n" + mcp_text(mcp))
     _say("\n" + codec_text(codec))
     _say("\n" + tracing_text(tracing))
+    _say("\n" + followers_text(followers))
     return {"machine": machine, "settings": _plain(settings), "sections": sections}
 
 

@@ -8,7 +8,6 @@ tenant's Run with AccessDenied.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -20,7 +19,6 @@ from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -72,6 +70,7 @@ from psych_runtime.workflows._contract import (
     workflow_id_for,
     workflow_type_for,
 )
+from psych_runtime.workflows._follow_hub import FollowHub
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -173,6 +172,8 @@ class PsychClient(RunActions):
         self.registry = registry
         self.search_attributes = search_attributes
         self.roles_apart = roles_apart
+        self.follows = FollowHub(client)
+        """The shared followers of this client's streams (one per followed Run)."""
 
     # --- versions ------------------------------------------------------------------------
 
@@ -408,31 +409,19 @@ class PsychClient(RunActions):
         *,
         scope: Scope,
         after: int = 0,
-        poll_interval: float = 0.25,
     ) -> AsyncIterator[Record]:
         """Yield records with ``seq > after`` as the Run writes them, until it settles.
 
-        Polls the records query (queries do not grow history, unlike a long-poll update).
-        Also ends when the workflow closed without settling its record (terminated by an
-        operator, or by a parent's close policy).
+        Pushed, not polled on a timer: the server's history long-poll says when a workflow
+        task completed, and only then is the records query read (``RecordFollower``), so
+        a follower grows no history and costs an idle Run's worker nothing. Goes on across
+        worker restarts and continue-as-new; also ends when the workflow closed without
+        settling its record (terminated by an operator, or by a parent's close policy).
+        Streams of one Run through this client share one follower (``FollowHub``).
         """
-        workflow_id, handle = self._handle(run, scope)
-        closed = False
-        while True:
-            page = await self.records(workflow_id, scope=scope, after=after)
-            for record in page.records:
-                yield record
-            after = page.records[-1].seq if page.records else after
-            if after < page.last_seq:
-                continue
-            if page.settled or closed:
-                return
-            description = await handle.describe()
-            # Closed without a settled record seen: read once more, because the records it
-            # wrote while this generator was suspended (its caller busy) came after the page.
-            closed = description.status not in (None, WorkflowExecutionStatus.RUNNING)
-            if not closed:
-                await asyncio.sleep(poll_interval)
+        workflow_id, _ = self._handle(run, scope)
+        async for record in self.follows.stream(workflow_id, after):
+            yield record
 
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
         """Wait for the Run to settle and return its result.
