@@ -33,6 +33,7 @@ SANDBOX_PASSTHROUGH = (
     "psych_runtime.activities._payloads",
     "psych_runtime.workflows._records",
     "psych_runtime.workflows._contract",
+    "psych_runtime.workflows._carry",  # imported by _contract (continue-as-new's carry)
     # Libraries those models are built on (deterministic, no I/O at import).
     "pydantic",
     "pydantic_core",

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelCallResult
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
     from psych_runtime.workflows import _activity_calls as calls
+    from psych_runtime.workflows import _continue as continuing
     from psych_runtime.workflows._catalog import resolve
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
     from psych_runtime.workflows._handlers import parse_input
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ModelCallFinished,
         ModelCallStarted,
         RunAdmitted,
+        RunContinued,
         RunStatus,
         TurnStarted,
     )
@@ -74,6 +76,22 @@ class AgentRun(ToolCalls):
         bounds = self._input.bounds
         if bounds is not None and bounds.transient_retry_budget is not None:
             self._budget = min(self._budget, bounds.transient_retry_budget)
+        carry = self._input.carry
+        if carry is not None:
+            # Continue-as-new: the Run was admitted by its first execution; this one takes
+            # the carried state and says where it came from instead.
+            continuing.restore(self, carry)
+            self._log.add(
+                RunContinued(
+                    **self._log.stamp(),
+                    previous_run_id=carry.previous_run_id,
+                    execution=len(carry.earlier) + 1,
+                    history_length=carry.history_length,
+                    history_size=carry.history_size,
+                    deadline_used=carry.deadline_used,
+                )
+            )
+            return
         self._log.add(
             RunAdmitted(
                 **self._log.stamp(),
@@ -110,6 +128,10 @@ class AgentRun(ToolCalls):
         ]
         context_ref: str | None = None
         system_ref: str | None = None
+        carry = self._input.carry
+        if carry is not None:
+            pending = list(carry.pending)
+            context_ref, system_ref = carry.context_ref, carry.system_ref
         while True:
             self._check_abort()
             if self._past_deadline():
@@ -118,6 +140,9 @@ class AgentRun(ToolCalls):
                 return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
             if self._totals.steps >= limits.max_steps:
                 return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+            # A turn boundary: nothing is in flight, so a long Run may continue as new here.
+            if continuing.due(self._input.continue_after_events, self._turn, carry):
+                await continuing.continue_as_new(self, pending, context_ref, system_ref)
             self._turn += 1
             turn = self._turn
             self._totals = self._totals.model_copy(update={"turns": turn})

@@ -17,6 +17,12 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.specs import DepthCap, Scope, SuspensionPolicy, Version
+from psych_runtime.workflows._carry import (
+    CONTINUE_AFTER_EVENTS,
+    MAX_CONTINUE_AFTER_EVENTS,
+    RunCarry,
+    Segment,
+)
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -234,6 +240,14 @@ class RunInput(_Frozen):
     ``specs.depth_refusal`` checks a child's depth against."""
     bounds: ParentBounds | None = None
     """Set by a parent Run; None for a Run a caller started."""
+    continue_after_events: int = Field(
+        default=CONTINUE_AFTER_EVENTS, ge=1, le=MAX_CONTINUE_AFTER_EVENTS
+    )
+    """An AgentRun continues as new at the first turn boundary at which its execution's
+    history has this many events (or Temporal suggests it); see ``_continue.py``."""
+    carry: RunCarry | None = None
+    """Set by continue-as-new: what the execution before this one hands on (None for a
+    Run's first execution)."""
 
 
 class AgentRunInput(RunInput):
@@ -272,6 +286,9 @@ class RecordsPage(_Frozen):
     """The highest seq the Run has written (read on from here)."""
     settled: bool
     """Whether the Run has settled (no records will follow the last one)."""
+    earlier: tuple[Segment, ...] = ()
+    """A continued Run's earlier executions and the seqs each holds, oldest first: records
+    before this execution's first are read by querying those executions by run id."""
 
 
 class RunState(_Frozen):

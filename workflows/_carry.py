@@ -1,0 +1,107 @@
+"""What a continued AgentRun carries into its next execution (pure data, see ``_continue.py``).
+
+Its own module because ``_contract.py`` (``RunInput.carry``, ``RecordsPage.earlier``)
+needs it and is passed through the workflow sandbox: these models must be one class for
+the converter and the workflow alike, so this module is passed through too, and the
+workflow-side functions that fill and read the carry stay sandboxed in ``_continue.py``.
+Adding a feature's per-Run state is one field here (with a default, so carries already in
+flight still decode), one line in ``_continue.carry_of`` and one in ``_continue.restore``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from psych_runtime.activities._payloads import CatalogEntry, ChatMessage, McpServerStatus
+from psych_runtime.workflows._records import Totals
+
+CONTINUE_AFTER_EVENTS = 10_000
+"""Default ``RunInput.continue_after_events``. Temporal refuses an execution past 51,200
+events; a turn of 256 calls (the ``max_tool_calls_per_turn`` maximum), each with an
+approval, adds under 4,000, so a Run that crosses this at the start of such a turn still
+has ample room. Temporal's own suggestion (a dev server's default is 4 Ki events or 4 MB)
+usually comes first; this bound holds where a server suggests late or never."""
+MAX_CONTINUE_AFTER_EVENTS = 40_000
+"""Highest ``continue_after_events`` a Run takes (room for one more maximal turn)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Segment(_Frozen):
+    """Which earlier execution of a continued Run holds which records."""
+
+    run_id: str
+    """The Temporal run id of the execution (query it by this id to read them)."""
+    first_seq: int = Field(ge=1)
+    last_seq: int = Field(ge=0)
+
+
+class RepeatCount(_Frozen):
+    """One entry of the repeat guard: a call and how often it returned one result."""
+
+    tool: str
+    arguments: str
+    """Canonical arguments (``_guards.canonical_arguments``)."""
+    result_ref: str
+    times: int
+
+
+class GuardsCarry(_Frozen):
+    """The failure-streak and repeat-call bookkeeping (``_guards.Guards``)."""
+
+    streaks: dict[str, int] = Field(default_factory=dict)
+    withheld: tuple[str, ...] = ()
+    repeats: tuple[RepeatCount, ...] = ()
+
+
+class McpCarry(_Frozen):
+    """What the Run knows of its MCP servers (``_mcp.McpState`` without the servers, which
+    come from the Spec again)."""
+
+    catalog_hash: str | None = None
+    tools_ref: str | None = None
+    entries: dict[str, CatalogEntry] = Field(default_factory=dict)
+    loaded: tuple[str, ...] = ()
+    unavailable: tuple[str, ...] = ()
+    deferred: tuple[str, ...] = ()
+    catalogs: dict[str, str] = Field(default_factory=dict)
+    statuses: tuple[McpServerStatus, ...] = ()
+
+
+class RunCarry(_Frozen):
+    """What a continued AgentRun takes from the execution before it (``RunInput.carry``)."""
+
+    previous_run_id: str
+    """The Temporal run id of the execution that continued."""
+    history_length: int
+    """Its history's events at the cut."""
+    history_size: int
+    """Its history's bytes at the cut."""
+    earlier: tuple[Segment, ...]
+    """Every earlier execution, oldest first, with the records it holds."""
+    next_seq: int = Field(ge=1)
+    turn: int = Field(ge=0)
+    totals: Totals
+    """The whole chain's so far (the transient retry budget spent is in them)."""
+    cost_unknown: bool = False
+    deadline_used: float = Field(default=0.0, ge=0)
+    """Seconds of the deadline clock used so far (suspended time does not count)."""
+    not_before: dict[str, float] = Field(default_factory=dict)
+    """Model -> workflow time before which it is not tried again (Retry-After, backoff)."""
+    model_failures: dict[str, int] = Field(default_factory=dict)
+    """Model -> consecutive transient failures (its backoff exponent)."""
+    guards: GuardsCarry = GuardsCarry()
+    steer: tuple[str, ...] = ()
+    follow_up: tuple[str, ...] = ()
+    next_run: tuple[str, ...] = ()
+    pending: tuple[ChatMessage | str, ...] = ()
+    """What the next model call sends: the last turn's results and notes (or refs)."""
+    context_ref: str | None = None
+    """The head of the conversation's blob chain."""
+    system_ref: str | None = None
+    mcp: McpCarry = McpCarry()
+    delegations: dict[int, int] = Field(default_factory=dict)
+    """Turn -> subagents started in it (their sum numbers the next one, so ids never
+    repeat)."""
