@@ -35,6 +35,8 @@ with workflow.unsafe.imports_passed_through():
 if TYPE_CHECKING:
     from psych_runtime.workflows._agent_run import AgentRun
 
+CARRIED_SINGLE_CALLS = 512
+"""Repeat-guard entries seen once that a continued Run keeps (see ``carried_repeats``)."""
 PATCH = "psych-continue-as-new"
 """Asked only when a Run is due, so a Run that never continues pays no marker."""
 
@@ -103,11 +105,7 @@ def carry_of(
         guards=GuardsCarry(
             streaks=dict(run._guards.streaks),
             withheld=tuple(run._guards.withheld),
-            repeats=tuple(
-                RepeatCount(tool=tool, arguments=arguments, result_ref=ref, times=times)
-                for (tool, arguments), seen in run._guards.repeats.items()
-                for ref, times in seen.items()
-            ),
+            repeats=carried_repeats(run._guards),
         ),
         steer=tuple(run._steer),
         follow_up=tuple(run._follow_up),
@@ -128,6 +126,25 @@ def carry_of(
         ),
         delegations=dict(run._delegations),
     )
+
+
+def carried_repeats(guards: Guards) -> tuple[RepeatCount, ...]:
+    """The repeat guard's counts a continued Run keeps, bounded.
+
+    Every call ever made has an entry, so carrying them all would grow the carry with the
+    Run (8000 calls are about 1 MB of input, against Temporal's 2 MB payload limit).
+    Kept: every call seen more than once (what a looping model produces), and the
+    ``CARRIED_SINGLE_CALLS`` most recently first-seen calls seen once. Trade-off: a call
+    seen once long before the cut and repeated after it counts from zero again.
+    """
+    entries = [
+        RepeatCount(tool=tool, arguments=arguments, result_ref=ref, times=times)
+        for (tool, arguments), seen in guards.repeats.items()
+        for ref, times in seen.items()
+    ]
+    singles = [i for i, entry in enumerate(entries) if entry.times == 1]
+    dropped = set(singles[: max(len(singles) - CARRIED_SINGLE_CALLS, 0)])
+    return tuple(entry for i, entry in enumerate(entries) if i not in dropped)
 
 
 def restore(run: AgentRun, carry: RunCarry) -> None:

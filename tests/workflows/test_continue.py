@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from psych_runtime.activities._payloads import ChatMessage, Usage
-from psych_runtime.specs import AgentBuilder, Scope, Version
+from psych_runtime.specs import AgentBuilder, Limits, Scope, Version
 from psych_runtime.workflows import (
     AgentRunInput,
     RecordsPage,
@@ -21,6 +21,8 @@ from psych_runtime.workflows import (
 )
 from psych_runtime.workflows._carry import GuardsCarry, RepeatCount
 from psych_runtime.workflows._chain import chain_page
+from psych_runtime.workflows._continue import CARRIED_SINGLE_CALLS, carried_repeats
+from psych_runtime.workflows._guards import Guards, after_result
 
 SCOPE = Scope(tenant="acme")
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,3 +101,31 @@ async def test_the_chain_walk_reads_earlier_records_from_the_execution_that_hold
     page = await chain_page(query_execution, RecordsQuery(after=6))
     assert [r.seq for r in page.records] == [7, 8]
     assert asked == [None, "one", None, "two", None]
+
+
+def test_the_carried_repeat_counts_are_bounded_and_keep_every_repeated_call() -> None:
+    guards = Guards()
+    for n in range(CARRIED_SINGLE_CALLS + 100):
+        after_result(
+            guards,
+            "t",
+            f'{{"n": {n}}}',
+            ok=True,
+            counts_as_failure=False,
+            result_ref=f"r{n}",
+            limits=Limits(),
+        )
+    for _ in range(2):  # the oldest call, repeated: a loop the guard must still see
+        after_result(
+            guards,
+            "t",
+            '{"n": 0}',
+            ok=True,
+            counts_as_failure=False,
+            result_ref="r0",
+            limits=Limits(),
+        )
+    carried = carried_repeats(guards)
+    assert len(carried) == CARRIED_SINGLE_CALLS + 1
+    assert carried[0] == RepeatCount(tool="t", arguments='{"n": 0}', result_ref="r0", times=3)
+    assert carried[-1].arguments == f'{{"n": {CARRIED_SINGLE_CALLS + 99}}}'
