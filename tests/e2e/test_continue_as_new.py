@@ -4,6 +4,7 @@ reader still sees one Run (one workflow id, one gapless ``seq``, whole-chain tot
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -13,6 +14,7 @@ from psych_runtime.activities._payloads import Usage
 from psych_runtime.activities._policy import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers._cli import main
 from psych_runtime.workflows import (
     Record,
     RunAdmitted,
@@ -82,7 +84,9 @@ def usage_sum(report: RunReport) -> Usage:
     return Usage(**{name: sum(getattr(u, name) for u in usages) for name in Usage.model_fields})
 
 
-async def test_continues_after_an_approval_keeping_steer_and_follow_up(harness: Harness) -> None:
+async def test_continues_after_an_approval_keeping_steer_and_follow_up(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
     deleted: list[str] = []
     spec = orders_agent(harness, deleted)
     harness.fake.enqueue(
@@ -112,6 +116,13 @@ async def test_continues_after_an_approval_keeping_steer_and_follow_up(harness: 
         records = await all_records(harness, run)
         report = await harness.client.report(run, scope=harness.scope)
         state = await harness.client.status(run, scope=harness.scope)
+        streamed = [r.seq async for r in harness.client.stream(run, scope=harness.scope, after=3)]
+        # psych report (the CLI) reads the chain through the same client.
+        address = harness.env.client.service_client.config.target_host
+        capsys.readouterr()
+        cli = ["report", run.workflow_id, "--address", address, "--tenant", "acme", "--json"]
+        status = await asyncio.to_thread(main, cli)
+        cli_report = json.loads(capsys.readouterr().out)
         current = (
             await harness.client.temporal.get_workflow_handle(run.workflow_id).describe()
         ).run_id
@@ -139,6 +150,10 @@ async def test_continues_after_an_approval_keeping_steer_and_follow_up(harness: 
     assert {m.get("tool_call_id") for m in second if m["role"] == "tool"} >= {"c0", "c1"}
     fourth = harness.fake.requests[3]["messages"]
     assert fourth[-1]["content"] == "follow-text"
+
+    assert streamed == list(range(4, len(records) + 1))
+    assert status == 0
+    assert [c["call_id"] for c in cli_report["tool_calls"]] == ["c0", "c1", "c2"]
 
     # The report shows every call of every execution, and totals that add up.
     assert [c.call_id for c in report.tool_calls] == ["c0", "c1", "c2"]
