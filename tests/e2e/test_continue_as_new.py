@@ -226,3 +226,38 @@ async def test_continues_after_a_subagent_then_aborts_by_workflow_id(harness: Ha
     assert [c.call_id for c in report.tool_calls] == ["d1", "c9"]
     assert report.tool_calls[0].status == "ok"
     assert report.status is RunStatus.ABORTED
+
+
+async def test_the_deadline_clock_runs_on_across_the_cut(harness: Harness) -> None:
+    @harness.registry.register
+    async def nap() -> str:
+        """Take two seconds."""
+        await asyncio.sleep(2.0)
+        return "rested"
+
+    spec = (
+        AgentBuilder("napper", registry=harness.registry)
+        .model("fake-model")
+        .tool("nap")
+        .limits(deadline_seconds=3.0)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("nap", {}, id="n1")),
+        Reply.tool_calls(ToolCall("nap", {}, id="n2")),
+        Reply.text("Rested twice."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "nap twice", scope=harness.scope, continue_after_events=EVERY_TURN
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness, run)
+    # Two naps are 4 s of work against a 3 s deadline: a clock restarted at the cut would
+    # have let the Run answer.
+    (continued,) = [r for r in records if isinstance(r, RunContinued)]
+    assert continued.deadline_used >= 2.0
+    assert result.status is RunStatus.FORCE_SETTLED
+    assert result.reason.startswith("deadline: 3 s")
+    finished = [r.call_id for r in records if isinstance(r, ToolCallFinished)]
+    assert finished == ["n1", "n2"]
