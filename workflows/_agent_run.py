@@ -140,8 +140,11 @@ class AgentRun(ToolCalls):
                 return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
             if self._totals.steps >= limits.max_steps:
                 return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
-            # A turn boundary: nothing is in flight, so a long Run may continue as new here.
-            if continuing.due(self._input.continue_after_events, self._turn, carry):
+            # A turn boundary: a long Run continues as new here once nothing is open.
+            open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
+            if continuing.due(
+                self._input.continue_after_events, self._turn, carry, in_flight=open_now
+            ):
                 await continuing.continue_as_new(self, pending, context_ref, system_ref)
             self._turn += 1
             turn = self._turn

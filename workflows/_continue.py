@@ -41,13 +41,15 @@ PATCH = "psych-continue-as-new"
 """Asked only when a Run is due, so a Run that never continues pays no marker."""
 
 
-def due(threshold: int, turn: int, carry: RunCarry | None) -> bool:
+def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) -> bool:
     """Whether the Run continues as new at this turn boundary.
 
     Every execution takes at least one turn first, so a threshold below what an execution
-    starts with cannot make a chain that never advances.
+    starts with cannot make a chain that never advances. ``in_flight`` counts what is
+    still open (calls, pending items, running children): a child would be terminated by
+    its parent's close, so the Run waits for a boundary with nothing open.
     """
-    if turn <= (carry.turn if carry is not None else 0):
+    if in_flight or turn <= (carry.turn if carry is not None else 0):
         return False
     info = workflow.info()
     # Both facts come from the workflow task's started event, so replay sees the same.
