@@ -20,7 +20,7 @@ import asyncio
 import json
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient, Record, RunContinued, RunStatus, TurnStarted
 
 CALLS_PER_TURN = 8
+READ_TIMEOUT = timedelta(minutes=5)
 SCOPE = Scope(tenant="bench", principal="bench")
 
 
@@ -102,11 +103,19 @@ async def long_run(turns: int, continue_after_events: int | None) -> dict[str, A
                 result = await client.result(run, scope=SCOPE)
                 wall = time.monotonic() - started
                 read_started = time.monotonic()
-                report = await client.report(run, scope=SCOPE)
+                # Each earlier execution answers by replaying its ~4K events on the
+                # worker: seconds each, more than a query's default wait on a busy machine.
+                report = await client.report(run, scope=SCOPE, query_timeout=READ_TIMEOUT)
                 read = time.monotonic() - read_started
                 records: list[Record] = []
                 while True:
-                    page = await client.records(run, scope=SCOPE, after=len(records), limit=5000)
+                    page = await client.records(
+                        run,
+                        scope=SCOPE,
+                        after=len(records),
+                        limit=5000,
+                        query_timeout=READ_TIMEOUT,
+                    )
                     records.extend(page.records)
                     if len(records) >= page.last_seq:
                         break
