@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test lint typecheck unit bench clean
+.PHONY: setup path demo test lint typecheck unit bench bench-long clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,9 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+bench-long: $(STAMP)
+	$(BIN)/python -m bench --long-run
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

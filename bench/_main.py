@@ -23,6 +23,7 @@ from bench._agent import AgentBench
 from bench._baseline import BaselineBench
 from bench._codec import codec_cost, codec_summary, codec_text
 from bench._followers import followers_cost, followers_summary, followers_text
+from bench._long_run import run_long
 from bench._mcp import mcp_calls, mcp_summary, mcp_text
 from bench._process import dev_server
 from bench._sections import (
@@ -176,7 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fewer and shorter Runs: checks the benchmark code, measures nothing useful",
     )
+    parser.add_argument(
+        "--long-run",
+        action="store_true",
+        help="only the long Run: 1000 turns x 8 tool calls through continue-as-new",
+    )
+    parser.add_argument("--turns", type=int, default=1000, help="the long Run's turns")
+    parser.add_argument(
+        "--continue-after-events",
+        type=int,
+        default=None,
+        help="the long Run's continue-as-new threshold (default: the Run's own)",
+    )
     args = parser.parse_args(argv)
+    if args.long_run:
+        run_long(args.turns, args.continue_after_events, RESULTS)
+        return 0
     settings = QUICK if args.quick else Settings()
     started_at = datetime.now(UTC)
     started = time.perf_counter()

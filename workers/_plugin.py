@@ -40,6 +40,7 @@ SANDBOX_PASSTHROUGH = (
     "psych_runtime.workflows._client",
     "psych_runtime.workflows._client_actions",
     "psych_runtime.workflows._report",
+    "psych_runtime.workflows._carry",  # imported by _contract (continue-as-new's carry)
     # Libraries those models are built on (deterministic, no I/O at import).
     "pydantic",
     "pydantic_core",

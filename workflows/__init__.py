@@ -6,6 +6,7 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
 from psych_runtime.workflows._agent_run import AgentRun
+from psych_runtime.workflows._carry import RunCarry, Segment
 from psych_runtime.workflows._client import (
     DEFAULT_TASK_QUEUE,
     PsychClient,
@@ -55,6 +56,7 @@ from psych_runtime.workflows._records import (
     Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunSettled,
     RunStatus,
     SteerReceived,
@@ -117,6 +119,8 @@ __all__ = [
     "ResumeResult",
     "Resumed",
     "RunAdmitted",
+    "RunCarry",
+    "RunContinued",
     "RunHandle",
     "RunInput",
     "RunReport",
@@ -127,6 +131,7 @@ __all__ = [
     "RunSummary",
     "SEARCH_ATTRIBUTES",
     "STEER",
+    "Segment",
     "SteerInput",
     "SteerReceived",
     "StepFinished",

@@ -27,12 +27,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
     from psych_runtime.workflows import _activity_calls as calls
+    from psych_runtime.workflows import _continue as continuing
+    from psych_runtime.workflows._carry import CompactionState
     from psych_runtime.workflows._catalog import resolve
-    from psych_runtime.workflows._compaction import (
-        CompactionState,
-        after_call,
-        compact_at_boundary,
-    )
+    from psych_runtime.workflows._compaction import after_call, compact_at_boundary
     from psych_runtime.workflows._contract import AGENT_RUN, AgentRunInput, RunResult
     from psych_runtime.workflows._handlers import parse_input
     from psych_runtime.workflows._mcp import take_turn, turn_input
@@ -49,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         ModelCallFinished,
         ModelCallStarted,
         RunAdmitted,
+        RunContinued,
         RunStatus,
         TurnStarted,
     )
@@ -90,6 +89,22 @@ class AgentRun(ToolCalls):
         bounds = self._input.bounds
         if bounds is not None and bounds.transient_retry_budget is not None:
             self._budget = min(self._budget, bounds.transient_retry_budget)
+        carry = self._input.carry
+        if carry is not None:
+            # Continue-as-new: the Run was admitted by its first execution; this one takes
+            # the carried state and says where it came from instead.
+            continuing.restore(self, carry)
+            self._log.add(
+                RunContinued(
+                    **self._log.stamp(),
+                    previous_run_id=carry.previous_run_id,
+                    execution=len(carry.earlier) + 1,
+                    history_length=carry.history_length,
+                    history_size=carry.history_size,
+                    deadline_used=carry.deadline_used,
+                )
+            )
+            return
         self._log.add(
             RunAdmitted(
                 **self._log.stamp(),
@@ -134,7 +149,13 @@ class AgentRun(ToolCalls):
         context_ref: str | None = None
         system_ref: str | None = None
         prompt_revision = 0  # of the task list the Run's system prompt shows
-        carry = 0
+        carry = self._input.carry
+        if carry is not None:
+            pending = list(carry.pending)
+            context_ref, system_ref = carry.context_ref, carry.system_ref
+        # How many of the next call's first messages are the turn before's (compaction's
+        # marks): none for the user's input, the carried results after a continue-as-new.
+        before = len(pending) if carry is not None else 0
         while True:
             self._check_abort()
             if self._past_deadline():
@@ -143,6 +164,12 @@ class AgentRun(ToolCalls):
                 return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
             if self._totals.steps >= limits.max_steps:
                 return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+            # A turn boundary: a long Run continues as new here once nothing is open.
+            open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
+            if continuing.due(
+                self._input.continue_after_events, self._turn, carry, in_flight=open_now
+            ):
+                await continuing.continue_as_new(self, pending, context_ref, system_ref)
             if spec.compaction is not None:
                 context_ref = await compact_at_boundary(self, context_ref)
             self._turn += 1
@@ -184,9 +211,9 @@ class AgentRun(ToolCalls):
             context_ref, system_ref = result.context_ref, result.system_ref
             self._conversation_ref = context_ref
             if spec.compaction is not None:
-                self._compaction = after_call(self._compaction, context_ref, carry, result.usage)
+                self._compaction = after_call(self._compaction, context_ref, before, result.usage)
             pending = []
-            carry = 0
+            before = 0
             self._check_abort()
             if not result.tool_calls:
                 # Input that arrived for this turn, or for after it, continues the Run.
@@ -199,7 +226,7 @@ class AgentRun(ToolCalls):
             offered = base | self._mcp.entries if self._mcp.entries else base
             results, notes = await self._run_tools(turn, result.tool_calls, offered)
             pending = [r.message for r in results] + notes
-            carry = len(pending)
+            before = len(pending)
             self._check_abort()
 
     async def _call_model(self, turn: int, call: ModelCallInput) -> ModelCallResult:

@@ -49,6 +49,7 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
+from psych_runtime.workflows._chain import chain_page
 from psych_runtime.workflows._client_actions import RunActions
 from psych_runtime.workflows._contract import (
     QUERY_RECORDS,
@@ -227,6 +228,7 @@ class PsychClient(RunActions):
         scope: Scope,
         idempotency_key: str | None = None,
         thread: RunHandle | str | None = None,
+        continue_after_events: int | None = None,
     ) -> RunHandle:
         """Start a Run of ``spec`` (a Version, a Spec to publish, or a Version hash): an
         AgentRun for an agent, a WorkflowRun for a workflow.
@@ -239,6 +241,10 @@ class PsychClient(RunActions):
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
         whether it is still running or settled, as long as the input is the same (the same
         Version and messages): a key names one dispatch.
+
+        ``continue_after_events`` (an AgentRun's ``RunInput.continue_after_events``; None
+        keeps its default) is the history length at which the Run continues as new at
+        its next turn boundary.
 
         Raises:
             PsychError: the key already started a Run with another Version or other
@@ -271,6 +277,11 @@ class PsychClient(RunActions):
                     messages=messages,
                     thread=continued,
                     roles_apart=self.roles_apart,
+                    **(
+                        {"continue_after_events": continue_after_events}
+                        if continue_after_events is not None
+                        else {}
+                    ),
                 ),
                 id=workflow_id,
                 task_queue=self.task_queue,
@@ -391,17 +402,19 @@ class PsychClient(RunActions):
         query_timeout: timedelta | None = None,
     ) -> RecordsPage:
         """Records with ``seq > after`` (works while the Run is live); ``query_timeout`` bounds
-        the wait for a worker to answer, as for ``status``."""
-        workflow_id, handle = self._handle(run, scope)
-        page: RecordsPage = await _query(
-            handle,
-            workflow_id,
-            QUERY_RECORDS,
-            RecordsQuery(after=after, limit=limit),
-            RecordsPage,
-            rpc_timeout=query_timeout,
-        )
-        return page
+        the wait for a worker to answer, as for ``status``. A Run that continued as new
+        answers from whichever of its executions holds them (``_chain.py``), so ``seq``
+        runs from 1 without a gap across the chain."""
+        workflow_id, _ = self._handle(run, scope)
+
+        async def query_execution(run_id: str | None, query: RecordsQuery) -> RecordsPage:
+            handle = self.temporal.get_workflow_handle(workflow_id, run_id=run_id)
+            page: RecordsPage = await _query(
+                handle, workflow_id, QUERY_RECORDS, query, RecordsPage, rpc_timeout=query_timeout
+            )
+            return page
+
+        return await chain_page(query_execution, RecordsQuery(after=after, limit=limit))
 
     async def stream(
         self,

@@ -18,6 +18,12 @@ from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
+from psych_runtime.workflows._carry import (
+    CONTINUE_AFTER_EVENTS,
+    MAX_CONTINUE_AFTER_EVENTS,
+    RunCarry,
+    Segment,
+)
 from psych_runtime.workflows._records import (
     Pending,
     Record,
@@ -250,6 +256,14 @@ class RunInput(_Frozen):
     every activity on the Run's own queue, where the SDK dispatches it eagerly. Chosen at
     dispatch (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``), inherited by
     children and next Runs."""
+    continue_after_events: int = Field(
+        default=CONTINUE_AFTER_EVENTS, ge=1, le=MAX_CONTINUE_AFTER_EVENTS
+    )
+    """An AgentRun continues as new at the first turn boundary at which its execution's
+    history has this many events (or Temporal suggests it); see ``_continue.py``."""
+    carry: RunCarry | None = None
+    """Set by continue-as-new: what the execution before this one hands on (None for a
+    Run's first execution)."""
 
 
 class AgentRunInput(RunInput):
@@ -288,6 +302,9 @@ class RecordsPage(_Frozen):
     """The highest seq the Run has written (read on from here)."""
     settled: bool
     """Whether the Run has settled (no records will follow the last one)."""
+    earlier: tuple[Segment, ...] = ()
+    """A continued Run's earlier executions and the seqs each holds, oldest first: records
+    before this execution's first are read by querying those executions by run id."""
 
 
 class RunState(_Frozen):

@@ -89,7 +89,7 @@ class Handlers(RunBase):
             reason=self._reason,
             answer=self._answer,
             turn=self._turn,
-            last_seq=len(self._log),
+            last_seq=self._log.last_seq,
             totals=self._totals,
             withheld_tools=tuple(self._guards.withheld),
             pending=self._suspensions.items(),

@@ -428,6 +428,24 @@ class ChildSpawned(_Record):
     model: str
 
 
+class RunContinued(_Record):
+    """The Run continued as a new execution (continue-as-new): the first record of every
+    execution after the first, instead of a second ``run_admitted``."""
+
+    kind: Literal["run_continued"] = "run_continued"
+    previous_run_id: str
+    """The Temporal run id of the execution that continued (its records end just before
+    this one)."""
+    execution: int = Field(ge=2)
+    """This execution's place in the chain (the first is 1)."""
+    history_length: int
+    """The previous execution's history events at the cut."""
+    history_size: int
+    """The previous execution's history bytes at the cut."""
+    deadline_used: float
+    """Seconds of the deadline clock the Run had used."""
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -463,6 +481,7 @@ Record = Annotated[
     | CompactionApplied
     | CompactionFailed
     | ChildSpawned
+    | RunContinued
     | RunSettled,
     Field(discriminator="kind"),
 ]

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         version_hash,
     )
     from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS
+    from psych_runtime.workflows._carry import Segment, SpawnedChild, TaskList
     from psych_runtime.workflows._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -53,10 +54,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
-    from psych_runtime.workflows._spawn import SpawnedChild
     from psych_runtime.workflows._spawn_collect import end_spawned
     from psych_runtime.workflows._suspensions import Suspensions
-    from psych_runtime.workflows._tasks import TaskList
 
 THREADS_PATCH = "psych-threads"
 """Marks a Run whose next Runs (``next_run`` steering) continue its conversation."""
@@ -79,13 +78,16 @@ class RunBase(abc.ABC):
             with (the Run then fails at once, and its handlers refuse).
         """
         self._bad_input: str | None = None
+        earlier: tuple[Segment, ...] = ()
         if isinstance(input, str):
             self._bad_input = input
             scope = Scope(tenant="unknown")
         else:
             self._input = input
             scope = input.scope
-        self._log = RecordLog(scope)
+            # Continue-as-new: the log goes on from the earlier executions' last seq.
+            earlier = input.carry.earlier if input.carry is not None else ()
+        self._log = RecordLog(scope, earlier)
         self._status = RunStatus.RUNNING
         self._reason: str | None = None
         self._answer: str | None = None
@@ -117,6 +119,9 @@ class RunBase(abc.ABC):
         )
         self._tasks = TaskList()
         """The task list (``update_tasks``): per-Run state a continued Run carries."""
+        self._clock: tuple[float, float | None] = (0.0, None)
+        """The deadline clock for continue-as-new: seconds used before the running
+        stretch, and the workflow time it began (None: stopped)."""
 
     # --- hooks of a Run kind -------------------------------------------------------------
 
@@ -248,12 +253,14 @@ class RunBase(abc.ABC):
         expiry) does not count: the deadline bounds the Run's work, not its waiting. The
         clock runs whenever any call is executing, even beside a suspended one.
         """
-        used = 0.0
+        used = self._clock[0]  # a continued Run's clock goes on from what it had used
         while not loop.done():
             if self._waiting_only():
+                self._clock = (used, None)
                 await workflow.wait_condition(lambda: loop.done() or not self._waiting_only())
                 continue
             started = workflow.time()
+            self._clock = (used, started)
             try:
                 await workflow.wait_condition(
                     lambda: loop.done() or self._waiting_only(),

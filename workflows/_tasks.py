@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -28,20 +27,12 @@ with workflow.unsafe.imports_passed_through():
         parse_tasks,
         system_prompt,
     )
+    from psych_runtime.workflows._carry import TaskList
     from psych_runtime.workflows._display_tool import ParsedCall, offer_when
     from psych_runtime.workflows._records import TasksUpdated
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._tool_calls import ToolCalls
-
-
-class TaskList(BaseModel):
-    """A Run's task list and how many times it changed (0: never set)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tasks: tuple[Task, ...] = ()
-    revision: int = 0
 
 
 UPDATE_TASKS = ToolDefinition(

@@ -1391,6 +1391,53 @@ async def model_v2_two_turns(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is 42?")
 
 
+# --- continue-as-new: one chain's executions, each its own history -----------------------
+
+
+@dataclass(frozen=True)
+class ExecutionHandle(RunHandle):
+    """A Run and which of its executions (Temporal run id) a shape records."""
+
+    execution: str = ""
+
+
+async def _continued(rig: Rig, execution: int) -> ExecutionHandle:
+    """A Run continued as new at every turn boundary: execution 1 waits on an approval
+    and takes a steer that crosses the cut, 2 calls a tool, 3 answers."""
+    spec = rig.agent("orders").tool("delete_order").tool("inventory").build()
+    rig.settings.policy = RulePolicy(destructive="ask")
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"}, id="c1")),
+        Reply.tool_calls(ToolCall("inventory", {}, id="c2")),
+        Reply.text("Done."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(
+            spec, "Delete order 42", scope=SCOPE, continue_after_events=1
+        )
+        pending = await rig.suspended(run)
+        await rig.client.steer(run, "Then check the inventory.", scope=SCOPE)
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+        page = await rig.client.records(run, scope=SCOPE, after=10_000)
+        current = await rig.env.client.get_workflow_handle(run.workflow_id).describe()
+    chain = [segment.run_id for segment in page.earlier] + [current.run_id]
+    assert len(chain) == 3, f"expected a chain of 3 executions, got {len(chain)}"
+    return ExecutionHandle(**dataclasses.asdict(run), execution=chain[execution - 1])
+
+
+async def continued_first_execution(rig: Rig) -> RunHandle:
+    return await _continued(rig, 1)
+
+
+async def continued_middle_execution(rig: Rig) -> RunHandle:
+    return await _continued(rig, 2)
+
+
+async def continued_last_execution(rig: Rig) -> RunHandle:
+    return await _continued(rig, 3)
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1481,6 +1528,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", roles_apart_code_tool),
     # hot path (issue 15): slimmer model-call payloads
     ("dev", model_v2_two_turns),
+    # continue-as-new
+    ("dev", continued_first_execution),
+    ("dev", continued_middle_execution),
+    ("dev", continued_last_execution),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
@@ -1519,7 +1570,10 @@ def _write(path: Path, text: str) -> None:
 async def _record_on(env: WorkflowEnvironment, shape: Shape, home: Path) -> WorkflowHistory:
     async with rig(env, shape.server, home) as r:
         run = await shape.record(r)
-    return await env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    # A continued Run's shapes name the execution they record (else the latest).
+    execution = run.execution if isinstance(run, ExecutionHandle) else None
+    handle = env.client.get_workflow_handle(run.workflow_id, run_id=execution)
+    return await handle.fetch_history()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,37 @@
+"""Reading a continued Run's records as one gapless sequence across its executions.
+
+A Run that continued as new (``_continue.py``) keeps each execution's records in that
+execution; ``psych.records`` of the current one answers its own and lists the earlier
+ones (``RecordsPage.earlier``: run id and seq range). A closed execution still answers
+queries (a worker replays it), so a reader asks the one holding ``after + 1``. Every
+reader of records (``PsychClient.records``, ``stream``, ``report``, the CLI) goes through
+``chain_page``; a pushed stream calls it with its own way of querying an execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from psych_runtime.workflows._contract import RecordsPage, RecordsQuery
+
+QueryExecution = Callable[[str | None, RecordsQuery], Awaitable[RecordsPage]]
+"""Ask ``psych.records`` of one execution: by Temporal run id, or None for the current."""
+
+
+async def chain_page(query_execution: QueryExecution, query: RecordsQuery) -> RecordsPage:
+    """Records with ``seq > query.after`` from whichever execution holds them.
+
+    The page's ``last_seq``, ``settled`` and ``earlier`` are the current execution's (the
+    whole chain's), so a reader pages on until ``last_seq`` as with a single execution.
+    """
+    current = await query_execution(None, query)
+    if not current.earlier or query.after >= current.earlier[-1].last_seq:
+        return current
+    holder = next(s for s in current.earlier if s.last_seq > query.after)
+    older = await query_execution(holder.run_id, query)
+    return RecordsPage(
+        records=older.records,
+        last_seq=current.last_seq,
+        settled=current.settled,
+        earlier=current.earlier,
+    )
