@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._payloads import MODEL_COMPLETE, ModelCallInput
+from psych_runtime.activities._payloads import MODEL_COMPLETE, MODEL_COMPLETE_V2, ModelCallInput
 from psych_runtime.specs import COMPONENT_KINDS, AgentBuilder, Task, parse_component
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
@@ -51,7 +51,7 @@ async def _model_inputs(harness: Harness, run: RunHandle) -> list[ModelCallInput
     async for event in handle.fetch_history_events():
         attributes = event.activity_task_scheduled_event_attributes
         if event.HasField("activity_task_scheduled_event_attributes") and (
-            attributes.activity_type.name == MODEL_COMPLETE
+            attributes.activity_type.name in (MODEL_COMPLETE, MODEL_COMPLETE_V2)
         ):
             (decoded,) = await converter.decode(attributes.input.payloads, [ModelCallInput])
             inputs.append(decoded)
