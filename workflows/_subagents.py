@@ -77,6 +77,21 @@ def place(
     )
 
 
+DEPTH_CHAIN_PATCH = "psych-depth-chain"
+"""Runs that delegated before the one depth rule replay the rule they ran under."""
+
+
+def earlier_depth_refusal(depth: int, parent_cap: int) -> str | None:
+    """The depth rule before ``specs.depth_refusal``: only the parent's own
+    ``max_delegation_depth`` bounded the child's depth (kept for replay)."""
+    if depth > parent_cap:
+        return (
+            f"delegation depth {depth} would exceed max_delegation_depth ({parent_cap}); "
+            "do the task yourself"
+        )
+    return None
+
+
 def delegate_definition(run: ToolCalls) -> ToolDefinition | None:
     """``delegate``'s definition when the Run's agent has subagents."""
     spec = run._spec
@@ -118,8 +133,14 @@ async def delegate(
         known = ", ".join(s.name for s in spec.subagents)
         return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
     placement = place(run._input.depth, run._input.depth_caps, spec, sub.spec)
-    if placement.refusal is not None:
-        return inline(call, "error", placement.refusal)
+    refusal = placement.refusal
+    earlier = earlier_depth_refusal(placement.depth, limits.max_delegation_depth)
+    if (refusal is None) != (earlier is None) and not workflow.patched(DEPTH_CHAIN_PATCH):
+        # A Run that delegated under the earlier rule (only the parent's own cap counted)
+        # replays that decision; only a delegation the two rules decide differently asks.
+        refusal = earlier
+    if refusal is not None:
+        return inline(call, "error", refusal)
     started = run._delegations.get(turn, 0)
     if started >= limits.max_fanout_per_turn:
         return inline(
