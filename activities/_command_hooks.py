@@ -55,6 +55,11 @@ class CommandHook:
             )
         if not self.argv or not all(isinstance(item, str) and item for item in self.argv):
             raise ValueError(f"a command hook's argv must be non-empty strings: {self.argv!r}")
+        if _PLACEHOLDER.search(self.argv[0]):
+            # The model's arguments fill placeholders: in the program it would choose what runs.
+            raise ValueError(
+                f"a command hook's program cannot hold a placeholder: {self.argv[0]!r}"
+            )
         if not 0 < self.timeout_seconds <= 600:
             raise ValueError(f"timeout_seconds must be in (0, 600]: {self.timeout_seconds!r}")
 

@@ -343,16 +343,32 @@ def _say(err: BaseException) -> str:
     return str(err) if isinstance(err, _HookFailed) else f"{type(err).__name__}: {err}"
 
 
+PYTHON_HOOK_SECONDS = 10.0
+"""How long a Python hook may take, as a command hook's deadline: past it the hook counts
+as failed (a pre hook denies, a post or on_error hook is ignored). A sync hook's thread
+cannot be stopped; it is left to finish and its answer is dropped."""
+
+
 async def _call(action: Callable[..., Any], *args: Any) -> Any:
-    """Call a Python hook: an async one awaited, a sync one in a thread (so the activity
-    keeps heartbeating while it runs)."""
-    if inspect.iscoroutinefunction(action):
-        result = await action(*args)
-    else:
-        result = await asyncio.to_thread(action, *args)
-    if inspect.isawaitable(result):  # a callable object with an async __call__
-        result = await result
-    return result
+    """Call a Python hook within ``PYTHON_HOOK_SECONDS``: an async one awaited, a sync one
+    in a thread (so the activity keeps heartbeating while it runs)."""
+
+    async def answer() -> Any:
+        if inspect.iscoroutinefunction(action):
+            result = await action(*args)
+        else:
+            result = await asyncio.to_thread(action, *args)
+        if inspect.isawaitable(result):  # a callable object with an async __call__
+            result = await result
+        return result
+
+    try:
+        async with asyncio.timeout(PYTHON_HOOK_SECONDS) as deadline:
+            return await answer()
+    except TimeoutError:
+        if deadline.expired():
+            raise _HookFailed(f"it did not answer within {PYTHON_HOOK_SECONDS:g} s") from None
+        raise
 
 
 async def _run_pre(hook: Hook, call: HookCall) -> Deny | dict[str, Any] | None:

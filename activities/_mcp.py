@@ -302,7 +302,8 @@ class McpActivities(ActivityClass):
         )
         plan = self.hooks.plan(
             HookCall(
-                f"{input.server.name}__{input.tool}",
+                # The name the model and the records use, so a hook written for it matches.
+                input.name or f"{input.server.name}__{input.tool}",
                 "mcp",
                 input.arguments,
                 input.call_id,

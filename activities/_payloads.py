@@ -598,6 +598,10 @@ class McpToolCall(_Compact):
     """Set for a tool not safe to repeat (``not CatalogEntry.safe_to_repeat``): its outcome
     is reported through the worker's client so it survives a server outage, like a POST
     tool's. Left out (the usual read-only call) on the wire."""
+    name: str | None = None
+    """The name the model called it by (``<server>__<tool>``, sanitised and cut, as the
+    records show it): what tool-call hooks match. None (calls scheduled before it): the
+    hooks match ``<server name>__<tool>``."""
 
     @field_serializer("server")
     def _server(self, server: McpServer) -> dict[str, Any]:

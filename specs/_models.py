@@ -141,7 +141,8 @@ class Limits(_Frozen):
     large_result_bytes: Annotated[int, Field(gt=0)] = 32768
     """Tool results larger than this are stored whole and shown as handle + preview."""
     max_history_records: Annotated[int, Field(ge=0, le=20000)] = 300
-    """How many records a continuing Run carries across continue-as-new."""
+    """How many messages of an earlier Run's conversation a Run continuing it (a thread:
+    ``dispatch(thread=...)``, ``next_run``) shows its model, the latest ones; 0: none."""
 
 
 class SuspensionPolicy(_Frozen):

@@ -296,7 +296,9 @@ class PsychClient(RunActions):
             )
         if idempotency_key is None:
             return handle
-        await self._check_same_input(workflow_id, idempotency_key, version, messages)
+        await self._check_same_input(
+            workflow_id, idempotency_key, version, messages, continued.run if continued else None
+        )
         if not self.search_attributes:
             return handle
         # The key may have reached an existing Run: answer with what that Run runs.
@@ -326,7 +328,12 @@ class PsychClient(RunActions):
         return ThreadRef(run=workflow_id, head=state.conversation_ref)
 
     async def _check_same_input(
-        self, workflow_id: str, key: str, version: Version, messages: tuple[str, ...]
+        self,
+        workflow_id: str,
+        key: str,
+        version: Version,
+        messages: tuple[str, ...],
+        thread: str | None,
     ) -> None:
         """Refuse when the Run ``key`` reached was started with other input.
 
@@ -348,6 +355,8 @@ class PsychClient(RunActions):
             what = f"Version {first.version.hash}, this dispatch {version.hash}"
         elif tuple(first.messages) != messages:
             what = "other messages"
+        elif (first.thread.run if first.thread else None) != thread:
+            what = "another thread"
         else:
             return
         raise PsychError(

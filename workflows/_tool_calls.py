@@ -305,6 +305,7 @@ class ToolCalls(Handlers):
                         large_result_bytes=large,
                         scope=self._input.scope,
                         report_through_client=not entry.safe_to_repeat,
+                        name=entry.name,
                     ),
                     entry,
                     summary=summary,

@@ -125,6 +125,29 @@ async def test_a_failing_or_nonsensical_pre_hook_denies() -> None:
         assert message is not None and "the hook failed" in message
 
 
+async def test_a_python_hook_past_its_deadline_denies(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psych_runtime.activities import _hooks
+
+    monkeypatch.setattr(_hooks, "PYTHON_HOOK_SECONDS", 0.2)
+
+    def slow(c: HookCall) -> None:
+        time.sleep(1.0)
+
+    async def slow_async(c: HookCall) -> None:
+        await asyncio.sleep(5)
+
+    for hook in (slow, slow_async):
+        started = time.monotonic()
+        message = await Hooks().pre("*", hook).plan(call(to="a")).before()
+        assert message is not None and "did not answer within 0.2 s" in message
+        assert time.monotonic() - started < 0.9
+
+
+def test_a_placeholder_in_the_program_is_refused() -> None:
+    with pytest.raises(ValueError, match="program cannot hold a placeholder"):
+        CommandHook.of(["{cmd}", "--check"])
+
+
 async def test_post_rewrites_and_on_error_replaces_or_lets_stand() -> None:
     def redact(c: HookCall, text: str) -> str:
         return text.replace("4111", "****")

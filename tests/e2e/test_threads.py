@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AccessDenied, AgentBuilder, AgentSpec, NotFound, Scope
+from psych_runtime.specs import AccessDenied, AgentBuilder, AgentSpec, NotFound, PsychError, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import NextRunStarted, RunAdmitted, RunHandle, RunStatus
 
@@ -125,6 +125,27 @@ async def test_a_thread_of_another_tenant_or_an_unknown_run_is_refused(harness: 
                 spec(harness, "lost"), "Hello", scope=harness.scope, thread="psych-acme-nosuchrun"
             )
     assert len(harness.fake.requests) == 2  # nothing ran for the refused dispatches
+
+
+async def test_an_idempotency_key_names_its_thread_too(harness: Harness) -> None:
+    # The same key with the same messages but another thread (or none) is another input.
+    client = harness.client
+    async with harness.worker():
+        first = await earlier_run(harness)
+        harness.fake.enqueue(Reply.text("It shipped, as I said."))
+        later = spec(harness, "second")
+        run = await client.dispatch(
+            later, "And now?", scope=harness.scope, thread=first, idempotency_key="k-thread"
+        )
+        await client.result(run, scope=harness.scope)
+        again = await client.dispatch(
+            later, "And now?", scope=harness.scope, thread=first, idempotency_key="k-thread"
+        )
+        assert again.workflow_id == run.workflow_id
+        with pytest.raises(PsychError, match=r"with another input \(another thread\)"):
+            await client.dispatch(
+                later, "And now?", scope=harness.scope, idempotency_key="k-thread"
+            )
 
 
 async def test_next_run_continues_the_thread(harness: Harness) -> None:
