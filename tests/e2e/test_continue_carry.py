@@ -1,0 +1,151 @@
+"""Continue-as-new carries the compose features' per-Run state: the task list, compaction's
+cut and the spawned children a later turn collects (``workflows/_carry.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from psych_runtime.activities import SUMMARISER_PROMPT
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall, Usage
+from psych_runtime.workflows import (
+    CompactionApplied,
+    Record,
+    RunContinued,
+    RunHandle,
+    RunStatus,
+    TasksUpdated,
+    ToolCallStarted,
+)
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+LEAD = "You lead the work."
+PLAN = [{"title": "Find x", "status": "in_progress"}]
+
+
+def system(body: dict[str, Any]) -> str:
+    first = body["messages"][0]
+    return str(first["content"]) if first["role"] == "system" else ""
+
+
+def last(body: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = body["messages"][-1]
+    return message
+
+
+async def all_records(harness: Harness, run: RunHandle) -> list[Record]:
+    records: list[Record] = []
+    while True:
+        page = await harness.client.records(run, scope=harness.scope, after=len(records))
+        records.extend(page.records)
+        if len(records) >= page.last_seq:
+            return records
+
+
+async def test_the_task_list_and_a_settled_spawned_child_cross_the_cut(harness: Harness) -> None:
+    child_answered = asyncio.Event()
+
+    @harness.registry.register
+    async def nap(seconds: float) -> str:
+        """Wait a moment."""
+        await child_answered.wait()
+        await asyncio.sleep(seconds)
+        return "rested"
+
+    spec = (
+        AgentBuilder("lead", registry=harness.registry)
+        .model("fake-model")
+        .instructions(LEAD)
+        .tool("nap")
+        .tasks()
+        .spawn(tools=["nap"])
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        message = last(body)
+        if LEAD not in system(body):  # the spawned child
+            child_answered.set()
+            return Reply.text("x = 42")
+        if message["role"] == "user":
+            return Reply.tool_calls(
+                ToolCall("update_tasks", {"tasks": PLAN}),
+                ToolCall("spawn", {"name": "finder", "instructions": "You find x.", "task": "x?"}),
+            )
+        if message["content"] == "rested":
+            return Reply.tool_calls(ToolCall("wait_children", {}))
+        if message["content"].startswith("[{"):
+            (ending,) = json.loads(message["content"])
+            return Reply.text(f"lead: {ending['answer']}")
+        # The spawn's and update_tasks' results: rest until the child has answered.
+        return Reply.tool_calls(ToolCall("nap", {"seconds": 0.5}))
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "find x", scope=harness.scope, continue_after_events=1
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness, run)
+        state = await harness.client.status(run, scope=harness.scope)
+        prompts = [system(body) for body in harness.fake.requests if LEAD in system(body)]
+
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "lead: x = 42"  # collected after the cut, from the carry
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    continued = [r.seq for r in records if isinstance(r, RunContinued)]
+    wait = next(r for r in records if isinstance(r, ToolCallStarted) and r.tool == "wait_children")
+    assert continued and continued[0] < wait.seq
+    (updated,) = [r for r in records if isinstance(r, TasksUpdated)]
+    assert [t.model_dump() for t in updated.tasks] == PLAN
+    assert [t.model_dump() for t in state.tasks] == PLAN
+    # Every call after the change, in every execution, shows the list.
+    assert all("Task list:\n- [in_progress] Find x" in p for p in prompts[1:])
+
+
+async def test_compaction_goes_on_from_its_cut_after_the_cut(harness: Harness) -> None:
+    # Every call's prompt is over the trigger, one turn is kept: each boundary compacts,
+    # and each execution compacts past the cut the last one reached, never before it.
+    @harness.registry.register
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n} done"
+
+    spec = (
+        AgentBuilder("steps", registry=harness.registry)
+        .model("fake-model")
+        .tool("step")
+        .compaction(100, keep_recent_turns=1)
+        .build()
+    )
+    big = Usage(input_tokens=500, output_tokens=5)
+    turns = iter(range(1, 100))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if system(body).startswith(SUMMARISER_PROMPT):
+            return Reply.text("Earlier: steps were taken.", usage=Usage(input_tokens=50))
+        n = next(turns)
+        if n > 5:
+            return Reply.text("all steps done", usage=big)
+        return Reply.tool_calls(ToolCall("step", {"n": n}), usage=big)
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "take five steps", scope=harness.scope, continue_after_events=1
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness, run)
+
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert any(isinstance(r, RunContinued) for r in records)
+    cuts = [r.cut_turn for r in records if isinstance(r, CompactionApplied)]
+    assert len(cuts) >= 2
+    assert cuts == sorted(set(cuts)), f"the cut moved back or stood still: {cuts}"
