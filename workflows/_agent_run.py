@@ -122,6 +122,9 @@ class AgentRun(ToolCalls):
                 head=thread.head, max_messages=spec.limits.max_history_records
             )
 
+    def _working(self) -> int:
+        return 0 if self._model_task is None else 1
+
     def _aborting(self) -> None:
         if self._model_task is not None:
             self._model_task.cancel()

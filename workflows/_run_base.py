@@ -273,7 +273,12 @@ class RunBase(abc.ABC):
         return True
 
     def _waiting_only(self) -> bool:
-        return self._suspensions.waiting_only(len(self._open_calls))
+        return self._suspensions.waiting_only(len(self._open_calls) + self._working())
+
+    def _working(self) -> int:
+        """Calls executing beyond the open tool calls (an agent's model call): while one
+        runs the deadline clock runs, even when a spawned child waits for an approval."""
+        return 0
 
     def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
         for call_id, (turn, tool) in sorted(open_calls.items()):
