@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
         workflow_type_for,
     )
-    from psych_runtime.workflows._records import Pending
+    from psych_runtime.workflows._records import Pending, Totals
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 
@@ -82,6 +82,15 @@ async def start_child(
         search_attributes=attributes,
         static_summary=summary,
     )
+
+
+def failed_totals(err: BaseException | None) -> Totals | None:
+    """What a FAILED child spent (its ``RunFailed`` error carries its totals), or None when
+    it ended some other way (cancelled, terminated, timed out)."""
+    cause = err.__cause__ if err is not None else None
+    if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
+        return Totals.model_validate(cause.details[0])
+    return None
 
 
 def report_pending(pending: tuple[Pending, ...]) -> None:

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import AgentSpec, SpawnEnvelope, Version, depth_refusal
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._carry import SpawnedChild
-    from psych_runtime.workflows._children import has_search_attributes
+    from psych_runtime.workflows._children import failed_totals, has_search_attributes
     from psych_runtime.workflows._contract import (
         AgentRunInput,
         ParentBounds,
@@ -261,10 +261,8 @@ def _ended(
         cause = err.__cause__ if err is not None else None
         status, reason = RunStatus.FAILED, _cause(err) if err is not None else "failed"
         if isinstance(cause, ApplicationError) and cause.type == "RunFailed":
-            # A failed Run's totals ride in its error's details.
             reason = cause.message
-            if cause.details and isinstance(cause.details[0], dict):
-                totals = Totals.model_validate(cause.details[0])
+            totals = failed_totals(err) or totals
         elif isinstance(cause, CancelledError | TerminatedError):
             status = RunStatus.ABORTED
     record_end(run, workflow_id, status, reason, answer, totals)

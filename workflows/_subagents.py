@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         subagent_depth_refusal,
         version_hash,
     )
+    from psych_runtime.workflows._children import failed_totals
     from psych_runtime.workflows._contract import ABORT, AbortInput, ParentBounds, RunResult
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import ChildSettled, Pending, RunStatus, Totals
@@ -241,15 +242,6 @@ async def _wind_down(
             settled.known(RunStatus.FAILED, cause_text(err), totals)
         return
     settled.known(result.status, result.reason, result.totals)
-
-
-def failed_totals(err: ChildWorkflowError) -> Totals | None:
-    """What a failed child spent (its ``RunFailed`` error carries its totals), or None when
-    it ended some other way (cancelled, terminated, timed out)."""
-    cause = err.__cause__
-    if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
-        return Totals.model_validate(cause.details[0])
-    return None
 
 
 class _Settled:

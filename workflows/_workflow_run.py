@@ -18,7 +18,7 @@ import json
 from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import CatalogEntry, ToolCallRequest, ToolCatalog
@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         version_hash,
     )
     from psych_runtime.workflows._catalog import resolve
+    from psych_runtime.workflows._children import failed_totals
     from psych_runtime.workflows._contract import (
         ABORT,
         STEER,
@@ -249,7 +250,7 @@ class WorkflowRun(ToolCalls):
         except ChildWorkflowError as err:
             self._running = None
             self._forget_child(child.id)
-            totals = _failed_totals(err)
+            totals = failed_totals(err)
             if totals is not None:
                 self._add_child_totals(totals)
             error = cause_text(err)
@@ -310,11 +311,3 @@ class WorkflowRun(ToolCalls):
                 totals=totals,
             )
         )
-
-
-def _failed_totals(err: ChildWorkflowError) -> Totals | None:
-    """What a failed child spent (its RunFailed error carries its totals)."""
-    cause = err.__cause__
-    if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
-        return Totals.model_validate(cause.details[0])
-    return None

@@ -23,6 +23,7 @@ from psych_runtime.workflows import (
     RunStatus,
     Totals,
 )
+from psych_runtime.workflows._children import failed_totals
 from psych_runtime.workflows._contract import (
     MAX_TEXT_CHARS,
     AbortInput,
@@ -41,7 +42,6 @@ from psych_runtime.workflows._handlers import parse_input
 from psych_runtime.workflows._model_calls import budget_left, ready_model, retry_delay
 from psych_runtime.workflows._record_log import RecordLog
 from psych_runtime.workflows._report import build_report
-from psych_runtime.workflows._subagents import failed_totals
 from psych_runtime.workflows._suspensions import Suspensions
 
 LIMITS = Limits(
