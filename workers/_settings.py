@@ -335,9 +335,11 @@ def bind_settings(loaded: LoadedSettings) -> Hooks:
             entries.append(Hook(declared.stage, declared.pattern, function, declared.python))
     if refused:
         allowed = ", ".join(trusted) or "none"
+        # The other problems go along, so one check names everything to fix.
+        also = ("\nand other problems:\n  " + "\n  ".join(problems)) if problems else ""
         raise AccessDenied(
             "refusing to load Python hooks from untrusted modules (trusted_modules in the "
-            f"global settings file lists: {allowed}):\n  " + "\n  ".join(refused)
+            f"global settings file lists: {allowed}):\n  " + "\n  ".join(refused) + also
         )
     if problems:
         raise SpecError("\n".join(problems))

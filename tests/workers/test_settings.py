@@ -107,6 +107,19 @@ def test_an_untrusted_module_stops_binding_with_a_permission_error(tmp_path: Pat
         worker_hooks(Hooks(), bare, cwd=tmp_path, environ={})
 
 
+def test_an_untrusted_module_and_a_load_problem_are_reported_together(tmp_path: Path) -> None:
+    # psych hooks check prints every problem: the refusal carries the others along.
+    file = write(
+        tmp_path / "g.yaml",
+        TRUSTED + "hooks: {pre: {a: os:system, b: tests.workers._hook_module:missing}}\n",
+    )
+    with pytest.raises(PermissionError) as raised:
+        worker_hooks(Hooks(), file, cwd=tmp_path, environ={})
+    text = str(raised.value)
+    assert "module 'os' is not trusted" in text
+    assert "hooks.pre['b']: cannot load tests.workers._hook_module:missing" in text
+
+
 def test_a_trusted_module_that_does_not_load_is_a_spec_error(tmp_path: Path) -> None:
     file = write(
         tmp_path / "g.yaml",
