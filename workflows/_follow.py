@@ -13,10 +13,10 @@ updates, and an accepted update writes events, measured at ~25 events per subscr
 5-item stream (workflows/README.md, "Following a Run").
 
 Continue-as-new: the workflow id stays and each execution carries on from the seq the last
-one reached. The follower starts at the latest execution and walks back through
-``continued_execution_run_id`` while the records after its seq are older than the
-execution it looks at (``chain_step``); when the execution it follows closes by continuing
-as new, it follows ``new_execution_run_id`` (``successor``).
+one reached. The follower asks the latest execution first; when its answer's ``earlier``
+segments say an earlier execution holds the next record (``_chain.holder``, what
+``PsychClient.records`` uses too), it follows that one; when the execution it follows
+closes by continuing as new, it follows ``new_execution_run_id`` (``successor``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
@@ -36,6 +35,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError
+from psych_runtime.workflows._chain import holder
 from psych_runtime.workflows._contract import QUERY_RECORDS, RecordsPage, RecordsQuery
 from psych_runtime.workflows._records import Record
 
@@ -66,19 +66,6 @@ _NO_ANSWER = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 _RETRIED = (*_NO_ANSWER, RPCStatusCode.RESOURCE_EXHAUSTED)
 
 
-def chain_step(page: RecordsPage, after: int) -> Literal["here", "earlier"]:
-    """Where the records with ``seq > after`` are, given one execution's answer to them.
-
-    ``"earlier"`` when that execution does not hold ``after + 1``: its first record comes
-    later, or it has none left to give although its Run has written past ``after`` (an
-    execution that continued as new before writing anything of its own). A page is cut
-    only after at least one record, so an empty page is never a cut one.
-    """
-    if page.records:
-        return "earlier" if page.records[0].seq > after + 1 else "here"
-    return "earlier" if page.last_seq > after else "here"
-
-
 def successor(close: HistoryEvent) -> str | None:
     """The run id of the execution that continues the Run, from the close event of the one
     before it; None when the Run ended there (completed, failed, terminated...)."""
@@ -87,22 +74,14 @@ def successor(close: HistoryEvent) -> str | None:
     return close.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
 
 
-def predecessor(started: HistoryEvent) -> str | None:
-    """The run id of the execution this one continues, from its started event; None for
-    the Run's first execution."""
-    attributes = started.workflow_execution_started_event_attributes
-    return attributes.continued_execution_run_id or None
-
-
 @dataclass
 class _HistoryWatch:
     """Long-polls one execution's history; sets ``changed`` when a workflow task completed
-    or the execution closed, and keeps its started and close events."""
+    or the execution closed, and keeps its close event."""
 
     client: Client
     execution: WorkflowExecution
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    started: HistoryEvent | None = None
     closed: HistoryEvent | None = None
     error: BaseException | None = None
 
@@ -122,9 +101,7 @@ class _HistoryWatch:
                     request, retry=True
                 )
                 for event in answer.history.events:
-                    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-                        self.started = event
-                    elif event.event_type in CLOSE_EVENTS:
+                    if event.event_type in CLOSE_EVENTS:
                         self.closed = event
                 if self.closed is not None or any(
                     event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
@@ -169,7 +146,7 @@ class RecordFollower:
     async def records(self) -> AsyncIterator[Record]:
         """The records in order, gapless, until ``run_settled`` (or the Run's end)."""
         run_id: str | None = await self._latest()
-        walking_back = True  # until an execution holds ``after + 1``
+        looking = True  # until the execution that holds ``after + 1`` is found
         while run_id is not None:
             async with _watching(self.client, self.workflow_id, run_id) as watch:
                 # Read once the execution has completed a workflow task: the server holds a
@@ -180,11 +157,12 @@ class RecordFollower:
                     # Closed before this query was made: the query sees its last records.
                     closed = watch.closed
                     page = await self._page(run_id)
-                    if walking_back:
-                        if chain_step(page, self.after) == "earlier":
-                            run_id = self._predecessor(watch)
+                    if looking:
+                        earlier = holder(page, self.after)
+                        if earlier is not None:
+                            run_id = earlier
                             break
-                        walking_back = False
+                        looking = False
                     for record in page.records:
                         yield record
                         self.after = record.seq
@@ -206,14 +184,6 @@ class RecordFollower:
         if run_id is None:
             raise PsychError(f"Temporal described {self.workflow_id} without a run id")
         return run_id
-
-    def _predecessor(self, watch: _HistoryWatch) -> str:
-        previous = None if watch.started is None else predecessor(watch.started)
-        if previous is None:
-            raise PsychError(
-                f"Run {self.workflow_id} holds no record {self.after + 1} in any execution"
-            )
-        return previous
 
     async def _page(self, run_id: str) -> RecordsPage:
         handle = self.client.get_workflow_handle(self.workflow_id, run_id=run_id)
