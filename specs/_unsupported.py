@@ -20,7 +20,7 @@ report the same problems in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from pydantic import BaseModel
@@ -100,11 +100,13 @@ the two ``mcp_servers`` ones): a Run admitted then was refused for them, and its
 refuse it again (the workflow's ``psych-mcp`` patch chooses)."""
 
 
-def _walk(spec: BaseModel, fields: Mapping[str, str]) -> list[Problem]:
+def _walk(spec: BaseModel, tables: Sequence[Mapping[str, str]]) -> list[list[Problem]]:
     # Depth-first in declaration order (a field, then what it holds, then the next field),
     # with an explicit stack: a Spec that reached a workflow unvalidated may nest deeper
-    # than the recursion limit allows.
-    problems: list[Problem] = []
+    # than the recursion limit allows. One walk answers for every table (the workflow asks
+    # three at each Run's admission), and a field's default is computed only for a field
+    # some table names.
+    found: list[list[Problem]] = [[] for _ in tables]
     pending: list[tuple[BaseModel, str, str | None]] = [(spec, "", None)]
     while pending:
         model, prefix, field = pending.pop()
@@ -113,10 +115,14 @@ def _walk(spec: BaseModel, fields: Mapping[str, str]) -> list[Problem]:
             pending.extend((model, prefix, name) for name in reversed(cls.model_fields))
             continue
         value = getattr(model, field)
-        reason = fields.get(f"{cls.__name__}.{field}")
-        default = cls.model_fields[field].get_default(call_default_factory=True)
-        if reason is not None and value != default:
-            problems.append(Problem(f"{prefix}{field}", reason))
+        key = f"{cls.__name__}.{field}"
+        reasons = [table.get(key) for table in tables]
+        if any(r is not None for r in reasons) and value != cls.model_fields[field].get_default(
+            call_default_factory=True
+        ):
+            for problems, reason in zip(found, reasons, strict=True):
+                if reason is not None:
+                    problems.append(Problem(f"{prefix}{field}", reason))
         if isinstance(value, BaseModel):
             pending.append((value, f"{prefix}{field}.", None))
         elif isinstance(value, tuple):
@@ -126,7 +132,7 @@ def _walk(spec: BaseModel, fields: Mapping[str, str]) -> list[Problem]:
                 if isinstance(item, BaseModel)
             ]
             pending.extend(reversed(items))
-    return problems
+    return found
 
 
 def unsupported_features(
@@ -142,4 +148,15 @@ def unsupported_features(
         One problem per use, named by its path (``subagents[helper].spec.compaction``),
         in the order the fields are declared.
     """
-    return _walk(spec, fields)
+    return _walk(spec, (fields,))[0]
+
+
+def unsupported_in_tables(
+    spec: AgentSpec | WorkflowSpec, *tables: Mapping[str, str]
+) -> tuple[list[Problem], ...]:
+    """``unsupported_features(spec, table)`` for each of ``tables``, in one walk of the Spec.
+
+    Returns:
+        One list per table, in the order given.
+    """
+    return tuple(_walk(spec, tables))

@@ -24,10 +24,14 @@ with workflow.unsafe.imports_passed_through():
         Limits,
         Scope,
         WorkflowSpec,
-        unsupported_features,
         version_hash,
     )
-    from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS
+    from psych_runtime.specs._unsupported import (
+        BEFORE_MCP,
+        BEFORE_TASKS,
+        UNSUPPORTED_FIELDS,
+        unsupported_in_tables,
+    )
     from psych_runtime.workflows._carry import Segment, SpawnedChild, TaskList
     from psych_runtime.workflows._children import (
         STATUS_KEY,
@@ -183,9 +187,9 @@ class RunBase(abc.ABC):
                     f"{workflow.info().workflow_id!r}",
                 )
             )
-        unsupported = unsupported_features(spec)
-        before_tasks = unsupported_features(spec, BEFORE_TASKS)
-        before = unsupported_features(spec, BEFORE_MCP)
+        unsupported, before_tasks, before = unsupported_in_tables(
+            spec, UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP
+        )
         if before != before_tasks and not workflow.patched("psych-mcp"):
             # Admitted before MCP was implemented (so refused for its servers): replay
             # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.

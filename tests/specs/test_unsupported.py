@@ -30,7 +30,7 @@ from psych_runtime.specs import (
     unsupported_features,
     validate,
 )
-from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS
+from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS, unsupported_in_tables
 
 SPECS_DIR = Path(specs.__file__).resolve().parent
 
@@ -242,3 +242,29 @@ def test_the_earlier_tables_are_frozen_literals_of_their_time() -> None:
         "AgentSpec.mcp_servers",
         "WorkflowSpec.mcp_servers",
     }
+
+
+def test_one_walk_answers_for_every_table_as_separate_walks_do() -> None:
+    # The workflow asks three tables at each admission in one walk (unsupported_in_tables).
+    spec = agent(
+        a2a_peers=[A2APeer(name="peer", url="https://peer.test")],
+        tasks_enabled=True,
+        spawn=SpawnEnvelope(),
+        subagents=[
+            SubagentRef(
+                name="h",
+                description="d" * 20,
+                spec=agent(compaction=CompactionPolicy(trigger_tokens=1000)),
+            )
+        ],
+    )
+    tables = (UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP)
+    together = unsupported_in_tables(spec, *tables)
+    assert together == tuple(unsupported_features(spec, table) for table in tables)
+    assert [p.path for p in together[0]] == ["a2a_peers"]
+    assert [p.path for p in together[1]] == [
+        "a2a_peers",
+        "subagents[h].spec.compaction",
+        "spawn",
+        "tasks_enabled",
+    ]
