@@ -94,6 +94,25 @@ async def publishes(env: WorkflowEnvironment, workflow_id: str) -> int:
     )
 
 
+def gated_lookup(harness: Harness) -> asyncio.Event:
+    """Register ``lookup``, which answers once the returned event is set."""
+    gate = asyncio.Event()
+
+    @harness.registry.register
+    async def lookup(term: str) -> str:
+        """Look a term up."""
+        await gate.wait()
+        return f"{term} = 42"
+
+    return gate
+
+
+def lead_agent(harness: Harness) -> AgentBuilder:
+    """The lead agent every test starts from, its model calls priced."""
+    priced(harness)
+    return AgentBuilder("lead", registry=harness.registry).model("fake-model").instructions(LEAD)
+
+
 def spawn_call(name: str = "finder", *, id: str | None = None, **extra: Any) -> ToolCall:
     arguments = {"name": name, "instructions": f"You are {name}.", "task": "what is x?"}
     if id is None:
@@ -104,23 +123,8 @@ def spawn_call(name: str = "finder", *, id: str | None = None, **extra: Any) -> 
 async def test_spawn_and_wait_returns_the_answer_and_rolls_up_usage_and_cost(
     harness: Harness,
 ) -> None:
-    gate = asyncio.Event()
-
-    @harness.registry.register
-    async def lookup(term: str) -> str:
-        """Look a term up."""
-        await gate.wait()
-        return f"{term} = 42"
-
-    priced(harness)
-    spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
-        .tool("lookup")
-        .spawn(tools=["lookup"])
-        .build()
-    )
+    gate = gated_lookup(harness)
+    spec = lead_agent(harness).tool("lookup").spawn(tools=["lookup"]).build()
 
     def respond(body: dict[str, Any]) -> Reply:
         message = last(body)
@@ -200,11 +204,8 @@ async def test_each_bound_is_a_refusal_the_model_reads_and_nothing_starts(
         """Wipe everything (the lead has it; a child may not)."""
         return "wiped"
 
-    priced(harness)
     spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
+        lead_agent(harness)
         .tool("lookup")
         .tool("wipe")
         .spawn(tools=["lookup"], models=["fake-model"], max_alive=1)
@@ -259,14 +260,7 @@ async def test_each_bound_is_a_refusal_the_model_reads_and_nothing_starts(
 async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
     harness: Harness,
 ) -> None:
-    priced(harness)
-    spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
-        .spawn(max_depth=1)
-        .build()
-    )
+    spec = lead_agent(harness).spawn(max_depth=1).build()
     # A subagent at delegation depth 1 whose own cap is 1: its child would be depth 2.
     worker = (
         AgentBuilder("worker", registry=harness.registry)
@@ -317,23 +311,8 @@ async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
 async def test_message_child_steers_a_live_child_and_is_absent_without_may_message(
     harness: Harness,
 ) -> None:
-    gate = asyncio.Event()
-
-    @harness.registry.register
-    async def lookup(term: str) -> str:
-        """Look a term up."""
-        await gate.wait()
-        return f"{term} = 42"
-
-    priced(harness)
-    spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
-        .tool("lookup")
-        .spawn()
-        .build()
-    )
+    gate = gated_lookup(harness)
+    spec = lead_agent(harness).tool("lookup").spawn().build()
     quiet = (
         AgentBuilder("quiet", registry=harness.registry)
         .model("fake-model")
@@ -389,24 +368,8 @@ async def test_message_child_steers_a_live_child_and_is_absent_without_may_messa
 async def test_children_alive_when_the_parent_settles_are_aborted_and_recorded(
     harness: Harness,
 ) -> None:
-    gate = asyncio.Event()
-
-    @harness.registry.register
-    async def lookup(term: str) -> str:
-        """Look a term up (never answers here)."""
-        await gate.wait()
-        return f"{term} = 42"
-
-    priced(harness)
-    spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
-        .tool("lookup")
-        .spawn()
-        .suspension(children_expires_seconds=2)
-        .build()
-    )
+    gate = gated_lookup(harness)
+    spec = lead_agent(harness).tool("lookup").spawn().suspension(children_expires_seconds=2).build()
 
     def respond(body: dict[str, Any]) -> Reply:
         message = last(body)
@@ -507,14 +470,7 @@ async def test_a_spawned_child_survives_a_worker_kill_pinned_to_its_hash(
 
 
 async def test_a_failed_child_reaches_the_parent_as_a_typed_ending(harness: Harness) -> None:
-    priced(harness)
-    spec = (
-        AgentBuilder("lead", registry=harness.registry)
-        .model("fake-model")
-        .instructions(LEAD)
-        .spawn()
-        .build()
-    )
+    spec = lead_agent(harness).spawn().build()
 
     def respond(body: dict[str, Any]) -> Reply:
         message = last(body)
