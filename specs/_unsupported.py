@@ -80,12 +80,8 @@ implemented (issue 10): a Run admitted then was refused for ``tasks_enabled``,
 
 BEFORE_MCP: Mapping[str, str] = MappingProxyType(
     {
-        "AgentSpec.a2a_peers": _A2A,
-        "AgentSpec.compaction": _COMPACTION,
-        "AgentSpec.components_enabled": _COMPONENTS,
-        "AgentSpec.spawn": _SPAWN,
-        "AgentSpec.tasks_enabled": _TASKS,
-        "McpServer.oauth": _OAUTH,
+        # BEFORE_TASKS is frozen too, so spreading it keeps this table what it was.
+        **BEFORE_TASKS,
         "AgentSpec.mcp_servers": (
             "MCP servers are not implemented by this runtime yet; "
             "the agent would run without their tools"

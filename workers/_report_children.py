@@ -7,7 +7,7 @@ the progress line of a ``child_settled`` record.
 
 from __future__ import annotations
 
-from psych_runtime.workflows import ChildReport, ChildSettled, RunReport, Totals
+from psych_runtime.workflows import ChildSettled, RunReport, Totals
 
 
 def _spent(totals: Totals) -> str:
@@ -24,7 +24,7 @@ def _short(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def child_line(child: ChildReport) -> str:
+def child_line(child: ChildSettled) -> str:
     """One child's ending and spending, as the report shows it."""
     return (
         f"{child.run} ({child.agent}, {child.via}) {child.status}: {_spent(child.totals)}; "

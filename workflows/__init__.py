@@ -72,7 +72,6 @@ from psych_runtime.workflows._records import (
     TurnStarted,
 )
 from psych_runtime.workflows._report import (
-    ChildReport,
     McpDiscoveryReport,
     ModelCallReport,
     RunReport,
@@ -88,7 +87,6 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
-    "ChildReport",
     "ChildSettled",
     "ChildSpawned",
     "CompactionApplied",

@@ -88,22 +88,6 @@ class McpDiscoveryReport(_Frozen):
     error: str | None = None
 
 
-class ChildReport(_Frozen):
-    """One child Run a tool call started (``delegate``, ``spawn``): how it ended and what it
-    spent, its own children's spending included (rolled up into the parent's totals)."""
-
-    turn: int
-    call_id: str
-    run: str
-    """The child's workflow id (``psych report <run>`` shows its own calls)."""
-    agent: str
-    via: Literal["delegate", "spawn"]
-    version_hash: str
-    status: RunStatus
-    reason: str
-    totals: Totals
-
-
 class StepReport(_Frozen):
     """One workflow step: what it was given, what it gave, and its child Run's report."""
 
@@ -163,7 +147,7 @@ class RunReport(_Frozen):
     """Each summariser call, in order (its usage and cost are in ``totals``)."""
     thread: ThreadRef | None = None
     """The earlier Run this Run continues."""
-    children: tuple[ChildReport, ...] = ()
+    children: tuple[ChildSettled, ...] = ()
     """Each delegated or spawned child Run, in the order they ended."""
     left_out: tuple[LeftOut, ...] = ()
     """A subagent's tools and MCP servers its parent did not grant, each with why."""
@@ -187,7 +171,7 @@ def build_report(
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
     compactions: list[CompactionApplied | CompactionFailed] = []
-    children_settled: list[ChildReport] = []
+    children_settled: list[ChildSettled] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -284,19 +268,7 @@ def build_report(
         elif isinstance(record, CompactionApplied | CompactionFailed):
             compactions.append(record)
         elif isinstance(record, ChildSettled):
-            children_settled.append(
-                ChildReport(
-                    turn=record.turn,
-                    call_id=record.call_id,
-                    run=record.run,
-                    agent=record.agent,
-                    via=record.via,
-                    version_hash=record.version_hash,
-                    status=record.status,
-                    reason=record.reason,
-                    totals=record.totals,
-                )
-            )
+            children_settled.append(record)
         elif isinstance(record, RunSettled):
             settled = record
     display = display_of(records)
