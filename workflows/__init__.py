@@ -38,7 +38,6 @@ from psych_runtime.workflows._contract import (
     WorkflowRunInput,
     workflow_id_for,
 )
-from psych_runtime.workflows._display_report import ComponentReport, ContextReport
 from psych_runtime.workflows._records import (
     AbortRequested,
     ChildSettled,
@@ -91,10 +90,8 @@ __all__ = [
     "ChildSpawned",
     "CompactionApplied",
     "CompactionFailed",
-    "ComponentReport",
     "ComponentShown",
     "ContextProvided",
-    "ContextReport",
     "DEFAULT_TASK_QUEUE",
     "McpDiscovered",
     "McpDiscoveryReport",

@@ -12,11 +12,12 @@ from psych_runtime.specs import LeftOut, Task
 from psych_runtime.workflows._contract import (
     RunState,
 )
-from psych_runtime.workflows._display_report import ComponentReport, ContextReport, display_of
 from psych_runtime.workflows._records import (
     ChildSettled,
     CompactionApplied,
     CompactionFailed,
+    ComponentShown,
+    ContextProvided,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -27,6 +28,7 @@ from psych_runtime.workflows._records import (
     StepFinished,
     StepKind,
     StepStarted,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallStatus,
@@ -139,9 +141,9 @@ class RunReport(_Frozen):
     tasks: tuple[Task, ...] = ()
     """The task list as the Run last set it (``update_tasks``)."""
     task_updates: int = 0
-    components: tuple[ComponentReport, ...] = ()
+    components: tuple[ComponentShown, ...] = ()
     """Every component shown (``show_component``), in order."""
-    context: tuple[ContextReport, ...] = ()
+    context: tuple[ContextProvided, ...] = ()
     """Each model call's per-turn context: blocks shown by reference, providers skipped."""
     compactions: tuple[CompactionApplied | CompactionFailed, ...] = ()
     """Each summariser call, in order (its usage and cost are in ``totals``)."""
@@ -172,6 +174,10 @@ def build_report(
     discoveries: list[McpDiscoveryReport] = []
     compactions: list[CompactionApplied | CompactionFailed] = []
     children_settled: list[ChildSettled] = []
+    tasks: tuple[Task, ...] = ()
+    task_updates = 0
+    components: list[ComponentShown] = []
+    context: list[ContextProvided] = []
     for record in records:
         if isinstance(record, StepStarted):
             started_at[record.step] = record.at
@@ -269,9 +275,14 @@ def build_report(
             compactions.append(record)
         elif isinstance(record, ChildSettled):
             children_settled.append(record)
+        elif isinstance(record, TasksUpdated):
+            tasks, task_updates = record.tasks, task_updates + 1
+        elif isinstance(record, ComponentShown):
+            components.append(record)
+        elif isinstance(record, ContextProvided):
+            context.append(record)
         elif isinstance(record, RunSettled):
             settled = record
-    display = display_of(records)
     return RunReport(
         workflow_id=workflow_id,
         run_id=state.run_id,
@@ -293,10 +304,10 @@ def build_report(
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
-        tasks=display.tasks,
-        task_updates=display.task_updates,
-        components=display.components,
-        context=display.context,
+        tasks=tasks,
+        task_updates=task_updates,
+        components=tuple(components),
+        context=tuple(context),
         compactions=tuple(compactions),
         thread=admitted.thread if admitted else None,
         children=tuple(children_settled),
