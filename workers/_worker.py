@@ -23,7 +23,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities._blob_config import blob_store_from_env
@@ -68,7 +68,10 @@ would leave a call's last heartbeat that much older than an outage)."""
 POLLER_LIVE_SECONDS = 90.0
 """A poller the server last saw longer ago than this is taken for a stopped worker. An
 idle worker's long poll lasts about a minute, so a live one is always seen within it."""
-_POLICY_IN_IDENTITY = re.compile(r"\spolicy=([0-9a-f]{8})$")
+_POLICY_IN_IDENTITY = re.compile(r"(?:\+|\spolicy=)([0-9a-f]{8})$")
+"""The policy digest at the end of a worker identity: ``<pid>@<host>+<digest>``, or
+``psych@<host>:<pid> policy=<digest>`` as workers before it wrote it (still read, so a
+fleet being upgraded is checked across both)."""
 
 
 @dataclass
@@ -117,6 +120,12 @@ class WorkerSettings:
         versions: where ``psych.version.publish`` stores the Versions a Run composes (a
             spawned child's; ``PSYCH_STORE``, default the directory ``.psych/versions``, as
             for ``psych publish``). Give it the store the fleet's PsychClient uses.
+        workflow_sandbox: run AgentRun and WorkflowRun in Temporal's workflow sandbox
+            (``PSYCH_WORKFLOW_SANDBOX=1``; default off: they are psych's own code, replayed
+            under the sandbox by the test suite, and the sandbox costs a third of a turn's
+            worker CPU; see workers/README.md, "The workflow sandbox"). Your own workflow
+            classes (a ``workflows`` option) always get the sandbox unless you pass a
+            ``workflow_runner``.
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -138,6 +147,7 @@ class WorkerSettings:
     versions: VersionStore = field(
         default_factory=lambda: FileVersionStore(Path(DEFAULT_HOME) / "versions")
     )
+    workflow_sandbox: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -165,6 +175,7 @@ class WorkerSettings:
             outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
+            workflow_sandbox=_truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
         )
 
 
@@ -344,14 +355,23 @@ def activities_for(
 
 
 def worker_identity(policy: Policy, base: str | None = None) -> str:
-    """The Temporal identity of a psych worker: ``psych@<host>:<pid> policy=<digest>``.
+    """The Temporal identity of a psych worker: ``<pid>@<host>+<digest>``.
 
-    The digest (``policy_digest``) lets every worker of a task queue see, through
-    ``DescribeTaskQueue``, whether the others decide approvals as it does. ``base``
-    replaces ``psych@<host>:<pid>``.
+    Temporal's own default (``<pid>@<host>``) plus the policy digest (``policy_digest``),
+    which lets every worker of a task queue see, through ``DescribeTaskQueue``, whether
+    the others decide approvals as it does. ``base`` replaces ``<pid>@<host>``. Short on
+    purpose: the identity is written into about ten history events per turn (every
+    workflow and activity task started and completed), so each character costs a Run
+    ten bytes a turn.
     """
-    who = base or f"psych@{socket.gethostname()}:{os.getpid()}"
-    return f"{who} policy={policy_digest(policy)}"
+    who = base or f"{os.getpid()}@{socket.gethostname()}"
+    return f"{who}+{policy_digest(policy)}"
+
+
+def digest_in_identity(identity: str) -> str | None:
+    """The policy digest a worker identity ends with (either form), or None."""
+    found = _POLICY_IN_IDENTITY.search(identity)
+    return None if found is None else found.group(1)
 
 
 async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) -> None:
@@ -388,12 +408,12 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
                 return
             raise
         for poller in response.pollers:
-            found = _POLICY_IN_IDENTITY.search(poller.identity)
+            digest = digest_in_identity(poller.identity)
             seen = poller.last_access_time.ToDatetime(tzinfo=UTC)
-            if found is None or now - seen > timedelta(seconds=POLLER_LIVE_SECONDS):
+            if digest is None or now - seen > timedelta(seconds=POLLER_LIVE_SECONDS):
                 continue
-            if found.group(1) != ours:
-                others[poller.identity] = found.group(1)
+            if digest != ours:
+                others[poller.identity] = digest
     if others:
         listed = ", ".join(f"{who!r} (policy={digest})" for who, digest in sorted(others.items()))
         raise PsychError(
@@ -438,9 +458,14 @@ def build_worker(
     if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
         raise SpecError("connect the Temporal client with plugins=[PsychPlugin()]")
     settings = sealed(client, settings)
+    own_workflows = "workflows" not in worker_options
     workflows: Sequence[type] = worker_options.pop("workflows", (AgentRun, WorkflowRun))
     if role != WORKFLOWS_ROLE:
         workflows = []
+    elif own_workflows and not settings.workflow_sandbox:
+        # psych's own workflows leave the sandbox (WorkerSettings.workflow_sandbox); the
+        # plugin keeps a runner that is not sandboxed as it is.
+        worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
     for option, value in settings.concurrency.worker_options(role).items():

@@ -6,6 +6,7 @@ next to something else that configures the same settings, and checks that both s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -18,7 +19,7 @@ from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_
 from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Plugin as WorkerPlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from psych_runtime.activities import FileVersionStore
@@ -80,10 +81,11 @@ def passthrough_of(kind: str) -> str:
 
 
 async def run_hello(
-    harness: Harness, client: Client, plugins: Sequence[WorkerPlugin]
-) -> tuple[str, set[str]]:
-    """Run one AgentRun through ``client`` on a worker with extra ``plugins``; return its
-    workflow id and the passthrough modules of the runner that worker used."""
+    harness: Harness, client: Client, plugins: Sequence[WorkerPlugin], *, sandbox: bool = True
+) -> tuple[str, WorkflowRunner]:
+    """Run one AgentRun through ``client`` on a worker with extra ``plugins`` (in the
+    workflow sandbox, or not: ``WorkerSettings.workflow_sandbox``); return its workflow id
+    and the runner that worker used."""
     psych = PsychClient(
         client,
         store=FileVersionStore(harness.home / "versions"),
@@ -92,14 +94,14 @@ async def run_hello(
     )
     spec = AgentBuilder("composed").model("fake-model").build()
     harness.fake.enqueue(Reply.text("hello"))
-    async with run_worker(client, harness.settings, plugins=list(plugins)) as worker:
+    settings = dataclasses.replace(harness.settings, workflow_sandbox=sandbox)
+    async with run_worker(client, settings, plugins=list(plugins)) as worker:
         run = await psych.dispatch(spec, "hi", scope=harness.scope)
         result = await psych.result(run, scope=harness.scope)
         runner = worker.config(active_config=True)["workflow_runner"]
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "hello"
-    assert isinstance(runner, SandboxedWorkflowRunner)
-    return run.workflow_id, set(runner.restrictions.passthrough_modules)
+    return run.workflow_id, runner
 
 
 @pytest.mark.parametrize("kind", ["tracing", "extra"])
@@ -118,13 +120,33 @@ async def test_other_plugins_passthrough_survives(
     base = harness.env.client
     client = Client(base.service_client, namespace=base.namespace, plugins=client_plugins)
 
-    _, passthrough = await run_hello(harness, client, worker_plugins)
+    _, runner = await run_hello(harness, client, worker_plugins)
 
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    passthrough = set(runner.restrictions.passthrough_modules)
     assert passthrough_of(kind) in passthrough
     assert set(SANDBOX_PASSTHROUGH) <= passthrough
     if kind == "tracing":
         # The tracing plugin still works inside the sandbox we share with it.
         assert "RunWorkflow:AgentRun" in {s.name for s in spans.get_finished_spans()}
+
+
+@pytest.mark.parametrize("order", ["psych-first", "psych-last"])
+async def test_tracing_plugin_traces_the_unsandboxed_default(
+    harness: Harness, spans: InMemorySpanExporter, order: str
+) -> None:
+    # psych's workflows leave the sandbox by default (workers/README, "The workflow
+    # sandbox"): Temporal's tracing plugin keeps that runner and still traces the Run.
+    plugins: list[Plugin] = [PsychPlugin(), other_plugin("tracing")]
+    if order == "psych-last":
+        plugins.reverse()
+    base = harness.env.client
+    client = Client(base.service_client, namespace=base.namespace, plugins=plugins)
+
+    _, runner = await run_hello(harness, client, [], sandbox=False)
+
+    assert isinstance(runner, UnsandboxedWorkflowRunner)
+    assert "RunWorkflow:AgentRun" in {s.name for s in spans.get_finished_spans()}
 
 
 class MarkingCodec(PayloadCodec):
@@ -155,7 +177,7 @@ async def test_user_codec_is_kept_end_to_end(harness: Harness) -> None:
         plugins=[PsychPlugin()],
     )
 
-    workflow_id, _ = await run_hello(harness, client, [])
+    workflow_id, _ = await run_hello(harness, client, [], sandbox=False)
 
     # What the server stored went through the codec (read raw, without decoding).
     history = await base.get_workflow_handle(workflow_id).fetch_history()

@@ -163,8 +163,8 @@ async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
         for event in history.events
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
     ]
-    by_a = [name for name, who in ran_by if f":{first.pid} " in who]
-    by_b = [name for name, who in ran_by if second is not None and f":{second.pid} " in who]
+    by_a = [name for name, who in ran_by if who.startswith(f"{first.pid}@")]
+    by_b = [name for name, who in ran_by if second is not None and who.startswith(f"{second.pid}@")]
     assert MODEL_CALL in by_a and TOOL_CALL not in by_a
     assert TOOL_CALL in by_b and MODEL_CALL in by_b
     assert len(fake.requests) == 2

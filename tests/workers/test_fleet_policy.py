@@ -4,7 +4,9 @@ from a live one's refuses to start, against the session dev server."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +24,7 @@ from psych_runtime.activities import (
 )
 from psych_runtime.specs import Scope
 from psych_runtime.workers import worker_identity
+from psych_runtime.workers._worker import digest_in_identity
 
 from .conftest import TOOLS_REF, Cli, read_until, spawn
 
@@ -65,8 +68,14 @@ def test_policy_descriptions_are_stable_and_readable() -> None:
     assert policy_description(Custom()) == f"{module}.Custom"
     assert policy_description(Described(50)) == f"{module}.Described(refunds up to 50)"
     assert policy_digest(Described(50)) != policy_digest(Described(90))
-    assert worker_identity(asking).endswith(f" policy={policy_digest(asking)}")
-    assert worker_identity(asking, "w1") == f"w1 policy={policy_digest(asking)}"
+    here = f"{os.getpid()}@{socket.gethostname()}"
+    assert worker_identity(asking) == f"{here}+{policy_digest(asking)}"
+    assert worker_identity(asking, "w1") == f"w1+{policy_digest(asking)}"
+    # Both forms are read: this one, and the one workers wrote before it (a fleet being
+    # upgraded has both on its queues).
+    assert digest_in_identity(worker_identity(asking)) == policy_digest(asking)
+    assert digest_in_identity("psych@host:12 policy=0123abcd") == "0123abcd"
+    assert digest_in_identity("12@host") is None
 
 
 async def poller_identities(cli: Cli) -> set[str]:

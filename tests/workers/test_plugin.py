@@ -32,6 +32,7 @@ from temporalio.workflow import SandboxImportNotificationPolicy
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import SANDBOX_PASSTHROUGH, PsychPlugin, WorkerSettings, build_worker
+from psych_runtime.workflows import AgentRun
 
 
 class NoopCodec(PayloadCodec):
@@ -102,15 +103,41 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def runner_of(
-    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient, given: WorkflowRunner
+    dev_env: WorkflowEnvironment,
+    tmp_path: Path,
+    http: httpx.AsyncClient,
+    given: WorkflowRunner | None,
+    *,
+    sandbox: bool = False,
+    **options: Any,
 ) -> WorkflowRunner:
-    """The runner a psych worker built with ``given`` ends up with."""
+    """The runner a psych worker built with ``given`` (None: no runner option) ends up with."""
     task_queue = f"plugin-{uuid.uuid4().hex[:12]}"
-    settings = WorkerSettings(task_queue=task_queue, blobs=LocalBlobStore(tmp_path))
-    built = build_worker(psych_client(dev_env), settings, http=http, workflow_runner=given)
+    settings = WorkerSettings(
+        task_queue=task_queue, blobs=LocalBlobStore(tmp_path), workflow_sandbox=sandbox
+    )
+    if given is not None:
+        options["workflow_runner"] = given
+    built = build_worker(psych_client(dev_env), settings, http=http, **options)
     # Started and stopped, so no half-made worker outlives the test.
     async with built:
         return built.config(active_config=True)["workflow_runner"]
+
+
+async def test_psych_workflows_leave_the_sandbox_unless_asked(
+    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    # Default: psych's own workflows run unsandboxed (workers/README, "The workflow sandbox").
+    assert isinstance(await runner_of(dev_env, tmp_path, http, None), UnsandboxedWorkflowRunner)
+    # workflow_sandbox (PSYCH_WORKFLOW_SANDBOX=1) puts them back in it, with our passthrough.
+    asked = await runner_of(dev_env, tmp_path, http, None, sandbox=True)
+    assert isinstance(asked, SandboxedWorkflowRunner)
+    assert set(SANDBOX_PASSTHROUGH) <= asked.restrictions.passthrough_modules
+    assert WorkerSettings.from_env({"PSYCH_WORKFLOW_SANDBOX": "1"}).workflow_sandbox
+    assert not WorkerSettings.from_env({}).workflow_sandbox
+    # Someone else's workflow classes keep Temporal's default sandbox.
+    theirs = await runner_of(dev_env, tmp_path, http, None, workflows=[AgentRun])
+    assert isinstance(theirs, SandboxedWorkflowRunner)
 
 
 async def test_unsandboxed_runner_is_kept(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from psych_runtime.workers import PsychPlugin
 from psych_runtime.workflows import AgentRun, WorkflowRun
@@ -34,6 +35,13 @@ def replayer() -> Replayer:
     # The plugin brings what the workers run with: pydantic's data converter, the sandbox
     # and its passthrough list, and the failure types that fail a Run instead of a task.
     return Replayer(workflows=[AgentRun, WorkflowRun], plugins=[PsychPlugin()])
+
+
+def test_the_gate_replays_under_the_sandbox(replayer: Replayer) -> None:
+    # Workers run psych's workflows unsandboxed (workers/README, "The workflow sandbox"):
+    # this gate is where a restricted (non-deterministic) call in them still fails.
+    runner = replayer.config().get("workflow_runner")
+    assert isinstance(runner, SandboxedWorkflowRunner)
 
 
 def load(path: Path) -> WorkflowHistory:
