@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities._blobs import LocalBlobStore, blob_ref
+from psych_runtime.activities._blobs import LocalBlobStore, blob_key, blob_ref
 from psych_runtime.specs import NotFound
 
 
@@ -50,3 +50,18 @@ async def test_a_ref_that_is_not_a_lowercase_sha256_digest_is_refused(
         await store.get(ref)
     with pytest.raises(NotFound, match="not a blob ref"):
         store._path(ref)  # the one path both get and put go through
+
+
+async def test_put_writes_each_blob_once_and_survives_its_shard_being_removed(
+    tmp_path: Path,
+) -> None:
+    store = LocalBlobStore(tmp_path)
+    ref = await store.put(b"one")
+    assert await store.put(b"one") == ref
+    shard = tmp_path / blob_key(ref).split("/")[0]
+    assert [p.name for p in shard.iterdir()] == [blob_key(ref).split("/")[1]]  # no temp left
+    # The store remembers the shard it made; removed behind its back, it is made again.
+    (shard / blob_key(ref).split("/")[1]).unlink()
+    shard.rmdir()
+    assert await store.put(b"one") == ref
+    assert await store.get(ref) == b"one"
