@@ -137,6 +137,8 @@ class AgentBench:
             registry=self.registry,
         )
         self.env = env
+        self.model = (fake.base_url, MODEL)
+        """The fake model's base URL and model id (for ``ModelLoop``'s requests)."""
         self._specs: dict[tuple[int, bool], AgentSpec] = {}
         self._workflows: dict[int, WorkflowSpec] = {}
 

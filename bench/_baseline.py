@@ -10,18 +10,23 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from bench._model_request import ModelRequester
 from bench._workflows import (
     BARE_LOOP,
     BASELINE_ACTIVITIES,
     CONVERSATION_LOOP,
+    MODEL_LOOP,
     RESULT_LOOP,
     BareLoop,
     ConversationLoop,
     LoopInput,
+    ModelLoop,
     ResultLoop,
 )
 
@@ -46,22 +51,38 @@ class BaselineBench:
     @classmethod
     @contextlib.asynccontextmanager
     async def running(
-        cls, env: WorkflowEnvironment, *, eager_activities: bool = True
+        cls,
+        env: WorkflowEnvironment,
+        *,
+        eager_activities: bool = True,
+        model: tuple[str, str] | None = None,
+        sandbox: bool = True,
     ) -> AsyncIterator[BaselineBench]:
         """A worker for the baseline workflows, for the block.
 
         ``eager_activities=False`` turns off eager activity dispatch, so every activity
         task also goes through the server's transfer queue (see bench/README.md).
+        ``model`` (the fake model's base URL and model id) adds ``ModelLoop``'s
+        model-request activity. ``sandbox=False`` runs the baselines unsandboxed, as psych's
+        workers run AgentRun (workers/README.md, "The workflow sandbox").
         """
         task_queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
-        async with Worker(
-            env.client,
-            task_queue=task_queue,
-            workflows=[BareLoop, ConversationLoop, ResultLoop],
-            activities=list(BASELINE_ACTIVITIES),
-            disable_eager_activity_execution=not eager_activities,
-        ):
-            yield cls(env, task_queue)
+        async with httpx.AsyncClient() as http:
+            activities: list[Any] = list(BASELINE_ACTIVITIES)
+            if model is not None:
+                activities.append(ModelRequester(model[0], model[1], http).request)
+            runner: WorkflowRunner = (
+                SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner()
+            )
+            async with Worker(
+                env.client,
+                task_queue=task_queue,
+                workflows=[BareLoop, ConversationLoop, ResultLoop, ModelLoop],
+                activities=activities,
+                disable_eager_activity_execution=not eager_activities,
+                workflow_runner=runner,
+            ):
+                yield cls(env, task_queue)
 
     async def _run(self, workflow: str, input: LoopInput, give_up_s: float) -> BaselineRun:
         workflow_id = f"bench-{uuid.uuid4().hex}"
@@ -84,6 +105,13 @@ class BaselineBench:
         run = await self._run(BARE_LOOP, LoopInput(turns=turns, tool=tool), give_up_s=300)
         if run.failure:
             raise RuntimeError(f"bare loop {run.workflow_id} failed: {run.failure}")
+        return run
+
+    async def model_loop(self, turns: int) -> BaselineRun:
+        """One ModelLoop of ``turns`` turns (a model request + a trivial tool activity)."""
+        run = await self._run(MODEL_LOOP, LoopInput(turns=turns), give_up_s=300)
+        if run.failure:
+            raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
         return run
 
     async def results(self, turns: int, result_bytes: int) -> BaselineRun:

@@ -14,7 +14,7 @@ from bench._agent import AgentBench
 from bench._baseline import BaselineBench
 from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
-from bench._workflows import MODEL_ACTIVITY, RESULT_TOOL_ACTIVITY
+from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, RESULT_TOOL_ACTIVITY
 
 AGENT_MODEL_ACTIVITY = "psych.model.complete.v2"
 AGENT_TOOL_ACTIVITY = "psych.tool.code"
@@ -87,6 +87,8 @@ class SequentialResult:
     turns: int
     bare: list[RunSample] = field(default_factory=list)
     agent: list[RunSample] = field(default_factory=list)
+    model_floor: list[RunSample] = field(default_factory=list)
+    """``ModelLoop``: the bare loop whose model activity makes the model request."""
 
 
 def _sample(
@@ -103,16 +105,21 @@ def _sample(
 async def sequential(
     agent: AgentBench, bare: BaselineBench, settings: Settings
 ) -> SequentialResult:
-    """Alternate bare and AgentRun Runs, so drift on a noisy machine hits both alike."""
+    """Alternate bare, model-request and AgentRun Runs, so drift on a noisy machine hits
+    all alike."""
     turns = settings.sequential_turns
     result = SequentialResult(turns=turns)
     # One unmeasured Run of each warms the workers (first sandbox import, connections).
     await bare.bare(turns)
+    await bare.model_loop(turns)
     await agent.run(turns)
     for _ in range(settings.sequential_runs):
         run = await bare.bare(turns)
         facts = await history_facts(bare.handle(run.workflow_id), MODEL_ACTIVITY)
         result.bare.append(_sample(run.wall_ms, turns, facts))
+        run = await bare.model_loop(turns)
+        facts = await history_facts(bare.handle(run.workflow_id), MODEL_REQUEST_ACTIVITY)
+        result.model_floor.append(_sample(run.wall_ms, turns, facts))
         timing = await agent.run(turns)
         facts = await history_facts(agent.handle(timing.workflow_id), AGENT_MODEL_ACTIVITY)
         bodies = await agent.activity_bodies_ms(timing.workflow_id)
@@ -142,6 +149,10 @@ class ThroughputResult:
     turns: int
     bare: list[Batch] = field(default_factory=list)
     agent: list[Batch] = field(default_factory=list)
+    model_floor: list[Batch] = field(default_factory=list)
+    """``ModelLoop`` batches: the bare loop whose model activity makes the model request."""
+    bare_unsandboxed: list[Batch] = field(default_factory=list)
+    """The bare loop on a worker without the workflow sandbox, as psych's workers run."""
 
 
 async def _batch(runs: int, turns: int, start: Callable[[], Awaitable[object]]) -> Batch:
@@ -169,13 +180,15 @@ async def agent_throughput(agent: AgentBench, runs: int, turns: int) -> Batch:
 
 
 async def throughput(
-    agent: AgentBench, bare: BaselineBench, settings: Settings
+    agent: AgentBench, bare: BaselineBench, unsandboxed: BaselineBench, settings: Settings
 ) -> ThroughputResult:
-    """Alternate bare and AgentRun batches."""
+    """Alternate bare (sandboxed, then not), model-request and AgentRun batches."""
     runs, turns = settings.concurrent_runs, settings.concurrent_turns
     result = ThroughputResult(runs=runs, turns=turns)
     for _ in range(settings.concurrent_repeats):
         result.bare.append(await bare_throughput(bare, runs, turns))
+        result.bare_unsandboxed.append(await bare_throughput(unsandboxed, runs, turns))
+        result.model_floor.append(await _batch(runs, turns, lambda: bare.model_loop(turns)))
         result.agent.append(await agent_throughput(agent, runs, turns))
     return result
 

@@ -6,7 +6,10 @@ activity). ``ResultLoop`` is the history floor of section 3: the bare loop whose
 returns ``result_bytes`` each turn (a hand-written workflow doing the same work as an
 AgentRun whose tool returns that much, its conversation by reference).
 ``ConversationLoop`` is what Temporal agent integrations commonly do: every model-call
-activity carries the whole conversation so far as its input.
+activity carries the whole conversation so far as its input. ``ModelLoop`` is the bare loop
+whose "model" activity makes the request a model call makes (``_model_request``): a
+streamed chat completion of the turn's conversation from the benchmark's fake model; what
+it costs over the bare loop is the model call itself, not the runtime.
 
 This module is imported inside the workflow sandbox, so it imports only the standard
 library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
@@ -26,6 +29,8 @@ MODEL_ACTIVITY = "bench.model"
 TOOL_ACTIVITY = "bench.tool"
 CONVERSATION_MODEL_ACTIVITY = "bench.model_on_conversation"
 RESULT_TOOL_ACTIVITY = "bench.tool_result"
+MODEL_LOOP = "bench.model_loop"
+MODEL_REQUEST_ACTIVITY = "bench.model_request"
 
 _TIMEOUT = timedelta(seconds=60)
 
@@ -43,6 +48,13 @@ class LoopInput(_Frozen):
     """Whether each turn runs a tool activity after the model activity."""
     result_bytes: int = 16
     """Size of each tool result (``ConversationLoop``)."""
+
+
+class RequestTurn(_Frozen):
+    """The input of the model-request activity: which turn of how many."""
+
+    turn: int
+    turns: int
 
 
 class ModelTurn(_Frozen):
@@ -147,4 +159,24 @@ class ConversationLoop:
                 start_to_close_timeout=_TIMEOUT,
             )
             conversation += [answer, result]
+        return input.turns
+
+
+@workflow.defn(name=MODEL_LOOP)
+class ModelLoop:
+    """The bare loop whose model activity requests a real (fake-model) chat completion."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        for turn in range(1, input.turns + 1):
+            await workflow.execute_activity(
+                MODEL_REQUEST_ACTIVITY,
+                RequestTurn(turn=turn, turns=input.turns),
+                result_type=str,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            await workflow.execute_activity(
+                TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
+            )
         return input.turns
