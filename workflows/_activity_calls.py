@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import Version
     from psych_runtime.workflows._contract import RunInput
+    from psych_runtime.workflows._shape import has
 
 _R = TypeVar("_R")
 
@@ -125,10 +126,7 @@ def task_queue_for(name: str) -> str | None:
     role = ACTIVITY_ROLES[name]
     if role == WORKFLOWS_ROLE:
         return None
-    if workflow.patched(ROLES_OPT_IN_PATCH):
-        apart = run_input().roles_apart
-    else:
-        apart = workflow.patched(ROLES_PATCH)
+    apart = run_input().roles_apart if has(ROLES_OPT_IN_PATCH) else has(ROLES_PATCH)
     return role_task_queue(workflow.info().task_queue, role) if apart else None
 
 
@@ -215,7 +213,7 @@ async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
     result is completed here with what the workflow sent (the model, the system prompt
     ref), or ``psych.model.complete`` in a Run recorded before it."""
     summary = f"model {call.model}, turn {turn}"
-    if not workflow.patched(MODEL_V2_PATCH):
+    if not has(MODEL_V2_PATCH):
         return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
     slim = await _execute(MODEL_COMPLETE_V2, call, ModelCallResultV2, summary=summary)
     # model_copy does not validate: the two values are the workflow's own, already valid.

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Segment,
     )
     from psych_runtime.workflows._guards import Guards
+    from psych_runtime.workflows._shape import has
 
 if TYPE_CHECKING:
     from psych_runtime.workflows._agent_run import AgentRun
@@ -54,7 +55,7 @@ def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) ->
     info = workflow.info()
     # Both facts come from the workflow task's started event, so replay sees the same.
     over = info.get_current_history_length() >= threshold or info.is_continue_as_new_suggested()
-    return over and workflow.patched(PATCH)
+    return over and has(PATCH)
 
 
 def deadline_used(used: float, started: float | None) -> float:

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
+    from psych_runtime.workflows._shape import has, record_shape
     from psych_runtime.workflows._spawn_collect import end_spawned
     from psych_runtime.workflows._suspensions import Suspensions
 
@@ -82,6 +83,8 @@ class RunBase(abc.ABC):
             with (the Run then fails at once, and its handlers refuse).
         """
         self._bad_input: str | None = None
+        self._shaped = False
+        """Whether this Run recorded ``_shape.SHAPE_PATCH`` (so asks none of its patches)."""
         earlier: tuple[Segment, ...] = ()
         if isinstance(input, str):
             self._bad_input = input
@@ -157,6 +160,8 @@ class RunBase(abc.ABC):
         """Admit the Run, run its body within the deadline, and settle it."""
         if self._bad_input is not None:
             raise ApplicationError(self._bad_input, type="BadInput", non_retryable=True)
+        # First, before any other patch: a Run of this shape asks none of SHAPE_1's.
+        self._shaped = record_shape()
         input = self._input
         spec = input.version.spec
         if spec.kind != self.KIND:
@@ -176,7 +181,7 @@ class RunBase(abc.ABC):
                 )
             )
         expected = workflow_id_for(input.scope.tenant, input.run_id)
-        if workflow.patched("psych-workflow-id") and workflow.info().workflow_id != expected:
+        if has("psych-workflow-id") and workflow.info().workflow_id != expected:
             # Clients authorize by the tenant in the id: a Run started by hand under an
             # id that names another tenant must not run (its records would leak).
             return await self._settle(
@@ -190,17 +195,17 @@ class RunBase(abc.ABC):
         unsupported, before_tasks, before = unsupported_in_tables(
             spec, UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP
         )
-        if before != before_tasks and not workflow.patched("psych-mcp"):
+        if before != before_tasks and not has("psych-mcp"):
             # Admitted before MCP was implemented (so refused for its servers): replay
             # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.
             unsupported = before
-        elif before_tasks != unsupported and not workflow.patched("psych-tasks"):
+        elif before_tasks != unsupported and not has("psych-tasks"):
             # Admitted before tasks, components, compaction and spawn were implemented: replay
             # applies that table. Only a Spec setting one of them asks. A Run the branches
             # that first shipped them admitted has no psych-tasks marker either; it has no
             # psych-unsupported-fields marker, so the refusal below is not replayed for it.
             unsupported = before_tasks
-        if unsupported and workflow.patched("psych-unsupported-fields"):
+        if unsupported and has("psych-unsupported-fields"):
             # Publishing refuses these; a Version that skipped publishing fails loudly
             # rather than running as if the fields were absent.
             return await self._settle(
@@ -362,7 +367,7 @@ class RunBase(abc.ABC):
         # threads started theirs without it, and replay starts them the same way.
         thread = (
             ThreadRef(run=workflow.info().workflow_id, head=head)
-            if head is not None and workflow.patched(THREADS_PATCH)
+            if head is not None and has(THREADS_PATCH)
             else None
         )
         child = await start_child(

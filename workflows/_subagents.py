@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import ChildSettled, Pending, RunStatus, Totals
     from psych_runtime.workflows._run_base import cause_text
+    from psych_runtime.workflows._shape import has
     from psych_runtime.workflows._suspensions import Wait, expires_at
     from psych_runtime.workflows._tool_result import ToolResult, inline
 
@@ -136,7 +137,7 @@ async def delegate(
     placement = place(run._input.depth, run._input.depth_caps, spec, sub.spec)
     refusal = placement.refusal
     earlier = earlier_depth_refusal(placement.depth, limits.max_delegation_depth)
-    if (refusal is None) != (earlier is None) and not workflow.patched(DEPTH_CHAIN_PATCH):
+    if (refusal is None) != (earlier is None) and not has(DEPTH_CHAIN_PATCH):
         # A Run that delegated under the earlier rule (only the parent's own cap counted)
         # replays that decision; only a delegation the two rules decide differently asks.
         refusal = earlier
@@ -180,7 +181,7 @@ async def delegate(
         )
     except Stop as stop:
         run._forget_child(workflow_id)
-        if workflow.patched("psych-subagent-totals"):
+        if has("psych-subagent-totals"):
             await _wind_down(run, child, settled, stop)
         else:  # started before children were aborted rather than cancelled
             child.cancel()

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows._run_base import cause_text
+    from psych_runtime.workflows._shape import has
     from psych_runtime.workflows._tool_calls import ToolCalls
 
 
@@ -219,7 +220,7 @@ class WorkflowRun(ToolCalls):
         # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
         # validator assumes (it validates a step's agent as the root of its own chain).
         # Runs that started their steps one deeper keep doing so on replay.
-        depth = self._input.depth if workflow.patched("psych-step-depth") else None
+        depth = self._input.depth if has("psych-step-depth") else None
         child = await self._start_reporting_child(
             f"{self._input.run_id}-step{index}",
             version,
