@@ -174,8 +174,30 @@ async def _execute(
     return result
 
 
+LOCAL_CATALOG_PATCH = "psych-local-catalog"
+"""Marks a Run that resolves its catalogue in a local activity when it runs on one queue."""
+
+
 async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
-    """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy."""
+    """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy.
+
+    A Run on one queue resolves it as a local activity, on the worker running its
+    workflow task (which registers every activity): one marker event in history and no
+    task of its own, instead of an activity's three events and the workflow task that
+    follows them. A Run dispatched ``roles_apart`` schedules it on the tools queue, whose
+    workers have the registry.
+    """
+    if task_queue_for(TOOL_CATALOG) is None and has(LOCAL_CATALOG_PATCH):
+        options = OPTIONS[TOOL_CATALOG]
+        result: ToolCatalog = await workflow.execute_local_activity(
+            TOOL_CATALOG,
+            input,
+            result_type=ToolCatalog,
+            start_to_close_timeout=options.start_to_close,
+            retry_policy=options.retry,
+            summary="resolve tools",
+        )
+        return result
     return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
 
 

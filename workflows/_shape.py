@@ -31,6 +31,7 @@ SHAPE_1 = frozenset(
         "psych-depth-chain",
         "psych-subagent-totals",
         "psych-step-depth",
+        "psych-local-catalog",
     }
 )
 """The patch ids a Run with ``SHAPE_PATCH`` has without asking (every one before it)."""

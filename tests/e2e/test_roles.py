@@ -199,11 +199,20 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
             result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
     assert result.status is RunStatus.COMPLETED
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
+    # The catalogue is a local activity on one queue (no task of its own to route).
     assert queues == {
-        "psych.tool.catalog": {task_queue},
         "psych.model.complete.v2": {task_queue},
         "psych.tool.code": {task_queue},
     }
+    history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    local = [
+        e.marker_recorded_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert len(local) == 1
+    assert b"psych.tool.catalog" in local[0].details["data"].payloads[0].data
 
 
 def test_psych_run_routes_by_role_only_when_told(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,8 +43,10 @@ async def test_a_new_run_records_its_shape_and_no_other_patch(harness: Harness) 
         json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    # Before shapes this Run recorded psych-workflow-id, psych-roles-opt-in, psych-model-v2.
+    # Before shapes this Run recorded psych-workflow-id, psych-roles-opt-in, psych-model-v2
+    # (and the local catalogue would have added psych-local-catalog).
     assert patches == [SHAPE_PATCH]
     upserts = [
         e
