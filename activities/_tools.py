@@ -24,7 +24,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -41,6 +41,7 @@ from psych_runtime.activities._payloads import (
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
+    TOOL_CODE_V2,
     TOOL_HTTP,
     TOOL_READ_OUTPUT,
     CatalogEntry,
@@ -59,6 +60,11 @@ from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.activities._slim import full_code_call, slim_outcome
+from psych_runtime.activities._slim_payloads import (
+    CodeToolCallV2,
+    ToolOutcomeV2,
+)
 from psych_runtime.activities._spans import http_span, tool_span, traced_tool
 from psych_runtime.specs import (
     ExternalWait,
@@ -70,6 +76,7 @@ from psych_runtime.specs import (
 )
 
 _T = TypeVar("_T")
+_O = TypeVar("_O", ToolOutcome, ToolOutcomeV2)
 _log = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
@@ -262,6 +269,19 @@ class ToolActivities(ActivityClass):
             activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
+    @activity.defn(name=TOOL_CODE_V2)
+    async def code_v2(self, input: CodeToolCallV2) -> ToolOutcomeV2:
+        """``code`` on the slim payloads (``activities/_slim.py``): the run id read off the
+        workflow id unless sent, the outcome without what the workflow derives. Runs
+        recorded with ``psych.tool.code`` keep that name.
+
+        Raises:
+            ApplicationError: as ``code``.
+            asyncio.CancelledError: as ``code``.
+        """
+        call = full_code_call(input, activity.info().workflow_id)
+        return await self._code(call, slim_outcome)
+
     @activity.defn(name=TOOL_CODE)
     async def code(self, input: CodeToolCall) -> ToolOutcome:
         """Run one registered code tool; invalid arguments and its exceptions are data.
@@ -274,6 +294,9 @@ class ToolActivities(ActivityClass):
             ApplicationError: ``ToolNotRegistered`` (non-retryable).
             asyncio.CancelledError: the activity was cancelled.
         """
+        return await self._code(input, _same)
+
+    async def _code(self, input: CodeToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         tool = self._code_tool(input.tool)
         span = tool_span(
@@ -289,7 +312,7 @@ class ToolActivities(ActivityClass):
             )
         )
         work = traced_tool(span, self._run_code(input, tool, started, plan))
-        return await self._deliver(work, tool.idempotent)
+        return await self._deliver(work, tool.idempotent, wire)
 
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
@@ -346,7 +369,7 @@ class ToolActivities(ActivityClass):
             )
         )
         work = traced_tool(span, self._send_http(input, redact, started, plan))
-        return await self._deliver(work, safe)
+        return await self._deliver(work, safe, _same)
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
@@ -410,8 +433,11 @@ class ToolActivities(ActivityClass):
         return self._outage_seconds + OUTAGE_MARGIN
 
     async def _deliver(
-        self, work: Coroutine[Any, Any, ToolOutcome], safe_to_repeat: bool
-    ) -> ToolOutcome:
+        self,
+        work: Coroutine[Any, Any, ToolOutcome],
+        safe_to_repeat: bool,
+        wire: Callable[[ToolOutcome], _O],
+    ) -> _O:
         """Run ``work``; a call not safe to repeat reports its outcome itself.
 
         The worker's own completion of an activity gives up after about 10 s of retries,
@@ -425,8 +451,9 @@ class ToolActivities(ActivityClass):
         """
         outcome = await work
         if safe_to_repeat or self._outage_seconds <= 0:
-            return outcome
-        complete_through_client(outcome)
+            return wire(outcome)
+        # Reported in the form the activity returns: the workflow decodes it as that type.
+        complete_through_client(wire(outcome), outcome.call_id)
 
     async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Await ``work`` as a task, heartbeating until it is done.
@@ -581,6 +608,11 @@ async def _call(tool: ToolDef, parsed: BaseModel) -> Any:
     if inspect.isawaitable(result):  # a callable object with an async __call__
         result = await result
     return result
+
+
+def _same(outcome: ToolOutcome) -> ToolOutcome:
+    """The outcome as the older activities return it."""
+    return outcome
 
 
 def _describe(err: ValidationError) -> str:
