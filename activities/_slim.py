@@ -76,6 +76,18 @@ def _message_ref(message: ChatMessage) -> str:
     return blob_ref(_dumps(message.model_dump(mode="json")))
 
 
+def _answer_ref(
+    role: str, content: str, tool_calls: tuple[ToolCallRequest, ...], call_id: str | None
+) -> str:
+    """``_message_ref`` of an assistant or tool message, without building it: the
+    workflow hashes one of each per turn (a 4 KB result's dump through pydantic costs
+    twice this). A field added to ChatMessage makes these differ from what is stored, so
+    the activity sends the refs: bigger, never wrong (a test pins them equal)."""
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls]
+    message = {"role": role, "content": content, "tool_calls": calls, "tool_call_id": call_id}
+    return blob_ref(_dumps(message))
+
+
 # --- model call ---------------------------------------------------------------------------
 
 
@@ -135,7 +147,7 @@ def expected_refs(
     thread, no MCP notes) and blobs are keyed by their plain bytes: what
     ``Conversations.append`` and ``BlobStore.put`` make of them."""
     refs = [m if isinstance(m, str) else _message_ref(m) for m in call.new_messages]
-    refs.append(_message_ref(ChatMessage(role="assistant", content=text, tool_calls=tool_calls)))
+    refs.append(_answer_ref("assistant", text, tool_calls, None))
     head = blob_ref(_dumps({"parent": call.context_ref, "messages": refs}))
     prompt = call.system_prompt
     return head, call.system_ref if prompt is None else blob_ref(prompt.encode())
@@ -220,8 +232,7 @@ def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:
     of its bytes, the ref of the tool message holding it (as ``store_outcome`` stores
     them through ``Conversations.put_message``)."""
     data = content.encode()
-    message = ChatMessage(role="tool", content=content, tool_call_id=call_id)
-    return len(data), blob_ref(data), _message_ref(message)
+    return len(data), blob_ref(data), _answer_ref("tool", content, (), call_id)
 
 
 def slim_outcome(outcome: ToolOutcome) -> ToolOutcomeV2:
