@@ -98,6 +98,8 @@ TOOL_CODE = "psych.tool.code"
 TOOL_CODE_V2 = "psych.tool.code.v2"
 """Takes ``CodeToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
 TOOL_HTTP = "psych.tool.http"
+TOOL_HTTP_V2 = "psych.tool.http.v2"
+"""Takes ``HttpToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
 TOOL_READ_OUTPUT = "psych.tool.read_output"
 POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
@@ -119,6 +121,7 @@ ACTIVITY_NAMES = (
     TOOL_CODE,
     TOOL_CODE_V2,
     TOOL_HTTP,
+    TOOL_HTTP_V2,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
     VERSION_PUBLISH,
@@ -145,6 +148,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     TOOL_CODE: TOOLS_ROLE,
     TOOL_CODE_V2: TOOLS_ROLE,
     TOOL_HTTP: TOOLS_ROLE,
+    TOOL_HTTP_V2: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,
     VERSION_PUBLISH: TOOLS_ROLE,

@@ -15,6 +15,7 @@ from psych_runtime.activities._blobs import _dumps, blob_ref
 from psych_runtime.activities._payloads import (
     ChatMessage,
     CodeToolCall,
+    HttpToolCall,
     ModelCallInput,
     ModelCallResult,
     ToolCallRequest,
@@ -22,6 +23,7 @@ from psych_runtime.activities._payloads import (
 )
 from psych_runtime.activities._slim_payloads import (
     CodeToolCallV2,
+    HttpToolCallV2,
     ModelCallInputV3,
     ModelCallResultV3,
     ToolOutcomeV2,
@@ -218,6 +220,36 @@ def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCal
     """
     scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
     return CodeToolCall(
+        run_id=run_id,
+        call_id=slim.call_id,
+        tool=slim.tool,
+        arguments=slim.arguments,
+        large_result_bytes=slim.large_result_bytes,
+        scope=scope,
+    )
+
+
+def slim_http_call(call: HttpToolCall, workflow_id: str) -> HttpToolCallV2:
+    """What the workflow sends ``psych.tool.http.v2`` for ``call`` (workflow side)."""
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return HttpToolCallV2(
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        large_result_bytes=call.large_result_bytes,
+        run_id=run_id,
+        scope=scope,
+    )
+
+
+def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCall:
+    """The ``HttpToolCall`` a slim one stands for (activity side).
+
+    Raises:
+        ValueError: no tenant and run id were sent and ``workflow_id`` names none.
+    """
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return HttpToolCall(
         run_id=run_id,
         call_id=slim.call_id,
         tool=slim.tool,

@@ -1,4 +1,5 @@
-"""The slim payloads of the hot path: ``psych.model.complete.v3`` and ``psych.tool.code.v2``.
+"""The slim payloads of the hot path: ``psych.model.complete.v3``, ``psych.tool.code.v2``
+and ``psych.tool.http.v2``.
 
 Each carries only what the other side cannot derive (issue 15): ``_slim.py`` converts
 between them and the full payloads of ``_payloads.py``, which both sides keep working with.
@@ -32,7 +33,7 @@ from psych_runtime.activities._payloads import (
     _Compact,
 )
 from psych_runtime.activities._refs import WireRef
-from psych_runtime.specs import ModelRef
+from psych_runtime.specs import HttpTool, ModelRef
 
 
 def _latency_from_wire(value: object) -> object:
@@ -210,9 +211,26 @@ class CodeToolCallV2(_Compact):
     scope: WireScope = WireScope()
 
 
+class HttpToolCallV2(_Compact):
+    """``psych.tool.http.v2``: an ``HttpToolCall`` without what the activity derives (as
+    ``CodeToolCallV2``), its tool without the fields at their defaults."""
+
+    call_id: str
+    tool: HttpTool
+    arguments: dict[str, Any]
+    large_result_bytes: int = 32768
+    run_id: str | None = None
+    """Sent (with ``scope.tenant``) only when the workflow id does not name them."""
+    scope: WireScope = WireScope()
+
+    @field_serializer("tool")
+    def _tool(self, tool: HttpTool) -> dict[str, Any]:
+        return tool.model_dump(mode="json", exclude_defaults=True)
+
+
 class ToolOutcomeV2(_Compact):
-    """What ``psych.tool.code.v2`` returns: a ``ToolOutcome`` without what the workflow
-    derives exactly (``activities/_slim.py``).
+    """What ``psych.tool.code.v2`` and ``psych.tool.http.v2`` return: a ``ToolOutcome``
+    without what the workflow derives exactly (``activities/_slim.py``).
 
     No ``call_id`` (the workflow made the call); ``status`` ``ok`` and ``truncated`` false
     are left out; ``size``, ``result_ref`` and ``message_ref`` are left out (None) when

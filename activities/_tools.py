@@ -43,6 +43,7 @@ from psych_runtime.activities._payloads import (
     TOOL_CODE,
     TOOL_CODE_V2,
     TOOL_HTTP,
+    TOOL_HTTP_V2,
     TOOL_READ_OUTPUT,
     CatalogEntry,
     CatalogInput,
@@ -60,9 +61,10 @@ from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
-from psych_runtime.activities._slim import full_code_call, slim_outcome
+from psych_runtime.activities._slim import full_code_call, full_http_call, slim_outcome
 from psych_runtime.activities._slim_payloads import (
     CodeToolCallV2,
+    HttpToolCallV2,
     ToolOutcomeV2,
 )
 from psych_runtime.activities._spans import http_span, tool_span, traced_tool
@@ -340,6 +342,17 @@ class ToolActivities(ActivityClass):
             return outcome.model_copy(update={"wait_token": value.token})
         return await self._outcome(input, "ok", _render(value), started, plan)
 
+    @activity.defn(name=TOOL_HTTP_V2)
+    async def http_v2(self, input: HttpToolCallV2) -> ToolOutcomeV2:
+        """``http`` on the slim payloads (``activities/_slim.py``), as ``code_v2``. Runs
+        recorded with ``psych.tool.http`` keep that name.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        call = full_http_call(input, activity.info().workflow_id)
+        return await self._http_call(call, slim_outcome)
+
     @activity.defn(name=TOOL_HTTP)
     async def http(self, input: HttpToolCall) -> ToolOutcome:
         """Send one HTTP tool request; error statuses, timeouts and refusals are data.
@@ -347,6 +360,9 @@ class ToolActivities(ActivityClass):
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
+        return await self._http_call(input, _same)
+
+    async def _http_call(self, input: HttpToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         # Everything below the request comes from the server, which may echo the credential.
         redact = Redactor()
@@ -369,7 +385,7 @@ class ToolActivities(ActivityClass):
             )
         )
         work = traced_tool(span, self._send_http(input, redact, started, plan))
-        return await self._deliver(work, safe, _same)
+        return await self._deliver(work, safe, wire)
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         TOOL_CODE,
         TOOL_CODE_V2,
         TOOL_HTTP,
+        TOOL_HTTP_V2,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
         VERSION_PUBLISH,
@@ -70,9 +71,12 @@ with workflow.unsafe.imports_passed_through():
         full_model_result,
         full_outcome,
         slim_code_call,
+        slim_http_call,
         slim_model_input,
     )
     from psych_runtime.activities._slim_payloads import (
+        CodeToolCallV2,
+        HttpToolCallV2,
         ModelCallResultV3,
         ToolOutcomeV2,
     )
@@ -110,6 +114,7 @@ OPTIONS: dict[str, Options] = {
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
     TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_HTTP_V2: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_CODE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     # The worker bounds an MCP call by its own call timeout, well inside this.
@@ -225,10 +230,10 @@ echoed model and system prompt ref); a Run replayed without it keeps ``psych.mod
 
 
 SLIM_PATCH = "psych-slim-payloads"
-"""Marks a Run whose model calls are ``psych.model.complete.v3`` and code tool calls
-``psych.tool.code.v2`` (``activities/_slim.py``: only what the other side cannot derive,
-refs compact, no summaries); a Run
-replayed without it keeps ``psych.model.complete(.v2)`` and ``psych.tool.code``."""
+"""Marks a Run whose model calls are ``psych.model.complete.v3`` and code and HTTP tool
+calls ``psych.tool.code.v2`` and ``psych.tool.http.v2`` (``activities/_slim.py``: only
+what the other side cannot derive, refs compact, no summaries); a Run replayed without it
+keeps ``psych.model.complete(.v2)``, ``psych.tool.code`` and ``psych.tool.http``."""
 
 
 async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
@@ -277,17 +282,25 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 async def call_tool(
     input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
 ) -> ToolOutcome:
-    """``psych.tool.http`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.code.v2`` (``psych.tool.code`` in a Run recorded before ``SLIM_PATCH``) or
-    ``psych.tool.mcp``: one tool call, retried only when it is safe to repeat."""
-    if isinstance(input, CodeToolCall) and workflow.patched(SLIM_PATCH):
+    """``psych.tool.http.v2`` (bounded by the HTTP tool's own timeout too),
+    ``psych.tool.code.v2`` or ``psych.tool.mcp``: one tool call, retried only when it is
+    safe to repeat (``psych.tool.http`` and ``psych.tool.code`` in a Run recorded before
+    ``SLIM_PATCH``)."""
+    if isinstance(input, CodeToolCall | HttpToolCall) and workflow.patched(SLIM_PATCH):
+        workflow_id = workflow.info().workflow_id
+        if isinstance(input, HttpToolCall):
+            slim: CodeToolCallV2 | HttpToolCallV2 = slim_http_call(input, workflow_id)
+            name, extra = TOOL_HTTP_V2, timedelta(seconds=input.tool.timeout_seconds)
+        else:
+            slim, name, extra = slim_code_call(input, workflow_id), TOOL_CODE_V2, timedelta(0)
         # No summary: the activity type and its input name the tool.
         outcome = await _execute(
-            TOOL_CODE_V2,
-            slim_code_call(input, workflow.info().workflow_id),
+            name,
+            slim,
             ToolOutcomeV2,
             summary=None,
             retry=tool_retry(entry.safe_to_repeat),
+            extra_time=extra,
             heartbeat=_heartbeat(entry),
         )
         return full_outcome(outcome, input.call_id)

@@ -30,7 +30,7 @@ async def test_model_activities_list_complete_and_its_v2_and_v3(tmp_path: Path) 
         ]
 
 
-def test_tool_activities_list_all_six(tmp_path: Path) -> None:
+def test_tool_activities_list_all_seven(tmp_path: Path) -> None:
     tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert tools.activities() == [
         tools.catalog,
@@ -38,6 +38,7 @@ def test_tool_activities_list_all_six(tmp_path: Path) -> None:
         tools.code_v2,
         tools.decide,
         tools.http,
+        tools.http_v2,
         tools.read_output,
     ]
     # Bound to this instance, so its collaborators serve the calls.
@@ -62,6 +63,7 @@ def test_a_new_defn_method_is_listed_without_touching_any_list(tmp_path: Path) -
         "psych.policy.decide",
         "tests.extra",
         "psych.tool.http",
+        "psych.tool.http.v2",
         "psych.tool.read_output",
     ]
 

@@ -20,6 +20,7 @@ from psych_runtime.activities._outcomes import store_outcome
 from psych_runtime.activities._payloads import (
     ChatMessage,
     CodeToolCall,
+    HttpToolCall,
     Latency,
     ModelCallInput,
     ModelCallResult,
@@ -31,22 +32,25 @@ from psych_runtime.activities._refs import from_wire, to_wire
 from psych_runtime.activities._slim import (
     expected_refs,
     full_code_call,
+    full_http_call,
     full_model_input,
     full_model_result,
     full_outcome,
     ids_from,
     slim_code_call,
+    slim_http_call,
     slim_model_input,
     slim_model_result,
     slim_outcome,
 )
 from psych_runtime.activities._slim_payloads import (
     CodeToolCallV2,
+    HttpToolCallV2,
     ModelCallInputV3,
     ModelCallResultV3,
     ToolOutcomeV2,
 )
-from psych_runtime.specs import ModelRef, Scope
+from psych_runtime.specs import HttpTool, ModelRef, Scope
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from psych_runtime.workflows import workflow_id_for
 
@@ -250,6 +254,28 @@ def test_the_code_tool_call_round_trips_without_run_id_and_tenant() -> None:
     elsewhere = slim_code_call(call, "psych-other-tenant")
     assert wire(elsewhere)["run_id"] == RUN_ID
     assert full_code_call(elsewhere, "psych-other-tenant") == call
+
+
+def test_the_http_tool_call_round_trips_with_its_tool_at_its_set_fields() -> None:
+    tool = HttpTool(name="refund", description="Refund.", url="http://x/{id}", method="POST")
+    call = HttpToolCall(
+        run_id=RUN_ID,
+        call_id="call_1",
+        tool=tool,
+        arguments={"id": "42"},
+        large_result_bytes=8192,
+        scope=SCOPE,
+    )
+    slim = slim_http_call(call, WORKFLOW_ID)
+    assert wire(slim) == {
+        "call_id": "call_1",
+        "tool": {"name": "refund", "description": "Refund.", "url": "http://x/{id}"},
+        "arguments": {"id": "42"},
+        "large_result_bytes": 8192,
+        "scope": {"principal": "ops"},
+    }
+    decoded = HttpToolCallV2.model_validate_json(slim.model_dump_json())
+    assert full_http_call(decoded, WORKFLOW_ID) == call
 
 
 async def outcome_of(blobs: BlobStore, text: str, limit: int) -> ToolOutcome:

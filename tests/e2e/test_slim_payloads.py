@@ -14,11 +14,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from psych_runtime.activities._payloads import (
     MODEL_COMPLETE_V3,
     TOOL_CODE_V2,
+    TOOL_HTTP_V2,
 )
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
 
+from ._http_server import CountingServer
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -122,3 +124,50 @@ async def test_a_run_sends_the_slim_payloads_and_records_what_it_did(harness: Ha
         assert record.result_ref == f"sha256:{digest}"
     last = harness.fake.requests[-1]["messages"]
     assert [m["content"] for m in last if m["role"] == "tool"] == [page(1), page(2)]
+
+
+async def test_an_http_tool_call_is_psych_tool_http_v2_with_a_slim_outcome(
+    harness: Harness,
+) -> None:
+    api = CountingServer().start()
+    try:
+        spec = (
+            AgentBuilder("refunds")
+            .model("fake-model")
+            .http_tool(
+                "refund",
+                description="Refund an order.",
+                url=api.url + "/orders/{order_id}/refund",
+                method="POST",
+            )
+            .build()
+        )
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("refund", {"order_id": "42"})), Reply.text("Refunded.")
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Refund 42", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+    finally:
+        api.stop()
+    assert result.status is RunStatus.COMPLETED
+    assert api.count("POST", "/orders/42/refund") == 1
+    handle = harness.env.client.get_workflow_handle(run.workflow_id)
+    events = list((await handle.fetch_history()).events)
+    (call,) = [e for name, e in scheduled(events) if name == TOOL_HTTP_V2]
+    sent = data(call.activity_task_scheduled_event_attributes.input)
+    # The tool travels with the fields its Spec set (method POST is the default).
+    assert "method" not in sent["tool"] and "run_id" not in sent
+    (done,) = [
+        e
+        for e in events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id == call.event_id
+    ]
+    assert set(data(done.activity_task_completed_event_attributes.result)) == {
+        "content",
+        "latency",
+    }
+    (record,) = report.tool_calls
+    assert record.status == "ok" and record.size == len((record.result or "").encode())

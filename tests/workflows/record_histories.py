@@ -1417,6 +1417,33 @@ async def slim_payloads_large_result(rig: Rig) -> RunHandle:
     return await rig.run(spec, "How many of item 039?")
 
 
+async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
+    """``psych.tool.http.v2``: an HTTP POST tool and a code tool in one turn, answered."""
+    api = CountingServer().start()
+    try:
+        spec = (
+            rig.agent("support")
+            .tool("lookup_order")
+            .http_tool(
+                "refund",
+                description="Refund an order.",
+                url=api.url + "/orders/{order_id}/refund",
+                method="POST",
+            )
+            .build()
+        )
+        rig.fake.enqueue(
+            Reply.tool_calls(
+                ToolCall("refund", {"order_id": "42"}),
+                ToolCall("lookup_order", {"order_id": "42"}),
+            ),
+            Reply.text("Refunded order 42."),
+        )
+        return await rig.run(spec, "Refund order 42")
+    finally:
+        api.stop()
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -1561,6 +1588,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # hot path (issue 15 item 1): slim model and code tool payloads
     ("dev", slim_payloads_two_turns),
     ("dev", slim_payloads_large_result),
+    ("dev", slim_payloads_http_tool),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
