@@ -314,7 +314,7 @@ class McpActivities(ActivityClass):
         outcome = await traced_tool(span, self._intercepted(input, started, plan))
         if not input.report_through_client or self._outage_seconds <= 0:
             return outcome
-        complete_through_client(outcome)
+        complete_through_client(outcome, outcome.call_id)
 
     @activity.defn(name=MCP_SEARCH_TOOLS)
     async def search_tools(self, input: McpSearchInput) -> McpSearchResult:

@@ -58,6 +58,7 @@ from psych_runtime.activities._model_wire import (
 from psych_runtime.activities._payloads import (
     MODEL_COMPLETE,
     MODEL_COMPLETE_V2,
+    MODEL_COMPLETE_V3,
     ChatMessage,
     Latency,
     ModelCallInput,
@@ -68,6 +69,11 @@ from psych_runtime.activities._payloads import (
     Usage,
 )
 from psych_runtime.activities._redact import Redactor
+from psych_runtime.activities._slim import full_model_input, slim_model_result
+from psych_runtime.activities._slim_payloads import (
+    ModelCallInputV3,
+    ModelCallResultV3,
+)
 from psych_runtime.activities._spans import chat_span
 from psych_runtime.activities._threads import thread_head
 from psych_runtime.specs import with_context
@@ -142,6 +148,18 @@ class ModelActivities(ActivityClass):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    @activity.defn(name=MODEL_COMPLETE_V3)
+    async def complete_v3(self, input: ModelCallInputV3) -> ModelCallResultV3:
+        """``complete`` on the slim payloads (``activities/_slim.py``): the run id read off
+        the workflow id unless sent, the result without what the workflow knows. Runs
+        recorded with ``psych.model.complete.v2`` keep that name.
+
+        Raises:
+            ApplicationError: as ``complete``.
+        """
+        call = full_model_input(input, activity.info().workflow_id)
+        return slim_model_result(await self.complete(call), call)
 
     @activity.defn(name=MODEL_COMPLETE_V2)
     async def complete_v2(self, input: ModelCallInput) -> ModelCallResultV2:

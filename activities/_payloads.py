@@ -49,13 +49,22 @@ class _Compact(_Payload):
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         fields = type(self).model_fields
+        implied = self._implied()
         return {
             key: value
             for key, value in data.items()
-            if key not in fields
-            or fields[key].is_required()
-            or getattr(self, key) != fields[key].get_default(call_default_factory=True)
+            if (key not in implied or getattr(self, key) != implied[key])
+            and (
+                key not in fields
+                or fields[key].is_required()
+                or getattr(self, key) != fields[key].get_default(call_default_factory=True)
+            )
         }
+
+    def _implied(self) -> dict[str, Any]:
+        """Fields whose value the other fields imply: left out when they hold it (a class
+        that has some fills them back in when they are missing)."""
+        return {}
 
 
 def _compact_scope(scope: Scope) -> dict[str, Any]:
@@ -81,9 +90,16 @@ MODEL_COMPACT = "psych.model.compact"
 """The summariser call of compaction (``activities/_compaction.py``)."""
 MODEL_COMPLETE_V2 = "psych.model.complete.v2"
 """Same input; returns ``ModelCallResultV2`` (no echoed model or system prompt ref)."""
+MODEL_COMPLETE_V3 = "psych.model.complete.v3"
+"""Takes ``ModelCallInputV3``, returns ``ModelCallResultV3`` (``_slim_payloads.py``): only
+what the other side cannot derive, refs in their compact wire form."""
 TOOL_CATALOG = "psych.tool.catalog"
 TOOL_CODE = "psych.tool.code"
+TOOL_CODE_V2 = "psych.tool.code.v2"
+"""Takes ``CodeToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
 TOOL_HTTP = "psych.tool.http"
+TOOL_HTTP_V2 = "psych.tool.http.v2"
+"""Takes ``HttpToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
 TOOL_READ_OUTPUT = "psych.tool.read_output"
 POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
@@ -99,10 +115,13 @@ ACTIVITY_NAMES = (
     MODEL_COMPACT,
     MODEL_COMPLETE,
     MODEL_COMPLETE_V2,
+    MODEL_COMPLETE_V3,
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
+    TOOL_CODE_V2,
     TOOL_HTTP,
+    TOOL_HTTP_V2,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
     VERSION_PUBLISH,
@@ -123,10 +142,13 @@ ACTIVITY_ROLES: dict[str, str] = {
     MODEL_COMPACT: MODEL_ROLE,
     MODEL_COMPLETE: MODEL_ROLE,
     MODEL_COMPLETE_V2: MODEL_ROLE,
+    MODEL_COMPLETE_V3: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
     TOOL_CODE: TOOLS_ROLE,
+    TOOL_CODE_V2: TOOLS_ROLE,
     TOOL_HTTP: TOOLS_ROLE,
+    TOOL_HTTP_V2: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,
     VERSION_PUBLISH: TOOLS_ROLE,

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.client import AsyncActivityHandle
 
 from psych_runtime.activities._payloads import ToolOutcome
+from psych_runtime.activities._slim_payloads import ToolOutcomeV2
 
 OUTAGE_MARGIN = 10.0
 """Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
@@ -25,14 +26,15 @@ worker holds a heartbeat back (5 s, set by ``build_worker``) and the server's re
 _log = logging.getLogger(__name__)
 
 
-def complete_through_client(outcome: ToolOutcome) -> NoReturn:
-    """Hand the running activity's ``outcome`` to the worker's client to report.
+def complete_through_client(outcome: ToolOutcome | ToolOutcomeV2, call_id: str) -> NoReturn:
+    """Hand the running activity's ``outcome`` (of tool call ``call_id``) to the worker's
+    client to report.
 
     Raises:
         CompleteAsyncError: always; the SDK then leaves the completion to the client.
     """
     handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
-    task = asyncio.create_task(_report(handle, outcome))
+    task = asyncio.create_task(_report(handle, outcome, call_id))
     _REPORTS.add(task)
     task.add_done_callback(_REPORTS.discard)
     activity.raise_complete_async()
@@ -55,13 +57,15 @@ async def drain_reports(within: float) -> int:
     return len(unsent)
 
 
-async def _report(handle: AsyncActivityHandle, outcome: ToolOutcome) -> None:
+async def _report(
+    handle: AsyncActivityHandle, outcome: ToolOutcome | ToolOutcomeV2, call_id: str
+) -> None:
     """Complete a call through the client, retrying as long as its retry config says."""
     try:
         await handle.complete(outcome)
     except Exception:
         _log.error(
             "could not report the outcome of tool call %s; the Run records it UNKNOWN",
-            outcome.call_id,
+            call_id,
             exc_info=True,
         )

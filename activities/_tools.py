@@ -24,7 +24,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -41,7 +41,9 @@ from psych_runtime.activities._payloads import (
     POLICY_DECIDE,
     TOOL_CATALOG,
     TOOL_CODE,
+    TOOL_CODE_V2,
     TOOL_HTTP,
+    TOOL_HTTP_V2,
     TOOL_READ_OUTPUT,
     CatalogEntry,
     CatalogInput,
@@ -59,6 +61,12 @@ from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
 from psych_runtime.activities._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.activities._slim import full_code_call, full_http_call, slim_outcome
+from psych_runtime.activities._slim_payloads import (
+    CodeToolCallV2,
+    HttpToolCallV2,
+    ToolOutcomeV2,
+)
 from psych_runtime.activities._spans import http_span, tool_span, traced_tool
 from psych_runtime.specs import (
     ExternalWait,
@@ -70,6 +78,7 @@ from psych_runtime.specs import (
 )
 
 _T = TypeVar("_T")
+_O = TypeVar("_O", ToolOutcome, ToolOutcomeV2)
 _log = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
@@ -262,6 +271,19 @@ class ToolActivities(ActivityClass):
             activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
+    @activity.defn(name=TOOL_CODE_V2)
+    async def code_v2(self, input: CodeToolCallV2) -> ToolOutcomeV2:
+        """``code`` on the slim payloads (``activities/_slim.py``): the run id read off the
+        workflow id unless sent, the outcome without what the workflow derives. Runs
+        recorded with ``psych.tool.code`` keep that name.
+
+        Raises:
+            ApplicationError: as ``code``.
+            asyncio.CancelledError: as ``code``.
+        """
+        call = full_code_call(input, activity.info().workflow_id)
+        return await self._code(call, slim_outcome)
+
     @activity.defn(name=TOOL_CODE)
     async def code(self, input: CodeToolCall) -> ToolOutcome:
         """Run one registered code tool; invalid arguments and its exceptions are data.
@@ -274,6 +296,9 @@ class ToolActivities(ActivityClass):
             ApplicationError: ``ToolNotRegistered`` (non-retryable).
             asyncio.CancelledError: the activity was cancelled.
         """
+        return await self._code(input, _same)
+
+    async def _code(self, input: CodeToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         tool = self._code_tool(input.tool)
         span = tool_span(
@@ -289,7 +314,7 @@ class ToolActivities(ActivityClass):
             )
         )
         work = traced_tool(span, self._run_code(input, tool, started, plan))
-        return await self._deliver(work, tool.idempotent)
+        return await self._deliver(work, tool.idempotent, wire)
 
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
@@ -317,6 +342,17 @@ class ToolActivities(ActivityClass):
             return outcome.model_copy(update={"wait_token": value.token})
         return await self._outcome(input, "ok", _render(value), started, plan)
 
+    @activity.defn(name=TOOL_HTTP_V2)
+    async def http_v2(self, input: HttpToolCallV2) -> ToolOutcomeV2:
+        """``http`` on the slim payloads (``activities/_slim.py``), as ``code_v2``. Runs
+        recorded with ``psych.tool.http`` keep that name.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        call = full_http_call(input, activity.info().workflow_id)
+        return await self._http_call(call, slim_outcome)
+
     @activity.defn(name=TOOL_HTTP)
     async def http(self, input: HttpToolCall) -> ToolOutcome:
         """Send one HTTP tool request; error statuses, timeouts and refusals are data.
@@ -324,6 +360,9 @@ class ToolActivities(ActivityClass):
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
+        return await self._http_call(input, _same)
+
+    async def _http_call(self, input: HttpToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         # Everything below the request comes from the server, which may echo the credential.
         redact = Redactor()
@@ -346,7 +385,7 @@ class ToolActivities(ActivityClass):
             )
         )
         work = traced_tool(span, self._send_http(input, redact, started, plan))
-        return await self._deliver(work, safe)
+        return await self._deliver(work, safe, wire)
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
@@ -410,8 +449,11 @@ class ToolActivities(ActivityClass):
         return self._outage_seconds + OUTAGE_MARGIN
 
     async def _deliver(
-        self, work: Coroutine[Any, Any, ToolOutcome], safe_to_repeat: bool
-    ) -> ToolOutcome:
+        self,
+        work: Coroutine[Any, Any, ToolOutcome],
+        safe_to_repeat: bool,
+        wire: Callable[[ToolOutcome], _O],
+    ) -> _O:
         """Run ``work``; a call not safe to repeat reports its outcome itself.
 
         The worker's own completion of an activity gives up after about 10 s of retries,
@@ -425,8 +467,9 @@ class ToolActivities(ActivityClass):
         """
         outcome = await work
         if safe_to_repeat or self._outage_seconds <= 0:
-            return outcome
-        complete_through_client(outcome)
+            return wire(outcome)
+        # Reported in the form the activity returns: the workflow decodes it as that type.
+        complete_through_client(wire(outcome), outcome.call_id)
 
     async def _heartbeating(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Await ``work`` as a task, heartbeating until it is done.
@@ -581,6 +624,11 @@ async def _call(tool: ToolDef, parsed: BaseModel) -> Any:
     if inspect.isawaitable(result):  # a callable object with an async __call__
         result = await result
     return result
+
+
+def _same(outcome: ToolOutcome) -> ToolOutcome:
+    """The outcome as the older activities return it."""
+    return outcome
 
 
 def _describe(err: ValidationError) -> str:

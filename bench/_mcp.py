@@ -34,7 +34,7 @@ from tests.mcp.fixture import McpTestServer, start_mcp_server
 MCP_TOOL = "tools__echo"
 FILLER = 29
 """With the server's 11 own tools: a 40-tool catalogue."""
-MODEL_ACTIVITY = "psych.model.complete.v2"
+MODEL_ACTIVITY = "psych.model.complete.v3"
 
 
 def responder(body: dict[str, Any]) -> Reply:

@@ -16,8 +16,8 @@ from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, RESULT_TOOL_ACTIVITY
 
-AGENT_MODEL_ACTIVITY = "psych.model.complete.v2"
-AGENT_TOOL_ACTIVITY = "psych.tool.code"
+AGENT_MODEL_ACTIVITY = "psych.model.complete.v3"
+AGENT_TOOL_ACTIVITY = "psych.tool.code.v2"
 RESULT_BYTES = 4096
 PAYLOAD_WARNING = "TMPRL1103"
 

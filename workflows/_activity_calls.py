@@ -34,10 +34,13 @@ with workflow.unsafe.imports_passed_through():
         MODEL_COMPACT,
         MODEL_COMPLETE,
         MODEL_COMPLETE_V2,
+        MODEL_COMPLETE_V3,
         POLICY_DECIDE,
         TOOL_CATALOG,
         TOOL_CODE,
+        TOOL_CODE_V2,
         TOOL_HTTP,
+        TOOL_HTTP_V2,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
         VERSION_PUBLISH,
@@ -63,6 +66,19 @@ with workflow.unsafe.imports_passed_through():
         ToolOutcome,
         VersionPublishInput,
         role_task_queue,
+    )
+    from psych_runtime.activities._slim import (
+        full_model_result,
+        full_outcome,
+        slim_code_call,
+        slim_http_call,
+        slim_model_input,
+    )
+    from psych_runtime.activities._slim_payloads import (
+        CodeToolCallV2,
+        HttpToolCallV2,
+        ModelCallResultV3,
+        ToolOutcomeV2,
     )
     from psych_runtime.specs import Version
     from psych_runtime.workflows._contract import RunInput
@@ -94,11 +110,14 @@ OPTIONS: dict[str, Options] = {
     # The summariser is a model call like any other: once, heartbeating while it streams.
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     MODEL_COMPLETE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_COMPLETE_V3: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
     TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_HTTP_V2: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_CODE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     # The worker bounds an MCP call by its own call timeout, well inside this.
     TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
@@ -153,13 +172,13 @@ async def _execute(
     input: Any,
     result_type: type[_R],
     *,
-    summary: str,
+    summary: str | None,
     retry: RetryPolicy | None = None,
     extra_time: timedelta = timedelta(0),
     heartbeat: timedelta | None = None,
 ) -> _R:
     """Schedule activity ``name`` with its options from ``OPTIONS`` (``heartbeat``
-    overrides its heartbeat timeout)."""
+    overrides its heartbeat timeout; no ``summary``: none in the schedule command)."""
     options = OPTIONS[name]
     result: _R = await workflow.execute_activity(
         name,
@@ -230,10 +249,28 @@ MODEL_V2_PATCH = "psych-model-v2"
 echoed model and system prompt ref); a Run replayed without it keeps ``psych.model.complete``."""
 
 
+SLIM_PATCH = "psych-slim-payloads"
+"""Marks a Run whose model calls are ``psych.model.complete.v3`` and code and HTTP tool
+calls ``psych.tool.code.v2`` and ``psych.tool.http.v2`` (``activities/_slim.py``: only
+what the other side cannot derive, refs compact, no summaries); a Run replayed without it
+keeps ``psych.model.complete(.v2)``, ``psych.tool.code`` and ``psych.tool.http``."""
+
+
 async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
-    """One model call, once (the Run owns retries): ``psych.model.complete.v2``, whose
-    result is completed here with what the workflow sent (the model, the system prompt
-    ref), or ``psych.model.complete`` in a Run recorded before it."""
+    """One model call, once (the Run owns retries): ``psych.model.complete.v3`` on the slim
+    payloads, whose result is completed here with what the workflow sent; in a Run recorded
+    before it ``psych.model.complete.v2`` (completed the same way), or before that
+    ``psych.model.complete``."""
+    if has(SLIM_PATCH):
+        # No summary: the activity type and its input name the model and the turn, and a
+        # summary is one more payload per call in history and in every payload pass.
+        answer = await _execute(
+            MODEL_COMPLETE_V3,
+            slim_model_input(call, workflow.info().workflow_id),
+            ModelCallResultV3,
+            summary=None,
+        )
+        return full_model_result(answer, call)
     summary = f"model {call.model}, turn {turn}"
     if not has(MODEL_V2_PATCH):
         return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
@@ -265,9 +302,28 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 async def call_tool(
     input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
 ) -> ToolOutcome:
-    """``psych.tool.http`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.code`` or ``psych.tool.mcp``: one tool call, retried only when it is safe
-    to repeat."""
+    """``psych.tool.http.v2`` (bounded by the HTTP tool's own timeout too),
+    ``psych.tool.code.v2`` or ``psych.tool.mcp``: one tool call, retried only when it is
+    safe to repeat (``psych.tool.http`` and ``psych.tool.code`` in a Run recorded before
+    ``SLIM_PATCH``)."""
+    if isinstance(input, CodeToolCall | HttpToolCall) and has(SLIM_PATCH):
+        workflow_id = workflow.info().workflow_id
+        if isinstance(input, HttpToolCall):
+            slim: CodeToolCallV2 | HttpToolCallV2 = slim_http_call(input, workflow_id)
+            name, extra = TOOL_HTTP_V2, timedelta(seconds=input.tool.timeout_seconds)
+        else:
+            slim, name, extra = slim_code_call(input, workflow_id), TOOL_CODE_V2, timedelta(0)
+        # No summary: the activity type and its input name the tool.
+        outcome = await _execute(
+            name,
+            slim,
+            ToolOutcomeV2,
+            summary=None,
+            retry=tool_retry(entry.safe_to_repeat),
+            extra_time=extra,
+            heartbeat=_heartbeat(entry),
+        )
+        return full_outcome(outcome, input.call_id)
     if isinstance(input, HttpToolCall):
         name, extra = TOOL_HTTP, timedelta(seconds=input.tool.timeout_seconds)
     elif isinstance(input, McpToolCall):

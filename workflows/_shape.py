@@ -32,6 +32,7 @@ SHAPE_1 = frozenset(
         "psych-subagent-totals",
         "psych-step-depth",
         "psych-local-catalog",
+        "psych-slim-payloads",
     }
 )
 """The patch ids a Run with ``SHAPE_PATCH`` has without asking (every one before it)."""

@@ -20,19 +20,25 @@ def names(activities: ActivityClass) -> list[str | None]:
     return [activity_name(fn) for fn in activities.activities()]
 
 
-async def test_model_activities_list_complete_and_its_v2(tmp_path: Path) -> None:
+async def test_model_activities_list_complete_and_its_v2_and_v3(tmp_path: Path) -> None:
     async with ModelActivities(endpoints=ModelEndpoints(), blobs=LocalBlobStore(tmp_path)) as model:
-        assert model.activities() == [model.complete, model.complete_v2]
-        assert names(model) == ["psych.model.complete", "psych.model.complete.v2"]
+        assert model.activities() == [model.complete, model.complete_v2, model.complete_v3]
+        assert names(model) == [
+            "psych.model.complete",
+            "psych.model.complete.v2",
+            "psych.model.complete.v3",
+        ]
 
 
-def test_tool_activities_list_all_five(tmp_path: Path) -> None:
+def test_tool_activities_list_all_seven(tmp_path: Path) -> None:
     tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert tools.activities() == [
         tools.catalog,
         tools.code,
+        tools.code_v2,
         tools.decide,
         tools.http,
+        tools.http_v2,
         tools.read_output,
     ]
     # Bound to this instance, so its collaborators serve the calls.
@@ -53,9 +59,11 @@ def test_a_new_defn_method_is_listed_without_touching_any_list(tmp_path: Path) -
     assert names(extended) == [
         "psych.tool.catalog",
         "psych.tool.code",
+        "psych.tool.code.v2",
         "psych.policy.decide",
         "tests.extra",
         "psych.tool.http",
+        "psych.tool.http.v2",
         "psych.tool.read_output",
     ]
 

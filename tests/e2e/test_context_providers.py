@@ -20,6 +20,7 @@ from psych_runtime.activities import (
     ContextSource,
     estimate_tokens,
 )
+from psych_runtime.activities._payloads import MODEL_COMPLETE_V3
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
@@ -174,11 +175,17 @@ async def test_without_context_the_result_and_the_records_carry_none(
     assert not [r for r in records if isinstance(r, ContextProvided)]
     # The model call's result as the history holds it: no context field at all.
     history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
-    results = [
+    model_calls = {
+        event.event_id
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+        and event.activity_task_scheduled_event_attributes.activity_type.name == MODEL_COMPLETE_V3
+    }
+    calls = [
         json.loads(event.activity_task_completed_event_attributes.result.payloads[0].data)
         for event in history.events
         if event.HasField("activity_task_completed_event_attributes")
+        and event.activity_task_completed_event_attributes.scheduled_event_id in model_calls
     ]
-    calls = [result for result in results if "system_ref" in result]
     assert len(calls) == 1
-    assert "context" not in calls[0]
+    assert calls[0]["text"] == "hi" and "context" not in calls[0]

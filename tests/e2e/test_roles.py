@@ -101,8 +101,8 @@ async def test_a_run_completes_with_a_process_per_role(
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "Order 42 was delivered."
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
-    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
-    assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
+    assert queues["psych.model.complete.v3"] == {f"{task_queue}-model"}
+    assert queues["psych.tool.code.v2"] == {f"{task_queue}-tools"}
     assert queues["psych.tool.catalog"] == {f"{task_queue}-tools"}
 
 
@@ -201,8 +201,8 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
     # The catalogue is a local activity on one queue (no task of its own to route).
     assert queues == {
-        "psych.model.complete.v2": {task_queue},
-        "psych.tool.code": {task_queue},
+        "psych.model.complete.v3": {task_queue},
+        "psych.tool.code.v2": {task_queue},
     }
     history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
     local = [
@@ -263,5 +263,5 @@ async def test_a_child_run_inherits_roles_apart_from_its_parent(
     ]
     assert len(children) == 1
     queues = await scheduled_queues(dev_env.client, children[0])
-    assert queues["psych.model.complete.v2"] == {f"{task_queue}-model"}
-    assert queues["psych.tool.code"] == {f"{task_queue}-tools"}
+    assert queues["psych.model.complete.v3"] == {f"{task_queue}-model"}
+    assert queues["psych.tool.code.v2"] == {f"{task_queue}-tools"}

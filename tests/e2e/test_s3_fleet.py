@@ -38,8 +38,8 @@ SCOPE = Scope(tenant="acme", principal="ops")
 READY = "Ctrl-C to stop"
 STARTS_WITHIN = 90
 """Seconds a `psych worker` may take to start polling on a loaded machine."""
-MODEL_CALL = "psych.model.complete.v2"
-TOOL_CALL = "psych.tool.code"
+MODEL_CALL = "psych.model.complete.v3"
+TOOL_CALL = "psych.tool.code.v2"
 assert {MODEL_CALL, TOOL_CALL} <= set(ACTIVITY_NAMES)
 
 

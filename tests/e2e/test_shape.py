@@ -30,8 +30,8 @@ async def test_a_new_run_records_its_shape_and_no_other_patch(harness: Harness) 
         Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
         Reply.text("Order 42 was delivered."),
     )
-    spec = AgentBuilder("shaped", registry=harness.registry).model("fake-model")
-    spec = spec.tool("lookup_order").build()
+    builder = AgentBuilder("shaped", registry=harness.registry).model("fake-model")
+    spec = builder.tool("lookup_order").build()
     async with harness.worker():
         run = await harness.client.dispatch(spec, "Where is 42?", scope=harness.scope)
         result = await harness.client.result(run, scope=harness.scope)

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._payloads import MODEL_COMPLETE, MODEL_COMPLETE_V2, ModelCallInput
+from psych_runtime.activities._payloads import (
+    MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
+    MODEL_COMPLETE_V3,
+    ModelCallInput,
+)
+from psych_runtime.activities._slim_payloads import (
+    ModelCallInputV3,
+)
 from psych_runtime.specs import COMPONENT_KINDS, AgentBuilder, Task, parse_component
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
@@ -43,17 +51,26 @@ def _offered(request: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools", [])}
 
 
-async def _model_inputs(harness: Harness, run: RunHandle) -> list[ModelCallInput]:
+async def _model_inputs(
+    harness: Harness, run: RunHandle
+) -> list[ModelCallInput | ModelCallInputV3]:
     """The model activity's inputs, from the Run's history."""
     handle = harness.env.client.get_workflow_handle(run.workflow_id)
     converter = harness.env.client.data_converter
-    inputs: list[ModelCallInput] = []
+    types: dict[str, type[ModelCallInput | ModelCallInputV3]] = {
+        MODEL_COMPLETE: ModelCallInput,
+        MODEL_COMPLETE_V2: ModelCallInput,
+        MODEL_COMPLETE_V3: ModelCallInputV3,
+    }
+    inputs: list[ModelCallInput | ModelCallInputV3] = []
     async for event in handle.fetch_history_events():
         attributes = event.activity_task_scheduled_event_attributes
         if event.HasField("activity_task_scheduled_event_attributes") and (
-            attributes.activity_type.name in (MODEL_COMPLETE, MODEL_COMPLETE_V2)
+            attributes.activity_type.name in types
         ):
-            (decoded,) = await converter.decode(attributes.input.payloads, [ModelCallInput])
+            (decoded,) = await converter.decode(
+                attributes.input.payloads, [types[attributes.activity_type.name]]
+            )
             inputs.append(decoded)
     return inputs
 

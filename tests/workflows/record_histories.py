@@ -1391,6 +1391,59 @@ async def model_v2_two_turns(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is 42?")
 
 
+async def slim_payloads_two_turns(rig: Rig) -> RunHandle:
+    """``psych.model.complete.v3`` and ``psych.tool.code.v2`` (the ``psych-slim-payloads``
+    marker): a code tool on two turns, refs derived by the workflow, then the answer."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "43"})),
+        Reply.text("Both were delivered."),
+    )
+    spec = rig.agent("orders").instructions("Answer briefly.").tool("lookup_order").build()
+    return await rig.run(spec, "Where are 42 and 43?")
+
+
+async def slim_payloads_large_result(rig: Rig) -> RunHandle:
+    """``psych.tool.code.v2`` with a result over ``large_result_bytes``: size and refs
+    travel, and ``read_tool_output`` reads the rest."""
+    spec = rig.agent("stock").tool("inventory").limits(large_result_bytes=256).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("inventory")),
+        Reply.tool_calls(
+            ToolCall("read_tool_output", {"handle": INVENTORY_REF, "offset": 256, "length": 200})
+        ),
+        Reply.text("Item 039 has 23 in stock."),
+    )
+    return await rig.run(spec, "How many of item 039?")
+
+
+async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
+    """``psych.tool.http.v2``: an HTTP POST tool and a code tool in one turn, answered."""
+    api = CountingServer().start()
+    try:
+        spec = (
+            rig.agent("support")
+            .tool("lookup_order")
+            .http_tool(
+                "refund",
+                description="Refund an order.",
+                url=api.url + "/orders/{order_id}/refund",
+                method="POST",
+            )
+            .build()
+        )
+        rig.fake.enqueue(
+            Reply.tool_calls(
+                ToolCall("refund", {"order_id": "42"}),
+                ToolCall("lookup_order", {"order_id": "42"}),
+            ),
+            Reply.text("Refunded order 42."),
+        )
+        return await rig.run(spec, "Refund order 42")
+    finally:
+        api.stop()
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -1532,6 +1585,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
     ("dev", continued_last_execution),
+    # hot path (issue 15 item 1): slim model and code tool payloads
+    ("dev", slim_payloads_two_turns),
+    ("dev", slim_payloads_large_result),
+    ("dev", slim_payloads_http_tool),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

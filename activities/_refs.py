@@ -1,0 +1,67 @@
+"""The compact wire form of a blob ref, for the payloads a Run sends on every turn.
+
+A ``BlobRef`` is ``sha256:`` and 64 hex digits (71 characters); a model call and a tool
+call carry about seven of them per turn. On the wire of the newer payload classes
+(``ModelCallInputV3``, ``ModelCallResultV3``, ``ToolOutcomeV2``) a ref travels as ``~`` and
+the 43 base64url characters of its 32 digest bytes (44 characters), and is read back to
+the same ``sha256:<hex>`` value. So Python only ever sees the one form: blob store keys,
+records, ``read_tool_output`` handles and the older payloads do not change. Reading accepts
+both forms, so a payload written with full refs (by hand, or by an older writer of the
+same class) still decodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, PlainSerializer
+
+WIRE_PREFIX = "~"
+"""Marks the compact form: neither ``sha256:`` nor a base64url character starts with it."""
+_HEX_PREFIX = "sha256:"
+_HEX_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
+_WIRE_REF = re.compile(r"^~[A-Za-z0-9_-]{43}$")
+
+
+def to_wire(ref: str) -> str:
+    """``sha256:<hex>`` as ``~<base64url of the digest, unpadded>``.
+
+    Raises:
+        ValueError: ``ref`` is not ``sha256:`` and 64 lowercase hex digits.
+    """
+    if not _HEX_REF.match(ref):
+        raise ValueError(f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
+    digest = bytes.fromhex(ref.removeprefix(_HEX_PREFIX))
+    return WIRE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def from_wire(value: object) -> object:
+    """A ref in either form as ``sha256:<hex>``; anything else is returned unchanged for
+    the field's own validation to reject (a message object, a malformed string).
+
+    Raises:
+        ValueError: ``value`` has the compact prefix but is not 43 base64url characters.
+    """
+    if not isinstance(value, str) or not value.startswith(WIRE_PREFIX):
+        return value
+    if not _WIRE_REF.match(value):
+        raise ValueError(
+            f"not a compact blob ref ({WIRE_PREFIX} and 43 base64url characters): {value!r}"
+        )
+    try:
+        digest = base64.urlsafe_b64decode(value[1:] + "=")
+    except binascii.Error as err:
+        raise ValueError(f"not a compact blob ref: {value!r}: {err}") from err
+    return _HEX_PREFIX + digest.hex()
+
+
+WireRef = Annotated[
+    str,
+    BeforeValidator(from_wire),
+    Field(pattern=r"^sha256:[0-9a-f]{64}$"),
+    PlainSerializer(to_wire, when_used="json"),
+]
+"""A ``BlobRef`` that is ``sha256:<hex>`` in Python and ``~<base64url>`` in JSON."""

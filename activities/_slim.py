@@ -1,0 +1,309 @@
+"""Between the full model and tool payloads and their slim forms on the hot path.
+
+``psych.model.complete.v3`` and ``psych.tool.code.v2`` carry only what the other side cannot
+derive (issue 15). The workflow keeps working with ``ModelCallInput``, ``ModelCallResult``,
+``CodeToolCall`` and ``ToolOutcome``; the activity keeps running them. These functions are
+the one place that drops a field on one side and puts it back on the other, each pair
+exact: ``full_*(slim_*(x)) == x``.
+
+Pure (hashing and JSON only), so the workflow calls them too.
+"""
+
+from __future__ import annotations
+
+from psych_runtime.activities._blobs import _dumps, blob_ref
+from psych_runtime.activities._payloads import (
+    ChatMessage,
+    CodeToolCall,
+    HttpToolCall,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallRequest,
+    ToolOutcome,
+)
+from psych_runtime.activities._slim_payloads import (
+    CodeToolCallV2,
+    HttpToolCallV2,
+    ModelCallInputV3,
+    ModelCallResultV3,
+    ToolOutcomeV2,
+    WireScope,
+)
+from psych_runtime.specs import ModelRef, Scope
+
+_WORKFLOW_ID_PREFIX = "psych-"
+"""As ``workflows.WORKFLOW_ID_PREFIX`` (this package may not import workflows); a test
+checks the two agree through ``workflow_id_for``."""
+
+
+def ids_from(workflow_id: str | None) -> tuple[str, str] | None:
+    """``(tenant, run id)`` named by a Run's workflow id (``psych-<tenant>-<run id>``;
+    tenants cannot contain ``-``), or None when it names none (or there is no workflow)."""
+    if workflow_id is None or not workflow_id.startswith(_WORKFLOW_ID_PREFIX):
+        return None
+    tenant, _, run_id = workflow_id.removeprefix(_WORKFLOW_ID_PREFIX).partition("-")
+    return (tenant, run_id) if tenant and run_id else None
+
+
+def _wire_scope(scope: Scope, run_id: str, workflow_id: str) -> tuple[WireScope, str | None]:
+    """The scope and run id to send: tenant and run id left out when the id names both."""
+    named = ids_from(workflow_id) == (scope.tenant, run_id)
+    wire = WireScope(
+        tenant=None if named else scope.tenant, principal=scope.principal, labels=scope.labels
+    )
+    return wire, None if named else run_id
+
+
+def _full_scope(scope: WireScope, run_id: str | None, workflow_id: str | None) -> tuple[Scope, str]:
+    """The scope and run id a slim call stands for.
+
+    Raises:
+        ValueError: they were left out and ``workflow_id`` does not name them.
+    """
+    if scope.tenant is not None and run_id is not None:
+        tenant = scope.tenant
+    else:
+        named = ids_from(workflow_id)
+        if named is None:
+            raise ValueError(
+                f"the call carries no tenant and run id and its workflow id {workflow_id!r} "
+                f"is not '{_WORKFLOW_ID_PREFIX}<tenant>-<run id>': the workflow must send them"
+            )
+        tenant, run_id = named
+    return Scope(tenant=tenant, principal=scope.principal, labels=scope.labels), run_id
+
+
+def _message_ref(message: ChatMessage) -> str:
+    # As ``Conversations.put_message`` stores a message.
+    return blob_ref(_dumps(message.model_dump(mode="json")))
+
+
+def _answer_ref(
+    role: str, content: str, tool_calls: tuple[ToolCallRequest, ...], call_id: str | None
+) -> str:
+    """``_message_ref`` of an assistant or tool message, without building it: the
+    workflow hashes one of each per turn (a 4 KB result's dump through pydantic costs
+    twice this). A field added to ChatMessage makes these differ from what is stored, so
+    the activity sends the refs: bigger, never wrong (a test pins them equal)."""
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls]
+    message = {"role": role, "content": content, "tool_calls": calls, "tool_call_id": call_id}
+    return blob_ref(_dumps(message))
+
+
+# --- model call ---------------------------------------------------------------------------
+
+
+def slim_model_input(call: ModelCallInput, workflow_id: str) -> ModelCallInputV3:
+    """What the workflow sends ``psych.model.complete.v3`` for ``call`` (workflow side)."""
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return ModelCallInputV3(
+        turn=call.turn,
+        model=call.model,
+        params=None if call.params == ModelRef(model=call.model) else call.params,
+        run_id=run_id,
+        system_prompt=call.system_prompt,
+        system_ref=call.system_ref,
+        context_ref=call.context_ref,
+        new_messages=call.new_messages,
+        tools_ref=call.tools_ref,
+        exclude_tools=call.exclude_tools,
+        stream=call.stream,
+        stream_idle_seconds=call.stream_idle_seconds,
+        scope=scope,
+        mcp=call.mcp,
+        thread=call.thread,
+    )
+
+
+def full_model_input(slim: ModelCallInputV3, workflow_id: str | None) -> ModelCallInput:
+    """The ``ModelCallInput`` a slim one stands for (activity side).
+
+    Raises:
+        ValueError: no tenant and run id were sent and ``workflow_id`` names none.
+    """
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return ModelCallInput(
+        run_id=run_id,
+        turn=slim.turn,
+        model=slim.model,
+        params=slim.params if slim.params is not None else ModelRef(model=slim.model),
+        system_prompt=slim.system_prompt,
+        system_ref=slim.system_ref,
+        context_ref=slim.context_ref,
+        new_messages=slim.new_messages,
+        tools_ref=slim.tools_ref,
+        exclude_tools=slim.exclude_tools,
+        stream=slim.stream,
+        stream_idle_seconds=slim.stream_idle_seconds,
+        scope=scope,
+        mcp=slim.mcp,
+        thread=slim.thread,
+    )
+
+
+def expected_refs(
+    call: ModelCallInput, text: str, tool_calls: tuple[ToolCallRequest, ...]
+) -> tuple[str, str | None]:
+    """The conversation head and system prompt ref of ``call`` answered with ``text`` and
+    ``tool_calls`` when nothing but the call's own messages entered the conversation (no
+    thread, no MCP notes) and blobs are keyed by their plain bytes: what
+    ``Conversations.append`` and ``BlobStore.put`` make of them."""
+    refs = [m if isinstance(m, str) else _message_ref(m) for m in call.new_messages]
+    refs.append(_answer_ref("assistant", text, tool_calls, None))
+    head = blob_ref(_dumps({"parent": call.context_ref, "messages": refs}))
+    prompt = call.system_prompt
+    return head, call.system_ref if prompt is None else blob_ref(prompt.encode())
+
+
+def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> ModelCallResultV3:
+    """What ``psych.model.complete.v3`` returns for ``result`` (activity side): each ref
+    left out only when it equals what ``expected_refs`` derives."""
+    head, system_ref = expected_refs(call, result.text, result.tool_calls)
+    return ModelCallResultV3(
+        context_ref=None if result.context_ref == head else result.context_ref,
+        system_ref=None if result.system_ref == system_ref else result.system_ref,
+        text=result.text,
+        tool_calls=result.tool_calls,
+        finish_reason=result.finish_reason,
+        usage=result.usage,
+        cost=result.cost,
+        latency=result.latency,
+        mcp=result.mcp,
+        context=result.context,
+    )
+
+
+def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCallResult:
+    """The ``ModelCallResult`` of ``call`` (workflow side): the model it called, and the
+    refs ``expected_refs`` derives where the activity left them out."""
+    head, system_ref = slim.context_ref, slim.system_ref
+    if head is None or system_ref is None:
+        expected = expected_refs(call, slim.text, slim.tool_calls)
+        head = expected[0] if head is None else head
+        system_ref = expected[1] if system_ref is None else system_ref
+    return ModelCallResult(
+        model=call.model,
+        system_ref=system_ref,
+        context_ref=head,
+        text=slim.text,
+        tool_calls=slim.tool_calls,
+        finish_reason=slim.finish_reason,
+        usage=slim.usage,
+        cost=slim.cost,
+        latency=slim.latency,
+        mcp=slim.mcp,
+        context=slim.context,
+    )
+
+
+# --- code tool call -----------------------------------------------------------------------
+
+
+def slim_code_call(call: CodeToolCall, workflow_id: str) -> CodeToolCallV2:
+    """What the workflow sends ``psych.tool.code.v2`` for ``call`` (workflow side)."""
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return CodeToolCallV2(
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        large_result_bytes=call.large_result_bytes,
+        run_id=run_id,
+        scope=scope,
+    )
+
+
+def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCall:
+    """The ``CodeToolCall`` a slim one stands for (activity side).
+
+    Raises:
+        ValueError: no tenant and run id were sent and ``workflow_id`` names none.
+    """
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return CodeToolCall(
+        run_id=run_id,
+        call_id=slim.call_id,
+        tool=slim.tool,
+        arguments=slim.arguments,
+        large_result_bytes=slim.large_result_bytes,
+        scope=scope,
+    )
+
+
+def slim_http_call(call: HttpToolCall, workflow_id: str) -> HttpToolCallV2:
+    """What the workflow sends ``psych.tool.http.v2`` for ``call`` (workflow side)."""
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return HttpToolCallV2(
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        large_result_bytes=call.large_result_bytes,
+        run_id=run_id,
+        scope=scope,
+    )
+
+
+def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCall:
+    """The ``HttpToolCall`` a slim one stands for (activity side).
+
+    Raises:
+        ValueError: no tenant and run id were sent and ``workflow_id`` names none.
+    """
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return HttpToolCall(
+        run_id=run_id,
+        call_id=slim.call_id,
+        tool=slim.tool,
+        arguments=slim.arguments,
+        large_result_bytes=slim.large_result_bytes,
+        scope=scope,
+    )
+
+
+def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:
+    """Size, result ref and message ref of a result shown whole: its UTF-8 size, the ref
+    of its bytes, the ref of the tool message holding it (as ``store_outcome`` stores
+    them through ``Conversations.put_message``)."""
+    data = content.encode()
+    return len(data), blob_ref(data), _answer_ref("tool", content, (), call_id)
+
+
+def slim_outcome(outcome: ToolOutcome) -> ToolOutcomeV2:
+    """What ``psych.tool.code.v2`` returns for ``outcome`` (activity side): each of size
+    and refs left out only when it equals what ``shown_whole`` derives from the content."""
+    size, result_ref, message_ref = shown_whole(outcome.call_id, outcome.content)
+    return ToolOutcomeV2(
+        status=outcome.status,
+        content=outcome.content,
+        truncated=outcome.truncated,
+        size=None if outcome.size == size else outcome.size,
+        result_ref=None if outcome.result_ref == result_ref else outcome.result_ref,
+        message_ref=None if outcome.message_ref == message_ref else outcome.message_ref,
+        latency=outcome.latency,
+        wait_token=outcome.wait_token,
+        ran_arguments=outcome.ran_arguments,
+        hooks=outcome.hooks,
+    )
+
+
+def full_outcome(slim: ToolOutcomeV2, call_id: str) -> ToolOutcome:
+    """The ``ToolOutcome`` of call ``call_id`` (workflow side)."""
+    size, result_ref, message_ref = slim.size, slim.result_ref, slim.message_ref
+    if size is None or result_ref is None or message_ref is None:
+        # Hashed only when something was left out (a truncated result sends them all).
+        whole = shown_whole(call_id, slim.content)
+        size = whole[0] if size is None else size
+        result_ref = whole[1] if result_ref is None else result_ref
+        message_ref = whole[2] if message_ref is None else message_ref
+    return ToolOutcome(
+        call_id=call_id,
+        status=slim.status,
+        content=slim.content,
+        truncated=slim.truncated,
+        size=size,
+        result_ref=result_ref,
+        message_ref=message_ref,
+        latency=slim.latency,
+        wait_token=slim.wait_token,
+        ran_arguments=slim.ran_arguments,
+        hooks=slim.hooks,
+    )
