@@ -1444,6 +1444,23 @@ async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
         api.stop()
 
 
+async def shaped_code_and_http_tools(rig: Rig) -> RunHandle:
+    """A Run of ``psych-shape-1`` (its one patch marker): the catalogue as a local
+    activity, then the slim model call and a code and an HTTP tool in one turn."""
+    return await slim_payloads_http_tool(rig)
+
+
+async def shaped_roles_apart(rig: Rig) -> RunHandle:
+    """A ``psych-shape-1`` Run dispatched roles apart: its catalogue stays an activity on
+    the tools queue."""
+    return await roles_apart_code_tool(rig)
+
+
+async def shaped_workflow_steps(rig: Rig) -> RunHandle:
+    """A ``psych-shape-1`` WorkflowRun: tool, agent and workflow steps."""
+    return await workflow_three_steps(rig)
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -1581,6 +1598,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", roles_apart_code_tool),
     # hot path (issue 15): slimmer model-call payloads
     ("dev", model_v2_two_turns),
+    # one patch marker per Run (workflows/_shape.py), with the local catalogue
+    ("dev", shaped_code_and_http_tools),
+    ("dev", shaped_roles_apart),
+    ("dev", shaped_workflow_steps),
     # continue-as-new
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
