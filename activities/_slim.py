@@ -11,6 +11,8 @@ Pure (hashing and JSON only), so the workflow calls them too.
 
 from __future__ import annotations
 
+from typing import Any
+
 from psych_runtime.activities._blobs import _dumps, blob_ref
 from psych_runtime.activities._payloads import (
     ChatMessage,
@@ -199,17 +201,33 @@ def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCal
 # --- code tool call -----------------------------------------------------------------------
 
 
+def _slim_fields(call: CodeToolCall | HttpToolCall, workflow_id: str) -> dict[str, Any]:
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return {
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "large_result_bytes": call.large_result_bytes,
+        "run_id": run_id,
+        "scope": scope,
+    }
+
+
+def _full_fields(slim: CodeToolCallV2 | HttpToolCallV2, workflow_id: str | None) -> dict[str, Any]:
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return {
+        "run_id": run_id,
+        "call_id": slim.call_id,
+        "tool": slim.tool,
+        "arguments": slim.arguments,
+        "large_result_bytes": slim.large_result_bytes,
+        "scope": scope,
+    }
+
+
 def slim_code_call(call: CodeToolCall, workflow_id: str) -> CodeToolCallV2:
     """What the workflow sends ``psych.tool.code.v2`` for ``call`` (workflow side)."""
-    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return CodeToolCallV2(
-        call_id=call.call_id,
-        tool=call.tool,
-        arguments=call.arguments,
-        large_result_bytes=call.large_result_bytes,
-        run_id=run_id,
-        scope=scope,
-    )
+    return CodeToolCallV2(**_slim_fields(call, workflow_id))
 
 
 def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCall:
@@ -218,28 +236,12 @@ def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCal
     Raises:
         ValueError: no tenant and run id were sent and ``workflow_id`` names none.
     """
-    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
-    return CodeToolCall(
-        run_id=run_id,
-        call_id=slim.call_id,
-        tool=slim.tool,
-        arguments=slim.arguments,
-        large_result_bytes=slim.large_result_bytes,
-        scope=scope,
-    )
+    return CodeToolCall(**_full_fields(slim, workflow_id))
 
 
 def slim_http_call(call: HttpToolCall, workflow_id: str) -> HttpToolCallV2:
     """What the workflow sends ``psych.tool.http.v2`` for ``call`` (workflow side)."""
-    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return HttpToolCallV2(
-        call_id=call.call_id,
-        tool=call.tool,
-        arguments=call.arguments,
-        large_result_bytes=call.large_result_bytes,
-        run_id=run_id,
-        scope=scope,
-    )
+    return HttpToolCallV2(**_slim_fields(call, workflow_id))
 
 
 def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCall:
@@ -248,15 +250,7 @@ def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCal
     Raises:
         ValueError: no tenant and run id were sent and ``workflow_id`` names none.
     """
-    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
-    return HttpToolCall(
-        run_id=run_id,
-        call_id=slim.call_id,
-        tool=slim.tool,
-        arguments=slim.arguments,
-        large_result_bytes=slim.large_result_bytes,
-        scope=scope,
-    )
+    return HttpToolCall(**_full_fields(slim, workflow_id))
 
 
 def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:

@@ -300,7 +300,9 @@ async def plain_answer(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("greeter").instructions("Greet.").build())
 
 
-async def code_and_http_tools(rig: Rig) -> RunHandle:
+async def _refund_support(rig: Rig, *replies: Reply) -> RunHandle:
+    """The support agent (``lookup_order`` and an HTTP POST ``refund`` tool) on a loopback
+    API, answering ``replies`` to "Refund order 42"."""
     api = CountingServer().start()
     try:
         spec = (
@@ -314,17 +316,22 @@ async def code_and_http_tools(rig: Rig) -> RunHandle:
             )
             .build()
         )
-        rig.fake.enqueue(
-            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
-            Reply.tool_calls(
-                ToolCall("refund", {"order_id": "42"}),
-                ToolCall("lookup_order", {"order_id": "42"}),
-            ),
-            Reply.text("Refunded order 42."),
-        )
+        rig.fake.enqueue(*replies)
         return await rig.run(spec, "Refund order 42")
     finally:
         api.stop()
+
+
+async def code_and_http_tools(rig: Rig) -> RunHandle:
+    return await _refund_support(
+        rig,
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.tool_calls(
+            ToolCall("refund", {"order_id": "42"}),
+            ToolCall("lookup_order", {"order_id": "42"}),
+        ),
+        Reply.text("Refunded order 42."),
+    )
 
 
 async def large_result_read_back(rig: Rig) -> RunHandle:
@@ -1419,29 +1426,14 @@ async def slim_payloads_large_result(rig: Rig) -> RunHandle:
 
 async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
     """``psych.tool.http.v2``: an HTTP POST tool and a code tool in one turn, answered."""
-    api = CountingServer().start()
-    try:
-        spec = (
-            rig.agent("support")
-            .tool("lookup_order")
-            .http_tool(
-                "refund",
-                description="Refund an order.",
-                url=api.url + "/orders/{order_id}/refund",
-                method="POST",
-            )
-            .build()
-        )
-        rig.fake.enqueue(
-            Reply.tool_calls(
-                ToolCall("refund", {"order_id": "42"}),
-                ToolCall("lookup_order", {"order_id": "42"}),
-            ),
-            Reply.text("Refunded order 42."),
-        )
-        return await rig.run(spec, "Refund order 42")
-    finally:
-        api.stop()
+    return await _refund_support(
+        rig,
+        Reply.tool_calls(
+            ToolCall("refund", {"order_id": "42"}),
+            ToolCall("lookup_order", {"order_id": "42"}),
+        ),
+        Reply.text("Refunded order 42."),
+    )
 
 
 async def shaped_code_and_http_tools(rig: Rig) -> RunHandle:
