@@ -197,6 +197,20 @@ LOCAL_CATALOG_PATCH = "psych-local-catalog"
 """Marks a Run that resolves its catalogue in a local activity when it runs on one queue."""
 
 
+async def _execute_local(name: str, input: Any, result_type: type[_R], *, summary: str) -> _R:
+    """Run activity ``name`` as a local activity, with its options from ``OPTIONS``."""
+    options = OPTIONS[name]
+    result: _R = await workflow.execute_local_activity(
+        name,
+        input,
+        result_type=result_type,
+        start_to_close_timeout=options.start_to_close,
+        retry_policy=options.retry,
+        summary=summary,
+    )
+    return result
+
+
 async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
     """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy.
 
@@ -207,16 +221,7 @@ async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
     workers have the registry.
     """
     if task_queue_for(TOOL_CATALOG) is None and has(LOCAL_CATALOG_PATCH):
-        options = OPTIONS[TOOL_CATALOG]
-        result: ToolCatalog = await workflow.execute_local_activity(
-            TOOL_CATALOG,
-            input,
-            result_type=ToolCatalog,
-            start_to_close_timeout=options.start_to_close,
-            retry_policy=options.retry,
-            summary="resolve tools",
-        )
-        return result
+        return await _execute_local(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
     return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
 
 
@@ -227,16 +232,9 @@ async def list_mcp_tools(input: McpCatalogInput) -> McpCatalog:
     history (a few bytes when the catalogue is unchanged) instead of an activity's three
     events and a workflow task of its own.
     """
-    options = OPTIONS[MCP_LIST_TOOLS]
-    result: McpCatalog = await workflow.execute_local_activity(
-        MCP_LIST_TOOLS,
-        input,
-        result_type=McpCatalog,
-        start_to_close_timeout=options.start_to_close,
-        retry_policy=options.retry,
-        summary=f"MCP tools, turn {input.turn}",
+    return await _execute_local(
+        MCP_LIST_TOOLS, input, McpCatalog, summary=f"MCP tools, turn {input.turn}"
     )
-    return result
 
 
 async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:
