@@ -11,9 +11,10 @@ Pure (hashing and JSON only), so the workflow calls them too.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from psych_runtime.activities._blobs import _dumps, blob_ref
+from psych_runtime.activities._blobs import blob_ref
 from psych_runtime.activities._payloads import (
     ChatMessage,
     CodeToolCall,
@@ -75,21 +76,31 @@ def _full_scope(scope: WireScope, run_id: str | None, workflow_id: str | None) -
     return Scope(tenant=tenant, principal=scope.principal, labels=scope.labels), run_id
 
 
-def _message_ref(message: ChatMessage) -> str:
-    # As ``Conversations.put_message`` stores a message.
-    return blob_ref(_dumps(message.model_dump(mode="json")))
+# The workflow derives refs with these two functions on every replay, long after the
+# activity checked them against what it stored. So they are FROZEN: the encoding of a
+# message and of a conversation node as the stores wrote them when psych-slim-payloads
+# shipped (``Conversations.put_message``, ``Conversations.append``, ``_blobs._dumps``).
+# Changing either would make a replayed Run derive heads that were never stored, and its
+# next call fail on a missing blob. If the stores change, these stay: the activity then
+# finds the derivation differs and sends the refs (bigger, never wrong); test_slim pins
+# both to today's stores and ChatMessage's fields.
 
 
-def _answer_ref(
+def _frozen_dumps(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _message_ref(
     role: str, content: str, tool_calls: tuple[ToolCallRequest, ...], call_id: str | None
 ) -> str:
-    """``_message_ref`` of an assistant or tool message, without building it: the
-    workflow hashes one of each per turn (a 4 KB result's dump through pydantic costs
-    twice this). A field added to ChatMessage makes these differ from what is stored, so
-    the activity sends the refs: bigger, never wrong (a test pins them equal)."""
+    """The ref of a stored message with these fields (see the frozen note above)."""
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls]
     message = {"role": role, "content": content, "tool_calls": calls, "tool_call_id": call_id}
-    return blob_ref(_dumps(message))
+    return blob_ref(_frozen_dumps(message))
+
+
+def _inline_ref(message: ChatMessage) -> str:
+    return _message_ref(message.role, message.content, message.tool_calls, message.tool_call_id)
 
 
 # --- model call ---------------------------------------------------------------------------
@@ -150,9 +161,9 @@ def expected_refs(
     ``tool_calls`` when nothing but the call's own messages entered the conversation (no
     thread, no MCP notes) and blobs are keyed by their plain bytes: what
     ``Conversations.append`` and ``BlobStore.put`` make of them."""
-    refs = [m if isinstance(m, str) else _message_ref(m) for m in call.new_messages]
-    refs.append(_answer_ref("assistant", text, tool_calls, None))
-    head = blob_ref(_dumps({"parent": call.context_ref, "messages": refs}))
+    refs = [m if isinstance(m, str) else _inline_ref(m) for m in call.new_messages]
+    refs.append(_message_ref("assistant", text, tool_calls, None))
+    head = blob_ref(_frozen_dumps({"parent": call.context_ref, "messages": refs}))
     prompt = call.system_prompt
     return head, call.system_ref if prompt is None else blob_ref(prompt.encode())
 
@@ -258,7 +269,7 @@ def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:
     of its bytes, the ref of the tool message holding it (as ``store_outcome`` stores
     them through ``Conversations.put_message``)."""
     data = content.encode()
-    return len(data), blob_ref(data), _answer_ref("tool", content, (), call_id)
+    return len(data), blob_ref(data), _message_ref("tool", content, (), call_id)
 
 
 def slim_outcome(outcome: ToolOutcome) -> ToolOutcomeV2:

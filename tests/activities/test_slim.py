@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore
-from psych_runtime.activities._blobs import BlobStore, Conversations
+from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore, _slim
+from psych_runtime.activities._blobs import BlobStore, Conversations, blob_ref
 from psych_runtime.activities._outcomes import store_outcome
 from psych_runtime.activities._payloads import (
     ChatMessage,
@@ -306,3 +306,44 @@ async def test_a_truncated_or_sealed_result_sends_its_size_and_refs(
     if not sealed:
         assert sent["truncated"] is True and sent["size"] == 6000
     assert full_outcome(slim_outcome(outcome), "call_7") == outcome
+
+
+async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Path) -> None:
+    # The workflow re-derives refs on every replay with _slim's frozen encoding; it must
+    # equal what Conversations stores, or every call sends its refs again. A field added
+    # to ChatMessage or ToolCallRequest fails here: keep the frozen functions as they are
+    # (replayed Runs derived their heads with them) and accept that new calls send refs,
+    # or give the new encoding a new payload name.
+    assert set(ChatMessage.model_fields) == {"role", "content", "tool_calls", "tool_call_id"}
+    assert set(ToolCallRequest.model_fields) == {"id", "name", "arguments"}
+    conversations = Conversations(LocalBlobStore(tmp_path))
+    calls = (ToolCallRequest(id="c1", name="lookup", arguments='{"id": "ä"}'),)
+    for message in (
+        ChatMessage(role="user", content="Où est ma commande ?"),
+        ChatMessage(role="assistant", content="", tool_calls=calls),
+        ChatMessage(role="tool", content="delivered", tool_call_id="c1"),
+    ):
+        stored = await conversations.put_message(message)
+        assert _slim._inline_ref(message) == stored
+    parent, messages = "sha256:" + "0" * 64, ["sha256:" + "1" * 64]
+    head = await conversations.append(parent, messages)
+    assert blob_ref(_slim._frozen_dumps({"parent": parent, "messages": messages})) == head
+
+
+@pytest.mark.parametrize(
+    ("full", "slim", "derived"),
+    [
+        (ModelCallInput, ModelCallInputV3, set()),
+        (CodeToolCall, CodeToolCallV2, set()),
+        (HttpToolCall, HttpToolCallV2, set()),
+        (ModelCallResult, ModelCallResultV3, {"model"}),  # the workflow knows what it called
+        (ToolOutcome, ToolOutcomeV2, {"call_id"}),  # the workflow knows which call it made
+    ],
+)
+def test_every_field_has_a_wire_field_or_is_derived(
+    full: type[Any], slim: type[Any], derived: set[str]
+) -> None:
+    # The conversions name every field: one added to a full payload without its wire field
+    # would arrive as its default on the other side.
+    assert set(full.model_fields) - set(slim.model_fields) == derived
+    assert set(slim.model_fields) <= set(full.model_fields)
