@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -127,16 +128,7 @@ class LocalBlobStore:
         if shard not in self._shards:
             os.makedirs(shard, exist_ok=True)
             self._shards.add(shard)
-        # A name no other writer uses (pid, and a counter shared by every store of this
-        # process), created exclusively, then renamed over the blob: cheaper than mkstemp's
-        # random names, as atomic.
-        tmp = os.path.join(shard, f".put-{os.getpid()}-{next(_PUT_COUNTER)}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        try:
-            fd = os.open(tmp, flags, 0o600)
-        except FileNotFoundError:  # the shard was removed since: make it again
-            os.makedirs(shard, exist_ok=True)
-            fd = os.open(tmp, flags, 0o600)
+        fd, tmp = _exclusive_temp(shard)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -147,6 +139,33 @@ class LocalBlobStore:
             raise
 
 
+def _exclusive_temp(shard: str) -> tuple[int, str]:
+    """A new temporary file in ``shard``, opened exclusively: ``.put-<token>-<n>``.
+
+    The token is random per process (a restarted or containerised worker often has the
+    same pid as one before it, or as another container sharing the root) and the counter
+    is shared by every store of the process, so names do not repeat; a name found taken
+    anyway (a file a killed writer left) is skipped, not an error. Cheaper than mkstemp's
+    random name per file, and as exclusive.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    for _ in range(100):
+        tmp = os.path.join(shard, f".put-{_PUT_TOKEN}-{next(_PUT_COUNTER)}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the shard was removed since: make it again
+            os.makedirs(shard, exist_ok=True)
+            return os.open(tmp, flags, 0o600), tmp
+    raise FileExistsError(f"100 temporary names taken in {shard}: is another writer looping?")
+
+
+def _new_token() -> None:
+    global _PUT_TOKEN
+    _PUT_TOKEN = secrets.token_hex(6)
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
@@ -154,6 +173,9 @@ def _read(path: str) -> bytes:
 
 _PUT_COUNTER = itertools.count()
 """Numbers the temporary files of ``LocalBlobStore.put`` in this process."""
+_PUT_TOKEN = secrets.token_hex(6)
+"""This process's part of those names; a forked child draws its own."""
+os.register_at_fork(after_in_child=_new_token)
 
 
 @runtime_checkable

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from psych_runtime.activities import _blobs
 from psych_runtime.activities._blobs import LocalBlobStore, blob_key, blob_ref
 from psych_runtime.specs import NotFound
 
@@ -65,3 +66,17 @@ async def test_put_writes_each_blob_once_and_survives_its_shard_being_removed(
     shard.rmdir()
     assert await store.put(b"one") == ref
     assert await store.get(ref) == b"one"
+
+
+async def test_a_temporary_name_left_taken_is_skipped(tmp_path: Path) -> None:
+    # A writer killed between creating its temporary file and renaming it leaves the name
+    # taken; the next writer to draw it (a restarted worker) moves on to another name.
+    store = LocalBlobStore(tmp_path)
+    ref = blob_ref(b"two")
+    shard = tmp_path / blob_key(ref).split("/")[0]
+    shard.mkdir()
+    upcoming = next(_blobs._PUT_COUNTER) + 1
+    for n in range(upcoming, upcoming + 3):
+        (shard / f".put-{_blobs._PUT_TOKEN}-{n}").write_bytes(b"left by a killed writer")
+    assert await store.put(b"two") == ref
+    assert await store.get(ref) == b"two"
