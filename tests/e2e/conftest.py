@@ -75,6 +75,11 @@ def harness(
         blobs=LocalBlobStore(tmp_path / "blobs"),
         endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="test-key")),
         secrets=StaticSecretResolver({"orders-key": "s3cret"}),
+        # In the sandbox: workers run psych's workflows without it by default, and this is
+        # where a restricted (non-deterministic) call on a path no committed history covers
+        # still fails (workers/README, "The workflow sandbox"); the CLI, roles and fleet
+        # tests run the default.
+        workflow_sandbox=True,
     )
     client = PsychClient(
         dev_env.client,
