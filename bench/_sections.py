@@ -231,6 +231,20 @@ def _reemit(text: str, skip: tuple[str, ...]) -> None:
             print(line, file=sys.stderr)
 
 
+def _history_sample(
+    turns: int, done: int, facts: HistoryFacts, failure: str | None = None
+) -> HistorySample:
+    return HistorySample(
+        turns=turns,
+        turns_done=done,
+        server_bytes=facts.server_bytes,
+        event_bytes=facts.event_bytes,
+        events=facts.events,
+        closed_by=facts.closed_by,
+        failure=failure,
+    )
+
+
 async def history(agent: AgentBench, bare: BaselineBench, settings: Settings) -> HistoryResult:
     """AgentRun (conversation by reference) against ResultLoop (the floor) and
     ConversationLoop (by value)."""
@@ -238,28 +252,11 @@ async def history(agent: AgentBench, bare: BaselineBench, settings: Settings) ->
     for turns in settings.history_turns:
         floor = await bare.results(turns, RESULT_BYTES)
         facts = await history_facts(bare.handle(floor.workflow_id), MODEL_ACTIVITY)
-        result.floor.append(
-            HistorySample(
-                turns=turns,
-                turns_done=facts.completed.get(RESULT_TOOL_ACTIVITY, 0),
-                server_bytes=facts.server_bytes,
-                event_bytes=facts.event_bytes,
-                events=facts.events,
-                closed_by=facts.closed_by,
-            )
-        )
+        done = facts.completed.get(RESULT_TOOL_ACTIVITY, 0)
+        result.floor.append(_history_sample(turns, done, facts))
         timing = await agent.run(turns, result_4kb_tool=True)
         facts = await history_facts(agent.handle(timing.workflow_id), AGENT_MODEL_ACTIVITY)
-        result.agent.append(
-            HistorySample(
-                turns=turns,
-                turns_done=turns,
-                server_bytes=facts.server_bytes,
-                event_bytes=facts.event_bytes,
-                events=facts.events,
-                closed_by=facts.closed_by,
-            )
-        )
+        result.agent.append(_history_sample(turns, turns, facts))
     for turns in settings.conversation_turns:
         # The SDK core logs a warning per payload over 512 KB and the server's refusal at
         # 50 MB straight to the process's output: counted here instead of flooding it.
@@ -268,17 +265,8 @@ async def history(agent: AgentBench, bare: BaselineBench, settings: Settings) ->
         result.payload_warnings[turns] = log.count(PAYLOAD_WARNING)
         _reemit(log.text, skip=(PAYLOAD_WARNING, "history size exceeds limit"))
         facts = await history_facts(bare.handle(run.workflow_id), MODEL_ACTIVITY)
-        result.conversation.append(
-            HistorySample(
-                turns=turns,
-                turns_done=facts.completed.get(RESULT_TOOL_ACTIVITY, 0),
-                server_bytes=facts.server_bytes,
-                event_bytes=facts.event_bytes,
-                events=facts.events,
-                closed_by=facts.closed_by,
-                failure=run.failure,
-            )
-        )
+        done = facts.completed.get(RESULT_TOOL_ACTIVITY, 0)
+        result.conversation.append(_history_sample(turns, done, facts, run.failure))
         if run.failure:
             break  # a longer Run would only fail the same way
     return result
