@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 from tests._upstream import Answer, Request, serve, url_of
 
@@ -53,3 +54,14 @@ class CountingServer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def refund_tool(base_url: str) -> dict[str, Any]:
+    """The keyword arguments of the suites' ``refund`` HTTP tool, for
+    ``builder.http_tool("refund", **refund_tool(api.url))``: a POST to
+    ``<base_url>/orders/{order_id}/refund``."""
+    return {
+        "description": "Refund an order.",
+        "url": base_url + "/orders/{order_id}/refund",
+        "method": "POST",
+    }

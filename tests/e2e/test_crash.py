@@ -26,7 +26,7 @@ from psych_runtime.workflows import RunReport, RunResult, RunStatus
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
 from ._crash import doomed_worker
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -67,12 +67,7 @@ async def crash(
     refunder = (
         AgentBuilder("refunder")
         .model("fake-model")
-        .http_tool(
-            "refund",
-            description="Refund an order.",
-            url=refunds.url + "/orders/{order_id}/refund",
-            method="POST",
-        )
+        .http_tool("refund", **refund_tool(refunds.url))
         .build()
     )
     tracker = (

@@ -24,7 +24,7 @@ from psych_runtime.workflows import RunStatus
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
 from ._crash import doomed_worker
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -43,12 +43,7 @@ async def test_a_worker_dying_after_a_pre_hook_leaves_a_post_unknown_and_unsent(
     spec = (
         AgentBuilder("refunder")
         .model("fake-model")
-        .http_tool(
-            "refund",
-            description="Refund an order.",
-            url=refunds.url + "/orders/{order_id}/refund",
-            method="POST",
-        )
+        .http_tool("refund", **refund_tool(refunds.url))
         .build()
     )
     scope = Scope(tenant="acme")

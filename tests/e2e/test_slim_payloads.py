@@ -20,7 +20,7 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
 
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -134,12 +134,7 @@ async def test_an_http_tool_call_is_psych_tool_http_v2_with_a_slim_outcome(
         spec = (
             AgentBuilder("refunds")
             .model("fake-model")
-            .http_tool(
-                "refund",
-                description="Refund an order.",
-                url=api.url + "/orders/{order_id}/refund",
-                method="POST",
-            )
+            .http_tool("refund", **refund_tool(api.url))
             .build()
         )
         harness.fake.enqueue(

@@ -43,7 +43,7 @@ from psych_runtime.workflows import (
 from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
 
 from ._crash import doomed_worker
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 from ._worker_proc import REGISTRY
 
 pytestmark = pytest.mark.e2e
@@ -94,12 +94,7 @@ async def crash(
     orders = CountingServer(respond=lambda seen: (200, TRACKED), delay=HELD_BACK).start()
     refund_flow = (
         WorkflowBuilder("refund-flow", registry=REGISTRY)
-        .http_tool(
-            "refund",
-            description="Refund an order.",
-            url=refunds.url + "/orders/{order_id}/refund",
-            method="POST",
-        )
+        .http_tool("refund", **refund_tool(refunds.url))
         .tool("lookup_order")
         .tool_step("refund", "refund", {"order_id": "42"})
         .tool_step("notify", "lookup_order", {"order_id": "42"})

@@ -79,7 +79,7 @@ from psych_runtime.workflows import (
     RunStatus,
     workflow_id_for,
 )
-from tests.e2e._http_server import CountingServer
+from tests.e2e._http_server import CountingServer, refund_tool
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
@@ -308,12 +308,7 @@ async def _refund_support(rig: Rig, *replies: Reply) -> RunHandle:
         spec = (
             rig.agent("support")
             .tool("lookup_order")
-            .http_tool(
-                "refund",
-                description="Refund an order.",
-                url=api.url + "/orders/{order_id}/refund",
-                method="POST",
-            )
+            .http_tool("refund", **refund_tool(api.url))
             .build()
         )
         rig.fake.enqueue(*replies)
