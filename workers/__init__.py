@@ -17,6 +17,7 @@ from psych_runtime.workers._devserver import (
     start_time_skipping_server,
     temporal_binary,
 )
+from psych_runtime.workers._fleet_policy import check_fleet_policy, worker_identity
 from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
 from psych_runtime.workers._telemetry import (
     Telemetry,
@@ -31,11 +32,9 @@ from psych_runtime.workers._worker import (
     WorkerSettings,
     activities_for,
     build_worker,
-    check_fleet_policy,
     connect,
     run_worker,
     run_workers,
-    worker_identity,
 )
 
 __all__ = [

@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities import ACTIVITY_ROLES, ROLES, role_task_queue
 from psych_runtime.activities._payloads import WORKFLOWS_ROLE
-from psych_runtime.workers._worker import POLLER_LIVE_SECONDS
+from psych_runtime.workers._fleet_policy import POLLER_LIVE_SECONDS
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, Scope
-from psych_runtime.workers._worker import POLLER_LIVE_SECONDS
+from psych_runtime.workers._fleet_policy import POLLER_LIVE_SECONDS
 from psych_runtime.workflows import parse_workflow_id
 
 QUERY_TIMEOUT = timedelta(seconds=3)

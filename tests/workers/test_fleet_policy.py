@@ -24,7 +24,7 @@ from psych_runtime.activities import (
 )
 from psych_runtime.specs import Scope
 from psych_runtime.workers import worker_identity
-from psych_runtime.workers._worker import digest_in_identity
+from psych_runtime.workers._fleet_policy import digest_in_identity
 
 from .conftest import TOOLS_REF, Cli, read_until, spawn
 
