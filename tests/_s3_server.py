@@ -1,6 +1,7 @@
 """A real S3-compatible server on loopback for tests: moto's server mode in its own process.
 
-``s3_server()`` starts ``moto_server`` on a free loopback port, waits until it answers, and
+``s3_server()`` starts moto's S3 application (``_moto_serial.py``: one request at a time,
+so a conditional write is atomic as on S3) on a free loopback port, waits until it answers, and
 stops it by its pid on leaving. ``S3_ENV`` is the environment an S3 client needs to talk
 to it and to nothing else: fixed test credentials (moto accepts any), no shared AWS files,
 and no instance-metadata lookups (botocore would otherwise try a link-local address when
@@ -89,12 +90,10 @@ def _free_port() -> int:
 async def s3_server() -> AsyncIterator[S3Server]:
     """Start moto's S3 server on loopback; stop it (by its pid) on leaving."""
     port = _free_port()
-    moto = Path(sys.executable).parent / "moto_server"
     proc = await asyncio.create_subprocess_exec(
-        str(moto),
-        "-H",
+        sys.executable,
+        str(Path(__file__).with_name("_moto_serial.py")),
         "127.0.0.1",
-        "-p",
         str(port),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -118,14 +117,14 @@ async def _wait_until_up(server: S3Server, proc: asyncio.subprocess.Process) -> 
     async with httpx.AsyncClient() as http:
         while True:
             if proc.returncode is not None:
-                raise RuntimeError(f"moto_server exited with status {proc.returncode}")
+                raise RuntimeError(f"moto server exited with status {proc.returncode}")
             try:
                 await http.get(f"{server.endpoint}/moto-api/", timeout=2)
                 return
             except httpx.TransportError as err:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"moto_server did not answer within {STARTS_WITHIN:g} s"
+                        f"moto server did not answer within {STARTS_WITHIN:g} s"
                     ) from err
             await asyncio.sleep(0.2)
 
