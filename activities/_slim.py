@@ -12,7 +12,10 @@ Pure (hashing and JSON only), so the workflow calls them too.
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import cache
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from psych_runtime.activities._blobs import blob_ref
 from psych_runtime.activities._payloads import (
@@ -37,6 +40,22 @@ from psych_runtime.specs import ModelRef, Scope
 _WORKFLOW_ID_PREFIX = "psych-"
 """As ``workflows.WORKFLOW_ID_PREFIX`` (this package may not import workflows); a test
 checks the two agree through ``workflow_id_for``."""
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@cache
+def _shared_fields(source: type[BaseModel], target: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(name for name in target.model_fields if name in source.model_fields)
+
+
+def _carried(source: BaseModel, target: type[_M], **derived: Any) -> _M:
+    """``target`` holding ``source``'s value of every field the two share by name, and
+    ``derived`` (what the conversion drops, puts back or recomputes) in its place.
+    ``test_slim`` pins which fields each pair shares and which are derived."""
+    fields = {name: getattr(source, name) for name in _shared_fields(type(source), target)}
+    return target(**(fields | derived))
 
 
 def ids_from(workflow_id: str | None) -> tuple[str, str] | None:
@@ -109,23 +128,8 @@ def _inline_ref(message: ChatMessage) -> str:
 def slim_model_input(call: ModelCallInput, workflow_id: str) -> ModelCallInputV3:
     """What the workflow sends ``psych.model.complete.v3`` for ``call`` (workflow side)."""
     scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return ModelCallInputV3(
-        turn=call.turn,
-        model=call.model,
-        params=None if call.params == ModelRef(model=call.model) else call.params,
-        run_id=run_id,
-        system_prompt=call.system_prompt,
-        system_ref=call.system_ref,
-        context_ref=call.context_ref,
-        new_messages=call.new_messages,
-        tools_ref=call.tools_ref,
-        exclude_tools=call.exclude_tools,
-        stream=call.stream,
-        stream_idle_seconds=call.stream_idle_seconds,
-        scope=scope,
-        mcp=call.mcp,
-        thread=call.thread,
-    )
+    params = None if call.params == ModelRef(model=call.model) else call.params
+    return _carried(call, ModelCallInputV3, params=params, run_id=run_id, scope=scope)
 
 
 def full_model_input(slim: ModelCallInputV3, workflow_id: str | None) -> ModelCallInput:
@@ -135,23 +139,8 @@ def full_model_input(slim: ModelCallInputV3, workflow_id: str | None) -> ModelCa
         ValueError: no tenant and run id were sent and ``workflow_id`` names none.
     """
     scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
-    return ModelCallInput(
-        run_id=run_id,
-        turn=slim.turn,
-        model=slim.model,
-        params=slim.params if slim.params is not None else ModelRef(model=slim.model),
-        system_prompt=slim.system_prompt,
-        system_ref=slim.system_ref,
-        context_ref=slim.context_ref,
-        new_messages=slim.new_messages,
-        tools_ref=slim.tools_ref,
-        exclude_tools=slim.exclude_tools,
-        stream=slim.stream,
-        stream_idle_seconds=slim.stream_idle_seconds,
-        scope=scope,
-        mcp=slim.mcp,
-        thread=slim.thread,
-    )
+    params = slim.params if slim.params is not None else ModelRef(model=slim.model)
+    return _carried(slim, ModelCallInput, params=params, run_id=run_id, scope=scope)
 
 
 def expected_refs(
@@ -172,17 +161,11 @@ def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> ModelCal
     """What ``psych.model.complete.v3`` returns for ``result`` (activity side): each ref
     left out only when it equals what ``expected_refs`` derives."""
     head, system_ref = expected_refs(call, result.text, result.tool_calls)
-    return ModelCallResultV3(
+    return _carried(
+        result,
+        ModelCallResultV3,
         context_ref=None if result.context_ref == head else result.context_ref,
         system_ref=None if result.system_ref == system_ref else result.system_ref,
-        text=result.text,
-        tool_calls=result.tool_calls,
-        finish_reason=result.finish_reason,
-        usage=result.usage,
-        cost=result.cost,
-        latency=result.latency,
-        mcp=result.mcp,
-        context=result.context,
     )
 
 
@@ -194,51 +177,18 @@ def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCal
         expected = expected_refs(call, slim.text, slim.tool_calls)
         head = expected[0] if head is None else head
         system_ref = expected[1] if system_ref is None else system_ref
-    return ModelCallResult(
-        model=call.model,
-        system_ref=system_ref,
-        context_ref=head,
-        text=slim.text,
-        tool_calls=slim.tool_calls,
-        finish_reason=slim.finish_reason,
-        usage=slim.usage,
-        cost=slim.cost,
-        latency=slim.latency,
-        mcp=slim.mcp,
-        context=slim.context,
+    return _carried(
+        slim, ModelCallResult, model=call.model, system_ref=system_ref, context_ref=head
     )
 
 
 # --- code tool call -----------------------------------------------------------------------
 
 
-def _slim_fields(call: CodeToolCall | HttpToolCall, workflow_id: str) -> dict[str, Any]:
-    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return {
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "arguments": call.arguments,
-        "large_result_bytes": call.large_result_bytes,
-        "run_id": run_id,
-        "scope": scope,
-    }
-
-
-def _full_fields(slim: CodeToolCallV2 | HttpToolCallV2, workflow_id: str | None) -> dict[str, Any]:
-    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
-    return {
-        "run_id": run_id,
-        "call_id": slim.call_id,
-        "tool": slim.tool,
-        "arguments": slim.arguments,
-        "large_result_bytes": slim.large_result_bytes,
-        "scope": scope,
-    }
-
-
 def slim_code_call(call: CodeToolCall, workflow_id: str) -> CodeToolCallV2:
     """What the workflow sends ``psych.tool.code.v2`` for ``call`` (workflow side)."""
-    return CodeToolCallV2(**_slim_fields(call, workflow_id))
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return _carried(call, CodeToolCallV2, scope=scope, run_id=run_id)
 
 
 def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCall:
@@ -247,12 +197,14 @@ def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCal
     Raises:
         ValueError: no tenant and run id were sent and ``workflow_id`` names none.
     """
-    return CodeToolCall(**_full_fields(slim, workflow_id))
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return _carried(slim, CodeToolCall, scope=scope, run_id=run_id)
 
 
 def slim_http_call(call: HttpToolCall, workflow_id: str) -> HttpToolCallV2:
     """What the workflow sends ``psych.tool.http.v2`` for ``call`` (workflow side)."""
-    return HttpToolCallV2(**_slim_fields(call, workflow_id))
+    scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
+    return _carried(call, HttpToolCallV2, scope=scope, run_id=run_id)
 
 
 def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCall:
@@ -261,7 +213,8 @@ def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCal
     Raises:
         ValueError: no tenant and run id were sent and ``workflow_id`` names none.
     """
-    return HttpToolCall(**_full_fields(slim, workflow_id))
+    scope, run_id = _full_scope(slim.scope, slim.run_id, workflow_id)
+    return _carried(slim, HttpToolCall, scope=scope, run_id=run_id)
 
 
 def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:
@@ -276,17 +229,12 @@ def slim_outcome(outcome: ToolOutcome) -> ToolOutcomeV2:
     """What ``psych.tool.code.v2`` returns for ``outcome`` (activity side): each of size
     and refs left out only when it equals what ``shown_whole`` derives from the content."""
     size, result_ref, message_ref = shown_whole(outcome.call_id, outcome.content)
-    return ToolOutcomeV2(
-        status=outcome.status,
-        content=outcome.content,
-        truncated=outcome.truncated,
+    return _carried(
+        outcome,
+        ToolOutcomeV2,
         size=None if outcome.size == size else outcome.size,
         result_ref=None if outcome.result_ref == result_ref else outcome.result_ref,
         message_ref=None if outcome.message_ref == message_ref else outcome.message_ref,
-        latency=outcome.latency,
-        wait_token=outcome.wait_token,
-        ran_arguments=outcome.ran_arguments,
-        hooks=outcome.hooks,
     )
 
 
@@ -299,16 +247,11 @@ def full_outcome(slim: ToolOutcomeV2, call_id: str) -> ToolOutcome:
         size = whole[0] if size is None else size
         result_ref = whole[1] if result_ref is None else result_ref
         message_ref = whole[2] if message_ref is None else message_ref
-    return ToolOutcome(
+    return _carried(
+        slim,
+        ToolOutcome,
         call_id=call_id,
-        status=slim.status,
-        content=slim.content,
-        truncated=slim.truncated,
         size=size,
         result_ref=result_ref,
         message_ref=message_ref,
-        latency=slim.latency,
-        wait_token=slim.wait_token,
-        ran_arguments=slim.ran_arguments,
-        hooks=slim.hooks,
     )

@@ -343,7 +343,7 @@ async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Pa
 def test_every_field_has_a_wire_field_or_is_derived(
     full: type[Any], slim: type[Any], derived: set[str]
 ) -> None:
-    # The conversions name every field: one added to a full payload without its wire field
-    # would arrive as its default on the other side.
+    # The conversions carry the fields a pair shares by name (``_slim._carried``): one added
+    # to a full payload without its wire field would arrive as its default on the other side.
     assert set(full.model_fields) - set(slim.model_fields) == derived
     assert set(slim.model_fields) <= set(full.model_fields)
