@@ -1407,16 +1407,9 @@ async def slim_payloads_two_turns(rig: Rig) -> RunHandle:
 
 async def slim_payloads_large_result(rig: Rig) -> RunHandle:
     """``psych.tool.code.v2`` with a result over ``large_result_bytes``: size and refs
-    travel, and ``read_tool_output`` reads the rest."""
-    spec = rig.agent("stock").tool("inventory").limits(large_result_bytes=256).build()
-    rig.fake.enqueue(
-        Reply.tool_calls(ToolCall("inventory")),
-        Reply.tool_calls(
-            ToolCall("read_tool_output", {"handle": INVENTORY_REF, "offset": 256, "length": 200})
-        ),
-        Reply.text("Item 039 has 23 in stock."),
-    )
-    return await rig.run(spec, "How many of item 039?")
+    travel, and ``read_tool_output`` reads the rest (``large_result_read_back``'s Run,
+    recorded with the slim names)."""
+    return await large_result_read_back(rig)
 
 
 async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
