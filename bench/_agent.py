@@ -4,11 +4,11 @@ The fake model is scripted by a responder, so any number of Runs can share it: a
 first user message says how many turns it takes (``turns=N``); the responder answers turn
 ``t`` (one more than the assistant messages it was sent) with a call to the agent's one
 code tool while ``t < N``, and with a text answer at ``t = N``. A Run of N turns therefore
-makes N model calls, N - 1 tool calls and one catalog call: 2N activities, the same count
-as N turns of the bare loop.
+makes N model calls and N - 1 tool calls, and resolves its catalogue in a local activity
+(``psych-local-catalog``): 2N - 1 activities, one fewer than N turns of the bare loop.
 
 A WorkflowRun of N steps calls the same code tool in each of its N tool steps (step ``i``
-with ``{"turn": i}``): N tool activities and one catalog call, no model.
+with ``{"turn": i}``): N tool activities and the local catalogue, no model.
 """
 
 from __future__ import annotations
@@ -137,8 +137,9 @@ class AgentBench:
             registry=self.registry,
         )
         self.env = env
-        self.model = (fake.base_url, MODEL)
-        """The fake model's base URL and model id (for ``ModelLoop``'s requests)."""
+        self.endpoint = self.settings.endpoints.default
+        """The fake model's endpoint (for ``ModelLoop``'s requests)."""
+        self._fake = fake
         self._specs: dict[tuple[int, bool], AgentSpec] = {}
         self._workflows: dict[int, WorkflowSpec] = {}
 
@@ -171,6 +172,17 @@ class AgentBench:
                 f"{result.totals.turns} turns ({result.reason}); expected {turns} turns"
             )
         return RunTiming(handle.workflow_id, wall_ms, turns)
+
+    async def request_bodies(self, turns: int) -> list[dict[str, Any]]:
+        """Run one AgentRun of ``turns`` turns; the request bodies its model activity sent
+        the fake model, turn 1 first (what ``ModelLoop`` sends, ``_model_request.py``).
+        Nothing else may call the fake model meanwhile."""
+        first = len(self._fake.requests)
+        await self.run(turns)
+        bodies = self._fake.requests[first:]
+        if len(bodies) != turns:
+            raise RuntimeError(f"a {turns}-turn AgentRun made {len(bodies)} model requests")
+        return bodies
 
     async def workflow(self, steps: int) -> RunTiming:
         """Run one WorkflowRun of ``steps`` tool steps to completion (``turns`` = steps)."""

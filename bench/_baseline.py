@@ -29,6 +29,7 @@ from bench._workflows import (
     ModelLoop,
     ResultLoop,
 )
+from psych_runtime.activities import Endpoint
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,12 @@ class BaselineRun:
 class BaselineBench:
     """Starts baseline workflows on one worker and times them."""
 
-    def __init__(self, env: WorkflowEnvironment, task_queue: str) -> None:
+    def __init__(
+        self, env: WorkflowEnvironment, task_queue: str, requester: ModelRequester | None
+    ) -> None:
         self.env = env
         self.task_queue = task_queue
+        self._requester = requester
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -55,22 +59,26 @@ class BaselineBench:
         env: WorkflowEnvironment,
         *,
         eager_activities: bool = True,
-        model: tuple[str, str] | None = None,
+        model: Endpoint | None = None,
         sandbox: bool = True,
     ) -> AsyncIterator[BaselineBench]:
         """A worker for the baseline workflows, for the block.
 
         ``eager_activities=False`` turns off eager activity dispatch, so every activity
         task also goes through the server's transfer queue (see bench/README.md).
-        ``model`` (the fake model's base URL and model id) adds ``ModelLoop``'s
-        model-request activity. ``sandbox=False`` runs the baselines unsandboxed, as psych's
-        workers run AgentRun (workers/README.md, "The workflow sandbox").
+        ``model`` (the fake model's endpoint) adds ``ModelLoop``'s model-request activity;
+        ``learn`` gives it the bodies to send. ``sandbox=False`` runs the baselines
+        unsandboxed, as psych's workers run AgentRun (workers/README.md, "The workflow
+        sandbox").
         """
         task_queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
-        async with httpx.AsyncClient() as http:
+        async with contextlib.AsyncExitStack() as stack:
             activities: list[Any] = list(BASELINE_ACTIVITIES)
+            requester = None
             if model is not None:
-                activities.append(ModelRequester(model[0], model[1], http).request)
+                http = await stack.enter_async_context(httpx.AsyncClient())
+                requester = ModelRequester(model, http)
+                activities.append(requester.request)
             runner: WorkflowRunner = (
                 SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner()
             )
@@ -82,7 +90,7 @@ class BaselineBench:
                 disable_eager_activity_execution=not eager_activities,
                 workflow_runner=runner,
             ):
-                yield cls(env, task_queue)
+                yield cls(env, task_queue, requester)
 
     async def _run(self, workflow: str, input: LoopInput, give_up_s: float) -> BaselineRun:
         workflow_id = f"bench-{uuid.uuid4().hex}"
@@ -106,6 +114,12 @@ class BaselineBench:
         if run.failure:
             raise RuntimeError(f"bare loop {run.workflow_id} failed: {run.failure}")
         return run
+
+    def learn(self, turns: int, bodies: list[dict[str, Any]]) -> None:
+        """The request bodies ``turns``-turn ModelLoops send (``AgentBench.request_bodies``)."""
+        if self._requester is None:
+            raise RuntimeError("this baseline worker has no model: BaselineBench.running(model=)")
+        self._requester.learn(turns, bodies)
 
     async def model_loop(self, turns: int) -> BaselineRun:
         """One ModelLoop of ``turns`` turns (a model request + a trivial tool activity)."""

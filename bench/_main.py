@@ -98,10 +98,11 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
             dispatch_results.append(await dispatch(env, True, settings))
             async with (
                 AgentBench.running(env, Path(home)) as agent,
-                BaselineBench.running(env, model=agent.model) as bare,
+                BaselineBench.running(env) as bare,
+                BaselineBench.running(env, model=agent.endpoint, sandbox=False) as unsandboxed,
             ):
                 _progress("1. sequential per-turn time")
-                seq = await sequential(agent, bare, settings)
+                seq = await sequential(agent, bare, unsandboxed, settings)
                 sections["sequential"] = {
                     "samples": _plain(seq),
                     "summary": report.sequential_summary(seq),
@@ -137,8 +138,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                     "summary": followers_summary(followers),
                 }
                 _progress("2. throughput")
-                async with BaselineBench.running(env, sandbox=False) as unsandboxed:
-                    thr = await throughput(agent, bare, unsandboxed, settings)
+                thr = await throughput(agent, bare, unsandboxed, settings)
                 sections["throughput"] = {
                     "samples": _plain(thr),
                     "summary": report.throughput_summary(thr),

@@ -1,68 +1,54 @@
 """The model-request activity of ``ModelLoop``: the HTTP work of one model call, nothing else.
 
-It sends what AgentRun's model activity sends for the same turn of the benchmark's agent
-(the system prompt, the user message, every earlier turn's tool call and result, the one
-tool's definition; ``stream: true``) to the same fake model, reads the streamed answer
-line by line, and returns the first line. No conversation store, no records, no payload
-beyond the turn number: the floor of a turn that calls a model.
+It sends, for turn k of an N-turn loop, the very request body AgentRun's model activity
+sent the fake model at turn k of an N-turn AgentRun (``AgentBench.request_bodies`` records
+them from the fake model: same messages, tools, ``stream_options``), with the same
+``Authorization`` header, reads the streamed answer line by line, and returns the first
+line. No conversation store, no records, no payload beyond the turn number: the floor of a
+turn that calls a model.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from bench._workflows import MODEL_REQUEST_ACTIVITY, RequestTurn
-
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "small_result",
-        "description": "Return a short result for this turn.",
-        "parameters": {
-            "type": "object",
-            "properties": {"turn": {"type": "integer", "description": "The turn number."}},
-            "required": ["turn"],
-        },
-    },
-}
-
-
-def request_body(model: str, turn: RequestTurn) -> dict[str, Any]:
-    """The chat-completions body of ``turn``, as the benchmark's agent would send it."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "Call the tool until told otherwise."},
-        {"role": "user", "content": f"Work. turns={turn.turns}"},
-    ]
-    for earlier in range(1, turn.turn):
-        call = {
-            "id": f"call_{earlier}",
-            "type": "function",
-            "function": {"name": "small_result", "arguments": json.dumps({"turn": earlier})},
-        }
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        result = {"role": "tool", "tool_call_id": f"call_{earlier}", "content": f"ok {earlier}"}
-        messages.append(result)
-    return {"model": model, "messages": messages, "tools": [_TOOL], "stream": True}
+from psych_runtime.activities import Endpoint
 
 
 class ModelRequester:
-    """Holds the fake model's URL and one HTTP client for the activity."""
+    """Holds the fake model's URL, one HTTP client and the bodies to send."""
 
-    def __init__(self, base_url: str, model: str, http: httpx.AsyncClient) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
+    def __init__(self, endpoint: Endpoint, http: httpx.AsyncClient) -> None:
+        self.url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         self.http = http
+        self._bodies: dict[int, list[dict[str, Any]]] = {}
+
+    def learn(self, turns: int, bodies: list[dict[str, Any]]) -> None:
+        """Send ``bodies`` (turn 1 first) in ``turns``-turn loops."""
+        if len(bodies) != turns:
+            raise ValueError(f"{len(bodies)} request bodies for a {turns}-turn loop")
+        self._bodies[turns] = bodies
 
     @activity.defn(name=MODEL_REQUEST_ACTIVITY)
     async def request(self, turn: RequestTurn) -> str:
         """Stream one chat completion; return its first line."""
-        body = request_body(self.model, turn)
+        bodies = self._bodies.get(turn.turns)
+        if bodies is None:
+            raise ApplicationError(
+                f"no request bodies learned for {turn.turns}-turn loops "
+                "(ModelRequester.learn first)",
+                non_retryable=True,
+            )
         first = ""
-        async with self.http.stream("POST", self.url, json=body) as response:
+        async with self.http.stream(
+            "POST", self.url, json=bodies[turn.turn - 1], headers=self.headers
+        ) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
                 first = first or line

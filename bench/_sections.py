@@ -15,9 +15,10 @@ from bench._baseline import BaselineBench
 from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, RESULT_TOOL_ACTIVITY
+from psych_runtime.activities._payloads import MODEL_COMPLETE_V3, TOOL_CODE_V2
 
-AGENT_MODEL_ACTIVITY = "psych.model.complete.v3"
-AGENT_TOOL_ACTIVITY = "psych.tool.code.v2"
+AGENT_MODEL_ACTIVITY = MODEL_COMPLETE_V3
+AGENT_TOOL_ACTIVITY = TOOL_CODE_V2
 RESULT_BYTES = 4096
 PAYLOAD_WARNING = "TMPRL1103"
 
@@ -103,22 +104,23 @@ def _sample(
 
 
 async def sequential(
-    agent: AgentBench, bare: BaselineBench, settings: Settings
+    agent: AgentBench, bare: BaselineBench, model: BaselineBench, settings: Settings
 ) -> SequentialResult:
-    """Alternate bare, model-request and AgentRun Runs, so drift on a noisy machine hits
-    all alike."""
+    """Alternate bare, model-request (on ``model``, unsandboxed as AgentRun runs) and
+    AgentRun Runs, so drift on a noisy machine hits all alike."""
     turns = settings.sequential_turns
     result = SequentialResult(turns=turns)
-    # One unmeasured Run of each warms the workers (first sandbox import, connections).
+    # One unmeasured Run of each warms the workers (first sandbox import, connections);
+    # AgentRun's gives ModelLoop the requests to send.
+    model.learn(turns, await agent.request_bodies(turns))
     await bare.bare(turns)
-    await bare.model_loop(turns)
-    await agent.run(turns)
+    await model.model_loop(turns)
     for _ in range(settings.sequential_runs):
         run = await bare.bare(turns)
         facts = await history_facts(bare.handle(run.workflow_id), MODEL_ACTIVITY)
         result.bare.append(_sample(run.wall_ms, turns, facts))
-        run = await bare.model_loop(turns)
-        facts = await history_facts(bare.handle(run.workflow_id), MODEL_REQUEST_ACTIVITY)
+        run = await model.model_loop(turns)
+        facts = await history_facts(model.handle(run.workflow_id), MODEL_REQUEST_ACTIVITY)
         result.model_floor.append(_sample(run.wall_ms, turns, facts))
         timing = await agent.run(turns)
         facts = await history_facts(agent.handle(timing.workflow_id), AGENT_MODEL_ACTIVITY)
@@ -182,13 +184,15 @@ async def agent_throughput(agent: AgentBench, runs: int, turns: int) -> Batch:
 async def throughput(
     agent: AgentBench, bare: BaselineBench, unsandboxed: BaselineBench, settings: Settings
 ) -> ThroughputResult:
-    """Alternate bare (sandboxed, then not), model-request and AgentRun batches."""
+    """Alternate bare (sandboxed, then not), model-request and AgentRun batches; the
+    model-request loops run on ``unsandboxed``, as AgentRun runs."""
     runs, turns = settings.concurrent_runs, settings.concurrent_turns
     result = ThroughputResult(runs=runs, turns=turns)
+    unsandboxed.learn(turns, await agent.request_bodies(turns))
     for _ in range(settings.concurrent_repeats):
         result.bare.append(await bare_throughput(bare, runs, turns))
         result.bare_unsandboxed.append(await bare_throughput(unsandboxed, runs, turns))
-        result.model_floor.append(await _batch(runs, turns, lambda: bare.model_loop(turns)))
+        result.model_floor.append(await _batch(runs, turns, lambda: unsandboxed.model_loop(turns)))
         result.agent.append(await agent_throughput(agent, runs, turns))
     return result
 
