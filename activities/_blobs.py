@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import json
 import os
-import re
 import secrets
 from collections import OrderedDict
 from pathlib import Path
@@ -22,10 +21,8 @@ from typing import Protocol, runtime_checkable
 
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.activities._payloads import ChatMessage
+from psych_runtime.activities._payloads import ChatMessage, is_blob_ref
 from psych_runtime.specs import NotFound
-
-_REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def blob_ref(data: bytes) -> str:
@@ -63,7 +60,7 @@ def blob_key(ref: str) -> str:
     # Refs reach here from payloads and callers, so a ref becomes a path only once it is
     # exactly a sha256 digest: anything else (`../`, `/`, upper case) could name a file
     # outside the root, or another object than a blob.
-    if not _REF.fullmatch(ref):
+    if not is_blob_ref(ref):
         raise BlobNotFound(ref, f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
     digest = ref.removeprefix("sha256:")
     return f"{digest[:2]}/{digest[2:]}"

@@ -13,6 +13,7 @@ activity input that brings it, or the result that produced it).
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -28,8 +29,14 @@ from pydantic import (
 from psych_runtime.activities._context_result import ContextTurn
 from psych_runtime.specs import AgentSpec, HttpTool, McpServer, ModelRef, Scope, SpecError
 
-BlobRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+_BLOB_REF = re.compile(r"sha256:[0-9a-f]{64}")
+BlobRef = Annotated[str, Field(pattern=f"^{_BLOB_REF.pattern}$")]
 """The content hash of a stored blob."""
+
+
+def is_blob_ref(value: str) -> bool:
+    """Whether ``value`` is a ``BlobRef``: ``sha256:`` and 64 lowercase hex digits."""
+    return _BLOB_REF.fullmatch(value) is not None
 
 
 class _Payload(BaseModel):

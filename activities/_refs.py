@@ -13,16 +13,16 @@ same class) still decodes.
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer
+
+from psych_runtime.activities._payloads import BlobRef, is_blob_ref
 
 WIRE_PREFIX = "~"
 """Marks the compact form: neither ``sha256:`` nor a base64url character starts with it."""
 _HEX_PREFIX = "sha256:"
-_HEX_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
 _WIRE_REF = re.compile(r"^~[A-Za-z0-9_-]{43}$")
 
 
@@ -32,7 +32,7 @@ def to_wire(ref: str) -> str:
     Raises:
         ValueError: ``ref`` is not ``sha256:`` and 64 lowercase hex digits.
     """
-    if not _HEX_REF.match(ref):
+    if not is_blob_ref(ref):
         raise ValueError(f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
     digest = bytes.fromhex(ref.removeprefix(_HEX_PREFIX))
     return WIRE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
@@ -51,17 +51,9 @@ def from_wire(value: object) -> object:
         raise ValueError(
             f"not a compact blob ref ({WIRE_PREFIX} and 43 base64url characters): {value!r}"
         )
-    try:
-        digest = base64.urlsafe_b64decode(value[1:] + "=")
-    except binascii.Error as err:
-        raise ValueError(f"not a compact blob ref: {value!r}: {err}") from err
-    return _HEX_PREFIX + digest.hex()
+    # 43 base64url characters and one "=" always decode, to 32 bytes.
+    return _HEX_PREFIX + base64.urlsafe_b64decode(value[1:] + "=").hex()
 
 
-WireRef = Annotated[
-    str,
-    BeforeValidator(from_wire),
-    Field(pattern=r"^sha256:[0-9a-f]{64}$"),
-    PlainSerializer(to_wire, when_used="json"),
-]
+WireRef = Annotated[BlobRef, BeforeValidator(from_wire), PlainSerializer(to_wire, when_used="json")]
 """A ``BlobRef`` that is ``sha256:<hex>`` in Python and ``~<base64url>`` in JSON."""

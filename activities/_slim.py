@@ -150,11 +150,18 @@ def expected_refs(
     ``tool_calls`` when nothing but the call's own messages entered the conversation (no
     thread, no MCP notes) and blobs are keyed by their plain bytes: what
     ``Conversations.append`` and ``BlobStore.put`` make of them."""
+    return _expected_head(call, text, tool_calls), _expected_system_ref(call)
+
+
+def _expected_head(call: ModelCallInput, text: str, tool_calls: tuple[ToolCallRequest, ...]) -> str:
     refs = [m if isinstance(m, str) else _inline_ref(m) for m in call.new_messages]
     refs.append(_message_ref("assistant", text, tool_calls, None))
-    head = blob_ref(_frozen_dumps({"parent": call.context_ref, "messages": refs}))
+    return blob_ref(_frozen_dumps({"parent": call.context_ref, "messages": refs}))
+
+
+def _expected_system_ref(call: ModelCallInput) -> str | None:
     prompt = call.system_prompt
-    return head, call.system_ref if prompt is None else blob_ref(prompt.encode())
+    return call.system_ref if prompt is None else blob_ref(prompt.encode())
 
 
 def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> ModelCallResultV3:
@@ -170,13 +177,15 @@ def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> ModelCal
 
 
 def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCallResult:
-    """The ``ModelCallResult`` of ``call`` (workflow side): the model it called, and the
-    refs ``expected_refs`` derives where the activity left them out."""
-    head, system_ref = slim.context_ref, slim.system_ref
-    if head is None or system_ref is None:
-        expected = expected_refs(call, slim.text, slim.tool_calls)
-        head = expected[0] if head is None else head
-        system_ref = expected[1] if system_ref is None else system_ref
+    """The ``ModelCallResult`` of ``call`` (workflow side): the model it called, and each
+    ref ``expected_refs`` derives where the activity left it out (the head, which hashes
+    the turn's messages, only then: a sealed store sends it)."""
+    head = slim.context_ref
+    if head is None:
+        head = _expected_head(call, slim.text, slim.tool_calls)
+    system_ref = slim.system_ref
+    if system_ref is None:
+        system_ref = _expected_system_ref(call)
     return _carried(
         slim, ModelCallResult, model=call.model, system_ref=system_ref, context_ref=head
     )

@@ -35,10 +35,14 @@ from psych_runtime.activities._payloads import (
 from psych_runtime.activities._refs import WireRef
 from psych_runtime.specs import HttpTool, ModelRef
 
+# Positions are the wire form: a new Latency field is appended, never inserted, and
+# _latency_to_wire sends it (test_slim pins this tuple and _USAGE_FIELDS to the classes).
+_LATENCY_FIELDS = ("queue_wait_ms", "duration_ms", "first_token_ms")
+
 
 def _latency_from_wire(value: object) -> object:
-    if isinstance(value, list | tuple) and len(value) in (2, 3):
-        return dict(zip(("queue_wait_ms", "duration_ms", "first_token_ms"), value, strict=False))
+    if isinstance(value, list | tuple) and 2 <= len(value) <= len(_LATENCY_FIELDS):
+        return dict(zip(_LATENCY_FIELDS, value, strict=False))
     return value
 
 

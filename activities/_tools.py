@@ -56,6 +56,7 @@ from psych_runtime.activities._payloads import (
     ToolDefinition,
     ToolInfo,
     ToolOutcome,
+    is_blob_ref,
 )
 from psych_runtime.activities._policy import Policy, RulePolicy
 from psych_runtime.activities._redact import Redactor
@@ -85,7 +86,6 @@ _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 """A URL template placeholder; the same pattern publish-time validation checks."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
-_BLOB_REF = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 class _ToolError(Exception):
@@ -572,7 +572,7 @@ class ToolActivities(ActivityClass):
     async def _read_slice(self, input: ReadOutputInput) -> str:
         handle = input.handle
         missing = _ToolError(f"no stored tool output with handle {handle!r}")
-        if not _BLOB_REF.match(handle):
+        if not is_blob_ref(handle):
             raise missing
         try:
             data = await self.blobs.get(handle)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore, _slim
+from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore, _slim, _slim_payloads
 from psych_runtime.activities._blobs import BlobStore, Conversations, blob_ref
 from psych_runtime.activities._outcomes import store_outcome
 from psych_runtime.activities._payloads import (
@@ -347,3 +347,28 @@ def test_every_field_has_a_wire_field_or_is_derived(
     # to a full payload without its wire field would arrive as its default on the other side.
     assert set(full.model_fields) - set(slim.model_fields) == derived
     assert set(slim.model_fields) <= set(full.model_fields)
+
+
+def test_the_usage_and_latency_wire_lists_name_every_field_in_order() -> None:
+    # Usage and Latency travel as lists by position in the slim results: a field added to
+    # either class must be appended to its wire tuple (and sent), or it would arrive as 0.
+    assert tuple(Usage.model_fields) == _slim_payloads._USAGE_FIELDS
+    assert tuple(Latency.model_fields) == _slim_payloads._LATENCY_FIELDS
+
+
+def test_a_sealed_result_that_sends_its_head_is_not_hashed_by_the_workflow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sealed store sends the head; the workflow derives only the system ref it knows.
+    call = model_call()
+    head = "sha256:" + "5" * 64
+    slim = ModelCallResultV3(
+        context_ref=head, latency=Latency(queue_wait_ms=0, duration_ms=1), finish_reason="stop"
+    )
+
+    def no_hashing(*args: object) -> str:
+        raise AssertionError("the head was derived though the activity sent it")
+
+    monkeypatch.setattr(_slim, "_expected_head", no_hashing)
+    back = full_model_result(slim, call)
+    assert (back.context_ref, back.system_ref) == (head, call.system_ref)
