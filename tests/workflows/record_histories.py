@@ -1488,6 +1488,40 @@ async def continued_last_execution(rig: Rig) -> RunHandle:
     return await _continued(rig, 3)
 
 
+# --- psych-shape-1 on the paths it answers without a marker -------------------------------
+# Each is an earlier shape's Run, recorded by code that asks only psych-shape-1, so the gate
+# replays the shaped branch of psych-threads, -continue-as-new, -depth-chain,
+# -subagent-totals, -mcp and -tasks too (the first three shaped shapes cover the rest).
+
+
+async def shaped_delegate_answered(rig: Rig) -> RunHandle:
+    return await delegate_answered(rig)
+
+
+async def shaped_spawn_and_wait(rig: Rig) -> RunHandle:
+    return await spawn_and_wait(rig)
+
+
+async def shaped_thread_continued(rig: Rig) -> RunHandle:
+    return await thread_continued(rig)
+
+
+async def shaped_mcp_discovery_and_call(rig: Rig) -> RunHandle:
+    return await mcp_discovery_and_call(rig)
+
+
+async def shaped_tasks_updated(rig: Rig) -> RunHandle:
+    return await tasks_updated(rig)
+
+
+async def shaped_continued_first_execution(rig: Rig) -> RunHandle:
+    return await _continued(rig, 1)
+
+
+async def shaped_continued_last_execution(rig: Rig) -> RunHandle:
+    return await _continued(rig, 3)
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -1590,6 +1624,14 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", slim_payloads_two_turns),
     ("dev", slim_payloads_large_result),
     ("dev", slim_payloads_http_tool),
+    # psych-shape-1 on the paths it answers without a marker
+    ("dev", shaped_delegate_answered),
+    ("dev", shaped_spawn_and_wait),
+    ("dev", shaped_thread_continued),
+    ("dev", shaped_mcp_discovery_and_call),
+    ("dev", shaped_tasks_updated),
+    ("dev", shaped_continued_first_execution),
+    ("dev", shaped_continued_last_execution),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
