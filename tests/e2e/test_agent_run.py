@@ -19,7 +19,7 @@ from psych_runtime.workflows import (
     ToolWithheld,
 )
 
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -56,9 +56,7 @@ async def test_multi_turn_code_and_http_tools(harness: Harness, orders_api: Coun
         .tool(lookup_order)
         .http_tool(
             "refund",
-            description="Refund an order.",
-            url=orders_api.url + "/orders/{order_id}/refund",
-            method="POST",
+            **refund_tool(orders_api.url),
             input_schema={
                 "type": "object",
                 "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},

@@ -35,7 +35,7 @@ from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 from tests.mcp.fixture import McpTestServer
 
-from ._http_server import CountingServer
+from ._http_server import CountingServer, refund_tool
 from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
 
@@ -154,9 +154,7 @@ async def test_span_tree_of_a_run_with_tools_a_suspension_and_a_child(
         .model("fake-model")
         .http_tool(
             "refund",
-            description="Refund an order.",
-            url=orders_api.url + "/orders/{order_id}/refund",
-            method="POST",
+            **refund_tool(orders_api.url),
             input_schema={
                 "type": "object",
                 "properties": {"order_id": {"type": "string"}},

@@ -22,6 +22,7 @@ from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import RunStatus
 from tests._upstream import Upstream, echo_headers
 
+from ._http_server import refund_tool
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -62,9 +63,7 @@ async def test_echoed_credentials_reach_no_history_record_report_or_blob(
             .model("fake-model")
             .http_tool(
                 "refund",
-                description="Refund an order.",
-                url=orders.url + "/orders/{order_id}/refund",
-                method="POST",
+                **refund_tool(orders.url),
                 input_schema={
                     "type": "object",
                     "properties": {"order_id": {"type": "string"}},
