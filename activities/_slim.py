@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from psych_runtime.activities._blobs import blob_ref
+from psych_runtime.activities._ids import WORKFLOW_ID_PREFIX, ids_from
 from psych_runtime.activities._payloads import (
     ChatMessage,
     CodeToolCall,
@@ -37,11 +38,6 @@ from psych_runtime.activities._slim_payloads import (
 )
 from psych_runtime.specs import ModelRef, Scope
 
-_WORKFLOW_ID_PREFIX = "psych-"
-"""As ``workflows.WORKFLOW_ID_PREFIX`` (this package may not import workflows); a test
-checks the two agree through ``workflow_id_for``."""
-
-
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -56,15 +52,6 @@ def _carried(source: BaseModel, target: type[_M], **derived: Any) -> _M:
     ``test_slim`` pins which fields each pair shares and which are derived."""
     fields = {name: getattr(source, name) for name in _shared_fields(type(source), target)}
     return target(**(fields | derived))
-
-
-def ids_from(workflow_id: str | None) -> tuple[str, str] | None:
-    """``(tenant, run id)`` named by a Run's workflow id (``psych-<tenant>-<run id>``;
-    tenants cannot contain ``-``), or None when it names none (or there is no workflow)."""
-    if workflow_id is None or not workflow_id.startswith(_WORKFLOW_ID_PREFIX):
-        return None
-    tenant, _, run_id = workflow_id.removeprefix(_WORKFLOW_ID_PREFIX).partition("-")
-    return (tenant, run_id) if tenant and run_id else None
 
 
 def _wire_scope(scope: Scope, run_id: str, workflow_id: str) -> tuple[WireScope, str | None]:
@@ -89,7 +76,7 @@ def _full_scope(scope: WireScope, run_id: str | None, workflow_id: str | None) -
         if named is None:
             raise ValueError(
                 f"the call carries no tenant and run id and its workflow id {workflow_id!r} "
-                f"is not '{_WORKFLOW_ID_PREFIX}<tenant>-<run id>': the workflow must send them"
+                f"is not '{WORKFLOW_ID_PREFIX}<tenant>-<run id>': the workflow must send them"
             )
         tenant, run_id = named
     return Scope(tenant=tenant, principal=scope.principal, labels=scope.labels), run_id

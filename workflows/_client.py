@@ -32,6 +32,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities._ids import ids_from
 from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import (
     AccessDenied,
@@ -59,7 +60,6 @@ from psych_runtime.workflows._contract import (
     SA_SUSPENSION,
     SA_TENANT,
     SA_VERSION,
-    WORKFLOW_ID_PREFIX,
     AgentRunInput,
     RecordsPage,
     RecordsQuery,
@@ -83,8 +83,6 @@ from psych_runtime.workflows._report import RunReport, build_report
 DEFAULT_TASK_QUEUE = "psych"
 LIST_QUERY_SECONDS = 5.0
 """How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
-_PREFIX = WORKFLOW_ID_PREFIX
-
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
@@ -117,10 +115,10 @@ def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
     Raises:
         NotFound: the id is not a psych Run id.
     """
-    if not workflow_id.startswith(_PREFIX) or "-" not in workflow_id[len(_PREFIX) :]:
+    named = ids_from(workflow_id)
+    if named is None:
         raise NotFound(f"{workflow_id!r} is not a psych Run id (psych-<tenant>-<run id>)")
-    tenant, _, run_id = workflow_id[len(_PREFIX) :].partition("-")
-    return tenant, run_id
+    return named
 
 
 def _quote(value: str) -> str:

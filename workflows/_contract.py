@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._ids import workflow_id_for as workflow_id_for
 from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
 from psych_runtime.workflows._carry import (
@@ -53,14 +54,6 @@ SA_STATUS = "PsychStatus"
 SA_SUSPENSION = "PsychSuspension"
 SEARCH_ATTRIBUTES = (SA_TENANT, SA_AGENT, SA_VERSION, SA_STATUS, SA_SUSPENSION)
 """Keyword search attributes a namespace must have registered for listing Runs."""
-
-WORKFLOW_ID_PREFIX = "psych-"
-
-
-def workflow_id_for(tenant: str, run_id: str) -> str:
-    """The workflow id of a Run: ``psych-<tenant>-<run id>`` (tenants cannot contain ``-``,
-    so the tenant can be read back off the id; clients authorize by it)."""
-    return f"{WORKFLOW_ID_PREFIX}{tenant}-{run_id}"
 
 
 def workflow_type_for(version: Version) -> str:

@@ -16,6 +16,7 @@ from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore, _slim, _slim_payloads
 from psych_runtime.activities._blobs import BlobStore, Conversations, blob_ref
+from psych_runtime.activities._ids import ids_from
 from psych_runtime.activities._outcomes import store_outcome
 from psych_runtime.activities._payloads import (
     ChatMessage,
@@ -36,7 +37,6 @@ from psych_runtime.activities._slim import (
     full_model_input,
     full_model_result,
     full_outcome,
-    ids_from,
     slim_code_call,
     slim_http_call,
     slim_model_input,
@@ -141,7 +141,7 @@ def test_a_slim_call_without_run_id_outside_a_run_is_refused_clearly() -> None:
         full_model_input(slim, None)
 
 
-def test_the_workflow_id_parse_agrees_with_workflow_id_for() -> None:
+def test_the_tenant_and_run_id_read_back_off_the_workflow_id() -> None:
     assert ids_from(workflow_id_for("acme", RUN_ID)) == ("acme", RUN_ID)
     assert ids_from(workflow_id_for("acme", "run-with-dashes")) == ("acme", "run-with-dashes")
     assert ids_from("psych-acme") is None
