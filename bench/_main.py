@@ -83,7 +83,7 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
         f"temporalio {machine['temporalio']}, {machine['temporal_cli'].splitlines()[0]}"
     )
     _say(
-        f"Repetitions are kept small so the whole run takes about 3 minutes on 2 cores "
+        f"Repetitions are kept small so the whole run takes about 8 minutes on 2 cores "
         f"({settings.sequential_runs} sequential Runs, {settings.concurrent_repeats} concurrent "
         f"batches, 1 Run per history length, {settings.workflow_runs} WorkflowRuns): medians of "
         f"few samples on a noisy machine, so read the ratios, not the absolute times."
