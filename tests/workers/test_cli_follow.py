@@ -59,6 +59,9 @@ async def test_follow_shows_a_live_run_to_its_end(
                 r" +waiting for approval of issue_refund\(.*\) +psych approve",
                 seen,
             ), seen
+            # The record's resume command is printed just after the live line took the
+            # suspension (RunView.record, then RunView.command): wait for it.
+            seen = await shown.read_until(re.escape(f"to resume: psych approve {wid}"))
             assert f"psych approve {wid} refund-1 --tenant acme" in seen
             assert "to resume: psych approve" in seen  # the record line's command stays too
             status, _, err = await psych(capsys, "approve", *cli.args(wid, "refund-1"))
