@@ -40,7 +40,7 @@ from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, connect, run_worker
 from psych_runtime.workflows import PsychClient, Record, RunHandle
-from psych_runtime.workflows._follow import BUSY_RETRY_SECONDS, RecordFollower
+from psych_runtime.workflows.client._follow import BUSY_RETRY_SECONDS, RecordFollower
 
 SCOPE = Scope(tenant="bench", principal="bench")
 MODEL = "fake-model"

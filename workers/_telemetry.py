@@ -61,7 +61,7 @@ from temporalio.worker import (
 
 from psych_runtime.activities import _spans
 from psych_runtime.specs import PsychError, SpecError
-from psych_runtime.workflows._tracing import TRACING_EXTERN
+from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
 
 CONTENT_ENV = "PSYCH_OTEL_CONTENT"
 TEMPORAL_SPANS_ENV = "PSYCH_OTEL_TEMPORAL_SPANS"

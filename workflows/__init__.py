@@ -5,15 +5,21 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
-from psych_runtime.workflows._agent_run import AgentRun
-from psych_runtime.workflows._carry import RunCarry, Segment
-from psych_runtime.workflows._client import (
+from psych_runtime.workflows.client._client import (
     DEFAULT_TASK_QUEUE,
     PsychClient,
     RunSummary,
     parse_workflow_id,
 )
-from psych_runtime.workflows._contract import (
+from psych_runtime.workflows.client._report import (
+    McpDiscoveryReport,
+    ModelCallReport,
+    RunReport,
+    StepReport,
+    ToolCallReport,
+)
+from psych_runtime.workflows.contract._carry import RunCarry, Segment
+from psych_runtime.workflows.contract._contract import (
     ABORT,
     AGENT_RUN,
     QUERY_RECORDS,
@@ -38,7 +44,7 @@ from psych_runtime.workflows._contract import (
     WorkflowRunInput,
     workflow_id_for,
 )
-from psych_runtime.workflows._records import (
+from psych_runtime.workflows.contract._records import (
     AbortRequested,
     ChildSettled,
     ChildSpawned,
@@ -70,14 +76,8 @@ from psych_runtime.workflows._records import (
     Totals,
     TurnStarted,
 )
-from psych_runtime.workflows._report import (
-    McpDiscoveryReport,
-    ModelCallReport,
-    RunReport,
-    StepReport,
-    ToolCallReport,
-)
-from psych_runtime.workflows._workflow_run import WorkflowRun
+from psych_runtime.workflows.runs._agent_run import AgentRun
+from psych_runtime.workflows.runs._workflow_run import WorkflowRun
 
 __all__ = [
     "ABORT",

@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import RunReport, RunResult, RunStatus
-from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
+from psych_runtime.workflows.kernel._tool_calls import UNKNOWN_OUTCOME
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 from ._crash import doomed_worker

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
-from psych_runtime.workflows._shape import SHAPE_PATCH
+from psych_runtime.workflows.kernel._shape import SHAPE_PATCH
 
 from .conftest import Harness
 

@@ -28,7 +28,7 @@ from psych_runtime.workflows import (
     Suspended,
     ToolCallFinished,
 )
-from psych_runtime.workflows._follow import RecordFollower
+from psych_runtime.workflows.client._follow import RecordFollower
 
 from ._crash import doomed_worker
 from ._waiting import eventually, is_suspended, state_when

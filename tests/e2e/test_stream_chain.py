@@ -11,7 +11,7 @@ import pytest
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import Record, RunContinued, RunSettled
-from psych_runtime.workflows._follow import RecordFollower
+from psych_runtime.workflows.client._follow import RecordFollower
 
 from .conftest import Harness
 

@@ -40,7 +40,7 @@ from psych_runtime.workflows import (
     StepStarted,
     ToolCallFinished,
 )
-from psych_runtime.workflows._tool_calls import UNKNOWN_OUTCOME
+from psych_runtime.workflows.kernel._tool_calls import UNKNOWN_OUTCOME
 
 from ._crash import doomed_worker
 from ._http_server import CountingServer, refund_tool

@@ -24,7 +24,7 @@ from psych_runtime.specs import (
     narrow_subagent,
     validate,
 )
-from psych_runtime.workflows._subagents import place
+from psych_runtime.workflows.features._subagents import place
 
 
 def agent(name: str, **fields: Any) -> AgentSpec:

@@ -10,7 +10,7 @@ from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from psych_runtime.workflows import _client, _client_actions, _report
+from psych_runtime.workflows.client import _client, _client_actions, _report
 
 
 @workflow.defn(sandboxed=True)

@@ -19,10 +19,10 @@ from psych_runtime.workflows import (
     Totals,
     TurnStarted,
 )
-from psych_runtime.workflows._carry import GuardsCarry, RepeatCount
-from psych_runtime.workflows._chain import chain_page
-from psych_runtime.workflows._continue import CARRIED_SINGLE_CALLS, carried_repeats
-from psych_runtime.workflows._guards import Guards, after_result
+from psych_runtime.workflows.client._chain import chain_page
+from psych_runtime.workflows.contract._carry import GuardsCarry, RepeatCount
+from psych_runtime.workflows.kernel._continue import CARRIED_SINGLE_CALLS, carried_repeats
+from psych_runtime.workflows.kernel._guards import Guards, after_result
 
 SCOPE = Scope(tenant="acme")
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -53,12 +53,38 @@ def test_a_carry_survives_the_json_the_next_execution_decodes() -> None:
         follow_up=("f",),
         next_run=("n",),
         pending=(ChatMessage(role="tool", content="x", tool_call_id="c1"), "sha256:" + "a" * 64),
-        delegations={3: 2},
+        features={"subagents": {"3": 2}, "tasks": {"tasks": [], "revision": 1}},
     )
     back = RunCarry.model_validate_json(carry.model_dump_json())
     assert back == carry
     assert isinstance(back.pending[0], ChatMessage)
-    assert back.delegations == {3: 2}
+    assert back.features["subagents"] == {"3": 2}
+
+
+def test_a_carry_written_with_feature_fields_reads_them_into_features() -> None:
+    # Carries in flight before features carried under their names had a field each.
+    legacy = {
+        "previous_run_id": "run-1",
+        "history_length": 1,
+        "history_size": 1,
+        "earlier": [],
+        "next_seq": 2,
+        "turn": 1,
+        "totals": {},
+        "delegations": {"3": 2},
+        "spawned": [],
+        "tasks": {"tasks": [], "revision": 0},
+        "mcp": {"catalog_hash": "h"},
+        "compaction": {"cut_turn": 2},
+    }
+    carry = RunCarry.model_validate(legacy)
+    assert carry.features == {
+        "subagents": {"3": 2},
+        "spawn": [],
+        "tasks": {"tasks": [], "revision": 0},
+        "mcp": {"catalog_hash": "h"},
+        "compaction": {"cut_turn": 2},
+    }
 
 
 @pytest.mark.parametrize("events", [0, 40_001])

@@ -15,10 +15,10 @@ from temporalio.api.history.v1 import (
 
 from psych_runtime.specs import Scope
 from psych_runtime.workflows import TurnStarted
-from psych_runtime.workflows._carry import Segment
-from psych_runtime.workflows._chain import holder
-from psych_runtime.workflows._contract import RecordsPage
-from psych_runtime.workflows._follow import successor
+from psych_runtime.workflows.client._chain import holder
+from psych_runtime.workflows.client._follow import successor
+from psych_runtime.workflows.contract._carry import Segment
+from psych_runtime.workflows.contract._contract import RecordsPage
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 SCOPE = Scope(tenant="acme")

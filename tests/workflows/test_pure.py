@@ -23,26 +23,26 @@ from psych_runtime.workflows import (
     RunStatus,
     Totals,
 )
-from psych_runtime.workflows._children import failed_totals
-from psych_runtime.workflows._contract import (
+from psych_runtime.workflows.client._report import build_report
+from psych_runtime.workflows.contract._contract import (
     MAX_TEXT_CHARS,
     AbortInput,
     ResumeInput,
     SteerInput,
     size_problem,
 )
-from psych_runtime.workflows._guards import (
+from psych_runtime.workflows.kernel._children import failed_totals
+from psych_runtime.workflows.kernel._guards import (
     Guards,
     after_refusal,
     after_result,
     canonical_arguments,
     repeat_refusal,
 )
-from psych_runtime.workflows._handlers import parse_input
-from psych_runtime.workflows._model_calls import budget_left, ready_model, retry_delay
-from psych_runtime.workflows._record_log import RecordLog
-from psych_runtime.workflows._report import build_report
-from psych_runtime.workflows._suspensions import Suspensions
+from psych_runtime.workflows.kernel._handlers import parse_input
+from psych_runtime.workflows.kernel._model_calls import budget_left, ready_model, retry_delay
+from psych_runtime.workflows.kernel._record_log import RecordLog
+from psych_runtime.workflows.kernel._suspensions import Suspensions
 
 LIMITS = Limits(
     failure_streak_threshold=2,

@@ -13,7 +13,7 @@ import ast
 import importlib
 from pathlib import Path
 
-from psych_runtime.workflows._shape import SHAPE_1
+from psych_runtime.workflows.kernel._shape import SHAPE_1
 
 FROZEN = frozenset(
     {
@@ -44,8 +44,9 @@ WORKFLOWS = Path(__file__).parents[2] / "workflows"
 def _asked_patches() -> dict[str, str]:
     """Every id passed to ``has(...)`` in the workflows package -> where."""
     asked: dict[str, str] = {}
-    for path in sorted(WORKFLOWS.glob("*.py")):
-        module = importlib.import_module(f"psych_runtime.workflows.{path.stem}")
+    for path in sorted(WORKFLOWS.rglob("*.py")):
+        dotted = ".".join(path.relative_to(WORKFLOWS).with_suffix("").parts)
+        module = importlib.import_module(f"psych_runtime.workflows.{dotted}")
         for node in ast.walk(ast.parse(path.read_text())):
             if not (
                 isinstance(node, ast.Call)
@@ -61,8 +62,8 @@ def _asked_patches() -> dict[str, str]:
             else:
                 assert isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
                 value = getattr(getattr(module, arg.value.id), arg.attr)
-            assert isinstance(value, str), f"{path.name}:{node.lineno}: has({ast.unparse(arg)})"
-            asked[value] = f"{path.name}:{node.lineno}"
+            assert isinstance(value, str), f"{dotted}:{node.lineno}: has({ast.unparse(arg)})"
+            asked[value] = f"{dotted}:{node.lineno}"
     return asked
 
 

@@ -16,7 +16,7 @@ from psych_runtime.specs import (
     SuspensionPolicy,
     version_hash,
 )
-from psych_runtime.workflows._spawn_compose import (
+from psych_runtime.workflows.features._spawn_compose import (
     SpawnRequest,
     child_model,
     child_tools,

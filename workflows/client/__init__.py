@@ -1,0 +1,1 @@
+"""psych_runtime.workflows.client (see workflows/README.md)."""

@@ -1,0 +1,580 @@
+"""PsychClient: publish Specs and drive Runs through a Temporal client.
+
+A Run is addressed by its workflow id, ``psych-<tenant>-<run id>``. Tenants cannot contain
+``-``, so the tenant of a Run can be read off its id; every call checks it against the
+caller's Scope (and the Run's own state where a query is made anyway) and refuses another
+tenant's Run with AccessDenied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributeKey,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.activities._ids import ids_from
+from psych_runtime.activities._payloads import ThreadRef
+from psych_runtime.specs import (
+    AccessDenied,
+    AgentSpec,
+    NotFound,
+    PsychError,
+    RunFailed,
+    Scope,
+    SpecError,
+    ToolRegistry,
+    ValidationContext,
+    ValidationFailed,
+    Version,
+    VersionStore,
+    WorkflowSpec,
+    validate,
+)
+from psych_runtime.workflows.client._chain import chain_page
+from psych_runtime.workflows.client._client_actions import RunActions
+from psych_runtime.workflows.client._follow_hub import FollowHub
+from psych_runtime.workflows.client._report import RunReport, build_report
+from psych_runtime.workflows.contract._contract import (
+    QUERY_RECORDS,
+    QUERY_STATE,
+    SA_AGENT,
+    SA_STATUS,
+    SA_SUSPENSION,
+    SA_TENANT,
+    SA_VERSION,
+    AgentRunInput,
+    RecordsPage,
+    RecordsQuery,
+    RunHandle,
+    RunResult,
+    RunState,
+    WorkflowRunInput,
+    run_search_attributes,
+    workflow_id_for,
+    workflow_type_for,
+)
+from psych_runtime.workflows.contract._records import (
+    Pending,
+    Record,
+    RunStatus,
+    StepStarted,
+)
+
+DEFAULT_TASK_QUEUE = "psych"
+LIST_QUERY_SECONDS = 5.0
+"""How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
+_AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
+_VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
+_STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
+_SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One Run as listing shows it (from search attributes)."""
+
+    workflow_id: str
+    run_id: str
+    agent: str | None
+    version_hash: str | None
+    status: str | None
+    started_at: datetime | None
+    closed_at: datetime | None
+    suspension: str | None = None
+    """What a suspended Run waits on (approval, question, external, children)."""
+    pending: tuple[Pending, ...] = ()
+    """Filled by ``list(suspended=True)``: each item, with its expiry."""
+    unreadable: str | None = None
+    """Why ``list(suspended=True)`` could not read this Run's pending items (its state is a
+    query a worker of its task queue answers: none may be polling); None when read."""
+
+
+def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
+    """``(tenant, run id)`` of a Run's workflow id.
+
+    Raises:
+        NotFound: the id is not a psych Run id.
+    """
+    named = ids_from(workflow_id)
+    if named is None:
+        raise NotFound(f"{workflow_id!r} is not a psych Run id (psych-<tenant>-<run id>)")
+    return named
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class PsychClient(RunActions):
+    """Publish Specs and drive Runs (see the module docstring).
+
+    Args:
+        client: a Temporal client whose data converter is pydantic's
+            (``temporalio.contrib.pydantic.pydantic_data_converter``, which the psych
+            Temporal plugin installs).
+        store: where Versions are published.
+        task_queue: the task queue psych workers poll.
+        context: what ``publish`` validates against (registered tools, known models...).
+        registry: the ToolRegistry the workers load, when this process has it; ``publish``
+            then checks code tools against its names at the moment of publishing.
+        search_attributes: start Runs with psych's search attributes (``SEARCH_ATTRIBUTES``,
+            which the namespace must have registered) so ``list`` can find them. Pass
+            False for a server without them, such as the time-skipping test server; the
+            Run then never upserts one either, and ``list`` refuses.
+        roles_apart: the fleet runs worker roles in separate processes
+            (``psych worker --role ...``): the Runs it starts schedule each activity on its
+            role's task queue. Leave False for workers of role ``all`` (the default): every
+            activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        store: VersionStore,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        context: ValidationContext | None = None,
+        registry: ToolRegistry | None = None,
+        search_attributes: bool = True,
+        roles_apart: bool = False,
+    ) -> None:
+        converter = client.data_converter.payload_converter_class
+        if not issubclass(converter, PydanticPayloadConverter):
+            raise SpecError(
+                "the Temporal client must use the pydantic data converter: connect with "
+                "plugins=[PsychPlugin()] or data_converter=pydantic_data_converter"
+            )
+        self.temporal = client
+        self.store = store
+        self.task_queue = task_queue
+        self.context = context or ValidationContext()
+        self.registry = registry
+        self.search_attributes = search_attributes
+        self.roles_apart = roles_apart
+        self.follows = FollowHub(client)
+        """The shared followers of this client's streams (one per followed Run)."""
+
+    # --- versions ------------------------------------------------------------------------
+
+    def publish(
+        self,
+        spec: AgentSpec | WorkflowSpec,
+        context: ValidationContext | None = None,
+        *,
+        mcp_connections: Mapping[str, str | None] | None = None,
+    ) -> Version:
+        """Validate ``spec`` and publish it; an identical Spec returns the existing Version.
+
+        Args:
+            spec: the Spec.
+            context: what to validate against (default: the client's ``context``).
+            mcp_connections: the answer of a connection check,
+                ``await psych_runtime.workers.check_connections(spec, scope=..., secrets=...)``
+                (the client itself never connects to MCP servers); with it, a
+                non-optional MCP server that did not answer is a problem, as with
+                ``psych publish --check-connections``. It replaces the context's.
+
+        Raises:
+            ValidationFailed: with every problem found.
+        """
+        context = context or self.context
+        if self.registry is not None:
+            context = dataclasses.replace(
+                context, registered_tools=context.registered_tools | self.registry.names()
+            )
+        if mcp_connections is not None:
+            context = dataclasses.replace(context, mcp_connections=mcp_connections)
+        problems = validate(spec, context)
+        if problems:
+            raise ValidationFailed(problems)
+        return self.store.publish(spec)
+
+    def _version(self, spec: Version | AgentSpec | WorkflowSpec | str) -> Version:
+        if isinstance(spec, Version):
+            return spec.verify()
+        if isinstance(spec, AgentSpec | WorkflowSpec):
+            return self.publish(spec)
+        return self.store.get(spec)
+
+    # --- runs ----------------------------------------------------------------------------
+
+    async def dispatch(
+        self,
+        spec: Version | AgentSpec | WorkflowSpec | str,
+        input: str | Sequence[str],
+        *,
+        scope: Scope,
+        idempotency_key: str | None = None,
+        thread: RunHandle | str | None = None,
+        continue_after_events: int | None = None,
+    ) -> RunHandle:
+        """Start a Run of ``spec`` (a Version, a Spec to publish, or a Version hash): an
+        AgentRun for an agent, a WorkflowRun for a workflow.
+
+        With a ``thread`` (an earlier agent Run of the same tenant, by handle or workflow
+        id), the new Run continues its conversation: its model sees the earlier Run's last
+        messages, as many as the new Spec's ``limits.max_history_records`` (0: none), read
+        by reference from the conversation head the earlier Run has now.
+
+        With an ``idempotency_key``, the same tenant and key always reach the same Run,
+        whether it is still running or settled, as long as the input is the same (the same
+        Version and messages): a key names one dispatch.
+
+        ``continue_after_events`` (an AgentRun's ``RunInput.continue_after_events``; None
+        keeps its default) is the history length at which the Run continues as new at
+        its next turn boundary.
+
+        Raises:
+            PsychError: the key already started a Run with another Version or other
+                messages (silently answering with that Run would drop this input); or
+                the ``thread`` Run has no conversation (a workflow, or no model call yet).
+            AccessDenied: the ``thread`` Run belongs to another tenant.
+            NotFound: no such ``thread`` Run.
+            SpecError: a ``thread`` for a workflow Version (only agents converse).
+        """
+        version = self._version(spec)
+        messages = (input,) if isinstance(input, str) else tuple(input)
+        continued = None if thread is None else await self._thread(thread, version, scope)
+        if idempotency_key is not None:
+            digest = hashlib.sha256(f"{scope.tenant}\0{idempotency_key}".encode()).hexdigest()
+            run_id = f"k{digest[:31]}"
+        else:
+            run_id = uuid.uuid4().hex
+        workflow_id = workflow_id_for(scope.tenant, run_id)
+        handle = RunHandle(workflow_id, run_id, scope.tenant, version.spec.name, version.hash)
+        # A settled Run with this id raises WorkflowAlreadyStartedError: the idempotent
+        # answer is that Run, so the error is the expected outcome, not a failure.
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
+            await self.temporal.start_workflow(
+                workflow_type_for(version),
+                input_type(
+                    run_id=run_id,
+                    version=version,
+                    scope=scope,
+                    messages=messages,
+                    thread=continued,
+                    roles_apart=self.roles_apart,
+                    **(
+                        {"continue_after_events": continue_after_events}
+                        if continue_after_events is not None
+                        else {}
+                    ),
+                ),
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=(
+                    run_search_attributes(scope.tenant, version.spec.name, version.hash)
+                    if self.search_attributes
+                    else TypedSearchAttributes.empty
+                ),
+                static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
+            )
+        if idempotency_key is None:
+            return handle
+        await self._check_same_input(
+            workflow_id, idempotency_key, version, messages, continued.run if continued else None
+        )
+        if not self.search_attributes:
+            return handle
+        # The key may have reached an existing Run: answer with what that Run runs.
+        attributes = (
+            await self.temporal.get_workflow_handle(workflow_id).describe()
+        ).typed_search_attributes
+        return dataclasses.replace(
+            handle,
+            agent=attributes.get(_AGENT) or handle.agent,
+            version_hash=attributes.get(_VERSION) or handle.version_hash,
+        )
+
+    async def _thread(self, thread: RunHandle | str, version: Version, scope: Scope) -> ThreadRef:
+        """The earlier Run's conversation head, read from its state (so its tenant is
+        checked by the id and by the Run itself)."""
+        if version.spec.kind != "agent":
+            raise SpecError(
+                f"a thread continues an agent's conversation; {version.spec.name!r} is a workflow"
+            )
+        workflow_id = thread.workflow_id if isinstance(thread, RunHandle) else thread
+        state = await self._state(workflow_id, scope, None)
+        if state.conversation_ref is None:
+            raise PsychError(
+                f"Run {workflow_id} has no conversation to continue "
+                f"(a {state.kind} Run that has made no model call)"
+            )
+        return ThreadRef(run=workflow_id, head=state.conversation_ref)
+
+    async def _check_same_input(
+        self,
+        workflow_id: str,
+        key: str,
+        version: Version,
+        messages: tuple[str, ...],
+        thread: str | None,
+    ) -> None:
+        """Refuse when the Run ``key`` reached was started with other input.
+
+        The Run's input is the first event of its history, which the server answers
+        without a worker; on a Run this dispatch has just started it is this input.
+        """
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        started = None
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            break
+        if started is None or not started.input.payloads:
+            raise PsychError(f"Run {workflow_id} has no input in its history to compare with")
+        input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
+        (first,) = await self.temporal.data_converter.decode(
+            started.input.payloads[:1], [input_type]
+        )
+        if first.version.hash != version.hash:
+            what = f"Version {first.version.hash}, this dispatch {version.hash}"
+        elif tuple(first.messages) != messages:
+            what = "other messages"
+        elif (first.thread.run if first.thread else None) != thread:
+            what = "another thread"
+        else:
+            return
+        raise PsychError(
+            f"idempotency key {key!r} already started Run {workflow_id} with another input "
+            f"({what}); a key names one dispatch, so new input needs a new key"
+        )
+
+    def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
+        workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
+        tenant, _ = parse_workflow_id(workflow_id)
+        if tenant != scope.tenant:
+            raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
+        return workflow_id, self.temporal.get_workflow_handle(workflow_id)
+
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        """The Run's current state.
+
+        Args:
+            run: the Run.
+            scope: who asks; its tenant must own the Run.
+            query_timeout: how long to wait for a worker to answer the query; None waits as
+                long as the client's default RPC timeout. With no worker polling the
+                Run's task queue, the query waits for one that long.
+
+        Raises:
+            AccessDenied: the Run belongs to another tenant.
+            NotFound: no such Run.
+            RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``.
+        """
+        return await self._state(run, scope, query_timeout)
+
+    async def _state(
+        self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
+    ) -> RunState:
+        workflow_id, handle = self._handle(run, scope)
+        state: RunState = await _query(
+            handle, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
+        )
+        if state.tenant != scope.tenant:
+            raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
+        return state
+
+    async def records(
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        limit: int = 500,
+        query_timeout: timedelta | None = None,
+    ) -> RecordsPage:
+        """Records with ``seq > after`` (works while the Run is live); ``query_timeout`` bounds
+        the wait for a worker to answer, as for ``status``. A Run that continued as new
+        answers from whichever of its executions holds them (``_chain.py``), so ``seq``
+        runs from 1 without a gap across the chain."""
+        workflow_id, _ = self._handle(run, scope)
+
+        async def query_execution(run_id: str | None, query: RecordsQuery) -> RecordsPage:
+            handle = self.temporal.get_workflow_handle(workflow_id, run_id=run_id)
+            page: RecordsPage = await _query(
+                handle, workflow_id, QUERY_RECORDS, query, RecordsPage, rpc_timeout=query_timeout
+            )
+            return page
+
+        return await chain_page(query_execution, RecordsQuery(after=after, limit=limit))
+
+    async def stream(
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+    ) -> AsyncIterator[Record]:
+        """Yield records with ``seq > after`` as the Run writes them, until it settles.
+
+        Pushed, not polled on a timer: the server's history long-poll says when a workflow
+        task completed, and only then is the records query read (``RecordFollower``), so
+        a follower grows no history and costs an idle Run's worker nothing. Goes on across
+        worker restarts and continue-as-new; also ends when the workflow closed without
+        settling its record (terminated by an operator, or by a parent's close policy).
+        Streams of one Run through this client share one follower (``FollowHub``).
+        """
+        workflow_id, _ = self._handle(run, scope)
+        async for record in self.follows.stream(workflow_id, after):
+            yield record
+
+    async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
+        """Wait for the Run to settle and return its result.
+
+        Raises:
+            RunFailed: the Run settled FAILED; ``reason`` says why.
+        """
+        workflow_id, _ = self._handle(run, scope)
+        handle = self.temporal.get_workflow_handle(workflow_id, result_type=RunResult)
+        try:
+            result: RunResult = await handle.result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            reason = getattr(cause, "message", None) or str(cause or err)
+            raise RunFailed(reason) from err
+        except RPCError as err:
+            raise _mapped(err, workflow_id) from err
+        return result
+
+    async def report(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunReport:
+        """The Run's report: a typed projection of all its records.
+
+        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``.
+        """
+        workflow_id, _ = self._handle(run, scope)
+        state = await self.status(workflow_id, scope=scope, query_timeout=query_timeout)
+        records: list[Record] = []
+        while True:
+            page = await self.records(
+                workflow_id,
+                scope=scope,
+                after=len(records),
+                limit=5000,
+                query_timeout=query_timeout,
+            )
+            records.extend(page.records)
+            if not page.records or len(records) >= page.last_seq:
+                break
+        children = {
+            record.run: await self.report(record.run, scope=scope, query_timeout=query_timeout)
+            for record in records
+            if isinstance(record, StepStarted) and record.run is not None
+        }
+        return build_report(workflow_id, state, records, children)
+
+    async def list(
+        self,
+        *,
+        scope: Scope,
+        agent: str | None = None,
+        version_hash: str | None = None,
+        status: RunStatus | str | None = None,
+        suspended: bool = False,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """The tenant's Runs, newest first, filtered by search attributes.
+
+        ``suspended=True`` lists only suspended Runs, each with what it waits for, on whom,
+        and until when (one state query per Run).
+
+        Raises:
+            SpecError: this client starts Runs without search attributes.
+        """
+        if not self.search_attributes:
+            raise SpecError("listing needs search attributes: this client starts Runs without")
+        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
+        if agent is not None:
+            clauses.append(f"{SA_AGENT} = {_quote(agent)}")
+        if version_hash is not None:
+            clauses.append(f"{SA_VERSION} = {_quote(version_hash)}")
+        if suspended:
+            status = RunStatus.SUSPENDED
+        if status is not None:
+            clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
+        found: list[RunSummary] = []
+        async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            _, run_id = parse_workflow_id(execution.id)
+            found.append(
+                RunSummary(
+                    workflow_id=execution.id,
+                    run_id=run_id,
+                    agent=attributes.get(_AGENT),
+                    version_hash=attributes.get(_VERSION),
+                    status=attributes.get(_STATUS),
+                    started_at=execution.start_time,
+                    closed_at=execution.close_time,
+                    suspension=attributes.get(_SUSPENSION),
+                )
+            )
+        if suspended:
+            found = [await self._with_pending(summary, scope) for summary in found]
+        return found
+
+    async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
+        """The summary with what the Run waits for; one Run nobody can answer for (no
+        worker polls its queue) must not hide the others, so it says why instead."""
+        wait = timedelta(seconds=LIST_QUERY_SECONDS)
+        try:
+            state = await self._state(summary.workflow_id, scope, wait)
+        except NotFound as err:
+            return dataclasses.replace(summary, unreadable=str(err))
+        except RPCError as err:
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                why = f"no worker answered within {LIST_QUERY_SECONDS:g} s"
+            elif err.status == RPCStatusCode.FAILED_PRECONDITION:
+                why = "no worker polls its task queue"
+            else:
+                why = "Temporal refused the query"
+            return dataclasses.replace(summary, unreadable=f"{why} ({err.message})")
+        return dataclasses.replace(summary, pending=state.pending)
+
+
+async def _query(
+    handle: WorkflowHandle[Any, Any],
+    workflow_id: str,
+    name: str,
+    arg: Any,
+    result_type: type[Any],
+    *,
+    rpc_timeout: timedelta | None = None,
+) -> Any:
+    try:
+        if arg is None:
+            return await handle.query(name, result_type=result_type, rpc_timeout=rpc_timeout)
+        return await handle.query(name, arg, result_type=result_type, rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        raise _mapped(err, workflow_id) from err
+
+
+def _mapped(err: RPCError, workflow_id: str) -> Exception:
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(f"no Run {workflow_id}")
+    return err

@@ -1,0 +1,167 @@
+"""PsychClient's resume, approve, deny, answer, complete, abort and steer calls.
+
+Each is an update the Run's worker answers; its payload is checked against the contract's
+size bounds before it is sent, and a refusal comes back as ``Refused`` (its ``kind`` a
+``RefusalKind``) or ``AccessDenied`` for another tenant's Run.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal
+
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
+from psych_runtime.workflows.contract._contract import (
+    ABORT,
+    RESUME,
+    STEER,
+    AbortInput,
+    RefusalKind,
+    ResumeInput,
+    ResumeResult,
+    RunHandle,
+    RunState,
+    SteerInput,
+    size_problem,
+)
+
+
+class RunActions(abc.ABC):
+    """The calls that act on a Run (PsychClient has them all)."""
+
+    @abc.abstractmethod
+    def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
+        """The Run's workflow id and handle, after checking the caller's tenant owns it."""
+
+    @abc.abstractmethod
+    async def status(self, run: RunHandle | str, *, scope: Scope) -> RunState:
+        """The Run's state (the ``psych.state`` query)."""
+
+    async def _update(
+        self, run: RunHandle | str, scope: Scope, name: str, arg: Any, result_type: type[Any]
+    ) -> Any:
+        workflow_id, handle = self._handle(run, scope)
+        problem = size_problem(arg)
+        if problem is not None:
+            raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
+        try:
+            return await handle.execute_update(name, arg, result_type=result_type)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError):
+                if cause.type == RefusalKind.ACCESS_DENIED:
+                    raise AccessDenied(cause.message) from err
+                raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
+            raise
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                # A settled Run has no handlers left; say how it settled.
+                try:
+                    state = await self.status(workflow_id, scope=scope)
+                except NotFound:
+                    raise NotFound(f"no Run {workflow_id}") from err
+                raise Refused(
+                    RefusalKind.NOT_SUSPENDED,
+                    f"{workflow_id} has settled {state.status.value}: {state.reason}",
+                ) from err
+            raise
+
+    async def resume(
+        self, run: RunHandle | str, request: ResumeInput, *, scope: Scope
+    ) -> ResumeResult:
+        """Answer what a suspended Run waits for; see ``approve``, ``answer``, ``complete``.
+
+        Raises:
+            Refused: not suspended, settled, unknown or stale id, expired, already answered.
+            AccessDenied: another tenant's Run.
+        """
+        if request.tenant != scope.tenant:
+            raise AccessDenied(f"a resume for tenant {request.tenant!r} under {scope.tenant!r}")
+        result: ResumeResult = await self._update(run, scope, RESUME, request, ResumeResult)
+        return result
+
+    async def approve(
+        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+    ) -> ResumeResult:
+        """Approve a pending tool call; it runs."""
+        return await self._decide(run, call_id, True, scope, note)
+
+    async def deny(
+        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+    ) -> ResumeResult:
+        """Reject a pending tool call; it settles rejected and the model is told (with note)."""
+        return await self._decide(run, call_id, False, scope, note)
+
+    async def _decide(
+        self, run: RunHandle | str, call_id: str, approved: bool, scope: Scope, note: str | None
+    ) -> ResumeResult:
+        request = ResumeInput(
+            reason="approval",
+            id=call_id,
+            tenant=scope.tenant,
+            by=scope.principal,
+            approved=approved,
+            note=note,
+        )
+        return await self.resume(run, request, scope=scope)
+
+    async def answer(
+        self, run: RunHandle | str, call_id: str, text: str, *, scope: Scope
+    ) -> ResumeResult:
+        """Answer a pending ``ask_question`` call."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="question", id=call_id, tenant=scope.tenant, by=scope.principal, answer=text
+            ),
+            scope=scope,
+        )
+
+    async def complete(
+        self, run: RunHandle | str, token: str, payload: Any, *, scope: Scope
+    ) -> ResumeResult:
+        """Complete an external wait: ``payload`` becomes the waiting tool's result."""
+        return await self.resume(
+            run,
+            ResumeInput(
+                reason="external",
+                id=token,
+                tenant=scope.tenant,
+                by=scope.principal,
+                payload=payload,
+            ),
+            scope=scope,
+        )
+
+    async def abort(
+        self, run: RunHandle | str, *, scope: Scope, reason: str = "aborted by request"
+    ) -> None:
+        """Abort the Run (it settles ABORTED once non-interruptible calls finish)."""
+        await self._update(
+            run,
+            scope,
+            ABORT,
+            AbortInput(tenant=scope.tenant, by=scope.principal, reason=reason),
+            type(None),
+        )
+
+    async def steer(
+        self,
+        run: RunHandle | str,
+        message: str,
+        *,
+        scope: Scope,
+        mode: Literal["steer", "follow_up", "next_run"] = "steer",
+    ) -> None:
+        """Give the Run a message: into this turn, after it, or for the next Run."""
+        await self._update(
+            run,
+            scope,
+            STEER,
+            SteerInput(tenant=scope.tenant, message=message, mode=mode, by=scope.principal),
+            type(None),
+        )

@@ -1,0 +1,228 @@
+"""Following a Run's records as they are appended, without a query on a timer.
+
+A Run's records live in its workflow state and are appended only by workflow tasks, so a
+follower needs to read them only after a workflow task completed. The server tells it
+when: a long-poll of the execution's history (``GetWorkflowExecutionHistory`` with
+``wait_new_event``) answers as soon as new events are written. The follower reads the
+``psych.records`` query once per answer that holds a completed workflow task (or the
+execution's close event), from the last seq it has. Neither the long-poll nor a query
+writes to the Run's history, so followers never grow it; a Run that does nothing (waiting
+for an approval for days) costs its worker nothing, and each follower costs it one query
+per batch of workflow tasks. Why not ``temporalio.contrib.workflow_streams``: its reads are
+updates, and an accepted update writes events, measured at ~25 events per subscriber over a
+5-item stream (workflows/README.md, "Following a Run").
+
+Continue-as-new: the workflow id stays and each execution carries on from the seq the last
+one reached. The follower asks the latest execution first; when its answer's ``earlier``
+segments say an earlier execution holds the next record (``_chain.holder``, what
+``PsychClient.records`` uses too), it follows that one; when the execution it follows
+closes by continuing as new, it follows ``new_execution_run_id`` (``successor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import NotFound, PsychError
+from psych_runtime.workflows.client._chain import holder
+from psych_runtime.workflows.contract._contract import QUERY_RECORDS, RecordsPage, RecordsQuery
+from psych_runtime.workflows.contract._records import Record
+
+HISTORY_PAGE_SIZE = 1000
+"""Events per long-poll answer while catching up with an execution's existing history."""
+
+CLOSE_EVENTS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    }
+)
+
+NO_WORKER_RETRY_SECONDS = 1.0
+"""How long a follower waits before asking again when no worker answered its query (the
+Run's worker is restarting): the records are in history, a new worker will answer."""
+
+BUSY_RETRY_SECONDS = 0.05
+"""The least wait before asking again when the server's query buffer was full."""
+
+_NO_ANSWER = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+"""A query's timeout, as the server (deadline exceeded) or the client's transport
+("Timeout expired", cancelled) reports it."""
+_RETRIED = (*_NO_ANSWER, RPCStatusCode.RESOURCE_EXHAUSTED)
+
+
+def successor(close: HistoryEvent) -> str | None:
+    """The run id of the execution that continues the Run, from the close event of the one
+    before it; None when the Run ended there (completed, failed, terminated...)."""
+    if close.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+        return None
+    return close.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+
+@dataclass
+class _HistoryWatch:
+    """Long-polls one execution's history; sets ``changed`` when a workflow task completed
+    or the execution closed, and keeps its close event."""
+
+    client: Client
+    execution: WorkflowExecution
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: HistoryEvent | None = None
+    error: BaseException | None = None
+
+    async def run(self) -> None:
+        token = b""
+        try:
+            while True:
+                request = GetWorkflowExecutionHistoryRequest(
+                    namespace=self.client.namespace,
+                    execution=self.execution,
+                    maximum_page_size=HISTORY_PAGE_SIZE,
+                    next_page_token=token,
+                    wait_new_event=True,
+                    history_event_filter_type=HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT,
+                )
+                answer = await self.client.workflow_service.get_workflow_execution_history(
+                    request, retry=True
+                )
+                for event in answer.history.events:
+                    if event.event_type in CLOSE_EVENTS:
+                        self.closed = event
+                if self.closed is not None or any(
+                    event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                    for event in answer.history.events
+                ):
+                    self.changed.set()
+                token = answer.next_page_token
+                if not token:
+                    break
+            if self.closed is None:
+                raise PsychError(f"the history of {self.execution.workflow_id} ended unclosed")
+        except Exception as err:  # handed to the follower, which raises it
+            self.error = err
+            self.changed.set()
+
+    async def wait(self) -> None:
+        """Until the next change; raises what stopped the long-poll."""
+        await self.changed.wait()
+        if self.error is not None:
+            raise _mapped(self.error, self.execution.workflow_id)
+
+
+class RecordFollower:
+    """Yields a Run's records with ``seq > after`` as they are appended, across worker
+    restarts and continue-as-new (see the module docstring).
+
+    Args:
+        client: the Temporal client (pydantic data converter).
+        workflow_id: the Run's workflow id (the caller has authorized it).
+        after: the last seq the caller has.
+    """
+
+    def __init__(self, client: Client, workflow_id: str, *, after: int = 0) -> None:
+        self.client = client
+        self.workflow_id = workflow_id
+        self.after = after
+        self.queries = 0
+        """How many records queries this follower made (what it cost the Run's worker)."""
+        self.retried = 0
+        """How many of them no worker answered in time or the server refused as busy."""
+
+    async def records(self) -> AsyncIterator[Record]:
+        """The records in order, gapless, until ``run_settled`` (or the Run's end)."""
+        run_id: str | None = await self._latest()
+        looking = True  # until the execution that holds ``after + 1`` is found
+        while run_id is not None:
+            async with _watching(self.client, self.workflow_id, run_id) as watch:
+                # Read once the execution has completed a workflow task: the server holds a
+                # query made before that until one has (a second on a fresh worker).
+                await watch.wait()
+                while True:
+                    watch.changed.clear()
+                    # Closed before this query was made: the query sees its last records.
+                    closed = watch.closed
+                    page = await self._page(run_id)
+                    if looking:
+                        earlier = holder(page, self.after)
+                        if earlier is not None:
+                            run_id = earlier
+                            break
+                        looking = False
+                    for record in page.records:
+                        yield record
+                        self.after = record.seq
+                    if self.after < page.last_seq:
+                        continue
+                    if page.settled:
+                        return
+                    if closed is not None:
+                        run_id = successor(closed)
+                        break
+                    await watch.wait()
+
+    async def _latest(self) -> str:
+        """The run id of the workflow id's latest execution."""
+        try:
+            run_id = (await self.client.get_workflow_handle(self.workflow_id).describe()).run_id
+        except RPCError as err:
+            raise _mapped(err, self.workflow_id) from err
+        if run_id is None:
+            raise PsychError(f"Temporal described {self.workflow_id} without a run id")
+        return run_id
+
+    async def _page(self, run_id: str) -> RecordsPage:
+        handle = self.client.get_workflow_handle(self.workflow_id, run_id=run_id)
+        while True:
+            self.queries += 1
+            try:
+                page: RecordsPage = await handle.query(
+                    QUERY_RECORDS, RecordsQuery(after=self.after), result_type=RecordsPage
+                )
+                return page
+            except RPCError as err:
+                self.retried += err.status in _RETRIED
+                if err.status in _NO_ANSWER:
+                    # No worker answered in time (one is restarting): the server still holds
+                    # the records in history, so ask again rather than end the stream.
+                    await asyncio.sleep(NO_WORKER_RETRY_SECONDS)
+                elif err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                    # The server holds few queries while a workflow task runs ("consistent
+                    # query buffer is full"): many followers woken by one task all ask at
+                    # once. Spread the retries so they do not collide again.
+                    await asyncio.sleep(BUSY_RETRY_SECONDS * (1 + random.random()))
+                else:
+                    raise _mapped(err, self.workflow_id) from err
+
+
+@contextlib.asynccontextmanager
+async def _watching(client: Client, workflow_id: str, run_id: str) -> AsyncIterator[_HistoryWatch]:
+    """A watch of one execution's history, long-polling while the block runs."""
+    watch = _HistoryWatch(client, WorkflowExecution(workflow_id=workflow_id, run_id=run_id))
+    task = asyncio.create_task(watch.run())
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _mapped(err: BaseException, workflow_id: str) -> BaseException:
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(f"no Run {workflow_id}")
+    return err

@@ -1,0 +1,315 @@
+"""The report: a typed projection of a Run's records."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
+from psych_runtime.specs import LeftOut, Task
+from psych_runtime.workflows.contract._contract import (
+    RunState,
+)
+from psych_runtime.workflows.contract._records import (
+    ChildSettled,
+    CompactionApplied,
+    CompactionFailed,
+    ComponentShown,
+    ContextProvided,
+    McpDiscovered,
+    ModelCallFailed,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunAdmitted,
+    RunSettled,
+    RunStatus,
+    StepFinished,
+    StepKind,
+    StepStarted,
+    TasksUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallStatus,
+    Totals,
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelCallReport(_Frozen):
+    """One model-call attempt."""
+
+    turn: int
+    model: str
+    attempt: int
+    ok: bool
+    text: str | None = None
+    tool_calls: tuple[dict[str, str], ...] = ()
+    usage: Usage | None = None
+    cost: float | None = None
+    """None when the price is unknown (never 0 for unknown)."""
+    latency: Latency | None = None
+    error: str | None = None
+    transient: bool | None = None
+
+
+class ToolCallReport(_Frozen):
+    """One tool call, from the model's request to its result."""
+
+    turn: int
+    call_id: str
+    tool: str
+    arguments: str
+    status: ToolCallStatus | None = None
+    """None while the call is open."""
+    result: str | None = None
+    """As the model was shown it (a preview when ``truncated``)."""
+    truncated: bool = False
+    size: int = 0
+    result_ref: str | None = None
+    latency: Latency | None = None
+    ran_arguments: dict[str, Any] | None = None
+    """The arguments that ran when a pre hook rewrote ``arguments`` (None: those)."""
+    hooks: tuple[HookEffect, ...] = ()
+    """What each tool-call hook did to the call."""
+
+
+class McpDiscoveryReport(_Frozen):
+    """What one MCP server offered at one turn boundary."""
+
+    turn: int
+    server: str
+    status: Literal["ok", "deferred", "unavailable"]
+    tools: int
+    catalog_hash: str | None = None
+    cached: bool = False
+    error: str | None = None
+
+
+class StepReport(_Frozen):
+    """One workflow step: what it was given, what it gave, and its child Run's report."""
+
+    index: int
+    name: str
+    kind: StepKind
+    input: Any = None
+    """The tool's arguments, or the child Run's input messages."""
+    ok: bool | None = None
+    """None while the step runs."""
+    output: Any = None
+    error: str | None = None
+    run: str | None = None
+    """The child Run's workflow id (agent and workflow steps)."""
+    status: RunStatus | None = None
+    usage: Usage | None = None
+    cost: float | None = None
+    """None when unknown (never 0 for unknown)."""
+    seconds: float | None = None
+    """From the step's start to its end."""
+    child: RunReport | None = None
+    """The child Run's own report: its model and tool calls (and steps)."""
+
+
+class RunReport(_Frozen):
+    """Everything a Run did, projected from its records."""
+
+    workflow_id: str
+    run_id: str
+    tenant: str
+    agent: str
+    version_hash: str
+    input: tuple[str, ...]
+    system_prompt: str
+    model_calls: tuple[ModelCallReport, ...]
+    tool_calls: tuple[ToolCallReport, ...]
+    status: RunStatus
+    reason: str | None
+    answer: str | None
+    totals: Totals | None
+    """Set once the Run has settled (a workflow's include its steps' child Runs)."""
+    kind: Literal["agent", "workflow"] = "agent"
+    steps: tuple[StepReport, ...] = ()
+    """A workflow's steps in order (empty for an agent)."""
+    outputs: dict[str, Any] | None = None
+    """A workflow's step outputs keyed by step name."""
+    mcp: tuple[McpDiscoveryReport, ...] = ()
+    """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
+    tasks: tuple[Task, ...] = ()
+    """The task list as the Run last set it (``update_tasks``)."""
+    task_updates: int = 0
+    components: tuple[ComponentShown, ...] = ()
+    """Every component shown (``show_component``), in order."""
+    context: tuple[ContextProvided, ...] = ()
+    """Each model call's per-turn context: blocks shown by reference, providers skipped."""
+    compactions: tuple[CompactionApplied | CompactionFailed, ...] = ()
+    """Each summariser call, in order (its usage and cost are in ``totals``)."""
+    thread: ThreadRef | None = None
+    """The earlier Run this Run continues."""
+    children: tuple[ChildSettled, ...] = ()
+    """Each delegated or spawned child Run, in the order they ended."""
+    left_out: tuple[LeftOut, ...] = ()
+    """A subagent's tools and MCP servers its parent did not grant, each with why."""
+
+
+def build_report(
+    workflow_id: str,
+    state: RunState,
+    records: Sequence[Any],
+    children: Mapping[str, RunReport] | None = None,
+) -> RunReport:
+    """Project ``records`` (in seq order) into a RunReport; ``children`` are the reports
+    of its steps' child Runs by workflow id."""
+    admitted = next((r for r in records if isinstance(r, RunAdmitted)), None)
+    model_calls: list[ModelCallReport] = []
+    # Keyed by (turn, call id): providers may reuse index-like call ids in later turns.
+    tools: dict[tuple[int, str], ToolCallReport] = {}
+    settled: RunSettled | None = None
+    open_call: ModelCallStarted | None = None
+    steps: dict[str, StepReport] = {}
+    started_at: dict[str, Any] = {}
+    discoveries: list[McpDiscoveryReport] = []
+    compactions: list[CompactionApplied | CompactionFailed] = []
+    children_settled: list[ChildSettled] = []
+    tasks: tuple[Task, ...] = ()
+    task_updates = 0
+    components: list[ComponentShown] = []
+    context: list[ContextProvided] = []
+    for record in records:
+        if isinstance(record, StepStarted):
+            started_at[record.step] = record.at
+            steps[record.step] = StepReport(
+                index=record.index,
+                name=record.step,
+                kind=record.step_kind,
+                input=record.input,
+                run=record.run,
+            )
+        elif isinstance(record, StepFinished):
+            begun = steps.get(record.step)
+            totals = record.totals
+            steps[record.step] = StepReport(
+                index=begun.index if begun else len(steps) + 1,
+                name=record.step,
+                kind=record.step_kind,
+                input=begun.input if begun else None,
+                ok=record.ok,
+                output=record.output,
+                error=record.error,
+                run=record.run,
+                status=record.status,
+                usage=totals.usage if totals else None,
+                cost=totals.cost if totals else None,
+                seconds=(record.at - started_at[record.step]).total_seconds()
+                if record.step in started_at
+                else None,
+            )
+        elif isinstance(record, ModelCallStarted):
+            open_call = record
+        elif isinstance(record, ModelCallFinished):
+            model_calls.append(
+                ModelCallReport(
+                    turn=record.turn,
+                    model=record.model,
+                    attempt=open_call.attempt if open_call else 1,
+                    ok=True,
+                    text=record.text,
+                    tool_calls=record.tool_calls,
+                    usage=record.usage,
+                    cost=record.cost,
+                    latency=record.latency,
+                )
+            )
+            open_call = None
+        elif isinstance(record, ModelCallFailed):
+            model_calls.append(
+                ModelCallReport(
+                    turn=record.turn,
+                    model=record.model,
+                    attempt=open_call.attempt if open_call else 1,
+                    ok=False,
+                    error=record.message,
+                    transient=record.transient,
+                )
+            )
+            open_call = None
+        elif isinstance(record, ToolCallStarted):
+            tools[record.turn, record.call_id] = ToolCallReport(
+                turn=record.turn,
+                call_id=record.call_id,
+                tool=record.tool,
+                arguments=record.arguments,
+            )
+        elif isinstance(record, ToolCallFinished):
+            started = tools.get((record.turn, record.call_id))
+            tools[record.turn, record.call_id] = ToolCallReport(
+                turn=record.turn,
+                call_id=record.call_id,
+                tool=record.tool,
+                arguments=started.arguments if started else "",
+                status=record.status,
+                result=record.content,
+                truncated=record.truncated,
+                size=record.size,
+                result_ref=record.result_ref,
+                latency=record.latency,
+                ran_arguments=record.ran_arguments,
+                hooks=record.hooks,
+            )
+        elif isinstance(record, McpDiscovered):
+            discoveries.append(
+                McpDiscoveryReport(
+                    turn=record.turn,
+                    server=record.server,
+                    status=record.status,
+                    tools=record.tools,
+                    catalog_hash=record.catalog_hash,
+                    cached=record.cached,
+                    error=record.error,
+                )
+            )
+        elif isinstance(record, CompactionApplied | CompactionFailed):
+            compactions.append(record)
+        elif isinstance(record, ChildSettled):
+            children_settled.append(record)
+        elif isinstance(record, TasksUpdated):
+            tasks, task_updates = record.tasks, task_updates + 1
+        elif isinstance(record, ComponentShown):
+            components.append(record)
+        elif isinstance(record, ContextProvided):
+            context.append(record)
+        elif isinstance(record, RunSettled):
+            settled = record
+    return RunReport(
+        workflow_id=workflow_id,
+        run_id=state.run_id,
+        tenant=state.tenant,
+        agent=state.agent,
+        version_hash=state.version_hash,
+        input=admitted.messages if admitted else (),
+        system_prompt=admitted.system_prompt if admitted else "",
+        model_calls=tuple(model_calls),
+        tool_calls=tuple(tools.values()),
+        status=settled.status if settled else RunStatus.RUNNING,
+        reason=settled.reason if settled else None,
+        answer=settled.answer if settled else None,
+        kind=state.kind,
+        steps=tuple(
+            step.model_copy(update={"child": (children or {}).get(step.run or "")})
+            for step in steps.values()
+        ),
+        outputs=settled.outputs if settled else state.outputs,
+        totals=settled.totals if settled else None,
+        mcp=tuple(discoveries),
+        tasks=tasks,
+        task_updates=task_updates,
+        components=tuple(components),
+        context=tuple(context),
+        compactions=tuple(compactions),
+        thread=admitted.thread if admitted else None,
+        children=tuple(children_settled),
+        left_out=admitted.left_out if admitted else (),
+    )

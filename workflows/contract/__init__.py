@@ -1,0 +1,1 @@
+"""psych_runtime.workflows.contract (see workflows/README.md)."""

@@ -1,0 +1,329 @@
+"""The workflow contract: stable names, the workflow-id rule, refusals, inputs and answers.
+
+Everything a caller (``PsychClient``, the ``psych`` CLI, the plain ``temporal`` CLI, another
+Temporal client) needs to start and drive a Run, written once and used by the workflows and
+the client alike. Every payload is a frozen pydantic model that travels as plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities._ids import workflow_id_for as workflow_id_for
+from psych_runtime.activities._payloads import ThreadRef
+from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
+from psych_runtime.workflows.contract._carry import (
+    CONTINUE_AFTER_EVENTS,
+    MAX_CONTINUE_AFTER_EVENTS,
+    RunCarry,
+    Segment,
+)
+from psych_runtime.workflows.contract._records import (
+    Pending,
+    Record,
+    RunStatus,
+    Totals,
+)
+
+# --- stable names --------------------------------------------------------------------------
+
+AGENT_RUN = "AgentRun"
+WORKFLOW_RUN = "WorkflowRun"
+QUERY_STATE = "psych.state"
+QUERY_RECORDS = "psych.records"
+RESUME = "psych.resume"
+"""Update (validated, answers) and signal (same payload, for callers without updates)."""
+ABORT = "psych.abort"
+"""Update and signal."""
+STEER = "psych.steer"
+"""Update and signal."""
+CHILD_PENDING = "psych.child_pending"
+"""Signal a child Run sends its parent whenever what it waits for changes (internal)."""
+
+SA_TENANT = "PsychTenant"
+SA_AGENT = "PsychAgent"
+SA_VERSION = "PsychVersion"
+SA_STATUS = "PsychStatus"
+SA_SUSPENSION = "PsychSuspension"
+SEARCH_ATTRIBUTES = (SA_TENANT, SA_AGENT, SA_VERSION, SA_STATUS, SA_SUSPENSION)
+"""Keyword search attributes a namespace must have registered for listing Runs."""
+
+
+def workflow_type_for(version: Version) -> str:
+    """Which workflow runs a Version: AgentRun for an agent, WorkflowRun for a workflow."""
+    return AGENT_RUN if version.spec.kind == "agent" else WORKFLOW_RUN
+
+
+def run_search_attributes(tenant: str, agent: str, version_hash: str) -> TypedSearchAttributes:
+    """The search attributes a Run starts with (status ``running``)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_TENANT), tenant),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_AGENT), agent),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_VERSION), version_hash),
+            SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATUS), "running"),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """A dispatched Run."""
+
+    workflow_id: str
+    run_id: str
+    tenant: str
+    agent: str
+    version_hash: str
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+class RefusalKind(StrEnum):
+    """Why a Run refused a resume, abort or steer (the ``type`` of its ApplicationError)."""
+
+    ACCESS_DENIED = "AccessDenied"
+    """The caller's tenant does not own the Run."""
+    NOT_SUSPENDED = "NotSuspended"
+    """The Run has settled (or waits for nothing)."""
+    UNKNOWN_PENDING = "UnknownPending"
+    """Nothing pending has that id."""
+    EXPIRED = "Expired"
+    """The item expired before the answer came."""
+    ALREADY_ANSWERED = "AlreadyAnswered"
+    WRONG_REASON = "WrongReason"
+    """The item waits for another kind of answer (an approval answered as a question)."""
+    BAD_RESUME = "BadResume"
+    """The answer is incomplete (an approval without ``approved``)."""
+    TOO_LARGE = "TooLarge"
+    """A note, answer, payload or message over its size bound."""
+    NO_STEP = "NoStep"
+    """A workflow has no agent step running to take a steer message."""
+
+
+def refusal(kind: RefusalKind, message: str) -> ApplicationError:
+    """The error a validator raises: typed, and never worth retrying as it is."""
+    return ApplicationError(message, type=kind.value, non_retryable=True)
+
+
+MAX_TEXT_CHARS = 65_536
+"""Longest note, answer or steer message an update takes (history and queries carry it)."""
+MAX_PAYLOAD_BYTES = 262_144
+"""Largest external-completion payload, as JSON."""
+
+
+# --- updates and signals -------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ResumeInput(_Frozen):
+    """Payload of ``psych.resume``: an approval decision, an answer, or a completion."""
+
+    reason: Literal["approval", "question", "external"]
+    id: str
+    """The pending call id (approval, question) or the external wait token."""
+    tenant: str
+    """The caller's tenant; another tenant's resume is refused."""
+    by: str | None = None
+    """Who resumes (recorded)."""
+    approved: bool | None = None
+    """Approvals: True runs the call, False settles it rejected."""
+    note: str | None = None
+    """Approvals: a reason the model is told when rejected."""
+    answer: str | None = None
+    """Questions: the answer."""
+    payload: Any = None
+    """External waits: what the waiting tool returns (JSON)."""
+
+
+class ResumeResult(_Frozen):
+    """Answer of the ``psych.resume`` update."""
+
+    reason: Literal["approval", "question", "external"]
+    id: str
+    outcome: Literal["approved", "rejected", "answered", "completed"]
+
+
+class AbortInput(_Frozen):
+    """Payload of ``psych.abort``."""
+
+    tenant: str
+    by: str | None = None
+    reason: str = "aborted by request"
+
+
+class SteerInput(_Frozen):
+    """Payload of ``psych.steer``: a message for the model, and when it should see it."""
+
+    tenant: str
+    message: str = Field(min_length=1)
+    mode: Literal["steer", "follow_up", "next_run"] = "steer"
+    """steer: before the current turn's next model call; follow_up: after the turn (the Run
+    continues instead of ending on an answer); next_run: a new Run starts with it when this
+    one settles."""
+    by: str | None = None
+
+
+class ChildPending(_Frozen):
+    """Payload of ``psych.child_pending``: everything a child Run waits for now."""
+
+    run: str
+    """The child's workflow id."""
+    pending: tuple[Pending, ...] = ()
+
+
+def size_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
+    """What of an update's payload is over its bound (None: nothing). Checked by the Run's
+    validators and, before sending, by PsychClient: over Temporal's 2 MB blob limit a
+    worker cannot even reject an update (the rejection echoes the request)."""
+    texts: dict[str, str | None] = {"by": input.by}
+    if isinstance(input, ResumeInput):
+        texts |= {"note": input.note, "answer": input.answer}
+        if input.payload is not None:
+            size = len(json.dumps(input.payload))
+            if size > MAX_PAYLOAD_BYTES:
+                return f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are taken"
+    elif isinstance(input, AbortInput):
+        texts["reason"] = input.reason
+    else:
+        texts["message"] = input.message
+    for name, text in texts.items():
+        if text is not None and len(text) > MAX_TEXT_CHARS:
+            return f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken"
+    return None
+
+
+# --- input and output ----------------------------------------------------------------------
+
+
+class ParentBounds(_Frozen):
+    """What a parent Run imposes on a child it starts (a workflow on its agent steps)."""
+
+    transient_retry_budget: int | None = Field(default=None, ge=0)
+    """What is left of the parent's budget: the child may spend no more than this."""
+    suspension: SuspensionPolicy | None = None
+    """The parent's expiries, used for the child's waits instead of its own."""
+    report_pending: bool = False
+    """Send ``psych.child_pending`` to the parent whenever the pending items change."""
+    left_out: tuple[LeftOut, ...] = ()
+    """What a subagent's Spec asked for and its parent did not grant (``delegate``), so
+    the child's ``run_admitted`` says which tool or MCP server is missing and why."""
+
+
+class RunInput(_Frozen):
+    """What starts a Run. The whole Version travels, and is re-hashed at start."""
+
+    run_id: str
+    version: Version
+    scope: Scope
+    messages: tuple[str, ...] = Field(min_length=1)
+    """The user's input message(s), in order."""
+    depth: int = Field(default=0, ge=0)
+    """Delegation depth: 0 for a Run a caller started, parent's + 1 for a child's."""
+    depth_caps: tuple[DepthCap, ...] = ()
+    """``(agent, max_delegation_depth)`` of every agent above this Run on its delegation
+    chain, root first (empty for a Run a caller started): with the Run's own agent, what
+    ``specs.depth_refusal`` checks a child's depth against."""
+    spawn_depth: int = Field(default=0, ge=0)
+    """How many ``spawn`` links lead to this Run: 0 unless it is a spawned child, its
+    spawner's + 1 if it is (what ``SpawnEnvelope.max_depth`` bounds)."""
+    bounds: ParentBounds | None = None
+    """Set by a parent Run; None for a Run a caller started."""
+    thread: ThreadRef | None = None
+    """The earlier Run of the same tenant this Run continues (an agent's model sees its
+    conversation, bounded by ``limits.max_history_records``); None: a new conversation."""
+    roles_apart: bool = False
+    """Whether the fleet runs worker roles apart: then each activity is scheduled on its
+    role's task queue (``<queue>-model``, ``<queue>-tools``); False (one queue) schedules
+    every activity on the Run's own queue, where the SDK dispatches it eagerly. Chosen at
+    dispatch (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``), inherited by
+    children and next Runs."""
+    continue_after_events: int = Field(
+        default=CONTINUE_AFTER_EVENTS, ge=1, le=MAX_CONTINUE_AFTER_EVENTS
+    )
+    """An AgentRun continues as new at the first turn boundary at which its execution's
+    history has this many events (or Temporal suggests it); see ``_continue.py``."""
+    carry: RunCarry | None = None
+    """Set by continue-as-new: what the execution before this one hands on (None for a
+    Run's first execution)."""
+
+
+class AgentRunInput(RunInput):
+    """What starts an AgentRun (a Version of an AgentSpec)."""
+
+
+class WorkflowRunInput(RunInput):
+    """What starts a WorkflowRun (a Version of a WorkflowSpec)."""
+
+
+class RunResult(_Frozen):
+    """What a Run returns when it settles (other than FAILED, which fails it)."""
+
+    run_id: str
+    status: RunStatus
+    reason: str
+    answer: str | None = None
+    totals: Totals
+    outputs: dict[str, Any] | None = None
+    """A workflow's step outputs keyed by step name (None for an agent)."""
+
+
+# --- queries -------------------------------------------------------------------------------
+
+
+class RecordsQuery(_Frozen):
+    """Argument of the ``psych.records`` query: records with ``seq > after``."""
+
+    after: int = 0
+    limit: int = Field(default=500, gt=0, le=5000)
+
+
+class RecordsPage(_Frozen):
+    records: tuple[Record, ...]
+    last_seq: int
+    """The highest seq the Run has written (read on from here)."""
+    settled: bool
+    """Whether the Run has settled (no records will follow the last one)."""
+    earlier: tuple[Segment, ...] = ()
+    """A continued Run's earlier executions and the seqs each holds, oldest first: records
+    before this execution's first are read by querying those executions by run id."""
+
+
+class RunState(_Frozen):
+    """Answer of the ``psych.state`` query."""
+
+    run_id: str
+    tenant: str
+    agent: str
+    """The Spec's name (an agent's or a workflow's)."""
+    version_hash: str
+    status: RunStatus
+    reason: str | None = None
+    answer: str | None = None
+    turn: int
+    last_seq: int
+    totals: Totals
+    withheld_tools: tuple[str, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    """What a suspended Run waits for, its children's items included (``Pending.run``)."""
+    kind: Literal["agent", "workflow"] = "agent"
+    step: str | None = None
+    """A workflow's running step."""
+    outputs: dict[str, Any] | None = None
+    """A workflow's step outputs so far, keyed by step name."""
+    tasks: tuple[Task, ...] = ()
+    """The task list (``update_tasks``; empty unless ``tasks_enabled``)."""
+    conversation_ref: str | None = None
+    """An agent's conversation head after its last model call (what a Run continuing this
+    one reads, ``PsychClient.dispatch(thread=...)``); None before its first call."""

@@ -1,0 +1,52 @@
+"""Questions: the ``ask_question`` built-in, offered when ``may_ask_questions``.
+
+The call suspends the Run (a ``question`` item) until a person answers through
+``psych.resume`` or ``question_expires_seconds`` pass; the answer is the call's result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.workflows.kernel._feature import Builtin, Feature
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+
+ASK_QUESTION = ToolDefinition(
+    name="ask_question",
+    description=(
+        "Ask the person you work for a question and wait for the answer. Use it only when "
+        "you cannot go on without their input."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string", "description": "The question."}},
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+
+class Questions(Feature):
+    """``ask_question``: the pending item is the kernel's suspension; no state here."""
+
+    name = "questions"
+
+    def builtins(self) -> tuple[Builtin, ...]:
+        return (Builtin("ask_question", self._offer, self._ask, executes=False),)
+
+    def _offer(self) -> ToolDefinition | None:
+        return ASK_QUESTION if self.run.suspension.may_ask_questions else None
+
+    async def _ask(self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]) -> ToolResult:
+        answer = await self.run.suspend_call(
+            call,
+            "question",
+            self.run.suspension.question_expires_seconds,
+            question=str(arguments.get("question", "")),
+            arguments="",
+        )
+        return inline(call, "ok", answer.answer or "")

@@ -1,0 +1,341 @@
+"""``delegate``: a subagent as a child AgentRun, and what its ending does to the parent.
+
+- Depth: the child's depth is the parent's + 1 and its chain is the parent's chain, the
+  parent, then the child (``specs.subagent_depth_refusal``, the function the validator
+  calls); a refusal is the validator's text, read by the model as the result.
+- Tools by definition: the child gets only the tools and MCP servers its parent has in the
+  same definition (``specs.narrow_subagent``); what is left out, and why, travels in
+  ``ParentBounds.left_out`` so the child's ``run_admitted`` says so.
+- Roll-up: whatever the child's ending (an answer, FAILED with its totals on the
+  ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED), one ``ChildSettled``
+  record and its totals in the parent's. A parent that stops while its child runs (its
+  expiry, an abort) aborts the child and takes the totals of its ABORTED ending
+  (``_wind_down``); a child that is cancelled or terminated instead cannot hand its totals
+  back (a cancelled workflow carries no details), so the parent's cost becomes unknown
+  rather than a partial sum.
+- The result: a COMPLETED child's answer as plain text; any other ending as JSON
+  ``{"status", "reason", "run", "agent"}`` with call status ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.specs import (
+        AgentSpec,
+        DepthCap,
+        SubagentRef,
+        Version,
+        narrow_subagent,
+        subagent_depth_refusal,
+        version_hash,
+    )
+    from psych_runtime.workflows.contract._contract import (
+        ABORT,
+        AbortInput,
+        ParentBounds,
+        RunResult,
+    )
+    from psych_runtime.workflows.contract._records import ChildSettled, Pending, RunStatus, Totals
+    from psych_runtime.workflows.kernel._children import failed_totals
+    from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._shape import has
+    from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+
+
+WIND_DOWN_SECONDS = 30.0
+"""How long a parent that stops (its expiry, an abort) waits for its aborted child to settle
+and hand back its totals before it cancels the child instead."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a subagent would run below its parent, and whether it may."""
+
+    depth: int
+    """The child's depth: its parent's + 1."""
+    depth_caps: tuple[DepthCap, ...]
+    """The child's ``RunInput.depth_caps``: its parent's, then the parent itself."""
+    refusal: str | None
+    """Why it may not start (the validator's words for the same tree), or None."""
+
+
+def place(
+    depth: int, depth_caps: Sequence[DepthCap], parent: AgentSpec, child: AgentSpec
+) -> Placement:
+    """Where ``child`` runs when ``parent``, at ``depth`` below ``depth_caps``, delegates to
+    it: pure, so tests check it against the validator over generated trees."""
+    return Placement(
+        depth=depth + 1,
+        depth_caps=(*depth_caps, (parent.name, parent.limits.max_delegation_depth)),
+        refusal=subagent_depth_refusal(depth + 1, depth_caps, parent, child),
+    )
+
+
+DEPTH_CHAIN_PATCH = "psych-depth-chain"
+"""Runs that delegated before the one depth rule replay the rule they ran under."""
+
+
+def earlier_depth_refusal(depth: int, parent_cap: int) -> str | None:
+    """The depth rule before ``specs.depth_refusal``: only the parent's own
+    ``max_delegation_depth`` bounded the child's depth (kept for replay)."""
+    if depth > parent_cap:
+        return (
+            f"delegation depth {depth} would exceed max_delegation_depth ({parent_cap}); "
+            "do the task yourself"
+        )
+    return None
+
+
+def delegate_definition(run: RunView) -> ToolDefinition | None:
+    """``delegate``'s definition when the Run's agent has subagents."""
+    spec = run.spec
+    if not isinstance(spec, AgentSpec) or not spec.subagents:
+        return None
+    return ToolDefinition(
+        name="delegate",
+        description=(
+            "Hand a task to one of your subagents and wait for its answer. Give it "
+            "everything it needs in the task: it does not see this conversation."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [s.name for s in spec.subagents]},
+                "task": {"type": "string", "description": "The task, self-contained."},
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+    )
+
+
+async def delegate(
+    run: RunView,
+    delegations: dict[int, int],
+    turn: int,
+    call: ToolCallRequest,
+    arguments: dict[str, Any],
+) -> ToolResult:
+    """Run a subagent as a child AgentRun; the parent is suspended (children) meanwhile.
+
+    The child's Version is hashed here (deterministically) and travels whole, so a replayed
+    parent starts the same child. What the child waits for is mirrored in the parent, and
+    answerable through the parent's id.
+    """
+    spec = run.spec
+    assert isinstance(spec, AgentSpec)
+    limits = spec.limits
+    name = str(arguments.get("agent", ""))
+    sub = next((s for s in spec.subagents if s.name == name), None)
+    if sub is None:
+        known = ", ".join(s.name for s in spec.subagents)
+        return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
+    placement = place(run.input.depth, run.input.depth_caps, spec, sub.spec)
+    refusal = placement.refusal
+    earlier = earlier_depth_refusal(placement.depth, limits.max_delegation_depth)
+    if (refusal is None) != (earlier is None) and not has(DEPTH_CHAIN_PATCH):
+        # A Run that delegated under the earlier rule (only the parent's own cap counted)
+        # replays that decision; only a delegation the two rules decide differently asks.
+        refusal = earlier
+    if refusal is not None:
+        return inline(call, "error", refusal)
+    started = delegations.get(turn, 0)
+    if started >= limits.max_fanout_per_turn:
+        return inline(
+            call,
+            "error",
+            f"not run: more than max_fanout_per_turn ({limits.max_fanout_per_turn}) "
+            "delegations in one turn",
+        )
+    delegations[turn] = started + 1
+    child_spec, left_out = narrow_subagent(spec, sub.spec)
+    version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
+    index = sum(delegations.values())
+    child = await run.start_reporting_child(
+        f"{run.input.run_id}-sub{index}",
+        version,
+        (str(arguments.get("task", "")),),
+        summary=f"subagent {name} of {run.input.run_id}",
+        bounds=ParentBounds(report_pending=True, left_out=left_out),
+        depth=placement.depth,
+        depth_caps=placement.depth_caps,
+    )
+    workflow_id = child.id
+    seconds = run.suspension.children_expires_seconds
+    item = Pending(
+        reason="children",
+        id=workflow_id,
+        call_id=call.id,
+        tool="delegate",
+        arguments=call.arguments,
+        expires_at=expires_at(seconds),
+    )
+    settled = _Settled(run, turn, call.id, workflow_id, sub, version.hash)
+    try:
+        await run.suspensions.hold(
+            Wait(item), child.done, seconds, f"subagent {workflow_id} did not finish"
+        )
+    except Stop as stop:
+        run.forget_child(workflow_id)
+        if has("psych-subagent-totals"):
+            await _wind_down(run, child, settled, stop)
+        else:  # started before children were aborted rather than cancelled
+            child.cancel()
+            settled.unknown(f"cancelled: {stop.outcome.reason}")
+        raise
+    run.forget_child(workflow_id)
+    try:
+        result: RunResult = child.result()
+    except ChildWorkflowError as err:
+        reason = cause_text(err)
+        totals = failed_totals(err)
+        if totals is None:  # terminated, timed out, cancelled by someone else
+            settled.unknown(reason)
+            return settled.error_result(call, RunStatus.ABORTED, reason)
+        settled.known(RunStatus.FAILED, reason, totals)
+        return settled.error_result(call, RunStatus.FAILED, reason)
+    settled.known(result.status, result.reason, result.totals)
+    if result.status is RunStatus.COMPLETED:
+        return inline(call, "ok", result.answer or "")
+    return settled.error_result(call, result.status, result.reason)
+
+
+async def _wind_down(
+    run: RunView,
+    child: workflow.ChildWorkflowHandle[Any, RunResult],
+    settled: _Settled,
+    stop: Stop,
+) -> None:
+    """Abort a child whose parent stops, so that it settles and hands back its totals.
+
+    An abort ends the child's waits at once and cancels its interruptible calls (a
+    cancelled workflow would carry no totals back); a child that has not settled within
+    ``WIND_DOWN_SECONDS`` (a call that may not be interrupted) is cancelled instead.
+    """
+    abort = AbortInput(
+        tenant=run.input.scope.tenant,
+        by=f"parent Run {workflow.info().workflow_id}",
+        reason=stop.outcome.reason,
+    )
+    try:
+        await child.signal(ABORT, abort)
+    except ApplicationError as err:  # it settled meanwhile: its result is there to take
+        workflow.logger.info("aborting subagent %s: %s", child.id, err)
+    try:
+        await workflow.wait_condition(
+            child.done, timeout=WIND_DOWN_SECONDS, timeout_summary=f"subagent {child.id} settles"
+        )
+    except TimeoutError:
+        child.cancel()
+        settled.unknown(f"cancelled after {WIND_DOWN_SECONDS:g} s: {stop.outcome.reason}")
+        return
+    try:
+        result: RunResult = child.result()
+    except ChildWorkflowError as err:
+        totals = failed_totals(err)
+        if totals is None:
+            settled.unknown(cause_text(err))
+        else:
+            settled.known(RunStatus.FAILED, cause_text(err), totals)
+        return
+    settled.known(result.status, result.reason, result.totals)
+
+
+class _Settled:
+    """Records one delegated child's ending and rolls its totals into the parent's."""
+
+    def __init__(
+        self,
+        run: RunView,
+        turn: int,
+        call_id: str,
+        workflow_id: str,
+        sub: SubagentRef,
+        version_hash: str,
+    ) -> None:
+        self._run = run
+        self._turn = turn
+        self._call_id = call_id
+        self._workflow_id = workflow_id
+        self._sub = sub
+        self._version_hash = version_hash
+
+    def known(self, status: RunStatus, reason: str, totals: Totals) -> None:
+        """The child ended with ``totals``: add them and record the ending."""
+        self._run.add_child_totals(totals)
+        self._record(status, reason, totals)
+
+    def unknown(self, reason: str) -> None:
+        """The child ended without handing back its totals (it was cancelled): what it
+        spent is unknown, so the parent's cost is too (never a partial sum)."""
+        run = self._run
+        run.cost_unknown()
+        self._record(RunStatus.ABORTED, f"{reason} (its totals did not reach this Run)", Totals())
+
+    def _record(self, status: RunStatus, reason: str, totals: Totals) -> None:
+        log = self._run.log
+        log.add(
+            ChildSettled(
+                **log.stamp(),
+                turn=self._turn,
+                call_id=self._call_id,
+                run=self._workflow_id,
+                agent=self._sub.spec.name,
+                via="delegate",
+                version_hash=self._version_hash,
+                status=status,
+                reason=reason,
+                totals=totals,
+            )
+        )
+
+    def error_result(self, call: ToolCallRequest, status: RunStatus, reason: str) -> ToolResult:
+        """What the model reads when the child did not answer: its ending, typed."""
+        ending = {
+            "status": status.value,
+            "reason": reason,
+            "run": self._workflow_id,
+            "agent": self._sub.name,
+        }
+        return inline(call, "error", json.dumps(ending, ensure_ascii=False))
+
+
+class Subagents(Feature):
+    """``delegate``; its state is how many subagents each turn started (their sum numbers
+    the next one, so child ids never repeat across a continue-as-new)."""
+
+    name = "subagents"
+
+    def __init__(self, run: RunView) -> None:
+        super().__init__(run)
+        self.delegations: dict[int, int] = {}
+
+    def builtins(self) -> tuple[Builtin, ...]:
+        return (
+            Builtin(
+                "delegate",
+                lambda: delegate_definition(self.run),
+                lambda turn, call, arguments: delegate(
+                    self.run, self.delegations, turn, call, arguments
+                ),
+                executes=False,
+            ),
+        )
+
+    def carry(self) -> Any:
+        return dict(self.delegations) if self.delegations else None
+
+    def restore(self, carried: Any) -> None:
+        self.delegations = {int(turn): int(count) for turn, count in dict(carried).items()}

@@ -1,0 +1,350 @@
+"""Every activity a Run schedules: its name, its options and its typed call, in one table.
+
+Retries belong to the workflow: model calls and tools not safe to repeat run once (the Run
+counts model retries against its budget; a tool not safe to repeat is never run twice);
+tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
+5, for infrastructure failures only (a tool's own error is data, not an activity failure).
+
+A Run dispatched with ``roles_apart`` (a fleet running worker roles in separate processes)
+schedules each activity on the task queue of its worker role (``ACTIVITY_ROLES``): the
+model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search on
+``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
+Any other Run schedules every activity on its own queue: the SDK dispatches an activity
+eagerly (in the workflow task's completion, no matching round trip) only there, and a
+worker of role ``all`` or ``workflows`` registers every activity. The local
+``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
+reach MCP servers too. Histories from before this choice replay as they recorded: with
+the ``psych-roles`` marker on role queues, without it on the Run's own queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import (
+        ACTIVITY_ROLES,
+        MCP_LIST_TOOLS,
+        MCP_SEARCH_TOOLS,
+        MODEL_COMPACT,
+        MODEL_COMPLETE,
+        MODEL_COMPLETE_V2,
+        MODEL_COMPLETE_V3,
+        POLICY_DECIDE,
+        TOOL_CATALOG,
+        TOOL_CODE,
+        TOOL_CODE_V2,
+        TOOL_HTTP,
+        TOOL_HTTP_V2,
+        TOOL_MCP,
+        TOOL_READ_OUTPUT,
+        VERSION_PUBLISH,
+        WORKFLOWS_ROLE,
+        CatalogEntry,
+        CatalogInput,
+        CodeToolCall,
+        CompactInput,
+        CompactResult,
+        HttpToolCall,
+        McpCatalog,
+        McpCatalogInput,
+        McpSearchInput,
+        McpSearchResult,
+        McpToolCall,
+        ModelCallInput,
+        ModelCallResult,
+        ModelCallResultV2,
+        PolicyDecision,
+        PolicyInput,
+        ReadOutputInput,
+        ToolCatalog,
+        ToolOutcome,
+        VersionPublishInput,
+        role_task_queue,
+    )
+    from psych_runtime.activities._slim import (
+        full_model_result,
+        full_outcome,
+        slim_code_call,
+        slim_http_call,
+        slim_model_input,
+    )
+    from psych_runtime.activities._slim_payloads import (
+        CodeToolCallV2,
+        HttpToolCallV2,
+        ModelCallResultV3,
+        ToolOutcomeV2,
+    )
+    from psych_runtime.specs import Version
+    from psych_runtime.workflows.contract._contract import RunInput
+    from psych_runtime.workflows.kernel._shape import has
+
+_R = TypeVar("_R")
+
+SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+"""Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
+ONCE = RetryPolicy(maximum_attempts=1)
+"""Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one activity is scheduled."""
+
+    start_to_close: timedelta
+    retry: RetryPolicy
+    heartbeat: timedelta | None = None
+
+
+OPTIONS: dict[str, Options] = {
+    TOOL_CATALOG: Options(
+        timedelta(seconds=60),
+        RetryPolicy(maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]),
+    ),
+    MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    # The summariser is a model call like any other: once, heartbeating while it streams.
+    MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_COMPLETE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_COMPLETE_V3: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+    TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # An HTTP tool's own timeout plus this margin bounds its activity.
+    TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_HTTP_V2: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_CODE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    # The worker bounds an MCP call by its own call timeout, well inside this.
+    TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # A local activity: an unreachable server is data in its result, so these retries are
+    # for the worker's own failures (the blob store) only.
+    MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+    # Publishing is idempotent per hash, so infrastructure failures are retried.
+    VERSION_PUBLISH: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+}
+"""Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
+
+
+ROLES_PATCH = "psych-roles"
+"""Marks a Run that schedules each activity on its role's task queue (see the module's
+docstring); a Run replayed without it keeps its own queue for all of them."""
+
+
+ROLES_OPT_IN_PATCH = "psych-roles-opt-in"
+"""Marks a Run that routes by role only when its input says ``roles_apart``; a Run replayed
+without it routes as ``ROLES_PATCH`` recorded (every Run with that marker routed by role)."""
+
+
+def task_queue_for(name: str) -> str | None:
+    """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
+    role = ACTIVITY_ROLES[name]
+    if role == WORKFLOWS_ROLE:
+        return None
+    apart = run_input().roles_apart if has(ROLES_OPT_IN_PATCH) else has(ROLES_PATCH)
+    return role_task_queue(workflow.info().task_queue, role) if apart else None
+
+
+def run_input() -> RunInput:
+    """The input of the Run whose workflow code is running (``RunBase._input``).
+
+    Raises:
+        RuntimeError: the running workflow is not a Run with a valid input (a Run whose
+            input did not parse fails before it schedules anything).
+    """
+    found = getattr(workflow.instance(), "_input", None)
+    if not isinstance(found, RunInput):
+        raise RuntimeError(f"workflow {workflow.info().workflow_type} has no RunInput")
+    return found
+
+
+def tool_retry(safe_to_repeat: bool) -> RetryPolicy:
+    """A tool safe to repeat gets infrastructure retries; any other runs at most once."""
+    return SAFE_TOOL_RETRY if safe_to_repeat else ONCE
+
+
+async def _execute(
+    name: str,
+    input: Any,
+    result_type: type[_R],
+    *,
+    summary: str | None,
+    retry: RetryPolicy | None = None,
+    extra_time: timedelta = timedelta(0),
+    heartbeat: timedelta | None = None,
+) -> _R:
+    """Schedule activity ``name`` with its options from ``OPTIONS`` (``heartbeat``
+    overrides its heartbeat timeout; no ``summary``: none in the schedule command)."""
+    options = OPTIONS[name]
+    result: _R = await workflow.execute_activity(
+        name,
+        input,
+        result_type=result_type,
+        task_queue=task_queue_for(name),
+        start_to_close_timeout=options.start_to_close + extra_time,
+        heartbeat_timeout=heartbeat or options.heartbeat,
+        retry_policy=retry or options.retry,
+        summary=summary,
+    )
+    return result
+
+
+LOCAL_CATALOG_PATCH = "psych-local-catalog"
+"""Marks a Run that resolves its catalogue in a local activity when it runs on one queue."""
+
+
+async def _execute_local(name: str, input: Any, result_type: type[_R], *, summary: str) -> _R:
+    """Run activity ``name`` as a local activity, with its options from ``OPTIONS``."""
+    options = OPTIONS[name]
+    result: _R = await workflow.execute_local_activity(
+        name,
+        input,
+        result_type=result_type,
+        start_to_close_timeout=options.start_to_close,
+        retry_policy=options.retry,
+        summary=summary,
+    )
+    return result
+
+
+async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
+    """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy.
+
+    A Run on one queue resolves it as a local activity, on the worker running its
+    workflow task (which registers every activity): one marker event in history and no
+    task of its own, instead of an activity's three events and the workflow task that
+    follows them. A Run dispatched ``roles_apart`` schedules it on the tools queue, whose
+    workers have the registry.
+    """
+    if task_queue_for(TOOL_CATALOG) is None and has(LOCAL_CATALOG_PATCH):
+        return await _execute_local(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
+    return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
+
+
+async def list_mcp_tools(input: McpCatalogInput) -> McpCatalog:
+    """``psych.mcp.list_tools``, as a local activity: this turn's MCP catalogue.
+
+    Local, because it runs at every turn boundary: its result is one marker event in
+    history (a few bytes when the catalogue is unchanged) instead of an activity's three
+    events and a workflow task of its own.
+    """
+    return await _execute_local(
+        MCP_LIST_TOOLS, input, McpCatalog, summary=f"MCP tools, turn {input.turn}"
+    )
+
+
+async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:
+    """``psych.mcp.search_tools``: the built-in ``search_mcp_tools``."""
+    return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
+
+
+MODEL_V2_PATCH = "psych-model-v2"
+"""Marks a Run whose model calls are ``psych.model.complete.v2`` (a result without the
+echoed model and system prompt ref); a Run replayed without it keeps ``psych.model.complete``."""
+
+
+SLIM_PATCH = "psych-slim-payloads"
+"""Marks a Run whose model calls are ``psych.model.complete.v3`` and code and HTTP tool
+calls ``psych.tool.code.v2`` and ``psych.tool.http.v2`` (``activities/_slim.py``: only
+what the other side cannot derive, refs compact, no summaries); a Run replayed without it
+keeps ``psych.model.complete(.v2)``, ``psych.tool.code`` and ``psych.tool.http``."""
+
+
+async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
+    """One model call, once (the Run owns retries): ``psych.model.complete.v3`` on the slim
+    payloads, whose result is completed here with what the workflow sent; in a Run recorded
+    before it ``psych.model.complete.v2`` (completed the same way), or before that
+    ``psych.model.complete``."""
+    if has(SLIM_PATCH):
+        # No summary: the activity type and its input name the model and the turn, and a
+        # summary is one more payload per call in history and in every payload pass.
+        answer = await _execute(
+            MODEL_COMPLETE_V3,
+            slim_model_input(call, workflow.info().workflow_id),
+            ModelCallResultV3,
+            summary=None,
+        )
+        return full_model_result(answer, call)
+    summary = f"model {call.model}, turn {turn}"
+    if not has(MODEL_V2_PATCH):
+        return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
+    slim = await _execute(MODEL_COMPLETE_V2, call, ModelCallResultV2, summary=summary)
+    # model_copy does not validate: the two values are the workflow's own, already valid.
+    return slim.model_copy(
+        update={"model": call.model, "system_ref": slim.system_ref or call.system_ref}
+    )
+
+
+async def compact(input: CompactInput) -> CompactResult:
+    """``psych.model.compact``: the summariser call of compaction, once (a failure leaves
+    the Run uncompacted until the next trigger)."""
+    summary = f"compact with {input.model}, after turn {input.turn}"
+    return await _execute(MODEL_COMPACT, input, CompactResult, summary=summary)
+
+
+async def decide(input: PolicyInput) -> PolicyDecision:
+    """``psych.policy.decide``: the Policy's word on one call (allow, deny or ask)."""
+    summary = f"policy for {input.tool.name}"
+    return await _execute(POLICY_DECIDE, input, PolicyDecision, summary=summary)
+
+
+async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
+    """``psych.tool.read_output``: a slice of a large result stored whole."""
+    return await _execute(TOOL_READ_OUTPUT, input, ToolOutcome, summary=summary)
+
+
+async def call_tool(
+    input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
+) -> ToolOutcome:
+    """``psych.tool.http.v2`` (bounded by the HTTP tool's own timeout too),
+    ``psych.tool.code.v2`` or ``psych.tool.mcp``: one tool call, retried only when it is
+    safe to repeat (``psych.tool.http`` and ``psych.tool.code`` in a Run recorded before
+    ``SLIM_PATCH``)."""
+    if isinstance(input, CodeToolCall | HttpToolCall) and has(SLIM_PATCH):
+        workflow_id = workflow.info().workflow_id
+        if isinstance(input, HttpToolCall):
+            slim: CodeToolCallV2 | HttpToolCallV2 = slim_http_call(input, workflow_id)
+            name, extra = TOOL_HTTP_V2, timedelta(seconds=input.tool.timeout_seconds)
+        else:
+            slim, name, extra = slim_code_call(input, workflow_id), TOOL_CODE_V2, timedelta(0)
+        # No summary: the activity type and its input name the tool.
+        outcome = await _execute(
+            name,
+            slim,
+            ToolOutcomeV2,
+            summary=None,
+            retry=tool_retry(entry.safe_to_repeat),
+            extra_time=extra,
+            heartbeat=_heartbeat(entry),
+        )
+        return full_outcome(outcome, input.call_id)
+    if isinstance(input, HttpToolCall):
+        name, extra = TOOL_HTTP, timedelta(seconds=input.tool.timeout_seconds)
+    elif isinstance(input, McpToolCall):
+        name, extra = TOOL_MCP, timedelta(0)
+    else:
+        name, extra = TOOL_CODE, timedelta(0)
+    return await _execute(
+        name,
+        input,
+        ToolOutcome,
+        summary=summary,
+        retry=tool_retry(entry.safe_to_repeat),
+        extra_time=extra,
+        heartbeat=_heartbeat(entry),
+    )
+
+
+def _heartbeat(entry: CatalogEntry) -> timedelta | None:
+    """The worker's heartbeat timeout for this tool (sized for the outage it survives)."""
+    seconds = entry.heartbeat_timeout_seconds
+    return timedelta(seconds=seconds) if seconds is not None else None
+
+
+async def publish_version(input: VersionPublishInput, *, summary: str) -> Version:
+    """``psych.version.publish``: a composed Spec (a spawned child's) stored as a Version."""
+    return await _execute(VERSION_PUBLISH, input, Version, summary=summary)

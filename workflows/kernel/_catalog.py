@@ -1,0 +1,38 @@
+"""What a Run offers the model: its built-ins and its code and HTTP tools, resolved once
+at the start of the Run by the catalogue activity (which also stores the definitions, so
+each model call carries only their ref). MCP tools join them at every turn boundary
+(``_mcp.py``)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import CatalogInput, ToolCatalog
+    from psych_runtime.specs import HttpTool
+    from psych_runtime.workflows.contract._records import RunStatus
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+
+
+async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
+    """The Run's catalogue (``builtins`` False: its code and HTTP tools only).
+
+    Raises:
+        Stop: FAILED when the tools cannot be resolved (a code tool not registered).
+    """
+    spec = run._spec
+    try:
+        return await calls.resolve_catalog(
+            CatalogInput(
+                run_id=run._input.run_id,
+                code_tools=tuple(t.name for t in spec.tools if t.kind == "code"),
+                http_tools=tuple(t for t in spec.tools if isinstance(t, HttpTool)),
+                builtins=run._offered_builtins() if builtins else (),
+            )
+        )
+    except ActivityError as err:
+        raise Stop(RunStatus.FAILED, f"tools: {cause_text(err)}") from err

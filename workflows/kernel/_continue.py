@@ -1,0 +1,72 @@
+"""Continue-as-new: a long AgentRun goes on as a new execution under the same workflow id.
+
+At a turn boundary (the top of the turn loop: every call of the last turn recorded, no
+suspension pending, no child running, no handler running), when Temporal suggests it or
+the execution's history has ``RunInput.continue_after_events`` events, the Run continues
+as new with a ``RunCarry`` in its input: everything the turn loop needs to go on as if
+nothing happened. The carried execution does not admit again; its first record is
+``run_continued`` with the next ``seq``, so the Run's records are one gapless sequence
+across the chain, and ``RunCarry.earlier`` says which execution holds which of them (a
+closed execution answers ``psych.records`` by replay, so a reader walks back by run id:
+``_chain.py``).
+
+The kernel's own state has a field each on ``RunCarry``; a feature's is its ``carry()``
+under its name in ``RunCarry.features``, given back to its ``restore()`` (``_turns.py``
+fills and reads the carry), so a new feature touches nothing here.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.workflows.contract._carry import RepeatCount, RunCarry
+    from psych_runtime.workflows.kernel._guards import Guards
+    from psych_runtime.workflows.kernel._shape import has
+
+
+CARRIED_SINGLE_CALLS = 512
+"""Repeat-guard entries seen once that a continued Run keeps (see ``carried_repeats``)."""
+PATCH = "psych-continue-as-new"
+"""Asked only when a Run is due, so a Run that never continues pays no marker."""
+
+
+def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) -> bool:
+    """Whether the Run continues as new at this turn boundary.
+
+    Every execution takes at least one turn first, so a threshold below what an execution
+    starts with cannot make a chain that never advances. ``in_flight`` counts what is
+    still open (calls, pending items, running children): a child would be terminated by
+    its parent's close, so the Run waits for a boundary with nothing open.
+    """
+    if in_flight or turn <= (carry.turn if carry is not None else 0):
+        return False
+    info = workflow.info()
+    # Both facts come from the workflow task's started event, so replay sees the same.
+    over = info.get_current_history_length() >= threshold or info.is_continue_as_new_suggested()
+    return over and has(PATCH)
+
+
+def deadline_used(used: float, started: float | None) -> float:
+    """Seconds of the deadline clock used: ``used`` before the running stretch, which began
+    at workflow time ``started`` (None: the clock is stopped, only waits are open)."""
+    return used if started is None else used + workflow.time() - started
+
+
+def carried_repeats(guards: Guards) -> tuple[RepeatCount, ...]:
+    """The repeat guard's counts a continued Run keeps, bounded.
+
+    Every call ever made has an entry, so carrying them all would grow the carry with the
+    Run (8000 calls are about 1 MB of input, against Temporal's 2 MB payload limit).
+    Kept: every call seen more than once (what a looping model produces), and the
+    ``CARRIED_SINGLE_CALLS`` most recently first-seen calls seen once. Trade-off: a call
+    seen once long before the cut and repeated after it counts from zero again.
+    """
+    entries = [
+        RepeatCount(tool=tool, arguments=arguments, result_ref=ref, times=times)
+        for (tool, arguments), seen in guards.repeats.items()
+        for ref, times in seen.items()
+    ]
+    singles = [i for i, entry in enumerate(entries) if entry.times == 1]
+    dropped = set(singles[: max(len(singles) - CARRIED_SINGLE_CALLS, 0)])
+    return tuple(entry for i, entry in enumerate(entries) if i not in dropped)

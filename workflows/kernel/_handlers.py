@@ -1,0 +1,297 @@
+"""The handlers of the workflow contract that every Run kind shares.
+
+``psych.state`` and ``psych.records`` (queries), ``psych.resume``, ``psych.abort`` and
+``psych.steer`` (updates with validators, and signals with the same payload for callers
+that cannot send updates: a refused signal is logged and ignored), ``psych.child_pending``
+(a child's pending items), and forwarding answers, aborts and steers to running children.
+Validators refuse before anything is written, with a ``RefusalKind``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.specs import DepthCap, Version
+    from psych_runtime.workflows.contract._contract import (
+        ABORT,
+        CHILD_PENDING,
+        QUERY_RECORDS,
+        QUERY_STATE,
+        RESUME,
+        STEER,
+        AbortInput,
+        ChildPending,
+        ParentBounds,
+        RecordsPage,
+        RecordsQuery,
+        RefusalKind,
+        ResumeInput,
+        ResumeResult,
+        RunInput,
+        RunResult,
+        RunState,
+        SteerInput,
+        refusal,
+        size_problem,
+        workflow_id_for,
+    )
+    from psych_runtime.workflows.contract._records import (
+        AbortRequested,
+        Pending,
+        Resumed,
+        SteerReceived,
+    )
+    from psych_runtime.workflows.kernel._children import start_child
+    from psych_runtime.workflows.kernel._run_base import RunBase
+
+
+def parse_input(args: Sequence[Any], model: type[RunInput]) -> RunInput | str:
+    """The one argument a Run takes, validated as JSON, or what is wrong with the arguments.
+
+    A workflow started by hand (the plain ``temporal`` CLI) may pass none, two, or a
+    malformed one; the SDK would fail every workflow task of such a Run forever, so the
+    arguments arrive untyped and are checked here, and the Run fails at once instead.
+    """
+    name = model.__name__
+    if len(args) != 1:
+        given = "none" if not args else f"{len(args)}"
+        return f"the Run takes one argument, an {name} (JSON); it was given {given}"
+    try:
+        # JSON mode, as the data converter would have decoded it.
+        return model.model_validate_json(json.dumps(args[0]))
+    except (ValidationError, TypeError, ValueError) as err:
+        return f"the Run's argument is not a valid {name}: {err}"
+
+
+class Handlers(RunBase):
+    """RunBase with the contract's handlers (see the module docstring)."""
+
+    # --- queries -------------------------------------------------------------------------
+
+    @workflow.query(name=QUERY_STATE)
+    def state(self) -> RunState:
+        """The Run's current state."""
+        self._check_input()
+        return RunState(
+            run_id=self._input.run_id,
+            tenant=self._input.scope.tenant,
+            agent=self._input.version.spec.name,
+            version_hash=self._input.version.hash,
+            status=self._status,
+            reason=self._reason,
+            answer=self._answer,
+            turn=self._turn,
+            last_seq=self._log.last_seq,
+            totals=self._totals,
+            withheld_tools=tuple(self._guards.withheld),
+            pending=self._suspensions.items(),
+            kind="agent" if self.KIND == "agent" else "workflow",
+            step=self._state_step(),
+            outputs=self._outputs,
+            conversation_ref=self._context_ref,
+            **{key: value for f in self._features for key, value in f.run_state().items()},
+        )
+
+    @workflow.query(name=QUERY_RECORDS)
+    def records(self, query: RecordsQuery) -> RecordsPage:
+        """Records with ``seq > query.after`` (see ``RecordLog.page``)."""
+        self._check_input()
+        return self._log.page(query)
+
+    # --- resume, abort, steer (updates, and signals for callers without updates) ---------
+
+    def _check_input(self) -> None:
+        if self._bad_input is not None:
+            raise refusal(RefusalKind.NOT_SUSPENDED, f"the Run failed: {self._bad_input}")
+
+    def _check_caller(self, tenant: str) -> None:
+        self._check_input()
+        if tenant != self._input.scope.tenant:
+            raise refusal(RefusalKind.ACCESS_DENIED, f"tenant {tenant!r} may not act on this Run")
+        if self._status.terminal:
+            raise refusal(
+                RefusalKind.NOT_SUSPENDED,
+                f"the Run has settled {self._status.value}: {self._reason}",
+            )
+
+    @workflow.update(name=RESUME)
+    def resume(self, input: ResumeInput) -> ResumeResult:
+        """Answer a pending approval, question or external wait (exactly once)."""
+        return self._resume(input)
+
+    def _resume(self, input: ResumeInput) -> ResumeResult:
+        item = self._check_resume(input)  # again: two updates may pass validation in one task
+        if input.reason == "approval":
+            outcome = "approved" if input.approved else "rejected"
+            detail = input.note
+        elif input.reason == "question":
+            outcome, detail = "answered", input.answer
+        else:
+            outcome, detail = "completed", json.dumps(input.payload)
+        child = self._suspensions.child_of(input.id) if item.run is not None else None
+        if child is not None:
+            # A child's item: the child records the answer when the forwarded signal comes.
+            self._suspensions.forward(child, input.id)
+            self._forward(child, RESUME, input)
+        else:
+            self._suspensions.waits[input.id].answer = input
+            self._log.add(
+                Resumed(
+                    **self._log.stamp(),
+                    reason=input.reason,
+                    id=input.id,
+                    by=input.by,
+                    outcome=outcome,
+                    detail=detail,
+                )
+            )
+        return ResumeResult(reason=input.reason, id=input.id, outcome=outcome)
+
+    @resume.validator
+    def _validate_resume(self, input: ResumeInput) -> None:
+        self._check_resume(input)
+
+    def _check_resume(self, input: ResumeInput) -> Pending:
+        self._check_caller(input.tenant)
+        _check_size(input)
+        return self._suspensions.check(input)
+
+    @workflow.signal(name=RESUME)
+    def resume_signal(self, input: ResumeInput) -> None:
+        """``psych.resume`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(RESUME, self._resume, input)
+
+    @workflow.update(name=ABORT)
+    def abort(self, input: AbortInput) -> None:
+        """Abort the Run: interruptible calls are cancelled, the others finish."""
+        self._do_abort(input)
+
+    def _do_abort(self, input: AbortInput) -> None:
+        self._validate_abort(input)  # again, for the signal, which has no validator
+        if self._abort is not None:
+            return
+        self._abort = input
+        self._log.add(AbortRequested(**self._log.stamp(), by=input.by, reason=input.reason))
+        for task in self._interruptible.values():
+            task.cancel()
+        self._aborting()
+
+    @abort.validator
+    def _validate_abort(self, input: AbortInput) -> None:
+        self._check_caller(input.tenant)
+        _check_size(input)
+
+    @workflow.signal(name=ABORT)
+    def abort_signal(self, input: AbortInput) -> None:
+        """``psych.abort`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(ABORT, self._do_abort, input)
+
+    @workflow.update(name=STEER)
+    def steer(self, input: SteerInput) -> None:
+        """Queue a message: into this turn, after it, or for the next Run."""
+        self._do_steer(input)
+
+    def _do_steer(self, input: SteerInput) -> None:
+        self._validate_steer(input)  # again, for the signal, which has no validator
+        self._log.add(
+            SteerReceived(**self._log.stamp(), mode=input.mode, message=input.message, by=input.by)
+        )
+        if input.mode == "next_run":
+            self._next_run.append(input.message)
+        else:
+            self._steer_into(input)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        self._check_caller(input.tenant)
+        _check_size(input)
+        if input.mode != "next_run":
+            self._check_steer(input)
+
+    @workflow.signal(name=STEER)
+    def steer_signal(self, input: SteerInput) -> None:
+        """``psych.steer`` as a signal; an invalid one is logged and ignored."""
+        _as_signal(STEER, self._do_steer, input)
+
+    @workflow.signal(name=CHILD_PENDING)
+    def child_pending(self, input: ChildPending) -> None:
+        """A child Run's pending items changed: mirror them (a finished child's are dropped)."""
+        known = input.run in self._children or input.run in self._starting
+        if self._bad_input is None and known:
+            self._suspensions.set_child(input.run, input.pending)
+
+    async def _start_reporting_child(
+        self,
+        run_id: str,
+        version: Version,
+        messages: tuple[str, ...],
+        *,
+        summary: str,
+        bounds: ParentBounds,
+        depth: int | None = None,
+        depth_caps: tuple[DepthCap, ...] | None = None,
+    ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
+        """Start a child whose pending items are mirrored here and answers forwarded to it.
+
+        Its id is known before it starts, so a report it sends in the activation that also
+        brings its start (the SDK applies signals first) is taken, not dropped.
+        """
+        child_id = workflow_id_for(self._input.scope.tenant, run_id)
+        self._starting.add(child_id)
+        try:
+            child = await start_child(
+                self._input.scope,
+                run_id,
+                version,
+                messages,
+                depth=self._input.depth + 1 if depth is None else depth,
+                summary=summary,
+                bounds=bounds,
+                depth_caps=self._input.depth_caps if depth_caps is None else depth_caps,
+            )
+        except ChildWorkflowError:
+            self._starting.discard(child_id)
+            raise
+        self._starting.discard(child_id)
+        self._children[child_id] = child
+        return child
+
+    def _forget_child(self, run: str) -> None:
+        """A child settled (or is being cancelled): stop mirroring and forwarding to it.
+        Not called from a ``finally``: see ``Suspensions.hold`` on cancelled coroutines."""
+        self._children.pop(run, None)
+        if run in self._suspensions.children:
+            self._suspensions.set_child(run, ())
+
+    def _forward(self, run: str, name: str, payload: Any) -> None:
+        """Send a signal to a running child (its handler validates it again)."""
+        task = asyncio.create_task(self._children[run].signal(name, payload))
+        task.add_done_callback(lambda done: _log_forward_failure(name, run, done))
+
+
+def _check_size(input: ResumeInput | AbortInput | SteerInput) -> None:
+    problem = size_problem(input)
+    if problem is not None:
+        raise refusal(RefusalKind.TOO_LARGE, problem)
+
+
+def _as_signal(name: str, action: Callable[[Any], object], input: Any) -> None:
+    """Run an update's action for its signal twin: a signal cannot answer, so a refusal
+    is logged and the signal ignored."""
+    try:
+        action(input)
+    except ApplicationError as err:
+        workflow.logger.warning("%s signal ignored: %s", name, err)
+
+
+def _log_forward_failure(name: str, run: str, task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        workflow.logger.warning("forwarding %s to %s failed: %s", name, run, task.exception())

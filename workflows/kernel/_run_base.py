@@ -1,0 +1,479 @@
+"""What every Run has, AgentRun and WorkflowRun alike.
+
+The typed record log, status and search attributes, the deadline clock, admission checks
+and settling, the suspensions and the children it forwards to (the contract's handlers
+are in ``_handlers.py``). A Run kind supplies its body (``_body``), what it records at
+admission (``_admit``), and how abort and steer reach its running work.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from typing import Any, ClassVar
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ThreadRef, Usage
+    from psych_runtime.specs import (
+        AgentSpec,
+        Limits,
+        Scope,
+        WorkflowSpec,
+        version_hash,
+    )
+    from psych_runtime.specs._unsupported import (
+        BEFORE_MCP,
+        BEFORE_TASKS,
+        UNSUPPORTED_FIELDS,
+        unsupported_in_tables,
+    )
+    from psych_runtime.workflows.contract._carry import Segment
+    from psych_runtime.workflows.contract._contract import (
+        SA_SUSPENSION,
+        AbortInput,
+        RunInput,
+        RunResult,
+        SteerInput,
+        workflow_id_for,
+    )
+    from psych_runtime.workflows.contract._records import (
+        NextRunStarted,
+        Pending,
+        RunSettled,
+        RunStatus,
+        ToolCallFinished,
+        Totals,
+    )
+    from psych_runtime.workflows.kernel._children import (
+        STATUS_KEY,
+        has_search_attributes,
+        report_pending,
+        start_child,
+    )
+    from psych_runtime.workflows.kernel._feature import Feature
+    from psych_runtime.workflows.kernel._guards import Guards
+    from psych_runtime.workflows.kernel._outcome import Outcome, Stop
+    from psych_runtime.workflows.kernel._record_log import RecordLog
+    from psych_runtime.workflows.kernel._shape import has, record_shape
+    from psych_runtime.workflows.kernel._suspensions import Suspensions
+
+THREADS_PATCH = "psych-threads"
+"""Marks a Run whose next Runs (``next_run`` steering) continue its conversation."""
+
+DEADLINE_GRACE_SECONDS = 30.0
+"""After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
+
+_SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+
+
+class RunBase(abc.ABC):
+    """The kernel of a Run (see the module docstring); not a workflow by itself."""
+
+    KIND: ClassVar[str]
+    """``agent`` or ``workflow``: the Spec kind this Run kind runs."""
+    FEATURES: ClassVar[tuple[type[Feature], ...]] = ()
+    """The features a Run of this kind has, in hook (and so command) order."""
+
+    def __init__(self, input: RunInput | str) -> None:
+        """Args:
+        input: the Run's input, or what is wrong with the arguments it was started
+            with (the Run then fails at once, and its handlers refuse).
+        """
+        self._bad_input: str | None = None
+        self._shaped = False
+        """Whether this Run recorded ``_shape.SHAPE_PATCH`` (so asks none of its patches)."""
+        earlier: tuple[Segment, ...] = ()
+        if isinstance(input, str):
+            self._bad_input = input
+            scope = Scope(tenant="unknown")
+        else:
+            self._input = input
+            scope = input.scope
+            # Continue-as-new: the log goes on from the earlier executions' last seq.
+            earlier = input.carry.earlier if input.carry is not None else ()
+        self._log = RecordLog(scope, earlier)
+        self._status = RunStatus.RUNNING
+        self._reason: str | None = None
+        self._answer: str | None = None
+        self._outputs: dict[str, Any] | None = None
+        self._turn = 0
+        self._totals = Totals()
+        self._cost_unknown = False
+        self._guards = Guards()
+        self._limits = Limits()
+        self._deadline_hit = False
+        self._open_calls: dict[str, tuple[int, str]] = {}
+        self._abort: AbortInput | None = None
+        self._interruptible: dict[str, asyncio.Task[Any]] = {}
+        self._steer: list[str] = []
+        self._follow_up: list[str] = []
+        self._next_run: list[str] = []
+        self._context_ref: str | None = None
+        """An agent's conversation head: the chain its next model call continues (a thread
+        continues it after the Run)."""
+        self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
+        self._reported: tuple[Pending, ...] = ()
+        self._children: dict[str, workflow.ChildWorkflowHandle[Any, RunResult]] = {}
+        """Running children that answers and aborts are forwarded to, by workflow id."""
+        self._starting: set[str] = set()
+        """Children being started (their reports are taken already)."""
+        self._suspensions = Suspensions(
+            self._log, changed=self._show_status, aborted=self._abort_text
+        )
+        self._clock: tuple[float, float | None] = (0.0, None)
+        """The deadline clock for continue-as-new: seconds used before the running
+        stretch, and the workflow time it began (None: stopped)."""
+        self._features: tuple[Feature, ...] = ()
+        """This Run's features (``FEATURES``), made by the tool-call kernel, which is the
+        ``RunView`` they see."""
+        self._model_task: asyncio.Task[Any] | None = None
+        """The model-role call in flight (an agent's model call or compaction)."""
+
+    # --- hooks of a Run kind -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
+        """Take the admitted Spec and record ``run_admitted``."""
+
+    @abc.abstractmethod
+    async def _body(self) -> Outcome:
+        """Run to an Outcome (a Stop raised inside is caught by the caller)."""
+
+    def _aborting(self) -> None:
+        """Stop what an abort stops at once (beyond interruptible tool calls): the model
+        call in flight."""
+        if self._model_task is not None:
+            self._model_task.cancel()
+
+    def _steer_into(self, input: SteerInput) -> None:
+        """Queue or forward a steer or follow-up message."""
+        queue = self._steer if input.mode == "steer" else self._follow_up
+        queue.append(input.message)
+
+    def _check_steer(self, input: SteerInput) -> None:  # noqa: B027 (an optional hook)
+        """Refuse a steer this Run cannot take now (beyond the caller checks)."""
+
+    def _state_step(self) -> str | None:
+        return None
+
+    # --- the run -------------------------------------------------------------------------
+
+    async def _run(self) -> RunResult:
+        """Admit the Run, run its body within the deadline, and settle it."""
+        if self._bad_input is not None:
+            raise ApplicationError(self._bad_input, type="BadInput", non_retryable=True)
+        # First, before any other patch: a Run of this shape asks none of SHAPE_1's.
+        self._shaped = record_shape()
+        input = self._input
+        spec = input.version.spec
+        if spec.kind != self.KIND:
+            article = "an" if self.KIND == "agent" else "a"
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED, f"Version {input.version.hash} is not {article} {self.KIND}"
+                )
+            )
+        actual = version_hash(spec)
+        if actual != input.version.hash:
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    f"version_mismatch: input states {input.version.hash} but its spec "
+                    f"hashes to {actual}",
+                )
+            )
+        expected = workflow_id_for(input.scope.tenant, input.run_id)
+        if has("psych-workflow-id") and workflow.info().workflow_id != expected:
+            # Clients authorize by the tenant in the id: a Run started by hand under an
+            # id that names another tenant must not run (its records would leak).
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    f"workflow_id: a Run of tenant {input.scope.tenant!r} and run id "
+                    f"{input.run_id!r} must have workflow id {expected!r}, not "
+                    f"{workflow.info().workflow_id!r}",
+                )
+            )
+        unsupported, before_tasks, before = unsupported_in_tables(
+            spec, UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP
+        )
+        if before != before_tasks and not has("psych-mcp"):
+            # Admitted before MCP was implemented (so refused for its servers): replay
+            # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.
+            unsupported = before
+        elif before_tasks != unsupported and not has("psych-tasks"):
+            # Admitted before tasks, components, compaction and spawn were implemented: replay
+            # applies that table. Only a Spec setting one of them asks. A Run the branches
+            # that first shipped them admitted has no psych-tasks marker either; it has no
+            # psych-unsupported-fields marker, so the refusal below is not replayed for it.
+            unsupported = before_tasks
+        if unsupported and has("psych-unsupported-fields"):
+            # Publishing refuses these; a Version that skipped publishing fails loudly
+            # rather than running as if the fields were absent.
+            return await self._settle(
+                Outcome(
+                    RunStatus.FAILED,
+                    "unsupported: this runtime does not implement "
+                    + "; ".join(str(problem) for problem in unsupported),
+                )
+            )
+        self._limits = spec.limits
+        self._admit(spec)
+        loop = asyncio.create_task(self._guarded_body())
+        try:
+            if not await self._within_deadline(loop, spec.limits.deadline_seconds):
+                self._deadline_hit = True
+                try:
+                    await workflow.wait_condition(
+                        loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
+                    )
+                except TimeoutError:
+                    # Taken before cancelling: a cancelled call leaves _open_calls as it
+                    # unwinds.
+                    open_calls = dict(self._open_calls)
+                    loop.cancel()
+                    await workflow.wait([loop])
+                    return await self._settle(self._force_settle(open_calls))
+        except asyncio.CancelledError:
+            # The workflow itself was cancelled (a parent's expiry, or an operator
+            # cancelled it): stop the body, settle the record and the search attributes,
+            # then let the cancellation end the workflow as Temporal expects.
+            loop.cancel()
+            await workflow.wait([loop])
+            self._status = RunStatus.ABORTED
+            self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
+            self._record_settled(Outcome(self._status, self._reason))
+            self._show_status()
+            raise
+        return await self._settle(loop.result())
+
+    async def _guarded_body(self) -> Outcome:
+        try:
+            return await self._body()
+        except Stop as stop:
+            return stop.outcome
+        except (ActivityError, ChildWorkflowError) as err:
+            # An activity or child that failed where no caller handles it (the policy
+            # activity, starting a child): the Run fails, with its record settled.
+            return Outcome(RunStatus.FAILED, f"{type(err).__name__}: {cause_text(err)}")
+
+    async def _within_deadline(self, loop: asyncio.Task[Outcome], deadline: float) -> bool:
+        """Wait for the body; False when ``deadline`` seconds of unsuspended time ran out.
+
+        Time spent suspended (waiting for a person or a system, each wait bounded by its own
+        expiry) does not count: the deadline bounds the Run's work, not its waiting. The
+        clock runs whenever any call is executing, even beside a suspended one.
+        """
+        used = self._clock[0]  # a continued Run's clock goes on from what it had used
+        while not loop.done():
+            if self._waiting_only():
+                self._clock = (used, None)
+                await workflow.wait_condition(lambda: loop.done() or not self._waiting_only())
+                continue
+            started = workflow.time()
+            self._clock = (used, started)
+            try:
+                await workflow.wait_condition(
+                    lambda: loop.done() or self._waiting_only(),
+                    timeout=deadline - used,
+                    timeout_summary="deadline",
+                )
+            except TimeoutError:
+                return False
+            used += workflow.time() - started
+        return True
+
+    def _waiting_only(self) -> bool:
+        return self._suspensions.waiting_only(len(self._open_calls) + self._working())
+
+    def _working(self) -> int:
+        """Calls executing beyond the open tool calls (an agent's model call): while one
+        runs the deadline clock runs, even when a spawned child waits for an approval."""
+        return 0 if self._model_task is None else 1
+
+    def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
+        for call_id, (turn, tool) in sorted(open_calls.items()):
+            self._log.add(
+                ToolCallFinished(
+                    **self._log.stamp(),
+                    turn=turn,
+                    call_id=call_id,
+                    tool=tool,
+                    status="unknown",
+                    content="the Run's deadline and grace period ran out before this call reported",
+                )
+            )
+        return Outcome(
+            RunStatus.FORCE_SETTLED,
+            f"deadline: {self._limits.deadline_seconds:g} s and "
+            f"{DEADLINE_GRACE_SECONDS:g} s grace passed",
+        )
+
+    def _past_deadline(self) -> bool:
+        # A method, not the attribute: mypy narrows an attribute read before an await to
+        # False and would call the check after it unreachable.
+        return self._deadline_hit
+
+    def _deadline_outcome(self) -> Outcome:
+        return Outcome(
+            RunStatus.FORCE_SETTLED, f"deadline: {self._limits.deadline_seconds:g} s passed"
+        )
+
+    async def _settle(self, outcome: Outcome) -> RunResult:
+        # Features wind down first (live spawned children end and are recorded); a feature
+        # with nothing open neither awaits nor adds a command.
+        for feature in self._features:
+            await feature.settling()
+        self._status = outcome.status
+        self._reason = outcome.reason
+        self._answer = outcome.answer
+        # The status goes out first (the command order committed histories have), the next
+        # Runs start, and only then is run_settled written: it is the last record.
+        self._show_status()
+        for index, message in enumerate(self._next_run, start=1):
+            await self._start_next_run(index, message)
+        self._record_settled(outcome)
+        if outcome.status is RunStatus.FAILED:
+            # The totals ride along, so a parent can count what a failed child spent.
+            raise ApplicationError(
+                outcome.reason,
+                self._totals.model_dump(mode="json"),
+                type="RunFailed",
+                non_retryable=True,
+            )
+        return RunResult(
+            run_id=self._input.run_id,
+            status=outcome.status,
+            reason=outcome.reason,
+            answer=outcome.answer,
+            totals=self._totals,
+            outputs=self._outputs,
+        )
+
+    def _record_settled(self, outcome: Outcome) -> None:
+        """Write ``run_settled``: always the last record."""
+        self._log.add(
+            RunSettled(
+                **self._log.stamp(),
+                status=outcome.status,
+                reason=outcome.reason,
+                answer=outcome.answer,
+                totals=self._totals,
+                outputs=self._outputs,
+            )
+        )
+
+    async def _start_next_run(self, index: int, message: str) -> None:
+        """Start a Run of the same Version with a queued next-run message. It outlives this
+        Run, so the parent-close policy abandons it rather than terminating it."""
+        head = self._context_ref
+        # The next Run continues this one's conversation (a thread); Runs started before
+        # threads started theirs without it, and replay starts them the same way.
+        thread = (
+            ThreadRef(run=workflow.info().workflow_id, head=head)
+            if head is not None and has(THREADS_PATCH)
+            else None
+        )
+        child = await start_child(
+            self._input.scope,
+            f"{self._input.run_id}-next{index}",
+            self._input.version,
+            (message,),
+            depth=self._input.depth,
+            depth_caps=self._input.depth_caps,
+            summary=f"next Run of {self._input.run_id}",
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            thread=thread,
+        )
+        self._log.add(NextRunStarted(**self._log.stamp(), workflow_id=child.id, message=message))
+
+    def _show_status(self) -> None:
+        """Put the Run's status and suspension reason where listing (and a parent) sees them."""
+        suspension = self._suspensions.reasons()
+        if self._status is RunStatus.RUNNING and suspension:
+            status = RunStatus.SUSPENDED
+        elif self._status is RunStatus.SUSPENDED and not suspension:
+            status = RunStatus.RUNNING
+        else:
+            status = self._status
+        self._status = status
+
+        # What the Temporal UI (and `temporal workflow describe`, through the metadata
+        # query) shows as the Run's current details: why an idle Run waits. Held in the
+        # worker's memory, so it adds no command and replays alike.
+        waits: list[str] = []
+        for item in self._suspensions.items():
+            if item.reason == "approval":
+                what = f"approval of {item.tool}({item.arguments[:200]})"
+            elif item.reason == "question":
+                what = f"an answer to {(item.question or '')[:200]!r}"
+            elif item.reason == "external":
+                what = f"completion of {item.tool} (token {item.id})"
+            elif item.reason == "children" and item.question:
+                what = f"spawned children {item.question[:200]}"
+            else:
+                what = f"subagent Run {item.id}"
+            where = f" in {item.run}" if item.run else ""
+            until = item.expires_at.isoformat(timespec="seconds")
+            waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
+        workflow.set_current_details("\n".join(waits) if waits else status.value)
+        bounds = self._input.bounds
+        if bounds is not None and bounds.report_pending and not status.terminal:
+            items = self._suspensions.items()
+            if items != self._reported:
+                self._reported = items
+                report_pending(items)
+        if (status, suspension) == self._shown_status:
+            return
+        self._shown_status = (status, suspension)
+        if not has_search_attributes():
+            return
+        workflow.upsert_search_attributes(
+            [
+                STATUS_KEY.value_set(status.value),
+                _SUSPENSION_KEY.value_set(suspension)
+                if suspension
+                else _SUSPENSION_KEY.value_unset(),
+            ]
+        )
+
+    # --- abort, bookkeeping --------------------------------------------------------------
+
+    def _abort_text(self) -> str | None:
+        if self._abort is None:
+            return None
+        by = f" by {self._abort.by}" if self._abort.by else ""
+        return f"aborted{by}: {self._abort.reason}"
+
+    def _abort_reason(self) -> str:
+        return self._abort_text() or "aborted"
+
+    def _check_abort(self) -> None:
+        if self._abort is not None:
+            raise Stop(RunStatus.ABORTED, self._abort_reason())
+
+    def _count(self, **increments: int) -> None:
+        self._totals = self._totals.plus(**increments)
+
+    def _add_usage(self, usage: Usage, cost: float | None) -> None:
+        if cost is None:
+            self._cost_unknown = True
+        self._totals = self._totals.with_usage(usage, cost, cost_unknown=self._cost_unknown)
+
+    def _add_child_totals(self, child: Totals) -> None:
+        if child.cost_unknown:
+            self._cost_unknown = True
+        self._totals = self._totals.rolled_up(child, cost_unknown=self._cost_unknown)
+
+
+def cause_text(err: BaseException) -> str:
+    """The innermost message that says something about ``err``."""
+    cause = err.__cause__
+    while cause is not None and cause.__cause__ is not None and not str(cause):
+        cause = cause.__cause__
+    return str(cause or err)

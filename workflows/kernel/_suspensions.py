@@ -1,0 +1,203 @@
+"""Pending items: holding a Run on one, its expiry, release, and resume validation.
+
+A Run suspends on an approval, a question, an external completion or its children; each
+item has an expiry from the SuspensionPolicy. A child Run's items are mirrored here too
+(``Pending.run`` names the child), so the parent shows and validates them and forwards the
+answer. Validation is written once and runs twice (update validator and handler), because
+two updates can pass validation in one workflow task: exactly one decision is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.workflows.contract._contract import (
+        RefusalKind,
+        ResumeInput,
+        refusal,
+    )
+    from psych_runtime.workflows.contract._records import (
+        Pending,
+        RunStatus,
+        Suspended,
+        SuspensionExpired,
+    )
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._record_log import RecordLog
+
+
+@dataclass
+class Wait:
+    """One pending item of this Run and, once it came, its answer."""
+
+    item: Pending
+    answer: ResumeInput | None = None
+
+
+class Suspensions:
+    """What a Run waits for, its own items and its children's."""
+
+    def __init__(
+        self, log: RecordLog, *, changed: Callable[[], None], aborted: Callable[[], str | None]
+    ) -> None:
+        self._log = log
+        self._changed = changed
+        self._aborted = aborted
+        self.waits: dict[str, Wait] = {}
+        self.expired: set[str] = set()
+        self.children: dict[str, tuple[Pending, ...]] = {}
+        """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
+        self._forwarded: dict[str, set[str]] = {}
+        """A child's workflow id -> ids answered here and forwarded to it, until a report
+        of the child's no longer lists them (a report sent before the child saw the answer
+        must not make them answerable again)."""
+
+    def items(self) -> tuple[Pending, ...]:
+        """Every pending item, this Run's first, then each child's in start order."""
+        own = tuple(w.item for w in self.waits.values())
+        return own + tuple(item for items in self.children.values() for item in items)
+
+    def reasons(self) -> str | None:
+        """The reasons waited on, sorted and comma-joined (the ``PsychSuspension`` value)."""
+        return ",".join(sorted({item.reason for item in self.items()})) or None
+
+    def waiting_only(self, open_calls: int) -> bool:
+        """Whether the Run only waits: something is pending and no call is executing."""
+        if open_calls:
+            return False
+        return bool(self.waits) or any(self.children.values())
+
+    def set_child(self, run: str, pending: tuple[Pending, ...]) -> None:
+        """Mirror what child ``run`` waits for now (nothing: forget it)."""
+        listed = {item.id for item in pending}
+        forwarded = self._forwarded.get(run, set()) & listed
+        if forwarded:
+            self._forwarded[run] = forwarded
+        else:
+            self._forwarded.pop(run, None)
+        pending = tuple(item for item in pending if item.id not in forwarded)
+        if pending:
+            # An item a grandchild holds keeps its holder's id; answers go through ``run``.
+            self.children[run] = tuple(
+                item if item.run is not None else item.model_copy(update={"run": run})
+                for item in pending
+            )
+        else:
+            self.children.pop(run, None)
+        self._changed()
+
+    def forward(self, run: str, pending_id: str) -> None:
+        """Note that ``pending_id`` of child ``run`` was answered here and forwarded."""
+        self._forwarded.setdefault(run, set()).add(pending_id)
+        remaining = tuple(p for p in self.children.get(run, ()) if p.id != pending_id)
+        if remaining:
+            self.children[run] = remaining
+        else:
+            self.children.pop(run, None)
+        self._changed()
+
+    def child_of(self, pending_id: str) -> str | None:
+        """The direct child whose (mirrored) items include ``pending_id``."""
+        return next(
+            (run for run, items in self.children.items() if any(i.id == pending_id for i in items)),
+            None,
+        )
+
+    def check(self, input: ResumeInput) -> Pending:
+        """The item ``input`` answers, or the refusal saying why it cannot be answered."""
+        wait = self.waits.get(input.id)
+        child_item = next(
+            (item for items in self.children.values() for item in items if item.id == input.id),
+            None,
+        )
+        if wait is None and child_item is None:
+            if any(input.id in ids for ids in self._forwarded.values()):
+                raise refusal(
+                    RefusalKind.ALREADY_ANSWERED,
+                    f"{input.id!r} was already answered (forwarded to the child Run)",
+                )
+            if input.id in self.expired:
+                raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
+            waiting = ", ".join(item.id for item in self.items()) or "nothing"
+            raise refusal(
+                RefusalKind.UNKNOWN_PENDING,
+                f"nothing pending with id {input.id!r} (pending: {waiting})",
+            )
+        if wait is not None and wait.answer is not None:
+            raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
+        item = wait.item if wait is not None else child_item
+        assert item is not None
+        if item.reason != input.reason:
+            raise refusal(
+                RefusalKind.WRONG_REASON,
+                f"{input.id!r} waits for {item.reason}, not {input.reason}",
+            )
+        if workflow.now() >= item.expires_at:
+            raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
+        if input.reason == "approval" and input.approved is None:
+            raise refusal(RefusalKind.BAD_RESUME, "an approval needs approved=true or false")
+        if input.reason == "question" and input.answer is None:
+            raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text")
+        return item
+
+    async def suspend(self, item: Pending, expires_seconds: float) -> ResumeInput:
+        """Wait for ``item`` to be answered; settle ABANDONED if it expires first."""
+        wait = Wait(item)
+        await self.hold(
+            wait,
+            lambda: wait.answer is not None,
+            expires_seconds,
+            f"{item.reason} {item.id} was not answered",
+        )
+        assert wait.answer is not None
+        return wait.answer
+
+    async def hold(
+        self, wait: Wait, ready: Callable[[], bool], seconds: float, expired: str
+    ) -> None:
+        """Suspend on ``wait`` until ``ready()``.
+
+        Raises:
+            Stop: ABANDONED when ``seconds`` pass first, ABORTED when an abort arrives.
+        """
+        item = wait.item
+        self.waits[item.id] = wait
+        self._log.add(Suspended(**self._log.stamp(), pending=item))
+        self._changed()
+        try:
+            await workflow.wait_condition(
+                lambda: ready() or self._aborted() is not None,
+                timeout=seconds,
+                timeout_summary=f"{item.reason} {item.id} expires",
+            )
+        except TimeoutError:
+            self.release(item.id)
+            self.expired.add(item.id)
+            self._log.add(SuspensionExpired(**self._log.stamp(), reason=item.reason, id=item.id))
+            raise Stop(
+                RunStatus.ABANDONED, f"suspension_expired: {expired} within {seconds:g} s"
+            ) from None
+        except asyncio.CancelledError:
+            # Deliberately not a `finally`: when a worker stops, the SDK leaves its cached
+            # Runs to the garbage collector, which closes this coroutine (GeneratorExit)
+            # outside any workflow, where the release's upsert would raise.
+            self.release(item.id)
+            raise
+        self.release(item.id)
+        if not ready():
+            raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
+
+    def release(self, pending_id: str) -> None:
+        del self.waits[pending_id]
+        self._changed()
+
+
+def expires_at(seconds: float) -> datetime:
+    """When an item held from now for ``seconds`` expires."""
+    return workflow.now() + timedelta(seconds=seconds)

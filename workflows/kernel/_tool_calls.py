@@ -1,0 +1,361 @@
+"""One tool call's pipeline, shared by an agent's calls and a workflow's tool steps.
+
+Parse, guards (withheld tool, repeat refusal), the Policy (allow, deny, or ask: an
+approval suspension), then the call: a built-in from ``_builtins.BUILTINS``, or the code
+or HTTP tool activity, with exactly-once rules (a tool not safe to repeat whose worker
+died mid-call is UNKNOWN, never run twice), abort and deadline handling, and a tool that
+returns an external wait suspending the Run. Results are recorded and the guards updated
+in call order after every call of the batch has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import (
+        CatalogEntry,
+        ChatMessage,
+        CodeToolCall,
+        HttpToolCall,
+        McpToolCall,
+        PolicyInput,
+        ToolCallRequest,
+        ToolDefinition,
+        ToolOutcome,
+        invalid_arguments_message,
+    )
+    from psych_runtime.specs import (
+        AgentSpec,
+        CodeTool,
+        HttpTool,
+        McpServer,
+        SuspensionPolicy,
+        WorkflowSpec,
+    )
+    from psych_runtime.workflows.contract._contract import RunInput
+    from psych_runtime.workflows.contract._records import (
+        RunStatus,
+        ToolCallFinished,
+        ToolCallStarted,
+        ToolCallStatus,
+        ToolWithheld,
+    )
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel import _guards as guards
+    from psych_runtime.workflows.kernel._feature import Builtin
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+    from psych_runtime.workflows.kernel._tracing import RunTrace
+    from psych_runtime.workflows.kernel._view import FeatureView
+
+UNKNOWN_OUTCOME = (
+    "The outcome of this call is unknown: no word of it reached the Run in time (the "
+    "worker running it stopped, or lost contact with the Temporal server for longer than "
+    "the call's heartbeat timeout), and the tool is not safe to repeat, so it was not run "
+    "again. It may or may not have taken effect; check before relying on either."
+)
+ABORTED_CALL = "The call was cancelled: the Run was aborted."
+
+
+class ToolCalls(FeatureView):
+    """The tool-call pipeline of a Run kind that calls tools (both kinds do)."""
+
+    def __init__(self, input: RunInput | str) -> None:
+        super().__init__(input)
+        self._spec: AgentSpec | WorkflowSpec
+        self._tools: dict[str, CodeTool | HttpTool] = {}
+        self._suspension = SuspensionPolicy()
+        self._servers: dict[str, McpServer] = {}
+        self._trace = RunTrace()
+        self._features = tuple(kind(self) for kind in self.FEATURES)
+        self._builtins: dict[str, Builtin] = {
+            builtin.name: builtin for feature in self._features for builtin in feature.builtins()
+        }
+        """Every feature's built-ins, by name, in offer order."""
+
+    def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
+        self._spec = spec
+        self._tools = {tool.name: tool for tool in spec.tools}
+        self._servers = {server.name: server for server in spec.mcp_servers}
+        for feature in self._features:
+            feature.admit()
+        bounds = self._input.bounds
+        own = spec.suspension
+        policy = bounds.suspension if bounds is not None and bounds.suspension else own
+        # A parent imposes its expiries only: whether the model may ask questions is part of
+        # what this Version offers its model. (WorkflowRun ships with this rule, so no Run
+        # in flight ever took the parent's flag: no patch is needed.)
+        self._suspension = policy.model_copy(update={"may_ask_questions": own.may_ask_questions})
+
+    async def _run_tools(
+        self, turn: int, batch: tuple[ToolCallRequest, ...], offered: dict[str, CatalogEntry]
+    ) -> tuple[list[ToolResult], list[ChatMessage | str]]:
+        """Run a batch of calls concurrently; their results (in call order) and the notes
+        the model should read after them."""
+        limits = self._limits
+        room = max(min(limits.max_tool_calls_per_turn, limits.max_steps - self._totals.steps), 0)
+        for call in batch:
+            self._log.add(
+                ToolCallStarted(
+                    **self._log.stamp(),
+                    turn=turn,
+                    call_id=call.id,
+                    tool=call.name,
+                    arguments=call.arguments,
+                )
+            )
+        # Counted before they run, so a Run force-settled mid-turn still counts its calls.
+        self._count(steps=len(batch[:room]), tool_calls=len(batch))
+        tasks = [asyncio.create_task(self._run_tool(turn, call, offered)) for call in batch[:room]]
+        # Every call is waited for and recorded before any stop takes effect: an abort or an
+        # expiry raised by one call must not leave the batch's other calls unrecorded (a
+        # non-interruptible one finishes, and its result is recorded).
+        stop: Stop | None = None
+        results: list[ToolResult] = []
+        for call, outcome in zip(
+            batch[:room], await asyncio.gather(*tasks, return_exceptions=True), strict=True
+        ):
+            if isinstance(outcome, ToolResult):
+                results.append(outcome)
+            elif isinstance(outcome, Stop):
+                stop = stop or outcome
+                status: ToolCallStatus = (
+                    "aborted" if outcome.outcome.status is RunStatus.ABORTED else "rejected"
+                )
+                results.append(
+                    inline(call, status, f"not run: {outcome.outcome.reason}", counts=False)
+                )
+            else:
+                raise outcome
+        for call in batch[room:]:
+            reason = (
+                f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
+                "calls in one turn"
+                if len(batch) > limits.max_tool_calls_per_turn
+                else f"not run: the Run's max_steps ({limits.max_steps}) is used up"
+            )
+            results.append(inline(call, "error", reason))
+        notes: list[ChatMessage | str] = []
+        for result in results:
+            try:
+                self._after_tool(turn, result, notes)
+            except Stop as hard_stop:
+                stop = stop or hard_stop
+        if stop is not None:
+            raise stop
+        return results, notes
+
+    async def _run_tool(
+        self, turn: int, call: ToolCallRequest, offered: dict[str, CatalogEntry]
+    ) -> ToolResult:
+        withheld = self._guards.withheld
+        if call.name in withheld:
+            return inline(call, "refused", guards.withheld_message(call.name, self._limits))
+        entry = offered.get(call.name)
+        if entry is None:
+            names = ", ".join(sorted(n for n in offered if n not in withheld))
+            return inline(
+                call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}"
+            )
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as err:
+            return inline(call, "error", invalid_arguments_message(err))
+        if not isinstance(arguments, dict):
+            return inline(call, "error", "arguments must be a JSON object")
+        refused = guards.repeat_refusal(self._guards, call.name, call.arguments, self._limits)
+        if refused is not None:
+            result = inline(call, "refused", refused, counts=False)
+            result.repeat_refusal = True
+            return result
+        refusal = await self._authorize(call, entry, arguments)
+        if refusal is not None:
+            return refusal
+        self._check_abort()
+        builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
+        if builtin is not None and not builtin.executes:
+            return await builtin.handle(turn, call, arguments)
+        self._open_calls[call.id] = (turn, call.name)
+        task = asyncio.create_task(self._execute(turn, call, entry, arguments))
+        if self._interruptible_tool(call.name):
+            self._interruptible[call.id] = task
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            if self._abort is None or not task.cancelled():
+                raise
+            result = inline(call, "aborted", ABORTED_CALL, counts=False)
+        finally:
+            self._open_calls.pop(call.id, None)
+            self._interruptible.pop(call.id, None)
+        if result.outcome is not None and result.outcome.status == "wait":
+            return await self._external(call, result.outcome)
+        return result
+
+    def _interruptible_tool(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return tool.interruptible if tool is not None else True
+
+    async def _authorize(
+        self, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
+    ) -> ToolResult | None:
+        """The Policy's word on this call: None to run it, else the result the model sees."""
+        decision = entry.policy
+        if decision is None:
+            decision = await calls.decide(
+                PolicyInput(
+                    run_id=self._input.run_id,
+                    call_id=call.id,
+                    tool=entry.info,
+                    arguments=arguments,
+                    scope=self._input.scope,
+                )
+            )
+        if decision.decision == "deny":
+            why = f": {decision.reason}" if decision.reason else ""
+            # A denial is not the tool failing.
+            return inline(
+                call, "denied", f"The policy does not allow this call{why}.", counts=False
+            )
+        if decision.decision == "allow":
+            return None
+        answer = await self._suspend_call(
+            call, "approval", self._suspension.approval_expires_seconds
+        )
+        if answer.approved:
+            return None
+        note = f" Their note: {answer.note}" if answer.note else ""
+        return inline(call, "rejected", f"An approver rejected this call.{note}", counts=False)
+
+    async def _external(self, call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
+        token = outcome.wait_token or call.id
+        if token in self._suspensions.waits:
+            return inline(call, "error", f"another call already waits on token {token!r}")
+        answer = await self._suspend_call(
+            call,
+            "external",
+            self._suspension.external_expires_seconds,
+            id=token,
+            question=outcome.content,
+        )
+        payload = answer.payload
+        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+
+    async def _execute(
+        self, turn: int, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
+    ) -> ToolResult:
+        large = self._limits.large_result_bytes
+        summary = f"tool {call.name}, turn {turn}"
+        builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
+        try:
+            if builtin is not None:
+                return await builtin.handle(turn, call, arguments)
+            if entry.kind == "http":
+                tool = self._tools[call.name]
+                assert isinstance(tool, HttpTool)
+                outcome = await calls.call_tool(
+                    HttpToolCall(
+                        run_id=self._input.run_id,
+                        call_id=call.id,
+                        tool=tool,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=self._input.scope,
+                    ),
+                    entry,
+                    summary=summary,
+                )
+            elif entry.kind == "mcp":
+                assert entry.server is not None and entry.tool is not None
+                outcome = await calls.call_tool(
+                    McpToolCall(
+                        run_id=self._input.run_id,
+                        call_id=call.id,
+                        server=self._servers[entry.server],
+                        tool=entry.tool,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=self._input.scope,
+                        report_through_client=not entry.safe_to_repeat,
+                        name=entry.name,
+                    ),
+                    entry,
+                    summary=summary,
+                )
+            else:
+                outcome = await calls.call_tool(
+                    CodeToolCall(
+                        run_id=self._input.run_id,
+                        call_id=call.id,
+                        tool=call.name,
+                        arguments=arguments,
+                        large_result_bytes=large,
+                        scope=self._input.scope,
+                    ),
+                    entry,
+                    summary=summary,
+                )
+        except ActivityError as err:
+            if isinstance(err.__cause__, CancelledError):
+                if self._abort is None:
+                    raise asyncio.CancelledError from err
+                return inline(call, "aborted", ABORTED_CALL, counts=False)
+            if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
+                return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
+            return inline(call, "error", f"the tool call failed: {cause_text(err)}")
+        return from_outcome(call, outcome)
+
+    def _after_tool(self, turn: int, result: ToolResult, notes: list[ChatMessage | str]) -> None:
+        """Record one finished call and update the guards, in call order."""
+        call = result.call
+        outcome = result.outcome
+        self._log.add(
+            ToolCallFinished(
+                **self._log.stamp(),
+                turn=turn,
+                call_id=call.id,
+                tool=call.name,
+                status=result.status,
+                content=result.content,
+                truncated=outcome.truncated if outcome else False,
+                size=outcome.size if outcome else len(result.content.encode()),
+                result_ref=outcome.result_ref if outcome else None,
+                latency=outcome.latency if outcome else None,
+                ran_arguments=outcome.ran_arguments if outcome else None,
+                hooks=outcome.hooks if outcome else (),
+            )
+        )
+        if result.repeat_refusal:
+            verdict = guards.after_refusal(self._guards, call.name, call.arguments, self._limits)
+        else:
+            verdict = guards.after_result(
+                self._guards,
+                call.name,
+                call.arguments,
+                ok=result.status == "ok",
+                counts_as_failure=result.counts_as_failure,
+                result_ref=outcome.result_ref if outcome is not None else None,
+                limits=self._limits,
+            )
+        if verdict.hard_stop is not None:
+            raise Stop(RunStatus.FAILED, verdict.hard_stop)
+        if verdict.withhold is not None:
+            self._log.add(
+                ToolWithheld(**self._log.stamp(), tool=call.name, failures=verdict.withhold)
+            )
+            notes.append(
+                ChatMessage(role="user", content=guards.withheld_note(call.name, verdict.withhold))
+            )
+
+    def _offered_builtins(self) -> tuple[ToolDefinition, ...]:
+        """The built-ins this Run offers, in offer order."""
+        offers = (builtin.offer() for builtin in self._builtins.values())
+        return tuple(offer for offer in offers if offer is not None)

@@ -1,0 +1,379 @@
+"""The turn loop: an agent Run's turns, its model calls and their retries.
+
+A Turn is one model-call activity, then the turn's tool calls run concurrently with their
+results taken in call order (``_tool_calls.py``), until a stop condition (see SEMANTICS
+"The turn loop", "Limits"). Everything else a Run has (records, status, deadline,
+suspensions, the contract's handlers) is in ``_run_base.py`` and ``_handlers.py``. Model
+retries are the workflow's: a transient failure costs one unit of the Run's budget and the
+next attempt goes where ``_model_calls.ready_model`` says.
+
+The features take part through their hooks, in ``FEATURES`` order: at admission, at each
+turn boundary (before the turn starts), into each model call and after it, and in what a
+continued execution carries (``_continue.py`` holds the mechanism; ``carry_of`` and
+``restore`` here fill and read the carry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import NoReturn
+
+from pydantic_core import to_jsonable_python
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._mcp_turn import MCP_UNREACHABLE
+    from psych_runtime.activities._payloads import (
+        ChatMessage,
+        ModelCallInput,
+        ModelCallResult,
+    )
+    from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
+    from psych_runtime.workflows.contract._carry import GuardsCarry, RunCarry, Segment
+    from psych_runtime.workflows.contract._contract import RunInput
+    from psych_runtime.workflows.contract._records import (
+        ModelCallFailed,
+        ModelCallFinished,
+        ModelCallStarted,
+        RunAdmitted,
+        RunContinued,
+        RunStatus,
+        TurnStarted,
+    )
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel import _continue as continuing
+    from psych_runtime.workflows.kernel._catalog import resolve
+    from psych_runtime.workflows.kernel._feature import CallDone
+    from psych_runtime.workflows.kernel._guards import Guards
+    from psych_runtime.workflows.kernel._model_calls import (
+        budget_left,
+        model_failure,
+        ready_model,
+        retry_delay,
+    )
+    from psych_runtime.workflows.kernel._outcome import Outcome, Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+
+
+class TurnLoop(ToolCalls):
+    """An agent Run's kernel: the turn loop on the tool-call pipeline (see the module
+    docstring); ``AgentRun`` is the workflow that runs it."""
+
+    def __init__(self, input: RunInput | str) -> None:
+        super().__init__(input)
+        self._system_prompt = ""
+        self._budget = 0
+        self._not_before: dict[str, float] = {}
+        self._model_failures: dict[str, int] = {}
+
+    def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
+        assert isinstance(spec, AgentSpec)
+        self._take_spec(spec)
+        self._system_prompt = system_prompt(spec)
+        self._budget = spec.limits.transient_retry_budget
+        bounds = self._input.bounds
+        if bounds is not None and bounds.transient_retry_budget is not None:
+            self._budget = min(self._budget, bounds.transient_retry_budget)
+        carry = self._input.carry
+        if carry is not None:
+            # Continue-as-new: the Run was admitted by its first execution; this one takes
+            # the carried state and says where it came from instead.
+            self._restore(carry)
+            self._log.add(
+                RunContinued(
+                    **self._log.stamp(),
+                    previous_run_id=carry.previous_run_id,
+                    execution=len(carry.earlier) + 1,
+                    history_length=carry.history_length,
+                    history_size=carry.history_size,
+                    deadline_used=carry.deadline_used,
+                )
+            )
+            return
+        self._log.add(
+            RunAdmitted(
+                **self._log.stamp(),
+                version_hash=self._input.version.hash,
+                agent=spec.name,
+                messages=self._input.messages,
+                system_prompt=self._system_prompt,
+                thread=self._input.thread,
+                left_out=bounds.left_out if bounds is not None else (),
+            )
+        )
+
+    async def _body(self) -> Outcome:
+        run = self._input
+        with self._trace.run(
+            kind=self.KIND,
+            name=self._spec.name,
+            run_id=run.run_id,
+            tenant=run.scope.tenant,
+            version=run.version.hash,
+        ):
+            return self._trace.settled(await self._turns())
+
+    async def _turns(self) -> Outcome:
+        spec = self._spec
+        assert isinstance(spec, AgentSpec)
+        limits = spec.limits
+        catalog = await resolve(self)
+        base = {entry.name: entry for entry in catalog.entries}
+        pending: list[ChatMessage | str] = [
+            ChatMessage(role="user", content=text) for text in self._input.messages
+        ]
+        system_ref: str | None = None
+        carry = self._input.carry
+        if carry is not None:
+            pending = list(carry.pending)
+            system_ref = carry.system_ref
+        # How many of the next call's first messages are the turn before's (compaction's
+        # marks): none for the user's input, the carried results after a continue-as-new.
+        before = len(pending) if carry is not None else 0
+        while True:
+            self._check_abort()
+            if self._past_deadline():
+                return self._deadline_outcome()
+            if self._turn >= limits.max_turns:
+                return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
+            if self._totals.steps >= limits.max_steps:
+                return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+            # A turn boundary: a long Run continues as new here once nothing is open.
+            open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
+            open_now += sum(feature.open_items() for feature in self._features)
+            if continuing.due(
+                self._input.continue_after_events, self._turn, carry, in_flight=open_now
+            ):
+                await self._continue_as_new(pending, system_ref)
+            for feature in self._features:
+                await feature.boundary()
+            self._turn += 1
+            turn = self._turn
+            self._totals = self._totals.model_copy(update={"turns": turn})
+            self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
+            self._trace.turn(turn)
+            pending += _take(self._steer)
+            call = ModelCallInput(
+                run_id=self._input.run_id,
+                turn=turn,
+                model=spec.model.model,
+                params=spec.model,
+                system_prompt=self._system_prompt if system_ref is None else None,
+                system_ref=system_ref,
+                context_ref=self._context_ref,
+                new_messages=tuple(pending),
+                tools_ref=catalog.tools_ref,
+                exclude_tools=tuple(self._guards.withheld),
+                stream_idle_seconds=limits.stream_idle_seconds,
+                scope=self._input.scope,
+            )
+            for feature in self._features:
+                call = feature.into_call(call)
+            result = await self._call_model(turn, call)
+            system_ref = result.system_ref
+            self._context_ref = result.context_ref
+            done = CallDone(turn=turn, call=call, result=result, carried=before)
+            for feature in self._features:
+                feature.after_call(done)
+            pending = []
+            before = 0
+            self._check_abort()
+            if not result.tool_calls:
+                # Input that arrived for this turn, or for after it, continues the Run.
+                pending = _take(self._steer) + _take(self._follow_up)
+                if not pending:
+                    return Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+                continue
+            if self._past_deadline():
+                return self._deadline_outcome()
+            offered = base
+            for feature in self._features:
+                more = feature.offered()
+                if more:
+                    offered = {**offered, **more}
+            results, notes = await self._run_tools(turn, result.tool_calls, offered)
+            pending = [r.message for r in results] + notes
+            before = len(pending)
+            self._check_abort()
+
+    async def _call_model(self, turn: int, call: ModelCallInput) -> ModelCallResult:
+        spec = self._spec
+        assert isinstance(spec, AgentSpec)
+        models = [spec.model.model, *spec.model.fallbacks]
+        index = 0
+        attempt = 0
+        while True:
+            model = ready_model(models, index, self._not_before, workflow.time())
+            wait = self._not_before.get(model, 0.0) - workflow.time()
+            if wait > 0:
+                # An abort ends the wait: no billable call starts after it.
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self._abort is not None,
+                        timeout=wait,
+                        timeout_summary=f"retry {model}",
+                    )
+            self._check_abort()
+            if self._past_deadline():
+                # The grace period is for calls already in flight, not for new attempts.
+                outcome = self._deadline_outcome()
+                raise Stop(outcome.status, outcome.reason)
+            attempt += 1
+            self._log.add(
+                ModelCallStarted(**self._log.stamp(), turn=turn, model=model, attempt=attempt)
+            )
+            self._count(steps=1, model_calls=1)
+            self._model_task = asyncio.create_task(
+                calls.complete(call.model_copy(update={"model": model}), turn=turn)
+            )
+            try:
+                result: ModelCallResult = await self._model_task
+            except asyncio.CancelledError:
+                if self._abort is None:
+                    raise
+                raise Stop(RunStatus.ABORTED, self._abort_reason()) from None
+            except ActivityError as err:
+                self._model_task = None
+                self._check_abort()
+                if isinstance(err.__cause__, CancelledError):
+                    # The workflow is being cancelled (or force-settled): not a model failure.
+                    raise asyncio.CancelledError from err
+                if isinstance(err.__cause__, ApplicationError) and (
+                    err.__cause__.type == MCP_UNREACHABLE
+                ):
+                    # No model call was made: a required MCP server did not answer.
+                    raise Stop(RunStatus.FAILED, err.__cause__.message) from err
+                failure = model_failure(err, cause_text(err))
+                left = budget_left(self._budget, self._totals.transient_failures, failure)
+                self._log.add(
+                    ModelCallFailed(
+                        **self._log.stamp(),
+                        turn=turn,
+                        model=model,
+                        transient=failure.transient,
+                        status=failure.status,
+                        retry_after=failure.retry_after,
+                        message=failure.message,
+                        budget_left=max(left, 0),
+                    )
+                )
+                if not failure.transient:
+                    raise Stop(RunStatus.FAILED, f"model_error: {failure.message}") from err
+                self._count(transient_failures=1)
+                if left < 0:
+                    raise Stop(
+                        RunStatus.FAILED,
+                        f"transient_retry_budget exhausted: {self._budget} retries spent; "
+                        f"last failure: {failure.message}",
+                    ) from err
+                failures = self._model_failures.get(model, 0) + 1
+                self._model_failures[model] = failures
+                self._not_before[model] = workflow.time() + retry_delay(failure, failures)
+                index += 1
+                continue
+            self._model_task = None
+            self._model_failures.pop(result.model, None)
+            self._log.add(
+                ModelCallFinished(
+                    **self._log.stamp(),
+                    turn=turn,
+                    model=result.model,
+                    text=result.text,
+                    tool_calls=tuple(
+                        {"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in result.tool_calls
+                    ),
+                    finish_reason=result.finish_reason,
+                    usage=result.usage,
+                    cost=result.cost,
+                    latency=result.latency,
+                )
+            )
+            self._add_usage(result.usage, result.cost)
+            return result
+
+    # --- continue-as-new (the mechanism is ``_continue.py``) --------------------------------
+
+    async def _continue_as_new(
+        self, pending: list[ChatMessage | str], system_ref: str | None
+    ) -> NoReturn:
+        """Continue as a new execution carrying the Run's state (raises, never returns)."""
+        # Handlers (updates, signals) finish first, and the carry is taken with no await
+        # after it, so a steer that arrives now is carried, not dropped.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._check_abort()
+        carry = self._carry_of(pending, system_ref)
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
+
+    def _carry_of(self, pending: list[ChatMessage | str], system_ref: str | None) -> RunCarry:
+        """The carry at this turn boundary: the kernel's state, then each feature's."""
+        info = workflow.info()
+        previous = self._input.carry
+        first = previous.next_seq if previous is not None else 1
+        earlier = (previous.earlier if previous is not None else ()) + (
+            Segment(run_id=info.run_id, first_seq=first, last_seq=self._log.last_seq),
+        )
+        features = {}
+        for feature in self._features:
+            carried = feature.carry()
+            if carried is not None:
+                # As JSON, so the carry equals what the next execution decodes.
+                features[feature.name] = to_jsonable_python(carried)
+        return RunCarry(
+            previous_run_id=info.run_id,
+            history_length=info.get_current_history_length(),
+            history_size=info.get_current_history_size(),
+            earlier=earlier,
+            next_seq=self._log.last_seq + 1,
+            turn=self._turn,
+            totals=self._totals,
+            cost_unknown=self._cost_unknown,
+            deadline_used=continuing.deadline_used(*self._clock),
+            not_before=dict(self._not_before),
+            model_failures=dict(self._model_failures),
+            guards=GuardsCarry(
+                streaks=dict(self._guards.streaks),
+                withheld=tuple(self._guards.withheld),
+                repeats=continuing.carried_repeats(self._guards),
+            ),
+            steer=tuple(self._steer),
+            follow_up=tuple(self._follow_up),
+            next_run=tuple(self._next_run),
+            pending=tuple(pending),
+            context_ref=self._context_ref,
+            system_ref=system_ref,
+            features=features,
+        )
+
+    def _restore(self, carry: RunCarry) -> None:
+        """Put ``carry`` back (the Spec taken and the features admitted already)."""
+        self._turn = carry.turn
+        self._totals = carry.totals
+        self._cost_unknown = carry.cost_unknown
+        self._clock = (carry.deadline_used, None)
+        self._not_before = dict(carry.not_before)
+        self._model_failures = dict(carry.model_failures)
+        repeats: dict[tuple[str, str], dict[str, int]] = {}
+        for entry in carry.guards.repeats:
+            repeats.setdefault((entry.tool, entry.arguments), {})[entry.result_ref] = entry.times
+        self._guards = Guards(
+            streaks=dict(carry.guards.streaks),
+            withheld=list(carry.guards.withheld),
+            repeats=repeats,
+        )
+        self._steer = list(carry.steer)
+        self._follow_up = list(carry.follow_up)
+        self._next_run = list(carry.next_run)
+        self._context_ref = carry.context_ref
+        for feature in self._features:
+            if feature.name in carry.features:
+                feature.restore(carry.features[feature.name])
+
+
+def _take(queue: list[str]) -> list[ChatMessage | str]:
+    messages: list[ChatMessage | str] = [ChatMessage(role="user", content=m) for m in queue]
+    queue.clear()
+    return messages

@@ -1,0 +1,207 @@
+"""The kernel's side of the feature protocol: the ``RunView`` every feature sees.
+
+Thin accessors over the kernel's state and calls, so a feature never touches a private
+attribute of the Run (``_feature.RunView`` is the contract; mypy checks this class meets it
+where the tool-call kernel hands itself to its features).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import ToolCallRequest, Usage
+    from psych_runtime.specs import (
+        AgentSpec,
+        DepthCap,
+        Limits,
+        SuspensionPolicy,
+        Version,
+        WorkflowSpec,
+    )
+    from psych_runtime.workflows.contract._contract import ParentBounds, ResumeInput, RunInput
+    from psych_runtime.workflows.contract._records import Pending, Totals
+    from psych_runtime.workflows.kernel._feature import ChildHandle
+    from psych_runtime.workflows.kernel._handlers import Handlers
+    from psych_runtime.workflows.kernel._record_log import RecordLog
+    from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
+
+
+class FeatureView(Handlers):
+    """Handlers with the accessors of ``RunView`` (see the module docstring)."""
+
+    _spec: AgentSpec | WorkflowSpec
+    _suspension: SuspensionPolicy
+
+    async def _suspend_call(
+        self,
+        call: ToolCallRequest,
+        reason: Literal["approval", "question", "external"],
+        seconds: float,
+        *,
+        id: str | None = None,
+        question: str | None = None,
+        arguments: str | None = None,
+    ) -> ResumeInput:
+        """Suspend the Run on ``call`` (an approval, a question, an external wait) until it
+        is answered; the item's id is the call id unless given (a wait token)."""
+        return await self._suspensions.suspend(
+            Pending(
+                reason=reason,
+                id=id or call.id,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments if arguments is None else arguments,
+                question=question,
+                expires_at=expires_at(seconds),
+            ),
+            seconds,
+        )
+
+    @property
+    def input(self) -> RunInput:
+        """The Run's input."""
+        return self._input
+
+    @property
+    def spec(self) -> AgentSpec | WorkflowSpec:
+        """The admitted Spec."""
+        return self._spec
+
+    @property
+    def limits(self) -> Limits:
+        """The Spec's limits."""
+        return self._limits
+
+    @property
+    def suspension(self) -> SuspensionPolicy:
+        """The expiries in force."""
+        return self._suspension
+
+    @property
+    def log(self) -> RecordLog:
+        """The record log."""
+        return self._log
+
+    @property
+    def totals(self) -> Totals:
+        """The totals so far."""
+        return self._totals
+
+    @property
+    def turn(self) -> int:
+        """The last turn started."""
+        return self._turn
+
+    @property
+    def suspensions(self) -> Suspensions:
+        """The pending items."""
+        return self._suspensions
+
+    @property
+    def aborted(self) -> bool:
+        """Whether an abort was asked for."""
+        return self._abort is not None
+
+    @property
+    def conversation(self) -> str | None:
+        """The conversation head the next model call continues."""
+        return self._context_ref
+
+    @conversation.setter
+    def conversation(self, head: str | None) -> None:
+        self._context_ref = head
+
+    def count(self, **increments: int) -> None:
+        """Add to the totals' counters."""
+        self._count(**increments)
+
+    def add_usage(self, usage: Usage, cost: float | None) -> None:
+        """Add a model call's usage and cost."""
+        self._add_usage(usage, cost)
+
+    def add_child_totals(self, totals: Totals) -> None:
+        """Roll a child's totals in."""
+        self._add_child_totals(totals)
+
+    def cost_unknown(self) -> None:
+        """Mark the Run's cost unknown."""
+        self._cost_unknown = True
+        self._totals = self._totals.model_copy(update={"cost": None})
+
+    def check_abort(self) -> None:
+        """Raise ``Stop`` ABORTED after an abort."""
+        self._check_abort()
+
+    def abort_reason(self) -> str:
+        """Why the Run is aborting."""
+        return self._abort_reason()
+
+    def model_task(self, task: asyncio.Task[Any] | None) -> None:
+        """Set or clear the model-role call in flight."""
+        self._model_task = task
+
+    async def suspend_call(
+        self,
+        call: ToolCallRequest,
+        reason: Literal["approval", "question", "external"],
+        seconds: float,
+        *,
+        id: str | None = None,
+        question: str | None = None,
+        arguments: str | None = None,
+    ) -> ResumeInput:
+        """Suspend on ``call`` until it is answered."""
+        return await self._suspend_call(
+            call, reason, seconds, id=id, question=question, arguments=arguments
+        )
+
+    async def start_reporting_child(
+        self,
+        run_id: str,
+        version: Version,
+        messages: tuple[str, ...],
+        *,
+        summary: str,
+        bounds: ParentBounds,
+        depth: int | None = None,
+        depth_caps: tuple[DepthCap, ...] | None = None,
+    ) -> ChildHandle:
+        """Start a child whose pending items are mirrored here."""
+        return await self._start_reporting_child(
+            run_id,
+            version,
+            messages,
+            summary=summary,
+            bounds=bounds,
+            depth=depth,
+            depth_caps=depth_caps,
+        )
+
+    async def adopt_child(
+        self, workflow_id: str, start: Callable[[], Awaitable[ChildHandle]]
+    ) -> ChildHandle:
+        """Start a child with ``start`` and keep it as one of this Run's children."""
+        self._starting.add(workflow_id)
+        try:
+            handle = await start()
+        finally:
+            self._starting.discard(workflow_id)
+        self._children[workflow_id] = handle
+        return handle
+
+    def child(self, workflow_id: str) -> ChildHandle | None:
+        """A running child's handle."""
+        return self._children.get(workflow_id)
+
+    def forget_child(self, workflow_id: str) -> None:
+        """Stop mirroring and forwarding to a settled child."""
+        self._forget_child(workflow_id)
+
+    def forward(self, workflow_id: str, name: str, payload: Any) -> None:
+        """Send a signal to a running child."""
+        self._forward(workflow_id, name, payload)

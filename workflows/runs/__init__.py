@@ -1,0 +1,1 @@
+"""psych_runtime.workflows.runs (see workflows/README.md)."""

@@ -1,0 +1,312 @@
+"""WorkflowRun: a WorkflowSpec's steps, in order, as one durable Run.
+
+A ``ToolStep`` calls its tool with its fixed arguments through the same pipeline as an
+agent's tool call (``_tool_calls.py``: policy, approval, exactly-once, large results,
+records); an ``AgentStep`` runs as a child AgentRun and a ``WorkflowStepRef`` as a child
+WorkflowRun, each given the workflow's input followed by the prior steps' outputs keyed by
+step name. The Run stops at the first step that fails; its result is every step's output
+keyed by step name. The workflow's limits and suspension govern the whole Run: its children
+get what is left of its retry budget and its expiries, report what they wait for (so the
+workflow is suspended while a child is, resumable through the workflow's own id), and abort
+and steer messages are forwarded to the running step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, ClassVar
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities._payloads import CatalogEntry, ToolCallRequest, ToolCatalog
+    from psych_runtime.specs import (
+        AgentSpec,
+        AgentStep,
+        ToolStep,
+        Version,
+        WorkflowSpec,
+        WorkflowStepRef,
+        version_hash,
+    )
+    from psych_runtime.workflows.contract._contract import (
+        ABORT,
+        STEER,
+        WORKFLOW_RUN,
+        ParentBounds,
+        RefusalKind,
+        RunResult,
+        SteerInput,
+        WorkflowRunInput,
+        refusal,
+    )
+    from psych_runtime.workflows.contract._records import (
+        RunAdmitted,
+        RunStatus,
+        StepFinished,
+        StepKind,
+        StepStarted,
+        Totals,
+    )
+    from psych_runtime.workflows.features import FEATURES
+    from psych_runtime.workflows.kernel._catalog import resolve
+    from psych_runtime.workflows.kernel._children import failed_totals
+    from psych_runtime.workflows.kernel._handlers import parse_input
+    from psych_runtime.workflows.kernel._outcome import Outcome, Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._shape import has
+    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+
+
+class _StepFailed(Exception):
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+@workflow.defn(name=WORKFLOW_RUN)
+class WorkflowRun(ToolCalls):
+    """One workflow Run (see the module docstring)."""
+
+    KIND: ClassVar[str] = "workflow"
+    FEATURES = FEATURES
+
+    @workflow.init
+    def __init__(self, *args: Any) -> None:
+        # Untyped so that a start with no argument or two fails the Run, not every task.
+        super().__init__(parse_input(args, WorkflowRunInput))
+        self._step: str | None = None
+        self._running: str | None = None
+        """The workflow id of the running agent or workflow step."""
+
+    @workflow.run
+    async def run(self, *args: Any) -> RunResult:
+        """Run the steps in order to a settled state."""
+        return await self._run()
+
+    def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
+        assert isinstance(spec, WorkflowSpec)
+        self._take_spec(spec)
+        self._outputs = {}
+        self._log.add(
+            RunAdmitted(
+                **self._log.stamp(),
+                version_hash=self._input.version.hash,
+                agent=spec.name,
+                messages=self._input.messages,
+                system_prompt="",
+                spec_kind="workflow",
+            )
+        )
+
+    def _state_step(self) -> str | None:
+        return self._step
+
+    # --- abort and steer reach the running step ------------------------------------------
+
+    def _aborting(self) -> None:
+        if self._running is not None and self._abort is not None:
+            self._forward(self._running, ABORT, self._abort)
+
+    def _check_steer(self, input: SteerInput) -> None:
+        if self._running is None:
+            step = f"step {self._step!r} is a tool step" if self._step else "no step is running"
+            raise refusal(
+                RefusalKind.NO_STEP, f"{step}: only an agent step takes {input.mode} messages"
+            )
+
+    def _steer_into(self, input: SteerInput) -> None:
+        if self._running is not None:
+            self._forward(self._running, STEER, input)
+
+    # --- the steps -----------------------------------------------------------------------
+
+    async def _body(self) -> Outcome:
+        run = self._input
+        with self._trace.run(
+            kind=self.KIND,
+            name=self._spec.name,
+            run_id=run.run_id,
+            tenant=run.scope.tenant,
+            version=run.version.hash,
+        ):
+            return self._trace.settled(await self._steps())
+
+    async def _steps(self) -> Outcome:
+        spec = self._spec
+        assert isinstance(spec, WorkflowSpec)
+        catalog = ToolCatalog(tools_ref=None, entries=())
+        if any(isinstance(step, ToolStep) for step in spec.steps):
+            catalog = await resolve(self, builtins=False)
+        for index, step in enumerate(spec.steps, start=1):
+            self._check_abort()
+            if self._past_deadline():
+                return self._deadline_outcome()
+            self._turn = index
+            self._step = step.name
+            self._trace.step(index, step.name)
+            try:
+                if isinstance(step, ToolStep):
+                    # The features (MCP servers) are asked before each tool step (its
+                    # turn boundary).
+                    offered = {entry.name: entry for entry in catalog.entries}
+                    for feature in self._features:
+                        await feature.before_step(index, catalog)
+                        offered.update(feature.offered())
+                    output = await self._tool_step(index, step, offered)
+                else:
+                    output = await self._child_step(index, step)
+            except _StepFailed as failed:
+                return Outcome(
+                    RunStatus.FAILED, f"step {step.name!r} ({step.kind}) failed: {failed.error}"
+                )
+            self._outputs = {**(self._outputs or {}), step.name: output}
+        self._step = None
+        return Outcome(RunStatus.COMPLETED, f"completed: {len(spec.steps)} steps")
+
+    async def _tool_step(self, index: int, step: ToolStep, offered: dict[str, CatalogEntry]) -> Any:
+        self._log.add(
+            StepStarted(
+                **self._log.stamp(),
+                step=step.name,
+                step_kind="tool",
+                index=index,
+                input=step.arguments,
+            )
+        )
+        call = ToolCallRequest(
+            id=step.name, name=step.tool, arguments=json.dumps(step.arguments, sort_keys=True)
+        )
+        try:
+            results, _ = await self._run_tools(index, (call,), offered)
+        except Stop as stop:
+            self._finish(step.name, "tool", ok=False, error=stop.outcome.reason)
+            raise
+        result = results[0]
+        if result.status != "ok":
+            error = f"{result.status}: {result.content}"
+            self._finish(step.name, "tool", ok=False, error=error)
+            self._check_abort()  # a call an abort cancelled ends the Run ABORTED
+            raise _StepFailed(error)
+        output: Any = result.content
+        if result.outcome is not None and result.outcome.truncated:
+            # The whole result is stored, not in the workflow: its output says where.
+            output = {
+                "preview": result.content,
+                "result_ref": result.outcome.result_ref,
+                "size": result.outcome.size,
+            }
+        else:
+            with contextlib.suppress(json.JSONDecodeError):
+                output = json.loads(result.content)
+        self._finish(step.name, "tool", ok=True, output=output)
+        return output
+
+    async def _child_step(self, index: int, step: AgentStep | WorkflowStepRef) -> Any:
+        kind: StepKind = "agent" if isinstance(step, AgentStep) else "workflow"
+        messages = self._input.messages
+        if self._outputs:
+            messages = (
+                *messages,
+                "Outputs of the previous steps, keyed by step name (JSON):\n"
+                + json.dumps(self._outputs, sort_keys=True, ensure_ascii=False),
+            )
+        version = Version(hash=version_hash(step.spec), spec=step.spec, published_at=workflow.now())
+        left = self._limits.transient_retry_budget - self._totals.transient_failures
+        # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
+        # validator assumes (it validates a step's agent as the root of its own chain).
+        # Runs that started their steps one deeper keep doing so on replay.
+        depth = self._input.depth if has("psych-step-depth") else None
+        child = await self._start_reporting_child(
+            f"{self._input.run_id}-step{index}",
+            version,
+            messages,
+            summary=f"step {step.name} of {self._input.run_id}",
+            bounds=ParentBounds(
+                transient_retry_budget=max(left, 0),
+                suspension=self._suspension,
+                report_pending=True,
+            ),
+            depth=depth,
+        )
+        self._log.add(
+            StepStarted(
+                **self._log.stamp(),
+                step=step.name,
+                step_kind=kind,
+                index=index,
+                input=list(messages),
+                run=child.id,
+            )
+        )
+        self._running = child.id
+        if self._abort is not None:  # it came while the child was being started
+            self._forward(child.id, ABORT, self._abort)
+        try:
+            result: RunResult = await child
+        except ChildWorkflowError as err:
+            self._running = None
+            self._forget_child(child.id)
+            totals = failed_totals(err)
+            if totals is not None:
+                self._add_child_totals(totals)
+            error = cause_text(err)
+            self._finish(
+                step.name,
+                kind,
+                ok=False,
+                error=error,
+                run=child.id,
+                status=RunStatus.FAILED,
+                totals=totals,
+            )
+            raise _StepFailed(f"{child.id}: {error}") from err
+        self._running = None
+        self._forget_child(child.id)
+        self._add_child_totals(result.totals)
+        ok = result.status is RunStatus.COMPLETED
+        output = (result.answer if kind == "agent" else result.outputs) if ok else None
+        self._finish(
+            step.name,
+            kind,
+            ok=ok,
+            output=output,
+            error=None if ok else f"ended {result.status.value}: {result.reason}",
+            run=child.id,
+            status=result.status,
+            totals=result.totals,
+        )
+        if ok:
+            return output
+        self._check_abort()
+        if result.status is RunStatus.ABANDONED:
+            raise Stop(RunStatus.ABANDONED, f"step {step.name!r}: {result.reason}")
+        raise _StepFailed(f"{child.id} ended {result.status.value}: {result.reason}")
+
+    def _finish(
+        self,
+        step: str,
+        kind: StepKind,
+        *,
+        ok: bool,
+        output: Any = None,
+        error: str | None = None,
+        run: str | None = None,
+        status: RunStatus | None = None,
+        totals: Totals | None = None,
+    ) -> None:
+        self._log.add(
+            StepFinished(
+                **self._log.stamp(),
+                step=step,
+                step_kind=kind,
+                ok=ok,
+                output=output,
+                error=error,
+                run=run,
+                status=status,
+                totals=totals,
+            )
+        )
