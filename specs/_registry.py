@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from psych_runtime.specs._errors import RegistryError
 from psych_runtime.specs._models import NAME_PATTERN
-from psych_runtime.specs._validation import BUILTIN_TOOL_NAMES
+from psych_runtime.specs._validation import RESERVED_TOOL_NAMES
 
 _NAME = re.compile(NAME_PATTERN)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -191,7 +191,7 @@ class ToolRegistry:
     def _add(self, tool: ToolDef) -> None:
         if not _NAME.match(tool.name):
             raise RegistryError(f"tool name {tool.name!r} does not match {NAME_PATTERN}")
-        if tool.name in BUILTIN_TOOL_NAMES:
+        if tool.name in RESERVED_TOOL_NAMES:
             raise RegistryError(f"tool name {tool.name!r} is taken by a built-in tool")
         if tool.name in self._tools:
             raise RegistryError(f"a tool named {tool.name!r} is already registered")

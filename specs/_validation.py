@@ -50,14 +50,17 @@ BUILTIN_TOOL_NAMES = frozenset(
         "message_child",
         "read_tool_output",
         "search_mcp_tools",
-        "send_message",
         "show_component",
         "spawn",
         "update_tasks",
         "wait_children",
     }
 )
-"""Names the runtime offers itself; no declared tool may take one."""
+"""The built-in tools the runtime offers itself (``workflows.features`` implements each;
+a test ties the two)."""
+RESERVED_TOOL_NAMES = BUILTIN_TOOL_NAMES | {"send_message"}
+"""Names no declared tool may take: the built-ins, and ``send_message``, reserved since the
+first Spec layer for messaging peers."""
 
 MCP_TOOL_SEPARATOR = "__"
 """MCP tools reach the model as ``<server>__<tool>``."""
@@ -224,7 +227,7 @@ def _check_tools(
     for tool in tools:
         name = tool.name
         path = f"{prefix}tools[{name}]"
-        if name in BUILTIN_TOOL_NAMES:
+        if name in RESERVED_TOOL_NAMES:
             problems.append(Problem(path, f"name {name!r} is taken by a built-in tool"))
         if MCP_TOOL_SEPARATOR in name and name.split(MCP_TOOL_SEPARATOR, 1)[0] in mcp_names:
             problems.append(

@@ -268,7 +268,7 @@ def test_duplicate_names_refused(registry: ToolRegistry) -> None:
     assert registry.get("lookup_order").fn is lookup_order
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES))
+@pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES | {"send_message"}))
 def test_builtin_names_refused(name: str) -> None:
     reg = ToolRegistry()
     with pytest.raises(RegistryError, match="built-in"):

@@ -196,7 +196,7 @@ def test_broken_skill_link() -> None:
     assert "gone" in problem.message
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES))
+@pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES | {"send_message"}))
 def test_tool_named_like_a_builtin(name: str) -> None:
     spec = agent(tools=[http(name)])
     (problem,) = validate(spec)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from psych_runtime.activities._payloads import CompactResult, Latency, TurnMark, Usage
 from psych_runtime.specs import CompactionPolicy
-from psych_runtime.workflows.contract._carry import CompactionState
 from psych_runtime.workflows.features._compaction import (
+    CompactionState,
     after_call,
     compacted,
     next_cut,

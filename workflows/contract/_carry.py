@@ -4,19 +4,18 @@ Its own module because ``_contract.py`` (``RunInput.carry``, ``RecordsPage.earli
 needs it and is passed through the workflow sandbox: these models must be one class for
 the converter and the workflow alike, so this module is passed through too, and the
 workflow-side functions that fill and read the carry stay sandboxed in ``_continue.py``.
-A feature's per-Run state travels in ``RunCarry.features`` under the feature's name; the
-models of the features that carry state are here so that client code can read them too.
+A feature's per-Run state travels in ``RunCarry.features`` under the feature's name, as
+JSON its own ``restore`` reads back: the models are the features' own.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from psych_runtime.activities._payloads import CatalogEntry, ChatMessage, McpServerStatus, TurnMark
-from psych_runtime.specs import Task
-from psych_runtime.workflows.contract._records import RunStatus, Totals
+from psych_runtime.activities._payloads import ChatMessage
+from psych_runtime.workflows.contract._records import Totals
 
 CONTINUE_AFTER_EVENTS = 10_000
 """Default ``RunInput.continue_after_events``. Temporal refuses an execution past 51,200
@@ -57,88 +56,6 @@ class GuardsCarry(_Frozen):
     streaks: dict[str, int] = Field(default_factory=dict)
     withheld: tuple[str, ...] = ()
     repeats: tuple[RepeatCount, ...] = ()
-
-
-class McpCarry(_Frozen):
-    """What the Run knows of its MCP servers (``_mcp.McpState`` without the servers, which
-    come from the Spec again)."""
-
-    catalog_hash: str | None = None
-    tools_ref: str | None = None
-    entries: dict[str, CatalogEntry] = Field(default_factory=dict)
-    loaded: tuple[str, ...] = ()
-    unavailable: tuple[str, ...] = ()
-    deferred: tuple[str, ...] = ()
-    catalogs: dict[str, str] = Field(default_factory=dict)
-    statuses: tuple[McpServerStatus, ...] = ()
-
-
-# --- features' per-Run state (defined here so the carry and the workflow share one class) --
-
-
-class TaskList(BaseModel):
-    """A Run's task list and how many times it changed (0: never set)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tasks: tuple[Task, ...] = ()
-    revision: int = 0
-
-
-class CompactionState(BaseModel):
-    """What a compacting Run knows between turns."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cut_turn: int = 1
-    """The first turn the model still sees verbatim (1: nothing summarised yet)."""
-    marks: tuple[TurnMark, ...] = ()
-    """Where each turn from ``cut_turn`` on starts in the current chain, in turn order."""
-    last_tokens: int = 0
-    """The last model call's input + cache-read + cache-write tokens (0 once a
-    compaction was tried after it)."""
-    summary_ref: str | None = None
-    """The summary message the model sees now (None before the first compaction)."""
-
-    @property
-    def last_turn(self) -> int:
-        """The last turn with a mark (``cut_turn - 1`` before any)."""
-        return self.cut_turn + len(self.marks) - 1
-
-
-class SpawnedChild(BaseModel):
-    """One child this Run spawned, as plain data (what continue-as-new would carry)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    run: str
-    """The child's workflow id."""
-    agent: str
-    turn: int
-    call_id: str
-    """The ``spawn`` call that started it."""
-    state: Literal["starting", "running", "settled", "collected", "failed"]
-    """starting: being published and started; running: alive; settled: ended, not yet
-    returned by ``wait_children``; collected: returned; failed: never started."""
-    version_hash: str = ""
-    status: RunStatus | None = None
-    reason: str | None = None
-    answer: str | None = None
-
-    @property
-    def alive(self) -> bool:
-        """Whether it counts toward ``max_alive``."""
-        return self.state in ("starting", "running")
-
-    def ending(self) -> dict[str, Any]:
-        """What ``wait_children`` returns for it: the answer, or the typed ending."""
-        assert self.status is not None
-        ending: dict[str, Any] = {"status": self.status.value, "run": self.run, "agent": self.agent}
-        if self.status is RunStatus.COMPLETED:
-            ending["answer"] = self.answer or ""
-        else:
-            ending["reason"] = self.reason or ""
-        return ending
 
 
 class RunCarry(_Frozen):

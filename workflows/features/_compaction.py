@@ -24,13 +24,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import CompactInput, CompactResult, TurnMark, Usage
     from psych_runtime.specs import AgentSpec, CompactionPolicy
-    from psych_runtime.workflows.contract._carry import CompactionState
     from psych_runtime.workflows.contract._records import (
         CompactionApplied,
         CompactionFailed,
@@ -40,6 +40,27 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import CallDone, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
+
+
+class CompactionState(BaseModel):
+    """What a compacting Run knows between turns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cut_turn: int = 1
+    """The first turn the model still sees verbatim (1: nothing summarised yet)."""
+    marks: tuple[TurnMark, ...] = ()
+    """Where each turn from ``cut_turn`` on starts in the current chain, in turn order."""
+    last_tokens: int = 0
+    """The last model call's input + cache-read + cache-write tokens (0 once a
+    compaction was tried after it)."""
+    summary_ref: str | None = None
+    """The summary message the model sees now (None before the first compaction)."""
+
+    @property
+    def last_turn(self) -> int:
+        """The last turn with a mark (``cut_turn - 1`` before any)."""
+        return self.cut_turn + len(self.marks) - 1
 
 
 def prompt_tokens(usage: Usage) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCatalog,
     )
     from psych_runtime.specs import McpServer, Scope
-    from psych_runtime.workflows.contract._carry import McpCarry
     from psych_runtime.workflows.contract._records import McpDiscovered, RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, CallDone, Feature, RunView
@@ -67,6 +67,22 @@ class McpState:
     """Server name -> the ref of its stored catalogue this turn (what a search reads)."""
     statuses: tuple[McpServerStatus, ...] = ()
     """Each server's status at the last change of the catalogue (agent turns)."""
+
+
+class McpCarry(BaseModel):
+    """What the Run knows of its MCP servers (``_mcp.McpState`` without the servers, which
+    come from the Spec again): its carry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    catalog_hash: str | None = None
+    tools_ref: str | None = None
+    entries: dict[str, CatalogEntry] = Field(default_factory=dict)
+    loaded: tuple[str, ...] = ()
+    unavailable: tuple[str, ...] = ()
+    deferred: tuple[str, ...] = ()
+    catalogs: dict[str, str] = Field(default_factory=dict)
+    statuses: tuple[McpServerStatus, ...] = ()
 
 
 def turn_input(state: McpState) -> McpTurn | None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
@@ -40,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         VersionPublishInput,
     )
     from psych_runtime.specs import AgentSpec, SpawnEnvelope, Version, depth_refusal
-    from psych_runtime.workflows.contract._carry import SpawnedChild
     from psych_runtime.workflows.contract._contract import (
         AgentRunInput,
         ParentBounds,
@@ -66,6 +66,41 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._children import failed_totals, has_search_attributes
     from psych_runtime.workflows.kernel._feature import RunView
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+
+
+class SpawnedChild(BaseModel):
+    """One child this Run spawned, as plain data (what continue-as-new would carry)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run: str
+    """The child's workflow id."""
+    agent: str
+    turn: int
+    call_id: str
+    """The ``spawn`` call that started it."""
+    state: Literal["starting", "running", "settled", "collected", "failed"]
+    """starting: being published and started; running: alive; settled: ended, not yet
+    returned by ``wait_children``; collected: returned; failed: never started."""
+    version_hash: str = ""
+    status: RunStatus | None = None
+    reason: str | None = None
+    answer: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether it counts toward ``max_alive``."""
+        return self.state in ("starting", "running")
+
+    def ending(self) -> dict[str, Any]:
+        """What ``wait_children`` returns for it: the answer, or the typed ending."""
+        assert self.status is not None
+        ending: dict[str, Any] = {"status": self.status.value, "run": self.run, "agent": self.agent}
+        if self.status is RunStatus.COMPLETED:
+            ending["answer"] = self.answer or ""
+        else:
+            ending["reason"] = self.reason or ""
+        return ending
 
 
 def envelope_of(run: RunView) -> SpawnEnvelope | None:

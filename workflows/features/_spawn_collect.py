@@ -17,7 +17,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
-    from psych_runtime.workflows.contract._carry import SpawnedChild
     from psych_runtime.workflows.contract._contract import (
         ABORT,
         STEER,
@@ -27,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._records import Pending, RunStatus, Totals
     from psych_runtime.workflows.features._spawn import (
+        SpawnedChild,
         envelope_of,
         record_end,
         spawn,

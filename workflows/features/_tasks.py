@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -26,10 +27,19 @@ with workflow.unsafe.imports_passed_through():
         parse_tasks,
         system_prompt,
     )
-    from psych_runtime.workflows.contract._carry import TaskList
     from psych_runtime.workflows.contract._records import TasksUpdated
     from psych_runtime.workflows.features._display_tool import Parsed
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
+
+
+class TaskList(BaseModel):
+    """A Run's task list and how many times it changed (0: never set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tasks: tuple[Task, ...] = ()
+    revision: int = 0
+
 
 UPDATE_TASKS = ToolDefinition(
     name="update_tasks",

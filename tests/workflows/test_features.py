@@ -1,0 +1,43 @@
+"""The feature table: every built-in a feature offers is a reserved name, and back."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from psych_runtime.specs import BUILTIN_TOOL_NAMES
+from psych_runtime.workflows.features import FEATURES
+from psych_runtime.workflows.kernel import Feature, RunView
+
+
+def _builtin_names() -> list[str]:
+    # Building the table reads nothing of the Run: the view is only kept.
+    view = cast(RunView, object())
+    return [builtin.name for kind in FEATURES for builtin in kind(view).builtins()]
+
+
+def test_the_builtins_are_exactly_the_reserved_tool_names() -> None:
+    names = _builtin_names()
+    assert len(names) == len(set(names)), names
+    assert set(names) == BUILTIN_TOOL_NAMES
+
+
+def test_the_builtins_are_offered_in_their_documented_order() -> None:
+    # The order the model sees them in (and the catalogue activity stores them in).
+    assert _builtin_names() == [
+        "read_tool_output",
+        "load_skill",
+        "ask_question",
+        "delegate",
+        "search_mcp_tools",
+        "update_tasks",
+        "show_component",
+        "spawn",
+        "wait_children",
+        "message_child",
+    ]
+
+
+def test_every_feature_has_its_own_name() -> None:
+    names = [kind.name for kind in FEATURES]
+    assert len(names) == len(set(names))
+    assert all(issubclass(kind, Feature) for kind in FEATURES)
