@@ -32,15 +32,11 @@ SANDBOX_PASSTHROUGH = (
     "psych_runtime.specs",
     "psych_runtime.activities._payloads",
     "psych_runtime.activities._context_result",
-    "psych_runtime.workflows.contract._records",
-    "psych_runtime.workflows.contract._contract",
+    "psych_runtime.workflows.contract",  # records, the contract's inputs, the carry
     # Client-side code the workflows package imports (PsychClient, the report): never run
     # by a workflow, yet re-executed with every Run's sandbox (pydantic classes built
     # again), 40 % of creating a Run's workflow instance when profiled.
-    "psych_runtime.workflows.client._client",
-    "psych_runtime.workflows.client._client_actions",
-    "psych_runtime.workflows.client._report",
-    "psych_runtime.workflows.contract._carry",  # imported by _contract (continue-as-new's carry)
+    "psych_runtime.workflows.client",
     # Libraries those models are built on (deterministic, no I/O at import).
     "pydantic",
     "pydantic_core",

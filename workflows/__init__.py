@@ -5,12 +5,8 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
-from psych_runtime.workflows.client._client import (
-    DEFAULT_TASK_QUEUE,
-    PsychClient,
-    RunSummary,
-    parse_workflow_id,
-)
+from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
+from psych_runtime.workflows.client._listing import RunSummary, parse_workflow_id
 from psych_runtime.workflows.client._report import (
     McpDiscoveryReport,
     ModelCallReport,

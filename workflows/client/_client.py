@@ -13,8 +13,7 @@ import dataclasses
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -32,7 +31,6 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.activities._ids import ids_from
 from psych_runtime.activities._payloads import ThreadRef
 from psych_runtime.specs import (
     AccessDenied,
@@ -53,14 +51,12 @@ from psych_runtime.specs import (
 from psych_runtime.workflows.client._chain import chain_page
 from psych_runtime.workflows.client._client_actions import RunActions
 from psych_runtime.workflows.client._follow_hub import FollowHub
+from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
 from psych_runtime.workflows.client._report import RunReport, build_report
 from psych_runtime.workflows.contract._contract import (
     QUERY_RECORDS,
     QUERY_STATE,
     SA_AGENT,
-    SA_STATUS,
-    SA_SUSPENSION,
-    SA_TENANT,
     SA_VERSION,
     AgentRunInput,
     RecordsPage,
@@ -74,58 +70,16 @@ from psych_runtime.workflows.contract._contract import (
     workflow_type_for,
 )
 from psych_runtime.workflows.contract._records import (
-    Pending,
     Record,
-    RunStatus,
     StepStarted,
 )
 
 DEFAULT_TASK_QUEUE = "psych"
-LIST_QUERY_SECONDS = 5.0
-"""How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
-_STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
-_SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """One Run as listing shows it (from search attributes)."""
-
-    workflow_id: str
-    run_id: str
-    agent: str | None
-    version_hash: str | None
-    status: str | None
-    started_at: datetime | None
-    closed_at: datetime | None
-    suspension: str | None = None
-    """What a suspended Run waits on (approval, question, external, children)."""
-    pending: tuple[Pending, ...] = ()
-    """Filled by ``list(suspended=True)``: each item, with its expiry."""
-    unreadable: str | None = None
-    """Why ``list(suspended=True)`` could not read this Run's pending items (its state is a
-    query a worker of its task queue answers: none may be polling); None when read."""
-
-
-def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
-    """``(tenant, run id)`` of a Run's workflow id.
-
-    Raises:
-        NotFound: the id is not a psych Run id.
-    """
-    named = ids_from(workflow_id)
-    if named is None:
-        raise NotFound(f"{workflow_id!r} is not a psych Run id (psych-<tenant>-<run id>)")
-    return named
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-class PsychClient(RunActions):
+class PsychClient(RunActions, RunListing):
     """Publish Specs and drive Runs (see the module docstring).
 
     Args:
@@ -488,73 +442,6 @@ class PsychClient(RunActions):
             if isinstance(record, StepStarted) and record.run is not None
         }
         return build_report(workflow_id, state, records, children)
-
-    async def list(
-        self,
-        *,
-        scope: Scope,
-        agent: str | None = None,
-        version_hash: str | None = None,
-        status: RunStatus | str | None = None,
-        suspended: bool = False,
-        limit: int = 100,
-    ) -> list[RunSummary]:
-        """The tenant's Runs, newest first, filtered by search attributes.
-
-        ``suspended=True`` lists only suspended Runs, each with what it waits for, on whom,
-        and until when (one state query per Run).
-
-        Raises:
-            SpecError: this client starts Runs without search attributes.
-        """
-        if not self.search_attributes:
-            raise SpecError("listing needs search attributes: this client starts Runs without")
-        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
-        if agent is not None:
-            clauses.append(f"{SA_AGENT} = {_quote(agent)}")
-        if version_hash is not None:
-            clauses.append(f"{SA_VERSION} = {_quote(version_hash)}")
-        if suspended:
-            status = RunStatus.SUSPENDED
-        if status is not None:
-            clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
-        found: list[RunSummary] = []
-        async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
-            attributes = execution.typed_search_attributes
-            _, run_id = parse_workflow_id(execution.id)
-            found.append(
-                RunSummary(
-                    workflow_id=execution.id,
-                    run_id=run_id,
-                    agent=attributes.get(_AGENT),
-                    version_hash=attributes.get(_VERSION),
-                    status=attributes.get(_STATUS),
-                    started_at=execution.start_time,
-                    closed_at=execution.close_time,
-                    suspension=attributes.get(_SUSPENSION),
-                )
-            )
-        if suspended:
-            found = [await self._with_pending(summary, scope) for summary in found]
-        return found
-
-    async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
-        """The summary with what the Run waits for; one Run nobody can answer for (no
-        worker polls its queue) must not hide the others, so it says why instead."""
-        wait = timedelta(seconds=LIST_QUERY_SECONDS)
-        try:
-            state = await self._state(summary.workflow_id, scope, wait)
-        except NotFound as err:
-            return dataclasses.replace(summary, unreadable=str(err))
-        except RPCError as err:
-            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-                why = f"no worker answered within {LIST_QUERY_SECONDS:g} s"
-            elif err.status == RPCStatusCode.FAILED_PRECONDITION:
-                why = "no worker polls its task queue"
-            else:
-                why = "Temporal refused the query"
-            return dataclasses.replace(summary, unreadable=f"{why} ({err.message})")
-        return dataclasses.replace(summary, pending=state.pending)
 
 
 async def _query(

@@ -1,0 +1,150 @@
+"""PsychClient's listing: a tenant's Runs by their search attributes, and, for suspended
+ones, what each waits for (one state query per Run, bounded so one Run no worker answers
+for cannot hide the others)."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.activities._ids import ids_from
+from psych_runtime.specs import NotFound, Scope, SpecError
+from psych_runtime.workflows.contract._contract import (
+    SA_AGENT,
+    SA_STATUS,
+    SA_SUSPENSION,
+    SA_TENANT,
+    SA_VERSION,
+    RunHandle,
+    RunState,
+)
+from psych_runtime.workflows.contract._records import Pending, RunStatus
+
+LIST_QUERY_SECONDS = 5.0
+"""How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
+_AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
+_VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
+_STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
+_SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One Run as listing shows it (from search attributes)."""
+
+    workflow_id: str
+    run_id: str
+    agent: str | None
+    version_hash: str | None
+    status: str | None
+    started_at: datetime | None
+    closed_at: datetime | None
+    suspension: str | None = None
+    """What a suspended Run waits on (approval, question, external, children)."""
+    pending: tuple[Pending, ...] = ()
+    """Filled by ``list(suspended=True)``: each item, with its expiry."""
+    unreadable: str | None = None
+    """Why ``list(suspended=True)`` could not read this Run's pending items (its state is a
+    query a worker of its task queue answers: none may be polling); None when read."""
+
+
+def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
+    """``(tenant, run id)`` of a Run's workflow id.
+
+    Raises:
+        NotFound: the id is not a psych Run id.
+    """
+    named = ids_from(workflow_id)
+    if named is None:
+        raise NotFound(f"{workflow_id!r} is not a psych Run id (psych-<tenant>-<run id>)")
+    return named
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class RunListing(abc.ABC):
+    """``list`` (PsychClient has it)."""
+
+    temporal: Client
+    search_attributes: bool
+
+    @abc.abstractmethod
+    async def _state(
+        self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
+    ) -> RunState:
+        """The Run's state (one query)."""
+
+    async def list(
+        self,
+        *,
+        scope: Scope,
+        agent: str | None = None,
+        version_hash: str | None = None,
+        status: RunStatus | str | None = None,
+        suspended: bool = False,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """The tenant's Runs, newest first, filtered by search attributes.
+
+        ``suspended=True`` lists only suspended Runs, each with what it waits for, on whom,
+        and until when (one state query per Run).
+
+        Raises:
+            SpecError: this client starts Runs without search attributes.
+        """
+        if not self.search_attributes:
+            raise SpecError("listing needs search attributes: this client starts Runs without")
+        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
+        if agent is not None:
+            clauses.append(f"{SA_AGENT} = {_quote(agent)}")
+        if version_hash is not None:
+            clauses.append(f"{SA_VERSION} = {_quote(version_hash)}")
+        if suspended:
+            status = RunStatus.SUSPENDED
+        if status is not None:
+            clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
+        found: list[RunSummary] = []
+        async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            _, run_id = parse_workflow_id(execution.id)
+            found.append(
+                RunSummary(
+                    workflow_id=execution.id,
+                    run_id=run_id,
+                    agent=attributes.get(_AGENT),
+                    version_hash=attributes.get(_VERSION),
+                    status=attributes.get(_STATUS),
+                    started_at=execution.start_time,
+                    closed_at=execution.close_time,
+                    suspension=attributes.get(_SUSPENSION),
+                )
+            )
+        if suspended:
+            found = [await self._with_pending(summary, scope) for summary in found]
+        return found
+
+    async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
+        """The summary with what the Run waits for; one Run nobody can answer for (no
+        worker polls its queue) must not hide the others, so it says why instead."""
+        wait = timedelta(seconds=LIST_QUERY_SECONDS)
+        try:
+            state = await self._state(summary.workflow_id, scope, wait)
+        except NotFound as err:
+            return dataclasses.replace(summary, unreadable=str(err))
+        except RPCError as err:
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                why = f"no worker answered within {LIST_QUERY_SECONDS:g} s"
+            elif err.status == RPCStatusCode.FAILED_PRECONDITION:
+                why = "no worker polls its task queue"
+            else:
+                why = "Temporal refused the query"
+            return dataclasses.replace(summary, unreadable=f"{why} ({err.message})")
+        return dataclasses.replace(summary, pending=state.pending)
