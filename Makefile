@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test lint typecheck unit bench bench-long clean
+.PHONY: setup path demo test check lint typecheck unit fast bench bench-long clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,13 @@ unit: $(STAMP)
 	$(BIN)/pytest -n 3 --dist loadfile
 
 test: lint typecheck unit
+
+# The fast loop: lint, types and every test that needs no Temporal server (the replay gate
+# included), in under two minutes; `make test` stays the whole suite.
+fast: $(STAMP)
+	$(BIN)/pytest -n 2 -m "not server" -p no:cacheprovider
+
+check: lint typecheck fast
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

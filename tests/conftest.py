@@ -24,3 +24,17 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+SERVER_FIXTURES = frozenset({"dev_env", "ts_env"})
+"""Fixtures that start a Temporal server: a test that uses one is marked ``server``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what needs a Temporal server (``make check`` runs the rest): the e2e and worker
+    suites, which start servers and workers of their own, and any test using one above."""
+    for item in items:
+        parts = item.path.parts
+        in_server_suite = "e2e" in parts or "workers" in parts
+        if in_server_suite or SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
