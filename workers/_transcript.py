@@ -36,6 +36,7 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     ToolCallFinished,
     ToolWithheld,
     TurnStarted,
@@ -47,7 +48,7 @@ class Wait:
     """Something a tool call waited for before its result: an approval, an answer, a
     completion, or a child Run."""
 
-    reason: str
+    reason: SuspensionReason
     outcome: Literal["approved", "rejected", "answered", "completed", "expired", "waiting"]
     by: str | None = None
     detail: str | None = None

@@ -40,6 +40,7 @@ from psych_runtime.workflows._contract import (
 )
 from psych_runtime.workflows._records import (
     AbortRequested,
+    CallSuspensionReason,
     ChildSettled,
     ChildSpawned,
     CompactionApplied,
@@ -63,6 +64,7 @@ from psych_runtime.workflows._records import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
@@ -86,6 +88,7 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "CallSuspensionReason",
     "ChildSettled",
     "ChildSpawned",
     "CompactionApplied",
@@ -134,6 +137,7 @@ __all__ = [
     "StepStarted",
     "Suspended",
     "SuspensionExpired",
+    "SuspensionReason",
     "TasksUpdated",
     "ToolCallFinished",
     "ToolCallReport",

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import AgentSpec
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._components import offer_components, show_component
+    from psych_runtime.workflows._records import SuspensionReason
     from psych_runtime.workflows._spawn import spawn, spawn_definition
     from psych_runtime.workflows._spawn_collect import (
         message_child,
@@ -150,7 +151,7 @@ async def _ask_question(
 ) -> ToolResult:
     answer = await run._suspend_call(
         call,
-        "question",
+        SuspensionReason.QUESTION,
         run._suspension.question_expires_seconds,
         question=str(arguments.get("question", "")),
         arguments="",

@@ -18,7 +18,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows._contract import ABORT, STEER, AbortInput, SteerInput, size_problem
-    from psych_runtime.workflows._records import Pending, RunStatus, Totals
+    from psych_runtime.workflows._records import Pending, RunStatus, SuspensionReason, Totals
     from psych_runtime.workflows._spawn import envelope_of, record_end
     from psych_runtime.workflows._suspensions import Wait, expires_at
     from psych_runtime.workflows._tool_result import ToolResult, inline
@@ -88,7 +88,7 @@ async def wait_children(
     if not ready():
         seconds = run._suspension.children_expires_seconds
         item = Pending(
-            reason="children",
+            reason=SuspensionReason.CHILDREN,
             id=call.id,
             call_id=call.id,
             tool=call.name,

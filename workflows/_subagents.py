@@ -41,7 +41,13 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._children import failed_totals
     from psych_runtime.workflows._contract import ABORT, AbortInput, ParentBounds, RunResult
     from psych_runtime.workflows._outcome import Stop
-    from psych_runtime.workflows._records import ChildSettled, Pending, RunStatus, Totals
+    from psych_runtime.workflows._records import (
+        ChildSettled,
+        Pending,
+        RunStatus,
+        SuspensionReason,
+        Totals,
+    )
     from psych_runtime.workflows._run_base import cause_text
     from psych_runtime.workflows._shape import has
     from psych_runtime.workflows._suspensions import Wait, expires_at
@@ -167,7 +173,7 @@ async def delegate(
     workflow_id = child.id
     seconds = run._suspension.children_expires_seconds
     item = Pending(
-        reason="children",
+        reason=SuspensionReason.CHILDREN,
         id=workflow_id,
         call_id=call.id,
         tool="delegate",

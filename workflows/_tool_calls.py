@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -45,8 +45,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows._mcp import McpState
     from psych_runtime.workflows._outcome import Stop
     from psych_runtime.workflows._records import (
+        CallSuspensionReason,
         Pending,
         RunStatus,
+        SuspensionReason,
         ToolCallFinished,
         ToolCallStarted,
         ToolCallStatus,
@@ -223,7 +225,7 @@ class ToolCalls(Handlers):
         if decision.decision == "allow":
             return None
         answer = await self._suspend_call(
-            call, "approval", self._suspension.approval_expires_seconds
+            call, SuspensionReason.APPROVAL, self._suspension.approval_expires_seconds
         )
         if answer.approved:
             return None
@@ -236,7 +238,7 @@ class ToolCalls(Handlers):
             return inline(call, "error", f"another call already waits on token {token!r}")
         answer = await self._suspend_call(
             call,
-            "external",
+            SuspensionReason.EXTERNAL,
             self._suspension.external_expires_seconds,
             id=token,
             question=outcome.content,
@@ -247,7 +249,7 @@ class ToolCalls(Handlers):
     async def _suspend_call(
         self,
         call: ToolCallRequest,
-        reason: Literal["approval", "question", "external"],
+        reason: CallSuspensionReason,
         seconds: float,
         *,
         id: str | None = None,
