@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, assert_never
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers._display import display_fields, format_display_record, task_lines
@@ -43,6 +43,7 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -98,29 +99,38 @@ def format_until(expires_at: datetime, now: datetime) -> str:
 
 def describe_pending(item: Pending) -> str:
     """What a pending item waits for, as a phrase after "waiting for"."""
-    if item.reason == "approval":
-        return f"approval of {item.tool}({_short(item.arguments, 80)})"
-    if item.reason == "question":
-        return f"an answer to {_short(item.question or '', 80)!r}"
-    if item.reason == "external":
-        said = f": {_short(item.question, 80)}" if item.question else ""
-        return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
-    if item.question:  # wait_children: the spawned children it waits for
-        return f"spawned children {_short(item.question, 120)}"
-    return f"subagent Run {item.id}"
+    match item.reason:
+        case SuspensionReason.APPROVAL:
+            return f"approval of {item.tool}({_short(item.arguments, 80)})"
+        case SuspensionReason.QUESTION:
+            return f"an answer to {_short(item.question or '', 80)!r}"
+        case SuspensionReason.EXTERNAL:
+            said = f": {_short(item.question, 80)}" if item.question else ""
+            return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
+        case SuspensionReason.CHILDREN if item.question:
+            # wait_children: the spawned children it waits for
+            return f"spawned children {_short(item.question, 120)}"
+        case SuspensionReason.CHILDREN:
+            return f"subagent Run {item.id}"
+        case _:
+            assert_never(item.reason)
 
 
 def resume_command(workflow_id: str, item: Pending, tenant: str) -> str | None:
     """The ``psych`` command that resumes ``item`` (None for child Runs, which finish)."""
     flag = "" if tenant == "default" else f" --tenant {tenant}"
     ident = _shell_word(item.id)
-    if item.reason == "approval":
-        return f"psych approve {workflow_id} {ident}{flag} (or: psych deny ... --note TEXT)"
-    if item.reason == "question":
-        return f"psych answer {workflow_id} {ident} TEXT{flag}"
-    if item.reason == "external":
-        return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
-    return None
+    match item.reason:
+        case SuspensionReason.APPROVAL:
+            return f"psych approve {workflow_id} {ident}{flag} (or: psych deny ... --note TEXT)"
+        case SuspensionReason.QUESTION:
+            return f"psych answer {workflow_id} {ident} TEXT{flag}"
+        case SuspensionReason.EXTERNAL:
+            return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
+        case SuspensionReason.CHILDREN:
+            return None
+        case _:
+            assert_never(item.reason)
 
 
 def _shell_word(text: str) -> str:
@@ -130,11 +140,15 @@ def _shell_word(text: str) -> str:
 
 
 def _pending_id(item: Pending) -> str:
-    if item.reason == "external":
-        return f"token {item.id}"
-    if item.reason == "children":
-        return f"call {item.call_id}"
-    return f"id {item.id}"
+    match item.reason:
+        case SuspensionReason.EXTERNAL:
+            return f"token {item.id}"
+        case SuspensionReason.CHILDREN:
+            return f"call {item.call_id}"
+        case SuspensionReason.APPROVAL | SuspensionReason.QUESTION:
+            return f"id {item.id}"
+        case _:
+            assert_never(item.reason)
 
 
 def _hooked(record: ToolCallFinished) -> str:
