@@ -25,6 +25,8 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
+    ComponentShown,
+    ContextProvided,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -32,8 +34,10 @@ from psych_runtime.workflows import (
     NextRunStarted,
     Pending,
     PsychClient,
+    Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunHandle,
     RunReport,
     RunSettled,
@@ -44,6 +48,7 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionExpired,
     SuspensionReason,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -162,7 +167,7 @@ def _hooked(record: ToolCallFinished) -> str:
     return f" (hooks: {effects}{ran})"
 
 
-def format_record(record: Any, *, full: bool = False) -> str:
+def format_record(record: Record, *, full: bool = False) -> str:
     """One readable progress line for a Record (``Record`` union member).
 
     Args:
@@ -170,108 +175,116 @@ def format_record(record: Any, *, full: bool = False) -> str:
         full: show model text, tool arguments and tool results whole (on the lines below
             when they have several), instead of shortened to one line.
     """
-    if isinstance(record, RunAdmitted):
-        said = _short(" / ".join(record.messages), 80)
-        thread = f", continuing {record.thread.run}" if record.thread else ""
-        return (
-            f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
-            f"input {said!r}{thread}"
-        )
-    if isinstance(record, TurnStarted):
-        return f"turn {record.turn}"
-    if isinstance(record, ModelCallStarted):
-        attempt = f" (attempt {record.attempt})" if record.attempt > 1 else ""
-        return f"  model call {record.model}{attempt} ..."
-    if isinstance(record, ModelCallFinished):
-        if record.tool_calls:
-            names = ", ".join(call.get("name", "?") for call in record.tool_calls)
-            said = f"{len(record.tool_calls)} tool call(s): {names}"
-        else:
-            said = "text" if full else f"text {_short(record.text, 80)!r}"
-        usage = record.usage
-        line = (
-            f"  model call {record.model} -> {said} "
-            f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
-            f"{_ms(record.latency.duration_ms)}]"
-        )
-        if not full or not record.text:
-            return line
-        return line + "\n" + "\n".join("      " + part for part in record.text.splitlines())
-    if isinstance(record, ModelCallFailed):
-        kind = "transient" if record.transient else "permanent"
-        status = f", HTTP {record.status}" if record.status is not None else ""
-        retry = f", retry after {record.retry_after:g} s" if record.retry_after is not None else ""
-        left = f"; {record.budget_left} retries left" if record.transient else ""
-        said = _short(record.message)
-        return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
-    if isinstance(record, ToolCallStarted):
-        return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
-    if isinstance(record, ToolCallFinished):
-        took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
-        took += _hooked(record)
-        if full:
-            return _whole(f"  tool call {record.tool} -> {record.status}{took}:", record.content)
-        return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
-    if isinstance(record, McpDiscovered):
-        if record.status == "unavailable":
-            return f"  MCP {record.server}: unavailable: {_short(record.error or '', 100)}"
-        source = "cached" if record.cached else "fresh"
-        deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
-        return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
-    if isinstance(record, ToolWithheld):
-        return f"  tool {record.tool} withheld after {record.failures} failures in a row"
-    if isinstance(record, Suspended):
-        item = record.pending
-        return (
-            f"  suspended: waiting for {describe_pending(item)} "
-            f"until {format_time(item.expires_at)} ({_pending_id(item)})"
-        )
-    if isinstance(record, Resumed):
-        by = f" by {record.by}" if record.by else ""
-        detail = f": {_short(record.detail, 80)}" if record.detail else ""
-        return f"  resumed: {record.outcome}{by} ({record.reason} {record.id}){detail}"
-    if isinstance(record, SuspensionExpired):
-        return f"  suspension expired: nobody answered {record.reason} {record.id} in time"
-    if isinstance(record, AbortRequested):
-        by = f" by {record.by}" if record.by else ""
-        return f"abort requested{by}: {_short(record.reason, 80)}"
-    if isinstance(record, SteerReceived):
-        by = f" from {record.by}" if record.by else ""
-        return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
-    if isinstance(record, NextRunStarted):
-        return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
-    if isinstance(record, ChildSpawned):
-        tools = ", ".join(record.tools) or "no tools"
-        return (
-            f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
-            f"Version {record.version_hash}"
-        )
-    if isinstance(record, StepStarted):
-        child = f" as {record.run}" if record.run else ""
-        given = _short(json.dumps(record.input, ensure_ascii=False), 80)
-        return f"step {record.index} {record.step} ({record.step_kind}){child}, given {given}"
-    if isinstance(record, StepFinished):
-        if record.ok:
-            said = _short(json.dumps(record.output, ensure_ascii=False), 80)
-            return f"step {record.step} -> ok: {said}"
-        return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
-    if isinstance(record, CompactionApplied):
-        return (
-            f"  compacted before turn {record.cut_turn} with {record.model}: "
-            f"{record.messages_replaced} messages summarised "
-            f"[{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens, "
-            f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
-        )
-    if isinstance(record, CompactionFailed):
-        return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
-    if isinstance(record, ChildSettled):
-        return child_settled_line(record)
-    if isinstance(record, RunSettled):
-        return f"settled {record.status}: {record.reason}"
-    shown = format_display_record(record)
-    if shown is not None:
-        return shown
-    return f"  {getattr(record, 'kind', type(record).__name__)}"
+    match record:
+        case RunAdmitted():
+            said = _short(" / ".join(record.messages), 80)
+            thread = f", continuing {record.thread.run}" if record.thread else ""
+            return (
+                f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
+                f"input {said!r}{thread}"
+            )
+        case TurnStarted():
+            return f"turn {record.turn}"
+        case ModelCallStarted():
+            attempt = f" (attempt {record.attempt})" if record.attempt > 1 else ""
+            return f"  model call {record.model}{attempt} ..."
+        case ModelCallFinished():
+            if record.tool_calls:
+                names = ", ".join(call.get("name", "?") for call in record.tool_calls)
+                said = f"{len(record.tool_calls)} tool call(s): {names}"
+            else:
+                said = "text" if full else f"text {_short(record.text, 80)!r}"
+            usage = record.usage
+            line = (
+                f"  model call {record.model} -> {said} "
+                f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
+                f"{_ms(record.latency.duration_ms)}]"
+            )
+            if not full or not record.text:
+                return line
+            return line + "\n" + "\n".join("      " + part for part in record.text.splitlines())
+        case ModelCallFailed():
+            kind = "transient" if record.transient else "permanent"
+            status = f", HTTP {record.status}" if record.status is not None else ""
+            retry = (
+                f", retry after {record.retry_after:g} s" if record.retry_after is not None else ""
+            )
+            left = f"; {record.budget_left} retries left" if record.transient else ""
+            said = _short(record.message)
+            return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
+        case ToolCallStarted():
+            return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
+        case ToolCallFinished():
+            took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
+            took += _hooked(record)
+            if full:
+                return _whole(
+                    f"  tool call {record.tool} -> {record.status}{took}:", record.content
+                )
+            return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
+        case McpDiscovered():
+            if record.status == "unavailable":
+                return f"  MCP {record.server}: unavailable: {_short(record.error or '', 100)}"
+            source = "cached" if record.cached else "fresh"
+            deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
+            return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
+        case ToolWithheld():
+            return f"  tool {record.tool} withheld after {record.failures} failures in a row"
+        case Suspended():
+            item = record.pending
+            return (
+                f"  suspended: waiting for {describe_pending(item)} "
+                f"until {format_time(item.expires_at)} ({_pending_id(item)})"
+            )
+        case Resumed():
+            by = f" by {record.by}" if record.by else ""
+            detail = f": {_short(record.detail, 80)}" if record.detail else ""
+            return f"  resumed: {record.outcome}{by} ({record.reason} {record.id}){detail}"
+        case SuspensionExpired():
+            return f"  suspension expired: nobody answered {record.reason} {record.id} in time"
+        case AbortRequested():
+            by = f" by {record.by}" if record.by else ""
+            return f"abort requested{by}: {_short(record.reason, 80)}"
+        case SteerReceived():
+            by = f" from {record.by}" if record.by else ""
+            return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
+        case NextRunStarted():
+            return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
+        case ChildSpawned():
+            tools = ", ".join(record.tools) or "no tools"
+            return (
+                f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
+                f"Version {record.version_hash}"
+            )
+        case StepStarted():
+            child = f" as {record.run}" if record.run else ""
+            given = _short(json.dumps(record.input, ensure_ascii=False), 80)
+            return f"step {record.index} {record.step} ({record.step_kind}){child}, given {given}"
+        case StepFinished():
+            if record.ok:
+                said = _short(json.dumps(record.output, ensure_ascii=False), 80)
+                return f"step {record.step} -> ok: {said}"
+            return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
+        case CompactionApplied():
+            return (
+                f"  compacted before turn {record.cut_turn} with {record.model}: "
+                f"{record.messages_replaced} messages summarised "
+                f"[{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens, "
+                f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
+            )
+        case CompactionFailed():
+            return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
+        case ChildSettled():
+            return child_settled_line(record)
+        case RunSettled():
+            return f"settled {record.status}: {record.reason}"
+        case TasksUpdated() | ComponentShown() | ContextProvided():
+            return format_display_record(record)
+        case RunContinued():
+            # Nothing to say but that it happened: the execution before it ended here.
+            return f"  {record.kind}"
+        case _:
+            assert_never(record)
 
 
 def _field(name: str, value: object) -> str:
