@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, assert_never
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers._display import display_fields, format_display_record, task_lines
@@ -25,6 +25,8 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
+    ComponentShown,
+    ContextProvided,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -32,8 +34,10 @@ from psych_runtime.workflows import (
     NextRunStarted,
     Pending,
     PsychClient,
+    Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunHandle,
     RunReport,
     RunSettled,
@@ -43,6 +47,8 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -98,29 +104,38 @@ def format_until(expires_at: datetime, now: datetime) -> str:
 
 def describe_pending(item: Pending) -> str:
     """What a pending item waits for, as a phrase after "waiting for"."""
-    if item.reason == "approval":
-        return f"approval of {item.tool}({_short(item.arguments, 80)})"
-    if item.reason == "question":
-        return f"an answer to {_short(item.question or '', 80)!r}"
-    if item.reason == "external":
-        said = f": {_short(item.question, 80)}" if item.question else ""
-        return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
-    if item.question:  # wait_children: the spawned children it waits for
-        return f"spawned children {_short(item.question, 120)}"
-    return f"subagent Run {item.id}"
+    match item.reason:
+        case SuspensionReason.APPROVAL:
+            return f"approval of {item.tool}({_short(item.arguments, 80)})"
+        case SuspensionReason.QUESTION:
+            return f"an answer to {_short(item.question or '', 80)!r}"
+        case SuspensionReason.EXTERNAL:
+            said = f": {_short(item.question, 80)}" if item.question else ""
+            return f"completion of {item.tool}({_short(item.arguments, 60)}){said}"
+        case SuspensionReason.CHILDREN if item.question:
+            # wait_children: the spawned children it waits for
+            return f"spawned children {_short(item.question, 120)}"
+        case SuspensionReason.CHILDREN:
+            return f"subagent Run {item.id}"
+        case _:
+            assert_never(item.reason)
 
 
 def resume_command(workflow_id: str, item: Pending, tenant: str) -> str | None:
     """The ``psych`` command that resumes ``item`` (None for child Runs, which finish)."""
     flag = "" if tenant == "default" else f" --tenant {tenant}"
     ident = _shell_word(item.id)
-    if item.reason == "approval":
-        return f"psych approve {workflow_id} {ident}{flag} (or: psych deny ... --note TEXT)"
-    if item.reason == "question":
-        return f"psych answer {workflow_id} {ident} TEXT{flag}"
-    if item.reason == "external":
-        return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
-    return None
+    match item.reason:
+        case SuspensionReason.APPROVAL:
+            return f"psych approve {workflow_id} {ident}{flag} (or: psych deny ... --note TEXT)"
+        case SuspensionReason.QUESTION:
+            return f"psych answer {workflow_id} {ident} TEXT{flag}"
+        case SuspensionReason.EXTERNAL:
+            return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
+        case SuspensionReason.CHILDREN:
+            return None
+        case _:
+            assert_never(item.reason)
 
 
 def _shell_word(text: str) -> str:
@@ -130,11 +145,15 @@ def _shell_word(text: str) -> str:
 
 
 def _pending_id(item: Pending) -> str:
-    if item.reason == "external":
-        return f"token {item.id}"
-    if item.reason == "children":
-        return f"call {item.call_id}"
-    return f"id {item.id}"
+    match item.reason:
+        case SuspensionReason.EXTERNAL:
+            return f"token {item.id}"
+        case SuspensionReason.CHILDREN:
+            return f"call {item.call_id}"
+        case SuspensionReason.APPROVAL | SuspensionReason.QUESTION:
+            return f"id {item.id}"
+        case _:
+            assert_never(item.reason)
 
 
 def _hooked(record: ToolCallFinished) -> str:
@@ -148,7 +167,7 @@ def _hooked(record: ToolCallFinished) -> str:
     return f" (hooks: {effects}{ran})"
 
 
-def format_record(record: Any, *, full: bool = False) -> str:
+def format_record(record: Record, *, full: bool = False) -> str:
     """One readable progress line for a Record (``Record`` union member).
 
     Args:
@@ -156,108 +175,116 @@ def format_record(record: Any, *, full: bool = False) -> str:
         full: show model text, tool arguments and tool results whole (on the lines below
             when they have several), instead of shortened to one line.
     """
-    if isinstance(record, RunAdmitted):
-        said = _short(" / ".join(record.messages), 80)
-        thread = f", continuing {record.thread.run}" if record.thread else ""
-        return (
-            f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
-            f"input {said!r}{thread}"
-        )
-    if isinstance(record, TurnStarted):
-        return f"turn {record.turn}"
-    if isinstance(record, ModelCallStarted):
-        attempt = f" (attempt {record.attempt})" if record.attempt > 1 else ""
-        return f"  model call {record.model}{attempt} ..."
-    if isinstance(record, ModelCallFinished):
-        if record.tool_calls:
-            names = ", ".join(call.get("name", "?") for call in record.tool_calls)
-            said = f"{len(record.tool_calls)} tool call(s): {names}"
-        else:
-            said = "text" if full else f"text {_short(record.text, 80)!r}"
-        usage = record.usage
-        line = (
-            f"  model call {record.model} -> {said} "
-            f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
-            f"{_ms(record.latency.duration_ms)}]"
-        )
-        if not full or not record.text:
-            return line
-        return line + "\n" + "\n".join("      " + part for part in record.text.splitlines())
-    if isinstance(record, ModelCallFailed):
-        kind = "transient" if record.transient else "permanent"
-        status = f", HTTP {record.status}" if record.status is not None else ""
-        retry = f", retry after {record.retry_after:g} s" if record.retry_after is not None else ""
-        left = f"; {record.budget_left} retries left" if record.transient else ""
-        said = _short(record.message)
-        return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
-    if isinstance(record, ToolCallStarted):
-        return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
-    if isinstance(record, ToolCallFinished):
-        took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
-        took += _hooked(record)
-        if full:
-            return _whole(f"  tool call {record.tool} -> {record.status}{took}:", record.content)
-        return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
-    if isinstance(record, McpDiscovered):
-        if record.status == "unavailable":
-            return f"  MCP {record.server}: unavailable: {_short(record.error or '', 100)}"
-        source = "cached" if record.cached else "fresh"
-        deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
-        return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
-    if isinstance(record, ToolWithheld):
-        return f"  tool {record.tool} withheld after {record.failures} failures in a row"
-    if isinstance(record, Suspended):
-        item = record.pending
-        return (
-            f"  suspended: waiting for {describe_pending(item)} "
-            f"until {format_time(item.expires_at)} ({_pending_id(item)})"
-        )
-    if isinstance(record, Resumed):
-        by = f" by {record.by}" if record.by else ""
-        detail = f": {_short(record.detail, 80)}" if record.detail else ""
-        return f"  resumed: {record.outcome}{by} ({record.reason} {record.id}){detail}"
-    if isinstance(record, SuspensionExpired):
-        return f"  suspension expired: nobody answered {record.reason} {record.id} in time"
-    if isinstance(record, AbortRequested):
-        by = f" by {record.by}" if record.by else ""
-        return f"abort requested{by}: {_short(record.reason, 80)}"
-    if isinstance(record, SteerReceived):
-        by = f" from {record.by}" if record.by else ""
-        return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
-    if isinstance(record, NextRunStarted):
-        return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
-    if isinstance(record, ChildSpawned):
-        tools = ", ".join(record.tools) or "no tools"
-        return (
-            f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
-            f"Version {record.version_hash}"
-        )
-    if isinstance(record, StepStarted):
-        child = f" as {record.run}" if record.run else ""
-        given = _short(json.dumps(record.input, ensure_ascii=False), 80)
-        return f"step {record.index} {record.step} ({record.step_kind}){child}, given {given}"
-    if isinstance(record, StepFinished):
-        if record.ok:
-            said = _short(json.dumps(record.output, ensure_ascii=False), 80)
-            return f"step {record.step} -> ok: {said}"
-        return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
-    if isinstance(record, CompactionApplied):
-        return (
-            f"  compacted before turn {record.cut_turn} with {record.model}: "
-            f"{record.messages_replaced} messages summarised "
-            f"[{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens, "
-            f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
-        )
-    if isinstance(record, CompactionFailed):
-        return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
-    if isinstance(record, ChildSettled):
-        return child_settled_line(record)
-    if isinstance(record, RunSettled):
-        return f"settled {record.status}: {record.reason}"
-    shown = format_display_record(record)
-    if shown is not None:
-        return shown
-    return f"  {getattr(record, 'kind', type(record).__name__)}"
+    match record:
+        case RunAdmitted():
+            said = _short(" / ".join(record.messages), 80)
+            thread = f", continuing {record.thread.run}" if record.thread else ""
+            return (
+                f"run admitted: {record.spec_kind} {record.agent} ({record.version_hash[:19]}), "
+                f"input {said!r}{thread}"
+            )
+        case TurnStarted():
+            return f"turn {record.turn}"
+        case ModelCallStarted():
+            attempt = f" (attempt {record.attempt})" if record.attempt > 1 else ""
+            return f"  model call {record.model}{attempt} ..."
+        case ModelCallFinished():
+            if record.tool_calls:
+                names = ", ".join(call.get("name", "?") for call in record.tool_calls)
+                said = f"{len(record.tool_calls)} tool call(s): {names}"
+            else:
+                said = "text" if full else f"text {_short(record.text, 80)!r}"
+            usage = record.usage
+            line = (
+                f"  model call {record.model} -> {said} "
+                f"[{usage.input_tokens} in / {usage.output_tokens} out tokens, "
+                f"{_ms(record.latency.duration_ms)}]"
+            )
+            if not full or not record.text:
+                return line
+            return line + "\n" + "\n".join("      " + part for part in record.text.splitlines())
+        case ModelCallFailed():
+            kind = "transient" if record.transient else "permanent"
+            status = f", HTTP {record.status}" if record.status is not None else ""
+            retry = (
+                f", retry after {record.retry_after:g} s" if record.retry_after is not None else ""
+            )
+            left = f"; {record.budget_left} retries left" if record.transient else ""
+            said = _short(record.message)
+            return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
+        case ToolCallStarted():
+            return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
+        case ToolCallFinished():
+            took = f" [{_ms(record.latency.duration_ms)}]" if record.latency else ""
+            took += _hooked(record)
+            if full:
+                return _whole(
+                    f"  tool call {record.tool} -> {record.status}{took}:", record.content
+                )
+            return f"  tool call {record.tool} -> {record.status}: {_short(record.content)}{took}"
+        case McpDiscovered():
+            if record.status == "unavailable":
+                return f"  MCP {record.server}: unavailable: {_short(record.error or '', 100)}"
+            source = "cached" if record.cached else "fresh"
+            deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
+            return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
+        case ToolWithheld():
+            return f"  tool {record.tool} withheld after {record.failures} failures in a row"
+        case Suspended():
+            item = record.pending
+            return (
+                f"  suspended: waiting for {describe_pending(item)} "
+                f"until {format_time(item.expires_at)} ({_pending_id(item)})"
+            )
+        case Resumed():
+            by = f" by {record.by}" if record.by else ""
+            detail = f": {_short(record.detail, 80)}" if record.detail else ""
+            return f"  resumed: {record.outcome}{by} ({record.reason} {record.id}){detail}"
+        case SuspensionExpired():
+            return f"  suspension expired: nobody answered {record.reason} {record.id} in time"
+        case AbortRequested():
+            by = f" by {record.by}" if record.by else ""
+            return f"abort requested{by}: {_short(record.reason, 80)}"
+        case SteerReceived():
+            by = f" from {record.by}" if record.by else ""
+            return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
+        case NextRunStarted():
+            return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
+        case ChildSpawned():
+            tools = ", ".join(record.tools) or "no tools"
+            return (
+                f"  spawned {record.agent} as {record.run} ({record.model}; {tools}), "
+                f"Version {record.version_hash}"
+            )
+        case StepStarted():
+            child = f" as {record.run}" if record.run else ""
+            given = _short(json.dumps(record.input, ensure_ascii=False), 80)
+            return f"step {record.index} {record.step} ({record.step_kind}){child}, given {given}"
+        case StepFinished():
+            if record.ok:
+                said = _short(json.dumps(record.output, ensure_ascii=False), 80)
+                return f"step {record.step} -> ok: {said}"
+            return f"step {record.step} -> failed: {_short(record.error or '', 100)}"
+        case CompactionApplied():
+            return (
+                f"  compacted before turn {record.cut_turn} with {record.model}: "
+                f"{record.messages_replaced} messages summarised "
+                f"[{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens, "
+                f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
+            )
+        case CompactionFailed():
+            return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
+        case ChildSettled():
+            return child_settled_line(record)
+        case RunSettled():
+            return f"settled {record.status}: {record.reason}"
+        case TasksUpdated() | ComponentShown() | ContextProvided():
+            return format_display_record(record)
+        case RunContinued():
+            # Nothing to say but that it happened: the execution before it ended here.
+            return f"  {record.kind}"
+        case _:
+            assert_never(record)
 
 
 def _field(name: str, value: object) -> str:

@@ -12,7 +12,7 @@ provider's failure detail has its control characters escaped (``activities._cont
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import assert_never
 
 from psych_runtime.specs import (
     AnyComponent,
@@ -100,26 +100,34 @@ def context_line(record: ContextProvided) -> str:
     return line + (f"; skipped {skipped}" if skipped else "")
 
 
-def format_display_record(record: Any) -> str | None:
-    """The progress line(s) of a display record; None for any other record."""
-    if isinstance(record, TasksUpdated):
-        lines = [f"  tasks ({tasks_summary(record.tasks)}):"]
-        return "\n".join([*lines, *("      " + line for line in task_lines(record.tasks))])
-    if isinstance(record, ComponentShown):
-        first, *rest = component_lines(record.component)
-        return "\n".join(["  shown " + first, *("      " + line for line in rest)])
-    if isinstance(record, ContextProvided):
-        return context_line(record)
-    return None
+DisplayRecord = TasksUpdated | ComponentShown | ContextProvided
+"""The records this module shows (``_console`` and ``_render`` hand them over)."""
 
 
-def display_style(record: Any) -> str | None:
-    """The line style of a display record; None for any other record."""
-    if isinstance(record, TasksUpdated | ComponentShown):
-        return "blue"
-    if isinstance(record, ContextProvided):
-        return "yellow" if record.skipped else "dim"
-    return None
+def format_display_record(record: DisplayRecord) -> str:
+    """The progress line(s) of a display record."""
+    match record:
+        case TasksUpdated():
+            lines = [f"  tasks ({tasks_summary(record.tasks)}):"]
+            return "\n".join([*lines, *("      " + line for line in task_lines(record.tasks))])
+        case ComponentShown():
+            first, *rest = component_lines(record.component)
+            return "\n".join(["  shown " + first, *("      " + line for line in rest)])
+        case ContextProvided():
+            return context_line(record)
+        case _:
+            assert_never(record)
+
+
+def display_style(record: DisplayRecord) -> str:
+    """The line style of a display record."""
+    match record:
+        case TasksUpdated() | ComponentShown():
+            return "blue"
+        case ContextProvided():
+            return "yellow" if record.skipped else "dim"
+        case _:
+            assert_never(record)
 
 
 def display_fields(report: RunReport) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import assert_never
 
 from rich.console import Group, RenderableType
 from rich.live import Live
@@ -23,12 +23,24 @@ from rich.text import Text
 from psych_runtime.workers._display import tasks_summary
 from psych_runtime.workers._render import Output, command_text, styled_line
 from psych_runtime.workflows import (
+    AbortRequested,
+    ChildSettled,
+    ChildSpawned,
+    CompactionApplied,
+    CompactionFailed,
+    ComponentShown,
+    ContextProvided,
+    McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
+    NextRunStarted,
+    Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunSettled,
+    SteerReceived,
     StepFinished,
     StepStarted,
     Suspended,
@@ -36,6 +48,7 @@ from psych_runtime.workflows import (
     TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
+    ToolWithheld,
     TurnStarted,
 )
 
@@ -77,44 +90,64 @@ class RunProgress:
     """The last settled record (a step's child Run settles before its step finishes, so
     the followed Run's own comes last)."""
 
-    def add(self, record: Any, waiting: tuple[str, str | None] | None = None) -> None:
+    def add(self, record: Record, waiting: tuple[str, str | None] | None = None) -> None:
         """Take one record; ``waiting``: a Suspended record's wait (what it waits for, and
         the command that resumes it)."""
-        if isinstance(record, RunAdmitted):
-            self.started = record.at if self.started is None else self.started
-        elif isinstance(record, TurnStarted):
-            self.turn = record.turn
-        elif isinstance(record, StepStarted):
-            self.step = record.step
-        elif isinstance(record, StepFinished):
-            # The turns counted were the step's child Run's: a workflow has none of its own.
-            self.step, self.last_step, self.turn = None, record.step, 0
-            self.settled = None  # that was the step's child Run settling; this one goes on
-        elif isinstance(record, ModelCallStarted):
-            self.model = record.model
-        elif isinstance(record, ModelCallFinished):
-            self.model = None
-            self.input_tokens += record.usage.input_tokens
-            self.output_tokens += record.usage.output_tokens
-            if record.cost is None:
-                self.cost_unknown = True
-            else:
-                self.cost = (self.cost or 0.0) + record.cost
-        elif isinstance(record, ModelCallFailed):
-            self.model = None
-        elif isinstance(record, ToolCallStarted):
-            self.tools.append(record.tool)
-        elif isinstance(record, ToolCallFinished):
-            if record.tool in self.tools:
-                self.tools.remove(record.tool)
-        elif isinstance(record, Suspended):
-            self.pending[record.pending.id] = waiting or (record.pending.reason, None)
-        elif isinstance(record, Resumed | SuspensionExpired):
-            self.pending.pop(record.id, None)
-        elif isinstance(record, RunSettled):
-            self.settled = record
-        elif isinstance(record, TasksUpdated):
-            self.tasks = tasks_summary(record.tasks)
+        match record:
+            case RunAdmitted():
+                self.started = record.at if self.started is None else self.started
+            case TurnStarted():
+                self.turn = record.turn
+            case StepStarted():
+                self.step = record.step
+            case StepFinished():
+                # The turns counted were the step's child Run's: a workflow has none of its own.
+                self.step, self.last_step, self.turn = None, record.step, 0
+                self.settled = None  # that was the step's child Run settling; this one goes on
+            case ModelCallStarted():
+                self.model = record.model
+            case ModelCallFinished():
+                self.model = None
+                self.input_tokens += record.usage.input_tokens
+                self.output_tokens += record.usage.output_tokens
+                if record.cost is None:
+                    self.cost_unknown = True
+                else:
+                    self.cost = (self.cost or 0.0) + record.cost
+            case ModelCallFailed():
+                self.model = None
+            case ToolCallStarted():
+                self.tools.append(record.tool)
+            case ToolCallFinished():
+                if record.tool in self.tools:
+                    self.tools.remove(record.tool)
+            case Suspended():
+                self.pending[record.pending.id] = waiting or (record.pending.reason, None)
+            case Resumed() | SuspensionExpired():
+                self.pending.pop(record.id, None)
+            case RunSettled():
+                self.settled = record
+            case TasksUpdated():
+                self.tasks = tasks_summary(record.tasks)
+            case (
+                ToolWithheld()
+                | McpDiscovered()
+                | AbortRequested()
+                | SteerReceived()
+                | NextRunStarted()
+                | ChildSettled()
+                | ChildSpawned()
+                | ComponentShown()
+                | ContextProvided()
+                | CompactionApplied()
+                | CompactionFailed()
+                | RunContinued()
+            ):
+                # The line shows the turn or step, the model calls' tokens and cost, what
+                # runs and what is waited on: none of these records changes any of that.
+                pass
+            case _:
+                assert_never(record)
 
     def doing(self) -> str:
         """What the Run does now, in a few words."""
@@ -184,7 +217,7 @@ class RunView:
         self.progress = RunProgress()
         self._live: Live | None = None
 
-    def line(self, text: str, record: Any = None) -> None:
+    def line(self, text: str, record: Record | None = None) -> None:
         """Print one line (a record's, styled by it on a terminal)."""
         console = self.output.console
         if console is None:
@@ -200,7 +233,9 @@ class RunView:
         else:
             console.print(command_text(text), soft_wrap=True)
 
-    def record(self, record: Any, text: str, waiting: tuple[str, str | None] | None = None) -> None:
+    def record(
+        self, record: Record, text: str, waiting: tuple[str, str | None] | None = None
+    ) -> None:
         """Print a record's line and take its progress (``waiting``: see RunProgress.add)."""
         self.line(text, record)
         self.progress.add(record, waiting)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO, assert_never
 
 from rich.console import Console, RenderableType
 from rich.table import Table
@@ -25,12 +25,21 @@ from rich.text import Text
 from psych_runtime.workers._display import display_style
 from psych_runtime.workflows import (
     AbortRequested,
+    ChildSettled,
+    ChildSpawned,
+    CompactionApplied,
+    CompactionFailed,
+    ComponentShown,
+    ContextProvided,
+    McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunSettled,
     RunStatus,
     SteerReceived,
@@ -38,6 +47,7 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -105,37 +115,50 @@ def output_for(file: TextIO) -> Output:
     return Output(file=file, console=console, live=live)
 
 
-def record_style(record: Any) -> str:
-    """The style of a record's line."""
-    if isinstance(record, RunAdmitted | StepStarted):
-        return "bold"
-    if isinstance(record, TurnStarted):
-        return "bold cyan"
-    if isinstance(record, ModelCallStarted | ToolCallStarted):
-        return "dim"
-    if isinstance(record, ModelCallFinished):
-        return ""
-    if isinstance(record, ModelCallFailed):
-        return "yellow" if record.transient else "red"
-    if isinstance(record, ToolCallFinished):
-        return _TOOL_STYLES.get(record.status, "")
-    if isinstance(record, ToolWithheld | Suspended):
-        return "bold yellow"
-    if isinstance(record, Resumed):
-        return "yellow" if record.outcome == "rejected" else "green"
-    if isinstance(record, SuspensionExpired | AbortRequested):
-        return "red"
-    if isinstance(record, SteerReceived | NextRunStarted):
-        return "magenta"
-    if isinstance(record, StepFinished):
-        return "green" if record.ok else "red"
-    if isinstance(record, RunSettled):
-        return "bold " + STATUS_STYLES.get(record.status, "")
-    return display_style(record) or ""
+def record_style(record: Record | None) -> str:
+    """The style of a record's line (None: a line that is no record's, unstyled)."""
+    match record:
+        case RunAdmitted() | StepStarted():
+            return "bold"
+        case TurnStarted():
+            return "bold cyan"
+        case ModelCallStarted() | ToolCallStarted():
+            return "dim"
+        case ModelCallFailed():
+            return "yellow" if record.transient else "red"
+        case ToolCallFinished():
+            return _TOOL_STYLES.get(record.status, "")
+        case ToolWithheld() | Suspended():
+            return "bold yellow"
+        case Resumed():
+            return "yellow" if record.outcome == "rejected" else "green"
+        case SuspensionExpired() | AbortRequested():
+            return "red"
+        case SteerReceived() | NextRunStarted():
+            return "magenta"
+        case StepFinished():
+            return "green" if record.ok else "red"
+        case RunSettled():
+            return "bold " + STATUS_STYLES.get(record.status, "")
+        case TasksUpdated() | ComponentShown() | ContextProvided():
+            return display_style(record)
+        case (
+            ModelCallFinished()
+            | McpDiscovered()
+            | ChildSpawned()
+            | ChildSettled()
+            | CompactionApplied()
+            | CompactionFailed()
+            | RunContinued()
+            | None
+        ):
+            return ""  # the terminal's own style: the line's text says all there is
+        case _:
+            assert_never(record)
 
 
-def styled_line(text: str, record: Any) -> Text:
-    """A record's plain line in its style."""
+def styled_line(text: str, record: Record | None) -> Text:
+    """A record's plain line in its style (None: a line that is no record's)."""
     return Text(text, style=record_style(record))
 
 

@@ -19,16 +19,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from psych_runtime.specs import Scope
 from psych_runtime.workflows import (
+    AbortRequested,
+    ChildSettled,
+    ChildSpawned,
+    CompactionApplied,
+    CompactionFailed,
+    ComponentShown,
+    ContextProvided,
+    McpDiscovered,
+    ModelCallFailed,
     ModelCallFinished,
+    ModelCallStarted,
+    NextRunStarted,
     Pending,
     PsychClient,
     Record,
     Resumed,
     RunAdmitted,
+    RunContinued,
     RunHandle,
     RunSettled,
     SteerReceived,
@@ -36,7 +48,10 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
+    TasksUpdated,
     ToolCallFinished,
+    ToolCallStarted,
     ToolWithheld,
     TurnStarted,
 )
@@ -47,7 +62,7 @@ class Wait:
     """Something a tool call waited for before its result: an approval, an answer, a
     completion, or a child Run."""
 
-    reason: str
+    reason: SuspensionReason
     outcome: Literal["approved", "rejected", "answered", "completed", "expired", "waiting"]
     by: str | None = None
     detail: str | None = None
@@ -150,7 +165,7 @@ def _steered(steer: SteerReceived, turn: int) -> Message:
 
 def build_transcript(
     workflow_id: str,
-    records: Sequence[Any],
+    records: Sequence[Record],
     children: Mapping[str, Transcript] | None = None,
 ) -> Transcript:
     """A Run's transcript from its records (in seq order); ``children``: the transcripts
@@ -178,80 +193,109 @@ def build_transcript(
             queued[mode].clear()
 
     for record in records:
-        if isinstance(record, SteerReceived) and record.mode in queued:
-            queued[record.mode].append(record)
-        elif isinstance(record, TurnStarted):
-            turn = record.turn
-            messages.extend(notes)
-            notes.clear()
-            take(turn, "steer")
-        elif isinstance(record, ModelCallFinished):
-            messages.append(
-                Message(
-                    role="assistant",
-                    content=record.text,
-                    turn=record.turn,
-                    origin="model",
-                    model=record.model,
-                    tool_calls=record.tool_calls,
+        match record:
+            case SteerReceived():
+                # A next_run message starts the next Run: this Run's model never sees it.
+                if record.mode in queued:
+                    queued[record.mode].append(record)
+            case TurnStarted():
+                turn = record.turn
+                messages.extend(notes)
+                notes.clear()
+                take(turn, "steer")
+            case ModelCallFinished():
+                messages.append(
+                    Message(
+                        role="assistant",
+                        content=record.text,
+                        turn=record.turn,
+                        origin="model",
+                        model=record.model,
+                        tool_calls=record.tool_calls,
+                    )
                 )
-            )
-            if not record.tool_calls:
-                take(record.turn + 1, "steer", "follow_up")
-        elif isinstance(record, Suspended):
-            held[record.pending.id] = record.pending
-            waits.setdefault(record.pending.call_id, []).append(
-                Wait(
-                    reason=record.pending.reason,
-                    outcome="waiting",
-                    question=record.pending.question,
+                if not record.tool_calls:
+                    take(record.turn + 1, "steer", "follow_up")
+            case Suspended():
+                held[record.pending.id] = record.pending
+                waits.setdefault(record.pending.call_id, []).append(
+                    Wait(
+                        reason=record.pending.reason,
+                        outcome="waiting",
+                        question=record.pending.question,
+                    )
                 )
-            )
-        elif isinstance(record, Resumed | SuspensionExpired):
-            pending = held.pop(record.id, None)
-            if pending is not None:
-                _settle_wait(waits.get(pending.call_id, []), record)
-        elif isinstance(record, ToolCallFinished):
-            messages.append(
-                Message(
-                    role="tool",
-                    content=record.content,
-                    turn=record.turn + 1,
-                    origin="tool",
-                    tool_call_id=record.call_id,
-                    tool=record.tool,
-                    status=record.status,
-                    waits=tuple(waits.pop(record.call_id, [])),
-                    truncated=record.truncated,
-                    size=record.size,
-                    result_ref=record.result_ref,
-                    exact=not record.truncated,
+            case Resumed() | SuspensionExpired():
+                pending = held.pop(record.id, None)
+                if pending is not None:
+                    _settle_wait(waits.get(pending.call_id, []), record)
+            case ToolCallFinished():
+                messages.append(
+                    Message(
+                        role="tool",
+                        content=record.content,
+                        turn=record.turn + 1,
+                        origin="tool",
+                        tool_call_id=record.call_id,
+                        tool=record.tool,
+                        status=record.status,
+                        waits=tuple(waits.pop(record.call_id, [])),
+                        truncated=record.truncated,
+                        size=record.size,
+                        result_ref=record.result_ref,
+                        exact=not record.truncated,
+                    )
                 )
-            )
-        elif isinstance(record, ToolWithheld):
-            notes.append(_withheld_note(record, turn))
-        elif isinstance(record, StepStarted):
-            steps[record.step] = StepTranscript(
-                index=record.index,
-                name=record.step,
-                kind=record.step_kind,
-                input=record.input,
-                child=(children or {}).get(record.run or ""),
-            )
-        elif isinstance(record, StepFinished):
-            begun = steps.get(record.step)
-            steps[record.step] = StepTranscript(
-                index=begun.index if begun else len(steps) + 1,
-                name=record.step,
-                kind=record.step_kind,
-                input=begun.input if begun else None,
-                ok=record.ok,
-                output=record.output,
-                error=record.error,
-                child=(children or {}).get(record.run or "") or (begun.child if begun else None),
-            )
-        elif isinstance(record, RunSettled):
-            settled = record
+            case ToolWithheld():
+                notes.append(_withheld_note(record, turn))
+            case StepStarted():
+                steps[record.step] = StepTranscript(
+                    index=record.index,
+                    name=record.step,
+                    kind=record.step_kind,
+                    input=record.input,
+                    child=(children or {}).get(record.run or ""),
+                )
+            case StepFinished():
+                begun = steps.get(record.step)
+                steps[record.step] = StepTranscript(
+                    index=begun.index if begun else len(steps) + 1,
+                    name=record.step,
+                    kind=record.step_kind,
+                    input=begun.input if begun else None,
+                    ok=record.ok,
+                    output=record.output,
+                    error=record.error,
+                    child=(children or {}).get(record.run or "")
+                    or (begun.child if begun else None),
+                )
+            case RunSettled():
+                settled = record
+            case RunAdmitted():
+                pass  # the system prompt and the input: ``admitted`` above
+            case (
+                ModelCallStarted()
+                | ModelCallFailed()
+                | ToolCallStarted()
+                | McpDiscovered()
+                | AbortRequested()
+                | NextRunStarted()
+                | ChildSpawned()
+                | ChildSettled()
+                | TasksUpdated()
+                | ComponentShown()
+                | ContextProvided()
+                | CompactionApplied()
+                | CompactionFailed()
+                | RunContinued()
+            ):
+                # No message of the conversation: a call's start or failure, what an MCP
+                # server offered, an abort, a next Run, a child's start and end (its result
+                # is the tool result), what the system prompt showed (tasks, context) or
+                # the user was shown (components), a compaction, a continue-as-new.
+                pass
+            case _:
+                assert_never(record)
     unseen = [_steered(steer, 0) for mode in ("steer", "follow_up") for steer in queued[mode]]
     kind = admitted.spec_kind if admitted is not None else "agent"
     return Transcript(
@@ -271,16 +315,21 @@ def _settle_wait(waits: list[Wait], record: Resumed | SuspensionExpired) -> None
     """Mark the call's open wait for ``record``'s item answered (or expired)."""
     for index, wait in enumerate(waits):
         if wait.outcome == "waiting" and wait.reason == record.reason:
-            if isinstance(record, Resumed):
-                waits[index] = Wait(
-                    reason=wait.reason,
-                    outcome=record.outcome,
-                    by=record.by,
-                    detail=record.detail,
-                    question=wait.question,
-                )
-            else:
-                waits[index] = Wait(reason=wait.reason, outcome="expired", question=wait.question)
+            match record:
+                case Resumed():
+                    waits[index] = Wait(
+                        reason=wait.reason,
+                        outcome=record.outcome,
+                        by=record.by,
+                        detail=record.detail,
+                        question=wait.question,
+                    )
+                case SuspensionExpired():
+                    waits[index] = Wait(
+                        reason=wait.reason, outcome="expired", question=wait.question
+                    )
+                case _:
+                    assert_never(record)
             return
 
 

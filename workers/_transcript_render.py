@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TextIO
+from typing import Any, TextIO, assert_never
 
 from rich.text import Text
 
 from psych_runtime.workers._render import STATUS_STYLES, output_for
 from psych_runtime.workers._transcript import Message, StepTranscript, Transcript, Wait
+from psych_runtime.workflows import SuspensionReason
 
 _ROLE_STYLES = {"system": "bold magenta", "user": "bold blue", "assistant": "bold green"}
 
 
 def _wait_text(wait: Wait) -> str:
-    what = {"approval": "approval", "question": "question", "external": "completion"}.get(
-        wait.reason, wait.reason
-    )
+    match wait.reason:
+        case SuspensionReason.APPROVAL:
+            what = "approval"
+        case SuspensionReason.QUESTION:
+            what = "question"
+        case SuspensionReason.EXTERNAL:
+            what = "completion"
+        case SuspensionReason.CHILDREN:
+            what = "children"
+        case _:
+            assert_never(wait.reason)
     asked = f" {wait.question!r}" if wait.question else ""
     if wait.outcome == "waiting":
         return f"{what}{asked}: still waiting"

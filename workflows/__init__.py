@@ -42,6 +42,7 @@ from psych_runtime.workflows.contract._contract import (
 )
 from psych_runtime.workflows.contract._records import (
     AbortRequested,
+    CallSuspensionReason,
     ChildSettled,
     ChildSpawned,
     CompactionApplied,
@@ -65,6 +66,7 @@ from psych_runtime.workflows.contract._records import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
@@ -82,6 +84,7 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "CallSuspensionReason",
     "ChildSettled",
     "ChildSpawned",
     "CompactionApplied",
@@ -130,6 +133,7 @@ __all__ = [
     "StepStarted",
     "Suspended",
     "SuspensionExpired",
+    "SuspensionReason",
     "TasksUpdated",
     "ToolCallFinished",
     "ToolCallReport",

@@ -19,6 +19,7 @@ from psych_runtime.workflows import (
     SteerReceived,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -99,7 +100,9 @@ def test_withheld_note_follows_the_turns_results_and_late_steering_is_unseen() -
     ]
     note = transcript.messages[5]
     assert not note.exact and "flaky" in note.content
-    assert transcript.messages[-1].waits == (Wait(reason="approval", outcome="expired"),)
+    assert transcript.messages[-1].waits == (
+        Wait(reason=SuspensionReason.APPROVAL, outcome="expired"),
+    )
     assert [(m.content, m.by) for m in transcript.unseen] == [("too late", "bob")]
     assert (transcript.status, transcript.reason) == ("abandoned", "expired")
 

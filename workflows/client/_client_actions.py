@@ -28,6 +28,7 @@ from psych_runtime.workflows.contract._contract import (
     SteerInput,
     size_problem,
 )
+from psych_runtime.workflows.contract._records import SuspensionReason
 
 
 class RunActions(abc.ABC):
@@ -100,7 +101,7 @@ class RunActions(abc.ABC):
         self, run: RunHandle | str, call_id: str, approved: bool, scope: Scope, note: str | None
     ) -> ResumeResult:
         request = ResumeInput(
-            reason="approval",
+            reason=SuspensionReason.APPROVAL,
             id=call_id,
             tenant=scope.tenant,
             by=scope.principal,
@@ -116,7 +117,11 @@ class RunActions(abc.ABC):
         return await self.resume(
             run,
             ResumeInput(
-                reason="question", id=call_id, tenant=scope.tenant, by=scope.principal, answer=text
+                reason=SuspensionReason.QUESTION,
+                id=call_id,
+                tenant=scope.tenant,
+                by=scope.principal,
+                answer=text,
             ),
             scope=scope,
         )
@@ -128,7 +133,7 @@ class RunActions(abc.ABC):
         return await self.resume(
             run,
             ResumeInput(
-                reason="external",
+                reason=SuspensionReason.EXTERNAL,
                 id=token,
                 tenant=scope.tenant,
                 by=scope.principal,

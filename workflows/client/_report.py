@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict
 
@@ -13,7 +13,9 @@ from psych_runtime.workflows.contract._contract import (
     RunState,
 )
 from psych_runtime.workflows.contract._records import (
+    AbortRequested,
     ChildSettled,
+    ChildSpawned,
     CompactionApplied,
     CompactionFailed,
     ComponentShown,
@@ -22,17 +24,26 @@ from psych_runtime.workflows.contract._records import (
     ModelCallFailed,
     ModelCallFinished,
     ModelCallStarted,
+    NextRunStarted,
+    Record,
+    Resumed,
     RunAdmitted,
+    RunContinued,
     RunSettled,
     RunStatus,
+    SteerReceived,
     StepFinished,
     StepKind,
     StepStarted,
+    Suspended,
+    SuspensionExpired,
     TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallStatus,
+    ToolWithheld,
     Totals,
+    TurnStarted,
 )
 
 
@@ -158,7 +169,7 @@ class RunReport(_Frozen):
 def build_report(
     workflow_id: str,
     state: RunState,
-    records: Sequence[Any],
+    records: Sequence[Record],
     children: Mapping[str, RunReport] | None = None,
 ) -> RunReport:
     """Project ``records`` (in seq order) into a RunReport; ``children`` are the reports
@@ -179,110 +190,132 @@ def build_report(
     components: list[ComponentShown] = []
     context: list[ContextProvided] = []
     for record in records:
-        if isinstance(record, StepStarted):
-            started_at[record.step] = record.at
-            steps[record.step] = StepReport(
-                index=record.index,
-                name=record.step,
-                kind=record.step_kind,
-                input=record.input,
-                run=record.run,
-            )
-        elif isinstance(record, StepFinished):
-            begun = steps.get(record.step)
-            totals = record.totals
-            steps[record.step] = StepReport(
-                index=begun.index if begun else len(steps) + 1,
-                name=record.step,
-                kind=record.step_kind,
-                input=begun.input if begun else None,
-                ok=record.ok,
-                output=record.output,
-                error=record.error,
-                run=record.run,
-                status=record.status,
-                usage=totals.usage if totals else None,
-                cost=totals.cost if totals else None,
-                seconds=(record.at - started_at[record.step]).total_seconds()
-                if record.step in started_at
-                else None,
-            )
-        elif isinstance(record, ModelCallStarted):
-            open_call = record
-        elif isinstance(record, ModelCallFinished):
-            model_calls.append(
-                ModelCallReport(
-                    turn=record.turn,
-                    model=record.model,
-                    attempt=open_call.attempt if open_call else 1,
-                    ok=True,
-                    text=record.text,
-                    tool_calls=record.tool_calls,
-                    usage=record.usage,
-                    cost=record.cost,
-                    latency=record.latency,
+        match record:
+            case StepStarted():
+                started_at[record.step] = record.at
+                steps[record.step] = StepReport(
+                    index=record.index,
+                    name=record.step,
+                    kind=record.step_kind,
+                    input=record.input,
+                    run=record.run,
                 )
-            )
-            open_call = None
-        elif isinstance(record, ModelCallFailed):
-            model_calls.append(
-                ModelCallReport(
-                    turn=record.turn,
-                    model=record.model,
-                    attempt=open_call.attempt if open_call else 1,
-                    ok=False,
-                    error=record.message,
-                    transient=record.transient,
-                )
-            )
-            open_call = None
-        elif isinstance(record, ToolCallStarted):
-            tools[record.turn, record.call_id] = ToolCallReport(
-                turn=record.turn,
-                call_id=record.call_id,
-                tool=record.tool,
-                arguments=record.arguments,
-            )
-        elif isinstance(record, ToolCallFinished):
-            started = tools.get((record.turn, record.call_id))
-            tools[record.turn, record.call_id] = ToolCallReport(
-                turn=record.turn,
-                call_id=record.call_id,
-                tool=record.tool,
-                arguments=started.arguments if started else "",
-                status=record.status,
-                result=record.content,
-                truncated=record.truncated,
-                size=record.size,
-                result_ref=record.result_ref,
-                latency=record.latency,
-                ran_arguments=record.ran_arguments,
-                hooks=record.hooks,
-            )
-        elif isinstance(record, McpDiscovered):
-            discoveries.append(
-                McpDiscoveryReport(
-                    turn=record.turn,
-                    server=record.server,
-                    status=record.status,
-                    tools=record.tools,
-                    catalog_hash=record.catalog_hash,
-                    cached=record.cached,
+            case StepFinished():
+                begun = steps.get(record.step)
+                totals = record.totals
+                steps[record.step] = StepReport(
+                    index=begun.index if begun else len(steps) + 1,
+                    name=record.step,
+                    kind=record.step_kind,
+                    input=begun.input if begun else None,
+                    ok=record.ok,
+                    output=record.output,
                     error=record.error,
+                    run=record.run,
+                    status=record.status,
+                    usage=totals.usage if totals else None,
+                    cost=totals.cost if totals else None,
+                    seconds=(record.at - started_at[record.step]).total_seconds()
+                    if record.step in started_at
+                    else None,
                 )
-            )
-        elif isinstance(record, CompactionApplied | CompactionFailed):
-            compactions.append(record)
-        elif isinstance(record, ChildSettled):
-            children_settled.append(record)
-        elif isinstance(record, TasksUpdated):
-            tasks, task_updates = record.tasks, task_updates + 1
-        elif isinstance(record, ComponentShown):
-            components.append(record)
-        elif isinstance(record, ContextProvided):
-            context.append(record)
-        elif isinstance(record, RunSettled):
-            settled = record
+            case ModelCallStarted():
+                open_call = record
+            case ModelCallFinished():
+                model_calls.append(
+                    ModelCallReport(
+                        turn=record.turn,
+                        model=record.model,
+                        attempt=open_call.attempt if open_call else 1,
+                        ok=True,
+                        text=record.text,
+                        tool_calls=record.tool_calls,
+                        usage=record.usage,
+                        cost=record.cost,
+                        latency=record.latency,
+                    )
+                )
+                open_call = None
+            case ModelCallFailed():
+                model_calls.append(
+                    ModelCallReport(
+                        turn=record.turn,
+                        model=record.model,
+                        attempt=open_call.attempt if open_call else 1,
+                        ok=False,
+                        error=record.message,
+                        transient=record.transient,
+                    )
+                )
+                open_call = None
+            case ToolCallStarted():
+                tools[record.turn, record.call_id] = ToolCallReport(
+                    turn=record.turn,
+                    call_id=record.call_id,
+                    tool=record.tool,
+                    arguments=record.arguments,
+                )
+            case ToolCallFinished():
+                started = tools.get((record.turn, record.call_id))
+                tools[record.turn, record.call_id] = ToolCallReport(
+                    turn=record.turn,
+                    call_id=record.call_id,
+                    tool=record.tool,
+                    arguments=started.arguments if started else "",
+                    status=record.status,
+                    result=record.content,
+                    truncated=record.truncated,
+                    size=record.size,
+                    result_ref=record.result_ref,
+                    latency=record.latency,
+                    ran_arguments=record.ran_arguments,
+                    hooks=record.hooks,
+                )
+            case McpDiscovered():
+                discoveries.append(
+                    McpDiscoveryReport(
+                        turn=record.turn,
+                        server=record.server,
+                        status=record.status,
+                        tools=record.tools,
+                        catalog_hash=record.catalog_hash,
+                        cached=record.cached,
+                        error=record.error,
+                    )
+                )
+            case CompactionApplied() | CompactionFailed():
+                compactions.append(record)
+            case ChildSettled():
+                children_settled.append(record)
+            case TasksUpdated():
+                tasks, task_updates = record.tasks, task_updates + 1
+            case ComponentShown():
+                components.append(record)
+            case ContextProvided():
+                context.append(record)
+            case RunSettled():
+                settled = record
+            case RunAdmitted():
+                pass  # the Run's input, system prompt and thread: ``admitted`` above
+            case (
+                TurnStarted()
+                | ToolWithheld()
+                | Suspended()
+                | Resumed()
+                | SuspensionExpired()
+                | AbortRequested()
+                | SteerReceived()
+                | NextRunStarted()
+                | ChildSpawned()
+                | RunContinued()
+            ):
+                # The report is what the Run did (its calls, steps, children, display and
+                # ending); how it got there (turns, waits, steering, a withheld tool, a
+                # spawn before its ``child_settled``, a continue-as-new) is the record
+                # stream's to show.
+                pass
+            case _:
+                assert_never(record)
     return RunReport(
         workflow_id=workflow_id,
         run_id=state.run_id,

@@ -26,6 +26,7 @@ from psych_runtime.workflows.contract._carry import (
     Segment,
 )
 from psych_runtime.workflows.contract._records import (
+    CallSuspensionReason,
     Pending,
     Record,
     RunStatus,
@@ -130,7 +131,7 @@ class _Frozen(BaseModel):
 class ResumeInput(_Frozen):
     """Payload of ``psych.resume``: an approval decision, an answer, or a completion."""
 
-    reason: Literal["approval", "question", "external"]
+    reason: CallSuspensionReason
     id: str
     """The pending call id (approval, question) or the external wait token."""
     tenant: str
@@ -150,7 +151,7 @@ class ResumeInput(_Frozen):
 class ResumeResult(_Frozen):
     """Answer of the ``psych.resume`` update."""
 
-    reason: Literal["approval", "question", "external"]
+    reason: CallSuspensionReason
     id: str
     outcome: Literal["approved", "rejected", "answered", "completed"]
 

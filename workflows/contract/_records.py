@@ -49,7 +49,27 @@ class RunStatus(StrEnum):
         return self not in (RunStatus.RUNNING, RunStatus.SUSPENDED)
 
 
-SuspensionReason = Literal["approval", "question", "external", "children"]
+class SuspensionReason(StrEnum):
+    """What one pending item waits for. The one definition of the reasons: the values are
+    wire strings (recorded histories, the ``PsychSuspension`` search attribute, the plain
+    ``temporal`` CLI's updates), so a value never changes; a new reason is a new member,
+    and mypy then names every ``match`` on a reason that must handle it."""
+
+    APPROVAL = "approval"
+    """An approver allows or rejects a tool call the Policy holds for approval."""
+    QUESTION = "question"
+    """Someone answers the model's ``ask_question``."""
+    EXTERNAL = "external"
+    """A system completes a tool's external wait (by its wait token)."""
+    CHILDREN = "children"
+    """Child Runs end: a ``delegate`` call's subagent, or the ones ``wait_children`` names."""
+
+
+CallSuspensionReason = Literal[
+    SuspensionReason.APPROVAL, SuspensionReason.QUESTION, SuspensionReason.EXTERNAL
+]
+"""The reasons a resume answers (``psych.resume``): a tool call waiting for a person or a
+system. A wait for children is never resumed; it ends when they do."""
 
 
 class Pending(_Frozen):

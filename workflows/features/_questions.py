@@ -12,6 +12,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.workflows.contract._records import SuspensionReason
     from psych_runtime.workflows.kernel._feature import Builtin, Feature
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
 
@@ -44,7 +45,7 @@ class Questions(Feature):
     async def _ask(self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]) -> ToolResult:
         answer = await self.run.suspend_call(
             call,
-            "question",
+            SuspensionReason.QUESTION,
             self.run.suspension.question_expires_seconds,
             question=str(arguments.get("question", "")),
             arguments="",

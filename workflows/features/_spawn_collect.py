@@ -24,7 +24,12 @@ with workflow.unsafe.imports_passed_through():
         SteerInput,
         size_problem,
     )
-    from psych_runtime.workflows.contract._records import Pending, RunStatus, Totals
+    from psych_runtime.workflows.contract._records import (
+        Pending,
+        RunStatus,
+        SuspensionReason,
+        Totals,
+    )
     from psych_runtime.workflows.features._spawn import (
         SpawnedChild,
         envelope_of,
@@ -102,7 +107,7 @@ async def wait_children(
     if not ready():
         seconds = run.suspension.children_expires_seconds
         item = Pending(
-            reason="children",
+            reason=SuspensionReason.CHILDREN,
             id=call.id,
             call_id=call.id,
             tool=call.name,

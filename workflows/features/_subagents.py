@@ -44,7 +44,13 @@ with workflow.unsafe.imports_passed_through():
         ParentBounds,
         RunResult,
     )
-    from psych_runtime.workflows.contract._records import ChildSettled, Pending, RunStatus, Totals
+    from psych_runtime.workflows.contract._records import (
+        ChildSettled,
+        Pending,
+        RunStatus,
+        SuspensionReason,
+        Totals,
+    )
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
@@ -175,7 +181,7 @@ async def delegate(
     workflow_id = child.id
     seconds = run.suspension.children_expires_seconds
     item = Pending(
-        reason="children",
+        reason=SuspensionReason.CHILDREN,
         id=workflow_id,
         call_id=call.id,
         tool="delegate",

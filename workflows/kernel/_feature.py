@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from temporalio import workflow
 
@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunResult,
     )
-    from psych_runtime.workflows.contract._records import Totals
+    from psych_runtime.workflows.contract._records import CallSuspensionReason, Totals
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._tool_result import ToolResult
 
@@ -127,7 +127,7 @@ class RunView(Protocol):
     async def suspend_call(
         self,
         call: ToolCallRequest,
-        reason: Literal["approval", "question", "external"],
+        reason: CallSuspensionReason,
         seconds: float,
         *,
         id: str | None = None,

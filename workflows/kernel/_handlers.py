@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         Pending,
         Resumed,
         SteerReceived,
+        SuspensionReason,
     )
     from psych_runtime.workflows.kernel._children import start_child
     from psych_runtime.workflows.kernel._run_base import RunBase
@@ -129,13 +130,16 @@ class Handlers(RunBase):
 
     def _resume(self, input: ResumeInput) -> ResumeResult:
         item = self._check_resume(input)  # again: two updates may pass validation in one task
-        if input.reason == "approval":
-            outcome = "approved" if input.approved else "rejected"
-            detail = input.note
-        elif input.reason == "question":
-            outcome, detail = "answered", input.answer
-        else:
-            outcome, detail = "completed", json.dumps(input.payload)
+        match input.reason:
+            case SuspensionReason.APPROVAL:
+                outcome = "approved" if input.approved else "rejected"
+                detail = input.note
+            case SuspensionReason.QUESTION:
+                outcome, detail = "answered", input.answer
+            case SuspensionReason.EXTERNAL:
+                outcome, detail = "completed", json.dumps(input.payload)
+            case _:
+                assert_never(input.reason)
         child = self._suspensions.child_of(input.id) if item.run is not None else None
         if child is not None:
             # A child's item: the child records the answer when the forwarded signal comes.

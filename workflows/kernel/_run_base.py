@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         Pending,
         RunSettled,
         RunStatus,
+        SuspensionReason,
         ToolCallFinished,
         Totals,
     )
@@ -408,16 +409,19 @@ class RunBase(abc.ABC):
         # worker's memory, so it adds no command and replays alike.
         waits: list[str] = []
         for item in self._suspensions.items():
-            if item.reason == "approval":
-                what = f"approval of {item.tool}({item.arguments[:200]})"
-            elif item.reason == "question":
-                what = f"an answer to {(item.question or '')[:200]!r}"
-            elif item.reason == "external":
-                what = f"completion of {item.tool} (token {item.id})"
-            elif item.reason == "children" and item.question:
-                what = f"spawned children {item.question[:200]}"
-            else:
-                what = f"subagent Run {item.id}"
+            match item.reason:
+                case SuspensionReason.APPROVAL:
+                    what = f"approval of {item.tool}({item.arguments[:200]})"
+                case SuspensionReason.QUESTION:
+                    what = f"an answer to {(item.question or '')[:200]!r}"
+                case SuspensionReason.EXTERNAL:
+                    what = f"completion of {item.tool} (token {item.id})"
+                case SuspensionReason.CHILDREN if item.question:
+                    what = f"spawned children {item.question[:200]}"
+                case SuspensionReason.CHILDREN:
+                    what = f"subagent Run {item.id}"
+                case _:
+                    assert_never(item.reason)
             where = f" in {item.run}" if item.run else ""
             until = item.expires_at.isoformat(timespec="seconds")
             waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")

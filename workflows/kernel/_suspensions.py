@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import assert_never
 
 from temporalio import workflow
 
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         Suspended,
         SuspensionExpired,
+        SuspensionReason,
     )
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._record_log import RecordLog
@@ -140,10 +142,15 @@ class Suspensions:
             )
         if workflow.now() >= item.expires_at:
             raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
-        if input.reason == "approval" and input.approved is None:
-            raise refusal(RefusalKind.BAD_RESUME, "an approval needs approved=true or false")
-        if input.reason == "question" and input.answer is None:
-            raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text")
+        match input.reason:
+            case SuspensionReason.APPROVAL if input.approved is None:
+                raise refusal(RefusalKind.BAD_RESUME, "an approval needs approved=true or false")
+            case SuspensionReason.QUESTION if input.answer is None:
+                raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text")
+            case SuspensionReason.APPROVAL | SuspensionReason.QUESTION | SuspensionReason.EXTERNAL:
+                pass  # answered (any payload completes an external wait, null included)
+            case _:
+                assert_never(input.reason)
         return item
 
     async def suspend(self, item: Pending, expires_seconds: float) -> ResumeInput:

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import RunInput
     from psych_runtime.workflows.contract._records import (
         RunStatus,
+        SuspensionReason,
         ToolCallFinished,
         ToolCallStarted,
         ToolCallStatus,
@@ -228,7 +229,7 @@ class ToolCalls(FeatureView):
         if decision.decision == "allow":
             return None
         answer = await self._suspend_call(
-            call, "approval", self._suspension.approval_expires_seconds
+            call, SuspensionReason.APPROVAL, self._suspension.approval_expires_seconds
         )
         if answer.approved:
             return None
@@ -241,7 +242,7 @@ class ToolCalls(FeatureView):
             return inline(call, "error", f"another call already waits on token {token!r}")
         answer = await self._suspend_call(
             call,
-            "external",
+            SuspensionReason.EXTERNAL,
             self._suspension.external_expires_seconds,
             id=token,
             question=outcome.content,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from temporalio import workflow
 
@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowSpec,
     )
     from psych_runtime.workflows.contract._contract import ParentBounds, ResumeInput, RunInput
-    from psych_runtime.workflows.contract._records import Pending, Totals
+    from psych_runtime.workflows.contract._records import CallSuspensionReason, Pending, Totals
     from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._handlers import Handlers
     from psych_runtime.workflows.kernel._record_log import RecordLog
@@ -40,7 +40,7 @@ class FeatureView(Handlers):
     async def _suspend_call(
         self,
         call: ToolCallRequest,
-        reason: Literal["approval", "question", "external"],
+        reason: CallSuspensionReason,
         seconds: float,
         *,
         id: str | None = None,
@@ -148,7 +148,7 @@ class FeatureView(Handlers):
     async def suspend_call(
         self,
         call: ToolCallRequest,
-        reason: Literal["approval", "question", "external"],
+        reason: CallSuspensionReason,
         seconds: float,
         *,
         id: str | None = None,
