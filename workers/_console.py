@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, TextIO, assert_never
 
 from psych_runtime.specs import Scope
-from psych_runtime.workers._display import display_fields, format_display_record, task_lines
+from psych_runtime.workers._display import display_fields, format_display_record, state_rows
 from psych_runtime.workers._live import RunView
 from psych_runtime.workers._render import field_grid, output_for
 from psych_runtime.workers._report_children import child_fields, child_settled_line
@@ -25,8 +25,7 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
-    ComponentShown,
-    ContextProvided,
+    Displayed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -48,7 +47,6 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionExpired,
     SuspensionReason,
-    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -278,7 +276,7 @@ def format_record(record: Record, *, full: bool = False) -> str:
             return child_settled_line(record)
         case RunSettled():
             return f"settled {record.status}: {record.reason}"
-        case TasksUpdated() | ComponentShown() | ContextProvided():
+        case Displayed():
             return format_display_record(record)
         case RunContinued():
             # Nothing to say but that it happened: the execution before it ended here.
@@ -416,8 +414,7 @@ def format_state(workflow_id: str, state: RunState) -> str:
     ]
     if state.withheld_tools:
         lines.append(_field("withheld", ", ".join(state.withheld_tools)))
-    if state.tasks:
-        lines.append(_field("tasks", "\n".join(task_lines(state.tasks))))
+    lines += [_field(name, value) for name, value in state_rows(state)]
     for item in state.pending:
         held = f", held by {item.run}" if item.run else ""
         lines.append(

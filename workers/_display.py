@@ -25,7 +25,14 @@ from psych_runtime.specs import (
     Task,
     Timeline,
 )
-from psych_runtime.workflows import ComponentShown, ContextProvided, RunReport, TasksUpdated
+from psych_runtime.workflows import (
+    ComponentShown,
+    ContextProvided,
+    DisplayRecord,
+    RunReport,
+    RunState,
+    TasksUpdated,
+)
 
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
 
@@ -100,8 +107,15 @@ def context_line(record: ContextProvided) -> str:
     return line + (f"; skipped {skipped}" if skipped else "")
 
 
-DisplayRecord = TasksUpdated | ComponentShown | ContextProvided
-"""The records this module shows (``_console`` and ``_render`` hand them over)."""
+def live_tasks(record: DisplayRecord) -> str | None:
+    """The live line's task summary after ``record`` (None: it does not change it)."""
+    match record:
+        case TasksUpdated():
+            return tasks_summary(record.tasks)
+        case ComponentShown() | ContextProvided():
+            return None
+        case _:
+            assert_never(record)
 
 
 def format_display_record(record: DisplayRecord) -> str:
@@ -128,6 +142,11 @@ def display_style(record: DisplayRecord) -> str:
             return "yellow" if record.skipped else "dim"
         case _:
             assert_never(record)
+
+
+def state_rows(state: RunState) -> list[tuple[str, str]]:
+    """The status rows for what the Run shows now (its task list)."""
+    return [("tasks", "\n".join(task_lines(state.tasks)))] if state.tasks else []
 
 
 def display_fields(report: RunReport) -> list[tuple[str, str]]:

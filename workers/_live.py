@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from psych_runtime.workers._display import tasks_summary
+from psych_runtime.workers._display import live_tasks
 from psych_runtime.workers._render import Output, command_text, styled_line
 from psych_runtime.workflows import (
     AbortRequested,
@@ -28,8 +28,7 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
-    ComponentShown,
-    ContextProvided,
+    Displayed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -45,7 +44,6 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
-    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -127,8 +125,8 @@ class RunProgress:
                 self.pending.pop(record.id, None)
             case RunSettled():
                 self.settled = record
-            case TasksUpdated():
-                self.tasks = tasks_summary(record.tasks)
+            case Displayed():
+                self.tasks = live_tasks(record) or self.tasks
             case (
                 ToolWithheld()
                 | McpDiscovered()
@@ -137,8 +135,6 @@ class RunProgress:
                 | NextRunStarted()
                 | ChildSettled()
                 | ChildSpawned()
-                | ComponentShown()
-                | ContextProvided()
                 | CompactionApplied()
                 | CompactionFailed()
                 | RunContinued()

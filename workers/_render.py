@@ -29,8 +29,7 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
-    ComponentShown,
-    ContextProvided,
+    Displayed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -47,7 +46,6 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
-    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -140,7 +138,7 @@ def record_style(record: Record | None) -> str:
             return "green" if record.ok else "red"
         case RunSettled():
             return "bold " + STATUS_STYLES.get(record.status, "")
-        case TasksUpdated() | ComponentShown() | ContextProvided():
+        case Displayed():
             return display_style(record)
         case (
             ModelCallFinished()

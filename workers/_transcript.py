@@ -28,8 +28,7 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
-    ComponentShown,
-    ContextProvided,
+    Displayed,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -49,7 +48,6 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionExpired,
     SuspensionReason,
-    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -282,9 +280,7 @@ def build_transcript(
                 | NextRunStarted()
                 | ChildSpawned()
                 | ChildSettled()
-                | TasksUpdated()
-                | ComponentShown()
-                | ContextProvided()
+                | Displayed()
                 | CompactionApplied()
                 | CompactionFailed()
                 | RunContinued()

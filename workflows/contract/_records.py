@@ -356,7 +356,14 @@ class ChildSettled(_Record):
     """The child's own totals, its children's included."""
 
 
-class TasksUpdated(_Record):
+class Displayed(_Record):
+    """A record a person is shown as it is: the task list, a component, the context a call
+    was given. The printers hand every one to ``workers``' display helpers (match on this
+    class), which match on ``DisplayRecord``: a new kind is a subclass here and a member
+    there, and mypy names the helpers that must show it."""
+
+
+class TasksUpdated(Displayed):
     """The model set the Run's task list (``update_tasks``); the next call's system prompt
     shows it."""
 
@@ -367,7 +374,7 @@ class TasksUpdated(_Record):
     """The whole list after the change."""
 
 
-class ComponentShown(_Record):
+class ComponentShown(Displayed):
     """The model showed a display component (``show_component``)."""
 
     kind: Literal["component_shown"] = "component_shown"
@@ -376,7 +383,7 @@ class ComponentShown(_Record):
     component: Component
 
 
-class ContextProvided(_Record):
+class ContextProvided(Displayed):
     """What the worker's context providers showed one model call (by reference), and which
     were skipped or dropped; the blocks were in that call's system prompt only."""
 
@@ -475,6 +482,9 @@ class RunSettled(_Record):
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name (None for an agent)."""
 
+
+DisplayRecord = TasksUpdated | ComponentShown | ContextProvided
+"""Every ``Displayed`` record."""
 
 Record = Annotated[
     RunAdmitted

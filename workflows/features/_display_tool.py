@@ -1,4 +1,4 @@
-"""The shape ``update_tasks`` and ``show_component`` share: a built-in offered when an
+"""The shape the task-list and component built-ins share: a built-in offered when an
 agent flag is on, whose arguments are parsed by a pure ``specs`` function and either
 refused to the model with the reason (``error``) or accepted (``ok``)."""
 
