@@ -77,6 +77,7 @@ from psych_runtime.workflows._report import (
     StepReport,
     ToolCallReport,
 )
+from psych_runtime.workflows._tracing import TRACING_EXTERN
 from psych_runtime.workflows._workflow_run import WorkflowRun
 
 __all__ = [
@@ -134,6 +135,7 @@ __all__ = [
     "StepStarted",
     "Suspended",
     "SuspensionExpired",
+    "TRACING_EXTERN",
     "TasksUpdated",
     "ToolCallFinished",
     "ToolCallReport",

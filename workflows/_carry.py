@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from psych_runtime.activities._payloads import CatalogEntry, ChatMessage, McpServerStatus, TurnMark
+from psych_runtime.activities.contract import CatalogEntry, ChatMessage, McpServerStatus, TurnMark
 from psych_runtime.specs import Task
 from psych_runtime.workflows._records import RunStatus, Totals
 

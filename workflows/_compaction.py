@@ -28,7 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CompactInput, CompactResult, TurnMark, Usage
+    from psych_runtime.activities.contract import CompactInput, CompactResult, TurnMark, Usage
     from psych_runtime.specs import AgentSpec, CompactionPolicy
     from psych_runtime.workflows import _activity_calls as calls
     from psych_runtime.workflows._carry import CompactionState

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ChatMessage
+    from psych_runtime.activities.contract import ChatMessage
     from psych_runtime.workflows._carry import (
         GuardsCarry,
         McpCarry,

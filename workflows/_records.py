@@ -15,8 +15,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from psych_runtime.activities._context_result import ContextShown, ContextSkipped, ContextTurn
-from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
+from psych_runtime.activities.contract import (
+    ContextShown,
+    ContextSkipped,
+    ContextTurn,
+    HookEffect,
+    Latency,
+    ThreadRef,
+    Usage,
+)
 from psych_runtime.specs import Component, LeftOut, Scope, Task
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
+from psych_runtime.activities.contract import HookEffect, Latency, ThreadRef, Usage
 from psych_runtime.specs import LeftOut, Task
 from psych_runtime.workflows._contract import (
     RunState,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows._contract import ABORT, STEER, AbortInput, SteerInput, size_problem
     from psych_runtime.workflows._records import Pending, RunStatus, Totals
     from psych_runtime.workflows._spawn import envelope_of, record_end
