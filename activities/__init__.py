@@ -1,51 +1,40 @@
 """psych_runtime.activities: every side effect of a Run, and the ports they go through.
 
-Model calls over httpx, code and HTTP tools, MCP servers, policy, blobs, secrets, versions,
-pricing.
-Workflows import only the payload types. The scriptable fake model server for tests is
-``psych_runtime.testing`` (its files live in ``activities/testing/``).
+One subpackage per capability (``model``, ``tools``, ``mcp``, ``hooks``, ``blobs``,
+``versions``, ``secrets``, ``telemetry``), and ``contract``: the payload types, activity
+names and error types through which workflows, activities and workers meet (workflows
+import only it). The names below are the ones users import; each subpackage lists its own.
+The scriptable fake model server for tests is ``psych_runtime.testing`` (its files live in
+``activities/testing/``).
 """
 
 from typing import TYPE_CHECKING, Any
 
-from psych_runtime.activities._blob_config import blob_store_from_env
-from psych_runtime.activities._blobs import (
+from psych_runtime.activities._activity_class import ActivityClass, activity_name
+from psych_runtime.activities.blobs import (
     BlobCipher,
     BlobNotFound,
     BlobStore,
     Conversations,
     EncryptedBlobStore,
     LocalBlobStore,
+    S3BlobStore,
+    S3Location,
     blob_ref,
+    blob_store_from_env,
+    parse_s3_url,
 )
-from psych_runtime.activities._command_hooks import CommandHook
-from psych_runtime.activities._compaction import SUMMARISER_PROMPT, CompactionActivities
-from psych_runtime.activities._context import (
-    ContextProvider,
-    ContextProviders,
-    ContextRequest,
-    ContextSettings,
-    ContextSource,
-    estimate_tokens,
-)
-from psych_runtime.activities._context_result import ContextShown, ContextSkipped, ContextTurn
-from psych_runtime.activities._endpoints import (
-    Endpoint,
-    ModelEndpoints,
-    ModelPrice,
-    Pricing,
-    TablePricing,
-)
-from psych_runtime.activities._hooks import Deny, Hook, HookCall, Hooks
-from psych_runtime.activities._mcp_settings import McpSettings
-from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
-from psych_runtime.activities._model_failures import classify
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.contract import (
     ACTIVITY_NAMES,
     ACTIVITY_ROLES,
+    MODEL_CALL_FAILED,
     ROLES,
     ChatMessage,
+    ContextShown,
+    ContextSkipped,
+    ContextTurn,
     Decision,
+    ErrorType,
     HookEffect,
     Latency,
     ModelCallInput,
@@ -60,24 +49,42 @@ from psych_runtime.activities._payloads import (
     invalid_arguments_message,
     role_task_queue,
 )
-from psych_runtime.activities._policy import (
-    Policy,
-    RulePolicy,
-    policy_description,
-    policy_digest,
+from psych_runtime.activities.hooks import CommandHook, Deny, Hook, HookCall, Hooks
+from psych_runtime.activities.mcp import McpSettings
+from psych_runtime.activities.model import (
+    SUMMARISER_PROMPT,
+    CompactionActivities,
+    ContextProvider,
+    ContextProviders,
+    ContextRequest,
+    ContextSettings,
+    ContextSource,
+    Endpoint,
+    ModelActivities,
+    ModelEndpoints,
+    ModelPrice,
+    Pricing,
+    TablePricing,
+    classify,
+    estimate_tokens,
 )
-from psych_runtime.activities._s3_blobs import S3BlobStore, S3Location, parse_s3_url
-from psych_runtime.activities._secrets import (
+from psych_runtime.activities.secrets import (
     EnvSecretResolver,
     SecretNotFound,
     SecretResolver,
     StaticSecretResolver,
 )
-from psych_runtime.activities._tools import ToolActivities
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.tools import (
+    Policy,
+    RulePolicy,
+    ToolActivities,
+    policy_description,
+    policy_digest,
+)
+from psych_runtime.activities.versions import FileVersionStore
 
 if TYPE_CHECKING:
-    from psych_runtime.activities._mcp import McpActivities, check_servers
+    from psych_runtime.activities.mcp import McpActivities, check_servers
 
 _LAZY = {"McpActivities", "check_servers"}
 """Names imported on first use: the ``mcp`` SDK takes one to two seconds to import here,
@@ -87,15 +94,16 @@ ports) without touching MCP."""
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from psych_runtime.activities import _mcp
+        from psych_runtime.activities import mcp
 
-        return getattr(_mcp, name)
+        return getattr(mcp, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "ACTIVITY_NAMES",
     "ACTIVITY_ROLES",
+    "ActivityClass",
     "BlobCipher",
     "BlobNotFound",
     "BlobStore",
@@ -116,6 +124,7 @@ __all__ = [
     "EncryptedBlobStore",
     "Endpoint",
     "EnvSecretResolver",
+    "ErrorType",
     "FileVersionStore",
     "Hook",
     "HookCall",
@@ -150,6 +159,7 @@ __all__ = [
     "ToolInfo",
     "ToolOutcome",
     "Usage",
+    "activity_name",
     "blob_ref",
     "blob_store_from_env",
     "check_servers",

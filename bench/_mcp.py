@@ -25,7 +25,7 @@ from bench._agent import MODEL, SCOPE, small_result
 from bench._history import history_facts
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
-from psych_runtime.activities._payloads import MODEL_COMPLETE_V3
+from psych_runtime.activities.contract import MODEL_COMPLETE_V3
 from psych_runtime.specs import AgentBuilder, AgentSpec, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker

@@ -39,14 +39,14 @@ from bench._history import history_facts
 from bench._sections import AGENT_MODEL_ACTIVITY, Settings
 from bench._table import median, table
 from psych_runtime.activities import FileVersionStore
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.contract import (
     ChatMessage,
     Latency,
     ModelCallInput,
     ModelCallResult,
     Usage,
 )
-from psych_runtime.activities._spans import chat_span
+from psych_runtime.activities.telemetry import chat_span
 from psych_runtime.specs import ModelRef
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import (

@@ -61,7 +61,7 @@ from psych_runtime.specs import (
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
 from psych_runtime.workers._loading import load_object, load_spec_file
-from psych_runtime.workers._scripted_model import scripted_support_model
+from psych_runtime.workers.cli._scripted_model import scripted_support_model
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended
 
 HERE = Path(__file__).resolve().parent

@@ -1,23 +1,12 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
-from psych_runtime.workers._codec import (
-    EnvKeyProvider,
-    FileKeyProvider,
-    Key,
-    KeyProvider,
-    Keyring,
-    PsychCodec,
-    codec_from_env,
-)
 from psych_runtime.workers._connections import check_connections
-from psych_runtime.workers._console import follow_run, format_record, format_report
 from psych_runtime.workers._devserver import (
     FAST_DISPATCH_ARGS,
     start_dev_server,
     start_time_skipping_server,
     temporal_binary,
 )
-from psych_runtime.workers._fleet_policy import check_fleet_policy, worker_identity
 from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
 from psych_runtime.workers._telemetry import (
     Telemetry,
@@ -36,6 +25,17 @@ from psych_runtime.workers._worker import (
     run_worker,
     run_workers,
 )
+from psych_runtime.workers.codec import (
+    EnvKeyProvider,
+    FileKeyProvider,
+    Key,
+    KeyProvider,
+    Keyring,
+    PsychCodec,
+    codec_from_env,
+)
+from psych_runtime.workers.console import follow_run, format_record, format_report
+from psych_runtime.workers.fleet import check_fleet_policy, worker_identity
 
 __all__ = [
     "EnvKeyProvider",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from psych_runtime.activities._secrets import SecretResolver
+from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import (
     AgentSpec,
     Scope,
@@ -23,7 +23,7 @@ from psych_runtime.specs import (
 )
 
 if TYPE_CHECKING:
-    from psych_runtime.activities._mcp_settings import McpSettings
+    from psych_runtime.activities.mcp import McpSettings
 
 
 async def check_connections(
@@ -45,7 +45,7 @@ async def check_connections(
     """
     # Imported here: the mcp SDK takes seconds to import, and every psych command imports
     # this module (through the package and validate/publish), few of them checking.
-    from psych_runtime.activities._mcp import check_servers
+    from psych_runtime.activities.mcp import check_servers
 
     servers = mcp_servers_of(spec)
     # check_servers answers by server name, and a name is unique only within one Spec

@@ -24,14 +24,13 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from psych_runtime.specs import PsychError, SpecError
-from psych_runtime.workers._codec import chain_codecs
+from psych_runtime.workers.codec import chain_codecs
 
 SANDBOX_PASSTHROUGH = (
     # Pure data models shared by workflow and activity code; re-importing them per Run
     # would cost time and give the converter and the workflow different classes.
     "psych_runtime.specs",
-    "psych_runtime.activities._payloads",
-    "psych_runtime.activities._context_result",
+    "psych_runtime.activities.contract",  # payloads, context results, ids, slim forms
     "psych_runtime.workflows.contract",  # records, the contract's inputs, the carry
     # Client-side code the workflows package imports (PsychClient, the report): never run
     # by a workflow, yet re-executed with every Run's sandbox (pydantic classes built

@@ -41,17 +41,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from psych_runtime.activities._command_hooks import DEFAULT_TIMEOUT_SECONDS, CommandHook
-from psych_runtime.activities._hooks import (
+from psych_runtime.activities.hooks import (
+    DEFAULT_TIMEOUT_SECONDS,
     STAGES,
+    CommandHook,
     Hook,
     HookAction,
     Hooks,
     HookStage,
     check_pattern,
 )
-from psych_runtime.specs import AccessDenied, SpecError
-from psych_runtime.specs._documents import load_yaml
+from psych_runtime.specs import AccessDenied, SpecError, load_yaml
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""

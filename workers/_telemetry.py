@@ -3,7 +3,7 @@
 ``telemetry_from_env`` reads the standard variables and, when they configure an exporter,
 installs a replay-safe tracer provider (Temporal's ``create_tracer_provider``) and a meter
 provider with OTLP exporters (HTTP/protobuf or gRPC), hands them to the activities'
-``gen_ai`` spans and metrics (``activities/_spans.py``), and makes ``telemetry_plugins``
+``gen_ai`` spans and metrics (``activities/telemetry/``), and makes ``telemetry_plugins``
 return Temporal's ``OpenTelemetryPlugin`` (context propagation from client to workflow to
 activity and child workflow; the workflow side's spans are in ``workflows/_tracing.py``)
 and psych's Run metrics interceptor. With nothing configured, nothing is installed: no
@@ -59,9 +59,10 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from psych_runtime.activities import _spans
+from psych_runtime.activities.contract import ErrorType
+from psych_runtime.activities.telemetry import instrument, uninstrument
 from psych_runtime.specs import PsychError, SpecError
-from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
+from psych_runtime.workflows import TRACING_EXTERN
 
 CONTENT_ENV = "PSYCH_OTEL_CONTENT"
 TEMPORAL_SPANS_ENV = "PSYCH_OTEL_TEMPORAL_SPANS"
@@ -246,9 +247,7 @@ def install_telemetry(
                 "create_tracer_provider) to install_telemetry"
             )
         trace.set_tracer_provider(tracer_provider)
-    _spans.instrument(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, content=content
-    )
+    instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, content=content)
     suspended = None if meter_provider is None else _SuspendedGauge(meter_provider)
     _current = Telemetry(tracer_provider, meter_provider, content, temporal_spans, suspended)
     return _current
@@ -259,7 +258,7 @@ def uninstall_telemetry() -> None:
     global tracer provider stays (OpenTelemetry sets it once per process), but a client
     connected from now on gets no plugin."""
     global _current
-    _spans.uninstrument()
+    uninstrument()
     _current = None
 
 
@@ -385,7 +384,7 @@ class _TelemetryInterceptor(Interceptor):
 
 def _is_run_failure(err: FailureError) -> bool:
     # A settled FAILED Run raises ApplicationError type RunFailed (workflows/_run_base.py).
-    return getattr(err, "type", None) == "RunFailed"
+    return getattr(err, "type", None) == ErrorType.RUN_FAILED
 
 
 def _count(counter: Counter, status: str) -> None:

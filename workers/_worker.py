@@ -21,37 +21,51 @@ from temporalio.service import RetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
-from psych_runtime.activities._blob_config import blob_store_from_env
-from psych_runtime.activities._blobs import BlobStore, EncryptedBlobStore, LocalBlobStore
-from psych_runtime.activities._compaction import CompactionActivities
-from psych_runtime.activities._context import ContextProviders, ContextSettings
-from psych_runtime.activities._endpoints import ModelEndpoints, Pricing
-from psych_runtime.activities._hooks import Hooks
-from psych_runtime.activities._mcp_settings import McpSettings
-from psych_runtime.activities._model import ModelActivities
-from psych_runtime.activities._payloads import WORKFLOWS_ROLE, Decision
-from psych_runtime.activities._policy import (
+from psych_runtime.activities.blobs import (
+    BlobStore,
+    EncryptedBlobStore,
+    LocalBlobStore,
+    blob_store_from_env,
+)
+from psych_runtime.activities.contract import WORKFLOWS_ROLE, Decision
+from psych_runtime.activities.hooks import Hooks
+from psych_runtime.activities.mcp import McpSettings
+from psych_runtime.activities.model import (
+    CompactionActivities,
+    ContextProviders,
+    ContextSettings,
+    ModelActivities,
+    ModelEndpoints,
+    Pricing,
+)
+from psych_runtime.activities.secrets import EnvSecretResolver, SecretResolver
+from psych_runtime.activities.tools import (
+    OUTAGE_MARGIN,
     Policy,
     RulePolicy,
+    ToolActivities,
+    drain_reports,
 )
-from psych_runtime.activities._publish import VersionActivities
-from psych_runtime.activities._reporting import OUTAGE_MARGIN, drain_reports
-from psych_runtime.activities._secrets import EnvSecretResolver, SecretResolver
-from psych_runtime.activities._tools import ToolActivities
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
-from psych_runtime.workers._codec import PsychCodec, codec_from_env, find_psych_codec
-from psych_runtime.workers._fleet_policy import check_fleet_policy, worker_identity
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
-from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
 from psych_runtime.workers._settings import worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
-from psych_runtime.workers._versioning import deployment_config, version_from_env
+from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
+from psych_runtime.workers.fleet import (
+    Concurrency,
+    activities_of_role,
+    check_fleet_policy,
+    deployment_config,
+    parse_roles,
+    version_from_env,
+    worker_identity,
+)
 from psych_runtime.workflows import DEFAULT_TASK_QUEUE, AgentRun, WorkflowRun
 
 if TYPE_CHECKING:
-    from psych_runtime.activities._mcp import McpActivities
+    from psych_runtime.activities.mcp import McpActivities
 
 DEFAULT_HOME = ".psych"
 DEFAULT_OUTAGE_SECONDS = 60.0
@@ -288,7 +302,7 @@ def _mcp_activities(settings: WorkerSettings) -> McpActivities:
     them (``await mcp.aclose()``) once the worker has stopped."""
     # Imported here: the mcp SDK takes a second or two to import, and every psych command
     # imports this module, most of them never building a worker.
-    from psych_runtime.activities._mcp import McpActivities
+    from psych_runtime.activities.mcp import McpActivities
 
     return McpActivities(
         blobs=settings.blobs,

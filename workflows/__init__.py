@@ -76,6 +76,7 @@ from psych_runtime.workflows.contract._records import (
     Totals,
     TurnStarted,
 )
+from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
 from psych_runtime.workflows.runs._agent_run import AgentRun
 from psych_runtime.workflows.runs._workflow_run import WorkflowRun
 
@@ -138,6 +139,7 @@ __all__ = [
     "Suspended",
     "SuspensionExpired",
     "SuspensionReason",
+    "TRACING_EXTERN",
     "TasksUpdated",
     "ToolCallFinished",
     "ToolCallReport",

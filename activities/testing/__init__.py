@@ -6,7 +6,8 @@ the model answers (`Reply`, `ToolCall`, `Usage`), points a worker's endpoint at
 server psych-runtime's own tests and benchmarks use.
 """
 
-from psych_runtime.testing._fake_model import FakeModel, Reply, ToolCall, Usage
+from psych_runtime.testing._fake_model import FakeModel
+from psych_runtime.testing._replies import Reply, ToolCall, Usage
 
 __all__ = [
     "FakeModel",

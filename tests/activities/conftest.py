@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities.blobs import LocalBlobStore
 
 
 @pytest.fixture

@@ -7,12 +7,13 @@ from pathlib import Path
 from temporalio import activity
 
 from psych_runtime.activities import (
+    ActivityClass,
     LocalBlobStore,
     ModelActivities,
     ModelEndpoints,
     ToolActivities,
+    activity_name,
 )
-from psych_runtime.activities._activity_class import ActivityClass, activity_name
 from psych_runtime.specs import ToolRegistry
 
 

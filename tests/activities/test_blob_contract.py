@@ -27,6 +27,7 @@ from psych_runtime.activities import (
     S3BlobStore,
     blob_ref,
 )
+from psych_runtime.activities.contract import ErrorType
 from psych_runtime.specs import NotFound
 from tests._s3_server import S3_ENV, S3Server, object_versions, s3_server
 
@@ -153,7 +154,7 @@ async def test_a_missing_blob_is_a_typed_non_retryable_error_naming_the_digest(
     DataConverter.default.failure_converter.to_failure(
         err, DataConverter.default.payload_converter, failure
     )
-    assert failure.application_failure_info.type == "BlobNotFound"
+    assert failure.application_failure_info.type == ErrorType.BLOB_NOT_FOUND
     assert failure.application_failure_info.non_retryable
     assert ref in failure.message
 

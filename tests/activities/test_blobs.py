@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities import _blobs
-from psych_runtime.activities._blobs import LocalBlobStore, blob_key, blob_ref
+from psych_runtime.activities.blobs import LocalBlobStore, blob_key
+from psych_runtime.activities.blobs import _store as _blobs
+from psych_runtime.activities.contract import blob_ref
 from psych_runtime.specs import NotFound
 
 

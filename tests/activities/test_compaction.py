@@ -10,26 +10,28 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._compaction import (
-    COMPACTION_FAILED,
-    SUMMARISER_PROMPT,
-    SUMMARY_HEADER,
-    CompactionActivities,
-    transcript,
-    unpaired,
-)
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints, ModelPrice, TablePricing
-from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
+    MODEL_CALL_FAILED,
     ChatMessage,
     CompactInput,
+    ErrorType,
     ModelCallInput,
     ThreadContext,
     ToolCallRequest,
     TurnMark,
 )
-from psych_runtime.activities._threads import bounded, chain_nodes, thread_head
+from psych_runtime.activities.model import (
+    SUMMARISER_PROMPT,
+    CompactionActivities,
+    Endpoint,
+    ModelActivities,
+    ModelEndpoints,
+    ModelPrice,
+    TablePricing,
+)
+from psych_runtime.activities.model._compaction import SUMMARY_HEADER, transcript, unpaired
+from psych_runtime.activities.model._threads import bounded, chain_nodes, thread_head
 from psych_runtime.specs import ModelRef, Scope
 from psych_runtime.testing import FakeModel, Reply
 from psych_runtime.testing import Usage as FakeUsage
@@ -207,7 +209,7 @@ async def test_a_cut_that_is_not_at_a_turn_start_is_refused(
             CompactionActivities(model).compact,
             compact_input(n2, (TurnMark(node=ref, offset=offset),)),
         )
-    assert failed.value.type == COMPACTION_FAILED
+    assert failed.value.type == ErrorType.COMPACTION_FAILED
     assert why in failed.value.message
     assert fake.requests == []
 

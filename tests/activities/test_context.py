@@ -1,4 +1,4 @@
-"""The context providers' budgeting (activities/_context.py), with a real BlobStore."""
+"""The context providers' budgeting (activities/model/_context.py), with a real BlobStore."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from psych_runtime.activities import (
     ContextSource,
     estimate_tokens,
 )
-from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.specs import Scope
 
 REQUEST = ContextRequest(Scope(tenant="acme"), "r1", 1, ())

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import CommandHook, Deny, HookCall, Hooks
-from psych_runtime.activities._command_hooks import REAP_SECONDS, run_command
-from psych_runtime.activities._hooks import check_pattern, pattern_matches
+from psych_runtime.activities.hooks import check_pattern
+from psych_runtime.activities.hooks._command import REAP_SECONDS, run_command
+from psych_runtime.activities.hooks._hooks import pattern_matches
 
 PY = sys.executable
 
@@ -126,7 +127,7 @@ async def test_a_failing_or_nonsensical_pre_hook_denies() -> None:
 
 
 async def test_a_python_hook_past_its_deadline_denies(monkeypatch: pytest.MonkeyPatch) -> None:
-    from psych_runtime.activities import _hooks
+    from psych_runtime.activities.hooks import _hooks
 
     monkeypatch.setattr(_hooks, "PYTHON_HOOK_SECONDS", 0.2)
 

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore, _dumps
-from psych_runtime.activities._mcp import McpActivities, check_servers
-from psych_runtime.activities._mcp_settings import McpSettings
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.blobs import canonical_json as _dumps
+from psych_runtime.activities.contract import (
     McpCatalog,
     McpCatalogInput,
     McpSearchInput,
@@ -27,8 +26,9 @@ from psych_runtime.activities._payloads import (
     ToolDefinition,
     ToolOutcome,
 )
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._secrets import SecretNotFound, StaticSecretResolver
+from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
+from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import McpServer, Scope
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 from tests.mcp.published import TOOLS as PUBLISHED_TOOLS

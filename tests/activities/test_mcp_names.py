@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from psych_runtime.activities._mcp_names import (
+from psych_runtime.activities.mcp._names import (
     MAX_TOOL_NAME,
     allowed_tools,
     name_tools,

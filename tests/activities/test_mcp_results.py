@@ -12,7 +12,7 @@ import json
 
 import mcp_types
 
-from psych_runtime.activities._mcp_results import result_text
+from psych_runtime.activities.mcp._results import result_text
 
 
 def test_text_blocks_are_joined_by_lines() -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from psych_runtime.activities._mcp_turn import Resolved, turn_result
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.contract import (
     CatalogEntry,
     McpCatalog,
     McpServerStatus,
     McpTurn,
     ToolInfo,
 )
+from psych_runtime.activities.mcp import Resolved, turn_result
 from psych_runtime.specs import McpServer
 
 SERVER = McpServer(name="crm", url="http://127.0.0.1:9/mcp")

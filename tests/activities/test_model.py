@@ -14,11 +14,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import Conversations, LocalBlobStore, blob_ref
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints, ModelPrice, TablePricing
-from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
-from psych_runtime.activities._model_failures import ProviderResponseError, StreamIdle, classify
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import Conversations, LocalBlobStore
+from psych_runtime.activities.contract import (
+    MODEL_CALL_FAILED,
     ChatMessage,
     ModelCallInput,
     ModelCallResult,
@@ -26,7 +24,17 @@ from psych_runtime.activities._payloads import (
     ToolCallRequest,
     ToolDefinition,
     Usage,
+    blob_ref,
 )
+from psych_runtime.activities.model import (
+    Endpoint,
+    ModelActivities,
+    ModelEndpoints,
+    ModelPrice,
+    TablePricing,
+    classify,
+)
+from psych_runtime.activities.model._failures import ProviderResponseError, StreamIdle
 from psych_runtime.specs import ModelRef, NotFound, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage

@@ -17,12 +17,15 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
-from psych_runtime.activities._model_failures import classify
-from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelFailure
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
+    MODEL_CALL_FAILED,
+    ChatMessage,
+    ModelCallInput,
+    ModelFailure,
+)
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints, classify
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, ModelRef, RunFailed, Scope
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import ModelCallFailed, PsychClient, RunStatus

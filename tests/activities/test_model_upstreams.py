@@ -15,11 +15,15 @@ import pytest
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import Conversations, LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._model import MODEL_CALL_FAILED, ModelActivities
-from psych_runtime.activities._model_failures import MAX_RESULT_BYTES
-from psych_runtime.activities._payloads import ChatMessage, ModelCallInput, ModelFailure
+from psych_runtime.activities.blobs import Conversations, LocalBlobStore
+from psych_runtime.activities.contract import (
+    MODEL_CALL_FAILED,
+    ChatMessage,
+    ModelCallInput,
+    ModelFailure,
+)
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
+from psych_runtime.activities.model._failures import MAX_RESULT_BYTES
 from psych_runtime.specs import ModelRef, Scope, SpecError
 from tests._upstream import Answer, Request, Upstream
 

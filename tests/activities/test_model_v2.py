@@ -12,10 +12,8 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._model import ModelActivities
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
     ChatMessage,
     CodeToolCall,
     Latency,
@@ -25,6 +23,7 @@ from psych_runtime.activities._payloads import (
     ToolOutcome,
     Usage,
 )
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
 from psych_runtime.specs import ModelRef, Scope
 from psych_runtime.testing import FakeModel, Reply
 

@@ -9,16 +9,15 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
     CatalogInput,
     CodeToolCall,
     PolicyDecision,
     PolicyInput,
     ToolInfo,
 )
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.activities.tools import RulePolicy, ToolActivities
 from psych_runtime.specs import ExternalWait, HttpTool, Scope, ToolRegistry
 
 SCOPE = Scope(tenant="acme")

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._payloads import VersionPublishInput
-from psych_runtime.activities._publish import VersionActivities
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.contract import VersionPublishInput
+from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import AgentSpec, ModelRef, SpecError, Version, WorkflowSpec
 from psych_runtime.workers import WorkerSettings
 

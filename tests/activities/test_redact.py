@@ -9,7 +9,8 @@ from urllib.parse import quote
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from psych_runtime.activities._redact import RedactedError, Redactor
+from psych_runtime.activities.secrets import Redactor
+from psych_runtime.activities.secrets._redact import RedactedError
 
 SECRET = 'tok/en+"with"<odd>&chars='
 

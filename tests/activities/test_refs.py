@@ -1,4 +1,4 @@
-"""The compact wire form of a blob ref (``activities/_refs.py``)."""
+"""The compact wire form of a blob ref (``activities/contract/_refs.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from psych_runtime.activities._refs import WireRef, from_wire, to_wire
+from psych_runtime.activities.contract import WireRef, from_wire, to_wire
 
 
 def ref(text: str) -> str:

@@ -14,42 +14,42 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore, _slim, _slim_payloads
-from psych_runtime.activities._blobs import BlobStore, Conversations, blob_ref
-from psych_runtime.activities._ids import ids_from
-from psych_runtime.activities._outcomes import store_outcome
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore
+from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.activities.contract import (
     ChatMessage,
     CodeToolCall,
+    CodeToolCallV2,
     HttpToolCall,
+    HttpToolCallV2,
     Latency,
     ModelCallInput,
+    ModelCallInputV3,
     ModelCallResult,
+    ModelCallResultV3,
     ToolCallRequest,
     ToolOutcome,
+    ToolOutcomeV2,
     Usage,
-)
-from psych_runtime.activities._refs import from_wire, to_wire
-from psych_runtime.activities._slim import (
+    _slim,
+    _slim_payloads,
+    blob_ref,
     expected_refs,
+    from_wire,
     full_code_call,
     full_http_call,
     full_model_input,
     full_model_result,
     full_outcome,
+    ids_from,
     slim_code_call,
     slim_http_call,
     slim_model_input,
     slim_model_result,
     slim_outcome,
+    to_wire,
 )
-from psych_runtime.activities._slim_payloads import (
-    CodeToolCallV2,
-    HttpToolCallV2,
-    ModelCallInputV3,
-    ModelCallResultV3,
-    ToolOutcomeV2,
-)
+from psych_runtime.activities.tools import store_outcome
 from psych_runtime.specs import HttpTool, ModelRef, Scope
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from psych_runtime.workflows import workflow_id_for

@@ -22,22 +22,23 @@ from pydantic import BaseModel, ConfigDict
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities._blobs import Conversations, LocalBlobStore
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import Conversations, LocalBlobStore
+from psych_runtime.activities.contract import (
     CatalogInput,
     CodeToolCall,
+    ErrorType,
     HttpToolCall,
     ReadOutputInput,
     ToolDefinition,
     ToolOutcome,
 )
-from psych_runtime.activities._secrets import (
+from psych_runtime.activities.secrets import (
     EnvSecretResolver,
     SecretNotFound,
     SecretResolver,
     StaticSecretResolver,
 )
-from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.activities.tools import ToolActivities
 from psych_runtime.specs import HttpTool, NotFound, Scope, ToolRegistry
 from tests._upstream import Answer, Request, Upstream, echo_headers
 
@@ -392,7 +393,7 @@ async def test_unregistered_code_tool_fails_the_activity(
 ) -> None:
     with pytest.raises(ApplicationError) as caught:
         await env.run(tools.code, code_call("no_such_tool"))
-    assert caught.value.type == "ToolNotRegistered"
+    assert caught.value.type == ErrorType.TOOL_NOT_REGISTERED
     assert caught.value.non_retryable
 
 
@@ -656,7 +657,7 @@ async def test_catalog_with_an_unregistered_code_tool_fails(
         await env.run(
             tools.catalog, CatalogInput(run_id="run-1", code_tools=("lookup_order", "ghost"))
         )
-    assert caught.value.type == "ToolNotRegistered"
+    assert caught.value.type == ErrorType.TOOL_NOT_REGISTERED
     assert caught.value.non_retryable
     assert "'ghost'" in caught.value.message
     assert "ToolRegistry" in caught.value.message

@@ -252,7 +252,7 @@ def test_the_image_is_pinned_non_root_and_runs_the_psych_entry_point() -> None:
     entry = re.findall(r"^ENTRYPOINT\s+(.+)$", text, re.MULTILINE)
     assert entry and json.loads(entry[-1]) == ["psych"]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["psych"] == "psych_runtime.workers._cli:entry"
+    assert project["scripts"]["psych"] == "psych_runtime.workers.cli:entry"
     assert f"psych-runtime=={project['version']}" in text
     # Every package folder the distribution maps is copied into the build stage.
     mapped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -296,7 +296,7 @@ def test_the_build_stages_files_make_a_wheel_with_the_psych_entry_point(tmp_path
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-        assert "psych = psych_runtime.workers._cli:entry" in archive.read(entry_points).decode()
+        assert "psych = psych_runtime.workers.cli:entry" in archive.read(entry_points).decode()
     for package, folder in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"][
         "setuptools"
     ]["package-dir"].items():

@@ -21,9 +21,9 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 

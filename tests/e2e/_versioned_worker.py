@@ -16,11 +16,11 @@ import asyncio
 import signal
 import sys
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.workers import WorkerSettings, connect, run_worker
-from psych_runtime.workers._versioning import deployment_version
 from psych_runtime.workers._worker import ask_policy
+from psych_runtime.workers.fleet import deployment_version
 from psych_runtime.workflows import AgentRun, WorkflowRun
 
 from ._build_b import AgentRunB

@@ -16,9 +16,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
 

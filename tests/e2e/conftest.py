@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._secrets import StaticSecretResolver
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.secrets import StaticSecretResolver
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import start_time_skipping_server

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import SUMMARISER_PROMPT
-from psych_runtime.activities._compaction import SUMMARY_HEADER
-from psych_runtime.activities._endpoints import ModelPrice, TablePricing
+from psych_runtime.activities.model import ModelPrice, TablePricing
+from psych_runtime.activities.model._compaction import SUMMARY_HEADER
 from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
-from psych_runtime.workers._console import format_record
+from psych_runtime.workers.console import format_record
 from psych_runtime.workflows import (
     CompactionApplied,
     CompactionFailed,

@@ -20,7 +20,7 @@ from psych_runtime.activities import (
     ContextSource,
     estimate_tokens,
 )
-from psych_runtime.activities._payloads import MODEL_COMPLETE_V3
+from psych_runtime.activities.contract import MODEL_COMPLETE_V3
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._payloads import Usage
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.contract import Usage
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers._cli import main
+from psych_runtime.workers.cli import main
 from psych_runtime.workflows import (
     Record,
     RunAdmitted,

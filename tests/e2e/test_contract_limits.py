@@ -18,7 +18,8 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.contract import ErrorType
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, Version, parse_spec, version_hash
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
@@ -91,7 +92,7 @@ async def test_a_start_with_no_or_two_arguments_fails_the_run_at_once(
                 await handle.result()
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
-    assert cause.type == "BadInput"
+    assert cause.type == ErrorType.BAD_INPUT
     given = "none" if not args else "2"
     assert f"takes one argument, an {workflow}Input (JSON); it was given {given}" in str(cause)
 

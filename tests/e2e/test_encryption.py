@@ -19,11 +19,11 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import FileVersionStore
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AccessDenied, AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker, temporal_binary
-from psych_runtime.workers._codec_server import CodecServer
+from psych_runtime.workers.codec._server import CodecServer
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._waiting import eventually, state_when

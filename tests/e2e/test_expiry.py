@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,

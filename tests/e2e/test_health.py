@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import WorkerSettings, run_worker
-from psych_runtime.workers._health import Health, serve_health
+from psych_runtime.workers.fleet import Health, serve_health
 
 from ..workers.conftest import free_port
 from ._role_proc import spawn_role, stop

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
+from psych_runtime.activities.contract import PolicyDecision, ToolInfo
 from psych_runtime.specs import AgentBuilder, Scope, Version
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pytest
 
 from psych_runtime.activities import McpSettings
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (

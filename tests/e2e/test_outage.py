@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server

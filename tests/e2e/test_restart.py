@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, start_dev_server

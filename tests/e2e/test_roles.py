@@ -18,12 +18,13 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
-from psych_runtime.workers._cli import build_parser, main
+from psych_runtime.workers.cli import main
+from psych_runtime.workers.cli._main import build_parser
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._role_proc import spawn_role, stop

@@ -23,7 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import ACTIVITY_NAMES
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import PsychClient, RunStatus

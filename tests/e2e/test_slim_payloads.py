@@ -11,11 +11,7 @@ from typing import Any
 import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
-from psych_runtime.activities._payloads import (
-    MODEL_COMPLETE_V3,
-    TOOL_CODE_V2,
-    TOOL_HTTP_V2,
-)
+from psych_runtime.activities.contract import MODEL_COMPLETE_V3, TOOL_CODE_V2, TOOL_HTTP_V2
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished

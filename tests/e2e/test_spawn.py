@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
-from psych_runtime.workers._console import describe_pending, format_record
+from psych_runtime.workers.console import describe_pending, format_record
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,

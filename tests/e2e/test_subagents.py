@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from psych_runtime.activities._endpoints import ModelPrice, TablePricing
+from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
@@ -21,7 +21,7 @@ from psych_runtime.specs import (
     version_hash,
 )
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers._console import format_report
+from psych_runtime.workers.console import format_report
 from psych_runtime.workflows import (
     AGENT_RUN,
     AgentRunInput,

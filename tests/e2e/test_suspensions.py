@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import (
     AccessDenied,
     AgentBuilder,

@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.contract import (
     MODEL_COMPLETE,
     MODEL_COMPLETE_V2,
     MODEL_COMPLETE_V3,
     ModelCallInput,
-)
-from psych_runtime.activities._slim_payloads import (
     ModelCallInputV3,
 )
 from psych_runtime.specs import COMPONENT_KINDS, AgentBuilder, Task, parse_component

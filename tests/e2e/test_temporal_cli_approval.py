@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import temporal_binary

@@ -26,8 +26,8 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import PsychPlugin, Telemetry, install_telemetry, uninstall_telemetry

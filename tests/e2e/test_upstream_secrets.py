@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._secrets import StaticSecretResolver
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.secrets import StaticSecretResolver
 from psych_runtime.specs import AgentBuilder, RunFailed
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._worker import run_worker

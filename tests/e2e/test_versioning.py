@@ -18,10 +18,10 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers._cli import main
+from psych_runtime.workers.cli import main
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
 
 from ._build_b import BUILD_B_MARKER

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from psych_runtime.activities._policy import RulePolicy
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import (
     AccessDenied,
     AgentBuilder,

@@ -11,6 +11,8 @@ import pytest
 
 import psych_runtime.specs as specs
 from psych_runtime.specs import (
+    BEFORE_MCP,
+    BEFORE_TASKS,
     UNSUPPORTED_FIELDS,
     A2APeer,
     AgentSpec,
@@ -28,9 +30,9 @@ from psych_runtime.specs import (
     WorkflowStepRef,
     spec_from_yaml,
     unsupported_features,
+    unsupported_in_tables,
     validate,
 )
-from psych_runtime.specs._unsupported import BEFORE_MCP, BEFORE_TASKS, unsupported_in_tables
 
 SPECS_DIR = Path(specs.__file__).resolve().parent
 

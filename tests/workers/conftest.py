@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._secrets import StaticSecretResolver
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.secrets import StaticSecretResolver
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.testing import FakeModel
-from psych_runtime.workers._cli import main
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workers.cli import main
 
 from ..e2e._http_server import CountingServer
 

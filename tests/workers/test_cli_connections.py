@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.specs import UNSUPPORTED_FIELDS
-from psych_runtime.workers._cli import main
+from psych_runtime.workers.cli import main
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 SECRET = "bearer-value-for-the-check"
@@ -212,7 +212,7 @@ def test_the_cli_does_not_import_the_mcp_sdk_until_a_check_runs(tmp_path: Path) 
     # the CLI imports, and only --check-connections (or a worker) needs it.
     probe = (
         "import sys\n"
-        "from psych_runtime.workers._cli import main\n"
+        "from psych_runtime.workers.cli import main\n"
         "import psych_runtime.workers\n"
         "before = 'mcp' in sys.modules\n"
         f"main(['validate', {str(tmp_path / 'missing.json')!r}])\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.activities.contract import Latency, Usage
 from psych_runtime.specs import Scope
-from psych_runtime.workers._live import RunProgress
+from psych_runtime.workers.console._live import RunProgress
 from psych_runtime.workflows import (
     ModelCallFinished,
     ModelCallStarted,

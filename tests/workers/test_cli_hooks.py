@@ -10,9 +10,10 @@ import pytest
 from psych_runtime.activities import HookEffect
 from psych_runtime.specs import Scope
 from psych_runtime.workers import format_record
-from psych_runtime.workers._cli import build_parser, main
-from psych_runtime.workers._cli_serve import settings_from
 from psych_runtime.workers._settings import PROJECT_SETTINGS
+from psych_runtime.workers.cli import main
+from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._serve import settings_from
 from psych_runtime.workflows import ToolCallFinished
 
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, PsychError, Scope
 from psych_runtime.testing import Reply
 from psych_runtime.workflows import PsychClient

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.workers._cli import main
+from psych_runtime.workers.cli import main
 
 from .conftest import EXAMPLES, TOOLS_REF
 

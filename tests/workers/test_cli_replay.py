@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply
 from psych_runtime.workers import start_dev_server
-from psych_runtime.workers._replay import history_files, load_history, replay
 from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workers.fleet import history_files, load_history, replay
 from psych_runtime.workflows import PsychClient, WorkflowRun
 
 from ._nondeterministic import TimerFirstAgentRun

@@ -12,7 +12,7 @@ from psych_runtime.testing import Reply, ToolCall
 
 from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
 
-PSYCH = (sys.executable, "-m", "psych_runtime.workers._cli")
+PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 
 
 def script_lookup(cli: Cli) -> None:

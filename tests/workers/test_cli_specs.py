@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import psych_runtime.workers as workers
-from psych_runtime.workers._cli import main
+from psych_runtime.workers.cli import main
 
 from .conftest import EXAMPLES, SUPPORT_SPEC, TOOLS_REF
 
@@ -168,7 +168,7 @@ def test_psych_validate_refuses_an_alias_bomb_within_seconds(tmp_path: Path) -> 
     spec.write_bytes(content)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "psych_runtime.workers._cli", "validate", str(spec)],
+        [sys.executable, "-m", "psych_runtime.workers.cli", "validate", str(spec)],
         capture_output=True,
         text=True,
         timeout=60,

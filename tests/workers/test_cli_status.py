@@ -15,12 +15,12 @@ from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._loading import load_spec_file
-from psych_runtime.workers._run_facts import QUERY_TIMEOUT
+from psych_runtime.workers.cli._run_facts import QUERY_TIMEOUT
 from psych_runtime.workflows import PsychClient, RunHandle
 
 from ..e2e._waiting import is_waiting, only_pending, state_when

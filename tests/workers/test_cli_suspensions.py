@@ -15,8 +15,8 @@ import pytest
 from psych_runtime.activities import FileVersionStore, RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, ExternalWait, Scope, ToolRegistry
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers._cli_serve import settings_from
 from psych_runtime.workers._loading import load_spec_file
+from psych_runtime.workers.cli._serve import settings_from
 from psych_runtime.workflows import (
     AbortRequested,
     PsychClient,
@@ -29,7 +29,7 @@ from psych_runtime.workflows import (
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
 
 SCOPE = Scope(tenant="acme")
-PSYCH = (sys.executable, "-m", "psych_runtime.workers._cli")
+PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 UNTIL = re.compile(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 \(in 23 h 59 min\)")
 
 

@@ -18,7 +18,7 @@ from psych_runtime.workers import temporal_binary
 
 from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
 
-PSYCH = (sys.executable, "-m", "psych_runtime.workers._cli")
+PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 ANSWER = "Order 7 reached Mrs Higgins at 27A Wimpole Street."
 KEYS = json.dumps(
     {

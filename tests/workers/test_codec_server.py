@@ -21,7 +21,7 @@ from temporalio.converter import WorkflowSerializationContext
 
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import Key, Keyring, PsychCodec
-from psych_runtime.workers._codec_server import CodecServer
+from psych_runtime.workers.codec._server import CodecServer
 
 UI = "http://localhost:8233"
 TOKEN = "t0ken-for-tests"
@@ -147,7 +147,7 @@ async def test_the_psych_codec_server_command_serves_until_sigterm(tmp_path: Pat
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "psych_runtime.workers._cli",
+        "psych_runtime.workers.cli",
         "codec-server",
         "--port",
         "0",

@@ -1,4 +1,4 @@
-"""How the task list, components and per-turn context print (``workers/_display.py``) in
+"""How the task list, components and per-turn context print (``workers/console/_display.py``) in
 ``psych run``'s lines, its live status line and ``psych status`` (pure, typed records)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 from psych_runtime.activities import ContextShown, ContextSkipped
 from psych_runtime.specs import Metric, Scope, Task
-from psych_runtime.workers._console import format_record, format_state
-from psych_runtime.workers._live import RunProgress
+from psych_runtime.workers.console import format_record, format_state
+from psych_runtime.workers.console._live import RunProgress
 from psych_runtime.workflows import (
     ComponentShown,
     ContextProvided,

@@ -24,11 +24,11 @@ from psych_runtime.activities import (
 )
 from psych_runtime.specs import Scope
 from psych_runtime.workers import worker_identity
-from psych_runtime.workers._fleet_policy import digest_in_identity
+from psych_runtime.workers.fleet._policy import digest_in_identity
 
 from .conftest import TOOLS_REF, Cli, read_until, spawn
 
-PSYCH = (sys.executable, "-m", "psych_runtime.workers._cli")
+PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 
 
 class Custom:

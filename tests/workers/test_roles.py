@@ -7,13 +7,23 @@ from pathlib import Path
 import httpx
 import pytest
 
-from psych_runtime.activities import ACTIVITY_NAMES, ACTIVITY_ROLES, ROLES, role_task_queue
-from psych_runtime.activities._activity_class import activity_name
-from psych_runtime.activities._blobs import LocalBlobStore
+from psych_runtime.activities import (
+    ACTIVITY_NAMES,
+    ACTIVITY_ROLES,
+    ROLES,
+    activity_name,
+    role_task_queue,
+)
+from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import WorkerSettings, activities_for
-from psych_runtime.workers._roles import Concurrency, activities_of_role, parse_roles
-from psych_runtime.workers._versioning import deployment_version, version_from_env
+from psych_runtime.workers.fleet import (
+    Concurrency,
+    activities_of_role,
+    deployment_version,
+    parse_roles,
+    version_from_env,
+)
 
 
 def test_every_activity_has_a_role_and_roles_name_their_queues() -> None:

@@ -20,17 +20,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import _spans
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._model import ModelActivities
-from psych_runtime.activities._payloads import (
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
     ChatMessage,
     CodeToolCall,
     HttpToolCall,
     ModelCallInput,
 )
-from psych_runtime.activities._tools import ToolActivities
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
+from psych_runtime.activities.telemetry import _spans
+from psych_runtime.activities.tools import ToolActivities
 from psych_runtime.specs import HttpTool, ModelRef, Scope, SpecError, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply
 from psych_runtime.workers import _telemetry

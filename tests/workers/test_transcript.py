@@ -12,7 +12,7 @@ from psych_runtime.activities import FileVersionStore, RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._loading import load_spec_file
-from psych_runtime.workers._transcript import read_transcript
+from psych_runtime.workers.console import read_transcript
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
 
 from .conftest import EXAMPLES, TOOLS_REF, Cli, psych

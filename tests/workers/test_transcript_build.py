@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from psych_runtime.activities._payloads import Latency, Usage
+from psych_runtime.activities.contract import Latency, Usage
 from psych_runtime.specs import Scope
-from psych_runtime.workers._transcript import Wait, build_transcript
-from psych_runtime.workers._transcript_render import transcript_lines, transcript_markdown
+from psych_runtime.workers.console._transcript import Wait, build_transcript
+from psych_runtime.workers.console._transcript_render import transcript_lines, transcript_markdown
 from psych_runtime.workflows import (
     ModelCallFinished,
     Pending,

@@ -14,17 +14,16 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 import psych_runtime.activities
-from psych_runtime.activities import ACTIVITY_NAMES, LocalBlobStore
-from psych_runtime.activities._activity_class import ActivityClass, activity_name
+from psych_runtime.activities import ACTIVITY_NAMES, ActivityClass, LocalBlobStore, activity_name
 from psych_runtime.workers import WorkerSettings, build_worker
 
 
 def defined_activities() -> dict[Callable[..., Any], type | None]:
-    """Every ``@activity.defn`` function in psych_runtime.activities' modules, with the
-    class that defines it (None for a module-level one)."""
+    """Every ``@activity.defn`` function in psych_runtime.activities' modules (its
+    subpackages' too), with the class that defines it (None for a module-level one)."""
     found: dict[Callable[..., Any], type | None] = {}
     package = psych_runtime.activities
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         module = importlib.import_module(info.name)
         for _, member in inspect.getmembers(module):
             if getattr(member, "__module__", None) != module.__name__:

@@ -42,12 +42,17 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from psych_runtime.activities import Deny, HookCall, Hooks
-from psych_runtime.activities._blobs import LocalBlobStore
-from psych_runtime.activities._context import ContextRequest, ContextSettings, ContextSource
-from psych_runtime.activities._endpoints import Endpoint, ModelEndpoints
-from psych_runtime.activities._payloads import PolicyDecision, ToolInfo
-from psych_runtime.activities._policy import RulePolicy
-from psych_runtime.activities._version_store import FileVersionStore
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import PolicyDecision, ToolInfo
+from psych_runtime.activities.model import (
+    ContextRequest,
+    ContextSettings,
+    ContextSource,
+    Endpoint,
+    ModelEndpoints,
+)
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psych_runtime.activities._payloads import CompactResult, Latency, TurnMark, Usage
+from psych_runtime.activities.contract import CompactResult, Latency, TurnMark, Usage
 from psych_runtime.specs import CompactionPolicy
 from psych_runtime.workflows.features._compaction import (
     CompactionState,

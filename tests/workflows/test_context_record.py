@@ -34,4 +34,4 @@ def test_a_field_added_to_the_context_turn_does_not_break_the_record() -> None:
 def test_the_context_result_models_are_passed_through_the_sandbox() -> None:
     # The records (passed through) and the report projection hold ContextShown and
     # ContextSkipped: a sandbox re-import would give the workflow classes of its own.
-    assert "psych_runtime.activities._context_result" in SANDBOX_PASSTHROUGH
+    assert "psych_runtime.activities.contract" in SANDBOX_PASSTHROUGH

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from psych_runtime.activities._payloads import ChatMessage, Usage
+from psych_runtime.activities.contract import ChatMessage, Usage
 from psych_runtime.specs import AgentBuilder, Limits, Scope, Version
 from psych_runtime.workflows import (
     AgentRunInput,

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
-from psych_runtime.activities._payloads import ModelFailure, Usage
-from psych_runtime.activities._reporting import _REPORTS, drain_reports
+from psych_runtime.activities.contract import ErrorType, ModelFailure, Usage
+from psych_runtime.activities.tools import drain_reports
+from psych_runtime.activities.tools._reporting import _REPORTS
 from psych_runtime.specs import LeftOut, Limits, Scope
-from psych_runtime.workers._console import format_report
-from psych_runtime.workers._report_children import child_fields, child_settled_line
+from psych_runtime.workers.console import format_report
+from psych_runtime.workers.console._report_children import child_fields, child_settled_line
 from psych_runtime.workflows import (
     AgentRunInput,
     ChildSettled,
@@ -245,7 +246,7 @@ def test_the_report_lists_each_child_and_what_a_subagent_was_not_granted() -> No
 
 def test_a_failed_childs_totals_come_from_its_run_failed_details() -> None:
     spent = Totals(model_calls=3, usage=Usage(output_tokens=4), cost=1.5)
-    failed = ApplicationError("boom", spent.model_dump(mode="json"), type="RunFailed")
+    failed = ApplicationError("boom", spent.model_dump(mode="json"), type=ErrorType.RUN_FAILED)
     err = ChildWorkflowError(
         "child failed",
         namespace="n",

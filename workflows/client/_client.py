@@ -31,7 +31,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.activities._payloads import ThreadRef
+from psych_runtime.activities.contract import ThreadRef
 from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.activities._ids import ids_from
+from psych_runtime.activities.contract import ids_from
 from psych_runtime.specs import NotFound, Scope, SpecError
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,

@@ -7,7 +7,7 @@ from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict
 
-from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
+from psych_runtime.activities.contract import HookEffect, Latency, ThreadRef, Usage
 from psych_runtime.specs import LeftOut, Task
 from psych_runtime.workflows.contract._contract import (
     RunState,

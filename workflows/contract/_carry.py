@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from psych_runtime.activities._payloads import ChatMessage
+from psych_runtime.activities.contract import ChatMessage
 from psych_runtime.workflows.contract._records import Totals
 
 CONTINUE_AFTER_EVENTS = 10_000

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.activities._ids import workflow_id_for as workflow_id_for
-from psych_runtime.activities._payloads import ThreadRef
+from psych_runtime.activities.contract import ThreadRef
+from psych_runtime.activities.contract import workflow_id_for as workflow_id_for
 from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
 from psych_runtime.workflows.contract._carry import (
     CONTINUE_AFTER_EVENTS,

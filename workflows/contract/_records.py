@@ -1,4 +1,5 @@
-"""The log's vocabulary: Records, Run status, pending items and Totals arithmetic.
+"""The log's vocabulary: the Records (the status, pending items and totals they carry are
+``_status.py``'s, re-exported here).
 
 A Run's log is a list of Records with a gapless ``seq`` starting at 1, each stamped with the
 Run's Scope (``_record_log.py`` appends them). The state query, the record stream and the
@@ -10,127 +11,29 @@ the workflow contract are in ``_contract.py``.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from psych_runtime.activities._context_result import ContextShown, ContextSkipped, ContextTurn
-from psych_runtime.activities._payloads import HookEffect, Latency, ThreadRef, Usage
+from psych_runtime.activities.contract import (
+    ContextShown,
+    ContextSkipped,
+    ContextTurn,
+    HookEffect,
+    Latency,
+    ThreadRef,
+    Usage,
+)
 from psych_runtime.specs import Component, LeftOut, Scope, Task
+from psych_runtime.workflows.contract._status import CallSuspensionReason as CallSuspensionReason
+from psych_runtime.workflows.contract._status import Pending as Pending
+from psych_runtime.workflows.contract._status import RunStatus as RunStatus
+from psych_runtime.workflows.contract._status import SuspensionReason as SuspensionReason
+from psych_runtime.workflows.contract._status import Totals as Totals
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RunStatus(StrEnum):
-    """Where a Run is. All but RUNNING and SUSPENDED are terminal."""
-
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    """Waiting on a person or a system: an approval, an answer, an external completion."""
-    COMPLETED = "completed"
-    """The model answered (finished with no tool calls)."""
-    STOPPED = "stopped"
-    """A budget stopped it: max_turns or max_steps."""
-    FAILED = "failed"
-    """An error ended it: non-transient model error, retry budget, hard stop, bad Version."""
-    FORCE_SETTLED = "force_settled"
-    """The deadline and its grace period ran out; open calls were settled UNKNOWN."""
-    ABORTED = "aborted"
-    """An abort arrived; interruptible calls were cancelled, the others finished."""
-    ABANDONED = "abandoned"
-    """A suspension expired with nobody answering."""
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the Run has settled."""
-        return self not in (RunStatus.RUNNING, RunStatus.SUSPENDED)
-
-
-class SuspensionReason(StrEnum):
-    """What one pending item waits for. The one definition of the reasons: the values are
-    wire strings (recorded histories, the ``PsychSuspension`` search attribute, the plain
-    ``temporal`` CLI's updates), so a value never changes; a new reason is a new member,
-    and mypy then names every ``match`` on a reason that must handle it."""
-
-    APPROVAL = "approval"
-    """An approver allows or rejects a tool call the Policy holds for approval."""
-    QUESTION = "question"
-    """Someone answers the model's ``ask_question``."""
-    EXTERNAL = "external"
-    """A system completes a tool's external wait (by its wait token)."""
-    CHILDREN = "children"
-    """Child Runs end: a ``delegate`` call's subagent, or the ones ``wait_children`` names."""
-
-
-CallSuspensionReason = Literal[
-    SuspensionReason.APPROVAL, SuspensionReason.QUESTION, SuspensionReason.EXTERNAL
-]
-"""The reasons a resume answers (``psych.resume``): a tool call waiting for a person or a
-system. A wait for children is never resumed; it ends when they do."""
-
-
-class Pending(_Frozen):
-    """One thing a suspended Run waits for."""
-
-    reason: SuspensionReason
-    id: str
-    """What a resume names: the tool call id (approval, question) or the wait token."""
-    call_id: str
-    tool: str
-    arguments: str = ""
-    question: str | None = None
-    expires_at: datetime
-    run: str | None = None
-    """The workflow id of the child Run that holds this item (a workflow step's agent, a
-    subagent), shown by its parent and resumable through the parent's id; None: this Run."""
-
-
-class Totals(_Frozen):
-    """Running totals of a Run."""
-
-    turns: int = 0
-    steps: int = 0
-    model_calls: int = 0
-    tool_calls: int = 0
-    transient_failures: int = 0
-    usage: Usage = Usage()
-    cost: float | None = None
-    """Sum of known costs; ``None`` while any call's price was unknown."""
-
-    def plus(self, **increments: int) -> Totals:
-        """These totals with the named counters increased."""
-        return self.model_copy(
-            update={name: getattr(self, name) + value for name, value in increments.items()}
-        )
-
-    def with_usage(self, usage: Usage, cost: float | None, *, cost_unknown: bool) -> Totals:
-        """These totals with one more call's usage and cost; the cost stays None once any
-        price was unknown (``cost_unknown``), never a partial sum shown as the whole."""
-        summed = Usage(
-            **{
-                name: getattr(self.usage, name) + getattr(usage, name)
-                for name in Usage.model_fields
-            }
-        )
-        new_cost = None if cost_unknown else (self.cost or 0.0) + (cost or 0.0)
-        return self.model_copy(update={"usage": summed, "cost": new_cost})
-
-    def rolled_up(self, child: Totals, *, cost_unknown: bool) -> Totals:
-        """These totals with a child Run's added (its calls, usage and cost)."""
-        return self.plus(
-            steps=child.steps,
-            model_calls=child.model_calls,
-            tool_calls=child.tool_calls,
-            transient_failures=child.transient_failures,
-        ).with_usage(child.usage, child.cost, cost_unknown=cost_unknown)
-
-    @property
-    def cost_unknown(self) -> bool:
-        """Whether some call's price was unknown (calls were made, no cost is known)."""
-        return self.cost is None and self.model_calls > 0
 
 
 # --- records ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CompactInput, CompactResult, TurnMark, Usage
+    from psych_runtime.activities.contract import CompactInput, CompactResult, TurnMark, Usage
     from psych_runtime.specs import AgentSpec, CompactionPolicy
     from psych_runtime.workflows.contract._records import (
         CompactionApplied,

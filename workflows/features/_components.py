@@ -12,7 +12,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.specs import (
         COMPONENT_KINDS,
         COMPONENT_SCHEMA,

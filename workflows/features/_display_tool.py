@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.specs import AgentSpec
     from psych_runtime.workflows.kernel._feature import Builtin, RunView
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline

@@ -25,7 +25,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
         CatalogEntry,
         ChatMessage,
         McpCatalog,

@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows.contract._records import SuspensionReason
     from psych_runtime.workflows.kernel._feature import Builtin, Feature
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline

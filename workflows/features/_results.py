@@ -12,7 +12,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ReadOutputInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ReadOutputInput, ToolCallRequest, ToolDefinition
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline

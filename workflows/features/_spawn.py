@@ -35,7 +35,8 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
+        ErrorType,
         ToolCallRequest,
         ToolDefinition,
         VersionPublishInput,
@@ -301,7 +302,7 @@ def _ended(
         err = handle.exception()
         cause = err.__cause__ if err is not None else None
         status, reason = RunStatus.FAILED, _cause(err) if err is not None else "failed"
-        if isinstance(cause, ApplicationError) and cause.type == "RunFailed":
+        if isinstance(cause, ApplicationError) and cause.type == ErrorType.RUN_FAILED:
             reason = cause.message
             totals = failed_totals(err) or totals
         elif isinstance(cause, CancelledError | TerminatedError):

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows.contract._contract import (
         ABORT,
         STEER,

@@ -28,7 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.specs import (
         AgentSpec,
         DepthCap,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ModelCallInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import ModelCallInput, ToolCallRequest, ToolDefinition
     from psych_runtime.specs import (
         MAX_TASK_TITLE,
         MAX_TASKS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ModelCallInput, ThreadContext
+    from psych_runtime.activities.contract import ModelCallInput, ThreadContext
     from psych_runtime.workflows.kernel._feature import Feature, RunView
 
 

@@ -27,7 +27,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
         ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
@@ -48,9 +48,12 @@ with workflow.unsafe.imports_passed_through():
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
+        CodeToolCallV2,
         CompactInput,
         CompactResult,
+        ErrorType,
         HttpToolCall,
+        HttpToolCallV2,
         McpCatalog,
         McpCatalogInput,
         McpSearchInput,
@@ -59,26 +62,20 @@ with workflow.unsafe.imports_passed_through():
         ModelCallInput,
         ModelCallResult,
         ModelCallResultV2,
+        ModelCallResultV3,
         PolicyDecision,
         PolicyInput,
         ReadOutputInput,
         ToolCatalog,
         ToolOutcome,
+        ToolOutcomeV2,
         VersionPublishInput,
-        role_task_queue,
-    )
-    from psych_runtime.activities._slim import (
         full_model_result,
         full_outcome,
+        role_task_queue,
         slim_code_call,
         slim_http_call,
         slim_model_input,
-    )
-    from psych_runtime.activities._slim_payloads import (
-        CodeToolCallV2,
-        HttpToolCallV2,
-        ModelCallResultV3,
-        ToolOutcomeV2,
     )
     from psych_runtime.specs import Version
     from psych_runtime.workflows.contract._contract import RunInput
@@ -104,7 +101,7 @@ class Options:
 OPTIONS: dict[str, Options] = {
     TOOL_CATALOG: Options(
         timedelta(seconds=60),
-        RetryPolicy(maximum_attempts=5, non_retryable_error_types=["ToolNotRegistered"]),
+        RetryPolicy(maximum_attempts=5, non_retryable_error_types=[ErrorType.TOOL_NOT_REGISTERED]),
     ),
     MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     # The summariser is a model call like any other: once, heartbeating while it streams.

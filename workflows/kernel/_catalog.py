@@ -9,7 +9,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CatalogInput, ToolCatalog
+    from psych_runtime.activities.contract import CatalogInput, ToolCatalog
     from psych_runtime.specs import HttpTool
     from psych_runtime.workflows.contract._records import RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ThreadRef
+    from psych_runtime.activities.contract import ErrorType, ThreadRef
     from psych_runtime.specs import DepthCap, Scope, Version
     from psych_runtime.workflows.contract._contract import (
         CHILD_PENDING,
@@ -88,7 +88,7 @@ def failed_totals(err: BaseException | None) -> Totals | None:
     """What a FAILED child spent (its ``RunFailed`` error carries its totals), or None when
     it ended some other way (cancelled, terminated, timed out)."""
     cause = err.__cause__ if err is not None else None
-    if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.RUN_FAILED and cause.details:
         return Totals.model_validate(cause.details[0])
     return None
 

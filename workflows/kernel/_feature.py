@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
         CatalogEntry,
         ModelCallInput,
         ModelCallResult,

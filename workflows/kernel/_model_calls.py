@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ModelFailure
+    from psych_runtime.activities.contract import ErrorType, ModelFailure
 
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
@@ -46,7 +46,11 @@ def budget_left(budget: int, spent: int, failure: ModelFailure) -> int:
 def model_failure(err: ActivityError, cause_text: str) -> ModelFailure:
     """An activity failure as a ModelFailure (worker loss and timeouts are transient)."""
     cause = err.__cause__
-    if isinstance(cause, ApplicationError) and cause.type == "ModelCallFailed" and cause.details:
+    if (
+        isinstance(cause, ApplicationError)
+        and cause.type == ErrorType.MODEL_CALL_FAILED
+        and cause.details
+    ):
         return ModelFailure.model_validate(cause.details[0])
     if isinstance(cause, TemporalTimeoutError):
         return ModelFailure(

@@ -18,19 +18,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ThreadRef, Usage
+    from psych_runtime.activities.contract import ErrorType, ThreadRef, Usage
     from psych_runtime.specs import (
+        BEFORE_MCP,
+        BEFORE_TASKS,
+        UNSUPPORTED_FIELDS,
         AgentSpec,
         Limits,
         Scope,
         WorkflowSpec,
-        version_hash,
-    )
-    from psych_runtime.specs._unsupported import (
-        BEFORE_MCP,
-        BEFORE_TASKS,
-        UNSUPPORTED_FIELDS,
         unsupported_in_tables,
+        version_hash,
     )
     from psych_runtime.workflows.contract._carry import Segment
     from psych_runtime.workflows.contract._contract import (
@@ -167,7 +165,7 @@ class RunBase(abc.ABC):
     async def _run(self) -> RunResult:
         """Admit the Run, run its body within the deadline, and settle it."""
         if self._bad_input is not None:
-            raise ApplicationError(self._bad_input, type="BadInput", non_retryable=True)
+            raise ApplicationError(self._bad_input, type=ErrorType.BAD_INPUT, non_retryable=True)
         # First, before any other patch: a Run of this shape asks none of SHAPE_1's.
         self._shaped = record_shape()
         input = self._input
@@ -344,7 +342,7 @@ class RunBase(abc.ABC):
             raise ApplicationError(
                 outcome.reason,
                 self._totals.model_dump(mode="json"),
-                type="RunFailed",
+                type=ErrorType.RUN_FAILED,
                 non_retryable=True,
             )
         return RunResult(

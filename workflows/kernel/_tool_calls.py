@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
         CatalogEntry,
         ChatMessage,
         CodeToolCall,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ChatMessage, ToolCallRequest, ToolOutcome
+    from psych_runtime.activities.contract import ChatMessage, ToolCallRequest, ToolOutcome
     from psych_runtime.workflows.contract._records import ToolCallStatus
 
 

@@ -24,9 +24,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._mcp_turn import MCP_UNREACHABLE
-    from psych_runtime.activities._payloads import (
+    from psych_runtime.activities.contract import (
         ChatMessage,
+        ErrorType,
         ModelCallInput,
         ModelCallResult,
     )
@@ -242,7 +242,7 @@ class TurnLoop(ToolCalls):
                     # The workflow is being cancelled (or force-settled): not a model failure.
                     raise asyncio.CancelledError from err
                 if isinstance(err.__cause__, ApplicationError) and (
-                    err.__cause__.type == MCP_UNREACHABLE
+                    err.__cause__.type == ErrorType.MCP_UNREACHABLE
                 ):
                     # No model call was made: a required MCP server did not answer.
                     raise Stop(RunStatus.FAILED, err.__cause__.message) from err

@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import ToolCallRequest, Usage
+    from psych_runtime.activities.contract import ToolCallRequest, Usage
     from psych_runtime.specs import (
         AgentSpec,
         DepthCap,

@@ -21,7 +21,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities._payloads import CatalogEntry, ToolCallRequest, ToolCatalog
+    from psych_runtime.activities.contract import CatalogEntry, ToolCallRequest, ToolCatalog
     from psych_runtime.specs import (
         AgentSpec,
         AgentStep,

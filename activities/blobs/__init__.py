@@ -1,0 +1,36 @@
+"""psych_runtime.activities.blobs: content-addressed blobs (the BlobStore port).
+
+``LocalBlobStore`` (a directory), ``S3BlobStore`` (S3-compatible), ``EncryptedBlobStore``
+with its ``BlobCipher`` port, the conversation chain stored in them (``Conversations``),
+and the store a worker's environment configures (``blob_store_from_env``).
+"""
+
+from psych_runtime.activities.blobs._config import blob_store_from_env
+from psych_runtime.activities.blobs._s3 import S3BlobStore, S3Location, parse_s3_url
+from psych_runtime.activities.blobs._store import (
+    BlobCipher,
+    BlobNotFound,
+    BlobStore,
+    Conversations,
+    EncryptedBlobStore,
+    LocalBlobStore,
+    blob_key,
+    canonical_json,
+)
+from psych_runtime.activities.contract import blob_ref
+
+__all__ = [
+    "BlobCipher",
+    "BlobNotFound",
+    "BlobStore",
+    "Conversations",
+    "EncryptedBlobStore",
+    "LocalBlobStore",
+    "S3BlobStore",
+    "S3Location",
+    "blob_key",
+    "blob_ref",
+    "blob_store_from_env",
+    "canonical_json",
+    "parse_s3_url",
+]

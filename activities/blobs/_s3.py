@@ -1,0 +1,259 @@
+"""A BlobStore in an S3-compatible bucket, for worker fleets that share no directory.
+
+Blobs are objects ``<prefix><2 hex>/<62 hex>``, the layout of ``LocalBlobStore``. The
+client is aiobotocore (see activities/README.md for the choice): credentials come from
+botocore's standard chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
+``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and the shared files, web identity, container and
+instance metadata), never from the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+from psych_runtime.activities.blobs._store import BlobNotFound, blob_key
+from psych_runtime.activities.contract import blob_ref
+from psych_runtime.specs import PsychError, SpecError
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3.client import S3Client
+
+Addressing = Literal["auto", "path", "virtual"]
+
+URL_FORM = "s3://BUCKET[/PREFIX][?endpoint=URL&region=NAME&addressing=path|virtual|auto]"
+"""What ``PSYCH_BLOB_URL`` looks like (``parse_s3_url``)."""
+
+_PARAMETERS = ("addressing", "endpoint", "region")
+_CONFLICT_ATTEMPTS = 5
+"""Conditional writes of one key that collide (S3 answers 409) are tried this often."""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where an ``S3BlobStore`` keeps its blobs, as ``PSYCH_BLOB_URL`` states it.
+
+    Attributes:
+        bucket: the bucket's name.
+        prefix: prepended to every key: empty, or ending in ``/``.
+        endpoint: an S3-compatible server's URL (None: AWS's endpoint for the region, or
+            ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` when set).
+        region: the signing region (None: ``AWS_REGION``/``AWS_DEFAULT_REGION`` or the
+            profile's).
+        addressing: ``path`` (``<endpoint>/<bucket>/<key>``, what most self-hosted
+            servers need), ``virtual`` (``<bucket>.<host>/<key>``) or ``auto``
+            (botocore's choice); None: ``path`` with an endpoint, ``auto`` without.
+    """
+
+    bucket: str
+    prefix: str = ""
+    endpoint: str | None = None
+    region: str | None = None
+    addressing: Addressing | None = None
+
+
+def parse_s3_url(url: str) -> S3Location:
+    """Read ``s3://bucket/prefix?endpoint=...&region=...&addressing=...``.
+
+    Raises:
+        SpecError: the URL is not of that form (it names what is wrong): another scheme,
+            no bucket, credentials or a port in it, an unknown or repeated parameter, an
+            endpoint that is not an http(s) URL.
+    """
+    where = f"PSYCH_BLOB_URL={url!r}"
+    parts = urlsplit(url)
+    if parts.scheme != "s3":
+        raise SpecError(f"{where}: not an s3:// URL ({URL_FORM})")
+    if "@" in parts.netloc:
+        # A URL ends up in config maps, logs and `ps`; keys belong in the credential chain.
+        raise SpecError(
+            f"{where}: credentials do not go in the URL; set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or a profile or role)"
+        )
+    if not parts.netloc or ":" in parts.netloc:
+        raise SpecError(f"{where}: the host part must be a bucket name ({URL_FORM})")
+    if parts.fragment:
+        raise SpecError(f"{where}: a fragment (#...) means nothing here ({URL_FORM})")
+    query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
+    unknown = sorted(set(query) - set(_PARAMETERS))
+    if unknown:
+        raise SpecError(
+            f"{where}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(_PARAMETERS)}"
+        )
+    values: dict[str, str] = {}
+    for name, given in query.items():
+        if len(given) != 1 or not given[0]:
+            raise SpecError(f"{where}: parameter {name} must be given once, with a value")
+        values[name] = given[0]
+    endpoint = values.get("endpoint")
+    if endpoint is not None:
+        target = urlsplit(endpoint)
+        if target.scheme not in ("http", "https") or not target.netloc:
+            raise SpecError(f"{where}: endpoint {endpoint!r} is not an http(s) URL")
+    addressing = values.get("addressing")
+    if addressing is not None and addressing not in ("auto", "path", "virtual"):
+        raise SpecError(f"{where}: addressing must be path, virtual or auto, not {addressing!r}")
+    prefix = parts.path.strip("/")
+    return S3Location(
+        bucket=parts.netloc,
+        prefix=f"{prefix}/" if prefix else "",
+        endpoint=endpoint,
+        region=values.get("region"),
+        addressing=addressing,  # type: ignore[arg-type]  # checked against the Literal above
+    )
+
+
+class S3BlobStore:
+    """Blobs as objects in an S3-compatible bucket (``PSYCH_BLOB_URL=s3://...``).
+
+    ``put`` is idempotent without rewriting: it writes with ``If-None-Match: *``, so an
+    object already stored under the ref is left as it is (S3 answers 412) and the ref
+    returned, however many workers store the same bytes at once. A server that ignores
+    conditional writes overwrites the object with the same bytes instead. ``get`` of a
+    missing object raises ``BlobNotFound`` naming the ref and the object; the worker's
+    credentials need ``s3:ListBucket`` on the bucket for that, or S3 answers a missing
+    key with 403 AccessDenied, which is raised as the botocore error it is.
+
+    The client (a connection pool) is opened on first use in the running event loop;
+    ``aclose()`` it when done, or use the store as an ``async with`` block.
+    """
+
+    def __init__(self, location: S3Location) -> None:
+        self.location = location
+        self._stack = AsyncExitStack()
+        self._client: S3Client | None = None
+        self._opening = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> S3BlobStore:
+        """A store at ``s3://bucket/prefix?endpoint=...&region=...`` (``parse_s3_url``)."""
+        return cls(parse_s3_url(url))
+
+    def __repr__(self) -> str:
+        where = self.location.endpoint or "AWS"
+        return f"S3BlobStore(s3://{self.location.bucket}/{self.location.prefix} at {where})"
+
+    def _key(self, ref: str) -> str:
+        return self.location.prefix + blob_key(ref)
+
+    async def _s3(self) -> S3Client:
+        if self._client is None:
+            async with self._opening:
+                if self._client is None:
+                    opened: S3Client = await self._stack.enter_async_context(
+                        _open_client(self.location)
+                    )
+                    self._client = opened
+        return self._client
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data`` unless an object with its ref exists; return its ref."""
+        from botocore.exceptions import ClientError
+
+        ref = blob_ref(data)
+        key = self._key(ref)
+        s3 = await self._s3()
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                await s3.put_object(
+                    Bucket=self.location.bucket, Key=key, Body=data, IfNoneMatch="*"
+                )
+                return ref
+            except ClientError as err:
+                status = _status(err)
+                if status == 412:
+                    return ref
+                # 409 ConditionalRequestConflict: another conditional write of this key is
+                # in progress; it may yet fail, so try again rather than assume it stored.
+                if status != 409:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise PsychError(
+            f"blob {ref}: s3://{self.location.bucket}/{key} stayed in conflict for "
+            f"{_CONFLICT_ATTEMPTS} conditional writes"
+        )
+
+    async def get(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``.
+
+        Raises:
+            BlobNotFound: no object holds ``ref``, or it is not a blob ref.
+        """
+        from botocore.exceptions import ClientError
+
+        key = self._key(ref)
+        s3 = await self._s3()
+        try:
+            response = await s3.get_object(Bucket=self.location.bucket, Key=key)
+            async with response["Body"] as body:
+                return await body.read()
+        except ClientError as err:
+            if _code(err) in ("NoSuchKey", "404"):
+                raise BlobNotFound(
+                    ref, f"no blob {ref} in s3://{self.location.bucket}/{key}"
+                ) from err
+            raise
+
+    async def aclose(self) -> None:
+        """Close the client and its connections (a later call opens a new one)."""
+        self._client = None
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> S3BlobStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _open_client(location: S3Location) -> Any:
+    """The client's async context manager (the ``S3Client`` it yields is typed by the caller)."""
+    # Imported here: aiobotocore and botocore take about a second to import on this
+    # machine, which no worker without an S3 store (and no workflow sandbox, which imports
+    # this package for its payload types) should pay.
+    from aiobotocore.config import AioConfig
+
+    addressing = location.addressing or ("path" if location.endpoint else "auto")
+    config = AioConfig(
+        s3={"addressing_style": addressing},
+        # Unlike a model provider's client (whose retries Temporal and the Run's budget
+        # own), a blob read is one step of an activity whose failure the workflow cannot
+        # tell from the model's: a throttled or dropped S3 request is retried here.
+        retries={"mode": "standard", "total_max_attempts": 5},
+        # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
+        # read unless told otherwise, which several S3-compatible servers refuse; a
+        # content-addressed blob is checked by its ref anyway.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return _session().create_client(
+        "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
+    )
+
+
+@functools.cache
+def _session() -> Any:
+    """The one botocore session of the process: a session loads S3's service model (a few
+    megabytes of JSON) once, so every store after the first opens its client quickly."""
+    from aiobotocore.session import get_session
+
+    return get_session()
+
+
+def _code(err: Any) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _status(err: Any) -> int | None:
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None

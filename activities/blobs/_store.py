@@ -1,0 +1,270 @@
+"""Content-addressed blobs: the BlobStore port, its local-directory default, its
+encrypting wrapper, the error a missing blob raises, and the conversation chain stored in
+it.
+
+A conversation is a chain of nodes ``{"parent": <ref or null>, "messages": [<ref>...]}``;
+its head ref is all a model-call activity needs. Appending stores one node, so a call's
+input stays the same size however long the Run is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import secrets
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
+from psych_runtime.specs import NotFound
+
+
+class BlobNotFound(ApplicationError, NotFound):
+    """Nothing is stored under a blob ref, or the ref is not one (``ref`` names it).
+
+    It is a ``NotFound``, as the BlobStore port promises, and also a non-retryable
+    Temporal ``ApplicationError`` of type ``BlobNotFound``: a blob that is missing now
+    stays missing, so an activity it escapes from fails at once instead of being retried
+    until its timeout (the retry policies live in the workflow, which cannot know every
+    error a store raises).
+
+    Attributes:
+        ref: the ref that was asked for.
+    """
+
+    def __init__(self, ref: str, message: str) -> None:
+        super().__init__(message, ref, type=ErrorType.BLOB_NOT_FOUND, non_retryable=True)
+        self.ref = ref
+
+
+def blob_key(ref: str) -> str:
+    """The relative path of ``ref`` in a store: ``<2 hex>/<62 hex>``.
+
+    Every store lays blobs out alike, so a directory of a ``LocalBlobStore`` copied into
+    an ``S3BlobStore``'s prefix (``aws s3 sync``) is a valid store.
+
+    Raises:
+        BlobNotFound: ``ref`` is not ``sha256:`` and 64 lowercase hex digits.
+    """
+    # Refs reach here from payloads and callers, so a ref becomes a path only once it is
+    # exactly a sha256 digest: anything else (`../`, `/`, upper case) could name a file
+    # outside the root, or another object than a blob.
+    if not is_blob_ref(ref):
+        raise BlobNotFound(ref, f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
+    digest = ref.removeprefix("sha256:")
+    return f"{digest[:2]}/{digest[2:]}"
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Port: content-addressed bytes. ``put`` is idempotent; refs are content hashes."""
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data``; return its ref."""
+        ...
+
+    async def get(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``.
+
+        Raises:
+            NotFound: nothing is stored under ``ref`` (the shipped stores raise its
+                subclass ``BlobNotFound``, naming the ref).
+        """
+        ...
+
+
+class LocalBlobStore:
+    """Blobs as files ``<root>/<2 hex>/<62 hex>``, written atomically (embedded default).
+
+    Workers on one machine (or sharing a volume) may share a root.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._root = os.fspath(self.root)
+        self._shards: set[str] = set()
+        """Shard directories this store made or found: made once, not stat'ed per put."""
+
+    def _path(self, ref: str) -> str:
+        return os.path.join(self._root, blob_key(ref))
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data``; return its ref."""
+        ref = blob_ref(data)
+        self._write(self._path(ref), data)
+        return ref
+
+    async def get(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``.
+
+        Raises:
+            BlobNotFound: nothing is stored under ``ref``, or it is not a blob ref.
+        """
+        try:
+            return _read(self._path(ref))
+        except FileNotFoundError:
+            raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
+
+    def _write(self, path: str, data: bytes) -> None:
+        # Local-disk calls of a few microseconds, made in place (as Path's were): a thread
+        # hop would cost more than the write.
+        if os.path.exists(path):
+            return
+        shard = os.path.dirname(path)
+        if shard not in self._shards:
+            os.makedirs(shard, exist_ok=True)
+            self._shards.add(shard)
+        fd, tmp = _exclusive_temp(shard)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+def _exclusive_temp(shard: str) -> tuple[int, str]:
+    """A new temporary file in ``shard``, opened exclusively: ``.put-<token>-<n>``.
+
+    The token is random per process (a restarted or containerised worker often has the
+    same pid as one before it, or as another container sharing the root) and the counter
+    is shared by every store of the process, so names do not repeat; a name found taken
+    anyway (a file a killed writer left) is skipped, not an error. Cheaper than mkstemp's
+    random name per file, and as exclusive.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    for _ in range(100):
+        tmp = os.path.join(shard, f".put-{_PUT_TOKEN}-{next(_PUT_COUNTER)}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the shard was removed since: make it again
+            os.makedirs(shard, exist_ok=True)
+            return os.open(tmp, flags, 0o600), tmp
+    raise FileExistsError(f"100 temporary names taken in {shard}: is another writer looping?")
+
+
+def _new_token() -> None:
+    global _PUT_TOKEN
+    _PUT_TOKEN = secrets.token_hex(6)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+_PUT_COUNTER = itertools.count()
+"""Numbers the temporary files of ``LocalBlobStore.put`` in this process."""
+_PUT_TOKEN = secrets.token_hex(6)
+"""This process's part of those names; a forked child draws its own."""
+os.register_at_fork(after_in_child=_new_token)
+
+
+@runtime_checkable
+class BlobCipher(Protocol):
+    """Port: seals and opens blob bytes (``workers.PsychCodec.blob_cipher()`` seals with
+    the payload keys, for the tenant of the Run whose activity runs now)."""
+
+    def seal(self, data: bytes) -> bytes:
+        """``data`` encrypted."""
+        ...
+
+    def open(self, sealed: bytes) -> bytes:
+        """What ``seal`` sealed.
+
+        Raises:
+            NotFound: sealed for another tenant than the running Run's.
+            AccessDenied: not sealed with this cipher's keys, or altered.
+        """
+        ...
+
+
+class EncryptedBlobStore:
+    """A BlobStore whose blobs are sealed by a ``BlobCipher`` before ``inner`` stores them.
+
+    Refs are ``inner``'s refs of the sealed bytes, so on disk (or in a bucket) neither a
+    blob nor its name says anything about its content to anyone without the key.
+    """
+
+    def __init__(self, inner: BlobStore, cipher: BlobCipher) -> None:
+        self.inner = inner
+        self.cipher = cipher
+
+    async def put(self, data: bytes) -> str:
+        """Seal and store ``data``; return the ref of the sealed bytes."""
+        return await self.inner.put(self.cipher.seal(data))
+
+    async def get(self, ref: str) -> bytes:
+        """The plaintext stored under ``ref``.
+
+        Raises:
+            NotFound: nothing is stored under ``ref`` for this Run's tenant.
+            AccessDenied: the blob is not sealed with the cipher's keys, or was altered.
+        """
+        return self.cipher.open(await self.inner.get(ref))
+
+
+def canonical_json(value: object) -> bytes:
+    """``value`` as canonical JSON bytes (sorted keys, no spaces): what a stored blob holds."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Conversations:
+    """Reads and appends conversation chains in a BlobStore, caching resolved heads.
+
+    The cache maps a head ref to its full message list, so a Run's next call resolves its
+    head by reading one node instead of walking the whole chain.
+    """
+
+    def __init__(self, blobs: BlobStore, *, cache_size: int = 256) -> None:
+        self.blobs = blobs
+        self._cache: OrderedDict[str, tuple[ChatMessage, ...]] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def put_message(self, message: ChatMessage) -> str:
+        """Store one message; return its ref."""
+        return await self.blobs.put(canonical_json(message.model_dump(mode="json")))
+
+    async def get_message(self, ref: str) -> ChatMessage:
+        """Read one stored message."""
+        return ChatMessage.model_validate_json(await self.blobs.get(ref))
+
+    async def append(self, head: str | None, message_refs: list[str]) -> str | None:
+        """Store a node extending ``head`` with ``message_refs``; return the new head."""
+        if not message_refs:
+            return head
+        return await self.blobs.put(canonical_json({"parent": head, "messages": message_refs}))
+
+    async def messages(self, head: str | None) -> tuple[ChatMessage, ...]:
+        """Every message of the conversation ending at ``head``, oldest first."""
+        # Walk back to the nearest cached node (iteratively: chains are as long as Runs).
+        pending: list[tuple[str, list[str]]] = []
+        cursor = head
+        base: tuple[ChatMessage, ...] = ()
+        while cursor is not None:
+            if cursor in self._cache:
+                self._cache.move_to_end(cursor)
+                base = self._cache[cursor]
+                break
+            node = json.loads(await self.blobs.get(cursor))
+            pending.append((cursor, node["messages"]))
+            cursor = node["parent"]
+        result = base
+        for ref, message_refs in reversed(pending):
+            result = result + tuple([await self.get_message(m) for m in message_refs])
+            self._remember(ref, result)
+        return result
+
+    def _remember(self, ref: str, messages: tuple[ChatMessage, ...]) -> None:
+        self._cache[ref] = messages
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)

@@ -1,0 +1,36 @@
+"""The ``ApplicationError`` types that cross the workflow/activity/client line.
+
+A raiser passes a member as ``type=`` and a catcher compares ``err.type`` with one: a
+``StrEnum`` member is the string itself, so what travels (and what recorded histories and
+clients of other versions hold) is the value, which is API and never changes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorType(StrEnum):
+    """Every ``ApplicationError`` type a psych workflow, activity or client raises or reads."""
+
+    BAD_INPUT = "BadInput"
+    """A Run's input failed validation at start (the workflow fails, non-retryable)."""
+    BLOB_NOT_FOUND = "BlobNotFound"
+    """Nothing is stored under a blob ref (``BlobNotFound``, a ``NotFound``)."""
+    COMPACTION_FAILED = "CompactionFailed"
+    """``psych.model.compact`` cannot compact the conversation it was given (a mark that is
+    not in it, a cut that would part a tool call from its result, an empty summary)."""
+    DUPLICATE_TOOL_NAME = "DuplicateToolName"
+    """A Run's catalogue names one tool twice."""
+    MCP_UNREACHABLE = "McpUnreachable"
+    """A model call not made because a required MCP server is down."""
+    MODEL_CALL_FAILED = "ModelCallFailed"
+    """Every failed model call; its details are a ``ModelFailure``."""
+    RUN_FAILED = "RunFailed"
+    """A Run settled FAILED; its details are the Run's spent totals."""
+    TOOL_NOT_REGISTERED = "ToolNotRegistered"
+    """A code tool not in the worker's registry; a workflow does not retry it."""
+
+
+MODEL_CALL_FAILED = ErrorType.MODEL_CALL_FAILED
+"""``ErrorType.MODEL_CALL_FAILED`` under the name ``psych_runtime.activities`` exported first."""

@@ -1,0 +1,85 @@
+"""Activity names (API: a changed signature gets a new name) and the worker roles whose
+task queues they are scheduled on."""
+
+from __future__ import annotations
+
+from psych_runtime.specs import SpecError
+
+MODEL_COMPLETE = "psych.model.complete"
+MODEL_COMPACT = "psych.model.compact"
+"""The summariser call of compaction (``activities/model/_compaction.py``)."""
+MODEL_COMPLETE_V2 = "psych.model.complete.v2"
+"""Same input; returns ``ModelCallResultV2`` (no echoed model or system prompt ref)."""
+MODEL_COMPLETE_V3 = "psych.model.complete.v3"
+"""Takes ``ModelCallInputV3``, returns ``ModelCallResultV3`` (``_slim_payloads.py``): only
+what the other side cannot derive, refs in their compact wire form."""
+TOOL_CATALOG = "psych.tool.catalog"
+TOOL_CODE = "psych.tool.code"
+TOOL_CODE_V2 = "psych.tool.code.v2"
+"""Takes ``CodeToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
+TOOL_HTTP = "psych.tool.http"
+TOOL_HTTP_V2 = "psych.tool.http.v2"
+"""Takes ``HttpToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
+TOOL_READ_OUTPUT = "psych.tool.read_output"
+POLICY_DECIDE = "psych.policy.decide"
+MCP_LIST_TOOLS = "psych.mcp.list_tools"
+"""Run as a local activity at every turn boundary (its result is a marker in history)."""
+MCP_SEARCH_TOOLS = "psych.mcp.search_tools"
+TOOL_MCP = "psych.tool.mcp"
+VERSION_PUBLISH = "psych.version.publish"
+"""Publishes a spawned child's composed Spec through the worker's VersionStore."""
+
+ACTIVITY_NAMES = (
+    MCP_LIST_TOOLS,
+    MCP_SEARCH_TOOLS,
+    MODEL_COMPACT,
+    MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
+    MODEL_COMPLETE_V3,
+    POLICY_DECIDE,
+    TOOL_CATALOG,
+    TOOL_CODE,
+    TOOL_CODE_V2,
+    TOOL_HTTP,
+    TOOL_HTTP_V2,
+    TOOL_MCP,
+    TOOL_READ_OUTPUT,
+    VERSION_PUBLISH,
+)
+
+# --- worker roles (which task queue each activity is scheduled on) ------------------------
+
+WORKFLOWS_ROLE = "workflows"
+MODEL_ROLE = "model"
+TOOLS_ROLE = "tools"
+ROLES = (WORKFLOWS_ROLE, MODEL_ROLE, TOOLS_ROLE)
+"""The worker roles, each polling its own task queue (``role_task_queue``)."""
+
+ACTIVITY_ROLES: dict[str, str] = {
+    # A local activity runs on the worker that runs the workflow task, whatever its queue.
+    MCP_LIST_TOOLS: WORKFLOWS_ROLE,
+    MCP_SEARCH_TOOLS: TOOLS_ROLE,
+    MODEL_COMPACT: MODEL_ROLE,
+    MODEL_COMPLETE: MODEL_ROLE,
+    MODEL_COMPLETE_V2: MODEL_ROLE,
+    MODEL_COMPLETE_V3: MODEL_ROLE,
+    POLICY_DECIDE: TOOLS_ROLE,
+    TOOL_CATALOG: TOOLS_ROLE,
+    TOOL_CODE: TOOLS_ROLE,
+    TOOL_CODE_V2: TOOLS_ROLE,
+    TOOL_HTTP: TOOLS_ROLE,
+    TOOL_HTTP_V2: TOOLS_ROLE,
+    TOOL_MCP: TOOLS_ROLE,
+    TOOL_READ_OUTPUT: TOOLS_ROLE,
+    VERSION_PUBLISH: TOOLS_ROLE,
+}
+"""The role whose workers run each activity: the workflow schedules it on that role's task
+queue, and a worker of the role registers it."""
+
+
+def role_task_queue(base: str, role: str) -> str:
+    """The task queue of ``role`` in the fleet named ``base`` (``PSYCH_TASK_QUEUE``): the
+    base itself for workflows, ``<base>-model`` and ``<base>-tools`` for the others."""
+    if role not in ROLES:
+        raise SpecError(f"unknown worker role {role!r}: one of {', '.join(ROLES)}")
+    return base if role == WORKFLOWS_ROLE else f"{base}-{role}"

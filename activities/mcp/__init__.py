@@ -1,0 +1,45 @@
+"""psych_runtime.activities.mcp: MCP servers as tools.
+
+``McpActivities`` (a turn's catalogue, ``tools/call``, the search of deferred catalogues)
+over the official ``mcp`` SDK, its session pool, catalogue cache and naming, the worker's
+``McpSettings``, and an agent turn's discovery inside the model call (``resolve_turn``).
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from psych_runtime.activities.mcp._settings import McpSettings
+from psych_runtime.activities.mcp._turn import (
+    McpResolver,
+    McpUnreachable,
+    Resolved,
+    resolve_turn,
+    turn_result,
+)
+
+if TYPE_CHECKING:
+    from psych_runtime.activities.mcp._activities import McpActivities
+    from psych_runtime.activities.mcp._connect import check_servers
+
+_LAZY = {"McpActivities": "_activities", "check_servers": "_connect"}
+"""Names imported on first use (name -> module): the ``mcp`` SDK takes one to two seconds to
+import, and workflows and every ``psych`` command import this package without touching MCP."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "McpActivities",
+    "McpResolver",
+    "McpSettings",
+    "McpUnreachable",
+    "Resolved",
+    "check_servers",
+    "resolve_turn",
+    "turn_result",
+]

@@ -1,0 +1,360 @@
+"""MCP activities: a turn's catalogue of MCP tools, one ``tools/call``, and the search of
+deferred servers' catalogues (the built-in ``search_mcp_tools``).
+
+Servers are reached through the official ``mcp`` SDK over streamable HTTP or SSE with the
+``initialize`` handshake, on sessions the worker pools per (tenant, principal, url,
+transport, credential identity) (``_mcp_pool.py``). A server's credential is a name the
+``SecretResolver`` turns into ``Authorization: Bearer <secret>`` for the Scope at hand; the
+value is used to connect and hashed into the pool key, and every text derived from the
+server (results, errors, log lines) is passed through a ``Redactor`` holding it.
+
+What the model should read comes back as data: an unreachable server is a
+``McpServerStatus(status="unavailable")`` of the catalogue (the workflow decides whether
+that fails the Run), and a failing call a ``ToolOutcome(status="error")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Coroutine
+from typing import Any, Literal
+
+import mcp_types
+from mcp.shared.exceptions import MCPError
+from temporalio import activity
+
+from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.blobs import BlobStore
+from psych_runtime.activities.contract import (
+    MCP_LIST_TOOLS,
+    MCP_SEARCH_TOOLS,
+    TOOL_MCP,
+    McpCatalog,
+    McpCatalogInput,
+    McpSearchInput,
+    McpSearchResult,
+    McpToolCall,
+    ToolOutcome,
+)
+from psych_runtime.activities.hooks import HookCall, Hooks, Interception
+from psych_runtime.activities.mcp._catalog import (
+    CatalogCache,
+    NamedTool,
+    StoredCatalog,
+    found_text,
+    search,
+)
+from psych_runtime.activities.mcp._connect import Unavailable, failure_reason
+from psych_runtime.activities.mcp._discovery import Catalogues
+from psych_runtime.activities.mcp._pool import (
+    McpSessions,
+    McpUnavailable,
+)
+from psych_runtime.activities.mcp._results import result_text
+from psych_runtime.activities.mcp._settings import McpSettings
+from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tools import (
+    Policy,
+    RulePolicy,
+    complete_through_client,
+    store_outcome,
+)
+from psych_runtime.specs import NotFound, matches
+
+_log = logging.getLogger(__name__)
+
+
+class McpActivities(Catalogues, ActivityClass):
+    """The MCP activities, sharing one session pool, catalogue cache and BlobStore.
+
+    Register them with a worker and close them when it stops::
+
+        mcp = McpActivities(blobs=blobs, secrets=secrets)
+        Worker(..., activities=mcp.activities())
+        ...
+        await mcp.aclose()
+    """
+
+    def __init__(
+        self,
+        *,
+        blobs: BlobStore,
+        secrets: SecretResolver | None = None,
+        policy: Policy | None = None,
+        settings: McpSettings | None = None,
+        outage_seconds: float = 0.0,
+        hooks: Hooks | None = None,
+    ) -> None:
+        """Create the activities.
+
+        Args:
+            blobs: where catalogues, results and tool messages are stored.
+            secrets: resolves servers' credentials; without one, a server that names a
+                credential is unavailable.
+            policy: decides allow/deny/ask per tool (default ``RulePolicy()``: allow
+                everything); an exception inside it counts as deny.
+            settings: timeouts, cache, budget and pool bounds (default ``McpSettings()``).
+            outage_seconds: as for ``ToolActivities``: calls not safe to repeat get a
+                heartbeat timeout of this plus ``OUTAGE_MARGIN`` and report their outcome
+                through the worker's client (0: no such care).
+            hooks: the pre, post and on_error hooks every MCP tool call runs through
+                (``activities/hooks/_hooks.py``; default none), matched on the model-facing
+                ``server__tool`` name, so tools discovered mid-Run are covered too.
+        """
+        self.blobs = blobs
+        self.hooks = hooks if hooks is not None else Hooks()
+        self.secrets = secrets
+        self.policy: Policy = policy if policy is not None else RulePolicy()
+        self.settings = settings if settings is not None else McpSettings()
+        self._outage_seconds = outage_seconds
+        self.catalogs = CatalogCache(self.settings.catalog_ttl_seconds)
+        self._built = OrderedDict()
+        self.sessions = McpSessions(
+            max_sessions=self.settings.max_sessions,
+            idle_seconds=self.settings.idle_seconds,
+            connect_timeout=self.settings.connect_timeout_seconds,
+            on_tools_changed=self.catalogs.drop,
+        )
+
+    async def aclose(self) -> None:
+        """Close every pooled MCP session."""
+        await self.sessions.aclose()
+
+    # --- activities ------------------------------------------------------------------------
+
+    @activity.defn(name=MCP_LIST_TOOLS)
+    async def list_tools(self, input: McpCatalogInput) -> McpCatalog:
+        """This turn's catalogue (``resolve``); when its hash equals ``input.known_hash``
+        only the hash and statuses come back."""
+        catalog = await self.resolve(input)
+        if catalog.catalog_hash == input.known_hash:
+            return McpCatalog(catalog_hash=catalog.catalog_hash, servers=catalog.servers)
+        return catalog
+
+    @activity.defn(name=TOOL_MCP)
+    async def call(self, input: McpToolCall) -> ToolOutcome:
+        """One ``tools/call`` on the pooled session; failures are data.
+
+        ``isError`` results, refused or unreachable servers, JSON-RPC errors and the call
+        timeout are error outcomes. Progress notifications become heartbeats. Cancelling
+        the activity (an abort) cancels the request, and the SDK sends the server
+        ``notifications/cancelled``.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+            CompleteAsyncError: a call not safe to repeat reports its outcome through the
+                worker's client.
+        """
+        started = time.monotonic()
+        span = tool_span(
+            tool=f"{input.server.name}__{input.tool}",
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+            tool_type="extension",
+            extra={"psych.mcp.server": input.server.name, "psych.mcp.tool": input.tool},
+        )
+        plan = self.hooks.plan(
+            HookCall(
+                # The name the model and the records use, so a hook written for it matches.
+                input.name or f"{input.server.name}__{input.tool}",
+                "mcp",
+                input.arguments,
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        outcome = await traced_tool(span, self._intercepted(input, started, plan))
+        if not input.report_through_client or self._outage_seconds <= 0:
+            return outcome
+        complete_through_client(outcome, outcome.call_id)
+
+    @activity.defn(name=MCP_SEARCH_TOOLS)
+    async def search_tools(self, input: McpSearchInput) -> McpSearchResult:
+        """The built-in ``search_mcp_tools``: search the deferred servers' stored catalogues.
+
+        At most ``input.limit`` tools whose name or description holds the query's words
+        (case-insensitive); the outcome lists each one's model-facing name, description
+        and parameter schema, and ``found`` their names (offered from the next turn).
+        """
+        started = time.monotonic()
+        # Hooks see the query only: the server the model named is already resolved into
+        # ``input.servers`` by the workflow.
+        plan = self.hooks.plan(
+            HookCall(
+                "search_mcp_tools",
+                "builtin",
+                {"query": input.query},
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        denied = await plan.before()
+        if denied is None and plan.rewritten:
+            query = plan.arguments.get("query")
+            if set(plan.arguments) != {"query"} or not isinstance(query, str) or not query:
+                denied = (
+                    "A pre-call hook rewrote search_mcp_tools' arguments to "
+                    f"{plan.arguments!r}: it may only set query (a non-empty string)."
+                )
+            else:
+                input = input.model_copy(update={"query": query})
+        if denied is not None:
+            refusal = await store_outcome(
+                self.blobs,
+                input.call_id,
+                "denied",
+                denied,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return McpSearchResult(outcome=plan.stamp(refusal))
+        candidates: list[NamedTool] = []
+        searched: list[str] = []
+        missing: list[str] = []
+        for server in input.servers:
+            ref = input.catalogs.get(server.name)
+            if ref is None:
+                missing.append(server.name)
+                continue
+            try:
+                stored = StoredCatalog.model_validate_json(await self.blobs.get(ref))
+            except NotFound:
+                missing.append(server.name)
+                continue
+            searched.append(server.name)
+            candidates.extend(stored.tools)
+        found = search(candidates, input.query, input.limit)
+        text = found_text(found, input.query, searched)
+        if missing:
+            text += f"\n\n(The catalogues of {', '.join(missing)} are not available this turn.)"
+        status, text = await plan.after("ok", text)
+        outcome = await store_outcome(
+            self.blobs, input.call_id, status, text, started=started, limit=input.large_result_bytes
+        )
+        return McpSearchResult(
+            outcome=plan.stamp(outcome), found=tuple(named.name for named in found)
+        )
+
+    # --- calls -----------------------------------------------------------------------------
+
+    async def _intercepted(
+        self, input: McpToolCall, started: float, plan: Interception
+    ) -> ToolOutcome:
+        """The call between its pre hooks and its post or on_error hooks."""
+        denied = await plan.before()
+        if denied is not None:
+            stored = await store_outcome(
+                self.blobs,
+                input.call_id,
+                "denied",
+                denied,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return plan.stamp(stored)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
+        return await self._call(input, started, plan)
+
+    async def _call(self, input: McpToolCall, started: float, plan: Interception) -> ToolOutcome:
+        server = input.server
+        redact = Redactor()
+
+        async def outcome(status: Literal["ok", "error"], text: str) -> ToolOutcome:
+            # Hooks see the result with the server's credential already redacted.
+            final, shown = await plan.after(status, redact(text))
+            stored = await store_outcome(
+                self.blobs,
+                input.call_id,
+                final,
+                shown,
+                started=started,
+                limit=input.large_result_bytes,
+            )
+            return plan.stamp(stored)
+
+        if server.allow and not matches(input.tool, server.allow):
+            return await outcome(
+                "error", f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
+            )
+        try:
+            connection = await self._connection(server, input.scope)
+        except Unavailable as err:
+            return await outcome("error", f"MCP server {server.name!r} is unavailable: {err}")
+        redact = connection.redact
+        reports: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            # Runs in the session's owner task, outside the activity's context: the
+            # activity's own task heartbeats for it.
+            of = "" if total is None else f"/{total:g}"
+            reports.put_nowait(f"{progress:g}{of} {message or ''}".strip())
+
+        try:
+            async with self.sessions.client(connection.key, server.url, connection.headers) as c:
+                # The SDK makes the client span of the request itself ("MCP send
+                # tools/call <tool>", under this call's execute_tool span).
+                result = await self._heartbeating(
+                    c.call_tool(input.tool, input.arguments, progress_callback=on_progress),
+                    reports,
+                )
+        except TimeoutError:
+            return await outcome(
+                "error",
+                f"{server.name}__{input.tool}: no result within "
+                f"{self.settings.call_timeout_seconds:g} s (the call was cancelled)",
+            )
+        except (McpUnavailable, MCPError) as err:
+            return await outcome(
+                "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
+            )
+        text = result_text(result)
+        return await outcome("error" if result.is_error else "ok", text)
+
+    async def _heartbeating(
+        self,
+        work: Coroutine[Any, Any, mcp_types.CallToolResult],
+        progress: asyncio.Queue[str],
+    ) -> mcp_types.CallToolResult:
+        """Await ``work`` within the call timeout, heartbeating on an interval and on each
+        progress notification. Cancellation (and the timeout) cancel it and wait for it,
+        so the SDK's cancellation notice reaches the server before this returns."""
+        task = asyncio.create_task(work)
+        waiter: asyncio.Task[str] | None = None
+        deadline = time.monotonic() + self.settings.call_timeout_seconds
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                if waiter is None:
+                    waiter = asyncio.create_task(progress.get())
+                done, _ = await asyncio.wait(
+                    {task, waiter},
+                    timeout=min(self.settings.heartbeat_seconds, left),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if task in done:
+                    return task.result()
+                if waiter in done:
+                    activity.heartbeat(waiter.result())
+                    waiter = None
+                else:
+                    activity.heartbeat()
+        except BaseException:
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved, so asyncio does not log it as never retrieved
+            raise
+        finally:
+            if waiter is not None:
+                waiter.cancel()

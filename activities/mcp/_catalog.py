@@ -1,0 +1,188 @@
+"""What a server's catalogue is to the worker: its tools, the cache of them, and the search
+of a deferred server's tools.
+
+A server's tools are kept as the server listed them (``McpTool``: its own name, description,
+input schema and annotation hints). The worker caches each session's listing for a TTL and
+drops it when that session receives ``notifications/tools/list_changed``; a listing that
+was in flight when the notification came is not cached (it may predate the change).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types
+from pydantic import BaseModel, ConfigDict
+
+from psych_runtime.activities.contract import ToolDefinition
+from psych_runtime.activities.mcp._pool import SessionKey
+
+SEARCH_TOOL = "search_mcp_tools"
+"""The built-in offered once per catalogue when a server is deferred."""
+
+
+class McpTool(BaseModel):
+    """One tool as its server lists it (annotation hints None when not given)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    """The server's own name for it (what ``tools/call`` is sent, what ``allow`` names)."""
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+
+    @classmethod
+    def of(cls, tool: mcp_types.Tool) -> McpTool:
+        """From the SDK's ``Tool``."""
+        hints = tool.annotations
+        return cls(
+            tool=tool.name,
+            description=tool.description or "",
+            parameters=tool.input_schema,
+            read_only=None if hints is None else hints.read_only_hint,
+            destructive=None if hints is None else hints.destructive_hint,
+            idempotent=None if hints is None else hints.idempotent_hint,
+        )
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        """Read-only or idempotent by the server's word; unannotated tools are writes."""
+        return bool(self.read_only or self.idempotent)
+
+    def definition(self, name: str) -> ToolDefinition:
+        """The definition the model is shown, under its model-facing ``name``."""
+        return ToolDefinition(name=name, description=self.description, parameters=self.parameters)
+
+
+class NamedTool(BaseModel):
+    """A tool of a stored server catalogue, with the name the model was shown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    spec: McpTool
+
+
+class StoredCatalog(BaseModel):
+    """One server's narrowed catalogue as stored (its ref is the server's catalog hash),
+    kept so ``search_mcp_tools`` searches exactly what the turn's names were made from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server: str
+    tools: tuple[NamedTool, ...]
+
+
+def definitions_chars(tools: Iterable[McpTool]) -> int:
+    """Characters the tools' definitions take as JSON (what preloading would cost)."""
+    return sum(
+        len(json.dumps([tool.tool, tool.description, tool.parameters], ensure_ascii=False))
+        for tool in tools
+    )
+
+
+@dataclass
+class _Entry:
+    expires: float
+    tools: tuple[McpTool, ...]
+
+
+class CatalogCache:
+    """Each session key's last listing, for ``ttl`` seconds or until list_changed."""
+
+    def __init__(self, ttl: float) -> None:
+        """Keep listings ``ttl`` seconds (0: never serve from the cache)."""
+        self._ttl = ttl
+        self._entries: dict[SessionKey, _Entry] = {}
+        self._generation: dict[SessionKey, int] = {}
+
+    def get(self, key: SessionKey) -> tuple[McpTool, ...] | None:
+        """The cached listing for ``key`` if it is still fresh."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if time.monotonic() >= entry.expires:
+            del self._entries[key]
+            return None
+        return entry.tools
+
+    def generation(self, key: SessionKey) -> int:
+        """A counter moved by every ``drop``: take it before listing, give it to ``put``."""
+        return self._generation.get(key, 0)
+
+    def put(self, key: SessionKey, tools: tuple[McpTool, ...], generation: int) -> None:
+        """Cache a listing taken at ``generation``, unless the key was dropped since."""
+        if self._ttl > 0 and self.generation(key) == generation:
+            self._entries[key] = _Entry(time.monotonic() + self._ttl, tools)
+
+    def drop(self, key: SessionKey) -> None:
+        """Forget ``key``'s listing (its server said the list changed)."""
+        self._entries.pop(key, None)
+        self._generation[key] = self.generation(key) + 1
+
+
+def search_definition(deferred: Sequence[str]) -> ToolDefinition:
+    """The built-in ``search_mcp_tools`` for the deferred servers named."""
+    servers = ", ".join(deferred)
+    return ToolDefinition(
+        name=SEARCH_TOOL,
+        description=(
+            f"Search the tools of MCP servers whose catalogues are too large to list here "
+            f"({servers}). Give words to look for in tool names and descriptions; the tools "
+            "found are described in the result and become callable from your next turn."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "Words to look for in tool names and descriptions.",
+                },
+                "server": {
+                    "type": "string",
+                    "enum": list(deferred),
+                    "description": "Search only this server (default: all of them).",
+                },
+            },
+            "required": ["query"],
+        },
+    )
+
+
+def search(tools: Iterable[NamedTool], query: str, limit: int) -> list[NamedTool]:
+    """The tools whose name or description holds the query's words, case-insensitively.
+
+    Tools holding more of the words come first, then by name; at most ``limit``. A query
+    of no words finds nothing.
+    """
+    words = [word for word in query.lower().split() if word]
+    scored: list[tuple[int, str, NamedTool]] = []
+    for named in tools:
+        text = f"{named.name} {named.spec.tool} {named.spec.description}".lower()
+        hits = sum(1 for word in words if word in text)
+        if hits:
+            scored.append((-hits, named.name, named))
+    scored.sort(key=lambda item: (item[0], item[1]))
+    return [named for _, _, named in scored[:limit]]
+
+
+def found_text(found: Sequence[NamedTool], query: str, searched: Sequence[str]) -> str:
+    """What the model reads after a search: each tool's name, description and schema."""
+    where = ", ".join(searched) or "no server"
+    if not found:
+        return f"No tool of {where} matches {query!r}. Try other words."
+    lines = [
+        f"Found {len(found)} tool{'s' if len(found) != 1 else ''} of {where} for {query!r}; "
+        "they are callable from your next turn:"
+    ]
+    for named in found:
+        schema = json.dumps(named.spec.parameters, ensure_ascii=False, sort_keys=True)
+        lines.append(f"\n- {named.name}: {named.spec.description}\n  parameters: {schema}")
+    return "\n".join(lines)

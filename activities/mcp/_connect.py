@@ -1,0 +1,120 @@
+"""Reaching an MCP server: its credential resolved for a Scope, the pool key and headers of
+a connection, why a server is unavailable (never naming a secret), and the publish-time
+check of a Spec's servers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from psych_runtime.activities.mcp._pool import (
+    McpUnavailable,
+    SessionKey,
+    describe_error,
+    open_client,
+)
+from psych_runtime.activities.mcp._settings import McpSettings
+from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.specs import McpServer, NotFound, Scope
+
+
+class Unavailable(Exception):
+    """A server cannot be used for this Scope (the message names why, never a secret)."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What a session with a server needs for one Scope: its pool key, its headers, and a
+    redactor holding the credential sent."""
+
+    key: SessionKey
+    headers: dict[str, str]
+    redact: Redactor
+
+
+async def connect(server: McpServer, scope: Scope, secrets: SecretResolver | None) -> Connection:
+    """The pool key, headers and redactor for ``server`` under ``scope``.
+
+    Raises:
+        Unavailable: OAuth, or a credential that cannot be resolved.
+    """
+    if server.oauth is not None:
+        raise Unavailable(f"{server.name}: OAuth is not supported by this worker")
+    secret = await resolve_credential(server, scope, secrets)
+    headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+    redact = Redactor()
+    if secret is not None and server.credential is not None:
+        redact.add(server.credential, secret)
+    key = SessionKey.of(scope, server.url, server.transport, secret)
+    return Connection(key=key, headers=headers, redact=redact)
+
+
+async def resolve_credential(
+    server: McpServer, scope: Scope, secrets: SecretResolver | None
+) -> str | None:
+    """The secret ``server.credential`` names for ``scope`` (None when it names none).
+
+    Raises:
+        Unavailable: there is no resolver or no such secret (the message names the
+            credential, never a value).
+    """
+    if server.credential is None:
+        return None
+    if secrets is None:
+        raise Unavailable(
+            f"credential {server.credential!r} cannot be resolved: this worker has no "
+            "SecretResolver"
+        )
+    try:
+        return await secrets.resolve(scope, server.credential)
+    except NotFound as err:
+        raise Unavailable(f"credential {server.credential!r} is not available") from err
+
+
+def failure_reason(err: BaseException) -> str:
+    """Why a server failed, as the model and the logs may read it."""
+    if isinstance(err, Unavailable | McpUnavailable):
+        return str(err)
+    return describe_error(err)
+
+
+async def check_servers(
+    servers: Sequence[McpServer],
+    scope: Scope,
+    secrets: SecretResolver | None,
+    settings: McpSettings | None = None,
+) -> dict[str, str | None]:
+    """Connect to each server (``initialize`` and one ``tools/list``), as publish-time
+    ``--check-connections`` does; server name -> why it failed, or None when it answered.
+
+    Each server gets a fresh connection, closed before returning (nothing is pooled), and
+    the servers are tried concurrently, each bounded by the connect and list timeouts.
+    Messages name credentials, never their values.
+    """
+    chosen = settings if settings is not None else McpSettings()
+
+    async def check(server: McpServer) -> str | None:
+        redact = Redactor()
+        try:
+            if server.oauth is not None:
+                raise Unavailable("OAuth is not supported by this worker")
+            secret = await resolve_credential(server, scope, secrets)
+            if secret is not None and server.credential is not None:
+                redact.add(server.credential, secret)
+            headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+            bound = chosen.connect_timeout_seconds + chosen.list_timeout_seconds
+            async with asyncio.timeout(bound):
+                async with open_client(
+                    server.url,
+                    server.transport,
+                    headers,
+                    connect_timeout=chosen.connect_timeout_seconds,
+                ) as client:
+                    await client.list_tools(cache_mode="bypass")
+        except Exception as err:
+            return redact(failure_reason(err))
+        return None
+
+    answers = await asyncio.gather(*(check(server) for server in servers))
+    return {server.name: answer for server, answer in zip(servers, answers, strict=True)}

@@ -1,0 +1,394 @@
+"""Model calls: the ``psych.model.complete`` activity over OpenAI chat completions.
+
+The workflow sends a model id and the conversation by reference (DESIGN.md §4); this
+activity resolves the references in the BlobStore, calls the endpoint the worker configured
+for that model id, stores the assistant message and returns the new conversation head.
+
+Retrying is not done here. The HTTP client runs with its own retries off (httpx never
+retries), every failure leaves as a non-retryable ``ModelCallFailed`` ApplicationError whose
+details are a ``ModelFailure``, and the workflow decides from ``ModelFailure.transient``
+whether to spend its per-Run transient budget or walk ``ModelRef.fallbacks``. ``classify``
+is the one place that decides what is transient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from pydantic import TypeAdapter
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.activities.contract import (
+    MODEL_COMPLETE,
+    MODEL_COMPLETE_V2,
+    MODEL_COMPLETE_V3,
+    ChatMessage,
+    ErrorType,
+    Latency,
+    ModelCallInput,
+    ModelCallInputV3,
+    ModelCallResult,
+    ModelCallResultV2,
+    ModelCallResultV3,
+    ModelFailure,
+    ToolDefinition,
+    Usage,
+    full_model_input,
+    slim_model_result,
+)
+from psych_runtime.activities.mcp import (
+    McpResolver,
+    McpUnreachable,
+    Resolved,
+    resolve_turn,
+    turn_result,
+)
+from psych_runtime.activities.model._context import ContextProviders, ContextRequest
+from psych_runtime.activities.model._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities.model._failures import (
+    MAX_RESULT_BYTES,
+    ResponseTooLarge,
+    StreamIdle,
+    classify,
+)
+from psych_runtime.activities.model._threads import thread_head
+from psych_runtime.activities.model._wire import (
+    _Answer,
+    _heartbeating,
+    _media_type,
+    _parse_body,
+    _read_capped,
+    _request_body,
+    _Stream,
+    _timeout,
+    _too_large,
+)
+from psych_runtime.activities.secrets import Redactor
+from psych_runtime.activities.telemetry import chat_span
+from psych_runtime.specs import with_context
+
+API_KEY_NAME = "model-api-key"
+"""The name an endpoint's API key is redacted as: ``[REDACTED:model-api-key]``."""
+_DRAIN_SECONDS = 1.0
+
+
+_TOOL_LIST = TypeAdapter(list[ToolDefinition])
+
+
+# --- the activity -------------------------------------------------------------------------
+
+
+class ModelActivities(ActivityClass):
+    """The model-call activity and its collaborators.
+
+    Register ``activities()`` (``complete``) on a worker. The instance keeps one
+    ``Conversations`` so that a Run's next call resolves its conversation head from cache
+    (O(1) per call).
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoints: ModelEndpoints,
+        blobs: BlobStore,
+        pricing: Pricing | None = None,
+        http: httpx.AsyncClient | None = None,
+        mcp: McpResolver | None = None,
+        context: ContextProviders | None = None,
+    ) -> None:
+        """Bind the activity to its collaborators.
+
+        Args:
+            endpoints: which endpoint serves which model id.
+            blobs: where conversations, system prompts and tool lists are stored.
+            pricing: prices calls; ``None`` leaves every cost unknown.
+            http: the client for provider requests (e.g. one from the egress policy);
+                ``None`` creates one that ``aclose`` closes. Either way its timeouts are
+                set per request and nothing retries.
+            mcp: resolves an agent turn's MCP servers before its call (``McpActivities``);
+                ``None``: a call naming MCP servers fails, naming what is missing.
+            context: the worker's pre-turn context providers (``activities._context``),
+                asked before every call; ``None``: no per-turn context.
+        """
+        self.endpoints = endpoints
+        self.blobs = blobs
+        self.pricing = pricing
+        self.conversations = Conversations(blobs)
+        self.mcp = mcp
+        self.context = context
+        self._owns_http = http is None
+        self.http = httpx.AsyncClient(timeout=_timeout(None)) if http is None else http
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this instance created it."""
+        if self._owns_http:
+            await self.http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @activity.defn(name=MODEL_COMPLETE_V3)
+    async def complete_v3(self, input: ModelCallInputV3) -> ModelCallResultV3:
+        """``complete`` on the slim payloads (``activities/contract/_slim.py``): the run id read off
+        the workflow id unless sent, the result without what the workflow knows. Runs
+        recorded with ``psych.model.complete.v2`` keep that name.
+
+        Raises:
+            ApplicationError: as ``complete``.
+        """
+        call = full_model_input(input, activity.info().workflow_id)
+        return slim_model_result(await self.complete(call), call)
+
+    @activity.defn(name=MODEL_COMPLETE_V2)
+    async def complete_v2(self, input: ModelCallInput) -> ModelCallResultV2:
+        """``complete``, answered without what the workflow already knows: no ``model``
+        (the workflow chose it), and ``system_ref`` only when this call stored the inline
+        ``system_prompt``. Runs recorded with ``psych.model.complete`` keep that name.
+
+        Raises:
+            ApplicationError: as ``complete``.
+        """
+        result = await self.complete(input)
+        fields = {name: getattr(result, name) for name in type(result).model_fields}
+        return ModelCallResultV2(
+            **fields
+            | {
+                "model": None,
+                "system_ref": result.system_ref if input.system_prompt is not None else None,
+            }
+        )
+
+    @activity.defn(name=MODEL_COMPLETE)
+    async def complete(self, input: ModelCallInput) -> ModelCallResult:
+        """Call the model on the stored conversation plus what is new; store its answer.
+
+        The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
+        taken from the response: the answer, failure messages, their causes and the log.
+
+        Raises:
+            ApplicationError: type ``ModelCallFailed``, non-retryable, category BENIGN,
+                details a ``ModelFailure`` saying whether the failure is transient.
+        """
+        started = time.monotonic()
+        redact = Redactor()
+        with chat_span(input) as span:
+            try:
+                # Beats from the start: rebuilding a long conversation from a slow BlobStore
+                # happens before the request and must not look like a lost worker.
+                async with _heartbeating():
+                    return span.done(await self._complete(input, started, redact))
+            except McpUnreachable as err:
+                # Not the model's failure: no call was made, and retrying cannot help.
+                activity.logger.warning("model call not made: %s", err)
+                span.failed(ModelFailure(transient=False, message=str(err)))
+                raise ApplicationError(
+                    str(err),
+                    type=ErrorType.MCP_UNREACHABLE,
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from None
+            except Exception as err:
+                # The one place foreign exceptions are mapped. Non-retryable: the workflow
+                # retries transient failures against its per-Run budget and fallbacks.
+                failure = classify(err, model=input.model)
+                failure = failure.model_copy(update={"message": redact(failure.message)})
+                # The workflow handles every model failure, so it is an expected outcome:
+                # one line here, and BENIGN makes the SDK log its traceback at DEBUG instead
+                # of WARNING.
+                activity.logger.warning(
+                    "model call failed (%s): %s",
+                    "transient" if failure.transient else "not transient",
+                    failure.message,
+                )
+                span.failed(failure)
+                raise ApplicationError(
+                    failure.message,
+                    failure.model_dump(mode="json"),
+                    type=ErrorType.MODEL_CALL_FAILED,
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from redact.scrub(err)
+
+    async def _complete(
+        self, input: ModelCallInput, started: float, redact: Redactor
+    ) -> ModelCallResult:
+        endpoint = self.endpoints.for_model(input.model)
+        if endpoint.api_key:
+            redact.add(API_KEY_NAME, endpoint.api_key)
+        stream = input.stream and endpoint.stream
+        system_ref, system = await self._system(input)
+        context_ref = input.context_ref
+        if input.thread is not None and context_ref is None:
+            # A continuing Run's first call: the earlier conversation, bounded, by reference.
+            context_ref = await thread_head(self.conversations, input.thread)
+        history = await self.conversations.messages(context_ref)
+        new_refs: list[str] = []
+        new_messages: list[ChatMessage] = []
+        for item in input.new_messages:
+            if isinstance(item, ChatMessage):
+                new_refs.append(await self.conversations.put_message(item))
+                new_messages.append(item)
+            else:
+                new_refs.append(item)
+                new_messages.append(await self.conversations.get_message(item))
+        tools_ref = input.tools_ref
+        resolved: Resolved | None = None
+        if input.mcp is not None:
+            resolved = await resolve_turn(self.mcp, input)
+            tools_ref = resolved.catalog.tools_ref
+            for note in resolved.notes:
+                new_refs.append(await self.conversations.put_message(note))
+                new_messages.append(note)
+        tools = await self._tools(tools_ref, input.exclude_tools)
+        context = None
+        if self.context is not None and self.context.settings.sources:
+            # This call's system text only: system_ref (what the next call loads) stays the
+            # Run's own prompt, and nothing here enters the conversation chain.
+            blocks, context = await self.context.gather(
+                ContextRequest(input.scope, input.run_id, input.turn, tuple(new_messages))
+            )
+            system = with_context(system or "", blocks) or None
+        body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
+        url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+
+        if stream:
+            answer = await self._stream(url, body, headers, input, started)
+        else:
+            answer = await self._post(url, body, headers, input, started)
+        answer = dataclasses.replace(
+            answer,
+            text=redact(answer.text),
+            tool_calls=tuple(
+                call.model_copy(update={"arguments": redact(call.arguments)})
+                for call in answer.tool_calls
+            ),
+        )
+
+        assistant = ChatMessage(role="assistant", content=answer.text, tool_calls=answer.tool_calls)
+        assistant_ref = await self.conversations.put_message(assistant)
+        head = await self.conversations.append(context_ref, [*new_refs, assistant_ref])
+        assert head is not None  # the node holds at least the assistant message
+        usage = answer.usage or Usage()
+        cost = (
+            None
+            if self.pricing is None or answer.usage is None
+            else self.pricing.price(input.model, usage)
+        )
+        info = activity.info()
+        queue_wait = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
+        result = ModelCallResult(
+            model=input.model,
+            system_ref=system_ref,
+            context_ref=head,
+            text=answer.text,
+            tool_calls=answer.tool_calls,
+            finish_reason=answer.finish_reason,
+            usage=usage,
+            cost=cost,
+            latency=Latency(
+                queue_wait_ms=max(0.0, queue_wait * 1000),
+                duration_ms=(time.monotonic() - started) * 1000,
+                first_token_ms=answer.first_token_ms,
+            ),
+            mcp=None
+            if resolved is None or input.mcp is None
+            else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
+            context=context,
+        )
+        size = len(result.model_dump_json())
+        if size > MAX_RESULT_BYTES:
+            raise ResponseTooLarge(_too_large(size, "result"))
+        return result
+
+    async def _system(self, input: ModelCallInput) -> tuple[str | None, str | None]:
+        """The system prompt's ref and text: stored now if inline, else loaded."""
+        if input.system_prompt is not None:
+            return await self.blobs.put(input.system_prompt.encode()), input.system_prompt
+        if input.system_ref is not None:
+            return input.system_ref, (await self.blobs.get(input.system_ref)).decode()
+        return None, None
+
+    async def _tools(self, ref: str | None, exclude: Sequence[str]) -> list[ToolDefinition]:
+        if ref is None:
+            return []
+        tools = _TOOL_LIST.validate_json(await self.blobs.get(ref))
+        excluded = set(exclude)
+        return [t for t in tools if t.name not in excluded]
+
+    async def _post(
+        self,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        input: ModelCallInput,
+        started: float,
+    ) -> _Answer:
+        async with self.http.stream(
+            "POST", url, json=body, headers=headers, timeout=_timeout(None)
+        ) as response:
+            if not response.is_success:
+                await response.aread()
+                response.raise_for_status()
+            data = await _read_capped(response)
+        return _parse_body(data, _media_type(response), input.turn, started)
+
+    async def _stream(
+        self,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        input: ModelCallInput,
+        started: float,
+    ) -> _Answer:
+        idle = input.stream_idle_seconds
+        stream = _Stream(started=started)
+        try:
+            async with self.http.stream(
+                "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
+            ) as response:
+                if not response.is_success:
+                    await response.aread()
+                    response.raise_for_status()
+                media_type = _media_type(response)
+                if media_type != "text/event-stream":
+                    # A gateway that ignores `stream: true` (a whole JSON completion), or
+                    # something else entirely (an HTML page): judged whole, by content.
+                    data = await _read_capped(response)
+                    return _parse_body(data, media_type, input.turn, started)
+                lines = response.aiter_lines()
+                async for line in lines:
+                    stream.feed(line)
+                    if stream.done:
+                        break
+                # Drain what follows [DONE] (normally nothing): a response left unread
+                # closes its connection, and the next call would pay a new TCP (and TLS)
+                # handshake. Bounded, so a server holding the stream open after [DONE]
+                # cannot turn a complete answer into an idle failure.
+                if stream.done:
+                    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                        async with asyncio.timeout(_DRAIN_SECONDS):
+                            async for _ in lines:
+                                pass
+        except httpx.ReadTimeout as err:
+            # The read timeout is the idle limit: only a silent stream can exceed it.
+            raise StreamIdle(idle) from err
+        return stream.answer(input.turn)

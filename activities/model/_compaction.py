@@ -1,0 +1,203 @@
+"""Compaction: the ``psych.model.compact`` activity, the summariser call of a Run whose
+Spec sets ``compaction``.
+
+The workflow decides when and where to cut (``workflows/_compaction.py``); this activity
+reads the conversation chain, has the model summarise everything before the cut (the
+previous summary included), and stores a new chain: one node holding the summary message,
+then one node holding the kept turns' messages by reference (their blobs are not copied).
+The old chain stays in the BlobStore and every record of it stays in the log: compaction
+changes what the model sees next, never what happened.
+
+The summariser call goes through ``ModelActivities.complete`` (the same endpoints,
+pricing, streaming, redaction, failure mapping and span), with its own system prompt
+(``SUMMARISER_PROMPT`` plus ``summary_instructions``), no tools, the output capped at
+``max_summary_tokens``, and the messages to summarise rendered as one transcript in a user
+message: the summariser is offered no tools, and a provider may refuse tool calls and
+results in a request that defines none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.contract import (
+    MODEL_COMPACT,
+    ChatMessage,
+    CompactInput,
+    CompactResult,
+    ErrorType,
+    ModelCallInput,
+    TurnMark,
+)
+from psych_runtime.activities.model._activities import ModelActivities
+from psych_runtime.activities.model._threads import chain_nodes
+
+SUMMARISER_PROMPT = (
+    "You summarise the earlier part of a conversation between a user, an AI assistant and "
+    "the tools the assistant called, so that the assistant can carry on from your summary "
+    "alone: the messages you summarise will no longer be shown to it. Keep the user's goals, "
+    "requests and constraints; decisions taken and why; facts learned from tool results, "
+    "with identifiers, numbers, names and dates exactly as they appeared; what was done; and "
+    "what is still open. Drop greetings, repetition and anything later messages superseded. "
+    "Write plain prose or short bullet points, in the language of the conversation. Do not "
+    "answer the user, do not continue the conversation and do not call tools: write only "
+    "the summary."
+)
+"""The summariser's own system prompt; ``CompactionPolicy.summary_instructions`` is
+appended to it after a blank line."""
+
+SUMMARY_HEADER = "[runtime] Summary of the earlier conversation, which it replaces:\n\n"
+"""How the summary message (role ``user``) starts, so the model reads it as context, not
+as a new request."""
+
+SUMMARY_PREVIEW_CHARS = 500
+"""Characters of the summary a ``CompactionApplied`` record shows (the rest is in its
+blob, ``summary_ref``)."""
+
+
+def summariser_prompt(instructions: str | None) -> str:
+    """The summariser's system prompt with ``instructions`` appended."""
+    return SUMMARISER_PROMPT if not instructions else f"{SUMMARISER_PROMPT}\n\n{instructions}"
+
+
+def transcript(messages: Sequence[ChatMessage]) -> str:
+    """``messages`` as one text for the summariser, one block per message."""
+    blocks: list[str] = []
+    for message in messages:
+        if message.role == "user" and message.content.startswith(SUMMARY_HEADER):
+            blocks.append(
+                "[summary of what came before]\n" + message.content.removeprefix(SUMMARY_HEADER)
+            )
+        elif message.role == "tool":
+            blocks.append(f"[tool result {message.tool_call_id}]\n{message.content}")
+        else:
+            lines = [f"[{message.role}]"]
+            if message.content:
+                lines.append(message.content)
+            lines += [
+                f"[tool call {call.name} id={call.id}] {call.arguments}"
+                for call in message.tool_calls
+            ]
+            blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def unpaired(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> str | None:
+    """What a cut between ``before`` and ``after`` would part (None: nothing).
+
+    The model must never see a tool result without the assistant message that called it,
+    nor a call without its result: a cut just before a turn start never parts them, and
+    this checks it rather than trusting it.
+    """
+    called = {call.id for m in before if m.role == "assistant" for call in m.tool_calls}
+    answered = {m.tool_call_id for m in before if m.role == "tool"}
+    later = {m.tool_call_id for m in after if m.role == "tool"}
+    parted = sorted(call for call in called - answered if call in later)
+    if parted:
+        return f"the cut parts tool calls from their results: {', '.join(parted)}"
+    return None
+
+
+def positions(nodes: Sequence[tuple[str, list[str]]], marks: Sequence[TurnMark]) -> list[int]:
+    """Each mark as an index into the chain's messages.
+
+    Raises:
+        ApplicationError: a mark names no node of the chain, or an offset past its node.
+    """
+    starts: dict[str, tuple[int, int]] = {}
+    total = 0
+    for ref, messages in nodes:
+        starts[ref] = (total, len(messages))
+        total += len(messages)
+    found: list[int] = []
+    for mark in marks:
+        if mark.node not in starts:
+            raise _failed(f"turn mark {mark.node} is not a node of this conversation")
+        start, size = starts[mark.node]
+        if mark.offset > size:
+            raise _failed(f"turn mark {mark.node}+{mark.offset} is past its node ({size})")
+        found.append(start + mark.offset)
+    if found != sorted(found):
+        raise _failed(f"turn marks are out of order: {found}")
+    return found
+
+
+def _failed(message: str) -> ApplicationError:
+    return ApplicationError(message, type=ErrorType.COMPACTION_FAILED, non_retryable=True)
+
+
+class CompactionActivities(ActivityClass):
+    """The summariser activity; it calls the model through a worker's ``ModelActivities``
+    (register ``activities()`` next to that instance's)."""
+
+    def __init__(self, model: ModelActivities) -> None:
+        """Args:
+        model: the model activities whose endpoints, pricing, HTTP client and
+            conversations the summariser call shares.
+        """
+        self.model = model
+
+    @activity.defn(name=MODEL_COMPACT)
+    async def compact(self, input: CompactInput) -> CompactResult:
+        """Summarise the conversation before ``input.marks[0]``; store the new chain.
+
+        Raises:
+            ApplicationError: type ``ModelCallFailed`` (the summariser call failed, details
+                a ``ModelFailure``) or ``CompactionFailed`` (the conversation cannot be
+                compacted as asked, or the summary came back empty); never retried.
+        """
+        conversations = self.model.conversations
+        nodes = await chain_nodes(conversations.blobs, input.context_ref)
+        refs = [ref for _, messages in nodes for ref in messages]
+        messages = await conversations.messages(input.context_ref)
+        found = positions(nodes, input.marks)
+        cut = found[0]
+        if not 0 < cut < len(refs):
+            raise _failed(
+                f"a cut at message {cut} of {len(refs)} leaves nothing to summarise or keep"
+            )
+        problem = unpaired(messages[:cut], messages[cut:])
+        if problem is not None:
+            raise _failed(problem)
+        call = ModelCallInput(
+            run_id=input.run_id,
+            turn=input.turn,
+            model=input.model,
+            params=input.params.model_copy(
+                update={
+                    "model": input.model,
+                    "max_output_tokens": input.max_summary_tokens,
+                    "fallbacks": (),
+                }
+            ),
+            system_prompt=summariser_prompt(input.instructions),
+            new_messages=(ChatMessage(role="user", content=transcript(messages[:cut])),),
+            stream_idle_seconds=input.stream_idle_seconds,
+            scope=input.scope,
+        )
+        # The model activity's own code path, called in this activity's context: one
+        # implementation of the request, the stream, redaction, pricing and failures.
+        answer = await self.model.complete(call)
+        text = answer.text.strip()
+        if not text:
+            raise _failed(f"the summariser ({answer.model}) returned an empty summary")
+        summary = ChatMessage(role="user", content=SUMMARY_HEADER + text)
+        summary_ref = await conversations.put_message(summary)
+        first = await conversations.append(None, [summary_ref])
+        head = await conversations.append(first, refs[cut:])
+        assert first is not None and head is not None  # both nodes hold messages
+        return CompactResult(
+            context_ref=head,
+            marks=tuple(TurnMark(node=head, offset=at - cut) for at in found),
+            summary_ref=summary_ref,
+            summary_preview=text[:SUMMARY_PREVIEW_CHARS],
+            replaced=cut,
+            model=answer.model,
+            usage=answer.usage,
+            cost=answer.cost,
+            latency=answer.latency,
+        )

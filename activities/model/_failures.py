@@ -1,0 +1,186 @@
+"""What went wrong with a model call, decided in one place: ``classify`` turns an HTTP
+response or an exception into a ``ModelFailure`` (transient or not, with Retry-After), which
+the workflow reads to spend its retry budget or walk the fallbacks."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import socket
+from datetime import UTC, datetime
+
+import httpx
+
+from psych_runtime.activities.contract import ModelFailure
+from psych_runtime.specs import NotFound
+
+_TRANSIENT_STATUSES = frozenset({408, 429})
+_PROVIDER_MESSAGE_LIMIT = 500
+_EXCERPT_CHARS = 200
+
+MAX_RESULT_BYTES = 1_500_000
+"""Largest ``ModelCallResult`` (as JSON) a call returns. Temporal refuses payloads over
+2 MB (its default blob limit), and a refused completion would be retried as if the worker
+had failed; a larger answer fails at once, not transient, naming its size."""
+
+
+# --- failures -----------------------------------------------------------------------------
+
+
+class StreamIdle(Exception):
+    """A stream sent nothing for longer than its idle limit. Transient.
+
+    Raised and classified inside this module only; it leaves as a ModelCallFailed.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"stream idle for more than {seconds:g} s")
+        self.seconds = seconds
+
+
+class ProviderResponseError(Exception):
+    """A provider answered with something that is not a chat completion. Not transient.
+
+    Raised and classified inside this module only; it leaves as a ModelCallFailed.
+    """
+
+
+class ResponseTooLarge(ProviderResponseError):
+    """An answer too large to return through Temporal. Not transient: it would be as
+    large next time.
+    """
+
+
+def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailure:
+    """Decide whether a failed model call is transient, and describe it.
+
+    Transient: HTTP 5xx, 429 and 408, connection errors and timeouts, a connection dropped
+    mid-response, and a stalled stream. Everything else (other 4xx such as 401 and 403, a
+    host name that does not resolve, a response that is not a chat completion,
+    configuration errors) is not: repeating the call cannot help.
+
+    Args:
+        cause: an error response (its body read), ``httpx.HTTPStatusError``, an httpx
+            exception, ``StreamIdle``, ``ProviderResponseError`` or anything else raised.
+        model: the model id called, which starts the message.
+    """
+    if isinstance(cause, httpx.HTTPStatusError):
+        cause = cause.response
+    if isinstance(cause, httpx.Response):
+        status = cause.status_code
+        reason = cause.reason_phrase or httpx.codes.get_reason_phrase(status)
+        text = f"HTTP {status} {reason}".rstrip()
+        detail = _provider_message(cause)
+        return ModelFailure(
+            transient=status >= 500 or status in _TRANSIENT_STATUSES,
+            status=status,
+            retry_after=_retry_after(cause.headers),
+            message=f"model {model}: {text}: {detail}" if detail else f"model {model}: {text}",
+        )
+    transient = True
+    unresolved = _name_resolution_error(cause)
+    if unresolved is not None:
+        # A name that does not resolve is a wrong OPENAI_BASE_URL or a machine with no
+        # network; the resolver already retried within getaddrinfo. Spending the Run's
+        # transient budget on it took minutes and hid the cause behind retries.
+        transient = False
+        text = f"cannot resolve {_host(cause)}: {unresolved.strerror or unresolved}"
+    elif isinstance(cause, StreamIdle):
+        text = str(cause)
+    elif isinstance(cause, httpx.RemoteProtocolError):
+        text = f"connection dropped mid-response ({_describe(cause)})"
+    elif isinstance(cause, httpx.TimeoutException | httpx.NetworkError | httpx.ProxyError):
+        text = _describe(cause)
+    else:
+        transient = False
+        if isinstance(cause, ResponseTooLarge):
+            text = str(cause)
+        elif isinstance(cause, ProviderResponseError):
+            text = f"malformed provider response: {cause}"
+        elif isinstance(cause, NotFound):
+            text = str(cause)
+        else:
+            text = _describe(cause)
+    return ModelFailure(transient=transient, message=f"model {model}: {text}")
+
+
+def _name_resolution_error(err: BaseException) -> socket.gaierror | None:
+    """The ``getaddrinfo`` failure behind an httpx connect error, if that is what it was."""
+    if not isinstance(err, httpx.ConnectError):
+        return None
+    link: BaseException | None = err
+    while link is not None:
+        if isinstance(link, socket.gaierror):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _host(err: BaseException) -> str:
+    try:
+        if isinstance(err, httpx.RequestError):
+            return f"host {err.request.url.host!r}"
+    except RuntimeError:  # raised without its request (httpx sets it on every real call)
+        pass
+    return "the endpoint's host"
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def _provider_message(response: httpx.Response) -> str:
+    """The provider's error message: OpenAI's ``error.message``, else the body, shortened."""
+    try:
+        text = response.text
+    except httpx.ResponseNotRead:
+        return ""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            text = error["message"]
+        elif isinstance(error, str):
+            text = error
+        elif isinstance(body.get("message"), str):
+            text = body["message"]
+    text = " ".join(text.split())
+    if len(text) > _PROVIDER_MESSAGE_LIMIT:
+        text = text[: _PROVIDER_MESSAGE_LIMIT - 3] + "..."
+    return text
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds from ``retry-after-ms`` (OpenAI's, more precise) or ``Retry-After``.
+
+    ``Retry-After`` is either seconds or an HTTP date; a date in the past means 0.
+    """
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return max(0.0, number) if math.isfinite(number) else None

@@ -1,0 +1,488 @@
+"""Tool activities: resolve a Run's tool catalog, run code tools, send HTTP tool requests,
+and read back stored results (the built-in ``read_tool_output``).
+
+Errors the model should read come back as data, ``ToolOutcome(status="error")``: invalid
+arguments, an exception raised by a tool, an HTTP error status, a timeout, a refused
+connection, a missing credential. The activity itself fails only for what the model
+cannot fix (a code tool this worker does not have) and on cancellation.
+
+Every outcome is stored whole in the BlobStore (``result_ref``) together with the tool
+message the model is shown (``message_ref``). A result larger than ``large_result_bytes``
+is shown as a handle plus a preview, so it enters workflow history only as that preview;
+the model reads the rest in slices with ``read_tool_output``.
+
+While a tool runs the activity heartbeats, so a crashed worker is noticed by the heartbeat
+timeout and a cancellation (an abort) reaches the activity.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+import httpx
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.blobs import BlobStore, canonical_json
+from psych_runtime.activities.contract import (
+    POLICY_DECIDE,
+    TOOL_CATALOG,
+    TOOL_CODE,
+    TOOL_CODE_V2,
+    TOOL_HTTP,
+    TOOL_HTTP_V2,
+    TOOL_READ_OUTPUT,
+    CatalogEntry,
+    CatalogInput,
+    CodeToolCall,
+    CodeToolCallV2,
+    ErrorType,
+    HttpToolCall,
+    HttpToolCallV2,
+    PolicyDecision,
+    PolicyInput,
+    ReadOutputInput,
+    ToolCatalog,
+    ToolDefinition,
+    ToolInfo,
+    ToolOutcome,
+    ToolOutcomeV2,
+    full_code_call,
+    full_http_call,
+    slim_outcome,
+)
+from psych_runtime.activities.hooks import HookCall, Hooks, Interception
+from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tools._code import call_code, describe_invalid, render_result
+from psych_runtime.activities.tools._heartbeat import heartbeating
+from psych_runtime.activities.tools._http import (
+    NOT_SAFE_TO_REPEAT,
+    ToolError,
+    build_request,
+    send_request,
+)
+from psych_runtime.activities.tools._outcomes import fixed_decision, store_outcome
+from psych_runtime.activities.tools._policy import Policy, RulePolicy
+from psych_runtime.activities.tools._read_output import read_slice
+from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
+from psych_runtime.specs import (
+    ExternalWait,
+    RegistryError,
+    ToolDef,
+    ToolRegistry,
+)
+
+_T = TypeVar("_T")
+_O = TypeVar("_O", ToolOutcome, ToolOutcomeV2)
+_log = logging.getLogger(__name__)
+
+
+class ToolActivities(ActivityClass):
+    """The tool activities, sharing one BlobStore, SecretResolver and HTTP client.
+
+    Register them with a worker::
+
+        tools = ToolActivities(registry=registry, blobs=LocalBlobStore(path))
+        Worker(..., activities=tools.activities())
+
+    and ``await tools.aclose()`` when the worker stops.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: ToolRegistry,
+        blobs: BlobStore,
+        secrets: SecretResolver | None = None,
+        http: httpx.AsyncClient | None = None,
+        policy: Policy | None = None,
+        heartbeat_seconds: float = 1.0,
+        outage_seconds: float = 0.0,
+        hooks: Hooks | None = None,
+    ) -> None:
+        """Create the activities.
+
+        Args:
+            registry: the code tools this worker can run.
+            blobs: where results and tool messages are stored.
+            secrets: resolves HTTP tool credentials; without one, a tool that names a
+                credential gets an error outcome.
+            http: the client HTTP tools are sent with. It must not retry: a POST is not
+                safe to repeat, and repeating is the workflow's decision. Without one, an
+                httpx client is created on first use (httpx never retries requests) and
+                closed by ``aclose``.
+            policy: decides allow/deny/ask per tool or per call (default ``RulePolicy()``,
+                which allows everything). An exception inside it counts as deny.
+            heartbeat_seconds: how often a running tool call heartbeats.
+            outage_seconds: how long the Temporal server may be away without losing the
+                result of a call not safe to repeat that finished meanwhile (0: no such
+                care). Such calls then get a heartbeat timeout of ``outage_seconds +
+                OUTAGE_MARGIN`` and report their result through the worker's client
+                (asynchronous completion), whose retries must last as long: connect it
+                with ``outage_retry(outage_seconds)`` (psych's ``connect`` does).
+            hooks: the pre, post and on_error hooks every call of these activities runs
+                through (``activities/hooks/_hooks.py``; default none).
+        """
+        self.registry = registry
+        self.hooks = hooks if hooks is not None else Hooks()
+        self.blobs = blobs
+        self.secrets = secrets
+        self._http = http
+        self._owned_http: httpx.AsyncClient | None = None
+        self._heartbeat_seconds = heartbeat_seconds
+        self._outage_seconds = outage_seconds
+        self.policy: Policy = policy if policy is not None else RulePolicy()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if these activities created it."""
+        if self._owned_http is not None:
+            await self._owned_http.aclose()
+            self._owned_http = None
+
+    def _client(self) -> httpx.AsyncClient:
+        # Created on first use, so a worker whose Runs never call an HTTP tool holds none.
+        if self._http is not None:
+            return self._http
+        if self._owned_http is None:
+            self._owned_http = httpx.AsyncClient()
+        return self._owned_http
+
+    # --- activities ------------------------------------------------------------------------
+
+    @activity.defn(name=TOOL_CATALOG)
+    async def catalog(self, input: CatalogInput) -> ToolCatalog:
+        """Resolve the tools a Run offers into stored definitions and execution facts.
+
+        The definitions (sorted by name) are stored as one blob, ``tools_ref``, which
+        model calls refer to instead of carrying the list.
+
+        Raises:
+            ApplicationError: ``ToolNotRegistered`` when a code tool is not in this
+                worker's registry; ``DuplicateToolName`` when two tools share a name.
+                Both are non-retryable.
+        """
+        definitions: list[ToolDefinition] = []
+        entries: list[CatalogEntry] = []
+        for name in input.code_tools:
+            tool = self._code_tool(name)
+            definitions.append(
+                ToolDefinition(
+                    name=tool.name, description=tool.description, parameters=tool.parameters_schema
+                )
+            )
+            info = ToolInfo(
+                name=tool.name,
+                kind="code",
+                read_only=tool.read_only,
+                destructive=tool.destructive,
+            )
+            entries.append(
+                CatalogEntry(
+                    name=tool.name,
+                    kind="code",
+                    safe_to_repeat=tool.idempotent,
+                    info=info,
+                    policy=self._fixed(info),
+                    heartbeat_timeout_seconds=self._lost_after(tool.idempotent),
+                )
+            )
+        for http_tool in input.http_tools:
+            definitions.append(
+                ToolDefinition(
+                    name=http_tool.name,
+                    description=http_tool.description,
+                    parameters=http_tool.input_schema or {"type": "object", "properties": {}},
+                )
+            )
+            # HTTP's own semantics annotate a request: GET is safe (read-only), DELETE
+            # destroys; everything else is a write, as an unannotated tool is.
+            info = ToolInfo(
+                name=http_tool.name,
+                kind="http",
+                read_only=http_tool.method == "GET" or None,
+                destructive=http_tool.method == "DELETE" or None,
+            )
+            entries.append(
+                CatalogEntry(
+                    name=http_tool.name,
+                    kind="http",
+                    safe_to_repeat=http_tool.method not in NOT_SAFE_TO_REPEAT,
+                    info=info,
+                    policy=self._fixed(info),
+                    heartbeat_timeout_seconds=self._lost_after(
+                        http_tool.method not in NOT_SAFE_TO_REPEAT
+                    ),
+                )
+            )
+        for builtin in input.builtins:
+            definitions.append(builtin)
+            # Built-ins act only on the Run itself; the Policy governs tools of the world.
+            entries.append(
+                CatalogEntry(
+                    name=builtin.name,
+                    kind="builtin",
+                    safe_to_repeat=True,
+                    info=ToolInfo(name=builtin.name, kind="builtin", read_only=True),
+                    policy=PolicyDecision(decision="allow", reason="built-in"),
+                )
+            )
+        counts = Counter(definition.name for definition in definitions)
+        duplicates = sorted(name for name, count in counts.items() if count > 1)
+        if duplicates:
+            raise ApplicationError(
+                f"tool names offered more than once: {', '.join(duplicates)}",
+                type=ErrorType.DUPLICATE_TOOL_NAME,
+                non_retryable=True,
+            )
+        definitions.sort(key=lambda definition: definition.name)
+        entries.sort(key=lambda entry: entry.name)
+        tools_ref = None
+        if definitions:
+            tools_ref = await self.blobs.put(
+                canonical_json([definition.model_dump(mode="json") for definition in definitions])
+            )
+        return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
+
+    def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
+        return fixed_decision(self.policy, info)
+
+    @activity.defn(name=POLICY_DECIDE)
+    async def decide(self, input: PolicyInput) -> PolicyDecision:
+        """Ask the Policy about one call; an exception inside it counts as deny."""
+        try:
+            decision = await self.policy.decide(input.scope, input.tool, input.arguments)
+            return PolicyDecision.model_validate(decision)
+        except Exception as err:
+            activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
+            return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
+
+    @activity.defn(name=TOOL_CODE_V2)
+    async def code_v2(self, input: CodeToolCallV2) -> ToolOutcomeV2:
+        """``code`` on the slim payloads (``activities/contract/_slim.py``): the run id read off the
+        workflow id unless sent, the outcome without what the workflow derives. Runs
+        recorded with ``psych.tool.code`` keep that name.
+
+        Raises:
+            ApplicationError: as ``code``.
+            asyncio.CancelledError: as ``code``.
+        """
+        call = full_code_call(input, activity.info().workflow_id)
+        return await self._code(call, slim_outcome)
+
+    @activity.defn(name=TOOL_CODE)
+    async def code(self, input: CodeToolCall) -> ToolOutcome:
+        """Run one registered code tool; invalid arguments and its exceptions are data.
+
+        Sync functions run in a worker thread so the event loop keeps heartbeating. On
+        cancellation an async tool is cancelled; a sync tool's thread cannot be stopped and
+        runs to its end, its result discarded.
+
+        Raises:
+            ApplicationError: ``ToolNotRegistered`` (non-retryable).
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        return await self._code(input, _same)
+
+    async def _code(self, input: CodeToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
+        started = time.monotonic()
+        tool = self._code_tool(input.tool)
+        span = tool_span(
+            tool=input.tool,
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+        )
+        plan = self.hooks.plan(
+            HookCall(
+                input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            )
+        )
+        work = traced_tool(span, self._run_code(input, tool, started, plan))
+        return await self._deliver(work, tool.idempotent, wire)
+
+    async def _run_code(
+        self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
+    ) -> ToolOutcome:
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
+        try:
+            parsed = tool.parse_arguments(input.arguments)
+        except ValidationError as err:
+            text = f"invalid arguments for {tool.name}: {describe_invalid(err)}"
+            return await self._outcome(input, "error", text, started, plan)
+        try:
+            value = await heartbeating(call_code(tool, parsed), self._heartbeat_seconds)
+        except Exception as err:
+            activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
+            text = f"{type(err).__name__}: {err}"
+            return await self._outcome(input, "error", text, started, plan)
+        if isinstance(value, ExternalWait):
+            outcome = await self._outcome(
+                input, "wait", value.message or f"waiting for {value.token}", started, plan
+            )
+            return outcome.model_copy(update={"wait_token": value.token})
+        return await self._outcome(input, "ok", render_result(value), started, plan)
+
+    @activity.defn(name=TOOL_HTTP_V2)
+    async def http_v2(self, input: HttpToolCallV2) -> ToolOutcomeV2:
+        """``http`` on the slim payloads (``activities/contract/_slim.py``), as ``code_v2``. Runs
+        recorded with ``psych.tool.http`` keep that name.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        call = full_http_call(input, activity.info().workflow_id)
+        return await self._http_call(call, slim_outcome)
+
+    @activity.defn(name=TOOL_HTTP)
+    async def http(self, input: HttpToolCall) -> ToolOutcome:
+        """Send one HTTP tool request; error statuses, timeouts and refusals are data.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        return await self._http_call(input, _same)
+
+    async def _http_call(self, input: HttpToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
+        started = time.monotonic()
+        # Everything below the request comes from the server, which may echo the credential.
+        redact = Redactor()
+        safe = input.tool.method not in NOT_SAFE_TO_REPEAT
+        span = tool_span(
+            tool=input.tool.name,
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+        )
+        plan = self.hooks.plan(
+            HookCall(
+                input.tool.name,
+                "http",
+                input.arguments,
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
+            )
+        )
+        work = traced_tool(span, self._send_http(input, redact, started, plan))
+        return await self._deliver(work, safe, wire)
+
+    async def _send_http(
+        self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
+    ) -> ToolOutcome:
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
+        try:
+            request = await build_request(self._client(), self.secrets, input, redact)
+            text = await heartbeating(
+                send_request(self._client(), input.tool, request), self._heartbeat_seconds
+            )
+        except ToolError as err:
+            return await self._outcome(input, "error", redact(str(err)), started, plan)
+        return await self._outcome(input, "ok", redact(text), started, plan)
+
+    @activity.defn(name=TOOL_READ_OUTPUT)
+    async def read_output(self, input: ReadOutputInput) -> ToolOutcome:
+        """The built-in ``read_tool_output``: a slice of a stored result.
+
+        ``offset`` and ``length`` count characters (of the UTF-8 decoded result), matching
+        the character offsets the truncation message gives. The slice is preceded by a
+        header line with the total size and the next offset. A slice is never truncated
+        again: the model chose its length.
+        """
+        started = time.monotonic()
+        arguments = {"handle": input.handle, "offset": input.offset, "length": input.length}
+        plan = self.hooks.plan(HookCall("read_tool_output", "builtin", arguments, input.call_id))
+        denied = await plan.before()
+        if denied is not None:
+            return await self._outcome(input, "denied", denied, started, plan)
+        try:
+            if plan.rewritten:
+                input = ReadOutputInput.model_validate({**plan.arguments, "call_id": input.call_id})
+            text = await read_slice(self.blobs, input)
+        except ValidationError as err:
+            text = f"invalid arguments for read_tool_output: {describe_invalid(err)}"
+            return await self._outcome(input, "error", text, started, plan)
+        except ToolError as err:
+            return await self._outcome(input, "error", str(err), started, plan)
+        return await self._outcome(input, "ok", text, started, plan)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _code_tool(self, name: str) -> ToolDef:
+        try:
+            return self.registry.get(name)
+        except RegistryError as err:
+            # A deployment error, not the model's: retrying on this worker cannot help.
+            raise ApplicationError(
+                f"code tool {name!r} is not registered: it must be registered in the "
+                "worker's ToolRegistry (every worker polling this task queue needs it)",
+                type=ErrorType.TOOL_NOT_REGISTERED,
+                non_retryable=True,
+            ) from err
+
+    def _lost_after(self, safe_to_repeat: bool) -> float | None:
+        """The heartbeat timeout a tool's calls get (None: the workflow's default)."""
+        if safe_to_repeat or self._outage_seconds <= 0:
+            return None
+        return self._outage_seconds + OUTAGE_MARGIN
+
+    async def _deliver(
+        self,
+        work: Coroutine[Any, Any, ToolOutcome],
+        safe_to_repeat: bool,
+        wire: Callable[[ToolOutcome], _O],
+    ) -> _O:
+        """Run ``work``; a call not safe to repeat reports its outcome itself.
+
+        The worker's own completion of an activity gives up after about 10 s of retries,
+        so a call that finished while the server was away would be lost, and recorded
+        UNKNOWN. Such a call completes asynchronously instead, through the worker's client,
+        whose retries last the outage (the heartbeat timeout, set in the catalogue, lasts
+        as long). A call safe to repeat is simply run again if its result is lost.
+
+        Raises:
+            CompleteAsyncError: the outcome is on its way through the client.
+        """
+        outcome = await work
+        if safe_to_repeat or self._outage_seconds <= 0:
+            return wire(outcome)
+        # Reported in the form the activity returns: the workflow decodes it as that type.
+        complete_through_client(wire(outcome), outcome.call_id)
+
+    async def _outcome(
+        self,
+        input: CodeToolCall | HttpToolCall | ReadOutputInput,
+        status: Literal["ok", "error", "wait", "denied"],
+        text: str,
+        started: float,
+        plan: Interception,
+    ) -> ToolOutcome:
+        """Run the post or on_error hooks, then store the whole result and the tool
+        message the model is shown, stamped with what the hooks did."""
+        status, text = await plan.after(status, text)
+        limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
+        outcome = await store_outcome(
+            self.blobs, input.call_id, status, text, started=started, limit=limit
+        )
+        return plan.stamp(outcome)
+
+
+def _same(outcome: ToolOutcome) -> ToolOutcome:
+    """The outcome as the older activities return it."""
+    return outcome

@@ -1,0 +1,132 @@
+"""HTTP tools: a call's request built from the tool's URL template, headers and credential,
+and sent within the tool's timeout. Failures the model should read are ``ToolError``s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from psych_runtime.activities.contract import HttpToolCall
+from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.telemetry import http_span
+from psych_runtime.specs import HttpTool, NotFound
+
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+"""A URL template placeholder; the same pattern publish-time validation checks."""
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
+
+
+class ToolError(Exception):
+    """A failure the model reads as the tool's result (an outcome with status "error")."""
+
+
+async def build_request(
+    client: httpx.AsyncClient,
+    secrets: SecretResolver | None,
+    input: HttpToolCall,
+    redact: Redactor,
+) -> httpx.Request:
+    """The request of one HTTP tool call: its URL template filled (path arguments
+    percent-encoded), the rest as a JSON body or query pairs, the credential as a bearer
+    header (added to ``redact``).
+
+    Raises:
+        ToolError: a missing argument, an unresolvable credential, an invalid URL.
+    """
+    tool = input.tool
+    used: set[str] = set()
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        value = input.arguments.get(name)
+        if value is None:
+            raise ToolError(f"{tool.name}: missing argument {name!r} (used in its URL)")
+        used.add(name)
+        return quote(_url_text(value), safe="")
+
+    url = _PLACEHOLDER.sub(fill, tool.url)
+    rest = {name: value for name, value in input.arguments.items() if name not in used}
+    headers = dict(tool.headers)
+    if tool.credential is not None:
+        secret = await credential_value(secrets, input, tool.credential)
+        redact.add(tool.credential, secret)
+        headers["Authorization"] = f"Bearer {secret}"
+    timeout = httpx.Timeout(tool.timeout_seconds)
+    try:
+        if tool.method in _BODY_METHODS:
+            return client.build_request(
+                tool.method, url, json=rest, headers=headers, timeout=timeout
+            )
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            (name, _url_text(item))
+            for name, value in rest.items()
+            for item in (value if isinstance(value, list) else [value])
+        ]
+        # httpx's `params=` replaces the URL's query, but the template's own query
+        # (`?expand=items&id={order_id}`) is part of the tool: keep its pairs, first
+        # and never overridden (the model must not replace what the tool fixed), and
+        # append the arguments' pairs after them.
+        target = httpx.URL(url)
+        target = target.copy_with(params=[*target.params.multi_items(), *params])
+        return client.build_request(tool.method, target, headers=headers, timeout=timeout)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
+        raise ToolError(f"{tool.name}: invalid URL {url!r}: {err}") from err
+
+
+async def credential_value(
+    secrets: SecretResolver | None, input: HttpToolCall, credential: str
+) -> str:
+    """The secret ``credential`` names for the call's Scope.
+
+    Raises:
+        ToolError: there is no resolver or no such secret.
+    """
+    # Messages name the credential and never carry its value.
+    if secrets is None:
+        raise ToolError(
+            f"{input.tool.name}: credential {credential!r} cannot be resolved: "
+            "this worker has no SecretResolver"
+        )
+    try:
+        return await secrets.resolve(input.scope, credential)
+    except NotFound as err:
+        raise ToolError(f"{input.tool.name}: credential {credential!r} is not available") from err
+
+
+async def send_request(client: httpx.AsyncClient, tool: HttpTool, request: httpx.Request) -> str:
+    """Send ``request`` within the tool's timeout; the response text.
+
+    Raises:
+        ToolError: a timeout, a transport failure, an error status.
+    """
+    target = f"{request.method} {request.url.copy_with(query=None)}"
+    try:
+        # httpx's timeout bounds each phase; this bounds the whole exchange.
+        async with asyncio.timeout(tool.timeout_seconds):
+            with http_span(
+                request.method, str(request.url.copy_with(query=None)), request.url.host
+            ) as span:
+                response = await client.send(request)
+                span.status(response.status_code)
+    except (TimeoutError, httpx.TimeoutException) as err:
+        raise ToolError(
+            f"{tool.name}: {target} timed out after {tool.timeout_seconds:g} s"
+        ) from err
+    except (httpx.HTTPError, httpx.InvalidURL) as err:
+        raise ToolError(f"{tool.name}: {target} failed: {type(err).__name__}: {err}") from err
+    if response.status_code >= 400:
+        raise ToolError(f"HTTP {response.status_code} {response.reason_phrase}: {response.text}")
+    return response.text
+
+
+def _url_text(value: Any) -> str:
+    """An argument as URL text: strings as they are, other JSON values as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)

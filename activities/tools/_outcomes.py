@@ -1,0 +1,92 @@
+"""What every tool activity shares (code, HTTP, ``read_tool_output``, MCP calls and the MCP
+search): storing an outcome whole with the message the model is shown, the Policy's fixed
+decision for a tool, and the running activity's latency."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from temporalio import activity
+
+from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.activities.contract import (
+    ChatMessage,
+    Latency,
+    PolicyDecision,
+    ToolInfo,
+    ToolOutcome,
+)
+from psych_runtime.activities.tools._policy import Policy
+
+_PREVIEW_BYTES = 2048
+"""Largest preview shown in place of a result over ``large_result_bytes``."""
+
+
+async def store_outcome(
+    blobs: BlobStore,
+    call_id: str,
+    status: Literal["ok", "error", "wait", "denied"],
+    text: str,
+    *,
+    started: float,
+    limit: int | None,
+) -> ToolOutcome:
+    """Store a tool call's whole result and the tool message the model is shown.
+
+    A result over ``limit`` bytes (None: no limit) is shown as a handle plus a preview of
+    at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. Every tool activity
+    (code, HTTP, MCP, the MCP search) stores its outcome through this one function. Call it
+    inside the activity (its latency reads the activity's info).
+    """
+    data = text.encode()
+    result_ref = await blobs.put(data)
+    if limit is None or len(data) <= limit:
+        content, shown, truncated = text, text, False
+    else:
+        # Decoding drops a character the byte cut split in two.
+        content = data[: max(0, min(_PREVIEW_BYTES, limit))].decode(errors="ignore")
+        shown = (
+            f"The result was {len(data)} bytes, too large to show whole; it is stored "
+            f"under handle {result_ref}. Its first {len(content)} characters follow. "
+            f'To read more, call read_tool_output with handle "{result_ref}" and '
+            f"offset {len(content)} (offset and length count characters).\n\n{content}"
+        )
+        truncated = True
+    message_ref = await Conversations(blobs).put_message(
+        ChatMessage(role="tool", content=shown, tool_call_id=call_id)
+    )
+    return ToolOutcome(
+        call_id=call_id,
+        status=status,
+        content=content,
+        truncated=truncated,
+        size=len(data),
+        result_ref=result_ref,
+        message_ref=message_ref,
+        latency=latency(started),
+    )
+
+
+def fixed_decision(policy: Policy, info: ToolInfo) -> PolicyDecision | None:
+    """The Policy's decision for every call of a tool (None: ask per call).
+
+    An exception inside the policy, or an answer that is no decision, is a deny.
+    """
+    try:
+        decision = policy.fixed(info)
+        # Validated here: a policy's malformed answer is its failure (a deny), not a
+        # payload the workflow would fail to decode on every retry of its task.
+        return None if decision is None else PolicyDecision.model_validate(decision)
+    except Exception as err:
+        activity.logger.warning("policy failed for %s", info.name, exc_info=True)
+        return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
+
+
+def latency(started: float) -> Latency:
+    """Queue wait and duration of the running activity, which started at ``started``."""
+    info = activity.info()
+    queued = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
+    return Latency(
+        queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
+    )

@@ -1,0 +1,38 @@
+"""The built-in ``read_tool_output``: a slice of a stored large result."""
+
+from __future__ import annotations
+
+from psych_runtime.activities.blobs import BlobStore
+from psych_runtime.activities.contract import ReadOutputInput, is_blob_ref
+from psych_runtime.activities.tools._http import ToolError
+from psych_runtime.specs import NotFound
+
+
+async def read_slice(blobs: BlobStore, input: ReadOutputInput) -> str:
+    """The slice ``input`` asks for of a stored result, after a header line with the total
+    size and the next offset.
+
+    Raises:
+        ToolError: no such handle, or an offset past the end.
+    """
+    handle = input.handle
+    missing = ToolError(f"no stored tool output with handle {handle!r}")
+    if not is_blob_ref(handle):
+        raise missing
+    try:
+        data = await blobs.get(handle)
+    except NotFound as err:
+        raise missing from err
+    text = data.decode("utf-8", errors="replace")
+    total = len(text)
+    if input.offset < 0 or input.length < 1:
+        raise ToolError("read_tool_output: offset must be >= 0 and length >= 1")
+    if input.offset > total:
+        raise ToolError(
+            f"read_tool_output: offset {input.offset} is past the end of {handle} "
+            f"({total} characters)"
+        )
+    end = min(input.offset + input.length, total)
+    after = f"next offset {end}" if end < total else "end of output"
+    header = f"[{handle}: characters {input.offset}-{end} of {total} ({len(data)} bytes); {after}]"
+    return f"{header}\n{text[input.offset : end]}"

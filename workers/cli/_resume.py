@@ -1,0 +1,213 @@
+"""``psych approve``, ``deny``, ``answer``, ``complete``, ``abort`` and ``steer``.
+
+Each is one update of the Run's workflow (``psych.resume``, ``psych.abort``,
+``psych.steer``), sent through ``PsychClient`` as the caller's Scope: ``--tenant`` must own
+the Run and ``--principal`` is recorded as who acted. A refusal (nothing pending with that
+id, expired, already answered, settled) is a ``Refused`` error: one line, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import PsychError
+from psych_runtime.workers.cli._run_facts import has_worker
+from psych_runtime.workers.cli._runs import (
+    default_principal,
+    scope_of,
+    temporal_client,
+    tenant_arguments,
+)
+from psych_runtime.workers.cli._specs import DEFAULT_STORE
+from psych_runtime.workflows import PsychClient, ResumeResult
+
+
+async def _client(args: argparse.Namespace) -> tuple[PsychClient, Client]:
+    temporal = await temporal_client(args)
+    # Resuming never touches the version store; the default one is never written.
+    return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE)), temporal
+
+
+async def _warn_without_worker(temporal: Client, workflow_id: str) -> None:
+    """Say so when no worker polls the Run's task queue: an update waits for one."""
+    try:
+        description = await temporal.get_workflow_handle(workflow_id).describe()
+        if description.close_time is not None:
+            return  # settled: the client refuses at once
+        if not await has_worker(temporal, description.task_queue):
+            print(
+                f"psych: no worker polls task queue {description.task_queue!r}; "
+                f"{workflow_id} takes the request when one does (`psych worker`)",
+                file=sys.stderr,
+                flush=True,
+            )
+    except RPCError:
+        return  # not found, or not ours to describe: the update itself says what is wrong
+
+
+def _print_result(workflow_id: str, result: ResumeResult, principal: str | None) -> None:
+    by = f" by {principal}" if principal else ""
+    print(f"{workflow_id}: {result.reason} {result.id} {result.outcome}{by}")
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client, temporal = await _client(args)
+    await _warn_without_worker(temporal, args.run_id)
+    result: ResumeResult
+    if args.command == "approve":
+        result = await client.approve(args.run_id, args.call_id, scope=scope, note=args.note)
+    elif args.command == "deny":
+        result = await client.deny(args.run_id, args.call_id, scope=scope, note=args.note)
+    elif args.command == "answer":
+        result = await client.answer(args.run_id, args.call_id, args.text, scope=scope)
+    else:
+        payload = parse_payload(args.payload)
+        result = await client.complete(args.run_id, args.token, payload, scope=scope)
+    _print_result(args.run_id, result, scope.principal)
+    return 0
+
+
+def parse_payload(text: str | None) -> Any:
+    """``--payload`` as JSON (absent: ``null``).
+
+    Raises:
+        PsychError: it is not valid JSON (naming the option and where it broke).
+    """
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise PsychError(f"--payload is not valid JSON: {err} (in {text[:60]!r})") from err
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Approve, deny, answer or complete what a suspended Run waits for."""
+    if args.command == "complete":
+        parse_payload(args.payload)  # refuse bad JSON before connecting anywhere
+    return asyncio.run(_resume(args))
+
+
+async def _abort(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client, temporal = await _client(args)
+    await _warn_without_worker(temporal, args.run_id)
+    await client.abort(args.run_id, scope=scope, reason=args.reason)
+    print(
+        f"{args.run_id}: abort requested; it settles aborted once its calls that cannot be "
+        "interrupted finish"
+    )
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    """Abort a Run."""
+    return asyncio.run(_abort(args))
+
+
+_WHEN = {
+    "steer": "before its next model call of this turn",
+    "follow_up": "when the model would otherwise end on an answer, as a new turn",
+    "next_run": "in a new Run once this one settles",
+}
+
+
+async def _steer(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    client, temporal = await _client(args)
+    await _warn_without_worker(temporal, args.run_id)
+    await client.steer(args.run_id, args.message, scope=scope, mode=args.mode)
+    print(f"{args.run_id}: {args.mode} message taken; the model sees it {_WHEN[args.mode]}")
+    return 0
+
+
+def cmd_steer(args: argparse.Namespace) -> int:
+    """Give a Run a message (steer, follow_up or next_run)."""
+    if not args.message.strip():
+        raise PsychError("the message is empty")
+    return asyncio.run(_steer(args))
+
+
+RUN_ID_HELP = "the Run's id, psych-<tenant>-<id>"
+CALL_ID_HELP = "the pending tool call's id (psych list --suspended shows it)"
+
+
+def add_resume_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    connection: argparse.ArgumentParser,
+) -> None:
+    """Add ``approve``, ``deny``, ``answer``, ``complete``, ``abort`` and ``steer``."""
+    actor = argparse.ArgumentParser(add_help=False)
+    actor.add_argument(
+        "--principal",
+        default=default_principal(),
+        help="who acts, recorded on the Run (env PSYCH_PRINCIPAL, default: the OS user name)",
+    )
+    parents = [connection, tenant_arguments(), actor]
+
+    approve = commands.add_parser(
+        "approve", parents=parents, help="approve a tool call a Run waits on; it runs"
+    )
+    approve.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    approve.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
+    approve.add_argument("--note", help="a note recorded with the decision")
+    approve.set_defaults(func=cmd_resume)
+
+    deny = commands.add_parser(
+        "deny",
+        parents=parents,
+        help="reject a tool call a Run waits on; the model is told (with the note)",
+    )
+    deny.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    deny.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
+    deny.add_argument("--note", help="why, recorded and shown to the model")
+    deny.set_defaults(func=cmd_resume)
+
+    answer = commands.add_parser(
+        "answer", parents=parents, help="answer the question (ask_question) a Run waits on"
+    )
+    answer.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    answer.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
+    answer.add_argument("text", metavar="TEXT", help="the answer the model is given")
+    answer.set_defaults(func=cmd_resume)
+
+    complete = commands.add_parser(
+        "complete",
+        parents=parents,
+        help="complete an external wait; the payload becomes the waiting tool's result",
+    )
+    complete.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    complete.add_argument("token", metavar="TOKEN", help="the wait's token")
+    complete.add_argument(
+        "--payload", metavar="JSON", help="the tool's result, as JSON (default null)"
+    )
+    complete.set_defaults(func=cmd_resume)
+
+    abort = commands.add_parser(
+        "abort", parents=parents, help="abort a Run (interruptible calls are cancelled)"
+    )
+    abort.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    abort.add_argument("--reason", default="aborted by request", help="recorded with the abort")
+    abort.set_defaults(func=cmd_abort)
+
+    steer = commands.add_parser("steer", parents=parents, help="give a running Run a message")
+    steer.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
+    steer.add_argument("message", metavar="MESSAGE", help="what the model is told")
+    steer.add_argument(
+        "--mode",
+        choices=["steer", "follow_up", "next_run"],
+        default="steer",
+        help="steer: into this turn's next model call (default); follow_up: held until the "
+        "model would end on an answer, then a new turn instead; next_run: a new Run of the "
+        "same Version when this one settles",
+    )
+    steer.set_defaults(func=cmd_steer)

@@ -1,0 +1,447 @@
+"""``psych run``, ``follow``, ``status``, ``report`` and ``list``: driving Runs through a
+Temporal server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import re
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import PsychError, Scope
+from psych_runtime.workers._worker import connect
+from psych_runtime.workers.cli._run_facts import (
+    QUERY_TIMEOUT,
+    has_worker,
+    print_fallback,
+    run_facts,
+    unanswered,
+)
+from psych_runtime.workers.cli._specs import DEFAULT_STORE, checked_spec, load_registry
+from psych_runtime.workers.console import (
+    describe_pending,
+    follow_run,
+    format_state,
+    format_time,
+    format_until,
+    output_for,
+    print_report,
+    print_transcript,
+    read_transcript,
+    resume_command,
+    runs_table,
+)
+from psych_runtime.workers.fleet import unpolled_queues
+from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_workflow_id
+
+_OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
+
+
+_TRUE = ("1", "true", "yes", "on")
+"""What ``PSYCH_ROLES_APART`` may say to mean yes (as the worker's ``PSYCH_*`` switches)."""
+
+
+def temporal_target(args: argparse.Namespace) -> str:
+    """The server address a command connects to: ``--address``, else Temporal's env config."""
+    if args.address:
+        return str(args.address)
+    config = ClientConfig.load_client_connect_config()
+    return str(config.get("target_host") or "localhost:7233")
+
+
+async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> Client:
+    """Connect per ``--address``/``--namespace`` and Temporal's environment configuration
+    (``connect_options`` go to ``connect``).
+
+    Raises:
+        PsychError: the server cannot be reached (one line, no traceback).
+    """
+    try:
+        return await connect(args.address, namespace=args.namespace, **connect_options)
+    except RuntimeError as err:
+        # The SDK's bridge reports connection failures as a RuntimeError carrying a long
+        # transport-level chain; its OS message ("Connection refused") says it best.
+        text = str(err)
+        found = _OS_MESSAGE.search(text)
+        reason = found.group(1) if found else text.removeprefix("Failed client connect: ")
+        raise PsychError(
+            f"cannot connect to Temporal at {temporal_target(args)}: {reason} "
+            "(is a server running? `psych dev` starts one)"
+        ) from err
+
+
+def default_principal() -> str | None:
+    """Who acts, unless ``--principal`` says: ``PSYCH_PRINCIPAL``, else the OS user name."""
+    if os.environ.get("PSYCH_PRINCIPAL"):
+        return os.environ["PSYCH_PRINCIPAL"]
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment (some containers)
+        return None
+
+
+def scope_of(args: argparse.Namespace) -> Scope:
+    """The caller's Scope from ``--tenant`` (and ``--principal`` where a command has it)."""
+    try:
+        tenant = Scope(tenant=args.tenant).tenant
+    except ValidationError as err:
+        raise PsychError(
+            f"invalid tenant {args.tenant!r}: use letters, digits, '_' and '.' only"
+        ) from err
+    principal = getattr(args, "principal", None) or None
+    try:
+        return Scope(tenant=tenant, principal=principal)
+    except ValidationError as err:
+        raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
+
+
+def tenant_arguments() -> argparse.ArgumentParser:
+    """The ``--tenant`` option every Run command takes (a parent parser)."""
+    tenant = argparse.ArgumentParser(add_help=False)
+    tenant.add_argument(
+        "--tenant",
+        default=os.environ.get("PSYCH_TENANT", "default"),
+        help="the tenant the Runs belong to (env PSYCH_TENANT, default 'default')",
+    )
+    return tenant
+
+
+async def _run(args: argparse.Namespace) -> int:
+    registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
+    spec = checked_spec(args.file, registry)
+    if spec is None:
+        return 1
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    client = PsychClient(
+        temporal,
+        store=FileVersionStore(args.store),
+        task_queue=args.task_queue,
+        registry=registry,
+        roles_apart=args.roles_apart,
+    )
+    version = client.publish(spec)
+    if not await has_worker(temporal, args.task_queue):
+        print(
+            f"psych: no worker polls task queue {args.task_queue!r} yet; the Run waits for one "
+            "(start one with `psych worker` or `psych dev`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    run = await client.dispatch(
+        version,
+        args.input,
+        scope=scope,
+        idempotency_key=args.idempotency_key,
+        thread=args.thread,
+    )
+    try:
+        report = await follow_run(client, run, scope=scope, json_report=args.json, full=args.full)
+    except asyncio.CancelledError:
+        print(
+            f"psych: stopped following {run.workflow_id}; the Run goes on "
+            f"(`psych status {run.workflow_id} --tenant {scope.tenant}`)",
+            file=sys.stderr,
+        )
+        raise
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Publish a Spec, dispatch a Run, print its records live and then its report.
+
+    Exits 0 when the Run completed, 1 otherwise.
+    """
+    return asyncio.run(_run(args))
+
+
+async def _follow(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        # Its records are queries: with no worker to answer them, following would wait.
+        print_fallback(facts, json_output=args.json)
+        return 1
+    # The Run's own task queue, for the header (following only reads).
+    client = PsychClient(
+        temporal, store=FileVersionStore(DEFAULT_STORE), task_queue=facts.task_queue
+    )
+    try:
+        report = await follow_run(
+            client, args.run_id, scope=scope, json_report=args.json, full=args.full
+        )
+    except asyncio.CancelledError:
+        print(f"psych: stopped following {args.run_id}; the Run goes on", file=sys.stderr)
+        raise
+    return 0 if report.status is RunStatus.COMPLETED else 1
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """Follow an existing Run: its records so far and as they come, then its report.
+
+    Exits as ``psych run`` does: 0 when the Run completed, 1 otherwise.
+    """
+    return asyncio.run(_follow(args))
+
+
+def _reader(temporal: Client) -> PsychClient:
+    # Reading Runs never touches the version store; the default one is never written.
+    return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE))
+
+
+async def _status(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    temporal = await temporal_client(args)
+    # Before the query, which no workflows-role worker would answer; another tenant's Run
+    # is refused by the query itself, so its queues are not described to this caller.
+    if parse_workflow_id(args.run_id)[0] == scope.tenant:
+        for queue in await unpolled_queues(temporal, args.run_id):
+            print(f"psych: {queue.message()}", file=sys.stderr, flush=True)
+    # Never stuck: with no worker polling, the query would wait for one until its deadline.
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if facts.worker_polling:
+        try:
+            state = await _reader(temporal).status(
+                args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as err:
+            if not unanswered(err):
+                raise
+        else:
+            print(
+                state.model_dump_json(indent=2) if args.json else format_state(args.run_id, state)
+            )
+            return 0
+    print_fallback(facts, json_output=args.json)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print a Run's current state (the ``psych.state`` query); with no worker to answer
+    it, what Temporal itself knows (``run_facts``), within seconds."""
+    return asyncio.run(_status(args))
+
+
+async def _report(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    if args.format != "text" and not args.transcript:
+        raise PsychError(f"--format {args.format} is for --transcript")
+    temporal = await temporal_client(args)
+    facts = await run_facts(temporal, args.run_id, scope=scope)
+    if not facts.worker_polling:
+        print_fallback(facts, json_output=args.json)
+        return 1
+    client = _reader(temporal)
+    if args.transcript:
+        transcript = await read_transcript(client, args.run_id, scope=scope)
+        print_transcript(transcript, sys.stdout, markdown=args.format == "md")
+        return 0
+    try:
+        report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
+    except RPCError as err:
+        if not unanswered(err):
+            raise
+        print_fallback(facts, json_output=args.json)
+        return 1
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_report(report, sys.stdout)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a Run's report (summary, JSON with ``--json``), or with ``--transcript`` the
+    conversation as its model saw it (``--format md``: as Markdown)."""
+    return asyncio.run(_report(args))
+
+
+def _pending_lines(run: RunSummary, tenant: str, now: datetime) -> list[str]:
+    """What a suspended Run waits on, until when, and the command that resumes it."""
+    if run.unreadable is not None:
+        return [f"  what it waits for cannot be read now: {run.unreadable}"]
+    if not run.pending:
+        return ["  waiting for nothing any more (answered since it was listed)"]
+    lines: list[str] = []
+    for item in run.pending:
+        lines.append(f"  {item.reason} {item.id}: waiting for {describe_pending(item)}")
+        until = f"until {format_time(item.expires_at)} ({format_until(item.expires_at, now)})"
+        command = resume_command(run.workflow_id, item, tenant)
+        lines.append(f"    {until}" + (f"; {command}" if command else ""))
+    return lines
+
+
+async def _list(args: argparse.Namespace) -> int:
+    scope = scope_of(args)
+    if args.limit < 0:
+        raise PsychError(f"--limit {args.limit}: a number of Runs, or 0 for all of them")
+    client = _reader(await temporal_client(args))
+    # One more than shown, so a cut list says so instead of passing for the whole list.
+    # 0 = all: the client pages through every match (sys.maxsize never binds).
+    wanted = args.limit + 1 if args.limit else sys.maxsize
+    runs = await client.list(
+        scope=scope,
+        agent=args.agent,
+        status=args.status,
+        suspended=args.suspended,
+        limit=wanted,
+    )
+    more = bool(args.limit) and len(runs) > args.limit
+    runs = runs[: args.limit] if more else runs
+    if not runs:
+        which = "suspended Runs" if args.suspended else "Runs"
+        print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
+        return 0
+    listed = [
+        (
+            run.workflow_id,
+            run.agent or "-",
+            run.status or "-",
+            run.started_at.isoformat(timespec="seconds") if run.started_at else "-",
+        )
+        for run in runs
+    ]
+    now = datetime.now(UTC)
+    waits = [_pending_lines(run, scope.tenant, now) for run in runs] if args.suspended else None
+    console = output_for(sys.stdout).console
+    if console is not None:
+        console.print(runs_table(listed, waits))
+    else:
+        rows = [("RUN ID", "AGENT", "STATUS", "STARTED"), *listed]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for index, row in enumerate(rows):
+            padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            print("  ".join([*padded, row[-1]]))
+            if waits is not None and index > 0:
+                print("\n".join(waits[index - 1]))
+    if more:
+        print(
+            f"psych: showing the newest {args.limit} matching Runs; there are more "
+            f"(--limit N shows N, --limit 0 shows all)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List the tenant's Runs, newest first; with ``--suspended``, what each waits on."""
+    return asyncio.run(_list(args))
+
+
+_FULL_HELP = "show model text, tool arguments and tool results whole, not shortened"
+
+
+def add_run_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    connection: argparse.ArgumentParser,
+    store: argparse.ArgumentParser,
+) -> None:
+    """Add ``run``, ``follow``, ``status``, ``report`` and ``list`` to ``psych``."""
+    parents = [connection, tenant_arguments()]
+
+    run = commands.add_parser(
+        "run",
+        parents=[*parents, store],
+        help="publish a Spec, run it, print its records and report",
+    )
+    run.add_argument("file", help="agent Spec file (.yaml, .yml or .json)")
+    run.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="TEXT",
+        help="the user's message (repeat for several messages)",
+    )
+    run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
+    run.add_argument(
+        "--thread",
+        metavar="RUN",
+        help="continue the conversation of an earlier Run of the tenant (psych-<tenant>-<id>), "
+        "its last limits.max_history_records messages",
+    )
+    run.add_argument(
+        "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
+        help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
+        "(env PSYCH_TOOLS; --registry is the same)",
+    )
+    run.add_argument(
+        "--task-queue",
+        default=os.environ.get("PSYCH_TASK_QUEUE", "psych"),
+        help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
+    )
+    run.add_argument(
+        "--roles-apart",
+        action="store_true",
+        default=os.environ.get("PSYCH_ROLES_APART", "").strip().lower() in _TRUE,
+        help="the fleet runs worker roles in separate processes: schedule each activity on "
+        "its role's task queue (env PSYCH_ROLES_APART=1; default: every activity on the "
+        "Run's own queue, for workers of role all)",
+    )
+    run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.add_argument("--full", action="store_true", help=_FULL_HELP)
+    run.set_defaults(func=cmd_run)
+
+    follow = commands.add_parser(
+        "follow",
+        parents=parents,
+        help="follow a Run: its records so far and as they come, then its report",
+    )
+    follow.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    follow.add_argument("--json", action="store_true", help="print the report as JSON")
+    follow.add_argument("--full", action="store_true", help=_FULL_HELP)
+    follow.set_defaults(func=cmd_follow)
+
+    state = commands.add_parser("status", parents=parents, help="print a Run's current state")
+    state.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    state.add_argument("--json", action="store_true", help="print the state as JSON")
+    state.set_defaults(func=cmd_status)
+
+    report = commands.add_parser("report", parents=parents, help="print a Run's report")
+    report.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
+    shown = report.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    shown.add_argument(
+        "--transcript",
+        action="store_true",
+        help="print the conversation as the model saw it: system prompt, messages, tool "
+        "calls and results, approvals, answers, steering",
+    )
+    report.add_argument(
+        "--format",
+        choices=["text", "md"],
+        default="text",
+        help="the transcript as text for the terminal (default) or as Markdown",
+    )
+    report.set_defaults(func=cmd_report)
+
+    listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")
+    listing.add_argument("--agent", help="only Runs of this agent")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument(
+        "--status", choices=[status.value for status in RunStatus], help="only Runs in this status"
+    )
+    which.add_argument(
+        "--suspended",
+        action="store_true",
+        help="only suspended Runs, each with what it waits on, until when, and how to resume it",
+    )
+    listing.add_argument(
+        "--limit",
+        type=int,
+        default=100,
+        help="at most this many, newest first (default 100; 0 = all); a cut list says so",
+    )
+    listing.set_defaults(func=cmd_list)

@@ -1,0 +1,178 @@
+"""``psych validate`` and ``psych publish``, and the Spec checks ``psych run`` shares.
+
+With ``--check-connections`` both connect to every MCP server of the Spec first
+(``check_connections``), so an unreachable non-optional server is a problem like any other,
+printed with its path; without it nothing is connected to and reachability is not judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Iterable, Mapping
+
+from pydantic import ValidationError
+
+from psych_runtime.activities.secrets import EnvSecretResolver
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import (
+    AgentSpec,
+    Limits,
+    PsychError,
+    Scope,
+    ToolRegistry,
+    ValidationContext,
+    WorkflowSpec,
+    validate,
+)
+from psych_runtime.workers._connections import check_connections
+from psych_runtime.workers._loading import load_object, load_spec_file
+
+DEFAULT_STORE = ".psych/versions"
+
+
+def load_registry(reference: str | None) -> ToolRegistry | None:
+    """The ToolRegistry named ``module:attribute`` or ``file.py:attribute`` (None: none)."""
+    if not reference:
+        return None
+    registry = load_object(reference)
+    if not isinstance(registry, ToolRegistry):
+        raise PsychError(f"{reference!r} is a {type(registry).__name__}, not a ToolRegistry")
+    return registry
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--check-connections`` and the tenant whose credentials it uses."""
+    parser.add_argument(
+        "--check-connections",
+        action="store_true",
+        help="connect to every MCP server of the Spec (subagents and steps too); "
+        "a non-optional one that does not answer is a problem",
+    )
+    parser.add_argument(
+        "--tenant",
+        default=os.environ.get("PSYCH_TENANT", "default"),
+        help="the tenant whose credentials (PSYCH_SECRET_<NAME>) --check-connections "
+        "connects with (env PSYCH_TENANT, default 'default')",
+    )
+
+
+def _check_scope(tenant: str) -> Scope:
+    try:
+        return Scope(tenant=tenant)
+    except ValidationError as err:
+        raise PsychError(
+            f"invalid tenant {tenant!r}: use letters, digits, '_' and '.' only"
+        ) from err
+
+
+def checked_spec(
+    file: str,
+    registry: ToolRegistry | None,
+    known_models: Iterable[str] = (),
+    *,
+    check: argparse.Namespace | None = None,
+) -> AgentSpec | WorkflowSpec | None:
+    """Load and validate a Spec file; print every problem and return None if there are any.
+
+    Args:
+        file: the Spec file.
+        registry: the ToolRegistry the workers load (None: no code tool is registered).
+        known_models: model ids the endpoint serves (empty: not checked).
+        check: the parsed ``--check-connections``/``--tenant``; when it asks, every MCP
+            server of the Spec is connected to before validating.
+
+    Raises:
+        SpecError: the file cannot be read or parsed (the message names line and column).
+    """
+    spec = load_spec_file(file)
+    connections: Mapping[str, str | None] | None = None
+    if check is not None and check.check_connections:
+        connections = asyncio.run(
+            check_connections(spec, scope=_check_scope(check.tenant), secrets=EnvSecretResolver())
+        )
+    context = ValidationContext(
+        registered_tools=registry.names() if registry is not None else (),
+        known_models=known_models,
+        mcp_connections=connections,
+    )
+    problems = validate(spec, context)
+    for problem in problems:
+        print(f"{file}: {problem}", file=sys.stderr)
+    if problems:
+        print(f"{file}: {len(problems)} problem(s); not valid", file=sys.stderr)
+        return None
+    return spec
+
+
+def _limit_warnings(limits: Limits, path: str) -> list[str]:
+    """Where one of ``limits`` makes another unreachable (when the Spec sets either)."""
+    found: list[str] = []
+    given = limits.model_fields_set
+    if {"max_steps", "max_turns"} & given and limits.max_steps < 2 * limits.max_turns - 1:
+        # A turn after the first starts only after the previous one's tool calls, so turn
+        # N begins after at least 2(N-1) steps: a model call and a tool call per turn.
+        turns = (limits.max_steps + 1) // 2
+        found.append(
+            f"{path}limits.max_turns: {limits.max_turns} turns need at least "
+            f"{2 * limits.max_turns - 1} steps (a model call and a tool call per turn), but "
+            f"max_steps is {limits.max_steps}: at most {turns} turns are reachable (only "
+            "follow-up messages add turns without a tool call)"
+        )
+    streak = {"failure_streak_threshold", "failure_streak_hard_stop"}
+    if streak & given and limits.failure_streak_hard_stop <= limits.failure_streak_threshold:
+        found.append(
+            f"{path}limits.failure_streak_threshold: {limits.failure_streak_threshold} is "
+            f"never reached: the Run fails at failure_streak_hard_stop "
+            f"({limits.failure_streak_hard_stop}) first, so a failing tool is never withheld"
+        )
+    repeat = {"repeat_call_threshold", "repeat_call_hard_stop"}
+    if repeat & given and limits.repeat_call_hard_stop <= limits.repeat_call_threshold:
+        found.append(
+            f"{path}limits.repeat_call_hard_stop: {limits.repeat_call_hard_stop} is not above "
+            f"repeat_call_threshold ({limits.repeat_call_threshold}): the first refused repeat "
+            "stops the Run, so the model is never told to change approach"
+        )
+    return found
+
+
+def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
+    """Limits of ``spec`` (and of every Spec nested in it) that make another unreachable.
+
+    Only limits a Spec sets are judged: the defaults are a budget, not a plan.
+    """
+    found = _limit_warnings(spec.limits, path)
+    if isinstance(spec, AgentSpec):
+        for sub in spec.subagents:
+            found += limit_warnings(sub.spec, f"{path}subagents[{sub.name}].spec.")
+        return found
+    for step in spec.steps:
+        if step.kind != "tool":
+            found += limit_warnings(step.spec, f"{path}steps[{step.name}].spec.")
+    return found
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Validate a Spec file; print every problem; exit 1 if there are any.
+
+    Limits that make another unreachable are warnings (standard error), not problems.
+    """
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
+    if spec is None:
+        return 1
+    for warning in limit_warnings(spec):
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
+    print(f"{args.file}: valid")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """Validate, then publish a Spec file to the version store; print its hash."""
+    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
+    if spec is None:
+        return 1
+    version = FileVersionStore(args.store).publish(spec)
+    print(f"{version.hash}  {spec.kind} {spec.name}  published {version.published_at.isoformat()}")
+    return 0

@@ -1,0 +1,36 @@
+"""psych_runtime.workers.console: what ``psych`` prints about a Run.
+
+Record lines and reports (plain text, or styled through rich on a terminal), the live status
+line, display components, the transcript built from records, and child Runs in a report.
+"""
+
+from psych_runtime.workers.console._console import (
+    describe_pending,
+    follow_run,
+    format_record,
+    format_report,
+    format_state,
+    format_time,
+    format_until,
+    print_report,
+    resume_command,
+)
+from psych_runtime.workers.console._render import output_for, runs_table
+from psych_runtime.workers.console._transcript import read_transcript
+from psych_runtime.workers.console._transcript_render import print_transcript
+
+__all__ = [
+    "describe_pending",
+    "follow_run",
+    "format_record",
+    "format_report",
+    "format_state",
+    "format_time",
+    "format_until",
+    "output_for",
+    "print_report",
+    "print_transcript",
+    "read_transcript",
+    "resume_command",
+    "runs_table",
+]

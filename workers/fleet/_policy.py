@@ -1,0 +1,99 @@
+"""One approval policy per task queue: the worker identity that carries a policy's digest,
+and the check that refuses to join a queue whose live workers carry another."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from datetime import UTC, datetime, timedelta
+
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.activities.tools import Policy, policy_description, policy_digest
+from psych_runtime.specs import PsychError
+
+POLLER_LIVE_SECONDS = 90.0
+"""A poller the server last saw longer ago than this is taken for a stopped worker. An
+idle worker's long poll lasts about a minute, so a live one is always seen within it."""
+_POLICY_IN_IDENTITY = re.compile(r"(?:\+|\spolicy=)([0-9a-f]{8})$")
+"""The policy digest at the end of a worker identity: ``<pid>@<host>+<digest>``, or
+``psych@<host>:<pid> policy=<digest>`` as workers before it wrote it (still read, so a
+fleet being upgraded is checked across both)."""
+
+
+def worker_identity(policy: Policy, base: str | None = None) -> str:
+    """The Temporal identity of a psych worker: ``<pid>@<host>+<digest>``.
+
+    Temporal's own default (``<pid>@<host>``) plus the policy digest (``policy_digest``),
+    which lets every worker of a task queue see, through ``DescribeTaskQueue``, whether
+    the others decide approvals as it does. ``base`` replaces ``<pid>@<host>``. Short on
+    purpose: the identity is written into about ten history events per turn (every
+    workflow and activity task started and completed), so each character costs a Run
+    ten bytes a turn.
+    """
+    who = base or f"{os.getpid()}@{socket.gethostname()}"
+    return f"{who}+{policy_digest(policy)}"
+
+
+def digest_in_identity(identity: str) -> str | None:
+    """The policy digest a worker identity ends with (either form), or None."""
+    found = _POLICY_IN_IDENTITY.search(identity)
+    return None if found is None else found.group(1)
+
+
+async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) -> None:
+    """Refuse to join a task queue whose live psych workers use another approval policy.
+
+    Every live poller (workflow and activity tasks) whose identity carries a policy
+    digest (see ``worker_identity``) must carry this one. Pollers without a digest (not
+    psych workers) cannot be compared and are left alone, as are pollers not seen for
+    ``POLLER_LIVE_SECONDS``. A server without DescribeTaskQueue (the time-skipping test
+    server) has nothing to compare.
+
+    Raises:
+        PsychError: another live worker's digest differs; the message names it and both
+            digests, and this policy's description.
+    """
+    ours = policy_digest(policy)
+    now = datetime.now(UTC)
+    others: dict[str, str] = {}
+    for task_type in (
+        TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    ):
+        request = DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=task_type,
+        )
+        try:
+            response = await client.workflow_service.describe_task_queue(request)
+        except RPCError as err:
+            # Temporal's time-skipping test server implements no DescribeTaskQueue; it
+            # serves the one process that started it, so there is no fleet to compare.
+            if err.status is RPCStatusCode.UNIMPLEMENTED:
+                return
+            raise
+        for poller in response.pollers:
+            digest = digest_in_identity(poller.identity)
+            seen = poller.last_access_time.ToDatetime(tzinfo=UTC)
+            if digest is None or now - seen > timedelta(seconds=POLLER_LIVE_SECONDS):
+                continue
+            if digest != ours:
+                others[poller.identity] = digest
+    if others:
+        listed = ", ".join(f"{who!r} (policy={digest})" for who, digest in sorted(others.items()))
+        raise PsychError(
+            f"refusing to start: task queue {task_queue!r} is polled by {listed}, whose approval "
+            f"policy differs from this worker's (policy={ours}: {policy_description(policy)}). "
+            "Workers of one queue must decide alike, or a call that waits for approval on one "
+            "runs unasked on another: give this worker the same --ask/--ask-destructive "
+            "(PSYCH_ASK, PSYCH_ASK_DESTRUCTIVE), stop the other, or use another --task-queue. "
+            f"A stopped worker drops out of this check {POLLER_LIVE_SECONDS:g} s after its "
+            "last poll."
+        )
