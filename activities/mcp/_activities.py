@@ -326,7 +326,8 @@ class McpActivities(Catalogues, ActivityClass):
     ) -> mcp_types.CallToolResult:
         """Await ``work`` within the call timeout, heartbeating on an interval and on each
         progress notification. Cancellation (and the timeout) cancel it and wait for it,
-        so the SDK's cancellation notice reaches the server before this returns."""
+        so the SDK has queued its cancellation notice before this returns (the pool sends
+        it before closing the session: ``McpSessions._own``)."""
         task = asyncio.create_task(work)
         waiter: asyncio.Task[str] | None = None
         deadline = time.monotonic() + self.settings.call_timeout_seconds

@@ -46,6 +46,10 @@ _SSE_READ_SECONDS = 300.0
 """How long an open event stream may stay silent before the transport gives up on it (the
 SDK's default; a pooled session idles longer than any call)."""
 
+_FLUSH_SECONDS = 5.0
+"""Bound on the ping a closing session sends first (the SDK's own bound on a courtesy
+cancel's write), so an unresponsive server delays a worker's shutdown by no more."""
+
 
 _SESSION_GONE = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.INVALID_REQUEST})
 """Errors after which a session is dropped: the connection closed, or the server no longer
@@ -287,6 +291,16 @@ class McpSessions:
                 if not pooled.ready.done():
                     pooled.ready.set_result(client)
                 await pooled.closing.wait()
+                if pooled.broken is None:
+                    # A cancelled call's notifications/cancelled is only queued when the call
+                    # returns; the transport POSTs messages in order, so the ping's answer
+                    # means it reached the server. Closing at once (a worker's shutdown right
+                    # after it cancelled its calls) would drop it with the connection. The
+                    # session's ping, not Client.send_ping, which warns that the 2026 wire
+                    # has no ping: this client speaks the legacy one (open_client).
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(_FLUSH_SECONDS):
+                            await client.session.send_ping()
         except asyncio.CancelledError:
             if not pooled.ready.done():
                 pooled.ready.set_exception(McpUnavailable("connecting was cancelled"))

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from psych_runtime.activities.contract import Usage
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec
-from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers.cli import main
 from psych_runtime.workflows import (
     Record,
@@ -28,7 +30,7 @@ from psych_runtime.workflows import (
 )
 
 from ._waiting import is_waiting, state_when
-from .conftest import Harness
+from .conftest import MODELS, Harness
 
 pytestmark = pytest.mark.e2e
 
@@ -173,7 +175,19 @@ async def test_continues_after_an_approval_keeping_steer_and_follow_up(
     assert used == sorted(used)
 
 
-async def test_continues_after_a_subagent_then_aborts_by_workflow_id(harness: Harness) -> None:
+@pytest.fixture
+def threaded_model(harness: Harness) -> Iterator[FakeModel]:
+    """The worker's fake model served from its own thread, for a responder that blocks: on
+    the test's loop (``harness.fake``) it would stall the worker and the test alike."""
+    with FakeModel(models=MODELS) as model:
+        endpoint = Endpoint(base_url=model.base_url, api_key="test-key")
+        harness.settings.endpoints = ModelEndpoints(default=endpoint)
+        yield model
+
+
+async def test_continues_after_a_subagent_then_aborts_by_workflow_id(
+    harness: Harness, threaded_model: FakeModel
+) -> None:
     deleted: list[str] = []
     orders_agent(harness, deleted)  # registers delete_order and the approval policy
     researcher = AgentBuilder("researcher", registry=harness.registry).model("fake-model").build()
@@ -200,12 +214,12 @@ async def test_continues_after_a_subagent_then_aborts_by_workflow_id(harness: Ha
             )
         return Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c9"))
 
-    harness.fake.responder = respond
+    threaded_model.responder = respond
     async with harness.worker():
         run = await harness.client.dispatch(
             spec, "find x", scope=harness.scope, continue_after_events=EVERY_TURN
         )
-        await asyncio.to_thread(child_running.wait, 15)
+        assert await asyncio.to_thread(child_running.wait, 15)
         # Past the threshold with a child running: the lead does not continue yet.
         held = await all_records(harness, run)
         assert not any(isinstance(r, RunContinued) for r in held)
