@@ -4,8 +4,8 @@ The fake model is scripted by a responder, so any number of Runs can share it: a
 first user message says how many turns it takes (``turns=N``); the responder answers turn
 ``t`` (one more than the assistant messages it was sent) with a call to the agent's one
 code tool while ``t < N``, and with a text answer at ``t = N``. A Run of N turns therefore
-makes N model calls and N - 1 tool calls, and resolves its catalogue in a local activity
-(``psych-local-catalog``): 2N - 1 activities, one fewer than N turns of the bare loop.
+makes N model calls and N - 1 tool calls, and resolves its catalogue in a local activity:
+2N - 1 activities, one fewer than N turns of the bare loop.
 
 A WorkflowRun of N steps calls the same code tool in each of its N tool steps (step ``i``
 with ``{"turn": i}``): N tool activities and the local catalogue, no model.

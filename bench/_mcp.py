@@ -25,7 +25,7 @@ from bench._agent import MODEL, SCOPE, small_result
 from bench._history import history_facts
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
-from psych_runtime.activities.contract import MODEL_COMPLETE_V3
+from psych_runtime.activities.contract import MODEL_CALL
 from psych_runtime.specs import AgentBuilder, AgentSpec, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
@@ -35,7 +35,7 @@ from tests.mcp.fixture import McpTestServer, start_mcp_server
 MCP_TOOL = "tools__echo"
 FILLER = 29
 """With the server's 11 own tools: a 40-tool catalogue."""
-MODEL_ACTIVITY = MODEL_COMPLETE_V3
+MODEL_ACTIVITY = MODEL_CALL
 
 
 def responder(body: dict[str, Any]) -> Reply:

@@ -38,8 +38,7 @@ _PHASES = (
 
 
 # Section 5: the bare loop's one activity and the WorkflowRun's tool activity are each a step.
-# The catalogue is a local activity (``psych-local-catalog``): its time is in "workflow task:
-# run".
+# The catalogue is a local activity: its time is in "workflow task: run".
 _STEP_ROLE = {MODEL_ACTIVITY: "step", AGENT_TOOL_ACTIVITY: "step"}
 _STEP_PHASES = (
     "workflow task: wait",

@@ -15,10 +15,10 @@ from bench._baseline import BaselineBench
 from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, RESULT_TOOL_ACTIVITY
-from psych_runtime.activities.contract import MODEL_COMPLETE_V3, TOOL_CODE_V2
+from psych_runtime.activities.contract import MODEL_CALL, TOOL_RUN_CODE
 
-AGENT_MODEL_ACTIVITY = MODEL_COMPLETE_V3
-AGENT_TOOL_ACTIVITY = TOOL_CODE_V2
+AGENT_MODEL_ACTIVITY = MODEL_CALL
+AGENT_TOOL_ACTIVITY = TOOL_RUN_CODE
 RESULT_BYTES = 4096
 PAYLOAD_WARNING = "TMPRL1103"
 

@@ -79,13 +79,7 @@ from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
 from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
-from psych_runtime.specs._unsupported import (
-    BEFORE_MCP,
-    BEFORE_TASKS,
-    UNSUPPORTED_FIELDS,
-    unsupported_features,
-    unsupported_in_tables,
-)
+from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
@@ -116,8 +110,6 @@ __all__ = [
     "AgentSpec",
     "AgentStep",
     "AnyComponent",
-    "BEFORE_MCP",
-    "BEFORE_TASKS",
     "BUILTIN_TOOL_NAMES",
     "COMPONENT_KINDS",
     "COMPONENT_SCHEMA",
@@ -203,7 +195,6 @@ __all__ = [
     "subagent_depth_refusal",
     "system_prompt",
     "unsupported_features",
-    "unsupported_in_tables",
     "validate",
     "version_hash",
     "with_context",

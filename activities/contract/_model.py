@@ -1,5 +1,8 @@
-"""The model call's payloads (``psych.model.complete`` and ``.v2``): its input, its result
-and why it failed."""
+"""The model call's payloads: its input, its result and why it failed.
+
+The workflow builds ``ModelCallInput`` (features add to it) and reads ``ModelCallResult``;
+the model activity runs on them. On the wire of ``psych.model.call`` they travel slim
+(``SlimModelCallInput``, ``SlimModelCallResult``; ``_slim.py`` converts)."""
 
 from __future__ import annotations
 
@@ -85,18 +88,6 @@ class ModelCallResult(_Compact):
     def _usage(self, usage: Usage) -> dict[str, Any]:
         # Zero counts (cache, reasoning) are the usual case: left out, read back as 0.
         return usage.model_dump(mode="json", exclude_defaults=True)
-
-
-class ModelCallResultV2(ModelCallResult):
-    """What ``psych.model.complete.v2`` returns: a ``ModelCallResult`` without the echoes.
-
-    The workflow knows which model it called, and which system prompt it referred to:
-    ``model`` is left out (None), and ``system_ref`` is set only when the call stored an
-    inline ``system_prompt`` (the ref the workflow sends from then on).
-    """
-
-    model: str | None = None  # type: ignore[assignment]
-    system_ref: BlobRef | None = None
 
 
 class ModelFailure(_Payload):

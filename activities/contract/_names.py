@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from psych_runtime.specs import SpecError
 
-MODEL_COMPLETE = "psych.model.complete"
+MODEL_CALL = "psych.model.call"
+"""One model call: takes ``SlimModelCallInput``, returns ``SlimModelCallResult``
+(``_slim_payloads.py``): only what the other side cannot derive, refs in their compact
+wire form."""
 MODEL_COMPACT = "psych.model.compact"
 """The summariser call of compaction (``activities/model/_compaction.py``)."""
-MODEL_COMPLETE_V2 = "psych.model.complete.v2"
-"""Same input; returns ``ModelCallResultV2`` (no echoed model or system prompt ref)."""
-MODEL_COMPLETE_V3 = "psych.model.complete.v3"
-"""Takes ``ModelCallInputV3``, returns ``ModelCallResultV3`` (``_slim_payloads.py``): only
-what the other side cannot derive, refs in their compact wire form."""
 TOOL_CATALOG = "psych.tool.catalog"
-TOOL_CODE = "psych.tool.code"
-TOOL_CODE_V2 = "psych.tool.code.v2"
-"""Takes ``CodeToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
-TOOL_HTTP = "psych.tool.http"
-TOOL_HTTP_V2 = "psych.tool.http.v2"
-"""Takes ``HttpToolCallV2``, returns ``ToolOutcomeV2`` (``_slim_payloads.py``)."""
+TOOL_RUN_CODE = "psych.tool.run_code"
+"""One code tool call: takes ``SlimCodeToolCall``, returns ``SlimToolOutcome``."""
+TOOL_SEND_HTTP = "psych.tool.send_http"
+"""One HTTP tool call: takes ``SlimHttpToolCall``, returns ``SlimToolOutcome``."""
 TOOL_READ_OUTPUT = "psych.tool.read_output"
 POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
@@ -32,18 +28,14 @@ VERSION_PUBLISH = "psych.version.publish"
 ACTIVITY_NAMES = (
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
+    MODEL_CALL,
     MODEL_COMPACT,
-    MODEL_COMPLETE,
-    MODEL_COMPLETE_V2,
-    MODEL_COMPLETE_V3,
     POLICY_DECIDE,
     TOOL_CATALOG,
-    TOOL_CODE,
-    TOOL_CODE_V2,
-    TOOL_HTTP,
-    TOOL_HTTP_V2,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
+    TOOL_RUN_CODE,
+    TOOL_SEND_HTTP,
     VERSION_PUBLISH,
 )
 
@@ -59,18 +51,14 @@ ACTIVITY_ROLES: dict[str, str] = {
     # A local activity runs on the worker that runs the workflow task, whatever its queue.
     MCP_LIST_TOOLS: WORKFLOWS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
+    MODEL_CALL: MODEL_ROLE,
     MODEL_COMPACT: MODEL_ROLE,
-    MODEL_COMPLETE: MODEL_ROLE,
-    MODEL_COMPLETE_V2: MODEL_ROLE,
-    MODEL_COMPLETE_V3: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
-    TOOL_CODE: TOOLS_ROLE,
-    TOOL_CODE_V2: TOOLS_ROLE,
-    TOOL_HTTP: TOOLS_ROLE,
-    TOOL_HTTP_V2: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,
+    TOOL_RUN_CODE: TOOLS_ROLE,
+    TOOL_SEND_HTTP: TOOLS_ROLE,
     VERSION_PUBLISH: TOOLS_ROLE,
 }
 """The role whose workers run each activity: the workflow schedules it on that role's task

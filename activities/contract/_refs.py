@@ -3,7 +3,7 @@
 
 A ``BlobRef`` is ``sha256:`` and 64 hex digits (71 characters); a model call and a tool
 call carry about seven of them per turn. On the wire of the newer payload classes
-(``ModelCallInputV3``, ``ModelCallResultV3``, ``ToolOutcomeV2``) a ref travels as ``~`` and
+(``SlimModelCallInput``, ``SlimModelCallResult``, ``SlimToolOutcome``) a ref travels as ``~`` and
 the 43 base64url characters of its 32 digest bytes (44 characters), and is read back to
 the same ``sha256:<hex>`` value. So Python only ever sees the one form: blob store keys,
 records, ``read_tool_output`` handles and the older payloads do not change. Reading accepts

@@ -1,6 +1,6 @@
 """Between the full model and tool payloads and their slim forms on the hot path.
 
-``psych.model.complete.v3`` and ``psych.tool.code.v2`` carry only what the other side cannot
+``psych.model.call`` and ``psych.tool.run_code`` carry only what the other side cannot
 derive (issue 15). The workflow keeps working with ``ModelCallInput``, ``ModelCallResult``,
 ``CodeToolCall`` and ``ToolOutcome``; the activity keeps running them. These functions are
 the one place that drops a field on one side and puts it back on the other, each pair
@@ -22,11 +22,11 @@ from psych_runtime.activities.contract._ids import WORKFLOW_ID_PREFIX, ids_from
 from psych_runtime.activities.contract._model import ModelCallInput, ModelCallResult
 from psych_runtime.activities.contract._refs import blob_ref
 from psych_runtime.activities.contract._slim_payloads import (
-    CodeToolCallV2,
-    HttpToolCallV2,
-    ModelCallInputV3,
-    ModelCallResultV3,
-    ToolOutcomeV2,
+    SlimCodeToolCall,
+    SlimHttpToolCall,
+    SlimModelCallInput,
+    SlimModelCallResult,
+    SlimToolOutcome,
     WireScope,
 )
 from psych_runtime.activities.contract._tools import CodeToolCall, HttpToolCall, ToolOutcome
@@ -78,8 +78,8 @@ def _full_scope(scope: WireScope, run_id: str | None, workflow_id: str | None) -
 
 # The workflow derives refs with these two functions on every replay, long after the
 # activity checked them against what it stored. So they are FROZEN: the encoding of a
-# message and of a conversation node as the stores wrote them when psych-slim-payloads
-# shipped (``Conversations.put_message``, ``Conversations.append``, ``blobs.canonical_json``).
+# message and of a conversation node as the stores wrote them at the baseline
+# (``Conversations.put_message``, ``Conversations.append``, ``blobs.canonical_json``).
 # Changing either would make a replayed Run derive heads that were never stored, and its
 # next call fail on a missing blob. If the stores change, these stay: the activity then
 # finds the derivation differs and sends the refs (bigger, never wrong); test_slim pins
@@ -106,14 +106,14 @@ def _inline_ref(message: ChatMessage) -> str:
 # --- model call ---------------------------------------------------------------------------
 
 
-def slim_model_input(call: ModelCallInput, workflow_id: str) -> ModelCallInputV3:
-    """What the workflow sends ``psych.model.complete.v3`` for ``call`` (workflow side)."""
+def slim_model_input(call: ModelCallInput, workflow_id: str) -> SlimModelCallInput:
+    """What the workflow sends ``psych.model.call`` for ``call`` (workflow side)."""
     scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
     params = None if call.params == ModelRef(model=call.model) else call.params
-    return _carried(call, ModelCallInputV3, params=params, run_id=run_id, scope=scope)
+    return _carried(call, SlimModelCallInput, params=params, run_id=run_id, scope=scope)
 
 
-def full_model_input(slim: ModelCallInputV3, workflow_id: str | None) -> ModelCallInput:
+def full_model_input(slim: SlimModelCallInput, workflow_id: str | None) -> ModelCallInput:
     """The ``ModelCallInput`` a slim one stands for (activity side).
 
     Raises:
@@ -145,19 +145,19 @@ def _expected_system_ref(call: ModelCallInput) -> str | None:
     return call.system_ref if prompt is None else blob_ref(prompt.encode())
 
 
-def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> ModelCallResultV3:
-    """What ``psych.model.complete.v3`` returns for ``result`` (activity side): each ref
+def slim_model_result(result: ModelCallResult, call: ModelCallInput) -> SlimModelCallResult:
+    """What ``psych.model.call`` returns for ``result`` (activity side): each ref
     left out only when it equals what ``expected_refs`` derives."""
     head, system_ref = expected_refs(call, result.text, result.tool_calls)
     return _carried(
         result,
-        ModelCallResultV3,
+        SlimModelCallResult,
         context_ref=None if result.context_ref == head else result.context_ref,
         system_ref=None if result.system_ref == system_ref else result.system_ref,
     )
 
 
-def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCallResult:
+def full_model_result(slim: SlimModelCallResult, call: ModelCallInput) -> ModelCallResult:
     """The ``ModelCallResult`` of ``call`` (workflow side): the model it called, and each
     ref ``expected_refs`` derives where the activity left it out (the head, which hashes
     the turn's messages, only then: a sealed store sends it)."""
@@ -175,13 +175,13 @@ def full_model_result(slim: ModelCallResultV3, call: ModelCallInput) -> ModelCal
 # --- code tool call -----------------------------------------------------------------------
 
 
-def slim_code_call(call: CodeToolCall, workflow_id: str) -> CodeToolCallV2:
-    """What the workflow sends ``psych.tool.code.v2`` for ``call`` (workflow side)."""
+def slim_code_call(call: CodeToolCall, workflow_id: str) -> SlimCodeToolCall:
+    """What the workflow sends ``psych.tool.run_code`` for ``call`` (workflow side)."""
     scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return _carried(call, CodeToolCallV2, scope=scope, run_id=run_id)
+    return _carried(call, SlimCodeToolCall, scope=scope, run_id=run_id)
 
 
-def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCall:
+def full_code_call(slim: SlimCodeToolCall, workflow_id: str | None) -> CodeToolCall:
     """The ``CodeToolCall`` a slim one stands for (activity side).
 
     Raises:
@@ -191,13 +191,13 @@ def full_code_call(slim: CodeToolCallV2, workflow_id: str | None) -> CodeToolCal
     return _carried(slim, CodeToolCall, scope=scope, run_id=run_id)
 
 
-def slim_http_call(call: HttpToolCall, workflow_id: str) -> HttpToolCallV2:
-    """What the workflow sends ``psych.tool.http.v2`` for ``call`` (workflow side)."""
+def slim_http_call(call: HttpToolCall, workflow_id: str) -> SlimHttpToolCall:
+    """What the workflow sends ``psych.tool.send_http`` for ``call`` (workflow side)."""
     scope, run_id = _wire_scope(call.scope, call.run_id, workflow_id)
-    return _carried(call, HttpToolCallV2, scope=scope, run_id=run_id)
+    return _carried(call, SlimHttpToolCall, scope=scope, run_id=run_id)
 
 
-def full_http_call(slim: HttpToolCallV2, workflow_id: str | None) -> HttpToolCall:
+def full_http_call(slim: SlimHttpToolCall, workflow_id: str | None) -> HttpToolCall:
     """The ``HttpToolCall`` a slim one stands for (activity side).
 
     Raises:
@@ -215,20 +215,20 @@ def shown_whole(call_id: str, content: str) -> tuple[int, str, str]:
     return len(data), blob_ref(data), _message_ref("tool", content, (), call_id)
 
 
-def slim_outcome(outcome: ToolOutcome) -> ToolOutcomeV2:
-    """What ``psych.tool.code.v2`` returns for ``outcome`` (activity side): each of size
+def slim_outcome(outcome: ToolOutcome) -> SlimToolOutcome:
+    """What ``psych.tool.run_code`` returns for ``outcome`` (activity side): each of size
     and refs left out only when it equals what ``shown_whole`` derives from the content."""
     size, result_ref, message_ref = shown_whole(outcome.call_id, outcome.content)
     return _carried(
         outcome,
-        ToolOutcomeV2,
+        SlimToolOutcome,
         size=None if outcome.size == size else outcome.size,
         result_ref=None if outcome.result_ref == result_ref else outcome.result_ref,
         message_ref=None if outcome.message_ref == message_ref else outcome.message_ref,
     )
 
 
-def full_outcome(slim: ToolOutcomeV2, call_id: str) -> ToolOutcome:
+def full_outcome(slim: SlimToolOutcome, call_id: str) -> ToolOutcome:
     """The ``ToolOutcome`` of call ``call_id`` (workflow side)."""
     size, result_ref, message_ref = slim.size, slim.result_ref, slim.message_ref
     if size is None or result_ref is None or message_ref is None:

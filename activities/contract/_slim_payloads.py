@@ -1,5 +1,5 @@
-"""The slim payloads of the hot path: ``psych.model.complete.v3``, ``psych.tool.code.v2``
-and ``psych.tool.http.v2``.
+"""The slim payloads of the hot path: ``psych.model.call``, ``psych.tool.run_code``
+and ``psych.tool.send_http``.
 
 Each carries only what the other side cannot derive (issue 15): ``_slim.py`` converts
 between them and the full payloads (``_model.py``, ``_tools.py``), which both sides keep
@@ -133,8 +133,8 @@ WireToolCall = Annotated[
 (the object form is read too)."""
 
 
-class ModelCallInputV3(_Compact):
-    """``psych.model.complete.v3``: a ``ModelCallInput`` without what the activity derives.
+class SlimModelCallInput(_Compact):
+    """``psych.model.call``: a ``ModelCallInput`` without what the activity derives.
 
     ``run_id`` and ``scope.tenant`` are read off the workflow id (``psych-<tenant>-<run
     id>``) unless sent, ``params`` is ``ModelRef(model=model)`` unless sent, and refs travel
@@ -164,8 +164,8 @@ class ModelCallInputV3(_Compact):
         return None if params is None else params.model_dump(mode="json", exclude_defaults=True)
 
 
-class ModelCallResultV3(_Compact):
-    """What ``psych.model.complete.v3`` returns: only what the workflow does not know.
+class SlimModelCallResult(_Compact):
+    """What ``psych.model.call`` returns: only what the workflow does not know.
 
     ``model`` is the one the workflow called; ``context_ref`` and ``system_ref`` are left
     out (None) when they are what the workflow derives from its call and this answer (the
@@ -197,8 +197,8 @@ class ModelCallResultV3(_Compact):
         return {"finish_reason": usual_finish_reason(self.tool_calls)}
 
 
-class CodeToolCallV2(_Compact):
-    """``psych.tool.code.v2``: a ``CodeToolCall`` without what the activity derives
+class SlimCodeToolCall(_Compact):
+    """``psych.tool.run_code``: a ``CodeToolCall`` without what the activity derives
     (``run_id`` and ``scope.tenant``, read off the workflow id unless sent) and with
     ``large_result_bytes`` left out at the Limits default."""
 
@@ -211,9 +211,9 @@ class CodeToolCallV2(_Compact):
     scope: WireScope = WireScope()
 
 
-class HttpToolCallV2(_Compact):
-    """``psych.tool.http.v2``: an ``HttpToolCall`` without what the activity derives (as
-    ``CodeToolCallV2``), its tool without the fields at their defaults."""
+class SlimHttpToolCall(_Compact):
+    """``psych.tool.send_http``: an ``HttpToolCall`` without what the activity derives (as
+    ``SlimCodeToolCall``), its tool without the fields at their defaults."""
 
     call_id: str
     tool: HttpTool
@@ -228,8 +228,8 @@ class HttpToolCallV2(_Compact):
         return tool.model_dump(mode="json", exclude_defaults=True)
 
 
-class ToolOutcomeV2(_Compact):
-    """What ``psych.tool.code.v2`` and ``psych.tool.http.v2`` return: a ``ToolOutcome``
+class SlimToolOutcome(_Compact):
+    """What ``psych.tool.run_code`` and ``psych.tool.send_http`` return: a ``ToolOutcome``
     without what the workflow derives exactly (``activities/contract/_slim.py``).
 
     No ``call_id`` (the workflow made the call); ``status`` ``ok`` and ``truncated`` false

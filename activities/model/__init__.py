@@ -1,6 +1,6 @@
 """psych_runtime.activities.model: the model call and what rides on it.
 
-``ModelActivities`` (``psych.model.complete`` .v2 .v3: OpenAI-compatible chat completions
+``ModelActivities`` (``psych.model.call``: OpenAI-compatible chat completions
 over httpx, streamed, its wire format and failure classifier), the worker's
 ``ModelEndpoints`` and ``Pricing``, pre-turn ``ContextProvider``s, threads, and
 ``CompactionActivities`` (``psych.model.compact``, the summariser call).

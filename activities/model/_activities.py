@@ -1,4 +1,4 @@
-"""Model calls: the ``psych.model.complete`` activity over OpenAI chat completions.
+"""Model calls: the ``psych.model.call`` activity over OpenAI chat completions.
 
 The workflow sends a model id and the conversation by reference (DESIGN.md §4); this
 activity resolves the references in the BlobStore, calls the endpoint the worker configured
@@ -29,18 +29,15 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.blobs import BlobStore, Conversations
 from psych_runtime.activities.contract import (
-    MODEL_COMPLETE,
-    MODEL_COMPLETE_V2,
-    MODEL_COMPLETE_V3,
+    MODEL_CALL,
     ChatMessage,
     ErrorType,
     Latency,
     ModelCallInput,
-    ModelCallInputV3,
     ModelCallResult,
-    ModelCallResultV2,
-    ModelCallResultV3,
     ModelFailure,
+    SlimModelCallInput,
+    SlimModelCallResult,
     ToolDefinition,
     Usage,
     full_model_input,
@@ -91,7 +88,7 @@ _TOOL_LIST = TypeAdapter(list[ToolDefinition])
 class ModelActivities(ActivityClass):
     """The model-call activity and its collaborators.
 
-    Register ``activities()`` (``complete``) on a worker. The instance keeps one
+    Register ``activities()`` (``call``) on a worker. The instance keeps one
     ``Conversations`` so that a Run's next call resolves its conversation head from cache
     (O(1) per call).
     """
@@ -145,11 +142,11 @@ class ModelActivities(ActivityClass):
     ) -> None:
         await self.aclose()
 
-    @activity.defn(name=MODEL_COMPLETE_V3)
-    async def complete_v3(self, input: ModelCallInputV3) -> ModelCallResultV3:
-        """``complete`` on the slim payloads (``activities/contract/_slim.py``): the run id read off
-        the workflow id unless sent, the result without what the workflow knows. Runs
-        recorded with ``psych.model.complete.v2`` keep that name.
+    @activity.defn(name=MODEL_CALL)
+    async def call(self, input: SlimModelCallInput) -> SlimModelCallResult:
+        """``complete`` on the wire's slim payloads (``activities/contract/_slim.py``): the
+        run id read off the workflow id unless sent, the result without what the workflow
+        knows.
 
         Raises:
             ApplicationError: as ``complete``.
@@ -157,28 +154,11 @@ class ModelActivities(ActivityClass):
         call = full_model_input(input, activity.info().workflow_id)
         return slim_model_result(await self.complete(call), call)
 
-    @activity.defn(name=MODEL_COMPLETE_V2)
-    async def complete_v2(self, input: ModelCallInput) -> ModelCallResultV2:
-        """``complete``, answered without what the workflow already knows: no ``model``
-        (the workflow chose it), and ``system_ref`` only when this call stored the inline
-        ``system_prompt``. Runs recorded with ``psych.model.complete`` keep that name.
-
-        Raises:
-            ApplicationError: as ``complete``.
-        """
-        result = await self.complete(input)
-        fields = {name: getattr(result, name) for name in type(result).model_fields}
-        return ModelCallResultV2(
-            **fields
-            | {
-                "model": None,
-                "system_ref": result.system_ref if input.system_prompt is not None else None,
-            }
-        )
-
-    @activity.defn(name=MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
         """Call the model on the stored conversation plus what is new; store its answer.
+
+        The call in its full form, inside an activity (``call``, and compaction's
+        summariser): not an activity of its own.
 
         The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
         taken from the response: the answer, failure messages, their causes and the log.

@@ -20,8 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 import httpx
 from pydantic import ValidationError
@@ -33,26 +32,24 @@ from psych_runtime.activities.blobs import BlobStore, canonical_json
 from psych_runtime.activities.contract import (
     POLICY_DECIDE,
     TOOL_CATALOG,
-    TOOL_CODE,
-    TOOL_CODE_V2,
-    TOOL_HTTP,
-    TOOL_HTTP_V2,
     TOOL_READ_OUTPUT,
+    TOOL_RUN_CODE,
+    TOOL_SEND_HTTP,
     CatalogEntry,
     CatalogInput,
     CodeToolCall,
-    CodeToolCallV2,
     ErrorType,
     HttpToolCall,
-    HttpToolCallV2,
     PolicyDecision,
     PolicyInput,
     ReadOutputInput,
+    SlimCodeToolCall,
+    SlimHttpToolCall,
+    SlimToolOutcome,
     ToolCatalog,
     ToolDefinition,
     ToolInfo,
     ToolOutcome,
-    ToolOutcomeV2,
     full_code_call,
     full_http_call,
     slim_outcome,
@@ -79,8 +76,6 @@ from psych_runtime.specs import (
     ToolRegistry,
 )
 
-_T = TypeVar("_T")
-_O = TypeVar("_O", ToolOutcome, ToolOutcomeV2)
 _log = logging.getLogger(__name__)
 
 
@@ -263,34 +258,32 @@ class ToolActivities(ActivityClass):
             activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
-    @activity.defn(name=TOOL_CODE_V2)
-    async def code_v2(self, input: CodeToolCallV2) -> ToolOutcomeV2:
-        """``code`` on the slim payloads (``activities/contract/_slim.py``): the run id read off the
-        workflow id unless sent, the outcome without what the workflow derives. Runs
-        recorded with ``psych.tool.code`` keep that name.
+    @activity.defn(name=TOOL_RUN_CODE)
+    async def run_code(self, input: SlimCodeToolCall) -> SlimToolOutcome:
+        """``code`` on the wire's slim payloads (``activities/contract/_slim.py``): the run
+        id read off the workflow id unless sent, the outcome without what the workflow
+        derives. A call not safe to repeat may report through the client (``_deliver``).
 
         Raises:
             ApplicationError: as ``code``.
             asyncio.CancelledError: as ``code``.
         """
         call = full_code_call(input, activity.info().workflow_id)
-        return await self._code(call, slim_outcome)
+        safe = self._code_tool(call.tool).idempotent
+        return self._deliver(await self.code(call), safe)
 
-    @activity.defn(name=TOOL_CODE)
     async def code(self, input: CodeToolCall) -> ToolOutcome:
         """Run one registered code tool; invalid arguments and its exceptions are data.
 
-        Sync functions run in a worker thread so the event loop keeps heartbeating. On
-        cancellation an async tool is cancelled; a sync tool's thread cannot be stopped and
-        runs to its end, its result discarded.
+        The call in its full form, inside the activity (``run_code``). Sync functions run
+        in a worker thread so the event loop keeps heartbeating. On cancellation an async
+        tool is cancelled; a sync tool's thread cannot be stopped and runs to its end, its
+        result discarded.
 
         Raises:
             ApplicationError: ``ToolNotRegistered`` (non-retryable).
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await self._code(input, _same)
-
-    async def _code(self, input: CodeToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         tool = self._code_tool(input.tool)
         span = tool_span(
@@ -305,8 +298,7 @@ class ToolActivities(ActivityClass):
                 input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
             )
         )
-        work = traced_tool(span, self._run_code(input, tool, started, plan))
-        return await self._deliver(work, tool.idempotent, wire)
+        return await traced_tool(span, self._run_code(input, tool, started, plan))
 
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
@@ -334,31 +326,29 @@ class ToolActivities(ActivityClass):
             return outcome.model_copy(update={"wait_token": value.token})
         return await self._outcome(input, "ok", render_result(value), started, plan)
 
-    @activity.defn(name=TOOL_HTTP_V2)
-    async def http_v2(self, input: HttpToolCallV2) -> ToolOutcomeV2:
-        """``http`` on the slim payloads (``activities/contract/_slim.py``), as ``code_v2``. Runs
-        recorded with ``psych.tool.http`` keep that name.
+    @activity.defn(name=TOOL_SEND_HTTP)
+    async def send_http(self, input: SlimHttpToolCall) -> SlimToolOutcome:
+        """``http`` on the wire's slim payloads (``activities/contract/_slim.py``), as
+        ``run_code``.
 
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
         call = full_http_call(input, activity.info().workflow_id)
-        return await self._http_call(call, slim_outcome)
+        safe = call.tool.method not in NOT_SAFE_TO_REPEAT
+        return self._deliver(await self.http(call), safe)
 
-    @activity.defn(name=TOOL_HTTP)
     async def http(self, input: HttpToolCall) -> ToolOutcome:
         """Send one HTTP tool request; error statuses, timeouts and refusals are data.
+
+        The call in its full form, inside the activity (``send_http``).
 
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await self._http_call(input, _same)
-
-    async def _http_call(self, input: HttpToolCall, wire: Callable[[ToolOutcome], _O]) -> _O:
         started = time.monotonic()
         # Everything below the request comes from the server, which may echo the credential.
         redact = Redactor()
-        safe = input.tool.method not in NOT_SAFE_TO_REPEAT
         span = tool_span(
             tool=input.tool.name,
             call_id=input.call_id,
@@ -376,8 +366,7 @@ class ToolActivities(ActivityClass):
                 input.scope.tenant,
             )
         )
-        work = traced_tool(span, self._send_http(input, redact, started, plan))
-        return await self._deliver(work, safe, wire)
+        return await traced_tool(span, self._send_http(input, redact, started, plan))
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
@@ -442,13 +431,8 @@ class ToolActivities(ActivityClass):
             return None
         return self._outage_seconds + OUTAGE_MARGIN
 
-    async def _deliver(
-        self,
-        work: Coroutine[Any, Any, ToolOutcome],
-        safe_to_repeat: bool,
-        wire: Callable[[ToolOutcome], _O],
-    ) -> _O:
-        """Run ``work``; a call not safe to repeat reports its outcome itself.
+    def _deliver(self, outcome: ToolOutcome, safe_to_repeat: bool) -> SlimToolOutcome:
+        """The slim form of ``outcome``; a call not safe to repeat reports it itself.
 
         The worker's own completion of an activity gives up after about 10 s of retries,
         so a call that finished while the server was away would be lost, and recorded
@@ -459,11 +443,11 @@ class ToolActivities(ActivityClass):
         Raises:
             CompleteAsyncError: the outcome is on its way through the client.
         """
-        outcome = await work
+        wire = slim_outcome(outcome)
         if safe_to_repeat or self._outage_seconds <= 0:
-            return wire(outcome)
+            return wire
         # Reported in the form the activity returns: the workflow decodes it as that type.
-        complete_through_client(wire(outcome), outcome.call_id)
+        complete_through_client(wire, outcome.call_id)
 
     async def _outcome(
         self,
@@ -481,8 +465,3 @@ class ToolActivities(ActivityClass):
             self.blobs, input.call_id, status, text, started=started, limit=limit
         )
         return plan.stamp(outcome)
-
-
-def _same(outcome: ToolOutcome) -> ToolOutcome:
-    """The outcome as the older activities return it."""
-    return outcome

@@ -16,7 +16,7 @@ from typing import NoReturn
 from temporalio import activity
 from temporalio.client import AsyncActivityHandle
 
-from psych_runtime.activities.contract import ToolOutcome, ToolOutcomeV2
+from psych_runtime.activities.contract import SlimToolOutcome, ToolOutcome
 
 OUTAGE_MARGIN = 10.0
 """Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
@@ -25,7 +25,7 @@ worker holds a heartbeat back (5 s, set by ``build_worker``) and the server's re
 _log = logging.getLogger(__name__)
 
 
-def complete_through_client(outcome: ToolOutcome | ToolOutcomeV2, call_id: str) -> NoReturn:
+def complete_through_client(outcome: ToolOutcome | SlimToolOutcome, call_id: str) -> NoReturn:
     """Hand the running activity's ``outcome`` (of tool call ``call_id``) to the worker's
     client to report.
 
@@ -57,7 +57,7 @@ async def drain_reports(within: float) -> int:
 
 
 async def _report(
-    handle: AsyncActivityHandle, outcome: ToolOutcome | ToolOutcomeV2, call_id: str
+    handle: AsyncActivityHandle, outcome: ToolOutcome | SlimToolOutcome, call_id: str
 ) -> None:
     """Complete a call through the client, retrying as long as its retry config says."""
     try:

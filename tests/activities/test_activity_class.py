@@ -14,6 +14,14 @@ from psych_runtime.activities import (
     ToolActivities,
     activity_name,
 )
+from psych_runtime.activities.contract import (
+    MODEL_CALL,
+    POLICY_DECIDE,
+    TOOL_CATALOG,
+    TOOL_READ_OUTPUT,
+    TOOL_RUN_CODE,
+    TOOL_SEND_HTTP,
+)
 from psych_runtime.specs import ToolRegistry
 
 
@@ -21,26 +29,21 @@ def names(activities: ActivityClass) -> list[str | None]:
     return [activity_name(fn) for fn in activities.activities()]
 
 
-async def test_model_activities_list_complete_and_its_v2_and_v3(tmp_path: Path) -> None:
+async def test_model_activities_list_the_model_call(tmp_path: Path) -> None:
     async with ModelActivities(endpoints=ModelEndpoints(), blobs=LocalBlobStore(tmp_path)) as model:
-        assert model.activities() == [model.complete, model.complete_v2, model.complete_v3]
-        assert names(model) == [
-            "psych.model.complete",
-            "psych.model.complete.v2",
-            "psych.model.complete.v3",
-        ]
+        # complete (the full form the activity runs) is no activity of its own.
+        assert model.activities() == [model.call]
+        assert names(model) == [MODEL_CALL]
 
 
-def test_tool_activities_list_all_seven(tmp_path: Path) -> None:
+def test_tool_activities_list_all_five(tmp_path: Path) -> None:
     tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert tools.activities() == [
         tools.catalog,
-        tools.code,
-        tools.code_v2,
         tools.decide,
-        tools.http,
-        tools.http_v2,
         tools.read_output,
+        tools.run_code,
+        tools.send_http,
     ]
     # Bound to this instance, so its collaborators serve the calls.
     assert all(getattr(fn, "__self__", None) is tools for fn in tools.activities())
@@ -58,14 +61,12 @@ class Extended(ToolActivities):
 def test_a_new_defn_method_is_listed_without_touching_any_list(tmp_path: Path) -> None:
     extended = Extended(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert names(extended) == [
-        "psych.tool.catalog",
-        "psych.tool.code",
-        "psych.tool.code.v2",
-        "psych.policy.decide",
+        TOOL_CATALOG,
+        POLICY_DECIDE,
         "tests.extra",
-        "psych.tool.http",
-        "psych.tool.http.v2",
-        "psych.tool.read_output",
+        TOOL_READ_OUTPUT,
+        TOOL_RUN_CODE,
+        TOOL_SEND_HTTP,
     ]
 
 

@@ -1,4 +1,4 @@
-"""The slim hot-path payloads (``psych.model.complete.v3``, ``psych.tool.code.v2``): their
+"""The slim hot-path payloads (``psych.model.call``, ``psych.tool.run_code``): their
 wire forms and the conversions to and from the full payloads, each exact."""
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from psych_runtime.activities.blobs import BlobStore, Conversations
 from psych_runtime.activities.contract import (
     ChatMessage,
     CodeToolCall,
-    CodeToolCallV2,
     HttpToolCall,
-    HttpToolCallV2,
     Latency,
     ModelCallInput,
-    ModelCallInputV3,
     ModelCallResult,
-    ModelCallResultV3,
+    SlimCodeToolCall,
+    SlimHttpToolCall,
+    SlimModelCallInput,
+    SlimModelCallResult,
+    SlimToolOutcome,
     ToolCallRequest,
     ToolOutcome,
-    ToolOutcomeV2,
     Usage,
     _slim,
     _slim_payloads,
@@ -116,7 +116,7 @@ def test_the_model_input_leaves_out_what_the_activity_derives() -> None:
         "tools_ref": to_wire(ref("tools")),
         "scope": {"principal": "ops"},
     }
-    decoded = ModelCallInputV3.model_validate_json(slim.model_dump_json())
+    decoded = SlimModelCallInput.model_validate_json(slim.model_dump_json())
     assert decoded == slim
     assert full_model_input(decoded, WORKFLOW_ID) == call
     # 71-character refs and the run id no longer travel: well under the full form.
@@ -195,7 +195,7 @@ async def test_the_model_result_leaves_out_the_refs_the_workflow_derives(
         "usage": [1041, 5],
         "latency": [0, 5.9, 4.1],
     }
-    back = full_model_result(ModelCallResultV3.model_validate_json(slim.model_dump_json()), call)
+    back = full_model_result(SlimModelCallResult.model_validate_json(slim.model_dump_json()), call)
     rounded = Latency(queue_wait_ms=0.0, duration_ms=5.9, first_token_ms=4.1)
     assert back == result.model_copy(update={"latency": rounded})
 
@@ -214,11 +214,11 @@ async def test_refs_a_sealed_store_made_travel_whole(tmp_path: Path) -> None:
 def test_unusual_finish_reasons_and_older_object_forms_still_travel() -> None:
     latency = Latency(queue_wait_ms=1, duration_ms=2)
     for reason in ("length", None):
-        slim = ModelCallResultV3(finish_reason=reason, latency=latency, text="cut")
+        slim = SlimModelCallResult(finish_reason=reason, latency=latency, text="cut")
         assert wire(slim)["finish_reason"] == reason
-        assert ModelCallResultV3.model_validate_json(slim.model_dump_json()) == slim
-    assert "finish_reason" not in wire(ModelCallResultV3(finish_reason="stop", latency=latency))
-    objects = ModelCallResultV3.model_validate(
+        assert SlimModelCallResult.model_validate_json(slim.model_dump_json()) == slim
+    assert "finish_reason" not in wire(SlimModelCallResult(finish_reason="stop", latency=latency))
+    objects = SlimModelCallResult.model_validate(
         {
             "context_ref": ref("head"),
             "tool_calls": [{"id": "c", "name": "n", "arguments": "{}"}],
@@ -249,7 +249,7 @@ def test_the_code_tool_call_round_trips_without_run_id_and_tenant() -> None:
         "arguments": {"turn": 1},
         "scope": {"principal": "ops"},
     }
-    decoded = CodeToolCallV2.model_validate_json(slim.model_dump_json())
+    decoded = SlimCodeToolCall.model_validate_json(slim.model_dump_json())
     assert full_code_call(decoded, WORKFLOW_ID) == call
     elsewhere = slim_code_call(call, "psych-other-tenant")
     assert wire(elsewhere)["run_id"] == RUN_ID
@@ -274,7 +274,7 @@ def test_the_http_tool_call_round_trips_with_its_tool_at_its_set_fields() -> Non
         "large_result_bytes": 8192,
         "scope": {"principal": "ops"},
     }
-    decoded = HttpToolCallV2.model_validate_json(slim.model_dump_json())
+    decoded = SlimHttpToolCall.model_validate_json(slim.model_dump_json())
     assert full_http_call(decoded, WORKFLOW_ID) == call
 
 
@@ -290,7 +290,7 @@ async def test_a_result_shown_whole_travels_as_its_content_and_latency(tmp_path:
     slim = slim_outcome(outcome)
     sent = wire(slim)
     assert set(sent) == {"content", "latency"}
-    back = full_outcome(ToolOutcomeV2.model_validate_json(slim.model_dump_json()), "call_7")
+    back = full_outcome(SlimToolOutcome.model_validate_json(slim.model_dump_json()), "call_7")
     assert back == outcome.model_copy(update={"latency": back.latency})
     assert back.latency.duration_ms == round(outcome.latency.duration_ms, 1)
 
@@ -333,11 +333,11 @@ async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Pa
 @pytest.mark.parametrize(
     ("full", "slim", "derived"),
     [
-        (ModelCallInput, ModelCallInputV3, set()),
-        (CodeToolCall, CodeToolCallV2, set()),
-        (HttpToolCall, HttpToolCallV2, set()),
-        (ModelCallResult, ModelCallResultV3, {"model"}),  # the workflow knows what it called
-        (ToolOutcome, ToolOutcomeV2, {"call_id"}),  # the workflow knows which call it made
+        (ModelCallInput, SlimModelCallInput, set()),
+        (CodeToolCall, SlimCodeToolCall, set()),
+        (HttpToolCall, SlimHttpToolCall, set()),
+        (ModelCallResult, SlimModelCallResult, {"model"}),  # the workflow knows what it called
+        (ToolOutcome, SlimToolOutcome, {"call_id"}),  # the workflow knows which call it made
     ],
 )
 def test_every_field_has_a_wire_field_or_is_derived(
@@ -362,7 +362,7 @@ def test_a_sealed_result_that_sends_its_head_is_not_hashed_by_the_workflow(
     # A sealed store sends the head; the workflow derives only the system ref it knows.
     call = model_call()
     head = "sha256:" + "5" * 64
-    slim = ModelCallResultV3(
+    slim = SlimModelCallResult(
         context_ref=head, latency=Latency(queue_wait_ms=0, duration_ms=1), finish_reason="stop"
     )
 

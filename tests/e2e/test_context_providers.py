@@ -20,7 +20,7 @@ from psych_runtime.activities import (
     ContextSource,
     estimate_tokens,
 )
-from psych_runtime.activities.contract import MODEL_COMPLETE_V3
+from psych_runtime.activities.contract import MODEL_CALL
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
@@ -179,7 +179,7 @@ async def test_without_context_the_result_and_the_records_carry_none(
         event.event_id
         for event in history.events
         if event.HasField("activity_task_scheduled_event_attributes")
-        and event.activity_task_scheduled_event_attributes.activity_type.name == MODEL_COMPLETE_V3
+        and event.activity_task_scheduled_event_attributes.activity_type.name == MODEL_CALL
     }
     calls = [
         json.loads(event.activity_task_completed_event_attributes.result.payloads[0].data)

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities.contract import MODEL_CALL, TOOL_CATALOG, TOOL_RUN_CODE
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
@@ -102,9 +103,9 @@ async def test_a_run_completes_with_a_process_per_role(
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "Order 42 was delivered."
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
-    assert queues["psych.model.complete.v3"] == {f"{task_queue}-model"}
-    assert queues["psych.tool.code.v2"] == {f"{task_queue}-tools"}
-    assert queues["psych.tool.catalog"] == {f"{task_queue}-tools"}
+    assert queues[MODEL_CALL] == {f"{task_queue}-model"}
+    assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}
+    assert queues[TOOL_CATALOG] == {f"{task_queue}-tools"}
 
 
 async def test_killing_the_model_worker_mid_call_and_starting_another_completes_the_run(
@@ -202,8 +203,8 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
     queues = await scheduled_queues(dev_env.client, run.workflow_id)
     # The catalogue is a local activity on one queue (no task of its own to route).
     assert queues == {
-        "psych.model.complete.v3": {task_queue},
-        "psych.tool.code.v2": {task_queue},
+        MODEL_CALL: {task_queue},
+        TOOL_RUN_CODE: {task_queue},
     }
     history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
     local = [
@@ -213,7 +214,7 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
         and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     ]
     assert len(local) == 1
-    assert b"psych.tool.catalog" in local[0].details["data"].payloads[0].data
+    assert TOOL_CATALOG.encode() in local[0].details["data"].payloads[0].data
 
 
 def test_psych_run_routes_by_role_only_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,5 +265,5 @@ async def test_a_child_run_inherits_roles_apart_from_its_parent(
     ]
     assert len(children) == 1
     queues = await scheduled_queues(dev_env.client, children[0])
-    assert queues["psych.model.complete.v3"] == {f"{task_queue}-model"}
-    assert queues["psych.tool.code.v2"] == {f"{task_queue}-tools"}
+    assert queues[MODEL_CALL] == {f"{task_queue}-model"}
+    assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}

@@ -22,7 +22,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.activities import ACTIVITY_NAMES
+from psych_runtime.activities.contract import MODEL_CALL, TOOL_RUN_CODE
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
@@ -38,9 +38,6 @@ SCOPE = Scope(tenant="acme", principal="ops")
 READY = "Ctrl-C to stop"
 STARTS_WITHIN = 90
 """Seconds a `psych worker` may take to start polling on a loaded machine."""
-MODEL_CALL = "psych.model.complete.v3"
-TOOL_CALL = "psych.tool.code.v2"
-assert {MODEL_CALL, TOOL_CALL} <= set(ACTIVITY_NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +162,8 @@ async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
     ]
     by_a = [name for name, who in ran_by if who.startswith(f"{first.pid}@")]
     by_b = [name for name, who in ran_by if second is not None and who.startswith(f"{second.pid}@")]
-    assert MODEL_CALL in by_a and TOOL_CALL not in by_a
-    assert TOOL_CALL in by_b and MODEL_CALL in by_b
+    assert MODEL_CALL in by_a and TOOL_RUN_CODE not in by_a
+    assert TOOL_RUN_CODE in by_b and MODEL_CALL in by_b
     assert len(fake.requests) == 2
 
     # Nothing went to either worker's directory; everything is in the bucket.

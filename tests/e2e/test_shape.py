@@ -1,16 +1,14 @@
-"""A new Run records one patch marker, its shape, instead of one per change
-(workflows/_shape.py): each marker costs two events and a visibility write."""
+"""A new Run records no patch marker: the baseline asks none (each marker would cost two
+events and a visibility write; tests/workflows/histories/README.md, "Compatibility
+policy", says when a later change adds one)."""
 
 from __future__ import annotations
-
-import json
 
 from temporalio.api.enums.v1 import EventType
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
-from psych_runtime.workflows.kernel._shape import SHAPE_PATCH
 
 from .conftest import Harness
 
@@ -24,7 +22,7 @@ async def lookup_order(order_id: str) -> str:
     return f"order {order_id}: delivered"
 
 
-async def test_a_new_run_records_its_shape_and_no_other_patch(harness: Harness) -> None:
+async def test_a_new_run_records_no_patch_marker(harness: Harness) -> None:
     harness.registry.register(lookup_order)
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
@@ -39,15 +37,13 @@ async def test_a_new_run_records_its_shape_and_no_other_patch(harness: Harness) 
     assert result.totals.tool_calls == 1
 
     history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
-    patches = [
-        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    # Before shapes this Run recorded psych-workflow-id, psych-roles-opt-in, psych-model-v2
-    # (and the local catalogue would have added psych-local-catalog).
-    assert patches == [SHAPE_PATCH]
+    # The catalogue is a local activity (its marker); no patch marker.
+    assert markers == ["core_local_activity"]
     upserts = [
         e
         for e in history.events
@@ -55,4 +51,4 @@ async def test_a_new_run_records_its_shape_and_no_other_patch(harness: Harness) 
         and "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert len(upserts) == 1
+    assert upserts == []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
-from psych_runtime.activities.contract import MODEL_COMPLETE_V3, TOOL_CODE_V2, TOOL_HTTP_V2
+from psych_runtime.activities.contract import MODEL_CALL, TOOL_RUN_CODE, TOOL_SEND_HTTP
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
@@ -71,15 +71,15 @@ async def test_a_run_sends_the_slim_payloads_and_records_what_it_did(harness: Ha
     events = list((await handle.fetch_history()).events)
     calls = scheduled(events)
     names = [name for name, _ in calls]
-    assert names.count(MODEL_COMPLETE_V3) == 3 and names.count(TOOL_CODE_V2) == 2
-    assert not {"psych.model.complete", "psych.model.complete.v2", "psych.tool.code"} & set(names)
-    hot = [e for name, e in calls if name in (MODEL_COMPLETE_V3, TOOL_CODE_V2)]
+    assert names.count(MODEL_CALL) == 3 and names.count(TOOL_RUN_CODE) == 2
+    assert set(names) == {MODEL_CALL, TOOL_RUN_CODE}
+    hot = [e for name, e in calls if name in (MODEL_CALL, TOOL_RUN_CODE)]
     assert all(not e.user_metadata.HasField("summary") for e in hot)
 
     model_inputs = [
         data(e.activity_task_scheduled_event_attributes.input)
         for name, e in calls
-        if name == MODEL_COMPLETE_V3
+        if name == MODEL_CALL
     ]
     second = model_inputs[1]
     # The run id and tenant are the workflow id's; params said nothing beyond the model.
@@ -94,7 +94,7 @@ async def test_a_run_sends_the_slim_payloads_and_records_what_it_did(harness: Ha
     }
     assert second["scope"] == {"principal": "tester"}
     assert all(r.startswith("~") and len(r) == 44 for r in second["new_messages"])
-    # The same call as a psych.model.complete.v2 input was 506 bytes (bench/README.md).
+    # The same call in its full form was 506 bytes (bench/README.md).
     assert len(json.dumps(second, separators=(",", ":"))) < 320
 
     completed = {
@@ -104,10 +104,10 @@ async def test_a_run_sends_the_slim_payloads_and_records_what_it_did(harness: Ha
         for e in events
         if e.HasField("activity_task_completed_event_attributes")
     }
-    outcomes = [completed[e.event_id] for name, e in calls if name == TOOL_CODE_V2]
+    outcomes = [completed[e.event_id] for name, e in calls if name == TOOL_RUN_CODE]
     # A result shown whole travels as its content and latency: size and refs are derived.
     assert [set(o) for o in outcomes] == [{"content", "latency"}] * 2
-    answers = [completed[e.event_id] for name, e in calls if name == MODEL_COMPLETE_V3]
+    answers = [completed[e.event_id] for name, e in calls if name == MODEL_CALL]
     assert answers[0]["tool_calls"] == [["call_1", "page", '{"turn": 1}']]
     assert "context_ref" not in answers[1] and "model" not in answers[1]
 
@@ -122,7 +122,7 @@ async def test_a_run_sends_the_slim_payloads_and_records_what_it_did(harness: Ha
     assert [m["content"] for m in last if m["role"] == "tool"] == [page(1), page(2)]
 
 
-async def test_an_http_tool_call_is_psych_tool_http_v2_with_a_slim_outcome(
+async def test_an_http_tool_call_is_psych_tool_send_http_with_a_slim_outcome(
     harness: Harness,
 ) -> None:
     api = CountingServer().start()
@@ -146,7 +146,7 @@ async def test_an_http_tool_call_is_psych_tool_http_v2_with_a_slim_outcome(
     assert api.count("POST", "/orders/42/refund") == 1
     handle = harness.env.client.get_workflow_handle(run.workflow_id)
     events = list((await handle.fetch_history()).events)
-    (call,) = [e for name, e in scheduled(events) if name == TOOL_HTTP_V2]
+    (call,) = [e for name, e in scheduled(events) if name == TOOL_SEND_HTTP]
     sent = data(call.activity_task_scheduled_event_attributes.input)
     # The tool travels with the fields its Spec set (method POST is the default).
     assert "method" not in sent["tool"] and "run_id" not in sent

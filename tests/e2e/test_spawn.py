@@ -20,6 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import ModelPrice, TablePricing
+from psych_runtime.activities.contract import VERSION_PUBLISH
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
 from psych_runtime.workers.console import describe_pending, format_record
@@ -89,8 +90,7 @@ async def publishes(env: WorkflowEnvironment, workflow_id: str) -> int:
         1
         for event in history.events
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and event.activity_task_scheduled_event_attributes.activity_type.name
-        == "psych.version.publish"
+        and event.activity_task_scheduled_event_attributes.activity_type.name == VERSION_PUBLISH
     )
 
 

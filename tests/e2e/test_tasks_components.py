@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities.contract import (
-    MODEL_COMPLETE,
-    MODEL_COMPLETE_V2,
-    MODEL_COMPLETE_V3,
-    ModelCallInput,
-    ModelCallInputV3,
+    MODEL_CALL,
+    SlimModelCallInput,
 )
 from psych_runtime.specs import COMPONENT_KINDS, AgentBuilder, Task, parse_component
 from psych_runtime.testing import Reply, ToolCall
@@ -49,26 +46,17 @@ def _offered(request: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools", [])}
 
 
-async def _model_inputs(
-    harness: Harness, run: RunHandle
-) -> list[ModelCallInput | ModelCallInputV3]:
+async def _model_inputs(harness: Harness, run: RunHandle) -> list[SlimModelCallInput]:
     """The model activity's inputs, from the Run's history."""
     handle = harness.env.client.get_workflow_handle(run.workflow_id)
     converter = harness.env.client.data_converter
-    types: dict[str, type[ModelCallInput | ModelCallInputV3]] = {
-        MODEL_COMPLETE: ModelCallInput,
-        MODEL_COMPLETE_V2: ModelCallInput,
-        MODEL_COMPLETE_V3: ModelCallInputV3,
-    }
-    inputs: list[ModelCallInput | ModelCallInputV3] = []
+    inputs: list[SlimModelCallInput] = []
     async for event in handle.fetch_history_events():
         attributes = event.activity_task_scheduled_event_attributes
         if event.HasField("activity_task_scheduled_event_attributes") and (
-            attributes.activity_type.name in types
+            attributes.activity_type.name == MODEL_CALL
         ):
-            (decoded,) = await converter.decode(
-                attributes.input.payloads, [types[attributes.activity_type.name]]
-            )
+            (decoded,) = await converter.decode(attributes.input.payloads, [SlimModelCallInput])
             inputs.append(decoded)
     return inputs
 

@@ -11,8 +11,6 @@ import pytest
 
 import psych_runtime.specs as specs
 from psych_runtime.specs import (
-    BEFORE_MCP,
-    BEFORE_TASKS,
     UNSUPPORTED_FIELDS,
     A2APeer,
     AgentSpec,
@@ -30,7 +28,6 @@ from psych_runtime.specs import (
     WorkflowStepRef,
     spec_from_yaml,
     unsupported_features,
-    unsupported_in_tables,
     validate,
 )
 
@@ -109,9 +106,7 @@ def test_mcp_oauth_is_refused_on_agent_and_workflow_servers() -> None:
     assert unsupported_features(on_agent)[0].message == UNSUPPORTED_FIELDS["McpServer.oauth"]
 
 
-def test_mcp_servers_are_implemented_but_the_table_before_them_still_refuses_them() -> None:
-    # Runs admitted before MCP was implemented were refused for their servers; the
-    # workflow replays them with the table of that time.
+def test_mcp_servers_are_implemented() -> None:
     server = McpServer(name="crm", url="https://crm.test")
     on_agent = agent(mcp_servers=[server])
     on_workflow = WorkflowSpec(
@@ -119,8 +114,6 @@ def test_mcp_servers_are_implemented_but_the_table_before_them_still_refuses_the
     )
     assert unsupported_features(on_agent) == []
     assert unsupported_features(on_workflow) == []
-    assert [p.path for p in unsupported_features(on_agent, BEFORE_MCP)] == ["mcp_servers"]
-    assert [p.path for p in unsupported_features(on_workflow, BEFORE_MCP)] == ["mcp_servers"]
 
 
 def test_defaults_and_explicit_defaults_are_not_refused() -> None:
@@ -215,58 +208,3 @@ def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() ->
 
 def test_spawn_is_implemented() -> None:
     assert unsupported_features(agent(spawn=SpawnEnvelope(tools=("t",)))) == []
-
-
-def test_tasks_and_components_are_implemented_but_the_tables_before_them_still_refuse_them() -> (
-    None
-):
-    # Runs admitted before tasks/components were implemented were refused for the flags;
-    # the workflow replays them with the table of that time (and the one before MCP, which
-    # still listed them).
-    spec = agent(tasks_enabled=True, components_enabled=True)
-    assert unsupported_features(spec) == []
-    for before in (BEFORE_TASKS, BEFORE_MCP):
-        paths = [p.path for p in unsupported_features(spec, before)]
-        assert paths == ["tasks_enabled", "components_enabled"]
-
-
-def test_the_earlier_tables_are_frozen_literals_of_their_time() -> None:
-    # Not derived from the live table: implementing another field must not change them.
-    assert set(BEFORE_TASKS) == {
-        "AgentSpec.a2a_peers",
-        "AgentSpec.compaction",
-        "AgentSpec.components_enabled",
-        "AgentSpec.spawn",
-        "AgentSpec.tasks_enabled",
-        "McpServer.oauth",
-    }
-    assert set(BEFORE_MCP) == set(BEFORE_TASKS) | {
-        "AgentSpec.mcp_servers",
-        "WorkflowSpec.mcp_servers",
-    }
-
-
-def test_one_walk_answers_for_every_table_as_separate_walks_do() -> None:
-    # The workflow asks three tables at each admission in one walk (unsupported_in_tables).
-    spec = agent(
-        a2a_peers=[A2APeer(name="peer", url="https://peer.test")],
-        tasks_enabled=True,
-        spawn=SpawnEnvelope(),
-        subagents=[
-            SubagentRef(
-                name="h",
-                description="d" * 20,
-                spec=agent(compaction=CompactionPolicy(trigger_tokens=1000)),
-            )
-        ],
-    )
-    tables = (UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP)
-    together = unsupported_in_tables(spec, *tables)
-    assert together == tuple(unsupported_features(spec, table) for table in tables)
-    assert [p.path for p in together[0]] == ["a2a_peers"]
-    assert [p.path for p in together[1]] == [
-        "a2a_peers",
-        "subagents[h].spec.compaction",
-        "spawn",
-        "tasks_enabled",
-    ]

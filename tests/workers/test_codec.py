@@ -22,6 +22,7 @@ from temporalio.converter import (
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore
+from psych_runtime.activities.contract import TOOL_RUN_CODE
 from psych_runtime.specs import AccessDenied, NotFound, SpecError
 from psych_runtime.workers import (
     EnvKeyProvider,
@@ -155,7 +156,7 @@ async def test_a_payload_whose_tenant_cannot_be_told_is_not_sealed() -> None:
     activity_ctx = ActivitySerializationContext(
         namespace="default",
         activity_id="1",
-        activity_type="psych.tool.code",
+        activity_type=TOOL_RUN_CODE,
         activity_task_queue="q",
         workflow_id="psych-acme-r1",
         workflow_type="AgentRun",

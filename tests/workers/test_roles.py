@@ -15,6 +15,12 @@ from psych_runtime.activities import (
     role_task_queue,
 )
 from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
+    MODEL_CALL,
+    MODEL_COMPACT,
+    TOOL_RUN_CODE,
+    TOOL_SEND_HTTP,
+)
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import WorkerSettings, activities_for
 from psych_runtime.workers.fleet import (
@@ -53,15 +59,11 @@ async def test_each_role_registers_its_own_activities(tmp_path: Path) -> None:
     async with httpx.AsyncClient() as http:
         every = activities_for(settings, http)
     names = {role: {activity_name(fn) for fn in activities_of_role(every, role)} for role in ROLES}
-    assert names["model"] == {
-        "psych.model.complete",
-        "psych.model.compact",
-        "psych.model.complete.v2",
-        "psych.model.complete.v3",
-    }
-    assert {"psych.tool.code", "psych.tool.code.v2"} <= names["tools"]
-    assert "psych.model.complete" not in names["tools"]
-    # Local activities and Runs begun before roles need every activity on the workflows role.
+    assert names["model"] == {MODEL_CALL, MODEL_COMPACT}
+    assert {TOOL_RUN_CODE, TOOL_SEND_HTTP} <= names["tools"]
+    assert MODEL_CALL not in names["tools"]
+    # Local activities and Runs not dispatched roles_apart (every activity on the Run's own
+    # queue) need every activity on the workflows role.
     assert names["workflows"] == {activity_name(fn) for fn in every}
 
 

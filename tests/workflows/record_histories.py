@@ -13,8 +13,8 @@ and the expired approval. Its history is fetched and written to ``histories/<nam
 workflow's history is its own; its steps' child Runs have histories of their own).
 
 Existing histories are never overwritten unless named with ``--overwrite``: a change to
-AgentRun that breaks the replay of a committed history must be versioned with
-``workflow.patched``, not re-recorded (see histories/README.md).
+AgentRun that breaks the replay of a committed history must be patched, not re-recorded
+(histories/README.md, "Compatibility policy").
 """
 
 from __future__ import annotations
@@ -1262,7 +1262,8 @@ async def delegate_refused_depth(rig: Rig) -> RunHandle:
 
 
 async def one_queue_code_tool(rig: Rig) -> RunHandle:
-    """A Run not dispatched roles apart: every activity on its own queue."""
+    """A Run not dispatched roles apart: every activity on its own queue, the catalogue a
+    local activity."""
     rig.fake.enqueue(
         Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
         Reply.text("Order 42 was delivered."),
@@ -1271,7 +1272,8 @@ async def one_queue_code_tool(rig: Rig) -> RunHandle:
 
 
 async def roles_apart_code_tool(rig: Rig) -> RunHandle:
-    """A Run dispatched roles apart: the model call and the tools on their roles' queues."""
+    """A Run dispatched roles apart: the model call and the tools (the catalogue too, as an
+    activity) on their roles' queues."""
     apart = PsychClient(
         rig.env.client,
         store=rig.client.store,
@@ -1291,13 +1293,8 @@ async def roles_apart_code_tool(rig: Rig) -> RunHandle:
     return run
 
 
-async def next_run_with_thread(rig: Rig) -> RunHandle:
-    # next_run as it is now: the next Run continues this one's thread (psych-threads).
-    return await next_run(rig)
-
-
 async def workflow_agent_step_delegates(rig: Rig) -> RunHandle:
-    # The step's agent runs at the workflow's depth (the psych-step-depth patch), so its
+    # The step's agent runs at the workflow's depth, so its
     # subagent starts at depth 1, within the step agent's max_delegation_depth of 1.
     lead = _lead(rig)
     capped = lead.model_copy(
@@ -1313,8 +1310,8 @@ async def workflow_agent_step_delegates(rig: Rig) -> RunHandle:
 
 
 async def delegate_parent_aborted(rig: Rig) -> RunHandle:
-    # The lead is aborted while its subagent's search runs: the lead aborts the subagent
-    # (the psych-subagent-totals patch), which cancels the search and settles ABORTED with
+    # The lead is aborted while its subagent's search runs: the lead aborts the subagent,
+    # which cancels the search and settles ABORTED with
     # its totals, and the lead takes them before it settles ABORTED.
     GATES.clear()
     searcher = rig.agent("searcher").tool("search").build()
@@ -1388,64 +1385,6 @@ async def spawn_refused(rig: Rig) -> RunHandle:
     return await rig.run(_spawner(rig), "Where is order 42?")
 
 
-async def model_v2_two_turns(rig: Rig) -> RunHandle:
-    """``psych.model.complete.v2``: the system prompt inline once, then by reference."""
-    rig.fake.enqueue(
-        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
-        Reply.text("Order 42 was delivered."),
-    )
-    spec = rig.agent("orders").instructions("Answer briefly.").tool("lookup_order").build()
-    return await rig.run(spec, "Where is 42?")
-
-
-async def slim_payloads_two_turns(rig: Rig) -> RunHandle:
-    """``psych.model.complete.v3`` and ``psych.tool.code.v2`` (the ``psych-slim-payloads``
-    marker): a code tool on two turns, refs derived by the workflow, then the answer."""
-    rig.fake.enqueue(
-        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
-        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "43"})),
-        Reply.text("Both were delivered."),
-    )
-    spec = rig.agent("orders").instructions("Answer briefly.").tool("lookup_order").build()
-    return await rig.run(spec, "Where are 42 and 43?")
-
-
-async def slim_payloads_large_result(rig: Rig) -> RunHandle:
-    """``psych.tool.code.v2`` with a result over ``large_result_bytes``: size and refs
-    travel, and ``read_tool_output`` reads the rest (``large_result_read_back``'s Run,
-    recorded with the slim names)."""
-    return await large_result_read_back(rig)
-
-
-async def slim_payloads_http_tool(rig: Rig) -> RunHandle:
-    """``psych.tool.http.v2``: an HTTP POST tool and a code tool in one turn, answered."""
-    return await _refund_support(
-        rig,
-        Reply.tool_calls(
-            ToolCall("refund", {"order_id": "42"}),
-            ToolCall("lookup_order", {"order_id": "42"}),
-        ),
-        Reply.text("Refunded order 42."),
-    )
-
-
-async def shaped_code_and_http_tools(rig: Rig) -> RunHandle:
-    """A Run of ``psych-shape-1`` (its one patch marker): the catalogue as a local
-    activity, then the slim model call and a code and an HTTP tool in one turn."""
-    return await slim_payloads_http_tool(rig)
-
-
-async def shaped_roles_apart(rig: Rig) -> RunHandle:
-    """A ``psych-shape-1`` Run dispatched roles apart: its catalogue stays an activity on
-    the tools queue."""
-    return await roles_apart_code_tool(rig)
-
-
-async def shaped_workflow_steps(rig: Rig) -> RunHandle:
-    """A ``psych-shape-1`` WorkflowRun: tool, agent and workflow steps."""
-    return await workflow_three_steps(rig)
-
-
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -1490,40 +1429,6 @@ async def continued_middle_execution(rig: Rig) -> RunHandle:
 
 
 async def continued_last_execution(rig: Rig) -> RunHandle:
-    return await _continued(rig, 3)
-
-
-# --- psych-shape-1 on the paths it answers without a marker -------------------------------
-# Each is an earlier shape's Run, recorded by code that asks only psych-shape-1, so the gate
-# replays the shaped branch of psych-threads, -continue-as-new, -depth-chain,
-# -subagent-totals, -mcp and -tasks too (the first three shaped shapes cover the rest).
-
-
-async def shaped_delegate_answered(rig: Rig) -> RunHandle:
-    return await delegate_answered(rig)
-
-
-async def shaped_spawn_and_wait(rig: Rig) -> RunHandle:
-    return await spawn_and_wait(rig)
-
-
-async def shaped_thread_continued(rig: Rig) -> RunHandle:
-    return await thread_continued(rig)
-
-
-async def shaped_mcp_discovery_and_call(rig: Rig) -> RunHandle:
-    return await mcp_discovery_and_call(rig)
-
-
-async def shaped_tasks_updated(rig: Rig) -> RunHandle:
-    return await tasks_updated(rig)
-
-
-async def shaped_continued_first_execution(rig: Rig) -> RunHandle:
-    return await _continued(rig, 1)
-
-
-async def shaped_continued_last_execution(rig: Rig) -> RunHandle:
     return await _continued(rig, 3)
 
 
@@ -1603,7 +1508,6 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", compaction_applied),
     ("dev", compaction_failed),
     ("dev", thread_continued),
-    ("dev", next_run_with_thread),
     # subagents done right (issue 10, item 1)
     ("dev", delegate_failed_child_rolled_up),
     ("dev", delegate_refused_depth),
@@ -1615,28 +1519,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # hot path (issue 15): the roles opt-in
     ("dev", one_queue_code_tool),
     ("dev", roles_apart_code_tool),
-    # hot path (issue 15): slimmer model-call payloads
-    ("dev", model_v2_two_turns),
-    # one patch marker per Run (workflows/_shape.py), with the local catalogue
-    ("dev", shaped_code_and_http_tools),
-    ("dev", shaped_roles_apart),
-    ("dev", shaped_workflow_steps),
-    # continue-as-new
+    # continue-as-new: one chain, each execution its own history
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
     ("dev", continued_last_execution),
-    # hot path (issue 15 item 1): slim model and code tool payloads
-    ("dev", slim_payloads_two_turns),
-    ("dev", slim_payloads_large_result),
-    ("dev", slim_payloads_http_tool),
-    # psych-shape-1 on the paths it answers without a marker
-    ("dev", shaped_delegate_answered),
-    ("dev", shaped_spawn_and_wait),
-    ("dev", shaped_thread_continued),
-    ("dev", shaped_mcp_discovery_and_call),
-    ("dev", shaped_tasks_updated),
-    ("dev", shaped_continued_first_execution),
-    ("dev", shaped_continued_last_execution),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

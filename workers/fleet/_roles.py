@@ -109,8 +109,8 @@ def activities_of_role(activities: Sequence[Callable[..., Any]], role: str) -> l
     """The activities a worker of ``role`` registers.
 
     The workflows role registers every activity: a local activity runs on the worker
-    running the workflow task, and a Run whose history began before roles schedules all
-    its activities on its own (the workflows role's) queue.
+    running the workflow task, and a Run not dispatched ``roles_apart`` schedules all its
+    activities on its own (the workflows role's) queue.
     """
     if role == WORKFLOWS_ROLE:
         return list(activities)

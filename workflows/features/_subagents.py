@@ -55,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._shape import has
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
 
@@ -87,21 +86,6 @@ def place(
         depth_caps=(*depth_caps, (parent.name, parent.limits.max_delegation_depth)),
         refusal=subagent_depth_refusal(depth + 1, depth_caps, parent, child),
     )
-
-
-DEPTH_CHAIN_PATCH = "psych-depth-chain"
-"""Runs that delegated before the one depth rule replay the rule they ran under."""
-
-
-def earlier_depth_refusal(depth: int, parent_cap: int) -> str | None:
-    """The depth rule before ``specs.depth_refusal``: only the parent's own
-    ``max_delegation_depth`` bounded the child's depth (kept for replay)."""
-    if depth > parent_cap:
-        return (
-            f"delegation depth {depth} would exceed max_delegation_depth ({parent_cap}); "
-            "do the task yourself"
-        )
-    return None
 
 
 def delegate_definition(run: RunView) -> ToolDefinition | None:
@@ -149,14 +133,8 @@ async def delegate(
         known = ", ".join(s.name for s in spec.subagents)
         return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
     placement = place(run.input.depth, run.input.depth_caps, spec, sub.spec)
-    refusal = placement.refusal
-    earlier = earlier_depth_refusal(placement.depth, limits.max_delegation_depth)
-    if (refusal is None) != (earlier is None) and not has(DEPTH_CHAIN_PATCH):
-        # A Run that delegated under the earlier rule (only the parent's own cap counted)
-        # replays that decision; only a delegation the two rules decide differently asks.
-        refusal = earlier
-    if refusal is not None:
-        return inline(call, "error", refusal)
+    if placement.refusal is not None:
+        return inline(call, "error", placement.refusal)
     started = delegations.get(turn, 0)
     if started >= limits.max_fanout_per_turn:
         return inline(
@@ -195,11 +173,7 @@ async def delegate(
         )
     except Stop as stop:
         run.forget_child(workflow_id)
-        if has("psych-subagent-totals"):
-            await _wind_down(run, child, settled, stop)
-        else:  # started before children were aborted rather than cancelled
-            child.cancel()
-            settled.unknown(f"cancelled: {stop.outcome.reason}")
+        await _wind_down(run, child, settled, stop)
         raise
     run.forget_child(workflow_id)
     try:

@@ -13,8 +13,7 @@ Any other Run schedules every activity on its own queue: the SDK dispatches an a
 eagerly (in the workflow task's completion, no matching round trip) only there, and a
 worker of role ``all`` or ``workflows`` registers every activity. The local
 ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
-reach MCP servers too. Histories from before this choice replay as they recorded: with
-the ``psych-roles`` marker on role queues, without it on the Run's own queue.
+reach MCP servers too.
 """
 
 from __future__ import annotations
@@ -31,29 +30,23 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
+        MODEL_CALL,
         MODEL_COMPACT,
-        MODEL_COMPLETE,
-        MODEL_COMPLETE_V2,
-        MODEL_COMPLETE_V3,
         POLICY_DECIDE,
         TOOL_CATALOG,
-        TOOL_CODE,
-        TOOL_CODE_V2,
-        TOOL_HTTP,
-        TOOL_HTTP_V2,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
+        TOOL_RUN_CODE,
+        TOOL_SEND_HTTP,
         VERSION_PUBLISH,
         WORKFLOWS_ROLE,
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
-        CodeToolCallV2,
         CompactInput,
         CompactResult,
         ErrorType,
         HttpToolCall,
-        HttpToolCallV2,
         McpCatalog,
         McpCatalogInput,
         McpSearchInput,
@@ -61,14 +54,15 @@ with workflow.unsafe.imports_passed_through():
         McpToolCall,
         ModelCallInput,
         ModelCallResult,
-        ModelCallResultV2,
-        ModelCallResultV3,
         PolicyDecision,
         PolicyInput,
         ReadOutputInput,
+        SlimCodeToolCall,
+        SlimHttpToolCall,
+        SlimModelCallResult,
+        SlimToolOutcome,
         ToolCatalog,
         ToolOutcome,
-        ToolOutcomeV2,
         VersionPublishInput,
         full_model_result,
         full_outcome,
@@ -79,7 +73,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import Version
     from psych_runtime.workflows.contract._contract import RunInput
-    from psych_runtime.workflows.kernel._shape import has
 
 _R = TypeVar("_R")
 
@@ -103,18 +96,14 @@ OPTIONS: dict[str, Options] = {
         timedelta(seconds=60),
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=[ErrorType.TOOL_NOT_REGISTERED]),
     ),
-    MODEL_COMPLETE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     # The summariser is a model call like any other: once, heartbeating while it streams.
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
-    MODEL_COMPLETE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
-    MODEL_COMPLETE_V3: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
-    TOOL_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
-    TOOL_HTTP_V2: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
-    TOOL_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
-    TOOL_CODE_V2: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_SEND_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
+    TOOL_RUN_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     # The worker bounds an MCP call by its own call timeout, well inside this.
     TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
@@ -127,23 +116,14 @@ OPTIONS: dict[str, Options] = {
 """Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
 
 
-ROLES_PATCH = "psych-roles"
-"""Marks a Run that schedules each activity on its role's task queue (see the module's
-docstring); a Run replayed without it keeps its own queue for all of them."""
-
-
-ROLES_OPT_IN_PATCH = "psych-roles-opt-in"
-"""Marks a Run that routes by role only when its input says ``roles_apart``; a Run replayed
-without it routes as ``ROLES_PATCH`` recorded (every Run with that marker routed by role)."""
-
-
 def task_queue_for(name: str) -> str | None:
     """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
     role = ACTIVITY_ROLES[name]
     if role == WORKFLOWS_ROLE:
         return None
-    apart = run_input().roles_apart if has(ROLES_OPT_IN_PATCH) else has(ROLES_PATCH)
-    return role_task_queue(workflow.info().task_queue, role) if apart else None
+    if not run_input().roles_apart:
+        return None
+    return role_task_queue(workflow.info().task_queue, role)
 
 
 def run_input() -> RunInput:
@@ -190,10 +170,6 @@ async def _execute(
     return result
 
 
-LOCAL_CATALOG_PATCH = "psych-local-catalog"
-"""Marks a Run that resolves its catalogue in a local activity when it runs on one queue."""
-
-
 async def _execute_local(name: str, input: Any, result_type: type[_R], *, summary: str) -> _R:
     """Run activity ``name`` as a local activity, with its options from ``OPTIONS``."""
     options = OPTIONS[name]
@@ -217,7 +193,7 @@ async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
     follows them. A Run dispatched ``roles_apart`` schedules it on the tools queue, whose
     workers have the registry.
     """
-    if task_queue_for(TOOL_CATALOG) is None and has(LOCAL_CATALOG_PATCH):
+    if task_queue_for(TOOL_CATALOG) is None:
         return await _execute_local(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
     return await _execute(TOOL_CATALOG, input, ToolCatalog, summary="resolve tools")
 
@@ -239,41 +215,18 @@ async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchR
     return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
 
 
-MODEL_V2_PATCH = "psych-model-v2"
-"""Marks a Run whose model calls are ``psych.model.complete.v2`` (a result without the
-echoed model and system prompt ref); a Run replayed without it keeps ``psych.model.complete``."""
-
-
-SLIM_PATCH = "psych-slim-payloads"
-"""Marks a Run whose model calls are ``psych.model.complete.v3`` and code and HTTP tool
-calls ``psych.tool.code.v2`` and ``psych.tool.http.v2`` (``activities/_slim.py``: only
-what the other side cannot derive, refs compact, no summaries); a Run replayed without it
-keeps ``psych.model.complete(.v2)``, ``psych.tool.code`` and ``psych.tool.http``."""
-
-
-async def complete(call: ModelCallInput, *, turn: int) -> ModelCallResult:
-    """One model call, once (the Run owns retries): ``psych.model.complete.v3`` on the slim
-    payloads, whose result is completed here with what the workflow sent; in a Run recorded
-    before it ``psych.model.complete.v2`` (completed the same way), or before that
-    ``psych.model.complete``."""
-    if has(SLIM_PATCH):
-        # No summary: the activity type and its input name the model and the turn, and a
-        # summary is one more payload per call in history and in every payload pass.
-        answer = await _execute(
-            MODEL_COMPLETE_V3,
-            slim_model_input(call, workflow.info().workflow_id),
-            ModelCallResultV3,
-            summary=None,
-        )
-        return full_model_result(answer, call)
-    summary = f"model {call.model}, turn {turn}"
-    if not has(MODEL_V2_PATCH):
-        return await _execute(MODEL_COMPLETE, call, ModelCallResult, summary=summary)
-    slim = await _execute(MODEL_COMPLETE_V2, call, ModelCallResultV2, summary=summary)
-    # model_copy does not validate: the two values are the workflow's own, already valid.
-    return slim.model_copy(
-        update={"model": call.model, "system_ref": slim.system_ref or call.system_ref}
+async def complete(call: ModelCallInput) -> ModelCallResult:
+    """``psych.model.call``: one model call, once (the Run owns retries), sent slim and its
+    result completed here with what the workflow sent."""
+    # No summary: the activity type and its input name the model and the turn, and a
+    # summary is one more payload per call in history and in every payload pass.
+    answer = await _execute(
+        MODEL_CALL,
+        slim_model_input(call, workflow.info().workflow_id),
+        SlimModelCallResult,
+        summary=None,
     )
+    return full_model_result(answer, call)
 
 
 async def compact(input: CompactInput) -> CompactResult:
@@ -297,43 +250,31 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 async def call_tool(
     input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
 ) -> ToolOutcome:
-    """``psych.tool.http.v2`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.code.v2`` or ``psych.tool.mcp``: one tool call, retried only when it is
-    safe to repeat (``psych.tool.http`` and ``psych.tool.code`` in a Run recorded before
-    ``SLIM_PATCH``)."""
-    if isinstance(input, CodeToolCall | HttpToolCall) and has(SLIM_PATCH):
-        workflow_id = workflow.info().workflow_id
-        if isinstance(input, HttpToolCall):
-            slim: CodeToolCallV2 | HttpToolCallV2 = slim_http_call(input, workflow_id)
-            name, extra = TOOL_HTTP_V2, timedelta(seconds=input.tool.timeout_seconds)
-        else:
-            slim, name, extra = slim_code_call(input, workflow_id), TOOL_CODE_V2, timedelta(0)
-        # No summary: the activity type and its input name the tool.
-        outcome = await _execute(
-            name,
-            slim,
-            ToolOutcomeV2,
-            summary=None,
-            retry=tool_retry(entry.safe_to_repeat),
-            extra_time=extra,
-            heartbeat=_heartbeat(entry),
+    """``psych.tool.send_http`` (bounded by the HTTP tool's own timeout too),
+    ``psych.tool.run_code`` (both slim) or ``psych.tool.mcp``: one tool call, retried only
+    when it is safe to repeat."""
+    retry, heartbeat = tool_retry(entry.safe_to_repeat), _heartbeat(entry)
+    if isinstance(input, McpToolCall):
+        return await _execute(
+            TOOL_MCP, input, ToolOutcome, summary=summary, retry=retry, heartbeat=heartbeat
         )
-        return full_outcome(outcome, input.call_id)
+    workflow_id = workflow.info().workflow_id
     if isinstance(input, HttpToolCall):
-        name, extra = TOOL_HTTP, timedelta(seconds=input.tool.timeout_seconds)
-    elif isinstance(input, McpToolCall):
-        name, extra = TOOL_MCP, timedelta(0)
+        slim: SlimCodeToolCall | SlimHttpToolCall = slim_http_call(input, workflow_id)
+        name, extra = TOOL_SEND_HTTP, timedelta(seconds=input.tool.timeout_seconds)
     else:
-        name, extra = TOOL_CODE, timedelta(0)
-    return await _execute(
+        slim, name, extra = slim_code_call(input, workflow_id), TOOL_RUN_CODE, timedelta(0)
+    # No summary: the activity type and its input name the tool.
+    outcome = await _execute(
         name,
-        input,
-        ToolOutcome,
-        summary=summary,
-        retry=tool_retry(entry.safe_to_repeat),
+        slim,
+        SlimToolOutcome,
+        summary=None,
+        retry=retry,
         extra_time=extra,
-        heartbeat=_heartbeat(entry),
+        heartbeat=heartbeat,
     )
+    return full_outcome(outcome, input.call_id)
 
 
 def _heartbeat(entry: CatalogEntry) -> timedelta | None:

@@ -22,13 +22,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._carry import RepeatCount, RunCarry
     from psych_runtime.workflows.kernel._guards import Guards
-    from psych_runtime.workflows.kernel._shape import has
 
 
 CARRIED_SINGLE_CALLS = 512
 """Repeat-guard entries seen once that a continued Run keeps (see ``carried_repeats``)."""
-PATCH = "psych-continue-as-new"
-"""Asked only when a Run is due, so a Run that never continues pays no marker."""
 
 
 def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) -> bool:
@@ -44,7 +41,7 @@ def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) ->
     info = workflow.info()
     # Both facts come from the workflow task's started event, so replay sees the same.
     over = info.get_current_history_length() >= threshold or info.is_continue_as_new_suggested()
-    return over and has(PATCH)
+    return over
 
 
 def deadline_used(used: float, started: float | None) -> float:

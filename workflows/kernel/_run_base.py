@@ -20,14 +20,11 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ErrorType, ThreadRef, Usage
     from psych_runtime.specs import (
-        BEFORE_MCP,
-        BEFORE_TASKS,
-        UNSUPPORTED_FIELDS,
         AgentSpec,
         Limits,
         Scope,
         WorkflowSpec,
-        unsupported_in_tables,
+        unsupported_features,
         version_hash,
     )
     from psych_runtime.workflows.contract._carry import Segment
@@ -58,11 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._guards import Guards
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._record_log import RecordLog
-    from psych_runtime.workflows.kernel._shape import has, record_shape
     from psych_runtime.workflows.kernel._suspensions import Suspensions
-
-THREADS_PATCH = "psych-threads"
-"""Marks a Run whose next Runs (``next_run`` steering) continue its conversation."""
 
 DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
@@ -84,8 +77,6 @@ class RunBase(abc.ABC):
             with (the Run then fails at once, and its handlers refuse).
         """
         self._bad_input: str | None = None
-        self._shaped = False
-        """Whether this Run recorded ``_shape.SHAPE_PATCH`` (so asks none of its patches)."""
         earlier: tuple[Segment, ...] = ()
         if isinstance(input, str):
             self._bad_input = input
@@ -166,8 +157,6 @@ class RunBase(abc.ABC):
         """Admit the Run, run its body within the deadline, and settle it."""
         if self._bad_input is not None:
             raise ApplicationError(self._bad_input, type=ErrorType.BAD_INPUT, non_retryable=True)
-        # First, before any other patch: a Run of this shape asks none of SHAPE_1's.
-        self._shaped = record_shape()
         input = self._input
         spec = input.version.spec
         if spec.kind != self.KIND:
@@ -187,7 +176,7 @@ class RunBase(abc.ABC):
                 )
             )
         expected = workflow_id_for(input.scope.tenant, input.run_id)
-        if has("psych-workflow-id") and workflow.info().workflow_id != expected:
+        if workflow.info().workflow_id != expected:
             # Clients authorize by the tenant in the id: a Run started by hand under an
             # id that names another tenant must not run (its records would leak).
             return await self._settle(
@@ -198,20 +187,8 @@ class RunBase(abc.ABC):
                     f"{workflow.info().workflow_id!r}",
                 )
             )
-        unsupported, before_tasks, before = unsupported_in_tables(
-            spec, UNSUPPORTED_FIELDS, BEFORE_TASKS, BEFORE_MCP
-        )
-        if before != before_tasks and not has("psych-mcp"):
-            # Admitted before MCP was implemented (so refused for its servers): replay
-            # refuses it again. Only a Spec with MCP servers asks, so only it pays the marker.
-            unsupported = before
-        elif before_tasks != unsupported and not has("psych-tasks"):
-            # Admitted before tasks, components, compaction and spawn were implemented: replay
-            # applies that table. Only a Spec setting one of them asks. A Run the branches
-            # that first shipped them admitted has no psych-tasks marker either; it has no
-            # psych-unsupported-fields marker, so the refusal below is not replayed for it.
-            unsupported = before_tasks
-        if unsupported and has("psych-unsupported-fields"):
+        unsupported = unsupported_features(spec)
+        if unsupported:
             # Publishing refuses these; a Version that skipped publishing fails loudly
             # rather than running as if the fields were absent.
             return await self._settle(
@@ -371,13 +348,8 @@ class RunBase(abc.ABC):
         """Start a Run of the same Version with a queued next-run message. It outlives this
         Run, so the parent-close policy abandons it rather than terminating it."""
         head = self._context_ref
-        # The next Run continues this one's conversation (a thread); Runs started before
-        # threads started theirs without it, and replay starts them the same way.
-        thread = (
-            ThreadRef(run=workflow.info().workflow_id, head=head)
-            if head is not None and has(THREADS_PATCH)
-            else None
-        )
+        # The next Run continues this one's conversation (a thread).
+        thread = None if head is None else ThreadRef(run=workflow.info().workflow_id, head=head)
         child = await start_child(
             self._input.scope,
             f"{self._input.run_id}-next{index}",

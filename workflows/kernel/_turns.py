@@ -227,7 +227,7 @@ class TurnLoop(ToolCalls):
             )
             self._count(steps=1, model_calls=1)
             self._model_task = asyncio.create_task(
-                calls.complete(call.model_copy(update={"model": model}), turn=turn)
+                calls.complete(call.model_copy(update={"model": model}))
             )
             try:
                 result: ModelCallResult = await self._model_task

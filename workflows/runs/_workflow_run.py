@@ -56,7 +56,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._handlers import parse_input
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._shape import has
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
 
 
@@ -217,8 +216,6 @@ class WorkflowRun(ToolCalls):
         left = self._limits.transient_retry_budget - self._totals.transient_failures
         # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
         # validator assumes (it validates a step's agent as the root of its own chain).
-        # Runs that started their steps one deeper keep doing so on replay.
-        depth = self._input.depth if has("psych-step-depth") else None
         child = await self._start_reporting_child(
             f"{self._input.run_id}-step{index}",
             version,
@@ -229,7 +226,7 @@ class WorkflowRun(ToolCalls):
                 suspension=self._suspension,
                 report_pending=True,
             ),
-            depth=depth,
+            depth=self._input.depth,
         )
         self._log.add(
             StepStarted(

@@ -1,47 +1,26 @@
-"""``psych.model.complete.v2`` and the model-call payloads as they travel: only what the
-other side cannot derive (issue 15, item 1)."""
+"""The full model-call and tool payloads as the data converter writes them: default
+fields left out (issue 15, item 1). Their slim wire forms are ``test_slim.py``'s."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import (
     ChatMessage,
     CodeToolCall,
     Latency,
     ModelCallInput,
     ModelCallResult,
-    ModelCallResultV2,
     ToolOutcome,
     Usage,
 )
-from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
 from psych_runtime.specs import ModelRef, Scope
-from psych_runtime.testing import FakeModel, Reply
 
 MODEL = "fake-model"
 REF = "sha256:" + "a" * 64
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeModel]:
-    async with FakeModel(models=(MODEL,)) as model:
-        yield model
-
-
-@pytest.fixture
-def acts(fake: FakeModel, blobs: LocalBlobStore, http: httpx.AsyncClient) -> ModelActivities:
-    return ModelActivities(
-        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, "k")), blobs=blobs, http=http
-    )
 
 
 def call(**fields: Any) -> ModelCallInput:
@@ -62,39 +41,6 @@ def wire(value: Any) -> dict[str, Any]:
     (payload,) = pydantic_data_converter.payload_converter.to_payloads([value])
     decoded: dict[str, Any] = json.loads(payload.data)
     return decoded
-
-
-async def test_v2_returns_the_system_ref_only_when_it_stored_the_inline_prompt(
-    fake: FakeModel, acts: ModelActivities
-) -> None:
-    fake.enqueue(Reply.text("one"), Reply.text("two"))
-    env = ActivityEnvironment()
-    first = await env.run(acts.complete_v2, call(system_prompt="Be brief."))
-    assert isinstance(first, ModelCallResultV2)
-    assert first.model is None
-    assert first.system_ref is not None
-    assert first.text == "one"
-    second = await env.run(
-        acts.complete_v2,
-        call(turn=2, system_ref=first.system_ref, context_ref=first.context_ref),
-    )
-    assert second.model is None and second.system_ref is None
-    assert second.text == "two"
-    # The stored system prompt was still sent: the reference resolved.
-    assert fake.requests[1]["messages"][0] == {"role": "system", "content": "Be brief."}
-    sent = wire(second)
-    assert "model" not in sent and "system_ref" not in sent
-    assert wire(ModelCallResultV2.model_validate(sent)) == sent
-
-
-async def test_the_old_name_still_echoes_model_and_system_ref(
-    fake: FakeModel, acts: ModelActivities
-) -> None:
-    fake.enqueue(Reply.text("one"))
-    result = await ActivityEnvironment().run(acts.complete, call(system_prompt="Be brief."))
-    assert type(result) is ModelCallResult
-    sent = wire(result)
-    assert sent["model"] == MODEL and sent["system_ref"] == result.system_ref
 
 
 def test_model_call_input_leaves_out_model_parameter_and_scope_defaults() -> None:

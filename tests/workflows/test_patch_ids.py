@@ -1,0 +1,78 @@
+"""Every ``workflow.patched`` (and ``deprecate_patch``) the workflows ask is a listed patch.
+
+The baseline asks none: a new Run records no patch marker (histories/README.md,
+"Compatibility policy"). A later change that breaks replay of a committed history adds its
+id to ``PATCHES`` here with the release that added it, beside the ``workflow.patched``
+call; removing the id (policy step c) removes it here. An id asked but not listed, or
+asked in a form this scan cannot read, fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+from pathlib import Path
+
+PATCHES: dict[str, str] = {}
+"""Patch id -> the release that added it (none since the baseline)."""
+
+WORKFLOWS = Path(__file__).parents[2] / "workflows"
+HISTORIES = Path(__file__).parent / "histories"
+_PATCH_CALLS = frozenset({"patched", "deprecate_patch"})
+
+
+def asked_patches(source: str, where: str) -> dict[str, str]:
+    """Every id passed to ``patched``/``deprecate_patch`` in ``source`` -> where.
+
+    Any call of a function of those names counts (``workflow.patched``, ``patched``
+    imported bare); its id must be a string literal.
+    """
+    asked: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name not in _PATCH_CALLS:
+            continue
+        (arg,) = node.args
+        assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), (
+            f"{where}:{node.lineno}: the patch id must be a string literal, not {ast.unparse(arg)}"
+        )
+        asked[arg.value] = f"{where}:{node.lineno}"
+    return asked
+
+
+def test_the_scan_finds_patch_calls() -> None:
+    source = (
+        "from temporalio import workflow\n"
+        "from temporalio.workflow import patched\n"
+        "if workflow.patched('psych-a'): pass\n"
+        "workflow.deprecate_patch('psych-b')\n"
+        "if patched('psych-c'): pass\n"
+    )
+    assert set(asked_patches(source, "sample")) == {"psych-a", "psych-b", "psych-c"}
+
+
+def test_every_patch_the_workflows_ask_is_listed() -> None:
+    asked: dict[str, str] = {}
+    for path in sorted(WORKFLOWS.rglob("*.py")):
+        asked |= asked_patches(path.read_text(), str(path.relative_to(WORKFLOWS)))
+    unlisted = {patch: where for patch, where in asked.items() if patch not in PATCHES}
+    assert not unlisted, f"patches not listed in PATCHES (see the policy): {unlisted}"
+    unused = sorted(set(PATCHES) - set(asked))
+    assert not unused, f"listed patches no workflow asks (remove them): {unused}"
+
+
+def test_committed_histories_record_only_listed_patches() -> None:
+    recorded: dict[str, str] = {}
+    for path in sorted(HISTORIES.glob("*.json")):
+        for event in json.loads(path.read_text())["events"]:
+            marker = event.get("markerRecordedEventAttributes")
+            if marker is None or marker["markerName"] != "core_patch":
+                continue
+            (payload,) = marker["details"]["patch-data"]["payloads"]
+            recorded[json.loads(base64.b64decode(payload["data"]))["id"]] = path.name
+    unlisted = {patch: where for patch, where in recorded.items() if patch not in PATCHES}
+    assert not unlisted, f"histories record patches not in PATCHES: {unlisted}"
