@@ -43,7 +43,7 @@ test: lint typecheck unit
 # The fast loop: lint, types and every test that needs no Temporal server (the replay gate
 # included), in under two minutes; `make test` stays the whole suite.
 fast: $(STAMP)
-	$(BIN)/pytest -n 2 -m "not server" -p no:cacheprovider
+	$(BIN)/pytest -n 3 -m "not server" -p no:cacheprovider
 
 check: lint typecheck fast
 
