@@ -7,6 +7,7 @@ from typing import cast
 from psych_runtime.specs import BUILTIN_TOOL_NAMES
 from psych_runtime.workflows.features import FEATURES
 from psych_runtime.workflows.kernel import Feature, RunView
+from psych_runtime.workflows.kernel._feature import overriding
 
 
 def _builtin_names() -> list[str]:
@@ -41,3 +42,18 @@ def test_every_feature_has_its_own_name() -> None:
     names = [kind.name for kind in FEATURES]
     assert len(names) == len(set(names))
     assert all(issubclass(kind, Feature) for kind in FEATURES)
+
+
+def test_the_turn_loop_calls_a_hook_only_on_the_features_that_use_it() -> None:
+    view = cast(RunView, object())
+    features = tuple(kind(view) for kind in FEATURES)
+    names = {
+        hook: [f.name for f in overriding(features, hook)]
+        for hook in ("boundary", "after_call", "into_call", "open_items")
+    }
+    assert names == {
+        "boundary": ["compaction"],
+        "after_call": ["mcp", "context", "compaction"],
+        "into_call": ["mcp", "tasks", "threads"],
+        "open_items": [],
+    }

@@ -244,3 +244,10 @@ class Feature:
     def run_state(self) -> dict[str, Any]:
         """Fields it adds to ``RunState`` (the ``psych.state`` query)."""
         return {}
+
+
+def overriding(features: tuple[Feature, ...], hook: str) -> tuple[Feature, ...]:
+    """The features whose class overrides ``hook``: the turn loop calls only these, so a
+    hook no feature of the Run uses costs nothing per turn."""
+    default = getattr(Feature, hook)
+    return tuple(f for f in features if getattr(type(f), hook) is not default)

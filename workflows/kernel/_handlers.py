@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, assert_never
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import DepthCap, Version
@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         ResumeInput,
         ResumeResult,
         RunInput,
-        RunResult,
         RunState,
         SteerInput,
         refusal,
@@ -51,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         SuspensionReason,
     )
     from psych_runtime.workflows.kernel._children import start_child
+    from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._run_base import RunBase
 
 
@@ -144,7 +144,7 @@ class Handlers(RunBase):
         if child is not None:
             # A child's item: the child records the answer when the forwarded signal comes.
             self._suspensions.forward(child, input.id)
-            self._forward(child, RESUME, input)
+            self.forward(child, RESUME, input)
         else:
             self._suspensions.waits[input.id].answer = input
             self._log.add(
@@ -232,7 +232,7 @@ class Handlers(RunBase):
         if self._bad_input is None and known:
             self._suspensions.set_child(input.run, input.pending)
 
-    async def _start_reporting_child(
+    async def start_reporting_child(
         self,
         run_id: str,
         version: Version,
@@ -242,16 +242,11 @@ class Handlers(RunBase):
         bounds: ParentBounds,
         depth: int | None = None,
         depth_caps: tuple[DepthCap, ...] | None = None,
-    ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
-        """Start a child whose pending items are mirrored here and answers forwarded to it.
-
-        Its id is known before it starts, so a report it sends in the activation that also
-        brings its start (the SDK applies signals first) is taken, not dropped.
-        """
-        child_id = workflow_id_for(self._input.scope.tenant, run_id)
-        self._starting.add(child_id)
-        try:
-            child = await start_child(
+    ) -> ChildHandle:
+        """Start a child whose pending items are mirrored here and answers forwarded to it."""
+        return await self.adopt_child(
+            workflow_id_for(self._input.scope.tenant, run_id),
+            lambda: start_child(
                 self._input.scope,
                 run_id,
                 version,
@@ -260,22 +255,33 @@ class Handlers(RunBase):
                 summary=summary,
                 bounds=bounds,
                 depth_caps=self._input.depth_caps if depth_caps is None else depth_caps,
-            )
-        except ChildWorkflowError:
-            self._starting.discard(child_id)
-            raise
-        self._starting.discard(child_id)
-        self._children[child_id] = child
-        return child
+            ),
+        )
 
-    def _forget_child(self, run: str) -> None:
+    async def adopt_child(
+        self, workflow_id: str, start: Callable[[], Awaitable[ChildHandle]]
+    ) -> ChildHandle:
+        """Start a child with ``start`` and keep it as one of this Run's children.
+
+        Its id is known before it starts, so a report it sends in the activation that also
+        brings its start (the SDK applies signals first) is taken, not dropped.
+        """
+        self._starting.add(workflow_id)
+        try:
+            handle = await start()
+        finally:
+            self._starting.discard(workflow_id)
+        self._children[workflow_id] = handle
+        return handle
+
+    def forget_child(self, run: str) -> None:
         """A child settled (or is being cancelled): stop mirroring and forwarding to it.
         Not called from a ``finally``: see ``Suspensions.hold`` on cancelled coroutines."""
         self._children.pop(run, None)
         if run in self._suspensions.children:
             self._suspensions.set_child(run, ())
 
-    def _forward(self, run: str, name: str, payload: Any) -> None:
+    def forward(self, run: str, name: str, payload: Any) -> None:
         """Send a signal to a running child (its handler validates it again)."""
         task = asyncio.create_task(self._children[run].signal(name, payload))
         task.add_done_callback(lambda done: _log_forward_failure(name, run, done))

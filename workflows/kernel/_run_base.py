@@ -424,22 +424,22 @@ class RunBase(abc.ABC):
         by = f" by {self._abort.by}" if self._abort.by else ""
         return f"aborted{by}: {self._abort.reason}"
 
-    def _abort_reason(self) -> str:
+    def abort_reason(self) -> str:
         return self._abort_text() or "aborted"
 
-    def _check_abort(self) -> None:
+    def check_abort(self) -> None:
         if self._abort is not None:
-            raise Stop(RunStatus.ABORTED, self._abort_reason())
+            raise Stop(RunStatus.ABORTED, self.abort_reason())
 
-    def _count(self, **increments: int) -> None:
+    def count(self, **increments: int) -> None:
         self._totals = self._totals.plus(**increments)
 
-    def _add_usage(self, usage: Usage, cost: float | None) -> None:
+    def add_usage(self, usage: Usage, cost: float | None) -> None:
         if cost is None:
             self._cost_unknown = True
         self._totals = self._totals.with_usage(usage, cost, cost_unknown=self._cost_unknown)
 
-    def _add_child_totals(self, child: Totals) -> None:
+    def add_child_totals(self, child: Totals) -> None:
         if child.cost_unknown:
             self._cost_unknown = True
         self._totals = self._totals.rolled_up(child, cost_unknown=self._cost_unknown)

@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
-    from psych_runtime.workflows.kernel._feature import Builtin
+    from psych_runtime.workflows.kernel._feature import Builtin, overriding
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
@@ -77,6 +77,14 @@ class ToolCalls(FeatureView):
         self._servers: dict[str, McpServer] = {}
         self._trace = RunTrace()
         self._features = tuple(kind(self) for kind in self.FEATURES)
+        features = self._features
+        self._at_boundary = overriding(features, "boundary")
+        self._into_call = overriding(features, "into_call")
+        self._after_call = overriding(features, "after_call")
+        self._offering = overriding(features, "offered")
+        self._open_items = overriding(features, "open_items")
+        self._before_step = overriding(features, "before_step")
+        """Per hook of the turn loop, the features that use it (``_feature.overriding``)."""
         self._builtins: dict[str, Builtin] = {
             builtin.name: builtin for feature in self._features for builtin in feature.builtins()
         }
@@ -114,7 +122,7 @@ class ToolCalls(FeatureView):
                 )
             )
         # Counted before they run, so a Run force-settled mid-turn still counts its calls.
-        self._count(steps=len(batch[:room]), tool_calls=len(batch))
+        self.count(steps=len(batch[:room]), tool_calls=len(batch))
         tasks = [asyncio.create_task(self._run_tool(turn, call, offered)) for call in batch[:room]]
         # Every call is waited for and recorded before any stop takes effect: an abort or an
         # expiry raised by one call must not leave the batch's other calls unrecorded (a
@@ -180,7 +188,7 @@ class ToolCalls(FeatureView):
         refusal = await self._authorize(call, entry, arguments)
         if refusal is not None:
             return refusal
-        self._check_abort()
+        self.check_abort()
         builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
         if builtin is not None and not builtin.executes:
             return await builtin.handle(turn, call, arguments)
@@ -228,7 +236,7 @@ class ToolCalls(FeatureView):
             )
         if decision.decision == "allow":
             return None
-        answer = await self._suspend_call(
+        answer = await self.suspend_call(
             call, SuspensionReason.APPROVAL, self._suspension.approval_expires_seconds
         )
         if answer.approved:
@@ -240,7 +248,7 @@ class ToolCalls(FeatureView):
         token = outcome.wait_token or call.id
         if token in self._suspensions.waits:
             return inline(call, "error", f"another call already waits on token {token!r}")
-        answer = await self._suspend_call(
+        answer = await self.suspend_call(
             call,
             SuspensionReason.EXTERNAL,
             self._suspension.external_expires_seconds,

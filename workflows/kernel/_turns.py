@@ -134,7 +134,7 @@ class TurnLoop(ToolCalls):
         # marks): none for the user's input, the carried results after a continue-as-new.
         before = len(pending) if carry is not None else 0
         while True:
-            self._check_abort()
+            self.check_abort()
             if self._past_deadline():
                 return self._deadline_outcome()
             if self._turn >= limits.max_turns:
@@ -143,12 +143,12 @@ class TurnLoop(ToolCalls):
                 return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
             # A turn boundary: a long Run continues as new here once nothing is open.
             open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
-            open_now += sum(feature.open_items() for feature in self._features)
+            open_now += sum(feature.open_items() for feature in self._open_items)
             if continuing.due(
                 self._input.continue_after_events, self._turn, carry, in_flight=open_now
             ):
                 await self._continue_as_new(pending, system_ref)
-            for feature in self._features:
+            for feature in self._at_boundary:
                 await feature.boundary()
             self._turn += 1
             turn = self._turn
@@ -170,17 +170,18 @@ class TurnLoop(ToolCalls):
                 stream_idle_seconds=limits.stream_idle_seconds,
                 scope=self._input.scope,
             )
-            for feature in self._features:
+            for feature in self._into_call:
                 call = feature.into_call(call)
             result = await self._call_model(turn, call)
             system_ref = result.system_ref
             self._context_ref = result.context_ref
-            done = CallDone(turn=turn, call=call, result=result, carried=before)
-            for feature in self._features:
-                feature.after_call(done)
+            if self._after_call:
+                done = CallDone(turn=turn, call=call, result=result, carried=before)
+                for feature in self._after_call:
+                    feature.after_call(done)
             pending = []
             before = 0
-            self._check_abort()
+            self.check_abort()
             if not result.tool_calls:
                 # Input that arrived for this turn, or for after it, continues the Run.
                 pending = _take(self._steer) + _take(self._follow_up)
@@ -190,14 +191,14 @@ class TurnLoop(ToolCalls):
             if self._past_deadline():
                 return self._deadline_outcome()
             offered = base
-            for feature in self._features:
+            for feature in self._offering:
                 more = feature.offered()
                 if more:
                     offered = {**offered, **more}
             results, notes = await self._run_tools(turn, result.tool_calls, offered)
             pending = [r.message for r in results] + notes
             before = len(pending)
-            self._check_abort()
+            self.check_abort()
 
     async def _call_model(self, turn: int, call: ModelCallInput) -> ModelCallResult:
         spec = self._spec
@@ -216,7 +217,7 @@ class TurnLoop(ToolCalls):
                         timeout=wait,
                         timeout_summary=f"retry {model}",
                     )
-            self._check_abort()
+            self.check_abort()
             if self._past_deadline():
                 # The grace period is for calls already in flight, not for new attempts.
                 outcome = self._deadline_outcome()
@@ -225,7 +226,7 @@ class TurnLoop(ToolCalls):
             self._log.add(
                 ModelCallStarted(**self._log.stamp(), turn=turn, model=model, attempt=attempt)
             )
-            self._count(steps=1, model_calls=1)
+            self.count(steps=1, model_calls=1)
             self._model_task = asyncio.create_task(
                 calls.complete(call.model_copy(update={"model": model}))
             )
@@ -234,10 +235,10 @@ class TurnLoop(ToolCalls):
             except asyncio.CancelledError:
                 if self._abort is None:
                     raise
-                raise Stop(RunStatus.ABORTED, self._abort_reason()) from None
+                raise Stop(RunStatus.ABORTED, self.abort_reason()) from None
             except ActivityError as err:
                 self._model_task = None
-                self._check_abort()
+                self.check_abort()
                 if isinstance(err.__cause__, CancelledError):
                     # The workflow is being cancelled (or force-settled): not a model failure.
                     raise asyncio.CancelledError from err
@@ -262,7 +263,7 @@ class TurnLoop(ToolCalls):
                 )
                 if not failure.transient:
                     raise Stop(RunStatus.FAILED, f"model_error: {failure.message}") from err
-                self._count(transient_failures=1)
+                self.count(transient_failures=1)
                 if left < 0:
                     raise Stop(
                         RunStatus.FAILED,
@@ -292,7 +293,7 @@ class TurnLoop(ToolCalls):
                     latency=result.latency,
                 )
             )
-            self._add_usage(result.usage, result.cost)
+            self.add_usage(result.usage, result.cost)
             return result
 
     # --- continue-as-new (the mechanism is ``_continue.py``) --------------------------------
@@ -304,7 +305,7 @@ class TurnLoop(ToolCalls):
         # Handlers (updates, signals) finish first, and the carry is taken with no await
         # after it, so a steer that arrives now is carried, not dropped.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._check_abort()
+        self.check_abort()
         carry = self._carry_of(pending, system_ref)
         workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
 

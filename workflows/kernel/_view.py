@@ -8,22 +8,19 @@ where the tool-call kernel hands itself to its features).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ToolCallRequest, Usage
+    from psych_runtime.activities.contract import ToolCallRequest
     from psych_runtime.specs import (
         AgentSpec,
-        DepthCap,
         Limits,
         SuspensionPolicy,
-        Version,
         WorkflowSpec,
     )
-    from psych_runtime.workflows.contract._contract import ParentBounds, ResumeInput, RunInput
+    from psych_runtime.workflows.contract._contract import ResumeInput, RunInput
     from psych_runtime.workflows.contract._records import CallSuspensionReason, Pending, Totals
     from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._handlers import Handlers
@@ -37,7 +34,7 @@ class FeatureView(Handlers):
     _spec: AgentSpec | WorkflowSpec
     _suspension: SuspensionPolicy
 
-    async def _suspend_call(
+    async def suspend_call(
         self,
         call: ToolCallRequest,
         reason: CallSuspensionReason,
@@ -116,92 +113,15 @@ class FeatureView(Handlers):
     def conversation(self, head: str | None) -> None:
         self._context_ref = head
 
-    def count(self, **increments: int) -> None:
-        """Add to the totals' counters."""
-        self._count(**increments)
-
-    def add_usage(self, usage: Usage, cost: float | None) -> None:
-        """Add a model call's usage and cost."""
-        self._add_usage(usage, cost)
-
-    def add_child_totals(self, totals: Totals) -> None:
-        """Roll a child's totals in."""
-        self._add_child_totals(totals)
-
     def cost_unknown(self) -> None:
         """Mark the Run's cost unknown."""
         self._cost_unknown = True
         self._totals = self._totals.model_copy(update={"cost": None})
 
-    def check_abort(self) -> None:
-        """Raise ``Stop`` ABORTED after an abort."""
-        self._check_abort()
-
-    def abort_reason(self) -> str:
-        """Why the Run is aborting."""
-        return self._abort_reason()
-
     def model_task(self, task: asyncio.Task[Any] | None) -> None:
         """Set or clear the model-role call in flight."""
         self._model_task = task
 
-    async def suspend_call(
-        self,
-        call: ToolCallRequest,
-        reason: CallSuspensionReason,
-        seconds: float,
-        *,
-        id: str | None = None,
-        question: str | None = None,
-        arguments: str | None = None,
-    ) -> ResumeInput:
-        """Suspend on ``call`` until it is answered."""
-        return await self._suspend_call(
-            call, reason, seconds, id=id, question=question, arguments=arguments
-        )
-
-    async def start_reporting_child(
-        self,
-        run_id: str,
-        version: Version,
-        messages: tuple[str, ...],
-        *,
-        summary: str,
-        bounds: ParentBounds,
-        depth: int | None = None,
-        depth_caps: tuple[DepthCap, ...] | None = None,
-    ) -> ChildHandle:
-        """Start a child whose pending items are mirrored here."""
-        return await self._start_reporting_child(
-            run_id,
-            version,
-            messages,
-            summary=summary,
-            bounds=bounds,
-            depth=depth,
-            depth_caps=depth_caps,
-        )
-
-    async def adopt_child(
-        self, workflow_id: str, start: Callable[[], Awaitable[ChildHandle]]
-    ) -> ChildHandle:
-        """Start a child with ``start`` and keep it as one of this Run's children."""
-        self._starting.add(workflow_id)
-        try:
-            handle = await start()
-        finally:
-            self._starting.discard(workflow_id)
-        self._children[workflow_id] = handle
-        return handle
-
     def child(self, workflow_id: str) -> ChildHandle | None:
         """A running child's handle."""
         return self._children.get(workflow_id)
-
-    def forget_child(self, workflow_id: str) -> None:
-        """Stop mirroring and forwarding to a settled child."""
-        self._forget_child(workflow_id)
-
-    def forward(self, workflow_id: str, name: str, payload: Any) -> None:
-        """Send a signal to a running child."""
-        self._forward(workflow_id, name, payload)

@@ -107,7 +107,7 @@ class WorkflowRun(ToolCalls):
 
     def _aborting(self) -> None:
         if self._running is not None and self._abort is not None:
-            self._forward(self._running, ABORT, self._abort)
+            self.forward(self._running, ABORT, self._abort)
 
     def _check_steer(self, input: SteerInput) -> None:
         if self._running is None:
@@ -118,7 +118,7 @@ class WorkflowRun(ToolCalls):
 
     def _steer_into(self, input: SteerInput) -> None:
         if self._running is not None:
-            self._forward(self._running, STEER, input)
+            self.forward(self._running, STEER, input)
 
     # --- the steps -----------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class WorkflowRun(ToolCalls):
         if any(isinstance(step, ToolStep) for step in spec.steps):
             catalog = await resolve(self, builtins=False)
         for index, step in enumerate(spec.steps, start=1):
-            self._check_abort()
+            self.check_abort()
             if self._past_deadline():
                 return self._deadline_outcome()
             self._turn = index
@@ -151,8 +151,9 @@ class WorkflowRun(ToolCalls):
                     # The features (MCP servers) are asked before each tool step (its
                     # turn boundary).
                     offered = {entry.name: entry for entry in catalog.entries}
-                    for feature in self._features:
+                    for feature in self._before_step:
                         await feature.before_step(index, catalog)
+                    for feature in self._offering:
                         offered.update(feature.offered())
                     output = await self._tool_step(index, step, offered)
                 else:
@@ -187,7 +188,7 @@ class WorkflowRun(ToolCalls):
         if result.status != "ok":
             error = f"{result.status}: {result.content}"
             self._finish(step.name, "tool", ok=False, error=error)
-            self._check_abort()  # a call an abort cancelled ends the Run ABORTED
+            self.check_abort()  # a call an abort cancelled ends the Run ABORTED
             raise _StepFailed(error)
         output: Any = result.content
         if result.outcome is not None and result.outcome.truncated:
@@ -216,7 +217,7 @@ class WorkflowRun(ToolCalls):
         left = self._limits.transient_retry_budget - self._totals.transient_failures
         # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
         # validator assumes (it validates a step's agent as the root of its own chain).
-        child = await self._start_reporting_child(
+        child = await self.start_reporting_child(
             f"{self._input.run_id}-step{index}",
             version,
             messages,
@@ -240,15 +241,15 @@ class WorkflowRun(ToolCalls):
         )
         self._running = child.id
         if self._abort is not None:  # it came while the child was being started
-            self._forward(child.id, ABORT, self._abort)
+            self.forward(child.id, ABORT, self._abort)
         try:
             result: RunResult = await child
         except ChildWorkflowError as err:
             self._running = None
-            self._forget_child(child.id)
+            self.forget_child(child.id)
             totals = failed_totals(err)
             if totals is not None:
-                self._add_child_totals(totals)
+                self.add_child_totals(totals)
             error = cause_text(err)
             self._finish(
                 step.name,
@@ -261,8 +262,8 @@ class WorkflowRun(ToolCalls):
             )
             raise _StepFailed(f"{child.id}: {error}") from err
         self._running = None
-        self._forget_child(child.id)
-        self._add_child_totals(result.totals)
+        self.forget_child(child.id)
+        self.add_child_totals(result.totals)
         ok = result.status is RunStatus.COMPLETED
         output = (result.answer if kind == "agent" else result.outputs) if ok else None
         self._finish(
@@ -277,7 +278,7 @@ class WorkflowRun(ToolCalls):
         )
         if ok:
             return output
-        self._check_abort()
+        self.check_abort()
         if result.status is RunStatus.ABANDONED:
             raise Stop(RunStatus.ABANDONED, f"step {step.name!r}: {result.reason}")
         raise _StepFailed(f"{child.id} ended {result.status.value}: {result.reason}")
