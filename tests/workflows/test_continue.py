@@ -61,32 +61,6 @@ def test_a_carry_survives_the_json_the_next_execution_decodes() -> None:
     assert back.features["subagents"] == {"3": 2}
 
 
-def test_a_carry_written_with_feature_fields_reads_them_into_features() -> None:
-    # Carries in flight before features carried under their names had a field each.
-    legacy = {
-        "previous_run_id": "run-1",
-        "history_length": 1,
-        "history_size": 1,
-        "earlier": [],
-        "next_seq": 2,
-        "turn": 1,
-        "totals": {},
-        "delegations": {"3": 2},
-        "spawned": [],
-        "tasks": {"tasks": [], "revision": 0},
-        "mcp": {"catalog_hash": "h"},
-        "compaction": {"cut_turn": 2},
-    }
-    carry = RunCarry.model_validate(legacy)
-    assert carry.features == {
-        "subagents": {"3": 2},
-        "spawn": [],
-        "tasks": {"tasks": [], "revision": 0},
-        "mcp": {"catalog_hash": "h"},
-        "compaction": {"cut_turn": 2},
-    }
-
-
 @pytest.mark.parametrize("events", [0, 40_001])
 def test_the_threshold_is_bounded(events: int) -> None:
     version = Version.of(AgentBuilder("a").model("m").build())

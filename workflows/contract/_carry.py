@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities.contract import ChatMessage
 from psych_runtime.workflows.contract._records import Totals
@@ -92,28 +92,3 @@ class RunCarry(_Frozen):
     features: dict[str, Any] = Field(default_factory=dict)
     """Each feature's ``carry()`` (JSON) under its name, for its ``restore()``; a feature
     with nothing to carry is absent."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _features_apart(cls, data: Any) -> Any:
-        """A carry written before features carried under their names had their state as
-        fields of its own (``mcp``, ``delegations``, ``tasks``, ``compaction``, ``spawned``):
-        read it into ``features`` (a Run in flight then continues with what it had)."""
-        if isinstance(data, dict) and any(key in data for key in _FEATURE_FIELDS):
-            data = dict(data)
-            features = dict(data.get("features") or {})
-            for field, name in _FEATURE_FIELDS.items():
-                if field in data:
-                    features[name] = data.pop(field)
-            data["features"] = features
-        return data
-
-
-_FEATURE_FIELDS = {
-    "mcp": "mcp",
-    "delegations": "subagents",
-    "tasks": "tasks",
-    "compaction": "compaction",
-    "spawned": "spawn",
-}
-"""The fields a carry had before ``features``, and the feature each belongs to."""
