@@ -40,6 +40,7 @@ from psych_runtime.workflows.contract._contract import (
     WorkflowRunInput,
     workflow_id_for,
 )
+from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta, ToolCallPiece
 from psych_runtime.workflows.contract._records import (
     AbortRequested,
     CallSuspensionReason,
@@ -81,6 +82,10 @@ from psych_runtime.workflows.runs._agent_run import AgentRun
 from psych_runtime.workflows.runs._workflow_run import WorkflowRun
 
 __all__ = [
+    "Delta",
+    "DeltasDropped",
+    "TokenDelta",
+    "ToolCallPiece",
     "ABORT",
     "AGENT_RUN",
     "AbortInput",
