@@ -22,6 +22,7 @@ from psych_runtime.workers._worker import (
     activities_for,
     build_worker,
     connect,
+    egress_for,
     run_worker,
     run_workers,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "WorkerSettings",
     "activities_for",
     "build_worker",
+    "egress_for",
     "check_connections",
     "check_fleet_policy",
     "codec_from_env",
