@@ -27,7 +27,7 @@ from psych_runtime.activities.blobs import (
     LocalBlobStore,
     blob_store_from_env,
 )
-from psych_runtime.activities.contract import WORKFLOWS_ROLE, Decision
+from psych_runtime.activities.contract import WORKFLOWS_ROLE
 from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.hooks import Hooks
 from psych_runtime.activities.mcp import McpSettings
@@ -49,6 +49,12 @@ from psych_runtime.activities.tools import (
 )
 from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
+from psych_runtime.workers._environment import (
+    ask_policy,
+    seconds_from,
+    split_patterns,
+    truthy,
+)
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._settings import worker_hooks
@@ -176,13 +182,13 @@ class WorkerSettings:
             secrets=EnvSecretResolver(env),
             policy=ask_policy(
                 split_patterns(env.get("PSYCH_ASK", "")),
-                destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
+                destructive=truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
-            outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            outage_seconds=seconds_from("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
             egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
-            workflow_sandbox=_truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
+            workflow_sandbox=truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
         )
 
 
@@ -201,60 +207,12 @@ def bound_hooks(settings: WorkerSettings) -> Hooks:
     )
 
 
-def split_patterns(text: str) -> list[str]:
-    """Comma-separated tool patterns (``PSYCH_ASK``), blanks dropped."""
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _seconds(name: str, env: Mapping[str, str], default: float) -> float:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{name}={text!r} is not a number of seconds") from None
-    if not 0 <= value <= 86400:
-        raise SpecError(f"{name}={text!r} must be from 0 to 86400 seconds")
-    return value
-
-
 def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
     """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
     up after 10 s): what a worker's client needs to report a call that finished while the
     server was away."""
     elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
     return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
-
-
-def _truthy(text: str) -> bool:
-    return text.strip().lower() in ("1", "true", "yes", "on")
-
-
-def ask_policy(patterns: Sequence[str] = (), *, destructive: bool = False) -> RulePolicy:
-    """A RulePolicy asking a person to approve calls of the tools ``patterns`` name (exact
-    names, or a prefix ending in ``*``), and of every destructive tool with
-    ``destructive``; everything else is allowed.
-
-    Raises:
-        SpecError: a pattern has a ``*`` other than at its end, or is empty.
-    """
-    for pattern in patterns:
-        if not pattern or "*" in pattern[:-1]:
-            raise SpecError(
-                f"invalid tool pattern {pattern!r}: a tool name, or a prefix ending in '*'"
-            )
-    asking: dict[str, Decision] = {pattern: "ask" for pattern in patterns}
-    return RulePolicy(tools=asking, destructive="ask" if destructive else "allow")
-
-
-def describe_policy(policy: Policy) -> str | None:
-    """What an asking RulePolicy asks approval for, in words (None when it never asks)."""
-    if not isinstance(policy, RulePolicy):
-        return f"what {type(policy).__name__} decides"
-    asked = [pattern for pattern, decision in policy.tools.items() if decision == "ask"]
-    asked += [f"{effect} tools" for effect, d in policy.by_effect.items() if d == "ask"]
-    return ", ".join(asked) if asked else None
 
 
 async def connect(

@@ -27,10 +27,10 @@ from psych_runtime.activities.egress import LOOPBACK
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._environment import describe_policy
 from psych_runtime.workers._worker import (
     WorkerSettings,
     bound_hooks,
-    describe_policy,
     run_worker,
     run_workers,
     with_codec,
