@@ -57,7 +57,7 @@ from psych_runtime.workers._environment import (
 )
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
-from psych_runtime.workers._settings import worker_hooks
+from psych_runtime.workers._settings import worker_egress, worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
 from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers.fleet import (
@@ -281,15 +281,25 @@ def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
 
 
 def egress_for(settings: WorkerSettings) -> Egress:
-    """The worker's egress port: ``settings.egress``, with the model endpoints' hosts
-    allowed as the operator's own (close it with ``aclose``)."""
+    """The worker's egress port: ``settings.egress`` plus the global settings file's
+    ``egress`` section, with the model endpoints' hosts allowed as the operator's own
+    (close it with ``aclose``).
+
+    Raises:
+        SpecError: a problem of the settings files.
+    """
+    egress = worker_egress(
+        settings.egress,
+        settings.settings_file,
+        trust_project_settings=settings.trust_project_settings,
+    )
     endpoints = settings.endpoints
     hosts = {
         host
         for endpoint in (endpoints.default, *endpoints.routes.values())
         if endpoint is not None and (host := urlsplit(endpoint.base_url).hostname)
     }
-    return Egress(settings.egress, operator_hosts=frozenset(hosts))
+    return Egress(egress, operator_hosts=frozenset(hosts))
 
 
 def activities_for(

@@ -61,7 +61,11 @@ class EgressRules(BaseModel):
 
     @classmethod
     def parse(cls, allow: str = "", deny: str = "") -> EgressRules:
-        """Rules from comma-separated lists where each entry is a CIDR or a host pattern."""
+        """Rules from comma-separated lists where each entry is a CIDR or a host pattern.
+
+        Raises:
+            ValueError: an entry with a ``/`` that is not a CIDR.
+        """
         allow_hosts, allow_cidrs = _split(allow)
         deny_hosts, deny_cidrs = _split(deny)
         return cls(
@@ -100,12 +104,17 @@ class EgressSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EgressSettings:
+        """The fleet's rules from ``PSYCH_EGRESS_ALLOW`` and ``PSYCH_EGRESS_DENY``.
+
+        Raises:
+            ValueError: an entry of one of them is not a CIDR or host pattern (named).
+        """
         env = os.environ if environ is None else environ
-        return cls(
-            rules=EgressRules.parse(
-                env.get("PSYCH_EGRESS_ALLOW", ""), env.get("PSYCH_EGRESS_DENY", "")
-            )
-        )
+        allow, deny = env.get("PSYCH_EGRESS_ALLOW", ""), env.get("PSYCH_EGRESS_DENY", "")
+        try:
+            return cls(rules=EgressRules.parse(allow, deny))
+        except ValueError as err:
+            raise ValueError(f"PSYCH_EGRESS_ALLOW / PSYCH_EGRESS_DENY: {err}") from None
 
     def allowing(self, *entries: str) -> EgressSettings:
         """These settings with ``entries`` (CIDRs or host patterns) added to the fleet's
@@ -240,7 +249,9 @@ def _split(entries: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
             continue
         try:
             ipaddress.ip_network(entry, strict=False)
-        except ValueError:
+        except ValueError as err:
+            if "/" in entry:  # meant as a CIDR: never read as a host pattern instead
+                raise ValueError(f"{entry!r} is not a CIDR (like 10.0.0.0/8): {err}") from None
             hosts.append(entry.lower())
         else:
             cidrs.append(entry)
