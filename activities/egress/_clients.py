@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpcore2
@@ -88,6 +89,29 @@ class Egress:
         _log.warning("%s", refusal.message())
         egress_refused(refusal.kind)
 
+    async def judge(self, url: str, tenant: str | None, *, resolve: bool) -> Refusal | None:
+        """Would a Spec's ``url`` be refused for ``tenant``? Never connects.
+
+        With ``resolve``, the host is looked up as the worker would; a host that does not
+        resolve here is not judged (None): the worker's own lookup decides at run time.
+        Without, only what needs no lookup is judged: deny and allow patterns, address
+        literals, and ``localhost`` (loopback by definition, RFC 6761).
+        """
+        parts = urlsplit(url)
+        host = parts.hostname
+        if not host:
+            return None
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        resolver = self.resolver if resolve else _offline
+        guard = Guard(self.policy, tenant=tenant, origin="spec", resolver=resolver)
+        try:
+            await guard.addresses(host, port)
+        except EgressDenied as err:
+            return err.refusal
+        except OSError:
+            return None
+        return None
+
     def http(self, tenant: str | None = None, origin: Origin = "spec") -> httpx.AsyncClient:
         """The shared httpx client for ``tenant``'s requests from ``origin`` (closed by
         ``aclose``). Tenants without rules of their own share one client."""
@@ -153,6 +177,13 @@ class Egress:
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
+
+
+async def _offline(host: str, port: int) -> list[str]:
+    """The lookups a check may make without the network: ``localhost`` only."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return ["127.0.0.1"]
+    raise OSError(f"{host} is not looked up by an offline check")
 
 
 def _httpx_transport(guard: Guard) -> httpx.AsyncHTTPTransport:
