@@ -50,6 +50,7 @@ from psych_runtime.activities import (
     ModelEndpoints,
     RulePolicy,
 )
+from psych_runtime.activities.egress import LOOPBACK, EgressSettings
 from psych_runtime.specs import (
     AgentSpec,
     Scope,
@@ -261,6 +262,9 @@ async def main() -> int:
                 endpoints=endpoints,
                 secrets=EnvSecretResolver(),
                 policy=RulePolicy(tools={ASK_BEFORE: "ask"}),
+                # The demo's own servers are on loopback, which a Spec may reach only when
+                # the operator allows it.
+                egress=EgressSettings().allowing(*LOOPBACK),
             )
             await stack.enter_async_context(run_worker(env.client, settings))
             print(f"Temporal dev server at {env.client.service_client.config.target_host}")

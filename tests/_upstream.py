@@ -34,6 +34,8 @@ class Answer:
     status: int
     body: bytes | str = b""
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+    """More response headers (a redirect's ``location``)."""
 
 
 def echo_headers(status: int) -> Callable[[Request], Answer]:
@@ -76,6 +78,8 @@ def serve(
                 self.send_response(answer.status)
                 self.send_header("content-type", answer.content_type)
                 self.send_header("content-length", str(len(data)))
+                for name, value in answer.headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers._devserver import start_dev_server
+
+# The suite's HTTP tool and MCP servers run on loopback, which a Spec's URL may reach only
+# when the operator allows it: allowed here as `psych dev` allows it. Worker processes the
+# tests start inherit it; tests/activities/test_egress.py judges the default without it.
+os.environ.setdefault("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,::1/128,localhost")
+
 from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
     _mcp_http_process,
     _mcp_sse_process,

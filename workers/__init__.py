@@ -22,6 +22,7 @@ from psych_runtime.workers._worker import (
     activities_for,
     build_worker,
     connect,
+    egress_for,
     run_worker,
     run_workers,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "codec_from_env",
     "connect",
     "current_telemetry",
+    "egress_for",
     "follow_run",
     "format_record",
     "format_report",

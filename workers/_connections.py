@@ -1,4 +1,9 @@
-"""Publish-time connection checks: does each MCP server of a Spec answer?
+"""Publish-time connection checks: may the worker reach each URL of a Spec, and does each
+MCP server of a Spec answer?
+
+``egress_problems`` judges every URL a Spec names (HTTP tools, MCP servers, at any depth)
+under the worker's egress policy without connecting: ``psych validate`` and ``publish``
+report each one the policy would refuse.
 
 ``check_connections`` connects to every server ``mcp_servers_of(spec)`` lists (the Spec's
 own, its subagents', its workflow steps') through the MCP activities' ``check_servers``
@@ -13,11 +18,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import (
     AgentSpec,
+    AgentStep,
+    HttpTool,
     Scope,
     WorkflowSpec,
+    WorkflowStepRef,
     mcp_connection_key,
     mcp_servers_of,
 )
@@ -32,6 +41,7 @@ async def check_connections(
     scope: Scope,
     secrets: SecretResolver | None,
     settings: McpSettings | None = None,
+    egress: Egress | None = None,
 ) -> dict[str, str | None]:
     """Connect to every MCP server of ``spec``, at any depth; ``mcp_connection_key`` ->
     None when it answered, else why not (credentials named, never their values).
@@ -42,6 +52,7 @@ async def check_connections(
             is resolved for it, as a worker would for a Run of this Scope).
         secrets: resolves the credentials; None when no server names one.
         settings: the connect and list timeouts (the worker's defaults when None).
+        egress: the port the connections go through (the environment's policy when None).
     """
     # Imported here: the mcp SDK takes seconds to import, and every psych command imports
     # this module (through the package and validate/publish), few of them checking.
@@ -51,8 +62,47 @@ async def check_connections(
     # check_servers answers by server name, and a name is unique only within one Spec
     # level: each distinct endpoint is asked under a name of its own.
     probes = [server.model_copy(update={"name": f"s{i}"}) for i, server in enumerate(servers)]
-    answers = await check_servers(probes, scope, secrets, settings)
+    answers = await check_servers(probes, scope, secrets, settings, egress=egress)
     return {
         mcp_connection_key(server): answers[probe.name]
         for server, probe in zip(servers, probes, strict=True)
     }
+
+
+def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, str]]:
+    """Every URL ``spec`` names, at any depth, with what names it (``http tool 'refund'``,
+    ``mcp server 'docs'``, within ``subagent 'x'`` / ``step 'y'``), in the order found."""
+    found: list[tuple[str, str]] = []
+
+    def walk(node: AgentSpec | WorkflowSpec, within: str) -> None:
+        for tool in node.tools:
+            if isinstance(tool, HttpTool):
+                found.append((f"{within}http tool {tool.name!r}", tool.url))
+        for server in node.mcp_servers:
+            found.append((f"{within}mcp server {server.name!r}", server.url))
+        if isinstance(node, AgentSpec):
+            for sub in node.subagents:
+                walk(sub.spec, f"{within}subagent {sub.name!r}: ")
+            return
+        for step in node.steps:
+            if isinstance(step, AgentStep | WorkflowStepRef):
+                walk(step.spec, f"{within}step {step.name!r}: ")
+
+    walk(spec, "")
+    return found
+
+
+async def egress_problems(
+    spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress, resolve: bool
+) -> list[str]:
+    """One problem per URL of ``spec`` that ``egress`` would refuse for ``scope``
+    (``resolve``: look host names up, as ``--check-connections`` does; else judge only
+    what needs no lookup, ``Egress.judge``)."""
+    problems: list[str] = []
+    for what, url in spec_urls(spec):
+        # A URL template's placeholders stand in the path or query, never the host.
+        target = url.replace("{", "").replace("}", "")
+        refusal = await egress.judge(target, scope.tenant, resolve=resolve)
+        if refusal is not None:
+            problems.append(f"{what}: the worker's {refusal.message(url)}")
+    return problems

@@ -1,4 +1,5 @@
-"""Settings files: the tool-call hooks a worker loads from YAML, and whom it trusts.
+"""Settings files: the tool-call hooks a worker loads from YAML, whom it trusts, and
+where it may connect (``egress``, ``workers/_egress_settings.py``).
 
 Two files, read when a worker is built (``worker_hooks``), never mutated, never cached:
 
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.hooks import (
     DEFAULT_TIMEOUT_SECONDS,
     STAGES,
@@ -52,10 +54,11 @@ from psych_runtime.activities.hooks import (
     check_pattern,
 )
 from psych_runtime.specs import AccessDenied, SpecError, load_yaml
+from psych_runtime.workers._egress_settings import merged, parse_egress
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""
-_KEYS = frozenset({"hooks", "serve", "trusted_modules"})
+_KEYS = frozenset({"egress", "hooks", "serve", "trusted_modules"})
 _log = logging.getLogger(__name__)
 Scope = Literal["global", "project"]
 
@@ -98,12 +101,14 @@ class SettingsFile:
         trusted_modules: the allow-list it sets: None when it sets none (a project file
             never does), () when it sets an empty one (nothing trusted), else the modules.
         hooks: its hook declarations, in file order.
+        egress: its ``egress`` section (``workers/_egress_settings.py``), if any.
     """
 
     path: Path
     scope: Scope
     trusted_modules: tuple[str, ...] | None
     hooks: tuple[HookDeclaration, ...]
+    egress: EgressSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,14 @@ class LoadedSettings:
 
     files: tuple[SettingsFile, ...]
     skipped_project: Path | None = None
+
+    @property
+    def egress(self) -> EgressSettings | None:
+        """The global file's ``egress`` section (None when it has none)."""
+        for file in self.files:
+            if file.scope == "global" and file.egress is not None:
+                return file.egress
+        return None
 
     @property
     def trusted_modules(self) -> tuple[str, ...]:
@@ -141,10 +154,20 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a settings file is a mapping, not {type(data).__name__}")
     for key in sorted(set(data) - _KEYS, key=str):
-        problems.append(f"{source}: {key}: unknown setting (known: hooks, serve, trusted_modules)")
+        problems.append(
+            f"{source}: {key}: unknown setting (known: egress, hooks, serve, trusted_modules)"
+        )
     if "serve" in data and scope == "project":
         # Read by `psych serve` (workers/serve/_settings.py): who may call the API.
         problems.append(f"{source}: serve: only the global settings file may configure serve")
+    egress = None
+    if "egress" in data:
+        if scope == "project":
+            problems.append(
+                f"{source}: egress: only the global settings file may set where the worker connects"
+            )
+        else:
+            egress = parse_egress(data["egress"], f"{source}: egress", problems)
     if "trusted_modules" in data:
         value = data["trusted_modules"]
         if scope == "project":
@@ -187,7 +210,11 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
     if problems:
         raise SpecError("\n".join(problems))
     return SettingsFile(
-        path=Path(source), scope=scope, trusted_modules=trusted, hooks=tuple(declarations)
+        path=Path(source),
+        scope=scope,
+        trusted_modules=trusted,
+        hooks=tuple(declarations),
+        egress=egress,
     )
 
 
@@ -356,6 +383,25 @@ def bind_settings(loaded: LoadedSettings) -> Hooks:
     if problems:
         raise SpecError("\n".join(problems))
     return Hooks(entries)
+
+
+def worker_egress(
+    given: EgressSettings,
+    settings_file: Path | None = None,
+    *,
+    trust_project_settings: bool = False,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> EgressSettings:
+    """The egress settings a worker runs with: ``given``, plus the global file's section.
+
+    Raises:
+        SpecError: a problem of the settings files.
+    """
+    loaded = load_settings(
+        settings_file, trust_project_settings=trust_project_settings, cwd=cwd, environ=environ
+    )
+    return merged(given, loaded.egress)
 
 
 def worker_hooks(

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
-import httpx
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -27,7 +27,8 @@ from psych_runtime.activities.blobs import (
     LocalBlobStore,
     blob_store_from_env,
 )
-from psych_runtime.activities.contract import WORKFLOWS_ROLE, Decision
+from psych_runtime.activities.contract import WORKFLOWS_ROLE
+from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.hooks import Hooks
 from psych_runtime.activities.mcp import McpSettings
 from psych_runtime.activities.model import (
@@ -48,9 +49,15 @@ from psych_runtime.activities.tools import (
 )
 from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
+from psych_runtime.workers._environment import (
+    ask_policy,
+    seconds_from,
+    split_patterns,
+    truthy,
+)
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
-from psych_runtime.workers._settings import worker_hooks
+from psych_runtime.workers._settings import worker_egress, worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
 from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
 from psych_runtime.workers.fleet import (
@@ -112,6 +119,10 @@ class WorkerSettings:
             call, and their token budget (``ContextSettings``; default none registered).
         hooks: tool-call hooks declared in code (``Hooks``), run before the settings
             files' hooks.
+        egress: where the worker may connect (``EgressSettings``: the fleet's allow and
+            deny lists, ``PSYCH_EGRESS_ALLOW`` / ``PSYCH_EGRESS_DENY``, each tenant's, the
+            response bound). Every outbound request goes through one ``Egress`` port made
+            from it; the model endpoints' hosts are allowed as the operator's own.
         settings_file: the global settings file (``--settings``, ``PSYCH_SETTINGS``); None:
             ``PSYCH_SETTINGS`` of the process, else the default path when it exists
             (``workers/_settings.py``).
@@ -142,6 +153,7 @@ class WorkerSettings:
     mcp: McpSettings = field(default_factory=McpSettings)
     context: ContextSettings = field(default_factory=ContextSettings)
     hooks: Hooks = field(default_factory=Hooks)
+    egress: EgressSettings = field(default_factory=EgressSettings.from_env)
     settings_file: Path | None = None
     trust_project_settings: bool = False
     versions: VersionStore = field(
@@ -170,12 +182,13 @@ class WorkerSettings:
             secrets=EnvSecretResolver(env),
             policy=ask_policy(
                 split_patterns(env.get("PSYCH_ASK", "")),
-                destructive=_truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
+                destructive=truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
-            outage_seconds=_seconds("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            outage_seconds=seconds_from("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
-            workflow_sandbox=_truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
+            workflow_sandbox=truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
         )
 
 
@@ -194,60 +207,12 @@ def bound_hooks(settings: WorkerSettings) -> Hooks:
     )
 
 
-def split_patterns(text: str) -> list[str]:
-    """Comma-separated tool patterns (``PSYCH_ASK``), blanks dropped."""
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _seconds(name: str, env: Mapping[str, str], default: float) -> float:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{name}={text!r} is not a number of seconds") from None
-    if not 0 <= value <= 86400:
-        raise SpecError(f"{name}={text!r} must be from 0 to 86400 seconds")
-    return value
-
-
 def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
     """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
     up after 10 s): what a worker's client needs to report a call that finished while the
     server was away."""
     elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
     return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
-
-
-def _truthy(text: str) -> bool:
-    return text.strip().lower() in ("1", "true", "yes", "on")
-
-
-def ask_policy(patterns: Sequence[str] = (), *, destructive: bool = False) -> RulePolicy:
-    """A RulePolicy asking a person to approve calls of the tools ``patterns`` name (exact
-    names, or a prefix ending in ``*``), and of every destructive tool with
-    ``destructive``; everything else is allowed.
-
-    Raises:
-        SpecError: a pattern has a ``*`` other than at its end, or is empty.
-    """
-    for pattern in patterns:
-        if not pattern or "*" in pattern[:-1]:
-            raise SpecError(
-                f"invalid tool pattern {pattern!r}: a tool name, or a prefix ending in '*'"
-            )
-    asking: dict[str, Decision] = {pattern: "ask" for pattern in patterns}
-    return RulePolicy(tools=asking, destructive="ask" if destructive else "allow")
-
-
-def describe_policy(policy: Policy) -> str | None:
-    """What an asking RulePolicy asks approval for, in words (None when it never asks)."""
-    if not isinstance(policy, RulePolicy):
-        return f"what {type(policy).__name__} decides"
-    asked = [pattern for pattern, decision in policy.tools.items() if decision == "ask"]
-    asked += [f"{effect} tools" for effect, d in policy.by_effect.items() if d == "ask"]
-    return ", ".join(asked) if asked else None
 
 
 async def connect(
@@ -297,7 +262,7 @@ def with_codec(client: Client, codec: PsychCodec | None) -> Client:
     return Client(**config)
 
 
-def _mcp_activities(settings: WorkerSettings) -> McpActivities:
+def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
     """The MCP activities (and their session pool) for a worker with ``settings``; close
     them (``await mcp.aclose()``) once the worker has stopped."""
     # Imported here: the mcp SDK takes a second or two to import, and every psych command
@@ -311,25 +276,49 @@ def _mcp_activities(settings: WorkerSettings) -> McpActivities:
         settings=settings.mcp,
         outage_seconds=settings.outage_seconds,
         hooks=bound_hooks(settings),
+        egress=egress,
     )
 
 
+def egress_for(settings: WorkerSettings) -> Egress:
+    """The worker's egress port: ``settings.egress`` plus the global settings file's
+    ``egress`` section, with the model endpoints' hosts allowed as the operator's own
+    (close it with ``aclose``).
+
+    Raises:
+        SpecError: a problem of the settings files.
+    """
+    egress = worker_egress(
+        settings.egress,
+        settings.settings_file,
+        trust_project_settings=settings.trust_project_settings,
+    )
+    endpoints = settings.endpoints
+    hosts = {
+        host
+        for endpoint in (endpoints.default, *endpoints.routes.values())
+        if endpoint is not None and (host := urlsplit(endpoint.base_url).hostname)
+    }
+    return Egress(egress, operator_hosts=frozenset(hosts))
+
+
 def activities_for(
-    settings: WorkerSettings, http: httpx.AsyncClient, mcp: McpActivities | None = None
+    settings: WorkerSettings, egress: Egress, mcp: McpActivities | None = None
 ) -> list[Any]:
     """The activity callables a psych worker registers: each activity class's own list.
 
-    ``mcp`` holds the MCP session pool the caller closes when the worker stops; without
-    one, one is made whose sessions close only once idle (``McpSettings.idle_seconds``).
+    Every outbound request goes through ``egress`` (the caller closes it). ``mcp`` holds
+    the MCP session pool the caller closes when the worker stops; without one, one is made
+    (on ``egress``) whose sessions close only once idle (``McpSettings.idle_seconds``).
     """
-    mcp = mcp if mcp is not None else _mcp_activities(settings)
+    mcp = mcp if mcp is not None else _mcp_activities(settings, egress)
     # One MCP pool and cache serve both the model call (an agent turn's discovery) and the
     # MCP tool calls.
     model = ModelActivities(
         endpoints=settings.endpoints,
         blobs=settings.blobs,
         pricing=settings.pricing,
-        http=http,
+        http=egress.http(None, "operator"),
         mcp=mcp,
         context=ContextProviders(settings.context, settings.blobs),
     )
@@ -337,7 +326,7 @@ def activities_for(
         registry=settings.registry,
         blobs=settings.blobs,
         secrets=settings.secrets,
-        http=http,
+        egress=egress,
         policy=settings.policy,
         outage_seconds=settings.outage_seconds,
         hooks=mcp.hooks,
@@ -358,7 +347,7 @@ def build_worker(
     client: Client,
     settings: WorkerSettings,
     *,
-    http: httpx.AsyncClient,
+    egress: Egress,
     role: str = WORKFLOWS_ROLE,
     mcp: McpActivities | None = None,
     **worker_options: Any,
@@ -369,8 +358,9 @@ def build_worker(
 
     ``client`` must carry the psych plugin (see ``connect``); when the plugin encrypts
     payloads (``PsychCodec``), the blob store is wrapped to encrypt with the same keys
-    (``EncryptedBlobStore``), unless it already is; ``http`` is the one HTTP
-    client every outbound request of the activities goes through (the caller closes it);
+    (``EncryptedBlobStore``), unless it already is; ``egress`` is the one port
+    every outbound request of the activities goes through (``egress_for(settings)``; the
+    caller closes it);
     ``mcp`` the MCP activities (an ``McpActivities``, built on the ``sealed`` settings),
     whose session pool the caller closes after the worker stops (without one,
     build_worker makes one whose sessions close only once idle); extra keyword arguments
@@ -410,7 +400,7 @@ def build_worker(
         client,
         task_queue=role_task_queue(settings.task_queue, role),
         workflows=list(workflows),
-        activities=activities_of_role(activities_for(settings, http, mcp), role),
+        activities=activities_of_role(activities_for(settings, egress, mcp), role),
         identity=identity,
         **worker_options,
     )
@@ -459,13 +449,14 @@ async def run_workers(
     for role in settings.roles:
         queue = role_task_queue(settings.task_queue, role)
         await check_fleet_policy(client, queue, settings.policy)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+    egress = egress_for(settings)
+    try:
         # One MCP session pool and cache for every role of this process.
-        mcp = _mcp_activities(settings)
+        mcp = _mcp_activities(settings, egress)
         try:
             workers = [
                 build_worker(
-                    client, settings, http=http, role=role, mcp=mcp, **dict(worker_options)
+                    client, settings, egress=egress, role=role, mcp=mcp, **dict(worker_options)
                 )
                 for role in settings.roles
             ]
@@ -478,6 +469,8 @@ async def run_workers(
         # Calls not safe to repeat report their outcome through the client; the workers
         # have stopped, but those reports may still be retrying through an outage.
         await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
+    finally:
+        await egress.aclose()
     telemetry = current_telemetry()
     if telemetry is not None:
         # The psych command ends with os._exit, which skips the exporters' atexit flush.

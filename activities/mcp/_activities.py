@@ -39,6 +39,7 @@ from psych_runtime.activities.contract import (
     McpToolCall,
     ToolOutcome,
 )
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.mcp._catalog import (
     CatalogCache,
@@ -88,6 +89,7 @@ class McpActivities(Catalogues, ActivityClass):
         settings: McpSettings | None = None,
         outage_seconds: float = 0.0,
         hooks: Hooks | None = None,
+        egress: Egress | None = None,
     ) -> None:
         """Create the activities.
 
@@ -104,6 +106,8 @@ class McpActivities(Catalogues, ActivityClass):
             hooks: the pre, post and on_error hooks every MCP tool call runs through
                 (``activities/hooks/_hooks.py``; default none), matched on the model-facing
                 ``server__tool`` name, so tools discovered mid-Run are covered too.
+            egress: the worker's egress port, through which every session connects for
+                its tenant (default: one from the environment, ``EgressSettings.from_env``).
         """
         self.blobs = blobs
         self.hooks = hooks if hooks is not None else Hooks()
@@ -118,6 +122,7 @@ class McpActivities(Catalogues, ActivityClass):
             idle_seconds=self.settings.idle_seconds,
             connect_timeout=self.settings.connect_timeout_seconds,
             on_tools_changed=self.catalogs.drop,
+            egress=egress if egress is not None else Egress(),
         )
 
     async def aclose(self) -> None:

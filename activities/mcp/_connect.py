@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._pool import (
     McpUnavailable,
     SessionKey,
@@ -84,15 +85,18 @@ async def check_servers(
     scope: Scope,
     secrets: SecretResolver | None,
     settings: McpSettings | None = None,
+    egress: Egress | None = None,
 ) -> dict[str, str | None]:
     """Connect to each server (``initialize`` and one ``tools/list``), as publish-time
     ``--check-connections`` does; server name -> why it failed, or None when it answered.
 
     Each server gets a fresh connection, closed before returning (nothing is pooled), and
     the servers are tried concurrently, each bounded by the connect and list timeouts.
-    Messages name credentials, never their values.
+    Messages name credentials, never their values. Connections go through ``egress``
+    (default: the environment's policy, ``EgressSettings.from_env``).
     """
     chosen = settings if settings is not None else McpSettings()
+    port = egress if egress is not None else Egress()
 
     async def check(server: McpServer) -> str | None:
         redact = Redactor()
@@ -110,11 +114,17 @@ async def check_servers(
                     server.transport,
                     headers,
                     connect_timeout=chosen.connect_timeout_seconds,
+                    egress=port,
+                    tenant=scope.tenant,
                 ) as client:
                     await client.list_tools(cache_mode="bypass")
         except Exception as err:
             return redact(failure_reason(err))
         return None
 
-    answers = await asyncio.gather(*(check(server) for server in servers))
+    try:
+        answers = await asyncio.gather(*(check(server) for server in servers))
+    finally:
+        if egress is None:
+            await port.aclose()
     return {server.name: answer for server, answer in zip(servers, answers, strict=True)}

@@ -38,6 +38,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from psych_runtime.activities.egress import Egress
 from psych_runtime.specs import Scope
 
 _log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ async def open_client(
     headers: dict[str, str],
     *,
     connect_timeout: float,
+    egress: Egress,
+    tenant: str,
     on_message: Callable[[IncomingMessage], None] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to an MCP server and run the ``initialize`` handshake.
@@ -135,11 +138,16 @@ async def open_client(
     async with AsyncExitStack() as stack:
         if transport == "sse":
             streams = sse_client(
-                url, headers=headers, timeout=connect_timeout, sse_read_timeout=_SSE_READ_SECONDS
+                url,
+                headers=headers,
+                timeout=connect_timeout,
+                sse_read_timeout=_SSE_READ_SECONDS,
+                httpx_client_factory=egress.mcp_factory(tenant),
             )
         else:
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(
+                egress.mcp_client(
+                    tenant,
                     headers=headers,
                     timeout=httpx2.Timeout(connect_timeout, read=_SSE_READ_SECONDS),
                 )
@@ -176,6 +184,7 @@ class McpSessions:
         idle_seconds: float,
         connect_timeout: float,
         on_tools_changed: Callable[[SessionKey], None],
+        egress: Egress,
     ) -> None:
         """Create an empty pool.
 
@@ -186,11 +195,13 @@ class McpSessions:
             connect_timeout: bound on connecting plus ``initialize``.
             on_tools_changed: called with a session's key when its server sends
                 ``notifications/tools/list_changed`` (the catalogue cache drops it).
+            egress: every session connects through its clients, for the key's tenant.
         """
         self._max = max_sessions
         self._idle = idle_seconds
         self._connect_timeout = connect_timeout
         self._on_tools_changed = on_tools_changed
+        self._egress = egress
         self._sessions: OrderedDict[SessionKey, _Pooled] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         """Every owner task still running, dropped sessions' included (``aclose`` waits)."""
@@ -285,6 +296,8 @@ class McpSessions:
                 pooled.key.transport,
                 headers,
                 connect_timeout=self._connect_timeout,
+                egress=self._egress,
+                tenant=pooled.key.tenant,
                 on_message=on_message,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected

@@ -80,6 +80,7 @@ class _Instruments:
     token_usage: Histogram
     duration: Histogram
     tool_calls: Counter
+    egress_refusals: Counter
     content: bool
 
 
@@ -122,8 +123,19 @@ def instrument(
             unit="{call}",
             description="Tool calls by tool and outcome (psych.tool.status).",
         ),
+        egress_refusals=meter.create_counter(
+            "psych.egress.refused",
+            unit="{connection}",
+            description="Connections the egress policy refused, by psych.egress.rule.",
+        ),
         content=content,
     )
+
+
+def egress_refused(kind: str) -> None:
+    """Count one connection the egress policy refused (``kind``: the rule's kind)."""
+    if _installed is not None:
+        _installed.egress_refusals.add(1, {"psych.egress.rule": kind})
 
 
 def uninstrument() -> None:

@@ -54,6 +54,7 @@ from psych_runtime.activities.contract import (
     full_http_call,
     slim_outcome,
 )
+from psych_runtime.activities.egress import Egress, EgressDenied
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
@@ -96,7 +97,7 @@ class ToolActivities(ActivityClass):
         registry: ToolRegistry,
         blobs: BlobStore,
         secrets: SecretResolver | None = None,
-        http: httpx.AsyncClient | None = None,
+        egress: Egress | None = None,
         policy: Policy | None = None,
         heartbeat_seconds: float = 1.0,
         outage_seconds: float = 0.0,
@@ -109,9 +110,11 @@ class ToolActivities(ActivityClass):
             blobs: where results and tool messages are stored.
             secrets: resolves HTTP tool credentials; without one, a tool that names a
                 credential gets an error outcome.
-            http: the client HTTP tools are sent with. It must not retry: a POST is not
-                safe to repeat, and repeating is the workflow's decision. Without one, an
-                httpx client is created on first use (httpx never retries requests) and
+            egress: the worker's egress port: HTTP tools are sent with its client for the
+                call's tenant, which refuses what the egress policy refuses (the call's
+                outcome is then ``denied``, naming the rule) and never retries (a POST is
+                not safe to repeat, and repeating is the workflow's decision). Without
+                one, one is made from the environment (``EgressSettings.from_env``) and
                 closed by ``aclose``.
             policy: decides allow/deny/ask per tool or per call (default ``RulePolicy()``,
                 which allows everything). An exception inside it counts as deny.
@@ -129,25 +132,26 @@ class ToolActivities(ActivityClass):
         self.hooks = hooks if hooks is not None else Hooks()
         self.blobs = blobs
         self.secrets = secrets
-        self._http = http
-        self._owned_http: httpx.AsyncClient | None = None
+        self._egress = egress
+        self._owned_egress: Egress | None = None
         self._heartbeat_seconds = heartbeat_seconds
         self._outage_seconds = outage_seconds
         self.policy: Policy = policy if policy is not None else RulePolicy()
 
     async def aclose(self) -> None:
-        """Close the HTTP client if these activities created it."""
-        if self._owned_http is not None:
-            await self._owned_http.aclose()
-            self._owned_http = None
+        """Close the egress port's clients if these activities made it."""
+        if self._owned_egress is not None:
+            await self._owned_egress.aclose()
+            self._owned_egress = None
 
-    def _client(self) -> httpx.AsyncClient:
-        # Created on first use, so a worker whose Runs never call an HTTP tool holds none.
-        if self._http is not None:
-            return self._http
-        if self._owned_http is None:
-            self._owned_http = httpx.AsyncClient()
-        return self._owned_http
+    def _client(self, tenant: str) -> httpx.AsyncClient:
+        # Made on first use, so a worker whose Runs never call an HTTP tool holds none.
+        egress = self._egress
+        if egress is None:
+            if self._owned_egress is None:
+                self._owned_egress = Egress()
+            egress = self._owned_egress
+        return egress.http(tenant)
 
     # --- activities ------------------------------------------------------------------------
 
@@ -376,11 +380,15 @@ class ToolActivities(ActivityClass):
             return await self._outcome(input, "denied", denied, started, plan)
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
+        client = self._client(input.scope.tenant)
         try:
-            request = await build_request(self._client(), self.secrets, input, redact)
+            request = await build_request(client, self.secrets, input, redact)
             text = await heartbeating(
-                send_request(self._client(), input.tool, request), self._heartbeat_seconds
+                send_request(client, input.tool, request), self._heartbeat_seconds
             )
+        except EgressDenied as err:
+            message = f"{input.tool.name}: {err}"
+            return await self._outcome(input, "denied", redact(message), started, plan)
         except ToolError as err:
             return await self._outcome(input, "error", redact(str(err)), started, plan)
         return await self._outcome(input, "ok", redact(text), started, plan)

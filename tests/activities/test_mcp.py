@@ -744,3 +744,25 @@ async def published_server_is_discovered_and_called(
     assert json.loads(converted.content)["target"]["datetime"].endswith("T21:00:00+09:00")
     wrong = await call(mcp, server, "get_current_time", {"timezone": "Not/AZone"})
     assert wrong.status == "error"
+
+
+async def test_a_session_connects_through_the_egress_policy_on_both_transports(
+    mcp_http_server: McpTestServer, mcp_sse_server: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    from psych_runtime.activities.egress import Egress, EgressSettings
+
+    egress = Egress(EgressSettings())  # the default: a Spec's URL may not reach loopback
+    mcp = McpActivities(blobs=blobs, egress=egress)
+    try:
+        for served in (mcp_http_server, mcp_sse_server):
+            transport = "sse" if served.transport == "sse" else "http"
+            server = McpServer(name="local", url=served.url, transport=transport)
+            result = await catalog(mcp, server)
+            (status,) = result.servers
+            assert status.status == "unavailable"
+            assert status.error is not None
+            assert "egress refused: 127.0.0.1: loopback addresses are refused" in status.error
+        assert egress.connects == 0
+    finally:
+        await mcp.aclose()
+        await egress.aclose()

@@ -19,7 +19,7 @@ import sys
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.workers import WorkerSettings, connect, run_worker
-from psych_runtime.workers._worker import ask_policy
+from psych_runtime.workers._environment import ask_policy
 from psych_runtime.workers.fleet import deployment_version
 from psych_runtime.workflows import AgentRun, WorkflowRun
 

@@ -11,6 +11,7 @@ the third's failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
@@ -19,14 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import pytest
 
 from psych_runtime.activities import Deny, HookCall, Hooks, ToolActivities
 from psych_runtime.specs import AgentBuilder, AgentSpec, SpecError
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._settings import PROJECT_SETTINGS
-from psych_runtime.workers._worker import activities_for, run_worker
+from psych_runtime.workers._worker import activities_for, egress_for, run_worker
 from psych_runtime.workflows import RunStatus, ToolCallFinished, ToolCallStarted
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
@@ -339,9 +339,11 @@ async def test_building_the_worker_twice_gives_one_chain(harness: Harness, tmp_p
         harness.settings, hooks=Hooks().post("lookup", redact), settings_file=settings_file
     )
     chains = []
-    async with httpx.AsyncClient() as http:
+    async with contextlib.AsyncExitStack() as stack:
         for _ in range(2):
-            built = activities_for(settings, http)
+            egress = egress_for(settings)
+            stack.push_async_callback(egress.aclose)
+            built = activities_for(settings, egress)
             owners = {getattr(a, "__self__", None) for a in built}
             (tools,) = [o for o in owners if isinstance(o, ToolActivities)]
             chains.append(tools.hooks)

@@ -222,3 +222,55 @@ def test_the_cli_does_not_import_the_mcp_sdk_until_a_check_runs(tmp_path: Path) 
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_validate_names_every_spec_url_the_workers_egress_policy_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PSYCH_EGRESS_ALLOW", "")  # the default policy, not the suite's
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no global settings file
+    file = tmp_path / "agent.yaml"
+    file.write_text(
+        json.dumps(
+            {
+                "kind": "agent",
+                "name": "egress",
+                "model": {"model": "m"},
+                "tools": [
+                    {
+                        "kind": "http",
+                        "name": "refund",
+                        "description": "Refund.",
+                        "url": "http://127.0.0.1:9/orders/{id}",
+                        "input_schema": {
+                            "type": "object",
+                            "properties": {"id": {"type": "string"}},
+                        },
+                    },
+                    {
+                        "kind": "http",
+                        "name": "meta",
+                        "description": "Metadata.",
+                        "url": "http://169.254.169.254/latest/meta-data",
+                    },
+                ],
+                "mcp_servers": [{"name": "docs", "url": "http://localhost:9/mcp"}],
+            }
+        )
+    )
+    assert main(["validate", str(file)]) == 1
+    found = problems(file, capsys.readouterr().err)
+    assert sorted(found) == [
+        "http tool 'meta': the worker's egress refused: http://169.254.169.254/latest/meta-data: "
+        "link-local (cloud metadata among them) addresses are refused for URLs from a Spec "
+        "unless the operator allows them (egress allow list: PSYCH_EGRESS_ALLOW or the "
+        "settings file)",
+        "http tool 'refund': the worker's egress refused: http://127.0.0.1:9/orders/{id}: "
+        "loopback addresses are refused for URLs from a Spec unless the operator allows them "
+        "(egress allow list: PSYCH_EGRESS_ALLOW or the settings file)",
+        "mcp server 'docs': the worker's egress refused: http://localhost:9/mcp "
+        "(localhost -> 127.0.0.1): loopback addresses are refused for URLs from a Spec unless "
+        "the operator allows them (egress allow list: PSYCH_EGRESS_ALLOW or the settings file)",
+    ]
+    monkeypatch.setenv("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,169.254.169.254/32")
+    assert main(["validate", str(file)]) == 0

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -30,6 +29,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.workflow import SandboxImportNotificationPolicy
 
 from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities.egress import Egress
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import SANDBOX_PASSTHROUGH, PsychPlugin, WorkerSettings, build_worker
 from psych_runtime.workflows import AgentRun
@@ -97,15 +97,18 @@ def test_conflicting_payload_converter_is_refused_by_name(dev_env: WorkflowEnvir
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
+async def egress() -> AsyncIterator[Egress]:
+    port = Egress()
+    try:
+        yield port
+    finally:
+        await port.aclose()
 
 
 async def runner_of(
     dev_env: WorkflowEnvironment,
     tmp_path: Path,
-    http: httpx.AsyncClient,
+    egress: Egress,
     given: WorkflowRunner | None,
     *,
     sandbox: bool = False,
@@ -118,44 +121,44 @@ async def runner_of(
     )
     if given is not None:
         options["workflow_runner"] = given
-    built = build_worker(psych_client(dev_env), settings, http=http, **options)
+    built = build_worker(psych_client(dev_env), settings, egress=egress, **options)
     # Started and stopped, so no half-made worker outlives the test.
     async with built:
         return built.config(active_config=True)["workflow_runner"]
 
 
 async def test_psych_workflows_leave_the_sandbox_unless_asked(
-    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient
+    dev_env: WorkflowEnvironment, tmp_path: Path, egress: Egress
 ) -> None:
     # Default: psych's own workflows run unsandboxed (workers/README, "The workflow sandbox").
-    assert isinstance(await runner_of(dev_env, tmp_path, http, None), UnsandboxedWorkflowRunner)
+    assert isinstance(await runner_of(dev_env, tmp_path, egress, None), UnsandboxedWorkflowRunner)
     # workflow_sandbox (PSYCH_WORKFLOW_SANDBOX=1) puts them back in it, with our passthrough.
-    asked = await runner_of(dev_env, tmp_path, http, None, sandbox=True)
+    asked = await runner_of(dev_env, tmp_path, egress, None, sandbox=True)
     assert isinstance(asked, SandboxedWorkflowRunner)
     assert set(SANDBOX_PASSTHROUGH) <= asked.restrictions.passthrough_modules
     assert WorkerSettings.from_env({"PSYCH_WORKFLOW_SANDBOX": "1"}).workflow_sandbox
     assert not WorkerSettings.from_env({}).workflow_sandbox
     # Someone else's workflow classes keep Temporal's default sandbox.
-    theirs = await runner_of(dev_env, tmp_path, http, None, workflows=[AgentRun])
+    theirs = await runner_of(dev_env, tmp_path, egress, None, workflows=[AgentRun])
     assert isinstance(theirs, SandboxedWorkflowRunner)
 
 
 async def test_unsandboxed_runner_is_kept(
-    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient
+    dev_env: WorkflowEnvironment, tmp_path: Path, egress: Egress
 ) -> None:
     given = UnsandboxedWorkflowRunner()
-    assert await runner_of(dev_env, tmp_path, http, given) is given
+    assert await runner_of(dev_env, tmp_path, egress, given) is given
 
 
 async def test_users_sandbox_keeps_its_settings_and_gains_ours(
-    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient
+    dev_env: WorkflowEnvironment, tmp_path: Path, egress: Egress
 ) -> None:
     restrictions = SandboxRestrictions.default.with_passthrough_modules(
         "tests.e2e._http_server"
     ).with_import_notification_policy(SandboxImportNotificationPolicy.SILENT)
     given = SandboxedWorkflowRunner(restrictions=restrictions)
 
-    runner = await runner_of(dev_env, tmp_path, http, given)
+    runner = await runner_of(dev_env, tmp_path, egress, given)
 
     assert isinstance(runner, SandboxedWorkflowRunner)
     got = runner.restrictions
@@ -166,9 +169,9 @@ async def test_users_sandbox_keeps_its_settings_and_gains_ours(
 
 
 async def test_default_sandbox_gains_ours(
-    dev_env: WorkflowEnvironment, tmp_path: Path, http: httpx.AsyncClient
+    dev_env: WorkflowEnvironment, tmp_path: Path, egress: Egress
 ) -> None:
-    runner = await runner_of(dev_env, tmp_path, http, SandboxedWorkflowRunner())
+    runner = await runner_of(dev_env, tmp_path, egress, SandboxedWorkflowRunner())
     assert isinstance(runner, SandboxedWorkflowRunner)
     default = SandboxRestrictions.default.passthrough_modules
     assert runner.restrictions.passthrough_modules == default | set(SANDBOX_PASSTHROUGH)

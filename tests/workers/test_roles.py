@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from psych_runtime.activities import (
@@ -22,7 +21,7 @@ from psych_runtime.activities.contract import (
     TOOL_SEND_HTTP,
 )
 from psych_runtime.specs import SpecError
-from psych_runtime.workers import WorkerSettings, activities_for
+from psych_runtime.workers import WorkerSettings, activities_for, egress_for
 from psych_runtime.workers.fleet import (
     Concurrency,
     activities_of_role,
@@ -56,8 +55,9 @@ def test_roles_parse_in_order_without_repeats_and_default_to_all() -> None:
 
 async def test_each_role_registers_its_own_activities(tmp_path: Path) -> None:
     settings = WorkerSettings(blobs=LocalBlobStore(tmp_path))
-    async with httpx.AsyncClient() as http:
-        every = activities_for(settings, http)
+    egress = egress_for(settings)
+    every = activities_for(settings, egress)
+    await egress.aclose()
     names = {role: {activity_name(fn) for fn in activities_of_role(every, role)} for role in ROLES}
     assert names["model"] == {MODEL_CALL, MODEL_COMPACT}
     assert {TOOL_RUN_CODE, TOOL_SEND_HTTP} <= names["tools"]

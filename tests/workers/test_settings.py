@@ -207,3 +207,54 @@ def test_binding_twice_gives_one_equal_chain_and_mutates_nothing(tmp_path: Path)
     assert first.merged(second) == first
     assert code.entries == before and loaded == snapshot
     assert worker_hooks(code, file, cwd=tmp_path, environ={}) == first
+
+
+# --- egress ---------------------------------------------------------------------------------
+
+
+def test_the_global_files_egress_section_adds_to_the_workers_own(tmp_path: Path) -> None:
+    from psych_runtime.activities.egress import EgressRules, EgressSettings
+    from psych_runtime.workers._settings import worker_egress
+
+    path = tmp_path / "settings.yaml"
+    path.write_text(
+        "egress:\n"
+        "  allow: [10.20.0.0/16, '*.corp.example']\n"
+        "  deny: [admin.corp.example]\n"
+        "  max_response_bytes: 1000\n"
+        "  tenants:\n"
+        "    acme: {allow: [api.acme.example]}\n"
+    )
+    given = EgressSettings(
+        rules=EgressRules(allow_cidrs=("127.0.0.0/8",)),
+        tenants={"acme": EgressRules(deny_hosts=("old.acme.example",))},
+    )
+    egress = worker_egress(given, path, cwd=tmp_path, environ={})
+    assert egress.rules == EgressRules(
+        allow_hosts=("*.corp.example",),
+        allow_cidrs=("127.0.0.0/8", "10.20.0.0/16"),
+        deny_hosts=("admin.corp.example",),
+    )
+    assert egress.tenants == {
+        "acme": EgressRules(allow_hosts=("api.acme.example",), deny_hosts=("old.acme.example",))
+    }
+    assert egress.max_response_bytes == 1000
+
+
+def test_a_project_file_may_not_widen_egress_and_bad_entries_are_named(tmp_path: Path) -> None:
+    from psych_runtime.activities.egress import EgressSettings
+    from psych_runtime.workers._settings import worker_egress
+
+    project = tmp_path / ".psych" / "settings.yaml"
+    project.parent.mkdir()
+    project.write_text("egress: {allow: [0.0.0.0/0]}\n")
+    with pytest.raises(SpecError, match="only the global settings file may set where"):
+        worker_egress(EgressSettings(), None, trust_project_settings=True, cwd=tmp_path, environ={})
+    path = tmp_path / "global.yaml"
+    path.write_text("egress:\n  allow: [10.0.0.0/33]\n  tenants: {acme: [x]}\n  proxy: y\n")
+    with pytest.raises(SpecError) as caught:
+        worker_egress(EgressSettings(), path, cwd=tmp_path, environ={})
+    message = str(caught.value)
+    assert "egress.proxy: unknown setting" in message
+    assert "'10.0.0.0/33' is not a CIDR" in message
+    assert "egress.tenants.acme: a mapping with allow and deny lists" in message

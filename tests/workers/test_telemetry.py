@@ -307,3 +307,26 @@ def test_a_tool_call_that_raises_is_failed_and_a_cancelled_one_cancelled(
         if p.attributes
     }
     assert counted == {"broken": "failed", "stopped": "cancelled"}
+
+
+async def test_an_egress_refusal_is_counted_by_the_kind_of_rule(
+    recorded: tuple[InMemorySpanExporter, InMemoryMetricReader],
+) -> None:
+    from psych_runtime.activities.egress import Egress, EgressDenied, EgressSettings
+
+    _, reader = recorded
+    egress = Egress(EgressSettings())
+    with pytest.raises(EgressDenied):
+        await egress.http("acme").get("http://127.0.0.1:9/")
+    await egress.aclose()
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        (dict(p.attributes or {}), getattr(p, "value", None))
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        if m.name == "psych.egress.refused"
+        for p in m.data.data_points
+    ]
+    assert points == [({"psych.egress.rule": "loopback"}, 1)]

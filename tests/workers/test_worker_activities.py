@@ -10,12 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from temporalio.testing import WorkflowEnvironment
 
 import psych_runtime.activities
 from psych_runtime.activities import ACTIVITY_NAMES, ActivityClass, LocalBlobStore, activity_name
-from psych_runtime.workers import WorkerSettings, build_worker
+from psych_runtime.workers import WorkerSettings, build_worker, egress_for
 
 
 def defined_activities() -> dict[Callable[..., Any], type | None]:
@@ -46,11 +45,14 @@ async def test_every_defined_activity_is_registered_once(
     settings = WorkerSettings(
         task_queue=f"activities-{uuid.uuid4().hex[:12]}", blobs=LocalBlobStore(tmp_path)
     )
-    async with httpx.AsyncClient() as http:
-        worker = build_worker(dev_env.client, settings, http=http)
+    egress = egress_for(settings)
+    try:
+        worker = build_worker(dev_env.client, settings, egress=egress)
         # Started and stopped, so no half-made worker outlives the test.
         async with worker:
             registered = worker.config(active_config=True)["activities"]
+    finally:
+        await egress.aclose()
 
     functions = [getattr(fn, "__func__", fn) for fn in registered]
     assert len(functions) == len(set(functions))

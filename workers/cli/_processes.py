@@ -23,13 +23,14 @@ from psych_runtime.activities import (
     policy_digest,
     role_task_queue,
 )
+from psych_runtime.activities.egress import LOOPBACK
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._environment import describe_policy
 from psych_runtime.workers._worker import (
     WorkerSettings,
     bound_hooks,
-    describe_policy,
     run_worker,
     run_workers,
     with_codec,
@@ -272,6 +273,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 async def _dev(args: argparse.Namespace) -> int:
     console_logging(verbose=args.verbose)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before the server
+    # The embedded setup serves its tools and MCP servers on loopback: the operator's own.
+    settings = dataclasses.replace(settings, egress=settings.egress.allowing(*LOOPBACK))
     fake = fake_model_of(args)
     ui_port = args.ui_port if args.ui_port is not None else args.port + 1000
     try:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import ValidationError
 
+from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.secrets import EnvSecretResolver
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -27,8 +28,9 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
-from psych_runtime.workers._connections import check_connections
+from psych_runtime.workers._connections import check_connections, egress_problems
 from psych_runtime.workers._loading import load_object, load_spec_file
+from psych_runtime.workers._settings import worker_egress
 
 DEFAULT_STORE = ".psych/versions"
 
@@ -82,23 +84,30 @@ def checked_spec(
         registry: the ToolRegistry the workers load (None: no code tool is registered).
         known_models: model ids the endpoint serves (empty: not checked).
         check: the parsed ``--check-connections``/``--tenant``; when it asks, every MCP
-            server of the Spec is connected to before validating.
+            server of the Spec is connected to before validating. Every URL of the Spec
+            is judged under the worker's egress policy (``PSYCH_EGRESS_*`` and the
+            global settings file) for that tenant either way, without connecting.
 
     Raises:
         SpecError: the file cannot be read or parsed (the message names line and column).
     """
     spec = load_spec_file(file)
     connections: Mapping[str, str | None] | None = None
-    if check is not None and check.check_connections:
+    tenant = check.tenant if check is not None else os.environ.get("PSYCH_TENANT", "default")
+    scope = _check_scope(tenant)
+    egress = Egress(worker_egress(EgressSettings.from_env()))
+    connect = check is not None and check.check_connections
+    refused = asyncio.run(egress_problems(spec, scope=scope, egress=egress, resolve=connect))
+    if connect:
         connections = asyncio.run(
-            check_connections(spec, scope=_check_scope(check.tenant), secrets=EnvSecretResolver())
+            check_connections(spec, scope=scope, secrets=EnvSecretResolver(), egress=egress)
         )
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
         known_models=known_models,
         mcp_connections=connections,
     )
-    problems = validate(spec, context)
+    problems = [*validate(spec, context), *refused]
     for problem in problems:
         print(f"{file}: {problem}", file=sys.stderr)
     if problems:

@@ -1,0 +1,256 @@
+"""The egress port: every outbound HTTP client of a worker is made here.
+
+One factory per kind of transport: ``http`` (httpx: model endpoints, HTTP tools) and
+``mcp_client`` / ``mcp_factory`` (httpx2, the MCP SDK's transports). Each client's
+connection pool connects through a ``Guard`` of one tenant and origin, so a connection one
+tenant was allowed is never reused by another tenant with other rules. Proxies from the
+environment are not used: the check is on the address connected to, which a proxy hides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore
+import httpcore2
+import httpx
+import httpx2
+
+from psych_runtime.activities.egress._guard import (
+    EgressDenied,
+    Guard,
+    Httpcore2Guard,
+    HttpcoreGuard,
+    Resolver,
+    system_resolver,
+)
+from psych_runtime.activities.egress._rules import (
+    EgressPolicy,
+    EgressSettings,
+    Origin,
+    Refusal,
+)
+from psych_runtime.activities.telemetry import egress_refused
+
+_log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 5
+"""Redirects a Spec-named URL may take (each one judged again)."""
+_MAX_CONNECTIONS, _MAX_KEEPALIVE, _KEEPALIVE_SECONDS = 100, 20, 5.0
+"""httpx's own pool defaults."""
+
+
+class ResponseTooLarge(httpx.TransportError):
+    """A response body past the egress policy's bound (``max_response_bytes``)."""
+
+
+class Egress:
+    """The worker's one egress port.
+
+    ``operator_hosts`` are the hosts the operator configured (model endpoints): reached
+    with origin ``operator`` whatever their address. ``refused`` counts refusals by rule
+    kind, and ``on_refused`` (the worker's metric) is told of each.
+    """
+
+    def __init__(
+        self,
+        settings: EgressSettings | None = None,
+        *,
+        operator_hosts: frozenset[str] = frozenset(),
+        resolver: Resolver = system_resolver,
+    ) -> None:
+        self.settings = settings if settings is not None else EgressSettings.from_env()
+        self.policy = EgressPolicy(self.settings, operator_hosts)
+        self.resolver = resolver
+        self.refusals: list[Refusal] = []
+        self.connects = 0
+        """Connections attempted through this port (to an address it allowed)."""
+        self._clients: dict[tuple[str | None, Origin], httpx.AsyncClient] = {}
+
+    def guard(self, tenant: str | None, origin: Origin) -> Guard:
+        return Guard(
+            self.policy,
+            tenant=tenant,
+            origin=origin,
+            resolver=self.resolver,
+            on_refused=self._refused,
+            on_connect=self._connecting,
+        )
+
+    def _connecting(self, address: str) -> None:
+        self.connects += 1
+
+    def _refused(self, refusal: Refusal) -> None:
+        self.refusals.append(refusal)
+        del self.refusals[:-100]  # the latest, for the worker's status; metrics count all
+        _log.warning("%s", refusal.message())
+        egress_refused(refusal.kind)
+
+    async def judge(self, url: str, tenant: str | None, *, resolve: bool) -> Refusal | None:
+        """Would a Spec's ``url`` be refused for ``tenant``? Never connects.
+
+        With ``resolve``, the host is looked up as the worker would; a host that does not
+        resolve here is not judged (None): the worker's own lookup decides at run time.
+        Without, only what needs no lookup is judged: deny and allow patterns, address
+        literals, and ``localhost`` (loopback by definition, RFC 6761).
+        """
+        parts = urlsplit(url)
+        host = parts.hostname
+        if not host:
+            return None
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        resolver = self.resolver if resolve else _offline
+        guard = Guard(self.policy, tenant=tenant, origin="spec", resolver=resolver)
+        try:
+            await guard.addresses(host, port)
+        except EgressDenied as err:
+            return err.refusal
+        except OSError:
+            return None
+        return None
+
+    def http(self, tenant: str | None = None, origin: Origin = "spec") -> httpx.AsyncClient:
+        """The shared httpx client for ``tenant``'s requests from ``origin`` (closed by
+        ``aclose``). Tenants without rules of their own share one client."""
+        key = (tenant if tenant in self.settings.tenants else None, origin)
+        client = self._clients.get(key)
+        if client is None:
+            transport = _Bounded(
+                _httpx_transport(self.guard(key[0], origin)), self.settings.max_response_bytes
+            )
+            client = httpx.AsyncClient(
+                transport=transport,
+                timeout=httpx.Timeout(60.0),
+                follow_redirects=origin == "spec",
+                max_redirects=MAX_REDIRECTS,
+                trust_env=False,
+            )
+            self._clients[key] = client
+        return client
+
+    def mcp_client(
+        self,
+        tenant: str | None,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        """A new httpx2 client for an MCP session of ``tenant`` (its owner closes it).
+
+        Redirects are left to the MCP SDK, which follows them within the server's origin.
+        """
+        transport = httpx2.AsyncHTTPTransport(trust_env=False)
+        # httpx2 takes no network backend; its pool does (the same as httpcore2's default
+        # but for the backend).
+        transport._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            network_backend=Httpcore2Guard(self.guard(tenant, "spec")),
+            max_connections=_MAX_CONNECTIONS,
+            max_keepalive_connections=_MAX_KEEPALIVE,
+            keepalive_expiry=_KEEPALIVE_SECONDS,
+        )
+        return httpx2.AsyncClient(
+            transport=transport,
+            headers=headers,
+            timeout=timeout if timeout is not None else httpx2.Timeout(30.0, read=300.0),
+            auth=auth,
+            trust_env=False,
+        )
+
+    def mcp_factory(self, tenant: str | None) -> Any:
+        """``mcp_client`` as the MCP SDK's ``httpx_client_factory`` (the SSE transport)."""
+
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return self.mcp_client(tenant, headers=headers, timeout=timeout, auth=auth)
+
+        return factory
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
+
+
+async def _offline(host: str, port: int) -> list[str]:
+    """The lookups a check may make without the network: ``localhost`` only."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return ["127.0.0.1"]
+    raise OSError(f"{host} is not looked up by an offline check")
+
+
+def _httpx_transport(guard: Guard) -> httpx.AsyncHTTPTransport:
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    # httpx takes no network backend; its pool does (built as httpx builds it).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        network_backend=HttpcoreGuard(guard),
+        max_connections=_MAX_CONNECTIONS,
+        max_keepalive_connections=_MAX_KEEPALIVE,
+        keepalive_expiry=_KEEPALIVE_SECONDS,
+    )
+    return transport
+
+
+class _Bounded(httpx.AsyncBaseTransport):
+    """Responses whose bodies stop at ``limit`` bytes (``ResponseTooLarge`` past it)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            await response.aclose()
+            raise ResponseTooLarge(self._message(int(declared), request), request=request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Capped(response.stream, self.limit, self, request),
+            extensions=response.extensions,
+        )
+
+    def _message(self, size: int, request: httpx.Request) -> str:
+        return (
+            f"response too large: {request.method} {request.url.copy_with(query=None)} sent "
+            f"over {self.limit} bytes (the egress policy's max_response_bytes; {size} so far)"
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Capped(httpx.AsyncByteStream):
+    def __init__(
+        self, inner: httpx.AsyncByteStream, limit: int, owner: _Bounded, request: httpx.Request
+    ) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.owner = owner
+        self.request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.inner:
+            size += len(chunk)
+            if size > self.limit:
+                raise ResponseTooLarge(
+                    self.owner._message(size, self.request), request=self.request
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+__all__ = ["Egress", "EgressDenied", "ResponseTooLarge"]

@@ -1,0 +1,204 @@
+"""The check on the address actually connected to, inside the HTTP clients' connection pools.
+
+httpx and the MCP SDK's httpx2 both open connections through a network backend
+(``httpcore`` / ``httpcore2`` ``AsyncNetworkBackend``). The guard is that backend: it
+resolves the host itself, judges every address (``EgressPolicy``), and connects to an
+address it allowed, so no second lookup can answer differently (no DNS-rebinding window).
+TLS still names the host: the connection pool starts TLS on the returned stream with the
+URL's host as the server name. A redirect is a new request and a new host, so it is judged
+again; a refused connection raises ``EgressDenied`` before any packet is sent to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+import httpcore
+import httpcore2
+
+from psych_runtime.activities.egress._rules import EgressPolicy, IPAddress, Origin, Refusal
+
+
+class EgressDenied(Exception):
+    """A connection the egress policy refused; ``refusal.rule`` names the rule."""
+
+    def __init__(self, refusal: Refusal, url: str | None = None) -> None:
+        super().__init__(refusal.message(url))
+        self.refusal = refusal
+
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""Host and port to the addresses to try, in order (the tests give one of their own)."""
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The system resolver's addresses for ``host`` (TCP), each once, in its order."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class _Inner(Protocol):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any: ...
+
+
+class Guard:
+    """One tenant's and origin's judge of connections, shared by both transports."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        *,
+        tenant: str | None,
+        origin: Origin,
+        resolver: Resolver = system_resolver,
+        on_refused: Callable[[Refusal], None] | None = None,
+        on_connect: Callable[[str], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.on_connect = on_connect
+        self.tenant = tenant
+        self.origin = origin
+        self.resolver = resolver
+        self.on_refused = on_refused
+
+    def refuse(self, refusal: Refusal) -> EgressDenied:
+        if self.on_refused is not None:
+            self.on_refused(refusal)
+        return EgressDenied(refusal)
+
+    async def addresses(self, host: str, port: int) -> list[str]:
+        """The addresses of ``host`` this guard allows, in the resolver's order.
+
+        Raises:
+            EgressDenied: the name, or every address it resolves to, is refused.
+        """
+        refusal = self.policy.decide(host, None, tenant=self.tenant, origin=self.origin)
+        if refusal is not None:
+            raise self.refuse(refusal)
+        try:
+            literal: IPAddress | None = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            literal = None
+        found = [str(literal)] if literal is not None else await self.resolver(host, port)
+        allowed: list[str] = []
+        first: Refusal | None = None
+        for text in found:
+            refusal = self.policy.decide(
+                host, ipaddress.ip_address(text), tenant=self.tenant, origin=self.origin
+            )
+            if refusal is None:
+                allowed.append(text)
+            elif first is None:
+                first = refusal
+        if not allowed:
+            if first is None:
+                raise OSError(f"{host} resolved to no address")
+            raise self.refuse(first)
+        return allowed
+
+    async def connect(self, inner: _Inner, host: str, port: int, **options: Any) -> Any:
+        last: Exception | None = None
+        for address in await self.addresses(host, port):
+            if self.on_connect is not None:
+                self.on_connect(address)
+            try:
+                return await inner.connect_tcp(address, port, **options)
+            except OSError as err:  # the next address, as a resolver's caller would
+                last = err
+            except (httpcore.ConnectError, httpcore2.ConnectError) as err:
+                last = err
+        assert last is not None
+        raise last
+
+
+def _unix(path: str) -> Refusal:
+    return Refusal(path, None, "unix sockets are never reachable", "unix_socket")
+
+
+class HttpcoreGuard(httpcore.AsyncNetworkBackend):
+    """The guard as httpx's network backend."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream: httpcore.AsyncNetworkStream = await self.guard.connect(
+            self.inner,
+            host,
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise self.guard.refuse(
+            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class Httpcore2Guard(httpcore2.AsyncNetworkBackend):
+    """The guard as httpx2's network backend (the MCP SDK's transports)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream: httpcore2.AsyncNetworkStream = await self.guard.connect(
+            self.inner,
+            host,
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise self.guard.refuse(
+            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)

@@ -1,0 +1,258 @@
+"""Where a worker may connect: the rules, and the decision on one host and address.
+
+Two origins of a URL. The operator's own configuration (model endpoints) is trusted: its
+hosts are allowed by name. Everything a Spec names (HTTP tools, MCP servers, A2A peers,
+OAuth endpoints found through them), including a Spec a model composed with ``spawn``, may
+not reach an address the worker's network trusts: loopback, private, link-local (cloud
+metadata at 169.254.169.254 among them), shared (carrier-grade NAT, 100.64.0.0/10, where
+another cloud keeps its metadata), multicast, reserved or unspecified addresses, unless an
+allow rule names them. Deny rules win over allow rules; a tenant's rules come before the
+fleet's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Origin = Literal["operator", "spec"]
+"""Who chose the URL: the worker's operator, or a Spec (and so perhaps a model)."""
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+LOOPBACK = ("127.0.0.0/8", "::1/128", "localhost")
+"""What ``psych dev`` and the demo allow: their own tool and MCP servers on loopback."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The largest response body a Spec-named URL may send (a tool result is bounded far lower
+later; this stops a server streaming without end into the worker's memory)."""
+
+_SHARED = ipaddress.ip_network("100.64.0.0/10")
+
+
+class EgressRules(BaseModel):
+    """Allow and deny lists: host patterns (``api.example.com``, ``*.corp.example``,
+    ``localhost``; case-insensitive, ``*`` and ``?`` wildcards) and CIDRs (``10.0.0.0/8``,
+    ``127.0.0.1/32``, ``fd00::/8``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    allow_hosts: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    allow_cidrs: tuple[str, ...] = ()
+    deny_hosts: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    deny_cidrs: tuple[str, ...] = ()
+
+    @field_validator("allow_cidrs", "deny_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as err:
+                raise ValueError(f"{cidr!r} is not a CIDR (like 10.0.0.0/8): {err}") from None
+        return value
+
+    @classmethod
+    def parse(cls, allow: str = "", deny: str = "") -> EgressRules:
+        """Rules from comma-separated lists where each entry is a CIDR or a host pattern.
+
+        Raises:
+            ValueError: an entry with a ``/`` that is not a CIDR.
+        """
+        allow_hosts, allow_cidrs = _split(allow)
+        deny_hosts, deny_cidrs = _split(deny)
+        return cls(
+            allow_hosts=allow_hosts,
+            allow_cidrs=allow_cidrs,
+            deny_hosts=deny_hosts,
+            deny_cidrs=deny_cidrs,
+        )
+
+    def allows(self, host: str, address: IPAddress | None) -> str | None:
+        """The allow rule matching ``host`` (or ``address``), if any."""
+        return _match(self.allow_hosts, self.allow_cidrs, host, address)
+
+    def denies(self, host: str, address: IPAddress | None) -> str | None:
+        """The deny rule matching ``host`` (or ``address``), if any."""
+        return _match(self.deny_hosts, self.deny_cidrs, host, address)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.allow_hosts or self.allow_cidrs or self.deny_hosts or self.deny_cidrs)
+
+
+class EgressSettings(BaseModel):
+    """The worker's egress policy: the fleet's rules, each tenant's, and the body bound.
+
+    From the environment (``from_env``): ``PSYCH_EGRESS_ALLOW`` and ``PSYCH_EGRESS_DENY``,
+    comma-separated CIDRs and host patterns; or the settings file's ``egress`` section
+    (``rules``, ``tenants``, ``max_response_bytes``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: EgressRules = EgressRules()
+    tenants: dict[str, EgressRules] = Field(default_factory=dict)
+    max_response_bytes: Annotated[int, Field(gt=0)] = DEFAULT_MAX_RESPONSE_BYTES
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EgressSettings:
+        """The fleet's rules from ``PSYCH_EGRESS_ALLOW`` and ``PSYCH_EGRESS_DENY``.
+
+        Raises:
+            ValueError: an entry of one of them is not a CIDR or host pattern (named).
+        """
+        env = os.environ if environ is None else environ
+        allow, deny = env.get("PSYCH_EGRESS_ALLOW", ""), env.get("PSYCH_EGRESS_DENY", "")
+        try:
+            return cls(rules=EgressRules.parse(allow, deny))
+        except ValueError as err:
+            raise ValueError(f"PSYCH_EGRESS_ALLOW / PSYCH_EGRESS_DENY: {err}") from None
+
+    def allowing(self, *entries: str) -> EgressSettings:
+        """These settings with ``entries`` (CIDRs or host patterns) added to the fleet's
+        allow list: what ``psych dev`` and the demo do for their loopback servers."""
+        hosts, cidrs = _split(",".join(entries))
+        rules = self.rules.model_copy(
+            update={
+                "allow_hosts": (*self.rules.allow_hosts, *hosts),
+                "allow_cidrs": (*self.rules.allow_cidrs, *cidrs),
+            }
+        )
+        return self.model_copy(update={"rules": rules})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a connection is refused: ``rule`` names the rule, for the model and the log."""
+
+    host: str
+    address: str | None
+    rule: str
+    kind: str = "denied"
+    """A short name of the rule's kind, for metrics: ``denied`` (a deny rule), or the kind
+    of address refused by default (``loopback``, ``private``, ``link-local``, ...)."""
+
+    def message(self, url: str | None = None) -> str:
+        target = url or self.host
+        if self.address is None or self.address == self.host:
+            return f"egress refused: {target}: {self.rule}"
+        return f"egress refused: {target} ({self.host} -> {self.address}): {self.rule}"
+
+
+class EgressPolicy:
+    """Decides one connection: by host name first, then by each address it resolves to."""
+
+    def __init__(self, settings: EgressSettings, operator_hosts: frozenset[str] = frozenset()):
+        self.settings = settings
+        self.operator_hosts = frozenset(h.lower() for h in operator_hosts)
+
+    def rules_for(self, tenant: str | None) -> tuple[EgressRules, ...]:
+        """The rules that apply to ``tenant``: its own first, then the fleet's."""
+        own = self.settings.tenants.get(tenant) if tenant is not None else None
+        return (self.settings.rules,) if own is None else (own, self.settings.rules)
+
+    def decide(
+        self, host: str, address: IPAddress | None, *, tenant: str | None, origin: Origin
+    ) -> Refusal | None:
+        """``None`` when ``host`` (at ``address``, once resolved) may be reached.
+
+        With ``address`` None only the name is judged (deny and allow patterns); the
+        caller judges each resolved address again.
+        """
+        host = host.lower().rstrip(".")
+        literal = _literal(host)
+        address = address if address is not None else literal
+        shown = None if address is None else str(address)
+        for rules in self.rules_for(tenant):
+            rule = rules.denies(host, address)
+            if rule is not None:
+                return Refusal(host, shown, f"denied by {_who(rules, self, tenant)} rule {rule}")
+        for rules in self.rules_for(tenant):
+            if rules.allows(host, address) is not None:
+                return None
+        if origin == "operator" and host in self.operator_hosts:
+            return None
+        if address is None:
+            return None  # judged once resolved
+        kind = blocked_kind(address)
+        if kind is None:
+            return None
+        return Refusal(
+            host,
+            shown,
+            kind=kind.split(" ")[0],
+            rule=f"{kind} addresses are refused for URLs from a Spec unless the operator allows "
+            "them (egress allow list: PSYCH_EGRESS_ALLOW or the settings file)",
+        )
+
+
+def blocked_kind(address: IPAddress) -> str | None:
+    """What kind of address a Spec's URL may not reach by default (``None``: public)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return blocked_kind(address.ipv4_mapped)
+    if address.is_loopback:
+        return "loopback"
+    if isinstance(address, ipaddress.IPv4Address) and address in _SHARED:
+        return "shared (carrier-grade NAT) and cloud metadata"
+    if address.is_link_local:
+        return "link-local (cloud metadata among them)"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_private:
+        return "private"
+    if address.is_reserved:
+        return "reserved"
+    return None
+
+
+def _who(rules: EgressRules, policy: EgressPolicy, tenant: str | None) -> str:
+    return "the fleet's" if rules is policy.settings.rules else f"tenant {tenant!r}'s"
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _match(
+    hosts: tuple[str, ...], cidrs: tuple[str, ...], host: str, address: IPAddress | None
+) -> str | None:
+    for pattern in hosts:
+        if fnmatch.fnmatchcase(host, pattern.lower()):
+            return f"host {pattern}"
+    if address is not None:
+        for cidr in cidrs:
+            network: IPNetwork = ipaddress.ip_network(cidr, strict=False)
+            if address.version == network.version and address in network:
+                return f"cidr {cidr}"
+    return None
+
+
+def _split(entries: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    hosts: list[str] = []
+    cidrs: list[str] = []
+    for raw in entries.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as err:
+            if "/" in entry:  # meant as a CIDR: never read as a host pattern instead
+                raise ValueError(f"{entry!r} is not a CIDR (like 10.0.0.0/8): {err}") from None
+            hosts.append(entry.lower())
+        else:
+            cidrs.append(entry)
+    return tuple(hosts), tuple(cidrs)

@@ -1,0 +1,231 @@
+"""The egress policy on real loopback sockets: what a Spec's URL may reach, and what not.
+
+Every server here listens on 127.0.0.1. Names that would lead elsewhere (a private address,
+the cloud metadata address) are answered by a resolver the test controls, and the tests
+assert that no connection was attempted for them: nothing leaves 127.0.0.0/8.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities.egress import (
+    Egress,
+    EgressDenied,
+    EgressRules,
+    EgressSettings,
+    ResponseTooLarge,
+    blocked_kind,
+)
+from psych_runtime.activities.mcp import check_servers
+from psych_runtime.activities.tools import ToolActivities
+from psych_runtime.specs import HttpTool, McpServer, Scope, ToolRegistry
+from tests._upstream import Answer, Request, Upstream
+from tests.activities.test_tools import http_call
+
+SCOPE = Scope(tenant="acme")
+NAMES = {
+    "internal.test": ["10.1.2.3"],
+    "metadata.test": ["169.254.169.254"],
+    "app.test": ["127.0.0.1"],
+    "split.test": ["169.254.169.254", "127.0.0.1"],
+}
+
+
+async def resolver(host: str, port: int) -> list[str]:
+    """The test's DNS: only the names above, never the system's."""
+    return NAMES[host]
+
+
+def ok(request: Request) -> Answer:
+    return Answer(200, '{"ok": true}')
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with Upstream(ok) as server:
+        yield server
+
+
+def port_of(upstream: Upstream) -> int:
+    return int(upstream.url.rsplit(":", 1)[1])
+
+
+def egress(**rules: tuple[str, ...]) -> Egress:
+    return Egress(EgressSettings(rules=EgressRules(**rules)), resolver=resolver)
+
+
+async def get(port: Egress, url: str, tenant: str = "acme") -> httpx.Response:
+    return await port.http(tenant).get(url)
+
+
+async def test_a_spec_url_on_loopback_is_refused_by_default_and_allowed_when_the_operator_allows_it(
+    upstream: Upstream,
+) -> None:
+    refusing = egress()
+    with pytest.raises(EgressDenied, match="loopback addresses are refused") as caught:
+        await get(refusing, upstream.url + "/x")
+    assert caught.value.refusal.kind == "loopback"
+    assert (refusing.connects, len(upstream.requests)) == (0, 0)
+
+    allowing = egress(allow_cidrs=("127.0.0.0/8",))
+    assert (await get(allowing, upstream.url + "/x")).json() == {"ok": True}
+    assert (allowing.connects, len(upstream.requests)) == (1, 1)
+    await refusing.aclose()
+    await allowing.aclose()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("internal.test", "private"), ("metadata.test", "link-local")]
+)
+async def test_a_name_resolving_to_a_private_or_metadata_address_is_refused_before_connecting(
+    name: str, kind: str
+) -> None:
+    port = egress()
+    with pytest.raises(EgressDenied) as caught:
+        await get(port, f"http://{name}/latest/meta-data/")
+    assert caught.value.refusal.kind == kind
+    assert caught.value.refusal.address == NAMES[name][0]
+    assert port.connects == 0  # refused before any connection was attempted
+    await port.aclose()
+
+
+async def test_a_name_resolving_to_loopback_is_refused_unless_allowed(upstream: Upstream) -> None:
+    url = f"http://app.test:{port_of(upstream)}/x"
+    refusing = egress()
+    with pytest.raises(EgressDenied, match=r"app.test -> 127.0.0.1"):
+        await get(refusing, url)
+    allowing = egress(allow_hosts=("*.test",))
+    assert (await get(allowing, url)).status_code == 200
+    # The request still names the host; only the connection went to the checked address.
+    assert upstream.requests[-1].headers["host"] == f"app.test:{port_of(upstream)}"
+    await refusing.aclose()
+    await allowing.aclose()
+
+
+async def test_only_the_allowed_addresses_of_a_name_are_connected_to(upstream: Upstream) -> None:
+    port = egress(allow_cidrs=("127.0.0.0/8",))
+    response = await get(port, f"http://split.test:{port_of(upstream)}/x")
+    assert response.status_code == 200
+    assert port.connects == 1  # 127.0.0.1 only: the metadata address was never tried
+    await port.aclose()
+
+
+async def test_every_redirect_is_judged_again() -> None:
+    with Upstream(ok) as target:
+
+        def moved(request: Request) -> Answer:
+            return Answer(302, "", headers=(("location", target.url + "/secret"),))
+
+        with Upstream(moved) as first:
+            # Allowed by name; the redirect names the loopback address itself, which is not.
+            port = egress(allow_hosts=("app.test",))
+            with pytest.raises(EgressDenied, match="loopback"):
+                await get(port, f"http://app.test:{port_of(first)}/start")
+            assert (len(first.requests), target.requests) == (1, [])
+            await port.aclose()
+
+
+async def test_a_tenants_own_rules_come_first_and_deny_wins(upstream: Upstream) -> None:
+    settings = EgressSettings(
+        rules=EgressRules(allow_cidrs=("127.0.0.0/8",)),
+        tenants={"globex": EgressRules(deny_hosts=("app.test",))},
+    )
+    port = Egress(settings, resolver=resolver)
+    url = f"http://app.test:{port_of(upstream)}/x"
+    assert (await get(port, url, tenant="acme")).status_code == 200
+    with pytest.raises(EgressDenied, match=r"denied by tenant 'globex'.s rule host app\.test"):
+        await get(port, url, tenant="globex")
+    await port.aclose()
+
+
+async def test_response_bodies_are_bounded(upstream: Upstream) -> None:
+    with Upstream(lambda request: Answer(200, "x" * 5000, "text/plain")) as big:
+        settings = EgressSettings(
+            rules=EgressRules(allow_cidrs=("127.0.0.0/8",)), max_response_bytes=1000
+        )
+        port = Egress(settings, resolver=resolver)
+        with pytest.raises(ResponseTooLarge, match="over 1000 bytes"):
+            await get(port, big.url)
+        assert (await get(port, upstream.url)).status_code == 200
+        await port.aclose()
+
+
+def test_the_default_refuses_every_kind_of_address_a_network_trusts() -> None:
+    kinds = {
+        text: blocked_kind(ipaddress.ip_address(text))
+        for text in (
+            "127.0.0.1", "::1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "fd00::1",
+            "169.254.169.254", "fe80::1", "100.100.100.200", "224.0.0.1", "0.0.0.0",
+            "::ffff:127.0.0.1", "93.184.215.14", "2606:4700::1111",
+        )
+    }  # fmt: skip
+    assert kinds == {
+        "127.0.0.1": "loopback",
+        "::1": "loopback",
+        "10.0.0.1": "private",
+        "172.16.0.1": "private",
+        "192.168.1.1": "private",
+        "fd00::1": "private",
+        "169.254.169.254": "link-local (cloud metadata among them)",
+        "fe80::1": "link-local (cloud metadata among them)",
+        "100.100.100.200": "shared (carrier-grade NAT) and cloud metadata",
+        "224.0.0.1": "multicast",
+        "0.0.0.0": "unspecified",
+        "::ffff:127.0.0.1": "loopback",
+        "93.184.215.14": None,
+        "2606:4700::1111": None,
+    }
+
+
+def test_bad_rules_name_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33' is not a CIDR"):
+        EgressRules(allow_cidrs=("10.0.0.0/33",))
+    rules = EgressRules.parse("10.0.0.0/8, *.corp.example ,", "Metadata.Test")
+    assert rules == EgressRules(
+        allow_hosts=("*.corp.example",), allow_cidrs=("10.0.0.0/8",), deny_hosts=("metadata.test",)
+    )
+
+
+# --- the outbound paths ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path)
+
+
+async def test_an_http_tool_refused_is_a_denied_outcome_the_model_reads(
+    upstream: Upstream, blobs: LocalBlobStore
+) -> None:
+    port = egress()
+    tools = ToolActivities(registry=ToolRegistry(), blobs=blobs, egress=port)
+    tool = HttpTool(name="refund", description="Refund.", url=upstream.url + "/orders/{id}")
+    outcome = await ActivityEnvironment().run(tools.http, http_call(tool, id="42"))
+    assert outcome.status == "denied"
+    assert outcome.content.startswith("refund: egress refused: 127.0.0.1: loopback")
+    assert "loopback addresses are refused" in outcome.content
+    assert upstream.requests == []
+    await tools.aclose()
+    await port.aclose()
+
+
+async def test_an_mcp_server_url_goes_through_the_same_check() -> None:
+    port = egress()
+    server = McpServer(name="internal", url="http://internal.test/mcp")
+    loopback = McpServer(name="local", url="http://127.0.0.1:9/mcp")
+    reasons = await check_servers([server, loopback], SCOPE, None, egress=port)
+    assert reasons["internal"] is not None
+    assert (
+        "egress refused: internal.test (internal.test -> 10.1.2.3): private" in reasons["internal"]
+    )
+    assert reasons["local"] is not None and "loopback addresses are refused" in reasons["local"]
+    assert port.connects == 0
+    await port.aclose()
