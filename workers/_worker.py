@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
@@ -293,13 +292,7 @@ def egress_for(settings: WorkerSettings) -> Egress:
         settings.settings_file,
         trust_project_settings=settings.trust_project_settings,
     )
-    endpoints = settings.endpoints
-    hosts = {
-        host
-        for endpoint in (endpoints.default, *endpoints.routes.values())
-        if endpoint is not None and (host := urlsplit(endpoint.base_url).hostname)
-    }
-    return Egress(egress, operator_hosts=frozenset(hosts))
+    return Egress(egress, operator_hosts=settings.endpoints.hosts())
 
 
 def activities_for(

@@ -4,7 +4,8 @@ One factory per kind of transport: ``http`` (httpx: model endpoints, HTTP tools)
 ``mcp_client`` / ``mcp_factory`` (httpx2, the MCP SDK's transports). Each client's
 connection pool connects through a ``Guard`` of one tenant and origin, so a connection one
 tenant was allowed is never reused by another tenant with other rules. Proxies from the
-environment are not used: the check is on the address connected to, which a proxy hides.
+environment are not used for Spec URLs: the check is on the address connected to, which a
+proxy hides (the operator's own endpoints keep them).
 """
 
 from __future__ import annotations
@@ -126,7 +127,10 @@ class Egress:
                 timeout=httpx.Timeout(60.0),
                 follow_redirects=origin == "spec",
                 max_redirects=MAX_REDIRECTS,
-                trust_env=False,
+                # The operator's proxy settings (HTTPS_PROXY, ...) still reach the operator's
+                # own endpoints; a Spec's URLs never go through a proxy, which would hide
+                # the address connected to.
+                trust_env=origin == "operator",
             )
             self._clients[key] = client
         return client

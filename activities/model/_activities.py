@@ -43,6 +43,7 @@ from psych_runtime.activities.contract import (
     full_model_input,
     slim_model_result,
 )
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp import (
     McpResolver,
     McpUnreachable,
@@ -109,9 +110,11 @@ class ModelActivities(ActivityClass):
             endpoints: which endpoint serves which model id.
             blobs: where conversations, system prompts and tool lists are stored.
             pricing: prices calls; ``None`` leaves every cost unknown.
-            http: the client for provider requests (e.g. one from the egress policy);
-                ``None`` creates one that ``aclose`` closes. Either way its timeouts are
-                set per request and nothing retries.
+            http: the client for provider requests, from the worker's egress port
+                (``Egress.http(None, "operator")``); ``None`` makes a port of its own
+                from the environment, with the endpoints' hosts as the operator's, which
+                ``aclose`` closes. Either way its timeouts are set per request and
+                nothing retries.
             mcp: resolves an agent turn's MCP servers before its call (``McpActivities``);
                 ``None``: a call naming MCP servers fails, naming what is missing.
             context: the worker's pre-turn context providers (``activities._context``),
@@ -123,13 +126,16 @@ class ModelActivities(ActivityClass):
         self.conversations = Conversations(blobs)
         self.mcp = mcp
         self.context = context
-        self._owns_http = http is None
-        self.http = httpx.AsyncClient(timeout=_timeout(None)) if http is None else http
+        self._egress: Egress | None = None
+        if http is None:
+            self._egress = Egress(operator_hosts=endpoints.hosts())
+            http = self._egress.http(None, "operator")
+        self.http = http
 
     async def aclose(self) -> None:
         """Close the HTTP client if this instance created it."""
-        if self._owns_http:
-            await self.http.aclose()
+        if self._egress is not None:
+            await self._egress.aclose()
 
     async def __aenter__(self) -> Self:
         return self

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from psych_runtime.activities.contract import Usage
 from psych_runtime.specs import NotFound, SpecError
@@ -49,6 +50,15 @@ class ModelEndpoints:
         """
         self.default = default
         self.routes: Mapping[str, Endpoint] = MappingProxyType(dict(routes or {}))
+
+    def hosts(self) -> frozenset[str]:
+        """The host names of every endpoint: the operator's own, for the egress port."""
+        endpoints = (self.default, *self.routes.values())
+        return frozenset(
+            host
+            for endpoint in endpoints
+            if endpoint is not None and (host := urlsplit(endpoint.base_url).hostname)
+        )
 
     def for_model(self, model_id: str) -> Endpoint:
         """The endpoint serving ``model_id``: its route, else the default.
