@@ -55,7 +55,7 @@ from psych_runtime.specs import AccessDenied, SpecError, load_yaml
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""
-_KEYS = frozenset({"hooks", "trusted_modules"})
+_KEYS = frozenset({"hooks", "serve", "trusted_modules"})
 _log = logging.getLogger(__name__)
 Scope = Literal["global", "project"]
 
@@ -141,7 +141,10 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a settings file is a mapping, not {type(data).__name__}")
     for key in sorted(set(data) - _KEYS, key=str):
-        problems.append(f"{source}: {key}: unknown setting (known: hooks, trusted_modules)")
+        problems.append(f"{source}: {key}: unknown setting (known: hooks, serve, trusted_modules)")
+    if "serve" in data and scope == "project":
+        # Read by `psych serve` (workers/serve/_settings.py): who may call the API.
+        problems.append(f"{source}: serve: only the global settings file may configure serve")
     if "trusted_modules" in data:
         value = data["trusted_modules"]
         if scope == "project":
@@ -263,6 +266,19 @@ def read_settings_file(path: Path, scope: Scope) -> SettingsFile:
     return parse_settings(data, source=str(path), scope=scope)
 
 
+def global_settings_path(
+    settings_file: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """The global settings file to read: ``settings_file``, else ``PSYCH_SETTINGS`` (both
+    must exist when named), else the default one when it exists; None: none to read."""
+    env = os.environ if environ is None else environ
+    named = settings_file if settings_file is not None else env.get("PSYCH_SETTINGS") or None
+    if named is not None:
+        return Path(named)
+    default = default_global_settings(env)
+    return default if default.is_file() else None
+
+
 def load_settings(
     settings_file: Path | None = None,
     *,
@@ -276,14 +292,10 @@ def load_settings(
         SpecError: a named global file is missing, or a file has problems.
     """
     env = os.environ if environ is None else environ
-    named = settings_file if settings_file is not None else env.get("PSYCH_SETTINGS") or None
     files: list[SettingsFile] = []
-    if named is not None:
-        files.append(read_settings_file(Path(named), "global"))
-    else:
-        default = default_global_settings(env)
-        if default.is_file():
-            files.append(read_settings_file(default, "global"))
+    found = global_settings_path(settings_file, env)
+    if found is not None:
+        files.append(read_settings_file(found, "global"))
     project = (cwd if cwd is not None else Path.cwd()) / PROJECT_SETTINGS
     skipped = None
     if project.is_file():

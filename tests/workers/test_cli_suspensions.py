@@ -16,7 +16,7 @@ from psych_runtime.activities import FileVersionStore, RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, ExternalWait, Scope, ToolRegistry
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._loading import load_spec_file
-from psych_runtime.workers.cli._serve import settings_from
+from psych_runtime.workers.cli._processes import settings_from
 from psych_runtime.workflows import (
     AbortRequested,
     PsychClient,

@@ -1,8 +1,9 @@
 """The ``psych`` command line: the parser, and the one place errors become exit statuses.
 
-Commands live beside it: ``_cli_specs`` (validate, publish), ``_cli_runs`` (run, status,
-report, list), ``_cli_resume`` (approve, deny, answer, complete, abort, steer) and
-``_cli_serve`` (worker, dev), ``_codec_server`` (codec-server).
+Commands live beside it: ``_specs`` (validate, publish), ``_runs`` (run, follow, status,
+report, list), ``_resume`` (approve, deny, answer, complete, abort, steer),
+``_processes`` (worker, dev), ``_serve_command`` (serve, the HTTP API) and
+``codec/_server`` (codec-server).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from temporalio.service import RPCError
 from psych_runtime.specs import PsychError, Refused
 from psych_runtime.workers.cli._fleet import add_fleet_commands
 from psych_runtime.workers.cli._hooks import add_hooks_command
+from psych_runtime.workers.cli._processes import add_process_commands
 from psych_runtime.workers.cli._resume import add_resume_commands
 from psych_runtime.workers.cli._runs import add_run_commands
-from psych_runtime.workers.cli._serve import add_serve_commands
+from psych_runtime.workers.cli._serve_command import add_serve_command
 from psych_runtime.workers.cli._specs import (
     DEFAULT_STORE,
     add_check_arguments,
@@ -82,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_commands(commands, connection, store)
     add_resume_commands(commands, connection)
-    add_serve_commands(commands, connection)
+    add_process_commands(commands, connection)
+    add_serve_command(commands, connection, store)
     add_codec_server_command(commands)
     add_fleet_commands(commands, connection)
     add_hooks_command(commands)

@@ -309,7 +309,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return asyncio.run(_dev(args))
 
 
-def add_serve_commands(
+def add_process_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     connection: argparse.ArgumentParser,
 ) -> None:

@@ -1,0 +1,209 @@
+"""``psych serve``: the HTTP API (``psych_runtime.workers.serve``) under uvicorn.
+
+Who may call comes from the global settings file's ``serve:`` section (API keys by their
+SHA-256, a JWT issuer), overridden by flags and ``PSYCH_SERVE_*`` variables; the Temporal
+connection is ``psych run``'s, the version store ``--store``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import PsychError, load_yaml
+from psych_runtime.workers._settings import default_global_settings, global_settings_path
+from psych_runtime.workers.cli._runs import temporal_client
+from psych_runtime.workers.cli._specs import load_registry
+from psych_runtime.workers.serve import (
+    DEFAULT_MAX_BODY_BYTES,
+    AuthSettings,
+    JwtSettings,
+    ServeSection,
+    ServeSettings,
+    api_keys_from,
+    create_app,
+    parse_serve_section,
+)
+from psych_runtime.workflows import PsychClient
+
+DEFAULT_LISTEN = "127.0.0.1:8000"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8000`` for IPv6) as a host and a port.
+
+    Raises:
+        PsychError: not of that shape, or the port is not 0-65535.
+    """
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise PsychError(f"--listen {text!r}: give host:port, such as 127.0.0.1:8000")
+    return host, int(port)
+
+
+def _section(args: argparse.Namespace) -> ServeSection:
+    path = global_settings_path(args.settings)
+    if path is None:
+        return ServeSection()
+    try:
+        document = path.read_bytes()
+    except OSError as err:
+        raise PsychError(f"{path}: cannot read the settings file: {err.strerror}") from err
+    data = load_yaml(document, source=str(path))
+    serve = data.get("serve") if isinstance(data, dict) else None
+    return parse_serve_section(serve, str(path))
+
+
+def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
+    """The credentials accepted: the settings file's, with flags and env over them.
+
+    Raises:
+        PsychError: a malformed ``PSYCH_SERVE_API_KEYS``, an incomplete JWT setting, or
+            none at all.
+    """
+    keys = section.auth.api_keys
+    raw = os.environ.get("PSYCH_SERVE_API_KEYS")
+    if raw:
+        try:
+            keys = keys + api_keys_from(json.loads(raw), "PSYCH_SERVE_API_KEYS")
+        except (ValueError, TypeError) as err:
+            raise PsychError(
+                f"{err} (PSYCH_SERVE_API_KEYS is a JSON list of {{sha256, tenant, principal}})"
+            ) from err
+    jwt = section.auth.jwt
+    flags = {
+        "jwks_url": args.jwks_url,
+        "issuer": args.jwt_issuer,
+        "audience": args.jwt_audience,
+        "tenant_claim": args.jwt_tenant_claim,
+        "principal_claim": args.jwt_principal_claim,
+        "algorithms": tuple(args.jwt_algorithm) if args.jwt_algorithm else None,
+    }
+    given = {name: value for name, value in flags.items() if value}
+    if given:
+        base = {} if jwt is None else {name: getattr(jwt, name) for name in flags}
+        base = {name: value for name, value in base.items() if value}
+        try:
+            jwt = JwtSettings(**{**base, **given})
+        except TypeError as err:
+            raise PsychError(
+                "JWT verification needs --jwks-url, --jwt-issuer and --jwt-audience "
+                "(or jwt: in the settings file's serve: section)"
+            ) from err
+        except ValueError as err:
+            raise PsychError(str(err)) from err
+    auth = AuthSettings(keys, jwt)
+    if not auth.configured:
+        raise PsychError(
+            "psych serve accepts nobody yet: configure api_keys or jwt in the serve: section "
+            f"of the settings file ({args.settings or default_global_settings()}), "
+            "PSYCH_SERVE_API_KEYS, or --jwks-url/--jwt-issuer/--jwt-audience"
+        )
+    return auth
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    section = _section(args)
+    auth = auth_from(args, section)
+    registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
+    temporal = await temporal_client(args)
+    client = PsychClient(
+        temporal,
+        store=FileVersionStore(args.store),
+        task_queue=args.task_queue,
+        registry=registry,
+        roles_apart=args.roles_apart,
+    )
+    settings = ServeSettings(
+        client=client,
+        auth=auth,
+        max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    )
+    print(f"psych serve: http://{args.listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    await server.serve()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the HTTP API until SIGINT/SIGTERM."""
+    return asyncio.run(_serve(args))
+
+
+def add_serve_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    connection: argparse.ArgumentParser,
+    store: argparse.ArgumentParser,
+) -> None:
+    """Add ``serve`` to ``psych``."""
+    env = os.environ.get
+    serve = commands.add_parser(
+        "serve", parents=[connection, store], help="serve the HTTP API (REST, SSE, OpenAPI)"
+    )
+    serve.add_argument(
+        "--listen",
+        default=env("PSYCH_SERVE_LISTEN", DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help=f"where to listen (env PSYCH_SERVE_LISTEN, default {DEFAULT_LISTEN})",
+    )
+    serve.add_argument(
+        "--settings",
+        type=Path,
+        metavar="FILE",
+        help="the global settings file whose serve: section configures API keys and JWTs "
+        f"(overrides PSYCH_SETTINGS; default {default_global_settings()} when it exists)",
+    )
+    serve.add_argument(
+        "--tools",
+        help="ToolRegistry of the code tools Specs may name, module:attribute or "
+        "file.py:attribute (env PSYCH_TOOLS)",
+    )
+    serve.add_argument(
+        "--task-queue",
+        default=env("PSYCH_TASK_QUEUE", "psych"),
+        help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
+    )
+    serve.add_argument(
+        "--roles-apart",
+        action="store_true",
+        default=env("PSYCH_ROLES_APART", "").strip().lower() in ("1", "true", "yes", "on"),
+        help="the fleet runs worker roles apart (env PSYCH_ROLES_APART=1), as for psych run",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(env("PSYCH_SERVE_MAX_BODY_BYTES", "0")) or None,
+        help=f"largest request body (env PSYCH_SERVE_MAX_BODY_BYTES; default "
+        f"{DEFAULT_MAX_BODY_BYTES})",
+    )
+    jwt = serve.add_argument_group("JWT verification (over the settings file's serve.jwt)")
+    jwt.add_argument("--jwks-url", default=env("PSYCH_SERVE_JWKS_URL"), help="the JWKS URL")
+    jwt.add_argument("--jwt-issuer", default=env("PSYCH_SERVE_JWT_ISSUER"), help="required iss")
+    jwt.add_argument("--jwt-audience", default=env("PSYCH_SERVE_JWT_AUDIENCE"), help="required aud")
+    jwt.add_argument(
+        "--jwt-tenant-claim",
+        default=env("PSYCH_SERVE_JWT_TENANT_CLAIM"),
+        help="the claim holding the tenant (default tenant)",
+    )
+    jwt.add_argument(
+        "--jwt-principal-claim",
+        default=env("PSYCH_SERVE_JWT_PRINCIPAL_CLAIM"),
+        help="the claim holding the principal (default sub)",
+    )
+    jwt.add_argument(
+        "--jwt-algorithm",
+        action="append",
+        help="an accepted signature algorithm (repeatable; default RS256 and ES256)",
+    )
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,58 @@
+"""``create_app``: the HTTP API of psych as one FastAPI application.
+
+Every ``/v1`` route authenticates the caller (``Authenticator``: the Scope comes from the
+credential, never from the request) and makes one PsychClient call with that Scope.
+Mountable in a company's own app (``company.mount("/psych", create_app(settings))``): it
+needs no lifespan of its own, so it works where a mounted app's lifespan is not run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from psych_runtime.specs import Scope
+from psych_runtime.workers.serve._auth import Authenticator
+from psych_runtime.workers.serve._context import ApiContext
+from psych_runtime.workers.serve._limits import BodyLimit
+from psych_runtime.workers.serve._problems import install_problem_handlers
+from psych_runtime.workers.serve._run_actions import action_routes
+from psych_runtime.workers.serve._run_routes import run_routes
+from psych_runtime.workers.serve._settings import ServeSettings
+from psych_runtime.workers.serve._spec_routes import spec_routes
+
+_BEARER = HTTPBearer(auto_error=False, description="an API key or a JWT the operator accepts")
+
+
+def create_app(settings: ServeSettings) -> FastAPI:
+    """The HTTP API (routes and contract: ``workers/serve/README.md``).
+
+    Raises:
+        ValueError: no credential is configured (every request would be refused).
+    """
+    if not settings.auth.configured:
+        raise ValueError("psych serve needs API keys or a JWT issuer to accept any caller")
+    authenticator = Authenticator(settings.auth)
+
+    async def caller(
+        request: Request,
+        bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ) -> Scope:
+        # HTTPBearer declares the scheme in the OpenAPI document; the header itself is
+        # read here, so a malformed one is answered with what is wrong with it.
+        return await authenticator.scope_for(request.headers.get("authorization"))
+
+    context = ApiContext(settings.client, settings, caller)
+    app = FastAPI(
+        title="psych-runtime",
+        summary="Publish Specs and drive durable agent and workflow Runs.",
+        version="1",
+    )
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(spec_routes(context))
+    app.include_router(run_routes(context))
+    app.include_router(action_routes(context))
+    return app

@@ -1,0 +1,207 @@
+"""Who calls: a bearer credential mapped to the Scope its calls act in.
+
+The operator configures the credentials; a caller never names its own tenant. Two kinds:
+
+- API keys: the operator stores only the SHA-256 of each key (``ApiKey``), with the tenant
+  and principal it stands for. A presented key is hashed and compared with every stored
+  hash in constant time (``hmac.compare_digest``, no early exit), so neither a key nor
+  which entry it matched leaks through timing.
+- JWTs: verified with PyJWT against the operator's JWKS (``jwt.PyJWKClient``, which caches
+  the key set), with the signature, ``exp``/``nbf``, issuer, audience and algorithms
+  checked; the tenant and principal are read from configurable claims.
+
+Every refusal is ``Unauthorized`` with a reason safe to show the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from pydantic import ValidationError
+
+from psych_runtime.specs import PsychError, Scope
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Unauthorized(PsychError):
+    """The request carries no credential, or one no configured key or issuer vouches for."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One API key as the operator configures it: its SHA-256, never the key itself.
+
+    Attributes:
+        sha256: the key's SHA-256, 64 lowercase hex digits (``ApiKey.of`` computes it).
+        tenant: the tenant every call with this key acts for.
+        principal: who acts (recorded on approvals, steering...); None: nobody named.
+    """
+
+    sha256: str
+    tenant: str
+    principal: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _HEX64.match(self.sha256):
+            raise ValueError(
+                f"api key for tenant {self.tenant!r}: sha256 must be 64 lowercase hex digits"
+            )
+        Scope(tenant=self.tenant, principal=self.principal)  # refuses a malformed tenant
+
+    @classmethod
+    def of(cls, key: str, tenant: str, principal: str | None = None) -> ApiKey:
+        """The entry for ``key`` (hashed here; the key itself is not kept)."""
+        return cls(hashlib.sha256(key.encode()).hexdigest(), tenant, principal)
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    """How JWTs are verified and mapped to a Scope.
+
+    Attributes:
+        jwks_url: where the issuer publishes its signing keys (a JWKS document).
+        issuer: the required ``iss``.
+        audience: the required ``aud`` (one of them, when the token lists several).
+        algorithms: the signature algorithms accepted (never ``none``).
+        tenant_claim: the claim holding the tenant.
+        principal_claim: the claim holding the principal (absent: no principal).
+        leeway_seconds: clock skew allowed on ``exp``/``nbf``/``iat``.
+    """
+
+    jwks_url: str
+    issuer: str
+    audience: str
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    tenant_claim: str = "tenant"
+    principal_claim: str = "sub"
+    leeway_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.algorithms:
+            raise ValueError("jwt.algorithms: name at least one algorithm")
+        if any(a.lower() == "none" for a in self.algorithms):
+            raise ValueError("jwt.algorithms: 'none' would accept unsigned tokens")
+        for name in ("jwks_url", "issuer", "audience", "tenant_claim", "principal_claim"):
+            if not getattr(self, name):
+                raise ValueError(f"jwt.{name}: required")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """The credentials a server accepts: API keys and/or JWTs (at least one)."""
+
+    api_keys: tuple[ApiKey, ...] = ()
+    jwt: JwtSettings | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Whether any credential could be accepted."""
+        return bool(self.api_keys) or self.jwt is not None
+
+
+@dataclass
+class Authenticator:
+    """Maps an ``Authorization`` header to the caller's Scope (see the module docstring)."""
+
+    settings: AuthSettings
+    _jwks: jwt.PyJWKClient | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.settings.jwt is not None:
+            self._jwks = jwt.PyJWKClient(self.settings.jwt.jwks_url, cache_jwk_set=True)
+
+    async def scope_for(self, authorization: str | None) -> Scope:
+        """The Scope of the request's ``Authorization`` header.
+
+        Raises:
+            Unauthorized: no bearer credential, or none that is accepted (says which).
+        """
+        if not authorization:
+            raise Unauthorized("the request has no Authorization header (Bearer <credential>)")
+        scheme, _, credential = authorization.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            raise Unauthorized("the Authorization header must be 'Bearer <credential>'")
+        key = self._api_key(credential)
+        if key is not None:
+            return Scope(tenant=key.tenant, principal=key.principal)
+        if self.settings.jwt is not None and credential.count(".") == 2:
+            return await self._jwt_scope(credential, self.settings.jwt)
+        raise Unauthorized("the credential is not a known API key or an accepted token")
+
+    def _api_key(self, credential: str) -> ApiKey | None:
+        digest = hashlib.sha256(credential.encode()).hexdigest()
+        found: ApiKey | None = None
+        for key in self.settings.api_keys:  # every entry compared: no early exit
+            if hmac.compare_digest(digest, key.sha256):
+                found = key
+        return found
+
+    async def _jwt_scope(self, token: str, settings: JwtSettings) -> Scope:
+        claims = await asyncio.to_thread(self._verified_claims, token, settings)
+        tenant = claims.get(settings.tenant_claim)
+        principal = claims.get(settings.principal_claim)
+        if not isinstance(tenant, str):
+            raise Unauthorized(f"the token has no string claim {settings.tenant_claim!r}")
+        if principal is not None and not isinstance(principal, str):
+            raise Unauthorized(f"the token's claim {settings.principal_claim!r} is not a string")
+        try:
+            return Scope(tenant=tenant, principal=principal)
+        except ValidationError as err:
+            raise Unauthorized(
+                f"the token's claim {settings.tenant_claim!r} is not a valid tenant "
+                "(letters, digits, '_' and '.')"
+            ) from err
+
+    def _verified_claims(self, token: str, settings: JwtSettings) -> dict[str, Any]:
+        """The token's claims once verified (blocking: the JWKS may be fetched)."""
+        assert self._jwks is not None
+        try:
+            signing_key = self._jwks.get_signing_key_from_jwt(token)
+        except jwt.PyJWKClientConnectionError as err:
+            raise Unauthorized("the token's signing keys could not be fetched") from err
+        except jwt.PyJWKClientError as err:
+            raise Unauthorized(f"the token's signing key is not in the JWKS: {err}") from err
+        except jwt.InvalidTokenError as err:
+            raise Unauthorized(f"the token is malformed: {err}") from err
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                signing_key.key,
+                algorithms=list(settings.algorithms),
+                audience=settings.audience,
+                issuer=settings.issuer,
+                leeway=settings.leeway_seconds,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.InvalidTokenError as err:
+            raise Unauthorized(f"the token was refused: {err}") from err
+        return claims
+
+
+def api_keys_from(entries: Sequence[Any], source: str) -> tuple[ApiKey, ...]:
+    """API keys from plain data (``[{sha256, tenant, principal?}, ...]``).
+
+    Raises:
+        ValueError: naming ``source`` and the entry that is wrong.
+    """
+    keys: list[ApiKey] = []
+    for index, entry in enumerate(entries):
+        where = f"{source}[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"sha256", "tenant", "principal"}:
+            raise ValueError(f"{where}: a mapping of sha256, tenant and optional principal")
+        try:
+            keys.append(ApiKey(str(entry["sha256"]), str(entry["tenant"]), entry.get("principal")))
+        except KeyError as err:
+            raise ValueError(f"{where}: {err.args[0]} is required") from err
+        except (ValueError, ValidationError) as err:
+            raise ValueError(f"{where}: {err}") from err
+    return tuple(keys)

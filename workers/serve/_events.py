@@ -1,0 +1,101 @@
+"""Following a Run over Server-Sent Events: what is sent, its ids, and resuming.
+
+One function yields what a follower is sent (``run_events``: Records, and the deltas of
+the model call in flight); the route turns each item into one event:
+
+- a Record: ``event: record``, ``id: <seq>``;
+- a ``TokenDelta``: ``event: delta``, ``id: <seq>/<call>/<n>``, where ``seq`` is the last
+  Record's seq sent before it, ``call`` the attempt (``<activity id>#<attempt>``: it has
+  '#' but never '/') and ``n`` its position in the attempt;
+- a ``DeltasDropped``: ``event: deltas_dropped``, ``id: <seq>/<call>/<n>`` with ``n`` one
+  past the last delta of that attempt (the drop closes the attempt's sequence);
+- ``event: end`` once the Run settled (no id: resuming after it starts after the last
+  Record, and a settled Run's stream ends again at once).
+
+A reconnecting client sends the last id it saw (``Last-Event-ID``, or ``?after=``), parsed
+by ``parse_event_id`` into an ``EventPosition``: it is sent the Records after ``seq`` and,
+of the attempt ``call``, the deltas after ``n``; nothing is lost or sent twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from psych_runtime.specs import Scope
+from psych_runtime.workflows import DeltasDropped, PsychClient, Record, TokenDelta
+
+EventItem = Record | TokenDelta | DeltasDropped
+"""What a follower of a Run is sent."""
+
+_ID = re.compile(r"^(?P<seq>\d{1,18})(?:/(?P<call>[^/]+)/(?P<n>\d{1,18}))?$")
+
+
+@dataclass(frozen=True)
+class EventPosition:
+    """Where a follower is: the last Record's seq, and the last delta sent after it."""
+
+    seq: int = 0
+    delta: tuple[str, int] | None = None
+    """``(call, n)`` of the last delta (or drop) sent after Record ``seq``; None: none."""
+
+
+def parse_event_id(text: str) -> EventPosition:
+    """The position an event id (``<seq>`` or ``<seq>/<call>/<n>``) names.
+
+    Raises:
+        ValueError: the id has neither shape (the message says which shapes it may have).
+    """
+    found = _ID.match(text.strip())
+    if found is None:
+        raise ValueError(
+            f"event id {text!r} is neither '<seq>' nor '<seq>/<call>/<n>' (seq and n are "
+            "whole numbers)"
+        )
+    seq = int(found["seq"])
+    if found["call"] is None:
+        return EventPosition(seq)
+    return EventPosition(seq, (found["call"], int(found["n"])))
+
+
+@dataclass
+class EventIds:
+    """The ids of the events of one stream, from the position it resumed at."""
+
+    position: EventPosition
+
+    def __post_init__(self) -> None:
+        self._last_n: dict[str, int] = {}
+        if self.position.delta is not None:
+            call, n = self.position.delta
+            self._last_n[call] = n
+
+    def next_id(self, item: EventItem) -> str:
+        """The id of ``item``, the next event sent."""
+        seq = self.position.seq
+        if isinstance(item, TokenDelta):
+            self._last_n[item.call] = item.n
+            self.position = EventPosition(seq, (item.call, item.n))
+        elif isinstance(item, DeltasDropped):
+            n = self._last_n.pop(item.call, 0) + 1
+            self.position = EventPosition(seq, (item.call, n))
+        else:
+            self._last_n.clear()  # a Record supersedes the deltas before it
+            self.position = EventPosition(item.seq)
+        delta = self.position.delta
+        return str(self.position.seq) if delta is None else f"{seq}/{delta[0]}/{delta[1]}"
+
+
+async def run_events(
+    client: PsychClient, run_id: str, *, scope: Scope, after: EventPosition
+) -> AsyncIterator[EventItem]:
+    """What a follower of the Run is sent from ``after`` on, until the Run settles.
+
+    Records only for now: ``PsychClient.stream`` yields Records. Once it takes
+    ``deltas=True, after_delta=(call, n)``, this is the one call to change:
+    ``client.stream(run_id, scope=scope, after=after.seq, deltas=True,
+    after_delta=after.delta)``.
+    """
+    async for record in client.stream(run_id, scope=scope, after=after.seq):
+        yield record

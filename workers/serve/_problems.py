@@ -1,0 +1,144 @@
+"""Errors as ``application/problem+json`` (RFC 9457): ``{type, title, status, detail, ...}``.
+
+The one place the API maps exceptions to statuses: psych's own errors (``NotFound`` 404,
+``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
+revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 with every
+problem), Temporal's (no worker answered: 503), request validation (422, each field named)
+and ``Unauthorized`` (401).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import (
+    AccessDenied,
+    NotFound,
+    PsychError,
+    Refused,
+    SpecError,
+    ValidationFailed,
+)
+from psych_runtime.workers.serve._auth import Unauthorized
+
+PROBLEM_JSON = "application/problem+json"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Unauthorized",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request too large",
+    415: "Unsupported media type",
+    422: "Invalid request",
+    503: "Unavailable",
+}
+
+
+class ApiProblem(Exception):
+    """Raised by a route to answer with a problem of this status."""
+
+    def __init__(self, status: int, detail: str, kind: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind
+        self.extra = extra
+
+
+def problem_type(status: int, kind: str | None = None) -> str:
+    """The problem's ``type`` URI: ``urn:psych:problem:<kind or status>``."""
+    return f"urn:psych:problem:{kind or status}"
+
+
+def problem(status: int, detail: str, kind: str | None = None, **extra: Any) -> JSONResponse:
+    """A problem response."""
+    body = {
+        "type": problem_type(status, kind),
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        **extra,
+    }
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def no_run(run_id: str) -> str:
+    """The detail of a Run the caller may not see: the same whether it exists or not."""
+    return f"no Run {run_id}"
+
+
+def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
+    """The problem answering ``err`` (``run_id``: the Run the request named, if any)."""
+    match err:
+        case ApiProblem():
+            return problem(err.status, err.detail, err.kind, **err.extra)
+        case Unauthorized():
+            return problem(401, str(err), "unauthorized")
+        case AccessDenied() | NotFound() if run_id is not None:
+            return problem(404, no_run(run_id), "not-found")
+        case NotFound():
+            return problem(404, str(err), "not-found")
+        case AccessDenied():
+            return problem(404, "not found", "not-found")
+        case Refused():
+            return problem(409, str(err), "refused", refusal=err.kind)
+        case ValidationFailed():
+            problems = [{"path": p.path, "message": p.message} for p in err.problems]
+            return problem(422, str(err), "invalid-spec", problems=problems)
+        case SpecError():
+            return problem(422, str(err), "invalid-spec")
+        case PsychError():
+            return problem(409, str(err), "conflict")
+        case WorkflowUpdateFailedError():
+            cause = getattr(err.cause, "message", None) or str(err.cause or err)
+            return problem(409, f"the Run did not take it: {cause}", "refused")
+        case RPCError() if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            return problem(503, "no worker answered for the Run in time", "no-worker")
+        case RPCError() if err.status == RPCStatusCode.NOT_FOUND and run_id is not None:
+            return problem(404, no_run(run_id), "not-found")
+        case RPCError():
+            return problem(503, f"Temporal refused: {err.message} ({err.status.name})", "temporal")
+    raise err
+
+
+def _field(location: tuple[Any, ...]) -> str:
+    parts = [str(part) for part in location]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where, rest = parts[0], parts[1:]
+        return f"{where}.{'.'.join(rest)}" if rest else where
+    return ".".join(parts)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error of ``app`` a problem response."""
+
+    async def on_validation(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, RequestValidationError)
+        errors = [
+            {"field": _field(tuple(item.get("loc", ()))), "message": str(item.get("msg"))}
+            for item in err.errors()
+        ]
+        listed = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return problem(422, f"the request is invalid: {listed}", "invalid-request", errors=errors)
+
+    async def on_http(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, HTTPException)
+        return problem(err.status_code, str(err.detail), str(err.status_code))
+
+    async def on_error(request: Request, err: Exception) -> JSONResponse:
+        return problem_for(err, request.path_params.get("run_id"))
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    for kind in (ApiProblem, PsychError, WorkflowUpdateFailedError, RPCError):
+        app.add_exception_handler(kind, on_error)

@@ -1,0 +1,218 @@
+"""Dispatching and reading Runs: ``/v1/runs`` and what each Run shows.
+
+A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answers as
+``run_id``). Another tenant's Run is answered exactly as a missing one (404 ``no Run
+<id>``), before anything of it is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from temporalio.service import RPCError
+
+from psych_runtime.specs import NotFound, PsychError, Scope, parse_spec
+from psych_runtime.workers.console import read_transcript
+from psych_runtime.workers.serve._context import ApiContext
+from psych_runtime.workers.serve._events import (
+    EventIds,
+    EventPosition,
+    parse_event_id,
+    run_events,
+)
+from psych_runtime.workers.serve._problems import ApiProblem, no_run, problem_for
+from psych_runtime.workflows import (
+    DeltasDropped,
+    Record,
+    RunStatus,
+    RunSummary,
+    TokenDelta,
+    parse_workflow_id,
+)
+
+MAX_LIST = 1000
+"""The most Runs one list answers."""
+
+_SUMMARIES = TypeAdapter(list[RunSummary])
+_RECORDS = TypeAdapter(list[Record])
+
+
+class DispatchBody(BaseModel):
+    """``POST /v1/runs``: a published Version's hash or a Spec, and the user's input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = None
+    """The hash of a published Version."""
+    spec: dict[str, Any] | None = None
+    """A Spec to publish and run (instead of ``version``)."""
+    input: str | list[str] = Field(min_length=1)
+    """The user's message, or several."""
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    """The same tenant and key reach the same Run."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DispatchBody:
+        if (self.version is None) == (self.spec is None):
+            raise ValueError("give exactly one of version (a Version hash) or spec")
+        return self
+
+
+def tenant_run(run_id: str, scope: Scope) -> str:
+    """``run_id`` when it is one of the caller's tenant's Runs.
+
+    Raises:
+        ApiProblem: 404 ``no Run <id>`` for another tenant's Run or a malformed id alike.
+    """
+    try:
+        tenant, _ = parse_workflow_id(run_id)
+    except NotFound:
+        tenant = None
+    if tenant != scope.tenant:
+        raise ApiProblem(404, no_run(run_id), "not-found")
+    return run_id
+
+
+def run_routes(context: ApiContext) -> APIRouter:
+    """The routes that dispatch, list and read Runs."""
+    router = APIRouter(prefix="/v1/runs", tags=["runs"])
+    Caller = Annotated[Scope, Depends(context.caller)]
+    client = context.client
+
+    @router.post("", status_code=201)
+    async def dispatch(body: DispatchBody, scope: Caller) -> JSONResponse:
+        """Start a Run; answers ``{"run_id": <workflow id>, ...}``."""
+        spec = body.version if body.spec is None else parse_spec(body.spec, source="spec")
+        assert spec is not None
+        handle = await client.dispatch(
+            spec, body.input, scope=scope, idempotency_key=body.idempotency_key
+        )
+        return JSONResponse(
+            {
+                "run_id": handle.workflow_id,
+                "tenant": handle.tenant,
+                "agent": handle.agent,
+                "version_hash": handle.version_hash,
+            },
+            status_code=201,
+        )
+
+    @router.get("")
+    async def list_runs(
+        scope: Caller,
+        agent: str | None = None,
+        status: RunStatus | None = None,
+        waiting: bool = False,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    ) -> dict[str, Any]:
+        """The tenant's Runs, newest first; ``waiting=true``: suspended ones with what each
+        waits for."""
+        if waiting and status not in (None, RunStatus.SUSPENDED):
+            raise ApiProblem(422, f"waiting=true lists suspended Runs, not status={status}")
+        runs = await client.list(
+            scope=scope, agent=agent, status=status, suspended=waiting, limit=limit
+        )
+        return {"runs": _SUMMARIES.dump_python(runs, mode="json")}
+
+    @router.get("/{run_id}")
+    async def status(run_id: str, scope: Caller) -> dict[str, Any]:
+        """The Run's state (RunState)."""
+        state = await client.status(
+            tenant_run(run_id, scope), scope=scope, query_timeout=context.query_timeout
+        )
+        return state.model_dump(mode="json")
+
+    @router.get("/{run_id}/report")
+    async def report(run_id: str, scope: Caller) -> dict[str, Any]:
+        """The Run's report (RunReport)."""
+        built = await client.report(
+            tenant_run(run_id, scope), scope=scope, query_timeout=context.query_timeout
+        )
+        return built.model_dump(mode="json")
+
+    @router.get("/{run_id}/transcript")
+    async def transcript(run_id: str, scope: Caller) -> dict[str, Any]:
+        """The conversation as the model saw it (what ``psych report --transcript`` prints):
+        ``entries`` are its messages in order; a workflow's are in its ``steps``."""
+        built = await read_transcript(client, tenant_run(run_id, scope), scope=scope)
+        return transcript_json(TypeAdapter(type(built)).dump_python(built, mode="json"))
+
+    @router.get("/{run_id}/records")
+    async def records(
+        run_id: str, scope: Caller, after: Annotated[int, Query(ge=0)] = 0
+    ) -> dict[str, Any]:
+        """Records with ``seq > after``; ``next`` is the ``after`` that reads on."""
+        page = await client.records(
+            tenant_run(run_id, scope),
+            scope=scope,
+            after=after,
+            query_timeout=context.query_timeout,
+        )
+        last = page.records[-1].seq if page.records else after
+        return {"records": _RECORDS.dump_python(list(page.records), mode="json"), "next": last}
+
+    @router.get("/{run_id}/events", response_class=EventSourceResponse)
+    async def events(
+        run_id: str,
+        scope: Caller,
+        after: str | None = None,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> EventSourceResponse:
+        """Server-Sent Events of the Run: ``record``, ``delta``, ``deltas_dropped``, then
+        ``end``; resumable with ``Last-Event-ID`` (or ``?after=``)."""
+        tenant_run(run_id, scope)
+        given = last_event_id if last_event_id is not None else after
+        try:
+            position = EventPosition() if given is None else parse_event_id(given)
+        except ValueError as err:
+            raise ApiProblem(422, str(err), "invalid-request") from err
+        await _exists(context, run_id)
+        stream = _sse(context, run_id, scope, position)
+        return EventSourceResponse(stream, ping=context.settings.keepalive_seconds)
+
+    return router
+
+
+async def _exists(context: ApiContext, run_id: str) -> None:
+    """Refuse a Run Temporal does not know before the stream starts (a 404, not an event)."""
+    try:
+        await context.client.temporal.get_workflow_handle(run_id).describe()
+    except RPCError as err:
+        raise ApiProblem(404, no_run(run_id), "not-found") from err
+
+
+async def _sse(
+    context: ApiContext, run_id: str, scope: Scope, position: EventPosition
+) -> AsyncIterator[ServerSentEvent]:
+    ids = EventIds(position)
+    try:
+        async for item in run_events(context.client, run_id, scope=scope, after=position):
+            event: Literal["record", "delta", "deltas_dropped"] = (
+                "delta"
+                if isinstance(item, TokenDelta)
+                else "deltas_dropped"
+                if isinstance(item, DeltasDropped)
+                else "record"
+            )
+            yield ServerSentEvent(data=item.model_dump_json(), event=event, id=ids.next_id(item))
+    except (PsychError, RPCError) as err:
+        failure = problem_for(err, run_id)
+        yield ServerSentEvent(data=bytes(failure.body).decode(), event="error")
+        return
+    yield ServerSentEvent(data=f'{{"last_seq": {ids.position.seq}}}', event="end")
+
+
+def transcript_json(data: dict[str, Any]) -> dict[str, Any]:
+    """A transcript's data with its ``messages`` named ``entries``, steps' children too."""
+    shaped = dict(data)
+    shaped["entries"] = shaped.pop("messages", [])
+    shaped["steps"] = [
+        {**step, "child": None if step.get("child") is None else transcript_json(step["child"])}
+        for step in shaped.get("steps", [])
+    ]
+    return shaped

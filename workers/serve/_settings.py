@@ -1,0 +1,115 @@
+"""``ServeSettings``: what ``create_app`` is built from, and the ``serve:`` section of the
+global settings file that ``psych serve`` reads it from.
+
+The section (global settings file only: a project checkout must not be able to let
+callers in)::
+
+    serve:
+      api_keys:                              # only each key's SHA-256 is stored
+        - {sha256: 9f86d0...0f00a08, tenant: acme, principal: ops}
+      jwt:
+        jwks_url: https://idp.example.com/.well-known/jwks.json
+        issuer: https://idp.example.com/
+        audience: psych
+        algorithms: [RS256]                  # default RS256, ES256
+        tenant_claim: tenant                 # default tenant
+        principal_claim: sub                 # default sub
+      max_body_bytes: 4194304
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psych_runtime.specs import SpecError
+from psych_runtime.workers.serve._auth import AuthSettings, JwtSettings, api_keys_from
+from psych_runtime.workflows import PsychClient
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Room for the largest Spec document (``MAX_DOCUMENT_BYTES``, 2 MiB) and its envelope."""
+
+_SECTION_KEYS = frozenset({"api_keys", "jwt", "max_body_bytes"})
+_JWT_KEYS = frozenset(JwtSettings.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the HTTP API is built from.
+
+    Attributes:
+        client: the PsychClient every call goes through (its version store, task queue
+            and registry are the API's).
+        auth: the credentials accepted (API keys and/or JWTs; at least one).
+        max_body_bytes: the largest request body accepted (larger: 413).
+        keepalive_seconds: how often an idle event stream sends a comment.
+        query_timeout_seconds: how long status, report, transcript and records wait for
+            the Run's worker to answer (then 503).
+    """
+
+    client: PsychClient
+    auth: AuthSettings
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    keepalive_seconds: float = 15.0
+    query_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class ServeSection:
+    """The ``serve:`` section as read from a settings file."""
+
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    max_body_bytes: int | None = None
+
+
+def parse_serve_section(data: Any, source: str) -> ServeSection:
+    """The ``serve:`` section of a settings file (plain data; None: absent).
+
+    Raises:
+        SpecError: naming ``source`` and the path of every problem.
+    """
+    if data is None:
+        return ServeSection()
+    where = f"{source}: serve"
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a mapping, not {type(data).__name__}")
+    unknown = sorted(set(data) - _SECTION_KEYS, key=str)
+    if unknown:
+        raise SpecError(
+            f"{where}.{unknown[0]}: unknown setting (known: {', '.join(sorted(_SECTION_KEYS))})"
+        )
+    keys = data.get("api_keys") or []
+    if not isinstance(keys, list):
+        raise SpecError(f"{where}.api_keys: a list of {{sha256, tenant, principal}}")
+    try:
+        api_keys = api_keys_from(keys, f"{where}.api_keys")
+    except ValueError as err:
+        raise SpecError(str(err)) from err
+    jwt = _jwt(data.get("jwt"), f"{where}.jwt")
+    size = data.get("max_body_bytes")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        raise SpecError(f"{where}.max_body_bytes: a positive number of bytes, not {size!r}")
+    return ServeSection(AuthSettings(api_keys, jwt), size)
+
+
+def _jwt(data: Any, where: str) -> JwtSettings | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a mapping, not {type(data).__name__}")
+    unknown = sorted(set(data) - _JWT_KEYS, key=str)
+    if unknown:
+        known = ", ".join(sorted(_JWT_KEYS))
+        raise SpecError(f"{where}.{unknown[0]}: unknown setting (known: {known})")
+    values = dict(data)
+    if "algorithms" in values:
+        algorithms = values["algorithms"]
+        if not isinstance(algorithms, list) or not all(isinstance(a, str) for a in algorithms):
+            raise SpecError(f"{where}.algorithms: a list of algorithm names")
+        values["algorithms"] = tuple(algorithms)
+    try:
+        return JwtSettings(**values)
+    except TypeError as err:
+        raise SpecError(f"{where}: jwks_url, issuer and audience are required") from err
+    except ValueError as err:
+        raise SpecError(f"{where}: {err}") from err
