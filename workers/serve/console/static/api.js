@@ -24,7 +24,8 @@ function describeProblem(status, problem, text) {
   if (!problem || typeof problem !== "object") return `${status}: ${text || "no answer"}`;
   const parts = [`${status} ${problem.title ?? ""}`.trim()];
   if (problem.detail) parts.push(typeof problem.detail === "string" ? problem.detail : JSON.stringify(problem.detail));
-  for (const item of problem.errors ?? []) {
+  // A validation problem's detail already names each field; list them only without one.
+  for (const item of problem.detail ? [] : (problem.errors ?? [])) {
     const where = Array.isArray(item.loc) ? item.loc.join(".") : (item.field ?? item.loc ?? "");
     parts.push(`${where}: ${item.msg ?? item.message ?? JSON.stringify(item)}`);
   }

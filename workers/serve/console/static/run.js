@@ -183,6 +183,7 @@ export function showRun(main, runId, onAuthFailure) {
       if (event === "record") onRecord(data);
       else if (event === "delta") onDelta(data);
       else if (event === "deltas_dropped") onDropped(data);
+      else if (event === "error") connection.textContent = `stream failed: ${data?.detail ?? data}; reconnecting`;
     },
     connection: (text) => {
       connection.textContent = text;

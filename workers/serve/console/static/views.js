@@ -53,7 +53,7 @@ function entryNode(entry) {
 
 /** The transcript answer (`{"entries": [...]}`, or a transcript with messages or steps). */
 export function renderTranscript(data) {
-  const entries = data?.entries ?? [...(data?.messages ?? []), ...(data?.steps ?? [])];
+  const entries = [...(data?.entries ?? data?.messages ?? []), ...(data?.steps ?? [])];
   const unseen = data?.unseen ?? [];
   if (!entries.length && !unseen.length) return el("p", { class: "muted" }, "The transcript is empty so far.");
   return el(
