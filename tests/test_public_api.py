@@ -28,6 +28,7 @@ import pytest
         "psych_runtime.workers.codec",
         "psych_runtime.workers.console",
         "psych_runtime.workers.fleet",
+        "psych_runtime.workers.serve",
     ],
 )
 def test_all_is_sorted_and_importable(package: str) -> None:

@@ -100,6 +100,7 @@ async def stop(dev: asyncio.subprocess.Process) -> None:
         ["run", "a.yaml", "--input", "hi"],
         ["worker"],
         ["dev"],
+        ["serve"],
     ],
 )
 @pytest.mark.parametrize("flag", ["--tools", "--registry"])

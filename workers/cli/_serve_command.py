@@ -166,8 +166,10 @@ def add_serve_command(
     )
     serve.add_argument(
         "--tools",
+        "--registry",  # validate's and publish's old name, accepted everywhere
+        dest="tools",
         help="ToolRegistry of the code tools Specs may name, module:attribute or "
-        "file.py:attribute (env PSYCH_TOOLS)",
+        "file.py:attribute (env PSYCH_TOOLS; --registry is the same)",
     )
     serve.add_argument(
         "--task-queue",

@@ -6,8 +6,8 @@ Mountable in a company's own app (``company.mount("/psych", create_app(settings)
 needs no lifespan of its own, so it works where a mounted app's lifespan is not run.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
+# name the closure's `Caller`, at definition time.
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request

@@ -1,8 +1,8 @@
 """Acting on a Run: approve, deny, answer, complete (each answers the ResumeResult), abort
 and steer (202: the Run takes them in its own time). One PsychClient call each."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
+# name the closure's `Caller`, at definition time.
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends

@@ -5,8 +5,8 @@ A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answer
 <id>``), before anything of it is read.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
+# name the closure's `Caller`, at definition time.
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -57,7 +57,7 @@ class DispatchBody(BaseModel):
     """The same tenant and key reach the same Run."""
 
     @model_validator(mode="after")
-    def _one_source(self) -> DispatchBody:
+    def _one_source(self) -> "DispatchBody":
         if (self.version is None) == (self.spec is None):
             raise ValueError("give exactly one of version (a Version hash) or spec")
         return self

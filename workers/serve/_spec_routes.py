@@ -5,8 +5,8 @@ file's text (``application/yaml``), read with the Spec loaders' bounds (depth, s
 duplicate keys, aliases). Validation is the client's: what ``PsychClient.publish`` checks.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
+# name the closure's `Caller`, at definition time.
 import dataclasses
 import json
 from typing import Annotated, Any

@@ -1,0 +1,197 @@
+"""``psych serve`` end to end: the HTTP API, served by uvicorn on loopback, drives a Run
+on a real dev server from dispatch through an approval to its report, followed over SSE
+and resumed with Last-Event-ID; another tenant is refused throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder, spec_to_data
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+
+from ._waiting import eventually
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+ACME = {"Authorization": "Bearer acme-key-e2e"}
+GLOBEX = {"Authorization": "Bearer globex-key-e2e"}
+
+
+@asynccontextmanager
+async def served(harness: Harness) -> AsyncIterator[str]:
+    """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port)."""
+    keys = (
+        ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice"),
+        ApiKey.of("globex-key-e2e", "globex", "mallory"),
+    )
+    app = create_app(ServeSettings(harness.client, AuthSettings(keys), keepalive_seconds=0.2))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    await eventually(lambda: _started(server), what="uvicorn to listen")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _started(server: uvicorn.Server) -> bool:
+    return server.started
+
+
+async def read_events(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], until: str
+) -> tuple[list[tuple[str, str, Any]], int]:
+    """Events (name, id, data) of the stream until one whose data or name holds ``until``;
+    also how many keep-alive comments came."""
+    events: list[tuple[str, str, Any]] = []
+    comments = 0
+    fields: dict[str, str] = {}
+    async with http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                comments += 1
+                if until == "keep-alive":
+                    break
+            elif line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            elif fields:
+                data = json.loads(fields["data"])
+                events.append((fields.get("event", "message"), fields.get("id", ""), data))
+                fields = {}
+                if until in (events[-1][0], data.get("kind") if isinstance(data, dict) else ""):
+                    break
+    return events, comments
+
+
+async def test_the_api_drives_a_run_through_an_approval_to_its_report(harness: Harness) -> None:
+    deleted: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        deleted.append(order_id)
+        return f"order {order_id} deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
+    spec = spec.tool("delete_order")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"}, id="call-del")),
+        Reply.text("Deleted."),
+    )
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        published = await http.post(
+            "/v1/versions", json={"spec": spec_to_data(spec.build())}, headers=ACME
+        )
+        assert published.status_code == 201, published.text
+        version = published.json()["hash"]
+        dispatched = await http.post(
+            "/v1/runs", json={"version": version, "input": "delete 42"}, headers=ACME
+        )
+        assert dispatched.status_code == 201, dispatched.text
+        run_id = dispatched.json()["run_id"]
+        assert run_id.startswith("psych-acme-")
+        assert dispatched.json()["version_hash"] == version
+
+        # Follow until the Run suspends for the approval.
+        first, _ = await read_events(http, f"/v1/runs/{run_id}/events", ACME, until="suspended")
+        assert [event for event, _, _ in first] == ["record"] * len(first)
+        assert [int(id_) for _, id_, _ in first] == list(range(1, len(first) + 1))
+        suspended = first[-1][2]
+        assert suspended["kind"] == "suspended"
+        state = (await http.get(f"/v1/runs/{run_id}", headers=ACME)).json()
+        assert state["status"] == "suspended"
+        (pending,) = state["pending"]
+        assert (pending["id"], pending["tool"]) == ("call-del", "delete_order")
+        assert deleted == []
+        # While it waits, a follower after its last record gets keep-alives, no records.
+        idle, comments = await read_events(
+            http,
+            f"/v1/runs/{run_id}/events",
+            {**ACME, "Last-Event-ID": first[-1][1]},
+            until="keep-alive",
+        )
+        assert (idle, comments) == ([], 1)
+
+        # Another tenant: the Run is answered as missing, and never listed.
+        missing = (await http.get("/v1/runs/psych-globex-nothing", headers=GLOBEX)).json()
+        for path in ("", "/report", "/transcript", "/records", "/events"):
+            theirs = await http.get(f"/v1/runs/{run_id}{path}", headers=GLOBEX)
+            assert theirs.status_code == 404, path
+            assert theirs.json()["detail"] == f"no Run {run_id}"
+        refused = await http.post(
+            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del"}, headers=GLOBEX
+        )
+        assert refused.status_code == 404
+        assert missing["status"] == 404
+        listed_mine: list[str] = []
+
+        async def listed() -> bool:
+            runs = (await http.get("/v1/runs?waiting=true", headers=ACME)).json()["runs"]
+            listed_mine[:] = [run["workflow_id"] for run in runs]
+            return run_id in listed_mine
+
+        await eventually(listed, what="the suspended Run to be listed")
+        globex = (await http.get("/v1/runs", headers=GLOBEX)).json()["runs"]
+        assert run_id not in [run["workflow_id"] for run in globex]
+
+        approved = await http.post(
+            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del", "note": "ok"}, headers=ACME
+        )
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["outcome"] == "approved"
+        again = await http.post(
+            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del"}, headers=ACME
+        )
+        assert again.status_code == 409
+        assert again.json()["type"] == "urn:psych:problem:refused"
+
+        # Resume the stream after the last event seen: no loss, no duplicate, then end.
+        rest, _ = await read_events(
+            http,
+            f"/v1/runs/{run_id}/events",
+            {**ACME, "Last-Event-ID": first[-1][1]},
+            until="end",
+        )
+        assert rest[-1][0] == "end"
+        seqs = [int(id_) for event, id_, _ in rest if event == "record"]
+        assert seqs == list(range(len(first) + 1, len(first) + 1 + len(seqs)))
+        assert rest[-2][2]["kind"] == "run_settled"
+        assert rest[-1][2] == {"last_seq": seqs[-1]}
+        by_query, _ = await read_events(
+            http, f"/v1/runs/{run_id}/events?after={seqs[-3]}", ACME, until="end"
+        )
+        assert [int(id_) for event, id_, _ in by_query if event == "record"] == seqs[-2:]
+
+        report = (await http.get(f"/v1/runs/{run_id}/report", headers=ACME)).json()
+        transcript = (await http.get(f"/v1/runs/{run_id}/transcript", headers=ACME)).json()
+        records = (await http.get(f"/v1/runs/{run_id}/records?after=2", headers=ACME)).json()
+    assert deleted == ["42"]
+    assert report["status"] == "completed"
+    assert report["answer"] == "Deleted."
+    assert report["tool_calls"][0]["status"] == "ok"
+    roles = [entry["role"] for entry in transcript["entries"]]
+    assert roles[-3:] == ["assistant", "tool", "assistant"]
+    assert transcript["entries"][-2]["waits"][0]["outcome"] == "approved"
+    assert records["records"][0]["seq"] == 3
+    assert records["next"] == seqs[-1]

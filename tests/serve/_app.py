@@ -1,0 +1,41 @@
+"""The API under test without a Temporal server: a lazy client never connects, so only
+routes that answer before any Temporal call (auth, bounds, specs, refusals) are driven."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import ToolRegistry
+from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+from psych_runtime.workflows import PsychClient
+
+ACME_KEY = "acme-key-0123456789"
+GLOBEX_KEY = "globex-key-9876543210"
+KEYS = (ApiKey.of(ACME_KEY, "acme", "ops"), ApiKey.of(GLOBEX_KEY, "globex"))
+
+
+@asynccontextmanager
+async def api(
+    home: Path, *, max_body_bytes: int = 64 * 1024, registry: ToolRegistry | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of the app (ASGI transport), with an acme and a globex API key."""
+    # Port 9 (discard) on loopback: lazy, so nothing is ever sent there.
+    temporal = await Client.connect(
+        "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = PsychClient(temporal, store=FileVersionStore(home / "versions"), registry=registry)
+    settings = ServeSettings(client, AuthSettings(KEYS), max_body_bytes=max_body_bytes)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+        yield http
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}

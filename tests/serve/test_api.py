@@ -1,0 +1,200 @@
+"""The HTTP API's own behaviour: credentials, problems, bounds, Specs, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from psych_runtime.specs import AgentBuilder, ToolRegistry, spec_to_data, spec_to_yaml
+
+from ._app import ACME_KEY, GLOBEX_KEY, api, bearer
+
+SPEC = AgentBuilder("support").model("gpt-4o-mini").build()
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert {"type", "title", "detail"} <= set(body)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("headers", "why"),
+    [
+        ({}, "no Authorization header"),
+        ({"Authorization": f"Basic {ACME_KEY}"}, "must be 'Bearer <credential>'"),
+        ({"Authorization": "Bearer not-a-key"}, "not a known API key"),
+        ({"Authorization": f"Bearer {ACME_KEY}x"}, "not a known API key"),
+    ],
+)
+async def test_a_request_without_an_accepted_credential_is_a_401_problem(
+    tmp_path: Path, headers: dict[str, str], why: str
+) -> None:
+    async with api(tmp_path) as http:
+        response = await http.get("/v1/runs/psych-acme-abc", headers=headers)
+    body = assert_problem(response, 401)
+    assert why in str(body["detail"])
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_another_tenants_run_is_answered_as_a_missing_one(tmp_path: Path) -> None:
+    async with api(tmp_path) as http:
+        theirs = await http.get("/v1/runs/psych-acme-abc", headers=bearer(GLOBEX_KEY))
+        bogus = await http.get("/v1/runs/not-a-run", headers=bearer(GLOBEX_KEY))
+        approve = await http.post(
+            "/v1/runs/psych-acme-abc/approve",
+            json={"call_id": "c1"},
+            headers=bearer(GLOBEX_KEY),
+        )
+        events = await http.get("/v1/runs/psych-acme-abc/events", headers=bearer(GLOBEX_KEY))
+    assert assert_problem(theirs, 404)["detail"] == "no Run psych-acme-abc"
+    assert assert_problem(bogus, 404)["detail"] == "no Run not-a-run"
+    assert assert_problem(approve, 404)["detail"] == "no Run psych-acme-abc"
+    assert assert_problem(events, 404)["detail"] == "no Run psych-acme-abc"
+
+
+async def test_an_invalid_body_names_each_field(tmp_path: Path) -> None:
+    async with api(tmp_path) as http:
+        empty = await http.post("/v1/runs", json={}, headers=bearer(ACME_KEY))
+        both = await http.post(
+            "/v1/runs",
+            json={"version": "sha256:x", "spec": {}, "input": "hi"},
+            headers=bearer(ACME_KEY),
+        )
+        steer = await http.post(
+            "/v1/runs/psych-acme-abc/steer",
+            json={"message": "", "mode": "later"},
+            headers=bearer(ACME_KEY),
+        )
+        listed = await http.get("/v1/runs?limit=0&status=asleep", headers=bearer(ACME_KEY))
+    assert {e["field"] for e in assert_problem(empty, 422)["errors"]} == {"body.input"}
+    assert "exactly one of version" in str(assert_problem(both, 422)["detail"])
+    fields = {e["field"] for e in assert_problem(steer, 422)["errors"]}
+    assert fields == {"body.message", "body.mode"}
+    fields = {e["field"] for e in assert_problem(listed, 422)["errors"]}
+    assert fields == {"query.limit", "query.status"}
+
+
+async def test_a_body_over_the_bound_is_a_413_problem(tmp_path: Path) -> None:
+    big = b'{"spec": "' + b"x" * 2000 + b'"}'
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for _ in range(4):
+            yield b"x" * 600
+
+    async with api(tmp_path, max_body_bytes=1000) as http:
+        declared = await http.post(
+            "/v1/validate",
+            content=big,
+            headers={**bearer(ACME_KEY), "content-type": "application/json"},
+        )
+        streamed = await http.post(
+            "/v1/validate",
+            content=chunked(),
+            headers={**bearer(ACME_KEY), "content-type": "application/json"},
+        )
+        small = await http.post(
+            "/v1/validate", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
+        )
+    assert "declares 2012 bytes" in str(assert_problem(declared, 413)["detail"])
+    assert "over 1000 bytes" in str(assert_problem(streamed, 413)["detail"])
+    assert small.status_code == 200
+
+
+async def test_validate_answers_problems_as_data_for_json_and_yaml(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+
+    @registry.register
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return order_id
+
+    with_tool = AgentBuilder("orders", registry=registry).model("m").tool("lookup").build()
+    async with api(tmp_path) as http:
+        ok = await http.post(
+            "/v1/validate", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
+        )
+        yaml = await http.post(
+            "/v1/validate",
+            content=spec_to_yaml(SPEC),
+            headers={**bearer(ACME_KEY), "content-type": "application/yaml"},
+        )
+        unregistered = await http.post(
+            "/v1/validate", json={"spec": spec_to_data(with_tool)}, headers=bearer(ACME_KEY)
+        )
+        malformed = await http.post(
+            "/v1/validate",
+            json={"spec": {"kind": "agent", "name": "x", "limits": {"max_turns": "many"}}},
+            headers=bearer(ACME_KEY),
+        )
+        text = await http.post(
+            "/v1/validate",
+            content="kind: agent",
+            headers={**bearer(ACME_KEY), "content-type": "text/plain"},
+        )
+    async with api(tmp_path, registry=registry) as http:
+        registered = await http.post(
+            "/v1/validate", json={"spec": spec_to_data(with_tool)}, headers=bearer(ACME_KEY)
+        )
+    assert ok.json() == {"ok": True, "problems": []}
+    assert yaml.json() == {"ok": True, "problems": []}
+    found = unregistered.json()
+    assert found["ok"] is False
+    assert any("lookup" in p["path"] + p["message"] for p in found["problems"])
+    assert registered.json() == {"ok": True, "problems": []}
+    paths = {p["path"] for p in malformed.json()["problems"]}
+    assert "limits.max_turns" in paths
+    assert "model" in paths
+    assert "application/yaml" in str(assert_problem(text, 415)["detail"])
+
+
+async def test_publish_answers_the_version_and_the_same_one_again(tmp_path: Path) -> None:
+    async with api(tmp_path) as http:
+        first = await http.post(
+            "/v1/versions", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
+        )
+        again = await http.post(
+            "/v1/versions",
+            content=spec_to_yaml(SPEC),
+            headers={**bearer(ACME_KEY), "content-type": "application/yaml"},
+        )
+        bad = await http.post(
+            "/v1/versions", json={"spec": {"kind": "agent"}}, headers=bearer(ACME_KEY)
+        )
+    assert first.status_code == 201
+    assert first.json()["hash"].startswith("sha256:")
+    assert first.json()["spec"]["name"] == "support"
+    assert again.json() == first.json()
+    assert "invalid" in str(assert_problem(bad, 422)["detail"])
+
+
+async def test_the_openapi_document_has_every_route_and_the_bearer_scheme(
+    tmp_path: Path,
+) -> None:
+    async with api(tmp_path) as http:
+        document = (await http.get("/openapi.json")).json()
+    routes = {(path, method) for path, item in document["paths"].items() for method in item}
+    expected = {
+        ("/v1/validate", "post"),
+        ("/v1/versions", "post"),
+        ("/v1/runs", "post"),
+        ("/v1/runs", "get"),
+        ("/v1/runs/{run_id}", "get"),
+        ("/v1/runs/{run_id}/report", "get"),
+        ("/v1/runs/{run_id}/transcript", "get"),
+        ("/v1/runs/{run_id}/records", "get"),
+        ("/v1/runs/{run_id}/events", "get"),
+        *((f"/v1/runs/{{run_id}}/{verb}", "post") for verb in ("approve", "deny", "answer")),
+        *((f"/v1/runs/{{run_id}}/{verb}", "post") for verb in ("complete", "abort", "steer")),
+    }
+    assert expected <= routes
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    validate = document["paths"]["/v1/validate"]["post"]["requestBody"]["content"]
+    assert {"application/json", "application/yaml"} <= set(validate)

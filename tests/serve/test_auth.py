@@ -1,0 +1,163 @@
+"""Credentials to Scopes: API keys by their SHA-256, JWTs against a JWKS served by a real
+loopback HTTP server from a key generated here."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from psych_runtime.specs import Scope, SpecError
+from psych_runtime.workers.serve import (
+    ApiKey,
+    Authenticator,
+    AuthSettings,
+    JwtSettings,
+    Unauthorized,
+    parse_serve_section,
+)
+
+ISSUER = "https://idp.acme.test/"
+AUDIENCE = "psych"
+
+
+@pytest.fixture(scope="module")
+def signing_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture(scope="module")
+def jwks_url(signing_key: rsa.RSAPrivateKey) -> Iterator[str]:
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(signing_key.public_key()))
+    document = json.dumps({"keys": [{**public, "kid": "k1", "use": "sig", "alg": "RS256"}]})
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = document.encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def token(key: rsa.RSAPrivateKey, kid: str = "k1", **overrides: Any) -> str:
+    claims = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "org": "acme",
+        "exp": int(time.time()) + 300,
+        **overrides,
+    }
+    claims = {name: value for name, value in claims.items() if value is not None}
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
+
+
+def authenticator(jwks_url: str, *keys: ApiKey) -> Authenticator:
+    settings = JwtSettings(jwks_url, ISSUER, AUDIENCE, ("RS256",), tenant_claim="org")
+    return Authenticator(AuthSettings(keys, settings))
+
+
+async def test_a_verified_token_maps_its_claims_to_the_scope(
+    signing_key: rsa.RSAPrivateKey, jwks_url: str
+) -> None:
+    scope = await authenticator(jwks_url).scope_for(f"Bearer {token(signing_key)}")
+    assert scope == Scope(tenant="acme", principal="alice")
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ({"exp": int(time.time()) - 600}, "expired"),
+        ({"aud": "someone-else"}, "(?i)audience"),
+        ({"iss": "https://evil.test/"}, "(?i)issuer"),
+        ({"org": None}, "no string claim 'org'"),
+        ({"org": "acme-corp"}, "not a valid tenant"),
+    ],
+)
+async def test_a_token_that_does_not_verify_is_refused_naming_why(
+    signing_key: rsa.RSAPrivateKey, jwks_url: str, claims: dict[str, Any], why: str
+) -> None:
+    with pytest.raises(Unauthorized, match=why):
+        await authenticator(jwks_url).scope_for(f"Bearer {token(signing_key, **claims)}")
+
+
+async def test_a_token_signed_by_another_key_or_kid_is_refused(
+    signing_key: rsa.RSAPrivateKey, jwks_url: str
+) -> None:
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    auth = authenticator(jwks_url)
+    with pytest.raises(Unauthorized, match="refused"):
+        await auth.scope_for(f"Bearer {token(other)}")
+    with pytest.raises(Unauthorized, match="not in the JWKS"):
+        await auth.scope_for(f"Bearer {token(signing_key, kid='k2')}")
+    # The public key used as an HMAC secret (algorithm confusion) is not accepted.
+    forged = jwt.encode(
+        {"iss": ISSUER, "aud": AUDIENCE, "org": "acme", "exp": int(time.time()) + 60},
+        "an-hmac-secret-of-at-least-32-bytes!",
+        algorithm="HS256",
+        headers={"kid": "k1"},
+    )
+    with pytest.raises(Unauthorized):
+        await auth.scope_for(f"Bearer {forged}")
+
+
+async def test_api_keys_are_kept_hashed_and_matched_whole(jwks_url: str) -> None:
+    key = ApiKey.of("s3cret-key", "globex", "bot")
+    assert "s3cret" not in repr(key)
+    auth = authenticator(jwks_url, key)
+    assert await auth.scope_for("Bearer s3cret-key") == Scope(tenant="globex", principal="bot")
+    for wrong in ("Bearer s3cret-ke", "Bearer s3cret-key2", "bearer"):
+        with pytest.raises(Unauthorized):
+            await auth.scope_for(wrong)
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        ApiKey("s3cret-key", "globex")
+
+
+def test_the_serve_section_is_checked_naming_each_path() -> None:
+    digest = ApiKey.of("k", "acme").sha256
+    section = parse_serve_section(
+        {
+            "api_keys": [{"sha256": digest, "tenant": "acme", "principal": "ops"}],
+            "jwt": {"jwks_url": "http://127.0.0.1/j", "issuer": "i", "audience": "a"},
+            "max_body_bytes": 1024,
+        },
+        "settings.yaml",
+    )
+    assert section.auth.api_keys == (ApiKey(digest, "acme", "ops"),)
+    assert section.auth.jwt is not None and section.auth.jwt.algorithms == ("RS256", "ES256")
+    assert section.max_body_bytes == 1024
+    bad = [
+        ({"listen": 1}, "settings.yaml: serve.listen: unknown setting"),
+        ({"api_keys": [{"sha256": digest}]}, r"serve.api_keys\[0\]: tenant is required"),
+        ({"api_keys": [{"sha256": "x", "tenant": "a"}]}, "64 lowercase hex"),
+        ({"jwt": {"issuer": "i"}}, "serve.jwt: jwks_url, issuer and audience are required"),
+        (
+            {"jwt": {"jwks_url": "u", "issuer": "i", "audience": "a", "algorithms": ["none"]}},
+            "none",
+        ),
+        ({"max_body_bytes": 0}, "serve.max_body_bytes: a positive number"),
+    ]
+    for data, message in bad:
+        with pytest.raises(SpecError, match=message):
+            parse_serve_section(data, "settings.yaml")
