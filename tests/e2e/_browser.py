@@ -14,6 +14,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -67,6 +68,13 @@ def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def browser_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:
+    """What the page logged (console messages, failed loads) since the last call."""
+    # selenium leaves get_log unannotated.
+    entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return entries
 
 
 @asynccontextmanager

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from selenium.common.exceptions import TimeoutException
+from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.wait import WebDriverWait
 
@@ -21,14 +21,15 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
 from psych_runtime.workflows import Resumed, RunStatus
 
-from ._browser import chromium, require_browser, served
+from ._browser import browser_log, chromium, require_browser, served
 from ._waiting import is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
 KEY = "console-test-key"
-ANSWER = "Refunded 19.99 for order 42."
+# Markup in what a model says is shown as text, never parsed as HTML.
+ANSWER = "Refunded 19.99 for order <b>42</b>."
 NOTE = "checked the photo of the broken parcel"
 
 
@@ -41,11 +42,11 @@ def _approve_in_browser(profile: Path, base: str, run_id: str) -> dict[str, str]
             # What the person would have seen, so a failure says where it stopped.
             driver.save_screenshot(str(profile.parent / "console.png"))
             page = driver.find_element(By.TAG_NAME, "body").text
-            logs = driver.get_log("browser")
+            logs = browser_log(driver)
             raise AssertionError(f"the page showed:\n{page}\nbrowser log: {logs}") from err
 
 
-def _approve(driver: WebDriver, base: str, run_id: str) -> dict[str, str]:
+def _approve(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
     wait = WebDriverWait(driver, 30)
     driver.get(f"{base}/console")
     key = wait.until(ec.visibility_of_element_located((By.ID, "api-key")))
@@ -67,21 +68,27 @@ def _approve(driver: WebDriver, base: str, run_id: str) -> dict[str, str]:
     item.find_element(By.NAME, "note").send_keys(NOTE)
     item.find_element(By.NAME, "approve").click()
     wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
-    answer = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "#answer pre")))
+    answer = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "#answer pre"))).text
     settled = wait.until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "#records [data-kind=run_settled]"))
-    )
-    resumed = driver.find_element(By.CSS_SELECTOR, "#records [data-kind=resumed]")
+    ).text
+    resumed = driver.find_element(By.CSS_SELECTOR, "#records [data-kind=resumed]").text
+    markup = len(driver.find_elements(By.CSS_SELECTOR, "main b"))
+    driver.find_element(By.CSS_SELECTOR, "nav.tabs [data-tab=transcript]").click()
+    last_message = (By.CSS_SELECTOR, ".transcript .role-assistant:last-of-type pre")
+    transcript_answer = wait.until(ec.visibility_of_element_located(last_message)).text
     return {
         "heading": heading,
         "arguments": json.dumps(arguments, sort_keys=True),
-        "answer": answer.text,
-        "settled": settled.text,
-        "resumed": resumed.text,
+        "answer": answer,
+        "settled": settled,
+        "resumed": resumed,
+        "transcript_answer": transcript_answer,
+        "markup_elements": str(markup + len(driver.find_elements(By.CSS_SELECTOR, "main b"))),
         "same_document": str(driver.execute_script("return window.__sameDocument === true")),
         "pending_left": str(len(driver.find_elements(By.CSS_SELECTOR, ".pending-item"))),
         "console_errors": json.dumps(
-            [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+            [e for e in browser_log(driver) if e.get("level") == "SEVERE"]
         ),
     }
 
@@ -126,6 +133,8 @@ async def test_a_person_approves_a_refund_and_sees_the_run_finish(
     assert shown["answer"] == ANSWER
     assert "completed" in shown["settled"] and ANSWER in shown["settled"]
     assert "approved" in shown["resumed"] and NOTE in shown["resumed"]
+    assert shown["transcript_answer"] == ANSWER
+    assert shown["markup_elements"] == "0"
     assert shown["same_document"] == "True"
     assert shown["pending_left"] == "0"
     assert shown["console_errors"] == "[]"

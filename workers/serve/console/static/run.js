@@ -42,7 +42,9 @@ export function showRun(main, runId, onAuthFailure) {
   const connection = el("span", { id: "connection", class: "muted" }, "connecting…");
   const answer = el("section", { id: "answer", hidden: true });
   const problem = el("p", { id: "run-problem", class: "bad", hidden: true });
-  const pending = el("section", { id: "pending" });
+  const pendingHeading = el("h2", { hidden: true }, "Pending");
+  const pending = el("section", { id: "pending" }, pendingHeading);
+  const pendingNodes = new Map();
   const list = el("ol", { id: "records", class: "records" });
   const live = el("ol", { id: "inflight", class: "records" });
   const panel = el("div", { id: "panel" });
@@ -67,8 +69,27 @@ export function showRun(main, runId, onAuthFailure) {
       state.reason ? ` · ${state.reason}` : "",
     );
     if (state.answer) showAnswer(state.answer);
-    const items = state.pending ?? [];
-    fill(pending, items.length ? el("h2", {}, "Pending") : null, renderPending(runId, items, readState));
+    showPending(state.pending ?? []);
+  }
+
+  // Items are added and removed, never redrawn: a note being typed into one survives
+  // every state read.
+  function showPending(items) {
+    const keys = new Set(items.map((item) => `${item.reason}:${item.id}`));
+    for (const [key, node] of pendingNodes) {
+      if (!keys.has(key)) {
+        node.remove();
+        pendingNodes.delete(key);
+      }
+    }
+    for (const item of items) {
+      const key = `${item.reason}:${item.id}`;
+      if (pendingNodes.has(key)) continue;
+      const [node] = renderPending(runId, [item], readState);
+      pendingNodes.set(key, node);
+      pending.append(node);
+    }
+    pendingHeading.hidden = items.length === 0;
   }
 
   function showAnswer(text) {
