@@ -41,9 +41,9 @@ FLAGS = (
 )
 
 
-def require_browser() -> None:
+def require_browser(browser: Path = CHROMIUM, driver: Path = CHROMEDRIVER) -> None:
     """Skip (fail under ``PSYCH_REQUIRE_BROWSER=1``, as CI sets) without the browser."""
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    missing = [str(path) for path in (browser, driver) if not path.exists()]
     if missing:
         why = (
             f"no system Chromium ({', '.join(missing)} missing): install Debian's packages "

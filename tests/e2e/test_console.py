@@ -142,3 +142,15 @@ async def test_a_person_approves_a_refund_and_sees_the_run_finish(
     assert state.status is RunStatus.COMPLETED and state.answer == ANSWER
     (resumed,) = [r for r in records if isinstance(r, Resumed)]
     assert (resumed.outcome, resumed.by, resumed.detail) == ("approved", "ops", NOTE)
+
+
+def test_a_missing_browser_fails_where_one_is_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absent = tmp_path / "chromium"
+    monkeypatch.setenv("PSYCH_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium chromium-driver"):
+        require_browser(browser=absent)
+    monkeypatch.delenv("PSYCH_REQUIRE_BROWSER")
+    with pytest.raises(pytest.skip.Exception, match=f"{absent} missing"):
+        require_browser(browser=absent)
