@@ -1,0 +1,65 @@
+"""``psych serve``'s settings: where it listens and whom it accepts, refused before it
+connects to anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.specs import PsychError, SpecError
+from psych_runtime.workers._settings import parse_settings
+from psych_runtime.workers.cli._main import build_parser, main
+from psych_runtime.workers.cli._serve_command import _section, auth_from, parse_listen
+from psych_runtime.workers.serve import ApiKey
+
+
+def test_listen_takes_host_and_port() -> None:
+    assert parse_listen("127.0.0.1:8000") == ("127.0.0.1", 8000)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    for bad in ("8000", "localhost", ":80", "h:99999", "h:x"):
+        with pytest.raises(PsychError, match="host:port"):
+            parse_listen(bad)
+
+
+def test_serve_refuses_to_start_accepting_nobody(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PSYCH_SERVE_API_KEYS", raising=False)
+    monkeypatch.delenv("PSYCH_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no global settings file there
+    assert main(["serve", "--address", "127.0.0.1:9"]) == 1
+    assert "accepts nobody yet" in capsys.readouterr().err
+
+
+def test_keys_come_from_the_settings_file_and_the_environment_and_jwt_from_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file_key = ApiKey.of("from-file", "acme", "ops")
+    env_key = ApiKey.of("from-env", "globex")
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(
+        "serve:\n"
+        f"  api_keys: [{{sha256: {file_key.sha256}, tenant: acme, principal: ops}}]\n"
+        "  jwt: {jwks_url: 'http://127.0.0.1:1/jwks', issuer: idp, audience: psych}\n"
+    )
+    monkeypatch.setenv(
+        "PSYCH_SERVE_API_KEYS", json.dumps([{"sha256": env_key.sha256, "tenant": "globex"}])
+    )
+    args = build_parser().parse_args(
+        ["serve", "--settings", str(settings), "--jwt-audience", "api", "--jwt-tenant-claim", "org"]
+    )
+    auth = auth_from(args, _section(args))
+    assert auth.api_keys == (file_key, env_key)
+    assert auth.jwt is not None
+    assert (auth.jwt.issuer, auth.jwt.audience, auth.jwt.tenant_claim) == ("idp", "api", "org")
+    monkeypatch.setenv("PSYCH_SERVE_API_KEYS", '[{"tenant": "globex"}]')
+    with pytest.raises(PsychError, match=r"PSYCH_SERVE_API_KEYS\[0\]: sha256 is required"):
+        auth_from(args, _section(args))
+
+
+def test_only_the_global_settings_file_may_configure_serve() -> None:
+    assert parse_settings({"serve": {}}, source="global.yaml", scope="global").hooks == ()
+    with pytest.raises(SpecError, match="only the global settings file may configure serve"):
+        parse_settings({"serve": {}}, source=".psych/settings.yaml", scope="project")
