@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import uvicorn
-from fastapi import FastAPI
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from starlette.applications import Starlette
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -78,7 +78,7 @@ def browser_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def served(app: FastAPI) -> AsyncIterator[str]:
+async def served(app: Starlette) -> AsyncIterator[str]:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in this event loop; yields its
     base URL."""
     config = uvicorn.Config(
