@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 from starlette.applications import Starlette
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -68,6 +70,23 @@ def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+T = TypeVar("T")
+
+
+def in_browser(profile: Path, act: Callable[[webdriver.Chrome], T]) -> T:
+    """``act`` in a fresh headless Chromium; a wait that timed out fails with what the page
+    showed and logged (and a screenshot beside the profile, ``page.png``)."""
+    with chromium(profile) as driver:
+        try:
+            return act(driver)
+        except TimeoutException as err:
+            driver.save_screenshot(str(profile.parent / "page.png"))
+            page = driver.find_element(By.TAG_NAME, "body").text
+            raise AssertionError(
+                f"the page showed:\n{page}\nbrowser log: {browser_log(driver)}"
+            ) from err
 
 
 def browser_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from psych_runtime.workflows import (
     Totals,
     TurnStarted,
 )
-from tests.e2e._browser import browser_log, chromium, require_browser, served
+from tests.e2e._browser import browser_log, in_browser, require_browser, served
 
 RUN = "psych-acme-live1"
 SCOPE = Scope(tenant="acme", principal="ops")
@@ -154,34 +154,32 @@ def _until(driver: Chrome, what: Callable[[Chrome], bool]) -> None:
     WebDriverWait(driver, 20).until(what)
 
 
-def _follow(profile: Path, base: str, loop: asyncio.AbstractEventLoop, api: ScriptedApi) -> None:
-    with chromium(profile) as driver:
-        driver.get(f"{base}/console/")
-        WebDriverWait(driver, 20).until(ec.visibility_of_element_located((By.ID, "api-key")))
-        driver.find_element(By.ID, "api-key").send_keys("k")
-        driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
-        _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "table.runs")))
-        driver.get(f"{base}/console/#/runs/{RUN}")
-        # The first attempt's text went away with its drop; the second's is being written.
-        _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good"])
-        assert len(_texts(driver, "#inflight .dropped")) == 1
-        assert "Hello" not in driver.find_element(By.ID, "inflight").text
-        driver.execute_script("window.__sameDocument = true")
-        loop.call_soon_threadsafe(api.cut.set)
-        _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good day"])
-        loop.call_soon_threadsafe(api.finish.set)
-        _until(driver, lambda d: d.find_element(By.ID, "run-status").text == "completed")
-        _until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#inflight .inflight"))
-        seqs = [
-            n.get_attribute("data-seq")
-            for n in driver.find_elements(By.CSS_SELECTOR, "#records li")
-        ]
-        assert seqs == ["1", "2", "3", "4", "5"]
-        finished = driver.find_element(By.CSS_SELECTOR, "#records [data-kind=model_call_finished]")
-        assert "Good day" in finished.text and "3 in / 2 out tokens" in finished.text
-        assert driver.find_element(By.CSS_SELECTOR, "#answer pre").text == "Good day"
-        assert driver.execute_script("return window.__sameDocument === true") is True
-        assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
+def _follow(driver: Chrome, base: str, loop: asyncio.AbstractEventLoop, api: ScriptedApi) -> None:
+    driver.get(f"{base}/console/")
+    WebDriverWait(driver, 20).until(ec.visibility_of_element_located((By.ID, "api-key")))
+    driver.find_element(By.ID, "api-key").send_keys("k")
+    driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
+    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "table.runs")))
+    driver.get(f"{base}/console/#/runs/{RUN}")
+    # The first attempt's text went away with its drop; the second's is being written.
+    _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good"])
+    assert len(_texts(driver, "#inflight .dropped")) == 1
+    assert "Hello" not in driver.find_element(By.ID, "inflight").text
+    driver.execute_script("window.__sameDocument = true")
+    loop.call_soon_threadsafe(api.cut.set)
+    _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good day"])
+    loop.call_soon_threadsafe(api.finish.set)
+    _until(driver, lambda d: d.find_element(By.ID, "run-status").text == "completed")
+    _until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#inflight .inflight"))
+    seqs = [
+        n.get_attribute("data-seq") for n in driver.find_elements(By.CSS_SELECTOR, "#records li")
+    ]
+    assert seqs == ["1", "2", "3", "4", "5"]
+    finished = driver.find_element(By.CSS_SELECTOR, "#records [data-kind=model_call_finished]")
+    assert "Good day" in finished.text and "3 in / 2 out tokens" in finished.text
+    assert driver.find_element(By.CSS_SELECTOR, "#answer pre").text == "Good day"
+    assert driver.execute_script("return window.__sameDocument === true") is True
+    assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
 
 
 async def test_the_live_view_shows_deltas_and_resumes_where_it_was_cut(tmp_path: Path) -> None:
@@ -189,5 +187,7 @@ async def test_the_live_view_shows_deltas_and_resumes_where_it_was_cut(tmp_path:
     api = ScriptedApi()
     async with served(api.app()) as base:
         loop = asyncio.get_running_loop()
-        await asyncio.to_thread(_follow, tmp_path / "profile", base, loop, api)
+        await asyncio.to_thread(
+            in_browser, tmp_path / "profile", lambda d: _follow(d, base, loop, api)
+        )
     assert api.resumed_from == [None, f"3/{SECOND}/1"]
