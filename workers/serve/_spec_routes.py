@@ -7,6 +7,7 @@ duplicate keys, aliases). Validation is the client's: what ``PsychClient.publish
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
+import asyncio
 import dataclasses
 import json
 from typing import Annotated, Any
@@ -112,7 +113,8 @@ def spec_routes(context: ApiContext) -> APIRouter:
     @router.post("/versions", status_code=201, openapi_extra=_SPEC_BODY)
     async def publish(request: Request, scope: Caller) -> JSONResponse:
         """Validate and publish a Spec; answers its Version (the same one for the same Spec)."""
-        version = context.client.publish(await spec_of(request))
+        # The version store is files: written off the event loop, which serves streams.
+        version = await asyncio.to_thread(context.client.publish, await spec_of(request))
         return JSONResponse(version.model_dump(mode="json"), status_code=201)
 
     return router
