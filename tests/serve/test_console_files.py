@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from importlib import resources
+from pathlib import Path
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 
 from psych_runtime.workers.serve.console import CONSOLE_CSP, console_routes
+
+from ._app import api
 
 
 @pytest.fixture
@@ -75,3 +78,15 @@ def test_every_module_the_page_imports_is_shipped() -> None:
     assert sum(len(text.encode()) for text in files.values()) < 60_000
     for name, text in files.items():
         assert "innerHTML" not in text, name
+
+
+async def test_create_app_serves_the_console_without_a_credential(tmp_path: Path) -> None:
+    """The page is public (it holds no data; every API call it makes carries the key)."""
+    async with api(tmp_path) as http:
+        page = await http.get("/console/")
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"] == CONSOLE_CSP
+        assert (await http.get("/console")).headers["location"].endswith("/console/")
+        assert (await http.get("/v1/runs")).status_code == 401
+        paths = (await http.get("/openapi.json")).json()["paths"]
+        assert not [path for path in paths if path.startswith("/console")]
