@@ -11,7 +11,8 @@ import { renderSteps, renderTranscript } from "./views.js";
 
 // Records after which the Run's state (status, pending items, totals) is read again.
 const STATE_CHANGES = new Set([
-  "suspended", "resumed", "suspension_expired", "run_settled", "step_finished", "child_settled", "turn_started",
+  "turn_started", "model_call_finished", "tool_call_finished", "suspended", "resumed",
+  "suspension_expired", "step_finished", "child_settled", "run_settled",
 ]);
 
 function recordNode(record) {
@@ -34,7 +35,8 @@ export function showRun(main, runId, onAuthFailure) {
   const records = [];
   const seen = new Set();
   const inflight = new Map();
-  let stateRead = 0;
+  let reading = false;
+  let again = false;
   let tab = "live";
 
   const status = el("span", { id: "run-status", class: "badge" }, "…");
@@ -97,13 +99,27 @@ export function showRun(main, runId, onAuthFailure) {
     fill(answer, el("h2", {}, "Answer"), el("pre", { class: "answer-text" }, text));
   }
 
+  // One read at a time; records that arrive meanwhile ask for one more read after it, so
+  // a burst of records costs two queries, not one each.
   async function readState() {
-    const mine = ++stateRead;
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = true;
     try {
-      const state = await api(runPath(runId));
-      if (mine === stateRead) showState(state);
-    } catch (error) {
-      if (mine === stateRead) showProblem(error);
+      do {
+        again = false;
+        try {
+          const state = await api(runPath(runId));
+          problem.hidden = true;
+          showState(state);
+        } catch (error) {
+          showProblem(error);
+        }
+      } while (again);
+    } finally {
+      reading = false;
     }
   }
 
