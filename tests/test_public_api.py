@@ -29,6 +29,7 @@ import pytest
         "psych_runtime.workers.console",
         "psych_runtime.workers.fleet",
         "psych_runtime.workers.serve",
+        "psych_runtime.workers.serve.console",
     ],
 )
 def test_all_is_sorted_and_importable(package: str) -> None:

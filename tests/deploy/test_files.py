@@ -302,3 +302,9 @@ def test_the_build_stages_files_make_a_wheel_with_the_psych_entry_point(tmp_path
     ]["package-dir"].items():
         for module in (REPO / folder).glob("*.py"):
             assert f"{package.replace('.', '/')}/{module.name}" in names, module
+    # The web console's files are package data: a wheel without them serves no console.
+    static = REPO / "workers" / "serve" / "console" / "static"
+    shipped = {p.name for p in static.iterdir()}
+    assert {"index.html", "console.js", "console.css"} <= shipped
+    for name in shipped:
+        assert f"psych_runtime/workers/serve/console/static/{name}" in names, name

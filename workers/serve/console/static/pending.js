@@ -1,0 +1,96 @@
+// A suspended Run's pending items with their arguments, and the forms that answer them:
+// approve or deny with a note, answer a question, complete an external wait.
+
+import { api, runPath } from "./api.js";
+import { el, pretty, when } from "./dom.js";
+import { pendingText } from "./records.js";
+
+function resultLine() {
+  return el("p", { class: "result", role: "status" });
+}
+
+async function send(runId, action, body, result, buttons, done) {
+  for (const button of buttons) button.disabled = true;
+  result.className = "result";
+  result.textContent = "sending…";
+  try {
+    const answer = await api(runPath(runId, `/${action}`), { method: "POST", body });
+    result.textContent = answer?.outcome ? `${answer.outcome} (${answer.id})` : "sent";
+    result.classList.add("ok");
+    done();
+  } catch (error) {
+    result.textContent = error.message;
+    result.classList.add("bad");
+    for (const button of buttons) button.disabled = false;
+  }
+}
+
+function approvalForm(runId, item, done) {
+  const note = el("textarea", { name: "note", rows: 2, placeholder: "note (optional)" });
+  const result = resultLine();
+  const approve = el("button", { type: "submit", name: "approve", class: "primary" }, "Approve");
+  const deny = el("button", { type: "button", name: "deny", class: "danger" }, "Deny");
+  const body = () => (note.value.trim() ? { call_id: item.id, note: note.value } : { call_id: item.id });
+  deny.addEventListener("click", () => send(runId, "deny", body(), result, [approve, deny], done));
+  return el(
+    "form",
+    { onsubmit: (event) => { event.preventDefault(); send(runId, "approve", body(), result, [approve, deny], done); } },
+    el("label", {}, "Note", note),
+    el("div", { class: "buttons" }, approve, deny),
+    result,
+  );
+}
+
+function answerForm(runId, item, done) {
+  const text = el("textarea", { name: "answer", rows: 2, required: true, placeholder: "your answer" });
+  const result = resultLine();
+  const submit = el("button", { type: "submit", name: "answer", class: "primary" }, "Answer");
+  return el(
+    "form",
+    { onsubmit: (event) => { event.preventDefault(); send(runId, "answer", { call_id: item.id, text: text.value }, result, [submit], done); } },
+    el("label", {}, "Answer", text),
+    el("div", { class: "buttons" }, submit),
+    result,
+  );
+}
+
+function completeForm(runId, item, done) {
+  const payload = el("textarea", { name: "payload", rows: 3, placeholder: '{"status": "done"}' });
+  const result = resultLine();
+  const submit = el("button", { type: "submit", name: "complete", class: "primary" }, "Complete");
+  const onsubmit = (event) => {
+    event.preventDefault();
+    let parsed = null;
+    try {
+      parsed = payload.value.trim() ? JSON.parse(payload.value) : null;
+    } catch (error) {
+      result.className = "result bad";
+      result.textContent = `the payload is not JSON: ${error.message}`;
+      return;
+    }
+    send(runId, "complete", { token: item.id, payload: parsed }, result, [submit], done);
+  };
+  return el("form", { onsubmit }, el("label", {}, "Payload (JSON)", payload), el("div", { class: "buttons" }, submit), result);
+}
+
+const FORMS = { approval: approvalForm, question: answerForm, external: completeForm };
+
+/** The pending items of a Run, each with the form that answers it. */
+export function renderPending(runId, items, done) {
+  return items.map((item) => {
+    const form = FORMS[item.reason];
+    return el(
+      "article",
+      { class: "pending-item", "data-id": item.id, "data-reason": item.reason },
+      el("h3", {}, `Waiting for ${pendingText(item)}`),
+      el(
+        "p",
+        { class: "muted" },
+        `${item.reason} · id ${item.id} · call ${item.call_id} · expires ${when(item.expires_at)}`,
+        item.run ? el("span", {}, " · in ", el("a", { href: `#/runs/${encodeURIComponent(item.run)}` }, item.run)) : null,
+      ),
+      item.arguments ? el("pre", { class: "arguments" }, pretty(item.arguments)) : null,
+      form ? form(runId, item, done) : null,
+    );
+  });
+}
