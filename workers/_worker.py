@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,18 +16,17 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities.blobs import (
     BlobStore,
-    EncryptedBlobStore,
     LocalBlobStore,
     blob_store_from_env,
 )
-from psych_runtime.activities.contract import WORKFLOWS_ROLE, Decision
+from psych_runtime.activities.contract import MODEL_ROLE, WORKFLOWS_ROLE, Decision
 from psych_runtime.activities.hooks import Hooks
+from psych_runtime.activities.live import DeltaHub
 from psych_runtime.activities.mcp import McpSettings
 from psych_runtime.activities.model import (
     CompactionActivities,
@@ -48,11 +46,18 @@ from psych_runtime.activities.tools import (
 )
 from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
+from psych_runtime.workers._live import LiveSettings, serving_deltas
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._settings import worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
-from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
+from psych_runtime.workers._worker_checks import (
+    DEFAULT_OUTAGE_SECONDS,
+    check_outage_retry,
+    outage_retry,
+    sealed_blobs,
+)
+from psych_runtime.workers.codec import PsychCodec, codec_from_env
 from psych_runtime.workers.fleet import (
     Concurrency,
     activities_of_role,
@@ -68,7 +73,6 @@ if TYPE_CHECKING:
     from psych_runtime.activities.mcp import McpActivities
 
 DEFAULT_HOME = ".psych"
-DEFAULT_OUTAGE_SECONDS = 60.0
 HEARTBEAT_THROTTLE = timedelta(seconds=5)
 """The longest a worker holds back a tool call's heartbeat (the SDK's default, up to 60 s,
 would leave a call's last heartbeat that much older than an outage)."""
@@ -126,6 +130,8 @@ class WorkerSettings:
             worker CPU; see workers/README.md, "The workflow sandbox"). Your own workflow
             classes (a ``workflows`` option) always get the sandbox unless you pass a
             ``workflow_runner``.
+        live: where the model role serves its calls' deltas to followers (``LiveSettings``:
+            ``PSYCH_LIVE_LISTEN``, ``PSYCH_LIVE_URL``; default loopback, any free port).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -148,6 +154,7 @@ class WorkerSettings:
         default_factory=lambda: FileVersionStore(Path(DEFAULT_HOME) / "versions")
     )
     workflow_sandbox: bool = False
+    live: LiveSettings = field(default_factory=LiveSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -176,6 +183,7 @@ class WorkerSettings:
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
             workflow_sandbox=_truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
+            live=LiveSettings.from_env(env),
         )
 
 
@@ -210,14 +218,6 @@ def _seconds(name: str, env: Mapping[str, str], default: float) -> float:
     if not 0 <= value <= 86400:
         raise SpecError(f"{name}={text!r} must be from 0 to 86400 seconds")
     return value
-
-
-def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
-    """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
-    up after 10 s): what a worker's client needs to report a call that finished while the
-    server was away."""
-    elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
-    return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
 
 
 def _truthy(text: str) -> bool:
@@ -315,7 +315,10 @@ def _mcp_activities(settings: WorkerSettings) -> McpActivities:
 
 
 def activities_for(
-    settings: WorkerSettings, http: httpx.AsyncClient, mcp: McpActivities | None = None
+    settings: WorkerSettings,
+    http: httpx.AsyncClient,
+    mcp: McpActivities | None = None,
+    live: DeltaHub | None = None,
 ) -> list[Any]:
     """The activity callables a psych worker registers: each activity class's own list.
 
@@ -332,6 +335,7 @@ def activities_for(
         http=http,
         mcp=mcp,
         context=ContextProviders(settings.context, settings.blobs),
+        live=live,
     )
     tools = ToolActivities(
         registry=settings.registry,
@@ -361,6 +365,7 @@ def build_worker(
     http: httpx.AsyncClient,
     role: str = WORKFLOWS_ROLE,
     mcp: McpActivities | None = None,
+    live: DeltaHub | None = None,
     **worker_options: Any,
 ) -> Worker:
     """The Worker of one role: for ``workflows`` (the default) AgentRun, WorkflowRun and
@@ -373,7 +378,9 @@ def build_worker(
     client every outbound request of the activities goes through (the caller closes it);
     ``mcp`` the MCP activities (an ``McpActivities``, built on the ``sealed`` settings),
     whose session pool the caller closes after the worker stops (without one,
-    build_worker makes one whose sessions close only once idle); extra keyword arguments
+    build_worker makes one whose sessions close only once idle); ``live`` the hub of a
+    running ``DeltaRelay`` the model calls publish their deltas to (None: none offered,
+    followers see records only); extra keyword arguments
     go to ``temporalio.worker.Worker`` (they win over the role's
     ``settings.concurrency``; a ``workflows`` option replaces AgentRun and WorkflowRun on
     the workflows role, as a variant build does). Its identity carries the policy's digest
@@ -399,7 +406,7 @@ def build_worker(
         worker_options.setdefault(option, value)
     if settings.deployment is not None:
         worker_options.setdefault("deployment_config", deployment_config(settings.deployment))
-    _check_outage_retry(client, settings.outage_seconds)
+    check_outage_retry(client, settings.outage_seconds)
     telemetry = current_telemetry()
     if telemetry is not None:
         telemetry.watch_suspended(client, settings.task_queue)
@@ -410,37 +417,16 @@ def build_worker(
         client,
         task_queue=role_task_queue(settings.task_queue, role),
         workflows=list(workflows),
-        activities=activities_of_role(activities_for(settings, http, mcp), role),
+        activities=activities_of_role(activities_for(settings, http, mcp, live), role),
         identity=identity,
         **worker_options,
     )
 
 
 def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
-    """``settings`` with its blob store encrypting under the client's keys, when the
-    client encrypts payloads (``PsychCodec``) and the store does not already: a message
-    kept out of history must not sit in clear in the blob store."""
-    codec = find_psych_codec(client.data_converter.payload_codec)
-    if codec is None or isinstance(settings.blobs, EncryptedBlobStore):
-        return settings
-    return dataclasses.replace(
-        settings, blobs=EncryptedBlobStore(settings.blobs, codec.blob_cipher())
-    )
-
-
-def _check_outage_retry(client: Client, outage_seconds: float) -> None:
-    """Say so when the client gives up before the outage the worker should survive."""
-    retry = client.service_client.config.retry_config
-    lasts = None if retry is None else retry.max_elapsed_time_millis
-    if outage_seconds > 0 and lasts is not None and lasts < outage_seconds * 1000:
-        logging.getLogger(__name__).warning(
-            "this worker's Temporal client retries for %.0f s only: a tool call that "
-            "finishes while the server is away longer is recorded UNKNOWN (outage_seconds "
-            "is %.0f; connect with psych_runtime.workers.connect, or retry_config="
-            "outage_retry())",
-            lasts / 1000,
-            outage_seconds,
-        )
+    """``settings`` with its blob store sealed under the client's keys (``sealed_blobs``)."""
+    blobs = sealed_blobs(client, settings.blobs)
+    return settings if blobs is settings.blobs else dataclasses.replace(settings, blobs=blobs)
 
 
 @asynccontextmanager
@@ -459,13 +445,24 @@ async def run_workers(
     for role in settings.roles:
         queue = role_task_queue(settings.task_queue, role)
         await check_fleet_policy(client, queue, settings.policy)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
+        serving_deltas(
+            settings.live, wanted=WORKFLOWS_ROLE in settings.roles or MODEL_ROLE in settings.roles
+        ) as live,
+    ):
         # One MCP session pool and cache for every role of this process.
         mcp = _mcp_activities(settings)
         try:
             workers = [
                 build_worker(
-                    client, settings, http=http, role=role, mcp=mcp, **dict(worker_options)
+                    client,
+                    settings,
+                    http=http,
+                    role=role,
+                    mcp=mcp,
+                    live=live,
+                    **dict(worker_options),
                 )
                 for role in settings.roles
             ]
