@@ -22,6 +22,8 @@ class LiveAttempt(BaseModel):
 
     call: str
     """``<activity id>#<attempt>``: one attempt of one model call."""
+    turn: int
+    """The Run's turn the call belongs to."""
     url: str
     """The relay's address of this attempt: a random token, unguessable, per attempt."""
 

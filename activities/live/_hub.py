@@ -27,10 +27,11 @@ chunks; past this the attempt is ended ``failed`` for its followers (the call go
 class AttemptDeltas:
     """One attempt's pieces and how it ended; what the model activity publishes into."""
 
-    def __init__(self, hub: DeltaHub, token: str, call: str) -> None:
+    def __init__(self, hub: DeltaHub, token: str, call: str, turn: int) -> None:
         self.hub = hub
         self.token = token
         self.call = call
+        self.turn = turn
         self.lines: list[bytes] = []
         """Piece ``n`` is ``lines[n - 1]``, one JSON line each; the end line follows."""
         self.ended: RelayEnd | None = None
@@ -39,7 +40,7 @@ class AttemptDeltas:
     @property
     def details(self) -> LiveAttempt:
         """What the attempt's heartbeats carry."""
-        return LiveAttempt(call=self.call, url=self.hub.url_of(self.token))
+        return LiveAttempt(call=self.call, turn=self.turn, url=self.hub.url_of(self.token))
 
     @property
     def pieces(self) -> int:
@@ -121,10 +122,11 @@ class DeltaHub:
         """Whether a relay serves this hub (otherwise nothing is offered)."""
         return self.base_url is not None
 
-    def open(self, call: str) -> AttemptDeltas:
-        """A new attempt ``call`` (``<activity id>#<attempt>``) under a fresh random token."""
+    def open(self, call: str, turn: int = 0) -> AttemptDeltas:
+        """A new attempt ``call`` (``<activity id>#<attempt>``) of a Run's ``turn``, under
+        a fresh random token."""
         token = secrets.token_urlsafe(18)
-        attempt = self._attempts[token] = AttemptDeltas(self, token, call)
+        attempt = self._attempts[token] = AttemptDeltas(self, token, call, turn)
         return attempt
 
     def get(self, token: str) -> AttemptDeltas | None:

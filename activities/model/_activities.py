@@ -161,7 +161,7 @@ class ModelActivities(ActivityClass):
         call = full_model_input(input, info.workflow_id)
         if self.live is None or not self.live.serving:
             return slim_model_result(await self.complete(call), call)
-        deltas = self.live.open(f"{info.activity_id}#{info.attempt}")
+        deltas = self.live.open(f"{info.activity_id}#{info.attempt}", call.turn)
         try:
             result = await self.complete(call, deltas=deltas)
         except BaseException as err:

@@ -65,29 +65,37 @@ class _Shared:
         self._task = asyncio.create_task(self._run())
 
     def want_deltas(self) -> None:
-        """Read deltas from now on (and those of the call in flight)."""
+        """Read deltas from now on, starting with the model call pending now, if any (its
+        ``ModelCallStarted`` may be before this follower's start)."""
         if self.deltas:
             return
         self.deltas = True
-        if self.in_flight is not None and not self.done:
-            self._follow_call(self.in_flight)
-
-    def _follow_call(self, turn: int) -> None:
-        self.live = LiveCall(self.client, self.workflow_id, turn, self._append)
+        if not self.done:
+            self.live = LiveCall(self.client, self.workflow_id, self.in_flight, self._append)
 
     async def _run(self) -> None:
         try:
             async for record in self.follower.records():
-                if isinstance(record, ModelCallFinished | ModelCallFailed | RunSettled):
+                live = self.live
+                if isinstance(record, RunSettled) or (
+                    isinstance(record, ModelCallFinished | ModelCallFailed)
+                    and (live is None or live.turn in (None, record.turn))
+                ):
+                    # Records of earlier turns (a follower catching up) leave the call
+                    # in flight alone.
                     self.in_flight = None
                     await self._stop_live()
                 self.record_at.append(len(self.items))
                 self._append(record)
                 if isinstance(record, ModelCallStarted):
                     self.in_flight = record.turn
+                    if live is not None and not live.done and (live.turn or 0) >= record.turn:
+                        continue  # already following this call (or a later one)
                     await self._stop_live()
                     if self.deltas:
-                        self._follow_call(record.turn)
+                        self.live = LiveCall(
+                            self.client, self.workflow_id, record.turn, self._append
+                        )
         except Exception as err:  # every stream of the Run raises it
             self.error = err
         finally:

@@ -42,12 +42,13 @@ class LiveCall:
     Args:
         client: the Temporal client (its data converter decodes the heartbeat details).
         workflow_id: the Run's workflow id.
-        turn: the turn of the call (from its ``ModelCallStarted`` record).
+        turn: the turn of the call (from its ``ModelCallStarted`` record); None: whichever
+            model call is pending now (a follower that starts after its record), if any.
         emit: called with each ``TokenDelta`` and ``DeltasDropped`` in order.
     """
 
     def __init__(
-        self, client: Client, workflow_id: str, turn: int, emit: Callable[[Delta], None]
+        self, client: Client, workflow_id: str, turn: int | None, emit: Callable[[Delta], None]
     ) -> None:
         self.client = client
         self.workflow_id = workflow_id
@@ -59,6 +60,10 @@ class LiveCall:
         """The attempt being read and not yet ended, if any."""
         self._activity_id: str | None = None
         self._task = asyncio.create_task(self._run())
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
 
     async def finish(self, wait: float = END_WAIT_SECONDS) -> None:
         """Stop, once the attempt being read ended (within ``wait``); one that did not is
@@ -74,7 +79,7 @@ class LiveCall:
 
     def _dropped(self, call: str, reason: str) -> None:
         self.reading = None
-        self.emit(DeltasDropped(call=call, turn=self.turn, reason=reason))
+        self.emit(DeltasDropped(call=call, turn=self.turn or 0, reason=reason))
 
     async def _run(self) -> None:
         seen: set[str] = set()
@@ -125,7 +130,10 @@ class LiveCall:
             if activity.HasField("last_heartbeat_time"):
                 raise _Gone  # it beats without an address: a worker without a relay
             return None
-        return None if attempt.call in seen else attempt
+        if attempt.call in seen:
+            return None
+        self.turn = attempt.turn
+        return attempt
 
     async def _details(self, activity: PendingActivityInfo) -> LiveAttempt | None:
         payloads = activity.heartbeat_details.payloads
@@ -151,7 +159,7 @@ class LiveCall:
                         return None
                     if line.end is not None:
                         return line.reason or "the attempt failed"
-                    self.emit(_delta(attempt.call, self.turn, line))
+                    self.emit(_delta(attempt.call, attempt.turn, line))
         except httpx.HTTPError as err:
             return f"the relay connection was lost ({type(err).__name__})"
         return "the relay connection ended without an end"
