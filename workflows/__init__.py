@@ -82,10 +82,6 @@ from psych_runtime.workflows.runs._agent_run import AgentRun
 from psych_runtime.workflows.runs._workflow_run import WorkflowRun
 
 __all__ = [
-    "Delta",
-    "DeltasDropped",
-    "TokenDelta",
-    "ToolCallPiece",
     "ABORT",
     "AGENT_RUN",
     "AbortInput",
@@ -100,6 +96,8 @@ __all__ = [
     "ComponentShown",
     "ContextProvided",
     "DEFAULT_TASK_QUEUE",
+    "Delta",
+    "DeltasDropped",
     "DisplayRecord",
     "Displayed",
     "McpDiscovered",
@@ -146,7 +144,9 @@ __all__ = [
     "SuspensionReason",
     "TRACING_EXTERN",
     "TasksUpdated",
+    "TokenDelta",
     "ToolCallFinished",
+    "ToolCallPiece",
     "ToolCallReport",
     "ToolCallStarted",
     "ToolWithheld",
