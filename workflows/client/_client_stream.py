@@ -47,6 +47,17 @@ class RunStreaming(abc.ABC):
         after_delta: tuple[str, int] | None = None,
     ) -> AsyncIterator[Record | Delta]: ...
 
+    @overload
+    def stream(
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        deltas: bool,
+        after_delta: tuple[str, int] | None = None,
+    ) -> AsyncIterator[Record | Delta]: ...
+
     async def stream(
         self,
         run: RunHandle | str,
