@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from temporalio.client import Client
 
 from psych_runtime.workflows.client._follow import RecordFollower
-from psych_runtime.workflows.client._live import LiveCall
+from psych_runtime.workflows.client._live import LiveCall, RelayClients
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta
 from psych_runtime.workflows.contract._records import (
     ModelCallFailed,
@@ -58,6 +58,7 @@ class _Shared:
         self.users = 0
         self.deltas = False
         self.live: LiveCall | None = None
+        self.http = RelayClients()
         self.in_flight: int | None = None
         """The turn of the model call started and not yet finished, if any."""
         self.follower = RecordFollower(client, workflow_id, after=start)
@@ -71,7 +72,10 @@ class _Shared:
             return
         self.deltas = True
         if not self.done:
-            self.live = LiveCall(self.client, self.workflow_id, self.in_flight, self._append)
+            self.live = self._live_call(self.in_flight)
+
+    def _live_call(self, turn: int | None) -> LiveCall:
+        return LiveCall(self.client, self.workflow_id, turn, self._append, self.http)
 
     async def _run(self) -> None:
         try:
@@ -93,9 +97,7 @@ class _Shared:
                         continue  # already following this call (or a later one)
                     await self._stop_live()
                     if self.deltas:
-                        self.live = LiveCall(
-                            self.client, self.workflow_id, record.turn, self._append
-                        )
+                        self.live = self._live_call(record.turn)
         except Exception as err:  # every stream of the Run raises it
             self.error = err
         finally:
@@ -156,6 +158,7 @@ class _Shared:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        await self.http.aclose()
 
 
 class FollowHub:
