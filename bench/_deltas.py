@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from bench._deltas_heartbeat import heartbeat_channel
 from bench._process import dev_server
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
@@ -293,11 +294,12 @@ async def main() -> dict[str, Any]:
         async with _rig(Path(home)) as (env, client, provider):
             latency = await _latency(env, client, provider)
             turns = await _per_turn(env, client)
-    return {"latency": latency, "per_turn": turns}
+            heartbeat = await heartbeat_channel(env.client)
+    return {"latency": latency, "per_turn": turns, "heartbeat_channel": heartbeat}
 
 
 def _report(results: dict[str, Any]) -> str:
-    lat, turn = results["latency"], results["per_turn"]
+    lat, turn, beat = results["latency"], results["per_turn"], results["heartbeat_channel"]
     f, d = lat["follower"], lat["direct"]
     return "\n".join(
         [
@@ -317,6 +319,10 @@ def _report(results: dict[str, Any]) -> str:
             f"{turn['followed_ms_per_turn']:.1f} ms",
             f"  ratio deltas / none {turn['ratio']:.3f} (target <= 1.05); deltas / records "
             f"only {turn['ratio_to_records']:.3f}",
+            f"  heartbeat details instead (throttle {beat['throttle_s']:.0f} s, describe every "
+            f"20 ms): first beat visible after {beat['first_beat_visible_ms']:.0f} ms; "
+            f"{beat['pieces_seen_while_running']} of {beat['pieces']} pieces seen while the "
+            f"call ran, median lag {statistics.median(beat['lag_ms']):.0f} ms",
         ]
     )
 
