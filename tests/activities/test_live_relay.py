@@ -115,7 +115,9 @@ async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
                 received.append(line)
 
     reader = asyncio.create_task(read())
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):
+        while not received:  # the first piece has reached the follower
+            await asyncio.sleep(0.01)
     await relay.stop()
     with pytest.raises(httpx.HTTPError):
         await reader
