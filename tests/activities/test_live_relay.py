@@ -105,6 +105,7 @@ async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
     attempt = hub.open("a#1")
     attempt.text("x")
     received: list[str] = []
+    first = asyncio.Event()
 
     async def read() -> None:
         async with (
@@ -113,11 +114,11 @@ async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
         ):
             async for line in response.aiter_lines():
                 received.append(line)
+                first.set()
 
     reader = asyncio.create_task(read())
     async with asyncio.timeout(10):
-        while not received:  # the first piece has reached the follower
-            await asyncio.sleep(0.01)
+        await first.wait()  # the first piece has reached the follower
     await relay.stop()
     with pytest.raises(httpx.HTTPError):
         await reader

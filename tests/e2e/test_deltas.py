@@ -10,7 +10,9 @@ is the history of one nobody followed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import get_args
 
@@ -20,6 +22,7 @@ from temporalio.client import Client
 
 from psych_runtime.specs import AgentBuilder, AgentSpec, ToolRegistry
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import follow_run
 from psych_runtime.workers._live import LiveSettings
 from psych_runtime.workflows import (
     Delta,
@@ -222,3 +225,36 @@ async def test_a_worker_without_a_relay_offers_no_deltas(harness: Harness) -> No
         items = await follow(harness.client, harness, run.workflow_id)
     assert not any(isinstance(item, TokenDelta | DeltasDropped) for item in items)
     assert isinstance(items[-1], RunSettled)
+
+
+async def test_psych_follow_shows_the_text_being_written_on_a_terminal(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped attempt's text is shown only by the live view (its record carries none)."""
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(
+        Reply.abort(after_chunks=6, chunk_seconds=0.1),
+        Reply.text(ANSWER, chunk_size=6, chunk_seconds=PACE),
+    )
+    leader, follower = os.openpty()
+    shown = bytearray()
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(leader, 65536):
+                shown.extend(chunk)
+
+    reader = asyncio.get_running_loop().run_in_executor(None, drain)
+    with os.fdopen(follower, "w", encoding="utf-8") as terminal:
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "talk", scope=harness.scope)
+            async with asyncio.timeout(FOLLOW_WITHIN):
+                report = await follow_run(harness.client, run, scope=harness.scope, out=terminal)
+    os.close(leader)
+    await reader
+    assert report.answer == ANSWER
+    text = shown.decode(errors="replace")
+    assert "partial partial" in text  # the failed attempt's text, while it was written
+    assert "connection dropped mid-response" in text  # its record's line
