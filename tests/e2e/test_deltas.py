@@ -2,9 +2,10 @@
 
 Real dev server, real worker with its relay on loopback, the fake model streaming chunks
 at a pace: a follower in another process gets text and tool-call pieces whose
-concatenation is the recorded answer, before the call's record; a failed attempt is
-dropped; a reconnect resumes without loss or duplicates; and the history of a followed Run
-is the history of one nobody followed.
+concatenation is the recorded answer, before the call's record; a failed attempt, or one
+whose worker is killed (its relay with it), is dropped; a reconnect resumes without loss or
+duplicates; the history of a followed Run is the history of one nobody followed; and
+``psych follow`` on a terminal shows the text while it is written.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from psych_runtime.workflows import (
     TokenDelta,
 )
 
+from ._crash import doomed_worker
 from ._delta_follower import spawn_follower
+from ._worker_proc import REGISTRY
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -258,3 +261,40 @@ async def test_psych_follow_shows_the_text_being_written_on_a_terminal(
     text = shown.decode(errors="replace")
     assert "partial partial" in text  # the failed attempt's text, while it was written
     assert "connection dropped mid-response" in text  # its record's line
+
+
+async def test_a_lost_worker_drops_its_attempt_and_the_next_one_streams(harness: Harness) -> None:
+    """The relay dies with its worker: the cut connection is a drop, not an answer."""
+    long_answer = ANSWER * 4
+    harness.fake.enqueue(
+        Reply.text(long_answer, chunk_size=6, chunk_seconds=0.1),
+        Reply.text(ANSWER, chunk_size=6, chunk_seconds=PACE),
+    )
+    queue = harness.settings.task_queue
+    async with doomed_worker(
+        harness.env.client, queue, harness.home, harness.fake.base_url
+    ) as doomed:
+        spec = AgentBuilder("talker", registry=REGISTRY).model("fake-model").build()
+        run = await doomed.psych.dispatch(spec, "talk", scope=harness.scope)
+        items: list[object] = []
+        dropping = asyncio.Event()
+
+        async def read() -> None:
+            async for item in doomed.psych.stream(run, scope=harness.scope, deltas=True):
+                items.append(item)
+                if isinstance(item, DeltasDropped):
+                    dropping.set()
+
+        reader = asyncio.create_task(read())
+        await doomed.kill_when(lambda: sum(isinstance(i, TokenDelta) for i in items) >= 3)
+        # At once, not after the model call's 30 s heartbeat timeout.
+        async with asyncio.timeout(10):
+            await dropping.wait()
+        async with doomed.survivor():
+            async with asyncio.timeout(FOLLOW_WITHIN + 30):  # the 30 s heartbeat timeout
+                await reader
+    (dropped,) = [item for item in items if isinstance(item, DeltasDropped)]
+    assert "relay" in dropped.reason
+    (finished,) = [item for item in items if isinstance(item, ModelCallFinished)]
+    shown = "".join(i.text for i in items if isinstance(i, TokenDelta) and i.call != dropped.call)
+    assert shown == finished.text == ANSWER
