@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test check lint typecheck unit fast bench bench-long clean
+.PHONY: setup path demo test check lint typecheck unit fast bench bench-long bench-deltas clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,10 @@ bench: $(STAMP)
 
 bench-long: $(STAMP)
 	$(BIN)/python -m bench --long-run
+
+# Section 10 alone (live deltas), under a minute.
+bench-deltas: $(STAMP)
+	$(BIN)/python -m bench._deltas
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

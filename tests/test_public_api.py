@@ -16,6 +16,7 @@ import pytest
         "psych_runtime.activities.blobs",
         "psych_runtime.activities.contract",
         "psych_runtime.activities.hooks",
+        "psych_runtime.activities.live",
         "psych_runtime.activities.mcp",
         "psych_runtime.activities.model",
         "psych_runtime.activities.secrets",

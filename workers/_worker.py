@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -16,19 +15,18 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities.blobs import (
     BlobStore,
-    EncryptedBlobStore,
     LocalBlobStore,
     blob_store_from_env,
 )
-from psych_runtime.activities.contract import WORKFLOWS_ROLE
+from psych_runtime.activities.contract import MODEL_ROLE, WORKFLOWS_ROLE
 from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.hooks import Hooks
+from psych_runtime.activities.live import DeltaHub
 from psych_runtime.activities.mcp import McpSettings
 from psych_runtime.activities.model import (
     CompactionActivities,
@@ -54,11 +52,18 @@ from psych_runtime.workers._environment import (
     split_patterns,
     truthy,
 )
+from psych_runtime.workers._live import LiveSettings, serving_deltas
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._settings import worker_egress, worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
-from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
+from psych_runtime.workers._worker_checks import (
+    DEFAULT_OUTAGE_SECONDS,
+    check_outage_retry,
+    outage_retry,
+    sealed_blobs,
+)
+from psych_runtime.workers.codec import PsychCodec, codec_from_env
 from psych_runtime.workers.fleet import (
     Concurrency,
     activities_of_role,
@@ -74,7 +79,6 @@ if TYPE_CHECKING:
     from psych_runtime.activities.mcp import McpActivities
 
 DEFAULT_HOME = ".psych"
-DEFAULT_OUTAGE_SECONDS = 60.0
 HEARTBEAT_THROTTLE = timedelta(seconds=5)
 """The longest a worker holds back a tool call's heartbeat (the SDK's default, up to 60 s,
 would leave a call's last heartbeat that much older than an outage)."""
@@ -136,6 +140,8 @@ class WorkerSettings:
             worker CPU; see workers/README.md, "The workflow sandbox"). Your own workflow
             classes (a ``workflows`` option) always get the sandbox unless you pass a
             ``workflow_runner``.
+        live: where the model role serves its calls' deltas to followers (``LiveSettings``:
+            ``PSYCH_LIVE_LISTEN``, ``PSYCH_LIVE_URL``; default loopback, any free port).
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -159,6 +165,7 @@ class WorkerSettings:
         default_factory=lambda: FileVersionStore(Path(DEFAULT_HOME) / "versions")
     )
     workflow_sandbox: bool = False
+    live: LiveSettings = field(default_factory=LiveSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -188,6 +195,7 @@ class WorkerSettings:
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
             workflow_sandbox=truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
+            live=LiveSettings.from_env(env),
         )
 
 
@@ -204,14 +212,6 @@ def bound_hooks(settings: WorkerSettings) -> Hooks:
         settings.settings_file,
         trust_project_settings=settings.trust_project_settings,
     )
-
-
-def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
-    """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
-    up after 10 s): what a worker's client needs to report a call that finished while the
-    server was away."""
-    elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
-    return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
 
 
 async def connect(
@@ -296,7 +296,10 @@ def egress_for(settings: WorkerSettings) -> Egress:
 
 
 def activities_for(
-    settings: WorkerSettings, egress: Egress, mcp: McpActivities | None = None
+    settings: WorkerSettings,
+    egress: Egress,
+    mcp: McpActivities | None = None,
+    live: DeltaHub | None = None,
 ) -> list[Any]:
     """The activity callables a psych worker registers: each activity class's own list.
 
@@ -314,6 +317,7 @@ def activities_for(
         http=egress.http(None, "operator"),
         mcp=mcp,
         context=ContextProviders(settings.context, settings.blobs),
+        live=live,
     )
     tools = ToolActivities(
         registry=settings.registry,
@@ -343,6 +347,7 @@ def build_worker(
     egress: Egress,
     role: str = WORKFLOWS_ROLE,
     mcp: McpActivities | None = None,
+    live: DeltaHub | None = None,
     **worker_options: Any,
 ) -> Worker:
     """The Worker of one role: for ``workflows`` (the default) AgentRun, WorkflowRun and
@@ -356,7 +361,9 @@ def build_worker(
     caller closes it);
     ``mcp`` the MCP activities (an ``McpActivities``, built on the ``sealed`` settings),
     whose session pool the caller closes after the worker stops (without one,
-    build_worker makes one whose sessions close only once idle); extra keyword arguments
+    build_worker makes one whose sessions close only once idle); ``live`` the hub of a
+    running ``DeltaRelay`` the model calls publish their deltas to (None: none offered,
+    followers see records only); extra keyword arguments
     go to ``temporalio.worker.Worker`` (they win over the role's
     ``settings.concurrency``; a ``workflows`` option replaces AgentRun and WorkflowRun on
     the workflows role, as a variant build does). Its identity carries the policy's digest
@@ -382,7 +389,7 @@ def build_worker(
         worker_options.setdefault(option, value)
     if settings.deployment is not None:
         worker_options.setdefault("deployment_config", deployment_config(settings.deployment))
-    _check_outage_retry(client, settings.outage_seconds)
+    check_outage_retry(client, settings.outage_seconds)
     telemetry = current_telemetry()
     if telemetry is not None:
         telemetry.watch_suspended(client, settings.task_queue)
@@ -393,37 +400,16 @@ def build_worker(
         client,
         task_queue=role_task_queue(settings.task_queue, role),
         workflows=list(workflows),
-        activities=activities_of_role(activities_for(settings, egress, mcp), role),
+        activities=activities_of_role(activities_for(settings, egress, mcp, live), role),
         identity=identity,
         **worker_options,
     )
 
 
 def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
-    """``settings`` with its blob store encrypting under the client's keys, when the
-    client encrypts payloads (``PsychCodec``) and the store does not already: a message
-    kept out of history must not sit in clear in the blob store."""
-    codec = find_psych_codec(client.data_converter.payload_codec)
-    if codec is None or isinstance(settings.blobs, EncryptedBlobStore):
-        return settings
-    return dataclasses.replace(
-        settings, blobs=EncryptedBlobStore(settings.blobs, codec.blob_cipher())
-    )
-
-
-def _check_outage_retry(client: Client, outage_seconds: float) -> None:
-    """Say so when the client gives up before the outage the worker should survive."""
-    retry = client.service_client.config.retry_config
-    lasts = None if retry is None else retry.max_elapsed_time_millis
-    if outage_seconds > 0 and lasts is not None and lasts < outage_seconds * 1000:
-        logging.getLogger(__name__).warning(
-            "this worker's Temporal client retries for %.0f s only: a tool call that "
-            "finishes while the server is away longer is recorded UNKNOWN (outage_seconds "
-            "is %.0f; connect with psych_runtime.workers.connect, or retry_config="
-            "outage_retry())",
-            lasts / 1000,
-            outage_seconds,
-        )
+    """``settings`` with its blob store sealed under the client's keys (``sealed_blobs``)."""
+    blobs = sealed_blobs(client, settings.blobs)
+    return settings if blobs is settings.blobs else dataclasses.replace(settings, blobs=blobs)
 
 
 @asynccontextmanager
@@ -444,24 +430,32 @@ async def run_workers(
         await check_fleet_policy(client, queue, settings.policy)
     egress = egress_for(settings)
     try:
-        # One MCP session pool and cache for every role of this process.
-        mcp = _mcp_activities(settings, egress)
-        try:
-            workers = [
-                build_worker(
-                    client, settings, egress=egress, role=role, mcp=mcp, **dict(worker_options)
-                )
-                for role in settings.roles
-            ]
-            async with AsyncExitStack() as running:
-                for worker in workers:
-                    await running.enter_async_context(worker)
-                yield workers
-        finally:
-            await mcp.aclose()
-        # Calls not safe to repeat report their outcome through the client; the workers
-        # have stopped, but those reports may still be retrying through an outage.
-        await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
+        wanted = WORKFLOWS_ROLE in settings.roles or MODEL_ROLE in settings.roles
+        async with serving_deltas(settings.live, wanted=wanted) as live:
+            # One MCP session pool and cache for every role of this process.
+            mcp = _mcp_activities(settings, egress)
+            try:
+                workers = [
+                    build_worker(
+                        client,
+                        settings,
+                        egress=egress,
+                        role=role,
+                        mcp=mcp,
+                        live=live,
+                        **dict(worker_options),
+                    )
+                    for role in settings.roles
+                ]
+                async with AsyncExitStack() as running:
+                    for worker in workers:
+                        await running.enter_async_context(worker)
+                    yield workers
+            finally:
+                await mcp.aclose()
+            # Calls not safe to repeat report their outcome through the client; the workers
+            # have stopped, but those reports may still be retrying through an outage.
+            await drain_reports(settings.outage_seconds + OUTAGE_MARGIN)
     finally:
         await egress.aclose()
     telemetry = current_telemetry()

@@ -26,6 +26,7 @@ from psych_runtime.activities.contract._ids import (
     ids_from,
     workflow_id_for,
 )
+from psych_runtime.activities.contract._live import LiveAttempt, RelayEnd, RelayLine
 from psych_runtime.activities.contract._mcp import (
     McpCatalog,
     McpCatalogInput,
@@ -141,6 +142,7 @@ __all__ = [
     "HttpToolCall",
     "LATENCY_DECIMALS",
     "Latency",
+    "LiveAttempt",
     "MCP_LIST_TOOLS",
     "MCP_SEARCH_TOOLS",
     "MODEL_CALL",
@@ -163,6 +165,8 @@ __all__ = [
     "PolicyInput",
     "ROLES",
     "ReadOutputInput",
+    "RelayEnd",
+    "RelayLine",
     "SLIM_LATENCY_DECIMALS",
     "SlimCodeToolCall",
     "SlimHttpToolCall",

@@ -44,6 +44,7 @@ from psych_runtime.activities.contract import (
     slim_model_result,
 )
 from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.live import AttemptDeltas, DeltaHub
 from psych_runtime.activities.mcp import (
     McpResolver,
     McpUnreachable,
@@ -103,6 +104,7 @@ class ModelActivities(ActivityClass):
         http: httpx.AsyncClient | None = None,
         mcp: McpResolver | None = None,
         context: ContextProviders | None = None,
+        live: DeltaHub | None = None,
     ) -> None:
         """Bind the activity to its collaborators.
 
@@ -119,6 +121,9 @@ class ModelActivities(ActivityClass):
                 ``None``: a call naming MCP servers fails, naming what is missing.
             context: the worker's pre-turn context providers (``activities._context``),
                 asked before every call; ``None``: no per-turn context.
+            live: the worker's delta hub: each ``call`` attempt publishes its pieces there
+                and heartbeats their address from its first beat (``LiveAttempt``);
+                ``None``, or a hub no relay serves: nothing is offered to followers.
         """
         self.endpoints = endpoints
         self.blobs = blobs
@@ -126,6 +131,7 @@ class ModelActivities(ActivityClass):
         self.conversations = Conversations(blobs)
         self.mcp = mcp
         self.context = context
+        self.live = live
         self._egress: Egress | None = None
         if http is None:
             self._egress = Egress(operator_hosts=endpoints.hosts())
@@ -157,14 +163,31 @@ class ModelActivities(ActivityClass):
         Raises:
             ApplicationError: as ``complete``.
         """
-        call = full_model_input(input, activity.info().workflow_id)
-        return slim_model_result(await self.complete(call), call)
+        info = activity.info()
+        call = full_model_input(input, info.workflow_id)
+        if self.live is None or not self.live.serving:
+            return slim_model_result(await self.complete(call), call)
+        deltas = self.live.open(f"{info.activity_id}#{info.attempt}", call.turn)
+        try:
+            result = await self.complete(call, deltas=deltas)
+        except BaseException as err:
+            # Before the failure reaches the workflow: a follower drops the partial text
+            # before it reads ModelCallFailed (or sees the next attempt).
+            deltas.end("failed", str(err) or type(err).__name__)
+            raise
+        # Before the result is returned, so the relay holds every piece by the time the
+        # Run records ModelCallFinished.
+        deltas.end("completed")
+        return slim_model_result(result, call)
 
-    async def complete(self, input: ModelCallInput) -> ModelCallResult:
+    async def complete(
+        self, input: ModelCallInput, *, deltas: AttemptDeltas | None = None
+    ) -> ModelCallResult:
         """Call the model on the stored conversation plus what is new; store its answer.
 
         The call in its full form, inside an activity (``call``, and compaction's
-        summariser): not an activity of its own.
+        summariser): not an activity of its own. ``deltas``: where the answer's pieces are
+        published as they arrive; its address goes out with every heartbeat.
 
         The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
         taken from the response: the answer, failure messages, their causes and the log.
@@ -179,8 +202,8 @@ class ModelActivities(ActivityClass):
             try:
                 # Beats from the start: rebuilding a long conversation from a slow BlobStore
                 # happens before the request and must not look like a lost worker.
-                async with _heartbeating():
-                    return span.done(await self._complete(input, started, redact))
+                async with _heartbeating(None if deltas is None else deltas.details):
+                    return span.done(await self._complete(input, started, redact, deltas))
             except McpUnreachable as err:
                 # Not the model's failure: no call was made, and retrying cannot help.
                 activity.logger.warning("model call not made: %s", err)
@@ -214,7 +237,11 @@ class ModelActivities(ActivityClass):
                 ) from redact.scrub(err)
 
     async def _complete(
-        self, input: ModelCallInput, started: float, redact: Redactor
+        self,
+        input: ModelCallInput,
+        started: float,
+        redact: Redactor,
+        deltas: AttemptDeltas | None,
     ) -> ModelCallResult:
         endpoint = self.endpoints.for_model(input.model)
         if endpoint.api_key:
@@ -257,7 +284,7 @@ class ModelActivities(ActivityClass):
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
 
         if stream:
-            answer = await self._stream(url, body, headers, input, started)
+            answer = await self._stream(url, body, headers, input, started, redact, deltas)
         else:
             answer = await self._post(url, body, headers, input, started)
         answer = dataclasses.replace(
@@ -268,6 +295,11 @@ class ModelActivities(ActivityClass):
                 for call in answer.tool_calls
             ),
         )
+        if deltas is not None and deltas.pieces == 0:
+            # A whole answer (not streamed, or a gateway that ignored `stream`): one piece.
+            deltas.text(answer.text)
+            for index, tool_call in enumerate(answer.tool_calls):
+                deltas.tool_call(index, tool_call.id, tool_call.name, tool_call.arguments)
 
         assistant = ChatMessage(role="assistant", content=answer.text, tool_calls=answer.tool_calls)
         assistant_ref = await self.conversations.put_message(assistant)
@@ -344,9 +376,11 @@ class ModelActivities(ActivityClass):
         headers: dict[str, str],
         input: ModelCallInput,
         started: float,
+        redact: Redactor,
+        deltas: AttemptDeltas | None,
     ) -> _Answer:
         idle = input.stream_idle_seconds
-        stream = _Stream(started=started)
+        stream = _Stream(started=started, deltas=deltas, redact=redact)
         try:
             async with self.http.stream(
                 "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)

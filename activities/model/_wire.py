@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -17,11 +17,13 @@ from temporalio import activity
 
 from psych_runtime.activities.contract import (
     ChatMessage,
+    LiveAttempt,
     ModelCallInput,
     ToolCallRequest,
     ToolDefinition,
     Usage,
 )
+from psych_runtime.activities.live import AttemptDeltas
 from psych_runtime.activities.model._failures import (
     _EXCERPT_CHARS,
     MAX_RESULT_BYTES,
@@ -253,6 +255,10 @@ class _Stream:
     done: bool = False
     size: int = 0
     """Bytes of text and tool-call arguments so far, bounded by ``MAX_RESULT_BYTES``."""
+    deltas: AttemptDeltas | None = None
+    """Where each piece is published as it arrives (for followers), if anywhere."""
+    redact: Callable[[str], str] = str
+    """Applied to each piece published (the answer itself is redacted whole later)."""
 
     def feed(self, line: str) -> None:
         """Take one SSE line (``data: {...}``, ``data: [DONE]``, comments, other fields)."""
@@ -277,17 +283,25 @@ class _Stream:
                 self.text.append(delta.content)
                 self._grew(delta.content)
                 self._token()
+                if self.deltas is not None:
+                    self.deltas.text(self.redact(delta.content))
             for position, piece in enumerate(delta.tool_calls or ()):
                 # The id and name come in a call's first delta, its arguments in pieces.
-                call = self.calls.setdefault(
-                    position if piece.index is None else piece.index, _PartialCall()
-                )
+                index = position if piece.index is None else piece.index
+                call = self.calls.setdefault(index, _PartialCall())
                 call.id = call.id or piece.id
                 call.name = call.name or piece.function.name
                 if piece.function.arguments:
                     call.arguments.append(piece.function.arguments)
                     self._grew(piece.function.arguments)
                 self._token()
+                if self.deltas is not None:
+                    self.deltas.tool_call(
+                        index,
+                        piece.id,
+                        piece.function.name,
+                        self.redact(piece.function.arguments or ""),
+                    )
 
     def _grew(self, piece: str) -> None:
         # Fails the call as soon as it cannot fit, instead of buffering an endless stream.
@@ -373,23 +387,28 @@ def _timeout(read: float | None) -> httpx.Timeout:
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[None]:
     """Heartbeat on a timer for as long as the call is open.
 
     Neither a non-streamed answer nor a stream's gaps (a reasoning model may think for
     minutes before its first token, within ``stream_idle_seconds``) give anything to beat
     on in time, so the beat is a timer; it still stops when the worker dies, which is what
-    the heartbeat timeout detects.
+    the heartbeat timeout detects. ``details`` (where the attempt's deltas are served) go
+    with every beat, the first sent at once (the SDK throttles only later ones), so a
+    follower finds them as soon as the attempt starts.
     """
     timeout = activity.info().heartbeat_timeout
+    beats = () if details is None else (details,)
     if not timeout:
+        if beats:
+            activity.heartbeat(*beats)
         yield
         return
     interval = timeout.total_seconds() / 3
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*beats)
             await asyncio.sleep(interval)
 
     task = asyncio.create_task(beat())

@@ -314,6 +314,7 @@ class FakeModel:
             200, headers=[("content-type", "text/event-stream"), ("cache-control", "no-cache")]
         )
         response.chunks = chunks
+        response.chunk_delay = inner.chunk_seconds
         if reply.kind == "stall":
             response.pause_after = min(reply.after_chunks, len(chunks))
             response.pause_seconds = reply.seconds

@@ -23,7 +23,7 @@ class _Response:
 
     A plain response sends `body` after waiting `delay` seconds; a streamed one (`chunks`
     set) pauses `pause_seconds` after `pause_after` chunks, or resets the connection after
-    `drop_after` chunks.
+    `drop_after` chunks; `chunk_delay` seconds pass between chunks.
     """
 
     status: int
@@ -34,6 +34,7 @@ class _Response:
     pause_after: int | None = None
     pause_seconds: float = 0.0
     drop_after: int | None = None
+    chunk_delay: float = 0.0
 
 
 async def _read_request(
@@ -87,6 +88,8 @@ async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: _R
             raise _Drop
         if sent == response.pause_after:
             await asyncio.sleep(response.pause_seconds)
+        elif sent and response.chunk_delay:
+            await asyncio.sleep(response.chunk_delay)
         await write(h11.Data(data=b"data: " + json.dumps(chunk).encode() + b"\n\n"))
     if response.pause_after == len(response.chunks):
         await asyncio.sleep(response.pause_seconds)

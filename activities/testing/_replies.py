@@ -64,6 +64,8 @@ class Reply:
     """Usage reported; None derives a rough count from the characters exchanged."""
     chunk_size: int = 8
     """Characters of content or tool-call arguments per streamed chunk."""
+    chunk_seconds: float = 0.0
+    """Seconds between streamed chunks (a model writing at its own pace)."""
     status: int = 0
     """HTTP status (`error`)."""
     retry_after: float | None = None
@@ -78,19 +80,38 @@ class Reply:
     """The reply streamed around the stall, or the partial stream aborted (`stall`, `abort`)."""
 
     @staticmethod
-    def text(content: str, *, usage: Usage | None = None, chunk_size: int = 8) -> Reply:
+    def text(
+        content: str,
+        *,
+        usage: Usage | None = None,
+        chunk_size: int = 8,
+        chunk_seconds: float = 0.0,
+    ) -> Reply:
         """A plain assistant message, finishing with `stop`.
 
         Args:
             content: the assistant text.
             usage: usage to report; None derives it from character counts.
             chunk_size: characters per streamed chunk.
+            chunk_seconds: seconds between streamed chunks.
         """
         _check_chunk_size(chunk_size)
-        return Reply(kind="text", content=content, usage=usage, chunk_size=chunk_size)
+        _check_chunk_seconds(chunk_seconds)
+        return Reply(
+            kind="text",
+            content=content,
+            usage=usage,
+            chunk_size=chunk_size,
+            chunk_seconds=chunk_seconds,
+        )
 
     @staticmethod
-    def tool_calls(*calls: ToolCall, content: str = "", usage: Usage | None = None) -> Reply:
+    def tool_calls(
+        *calls: ToolCall,
+        content: str = "",
+        usage: Usage | None = None,
+        chunk_seconds: float = 0.0,
+    ) -> Reply:
         """An assistant message making tool calls, finishing with `tool_calls`.
 
         When streamed, each call's arguments arrive split across several chunks, as real
@@ -100,10 +121,18 @@ class Reply:
             *calls: the calls, in order; at least one.
             content: optional text sent before the calls.
             usage: usage to report; None derives it from character counts.
+            chunk_seconds: seconds between streamed chunks.
         """
         if not calls:
             raise ValueError("Reply.tool_calls needs at least one ToolCall")
-        return Reply(kind="tool_calls", content=content, calls=calls, usage=usage)
+        _check_chunk_seconds(chunk_seconds)
+        return Reply(
+            kind="tool_calls",
+            content=content,
+            calls=calls,
+            usage=usage,
+            chunk_seconds=chunk_seconds,
+        )
 
     @staticmethod
     def malformed_tool_call(name: str, raw_arguments: str) -> Reply:
@@ -157,7 +186,7 @@ class Reply:
         return Reply(kind="stall", seconds=seconds, after_chunks=after_chunks, then=then)
 
     @staticmethod
-    def abort(after_chunks: int = 1) -> Reply:
+    def abort(after_chunks: int = 1, *, chunk_seconds: float = 0.0) -> Reply:
         """A response whose connection drops abruptly.
 
         Streaming: `after_chunks` chunks of a text reply are sent, then the connection is
@@ -166,14 +195,24 @@ class Reply:
 
         Args:
             after_chunks: chunks sent before the drop; 0 drops right after the headers.
+            chunk_seconds: seconds between streamed chunks.
         """
         if after_chunks < 0:
             raise ValueError(f"Reply.abort needs after_chunks >= 0, got {after_chunks}")
         # One chunk longer than what is sent, so the stream is always cut short.
-        partial = Reply.text("partial " * (after_chunks + 1), chunk_size=len("partial "))
+        partial = Reply.text(
+            "partial " * (after_chunks + 1),
+            chunk_size=len("partial "),
+            chunk_seconds=chunk_seconds,
+        )
         return Reply(kind="abort", after_chunks=after_chunks, then=partial)
 
 
 def _check_chunk_size(chunk_size: int) -> None:
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def _check_chunk_seconds(seconds: float) -> None:
+    if not 0 <= seconds <= 60:
+        raise ValueError(f"chunk_seconds must be from 0 to 60, got {seconds}")

@@ -24,6 +24,7 @@ from temporalio.envconfig import ClientConfig
 
 from psych_runtime.activities import S3BlobStore, S3Location
 from psych_runtime.workers import WorkerSettings
+from psych_runtime.workers._live import LiveSettings
 from psych_runtime.workers.cli._main import build_parser
 
 from .test_files import DEPLOY, REPO, compose, config, k8s_documents, of_kind
@@ -191,6 +192,7 @@ def test_the_kubernetes_configuration_makes_the_worker_it_describes() -> None:
         {
             item["name"]: item["value"]
             for item in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            if "value" in item  # not those from the downward API (the pod's IP)
         }
     )
     settings = WorkerSettings.from_env(env)
@@ -231,3 +233,22 @@ def test_every_manifest_file_is_yaml_a_kubectl_apply_takes() -> None:
     files = sorted(path.name for path in (DEPLOY / "k8s").iterdir())
     assert files and all(name.endswith(".yaml") for name in files)
     assert len(k8s_documents()) == 8
+
+
+def test_the_model_workers_serve_deltas_at_an_address_other_machines_reach() -> None:
+    (model,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "psych-model"]
+    container = model["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    live = LiveSettings.from_env(
+        {name: item["value"] for name, item in env.items() if "value" in item}
+    )
+    port = live.listen.rsplit(":", 1)[1]
+    assert live.listen.startswith("0.0.0.0:")
+    assert live.url == f"http://$(POD_IP):{port}"
+    assert {"name": "live", "containerPort": int(port)} in container["ports"]
+    service = compose()["services"]["worker-model"]
+    live = LiveSettings.from_env(_compose_env(service))
+    port = live.listen.rsplit(":", 1)[1]
+    assert live.url == f"http://worker-model:{port}"
+    assert port in service["expose"]

@@ -9,6 +9,7 @@ from psych_runtime.activities.contract import Latency, Usage
 from psych_runtime.specs import Scope
 from psych_runtime.workers.console._live import RunProgress
 from psych_runtime.workflows import (
+    DeltasDropped,
     ModelCallFinished,
     ModelCallStarted,
     Pending,
@@ -19,6 +20,8 @@ from psych_runtime.workflows import (
     StepFinished,
     StepStarted,
     Suspended,
+    TokenDelta,
+    ToolCallPiece,
     ToolCallStarted,
     Totals,
     TurnStarted,
@@ -86,3 +89,25 @@ def test_a_wait_shows_until_resumed_and_time_stops_when_the_run_settles() -> Non
     assert line.startswith("after step s  10.0 s  "), line
     progress.add(RunSettled(**stamp(6), status=RunStatus.COMPLETED, **settled))
     assert "  6.0 s  " in progress.status_line(START + timedelta(days=3)).plain
+
+
+def test_the_text_being_written_shows_until_its_record_and_a_dropped_attempt_vanishes() -> None:
+    progress = RunProgress()
+    progress.add(ModelCallStarted(**stamp(0), turn=1, model="m", attempt=1))
+    progress.take(TokenDelta(call="a#1", turn=1, n=1, text="partial "))
+    progress.take(TokenDelta(call="a#1", turn=1, n=2, text="answ"))
+    assert [line.plain for line in progress.writing_lines()] == ["  partial answ"]
+    progress.take(DeltasDropped(call="a#1", turn=1, reason="the attempt failed"))
+    assert progress.writing_lines() == []
+    progress.take(TokenDelta(call="b#1", turn=1, n=1, text="Looking\nit up"))
+    piece = ToolCallPiece(index=0, id="call_1", name="lookup", arguments='{"id"')
+    progress.take(TokenDelta(call="b#1", turn=1, n=2, tool_call=piece))
+    more = ToolCallPiece(index=0, arguments=": 1}")
+    progress.take(TokenDelta(call="b#1", turn=1, n=3, tool_call=more))
+    assert [line.plain for line in progress.writing_lines()] == [
+        "  Looking",
+        "  it up",
+        '  lookup({"id": 1}',
+    ]
+    progress.add(finished(None))  # the record's line replaces what was being written
+    assert progress.writing_lines() == []

@@ -134,6 +134,8 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         "PSYCH_MAX_TOOL_CALLS": getattr(args, "max_tool_calls", None),
         "PSYCH_DEPLOYMENT": getattr(args, "deployment", None),
         "PSYCH_BUILD_ID": getattr(args, "build_id", None),
+        "PSYCH_LIVE_LISTEN": getattr(args, "live_listen", None),
+        "PSYCH_LIVE_URL": getattr(args, "live_url", None),
     }
     environ.update({name: str(value) for name, value in overrides.items() if value})
     settings = WorkerSettings.from_env(environ)
@@ -350,6 +352,18 @@ def add_process_commands(
         "prefix ending in '*' (repeatable; replaces PSYCH_ASK, comma-separated patterns)",
     )
     add_settings_arguments(wiring)
+    wiring.add_argument(
+        "--live-listen",
+        metavar="HOST:PORT",
+        help="where the model calls' deltas are served to followers (env PSYCH_LIVE_LISTEN; "
+        "default 127.0.0.1:0, loopback on any free port; 'off': none)",
+    )
+    wiring.add_argument(
+        "--live-url",
+        metavar="URL",
+        help="the base URL followers on other machines reach --live-listen at, e.g. "
+        "http://10.0.0.5:7280 (env PSYCH_LIVE_URL; default derived from --live-listen)",
+    )
     wiring.add_argument(
         "--ask-destructive",
         action="store_true",

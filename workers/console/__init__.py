@@ -6,7 +6,6 @@ line, display components, the transcript built from records, and child Runs in a
 
 from psych_runtime.workers.console._console import (
     describe_pending,
-    follow_run,
     format_record,
     format_report,
     format_state,
@@ -15,6 +14,7 @@ from psych_runtime.workers.console._console import (
     print_report,
     resume_command,
 )
+from psych_runtime.workers.console._follow_run import follow_run
 from psych_runtime.workers.console._render import output_for, runs_table
 from psych_runtime.workers.console._transcript import read_transcript
 from psych_runtime.workers.console._transcript_render import print_transcript

@@ -28,6 +28,7 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
+    DeltasDropped,
     Displayed,
     McpDiscovered,
     ModelCallFailed,
@@ -44,6 +45,7 @@ from psych_runtime.workflows import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    TokenDelta,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -60,6 +62,18 @@ def _elapsed(seconds: float) -> str:
     if minutes:
         return f"{minutes} min {secs:02d} s"
     return f"{seconds:.1f} s"
+
+
+WRITING_LINES = 6
+"""Lines of the text being written shown under the records (its last ones)."""
+WRITING_WIDTH = 160
+
+
+@dataclass
+class _Writing:
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    """By index: the tool's name and its arguments so far."""
 
 
 @dataclass
@@ -87,6 +101,8 @@ class RunProgress:
     settled: RunSettled | None = None
     """The last settled record (a step's child Run settles before its step finishes, so
     the followed Run's own comes last)."""
+    writing: dict[str, _Writing] = field(default_factory=dict)
+    """What the model call in flight has written so far, by attempt (deltas)."""
 
     def add(self, record: Record, waiting: tuple[str, str | None] | None = None) -> None:
         """Take one record; ``waiting``: a Suspended record's wait (what it waits for, and
@@ -106,6 +122,7 @@ class RunProgress:
                 self.model = record.model
             case ModelCallFinished():
                 self.model = None
+                self.writing.clear()  # the record's line replaces the text as it was written
                 self.input_tokens += record.usage.input_tokens
                 self.output_tokens += record.usage.output_tokens
                 if record.cost is None:
@@ -114,6 +131,7 @@ class RunProgress:
                     self.cost = (self.cost or 0.0) + record.cost
             case ModelCallFailed():
                 self.model = None
+                self.writing.clear()
             case ToolCallStarted():
                 self.tools.append(record.tool)
             case ToolCallFinished():
@@ -179,6 +197,30 @@ class RunProgress:
         line.append(self.doing(), style="yellow" if self.pending else "")
         return line
 
+    def take(self, delta: TokenDelta | DeltasDropped) -> None:
+        """Take a piece of the answer being written, or drop a failed attempt's."""
+        if isinstance(delta, DeltasDropped):
+            self.writing.pop(delta.call, None)
+            return
+        pieces = self.writing.setdefault(delta.call, _Writing())
+        if delta.text:
+            pieces.text.append(delta.text)
+        if delta.tool_call is not None:
+            call = pieces.calls.setdefault(delta.tool_call.index, ["", ""])
+            call[0] = call[0] or delta.tool_call.name or ""
+            call[1] += delta.tool_call.arguments
+
+    def writing_lines(self) -> list[Text]:
+        """The text (and tool calls) the model is writing now, its last lines."""
+        lines: list[Text] = []
+        for pieces in self.writing.values():
+            text = "".join(pieces.text)
+            for line in text.splitlines()[-WRITING_LINES:] if text.strip() else []:
+                lines.append(Text("  " + line[-WRITING_WIDTH:], style="italic"))
+            for name, arguments in pieces.calls.values():
+                lines.append(Text(f"  {name}({arguments[-WRITING_WIDTH:]}", style="dim italic"))
+        return lines
+
     def waiting_lines(self) -> list[Text]:
         """One line per pending item (what it waits for and the command that resumes it)."""
         lines = []
@@ -202,7 +244,7 @@ class _Status:
     def __rich__(self) -> RenderableType:
         progress = self._progress
         self._spinner.text = progress.status_line(datetime.now(UTC))
-        return Group(self._spinner, *progress.waiting_lines())
+        return Group(*progress.writing_lines(), self._spinner, *progress.waiting_lines())
 
 
 class RunView:
@@ -235,6 +277,13 @@ class RunView:
         """Print a record's line and take its progress (``waiting``: see RunProgress.add)."""
         self.line(text, record)
         self.progress.add(record, waiting)
+        if self._live is not None:
+            self._live.refresh()
+
+    def delta(self, delta: TokenDelta | DeltasDropped) -> None:
+        """Show a piece of the answer being written (a live view only: it is transient,
+        replaced by the call's record line, and a dropped attempt's text disappears)."""
+        self.progress.take(delta)
         if self._live is not None:
             self._live.refresh()
 

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -50,6 +50,7 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workflows.client._chain import chain_page
 from psych_runtime.workflows.client._client_actions import RunActions
+from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
 from psych_runtime.workflows.client._report import RunReport, build_report
@@ -79,7 +80,7 @@ _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 
 
-class PsychClient(RunActions, RunListing):
+class PsychClient(RunActions, RunStreaming, RunListing):
     """Publish Specs and drive Runs (see the module docstring).
 
     Args:
@@ -376,26 +377,6 @@ class PsychClient(RunActions, RunListing):
             return page
 
         return await chain_page(query_execution, RecordsQuery(after=after, limit=limit))
-
-    async def stream(
-        self,
-        run: RunHandle | str,
-        *,
-        scope: Scope,
-        after: int = 0,
-    ) -> AsyncIterator[Record]:
-        """Yield records with ``seq > after`` as the Run writes them, until it settles.
-
-        Pushed, not polled on a timer: the server's history long-poll says when a workflow
-        task completed, and only then is the records query read (``RecordFollower``), so
-        a follower grows no history and costs an idle Run's worker nothing. Goes on across
-        worker restarts and continue-as-new; also ends when the workflow closed without
-        settling its record (terminated by an operator, or by a parent's close policy).
-        Streams of one Run through this client share one follower (``FollowHub``).
-        """
-        workflow_id, _ = self._handle(run, scope)
-        async for record in self.follows.stream(workflow_id, after):
-            yield record
 
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
         """Wait for the Run to settle and return its result.

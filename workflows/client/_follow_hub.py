@@ -7,6 +7,14 @@ the server's buffer of queries held during a workflow task: measured, bench sect
 ``FollowHub`` gives every stream of a workflow id one shared follower: it keeps the records
 it has read from its start, and each stream reads them from its own ``after``. A stream that
 wants records from before the shared follower's start gets a follower of its own.
+
+Deltas (``deltas=True``): once one stream of a Run asks for them, the shared follower also
+reads the deltas of each model call in flight (``LiveCall``: one describe loop and one
+relay connection, whatever the number of streams) and keeps them between the records, in
+the order they arrived. A call's record is kept only after its attempt's end line (or
+after ``END_WAIT_SECONDS``, its pieces then dropped), so a stream sees every piece of an
+attempt before the record that supersedes them. A stream skips the deltas of calls that
+had ended before it started (a late joiner gets the records and the call in flight).
 """
 
 from __future__ import annotations
@@ -18,45 +26,128 @@ from collections.abc import AsyncIterator
 from temporalio.client import Client
 
 from psych_runtime.workflows.client._follow import RecordFollower
-from psych_runtime.workflows.contract._records import Record
+from psych_runtime.workflows.client._live import LiveCall, RelayClients
+from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta
+from psych_runtime.workflows.contract._records import (
+    ModelCallFailed,
+    ModelCallFinished,
+    ModelCallStarted,
+    Record,
+    RunSettled,
+)
+
+Item = Record | Delta
 
 
 class _Shared:
-    """A follower of one Run whose records every stream of it reads."""
+    """A follower of one Run whose records (and deltas, once asked) every stream reads."""
 
     def __init__(self, client: Client, workflow_id: str, start: int) -> None:
+        self.client = client
+        self.workflow_id = workflow_id
         self.start = start
-        self.records: list[Record] = []
-        """The records with seq ``start + 1`` on, in order and gapless."""
+        self.items: list[Item] = []
+        """Records with seq ``start + 1`` on, in order and gapless, and deltas between."""
+        self.record_at: list[int] = []
+        """Where record ``start + 1 + k`` is in ``items``."""
+        self.ended_calls: set[str] = set()
+        """Attempts whose pieces are superseded: dropped, or their call's record is in."""
+        self._open_calls: set[str] = set()
         self.done = False
         self.error: BaseException | None = None
         self.users = 0
+        self.deltas = False
+        self.live: LiveCall | None = None
+        self.http = RelayClients()
+        self.in_flight: int | None = None
+        """The turn of the model call started and not yet finished, if any."""
         self.follower = RecordFollower(client, workflow_id, after=start)
         self._tick = asyncio.Event()
         self._task = asyncio.create_task(self._run())
 
+    def want_deltas(self) -> None:
+        """Read deltas from now on, starting with the model call pending now, if any (its
+        ``ModelCallStarted`` may be before this follower's start)."""
+        if self.deltas:
+            return
+        self.deltas = True
+        if not self.done:
+            self.live = self._live_call(self.in_flight)
+
+    def _live_call(self, turn: int | None) -> LiveCall:
+        return LiveCall(self.client, self.workflow_id, turn, self._append, self.http)
+
     async def _run(self) -> None:
         try:
             async for record in self.follower.records():
-                self.records.append(record)
-                self._wake()
+                live = self.live
+                if isinstance(record, RunSettled) or (
+                    isinstance(record, ModelCallFinished | ModelCallFailed)
+                    and (live is None or live.turn in (None, record.turn))
+                ):
+                    # Records of earlier turns (a follower catching up) leave the call
+                    # in flight alone.
+                    self.in_flight = None
+                    await self._stop_live()
+                self.record_at.append(len(self.items))
+                self._append(record)
+                if isinstance(record, ModelCallStarted):
+                    self.in_flight = record.turn
+                    if live is not None and not live.done and (live.turn or 0) >= record.turn:
+                        continue  # already following this call (or a later one)
+                    await self._stop_live()
+                    if self.deltas:
+                        self.live = self._live_call(record.turn)
         except Exception as err:  # every stream of the Run raises it
             self.error = err
         finally:
+            await self._stop_live(0)
             self.done = True
             self._wake()
+
+    async def _stop_live(self, wait: float | None = None) -> None:
+        live, self.live = self.live, None
+        if live is not None:
+            await (live.finish() if wait is None else live.finish(wait))
+        self.ended_calls |= self._open_calls
+        self._open_calls.clear()
+
+    def _append(self, item: Item) -> None:
+        if isinstance(item, DeltasDropped):
+            self.ended_calls.add(item.call)
+        elif isinstance(item, TokenDelta):
+            self._open_calls.add(item.call)
+        self.items.append(item)
+        self._wake()
 
     def _wake(self) -> None:
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
 
-    async def read(self, after: int) -> AsyncIterator[Record]:
-        position = after - self.start
+    async def read(
+        self, after: int, deltas: bool = False, after_delta: tuple[str, int] | None = None
+    ) -> AsyncIterator[Item]:
+        position = 0 if after <= self.start else None
+        # Deltas of calls that ended before this stream joined are history: skip them.
+        ended_before = set(self.ended_calls)
         while True:
             tick = self._tick
-            while position < len(self.records):
-                yield self.records[position]
+            if position is None and after - self.start <= len(self.record_at):
+                position = self.record_at[after - self.start - 1] + 1
+            while position is not None and position < len(self.items):
+                item = self.items[position]
                 position += 1
+                if isinstance(item, TokenDelta | DeltasDropped):
+                    if not deltas or item.call in ended_before:
+                        continue
+                    if (
+                        isinstance(item, TokenDelta)
+                        and after_delta is not None
+                        and item.call == after_delta[0]
+                        and item.n <= after_delta[1]
+                    ):
+                        continue
+                yield item
             if self.done:
                 if self.error is not None:
                     raise self.error
@@ -67,6 +158,7 @@ class _Shared:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        await self.http.aclose()
 
 
 class FollowHub:
@@ -86,26 +178,33 @@ class FollowHub:
         """Records queries this hub's followers have made so far, stopped ones included."""
         return self.queries + sum(s.follower.queries for s in self._runs.values())
 
-    async def stream(self, workflow_id: str, after: int) -> AsyncIterator[Record]:
-        """The Run's records with ``seq > after``, as ``RecordFollower.records`` gives them."""
+    async def stream(
+        self,
+        workflow_id: str,
+        after: int,
+        *,
+        deltas: bool = False,
+        after_delta: tuple[str, int] | None = None,
+    ) -> AsyncIterator[Item]:
+        """The Run's records with ``seq > after``, as ``RecordFollower.records`` gives them,
+        and with ``deltas`` the deltas of the calls in flight between them (those of the
+        attempt ``after_delta[0]`` only after its piece ``after_delta[1]``)."""
         shared = self._runs.get(workflow_id)
-        if shared is not None and after < shared.start:
-            own = RecordFollower(self.client, workflow_id, after=after)
-            try:
-                async for record in own.records():
-                    yield record
-            finally:
-                self.queries += own.queries
-            return
-        if shared is None:
-            shared = self._runs[workflow_id] = _Shared(self.client, workflow_id, after)
+        own = shared is not None and after < shared.start
+        if own or shared is None:
+            shared = _Shared(self.client, workflow_id, after)
+            if not own:
+                self._runs[workflow_id] = shared
+        if deltas:
+            shared.want_deltas()
         shared.users += 1
         try:
-            async for record in shared.read(after):
-                yield record
+            async for item in shared.read(after, deltas, after_delta):
+                yield item
         finally:
             shared.users -= 1
-            if shared.users == 0 and self._runs.get(workflow_id) is shared:
-                del self._runs[workflow_id]
+            if shared.users == 0:
+                if self._runs.get(workflow_id) is shared:
+                    del self._runs[workflow_id]
                 self.queries += shared.follower.queries
                 await shared.stop()

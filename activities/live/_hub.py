@@ -1,0 +1,140 @@
+"""The worker process's deltas: each model-call attempt's pieces, kept for its followers.
+
+One ``DeltaHub`` per worker process. The model activity opens an ``AttemptDeltas`` per
+attempt (``open``), publishes every text and tool-call piece as the provider sends it, and
+ends it (completed or failed). The relay (``DeltaRelay``) reads an attempt by its token,
+from any piece on, live. Nothing here is durable: an attempt is forgotten ``keep_seconds``
+after it ended, and every worker restart loses what it held (the records stay the truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+from psych_runtime.activities.contract import LiveAttempt, RelayEnd, RelayLine
+
+KEEP_SECONDS = 30.0
+"""How long an ended attempt stays readable: enough for a follower that joined just as it
+ended (or reconnects) to read it to its end marker."""
+
+MAX_PIECES = 100_000
+"""Pieces kept per attempt. An answer is bounded in bytes (``MAX_RESULT_BYTES``) but not in
+chunks; past this the attempt is ended ``failed`` for its followers (the call goes on)."""
+
+
+class AttemptDeltas:
+    """One attempt's pieces and how it ended; what the model activity publishes into."""
+
+    def __init__(self, hub: DeltaHub, token: str, call: str, turn: int) -> None:
+        self.hub = hub
+        self.token = token
+        self.call = call
+        self.turn = turn
+        self.lines: list[bytes] = []
+        """Piece ``n`` is ``lines[n - 1]``, one JSON line each; the end line follows."""
+        self.ended: RelayEnd | None = None
+        self._grew = asyncio.Event()
+
+    @property
+    def details(self) -> LiveAttempt:
+        """What the attempt's heartbeats carry."""
+        return LiveAttempt(call=self.call, turn=self.turn, url=self.hub.url_of(self.token))
+
+    @property
+    def pieces(self) -> int:
+        return len(self.lines) - (self.ended is not None)
+
+    def text(self, text: str) -> None:
+        """Publish a piece of the answer's text."""
+        if text:
+            self._piece(RelayLine(n=self.pieces + 1, text=text))
+
+    def tool_call(self, index: int, id: str | None, name: str | None, arguments: str) -> None:
+        """Publish a piece of the answer's ``index``-th tool call."""
+        self._piece(
+            RelayLine(
+                n=self.pieces + 1,
+                tool_index=index,
+                tool_id=id,
+                tool_name=name,
+                tool_arguments=arguments,
+            )
+        )
+
+    def end(self, how: RelayEnd, reason: str = "") -> None:
+        """Mark the attempt ended; idempotent (the first end wins). Forgotten later."""
+        if self.ended is not None:
+            return
+        self.ended = how
+        self._append(RelayLine(end=how, reason=reason))
+        self.hub.forget_later(self)
+
+    def _piece(self, line: RelayLine) -> None:
+        if self.ended is not None:
+            return
+        if self.pieces >= self.hub.max_pieces:
+            self.end("failed", f"more than {self.hub.max_pieces} pieces")
+            return
+        self._append(line)
+
+    def _append(self, line: RelayLine) -> None:
+        self.lines.append(line.model_dump_json(exclude_defaults=True).encode() + b"\n")
+        grew, self._grew = self._grew, asyncio.Event()
+        grew.set()
+
+    async def read(self, after: int) -> AsyncIterator[bytes]:
+        """The lines of pieces ``after + 1`` on, live, then the end line."""
+        position = max(0, after)
+        while True:
+            grew = self._grew
+            while position < len(self.lines):
+                yield self.lines[position]
+                position += 1
+            if self.ended is not None and position >= len(self.lines):
+                return
+            await grew.wait()
+
+
+class DeltaHub:
+    """The attempts of one worker process, by token.
+
+    Args:
+        keep_seconds: how long an ended attempt stays readable.
+        max_pieces: pieces kept per attempt (see ``MAX_PIECES``).
+    """
+
+    def __init__(self, *, keep_seconds: float = KEEP_SECONDS, max_pieces: int = MAX_PIECES) -> None:
+        self.keep_seconds = keep_seconds
+        self.max_pieces = max_pieces
+        self.base_url: str | None = None
+        """Where the relay serving this hub is reached; set when it starts."""
+        self._attempts: dict[str, AttemptDeltas] = {}
+
+    def url_of(self, token: str) -> str:
+        if self.base_url is None:
+            raise RuntimeError("the DeltaHub has no relay: start a DeltaRelay on it first")
+        return f"{self.base_url.rstrip('/')}/deltas/{token}"
+
+    @property
+    def serving(self) -> bool:
+        """Whether a relay serves this hub (otherwise nothing is offered)."""
+        return self.base_url is not None
+
+    def open(self, call: str, turn: int = 0) -> AttemptDeltas:
+        """A new attempt ``call`` (``<activity id>#<attempt>``) of a Run's ``turn``, under
+        a fresh random token."""
+        token = secrets.token_urlsafe(18)
+        attempt = self._attempts[token] = AttemptDeltas(self, token, call, turn)
+        return attempt
+
+    def get(self, token: str) -> AttemptDeltas | None:
+        return self._attempts.get(token)
+
+    def __len__(self) -> int:
+        return len(self._attempts)
+
+    def forget_later(self, attempt: AttemptDeltas) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.keep_seconds, self._attempts.pop, attempt.token, None)

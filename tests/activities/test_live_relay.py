@@ -1,0 +1,141 @@
+"""The worker's delta hub and its relay, over real loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from psych_runtime.activities.contract import RelayLine
+from psych_runtime.activities.live import DeltaHub, DeltaRelay, parse_listen
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[DeltaRelay]:
+    async with DeltaRelay(DeltaHub(keep_seconds=0.2)) as running:
+        yield running
+
+
+async def lines(url: str, after: int = 0) -> list[RelayLine]:
+    async with (
+        httpx.AsyncClient() as http,
+        http.stream("GET", url, params={"after": after}) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/x-ndjson"
+        return [
+            RelayLine.model_validate_json(line) async for line in response.aiter_lines() if line
+        ]
+
+
+async def test_a_follower_reads_pieces_live_from_any_point_to_the_end(relay: DeltaRelay) -> None:
+    attempt = relay.hub.open("act-1#1")
+    assert attempt.details.call == "act-1#1"
+    assert attempt.details.url.startswith(f"http://127.0.0.1:{relay.port}/deltas/")
+    attempt.text("Hel")
+    live = asyncio.create_task(lines(attempt.details.url))
+    resumed = asyncio.create_task(lines(attempt.details.url, after=2))
+    await asyncio.sleep(0.05)
+    assert not live.done()  # held open until the attempt ends
+    attempt.text("lo")
+    attempt.tool_call(0, "call_1", "lookup", '{"id"')
+    attempt.tool_call(0, None, None, ": 1}")
+    attempt.end("completed")
+    got = await live
+    assert [(line.n, line.text) for line in got[:2]] == [(1, "Hel"), (2, "lo")]
+    assert (got[2].tool_index, got[2].tool_id, got[2].tool_name) == (0, "call_1", "lookup")
+    assert "".join(line.tool_arguments for line in got) == '{"id": 1}'
+    assert got[-1].end == "completed"
+    assert [line.n for line in await resumed] == [3, 4, 0]
+    # Ended attempts stay readable a while (a late follower), then are forgotten.
+    assert [line.n for line in await lines(attempt.details.url, after=3)] == [4, 0]
+    await asyncio.sleep(0.3)
+    async with httpx.AsyncClient() as http:
+        gone = await http.get(attempt.details.url)
+    assert gone.status_code == 404
+    assert "unknown token" in gone.json()["error"]
+
+
+async def test_a_failed_attempt_ends_failed_with_its_reason(relay: DeltaRelay) -> None:
+    attempt = relay.hub.open("act-2#1")
+    attempt.text("partial ")
+    attempt.end("failed", "the stream ended before the response finished")
+    attempt.text("ignored once ended")
+    attempt.end("completed")  # the first end wins
+    got = await lines(attempt.details.url)
+    assert [(line.n, line.text, line.end) for line in got] == [
+        (1, "partial ", None),
+        (0, "", "failed"),
+    ]
+    assert got[-1].reason == "the stream ended before the response finished"
+
+
+async def test_tokens_are_per_attempt_and_unguessable(relay: DeltaRelay) -> None:
+    first, second = relay.hub.open("a#1"), relay.hub.open("a#2")
+    assert first.details.url != second.details.url
+    token = first.details.url.rsplit("/", 1)[1]
+    assert len(token) >= 24
+    async with httpx.AsyncClient() as http:
+        base = relay.url
+        assert (await http.get(f"{base}/deltas/{token[:-1]}x")).status_code == 404
+        assert (await http.get(f"{base}/other")).status_code == 404
+        bad = await http.get(first.details.url, params={"after": "-1"})
+        assert bad.status_code == 400 and "after must be" in bad.json()["error"]
+        assert (await http.post(first.details.url)).status_code == 405
+
+
+async def test_too_many_pieces_end_the_attempt_failed_for_followers() -> None:
+    hub = DeltaHub(max_pieces=3)
+    async with DeltaRelay(hub):
+        attempt = hub.open("a#1")
+        for piece in "abcde":
+            attempt.text(piece)
+        got = await lines(attempt.details.url)
+    assert [line.text for line in got[:3]] == ["a", "b", "c"]
+    assert (got[-1].end, got[-1].reason) == ("failed", "more than 3 pieces")
+
+
+async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
+    hub = DeltaHub()
+    relay = DeltaRelay(hub)
+    await relay.start()
+    attempt = hub.open("a#1")
+    attempt.text("x")
+    received: list[str] = []
+    first = asyncio.Event()
+
+    async def read() -> None:
+        async with (
+            httpx.AsyncClient() as http,
+            http.stream("GET", attempt.details.url) as response,
+        ):
+            async for line in response.aiter_lines():
+                received.append(line)
+                first.set()
+
+    reader = asyncio.create_task(read())
+    async with asyncio.timeout(10):
+        await first.wait()  # the first piece has reached the follower
+    await relay.stop()
+    with pytest.raises(httpx.HTTPError):
+        await reader
+    assert [json.loads(line)["n"] for line in received] == [1]
+    assert not hub.serving
+
+
+def test_listen_addresses_are_checked() -> None:
+    assert parse_listen("0.0.0.0:7280") == ("0.0.0.0", 7280)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    for bad in ("7280", "host:", ":80", "host:99999", "host:port"):
+        with pytest.raises(ValueError, match="must be host:port"):
+            parse_listen(bad)
+
+
+def test_a_hub_without_a_relay_offers_no_address() -> None:
+    hub = DeltaHub()
+    assert not hub.serving
+    with pytest.raises(RuntimeError, match="no relay"):
+        hub.url_of("token")

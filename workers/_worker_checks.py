@@ -1,0 +1,48 @@
+"""What a worker checks and adjusts in its wiring before it starts: blob sealing under the
+client's codec, and client retries long enough for the outage it should survive."""
+
+from __future__ import annotations
+
+import logging
+
+from temporalio.client import Client
+from temporalio.service import RetryConfig
+
+from psych_runtime.activities.blobs import BlobStore, EncryptedBlobStore
+from psych_runtime.activities.tools import OUTAGE_MARGIN
+from psych_runtime.workers.codec import find_psych_codec
+
+DEFAULT_OUTAGE_SECONDS = 60.0
+
+
+def sealed_blobs(client: Client, blobs: BlobStore) -> BlobStore:
+    """``blobs`` encrypting under the client's keys, when the client encrypts payloads
+    (``PsychCodec``) and the store does not already: a message kept out of history must
+    not sit in clear in the blob store."""
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is None or isinstance(blobs, EncryptedBlobStore):
+        return blobs
+    return EncryptedBlobStore(blobs, codec.blob_cipher())
+
+
+def check_outage_retry(client: Client, outage_seconds: float) -> None:
+    """Say so when the client gives up before the outage the worker should survive."""
+    retry = client.service_client.config.retry_config
+    lasts = None if retry is None else retry.max_elapsed_time_millis
+    if outage_seconds > 0 and lasts is not None and lasts < outage_seconds * 1000:
+        logging.getLogger(__name__).warning(
+            "this worker's Temporal client retries for %.0f s only: a tool call that "
+            "finishes while the server is away longer is recorded UNKNOWN (outage_seconds "
+            "is %.0f; connect with psych_runtime.workers.connect, or retry_config="
+            "outage_retry())",
+            lasts / 1000,
+            outage_seconds,
+        )
+
+
+def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
+    """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
+    up after 10 s): what a worker's client needs to report a call that finished while the
+    server was away."""
+    elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
+    return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
