@@ -115,7 +115,8 @@ async def test_the_api_drives_a_run_through_an_approval_to_its_report(harness: H
 
         # Follow until the Run suspends for the approval.
         first, _ = await read_events(http, f"/v1/runs/{run_id}/events", ACME, until="suspended")
-        assert [event for event, _, _ in first] == ["record"] * len(first)
+        # Records, and the pieces of each model call as it was written.
+        assert {event for event, _, _ in first} <= {"record", "delta"}
         assert [int(id_) for _, id_, _ in first] == list(range(1, len(first) + 1))
         suspended = first[-1][2]
         assert suspended["kind"] == "suspended"
@@ -195,3 +196,43 @@ async def test_the_api_drives_a_run_through_an_approval_to_its_report(harness: H
     assert transcript["entries"][-2]["waits"][0]["outcome"] == "approved"
     assert records["records"][0]["seq"] == 3
     assert records["next"] == seqs[-1]
+
+
+async def test_the_event_stream_carries_deltas_and_resumes_mid_attempt_from_last_event_id(
+    harness: Harness,
+) -> None:
+    answer = "Streaming through the HTTP API, piece by piece, to whoever follows."
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text(answer, chunk_size=5, chunk_seconds=0.05))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs",
+            headers=ACME,
+            json={"spec": spec_to_data(spec), "input": "talk"},
+        )
+        assert response.status_code == 201, response.text
+        url = f"{base}/v1/runs/{response.json()['run_id']}/events"
+        # The connection is lost after the third delta...
+        first, _ = await read_events(http, url, ACME, until="delta")
+        while sum(name == "delta" for name, _, _ in first) < 3:
+            more, _ = await read_events(
+                http, url, {**ACME, "Last-Event-ID": first[-1][1]}, until="delta"
+            )
+            first += more
+        # ... and the follower comes back with the last id it saw.
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+
+    events = first + rest
+    ids = [event_id for _, event_id, _ in events if event_id]
+    assert len(ids) == len(set(ids))  # nothing sent twice
+    pieces = [data["text"] for name, _, data in events if name == "delta"]
+    (finished,) = [
+        data
+        for name, _, data in events
+        if name == "record" and data["kind"] == "model_call_finished"
+    ]
+    assert "".join(pieces) == finished["text"] == answer  # nothing lost
+    names = [name for name, _, _ in events]
+    # Every piece of the call comes before its record.
+    assert max(i for i, name in enumerate(names) if name == "delta") < names.index("record", 3)
+    assert names[-1] == "end"

@@ -90,12 +90,10 @@ class EventIds:
 async def run_events(
     client: PsychClient, run_id: str, *, scope: Scope, after: EventPosition
 ) -> AsyncIterator[EventItem]:
-    """What a follower of the Run is sent from ``after`` on, until the Run settles.
-
-    Records only for now: ``PsychClient.stream`` yields Records. Once it takes
-    ``deltas=True, after_delta=(call, n)``, this is the one call to change:
-    ``client.stream(run_id, scope=scope, after=after.seq, deltas=True,
-    after_delta=after.delta)``.
-    """
-    async for record in client.stream(run_id, scope=scope, after=after.seq):
-        yield record
+    """What a follower of the Run is sent from ``after`` on, until the Run settles: the
+    Records after ``after.seq`` and, between them, the deltas of the model call in flight
+    (of the attempt ``after.delta`` names, only those after its ``n``)."""
+    async for item in client.stream(
+        run_id, scope=scope, after=after.seq, deltas=True, after_delta=after.delta
+    ):
+        yield item
