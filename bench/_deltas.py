@@ -8,7 +8,9 @@ reading the provider costs anyway), and a third follows the Run with
 ``PsychClient.stream(..., deltas=True)``. Both print their receive time per piece (the
 system-wide monotonic clock, comparable across processes); latency = received - sent.
 (2) A Run's per-turn time with 10 followers streaming deltas (10 clients, so 10 describe
-loops and 10 relay connections) against none, alternating, in the same run.
+loops and 10 relay connections, in one other process, as followers are: a browser's API
+server, another service) against none, and against 10 following records only, alternating,
+in the same run.
 
 Writes ``bench/results/deltas-<UTC timestamp>.json`` and prints the medians, p95s and ratios.
 """
@@ -248,45 +250,76 @@ async def _latency(env: Any, client: PsychClient, provider: _Provider) -> dict[s
 
 async def _per_turn(env: Any, client: PsychClient) -> dict[str, Any]:
     agent = AgentBuilder("worker", registry=REGISTRY).model("m").tool("noop").build()
-    samples: dict[str, list[float]] = {"none": [], "records": [], "followed": []}
-    clients = [
-        PsychClient(env.client, store=client.store, task_queue=client.task_queue)
-        for _ in range(FOLLOWERS)
-    ]
-    await _one_run(client, agent, [], deltas=False)  # warm-up
-    for _ in range(RUNS):
-        for kind in ("none", "records", "followed"):
-            followers = [] if kind == "none" else clients
-            took = await _one_run(client, agent, followers, deltas=kind == "followed")
-            samples[kind].append(took / TURNS)
-    none, records, followed = (statistics.median(samples[k]) for k in samples)
+    samples: dict[str, list[float]] = {"none": [], "records": [], "followed": [], "shared": []}
+    target = env.client.service_client.config.target_host
+    procs = {
+        kind: await _spawn("followers", target, client.task_queue, str(FOLLOWERS), kind)
+        for kind in ("records", "followed", "shared")
+    }
+    try:
+        await _one_run(client, agent, None)  # warm-up
+        for _ in range(RUNS):
+            for kind in samples:
+                took = await _one_run(client, agent, procs.get(kind))
+                samples[kind].append(took / TURNS)
+    finally:
+        for proc in procs.values():
+            assert proc.stdin is not None
+            proc.stdin.close()
+            await proc.wait()
+    none, records, followed, shared = (statistics.median(samples[k]) for k in samples)
     return {
         "samples_ms_per_turn": {k: [v * 1000 for v in vs] for k, vs in samples.items()},
         "none_ms_per_turn": none * 1000,
         "records_ms_per_turn": records * 1000,
         "followed_ms_per_turn": followed * 1000,
+        "shared_ms_per_turn": shared * 1000,
         "ratio": followed / none,
         "ratio_to_records": followed / records,
+        "ratio_shared": shared / none,
     }
 
 
 async def _one_run(
-    client: PsychClient, agent: Any, followers: list[PsychClient], *, deltas: bool
+    client: PsychClient, agent: Any, followers: asyncio.subprocess.Process | None
 ) -> float:
+    """One Run's time from dispatch to result, followed by ``followers`` (a ``followers``
+    process) from its start; waits until they have read it to its end."""
     started = time.monotonic()
     run = await client.dispatch(agent, "go", scope=SCOPE)
+    if followers is not None:
+        assert followers.stdin is not None
+        followers.stdin.write(run.workflow_id.encode() + b"\n")
+        await followers.stdin.drain()
+    await client.result(run, scope=SCOPE)
+    took = time.monotonic() - started
+    if followers is not None:
+        assert followers.stdout is not None
+        done = await asyncio.wait_for(followers.stdout.readline(), 60)
+        assert done.startswith(b"done"), done
+    return took
 
-    async def drain(follower: PsychClient) -> int:
+
+async def _followers(target: str, queue: str, count: int, kind: str) -> None:
+    """``count`` streams, each following every Run named on stdin to its end (with deltas
+    unless ``kind`` is ``records``): through a client each, or all through one (``shared``:
+    as an API server's followers of one Run are); prints ``done <pieces>`` per Run."""
+    store = FileVersionStore(Path(tempfile.mkdtemp()))
+    temporal = await connect(target, codec=None)
+    clients = [PsychClient(temporal, store=store, task_queue=queue) for _ in range(count)]
+    if kind == "shared":
+        clients = clients[:1] * count
+
+    async def drain(follower: PsychClient, workflow_id: str) -> int:
         pieces = 0
-        async for item in follower.stream(run, scope=SCOPE, deltas=deltas):
+        async for item in follower.stream(workflow_id, scope=SCOPE, deltas=kind != "records"):
             pieces += isinstance(item, TokenDelta)
         return pieces
 
-    tasks = [asyncio.create_task(drain(f)) for f in followers]
-    await client.result(run, scope=SCOPE)
-    took = time.monotonic() - started
-    await asyncio.gather(*tasks)
-    return took
+    print("ready", flush=True)
+    while workflow_id := (await asyncio.to_thread(sys.stdin.readline)).strip():
+        counts = await asyncio.gather(*(drain(c, workflow_id) for c in clients))
+        print("done", sum(counts), flush=True)
 
 
 async def main() -> dict[str, Any]:
@@ -319,6 +352,8 @@ def _report(results: dict[str, Any]) -> str:
             f"{turn['followed_ms_per_turn']:.1f} ms",
             f"  ratio deltas / none {turn['ratio']:.3f} (target <= 1.05); deltas / records "
             f"only {turn['ratio_to_records']:.3f}",
+            f"  {FOLLOWERS} followers with deltas through one client (an API server's): "
+            f"{turn['shared_ms_per_turn']:.1f} ms, ratio / none {turn['ratio_shared']:.3f}",
             f"  heartbeat details instead (throttle {beat['throttle_s']:.0f} s, describe every "
             f"20 ms): first beat visible after {beat['first_beat_visible_ms']:.0f} ms; "
             f"{beat['pieces_seen_while_running']} of {beat['pieces']} pieces seen while the "
@@ -332,6 +367,8 @@ def _cli() -> None:
         asyncio.run(_direct(sys.argv[2]))
     elif sys.argv[1:2] == ["follow"]:
         asyncio.run(_follow(sys.argv[2], sys.argv[3]))
+    elif sys.argv[1:2] == ["followers"]:
+        asyncio.run(_followers(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]))
     else:
         results = asyncio.run(main())
         print(_report(results))
