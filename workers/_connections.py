@@ -92,17 +92,28 @@ def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, str]]:
     return found
 
 
-async def egress_problems(
-    spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress, resolve: bool
+def egress_refusals(spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress) -> list[str]:
+    """One line per URL of ``spec`` that ``egress`` refuses for ``scope`` by what needs no
+    lookup (``Egress.judge``): address literals, ``localhost``, host patterns."""
+    return [
+        f"{what}: this environment's {refusal.message(url)}"
+        for what, url in spec_urls(spec)
+        if (refusal := egress.judge(_host_part(url), scope.tenant)) is not None
+    ]
+
+
+async def egress_refusals_resolved(
+    spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress
 ) -> list[str]:
-    """One problem per URL of ``spec`` that ``egress`` would refuse for ``scope``
-    (``resolve``: look host names up, as ``--check-connections`` does; else judge only
-    what needs no lookup, ``Egress.judge``)."""
-    problems: list[str] = []
+    """``egress_refusals`` with every host looked up (``--check-connections``)."""
+    found: list[str] = []
     for what, url in spec_urls(spec):
-        # A URL template's placeholders stand in the path or query, never the host.
-        target = url.replace("{", "").replace("}", "")
-        refusal = await egress.judge(target, scope.tenant, resolve=resolve)
+        refusal = await egress.judge_resolved(_host_part(url), scope.tenant)
         if refusal is not None:
-            problems.append(f"{what}: the worker's {refusal.message(url)}")
-    return problems
+            found.append(f"{what}: this environment's {refusal.message(url)}")
+    return found
+
+
+def _host_part(url: str) -> str:
+    # A URL template's placeholders stand in the path or query, never the host.
+    return url.replace("{", "").replace("}", "")

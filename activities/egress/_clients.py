@@ -10,6 +10,7 @@ proxy hides (the operator's own endpoints keep them).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -90,21 +91,33 @@ class Egress:
         _log.warning("%s", refusal.message())
         egress_refused(refusal.kind)
 
-    async def judge(self, url: str, tenant: str | None, *, resolve: bool) -> Refusal | None:
-        """Would a Spec's ``url`` be refused for ``tenant``? Never connects.
+    def judge(self, url: str, tenant: str | None) -> Refusal | None:
+        """Would a Spec's ``url`` be refused for ``tenant``, judging only what needs no
+        lookup: deny and allow patterns, address literals, and ``localhost`` (loopback by
+        definition, RFC 6761). Sends nothing."""
+        host = urlsplit(url).hostname
+        if not host:
+            return None
+        host = host.lower()
+        refusal = self.policy.decide(host, None, tenant=tenant, origin="spec")
+        if refusal is not None:
+            return refusal
+        literal = "127.0.0.1" if host == "localhost" or host.endswith(".localhost") else None
+        try:
+            address = ipaddress.ip_address(host.strip("[]") if literal is None else literal)
+        except ValueError:
+            return None  # a name: the worker's own lookup decides
+        return self.policy.decide(host, address, tenant=tenant, origin="spec")
 
-        With ``resolve``, the host is looked up as the worker would; a host that does not
-        resolve here is not judged (None): the worker's own lookup decides at run time.
-        Without, only what needs no lookup is judged: deny and allow patterns, address
-        literals, and ``localhost`` (loopback by definition, RFC 6761).
-        """
+    async def judge_resolved(self, url: str, tenant: str | None) -> Refusal | None:
+        """``judge``, with the host looked up as the worker would (never connecting); a
+        host that does not resolve here is not judged."""
         parts = urlsplit(url)
         host = parts.hostname
         if not host:
             return None
         port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-        resolver = self.resolver if resolve else _offline
-        guard = Guard(self.policy, tenant=tenant, origin="spec", resolver=resolver)
+        guard = Guard(self.policy, tenant=tenant, origin="spec", resolver=self.resolver)
         try:
             await guard.addresses(host, port)
         except EgressDenied as err:
@@ -181,13 +194,6 @@ class Egress:
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
-
-
-async def _offline(host: str, port: int) -> list[str]:
-    """The lookups a check may make without the network: ``localhost`` only."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return ["127.0.0.1"]
-    raise OSError(f"{host} is not looked up by an offline check")
 
 
 def _httpx_transport(guard: Guard) -> httpx.AsyncHTTPTransport:

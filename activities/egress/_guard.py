@@ -107,9 +107,17 @@ class Guard:
             raise self.refuse(first)
         return allowed
 
-    async def connect(self, inner: _Inner, host: str, port: int, **options: Any) -> Any:
+    async def connect(
+        self, inner: _Inner, host: str, port: int, connect_error: type[Exception], **options: Any
+    ) -> Any:
+        """Connect ``inner`` to an allowed address of ``host``; a failed lookup is a
+        ``connect_error`` (the transport's own), as the backend's own lookup would be."""
+        try:
+            addresses = await self.addresses(host, port)
+        except OSError as err:
+            raise connect_error(str(err)) from err
         last: Exception | None = None
-        for address in await self.addresses(host, port):
+        for address in addresses:
             if self.on_connect is not None:
                 self.on_connect(address)
             try:
@@ -145,6 +153,7 @@ class HttpcoreGuard(httpcore.AsyncNetworkBackend):
             self.inner,
             host,
             port,
+            httpcore.ConnectError,
             timeout=timeout,
             local_address=local_address,
             socket_options=socket_options,
@@ -184,6 +193,7 @@ class Httpcore2Guard(httpcore2.AsyncNetworkBackend):
             self.inner,
             host,
             port,
+            httpcore2.ConnectError,
             timeout=timeout,
             local_address=local_address,
             socket_options=socket_options,

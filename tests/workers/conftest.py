@@ -98,6 +98,8 @@ class Cli:
             OPENAI_API_KEY="test-key",
             PSYCH_BLOB_DIR=str(self.home / "blobs"),
             PSYCH_SECRET_PAYMENTS_API_KEY=PAYMENTS_KEY,
+            # The suite's tool servers are on loopback (tests/conftest.py).
+            PSYCH_EGRESS_ALLOW=os.environ["PSYCH_EGRESS_ALLOW"],
         )
         env.update(extra)
         return env

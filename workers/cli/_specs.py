@@ -28,7 +28,11 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
-from psych_runtime.workers._connections import check_connections, egress_problems
+from psych_runtime.workers._connections import (
+    check_connections,
+    egress_refusals,
+    egress_refusals_resolved,
+)
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workers._settings import worker_egress
 
@@ -84,21 +88,21 @@ def checked_spec(
         registry: the ToolRegistry the workers load (None: no code tool is registered).
         known_models: model ids the endpoint serves (empty: not checked).
         check: the parsed ``--check-connections``/``--tenant``; when it asks, every MCP
-            server of the Spec is connected to before validating. Every URL of the Spec
-            is judged under the worker's egress policy (``PSYCH_EGRESS_*`` and the
-            global settings file) for that tenant either way, without connecting.
+            server of the Spec is connected to before validating, and every URL of the
+            Spec the egress policy of this environment (``PSYCH_EGRESS_*``, the global
+            settings file) refuses for that tenant, its host looked up, is a problem.
+            Without it, ``egress_warnings`` names them (``psych validate``/``publish``).
 
     Raises:
         SpecError: the file cannot be read or parsed (the message names line and column).
     """
     spec = load_spec_file(file)
     connections: Mapping[str, str | None] | None = None
-    tenant = check.tenant if check is not None else os.environ.get("PSYCH_TENANT", "default")
-    scope = _check_scope(tenant)
-    egress = Egress(worker_egress(EgressSettings.from_env()))
-    connect = check is not None and check.check_connections
-    refused = asyncio.run(egress_problems(spec, scope=scope, egress=egress, resolve=connect))
-    if connect:
+    refused: list[str] = []
+    if check is not None and check.check_connections:
+        scope = _check_scope(check.tenant)
+        egress = Egress(worker_egress(EgressSettings.from_env()))
+        refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
         connections = asyncio.run(
             check_connections(spec, scope=scope, secrets=EnvSecretResolver(), egress=egress)
         )
@@ -163,15 +167,27 @@ def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
     return found
 
 
+def egress_warnings(spec: AgentSpec | WorkflowSpec, args: argparse.Namespace) -> list[str]:
+    """The Spec's URLs the egress policy of this environment refuses for ``--tenant``
+    (address literals, ``localhost``, host patterns; no lookup). Warnings, not problems:
+    the worker that runs the Spec may be configured otherwise (``psych dev`` allows
+    loopback); ``--check-connections`` makes them problems."""
+    if args.check_connections:
+        return []  # already problems
+    egress = Egress(worker_egress(EgressSettings.from_env()))
+    return egress_refusals(spec, scope=_check_scope(args.tenant), egress=egress)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Validate a Spec file; print every problem; exit 1 if there are any.
 
-    Limits that make another unreachable are warnings (standard error), not problems.
+    Limits that make another unreachable, and URLs the egress policy of this environment
+    refuses, are warnings (standard error), not problems.
     """
     spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1
-    for warning in limit_warnings(spec):
+    for warning in [*limit_warnings(spec), *egress_warnings(spec, args)]:
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
     print(f"{args.file}: valid")
     return 0
@@ -182,6 +198,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1
+    for warning in egress_warnings(spec, args):
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     version = FileVersionStore(args.store).publish(spec)
     print(f"{version.hash}  {spec.kind} {spec.name}  published {version.published_at.isoformat()}")
     return 0
