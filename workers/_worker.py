@@ -10,14 +10,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.envconfig import ClientConfig
-from temporalio.service import RetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
@@ -30,7 +28,7 @@ from psych_runtime.activities.blobs import (
 from psych_runtime.activities.contract import WORKFLOWS_ROLE
 from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.hooks import Hooks
-from psych_runtime.activities.mcp import McpSettings
+from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.model import (
     CompactionActivities,
     ContextProviders,
@@ -40,6 +38,12 @@ from psych_runtime.activities.model import (
     Pricing,
 )
 from psych_runtime.activities.secrets import EnvSecretResolver, SecretResolver
+from psych_runtime.activities.tokens import (
+    EncryptedTokenStore,
+    LocalTokenStore,
+    TokenStore,
+    token_store_from_env,
+)
 from psych_runtime.activities.tools import (
     OUTAGE_MARGIN,
     Policy,
@@ -49,6 +53,7 @@ from psych_runtime.activities.tools import (
 )
 from psych_runtime.activities.versions import FileVersionStore, VersionActivities
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
+from psych_runtime.workers._client import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workers._environment import (
     ask_policy,
     seconds_from,
@@ -56,10 +61,9 @@ from psych_runtime.workers._environment import (
     truthy,
 )
 from psych_runtime.workers._loading import load_object
-from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._settings import worker_egress, worker_hooks
-from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
-from psych_runtime.workers.codec import PsychCodec, codec_from_env, find_psych_codec
+from psych_runtime.workers._telemetry import current_telemetry
+from psych_runtime.workers.codec import find_psych_codec
 from psych_runtime.workers.fleet import (
     Concurrency,
     activities_of_role,
@@ -75,7 +79,6 @@ if TYPE_CHECKING:
     from psych_runtime.activities.mcp import McpActivities
 
 DEFAULT_HOME = ".psych"
-DEFAULT_OUTAGE_SECONDS = 60.0
 HEARTBEAT_THROTTLE = timedelta(seconds=5)
 """The longest a worker holds back a tool call's heartbeat (the SDK's default, up to 60 s,
 would leave a call's last heartbeat that much older than an outage)."""
@@ -114,7 +117,12 @@ class WorkerSettings:
             for long and crashed calls should be settled sooner. The worker's client
             must retry that long (``outage_retry``; psych's ``connect`` does).
         mcp: how the worker talks to MCP servers (timeouts, catalogue cache, preload
-            budget, session pool bounds; ``McpSettings``' documented defaults).
+            budget, session pool bounds, the issuers of OAuth client secrets,
+            ``PSYCH_MCP_OAUTH_ISSUERS``; ``McpSettings``' documented defaults).
+        tokens: the TokenStore of MCP OAuth tokens, shared by the fleet (with
+            ``PSYCH_BLOB_URL`` the same bucket, under ``tokens/``; else the directory
+            ``PSYCH_TOKEN_DIR``, default ``.psych/tokens``); encrypted like the blobs when
+            the client encrypts payloads.
         context: the pre-turn context providers the model activity asks before every
             call, and their token budget (``ContextSettings``; default none registered).
         hooks: tool-call hooks declared in code (``Hooks``), run before the settings
@@ -151,6 +159,9 @@ class WorkerSettings:
     policy: Policy = field(default_factory=RulePolicy)
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
     mcp: McpSettings = field(default_factory=McpSettings)
+    tokens: TokenStore = field(
+        default_factory=lambda: LocalTokenStore(Path(DEFAULT_HOME) / "tokens")
+    )
     context: ContextSettings = field(default_factory=ContextSettings)
     hooks: Hooks = field(default_factory=Hooks)
     egress: EgressSettings = field(default_factory=EgressSettings.from_env)
@@ -185,6 +196,10 @@ class WorkerSettings:
                 destructive=truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
             outage_seconds=seconds_from("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            mcp=McpSettings(
+                oauth_issuers=parse_oauth_issuers(env.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
+            ),
+            tokens=token_store_from_env(env, Path(DEFAULT_HOME) / "tokens"),
             egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
@@ -207,61 +222,6 @@ def bound_hooks(settings: WorkerSettings) -> Hooks:
     )
 
 
-def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
-    """Client retries that outlast a server outage of ``seconds`` (the SDK's default gives
-    up after 10 s): what a worker's client needs to report a call that finished while the
-    server was away."""
-    elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
-    return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
-
-
-async def connect(
-    target: str | None = None,
-    *,
-    namespace: str | None = None,
-    codec: PsychCodec | Literal["env"] | None = "env",
-    **kwargs: Any,
-) -> Client:
-    """Connect a Temporal client with the psych plugin.
-
-    Without ``target``, address, namespace, TLS and API key come from Temporal's standard
-    environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
-    ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and the profile file), defaulting to a local
-    server at ``localhost:7233``.
-
-    ``codec`` encrypts the payloads (``PsychCodec``); by default it comes from
-    ``PSYCH_CODEC_KEYS`` / ``PSYCH_CODEC_KEY_FILE`` (``codec_from_env``: none when
-    neither is set), and None turns encryption off whatever the environment says.
-    """
-    config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
-    if target is not None:
-        config["target_host"] = target
-    if namespace is not None:
-        config["namespace"] = namespace
-    config.setdefault("target_host", "localhost:7233")
-    config.setdefault("retry_config", outage_retry())
-    config.update(kwargs)
-    if codec == "env":
-        codec = codec_from_env()
-    plugins = [*config.pop("plugins", []), PsychPlugin(codec=codec)]
-    # Tracing and metrics when OTEL_* configures an exporter (see workers/_telemetry.py).
-    telemetry = telemetry_from_env()
-    plugins += [] if telemetry is None else telemetry.plugins()
-    return await Client.connect(plugins=plugins, **config)
-
-
-def with_codec(client: Client, codec: PsychCodec | None) -> Client:
-    """``client``'s connection and settings with ``codec`` encrypting its payloads
-    (``client`` itself for None): what ``psych dev`` gives the worker of the dev server it
-    started, whose client was built before the keys were read."""
-    if codec is None:
-        return client
-    config = client.config()
-    others = [plugin for plugin in config["plugins"] if not isinstance(plugin, PsychPlugin)]
-    config["plugins"] = [*others, PsychPlugin(codec=codec)]
-    return Client(**config)
-
-
 def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
     """The MCP activities (and their session pool) for a worker with ``settings``; close
     them (``await mcp.aclose()``) once the worker has stopped."""
@@ -277,6 +237,7 @@ def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
         outage_seconds=settings.outage_seconds,
         hooks=bound_hooks(settings),
         egress=egress,
+        tokens=settings.tokens,
     )
 
 
@@ -407,15 +368,21 @@ def build_worker(
 
 
 def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
-    """``settings`` with its blob store encrypting under the client's keys, when the
-    client encrypts payloads (``PsychCodec``) and the store does not already: a message
-    kept out of history must not sit in clear in the blob store."""
+    """``settings`` with its blob and token stores encrypting under the client's keys,
+    when the client encrypts payloads (``PsychCodec``) and a store does not already: a
+    message kept out of history must not sit in clear in the blob store, nor an OAuth
+    token in the token store."""
     codec = find_psych_codec(client.data_converter.payload_codec)
-    if codec is None or isinstance(settings.blobs, EncryptedBlobStore):
+    if codec is None:
         return settings
-    return dataclasses.replace(
-        settings, blobs=EncryptedBlobStore(settings.blobs, codec.blob_cipher())
-    )
+    blobs, tokens = settings.blobs, settings.tokens
+    if not isinstance(blobs, EncryptedBlobStore):
+        blobs = EncryptedBlobStore(blobs, codec.blob_cipher())
+    if not isinstance(tokens, EncryptedTokenStore):
+        tokens = EncryptedTokenStore(tokens, codec.blob_cipher())
+    if blobs is settings.blobs and tokens is settings.tokens:
+        return settings
+    return dataclasses.replace(settings, blobs=blobs, tokens=tokens)
 
 
 def _check_outage_retry(client: Client, outage_seconds: float) -> None:

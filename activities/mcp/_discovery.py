@@ -36,6 +36,7 @@ from psych_runtime.activities.mcp._catalog import (
 )
 from psych_runtime.activities.mcp._connect import Connection, Unavailable, connect, failure_reason
 from psych_runtime.activities.mcp._names import allowed_tools, name_tools
+from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
@@ -107,6 +108,7 @@ class Catalogues:
 
     blobs: BlobStore
     secrets: SecretResolver | None
+    oauth: OAuthClients | None
     policy: Policy
     settings: McpSettings
     catalogs: CatalogCache
@@ -289,7 +291,9 @@ class Catalogues:
         self, server: McpServer, connection: Connection
     ) -> tuple[McpTool, ...]:
         bound = self.settings.list_timeout_seconds
-        async with self.sessions.client(connection.key, server.url, connection.headers) as client:
+        async with self.sessions.client(
+            connection.key, server.url, connection.headers, connection.auth
+        ) as client:
             try:
                 async with asyncio.timeout(bound):
                     return await self._all_pages(client)
@@ -311,4 +315,4 @@ class Catalogues:
         raise Unavailable(f"tools/list did not end within {self.settings.max_list_pages} pages")
 
     async def _connection(self, server: McpServer, scope: Scope) -> Connection:
-        return await connect(server, scope, self.secrets)
+        return await connect(server, scope, self.secrets, self.oauth)

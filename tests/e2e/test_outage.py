@@ -23,7 +23,7 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
-from psych_runtime.workers._worker import DEFAULT_OUTAGE_SECONDS
+from psych_runtime.workers._client import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
 
 pytestmark = pytest.mark.e2e
