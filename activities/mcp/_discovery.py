@@ -23,7 +23,6 @@ from psych_runtime.activities.contract import (
     PolicyDecision,
     ToolDefinition,
     ToolInfo,
-    blob_ref,
 )
 from psych_runtime.activities.mcp._catalog import (
     SEARCH_TOOL,
@@ -205,10 +204,10 @@ class Catalogues:
         definitions.sort(key=lambda definition: definition.name)
         entries.sort(key=lambda entry: entry.name)
         data = canonical_json([definition.model_dump(mode="json") for definition in definitions])
-        tools_ref = blob_ref(data) if definitions else None
+        # The store's ref, not the plaintext's hash: an EncryptedBlobStore names a blob by
+        # the hash of its sealed bytes.
+        tools_ref = await self.blobs.put(data) if definitions else None
         catalog_hash = _catalog_hash(tools_ref, entries, statuses)
-        if definitions:
-            await self.blobs.put(data)
         renamed = tuple(
             triple for triple in naming.renamed if (triple[1], triple[2]) in offered_pairs
         )

@@ -5,12 +5,14 @@ the issuer the operator configured."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities import McpSettings, StaticSecretResolver
-from psych_runtime.activities.mcp import check_servers
-from psych_runtime.specs import McpOAuth, McpServer, Scope
+from psych_runtime.activities import LocalTokenStore, McpSettings, StaticSecretResolver
+from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
+from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
+from psych_runtime.workers import WorkerSettings
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 SECRET = "cc-secret-0123456789"
@@ -88,3 +90,34 @@ async def test_a_wrong_secret_is_reported_without_its_value(
         "client_id": "psych-worker",
         "ok": False,
     }
+
+
+def test_the_issuers_are_read_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "PSYCH_MCP_OAUTH_ISSUERS": " crm_secret=https://auth.crm.test , erp=http://10.0.0.5:8080/t",
+        "PSYCH_TOKEN_DIR": str(tmp_path / "tokens"),
+    }
+    settings = WorkerSettings.from_env(env)
+    assert settings.mcp.oauth_issuers == {
+        "crm_secret": "https://auth.crm.test",
+        "erp": "http://10.0.0.5:8080/t",
+    }
+    assert isinstance(settings.tokens, LocalTokenStore)
+    assert settings.tokens.root == tmp_path / "tokens"
+    assert parse_oauth_issuers("") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("crm_secret", "expected <credential name>=<issuer URL>"),
+        ("=https://a.test", "expected <credential name>=<issuer URL>"),
+        ("a=https://a.test,a=https://b.test", "given twice"),
+        ("a=ftp://a.test", "http(s) URL"),
+        ("a=auth.test", "http(s) URL"),
+    ],
+)
+def test_a_malformed_issuer_list_names_the_entry(text: str, problem: str) -> None:
+    with pytest.raises(SpecError, match="PSYCH_MCP_OAUTH_ISSUERS entry") as caught:
+        parse_oauth_issuers(text)
+    assert problem in str(caught.value)

@@ -11,16 +11,18 @@ history, records, blobs or logs.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from psych_runtime.activities import McpSettings, StaticSecretResolver
+from psych_runtime.activities import FileVersionStore, McpSettings, StaticSecretResolver
 from psych_runtime.specs import AgentBuilder, McpOAuth, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunStatus, ToolCallFinished
+from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker
+from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 from .conftest import Harness
@@ -231,3 +233,45 @@ async def test_subagents_and_workflow_tool_steps_use_the_token_too(
     assert state["calls"]["whoami"] == 2
     # One Scope, one issuer, one client, one resource: one token served both Runs.
     assert len(state["issued"]) == 1
+
+
+async def test_with_payload_keys_the_stored_token_is_sealed(
+    oauth_harness: Harness, oauth_server: OAuthMcpServer
+) -> None:
+    """A worker whose client encrypts payloads seals the token store with the same keys:
+    the record on disk holds no token, and the next Run of the tenant still reads it (no
+    second token request)."""
+    harness = oauth_harness
+    keys = Keyring([Key("acme-1", "acme", os.urandom(32))], {"acme": "acme-1"})
+    sealed_client = await connect(
+        harness.env.client.service_client.config.target_host,
+        namespace=harness.env.client.namespace,
+        codec=PsychCodec(keys),
+    )
+    client = PsychClient(
+        sealed_client,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=harness.settings.task_queue,
+        registry=harness.registry,
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("one"),
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("two"),
+    )
+    spec = agent(oauth_server).build()
+    async with run_worker(sealed_client, harness.settings):
+        for task in ("one", "two"):
+            run = await client.dispatch(spec, task, scope=harness.scope)
+            result = await client.result(run, scope=harness.scope)
+            assert result.status is RunStatus.COMPLETED, result.reason
+    state = oauth_server.state()
+    (token,) = (item["token"] for item in state["issued"])
+    assert len(state["token_requests"]) == 1
+    assert state["calls"]["whoami"] == 2
+    stored = [p.read_bytes() for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+    assert len(stored) == 1
+    assert stored[0].startswith(b"psych-blob-v1\0")
+    assert token.encode() not in stored[0]
+    assert b"access_token" not in stored[0]

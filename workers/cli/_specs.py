@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import ValidationError
 
 from psych_runtime.activities.egress import Egress, EgressSettings
+from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.secrets import EnvSecretResolver
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -99,8 +100,16 @@ def checked_spec(
     connect = check is not None and check.check_connections
     refused = asyncio.run(egress_problems(spec, scope=scope, egress=egress, resolve=connect))
     if connect:
+        # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
+        issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
         connections = asyncio.run(
-            check_connections(spec, scope=scope, secrets=EnvSecretResolver(), egress=egress)
+            check_connections(
+                spec,
+                scope=scope,
+                secrets=EnvSecretResolver(),
+                settings=McpSettings(oauth_issuers=issuers),
+                egress=egress,
+            )
         )
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
