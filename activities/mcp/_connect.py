@@ -52,7 +52,10 @@ async def connect(
     """
     if server.oauth is not None:
         if oauth is None:
-            raise Unavailable(f"{server.name}: this worker has no OAuth clients configured")
+            raise Unavailable(
+                f"{server.name}: this worker keeps no OAuth tokens (McpActivities(tokens=...), "
+                "WorkerSettings.tokens)"
+            )
         try:
             grant = await oauth.grant(server, scope, secrets)
         except OAuthUnavailable as err:

@@ -4,13 +4,22 @@ the issuer the operator configured."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from psych_runtime.activities import LocalTokenStore, McpSettings, StaticSecretResolver
+from psych_runtime.activities import (
+    LocalTokenStore,
+    McpSettings,
+    StaticSecretResolver,
+    TokenKey,
+)
 from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
+from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
 from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
 from psych_runtime.workers import WorkerSettings
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
@@ -121,3 +130,48 @@ def test_a_malformed_issuer_list_names_the_entry(text: str, problem: str) -> Non
     with pytest.raises(SpecError, match="PSYCH_MCP_OAUTH_ISSUERS entry") as caught:
         parse_oauth_issuers(text)
     assert problem in str(caught.value)
+
+
+KEY = TokenKey("acme", None, "https://auth.test", "psych-worker", "https://crm.test/mcp")
+
+
+async def test_stored_tokens_keep_their_key_and_absolute_expiry(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    held = TokensHeld()
+    storage = StoredTokens(store, KEY, held)
+    assert await storage.get_tokens() is None
+    await storage.set_tokens(OAuthToken(access_token="tok-1", expires_in=3600))
+    again = await StoredTokens(store, KEY, TokensHeld()).get_tokens()
+    assert again is not None and again.access_token == "tok-1"
+    assert again.expires_in is not None and 3590 <= again.expires_in <= 3600
+    assert held.of(KEY) == ("tok-1",)
+    # A record read under another key (a store that mixed records up) is not used.
+    other = dataclasses.replace(KEY, issuer="https://other.test")
+    record = await store.get(KEY)
+    assert record is not None
+    await store.put(other, record)
+    assert await StoredTokens(store, other, TokensHeld()).get_tokens() is None
+
+
+async def test_an_expired_token_is_handed_out_only_with_a_refresh_token(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    storage = StoredTokens(store, KEY, TokensHeld())
+    await storage.set_tokens(OAuthToken(access_token="tok-old", expires_in=0))
+    assert await storage.get_tokens() is None
+    await storage.set_tokens(
+        OAuthToken(access_token="tok-old", expires_in=0, refresh_token="ref-1")
+    )
+    expired = await storage.get_tokens()
+    assert expired is not None and expired.refresh_token == "ref-1"
+    assert expired.expires_in == 0
+
+
+async def test_without_a_store_a_token_lives_in_the_storage_only(tmp_path: Path) -> None:
+    storage = StoredTokens(None, KEY, TokensHeld())
+    await storage.set_tokens(OAuthToken(access_token="tok-check"))
+    token = await storage.get_tokens()
+    assert token is not None and token.access_token == "tok-check"
+    assert os.listdir(tmp_path) == []
+    assert await storage.get_client_info() is None
+    with pytest.raises(TypeError, match="registration is not supported"):
+        await storage.set_client_info(OAuthClientInformationFull(client_id="x", redirect_uris=None))

@@ -10,6 +10,7 @@ history, records, blobs or logs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -187,6 +188,33 @@ async def test_a_token_the_server_stops_accepting_is_replaced(
     stored = [p.read_bytes() for p in (harness.home / "tokens").rglob("*") if p.is_file()]
     assert len(stored) == 1
     assert new.encode() in stored[0] and old.encode() not in stored[0]
+
+
+async def test_an_expired_token_is_replaced(
+    oauth_harness: Harness, oauth_server: OAuthMcpServer
+) -> None:
+    harness = oauth_harness
+    oauth_server.set_lifetime(3)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("first"),
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("second"),
+    )
+    spec = agent(oauth_server).build()
+    async with harness.worker():
+        for task in ("one", "two"):
+            run = await harness.client.dispatch(spec, task, scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            assert result.status is RunStatus.COMPLETED, result.reason
+            await asyncio.sleep(3.5)  # past the lifetime of every token held
+    state = oauth_server.state()
+    assert state["calls"]["whoami"] == 2
+    # The second Run could not use a token of the first: it got a new one, and every
+    # token request succeeded (none was refused or retried with a stale secret).
+    assert len(state["issued"]) >= 2
+    assert all(request["ok"] for request in state["token_requests"])
+    assert state["bearers"][-1] == state["issued"][-1]["token"]
 
 
 async def test_subagents_and_workflow_tool_steps_use_the_token_too(
