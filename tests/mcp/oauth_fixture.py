@@ -97,6 +97,8 @@ def start_oauth_server(transport: Transport, clients: dict[str, str]) -> OAuthMc
     except BaseException:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(STOP_TIMEOUT)
+        if process.stdout is not None:
+            process.stdout.close()  # else an unclosed-file warning fails a later test
         log.close()
         raise
     return OAuthMcpServer(transport, port, as_port, process, log)
