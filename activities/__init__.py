@@ -74,6 +74,14 @@ from psych_runtime.activities.secrets import (
     SecretResolver,
     StaticSecretResolver,
 )
+from psych_runtime.activities.tokens import (
+    EncryptedTokenStore,
+    LocalTokenStore,
+    S3TokenStore,
+    TokenKey,
+    TokenStore,
+    token_store_from_env,
+)
 from psych_runtime.activities.tools import (
     Policy,
     RulePolicy,
@@ -122,6 +130,7 @@ __all__ = [
     "Decision",
     "Deny",
     "EncryptedBlobStore",
+    "EncryptedTokenStore",
     "Endpoint",
     "EnvSecretResolver",
     "ErrorType",
@@ -132,6 +141,7 @@ __all__ = [
     "Hooks",
     "Latency",
     "LocalBlobStore",
+    "LocalTokenStore",
     "MODEL_CALL_FAILED",
     "McpActivities",
     "McpSettings",
@@ -148,11 +158,14 @@ __all__ = [
     "RulePolicy",
     "S3BlobStore",
     "S3Location",
+    "S3TokenStore",
     "SUMMARISER_PROMPT",
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
     "TablePricing",
+    "TokenKey",
+    "TokenStore",
     "ToolActivities",
     "ToolCallRequest",
     "ToolDefinition",
@@ -170,4 +183,5 @@ __all__ = [
     "policy_description",
     "policy_digest",
     "role_task_queue",
+    "token_store_from_env",
 ]

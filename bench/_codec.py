@@ -30,7 +30,7 @@ from bench._table import median, table
 from psych_runtime.activities import FileVersionStore
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import Key, Keyring, PsychCodec, run_worker
-from psych_runtime.workers._worker import with_codec
+from psych_runtime.workers._client import with_codec
 from psych_runtime.workflows import PsychClient
 
 MODEL = "fake-model"

@@ -79,7 +79,11 @@ from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
 from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
-from psych_runtime.specs._unsupported import UNSUPPORTED_FIELDS, unsupported_features
+from psych_runtime.specs._unsupported import (
+    UNSUPPORTED_FIELDS,
+    UNSUPPORTED_VALUES,
+    unsupported_features,
+)
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
@@ -168,6 +172,7 @@ __all__ = [
     "ToolRegistry",
     "ToolStep",
     "UNSUPPORTED_FIELDS",
+    "UNSUPPORTED_VALUES",
     "ValidationContext",
     "ValidationFailed",
     "Version",

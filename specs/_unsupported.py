@@ -6,7 +6,9 @@ is silently ignored grows its conversation until the provider refuses it, one wh
 reports each use as a problem, and the workflow calls ``unsupported_features`` at Run
 admission to fail a Spec that reached it unpublished.
 
-``UNSUPPORTED_FIELDS`` is the table. The change that implements a field deletes its entry;
+``UNSUPPORTED_FIELDS`` is the table, and ``UNSUPPORTED_VALUES`` the one of fields only some
+of whose values work (``McpOAuth.grant``). The change that implements a field (or value)
+deletes its entry;
 if a committed history was refused for that field, that change breaks its replay and
 follows the compatibility policy (``tests/workflows/histories/README.md``). The walk finds
 every place a model can appear (the root, subagents' embedded Specs, workflow steps,
@@ -27,22 +29,46 @@ from pydantic import BaseModel
 from psych_runtime.specs._models import AgentSpec, WorkflowSpec
 from psych_runtime.specs._problem import Problem
 
+_AUTHORIZATION_CODE_ONLY = (
+    "applies only to the authorization_code grant (client registration and consent), "
+    "which this runtime does not implement yet"
+)
+
 UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
     {
         "AgentSpec.a2a_peers": (
             "A2A delegation is not implemented by this runtime yet; "
             "the agent would run without its peers"
         ),
-        "McpServer.oauth": (
-            "MCP OAuth is not implemented by this runtime yet; "
-            "the server would be called without it"
-        ),
+        # MCP OAuth: the client_credentials grant works; what only the authorization_code
+        # grant (a person's consent) would use is refused until that grant works.
+        "McpOAuth.cimd_url": _AUTHORIZATION_CODE_ONLY,
+        "McpOAuth.redirect_uris": _AUTHORIZATION_CODE_ONLY,
+        "McpOAuth.application_type": _AUTHORIZATION_CODE_ONLY,
+        "McpOAuth.client_name": _AUTHORIZATION_CODE_ONLY,
     }
 )
 """``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
 
+UNSUPPORTED_VALUES: Mapping[str, Mapping[object, str]] = MappingProxyType(
+    {
+        "McpOAuth.grant": MappingProxyType(
+            {
+                "authorization_code": (
+                    "the authorization_code grant is not implemented by this runtime yet "
+                    "(client_credentials is); the server would be called without a token"
+                ),
+            }
+        ),
+    }
+)
+"""``Model.field`` -> value -> why a Spec that sets the field to that value is refused (a
+field some of whose values work)."""
 
-def _walk(spec: BaseModel, table: Mapping[str, str]) -> list[Problem]:
+
+def _walk(
+    spec: BaseModel, table: Mapping[str, str], values: Mapping[str, Mapping[object, str]]
+) -> list[Problem]:
     # Depth-first in declaration order (a field, then what it holds, then the next field),
     # with an explicit stack: a Spec that reached a workflow unvalidated may nest deeper
     # than the recursion limit allows. A field's default is computed only for a field the
@@ -56,7 +82,11 @@ def _walk(spec: BaseModel, table: Mapping[str, str]) -> list[Problem]:
             pending.extend((model, prefix, name) for name in reversed(cls.model_fields))
             continue
         value = getattr(model, field)
-        reason = table.get(f"{cls.__name__}.{field}")
+        name = f"{cls.__name__}.{field}"
+        refused = values.get(name)
+        if refused is not None and isinstance(value, str) and value in refused:
+            found.append(Problem(f"{prefix}{field}", refused[value]))
+        reason = table.get(name)
         if reason is not None and value != cls.model_fields[field].get_default(
             call_default_factory=True
         ):
@@ -83,4 +113,4 @@ def unsupported_features(spec: AgentSpec | WorkflowSpec) -> list[Problem]:
         One problem per use, named by its path (``subagents[helper].spec.compaction``),
         in the order the fields are declared.
     """
-    return _walk(spec, UNSUPPORTED_FIELDS)
+    return _walk(spec, UNSUPPORTED_FIELDS, UNSUPPORTED_VALUES)

@@ -253,8 +253,8 @@ def _check_mcp(
     for server in servers:
         path = f"{prefix}mcp_servers[{server.name}]"
         problems += url_credentials(server.url, f"{path}.url")
-        if server.oauth is not None and server.oauth.cimd_url is not None:
-            problems += url_credentials(server.oauth.cimd_url, f"{path}.oauth.cimd_url")
+        if server.oauth is not None:
+            problems += _check_oauth(server, path)
         if server.optional:
             continue
         if context.mcp_connections is not None:
@@ -267,6 +267,33 @@ def _check_mcp(
                 )
         elif context.reachable_mcp_servers and server.name not in context.reachable_mcp_servers:
             problems.append(Problem(path, "server did not answer at publish and is not optional"))
+    return problems
+
+
+def _check_oauth(server: McpServer, path: str) -> list[Problem]:
+    oauth = server.oauth
+    assert oauth is not None
+    problems = []
+    if oauth.cimd_url is not None:
+        problems += url_credentials(oauth.cimd_url, f"{path}.oauth.cimd_url")
+    if server.credential is not None:
+        problems.append(
+            Problem(
+                f"{path}.credential",
+                "a server takes either a bearer credential or oauth, not both "
+                "(OAuth sends the token it obtains)",
+            )
+        )
+    if oauth.grant == "client_credentials":
+        for field in ("preregistered_client_id", "client_secret_credential"):
+            if getattr(oauth, field) is None:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.{field}",
+                        "the client_credentials grant needs the client id the authorization "
+                        "server registered and the name of the credential holding its secret",
+                    )
+                )
     return problems
 
 

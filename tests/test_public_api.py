@@ -21,6 +21,7 @@ import pytest
         "psych_runtime.activities.model",
         "psych_runtime.activities.secrets",
         "psych_runtime.activities.telemetry",
+        "psych_runtime.activities.tokens",
         "psych_runtime.activities.tools",
         "psych_runtime.activities.versions",
         "psych_runtime.testing",

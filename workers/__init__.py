@@ -1,5 +1,6 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
+from psych_runtime.workers._client import connect
 from psych_runtime.workers._connections import check_connections
 from psych_runtime.workers._devserver import (
     FAST_DISPATCH_ARGS,
@@ -21,7 +22,6 @@ from psych_runtime.workers._worker import (
     WorkerSettings,
     activities_for,
     build_worker,
-    connect,
     egress_for,
     run_worker,
     run_workers,

@@ -9,12 +9,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.envconfig import ClientConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
@@ -27,7 +26,7 @@ from psych_runtime.activities.contract import MODEL_ROLE, WORKFLOWS_ROLE
 from psych_runtime.activities.egress import Egress, EgressSettings
 from psych_runtime.activities.hooks import Hooks
 from psych_runtime.activities.live import DeltaHub
-from psych_runtime.activities.mcp import McpSettings
+from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.model import (
     CompactionActivities,
     ContextProviders,
@@ -37,6 +36,11 @@ from psych_runtime.activities.model import (
     Pricing,
 )
 from psych_runtime.activities.secrets import EnvSecretResolver, SecretResolver
+from psych_runtime.activities.tokens import (
+    LocalTokenStore,
+    TokenStore,
+    token_store_from_env,
+)
 from psych_runtime.activities.tools import (
     OUTAGE_MARGIN,
     Policy,
@@ -54,16 +58,14 @@ from psych_runtime.workers._environment import (
 )
 from psych_runtime.workers._live import LiveSettings, serving_deltas
 from psych_runtime.workers._loading import load_object
-from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workers._settings import worker_egress, worker_hooks
-from psych_runtime.workers._telemetry import current_telemetry, telemetry_from_env
+from psych_runtime.workers._telemetry import current_telemetry
 from psych_runtime.workers._worker_checks import (
     DEFAULT_OUTAGE_SECONDS,
     check_outage_retry,
-    outage_retry,
     sealed_blobs,
+    sealed_tokens,
 )
-from psych_runtime.workers.codec import PsychCodec, codec_from_env
 from psych_runtime.workers.fleet import (
     Concurrency,
     activities_of_role,
@@ -117,7 +119,12 @@ class WorkerSettings:
             for long and crashed calls should be settled sooner. The worker's client
             must retry that long (``outage_retry``; psych's ``connect`` does).
         mcp: how the worker talks to MCP servers (timeouts, catalogue cache, preload
-            budget, session pool bounds; ``McpSettings``' documented defaults).
+            budget, session pool bounds, the issuers of OAuth client secrets,
+            ``PSYCH_MCP_OAUTH_ISSUERS``; ``McpSettings``' documented defaults).
+        tokens: the TokenStore of MCP OAuth tokens, shared by the fleet (with
+            ``PSYCH_BLOB_URL`` the same bucket, under ``tokens/``; else the directory
+            ``PSYCH_TOKEN_DIR``, default ``.psych/tokens``); encrypted like the blobs when
+            the client encrypts payloads.
         context: the pre-turn context providers the model activity asks before every
             call, and their token budget (``ContextSettings``; default none registered).
         hooks: tool-call hooks declared in code (``Hooks``), run before the settings
@@ -156,6 +163,9 @@ class WorkerSettings:
     policy: Policy = field(default_factory=RulePolicy)
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS
     mcp: McpSettings = field(default_factory=McpSettings)
+    tokens: TokenStore = field(
+        default_factory=lambda: LocalTokenStore(Path(DEFAULT_HOME) / "tokens")
+    )
     context: ContextSettings = field(default_factory=ContextSettings)
     hooks: Hooks = field(default_factory=Hooks)
     egress: EgressSettings = field(default_factory=EgressSettings.from_env)
@@ -191,6 +201,10 @@ class WorkerSettings:
                 destructive=truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
             ),
             outage_seconds=seconds_from("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
+            mcp=McpSettings(
+                oauth_issuers=parse_oauth_issuers(env.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
+            ),
+            tokens=token_store_from_env(env, Path(DEFAULT_HOME) / "tokens"),
             egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
@@ -214,53 +228,6 @@ def bound_hooks(settings: WorkerSettings) -> Hooks:
     )
 
 
-async def connect(
-    target: str | None = None,
-    *,
-    namespace: str | None = None,
-    codec: PsychCodec | Literal["env"] | None = "env",
-    **kwargs: Any,
-) -> Client:
-    """Connect a Temporal client with the psych plugin.
-
-    Without ``target``, address, namespace, TLS and API key come from Temporal's standard
-    environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
-    ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and the profile file), defaulting to a local
-    server at ``localhost:7233``.
-
-    ``codec`` encrypts the payloads (``PsychCodec``); by default it comes from
-    ``PSYCH_CODEC_KEYS`` / ``PSYCH_CODEC_KEY_FILE`` (``codec_from_env``: none when
-    neither is set), and None turns encryption off whatever the environment says.
-    """
-    config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
-    if target is not None:
-        config["target_host"] = target
-    if namespace is not None:
-        config["namespace"] = namespace
-    config.setdefault("target_host", "localhost:7233")
-    config.setdefault("retry_config", outage_retry())
-    config.update(kwargs)
-    if codec == "env":
-        codec = codec_from_env()
-    plugins = [*config.pop("plugins", []), PsychPlugin(codec=codec)]
-    # Tracing and metrics when OTEL_* configures an exporter (see workers/_telemetry.py).
-    telemetry = telemetry_from_env()
-    plugins += [] if telemetry is None else telemetry.plugins()
-    return await Client.connect(plugins=plugins, **config)
-
-
-def with_codec(client: Client, codec: PsychCodec | None) -> Client:
-    """``client``'s connection and settings with ``codec`` encrypting its payloads
-    (``client`` itself for None): what ``psych dev`` gives the worker of the dev server it
-    started, whose client was built before the keys were read."""
-    if codec is None:
-        return client
-    config = client.config()
-    others = [plugin for plugin in config["plugins"] if not isinstance(plugin, PsychPlugin)]
-    config["plugins"] = [*others, PsychPlugin(codec=codec)]
-    return Client(**config)
-
-
 def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
     """The MCP activities (and their session pool) for a worker with ``settings``; close
     them (``await mcp.aclose()``) once the worker has stopped."""
@@ -276,6 +243,7 @@ def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
         outage_seconds=settings.outage_seconds,
         hooks=bound_hooks(settings),
         egress=egress,
+        tokens=settings.tokens,
     )
 
 
@@ -407,9 +375,14 @@ def build_worker(
 
 
 def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
-    """``settings`` with its blob store sealed under the client's keys (``sealed_blobs``)."""
+    """``settings`` with its blob and token stores encrypting under the client's keys
+    (``sealed_blobs``, ``sealed_tokens``): a message kept out of history must not sit in
+    clear in the blob store, nor an OAuth token in the token store."""
     blobs = sealed_blobs(client, settings.blobs)
-    return settings if blobs is settings.blobs else dataclasses.replace(settings, blobs=blobs)
+    tokens = sealed_tokens(client, settings.tokens)
+    if blobs is settings.blobs and tokens is settings.tokens:
+        return settings
+    return dataclasses.replace(settings, blobs=blobs, tokens=tokens)
 
 
 @asynccontextmanager

@@ -1,5 +1,6 @@
-"""What a worker checks and adjusts in its wiring before it starts: blob sealing under the
-client's codec, and client retries long enough for the outage it should survive."""
+"""What a worker checks and adjusts in its wiring before it starts: blob and token store
+sealing under the client's codec, and client retries long enough for the outage it should
+survive."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig
 
 from psych_runtime.activities.blobs import BlobStore, EncryptedBlobStore
+from psych_runtime.activities.tokens import EncryptedTokenStore, TokenStore
 from psych_runtime.activities.tools import OUTAGE_MARGIN
 from psych_runtime.workers.codec import find_psych_codec
 
@@ -23,6 +25,15 @@ def sealed_blobs(client: Client, blobs: BlobStore) -> BlobStore:
     if codec is None or isinstance(blobs, EncryptedBlobStore):
         return blobs
     return EncryptedBlobStore(blobs, codec.blob_cipher())
+
+
+def sealed_tokens(client: Client, tokens: TokenStore) -> TokenStore:
+    """``tokens`` encrypting under the client's keys, when the client encrypts payloads and
+    the store does not already: an OAuth token must not sit in clear in the token store."""
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is None or isinstance(tokens, EncryptedTokenStore):
+        return tokens
+    return EncryptedTokenStore(tokens, codec.blob_cipher())
 
 
 def check_outage_retry(client: Client, outage_seconds: float) -> None:

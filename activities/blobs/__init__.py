@@ -6,7 +6,12 @@ and the store a worker's environment configures (``blob_store_from_env``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
-from psych_runtime.activities.blobs._s3 import S3BlobStore, S3Location, parse_s3_url
+from psych_runtime.activities.blobs._s3 import (
+    S3BlobStore,
+    S3Location,
+    open_s3_client,
+    parse_s3_url,
+)
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
     BlobNotFound,
@@ -32,5 +37,6 @@ __all__ = [
     "blob_ref",
     "blob_store_from_env",
     "canonical_json",
+    "open_s3_client",
     "parse_s3_url",
 ]

@@ -146,7 +146,7 @@ class S3BlobStore:
             async with self._opening:
                 if self._client is None:
                     opened: S3Client = await self._stack.enter_async_context(
-                        _open_client(self.location)
+                        open_s3_client(self.location)
                     )
                     self._client = opened
         return self._client
@@ -216,8 +216,10 @@ class S3BlobStore:
         await self.aclose()
 
 
-def _open_client(location: S3Location) -> Any:
-    """The client's async context manager (the ``S3Client`` it yields is typed by the caller)."""
+def open_s3_client(location: S3Location) -> Any:
+    """An aiobotocore S3 client for ``location`` as an async context manager (the
+    ``S3Client`` it yields is typed by the caller); ``S3BlobStore`` and the S3 token store
+    open theirs alike."""
     # Imported here: aiobotocore and botocore take about a second to import on this
     # machine, which no worker without an S3 store (and no workflow sandbox, which imports
     # this package for its payload types) should pay.

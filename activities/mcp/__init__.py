@@ -8,7 +8,7 @@ over the official ``mcp`` SDK, its session pool, catalogue cache and naming, the
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from psych_runtime.activities.mcp._settings import McpSettings
+from psych_runtime.activities.mcp._settings import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.mcp._turn import (
     McpResolver,
     McpUnreachable,
@@ -40,6 +40,7 @@ __all__ = [
     "McpUnreachable",
     "Resolved",
     "check_servers",
+    "parse_oauth_issuers",
     "resolve_turn",
     "turn_result",
 ]

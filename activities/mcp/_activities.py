@@ -50,6 +50,7 @@ from psych_runtime.activities.mcp._catalog import (
 )
 from psych_runtime.activities.mcp._connect import Unavailable, failure_reason
 from psych_runtime.activities.mcp._discovery import Catalogues
+from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import (
     McpSessions,
     McpUnavailable,
@@ -58,6 +59,7 @@ from psych_runtime.activities.mcp._results import result_text
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.tools import (
     Policy,
     RulePolicy,
@@ -90,6 +92,7 @@ class McpActivities(Catalogues, ActivityClass):
         outage_seconds: float = 0.0,
         hooks: Hooks | None = None,
         egress: Egress | None = None,
+        tokens: TokenStore | None = None,
     ) -> None:
         """Create the activities.
 
@@ -108,12 +111,15 @@ class McpActivities(Catalogues, ActivityClass):
                 ``server__tool`` name, so tools discovered mid-Run are covered too.
             egress: the worker's egress port, through which every session connects for
                 its tenant (default: one from the environment, ``EgressSettings.from_env``).
+            tokens: where OAuth tokens are kept, shared by the fleet (``TokenStore``);
+                without one, a server behind OAuth is unavailable.
         """
         self.blobs = blobs
         self.hooks = hooks if hooks is not None else Hooks()
         self.secrets = secrets
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.settings = settings if settings is not None else McpSettings()
+        self.oauth = None if tokens is None else OAuthClients(self.settings.oauth_issuers, tokens)
         self._outage_seconds = outage_seconds
         self.catalogs = CatalogCache(self.settings.catalog_ttl_seconds)
         self._built = OrderedDict()
@@ -304,7 +310,9 @@ class McpActivities(Catalogues, ActivityClass):
             reports.put_nowait(f"{progress:g}{of} {message or ''}".strip())
 
         try:
-            async with self.sessions.client(connection.key, server.url, connection.headers) as c:
+            async with self.sessions.client(
+                connection.key, server.url, connection.headers, connection.auth
+            ) as c:
                 # The SDK makes the client span of the request itself ("MCP send
                 # tools/call <tool>", under this call's execute_tool span).
                 result = await self._heartbeating(

@@ -8,7 +8,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import httpx2
+
 from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable
 from psych_runtime.activities.mcp._pool import (
     McpUnavailable,
     SessionKey,
@@ -26,22 +29,39 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True)
 class Connection:
-    """What a session with a server needs for one Scope: its pool key, its headers, and a
-    redactor holding the credential sent."""
+    """What a session with a server needs for one Scope: its pool key, its headers, the
+    OAuth provider of a server behind OAuth, and a redactor holding the credential sent."""
 
     key: SessionKey
     headers: dict[str, str]
     redact: Redactor
+    auth: httpx2.Auth | None = None
 
 
-async def connect(server: McpServer, scope: Scope, secrets: SecretResolver | None) -> Connection:
-    """The pool key, headers and redactor for ``server`` under ``scope``.
+async def connect(
+    server: McpServer,
+    scope: Scope,
+    secrets: SecretResolver | None,
+    oauth: OAuthClients | None = None,
+) -> Connection:
+    """The pool key, headers, OAuth provider and redactor for ``server`` under ``scope``.
 
     Raises:
-        Unavailable: OAuth, or a credential that cannot be resolved.
+        Unavailable: a credential that cannot be resolved, or OAuth that cannot be used
+            (no ``oauth`` clients on this worker, or ``OAuthClients.grant``'s reasons).
     """
     if server.oauth is not None:
-        raise Unavailable(f"{server.name}: OAuth is not supported by this worker")
+        if oauth is None:
+            raise Unavailable(
+                f"{server.name}: this worker keeps no OAuth tokens (McpActivities(tokens=...), "
+                "WorkerSettings.tokens)"
+            )
+        try:
+            grant = await oauth.grant(server, scope, secrets)
+        except OAuthUnavailable as err:
+            raise Unavailable(f"{server.name}: {err}") from err
+        key = SessionKey.of(scope, server.url, server.transport, grant.identity)
+        return Connection(key=key, headers={}, redact=grant.redact, auth=grant.auth)
     secret = await resolve_credential(server, scope, secrets)
     headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
     redact = Redactor()
@@ -92,30 +112,31 @@ async def check_servers(
 
     Each server gets a fresh connection, closed before returning (nothing is pooled), and
     the servers are tried concurrently, each bounded by the connect and list timeouts.
-    Messages name credentials, never their values. Connections go through ``egress``
-    (default: the environment's policy, ``EgressSettings.from_env``).
+    A server behind OAuth gets a token as a Run would (``settings.oauth_issuers``), kept
+    only for the check. Messages name credentials, never their values. Connections go
+    through ``egress`` (default: the environment's policy, ``EgressSettings.from_env``).
     """
     chosen = settings if settings is not None else McpSettings()
     port = egress if egress is not None else Egress()
 
+    # A check keeps an OAuth token in its session only: nothing is stored by publishing.
+    clients = OAuthClients(chosen.oauth_issuers, None)
+
     async def check(server: McpServer) -> str | None:
         redact = Redactor()
         try:
-            if server.oauth is not None:
-                raise Unavailable("OAuth is not supported by this worker")
-            secret = await resolve_credential(server, scope, secrets)
-            if secret is not None and server.credential is not None:
-                redact.add(server.credential, secret)
-            headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+            connection = await connect(server, scope, secrets, clients)
+            redact = connection.redact
             bound = chosen.connect_timeout_seconds + chosen.list_timeout_seconds
             async with asyncio.timeout(bound):
                 async with open_client(
                     server.url,
                     server.transport,
-                    headers,
+                    connection.headers,
                     connect_timeout=chosen.connect_timeout_seconds,
                     egress=port,
                     tenant=scope.tenant,
+                    auth=connection.auth,
                 ) as client:
                     await client.list_tools(cache_mode="bypass")
         except Exception as err:

@@ -23,7 +23,6 @@ from psych_runtime.activities.contract import (
     PolicyDecision,
     ToolDefinition,
     ToolInfo,
-    blob_ref,
 )
 from psych_runtime.activities.mcp._catalog import (
     SEARCH_TOOL,
@@ -36,6 +35,7 @@ from psych_runtime.activities.mcp._catalog import (
 )
 from psych_runtime.activities.mcp._connect import Connection, Unavailable, connect, failure_reason
 from psych_runtime.activities.mcp._names import allowed_tools, name_tools
+from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
@@ -107,6 +107,7 @@ class Catalogues:
 
     blobs: BlobStore
     secrets: SecretResolver | None
+    oauth: OAuthClients | None
     policy: Policy
     settings: McpSettings
     catalogs: CatalogCache
@@ -203,10 +204,10 @@ class Catalogues:
         definitions.sort(key=lambda definition: definition.name)
         entries.sort(key=lambda entry: entry.name)
         data = canonical_json([definition.model_dump(mode="json") for definition in definitions])
-        tools_ref = blob_ref(data) if definitions else None
+        # The store's ref, not the plaintext's hash: an EncryptedBlobStore names a blob by
+        # the hash of its sealed bytes.
+        tools_ref = await self.blobs.put(data) if definitions else None
         catalog_hash = _catalog_hash(tools_ref, entries, statuses)
-        if definitions:
-            await self.blobs.put(data)
         renamed = tuple(
             triple for triple in naming.renamed if (triple[1], triple[2]) in offered_pairs
         )
@@ -289,7 +290,9 @@ class Catalogues:
         self, server: McpServer, connection: Connection
     ) -> tuple[McpTool, ...]:
         bound = self.settings.list_timeout_seconds
-        async with self.sessions.client(connection.key, server.url, connection.headers) as client:
+        async with self.sessions.client(
+            connection.key, server.url, connection.headers, connection.auth
+        ) as client:
             try:
                 async with asyncio.timeout(bound):
                     return await self._all_pages(client)
@@ -311,4 +314,4 @@ class Catalogues:
         raise Unavailable(f"tools/list did not end within {self.settings.max_list_pages} pages")
 
     async def _connection(self, server: McpServer, scope: Scope) -> Connection:
-        return await connect(server, scope, self.secrets)
+        return await connect(server, scope, self.secrets, self.oauth)

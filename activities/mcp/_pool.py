@@ -123,8 +123,12 @@ async def open_client(
     egress: Egress,
     tenant: str,
     on_message: Callable[[IncomingMessage], None] | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to an MCP server and run the ``initialize`` handshake.
+
+    ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
+    (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
 
     The handshake (``mode="legacy"``) is what every MCP server published so far speaks;
     the SDK's response cache is off because the worker keeps its own catalogue cache,
@@ -143,6 +147,7 @@ async def open_client(
                 timeout=connect_timeout,
                 sse_read_timeout=_SSE_READ_SECONDS,
                 httpx_client_factory=egress.mcp_factory(tenant),
+                auth=auth,
             )
         else:
             http = await stack.enter_async_context(
@@ -150,6 +155,7 @@ async def open_client(
                     tenant,
                     headers=headers,
                     timeout=httpx2.Timeout(connect_timeout, read=_SSE_READ_SECONDS),
+                    auth=auth,
                 )
             )
             streams = streamable_http_client(url, http_client=http)
@@ -215,12 +221,17 @@ class McpSessions:
 
     @asynccontextmanager
     async def client(
-        self, key: SessionKey, url: str, headers: dict[str, str]
+        self,
+        key: SessionKey,
+        url: str,
+        headers: dict[str, str],
+        auth: httpx2.Auth | None = None,
     ) -> AsyncIterator[Client]:
         """Lease the connected client for ``key``, connecting first when there is none.
 
         ``headers`` (carrying the credential) are used only to connect; they are never
-        stored on the pool.
+        stored on the pool. ``auth`` (an OAuth provider) stays with the session's client,
+        which asks it for a new token whenever the server answers 401.
 
         Raises:
             McpUnavailable: connecting failed or timed out.
@@ -235,7 +246,7 @@ class McpSessions:
             pooled = None
         reused = pooled is not None
         if pooled is None:
-            pooled = self._open(key, url, headers)
+            pooled = self._open(key, url, headers, auth)
         self._sessions.move_to_end(key)
         pooled.users += 1
         try:
@@ -266,12 +277,14 @@ class McpSessions:
                 self._drop(pooled)
             self._trim()
 
-    def _open(self, key: SessionKey, url: str, headers: dict[str, str]) -> _Pooled:
+    def _open(
+        self, key: SessionKey, url: str, headers: dict[str, str], auth: httpx2.Auth | None
+    ) -> _Pooled:
         loop = asyncio.get_running_loop()
         pooled = _Pooled(key=key, ready=loop.create_future())
         self._sessions[key] = pooled
         pooled.task = asyncio.create_task(
-            self._own(pooled, url, dict(headers)), name=f"mcp-session {key!r}"
+            self._own(pooled, url, dict(headers), auth), name=f"mcp-session {key!r}"
         )
         self._tasks.add(pooled.task)
         pooled.task.add_done_callback(self._tasks.discard)
@@ -279,7 +292,9 @@ class McpSessions:
             self._reaper = asyncio.create_task(self._reap(), name="mcp-session-reaper")
         return pooled
 
-    async def _own(self, pooled: _Pooled, url: str, headers: dict[str, str]) -> None:
+    async def _own(
+        self, pooled: _Pooled, url: str, headers: dict[str, str], auth: httpx2.Auth | None
+    ) -> None:
         """The owner task: enter the transport and session, wait, exit them here."""
 
         def on_message(message: IncomingMessage) -> None:
@@ -299,6 +314,7 @@ class McpSessions:
                 egress=self._egress,
                 tenant=pooled.key.tenant,
                 on_message=on_message,
+                auth=auth,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected
                 if not pooled.ready.done():

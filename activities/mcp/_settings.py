@@ -4,7 +4,11 @@ then pay for)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from psych_runtime.specs import SpecError
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,12 @@ class McpSettings:
             cursor never ends is unavailable, not a hang). Default 100.
         heartbeat_seconds: how often a running call heartbeats (also on every progress
             notification). Default 1.
+        oauth_issuers: client secret credential name -> the issuer URL of the
+            authorization server that secret belongs to (``PSYCH_MCP_OAUTH_ISSUERS``:
+            ``name=https://issuer,...``). A server with ``oauth`` (client_credentials)
+            whose ``client_secret_credential`` has no issuer here is unavailable: the
+            secret is sent to that issuer's token endpoint only, whatever server the MCP
+            server points at. Default none.
     """
 
     call_timeout_seconds: float = 120.0
@@ -43,3 +53,30 @@ class McpSettings:
     list_timeout_seconds: float = 10.0
     max_list_pages: int = 100
     heartbeat_seconds: float = 1.0
+    oauth_issuers: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_oauth_issuers(text: str) -> dict[str, str]:
+    """``PSYCH_MCP_OAUTH_ISSUERS``: ``name=https://issuer`` pairs, comma-separated.
+
+    Raises:
+        SpecError: a pair without ``=``, an empty name, a name given twice, or an issuer
+            that is not an http(s) URL (each named).
+    """
+    issuers: dict[str, str] = {}
+    for part in text.split(","):
+        pair = part.strip()
+        if not pair:
+            continue
+        name, sep, issuer = pair.partition("=")
+        name, issuer = name.strip(), issuer.strip()
+        where = f"PSYCH_MCP_OAUTH_ISSUERS entry {pair!r}"
+        if not sep or not name:
+            raise SpecError(f"{where}: expected <credential name>=<issuer URL>")
+        if name in issuers:
+            raise SpecError(f"{where}: credential {name!r} is given twice")
+        parts = urlsplit(issuer)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SpecError(f"{where}: the issuer must be an http(s) URL")
+        issuers[name] = issuer
+    return issuers

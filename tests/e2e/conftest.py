@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.secrets import StaticSecretResolver
+from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
@@ -73,6 +74,7 @@ def harness(
         task_queue=task_queue,
         registry=registry,
         blobs=LocalBlobStore(tmp_path / "blobs"),
+        tokens=LocalTokenStore(tmp_path / "tokens"),
         endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="test-key")),
         secrets=StaticSecretResolver({"orders-key": "s3cret"}),
         # In the sandbox: workers run psych's workflows without it by default, and this is

@@ -125,7 +125,11 @@ def test_mcp_and_a2a_urls_are_checked_too() -> None:
             McpServer(
                 name="docs",
                 url="https://docs.test/mcp",
-                oauth=McpOAuth(cimd_url="https://me:pw@id.test/client.json"),
+                oauth=McpOAuth(
+                    cimd_url="https://me:pw@id.test/client.json",
+                    preregistered_client_id="psych",
+                    client_secret_credential="docs_secret",
+                ),
             ),
         ],
         a2a_peers=[A2APeer(name="peer", url="https://bob:pw@peer.test")],

@@ -12,6 +12,7 @@ import pytest
 import psych_runtime.specs as specs
 from psych_runtime.specs import (
     UNSUPPORTED_FIELDS,
+    UNSUPPORTED_VALUES,
     A2APeer,
     AgentSpec,
     AgentStep,
@@ -95,15 +96,60 @@ def test_unsupported_agent_field_is_refused_wherever_it_appears(field: str, plac
     assert set(problems) <= set(validate(spec))
 
 
-def test_mcp_oauth_is_refused_on_agent_and_workflow_servers() -> None:
-    server = McpServer(name="crm", url="https://crm.test", oauth=McpOAuth())
+CLIENT_CREDENTIALS = McpOAuth(
+    grant="client_credentials",
+    preregistered_client_id="psych-worker",
+    client_secret_credential="crm_client_secret",
+)
+
+
+def test_mcp_oauth_client_credentials_is_implemented() -> None:
+    server = McpServer(name="crm", url="https://crm.test", oauth=CLIENT_CREDENTIALS)
     on_agent = agent(mcp_servers=[server])
     on_workflow = WorkflowSpec(
         name="w", mcp_servers=[server], steps=[ToolStep(name="t", tool="crm__get")]
     )
-    assert [p.path for p in unsupported_features(on_agent)] == ["mcp_servers[crm].oauth"]
-    assert [p.path for p in unsupported_features(on_workflow)] == ["mcp_servers[crm].oauth"]
-    assert unsupported_features(on_agent)[0].message == UNSUPPORTED_FIELDS["McpServer.oauth"]
+    assert unsupported_features(on_agent) == []
+    assert unsupported_features(on_workflow) == []
+    assert validate(on_agent) == []
+
+
+def test_the_authorization_code_grant_and_its_fields_are_refused() -> None:
+    oauth = McpOAuth(
+        grant="authorization_code",
+        cimd_url="https://psych.test/client.json",
+        redirect_uris=("https://psych.test/callback",),
+        application_type="web",
+        client_name="crm agent",
+    )
+    server = McpServer(name="crm", url="https://crm.test", oauth=oauth)
+    for spec in (
+        agent(mcp_servers=[server]),
+        WorkflowSpec(name="w", mcp_servers=[server], steps=[ToolStep(name="t", tool="crm__x")]),
+    ):
+        problems = unsupported_features(spec)
+        assert [p.path for p in problems] == [
+            "mcp_servers[crm].oauth.grant",
+            "mcp_servers[crm].oauth.cimd_url",
+            "mcp_servers[crm].oauth.application_type",
+            "mcp_servers[crm].oauth.client_name",
+            "mcp_servers[crm].oauth.redirect_uris",
+        ]
+        assert problems[0].message == UNSUPPORTED_VALUES["McpOAuth.grant"]["authorization_code"]
+        assert problems[1].message == UNSUPPORTED_FIELDS["McpOAuth.cimd_url"]
+        assert set(problems) <= set(validate(spec))
+
+
+def test_client_credentials_needs_a_client_id_and_secret_and_no_bearer() -> None:
+    server = McpServer(name="crm", url="https://crm.test", credential="crm_token", oauth=McpOAuth())
+    problems = validate(agent(mcp_servers=[server]))
+    assert [p.path for p in problems] == [
+        "mcp_servers[crm].credential",
+        "mcp_servers[crm].oauth.preregistered_client_id",
+        "mcp_servers[crm].oauth.client_secret_credential",
+    ]
+    assert "either a bearer credential or oauth" in problems[0].message
+    assert "client_credentials grant needs" in problems[1].message
 
 
 def test_mcp_servers_are_implemented() -> None:

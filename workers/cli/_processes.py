@@ -26,6 +26,7 @@ from psych_runtime.activities import (
 from psych_runtime.activities.egress import LOOPBACK
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
+from psych_runtime.workers._client import with_codec
 from psych_runtime.workers._devserver import start_dev_server
 from psych_runtime.workers._environment import describe_policy
 from psych_runtime.workers._worker import (
@@ -33,7 +34,6 @@ from psych_runtime.workers._worker import (
     bound_hooks,
     run_worker,
     run_workers,
-    with_codec,
 )
 from psych_runtime.workers.cli._hooks import add_settings_arguments
 from psych_runtime.workers.cli._runs import temporal_client, temporal_target

@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import PsychError, Scope
-from psych_runtime.workers._worker import connect
+from psych_runtime.workers._client import connect
 from psych_runtime.workers.cli._run_facts import (
     QUERY_TIMEOUT,
     has_worker,

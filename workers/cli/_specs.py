@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import ValidationError
 
 from psych_runtime.activities.egress import Egress, EgressSettings
+from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.secrets import EnvSecretResolver
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -103,8 +104,16 @@ def checked_spec(
         scope = _check_scope(check.tenant)
         egress = Egress(worker_egress(EgressSettings.from_env()))
         refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
+        # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
+        issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
         connections = asyncio.run(
-            check_connections(spec, scope=scope, secrets=EnvSecretResolver(), egress=egress)
+            check_connections(
+                spec,
+                scope=scope,
+                secrets=EnvSecretResolver(),
+                settings=McpSettings(oauth_issuers=issuers),
+                egress=egress,
+            )
         )
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),

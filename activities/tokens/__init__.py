@@ -1,0 +1,25 @@
+"""psych_runtime.activities.tokens: the TokenStore port (OAuth tokens a fleet holds).
+
+``TokenKey`` (tenant, principal, issuer, client id, resource), ``TokenStore``, and its
+adapters: ``LocalTokenStore`` (a directory), ``S3TokenStore`` (an S3-compatible bucket),
+``EncryptedTokenStore`` (records sealed with a ``BlobCipher``), and the store a worker's
+environment configures (``token_store_from_env``).
+"""
+
+from psych_runtime.activities.tokens._config import token_store_from_env
+from psych_runtime.activities.tokens._s3 import S3TokenStore
+from psych_runtime.activities.tokens._store import (
+    EncryptedTokenStore,
+    LocalTokenStore,
+    TokenKey,
+    TokenStore,
+)
+
+__all__ = [
+    "EncryptedTokenStore",
+    "LocalTokenStore",
+    "S3TokenStore",
+    "TokenKey",
+    "TokenStore",
+    "token_store_from_env",
+]

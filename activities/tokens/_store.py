@@ -1,0 +1,156 @@
+"""The TokenStore port: OAuth tokens a worker fleet holds, one record per key.
+
+A record is opaque bytes (the MCP OAuth adapter writes JSON of the SDK's token) stored
+under a ``TokenKey``: tenant, principal, the authorization server's issuer, the client id
+and the protected resource. The key is part of where a record lives, so a token one
+authorization server issued is looked up only under that issuer and never handed to a
+flow talking to another; a resource-bound token (RFC 8707) likewise stays with its
+resource. Records are mutable (a refresh replaces one), unlike content-addressed blobs.
+
+``LocalTokenStore`` keeps them in a directory (the embedded default, or a volume workers
+share); ``S3TokenStore`` (``_s3``) in an S3-compatible bucket for fleets;
+``EncryptedTokenStore`` seals every record with a ``BlobCipher`` (the payload codec's keys)
+before its inner store sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from psych_runtime.activities.blobs import BlobCipher
+from psych_runtime.specs import NotFound
+
+
+@dataclass(frozen=True, order=True)
+class TokenKey:
+    """Whose token, from which authorization server, for which client and resource.
+
+    Attributes:
+        tenant: the Scope's tenant.
+        principal: the Scope's principal (None: the tenant's own).
+        issuer: the authorization server's issuer identifier (RFC 8414), exactly.
+        client_id: the OAuth client the token was issued to.
+        resource: the protected resource the token is for (RFC 8707; the MCP server).
+    """
+
+    tenant: str
+    principal: str | None
+    issuer: str
+    client_id: str
+    resource: str
+
+    def digest(self) -> str:
+        """sha256 hex of the key's fields: where a store keeps its record (no field can
+        name a path or an object outside the store, however it is spelled)."""
+        fields = [self.tenant, self.principal, self.issuer, self.client_id, self.resource]
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+    def location(self) -> str:
+        """The record's relative key in a store: ``<2 hex>/<62 hex>``."""
+        digest = self.digest()
+        return f"{digest[:2]}/{digest[2:]}"
+
+    def __repr__(self) -> str:
+        who = self.tenant if self.principal is None else f"{self.tenant}/{self.principal}"
+        return f"TokenKey({who} issuer={self.issuer} client={self.client_id} {self.resource})"
+
+
+@runtime_checkable
+class TokenStore(Protocol):
+    """Port: one mutable record per ``TokenKey``, shared by every worker of a fleet."""
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        """The record stored under ``key``, or None when there is none."""
+        ...
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        """Store ``record`` under ``key``, replacing any record there."""
+        ...
+
+    async def delete(self, key: TokenKey) -> None:
+        """Forget the record under ``key`` (nothing when there is none)."""
+        ...
+
+
+class LocalTokenStore:
+    """Records as files ``<root>/<2 hex>/<62 hex>`` (mode 0600), replaced atomically.
+
+    Workers on one machine, or sharing a volume, may share a root.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: TokenKey) -> Path:
+        return self.root / key.location()
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        """The record under ``key``, or None."""
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        """Write ``record`` under ``key`` (a temporary file renamed over the old one, so a
+        reader sees the old record or the new one, never part of one)."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.parent / f".put-{secrets.token_hex(8)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(record)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    async def delete(self, key: TokenKey) -> None:
+        """Remove the record under ``key``, if any."""
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+
+class EncryptedTokenStore:
+    """A TokenStore whose records ``cipher`` seals before ``inner`` stores them.
+
+    With the payload codec's cipher (``PsychCodec.blob_cipher()``) a record is sealed for
+    the tenant of the Run whose activity stores it, so a record read by another tenant's
+    activity is absent for it (the cipher's ``NotFound``), not readable.
+    """
+
+    def __init__(self, inner: TokenStore, cipher: BlobCipher) -> None:
+        self.inner = inner
+        self.cipher = cipher
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        """The opened record under ``key``; None when there is none, or it was sealed
+        for another tenant.
+
+        Raises:
+            AccessDenied: the record is not sealed with the cipher's keys, or was altered.
+        """
+        sealed = await self.inner.get(key)
+        if sealed is None:
+            return None
+        try:
+            return self.cipher.open(sealed)
+        except NotFound:
+            return None
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        """Seal ``record`` and store it under ``key``."""
+        await self.inner.put(key, self.cipher.seal(record))
+
+    async def delete(self, key: TokenKey) -> None:
+        """Forget the record under ``key``."""
+        await self.inner.delete(key)

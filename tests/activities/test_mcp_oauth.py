@@ -1,0 +1,177 @@
+"""MCP OAuth (client_credentials) at publish time: ``check_servers`` gets a token as a Run
+would, against ``tests.mcp.oauth_server`` on loopback, and the client secret reaches only
+the issuer the operator configured."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from psych_runtime.activities import (
+    LocalTokenStore,
+    McpSettings,
+    StaticSecretResolver,
+    TokenKey,
+)
+from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
+from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
+from psych_runtime.workers import WorkerSettings
+from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
+
+SECRET = "cc-secret-0123456789"
+SCOPE = Scope(tenant="acme")
+SECRETS = StaticSecretResolver({"crm_secret": SECRET})
+
+
+@pytest.fixture(scope="module")
+def oauth_server() -> Iterator[OAuthMcpServer]:
+    server = start_oauth_server("streamable-http", {"psych-worker": SECRET})
+    yield server
+    server.stop()
+
+
+def crm(server: OAuthMcpServer) -> McpServer:
+    oauth = McpOAuth(preregistered_client_id="psych-worker", client_secret_credential="crm_secret")
+    return McpServer(name="crm", url=server.url, oauth=oauth)
+
+
+def requests_made(server: OAuthMcpServer) -> int:
+    return len(server.state()["token_requests"])
+
+
+async def test_a_check_gets_a_token_from_the_configured_issuer(
+    oauth_server: OAuthMcpServer,
+) -> None:
+    before = requests_made(oauth_server)
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    answers = await check_servers([crm(oauth_server)], SCOPE, SECRETS, settings)
+    assert answers == {"crm": None}
+    state = oauth_server.state()
+    assert state["token_requests"][before:] == [{"client_id": "psych-worker", "ok": True}]
+    # The token was bound to the MCP server (RFC 8707) and used on it.
+    issued = state["issued"][-1]
+    assert issued["resource"] == oauth_server.url
+    assert issued["token"] in state["bearers"]
+
+
+async def test_without_a_configured_issuer_the_secret_is_never_sent(
+    oauth_server: OAuthMcpServer,
+) -> None:
+    before = requests_made(oauth_server)
+    answers = await check_servers([crm(oauth_server)], SCOPE, SECRETS, McpSettings())
+    reason = answers["crm"]
+    assert reason is not None
+    assert "no authorization server is configured for credential 'crm_secret'" in reason
+    assert requests_made(oauth_server) == before
+
+
+async def test_a_server_pointing_at_another_issuer_is_refused(
+    oauth_server: OAuthMcpServer,
+) -> None:
+    """The MCP server names its authorization server; the operator named another one for
+    this secret: the flow stops before any token request."""
+    before = requests_made(oauth_server)
+    settings = McpSettings(oauth_issuers={"crm_secret": "https://auth.elsewhere.test"})
+    answers = await check_servers([crm(oauth_server)], SCOPE, SECRETS, settings)
+    reason = answers["crm"]
+    assert reason is not None and "issuer" in reason.lower(), reason
+    assert SECRET not in reason
+    assert requests_made(oauth_server) == before
+
+
+async def test_a_wrong_secret_is_reported_without_its_value(
+    oauth_server: OAuthMcpServer,
+) -> None:
+    wrong = "not-the-secret-987654"
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    resolver = StaticSecretResolver({"crm_secret": wrong})
+    answers = await check_servers([crm(oauth_server)], SCOPE, resolver, settings)
+    reason = answers["crm"]
+    assert reason is not None
+    assert wrong not in reason
+    assert oauth_server.state()["token_requests"][-1] == {
+        "client_id": "psych-worker",
+        "ok": False,
+    }
+
+
+def test_the_issuers_are_read_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "PSYCH_MCP_OAUTH_ISSUERS": " crm_secret=https://auth.crm.test , erp=http://10.0.0.5:8080/t",
+        "PSYCH_TOKEN_DIR": str(tmp_path / "tokens"),
+    }
+    settings = WorkerSettings.from_env(env)
+    assert settings.mcp.oauth_issuers == {
+        "crm_secret": "https://auth.crm.test",
+        "erp": "http://10.0.0.5:8080/t",
+    }
+    assert isinstance(settings.tokens, LocalTokenStore)
+    assert settings.tokens.root == tmp_path / "tokens"
+    assert parse_oauth_issuers("") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("crm_secret", "expected <credential name>=<issuer URL>"),
+        ("=https://a.test", "expected <credential name>=<issuer URL>"),
+        ("a=https://a.test,a=https://b.test", "given twice"),
+        ("a=ftp://a.test", "http(s) URL"),
+        ("a=auth.test", "http(s) URL"),
+    ],
+)
+def test_a_malformed_issuer_list_names_the_entry(text: str, problem: str) -> None:
+    with pytest.raises(SpecError, match="PSYCH_MCP_OAUTH_ISSUERS entry") as caught:
+        parse_oauth_issuers(text)
+    assert problem in str(caught.value)
+
+
+KEY = TokenKey("acme", None, "https://auth.test", "psych-worker", "https://crm.test/mcp")
+
+
+async def test_stored_tokens_keep_their_key_and_absolute_expiry(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    held = TokensHeld()
+    storage = StoredTokens(store, KEY, held)
+    assert await storage.get_tokens() is None
+    await storage.set_tokens(OAuthToken(access_token="tok-1", expires_in=3600))
+    again = await StoredTokens(store, KEY, TokensHeld()).get_tokens()
+    assert again is not None and again.access_token == "tok-1"
+    assert again.expires_in is not None and 3590 <= again.expires_in <= 3600
+    assert held.of(KEY) == ("tok-1",)
+    # A record read under another key (a store that mixed records up) is not used.
+    other = dataclasses.replace(KEY, issuer="https://other.test")
+    record = await store.get(KEY)
+    assert record is not None
+    await store.put(other, record)
+    assert await StoredTokens(store, other, TokensHeld()).get_tokens() is None
+
+
+async def test_an_expired_token_is_handed_out_only_with_a_refresh_token(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    storage = StoredTokens(store, KEY, TokensHeld())
+    await storage.set_tokens(OAuthToken(access_token="tok-old", expires_in=0))
+    assert await storage.get_tokens() is None
+    await storage.set_tokens(
+        OAuthToken(access_token="tok-old", expires_in=0, refresh_token="ref-1")
+    )
+    expired = await storage.get_tokens()
+    assert expired is not None and expired.refresh_token == "ref-1"
+    assert expired.expires_in == 0
+
+
+async def test_without_a_store_a_token_lives_in_the_storage_only(tmp_path: Path) -> None:
+    storage = StoredTokens(None, KEY, TokensHeld())
+    await storage.set_tokens(OAuthToken(access_token="tok-check"))
+    token = await storage.get_tokens()
+    assert token is not None and token.access_token == "tok-check"
+    assert os.listdir(tmp_path) == []
+    assert await storage.get_client_info() is None
+    with pytest.raises(TypeError, match="registration is not supported"):
+        await storage.set_client_info(OAuthClientInformationFull(client_id="x", redirect_uris=None))

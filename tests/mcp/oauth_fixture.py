@@ -1,0 +1,121 @@
+"""Start ``tests.mcp.oauth_server`` (an MCP server behind OAuth and its authorization
+server) in its own process, for tests; stop it by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from tests.mcp.fixture import REPO, START_TIMEOUT, STOP_TIMEOUT, Transport
+
+
+@dataclass
+class OAuthMcpServer:
+    """A running ``tests.mcp.oauth_server`` and its control surface."""
+
+    transport: Transport
+    port: int
+    """The resource server's (MCP's) loopback port."""
+    as_port: int
+    """The authorization server's loopback port."""
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    @property
+    def url(self) -> str:
+        path = "/sse" if self.transport == "sse" else "/mcp"
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    @property
+    def issuer(self) -> str:
+        """The authorization server's issuer identifier."""
+        return f"http://127.0.0.1:{self.as_port}"
+
+    def _control(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        response = httpx.request(
+            method,
+            f"http://127.0.0.1:{self.port}/control/{path}",
+            content=None if body is None else json.dumps(body),
+            timeout=10.0,
+        )
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def state(self) -> dict[str, Any]:
+        """``issued``, ``token_requests``, ``bearers``, ``calls`` (see the server)."""
+        return self._control("GET", "state")
+
+    def revoke_all(self) -> None:
+        """Every token issued so far is refused from now on."""
+        self._control("POST", "revoke")
+
+    def set_lifetime(self, seconds: int) -> None:
+        """The ``expires_in`` of tokens issued from now on."""
+        self._control("POST", "lifetime", {"seconds": seconds})
+
+    def stderr(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Stop this server's own process (SIGTERM, SIGKILL after a grace period)."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+def start_oauth_server(transport: Transport, clients: dict[str, str]) -> OAuthMcpServer:
+    """Start the server with ``clients`` (client id -> secret) registered; return once
+    both ports listen. The caller stops it with ``stop()``."""
+    command = [sys.executable, "-m", "tests.mcp.oauth_server", "--transport", transport]
+    for client_id, secret in clients.items():
+        command += ["--client", f"{client_id}={secret}"]
+    log = tempfile.NamedTemporaryFile(prefix="mcp-oauth-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+    try:
+        port, as_port = _read_ports(process, Path(log.name))
+    except BaseException:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(STOP_TIMEOUT)
+        if process.stdout is not None:
+            process.stdout.close()  # else an unclosed-file warning fails a later test
+        log.close()
+        raise
+    return OAuthMcpServer(transport, port, as_port, process, log)
+
+
+def _read_ports(process: subprocess.Popen[bytes], log: Path) -> tuple[int, int]:
+    assert process.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not selector.select(left):
+                break
+            line = process.stdout.readline().decode()
+            if not line:
+                break
+            if line.startswith("ports "):
+                _, rs, auth = line.split()
+                return int(rs), int(auth)
+    raise RuntimeError(f"the OAuth MCP server did not start ({process.poll()}): {log.read_text()}")
