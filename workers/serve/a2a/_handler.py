@@ -47,7 +47,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
-from psych_runtime.workers.serve.a2a._push import PushRegistry
+from psych_runtime.workers.serve.a2a._push import PushRegistry, checked_url
 from psych_runtime.workers.serve.a2a._replies import (
     Said,
     answer_text,
@@ -133,6 +133,10 @@ class PsychRequestHandler(RequestHandler):
         """Start the task, or answer what it asks; the Run's state after that."""
         message = params.message
         said = read_message(message)
+        config = params.configuration
+        pushing = config.HasField("task_push_notification_config")
+        if pushing:  # refused before anything starts
+            checked_url(config.task_push_notification_config.url)
         if message.task_id:
             state = await self._owned(message.task_id, scope, agent)
             workflow_id = workflow_id_of(message.task_id, scope)
@@ -154,8 +158,7 @@ class PsychRequestHandler(RequestHandler):
             except PsychError as err:
                 raise InvalidParamsError(str(err)) from err
             workflow_id = handle.workflow_id
-        config = params.configuration
-        if config.HasField("task_push_notification_config"):
+        if pushing:
             self._register_push(scope, workflow_id, config.task_push_notification_config, 0)
         return workflow_id, await self._state(workflow_id, scope, agent)
 

@@ -51,7 +51,7 @@ def read_message(message: Message) -> Said:
         if kind == "text":
             texts.append(part.text)
         elif kind == "data":
-            value = MessageToDict(part.data)
+            value = _whole(MessageToDict(part.data))
             if not isinstance(value, dict):
                 raise InvalidParamsError(f"message part {index}: a data part must be an object")
             clash = sorted(set(value) & set(data))
@@ -64,6 +64,18 @@ def read_message(message: Message) -> Said:
                 "or a JSON object"
             )
     return Said("\n\n".join(t for t in texts if t), data)
+
+
+def _whole(value: Any) -> Any:
+    """``value`` with integral numbers as ints: protobuf carries every JSON number as a
+    double, and ``{"order": 42}`` should reach the agent as it was sent, not as 42.0."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
 
 
 def task_input(said: Said) -> str:
