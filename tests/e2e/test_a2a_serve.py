@@ -134,12 +134,19 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
             assert got.status.state == TaskState.TASK_STATE_COMPLETED
 
         # Another tenant: the task is not found, and not listed.
-        async with a2a_client(base, "helper", GLOBEX, streaming=False) as theirs:
+        async with a2a_client(base, "helper", GLOBEX) as theirs:
             with pytest.raises(TaskNotFoundError, match=f"no task '{task.id}'"):
                 await theirs.get_task(GetTaskRequest(id=task.id))
             with pytest.raises(TaskNotFoundError):
                 await theirs.cancel_task(CancelTaskRequest(id=task.id))
             assert list((await theirs.list_tasks(ListTasksRequest())).tasks) == []
+            with pytest.raises(TaskNotFoundError):
+                await collect(theirs.send_message(user("mine now", task_id=task.id)))
+            with pytest.raises(TaskNotFoundError):
+                await theirs.subscribe(SubscribeToTaskRequest(id=task.id)).__anext__()
+            hook = TaskPushNotificationConfig(task_id=task.id, url="http://127.0.0.1:9/")
+            with pytest.raises(TaskNotFoundError):
+                await theirs.create_task_push_notification_config(hook)
 
 
 ANSWER = "Order 42 left the warehouse on Tuesday and reaches you on Thursday. " * 2

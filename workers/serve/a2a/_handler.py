@@ -137,10 +137,12 @@ class PsychRequestHandler(RequestHandler):
         pushing = config.HasField("task_push_notification_config")
         if pushing:  # refused before anything starts
             checked_url(config.task_push_notification_config.url)
+        after = 0
         if message.task_id:
             state = await self._owned(message.task_id, scope, agent)
             workflow_id = workflow_id_of(message.task_id, scope)
             await self._reply(workflow_id, state, said, scope)
+            after = state.last_seq
         else:
             version = await self.catalogue.latest(agent)
             if version is None:
@@ -159,7 +161,7 @@ class PsychRequestHandler(RequestHandler):
                 raise InvalidParamsError(str(err)) from err
             workflow_id = handle.workflow_id
         if pushing:
-            self._register_push(scope, workflow_id, config.task_push_notification_config, 0)
+            self._register_push(scope, workflow_id, config.task_push_notification_config, after)
         return workflow_id, await self._state(workflow_id, scope, agent)
 
     async def _reply(self, workflow_id: str, state: RunState, said: Said, scope: Scope) -> None:
@@ -258,6 +260,8 @@ class PsychRequestHandler(RequestHandler):
     ) -> TaskPushNotificationConfig:
         scope, agent = _caller(context)
         state = await self._owned(params.task_id, scope, agent)
+        if state.status.terminal:
+            raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
         workflow_id = workflow_id_of(params.task_id, scope)
         return self._register_push(scope, workflow_id, params, state.last_seq)
 

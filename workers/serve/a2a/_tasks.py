@@ -28,9 +28,10 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
+from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ids_from, workflow_id_for
-from psych_runtime.specs import Scope
+from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workflows import (
     DeltasDropped,
     Pending,
@@ -243,7 +244,16 @@ async def task_events(
                 )
             yield status(_status(task_id, item.status, item.reason, ()))
             return
-    # The workflow closed without settling its record (terminated by an operator).
+    # The stream ended without a RunSettled after ``after``: the Run had settled before
+    # it (its state says how), or its workflow closed without settling (terminated by an
+    # operator), which no state query can answer for.
+    try:
+        state = await client.status(workflow_id, scope=scope)
+    except (PsychError, RPCError):
+        state = None
+    if state is not None and state.status.terminal:
+        yield status(_status(task_id, state.status, state.reason, ()))
+        return
     yield status(
         TaskStatus(
             state=TaskState.TASK_STATE_FAILED,
