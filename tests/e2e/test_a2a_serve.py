@@ -109,6 +109,8 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
         assert missing.status_code == 404
         assert unauthenticated.status_code == 401
         assert unauthenticated.headers["www-authenticate"] == "Bearer"
+        assert unauthenticated.json()["type"] == "urn:psych:problem:unauthorized"
+        assert missing.json()["detail"] == "no published agent 'nobody'"
 
         async with a2a_client(base, "helper", ACME, streaming=False) as client:
             message_id = uuid.uuid4().hex

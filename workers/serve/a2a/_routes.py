@@ -14,7 +14,6 @@ the agent name then reach the handler through the SDK's call context.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -34,6 +33,7 @@ from starlette.types import Scope as AsgiScope
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers.serve._auth import Unauthorized
+from psych_runtime.workers.serve._problems import problem, problem_for
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue, agent_card
 from psych_runtime.workers.serve.a2a._handler import (
     AGENT_KEY,
@@ -67,19 +67,7 @@ class Authenticated:
         try:
             scope[_ASGI_SCOPE_KEY] = await self.scope_for(header)
         except Unauthorized as err:
-            body = {
-                "type": "urn:psych:problem:unauthorized",
-                "title": "Unauthorized",
-                "status": 401,
-                "detail": str(err),
-            }
-            response = Response(
-                json.dumps(body),
-                status_code=401,
-                media_type="application/problem+json",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
+            await problem_for(err)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -129,16 +117,7 @@ def a2a_routes(
         name = request.path_params["agent"]
         version = await catalogue.latest(name)
         if version is None:
-            return JSONResponse(
-                {
-                    "type": "urn:psych:problem:not-found",
-                    "title": "Not Found",
-                    "status": 404,
-                    "detail": f"no published agent {name!r}",
-                },
-                status_code=404,
-                media_type="application/problem+json",
-            )
+            return problem(404, f"no published agent {name!r}", "not-found")
         url = str(request.url_for("a2a-agent", agent=name, path="")).rstrip("/")
         return JSONResponse(agent_card_to_dict(agent_card(version, url, jwt=jwt)))
 
