@@ -129,7 +129,8 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
                 tasks = (await client.list_tasks(ListTasksRequest())).tasks
                 return [t.id for t in tasks] == [task.id]
 
-            await eventually(listed, what="the task to be listed")
+            # Listing reads Temporal's visibility store, which lags on a loaded machine.
+            await eventually(listed, within=60, what="the task to be listed")
         # The HTTP+JSON binding reaches the same task.
         async with a2a_client(base, "helper", ACME, streaming=False, rest=True) as client:
             got = await client.get_task(GetTaskRequest(id=task.id))

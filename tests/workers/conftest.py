@@ -156,7 +156,9 @@ def cli(
 async def read_until(stream: asyncio.StreamReader, marker: str) -> str:
     """Read lines from a child's output until one contains ``marker``; return them all."""
     seen: list[str] = []
-    async with asyncio.timeout(20):
+    # A child process starts (and stops) in a few seconds; on a machine loaded by a
+    # whole parallel suite it has taken over 20.
+    async with asyncio.timeout(90):
         while True:
             line = (await stream.readline()).decode()
             if not line:

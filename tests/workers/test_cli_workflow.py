@@ -75,7 +75,7 @@ async def test_run_status_and_report_of_the_onboarding_workflow(
             "status:       completed",
             "reason:       completed: 2 steps",
             "outputs:      {",
-            "step 1:       create (tool) ok, 0.",
+            "step 1:       create (tool) ok, ",
             "step 2:       welcome (agent) ok, ",
             f"              {wid}-step2: 1 model calls (0 failed), 0 tool calls, 0 steps",
             "tool calls:   1 (1 ok)",
