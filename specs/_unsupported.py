@@ -29,10 +29,6 @@ from psych_runtime.specs._problem import Problem
 
 UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
     {
-        "AgentSpec.a2a_peers": (
-            "A2A delegation is not implemented by this runtime yet; "
-            "the agent would run without its peers"
-        ),
         "McpServer.oauth": (
             "MCP OAuth is not implemented by this runtime yet; "
             "the server would be called without it"

@@ -403,13 +403,11 @@ def test_subagent_and_other_grants() -> None:
         True,
         "concise",
     )
-    # Every grant but the subagent, spawn, compaction, the task list, components and the
-    # MCP server itself (its OAuth is not) is a field the runtime does not implement yet.
+    # Every grant but the subagent, spawn, compaction, the task list, components, the A2A
+    # peer and the MCP server itself (its OAuth is not) is a field the runtime does not
+    # implement yet.
     assert validate(spec) == unsupported_features(spec)
-    assert [p.path for p in unsupported_features(spec)] == [
-        "mcp_servers[crm].oauth",
-        "a2a_peers",
-    ]
+    assert [p.path for p in unsupported_features(spec)] == ["mcp_servers[crm].oauth"]
 
 
 def test_shared_registry_and_pre_registered_function() -> None:
