@@ -10,9 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from psych_runtime.activities.a2a._activities import A2aActivities, A2aSettings
+    from psych_runtime.activities.a2a._activities import A2aActivities
+    from psych_runtime.activities.a2a._settings import A2aSettings
 
-_LAZY = {"A2aActivities": "_activities", "A2aSettings": "_activities"}
+_LAZY = {"A2aActivities": "_activities", "A2aSettings": "_settings"}
 
 
 def __getattr__(name: str) -> Any:

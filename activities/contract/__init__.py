@@ -15,6 +15,7 @@ from psych_runtime.activities.contract._a2a import (
     A2aCards,
     A2aCardsInput,
     A2aPeerStatus,
+    A2aPollInput,
     A2aToolCall,
 )
 from psych_runtime.activities.contract._base import LATENCY_DECIMALS
@@ -52,6 +53,7 @@ from psych_runtime.activities.contract._model import (
 )
 from psych_runtime.activities.contract._names import (
     A2A_CARDS,
+    A2A_POLL,
     ACTIVITY_NAMES,
     ACTIVITY_ROLES,
     MCP_LIST_TOOLS,
@@ -136,10 +138,12 @@ from psych_runtime.activities.contract._versions import VersionPublishInput
 __all__ = [
     "A2A_CARDS",
     "A2A_MESSAGE_ARGUMENT",
+    "A2A_POLL",
     "A2A_TASK_ARGUMENT",
     "A2aCards",
     "A2aCardsInput",
     "A2aPeerStatus",
+    "A2aPollInput",
     "A2aToolCall",
     "ACTIVITY_NAMES",
     "ACTIVITY_ROLES",

@@ -99,3 +99,29 @@ class A2aToolCall(_Payload):
     @field_serializer("scope")
     def _scope(self, scope: Scope) -> dict[str, Any]:
         return _compact_scope(scope)
+
+
+class A2aPollInput(_Payload):
+    """``psych.a2a.poll``: read a peer task the peer left working (``GetTask``; safe to
+    repeat). The outcome has status ``wait`` while the task is still working, else it is
+    the call's answer, after the post hooks."""
+
+    run_id: str
+    call_id: str
+    peer: A2APeer
+    skill: str
+    name: str
+    """The name the model called it by (``<peer>__<skill>``): what post hooks match."""
+    task_id: str
+    arguments: dict[str, Any]
+    """The call's arguments (what the hooks are shown)."""
+    large_result_bytes: int
+    scope: Scope
+
+    @field_serializer("peer")
+    def _peer(self, peer: A2APeer) -> dict[str, Any]:
+        return _compact_peer(peer)
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)

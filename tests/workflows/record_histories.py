@@ -1038,6 +1038,18 @@ async def a2a_peer_called(rig: Rig) -> RunHandle:
         return await rig.run(spec)
 
 
+async def a2a_peer_task_waited(rig: Rig) -> RunHandle:
+    # The peer works past the call's 5 s hold: the call returns a wait, the Run suspends
+    # (external), psych.a2a.poll reads the task on a backing-off timer, and the poller
+    # completes the wait with the answer (Resumed by the peer).
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:9"})),
+            Reply.text("Booked."),
+        )
+        return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
+
+
 async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
     rig.fake.enqueue(Reply.text("Answered without it."))
     spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
@@ -1530,6 +1542,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_mcp_tool_step),
     # A2A peers as tools (issue 24, item 1)
     ("dev", a2a_peer_called),
+    ("dev", a2a_peer_task_waited),
     ("dev", a2a_optional_unavailable),
     ("dev", a2a_required_unreachable),
     # tasks, components and context providers

@@ -28,6 +28,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
         A2A_CARDS,
+        A2A_POLL,
         ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOWS_ROLE,
         A2aCards,
         A2aCardsInput,
+        A2aPollInput,
         A2aToolCall,
         CatalogEntry,
         CatalogInput,
@@ -115,9 +117,11 @@ OPTIONS: dict[str, Options] = {
     # Local, like the MCP catalogue: an unreachable peer is data in its result. Each card
     # fetch is bounded by the worker's card timeout (10 s by default), all in parallel.
     A2A_CARDS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
-    # The worker bounds a peer message (and the polling of its task) by its call timeout
-    # (300 s by default), inside this; never retried (``safe_to_repeat`` is False).
-    TOOL_A2A: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
+    # The worker bounds a peer message by its call timeout (60 s) plus its hold (5 s),
+    # inside this; never retried (``safe_to_repeat`` is False).
+    TOOL_A2A: Options(timedelta(minutes=5), ONCE, heartbeat=timedelta(seconds=10)),
+    # A read of the peer's task (GetTask): safe to repeat.
+    A2A_POLL: Options(timedelta(minutes=2), SAFE_TOOL_RETRY, heartbeat=timedelta(seconds=10)),
     # A local activity: an unreachable server is data in its result, so these retries are
     # for the worker's own failures (the blob store) only.
     MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
@@ -225,6 +229,11 @@ async def fetch_cards(input: A2aCardsInput) -> A2aCards:
     """``psych.a2a.cards``, as a local activity: this turn's A2A peer skills (one marker in
     history; only the hash and statuses when nothing changed)."""
     return await _execute_local(A2A_CARDS, input, A2aCards, summary=f"A2A cards, turn {input.turn}")
+
+
+async def poll_a2a(input: A2aPollInput, *, summary: str) -> ToolOutcome:
+    """``psych.a2a.poll``: one read of a peer task left working (``wait`` while it is)."""
+    return await _execute(A2A_POLL, input, ToolOutcome, summary=summary)
 
 
 async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:
