@@ -2,8 +2,9 @@
 
 ``serve_peer(skills=...)`` runs uvicorn in the test's event loop and yields a ``Peer``
 whose ``requests`` list every ``SendMessage`` that reached it (headers, tenant, message id,
-text), so a test can count deliveries and see which credential was sent. What the peer
-answers is decided by the text it receives:
+text), so a test can count deliveries and see which credential was sent. Its task ids are
+``task-1``, ``task-2``, ... in the order tasks are made. What the peer answers is decided by
+the text it receives:
 
 - ``ask:<question>``: the task goes ``input-required`` with that question; the next message
   in the task completes it with ``answered: <reply>``;
@@ -30,7 +31,11 @@ from a2a.helpers.proto_helpers import (
     new_text_part,
 )
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution.simple_request_context_builder import (
+    SimpleRequestContextBuilder,
+)
 from a2a.server.events import EventQueue
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
@@ -128,6 +133,17 @@ class _Scripted(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
+class _Numbered(IDGenerator):
+    """Task ids ``task-1``, ``task-2``, ...: a test's scripted model can name them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def generate(self, context: IDGeneratorContext) -> str:
+        self.count += 1
+        return f"task-{self.count}"
+
+
 def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentCard:
     """The peer's Agent Card: one skill per id, JSON-RPC at ``url``."""
     return AgentCard(
@@ -159,8 +175,14 @@ async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]
     """Run a scripted peer on a loopback port for the block."""
     peer = Peer(port=free_port())
     agent_card = card(peer.url, skills)
+    store = InMemoryTaskStore()
     handler = DefaultRequestHandler(
-        agent_executor=_Scripted(peer), task_store=InMemoryTaskStore(), agent_card=agent_card
+        agent_executor=_Scripted(peer),
+        task_store=store,
+        agent_card=agent_card,
+        request_context_builder=SimpleRequestContextBuilder(
+            task_store=store, task_id_generator=_Numbered()
+        ),
     )
     app = Starlette(
         routes=[*create_agent_card_routes(agent_card), *create_jsonrpc_routes(handler, "/")]

@@ -58,7 +58,11 @@ async def test_allowed_skills_offered_called_once_with_credential_and_tenant(
         harness.fake.enqueue(
             Reply.tool_calls(ToolCall("helper__echo", {"message": "hi"}, id="c1")),
             Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"}, id="c2")),
-            Reply.tool_calls(ToolCall("helper__wipe", {"message": "everything"}, id="c3")),
+            # The model answers the peer's question in the task the result names.
+            Reply.tool_calls(
+                ToolCall("helper__ask", {"message": "blue", "task_id": "task-2"}, id="c3")
+            ),
+            Reply.tool_calls(ToolCall("helper__wipe", {"message": "everything"}, id="c4")),
             Reply.text("done"),
         )
         async with harness.worker():
@@ -68,17 +72,20 @@ async def test_allowed_skills_offered_called_once_with_credential_and_tenant(
     assert result.status is RunStatus.COMPLETED, result.reason
     # Narrowed by allow: wipe is on the card but never offered, and calling it fails.
     assert offered(harness.fake.requests[0]) == ["helper__ask", "helper__echo"]
-    echo, ask, wipe = report.tool_calls
+    echo, ask, reply, wipe = report.tool_calls
     assert echo.status == "ok"
     assert "echo: hi" in (echo.result or "") and "notes on hi" in (echo.result or "")
     assert "state completed" in (echo.result or "")
     assert ask.status == "ok"
     assert "The peer asks: which colour?" in (ask.result or "")
-    assert 'again with task_id "' in (ask.result or "")
+    assert 'again with task_id "task-2"' in (ask.result or "")
+    assert reply.status == "ok" and "answered: blue" in (reply.result or "")
+    assert "task task-2, state completed" in (reply.result or "")
     assert wipe.status == "error" and "unknown tool" in (wipe.result or "")
     # Each call reached the peer exactly once, with the credential, tenant, extensions,
     # skill and a message id made of the Run and the call.
-    assert peer.texts() == ["hi", "ask:which colour?"]
+    assert peer.texts() == ["hi", "ask:which colour?", "blue"]
+    assert peer.requests[2].task_id == "task-2"
     first = peer.requests[0]
     assert first.authorization == "Bearer s3cret"
     assert first.tenant == "team-7"
@@ -91,6 +98,7 @@ async def test_allowed_skills_offered_called_once_with_credential_and_tenant(
         (2, "helper", "ok"),
         (3, "helper", "ok"),
         (4, "helper", "ok"),
+        (5, "helper", "ok"),
     ]
     assert report.peers[0].skills == ("ask", "echo")
     assert report.peers[0].cached is False and report.peers[1].cached is True
