@@ -30,6 +30,7 @@ import pytest
         "psych_runtime.workers.console",
         "psych_runtime.workers.fleet",
         "psych_runtime.workers.serve",
+        "psych_runtime.workers.serve.a2a",
         "psych_runtime.workers.serve.console",
     ],
 )

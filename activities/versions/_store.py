@@ -47,6 +47,14 @@ class FileVersionStore:
             os.unlink(tmp)
         return version
 
+    def hashes(self) -> list[str]:
+        """The hash of every stored Version, sorted (read off the file names: what lists
+        the published agents, ``psych serve``'s A2A cards)."""
+        if not self.root.is_dir():
+            return []
+        digests = (path.stem for path in self.root.glob("*.json"))
+        return sorted(f"sha256:{d}" for d in digests if len(d) == 64 and d.isalnum())
+
     def get(self, version_hash: str) -> Version:
         """The stored Version with this hash, re-verified on read.
 

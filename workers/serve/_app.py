@@ -22,6 +22,7 @@ from psych_runtime.workers.serve._run_actions import action_routes
 from psych_runtime.workers.serve._run_routes import run_routes
 from psych_runtime.workers.serve._settings import ServeSettings
 from psych_runtime.workers.serve._spec_routes import spec_routes
+from psych_runtime.workers.serve.a2a import a2a_routes
 from psych_runtime.workers.serve.console import console_routes
 
 _BEARER = HTTPBearer(auto_error=False, description="an API key or a JWT the operator accepts")
@@ -57,4 +58,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.include_router(run_routes(context))
     app.include_router(action_routes(context))
     app.router.routes.append(console_routes())
+    app.router.routes.append(
+        a2a_routes(
+            settings.client,
+            authenticator.scope_for,
+            jwt=settings.auth.jwt is not None,
+            query_timeout=context.query_timeout,
+        )
+    )
     return app

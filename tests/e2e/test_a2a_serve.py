@@ -1,0 +1,337 @@
+"""Published agents served over A2A by ``psych serve``, driven by ``a2a-sdk``'s own client
+against a real dev server: send, stream and resubscribe, get, list, cancel, input-required
+round trips (a question, an approval), a push notification to a loopback webhook, and
+another tenant refused."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.constants import TransportProtocol
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from google.protobuf.json_format import MessageToDict
+
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+
+from ._http_server import CountingServer
+from ._waiting import eventually
+from .conftest import Harness
+from .test_serve import ACME, GLOBEX, served
+
+pytestmark = pytest.mark.e2e
+
+PACE = 0.05
+"""Seconds between the fake model's chunks: slow enough to see the text stream."""
+
+
+@asynccontextmanager
+async def a2a_client(
+    base: str, agent: str, headers: dict[str, str], *, streaming: bool = True, rest: bool = False
+) -> AsyncIterator[Client]:
+    """``a2a-sdk``'s client for the served agent, from its card, authenticated by ``headers``."""
+    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+        card = await A2ACardResolver(http, f"{base}/a2a/{agent}").get_agent_card()
+        binding = TransportProtocol.HTTP_JSON if rest else TransportProtocol.JSONRPC
+        config = ClientConfig(
+            streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding.value]
+        )
+        client = ClientFactory(config).create(card)
+        yield client
+
+
+def user(text: str, *, task_id: str = "", message_id: str | None = None) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(
+            message_id=message_id or uuid.uuid4().hex,
+            role=Role.ROLE_USER,
+            task_id=task_id,
+            parts=[Part(text=text)],
+        )
+    )
+
+
+async def collect(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    return [event async for event in stream]
+
+
+def final_task(events: list[StreamResponse]) -> Task:
+    (task,) = [e.task for e in events if e.HasField("task")]
+    return task
+
+
+async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
+    spec = (
+        AgentBuilder("helper")
+        .model("fake-model")
+        .description("Answers questions about orders.")
+        .instructions("You help with orders.\n\nNever delete anything.")
+        .build()
+    )
+    harness.client.publish(spec)
+    harness.fake.enqueue(Reply.text("Order 42 ships today."))
+    async with harness.worker(), served(harness) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            card = (await http.get("/a2a/helper/.well-known/agent-card.json")).json()
+            missing = await http.get("/a2a/nobody/.well-known/agent-card.json")
+            unauthenticated = await http.post("/a2a/helper/", json={})
+        assert card["name"] == "helper"
+        assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
+        assert card["supportedInterfaces"][0]["url"] == f"{base}/a2a/helper/"
+        assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+        assert missing.status_code == 404
+        assert unauthenticated.status_code == 401
+        assert unauthenticated.headers["www-authenticate"] == "Bearer"
+        assert unauthenticated.json()["type"] == "urn:psych:problem:unauthorized"
+        assert missing.json()["detail"] == "no published agent 'nobody'"
+
+        async with a2a_client(base, "helper", ACME, streaming=False) as client:
+            message_id = uuid.uuid4().hex
+            (sent,) = await collect(client.send_message(user("when?", message_id=message_id)))
+            task = sent.task
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert [a.parts[0].text for a in task.artifacts] == ["Order 42 ships today."]
+            # The same message again reaches the same task (one message id, one Run).
+            (again,) = await collect(client.send_message(user("when?", message_id=message_id)))
+            assert again.task.id == task.id
+            got = await client.get_task(GetTaskRequest(id=task.id))
+            assert got.status.state == TaskState.TASK_STATE_COMPLETED
+            assert got.artifacts[0].parts[0].text == "Order 42 ships today."
+
+            async def listed() -> bool:
+                tasks = (await client.list_tasks(ListTasksRequest())).tasks
+                return [t.id for t in tasks] == [task.id]
+
+            await eventually(listed, what="the task to be listed")
+        # The HTTP+JSON binding reaches the same task.
+        async with a2a_client(base, "helper", ACME, streaming=False, rest=True) as client:
+            got = await client.get_task(GetTaskRequest(id=task.id))
+            assert got.status.state == TaskState.TASK_STATE_COMPLETED
+
+        # Another tenant: the task is not found, and not listed.
+        async with a2a_client(base, "helper", GLOBEX) as theirs:
+            with pytest.raises(TaskNotFoundError, match=f"no task '{task.id}'"):
+                await theirs.get_task(GetTaskRequest(id=task.id))
+            with pytest.raises(TaskNotFoundError):
+                await theirs.cancel_task(CancelTaskRequest(id=task.id))
+            assert list((await theirs.list_tasks(ListTasksRequest())).tasks) == []
+            with pytest.raises(TaskNotFoundError):
+                await collect(theirs.send_message(user("mine now", task_id=task.id)))
+            with pytest.raises(TaskNotFoundError):
+                await theirs.subscribe(SubscribeToTaskRequest(id=task.id)).__anext__()
+            hook = TaskPushNotificationConfig(task_id=task.id, url="http://127.0.0.1:9/")
+            with pytest.raises(TaskNotFoundError):
+                await theirs.create_task_push_notification_config(hook)
+
+
+ANSWER = "Order 42 left the warehouse on Tuesday and reaches you on Thursday. " * 2
+
+
+def texts(events: list[StreamResponse]) -> tuple[str, str]:
+    """The streamed draft text and the final answer artifact of ``events``."""
+    draft = "".join(
+        e.artifact_update.artifact.parts[0].text
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "draft"
+    )
+    answers = [
+        e.artifact_update.artifact.parts[0].text
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.artifact_id == "answer"
+    ]
+    return draft, "".join(answers)
+
+
+def states(events: list[StreamResponse]) -> list[int]:
+    return [
+        e.status_update.status.state if e.HasField("status_update") else e.task.status.state
+        for e in events
+        if e.HasField("status_update") or e.HasField("task")
+    ]
+
+
+async def test_a_stream_resumes_after_a_disconnect(harness: Harness) -> None:
+    harness.client.publish(AgentBuilder("writer").model("fake-model").build())
+    harness.fake.enqueue(Reply.text(ANSWER, chunk_size=6, chunk_seconds=PACE))
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, "writer", ACME) as client,
+    ):
+        first: list[StreamResponse] = []
+        stream = client.send_message(user("where is 42?"))
+        assert isinstance(stream, AsyncGenerator)
+        async for event in stream:
+            first.append(event)
+            if texts(first)[0]:  # some text streamed: drop the connection mid-answer
+                break
+        await stream.aclose()
+        task_id = first[0].task.id
+        assert first[0].task.status.state in (
+            TaskState.TASK_STATE_SUBMITTED,
+            TaskState.TASK_STATE_WORKING,
+        )
+        draft, answer = texts(first)
+        assert draft and ANSWER.startswith(draft) and not answer
+
+        resumed = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+        assert resumed[0].task.id == task_id  # a reconnect starts with the task as it is
+        assert states(resumed)[-1] == TaskState.TASK_STATE_COMPLETED
+        assert texts(resumed)[1] == ANSWER
+        # The text kept streaming on the new connection before the answer arrived.
+        assert texts(resumed)[0] and ANSWER.endswith(texts(resumed)[0][-12:])
+        with pytest.raises(UnsupportedOperationError):  # an ended task has nothing to follow
+            await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+
+
+async def test_a_question_is_input_required_and_the_next_message_answers_it(
+    harness: Harness,
+) -> None:
+    spec = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.client.publish(spec)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.text("Order 7 it is."),
+    )
+    async with harness.worker(), served(harness) as base, a2a_client(base, "asker", ACME) as client:
+        asked = await collect(client.send_message(user("cancel my order")))
+        task_id = asked[0].task.id
+        assert states(asked)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+        question = asked[-1].status_update.status.message
+        assert question.parts[0].text == "Which order?"
+        assert MessageToDict(question.parts[1].data)["pending"]["reason"] == "question"
+        got = await client.get_task(GetTaskRequest(id=task_id))
+        assert got.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert got.status.message.parts[0].text == "Which order?"
+
+        answered = await collect(client.send_message(user("number 7", task_id=task_id)))
+        assert answered[0].task.id == task_id
+        assert states(answered)[-1] == TaskState.TASK_STATE_COMPLETED
+        assert texts(answered)[1] == "Order 7 it is."
+        tool_results = [
+            m["content"] for m in harness.fake.requests[-1]["messages"] if m["role"] == "tool"
+        ]
+        assert any("number 7" in str(content) for content in tool_results)
+        # An ended task takes no more messages.
+        with pytest.raises(InvalidParamsError, match="ended"):
+            await collect(client.send_message(user("and 8?", task_id=task_id)))
+
+
+async def test_an_approval_is_answered_by_convention_and_a_waiting_task_is_canceled(
+    harness: Harness,
+) -> None:
+    deleted: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        deleted.append(order_id)
+        return f"order {order_id} deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    spec = AgentBuilder("orders", registry=harness.registry).model("fake-model")
+    harness.client.publish(spec.tool("delete_order").build())
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"}, id="call-1")),
+        Reply.text("Deleted 42."),
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "43"}, id="call-2")),
+    )
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, "orders", ACME) as client,
+    ):
+        asked = await collect(client.send_message(user("delete 42")))
+        task_id = asked[0].task.id
+        assert states(asked)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert "delete_order" in asked[-1].status_update.status.message.parts[0].text
+        # A reply that is neither approve nor deny is refused; the task still waits.
+        with pytest.raises(InvalidParamsError, match="'approve' or 'deny'"):
+            await collect(client.send_message(user("maybe", task_id=task_id)))
+        assert deleted == []
+        approved = await collect(client.send_message(user("Approve", task_id=task_id)))
+        assert states(approved)[-1] == TaskState.TASK_STATE_COMPLETED
+        assert deleted == ["42"]
+
+        # A second task waits on its approval; CancelTask aborts its Run.
+        waiting = await collect(client.send_message(user("delete 43")))
+        other = waiting[0].task.id
+        assert states(waiting)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+        canceled = await client.cancel_task(CancelTaskRequest(id=other))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        got = await client.get_task(GetTaskRequest(id=other))
+        assert got.status.state == TaskState.TASK_STATE_CANCELED
+        assert deleted == ["42"]
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=other))
+        state = await harness.client.status(f"psych-acme-{other}", scope=harness.scope)
+        assert state.status == "aborted"
+
+
+async def test_push_notifications_reach_a_registered_webhook(harness: Harness) -> None:
+    harness.client.publish(AgentBuilder("notifier").model("fake-model").build())
+    harness.fake.enqueue(Reply.text("All done.", chunk_seconds=PACE))
+    webhook = CountingServer().start()
+    try:
+        async with (
+            harness.worker(),
+            served(harness) as base,
+            a2a_client(base, "notifier", ACME, streaming=False) as client,
+        ):
+            refused = user("go")
+            refused.configuration.task_push_notification_config.url = "file:///etc/passwd"
+            with pytest.raises(InvalidParamsError, match="only http and https"):
+                await collect(client.send_message(refused))
+
+            request = user("go")
+            request.configuration.return_immediately = True
+            request.configuration.task_push_notification_config.CopyFrom(
+                TaskPushNotificationConfig(url=f"{webhook.url}/hook", token="t0ken")
+            )
+            (sent,) = await collect(client.send_message(request))
+            task_id = sent.task.id
+
+            def pushed() -> list[dict[str, Any]]:
+                return [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
+
+            async def completed() -> bool:
+                return any(
+                    p.get("statusUpdate", {}).get("status", {}).get("state")
+                    == "TASK_STATE_COMPLETED"
+                    for p in pushed()
+                )
+
+            await eventually(completed, what="the completed status to be pushed")
+            assert all(s.headers.get("x-a2a-notification-token") == "t0ken" for s in webhook.seen)
+            answers = [p["artifactUpdate"]["artifact"] for p in pushed() if "artifactUpdate" in p]
+            assert [a["parts"][0]["text"] for a in answers] == ["All done."]
+            assert {p.get("statusUpdate", {}).get("taskId", task_id) for p in pushed()} == {task_id}
+    finally:
+        webhook.stop()

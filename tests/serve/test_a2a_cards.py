@@ -1,0 +1,164 @@
+"""The Agent Card of a published agent, built from its Spec; the agents a store lists;
+and how a caller's message is read (the input of a task, a question's answer, the
+approval convention)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from a2a.types import Message, Part
+from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
+from google.protobuf.json_format import Parse
+from google.protobuf.struct_pb2 import Value
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import AgentBuilder, Version, WorkflowBuilder
+from psych_runtime.workers.serve.a2a import AgentCatalogue, agent_card, instructions_summary
+from psych_runtime.workers.serve.a2a._replies import (
+    Decision,
+    Said,
+    answer_text,
+    decision,
+    read_message,
+    task_input,
+)
+
+URL = "https://agents.example.com/psych/a2a/helper"
+
+
+def helper() -> AgentBuilder:
+    return (
+        AgentBuilder("helper")
+        .model("fake-model")
+        .description("Answers questions about orders.")
+        .instructions("You help   with orders.\nBe brief.\n\nNever delete anything.")
+        .skill("refunds", "How refunds are handled.", body="Refund within 30 days.")
+    )
+
+
+def test_the_card_lists_the_spec_as_skills_with_both_bindings_and_bearer_auth() -> None:
+    version = Version.of(helper().build())
+    card = agent_card(version, URL, jwt=False)
+    assert (card.name, card.description, card.version) == (
+        "helper",
+        "Answers questions about orders.",
+        version.hash,
+    )
+    main, refunds = card.skills
+    assert (main.id, main.name) == ("helper", "helper")
+    assert main.description == "You help with orders. Be brief."  # the first paragraph
+    assert (refunds.id, refunds.name, refunds.description) == (
+        "helper.refunds",
+        "refunds",
+        "How refunds are handled.",
+    )
+    assert [(i.protocol_binding, i.url, i.protocol_version) for i in card.supported_interfaces] == [
+        ("JSONRPC", f"{URL}/", "1.0"),
+        ("HTTP+JSON", URL, "1.0"),
+    ]
+    assert card.capabilities.streaming and card.capabilities.push_notifications
+    scheme = card.security_schemes["bearer"].http_auth_security_scheme
+    assert (scheme.scheme, scheme.bearer_format) == ("Bearer", "")
+    assert list(card.security_requirements[0].schemes) == ["bearer"]
+    assert agent_card(version, URL, jwt=True).security_schemes[
+        "bearer"
+    ].http_auth_security_scheme.bearer_format == ("JWT")
+
+
+def test_a_spec_without_description_is_described_by_its_instructions() -> None:
+    bare = Version.of(AgentBuilder("bare").model("m").instructions("Sort the mail.").build())
+    assert agent_card(bare, URL, jwt=False).description == "Sort the mail."
+    empty = Version.of(AgentBuilder("empty").model("m").build())
+    assert agent_card(empty, URL, jwt=False).description == "The psych agent empty."
+
+
+def test_a_workflow_has_no_card() -> None:
+    flow = WorkflowBuilder("flow").agent_step("a", AgentBuilder("a").model("m").build()).build()
+    with pytest.raises(ValueError, match="only agents"):
+        agent_card(Version.of(flow), URL, jwt=False)
+
+
+def test_the_instructions_summary_is_bounded() -> None:
+    assert instructions_summary("") == ""
+    long = instructions_summary("word " * 200)
+    assert len(long) == 300 and long.endswith("…")
+
+
+async def test_the_catalogue_serves_the_latest_version_of_each_agent(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path)
+    catalogue = AgentCatalogue(store)
+    assert await catalogue.latest("helper") is None
+    old = store.publish(helper().build())
+    assert await catalogue.latest("helper") == old
+    newer = helper().description("Answers everything.").build()
+    later = Version.of(newer, published_at=old.published_at + timedelta(seconds=1))
+    (tmp_path / f"{later.hash.partition(':')[2]}.json").write_text(later.to_json())
+    assert await catalogue.latest("helper") == later
+    flow = WorkflowBuilder("flow").agent_step("a", AgentBuilder("a").model("m").build()).build()
+    store.publish(flow)
+    assert await catalogue.latest("flow") is None  # workflows are not A2A agents
+    assert store.hashes() == sorted([old.hash, later.hash, Version.of(flow).hash])
+
+
+async def test_a_store_that_cannot_list_serves_no_agent() -> None:
+    class GetOnly:
+        def publish(self, spec: object) -> Version:
+            raise AssertionError("not called")
+
+        def get(self, version_hash: str) -> Version:
+            raise AssertionError("not called")
+
+    assert await AgentCatalogue(GetOnly()).latest("helper") is None  # no hashes()
+
+
+def message(*parts: Part) -> Message:
+    return Message(message_id="m1", parts=list(parts))
+
+
+def data(value: object) -> Part:
+    return Part(data=Parse(json.dumps(value), Value()))
+
+
+def test_a_message_is_its_text_and_data() -> None:
+    said = read_message(message(Part(text="hello"), Part(text="world"), data({"order": 42})))
+    assert said == Said("hello\n\nworld", {"order": 42})
+    assert task_input(said) == 'hello\n\nworld\n\n{"order": 42}'
+    with pytest.raises(InvalidParamsError, match="no text or data"):
+        task_input(read_message(message()))
+    with pytest.raises(ContentTypeNotSupportedError, match="part 0: url"):
+        read_message(message(Part(url="https://example.com/f.pdf")))
+    with pytest.raises(InvalidParamsError, match="part 0: a data part must be an object"):
+        read_message(message(data([1, 2])))
+    with pytest.raises(InvalidParamsError, match="'a' is set twice"):
+        read_message(message(data({"a": 1}), data({"a": 2})))
+
+
+def test_a_question_is_answered_by_text() -> None:
+    assert answer_text(Said("  number 7 ")) == "number 7"
+    assert answer_text(Said("", {"answer": "seven"})) == "seven"
+    with pytest.raises(InvalidParamsError, match="answer it with a text part"):
+        answer_text(Said(""))
+
+
+@pytest.mark.parametrize(
+    ("said", "expected"),
+    [
+        (Said("approve"), Decision(True, None)),
+        (Said(" Deny: not this order "), Decision(False, "not this order")),
+        (Said("", {"approve": True, "note": "ok"}), Decision(True, "ok")),
+        (Said("deny", {"approve": False}), Decision(False, None)),
+    ],
+)
+def test_the_approval_convention(said: Said, expected: Decision) -> None:
+    assert decision(said) == expected
+
+
+@pytest.mark.parametrize(
+    "said", [Said("yes"), Said("approved!"), Said("", {"approve": "true"}), Said("")]
+)
+def test_anything_else_is_no_decision(said: Said) -> None:
+    with pytest.raises(InvalidParamsError, match="reply 'approve' or 'deny'"):
+        decision(said)

@@ -1,0 +1,84 @@
+"""The A2A mount without a Temporal server: the card where a company mounts the app, and
+the requests refused before any Run is touched (unknown agent, file parts, a push URL
+that is not http(s), a task id that cannot be one)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
+from psych_runtime.workflows import PsychClient
+
+from ._app import ACME_KEY, KEYS, bearer
+
+RPC_HEADERS = {**bearer(ACME_KEY), "A2A-Version": "1.0"}
+
+
+@asynccontextmanager
+async def mounted(home: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """A company's app with psych mounted at ``/psych``; the client never connects."""
+    temporal = await Client.connect(
+        "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = PsychClient(temporal, store=FileVersionStore(home / "versions"))
+    client.publish(AgentBuilder("helper").model("m").description("Helps.").build())
+    company = FastAPI()
+    company.mount("/psych", create_app(ServeSettings(client, AuthSettings(KEYS))))
+    transport = httpx.ASGITransport(app=company)
+    async with httpx.AsyncClient(transport=transport, base_url="http://company.test") as http:
+        yield http
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def send(*parts: dict[str, Any], **configuration: Any) -> dict[str, Any]:
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": list(parts)}
+    return rpc("SendMessage", {"message": message, "configuration": configuration})
+
+
+async def test_the_card_names_where_the_app_is_mounted(tmp_path: Path) -> None:
+    async with mounted(tmp_path) as http:
+        card = (await http.get("/psych/a2a/helper/.well-known/agent-card.json")).json()
+    urls = [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]]
+    assert urls == [
+        ("JSONRPC", "http://company.test/psych/a2a/helper/"),
+        ("HTTP+JSON", "http://company.test/psych/a2a/helper"),
+    ]
+    assert card["description"] == "Helps."
+
+
+async def test_requests_refused_before_any_run_is_touched(tmp_path: Path) -> None:
+    async with mounted(tmp_path) as http:
+
+        async def error(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            response = await http.post(f"/psych/a2a/{path}", json=body, headers=RPC_HEADERS)
+            assert response.status_code == 200, response.text
+            found: dict[str, Any] = response.json()["error"]
+            return found
+
+        unknown = await error("nobody/", send({"text": "hi"}))
+        assert unknown["message"] == "no published agent 'nobody'"
+        file_part = await error("helper/", send({"url": "https://example.com/f.pdf"}))
+        assert "part 0: url parts are not accepted" in file_part["message"]
+        hook = {"taskPushNotificationConfig": {"url": "ftp://example.com/hook"}}
+        pushed = await error("helper/", send({"text": "hi"}, **hook))
+        assert "only http and https" in pushed["message"]
+        bad_id = await error("helper/", rpc("GetTask", {"id": "../psych-globex-x"}))
+        assert bad_id["message"] == "no task '../psych-globex-x'"
+        # Without a credential nothing but the card is served.
+        anonymous = await http.post("/psych/a2a/helper/", json=rpc("GetTask", {"id": "x"}))
+        assert anonymous.status_code == 401
+        rest = await http.get("/psych/a2a/helper/tasks/x", headers={"A2A-Version": "1.0"})
+        assert rest.status_code == 401

@@ -1,0 +1,358 @@
+"""``PsychRequestHandler``: every A2A operation as PsychClient calls in the caller's Scope.
+
+The Run is the task: nothing of a task is kept here (no task store), so a task outlives
+this process exactly as its Run does, and every read asks the Run. The caller's Scope and
+the agent come from the call context (``_routes.py`` puts them there after
+authenticating); the ``tenant`` an A2A request may carry is never read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers import RequestHandler
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from temporalio.service import RPCError
+
+from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
+from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
+from psych_runtime.workers.serve.a2a._push import PushRegistry, checked_url
+from psych_runtime.workers.serve.a2a._replies import (
+    Said,
+    answer_text,
+    decision,
+    read_message,
+    task_input,
+)
+from psych_runtime.workers.serve.a2a._tasks import (
+    asks,
+    stops,
+    task_events,
+    task_of,
+    task_state,
+    workflow_id_of,
+)
+from psych_runtime.workflows import PsychClient, RunState, SuspensionReason
+
+SCOPE_KEY = "psych.scope"
+"""Where the call context's state holds the caller's Scope."""
+AGENT_KEY = "psych.agent"
+"""Where it holds the name of the agent called."""
+
+MAX_LISTED = 1000
+"""The most tasks one ListTasks looks through (newest first)."""
+
+
+class PsychRequestHandler(RequestHandler):
+    """The A2A server of the published agents (see the module docstring).
+
+    Args:
+        client: what every operation goes through.
+        catalogue: the published agents.
+        pushes: the webhooks of tasks.
+        query_timeout: how long a read waits for the Run's worker.
+        cancel_wait_seconds: how long CancelTask waits for the Run to settle before it
+            answers with the task as it is.
+    """
+
+    def __init__(
+        self,
+        client: PsychClient,
+        catalogue: AgentCatalogue,
+        pushes: PushRegistry,
+        *,
+        query_timeout: timedelta,
+        cancel_wait_seconds: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.catalogue = catalogue
+        self.pushes = pushes
+        self.query_timeout = query_timeout
+        self.cancel_wait_seconds = cancel_wait_seconds
+
+    # --- sending -------------------------------------------------------------------------
+
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        scope, agent = _caller(context)
+        workflow_id, state = await self._send(params, scope, agent)
+        if params.configuration.return_immediately or stops(state):
+            return task_of(state)
+        async for _ in self._events(workflow_id, scope, state.last_seq, through_input=False):
+            pass
+        return task_of(await self._state(workflow_id, scope, agent))
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        scope, agent = _caller(context)
+        workflow_id, state = await self._send(params, scope, agent)
+        yield task_of(state)
+        if stops(state):
+            return
+        async for event in self._events(
+            workflow_id, scope, state.last_seq, through_input=False, deltas=True
+        ):
+            yield event
+
+    async def _send(
+        self, params: SendMessageRequest, scope: Scope, agent: str
+    ) -> tuple[str, RunState]:
+        """Start the task, or answer what it asks; the Run's state after that."""
+        message = params.message
+        said = read_message(message)
+        config = params.configuration
+        pushing = config.HasField("task_push_notification_config")
+        if pushing:  # refused before anything starts
+            checked_url(config.task_push_notification_config.url)
+        after = 0
+        if message.task_id:
+            state = await self._owned(message.task_id, scope, agent)
+            workflow_id = workflow_id_of(message.task_id, scope)
+            await self._reply(workflow_id, state, said, scope)
+            after = state.last_seq
+        else:
+            version = await self.catalogue.latest(agent)
+            if version is None:
+                raise InvalidParamsError(f"no published agent {agent!r}")
+            if not message.message_id:
+                raise InvalidParamsError("the message has no messageId")
+            try:
+                handle = await self.client.dispatch(
+                    version,
+                    task_input(said),
+                    scope=scope,
+                    # One message starts one task: a repeated send reaches the same Run.
+                    idempotency_key=f"a2a/{agent}/{message.message_id}",
+                )
+            except PsychError as err:
+                raise InvalidParamsError(str(err)) from err
+            workflow_id = handle.workflow_id
+        if pushing:
+            self._register_push(scope, workflow_id, config.task_push_notification_config, after)
+        return workflow_id, await self._state(workflow_id, scope, agent)
+
+    async def _reply(self, workflow_id: str, state: RunState, said: Said, scope: Scope) -> None:
+        if state.status.terminal:
+            raise InvalidParamsError(
+                f"task {state.run_id} has ended ({state.status}): a task that "
+                "ended takes no more messages (send one without a taskId for a new task)"
+            )
+        waiting = [p for p in state.pending if asks(p)]
+        if not waiting:
+            raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
+        pending = waiting[0]
+        try:
+            if pending.reason is SuspensionReason.QUESTION:
+                await self.client.answer(workflow_id, pending.id, answer_text(said), scope=scope)
+            else:
+                verdict = decision(said)
+                act = self.client.approve if verdict.approve else self.client.deny
+                await act(workflow_id, pending.id, scope=scope, note=verdict.note)
+        except PsychError as err:
+            raise InvalidParamsError(str(err)) from err
+
+    # --- reading -------------------------------------------------------------------------
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        scope, agent = _caller(context)
+        return task_of(await self._owned(params.id, scope, agent))
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        scope, agent = _caller(context)
+        size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
+        if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
+            raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
+        try:
+            offset = int(params.page_token or 0)
+        except ValueError as err:
+            raise InvalidParamsError(f"pageToken {params.page_token!r} is not one we gave") from err
+        summaries = await self.client.list(scope=scope, agent=agent, limit=MAX_LISTED)
+        tasks: list[Task] = []
+        for summary in summaries:
+            task_id = summary.run_id
+            if summary.status is None or (params.context_id and params.context_id != task_id):
+                continue
+            asking = summary.suspension in (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
+            state = task_state(summary.status, asking)
+            if params.status and params.status != state:
+                continue
+            tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
+        page = tasks[offset : offset + size]
+        more = offset + size < len(tasks)
+        return ListTasksResponse(
+            tasks=page,
+            next_page_token=str(offset + size) if more else "",
+            page_size=size,
+            total_size=len(tasks),
+        )
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        scope, agent = _caller(context)
+        state = await self._owned(params.id, scope, agent)
+        if state.status.terminal:
+            raise UnsupportedOperationError(f"task {params.id} has ended: read it with GetTask")
+        yield task_of(state)
+        workflow_id = workflow_id_of(params.id, scope)
+        async for event in self._events(
+            workflow_id, scope, state.last_seq, through_input=True, deltas=True
+        ):
+            yield event
+
+    # --- cancelling ----------------------------------------------------------------------
+
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        scope, agent = _caller(context)
+        state = await self._owned(params.id, scope, agent)
+        if state.status.terminal:
+            raise TaskNotCancelableError(f"task {params.id} has already ended")
+        workflow_id = workflow_id_of(params.id, scope)
+        reason = f"canceled over A2A by {scope.principal or 'the caller'}"
+        await self.client.abort(workflow_id, scope=scope, reason=reason)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.cancel_wait_seconds):
+                async for _ in self._events(workflow_id, scope, state.last_seq, through_input=True):
+                    pass
+        return task_of(await self._state(workflow_id, scope, agent))
+
+    # --- push notifications --------------------------------------------------------------
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        scope, agent = _caller(context)
+        state = await self._owned(params.task_id, scope, agent)
+        if state.status.terminal:
+            raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
+        workflow_id = workflow_id_of(params.task_id, scope)
+        return self._register_push(scope, workflow_id, params, state.last_seq)
+
+    def _register_push(
+        self, scope: Scope, workflow_id: str, config: TaskPushNotificationConfig, after: int
+    ) -> TaskPushNotificationConfig:
+        def events() -> AsyncIterator[Event]:
+            return self._events(workflow_id, scope, after, through_input=True)
+
+        return self.pushes.register(scope, workflow_id, config, events=events)
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        scope, agent = _caller(context)
+        await self._owned(params.task_id, scope, agent)
+        return self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        scope, agent = _caller(context)
+        await self._owned(params.task_id, scope, agent)
+        configs = self.pushes.list(scope, workflow_id_of(params.task_id, scope))
+        return ListTaskPushNotificationConfigsResponse(configs=configs)
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        scope, agent = _caller(context)
+        await self._owned(params.task_id, scope, agent)
+        self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError("the public card is the whole card")
+
+    # --- the Run -------------------------------------------------------------------------
+
+    async def _owned(self, task_id: str, scope: Scope, agent: str) -> RunState:
+        """The state of the caller's task ``task_id`` of this agent.
+
+        Raises:
+            TaskNotFoundError: no such task in the caller's tenant, or another agent's.
+        """
+        return await self._state(workflow_id_of(task_id, scope), scope, agent)
+
+    async def _state(self, workflow_id: str, scope: Scope, agent: str) -> RunState:
+        try:
+            state = await self.client.status(
+                workflow_id, scope=scope, query_timeout=self.query_timeout
+            )
+        except (NotFound, AccessDenied) as err:
+            raise TaskNotFoundError(f"no task {workflow_id.rpartition('-')[2]!r}") from err
+        except RPCError as err:
+            raise InternalError(f"the Run could not be read: {err.message}") from err
+        if state.agent != agent or state.kind != "agent":
+            raise TaskNotFoundError(f"no task {state.run_id!r}")
+        return state
+
+    async def _events(
+        self,
+        workflow_id: str,
+        scope: Scope,
+        after: int,
+        *,
+        through_input: bool,
+        deltas: bool = False,
+    ) -> AsyncIterator[Event]:
+        try:
+            async for event in task_events(
+                self.client,
+                workflow_id,
+                scope=scope,
+                after=after,
+                deltas=deltas,
+                through_input=through_input,
+            ):
+                yield event
+        except A2AError:
+            raise
+        except (PsychError, RPCError) as err:
+            raise InternalError(f"following the Run failed: {err}") from err
+
+
+def _caller(context: ServerCallContext) -> tuple[Scope, str]:
+    scope = context.state.get(SCOPE_KEY)
+    agent = context.state.get(AGENT_KEY)
+    if not isinstance(scope, Scope) or not isinstance(agent, str):
+        # The routes authenticate every call before it gets here; a handler mounted
+        # without them must not act for nobody.
+        raise InternalError("the call was not authenticated")
+    return scope, agent

@@ -1,0 +1,137 @@
+"""``a2a_routes``: the A2A endpoints of every published agent, as one Starlette mount.
+
+Under ``/a2a/<agent>``:
+
+- ``GET /.well-known/agent-card.json``: the agent's card (public, like any card: it
+  says how to authenticate; nothing else is served without a credential);
+- ``POST /``: the JSON-RPC binding (``a2a-sdk``'s dispatcher);
+- the HTTP+JSON binding's paths (``/message:send``, ``/tasks/{id}``, ...; the SDK's).
+
+Every call but the card's passes ``Authenticated`` first: the ``Authorization`` header
+becomes the caller's Scope (``psych serve``'s ``Authenticator``) or a 401; the Scope and
+the agent name then reach the handler through the SDK's call context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import (
+    DefaultServerCallContextBuilder,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route, Router
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from psych_runtime.specs import Scope
+from psych_runtime.workers.serve._auth import Unauthorized
+from psych_runtime.workers.serve._problems import problem, problem_for
+from psych_runtime.workers.serve.a2a._cards import AgentCatalogue, agent_card
+from psych_runtime.workers.serve.a2a._handler import (
+    AGENT_KEY,
+    SCOPE_KEY,
+    PsychRequestHandler,
+)
+from psych_runtime.workers.serve.a2a._push import PushRegistry
+from psych_runtime.workflows import PsychClient
+
+A2A_PREFIX = "/a2a"
+"""Where the agents are mounted: ``/a2a/<agent>``."""
+
+_ASGI_SCOPE_KEY = "psych.a2a.scope"
+
+ScopeFor = Callable[[str | None], Awaitable[Scope]]
+"""An ``Authorization`` header to the caller's Scope (raises ``Unauthorized``)."""
+
+
+class Authenticated:
+    """ASGI middleware: the request's Scope into the ASGI scope, or a 401 problem."""
+
+    def __init__(self, app: ASGIApp, scope_for: ScopeFor) -> None:
+        self.app = app
+        self.scope_for = scope_for
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = Request(scope).headers.get("authorization")
+        try:
+            scope[_ASGI_SCOPE_KEY] = await self.scope_for(header)
+        except Unauthorized as err:
+            await problem_for(err)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _CallContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the authenticated Scope and the agent called."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[SCOPE_KEY] = request.scope.get(_ASGI_SCOPE_KEY)
+        context.state[AGENT_KEY] = request.path_params.get("agent")
+        # The SDK reads headers (A2A-Version, extensions) from the state; credentials stay out.
+        headers = context.state.get("headers", {})
+        context.state["headers"] = {
+            k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")
+        }
+        return context
+
+
+def a2a_routes(
+    client: PsychClient,
+    scope_for: ScopeFor,
+    *,
+    jwt: bool,
+    query_timeout: timedelta,
+    push_timeout_seconds: float = 10.0,
+) -> Mount:
+    """The mount serving the agents of ``client.store`` (see the module docstring).
+
+    Args:
+        client: the PsychClient every task goes through (its store lists the agents).
+        scope_for: how a request's ``Authorization`` header becomes a Scope.
+        jwt: whether JWTs are accepted (the cards' bearer scheme says so).
+        query_timeout: how long a read waits for a Run's worker.
+        push_timeout_seconds: the bound on each push notification request.
+    """
+    catalogue = AgentCatalogue(client.store)
+    handler = PsychRequestHandler(
+        client,
+        catalogue,
+        PushRegistry(client, timeout_seconds=push_timeout_seconds),
+        query_timeout=query_timeout,
+    )
+    builder = _CallContext()
+
+    async def card(request: Request) -> Response:
+        name = request.path_params["agent"]
+        version = await catalogue.latest(name)
+        if version is None:
+            return problem(404, f"no published agent {name!r}", "not-found")
+        url = str(request.url_for("a2a-agent", agent=name, path="")).rstrip("/")
+        return JSONResponse(agent_card_to_dict(agent_card(version, url, jwt=jwt)))
+
+    bindings = Router(
+        routes=[
+            *create_jsonrpc_routes(handler, "/", context_builder=builder),
+            *create_rest_routes(handler, context_builder=builder),
+        ]
+    )
+    return Mount(
+        f"{A2A_PREFIX}/{{agent}}",
+        name="a2a-agent",
+        routes=[
+            Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]),
+            Mount("", app=Authenticated(bindings, scope_for)),
+        ],
+    )

@@ -1,0 +1,262 @@
+"""A Run seen as an A2A Task: its id, its state, and its progress as task events.
+
+The task id is the Run id, the part of the workflow id after the tenant
+(``psych-<tenant>-<task id>``); the workflow id is rebuilt from the caller's
+authenticated tenant and the task id, so a caller can only ever name its own tenant's
+Runs (another tenant's task id names a Run that does not exist in the caller's). The
+context id is the task id: each task is one conversation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from a2a.server.events.event_queue import Event
+from a2a.types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import TaskNotFoundError
+from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+from temporalio.service import RPCError
+
+from psych_runtime.activities.contract import ids_from, workflow_id_for
+from psych_runtime.specs import PsychError, Scope
+from psych_runtime.workflows import (
+    DeltasDropped,
+    Pending,
+    PsychClient,
+    Resumed,
+    RunAdmitted,
+    RunSettled,
+    RunState,
+    RunStatus,
+    Suspended,
+    SuspensionReason,
+    TokenDelta,
+)
+
+ANSWER_ARTIFACT = "answer"
+"""The artifact id of a Run's final answer."""
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_ASKS = (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
+
+_STATES = {
+    RunStatus.RUNNING: TaskState.TASK_STATE_WORKING,
+    RunStatus.COMPLETED: TaskState.TASK_STATE_COMPLETED,
+    # A budget stopped it, its deadline ran out, or nobody answered in time: the task
+    # was not done, and there is no A2A state closer than failed.
+    RunStatus.STOPPED: TaskState.TASK_STATE_FAILED,
+    RunStatus.FAILED: TaskState.TASK_STATE_FAILED,
+    RunStatus.FORCE_SETTLED: TaskState.TASK_STATE_FAILED,
+    RunStatus.ABANDONED: TaskState.TASK_STATE_FAILED,
+    RunStatus.ABORTED: TaskState.TASK_STATE_CANCELED,
+}
+
+
+def workflow_id_of(task_id: str, scope: Scope) -> str:
+    """The workflow id of the caller's task ``task_id``.
+
+    Raises:
+        TaskNotFoundError: the id cannot be a task id.
+    """
+    if not _TASK_ID.match(task_id):
+        raise TaskNotFoundError(f"no task {task_id!r}")
+    return workflow_id_for(scope.tenant, task_id)
+
+
+def task_id_of(workflow_id: str) -> str:
+    """The task id of a Run's workflow id."""
+    ids = ids_from(workflow_id)
+    if ids is None:
+        raise ValueError(f"{workflow_id!r} is not a psych Run's workflow id")
+    return ids[1]
+
+
+def asks(pending: Pending) -> bool:
+    """Whether the caller of the task answers ``pending`` (a question or an approval of
+    this Run; a child Run's items and external waits are not the caller's)."""
+    return pending.reason in _ASKS and pending.run is None
+
+
+def task_state(status: RunStatus | str, asking: bool) -> TaskState:
+    """The task state of a Run in ``status`` (``asking``: it waits on its caller)."""
+    status = RunStatus(status)
+    if status is RunStatus.SUSPENDED:
+        return TaskState.TASK_STATE_INPUT_REQUIRED if asking else TaskState.TASK_STATE_WORKING
+    return _STATES[status]
+
+
+def _data(value: dict[str, Any]) -> Value:
+    return ParseDict(value, Value())
+
+
+def agent_message(
+    task_id: str, message_id: str, text: str, data: dict[str, Any] | None = None
+) -> Message:
+    """A message from the agent in the task."""
+    parts = [Part(text=text)]
+    if data is not None:
+        parts.append(Part(data=_data(data)))
+    return Message(
+        message_id=f"{task_id}.{message_id}",
+        task_id=task_id,
+        context_id=task_id,
+        role=Role.ROLE_AGENT,
+        parts=parts,
+    )
+
+
+def ask_message(task_id: str, pending: Pending) -> Message:
+    """The status message of an input-required task: the question, or the approval asked
+    (with how to answer it), and the item as data."""
+    if pending.reason is SuspensionReason.QUESTION:
+        text = pending.question or "(the agent asked without a question text)"
+    else:
+        text = (
+            f"Approve the call of {pending.tool} with {pending.arguments or '{}'}? Reply "
+            "'approve' or 'deny' (optionally 'deny: <note>'), or with a data part "
+            '{"approve": true|false, "note": "..."}.'
+        )
+    item = {
+        "reason": str(pending.reason),
+        "id": pending.id,
+        "tool": pending.tool,
+        "arguments": pending.arguments,
+        "question": pending.question,
+        "expires_at": pending.expires_at.isoformat(),
+    }
+    return agent_message(task_id, f"ask.{pending.id}", text, {"pending": item})
+
+
+def answer_artifact(answer: str) -> Artifact:
+    """The artifact of a Run's final answer."""
+    return Artifact(artifact_id=ANSWER_ARTIFACT, name="answer", parts=[Part(text=answer)])
+
+
+def _status(
+    task_id: str, status: RunStatus, reason: str | None, pending: tuple[Pending, ...]
+) -> TaskStatus:
+    asking = [p for p in pending if asks(p)]
+    state = task_state(status, bool(asking))
+    if asking and status is RunStatus.SUSPENDED:
+        return TaskStatus(state=state, message=ask_message(task_id, asking[0]))
+    if status.terminal and status is not RunStatus.COMPLETED and reason:
+        return TaskStatus(state=state, message=agent_message(task_id, "settled", reason))
+    return TaskStatus(state=state)
+
+
+def task_of(state: RunState) -> Task:
+    """The Task a Run's state shows."""
+    task_id = state.run_id  # the Run id: the task id
+    return Task(
+        id=task_id,
+        context_id=task_id,
+        status=_status(task_id, state.status, state.reason, state.pending),
+        artifacts=[answer_artifact(state.answer)] if state.answer else [],
+        metadata=_struct({"agent": state.agent, "version_hash": state.version_hash}),
+    )
+
+
+def _struct(values: dict[str, Any]) -> Struct:
+    struct = Struct()
+    struct.update(values)
+    return struct
+
+
+def stops(state: RunState) -> bool:
+    """Whether a sender's wait ends at ``state``: settled, or waiting on its caller."""
+    return state.status.terminal or any(asks(p) for p in state.pending)
+
+
+async def task_events(
+    client: PsychClient,
+    workflow_id: str,
+    *,
+    scope: Scope,
+    after: int,
+    deltas: bool,
+    through_input: bool,
+) -> AsyncIterator[Event]:
+    """The task's events from the Run's Records after ``after`` on, until it settles
+    (``through_input`` False: or until it waits on its caller).
+
+    Text streams as chunks of a ``draft-<attempt>`` artifact (``deltas``); the final answer
+    is the ``answer`` artifact, sent before the terminal status.
+    """
+    task_id = task_id_of(workflow_id)
+
+    def status(state: TaskStatus) -> TaskStatusUpdateEvent:
+        return TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=state)
+
+    working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+    async for item in client.stream(workflow_id, scope=scope, after=after, deltas=deltas):
+        if isinstance(item, TokenDelta):
+            if item.text:
+                yield TaskArtifactUpdateEvent(
+                    task_id=task_id,
+                    context_id=task_id,
+                    artifact=Artifact(
+                        artifact_id=f"draft-{item.call}",
+                        name="draft",
+                        parts=[Part(text=item.text)],
+                    ),
+                    append=item.n > 1,
+                )
+        elif isinstance(item, DeltasDropped):
+            note = f"a model call attempt ended without an answer ({item.reason}); "
+            note += f"its draft-{item.call} is void"
+            yield status(
+                TaskStatus(
+                    state=TaskState.TASK_STATE_WORKING,
+                    message=agent_message(task_id, f"dropped.{item.call}", note),
+                )
+            )
+        elif isinstance(item, RunAdmitted | Resumed):
+            yield status(working)
+        elif isinstance(item, Suspended) and asks(item.pending):
+            yield status(
+                TaskStatus(
+                    state=TaskState.TASK_STATE_INPUT_REQUIRED,
+                    message=ask_message(task_id, item.pending),
+                )
+            )
+            if not through_input:
+                return
+        elif isinstance(item, RunSettled):
+            if item.answer:
+                yield TaskArtifactUpdateEvent(
+                    task_id=task_id,
+                    context_id=task_id,
+                    artifact=answer_artifact(item.answer),
+                    last_chunk=True,
+                )
+            yield status(_status(task_id, item.status, item.reason, ()))
+            return
+    # The stream ended without a RunSettled after ``after``: the Run had settled before
+    # it (its state says how), or its workflow closed without settling (terminated by an
+    # operator), which no state query can answer for.
+    try:
+        state = await client.status(workflow_id, scope=scope)
+    except (PsychError, RPCError):
+        state = None
+    if state is not None and state.status.terminal:
+        yield status(_status(task_id, state.status, state.reason, ()))
+        return
+    yield status(
+        TaskStatus(
+            state=TaskState.TASK_STATE_FAILED,
+            message=agent_message(task_id, "closed", "the Run ended without settling"),
+        )
+    )
