@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 
+from psych_runtime.activities.hooks import Deny, Hooks
 from psych_runtime.activities.secrets import SecretNotFound
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 from tests.a2a.peer import free_port, serve_peer
 
+from ._waiting import is_waiting, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -169,3 +172,36 @@ async def test_two_tenants_each_send_only_their_own_credential(harness: Harness)
         ("from acme", "Bearer key-acme"),
         ("from globex", "Bearer key-globex"),
     ]
+
+
+async def test_policy_approvals_and_hooks_apply_to_peer_skills(harness: Harness) -> None:
+    harness.settings = dataclasses.replace(
+        harness.settings,
+        policy=RulePolicy(tools={"helper__echo": "ask"}),
+        hooks=Hooks().pre("helper__w*", lambda call: Deny(f"{call.tool} is not allowed")),
+    )
+    async with serve_peer(("echo", "wipe")) as peer:
+        spec = AgentBuilder("caller").model("fake-model").a2a_peer("helper", peer.url).build()
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__echo", {"message": "approved"}, id="e1")),
+            Reply.tool_calls(ToolCall("helper__wipe", {"message": "all"}, id="w1")),
+            Reply.text("done"),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+            state = await state_when(
+                harness.client, run, harness.scope, is_waiting, what="the approval"
+            )
+            [pending] = state.pending
+            assert (pending.reason, pending.id, pending.tool) == ("approval", "e1", "helper__echo")
+            assert peer.requests == []  # nothing is sent before the approval
+            await harness.client.approve(run, "e1", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert [(c.tool, c.status) for c in report.tool_calls] == [
+        ("helper__echo", "ok"),
+        ("helper__wipe", "denied"),
+    ]
+    assert "helper__wipe is not allowed" in (report.tool_calls[1].result or "")
+    assert peer.texts() == ["approved"]
