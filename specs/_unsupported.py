@@ -36,10 +36,6 @@ _AUTHORIZATION_CODE_ONLY = (
 
 UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
     {
-        "AgentSpec.a2a_peers": (
-            "A2A delegation is not implemented by this runtime yet; "
-            "the agent would run without its peers"
-        ),
         # MCP OAuth: the client_credentials grant works; what only the authorization_code
         # grant (a person's consent) would use is refused until that grant works.
         "McpOAuth.cimd_url": _AUTHORIZATION_CODE_ONLY,

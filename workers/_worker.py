@@ -296,6 +296,18 @@ def activities_for(
         outage_seconds=settings.outage_seconds,
         hooks=mcp.hooks,
     )
+    # Imported here: the a2a SDK (protobuf types) costs import time every psych command
+    # would pay otherwise.
+    from psych_runtime.activities.a2a import A2aActivities
+
+    peers = A2aActivities(
+        blobs=settings.blobs,
+        egress=egress,
+        secrets=settings.secrets,
+        policy=settings.policy,
+        hooks=mcp.hooks,
+        outage_seconds=settings.outage_seconds,
+    )
     # The summariser shares the model activities' endpoints, pricing and HTTP client.
     compaction = CompactionActivities(model)
     versions = VersionActivities(settings.versions)
@@ -304,6 +316,7 @@ def activities_for(
         *compaction.activities(),
         *tools.activities(),
         *mcp.activities(),
+        *peers.activities(),
         *versions.activities(),
     ]
 

@@ -9,6 +9,15 @@ deterministic and free of I/O, so workflows import it (passed through the sandbo
 other packages import it from this package only, never from its modules.
 """
 
+from psych_runtime.activities.contract._a2a import (
+    A2A_MESSAGE_ARGUMENT,
+    A2A_TASK_ARGUMENT,
+    A2aCards,
+    A2aCardsInput,
+    A2aPeerStatus,
+    A2aPollInput,
+    A2aToolCall,
+)
 from psych_runtime.activities.contract._base import LATENCY_DECIMALS
 from psych_runtime.activities.contract._context import (
     ContextShown,
@@ -43,6 +52,8 @@ from psych_runtime.activities.contract._model import (
     ModelFailure,
 )
 from psych_runtime.activities.contract._names import (
+    A2A_CARDS,
+    A2A_POLL,
     ACTIVITY_NAMES,
     ACTIVITY_ROLES,
     MCP_LIST_TOOLS,
@@ -52,6 +63,7 @@ from psych_runtime.activities.contract._names import (
     MODEL_ROLE,
     POLICY_DECIDE,
     ROLES,
+    TOOL_A2A,
     TOOL_CATALOG,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
@@ -124,6 +136,15 @@ from psych_runtime.activities.contract._usage import Latency, Usage
 from psych_runtime.activities.contract._versions import VersionPublishInput
 
 __all__ = [
+    "A2A_CARDS",
+    "A2A_MESSAGE_ARGUMENT",
+    "A2A_POLL",
+    "A2A_TASK_ARGUMENT",
+    "A2aCards",
+    "A2aCardsInput",
+    "A2aPeerStatus",
+    "A2aPollInput",
+    "A2aToolCall",
     "ACTIVITY_NAMES",
     "ACTIVITY_ROLES",
     "BlobRef",
@@ -174,6 +195,7 @@ __all__ = [
     "SlimModelCallResult",
     "SlimToolOutcome",
     "TOOLS_ROLE",
+    "TOOL_A2A",
     "TOOL_CATALOG",
     "TOOL_MCP",
     "TOOL_READ_OUTPUT",

@@ -22,15 +22,24 @@ MCP_LIST_TOOLS = "psych.mcp.list_tools"
 """Run as a local activity at every turn boundary (its result is a marker in history)."""
 MCP_SEARCH_TOOLS = "psych.mcp.search_tools"
 TOOL_MCP = "psych.tool.mcp"
+A2A_CARDS = "psych.a2a.cards"
+"""Run as a local activity at every turn boundary of a Run with A2A peers."""
+TOOL_A2A = "psych.tool.a2a"
+"""One message sent to an A2A peer (a skill offered as a tool)."""
+A2A_POLL = "psych.a2a.poll"
+"""Reads a peer task left working, on a workflow timer (the Run waits durably)."""
 VERSION_PUBLISH = "psych.version.publish"
 """Publishes a spawned child's composed Spec through the worker's VersionStore."""
 
 ACTIVITY_NAMES = (
+    A2A_CARDS,
+    A2A_POLL,
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     MODEL_CALL,
     MODEL_COMPACT,
     POLICY_DECIDE,
+    TOOL_A2A,
     TOOL_CATALOG,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
@@ -50,10 +59,13 @@ ROLES = (WORKFLOWS_ROLE, MODEL_ROLE, TOOLS_ROLE)
 ACTIVITY_ROLES: dict[str, str] = {
     # A local activity runs on the worker that runs the workflow task, whatever its queue.
     MCP_LIST_TOOLS: WORKFLOWS_ROLE,
+    A2A_CARDS: WORKFLOWS_ROLE,
+    A2A_POLL: TOOLS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
     MODEL_CALL: MODEL_ROLE,
     MODEL_COMPACT: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,
+    TOOL_A2A: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,

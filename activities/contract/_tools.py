@@ -34,7 +34,7 @@ class ToolInfo(_Payload):
     """What a policy knows about a tool (MCP-style annotations; None = unannotated)."""
 
     name: str
-    kind: Literal["code", "http", "mcp", "builtin"]
+    kind: Literal["code", "http", "mcp", "a2a", "builtin"]
     read_only: bool | None = None
     destructive: bool | None = None
 
@@ -60,7 +60,7 @@ class CatalogEntry(_Payload):
 
     name: str
     """The name the model sees (for an MCP tool ``<server>__<tool>``, sanitised)."""
-    kind: Literal["code", "http", "mcp", "builtin"]
+    kind: Literal["code", "http", "mcp", "a2a", "builtin"]
     safe_to_repeat: bool
     """False for code tools not registered idempotent, for HTTP POST/PATCH and for MCP
     tools the server marks neither read-only nor idempotent."""
@@ -72,9 +72,10 @@ class CatalogEntry(_Payload):
     set by the worker for tools not safe to repeat, sized for the server outage a finished
     call must survive. None: the workflow's default (10 s)."""
     server: str | None = None
-    """MCP tools: the server's name in the Spec."""
+    """MCP tools: the server's name in the Spec; A2A skills: the peer's."""
     tool: str | None = None
-    """MCP tools: the tool's own name on the server (what ``tools/call`` is sent)."""
+    """MCP tools: the tool's own name on the server (what ``tools/call`` is sent); A2A
+    skills: the skill's id on the peer's card."""
 
 
 class PolicyInput(_Payload):

@@ -40,7 +40,7 @@ from psych_runtime.activities.hooks._command import CommandHook, CommandResult, 
 
 HookStage = Literal["pre", "post", "on_error"]
 STAGES: tuple[HookStage, ...] = ("pre", "post", "on_error")
-ToolKind = Literal["code", "http", "mcp", "builtin"]
+ToolKind = Literal["code", "http", "mcp", "a2a", "builtin"]
 _HEARTBEAT_SECONDS = 1.0
 _T = TypeVar("_T")
 _O = TypeVar("_O")

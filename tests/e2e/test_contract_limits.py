@@ -172,7 +172,13 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
 
 @pytest.mark.parametrize(
     "field",
-    [{"a2a_peers": [{"name": "peer", "url": "https://peer.test"}]}],
+    [
+        {
+            "mcp_servers": [
+                {"name": "crm", "url": "https://crm.test", "oauth": {"grant": "authorization_code"}}
+            ]
+        }
+    ],
     ids=str,
 )
 async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(
@@ -193,6 +199,7 @@ async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
-    name = next(iter(field))
-    assert f"unsupported: this runtime does not implement {name}: " in str(failed.value.cause)
+    assert "unsupported: this runtime does not implement mcp_servers[crm].oauth.grant: " in str(
+        failed.value.cause
+    )
     assert harness.fake.requests == []  # no model call was made

@@ -403,14 +403,13 @@ def test_subagent_and_other_grants() -> None:
         True,
         "concise",
     )
-    # Every grant but the subagent, spawn, compaction, the task list, components and the
-    # MCP server itself (its authorization_code OAuth is not) is a field the runtime does
-    # not implement yet.
+    # Every grant but the subagent, spawn, compaction, the task list, components, the A2A
+    # peer and the MCP server itself (its authorization_code OAuth is not) is a field the
+    # runtime does not implement yet.
     assert validate(spec) == unsupported_features(spec)
     assert [p.path for p in unsupported_features(spec)] == [
         "mcp_servers[crm].oauth.grant",
         "mcp_servers[crm].oauth.redirect_uris",
-        "a2a_peers",
     ]
 
 

@@ -39,9 +39,23 @@ def agent(name: str = "a", **fields: Any) -> AgentSpec:
     return AgentSpec(**{"name": name, "model": ModelRef(model="m"), **fields})
 
 
-# Each unsupported AgentSpec field, set to something other than its default.
-AGENT_FIELDS: dict[str, dict[str, Any]] = {
-    "a2a_peers": {"a2a_peers": [A2APeer(name="peer", url="https://peer.test")]},
+# A client-credentials server (implemented) that also names a field only the
+# authorization_code grant uses (not implemented).
+OAUTH_SERVER = McpServer(
+    name="crm",
+    url="https://crm.test",
+    oauth=McpOAuth(
+        grant="client_credentials",
+        preregistered_client_id="psych-worker",
+        client_secret_credential="crm_client_secret",
+        cimd_url="https://psych.test/client.json",
+    ),
+)
+
+# Each unsupported use inside an AgentSpec (its path there -> the fields that make it, and
+# its key in the table).
+AGENT_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
+    "mcp_servers[crm].oauth.cimd_url": ({"mcp_servers": [OAUTH_SERVER]}, "McpOAuth.cimd_url"),
 }
 
 # Where an AgentSpec can sit, and the path prefix its problems carry there.
@@ -88,11 +102,12 @@ PLACES: dict[str, tuple[Callable[[AgentSpec], AgentSpec | WorkflowSpec], str]] =
 @pytest.mark.parametrize("field", sorted(AGENT_FIELDS))
 def test_unsupported_agent_field_is_refused_wherever_it_appears(field: str, place: str) -> None:
     build, prefix = PLACES[place]
-    spec = build(agent("inner", **AGENT_FIELDS[field]))
+    fields, key = AGENT_FIELDS[field]
+    spec = build(agent("inner", **fields))
     problems = unsupported_features(spec)
     assert [p.path for p in problems] == [f"{prefix}{field}"]
-    assert problems[0].message == UNSUPPORTED_FIELDS[f"AgentSpec.{field}"]
-    assert "not implemented" in problems[0].message
+    assert problems[0].message == UNSUPPORTED_FIELDS[key]
+    assert "does not implement" in problems[0].message
     assert set(problems) <= set(validate(spec))
 
 
@@ -162,6 +177,13 @@ def test_mcp_servers_are_implemented() -> None:
     assert unsupported_features(on_workflow) == []
 
 
+def test_a2a_peers_are_implemented() -> None:
+    # Issue 24 item 1: peers' skills are offered as tools (workflows/features/_a2a.py).
+    spec = agent(a2a_peers=[A2APeer(name="peer", url="https://peer.test", allow=("x",))])
+    assert unsupported_features(spec) == []
+    assert validate(spec) == []
+
+
 def test_defaults_and_explicit_defaults_are_not_refused() -> None:
     assert unsupported_features(agent()) == []
     explicit = agent(
@@ -178,21 +200,17 @@ def test_defaults_and_explicit_defaults_are_not_refused() -> None:
 
 def test_every_use_is_reported_in_a_stable_order() -> None:
     everything = agent(
-        **{k: v for fields in AGENT_FIELDS.values() for k, v in fields.items()},
+        **{k: v for fields, _ in AGENT_FIELDS.values() for k, v in fields.items()},
         subagents=[
-            SubagentRef(
-                name="h",
-                description="d" * 20,
-                spec=agent(a2a_peers=[A2APeer(name="peer", url="https://peer.test")]),
-            )
+            SubagentRef(name="h", description="d" * 20, spec=agent(mcp_servers=[OAUTH_SERVER]))
         ],
     )
     first = unsupported_features(everything)
     assert first == unsupported_features(everything)
     assert first == unsupported_features(AgentSpec.model_validate(everything.model_dump()))
     assert [p.path for p in first] == [
-        "a2a_peers",
-        "subagents[h].spec.a2a_peers",
+        "mcp_servers[crm].oauth.cimd_url",
+        "subagents[h].spec.mcp_servers[crm].oauth.cimd_url",
     ]
 
 
@@ -206,12 +224,15 @@ def test_tasks_and_components_are_implemented() -> None:
 def test_a_document_using_an_unsupported_field_does_not_publish() -> None:
     spec = spec_from_yaml(
         "kind: agent\nname: a\nmodel: {model: m}\n"
-        "a2a_peers: [{name: peer, url: 'https://peer.test'}]\n",
+        "mcp_servers: [{name: crm, url: 'https://crm.test', oauth: {grant: authorization_code}}]\n",
         source="a.yaml",
     )
     problems = validate(spec)
-    assert problems == [Problem("a2a_peers", UNSUPPORTED_FIELDS["AgentSpec.a2a_peers"])]
-    assert "a2a_peers: A2A delegation is not implemented" in str(ValidationFailed(problems))
+    why = UNSUPPORTED_VALUES["McpOAuth.grant"]["authorization_code"]
+    assert problems == [Problem("mcp_servers[crm].oauth.grant", why)]
+    assert "mcp_servers[crm].oauth.grant: the authorization_code grant is not implemented" in str(
+        ValidationFailed(problems)
+    )
 
 
 def test_compaction_is_implemented_so_it_publishes() -> None:
@@ -245,11 +266,11 @@ def test_unsupported_module_imports_nothing_a_workflow_sandbox_would_refuse() ->
 
 def test_a_spec_nested_past_the_recursion_limit_is_walked_without_recursing() -> None:
     # The workflow calls this on Specs that were never validated (Run admission).
-    spec = agent("leaf", a2a_peers=[A2APeer(name="peer", url="https://peer.test")])
+    spec = agent("leaf", mcp_servers=[OAUTH_SERVER])
     for _ in range(400):
         spec = agent(subagents=[SubagentRef(name="s", description="d" * 20, spec=spec)])
     (problem,) = unsupported_features(spec)
-    assert problem.path == "subagents[s].spec." * 400 + "a2a_peers"
+    assert problem.path == "subagents[s].spec." * 400 + "mcp_servers[crm].oauth.cimd_url"
 
 
 def test_spawn_is_implemented() -> None:

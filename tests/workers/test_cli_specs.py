@@ -99,16 +99,23 @@ def test_publish_refuses_a_field_the_runtime_does_not_implement(
     spec = tmp_path / "compacting.yaml"
     spec.write_text(
         "kind: agent\nname: a\nmodel: {model: m}\n"
-        "a2a_peers: [{name: peer, url: 'https://peer.test'}]\n"
+        "mcp_servers: [{name: crm, url: 'https://crm.test', oauth: {grant: authorization_code}}]\n"
         "subagents:\n  - name: helper\n    description: Summarises long threads for me.\n"
         "    spec: {kind: agent, name: h, model: {model: m},\n"
-        "           a2a_peers: [{name: peer, url: 'https://peer.test'}]}\n"
+        "           mcp_servers: [{name: crm, url: 'https://crm.test',\n"
+        "                          oauth: {grant: authorization_code}}]}\n"
     )
     store = tmp_path / "versions"
     assert main(["publish", str(spec), "--store", str(store)]) == 1
     err = capsys.readouterr().err
-    assert f"{spec}: subagents[helper].spec.a2a_peers: A2A delegation is not implemented" in err
-    assert f"{spec}: a2a_peers: A2A delegation is not implemented" in err
+    assert (
+        f"{spec}: subagents[helper].spec.mcp_servers[crm].oauth.grant: the authorization_code "
+        "grant is not implemented" in err
+    )
+    assert (
+        f"{spec}: mcp_servers[crm].oauth.grant: the authorization_code grant is not implemented"
+        in err
+    )
     assert f"{spec}: 2 problem(s); not valid" in err
     assert not store.exists()
 

@@ -84,10 +84,15 @@ from psych_runtime.workflows import (
     RunStatus,
     workflow_id_for,
 )
+from tests.a2a.peer import serve_peer
 from tests.e2e._http_server import CountingServer, refund_tool
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
+
+# The shapes' HTTP, MCP and A2A servers run on loopback, which a Spec's URL may reach only
+# when the operator allows it (as tests/conftest.py allows it for the suite).
+os.environ.setdefault("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,::1/128,localhost")
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 SCOPE = Scope(tenant="acme", principal="recorder")
@@ -1019,6 +1024,43 @@ async def mcp_optional_unavailable(rig: Rig) -> RunHandle:
     return await rig.run(spec)
 
 
+async def a2a_peer_called(rig: Rig) -> RunHandle:
+    # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
+    # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
+    # call answered with an artifact, then one the peer answers input-required.
+    async with serve_peer(("echo", "ask", "wipe")) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__echo", {"message": "hi"})),
+            Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"})),
+            Reply.text("done"),
+        )
+        spec = rig.agent("a2a").a2a_peer("helper", peer.url, allow=("ask", "echo")).build()
+        return await rig.run(spec)
+
+
+async def a2a_peer_task_waited(rig: Rig) -> RunHandle:
+    # The peer works past the call's 5 s hold: the call returns a wait, the Run suspends
+    # (external), psych.a2a.poll reads the task on a backing-off timer, and the poller
+    # completes the wait with the answer (Resumed by the peer).
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:9"})),
+            Reply.text("Booked."),
+        )
+        return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
+
+
+async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
+    rig.fake.enqueue(Reply.text("Answered without it."))
+    spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
+    return await rig.run(spec)
+
+
+async def a2a_required_unreachable(rig: Rig) -> RunHandle:
+    spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9").build()
+    return await rig.run(spec)
+
+
 async def mcp_required_unreachable(rig: Rig) -> RunHandle:
     spec = rig.agent("mcp").mcp_server("crm", "http://127.0.0.1:9/mcp").build()
     return await rig.run(spec)
@@ -1498,6 +1540,11 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_deferred_search),
     ("dev", mcp_abort_during_call),
     ("dev", workflow_mcp_tool_step),
+    # A2A peers as tools (issue 24, item 1)
+    ("dev", a2a_peer_called),
+    ("dev", a2a_peer_task_waited),
+    ("dev", a2a_optional_unavailable),
+    ("dev", a2a_required_unreachable),
     # tasks, components and context providers
     ("dev", tasks_updated),
     ("dev", component_shown),

@@ -52,8 +52,8 @@ def test_the_turn_loop_calls_a_hook_only_on_the_features_that_use_it() -> None:
         for hook in ("boundary", "after_call", "into_call", "open_items")
     }
     assert names == {
-        "boundary": ["compaction"],
+        "boundary": ["a2a", "compaction"],
         "after_call": ["mcp", "context", "compaction"],
-        "into_call": ["mcp", "tasks", "threads"],
+        "into_call": ["mcp", "a2a", "tasks", "threads"],
         "open_items": [],
     }

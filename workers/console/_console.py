@@ -27,6 +27,7 @@ from psych_runtime.workflows import (
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    PeerDiscovered,
     Pending,
     Record,
     Resumed,
@@ -220,6 +221,11 @@ def format_record(record: Record, *, full: bool = False) -> str:
             source = "cached" if record.cached else "fresh"
             deferred = ", deferred (search_mcp_tools)" if record.status == "deferred" else ""
             return f"  MCP {record.server}: {record.tools} tools ({source}){deferred}"
+        case PeerDiscovered():
+            if record.status == "unavailable":
+                return f"  A2A peer {record.peer}: unavailable: {_short(record.error or '', 100)}"
+            source = "cached" if record.cached else "fresh"
+            return f"  A2A peer {record.peer}: {len(record.skills)} skills ({source})"
         case ToolWithheld():
             return f"  tool {record.tool} withheld after {record.failures} failures in a row"
         case Suspended():

@@ -35,6 +35,7 @@ from psych_runtime.workflows import (
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    PeerDiscovered,
     Record,
     Resumed,
     RunAdmitted,
@@ -148,6 +149,7 @@ class RunProgress:
             case (
                 ToolWithheld()
                 | McpDiscovered()
+                | PeerDiscovered()
                 | AbortRequested()
                 | SteerReceived()
                 | NextRunStarted()

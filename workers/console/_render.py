@@ -35,6 +35,7 @@ from psych_runtime.workflows import (
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    PeerDiscovered,
     Record,
     Resumed,
     RunAdmitted,
@@ -143,6 +144,7 @@ def record_style(record: Record | None) -> str:
         case (
             ModelCallFinished()
             | McpDiscovered()
+            | PeerDiscovered()
             | ChildSpawned()
             | ChildSettled()
             | CompactionApplied()

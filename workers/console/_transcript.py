@@ -34,6 +34,7 @@ from psych_runtime.workflows import (
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    PeerDiscovered,
     Pending,
     PsychClient,
     Record,
@@ -276,6 +277,7 @@ def build_transcript(
                 | ModelCallFailed()
                 | ToolCallStarted()
                 | McpDiscovered()
+                | PeerDiscovered()
                 | AbortRequested()
                 | NextRunStarted()
                 | ChildSpawned()

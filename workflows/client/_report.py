@@ -25,6 +25,7 @@ from psych_runtime.workflows.contract._records import (
     ModelCallFinished,
     ModelCallStarted,
     NextRunStarted,
+    PeerDiscovered,
     Record,
     Resumed,
     RunAdmitted,
@@ -148,6 +149,8 @@ class RunReport(_Frozen):
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name."""
     mcp: tuple[McpDiscoveryReport, ...] = ()
+    peers: tuple[PeerDiscovered, ...] = ()
+    """What each A2A peer offered at each turn boundary (its card, narrowed), in order."""
     """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
     tasks: tuple[Task, ...] = ()
     """The task list as the Run last set it (``update_tasks``)."""
@@ -183,6 +186,7 @@ def build_report(
     steps: dict[str, StepReport] = {}
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
+    peers: list[PeerDiscovered] = []
     compactions: list[CompactionApplied | CompactionFailed] = []
     children_settled: list[ChildSettled] = []
     tasks: tuple[Task, ...] = ()
@@ -283,6 +287,8 @@ def build_report(
                         error=record.error,
                     )
                 )
+            case PeerDiscovered():
+                peers.append(record)
             case CompactionApplied() | CompactionFailed():
                 compactions.append(record)
             case ChildSettled():
@@ -337,6 +343,7 @@ def build_report(
         outputs=settled.outputs if settled else state.outputs,
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
+        peers=tuple(peers),
         tasks=tasks,
         task_updates=task_updates,
         components=tuple(components),

@@ -159,6 +159,21 @@ class McpDiscovered(_Record):
     """``(model name, server, tool)`` for names that were sanitised, cut or suffixed."""
 
 
+class PeerDiscovered(_Record):
+    """What one A2A peer offered at an agent's turn boundary (from its Agent Card)."""
+
+    kind: Literal["peer_discovered"] = "peer_discovered"
+    turn: int
+    peer: str
+    status: Literal["ok", "unavailable"]
+    skills: tuple[str, ...] = ()
+    """The peer's own ids of the skills offered this turn, after ``allow``."""
+    card_hash: str | None = None
+    cached: bool = False
+    """True when the worker's cache answered, False when the peer's card was fetched."""
+    error: str | None = None
+
+
 class Suspended(_Record):
     """The Run waits for something (an approval, an answer, an external completion)."""
 
@@ -399,6 +414,7 @@ Record = Annotated[
     | ToolCallFinished
     | ToolWithheld
     | McpDiscovered
+    | PeerDiscovered
     | Suspended
     | Resumed
     | SuspensionExpired

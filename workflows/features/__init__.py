@@ -6,6 +6,7 @@ records) at admission, at a turn boundary, into and after a model call, and befo
 settling. Appending a feature here is how it joins every Run kind.
 """
 
+from psych_runtime.workflows.features._a2a import Peers
 from psych_runtime.workflows.features._compaction import Compaction
 from psych_runtime.workflows.features._components import Components
 from psych_runtime.workflows.features._context import Context
@@ -25,6 +26,7 @@ FEATURES: tuple[type[Feature], ...] = (
     Questions,
     Subagents,
     Mcp,
+    Peers,
     Tasks,
     Components,
     Spawn,
@@ -39,6 +41,7 @@ __all__ = [
     "Context",
     "FEATURES",
     "Mcp",
+    "Peers",
     "Questions",
     "Results",
     "Skills",

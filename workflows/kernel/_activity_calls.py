@@ -27,12 +27,15 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
+        A2A_CARDS,
+        A2A_POLL,
         ACTIVITY_ROLES,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
         MODEL_CALL,
         MODEL_COMPACT,
         POLICY_DECIDE,
+        TOOL_A2A,
         TOOL_CATALOG,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
@@ -40,6 +43,10 @@ with workflow.unsafe.imports_passed_through():
         TOOL_SEND_HTTP,
         VERSION_PUBLISH,
         WORKFLOWS_ROLE,
+        A2aCards,
+        A2aCardsInput,
+        A2aPollInput,
+        A2aToolCall,
         CatalogEntry,
         CatalogInput,
         CodeToolCall,
@@ -107,6 +114,14 @@ OPTIONS: dict[str, Options] = {
     # The worker bounds an MCP call by its own call timeout, well inside this.
     TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # Local, like the MCP catalogue: an unreachable peer is data in its result. Each card
+    # fetch is bounded by the worker's card timeout (10 s by default), all in parallel.
+    A2A_CARDS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # The worker bounds a peer message by its call timeout (60 s) plus its hold (5 s),
+    # inside this; never retried (``safe_to_repeat`` is False).
+    TOOL_A2A: Options(timedelta(minutes=5), ONCE, heartbeat=timedelta(seconds=10)),
+    # A read of the peer's task (GetTask): safe to repeat.
+    A2A_POLL: Options(timedelta(minutes=2), SAFE_TOOL_RETRY, heartbeat=timedelta(seconds=10)),
     # A local activity: an unreachable server is data in its result, so these retries are
     # for the worker's own failures (the blob store) only.
     MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
@@ -210,6 +225,17 @@ async def list_mcp_tools(input: McpCatalogInput) -> McpCatalog:
     )
 
 
+async def fetch_cards(input: A2aCardsInput) -> A2aCards:
+    """``psych.a2a.cards``, as a local activity: this turn's A2A peer skills (one marker in
+    history; only the hash and statuses when nothing changed)."""
+    return await _execute_local(A2A_CARDS, input, A2aCards, summary=f"A2A cards, turn {input.turn}")
+
+
+async def poll_a2a(input: A2aPollInput, *, summary: str) -> ToolOutcome:
+    """``psych.a2a.poll``: one read of a peer task left working (``wait`` while it is)."""
+    return await _execute(A2A_POLL, input, ToolOutcome, summary=summary)
+
+
 async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:
     """``psych.mcp.search_tools``: the built-in ``search_mcp_tools``."""
     return await _execute(MCP_SEARCH_TOOLS, input, McpSearchResult, summary=summary)
@@ -248,15 +274,22 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 
 
 async def call_tool(
-    input: HttpToolCall | CodeToolCall | McpToolCall, entry: CatalogEntry, *, summary: str
+    input: HttpToolCall | CodeToolCall | McpToolCall | A2aToolCall,
+    entry: CatalogEntry,
+    *,
+    summary: str,
 ) -> ToolOutcome:
     """``psych.tool.send_http`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.run_code`` (both slim) or ``psych.tool.mcp``: one tool call, retried only
-    when it is safe to repeat."""
+    ``psych.tool.run_code`` (both slim), ``psych.tool.mcp`` or ``psych.tool.a2a``: one tool
+    call, retried only when it is safe to repeat."""
     retry, heartbeat = tool_retry(entry.safe_to_repeat), _heartbeat(entry)
     if isinstance(input, McpToolCall):
         return await _execute(
             TOOL_MCP, input, ToolOutcome, summary=summary, retry=retry, heartbeat=heartbeat
+        )
+    if isinstance(input, A2aToolCall):
+        return await _execute(
+            TOOL_A2A, input, ToolOutcome, summary=summary, retry=retry, heartbeat=heartbeat
         )
     workflow_id = workflow.info().workflow_id
     if isinstance(input, HttpToolCall):

@@ -68,6 +68,11 @@ class RunView(Protocol):
         """The admitted Spec."""
 
     @property
+    def tools_ref(self) -> str | None:
+        """The stored definitions of the Run's own catalogue (built-ins, code and HTTP
+        tools), once resolved at the start of an agent's turns (None before, or none)."""
+
+    @property
     def limits(self) -> Limits:
         """The Spec's limits."""
 
@@ -229,6 +234,11 @@ class Feature:
 
     def offered(self) -> Mapping[str, CatalogEntry]:
         """Tools it offers this turn beyond the Run's catalogue (by name)."""
+        return {}
+
+    def tool_kinds(self) -> Mapping[str, Handler]:
+        """Catalogue entry kinds whose calls it runs (``kind -> handler``): its offered
+        tools that no activity of the kernel knows (A2A skills)."""
         return {}
 
     async def before_step(self, turn: int, base: ToolCatalog) -> None:

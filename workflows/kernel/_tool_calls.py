@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
-    from psych_runtime.workflows.kernel._feature import Builtin, overriding
+    from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
@@ -89,6 +89,12 @@ class ToolCalls(FeatureView):
             builtin.name: builtin for feature in self._features for builtin in feature.builtins()
         }
         """Every feature's built-ins, by name, in offer order."""
+        self._kind_handlers: dict[str, Handler] = {
+            kind: handler
+            for feature in self._features
+            for kind, handler in feature.tool_kinds().items()
+        }
+        """Entry kinds a feature runs (its own tools), by kind."""
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
@@ -264,9 +270,12 @@ class ToolCalls(FeatureView):
         large = self._limits.large_result_bytes
         summary = f"tool {call.name}, turn {turn}"
         builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
+        handler = builtin.handle if builtin is not None else self._kind_handlers.get(entry.kind)
         try:
-            if builtin is not None:
-                return await builtin.handle(turn, call, arguments)
+            if handler is not None:
+                # A feature's call: its activity errors are handled below like any tool's
+                # (a call not safe to repeat whose worker died is UNKNOWN).
+                return await handler(turn, call, arguments)
             if entry.kind == "http":
                 tool = self._tools[call.name]
                 assert isinstance(tool, HttpTool)

@@ -121,6 +121,7 @@ class TurnLoop(ToolCalls):
         assert isinstance(spec, AgentSpec)
         limits = spec.limits
         catalog = await resolve(self)
+        self._base_tools_ref = catalog.tools_ref
         base = {entry.name: entry for entry in catalog.entries}
         pending: list[ChatMessage | str] = [
             ChatMessage(role="user", content=text) for text in self._input.messages

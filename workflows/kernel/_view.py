@@ -33,6 +33,7 @@ class FeatureView(Handlers):
 
     _spec: AgentSpec | WorkflowSpec
     _suspension: SuspensionPolicy
+    _base_tools_ref: str | None = None
 
     async def suspend_call(
         self,
@@ -68,6 +69,11 @@ class FeatureView(Handlers):
     def spec(self) -> AgentSpec | WorkflowSpec:
         """The admitted Spec."""
         return self._spec
+
+    @property
+    def tools_ref(self) -> str | None:
+        """The stored definitions of the Run's own catalogue (built-ins, code, HTTP)."""
+        return self._base_tools_ref
 
     @property
     def limits(self) -> Limits:

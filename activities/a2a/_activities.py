@@ -1,0 +1,316 @@
+"""A2A activities: a turn's catalogue of peer skills (``psych.a2a.cards``) and one message
+to a peer (``psych.tool.a2a``), over the official ``a2a-sdk`` client transports.
+
+A peer's card is fetched through the worker's egress port for the Run's tenant and cached
+per (tenant, principal, url, credential identity) for ``A2aSettings.card_ttl_seconds``;
+its skills are narrowed by ``allow`` through the one ``narrow`` and named
+``<peer>__<skill>`` like MCP tools. An unreachable peer is data (``status="unavailable"``):
+the workflow decides whether that fails the Run. A message is sent once, with a message id
+made of the Run and the call (so a peer that deduplicates by message id never acts twice),
+and its answer, artifacts and an ``input-required`` question come back as the tool result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Literal, TypeVar
+
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+)
+from temporalio import activity
+
+from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.a2a._answer import (
+    INTERRUPTED,
+    TERMINAL,
+    Answer,
+    answer_of_message,
+    answer_of_task,
+    state_name,
+)
+from psych_runtime.activities.a2a._cards import Cards
+from psych_runtime.activities.a2a._peers import (
+    Connection,
+    Peers,
+    PeerUnavailable,
+    connect,
+    describe,
+)
+from psych_runtime.activities.a2a._settings import A2aSettings
+from psych_runtime.activities.blobs import BlobStore
+from psych_runtime.activities.contract import (
+    A2A_MESSAGE_ARGUMENT,
+    A2A_POLL,
+    A2A_TASK_ARGUMENT,
+    TOOL_A2A,
+    A2aPollInput,
+    A2aToolCall,
+    ToolOutcome,
+)
+from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.hooks import HookCall, Hooks, Interception
+from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tools import (
+    Policy,
+    RulePolicy,
+    complete_through_client,
+    store_outcome,
+)
+from psych_runtime.specs import narrow
+
+_T = TypeVar("_T")
+
+
+class A2aActivities(Cards, ActivityClass):
+    """The A2A activities, sharing one card cache and transport pool per worker."""
+
+    def __init__(
+        self,
+        *,
+        blobs: BlobStore,
+        egress: Egress,
+        secrets: SecretResolver | None = None,
+        policy: Policy | None = None,
+        hooks: Hooks | None = None,
+        settings: A2aSettings | None = None,
+        outage_seconds: float = 0.0,
+    ) -> None:
+        """Create the activities.
+
+        Args:
+            blobs: where definitions, results and large artifacts are stored.
+            egress: the worker's egress port: every card fetch and message goes through
+                its client for the Run's tenant.
+            secrets: resolves peers' credentials per Scope; without one, a peer that names
+                a credential is unavailable.
+            policy: decides allow/deny/ask per skill (fixed per tool when it can).
+            hooks: the pre, post and on_error hooks every peer call runs through, matched
+                on the model-facing ``peer__skill`` name.
+            settings: timeouts, cache and pool bounds (``A2aSettings()``).
+            outage_seconds: as for ``ToolActivities``: a peer call reports its outcome
+                through the worker's client and gets a heartbeat timeout of this plus
+                ``OUTAGE_MARGIN`` (0: no such care).
+        """
+        self.blobs = blobs
+        self.secrets = secrets
+        self.policy: Policy = policy if policy is not None else RulePolicy()
+        self.hooks = hooks if hooks is not None else Hooks()
+        self.settings = settings if settings is not None else A2aSettings()
+        self._outage_seconds = outage_seconds
+        self.peers = Peers(
+            egress,
+            card_ttl_seconds=self.settings.card_ttl_seconds,
+            max_entries=self.settings.max_entries,
+        )
+
+    # --- one message -----------------------------------------------------------------------
+
+    @activity.defn(name=TOOL_A2A)
+    async def call(self, input: A2aToolCall) -> ToolOutcome:
+        """One message to the peer for a skill; its answer is the outcome (failures are
+        data: an error outcome naming the peer and why).
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+            CompleteAsyncError: the outcome is reported through the worker's client.
+        """
+        started = time.monotonic()
+        span = tool_span(
+            tool=input.name,
+            call_id=input.call_id,
+            run_id=input.run_id,
+            tenant=input.scope.tenant,
+            arguments=input.arguments,
+            tool_type="extension",
+            extra={"psych.a2a.peer": input.peer.name, "psych.a2a.skill": input.skill},
+        )
+        plan = self.hooks.plan(
+            HookCall(
+                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            )
+        )
+        outcome = await traced_tool(span, self._intercepted(input, started, plan))
+        if not input.report_through_client or self._outage_seconds <= 0:
+            return outcome
+        complete_through_client(outcome, outcome.call_id)
+
+    async def _intercepted(
+        self, input: A2aToolCall, started: float, plan: Interception
+    ) -> ToolOutcome:
+        denied = await plan.before()
+        if denied is not None:
+            return plan.stamp(await self._store(input, "denied", denied, started))
+        if plan.rewritten:
+            input = input.model_copy(update={"arguments": plan.arguments})
+        connection: Connection | None = None
+        try:
+            connection = await connect(input.peer, input.scope, self.secrets)
+            answer = await self._send(input, connection)
+        except PeerUnavailable as err:
+            answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
+        if isinstance(answer, Task):
+            # Still working past the hold: the Run waits durably and polls (post hooks run
+            # on the answer, in ``psych.a2a.poll``).
+            text = (
+                f"Waiting for A2A peer {input.peer.name!r}: task {answer.id} is "
+                f"{state_name(answer.status.state)}."
+            )
+            waiting = await self._store(input, "wait", text, started)
+            return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
+        redact = connection.redact if connection is not None else Redactor()
+        final, shown = await plan.after(answer.status, redact(answer.text))
+        return plan.stamp(await self._store(input, final, shown, started))
+
+    @activity.defn(name=A2A_POLL)
+    async def poll(self, input: A2aPollInput) -> ToolOutcome:
+        """Read a task the peer left working: a ``wait`` outcome while it still is, else
+        the call's answer after the post hooks (a failure reading it is retried by
+        Temporal: a read is safe to repeat)."""
+        started = time.monotonic()
+        connection = await connect(input.peer, input.scope, self.secrets)
+        fetched, _ = await self.peers.card(
+            input.peer, input.scope, connection, fetch_seconds=self.settings.card_timeout_seconds
+        )
+        transport = self.peers.transport(input.scope, connection, fetched.card)
+        deadline = time.monotonic() + self.settings.call_timeout_seconds
+        task = await self._beating(
+            transport.get_task(
+                GetTaskRequest(id=input.task_id, tenant=input.peer.tenant or ""),
+                context=connection.context(self.settings.call_timeout_seconds),
+            ),
+            deadline,
+        )
+        if task.status.state not in TERMINAL | INTERRUPTED:
+            text = f"task {task.id} is {state_name(task.status.state)}"
+            return await self._store(input, "wait", text, started)
+        answer = await self._answer(task, input)
+        plan = self.hooks.plan(
+            HookCall(
+                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            )
+        )
+        final, shown = await plan.after(answer.status, connection.redact(answer.text))
+        return plan.stamp(await self._store(input, final, shown, started))
+
+    async def _store(
+        self,
+        input: A2aToolCall | A2aPollInput,
+        status: Literal["ok", "error", "wait", "denied"],
+        text: str,
+        started: float,
+    ) -> ToolOutcome:
+        return await store_outcome(
+            self.blobs,
+            input.call_id,
+            status,
+            text,
+            started=started,
+            limit=input.large_result_bytes,
+        )
+
+    async def _send(self, input: A2aToolCall, connection: Connection) -> Answer | Task:
+        """Send the message; the answer, or the task when the peer still works on it past
+        ``hold_seconds``."""
+        peer = input.peer
+        text = input.arguments.get(A2A_MESSAGE_ARGUMENT)
+        task_id = input.arguments.get(A2A_TASK_ARGUMENT)
+        if not isinstance(text, str) or not text.strip():
+            return Answer("error", f"{input.name} needs {A2A_MESSAGE_ARGUMENT}: the text to send")
+        if task_id is not None and not isinstance(task_id, str):
+            return Answer("error", f"{A2A_TASK_ARGUMENT} must be a string (a task id)")
+        if peer.allow and not narrow([input.skill], allow=peer.allow):
+            return Answer("error", f"skill {input.skill!r} of peer {peer.name!r} is not granted")
+        settings = self.settings
+        fetched, _ = await self.peers.card(
+            peer, input.scope, connection, fetch_seconds=settings.card_timeout_seconds
+        )
+        transport = self.peers.transport(input.scope, connection, fetched.card)
+        message = Message(
+            # The Run and the call: the same on any retry, so a peer that deduplicates
+            # message ids (as psych serve does) acts on it once.
+            message_id=f"{input.run_id}/{input.call_id}",
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+            task_id=task_id or "",
+        )
+        message.metadata.update({"skill": input.skill})
+        request = SendMessageRequest(
+            tenant=peer.tenant or "",
+            message=message,
+            # The peer answers at once; a task it is still working on is read below, then
+            # (past the hold) on the Run's timer, so no HTTP request or activity slot is
+            # held while a peer works for hours.
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        deadline = time.monotonic() + settings.call_timeout_seconds
+        hold_until = time.monotonic() + settings.hold_seconds
+        context = connection.context(settings.call_timeout_seconds)
+        try:
+            response = await self._beating(
+                transport.send_message(request, context=context), deadline
+            )
+            if response.HasField("message"):
+                return await answer_of_message(response.message)
+            task = response.task
+            while task.status.state not in TERMINAL | INTERRUPTED:
+                if time.monotonic() + settings.poll_seconds > hold_until:
+                    return task
+                await asyncio.sleep(settings.poll_seconds)
+                task = await self._beating(
+                    transport.get_task(
+                        GetTaskRequest(id=task.id, tenant=peer.tenant or ""), context=context
+                    ),
+                    deadline,
+                )
+        except TimeoutError:
+            return Answer(
+                "error",
+                f"A2A peer {peer.name!r}: no answer within {settings.call_timeout_seconds:g} s",
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the SDK's and httpx's errors alike: the model reads them
+            self.peers.forget(connection.key)
+            return Answer(
+                "error", f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
+            )
+        return await self._answer(task, input)
+
+    async def _answer(self, task: Task, input: A2aToolCall | A2aPollInput) -> Answer:
+        return await answer_of_task(
+            task,
+            peer=input.peer.name,
+            tool=input.name,
+            large_result_bytes=input.large_result_bytes,
+            store=self.blobs.put,
+        )
+
+    async def _beating(self, work: Awaitable[_T], deadline: float) -> _T:
+        """Await ``work`` before ``deadline``, heartbeating meanwhile (so an abort reaches
+        the call, and a worker that died is noticed)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait(
+                    {task}, timeout=min(self.settings.heartbeat_seconds, left)
+                )
+                if task in done:
+                    return task.result()
+                activity.heartbeat()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})

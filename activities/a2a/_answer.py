@@ -1,0 +1,135 @@
+"""A peer's answer as the model reads it: the task's state, the peer's message, and each
+artifact (a large one stored as its own blob, shown as a handle ``read_tool_output``
+reads, plus a preview). An ``input-required`` task names the question and how to answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from a2a.types.a2a_pb2 import Artifact, Message, Part, Task, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from psych_runtime.activities.contract import A2A_MESSAGE_ARGUMENT, A2A_TASK_ARGUMENT
+
+PREVIEW_CHARS = 512
+"""Characters of a large artifact shown next to its handle."""
+
+TERMINAL = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+"""States a task never leaves."""
+INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+"""States the peer waits in for its caller."""
+
+_STATE_NAMES: dict[int, str] = {
+    TaskState.TASK_STATE_SUBMITTED: "submitted",
+    TaskState.TASK_STATE_WORKING: "working",
+    TaskState.TASK_STATE_COMPLETED: "completed",
+    TaskState.TASK_STATE_FAILED: "failed",
+    TaskState.TASK_STATE_CANCELED: "canceled",
+    TaskState.TASK_STATE_INPUT_REQUIRED: "input-required",
+    TaskState.TASK_STATE_REJECTED: "rejected",
+    TaskState.TASK_STATE_AUTH_REQUIRED: "auth-required",
+}
+
+Store = Callable[[bytes], Awaitable[str]]
+"""Stores bytes as a blob, returning its ref (``BlobStore.put``)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one message to a peer produced, as the tool result."""
+
+    status: Literal["ok", "error"]
+    text: str
+
+
+def state_name(state: int) -> str:
+    """The protocol's name of a task state (``working``, ``input-required``, ...)."""
+    return _STATE_NAMES.get(state, "unknown")
+
+
+def part_text(part: Part) -> str:
+    """One part as text: text as is, data as JSON, a file by name, type and where."""
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return part.text
+    if kind == "data":
+        return json.dumps(MessageToDict(part)["data"], sort_keys=True)
+    name = part.filename or "file"
+    media = f", {part.media_type}" if part.media_type else ""
+    if kind == "url":
+        return f"[file {name}{media}: {part.url}]"
+    if kind == "raw":
+        return f"[file {name}{media}: {len(part.raw)} bytes, not shown]"
+    return ""
+
+
+def parts_text(parts: Iterable[Part]) -> str:
+    """Parts joined by newlines."""
+    return "\n".join(text for text in (part_text(p) for p in parts) if text)
+
+
+async def _artifact(artifact: Artifact, limit: int, store: Store) -> str:
+    title = artifact.name or artifact.artifact_id or "artifact"
+    body = parts_text(artifact.parts)
+    data = body.encode()
+    if len(data) <= limit:
+        return f'Artifact "{title}":\n{body}'
+    ref = await store(data)
+    preview = body[:PREVIEW_CHARS]
+    return (
+        f'Artifact "{title}" is {len(data)} bytes, stored under handle {ref}; call '
+        f'read_tool_output with handle "{ref}" to read it. It begins:\n{preview}'
+    )
+
+
+async def answer_of_message(message: Message) -> Answer:
+    """A peer that answered with a message (no task)."""
+    return Answer("ok", parts_text(message.parts))
+
+
+async def answer_of_task(
+    task: Task, *, peer: str, tool: str, large_result_bytes: int, store: Store
+) -> Answer:
+    """The tool result of a task in any state."""
+    state = task.status.state
+    said = parts_text(task.status.message.parts) if task.status.HasField("message") else ""
+    head = f"[peer {peer}: task {task.id}, state {state_name(state)}]"
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED:
+        return Answer(
+            "ok",
+            f"{head}\nThe peer asks: {said or '(no question text)'}\nTo answer, call {tool} "
+            f'again with {A2A_TASK_ARGUMENT} "{task.id}" and your reply as '
+            f"{A2A_MESSAGE_ARGUMENT}.",
+        )
+    if state == TaskState.TASK_STATE_AUTH_REQUIRED:
+        return Answer(
+            "error",
+            f"{head}\nThe peer requires authentication this agent cannot give "
+            f"({said or 'no detail'}); the credential for peer {peer} is configured by the "
+            "operator.",
+        )
+    if state not in TERMINAL:
+        return Answer(
+            "error",
+            f"{head}\nThe peer did not finish the task within this call"
+            + (f": {said}" if said else "."),
+        )
+    lines = [head]
+    if said:
+        lines.append(said)
+    per_artifact = max(large_result_bytes // max(len(task.artifacts), 1), PREVIEW_CHARS)
+    for artifact in task.artifacts:
+        lines.append(await _artifact(artifact, per_artifact, store))
+    status: Literal["ok", "error"] = "ok" if state == TaskState.TASK_STATE_COMPLETED else "error"
+    return Answer(status, "\n\n".join(lines))

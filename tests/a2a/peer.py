@@ -1,0 +1,208 @@
+"""A scripted A2A peer for tests: ``a2a-sdk``'s own server classes on a loopback port.
+
+``serve_peer(skills=...)`` runs uvicorn in the test's event loop and yields a ``Peer``
+whose ``requests`` list every ``SendMessage`` that reached it (headers, tenant, message id,
+text), so a test can count deliveries and see which credential was sent. Its task ids are
+``task-1``, ``task-2``, ... in the order tasks are made. What the peer answers is decided by
+the text it receives:
+
+- ``ask:<question>``: the task goes ``input-required`` with that question; the next message
+  in the task completes it with ``answered: <reply>``;
+- ``big:<n>``: completes with an artifact of ``n`` characters;
+- ``slow:<seconds>``: sleeps that long, then completes;
+- ``fail``: the task fails with ``cannot do that``;
+- anything else: completes with ``echo: <text>`` and a text artifact ``notes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from a2a.helpers.proto_helpers import (
+    get_message_text,
+    new_task_from_user_message,
+    new_text_message,
+    new_text_part,
+)
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution.simple_request_context_builder import (
+    SimpleRequestContextBuilder,
+)
+from a2a.server.events import EventQueue
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Role,
+)
+from starlette.applications import Starlette
+
+
+@dataclass(frozen=True)
+class Received:
+    """One message that reached the peer."""
+
+    text: str
+    message_id: str
+    task_id: str
+    tenant: str
+    authorization: str | None
+    extensions: frozenset[str]
+    skill: str | None
+
+
+@dataclass
+class Peer:
+    """A running scripted peer."""
+
+    port: int
+    requests: list[Received] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """The peer's base URL (its card is at ``/.well-known/agent-card.json``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def texts(self) -> list[str]:
+        """The texts received, in order."""
+        return [r.text for r in self.requests]
+
+
+class _Scripted(AgentExecutor):
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        assert message is not None and context.task_id and context.context_id
+        text = get_message_text(message)
+        headers: dict[str, Any] = context.call_context.state.get("headers", {})
+        metadata = dict(message.metadata) if message.HasField("metadata") else {}
+        skill = metadata.get("skill")
+        self.peer.requests.append(
+            Received(
+                text=text,
+                message_id=message.message_id,
+                task_id=message.task_id,
+                tenant=context.tenant,
+                authorization=headers.get("authorization"),
+                extensions=frozenset(context.requested_extensions),
+                skill=skill if isinstance(skill, str) else None,
+            )
+        )
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        current = context.current_task
+        if current is None:
+            await event_queue.enqueue_event(new_task_from_user_message(message))
+        await updater.start_work()
+
+        def say(words: str) -> Any:
+            return updater.new_agent_message([new_text_part(words)])
+
+        if current is not None and current.status.message.parts:
+            await updater.complete(say(f"answered: {text}"))
+        elif text.startswith("ask:"):
+            await updater.requires_input(say(text.removeprefix("ask:")))
+        elif text.startswith("big:"):
+            await updater.add_artifact(
+                [new_text_part("x" * int(text.removeprefix("big:")))], name="blob"
+            )
+            await updater.complete(say("here is the big one"))
+        elif text.startswith("slow:"):
+            await asyncio.sleep(float(text.removeprefix("slow:")))
+            await updater.complete(say("done slowly"))
+        elif text == "fail":
+            await updater.failed(say("cannot do that"))
+        else:
+            await updater.add_artifact([new_text_part(f"notes on {text}")], name="notes")
+            await updater.complete(say(f"echo: {text}"))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+class _Numbered(IDGenerator):
+    """Task ids ``task-1``, ``task-2``, ...: a test's scripted model can name them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def generate(self, context: IDGeneratorContext) -> str:
+        self.count += 1
+        return f"task-{self.count}"
+
+
+def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentCard:
+    """The peer's Agent Card: one skill per id, JSON-RPC at ``url``."""
+    return AgentCard(
+        name=name,
+        description="A scripted A2A peer for tests.",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
+        capabilities=AgentCapabilities(streaming=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(id=s, name=s, description=f"The {s} skill.", tags=["test"]) for s in skills
+        ],
+    )
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (at the time of asking)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@asynccontextmanager
+async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]:
+    """Run a scripted peer on a loopback port for the block."""
+    peer = Peer(port=free_port())
+    agent_card = card(peer.url, skills)
+    store = InMemoryTaskStore()
+    handler = DefaultRequestHandler(
+        agent_executor=_Scripted(peer),
+        task_store=store,
+        agent_card=agent_card,
+        request_context_builder=SimpleRequestContextBuilder(
+            task_store=store, task_id_generator=_Numbered()
+        ),
+    )
+    app = Starlette(
+        routes=[*create_agent_card_routes(agent_card), *create_jsonrpc_routes(handler, "/")]
+    )
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=peer.port, log_level="warning", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield peer
+    finally:
+        server.should_exit = True
+        await task
+
+
+def user_message(text: str) -> Any:
+    """A user message (for tests that drive the peer directly)."""
+    return new_text_message(text, role=Role.ROLE_USER)

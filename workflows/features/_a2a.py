@@ -1,0 +1,273 @@
+"""A2A peers at an agent's turn boundaries: each allowed skill of each peer's Agent Card is
+a tool ``<peer>__<skill>``, fixed within the turn; a call sends the peer one message.
+
+At every boundary ``psych.a2a.cards`` (a local activity: one marker in history, only the
+hash and statuses when nothing changed) fetches each card or reads the worker's cache for
+the Scope, narrows and names the skills and stores them with the Run's own definitions;
+the turn's model call is offered that blob. Replay reads the marker and never fetches.
+
+A non-optional peer that is unreachable fails the Run naming it; an optional one is left
+out and the model reads a ``[runtime]`` note when it goes away and when it answers again.
+A call is ``psych.tool.a2a``, once (a peer message is not safe to repeat): a worker lost
+mid-call makes it UNKNOWN, never sent twice. A peer asking for input is the tool's result,
+naming the question and the task id the model answers with.
+
+A task the peer still works on when the call's short hold ends does not keep an activity:
+the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), so the kernel
+suspends the Run on an external wait (the deadline clock stops; the wait expires after
+``external_expires_seconds``), and a poller of this feature reads the task
+(``psych.a2a.poll``) on a workflow timer, backing off from 2 s to 60 s, and completes the
+wait with the answer as a ``Resumed`` by the peer. Timers and reads are history, so the
+wait survives worker restarts; an operator may also complete it with ``psych.resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import (
+        A2aCards,
+        A2aCardsInput,
+        A2aPollInput,
+        A2aToolCall,
+        CatalogEntry,
+        ChatMessage,
+        ModelCallInput,
+        ToolCallRequest,
+        ToolOutcome,
+    )
+    from psych_runtime.specs import A2APeer, AgentSpec
+    from psych_runtime.workflows.contract._contract import ResumeInput
+    from psych_runtime.workflows.contract._records import (
+        PeerDiscovered,
+        Resumed,
+        RunStatus,
+        SuspensionReason,
+    )
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._feature import Feature, Handler, RunView
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome
+
+
+@dataclass
+class PeersState:
+    """What a Run knows of its peers between turns (workflow state, not history)."""
+
+    peers: dict[str, A2APeer] = field(default_factory=dict)
+    cards_hash: str | None = None
+    tools_ref: str | None = None
+    entries: dict[str, CatalogEntry] = field(default_factory=dict)
+    unavailable: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    """What the model is told with the next call (a peer gone or back)."""
+    pollers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Wait token -> the task reading that peer task until it ends."""
+
+
+POLL_FIRST_SECONDS = 2.0
+POLL_MAX_SECONDS = 60.0
+"""A waiting peer task is read after 2 s, then twice as long each time, at most every
+minute: a day-long task costs about 1,500 reads (each an activity in history)."""
+
+
+def shown(outcome: ToolOutcome) -> str:
+    """What the model reads of an outcome completed through a wait (as the tool message a
+    tool activity stores: the result, or a handle and a preview)."""
+    if not outcome.truncated:
+        return outcome.content
+    return (
+        f"The result was {outcome.size} bytes, too large to show whole; it is stored under "
+        f"handle {outcome.result_ref}. Its first {len(outcome.content)} characters follow. "
+        f'To read more, call read_tool_output with handle "{outcome.result_ref}" and offset '
+        f"{len(outcome.content)}.\n\n{outcome.content}"
+    )
+
+
+def _take(state: PeersState, result: A2aCards) -> None:
+    state.cards_hash = result.cards_hash
+    if result.entries is not None:
+        state.tools_ref = result.tools_ref
+        state.entries = {entry.name: entry for entry in result.entries}
+
+
+class Peers(Feature):
+    """A2A peers: their skills offered at each turn boundary, and their calls."""
+
+    name = "a2a"
+
+    def __init__(self, run: RunView) -> None:
+        super().__init__(run)
+        self.state = PeersState()
+
+    def admit(self) -> None:
+        spec = self.run.spec
+        if isinstance(spec, AgentSpec):
+            self.state.peers = {peer.name: peer for peer in spec.a2a_peers}
+
+    async def boundary(self) -> None:
+        state, run = self.state, self.run
+        if not state.peers:
+            return
+        turn = run.turn + 1
+        try:
+            result = await calls.fetch_cards(
+                A2aCardsInput(
+                    run_id=run.input.run_id,
+                    turn=turn,
+                    peers=tuple(state.peers.values()),
+                    scope=run.input.scope,
+                    base_tools_ref=run.tools_ref,
+                    known_hash=state.cards_hash,
+                )
+            )
+        except ActivityError as err:
+            raise Stop(RunStatus.FAILED, f"A2A cards: {cause_text(err)}") from err
+        _take(state, result)
+        log = run.log
+        for status in result.peers:
+            log.add(
+                PeerDiscovered(
+                    **log.stamp(),
+                    turn=turn,
+                    peer=status.peer,
+                    status=status.status,
+                    skills=status.skills,
+                    card_hash=status.card_hash,
+                    cached=status.cached,
+                    error=status.error,
+                )
+            )
+            name = status.peer
+            if status.status == "unavailable":
+                if not state.peers[name].optional:
+                    raise Stop(
+                        RunStatus.FAILED, f"A2A peer {name!r} is unreachable: {status.error}"
+                    )
+                if name not in state.unavailable:
+                    state.unavailable.add(name)
+                    state.notes.append(
+                        f"[runtime] A2A peer {name!r} is unavailable ({status.error}); its "
+                        "skills are not offered until it answers again."
+                    )
+            elif name in state.unavailable:
+                state.unavailable.discard(name)
+                state.notes.append(
+                    f"[runtime] A2A peer {name!r} answers again; its skills are offered."
+                )
+
+    def into_call(self, call: ModelCallInput) -> ModelCallInput:
+        state = self.state
+        if state.cards_hash is None:
+            return call
+        notes = tuple(ChatMessage(role="user", content=note) for note in state.notes)
+        state.notes = []
+        return call.model_copy(
+            update={"tools_ref": state.tools_ref, "new_messages": call.new_messages + notes}
+        )
+
+    def offered(self) -> Mapping[str, CatalogEntry]:
+        return self.state.entries
+
+    def tool_kinds(self) -> Mapping[str, Handler]:
+        return {"a2a": self._call}
+
+    def carry(self) -> Any:
+        # Nothing: a continued Run fetches its peers' cards again at its first boundary
+        # (without a known hash), so what it offers is whole either way; only the notes of
+        # a peer already known to be down may be repeated once.
+        return None
+
+    async def _call(
+        self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
+    ) -> ToolResult:
+        run = self.run
+        entry = self.state.entries[call.name]
+        assert entry.server is not None and entry.tool is not None
+        outcome = await calls.call_tool(
+            A2aToolCall(
+                run_id=run.input.run_id,
+                call_id=call.id,
+                peer=self.state.peers[entry.server],
+                skill=entry.tool,
+                name=entry.name,
+                arguments=arguments,
+                large_result_bytes=run.limits.large_result_bytes,
+                scope=run.input.scope,
+                report_through_client=not entry.safe_to_repeat,
+            ),
+            entry,
+            summary=f"tool {call.name}, turn {turn}",
+        )
+        if outcome.status != "wait" or outcome.wait_token is None:
+            return from_outcome(call, outcome)
+        # The peer still works: the kernel suspends on the token; the poller ends the wait.
+        token = f"a2a:{entry.server}:{outcome.wait_token}"
+        poll = A2aPollInput(
+            run_id=run.input.run_id,
+            call_id=call.id,
+            peer=self.state.peers[entry.server],
+            skill=entry.tool,
+            name=entry.name,
+            task_id=outcome.wait_token,
+            arguments=arguments,
+            large_result_bytes=run.limits.large_result_bytes,
+            scope=run.input.scope,
+        )
+        self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
+        return from_outcome(call, outcome.model_copy(update={"wait_token": token}))
+
+    async def _poll(self, token: str, poll: A2aPollInput) -> None:
+        """Read the peer's task on a timer until it ends, then complete the Run's wait on
+        ``token`` with its answer (unless the wait ended first: expired, aborted, or
+        completed by hand)."""
+        waits = self.run.suspensions.waits
+        delay = POLL_FIRST_SECONDS
+        try:
+            while True:
+                await workflow.sleep(delay, summary=f"poll A2A {poll.peer.name} task")
+                if token not in waits:
+                    return
+                try:
+                    outcome = await calls.poll_a2a(poll, summary=f"poll {poll.name}")
+                except ActivityError as err:
+                    text = (
+                        f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
+                    )
+                    break
+                if outcome.status != "wait":
+                    text = shown(outcome)
+                    break
+                delay = min(delay * 2, POLL_MAX_SECONDS)
+            wait = waits.get(token)
+            if wait is None or wait.answer is not None:
+                return
+            by = f"a2a peer {poll.peer.name}"
+            wait.answer = ResumeInput(
+                reason=SuspensionReason.EXTERNAL,
+                id=token,
+                tenant=self.run.input.scope.tenant,
+                by=by,
+                payload=text,
+            )
+            log = self.run.log
+            log.add(
+                Resumed(
+                    **log.stamp(),
+                    reason=SuspensionReason.EXTERNAL,
+                    id=token,
+                    by=by,
+                    outcome="completed",
+                    detail=text,
+                )
+            )
+        finally:
+            self.state.pollers.pop(token, None)
