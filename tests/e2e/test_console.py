@@ -228,7 +228,7 @@ async def test_a_person_answers_a_workflow_steps_question_and_reads_its_steps(
             runs = await harness.client.list(scope=harness.scope, suspended=True)
             return any(r.workflow_id == run.workflow_id for r in runs)
 
-        await eventually(listed, what="the Run listed as waiting")
+        await eventually(listed, within=60, what="the Run listed as waiting")
         shown = await asyncio.to_thread(
             in_browser, tmp_path / "profile", lambda d: _answer(d, base, run.workflow_id)
         )
