@@ -310,6 +310,12 @@ async def test_push_notifications_reach_a_registered_webhook(harness: Harness) -
             refused.configuration.task_push_notification_config.url = "file:///etc/passwd"
             with pytest.raises(InvalidParamsError, match="only http and https"):
                 await collect(client.send_message(refused))
+            # The cloud metadata address: the egress policy refuses it (the suite allows
+            # loopback only), before any Run starts.
+            metadata = user("go")
+            metadata.configuration.task_push_notification_config.url = "http://169.254.169.254/"
+            with pytest.raises(InvalidParamsError, match=r"egress refused: .*link-local"):
+                await collect(client.send_message(metadata))
 
             request = user("go")
             request.configuration.return_immediately = True

@@ -47,7 +47,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
-from psych_runtime.workers.serve.a2a._push import PushRegistry, checked_url
+from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
     Said,
     answer_text,
@@ -136,7 +136,7 @@ class PsychRequestHandler(RequestHandler):
         config = params.configuration
         pushing = config.HasField("task_push_notification_config")
         if pushing:  # refused before anything starts
-            checked_url(config.task_push_notification_config.url)
+            self.pushes.check(scope, config.task_push_notification_config.url)
         after = 0
         if message.task_id:
             state = await self._owned(message.task_id, scope, agent)

@@ -7,8 +7,12 @@ the final answer artifact (not the streamed text: one request per token would fl
 webhook) to each webhook as a ``StreamResponse`` JSON body, with the configured token in
 ``X-A2A-Notification-Token`` and the configured credentials as ``Authorization``.
 Delivery is best-effort and bounded: one attempt per event, ``timeout_seconds`` each,
-failures logged. The configurations live in memory: a restarted server forgets them
-(the Runs themselves are durable; a caller re-registers, or subscribes).
+failures logged. Every request goes through the egress port (``activities/egress``): a
+webhook URL is a caller's choice, judged like a Spec's URL for the caller's tenant (the
+environment's ``PSYCH_EGRESS_*`` and the global settings file), at registration by what
+needs no lookup and at delivery by the address connected to. The configurations live in
+memory: a restarted server forgets them (the Runs themselves are durable; a caller
+re-registers, or subscribes).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
+from psych_runtime.activities.egress import Egress, EgressDenied, EgressSettings
 from psych_runtime.specs import Scope
+from psych_runtime.workers._settings import worker_egress
 from psych_runtime.workflows import PsychClient
 
 logger = logging.getLogger(__name__)
@@ -57,12 +63,17 @@ def checked_url(url: str) -> str:
     return url
 
 
+def _egress() -> Egress:
+    return Egress(worker_egress(EgressSettings.from_env()))
+
+
 @dataclass
 class PushRegistry:
     """The webhooks of every task of this server, and their watchers."""
 
     client: PsychClient
     timeout_seconds: float = 10.0
+    egress: Egress = field(default_factory=_egress)
     _configs: dict[_Key, dict[str, TaskPushNotificationConfig]] = field(
         default_factory=dict, init=False
     )
@@ -83,7 +94,7 @@ class PushRegistry:
         Raises:
             InvalidParamsError: a URL that is not http(s), or too many webhooks.
         """
-        checked_url(config.url)
+        self.check(scope, config.url)
         key = (scope.tenant, workflow_id)
         kept = TaskPushNotificationConfig()
         kept.CopyFrom(config)
@@ -98,6 +109,18 @@ class PushRegistry:
         if watcher is None or watcher.done():
             self._watchers[key] = asyncio.create_task(self._watch(key, events()))
         return kept
+
+    def check(self, scope: Scope, url: str) -> None:
+        """Refuse a webhook ``url`` that is not http(s) or that the egress policy refuses
+        for the caller's tenant (by what needs no lookup).
+
+        Raises:
+            InvalidParamsError: naming what is wrong.
+        """
+        checked_url(url)
+        refusal = self.egress.judge(url, scope.tenant)
+        if refusal is not None:
+            raise InvalidParamsError(f"push notification url: {refusal.message(url)}")
 
     def get(self, scope: Scope, workflow_id: str, config_id: str) -> TaskPushNotificationConfig:
         """One of the task's webhooks.
@@ -119,14 +142,14 @@ class PushRegistry:
         self._configs.get((scope.tenant, workflow_id), {}).pop(config_id, None)
 
     async def _watch(self, key: _Key, events: AsyncIterator[Event]) -> None:
-        async with httpx.AsyncClient(timeout=self.timeout_seconds) as http:
-            try:
-                async for event in events:
-                    await self._deliver(http, key, event)
-            except Exception:
-                logger.exception("push notifications of %s stopped", key[1])
-            finally:
-                self._watchers.pop(key, None)
+        http = self.egress.http(key[0])  # the tenant's client of the port, shared
+        try:
+            async for event in events:
+                await self._deliver(http, key, event)
+        except Exception:
+            logger.exception("push notifications of %s stopped", key[1])
+        finally:
+            self._watchers.pop(key, None)
 
     async def _deliver(self, http: httpx.AsyncClient, key: _Key, event: Event) -> None:
         body = MessageToDict(to_stream_response(event))
@@ -143,7 +166,9 @@ class PushRegistry:
             auth = config.authentication
             headers["Authorization"] = f"{auth.scheme or 'Bearer'} {auth.credentials}"
         try:
-            response = await http.post(config.url, json=body, headers=headers)
+            response = await http.post(
+                config.url, json=body, headers=headers, timeout=self.timeout_seconds
+            )
             response.raise_for_status()
-        except httpx.HTTPError as err:
+        except (httpx.HTTPError, EgressDenied) as err:
             logger.warning("push notification to %s failed: %s", config.url, err)
