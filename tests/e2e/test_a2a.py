@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.hooks import Deny, Hooks
 from psych_runtime.activities.secrets import SecretNotFound
 from psych_runtime.activities.tools import RulePolicy
@@ -205,3 +206,20 @@ async def test_policy_approvals_and_hooks_apply_to_peer_skills(harness: Harness)
     ]
     assert "helper__wipe is not allowed" in (report.tool_calls[1].result or "")
     assert peer.texts() == ["approved"]
+
+
+async def test_a_peer_the_egress_policy_refuses_is_unreachable_and_never_contacted(
+    harness: Harness,
+) -> None:
+    # The worker's default policy (the suite allows loopback): a peer on loopback is refused.
+    harness.settings = dataclasses.replace(harness.settings, egress=EgressSettings())
+    async with serve_peer(("echo",)) as peer:
+        spec = AgentBuilder("strict").model("fake-model").a2a_peer("local", peer.url).build()
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+            with pytest.raises(RunFailed) as failed:
+                await harness.client.result(run, scope=harness.scope)
+    assert "A2A peer 'local' is unreachable" in str(failed.value)
+    assert "egress refused: 127.0.0.1: loopback" in str(failed.value)
+    assert peer.texts() == []
+    assert harness.fake.requests == []
