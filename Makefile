@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test check lint typecheck unit fast bench bench-long bench-deltas clean
+.PHONY: setup path demo test check lint typecheck unit fast docs reference bench bench-long bench-deltas clean
 
 setup: $(STAMP)
 
@@ -32,13 +32,24 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
-	$(BIN)/mypy tests bench examples
+	$(BIN)/mypy tests bench examples docs/_gen
 
 # Three processes, a module's tests in one of them (its module-scoped servers are shared).
 unit: $(STAMP)
 	$(BIN)/pytest -n 3 --dist loadfile
 
-test: lint typecheck unit
+test: lint typecheck docs unit
+
+# The site in docs/ (build/site/), strict: a broken link or anchor, a page missing from the
+# nav or a docstring mkdocstrings cannot read fails it; so does a generated reference page
+# (Spec, CLI) that no longer matches the code. Nothing is fetched from the network.
+docs: $(STAMP)
+	$(BIN)/python docs/_gen/reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Rewrite the generated reference pages (docs/reference/spec.md, cli.md) from the code.
+reference: $(STAMP)
+	$(BIN)/python docs/_gen/reference.py
 
 # The fast loop: lint, types and every test that needs no Temporal server (the replay gate
 # included), in under two minutes; `make test` stays the whole suite.

@@ -68,7 +68,7 @@ class BaselineBench:
         task also goes through the server's transfer queue (see bench/README.md).
         ``model`` (the fake model's endpoint) adds ``ModelLoop``'s model-request activity;
         ``learn`` gives it the bodies to send. ``sandbox=False`` runs the baselines
-        unsandboxed, as psych's workers run AgentRun (workers/README.md, "The workflow
+        unsandboxed, as psych's workers run AgentRun (docs/decisions/workers.md, "The workflow
         sandbox").
         """
         task_queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ reads (a ``javascript:`` or ``file:`` link there is an attack, not a link, and s
 escape sequence: no string may hold a C0 or C1 control character, except newline and tab
 in the long text fields, ``body`` and ``value``).
 
-The bounds are part of the contract (README "Tasks and components"):
+The bounds are part of the contract (docs/guides/context.md):
 
 - a task list holds at most ``MAX_TASKS`` (50) items, each a title of 1 to
   ``MAX_TASK_TITLE`` (200) characters and a status ``pending``, ``in_progress`` or

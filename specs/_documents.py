@@ -9,7 +9,7 @@ here as a ``SpecError`` naming the document and the place (line and column, or t
 of the value), before the data reaches pydantic, and so is anything the parsers
 themselves refuse. Nothing else escapes.
 
-Bounds (also in the package README):
+Bounds (also in docs/decisions/specs.md):
 
 - ``MAX_DOCUMENT_BYTES``: the UTF-8 text of a Spec document.
 - ``MAX_SPEC_DEPTH``: nesting of mappings and lists (the root mapping is level 1).

@@ -144,7 +144,7 @@ class WorkerSettings:
         workflow_sandbox: run AgentRun and WorkflowRun in Temporal's workflow sandbox
             (``PSYCH_WORKFLOW_SANDBOX=1``; default off: they are psych's own code, replayed
             under the sandbox by the test suite, and the sandbox costs a third of a turn's
-            worker CPU; see workers/README.md, "The workflow sandbox"). Your own workflow
+            worker CPU; see docs/decisions/workers.md, "The workflow sandbox"). Your own workflow
             classes (a ``workflows`` option) always get the sandbox unless you pass a
             ``workflow_runner``.
         live: where the model role serves its calls' deltas to followers (``LiveSettings``:

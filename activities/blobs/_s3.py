@@ -1,7 +1,7 @@
 """A BlobStore in an S3-compatible bucket, for worker fleets that share no directory.
 
 Blobs are objects ``<prefix><2 hex>/<62 hex>``, the layout of ``LocalBlobStore``. The
-client is aiobotocore (see activities/README.md for the choice): credentials come from
+client is aiobotocore (see docs/decisions/activities.md for the choice): credentials come from
 botocore's standard chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and the shared files, web identity, container and
 instance metadata), never from the URL.

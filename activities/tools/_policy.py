@@ -37,8 +37,9 @@ class RulePolicy:
     Args:
         tools: decisions by tool name, exact or with a trailing ``*``; the first matching
             pattern in the mapping's order wins.
-        read_only, write, destructive: decisions for tools by their annotation
-            (unannotated tools are ``write``).
+        read_only: the decision for tools annotated read-only.
+        write: the decision for tools annotated as writes (and unannotated tools).
+        destructive: the decision for tools annotated destructive.
 
     ``RulePolicy()`` allows everything; ``RulePolicy(destructive="ask")`` asks a human
     before any destructive call.

@@ -79,7 +79,7 @@ def harness(
         secrets=StaticSecretResolver({"orders-key": "s3cret"}),
         # In the sandbox: workers run psych's workflows without it by default, and this is
         # where a restricted (non-deterministic) call on a path no committed history covers
-        # still fails (workers/README, "The workflow sandbox"); the CLI, roles and fleet
+        # still fails (docs/decisions/workers.md, "The workflow sandbox"); the CLI, roles and fleet
         # tests run the default.
         workflow_sandbox=True,
     )

@@ -135,7 +135,7 @@ async def test_other_plugins_passthrough_survives(
 async def test_tracing_plugin_traces_the_unsandboxed_default(
     harness: Harness, spans: InMemorySpanExporter, order: str
 ) -> None:
-    # psych's workflows leave the sandbox by default (workers/README, "The workflow
+    # psych's workflows leave the sandbox by default (docs/decisions/workers.md, "The workflow
     # sandbox"): Temporal's tracing plugin keeps that runner and still traces the Run.
     plugins: list[Plugin] = [PsychPlugin(), other_plugin("tracing")]
     if order == "psych-last":

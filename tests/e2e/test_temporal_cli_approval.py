@@ -1,5 +1,5 @@
-"""Approving a suspended Run with nothing but the ``temporal`` CLI (README: "Approvals with
-the plain temporal CLI"), against the session dev server.
+"""Approving a suspended Run with nothing but the ``temporal`` CLI (docs/guides/temporal-cli.md,
+"Approvals with the plain temporal CLI"), against the session dev server.
 
 ``psych.resume`` is both an update (answers with a ResumeResult, or fails with the reason
 it was refused) and a signal (fire and forget: an invalid one is logged and ignored); both

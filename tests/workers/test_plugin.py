@@ -130,7 +130,8 @@ async def runner_of(
 async def test_psych_workflows_leave_the_sandbox_unless_asked(
     dev_env: WorkflowEnvironment, tmp_path: Path, egress: Egress
 ) -> None:
-    # Default: psych's own workflows run unsandboxed (workers/README, "The workflow sandbox").
+    # Default: psych's own workflows run unsandboxed (docs/decisions/workers.md, "The
+    # workflow sandbox").
     assert isinstance(await runner_of(dev_env, tmp_path, egress, None), UnsandboxedWorkflowRunner)
     # workflow_sandbox (PSYCH_WORKFLOW_SANDBOX=1) puts them back in it, with our passthrough.
     asked = await runner_of(dev_env, tmp_path, egress, None, sandbox=True)

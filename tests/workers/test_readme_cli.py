@@ -1,10 +1,10 @@
-"""README.md's ``psych`` walkthrough, followed command by command as a new user would: the
-commands are read out of the README itself and run as real ``psych`` processes, in a fresh
-directory, with no model key and no Temporal, psych or OpenAI settings, against the
-``psych dev --fake-model`` the README starts (on a free port instead of 7233).
+"""The docs' ``psych`` walkthroughs, followed command by command as a new user would: the
+commands are read out of the pages themselves and run as real ``psych`` processes, in a
+fresh directory, with no model key and no Temporal, psych or OpenAI settings, against the
+``psych dev --fake-model`` the page starts (on a free port instead of 7233).
 
-Two of its sections: "The `psych` command" (dev, then validate, publish, run, list,
-status, report) and "Approvals, questions, aborts and steering" (dev again with ``--ask
+Two of them: docs/getting-started.md, "The `psych` command" (dev, then validate, publish,
+run, list, status, report), and docs/guides/approvals.md (dev again with ``--ask
 issue_refund``, a Run that waits, ``list --suspended``, ``approve``).
 """
 
@@ -30,10 +30,11 @@ RUN_LINE = re.compile(r"^Run (psych-acme-\w+) on task queue", re.MULTILINE)
 CONNECTING = {"run", "list", "status", "report", "follow", "approve", "deny", "answer"}
 
 
-def section(title: str) -> str:
-    """The README's section under ``## <title>``, up to the next ``## `` heading."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
+def section(page: str, title: str) -> str:
+    """The section of ``docs/<page>`` under the heading ``<title>`` (``# `` for the page's
+    own title, else ``## ``), up to the next ``## `` heading."""
+    text = (ROOT / "docs" / page).read_text()
+    start = 0 if text.startswith(f"# {title}\n") else text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
 
@@ -119,8 +120,8 @@ async def test_the_psych_section_and_the_approvals_section_run_as_written(
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     port = free_port()
 
-    # --- "The `psych` command" ---------------------------------------------------------
-    first, commands = sh_blocks(section("The `psych` command"))[:2]
+    # --- docs/getting-started.md, "The `psych` command" ----------------------------------
+    first, commands = sh_blocks(section("getting-started.md", "The `psych` command"))[:2]
     assert [command[:3] for command in first] == [["psych", "dev", "--fake-model"]]
     assert [command[1] for command in commands] == [
         "validate",
@@ -159,8 +160,9 @@ async def test_the_psych_section_and_the_approvals_section_run_as_written(
     finally:
         await stop(dev)
 
-    # --- "Approvals, questions, aborts and steering" -----------------------------------
-    asking, waiting, answering = sh_blocks(section("Approvals, questions, aborts and steering"))[:3]
+    # --- docs/guides/approvals.md --------------------------------------------------------
+    approvals = section("guides/approvals.md", "Approvals, questions, aborts and steering")
+    asking, waiting, answering = sh_blocks(approvals)[:3]
     assert [command[:2] for command in asking] == [["psych", "dev"]]
     assert "--ask" in asking[0] and "--fake-model" in asking[0]
     assert [command[1] for command in waiting] == ["run"]

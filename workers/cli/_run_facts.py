@@ -31,7 +31,7 @@ QUERY_TIMEOUT = timedelta(seconds=3)
 in well under a second); the server goes on listing a stopped worker's poller for up to
 a minute and a half, and a query to it waits for the whole timeout."""
 
-# The contract's search attribute names (README: "Driving Runs with the plain temporal CLI").
+# The contract's search attribute names (docs/guides/temporal-cli.md).
 _TENANT = SearchAttributeKey.for_keyword("PsychTenant")
 _AGENT = SearchAttributeKey.for_keyword("PsychAgent")
 _VERSION = SearchAttributeKey.for_keyword("PsychVersion")

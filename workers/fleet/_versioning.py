@@ -4,7 +4,7 @@ A worker that declares a deployment name and a build id (``--deployment``/
 ``PSYCH_DEPLOYMENT``, ``--build-id``/``PSYCH_BUILD_ID``) joins that Worker Deployment
 Version on every task queue it polls. Its Runs are PINNED (``RUN_VERSIONING``): a Run stays on
 the build it started on until it settles, so a build only ever replays histories it wrote
-itself (see workers/README.md). ``promote`` makes a build the deployment's current one:
+itself (see docs/decisions/workers.md). ``promote`` makes a build the deployment's current one:
 Runs started afterwards run on it, pinned Runs finish where they began.
 """
 

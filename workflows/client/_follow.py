@@ -10,7 +10,7 @@ writes to the Run's history, so followers never grow it; a Run that does nothing
 for an approval for days) costs its worker nothing, and each follower costs it one query
 per batch of workflow tasks. Why not ``temporalio.contrib.workflow_streams``: its reads are
 updates, and an accepted update writes events, measured at ~25 events per subscriber over a
-5-item stream (workflows/README.md, "Following a Run").
+5-item stream (docs/decisions/workflows.md, "Following a Run").
 
 Continue-as-new: the workflow id stays and each execution carries on from the seq the last
 one reached. The follower asks the latest execution first; when its answer's ``earlier``
