@@ -14,6 +14,7 @@ from typing import Any
 from a2a.types.a2a_pb2 import AgentSkill
 from temporalio import activity
 
+from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.a2a._peers import Peers, PeerUnavailable, connect
 from psych_runtime.activities.a2a._settings import A2aSettings
 from psych_runtime.activities.blobs import BlobStore, canonical_json
@@ -82,8 +83,9 @@ def _cards_hash(
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-class Cards:
-    """The catalogue side of ``A2aActivities`` (which sets these attributes)."""
+class Cards(ActivityClass):
+    """The catalogue side of ``A2aActivities`` (which sets these attributes); its
+    ``cards`` activity registers with the rest (``ActivityClass.activities``)."""
 
     blobs: BlobStore
     secrets: SecretResolver | None

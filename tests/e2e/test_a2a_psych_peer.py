@@ -31,7 +31,9 @@ async def test_a_psych_agent_calls_a_psych_agent_served_over_a2a(harness: Harnes
         return f"{city} is the capital of France"
 
     harness.client.publish(
-        AgentBuilder("helper", registry=harness.registry)
+        # Named apart from test_a2a_serve.py's "helper": both list their agent's Runs of the
+        # same tenant on the session's one dev server.
+        AgentBuilder("concierge", registry=harness.registry)
         .description("Knows capitals.")
         .model("fake-other")
         .tool("slow_lookup")
@@ -46,7 +48,9 @@ async def test_a_psych_agent_calls_a_psych_agent_served_over_a2a(harness: Harnes
         model="fake-other",
     )
     harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("desk__helper", {"message": "What is the capital of France?"})),
+        Reply.tool_calls(
+            ToolCall("desk__concierge", {"message": "What is the capital of France?"})
+        ),
         Reply.text("It is Paris."),
         model="fake-model",
     )
@@ -54,7 +58,7 @@ async def test_a_psych_agent_calls_a_psych_agent_served_over_a2a(harness: Harnes
         caller = (
             AgentBuilder("caller")
             .model("fake-model")
-            .a2a_peer("desk", f"{base}/a2a/helper", credential="desk-key")
+            .a2a_peer("desk", f"{base}/a2a/concierge", credential="desk-key")
             .build()
         )
         run = await harness.client.dispatch(caller, "Ask the desk", scope=harness.scope)
@@ -62,7 +66,7 @@ async def test_a_psych_agent_calls_a_psych_agent_served_over_a2a(harness: Harnes
         report = await harness.client.report(run, scope=harness.scope)
 
         async def helper_completed() -> bool:
-            runs = await harness.client.list(scope=harness.scope, agent="helper")
+            runs = await harness.client.list(scope=harness.scope, agent="concierge")
             return [r.status for r in runs] == [RunStatus.COMPLETED]
 
         # The served task was a Run of the helper in the caller's tenant (its API key's).
@@ -78,4 +82,4 @@ async def test_a_psych_agent_calls_a_psych_agent_served_over_a2a(harness: Harnes
     assert "state completed" in (call.result or "")
     # The caller offered the helper's card skill, and nothing else of it.
     names = sorted(t["function"]["name"] for t in harness.fake.requests[0].get("tools", []))
-    assert "desk__helper" in names
+    assert "desk__concierge" in names
