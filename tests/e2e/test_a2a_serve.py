@@ -89,7 +89,9 @@ def final_task(events: list[StreamResponse]) -> Task:
 
 async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
     spec = (
-        AgentBuilder("helper")
+        # Named apart from every other agent of the suite: ListTasks lists the tenant's Runs
+        # of the agent on the session's one dev server (subagents named "helper" run too).
+        AgentBuilder("a2a_desk")
         .model("fake-model")
         .description("Answers questions about orders.")
         .instructions("You help with orders.\n\nNever delete anything.")
@@ -99,12 +101,12 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
     harness.fake.enqueue(Reply.text("Order 42 ships today."))
     async with harness.worker(), served(harness) as base:
         async with httpx.AsyncClient(base_url=base) as http:
-            card = (await http.get("/a2a/helper/.well-known/agent-card.json")).json()
+            card = (await http.get("/a2a/a2a_desk/.well-known/agent-card.json")).json()
             missing = await http.get("/a2a/nobody/.well-known/agent-card.json")
-            unauthenticated = await http.post("/a2a/helper/", json={})
-        assert card["name"] == "helper"
+            unauthenticated = await http.post("/a2a/a2a_desk/", json={})
+        assert card["name"] == "a2a_desk"
         assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
-        assert card["supportedInterfaces"][0]["url"] == f"{base}/a2a/helper/"
+        assert card["supportedInterfaces"][0]["url"] == f"{base}/a2a/a2a_desk/"
         assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
         assert missing.status_code == 404
         assert unauthenticated.status_code == 401
@@ -112,7 +114,7 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
         assert unauthenticated.json()["type"] == "urn:psych:problem:unauthorized"
         assert missing.json()["detail"] == "no published agent 'nobody'"
 
-        async with a2a_client(base, "helper", ACME, streaming=False) as client:
+        async with a2a_client(base, "a2a_desk", ACME, streaming=False) as client:
             message_id = uuid.uuid4().hex
             (sent,) = await collect(client.send_message(user("when?", message_id=message_id)))
             task = sent.task
@@ -132,12 +134,12 @@ async def test_send_get_and_list_a_served_agent(harness: Harness) -> None:
             # Listing reads Temporal's visibility store, which lags on a loaded machine.
             await eventually(listed, within=60, what="the task to be listed")
         # The HTTP+JSON binding reaches the same task.
-        async with a2a_client(base, "helper", ACME, streaming=False, rest=True) as client:
+        async with a2a_client(base, "a2a_desk", ACME, streaming=False, rest=True) as client:
             got = await client.get_task(GetTaskRequest(id=task.id))
             assert got.status.state == TaskState.TASK_STATE_COMPLETED
 
         # Another tenant: the task is not found, and not listed.
-        async with a2a_client(base, "helper", GLOBEX) as theirs:
+        async with a2a_client(base, "a2a_desk", GLOBEX) as theirs:
             with pytest.raises(TaskNotFoundError, match=f"no task '{task.id}'"):
                 await theirs.get_task(GetTaskRequest(id=task.id))
             with pytest.raises(TaskNotFoundError):
