@@ -28,6 +28,7 @@ from psych_runtime.workers.cli._hooks import add_hooks_command
 from psych_runtime.workers.cli._processes import add_process_commands
 from psych_runtime.workers.cli._resume import add_resume_commands
 from psych_runtime.workers.cli._runs import add_run_commands
+from psych_runtime.workers.cli._schema_command import add_schema_command
 from psych_runtime.workers.cli._serve_command import add_serve_command
 from psych_runtime.workers.cli._specs import (
     DEFAULT_STORE,
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_codec_server_command(commands)
     add_fleet_commands(commands, connection)
     add_hooks_command(commands)
+    add_schema_command(commands)
     return parser
 
 
