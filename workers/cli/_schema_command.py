@@ -9,22 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-
-def add_schema_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``schema`` to ``psych``."""
-    schema = commands.add_parser(
-        "schema",
-        help="print the JSON Schema of Spec files (for editors)",
-        description="Print the JSON Schema (draft 2020-12) of a Spec file, an AgentSpec "
-        "(kind: agent) or a WorkflowSpec (kind: workflow). Name it in a Spec file's first "
-        "line as '# yaml-language-server: $schema=<file>' for completion and checking.",
-    )
-    schema.add_argument(
-        "--output", "-o", type=Path, metavar="FILE", help="write it to FILE instead"
-    )
-    schema.set_defaults(func=cmd_schema)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
