@@ -17,21 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from _offline import MODEL, SCOPE, load, offline, run, status
+from tools import registry
 
 from psych_runtime.activities import RulePolicy
-from psych_runtime.specs import Scope, ToolRegistry
+from psych_runtime.specs import Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import PsychClient, RunHandle, Suspended
-
-registry = ToolRegistry()
-closed: list[str] = []
-
-
-@registry.register(destructive=True)
-def close_account(account_id: str) -> dict[str, str]:
-    """Close a customer's account for good."""
-    closed.append(account_id)
-    return {"account": account_id, "status": "closed"}
 
 
 def approver(client: PsychClient) -> Callable[[RunHandle], Callable[[Any], Awaitable[None]]]:
@@ -59,7 +50,6 @@ async def main() -> int:
     async with offline(*replies, registry=registry, policy=policy) as client:
         print(f"model: the fake model as {MODEL}; close_account waits for approval")
         report = await run(client, spec, "Please close my account acct-7.", approver(client))
-    print(f"closed: {closed}")
     return status(report)
 
 

@@ -42,7 +42,7 @@ def test_approval_waits_for_the_operator_then_runs_the_tool() -> None:
     ran = _index(lines, '  tool call close_account -> ok: {"account": "acct-7"')
     assert waiting < approved < resumed < ran
     assert "answer:       Account acct-7 is closed." in lines
-    assert "closed: ['acct-7']" in lines  # the tool ran once, after the approval
+    assert sum("tool call close_account -> ok" in line for line in lines) == 1
 
 
 def test_mcp_tools_come_from_the_examples_own_server() -> None:
