@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test check lint typecheck unit fast docs reference bench bench-long bench-deltas clean
+.PHONY: setup path demo test check lint typecheck unit fast docs reference versions bench bench-long bench-deltas clean
 
 setup: $(STAMP)
 
@@ -58,6 +58,11 @@ fast: $(STAMP)
 
 check: lint typecheck fast
 
+# The other supported Pythons (3.12, 3.13: pyproject's classifiers), each in its own venv
+# (.venv-3.12, .venv-3.13): the specs tests, the CLI import test and one e2e module.
+versions:
+	.ci/python-versions
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
@@ -69,4 +74,4 @@ bench-deltas: $(STAMP)
 	$(BIN)/python -m bench._deltas
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-3.* build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -8,104 +8,181 @@ The scriptable fake model server for tests is ``psych_runtime.testing`` (its fil
 ``activities/testing/``).
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from psych_runtime.activities._activity_class import ActivityClass, activity_name
-from psych_runtime.activities.blobs import (
-    BlobCipher,
-    BlobNotFound,
-    BlobStore,
-    Conversations,
-    EncryptedBlobStore,
-    LocalBlobStore,
-    S3BlobStore,
-    S3Location,
-    blob_ref,
-    blob_store_from_env,
-    parse_s3_url,
-)
-from psych_runtime.activities.contract import (
-    ACTIVITY_NAMES,
-    ACTIVITY_ROLES,
-    MODEL_CALL_FAILED,
-    ROLES,
-    ChatMessage,
-    ContextShown,
-    ContextSkipped,
-    ContextTurn,
-    Decision,
-    ErrorType,
-    HookEffect,
-    Latency,
-    ModelCallInput,
-    ModelCallResult,
-    ModelFailure,
-    PolicyDecision,
-    ToolCallRequest,
-    ToolDefinition,
-    ToolInfo,
-    ToolOutcome,
-    Usage,
-    invalid_arguments_message,
-    role_task_queue,
-)
-from psych_runtime.activities.hooks import CommandHook, Deny, Hook, HookCall, Hooks
-from psych_runtime.activities.mcp import McpSettings
-from psych_runtime.activities.model import (
-    SUMMARISER_PROMPT,
-    CompactionActivities,
-    ContextProvider,
-    ContextProviders,
-    ContextRequest,
-    ContextSettings,
-    ContextSource,
-    Endpoint,
-    ModelActivities,
-    ModelEndpoints,
-    ModelPrice,
-    Pricing,
-    TablePricing,
-    classify,
-    estimate_tokens,
-)
-from psych_runtime.activities.secrets import (
-    EnvSecretResolver,
-    SecretNotFound,
-    SecretResolver,
-    StaticSecretResolver,
-)
-from psych_runtime.activities.tokens import (
-    EncryptedTokenStore,
-    LocalTokenStore,
-    S3TokenStore,
-    TokenKey,
-    TokenStore,
-    token_store_from_env,
-)
-from psych_runtime.activities.tools import (
-    Policy,
-    RulePolicy,
-    ToolActivities,
-    policy_description,
-    policy_digest,
-)
-from psych_runtime.activities.versions import FileVersionStore
-
 if TYPE_CHECKING:
-    from psych_runtime.activities.mcp import McpActivities, check_servers
+    from psych_runtime.activities._activity_class import ActivityClass, activity_name
+    from psych_runtime.activities.blobs import (
+        BlobCipher,
+        BlobNotFound,
+        BlobStore,
+        Conversations,
+        EncryptedBlobStore,
+        LocalBlobStore,
+        S3BlobStore,
+        S3Location,
+        blob_ref,
+        blob_store_from_env,
+        parse_s3_url,
+    )
+    from psych_runtime.activities.contract import (
+        ACTIVITY_NAMES,
+        ACTIVITY_ROLES,
+        MODEL_CALL_FAILED,
+        ROLES,
+        ChatMessage,
+        ContextShown,
+        ContextSkipped,
+        ContextTurn,
+        Decision,
+        ErrorType,
+        HookEffect,
+        Latency,
+        ModelCallInput,
+        ModelCallResult,
+        ModelFailure,
+        PolicyDecision,
+        ToolCallRequest,
+        ToolDefinition,
+        ToolInfo,
+        ToolOutcome,
+        Usage,
+        invalid_arguments_message,
+        role_task_queue,
+    )
+    from psych_runtime.activities.hooks import CommandHook, Deny, Hook, HookCall, Hooks
+    from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
+    from psych_runtime.activities.model import (
+        SUMMARISER_PROMPT,
+        CompactionActivities,
+        ContextProvider,
+        ContextProviders,
+        ContextRequest,
+        ContextSettings,
+        ContextSource,
+        Endpoint,
+        ModelActivities,
+        ModelEndpoints,
+        ModelPrice,
+        Pricing,
+        TablePricing,
+        classify,
+        estimate_tokens,
+    )
+    from psych_runtime.activities.secrets import (
+        EnvSecretResolver,
+        SecretNotFound,
+        SecretResolver,
+        StaticSecretResolver,
+    )
+    from psych_runtime.activities.tokens import (
+        EncryptedTokenStore,
+        LocalTokenStore,
+        S3TokenStore,
+        TokenKey,
+        TokenStore,
+        token_store_from_env,
+    )
+    from psych_runtime.activities.tools import (
+        Policy,
+        RulePolicy,
+        ToolActivities,
+        policy_description,
+        policy_digest,
+    )
+    from psych_runtime.activities.versions import FileVersionStore
 
-_LAZY = {"McpActivities", "check_servers"}
-"""Names imported on first use: the ``mcp`` SDK takes one to two seconds to import here,
-and workflows and every ``psych`` command import this package (for payload types and
-ports) without touching MCP."""
+_HOMES = {
+    "ACTIVITY_NAMES": "psych_runtime.activities.contract",
+    "ACTIVITY_ROLES": "psych_runtime.activities.contract",
+    "ActivityClass": "psych_runtime.activities._activity_class",
+    "BlobCipher": "psych_runtime.activities.blobs",
+    "BlobNotFound": "psych_runtime.activities.blobs",
+    "BlobStore": "psych_runtime.activities.blobs",
+    "ChatMessage": "psych_runtime.activities.contract",
+    "CommandHook": "psych_runtime.activities.hooks",
+    "CompactionActivities": "psych_runtime.activities.model",
+    "ContextProvider": "psych_runtime.activities.model",
+    "ContextProviders": "psych_runtime.activities.model",
+    "ContextRequest": "psych_runtime.activities.model",
+    "ContextSettings": "psych_runtime.activities.model",
+    "ContextShown": "psych_runtime.activities.contract",
+    "ContextSkipped": "psych_runtime.activities.contract",
+    "ContextSource": "psych_runtime.activities.model",
+    "ContextTurn": "psych_runtime.activities.contract",
+    "Conversations": "psych_runtime.activities.blobs",
+    "Decision": "psych_runtime.activities.contract",
+    "Deny": "psych_runtime.activities.hooks",
+    "EncryptedBlobStore": "psych_runtime.activities.blobs",
+    "EncryptedTokenStore": "psych_runtime.activities.tokens",
+    "Endpoint": "psych_runtime.activities.model",
+    "EnvSecretResolver": "psych_runtime.activities.secrets",
+    "ErrorType": "psych_runtime.activities.contract",
+    "FileVersionStore": "psych_runtime.activities.versions",
+    "Hook": "psych_runtime.activities.hooks",
+    "HookCall": "psych_runtime.activities.hooks",
+    "HookEffect": "psych_runtime.activities.contract",
+    "Hooks": "psych_runtime.activities.hooks",
+    "Latency": "psych_runtime.activities.contract",
+    "LocalBlobStore": "psych_runtime.activities.blobs",
+    "LocalTokenStore": "psych_runtime.activities.tokens",
+    "MODEL_CALL_FAILED": "psych_runtime.activities.contract",
+    "McpActivities": "psych_runtime.activities.mcp",
+    "McpSettings": "psych_runtime.activities.mcp",
+    "ModelActivities": "psych_runtime.activities.model",
+    "ModelCallInput": "psych_runtime.activities.contract",
+    "ModelCallResult": "psych_runtime.activities.contract",
+    "ModelEndpoints": "psych_runtime.activities.model",
+    "ModelFailure": "psych_runtime.activities.contract",
+    "ModelPrice": "psych_runtime.activities.model",
+    "Policy": "psych_runtime.activities.tools",
+    "PolicyDecision": "psych_runtime.activities.contract",
+    "Pricing": "psych_runtime.activities.model",
+    "ROLES": "psych_runtime.activities.contract",
+    "RulePolicy": "psych_runtime.activities.tools",
+    "S3BlobStore": "psych_runtime.activities.blobs",
+    "S3Location": "psych_runtime.activities.blobs",
+    "S3TokenStore": "psych_runtime.activities.tokens",
+    "SUMMARISER_PROMPT": "psych_runtime.activities.model",
+    "SecretNotFound": "psych_runtime.activities.secrets",
+    "SecretResolver": "psych_runtime.activities.secrets",
+    "StaticSecretResolver": "psych_runtime.activities.secrets",
+    "TablePricing": "psych_runtime.activities.model",
+    "TokenKey": "psych_runtime.activities.tokens",
+    "TokenStore": "psych_runtime.activities.tokens",
+    "ToolActivities": "psych_runtime.activities.tools",
+    "ToolCallRequest": "psych_runtime.activities.contract",
+    "ToolDefinition": "psych_runtime.activities.contract",
+    "ToolInfo": "psych_runtime.activities.contract",
+    "ToolOutcome": "psych_runtime.activities.contract",
+    "Usage": "psych_runtime.activities.contract",
+    "activity_name": "psych_runtime.activities._activity_class",
+    "blob_ref": "psych_runtime.activities.blobs",
+    "blob_store_from_env": "psych_runtime.activities.blobs",
+    "check_servers": "psych_runtime.activities.mcp",
+    "classify": "psych_runtime.activities.model",
+    "estimate_tokens": "psych_runtime.activities.model",
+    "invalid_arguments_message": "psych_runtime.activities.contract",
+    "parse_s3_url": "psych_runtime.activities.blobs",
+    "policy_description": "psych_runtime.activities.tools",
+    "policy_digest": "psych_runtime.activities.tools",
+    "role_task_queue": "psych_runtime.activities.contract",
+    "token_store_from_env": "psych_runtime.activities.tokens",
+}
+"""Where each public name lives. Every one is imported on first use, so importing a
+subpackage (activities.contract from workflows, activities.egress from psych
+validate) loads that subpackage alone: the mcp SDK, OpenTelemetry, the S3 client and
+the model client take seconds to import here and most importers need none of them."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from psych_runtime.activities import mcp
-
-        return getattr(mcp, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
 
 
 __all__ = [

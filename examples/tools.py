@@ -25,3 +25,13 @@ def create_account(plan: str) -> dict[str, str]:
         plan: The plan's name, e.g. "starter".
     """
     return {"account": f"acct-{plan}", "plan": plan}
+
+
+@registry.register(destructive=True)
+def close_account(account_id: str) -> dict[str, str]:
+    """Close a customer's account for good (examples/approval.py asks a person first).
+
+    Args:
+        account_id: The account's id, e.g. "acct-7".
+    """
+    return {"account": account_id, "status": "closed"}

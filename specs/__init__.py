@@ -78,6 +78,7 @@ from psych_runtime.specs._models import (
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._schema import SCHEMA_FILE, spec_json_schema, spec_json_schema_text
 from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
 from psych_runtime.specs._unsupported import (
     UNSUPPORTED_FIELDS,
@@ -155,6 +156,7 @@ __all__ = [
     "Refused",
     "RegistryError",
     "RunFailed",
+    "SCHEMA_FILE",
     "Scope",
     "Series",
     "Skill",
@@ -194,6 +196,8 @@ __all__ = [
     "parse_tasks",
     "spec_from_json",
     "spec_from_yaml",
+    "spec_json_schema",
+    "spec_json_schema_text",
     "spec_to_data",
     "spec_to_json",
     "spec_to_yaml",

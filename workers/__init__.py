@@ -1,42 +1,95 @@
 """psych_runtime.workers: worker construction, the Temporal plugin, the dev server, the CLI."""
 
-from psych_runtime.workers._client import connect
-from psych_runtime.workers._connections import check_connections
-from psych_runtime.workers._devserver import (
-    FAST_DISPATCH_ARGS,
-    start_dev_server,
-    start_time_skipping_server,
-    temporal_binary,
-)
-from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
-from psych_runtime.workers._telemetry import (
-    Telemetry,
-    TelemetryConfig,
-    current_telemetry,
-    install_telemetry,
-    telemetry_from_env,
-    telemetry_plugins,
-    uninstall_telemetry,
-)
-from psych_runtime.workers._worker import (
-    WorkerSettings,
-    activities_for,
-    build_worker,
-    egress_for,
-    run_worker,
-    run_workers,
-)
-from psych_runtime.workers.codec import (
-    EnvKeyProvider,
-    FileKeyProvider,
-    Key,
-    KeyProvider,
-    Keyring,
-    PsychCodec,
-    codec_from_env,
-)
-from psych_runtime.workers.console import follow_run, format_record, format_report
-from psych_runtime.workers.fleet import check_fleet_policy, worker_identity
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psych_runtime.workers._client import connect
+    from psych_runtime.workers._connections import check_connections
+    from psych_runtime.workers._devserver import (
+        FAST_DISPATCH_ARGS,
+        start_dev_server,
+        start_time_skipping_server,
+        temporal_binary,
+    )
+    from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
+    from psych_runtime.workers._telemetry import (
+        Telemetry,
+        TelemetryConfig,
+        current_telemetry,
+        install_telemetry,
+        telemetry_from_env,
+        telemetry_plugins,
+        uninstall_telemetry,
+    )
+    from psych_runtime.workers._worker import (
+        WorkerSettings,
+        activities_for,
+        build_worker,
+        egress_for,
+        run_worker,
+        run_workers,
+    )
+    from psych_runtime.workers.codec import (
+        EnvKeyProvider,
+        FileKeyProvider,
+        Key,
+        KeyProvider,
+        Keyring,
+        PsychCodec,
+        codec_from_env,
+    )
+    from psych_runtime.workers.console import follow_run, format_record, format_report
+    from psych_runtime.workers.fleet import check_fleet_policy, worker_identity
+
+_HOMES = {
+    "EnvKeyProvider": "psych_runtime.workers.codec",
+    "FAST_DISPATCH_ARGS": "psych_runtime.workers._devserver",
+    "FileKeyProvider": "psych_runtime.workers.codec",
+    "Key": "psych_runtime.workers.codec",
+    "KeyProvider": "psych_runtime.workers.codec",
+    "Keyring": "psych_runtime.workers.codec",
+    "PsychCodec": "psych_runtime.workers.codec",
+    "PsychPlugin": "psych_runtime.workers._plugin",
+    "SANDBOX_PASSTHROUGH": "psych_runtime.workers._plugin",
+    "Telemetry": "psych_runtime.workers._telemetry",
+    "TelemetryConfig": "psych_runtime.workers._telemetry",
+    "WorkerSettings": "psych_runtime.workers._worker",
+    "activities_for": "psych_runtime.workers._worker",
+    "build_worker": "psych_runtime.workers._worker",
+    "check_connections": "psych_runtime.workers._connections",
+    "check_fleet_policy": "psych_runtime.workers.fleet",
+    "codec_from_env": "psych_runtime.workers.codec",
+    "connect": "psych_runtime.workers._client",
+    "current_telemetry": "psych_runtime.workers._telemetry",
+    "egress_for": "psych_runtime.workers._worker",
+    "follow_run": "psych_runtime.workers.console",
+    "format_record": "psych_runtime.workers.console",
+    "format_report": "psych_runtime.workers.console",
+    "install_telemetry": "psych_runtime.workers._telemetry",
+    "run_worker": "psych_runtime.workers._worker",
+    "run_workers": "psych_runtime.workers._worker",
+    "start_dev_server": "psych_runtime.workers._devserver",
+    "start_time_skipping_server": "psych_runtime.workers._devserver",
+    "telemetry_from_env": "psych_runtime.workers._telemetry",
+    "telemetry_plugins": "psych_runtime.workers._telemetry",
+    "temporal_binary": "psych_runtime.workers._devserver",
+    "uninstall_telemetry": "psych_runtime.workers._telemetry",
+    "worker_identity": "psych_runtime.workers.fleet",
+}
+"""Where each public name lives, imported on first use: the ``psych`` command imports this
+package for every command, and most need neither Temporal's worker, OpenTelemetry nor the
+codec's cryptography (``psych --help`` and ``psych validate`` need none of them)."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
+
 
 __all__ = [
     "EnvKeyProvider",

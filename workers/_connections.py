@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import EgressPolicy
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import (
     AgentSpec,
@@ -32,6 +32,7 @@ from psych_runtime.specs import (
 )
 
 if TYPE_CHECKING:
+    from psych_runtime.activities.egress import Egress
     from psych_runtime.activities.mcp import McpSettings
 
 
@@ -92,13 +93,15 @@ def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, str]]:
     return found
 
 
-def egress_refusals(spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress) -> list[str]:
-    """One line per URL of ``spec`` that ``egress`` refuses for ``scope`` by what needs no
-    lookup (``Egress.judge``): address literals, ``localhost``, host patterns."""
+def egress_refusals(
+    spec: AgentSpec | WorkflowSpec, *, scope: Scope, policy: EgressPolicy
+) -> list[str]:
+    """One line per URL of ``spec`` that ``policy`` refuses for ``scope`` by what needs no
+    lookup (``EgressPolicy.judge``): address literals, ``localhost``, host patterns."""
     return [
         f"{what}: this environment's {refusal.message(url)}"
         for what, url in spec_urls(spec)
-        if (refusal := egress.judge(_host_part(url), scope.tenant)) is not None
+        if (refusal := policy.judge(_host_part(url), scope.tenant)) is not None
     ]
 
 

@@ -55,19 +55,13 @@ from psych_runtime.activities.hooks import (
 )
 from psych_runtime.specs import AccessDenied, SpecError, load_yaml
 from psych_runtime.workers._egress_settings import merged, parse_egress
+from psych_runtime.workers._settings_file import default_global_settings
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""
 _KEYS = frozenset({"egress", "hooks", "serve", "trusted_modules"})
 _log = logging.getLogger(__name__)
 Scope = Literal["global", "project"]
-
-
-def default_global_settings(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/psych/settings.yaml`` (default ``~/.config/psych/settings.yaml``)."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "psych" / "settings.yaml"
 
 
 @dataclass(frozen=True)

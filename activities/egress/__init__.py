@@ -6,18 +6,51 @@ each connecting through a guard that resolves the host, judges every address aga
 ``EgressPolicy`` and connects only to an allowed one. See ``_rules.py`` for the default.
 """
 
-from psych_runtime.activities.egress._clients import Egress, ResponseTooLarge
-from psych_runtime.activities.egress._guard import EgressDenied, Resolver, system_resolver
-from psych_runtime.activities.egress._rules import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    LOOPBACK,
-    EgressPolicy,
-    EgressRules,
-    EgressSettings,
-    Origin,
-    Refusal,
-    blocked_kind,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psych_runtime.activities.egress._clients import Egress, ResponseTooLarge
+    from psych_runtime.activities.egress._guard import EgressDenied, Resolver, system_resolver
+    from psych_runtime.activities.egress._rules import (
+        DEFAULT_MAX_RESPONSE_BYTES,
+        LOOPBACK,
+        EgressPolicy,
+        EgressRules,
+        EgressSettings,
+        Origin,
+        Refusal,
+        blocked_kind,
+    )
+
+_HOMES = {
+    "DEFAULT_MAX_RESPONSE_BYTES": "psych_runtime.activities.egress._rules",
+    "Egress": "psych_runtime.activities.egress._clients",
+    "EgressDenied": "psych_runtime.activities.egress._guard",
+    "EgressPolicy": "psych_runtime.activities.egress._rules",
+    "EgressRules": "psych_runtime.activities.egress._rules",
+    "EgressSettings": "psych_runtime.activities.egress._rules",
+    "LOOPBACK": "psych_runtime.activities.egress._rules",
+    "Origin": "psych_runtime.activities.egress._rules",
+    "Refusal": "psych_runtime.activities.egress._rules",
+    "Resolver": "psych_runtime.activities.egress._guard",
+    "ResponseTooLarge": "psych_runtime.activities.egress._clients",
+    "blocked_kind": "psych_runtime.activities.egress._rules",
+    "system_resolver": "psych_runtime.activities.egress._guard",
+}
+"""Where each public name lives, imported on first use: the rules and the policy need no HTTP
+client, and ``psych validate`` judges a Spec's URLs with them alone; ``Egress`` (httpx and
+httpx2) is loaded by what connects."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
+
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",

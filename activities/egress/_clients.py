@@ -10,7 +10,6 @@ proxy hides (the operator's own endpoints keep them).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,7 +34,6 @@ from psych_runtime.activities.egress._rules import (
     Origin,
     Refusal,
 )
-from psych_runtime.activities.telemetry import egress_refused
 
 _log = logging.getLogger(__name__)
 
@@ -89,25 +87,15 @@ class Egress:
         self.refusals.append(refusal)
         del self.refusals[:-100]  # the latest, for the worker's status; metrics count all
         _log.warning("%s", refusal.message())
+        # Imported here: judging a Spec's URLs (``psych validate``) refuses without
+        # connecting, and need not load OpenTelemetry; a worker has loaded it already.
+        from psych_runtime.activities.telemetry import egress_refused
+
         egress_refused(refusal.kind)
 
     def judge(self, url: str, tenant: str | None) -> Refusal | None:
-        """Would a Spec's ``url`` be refused for ``tenant``, judging only what needs no
-        lookup: deny and allow patterns, address literals, and ``localhost`` (loopback by
-        definition, RFC 6761). Sends nothing."""
-        host = urlsplit(url).hostname
-        if not host:
-            return None
-        host = host.lower()
-        refusal = self.policy.decide(host, None, tenant=tenant, origin="spec")
-        if refusal is not None:
-            return refusal
-        literal = "127.0.0.1" if host == "localhost" or host.endswith(".localhost") else None
-        try:
-            address = ipaddress.ip_address(host.strip("[]") if literal is None else literal)
-        except ValueError:
-            return None  # a name: the worker's own lookup decides
-        return self.policy.decide(host, address, tenant=tenant, origin="spec")
+        """``EgressPolicy.judge`` of this port's policy. Sends nothing."""
+        return self.policy.judge(url, tenant)
 
     async def judge_resolved(self, url: str, tenant: str | None) -> Refusal | None:
         """``judge``, with the host looked up as the worker would (never connecting); a

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -158,6 +159,25 @@ class EgressPolicy:
         """The rules that apply to ``tenant``: its own first, then the fleet's."""
         own = self.settings.tenants.get(tenant) if tenant is not None else None
         return (self.settings.rules,) if own is None else (own, self.settings.rules)
+
+    def judge(self, url: str, tenant: str | None) -> Refusal | None:
+        """Would a Spec's ``url`` be refused for ``tenant``, judging only what needs no
+        lookup: deny and allow patterns, address literals, and ``localhost`` (loopback by
+        definition, RFC 6761). Sends nothing, and needs no HTTP client (``psych validate``
+        judges with the policy alone)."""
+        host = urlsplit(url).hostname
+        if not host:
+            return None
+        host = host.lower()
+        refusal = self.decide(host, None, tenant=tenant, origin="spec")
+        if refusal is not None:
+            return refusal
+        literal = "127.0.0.1" if host == "localhost" or host.endswith(".localhost") else None
+        try:
+            address = ipaddress.ip_address(host.strip("[]") if literal is None else literal)
+        except ValueError:
+            return None  # a name: the worker's own lookup decides
+        return self.decide(host, address, tenant=tenant, origin="spec")
 
     def decide(
         self, host: str, address: IPAddress | None, *, tenant: str | None, origin: Origin

@@ -33,8 +33,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar
 
-from temporalio import activity
-
 from psych_runtime.activities.contract import HookEffect, ToolOutcome
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
 
@@ -447,6 +445,10 @@ async def _run_result(
 async def _heartbeating(work: Awaitable[_O]) -> _O:
     """Await a hook, heartbeating the running activity meanwhile (a command hook may take
     its 10 s, longer than a heartbeat timeout)."""
+    # Imported here: hook declarations are read (settings files, ``psych validate``) by
+    # processes that never run an activity and need not load the Temporal SDK.
+    from temporalio import activity
+
     if not activity.in_activity():
         return await work
     task = asyncio.ensure_future(work)

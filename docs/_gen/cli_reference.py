@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 
 
 def _subparsers(

@@ -25,7 +25,7 @@ from temporalio.envconfig import ClientConfig
 from psych_runtime.activities import S3BlobStore, S3Location
 from psych_runtime.workers import WorkerSettings
 from psych_runtime.workers._live import LiveSettings
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 
 from .test_files import DEPLOY, REPO, compose, config, k8s_documents, of_kind
 

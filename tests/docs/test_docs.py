@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel
 
 from psych_runtime.specs import AgentSpec, Limits, McpServer, WorkflowSpec
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN = ROOT / "docs" / "_gen"
@@ -155,7 +155,12 @@ def test_the_readme_fits_a_screen_and_starts_with_the_two_quickstart_commands() 
 
 def test_the_readme_example_is_the_example_agent_and_its_tool() -> None:
     (spec,) = fenced(README, "yaml")
-    assert spec == (ROOT / "examples" / "support-agent.yaml").read_text()
+    # The same file, but for the editor's schema line, whose path is relative to each file.
+    schema_line = "# yaml-language-server: $schema="
+    first, rest = spec.split("\n", 1)
+    assert first == schema_line + "specs/psych-spec.schema.json"
+    example = (ROOT / "examples" / "support-agent.yaml").read_text()
+    assert example.split("\n", 1) == [schema_line + "../specs/psych-spec.schema.json", rest]
     agent = AgentSpec.model_validate(yaml.safe_load(spec))
     code_tools = [tool.name for tool in agent.tools if tool.kind == "code"]
     assert code_tools == ["lookup_order"]

@@ -25,7 +25,7 @@ from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workers.cli import main
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._role_proc import spawn_role, stop

@@ -10,7 +10,8 @@ import pytest
 
 from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.workers._settings import parse_settings
-from psych_runtime.workers.cli._main import build_parser, main
+from psych_runtime.workers.cli._main import main
+from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._serve_command import _section, auth_from, parse_listen
 from psych_runtime.workers.serve import ApiKey
 

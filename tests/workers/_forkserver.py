@@ -14,6 +14,7 @@ Input on stdin, one JSON object: ``{"entry": "module:attr", "commands": [[argv..
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -30,10 +31,33 @@ def _child(entry: Any, argv: list[str], out: Path, err: Path) -> None:
     sys.exit(entry())  # exactly the console script's last line
 
 
+def _command_modules(parser: argparse.ArgumentParser) -> set[str]:
+    """The module of every command ``parser`` (and its subcommands) names."""
+    found: set[str] = set()
+    func = parser.get_default("func")
+    if func is not None:
+        found.add(func.__module__)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _command_modules(sub)
+    return found
+
+
+def _import_commands() -> None:
+    """Import every command's module now: ``psych`` imports one only when its command runs
+    (``cli/_lazy.py``), which would have each child import the Temporal SDK again."""
+    from psych_runtime.workers.cli._parser import build_parser
+
+    for name in sorted(_command_modules(build_parser())):
+        importlib.import_module(name)
+
+
 def main() -> None:
     request = json.load(sys.stdin)
     module, _, attribute = request["entry"].partition(":")
     entry = getattr(importlib.import_module(module), attribute)
+    _import_commands()
     # Forking is only sound while this process has one thread: no Temporal runtime yet.
     assert threading.active_count() == 1, threading.enumerate()
     output = Path(request["output"])

@@ -12,7 +12,7 @@ from psych_runtime.specs import Scope
 from psych_runtime.workers import format_record
 from psych_runtime.workers._settings import PROJECT_SETTINGS
 from psych_runtime.workers.cli import main
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._processes import settings_from
 from psych_runtime.workflows import ToolCallFinished
 

@@ -6,7 +6,7 @@ import pytest
 
 from psych_runtime.specs import SpecError
 from psych_runtime.workers._live import LiveSettings, serving_deltas
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._processes import settings_from
 
 

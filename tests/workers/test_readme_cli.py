@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.workers.cli._main import build_parser
+from psych_runtime.workers.cli._parser import build_parser
 
 from .conftest import ROOT, free_port, read_until
 

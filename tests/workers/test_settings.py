@@ -13,11 +13,11 @@ from psych_runtime.specs import AccessDenied, SpecError
 from psych_runtime.workers._settings import (
     PROJECT_SETTINGS,
     bind_settings,
-    default_global_settings,
     load_settings,
     parse_settings,
     worker_hooks,
 )
+from psych_runtime.workers._settings_file import default_global_settings
 from tests.workers import _hook_module
 
 TRUSTED = "trusted_modules: [tests.workers]\n"

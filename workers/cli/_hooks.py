@@ -9,56 +9,14 @@ every one the files have, and the exit status is 1 (``psych``'s error path).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from psych_runtime.activities.hooks import STAGES, CommandHook, Hooks
 from psych_runtime.workers._settings import (
     HookDeclaration,
     LoadedSettings,
     bind_settings,
-    default_global_settings,
     load_settings,
 )
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--settings FILE`` and ``--trust-project-settings``, for worker, dev and hooks."""
-    parser.add_argument(
-        "--settings",
-        type=Path,
-        metavar="FILE",
-        help="the global settings file (tool-call hooks, trusted modules; overrides "
-        f"PSYCH_SETTINGS; default {default_global_settings()} when it exists)",
-    )
-    parser.add_argument(
-        "--trust-project-settings",
-        action="store_true",
-        help="also load ./.psych/settings.yaml (its hooks run in the worker; it cannot "
-        "trust modules)",
-    )
-
-
-def add_hooks_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``hooks check`` to ``psych``."""
-    hooks = commands.add_parser("hooks", help="tool-call hooks from the settings files")
-    actions = hooks.add_subparsers(dest="hooks_command", required=True)
-    check = actions.add_parser(
-        "check",
-        help="load the settings files and print the hook chain",
-        description="Load the global settings file (and the project one when trusted) "
-        "as a worker would, import the trusted Python hooks, and print the resolved chain "
-        "per stage and tool pattern, or every problem (exit status 1).",
-    )
-    add_settings_arguments(check)
-    check.add_argument(
-        "--tool",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also print the chain this tool's calls run through (repeatable; MCP tools "
-        "as server__tool)",
-    )
-    check.set_defaults(func=cmd_hooks_check)
 
 
 def cmd_hooks_check(args: argparse.Namespace) -> int:

@@ -1,14 +1,15 @@
-"""The ``psych`` command line: the parser, and the one place errors become exit statuses.
+"""The ``psych`` command line: the one place errors become exit statuses.
 
-Commands live beside it: ``_specs`` (validate, publish), ``_runs`` (run, follow, status,
-report, list), ``_resume`` (approve, deny, answer, complete, abort, steer),
-``_processes`` (worker, dev), ``_serve_command`` (serve, the HTTP API) and
-``codec/_server`` (codec-server).
+The parser is ``_parser`` (and ``_parser_serving``); commands live beside it: ``_specs``
+(validate, publish), ``_schema_command`` (schema), ``_runs`` (run, follow, status, report,
+list), ``_resume`` (approve, deny, answer, complete, abort, steer), ``_processes`` (worker,
+dev), ``_serve_command`` (serve, the HTTP API), ``_fleet`` (replay, deploy promote),
+``_hooks`` (hooks check) and ``codec/_server`` (codec-server). Each is imported only when
+its command runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import os
@@ -19,77 +20,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from temporalio.client import WorkflowUpdateFailedError
-from temporalio.service import RPCError
-
-from psych_runtime.specs import PsychError, Refused
-from psych_runtime.workers.cli._fleet import add_fleet_commands
-from psych_runtime.workers.cli._hooks import add_hooks_command
-from psych_runtime.workers.cli._processes import add_process_commands
-from psych_runtime.workers.cli._resume import add_resume_commands
-from psych_runtime.workers.cli._runs import add_run_commands
-from psych_runtime.workers.cli._serve_command import add_serve_command
-from psych_runtime.workers.cli._specs import (
-    DEFAULT_STORE,
-    add_check_arguments,
-    cmd_publish,
-    cmd_validate,
-)
-from psych_runtime.workers.codec import add_codec_server_command
-
-
-def _spec_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="Spec file (.yaml, .yml or .json)")
-    parser.add_argument(
-        "--tools",
-        "--registry",  # the first name it had; every other command says --tools
-        dest="tools",
-        help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute "
-        "(--registry is the same)",
-    )
-    parser.add_argument(
-        "--known-model", action="append", help="a model id the endpoint serves (repeatable)"
-    )
-    add_check_arguments(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``psych``."""
-    parser = argparse.ArgumentParser(prog="psych", description="psych-runtime command line")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    store = argparse.ArgumentParser(add_help=False)
-    store.add_argument(
-        "--store",
-        default=os.environ.get("PSYCH_STORE", DEFAULT_STORE),
-        help=f"version store directory (env PSYCH_STORE, default {DEFAULT_STORE})",
-    )
-    connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument(
-        "--address", help="Temporal server host:port (default: TEMPORAL_ADDRESS, localhost:7233)"
-    )
-    connection.add_argument(
-        "--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE, default)"
-    )
-
-    validate_cmd = commands.add_parser("validate", help="validate a Spec file")
-    _spec_arguments(validate_cmd)
-    validate_cmd.set_defaults(func=cmd_validate)
-
-    publish_cmd = commands.add_parser(
-        "publish", parents=[store], help="validate and publish a Spec file"
-    )
-    _spec_arguments(publish_cmd)
-    publish_cmd.set_defaults(func=cmd_publish)
-
-    add_run_commands(commands, connection, store)
-    add_resume_commands(commands, connection)
-    add_process_commands(commands, connection)
-    add_serve_command(commands, connection, store)
-    add_codec_server_command(commands)
-    add_fleet_commands(commands, connection)
-    add_hooks_command(commands)
-    return parser
+from psych_runtime.workers.cli._parser import build_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,25 +32,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status: int = args.func(args)
-    except Refused as err:
-        print(f"psych: refused ({err.kind}): {err}", file=sys.stderr)
-        return 1
-    except PsychError as err:
-        print(f"psych: {err}", file=sys.stderr)
-        return 1
-    except RPCError as err:
-        print(f"psych: Temporal refused: {err.message} ({err.status.name})", file=sys.stderr)
-        return 1
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        print(
-            f"psych: the Run did not take it: {getattr(cause, 'message', cause)}", file=sys.stderr
-        )
-        return 1
     except KeyboardInterrupt:
         print("psych: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        refusal = _psych_refusal(err) or _temporal_refusal(err)
+        if refusal is None:
+            raise
+        print(refusal, file=sys.stderr)
+        return 1
     return status
+
+
+def _psych_refusal(err: Exception) -> str | None:
+    """The one line for a psych error (a Run's refusal names its kind); None for another.
+
+    Every psych error is defined in ``psych_runtime.specs``: when a command never loaded
+    it (``psych --help``), ``err`` is none of them and nothing is imported.
+    """
+    if "psych_runtime.specs" not in sys.modules:
+        return None
+    from psych_runtime.specs import PsychError, Refused
+
+    if isinstance(err, Refused):
+        return f"psych: refused ({err.kind}): {err}"
+    if isinstance(err, PsychError):
+        return f"psych: {err}"
+    return None
+
+
+def _temporal_refusal(err: Exception) -> str | None:
+    """The one line for a Temporal RPC failure or a rejected update; None for another error.
+
+    Only commands that talk to Temporal import ``temporalio``, and only they can raise its
+    errors: when it is not loaded, ``err`` is none of them and nothing is imported.
+    """
+    if "temporalio" not in sys.modules:
+        return None
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    if isinstance(err, RPCError):
+        return f"psych: Temporal refused: {err.message} ({err.status.name})"
+    if isinstance(err, WorkflowUpdateFailedError):
+        cause = err.cause
+        return f"psych: the Run did not take it: {getattr(cause, 'message', cause)}"
+    return None
 
 
 def _reader_gone() -> bool:

@@ -35,7 +35,7 @@ from psych_runtime.workers._worker import (
     run_worker,
     run_workers,
 )
-from psych_runtime.workers.cli._hooks import add_settings_arguments
+from psych_runtime.workers.cli._parser_serving import SCRIPTED_SUPPORT
 from psych_runtime.workers.cli._runs import temporal_client, temporal_target
 from psych_runtime.workers.cli._scripted_model import fake_model
 from psych_runtime.workers.codec import codec_from_env
@@ -201,16 +201,12 @@ async def model_wiring(
         yield dataclasses.replace(settings, endpoints=endpoints), f"{serving} at {model.base_url}"
 
 
-_SCRIPTED = ""
-"""``--fake-model`` given without a file: the scripted support model (no file has no name)."""
-
-
 def fake_model_of(args: argparse.Namespace) -> tuple[FakeModel, str] | None:
     """The (stopped) fake model ``--fake-model`` asks for, its script read now, so a bad
     one is refused before any server starts; None without the option."""
     if args.fake_model is None:
         return None
-    return fake_model(None if args.fake_model == _SCRIPTED else args.fake_model)
+    return fake_model(None if args.fake_model == SCRIPTED_SUPPORT else args.fake_model)
 
 
 def _queues(settings: WorkerSettings) -> str:
@@ -312,129 +308,3 @@ async def _dev(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     """Run the embedded Temporal dev server and a worker until SIGINT or SIGTERM."""
     return asyncio.run(_dev(args))
-
-
-def add_process_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    connection: argparse.ArgumentParser,
-) -> None:
-    """Add ``worker`` and ``dev`` to ``psych``."""
-    wiring = argparse.ArgumentParser(add_help=False)
-    wiring.add_argument(
-        "--tools",
-        "--registry",  # validate's and publish's old name, accepted everywhere
-        dest="tools",
-        help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(overrides PSYCH_TOOLS; --registry is the same)",
-    )
-    wiring.add_argument(
-        "--fake-model",
-        nargs="?",
-        const=_SCRIPTED,
-        metavar="SCRIPT",
-        help="serve the models from a fake model on loopback instead of OPENAI_BASE_URL: "
-        "alone, the scripted support model the demo uses; with SCRIPT, a .json/.yaml file "
-        "of replies answered in order (see workers/README.md)",
-    )
-    wiring.add_argument(
-        "--verbose",
-        action="store_true",
-        help="log tracebacks and the SDK's debug records (default: one line per failure)",
-    )
-    wiring.add_argument(
-        "--task-queue", help="the task queue to poll (overrides PSYCH_TASK_QUEUE, default psych)"
-    )
-    wiring.add_argument(
-        "--ask",
-        action="append",
-        metavar="TOOL_PATTERN",
-        help="a person must approve each call of this tool before it runs: a name, or a "
-        "prefix ending in '*' (repeatable; replaces PSYCH_ASK, comma-separated patterns)",
-    )
-    add_settings_arguments(wiring)
-    wiring.add_argument(
-        "--live-listen",
-        metavar="HOST:PORT",
-        help="where the model calls' deltas are served to followers (env PSYCH_LIVE_LISTEN; "
-        "default 127.0.0.1:0, loopback on any free port; 'off': none)",
-    )
-    wiring.add_argument(
-        "--live-url",
-        metavar="URL",
-        help="the base URL followers on other machines reach --live-listen at, e.g. "
-        "http://10.0.0.5:7280 (env PSYCH_LIVE_URL; default derived from --live-listen)",
-    )
-    wiring.add_argument(
-        "--ask-destructive",
-        action="store_true",
-        help="a person must approve each call of a tool registered destructive=True "
-        "(env PSYCH_ASK_DESTRUCTIVE=1)",
-    )
-
-    worker = commands.add_parser(
-        "worker",
-        parents=[connection, wiring],
-        help="run a worker against a Temporal server",
-        description="Run a psych worker until SIGINT/SIGTERM. The server comes from "
-        "TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS* (or --address/"
-        "--namespace); the wiring from PSYCH_TOOLS, PSYCH_TASK_QUEUE, PSYCH_BLOB_URL or "
-        "PSYCH_BLOB_DIR, "
-        "OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_STREAM; which tool calls wait for a "
-        "person's approval from PSYCH_ASK and PSYCH_ASK_DESTRUCTIVE (or --ask/--ask-destructive).",
-    )
-    worker.add_argument(
-        "--role",
-        action="append",
-        choices=["workflows", "model", "tools", "all"],
-        help="what this worker runs, each role on its own task queue: workflows on the base "
-        "queue, model calls on <base>-model, tools on <base>-tools (repeatable; replaces "
-        "PSYCH_ROLES, comma-separated; default all)",
-    )
-    worker.add_argument(
-        "--max-workflow-tasks",
-        type=int,
-        help="workflow tasks at once, workflows role (env PSYCH_MAX_WORKFLOW_TASKS, default 100)",
-    )
-    worker.add_argument(
-        "--max-model-calls",
-        type=int,
-        help="model calls at once, model role (env PSYCH_MAX_MODEL_CALLS, default 100)",
-    )
-    worker.add_argument(
-        "--max-tool-calls",
-        type=int,
-        help="tool calls at once, tools role (env PSYCH_MAX_TOOL_CALLS, default 100)",
-    )
-    worker.add_argument(
-        "--deployment",
-        help="Worker Versioning: the Worker Deployment this worker belongs to (env "
-        "PSYCH_DEPLOYMENT; with --build-id; default unversioned)",
-    )
-    worker.add_argument(
-        "--build-id", help="Worker Versioning: this worker's build (env PSYCH_BUILD_ID)"
-    )
-    worker.add_argument(
-        "--health-port",
-        type=int,
-        help="serve /livez and /readyz on this port (env PSYCH_HEALTH_PORT; default off)",
-    )
-    worker.add_argument(
-        "--metrics-port",
-        type=int,
-        help="serve the SDK's Prometheus metrics at /metrics on this port "
-        "(env PSYCH_METRICS_PORT; default off)",
-    )
-    worker.set_defaults(func=cmd_worker)
-
-    dev = commands.add_parser(
-        "dev",
-        parents=[wiring],
-        help="run a local Temporal dev server and a worker",
-        description="Start the embedded Temporal dev server and a worker in this process; "
-        "stop both on SIGINT/SIGTERM.",
-    )
-    dev.add_argument("--port", type=int, default=7233, help="the server's port (default 7233)")
-    dev.add_argument("--ui", action="store_true", help="also serve the Temporal web UI")
-    dev.add_argument("--ui-port", type=int, help="the UI's port (default: --port + 1000)")
-    dev.add_argument("--db", metavar="FILE", help="keep the server's state in this SQLite file")
-    dev.set_defaults(func=cmd_dev)

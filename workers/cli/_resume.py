@@ -19,14 +19,12 @@ from temporalio.service import RPCError
 
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import PsychError
+from psych_runtime.workers.cli._parser import DEFAULT_STORE
 from psych_runtime.workers.cli._run_facts import has_worker
 from psych_runtime.workers.cli._runs import (
-    default_principal,
     scope_of,
     temporal_client,
-    tenant_arguments,
 )
-from psych_runtime.workers.cli._specs import DEFAULT_STORE
 from psych_runtime.workflows import PsychClient, ResumeResult
 
 
@@ -135,79 +133,3 @@ def cmd_steer(args: argparse.Namespace) -> int:
     if not args.message.strip():
         raise PsychError("the message is empty")
     return asyncio.run(_steer(args))
-
-
-RUN_ID_HELP = "the Run's id, psych-<tenant>-<id>"
-CALL_ID_HELP = "the pending tool call's id (psych list --suspended shows it)"
-
-
-def add_resume_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    connection: argparse.ArgumentParser,
-) -> None:
-    """Add ``approve``, ``deny``, ``answer``, ``complete``, ``abort`` and ``steer``."""
-    actor = argparse.ArgumentParser(add_help=False)
-    actor.add_argument(
-        "--principal",
-        default=default_principal(),
-        help="who acts, recorded on the Run (env PSYCH_PRINCIPAL, default: the OS user name)",
-    )
-    parents = [connection, tenant_arguments(), actor]
-
-    approve = commands.add_parser(
-        "approve", parents=parents, help="approve a tool call a Run waits on; it runs"
-    )
-    approve.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    approve.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
-    approve.add_argument("--note", help="a note recorded with the decision")
-    approve.set_defaults(func=cmd_resume)
-
-    deny = commands.add_parser(
-        "deny",
-        parents=parents,
-        help="reject a tool call a Run waits on; the model is told (with the note)",
-    )
-    deny.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    deny.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
-    deny.add_argument("--note", help="why, recorded and shown to the model")
-    deny.set_defaults(func=cmd_resume)
-
-    answer = commands.add_parser(
-        "answer", parents=parents, help="answer the question (ask_question) a Run waits on"
-    )
-    answer.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    answer.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
-    answer.add_argument("text", metavar="TEXT", help="the answer the model is given")
-    answer.set_defaults(func=cmd_resume)
-
-    complete = commands.add_parser(
-        "complete",
-        parents=parents,
-        help="complete an external wait; the payload becomes the waiting tool's result",
-    )
-    complete.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    complete.add_argument("token", metavar="TOKEN", help="the wait's token")
-    complete.add_argument(
-        "--payload", metavar="JSON", help="the tool's result, as JSON (default null)"
-    )
-    complete.set_defaults(func=cmd_resume)
-
-    abort = commands.add_parser(
-        "abort", parents=parents, help="abort a Run (interruptible calls are cancelled)"
-    )
-    abort.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    abort.add_argument("--reason", default="aborted by request", help="recorded with the abort")
-    abort.set_defaults(func=cmd_abort)
-
-    steer = commands.add_parser("steer", parents=parents, help="give a running Run a message")
-    steer.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
-    steer.add_argument("message", metavar="MESSAGE", help="what the model is told")
-    steer.add_argument(
-        "--mode",
-        choices=["steer", "follow_up", "next_run"],
-        default="steer",
-        help="steer: into this turn's next model call (default); follow_up: held until the "
-        "model would end on an answer, then a new turn instead; next_run: a new Run of the "
-        "same Version when this one settles",
-    )
-    steer.set_defaults(func=cmd_steer)

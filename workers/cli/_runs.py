@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import os
 import re
 import sys
@@ -20,6 +19,7 @@ from temporalio.service import RPCError
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers._client import connect
+from psych_runtime.workers.cli._parser import DEFAULT_STORE
 from psych_runtime.workers.cli._run_facts import (
     QUERY_TIMEOUT,
     has_worker,
@@ -27,7 +27,7 @@ from psych_runtime.workers.cli._run_facts import (
     run_facts,
     unanswered,
 )
-from psych_runtime.workers.cli._specs import DEFAULT_STORE, checked_spec, load_registry
+from psych_runtime.workers.cli._specs import checked_spec, load_registry
 from psych_runtime.workers.console import (
     describe_pending,
     follow_run,
@@ -45,10 +45,6 @@ from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_workflow_id
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
-
-
-_TRUE = ("1", "true", "yes", "on")
-"""What ``PSYCH_ROLES_APART`` may say to mean yes (as the worker's ``PSYCH_*`` switches)."""
 
 
 def temporal_target(args: argparse.Namespace) -> str:
@@ -80,16 +76,6 @@ async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> C
         ) from err
 
 
-def default_principal() -> str | None:
-    """Who acts, unless ``--principal`` says: ``PSYCH_PRINCIPAL``, else the OS user name."""
-    if os.environ.get("PSYCH_PRINCIPAL"):
-        return os.environ["PSYCH_PRINCIPAL"]
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no user name in this environment (some containers)
-        return None
-
-
 def scope_of(args: argparse.Namespace) -> Scope:
     """The caller's Scope from ``--tenant`` (and ``--principal`` where a command has it)."""
     try:
@@ -103,17 +89,6 @@ def scope_of(args: argparse.Namespace) -> Scope:
         return Scope(tenant=tenant, principal=principal)
     except ValidationError as err:
         raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
-
-
-def tenant_arguments() -> argparse.ArgumentParser:
-    """The ``--tenant`` option every Run command takes (a parent parser)."""
-    tenant = argparse.ArgumentParser(add_help=False)
-    tenant.add_argument(
-        "--tenant",
-        default=os.environ.get("PSYCH_TENANT", "default"),
-        help="the tenant the Runs belong to (env PSYCH_TENANT, default 'default')",
-    )
-    return tenant
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -337,111 +312,3 @@ async def _list(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     """List the tenant's Runs, newest first; with ``--suspended``, what each waits on."""
     return asyncio.run(_list(args))
-
-
-_FULL_HELP = "show model text, tool arguments and tool results whole, not shortened"
-
-
-def add_run_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    connection: argparse.ArgumentParser,
-    store: argparse.ArgumentParser,
-) -> None:
-    """Add ``run``, ``follow``, ``status``, ``report`` and ``list`` to ``psych``."""
-    parents = [connection, tenant_arguments()]
-
-    run = commands.add_parser(
-        "run",
-        parents=[*parents, store],
-        help="publish a Spec, run it, print its records and report",
-    )
-    run.add_argument("file", help="agent Spec file (.yaml, .yml or .json)")
-    run.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        metavar="TEXT",
-        help="the user's message (repeat for several messages)",
-    )
-    run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
-    run.add_argument(
-        "--thread",
-        metavar="RUN",
-        help="continue the conversation of an earlier Run of the tenant (psych-<tenant>-<id>), "
-        "its last limits.max_history_records messages",
-    )
-    run.add_argument(
-        "--tools",
-        "--registry",  # validate's and publish's old name, accepted everywhere
-        dest="tools",
-        help="ToolRegistry of the code tools, module:attribute or file.py:attribute "
-        "(env PSYCH_TOOLS; --registry is the same)",
-    )
-    run.add_argument(
-        "--task-queue",
-        default=os.environ.get("PSYCH_TASK_QUEUE", "psych"),
-        help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
-    )
-    run.add_argument(
-        "--roles-apart",
-        action="store_true",
-        default=os.environ.get("PSYCH_ROLES_APART", "").strip().lower() in _TRUE,
-        help="the fleet runs worker roles in separate processes: schedule each activity on "
-        "its role's task queue (env PSYCH_ROLES_APART=1; default: every activity on the "
-        "Run's own queue, for workers of role all)",
-    )
-    run.add_argument("--json", action="store_true", help="print the report as JSON")
-    run.add_argument("--full", action="store_true", help=_FULL_HELP)
-    run.set_defaults(func=cmd_run)
-
-    follow = commands.add_parser(
-        "follow",
-        parents=parents,
-        help="follow a Run: its records so far and as they come, then its report",
-    )
-    follow.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
-    follow.add_argument("--json", action="store_true", help="print the report as JSON")
-    follow.add_argument("--full", action="store_true", help=_FULL_HELP)
-    follow.set_defaults(func=cmd_follow)
-
-    state = commands.add_parser("status", parents=parents, help="print a Run's current state")
-    state.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
-    state.add_argument("--json", action="store_true", help="print the state as JSON")
-    state.set_defaults(func=cmd_status)
-
-    report = commands.add_parser("report", parents=parents, help="print a Run's report")
-    report.add_argument("run_id", metavar="RUN_ID", help="the Run's id, psych-<tenant>-<id>")
-    shown = report.add_mutually_exclusive_group()
-    shown.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    shown.add_argument(
-        "--transcript",
-        action="store_true",
-        help="print the conversation as the model saw it: system prompt, messages, tool "
-        "calls and results, approvals, answers, steering",
-    )
-    report.add_argument(
-        "--format",
-        choices=["text", "md"],
-        default="text",
-        help="the transcript as text for the terminal (default) or as Markdown",
-    )
-    report.set_defaults(func=cmd_report)
-
-    listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")
-    listing.add_argument("--agent", help="only Runs of this agent")
-    which = listing.add_mutually_exclusive_group()
-    which.add_argument(
-        "--status", choices=[status.value for status in RunStatus], help="only Runs in this status"
-    )
-    which.add_argument(
-        "--suspended",
-        action="store_true",
-        help="only suspended Runs, each with what it waits on, until when, and how to resume it",
-    )
-    listing.add_argument(
-        "--limit",
-        type=int,
-        default=100,
-        help="at most this many, newest first (default 100; 0 = all); a cut list says so",
-    )
-    listing.set_defaults(func=cmd_list)

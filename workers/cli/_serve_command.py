@@ -12,13 +12,13 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 
 import uvicorn
 
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import PsychError, load_yaml
-from psych_runtime.workers._settings import default_global_settings, global_settings_path
+from psych_runtime.workers._settings import global_settings_path
+from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -32,8 +32,6 @@ from psych_runtime.workers.serve import (
     parse_serve_section,
 )
 from psych_runtime.workflows import PsychClient
-
-DEFAULT_LISTEN = "127.0.0.1:8000"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -139,73 +137,3 @@ async def _serve(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API until SIGINT/SIGTERM."""
     return asyncio.run(_serve(args))
-
-
-def add_serve_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    connection: argparse.ArgumentParser,
-    store: argparse.ArgumentParser,
-) -> None:
-    """Add ``serve`` to ``psych``."""
-    env = os.environ.get
-    serve = commands.add_parser(
-        "serve", parents=[connection, store], help="serve the HTTP API (REST, SSE, OpenAPI)"
-    )
-    serve.add_argument(
-        "--listen",
-        default=env("PSYCH_SERVE_LISTEN", DEFAULT_LISTEN),
-        metavar="HOST:PORT",
-        help=f"where to listen (env PSYCH_SERVE_LISTEN, default {DEFAULT_LISTEN})",
-    )
-    serve.add_argument(
-        "--settings",
-        type=Path,
-        metavar="FILE",
-        help="the global settings file whose serve: section configures API keys and JWTs "
-        f"(overrides PSYCH_SETTINGS; default {default_global_settings()} when it exists)",
-    )
-    serve.add_argument(
-        "--tools",
-        "--registry",  # validate's and publish's old name, accepted everywhere
-        dest="tools",
-        help="ToolRegistry of the code tools Specs may name, module:attribute or "
-        "file.py:attribute (env PSYCH_TOOLS; --registry is the same)",
-    )
-    serve.add_argument(
-        "--task-queue",
-        default=env("PSYCH_TASK_QUEUE", "psych"),
-        help="the task queue workers poll (env PSYCH_TASK_QUEUE, default psych)",
-    )
-    serve.add_argument(
-        "--roles-apart",
-        action="store_true",
-        default=env("PSYCH_ROLES_APART", "").strip().lower() in ("1", "true", "yes", "on"),
-        help="the fleet runs worker roles apart (env PSYCH_ROLES_APART=1), as for psych run",
-    )
-    serve.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=int(env("PSYCH_SERVE_MAX_BODY_BYTES", "0")) or None,
-        help=f"largest request body (env PSYCH_SERVE_MAX_BODY_BYTES; default "
-        f"{DEFAULT_MAX_BODY_BYTES})",
-    )
-    jwt = serve.add_argument_group("JWT verification (over the settings file's serve.jwt)")
-    jwt.add_argument("--jwks-url", default=env("PSYCH_SERVE_JWKS_URL"), help="the JWKS URL")
-    jwt.add_argument("--jwt-issuer", default=env("PSYCH_SERVE_JWT_ISSUER"), help="required iss")
-    jwt.add_argument("--jwt-audience", default=env("PSYCH_SERVE_JWT_AUDIENCE"), help="required aud")
-    jwt.add_argument(
-        "--jwt-tenant-claim",
-        default=env("PSYCH_SERVE_JWT_TENANT_CLAIM"),
-        help="the claim holding the tenant (default tenant)",
-    )
-    jwt.add_argument(
-        "--jwt-principal-claim",
-        default=env("PSYCH_SERVE_JWT_PRINCIPAL_CLAIM"),
-        help="the claim holding the principal (default sub)",
-    )
-    jwt.add_argument(
-        "--jwt-algorithm",
-        action="append",
-        help="an accepted signature algorithm (repeatable; default RS256 and ES256)",
-    )
-    serve.set_defaults(func=cmd_serve)

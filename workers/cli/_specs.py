@@ -15,10 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import ValidationError
 
-from psych_runtime.activities.egress import Egress, EgressSettings
-from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
+from psych_runtime.activities.egress import EgressPolicy, EgressSettings
 from psych_runtime.activities.secrets import EnvSecretResolver
-from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
     AgentSpec,
     Limits,
@@ -37,8 +35,6 @@ from psych_runtime.workers._connections import (
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workers._settings import worker_egress
 
-DEFAULT_STORE = ".psych/versions"
-
 
 def load_registry(reference: str | None) -> ToolRegistry | None:
     """The ToolRegistry named ``module:attribute`` or ``file.py:attribute`` (None: none)."""
@@ -48,22 +44,6 @@ def load_registry(reference: str | None) -> ToolRegistry | None:
     if not isinstance(registry, ToolRegistry):
         raise PsychError(f"{reference!r} is a {type(registry).__name__}, not a ToolRegistry")
     return registry
-
-
-def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--check-connections`` and the tenant whose credentials it uses."""
-    parser.add_argument(
-        "--check-connections",
-        action="store_true",
-        help="connect to every MCP server of the Spec (subagents and steps too); "
-        "a non-optional one that does not answer is a problem",
-    )
-    parser.add_argument(
-        "--tenant",
-        default=os.environ.get("PSYCH_TENANT", "default"),
-        help="the tenant whose credentials (PSYCH_SECRET_<NAME>) --check-connections "
-        "connects with (env PSYCH_TENANT, default 'default')",
-    )
 
 
 def _check_scope(tenant: str) -> Scope:
@@ -102,6 +82,11 @@ def checked_spec(
     refused: list[str] = []
     if check is not None and check.check_connections:
         scope = _check_scope(check.tenant)
+        # Imported here: the HTTP clients (httpx, httpx2) and the MCP session machinery
+        # only connecting needs; plain ``psych validate`` starts without them.
+        from psych_runtime.activities.egress import Egress
+        from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
+
         egress = Egress(worker_egress(EgressSettings.from_env()))
         refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
         # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
@@ -183,8 +168,8 @@ def egress_warnings(spec: AgentSpec | WorkflowSpec, args: argparse.Namespace) ->
     loopback); ``--check-connections`` makes them problems."""
     if args.check_connections:
         return []  # already problems
-    egress = Egress(worker_egress(EgressSettings.from_env()))
-    return egress_refusals(spec, scope=_check_scope(args.tenant), egress=egress)
+    policy = EgressPolicy(worker_egress(EgressSettings.from_env()))
+    return egress_refusals(spec, scope=_check_scope(args.tenant), policy=policy)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -204,6 +189,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """Validate, then publish a Spec file to the version store; print its hash."""
+    # Imported here: the version store loads the Temporal SDK, which validate never needs.
+    from psych_runtime.activities.versions import FileVersionStore
+
     spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1

@@ -41,8 +41,6 @@ from temporalio.api.common.v1 import Payloads
 from psych_runtime.specs import AccessDenied, SpecError
 from psych_runtime.workers.codec._codec import PsychCodec
 from psych_runtime.workers.codec._keys import (
-    ENV_KEY_FILE,
-    ENV_KEYS,
     EnvKeyProvider,
     FileKeyProvider,
 )
@@ -278,39 +276,6 @@ async def _send(
         if data:
             writer.write(data)
     await writer.drain()
-
-
-def add_codec_server_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
-    """Register ``psych codec-server``."""
-    cmd = commands.add_parser(
-        "codec-server",
-        help="decode and encode encrypted payloads for the Temporal UI and CLI",
-        description=(
-            "Serve Temporal's codec server protocol (POST /decode, /encode) with psych's keys "
-            f"({ENV_KEYS} or {ENV_KEY_FILE}, or --keys). Every request must carry "
-            "'Authorization: Bearer <token>', the token from PSYCH_CODEC_TOKEN or --token-file."
-        ),
-    )
-    cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    cmd.add_argument("--port", type=int, default=8888, help="port to listen on (8888)")
-    cmd.add_argument(
-        "--origin",
-        action="append",
-        default=[],
-        help="a browser origin allowed to call it, the Temporal UI's (repeatable), "
-        "e.g. http://localhost:8233",
-    )
-    cmd.add_argument(
-        "--tenant", help="serve only this tenant: its keys and the shared ones; needed for /encode"
-    )
-    cmd.add_argument(
-        "--namespace", help="refuse requests naming another namespace (X-Namespace or the path)"
-    )
-    cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
-    cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
-    cmd.set_defaults(func=cmd_codec_server)
 
 
 def cmd_codec_server(args: argparse.Namespace) -> int:

@@ -1,0 +1,18 @@
+"""Where the global settings file is, apart from reading it.
+
+``psych``'s parser names the default path in its help; reading and binding the file
+(``_settings``) imports the hook and egress machinery, which the parser must not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def default_global_settings(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/psych/settings.yaml`` (default ``~/.config/psych/settings.yaml``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "psych" / "settings.yaml"
