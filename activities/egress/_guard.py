@@ -130,85 +130,61 @@ class Guard:
         raise last
 
 
-def _unix(path: str) -> Refusal:
-    return Refusal(path, None, "unix sockets are never reachable", "unix_socket")
+class _Backend:
+    """What both transports' guarded backends do; each names its library's connect error
+    and inner backend (their base classes differ only by library)."""
+
+    guard: Guard
+    inner: Any
+    connect_error: type[Exception]
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any:
+        return await self.guard.connect(
+            self.inner,
+            host,
+            port,
+            self.connect_error,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any:
+        raise self.guard.refuse(
+            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
 
 
-class HttpcoreGuard(httpcore.AsyncNetworkBackend):
+class HttpcoreGuard(_Backend, httpcore.AsyncNetworkBackend):
     """The guard as httpx's network backend."""
+
+    connect_error = httpcore.ConnectError
 
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self.inner = httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream: httpcore.AsyncNetworkStream = await self.guard.connect(
-            self.inner,
-            host,
-            port,
-            httpcore.ConnectError,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
-        return stream
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise self.guard.refuse(
-            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
-
-class Httpcore2Guard(httpcore2.AsyncNetworkBackend):
+class Httpcore2Guard(_Backend, httpcore2.AsyncNetworkBackend):
     """The guard as httpx2's network backend (the MCP SDK's transports)."""
+
+    connect_error = httpcore2.ConnectError
 
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self.inner = httpcore2.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        stream: httpcore2.AsyncNetworkStream = await self.guard.connect(
-            self.inner,
-            host,
-            port,
-            httpcore2.ConnectError,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
-        return stream
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        raise self.guard.refuse(
-            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
