@@ -35,7 +35,11 @@ def _imported(*argv: str) -> tuple[int, set[str], str]:
         timeout=60,
         check=False,
     )
-    report = json.loads(done.stderr.strip().splitlines()[-1])
+    # The probe's report is its last line of its own; a library may still log after it
+    # (the Temporal client's core, at exit), so the last line that is the report is read.
+    lines = [line for line in done.stderr.splitlines() if line.startswith('{"status"')]
+    assert lines, done.stderr
+    report = json.loads(lines[-1])
     return report["status"], {name.split(".")[0] for name in report["modules"]}, done.stdout
 
 
