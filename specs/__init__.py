@@ -5,35 +5,10 @@ the builders, the ToolRegistry and prompt assembly. Nothing here does I/O or imp
 temporalio, so all of it is safe inside a workflow.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
 from psych_runtime.specs._depth import DepthCap, depth_refusal
-from psych_runtime.specs._display import (
-    COMPONENT_KINDS,
-    COMPONENT_SCHEMA,
-    MAX_ITEMS,
-    MAX_LINK,
-    MAX_SERIES,
-    MAX_SHORT,
-    MAX_TASK_TITLE,
-    MAX_TASKS,
-    MAX_TEXT,
-    TASKS_SCHEMA,
-    AnyComponent,
-    Card,
-    CardItem,
-    Carousel,
-    Chart,
-    Component,
-    Detail,
-    DetailField,
-    Metric,
-    Series,
-    Task,
-    Timeline,
-    TimelineEvent,
-    parse_component,
-    parse_tasks,
-)
 from psych_runtime.specs._documents import (
     MAX_DOCUMENT_BYTES,
     MAX_INT_DIGITS,
@@ -53,6 +28,7 @@ from psych_runtime.specs._errors import (
     ValidationFailed,
     VersionMismatch,
 )
+from psych_runtime.specs._field_docs import field_docs
 from psych_runtime.specs._models import (
     NAME_PATTERN,
     A2APeer,
@@ -107,6 +83,76 @@ from psych_runtime.specs._version import (
     spec_to_yaml,
     version_hash,
 )
+
+if TYPE_CHECKING:
+    from psych_runtime.specs._display import (
+        COMPONENT_KINDS,
+        COMPONENT_SCHEMA,
+        MAX_ITEMS,
+        MAX_LINK,
+        MAX_SERIES,
+        MAX_SHORT,
+        MAX_TASK_TITLE,
+        MAX_TASKS,
+        MAX_TEXT,
+        TASKS_SCHEMA,
+        AnyComponent,
+        Card,
+        CardItem,
+        Carousel,
+        Chart,
+        Component,
+        Detail,
+        DetailField,
+        Metric,
+        Series,
+        Task,
+        Timeline,
+        TimelineEvent,
+        parse_component,
+        parse_tasks,
+    )
+
+_DISPLAY = frozenset(
+    [
+        "COMPONENT_KINDS",
+        "COMPONENT_SCHEMA",
+        "MAX_ITEMS",
+        "MAX_LINK",
+        "MAX_SERIES",
+        "MAX_SHORT",
+        "MAX_TASK_TITLE",
+        "MAX_TASKS",
+        "MAX_TEXT",
+        "TASKS_SCHEMA",
+        "AnyComponent",
+        "Card",
+        "CardItem",
+        "Carousel",
+        "Chart",
+        "Component",
+        "Detail",
+        "DetailField",
+        "Metric",
+        "Series",
+        "Task",
+        "Timeline",
+        "TimelineEvent",
+        "parse_component",
+        "parse_tasks",
+    ]
+)
+"""The display components' names, loaded on first use: building those models and their
+JSON Schemas is a good part of this package's import, and ``psych validate`` needs none."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DISPLAY:
+        from psych_runtime.specs import _display
+
+        return getattr(_display, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "A2APeer",
@@ -185,6 +231,7 @@ __all__ = [
     "WorkflowStepRef",
     "canonical_bytes",
     "depth_refusal",
+    "field_docs",
     "load_yaml",
     "matches",
     "mcp_connection_key",

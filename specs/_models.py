@@ -29,7 +29,11 @@ FORBIDDEN_HTTP_HEADERS = frozenset({"authorization", "cookie", "proxy-authorizat
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(
-        frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
+        # No use_attribute_docstrings: the field docstrings are read only when the schema or
+        # the reference asks (``_field_docs``), not at every import.
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
     )
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from psych_runtime.specs._display import Task
 from psych_runtime.specs._models import AgentSpec
+
+if TYPE_CHECKING:
+    from psych_runtime.specs._display import Task
 
 ANSWER_STYLES: dict[str, str] = {
     "concise": (

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
+from psych_runtime.specs import _models
+from psych_runtime.specs._field_docs import with_field_docs
 from psych_runtime.specs._models import Spec
 
 SCHEMA_FILE = "psych-spec.schema.json"
@@ -31,6 +33,7 @@ def spec_json_schema() -> dict[str, Any]:
     servers) are ``psych validate``'s, not the schema's.
     """
     schema: dict[str, Any] = TypeAdapter(Spec).json_schema(mode="validation")
+    with_field_docs(schema, _spec_models())
     return {
         "$schema": _DIALECT,
         "title": "psych-runtime Spec",
@@ -38,6 +41,14 @@ def spec_json_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["kind"],
         **schema,
+    }
+
+
+def _spec_models() -> dict[str, type[BaseModel]]:
+    return {
+        name: value
+        for name, value in vars(_models).items()
+        if isinstance(value, type) and issubclass(value, BaseModel)
     }
 
 

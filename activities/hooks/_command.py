@@ -12,7 +12,6 @@ this module only runs the program and says what happened.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -20,7 +19,10 @@ import re
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 """How long a command hook may run before its process group is killed."""
@@ -142,6 +144,8 @@ async def run_command(hook: CommandHook, arguments: Mapping[str, Any], stdin: An
     argument, a non-zero exit, a timeout): they are the result. Cancellation kills the
     process group too, then propagates.
     """
+    import asyncio  # here: declaring a hook (the settings files, psych validate) needs none
+
     try:
         argv = hook.command_line(arguments)
     except KeyError as err:
@@ -188,6 +192,8 @@ async def run_command(hook: CommandHook, arguments: Mapping[str, Any], stdin: An
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the process's group and reap the process within ``REAP_SECONDS``."""
+    import asyncio
+
     # ProcessLookupError: the group is already gone, nothing left to kill.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)

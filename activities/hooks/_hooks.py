@@ -25,16 +25,17 @@ not safe to repeat whose worker dies between a pre hook and the call is UNKNOWN.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
-from psych_runtime.activities.contract import HookEffect, ToolOutcome
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
+
+if TYPE_CHECKING:
+    from psych_runtime.activities.contract import HookEffect, ToolOutcome
 
 HookStage = Literal["pre", "post", "on_error"]
 STAGES: tuple[HookStage, ...] = ("pre", "post", "on_error")
@@ -81,6 +82,14 @@ ResultHook: TypeAlias = Callable[[HookCall, str], str | Awaitable[str | None] | 
 """Post: ``(call, result) -> new result | None``; on_error: ``(call, error) -> result that
 replaces the failure | None`` (the failure stands). Sync or async."""
 HookAction: TypeAlias = PreHook | ResultHook | CommandHook
+
+
+def _effect(**fields: Any) -> HookEffect:
+    """A ``HookEffect`` record; the payload contract is imported when a hook first acts, so
+    declaring hooks (the settings files, ``psych validate``) does not load it."""
+    from psych_runtime.activities.contract import HookEffect
+
+    return HookEffect(**fields)
 
 
 def check_pattern(pattern: str) -> str:
@@ -248,14 +257,14 @@ class Interception:
             verdict = await _heartbeating(_run_pre(hook, call))
             if isinstance(verdict, Deny):
                 self.effects.append(
-                    HookEffect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
+                    _effect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
                 )
                 return f"A pre-call hook ({hook.name}) denied this call: {verdict.reason}"
             if verdict is not None and verdict != self.arguments:
                 self.arguments = verdict
                 self.rewritten = True
                 self.effects.append(
-                    HookEffect(stage="pre", hook=hook.name, effect="rewrote_arguments")
+                    _effect(stage="pre", hook=hook.name, effect="rewrote_arguments")
                 )
         return None
 
@@ -270,14 +279,14 @@ class Interception:
                 if changed is not None and changed != text:
                     text = changed
                     self.effects.append(
-                        HookEffect(stage="post", hook=hook.name, effect="rewrote_result")
+                        _effect(stage="post", hook=hook.name, effect="rewrote_result")
                     )
         elif status == "error":
             for hook in self._hooks.for_tool("on_error", self.call.tool):
                 replaced = await self._result_hook(hook, text, "error")
                 if replaced is not None:
                     self.effects.append(
-                        HookEffect(
+                        _effect(
                             stage="on_error", hook=hook.name, effect="replaced_error", detail=text
                         )
                     )
@@ -307,7 +316,7 @@ class Interception:
                 "%s hook %s failed for %s", hook.stage, hook.name, call.tool, exc_info=True
             )
             self.effects.append(
-                HookEffect(stage=hook.stage, hook=hook.name, effect="failed", detail=_say(err))
+                _effect(stage=hook.stage, hook=hook.name, effect="failed", detail=_say(err))
             )
             return None
 
@@ -350,6 +359,7 @@ cannot be stopped; it is left to finish and its answer is dropped."""
 async def _call(action: Callable[..., Any], *args: Any) -> Any:
     """Call a Python hook within ``PYTHON_HOOK_SECONDS``: an async one awaited, a sync one
     in a thread (so the activity keeps heartbeating while it runs)."""
+    import asyncio  # here, as in _heartbeating: declaring hooks needs no event loop machinery
 
     async def answer() -> Any:
         if inspect.iscoroutinefunction(action):
@@ -446,7 +456,9 @@ async def _heartbeating(work: Awaitable[_O]) -> _O:
     """Await a hook, heartbeating the running activity meanwhile (a command hook may take
     its 10 s, longer than a heartbeat timeout)."""
     # Imported here: hook declarations are read (settings files, ``psych validate``) by
-    # processes that never run an activity and need not load the Temporal SDK.
+    # processes that never run an activity and need not load asyncio or the Temporal SDK.
+    import asyncio
+
     from temporalio import activity
 
     if not activity.in_activity():

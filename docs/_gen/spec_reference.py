@@ -26,6 +26,7 @@ from psych_runtime.specs import (
     UNSUPPORTED_VALUES,
     AgentSpec,
     WorkflowSpec,
+    field_docs,
 )
 
 ROOTS: tuple[type[BaseModel], ...] = (AgentSpec, WorkflowSpec)
@@ -145,7 +146,7 @@ def _cell(text: str) -> str:
 
 
 def _description(model: type[BaseModel], name: str, field: FieldInfo) -> str:
-    text = field.description or ""
+    text = field.description or field_docs(model).get(name, "")
     if not text and name == "kind":
         text = "Which kind of entry this is (the discriminator)."
     if not text:

@@ -27,6 +27,11 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}), file=sys.s
 
 
 def _imported(*argv: str) -> tuple[int, set[str], str]:
+    status, modules, out = _imported_modules(*argv)
+    return status, {name.split(".")[0] for name in modules}, out
+
+
+def _imported_modules(*argv: str) -> tuple[int, set[str], str]:
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, *argv],
         cwd=ROOT,
@@ -40,7 +45,7 @@ def _imported(*argv: str) -> tuple[int, set[str], str]:
     lines = [line for line in done.stderr.splitlines() if line.startswith('{"status"')]
     assert lines, done.stderr
     report = json.loads(lines[-1])
-    return report["status"], {name.split(".")[0] for name in report["modules"]}, done.stdout
+    return report["status"], set(report["modules"]), done.stdout
 
 
 @pytest.mark.parametrize(
@@ -64,6 +69,18 @@ def test_a_light_command_imports_no_heavy_dependency(argv: list[str]) -> None:
     assert sorted(modules.intersection(HEAVY)) == []
     if argv[0] == "validate":
         assert out.endswith(": valid\n")
+
+
+def test_validate_loads_neither_the_payload_contract_nor_the_display_models() -> None:
+    # What validate need not build or import: the activities' payload contract (pulled in
+    # by the hooks of the settings files), asyncio (only --check-connections connects),
+    # the display components' models and schemas (built-in tools, not Spec fields).
+    status, modules, out = _imported_modules(
+        "validate", str(EXAMPLES / "support-agent.yaml"), "--tools", "examples/tools.py:registry"
+    )
+    assert status == 0, out
+    unwanted = {"asyncio", "psych_runtime.activities.contract", "psych_runtime.specs._display"}
+    assert sorted(modules & unwanted) == []
 
 
 def test_help_does_not_even_load_the_spec_models() -> None:

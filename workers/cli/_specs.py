@@ -8,7 +8,6 @@ printed with its path; without it nothing is connected to and reachability is no
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -82,8 +81,10 @@ def checked_spec(
     refused: list[str] = []
     if check is not None and check.check_connections:
         scope = _check_scope(check.tenant)
-        # Imported here: the HTTP clients (httpx, httpx2) and the MCP session machinery
-        # only connecting needs; plain ``psych validate`` starts without them.
+        # Imported here: asyncio, the HTTP clients (httpx, httpx2) and the MCP session
+        # machinery only connecting needs; plain ``psych validate`` starts without them.
+        import asyncio
+
         from psych_runtime.activities.egress import Egress
         from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
 
