@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test check lint typecheck unit fast docs reference versions bench bench-long bench-deltas clean
+.PHONY: setup path demo test check lint typecheck unit fast docs reference versions bench bench-long bench-deltas bench-startup clean
 
 setup: $(STAMP)
 
@@ -72,6 +72,10 @@ bench-long: $(STAMP)
 # Section 10 alone (live deltas), under a minute.
 bench-deltas: $(STAMP)
 	$(BIN)/python -m bench._deltas
+
+# Section 11 alone (CLI start-up), about 30 s.
+bench-startup: $(STAMP)
+	$(BIN)/python -m bench._startup
 
 clean:
 	rm -rf $(VENV) .venv-3.* build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
