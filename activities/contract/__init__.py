@@ -46,6 +46,11 @@ from psych_runtime.activities.contract._mcp import (
     McpTurn,
     McpTurnResult,
 )
+from psych_runtime.activities.contract._mcp_input import (
+    McpInputAnswers,
+    McpInputRequired,
+    McpQuestion,
+)
 from psych_runtime.activities.contract._model import (
     ModelCallInput,
     ModelCallResult,
@@ -172,6 +177,9 @@ __all__ = [
     "MODEL_ROLE",
     "McpCatalog",
     "McpCatalogInput",
+    "McpInputAnswers",
+    "McpInputRequired",
+    "McpQuestion",
     "McpSearchInput",
     "McpSearchResult",
     "McpServerStatus",

@@ -12,6 +12,7 @@ from psych_runtime.activities.contract._base import (
     _compact_server,
     _Payload,
 )
+from psych_runtime.activities.contract._mcp_input import McpInputAnswers
 from psych_runtime.activities.contract._refs import BlobRef
 from psych_runtime.activities.contract._tools import CatalogEntry, ToolOutcome
 from psych_runtime.specs import McpServer, Scope
@@ -133,6 +134,9 @@ class McpToolCall(_Compact):
     """The name the model called it by (``<server>__<tool>``, sanitised and cut, as the
     records show it): what tool-call hooks match. None (calls scheduled before it): the
     hooks match ``<server name>__<tool>``."""
+    input: McpInputAnswers | None = None
+    """A retried call: the answers to the server's ``input_required`` result, sent with the
+    request (``inputResponses``, ``requestState``). None (left out): the first request."""
 
     @field_serializer("server")
     def _server(self, server: McpServer) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from pydantic import Field, field_serializer
 
 from psych_runtime.activities.contract._base import _Compact, _compact_scope, _Payload
 from psych_runtime.activities.contract._conversation import ToolDefinition
+from psych_runtime.activities.contract._mcp_input import McpInputRequired
 from psych_runtime.activities.contract._refs import BlobRef
 from psych_runtime.activities.contract._usage import Latency
 from psych_runtime.specs import HttpTool, Scope
@@ -141,9 +142,10 @@ class ToolOutcome(_Compact):
     """What one tool call produced, stored whole, shown small."""
 
     call_id: str
-    status: Literal["ok", "error", "wait", "denied"]
+    status: Literal["ok", "error", "wait", "denied", "input_required"]
     """``wait``: the tool returned an ExternalWait; the Run suspends on ``wait_token``.
-    ``denied``: a pre hook denied the call (the tool did not run)."""
+    ``denied``: a pre hook denied the call (the tool did not run). ``input_required``: an
+    MCP server asks for input before it completes the call (``input_required``)."""
     content: str
     """The result if it fits ``large_result_bytes``, else a preview of it."""
     truncated: bool
@@ -160,6 +162,8 @@ class ToolOutcome(_Compact):
     """The arguments the tool ran with when a pre hook rewrote them (None: the model's)."""
     hooks: tuple[HookEffect, ...] = ()
     """Each hook that denied or changed something, in the order they ran."""
+    input_required: McpInputRequired | None = None
+    """Status ``input_required``: what the server asks (left out on the wire otherwise)."""
 
 
 class ReadOutputInput(_Payload):

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import mcp_types
 from mcp.shared.exceptions import MCPError
@@ -34,6 +34,7 @@ from psych_runtime.activities.contract import (
     TOOL_MCP,
     McpCatalog,
     McpCatalogInput,
+    McpInputRequired,
     McpSearchInput,
     McpSearchResult,
     McpToolCall,
@@ -50,6 +51,12 @@ from psych_runtime.activities.mcp._catalog import (
 )
 from psych_runtime.activities.mcp._connect import Unavailable, failure_reason
 from psych_runtime.activities.mcp._discovery import Catalogues
+from psych_runtime.activities.mcp._input import (
+    BadAnswer,
+    Unanswerable,
+    call_round,
+    input_required,
+)
 from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import (
     McpSessions,
@@ -69,6 +76,7 @@ from psych_runtime.activities.tools import (
 from psych_runtime.specs import NotFound, matches
 
 _log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 
 class McpActivities(Catalogues, ActivityClass):
@@ -121,7 +129,9 @@ class McpActivities(Catalogues, ActivityClass):
         self.settings = settings if settings is not None else McpSettings()
         self.oauth = None if tokens is None else OAuthClients(self.settings.oauth_issuers, tokens)
         self._outage_seconds = outage_seconds
-        self.catalogs = CatalogCache(self.settings.catalog_ttl_seconds)
+        self.catalogs = CatalogCache(
+            self.settings.catalog_ttl_seconds, self.settings.catalog_max_ttl_seconds
+        )
         self._built = OrderedDict()
         self.sessions = McpSessions(
             max_sessions=self.settings.max_sessions,
@@ -316,9 +326,14 @@ class McpActivities(Catalogues, ActivityClass):
                 # The SDK makes the client span of the request itself ("MCP send
                 # tools/call <tool>", under this call's execute_tool span).
                 result = await self._heartbeating(
-                    c.call_tool(input.tool, input.arguments, progress_callback=on_progress),
+                    call_round(c, input.tool, input.arguments, on_progress, input.input),
                     reports,
                 )
+        except BadAnswer as err:
+            return await outcome(
+                "error",
+                f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}",
+            )
         except TimeoutError:
             return await outcome(
                 "error",
@@ -329,14 +344,54 @@ class McpActivities(Catalogues, ActivityClass):
             return await outcome(
                 "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
             )
+        if isinstance(result, mcp_types.InputRequiredResult):
+            try:
+                asked = input_required(result)
+            except Unanswerable as err:
+                return await outcome(
+                    "error", f"MCP server {server.name!r}, tool {input.tool!r}: {err}"
+                )
+            return await self._asking(input, asked, started, plan, redact)
         text = result_text(result)
         return await outcome("error" if result.is_error else "ok", text)
 
+    async def _asking(
+        self,
+        input: McpToolCall,
+        asked: McpInputRequired,
+        started: float,
+        plan: Interception,
+        redact: Redactor,
+    ) -> ToolOutcome:
+        """An ``input_required`` round's outcome: not a result (post hooks wait for the
+        final one); its text is what the server asks, for the records."""
+        questions = [redact(question.text) for question in asked.questions]
+        text = "\n\n".join(questions) or "the server asks for input no person answers"
+        stored = await store_outcome(
+            self.blobs,
+            input.call_id,
+            "ok",
+            f"[input required] {text}",
+            started=started,
+            limit=input.large_result_bytes,
+        )
+        shown = asked.model_copy(
+            update={
+                "questions": tuple(
+                    q.model_copy(update={"text": t})
+                    for q, t in zip(asked.questions, questions, strict=True)
+                )
+            }
+        )
+        return plan.stamp(
+            stored.model_copy(update={"status": "input_required", "input_required": shown})
+        )
+
     async def _heartbeating(
         self,
-        work: Coroutine[Any, Any, mcp_types.CallToolResult],
+        work: Coroutine[Any, Any, _R],
         progress: asyncio.Queue[str],
-    ) -> mcp_types.CallToolResult:
+    ) -> _R:
         """Await ``work`` within the call timeout, heartbeating on an interval and on each
         progress notification. Cancellation (and the timeout) cancel it and wait for it,
         so the SDK has queued its cancellation notice before this returns (the pool sends

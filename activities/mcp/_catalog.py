@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp_types
@@ -94,38 +94,94 @@ class _Entry:
     tools: tuple[McpTool, ...]
 
 
-class CatalogCache:
-    """Each session key's last listing, for ``ttl`` seconds or until list_changed."""
+@dataclass(frozen=True)
+class Freshness:
+    """What a server said of its listing (2026-07-28 ``ttlMs`` / ``cacheScope``), taken
+    over every page: the shortest TTL, and ``public`` only when every page said so."""
 
-    def __init__(self, ttl: float) -> None:
-        """Keep listings ``ttl`` seconds (0: never serve from the cache)."""
+    ttl_seconds: float
+    public: bool
+
+    @classmethod
+    def of(cls, pages: Sequence[mcp_types.ListToolsResult]) -> Freshness | None:
+        """The listing's freshness, or None when a page carries no hints (a server of the
+        handshake era, whose results the SDK reads with its own defaults)."""
+        if not pages or any(
+            not {"ttl_ms", "cache_scope"} <= page.model_fields_set for page in pages
+        ):
+            return None
+        return cls(
+            ttl_seconds=min(page.ttl_ms for page in pages) / 1000,
+            public=all(page.cache_scope == "public" for page in pages),
+        )
+
+
+class CatalogCache:
+    """Each session key's last listing, for a TTL or until list_changed.
+
+    The TTL is ``ttl`` (the worker's ``catalog_ttl_seconds``) unless the server gave its own
+    (``Freshness``, at most ``max_ttl``); 0 from either side means never served from the
+    cache. A listing is kept per session key, so per tenant, principal and credential,
+    unless the server marked it ``public``: then it is kept once for every principal of the
+    tenant reaching the server with the same credential (the key without its principal), in
+    a table of its own, so a per-user listing is never served to another principal.
+    """
+
+    def __init__(self, ttl: float, max_ttl: float | None = None) -> None:
+        """Keep listings ``ttl`` seconds (0: never serve from the cache); a server's own
+        TTL is honoured up to ``max_ttl`` (default: ``ttl``)."""
         self._ttl = ttl
+        self._max_ttl = ttl if max_ttl is None else max_ttl
         self._entries: dict[SessionKey, _Entry] = {}
+        self._shared: dict[SessionKey, _Entry] = {}
         self._generation: dict[SessionKey, int] = {}
 
     def get(self, key: SessionKey) -> tuple[McpTool, ...] | None:
-        """The cached listing for ``key`` if it is still fresh."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if time.monotonic() >= entry.expires:
-            del self._entries[key]
-            return None
-        return entry.tools
+        """The cached listing for ``key`` if it is still fresh (its own, else a public one)."""
+        for table, at in ((self._entries, key), (self._shared, _shared(key))):
+            entry = table.get(at)
+            if entry is None:
+                continue
+            if time.monotonic() >= entry.expires:
+                del table[at]
+                continue
+            return entry.tools
+        return None
 
     def generation(self, key: SessionKey) -> int:
         """A counter moved by every ``drop``: take it before listing, give it to ``put``."""
         return self._generation.get(key, 0)
 
-    def put(self, key: SessionKey, tools: tuple[McpTool, ...], generation: int) -> None:
+    def put(
+        self,
+        key: SessionKey,
+        tools: tuple[McpTool, ...],
+        generation: int,
+        freshness: Freshness | None = None,
+    ) -> None:
         """Cache a listing taken at ``generation``, unless the key was dropped since."""
-        if self._ttl > 0 and self.generation(key) == generation:
-            self._entries[key] = _Entry(time.monotonic() + self._ttl, tools)
+        if self._ttl <= 0 or self.generation(key) != generation:
+            return
+        ttl = self._ttl if freshness is None else min(freshness.ttl_seconds, self._max_ttl)
+        if ttl <= 0:
+            return
+        entry = _Entry(time.monotonic() + ttl, tools)
+        if freshness is not None and freshness.public:
+            self._shared[_shared(key)] = entry
+        else:
+            self._entries[key] = entry
 
     def drop(self, key: SessionKey) -> None:
-        """Forget ``key``'s listing (its server said the list changed)."""
+        """Forget ``key``'s listing, and the public one it shares (its server said the
+        list changed)."""
         self._entries.pop(key, None)
+        self._shared.pop(_shared(key), None)
         self._generation[key] = self.generation(key) + 1
+
+
+def _shared(key: SessionKey) -> SessionKey:
+    """Where a public listing is kept: the key without its principal."""
+    return replace(key, principal=None)
 
 
 def search_definition(deferred: Sequence[str]) -> ToolDefinition:

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import mcp_types
 from mcp.client import Client
 
 from psych_runtime.activities.blobs import BlobStore, canonical_json
@@ -27,6 +28,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.mcp._catalog import (
     SEARCH_TOOL,
     CatalogCache,
+    Freshness,
     McpTool,
     NamedTool,
     StoredCatalog,
@@ -275,20 +277,20 @@ class Catalogues:
             return cached, True
         generation = self.catalogs.generation(connection.key)
         try:
-            tools = await self._list_on_session(server, connection)
+            tools, freshness = await self._list_on_session(server, connection)
         except SessionBroke as err:
             if not err.reused:
                 raise
             # A pooled session that broke since its last use (its server restarted, the
             # stream was cut) fails at once; listing is read-only, so it is asked again on
             # a fresh session. A tools/call never is: it may have reached the server.
-            tools = await self._list_on_session(server, connection)
-        self.catalogs.put(connection.key, tools, generation)
+            tools, freshness = await self._list_on_session(server, connection)
+        self.catalogs.put(connection.key, tools, generation, freshness)
         return tools, False
 
     async def _list_on_session(
         self, server: McpServer, connection: Connection
-    ) -> tuple[McpTool, ...]:
+    ) -> tuple[tuple[McpTool, ...], Freshness | None]:
         bound = self.settings.list_timeout_seconds
         async with self.sessions.client(
             connection.key, server.url, connection.headers, connection.auth
@@ -301,16 +303,19 @@ class Catalogues:
                     f"tools/list gave no complete answer within {bound:g} s"
                 ) from None
 
-    async def _all_pages(self, client: Client) -> tuple[McpTool, ...]:
+    async def _all_pages(self, client: Client) -> tuple[tuple[McpTool, ...], Freshness | None]:
+        """Every page's tools, and how long the server says the listing stays fresh."""
         tools: dict[str, McpTool] = {}
+        pages: list[mcp_types.ListToolsResult] = []
         cursor: str | None = None
         for _ in range(self.settings.max_list_pages):
             page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            pages.append(page)
             for tool in page.tools:
                 tools.setdefault(tool.name, McpTool.of(tool))
             cursor = page.next_cursor
             if cursor is None:
-                return tuple(tools[name] for name in sorted(tools))
+                return tuple(tools[name] for name in sorted(tools)), Freshness.of(pages)
         raise Unavailable(f"tools/list did not end within {self.settings.max_list_pages} pages")
 
     async def _connection(self, server: McpServer, scope: Scope) -> Connection:

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 import httpx2
 import mcp_types
 from mcp.client import Client
-from mcp.client.session import IncomingMessage
+from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
 from psych_runtime.specs import Scope
 
 _log = logging.getLogger(__name__)
@@ -125,45 +126,85 @@ async def open_client(
     on_message: Callable[[IncomingMessage], None] | None = None,
     auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[Client]:
-    """Connect to an MCP server and run the ``initialize`` handshake.
+    """Connect to an MCP server: the ``initialize`` handshake, or the stateless 2026-07-28
+    protocol when the server refuses the handshake (``_era.py`` says why in that order).
 
     ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
     (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
 
-    The handshake (``mode="legacy"``) is what every MCP server published so far speaks;
-    the SDK's response cache is off because the worker keeps its own catalogue cache,
-    keyed by session and dropped on ``tools/list_changed``. Enter and exit it in one task.
+    The SDK's response cache is off because the worker keeps its own catalogue cache,
+    keyed by session and dropped on ``tools/list_changed``; an elicitation callback is
+    given only so the client declares the elicitation capability, which servers check
+    before they ask for input (``_input.py`` answers through the Run, never inside a
+    call). Enter and exit it in one task.
     """
+    options = _Options(url, transport, headers, connect_timeout, egress, tenant, on_message, auth)
+    async with AsyncExitStack() as stack:
+        try:
+            client = await stack.enter_async_context(_open(options, "legacy"))
+        except Exception as err:
+            if transport == "sse" or not handshake_refused(err):
+                raise
+            client = await stack.enter_async_context(_open(options, "auto"))
+        yield client
 
+
+@dataclass(frozen=True)
+class _Options:
+    url: str
+    transport: str
+    headers: dict[str, str]
+    connect_timeout: float
+    egress: Egress
+    tenant: str
+    on_message: Callable[[IncomingMessage], None] | None
+    auth: httpx2.Auth | None
+
+
+async def _refuse_elicitation(
+    context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+    """A handshake-era server asking mid-call: refused as the SDK's default refuses it
+    (input is asked of a person through the Run, between calls, never inside one)."""
+    return mcp_types.ErrorData(
+        code=mcp_types.INVALID_REQUEST,
+        message="Elicitation inside a call is not supported; this client answers "
+        "input_required results (MCP 2026-07-28)",
+    )
+
+
+@asynccontextmanager
+async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
     async def handler(message: IncomingMessage) -> None:
-        if on_message is not None:
-            on_message(message)
+        if options.on_message is not None:
+            options.on_message(message)
 
     async with AsyncExitStack() as stack:
-        if transport == "sse":
+        if options.transport == "sse":
             streams = sse_client(
-                url,
-                headers=headers,
-                timeout=connect_timeout,
+                options.url,
+                headers=options.headers,
+                timeout=options.connect_timeout,
                 sse_read_timeout=_SSE_READ_SECONDS,
-                httpx_client_factory=egress.mcp_factory(tenant),
-                auth=auth,
+                httpx_client_factory=options.egress.mcp_factory(options.tenant),
+                auth=options.auth,
             )
         else:
             http = await stack.enter_async_context(
-                egress.mcp_client(
-                    tenant,
-                    headers=headers,
-                    timeout=httpx2.Timeout(connect_timeout, read=_SSE_READ_SECONDS),
-                    auth=auth,
+                options.egress.mcp_client(
+                    options.tenant,
+                    headers=options.headers,
+                    timeout=httpx2.Timeout(options.connect_timeout, read=_SSE_READ_SECONDS),
+                    auth=options.auth,
                 )
             )
-            streams = streamable_http_client(url, http_client=http)
+            streams = streamable_http_client(options.url, http_client=http)
         client = Client(
             streams,
-            mode="legacy",
+            mode=mode,
             cache=None,
             message_handler=handler,
+            elicitation_callback=_refuse_elicitation,
         )
         yield await stack.enter_async_context(client)
 
@@ -320,13 +361,14 @@ class McpSessions:
                 if not pooled.ready.done():
                     pooled.ready.set_result(client)
                 await pooled.closing.wait()
-                if pooled.broken is None:
+                if pooled.broken is None and not is_stateless(client):
                     # A cancelled call's notifications/cancelled is only queued when the call
                     # returns; the transport POSTs messages in order, so the ping's answer
                     # means it reached the server. Closing at once (a worker's shutdown right
                     # after it cancelled its calls) would drop it with the connection. The
                     # session's ping, not Client.send_ping, which warns that the 2026 wire
-                    # has no ping: this client speaks the legacy one (open_client).
+                    # has no ping: this client speaks the legacy one (open_client). A stateless
+                    # session has neither ping nor queued notices to flush.
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(_FLUSH_SECONDS):
                             await client.session.send_ping()

@@ -20,7 +20,11 @@ class McpSettings:
             cancelled (the server is told) and the model reads an error. Default 120.
         catalog_ttl_seconds: how long a session's tool listing is served from the
             worker's cache (dropped sooner on ``tools/list_changed``; 0: never cached).
-            Default 300.
+            Default 300. A server of the 2026-07-28 protocol says how long its listing
+            stays fresh (``ttlMs``): that is honoured instead, shorter or longer, up to
+            ``catalog_max_ttl_seconds`` (0 here still turns the cache off).
+        catalog_max_ttl_seconds: the longest a server's own ``ttlMs`` keeps a listing in
+            the cache. Default 3600.
         preload_budget_chars: a server whose narrowed definitions take more characters
             of JSON than this is deferred when its ``preload`` is None. Default 16 000
             (about 4 000 tokens: a dozen richly described tools).
@@ -46,6 +50,7 @@ class McpSettings:
 
     call_timeout_seconds: float = 120.0
     catalog_ttl_seconds: float = 300.0
+    catalog_max_ttl_seconds: float = 3600.0
     preload_budget_chars: int = 16_000
     max_sessions: int = 64
     idle_seconds: float = 300.0

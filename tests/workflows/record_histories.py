@@ -89,6 +89,7 @@ from tests.e2e._http_server import CountingServer, refund_tool
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
+from tests.mcp.modern_fixture import start_modern_server
 
 # The shapes' HTTP, MCP and A2A servers run on loopback, which a Spec's URL may reach only
 # when the operator allows it (as tests/conftest.py allows it for the suite).
@@ -1129,6 +1130,30 @@ async def workflow_mcp_tool_step(rig: Rig) -> RunHandle:
         return await rig.run(spec, "go")
 
 
+async def mcp_input_required_answered(rig: Rig) -> RunHandle:
+    # A 2026-07-28 server asks how many before it orders: a question, then the retried call.
+    server = start_modern_server()
+    try:
+        spec = (
+            rig.agent("mcp")
+            .mcp_server("shop", server.url)
+            .suspension(may_ask_questions=True)
+            .build()
+        )
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("shop__order", {"item": "tea"})),
+            Reply.text("Ordered."),
+        )
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Order tea", scope=SCOPE)
+            pending = await rig.suspended(run)
+            await rig.client.answer(run, pending.id, "3", scope=SCOPE)
+            await rig.settle(run)
+        return run
+    finally:
+        server.stop()
+
+
 # --- tasks, components and context providers (issue 10 item 4, issue 11 item 5) -----------
 
 
@@ -1540,6 +1565,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_deferred_search),
     ("dev", mcp_abort_during_call),
     ("dev", workflow_mcp_tool_step),
+    # the MCP protocol of 2026-07-28 (issue 25, item 6)
+    ("dev", mcp_input_required_answered),
     # A2A peers as tools (issue 24, item 1)
     ("dev", a2a_peer_called),
     ("dev", a2a_peer_task_waited),

@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         CodeToolCall,
         HttpToolCall,
+        McpInputAnswers,
+        McpInputRequired,
         McpToolCall,
         PolicyInput,
         ToolCallRequest,
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
+    from psych_runtime.workflows.kernel import _mcp_input as mcp_input
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
@@ -198,22 +201,68 @@ class ToolCalls(FeatureView):
         builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
         if builtin is not None and not builtin.executes:
             return await builtin.handle(turn, call, arguments)
+        result = await self._executing(turn, call, entry, arguments)
+        if result.outcome is not None and result.outcome.status == "wait":
+            return await self._external(call, result.outcome)
+        request = mcp_input.asked(result)
+        if request is not None:
+            return await self._answering(turn, call, entry, arguments, request)
+        return result
+
+    async def _executing(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        input: McpInputAnswers | None = None,
+    ) -> ToolResult:
+        """Execute the call as an open (and maybe interruptible) call of the Run."""
         self._open_calls[call.id] = (turn, call.name)
-        task = asyncio.create_task(self._execute(turn, call, entry, arguments))
+        task = asyncio.create_task(self._execute(turn, call, entry, arguments, input))
         if self._interruptible_tool(call.name):
             self._interruptible[call.id] = task
         try:
-            result = await task
+            return await task
         except asyncio.CancelledError:
             if self._abort is None or not task.cancelled():
                 raise
-            result = inline(call, "aborted", ABORTED_CALL, counts=False)
+            return inline(call, "aborted", ABORTED_CALL, counts=False)
         finally:
             self._open_calls.pop(call.id, None)
             self._interruptible.pop(call.id, None)
-        if result.outcome is not None and result.outcome.status == "wait":
-            return await self._external(call, result.outcome)
-        return result
+
+    async def _answering(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        request: McpInputRequired,
+    ) -> ToolResult:
+        """An MCP server asks for input: questions, then the call again (``_mcp_input``)."""
+
+        async def ask(pending: str, question: str) -> str:
+            answer = await self.suspend_call(
+                call,
+                SuspensionReason.QUESTION,
+                self._suspension.question_expires_seconds,
+                id=pending,
+                question=question,
+            )
+            return answer.answer or ""
+
+        async def retry(answers: McpInputAnswers) -> ToolResult:
+            self.check_abort()
+            return await self._executing(turn, call, entry, arguments, answers)
+
+        return await mcp_input.answer_rounds(
+            call,
+            request,
+            may_ask=self._suspension.may_ask_questions,
+            ask=ask,
+            retry=retry,
+        )
 
     def _interruptible_tool(self, name: str) -> bool:
         tool = self._tools.get(name)
@@ -265,7 +314,12 @@ class ToolCalls(FeatureView):
         return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
 
     async def _execute(
-        self, turn: int, call: ToolCallRequest, entry: CatalogEntry, arguments: dict[str, Any]
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        input: McpInputAnswers | None = None,
     ) -> ToolResult:
         large = self._limits.large_result_bytes
         summary = f"tool {call.name}, turn {turn}"
@@ -304,6 +358,7 @@ class ToolCalls(FeatureView):
                         scope=self._input.scope,
                         report_through_client=not entry.safe_to_repeat,
                         name=entry.name,
+                        input=input,
                     ),
                     entry,
                     summary=summary,

@@ -1,0 +1,93 @@
+"""Start ``tests.mcp.modern_server`` (an MCP server of the 2026-07-28 protocol only) in its
+own process, for tests. ``start_modern_server()`` returns once it listens; the caller stops
+it with ``stop()``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import httpx
+
+from tests.mcp.fixture import REPO, STOP_TIMEOUT, _read_port
+
+
+@dataclass
+class ModernMcpServer:
+    """A running ``tests.mcp.modern_server`` process and its control surface."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    _control: httpx.Client = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._control = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
+
+    @property
+    def url(self) -> str:
+        """The MCP endpoint (streamable HTTP)."""
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def state(self) -> dict[str, Any]:
+        """What the server saw (``tests/mcp/modern_server.py``, "Control surface")."""
+        response = self._control.get("/control/state")
+        response.raise_for_status()
+        state: dict[str, Any] = response.json()
+        return state
+
+    def reset(self) -> None:
+        """Forget what the server saw."""
+        self._control.post("/control/reset").raise_for_status()
+
+    def stderr(self) -> str:
+        """What the server wrote to stderr so far."""
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Stop this server's own process (SIGTERM, SIGKILL after a grace period)."""
+        self._control.close()
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+def start_modern_server(
+    *, list_ttl_ms: int | None = None, list_scope: Literal["public", "private"] | None = None
+) -> ModernMcpServer:
+    """Start the server on 127.0.0.1 and a free port; return once it listens.
+
+    Args:
+        list_ttl_ms: ``ttlMs`` of its ``tools/list`` results (None: the SDK's default, 0).
+        list_scope: ``cacheScope`` of its ``tools/list`` results (None: ``private``).
+    """
+    command = [sys.executable, "-m", "tests.mcp.modern_server"]
+    if list_ttl_ms is not None:
+        command += ["--list-ttl-ms", str(list_ttl_ms)]
+    if list_scope is not None:
+        command += ["--list-scope", list_scope]
+    log = tempfile.NamedTemporaryFile(prefix="mcp-modern-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+    try:
+        port = _read_port(process, Path(log.name))
+    except BaseException:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(STOP_TIMEOUT)
+        log.close()
+        raise
+    return ModernMcpServer(port=port, process=process, log=log)
