@@ -181,12 +181,12 @@ class _Stream:
                 self._token()
                 if self.deltas is not None:
                     self.deltas.text(self.redact(text))
-            for piece in delta.tool_calls or ():
-                self._tool_call_piece(piece)
+            for position, piece in enumerate(delta.tool_calls or ()):
+                self._tool_call_piece(position, piece)
 
-    def _tool_call_piece(self, piece: _WireToolCall) -> None:
+    def _tool_call_piece(self, position: int, piece: _WireToolCall) -> None:
         # The id and name come in a call's first delta, its arguments in pieces.
-        slot = self._slot(piece)
+        slot = self._slot(position, piece)
         call = self.calls[slot]
         call.id = call.id or piece.id
         call.name = call.name or piece.function.name
@@ -200,10 +200,11 @@ class _Stream:
                 slot, piece.id, piece.function.name, self.redact(piece.function.arguments or "")
             )
 
-    def _slot(self, piece: _WireToolCall) -> int:
+    def _slot(self, position: int, piece: _WireToolCall) -> int:
         """Which call a delta belongs to: by its ``index`` (OpenAI's); without one (Gemini's
         OpenAI-compatible endpoint), by ``id``: a new id begins a new call, and a delta
-        with neither continues the last call."""
+        with neither continues the last call (unless another piece of the same delta came
+        first: two pieces of one delta are two calls)."""
         if piece.index is not None:
             if piece.index not in self.by_index:
                 self.by_index[piece.index] = len(self.calls)
@@ -215,7 +216,7 @@ class _Stream:
                 return known
             self.calls.append(_PartialCall())
             return len(self.calls) - 1
-        if not self.calls:
+        if not self.calls or position > 0:
             self.calls.append(_PartialCall())
         return len(self.calls) - 1
 

@@ -235,7 +235,17 @@ async def test_index_less_tool_call_deltas_are_assembled_by_id(
         chunk({"role": "assistant", "tool_calls": [gemini_call("a1", "lookup", '{"id": ')]}),
         chunk({"tool_calls": [{"function": {"arguments": '"42"}'}}]}),  # continues a1
         chunk({"tool_calls": [gemini_call("b2", "refund", '{"id": "42"}')]}),
-        chunk({"tool_calls": [gemini_call("c3", "notify", "{}")]}, "tool_calls"),
+        chunk({"tool_calls": [gemini_call("c3", "notify", "{}")]}),
+        # Neither id nor index: the first piece continues c3, the second is a call of its own.
+        chunk(
+            {
+                "tool_calls": [
+                    {"function": {"arguments": ""}},
+                    {"function": {"name": "close", "arguments": "{}"}},
+                ]
+            },
+            "tool_calls",
+        ),
         "data: [DONE]\n\n",
     )
     with Upstream(lambda _: Answer(200, body, "text/event-stream")) as upstream:
@@ -245,6 +255,7 @@ async def test_index_less_tool_call_deltas_are_assembled_by_id(
         ("a1", "lookup", '{"id": "42"}'),
         ("b2", "refund", '{"id": "42"}'),
         ("c3", "notify", "{}"),
+        ("call_1_3", "close", "{}"),
     ]
 
 
