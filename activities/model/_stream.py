@@ -21,6 +21,7 @@ from psych_runtime.activities.model._failures import (
 )
 from psych_runtime.activities.model._wire import (
     _Answer,
+    _check_finish,
     _echoed,
     _excerpt,
     _merge,
@@ -233,6 +234,7 @@ class _Stream:
     def answer(self, turn: int) -> _Answer:
         if not self.done and self.finish_reason is None:
             raise httpx.RemoteProtocolError("the stream ended before the response finished")
+        _check_finish(self.finish_reason)
         calls = tuple(
             _tool_call(turn, index, call.id, call.name, "".join(call.arguments), call.echoed)
             for index, call in enumerate(self.calls)

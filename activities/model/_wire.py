@@ -228,11 +228,19 @@ class _Answer:
     """What the provider needs back on this assistant message (``_ECHOED_FIELDS``)."""
 
 
+def _check_finish(finish_reason: str | None) -> None:
+    """An answer the provider itself ended as failed is not an answer, even when it sent no
+    ``error`` object saying why (OpenRouter's ``finish_reason: "error"``)."""
+    if finish_reason == "error":
+        raise ProviderError('the answer ended with finish_reason "error" and no error message')
+
+
 def _parse_completion(data: bytes, turn: int) -> _Answer:
     completion = _parse(_WireCompletion, data)
     choice = next((c for c in completion.choices if c.index == 0), None)
     if choice is None or choice.message is None:
         raise ProviderResponseError("no choices[0].message")
+    _check_finish(choice.finish_reason)
     message = choice.message
     calls = tuple(
         _tool_call(turn, i, c.id, c.function.name, c.function.arguments or "", _echoed(c))

@@ -128,6 +128,13 @@ STREAM_ERRORS = [
         id="vllm-object-error",
     ),
     pytest.param(
+        sse(ROLE, chunk({"content": "Hel"}), chunk({}, "error"), "data: [DONE]\n\n"),
+        'the answer ended with finish_reason "error" and no error message',
+        False,
+        None,
+        id="finish-reason-error-without-message",
+    ),
+    pytest.param(
         sse(ROLE, "event: error\ndata: upstream model went away\n\n"),
         "upstream model went away",
         False,
