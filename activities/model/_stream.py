@@ -163,7 +163,8 @@ class _Stream:
         error = _provider_error(document, error_event=self.event == "error")
         if error is not None:
             raise error
-        chunk = _parse(_WireCompletion, data)
+        # Decoded once: a chunk already read as JSON is validated as it is.
+        chunk = _parse(_WireCompletion, document if isinstance(document, dict) else data)
         if chunk.usage is not None:
             self.usage = chunk.usage
         for choice in chunk.choices:

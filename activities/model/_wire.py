@@ -108,8 +108,11 @@ class _WireCompletion(_Wire):
 _W = TypeVar("_W", bound=BaseModel)
 
 
-def _parse(kind: type[_W], data: str | bytes) -> _W:
+def _parse(kind: type[_W], data: str | bytes | dict[str, Any]) -> _W:
+    """``data`` (JSON text, or a JSON object already decoded) as ``kind``."""
     try:
+        if isinstance(data, dict):
+            return kind.model_validate(data)
         return kind.model_validate_json(data)
     except ValidationError as err:
         raise ProviderResponseError(
