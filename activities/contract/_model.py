@@ -94,8 +94,11 @@ class ModelFailure(_Payload):
     """Why a model call failed: the details of a ``ModelCallFailed`` ApplicationError."""
 
     transient: bool
-    """5xx, 429, 408, connection errors and stream idle are transient; others are not."""
+    """5xx, 429, 408, connection errors and stream idle are transient, and so is an error
+    sent inside a 200 response that says so (such a status as its code, or a rate limit,
+    overload or server error as its code or type); others are not."""
     status: int | None = None
+    """The HTTP status, or the status an error inside a 200 response gave as its code."""
     retry_after: float | None = None
     """Seconds the provider asked us to wait (Retry-After), if it did."""
     message: str

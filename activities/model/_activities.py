@@ -60,15 +60,14 @@ from psych_runtime.activities.model._failures import (
     StreamIdle,
     classify,
 )
+from psych_runtime.activities.model._stream import _parse_body, _sse_lines, _Stream
 from psych_runtime.activities.model._threads import thread_head
 from psych_runtime.activities.model._wire import (
     _Answer,
     _heartbeating,
     _media_type,
-    _parse_body,
     _read_capped,
     _request_body,
-    _Stream,
     _timeout,
     _too_large,
 )
@@ -301,7 +300,12 @@ class ModelActivities(ActivityClass):
             for index, tool_call in enumerate(answer.tool_calls):
                 deltas.tool_call(index, tool_call.id, tool_call.name, tool_call.arguments)
 
-        assistant = ChatMessage(role="assistant", content=answer.text, tool_calls=answer.tool_calls)
+        assistant = ChatMessage(
+            role="assistant",
+            content=answer.text,
+            tool_calls=answer.tool_calls,
+            provider_fields=answer.provider_fields,
+        )
         assistant_ref = await self.conversations.put_message(assistant)
         head = await self.conversations.append(context_ref, [*new_refs, assistant_ref])
         assert head is not None  # the node holds at least the assistant message
@@ -318,7 +322,12 @@ class ModelActivities(ActivityClass):
             system_ref=system_ref,
             context_ref=head,
             text=answer.text,
-            tool_calls=answer.tool_calls,
+            # What the provider needs echoed stays in the stored message (it can be
+            # kilobytes per call): the workflow's history never carries it.
+            tool_calls=tuple(
+                call.model_copy(update={"provider_fields": None}) if call.provider_fields else call
+                for call in answer.tool_calls
+            ),
             finish_reason=answer.finish_reason,
             usage=usage,
             cost=cost,
@@ -394,11 +403,12 @@ class ModelActivities(ActivityClass):
                     # something else entirely (an HTML page): judged whole, by content.
                     data = await _read_capped(response)
                     return _parse_body(data, media_type, input.turn, started)
-                lines = response.aiter_lines()
+                lines = _sse_lines(response.aiter_bytes())
                 async for line in lines:
                     stream.feed(line)
                     if stream.done:
                         break
+                stream.close()
                 # Drain what follows [DONE] (normally nothing): a response left unread
                 # closes its connection, and the next call would pay a new TCP (and TLS)
                 # handshake. Bounded, so a server holding the stream open after [DONE]

@@ -45,6 +45,42 @@ class ProviderResponseError(Exception):
     """
 
 
+class ProviderError(Exception):
+    """A provider answered 200 and then reported an error in the body: an ``event: error``
+    in the stream, or a chunk or a whole body carrying an ``error`` object (Groq and
+    OpenRouter send these when a call fails after the status line went out).
+
+    Raised and classified inside this module only; it leaves as a ModelCallFailed that
+    carries the provider's message. ``classify`` decides whether it is transient from
+    ``code`` and ``kind``.
+    """
+
+    def __init__(self, message: str, *, code: object = None, kind: str | None = None) -> None:
+        self.provider_message = " ".join(message.split()) or "no message"
+        if len(self.provider_message) > _PROVIDER_MESSAGE_LIMIT:
+            self.provider_message = self.provider_message[: _PROVIDER_MESSAGE_LIMIT - 3] + "..."
+        self.code = code
+        """The error's ``code`` as sent: a number (429, 502) or a word (``rate_limit_exceeded``)."""
+        self.kind = kind
+        """The error's ``type`` (``overloaded_error``, ``invalid_request_error``), if any."""
+        said = ", ".join(
+            f"{label} {value}"
+            for label, value in (("code", code), ("type", kind))
+            if value is not None and value != ""
+        )
+        super().__init__(self.provider_message + (f" ({said})" if said else ""))
+
+    @property
+    def status(self) -> int | None:
+        """The code when it is an HTTP status (a number from 100 to 599), else ``None``."""
+        code = self.code
+        if isinstance(code, str) and code.isdigit():
+            code = int(code)
+        if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
+            return code
+        return None
+
+
 class ResponseTooLarge(ProviderResponseError):
     """An answer too large to return through Temporal. Not transient: it would be as
     large next time.
@@ -55,13 +91,16 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     """Decide whether a failed model call is transient, and describe it.
 
     Transient: HTTP 5xx, 429 and 408, connection errors and timeouts, a connection dropped
-    mid-response, and a stalled stream. Everything else (other 4xx such as 401 and 403, a
+    mid-response, a stalled stream, and an error the provider sent inside a 200 response
+    (``ProviderError``) whose code is one of those statuses or whose code or type names a
+    rate limit, overload or server-side trouble. Everything else (other 4xx such as 401 and 403, a
     host name that does not resolve, a response that is not a chat completion,
     configuration errors) is not: repeating the call cannot help.
 
     Args:
         cause: an error response (its body read), ``httpx.HTTPStatusError``, an httpx
-            exception, ``StreamIdle``, ``ProviderResponseError`` or anything else raised.
+            exception, ``StreamIdle``, ``ProviderError``, ``ProviderResponseError`` or
+            anything else raised.
         model: the model id called, which starts the message.
     """
     if isinstance(cause, httpx.HTTPStatusError):
@@ -91,6 +130,12 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         text = f"connection dropped mid-response ({_describe(cause)})"
     elif isinstance(cause, httpx.TimeoutException | httpx.NetworkError | httpx.ProxyError):
         text = _describe(cause)
+    elif isinstance(cause, ProviderError):
+        return ModelFailure(
+            transient=_provider_error_transient(cause),
+            status=cause.status,
+            message=f"model {model}: provider error in a 200 response: {cause}",
+        )
     else:
         transient = False
         if isinstance(cause, ResponseTooLarge):
@@ -102,6 +147,35 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         else:
             text = _describe(cause)
     return ModelFailure(transient=transient, message=f"model {model}: {text}")
+
+
+# Words in an error's code or type that mean "try again later": rate limits, overload, and
+# the provider's own (5xx-like) trouble. Anything else (invalid request, content filter,
+# tool_use_failed, context length) would fail the same way again.
+_TRANSIENT_WORDS = (
+    "rate_limit",
+    "ratelimit",
+    "too_many_requests",
+    "overloaded",
+    "capacity",
+    "server_error",
+    "internal_error",
+    "unavailable",
+    "timeout",
+    "timed_out",
+)
+
+
+def _provider_error_transient(error: ProviderError) -> bool:
+    status = error.status
+    if status is not None:
+        return status >= 500 or status in _TRANSIENT_STATUSES
+    words = " ".join(
+        str(value).lower().replace("-", "_").replace(" ", "_")
+        for value in (error.code, error.kind)
+        if value is not None
+    )
+    return any(word in words for word in _TRANSIENT_WORDS)
 
 
 def _name_resolution_error(err: BaseException) -> socket.gaierror | None:

@@ -1,14 +1,14 @@
-"""The OpenAI chat-completions wire format: the request body, a whole JSON completion, and a
-streamed one (SSE) read with an idle limit and a size bound."""
+"""The OpenAI chat-completions wire format: the request body, a whole JSON completion, the
+errors a provider sends inside a 200 response, and the fields it needs echoed back. A
+streamed completion is reassembled in ``_stream``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -23,10 +23,10 @@ from psych_runtime.activities.contract import (
     ToolDefinition,
     Usage,
 )
-from psych_runtime.activities.live import AttemptDeltas
 from psych_runtime.activities.model._failures import (
     _EXCERPT_CHARS,
     MAX_RESULT_BYTES,
+    ProviderError,
     ProviderResponseError,
     ResponseTooLarge,
 )
@@ -57,11 +57,20 @@ class _WireToolCall(_Wire):
     index: int | None = None
     id: str | None = None
     function: _WireFunction = _WireFunction()
+    extra_content: dict[str, Any] | None = None
+
+
+class _WirePart(_Wire):
+    """One typed part of a list ``content`` (Mistral's ``text`` and ``thinking``)."""
+
+    type: str | None = None
+    text: str | None = None
 
 
 class _WireMessage(_Wire):
-    content: str | None = None
+    content: str | list[_WirePart] | None = None
     tool_calls: list[_WireToolCall] | None = None
+    extra_content: dict[str, Any] | None = None
 
 
 class _WireChoice(_Wire):
@@ -99,14 +108,79 @@ class _WireCompletion(_Wire):
 _W = TypeVar("_W", bound=BaseModel)
 
 
-def _parse(kind: type[_W], data: str | bytes) -> _W:
+def _parse(kind: type[_W], data: str | bytes | dict[str, Any]) -> _W:
+    """``data`` (JSON text, or a JSON object already decoded) as ``kind``."""
     try:
+        if isinstance(data, dict):
+            return kind.model_validate(data)
         return kind.model_validate_json(data)
     except ValidationError as err:
         raise ProviderResponseError(
             f"not a chat completion: {err.error_count()} problem(s), first: "
             f"{err.errors()[0]['msg']} at {'.'.join(map(str, err.errors()[0]['loc'])) or 'top'}"
         ) from err
+
+
+# The fields a provider needs sent back verbatim with the assistant message or tool call
+# they came on (Gemini's OpenAI-compatible endpoint puts its thought signature in
+# ``extra_content``; a request without it is refused once the model thinks). Kept as
+# ``provider_fields`` on the stored message, merged back into its wire form.
+_ECHOED_FIELDS = ("extra_content",)
+
+
+def _echoed(wire: _WireMessage | _WireToolCall) -> dict[str, Any]:
+    return {name: value for name in _ECHOED_FIELDS if (value := getattr(wire, name)) is not None}
+
+
+def _merge(into: dict[str, Any], piece: dict[str, Any]) -> None:
+    """Merge a streamed delta's echoed fields into what came before (objects key by key,
+    anything else replaced), as a provider may spread them over several deltas."""
+    for key, value in piece.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merged = dict(into[key])
+            _merge(merged, value)
+            into[key] = merged
+        else:
+            into[key] = value
+
+
+def _text(content: str | list[_WirePart] | None) -> str:
+    """The answer text of a ``content``: the string, or a list's ``text`` parts joined.
+
+    Other parts are not answer text: ``thinking`` (Mistral's reasoning) has no place in a
+    Run's records and is dropped (its tokens are in the provider's usage, if it reports
+    them); parts of other types carry nothing a chat answer shows.
+    """
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(part.text for part in content if part.type == "text" and part.text)
+
+
+def _provider_error(document: object, *, error_event: bool = False) -> ProviderError | None:
+    """The error a provider sent inside a 200 response, if ``document`` is one.
+
+    ``{"error": {...}}`` (OpenAI's shape, which Groq and OpenRouter also send as a chunk,
+    sometimes beside ``choices``), ``{"error": "text"}``, ``{"object": "error", ...}``
+    (vLLM's), or anything sent as an ``event: error`` (``error_event``).
+    """
+    if isinstance(document, dict):
+        error = document.get("error")
+        if isinstance(error, str) and error:
+            return ProviderError(error)
+        if not isinstance(error, dict):
+            if not (error_event or document.get("object") == "error"):
+                return None
+            error = document
+        message = error.get("message")
+        if not isinstance(message, str):
+            message = json.dumps(error, ensure_ascii=False)
+        kind = error.get("type")
+        return ProviderError(
+            message, code=error.get("code"), kind=kind if isinstance(kind, str) else None
+        )
+    if error_event:
+        return ProviderError(document if isinstance(document, str) else json.dumps(document))
+    return None
 
 
 def _usage(wire: _WireUsage) -> Usage:
@@ -127,12 +201,22 @@ def _usage(wire: _WireUsage) -> Usage:
 
 
 def _tool_call(
-    turn: int, index: int, id_: str | None, name: str | None, args: str
+    turn: int,
+    index: int,
+    id_: str | None,
+    name: str | None,
+    args: str,
+    echoed: dict[str, Any] | None = None,
 ) -> ToolCallRequest:
     if not name:
         raise ProviderResponseError(f"tool call {index} has no function name")
     # Some OpenAI-compatible servers omit ids; the tool result must still answer one.
-    return ToolCallRequest(id=id_ or f"call_{turn}_{index}", name=name, arguments=args)
+    return ToolCallRequest(
+        id=id_ or f"call_{turn}_{index}",
+        name=name,
+        arguments=args,
+        provider_fields=echoed or None,
+    )
 
 
 @dataclass
@@ -143,6 +227,15 @@ class _Answer:
     usage: Usage | None
     """``None`` when the provider reported none (then the cost is unknown too)."""
     first_token_ms: float | None = None
+    provider_fields: dict[str, Any] | None = None
+    """What the provider needs back on this assistant message (``_ECHOED_FIELDS``)."""
+
+
+def _check_finish(finish_reason: str | None) -> None:
+    """An answer the provider itself ended as failed is not an answer, even when it sent no
+    ``error`` object saying why (OpenRouter's ``finish_reason: "error"``)."""
+    if finish_reason == "error":
+        raise ProviderError('the answer ended with finish_reason "error" and no error message')
 
 
 def _parse_completion(data: bytes, turn: int) -> _Answer:
@@ -150,16 +243,18 @@ def _parse_completion(data: bytes, turn: int) -> _Answer:
     choice = next((c for c in completion.choices if c.index == 0), None)
     if choice is None or choice.message is None:
         raise ProviderResponseError("no choices[0].message")
+    _check_finish(choice.finish_reason)
     message = choice.message
     calls = tuple(
-        _tool_call(turn, i, c.id, c.function.name, c.function.arguments or "")
+        _tool_call(turn, i, c.id, c.function.name, c.function.arguments or "", _echoed(c))
         for i, c in enumerate(message.tool_calls or ())
     )
     return _Answer(
-        text=message.content or "",
+        text=_text(message.content),
         tool_calls=calls,
         finish_reason=choice.finish_reason,
         usage=None if completion.usage is None else _usage(completion.usage),
+        provider_fields=_echoed(message) or None,
     )
 
 
@@ -174,41 +269,6 @@ def _excerpt(media_type: str, body: bytes) -> str:
     if len(text) > _EXCERPT_CHARS:
         text = text[: _EXCERPT_CHARS - 3] + "..."
     return f"{media_type or 'no content type'}, {len(body)} bytes: {text!r}"
-
-
-def _parse_body(body: bytes, media_type: str, turn: int, started: float) -> _Answer:
-    """A whole response body as an answer: a chat completion, or a whole SSE stream.
-
-    Gateways differ from what was asked: some ignore ``stream: true`` and answer JSON,
-    some stream when asked not to. A body that is neither is a ProviderResponseError
-    saying what came back (content type and start), never a dropped connection: reading
-    it again would return the same thing.
-    """
-    if media_type == "text/event-stream" or body.lstrip().startswith(b"data:"):
-        stream = _Stream(started=started)
-        for line in body.decode("utf-8", errors="replace").splitlines():
-            stream.feed(line)
-            if stream.done:
-                break
-        if not stream.done and stream.finish_reason is None:
-            raise ProviderResponseError(
-                f"an event stream that never finished: {_excerpt(media_type, body)}"
-            )
-        return stream.answer(turn)
-    try:
-        document = json.loads(body)
-    except ValueError:
-        raise ProviderResponseError(
-            f"not a chat completion: {_excerpt(media_type, body)}"
-        ) from None
-    if not isinstance(document, dict) or not isinstance(document.get("choices"), list):
-        raise ProviderResponseError(
-            f"JSON that is not a chat completion (no choices list): {_excerpt(media_type, body)}"
-        )
-    try:
-        return _parse_completion(body, turn)
-    except ProviderResponseError as err:
-        raise ProviderResponseError(f"{err}: {_excerpt(media_type, body)}") from None
 
 
 async def _read_capped(response: httpx.Response) -> bytes:
@@ -235,112 +295,22 @@ def _too_large(size: int, what: str, *, more: bool = False) -> str:
     )
 
 
-@dataclass
-class _PartialCall:
-    id: str | None = None
-    name: str | None = None
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Stream:
-    """Reassembles a streamed completion from its server-sent events."""
-
-    started: float
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, _PartialCall] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: _WireUsage | None = None
-    first_token: float | None = None
-    done: bool = False
-    size: int = 0
-    """Bytes of text and tool-call arguments so far, bounded by ``MAX_RESULT_BYTES``."""
-    deltas: AttemptDeltas | None = None
-    """Where each piece is published as it arrives (for followers), if anywhere."""
-    redact: Callable[[str], str] = str
-    """Applied to each piece published (the answer itself is redacted whole later)."""
-
-    def feed(self, line: str) -> None:
-        """Take one SSE line (``data: {...}``, ``data: [DONE]``, comments, other fields)."""
-        if not line.startswith("data:"):
-            return  # blank separators, `: keep-alive` comments, `event:`/`id:` fields
-        data = line.removeprefix("data:").strip()
-        if data == "[DONE]":
-            self.done = True
-            return
-        chunk = _parse(_WireCompletion, data)
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
-                continue
-            if delta.content:
-                self.text.append(delta.content)
-                self._grew(delta.content)
-                self._token()
-                if self.deltas is not None:
-                    self.deltas.text(self.redact(delta.content))
-            for position, piece in enumerate(delta.tool_calls or ()):
-                # The id and name come in a call's first delta, its arguments in pieces.
-                index = position if piece.index is None else piece.index
-                call = self.calls.setdefault(index, _PartialCall())
-                call.id = call.id or piece.id
-                call.name = call.name or piece.function.name
-                if piece.function.arguments:
-                    call.arguments.append(piece.function.arguments)
-                    self._grew(piece.function.arguments)
-                self._token()
-                if self.deltas is not None:
-                    self.deltas.tool_call(
-                        index,
-                        piece.id,
-                        piece.function.name,
-                        self.redact(piece.function.arguments or ""),
-                    )
-
-    def _grew(self, piece: str) -> None:
-        # Fails the call as soon as it cannot fit, instead of buffering an endless stream.
-        self.size += len(piece.encode())
-        if self.size > MAX_RESULT_BYTES:
-            raise ResponseTooLarge(_too_large(self.size, "answer", more=True))
-
-    def _token(self) -> None:
-        if self.first_token is None:
-            self.first_token = time.monotonic()
-
-    def answer(self, turn: int) -> _Answer:
-        if not self.done and self.finish_reason is None:
-            raise httpx.RemoteProtocolError("the stream ended before the response finished")
-        calls = tuple(
-            _tool_call(turn, index, call.id, call.name, "".join(call.arguments))
-            for index, call in sorted(self.calls.items())
-        )
-        return _Answer(
-            text="".join(self.text),
-            tool_calls=calls,
-            finish_reason=self.finish_reason,
-            usage=None if self.usage is None else _usage(self.usage),
-            first_token_ms=None
-            if self.first_token is None
-            else (self.first_token - self.started) * 1000,
-        )
-
-
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         wire["content"] = message.content or None
         wire["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+                **(c.provider_fields or {}),
+            }
             for c in message.tool_calls
         ]
     if message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
+    wire.update(message.provider_fields or {})
     return wire
 
 

@@ -313,9 +313,17 @@ async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Pa
     # equal what Conversations stores, or every call sends its refs again. A field added
     # to ChatMessage or ToolCallRequest fails here: keep the frozen functions as they are
     # (replayed Runs derived their heads with them) and accept that new calls send refs,
-    # or give the new encoding a new payload name.
-    assert set(ChatMessage.model_fields) == {"role", "content", "tool_calls", "tool_call_id"}
-    assert set(ToolCallRequest.model_fields) == {"id", "name", "arguments"}
+    # or give the new encoding a new payload name. ``provider_fields`` is left out of the
+    # stored form when absent, so a message without it derives as before; one with it (a
+    # Gemini answer) stores something else and its call sends the head.
+    assert set(ChatMessage.model_fields) == {
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "provider_fields",
+    }
+    assert set(ToolCallRequest.model_fields) == {"id", "name", "arguments", "provider_fields"}
     conversations = Conversations(LocalBlobStore(tmp_path))
     calls = (ToolCallRequest(id="c1", name="lookup", arguments='{"id": "ä"}'),)
     for message in (
@@ -325,6 +333,11 @@ async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Pa
     ):
         stored = await conversations.put_message(message)
         assert _slim._inline_ref(message) == stored
+    echoed = ChatMessage(
+        role="assistant",
+        tool_calls=(calls[0].model_copy(update={"provider_fields": {"extra_content": {}}}),),
+    )
+    assert _slim._inline_ref(echoed) != await conversations.put_message(echoed)
     parent, messages = "sha256:" + "0" * 64, ["sha256:" + "1" * 64]
     head = await conversations.append(parent, messages)
     assert blob_ref(_slim._frozen_dumps({"parent": parent, "messages": messages})) == head

@@ -1,0 +1,99 @@
+"""A Run against a loopback provider sending real providers' shapes (issue 26, item 1):
+Gemini's index-less tool call with the thought signature it needs echoed, an OpenRouter
+rate limit inside a 200 stream, Mistral's list content; through a real dev server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.workflows import ModelCallFailed, RunStatus
+from tests._upstream import Answer, Request, Upstream
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+SIGNATURE = {"google": {"thought_signature": "Cs0BAdHtim9+e2e/sig=="}}
+
+
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order.
+
+    Args:
+        order_id: The order's id.
+    """
+    return {"order_id": order_id, "status": "delivered"}
+
+
+def sse(*chunks: dict[str, Any]) -> Answer:
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return Answer(200, body, "text/event-stream")
+
+
+def delta(content: Any = None, finish: str | None = None, **fields: Any) -> dict[str, Any]:
+    message = {"content": content, **fields} if content is not None or fields else {}
+    return {"choices": [{"index": 0, "delta": message, "finish_reason": finish}]}
+
+
+async def test_a_run_reads_provider_shapes_and_retries_an_in_stream_rate_limit(
+    harness: Harness,
+) -> None:
+    tool_call = {
+        "id": "fc-1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": '{"order_id": "42"}'},
+        "extra_content": SIGNATURE,
+    }
+    replies = iter(
+        [
+            sse(delta(role="assistant", tool_calls=[tool_call]), delta(finish="tool_calls")),
+            sse(
+                delta("", role="assistant"),
+                {
+                    **delta(finish="error"),
+                    "error": {"code": 429, "message": "Rate limit exceeded: e2e-per-minute"},
+                },
+            ),
+            sse(
+                delta([{"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]}]),
+                delta([{"type": "text", "text": "Order 42 was delivered."}], "stop"),
+            ),
+        ]
+    )
+
+    def respond(_: Request) -> Answer:
+        return next(replies)
+
+    spec = (
+        AgentBuilder("provider-streams-agent", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .build()
+    )
+    with Upstream(respond) as upstream:
+        harness.settings = dataclasses.replace(
+            harness.settings,
+            endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", "test-key")),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Where is order 42?", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            records = (await harness.client.records(run, scope=harness.scope)).records
+        sent = [json.loads(r.body) for r in upstream.requests]
+
+    assert result.status is RunStatus.COMPLETED
+    assert result.answer == "Order 42 was delivered."
+    (failed,) = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert failed.transient and failed.status == 429
+    assert "Rate limit exceeded: e2e-per-minute" in failed.message
+    assert len(sent) == 3
+    for request in sent[1:]:  # the retry sends the signature back too
+        assistant, tool = request["messages"][-2:]
+        assert assistant["tool_calls"][0]["extra_content"] == SIGNATURE
+        assert tool["tool_call_id"] == "fc-1" and "delivered" in tool["content"]
