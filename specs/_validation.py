@@ -41,6 +41,7 @@ from psych_runtime.specs._subagents import (
 )
 from psych_runtime.specs._unsupported import unsupported_features
 from psych_runtime.specs._version import canonical_bytes
+from psych_runtime.specs._workflow_fields import unread_workflow_fields
 
 BUILTIN_TOOL_NAMES = frozenset(
     {
@@ -392,6 +393,7 @@ def _validate_workflow(
     mcp_names = {server.name for server in spec.mcp_servers}
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
+    problems += unread_workflow_fields(spec, prefix)
     tool_names = [tool.name for tool in spec.tools]
     tool_names += [f"{name}{MCP_TOOL_SEPARATOR}*" for name in sorted(mcp_names)]
     for step in spec.steps:
@@ -446,7 +448,8 @@ def validate(
     enforced by the models themselves when the Spec is built; this finds what needs the
     whole tree or the world: registrations, models, reachability, links, depths, name
     collisions, templates, other credentials written as literals in URLs and headers
-    instead of named, every field the runtime does not implement yet
+    instead of named, a WorkflowSpec's limits and suspension fields a WorkflowRun does not
+    read (``specs._workflow_fields``), every field the runtime does not implement yet
     (``unsupported_features``), and a Spec whose canonical JSON cannot be encoded or is
     larger than ``MAX_SPEC_BYTES``.
     """

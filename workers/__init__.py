@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from psych_runtime.workers._connections import check_connections
     from psych_runtime.workers._devserver import (
         FAST_DISPATCH_ARGS,
+        UPDATE_PAYLOADS_ARGS,
         start_dev_server,
         start_time_skipping_server,
         temporal_binary,
@@ -54,6 +55,7 @@ _HOMES = {
     "SANDBOX_PASSTHROUGH": "psych_runtime.workers._plugin",
     "Telemetry": "psych_runtime.workers._telemetry",
     "TelemetryConfig": "psych_runtime.workers._telemetry",
+    "UPDATE_PAYLOADS_ARGS": "psych_runtime.workers._devserver",
     "WorkerSettings": "psych_runtime.workers._worker",
     "activities_for": "psych_runtime.workers._worker",
     "build_worker": "psych_runtime.workers._worker",
@@ -103,6 +105,7 @@ __all__ = [
     "SANDBOX_PASSTHROUGH",
     "Telemetry",
     "TelemetryConfig",
+    "UPDATE_PAYLOADS_ARGS",
     "WorkerSettings",
     "activities_for",
     "build_worker",

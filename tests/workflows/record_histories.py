@@ -352,6 +352,17 @@ async def large_result_read_back(rig: Rig) -> RunHandle:
     return await rig.run(spec, "How many of item 039?")
 
 
+async def foreign_handle_refused(rig: Rig) -> RunHandle:
+    # A handle this Run was never shown (another Run's): refused in the workflow, behind
+    # the read-own-results patch, as a missing one is.
+    spec = rig.agent("prier").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("read_tool_output", {"handle": INVENTORY_REF})),
+        Reply.text("Nothing to read."),
+    )
+    return await rig.run(spec, "Read that inventory.")
+
+
 async def skill_loaded(rig: Rig) -> RunHandle:
     spec = (
         rig.agent("skilled")
@@ -1510,6 +1521,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", plain_answer),
     ("dev", code_and_http_tools),
     ("dev", large_result_read_back),
+    ("dev", foreign_handle_refused),
     ("dev", skill_loaded),
     ("dev", malformed_and_unknown_tool_calls),
     ("dev", over_the_per_turn_call_cap),

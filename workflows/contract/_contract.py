@@ -119,6 +119,9 @@ MAX_TEXT_CHARS = 65_536
 """Longest note, answer or steer message an update takes (history and queries carry it)."""
 MAX_PAYLOAD_BYTES = 262_144
 """Largest external-completion payload, as JSON."""
+MAX_NAME_CHARS = 1_024
+"""Longest ``tenant`` and resume ``id`` an update or signal takes. Checked before anything
+else, so that a refusal, which quotes them, stays small (see ``size_problem``)."""
 
 
 # --- updates and signals -------------------------------------------------------------------
@@ -184,10 +187,28 @@ class ChildPending(_Frozen):
     pending: tuple[Pending, ...] = ()
 
 
+def name_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
+    """Which of the names a refusal quotes (``tenant``, a resume's ``id``) is over
+    ``MAX_NAME_CHARS`` (None: neither). The Run's validators check it before anything else."""
+    for name, text in (("tenant", input.tenant), ("id", getattr(input, "id", None))):
+        if text is not None and len(text) > MAX_NAME_CHARS:
+            return f"{name} is {len(text)} characters; at most {MAX_NAME_CHARS} are taken"
+    return None
+
+
 def size_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
     """What of an update's payload is over its bound (None: nothing). Checked by the Run's
-    validators and, before sending, by PsychClient: over Temporal's 2 MB blob limit a
-    worker cannot even reject an update (the rejection echoes the request)."""
+    validators (before any other check) and, before sending, by PsychClient.
+
+    A worker's answer to an update, acceptance or rejection, echoes the request, and the
+    rejection adds its message: both must stay under Temporal's 2 MiB blob limit, or the
+    answer cannot be sent and the workflow task fails. So the names a refusal quotes
+    (``tenant``, ``id``) are bounded here before any check quotes them, and a request too
+    large to echo is refused by the server first (``history.maxInFlightUpdatePayloads``,
+    see ``workers.UPDATE_PAYLOADS_ARGS``)."""
+    problem = name_problem(input)
+    if problem is not None:
+        return problem
     texts: dict[str, str | None] = {"by": input.by}
     if isinstance(input, ResumeInput):
         texts |= {"note": input.note, "answer": input.answer}

@@ -3,18 +3,29 @@
 A tool result over ``large_result_bytes`` reaches the model as a handle with a preview
 (the tool activities store it whole); ``read_tool_output`` reads a window of it back
 through the ``psych.tool.read_output`` activity. Offered to every agent.
+
+It reads only the Run's own results: a handle one of its tool calls was shown as (its
+``tool_call_finished`` records, carried across continue-as-new), or one its input handed it
+when it is a child Run (a workflow passes its tool steps' stored outputs to the next agent
+step; a caller's messages hand nothing, so a dispatched Run cannot be pointed at another
+Run's result). Any other ref,
+another Run's or another tenant's, is refused with the error a missing one gets, before the
+blob store is asked, so a Run cannot tell whether it exists. (Runs in flight before this
+rule keep reading as they did: ``workflow.patched``.)
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ReadOutputInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.workflows.contract._records import ToolCallFinished
     from psych_runtime.workflows.kernel import _activity_calls as calls
-    from psych_runtime.workflows.kernel._feature import Builtin, Feature
+    from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
 
 READ_MAX_LENGTH = 65536
@@ -54,13 +65,48 @@ def read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput |
     return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
 
 
+OWN_RESULTS_PATCH = "read-own-results"
+"""``workflow.patched`` id of the rule that a Run reads only its own results."""
+
+_REF = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def not_found(handle: str) -> str:
+    """What reading a handle that is not there (or not the Run's) answers: the activity's
+    own text for a missing blob, so the two cannot be told apart."""
+    return f"no stored tool output with handle {handle!r}"
+
+
 class Results(Feature):
-    """``read_tool_output``: no state of its own."""
+    """``read_tool_output``, and the handles of earlier executions of a continued Run."""
 
     name = "results"
 
+    def __init__(self, run: RunView) -> None:
+        super().__init__(run)
+        self._carried: frozenset[str] = frozenset()
+        """Handles shown in earlier executions of this Run (continue-as-new)."""
+
     def builtins(self) -> tuple[Builtin, ...]:
         return (Builtin("read_tool_output", lambda: READ_TOOL_OUTPUT, self._read, executes=True),)
+
+    def _own(self) -> frozenset[str]:
+        """Every handle this Run was shown or handed."""
+        shown = {
+            record.result_ref
+            for record in self.run.log
+            if isinstance(record, ToolCallFinished) and record.truncated and record.result_ref
+        }
+        handed: set[str] = set()
+        if self.run.input.bounds is not None:  # a child: its parent's messages are its input
+            handed = {ref for message in self.run.input.messages for ref in _REF.findall(message)}
+        return self._carried | shown | handed
+
+    def carry(self) -> Any:
+        return sorted(self._own()) or None
+
+    def restore(self, carried: Any) -> None:
+        self._carried = frozenset(carried)
 
     async def _read(
         self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
@@ -68,5 +114,7 @@ class Results(Feature):
         read = read_arguments(call.id, arguments)
         if isinstance(read, str):
             return inline(call, "error", read)
+        if read.handle not in self._own() and workflow.patched(OWN_RESULTS_PATCH):
+            return inline(call, "error", not_found(read.handle))
         outcome = await calls.read_output(read, summary=f"tool {call.name}, turn {turn}")
         return from_outcome(call, outcome)

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunState,
         SteerInput,
+        name_problem,
         refusal,
         size_problem,
         workflow_id_for,
@@ -164,6 +165,7 @@ class Handlers(RunBase):
         self._check_resume(input)
 
     def _check_resume(self, input: ResumeInput) -> Pending:
+        _check_names(input)  # first: the other refusals quote the tenant and the id
         self._check_caller(input.tenant)
         _check_size(input)
         return self._suspensions.check(input)
@@ -190,6 +192,7 @@ class Handlers(RunBase):
 
     @abort.validator
     def _validate_abort(self, input: AbortInput) -> None:
+        _check_names(input)
         self._check_caller(input.tenant)
         _check_size(input)
 
@@ -215,6 +218,7 @@ class Handlers(RunBase):
 
     @steer.validator
     def _validate_steer(self, input: SteerInput) -> None:
+        _check_names(input)
         self._check_caller(input.tenant)
         _check_size(input)
         if input.mode != "next_run":
@@ -285,6 +289,12 @@ class Handlers(RunBase):
         """Send a signal to a running child (its handler validates it again)."""
         task = asyncio.create_task(self._children[run].signal(name, payload))
         task.add_done_callback(lambda done: _log_forward_failure(name, run, done))
+
+
+def _check_names(input: ResumeInput | AbortInput | SteerInput) -> None:
+    problem = name_problem(input)
+    if problem is not None:
+        raise refusal(RefusalKind.TOO_LARGE, problem)
 
 
 def _check_size(input: ResumeInput | AbortInput | SteerInput) -> None:

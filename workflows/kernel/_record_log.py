@@ -7,6 +7,7 @@ Records live in workflow state and are read by queries, so they cost no history.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TypedDict
 
@@ -46,6 +47,10 @@ class RecordLog:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def __iter__(self) -> Iterator[Record]:
+        """This execution's records, in order (an earlier execution's are not here)."""
+        return iter(self._records)
 
     @property
     def last_seq(self) -> int:
