@@ -5,7 +5,8 @@ counts model retries against its budget; a tool not safe to repeat is never run 
 tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
 5, for infrastructure failures only (a tool's own error is data, not an activity failure).
 
-A Run dispatched with ``roles_apart`` (a fleet running worker roles in separate processes)
+A Run whose fleet runs worker roles in separate processes (``roles_apart``: the fleet's
+workflows-role workers say so, see ``fleet_roles_apart``; a client may say so too)
 schedules each activity on the task queue of its worker role (``ACTIVITY_ROLES``): the
 model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search on
 ``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
@@ -82,6 +83,33 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import RunInput
 
 _R = TypeVar("_R")
+
+ROLES_APART_EXTERN = "psych_runtime.roles_apart"
+"""The extern function a workflows-role worker of a fleet running roles apart registers
+(``workers/fleet/_roles.py``): its presence, not its value, says so."""
+ROLES_APART_PATCH = "psych-roles-apart"
+"""The patch marker that records, at a Run's start, that its fleet runs roles apart. It
+records a fact, not a code change, so unlike other patches it is never deprecated."""
+
+
+def fleet_roles_apart() -> bool:
+    """Whether the fleet running this Run runs worker roles apart, decided once at the
+    Run's start and recorded in its history.
+
+    The worker running the first workflow task knows (``ROLES_APART_EXTERN``); when it
+    says yes, the answer is recorded as the patch marker ``ROLES_APART_PATCH``. Replayed,
+    the marker alone decides, whichever worker replays: a history without it (every
+    history written before this existed, and every Run of a fleet on one queue) keeps its
+    activities on the Run's own queue. Call it exactly once, before the Run schedules
+    anything.
+    """
+    if workflow.unsafe.is_replaying():
+        # A read on replay: True only when the first task recorded the marker.
+        return workflow.patched("psych-roles-apart")
+    if ROLES_APART_EXTERN not in workflow.extern_functions():
+        return False
+    return workflow.patched("psych-roles-apart")
+
 
 SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
 """Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
