@@ -299,6 +299,7 @@ def activities_for(
         mcp=mcp,
         context=ContextProviders(settings.context, settings.blobs),
         live=live,
+        outage_seconds=settings.outage_seconds,
     )
     tools = ToolActivities(
         registry=settings.registry,

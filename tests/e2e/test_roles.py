@@ -156,6 +156,7 @@ async def test_a_client_told_nothing_of_the_fleet_still_uses_the_role_queues(
     assert [patch["id"] for patch in patches] == [ROLES_APART_PATCH]
 
 
+@pytest.mark.timeout(300)
 async def test_killing_the_model_worker_mid_call_and_starting_another_completes_the_run(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -184,7 +185,8 @@ async def test_killing_the_model_worker_mid_call_and_starting_another_completes_
                 target, task_queue, ("model",), tmp_path / "blobs", fake.base_url
             )
             try:
-                result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=120)
+                # The call is lost after its heartbeat timeout (MODEL_LOST_AFTER, 70 s).
+                result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=180)
             finally:
                 await stop(replacement)
     assert result.status is RunStatus.COMPLETED

@@ -117,6 +117,16 @@ ONCE = RetryPolicy(maximum_attempts=1)
 """Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
 
 
+MODEL_LOST_AFTER = timedelta(seconds=70)
+"""A model call's heartbeat timeout: a worker's documented outage tolerance (60 s,
+``DEFAULT_OUTAGE_SECONDS`` in workers) plus ``OUTAGE_MARGIN`` (10 s: the longest a worker
+holds a heartbeat back, and the server's restart). An answer that arrived while the server
+was away is then reported once it is back (the worker completes the call through its
+client) instead of the call timing out and being made, and paid for, again; the cost is
+that a model worker that died mid-call is noticed after 70 s instead of 30 s. Not read on
+replay (a heartbeat timeout is not compared), so histories recorded with 30 s replay."""
+
+
 @dataclass(frozen=True)
 class Options:
     """How one activity is scheduled."""
@@ -131,7 +141,7 @@ OPTIONS: dict[str, Options] = {
         timedelta(seconds=60),
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=[ErrorType.TOOL_NOT_REGISTERED]),
     ),
-    MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=MODEL_LOST_AFTER),
     # The summariser is a model call like any other: once, heartbeating while it streams.
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
