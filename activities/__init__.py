@@ -91,7 +91,7 @@ if TYPE_CHECKING:
         policy_description,
         policy_digest,
     )
-    from psych_runtime.activities.versions import FileVersionStore
+    from psych_runtime.activities.versions import FileVersionStore, S3VersionStore
 
 _HOMES = {
     "ACTIVITY_NAMES": "psych_runtime.activities.contract",
@@ -144,6 +144,7 @@ _HOMES = {
     "S3BlobStore": "psych_runtime.activities.blobs",
     "S3Location": "psych_runtime.activities.blobs",
     "S3TokenStore": "psych_runtime.activities.tokens",
+    "S3VersionStore": "psych_runtime.activities.versions",
     "SUMMARISER_PROMPT": "psych_runtime.activities.model",
     "SecretNotFound": "psych_runtime.activities.secrets",
     "SecretResolver": "psych_runtime.activities.secrets",
@@ -236,6 +237,7 @@ __all__ = [
     "S3BlobStore",
     "S3Location",
     "S3TokenStore",
+    "S3VersionStore",
     "SUMMARISER_PROMPT",
     "SecretNotFound",
     "SecretResolver",

@@ -48,7 +48,11 @@ from psych_runtime.activities.tools import (
     ToolActivities,
     drain_reports,
 )
-from psych_runtime.activities.versions import FileVersionStore, VersionActivities
+from psych_runtime.activities.versions import (
+    FileVersionStore,
+    VersionActivities,
+    version_store_at,
+)
 from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
 from psych_runtime.workers._environment import (
     ask_policy,
@@ -68,10 +72,13 @@ from psych_runtime.workers._worker_checks import (
 )
 from psych_runtime.workers.fleet import (
     Concurrency,
+    RolesApartInterceptor,
     activities_of_role,
     check_fleet_policy,
     deployment_config,
     parse_roles,
+    roles_apart_from_env,
+    runs_roles_apart,
     version_from_env,
     worker_identity,
 )
@@ -96,6 +103,10 @@ class WorkerSettings:
             ``<base>-tools``.
         roles: the worker roles this process runs (``PSYCH_ROLES``, comma-separated
             ``workflows``, ``model``, ``tools`` or ``all``; default all three).
+        roles_apart: whether the fleet runs roles in separate processes, so that every
+            Run its workflows-role workers start schedules each activity on its role's
+            queue, whatever its client said (``PSYCH_ROLES_APART`` 1/0; default None:
+            yes when this process does not run every role).
         concurrency: how much each role runs at once (``Concurrency``:
             ``PSYCH_MAX_WORKFLOW_TASKS``, ``PSYCH_MAX_MODEL_CALLS``,
             ``PSYCH_MAX_TOOL_CALLS``, 100 each by default).
@@ -153,6 +164,7 @@ class WorkerSettings:
 
     task_queue: str = DEFAULT_TASK_QUEUE
     roles: tuple[str, ...] = field(default_factory=lambda: parse_roles(()))
+    roles_apart: bool | None = None
     concurrency: Concurrency = field(default_factory=Concurrency)
     deployment: WorkerDeploymentVersion | None = None
     registry: ToolRegistry = field(default_factory=ToolRegistry)
@@ -190,6 +202,7 @@ class WorkerSettings:
         return cls(
             task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             roles=parse_roles([env.get("PSYCH_ROLES", "")]),
+            roles_apart=roles_apart_from_env(env.get("PSYCH_ROLES_APART", "")),
             concurrency=Concurrency.from_env(env),
             deployment=version_from_env(env),
             registry=registry,
@@ -207,7 +220,7 @@ class WorkerSettings:
             tokens=token_store_from_env(env, Path(DEFAULT_HOME) / "tokens"),
             egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
-            versions=FileVersionStore(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
+            versions=version_store_at(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
             workflow_sandbox=truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
             live=LiveSettings.from_env(env),
         )
@@ -286,6 +299,7 @@ def activities_for(
         mcp=mcp,
         context=ContextProviders(settings.context, settings.blobs),
         live=live,
+        outage_seconds=settings.outage_seconds,
     )
     tools = ToolActivities(
         registry=settings.registry,
@@ -360,6 +374,9 @@ def build_worker(
     workflows: Sequence[type] = worker_options.pop("workflows", (AgentRun, WorkflowRun))
     if role != WORKFLOWS_ROLE:
         workflows = []
+    elif runs_roles_apart(settings.roles, settings.roles_apart):
+        interceptors = [*worker_options.get("interceptors", []), RolesApartInterceptor()]
+        worker_options["interceptors"] = interceptors
     elif own_workflows and not settings.workflow_sandbox:
         # psych's own workflows leave the sandbox (WorkerSettings.workflow_sandbox); the
         # plugin keeps a runner that is not sandboxed as it is.

@@ -78,6 +78,7 @@ from psych_runtime.workflows.contract._records import (
     Totals,
     TurnStarted,
 )
+from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
 from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
 from psych_runtime.workflows.runs._agent_run import AgentRun
 from psych_runtime.workflows.runs._workflow_run import WorkflowRun
@@ -115,6 +116,7 @@ __all__ = [
     "QUERY_RECORDS",
     "QUERY_STATE",
     "RESUME",
+    "ROLES_APART_EXTERN",
     "Record",
     "RecordsPage",
     "RecordsQuery",

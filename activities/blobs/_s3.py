@@ -57,15 +57,16 @@ class S3Location:
     addressing: Addressing | None = None
 
 
-def parse_s3_url(url: str) -> S3Location:
-    """Read ``s3://bucket/prefix?endpoint=...&region=...&addressing=...``.
+def parse_s3_url(url: str, *, setting: str = "PSYCH_BLOB_URL") -> S3Location:
+    """Read ``s3://bucket/prefix?endpoint=...&region=...&addressing=...`` (``setting``:
+    the variable it came from, which the errors name).
 
     Raises:
         SpecError: the URL is not of that form (it names what is wrong): another scheme,
             no bucket, credentials or a port in it, an unknown or repeated parameter, an
             endpoint that is not an http(s) URL.
     """
-    where = f"PSYCH_BLOB_URL={url!r}"
+    where = f"{setting}={url!r}"
     parts = urlsplit(url)
     if parts.scheme != "s3":
         raise SpecError(f"{where}: not an s3:// URL ({URL_FORM})")

@@ -73,6 +73,7 @@ from psych_runtime.activities.model._wire import (
 )
 from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.telemetry import chat_span
+from psych_runtime.activities.tools import complete_through_client
 from psych_runtime.specs import with_context
 
 API_KEY_NAME = "model-api-key"
@@ -104,6 +105,7 @@ class ModelActivities(ActivityClass):
         mcp: McpResolver | None = None,
         context: ContextProviders | None = None,
         live: DeltaHub | None = None,
+        outage_seconds: float = 0.0,
     ) -> None:
         """Bind the activity to its collaborators.
 
@@ -123,6 +125,14 @@ class ModelActivities(ActivityClass):
             live: the worker's delta hub: each ``call`` attempt publishes its pieces there
                 and heartbeats their address from its first beat (``LiveAttempt``);
                 ``None``, or a hub no relay serves: nothing is offered to followers.
+            outage_seconds: how long the Temporal server may be away without an answer
+                that arrived meanwhile being lost (and the call made again, paid twice):
+                above 0, ``call`` reports its answer through the worker's client, whose
+                retries must last that long (``outage_retry``), instead of the SDK's own
+                completion, which gives up after about 10 s. The workflow gives a model
+                call a heartbeat timeout that outlasts the documented outage
+                (``MODEL_CALL`` in ``workflows/kernel/_activity_calls.py``). 0: no such
+                care.
         """
         self.endpoints = endpoints
         self.blobs = blobs
@@ -131,6 +141,7 @@ class ModelActivities(ActivityClass):
         self.mcp = mcp
         self.context = context
         self.live = live
+        self.outage_seconds = outage_seconds
         self._egress: Egress | None = None
         if http is None:
             self._egress = Egress(operator_hosts=endpoints.hosts())
@@ -165,7 +176,7 @@ class ModelActivities(ActivityClass):
         info = activity.info()
         call = full_model_input(input, info.workflow_id)
         if self.live is None or not self.live.serving:
-            return slim_model_result(await self.complete(call), call)
+            return self._deliver(slim_model_result(await self.complete(call), call))
         deltas = self.live.open(f"{info.activity_id}#{info.attempt}", call.turn)
         try:
             result = await self.complete(call, deltas=deltas)
@@ -177,7 +188,20 @@ class ModelActivities(ActivityClass):
         # Before the result is returned, so the relay holds every piece by the time the
         # Run records ModelCallFinished.
         deltas.end("completed")
-        return slim_model_result(result, call)
+        return self._deliver(slim_model_result(result, call))
+
+    def _deliver(self, result: SlimModelCallResult) -> SlimModelCallResult:
+        """``result``, or, with ``outage_seconds``, the same handed to the worker's client.
+
+        The answer is paid for: if the SDK's completion gave up during a server outage,
+        the workflow would see the call time out and make it again.
+
+        Raises:
+            CompleteAsyncError: the answer is on its way through the client.
+        """
+        if self.outage_seconds <= 0:
+            return result
+        complete_through_client(result, activity.info().activity_id, what="model call")
 
     async def complete(
         self, input: ModelCallInput, *, deltas: AttemptDeltas | None = None

@@ -1,8 +1,9 @@
-"""Reporting a tool call's outcome through the worker's client (asynchronous completion).
+"""Reporting a call's outcome through the worker's client (asynchronous completion).
 
 The SDK's own completion of an activity gives up after about 10 s of retries, so the result
-of a call that finished while the Temporal server was away would be lost. A call not safe
-to repeat completes through the client instead, whose retries last the outage it must
+of a call that finished while the Temporal server was away would be lost. A tool call not
+safe to repeat, and a model call (whose answer is paid for), complete through the client
+instead, whose retries last the outage it must
 survive (``workers.outage_retry``); ``drain_reports`` lets a stopping worker wait for the
 outcomes still on their way.
 """
@@ -16,7 +17,7 @@ from typing import NoReturn
 from temporalio import activity
 from temporalio.client import AsyncActivityHandle
 
-from psych_runtime.activities.contract import SlimToolOutcome, ToolOutcome
+from psych_runtime.activities.contract import SlimModelCallResult, SlimToolOutcome, ToolOutcome
 
 OUTAGE_MARGIN = 10.0
 """Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
@@ -25,15 +26,20 @@ worker holds a heartbeat back (5 s, set by ``build_worker``) and the server's re
 _log = logging.getLogger(__name__)
 
 
-def complete_through_client(outcome: ToolOutcome | SlimToolOutcome, call_id: str) -> NoReturn:
-    """Hand the running activity's ``outcome`` (of tool call ``call_id``) to the worker's
-    client to report.
+def complete_through_client(
+    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult,
+    call_id: str,
+    *,
+    what: str = "tool call",
+) -> NoReturn:
+    """Hand the running activity's ``outcome`` (of ``what`` ``call_id``, for the log) to the
+    worker's client to report.
 
     Raises:
         CompleteAsyncError: always; the SDK then leaves the completion to the client.
     """
     handle = activity.client().get_async_activity_handle(task_token=activity.info().task_token)
-    task = asyncio.create_task(_report(handle, outcome, call_id))
+    task = asyncio.create_task(_report(handle, outcome, f"{what} {call_id}"))
     _REPORTS.add(task)
     task.add_done_callback(_REPORTS.discard)
     activity.raise_complete_async()
@@ -44,27 +50,27 @@ _REPORTS: set[asyncio.Task[None]] = set()
 
 
 async def drain_reports(within: float) -> int:
-    """Wait up to ``within`` seconds for every tool outcome still being reported through
-    the client (a worker stopping must not drop a result it holds); return how many were
-    still unsent when the time ran out (each is then recorded UNKNOWN by its Run)."""
+    """Wait up to ``within`` seconds for every outcome (tool call or model answer) still
+    being reported through the client (a worker stopping must not drop a result it holds);
+    return how many were still unsent when the time ran out (each tool call is then recorded
+    UNKNOWN by its Run, each model call made again)."""
     pending = set(_REPORTS)
     if not pending:
         return 0
     _, unsent = await asyncio.wait(pending, timeout=within)
     if unsent:
-        _log.error("%d tool outcomes were not reported before the worker stopped", len(unsent))
+        _log.error("%d call outcomes were not reported before the worker stopped", len(unsent))
     return len(unsent)
 
 
 async def _report(
-    handle: AsyncActivityHandle, outcome: ToolOutcome | SlimToolOutcome, call_id: str
+    handle: AsyncActivityHandle,
+    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult,
+    call: str,
 ) -> None:
     """Complete a call through the client, retrying as long as its retry config says."""
     try:
         await handle.complete(outcome)
     except Exception:
-        _log.error(
-            "could not report the outcome of tool call %s; the Run records it UNKNOWN",
-            call_id,
-            exc_info=True,
-        )
+        # A tool call is then recorded UNKNOWN by its Run; a model call is made again.
+        _log.error("could not report the outcome of %s", call, exc_info=True)

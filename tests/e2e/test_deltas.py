@@ -35,6 +35,7 @@ from psych_runtime.workflows import (
     RunSettled,
     TokenDelta,
 )
+from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER
 
 from ._crash import doomed_worker
 from ._delta_follower import spawn_follower
@@ -263,6 +264,7 @@ async def test_psych_follow_shows_the_text_being_written_on_a_terminal(
     assert "connection dropped mid-response" in text  # its record's line
 
 
+@pytest.mark.timeout(300)
 async def test_a_lost_worker_drops_its_attempt_and_the_next_one_streams(harness: Harness) -> None:
     """The relay dies with its worker: the cut connection is a drop, not an answer."""
     long_answer = ANSWER * 4
@@ -287,11 +289,11 @@ async def test_a_lost_worker_drops_its_attempt_and_the_next_one_streams(harness:
 
         reader = asyncio.create_task(read())
         await doomed.kill_when(lambda: sum(isinstance(i, TokenDelta) for i in items) >= 3)
-        # At once, not after the model call's 30 s heartbeat timeout.
+        # At once, not after the model call's heartbeat timeout (MODEL_LOST_AFTER).
         async with asyncio.timeout(10):
             await dropping.wait()
         async with doomed.survivor():
-            async with asyncio.timeout(FOLLOW_WITHIN + 30):  # the 30 s heartbeat timeout
+            async with asyncio.timeout(FOLLOW_WITHIN + MODEL_LOST_AFTER.total_seconds()):
                 await reader
     (dropped,) = [item for item in items if isinstance(item, DeltasDropped)]
     assert "relay" in dropped.reason

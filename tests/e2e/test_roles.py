@@ -1,12 +1,15 @@
 """Worker roles: a process per role runs a Run, a killed model worker is replaced, a Run
 waiting on a queue nobody polls says so in ``psych status``, and a Run not dispatched with
-``roles_apart`` keeps every activity on its own queue (eager dispatch)."""
+``roles_apart`` by a fleet of role ``all`` keeps every activity on its own queue (eager
+dispatch), and a fleet running roles apart routes a Run to the role queues whatever its
+client said."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import io
+import json
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -27,6 +30,7 @@ from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workers.cli import main
 from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_PATCH
 
 from ._role_proc import spawn_role, stop
 from ._waiting import eventually
@@ -108,6 +112,51 @@ async def test_a_run_completes_with_a_process_per_role(
     assert queues[TOOL_CATALOG] == {f"{task_queue}-tools"}
 
 
+async def test_a_client_told_nothing_of_the_fleet_still_uses_the_role_queues(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The fleet decides (issue 26, item 2): ``psych worker`` processes of one role each,
+    and a client given no option (``PsychClient()``'s default): the model call still runs
+    on the model role, the tool on the tools role, and the Run records why."""
+    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.enqueue(
+            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+            Reply.text("Order 42 was delivered."),
+        )
+        async with role_processes(
+            dev_env.client,
+            task_queue,
+            tmp_path,
+            fake.base_url,
+            ("workflows",),
+            ("model",),
+            ("tools",),
+        ):
+            psych = PsychClient(
+                dev_env.client,
+                store=FileVersionStore(tmp_path / "versions"),
+                task_queue=task_queue,
+                registry=REGISTRY,
+            )
+            run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
+            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    assert result.answer == "Order 42 was delivered."
+    queues = await scheduled_queues(dev_env.client, run.workflow_id)
+    assert queues[MODEL_CALL] == {f"{task_queue}-model"}
+    assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}
+    history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    patches = [
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert [patch["id"] for patch in patches] == [ROLES_APART_PATCH]
+
+
+@pytest.mark.timeout(300)
 async def test_killing_the_model_worker_mid_call_and_starting_another_completes_the_run(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -136,7 +185,8 @@ async def test_killing_the_model_worker_mid_call_and_starting_another_completes_
                 target, task_queue, ("model",), tmp_path / "blobs", fake.base_url
             )
             try:
-                result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=120)
+                # The call is lost after its heartbeat timeout (MODEL_LOST_AFTER, 70 s).
+                result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=180)
             finally:
                 await stop(replacement)
     assert result.status is RunStatus.COMPLETED

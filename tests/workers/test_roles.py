@@ -27,6 +27,8 @@ from psych_runtime.workers.fleet import (
     activities_of_role,
     deployment_version,
     parse_roles,
+    roles_apart_from_env,
+    runs_roles_apart,
     version_from_env,
 )
 
@@ -90,3 +92,17 @@ def test_a_deployment_needs_both_its_name_and_a_build_id() -> None:
         deployment_version("psych", None)
     with pytest.raises(SpecError, match=r"may not contain '\.'"):
         deployment_version("a.b", "1")
+
+
+def test_a_worker_says_roles_apart_when_it_does_not_run_every_role_unless_told() -> None:
+    assert runs_roles_apart(ROLES, None) is False
+    assert runs_roles_apart(("workflows",), None) is True
+    assert runs_roles_apart(("workflows", "tools"), None) is True
+    assert runs_roles_apart(ROLES, True) is True
+    assert runs_roles_apart(("workflows",), False) is False
+    assert WorkerSettings.from_env({"PSYCH_ROLES": "workflows"}).roles_apart is None
+    assert WorkerSettings.from_env({"PSYCH_ROLES_APART": "1"}).roles_apart is True
+    assert WorkerSettings.from_env({"PSYCH_ROLES_APART": "off"}).roles_apart is False
+    assert roles_apart_from_env(" ") is None
+    with pytest.raises(SpecError, match=r"PSYCH_ROLES_APART='maybe' is not one of 1, true"):
+        roles_apart_from_env("maybe")

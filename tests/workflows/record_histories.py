@@ -1371,6 +1371,23 @@ async def roles_apart_code_tool(rig: Rig) -> RunHandle:
     return run
 
 
+async def fleet_roles_apart_code_tool(rig: Rig) -> RunHandle:
+    """A Run whose client says nothing of roles, on a fleet that runs them apart (issue 26,
+    item 2): the Run records the fleet's answer (patch marker ``psych-roles-apart``) and
+    schedules the model call and the tools on their roles' queues."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    apart = dataclasses.replace(rig.settings, roles_apart=True)
+    async with run_worker(rig.env.client, apart):
+        run = await rig.client.dispatch(
+            rig.agent("orders").tool("lookup_order").build(), "Where is 42?", scope=SCOPE
+        )
+        await rig.settle(run)
+    return run
+
+
 async def workflow_agent_step_delegates(rig: Rig) -> RunHandle:
     # The step's agent runs at the workflow's depth, so its
     # subagent starts at depth 1, within the step agent's max_delegation_depth of 1.
@@ -1605,6 +1622,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # hot path (issue 15): the roles opt-in
     ("dev", one_queue_code_tool),
     ("dev", roles_apart_code_tool),
+    # the fleet decides roles (issue 26, item 2)
+    ("dev", fleet_roles_apart_code_tool),
     # continue-as-new: one chain, each execution its own history
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),

@@ -1,10 +1,10 @@
 """Every ``workflow.patched`` (and ``deprecate_patch``) the workflows ask is a listed patch.
 
-The baseline asks none: a new Run records no patch marker (histories/README.md,
-"Compatibility policy"). A later change that breaks replay of a committed history adds its
-id to ``PATCHES`` here with the release that added it, beside the ``workflow.patched``
-call; removing the id (policy step c) removes it here. An id asked but not listed, or
-asked in a form this scan cannot read, fails.
+The baseline asked none: a new Run of a fleet on one queue records no patch marker
+(histories/README.md, "Compatibility policy"). A later change that breaks replay of a
+committed history adds its id to ``PATCHES`` here with the release that added it, beside
+the ``workflow.patched`` call; removing the id (policy step c) removes it here. An id asked
+but not listed, or asked in a form this scan cannot read, fails.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import base64
 import json
 from pathlib import Path
 
-PATCHES: dict[str, str] = {}
-"""Patch id -> the release that added it (none since the baseline)."""
+PATCHES: dict[str, str] = {"psych-roles-apart": "0.1.0"}
+"""Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
+runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never
+deprecated."""
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 HISTORIES = Path(__file__).parent / "histories"

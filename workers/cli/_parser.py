@@ -126,9 +126,9 @@ def add_run_commands(
         "--roles-apart",
         action="store_true",
         default=os.environ.get("PSYCH_ROLES_APART", "").strip().lower() in _TRUE,
-        help="the fleet runs worker roles in separate processes: schedule each activity on "
-        "its role's task queue (env PSYCH_ROLES_APART=1; default: every activity on the "
-        "Run's own queue, for workers of role all)",
+        help="schedule each activity on its role's task queue whatever the fleet says (env "
+        "PSYCH_ROLES_APART=1; default: as the fleet's workflows workers say, the role queues "
+        "when they run roles apart)",
     )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--full", action="store_true", help=_FULL_HELP)
@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument(
         "--store",
         default=os.environ.get("PSYCH_STORE", DEFAULT_STORE),
-        help=f"version store directory (env PSYCH_STORE, default {DEFAULT_STORE})",
+        help=f"version store: a directory, or s3://BUCKET/PREFIX?endpoint=... a fleet shares "
+        f"(env PSYCH_STORE, default {DEFAULT_STORE})",
     )
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument(

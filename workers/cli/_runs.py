@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
-from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore, version_store_at
 from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers._client import connect
 from psych_runtime.workers.cli._parser import DEFAULT_STORE
@@ -100,7 +100,7 @@ async def _run(args: argparse.Namespace) -> int:
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,
-        store=FileVersionStore(args.store),
+        store=version_store_at(args.store),
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=args.roles_apart,

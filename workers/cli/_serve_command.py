@@ -15,7 +15,7 @@ import sys
 
 import uvicorn
 
-from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.activities.versions import version_store_at
 from psych_runtime.specs import PsychError, load_yaml
 from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
@@ -116,7 +116,7 @@ async def _serve(args: argparse.Namespace) -> int:
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,
-        store=FileVersionStore(args.store),
+        store=version_store_at(args.store),
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=args.roles_apart,

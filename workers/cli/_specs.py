@@ -191,13 +191,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     """Validate, then publish a Spec file to the version store; print its hash."""
     # Imported here: the version store loads the Temporal SDK, which validate never needs.
-    from psych_runtime.activities.versions import FileVersionStore
+    from psych_runtime.activities.versions import version_store_at
 
     spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
     if spec is None:
         return 1
     for warning in egress_warnings(spec, args):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
-    version = FileVersionStore(args.store).publish(spec)
+    version = version_store_at(args.store).publish(spec)
     print(f"{version.hash}  {spec.kind} {spec.name}  published {version.published_at.isoformat()}")
     return 0

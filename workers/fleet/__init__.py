@@ -20,7 +20,14 @@ from psych_runtime.workers.fleet._replay import (
     recent_histories,
     replay,
 )
-from psych_runtime.workers.fleet._roles import Concurrency, activities_of_role, parse_roles
+from psych_runtime.workers.fleet._roles import (
+    Concurrency,
+    RolesApartInterceptor,
+    activities_of_role,
+    parse_roles,
+    roles_apart_from_env,
+    runs_roles_apart,
+)
 from psych_runtime.workers.fleet._versioning import (
     deployment_config,
     deployment_version,
@@ -33,6 +40,7 @@ __all__ = [
     "Health",
     "POLLER_LIVE_SECONDS",
     "ReplayOutcome",
+    "RolesApartInterceptor",
     "WORKFLOW_TYPES",
     "activities_of_role",
     "check_fleet_policy",
@@ -46,6 +54,8 @@ __all__ = [
     "promote",
     "recent_histories",
     "replay",
+    "roles_apart_from_env",
+    "runs_roles_apart",
     "serve_health",
     "unpolled_queues",
     "version_from_env",

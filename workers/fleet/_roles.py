@@ -5,6 +5,11 @@ workflows role polls the base itself, the model role ``<base>-model`` and the to
 ``<base>-tools`` (``role_task_queue``); each activity's role is fixed by
 ``ACTIVITY_ROLES``, which the workflow also reads to schedule it. A worker of role ``all``
 runs the three in one process.
+
+Whether a Run's activities go to the role queues is the fleet's to say, not each client's:
+a workflows-role worker of a fleet running roles apart marks its workflows so
+(``RolesApartInterceptor``), and a Run reads that once at its start and records it
+(``psych_runtime.workflows`` ``ROLES_APART_EXTERN``; see docs/decisions/workers.md).
 """
 
 from __future__ import annotations
@@ -13,9 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio.worker import (
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
 from psych_runtime.activities import ACTIVITY_ROLES, ROLES, activity_name
 from psych_runtime.activities.contract import MODEL_ROLE, TOOLS_ROLE, WORKFLOWS_ROLE
 from psych_runtime.specs import SpecError
+from psych_runtime.workflows import ROLES_APART_EXTERN
 
 ALL = "all"
 """The role that stands for every role (``psych worker --role all``, the default)."""
@@ -115,3 +127,44 @@ def activities_of_role(activities: Sequence[Callable[..., Any]], role: str) -> l
     if role == WORKFLOWS_ROLE:
         return list(activities)
     return [fn for fn in activities if ACTIVITY_ROLES.get(activity_name(fn) or "") == role]
+
+
+def roles_apart_from_env(text: str) -> bool | None:
+    """``PSYCH_ROLES_APART`` on a worker: yes (``1``, ``true``, ``yes``, ``on``), no
+    (``0``, ``false``, ``no``, ``off``), or unset (None: decided by its roles).
+
+    Raises:
+        SpecError: anything else.
+    """
+    value = text.strip().lower()
+    if not value:
+        return None
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"PSYCH_ROLES_APART={text!r} is not one of 1, true, yes, on, 0, false, no, off")
+
+
+def runs_roles_apart(roles: Sequence[str], declared: bool | None) -> bool:
+    """Whether a fleet whose worker process runs ``roles`` runs roles apart: as
+    ``declared`` (``WorkerSettings.roles_apart``), else when the process does not run
+    every role itself (another process must run the rest, on their own queues)."""
+    if declared is not None:
+        return declared
+    return set(roles) != set(ROLES)
+
+
+def _apart() -> bool:
+    return True
+
+
+class RolesApartInterceptor(Interceptor):
+    """Tells the workflows this worker runs that its fleet runs roles apart (the extern
+    function ``ROLES_APART_EXTERN``); a Run records what it reads at its start."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        input.unsafe_extern_functions[ROLES_APART_EXTERN] = _apart
+        return None

@@ -268,9 +268,11 @@ class RunInput(_Frozen):
     roles_apart: bool = False
     """Whether the fleet runs worker roles apart: then each activity is scheduled on its
     role's task queue (``<queue>-model``, ``<queue>-tools``); False (one queue) schedules
-    every activity on the Run's own queue, where the SDK dispatches it eagerly. Chosen at
-    dispatch (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``), inherited by
-    children and next Runs."""
+    every activity on the Run's own queue, where the SDK dispatches it eagerly. Decided by
+    the fleet: a Run started False learns at its start whether the workflows-role worker
+    runs roles apart (recorded, ``fleet_roles_apart``); a client may still set it
+    (``PsychClient(roles_apart=...)``, ``PSYCH_ROLES_APART``). Inherited by children, next
+    Runs and continue-as-new."""
     continue_after_events: int = Field(
         default=CONTINUE_AFTER_EVENTS, ge=1, le=MAX_CONTINUE_AFTER_EVENTS
     )

@@ -5,7 +5,8 @@ counts model retries against its budget; a tool not safe to repeat is never run 
 tools safe to repeat, ``read_tool_output`` and the policy get 3 attempts and the catalogue
 5, for infrastructure failures only (a tool's own error is data, not an activity failure).
 
-A Run dispatched with ``roles_apart`` (a fleet running worker roles in separate processes)
+A Run whose fleet runs worker roles in separate processes (``roles_apart``: the fleet's
+workflows-role workers say so, see ``fleet_roles_apart``; a client may say so too)
 schedules each activity on the task queue of its worker role (``ACTIVITY_ROLES``): the
 model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MCP search on
 ``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
@@ -83,10 +84,47 @@ with workflow.unsafe.imports_passed_through():
 
 _R = TypeVar("_R")
 
+ROLES_APART_EXTERN = "psych_runtime.roles_apart"
+"""The extern function a workflows-role worker of a fleet running roles apart registers
+(``workers/fleet/_roles.py``): its presence, not its value, says so."""
+ROLES_APART_PATCH = "psych-roles-apart"
+"""The patch marker that records, at a Run's start, that its fleet runs roles apart. It
+records a fact, not a code change, so unlike other patches it is never deprecated."""
+
+
+def fleet_roles_apart() -> bool:
+    """Whether the fleet running this Run runs worker roles apart, decided once at the
+    Run's start and recorded in its history.
+
+    The worker running the first workflow task knows (``ROLES_APART_EXTERN``); when it
+    says yes, the answer is recorded as the patch marker ``ROLES_APART_PATCH``. Replayed,
+    the marker alone decides, whichever worker replays: a history without it (every
+    history written before this existed, and every Run of a fleet on one queue) keeps its
+    activities on the Run's own queue. Call it exactly once, before the Run schedules
+    anything.
+    """
+    if workflow.unsafe.is_replaying():
+        # A read on replay: True only when the first task recorded the marker.
+        return workflow.patched("psych-roles-apart")
+    if ROLES_APART_EXTERN not in workflow.extern_functions():
+        return False
+    return workflow.patched("psych-roles-apart")
+
+
 SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
 """Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
 ONCE = RetryPolicy(maximum_attempts=1)
 """Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
+
+
+MODEL_LOST_AFTER = timedelta(seconds=70)
+"""A model call's heartbeat timeout: a worker's documented outage tolerance (60 s,
+``DEFAULT_OUTAGE_SECONDS`` in workers) plus ``OUTAGE_MARGIN`` (10 s: the longest a worker
+holds a heartbeat back, and the server's restart). An answer that arrived while the server
+was away is then reported once it is back (the worker completes the call through its
+client) instead of the call timing out and being made, and paid for, again; the cost is
+that a model worker that died mid-call is noticed after 70 s instead of 30 s. Not read on
+replay (a heartbeat timeout is not compared), so histories recorded with 30 s replay."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +141,7 @@ OPTIONS: dict[str, Options] = {
         timedelta(seconds=60),
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=[ErrorType.TOOL_NOT_REGISTERED]),
     ),
-    MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=MODEL_LOST_AFTER),
     # The summariser is a model call like any other: once, heartbeating while it streams.
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
+    from psych_runtime.workflows.kernel._activity_calls import fleet_roles_apart
     from psych_runtime.workflows.kernel._children import (
         STATUS_KEY,
         has_search_attributes,
@@ -199,6 +200,10 @@ class RunBase(abc.ABC):
                 )
             )
         self._limits = spec.limits
+        if not input.roles_apart and fleet_roles_apart():
+            # The fleet decides, not the client that started the Run: children, next Runs
+            # and continue-as-new take it on through the input.
+            self._input = input.model_copy(update={"roles_apart": True})
         self._admit(spec)
         loop = asyncio.create_task(self._guarded_body())
         try:

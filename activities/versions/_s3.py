@@ -1,0 +1,158 @@
+"""A VersionStore in an S3-compatible bucket, for fleets that share no directory.
+
+A Version is the object ``<prefix>versions/<hex digest>.json`` (the layout of
+``FileVersionStore``, under ``versions/`` so the bucket prefix the fleet's blobs and tokens
+use never mixes them). The VersionStore port is synchronous (``PsychClient.publish`` and
+the ``psych`` commands call it as it is; the publish activity calls it in a thread), so the
+client is botocore's own, not aiobotocore's; its configuration and credentials are the blob
+store's (``open_s3_client``): botocore's standard chain, never the URL.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from psych_runtime.activities.blobs import S3Location, parse_s3_url
+from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
+
+VERSIONS_PREFIX = "versions/"
+
+
+class S3VersionStore:
+    """Versions as objects in an S3-compatible bucket (``PSYCH_STORE=s3://...``).
+
+    ``publish`` writes with ``If-None-Match: *``: the first publisher of a hash wins and
+    every later one (another worker, a retried activity) reads that Version back, so all
+    agree on its ``published_at``. ``get`` re-verifies what it reads, as the file store does.
+    The client opens on first use (thread-safe; botocore clients are).
+    """
+
+    def __init__(self, location: S3Location) -> None:
+        self.location = location
+        self._client: Any = None
+        self._opening = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, *, setting: str = "PSYCH_STORE") -> S3VersionStore:
+        """A store at ``s3://bucket/prefix?endpoint=...`` (the blob store's URL form).
+
+        Raises:
+            SpecError: the URL is malformed (naming ``setting`` and what is wrong).
+        """
+        return cls(parse_s3_url(url, setting=setting))
+
+    def __repr__(self) -> str:
+        where = self.location.endpoint or "AWS"
+        prefix = self.location.prefix + VERSIONS_PREFIX
+        return f"S3VersionStore(s3://{self.location.bucket}/{prefix} at {where})"
+
+    def object_key(self, version_hash: str) -> str:
+        """The object the Version ``version_hash`` is stored as.
+
+        Raises:
+            SpecError: ``version_hash`` is not a Version hash.
+        """
+        algorithm, _, digest = version_hash.partition(":")
+        if algorithm != "sha256" or len(digest) != 64 or not digest.isalnum():
+            raise SpecError(f"not a Version hash: {version_hash!r}")
+        return f"{self.location.prefix}{VERSIONS_PREFIX}{digest}.json"
+
+    def _s3(self) -> Any:
+        with self._opening:
+            if self._client is None:
+                self._client = _client(self.location)
+            return self._client
+
+    def publish(self, spec: AgentSpec | WorkflowSpec) -> Version:
+        """Store ``spec``, or return the Version already stored with its hash."""
+        from botocore.exceptions import ClientError
+
+        version = Version.of(spec)
+        try:
+            self._s3().put_object(
+                Bucket=self.location.bucket,
+                Key=self.object_key(version.hash),
+                Body=version.to_json().encode(),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as err:
+            # 412: stored already; 409: another conditional write of it is under way.
+            if _status(err) not in (409, 412):
+                raise
+            return self.get(version.hash)
+        return version
+
+    def get(self, version_hash: str) -> Version:
+        """The stored Version with this hash, re-verified on read.
+
+        Raises:
+            NotFound: nothing is stored under this hash.
+            VersionMismatch: the stored document was altered.
+        """
+        from botocore.exceptions import ClientError
+
+        key = self.object_key(version_hash)
+        where = f"s3://{self.location.bucket}/{key}"
+        try:
+            response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
+        except ClientError as err:
+            if _code(err) in ("NoSuchKey", "404"):
+                raise NotFound(f"no Version {version_hash} in {where}") from None
+            raise
+        with response["Body"] as body:
+            document = body.read()
+        version = Version.from_json(document, source=where)
+        if version.hash != version_hash:
+            raise SpecError(f"{where} holds Version {version.hash}, not {version_hash}")
+        return version
+
+    def hashes(self) -> list[str]:
+        """The hash of every stored Version, sorted (read off the object names)."""
+        start = self.location.prefix + VERSIONS_PREFIX
+        found: list[str] = []
+        pages = self._s3().get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self.location.bucket, Prefix=start):
+            for item in page.get("Contents", []):
+                name = str(item["Key"])[len(start) :]
+                digest = name.removesuffix(".json")
+                if name.endswith(".json") and len(digest) == 64 and digest.isalnum():
+                    found.append(f"sha256:{digest}")
+        return sorted(found)
+
+    def close(self) -> None:
+        """Close the client's connections (a later call opens a new client)."""
+        with self._opening:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def _client(location: S3Location) -> Any:
+    # Imported here: botocore takes about a second to import, which no process without an
+    # S3 store should pay.
+    import botocore.session
+    from botocore.config import Config
+
+    addressing = location.addressing or ("path" if location.endpoint else "auto")
+    config = Config(
+        s3={"addressing_style": addressing},
+        retries={"mode": "standard", "total_max_attempts": 5},
+        # As the blob store's client: several S3-compatible servers refuse the CRC
+        # checksums botocore adds by default.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return botocore.session.get_session().create_client(
+        "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
+    )
+
+
+def _code(err: Any) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _status(err: Any) -> int | None:
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None

@@ -1,0 +1,98 @@
+"""A model answer that arrived while the Temporal server was away is kept, not bought twice
+(issue 26, item 6).
+
+The model call is streaming when the server stops; the provider (the fake model) finishes
+its answer while the server is away; the server comes back on the same port and database
+after an outage shorter than the documented tolerance (``DEFAULT_OUTAGE_SECONDS``). The
+Run records that answer: the provider saw one request, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import MODEL_CALL
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.tools import OUTAGE_MARGIN
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import FakeModel, Reply
+from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
+from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
+from psych_runtime.workflows import ModelCallFinished, PsychClient, RunStatus
+from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER, OPTIONS
+
+from ._waiting import eventually
+
+pytestmark = pytest.mark.e2e
+
+SCOPE = Scope(tenant="acme")
+OUTAGE = DEFAULT_OUTAGE_SECONDS * 0.75
+"""Inside the tolerance, and longer than a model call's old 30 s heartbeat timeout."""
+ANSWERED_AFTER = 3.0
+"""Seconds the provider takes to finish its answer once the call is in flight."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.timeout(300)
+async def test_an_answer_that_arrived_during_an_outage_is_not_bought_again(
+    fake: FakeModel, tmp_path: Path
+) -> None:
+    spec = AgentBuilder("outage-answers").model("fake-model").build()
+    # The stream starts, goes silent while the server stops, then finishes. A second
+    # request (the call sent again) would get the second reply.
+    fake.enqueue(
+        Reply.stall(ANSWERED_AFTER, then=Reply.text("The first and only answer.")),
+        Reply.text("bought twice"),
+    )
+    task_queue = f"model-outage-{uuid.uuid4().hex[:12]}"
+    settings = WorkerSettings(
+        task_queue=task_queue,
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+    )
+    db_file, port = str(tmp_path / "temporal.db"), free_port()
+    server = await start_dev_server(db_file=db_file, port=port)
+    try:
+        temporal = await connect(f"127.0.0.1:{port}")
+        client = PsychClient(
+            temporal, store=FileVersionStore(tmp_path / "v"), task_queue=task_queue
+        )
+        async with run_worker(temporal, settings):
+            run = await client.dispatch(spec, "answer once", scope=SCOPE)
+
+            async def in_flight() -> bool:
+                return len(fake.requests) == 1
+
+            await eventually(in_flight, within=30, what="the model call to be in flight")
+            await server.shutdown()
+            await asyncio.sleep(OUTAGE)  # the answer arrives meanwhile
+            server = await start_dev_server(db_file=db_file, port=port)
+            async with asyncio.timeout(120):
+                result = await client.result(run, scope=SCOPE)
+            records = (await client.records(run, scope=SCOPE)).records
+    finally:
+        await server.shutdown()
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "The first and only answer."
+    assert len(fake.requests) == 1
+    assert len([r for r in records if isinstance(r, ModelCallFinished)]) == 1
+
+
+def test_a_model_call_is_not_given_up_on_within_the_documented_outage() -> None:
+    """Its heartbeat timeout outlasts the outage a worker survives (plus the margin a
+    held-back heartbeat and the server's restart take)."""
+    assert OPTIONS[MODEL_CALL].heartbeat == MODEL_LOST_AFTER
+    assert MODEL_LOST_AFTER.total_seconds() == DEFAULT_OUTAGE_SECONDS + OUTAGE_MARGIN
