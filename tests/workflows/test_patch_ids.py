@@ -14,7 +14,7 @@ import base64
 import json
 from pathlib import Path
 
-PATCHES: dict[str, str] = {"psych-roles-apart": "0.1.0"}
+PATCHES: dict[str, str] = {"psych-roles-apart": "0.1.0", "read-own-results": "0.1.0"}
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never
 deprecated."""

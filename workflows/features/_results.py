@@ -65,9 +65,6 @@ def read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput |
     return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
 
 
-OWN_RESULTS_PATCH = "read-own-results"
-"""``workflow.patched`` id of the rule that a Run reads only its own results."""
-
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -114,7 +111,8 @@ class Results(Feature):
         read = read_arguments(call.id, arguments)
         if isinstance(read, str):
             return inline(call, "error", read)
-        if read.handle not in self._own() and workflow.patched(OWN_RESULTS_PATCH):
+        # The patch: a Run reads only its own results (a Run recorded before replays as it ran).
+        if read.handle not in self._own() and workflow.patched("read-own-results"):
             return inline(call, "error", not_found(read.handle))
         outcome = await calls.read_output(read, summary=f"tool {call.name}, turn {turn}")
         return from_outcome(call, outcome)
