@@ -12,11 +12,15 @@ peer dropped).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from psych_runtime.activities.a2a import A2aSettings
-from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import A2APeer, AgentSpec, AgentStep, Scope, WorkflowSpec, WorkflowStepRef
+
+if TYPE_CHECKING:
+    # Only for the types: the HTTP clients load when a check runs, not for plain validate.
+    from psych_runtime.activities.a2a import A2aSettings
+    from psych_runtime.activities.egress import Egress
 
 
 def peers_of(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, A2APeer]]:

@@ -25,6 +25,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
+    TaskState,
 )
 from temporalio import activity
 
@@ -35,8 +36,10 @@ from psych_runtime.activities.a2a._answer import (
     Answer,
     answer_of_message,
     answer_of_task,
+    parts_text,
     state_name,
 )
+from psych_runtime.activities.a2a._cancel import Cancelling
 from psych_runtime.activities.a2a._cards import Cards
 from psych_runtime.activities.a2a._peers import (
     Connection,
@@ -50,6 +53,7 @@ from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
     A2A_MESSAGE_ARGUMENT,
     A2A_POLL,
+    A2A_QUESTION_TOKEN,
     A2A_TASK_ARGUMENT,
     TOOL_A2A,
     A2aPollInput,
@@ -71,7 +75,7 @@ from psych_runtime.specs import narrow
 _T = TypeVar("_T")
 
 
-class A2aActivities(Cards, ActivityClass):
+class A2aActivities(Cards, Cancelling, ActivityClass):
     """The A2A activities, sharing one card cache and transport pool per worker."""
 
     def __init__(
@@ -158,6 +162,11 @@ class A2aActivities(Cards, ActivityClass):
             answer = await self._send(input, connection)
         except PeerUnavailable as err:
             answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
+        redact = connection.redact if connection is not None else Redactor()
+        if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            # The Run's person answers (``questions_to_person``): the question is no answer
+            # yet, so no post hook runs on it; they run on the answer to the reply.
+            return plan.stamp(await self._question(input, answer, redact, started))
         if isinstance(answer, Task):
             # Still working past the hold: the Run waits durably and polls (post hooks run
             # on the answer, in ``psych.a2a.poll``).
@@ -167,7 +176,6 @@ class A2aActivities(Cards, ActivityClass):
             )
             waiting = await self._store(input, "wait", text, started)
             return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
-        redact = connection.redact if connection is not None else Redactor()
         final, shown = await plan.after(answer.status, redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
 
@@ -193,6 +201,8 @@ class A2aActivities(Cards, ActivityClass):
         if task.status.state not in TERMINAL | INTERRUPTED:
             text = f"task {task.id} is {state_name(task.status.state)}"
             return await self._store(input, "wait", text, started)
+        if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            return await self._question(input, task, connection.redact, started)
         answer = await self._answer(task, input)
         plan = self.hooks.plan(
             HookCall(
@@ -201,6 +211,21 @@ class A2aActivities(Cards, ActivityClass):
         )
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
+
+    async def _question(
+        self,
+        input: A2aToolCall | A2aPollInput,
+        task: Task,
+        redact: Redactor,
+        started: float,
+    ) -> ToolOutcome:
+        """A task asking for input, for the Run's person: a ``wait`` whose token is
+        ``A2A_QUESTION_TOKEN`` + the task id and whose content is the question."""
+        said = task.status.message.parts if task.status.HasField("message") else ()
+        asked = await self._store(
+            input, "wait", redact(parts_text(said) or "(no question text)"), started
+        )
+        return asked.model_copy(update={"wait_token": A2A_QUESTION_TOKEN + task.id})
 
     async def _store(
         self,
@@ -238,7 +263,8 @@ class A2aActivities(Cards, ActivityClass):
         message = Message(
             # The Run and the call: the same on any retry, so a peer that deduplicates
             # message ids (as psych serve does) acts on it once.
-            message_id=f"{input.run_id}/{input.call_id}",
+            message_id=f"{input.run_id}/{input.call_id}"
+            + (f"/answer-{input.answer}" if input.answer else ""),
             role=Role.ROLE_USER,
             parts=[Part(text=text)],
             task_id=task_id or "",
@@ -284,6 +310,8 @@ class A2aActivities(Cards, ActivityClass):
             return Answer(
                 "error", f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
             )
+        if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            return task
         return await self._answer(task, input)
 
     async def _answer(self, task: Task, input: A2aToolCall | A2aPollInput) -> Answer:
@@ -293,6 +321,7 @@ class A2aActivities(Cards, ActivityClass):
             tool=input.name,
             large_result_bytes=input.large_result_bytes,
             store=self.blobs.put,
+            credential=input.peer.credential,
         )
 
     async def _beating(self, work: Awaitable[_T], deadline: float) -> _T:

@@ -11,7 +11,10 @@ other packages import it from this package only, never from its modules.
 
 from psych_runtime.activities.contract._a2a import (
     A2A_MESSAGE_ARGUMENT,
+    A2A_QUESTION_TOKEN,
     A2A_TASK_ARGUMENT,
+    A2aCancelInput,
+    A2aCancelled,
     A2aCards,
     A2aCardsInput,
     A2aPeerStatus,
@@ -52,6 +55,7 @@ from psych_runtime.activities.contract._model import (
     ModelFailure,
 )
 from psych_runtime.activities.contract._names import (
+    A2A_CANCEL,
     A2A_CARDS,
     A2A_POLL,
     ACTIVITY_NAMES,
@@ -136,10 +140,14 @@ from psych_runtime.activities.contract._usage import Latency, Usage
 from psych_runtime.activities.contract._versions import VersionPublishInput
 
 __all__ = [
+    "A2A_CANCEL",
     "A2A_CARDS",
     "A2A_MESSAGE_ARGUMENT",
     "A2A_POLL",
+    "A2A_QUESTION_TOKEN",
     "A2A_TASK_ARGUMENT",
+    "A2aCancelInput",
+    "A2aCancelled",
     "A2aCards",
     "A2aCardsInput",
     "A2aPeerStatus",

@@ -2,7 +2,8 @@
 
 ``serve_peer(skills=...)`` runs uvicorn in the test's event loop and yields a ``Peer``
 whose ``requests`` list every ``SendMessage`` that reached it (headers, tenant, message id,
-text), so a test can count deliveries and see which credential was sent. Its task ids are
+text), so a test can count deliveries and see which credential was sent, and ``cancels`` every
+task id a ``CancelTask`` named (with the credential it came with). Its task ids are
 ``task-1``, ``task-2``, ... in the order tasks are made. What the peer answers is decided by
 the text it receives:
 
@@ -10,7 +11,9 @@ the text it receives:
   in the task completes it with ``answered: <reply>``;
 - ``big:<n>``: completes with an artifact of ``n`` characters;
 - ``slow:<seconds>``: sleeps that long, then completes;
+- ``later:<seconds>:<question>``: sleeps that long, then goes ``input-required``;
 - ``fail``: the task fails with ``cannot do that``;
+- ``auth:<what>``: the task goes ``auth-required`` asking for ``<what>``;
 - anything else: completes with ``echo: <text>`` and a text artifact ``notes``.
 """
 
@@ -68,6 +71,8 @@ class Peer:
 
     port: int
     requests: list[Received] = field(default_factory=list)
+    cancels: list[tuple[str, str | None]] = field(default_factory=list)
+    """(task id, Authorization header) of each ``CancelTask`` that reached the peer."""
 
     @property
     def url(self) -> str:
@@ -119,9 +124,15 @@ class _Scripted(AgentExecutor):
                 [new_text_part("x" * int(text.removeprefix("big:")))], name="blob"
             )
             await updater.complete(say("here is the big one"))
+        elif text.startswith("later:"):
+            seconds, _, question = text.removeprefix("later:").partition(":")
+            await asyncio.sleep(float(seconds))
+            await updater.requires_input(say(question))
         elif text.startswith("slow:"):
             await asyncio.sleep(float(text.removeprefix("slow:")))
             await updater.complete(say("done slowly"))
+        elif text.startswith("auth:"):
+            await updater.requires_auth(say(text.removeprefix("auth:")))
         elif text == "fail":
             await updater.failed(say("cannot do that"))
         else:
@@ -130,6 +141,8 @@ class _Scripted(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id
+        headers: dict[str, Any] = context.call_context.state.get("headers", {})
+        self.peer.cancels.append((context.task_id, headers.get("authorization")))
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 

@@ -14,8 +14,12 @@ import base64
 import json
 from pathlib import Path
 
-PATCHES: dict[str, str] = {}
-"""Patch id -> the release that added it (none since the baseline)."""
+PATCHES: dict[str, str] = {
+    # A Run settling while it waits on an A2A peer task asks the peer to cancel it
+    # (features/_a2a.py, ``settling``); a Run recorded before settled without asking.
+    "psych-a2a-cancel-peer-task": "issue 24 (A2A: abort cancels the peer's task)",
+}
+"""Patch id -> the release that added it."""
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 HISTORIES = Path(__file__).parent / "histories"

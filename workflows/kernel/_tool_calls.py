@@ -211,6 +211,8 @@ class ToolCalls(FeatureView):
         finally:
             self._open_calls.pop(call.id, None)
             self._interruptible.pop(call.id, None)
+        while result.then is not None:
+            result = await result.then()
         if result.outcome is not None and result.outcome.status == "wait":
             return await self._external(call, result.outcome)
         return result
