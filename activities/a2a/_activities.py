@@ -13,11 +13,15 @@ and its answer, artifacts and an ``input-required`` question come back as the to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable
 from typing import Literal, TypeVar
 
+from a2a.client import ClientCallContext
+from a2a.client.transports.base import ClientTransport
 from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
     GetTaskRequest,
     Message,
     Part,
@@ -203,6 +207,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             return await self._store(input, "wait", text, started)
         if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return await self._question(input, task, connection.redact, started)
+        if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
+            context = connection.context(self.settings.call_timeout_seconds)
+            await self._give_up(transport, task, input, context)
         answer = await self._answer(task, input)
         plan = self.hooks.plan(
             HookCall(
@@ -211,6 +218,23 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         )
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
+
+    async def _give_up(
+        self,
+        transport: ClientTransport,
+        task: Task,
+        input: A2aToolCall | A2aPollInput,
+        context: ClientCallContext,
+    ) -> None:
+        """Cancel a task that waits for authentication this Run cannot give (best effort:
+        it would otherwise wait at the peer for good)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                transport.cancel_task(
+                    CancelTaskRequest(id=task.id, tenant=input.peer.tenant or ""), context=context
+                ),
+                self.settings.call_timeout_seconds,
+            )
 
     async def _question(
         self,
@@ -312,6 +336,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             )
         if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return task
+        if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
+            await self._give_up(transport, task, input, context)
         return await self._answer(task, input)
 
     async def _answer(self, task: Task, input: A2aToolCall | A2aPollInput) -> Answer:

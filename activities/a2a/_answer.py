@@ -129,8 +129,8 @@ async def answer_of_task(
             f"{head}\nA2A peer {peer!r} asks for authentication (auth-required) in task "
             f"{task.id}: {said or '(it gave no detail)'}\nThis agent sent it {sent}, as "
             "configured; it cannot give other credentials during a Run (the operator "
-            "configures each peer's credential by name). Tell the user what the peer asked "
-            "for; do not retry the task.",
+            "configures each peer's credential by name), so the task was canceled at the "
+            "peer. Tell the user what the peer asked for; do not retry the task.",
         )
     if state not in TERMINAL:
         return Answer(

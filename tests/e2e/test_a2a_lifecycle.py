@@ -114,6 +114,8 @@ async def test_a_peer_asking_for_other_auth_mid_task_is_a_tool_error_naming_it(
     assert "an OAuth token for the airline" in text
     assert "credential 'orders-key'" in text
     assert "s3cret" not in report.model_dump_json()
+    # Nothing this Run does can satisfy it: the task is not left waiting at the peer.
+    assert peer.cancels == [("task-1", "Bearer s3cret")]
 
     async def _sent_once() -> bool:
         return peer.texts() == ["auth:an OAuth token for the airline"]

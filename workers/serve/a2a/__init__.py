@@ -13,14 +13,18 @@ from psych_runtime.workers.serve.a2a._cards import (
 )
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
 from psych_runtime.workers.serve.a2a._push import PushRegistry
+from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
 from psych_runtime.workers.serve.a2a._routes import A2A_PREFIX, a2a_routes
 
 __all__ = [
     "A2A_PREFIX",
     "AgentCatalogue",
     "ListedVersions",
+    "MemoryTokenStore",
     "PsychRequestHandler",
     "PushRegistry",
+    "PushStore",
+    "Watched",
     "a2a_routes",
     "agent_card",
     "instructions_summary",
