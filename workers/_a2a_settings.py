@@ -12,6 +12,8 @@ change how long the worker waits on, or how much it keeps of, other parties' age
       poll_seconds: 0.25          # between reads while the call holds
       heartbeat_seconds: 2
       max_entries: 256            # cards and transports kept (LRU)
+      push_url: https://psych.example.com/a2a-push   # psych serve's peer push route, as
+                                  # peers reach it (unset: peers are polled only)
 
 Each key set replaces the one the worker was given (``WorkerSettings.a2a``, code); the
 others stay as given.

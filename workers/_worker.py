@@ -316,6 +316,7 @@ def activities_for(
             trust_project_settings=settings.trust_project_settings,
         ),
         outage_seconds=settings.outage_seconds,
+        tokens=settings.tokens,
     )
     # The summariser shares the model activities' endpoints, pricing and HTTP client.
     compaction = CompactionActivities(model)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from psych_runtime.activities.a2a._activities import A2aActivities
     from psych_runtime.activities.a2a._check import PeerCheck, check_peers
+    from psych_runtime.activities.a2a._push import PeerPush, find_push
     from psych_runtime.activities.a2a._settings import A2A_SETTING_NAMES, A2aSettings
 
 _LAZY = {
@@ -20,6 +21,8 @@ _LAZY = {
     "A2aActivities": "_activities",
     "A2aSettings": "_settings",
     "PeerCheck": "_check",
+    "PeerPush": "_push",
+    "find_push": "_push",
     "check_peers": "_check",
 }
 
@@ -31,4 +34,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["A2A_SETTING_NAMES", "A2aActivities", "A2aSettings", "PeerCheck", "check_peers"]
+__all__ = [
+    "A2A_SETTING_NAMES",
+    "A2aActivities",
+    "A2aSettings",
+    "PeerCheck",
+    "PeerPush",
+    "check_peers",
+    "find_push",
+]

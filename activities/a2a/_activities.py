@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 from a2a.client import ClientCallContext
 from a2a.client.transports.base import ClientTransport
 from a2a.types.a2a_pb2 import (
+    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     Message,
@@ -29,6 +30,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from temporalio import activity
@@ -52,6 +54,7 @@ from psych_runtime.activities.a2a._peers import (
     connect,
     describe,
 )
+from psych_runtime.activities.a2a._push import PeerPush, keep_push, new_secret
 from psych_runtime.activities.a2a._settings import A2aSettings
 from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
@@ -68,6 +71,7 @@ from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.tools import (
     Policy,
     RulePolicy,
@@ -92,6 +96,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         hooks: Hooks | None = None,
         settings: A2aSettings | None = None,
         outage_seconds: float = 0.0,
+        tokens: TokenStore | None = None,
     ) -> None:
         """Create the activities.
 
@@ -108,12 +113,16 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             outage_seconds: as for ``ToolActivities``: a peer call reports its outcome
                 through the worker's client and gets a heartbeat timeout of this plus
                 ``OUTAGE_MARGIN`` (0: no such care).
+            tokens: the fleet's TokenStore, where a call that asks a peer for push
+                notifications (``settings.push_url``) keeps the push's id and secret for
+                ``psych serve``'s push route; without one, peers are polled only.
         """
         self.blobs = blobs
         self.secrets = secrets
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.hooks = hooks if hooks is not None else Hooks()
         self.settings = settings if settings is not None else A2aSettings()
+        self.tokens = tokens
         self._outage_seconds = outage_seconds
         self.peers = Peers(
             egress,
@@ -219,6 +228,33 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
 
+    async def _push_config(
+        self, input: A2aToolCall, card: AgentCard
+    ) -> TaskPushNotificationConfig | None:
+        """Where the peer is asked to push the task's updates (None: it is not asked: no
+        ``push_url``, no token store, or its card does not support push notifications)."""
+        base = self.settings.push_url
+        workflow_id = activity.info().workflow_id
+        if base is None or self.tokens is None or not card.capabilities.push_notifications:
+            return None
+        if workflow_id is None:  # not a Run's call: nothing waits to be woken
+            return None
+        secret = new_secret()
+        push = PeerPush(
+            tenant=input.scope.tenant,
+            principal=input.scope.principal,
+            workflow_id=workflow_id,
+            peer=input.peer.name,
+            secret=secret,
+        )
+        try:
+            push_id = await keep_push(self.tokens, push)
+        except Exception:  # the store is down: the Run polls, as without push
+            activity.logger.warning("A2A push for %s not kept; polling only", input.peer.name)
+            return None
+        url = f"{base.rstrip('/')}/{input.scope.tenant}/{push_id}"
+        return TaskPushNotificationConfig(url=url, token=secret)
+
     async def _give_up(
         self,
         transport: ClientTransport,
@@ -302,6 +338,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             # held while a peer works for hours.
             configuration=SendMessageConfiguration(return_immediately=True),
         )
+        push = await self._push_config(input, fetched.card)
+        if push is not None:
+            request.configuration.task_push_notification_config.CopyFrom(push)
         deadline = time.monotonic() + settings.call_timeout_seconds
         hold_until = time.monotonic() + settings.hold_seconds
         context = connection.context(settings.call_timeout_seconds)

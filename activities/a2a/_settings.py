@@ -4,6 +4,7 @@ file's ``a2a:`` section (``workers/_a2a_settings.py``) on top of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from urllib.parse import urlsplit
 
 _AT_LEAST_ZERO = frozenset({"hold_seconds"})
 """Fields that may be 0 (no hold: a task the peer leaves working is waited for at once)."""
@@ -32,9 +33,21 @@ class A2aSettings:
     """Between two heartbeats of a call waiting on the peer."""
     max_entries: int = 256
     """Cards and transports a worker keeps (least recently used dropped first)."""
+    push_url: str | None = None
+    """Where peers reach ``psych serve``'s push route (``https://psych.example.com/a2a-push``,
+    the app's ``/a2a-push``): a peer whose card supports push notifications is asked to
+    push each task's updates there, ending the Run's wait at once. None: poll only."""
 
     def __post_init__(self) -> None:
+        if self.push_url is not None:
+            parts = urlsplit(self.push_url) if isinstance(self.push_url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"A2aSettings.push_url: an http(s) URL with a host, not {self.push_url!r}"
+                )
         for item in fields(self):
+            if item.name == "push_url":
+                continue
             value = getattr(self, item.name)
             kind = int if item.name == "max_entries" else (int, float)
             if isinstance(value, bool) or not isinstance(value, kind):

@@ -11,6 +11,7 @@ other packages import it from this package only, never from its modules.
 
 from psych_runtime.activities.contract._a2a import (
     A2A_MESSAGE_ARGUMENT,
+    A2A_PUSHED,
     A2A_QUESTION_TOKEN,
     A2A_TASK_ARGUMENT,
     A2aCancelInput,
@@ -144,6 +145,7 @@ __all__ = [
     "A2A_CARDS",
     "A2A_MESSAGE_ARGUMENT",
     "A2A_POLL",
+    "A2A_PUSHED",
     "A2A_QUESTION_TOKEN",
     "A2A_TASK_ARGUMENT",
     "A2aCancelInput",

@@ -17,6 +17,10 @@ A2A_MESSAGE_ARGUMENT = "message"
 """The argument every peer skill tool takes: the text sent to the peer."""
 A2A_TASK_ARGUMENT = "task_id"
 """The optional argument that continues a peer task (one that asked for input)."""
+A2A_PUSHED = "a2a_pushed"
+"""The key of the completion ``psych serve``'s push route sends to a Run's wait on a peer
+task when the peer pushed an update of it: the Run reads the task now (its value is the
+task id)."""
 A2A_QUESTION_TOKEN = "input-required:"
 """Prefix of the ``wait_token`` of a call whose peer asked for input and whose Run puts
 the question to its person (``A2aToolCall.questions_to_person``): the task id follows."""

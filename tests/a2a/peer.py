@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import (
     get_message_text,
@@ -41,7 +42,12 @@ from a2a.server.events import EventQueue
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
@@ -63,6 +69,8 @@ class Received:
     authorization: str | None
     extensions: frozenset[str]
     skill: str | None
+    push_url: str = ""
+    """Where the caller asked for the task's updates to be pushed (empty: nowhere)."""
 
 
 @dataclass
@@ -104,6 +112,9 @@ class _Scripted(AgentExecutor):
                 authorization=headers.get("authorization"),
                 extensions=frozenset(context.requested_extensions),
                 skill=skill if isinstance(skill, str) else None,
+                push_url=context.configuration.task_push_notification_config.url
+                if context.configuration is not None
+                else "",
             )
         )
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
@@ -157,8 +168,11 @@ class _Numbered(IDGenerator):
         return f"task-{self.count}"
 
 
-def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentCard:
-    """The peer's Agent Card: one skill per id, JSON-RPC at ``url``."""
+def card(
+    url: str, skills: tuple[str, ...], *, name: str = "scripted", push: bool = False
+) -> AgentCard:
+    """The peer's Agent Card: one skill per id, JSON-RPC at ``url`` (``push``: it says it
+    supports push notifications)."""
     return AgentCard(
         name=name,
         description="A scripted A2A peer for tests.",
@@ -166,7 +180,7 @@ def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentC
         supported_interfaces=[
             AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False),
+        capabilities=AgentCapabilities(streaming=False, push_notifications=push),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[
@@ -184,11 +198,17 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]:
-    """Run a scripted peer on a loopback port for the block."""
+async def serve_peer(
+    skills: tuple[str, ...] = ("echo",), *, push: bool = False
+) -> AsyncIterator[Peer]:
+    """Run a scripted peer on a loopback port for the block (``push``: it supports push
+    notifications, sending each task update to the URL a message asked for, with the
+    SDK's own sender)."""
     peer = Peer(port=free_port())
-    agent_card = card(peer.url, skills)
+    agent_card = card(peer.url, skills, push=push)
     store = InMemoryTaskStore()
+    pushes = InMemoryPushNotificationConfigStore()
+    sender_http = httpx.AsyncClient(timeout=10)
     handler = DefaultRequestHandler(
         agent_executor=_Scripted(peer),
         task_store=store,
@@ -196,6 +216,8 @@ async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]
         request_context_builder=SimpleRequestContextBuilder(
             task_store=store, task_id_generator=_Numbered()
         ),
+        push_config_store=pushes if push else None,
+        push_sender=BasePushNotificationSender(sender_http, pushes) if push else None,
     )
     app = Starlette(
         routes=[*create_agent_card_routes(agent_card), *create_jsonrpc_routes(handler, "/")]
@@ -214,6 +236,7 @@ async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]
     finally:
         server.should_exit = True
         await task
+        await sender_http.aclose()
 
 
 def user_message(text: str) -> Any:

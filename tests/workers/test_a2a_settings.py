@@ -71,3 +71,13 @@ def test_settings_in_code_out_of_range_are_refused_by_name() -> None:
         A2aSettings(max_entries=0)
     with pytest.raises(ValueError, match=r"A2aSettings.card_ttl_seconds: a number"):
         dataclasses.replace(A2aSettings(), card_ttl_seconds="1")  # type: ignore[arg-type]
+
+
+def test_a_push_url_is_an_http_url_with_a_host(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("a2a: {push_url: 'https://psych.example.com/a2a-push'}\n")
+    got = worker_a2a(A2aSettings(), path, cwd=tmp_path, environ={})
+    assert got.push_url == "https://psych.example.com/a2a-push"
+    path.write_text("a2a: {push_url: 'ftp://psych.example.com/'}\n")
+    with pytest.raises(SpecError, match=r"a2a.push_url: an http\(s\) URL with a host"):
+        worker_a2a(A2aSettings(), path, cwd=tmp_path, environ={})

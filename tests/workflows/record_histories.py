@@ -52,6 +52,7 @@ from psych_runtime.activities.model import (
     Endpoint,
     ModelEndpoints,
 )
+from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -86,6 +87,7 @@ from psych_runtime.workflows import (
     workflow_id_for,
 )
 from tests.a2a.peer import serve_peer
+from tests.a2a.served import serve_app
 from tests.e2e._http_server import CountingServer, refund_tool
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
@@ -1101,6 +1103,24 @@ async def a2a_peer_question_after_wait(rig: Rig) -> RunHandle:
         return run
 
 
+async def a2a_peer_task_pushed(rig: Rig) -> RunHandle:
+    # A peer whose card supports push notifications, a worker with a push_url: the call
+    # asks the peer to push to psych serve's route, the Run waits (the A2A feature's own
+    # external wait), the peer's push completes it with {"a2a_pushed": ...} before the
+    # second poll, and the Run reads the task at once (psych.a2a.poll), answered.
+    rig.settings.tokens = LocalTokenStore(rig.home / "tokens")
+    async with (
+        serve_app(rig.client, tokens=rig.settings.tokens, tenant=SCOPE.tenant) as base,
+        serve_peer(("book",), push=True) as peer,
+    ):
+        rig.settings.a2a = A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
+
+
 async def a2a_peer_task_canceled(rig: Rig) -> RunHandle:
     # psych.abort while the Run waits on a peer task (external, a2a:<peer>:<task>): the
     # poller's timer is cancelled and psych.a2a.cancel asks the peer to cancel the task
@@ -1615,6 +1635,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_question_answered),
     ("dev", a2a_peer_question_after_wait),
     ("dev", a2a_peer_task_canceled),
+    ("dev", a2a_peer_task_pushed),
     # tasks, components and context providers
     ("dev", tasks_updated),
     ("dev", component_shown),

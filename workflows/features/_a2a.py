@@ -13,16 +13,19 @@ mid-call makes it UNKNOWN, never sent twice. A peer asking for input: when the S
 questions (``may_ask_questions``) the question goes to the Run's person (a ``question``
 suspension on the call's id, answered by ``psych answer``; the deadline clock stops) and
 the answer is sent to the peer in the same task, as often as it asks (also when it asks
-after the Run waited on the task durably: the poller ends the wait with the question); otherwise
-it is the tool's result, naming the question and the task id the model answers with.
+after the Run waited on the task durably: the poller ends the wait with the question);
+otherwise it is the tool's result, naming the question and the task id the model answers
+with.
 
 A task the peer still works on when the call's short hold ends does not keep an activity:
-the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), so the kernel
-suspends the Run on an external wait (the deadline clock stops; the wait expires after
-``external_expires_seconds``), and a poller of this feature reads the task
-(``psych.a2a.poll``) on a workflow timer, backing off from 2 s to 60 s, and completes the
-wait with the answer as a ``Resumed`` by the peer. Timers and reads are history, so the
-wait survives worker restarts; an operator may also complete it with ``psych.resume``.
+the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), and this feature
+suspends the Run on an external wait once the call has closed (as the kernel would: the
+deadline clock stops; the wait expires after ``external_expires_seconds``), while a poller
+of this feature reads the task (``psych.a2a.poll``) on a workflow timer, backing off from
+2 s to 60 s, and completes the wait with the answer as a ``Resumed`` by the peer. Timers
+and reads are history, so the wait survives worker restarts; an operator may also complete
+it with ``psych.resume``, and a peer's push through ``psych serve``'s push route completes
+it with ``A2A_PUSHED``: the task is then read at once.
 
 A Run that settles while it still waits on a peer task (aborted, or the wait expired)
 stops reading it and asks the peer to cancel it (``psych.a2a.cancel``, best
@@ -44,6 +47,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
         A2A_MESSAGE_ARGUMENT,
+        A2A_PUSHED,
         A2A_QUESTION_TOKEN,
         A2A_TASK_ARGUMENT,
         A2aCancelInput,
@@ -88,7 +92,8 @@ class PeersState:
     pollers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Wait token -> the task reading that peer task until it ends."""
     polls: dict[str, A2aPollInput] = field(default_factory=dict)
-    """Wait token -> what reading it takes (the peer and task a settling Run cancels)."""
+    """Wait token -> what reading it takes, while its answer has not come: the tasks a
+    settling Run cancels."""
 
 
 PEER_QUESTION = "a2a_peer_asks"
@@ -315,13 +320,14 @@ class Peers(Feature):
         self.state.polls[token] = poll
         self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
         waiting = from_outcome(call, outcome.model_copy(update={"wait_token": token}))
-        if not poll.questions_to_person:
-            return waiting  # the kernel suspends on the token
 
         async def wait() -> ToolResult:
-            return await self._wait_on_task(turn, call, entry, token, outcome.content, answers)
+            return await self._wait_on_task(
+                turn, call, entry, token, poll, outcome.content, answers
+            )
 
-        # The wait is the feature's, so a question the poller brings goes to the person.
+        # The wait is the feature's (the same suspension the kernel would make), so a
+        # question the poller brings goes to the person and a peer's push reads the task.
         waiting.then = wait
         return waiting
 
@@ -331,22 +337,48 @@ class Peers(Feature):
         call: ToolCallRequest,
         entry: CatalogEntry,
         token: str,
+        poll: A2aPollInput,
         working: str,
         answers: int,
     ) -> ToolResult:
         """Suspend on the peer task's external wait (as the kernel does for a ``wait``)
         until the poller (or an operator) completes it; a question the peer asked meanwhile
-        goes to the person, and their answer to the peer."""
+        goes to the person, and their answer to the peer. A push from the peer (through
+        ``psych serve``'s push route) completes it with ``PUSHED``: the task is read now,
+        and waited for again while it still works."""
         if token in self.run.suspensions.waits:
             return inline(call, "error", f"another call already waits on token {token!r}")
-        given = await self.run.suspend_call(
-            call,
-            SuspensionReason.EXTERNAL,
-            self.run.suspension.external_expires_seconds,
-            id=token,
-            question=working,
-        )
-        payload = given.payload
+        while True:
+            given = await self.run.suspend_call(
+                call,
+                SuspensionReason.EXTERNAL,
+                self.run.suspension.external_expires_seconds,
+                id=token,
+                question=working,
+            )
+            payload = given.payload
+            if not (isinstance(payload, dict) and set(payload) == {A2A_PUSHED}):
+                # Answered (by the poller or by hand): nothing is left to cancel at the end.
+                self.state.polls.pop(token, None)
+                break
+            try:
+                read = await calls.poll_a2a(poll, summary=f"read {poll.name} (pushed)")
+            except ActivityError as err:
+                self.state.polls.pop(token, None)
+                text = f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
+                return inline(call, "error", text)
+            if read.status != "wait":
+                self.state.polls.pop(token, None)
+                return from_outcome(call, read)
+            if (read.wait_token or "").startswith(A2A_QUESTION_TOKEN):
+                self.state.polls.pop(token, None)
+                return await self._ask_person(
+                    turn, call, entry, poll.task_id, read.content, answers + 1
+                )
+            poller = self.state.pollers.get(token)
+            if poller is None or poller.done():  # it saw the wait end: read on anew
+                self.state.polls[token] = poll
+                self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
         if isinstance(payload, dict) and set(payload) == {PEER_QUESTION, A2A_TASK_ARGUMENT}:
             return await self._ask_person(
                 turn,

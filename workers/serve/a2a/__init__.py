@@ -12,6 +12,7 @@ from psych_runtime.workers.serve.a2a._cards import (
     instructions_summary,
 )
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
+from psych_runtime.workers.serve.a2a._peer_push import PEER_PUSH_PATH, peer_push_route
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
 from psych_runtime.workers.serve.a2a._routes import A2A_PREFIX, a2a_routes
@@ -21,6 +22,7 @@ __all__ = [
     "AgentCatalogue",
     "ListedVersions",
     "MemoryTokenStore",
+    "PEER_PUSH_PATH",
     "PsychRequestHandler",
     "PushRegistry",
     "PushStore",
@@ -28,4 +30,5 @@ __all__ = [
     "a2a_routes",
     "agent_card",
     "instructions_summary",
+    "peer_push_route",
 ]
