@@ -1,5 +1,6 @@
 """Settings files: the tool-call hooks a worker loads from YAML, whom it trusts, and
-where it may connect (``egress``, ``workers/_egress_settings.py``).
+where it may connect (``egress``, ``workers/_egress_settings.py``), and how it talks to A2A
+peers (``a2a``, ``workers/_a2a_settings.py``).
 
 Two files, read when a worker is built (``worker_hooks``), never mutated, never cached:
 
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.hooks import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -54,12 +56,13 @@ from psych_runtime.activities.hooks import (
     check_pattern,
 )
 from psych_runtime.specs import AccessDenied, SpecError, load_yaml
+from psych_runtime.workers._a2a_settings import A2aSection, parse_a2a
 from psych_runtime.workers._egress_settings import merged, parse_egress
 from psych_runtime.workers._settings_file import default_global_settings
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""
-_KEYS = frozenset({"egress", "hooks", "serve", "trusted_modules"})
+_KEYS = frozenset({"a2a", "egress", "hooks", "serve", "trusted_modules"})
 _log = logging.getLogger(__name__)
 Scope = Literal["global", "project"]
 
@@ -96,6 +99,7 @@ class SettingsFile:
             never does), () when it sets an empty one (nothing trusted), else the modules.
         hooks: its hook declarations, in file order.
         egress: its ``egress`` section (``workers/_egress_settings.py``), if any.
+        a2a: its ``a2a`` section (``workers/_a2a_settings.py``), if any.
     """
 
     path: Path
@@ -103,6 +107,7 @@ class SettingsFile:
     trusted_modules: tuple[str, ...] | None
     hooks: tuple[HookDeclaration, ...]
     egress: EgressSettings | None = None
+    a2a: A2aSection | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,14 @@ class LoadedSettings:
         for file in self.files:
             if file.scope == "global" and file.egress is not None:
                 return file.egress
+        return None
+
+    @property
+    def a2a(self) -> A2aSection | None:
+        """The global file's ``a2a`` section (None when it has none)."""
+        for file in self.files:
+            if file.scope == "global" and file.a2a is not None:
+                return file.a2a
         return None
 
     @property
@@ -148,9 +161,7 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a settings file is a mapping, not {type(data).__name__}")
     for key in sorted(set(data) - _KEYS, key=str):
-        problems.append(
-            f"{source}: {key}: unknown setting (known: egress, hooks, serve, trusted_modules)"
-        )
+        problems.append(f"{source}: {key}: unknown setting (known: {', '.join(sorted(_KEYS))})")
     if "serve" in data and scope == "project":
         # Read by `psych serve` (workers/serve/_settings.py): who may call the API.
         problems.append(f"{source}: serve: only the global settings file may configure serve")
@@ -162,6 +173,12 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
             )
         else:
             egress = parse_egress(data["egress"], f"{source}: egress", problems)
+    a2a = None
+    if "a2a" in data:
+        if scope == "project":
+            problems.append(f"{source}: a2a: only the global settings file may set it")
+        else:
+            a2a = parse_a2a(data["a2a"], f"{source}: a2a", problems)
     if "trusted_modules" in data:
         value = data["trusted_modules"]
         if scope == "project":
@@ -209,6 +226,7 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
         trusted_modules=trusted,
         hooks=tuple(declarations),
         egress=egress,
+        a2a=a2a,
     )
 
 
@@ -396,6 +414,25 @@ def worker_egress(
         settings_file, trust_project_settings=trust_project_settings, cwd=cwd, environ=environ
     )
     return merged(given, loaded.egress)
+
+
+def worker_a2a(
+    given: A2aSettings,
+    settings_file: Path | None = None,
+    *,
+    trust_project_settings: bool = False,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> A2aSettings:
+    """The A2A settings a worker runs with: ``given``, the global file's keys replacing it.
+
+    Raises:
+        SpecError: a problem of the settings files.
+    """
+    loaded = load_settings(
+        settings_file, trust_project_settings=trust_project_settings, cwd=cwd, environ=environ
+    )
+    return given if loaded.a2a is None else loaded.a2a.over(given)
 
 
 def worker_hooks(

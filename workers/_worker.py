@@ -17,6 +17,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.activities import role_task_queue
+from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.activities.blobs import (
     BlobStore,
     LocalBlobStore,
@@ -62,7 +63,7 @@ from psych_runtime.workers._environment import (
 )
 from psych_runtime.workers._live import LiveSettings, serving_deltas
 from psych_runtime.workers._loading import load_object
-from psych_runtime.workers._settings import worker_egress, worker_hooks
+from psych_runtime.workers._settings import worker_a2a, worker_egress, worker_hooks
 from psych_runtime.workers._telemetry import current_telemetry
 from psych_runtime.workers._worker_checks import (
     DEFAULT_OUTAGE_SECONDS,
@@ -160,6 +161,8 @@ class WorkerSettings:
             ``workflow_runner``.
         live: where the model role serves its calls' deltas to followers (``LiveSettings``:
             ``PSYCH_LIVE_LISTEN``, ``PSYCH_LIVE_URL``; default loopback, any free port).
+        a2a: how the worker talks to A2A peers (``A2aSettings``: card cache and timeouts,
+            the call's hold); the global settings file's ``a2a:`` keys replace these.
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -188,6 +191,7 @@ class WorkerSettings:
     )
     workflow_sandbox: bool = False
     live: LiveSettings = field(default_factory=LiveSettings)
+    a2a: A2aSettings = field(default_factory=A2aSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -320,7 +324,13 @@ def activities_for(
         secrets=settings.secrets,
         policy=settings.policy,
         hooks=mcp.hooks,
+        settings=worker_a2a(
+            settings.a2a,
+            settings.settings_file,
+            trust_project_settings=settings.trust_project_settings,
+        ),
         outage_seconds=settings.outage_seconds,
+        tokens=settings.tokens,
     )
     # The summariser shares the model activities' endpoints, pricing and HTTP client.
     compaction = CompactionActivities(model)

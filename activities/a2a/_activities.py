@@ -13,11 +13,16 @@ and its answer, artifacts and an ``input-required`` question come back as the to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable
 from typing import Literal, TypeVar
 
+from a2a.client import ClientCallContext
+from a2a.client.transports.base import ClientTransport
 from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
     GetTaskRequest,
     Message,
     Part,
@@ -25,6 +30,8 @@ from a2a.types.a2a_pb2 import (
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
+    TaskPushNotificationConfig,
+    TaskState,
 )
 from temporalio import activity
 
@@ -35,8 +42,10 @@ from psych_runtime.activities.a2a._answer import (
     Answer,
     answer_of_message,
     answer_of_task,
+    parts_text,
     state_name,
 )
+from psych_runtime.activities.a2a._cancel import Cancelling
 from psych_runtime.activities.a2a._cards import Cards
 from psych_runtime.activities.a2a._peers import (
     Connection,
@@ -45,11 +54,13 @@ from psych_runtime.activities.a2a._peers import (
     connect,
     describe,
 )
+from psych_runtime.activities.a2a._push import PeerPush, keep_push, new_secret
 from psych_runtime.activities.a2a._settings import A2aSettings
 from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
     A2A_MESSAGE_ARGUMENT,
     A2A_POLL,
+    A2A_QUESTION_TOKEN,
     A2A_TASK_ARGUMENT,
     TOOL_A2A,
     A2aPollInput,
@@ -60,6 +71,7 @@ from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.tools import (
     Policy,
     RulePolicy,
@@ -71,7 +83,7 @@ from psych_runtime.specs import narrow
 _T = TypeVar("_T")
 
 
-class A2aActivities(Cards, ActivityClass):
+class A2aActivities(Cards, Cancelling, ActivityClass):
     """The A2A activities, sharing one card cache and transport pool per worker."""
 
     def __init__(
@@ -84,6 +96,7 @@ class A2aActivities(Cards, ActivityClass):
         hooks: Hooks | None = None,
         settings: A2aSettings | None = None,
         outage_seconds: float = 0.0,
+        tokens: TokenStore | None = None,
     ) -> None:
         """Create the activities.
 
@@ -100,12 +113,16 @@ class A2aActivities(Cards, ActivityClass):
             outage_seconds: as for ``ToolActivities``: a peer call reports its outcome
                 through the worker's client and gets a heartbeat timeout of this plus
                 ``OUTAGE_MARGIN`` (0: no such care).
+            tokens: the fleet's TokenStore, where a call that asks a peer for push
+                notifications (``settings.push_url``) keeps the push's id and secret for
+                ``psych serve``'s push route; without one, peers are polled only.
         """
         self.blobs = blobs
         self.secrets = secrets
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.hooks = hooks if hooks is not None else Hooks()
         self.settings = settings if settings is not None else A2aSettings()
+        self.tokens = tokens
         self._outage_seconds = outage_seconds
         self.peers = Peers(
             egress,
@@ -158,6 +175,11 @@ class A2aActivities(Cards, ActivityClass):
             answer = await self._send(input, connection)
         except PeerUnavailable as err:
             answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
+        redact = connection.redact if connection is not None else Redactor()
+        if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            # The Run's person answers (``questions_to_person``): the question is no answer
+            # yet, so no post hook runs on it; they run on the answer to the reply.
+            return plan.stamp(await self._question(input, answer, redact, started))
         if isinstance(answer, Task):
             # Still working past the hold: the Run waits durably and polls (post hooks run
             # on the answer, in ``psych.a2a.poll``).
@@ -167,7 +189,6 @@ class A2aActivities(Cards, ActivityClass):
             )
             waiting = await self._store(input, "wait", text, started)
             return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
-        redact = connection.redact if connection is not None else Redactor()
         final, shown = await plan.after(answer.status, redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
 
@@ -193,6 +214,11 @@ class A2aActivities(Cards, ActivityClass):
         if task.status.state not in TERMINAL | INTERRUPTED:
             text = f"task {task.id} is {state_name(task.status.state)}"
             return await self._store(input, "wait", text, started)
+        if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            return await self._question(input, task, connection.redact, started)
+        if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
+            context = connection.context(self.settings.call_timeout_seconds)
+            await self._give_up(transport, task, input, context)
         answer = await self._answer(task, input)
         plan = self.hooks.plan(
             HookCall(
@@ -201,6 +227,65 @@ class A2aActivities(Cards, ActivityClass):
         )
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
+
+    async def _push_config(
+        self, input: A2aToolCall, card: AgentCard
+    ) -> TaskPushNotificationConfig | None:
+        """Where the peer is asked to push the task's updates (None: it is not asked: no
+        ``push_url``, no token store, or its card does not support push notifications)."""
+        base = self.settings.push_url
+        workflow_id = activity.info().workflow_id
+        if base is None or self.tokens is None or not card.capabilities.push_notifications:
+            return None
+        if workflow_id is None:  # not a Run's call: nothing waits to be woken
+            return None
+        secret = new_secret()
+        push = PeerPush(
+            tenant=input.scope.tenant,
+            principal=input.scope.principal,
+            workflow_id=workflow_id,
+            peer=input.peer.name,
+            secret=secret,
+        )
+        try:
+            push_id = await keep_push(self.tokens, push)
+        except Exception:  # the store is down: the Run polls, as without push
+            activity.logger.warning("A2A push for %s not kept; polling only", input.peer.name)
+            return None
+        url = f"{base.rstrip('/')}/{input.scope.tenant}/{push_id}"
+        return TaskPushNotificationConfig(url=url, token=secret)
+
+    async def _give_up(
+        self,
+        transport: ClientTransport,
+        task: Task,
+        input: A2aToolCall | A2aPollInput,
+        context: ClientCallContext,
+    ) -> None:
+        """Cancel a task that waits for authentication this Run cannot give (best effort:
+        it would otherwise wait at the peer for good)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                transport.cancel_task(
+                    CancelTaskRequest(id=task.id, tenant=input.peer.tenant or ""), context=context
+                ),
+                self.settings.call_timeout_seconds,
+            )
+
+    async def _question(
+        self,
+        input: A2aToolCall | A2aPollInput,
+        task: Task,
+        redact: Redactor,
+        started: float,
+    ) -> ToolOutcome:
+        """A task asking for input, for the Run's person: a ``wait`` whose token is
+        ``A2A_QUESTION_TOKEN`` + the task id and whose content is the question."""
+        said = task.status.message.parts if task.status.HasField("message") else ()
+        asked = await self._store(
+            input, "wait", redact(parts_text(said) or "(no question text)"), started
+        )
+        return asked.model_copy(update={"wait_token": A2A_QUESTION_TOKEN + task.id})
 
     async def _store(
         self,
@@ -238,7 +323,8 @@ class A2aActivities(Cards, ActivityClass):
         message = Message(
             # The Run and the call: the same on any retry, so a peer that deduplicates
             # message ids (as psych serve does) acts on it once.
-            message_id=f"{input.run_id}/{input.call_id}",
+            message_id=f"{input.run_id}/{input.call_id}"
+            + (f"/answer-{input.answer}" if input.answer else ""),
             role=Role.ROLE_USER,
             parts=[Part(text=text)],
             task_id=task_id or "",
@@ -252,6 +338,9 @@ class A2aActivities(Cards, ActivityClass):
             # held while a peer works for hours.
             configuration=SendMessageConfiguration(return_immediately=True),
         )
+        push = await self._push_config(input, fetched.card)
+        if push is not None:
+            request.configuration.task_push_notification_config.CopyFrom(push)
         deadline = time.monotonic() + settings.call_timeout_seconds
         hold_until = time.monotonic() + settings.hold_seconds
         context = connection.context(settings.call_timeout_seconds)
@@ -284,6 +373,10 @@ class A2aActivities(Cards, ActivityClass):
             return Answer(
                 "error", f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
             )
+        if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            return task
+        if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
+            await self._give_up(transport, task, input, context)
         return await self._answer(task, input)
 
     async def _answer(self, task: Task, input: A2aToolCall | A2aPollInput) -> Answer:
@@ -293,6 +386,7 @@ class A2aActivities(Cards, ActivityClass):
             tool=input.name,
             large_result_bytes=input.large_result_bytes,
             store=self.blobs.put,
+            credential=input.peer.credential,
         )
 
     async def _beating(self, work: Awaitable[_T], deadline: float) -> _T:

@@ -99,9 +99,16 @@ async def answer_of_message(message: Message) -> Answer:
 
 
 async def answer_of_task(
-    task: Task, *, peer: str, tool: str, large_result_bytes: int, store: Store
+    task: Task,
+    *,
+    peer: str,
+    tool: str,
+    large_result_bytes: int,
+    store: Store,
+    credential: str | None = None,
 ) -> Answer:
-    """The tool result of a task in any state."""
+    """The tool result of a task in any state (``credential``: the name of the one the
+    Spec gives the peer, named in an ``auth-required`` error)."""
     state = task.status.state
     said = parts_text(task.status.message.parts) if task.status.HasField("message") else ""
     head = f"[peer {peer}: task {task.id}, state {state_name(state)}]"
@@ -113,11 +120,17 @@ async def answer_of_task(
             f"{A2A_MESSAGE_ARGUMENT}.",
         )
     if state == TaskState.TASK_STATE_AUTH_REQUIRED:
+        # Our rule: a peer's credential is resolved by name per Scope by the worker, never
+        # handed over by the model or a person mid-Run (no secret enters a workflow
+        # payload), so nothing this Run can do satisfies the request: the call fails.
+        sent = f"credential {credential!r}" if credential is not None else "no credential"
         return Answer(
             "error",
-            f"{head}\nThe peer requires authentication this agent cannot give "
-            f"({said or 'no detail'}); the credential for peer {peer} is configured by the "
-            "operator.",
+            f"{head}\nA2A peer {peer!r} asks for authentication (auth-required) in task "
+            f"{task.id}: {said or '(it gave no detail)'}\nThis agent sent it {sent}, as "
+            "configured; it cannot give other credentials during a Run (the operator "
+            "configures each peer's credential by name), so the task was canceled at the "
+            "peer. Tell the user what the peer asked for; do not retry the task.",
         )
     if state not in TERMINAL:
         return Answer(

@@ -11,7 +11,11 @@ other packages import it from this package only, never from its modules.
 
 from psych_runtime.activities.contract._a2a import (
     A2A_MESSAGE_ARGUMENT,
+    A2A_PUSHED,
+    A2A_QUESTION_TOKEN,
     A2A_TASK_ARGUMENT,
+    A2aCancelInput,
+    A2aCancelled,
     A2aCards,
     A2aCardsInput,
     A2aPeerStatus,
@@ -57,6 +61,7 @@ from psych_runtime.activities.contract._model import (
     ModelFailure,
 )
 from psych_runtime.activities.contract._names import (
+    A2A_CANCEL,
     A2A_CARDS,
     A2A_POLL,
     ACTIVITY_NAMES,
@@ -141,10 +146,15 @@ from psych_runtime.activities.contract._usage import Latency, Usage
 from psych_runtime.activities.contract._versions import VersionPublishInput
 
 __all__ = [
+    "A2A_CANCEL",
     "A2A_CARDS",
     "A2A_MESSAGE_ARGUMENT",
     "A2A_POLL",
+    "A2A_PUSHED",
+    "A2A_QUESTION_TOKEN",
     "A2A_TASK_ARGUMENT",
+    "A2aCancelInput",
+    "A2aCancelled",
     "A2aCards",
     "A2aCardsInput",
     "A2aPeerStatus",

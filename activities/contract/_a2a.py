@@ -1,5 +1,6 @@
-"""The A2A peer payloads: a turn's catalogue of peer skills (``psych.a2a.cards``) and one
-message sent to a peer (``psych.tool.a2a``)."""
+"""The A2A peer payloads: a turn's catalogue of peer skills (``psych.a2a.cards``), one
+message sent to a peer (``psych.tool.a2a``), reading the task it left working
+(``psych.a2a.poll``) and cancelling it when the Run settles first (``psych.a2a.cancel``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ A2A_MESSAGE_ARGUMENT = "message"
 """The argument every peer skill tool takes: the text sent to the peer."""
 A2A_TASK_ARGUMENT = "task_id"
 """The optional argument that continues a peer task (one that asked for input)."""
+A2A_PUSHED = "a2a_pushed"
+"""The key of the completion ``psych serve``'s push route sends to a Run's wait on a peer
+task when the peer pushed an update of it: the Run reads the task now (its value is the
+task id)."""
+A2A_QUESTION_TOKEN = "input-required:"
+"""Prefix of the ``wait_token`` of a call whose peer asked for input and whose Run puts
+the question to its person (``A2aToolCall.questions_to_person``): the task id follows."""
 
 
 def _compact_peer(peer: A2APeer) -> dict[str, Any]:
@@ -91,6 +99,13 @@ class A2aToolCall(_Payload):
     report_through_client: bool = False
     """Report the outcome through the worker's client (a peer message is not safe to
     repeat, so a call whose worker died is UNKNOWN rather than sent twice)."""
+    questions_to_person: bool = False
+    """The Run's person answers the peer's questions (``may_ask_questions``): a task that
+    asks for input comes back as a ``wait`` outcome, its token ``A2A_QUESTION_TOKEN`` +
+    the task id, its content the peer's question; else the model reads the question."""
+    answer: int = 0
+    """0 for the model's call; n for the person's n-th answer sent in the call's task (the
+    message id gets ``/answer-<n>``, so each is a message of its own to the peer)."""
 
     @field_serializer("peer")
     def _peer(self, peer: A2APeer) -> dict[str, Any]:
@@ -117,6 +132,9 @@ class A2aPollInput(_Payload):
     """The call's arguments (what the hooks are shown)."""
     large_result_bytes: int
     scope: Scope
+    questions_to_person: bool = False
+    """As for ``A2aToolCall``: a task asking for input is a ``wait`` whose token is
+    ``A2A_QUESTION_TOKEN`` + the task id, its content the question."""
 
     @field_serializer("peer")
     def _peer(self, peer: A2APeer) -> dict[str, Any]:
@@ -125,3 +143,32 @@ class A2aPollInput(_Payload):
     @field_serializer("scope")
     def _scope(self, scope: Scope) -> dict[str, Any]:
         return _compact_scope(scope)
+
+
+class A2aCancelInput(_Payload):
+    """``psych.a2a.cancel``: ask the peer to cancel a task the Run waited on and will no
+    longer read (``CancelTask``; best effort: its failure is data)."""
+
+    run_id: str
+    call_id: str
+    peer: A2APeer
+    task_id: str
+    scope: Scope
+
+    @field_serializer("peer")
+    def _peer(self, peer: A2APeer) -> dict[str, Any]:
+        return _compact_peer(peer)
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
+
+class A2aCancelled(_Payload):
+    """What the peer made of ``CancelTask``."""
+
+    state: str | None = None
+    """The task's state after it answered (``canceled``, or a state it had already ended
+    in); None when it could not be asked."""
+    error: str | None = None
+    """Why it could not be cancelled (the peer's error, or why it was unreachable)."""

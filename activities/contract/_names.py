@@ -28,10 +28,13 @@ TOOL_A2A = "psych.tool.a2a"
 """One message sent to an A2A peer (a skill offered as a tool)."""
 A2A_POLL = "psych.a2a.poll"
 """Reads a peer task left working, on a workflow timer (the Run waits durably)."""
+A2A_CANCEL = "psych.a2a.cancel"
+"""Asks a peer to cancel the task a Run settling (aborted, expired) still waited on."""
 VERSION_PUBLISH = "psych.version.publish"
 """Publishes a spawned child's composed Spec through the worker's VersionStore."""
 
 ACTIVITY_NAMES = (
+    A2A_CANCEL,
     A2A_CARDS,
     A2A_POLL,
     MCP_LIST_TOOLS,
@@ -61,6 +64,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     MCP_LIST_TOOLS: WORKFLOWS_ROLE,
     A2A_CARDS: WORKFLOWS_ROLE,
     A2A_POLL: TOOLS_ROLE,
+    A2A_CANCEL: TOOLS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
     MODEL_CALL: MODEL_ROLE,
     MODEL_COMPACT: MODEL_ROLE,

@@ -2,7 +2,8 @@
 
 ``serve_peer(skills=...)`` runs uvicorn in the test's event loop and yields a ``Peer``
 whose ``requests`` list every ``SendMessage`` that reached it (headers, tenant, message id,
-text), so a test can count deliveries and see which credential was sent. Its task ids are
+text), so a test can count deliveries and see which credential was sent, and ``cancels`` every
+task id a ``CancelTask`` named (with the credential it came with). Its task ids are
 ``task-1``, ``task-2``, ... in the order tasks are made. What the peer answers is decided by
 the text it receives:
 
@@ -10,7 +11,9 @@ the text it receives:
   in the task completes it with ``answered: <reply>``;
 - ``big:<n>``: completes with an artifact of ``n`` characters;
 - ``slow:<seconds>``: sleeps that long, then completes;
+- ``later:<seconds>:<question>``: sleeps that long, then goes ``input-required``;
 - ``fail``: the task fails with ``cannot do that``;
+- ``auth:<what>``: the task goes ``auth-required`` asking for ``<what>``;
 - anything else: completes with ``echo: <text>`` and a text artifact ``notes``.
 """
 
@@ -23,6 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import (
     get_message_text,
@@ -38,7 +42,12 @@ from a2a.server.events import EventQueue
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
@@ -60,6 +69,8 @@ class Received:
     authorization: str | None
     extensions: frozenset[str]
     skill: str | None
+    push_url: str = ""
+    """Where the caller asked for the task's updates to be pushed (empty: nowhere)."""
 
 
 @dataclass
@@ -68,6 +79,8 @@ class Peer:
 
     port: int
     requests: list[Received] = field(default_factory=list)
+    cancels: list[tuple[str, str | None]] = field(default_factory=list)
+    """(task id, Authorization header) of each ``CancelTask`` that reached the peer."""
 
     @property
     def url(self) -> str:
@@ -99,6 +112,9 @@ class _Scripted(AgentExecutor):
                 authorization=headers.get("authorization"),
                 extensions=frozenset(context.requested_extensions),
                 skill=skill if isinstance(skill, str) else None,
+                push_url=context.configuration.task_push_notification_config.url
+                if context.configuration is not None
+                else "",
             )
         )
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
@@ -119,9 +135,15 @@ class _Scripted(AgentExecutor):
                 [new_text_part("x" * int(text.removeprefix("big:")))], name="blob"
             )
             await updater.complete(say("here is the big one"))
+        elif text.startswith("later:"):
+            seconds, _, question = text.removeprefix("later:").partition(":")
+            await asyncio.sleep(float(seconds))
+            await updater.requires_input(say(question))
         elif text.startswith("slow:"):
             await asyncio.sleep(float(text.removeprefix("slow:")))
             await updater.complete(say("done slowly"))
+        elif text.startswith("auth:"):
+            await updater.requires_auth(say(text.removeprefix("auth:")))
         elif text == "fail":
             await updater.failed(say("cannot do that"))
         else:
@@ -130,6 +152,8 @@ class _Scripted(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.task_id and context.context_id
+        headers: dict[str, Any] = context.call_context.state.get("headers", {})
+        self.peer.cancels.append((context.task_id, headers.get("authorization")))
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
@@ -144,8 +168,11 @@ class _Numbered(IDGenerator):
         return f"task-{self.count}"
 
 
-def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentCard:
-    """The peer's Agent Card: one skill per id, JSON-RPC at ``url``."""
+def card(
+    url: str, skills: tuple[str, ...], *, name: str = "scripted", push: bool = False
+) -> AgentCard:
+    """The peer's Agent Card: one skill per id, JSON-RPC at ``url`` (``push``: it says it
+    supports push notifications)."""
     return AgentCard(
         name=name,
         description="A scripted A2A peer for tests.",
@@ -153,7 +180,7 @@ def card(url: str, skills: tuple[str, ...], *, name: str = "scripted") -> AgentC
         supported_interfaces=[
             AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False),
+        capabilities=AgentCapabilities(streaming=False, push_notifications=push),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[
@@ -171,11 +198,17 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]:
-    """Run a scripted peer on a loopback port for the block."""
+async def serve_peer(
+    skills: tuple[str, ...] = ("echo",), *, push: bool = False
+) -> AsyncIterator[Peer]:
+    """Run a scripted peer on a loopback port for the block (``push``: it supports push
+    notifications, sending each task update to the URL a message asked for, with the
+    SDK's own sender)."""
     peer = Peer(port=free_port())
-    agent_card = card(peer.url, skills)
+    agent_card = card(peer.url, skills, push=push)
     store = InMemoryTaskStore()
+    pushes = InMemoryPushNotificationConfigStore()
+    sender_http = httpx.AsyncClient(timeout=10)
     handler = DefaultRequestHandler(
         agent_executor=_Scripted(peer),
         task_store=store,
@@ -183,6 +216,8 @@ async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]
         request_context_builder=SimpleRequestContextBuilder(
             task_store=store, task_id_generator=_Numbered()
         ),
+        push_config_store=pushes if push else None,
+        push_sender=BasePushNotificationSender(sender_http, pushes) if push else None,
     )
     app = Starlette(
         routes=[*create_agent_card_routes(agent_card), *create_jsonrpc_routes(handler, "/")]
@@ -201,6 +236,7 @@ async def serve_peer(skills: tuple[str, ...] = ("echo",)) -> AsyncIterator[Peer]
     finally:
         server.should_exit = True
         await task
+        await sender_http.aclose()
 
 
 def user_message(text: str) -> Any:

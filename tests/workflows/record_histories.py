@@ -42,6 +42,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from psych_runtime.activities import Deny, HookCall, Hooks
+from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import PolicyDecision, ToolInfo
 from psych_runtime.activities.model import (
@@ -51,6 +52,7 @@ from psych_runtime.activities.model import (
     Endpoint,
     ModelEndpoints,
 )
+from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -85,6 +87,7 @@ from psych_runtime.workflows import (
     workflow_id_for,
 )
 from tests.a2a.peer import serve_peer
+from tests.a2a.served import serve_app
 from tests.e2e._http_server import CountingServer, refund_tool
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
@@ -1062,6 +1065,89 @@ async def a2a_peer_task_waited(rig: Rig) -> RunHandle:
         return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
 
 
+async def a2a_peer_question_answered(rig: Rig) -> RunHandle:
+    # may_ask_questions: the peer's input-required question becomes a question suspension
+    # of the Run (not the model's), the person's answer is sent to the peer in its task
+    # (psych.tool.a2a, answer 1) outside the open call, and its answer is the call's result.
+    # The rig's key "k" is redacted wherever a model sends it back: "ask:" would not reach
+    # the peer as such.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="a2a-recorder-key")
+    )
+    async with serve_peer(("ask",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"})),
+            Reply.text("Blue it is."),
+        )
+        spec = (
+            rig.agent("a2a").suspension(may_ask_questions=True).a2a_peer("helper", peer.url).build()
+        )
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Pick a colour", scope=SCOPE)
+            pending = await rig.suspended(run)
+            await rig.client.answer(run, pending.id, "blue", scope=SCOPE)
+            await rig.settle(run)
+        return run
+
+
+async def a2a_peer_question_after_wait(rig: Rig) -> RunHandle:
+    # may_ask_questions and a hold of 0: the peer's task works, the call's outcome is a
+    # wait the feature suspends on (external), the poller finds the task input-required
+    # and ends the wait with the question, which becomes a question suspension; the
+    # answer goes to the peer in the task (psych.tool.a2a, answer 1), answered.
+    rig.settings.a2a = A2aSettings(hold_seconds=0)
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "later:1:which seat?"})),
+            Reply.text("Window seat booked."),
+        )
+        spec = (
+            rig.agent("a2a").suspension(may_ask_questions=True).a2a_peer("travel", peer.url).build()
+        )
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Book it", scope=SCOPE)
+            pending = await rig.suspended(run)
+            while pending.reason != "question":
+                await asyncio.sleep(0.5)
+                pending = await rig.suspended(run)
+            await rig.client.answer(run, pending.id, "window", scope=SCOPE)
+            await rig.settle(run)
+        return run
+
+
+async def a2a_peer_task_pushed(rig: Rig) -> RunHandle:
+    # A peer whose card supports push notifications, a worker with a push_url: the call
+    # asks the peer to push to psych serve's route, the Run waits (the A2A feature's own
+    # external wait), the peer's push completes it with {"a2a_pushed": ...} before the
+    # second poll, and the Run reads the task at once (psych.a2a.poll), answered.
+    rig.settings.tokens = LocalTokenStore(rig.home / "tokens")
+    async with (
+        serve_app(rig.client, tokens=rig.settings.tokens, tenant=SCOPE.tenant) as base,
+        serve_peer(("book",), push=True) as peer,
+    ):
+        rig.settings.a2a = A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
+
+
+async def a2a_peer_task_canceled(rig: Rig) -> RunHandle:
+    # psych.abort while the Run waits on a peer task (external, a2a:<peer>:<task>): the
+    # poller's timer is cancelled and psych.a2a.cancel asks the peer to cancel the task
+    # (patch psych-a2a-cancel-peer-task), recorded as peer_task_canceled; ABORTED.
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(Reply.tool_calls(ToolCall("travel__book", {"message": "slow:60"})))
+        spec = rig.agent("a2a").a2a_peer("travel", peer.url).build()
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Book it", scope=SCOPE)
+            await rig.suspended(run)
+            await rig.client.abort(run, scope=SCOPE, reason="changed my mind")
+            await rig.settle(run)
+        return run
+
+
 async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
     rig.fake.enqueue(Reply.text("Answered without it."))
     spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
@@ -1601,6 +1687,11 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_task_waited),
     ("dev", a2a_optional_unavailable),
     ("dev", a2a_required_unreachable),
+    # A2A, the parts left (issue 24): a peer's question to the person; abort cancels
+    ("dev", a2a_peer_question_answered),
+    ("dev", a2a_peer_question_after_wait),
+    ("dev", a2a_peer_task_canceled),
+    ("dev", a2a_peer_task_pushed),
     # tasks, components and context providers
     ("dev", tasks_updated),
     ("dev", component_shown),

@@ -12,13 +12,17 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 import uvicorn
 
+from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import version_store_at
 from psych_runtime.specs import PsychError, load_yaml
 from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
+from psych_runtime.workers._worker import DEFAULT_HOME
+from psych_runtime.workers._worker_checks import sealed_tokens
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -125,12 +129,20 @@ async def _serve(args: argparse.Namespace) -> int:
         client=client,
         auth=auth,
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens),
+        # sealed as theirs: A2A push configurations hold the callers' webhook credentials.
+        push_tokens=sealed_tokens(
+            temporal, token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
+        ),
     )
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
-    )
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     print(f"psych serve: http://{args.listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    await server.serve()
+    try:
+        await server.serve()
+    finally:
+        # Its tasks' push notifications are left for the next process to take over.
+        await app.state.a2a_pushes.aclose()
     return 0
 
 

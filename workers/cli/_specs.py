@@ -2,7 +2,9 @@
 
 With ``--check-connections`` both connect to every MCP server of the Spec first
 (``check_connections``), so an unreachable non-optional server is a problem like any other,
-printed with its path; without it nothing is connected to and reachability is not judged.
+printed with its path, and fetch every A2A peer's Agent Card (``check_spec_peers``: one
+line per peer, reachable with its skills after ``allow`` or why not); without it nothing is
+connected to and reachability is not judged.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
+from psych_runtime.workers._a2a_check import PeerReport, check_spec_peers
 from psych_runtime.workers._connections import (
     check_connections,
     egress_refusals,
     egress_refusals_resolved,
 )
 from psych_runtime.workers._loading import load_object, load_spec_file
-from psych_runtime.workers._settings import worker_egress
+from psych_runtime.workers._settings import worker_a2a, worker_egress
 
 
 def load_registry(reference: str | None) -> ToolRegistry | None:
@@ -79,6 +82,7 @@ def checked_spec(
     spec = load_spec_file(file)
     connections: Mapping[str, str | None] | None = None
     refused: list[str] = []
+    peers = PeerReport()
     if check is not None and check.check_connections:
         scope = _check_scope(check.tenant)
         # Imported here: asyncio, the HTTP clients (httpx, httpx2) and the MCP session
@@ -101,18 +105,42 @@ def checked_spec(
                 egress=egress,
             )
         )
+        peers = asyncio.run(_checked_peers(spec, scope))
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
         known_models=known_models,
         mcp_connections=connections,
     )
-    problems = [*validate(spec, context), *refused]
+    for line in peers.lines:
+        print(f"{file}: {line}")
+    for warning in peers.warnings:
+        print(f"{file}: warning: {warning}", file=sys.stderr)
+    problems = [*validate(spec, context), *refused, *peers.problems]
     for problem in problems:
         print(f"{file}: {problem}", file=sys.stderr)
     if problems:
         print(f"{file}: {len(problems)} problem(s); not valid", file=sys.stderr)
         return None
     return spec
+
+
+async def _checked_peers(spec: AgentSpec | WorkflowSpec, scope: Scope) -> PeerReport:
+    """The Spec's A2A peers checked as a worker of this environment would reach them: its
+    egress policy, ``PSYCH_SECRET_*`` credentials, the settings file's ``a2a`` timeouts."""
+    from psych_runtime.activities.a2a import A2aSettings
+    from psych_runtime.activities.egress import Egress
+
+    egress = Egress(worker_egress(EgressSettings.from_env()))
+    try:
+        return await check_spec_peers(
+            spec,
+            scope=scope,
+            secrets=EnvSecretResolver(),
+            egress=egress,
+            settings=worker_a2a(A2aSettings()),
+        )
+    finally:
+        await egress.aclose()
 
 
 def _limit_warnings(limits: Limits, path: str) -> list[str]:

@@ -28,6 +28,7 @@ from psych_runtime.workflows import (
     ModelCallStarted,
     NextRunStarted,
     PeerDiscovered,
+    PeerTaskCanceled,
     Pending,
     Record,
     Resumed,
@@ -226,6 +227,9 @@ def format_record(record: Record, *, full: bool = False) -> str:
                 return f"  A2A peer {record.peer}: unavailable: {_short(record.error or '', 100)}"
             source = "cached" if record.cached else "fresh"
             return f"  A2A peer {record.peer}: {len(record.skills)} skills ({source})"
+        case PeerTaskCanceled():
+            said = record.state or f"not canceled: {_short(record.error or '', 100)}"
+            return f"  A2A peer {record.peer}: asked to cancel task {record.task_id}: {said}"
         case ToolWithheld():
             return f"  tool {record.tool} withheld after {record.failures} failures in a row"
         case Suspended():

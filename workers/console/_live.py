@@ -36,6 +36,7 @@ from psych_runtime.workflows import (
     ModelCallStarted,
     NextRunStarted,
     PeerDiscovered,
+    PeerTaskCanceled,
     Record,
     Resumed,
     RunAdmitted,
@@ -150,6 +151,7 @@ class RunProgress:
                 ToolWithheld()
                 | McpDiscovered()
                 | PeerDiscovered()
+                | PeerTaskCanceled()
                 | AbortRequested()
                 | SteerReceived()
                 | NextRunStarted()

@@ -36,6 +36,7 @@ from psych_runtime.workflows import (
     ModelCallStarted,
     NextRunStarted,
     PeerDiscovered,
+    PeerTaskCanceled,
     Record,
     Resumed,
     RunAdmitted,
@@ -145,6 +146,7 @@ def record_style(record: Record | None) -> str:
             ModelCallFinished()
             | McpDiscovered()
             | PeerDiscovered()
+            | PeerTaskCanceled()
             | ChildSpawned()
             | ChildSettled()
             | CompactionApplied()

@@ -35,6 +35,7 @@ from psych_runtime.workflows import (
     ModelCallStarted,
     NextRunStarted,
     PeerDiscovered,
+    PeerTaskCanceled,
     Pending,
     PsychClient,
     Record,
@@ -278,6 +279,7 @@ def build_transcript(
                 | ToolCallStarted()
                 | McpDiscovered()
                 | PeerDiscovered()
+                | PeerTaskCanceled()
                 | AbortRequested()
                 | NextRunStarted()
                 | ChildSpawned()

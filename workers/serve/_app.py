@@ -22,7 +22,13 @@ from psych_runtime.workers.serve._run_actions import action_routes
 from psych_runtime.workers.serve._run_routes import run_routes
 from psych_runtime.workers.serve._settings import ServeSettings
 from psych_runtime.workers.serve._spec_routes import spec_routes
-from psych_runtime.workers.serve.a2a import a2a_routes
+from psych_runtime.workers.serve.a2a import (
+    MemoryTokenStore,
+    PushRegistry,
+    PushStore,
+    a2a_routes,
+    peer_push_route,
+)
 from psych_runtime.workers.serve.console import console_routes
 
 _BEARER = HTTPBearer(auto_error=False, description="an API key or a JWT the operator accepts")
@@ -58,12 +64,26 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.include_router(run_routes(context))
     app.include_router(action_routes(context))
     app.router.routes.append(console_routes())
+    # Kept on the app: whoever runs it closes it when the server stops (``psych serve``
+    # does), so another process takes its tasks' push notifications over at once.
+    app.state.a2a_pushes = pushes = PushRegistry(
+        settings.client,
+        store=PushStore(
+            settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
+        ),
+        lease_seconds=settings.push_lease_seconds,
+    )
     app.router.routes.append(
         a2a_routes(
             settings.client,
             authenticator.scope_for,
             jwt=settings.auth.jwt is not None,
             query_timeout=context.query_timeout,
+            pushes=pushes,
         )
     )
+    if settings.push_tokens is not None:
+        # Where A2A peers push updates of tasks this fleet's Runs wait on (the workers'
+        # A2aSettings.push_url); authenticated by each push's own token, not a caller key.
+        app.router.routes.append(peer_push_route(settings.client, settings.push_tokens))
     return app

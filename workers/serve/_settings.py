@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers.serve._auth import AuthSettings, JwtSettings, api_keys_from
 from psych_runtime.workflows import PsychClient
@@ -45,6 +46,12 @@ class ServeSettings:
         keepalive_seconds: how often an idle event stream sends a comment.
         query_timeout_seconds: how long status, report, transcript and records wait for
             the Run's worker to answer (then 503).
+        push_tokens: where A2A push notification configurations are kept: the fleet's
+            TokenStore (``psych serve`` gives its workers' one, sealed like theirs), so
+            every process sharing it serves and delivers them, across restarts; None: in
+            this process's memory only.
+        push_lease_seconds: how long a process's silence about a task whose push
+            notifications it delivers lasts before another process takes the task over.
     """
 
     client: PsychClient
@@ -52,6 +59,8 @@ class ServeSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     keepalive_seconds: float = 15.0
     query_timeout_seconds: float = 10.0
+    push_tokens: TokenStore | None = None
+    push_lease_seconds: float = 30.0
 
 
 @dataclass(frozen=True)

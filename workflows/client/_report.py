@@ -26,6 +26,7 @@ from psych_runtime.workflows.contract._records import (
     ModelCallStarted,
     NextRunStarted,
     PeerDiscovered,
+    PeerTaskCanceled,
     Record,
     Resumed,
     RunAdmitted,
@@ -152,6 +153,8 @@ class RunReport(_Frozen):
     peers: tuple[PeerDiscovered, ...] = ()
     """What each A2A peer offered at each turn boundary (its card, narrowed), in order."""
     """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
+    peer_cancels: tuple[PeerTaskCanceled, ...] = ()
+    """Peer tasks the Run asked to cancel when it settled while waiting on them."""
     tasks: tuple[Task, ...] = ()
     """The task list as the Run last set it (``update_tasks``)."""
     task_updates: int = 0
@@ -187,6 +190,7 @@ def build_report(
     started_at: dict[str, Any] = {}
     discoveries: list[McpDiscoveryReport] = []
     peers: list[PeerDiscovered] = []
+    peer_cancels: list[PeerTaskCanceled] = []
     compactions: list[CompactionApplied | CompactionFailed] = []
     children_settled: list[ChildSettled] = []
     tasks: tuple[Task, ...] = ()
@@ -289,6 +293,8 @@ def build_report(
                 )
             case PeerDiscovered():
                 peers.append(record)
+            case PeerTaskCanceled():
+                peer_cancels.append(record)
             case CompactionApplied() | CompactionFailed():
                 compactions.append(record)
             case ChildSettled():
@@ -344,6 +350,7 @@ def build_report(
         totals=settled.totals if settled else None,
         mcp=tuple(discoveries),
         peers=tuple(peers),
+        peer_cancels=tuple(peer_cancels),
         tasks=tasks,
         task_updates=task_updates,
         components=tuple(components),

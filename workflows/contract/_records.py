@@ -174,6 +174,20 @@ class PeerDiscovered(_Record):
     error: str | None = None
 
 
+class PeerTaskCanceled(_Record):
+    """The Run settled while it waited on an A2A peer's task, and asked the peer to cancel
+    it (``CancelTask``, best effort): what the peer answered, or why it could not."""
+
+    kind: Literal["peer_task_canceled"] = "peer_task_canceled"
+    peer: str
+    task_id: str
+    call_id: str
+    """The tool call that started the task."""
+    state: str | None = None
+    """The task's state the peer reported (``canceled``, or the state it had ended in)."""
+    error: str | None = None
+
+
 class Suspended(_Record):
     """The Run waits for something (an approval, an answer, an external completion)."""
 
@@ -415,6 +429,7 @@ Record = Annotated[
     | ToolWithheld
     | McpDiscovered
     | PeerDiscovered
+    | PeerTaskCanceled
     | Suspended
     | Resumed
     | SuspensionExpired

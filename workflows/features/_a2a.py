@@ -9,30 +9,48 @@ the turn's model call is offered that blob. Replay reads the marker and never fe
 A non-optional peer that is unreachable fails the Run naming it; an optional one is left
 out and the model reads a ``[runtime]`` note when it goes away and when it answers again.
 A call is ``psych.tool.a2a``, once (a peer message is not safe to repeat): a worker lost
-mid-call makes it UNKNOWN, never sent twice. A peer asking for input is the tool's result,
-naming the question and the task id the model answers with.
+mid-call makes it UNKNOWN, never sent twice. A peer asking for input: when the Spec allows
+questions (``may_ask_questions``) the question goes to the Run's person (a ``question``
+suspension on the call's id, answered by ``psych answer``; the deadline clock stops) and
+the answer is sent to the peer in the same task, as often as it asks (also when it asks
+after the Run waited on the task durably: the poller ends the wait with the question);
+otherwise it is the tool's result, naming the question and the task id the model answers
+with.
 
 A task the peer still works on when the call's short hold ends does not keep an activity:
-the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), so the kernel
-suspends the Run on an external wait (the deadline clock stops; the wait expires after
-``external_expires_seconds``), and a poller of this feature reads the task
-(``psych.a2a.poll``) on a workflow timer, backing off from 2 s to 60 s, and completes the
-wait with the answer as a ``Resumed`` by the peer. Timers and reads are history, so the
-wait survives worker restarts; an operator may also complete it with ``psych.resume``.
+the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), and this feature
+suspends the Run on an external wait once the call has closed (as the kernel would: the
+deadline clock stops; the wait expires after ``external_expires_seconds``), while a poller
+of this feature reads the task (``psych.a2a.poll``) on a workflow timer, backing off from
+2 s to 60 s, and completes the wait with the answer as a ``Resumed`` by the peer. Timers
+and reads are history, so the wait survives worker restarts; an operator may also complete
+it with ``psych.resume``, and a peer's push through ``psych serve``'s push route completes
+it with ``A2A_PUSHED``: the task is then read at once.
+
+A Run that settles while it still waits on a peer task (aborted, or the wait expired)
+stops reading it and asks the peer to cancel it (``psych.a2a.cancel``, best
+effort), recording the peer's answer as ``PeerTaskCanceled``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
+        A2A_MESSAGE_ARGUMENT,
+        A2A_PUSHED,
+        A2A_QUESTION_TOKEN,
+        A2A_TASK_ARGUMENT,
+        A2aCancelInput,
         A2aCards,
         A2aCardsInput,
         A2aPollInput,
@@ -47,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import ResumeInput
     from psych_runtime.workflows.contract._records import (
         PeerDiscovered,
+        PeerTaskCanceled,
         Resumed,
         RunStatus,
         SuspensionReason,
@@ -55,7 +74,8 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import Feature, Handler, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome
+    from psych_runtime.workflows.kernel._tool_calls import ABORTED_CALL, UNKNOWN_OUTCOME
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
 
 
 @dataclass
@@ -71,7 +91,14 @@ class PeersState:
     """What the model is told with the next call (a peer gone or back)."""
     pollers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Wait token -> the task reading that peer task until it ends."""
+    polls: dict[str, A2aPollInput] = field(default_factory=dict)
+    """Wait token -> what reading it takes, while its answer has not come: the tasks a
+    settling Run cancels."""
 
+
+PEER_QUESTION = "a2a_peer_asks"
+"""The key of a waited task's completion that carries the peer's question (with the task
+id) rather than its answer: the call's wait puts it to the person."""
 
 POLL_FIRST_SECONDS = 2.0
 POLL_MAX_SECONDS = 60.0
@@ -186,12 +213,52 @@ class Peers(Feature):
         # a peer already known to be down may be repeated once.
         return None
 
+    async def settling(self) -> None:
+        state = self.state
+        open_tasks = [
+            (token, state.polls[token])
+            for token, poller in state.pollers.items()
+            if not poller.done() and token in state.polls
+        ]
+        # Runs recorded before this settled without asking the peer.
+        if not open_tasks or not workflow.patched("psych-a2a-cancel-peer-task"):
+            return
+        for token, poll in open_tasks:
+            # Nobody reads its answer any more: stop the reads, ask the peer to stop.
+            state.pollers[token].cancel()
+            try:
+                done = await calls.cancel_a2a(
+                    A2aCancelInput(
+                        run_id=poll.run_id,
+                        call_id=poll.call_id,
+                        peer=poll.peer,
+                        task_id=poll.task_id,
+                        scope=poll.scope,
+                    ),
+                    summary=f"cancel A2A {poll.peer.name} task",
+                )
+                state_name, error = done.state, done.error
+            except ActivityError as err:
+                state_name, error = None, cause_text(err)
+            log = self.run.log
+            log.add(
+                PeerTaskCanceled(
+                    **log.stamp(),
+                    peer=poll.peer.name,
+                    task_id=poll.task_id,
+                    call_id=poll.call_id,
+                    state=state_name,
+                    error=error,
+                )
+            )
+
     async def _call(
         self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
     ) -> ToolResult:
         run = self.run
         entry = self.state.entries[call.name]
         assert entry.server is not None and entry.tool is not None
+        ask = run.suspension.may_ask_questions
         outcome = await calls.call_tool(
             A2aToolCall(
                 run_id=run.input.run_id,
@@ -203,13 +270,40 @@ class Peers(Feature):
                 large_result_bytes=run.limits.large_result_bytes,
                 scope=run.input.scope,
                 report_through_client=not entry.safe_to_repeat,
+                questions_to_person=ask,
             ),
             entry,
             summary=f"tool {call.name}, turn {turn}",
         )
+        return self._waited(turn, call, entry, arguments, outcome)
+
+    def _waited(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        outcome: ToolOutcome,
+        answers: int = 0,
+    ) -> ToolResult:
+        """The call's result: as the outcome says, or (a wait) the question to put to the
+        person, or the poller of a task left working."""
+        run = self.run
+        assert entry.server is not None and entry.tool is not None
         if outcome.status != "wait" or outcome.wait_token is None:
             return from_outcome(call, outcome)
-        # The peer still works: the kernel suspends on the token; the poller ends the wait.
+        if outcome.wait_token.startswith(A2A_QUESTION_TOKEN):
+            task_id = outcome.wait_token.removeprefix(A2A_QUESTION_TOKEN)
+            result = from_outcome(call, outcome)
+
+            async def ask() -> ToolResult:
+                return await self._ask_person(
+                    turn, call, entry, task_id, outcome.content, answers + 1
+                )
+
+            result.then = ask
+            return result
+        # The peer still works: the Run suspends on the token; the poller ends the wait.
         token = f"a2a:{entry.server}:{outcome.wait_token}"
         poll = A2aPollInput(
             run_id=run.input.run_id,
@@ -221,9 +315,130 @@ class Peers(Feature):
             arguments=arguments,
             large_result_bytes=run.limits.large_result_bytes,
             scope=run.input.scope,
+            questions_to_person=run.suspension.may_ask_questions,
         )
+        self.state.polls[token] = poll
         self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
-        return from_outcome(call, outcome.model_copy(update={"wait_token": token}))
+        waiting = from_outcome(call, outcome.model_copy(update={"wait_token": token}))
+
+        async def wait() -> ToolResult:
+            return await self._wait_on_task(
+                turn, call, entry, token, poll, outcome.content, answers
+            )
+
+        # The wait is the feature's (the same suspension the kernel would make), so a
+        # question the poller brings goes to the person and a peer's push reads the task.
+        waiting.then = wait
+        return waiting
+
+    async def _wait_on_task(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        token: str,
+        poll: A2aPollInput,
+        working: str,
+        answers: int,
+    ) -> ToolResult:
+        """Suspend on the peer task's external wait (as the kernel does for a ``wait``)
+        until the poller (or an operator) completes it; a question the peer asked meanwhile
+        goes to the person, and their answer to the peer. A push from the peer (through
+        ``psych serve``'s push route) completes it with ``PUSHED``: the task is read now,
+        and waited for again while it still works."""
+        if token in self.run.suspensions.waits:
+            return inline(call, "error", f"another call already waits on token {token!r}")
+        while True:
+            given = await self.run.suspend_call(
+                call,
+                SuspensionReason.EXTERNAL,
+                self.run.suspension.external_expires_seconds,
+                id=token,
+                question=working,
+            )
+            payload = given.payload
+            if not (isinstance(payload, dict) and set(payload) == {A2A_PUSHED}):
+                # Answered (by the poller or by hand): nothing is left to cancel at the end.
+                self.state.polls.pop(token, None)
+                break
+            try:
+                read = await calls.poll_a2a(poll, summary=f"read {poll.name} (pushed)")
+            except ActivityError as err:
+                self.state.polls.pop(token, None)
+                text = f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
+                return inline(call, "error", text)
+            if read.status != "wait":
+                self.state.polls.pop(token, None)
+                return from_outcome(call, read)
+            if (read.wait_token or "").startswith(A2A_QUESTION_TOKEN):
+                self.state.polls.pop(token, None)
+                return await self._ask_person(
+                    turn, call, entry, poll.task_id, read.content, answers + 1
+                )
+            poller = self.state.pollers.get(token)
+            if poller is None or poller.done():  # it saw the wait end: read on anew
+                self.state.polls[token] = poll
+                self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
+        if isinstance(payload, dict) and set(payload) == {PEER_QUESTION, A2A_TASK_ARGUMENT}:
+            return await self._ask_person(
+                turn,
+                call,
+                entry,
+                str(payload[A2A_TASK_ARGUMENT]),
+                str(payload[PEER_QUESTION]),
+                answers + 1,
+            )
+        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+
+    async def _ask_person(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        task_id: str,
+        question: str,
+        answer: int,
+    ) -> ToolResult:
+        """Put the peer's question to the Run's person (a ``question`` item: the call's id
+        the first time, ``<call id>.<n>`` after), then send the answer in the peer's task."""
+        run = self.run
+        assert entry.server is not None and entry.tool is not None
+        peer = self.state.peers[entry.server]
+        given = await run.suspend_call(
+            call,
+            SuspensionReason.QUESTION,
+            run.suspension.question_expires_seconds,
+            id=call.id if answer == 1 else f"{call.id}.{answer}",
+            question=f"A2A peer {peer.name!r} asks (task {task_id}): {question}",
+            arguments="",
+        )
+        arguments = {A2A_MESSAGE_ARGUMENT: given.answer or "", A2A_TASK_ARGUMENT: task_id}
+        try:
+            outcome = await calls.call_tool(
+                A2aToolCall(
+                    run_id=run.input.run_id,
+                    call_id=call.id,
+                    peer=peer,
+                    skill=entry.tool,
+                    name=entry.name,
+                    arguments=arguments,
+                    large_result_bytes=run.limits.large_result_bytes,
+                    scope=run.input.scope,
+                    report_through_client=not entry.safe_to_repeat,
+                    questions_to_person=True,
+                    answer=answer,
+                ),
+                entry,
+                summary=f"tool {call.name}, answer {answer}, turn {turn}",
+            )
+        except ActivityError as err:
+            # As the kernel settles a tool call's failure: the answer is a peer message too.
+            if isinstance(err.__cause__, CancelledError):
+                return inline(call, "aborted", ABORTED_CALL, counts=False)
+            if isinstance(err.__cause__, TemporalTimeoutError):
+                return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
+            return inline(call, "error", f"sending the answer failed: {cause_text(err)}")
+        return self._waited(turn, call, entry, arguments, outcome, answer)
 
     async def _poll(self, token: str, poll: A2aPollInput) -> None:
         """Read the peer's task on a timer until it ends, then complete the Run's wait on
@@ -231,6 +446,7 @@ class Peers(Feature):
         completed by hand)."""
         waits = self.run.suspensions.waits
         delay = POLL_FIRST_SECONDS
+        payload: str | dict[str, str] | None = None
         try:
             while True:
                 await workflow.sleep(delay, summary=f"poll A2A {poll.peer.name} task")
@@ -246,6 +462,11 @@ class Peers(Feature):
                 if outcome.status != "wait":
                     text = shown(outcome)
                     break
+                if (outcome.wait_token or "").startswith(A2A_QUESTION_TOKEN):
+                    # Asked for input: the wait ends with the question, for the person.
+                    text = f"A2A peer {poll.peer.name!r} asks: {outcome.content}"
+                    payload = {PEER_QUESTION: outcome.content, A2A_TASK_ARGUMENT: poll.task_id}
+                    break
                 delay = min(delay * 2, POLL_MAX_SECONDS)
             wait = waits.get(token)
             if wait is None or wait.answer is not None:
@@ -256,7 +477,7 @@ class Peers(Feature):
                 id=token,
                 tenant=self.run.input.scope.tenant,
                 by=by,
-                payload=text,
+                payload=text if payload is None else payload,
             )
             log = self.run.log
             log.add(
@@ -271,3 +492,4 @@ class Peers(Feature):
             )
         finally:
             self.state.pollers.pop(token, None)
+            self.state.polls.pop(token, None)

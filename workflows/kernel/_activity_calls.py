@@ -28,6 +28,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
+        A2A_CANCEL,
         A2A_CARDS,
         A2A_POLL,
         ACTIVITY_ROLES,
@@ -44,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         TOOL_SEND_HTTP,
         VERSION_PUBLISH,
         WORKFLOWS_ROLE,
+        A2aCancelInput,
+        A2aCancelled,
         A2aCards,
         A2aCardsInput,
         A2aPollInput,
@@ -160,6 +163,9 @@ OPTIONS: dict[str, Options] = {
     TOOL_A2A: Options(timedelta(minutes=5), ONCE, heartbeat=timedelta(seconds=10)),
     # A read of the peer's task (GetTask): safe to repeat.
     A2A_POLL: Options(timedelta(minutes=2), SAFE_TOOL_RETRY, heartbeat=timedelta(seconds=10)),
+    # CancelTask: a peer's refusal or error is data in the result; these retries are for a
+    # worker lost mid-request (asking a task to cancel twice is harmless), a few only.
+    A2A_CANCEL: Options(timedelta(minutes=2), SAFE_TOOL_RETRY),
     # A local activity: an unreachable server is data in its result, so these retries are
     # for the worker's own failures (the blob store) only.
     MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
@@ -272,6 +278,11 @@ async def fetch_cards(input: A2aCardsInput) -> A2aCards:
 async def poll_a2a(input: A2aPollInput, *, summary: str) -> ToolOutcome:
     """``psych.a2a.poll``: one read of a peer task left working (``wait`` while it is)."""
     return await _execute(A2A_POLL, input, ToolOutcome, summary=summary)
+
+
+async def cancel_a2a(input: A2aCancelInput, *, summary: str) -> A2aCancelled:
+    """``psych.a2a.cancel``: ask the peer to cancel a task the Run no longer waits on."""
+    return await _execute(A2A_CANCEL, input, A2aCancelled, summary=summary)
 
 
 async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:

@@ -202,6 +202,8 @@ class ToolCalls(FeatureView):
         if builtin is not None and not builtin.executes:
             return await builtin.handle(turn, call, arguments)
         result = await self._executing(turn, call, entry, arguments)
+        while result.then is not None:  # after the call closed (an A2A peer's question)
+            result = await result.then()
         if result.outcome is not None and result.outcome.status == "wait":
             return await self._external(call, result.outcome)
         request = mcp_input.asked(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -23,6 +24,10 @@ class ToolResult:
     outcome: ToolOutcome | None = None
     counts_as_failure: bool = False
     repeat_refusal: bool = False
+    then: Callable[[], Awaitable[ToolResult]] | None = None
+    """What the call goes on with once it is no longer open (its activity done): a
+    feature's follow-up that waits for a person (an A2A peer's question), so the deadline
+    clock stops meanwhile. Its result replaces this one."""
 
 
 def inline(

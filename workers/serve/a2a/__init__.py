@@ -12,16 +12,23 @@ from psych_runtime.workers.serve.a2a._cards import (
     instructions_summary,
 )
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
+from psych_runtime.workers.serve.a2a._peer_push import PEER_PUSH_PATH, peer_push_route
 from psych_runtime.workers.serve.a2a._push import PushRegistry
+from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
 from psych_runtime.workers.serve.a2a._routes import A2A_PREFIX, a2a_routes
 
 __all__ = [
     "A2A_PREFIX",
     "AgentCatalogue",
     "ListedVersions",
+    "MemoryTokenStore",
+    "PEER_PUSH_PATH",
     "PsychRequestHandler",
     "PushRegistry",
+    "PushStore",
+    "Watched",
     "a2a_routes",
     "agent_card",
     "instructions_summary",
+    "peer_push_route",
 ]

@@ -32,6 +32,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
 )
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
@@ -98,6 +99,7 @@ class PsychRequestHandler(RequestHandler):
         self.client = client
         self.catalogue = catalogue
         self.pushes = pushes
+        pushes.resumed = self._taken_over
         self.query_timeout = query_timeout
         self.cancel_wait_seconds = cancel_wait_seconds
 
@@ -161,7 +163,9 @@ class PsychRequestHandler(RequestHandler):
                 raise InvalidParamsError(str(err)) from err
             workflow_id = handle.workflow_id
         if pushing:
-            self._register_push(scope, workflow_id, config.task_push_notification_config, after)
+            await self._register_push(
+                scope, workflow_id, config.task_push_notification_config, after
+            )
         return workflow_id, await self._state(workflow_id, scope, agent)
 
     async def _reply(self, workflow_id: str, state: RunState, said: Said, scope: Scope) -> None:
@@ -263,29 +267,40 @@ class PsychRequestHandler(RequestHandler):
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
         workflow_id = workflow_id_of(params.task_id, scope)
-        return self._register_push(scope, workflow_id, params, state.last_seq)
+        return await self._register_push(scope, workflow_id, params, state.last_seq)
 
-    def _register_push(
+    async def _register_push(
         self, scope: Scope, workflow_id: str, config: TaskPushNotificationConfig, after: int
     ) -> TaskPushNotificationConfig:
         def events() -> AsyncIterator[Event]:
             return self._events(workflow_id, scope, after, through_input=True)
 
-        return self.pushes.register(scope, workflow_id, config, events=events)
+        return await self.pushes.register(scope, workflow_id, config, events=events)
+
+    async def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
+        """A task whose watcher this process takes over: its status as it is now (what
+        happened while nobody watched), then what follows, until it ends."""
+        state = await self.client.status(workflow_id, scope=scope, query_timeout=self.query_timeout)
+        task = task_of(state)
+        yield TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+        if state.status.terminal:
+            return
+        async for event in self._events(workflow_id, scope, state.last_seq, through_input=True):
+            yield event
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         scope, agent = _caller(context)
         await self._owned(params.task_id, scope, agent)
-        return self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
+        return await self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         scope, agent = _caller(context)
         await self._owned(params.task_id, scope, agent)
-        configs = self.pushes.list(scope, workflow_id_of(params.task_id, scope))
+        configs = await self.pushes.list(scope, workflow_id_of(params.task_id, scope))
         return ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def on_delete_task_push_notification_config(
@@ -293,7 +308,7 @@ class PsychRequestHandler(RequestHandler):
     ) -> None:
         scope, agent = _caller(context)
         await self._owned(params.task_id, scope, agent)
-        self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
+        await self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext

@@ -1,8 +1,12 @@
 """Push notifications: the webhooks a caller registers for its tasks, and their delivery.
 
-Configurations are kept per (tenant, task) in this server process: a caller lists, reads
-and deletes only its own tenant's. Each task with a webhook has one watcher (an asyncio
-task on the server's loop) that follows the Run and POSTs every task status update and
+Configurations are kept per (tenant, task) in a ``PushStore`` (``_push_store.py``: the
+fleet's TokenStore, so every ``psych serve`` process sees them and they survive a
+restart; in memory when the server is given none): a caller lists, reads and deletes only
+its own tenant's. Each task with a webhook has one watcher (an asyncio task on the loop of
+one server process, the one whose beat in the store is fresh) that follows the Run,
+reading the task's configurations from the store at each event, and POSTs every task
+status update and
 the final answer artifact (not the streamed text: one request per token would flood a
 webhook) to each webhook as a ``StreamResponse`` JSON body, with the configured token in
 ``X-A2A-Notification-Token`` and the configured credentials as ``Authorization``.
@@ -10,15 +14,19 @@ Delivery is best-effort and bounded: one attempt per event, ``timeout_seconds`` 
 failures logged. Every request goes through the egress port (``activities/egress``): a
 webhook URL is a caller's choice, judged like a Spec's URL for the caller's tenant (the
 environment's ``PSYCH_EGRESS_*`` and the global settings file), at registration by what
-needs no lookup and at delivery by the address connected to. The configurations live in
-memory: a restarted server forgets them (the Runs themselves are durable; a caller
-re-registers, or subscribes).
+needs no lookup and at delivery by the address connected to. A process that stopped
+leaves its tasks' beats to go stale; the next request any process serves looks for such
+tasks (at most every ``lease_seconds``) and takes them over: the watcher then first pushes
+the task's status as it is now, so a webhook learns of what happened meanwhile (a task
+that ended is pushed its end once), and follows from there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -35,6 +43,7 @@ from google.protobuf.json_format import MessageToDict
 from psych_runtime.activities.egress import Egress, EgressDenied, EgressSettings
 from psych_runtime.specs import Scope
 from psych_runtime.workers._settings import worker_egress
+from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
 from psych_runtime.workflows import PsychClient
 
 logger = logging.getLogger(__name__)
@@ -67,19 +76,30 @@ def _egress() -> Egress:
     return Egress(worker_egress(EgressSettings.from_env()))
 
 
+Resumed = Callable[[Scope, str], AsyncIterator[Event]]
+"""A taken-over task's events: its status as it is now, then what follows."""
+
+
 @dataclass
 class PushRegistry:
-    """The webhooks of every task of this server, and their watchers."""
+    """The webhooks of every task, and this process's watchers of them."""
 
     client: PsychClient
     timeout_seconds: float = 10.0
     egress: Egress = field(default_factory=_egress)
-    _configs: dict[_Key, dict[str, TaskPushNotificationConfig]] = field(
-        default_factory=dict, init=False
-    )
+    store: PushStore = field(default_factory=lambda: PushStore(MemoryTokenStore()))
+    lease_seconds: float = 30.0
+    """A watcher says it delivers every third of this; a task whose process said nothing
+    for this long is taken over."""
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """This process, in the store's index."""
+    resumed: Resumed | None = None
+    """How a taken-over task is followed (set by the request handler)."""
     _watchers: dict[_Key, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _looked: float = field(default=float("-inf"), init=False)
+    _looking: asyncio.Task[None] | None = field(default=None, init=False)
 
-    def register(
+    async def register(
         self,
         scope: Scope,
         workflow_id: str,
@@ -87,7 +107,8 @@ class PushRegistry:
         *,
         events: Callable[[], AsyncIterator[Event]],
     ) -> TaskPushNotificationConfig:
-        """Keep ``config`` for the task and start its watcher if none runs.
+        """Keep ``config`` for the task and start its watcher unless one runs (here, or at
+        another process whose beat is fresh: it reads the new configuration from the store).
 
         ``events`` makes the watcher's event iterator (the task's events from now on).
 
@@ -101,14 +122,49 @@ class PushRegistry:
         kept.tenant = ""  # the caller's tenant is its Scope's, never what it sent
         if not kept.id:
             kept.id = uuid.uuid4().hex
-        configs = self._configs.setdefault(key, {})
+        configs = await self.store.configs(*key)
         if kept.id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
             raise InvalidParamsError(f"a task has at most {MAX_CONFIGS_PER_TASK} webhooks")
         configs[kept.id] = kept
+        await self.store.save(*key, configs)
         watcher = self._watchers.get(key)
-        if watcher is None or watcher.done():
-            self._watchers[key] = asyncio.create_task(self._watch(key, events()))
+        if watcher is not None and not watcher.done():
+            return kept
+        for entry in await self.store.watched():
+            if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
+                return kept  # another process delivers
+        await self._start(key, scope.principal, events())
         return kept
+
+    def _fresh(self, entry: Watched) -> bool:
+        return entry.owner != self.owner and time.time() - entry.beat < self.lease_seconds
+
+    async def _start(self, key: _Key, principal: str | None, events: AsyncIterator[Event]) -> None:
+        await self.store.watch(Watched(key[0], principal, key[1], self.owner, time.time()))
+        self._watchers[key] = asyncio.create_task(self._watch(key, principal, events))
+
+    def look(self) -> None:
+        """Take over tasks whose process stopped delivering (at most every
+        ``lease_seconds``; in the background: a request never waits for it)."""
+        now = time.monotonic()
+        if self.resumed is None or now - self._looked < self.lease_seconds:
+            return
+        if self._looking is not None and not self._looking.done():
+            return
+        self._looked = now
+        self._looking = asyncio.create_task(self._take_over(self.resumed))
+
+    async def _take_over(self, resumed: Resumed) -> None:
+        try:
+            for entry in await self.store.watched():
+                key = (entry.tenant, entry.workflow_id)
+                running = self._watchers.get(key)
+                if self._fresh(entry) or (running is not None and not running.done()):
+                    continue
+                scope = Scope(tenant=entry.tenant, principal=entry.principal)
+                await self._start(key, entry.principal, resumed(scope, entry.workflow_id))
+        except Exception:
+            logger.exception("taking over push notifications failed")
 
     def check(self, scope: Scope, url: str) -> None:
         """Refuse a webhook ``url`` that is not http(s) or that the egress policy refuses
@@ -122,38 +178,74 @@ class PushRegistry:
         if refusal is not None:
             raise InvalidParamsError(f"push notification url: {refusal.message(url)}")
 
-    def get(self, scope: Scope, workflow_id: str, config_id: str) -> TaskPushNotificationConfig:
+    async def get(
+        self, scope: Scope, workflow_id: str, config_id: str
+    ) -> TaskPushNotificationConfig:
         """One of the task's webhooks.
 
         Raises:
             TaskNotFoundError: the task has no webhook with this id.
         """
-        found = self._configs.get((scope.tenant, workflow_id), {}).get(config_id)
+        found = (await self.store.configs(scope.tenant, workflow_id)).get(config_id)
         if found is None:
             raise TaskNotFoundError(f"the task has no push notification config {config_id!r}")
         return found
 
-    def list(self, scope: Scope, workflow_id: str) -> list[TaskPushNotificationConfig]:
+    async def list(self, scope: Scope, workflow_id: str) -> list[TaskPushNotificationConfig]:
         """The task's webhooks."""
-        return list(self._configs.get((scope.tenant, workflow_id), {}).values())
+        return list((await self.store.configs(scope.tenant, workflow_id)).values())
 
-    def delete(self, scope: Scope, workflow_id: str, config_id: str) -> None:
+    async def delete(self, scope: Scope, workflow_id: str, config_id: str) -> None:
         """Forget one of the task's webhooks (absent: nothing to do)."""
-        self._configs.get((scope.tenant, workflow_id), {}).pop(config_id, None)
+        configs = await self.store.configs(scope.tenant, workflow_id)
+        if configs.pop(config_id, None) is not None:
+            await self.store.save(scope.tenant, workflow_id, configs)
 
-    async def _watch(self, key: _Key, events: AsyncIterator[Event]) -> None:
+    async def _watch(self, key: _Key, principal: str | None, events: AsyncIterator[Event]) -> None:
         http = self.egress.http(key[0])  # the tenant's client of the port, shared
+        beating = asyncio.create_task(self._beat(key, principal))
+        ended = False
         try:
             async for event in events:
                 await self._deliver(http, key, event)
+            ended = True
+        except asyncio.CancelledError:
+            # This process stops: another takes the task over at its next look.
+            with contextlib.suppress(Exception):
+                await self.store.watch(Watched(key[0], principal, key[1], self.owner, 0.0))
+            raise
         except Exception:
             logger.exception("push notifications of %s stopped", key[1])
         finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
             self._watchers.pop(key, None)
+        if ended:  # the task ended: nothing more to push
+            with contextlib.suppress(Exception):
+                await self.store.unwatch(key[0], key[1], self.owner)
+
+    async def aclose(self) -> None:
+        """Stop this process's watchers, leaving their tasks for another process (or this
+        server restarted) to take over."""
+        watchers = list(self._watchers.values())
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _beat(self, key: _Key, principal: str | None) -> None:
+        """Say in the store, every third of the lease, that this process delivers."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.store.watch(Watched(key[0], principal, key[1], self.owner, time.time()))
+            except Exception:
+                logger.exception("push notifications of %s: the beat failed", key[1])
 
     async def _deliver(self, http: httpx.AsyncClient, key: _Key, event: Event) -> None:
         body = MessageToDict(to_stream_response(event))
-        configs = list(self._configs.get(key, {}).values())
+        # Read at each event: a webhook registered at another process counts too.
+        configs = list((await self.store.configs(*key)).values())
         await asyncio.gather(*(self._post(http, config, body) for config in configs))
 
     async def _post(

@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route, Router
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import Scope
 from psych_runtime.workers.serve._auth import Unauthorized
 from psych_runtime.workers.serve._problems import problem, problem_for
@@ -41,6 +42,7 @@ from psych_runtime.workers.serve.a2a._handler import (
     PsychRequestHandler,
 )
 from psych_runtime.workers.serve.a2a._push import PushRegistry
+from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore
 from psych_runtime.workflows import PsychClient
 
 A2A_PREFIX = "/a2a"
@@ -55,14 +57,21 @@ ScopeFor = Callable[[str | None], Awaitable[Scope]]
 class Authenticated:
     """ASGI middleware: the request's Scope into the ASGI scope, or a 401 problem."""
 
-    def __init__(self, app: ASGIApp, scope_for: ScopeFor) -> None:
+    def __init__(
+        self, app: ASGIApp, scope_for: ScopeFor, looking: Callable[[], None] | None = None
+    ) -> None:
         self.app = app
         self.scope_for = scope_for
+        self.looking = looking
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.looking is not None:
+            # Tasks a stopped server process watched are taken over on some request: the
+            # app has no lifespan of its own (it may be mounted where none runs).
+            self.looking()
         header = Request(scope).headers.get("authorization")
         try:
             scope[_ASGI_SCOPE_KEY] = await self.scope_for(header)
@@ -94,6 +103,9 @@ def a2a_routes(
     jwt: bool,
     query_timeout: timedelta,
     push_timeout_seconds: float = 10.0,
+    push_tokens: TokenStore | None = None,
+    push_lease_seconds: float = 30.0,
+    pushes: PushRegistry | None = None,
 ) -> Mount:
     """The mount serving the agents of ``client.store`` (see the module docstring).
 
@@ -103,17 +115,27 @@ def a2a_routes(
         jwt: whether JWTs are accepted (the cards' bearer scheme says so).
         query_timeout: how long a read waits for a Run's worker.
         push_timeout_seconds: the bound on each push notification request.
+        push_tokens: where push notification configurations are kept, shared by every
+            process given the same store and kept across restarts (None: in this
+            process's memory).
+        push_lease_seconds: how long a process's silence about a task it delivers lasts
+            before another process takes the task over (``PushRegistry.lease_seconds``).
+        pushes: the registry to use instead (its own store and lease); the caller closes
+            it (``aclose``) when the server stops.
     """
     catalogue = AgentCatalogue(client.store)
-    handler = PsychRequestHandler(
-        client,
-        catalogue,
-        PushRegistry(client, timeout_seconds=push_timeout_seconds),
-        query_timeout=query_timeout,
-    )
+    if pushes is None:
+        pushes = PushRegistry(
+            client,
+            timeout_seconds=push_timeout_seconds,
+            store=PushStore(push_tokens if push_tokens is not None else MemoryTokenStore()),
+            lease_seconds=push_lease_seconds,
+        )
+    handler = PsychRequestHandler(client, catalogue, pushes, query_timeout=query_timeout)
     builder = _CallContext()
 
     async def card(request: Request) -> Response:
+        pushes.look()
         name = request.path_params["agent"]
         version = await catalogue.latest(name)
         if version is None:
@@ -132,6 +154,6 @@ def a2a_routes(
         name="a2a-agent",
         routes=[
             Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]),
-            Mount("", app=Authenticated(bindings, scope_for)),
+            Mount("", app=Authenticated(bindings, scope_for, pushes.look)),
         ],
     )

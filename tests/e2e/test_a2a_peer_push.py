@@ -1,0 +1,66 @@
+"""A peer whose card supports push notifications ends the Run's wait on its task at once:
+the worker (``A2aSettings.push_url``) asks it to push to ``psych serve``'s push route with a
+token of this call's own, the route (sharing the workers' token store) completes the wait,
+and the Run reads the task through its own activity before its next poll. A push without
+the token is refused. Real Runs on the dev server, ``a2a-sdk``'s server and push sender as
+the peer, the served app on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import httpx
+import pytest
+
+from psych_runtime.activities.a2a import A2aSettings
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import Resumed, RunStatus
+from tests.a2a.peer import serve_peer
+from tests.a2a.served import serve_app
+
+from ._waiting import eventually
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness) -> None:
+    served = serve_app(harness.client, tokens=harness.settings.tokens)
+    async with served as base, serve_peer(("book",), push=True) as peer:
+        harness.settings = dataclasses.replace(
+            harness.settings, a2a=A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        )
+        spec = AgentBuilder("pushed_booker").model("fake-model").a2a_peer("travel", peer.url)
+        harness.fake.enqueue(
+            # 3 s of work: polls read it after 2 s and then 4 s more; the push comes first.
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec.build(), "Book it", scope=harness.scope)
+
+            async def asked_to_push() -> bool:
+                return bool(peer.requests)
+
+            await eventually(asked_to_push, what="the message to reach the peer")
+            [sent] = peer.requests
+            assert sent.push_url.startswith(f"{base}/a2a-push/{harness.scope.tenant}/")
+            async with httpx.AsyncClient() as http:
+                body = {"statusUpdate": {"taskId": "task-1", "status": {"state": 3}}}
+                forged = await http.post(
+                    sent.push_url, json=body, headers={"X-A2A-Notification-Token": "guess"}
+                )
+                unknown = await http.post(f"{base}/a2a-push/acme/0123", json=body)
+            assert (forged.status_code, unknown.status_code) == (403, 403)
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+            records = (await harness.client.records(run, scope=harness.scope)).records
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # The wait was ended by the push (completed as the Run's principal), not by a poll.
+    [resumed] = [r for r in records if isinstance(r, Resumed)]
+    assert (resumed.id, resumed.by) == ("a2a:travel:task-1", harness.scope.principal)
+    [call] = report.tool_calls
+    assert call.status == "ok" and "done slowly" in (call.result or "")
+    assert peer.texts() == ["slow:3"]

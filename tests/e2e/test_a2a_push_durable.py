@@ -1,0 +1,132 @@
+"""``psych serve``'s push notification configurations are kept in the fleet's TokenStore:
+two served apps (each its own registry, as two ``psych serve`` processes) sharing one store
+directory both see a webhook registered at one of them, and when the one delivering stops,
+the other takes the task over and pushes its end to the webhook. A real dev server, a
+worker, ``a2a-sdk``'s own client, a loopback webhook."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from a2a.types import ListTaskPushNotificationConfigsRequest, TaskPushNotificationConfig
+from fastapi import FastAPI
+
+from psych_runtime.activities.tokens import LocalTokenStore
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+from psych_runtime.workflows import RunStatus
+
+from ._http_server import CountingServer
+from ._waiting import eventually, is_waiting
+from .conftest import Harness
+from .test_a2a_serve import a2a_client, collect, user
+from .test_serve import ACME
+
+pytestmark = pytest.mark.e2e
+
+
+@asynccontextmanager
+async def serving(harness: Harness, tokens: Path) -> AsyncIterator[tuple[str, FastAPI]]:
+    """One served app (one ``psych serve`` process's worth) keeping its push
+    configurations in ``tokens``; stopped (and its watchers closed) after the block."""
+    settings = ServeSettings(
+        harness.client,
+        AuthSettings((ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice"),)),
+        push_tokens=LocalTokenStore(tokens),
+        push_lease_seconds=1.0,
+    )
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+
+    async def started() -> bool:
+        return server.started
+
+    await eventually(started, what="uvicorn to listen")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        await task
+        await app.state.a2a_pushes.aclose()
+
+
+async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.client.publish(
+        AgentBuilder("durable_notifier")
+        .model("fake-model")
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
+        Reply.text("Tuesday it is."),
+    )
+    tokens = tmp_path / "tokens"
+    webhook = CountingServer().start()
+
+    def pushed() -> list[dict[str, Any]]:
+        return [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
+
+    def states() -> list[str]:
+        return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed()]
+
+    try:
+        async with harness.worker(), serving(harness, tokens) as (second, _):
+            async with serving(harness, tokens) as (first, _):
+                async with a2a_client(first, "durable_notifier", ACME, streaming=False) as one:
+                    request = user("Book a meeting")
+                    request.configuration.return_immediately = True
+                    request.configuration.task_push_notification_config.CopyFrom(
+                        TaskPushNotificationConfig(url=f"{webhook.url}/hook", token="t0ken")
+                    )
+                    (sent,) = await collect(one.send_message(request))
+                    task_id = sent.task.id
+                run = f"psych-{harness.scope.tenant}-{task_id}"
+
+                async def waiting() -> bool:
+                    return is_waiting(await harness.client.status(run, scope=harness.scope))
+
+                await eventually(waiting, what="the Run to wait on its question")
+
+                async def asked() -> bool:
+                    return "TASK_STATE_INPUT_REQUIRED" in states()
+
+                await eventually(asked, what="input-required pushed by the first server")
+                # Registered at the first server, listed by the second: one shared store.
+                async with a2a_client(second, "durable_notifier", ACME, streaming=False) as two:
+                    listed = await two.list_task_push_notification_configs(
+                        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+                    )
+                assert [(c.url, c.token) for c in listed.configs] == [
+                    (f"{webhook.url}/hook", "t0ken")
+                ]
+            # The first server stopped. Its task is the second's once that one looks (on
+            # a request, at most every lease): then its end reaches the webhook.
+            before = len(pushed())
+            await harness.client.answer(run, "q1", "Tuesday", scope=harness.scope)
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+            assert result.status is RunStatus.COMPLETED, result.reason
+
+            async def completed() -> bool:
+                async with a2a_client(second, "durable_notifier", ACME, streaming=False) as two:
+                    await two.list_task_push_notification_configs(
+                        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+                    )
+                return "TASK_STATE_COMPLETED" in states()[before:]
+
+            await eventually(completed, within=60, what="the second server to push the end")
+        assert all(s.headers.get("x-a2a-notification-token") == "t0ken" for s in webhook.seen)
+    finally:
+        webhook.stop()

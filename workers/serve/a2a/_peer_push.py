@@ -1,0 +1,81 @@
+"""``POST /a2a-push/<tenant>/<id>``: where A2A peers push the updates of tasks a Run of
+this fleet waits on (``A2aSettings.push_url`` points here).
+
+The id names a registration a worker kept in the fleet's TokenStore (``PeerPush``: the
+Run, the peer, a secret); a push must carry that secret as ``X-A2A-Notification-Token``
+(compared in constant time), else it is refused (403) and nothing happens. An accepted push
+of a task that ended or waits for its caller completes the Run's wait on
+``a2a:<peer>:<task id>`` with ``{"a2a_pushed": <task id>}``: the Run then reads the task
+through its own activity at once, rather than at its next poll. A push of a task still
+working is acknowledged and ignored. Nothing the body says is believed beyond the task id
+and state: the answer is the peer's task as the Run reads it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from a2a.types import StreamResponse, TaskState
+from google.protobuf.json_format import ParseDict, ParseError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from temporalio.service import RPCError
+
+from psych_runtime.activities.a2a import find_push
+from psych_runtime.activities.contract import A2A_PUSHED
+from psych_runtime.activities.tokens import TokenStore
+from psych_runtime.specs import PsychError, Scope
+from psych_runtime.workers.serve._problems import problem
+from psych_runtime.workflows import PsychClient
+
+PEER_PUSH_PATH = "/a2a-push/{tenant}/{push_id}"
+"""The route's path (a worker's ``push_url`` is ``<app URL>/a2a-push``)."""
+
+_ENDS_WAIT = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+        TaskState.TASK_STATE_INPUT_REQUIRED,
+        TaskState.TASK_STATE_AUTH_REQUIRED,
+    }
+)
+
+
+def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
+    """The route (see the module docstring) over ``tokens``, the workers' TokenStore."""
+
+    async def pushed(request: Request) -> Response:
+        tenant = request.path_params["tenant"]
+        push = await find_push(tokens, tenant, request.path_params["push_id"])
+        given = request.headers.get("x-a2a-notification-token", "")
+        if push is None or not hmac.compare_digest(given.encode(), push.secret.encode()):
+            return problem(403, "unknown push, or not its token", "forbidden")
+        try:
+            update = ParseDict(json.loads(await request.body()), StreamResponse())
+        except (ValueError, ParseError) as err:
+            return problem(400, f"not an A2A StreamResponse: {err}", "invalid")
+        if update.HasField("task"):
+            task_id, state = update.task.id, update.task.status.state
+        elif update.HasField("status_update"):
+            task_id, state = update.status_update.task_id, update.status_update.status.state
+        else:
+            return Response(status_code=204)  # an artifact or a message: no state to act on
+        if state not in _ENDS_WAIT or not task_id:
+            return Response(status_code=204)
+        scope = Scope(tenant=push.tenant, principal=push.principal)
+        try:
+            await client.complete(
+                push.workflow_id,
+                f"a2a:{push.peer}:{task_id}",
+                {A2A_PUSHED: task_id},
+                scope=scope,
+            )
+        except (PsychError, RPCError) as err:  # not waiting: the Run reads it anyway
+            return problem(409, str(err), "conflict")
+        return Response(status_code=204)
+
+    return Route(PEER_PUSH_PATH, pushed, methods=["POST"], name="a2a-peer-push")
