@@ -19,6 +19,11 @@ from psych_runtime.activities.contract._a2a import (
     A2aToolCall,
 )
 from psych_runtime.activities.contract._base import LATENCY_DECIMALS
+from psych_runtime.activities.contract._consent import (
+    McpAuthorized,
+    McpAuthorizeInput,
+    McpConsent,
+)
 from psych_runtime.activities.contract._context import (
     ContextShown,
     ContextSkipped,
@@ -56,6 +61,7 @@ from psych_runtime.activities.contract._names import (
     A2A_POLL,
     ACTIVITY_NAMES,
     ACTIVITY_ROLES,
+    MCP_AUTHORIZE,
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     MODEL_CALL,
@@ -164,14 +170,18 @@ __all__ = [
     "LATENCY_DECIMALS",
     "Latency",
     "LiveAttempt",
+    "MCP_AUTHORIZE",
     "MCP_LIST_TOOLS",
     "MCP_SEARCH_TOOLS",
     "MODEL_CALL",
     "MODEL_CALL_FAILED",
     "MODEL_COMPACT",
     "MODEL_ROLE",
+    "McpAuthorizeInput",
+    "McpAuthorized",
     "McpCatalog",
     "McpCatalogInput",
+    "McpConsent",
     "McpSearchInput",
     "McpSearchResult",
     "McpServerStatus",

@@ -20,6 +20,7 @@ from psych_runtime.activities.mcp._pool import (
 )
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.tokens import TokenKey
 from psych_runtime.specs import McpServer, NotFound, Scope
 
 
@@ -36,6 +37,8 @@ class Connection:
     headers: dict[str, str]
     redact: Redactor
     auth: httpx2.Auth | None = None
+    consent: TokenKey | None = None
+    """The token key of a server whose grant a person consents to (``OAuthClients.consents``)."""
 
 
 async def connect(
@@ -61,7 +64,9 @@ async def connect(
         except OAuthUnavailable as err:
             raise Unavailable(f"{server.name}: {err}") from err
         key = SessionKey.of(scope, server.url, server.transport, grant.identity)
-        return Connection(key=key, headers={}, redact=grant.redact, auth=grant.auth)
+        return Connection(
+            key=key, headers={}, redact=grant.redact, auth=grant.auth, consent=grant.key
+        )
     secret = await resolve_credential(server, scope, secrets)
     headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
     redact = Redactor()

@@ -12,13 +12,16 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 import uvicorn
 
+from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import PsychError, load_yaml
 from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
+from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -124,6 +127,7 @@ async def _serve(args: argparse.Namespace) -> int:
     settings = ServeSettings(
         client=client,
         auth=auth,
+        tokens=token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens"),
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
     )
     server = uvicorn.Server(

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers.serve._auth import AuthSettings, JwtSettings, api_keys_from
 from psych_runtime.workflows import PsychClient
@@ -45,6 +46,9 @@ class ServeSettings:
         keepalive_seconds: how often an idle event stream sends a comment.
         query_timeout_seconds: how long status, report, transcript and records wait for
             the Run's worker to answer (then 503).
+        tokens: the workers' token store; with one, the app answers the OAuth redirect
+            of MCP servers a person consents to at ``/oauth/callback`` (no credential:
+            the redirect's state is what finds the Run).
     """
 
     client: PsychClient
@@ -52,6 +56,7 @@ class ServeSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     keepalive_seconds: float = 15.0
     query_timeout_seconds: float = 10.0
+    tokens: TokenStore | None = None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
+    from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
@@ -198,19 +199,24 @@ class ToolCalls(FeatureView):
         builtin = self._builtins.get(entry.name) if entry.kind == "builtin" else None
         if builtin is not None and not builtin.executes:
             return await builtin.handle(turn, call, arguments)
-        self._open_calls[call.id] = (turn, call.name)
-        task = asyncio.create_task(self._execute(turn, call, entry, arguments))
-        if self._interruptible_tool(call.name):
-            self._interruptible[call.id] = task
-        try:
-            result = await task
-        except asyncio.CancelledError:
-            if self._abort is None or not task.cancelled():
-                raise
-            result = inline(call, "aborted", ABORTED_CALL, counts=False)
-        finally:
-            self._open_calls.pop(call.id, None)
-            self._interruptible.pop(call.id, None)
+        while True:
+            self._open_calls[call.id] = (turn, call.name)
+            task = asyncio.create_task(self._execute(turn, call, entry, arguments))
+            if self._interruptible_tool(call.name):
+                self._interruptible[call.id] = task
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                if self._abort is None or not task.cancelled():
+                    raise
+                result = inline(call, "aborted", ABORTED_CALL, counts=False)
+            finally:
+                self._open_calls.pop(call.id, None)
+                self._interruptible.pop(call.id, None)
+            if result.consent is None:
+                break
+            # The server answered 401 before its tool ran: run it again once consented.
+            await self.await_consent(result.consent, call.id)
         if result.outcome is not None and result.outcome.status == "wait":
             return await self._external(call, result.outcome)
         return result
@@ -326,6 +332,11 @@ class ToolCalls(FeatureView):
                 if self._abort is None:
                     raise asyncio.CancelledError from err
                 return inline(call, "aborted", ABORTED_CALL, counts=False)
+            consent = consent_of(err)
+            if consent is not None:
+                result = inline(call, "error", f"the tool call needs consent: {consent.server}")
+                result.consent = consent
+                return result
             if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")

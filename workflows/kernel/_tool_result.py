@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ChatMessage, ToolCallRequest, ToolOutcome
+    from psych_runtime.activities.contract import (
+        ChatMessage,
+        McpConsent,
+        ToolCallRequest,
+        ToolOutcome,
+    )
     from psych_runtime.workflows.contract._records import ToolCallStatus
 
 
@@ -23,6 +28,8 @@ class ToolResult:
     outcome: ToolOutcome | None = None
     counts_as_failure: bool = False
     repeat_refusal: bool = False
+    consent: McpConsent | None = None
+    """Not a result: the MCP server needs a person's consent first (the call is retried)."""
 
 
 def inline(
