@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import httpx
 import pytest
-import uvicorn
 
 from psych_runtime.activities import McpSettings
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, McpOAuth, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers import format_record, oauth_callback_app
+from psych_runtime.workers import format_record
 from psych_runtime.workflows import (
     Pending,
     Resumed,
@@ -40,16 +38,35 @@ from psych_runtime.workflows import (
     SuspensionReason,
     ToolCallFinished,
 )
-from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
+from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, follow
+from tests.mcp.oauth_fixture import OAuthMcpServer
 
 from ._waiting import is_waiting, only_pending, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
-CLIENT = "psych-agent"
 WAIT = 60.0
 """Wall seconds a Run gets to reach a state (the machine is shared)."""
+
+
+@pytest.fixture(params=["streamable-http", "sse"])
+async def consenting_pair(
+    request: pytest.FixtureRequest, harness: Harness
+) -> AsyncIterator[Consenting]:
+    store = LocalTokenStore(harness.home / "tokens")
+    async with consenting(request.param, harness.client, store) as pair:
+        yield pair
+
+
+@pytest.fixture
+def consent_server(consenting_pair: Consenting) -> OAuthMcpServer:
+    return consenting_pair.server
+
+
+@pytest.fixture
+def callback(consenting_pair: Consenting) -> Callback:
+    return Callback(consenting_pair.callback_url)
 
 
 @dataclass
@@ -57,43 +74,6 @@ class Callback:
     """psych's OAuth callback, served on loopback for one test."""
 
     url: str
-
-
-@pytest.fixture
-def callback_socket() -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    yield sock
-    sock.close()
-
-
-@pytest.fixture(params=["streamable-http", "sse"])
-def consent_server(
-    request: pytest.FixtureRequest, callback_socket: socket.socket
-) -> Iterator[OAuthMcpServer]:
-    port = callback_socket.getsockname()[1]
-    server = start_oauth_server(
-        request.param,
-        {CLIENT: f"http://127.0.0.1:{port}/oauth/callback"},
-        module="tests.mcp.consent_server",
-    )
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def callback(harness: Harness, callback_socket: socket.socket) -> AsyncIterator[Callback]:
-    app = oauth_callback_app(harness.client, LocalTokenStore(harness.home / "tokens"))
-    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    serving = asyncio.create_task(web.serve(sockets=[callback_socket]))
-    async with asyncio.timeout(30):
-        while not web.started:  # noqa: ASYNC110 (uvicorn offers no started event)
-            await asyncio.sleep(0.01)
-    port = callback_socket.getsockname()[1]
-    yield Callback(f"http://127.0.0.1:{port}/oauth/callback")
-    web.should_exit = True
-    await serving
 
 
 @pytest.fixture
@@ -137,11 +117,9 @@ async def consent_asked(harness: Harness, run: RunHandle, scope: Scope) -> Pendi
 
 
 async def consent(item: Pending) -> httpx.Response:
-    """Open the item's URL as a person's browser would: the authorization server's
-    ``/authorize`` redirects to psych's callback, which answers the page."""
+    """Open the item's URL as a person's browser would (to psych's callback)."""
     assert item.question is not None
-    async with httpx.AsyncClient(follow_redirects=True, timeout=60) as browser:
-        return await browser.get(item.question)
+    return await follow(item.question)
 
 
 def _files_holding(root: Path, needle: bytes) -> list[Path]:
