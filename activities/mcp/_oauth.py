@@ -173,7 +173,7 @@ class Grant:
     identity: str
     redact: Redactor
     key: TokenKey | None = None
-    """The token's key, for a grant a person may have to consent to (``Consents``)."""
+    """The key the grant's token is kept under."""
 
 
 class HeldRedactor(Redactor):
@@ -253,7 +253,8 @@ class OAuthClients:
             issuer=issuer,
         )
         redact = HeldRedactor({credential: secret}, self.held, key)
-        return Grant(auth=auth, identity=f"oauth\0{issuer}\0{client_id}\0{secret}", redact=redact)
+        identity = f"oauth\0{issuer}\0{client_id}\0{secret}"
+        return Grant(auth=auth, identity=identity, redact=redact, key=key)
 
     def issuer_of(self, name: str, kind: str = "credential") -> str:
         """The issuer the operator configured for ``name`` (``kind`` "credential": a client
