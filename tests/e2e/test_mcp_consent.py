@@ -299,3 +299,33 @@ async def test_a_workflow_tool_step_waits_for_consent_too(
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.outputs is not None and result.outputs["who"] == CLIENT
+
+
+async def test_a_subagent_uses_the_token_one_consent_got(
+    consent_harness: Harness, consent_server: OAuthMcpServer, callback: Callback
+) -> None:
+    """A subagent may only use its parent's servers, under the same Scope: the parent's
+    discovery asks once, and the subagent's Run uses that token (no second consent)."""
+    harness = consent_harness
+    helper = agent(consent_server, callback, "consent-helper").build()
+    lead = agent(consent_server, callback, "consent-lead").subagent(
+        "helper", "Asks the CRM, for tests.", helper
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "helper", "task": "who?"})),
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("the helper is psych-agent"),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(lead.build(), "go", scope=harness.scope)
+        # The lead's own discovery asks first; then, with the token held, the helper runs.
+        item = await consent_asked(harness, run, harness.scope)
+        assert item.run is None
+        assert (await consent(item)).status_code == 200
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (child,) = report.children
+    assert child.status == "completed"
+    assert consent_server.consents()["authorized"] == [CLIENT]
