@@ -236,7 +236,12 @@ async def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_again(
         second = await harness.client.dispatch(spec, "two", scope=scope)
         result = await harness.client.result(second, scope=scope)
         assert result.status is RunStatus.COMPLETED, result.reason
-        assert consent_server.consents() == {"authorized": [CLIENT], "refreshed": 1}
+        # Refreshed, not asked again (the first Run may already have refreshed it on a
+        # loaded machine: the token lives 2 s).
+        consents = consent_server.consents()
+        assert consents["authorized"] == [CLIENT] and consents["refreshed"] >= 1
+        state = consent_server.state()
+        assert state["bearers"][-1] == state["issued"][-1]["token"]
         # Revoked (access and refresh token): the call meets a 401 and the Run asks again.
         consent_server.revoke_everything()
         third = await harness.client.dispatch(spec, "three", scope=scope)
