@@ -268,21 +268,27 @@ class McpOAuth(_Frozen):
     """OAuth 2.1 configuration for one MCP server."""
 
     grant: Literal["authorization_code", "client_credentials"] = "client_credentials"
-    """Which grant obtains tokens for this server."""
+    """Which grant obtains tokens for this server: ``client_credentials`` (the worker's own
+    client secret) or ``authorization_code`` (a person consents; the Run suspends for it)."""
     preregistered_client_id: Annotated[str | None, Field(max_length=512)] = None
     """A client id registered with the authorization server ahead of time (public)."""
     client_secret_credential: Annotated[str | None, Field(max_length=256)] = None
     """Name of the credential holding the client secret; never the secret itself."""
     cimd_url: Annotated[str | None, Field(max_length=2048)] = None
-    """URL of a client-id metadata document."""
+    """URL of a client-id metadata document: the client id of an ``authorization_code``
+    client without ``preregistered_client_id``, where the authorization server supports
+    them."""
     allow_dynamic_registration: bool = True
-    """Whether dynamic client registration may be used when nothing else identifies us."""
+    """Whether dynamic client registration may be used when nothing else identifies us.
+    This runtime registers no client: an ``authorization_code`` server needs
+    ``preregistered_client_id`` or ``cimd_url``."""
     application_type: Literal["native", "web"] = "native"
-    """OAuth application type used in registration."""
+    """OAuth application type in the client metadata of the ``authorization_code`` grant."""
     client_name: Annotated[str, Field(max_length=256)] = "psych"
-    """Client name used in registration."""
+    """Client name in the client metadata of the ``authorization_code`` grant."""
     redirect_uris: tuple[str, ...] = ()
-    """Redirect URIs for authorization_code, in preference order. Ordered."""
+    """Redirect URIs for authorization_code, in preference order (the first is used):
+    where the operator serves psych's OAuth callback. Ordered."""
 
 
 class McpServer(_Frozen):

@@ -29,35 +29,12 @@ from pydantic import BaseModel
 from psych_runtime.specs._models import AgentSpec, WorkflowSpec
 from psych_runtime.specs._problem import Problem
 
-_AUTHORIZATION_CODE_ONLY = (
-    "applies only to the authorization_code grant (client registration and consent), "
-    "which this runtime does not implement yet"
-)
+UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType({})
+"""``Model.field`` -> why a Spec that sets it (to anything but its default) is refused.
+Empty: every field of the seed API is implemented (the last, MCP OAuth's authorization_code
+fields, went with issue 25; no committed history was refused for them)."""
 
-UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
-    {
-        # MCP OAuth: the client_credentials grant works; what only the authorization_code
-        # grant (a person's consent) would use is refused until that grant works.
-        "McpOAuth.cimd_url": _AUTHORIZATION_CODE_ONLY,
-        "McpOAuth.redirect_uris": _AUTHORIZATION_CODE_ONLY,
-        "McpOAuth.application_type": _AUTHORIZATION_CODE_ONLY,
-        "McpOAuth.client_name": _AUTHORIZATION_CODE_ONLY,
-    }
-)
-"""``Model.field`` -> why a Spec that sets it (to anything but its default) is refused."""
-
-UNSUPPORTED_VALUES: Mapping[str, Mapping[object, str]] = MappingProxyType(
-    {
-        "McpOAuth.grant": MappingProxyType(
-            {
-                "authorization_code": (
-                    "the authorization_code grant is not implemented by this runtime yet "
-                    "(client_credentials is); the server would be called without a token"
-                ),
-            }
-        ),
-    }
-)
+UNSUPPORTED_VALUES: Mapping[str, Mapping[object, str]] = MappingProxyType({})
 """``Model.field`` -> value -> why a Spec that sets the field to that value is refused (a
 field some of whose values work)."""
 

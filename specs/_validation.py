@@ -295,6 +295,26 @@ def _check_oauth(server: McpServer, path: str) -> list[Problem]:
                         "server registered and the name of the credential holding its secret",
                     )
                 )
+    else:
+        if oauth.preregistered_client_id is None and oauth.cimd_url is None:
+            problems.append(
+                Problem(
+                    f"{path}.oauth.preregistered_client_id",
+                    "the authorization_code grant needs a client: preregistered_client_id, or "
+                    "cimd_url (a client-id metadata document); dynamic client registration "
+                    "is not supported by this runtime",
+                )
+            )
+        if not oauth.redirect_uris:
+            problems.append(
+                Problem(
+                    f"{path}.oauth.redirect_uris",
+                    "the authorization_code grant needs a redirect URI: where the operator's "
+                    "OAuth callback listens (psych oauth-callback, psych serve /oauth/callback)",
+                )
+            )
+        for index, uri in enumerate(oauth.redirect_uris):
+            problems += url_credentials(uri, f"{path}.oauth.redirect_uris[{index}]")
     return problems
 
 

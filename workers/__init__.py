@@ -13,6 +13,10 @@ if TYPE_CHECKING:
         start_time_skipping_server,
         temporal_binary,
     )
+    from psych_runtime.workers._oauth_callback import (
+        complete_authorization,
+        oauth_callback_app,
+    )
     from psych_runtime.workers._plugin import SANDBOX_PASSTHROUGH, PsychPlugin
     from psych_runtime.workers._telemetry import (
         Telemetry,
@@ -62,6 +66,7 @@ _HOMES = {
     "check_connections": "psych_runtime.workers._connections",
     "check_fleet_policy": "psych_runtime.workers.fleet",
     "codec_from_env": "psych_runtime.workers.codec",
+    "complete_authorization": "psych_runtime.workers._oauth_callback",
     "connect": "psych_runtime.workers._client",
     "current_telemetry": "psych_runtime.workers._telemetry",
     "egress_for": "psych_runtime.workers._worker",
@@ -69,6 +74,7 @@ _HOMES = {
     "format_record": "psych_runtime.workers.console",
     "format_report": "psych_runtime.workers.console",
     "install_telemetry": "psych_runtime.workers._telemetry",
+    "oauth_callback_app": "psych_runtime.workers._oauth_callback",
     "run_worker": "psych_runtime.workers._worker",
     "run_workers": "psych_runtime.workers._worker",
     "start_dev_server": "psych_runtime.workers._devserver",
@@ -112,6 +118,7 @@ __all__ = [
     "check_connections",
     "check_fleet_policy",
     "codec_from_env",
+    "complete_authorization",
     "connect",
     "current_telemetry",
     "egress_for",
@@ -119,6 +126,7 @@ __all__ = [
     "format_record",
     "format_report",
     "install_telemetry",
+    "oauth_callback_app",
     "run_worker",
     "run_workers",
     "start_dev_server",

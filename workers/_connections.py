@@ -34,6 +34,7 @@ from psych_runtime.specs import (
 if TYPE_CHECKING:
     from psych_runtime.activities.egress import Egress
     from psych_runtime.activities.mcp import McpSettings
+    from psych_runtime.activities.tokens import TokenStore
 
 
 async def check_connections(
@@ -43,6 +44,8 @@ async def check_connections(
     secrets: SecretResolver | None,
     settings: McpSettings | None = None,
     egress: Egress | None = None,
+    tokens: TokenStore | None = None,
+    oauth: dict[str, str] | None = None,
 ) -> dict[str, str | None]:
     """Connect to every MCP server of ``spec``, at any depth; ``mcp_connection_key`` ->
     None when it answered, else why not (credentials named, never their values).
@@ -54,6 +57,10 @@ async def check_connections(
         secrets: resolves the credentials; None when no server names one.
         settings: the connect and list timeouts (the worker's defaults when None).
         egress: the port the connections go through (the environment's policy when None).
+        tokens: the workers' token store, read only: a server behind OAuth is checked
+            with the token held for ``scope`` (None: as if none were held).
+        oauth: filled with ``mcp_connection_key`` -> whether a token is held for
+            ``scope`` and what a person must do if not, per server behind OAuth.
     """
     # Imported here: the mcp SDK takes seconds to import, and every psych command imports
     # this module (through the package and validate/publish), few of them checking.
@@ -63,7 +70,14 @@ async def check_connections(
     # check_servers answers by server name, and a name is unique only within one Spec
     # level: each distinct endpoint is asked under a name of its own.
     probes = [server.model_copy(update={"name": f"s{i}"}) for i, server in enumerate(servers)]
-    answers = await check_servers(probes, scope, secrets, settings, egress=egress)
+    said: dict[str, str] = {}
+    answers = await check_servers(
+        probes, scope, secrets, settings, egress=egress, tokens=tokens, oauth=said
+    )
+    if oauth is not None:
+        for server, probe in zip(servers, probes, strict=True):
+            if probe.name in said:
+                oauth[mcp_connection_key(server)] = said[probe.name]
     return {
         mcp_connection_key(server): answers[probe.name]
         for server, probe in zip(servers, probes, strict=True)

@@ -23,6 +23,11 @@ from psych_runtime.activities.contract._a2a import (
     A2aToolCall,
 )
 from psych_runtime.activities.contract._base import LATENCY_DECIMALS
+from psych_runtime.activities.contract._consent import (
+    McpAuthorized,
+    McpAuthorizeInput,
+    McpConsent,
+)
 from psych_runtime.activities.contract._context import (
     ContextShown,
     ContextSkipped,
@@ -66,6 +71,7 @@ from psych_runtime.activities.contract._names import (
     A2A_POLL,
     ACTIVITY_NAMES,
     ACTIVITY_ROLES,
+    MCP_AUTHORIZE,
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     MODEL_CALL,
@@ -179,17 +185,21 @@ __all__ = [
     "LATENCY_DECIMALS",
     "Latency",
     "LiveAttempt",
+    "MCP_AUTHORIZE",
     "MCP_LIST_TOOLS",
     "MCP_SEARCH_TOOLS",
     "MODEL_CALL",
     "MODEL_CALL_FAILED",
     "MODEL_COMPACT",
     "MODEL_ROLE",
+    "McpAuthorizeInput",
+    "McpAuthorized",
     "McpCatalog",
     "McpCatalogInput",
     "McpInputAnswers",
     "McpInputRequired",
     "McpQuestion",
+    "McpConsent",
     "McpSearchInput",
     "McpSearchResult",
     "McpServerStatus",

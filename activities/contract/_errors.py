@@ -22,6 +22,10 @@ class ErrorType(StrEnum):
     not in it, a cut that would part a tool call from its result, an empty summary)."""
     DUPLICATE_TOOL_NAME = "DuplicateToolName"
     """A Run's catalogue names one tool twice."""
+    MCP_CONSENT_REQUIRED = "McpConsentRequired"
+    """An MCP server needs a person's consent (``authorization_code``); details are an
+    ``McpConsent``. The request never reached the server's tool: the Run suspends and
+    retries it."""
     MCP_UNREACHABLE = "McpUnreachable"
     """A model call not made because a required MCP server is down."""
     MODEL_CALL_FAILED = "ModelCallFailed"

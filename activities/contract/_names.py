@@ -21,6 +21,8 @@ POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
 """Run as a local activity at every turn boundary (its result is a marker in history)."""
 MCP_SEARCH_TOOLS = "psych.mcp.search_tools"
+MCP_AUTHORIZE = "psych.mcp.authorize"
+"""Exchanges the authorization code a person's consent brought for a token (``_consent``)."""
 TOOL_MCP = "psych.tool.mcp"
 A2A_CARDS = "psych.a2a.cards"
 """Run as a local activity at every turn boundary of a Run with A2A peers."""
@@ -37,6 +39,7 @@ ACTIVITY_NAMES = (
     A2A_CANCEL,
     A2A_CARDS,
     A2A_POLL,
+    MCP_AUTHORIZE,
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     MODEL_CALL,
@@ -66,6 +69,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     A2A_POLL: TOOLS_ROLE,
     A2A_CANCEL: TOOLS_ROLE,
     MCP_SEARCH_TOOLS: TOOLS_ROLE,
+    MCP_AUTHORIZE: TOOLS_ROLE,
     MODEL_CALL: MODEL_ROLE,
     MODEL_COMPACT: MODEL_ROLE,
     POLICY_DECIDE: TOOLS_ROLE,

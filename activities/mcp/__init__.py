@@ -8,6 +8,7 @@ over the official ``mcp`` SDK, its session pool, catalogue cache and naming, the
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from psych_runtime.activities.mcp._consent_error import McpConsentRequired, consent_error
 from psych_runtime.activities.mcp._settings import McpSettings, parse_oauth_issuers
 from psych_runtime.activities.mcp._turn import (
     McpResolver,
@@ -20,8 +21,13 @@ from psych_runtime.activities.mcp._turn import (
 if TYPE_CHECKING:
     from psych_runtime.activities.mcp._activities import McpActivities
     from psych_runtime.activities.mcp._connect import check_servers
+    from psych_runtime.activities.mcp._consent import deliver_authorization
 
-_LAZY = {"McpActivities": "_activities", "check_servers": "_connect"}
+_LAZY = {
+    "McpActivities": "_activities",
+    "check_servers": "_connect",
+    "deliver_authorization": "_consent",
+}
 """Names imported on first use (name -> module): the ``mcp`` SDK takes one to two seconds to
 import, and workflows and every ``psych`` command import this package without touching MCP."""
 
@@ -35,11 +41,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "McpActivities",
+    "McpConsentRequired",
     "McpResolver",
     "McpSettings",
     "McpUnreachable",
     "Resolved",
     "check_servers",
+    "consent_error",
+    "deliver_authorization",
     "parse_oauth_issuers",
     "resolve_turn",
     "turn_result",

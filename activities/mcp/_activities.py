@@ -29,9 +29,12 @@ from temporalio import activity
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
+    MCP_AUTHORIZE,
     MCP_LIST_TOOLS,
     MCP_SEARCH_TOOLS,
     TOOL_MCP,
+    McpAuthorized,
+    McpAuthorizeInput,
     McpCatalog,
     McpCatalogInput,
     McpInputRequired,
@@ -50,6 +53,8 @@ from psych_runtime.activities.mcp._catalog import (
     search,
 )
 from psych_runtime.activities.mcp._connect import Unavailable, failure_reason
+from psych_runtime.activities.mcp._consent import ConsentInterrupted, consent_needed, exchange
+from psych_runtime.activities.mcp._consent_error import McpConsentRequired, consent_error
 from psych_runtime.activities.mcp._discovery import Catalogues
 from psych_runtime.activities.mcp._input import (
     BadAnswer,
@@ -129,6 +134,7 @@ class McpActivities(Catalogues, ActivityClass):
         self.settings = settings if settings is not None else McpSettings()
         self.oauth = None if tokens is None else OAuthClients(self.settings.oauth_issuers, tokens)
         self._outage_seconds = outage_seconds
+        self.egress = egress if egress is not None else Egress()
         self.catalogs = CatalogCache(
             self.settings.catalog_ttl_seconds, self.settings.catalog_max_ttl_seconds
         )
@@ -138,7 +144,7 @@ class McpActivities(Catalogues, ActivityClass):
             idle_seconds=self.settings.idle_seconds,
             connect_timeout=self.settings.connect_timeout_seconds,
             on_tools_changed=self.catalogs.drop,
-            egress=egress if egress is not None else Egress(),
+            egress=self.egress,
         )
 
     async def aclose(self) -> None:
@@ -151,10 +157,35 @@ class McpActivities(Catalogues, ActivityClass):
     async def list_tools(self, input: McpCatalogInput) -> McpCatalog:
         """This turn's catalogue (``resolve``); when its hash equals ``input.known_hash``
         only the hash and statuses come back."""
-        catalog = await self.resolve(input)
+        try:
+            catalog = await self.resolve(input)
+        except McpConsentRequired as err:
+            raise consent_error(err) from None
         if catalog.catalog_hash == input.known_hash:
             return McpCatalog(catalog_hash=catalog.catalog_hash, servers=catalog.servers)
         return catalog
+
+    @activity.defn(name=MCP_AUTHORIZE)
+    async def authorize(self, input: McpAuthorizeInput) -> McpAuthorized:
+        """Exchange the authorization code a person's consent brought (``_consent``):
+        the token is stored under the Run's Scope, or the answer says why not."""
+        oauth = self.oauth
+        store = None if oauth is None else oauth.store
+        if oauth is None or store is None:
+            return McpAuthorized(ok=False, reason="this worker keeps no OAuth tokens")
+        scope = input.scope
+        async with self.egress.mcp_client(scope.tenant) as http:
+            reason = await exchange(
+                store,
+                scope.tenant,
+                scope.principal,
+                input.id,
+                http.send,
+                lambda key, client, metadata: oauth.tokens(key, client, metadata),
+            )
+        if reason is not None:
+            activity.logger.warning("authorization %s not exchanged: %s", input.id, reason)
+        return McpAuthorized(ok=reason is None, reason=reason)
 
     @activity.defn(name=TOOL_MCP)
     async def call(self, input: McpToolCall) -> ToolOutcome:
@@ -191,7 +222,10 @@ class McpActivities(Catalogues, ActivityClass):
                 input.scope.tenant,
             )
         )
-        outcome = await traced_tool(span, self._intercepted(input, started, plan))
+        try:
+            outcome = await traced_tool(span, self._intercepted(input, started, plan))
+        except McpConsentRequired as err:
+            raise consent_error(err) from None
         if not input.report_through_client or self._outage_seconds <= 0:
             return outcome
         complete_through_client(outcome, outcome.call_id)
@@ -325,10 +359,11 @@ class McpActivities(Catalogues, ActivityClass):
             ) as c:
                 # The SDK makes the client span of the request itself ("MCP send
                 # tools/call <tool>", under this call's execute_tool span).
-                result = await self._heartbeating(
-                    call_round(c, input.tool, input.arguments, on_progress, input.input),
-                    reports,
-                )
+                consents = None if self.oauth is None else self.oauth.consents
+                called = call_round(c, input.tool, input.arguments, on_progress, input.input)
+                if consents is not None:
+                    called = consents.unless_needed(connection.consent, called)
+                result = await self._heartbeating(called, reports)
         except BadAnswer as err:
             return await outcome(
                 "error",
@@ -340,7 +375,14 @@ class McpActivities(Catalogues, ActivityClass):
                 f"{server.name}__{input.tool}: no result within "
                 f"{self.settings.call_timeout_seconds:g} s (the call was cancelled)",
             )
-        except (McpUnavailable, MCPError) as err:
+        except (McpUnavailable, MCPError, ConsentInterrupted) as err:
+            consents = None if self.oauth is None else self.oauth.consents
+            needed = await consent_needed(consents, connection.consent, server.name)
+            if needed is not None:
+                self.sessions.retire(connection.key, "a person's consent is needed")
+                # The call never reached the tool (the server answered 401): it is run
+                # again once the person consented.
+                raise needed from None
             return await outcome(
                 "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
             )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import httpx2
 
 from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.mcp._consent_check import ReadOnlyTokens, oauth_line
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable
 from psych_runtime.activities.mcp._pool import (
     McpUnavailable,
@@ -20,6 +21,7 @@ from psych_runtime.activities.mcp._pool import (
 )
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
 
 
@@ -36,6 +38,10 @@ class Connection:
     headers: dict[str, str]
     redact: Redactor
     auth: httpx2.Auth | None = None
+    token: TokenKey | None = None
+    """The key of a server's OAuth token."""
+    consent: TokenKey | None = None
+    """The same key, for a grant a person consents to (``OAuthClients.consents``)."""
 
 
 async def connect(
@@ -61,7 +67,15 @@ async def connect(
         except OAuthUnavailable as err:
             raise Unavailable(f"{server.name}: {err}") from err
         key = SessionKey.of(scope, server.url, server.transport, grant.identity)
-        return Connection(key=key, headers={}, redact=grant.redact, auth=grant.auth)
+        consents = server.oauth.grant == "authorization_code"
+        return Connection(
+            key=key,
+            headers={},
+            redact=grant.redact,
+            auth=grant.auth,
+            token=grant.key,
+            consent=grant.key if consents else None,
+        )
     secret = await resolve_credential(server, scope, secrets)
     headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
     redact = Redactor()
@@ -106,9 +120,16 @@ async def check_servers(
     secrets: SecretResolver | None,
     settings: McpSettings | None = None,
     egress: Egress | None = None,
+    tokens: TokenStore | None = None,
+    oauth: dict[str, str] | None = None,
 ) -> dict[str, str | None]:
     """Connect to each server (``initialize`` and one ``tools/list``), as publish-time
     ``--check-connections`` does; server name -> why it failed, or None when it answered.
+
+    A server behind OAuth uses the token ``tokens`` (the workers' store, read only) holds
+    for ``scope``; one whose authorization server asks for a person's consent answered
+    (a Run would suspend for it, not fail). ``oauth`` is filled with server name -> what
+    ``oauth_line`` says of its token for ``scope``.
 
     Each server gets a fresh connection, closed before returning (nothing is pooled), and
     the servers are tried concurrently, each bounded by the connect and list timeouts.
@@ -120,10 +141,13 @@ async def check_servers(
     port = egress if egress is not None else Egress()
 
     # A check keeps an OAuth token in its session only: nothing is stored by publishing.
-    clients = OAuthClients(chosen.oauth_issuers, None)
+    store = ReadOnlyTokens(tokens)
+    clients = OAuthClients(chosen.oauth_issuers, store)
 
     async def check(server: McpServer) -> str | None:
         redact = Redactor()
+        connection: Connection | None = None
+        consent = False
         try:
             connection = await connect(server, scope, secrets, clients)
             redact = connection.redact
@@ -140,7 +164,21 @@ async def check_servers(
                 ) as client:
                     await client.list_tools(cache_mode="bypass")
         except Exception as err:
-            return redact(failure_reason(err))
+            consent = (
+                connection is not None and clients.consents.take(connection.consent) is not None
+            )
+            if not consent:
+                return redact(failure_reason(err))
+        finally:
+            if oauth is not None and connection is not None and connection.token is not None:
+                key = connection.token
+                oauth[server.name] = oauth_line(
+                    server,
+                    scope,
+                    held=await store.held(key),
+                    sealed=key in store.sealed,
+                    consent=consent,
+                )
         return None
 
     try:

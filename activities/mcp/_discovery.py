@@ -36,6 +36,7 @@ from psych_runtime.activities.mcp._catalog import (
     search_definition,
 )
 from psych_runtime.activities.mcp._connect import Connection, Unavailable, connect, failure_reason
+from psych_runtime.activities.mcp._consent import consent_needed
 from psych_runtime.activities.mcp._names import allowed_tools, name_tools
 from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
@@ -257,11 +258,17 @@ class Catalogues:
     async def _discover(self, server: McpServer, scope: Scope) -> _Discovered | str:
         """The server's narrowed tools, or why it is unavailable (redacted)."""
         redact = Redactor()
+        connection: Connection | None = None
         try:
             connection = await self._connection(server, scope)
             redact = connection.redact
             tools, cached = await self._listing(server, connection)
         except Exception as err:
+            if connection is not None and connection.consent is not None:
+                consents = None if self.oauth is None else self.oauth.consents
+                needed = await consent_needed(consents, connection.consent, server.name)
+                if needed is not None:
+                    raise needed from None
             reason = redact(failure_reason(err))
             _log.warning("MCP server %s is unavailable: %s", server.name, reason)
             return reason

@@ -25,10 +25,16 @@ from dataclasses import dataclass
 import httpx2
 from mcp.client.auth import TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
 from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import BaseModel
 
+from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
@@ -42,11 +48,14 @@ class OAuthUnavailable(Exception):
 
 
 class _Record(BaseModel):
-    """A stored token record: the key it was stored under, the token, when it expires."""
+    """A stored token record: the key it was stored under, the token, when it expires,
+    and the metadata of the authorization server that issued it (``authorization_code``:
+    where a refresh goes before anything was discovered again)."""
 
     key: tuple[str, str | None, str, str, str]
     token: OAuthToken
     expires_at: float | None
+    metadata: OAuthMetadata | None = None
 
 
 def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
@@ -63,10 +72,19 @@ class StoredTokens(TokenStorage):
     a new one at once instead of sending a dead one first).
     """
 
-    def __init__(self, store: TokenStore | None, key: TokenKey, held: TokensHeld) -> None:
+    def __init__(
+        self,
+        store: TokenStore | None,
+        key: TokenKey,
+        held: TokensHeld,
+        client: OAuthClientInformationFull | None = None,
+    ) -> None:
         self.store = store
         self.key = key
         self.held = held
+        self.client = client
+        self.metadata: OAuthMetadata | None = None
+        """The issuing server's metadata, read with the token (or set before storing it)."""
         self._memory: bytes | None = None
 
     async def _read(self) -> bytes | None:
@@ -84,6 +102,7 @@ class StoredTokens(TokenStorage):
             _log.warning("a token record under %r names another key: ignored", self.key)
             return None
         token = record.token
+        self.metadata = self.metadata or record.metadata
         self.held.saw(self.key, token)
         if record.expires_at is None:
             return token
@@ -96,7 +115,9 @@ class StoredTokens(TokenStorage):
         """Store ``tokens`` for the key (a refreshed token replaces the old one)."""
         self.held.saw(self.key, tokens)
         expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
-        data = _Record(key=_fields(self.key), token=tokens, expires_at=expires_at)
+        data = _Record(
+            key=_fields(self.key), token=tokens, expires_at=expires_at, metadata=self.metadata
+        )
         encoded = data.model_dump_json().encode()
         if self.store is None:
             self._memory = encoded
@@ -104,14 +125,20 @@ class StoredTokens(TokenStorage):
             await self.store.put(self.key, encoded)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        """None: a client-credentials client is configured (the Spec's client id and the
-        operator's secret), never registered, so no client information is stored."""
-        return None
+        """The configured client (the Spec's client id or client-id metadata document URL,
+        the operator's secret), or None (client credentials: the provider knows it).
+        Clients are configured, never registered, so nothing else is stored."""
+        return self.client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        """Refused: only configured clients are supported, so nothing registers one."""
-        raise TypeError(
-            "client registration is not supported: a client_credentials client is configured"
+        """Keeps a client-id metadata document's client (derived from the Spec, nothing to
+        store); refuses a dynamic registration, which this runtime does not do."""
+        if client_info.client_id == self.key.client_id:
+            self.client = client_info
+            return
+        raise OAuthUnavailable(
+            "dynamic client registration is not supported: set oauth.preregistered_client_id "
+            "or oauth.cimd_url"
         )
 
 
@@ -145,6 +172,8 @@ class Grant:
     auth: httpx2.Auth
     identity: str
     redact: Redactor
+    key: TokenKey | None = None
+    """The key the grant's token is kept under."""
 
 
 class HeldRedactor(Redactor):
@@ -175,19 +204,31 @@ class OAuthClients:
         self.issuers = dict(issuers)
         self.store = store
         self.held = TokensHeld()
+        self.consents = Consents(store, {})
+
+    def tokens(
+        self,
+        key: TokenKey,
+        client: OAuthClientInformationFull | None = None,
+        metadata: OAuthMetadata | None = None,
+    ) -> StoredTokens:
+        """The SDK's storage of ``key`` over this worker's store."""
+        storage = StoredTokens(self.store, key, self.held, client)
+        storage.metadata = metadata
+        return storage
 
     async def grant(self, server: McpServer, scope: Scope, secrets: SecretResolver | None) -> Grant:
         """The provider for ``server`` under ``scope``.
 
         Raises:
-            OAuthUnavailable: a grant this worker does not implement, no client id or
-                secret credential, no issuer configured for it, or a secret that cannot be
-                resolved (messages name the credential, never its value).
+            OAuthUnavailable: no client id or secret credential, no issuer configured for
+                it, or a secret that cannot be resolved (messages name the credential,
+                never its value).
         """
         oauth = server.oauth
         assert oauth is not None
-        if oauth.grant != "client_credentials":
-            raise OAuthUnavailable(f"the OAuth grant {oauth.grant!r} is not supported")
+        if oauth.grant == "authorization_code":
+            return await consent_grant(self, server, scope, secrets)
         client_id = oauth.preregistered_client_id
         credential = oauth.client_secret_credential
         if client_id is None or credential is None:
@@ -195,21 +236,8 @@ class OAuthClients:
                 "client_credentials needs oauth.preregistered_client_id and "
                 "oauth.client_secret_credential"
             )
-        issuer = self.issuers.get(credential)
-        if issuer is None:
-            raise OAuthUnavailable(
-                f"no authorization server is configured for credential {credential!r} "
-                "(McpSettings.oauth_issuers, PSYCH_MCP_OAUTH_ISSUERS): a client secret is "
-                "only sent to the issuer the operator names for it"
-            )
-        if secrets is None:
-            raise OAuthUnavailable(
-                f"credential {credential!r} cannot be resolved: this worker has no SecretResolver"
-            )
-        try:
-            secret = await secrets.resolve(scope, credential)
-        except NotFound as err:
-            raise OAuthUnavailable(f"credential {credential!r} is not available") from err
+        issuer = self.issuer_of(credential)
+        secret = await self.secret(scope, credential, secrets)
         key = TokenKey(
             tenant=scope.tenant,
             principal=scope.principal,
@@ -225,4 +253,111 @@ class OAuthClients:
             issuer=issuer,
         )
         redact = HeldRedactor({credential: secret}, self.held, key)
-        return Grant(auth=auth, identity=f"oauth\0{issuer}\0{client_id}\0{secret}", redact=redact)
+        identity = f"oauth\0{issuer}\0{client_id}\0{secret}"
+        return Grant(auth=auth, identity=identity, redact=redact, key=key)
+
+    def issuer_of(self, name: str, kind: str = "credential") -> str:
+        """The issuer the operator configured for ``name`` (``kind`` "credential": a client
+        secret credential; "client": a public client's id).
+
+        Raises:
+            OAuthUnavailable: none is configured.
+        """
+        issuer = self.issuers.get(name)
+        if issuer is None:
+            raise OAuthUnavailable(
+                f"no authorization server is configured for {kind} {name!r} (McpSettings."
+                "oauth_issuers, PSYCH_MCP_OAUTH_ISSUERS): a client's credentials and tokens "
+                "only go to the issuer the operator names for it"
+            )
+        return issuer
+
+    async def secret(self, scope: Scope, credential: str, secrets: SecretResolver | None) -> str:
+        """The client secret ``credential`` names for ``scope``.
+
+        Raises:
+            OAuthUnavailable: no resolver, or no such secret.
+        """
+        if secrets is None:
+            raise OAuthUnavailable(
+                f"credential {credential!r} cannot be resolved: this worker has no SecretResolver"
+            )
+        try:
+            return await secrets.resolve(scope, credential)
+        except NotFound as err:
+            raise OAuthUnavailable(f"credential {credential!r} is not available") from err
+
+
+async def consent_grant(
+    clients: OAuthClients, server: McpServer, scope: Scope, secrets: SecretResolver | None
+) -> Grant:
+    """The ``authorization_code`` provider for ``server`` under ``scope`` (``_consent``).
+
+    The client is the Spec's ``preregistered_client_id`` (confidential when
+    ``client_secret_credential`` names its secret) or its ``cimd_url`` (a client-id
+    metadata document, when the authorization server supports them); the issuer is the
+    one the operator configured for the secret credential, else for the client id.
+
+    Raises:
+        OAuthUnavailable: no client or redirect URI, no issuer configured, or a secret
+            that cannot be resolved.
+    """
+    oauth = server.oauth
+    assert oauth is not None
+    client_id = oauth.preregistered_client_id or oauth.cimd_url
+    if client_id is None:
+        raise OAuthUnavailable(
+            "authorization_code needs oauth.preregistered_client_id or oauth.cimd_url "
+            "(dynamic client registration is not supported)"
+        )
+    if not oauth.redirect_uris:
+        raise OAuthUnavailable(
+            "authorization_code needs oauth.redirect_uris (where the operator's OAuth "
+            "callback listens: psych oauth-callback, or psych serve's /oauth/callback)"
+        )
+    credential = oauth.client_secret_credential
+    issuer = (
+        clients.issuer_of(credential)
+        if credential is not None
+        else clients.issuer_of(client_id, "client")
+    )
+    secret = None if credential is None else await clients.secret(scope, credential, secrets)
+    metadata = OAuthClientMetadata.model_validate(
+        {
+            "redirect_uris": list(oauth.redirect_uris),
+            "client_name": oauth.client_name,
+            "application_type": oauth.application_type,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "token_endpoint_auth_method": "none" if secret is None else "client_secret_post",
+        }
+    )
+    client = None
+    if oauth.preregistered_client_id is not None:
+        client = OAuthClientInformationFull.model_validate(
+            {
+                **metadata.model_dump(mode="json", exclude_none=True),
+                "client_id": oauth.preregistered_client_id,
+                "client_secret": secret,
+            }
+        )
+    key = TokenKey(
+        tenant=scope.tenant,
+        principal=scope.principal,
+        issuer=issuer,
+        client_id=client_id,
+        resource=resource_url_from_server_url(server.url),
+    )
+    storage = StoredTokens(clients.store, key, clients.held, client)
+    auth = ConsentProvider(
+        server_url=server.url,
+        client_metadata=metadata,
+        storage=storage,
+        client_metadata_url=None if oauth.preregistered_client_id else oauth.cimd_url,
+        issuer=issuer,
+        key=key,
+        parked=clients.consents.saw,
+    )
+    named = {} if credential is None or secret is None else {credential: secret}
+    redact = HeldRedactor(named, clients.held, key)
+    identity = f"oauth\0{issuer}\0{client_id}\0{secret or ''}"
+    return Grant(auth=auth, identity=identity, redact=redact, key=key)

@@ -391,6 +391,16 @@ class McpSessions:
             if pooled.ready.done() and not pooled.ready.cancelled():
                 pooled.ready.exception()
 
+    def retire(self, key: SessionKey, reason: str) -> None:
+        """Close the session of ``key`` once its users are done (the next use connects
+        afresh): its credential is no longer good, e.g. a token a person must renew."""
+        pooled = self._sessions.get(key)
+        if pooled is None:
+            return
+        pooled.broken = pooled.broken or reason
+        if pooled.users == 0:
+            self._drop(pooled)
+
     def _drop(self, pooled: _Pooled) -> None:
         if self._sessions.get(pooled.key) is pooled:
             del self._sessions[pooled.key]

@@ -46,9 +46,11 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.live import AttemptDeltas, DeltaHub
 from psych_runtime.activities.mcp import (
+    McpConsentRequired,
     McpResolver,
     McpUnreachable,
     Resolved,
+    consent_error,
     resolve_turn,
     turn_result,
 )
@@ -227,6 +229,10 @@ class ModelActivities(ActivityClass):
                 # happens before the request and must not look like a lost worker.
                 async with _heartbeating(None if deltas is None else deltas.details):
                     return span.done(await self._complete(input, started, redact, deltas))
+            except McpConsentRequired as err:
+                # Not the model's failure either: the Run suspends until a person consents.
+                span.failed(ModelFailure(transient=False, message=str(err)))
+                raise consent_error(err) from None
             except McpUnreachable as err:
                 # Not the model's failure: no call was made, and retrying cannot help.
                 activity.logger.warning("model call not made: %s", err)

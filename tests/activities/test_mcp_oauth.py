@@ -19,7 +19,7 @@ from psych_runtime.activities import (
     TokenKey,
 )
 from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
-from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.activities.mcp._oauth import OAuthUnavailable, StoredTokens, TokensHeld
 from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
 from psych_runtime.workers import WorkerSettings
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
@@ -173,5 +173,5 @@ async def test_without_a_store_a_token_lives_in_the_storage_only(tmp_path: Path)
     assert token is not None and token.access_token == "tok-check"
     assert os.listdir(tmp_path) == []
     assert await storage.get_client_info() is None
-    with pytest.raises(TypeError, match="registration is not supported"):
+    with pytest.raises(OAuthUnavailable, match="dynamic client registration is not supported"):
         await storage.set_client_info(OAuthClientInformationFull(client_id="x", redirect_uris=None))

@@ -28,7 +28,7 @@ from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
 from ._waiting import eventually
-from ._worker_proc import REGISTRY, spawn
+from ._worker_proc import REGISTRY, oauth_settings, spawn
 
 IN_FLIGHT_WITHIN = 30.0
 """Wall seconds the doomed worker has to get its calls in flight."""
@@ -75,6 +75,7 @@ class DoomedWorker:
             ),
             outage_seconds=0,
             versions=FileVersionStore(self.blob_dir.parent / "versions"),
+            **oauth_settings(self.blob_dir),
         )
         return run_worker(self.client, settings)
 

@@ -12,12 +12,17 @@ exactly the tools this worker has.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from psych_runtime.activities import McpSettings
 from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.mcp import parse_oauth_issuers
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
+from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
@@ -49,6 +54,16 @@ async def wait_for_courier(minutes: int) -> str:
     return "confirmed"
 
 
+def oauth_settings(blob_dir: Path) -> dict[str, Any]:
+    """The OAuth part of the worker's settings, the same in the process and its survivor:
+    tokens beside the blobs, issuers from ``PSYCH_MCP_OAUTH_ISSUERS`` (none when unset)."""
+    issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
+    return {
+        "tokens": LocalTokenStore(blob_dir.parent / "tokens"),
+        "mcp": McpSettings(oauth_issuers=issuers),
+    }
+
+
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long the server holds a workflow task for this worker's sticky cache before giving it
 to any worker on the task queue (the SDK default is 10 s). Killed, this worker never takes
@@ -67,6 +82,7 @@ async def main(target: str, task_queue: str, blob_dir: str, model_base_url: str)
         outage_seconds=0,
         # Beside the blobs, where the crash rig's PsychClient publishes (spawned children).
         versions=FileVersionStore(Path(blob_dir).parent / "versions"),
+        **oauth_settings(Path(blob_dir)),
     )
     async with run_worker(client, settings, sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT):
         print(READY, flush=True)

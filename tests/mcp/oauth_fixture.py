@@ -61,6 +61,14 @@ class OAuthMcpServer:
         """Every token issued so far is refused from now on."""
         self._control("POST", "revoke")
 
+    def revoke_everything(self) -> None:
+        """Every access and refresh token issued so far is refused (consent server)."""
+        self._control("POST", "revoke-all")
+
+    def consents(self) -> dict[str, Any]:
+        """``authorized`` (a client id per consent given), ``refreshed`` (consent server)."""
+        return self._control("GET", "consents")
+
     def set_lifetime(self, seconds: int) -> None:
         """The ``expires_in`` of tokens issued from now on."""
         self._control("POST", "lifetime", {"seconds": seconds})
@@ -84,10 +92,13 @@ class OAuthMcpServer:
         Path(self.log.name).unlink(missing_ok=True)
 
 
-def start_oauth_server(transport: Transport, clients: dict[str, str]) -> OAuthMcpServer:
-    """Start the server with ``clients`` (client id -> secret) registered; return once
-    both ports listen. The caller stops it with ``stop()``."""
-    command = [sys.executable, "-m", "tests.mcp.oauth_server", "--transport", transport]
+def start_oauth_server(
+    transport: Transport, clients: dict[str, str], module: str = "tests.mcp.oauth_server"
+) -> OAuthMcpServer:
+    """Start the server with ``clients`` (client id -> secret; for ``module``
+    ``tests.mcp.consent_server``, client id -> redirect URI) registered; return once both
+    ports listen. The caller stops it with ``stop()``."""
+    command = [sys.executable, "-m", module, "--transport", transport]
     for client_id, secret in clients.items():
         command += ["--client", f"{client_id}={secret}"]
     log = tempfile.NamedTemporaryFile(prefix="mcp-oauth-", suffix=".log", delete=False)  # noqa: SIM115

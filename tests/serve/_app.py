@@ -11,6 +11,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
@@ -23,7 +24,11 @@ KEYS = (ApiKey.of(ACME_KEY, "acme", "ops"), ApiKey.of(GLOBEX_KEY, "globex"))
 
 @asynccontextmanager
 async def api(
-    home: Path, *, max_body_bytes: int = 64 * 1024, registry: ToolRegistry | None = None
+    home: Path,
+    *,
+    max_body_bytes: int = 64 * 1024,
+    registry: ToolRegistry | None = None,
+    tokens: TokenStore | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client of the app (ASGI transport), with an acme and a globex API key."""
     # Port 9 (discard) on loopback: lazy, so nothing is ever sent there.
@@ -31,7 +36,9 @@ async def api(
         "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
     )
     client = PsychClient(temporal, store=FileVersionStore(home / "versions"), registry=registry)
-    settings = ServeSettings(client, AuthSettings(KEYS), max_body_bytes=max_body_bytes)
+    settings = ServeSettings(
+        client, AuthSettings(KEYS), max_body_bytes=max_body_bytes, tokens=tokens
+    )
     transport = httpx.ASGITransport(app=create_app(settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
         yield http

@@ -379,7 +379,11 @@ def test_subagent_and_other_grants() -> None:
             "crm",
             "https://crm.test/mcp",
             allow=["get_*", "list_accounts"],
-            oauth={"grant": "authorization_code", "redirect_uris": ["https://cb.test"]},
+            oauth={
+                "grant": "authorization_code",
+                "preregistered_client_id": "psych-agent",
+                "redirect_uris": ["https://cb.test"],
+            },
         )
         .a2a_peer("peer", "https://peer.test", scheme="Token")
         .spawn(tools=["crm__get_account"], max_depth=1)
@@ -393,7 +397,9 @@ def test_subagent_and_other_grants() -> None:
     assert spec.subagents[0].spec == child.build()
     assert spec.mcp_servers[0].allow == ("get_*", "list_accounts")
     assert spec.mcp_servers[0].oauth == McpOAuth(
-        grant="authorization_code", redirect_uris=("https://cb.test",)
+        grant="authorization_code",
+        preregistered_client_id="psych-agent",
+        redirect_uris=("https://cb.test",),
     )
     assert spec.a2a_peers[0].scheme == "Token"
     assert spec.spawn is not None and spec.spawn.max_depth == 1
@@ -403,14 +409,8 @@ def test_subagent_and_other_grants() -> None:
         True,
         "concise",
     )
-    # Every grant but the subagent, spawn, compaction, the task list, components, the A2A
-    # peer and the MCP server itself (its authorization_code OAuth is not) is a field the
-    # runtime does not implement yet.
-    assert validate(spec) == unsupported_features(spec)
-    assert [p.path for p in unsupported_features(spec)] == [
-        "mcp_servers[crm].oauth.grant",
-        "mcp_servers[crm].oauth.redirect_uris",
-    ]
+    # Every grant is implemented (the MCP server's authorization_code OAuth too).
+    assert validate(spec) == unsupported_features(spec) == []
 
 
 def test_shared_registry_and_pre_registered_function() -> None:

@@ -93,6 +93,7 @@ from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 from tests.mcp.modern_fixture import start_modern_server
+from tests.workflows import _consent_shapes as consent_shapes
 
 # The shapes' HTTP, MCP and A2A servers run on loopback, which a Spec's URL may reach only
 # when the operator allows it (as tests/conftest.py allows it for the suite).
@@ -1039,6 +1040,18 @@ async def mcp_optional_unavailable(rig: Rig) -> RunHandle:
     return await rig.run(spec)
 
 
+async def mcp_authorization_at_turn(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_authorization_at_turn(rig, rig.env.client, SCOPE)
+
+
+async def mcp_authorization_at_call(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_authorization_at_call(rig, rig.env.client, SCOPE)
+
+
+async def workflow_mcp_authorization(rig: Rig) -> RunHandle:
+    return await consent_shapes.workflow_mcp_authorization(rig, rig.env.client, SCOPE)
+
+
 async def a2a_peer_called(rig: Rig) -> RunHandle:
     # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
     # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
@@ -1682,6 +1695,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_mcp_tool_step),
     # the MCP protocol of 2026-07-28 (issue 25, item 6)
     ("dev", mcp_input_required_answered),
+    ("dev", mcp_authorization_at_turn),
+    ("dev", mcp_authorization_at_call),
+    ("dev", workflow_mcp_authorization),
     # A2A peers as tools (issue 24, item 1)
     ("dev", a2a_peer_called),
     ("dev", a2a_peer_task_waited),

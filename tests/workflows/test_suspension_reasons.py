@@ -22,8 +22,9 @@ from psych_runtime.workflows import (
     SuspensionReason,
 )
 
-WIRE = {"approval", "question", "external", "children"}
-"""As committed histories spell them: changing one breaks their replay."""
+WIRE = {"approval", "question", "external", "children", "authorization"}
+"""As committed histories spell them: changing one breaks their replay (``authorization``:
+a person's consent to an MCP server's OAuth, issue 25)."""
 
 _STAMP = {"seq": 1, "at": "2026-12-01T00:00:00Z", "scope": {"tenant": "t"}}
 _PENDING = {"id": "c1", "call_id": "c1", "tool": "t", "expires_at": "2026-12-02T00:00:00Z"}

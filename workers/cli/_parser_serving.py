@@ -225,6 +225,24 @@ def add_serve_command(
         help="an accepted signature algorithm (repeatable; default RS256 and ES256)",
     )
     serve.set_defaults(func=lazy("psych_runtime.workers.cli._serve_command", "cmd_serve"))
+    callback = commands.add_parser(
+        "oauth-callback",
+        parents=[connection],
+        help="serve the OAuth redirect of MCP servers a person consents to",
+        description="Serve GET /oauth/callback: the redirect of an MCP server's "
+        "authorization_code grant. It finds the Run waiting on the redirect's state in the "
+        "workers' token store (PSYCH_TOKEN_DIR, or PSYCH_BLOB_URL's bucket), leaves the code "
+        "there and resumes the Run. Point the Spec's oauth.redirect_uris at it.",
+    )
+    callback.add_argument(
+        "--listen",
+        default=env("PSYCH_OAUTH_CALLBACK_LISTEN", "127.0.0.1:8765"),
+        metavar="HOST:PORT",
+        help="where to listen (env PSYCH_OAUTH_CALLBACK_LISTEN, default 127.0.0.1:8765)",
+    )
+    callback.set_defaults(
+        func=lazy("psych_runtime.workers.cli._oauth_callback_command", "cmd_oauth_callback")
+    )
 
 
 def add_fleet_commands(

@@ -125,15 +125,16 @@ async def _serve(args: argparse.Namespace) -> int:
         registry=registry,
         roles_apart=args.roles_apart,
     )
+    # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
+    # it is for the OAuth callback (which reads and writes nothing sealed), sealed as the
+    # workers seal it for A2A push configurations (they hold callers' webhook credentials).
+    tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     settings = ServeSettings(
         client=client,
         auth=auth,
+        tokens=tokens,
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-        # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens),
-        # sealed as theirs: A2A push configurations hold the callers' webhook credentials.
-        push_tokens=sealed_tokens(
-            temporal, token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
-        ),
+        push_tokens=sealed_tokens(temporal, tokens),
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))

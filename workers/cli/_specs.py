@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -26,6 +27,8 @@ from psych_runtime.specs import (
     ToolRegistry,
     ValidationContext,
     WorkflowSpec,
+    mcp_connection_key,
+    mcp_servers_of,
     validate,
 )
 from psych_runtime.workers._a2a_check import PeerReport, check_spec_peers
@@ -96,6 +99,12 @@ def checked_spec(
         refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
         # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
         issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
+        # And their token store (read only), to say whether a token is held for the Scope.
+        from psych_runtime.activities.tokens import token_store_from_env
+        from psych_runtime.workers._worker import DEFAULT_HOME
+
+        tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
+        oauth: dict[str, str] = {}
         connections = asyncio.run(
             check_connections(
                 spec,
@@ -103,9 +112,20 @@ def checked_spec(
                 secrets=EnvSecretResolver(),
                 settings=McpSettings(oauth_issuers=issuers),
                 egress=egress,
+                tokens=tokens,
+                oauth=oauth,
             )
         )
         peers = asyncio.run(_checked_peers(spec, scope))
+        told: set[str] = set()
+        for server in mcp_servers_of(spec):
+            key = mcp_connection_key(server)
+            if key in oauth and key not in told:
+                told.add(key)
+                print(
+                    f"{file}: mcp server {server.name!r} ({server.url}) oauth: {oauth[key]}",
+                    file=sys.stderr,
+                )
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
         known_models=known_models,

@@ -109,6 +109,9 @@ def describe_pending(item: Pending) -> str:
         case SuspensionReason.CHILDREN if item.question:
             # wait_children: the spawned children it waits for
             return f"spawned children {_short(item.question, 120)}"
+        case SuspensionReason.AUTHORIZATION:
+            # The whole URL: a shortened one cannot be opened.
+            return f"a person's consent for MCP server {item.tool}: open {item.question}"
         case SuspensionReason.CHILDREN:
             return f"subagent Run {item.id}"
         case _:
@@ -128,6 +131,11 @@ def resume_command(workflow_id: str, item: Pending, tenant: str) -> str | None:
             return f"psych complete {workflow_id} {ident} --payload JSON{flag}"
         case SuspensionReason.CHILDREN:
             return None
+        case SuspensionReason.AUTHORIZATION:
+            return (
+                f"open {item.question} in a browser and consent; the OAuth callback "
+                "(psych oauth-callback, or psych serve's /oauth/callback) resumes the Run"
+            )
         case _:
             assert_never(item.reason)
 
@@ -144,7 +152,7 @@ def _pending_id(item: Pending) -> str:
             return f"token {item.id}"
         case SuspensionReason.CHILDREN:
             return f"call {item.call_id}"
-        case SuspensionReason.APPROVAL | SuspensionReason.QUESTION:
+        case SuspensionReason.APPROVAL | SuspensionReason.QUESTION | SuspensionReason.AUTHORIZATION:
             return f"id {item.id}"
         case _:
             assert_never(item.reason)

@@ -63,7 +63,9 @@ class Wait:
     completion, or a child Run."""
 
     reason: SuspensionReason
-    outcome: Literal["approved", "rejected", "answered", "completed", "expired", "waiting"]
+    outcome: Literal[
+        "approved", "rejected", "answered", "completed", "authorized", "expired", "waiting"
+    ]
     by: str | None = None
     detail: str | None = None
     """The approver's note, the answer, or the completion payload."""

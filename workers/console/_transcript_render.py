@@ -30,6 +30,8 @@ def _wait_text(wait: Wait) -> str:
             what = "completion"
         case SuspensionReason.CHILDREN:
             what = "children"
+        case SuspensionReason.AUTHORIZATION:
+            what = "consent"
         case _:
             assert_never(wait.reason)
     asked = f" {wait.question!r}" if wait.question else ""

@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from psych_runtime.specs import Scope
+from psych_runtime.workers._oauth_callback import oauth_callback_route
 from psych_runtime.workers.serve._auth import Authenticator
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._limits import BodyLimit
@@ -73,6 +74,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
         ),
         lease_seconds=settings.push_lease_seconds,
     )
+    if settings.tokens is not None:
+        app.router.routes.append(oauth_callback_route(settings.client, settings.tokens))
     app.router.routes.append(
         a2a_routes(
             settings.client,

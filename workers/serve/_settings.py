@@ -52,6 +52,9 @@ class ServeSettings:
             this process's memory only.
         push_lease_seconds: how long a process's silence about a task whose push
             notifications it delivers lasts before another process takes the task over.
+        tokens: the workers' token store; with one, the app answers the OAuth redirect
+            of MCP servers a person consents to at ``/oauth/callback`` (no credential:
+            the redirect's state is what finds the Run).
     """
 
     client: PsychClient
@@ -61,6 +64,7 @@ class ServeSettings:
     query_timeout_seconds: float = 10.0
     push_tokens: TokenStore | None = None
     push_lease_seconds: float = 30.0
+    tokens: TokenStore | None = None
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ class ResumeResult(_Frozen):
 
     reason: CallSuspensionReason
     id: str
-    outcome: Literal["approved", "rejected", "answered", "completed"]
+    outcome: Literal["approved", "rejected", "answered", "completed", "authorized"]
 
 
 class AbortInput(_Frozen):

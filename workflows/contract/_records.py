@@ -202,7 +202,7 @@ class Resumed(_Record):
     reason: SuspensionReason
     id: str
     by: str | None = None
-    outcome: Literal["approved", "rejected", "answered", "completed"]
+    outcome: Literal["approved", "rejected", "answered", "completed", "authorized"]
     detail: str | None = None
     """The note, the answer, or the completion payload (as JSON text)."""
 

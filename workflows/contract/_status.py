@@ -56,13 +56,20 @@ class SuspensionReason(StrEnum):
     """A system completes a tool's external wait (by its wait token)."""
     CHILDREN = "children"
     """Child Runs end: a ``delegate`` call's subagent, or the ones ``wait_children`` names."""
+    AUTHORIZATION = "authorization"
+    """A person consents to an MCP server's OAuth (``authorization_code``): the item's
+    ``question`` is the URL they open, ``tool`` the server; the OAuth callback resumes it."""
 
 
 CallSuspensionReason = Literal[
-    SuspensionReason.APPROVAL, SuspensionReason.QUESTION, SuspensionReason.EXTERNAL
+    SuspensionReason.APPROVAL,
+    SuspensionReason.QUESTION,
+    SuspensionReason.EXTERNAL,
+    SuspensionReason.AUTHORIZATION,
 ]
 """The reasons a resume answers (``psych.resume``): a tool call waiting for a person or a
-system. A wait for children is never resumed; it ends when they do."""
+system, or a person's consent (completed by the OAuth callback). A wait for children is
+never resumed; it ends when they do."""
 
 
 class Pending(_Frozen):

@@ -16,13 +16,13 @@ catalogue over the worker's preload budget, or ``preload: false``) offer only th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         McpCatalog,
         McpCatalogInput,
+        McpConsent,
         McpSearchInput,
         McpServerStatus,
         McpTurn,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import McpServer, Scope
     from psych_runtime.workflows.contract._records import McpDiscovered, RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import Builtin, CallDone, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._record_log import RecordLog
@@ -133,8 +135,12 @@ async def refresh(
     turn: int,
     scope: Scope,
     log: RecordLog,
+    consent: Callable[[McpConsent, str], Awaitable[None]] | None = None,
 ) -> Turn:
     """Resolve a workflow step's catalogue (the base one alone when the Run has no servers).
+
+    A server that needs a person's consent suspends the Run through ``consent`` (then
+    discovery is asked again); without it, that fails the Run like an unreachable server.
 
     Raises:
         Stop: FAILED when a non-optional server is unreachable or discovery itself failed.
@@ -142,20 +148,25 @@ async def refresh(
     offered = {entry.name: entry for entry in base.entries}
     if not state.servers:
         return Turn(base.tools_ref, offered, [])
-    try:
-        result = await calls.list_mcp_tools(
-            McpCatalogInput(
-                run_id=run_id,
-                turn=turn,
-                servers=tuple(state.servers.values()),
-                scope=scope,
-                base_tools_ref=base.tools_ref,
-                loaded=tuple(state.loaded),
-                known_hash=state.catalog_hash,
+    while True:
+        try:
+            result = await calls.list_mcp_tools(
+                McpCatalogInput(
+                    run_id=run_id,
+                    turn=turn,
+                    servers=tuple(state.servers.values()),
+                    scope=scope,
+                    base_tools_ref=base.tools_ref,
+                    loaded=tuple(state.loaded),
+                    known_hash=state.catalog_hash,
+                )
             )
-        )
-    except ActivityError as err:
-        raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
+            break
+        except (ActivityError, ApplicationError) as err:
+            needed = consent_of(err)
+            if needed is None or consent is None:
+                raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
+            await consent(needed, f"step-{turn}")
     _take(state, result)
     notes: list[ChatMessage | str] = []
     for status in result.servers:
@@ -261,6 +272,7 @@ class Mcp(Feature):
             turn=turn,
             scope=run.input.scope,
             log=run.log,
+            consent=run.await_consent,
         )
 
     def carry(self) -> Any:

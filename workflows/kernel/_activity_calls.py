@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         A2A_CARDS,
         A2A_POLL,
         ACTIVITY_ROLES,
+        MCP_AUTHORIZE,
         MCP_LIST_TOOLS,
         MCP_SEARCH_TOOLS,
         MODEL_CALL,
@@ -58,6 +59,8 @@ with workflow.unsafe.imports_passed_through():
         CompactResult,
         ErrorType,
         HttpToolCall,
+        McpAuthorized,
+        McpAuthorizeInput,
         McpCatalog,
         McpCatalogInput,
         McpSearchInput,
@@ -155,6 +158,9 @@ OPTIONS: dict[str, Options] = {
     # The worker bounds an MCP call by its own call timeout, well inside this.
     TOOL_MCP: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
     MCP_SEARCH_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # One token request; a failed exchange is an answer (the Run asks the person again),
+    # so these retries are for the worker's own failures (a worker lost mid-exchange).
+    MCP_AUTHORIZE: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # Local, like the MCP catalogue: an unreachable peer is data in its result. Each card
     # fetch is bounded by the worker's card timeout (10 s by default), all in parallel.
     A2A_CARDS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
@@ -283,6 +289,11 @@ async def poll_a2a(input: A2aPollInput, *, summary: str) -> ToolOutcome:
 async def cancel_a2a(input: A2aCancelInput, *, summary: str) -> A2aCancelled:
     """``psych.a2a.cancel``: ask the peer to cancel a task the Run no longer waits on."""
     return await _execute(A2A_CANCEL, input, A2aCancelled, summary=summary)
+
+
+async def authorize_mcp(input: McpAuthorizeInput) -> McpAuthorized:
+    """``psych.mcp.authorize``: exchange the code a person's consent brought for a token."""
+    return await _execute(MCP_AUTHORIZE, input, McpAuthorized, summary=f"authorize {input.id}")
 
 
 async def search_mcp_tools(input: McpSearchInput, *, summary: str) -> McpSearchResult:

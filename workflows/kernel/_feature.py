@@ -24,6 +24,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
         CatalogEntry,
+        McpConsent,
         ModelCallInput,
         ModelCallResult,
         ToolCallRequest,
@@ -128,6 +129,9 @@ class RunView(Protocol):
     def model_task(self, task: asyncio.Task[Any] | None) -> None:
         """Set (or clear) the model-role call in flight: the deadline clock runs while it
         does, and an abort cancels it."""
+
+    async def await_consent(self, consent: McpConsent, call_id: str) -> None:
+        """Suspend until a person consented to an MCP server's OAuth (then retry)."""
 
     async def suspend_call(
         self,

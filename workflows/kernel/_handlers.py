@@ -139,6 +139,9 @@ class Handlers(RunBase):
                 outcome, detail = "answered", input.answer
             case SuspensionReason.EXTERNAL:
                 outcome, detail = "completed", json.dumps(input.payload)
+            case SuspensionReason.AUTHORIZATION:
+                # The callback left the code in the token store, never here.
+                outcome, detail = "authorized", None
             case _:
                 assert_never(input.reason)
         child = self._suspensions.child_of(input.id) if item.run is not None else None

@@ -391,6 +391,8 @@ class RunBase(abc.ABC):
                     what = f"an answer to {(item.question or '')[:200]!r}"
                 case SuspensionReason.EXTERNAL:
                     what = f"completion of {item.tool} (token {item.id})"
+                case SuspensionReason.AUTHORIZATION:
+                    what = f"a person's consent for MCP server {item.tool}: open {item.question}"
                 case SuspensionReason.CHILDREN if item.question:
                     what = f"spawned children {item.question[:200]}"
                 case SuspensionReason.CHILDREN:

@@ -147,7 +147,12 @@ class Suspensions:
                 raise refusal(RefusalKind.BAD_RESUME, "an approval needs approved=true or false")
             case SuspensionReason.QUESTION if input.answer is None:
                 raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text")
-            case SuspensionReason.APPROVAL | SuspensionReason.QUESTION | SuspensionReason.EXTERNAL:
+            case (
+                SuspensionReason.APPROVAL
+                | SuspensionReason.QUESTION
+                | SuspensionReason.EXTERNAL
+                | SuspensionReason.AUTHORIZATION
+            ):
                 pass  # answered (any payload completes an external wait, null included)
             case _:
                 assert_never(input.reason)

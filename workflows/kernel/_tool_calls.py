@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
     from psych_runtime.workflows.kernel import _mcp_input as mcp_input
+    from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
@@ -219,6 +220,22 @@ class ToolCalls(FeatureView):
         arguments: dict[str, Any],
         input: McpInputAnswers | None = None,
     ) -> ToolResult:
+        """Execute the call; again once a person consented, when its MCP server asked for
+        consent before its tool ran (a 401: nothing was done)."""
+        while True:
+            result = await self._open_call(turn, call, entry, arguments, input)
+            if result.consent is None:
+                return result
+            await self.await_consent(result.consent, call.id)
+
+    async def _open_call(
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        input: McpInputAnswers | None,
+    ) -> ToolResult:
         """Execute the call as an open (and maybe interruptible) call of the Run."""
         self._open_calls[call.id] = (turn, call.name)
         task = asyncio.create_task(self._execute(turn, call, entry, arguments, input))
@@ -383,6 +400,11 @@ class ToolCalls(FeatureView):
                 if self._abort is None:
                     raise asyncio.CancelledError from err
                 return inline(call, "aborted", ABORTED_CALL, counts=False)
+            consent = consent_of(err)
+            if consent is not None:
+                result = inline(call, "error", f"the tool call needs consent: {consent.server}")
+                result.consent = consent
+                return result
             if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")

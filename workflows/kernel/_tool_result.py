@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ChatMessage, ToolCallRequest, ToolOutcome
+    from psych_runtime.activities.contract import (
+        ChatMessage,
+        McpConsent,
+        ToolCallRequest,
+        ToolOutcome,
+    )
     from psych_runtime.workflows.contract._records import ToolCallStatus
 
 
@@ -28,6 +33,8 @@ class ToolResult:
     """What the call goes on with once it is no longer open (its activity done): a
     feature's follow-up that waits for a person (an A2A peer's question), so the deadline
     clock stops meanwhile. Its result replaces this one."""
+    consent: McpConsent | None = None
+    """Not a result: the MCP server needs a person's consent first (the call is retried)."""
 
 
 def inline(

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._catalog import resolve
+    from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import CallDone
     from psych_runtime.workflows.kernel._guards import Guards
     from psych_runtime.workflows.kernel._model_calls import (
@@ -243,6 +244,12 @@ class TurnLoop(ToolCalls):
                 if isinstance(err.__cause__, CancelledError):
                     # The workflow is being cancelled (or force-settled): not a model failure.
                     raise asyncio.CancelledError from err
+                consent = consent_of(err)
+                if consent is not None:
+                    # No model call was made: the turn's MCP discovery needs a person's
+                    # consent. Asked again (same model) once it came.
+                    await self.await_consent(consent, f"turn-{turn}")
+                    continue
                 if isinstance(err.__cause__, ApplicationError) and (
                     err.__cause__.type == ErrorType.MCP_UNREACHABLE
                 ):

@@ -13,7 +13,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ToolCallRequest
+    from psych_runtime.activities.contract import McpConsent, ToolCallRequest
     from psych_runtime.specs import (
         AgentSpec,
         Limits,
@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._contract import ResumeInput, RunInput
     from psych_runtime.workflows.contract._records import CallSuspensionReason, Pending, Totals
+    from psych_runtime.workflows.kernel._consent import await_consent
     from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._handlers import Handlers
     from psych_runtime.workflows.kernel._record_log import RecordLog
@@ -58,6 +59,18 @@ class FeatureView(Handlers):
                 expires_at=expires_at(seconds),
             ),
             seconds,
+        )
+
+    async def await_consent(self, consent: McpConsent, call_id: str) -> None:
+        """Suspend until a person consented to ``consent``'s MCP server and the code was
+        exchanged (``_consent``); the caller then retries what needed the token."""
+        await await_consent(
+            self._suspensions,
+            consent,
+            call_id=call_id,
+            seconds=self._suspension.approval_expires_seconds,
+            run_id=self._input.run_id,
+            scope=self._input.scope,
         )
 
     @property

@@ -1,0 +1,372 @@
+"""MCP servers behind OAuth 2.1 with a person's consent: the ``authorization_code`` grant.
+
+The SDK's ``OAuthClientProvider`` runs the whole grant in one coroutine: discovery, the
+authorization URL (PKCE, ``state``, resource indicator), then it awaits the redirect's
+callback and exchanges the code. A Run cannot keep a coroutine across a person's consent
+(minutes to days, worker restarts in between), so the grant is split at the callback:
+
+1. ``ConsentProvider`` (the SDK's provider) runs discovery and builds the URL as usual; at
+   the point where it would wait for the callback it hands the flow (its context, the
+   PKCE verifier and ``state``) to ``OAuthClients`` and fails the request.
+2. The activity that saw the failure parks the flow (``Consents.park``): sealed in the
+   token store under the Run's Scope (the verifier never enters history or a log), plus an
+   index from ``state`` to the Run's workflow id and the pending item's id, which the
+   callback needs. It raises ``McpConsentRequired``; the Run suspends for authorization.
+3. The callback (``psych oauth-callback``, ``psych serve``, or ``oauth_callback_app``)
+   finds the Run by ``state``, leaves the code in the store and resumes the Run.
+4. The Run's ``psych.mcp.authorize`` activity exchanges the code with the SDK's own
+   token request of the parked flow (the same context, verifier, client and resource),
+   checks ``state`` and the RFC 9207 ``iss``, stores the token under the Scope and
+   forgets the flow; then the Run retries what needed the token.
+
+The exchange runs inside the Run's activity, not in the callback: there the token store is
+sealed for the Run's tenant with the payload keys, and the request goes through the
+tenant's egress policy. The authorization code is single use and worthless without the
+verifier, and waits in the store (not in history) only until that activity takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
+from mcp.client.auth.utils import issuers_match, validate_authorization_response_iss
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    ProtectedResourceMetadata,
+)
+from pydantic import BaseModel
+from temporalio import activity
+
+from psych_runtime.activities.mcp._consent_error import McpConsentRequired
+from psych_runtime.activities.tokens import EncryptedTokenStore, TokenKey, TokenStore
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_DEFERRED = "psych:deferred"
+"""What the split grant's callback answers in place of a code (never sent anywhere: the
+provider stops before the exchange)."""
+
+CALLBACK_TENANT = "psych:oauth-callback"
+"""The tenant field of the callback's own records (a Scope's tenant cannot contain ``:``
+in the ways a Run's can be addressed, and the key is hashed anyway)."""
+
+
+class Flow(BaseModel):
+    """An authorization waiting for its callback: what the exchange needs (sealed)."""
+
+    key: tuple[str, str | None, str, str, str]
+    url: str
+    state: str
+    verifier: str
+    server_url: str
+    client_metadata: OAuthClientMetadata
+    client_info: OAuthClientInformationFull
+    oauth_metadata: OAuthMetadata | None
+    protected_resource: ProtectedResourceMetadata | None
+    protocol_version: str | None
+
+
+class Waiting(BaseModel):
+    """The callback's index entry of a flow: which Run, which pending item (no secret)."""
+
+    workflow_id: str
+    tenant: str
+    id: str
+
+
+class Arrived(BaseModel):
+    """What the redirect brought, waiting for the Run's exchange."""
+
+    code: str
+    state: str
+    iss: str | None
+
+
+def token_key(fields: tuple[str, str | None, str, str, str]) -> TokenKey:
+    return TokenKey(*fields)
+
+
+def flow_key(tenant: str, principal: str | None, id: str) -> TokenKey:
+    """Where a Run's parked flow is kept (sealed for its tenant)."""
+    return TokenKey(tenant, principal, "psych:consent", "flow", id)
+
+
+def index_key(state: str) -> TokenKey:
+    """Where the callback finds the Run a ``state`` belongs to."""
+    return TokenKey(CALLBACK_TENANT, None, "psych:consent", "state", state)
+
+
+def arrived_key(id: str) -> TokenKey:
+    """Where the callback leaves the code for the Run's exchange."""
+    return TokenKey(CALLBACK_TENANT, None, "psych:consent", "code", id)
+
+
+def plain(store: TokenStore) -> TokenStore:
+    """The store beneath any sealing: the callback, which runs outside a Run, reads and
+    writes the index and codes there (they hold no token or verifier)."""
+    return store.inner if isinstance(store, EncryptedTokenStore) else store
+
+
+class ConsentProvider(OAuthClientProvider):
+    """The SDK's authorization-code provider, stopped where it would wait for a person.
+
+    Args:
+        issuer: the authorization server the operator configured for this client; a
+            server that names another one is refused (its tokens never reach us, ours
+            never reach it).
+        parked: called with the flow when the person's consent is needed.
+    """
+
+    def __init__(
+        self,
+        *,
+        server_url: str,
+        client_metadata: OAuthClientMetadata,
+        storage: Any,
+        client_metadata_url: str | None,
+        issuer: str,
+        key: TokenKey,
+        parked: Callable[[Flow], None],
+    ) -> None:
+        self._url: str | None = None
+        super().__init__(
+            server_url=server_url,
+            client_metadata=client_metadata,
+            storage=storage,
+            redirect_handler=self._redirect,
+            callback_handler=self._deferred,
+            client_metadata_url=client_metadata_url,
+        )
+        self.issuer = issuer
+        self.key = key
+        self.parked = parked
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        context = self.context
+        # A held token's expiry and its issuer's endpoints, from the stored record: the
+        # SDK would otherwise send an expired token first (no expiry known) and send a
+        # refresh to the resource server's origin (no metadata discovered yet).
+        metadata = getattr(context.storage, "metadata", None)
+        if context.oauth_metadata is None and isinstance(metadata, OAuthMetadata):
+            context.oauth_metadata = metadata
+        if context.current_tokens is not None:
+            context.update_token_expiry(context.current_tokens)
+
+    def _select_authorization_server(self, advertised: list[str]) -> str:
+        for server in advertised:
+            if issuers_match(server, self.issuer):
+                return server
+        raise OAuthFlowError(
+            f"the MCP server names authorization server(s) {', '.join(advertised)}, not "
+            f"{self.issuer}, the issuer configured for this client: refused"
+        )
+
+    async def _redirect(self, url: str) -> None:
+        self._url = url
+
+    async def _deferred(self) -> AuthorizationCodeResult:
+        # The SDK checks the callback's state and iss before it returns the verifier: the
+        # state is the URL's own, and the iss the one the metadata names, so both pass;
+        # the code is never used (``_perform_authorization`` stops before the exchange).
+        assert self._url is not None
+        state = parse_qs(urlsplit(self._url).query).get("state", [""])[0]
+        metadata = self.context.oauth_metadata
+        iss = None
+        if metadata is not None and metadata.authorization_response_iss_parameter_supported:
+            iss = str(metadata.issuer)
+        return AuthorizationCodeResult(code=_DEFERRED, state=state, iss=iss)
+
+    async def _perform_authorization(self) -> httpx2.Request:
+        _, verifier = await self._perform_authorization_code_grant()
+        context = self.context
+        assert self._url is not None and context.client_info is not None
+        state = parse_qs(urlsplit(self._url).query)["state"][0]
+        self.parked(
+            Flow(
+                key=(
+                    self.key.tenant,
+                    self.key.principal,
+                    self.key.issuer,
+                    self.key.client_id,
+                    self.key.resource,
+                ),
+                url=self._url,
+                state=state,
+                verifier=verifier,
+                server_url=context.server_url,
+                client_metadata=context.client_metadata,
+                client_info=context.client_info,
+                oauth_metadata=context.oauth_metadata,
+                protected_resource=context.protected_resource_metadata,
+                protocol_version=context.protocol_version,
+            )
+        )
+        # The token comes into the store through another provider (the Run's exchange):
+        # this one reads it again before its next request instead of sending the old one.
+        self._initialized = False
+        raise OAuthFlowError("a person's consent is needed (the Run suspends for it)")
+
+
+@dataclass
+class Consents:
+    """Flows waiting for a person, between the provider and the activity that parks them.
+
+    ``needed`` is keyed by ``TokenKey``: the provider of a pooled session may belong to
+    an earlier connection than the activity that meets its failure, and both name the
+    same key.
+    """
+
+    store: TokenStore | None
+    needed: dict[TokenKey, Flow]
+    events: dict[TokenKey, asyncio.Event] = field(default_factory=dict)
+    """Set when a flow of the key needs consent (a call waiting on a session whose
+    transport swallows the failure, SSE's, stops waiting)."""
+
+    def saw(self, flow: Flow) -> None:
+        key = token_key(flow.key)
+        self.needed[key] = flow
+        self.events.setdefault(key, asyncio.Event()).set()
+
+    def take(self, key: TokenKey | None) -> Flow | None:
+        """The flow a failed request of ``key`` left, if any (taken once)."""
+        if key is None:
+            return None
+        self.events.pop(key, None)
+        return self.needed.pop(key, None)
+
+    async def unless_needed(self, key: TokenKey | None, work: Awaitable[T]) -> T:
+        """``work``, unless a flow of ``key`` needs consent first: then it is cancelled
+        and ``ConsentInterrupted`` raised (the caller takes the flow)."""
+        if key is None:
+            return await work
+        event = self.events.setdefault(key, asyncio.Event())
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            raise ConsentInterrupted
+        return task.result()
+
+    async def park(self, flow: Flow, server: str, workflow_id: str) -> McpConsentRequired:
+        """Keep ``flow`` for its callback; the exception the activity raises for it."""
+        if self.store is None:
+            return McpConsentRequired(server, flow.url, "")
+        pending = "oauth-" + secrets.token_hex(8)
+        tenant, principal = flow.key[0], flow.key[1]
+        await self.store.put(flow_key(tenant, principal, pending), flow.model_dump_json().encode())
+        waiting = Waiting(workflow_id=workflow_id, tenant=tenant, id=pending)
+        await plain(self.store).put(index_key(flow.state), waiting.model_dump_json().encode())
+        return McpConsentRequired(server, flow.url, pending)
+
+
+class ConsentInterrupted(Exception):
+    """A request was given up: a person's consent is needed first (``Consents``)."""
+
+
+async def exchange(
+    store: TokenStore,
+    tenant: str,
+    principal: str | None,
+    id: str,
+    send: Callable[[httpx2.Request], Awaitable[httpx2.Response]],
+    storage: Callable[[TokenKey, OAuthClientInformationFull, OAuthMetadata | None], Any],
+) -> str | None:
+    """Exchange the code the callback left for pending item ``id``; None when the token
+    is stored, else why not (no secret in it).
+
+    The request is the SDK's own token request of the parked flow (``send`` delivers it
+    through the Run's egress client); its response is the SDK's to read, which stores the
+    token through ``storage(key, client)``. The flow, its index and the code are forgotten
+    either way: a failed exchange needs a new consent.
+    """
+    flow_at = flow_key(tenant, principal, id)
+    sealed = await store.get(flow_at)
+    if sealed is None:
+        return "no authorization is waiting under this id (already exchanged, or expired)"
+    flow = Flow.model_validate_json(sealed)
+    arrived_at = arrived_key(id)
+    raw = await plain(store).get(arrived_at)
+    try:
+        if raw is None:
+            return "the authorization callback has not arrived"
+        arrived = Arrived.model_validate_json(raw)
+        if not secrets.compare_digest(arrived.state, flow.state):
+            return "the callback's state does not match the authorization's"
+        validate_authorization_response_iss(arrived.iss, flow.oauth_metadata)
+        key = token_key(flow.key)
+        provider = OAuthClientProvider(
+            server_url=flow.server_url,
+            client_metadata=flow.client_metadata,
+            storage=storage(key, flow.client_info, flow.oauth_metadata),
+        )
+        context = provider.context
+        context.client_info = flow.client_info
+        context.oauth_metadata = flow.oauth_metadata
+        context.protected_resource_metadata = flow.protected_resource
+        context.protocol_version = flow.protocol_version
+        # The SDK's token-exchange helpers of the provider: the request (code, verifier,
+        # redirect URI, client authentication, resource) and reading its answer.
+        request = await provider._exchange_token_authorization_code(arrived.code, flow.verifier)
+        response = await send(request)
+        await provider._handle_token_response(response)
+        return None
+    except OAuthFlowError as err:
+        return str(err)
+    except Exception as err:
+        _log.warning("the authorization code exchange failed: %s", type(err).__name__)
+        return f"the authorization code exchange failed ({type(err).__name__})"
+    finally:
+        await store.delete(flow_at)
+        await plain(store).delete(arrived_at)
+        await plain(store).delete(index_key(flow.state))
+
+
+async def deliver_authorization(
+    store: TokenStore, code: str, state: str, iss: str | None
+) -> Waiting:
+    """The callback's part: leave the code for the Run that waits on ``state``.
+
+    Raises:
+        LookupError: no Run waits on this state (unknown, used, or forgotten).
+    """
+    raw = await plain(store).get(index_key(state))
+    if raw is None:
+        raise LookupError("no authorization waits on this state (unknown, used, or expired)")
+    waiting = Waiting.model_validate_json(raw)
+    arrived = Arrived(code=code, state=state, iss=iss)
+    await plain(store).put(arrived_key(waiting.id), arrived.model_dump_json().encode())
+    return waiting
+
+
+async def consent_needed(
+    consents: Consents | None, key: TokenKey | None, server: str
+) -> McpConsentRequired | None:
+    """After a failed request on a connection of ``key``: the consent it needs, parked for
+    the Run whose activity runs now (None: the failure was something else)."""
+    flow = None if consents is None else consents.take(key)
+    if flow is None or consents is None:
+        return None
+    workflow_id = activity.info().workflow_id or "" if activity.in_activity() else ""
+    return await consents.park(flow, server, workflow_id)

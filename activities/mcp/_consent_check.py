@@ -1,0 +1,82 @@
+"""Publish-time ``--check-connections`` of servers behind OAuth: whether a token is held
+for the Scope, and what a person must do when none is.
+
+The check reads the workers' token store through ``ReadOnlyTokens``: a held token is used
+(and refreshed) as a Run would, but nothing the check obtains or parks is written back,
+so checking leaves the store as it found it. A record sealed with the payload keys cannot
+be opened outside a Run's activity; it is reported as held, not used.
+"""
+
+from __future__ import annotations
+
+from psych_runtime.activities.tokens import TokenKey, TokenStore
+from psych_runtime.specs import McpServer, Scope
+
+_SEALED = b"psych-blob-v1\0"
+
+
+class ReadOnlyTokens:
+    """A ``TokenStore`` reading ``inner`` (None: nothing held) and keeping what is written
+    in memory only."""
+
+    def __init__(self, inner: TokenStore | None) -> None:
+        self.inner = inner
+        self._written: dict[TokenKey, bytes | None] = {}
+        self.sealed: set[TokenKey] = set()
+        """Keys whose record is sealed (held, but not readable here)."""
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        if key in self._written:
+            return self._written[key]
+        record = None if self.inner is None else await self.inner.get(key)
+        if record is not None and record.startswith(_SEALED):
+            self.sealed.add(key)
+            return None
+        return record
+
+    async def held(self, key: TokenKey) -> bool:
+        """Whether the store held a record under ``key`` before the check."""
+        return self.inner is not None and await self.inner.get(key) is not None
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        self._written[key] = record
+
+    async def delete(self, key: TokenKey) -> None:
+        self._written[key] = None
+
+
+def _whose(scope: Scope) -> str:
+    who = f"tenant {scope.tenant!r}"
+    return who if scope.principal is None else f"{who}, principal {scope.principal!r}"
+
+
+def oauth_line(server: McpServer, scope: Scope, *, held: bool, sealed: bool, consent: bool) -> str:
+    """What ``--check-connections`` says of ``server``'s OAuth for ``scope``.
+
+    Args:
+        held: a token record was stored for the Scope before the check.
+        sealed: that record is sealed with the payload keys (not opened here).
+        consent: the server asked for a token the Scope does not hold (a person's consent).
+    """
+    oauth = server.oauth
+    assert oauth is not None
+    whose = _whose(scope)
+    if oauth.grant == "client_credentials":
+        if held:
+            return f"a token is held for {whose}"
+        return (
+            f"no token is held for {whose}; the worker gets one with the client secret "
+            f"{oauth.client_secret_credential!r} (no person needed)"
+        )
+    if sealed:
+        return f"a token is held for {whose} (sealed with the payload keys: not opened here)"
+    if held and not consent:
+        return f"a token is held for {whose}"
+    redirect = oauth.redirect_uris[0] if oauth.redirect_uris else "(no redirect URI)"
+    lost = "the token held was refused (revoked or expired); " if held else ""
+    return (
+        f"{lost}no usable token is held for {whose}: a person must consent. The first Run "
+        "suspends for authorization with the link to open (psych status, psych list "
+        f"--suspended and the console show it); the redirect to {redirect} must be served "
+        "by psych oauth-callback or psych serve (/oauth/callback), which resumes the Run"
+    )

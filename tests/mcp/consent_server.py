@@ -1,0 +1,222 @@
+"""An MCP server behind OAuth 2.1 whose tokens need a person's consent (the
+``authorization_code`` grant), for tests: a resource server and its authorization server,
+one process on two loopback ports.
+
+    python -m tests.mcp.consent_server --transport streamable-http|sse \\
+        --client ID=REDIRECT_URI ...
+
+The authorization server is the official SDK's own (``mcp.server.auth.routes.
+create_auth_routes``: metadata, ``/authorize``, ``/token`` with PKCE and refresh) over this
+fixture's ``OAuthAuthorizationServerProvider``, which keeps everything in memory and
+consents at once: ``/authorize`` answers with the redirect to the client's ``redirect_uri``
+carrying the code and ``state``, as a person clicking "allow" would. The resource server is
+``tests.mcp.oauth_server``'s (``whoami``, ``leak``, the control surface: ``state``,
+``revoke``, ``lifetime``), verifying the access tokens this provider issued. Clients are
+public (``token_endpoint_auth_method: none``) and pre-registered with one redirect URI.
+
+``GET /control/state`` also lists ``authorized`` (client ids, one per consent given) and
+``refreshed`` (how many refresh grants were answered).
+
+It prints ``ports <resource server> <authorization server>`` once both listen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import time
+from typing import Any
+
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    RefreshToken,
+    TokenError,
+    construct_redirect_uri,
+)
+from mcp.server.auth.routes import create_auth_routes
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from pydantic import AnyHttpUrl, AnyUrl
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.mcp.oauth_server import (
+    Issued,
+    State,
+    _listening,
+    _start,
+    control,
+    observed,
+    resource_server,
+)
+
+
+class Provider:
+    """The authorization server's provider: in-memory clients, codes and tokens."""
+
+    def __init__(self, state: State, clients: dict[str, str]) -> None:
+        self.state = state
+        self.clients = {
+            client_id: OAuthClientInformationFull(
+                client_id=client_id,
+                redirect_uris=[AnyUrl(redirect)],
+                token_endpoint_auth_method="none",
+                grant_types=["authorization_code", "refresh_token"],
+            )
+            for client_id, redirect in clients.items()
+        }
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+        self.authorized: list[str] = []
+        self.refreshed = 0
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        raise TokenError("invalid_request", "registration is disabled")
+
+    async def authorize(
+        self, client: OAuthClientInformationFull, params: AuthorizationParams
+    ) -> str:
+        code = secrets.token_urlsafe(24)
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=params.scopes or [],
+            expires_at=time.time() + 300,
+            client_id=client.client_id or "",
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+        )
+        self.authorized.append(client.client_id or "")
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: str
+    ) -> AuthorizationCode | None:
+        return self.codes.get(authorization_code)
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        access = "tok-" + secrets.token_urlsafe(24)
+        refresh = "ref-" + secrets.token_urlsafe(24)
+        lifetime = self.state.lifetime
+        self.state.issued[access] = Issued(
+            client_id=client_id, resource=resource, expires_at=time.time() + lifetime
+        )
+        self.refresh[refresh] = RefreshToken(
+            token=refresh, client_id=client_id, scopes=scopes, resource=resource
+        )
+        return OAuthToken(
+            access_token=access,
+            token_type="Bearer",
+            expires_in=lifetime,
+            refresh_token=refresh,
+            scope=" ".join(scopes) or None,
+        )
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
+    ) -> OAuthToken:
+        self.codes.pop(authorization_code.code, None)
+        return self._issue(
+            authorization_code.client_id, authorization_code.scopes, authorization_code.resource
+        )
+
+    async def load_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: str
+    ) -> RefreshToken | None:
+        return self.refresh.get(refresh_token)
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        self.refresh.pop(refresh_token.token, None)
+        self.refreshed += 1
+        return self._issue(refresh_token.client_id, scopes, refresh_token.resource)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        return None
+
+    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        return None
+
+    async def exchange_identity_assertion(self, *args: Any, **kwargs: Any) -> OAuthToken:
+        raise TokenError("unsupported_grant_type", "identity assertions are not supported")
+
+
+def revocations(provider: Provider) -> Starlette:
+    """``POST /control/revoke-all``: access and refresh tokens alike stop working."""
+
+    async def revoke_all(request: Request) -> Response:
+        for item in provider.state.issued.values():
+            item.revoked = True
+        provider.refresh.clear()
+        return JSONResponse({"revoked": len(provider.state.issued)})
+
+    async def consents(request: Request) -> Response:
+        return JSONResponse({"authorized": provider.authorized, "refreshed": provider.refreshed})
+
+    return Starlette(
+        routes=[
+            Route("/control/revoke-all", revoke_all, methods=["POST"]),
+            Route("/control/consents", consents, methods=["GET"]),
+        ]
+    )
+
+
+async def serve(transport: str, clients: dict[str, str]) -> None:
+    """Serve until killed; print ``ports <rs> <as>`` once both listen."""
+    state = State(clients={})
+    provider = Provider(state, clients)
+    rs_sock, as_sock = _listening(), _listening()
+    rs_port, as_port = rs_sock.getsockname()[1], as_sock.getsockname()[1]
+    path = "/sse" if transport == "sse" else "/mcp"
+    issuer = f"http://127.0.0.1:{as_port}"
+    auth = AuthSettings(
+        issuer_url=AnyHttpUrl(issuer),
+        resource_server_url=AnyHttpUrl(f"http://127.0.0.1:{rs_port}{path}"),
+        validate_token_resource=True,
+    )
+    mcp = resource_server(state, auth)
+    app = mcp.sse_app() if transport == "sse" else mcp.streamable_http_app()
+    extra = revocations(provider)
+    base = control(state)
+
+    async def controls(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("path") in ("/control/revoke-all", "/control/consents"):
+            await extra(scope, receive, send)
+        else:
+            await base(scope, receive, send)
+
+    authorization = Starlette(
+        routes=create_auth_routes(
+            provider,
+            AnyHttpUrl(issuer),
+            client_registration_options=ClientRegistrationOptions(enabled=False),
+            revocation_options=RevocationOptions(enabled=False),
+        )
+    )
+    _, rs_task = await _start(observed(app, controls, state), rs_sock)
+    _, as_task = await _start(authorization, as_sock)
+    print(f"ports {rs_port} {as_port}", flush=True)
+    await asyncio.gather(rs_task, as_task)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=["streamable-http", "sse"], required=True)
+    parser.add_argument("--client", action="append", default=[], help="ID=REDIRECT_URI")
+    args = parser.parse_args()
+    clients = dict(item.split("=", 1) for item in args.client)
+    asyncio.run(serve(args.transport, clients))
+
+
+if __name__ == "__main__":
+    main()

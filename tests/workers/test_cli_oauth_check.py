@@ -1,0 +1,139 @@
+"""``psych validate --check-connections`` of a server behind OAuth with a person's consent
+(``authorization_code``), against ``tests.mcp.consent_server`` on loopback: per server,
+whether the workers' token store holds a token for the checked Scope, and what a person
+must do if not. A missing token is no problem (the first Run asks for consent); the check
+writes nothing to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from mcp.client.auth import PKCEParameters
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth_utils import resource_url_from_server_url
+
+from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
+from psych_runtime.workers.cli import main
+from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
+
+CLIENT = "psych-agent"
+REDIRECT = "http://127.0.0.1:9/oauth/callback"
+"""Never followed here: the test reads the code from the redirect itself."""
+
+
+@pytest.fixture
+def consent_server() -> Iterator[OAuthMcpServer]:
+    server = start_oauth_server(
+        "streamable-http", {CLIENT: REDIRECT}, module="tests.mcp.consent_server"
+    )
+    yield server
+    server.stop()
+
+
+def consented_token(server: OAuthMcpServer) -> OAuthToken:
+    """A token a person's consent got (the authorize redirect's code, exchanged)."""
+    pkce = PKCEParameters.generate()
+    resource = resource_url_from_server_url(server.url)
+    with httpx.Client(timeout=30) as http:
+        answer = http.get(
+            f"{server.issuer}/authorize",
+            params={
+                "response_type": "code",
+                "client_id": CLIENT,
+                "redirect_uri": REDIRECT,
+                "state": "s",
+                "code_challenge": pkce.code_challenge,
+                "code_challenge_method": "S256",
+                "resource": resource,
+            },
+        )
+        assert answer.status_code == 302, answer.text
+        code = parse_qs(urlsplit(answer.headers["location"]).query)["code"][0]
+        token = http.post(
+            f"{server.issuer}/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": REDIRECT,
+                "client_id": CLIENT,
+                "code_verifier": pkce.code_verifier,
+                "resource": resource,
+            },
+        )
+        assert token.status_code == 200, token.text
+    return OAuthToken.model_validate(token.json())
+
+
+def spec_file(tmp_path: Path, server: OAuthMcpServer) -> Path:
+    spec = {
+        "kind": "agent",
+        "name": "checked",
+        "model": {"model": "m"},
+        "mcp_servers": [
+            {
+                "name": "crm",
+                "url": server.url,
+                "oauth": {
+                    "grant": "authorization_code",
+                    "preregistered_client_id": CLIENT,
+                    "redirect_uris": [REDIRECT],
+                },
+            }
+        ],
+    }
+    path = tmp_path / "checked.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def oauth_lines(file: Path, err: str) -> list[str]:
+    prefix = f"{file}: mcp server 'crm' ("
+    return [line.partition(") oauth: ")[2] for line in err.splitlines() if line.startswith(prefix)]
+
+
+def test_check_connections_says_whether_a_token_is_held_and_what_to_do(
+    tmp_path: Path,
+    consent_server: OAuthMcpServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokens = tmp_path / "tokens"
+    monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
+    monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
+    monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{CLIENT}={consent_server.issuer}")
+    file = spec_file(tmp_path, consent_server)
+    argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+
+    # None held: valid (the first Run asks), and the person's part is said.
+    assert main(argv) == 0
+    (said,) = oauth_lines(file, capsys.readouterr().err)
+    assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
+    assert f"the redirect to {REDIRECT} must be served by psych oauth-callback" in said
+    assert not tokens.exists() or not any(p.is_file() for p in tokens.rglob("*"))
+    assert consent_server.consents()["authorized"] == []
+
+    # Held (as a Run's exchange stores it): used, and said so.
+    key = TokenKey("acme", None, consent_server.issuer, CLIENT, consent_server.url)
+    client = OAuthClientInformationFull(client_id=CLIENT, token_endpoint_auth_method="none")
+    stored = StoredTokens(LocalTokenStore(tokens), key, TokensHeld(), client)
+    asyncio.run(stored.set_tokens(consented_token(consent_server)))
+    before = {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()}
+    assert main(argv) == 0
+    assert oauth_lines(file, capsys.readouterr().err) == ["a token is held for tenant 'acme'"]
+    bearers = consent_server.state()["bearers"]
+    assert bearers and bearers[-1] == consent_server.state()["issued"][-1]["token"]
+
+    # Revoked: refused by the server; a person must consent again. Nothing was written.
+    consent_server.revoke_everything()
+    assert main(argv) == 0
+    (said,) = oauth_lines(file, capsys.readouterr().err)
+    assert said.startswith("the token held was refused (revoked or expired); no usable token")
+    assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before

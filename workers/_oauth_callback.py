@@ -1,0 +1,96 @@
+"""The OAuth redirect of an MCP server's ``authorization_code`` grant, where the operator
+runs it: ``complete_authorization`` (a function), ``oauth_callback_app`` (an ASGI app to
+mount in an application's own web app; ``psych serve`` mounts it at ``/oauth/callback``)
+and ``psych oauth-callback --listen`` (which serves it).
+
+The callback takes the redirect's ``code``, ``state`` and ``iss``, finds the Run waiting on
+that ``state`` in the token store, leaves the code there for the Run and resumes it (the
+``psych.resume`` update, reason authorization) through the Temporal client, as an approval
+is resumed. The Run's own ``psych.mcp.authorize`` activity then exchanges the code (the
+PKCE verifier never leaves the store; ``activities/mcp/_consent.py``). It needs the token
+store the workers use (``token_store_from_env``: the same directory or bucket) and a
+client of their Temporal namespace; no payload key, since it reads nothing sealed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from html import escape
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from psych_runtime.activities.tokens import TokenStore
+from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
+from psych_runtime.workflows import PsychClient, ResumeInput, SuspensionReason
+
+CALLBACK_PATH = "/oauth/callback"
+"""Where ``psych serve`` and ``psych oauth-callback`` listen for the redirect."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What the callback did: the Run it resumed (or why it could not, for the person)."""
+
+    ok: bool
+    message: str
+    workflow_id: str | None = None
+
+
+async def complete_authorization(
+    client: PsychClient, store: TokenStore, query: Mapping[str, str]
+) -> Completed:
+    """Handle one redirect (its query parameters): leave the code, resume the Run.
+
+    Never raises for what the redirect brought: an error the authorization server sent
+    (``error``), a missing parameter, an unknown or used ``state``, or a Run that no longer
+    waits are answers (``ok`` False) naming what is wrong, never a code or state.
+    """
+    from psych_runtime.activities.mcp import deliver_authorization
+
+    error = query.get("error")
+    if error:
+        said = query.get("error_description") or ""
+        return Completed(False, f"the authorization server refused: {error} {said}".strip())
+    code, state = query.get("code"), query.get("state")
+    if not code or not state:
+        return Completed(False, "the redirect carries no code or no state")
+    try:
+        waiting = await deliver_authorization(store, code, state, query.get("iss"))
+    except LookupError as err:
+        return Completed(False, str(err))
+    request = ResumeInput(
+        reason=SuspensionReason.AUTHORIZATION,
+        id=waiting.id,
+        tenant=waiting.tenant,
+        by="oauth-callback",
+    )
+    try:
+        await client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
+    except (Refused, NotFound, AccessDenied) as err:
+        return Completed(False, f"the Run could not be resumed: {err}", waiting.workflow_id)
+    return Completed(True, "authorized: the Run goes on", waiting.workflow_id)
+
+
+def oauth_callback_app(client: PsychClient, store: TokenStore) -> Starlette:
+    """An ASGI app answering ``GET /oauth/callback`` (mount it where the Spec's
+    ``redirect_uris`` point; ``psych serve`` includes it)."""
+    return Starlette(routes=[oauth_callback_route(client, store)])
+
+
+def oauth_callback_route(client: PsychClient, store: TokenStore) -> Route:
+    """The callback as one route, for an app that has its own (``psych serve``)."""
+
+    async def callback(request: Request) -> HTMLResponse:
+        done = await complete_authorization(client, store, dict(request.query_params))
+        title = "Authorized" if done.ok else "Not authorized"
+        body = f"<!doctype html><title>{title}</title><h1>{title}</h1><p>{escape(done.message)}</p>"
+        # No-store: the page answers a one-time code.
+        return HTMLResponse(
+            body, status_code=200 if done.ok else 400, headers={"Cache-Control": "no-store"}
+        )
+
+    return Route(CALLBACK_PATH, callback, methods=["GET"])

@@ -1,0 +1,43 @@
+"""``psych oauth-callback``: the OAuth redirect of MCP servers a person consents to, served
+under uvicorn (``workers/_oauth_callback.py``), with the workers' token store and Temporal
+connection (``psych run``'s)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from psych_runtime.activities.tokens import token_store_from_env
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.workers._oauth_callback import CALLBACK_PATH, oauth_callback_app
+from psych_runtime.workers._worker import DEFAULT_HOME
+from psych_runtime.workers.cli._runs import temporal_client
+from psych_runtime.workers.cli._serve_command import parse_listen
+from psych_runtime.workflows import PsychClient
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    store = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
+    temporal = await temporal_client(args)
+    # Only resumes go through this client: no Spec is published or read.
+    client = PsychClient(temporal, store=FileVersionStore(Path(DEFAULT_HOME) / "versions"))
+    app = oauth_callback_app(client, store)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    print(
+        f"psych oauth-callback: http://{args.listen}{CALLBACK_PATH} (Ctrl-C to stop)",
+        file=sys.stderr,
+        flush=True,
+    )
+    await server.serve()
+    return 0
+
+
+def cmd_oauth_callback(args: argparse.Namespace) -> int:
+    """Serve the OAuth callback until SIGINT/SIGTERM."""
+    return asyncio.run(_serve(args))

@@ -1,0 +1,66 @@
+"""A Run waiting for a person's consent to an MCP server's OAuth (``authorization_code``).
+
+An activity that needs a token the Run's Scope does not hold fails with
+``ErrorType.MCP_CONSENT_REQUIRED`` before anything reached the server's tool; its details
+(``McpConsent``) name the server, the URL the person opens and the pending item's id. The
+Run suspends on it (reason AUTHORIZATION, the approval expiry), the OAuth callback resumes
+it, ``psych.mcp.authorize`` exchanges the code for a token, and the caller retries what
+failed. A failed exchange or a token revoked later only means the retry suspends again.
+Reached only by the new error type, so no committed history takes this path.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import (
+        ErrorType,
+        McpAuthorizeInput,
+        McpConsent,
+    )
+    from psych_runtime.specs import Scope
+    from psych_runtime.workflows.contract._records import Pending, SuspensionReason
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
+
+
+def consent_of(err: ActivityError | ApplicationError) -> McpConsent | None:
+    """The consent an activity's failure asks for (None: another failure). A local
+    activity's failure reaches the workflow as the ``ApplicationError`` itself."""
+    cause = err.__cause__ if isinstance(err, ActivityError) else err
+    if not isinstance(cause, ApplicationError) or cause.type != ErrorType.MCP_CONSENT_REQUIRED:
+        return None
+    details = cause.details[0] if cause.details else None
+    return McpConsent.model_validate(details)
+
+
+async def await_consent(
+    suspensions: Suspensions,
+    consent: McpConsent,
+    *,
+    call_id: str,
+    seconds: float,
+    run_id: str,
+    scope: Scope,
+) -> None:
+    """Suspend until the callback resumes ``consent``'s item, then have the code exchanged.
+
+    Raises:
+        Stop: ABANDONED when nobody consents within ``seconds``, ABORTED on an abort.
+    """
+    await suspensions.suspend(
+        Pending(
+            reason=SuspensionReason.AUTHORIZATION,
+            id=consent.id,
+            call_id=call_id,
+            tool=consent.server,
+            question=consent.url,
+            expires_at=expires_at(seconds),
+        ),
+        seconds,
+    )
+    done = await calls.authorize_mcp(McpAuthorizeInput(run_id=run_id, id=consent.id, scope=scope))
+    if not done.ok:
+        workflow.logger.warning("authorization %s was not exchanged: %s", consent.id, done.reason)
