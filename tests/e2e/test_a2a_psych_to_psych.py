@@ -160,6 +160,8 @@ async def test_a_long_peer_task_survives_a_kill_of_the_callers_worker(harness: H
         )
         [pending] = state.pending
         assert pending.id.startswith("a2a:desk:")
+        # The peer's task is still working when the caller's worker dies.
+        assert "is working" in (pending.question or "")
         await sides.kill_caller()
         await sides.restart_caller()
         result = await asyncio.wait_for(sides.caller.result(run, scope=A), RESULT_WITHIN)
