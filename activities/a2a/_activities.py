@@ -42,7 +42,7 @@ from psych_runtime.activities.a2a._answer import (
     Answer,
     answer_of_message,
     answer_of_task,
-    parts_text,
+    question_text,
     state_name,
 )
 from psych_runtime.activities.a2a._cancel import Cancelling
@@ -283,7 +283,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         ``A2A_QUESTION_TOKEN`` + the task id and whose content is the question."""
         said = task.status.message.parts if task.status.HasField("message") else ()
         asked = await self._store(
-            input, "wait", redact(parts_text(said) or "(no question text)"), started
+            input, "wait", redact(question_text(said) or "(no question text)"), started
         )
         return asked.model_copy(update={"wait_token": A2A_QUESTION_TOKEN + task.id})
 

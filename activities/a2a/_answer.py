@@ -79,6 +79,15 @@ def parts_text(parts: Iterable[Part]) -> str:
     return "\n".join(text for text in (part_text(p) for p in parts) if text)
 
 
+def question_text(parts: Iterable[Part]) -> str:
+    """A peer's question as a person reads it: its text parts when it has any (a peer
+    may add data for programs beside them, as ``psych serve`` adds the pending item),
+    else every part as ``parts_text`` shows it."""
+    listed = list(parts)
+    texts = [p for p in listed if p.WhichOneof("content") == "text"]
+    return parts_text(texts or listed)
+
+
 async def _artifact(artifact: Artifact, limit: int, store: Store) -> str:
     title = artifact.name or artifact.artifact_id or "artifact"
     body = parts_text(artifact.parts)
