@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     AbortRequested,
@@ -26,13 +27,27 @@ from psych_runtime.workflows import (
 
 from .conftest import Harness
 from .test_suspensions import suspended
-from .test_temporal_cli_approval import orders_agent, temporal
+from .test_temporal_cli_approval import temporal
 
 pytestmark = pytest.mark.e2e
 
 ABORT_INPUT = '{"tenant":"acme","by":"ops","reason":"the customer called back"}'
 STEER_INPUT = '{"tenant":"acme","message":"Answer in French.","mode":"steer","by":"ops"}'
 GUIDE = Path(__file__).parents[2] / "docs" / "guides" / "temporal-cli.md"
+
+
+def waiting_agent(harness: Harness, deleted: list[str]) -> AgentSpec:
+    """An agent whose one tool waits for an approval (its name is this module's own)."""
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        deleted.append(order_id)
+        return f"order {order_id} deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    builder = AgentBuilder("cli-aborted", registry=harness.registry).model("fake-model")
+    return builder.tool("delete_order").build()
 
 
 def command(form: str, workflow_id: str, name: str, payload: str) -> tuple[str, ...]:
@@ -73,7 +88,7 @@ def test_the_guide_shows_these_command_lines(form: str, name: str, payload: str)
 @pytest.mark.parametrize("form", ["update", "signal"])
 async def test_abort_ends_a_suspended_run_aborted(harness: Harness, form: str) -> None:
     deleted: list[str] = []
-    spec = orders_agent(harness, deleted)
+    spec = waiting_agent(harness, deleted)
     harness.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})))
     async with harness.worker():
         run = await harness.client.dispatch(spec, "delete 42", scope=harness.scope)
@@ -96,7 +111,7 @@ async def test_abort_ends_a_suspended_run_aborted(harness: Harness, form: str) -
 
 async def test_abort_update_from_another_tenant_is_refused(harness: Harness) -> None:
     deleted: list[str] = []
-    spec = orders_agent(harness, deleted)
+    spec = waiting_agent(harness, deleted)
     harness.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "9"})))
     async with harness.worker():
         run = await harness.client.dispatch(spec, "delete 9", scope=harness.scope)
