@@ -131,7 +131,7 @@ class Limits(_Frozen):
     absolute (the root Run 0, a child its parent's + 1) and every agent on the chain,
     the child itself included, bounds it (``depth_refusal``)."""
     max_fanout_per_turn: Annotated[int, Field(gt=0, le=64)] = 4
-    """Most subagent calls one turn may start."""
+    """Most children (``delegate`` and ``spawn`` together) one turn may start."""
     failure_streak_threshold: Annotated[int, Field(gt=0, le=100)] = 3
     """Consecutive failures of one tool after which it is withheld and the model told."""
     failure_streak_hard_stop: Annotated[int, Field(gt=0, le=200)] = 6

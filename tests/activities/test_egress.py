@@ -194,6 +194,12 @@ def test_bad_rules_name_what_is_wrong() -> None:
     )
 
 
+SPEC_RULE = (
+    "addresses are refused for URLs from a Spec unless the operator allows them (egress "
+    "allow list: PSYCH_EGRESS_ALLOW or the settings file)"
+)
+"""The end of every refusal of a Spec's URL, after the kind of address."""
+
 # --- the outbound paths ----------------------------------------------------------------------
 
 
@@ -209,9 +215,10 @@ async def test_an_http_tool_refused_is_a_denied_outcome_the_model_reads(
     tools = ToolActivities(registry=ToolRegistry(), blobs=blobs, egress=port)
     tool = HttpTool(name="refund", description="Refund.", url=upstream.url + "/orders/{id}")
     outcome = await ActivityEnvironment().run(tools.http, http_call(tool, id="42"))
-    assert outcome.status == "denied"
-    assert outcome.content.startswith("refund: egress refused: 127.0.0.1: loopback")
-    assert "loopback addresses are refused" in outcome.content
+    assert (outcome.status, outcome.content) == (
+        "denied",
+        f"refund: egress refused: 127.0.0.1: loopback {SPEC_RULE}",
+    )
     assert upstream.requests == []
     await tools.aclose()
     await port.aclose()
@@ -222,10 +229,10 @@ async def test_an_mcp_server_url_goes_through_the_same_check() -> None:
     server = McpServer(name="internal", url="http://internal.test/mcp")
     loopback = McpServer(name="local", url="http://127.0.0.1:9/mcp")
     reasons = await check_servers([server, loopback], SCOPE, None, egress=port)
-    assert reasons["internal"] is not None
-    assert (
-        "egress refused: internal.test (internal.test -> 10.1.2.3): private" in reasons["internal"]
-    )
-    assert reasons["local"] is not None and "loopback addresses are refused" in reasons["local"]
+    assert reasons == {
+        "internal": "EgressDenied: egress refused: internal.test (internal.test -> 10.1.2.3): "
+        f"private {SPEC_RULE}",
+        "local": f"EgressDenied: egress refused: 127.0.0.1: loopback {SPEC_RULE}",
+    }
     assert port.connects == 0
     await port.aclose()

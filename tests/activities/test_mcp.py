@@ -759,9 +759,12 @@ async def test_a_session_connects_through_the_egress_policy_on_both_transports(
             server = McpServer(name="local", url=served.url, transport=transport)
             result = await catalog(mcp, server)
             (status,) = result.servers
-            assert status.status == "unavailable"
-            assert status.error is not None
-            assert "egress refused: 127.0.0.1: loopback addresses are refused" in status.error
+            assert (status.status, status.error) == (
+                "unavailable",
+                "EgressDenied: egress refused: 127.0.0.1: loopback addresses are refused for URLs "
+                "from a Spec unless the operator allows them (egress allow list: "
+                "PSYCH_EGRESS_ALLOW or the settings file)",
+            )
         assert egress.connects == 0
     finally:
         await mcp.aclose()

@@ -219,7 +219,10 @@ async def test_a_peer_the_egress_policy_refuses_is_unreachable_and_never_contact
             run = await harness.client.dispatch(spec, "go", scope=harness.scope)
             with pytest.raises(RunFailed) as failed:
                 await harness.client.result(run, scope=harness.scope)
-    assert "A2A peer 'local' is unreachable" in str(failed.value)
-    assert "egress refused: 127.0.0.1: loopback" in str(failed.value)
+    assert str(failed.value) == (
+        "A2A peer 'local' is unreachable: EgressDenied: egress refused: 127.0.0.1: loopback "
+        "addresses are refused for URLs from a Spec unless the operator allows them (egress "
+        "allow list: PSYCH_EGRESS_ALLOW or the settings file)"
+    )
     assert peer.texts() == []
     assert harness.fake.requests == []

@@ -18,7 +18,6 @@ from psych_runtime.specs import (
     WorkflowStepRef,
     mcp_connection_key,
     mcp_servers_of,
-    unsupported_features,
     validate,
 )
 
@@ -28,10 +27,9 @@ def agent(name: str = "a", **fields: Any) -> AgentSpec:
 
 
 def checks(spec: AgentSpec | WorkflowSpec, context: ValidationContext) -> list[Problem]:
-    """Problems besides fields not implemented yet (``mcp_servers`` is one until issue 9
-    lands in the workflow), so these checks stay tested either way."""
-    unsupported = unsupported_features(spec)
-    return [p for p in validate(spec, context) if p not in unsupported]
+    """Every problem ``validate`` finds, in its order: a Spec refused for any other reason,
+    or a problem missing, fails the test."""
+    return validate(spec, context)
 
 
 def answered(*servers: McpServer, failed: dict[str, str] | None = None) -> dict[str, str | None]:
@@ -77,8 +75,9 @@ def test_without_a_check_nothing_is_reported() -> None:
     assert checks(spec, ValidationContext()) == []
     # The name-based field keeps its old meaning for callers that still use it.
     assert checks(spec, ValidationContext(reachable_mcp_servers=[])) == []
-    assert [p.path for p in checks(spec, ValidationContext(reachable_mcp_servers=["x"]))] == [
-        "mcp_servers[down]"
+    named = checks(spec, ValidationContext(reachable_mcp_servers=["x"]))
+    assert [(p.path, p.message) for p in named] == [
+        ("mcp_servers[down]", "server did not answer at publish and is not optional")
     ]
 
 
@@ -108,11 +107,17 @@ def test_nested_servers_are_checked_at_their_paths() -> None:
     # Same name, different endpoints: only the subagent's one is down.
     connections = {mcp_connection_key(outer): None, mcp_connection_key(inner): "refused"}
     problems = checks(workflow, ValidationContext(mcp_connections=connections))
-    # The subagent's one is also not the parent's definition of `docs` (it may not use it).
-    connection = [p for p in problems if "not the same definition" not in p.message]
-    assert sorted(p.path for p in connection) == [
-        "steps[first].spec.subagents[helper].spec.mcp_servers[docs]",
-        "steps[nested].spec.mcp_servers[docs]",
+    down = "server did not answer at publish and is not optional: refused"
+    helper_docs = "steps[first].spec.subagents[helper].spec.mcp_servers[docs]"
+    assert [(p.path, p.message) for p in problems] == [
+        # The subagent's one is also not the parent's definition of `docs` (it may not use it).
+        (
+            helper_docs,
+            "MCP server 'docs' is not the same definition as the parent's MCP server of that "
+            "name, so the subagent may not use it",
+        ),
+        (helper_docs, down),
+        ("steps[nested].spec.mcp_servers[docs]", down),
     ]
 
 

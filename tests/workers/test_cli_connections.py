@@ -1,8 +1,8 @@
 """``psych validate|publish --check-connections`` against real MCP servers on loopback: one
 up, one stopped, one behind a bearer; the problem names the server's path.
 
-``mcp_servers`` is itself reported as not implemented until issue 9 lands in the workflow;
-these tests read the other problems only, so they hold before and after.
+Every line ``psych`` prints about the file is compared, the closing count included: a Spec
+refused for any other reason, a wrong message or a missing problem fails the test.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import UNSUPPORTED_FIELDS
 from psych_runtime.workers.cli import main
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 SECRET = "bearer-value-for-the-check"
+DOWN = "server did not answer at publish and is not optional"
+REFUSED = "ConnectError: All connection attempts failed"
+"""What the check reads from a loopback port nothing listens on."""
 
 
 def spec_file(tmp_path: Path, servers: list[dict[str, Any]], **extra: Any) -> Path:
@@ -37,17 +39,9 @@ def server_entry(name: str, server: McpTestServer, **fields: Any) -> dict[str, A
 
 
 def problems(file: Path, err: str) -> list[str]:
-    """The problem lines ``psych`` printed for ``file``, besides fields not implemented yet
-    and the closing count."""
-    unsupported = set(UNSUPPORTED_FIELDS.values())
-    found = []
-    for line in err.splitlines():
-        if not line.startswith(f"{file}: ") or line.endswith("problem(s); not valid"):
-            continue
-        text = line[len(f"{file}: ") :]
-        if text.partition(": ")[2] not in unsupported:
-            found.append(text)
-    return found
+    """Every line ``psych`` printed about ``file``, its prefix taken off."""
+    prefix = f"{file}: "
+    return [line.removeprefix(prefix) for line in err.splitlines() if line.startswith(prefix)]
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +76,10 @@ def test_an_unreachable_server_is_a_problem_with_its_path(
     if command == "publish":
         argv += ["--store", str(store)]
     assert main(argv) == 1
-    [problem] = problems(file, capsys.readouterr().err)
-    assert problem.startswith(
-        "mcp_servers[crm]: server did not answer at publish and is not optional: "
-    )
+    assert problems(file, capsys.readouterr().err) == [
+        f"mcp_servers[crm]: {DOWN}: {REFUSED}",
+        "1 problem(s); not valid",
+    ]
     assert not store.exists() or not any(store.rglob("*.json"))
 
 
@@ -99,11 +93,8 @@ def test_a_reachable_server_is_no_problem(
 ) -> None:
     server = mcp_sse_server if transport == "sse" else mcp_http_server
     file = spec_file(tmp_path, [server_entry("crm", server)])
-    status = main(["validate", str(file), "--check-connections"])
-    err = capsys.readouterr().err
-    assert problems(file, err) == []
-    # Exit 0 once mcp_servers is implemented; until then only its own refusal remains.
-    assert status == (1 if f"{file}: " in err else 0)
+    assert main(["validate", str(file), "--check-connections"]) == 0
+    assert problems(file, capsys.readouterr().err) == []
 
 
 def test_only_the_down_servers_that_are_not_optional_are_reported(
@@ -119,15 +110,17 @@ def test_only_the_down_servers_that_are_not_optional_are_reported(
     ]
     file = spec_file(tmp_path, servers)
     assert main(["validate", str(file), "--check-connections"]) == 1
-    reported = problems(file, capsys.readouterr().err)
-    assert [line.partition(":")[0] for line in reported] == ["mcp_servers[down]"]
+    assert problems(file, capsys.readouterr().err) == [
+        f"mcp_servers[down]: {DOWN}: {REFUSED}",
+        "1 problem(s); not valid",
+    ]
 
 
 def test_without_the_flag_nothing_is_connected_to(
     tmp_path: Path, stopped_server: McpTestServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     file = spec_file(tmp_path, [server_entry("crm", stopped_server)])
-    main(["validate", str(file)])
+    assert main(["validate", str(file)]) == 0
     assert problems(file, capsys.readouterr().err) == []
 
 
@@ -158,12 +151,14 @@ def test_servers_of_subagents_and_workflow_steps_are_checked(
     file = tmp_path / "flow.json"
     file.write_text(json.dumps(workflow))
     assert main(["validate", str(file), "--check-connections"]) == 1
-    reported = problems(file, capsys.readouterr().err)
+    helper_docs = "steps[first].spec.subagents[helper].spec.mcp_servers[docs]"
     # The lead's "docs" answered; the helper's, at another address, did not (and, being
     # another definition under the lead's name, the helper may not use it either).
-    connection = [line for line in reported if "not the same definition" not in line]
-    assert [line.partition(":")[0] for line in connection] == [
-        "steps[first].spec.subagents[helper].spec.mcp_servers[docs]"
+    assert problems(file, capsys.readouterr().err) == [
+        f"{helper_docs}: MCP server 'docs' is not the same definition as the parent's MCP "
+        "server of that name, so the subagent may not use it",
+        f"{helper_docs}: {DOWN}: {REFUSED}",
+        "2 problem(s); not valid",
     ]
 
 
@@ -175,10 +170,10 @@ def test_the_credential_is_sent_as_a_bearer_and_never_printed(
 ) -> None:
     file = spec_file(tmp_path, [server_entry("crm", bearer_server, credential="crm-token")])
     monkeypatch.setenv("PSYCH_SECRET_CRM_TOKEN", SECRET)
-    main(["validate", str(file), "--check-connections", "--tenant", "acme"])
+    assert main(["validate", str(file), "--check-connections", "--tenant", "acme"]) == 0
     captured = capsys.readouterr()
     assert problems(file, captured.err) == []
-    assert [SECRET] in bearer_server.bearers().values()
+    assert list(bearer_server.bearers().values()) == [[SECRET]]
     assert SECRET not in captured.out + captured.err
 
 
@@ -191,9 +186,10 @@ def test_a_missing_credential_is_a_problem_naming_it(
     monkeypatch.delenv("PSYCH_SECRET_CRM_TOKEN", raising=False)
     file = spec_file(tmp_path, [server_entry("crm", bearer_server, credential="crm-token")])
     assert main(["validate", str(file), "--check-connections"]) == 1
-    [problem] = problems(file, capsys.readouterr().err)
-    assert problem.startswith("mcp_servers[crm]: server did not answer at publish")
-    assert "crm-token" in problem
+    assert problems(file, capsys.readouterr().err) == [
+        f"mcp_servers[crm]: {DOWN}: credential 'crm-token' is not available",
+        "1 problem(s); not valid",
+    ]
     assert bearer_server.bearers() == {}
 
 
@@ -272,18 +268,15 @@ def test_validate_warns_of_every_spec_url_the_egress_policy_refuses_and_a_check_
     ]
     # Warnings: the worker that runs it may allow what this shell does not.
     assert main(["validate", str(file)]) == 0
-    err = capsys.readouterr().err
-    warned = sorted(
-        line.removeprefix(f"{file}: warning: ")
-        for line in err.splitlines()
-        if line.startswith(f"{file}: warning: ")
-    )
-    assert warned == expected
-    # Checking connections, the refusals are problems; the MCP server's check says why too.
+    assert problems(file, capsys.readouterr().err) == [f"warning: {line}" for line in expected]
+    # Checking connections, the refusals are problems, and the MCP server's check says why.
     assert main(["validate", str(file), "--check-connections"]) == 1
-    found = problems(file, capsys.readouterr().err)
-    assert sorted(p for p in found if "this environment's" in p) == expected
-    assert any(p.startswith("mcp_servers[docs]") and "egress refused" in p for p in found)
+    assert problems(file, capsys.readouterr().err) == [
+        f"mcp_servers[docs]: {DOWN}: EgressDenied: egress refused: localhost "
+        f"(localhost -> 127.0.0.1): loopback {rule}",
+        *expected,
+        "4 problem(s); not valid",
+    ]
     monkeypatch.setenv("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,169.254.169.254/32")
     assert main(["validate", str(file)]) == 0
-    assert "warning" not in capsys.readouterr().err
+    assert problems(file, capsys.readouterr().err) == []

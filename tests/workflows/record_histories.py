@@ -1579,6 +1579,40 @@ async def spawn_refused(rig: Rig) -> RunHandle:
     return await rig.run(_spawner(rig), "Where is order 42?")
 
 
+async def fanout_capped(rig: Rig) -> RunHandle:
+    """One delegation and two spawns in one turn under ``max_fanout_per_turn=2``: the
+    second spawn starts nothing (the ``psych-fanout-counts-spawn`` patch), the rest answer."""
+    researcher = rig.agent("researcher").instructions("You research.").build()
+    spec = (
+        rig.agent("lead")
+        .instructions("You lead.")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .spawn()
+        .limits(max_fanout_per_turn=2)
+        .build()
+    )
+    _spawner(rig)  # the spawned Versions are published where the rig's client reads them
+
+    def spawned(n: int) -> ToolCall:
+        arguments = {"name": f"finder{n}", "instructions": "You find orders.", "task": f"{n}?"}
+        return ToolCall("spawn", arguments, id=f"s{n}")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." not in messages[0]["content"]:
+            return Reply.text("Order 42 is delivered.")
+        if last["role"] == "user":
+            delegate = ToolCall("delegate", {"agent": "researcher", "task": "42?"}, id="d0")
+            return Reply.tool_calls(delegate, spawned(1), spawned(2))
+        if last.get("tool_call_id") == "s2":
+            return Reply.tool_calls(ToolCall("wait_children", {}, id="w"))
+        return Reply.text("Order 42 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(spec, "Where is order 42?")
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -1726,6 +1760,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # spawn (issue 10, item 2)
     ("dev", spawn_and_wait),
     ("dev", spawn_refused),
+    # max_fanout_per_turn counts spawned children too (issue 26, item 5)
+    ("dev", fanout_capped),
     # hot path (issue 15): the roles opt-in
     ("dev", one_queue_code_tool),
     ("dev", roles_apart_code_tool),

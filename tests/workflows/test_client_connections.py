@@ -1,8 +1,8 @@
 """``PsychClient.publish(..., mcp_connections=...)``: the client's equivalent of ``psych
 publish --check-connections``, fed by ``check_connections`` against real MCP servers.
 
-``mcp_servers`` is itself refused as not implemented until issue 9 lands in the
-workflow; these tests read the other problems only, so they hold before and after.
+Every problem ``publish`` reports is compared, path and message: a Spec refused for any
+other reason, or a problem missing, fails the test.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from psych_runtime.specs import (
     CodeTool,
     McpServer,
     ModelRef,
-    Problem,
     Scope,
     ToolRegistry,
     ValidationFailed,
-    unsupported_features,
+    mcp_connection_key,
 )
 from psych_runtime.workers import check_connections
 from psych_runtime.workflows import PsychClient
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 SCOPE = Scope(tenant="acme", principal="ops")
+REFUSED = "ConnectError: All connection attempts failed"
+"""What the check reads from a loopback port nothing listens on."""
 
 
 def lookup(order_id: str) -> str:
@@ -52,13 +53,12 @@ def spec_with(*servers: McpServer) -> AgentSpec:
 
 def publish_problems(
     client: PsychClient, spec: AgentSpec, connections: dict[str, str | None]
-) -> list[Problem]:
-    """What ``publish`` refused, besides fields not implemented yet (empty: published)."""
+) -> list[tuple[str, str]]:
+    """What ``publish`` refused, as (path, message) (empty: published)."""
     try:
         client.publish(spec, mcp_connections=connections)
     except ValidationFailed as failed:
-        unsupported = unsupported_features(spec)
-        return [p for p in failed.problems if p not in unsupported]
+        return [(p.path, p.message) for p in failed.problems]
     return []
 
 
@@ -74,11 +74,11 @@ async def test_publish_refuses_a_spec_whose_only_server_is_down(client: PsychCli
     await asyncio.to_thread(server.stop)
     spec = spec_with(McpServer(name="crm", url=server.url))
     connections = await check_connections(spec, scope=SCOPE, secrets=None)
-    problems = publish_problems(client, spec, connections)
-    assert [p.path for p in problems] == ["mcp_servers[crm]"]
-    assert "did not answer at publish" in problems[0].message
+    assert connections == {mcp_connection_key(spec.mcp_servers[0]): REFUSED}
     # The registry's tools still count: only the server is a problem.
-    assert not any("lookup" in p.message for p in problems)
+    assert publish_problems(client, spec, connections) == [
+        ("mcp_servers[crm]", f"server did not answer at publish and is not optional: {REFUSED}")
+    ]
 
 
 async def test_publish_takes_a_spec_whose_servers_answered(
@@ -89,7 +89,7 @@ async def test_publish_takes_a_spec_whose_servers_answered(
         McpServer(name="two", url=mcp_sse_server.url, transport="sse"),
     )
     connections = await check_connections(spec, scope=SCOPE, secrets=None)
-    assert list(connections.values()) == [None, None]
+    assert connections == {mcp_connection_key(server): None for server in spec.mcp_servers}
     assert publish_problems(client, spec, connections) == []
 
 
@@ -104,8 +104,14 @@ async def test_the_credential_is_resolved_for_the_scope_given(client: PsychClien
             )
             == []
         )
-        assert ["the-token"] in server.bearers().values()
+        assert list(server.bearers().values()) == [["the-token"]]
         refused = await check_connections(spec, scope=SCOPE, secrets=StaticSecretResolver({}))
-        assert [p.path for p in publish_problems(client, spec, refused)] == ["mcp_servers[crm]"]
+        assert publish_problems(client, spec, refused) == [
+            (
+                "mcp_servers[crm]",
+                "server did not answer at publish and is not optional: "
+                "credential 'k' is not available",
+            )
+        ]
     finally:
         await asyncio.to_thread(server.stop)

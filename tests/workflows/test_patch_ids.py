@@ -20,6 +20,7 @@ PATCHES: dict[str, str] = {
     # A Run settling while it waits on an A2A peer task asks the peer to cancel it
     # (features/_a2a.py, ``settling``); a Run recorded before settled without asking.
     "psych-a2a-cancel-peer-task": "0.1.0",
+    "psych-fanout-counts-spawn": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

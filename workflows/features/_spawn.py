@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         Totals,
     )
+    from psych_runtime.workflows.features._fanout import fanout_refusal
     from psych_runtime.workflows.features._spawn_compose import (
         NAME_PATTERN,
         child_model,
@@ -195,8 +196,12 @@ async def spawn(
     if refused is not None:
         return inline(call, "error", f"not started: {refused}")
 
+    over = fanout_refusal(run, turn, capped_before=0)
+    if over is not None:
+        return inline(call, "error", over)
+
     # Reserved before the first await: the turn's other spawn calls run concurrently, and
-    # max_alive must count this one.
+    # max_alive and max_fanout_per_turn must count this one.
     run_id = f"{run.input.run_id}-spawn{len(spawned) + 1}"
     workflow_id = workflow_id_for(run.input.scope.tenant, run_id)
     child = SpawnedChild(

@@ -267,6 +267,9 @@ class Spawn(Feature):
             ),
         )
 
+    def children_started(self, turn: int) -> int:
+        return sum(1 for c in self.spawned.values() if c.turn == turn and c.state != "failed")
+
     def carry(self) -> Any:
         return tuple(self.spawned.values()) if self.spawned else None
 

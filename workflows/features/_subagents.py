@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         SuspensionReason,
         Totals,
     )
+    from psych_runtime.workflows.features._fanout import fanout_refusal
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
@@ -126,7 +127,6 @@ async def delegate(
     """
     spec = run.spec
     assert isinstance(spec, AgentSpec)
-    limits = spec.limits
     name = str(arguments.get("agent", ""))
     sub = next((s for s in spec.subagents if s.name == name), None)
     if sub is None:
@@ -136,13 +136,9 @@ async def delegate(
     if placement.refusal is not None:
         return inline(call, "error", placement.refusal)
     started = delegations.get(turn, 0)
-    if started >= limits.max_fanout_per_turn:
-        return inline(
-            call,
-            "error",
-            f"not run: more than max_fanout_per_turn ({limits.max_fanout_per_turn}) "
-            "delegations in one turn",
-        )
+    over = fanout_refusal(run, turn, capped_before=started)
+    if over is not None:
+        return inline(call, "error", over)
     delegations[turn] = started + 1
     child_spec, left_out = narrow_subagent(spec, sub.spec)
     version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
@@ -313,6 +309,9 @@ class Subagents(Feature):
                 executes=False,
             ),
         )
+
+    def children_started(self, turn: int) -> int:
+        return self.delegations.get(turn, 0)
 
     def carry(self) -> Any:
         return dict(self.delegations) if self.delegations else None

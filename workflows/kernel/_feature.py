@@ -173,6 +173,10 @@ class RunView(Protocol):
     def forward(self, workflow_id: str, name: str, payload: Any) -> None:
         """Send a signal to a running child."""
 
+    def children_started(self, turn: int) -> int:
+        """How many children the Run's features started (or are starting) in ``turn``:
+        what ``max_fanout_per_turn`` caps."""
+
 
 Handler = Callable[[int, ToolCallRequest, dict[str, Any]], Awaitable[ToolResult]]
 
@@ -258,6 +262,11 @@ class Feature:
     def run_state(self) -> dict[str, Any]:
         """Fields it adds to ``RunState`` (the ``psych.state`` query)."""
         return {}
+
+    def children_started(self, turn: int) -> int:
+        """How many child Runs it started (or is starting) in ``turn``, toward the Run's
+        ``max_fanout_per_turn``."""
+        return 0
 
 
 def overriding(features: tuple[Feature, ...], hook: str) -> tuple[Feature, ...]:

@@ -144,3 +144,7 @@ class FeatureView(Handlers):
     def child(self, workflow_id: str) -> ChildHandle | None:
         """A running child's handle."""
         return self._children.get(workflow_id)
+
+    def children_started(self, turn: int) -> int:
+        """Children every feature started (or is starting) in ``turn``."""
+        return sum(feature.children_started(turn) for feature in self._features)

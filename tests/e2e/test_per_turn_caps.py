@@ -1,0 +1,214 @@
+"""The two per-turn caps of ``Limits`` on live Runs (issue 26, item 5).
+
+- ``max_tool_calls_per_turn``: the first calls of the turn, in call order, run; every call
+  past the cap gets an error result the model reads, and is recorded like any call.
+- ``max_fanout_per_turn``: at most that many children (``delegate`` and ``spawn`` together)
+  start in one turn; a call past it starts nothing and its error says why.
+
+What ran is read from the tool's own calls and the children's records, what the model was
+told from the fake model's recorded requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import (
+    ChildSettled,
+    ChildSpawned,
+    Record,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+LEAD = "You are capslead."
+HELPER = "You are capshelper."
+SPAWNED = "You are capsspawned."
+FANOUT_REFUSAL = (
+    "not started: more than max_fanout_per_turn (2) children (delegate, spawn) in one turn"
+)
+
+R = TypeVar("R")
+
+
+def of(records: tuple[Record, ...], kind: type[R]) -> list[R]:
+    return [r for r in records if isinstance(r, kind)]
+
+
+def system(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"])
+
+
+def tool_messages(body: dict[str, Any]) -> dict[str, str]:
+    """The tool results a model request carries, by call id."""
+    return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
+
+
+async def test_calls_past_max_tool_calls_per_turn_get_an_error_and_do_not_run(
+    harness: Harness,
+) -> None:
+    ran: list[str] = []
+
+    @harness.registry.register
+    def caps_lookup(item: str) -> str:
+        """Look an item up."""
+        ran.append(item)
+        return f"{item} is in stock"
+
+    spec = (
+        AgentBuilder("capscaller", registry=harness.registry)
+        .model("fake-model")
+        .tool("caps_lookup")
+        .limits(max_tool_calls_per_turn=2)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            *(ToolCall("caps_lookup", {"item": item}, id=f"c-{item}") for item in "abc")
+        ),
+        Reply.text("a and b are in stock"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "stock of a, b, c?", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert result.status is RunStatus.COMPLETED
+    assert ran == ["a", "b"]
+    refusal = "not run: more than max_tool_calls_per_turn (2) calls in one turn"
+    _, second = harness.fake.requests
+    assert tool_messages(second) == {
+        "c-a": "a is in stock",
+        "c-b": "b is in stock",
+        "c-c": refusal,
+    }
+    assert [(r.call_id, r.tool) for r in of(records, ToolCallStarted)] == [
+        ("c-a", "caps_lookup"),
+        ("c-b", "caps_lookup"),
+        ("c-c", "caps_lookup"),
+    ]
+    assert [(r.call_id, r.status, r.content) for r in of(records, ToolCallFinished)] == [
+        ("c-a", "ok", "a is in stock"),
+        ("c-b", "ok", "b is in stock"),
+        ("c-c", "error", refusal),
+    ]
+    # Every call the model made counts as a tool call; the steps are the two model calls
+    # and the two calls that ran.
+    assert (result.totals.tool_calls, result.totals.steps) == (3, 4)
+
+
+def _lead(harness: Harness, *, spawn: bool) -> AgentBuilder:
+    helper = AgentBuilder("capshelper").model("fake-model").instructions(HELPER).build()
+    lead = (
+        AgentBuilder("capslead", registry=harness.registry)
+        .model("fake-model")
+        .instructions(LEAD)
+        .subagent("capshelper", "Answers one question for the capslead tests.", helper)
+        .limits(max_fanout_per_turn=2)
+    )
+    return lead.spawn() if spawn else lead
+
+
+def _child(body: dict[str, Any]) -> Reply:
+    """A delegated or spawned child: it answers its task back."""
+    task = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+    return Reply.text(f"done: {task}")
+
+
+async def test_delegations_past_max_fanout_per_turn_start_no_child(harness: Harness) -> None:
+    spec = _lead(harness, spawn=False).build()
+    calls = [
+        ToolCall("delegate", {"agent": "capshelper", "task": f"task {n}"}, id=f"d{n}")
+        for n in (1, 2, 3)
+    ]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if LEAD not in system(body):
+            return _child(body)
+        if body["messages"][-1]["role"] == "user":
+            return Reply.tool_calls(*calls)
+        return Reply.text("two of three done")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "three tasks", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert result.status is RunStatus.COMPLETED
+    refusal = FANOUT_REFUSAL
+    lead_calls = [b for b in harness.fake.requests if LEAD in system(b)]
+    assert tool_messages(lead_calls[-1]) == {
+        "d1": "done: task 1",
+        "d2": "done: task 2",
+        "d3": refusal,
+    }
+    # Exactly two children ran, for the first two calls; the third started nothing.
+    child_tasks = sorted(
+        b["messages"][-1]["content"] for b in harness.fake.requests if HELPER in system(b)
+    )
+    assert child_tasks == ["task 1", "task 2"]
+    assert sorted((c.call_id, c.run, c.status) for c in of(records, ChildSettled)) == [
+        (f"d{n}", f"{run.workflow_id}-sub{n}", RunStatus.COMPLETED) for n in (1, 2)
+    ]
+    finished = {r.call_id: (r.status, r.content) for r in of(records, ToolCallFinished)}
+    assert finished == {
+        "d1": ("ok", "done: task 1"),
+        "d2": ("ok", "done: task 2"),
+        "d3": ("error", refusal),
+    }
+
+
+async def test_spawned_children_count_toward_max_fanout_per_turn(harness: Harness) -> None:
+    harness.settings = dataclasses.replace(harness.settings, versions=harness.client.store)
+    spec = _lead(harness, spawn=True).build()
+
+    def spawn_call(n: int) -> ToolCall:
+        arguments = {"name": f"capsspawned{n}", "instructions": SPAWNED, "task": f"task {n}"}
+        return ToolCall("spawn", arguments, id=f"s{n}")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if LEAD not in system(body):
+            return _child(body)
+        last = body["messages"][-1]
+        if last["role"] == "user":
+            delegate = ToolCall("delegate", {"agent": "capshelper", "task": "task 0"}, id="d0")
+            return Reply.tool_calls(delegate, spawn_call(1), spawn_call(2))
+        if last["tool_call_id"] == "s2":
+            return Reply.tool_calls(ToolCall("wait_children", {}, id="w"))
+        return Reply.text("done")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "three tasks", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert result.status is RunStatus.COMPLETED
+    refusal = FANOUT_REFUSAL
+    lead_calls = [b for b in harness.fake.requests if LEAD in system(b)]
+    told = tool_messages(lead_calls[1])
+    assert told["d0"] == "done: task 0"
+    assert told["s1"].startswith('{"child": "' + run.workflow_id + '-spawn1"')
+    assert told["s2"] == refusal
+    # The delegated child and one spawned child ran; the second spawn started nothing.
+    assert [(c.call_id, c.agent) for c in of(records, ChildSpawned)] == [("s1", "capsspawned1")]
+    assert sorted((c.call_id, c.via) for c in of(records, ChildSettled)) == [
+        ("d0", "delegate"),
+        ("s1", "spawn"),
+    ]
+    assert sorted(
+        b["messages"][-1]["content"] for b in harness.fake.requests if LEAD not in system(b)
+    ) == ["task 0", "task 1"]
+    finished = {r.call_id: (r.status, r.content) for r in of(records, ToolCallFinished)}
+    assert finished["s2"] == ("error", refusal)
