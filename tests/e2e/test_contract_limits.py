@@ -170,26 +170,22 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
     assert recovered < 30.0, f"the Run took {recovered:.1f} s to take approvals again"
 
 
-@pytest.mark.parametrize(
-    "field",
-    [
-        {
-            "mcp_servers": [
-                {"name": "crm", "url": "https://crm.test", "oauth": {"grant": "authorization_code"}}
-            ]
-        }
-    ],
-    ids=str,
-)
-async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(
-    harness: Harness, field: dict[str, object]
+async def test_an_unpublished_version_with_an_unusable_oauth_server_fails_loudly(
+    harness: Harness,
 ) -> None:
-    # Publishing refuses it (validate); a Version built by hand and started directly must
-    # not run as if the field were absent.
-    data = {"kind": "agent", "name": "eager", "model": {"model": "fake-model"}, **field}
+    # Publishing refuses it (validate: no client, no redirect URI); a Version built by hand
+    # and started directly must not run as if the server were absent.
+    data = {
+        "kind": "agent",
+        "name": "eager",
+        "model": {"model": "fake-model"},
+        "mcp_servers": [
+            {"name": "crm", "url": "https://crm.test", "oauth": {"grant": "authorization_code"}}
+        ],
+    }
     spec = parse_spec(data, source="test")
     version = Version(hash=version_hash(spec), spec=spec, published_at=datetime.now(UTC))
-    run_id = f"unsupported{len(harness.fake.requests)}{next(iter(field))}"
+    run_id = f"unusable{len(harness.fake.requests)}"
     async with harness.worker():
         handle = await harness.env.client.start_workflow(
             AGENT_RUN,
@@ -199,7 +195,9 @@ async def test_an_unpublished_version_with_an_unimplemented_field_fails_loudly(
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
-    assert "unsupported: this runtime does not implement mcp_servers[crm].oauth.grant: " in str(
-        failed.value.cause
+    assert str(failed.value.cause) == (
+        "RunFailed: MCP server 'crm' is unreachable: crm: authorization_code needs "
+        "oauth.preregistered_client_id or oauth.cimd_url (dynamic client registration is "
+        "not supported)"
     )
     assert harness.fake.requests == []  # no model call was made

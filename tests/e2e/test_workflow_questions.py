@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
+from psych_runtime.specs import AgentBuilder, AgentSpec, ValidationFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import Resumed, RunStatus
 
@@ -73,19 +73,20 @@ async def test_an_agent_step_that_may_ask_asks_and_is_answered_through_the_workf
     }
 
 
-async def test_a_workflow_that_may_ask_does_not_grant_its_agent_steps_the_question_tool(
+async def test_a_workflow_that_says_it_may_ask_is_refused_naming_the_field(
     harness: Harness,
 ) -> None:
+    # A workflow asks no questions; whether an agent step may ask is its own agent's
+    # setting. A WorkflowSpec saying so is refused before anything runs, not ignored.
     spec = (
         WorkflowBuilder("front-desk")
         .suspension(may_ask_questions=True)
         .agent_step("greet", receptionist(may_ask=False))
         .build()
     )
-    harness.fake.enqueue(Reply.text("Welcome."))
-    async with harness.worker():
-        run = await harness.client.dispatch(spec, "A guest arrived", scope=harness.scope)
-        result = await harness.client.result(run, scope=harness.scope)
-    assert result.status is RunStatus.COMPLETED, result.reason
-    (request,) = harness.fake.requests
-    assert "ask_question" not in offered(request)
+    with pytest.raises(ValidationFailed) as refused:
+        await harness.client.dispatch(spec, "A guest arrived", scope=harness.scope)
+    assert [line.split(":")[0].strip() for line in str(refused.value).splitlines()[1:]] == [
+        "suspension.may_ask_questions"
+    ]
+    assert harness.fake.requests == []

@@ -93,10 +93,12 @@ def test_publish_refuses_an_invalid_spec(
     assert not store.exists()
 
 
-def test_publish_refuses_a_field_the_runtime_does_not_implement(
+def test_publish_refuses_an_oauth_server_it_cannot_use_at_every_depth(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = tmp_path / "compacting.yaml"
+    # The authorization_code grant with neither a client (dynamic registration is not
+    # supported) nor a redirect URI: refused in the agent and in its subagent, nothing stored.
+    spec = tmp_path / "consenting.yaml"
     spec.write_text(
         "kind: agent\nname: a\nmodel: {model: m}\n"
         "mcp_servers: [{name: crm, url: 'https://crm.test', oauth: {grant: authorization_code}}]\n"
@@ -108,15 +110,22 @@ def test_publish_refuses_a_field_the_runtime_does_not_implement(
     store = tmp_path / "versions"
     assert main(["publish", str(spec), "--store", str(store)]) == 1
     err = capsys.readouterr().err
-    assert (
-        f"{spec}: subagents[helper].spec.mcp_servers[crm].oauth.grant: the authorization_code "
-        "grant is not implemented" in err
+    client = (
+        "the authorization_code grant needs a client: preregistered_client_id, or cimd_url "
+        "(a client-id metadata document); dynamic client registration is not supported by "
+        "this runtime"
     )
-    assert (
-        f"{spec}: mcp_servers[crm].oauth.grant: the authorization_code grant is not implemented"
-        in err
+    redirect = (
+        "the authorization_code grant needs a redirect URI: where the operator's OAuth "
+        "callback listens (psych oauth-callback, psych serve /oauth/callback)"
     )
-    assert f"{spec}: 2 problem(s); not valid" in err
+    assert err.splitlines() == [
+        f"{spec}: mcp_servers[crm].oauth.preregistered_client_id: {client}",
+        f"{spec}: mcp_servers[crm].oauth.redirect_uris: {redirect}",
+        f"{spec}: subagents[helper].spec.mcp_servers[crm].oauth.preregistered_client_id: {client}",
+        f"{spec}: subagents[helper].spec.mcp_servers[crm].oauth.redirect_uris: {redirect}",
+        f"{spec}: 4 problem(s); not valid",
+    ]
     assert not store.exists()
 
 
