@@ -105,23 +105,34 @@ class McpTestServer:
 
     def stderr(self) -> str:
         """What the server wrote to stderr so far."""
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")
+        return server_stderr(self.log)
 
     def stop(self) -> None:
         """Stop this server's own process (SIGTERM, SIGKILL after a grace period)."""
         self._control.close()
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+        stop_process(self.process, self.log)
+
+
+def server_stderr(log: IO[bytes]) -> str:
+    """What a server process wrote to its stderr log so far."""
+    log.flush()
+    return Path(log.name).read_text(errors="replace")
+
+
+def stop_process(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    """Stop a server's own process (SIGTERM, SIGKILL after a grace period), then close and
+    remove its stderr log."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(STOP_TIMEOUT)
+    if process.stdout is not None:
+        process.stdout.close()
+    log.close()
+    Path(log.name).unlink(missing_ok=True)
 
 
 def start_mcp_server(

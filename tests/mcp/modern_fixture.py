@@ -15,7 +15,7 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from tests.mcp.fixture import REPO, STOP_TIMEOUT, _read_port
+from tests.mcp.fixture import REPO, STOP_TIMEOUT, _read_port, server_stderr, stop_process
 
 
 @dataclass
@@ -48,23 +48,12 @@ class ModernMcpServer:
 
     def stderr(self) -> str:
         """What the server wrote to stderr so far."""
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")
+        return server_stderr(self.log)
 
     def stop(self) -> None:
         """Stop this server's own process (SIGTERM, SIGKILL after a grace period)."""
         self._control.close()
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+        stop_process(self.process, self.log)
 
 
 def start_modern_server(

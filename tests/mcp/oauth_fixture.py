@@ -17,7 +17,14 @@ from typing import IO, Any
 
 import httpx
 
-from tests.mcp.fixture import REPO, START_TIMEOUT, STOP_TIMEOUT, Transport
+from tests.mcp.fixture import (
+    REPO,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    Transport,
+    server_stderr,
+    stop_process,
+)
 
 
 @dataclass
@@ -74,22 +81,11 @@ class OAuthMcpServer:
         self._control("POST", "lifetime", {"seconds": seconds})
 
     def stderr(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")
+        return server_stderr(self.log)
 
     def stop(self) -> None:
         """Stop this server's own process (SIGTERM, SIGKILL after a grace period)."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+        stop_process(self.process, self.log)
 
 
 def start_oauth_server(
