@@ -6,6 +6,14 @@ or HTTP tool activity, with exactly-once rules (a tool not safe to repeat whose 
 died mid-call is UNKNOWN, never run twice), abort and deadline handling, and a tool that
 returns an external wait suspending the Run. Results are recorded and the guards updated
 in call order after every call of the batch has finished.
+
+A code tool registered quick and safe to repeat runs as a local activity
+(``_activity_calls.runs_local``). Concurrent local activities resolve in the order they
+finished live but in the order they were started on replay (sdk-python issue 1578), so a
+call may go on past its execution only once no local call is running, and the calls held
+for that go on in the order they started (``_hold``, ``_release_held``): whatever order
+their local activities resolved in, the commands that follow them (an external wait's
+timer and upsert, the next model call) come in the same order.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import json
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -76,6 +84,12 @@ class ToolCalls(FeatureView):
         self._suspension = SuspensionPolicy()
         self._servers: dict[str, McpServer] = {}
         self._trace = RunTrace()
+        self._local_pending = 0
+        """Tool calls running as local activities now."""
+        self._held: list[tuple[int, asyncio.Future[None]]] = []
+        """Calls waiting for the local calls to finish, by the order they started in."""
+        self._started_calls = 0
+        """Calls started so far: the next call's place in that order."""
         self._features = tuple(kind(self) for kind in self.FEATURES)
         features = self._features
         self._at_boundary = overriding(features, "boundary")
@@ -199,6 +213,10 @@ class ToolCalls(FeatureView):
         if builtin is not None and not builtin.executes:
             return await builtin.handle(turn, call, arguments)
         self._open_calls[call.id] = (turn, call.name)
+        order, self._started_calls = self._started_calls, self._started_calls + 1
+        local = entry.kind == "code" and calls.runs_local(entry)
+        self._local_pending += local
+        held: asyncio.Future[None] | None = None
         task = asyncio.create_task(self._execute(turn, call, entry, arguments))
         if self._interruptible_tool(call.name):
             self._interruptible[call.id] = task
@@ -211,9 +229,32 @@ class ToolCalls(FeatureView):
         finally:
             self._open_calls.pop(call.id, None)
             self._interruptible.pop(call.id, None)
+            if local:
+                held = self._hold(order)
+                self._local_pending -= 1
+                self._release_held()
+        if held is None and self._local_pending:
+            held = self._hold(order)
+        if held is not None:
+            await held
         if result.outcome is not None and result.outcome.status == "wait":
             return await self._external(call, result.outcome)
         return result
+
+    def _hold(self, order: int) -> asyncio.Future[None]:
+        """A future ``_release_held`` resolves once no local call runs (see the module)."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.append((order, held))
+        return held
+
+    def _release_held(self) -> None:
+        """With no local call running, let the held calls go on, in the order they started."""
+        if self._local_pending:
+            return
+        for _, held in sorted(self._held, key=lambda entry: entry[0]):
+            if not held.done():
+                held.set_result(None)
+        self._held.clear()
 
     def _interruptible_tool(self, name: str) -> bool:
         tool = self._tools.get(name)
@@ -321,12 +362,20 @@ class ToolCalls(FeatureView):
                     entry,
                     summary=summary,
                 )
-        except ActivityError as err:
-            if isinstance(err.__cause__, CancelledError):
+        except FailureError as err:
+            # A local activity's failure raises ActivityError live but its bare cause (a
+            # TimeoutError, say) when its marker replays: both read the same here.
+            if isinstance(err, ActivityError):
+                cause = err.__cause__
+            elif entry.kind == "code" and calls.runs_local(entry):
+                cause = err
+            else:
+                raise
+            if isinstance(cause, CancelledError):
                 if self._abort is None:
                     raise asyncio.CancelledError from err
                 return inline(call, "aborted", ABORTED_CALL, counts=False)
-            if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
+            if not entry.safe_to_repeat and isinstance(cause, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")
         return from_outcome(call, outcome)
