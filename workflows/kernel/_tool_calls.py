@@ -248,13 +248,22 @@ class ToolCalls(FeatureView):
         return held
 
     def _release_held(self) -> None:
-        """With no local call running, let the held calls go on, in the order they started."""
-        if self._local_pending:
+        """With no local call running, let the held calls go on, in the order they started.
+
+        Released from a callback, not here: the call releasing them holds too, and would
+        otherwise go on first (awaiting a future already done does not yield).
+        """
+        if self._local_pending or not self._held:
             return
-        for _, held in sorted(self._held, key=lambda entry: entry[0]):
-            if not held.done():
-                held.set_result(None)
-        self._held.clear()
+        held = sorted(self._held, key=lambda entry: entry[0])
+        self._held = []
+
+        def release() -> None:
+            for _, future in held:
+                if not future.done():
+                    future.set_result(None)
+
+        asyncio.get_running_loop().call_soon(release)
 
     def _interruptible_tool(self, name: str) -> bool:
         tool = self._tools.get(name)
