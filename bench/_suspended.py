@@ -10,7 +10,8 @@ Policy asks about, so every Run suspends waiting for an approval. For each count
 ``--runs`` (cumulative: the Runs of a smaller count stay waiting), the benchmark
 dispatches the Runs (50 at a time), waits until that many are suspended (the
 ``PsychStatus`` search attribute), and reads the worker's RSS; last it approves every Run
-(50 updates at a time) and times until all have completed. JSON:
+(50 updates at a time) and times until all have completed (or says where it stalled:
+no Run completed for ``STALL_S``). JSON:
 ``bench/results/suspended-<timestamp>.json``.
 """
 
@@ -108,6 +109,25 @@ async def _bounded(count: int, make: Callable[[int], Awaitable[object]]) -> None
     await asyncio.gather(*(lane() for _ in range(AT_ONCE)))
 
 
+STALL_S = 120.0
+"""Seconds without one more Run completed after which the approval phase is given up."""
+
+
+async def _progress(count: Callable[[], Awaitable[int]], target: int, stall_s: float) -> int:
+    """Wait until ``count()`` reaches ``target`` or stops growing for ``stall_s``; its last
+    value."""
+    last, since = -1, time.monotonic()
+    while True:
+        now = await count()
+        if now >= target:
+            return now
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            return now
+        await asyncio.sleep(1.0)
+
+
 async def _until(what: str, check: Callable[[], Awaitable[bool]], within: float) -> None:
     deadline = time.monotonic() + within
     while not await check():
@@ -186,17 +206,19 @@ async def measure(counts: Iterable[int], cache: int, home: Path) -> dict[str, An
             async def approve(index: int) -> None:
                 await client.approve(runs[index], CALL_ID, scope=SCOPE)
 
-            await _bounded(len(runs), approve)
-            approved = time.monotonic() - began
-
-            async def completed() -> bool:
+            async def completed() -> int:
                 query = f'TaskQueue="{task_queue}" AND ExecutionStatus="Completed"'
-                return (await env.client.count_workflows(query)).count >= len(runs) + 1
+                return (await env.client.count_workflows(query)).count - 1  # the warm-up
 
-            await _until("every Run to complete", completed, 3600)
-            out["approve_s"] = approved
+            approving = asyncio.create_task(_bounded(len(runs), approve))
+            done = await _progress(completed, len(runs), STALL_S)
+            out["completed"] = done
             out["approve_to_completed_s"] = time.monotonic() - began
             out["rss_after_mb"] = rss_mb(proc.pid)
+            if done < len(runs):
+                approving.cancel()
+                await asyncio.gather(approving, return_exceptions=True)
+                print(f"  ... stalled: {done:,} of {len(runs):,} completed", file=sys.stderr)
         finally:
             if proc.returncode is None:
                 proc.kill()
@@ -216,11 +238,17 @@ def text(result: dict[str, Any]) -> str:
         ]
         for point in result["points"]
     ]
+    total = result["points"][-1]["runs"]
+    done = result["completed"]
+    approving = (
+        f"Approving all {total:,}: {result['approve_to_completed_s']:.1f} s until all completed"
+        if done >= total
+        else f"Approving all {total:,}: STALLED, {done:,} completed after "
+        f"{result['approve_to_completed_s']:.1f} s (none more for {STALL_S:g} s)"
+    )
     head = (
         f"13. Suspended Runs on one worker (its own process, max_cached_workflows="
-        f"{result['cache']}): idle after one Run {idle:.0f} MB RSS. Approving all "
-        f"{result['points'][-1]['runs']:,}: {result['approve_s']:.1f} s of updates, "
-        f"{result['approve_to_completed_s']:.1f} s until all completed; RSS then "
+        f"{result['cache']}): idle after one Run {idle:.0f} MB RSS. {approving}; RSS then "
         f"{result['rss_after_mb']:.0f} MB."
     )
     return head + "\n\n" + table(["", "worker RSS MB", "KB per Run over idle", "dispatch s"], rows)
