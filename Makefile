@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PKG_DIRS := $(shell find specs workflows activities workers -type d -not -name __pycache__)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup path demo test check lint typecheck unit fast docs reference versions bench bench-long bench-deltas bench-startup clean
+.PHONY: setup path demo test check lint typecheck unit fast docs reference versions bench bench-long bench-deltas bench-startup bench-local bench-suspended clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,14 @@ bench-deltas: $(STAMP)
 # Section 11 alone (CLI start-up), about 30 s.
 bench-startup: $(STAMP)
 	$(BIN)/python -m bench._startup
+
+# Section 12 alone (local tool calls against ModelLoop, issue 27), a few minutes.
+bench-local: $(STAMP)
+	$(BIN)/python -m bench._local
+
+# Section 13 alone (worker memory with many suspended Runs, issue 27).
+bench-suspended: $(STAMP)
+	$(BIN)/python -m bench._suspended
 
 clean:
 	rm -rf $(VENV) .venv-3.* build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

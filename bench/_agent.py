@@ -63,6 +63,36 @@ async def result_4kb(turn: int) -> str:
     return stem + "x" * (4096 - len(stem))
 
 
+async def small_read(turn: int) -> str:
+    """Read a short value for this turn (read-only and quick: a local activity).
+
+    Args:
+        turn: The turn number.
+    """
+    return f"ok {turn}"
+
+
+async def read_4kb(turn: int) -> str:
+    """Read a 4 KB value for this turn (read-only and quick: a local activity).
+
+    Args:
+        turn: The turn number.
+    """
+    stem = f"turn {turn}: "
+    return stem + "x" * (4096 - len(stem))
+
+
+LOCAL_SECONDS = 2.0
+"""``local_seconds`` of the benchmark's read-only tools (``small_read``, ``read_4kb``)."""
+
+
+def register_local_tools(registry: ToolRegistry) -> None:
+    """Register the read-only tools as quick and safe to repeat: they run as local
+    activities (docs/guides/tools.md, ``local_seconds``)."""
+    for fn in (small_read, read_4kb):
+        registry.register(fn, idempotent=True, read_only=True, local_seconds=LOCAL_SECONDS)
+
+
 def responder(body: dict[str, Any]) -> Reply:
     """The fake model's script for every benchmark Run (see the module docstring)."""
     messages = body.get("messages") or []
@@ -77,11 +107,21 @@ def responder(body: dict[str, Any]) -> Reply:
     return Reply.tool_calls(ToolCall(tool, {"turn": turn}))
 
 
-def agent_spec(registry: ToolRegistry, turns: int, *, result_4kb_tool: bool) -> AgentSpec:
-    """An agent whose limits allow ``turns`` turns and whose one tool is trivial."""
-    tool = result_4kb if result_4kb_tool else small_result
+def agent_spec(
+    registry: ToolRegistry, turns: int, *, result_4kb_tool: bool, local: bool = False
+) -> AgentSpec:
+    """An agent whose limits allow ``turns`` turns and whose one tool is trivial: a write
+    tool (a normal activity), or with ``local`` a read-only one registered local
+    (``register_local_tools``: a local activity)."""
+    if local:
+        tool = "read_4kb" if result_4kb_tool else "small_read"
+    else:
+        tool = "result_4kb" if result_4kb_tool else "small_result"
+        if tool not in registry:
+            registry.register(result_4kb if result_4kb_tool else small_result)
+    name = "bench_4kb" if result_4kb_tool else "bench"
     return (
-        AgentBuilder("bench_4kb" if result_4kb_tool else "bench", registry=registry)
+        AgentBuilder(f"{name}_local" if local else name, registry=registry)
         .instructions("Call the tool until told otherwise.")
         .model(MODEL)
         .tool(tool)
@@ -121,6 +161,7 @@ class AgentBench:
 
     def __init__(self, env: WorkflowEnvironment, home: Path, fake: FakeModel) -> None:
         self.registry = ToolRegistry()
+        register_local_tools(self.registry)
         # As long as the baseline's (``bench-baseline-<8 hex>``): the queue's name is in
         # every activity and workflow task event, so a longer one would cost history bytes.
         self.task_queue = f"bench-agentrun-{uuid.uuid4().hex[:8]}"
@@ -140,7 +181,7 @@ class AgentBench:
         self.endpoint = self.settings.endpoints.default
         """The fake model's endpoint (for ``ModelLoop``'s requests)."""
         self._fake = fake
-        self._specs: dict[tuple[int, bool], AgentSpec] = {}
+        self._specs: dict[tuple[int, bool, bool], AgentSpec] = {}
         self._workflows: dict[int, WorkflowSpec] = {}
 
     @classmethod
@@ -153,15 +194,20 @@ class AgentBench:
             async with run_worker(env.client, bench.settings):
                 yield bench
 
-    def _spec(self, turns: int, result_4kb_tool: bool) -> AgentSpec:
-        key = (turns, result_4kb_tool)
+    def _spec(self, turns: int, result_4kb_tool: bool, local: bool) -> AgentSpec:
+        key = (turns, result_4kb_tool, local)
         if key not in self._specs:
-            self._specs[key] = agent_spec(self.registry, turns, result_4kb_tool=result_4kb_tool)
+            self._specs[key] = agent_spec(
+                self.registry, turns, result_4kb_tool=result_4kb_tool, local=local
+            )
         return self._specs[key]
 
-    async def run(self, turns: int, *, result_4kb_tool: bool = False) -> RunTiming:
-        """Run one AgentRun of ``turns`` turns to completion."""
-        spec = self._spec(turns, result_4kb_tool)
+    async def run(
+        self, turns: int, *, result_4kb_tool: bool = False, local: bool = False
+    ) -> RunTiming:
+        """Run one AgentRun of ``turns`` turns to completion (``local``: its tool is the
+        read-only one run as a local activity)."""
+        spec = self._spec(turns, result_4kb_tool, local)
         started = time.perf_counter()
         handle = await self.client.dispatch(spec, f"Work. turns={turns}", scope=SCOPE)
         result = await self.client.result(handle, scope=SCOPE)

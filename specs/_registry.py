@@ -61,6 +61,9 @@ class ToolDef:
             crash is recorded UNKNOWN instead of being run again.
         read_only: MCP-style annotation for policies; None = unannotated (treated as write).
         destructive: MCP-style annotation for policies; None = unannotated.
+        local_seconds: set for a quick tool safe to repeat: its calls run as local
+            activities, where the Run's workflow task runs, each attempt given this many
+            seconds (``LOCAL_SECONDS_MAX`` at most); None = a normal activity.
     """
 
     name: str
@@ -71,6 +74,7 @@ class ToolDef:
     unpack: bool
     read_only: bool | None = None
     destructive: bool | None = None
+    local_seconds: float | None = None
 
     @property
     def is_async(self) -> bool:
@@ -109,6 +113,38 @@ class ToolDef:
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+LOCAL_SECONDS_MAX = 10.0
+"""The most ``local_seconds`` a tool may ask: a local activity holds its Run's workflow task
+(the SDK heartbeats it), and a call that long gains nothing from skipping a task of its own."""
+
+
+def _local_seconds(name: str, local_seconds: float | None, idempotent: bool) -> float | None:
+    """``local_seconds`` checked: a positive number of seconds, and only for a tool safe to
+    repeat (a worker that dies mid-call runs a local call again).
+
+    Raises:
+        RegistryError: it is not a number in (0, ``LOCAL_SECONDS_MAX``], or the tool is not
+            registered ``idempotent=True``.
+    """
+    if local_seconds is None:
+        return None
+    if isinstance(local_seconds, bool) or not isinstance(local_seconds, int | float):
+        raise RegistryError(
+            f"tool {name!r}: local_seconds must be a number of seconds, not {local_seconds!r}"
+        )
+    if not 0 < local_seconds <= LOCAL_SECONDS_MAX:
+        raise RegistryError(
+            f"tool {name!r}: local_seconds must be more than 0 and at most "
+            f"{LOCAL_SECONDS_MAX:g}, not {local_seconds!r}"
+        )
+    if not idempotent:
+        raise RegistryError(
+            f"tool {name!r}: local_seconds needs idempotent=True: a local call is run again "
+            "when the worker running it dies, so only a tool safe to repeat may run locally"
+        )
+    return float(local_seconds)
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -207,6 +243,7 @@ class ToolRegistry:
         idempotent: bool = False,
         read_only: bool | None = None,
         destructive: bool | None = None,
+        local_seconds: float | None = None,
     ) -> _F: ...
 
     @overload
@@ -219,6 +256,7 @@ class ToolRegistry:
         idempotent: bool = False,
         read_only: bool | None = None,
         destructive: bool | None = None,
+        local_seconds: float | None = None,
     ) -> Callable[[_F], _F]: ...
 
     def register(
@@ -230,19 +268,23 @@ class ToolRegistry:
         idempotent: bool = False,
         read_only: bool | None = None,
         destructive: bool | None = None,
+        local_seconds: float | None = None,
     ) -> _F | Callable[[_F], _F]:
         """Register a sync or async function; usable bare or as ``@registry.register(...)``.
 
         The schema comes from the type hints (every argument needs one) and the description
         from the docstring's summary unless given. ``read_only``/``destructive`` annotate the
-        tool for policies (unannotated = write).
+        tool for policies (unannotated = write). ``local_seconds`` (with ``idempotent=True``)
+        runs the tool's calls as local activities, each attempt given that many seconds.
 
         Raises:
-            RegistryError: the name is taken or invalid, or the signature cannot be described.
+            RegistryError: the name is taken or invalid, the signature cannot be described,
+                or ``local_seconds`` is invalid or set for a tool not ``idempotent``.
         """
 
         def add(target: _F) -> _F:
             tool_name = name or target.__name__
+            local = _local_seconds(tool_name, local_seconds, idempotent)
             summary, docs = _parse_docstring(inspect.getdoc(target))
             text = description if description is not None else summary
             if not text:
@@ -260,6 +302,7 @@ class ToolRegistry:
                     unpack=True,
                     read_only=read_only,
                     destructive=destructive,
+                    local_seconds=local,
                 )
             )
             return target
@@ -276,6 +319,7 @@ class ToolRegistry:
         idempotent: bool = False,
         read_only: bool | None = None,
         destructive: bool | None = None,
+        local_seconds: float | None = None,
     ) -> None:
         """Register ``fn(arguments: model)`` under ``name`` with a pydantic argument model.
 
@@ -283,8 +327,10 @@ class ToolRegistry:
         reads rather than something silently dropped.
 
         Raises:
-            RegistryError: the name is taken or invalid, or ``model`` allows extra fields.
+            RegistryError: the name is taken or invalid, ``model`` allows extra fields, or
+                ``local_seconds`` is invalid (as ``register``).
         """
+        local = _local_seconds(name, local_seconds, idempotent)
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise RegistryError(f"tool {name!r}: model must be a pydantic BaseModel subclass")
         if model.model_config.get("extra") != "forbid":
@@ -305,6 +351,7 @@ class ToolRegistry:
                 unpack=False,
                 read_only=read_only,
                 destructive=destructive,
+                local_seconds=local,
             )
         )
 

@@ -79,9 +79,14 @@ class BlobStore(Protocol):
 
 
 class LocalBlobStore:
-    """Blobs as files ``<root>/<2 hex>/<62 hex>``, written atomically (embedded default).
+    """Blobs as files ``<root>/<2 hex>/<62 hex>`` (embedded default).
 
-    Workers on one machine (or sharing a volume) may share a root.
+    Workers on one machine (or sharing a volume) may share a root. A new blob is created
+    in place, exclusively (one file creation, no temporary file and rename); a put that
+    finds the file already there reads it, and replaces it atomically (temporary file and
+    rename) unless it holds exactly the data (a writer that died mid-write, or one still
+    writing, leaves it short). A ref leaves ``put`` only once its file is whole, so a
+    reader given a ref reads the whole blob.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -113,12 +118,31 @@ class LocalBlobStore:
     def _write(self, path: str, data: bytes) -> None:
         # Local-disk calls of a few microseconds, made in place (as Path's were): a thread
         # hop would cost more than the write.
-        if os.path.exists(path):
-            return
         shard = os.path.dirname(path)
         if shard not in self._shards:
             os.makedirs(shard, exist_ok=True)
             self._shards.add(shard)
+        try:
+            fd = os.open(path, _CREATE_NEW, 0o600)
+        except FileExistsError:
+            if _holds(path, data):
+                return
+            self._replace(shard, path, data)
+            return
+        except FileNotFoundError:  # the shard was removed since
+            self._shards.discard(shard)
+            self._write(path, data)
+            return
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+
+    def _replace(self, shard: str, path: str, data: bytes) -> None:
+        """Write ``path`` whole through a temporary file and a rename (atomic)."""
         fd, tmp = _exclusive_temp(shard)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -150,6 +174,18 @@ def _exclusive_temp(shard: str) -> tuple[int, str]:
             os.makedirs(shard, exist_ok=True)
             return os.open(tmp, flags, 0o600), tmp
     raise FileExistsError(f"100 temporary names taken in {shard}: is another writer looping?")
+
+
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` holds exactly ``data`` (False if it went meanwhile)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(data) + 1) == data
+    except FileNotFoundError:
+        return False
 
 
 def _new_token() -> None:

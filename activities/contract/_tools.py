@@ -72,6 +72,10 @@ class CatalogEntry(_Payload):
     """How long a call of this tool may go unheard by the server before it counts as lost;
     set by the worker for tools not safe to repeat, sized for the server outage a finished
     call must survive. None: the workflow's default (10 s)."""
+    local_seconds: float | None = None
+    """Code tools registered quick and safe to repeat (``ToolDef.local_seconds``): the
+    workflow runs their calls as local activities, each attempt given this many seconds.
+    None (every catalogue recorded before it existed): a normal activity."""
     server: str | None = None
     """MCP tools: the server's name in the Spec; A2A skills: the peer's."""
     tool: str | None = None

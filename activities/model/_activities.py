@@ -54,6 +54,7 @@ from psych_runtime.activities.mcp import (
     resolve_turn,
     turn_result,
 )
+from psych_runtime.activities.model._by_ref import ByRef
 from psych_runtime.activities.model._context import ContextProviders, ContextRequest
 from psych_runtime.activities.model._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities.model._failures import (
@@ -140,6 +141,10 @@ class ModelActivities(ActivityClass):
         self.blobs = blobs
         self.pricing = pricing
         self.conversations = Conversations(blobs)
+        self._systems: ByRef[str] = ByRef()
+        """System prompts by ref (``_by_ref``): read once per worker, not once per call."""
+        self._tool_lists: ByRef[tuple[ToolDefinition, ...]] = ByRef()
+        """Tool lists by ref, parsed."""
         self.mcp = mcp
         self.context = context
         self.live = live
@@ -371,23 +376,34 @@ class ModelActivities(ActivityClass):
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
             context=context,
         )
-        size = len(result.model_dump_json())
-        if size > MAX_RESULT_BYTES:
-            raise ResponseTooLarge(_too_large(size, "result"))
+        if not _surely_fits(result):
+            size = len(result.model_dump_json())
+            if size > MAX_RESULT_BYTES:
+                raise ResponseTooLarge(_too_large(size, "result"))
         return result
 
     async def _system(self, input: ModelCallInput) -> tuple[str | None, str | None]:
-        """The system prompt's ref and text: stored now if inline, else loaded."""
+        """The system prompt's ref and text: stored now if inline, else loaded (once per
+        worker: ``_systems``)."""
         if input.system_prompt is not None:
-            return await self.blobs.put(input.system_prompt.encode()), input.system_prompt
+            ref = await self.blobs.put(input.system_prompt.encode())
+            self._systems.put(ref, input.system_prompt)
+            return ref, input.system_prompt
         if input.system_ref is not None:
-            return input.system_ref, (await self.blobs.get(input.system_ref)).decode()
+            text = self._systems.get(input.system_ref)
+            if text is None:
+                text = (await self.blobs.get(input.system_ref)).decode()
+                self._systems.put(input.system_ref, text)
+            return input.system_ref, text
         return None, None
 
     async def _tools(self, ref: str | None, exclude: Sequence[str]) -> list[ToolDefinition]:
         if ref is None:
             return []
-        tools = _TOOL_LIST.validate_json(await self.blobs.get(ref))
+        tools = self._tool_lists.get(ref)
+        if tools is None:
+            tools = tuple(_TOOL_LIST.validate_json(await self.blobs.get(ref)))
+            self._tool_lists.put(ref, tools)
         excluded = set(exclude)
         return [t for t in tools if t.name not in excluded]
 
@@ -452,3 +468,24 @@ class ModelActivities(ActivityClass):
             # The read timeout is the idle limit: only a silent stream can exceed it.
             raise StreamIdle(idle) from err
         return stream.answer(input.turn)
+
+
+_FIXED_BYTES = 4096
+"""More than the JSON of a result's fields other than its strings (usage, latency, cost,
+the keys and punctuation)."""
+
+
+def _surely_fits(result: ModelCallResult) -> bool:
+    """Whether ``result``'s JSON is surely within ``MAX_RESULT_BYTES``, without writing it.
+
+    An upper bound: a character takes at most 6 bytes of JSON (``\\u00XX``), each tool call
+    its three strings plus its punctuation. MCP and context results are structured and
+    unbounded here, so they are always measured whole (as is anything near the limit).
+    """
+    if result.mcp is not None or result.context is not None:
+        return False
+    chars = len(result.model) + len(result.text) + len(result.finish_reason or "")
+    chars += len(result.system_ref or "") + len(result.context_ref)
+    for call in result.tool_calls:
+        chars += len(call.id) + len(call.name) + len(call.arguments) + 64
+    return 6 * chars + _FIXED_BYTES <= MAX_RESULT_BYTES

@@ -190,6 +190,7 @@ class ToolActivities(ActivityClass):
                     info=info,
                     policy=self._fixed(info),
                     heartbeat_timeout_seconds=self._lost_after(tool.idempotent),
+                    local_seconds=tool.local_seconds,
                 )
             )
         for http_tool in input.http_tools:

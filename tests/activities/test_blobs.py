@@ -72,12 +72,40 @@ async def test_put_writes_each_blob_once_and_survives_its_shard_being_removed(
 async def test_a_temporary_name_left_taken_is_skipped(tmp_path: Path) -> None:
     # A writer killed between creating its temporary file and renaming it leaves the name
     # taken; the next writer to draw it (a restarted worker) moves on to another name.
+    # (A temporary file is drawn only to replace a torn blob: one is left here.)
     store = LocalBlobStore(tmp_path)
     ref = blob_ref(b"two")
     shard = tmp_path / blob_key(ref).split("/")[0]
     shard.mkdir()
+    (tmp_path / blob_key(ref)).write_bytes(b"t")
     upcoming = next(_blobs._PUT_COUNTER) + 1
     for n in range(upcoming, upcoming + 3):
         (shard / f".put-{_blobs._PUT_TOKEN}-{n}").write_bytes(b"left by a killed writer")
     assert await store.put(b"two") == ref
     assert await store.get(ref) == b"two"
+
+
+async def test_a_new_blob_is_created_in_place_without_a_temporary_file(tmp_path: Path) -> None:
+    # One file creation per blob (issue 27): no temporary name drawn, no rename.
+    store = LocalBlobStore(tmp_path)
+    before = next(_blobs._PUT_COUNTER)
+    ref = await store.put(b"three")
+    assert next(_blobs._PUT_COUNTER) == before + 1
+    assert await store.get(ref) == b"three"
+    assert (tmp_path / blob_key(ref)).stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("left", [b"", b"fou", b"four and more"])
+async def test_a_torn_blob_is_replaced_by_the_next_put_of_its_data(
+    tmp_path: Path, left: bytes
+) -> None:
+    # A writer that died mid-write leaves the file short (or, in principle, wrong): the
+    # next put of that data finds it, checks it, and replaces it whole.
+    store = LocalBlobStore(tmp_path)
+    ref = blob_ref(b"four")
+    path = tmp_path / blob_key(ref)
+    path.parent.mkdir()
+    path.write_bytes(left)
+    assert await store.put(b"four") == ref
+    assert await store.get(ref) == b"four"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left

@@ -160,7 +160,7 @@ class SearchArgs(BaseModel):
 def make_registry(cancelled: list[str], started: asyncio.Event) -> ToolRegistry:
     registry = ToolRegistry()
 
-    @registry.register(idempotent=True)
+    @registry.register(idempotent=True, local_seconds=2.0)
     def lookup_order(order_id: str) -> dict[str, Any]:
         """Look up an order.
 
@@ -619,12 +619,15 @@ async def test_catalog_stores_sorted_definitions_and_flags_what_is_safe_to_repea
             builtins=(builtin,),
         ),
     )
-    assert {entry.name: (entry.kind, entry.safe_to_repeat) for entry in catalog.entries} == {
-        "lookup_order": ("code", True),
-        "search": ("code", False),
-        "get_order": ("http", True),
-        "add_note": ("http", False),
-        "read_tool_output": ("builtin", True),
+    assert {
+        entry.name: (entry.kind, entry.safe_to_repeat, entry.local_seconds)
+        for entry in catalog.entries
+    } == {
+        "lookup_order": ("code", True, 2.0),
+        "search": ("code", False, None),
+        "get_order": ("http", True, None),
+        "add_note": ("http", False, None),
+        "read_tool_output": ("builtin", True, None),
     }
     assert catalog.tools_ref is not None
     stored = json.loads(await blobs.get(catalog.tools_ref))

@@ -64,6 +64,39 @@ def oauth_settings(blob_dir: Path) -> dict[str, Any]:
     }
 
 
+def _tally(path: str) -> int:
+    """Append a line to the file at ``path``; how many lines it has now (runs so far)."""
+    with Path(path).open("a") as file:
+        file.write("ran\n")
+    return len(Path(path).read_text().splitlines())
+
+
+@REGISTRY.register(idempotent=True, read_only=True, local_seconds=10.0)
+async def count_stock(tally: str, hold: float) -> str:
+    """Count the warehouse's stock (each run appends a line to ``tally``).
+
+    Args:
+        tally: The file each run of the tool appends a line to.
+        hold: Seconds the first run takes; a later run answers at once.
+    """
+    if _tally(tally) == 1:
+        await asyncio.sleep(hold)
+    return "12 in stock"
+
+
+@REGISTRY.register
+async def ship_parcel(tally: str, hold: float) -> str:
+    """Ship a parcel (each run appends a line to ``tally``).
+
+    Args:
+        tally: The file each run of the tool appends a line to.
+        hold: Seconds the run takes.
+    """
+    _tally(tally)
+    await asyncio.sleep(hold)
+    return "shipped"
+
+
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long the server holds a workflow task for this worker's sticky cache before giving it
 to any worker on the task queue (the SDK default is 10 s). Killed, this worker never takes

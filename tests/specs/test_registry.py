@@ -368,3 +368,46 @@ def test_lookup_helpers(registry: ToolRegistry) -> None:
     assert registry.find(undocumented) is None
     with pytest.raises(RegistryError, match="'nope'"):
         registry.get("nope")
+
+
+# --- local_seconds: quick tools safe to repeat run as local activities --------------------
+
+
+def test_local_seconds_is_kept_for_an_idempotent_tool() -> None:
+    reg = ToolRegistry()
+    reg.register(lookup_order, idempotent=True, read_only=True, local_seconds=2)
+    tool = reg.get("lookup_order")
+    assert tool.local_seconds == 2.0
+    assert isinstance(tool.local_seconds, float)
+    reg.register(refund, idempotent=True)
+    assert reg.get("refund").local_seconds is None
+
+
+def test_local_seconds_of_a_dynamic_tool() -> None:
+    class Query(BaseModel):
+        """Search the catalogue."""
+
+        model_config = ConfigDict(extra="forbid")
+        text: str
+
+    reg = ToolRegistry()
+    reg.register_dynamic("query", Query, lambda q: q.text, idempotent=True, local_seconds=0.5)
+    assert reg.get("query").local_seconds == 0.5
+    with pytest.raises(RegistryError, match=r"'other'.*needs idempotent=True"):
+        reg.register_dynamic("other", Query, lambda q: q.text, local_seconds=0.5)
+
+
+def test_local_seconds_needs_a_tool_safe_to_repeat() -> None:
+    reg = ToolRegistry()
+    # read_only is a policy's annotation, not a promise that a second run is harmless.
+    with pytest.raises(RegistryError, match="'refund': local_seconds needs idempotent=True"):
+        reg.register(refund, read_only=True, local_seconds=1.0)
+    assert "refund" not in reg
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, 10.5, float("nan"), float("inf"), True, "2"])
+def test_local_seconds_out_of_range_or_not_a_number_is_refused(seconds: Any) -> None:
+    reg = ToolRegistry()
+    with pytest.raises(RegistryError, match="'lookup_order': local_seconds must be"):
+        reg.register(lookup_order, idempotent=True, local_seconds=seconds)
+    assert "lookup_order" not in reg

@@ -159,6 +159,39 @@ def request_payment(order_id: str) -> ExternalWait:
     return ExternalWait(token=f"pay-{order_id}", message="waiting for the payment webhook")
 
 
+@TOOLS.register(idempotent=True, read_only=True, local_seconds=5.0)
+async def count_stock(item: str, seconds: float) -> str:
+    """Count an item's stock (a quick read: run as a local activity).
+
+    Args:
+        item: The item.
+        seconds: How long the count takes.
+    """
+    await asyncio.sleep(seconds)
+    return f"{item}: 7 in stock"
+
+
+@TOOLS.register(idempotent=True, local_seconds=0.3)
+async def slow_count(item: str) -> str:
+    """Count an item's stock, taking longer than its local_seconds allow.
+
+    Args:
+        item: The item.
+    """
+    await asyncio.sleep(2.0)
+    return f"{item}: 7 in stock"
+
+
+@TOOLS.register(idempotent=True, local_seconds=5.0)
+def hold_slot(slot: str) -> ExternalWait:
+    """Hold a delivery slot; the carrier confirms it later (a local call that waits).
+
+    Args:
+        slot: The slot.
+    """
+    return ExternalWait(token=f"slot-{slot}", message="waiting for the carrier")
+
+
 @dataclass
 class Gate:
     """Lets a scenario see a tool call start, and decide when it may finish."""
@@ -1667,6 +1700,98 @@ class Shape:
     record: Callable[[Rig], Awaitable[RunHandle]]
 
 
+# --- local tool calls (issue 27) ------------------------------------------------------------
+
+
+async def local_tool_calls_concurrent(rig: Rig) -> RunHandle:
+    """Two concurrent local calls of different durations (the first started finishes last),
+    then one local call in a turn of its own, answered: one workflow task per turn."""
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("count_stock", {"item": "bolts", "seconds": 0.6}),
+            ToolCall("count_stock", {"item": "nuts", "seconds": 0.05}),
+        ),
+        Reply.tool_calls(ToolCall("count_stock", {"item": "gears", "seconds": 0.0})),
+        Reply.text("7 of each."),
+    )
+    return await rig.run(rig.agent("stock").tool("count_stock").build(), "Count the stock.")
+
+
+async def local_and_activity_tool_calls(rig: Rig) -> RunHandle:
+    """A local call and a normal activity (a tool not safe to repeat) in one turn."""
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("count_stock", {"item": "bolts", "seconds": 0.3}),
+            ToolCall("lookup_order", {"order_id": "42"}),
+        ),
+        Reply.text("Bolts in stock; order 42 delivered."),
+    )
+    spec = rig.agent("stock").tool("count_stock").tool("lookup_order").build()
+    return await rig.run(spec, "Stock and order 42?")
+
+
+async def local_tool_timed_out(rig: Rig) -> RunHandle:
+    """A local call that outlives its local_seconds: retried as a tool safe to repeat, then
+    the error reaches the model, answered."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("slow_count", {"item": "bolts"})),
+        Reply.text("The count timed out."),
+    )
+    return await rig.run(rig.agent("stock").tool("slow_count").build(), "Count the bolts.")
+
+
+async def local_external_wait_beside_local_call(rig: Rig) -> RunHandle:
+    """A local call that returns an external wait at once, beside a slower local call
+    started before it: the wait's commands come only after both resolved; completed by
+    token, answered."""
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("count_stock", {"item": "bolts", "seconds": 0.5}),
+            ToolCall("hold_slot", {"slot": "am"}),
+        ),
+        Reply.text("Slot held, bolts in stock."),
+    )
+    spec = rig.agent("slots").tool("hold_slot").tool("count_stock").build()
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Hold the morning slot.", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.complete(run, pending.id, {"held": True}, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def roles_apart_local_tool(rig: Rig) -> RunHandle:
+    """A Run dispatched roles apart: a tool registered local still runs as an activity on
+    the tools role's queue."""
+    apart = PsychClient(
+        rig.env.client,
+        store=rig.client.store,
+        task_queue=rig.client.task_queue,
+        registry=TOOLS,
+        roles_apart=True,
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("count_stock", {"item": "bolts", "seconds": 0.0})),
+        Reply.text("7 bolts."),
+    )
+    async with rig.worker():
+        spec = rig.agent("stock").tool("count_stock").build()
+        run = await apart.dispatch(spec, "Count the bolts.", scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def workflow_local_tool_step(rig: Rig) -> RunHandle:
+    """WorkflowRun: a tool step whose tool is registered local: one marker, no activity."""
+    spec = (
+        _workflow(rig, "stock-flow")
+        .tool("count_stock")
+        .tool_step("count", "count_stock", {"item": "bolts", "seconds": 0.0})
+        .build()
+    )
+    return await rig.run(spec, "Count.")
+
+
 _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", plain_answer),
     ("dev", code_and_http_tools),
@@ -1767,6 +1892,13 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", roles_apart_code_tool),
     # the fleet decides roles (issue 26, item 2)
     ("dev", fleet_roles_apart_code_tool),
+    # local tool calls (issue 27)
+    ("dev", local_tool_calls_concurrent),
+    ("dev", local_and_activity_tool_calls),
+    ("dev", local_tool_timed_out),
+    ("dev", local_external_wait_beside_local_call),
+    ("dev", roles_apart_local_tool),
+    ("dev", workflow_local_tool_step),
     # continue-as-new: one chain, each execution its own history
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),

@@ -15,6 +15,10 @@ eagerly (in the workflow task's completion, no matching round trip) only there, 
 worker of role ``all`` or ``workflows`` registers every activity. The local
 ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
 reach MCP servers too.
+
+A code tool registered quick and safe to repeat (its catalogue entry has
+``local_seconds``) runs as a local activity too, on a Run on one queue (``runs_local``):
+each attempt bounded by ``local_seconds``, retried as any tool safe to repeat.
 """
 
 from __future__ import annotations
@@ -235,18 +239,39 @@ async def _execute(
     return result
 
 
-async def _execute_local(name: str, input: Any, result_type: type[_R], *, summary: str) -> _R:
-    """Run activity ``name`` as a local activity, with its options from ``OPTIONS``."""
+async def _execute_local(
+    name: str,
+    input: Any,
+    result_type: type[_R],
+    *,
+    summary: str | None,
+    start_to_close: timedelta | None = None,
+    retry: RetryPolicy | None = None,
+) -> _R:
+    """Run activity ``name`` as a local activity, with its options from ``OPTIONS``
+    (``start_to_close`` and ``retry`` override them; no ``summary``: none in its marker)."""
     options = OPTIONS[name]
     result: _R = await workflow.execute_local_activity(
         name,
         input,
         result_type=result_type,
-        start_to_close_timeout=options.start_to_close,
-        retry_policy=options.retry,
+        start_to_close_timeout=start_to_close or options.start_to_close,
+        retry_policy=retry or options.retry,
         summary=summary,
     )
     return result
+
+
+def runs_local(entry: CatalogEntry) -> bool:
+    """Whether a call of this catalogue entry runs as a local activity: a code tool
+    registered quick and safe to repeat, on a Run whose tool calls stay on its own queue (a
+    Run with its roles apart keeps them on the tools role)."""
+    return (
+        entry.kind == "code"
+        and entry.local_seconds is not None
+        and entry.safe_to_repeat
+        and task_queue_for(TOOL_RUN_CODE) is None
+    )
 
 
 async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
@@ -340,8 +365,9 @@ async def call_tool(
     summary: str,
 ) -> ToolOutcome:
     """``psych.tool.send_http`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.run_code`` (both slim), ``psych.tool.mcp`` or ``psych.tool.a2a``: one tool
-    call, retried only when it is safe to repeat."""
+    ``psych.tool.run_code`` (both slim; a local activity when ``runs_local``),
+    ``psych.tool.mcp`` or ``psych.tool.a2a``: one tool call, retried only when it is safe to
+    repeat."""
     retry, heartbeat = tool_retry(entry.safe_to_repeat), _heartbeat(entry)
     if isinstance(input, McpToolCall):
         return await _execute(
@@ -357,6 +383,16 @@ async def call_tool(
         name, extra = TOOL_SEND_HTTP, timedelta(seconds=input.tool.timeout_seconds)
     else:
         slim, name, extra = slim_code_call(input, workflow_id), TOOL_RUN_CODE, timedelta(0)
+        if entry.local_seconds is not None and runs_local(entry):
+            local = await _execute_local(
+                name,
+                slim,
+                SlimToolOutcome,
+                summary=None,
+                start_to_close=timedelta(seconds=entry.local_seconds),
+                retry=retry,
+            )
+            return full_outcome(local, input.call_id)
     # No summary: the activity type and its input name the tool.
     outcome = await _execute(
         name,

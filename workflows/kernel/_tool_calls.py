@@ -6,6 +6,10 @@ or HTTP tool activity, with exactly-once rules (a tool not safe to repeat whose 
 died mid-call is UNKNOWN, never run twice), abort and deadline handling, and a tool that
 returns an external wait suspending the Run. Results are recorded and the guards updated
 in call order after every call of the batch has finished.
+
+A code tool registered quick and safe to repeat runs as a local activity
+(``_activity_calls.runs_local``); while one runs, the calls that ended wait for it
+(``_local_hold``), so their commands replay in the order they ran.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -55,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _mcp_input as mcp_input
     from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
+    from psych_runtime.workflows.kernel._local_hold import LocalHold
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
@@ -80,6 +85,7 @@ class ToolCalls(FeatureView):
         self._suspension = SuspensionPolicy()
         self._servers: dict[str, McpServer] = {}
         self._trace = RunTrace()
+        self._local_hold = LocalHold()
         self._features = tuple(kind(self) for kind in self.FEATURES)
         features = self._features
         self._at_boundary = overriding(features, "boundary")
@@ -236,20 +242,28 @@ class ToolCalls(FeatureView):
         arguments: dict[str, Any],
         input: McpInputAnswers | None,
     ) -> ToolResult:
-        """Execute the call as an open (and maybe interruptible) call of the Run."""
+        """Execute the call as an open (and maybe interruptible) call of the Run; while a
+        local call runs, hold what follows it (``_local_hold``)."""
         self._open_calls[call.id] = (turn, call.name)
+        local = entry.kind == "code" and calls.runs_local(entry)
+        order = self._local_hold.start(local)
+        held: asyncio.Future[None] | None = None
         task = asyncio.create_task(self._execute(turn, call, entry, arguments, input))
         if self._interruptible_tool(call.name):
             self._interruptible[call.id] = task
         try:
-            return await task
+            result = await task
         except asyncio.CancelledError:
             if self._abort is None or not task.cancelled():
                 raise
-            return inline(call, "aborted", ABORTED_CALL, counts=False)
+            result = inline(call, "aborted", ABORTED_CALL, counts=False)
         finally:
             self._open_calls.pop(call.id, None)
             self._interruptible.pop(call.id, None)
+            held = self._local_hold.finish(order, local)
+        if held is not None:
+            await held
+        return result
 
     async def _answering(
         self,
@@ -395,17 +409,25 @@ class ToolCalls(FeatureView):
                     entry,
                     summary=summary,
                 )
-        except ActivityError as err:
-            if isinstance(err.__cause__, CancelledError):
+        except FailureError as err:
+            # A local activity's failure raises ActivityError live but its bare cause (a
+            # TimeoutError, say) when its marker replays: both read the same here.
+            if isinstance(err, ActivityError):
+                cause = err.__cause__
+            elif entry.kind == "code" and calls.runs_local(entry):
+                cause = err
+            else:
+                raise
+            if isinstance(cause, CancelledError):
                 if self._abort is None:
                     raise asyncio.CancelledError from err
                 return inline(call, "aborted", ABORTED_CALL, counts=False)
-            consent = consent_of(err)
+            consent = consent_of(err) if isinstance(err, ActivityError) else None
             if consent is not None:
                 result = inline(call, "error", f"the tool call needs consent: {consent.server}")
                 result.consent = consent
                 return result
-            if not entry.safe_to_repeat and isinstance(err.__cause__, TemporalTimeoutError):
+            if not entry.safe_to_repeat and isinstance(cause, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")
         return from_outcome(call, outcome)

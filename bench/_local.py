@@ -1,0 +1,280 @@
+"""Section 12, local tool calls (issue 27): ``make bench-local`` (``python -m bench._local``).
+
+In one run, on one fresh fast-dispatch dev server, against ``ModelLoop`` (the bare loop
+whose model activity sends AgentRun's very request, then a trivial tool activity: two
+activities per turn):
+
+- **local**: AgentRun whose tool is read-only, quick and safe to repeat (``small_read``,
+  registered ``local_seconds``): its calls run as local activities;
+- **write**: AgentRun whose tool is a write (``small_result``): a normal activity per call.
+
+Per-turn time (wall and steady, Runs one at a time, alternating), 50-Run turns/s (batches
+alternating), and history bytes per turn with a 4 KB result (``read_4kb`` / ``result_4kb``)
+against ``ResultLoop``, the bare floor. Per pair the ratio to ModelLoop (or the floor);
+printed as median [min-max] of the pairs. JSON: ``bench/results/local-<timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench._agent import AgentBench
+from bench._baseline import BaselineBench
+from bench._history import history_facts
+from bench._process import dev_server
+from bench._sections import RESULT_BYTES, Batch, _batch
+from bench._table import median, table
+from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY
+from psych_runtime.activities.contract import MODEL_CALL
+
+RESULTS = Path(__file__).parent / "results"
+KINDS = ("model_loop", "write", "local")
+"""The three Runs measured, in the order each round takes them."""
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """How much ``make bench-local`` does."""
+
+    turns: int = 20
+    runs: int = 7
+    concurrent_runs: int = 50
+    concurrent_turns: int = 10
+    repeats: int = 5
+    history_turns: tuple[int, ...] = (10, 50)
+
+
+QUICK = LocalSettings(turns=5, runs=2, concurrent_runs=10, concurrent_turns=4, repeats=1)
+
+
+@dataclass
+class LocalResult:
+    """Raw samples, by kind (``KINDS``)."""
+
+    wall_ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    steady_ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    batches: dict[str, list[Batch]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    bytes_per_turn: dict[str, list[float]] = field(
+        default_factory=lambda: {"floor": [], "write": [], "local": []}
+    )
+    events_per_turn: dict[str, list[float]] = field(
+        default_factory=lambda: {"floor": [], "write": [], "local": []}
+    )
+
+
+async def _one(
+    kind: str, agent: AgentBench, model: BaselineBench, turns: int
+) -> tuple[float, float]:
+    """One Run of ``kind``: its wall and steady ms per turn."""
+    if kind == "model_loop":
+        run = await model.model_loop(turns)
+        facts = await history_facts(model.handle(run.workflow_id), MODEL_REQUEST_ACTIVITY)
+        wall = run.wall_ms
+    else:
+        timing = await agent.run(turns, local=kind == "local")
+        facts = await history_facts(agent.handle(timing.workflow_id), MODEL_CALL)
+        wall = timing.wall_ms
+    return wall / turns, facts.turn_ms if facts.turn_ms is not None else float("nan")
+
+
+def _starter(
+    kind: str, agent: AgentBench, model: BaselineBench, turns: int
+) -> Callable[[], Awaitable[object]]:
+    if kind == "model_loop":
+        return lambda: model.model_loop(turns)
+    return lambda: agent.run(turns, local=kind == "local")
+
+
+async def measure(
+    settings: LocalSettings, home: Path, progress: Callable[[str], None]
+) -> LocalResult:
+    """Every sample of section 12 (see the module)."""
+    result = LocalResult()
+    async with (
+        dev_server(fast_dispatch=True) as env,
+        AgentBench.running(env, home) as agent,
+        BaselineBench.running(env) as floor,
+        BaselineBench.running(env, model=agent.endpoint, sandbox=False) as model,
+    ):
+        turns = settings.turns
+        progress("warm-up: one Run of each")
+        model.learn(turns, await agent.request_bodies(turns))
+        model.learn(
+            settings.concurrent_turns, await agent.request_bodies(settings.concurrent_turns)
+        )
+        await model.model_loop(turns)
+        await agent.run(turns, local=True)
+        progress(f"per-turn time: {settings.runs} rounds of {turns}-turn Runs")
+        for index in range(settings.runs):
+            # The order rotates, so no kind always follows the same one.
+            for kind in KINDS[index % 3 :] + KINDS[: index % 3]:
+                wall, steady = await _one(kind, agent, model, turns)
+                result.wall_ms[kind].append(wall)
+                result.steady_ms[kind].append(steady)
+        runs, cturns = settings.concurrent_runs, settings.concurrent_turns
+        progress(f"throughput: {settings.repeats} rounds of {runs} Runs x {cturns} turns")
+        for index in range(settings.repeats):
+            for kind in KINDS[index % 3 :] + KINDS[: index % 3]:
+                batch = await _batch(runs, cturns, _starter(kind, agent, model, cturns))
+                result.batches[kind].append(batch)
+        progress(f"history bytes: {settings.history_turns} turns, 4 KB results")
+        for hturns in settings.history_turns:
+            run = await floor.results(hturns, RESULT_BYTES)
+            facts = await history_facts(floor.handle(run.workflow_id), MODEL_ACTIVITY)
+            result.bytes_per_turn["floor"].append(facts.server_bytes / hturns)
+            result.events_per_turn["floor"].append(facts.events / hturns)
+            for kind in ("write", "local"):
+                timing = await agent.run(hturns, result_4kb_tool=True, local=kind == "local")
+                facts = await history_facts(agent.handle(timing.workflow_id), MODEL_CALL)
+                result.bytes_per_turn[kind].append(facts.server_bytes / hturns)
+                result.events_per_turn[kind].append(facts.events / hturns)
+    return result
+
+
+def _ratios(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    return [v / b for v, b in zip(values, baseline, strict=True) if b]
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def summary(result: LocalResult) -> dict[str, dict[str, float]]:
+    """Medians and the median, min and max of the per-pair ratios, by kind."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("write", "local"):
+        tps = [b.turns_per_s for b in result.batches[kind]]
+        base_tps = [b.turns_per_s for b in result.batches["model_loop"]]
+        figures = {
+            "wall": _ratios(result.wall_ms[kind], result.wall_ms["model_loop"]),
+            "steady": _ratios(result.steady_ms[kind], result.steady_ms["model_loop"]),
+            "turns_per_s": _ratios(tps, base_tps),
+            "bytes": _ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"]),
+        }
+        row: dict[str, float] = {}
+        for name, ratios in figures.items():
+            row[f"{name}_ratio"] = median(ratios)
+            row[f"{name}_ratio_min"] = min(ratios) if ratios else float("nan")
+            row[f"{name}_ratio_max"] = max(ratios) if ratios else float("nan")
+        out[kind] = row
+    return out
+
+
+def text(result: LocalResult, settings: LocalSettings) -> str:
+    """The section's tables."""
+    rows = []
+    for kind in KINDS:
+        batches = result.batches[kind]
+        rows.append(
+            [
+                kind,
+                median(result.wall_ms[kind]),
+                median(result.steady_ms[kind]),
+                median([b.turns_per_s for b in batches]),
+                median([b.process_cpu_ms_per_turn for b in batches]),
+                median([b.server_cpu_ms_per_turn for b in batches]),
+                median(result.bytes_per_turn.get(kind, [])),
+                median(result.events_per_turn.get(kind, [])),
+            ]
+        )
+    floor = result.bytes_per_turn["floor"]
+    rows.append(
+        [
+            "floor (ResultLoop)",
+            "",
+            "",
+            "",
+            "",
+            "",
+            median(floor),
+            median(result.events_per_turn["floor"]),
+        ]
+    )
+    medians = table(
+        [
+            "medians",
+            "wall ms/turn",
+            "steady ms/turn",
+            "turns/s",
+            "proc CPU ms/turn",
+            "server CPU ms/turn",
+            "history B/turn",
+            "events/turn",
+        ],
+        rows,
+    )
+    ratios = []
+    for kind in ("local", "write"):
+        tps = [b.turns_per_s for b in result.batches[kind]]
+        base = [b.turns_per_s for b in result.batches["model_loop"]]
+        ratios.append(
+            [
+                f"AgentRun {kind} / ModelLoop",
+                _spread(_ratios(result.wall_ms[kind], result.wall_ms["model_loop"])),
+                _spread(_ratios(result.steady_ms[kind], result.steady_ms["model_loop"])),
+                _spread(_ratios(tps, base)),
+                _spread(_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)",
+            ]
+        )
+    ratio_table = table(
+        [
+            "ratio: median [min-max] of pairs",
+            "wall/turn",
+            "steady/turn",
+            "turns/s",
+            "history B/turn",
+        ],
+        ratios,
+    )
+    head = (
+        f"12. Local tool calls: {settings.turns}-turn Runs one at a time ({settings.runs} "
+        f"rounds), {settings.concurrent_runs} Runs x {settings.concurrent_turns} turns at once "
+        f"({settings.repeats} rounds), history at {', '.join(map(str, settings.history_turns))}"
+        " turns with 4 KB results. Targets (issue 27): local <= 0.85 wall, >= 1.15 turns/s;"
+        " write <= 1.05 wall, >= 0.95 turns/s; bytes <= 1.10 the floor."
+    )
+    return "\n".join([head, "", medians, "", ratio_table])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run section 12, print it, write its JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bench._local", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a smoke check, not a measurement")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else LocalSettings()
+
+    def progress(line: str) -> None:
+        print(f"  ... {line}", file=sys.stderr, flush=True)
+
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="psych-bench-local-") as home:
+        result = asyncio.run(measure(settings, Path(home), progress))
+    print(text(result, settings))
+    print(f"\n({time.monotonic() - began:.0f} s)")
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS / f"local-{stamp}.json"
+    payload = {
+        "settings": asdict(settings),
+        "samples": asdict(result),
+        "summary": summary(result),
+        "quick": args.quick,
+    }
+    out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""The model activity's per-call work beyond the request (issue 27, item 2): the Run's
+system prompt and tool list read once per worker (by ref), and the result's size bounded
+without writing its JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import (
+    ChatMessage,
+    Latency,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallRequest,
+    ToolDefinition,
+    Usage,
+)
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
+from psych_runtime.activities.model._activities import _surely_fits
+from psych_runtime.activities.model._by_ref import ByRef
+from psych_runtime.activities.model._failures import MAX_RESULT_BYTES
+from psych_runtime.specs import ModelRef, Scope
+from psych_runtime.testing import FakeModel, Reply
+
+MODEL = "fake-model"
+KEY = "sk-test-key"
+WEATHER = ToolDefinition(
+    name="get_weather",
+    description="Weather in a city.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+
+
+class CountingBlobs(LocalBlobStore):
+    """A LocalBlobStore that counts its reads by ref."""
+
+    def __init__(self, root: Any) -> None:
+        super().__init__(root)
+        self.reads: dict[str, int] = {}
+
+    async def get(self, ref: str) -> bytes:
+        self.reads[ref] = self.reads.get(ref, 0) + 1
+        return await super().get(ref)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModel]:
+    async with FakeModel(models=(MODEL,)) as model:
+        yield model
+
+
+def _call(**fields: Any) -> ModelCallInput:
+    values: dict[str, Any] = {
+        "run_id": "run-1",
+        "turn": 1,
+        "model": MODEL,
+        "params": ModelRef(model=MODEL),
+        "new_messages": (ChatMessage(role="user", content="Hello!"),),
+        "scope": Scope(tenant="acme"),
+    }
+    values.update(fields)
+    return ModelCallInput(**values)
+
+
+async def test_the_system_prompt_and_tool_list_are_read_once_per_worker(
+    fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
+) -> None:
+    blobs = CountingBlobs(tmp_path / "blobs")
+    acts = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
+    )
+    system_ref = await blobs.put(b"Stored prompt.")
+    tools_ref = await blobs.put(json.dumps([WEATHER.model_dump(mode="json")]).encode())
+    fake.enqueue(Reply.text("one"), Reply.text("two"), Reply.text("three"))
+    env = ActivityEnvironment()
+    for turn in (1, 2):
+        await env.run(acts.complete, _call(turn=turn, system_ref=system_ref, tools_ref=tools_ref))
+    # A third call excludes the tool: the kept list is filtered, not changed.
+    await env.run(
+        acts.complete,
+        _call(turn=3, system_ref=system_ref, tools_ref=tools_ref, exclude_tools=("get_weather",)),
+    )
+    assert blobs.reads[system_ref] == 1
+    assert blobs.reads[tools_ref] == 1
+    for request in fake.requests:
+        assert request["messages"][0] == {"role": "system", "content": "Stored prompt."}
+    assert [t["function"]["name"] for t in fake.requests[1]["tools"]] == ["get_weather"]
+    assert "tools" not in fake.requests[2]
+
+
+async def test_an_inline_system_prompt_is_kept_by_the_ref_it_is_stored_under(
+    fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
+) -> None:
+    blobs = CountingBlobs(tmp_path / "blobs")
+    acts = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
+    )
+    fake.enqueue(Reply.text("one"), Reply.text("two"))
+    env = ActivityEnvironment()
+    first = await env.run(acts.complete, _call(system_prompt="Be brief."))
+    assert first.system_ref is not None
+    await env.run(acts.complete, _call(turn=2, system_ref=first.system_ref))
+    assert first.system_ref not in blobs.reads
+    assert fake.requests[1]["messages"][0] == {"role": "system", "content": "Be brief."}
+
+
+def test_by_ref_keeps_the_most_recently_used() -> None:
+    kept: ByRef[str] = ByRef(size=2)
+    kept.put("a", "A")
+    kept.put("b", "B")
+    assert kept.get("a") == "A"  # now the most recently used
+    kept.put("c", "C")
+    assert (kept.get("a"), kept.get("b"), kept.get("c")) == ("A", None, "C")
+    assert len(kept) == 2
+    with pytest.raises(ValueError, match="at least one entry, not 0"):
+        ByRef(size=0)
+
+
+def _result(text: str, *, arguments: str = "{}") -> ModelCallResult:
+    return ModelCallResult(
+        model=MODEL,
+        system_ref=None,
+        context_ref="sha256:" + "0" * 64,
+        text=text,
+        tool_calls=(ToolCallRequest(id="call_1", name="get_weather", arguments=arguments),),
+        usage=Usage(input_tokens=10**9, output_tokens=10**9),
+        cost=123456.789,
+        latency=Latency(queue_wait_ms=1e12, duration_ms=1e12, first_token_ms=1e12),
+    )
+
+
+@pytest.mark.parametrize("char", ["x", "\x01", '"', "é", "\U0001f600"])
+def test_the_size_bound_is_never_below_the_json(char: str) -> None:
+    # The most text the bound lets through unmeasured, in the character whose JSON is
+    # longest of its kind: its JSON is still within the limit.
+    size = 1
+    while _surely_fits(_result(char * (size * 2), arguments=char * (size * 2))):
+        size *= 2
+    low, high = size, size * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        fits = _surely_fits(_result(char * middle, arguments=char * middle))
+        low, high = (middle, high) if fits else (low, middle)
+    result = _result(char * low, arguments=char * low)
+    assert _surely_fits(result)
+    assert len(result.model_dump_json().encode()) <= MAX_RESULT_BYTES
+
+
+def test_a_result_near_the_limit_is_measured_whole() -> None:
+    assert _surely_fits(_result("short answer"))
+    assert not _surely_fits(_result("x" * (MAX_RESULT_BYTES // 6)))
