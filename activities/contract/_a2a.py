@@ -30,6 +30,18 @@ def _compact_peer(peer: A2APeer) -> dict[str, Any]:
     return peer.model_dump(mode="json", exclude_defaults=True)
 
 
+class _OnePeer(_Payload):
+    """A payload naming one peer and the Scope it is called for, both sent compact."""
+
+    @field_serializer("peer", check_fields=False)
+    def _peer(self, peer: A2APeer) -> dict[str, Any]:
+        return _compact_peer(peer)
+
+    @field_serializer("scope", check_fields=False)
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
+
 class A2aCardsInput(_Payload):
     """``psych.a2a.cards``: this turn's peer skills of a Run with ``a2a_peers``.
 
@@ -83,7 +95,7 @@ class A2aCards(_Payload):
     peers: tuple[A2aPeerStatus, ...] = ()
 
 
-class A2aToolCall(_Payload):
+class A2aToolCall(_OnePeer):
     """``psych.tool.a2a``: one message to a peer, for one of its skills."""
 
     run_id: str
@@ -107,16 +119,8 @@ class A2aToolCall(_Payload):
     """0 for the model's call; n for the person's n-th answer sent in the call's task (the
     message id gets ``/answer-<n>``, so each is a message of its own to the peer)."""
 
-    @field_serializer("peer")
-    def _peer(self, peer: A2APeer) -> dict[str, Any]:
-        return _compact_peer(peer)
 
-    @field_serializer("scope")
-    def _scope(self, scope: Scope) -> dict[str, Any]:
-        return _compact_scope(scope)
-
-
-class A2aPollInput(_Payload):
+class A2aPollInput(_OnePeer):
     """``psych.a2a.poll``: read a peer task the peer left working (``GetTask``; safe to
     repeat). The outcome has status ``wait`` while the task is still working, else it is
     the call's answer, after the post hooks."""
@@ -136,16 +140,8 @@ class A2aPollInput(_Payload):
     """As for ``A2aToolCall``: a task asking for input is a ``wait`` whose token is
     ``A2A_QUESTION_TOKEN`` + the task id, its content the question."""
 
-    @field_serializer("peer")
-    def _peer(self, peer: A2APeer) -> dict[str, Any]:
-        return _compact_peer(peer)
 
-    @field_serializer("scope")
-    def _scope(self, scope: Scope) -> dict[str, Any]:
-        return _compact_scope(scope)
-
-
-class A2aCancelInput(_Payload):
+class A2aCancelInput(_OnePeer):
     """``psych.a2a.cancel``: ask the peer to cancel a task the Run waited on and will no
     longer read (``CancelTask``; best effort: its failure is data)."""
 
@@ -154,14 +150,6 @@ class A2aCancelInput(_Payload):
     peer: A2APeer
     task_id: str
     scope: Scope
-
-    @field_serializer("peer")
-    def _peer(self, peer: A2APeer) -> dict[str, Any]:
-        return _compact_peer(peer)
-
-    @field_serializer("scope")
-    def _scope(self, scope: Scope) -> dict[str, Any]:
-        return _compact_scope(scope)
 
 
 class A2aCancelled(_Payload):
