@@ -252,6 +252,33 @@ class Peers(Feature):
                 )
             )
 
+    def _message(
+        self,
+        call: ToolCallRequest,
+        entry: CatalogEntry,
+        arguments: dict[str, Any],
+        *,
+        questions_to_person: bool,
+        answer: int = 0,
+    ) -> A2aToolCall:
+        """The ``psych.tool.a2a`` input of a message to ``entry``'s peer (the model's call,
+        or the person's ``answer``-th answer in its task)."""
+        run = self.run
+        assert entry.server is not None and entry.tool is not None
+        return A2aToolCall(
+            run_id=run.input.run_id,
+            call_id=call.id,
+            peer=self.state.peers[entry.server],
+            skill=entry.tool,
+            name=entry.name,
+            arguments=arguments,
+            large_result_bytes=run.limits.large_result_bytes,
+            scope=run.input.scope,
+            report_through_client=not entry.safe_to_repeat,
+            questions_to_person=questions_to_person,
+            answer=answer,
+        )
+
     async def _call(
         self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]
     ) -> ToolResult:
@@ -260,18 +287,7 @@ class Peers(Feature):
         assert entry.server is not None and entry.tool is not None
         ask = run.suspension.may_ask_questions
         outcome = await calls.call_tool(
-            A2aToolCall(
-                run_id=run.input.run_id,
-                call_id=call.id,
-                peer=self.state.peers[entry.server],
-                skill=entry.tool,
-                name=entry.name,
-                arguments=arguments,
-                large_result_bytes=run.limits.large_result_bytes,
-                scope=run.input.scope,
-                report_through_client=not entry.safe_to_repeat,
-                questions_to_person=ask,
-            ),
+            self._message(call, entry, arguments, questions_to_person=ask),
             entry,
             summary=f"tool {call.name}, turn {turn}",
         )
@@ -415,19 +431,7 @@ class Peers(Feature):
         arguments = {A2A_MESSAGE_ARGUMENT: given.answer or "", A2A_TASK_ARGUMENT: task_id}
         try:
             outcome = await calls.call_tool(
-                A2aToolCall(
-                    run_id=run.input.run_id,
-                    call_id=call.id,
-                    peer=peer,
-                    skill=entry.tool,
-                    name=entry.name,
-                    arguments=arguments,
-                    large_result_bytes=run.limits.large_result_bytes,
-                    scope=run.input.scope,
-                    report_through_client=not entry.safe_to_repeat,
-                    questions_to_person=True,
-                    answer=answer,
-                ),
+                self._message(call, entry, arguments, questions_to_person=True, answer=answer),
                 entry,
                 summary=f"tool {call.name}, answer {answer}, turn {turn}",
             )
