@@ -11,6 +11,7 @@ from psych_runtime.activities.blobs._s3 import (
     S3Location,
     open_s3_client,
     parse_s3_url,
+    s3_client_options,
 )
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
@@ -39,4 +40,5 @@ __all__ = [
     "canonical_json",
     "open_s3_client",
     "parse_s3_url",
+    "s3_client_options",
 ]

@@ -217,6 +217,25 @@ class S3BlobStore:
         await self.aclose()
 
 
+def s3_client_options(location: S3Location) -> dict[str, Any]:
+    """The botocore ``Config`` options of every S3 client psych opens on ``location`` (the
+    blob, token and version stores)."""
+    return {
+        "s3": {
+            "addressing_style": location.addressing or ("path" if location.endpoint else "auto")
+        },
+        # Unlike a model provider's client (whose retries Temporal and the Run's budget
+        # own), a store read is one step of an activity whose failure the workflow cannot
+        # tell from the model's: a throttled or dropped S3 request is retried here.
+        "retries": {"mode": "standard", "total_max_attempts": 5},
+        # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
+        # read unless told otherwise, which several S3-compatible servers refuse; a
+        # content-addressed blob is checked by its ref anyway.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
+
+
 def open_s3_client(location: S3Location) -> Any:
     """An aiobotocore S3 client for ``location`` as an async context manager (the
     ``S3Client`` it yields is typed by the caller); ``S3BlobStore`` and the S3 token store
@@ -226,19 +245,7 @@ def open_s3_client(location: S3Location) -> Any:
     # this package for its payload types) should pay.
     from aiobotocore.config import AioConfig
 
-    addressing = location.addressing or ("path" if location.endpoint else "auto")
-    config = AioConfig(
-        s3={"addressing_style": addressing},
-        # Unlike a model provider's client (whose retries Temporal and the Run's budget
-        # own), a blob read is one step of an activity whose failure the workflow cannot
-        # tell from the model's: a throttled or dropped S3 request is retried here.
-        retries={"mode": "standard", "total_max_attempts": 5},
-        # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
-        # read unless told otherwise, which several S3-compatible servers refuse; a
-        # content-addressed blob is checked by its ref anyway.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
+    config = AioConfig(**s3_client_options(location))
     return _session().create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from psych_runtime.activities.blobs import S3Location, parse_s3_url
+from psych_runtime.activities.blobs import S3Location, parse_s3_url, s3_client_options
 from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
 
 VERSIONS_PREFIX = "versions/"
@@ -135,15 +135,7 @@ def _client(location: S3Location) -> Any:
     import botocore.session
     from botocore.config import Config
 
-    addressing = location.addressing or ("path" if location.endpoint else "auto")
-    config = Config(
-        s3={"addressing_style": addressing},
-        retries={"mode": "standard", "total_max_attempts": 5},
-        # As the blob store's client: several S3-compatible servers refuse the CRC
-        # checksums botocore adds by default.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
+    config = Config(**s3_client_options(location))
     return botocore.session.get_session().create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )
