@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+
+from tests._ports import free_port
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
@@ -79,17 +80,10 @@ class S3Server:
         return bucket
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def s3_server() -> AsyncIterator[S3Server]:
     """Start moto's S3 server on loopback; stop it (by its pid) on leaving."""
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(Path(__file__).with_name("_moto_serial.py")),

@@ -20,7 +20,6 @@ the text it receives:
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -56,6 +55,8 @@ from a2a.types.a2a_pb2 import (
     Role,
 )
 from starlette.applications import Starlette
+
+from tests._ports import free_port
 
 
 @dataclass(frozen=True)
@@ -187,14 +188,6 @@ def card(
             AgentSkill(id=s, name=s, description=f"The {s} skill.", tags=["test"]) for s in skills
         ],
     )
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (at the time of asking)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @asynccontextmanager

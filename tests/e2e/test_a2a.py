@@ -15,7 +15,8 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
-from tests.a2a.peer import free_port, serve_peer
+from tests._ports import free_port
+from tests.a2a.peer import serve_peer
 
 from ._waiting import is_waiting, state_when
 from .conftest import Harness

@@ -22,8 +22,8 @@ from a2a.utils.errors import TaskNotFoundError
 from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunState, RunStatus, RunSummary
+from tests._ports import free_port
 
-from ..workers.conftest import free_port
 from ._psych_peer import psych_sides
 from ._waiting import eventually, is_waiting, state_when
 from .conftest import Harness

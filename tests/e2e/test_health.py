@@ -12,8 +12,8 @@ from psych_runtime.activities import LocalBlobStore
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workers.fleet import Health, serve_health
+from tests._ports import free_port
 
-from ..workers.conftest import free_port
 from ._role_proc import spawn_role, stop
 from ._waiting import eventually
 

@@ -10,7 +10,6 @@ Run records that answer: the provider saw one request, not two.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev
 from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workflows import ModelCallFinished, PsychClient, RunStatus
 from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER, OPTIONS
+from tests._ports import free_port
 
 from ._waiting import eventually
 
@@ -37,13 +37,6 @@ OUTAGE = DEFAULT_OUTAGE_SECONDS * 0.75
 """Inside the tolerance, and longer than a model call's old 30 s heartbeat timeout."""
 ANSWERED_AFTER = 3.0
 """Seconds the provider takes to finish its answer once the call is in flight."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.timeout(300)

@@ -11,7 +11,6 @@ result.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from pathlib import Path
 
@@ -25,18 +24,12 @@ from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
 from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
+from tests._ports import free_port
 
 pytestmark = pytest.mark.e2e
 
 SCOPE = Scope(tenant="acme")
 OUTAGE = DEFAULT_OUTAGE_SECONDS + 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.timeout(240)

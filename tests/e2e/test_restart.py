@@ -8,7 +8,6 @@ after either restart runs the call once and the Run completes.
 from __future__ import annotations
 
 import gc
-import socket
 import uuid
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from psych_runtime.workflows import (
     Suspended,
     ToolCallFinished,
 )
+from tests._ports import free_port
 
 from ._waiting import is_suspended, only_pending, state_when
 from .conftest import Harness
@@ -96,13 +96,6 @@ async def test_suspended_run_survives_a_worker_restart(harness: Harness) -> None
         await harness.client.approve(run, "call-del", scope=SCOPE)
         await assert_completed_once(harness.client, run, deleted)
     assert len(harness.fake.requests) == 2
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def test_suspended_run_survives_a_dev_server_restart(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -31,14 +30,6 @@ EXAMPLES = ROOT / "examples"
 SUPPORT_SPEC = EXAMPLES / "support-agent.yaml"
 TOOLS_REF = f"{EXAMPLES / 'tools.py'}:registry"
 PAYMENTS_KEY = "test-payments-key"
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def psych(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from psych_runtime.workers.cli import main
-from tests.a2a.peer import free_port, serve_peer
+from tests._ports import free_port
+from tests.a2a.peer import serve_peer
 
 
 def spec_file(tmp_path: Path, peers: list[dict[str, Any]], **extra: Any) -> Path:

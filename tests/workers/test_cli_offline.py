@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, TOOLS_REF, Cli, free_port, read_until, spawn
+from tests._ports import free_port
+
+from .conftest import EXAMPLES, TOOLS_REF, Cli, read_until, spawn
 
 PSYCH = str(Path(sys.executable).parent / "psych")
 DEV_SERVER_LOG = re.compile(r"time=\S+ level=[A-Z]+ msg=")

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from psych_runtime.testing import Reply, ToolCall
+from tests._ports import free_port
 
-from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
+from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
 
 PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 

@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from psych_runtime.testing import Reply, ToolCall
+from tests._ports import free_port
 
-from .conftest import PAYMENTS_KEY, Cli, free_port, psych
+from .conftest import PAYMENTS_KEY, Cli, psych
 
 RUN_LINE = re.compile(r"^Run (psych-acme-\w+) on task queue", re.MULTILINE)
 

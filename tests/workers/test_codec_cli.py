@@ -15,8 +15,9 @@ import pytest
 
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import temporal_binary
+from tests._ports import free_port
 
-from .conftest import TOOLS_REF, Cli, free_port, psych, read_until, spawn
+from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
 
 PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 ANSWER = "Order 7 reached Mrs Higgins at 27A Wimpole Street."

@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 
-from .conftest import EXAMPLES, ROOT, free_port
+from tests._ports import free_port
+
+from .conftest import EXAMPLES, ROOT
 
 
 def test_demo_runs_the_support_agent_and_the_onboarding_workflow() -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.workers.cli._parser import build_parser
+from tests._ports import free_port
 
-from .conftest import ROOT, free_port, read_until
+from .conftest import ROOT, read_until
 
 BIN = Path(sys.executable).parent
 RUN_LINE = re.compile(r"^Run (psych-acme-\w+) on task queue", re.MULTILINE)
