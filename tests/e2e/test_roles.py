@@ -83,9 +83,14 @@ async def scheduled_queues(client: Client, workflow_id: str) -> dict[str, set[st
     return queues
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["client-told", "client-told-nothing"])
 async def test_a_run_completes_with_a_process_per_role(
-    dev_env: WorkflowEnvironment, tmp_path: Path
+    dev_env: WorkflowEnvironment, tmp_path: Path, told: bool
 ) -> None:
+    """``psych worker`` processes of one role each. A client told the fleet runs roles apart
+    dispatches a Run that says so; a client given no option (``PsychClient()``'s default)
+    still gets the role queues: the fleet decides (issue 26, item 2), and the Run records it
+    as the ``psych-roles-apart`` marker at its start."""
     task_queue = f"roles-{uuid.uuid4().hex[:12]}"
     async with FakeModel(models=("fake-model",)) as fake:
         fake.enqueue(
@@ -101,7 +106,7 @@ async def test_a_run_completes_with_a_process_per_role(
             ("model",),
             ("tools",),
         ):
-            psych = psych_client(dev_env.client, task_queue, tmp_path)
+            psych = psych_client(dev_env.client, task_queue, tmp_path, roles_apart=told)
             run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
             result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
     assert result.status is RunStatus.COMPLETED
@@ -110,42 +115,6 @@ async def test_a_run_completes_with_a_process_per_role(
     assert queues[MODEL_CALL] == {f"{task_queue}-model"}
     assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}
     assert queues[TOOL_CATALOG] == {f"{task_queue}-tools"}
-
-
-async def test_a_client_told_nothing_of_the_fleet_still_uses_the_role_queues(
-    dev_env: WorkflowEnvironment, tmp_path: Path
-) -> None:
-    """The fleet decides (issue 26, item 2): ``psych worker`` processes of one role each,
-    and a client given no option (``PsychClient()``'s default): the model call still runs
-    on the model role, the tool on the tools role, and the Run records why."""
-    task_queue = f"roles-{uuid.uuid4().hex[:12]}"
-    async with FakeModel(models=("fake-model",)) as fake:
-        fake.enqueue(
-            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
-            Reply.text("Order 42 was delivered."),
-        )
-        async with role_processes(
-            dev_env.client,
-            task_queue,
-            tmp_path,
-            fake.base_url,
-            ("workflows",),
-            ("model",),
-            ("tools",),
-        ):
-            psych = PsychClient(
-                dev_env.client,
-                store=FileVersionStore(tmp_path / "versions"),
-                task_queue=task_queue,
-                registry=REGISTRY,
-            )
-            run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
-            result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
-    assert result.status is RunStatus.COMPLETED
-    assert result.answer == "Order 42 was delivered."
-    queues = await scheduled_queues(dev_env.client, run.workflow_id)
-    assert queues[MODEL_CALL] == {f"{task_queue}-model"}
-    assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}
     history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
     patches = [
         json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
@@ -153,7 +122,7 @@ async def test_a_client_told_nothing_of_the_fleet_still_uses_the_role_queues(
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    assert [patch["id"] for patch in patches] == [ROLES_APART_PATCH]
+    assert [patch["id"] for patch in patches] == ([] if told else [ROLES_APART_PATCH])
 
 
 @pytest.mark.timeout(300)
