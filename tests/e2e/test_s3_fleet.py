@@ -11,22 +11,24 @@ could not resolve A's conversation and the Run would fail.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.contract import MODEL_CALL, TOOL_RUN_CODE
-from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.activities.versions import FileVersionStore, S3VersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import ChildSpawned, PsychClient, RunStatus
 from tests._s3_server import S3_ENV, S3Server, s3_server
 
 from ._waiting import is_suspended, state_when
@@ -87,6 +89,26 @@ async def stop_worker(proc: asyncio.subprocess.Process) -> None:
             await proc.wait()
 
 
+def fleet_env(
+    dev_env: WorkflowEnvironment, blob_url: str, task_queue: str, model_url: str
+) -> dict[str, str]:
+    """The environment of a `psych worker` of a fleet whose blobs are in ``blob_url``."""
+    return {
+        "PATH": os.environ["PATH"],
+        # Where the test process imports psych from, the workers do too.
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+        **S3_ENV,
+        "PSYCH_BLOB_URL": blob_url,
+        "PSYCH_TOOLS": f"{REPO / 'tests' / 'e2e' / '_worker_proc.py'}:REGISTRY",
+        "PSYCH_TASK_QUEUE": task_queue,
+        "PSYCH_OUTAGE_SECONDS": "0",
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": dev_env.client.namespace,
+        "OPENAI_BASE_URL": model_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+
+
 async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
     dev_env: WorkflowEnvironment, s3: S3Server, tmp_path: Path
 ) -> None:
@@ -98,19 +120,8 @@ async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
             Reply.text("Order 42 was delivered."),
         )
         env = {
-            "PATH": os.environ["PATH"],
-            # Where the test process imports psych from, the workers do too.
-            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
-            **S3_ENV,
-            "PSYCH_BLOB_URL": s3.url(bucket, "fleet"),
-            "PSYCH_TOOLS": f"{REPO / 'tests' / 'e2e' / '_worker_proc.py'}:REGISTRY",
-            "PSYCH_TASK_QUEUE": task_queue,
+            **fleet_env(dev_env, s3.url(bucket, "fleet"), task_queue, fake.base_url),
             "PSYCH_ASK": "lookup_order",
-            "PSYCH_OUTAGE_SECONDS": "0",
-            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-            "TEMPORAL_NAMESPACE": dev_env.client.namespace,
-            "OPENAI_BASE_URL": fake.base_url,
-            "OPENAI_API_KEY": "test-key",
         }
         client = PsychClient(
             dev_env.client,
@@ -173,3 +184,58 @@ async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
         listed = await s3_client.list_objects_v2(Bucket=bucket, Prefix="fleet/")
     keys = [item["Key"] for item in listed.get("Contents", [])]
     assert keys and all(key.startswith("fleet/") for key in keys)
+
+
+LEAD = "You lead."
+
+
+async def test_a_spawned_childs_version_is_published_to_the_fleets_bucket(
+    dev_env: WorkflowEnvironment, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26, item 2: with ``PSYCH_STORE`` naming the bucket, the Version a worker
+    publishes for a spawned child lands there, where a client with no shared directory
+    reads it, and nothing is written to the worker's own directory."""
+    for name, value in S3_ENV.items():  # the client's own store reads the bucket too
+        monkeypatch.setenv(name, value)
+    bucket = await s3.new_bucket(versioned=False)
+    store_url = s3.url(bucket, "store")
+    task_queue = f"s3-spawn-{uuid.uuid4().hex[:12]}"
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if LEAD not in messages[0]["content"]:  # the child
+            return Reply.text("x is 42")
+        if last["role"] == "user":
+            arguments = {"name": "finder", "instructions": "You find x.", "task": "what is x?"}
+            return Reply.tool_calls(ToolCall("spawn", arguments))
+        if last["content"].startswith('{"child"'):
+            return Reply.tool_calls(ToolCall("wait_children", {}))
+        (ending,) = json.loads(last["content"])
+        return Reply.text(f"lead: {ending['answer']}")
+
+    async with FakeModel(models=("fake-model",)) as fake:
+        fake.responder = respond
+        env = {
+            **fleet_env(dev_env, s3.url(bucket, "blobs"), task_queue, fake.base_url),
+            "PSYCH_STORE": store_url,
+        }
+        versions = S3VersionStore.from_url(store_url)
+        client = PsychClient(dev_env.client, store=versions, task_queue=task_queue)
+        spec = AgentBuilder("spawner").model("fake-model").instructions(LEAD).spawn().build()
+        (tmp_path / "worker").mkdir()
+        worker = await start_worker(tmp_path / "worker", env)
+        try:
+            run = await client.dispatch(spec, "find x", scope=SCOPE)
+            result = await asyncio.wait_for(client.result(run, scope=SCOPE), timeout=120)
+            records = (await client.records(run, scope=SCOPE, limit=5000)).records
+        finally:
+            await stop_worker(worker)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "lead: x is 42"
+    [spawned] = [r for r in records if isinstance(r, ChildSpawned)]
+    # The client reads the child's Version from the bucket: the worker published it there.
+    child = versions.get(spawned.version_hash)
+    assert (child.spec.kind, child.spec.name) == ("agent", "finder")
+    assert sorted(versions.hashes()) == sorted({run.version_hash, spawned.version_hash})
+    assert not (tmp_path / "worker" / ".psych" / "versions").exists()
