@@ -94,7 +94,12 @@ export function showRun(main, runId, onAuthFailure) {
     pendingHeading.hidden = items.length === 0;
   }
 
+  // Drawn once per distinct answer: every later state read leaves the node in place, so a
+  // reader (a person selecting the text, a test holding the element) keeps it.
+  let shownAnswer = null;
   function showAnswer(text) {
+    if (text === shownAnswer) return;
+    shownAnswer = text;
     answer.hidden = false;
     fill(answer, el("h2", {}, "Answer"), el("pre", { class: "answer-text" }, text));
   }
