@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
 from bench._main import main
+from psych_runtime.workers import exit_process
 
-sys.exit(main())
+exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter

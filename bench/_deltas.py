@@ -35,7 +35,7 @@ from bench._deltas_heartbeat import heartbeat_channel
 from bench._process import dev_server
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
-from psych_runtime.workers import WorkerSettings, connect, run_worker
+from psych_runtime.workers import WorkerSettings, connect, exit_process, run_worker
 from psych_runtime.workflows import PsychClient, TokenDelta
 
 SCOPE = Scope(tenant="bench", principal="bench")
@@ -381,3 +381,4 @@ def _cli() -> None:
 
 if __name__ == "__main__":
     _cli()
+    exit_process(0)  # not a finalizing interpreter: Temporal's threads may abort it

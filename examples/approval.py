@@ -12,7 +12,6 @@ tool runs and the model answers.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from tools import registry
 from psych_runtime.activities import RulePolicy
 from psych_runtime.specs import Scope
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import exit_process
 from psych_runtime.workflows import PsychClient, RunHandle, Suspended
 
 
@@ -54,4 +54,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_process(asyncio.run(main()))

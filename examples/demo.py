@@ -60,7 +60,13 @@ from psych_runtime.specs import (
     spec_to_data,
 )
 from psych_runtime.testing import FakeModel
-from psych_runtime.workers import WorkerSettings, follow_run, run_worker, start_dev_server
+from psych_runtime.workers import (
+    WorkerSettings,
+    exit_process,
+    follow_run,
+    run_worker,
+    start_dev_server,
+)
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workers.cli._scripted_model import scripted_support_model
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus, Suspended
@@ -296,6 +302,6 @@ async def main() -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(asyncio.run(main()))
+        exit_process(asyncio.run(main()))
     except KeyboardInterrupt:
-        sys.exit(130)
+        exit_process(130)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 
 import uvicorn
 from _offline import load, offline, run, status
@@ -21,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 
 from psych_runtime.specs import AgentSpec, parse_spec, spec_to_data
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import exit_process
 
 STOCK = {"oak-desk": 12, "pine-shelf": 0}
 
@@ -82,4 +82,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_process(asyncio.run(main()))

@@ -10,11 +10,11 @@ answer is the tool's result the lead answers from. The report counts the child's
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from _offline import load, offline, run, status
 
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import exit_process
 
 TASK = "What is the oak desk made of?"
 
@@ -32,4 +32,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_process(asyncio.run(main()))

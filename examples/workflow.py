@@ -10,12 +10,12 @@ AgentRun whose records are followed in place). The Run's report gives each step'
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from _offline import load, offline, run, status
 from tools import registry
 
 from psych_runtime.testing import Reply
+from psych_runtime.workers import exit_process
 
 GREETING = "Welcome aboard, Ada! Your starter account is ready."
 
@@ -28,4 +28,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_process(asyncio.run(main()))

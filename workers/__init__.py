@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         start_time_skipping_server,
         temporal_binary,
     )
+    from psych_runtime.workers._exit import exit_process
     from psych_runtime.workers._oauth_callback import (
         complete_authorization,
         oauth_callback_app,
@@ -70,6 +71,7 @@ _HOMES = {
     "connect": "psych_runtime.workers._client",
     "current_telemetry": "psych_runtime.workers._telemetry",
     "egress_for": "psych_runtime.workers._worker",
+    "exit_process": "psych_runtime.workers._exit",
     "follow_run": "psych_runtime.workers.console",
     "format_record": "psych_runtime.workers.console",
     "format_report": "psych_runtime.workers.console",
@@ -122,6 +124,7 @@ __all__ = [
     "connect",
     "current_telemetry",
     "egress_for",
+    "exit_process",
     "follow_run",
     "format_record",
     "format_report",

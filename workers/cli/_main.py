@@ -10,8 +10,6 @@ its command runs.
 
 from __future__ import annotations
 
-import gc
-import logging
 import os
 import select
 import signal
@@ -20,6 +18,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
+from psych_runtime.workers._exit import flush_for_exit
 from psych_runtime.workers.cli._parser import build_parser
 
 
@@ -111,14 +110,9 @@ def _end_as_posix_tools_do() -> NoReturn:
 def entry() -> NoReturn:
     """The ``psych`` executable: ``main``, then an exit that never finalizes the interpreter.
 
-    Why: the Temporal SDK's Rust core owns threads (the process-wide Runtime, which has no
-    shutdown call) and a client object that, freed during interpreter finalization, calls
-    back into Python from one of those threads; the interpreter then aborts with "Fatal
-    Python error: PyGILState_Release ... finalizing" (temporalio/sdk-python#300), after the
-    right output, in about one run in four on this machine. So clients left unreachable
-    are collected while the interpreter is whole, the output and logs are flushed, and
-    the process ends with ``os._exit``: once the command is done nothing else needs to run.
-    Output piped into a reader that closed it (``| head -1``) ends the process by SIGPIPE.
+    Why: see ``psych_runtime.workers.exit_process`` (the Temporal SDK's Rust threads abort a
+    finalizing interpreter, temporalio/sdk-python#300). Output piped into a reader that
+    closed it (``| head -1``) ends the process by SIGPIPE, as POSIX tools do.
     """
     try:
         status = main()
@@ -132,13 +126,8 @@ def entry() -> NoReturn:
     except Exception:  # a bug: its traceback, and exit 1 rather than an abort at exit
         traceback.print_exc()
         status = 1
-    gc.collect()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:  # the reader is gone (`| head`): what was left is not read
-            _end_as_posix_tools_do()
-        except ValueError:  # closed
-            status = status or 1
+    try:
+        status = flush_for_exit(status)
+    except BrokenPipeError:  # the reader is gone (`| head`): what was left is not read
+        _end_as_posix_tools_do()
     os._exit(status)
