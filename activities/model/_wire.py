@@ -365,25 +365,32 @@ async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[Non
     on in time, so the beat is a timer; it still stops when the worker dies, which is what
     the heartbeat timeout detects. ``details`` (where the attempt's deltas are served) go
     with every beat, the first sent at once (the SDK throttles only later ones), so a
-    follower finds them as soon as the attempt starts.
+    follower finds them as soon as the attempt starts. Without details the first beat
+    waits a third of the timeout, which the server counts from the attempt's start: the
+    usual call, shorter than that, sends none (a heartbeat is a server round trip, which
+    a beat at the start would add to every call for nothing).
     """
     timeout = activity.info().heartbeat_timeout
     beats = () if details is None else (details,)
+    if beats:
+        activity.heartbeat(*beats)
     if not timeout:
-        if beats:
-            activity.heartbeat(*beats)
         yield
         return
     interval = timeout.total_seconds() / 3
+    loop = asyncio.get_running_loop()
 
-    async def beat() -> None:
-        while True:
-            activity.heartbeat(*beats)
-            await asyncio.sleep(interval)
+    # A timer of the event loop rather than a task: the usual call, shorter than the
+    # interval, costs one timer.
+    timer: asyncio.TimerHandle | None = None
 
-    task = asyncio.create_task(beat())
+    def beat() -> None:
+        nonlocal timer
+        activity.heartbeat(*beats)
+        timer = loop.call_later(interval, beat)
+
+    timer = loop.call_later(interval, beat)
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        timer.cancel()

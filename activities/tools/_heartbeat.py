@@ -13,21 +13,24 @@ _T = TypeVar("_T")
 
 
 async def heartbeating(work: Coroutine[Any, Any, _T], every: float) -> _T:
-    """Await ``work`` as a task, heartbeating every ``every`` seconds until it is done.
+    """Await ``work``, heartbeating every ``every`` seconds until it is done.
 
-    On cancellation the task is cancelled and awaited (so its cleanup runs) before the
+    The beat is a timer of the event loop, not a task: a call shorter than ``every`` (the
+    usual one) costs one timer and sends no heartbeat. ``work`` runs in the activity's own
+    task, so a cancellation (an abort) is raised inside it, its cleanup runs, and the
     cancellation propagates.
     """
-    task = asyncio.create_task(work)
+    loop = asyncio.get_running_loop()
+
+    timer: asyncio.TimerHandle | None = None
+
+    def beat() -> None:
+        nonlocal timer
+        activity.heartbeat()
+        timer = loop.call_later(every, beat)
+
+    timer = loop.call_later(every, beat)
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=every)
-            if done:
-                return task.result()
-            activity.heartbeat()
-    except asyncio.CancelledError:
-        task.cancel()
-        await asyncio.wait({task})
-        if not task.cancelled():
-            task.exception()  # retrieved, so asyncio does not log it as never retrieved
-        raise
+        return await work
+    finally:
+        timer.cancel()

@@ -119,6 +119,22 @@ async def test_stream_heartbeats_on_a_timer_through_a_silent_gap(
     assert len(beats) >= 4  # every 0.1 s through a 0.6 s silence
 
 
+async def test_a_call_shorter_than_a_third_of_its_heartbeat_timeout_sends_no_beat(
+    fake: FakeModel, acts: ModelActivities, env: ActivityEnvironment
+) -> None:
+    # The server counts the timeout from the attempt's start: a beat at once would be a
+    # round trip per call for nothing (without live deltas, whose address it would carry).
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=3))
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    fake.enqueue(Reply.text("quick"))
+
+    result = await run(env, acts, call())
+
+    assert result.text == "quick"
+    assert beats == []
+
+
 async def test_streamed_text(
     fake: FakeModel, acts: ModelActivities, env: ActivityEnvironment
 ) -> None:
