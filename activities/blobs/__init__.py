@@ -1,11 +1,13 @@
 """psych_runtime.activities.blobs: content-addressed blobs (the BlobStore port).
 
-``LocalBlobStore`` (a directory), ``S3BlobStore`` (S3-compatible), ``EncryptedBlobStore``
+``LocalBlobStore`` (a directory), ``S3BlobStore`` (S3-compatible), each keeping its
+recent blobs in memory (``RecentBlobs``), ``EncryptedBlobStore``
 with its ``BlobCipher`` port, the conversation chain stored in them (``Conversations``),
 and the store a worker's environment configures (``blob_store_from_env``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
+from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.blobs._s3 import (
     S3BlobStore,
     S3Location,
@@ -32,6 +34,8 @@ __all__ = [
     "Conversations",
     "EncryptedBlobStore",
     "LocalBlobStore",
+    "RECENT_BLOB_BYTES",
+    "RecentBlobs",
     "S3BlobStore",
     "S3Location",
     "blob_key",

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.blobs._store import BlobNotFound, blob_key
 from psych_runtime.activities.contract import blob_ref
 from psych_runtime.specs import PsychError, SpecError
@@ -124,16 +125,19 @@ class S3BlobStore:
     ``aclose()`` it when done, or use the store as an ``async with`` block.
     """
 
-    def __init__(self, location: S3Location) -> None:
+    def __init__(self, location: S3Location, *, recent_bytes: int = RECENT_BLOB_BYTES) -> None:
+        """A store in ``location``, keeping the blobs it wrote or read last in memory up to
+        ``recent_bytes`` (``RecentBlobs``; 0: every read is a request)."""
         self.location = location
         self._stack = AsyncExitStack()
         self._client: S3Client | None = None
         self._opening = asyncio.Lock()
+        self._recent = RecentBlobs(recent_bytes)
 
     @classmethod
-    def from_url(cls, url: str) -> S3BlobStore:
+    def from_url(cls, url: str, *, recent_bytes: int = RECENT_BLOB_BYTES) -> S3BlobStore:
         """A store at ``s3://bucket/prefix?endpoint=...&region=...`` (``parse_s3_url``)."""
-        return cls(parse_s3_url(url))
+        return cls(parse_s3_url(url), recent_bytes=recent_bytes)
 
     def __repr__(self) -> str:
         where = self.location.endpoint or "AWS"
@@ -164,10 +168,12 @@ class S3BlobStore:
                 await s3.put_object(
                     Bucket=self.location.bucket, Key=key, Body=data, IfNoneMatch="*"
                 )
+                self._recent.keep(ref, data)
                 return ref
             except ClientError as err:
                 status = _status(err)
                 if status == 412:
+                    self._recent.keep(ref, data)
                     return ref
                 # 409 ConditionalRequestConflict: another conditional write of this key is
                 # in progress; it may yet fail, so try again rather than assume it stored.
@@ -187,18 +193,23 @@ class S3BlobStore:
         """
         from botocore.exceptions import ClientError
 
-        key = self._key(ref)
+        key = self._key(ref)  # checks the ref first, kept or not
+        data = self._recent.get(ref)
+        if data is not None:
+            return data
         s3 = await self._s3()
         try:
             response = await s3.get_object(Bucket=self.location.bucket, Key=key)
             async with response["Body"] as body:
-                return await body.read()
+                data = await body.read()
         except ClientError as err:
             if _code(err) in ("NoSuchKey", "404"):
                 raise BlobNotFound(
                     ref, f"no blob {ref} in s3://{self.location.bucket}/{key}"
                 ) from err
             raise
+        self._recent.keep(ref, data)
+        return data
 
     async def aclose(self) -> None:
         """Close the client and its connections (a later call opens a new one)."""

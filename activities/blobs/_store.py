@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
 from psych_runtime.specs import NotFound
 
@@ -89,11 +90,16 @@ class LocalBlobStore:
     reader given a ref reads the whole blob.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, recent_bytes: int = RECENT_BLOB_BYTES
+    ) -> None:
+        """A store in the directory ``root``, keeping the blobs it wrote or read last in
+        memory up to ``recent_bytes`` (``RecentBlobs``; 0: every read opens its file)."""
         self.root = Path(root)
         self._root = os.fspath(self.root)
         self._shards: set[str] = set()
         """Shard directories this store made or found: made once, not stat'ed per put."""
+        self._recent = RecentBlobs(recent_bytes)
 
     def _path(self, ref: str) -> str:
         return os.path.join(self._root, blob_key(ref))
@@ -102,6 +108,7 @@ class LocalBlobStore:
         """Store ``data``; return its ref."""
         ref = blob_ref(data)
         self._write(self._path(ref), data)
+        self._recent.keep(ref, data)
         return ref
 
     async def get(self, ref: str) -> bytes:
@@ -110,10 +117,16 @@ class LocalBlobStore:
         Raises:
             BlobNotFound: nothing is stored under ``ref``, or it is not a blob ref.
         """
+        path = self._path(ref)  # checks the ref first, kept or not
+        data = self._recent.get(ref)
+        if data is not None:
+            return data
         try:
-            return _read(self._path(ref))
+            data = _read(path)
         except FileNotFoundError:
             raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
+        self._recent.keep(ref, data)
+        return data
 
     def _write(self, path: str, data: bytes) -> None:
         # Local-disk calls of a few microseconds, made in place (as Path's were): a thread

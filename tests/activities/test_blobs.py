@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities.blobs import LocalBlobStore, blob_key
+from psych_runtime.activities.blobs import LocalBlobStore, RecentBlobs, blob_key
 from psych_runtime.activities.blobs import _store as _blobs
 from psych_runtime.activities.contract import blob_ref
 from psych_runtime.specs import NotFound
@@ -109,3 +109,36 @@ async def test_a_torn_blob_is_replaced_by_the_next_put_of_its_data(
     assert await store.put(b"four") == ref
     assert await store.get(ref) == b"four"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+async def test_a_store_reads_back_what_it_wrote_or_read_last_from_memory(tmp_path: Path) -> None:
+    # A blob never changes under its ref, so the store answers a recent ref without its
+    # file: shown here by removing the file behind its back.
+    writer = LocalBlobStore(tmp_path)
+    ref = await writer.put(b"kept")
+    reader = LocalBlobStore(tmp_path)
+    assert await reader.get(ref) == b"kept"  # read from the file, then kept
+    (tmp_path / blob_key(ref)).unlink()
+    assert await writer.get(ref) == b"kept"
+    assert await reader.get(ref) == b"kept"
+    with pytest.raises(NotFound, match="no blob"):
+        await LocalBlobStore(tmp_path, recent_bytes=0).get(ref)
+    with pytest.raises(NotFound, match="not a blob ref"):  # checked before memory is asked
+        await writer.get("sha256:../x")
+
+
+def test_recent_blobs_drop_the_least_recently_used_beyond_their_bound() -> None:
+    recent = RecentBlobs(max_bytes=64)
+    recent.keep("a", b"1234")
+    recent.keep("b", b"1234")
+    recent.keep("c", b"12345")  # over a sixteenth of the bound: not kept
+    assert recent.get("c") is None
+    assert len(recent) == 2
+    for n in range(15):  # 4 bytes each: 64 bytes hold 16 blobs, so one goes
+        assert recent.get("a") == b"1234"  # used: the last to go
+        recent.keep(f"x{n}", b"1234")
+    assert recent.get("a") == b"1234"
+    assert recent.get("b") is None  # the least recently used went first
+    assert len(recent) == 16
+    with pytest.raises(ValueError, match="max_bytes"):
+        RecentBlobs(max_bytes=-1)

@@ -21,6 +21,7 @@ from psych_runtime.activities import (
     blob_store_from_env,
     parse_s3_url,
 )
+from psych_runtime.activities.blobs import blob_key
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import WorkerSettings
 from tests._s3_server import S3_ENV, S3Server, object_versions, s3_server
@@ -138,7 +139,7 @@ async def test_a_missing_bucket_is_a_configuration_error_not_a_missing_blob(
 @pytest.mark.usefixtures("aws_env")
 async def test_a_closed_store_opens_a_new_client_when_used_again(s3: S3Server) -> None:
     bucket = await s3.new_bucket(versioned=False)
-    store = S3BlobStore.from_url(s3.url(bucket))
+    store = S3BlobStore.from_url(s3.url(bucket), recent_bytes=0)  # every get a request
     ref = await store.put(b"before")
     await store.aclose()
     try:
@@ -146,3 +147,28 @@ async def test_a_closed_store_opens_a_new_client_when_used_again(s3: S3Server) -
     finally:
         await store.aclose()
     assert repr(store) == f"S3BlobStore(s3://{bucket}/ at {s3.endpoint})"
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_store_reads_back_what_it_wrote_or_read_last_without_a_request(
+    s3: S3Server,
+) -> None:
+    # Shown by deleting the object behind the stores' backs: the ones that wrote or read
+    # it still answer; one that never saw it, or keeps nothing, finds it missing.
+    bucket = await s3.new_bucket(versioned=False)
+    url = s3.url(bucket, "p")
+    async with (
+        S3BlobStore.from_url(url) as writer,
+        S3BlobStore.from_url(url) as reader,
+        S3BlobStore.from_url(url) as stranger,
+        S3BlobStore.from_url(url, recent_bytes=0) as keeps_nothing,
+    ):
+        ref = await writer.put(b"kept")
+        assert await reader.get(ref) == b"kept"
+        async with s3.client() as client:
+            await client.delete_object(Bucket=bucket, Key="p/" + blob_key(ref))
+        assert await writer.get(ref) == b"kept"
+        assert await reader.get(ref) == b"kept"
+        for store in (stranger, keeps_nothing):
+            with pytest.raises(BlobNotFound, match="no blob"):
+                await store.get(ref)
