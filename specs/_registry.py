@@ -9,6 +9,7 @@ schema cannot drift from the code. Arguments are validated against a pydantic mo
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import re
@@ -83,7 +84,13 @@ class ToolDef:
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
-        """The JSON schema of the arguments, as shown to the model."""
+        """The JSON schema of the arguments, as shown to the model (a copy: the caller's)."""
+        return copy.deepcopy(self._schema)
+
+    @functools.cached_property
+    def _schema(self) -> dict[str, Any]:
+        # Made once per tool: pydantic builds a schema generator per call (~7 ms), and the
+        # catalog reads it at the start of every Run.
         schema = self.arguments.model_json_schema()
         schema.pop("title", None)
         return schema
