@@ -32,6 +32,7 @@ from psych_runtime.specs import (
     AgentSpec,
     Scope,
     ToolRegistry,
+    Version,
     WorkflowBuilder,
     WorkflowSpec,
 )
@@ -181,8 +182,11 @@ class AgentBench:
         self.endpoint = self.settings.endpoints.default
         """The fake model's endpoint (for ``ModelLoop``'s requests)."""
         self._fake = fake
-        self._specs: dict[tuple[int, bool, bool], AgentSpec] = {}
-        self._workflows: dict[int, WorkflowSpec] = {}
+        # Published once each: a Run dispatches its Version, as a deployed caller does (a
+        # Spec dispatched is validated and published again, client work that would count
+        # as the worker's here, where both share the process).
+        self._specs: dict[tuple[int, bool, bool], Version] = {}
+        self._workflows: dict[int, Version] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -194,12 +198,11 @@ class AgentBench:
             async with run_worker(env.client, bench.settings):
                 yield bench
 
-    def _spec(self, turns: int, result_4kb_tool: bool, local: bool) -> AgentSpec:
+    def _spec(self, turns: int, result_4kb_tool: bool, local: bool) -> Version:
         key = (turns, result_4kb_tool, local)
         if key not in self._specs:
-            self._specs[key] = agent_spec(
-                self.registry, turns, result_4kb_tool=result_4kb_tool, local=local
-            )
+            spec = agent_spec(self.registry, turns, result_4kb_tool=result_4kb_tool, local=local)
+            self._specs[key] = self.client.publish(spec)
         return self._specs[key]
 
     async def run(
@@ -233,7 +236,7 @@ class AgentBench:
     async def workflow(self, steps: int) -> RunTiming:
         """Run one WorkflowRun of ``steps`` tool steps to completion (``turns`` = steps)."""
         if steps not in self._workflows:
-            self._workflows[steps] = workflow_spec(self.registry, steps)
+            self._workflows[steps] = self.client.publish(workflow_spec(self.registry, steps))
         started = time.perf_counter()
         handle = await self.client.dispatch(self._workflows[steps], "Work.", scope=SCOPE)
         result = await self.client.result(handle, scope=SCOPE)
