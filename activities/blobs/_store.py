@@ -107,7 +107,7 @@ class LocalBlobStore:
     async def put(self, data: bytes) -> str:
         """Store ``data``; return its ref."""
         ref = blob_ref(data)
-        self._write(self._path(ref), data)
+        self._write(self._path(ref), data, ref)
         self._recent.keep(ref, data)
         return ref
 
@@ -128,7 +128,7 @@ class LocalBlobStore:
         self._recent.keep(ref, data)
         return data
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes, ref: str) -> None:
         # Local-disk calls of a few microseconds, made in place (as Path's were): a thread
         # hop would cost more than the write.
         shard = os.path.dirname(path)
@@ -138,13 +138,15 @@ class LocalBlobStore:
         try:
             fd = os.open(path, _CREATE_NEW, 0o600)
         except FileExistsError:
-            if _holds(path, data):
+            # Whole when this store last wrote or read it (a blob never changes): no need
+            # to read it back to know.
+            if self._recent.get(ref) is not None or _holds(path, data):
                 return
             self._replace(shard, path, data)
             return
         except FileNotFoundError:  # the shard was removed since
             self._shards.discard(shard)
-            self._write(path, data)
+            self._write(path, data, ref)
             return
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -142,3 +142,18 @@ def test_recent_blobs_drop_the_least_recently_used_beyond_their_bound() -> None:
     assert len(recent) == 16
     with pytest.raises(ValueError, match="max_bytes"):
         RecentBlobs(max_bytes=-1)
+
+
+async def test_a_put_of_a_recent_blob_whose_file_exists_does_not_read_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalBlobStore(tmp_path)
+    ref = await store.put(b"once")
+
+    def read_back(path: str, data: bytes) -> bool:
+        raise AssertionError(f"read {path} back")
+
+    monkeypatch.setattr(_blobs, "_holds", read_back)
+    assert await store.put(b"once") == ref  # whole when it wrote it: a blob never changes
+    with pytest.raises(AssertionError, match=r"read .* back"):
+        await LocalBlobStore(tmp_path).put(b"once")  # a store that never saw it checks
