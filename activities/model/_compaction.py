@@ -35,6 +35,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.model._activities import ModelActivities
 from psych_runtime.activities.model._threads import chain_nodes
+from psych_runtime.activities.tools import complete_through_client
 
 SUMMARISER_PROMPT = (
     "You summarise the earlier part of a conversation between a user, an AI assistant and "
@@ -190,7 +191,7 @@ class CompactionActivities(ActivityClass):
         first = await conversations.append(None, [summary_ref])
         head = await conversations.append(first, refs[cut:])
         assert first is not None and head is not None  # both nodes hold messages
-        return CompactResult(
+        result = CompactResult(
             context_ref=head,
             marks=tuple(TurnMark(node=head, offset=at - cut) for at in found),
             summary_ref=summary_ref,
@@ -201,3 +202,9 @@ class CompactionActivities(ActivityClass):
             cost=answer.cost,
             latency=answer.latency,
         )
+        if self.model.outage_seconds > 0:
+            # Paid for like any model answer: reported through the worker's client, whose
+            # retries last the outage, rather than lost with the SDK's completion and the
+            # summary bought again.
+            complete_through_client(result, activity.info().activity_id, what="summariser call")
+        return result

@@ -2,9 +2,9 @@
 
 The SDK's own completion of an activity gives up after about 10 s of retries, so the result
 of a call that finished while the Temporal server was away would be lost. A tool call not
-safe to repeat, and a model call (whose answer is paid for), complete through the client
-instead, whose retries last the outage it must
-survive (``workers.outage_retry``); ``drain_reports`` lets a stopping worker wait for the
+safe to repeat, and a model call (whose answer is paid for, the summariser's too),
+complete through the client instead, whose retries last the outage it must survive
+(``workers.outage_retry``); ``drain_reports`` lets a stopping worker wait for the
 outcomes still on their way.
 """
 
@@ -17,7 +17,12 @@ from typing import NoReturn
 from temporalio import activity
 from temporalio.client import AsyncActivityHandle
 
-from psych_runtime.activities.contract import SlimModelCallResult, SlimToolOutcome, ToolOutcome
+from psych_runtime.activities.contract import (
+    CompactResult,
+    SlimModelCallResult,
+    SlimToolOutcome,
+    ToolOutcome,
+)
 
 OUTAGE_MARGIN = 10.0
 """Seconds of a lost-call heartbeat timeout beyond the outage it survives: the longest a
@@ -27,7 +32,7 @@ _log = logging.getLogger(__name__)
 
 
 def complete_through_client(
-    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult,
+    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult | CompactResult,
     call_id: str,
     *,
     what: str = "tool call",
@@ -65,7 +70,7 @@ async def drain_reports(within: float) -> int:
 
 async def _report(
     handle: AsyncActivityHandle,
-    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult,
+    outcome: ToolOutcome | SlimToolOutcome | SlimModelCallResult | CompactResult,
     call: str,
 ) -> None:
     """Complete a call through the client, retrying as long as its retry config says."""

@@ -1,5 +1,5 @@
 """A model answer that arrived while the Temporal server was away is kept, not bought twice
-(issue 26, item 6).
+(issue 26, item 6); a summariser's answer too.
 
 The model call is streaming when the server stops; the provider (the fake model) finishes
 its answer while the server is away; the server comes back on the same port and database
@@ -16,15 +16,23 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities.blobs import LocalBlobStore
-from psych_runtime.activities.contract import MODEL_CALL
+from psych_runtime.activities.contract import MODEL_CALL, MODEL_COMPACT
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.tools import OUTAGE_MARGIN
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, Scope
-from psych_runtime.testing import FakeModel, Reply
+from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.testing import FakeModel, Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
 from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
-from psych_runtime.workflows import ModelCallFinished, PsychClient, RunStatus
+from psych_runtime.workflows import (
+    CompactionApplied,
+    ModelCallFinished,
+    PsychClient,
+    Record,
+    RunResult,
+    RunStatus,
+)
 from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER, OPTIONS
 from tests._ports import free_port
 
@@ -37,6 +45,52 @@ OUTAGE = DEFAULT_OUTAGE_SECONDS * 0.75
 """Inside the tolerance, and longer than a model call's old 30 s heartbeat timeout."""
 ANSWERED_AFTER = 3.0
 """Seconds the provider takes to finish its answer once the call is in flight."""
+SMALL = FakeUsage(input_tokens=10, output_tokens=5)
+BIG = FakeUsage(input_tokens=300, output_tokens=5)
+"""Over the compaction trigger of 100 tokens."""
+
+
+async def through_an_outage(
+    fake: FakeModel, tmp_path: Path, spec: AgentSpec, requests: int, registry: ToolRegistry
+) -> tuple[RunResult, list[Record]]:
+    """Run ``spec`` to its end, the server stopped for ``OUTAGE`` once the provider has
+    ``requests`` requests (the last one the call in flight), and started again on the same
+    port and database; the Run's result and records."""
+    task_queue = f"model-outage-{uuid.uuid4().hex[:12]}"
+    settings = WorkerSettings(
+        task_queue=task_queue,
+        registry=registry,
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        endpoints=ModelEndpoints(
+            default=Endpoint(base_url=fake.base_url, api_key="outage-test-key")
+        ),
+    )
+    db_file, port = str(tmp_path / "temporal.db"), free_port()
+    server = await start_dev_server(db_file=db_file, port=port)
+    try:
+        temporal = await connect(f"127.0.0.1:{port}")
+        client = PsychClient(
+            temporal,
+            store=FileVersionStore(tmp_path / "v"),
+            task_queue=task_queue,
+            registry=registry,
+        )
+        async with run_worker(temporal, settings):
+            run = await client.dispatch(spec, "answer once", scope=SCOPE)
+
+            async def in_flight() -> bool:
+                return len(fake.requests) == requests
+
+            await eventually(in_flight, within=30, what="the model call to be in flight")
+            await server.shutdown()
+            await asyncio.sleep(OUTAGE)  # the answer arrives meanwhile
+            server = await start_dev_server(db_file=db_file, port=port)
+            async with asyncio.timeout(120):
+                result = await client.result(run, scope=SCOPE)
+            records = (await client.records(run, scope=SCOPE)).records
+    finally:
+        await server.shutdown()
+    return result, list(records)
 
 
 @pytest.mark.timeout(300)
@@ -50,42 +104,55 @@ async def test_an_answer_that_arrived_during_an_outage_is_not_bought_again(
         Reply.stall(ANSWERED_AFTER, then=Reply.text("The first and only answer.")),
         Reply.text("bought twice"),
     )
-    task_queue = f"model-outage-{uuid.uuid4().hex[:12]}"
-    settings = WorkerSettings(
-        task_queue=task_queue,
-        blobs=LocalBlobStore(tmp_path / "blobs"),
-        endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
-    )
-    db_file, port = str(tmp_path / "temporal.db"), free_port()
-    server = await start_dev_server(db_file=db_file, port=port)
-    try:
-        temporal = await connect(f"127.0.0.1:{port}")
-        client = PsychClient(
-            temporal, store=FileVersionStore(tmp_path / "v"), task_queue=task_queue
-        )
-        async with run_worker(temporal, settings):
-            run = await client.dispatch(spec, "answer once", scope=SCOPE)
-
-            async def in_flight() -> bool:
-                return len(fake.requests) == 1
-
-            await eventually(in_flight, within=30, what="the model call to be in flight")
-            await server.shutdown()
-            await asyncio.sleep(OUTAGE)  # the answer arrives meanwhile
-            server = await start_dev_server(db_file=db_file, port=port)
-            async with asyncio.timeout(120):
-                result = await client.result(run, scope=SCOPE)
-            records = (await client.records(run, scope=SCOPE)).records
-    finally:
-        await server.shutdown()
+    result, records = await through_an_outage(fake, tmp_path, spec, 1, ToolRegistry())
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.answer == "The first and only answer."
     assert len(fake.requests) == 1
     assert len([r for r in records if isinstance(r, ModelCallFinished)]) == 1
 
 
+@pytest.mark.timeout(300)
+async def test_a_summary_that_arrived_during_an_outage_is_not_bought_again(
+    fake: FakeModel, tmp_path: Path
+) -> None:
+    registry = ToolRegistry()
+
+    @registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        return f"order {order_id}: shipped"
+
+    spec = (
+        AgentBuilder("outage-summaries", registry=registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .compaction(100, keep_recent_turns=1, max_summary_tokens=64)
+        .build()
+    )
+    # Turn 2 goes over the trigger, so turn 1 is summarised before turn 3: the summariser
+    # is the third request, and it is in flight while the server is away.
+    fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "41"}), usage=SMALL),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}), usage=BIG),
+        Reply.stall(ANSWERED_AFTER, then=Reply.text("Asked about order 41; it shipped.")),
+        Reply.text("Both orders shipped."),
+        Reply.text("bought twice"),
+    )
+    result, records = await through_an_outage(fake, tmp_path, spec, 3, registry)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "Both orders shipped."
+    assert len(fake.requests) == 4
+    applied = [r for r in records if isinstance(r, CompactionApplied)]
+    assert [r.summary_preview for r in applied] == ["Asked about order 41; it shipped."]
+
+
 def test_a_model_call_is_not_given_up_on_within_the_documented_outage() -> None:
     """Its heartbeat timeout outlasts the outage a worker survives (plus the margin a
-    held-back heartbeat and the server's restart take)."""
+    held-back heartbeat and the server's restart take); the summariser's call too."""
     assert OPTIONS[MODEL_CALL].heartbeat == MODEL_LOST_AFTER
+    assert OPTIONS[MODEL_COMPACT].heartbeat == MODEL_LOST_AFTER
     assert MODEL_LOST_AFTER.total_seconds() == DEFAULT_OUTAGE_SECONDS + OUTAGE_MARGIN

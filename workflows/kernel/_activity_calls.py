@@ -152,8 +152,9 @@ OPTIONS: dict[str, Options] = {
         RetryPolicy(maximum_attempts=5, non_retryable_error_types=[ErrorType.TOOL_NOT_REGISTERED]),
     ),
     MODEL_CALL: Options(timedelta(minutes=10), ONCE, heartbeat=MODEL_LOST_AFTER),
-    # The summariser is a model call like any other: once, heartbeating while it streams.
-    MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=30)),
+    # The summariser is a model call like any other: once, heartbeating while it streams,
+    # its answer reported through the client through an outage (MODEL_LOST_AFTER).
+    MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=MODEL_LOST_AFTER),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
