@@ -1,12 +1,14 @@
 """An MCP server of the 2026-07-28 protocol asking for input (``input_required``) in a real
 Run on the dev server: the Run suspends on a question, a person answers through the normal
-answer path, and the answer reaches the server in the retried call; a Spec that may not ask
-gets the server's question as the call's error instead."""
+answer paths (the client's, and `psych serve`'s HTTP route), and the answer reaches the
+server in the retried call; a Spec that may not ask gets the server's question as the
+call's error instead."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from psych_runtime.specs import AgentBuilder, AgentSpec
@@ -16,6 +18,7 @@ from tests.mcp.modern_fixture import ModernMcpServer, start_modern_server
 
 from ._waiting import is_waiting, state_when
 from .conftest import Harness
+from .test_serve import ACME, served
 
 pytestmark = pytest.mark.e2e
 
@@ -38,9 +41,12 @@ def shop_agent(server: ModernMcpServer, *, may_ask: bool) -> AgentSpec:
     )
 
 
+@pytest.mark.parametrize("path", ["client", "http"])
 async def test_input_required_is_a_question_whose_answer_reaches_the_server(
-    harness: Harness, modern: ModernMcpServer
+    harness: Harness, modern: ModernMcpServer, path: str
 ) -> None:
+    # Answered as a person would: through PsychClient.answer (what `psych answer` calls),
+    # or through `psych serve`'s answer route (what the console calls).
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("shop__order", {"item": "tea"}, id="c-order")),
         Reply.text("Ordered."),
@@ -55,7 +61,16 @@ async def test_input_required_is_a_question_whose_answer_reaches_the_server(
         assert (item.reason, item.id, item.tool) == ("question", "c-order", "shop__order")
         assert "How many tea should I order?" in (item.question or "")
         assert modern.state()["orders"] == []
-        await harness.client.answer(run, "c-order", "3", scope=harness.scope)
+        if path == "client":
+            await harness.client.answer(run, "c-order", "3", scope=harness.scope)
+        else:
+            async with served(harness) as base, httpx.AsyncClient() as http:
+                response = await http.post(
+                    f"{base}/v1/runs/{run.workflow_id}/answer",
+                    json={"call_id": "c-order", "text": "3"},
+                    headers=ACME,
+                )
+            assert response.status_code == 200, response.text
         result = await harness.client.result(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
         records = (await harness.client.records(run, scope=harness.scope)).records
