@@ -9,38 +9,29 @@ Run records that answer: the provider saw one request, not two.
 
 from __future__ import annotations
 
-import asyncio
-import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL, MODEL_COMPACT
-from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.tools import OUTAGE_MARGIN
-from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
+from psych_runtime.specs import AgentBuilder, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
-from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
 from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workflows import (
     CompactionApplied,
     ModelCallFinished,
-    PsychClient,
-    Record,
-    RunResult,
     RunStatus,
 )
 from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER, OPTIONS
-from tests._ports import free_port
 
+from ._outage import through_an_outage
 from ._waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
-SCOPE = Scope(tenant="acme")
 OUTAGE = DEFAULT_OUTAGE_SECONDS * 0.75
 """Inside the tolerance, and longer than a model call's old 30 s heartbeat timeout."""
 ANSWERED_AFTER = 3.0
@@ -50,47 +41,16 @@ BIG = FakeUsage(input_tokens=300, output_tokens=5)
 """Over the compaction trigger of 100 tokens."""
 
 
-async def through_an_outage(
-    fake: FakeModel, tmp_path: Path, spec: AgentSpec, requests: int, registry: ToolRegistry
-) -> tuple[RunResult, list[Record]]:
-    """Run ``spec`` to its end, the server stopped for ``OUTAGE`` once the provider has
-    ``requests`` requests (the last one the call in flight), and started again on the same
-    port and database; the Run's result and records."""
-    task_queue = f"model-outage-{uuid.uuid4().hex[:12]}"
-    settings = WorkerSettings(
-        task_queue=task_queue,
-        registry=registry,
-        blobs=LocalBlobStore(tmp_path / "blobs"),
-        endpoints=ModelEndpoints(
-            default=Endpoint(base_url=fake.base_url, api_key="outage-test-key")
-        ),
-    )
-    db_file, port = str(tmp_path / "temporal.db"), free_port()
-    server = await start_dev_server(db_file=db_file, port=port)
-    try:
-        temporal = await connect(f"127.0.0.1:{port}")
-        client = PsychClient(
-            temporal,
-            store=FileVersionStore(tmp_path / "v"),
-            task_queue=task_queue,
-            registry=registry,
-        )
-        async with run_worker(temporal, settings):
-            run = await client.dispatch(spec, "answer once", scope=SCOPE)
+def provider_has(fake: FakeModel, requests: int) -> Callable[[], Awaitable[None]]:
+    """Waits until the provider has ``requests`` requests, the last one the call in flight."""
 
-            async def in_flight() -> bool:
-                return len(fake.requests) == requests
+    async def in_flight() -> None:
+        async def seen() -> bool:
+            return len(fake.requests) == requests
 
-            await eventually(in_flight, within=30, what="the model call to be in flight")
-            await server.shutdown()
-            await asyncio.sleep(OUTAGE)  # the answer arrives meanwhile
-            server = await start_dev_server(db_file=db_file, port=port)
-            async with asyncio.timeout(120):
-                result = await client.result(run, scope=SCOPE)
-            records = (await client.records(run, scope=SCOPE)).records
-    finally:
-        await server.shutdown()
-    return result, list(records)
+        await eventually(seen, within=30, what="the model call to be in flight")
+
+    return in_flight
 
 
 @pytest.mark.timeout(300)
@@ -104,7 +64,9 @@ async def test_an_answer_that_arrived_during_an_outage_is_not_bought_again(
         Reply.stall(ANSWERED_AFTER, then=Reply.text("The first and only answer.")),
         Reply.text("bought twice"),
     )
-    result, records = await through_an_outage(fake, tmp_path, spec, 1, ToolRegistry())
+    result, records = await through_an_outage(
+        fake, tmp_path, spec, ToolRegistry(), in_flight=provider_has(fake, 1), outage=OUTAGE
+    )
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.answer == "The first and only answer."
     assert len(fake.requests) == 1
@@ -142,7 +104,9 @@ async def test_a_summary_that_arrived_during_an_outage_is_not_bought_again(
         Reply.text("Both orders shipped."),
         Reply.text("bought twice"),
     )
-    result, records = await through_an_outage(fake, tmp_path, spec, 3, registry)
+    result, records = await through_an_outage(
+        fake, tmp_path, spec, registry, in_flight=provider_has(fake, 3), outage=OUTAGE
+    )
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.answer == "Both orders shipped."
     assert len(fake.requests) == 4

@@ -11,24 +11,19 @@ result.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities.blobs import LocalBlobStore
-from psych_runtime.activities.model import Endpoint, ModelEndpoints
-from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
+from psych_runtime.specs import AgentBuilder, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
 from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
-from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
-from tests._ports import free_port
+from psych_runtime.workflows import RunStatus, ToolCallFinished
+
+from ._outage import through_an_outage
 
 pytestmark = pytest.mark.e2e
 
-SCOPE = Scope(tenant="acme")
 OUTAGE = DEFAULT_OUTAGE_SECONDS + 1.0
 
 
@@ -50,35 +45,16 @@ async def test_a_call_that_finished_during_a_minute_long_outage_is_not_unknown(
 
     spec = AgentBuilder("biller", registry=registry).model("fake-model").tool("charge").build()
     fake.enqueue(Reply.tool_calls(ToolCall("charge", {"order_id": "7"})), Reply.text("Done."))
-    task_queue = f"outage-{uuid.uuid4().hex[:12]}"
-    settings = WorkerSettings(
-        task_queue=task_queue,
-        registry=registry,
-        blobs=LocalBlobStore(tmp_path / "blobs"),
-        endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+    result, records = await through_an_outage(
+        fake,
+        tmp_path,
+        spec,
+        registry,
+        in_flight=lambda: asyncio.wait_for(started.wait(), 20),
+        outage=OUTAGE,
+        meanwhile=release.set,  # the call finishes while nobody can hear of it
+        settle_within=60,
     )
-    db_file, port = str(tmp_path / "temporal.db"), free_port()
-    server = await start_dev_server(db_file=db_file, port=port)
-    try:
-        temporal = await connect(f"127.0.0.1:{port}")
-        client = PsychClient(
-            temporal,
-            store=FileVersionStore(tmp_path / "v"),
-            task_queue=task_queue,
-            registry=registry,
-        )
-        async with run_worker(temporal, settings):
-            run = await client.dispatch(spec, "charge order 7", scope=SCOPE)
-            await asyncio.wait_for(started.wait(), 20)
-            await server.shutdown()
-            release.set()  # the call finishes while nobody can hear of it
-            await asyncio.sleep(OUTAGE)
-            server = await start_dev_server(db_file=db_file, port=port)
-            async with asyncio.timeout(60):
-                result = await client.result(run, scope=SCOPE)
-            records = (await client.records(run, scope=SCOPE)).records
-    finally:
-        await server.shutdown()
     assert result.status is RunStatus.COMPLETED, result.reason
     assert charged == ["7"]
     (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
