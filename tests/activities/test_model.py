@@ -35,13 +35,12 @@ from psych_runtime.activities.model import (
     classify,
 )
 from psych_runtime.activities.model._failures import ProviderResponseError, StreamIdle
-from psych_runtime.specs import ModelRef, NotFound, Scope
+from psych_runtime.specs import ModelRef, NotFound
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
+from tests.activities._calls import HELLO, MODEL, call
 
-MODEL = "fake-model"
 KEY = "sk-test-key"
-HELLO = ChatMessage(role="user", content="Hello!")
 WEATHER = ToolDefinition(
     name="get_weather",
     description="Weather in a city.",
@@ -66,19 +65,6 @@ def acts(fake: FakeModel, blobs: LocalBlobStore, http: httpx.AsyncClient) -> Mod
 @pytest.fixture
 def env() -> ActivityEnvironment:
     return ActivityEnvironment()
-
-
-def call(**fields: Any) -> ModelCallInput:
-    values: dict[str, Any] = {
-        "run_id": "run-1",
-        "turn": 1,
-        "model": MODEL,
-        "params": ModelRef(model=MODEL),
-        "new_messages": (HELLO,),
-        "scope": Scope(tenant="acme"),
-    }
-    values.update(fields)
-    return ModelCallInput(**values)
 
 
 async def run(env: ActivityEnvironment, acts: ModelActivities, input: ModelCallInput) -> Any:

@@ -14,9 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import (
-    ChatMessage,
     Latency,
-    ModelCallInput,
     ModelCallResult,
     ToolCallRequest,
     ToolDefinition,
@@ -26,10 +24,9 @@ from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpo
 from psych_runtime.activities.model._activities import _surely_fits
 from psych_runtime.activities.model._by_ref import ByRef
 from psych_runtime.activities.model._failures import MAX_RESULT_BYTES
-from psych_runtime.specs import ModelRef, Scope
 from psych_runtime.testing import FakeModel, Reply
+from tests.activities._calls import MODEL, call
 
-MODEL = "fake-model"
 KEY = "sk-test-key"
 WEATHER = ToolDefinition(
     name="get_weather",
@@ -56,19 +53,6 @@ async def fake() -> AsyncIterator[FakeModel]:
         yield model
 
 
-def _call(**fields: Any) -> ModelCallInput:
-    values: dict[str, Any] = {
-        "run_id": "run-1",
-        "turn": 1,
-        "model": MODEL,
-        "params": ModelRef(model=MODEL),
-        "new_messages": (ChatMessage(role="user", content="Hello!"),),
-        "scope": Scope(tenant="acme"),
-    }
-    values.update(fields)
-    return ModelCallInput(**values)
-
-
 async def test_the_system_prompt_and_tool_list_are_read_once_per_worker(
     fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
 ) -> None:
@@ -81,11 +65,11 @@ async def test_the_system_prompt_and_tool_list_are_read_once_per_worker(
     fake.enqueue(Reply.text("one"), Reply.text("two"), Reply.text("three"))
     env = ActivityEnvironment()
     for turn in (1, 2):
-        await env.run(acts.complete, _call(turn=turn, system_ref=system_ref, tools_ref=tools_ref))
+        await env.run(acts.complete, call(turn=turn, system_ref=system_ref, tools_ref=tools_ref))
     # A third call excludes the tool: the kept list is filtered, not changed.
     await env.run(
         acts.complete,
-        _call(turn=3, system_ref=system_ref, tools_ref=tools_ref, exclude_tools=("get_weather",)),
+        call(turn=3, system_ref=system_ref, tools_ref=tools_ref, exclude_tools=("get_weather",)),
     )
     assert blobs.reads[system_ref] == 1
     assert blobs.reads[tools_ref] == 1
@@ -104,9 +88,9 @@ async def test_an_inline_system_prompt_is_kept_by_the_ref_it_is_stored_under(
     )
     fake.enqueue(Reply.text("one"), Reply.text("two"))
     env = ActivityEnvironment()
-    first = await env.run(acts.complete, _call(system_prompt="Be brief."))
+    first = await env.run(acts.complete, call(system_prompt="Be brief."))
     assert first.system_ref is not None
-    await env.run(acts.complete, _call(turn=2, system_ref=first.system_ref))
+    await env.run(acts.complete, call(turn=2, system_ref=first.system_ref))
     assert first.system_ref not in blobs.reads
     assert fake.requests[1]["messages"][0] == {"role": "system", "content": "Be brief."}
 

@@ -9,7 +9,6 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from psych_runtime.activities.contract import (
-    ChatMessage,
     CodeToolCall,
     Latency,
     ModelCallInput,
@@ -18,22 +17,9 @@ from psych_runtime.activities.contract import (
     Usage,
 )
 from psych_runtime.specs import ModelRef, Scope
+from tests.activities._calls import MODEL, call
 
-MODEL = "fake-model"
 REF = "sha256:" + "a" * 64
-
-
-def call(**fields: Any) -> ModelCallInput:
-    values: dict[str, Any] = {
-        "run_id": "run-1",
-        "turn": 1,
-        "model": MODEL,
-        "params": ModelRef(model=MODEL),
-        "new_messages": (ChatMessage(role="user", content="Hello!"),),
-        "scope": Scope(tenant="acme"),
-    }
-    values.update(fields)
-    return ModelCallInput(**values)
 
 
 def wire(value: Any) -> dict[str, Any]:
