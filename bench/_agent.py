@@ -70,7 +70,7 @@ async def small_read(turn: int) -> str:
     Args:
         turn: The turn number.
     """
-    return f"ok {turn}"
+    return await small_result(turn)  # the same answer; registered as a read
 
 
 async def read_4kb(turn: int) -> str:
@@ -79,8 +79,7 @@ async def read_4kb(turn: int) -> str:
     Args:
         turn: The turn number.
     """
-    stem = f"turn {turn}: "
-    return stem + "x" * (4096 - len(stem))
+    return await result_4kb(turn)  # the same answer; registered as a read
 
 
 LOCAL_SECONDS = 2.0

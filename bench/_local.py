@@ -31,6 +31,7 @@ from bench._agent import AgentBench
 from bench._baseline import BaselineBench
 from bench._history import history_facts
 from bench._process import dev_server
+from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._table import median, table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY
@@ -140,10 +141,6 @@ async def measure(
     return result
 
 
-def _ratios(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
-    return [v / b for v, b in zip(values, baseline, strict=True) if b]
-
-
 def _spread(values: Sequence[float]) -> str:
     if not values:
         return "-"
@@ -157,10 +154,10 @@ def summary(result: LocalResult) -> dict[str, dict[str, float]]:
         tps = [b.turns_per_s for b in result.batches[kind]]
         base_tps = [b.turns_per_s for b in result.batches["model_loop"]]
         figures = {
-            "wall": _ratios(result.wall_ms[kind], result.wall_ms["model_loop"]),
-            "steady": _ratios(result.steady_ms[kind], result.steady_ms["model_loop"]),
-            "turns_per_s": _ratios(tps, base_tps),
-            "bytes": _ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"]),
+            "wall": pair_ratios(result.wall_ms[kind], result.wall_ms["model_loop"]),
+            "steady": pair_ratios(result.steady_ms[kind], result.steady_ms["model_loop"]),
+            "turns_per_s": pair_ratios(tps, base_tps),
+            "bytes": pair_ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"]),
         }
         row: dict[str, float] = {}
         for name, ratios in figures.items():
@@ -221,10 +218,10 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         ratios.append(
             [
                 f"AgentRun {kind} / ModelLoop",
-                _spread(_ratios(result.wall_ms[kind], result.wall_ms["model_loop"])),
-                _spread(_ratios(result.steady_ms[kind], result.steady_ms["model_loop"])),
-                _spread(_ratios(tps, base)),
-                _spread(_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)",
+                _spread(pair_ratios(result.wall_ms[kind], result.wall_ms["model_loop"])),
+                _spread(pair_ratios(result.steady_ms[kind], result.steady_ms["model_loop"])),
+                _spread(pair_ratios(tps, base)),
+                _spread(pair_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)",
             ]
         )
     ratio_table = table(

@@ -449,7 +449,7 @@ def _list(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}" for v in values)
 
 
-def _pairs(agent: list[float], bare: list[float]) -> list[float]:
+def pair_ratios(agent: list[float], bare: list[float]) -> list[float]:
     """Ratios of alternated samples, pair by pair (the two of a pair saw the same load)."""
     return [a / b for a, b in zip(agent, bare, strict=False) if b]
 
@@ -464,14 +464,14 @@ def targets_summary(
     seq: SequentialResult, thr: ThroughputResult, his: HistoryResult
 ) -> dict[str, Any]:
     """Issue 15's three ratios against the floor: medians of the pairs, with their spread."""
-    per_turn = _pairs(
+    per_turn = pair_ratios(
         [s.wall_ms_per_turn for s in seq.agent], [s.wall_ms_per_turn for s in seq.bare]
     )
-    steady = _pairs(
+    steady = pair_ratios(
         [s.steady_ms_per_turn or 0.0 for s in seq.agent],
         [s.steady_ms_per_turn or 0.0 for s in seq.bare],
     )
-    turns_per_s = _pairs([b.turns_per_s for b in thr.agent], [b.turns_per_s for b in thr.bare])
+    turns_per_s = pair_ratios([b.turns_per_s for b in thr.agent], [b.turns_per_s for b in thr.bare])
     bytes_ratio = list(history_summary(his)["bytes_ratio"].values())
     return {
         "per_turn_ratios": per_turn,
@@ -480,18 +480,18 @@ def targets_summary(
         "bytes_ratios": bytes_ratio,
         # Against the floor that makes the model request (not issue 15's target: what the
         # runtime adds over the model call itself).
-        "model_floor_per_turn_ratios": _pairs(
+        "model_floor_per_turn_ratios": pair_ratios(
             [s.wall_ms_per_turn for s in seq.agent], [s.wall_ms_per_turn for s in seq.model_floor]
         ),
-        "model_floor_steady_ratios": _pairs(
+        "model_floor_steady_ratios": pair_ratios(
             [s.steady_ms_per_turn or 0.0 for s in seq.agent],
             [s.steady_ms_per_turn or 0.0 for s in seq.model_floor],
         ),
-        "model_floor_turns_per_s_ratios": _pairs(
+        "model_floor_turns_per_s_ratios": pair_ratios(
             [b.turns_per_s for b in thr.agent], [b.turns_per_s for b in thr.model_floor]
         ),
         # Against the bare loop on an unsandboxed worker, as psych's workers run AgentRun.
-        "unsandboxed_turns_per_s_ratios": _pairs(
+        "unsandboxed_turns_per_s_ratios": pair_ratios(
             [b.turns_per_s for b in thr.agent], [b.turns_per_s for b in thr.bare_unsandboxed]
         ),
     }
