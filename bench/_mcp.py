@@ -26,6 +26,7 @@ from bench._history import history_facts
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.activities.contract import MODEL_CALL
+from psych_runtime.activities.egress import LOOPBACK, EgressSettings
 from psych_runtime.specs import AgentBuilder, AgentSpec, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
@@ -86,6 +87,9 @@ class McpBench:
             registry=self.registry,
             blobs=LocalBlobStore(home / "mcp-blobs"),
             endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="bench")),
+            # The benchmark's MCP server is on loopback, which a Spec may reach only when
+            # the operator allows it.
+            egress=EgressSettings().allowing(*LOOPBACK),
         )
         self.client = PsychClient(
             env.client,
