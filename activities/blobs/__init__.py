@@ -21,9 +21,11 @@ from psych_runtime.activities.blobs._store import (
     BlobStore,
     Conversations,
     EncryptedBlobStore,
+    KnowsRefs,
     LocalBlobStore,
     blob_key,
     canonical_json,
+    ref_without_storing,
 )
 from psych_runtime.activities.contract import blob_ref
 
@@ -33,6 +35,7 @@ __all__ = [
     "BlobStore",
     "Conversations",
     "EncryptedBlobStore",
+    "KnowsRefs",
     "LocalBlobStore",
     "RECENT_BLOB_BYTES",
     "RecentBlobs",
@@ -44,5 +47,6 @@ __all__ = [
     "canonical_json",
     "open_s3_client",
     "parse_s3_url",
+    "ref_without_storing",
     "s3_client_options",
 ]

@@ -156,6 +156,10 @@ class S3BlobStore:
                     self._client = opened
         return self._client
 
+    def ref_of(self, data: bytes) -> str:
+        """The ref ``put(data)`` returns: the hash of its bytes (``KnowsRefs``)."""
+        return blob_ref(data)
+
     async def put(self, data: bytes) -> str:
         """Store ``data`` unless an object with its ref exists; return its ref."""
         from botocore.exceptions import ClientError

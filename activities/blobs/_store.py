@@ -79,6 +79,21 @@ class BlobStore(Protocol):
         ...
 
 
+@runtime_checkable
+class KnowsRefs(Protocol):
+    """A BlobStore that can say which ref ``put`` would give, without storing anything."""
+
+    def ref_of(self, data: bytes) -> str | None:
+        """The ref ``put(data)`` returns (None: not known without storing)."""
+        ...
+
+
+def ref_without_storing(blobs: BlobStore, data: bytes) -> str | None:
+    """The ref ``blobs.put(data)`` would return, when the store can tell without storing
+    (``KnowsRefs``); None for a store that cannot (``data`` must then be stored)."""
+    return blobs.ref_of(data) if isinstance(blobs, KnowsRefs) else None
+
+
 class LocalBlobStore:
     """Blobs as files ``<root>/<2 hex>/<62 hex>`` (embedded default).
 
@@ -103,6 +118,10 @@ class LocalBlobStore:
 
     def _path(self, ref: str) -> str:
         return os.path.join(self._root, blob_key(ref))
+
+    def ref_of(self, data: bytes) -> str:
+        """The ref ``put(data)`` returns: the hash of its bytes (``KnowsRefs``)."""
+        return blob_ref(data)
 
     async def put(self, data: bytes) -> str:
         """Store ``data``; return its ref."""
@@ -249,6 +268,11 @@ class EncryptedBlobStore:
     def __init__(self, inner: BlobStore, cipher: BlobCipher) -> None:
         self.inner = inner
         self.cipher = cipher
+
+    def ref_of(self, data: bytes) -> str | None:
+        """The ref of ``data`` sealed, if ``inner`` can tell (``KnowsRefs``): what ``put``
+        returns, as psych's cipher seals the same data alike under the same key."""
+        return ref_without_storing(self.inner, self.cipher.seal(data))
 
     async def put(self, data: bytes) -> str:
         """Seal and store ``data``; return the ref of the sealed bytes."""

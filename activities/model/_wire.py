@@ -356,6 +356,16 @@ def _timeout(read: float | None) -> httpx.Timeout:
     return httpx.Timeout(_IO_TIMEOUT_SECONDS, read=read)
 
 
+LIVE_FIRST_BEAT_SECONDS = 0.05
+"""How long a call with live deltas runs before its first beat offers their address.
+
+A shorter call is over before a follower could read a piece live (its record follows at
+once), and a beat is a server round trip: at once, it cost every call one, about a fifth
+of a zero-latency call's time. A provider's first token comes later than this (hundreds of
+milliseconds), so a follower still finds the relay before there is text to read, and
+reads every piece from the first: the hub keeps them all."""
+
+
 @contextlib.asynccontextmanager
 async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[None]:
     """Heartbeat on a timer for as long as the call is open.
@@ -364,33 +374,33 @@ async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[Non
     minutes before its first token, within ``stream_idle_seconds``) give anything to beat
     on in time, so the beat is a timer; it still stops when the worker dies, which is what
     the heartbeat timeout detects. ``details`` (where the attempt's deltas are served) go
-    with every beat, the first sent at once (the SDK throttles only later ones), so a
-    follower finds them as soon as the attempt starts. Without details the first beat
-    waits a third of the timeout, which the server counts from the attempt's start: the
-    usual call, shorter than that, sends none (a heartbeat is a server round trip, which
-    a beat at the start would add to every call for nothing).
+    with every beat, the first after ``LIVE_FIRST_BEAT_SECONDS`` (the SDK throttles only
+    later ones), so a follower finds them as soon as there is anything to follow. Without
+    details the first beat waits a third of the timeout, which the server counts from the
+    attempt's start: the usual call, shorter than that, sends none.
     """
     timeout = activity.info().heartbeat_timeout
-    beats = () if details is None else (details,)
-    if beats:
-        activity.heartbeat(*beats)
-    if not timeout:
+    if details is None and not timeout:
         yield
         return
-    interval = timeout.total_seconds() / 3
+    beats = () if details is None else (details,)
+    interval = timeout.total_seconds() / 3 if timeout else None
     loop = asyncio.get_running_loop()
 
     # A timer of the event loop rather than a task: the usual call, shorter than the
-    # interval, costs one timer.
+    # first wait, costs one timer.
     timer: asyncio.TimerHandle | None = None
 
     def beat() -> None:
         nonlocal timer
         activity.heartbeat(*beats)
-        timer = loop.call_later(interval, beat)
+        timer = None if interval is None else loop.call_later(interval, beat)
 
-    timer = loop.call_later(interval, beat)
+    first = LIVE_FIRST_BEAT_SECONDS if details is not None else interval
+    assert first is not None  # details, or a timeout
+    timer = loop.call_later(first, beat)
     try:
         yield
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()

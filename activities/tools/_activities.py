@@ -6,10 +6,10 @@ arguments, an exception raised by a tool, an HTTP error status, a timeout, a ref
 connection, a missing credential. The activity itself fails only for what the model
 cannot fix (a code tool this worker does not have) and on cancellation.
 
-Every outcome is stored whole in the BlobStore (``result_ref``) together with the tool
-message the model is shown (``message_ref``). A result larger than ``large_result_bytes``
-is shown as a handle plus a preview, so it enters workflow history only as that preview;
-the model reads the rest in slices with ``read_tool_output``.
+Every outcome's tool message (what the model is shown) is stored in the BlobStore
+(``message_ref``). A result larger than ``large_result_bytes`` is stored whole
+(``result_ref``) and shown as a handle plus a preview, so it enters workflow history only
+as that preview; the model reads the rest in slices with ``read_tool_output``.
 
 While a tool runs the activity heartbeats, so a crashed worker is noticed by the heartbeat
 timeout and a cancellation (an abort) reaches the activity.

@@ -9,7 +9,7 @@ from typing import Literal
 
 from temporalio import activity
 
-from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.activities.blobs import BlobStore, Conversations, ref_without_storing
 from psych_runtime.activities.contract import (
     ChatMessage,
     Latency,
@@ -32,18 +32,24 @@ async def store_outcome(
     started: float,
     limit: int | None,
 ) -> ToolOutcome:
-    """Store a tool call's whole result and the tool message the model is shown.
+    """Store the tool message the model is shown and, when it cannot show the result
+    whole, the result.
 
-    A result over ``limit`` bytes (None: no limit) is shown as a handle plus a preview of
-    at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. Every tool activity
-    (code, HTTP, MCP, the MCP search) stores its outcome through this one function. Call it
-    inside the activity (its latency reads the activity's info).
+    A result over ``limit`` bytes (None: no limit) is stored and shown as a handle plus a
+    preview of at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. A result
+    shown whole is not stored apart when the store can name its ref without storing it
+    (``KnowsRefs``: every shipped store): its message holds it, and nothing reads it by
+    its handle, which is never shown; ``result_ref`` is still the ref ``put`` would give,
+    what the repeat guard and the records compare. Every tool activity (code, HTTP, MCP,
+    the MCP search) stores its outcome through this one function. Call it inside the
+    activity (its latency reads the activity's info).
     """
     data = text.encode()
-    result_ref = await blobs.put(data)
     if limit is None or len(data) <= limit:
+        result_ref = ref_without_storing(blobs, data) or await blobs.put(data)
         content, shown, truncated = text, text, False
     else:
+        result_ref = await blobs.put(data)
         # Decoding drops a character the byte cut split in two.
         content = data[: max(0, min(_PREVIEW_BYTES, limit))].decode(errors="ignore")
         shown = (

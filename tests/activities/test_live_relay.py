@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import RelayLine
 from psych_runtime.activities.live import DeltaHub, DeltaRelay, parse_listen
+from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
+from psych_runtime.activities.model import _wire as wire
+from psych_runtime.testing import FakeModel, Reply
+from tests.activities._calls import MODEL, call
 
 
 @pytest.fixture
@@ -139,3 +148,34 @@ def test_a_hub_without_a_relay_offers_no_address() -> None:
     assert not hub.serving
     with pytest.raises(RuntimeError, match="no relay"):
         hub.url_of("token")
+
+
+async def test_a_call_offers_its_deltas_address_once_it_has_run_a_moment(
+    blobs: LocalBlobStore, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A beat is a server round trip: a call over before anyone could follow it live sends
+    # none; a longer one sends the relay's address after LIVE_FIRST_BEAT_SECONDS.
+    hub = DeltaHub()
+    hub.base_url = "http://127.0.0.1:7280"  # where a relay would serve it; none is needed
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=60))
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    async with FakeModel(models=(MODEL,)) as fake:
+        acts = ModelActivities(
+            endpoints=ModelEndpoints(default=Endpoint(fake.base_url, "key")),
+            blobs=blobs,
+            http=http,
+            live=hub,
+        )
+        monkeypatch.setattr(wire, "LIVE_FIRST_BEAT_SECONDS", 30.0)
+        fake.enqueue(Reply.text("quick"))
+        await env.run(acts.complete, call(), deltas=hub.open("quick#1"))
+        assert beats == []
+
+        monkeypatch.setattr(wire, "LIVE_FIRST_BEAT_SECONDS", 0.05)
+        fake.enqueue(Reply.text("a slower answer", chunk_size=3, chunk_seconds=0.1))
+        slow = hub.open("slow#1", turn=1)
+        result = await env.run(acts.complete, call(), deltas=slow)
+    assert result.text == "a slower answer"
+    assert beats == [(slow.details,)]  # one: the next waits a third of the timeout

@@ -308,6 +308,23 @@ async def test_a_truncated_or_sealed_result_sends_its_size_and_refs(
     assert full_outcome(slim_outcome(outcome), "call_7") == outcome
 
 
+def files(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file()]
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+async def test_a_result_shown_whole_has_the_ref_storing_it_would_give_without_a_file(
+    tmp_path: Path, sealed: bool
+) -> None:
+    # Only the tool message is written; the result's ref (what the repeat guard compares)
+    # is still the one put gives, sealed or not.
+    blobs = sealed_store(tmp_path) if sealed else LocalBlobStore(tmp_path)
+    outcome = await outcome_of(blobs, "delivered on Tuesday", 8192)
+    assert len(files(tmp_path)) == 1
+    put = await in_run().run(blobs.put, b"delivered on Tuesday")
+    assert outcome.result_ref == put
+
+
 async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Path) -> None:
     # The workflow re-derives refs on every replay with _slim's frozen encoding; it must
     # equal what Conversations stores, or every call sends its refs again. A field added

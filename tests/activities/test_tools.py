@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities.blobs import Conversations, LocalBlobStore
+from psych_runtime.activities.blobs import BlobNotFound, Conversations, LocalBlobStore, blob_ref
 from psych_runtime.activities.contract import (
     CatalogInput,
     CodeToolCall,
@@ -274,7 +274,7 @@ async def shown(blobs: LocalBlobStore, outcome: ToolOutcome) -> str:
 # --- code tools ---------------------------------------------------------------------------
 
 
-async def test_sync_code_tool_runs_in_a_worker_thread_and_is_stored(
+async def test_sync_code_tool_runs_in_a_worker_thread_and_its_message_is_stored(
     tools: ToolActivities, env: ActivityEnvironment, blobs: LocalBlobStore
 ) -> None:
     outcome = await env.run(tools.code, code_call("lookup_order", order_id="A-1"))
@@ -286,7 +286,11 @@ async def test_sync_code_tool_runs_in_a_worker_thread_and_is_stored(
     assert result["thread"] != threading.current_thread().name
     assert '"note": "café"' in outcome.content  # ensure_ascii=False
     assert outcome.size == len(outcome.content.encode())
-    assert (await blobs.get(outcome.result_ref)).decode() == outcome.content
+    # Shown whole: its message holds it, and the result is not stored apart (its ref is
+    # still the one storing it would give, what the repeat guard compares).
+    assert outcome.result_ref == blob_ref(outcome.content.encode())
+    with pytest.raises(BlobNotFound):
+        await blobs.get(outcome.result_ref)
     assert await shown(blobs, outcome) == outcome.content
     assert outcome.latency.duration_ms > 0
 
@@ -495,7 +499,7 @@ async def test_http_credential_is_resolved_into_a_bearer_header_and_never_stored
     assert outcome.status == "ok", outcome.content
     assert server.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
     stored = [path.read_bytes() for path in blobs.root.rglob("*") if path.is_file()]
-    assert len(stored) == 2  # the result and the tool message
+    assert len(stored) == 1  # the tool message (the result, shown whole, is in it)
     assert not any(SECRET.encode() in data for data in stored)
     assert SECRET not in outcome.model_dump_json()
 
