@@ -3,6 +3,7 @@ form of the ones a Run sends on every turn (written without their defaults)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pydantic import (
@@ -32,23 +33,35 @@ class _Compact(_Payload):
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        fields = type(self).model_fields
+        defaults = _defaults(type(self))
         implied = self._implied()
         return {
             key: value
             for key, value in data.items()
             if (key not in implied or getattr(self, key) != implied[key])
-            and (
-                key not in fields
-                or fields[key].is_required()
-                or getattr(self, key) != fields[key].get_default(call_default_factory=True)
-            )
+            and (key not in defaults or getattr(self, key) != defaults[key])
         }
 
     def _implied(self) -> dict[str, Any]:
         """Fields whose value the other fields imply: left out when they hold it (a class
         that has some fills them back in when they are missing)."""
         return {}
+
+
+@functools.cache
+def _defaults(cls: type[BaseModel]) -> dict[str, Any]:
+    """The default of each of ``cls``'s optional fields, read once per class.
+
+    Pydantic's ``get_default`` inspects a default factory's signature on every call: once
+    per field per payload written, that was a quarter of a turn's workflow-task time
+    (py-spy, issue 27). Payload defaults are immutable values (or factories of them), so
+    the value read once compares the same as a fresh one.
+    """
+    return {
+        name: field.get_default(call_default_factory=True)
+        for name, field in cls.model_fields.items()
+        if not field.is_required()
+    }
 
 
 def _compact_scope(scope: Scope) -> dict[str, Any]:
