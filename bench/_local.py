@@ -35,6 +35,7 @@ from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._table import median, table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY
+from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
 
 RESULTS = Path(__file__).parent / "results"
@@ -70,6 +71,27 @@ class LocalResult:
     events_per_turn: dict[str, list[float]] = field(
         default_factory=lambda: {"floor": [], "write": [], "local": []}
     )
+    put_us: dict[str, float] = field(default_factory=dict)
+    """Median CPU microseconds of one blob file creation in the Runs' blob volume, at the
+    run's start and end (``probe_puts``)."""
+
+
+PROBE_PUTS = 500
+
+
+async def probe_puts(root: Path) -> float:
+    """Median CPU microseconds of ``PROBE_PUTS`` new 600-byte blobs put into a
+    ``LocalBlobStore`` at ``root``: what one blob file costs on this volume now. On this
+    VM's ext4 it swings from ~30 us to over 1 ms from one minute to the next (after many
+    files were deleted, for one), and a write turn creates three."""
+    store = LocalBlobStore(root)
+    costs = []
+    for index in range(PROBE_PUTS):
+        data = f"{index:06d}".encode() * 100
+        began = time.thread_time()
+        await store.put(data)
+        costs.append((time.thread_time() - began) * 1e6)
+    return median(costs)
 
 
 async def _one(
@@ -100,6 +122,7 @@ async def measure(
 ) -> LocalResult:
     """Every sample of section 12 (see the module)."""
     result = LocalResult()
+    result.put_us["start"] = await probe_puts(home / "probe-start")
     async with (
         dev_server(fast_dispatch=True) as env,
         AgentBench.running(env, home) as agent,
@@ -138,6 +161,7 @@ async def measure(
                 facts = await history_facts(agent.handle(timing.workflow_id), MODEL_CALL)
                 result.bytes_per_turn[kind].append(facts.server_bytes / hturns)
                 result.events_per_turn[kind].append(facts.events / hturns)
+    result.put_us["end"] = await probe_puts(home / "probe-end")
     return result
 
 
@@ -241,7 +265,13 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         " turns with 4 KB results. Targets (issue 27): local <= 0.85 wall, >= 1.15 turns/s;"
         " write <= 1.05 wall, >= 0.95 turns/s; bytes <= 1.10 the floor."
     )
-    return "\n".join([head, "", medians, "", ratio_table])
+    puts = (
+        f"One blob file (the median of {PROBE_PUTS} puts in the Runs' blob volume): "
+        f"{result.put_us.get('start', float('nan')):.0f} us of CPU at the start, "
+        f"{result.put_us.get('end', float('nan')):.0f} us at the end; a write turn creates 3, "
+        "a local turn 3, ModelLoop none."
+    )
+    return "\n".join([head, "", medians, "", ratio_table, "", puts])
 
 
 def main(argv: list[str] | None = None) -> int:
