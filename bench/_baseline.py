@@ -23,13 +23,15 @@ from bench._workflows import (
     CONVERSATION_LOOP,
     MODEL_LOOP,
     RESULT_LOOP,
+    STORING_LOOP,
     BareLoop,
     ConversationLoop,
     LoopInput,
     ModelLoop,
     ResultLoop,
+    StoringLoop,
 )
-from psych_runtime.activities import Endpoint
+from psych_runtime.activities import Endpoint, LocalBlobStore
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class BaselineBench:
         eager_activities: bool = True,
         model: Endpoint | None = None,
         sandbox: bool = True,
+        blobs: LocalBlobStore | None = None,
     ) -> AsyncIterator[BaselineBench]:
         """A worker for the baseline workflows, for the block.
 
@@ -69,7 +72,8 @@ class BaselineBench:
         ``model`` (the fake model's endpoint) adds ``ModelLoop``'s model-request activity;
         ``learn`` gives it the bodies to send. ``sandbox=False`` runs the baselines
         unsandboxed, as psych's workers run AgentRun (docs/decisions/workers.md, "The workflow
-        sandbox").
+        sandbox"). ``blobs`` (with ``model``) adds ``StoringLoop``'s activities, which keep
+        its conversation there.
         """
         task_queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
         async with contextlib.AsyncExitStack() as stack:
@@ -77,15 +81,17 @@ class BaselineBench:
             requester = None
             if model is not None:
                 http = await stack.enter_async_context(httpx.AsyncClient())
-                requester = ModelRequester(model, http)
+                requester = ModelRequester(model, http, blobs)
                 activities.append(requester.request)
+                if blobs is not None:
+                    activities += [requester.request_and_store, requester.tool_and_store]
             runner: WorkflowRunner = (
                 SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner()
             )
             async with Worker(
                 env.client,
                 task_queue=task_queue,
-                workflows=[BareLoop, ConversationLoop, ResultLoop, ModelLoop],
+                workflows=[BareLoop, ConversationLoop, ResultLoop, ModelLoop, StoringLoop],
                 activities=activities,
                 disable_eager_activity_execution=not eager_activities,
                 workflow_runner=runner,
@@ -126,6 +132,13 @@ class BaselineBench:
         run = await self._run(MODEL_LOOP, LoopInput(turns=turns), give_up_s=300)
         if run.failure:
             raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
+        return run
+
+    async def storing_loop(self, turns: int) -> BaselineRun:
+        """One StoringLoop of ``turns`` turns (ModelLoop keeping its conversation by hand)."""
+        run = await self._run(STORING_LOOP, LoopInput(turns=turns), give_up_s=300)
+        if run.failure:
+            raise RuntimeError(f"storing loop {run.workflow_id} failed: {run.failure}")
         return run
 
     async def results(self, turns: int, result_bytes: int) -> BaselineRun:

@@ -8,10 +8,15 @@ activities per turn):
   registered ``local_seconds``): its calls run as local activities;
 - **write**: AgentRun whose tool is a write (``small_result``): a normal activity per call.
 
-Per-turn time (wall and steady, Runs one at a time, alternating), 50-Run turns/s (batches
-alternating), and history bytes per turn with a 4 KB result (``read_4kb`` / ``result_4kb``)
-against ``ResultLoop``, the bare floor. Per pair the ratio to ModelLoop (or the floor);
-printed as median [min-max] of the pairs. JSON: ``bench/results/local-<timestamp>.json``.
+and against ``StoringLoop`` too: ModelLoop doing the rest of a turn's work by hand, as a
+hand-written workflow keeping its conversation by reference must (parsing the answer,
+storing the assistant message, a conversation node and the tool message: AgentRun's
+three blob files a turn). Per-turn time (wall and steady, Runs one at a time,
+alternating), 50-Run turns/s (batches alternating), and history bytes per turn with a 4
+KB result (``read_4kb`` / ``result_4kb``) against ``ResultLoop``, the bare floor. Per pair
+the ratio to each baseline (or the floor); printed as median [min-max] of the pairs, and
+what one blob file cost at the start and the end. JSON:
+``bench/results/local-<timestamp>.json``.
 """
 
 from __future__ import annotations
@@ -34,12 +39,12 @@ from bench._process import dev_server
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._table import median, table
-from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY
+from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
 
 RESULTS = Path(__file__).parent / "results"
-KINDS = ("model_loop", "write", "local")
+KINDS = ("model_loop", "storing", "write", "local")
 """The three Runs measured, in the order each round takes them."""
 
 
@@ -98,9 +103,11 @@ async def _one(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
 ) -> tuple[float, float]:
     """One Run of ``kind``: its wall and steady ms per turn."""
-    if kind == "model_loop":
-        run = await model.model_loop(turns)
-        facts = await history_facts(model.handle(run.workflow_id), MODEL_REQUEST_ACTIVITY)
+    if kind in ("model_loop", "storing"):
+        storing = kind == "storing"
+        run = await (model.storing_loop(turns) if storing else model.model_loop(turns))
+        first = STORING_MODEL_ACTIVITY if storing else MODEL_REQUEST_ACTIVITY
+        facts = await history_facts(model.handle(run.workflow_id), first)
         wall = run.wall_ms
     else:
         timing = await agent.run(turns, local=kind == "local")
@@ -114,6 +121,8 @@ def _starter(
 ) -> Callable[[], Awaitable[object]]:
     if kind == "model_loop":
         return lambda: model.model_loop(turns)
+    if kind == "storing":
+        return lambda: model.storing_loop(turns)
     return lambda: agent.run(turns, local=kind == "local")
 
 
@@ -127,7 +136,9 @@ async def measure(
         dev_server(fast_dispatch=True) as env,
         AgentBench.running(env, home) as agent,
         BaselineBench.running(env) as floor,
-        BaselineBench.running(env, model=agent.endpoint, sandbox=False) as model,
+        BaselineBench.running(
+            env, model=agent.endpoint, sandbox=False, blobs=LocalBlobStore(home / "loop-blobs")
+        ) as model,
     ):
         turns = settings.turns
         progress("warm-up: one Run of each")
@@ -140,14 +151,14 @@ async def measure(
         progress(f"per-turn time: {settings.runs} rounds of {turns}-turn Runs")
         for index in range(settings.runs):
             # The order rotates, so no kind always follows the same one.
-            for kind in KINDS[index % 3 :] + KINDS[: index % 3]:
+            for kind in KINDS[index % 4 :] + KINDS[: index % 4]:
                 wall, steady = await _one(kind, agent, model, turns)
                 result.wall_ms[kind].append(wall)
                 result.steady_ms[kind].append(steady)
         runs, cturns = settings.concurrent_runs, settings.concurrent_turns
         progress(f"throughput: {settings.repeats} rounds of {runs} Runs x {cturns} turns")
         for index in range(settings.repeats):
-            for kind in KINDS[index % 3 :] + KINDS[: index % 3]:
+            for kind in KINDS[index % 4 :] + KINDS[: index % 4]:
                 batch = await _batch(runs, cturns, _starter(kind, agent, model, cturns))
                 result.batches[kind].append(batch)
         progress(f"history bytes: {settings.history_turns} turns, 4 KB results")
@@ -171,18 +182,28 @@ def _spread(values: Sequence[float]) -> str:
     return f"{median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
+def _pairs(result: LocalResult, kind: str, base: str) -> dict[str, list[float]]:
+    """Per-pair ratios of ``kind`` to ``base``: wall, steady, turns/s."""
+    return {
+        "wall": pair_ratios(result.wall_ms[kind], result.wall_ms[base]),
+        "steady": pair_ratios(result.steady_ms[kind], result.steady_ms[base]),
+        "turns_per_s": pair_ratios(
+            [b.turns_per_s for b in result.batches[kind]],
+            [b.turns_per_s for b in result.batches[base]],
+        ),
+    }
+
+
 def summary(result: LocalResult) -> dict[str, dict[str, float]]:
-    """Medians and the median, min and max of the per-pair ratios, by kind."""
+    """The median, min and max of the per-pair ratios, by kind: to ModelLoop (the issue's
+    targets), to StoringLoop (``<name>_vs_storing``) and, for bytes, to the floor."""
     out: dict[str, dict[str, float]] = {}
     for kind in ("write", "local"):
-        tps = [b.turns_per_s for b in result.batches[kind]]
-        base_tps = [b.turns_per_s for b in result.batches["model_loop"]]
-        figures = {
-            "wall": pair_ratios(result.wall_ms[kind], result.wall_ms["model_loop"]),
-            "steady": pair_ratios(result.steady_ms[kind], result.steady_ms["model_loop"]),
-            "turns_per_s": pair_ratios(tps, base_tps),
-            "bytes": pair_ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"]),
+        figures = _pairs(result, kind, "model_loop")
+        figures |= {
+            f"{name}_vs_storing": ratios for name, ratios in _pairs(result, kind, "storing").items()
         }
+        figures["bytes"] = pair_ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"])
         row: dict[str, float] = {}
         for name, ratios in figures.items():
             row[f"{name}_ratio"] = median(ratios)
@@ -236,18 +257,20 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         rows,
     )
     ratios = []
-    for kind in ("local", "write"):
-        tps = [b.turns_per_s for b in result.batches[kind]]
-        base = [b.turns_per_s for b in result.batches["model_loop"]]
-        ratios.append(
-            [
-                f"AgentRun {kind} / ModelLoop",
-                _spread(pair_ratios(result.wall_ms[kind], result.wall_ms["model_loop"])),
-                _spread(pair_ratios(result.steady_ms[kind], result.steady_ms["model_loop"])),
-                _spread(pair_ratios(tps, base)),
-                _spread(pair_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)",
-            ]
-        )
+    for base, name in (("model_loop", "ModelLoop"), ("storing", "StoringLoop")):
+        for kind in ("local", "write"):
+            pairs = _pairs(result, kind, base)
+            ratios.append(
+                [
+                    f"AgentRun {kind} / {name}",
+                    _spread(pairs["wall"]),
+                    _spread(pairs["steady"]),
+                    _spread(pairs["turns_per_s"]),
+                    _spread(pair_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)"
+                    if base == "model_loop"
+                    else "",
+                ]
+            )
     ratio_table = table(
         [
             "ratio: median [min-max] of pairs",
@@ -268,8 +291,8 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
     puts = (
         f"One blob file (the median of {PROBE_PUTS} puts in the Runs' blob volume): "
         f"{result.put_us.get('start', float('nan')):.0f} us of CPU at the start, "
-        f"{result.put_us.get('end', float('nan')):.0f} us at the end; a write turn creates 3, "
-        "a local turn 3, ModelLoop none."
+        f"{result.put_us.get('end', float('nan')):.0f} us at the end; a turn of AgentRun "
+        "(either) or StoringLoop creates 3, ModelLoop's none."
     )
     return "\n".join([head, "", medians, "", ratio_table, "", puts])
 

@@ -9,7 +9,11 @@ AgentRun whose tool returns that much, its conversation by reference).
 activity carries the whole conversation so far as its input. ``ModelLoop`` is the bare loop
 whose "model" activity makes the request a model call makes (``_model_request``): a
 streamed chat completion of the turn's conversation from the benchmark's fake model; what
-it costs over the bare loop is the model call itself, not the runtime.
+it costs over the bare loop is the model call itself, not the runtime. ``StoringLoop`` is
+ModelLoop doing the rest of a real turn's work by hand, as a workflow that keeps its
+conversation by reference must: its model activity parses the streamed answer and stores
+the assistant message and a conversation node, its tool activity stores the tool message
+(three blob files a turn, as AgentRun's turn).
 
 This module is imported inside the workflow sandbox, so it imports only the standard
 library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
@@ -31,6 +35,9 @@ CONVERSATION_MODEL_ACTIVITY = "bench.model_on_conversation"
 RESULT_TOOL_ACTIVITY = "bench.tool_result"
 MODEL_LOOP = "bench.model_loop"
 MODEL_REQUEST_ACTIVITY = "bench.model_request"
+STORING_LOOP = "bench.storing_loop"
+STORING_MODEL_ACTIVITY = "bench.model_request_stored"
+STORING_TOOL_ACTIVITY = "bench.tool_stored"
 
 _TIMEOUT = timedelta(seconds=60)
 
@@ -55,6 +62,39 @@ class RequestTurn(_Frozen):
 
     turn: int
     turns: int
+
+
+class StoringTurn(_Frozen):
+    """The input of ``StoringLoop``'s model activity: the turn, the conversation's head and
+    the refs of the messages to append before the answer."""
+
+    turn: int
+    turns: int
+    head: str | None
+    new: tuple[str, ...]
+
+
+class StoredAnswer(_Frozen):
+    """What ``StoringLoop``'s model activity returns: the new head and the tool call."""
+
+    head: str
+    call_id: str | None
+    tool: str | None
+    arguments: str | None
+
+
+class StoringToolCall(_Frozen):
+    """The input of ``StoringLoop``'s tool activity."""
+
+    turn: int
+    call_id: str | None
+
+
+class StoredResult(_Frozen):
+    """What ``StoringLoop``'s tool activity returns: the result and its message's ref."""
+
+    content: str
+    message_ref: str
 
 
 class ModelTurn(_Frozen):
@@ -179,4 +219,31 @@ class ModelLoop:
             await workflow.execute_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
             )
+        return input.turns
+
+
+@workflow.defn(name=STORING_LOOP)
+class StoringLoop:
+    """ModelLoop keeping its conversation by reference, by hand (see the module)."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        head: str | None = None
+        new: tuple[str, ...] = ()
+        for turn in range(1, input.turns + 1):
+            answer = await workflow.execute_activity(
+                STORING_MODEL_ACTIVITY,
+                StoringTurn(turn=turn, turns=input.turns, head=head, new=new),
+                result_type=StoredAnswer,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            head = answer.head
+            result = await workflow.execute_activity(
+                STORING_TOOL_ACTIVITY,
+                StoringToolCall(turn=turn, call_id=answer.call_id),
+                result_type=StoredResult,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            new = (result.message_ref,)
         return input.turns
