@@ -28,6 +28,7 @@ from bench._workflows import (
     StoringTurn,
 )
 from psych_runtime.activities import Endpoint, LocalBlobStore
+from psych_runtime.activities.blobs import canonical_json
 
 
 class ModelRequester:
@@ -105,9 +106,9 @@ class ModelRequester:
             for _, c in sorted(calls.items())
         ]
         message = {"role": "assistant", "content": "".join(text), "tool_calls": tool_calls}
-        message_ref = await blobs.put(_canonical(message))
+        message_ref = await blobs.put(canonical_json(message))
         node = {"parent": turn.head, "messages": [*turn.new, message_ref]}
-        head = await blobs.put(_canonical(node))
+        head = await blobs.put(canonical_json(node))
         first = tool_calls[0] if tool_calls else None
         return StoredAnswer(
             head=head,
@@ -121,9 +122,5 @@ class ModelRequester:
         """Run the trivial tool and store the tool message holding its result."""
         content = f"ok {call.turn}"
         message = {"role": "tool", "content": content, "tool_call_id": call.call_id}
-        message_ref = await self._store().put(_canonical(message))
+        message_ref = await self._store().put(canonical_json(message))
         return StoredResult(content=content, message_ref=message_ref)
-
-
-def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
