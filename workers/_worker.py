@@ -68,6 +68,7 @@ from psych_runtime.workers._telemetry import current_telemetry
 from psych_runtime.workers._worker_checks import (
     DEFAULT_OUTAGE_SECONDS,
     check_outage_retry,
+    quiet_benign_cancel_warning,
     sealed_blobs,
     sealed_tokens,
 )
@@ -398,6 +399,7 @@ def build_worker(
     if settings.deployment is not None:
         worker_options.setdefault("deployment_config", deployment_config(settings.deployment))
     check_outage_retry(client, settings.outage_seconds)
+    quiet_benign_cancel_warning()
     telemetry = current_telemetry()
     if telemetry is not None:
         telemetry.watch_suspended(client, settings.task_queue)

@@ -1,10 +1,11 @@
 """What a worker checks and adjusts in its wiring before it starts: blob and token store
-sealing under the client's codec, and client retries long enough for the outage it should
-survive."""
+sealing under the client's codec, client retries long enough for the outage it should
+survive, and the SDK's one benign warning kept quiet."""
 
 from __future__ import annotations
 
 import logging
+import warnings
 
 from temporalio.client import Client
 from temporalio.service import RetryConfig
@@ -57,3 +58,22 @@ def outage_retry(seconds: float = DEFAULT_OUTAGE_SECONDS) -> RetryConfig:
     server was away."""
     elapsed = int((seconds + OUTAGE_MARGIN) * 1000)
     return RetryConfig(max_elapsed_time_millis=elapsed, max_retries=10_000)
+
+
+def quiet_benign_cancel_warning() -> None:
+    """Ignore the SDK's ``Cannot find activity to cancel for token ...`` warning.
+
+    The Temporal core may ask the Python worker to cancel an activity that has just
+    finished (a local activity whose workflow task was evicted, or whose Run ended, as it
+    completed): nothing is left to cancel, and the core's own log of the same race is at
+    debug level (temporalio/sdk-rust#282). The Python SDK raises it as a ``UserWarning``
+    from its activity poll loop, so a process that turns warnings into errors (``python
+    -W error``, a test run) loses its whole activity worker to it, and ``psych dev``
+    printed it between a Run's lines. Only that message from that module is ignored.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message="Cannot find activity to cancel for token",
+        category=UserWarning,
+        module="temporalio.worker._activity",
+    )
