@@ -76,7 +76,9 @@ async def test_a_built_worker_ignores_only_the_sdks_benign_cancel_warning(
     )
     egress = egress_for(settings)
     try:
-        build_worker(dev_env.client, settings, egress=egress)
+        # Started and stopped, as above, so no half-made worker outlives the test.
+        async with build_worker(dev_env.client, settings, egress=egress):
+            pass
     finally:
         await egress.aclose()
 
