@@ -252,6 +252,13 @@ async def task_events(
     except (PsychError, RPCError):
         state = None
     if state is not None and state.status.terminal:
+        if state.answer:  # as a RunSettled read in the stream gives it
+            yield TaskArtifactUpdateEvent(
+                task_id=task_id,
+                context_id=task_id,
+                artifact=answer_artifact(state.answer),
+                last_chunk=True,
+            )
         yield status(_status(task_id, state.status, state.reason, ()))
         return
     yield status(
