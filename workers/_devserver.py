@@ -79,16 +79,19 @@ async def start_dev_server(
     db_file: str | None = None,
     fast_dispatch: bool = True,
     log_level: str = "error",
+    metrics_port: int | None = None,
 ) -> WorkflowEnvironment:
     """Start ``temporal server start-dev`` on loopback with psych's search attributes.
 
     The returned environment's ``client`` carries the psych plugin; ``shutdown()`` stops
-    the server process. ``db_file`` makes state survive a restart.
+    the server process. ``db_file`` makes state survive a restart. ``metrics_port`` serves
+    the server's own Prometheus metrics at ``http://127.0.0.1:<port>/metrics`` (its RPCs
+    and persistence operations, by operation; the CLI picks a random port otherwise).
 
     Raises:
-        PsychError: ``port`` (or ``ui_port``) is taken.
+        PsychError: ``port`` (or ``ui_port``, or ``metrics_port``) is taken.
     """
-    for taken in (port, ui_port if ui else None):
+    for taken in (port, ui_port if ui else None, metrics_port):
         if taken is not None:
             _check_free(taken)
     return await WorkflowEnvironment.start_local(
@@ -105,6 +108,7 @@ async def start_dev_server(
         dev_server_extra_args=[
             *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
             *UPDATE_PAYLOADS_ARGS,
+            *(("--metrics-port", str(metrics_port)) if metrics_port is not None else ()),
         ],
     )
 

@@ -1,0 +1,38 @@
+"""The embedded dev server's options that are not exercised elsewhere."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from psych_runtime.specs import PsychError
+from psych_runtime.workers import start_dev_server
+from tests._ports import free_port
+
+
+async def test_a_metrics_port_serves_the_servers_own_counters() -> None:
+    port = free_port()
+    env = await start_dev_server(metrics_port=port)
+    try:
+        await env.client.count_workflows()
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        await env.shutdown()
+    assert response.status_code == 200
+    lines = response.text.splitlines()
+    assert any(
+        line.startswith("service_requests{") and 'operation="CountWorkflowExecutions"' in line
+        for line in lines
+    )
+
+
+async def test_a_taken_metrics_port_is_refused_before_the_server_starts() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(PsychError, match=rf"port {port} on 127.0.0.1 is in use"):
+            await start_dev_server(metrics_port=port)
