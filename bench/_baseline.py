@@ -127,9 +127,14 @@ class BaselineBench:
             raise RuntimeError("this baseline worker has no model: BaselineBench.running(model=)")
         self._requester.learn(turns, bodies)
 
-    async def model_loop(self, turns: int) -> BaselineRun:
-        """One ModelLoop of ``turns`` turns (a model request + a trivial tool activity)."""
-        run = await self._run(MODEL_LOOP, LoopInput(turns=turns), give_up_s=300)
+    async def model_loop(self, turns: int, heartbeat_seconds: float | None = None) -> BaselineRun:
+        """One ModelLoop of ``turns`` turns (a model request + a trivial tool activity;
+        ``heartbeat_seconds``: the model activity's heartbeat timeout)."""
+        run = await self._run(
+            MODEL_LOOP,
+            LoopInput(turns=turns, heartbeat_seconds=heartbeat_seconds),
+            give_up_s=300,
+        )
         if run.failure:
             raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
         return run

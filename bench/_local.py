@@ -8,6 +8,10 @@ activities per turn):
   registered ``local_seconds``): its calls run as local activities;
 - **write**: AgentRun whose tool is a write (``small_result``): a normal activity per call.
 
+and against ``beating``: ModelLoop whose model activity has the heartbeat timeout every
+AgentRun model call has (70 s: a worker dying mid-call is noticed then, not at the call's
+start-to-close timeout); what that costs the server shows against ModelLoop.
+
 and against ``StoringLoop`` too: ModelLoop doing the rest of a turn's work by hand, as a
 hand-written workflow keeping its conversation by reference must (parsing the answer,
 storing the assistant message, a conversation node and the tool message: AgentRun's
@@ -15,7 +19,8 @@ three blob files a turn). Per-turn time (wall and steady, Runs one at a time,
 alternating), 50-Run turns/s (batches alternating), and history bytes per turn with a 4
 KB result (``read_4kb`` / ``result_4kb``) against ``ResultLoop``, the bare floor. Per pair
 the ratio to each baseline (or the floor); printed as median [min-max] of the pairs, and
-what one blob file cost at the start and the end. JSON:
+what one blob file cost at the start and the end; per 50-Run batch, the server's own
+counts of its RPCs and store operations per turn (``_server_work.py``). JSON:
 ``bench/results/local-<timestamp>.json``.
 """
 
@@ -32,20 +37,27 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+
 from bench._agent import AgentBench
-from bench._baseline import BaselineBench
+from bench._baseline import BaselineBench, BaselineRun
 from bench._history import history_facts
 from bench._process import dev_server
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
+from bench._server_work import ServerWork, free_port, settled_counters, work_per_turn
 from bench._table import median, table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
 
 RESULTS = Path(__file__).parent / "results"
-KINDS = ("model_loop", "storing", "write", "local")
-"""The three Runs measured, in the order each round takes them."""
+KINDS = ("model_loop", "beating", "storing", "write", "local")
+"""The Runs measured, in the order each round takes them (rotated each round)."""
+
+BEAT_SECONDS = 70.0
+"""``beating``: ModelLoop whose model activity has the heartbeat timeout AgentRun gives
+every model call (``MODEL_LOST_AFTER`` in ``workflows/kernel/_activity_calls.py``)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class LocalResult:
     events_per_turn: dict[str, list[float]] = field(
         default_factory=lambda: {"floor": [], "write": [], "local": []}
     )
+    server_work: dict[str, list[ServerWork]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    """Per 50-Run batch, the server's operations per turn (its own counters)."""
     put_us: dict[str, float] = field(default_factory=dict)
     """Median CPU microseconds of one blob file creation in the Runs' blob volume, at the
     run's start and end (``probe_puts``)."""
@@ -99,13 +113,20 @@ async def probe_puts(root: Path) -> float:
     return median(costs)
 
 
+def _rotated(index: int) -> tuple[str, ...]:
+    """``KINDS`` starting at round ``index``'s kind: which kind goes first (after the
+    previous round's last) changes from round to round."""
+    start = index % len(KINDS)
+    return KINDS[start:] + KINDS[:start]
+
+
 async def _one(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
 ) -> tuple[float, float]:
     """One Run of ``kind``: its wall and steady ms per turn."""
-    if kind in ("model_loop", "storing"):
+    if kind in ("model_loop", "beating", "storing"):
         storing = kind == "storing"
-        run = await (model.storing_loop(turns) if storing else model.model_loop(turns))
+        run = await (model.storing_loop(turns) if storing else _model_loop(kind, model, turns))
         first = STORING_MODEL_ACTIVITY if storing else MODEL_REQUEST_ACTIVITY
         facts = await history_facts(model.handle(run.workflow_id), first)
         wall = run.wall_ms
@@ -116,11 +137,15 @@ async def _one(
     return wall / turns, facts.turn_ms if facts.turn_ms is not None else float("nan")
 
 
+async def _model_loop(kind: str, model: BaselineBench, turns: int) -> BaselineRun:
+    return await model.model_loop(turns, BEAT_SECONDS if kind == "beating" else None)
+
+
 def _starter(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
 ) -> Callable[[], Awaitable[object]]:
-    if kind == "model_loop":
-        return lambda: model.model_loop(turns)
+    if kind in ("model_loop", "beating"):
+        return lambda: _model_loop(kind, model, turns)
     if kind == "storing":
         return lambda: model.storing_loop(turns)
     return lambda: agent.run(turns, local=kind == "local")
@@ -132,8 +157,10 @@ async def measure(
     """Every sample of section 12 (see the module)."""
     result = LocalResult()
     result.put_us["start"] = await probe_puts(home / "probe-start")
+    metrics = free_port()
     async with (
-        dev_server(fast_dispatch=True) as env,
+        dev_server(fast_dispatch=True, metrics_port=metrics) as env,
+        httpx.AsyncClient() as http,
         AgentBench.running(env, home) as agent,
         BaselineBench.running(env) as floor,
         BaselineBench.running(
@@ -150,17 +177,21 @@ async def measure(
         await agent.run(turns, local=True)
         progress(f"per-turn time: {settings.runs} rounds of {turns}-turn Runs")
         for index in range(settings.runs):
-            # The order rotates, so no kind always follows the same one.
-            for kind in KINDS[index % 4 :] + KINDS[: index % 4]:
+            for kind in _rotated(index):
                 wall, steady = await _one(kind, agent, model, turns)
                 result.wall_ms[kind].append(wall)
                 result.steady_ms[kind].append(steady)
         runs, cturns = settings.concurrent_runs, settings.concurrent_turns
         progress(f"throughput: {settings.repeats} rounds of {runs} Runs x {cturns} turns")
+        counters = await settled_counters(http, metrics)
         for index in range(settings.repeats):
-            for kind in KINDS[index % 4 :] + KINDS[: index % 4]:
+            for kind in _rotated(index):
+                before = counters
                 batch = await _batch(runs, cturns, _starter(kind, agent, model, cturns))
+                # Not timed: the batch's turns/s and CPU are already taken.
+                counters = await settled_counters(http, metrics)
                 result.batches[kind].append(batch)
+                result.server_work[kind].append(work_per_turn(before, counters, runs * cturns))
         progress(f"history bytes: {settings.history_turns} turns, 4 KB results")
         for hturns in settings.history_turns:
             run = await floor.results(hturns, RESULT_BYTES)
@@ -200,9 +231,10 @@ def summary(result: LocalResult) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for kind in ("write", "local"):
         figures = _pairs(result, kind, "model_loop")
-        figures |= {
-            f"{name}_vs_storing": ratios for name, ratios in _pairs(result, kind, "storing").items()
-        }
+        for base in ("beating", "storing"):
+            figures |= {
+                f"{name}_vs_{base}": ratios for name, ratios in _pairs(result, kind, base).items()
+            }
         figures["bytes"] = pair_ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"])
         row: dict[str, float] = {}
         for name, ratios in figures.items():
@@ -257,7 +289,11 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         rows,
     )
     ratios = []
-    for base, name in (("model_loop", "ModelLoop"), ("storing", "StoringLoop")):
+    for base, name in (
+        ("model_loop", "ModelLoop"),
+        ("beating", "ModelLoop + beat"),
+        ("storing", "StoringLoop"),
+    ):
         for kind in ("local", "write"):
             pairs = _pairs(result, kind, base)
             ratios.append(
@@ -288,13 +324,46 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         " turns with 4 KB results. Targets (issue 27): local <= 0.85 wall, >= 1.15 turns/s;"
         " write <= 1.05 wall, >= 0.95 turns/s; bytes <= 1.10 the floor."
     )
+    work = table(
+        [
+            "server work per turn",
+            "frontend RPCs",
+            "history RPCs",
+            "store ops",
+            "Run writes",
+            "history reads",
+            "server CPU us / frontend RPC",
+        ],
+        [_work_row(result, kind) for kind in KINDS],
+    )
     puts = (
         f"One blob file (the median of {PROBE_PUTS} puts in the Runs' blob volume): "
         f"{result.put_us.get('start', float('nan')):.0f} us of CPU at the start, "
         f"{result.put_us.get('end', float('nan')):.0f} us at the end; a turn of AgentRun "
         "(either) or StoringLoop creates 3, ModelLoop's none."
     )
-    return "\n".join([head, "", medians, "", ratio_table, "", puts])
+    counted = (
+        "Server work: medians over the 50-Run batches of the dev server's own counters "
+        "(its /metrics), per turn."
+    )
+    return "\n".join([head, "", medians, "", ratio_table, "", counted, work, "", puts])
+
+
+def _work_row(result: LocalResult, kind: str) -> list[object]:
+    work = result.server_work[kind]
+    if not work:
+        return [kind, "-", "-", "-", "-", "-", "-"]
+    rpcs = median([w.frontend_rpcs for w in work])
+    cpu = median([b.server_cpu_ms_per_turn for b in result.batches[kind]])
+    return [
+        kind,
+        rpcs,
+        median([w.history_rpcs for w in work]),
+        median([w.persistence_ops for w in work]),
+        median([w.execution_writes for w in work]),
+        median([w.history_reads for w in work]),
+        cpu * 1000 / rpcs if rpcs else "-",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,8 +35,11 @@ def _redirected_fds(target: int, fds: tuple[int, ...]) -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def dev_server(*, fast_dispatch: bool) -> AsyncIterator[WorkflowEnvironment]:
-    """A fresh in-memory dev server (psych's ``start_dev_server``) for the block.
+async def dev_server(
+    *, fast_dispatch: bool, metrics_port: int | None = None
+) -> AsyncIterator[WorkflowEnvironment]:
+    """A fresh in-memory dev server (psych's ``start_dev_server``) for the block
+    (``metrics_port``: serving its own Prometheus metrics there).
 
     Its stdout and stderr go to /dev/null (fds 1 and 2 are pointed there while it is
     spawned, and it inherits them), so its banner stays out of the benchmark's tables.
@@ -44,7 +47,7 @@ async def dev_server(*, fast_dispatch: bool) -> AsyncIterator[WorkflowEnvironmen
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         with _redirected_fds(devnull, (1, 2)):
-            env = await start_dev_server(fast_dispatch=fast_dispatch)
+            env = await start_dev_server(fast_dispatch=fast_dispatch, metrics_port=metrics_port)
     finally:
         os.close(devnull)
     try:

@@ -55,6 +55,9 @@ class LoopInput(_Frozen):
     """Whether each turn runs a tool activity after the model activity."""
     result_bytes: int = 16
     """Size of each tool result (``ConversationLoop``)."""
+    heartbeat_seconds: float | None = None
+    """``ModelLoop``: its model activity's heartbeat timeout, if any (AgentRun gives each
+    model call one, so that a worker dying mid-call is noticed in seconds, not minutes)."""
 
 
 class RequestTurn(_Frozen):
@@ -215,6 +218,9 @@ class ModelLoop:
                 RequestTurn(turn=turn, turns=input.turns),
                 result_type=str,
                 start_to_close_timeout=_TIMEOUT,
+                heartbeat_timeout=None
+                if input.heartbeat_seconds is None
+                else timedelta(seconds=input.heartbeat_seconds),
             )
             await workflow.execute_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
