@@ -69,7 +69,12 @@ batches, about once a second)."""
 
 async def settled_counters(http: httpx.AsyncClient, port: int, *, tries: int = 10) -> Counters:
     """The counters once the frontend's RPC counts stopped changing (the work just done
-    has all been reported); after ``tries`` reads, the last one."""
+    has all been reported).
+
+    Raises:
+        RuntimeError: they still changed after ``tries`` reads: something else is calling
+            the server, and a batch's counts would include it.
+    """
     counters = await read_counters(http, port)
     for _ in range(tries):
         await asyncio.sleep(_REPORT_SECONDS)
@@ -77,7 +82,10 @@ async def settled_counters(http: httpx.AsyncClient, port: int, *, tries: int = 1
         if _frontend(again) == _frontend(counters):
             return again
         counters = again
-    return counters
+    raise RuntimeError(
+        f"the dev server's RPC counts kept changing for {tries * _REPORT_SECONDS:.0f} s after "
+        "a batch: something else is calling it"
+    )
 
 
 def _frontend(counters: Counters) -> float:
