@@ -96,6 +96,31 @@ def analyse(events: list[HistoryEvent], model_activity: str) -> Timeline:
     )
 
 
+TURN_PHASES = (
+    "workflow task: wait",
+    "workflow task: run",
+    "activity: wait",
+    "activity: run model",
+    "activity: run tool",
+)
+"""The phases of ``turn_phases``: a workflow task's run holds its local activities (they
+leave no activity events), an activity's run its body, the SDK and its completion RPC."""
+
+
+def turn_phases(
+    breakdown_ms: dict[str, float], turns: int, model_activities: frozenset[str]
+) -> dict[str, float]:
+    """``breakdown_ms`` (``HistoryFacts``) as milliseconds per turn in ``TURN_PHASES``:
+    activities named in ``model_activities`` are the model's, every other one a tool's."""
+    phases = dict.fromkeys(TURN_PHASES, 0.0)
+    for phase, ms in breakdown_ms.items():
+        name = phase.removeprefix("activity: run ")
+        if name != phase:
+            phase = "activity: run model" if name in model_activities else "activity: run tool"
+        phases[phase] += ms / turns
+    return phases
+
+
 async def history_facts(handle: WorkflowHandle[Any, Any], model_activity: str) -> HistoryFacts:
     """Fetch the history of ``handle`` and describe it; turns start at ``model_activity``."""
     history = await handle.fetch_history()

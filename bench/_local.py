@@ -41,7 +41,7 @@ import httpx
 
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench, BaselineRun
-from bench._history import history_facts
+from bench._history import TURN_PHASES, history_facts, turn_phases
 from bench._process import dev_server
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
@@ -90,6 +90,10 @@ class LocalResult:
     )
     server_work: dict[str, list[ServerWork]] = field(default_factory=lambda: {k: [] for k in KINDS})
     """Per 50-Run batch, the server's operations per turn (its own counters)."""
+    phases_ms: dict[str, list[dict[str, float]]] = field(
+        default_factory=lambda: {k: [] for k in KINDS}
+    )
+    """Per single Run, its history's milliseconds per turn in each of ``TURN_PHASES``."""
     put_us: dict[str, float] = field(default_factory=dict)
     """Median CPU microseconds of one blob file creation in the Runs' blob volume, at the
     run's start and end (``probe_puts``)."""
@@ -120,10 +124,13 @@ def _rotated(index: int) -> tuple[str, ...]:
     return KINDS[start:] + KINDS[:start]
 
 
+MODEL_ACTIVITIES = frozenset({MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY, MODEL_CALL})
+
+
 async def _one(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
-) -> tuple[float, float]:
-    """One Run of ``kind``: its wall and steady ms per turn."""
+) -> tuple[float, float, dict[str, float]]:
+    """One Run of ``kind``: its wall and steady ms per turn, and its phases per turn."""
     if kind in ("model_loop", "beating", "storing"):
         storing = kind == "storing"
         run = await (model.storing_loop(turns) if storing else _model_loop(kind, model, turns))
@@ -134,7 +141,8 @@ async def _one(
         timing = await agent.run(turns, local=kind == "local")
         facts = await history_facts(agent.handle(timing.workflow_id), MODEL_CALL)
         wall = timing.wall_ms
-    return wall / turns, facts.turn_ms if facts.turn_ms is not None else float("nan")
+    steady = facts.turn_ms if facts.turn_ms is not None else float("nan")
+    return wall / turns, steady, turn_phases(facts.breakdown_ms, turns, MODEL_ACTIVITIES)
 
 
 async def _model_loop(kind: str, model: BaselineBench, turns: int) -> BaselineRun:
@@ -178,9 +186,10 @@ async def measure(
         progress(f"per-turn time: {settings.runs} rounds of {turns}-turn Runs")
         for index in range(settings.runs):
             for kind in _rotated(index):
-                wall, steady = await _one(kind, agent, model, turns)
+                wall, steady, phases = await _one(kind, agent, model, turns)
                 result.wall_ms[kind].append(wall)
                 result.steady_ms[kind].append(steady)
+                result.phases_ms[kind].append(phases)
         runs, cturns = settings.concurrent_runs, settings.concurrent_turns
         progress(f"throughput: {settings.repeats} rounds of {runs} Runs x {cturns} turns")
         counters = await settled_counters(http, metrics)
@@ -346,7 +355,32 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         "Server work: medians over the 50-Run batches of the dev server's own counters "
         "(its /metrics), per turn."
     )
-    return "\n".join([head, "", medians, "", ratio_table, "", counted, work, "", puts])
+    return "\n".join(
+        [head, "", medians, "", ratio_table, "", counted, work, "", *_phase_lines(result), puts]
+    )
+
+
+def _phase_lines(result: LocalResult) -> list[str]:
+    """Where a single Run's turn goes, by its history's timestamps."""
+    rows = []
+    for kind in KINDS:
+        runs = result.phases_ms[kind]
+        if not runs:
+            continue
+        phases = [median([run[phase] for run in runs]) for phase in TURN_PHASES]
+        rows.append([kind, *phases, sum(phases), median(result.wall_ms[kind])])
+    if not rows:
+        return []
+    return [
+        "Where one Run's turn goes: ms per turn in each phase of its history's timestamps "
+        "(medians of the per-turn-time Runs). A workflow task's run holds its local "
+        "activities; an activity's run its body, the SDK and the completion RPC.",
+        table(
+            ["phases", "WFT wait", "WFT run", "act. wait", "model run", "tool run", "sum", "wall"],
+            rows,
+        ),
+        "",
+    ]
 
 
 def _work_row(result: LocalResult, kind: str) -> list[object]:
