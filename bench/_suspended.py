@@ -11,7 +11,8 @@ Policy asks about, so every Run suspends waiting for an approval. For each count
 dispatches the Runs (50 at a time), waits until that many are suspended (the
 ``PsychStatus`` search attribute), and reads the worker's RSS; last it approves every Run
 (50 updates at a time) and times until all have completed (or says where it stalled:
-no Run completed for ``STALL_S``). JSON:
+no Run completed for ``STALL_S``). The worker logs its full garbage collections
+(``_gc_pauses.py``): how many ended in each phase, their total and the longest. JSON:
 ``bench/results/suspended-<timestamp>.json``.
 """
 
@@ -25,11 +26,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench._agent import MODEL
+from bench._gc_pauses import Pauses, log_full_collections, pauses_between
 from bench._process import dev_server
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
@@ -71,7 +74,12 @@ def responder(body: dict[str, Any]) -> Reply:
 # --- the worker process -------------------------------------------------------------------
 
 
+GC_LOG = "worker-gc.log"
+"""The worker's full collections, in the benchmark's home (``_gc_pauses.py``)."""
+
+
 async def _worker(target: str, task_queue: str, home: str, model_url: str, cache: str) -> None:
+    log_full_collections(Path(home) / GC_LOG)
     client = await connect(target)
     settings = WorkerSettings(
         task_queue=task_queue,
@@ -188,8 +196,14 @@ async def measure(counts: Iterable[int], cache: int, home: Path) -> dict[str, An
             await client.result(warm, scope=SCOPE)
             await asyncio.sleep(2)
             out["idle_rss_mb"] = rss_mb(proc.pid)
+            gc_log = home / GC_LOG
+
+            def pauses(since: float) -> dict[str, Any]:
+                return asdict(pauses_between(gc_log, since, time.time()))
+
             for count in sorted(counts):
                 began = time.monotonic()
+                window = time.time()
 
                 async def dispatch(_: int) -> None:
                     runs.append(await client.dispatch(spec, "Cancel order 42.", scope=SCOPE))
@@ -199,9 +213,12 @@ async def measure(counts: Iterable[int], cache: int, home: Path) -> dict[str, An
                 seconds = time.monotonic() - began
                 await asyncio.sleep(2)
                 rss = rss_mb(proc.pid)
-                out["points"].append({"runs": count, "rss_mb": rss, "dispatch_s": seconds})
+                out["points"].append(
+                    {"runs": count, "rss_mb": rss, "dispatch_s": seconds, "gc": pauses(window)}
+                )
                 print(f"  ... {count} suspended: worker RSS {rss:.0f} MB", file=sys.stderr)
             began = time.monotonic()
+            window = time.time()
 
             async def approve(index: int) -> None:
                 await client.approve(runs[index], CALL_ID, scope=SCOPE)
@@ -215,6 +232,7 @@ async def measure(counts: Iterable[int], cache: int, home: Path) -> dict[str, An
             out["completed"] = done
             out["approve_to_completed_s"] = time.monotonic() - began
             out["rss_after_mb"] = rss_mb(proc.pid)
+            out["approve_gc"] = pauses(window)
             if done < len(runs):
                 approving.cancel()
                 await asyncio.gather(approving, return_exceptions=True)
@@ -235,9 +253,11 @@ def text(result: dict[str, Any]) -> str:
             point["rss_mb"],
             (point["rss_mb"] - idle) * 1024 / point["runs"],
             point["dispatch_s"],
+            *_gc_cells(Pauses(**point["gc"])),
         ]
         for point in result["points"]
     ]
+    approve_gc = Pauses(**result["approve_gc"])
     total = result["points"][-1]["runs"]
     done = result["completed"]
     approving = (
@@ -249,9 +269,17 @@ def text(result: dict[str, Any]) -> str:
     head = (
         f"13. Suspended Runs on one worker (its own process, max_cached_workflows="
         f"{result['cache']}): idle after one Run {idle:.0f} MB RSS. {approving}; RSS then "
-        f"{result['rss_after_mb']:.0f} MB."
+        f"{result['rss_after_mb']:.0f} MB; meanwhile {approve_gc.count} full collections in "
+        f"the worker stopped it for {approve_gc.total_s:.1f} s (the longest "
+        f"{approve_gc.longest_ms:.0f} ms)."
     )
-    return head + "\n\n" + table(["", "worker RSS MB", "KB per Run over idle", "dispatch s"], rows)
+    headers = ["", "worker RSS MB", "KB per Run over idle", "dispatch s"]
+    headers += ["full GCs", "GC s", "longest GC ms"]
+    return head + "\n\n" + table(headers, rows)
+
+
+def _gc_cells(pauses: Pauses) -> list[object]:
+    return [pauses.count, pauses.total_s, pauses.longest_ms]
 
 
 def main(argv: list[str] | None = None) -> int:
