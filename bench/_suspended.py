@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._agent import MODEL
-from bench._gc_pauses import Pauses, log_full_collections, pauses_between
+from bench._gc_pauses import log_full_collections, pauses_between
 from bench._process import dev_server
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
@@ -253,11 +253,13 @@ def text(result: dict[str, Any]) -> str:
             point["rss_mb"],
             (point["rss_mb"] - idle) * 1024 / point["runs"],
             point["dispatch_s"],
-            *_gc_cells(Pauses(**point["gc"])),
+            point["gc"]["count"],
+            point["gc"]["total_s"],
+            point["gc"]["longest_ms"],
         ]
         for point in result["points"]
     ]
-    approve_gc = Pauses(**result["approve_gc"])
+    approve_gc = result["approve_gc"]
     total = result["points"][-1]["runs"]
     done = result["completed"]
     approving = (
@@ -269,17 +271,12 @@ def text(result: dict[str, Any]) -> str:
     head = (
         f"13. Suspended Runs on one worker (its own process, max_cached_workflows="
         f"{result['cache']}): idle after one Run {idle:.0f} MB RSS. {approving}; RSS then "
-        f"{result['rss_after_mb']:.0f} MB; meanwhile {approve_gc.count} full collections in "
-        f"the worker stopped it for {approve_gc.total_s:.1f} s (the longest "
-        f"{approve_gc.longest_ms:.0f} ms)."
+        f"{result['rss_after_mb']:.0f} MB; meanwhile {approve_gc['count']} full collections in "
+        f"the worker stopped it for {approve_gc['total_s']:.1f} s (the longest "
+        f"{approve_gc['longest_ms']:.0f} ms)."
     )
-    headers = ["", "worker RSS MB", "KB per Run over idle", "dispatch s"]
-    headers += ["full GCs", "GC s", "longest GC ms"]
-    return head + "\n\n" + table(headers, rows)
-
-
-def _gc_cells(pauses: Pauses) -> list[object]:
-    return [pauses.count, pauses.total_s, pauses.longest_ms]
+    headers = ["", "worker RSS MB", "KB per Run over idle", "dispatch s", "full GCs", "GC s"]
+    return head + "\n\n" + table([*headers, "longest GC ms"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
