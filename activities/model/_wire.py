@@ -4,7 +4,6 @@ streamed completion is reassembled in ``_stream``."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -15,6 +14,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 from temporalio import activity
 
+from psych_runtime.activities._beat import BeatTimer
 from psych_runtime.activities.contract import (
     ChatMessage,
     LiveAttempt,
@@ -383,24 +383,13 @@ async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[Non
     if details is None and not timeout:
         yield
         return
-    beats = () if details is None else (details,)
     interval = timeout.total_seconds() / 3 if timeout else None
-    loop = asyncio.get_running_loop()
-
-    # A timer of the event loop rather than a task: the usual call, shorter than the
-    # first wait, costs one timer.
-    timer: asyncio.TimerHandle | None = None
-
-    def beat() -> None:
-        nonlocal timer
-        activity.heartbeat(*beats)
-        timer = None if interval is None else loop.call_later(interval, beat)
-
     first = LIVE_FIRST_BEAT_SECONDS if details is not None else interval
     assert first is not None  # details, or a timeout
-    timer = loop.call_later(first, beat)
+    # A timer of the event loop rather than a task: the usual call, shorter than the
+    # first wait, costs one timer.
+    timer = BeatTimer(first, interval, () if details is None else (details,))
     try:
         yield
     finally:
-        if timer is not None:
-            timer.cancel()
+        timer.cancel()

@@ -3,11 +3,10 @@ and a cancellation (an abort) reaches the call."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from temporalio import activity
+from psych_runtime.activities._beat import BeatTimer
 
 _T = TypeVar("_T")
 
@@ -20,16 +19,7 @@ async def heartbeating(work: Coroutine[Any, Any, _T], every: float) -> _T:
     task, so a cancellation (an abort) is raised inside it, its cleanup runs, and the
     cancellation propagates.
     """
-    loop = asyncio.get_running_loop()
-
-    timer: asyncio.TimerHandle | None = None
-
-    def beat() -> None:
-        nonlocal timer
-        activity.heartbeat()
-        timer = loop.call_later(every, beat)
-
-    timer = loop.call_later(every, beat)
+    timer = BeatTimer(every, every)
     try:
         return await work
     finally:

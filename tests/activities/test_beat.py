@@ -1,0 +1,57 @@
+"""The heartbeat timer of a running call beats on time and leaves no garbage cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from typing import Any
+
+from temporalio.testing import ActivityEnvironment
+
+from psych_runtime.activities._beat import BeatTimer
+
+
+class Details:
+    """Heartbeat details that can be watched with a weak reference."""
+
+
+async def test_beats_then_frees_everything_without_the_collector() -> None:
+    beats: list[tuple[Any, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    details = Details()
+    gone = weakref.ref(details)
+
+    async def call(details: Details) -> None:
+        timer = BeatTimer(0.01, 0.01, (details,))
+        await asyncio.sleep(0.1)
+        timer.cancel()
+
+    gc.disable()
+    try:
+        await env.run(call, details)
+        assert len(beats) >= 3
+        assert all(beat == (details,) for beat in beats)
+        beats.clear()
+        del details
+        # Freed by reference counting: nothing of the finished call waits in a cycle.
+        assert gone() is None
+    finally:
+        gc.enable()
+    await asyncio.sleep(0.05)
+    assert beats == []  # cancelled: no beat after the call
+
+
+async def test_without_a_period_it_beats_once() -> None:
+    beats: list[tuple[Any, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    async def call() -> None:
+        timer = BeatTimer(0.01, None, ("here",))
+        await asyncio.sleep(0.1)
+        timer.cancel()
+
+    await env.run(call)
+    assert beats == [("here",)]
