@@ -275,8 +275,16 @@ def text(result: dict[str, Any]) -> str:
         f"the worker stopped it for {approve_gc['total_s']:.1f} s (the longest "
         f"{approve_gc['longest_ms']:.0f} ms)."
     )
-    headers = ["", "worker RSS MB", "KB per Run over idle", "dispatch s", "full GCs", "GC s"]
-    return head + "\n\n" + table([*headers, "longest GC ms"], rows)
+    headers = [
+        "",
+        "worker RSS MB",
+        "KB per Run over idle",
+        "dispatch s",
+        "full GCs",
+        "GC s",
+        "longest GC ms",
+    ]
+    return head + "\n\n" + table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
