@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -90,8 +91,12 @@ class KnowsRefs(Protocol):
 
 def ref_without_storing(blobs: BlobStore, data: bytes) -> str | None:
     """The ref ``blobs.put(data)`` would return, when the store can tell without storing
-    (``KnowsRefs``); None for a store that cannot (``data`` must then be stored)."""
-    return blobs.ref_of(data) if isinstance(blobs, KnowsRefs) else None
+    (``KnowsRefs``); None for a store that cannot (``data`` must then be stored).
+
+    The same test as ``isinstance(blobs, KnowsRefs)``, whose protocol check costs about
+    5 us a call (every tool call makes one)."""
+    ref_of: Callable[[bytes], str | None] | None = getattr(blobs, "ref_of", None)
+    return None if ref_of is None else ref_of(data)
 
 
 class LocalBlobStore:

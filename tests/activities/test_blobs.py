@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.activities.blobs import LocalBlobStore, RecentBlobs, blob_key
+from psych_runtime.activities.blobs import (
+    EncryptedBlobStore,
+    LocalBlobStore,
+    RecentBlobs,
+    blob_key,
+    ref_without_storing,
+)
 from psych_runtime.activities.blobs import _store as _blobs
 from psych_runtime.activities.contract import blob_ref
 from psych_runtime.specs import NotFound
@@ -157,3 +163,45 @@ async def test_a_put_of_a_recent_blob_whose_file_exists_does_not_read_it_back(
     assert await store.put(b"once") == ref  # whole when it wrote it: a blob never changes
     with pytest.raises(AssertionError, match=r"read .* back"):
         await LocalBlobStore(tmp_path).put(b"once")  # a store that never saw it checks
+
+
+class _Opaque:
+    """A BlobStore that cannot name a ref without storing (no ``ref_of``)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, bytes] = {}
+
+    async def put(self, data: bytes) -> str:
+        ref = blob_ref(data)
+        self.stored[ref] = data
+        return ref
+
+    async def get(self, ref: str) -> bytes:
+        return self.stored[ref]
+
+
+class _Reversing:
+    """A cipher that seals by reversing (enough to tell sealed bytes from plain)."""
+
+    def seal(self, data: bytes) -> bytes:
+        return data[::-1]
+
+    def open(self, sealed: bytes) -> bytes:
+        return sealed[::-1]
+
+
+async def test_ref_without_storing_names_the_ref_put_gives_only_when_the_store_can(
+    tmp_path: Path,
+) -> None:
+    local = LocalBlobStore(tmp_path)
+    assert ref_without_storing(local, b"abc") == blob_ref(b"abc")
+    with pytest.raises(NotFound):  # nothing stored
+        await local.get(blob_ref(b"abc"))
+    opaque = _Opaque()
+    assert ref_without_storing(opaque, b"abc") is None
+    assert not opaque.stored
+    # A sealing store names the ref of the sealed bytes when its inner store can, which is
+    # what its put returns; over a store that cannot, it cannot either.
+    sealed = EncryptedBlobStore(local, _Reversing())
+    assert ref_without_storing(sealed, b"abc") == blob_ref(b"cba") == await sealed.put(b"abc")
+    assert ref_without_storing(EncryptedBlobStore(opaque, _Reversing()), b"abc") is None
