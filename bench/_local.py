@@ -20,7 +20,8 @@ alternating), 50-Run turns/s (batches alternating), and history bytes per turn w
 KB result (``read_4kb`` / ``result_4kb``) against ``ResultLoop``, the bare floor. Per pair
 the ratio to each baseline (or the floor); printed as median [min-max] of the pairs, and
 what one blob file cost at the start and the end; per 50-Run batch, the server's own
-counts of its RPCs and store operations per turn (``_server_work.py``). JSON:
+counts of its RPCs and store operations per turn (``_server_work.py``); then ModelLoop,
+write and local batches again with the server on a CPU of its own (``_split.py``). JSON:
 ``bench/results/local-<timestamp>.json``.
 """
 
@@ -32,7 +33,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +47,8 @@ from bench._process import dev_server
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._server_work import ServerWork, free_port, settled_counters, work_per_turn
-from bench._table import median, table
+from bench._split import SplitResult, split_throughput
+from bench._table import median, rotated, spread, table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
@@ -94,6 +96,8 @@ class LocalResult:
         default_factory=lambda: {k: [] for k in KINDS}
     )
     """Per single Run, its history's milliseconds per turn in each of ``TURN_PHASES``."""
+    split: SplitResult = field(default_factory=SplitResult)
+    """The 50-Run batches again, the server on a CPU of its own (``bench._split``)."""
     put_us: dict[str, float] = field(default_factory=dict)
     """Median CPU microseconds of one blob file creation in the Runs' blob volume, at the
     run's start and end (``probe_puts``)."""
@@ -118,10 +122,8 @@ async def probe_puts(root: Path) -> float:
 
 
 def _rotated(index: int) -> tuple[str, ...]:
-    """``KINDS`` starting at round ``index``'s kind: which kind goes first (after the
-    previous round's last) changes from round to round."""
-    start = index % len(KINDS)
-    return KINDS[start:] + KINDS[:start]
+    """``KINDS`` starting at round ``index``'s kind (``rotated``)."""
+    return rotated(KINDS, index)
 
 
 MODEL_ACTIVITIES = frozenset({MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY, MODEL_CALL})
@@ -201,6 +203,12 @@ async def measure(
                 counters = await settled_counters(http, metrics)
                 result.batches[kind].append(batch)
                 result.server_work[kind].append(work_per_turn(before, counters, runs * cturns))
+        result.split = await split_throughput(
+            settings.repeats,
+            lambda kind: _batch(runs, cturns, _starter(kind, agent, model, cturns)),
+            lambda: settled_counters(http, metrics),
+            progress,
+        )
         progress(f"history bytes: {settings.history_turns} turns, 4 KB results")
         for hturns in settings.history_turns:
             run = await floor.results(hturns, RESULT_BYTES)
@@ -214,12 +222,6 @@ async def measure(
                 result.events_per_turn[kind].append(facts.events / hturns)
     result.put_us["end"] = await probe_puts(home / "probe-end")
     return result
-
-
-def _spread(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    return f"{median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def _pairs(result: LocalResult, kind: str, base: str) -> dict[str, list[float]]:
@@ -245,6 +247,7 @@ def summary(result: LocalResult) -> dict[str, dict[str, float]]:
                 f"{name}_vs_{base}": ratios for name, ratios in _pairs(result, kind, base).items()
             }
         figures["bytes"] = pair_ratios(result.bytes_per_turn[kind], result.bytes_per_turn["floor"])
+        figures["turns_per_s_split"] = result.split.ratios(kind)
         row: dict[str, float] = {}
         for name, ratios in figures.items():
             row[f"{name}_ratio"] = median(ratios)
@@ -308,10 +311,10 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
             ratios.append(
                 [
                     f"AgentRun {kind} / {name}",
-                    _spread(pairs["wall"]),
-                    _spread(pairs["steady"]),
-                    _spread(pairs["turns_per_s"]),
-                    _spread(pair_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)"
+                    spread(pairs["wall"]),
+                    spread(pairs["steady"]),
+                    spread(pairs["turns_per_s"]),
+                    spread(pair_ratios(result.bytes_per_turn[kind], floor)) + " (/ floor)"
                     if base == "model_loop"
                     else "",
                 ]
@@ -356,7 +359,20 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         "(its /metrics), per turn."
     )
     return "\n".join(
-        [head, "", medians, "", ratio_table, "", counted, work, "", *_phase_lines(result), puts]
+        [
+            head,
+            "",
+            medians,
+            "",
+            ratio_table,
+            "",
+            *result.split.lines(),
+            counted,
+            work,
+            "",
+            *_phase_lines(result),
+            puts,
+        ]
     )
 
 

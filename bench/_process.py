@@ -1,4 +1,4 @@
-"""This process and the dev server process: their output streams and CPU time."""
+"""This process and the dev server process: their output streams, CPU time and CPUs."""
 
 from __future__ import annotations
 
@@ -111,3 +111,48 @@ def cpu_mark() -> CpuMark:
         process_s=times.user + times.system,
         server_s=sum(_cpu_of(pid) for pid in _children()),
     )
+
+
+@dataclass(frozen=True)
+class Split:
+    """The CPUs of ``split_cores``."""
+
+    server_cpu: int
+    process_cpu: int
+
+
+def _pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of ``pids`` onto ``cpus`` (a thread that ended meanwhile is skipped)."""
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(task.name), cpus)
+
+
+@contextlib.contextmanager
+def split_cores() -> Iterator[Split | None]:
+    """For the block, the dev server (this process's child processes) on one CPU and this
+    process (its workers, the fake model, the driver) on another, as when the server runs
+    on machines of its own; then every thread of both back on the CPUs this process had.
+
+    Sharing the CPUs, the server and the worker take CPU from each other, so a kind of
+    Run that asks less of the server gains less from it than when the server has its own.
+    Yields None, and pins nothing, with fewer than two CPUs or no ``sched_setaffinity``
+    (not Linux).
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        yield None
+        return
+    first, second = sorted(cpus)[:2]
+    split = Split(server_cpu=first, process_cpu=second)
+    servers = _children()
+    _pin(servers, {first})
+    _pin([os.getpid()], {second})
+    try:
+        yield split
+    finally:
+        _pin([*servers, os.getpid()], set(cpus))

@@ -33,3 +33,17 @@ def _cell(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def spread(values: Sequence[float]) -> str:
+    """``median [min-max]`` of ``values`` (``-`` for none)."""
+    if not values:
+        return "-"
+    return f"{median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def rotated(kinds: tuple[str, ...], index: int) -> tuple[str, ...]:
+    """``kinds`` starting at round ``index``'s kind: which kind goes first (after the
+    previous round's last) changes from round to round."""
+    start = index % len(kinds)
+    return kinds[start:] + kinds[:start]
