@@ -27,6 +27,7 @@ from a2a.types import (
     Task,
     TaskPushNotificationConfig,
     TaskState,
+    TaskStatus,
 )
 from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import (
@@ -158,18 +159,34 @@ ANSWER = "Order 42 left the warehouse on Tuesday and reaches you on Thursday. " 
 
 
 def texts(events: list[StreamResponse]) -> tuple[str, str]:
-    """The streamed draft text and the final answer artifact of ``events``."""
+    """The streamed draft text and the final answer artifact of ``events``: sent as an
+    update, or held by the task a stream starts with when the Run had already settled by
+    then (a quick answer to a question can settle it before the reply is sent)."""
     draft = "".join(
         e.artifact_update.artifact.parts[0].text
         for e in events
         if e.HasField("artifact_update") and e.artifact_update.artifact.name == "draft"
     )
-    answers = [
-        e.artifact_update.artifact.parts[0].text
+    artifacts = [
+        artifact
         for e in events
-        if e.HasField("artifact_update") and e.artifact_update.artifact.artifact_id == "answer"
+        for artifact in (
+            [e.artifact_update.artifact]
+            if e.HasField("artifact_update")
+            else e.task.artifacts
+            if e.HasField("task")
+            else []
+        )
     ]
+    answers = [a.parts[0].text for a in artifacts if a.artifact_id == "answer"]
     return draft, "".join(answers)
+
+
+def last_status(events: list[StreamResponse]) -> TaskStatus:
+    """The task's status at the end of ``events``: the last update's, or the task's a
+    stream starts with when nothing followed it (it had already stopped there)."""
+    last = events[-1]
+    return last.status_update.status if last.HasField("status_update") else last.task.status
 
 
 def states(events: list[StreamResponse]) -> list[int]:
@@ -227,7 +244,7 @@ async def test_a_question_is_input_required_and_the_next_message_answers_it(
         asked = await collect(client.send_message(user("cancel my order")))
         task_id = asked[0].task.id
         assert states(asked)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
-        question = asked[-1].status_update.status.message
+        question = last_status(asked).message
         assert question.parts[0].text == "Which order?"
         assert MessageToDict(question.parts[1].data)["pending"]["reason"] == "question"
         got = await client.get_task(GetTaskRequest(id=task_id))
@@ -274,7 +291,7 @@ async def test_an_approval_is_answered_by_convention_and_a_waiting_task_is_cance
         asked = await collect(client.send_message(user("delete 42")))
         task_id = asked[0].task.id
         assert states(asked)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
-        assert "delete_order" in asked[-1].status_update.status.message.parts[0].text
+        assert "delete_order" in last_status(asked).message.parts[0].text
         # A reply that is neither approve nor deny is refused; the task still waits.
         with pytest.raises(InvalidParamsError, match="'approve' or 'deny'"):
             await collect(client.send_message(user("maybe", task_id=task_id)))
