@@ -121,11 +121,6 @@ async def probe_puts(root: Path) -> float:
     return median(costs)
 
 
-def _rotated(index: int) -> tuple[str, ...]:
-    """``KINDS`` starting at round ``index``'s kind (``rotated``)."""
-    return rotated(KINDS, index)
-
-
 MODEL_ACTIVITIES = frozenset({MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY, MODEL_CALL})
 
 
@@ -187,7 +182,7 @@ async def measure(
         await agent.run(turns, local=True)
         progress(f"per-turn time: {settings.runs} rounds of {turns}-turn Runs")
         for index in range(settings.runs):
-            for kind in _rotated(index):
+            for kind in rotated(KINDS, index):
                 wall, steady, phases = await _one(kind, agent, model, turns)
                 result.wall_ms[kind].append(wall)
                 result.steady_ms[kind].append(steady)
@@ -196,7 +191,7 @@ async def measure(
         progress(f"throughput: {settings.repeats} rounds of {runs} Runs x {cturns} turns")
         counters = await settled_counters(http, metrics)
         for index in range(settings.repeats):
-            for kind in _rotated(index):
+            for kind in rotated(KINDS, index):
                 before = counters
                 batch = await _batch(runs, cturns, _starter(kind, agent, model, cturns))
                 # Not timed: the batch's turns/s and CPU are already taken.
