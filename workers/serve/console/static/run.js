@@ -37,6 +37,9 @@ export function showRun(main, runId, onAuthFailure) {
   const inflight = new Map();
   let reading = false;
   let again = false;
+  // The newest record that changed the state: a read answered before it (in flight when
+  // it arrived) is stale, and is not shown; the read it asked for follows.
+  let changeSeq = 0;
   let tab = "live";
 
   const status = el("span", { id: "run-status", class: "badge" }, "…");
@@ -118,7 +121,7 @@ export function showRun(main, runId, onAuthFailure) {
         try {
           const state = await api(runPath(runId));
           problem.hidden = true;
-          showState(state);
+          if (state.last_seq >= changeSeq) showState(state);
         } catch (error) {
           showProblem(error);
         }
@@ -149,8 +152,12 @@ export function showRun(main, runId, onAuthFailure) {
       status.textContent = record.status;
       status.className = `badge status-${record.status}`;
       if (record.answer) showAnswer(record.answer);
+      showPending([]); // a settled Run waits for nothing
     }
-    if (STATE_CHANGES.has(record.kind)) readState();
+    if (STATE_CHANGES.has(record.kind)) {
+      changeSeq = Math.max(changeSeq, record.seq);
+      readState();
+    }
     if (tab === "steps" && record.kind.startsWith("step_")) renderTab();
   }
 
