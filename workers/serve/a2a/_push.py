@@ -24,7 +24,6 @@ that ended is pushed its end once), and follows from there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -76,6 +75,14 @@ def _egress() -> Egress:
     return Egress(worker_egress(EgressSettings.from_env()))
 
 
+def _entries(owner: str, principals: dict[_Key, str | None], *, beat: float) -> list[Watched]:
+    """The index entries saying that ``owner`` delivers these tasks, as of ``beat``."""
+    return [
+        Watched(tenant, principal, workflow_id, owner, beat)
+        for (tenant, workflow_id), principal in principals.items()
+    ]
+
+
 Resumed = Callable[[Scope, str], AsyncIterator[Event]]
 """A taken-over task's events: its status as it is now, then what follows."""
 
@@ -96,6 +103,11 @@ class PushRegistry:
     resumed: Resumed | None = None
     """How a taken-over task is followed (set by the request handler)."""
     _watchers: dict[_Key, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _principals: dict[_Key, str | None] = field(default_factory=dict, init=False)
+    """Whom each of this process's watchers reads as (what its beat writes)."""
+    _starting: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """Held from asking whether a task has a watcher to starting one: one watcher a task."""
+    _beating: asyncio.Task[None] | None = field(default=None, init=False)
     _looked: float = field(default=float("-inf"), init=False)
     _looking: asyncio.Task[None] | None = field(default=None, init=False)
 
@@ -122,26 +134,37 @@ class PushRegistry:
         kept.tenant = ""  # the caller's tenant is its Scope's, never what it sent
         if not kept.id:
             kept.id = uuid.uuid4().hex
-        configs = await self.store.configs(*key)
-        if kept.id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
-            raise InvalidParamsError(f"a task has at most {MAX_CONFIGS_PER_TASK} webhooks")
-        configs[kept.id] = kept
-        await self.store.save(*key, configs)
-        watcher = self._watchers.get(key)
-        if watcher is not None and not watcher.done():
-            return kept
-        for entry in await self.store.watched():
-            if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
-                return kept  # another process delivers
-        await self._start(key, scope.principal, events())
+
+        def add(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+            if kept.id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
+                raise InvalidParamsError(f"a task has at most {MAX_CONFIGS_PER_TASK} webhooks")
+            configs[kept.id] = kept
+            return True
+
+        await self.store.change(*key, add)
+        async with self._starting:
+            if self._watching(key):
+                return kept
+            for entry in await self.store.watched():
+                if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
+                    return kept  # another process delivers
+            await self._start(key, scope.principal, events())
         return kept
+
+    def _watching(self, key: _Key) -> bool:
+        watcher = self._watchers.get(key)
+        return watcher is not None and not watcher.done()
 
     def _fresh(self, entry: Watched) -> bool:
         return entry.owner != self.owner and time.time() - entry.beat < self.lease_seconds
 
     async def _start(self, key: _Key, principal: str | None, events: AsyncIterator[Event]) -> None:
-        await self.store.watch(Watched(key[0], principal, key[1], self.owner, time.time()))
-        self._watchers[key] = asyncio.create_task(self._watch(key, principal, events))
+        """Start the task's watcher (with ``_starting`` held)."""
+        await self.store.watch([Watched(key[0], principal, key[1], self.owner, time.time())])
+        self._principals[key] = principal
+        self._watchers[key] = asyncio.create_task(self._watch(key, events))
+        if self._beating is None or self._beating.done():
+            self._beating = asyncio.create_task(self._beat())
 
     def look(self) -> None:
         """Take over tasks whose process stopped delivering (at most every
@@ -156,13 +179,13 @@ class PushRegistry:
 
     async def _take_over(self, resumed: Resumed) -> None:
         try:
-            for entry in await self.store.watched():
-                key = (entry.tenant, entry.workflow_id)
-                running = self._watchers.get(key)
-                if self._fresh(entry) or (running is not None and not running.done()):
-                    continue
-                scope = Scope(tenant=entry.tenant, principal=entry.principal)
-                await self._start(key, entry.principal, resumed(scope, entry.workflow_id))
+            async with self._starting:
+                for entry in await self.store.watched():
+                    key = (entry.tenant, entry.workflow_id)
+                    if self._fresh(entry) or self._watching(key):
+                        continue
+                    scope = Scope(tenant=entry.tenant, principal=entry.principal)
+                    await self._start(key, entry.principal, resumed(scope, entry.workflow_id))
         except Exception:
             logger.exception("taking over push notifications failed")
 
@@ -197,50 +220,54 @@ class PushRegistry:
 
     async def delete(self, scope: Scope, workflow_id: str, config_id: str) -> None:
         """Forget one of the task's webhooks (absent: nothing to do)."""
-        configs = await self.store.configs(scope.tenant, workflow_id)
-        if configs.pop(config_id, None) is not None:
-            await self.store.save(scope.tenant, workflow_id, configs)
+        await self.store.change(
+            scope.tenant,
+            workflow_id,
+            lambda configs: configs.pop(config_id, None) is not None,
+        )
 
-    async def _watch(self, key: _Key, principal: str | None, events: AsyncIterator[Event]) -> None:
+    async def _watch(self, key: _Key, events: AsyncIterator[Event]) -> None:
         http = self.egress.http(key[0])  # the tenant's client of the port, shared
-        beating = asyncio.create_task(self._beat(key, principal))
         ended = False
         try:
             async for event in events:
                 await self._deliver(http, key, event)
             ended = True
-        except asyncio.CancelledError:
-            # This process stops: another takes the task over at its next look.
-            with contextlib.suppress(Exception):
-                await self.store.watch(Watched(key[0], principal, key[1], self.owner, 0.0))
-            raise
         except Exception:
             logger.exception("push notifications of %s stopped", key[1])
         finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
-            self._watchers.pop(key, None)
+            if self._watchers.get(key) is asyncio.current_task():
+                del self._watchers[key]
+                del self._principals[key]
         if ended:  # the task ended: nothing more to push
-            with contextlib.suppress(Exception):
+            try:
                 await self.store.unwatch(key[0], key[1], self.owner)
+            except Exception:  # the task stays in the index, and is resumed to its end
+                logger.exception("push notifications of %s: leaving the index failed", key[1])
 
     async def aclose(self) -> None:
         """Stop this process's watchers, leaving their tasks for another process (or this
         server restarted) to take over."""
-        watchers = list(self._watchers.values())
-        for watcher in watchers:
-            watcher.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
+        left = dict(self._principals)
+        tasks = [*self._watchers.values(), *([self._beating] if self._beating else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # Their beats made stale at once: another process takes them over at its next look.
+        try:
+            await self.store.watch(_entries(self.owner, left, beat=0.0))
+        except Exception:  # then they are taken over once their last beat is a lease old
+            logger.exception("push notifications: handing %d tasks over failed", len(left))
 
-    async def _beat(self, key: _Key, principal: str | None) -> None:
-        """Say in the store, every third of the lease, that this process delivers."""
-        while True:
+    async def _beat(self) -> None:
+        """Say in the store, every third of the lease, which tasks this process delivers:
+        one write of the index for all of them."""
+        while self._watchers:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                await self.store.watch(Watched(key[0], principal, key[1], self.owner, time.time()))
+                await self.store.watch(_entries(self.owner, self._principals, beat=time.time()))
             except Exception:
-                logger.exception("push notifications of %s: the beat failed", key[1])
+                logger.exception("push notifications: the beat failed")
 
     async def _deliver(self, http: httpx.AsyncClient, key: _Key, event: Event) -> None:
         body = MessageToDict(to_stream_response(event))

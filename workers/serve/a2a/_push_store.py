@@ -13,15 +13,22 @@ client_id=<workflow id>, resource="configs")``, the task's configurations by id 
 and one index of the tasks being watched (``resource="watched"``): for each, who delivers
 (a process id) and when it last said so. A process delivers a task's notifications while
 its beat is fresh; a task whose beat went stale (its process stopped) is taken over by the
-next process that looks (``PushRegistry.resume``). The index is read, changed and written
-whole (the port has no compare-and-swap), so two processes changing it at the same moment
-may lose one change: at worst a task is watched twice for a while (a webhook may see a
-notification twice, which push receivers must bear anyway) or not resumed after a restart.
+next process that looks (``PushRegistry.look``).
+
+A record is read, changed and written whole. In one process those three steps are one
+(a lock per record), so concurrent requests and beats never lose each other's change. The
+port has no compare-and-swap, so two *processes* changing one record at the same moment
+may still lose one change: at worst a task is watched twice for a while (a webhook may see
+a notification twice, which push receivers must bear anyway), a webhook registered at the
+same moment at another process is lost, or a task is not resumed after a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from a2a.types import TaskPushNotificationConfig
@@ -79,6 +86,16 @@ class PushStore:
 
     def __init__(self, tokens: TokenStore) -> None:
         self.tokens = tokens
+        self._locks: weakref.WeakValueDictionary[TokenKey, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        """One lock per record being changed in this process (gone once nobody holds it)."""
+
+    def _lock(self, key: TokenKey) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
 
     @staticmethod
     def _key(tenant: str, workflow_id: str) -> TokenKey:
@@ -100,39 +117,52 @@ class PushStore:
             found[config_id] = ParseDict(data, TaskPushNotificationConfig())
         return found
 
-    async def save(
-        self, tenant: str, workflow_id: str, configs: dict[str, TaskPushNotificationConfig]
+    async def change(
+        self,
+        tenant: str,
+        workflow_id: str,
+        change: Callable[[dict[str, TaskPushNotificationConfig]], bool],
     ) -> None:
-        """Replace the task's configurations (none: its record is deleted)."""
+        """Read the task's configurations, let ``change`` alter them in place, and write
+        them back if it returns True (none left: the record is deleted), as one step in
+        this process.
+
+        Raises:
+            Exception: what ``change`` raises (nothing is written).
+        """
         key = self._key(tenant, workflow_id)
-        if not configs:
-            await self.tokens.delete(key)
-            return
-        body = {config_id: MessageToDict(config) for config_id, config in configs.items()}
-        await self.tokens.put(key, json.dumps(body, sort_keys=True).encode())
+        async with self._lock(key):
+            configs = await self.configs(tenant, workflow_id)
+            if not change(configs):
+                return
+            if not configs:
+                await self.tokens.delete(key)
+                return
+            body = {config_id: MessageToDict(config) for config_id, config in configs.items()}
+            await self.tokens.put(key, json.dumps(body, sort_keys=True).encode())
 
     async def watched(self) -> list[Watched]:
         """Every task in the index."""
         record = await self.tokens.get(_INDEX)
         return [] if record is None else [Watched(**item) for item in json.loads(record)]
 
-    async def watch(self, entry: Watched) -> None:
-        """Put ``entry`` in the index (replacing the task's entry)."""
-        kept = [
-            w
-            for w in await self.watched()
-            if (w.tenant, w.workflow_id) != (entry.tenant, entry.workflow_id)
-        ]
-        await self._write([*kept, entry])
+    async def watch(self, entries: Iterable[Watched]) -> None:
+        """Put ``entries`` in the index (each replacing its task's entry)."""
+        new = {(e.tenant, e.workflow_id): e for e in entries}
+        if not new:
+            return
+        async with self._lock(_INDEX):
+            kept = [w for w in await self.watched() if (w.tenant, w.workflow_id) not in new]
+            await self._write([*kept, *new.values()])
 
     async def unwatch(self, tenant: str, workflow_id: str, owner: str) -> None:
         """Take the task out of the index, if ``owner`` still delivers it."""
-        entries = await self.watched()
-        kept = [
-            w for w in entries if (w.tenant, w.workflow_id, w.owner) != (tenant, workflow_id, owner)
-        ]
-        if len(kept) != len(entries):
-            await self._write(kept)
+        gone = (tenant, workflow_id, owner)
+        async with self._lock(_INDEX):
+            entries = await self.watched()
+            kept = [w for w in entries if (w.tenant, w.workflow_id, w.owner) != gone]
+            if len(kept) != len(entries):
+                await self._write(kept)
 
     async def _write(self, entries: list[Watched]) -> None:
         body = [asdict(entry) for entry in entries]

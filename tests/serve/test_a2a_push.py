@@ -1,0 +1,176 @@
+"""Push configurations and watchers under concurrent requests in one ``psych serve``
+process: no change is lost, and a task has one watcher (``workers/serve/a2a/_push*.py``).
+
+The store under test yields to the event loop inside every read and write, as a store on
+a disk or a bucket does, so each read-change-write interleaves with the others unless the
+store keeps them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from a2a.server.events.event_queue import Event
+from a2a.types import Task, TaskPushNotificationConfig
+from a2a.utils.errors import InvalidParamsError
+
+from psych_runtime.activities.tokens import TokenKey
+from psych_runtime.specs import Scope
+from psych_runtime.workers.serve.a2a import MemoryTokenStore, PushRegistry, PushStore, Watched
+from psych_runtime.workers.serve.a2a._push_store import PUSH_ISSUER
+
+SCOPE = Scope(tenant="acme", principal="alice")
+
+
+class SlowTokenStore(MemoryTokenStore):
+    """A TokenStore in memory that lets other tasks run inside each read and write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index_writes = 0
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        found = await super().get(key)
+        await asyncio.sleep(0.001)
+        return found
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        await asyncio.sleep(0.001)
+        if key.resource == "watched":
+            self.index_writes += 1
+        await super().put(key, record)
+
+
+def config(url: str, config_id: str = "") -> TaskPushNotificationConfig:
+    made = TaskPushNotificationConfig(url=url)
+    if config_id:
+        made.id = config_id
+    return made
+
+
+def add(config_id: str) -> Callable[[dict[str, TaskPushNotificationConfig]], bool]:
+    def change(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+        configs[config_id] = config(f"http://127.0.0.1:9/{config_id}", config_id)
+        return True
+
+    return change
+
+
+async def test_concurrent_changes_of_one_task_all_land() -> None:
+    store = PushStore(SlowTokenStore())
+    await asyncio.gather(*(store.change("acme", "run-1", add(f"c{i}")) for i in range(20)))
+    assert sorted(await store.configs("acme", "run-1")) == sorted(f"c{i}" for i in range(20))
+
+
+async def test_a_refused_change_writes_nothing() -> None:
+    tokens = SlowTokenStore()
+    store = PushStore(tokens)
+    await store.change("acme", "run-1", add("kept"))
+
+    def refuse(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+        configs.clear()
+        raise InvalidParamsError("no")
+
+    with pytest.raises(InvalidParamsError):
+        await store.change("acme", "run-1", refuse)
+    assert list(await store.configs("acme", "run-1")) == ["kept"]
+
+
+async def test_removing_the_last_config_deletes_the_record() -> None:
+    tokens = SlowTokenStore()
+    store = PushStore(tokens)
+    await store.change("acme", "run-1", add("only"))
+    await store.change("acme", "run-1", lambda configs: configs.pop("only") is not None)
+    key = TokenKey("acme", None, PUSH_ISSUER, "run-1", "configs")
+    assert await tokens.get(key) is None
+
+
+async def test_concurrent_index_changes_all_land() -> None:
+    store = PushStore(SlowTokenStore())
+    entries = [Watched("acme", None, f"run-{i}", "p1", float(i)) for i in range(20)]
+    await asyncio.gather(*(store.watch([entry]) for entry in entries))
+    assert sorted(w.workflow_id for w in await store.watched()) == sorted(
+        e.workflow_id for e in entries
+    )
+    await asyncio.gather(*(store.unwatch("acme", f"run-{i}", "p1") for i in range(0, 20, 2)))
+    assert sorted(w.workflow_id for w in await store.watched()) == sorted(
+        f"run-{i}" for i in range(1, 20, 2)
+    )
+
+
+class Forever:
+    """Events of tasks that never end (their watchers run until closed)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def events(self, workflow_id: str) -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            self.started.append(workflow_id)
+            await asyncio.Event().wait()
+            yield Task()  # never reached: makes this an async generator
+
+        return follow()
+
+
+def registry(tokens: SlowTokenStore, lease_seconds: float = 30.0) -> PushRegistry:
+    return PushRegistry(
+        None,  # type: ignore[arg-type]  # the registry never calls the client
+        store=PushStore(tokens),
+        lease_seconds=lease_seconds,
+        owner="this-process",
+    )
+
+
+async def test_concurrent_registrations_keep_every_webhook_and_start_one_watcher() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens)
+    tasks = Forever()
+    try:
+        kept = await asyncio.gather(
+            *(
+                pushes.register(
+                    SCOPE,
+                    "run-1",
+                    config(f"http://127.0.0.1:9/hook-{i}"),
+                    events=lambda: tasks.events("run-1"),
+                )
+                for i in range(8)
+            )
+        )
+        assert sorted(c.id for c in await pushes.list(SCOPE, "run-1")) == sorted(c.id for c in kept)
+        await asyncio.sleep(0.01)  # the watcher's task runs
+        assert tasks.started == ["run-1"]
+    finally:
+        await pushes.aclose()
+
+
+async def test_one_beat_writes_every_watched_task_and_closing_hands_them_over() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens, lease_seconds=0.3)
+    tasks = Forever()
+    try:
+        for i in range(5):
+            await pushes.register(
+                SCOPE,
+                f"run-{i}",
+                config("http://127.0.0.1:9/hook"),
+                events=functools.partial(tasks.events, f"run-{i}"),
+            )
+        started = tokens.index_writes
+        await asyncio.sleep(0.35)  # three beats at most
+        beats = tokens.index_writes - started
+        assert 1 <= beats <= 3, f"{beats} index writes for 5 tasks in one lease"
+        index = await pushes.store.watched()
+        assert sorted(w.workflow_id for w in index) == [f"run-{i}" for i in range(5)]
+    finally:
+        await pushes.aclose()
+    record = await tokens.get(TokenKey("-", None, PUSH_ISSUER, "-", "watched"))
+    assert record is not None
+    handed_over = json.loads(record)
+    assert len(handed_over) == 5
+    assert {(e["owner"], e["beat"]) for e in handed_over} == {("this-process", 0.0)}
