@@ -212,6 +212,31 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
         assert not _files_holding(harness.home / "blobs", needle.encode())
 
 
+async def test_a_consent_nobody_gives_in_time_leaves_nothing_behind(
+    consent_harness: Harness, consent_server: OAuthMcpServer, callback: Callback
+) -> None:
+    """The wait expires: the Run ends ABANDONED, the parked flow (PKCE verifier, client
+    registration) and its index are gone from the token store, and the link opened
+    afterwards is refused by psych's callback."""
+    harness = consent_harness
+    spec = agent(consent_server, callback, "consent-expires").suspension(approval_expires_seconds=2)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec.build(), "go", scope=harness.scope)
+        item = await consent_asked(harness, run, harness.scope)
+        parked = [p for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+        assert len(parked) == 2  # the flow and its index, until the wait ends
+        result = await harness.client.result(run, scope=harness.scope)
+        assert result.status is RunStatus.ABANDONED, result.reason
+        assert "suspension_expired" in (result.reason or "")
+        left = [p for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+        assert left == []
+        late = await consent(item)
+    assert late.status_code == 400
+    assert "no authorization waits on this state" in late.text
+    assert held_tokens(harness.home) == []
+    assert harness.fake.requests == []
+
+
 async def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_again(
     consent_harness: Harness, consent_server: OAuthMcpServer, callback: Callback
 ) -> None:

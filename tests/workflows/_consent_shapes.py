@@ -141,3 +141,21 @@ async def workflow_mcp_authorization(rig: ConsentRig, temporal: Client, scope: S
         return run
 
     return await _with_consent(rig, temporal, scope, body)
+
+
+async def mcp_authorization_expired(rig: ConsentRig, temporal: Client, scope: Scope) -> RunHandle:
+    """Nobody consents within the approval expiry: the Run settles ABANDONED after
+    ``psych.mcp.authorize`` forgot the parked flow (patch ``psych-consent-forget``)."""
+
+    async def body(pair: Consenting) -> RunHandle:
+        spec = (
+            rig.agent("consent")
+            .mcp_server("crm", pair.server.url, oauth=_oauth(pair))
+            .suspension(approval_expires_seconds=1)
+        )
+        run = await rig.client.dispatch(spec.build(), "Who am I?", scope=scope)
+        await rig.suspended(run)
+        await rig.settle(run)
+        return run
+
+    return await _with_consent(rig, temporal, scope, body)

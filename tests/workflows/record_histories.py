@@ -1085,6 +1085,10 @@ async def workflow_mcp_authorization(rig: Rig) -> RunHandle:
     return await consent_shapes.workflow_mcp_authorization(rig, rig.env.client, SCOPE)
 
 
+async def mcp_authorization_expired(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_authorization_expired(rig, rig.env.client, SCOPE)
+
+
 async def a2a_peer_called(rig: Rig) -> RunHandle:
     # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
     # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
@@ -1857,6 +1861,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_authorization_at_turn),
     ("dev", mcp_authorization_at_call),
     ("dev", workflow_mcp_authorization),
+    ("dev", mcp_authorization_expired),
     # A2A peers as tools (issue 24, item 1)
     ("dev", a2a_peer_called),
     ("dev", a2a_peer_task_waited),

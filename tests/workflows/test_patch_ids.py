@@ -21,6 +21,9 @@ PATCHES: dict[str, str] = {
     # (features/_a2a.py, ``settling``); a Run recorded before settled without asking.
     "psych-a2a-cancel-peer-task": "0.1.0",
     "psych-fanout-counts-spawn": "0.1.0",
+    # A consent wait that ends without consent has psych.mcp.authorize forget the parked
+    # flow (kernel/_consent.py); a Run recorded before ended without the call.
+    "psych-consent-forget": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -6,7 +6,13 @@ An activity that needs a token the Run's Scope does not hold fails with
 Run suspends on it (reason AUTHORIZATION, the approval expiry), the OAuth callback resumes
 it, ``psych.mcp.authorize`` exchanges the code for a token, and the caller retries what
 failed. A failed exchange or a token revoked later only means the retry suspends again.
-Reached only by the new error type, so no committed history takes this path.
+
+A wait that ends without consent (it expired, or the Run was aborted) still calls
+``psych.mcp.authorize``: with no code arrived it exchanges nothing and forgets the parked
+flow (its PKCE verifier and client registration) and its index in the token store, so a
+late callback is refused and nothing of it stays behind (if the code arrived at that very
+moment, it is exchanged and the token kept for the Scope's next Run). Runs recorded
+before that ended without the call (patch ``psych-consent-forget``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import Scope
     from psych_runtime.workflows.contract._records import Pending, SuspensionReason
     from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
 
 
@@ -48,19 +55,40 @@ async def await_consent(
     """Suspend until the callback resumes ``consent``'s item, then have the code exchanged.
 
     Raises:
-        Stop: ABANDONED when nobody consents within ``seconds``, ABORTED on an abort.
+        Stop: ABANDONED when nobody consents within ``seconds``, ABORTED on an abort (the
+            parked flow forgotten first).
     """
-    await suspensions.suspend(
-        Pending(
-            reason=SuspensionReason.AUTHORIZATION,
-            id=consent.id,
-            call_id=call_id,
-            tool=consent.server,
-            question=consent.url,
-            expires_at=expires_at(seconds),
-        ),
-        seconds,
-    )
-    done = await calls.authorize_mcp(McpAuthorizeInput(run_id=run_id, id=consent.id, scope=scope))
+    authorize = McpAuthorizeInput(run_id=run_id, id=consent.id, scope=scope)
+    try:
+        await suspensions.suspend(
+            Pending(
+                reason=SuspensionReason.AUTHORIZATION,
+                id=consent.id,
+                call_id=call_id,
+                tool=consent.server,
+                question=consent.url,
+                expires_at=expires_at(seconds),
+            ),
+            seconds,
+        )
+    except Stop:
+        if workflow.patched("psych-consent-forget"):
+            await _forget(authorize)
+        raise
+    done = await calls.authorize_mcp(authorize)
     if not done.ok:
         workflow.logger.warning("authorization %s was not exchanged: %s", consent.id, done.reason)
+
+
+async def _forget(authorize: McpAuthorizeInput) -> None:
+    """Have the parked flow of a wait that ended without consent forgotten. A failure is
+    logged, not raised: the Run ends for the wait's reason either way."""
+    try:
+        done = await calls.authorize_mcp(authorize)
+    except ActivityError as err:
+        workflow.logger.warning(
+            "authorization %s: forgetting its flow failed: %s", authorize.id, err.cause or err
+        )
+        return
+    if done.ok:
+        workflow.logger.info("authorization %s: its code arrived as the wait ended", authorize.id)
