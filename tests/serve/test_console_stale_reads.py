@@ -1,0 +1,216 @@
+"""The console never draws a state read older than the records it has shown, in a real
+browser (``workers/serve/console/static/run.js``).
+
+A read of the Run's state can be in flight when a record that changes the state arrives
+(here ``run_settled``): its answer then says less than the page already knows, and drawn,
+it would put back the status and the pending approval the record had ended. The scripted
+API below holds each state read until the test answers it, so the order is the test's:
+a read goes out after ``resumed``, ``run_settled`` arrives, the held read is answered with
+what was true before (still suspended, the approval pending), and the page must keep
+showing the settled Run until the read that ``run_settled`` asked for answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+from selenium.webdriver import Chrome
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.wait import WebDriverWait
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from psych_runtime.specs import Scope
+from psych_runtime.workers.serve.console import console_routes
+from psych_runtime.workflows import (
+    Pending,
+    Resumed,
+    RunAdmitted,
+    RunSettled,
+    RunState,
+    RunStatus,
+    Suspended,
+    SuspensionReason,
+    Totals,
+    TurnStarted,
+)
+from tests.e2e._browser import browser_log, in_browser, require_browser, served
+
+RUN = "psych-acme-stale1"
+SCOPE = Scope(tenant="acme", principal="ops")
+AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+APPROVAL = Pending(
+    reason=SuspensionReason.APPROVAL,
+    id="call-refund",
+    call_id="call-refund",
+    tool="refund",
+    arguments='{"order_id": "42"}',
+    expires_at=AT + timedelta(days=1),
+)
+ITEM = ".pending-item[data-reason=approval][data-id=call-refund]"
+
+
+def _event(kind: str, item: BaseModel, event_id: str) -> bytes:
+    return f"event: {kind}\r\nid: {event_id}\r\ndata: {item.model_dump_json()}\r\n\r\n".encode()
+
+
+def _state(status: RunStatus, last_seq: int, *, pending: bool) -> RunState:
+    return RunState(
+        run_id=RUN,
+        tenant="acme",
+        agent="refunds",
+        version_hash="sha256:abc",
+        status=status,
+        answer="Refunded." if status is RunStatus.COMPLETED else None,
+        turn=1,
+        last_seq=last_seq,
+        totals=Totals(turns=1),
+        pending=(APPROVAL,) if pending else (),
+    )
+
+
+SUSPENDED = _state(RunStatus.SUSPENDED, 3, pending=True)
+
+
+class HeldReads:
+    """A Run's event stream released step by step, and state reads answered by the test
+    (once ``holding`` is set; before that, each is answered with ``SUSPENDED``)."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.reads: asyncio.Queue[asyncio.Future[RunState]] = asyncio.Queue()
+        self.resume = asyncio.Event()
+        self.settle = asyncio.Event()
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        stamp = {"at": AT, "scope": SCOPE}
+        yield b": connected\r\n\r\n"
+        admitted = RunAdmitted(
+            seq=1,
+            **stamp,
+            version_hash="sha256:abc",
+            agent="refunds",
+            messages=("refund order 42",),
+            system_prompt="",
+        )
+        yield _event("record", admitted, "1")
+        yield _event("record", TurnStarted(seq=2, **stamp, turn=1), "2")
+        yield _event("record", Suspended(seq=3, **stamp, pending=APPROVAL), "3")
+        await self.resume.wait()
+        resumed = Resumed(
+            seq=4,
+            **stamp,
+            reason=SuspensionReason.APPROVAL,
+            id="call-refund",
+            outcome="approved",
+            by="ops",
+        )
+        yield _event("record", resumed, "4")
+        await self.settle.wait()
+        settled = RunSettled(
+            seq=5,
+            **stamp,
+            status=RunStatus.COMPLETED,
+            reason="answered",
+            answer="Refunded.",
+            totals=Totals(turns=1),
+        )
+        yield _event("record", settled, "5")
+        yield b'event: end\r\ndata: {"last_seq": 5}\r\n\r\n'
+
+    def app(self) -> Starlette:
+        async def runs(request: Request) -> Response:
+            return JSONResponse({"runs": []})
+
+        async def state(request: Request) -> Response:
+            if not self.holding:
+                return JSONResponse(SUSPENDED.model_dump(mode="json"))
+            answer: asyncio.Future[RunState] = asyncio.get_running_loop().create_future()
+            await self.reads.put(answer)
+            return JSONResponse((await answer).model_dump(mode="json"))
+
+        async def events(request: Request) -> Response:
+            return StreamingResponse(self.stream(), media_type="text/event-stream")
+
+        return Starlette(
+            routes=[
+                Route("/v1/runs", runs),
+                Route(f"/v1/runs/{RUN}", state),
+                Route(f"/v1/runs/{RUN}/events", events),
+                console_routes(),
+            ]
+        )
+
+
+def _until(driver: Chrome, what: Callable[[Chrome], bool]) -> None:
+    WebDriverWait(driver, 20).until(what)
+
+
+def _shown(driver: Chrome) -> tuple[str, int]:
+    """The status badge's text and how many pending items the page shows."""
+    status = driver.find_element(By.ID, "run-status").text
+    return status, len(driver.find_elements(By.CSS_SELECTOR, ".pending-item"))
+
+
+def _follow(
+    driver: Chrome, base: str, loop: asyncio.AbstractEventLoop, api: HeldReads
+) -> list[tuple[str, int]]:
+    """Walk the page through the race; returns what it showed at each step."""
+
+    def next_read() -> asyncio.Future[RunState]:
+        waiting = asyncio.wait_for(api.reads.get(), timeout=20)
+        return asyncio.run_coroutine_threadsafe(waiting, loop).result(timeout=30)
+
+    def answer(read: asyncio.Future[RunState], state: RunState) -> None:
+        loop.call_soon_threadsafe(read.set_result, state)
+
+    driver.get(f"{base}/console/")
+    WebDriverWait(driver, 20).until(ec.visibility_of_element_located((By.ID, "api-key")))
+    driver.find_element(By.ID, "api-key").send_keys("k")
+    driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
+    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "table.runs")))
+    driver.get(f"{base}/console/#/runs/{RUN}")
+    _until(driver, lambda d: _shown(d) == ("suspended", 1))
+    assert driver.find_elements(By.CSS_SELECTOR, ITEM)
+    shown = [_shown(driver)]
+
+    api.holding = True
+    loop.call_soon_threadsafe(api.resume.set)
+    # `resumed` asks for a read; it is held while `run_settled` arrives.
+    stale = next_read()
+    loop.call_soon_threadsafe(api.settle.set)
+    _until(driver, lambda d: _shown(d) == ("completed", 0))
+    shown.append(_shown(driver))
+    # Answered now with what was true before `resumed`: older than what the page shows.
+    answer(stale, SUSPENDED.model_copy(update={"last_seq": 4}))
+    # The page asks again once it has handled that answer (its reads run one at a time).
+    fresh = next_read()
+    shown.append(_shown(driver))
+    answer(fresh, _state(RunStatus.COMPLETED, 5, pending=False))
+    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "#answer pre")))
+    shown.append(_shown(driver))
+    assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
+    return shown
+
+
+async def test_a_state_read_older_than_the_records_shown_is_not_drawn(tmp_path: Path) -> None:
+    require_browser()
+    api = HeldReads()
+    async with served(api.app()) as base:
+        loop = asyncio.get_running_loop()
+        shown = await asyncio.to_thread(
+            in_browser, tmp_path / "profile", lambda d: _follow(d, base, loop, api)
+        )
+    assert shown == [
+        ("suspended", 1),  # the approval waits
+        ("completed", 0),  # run_settled: nothing waits any more
+        ("completed", 0),  # the stale read (suspended, the approval pending) not drawn
+        ("completed", 0),  # the fresh read drawn
+    ]
