@@ -13,7 +13,6 @@ and its answer, artifacts and an ``input-required`` question come back as the to
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable
 from typing import Literal, TypeVar
@@ -264,12 +263,19 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
     ) -> None:
         """Cancel a task that waits for authentication this Run cannot give (best effort:
         it would otherwise wait at the peer for good)."""
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.wait_for(
                 transport.cancel_task(
                     CancelTaskRequest(id=task.id, tenant=input.peer.tenant or ""), context=context
                 ),
                 self.settings.call_timeout_seconds,
+            )
+        except Exception as err:  # the call's own outcome stands; the task may stay waiting
+            activity.logger.warning(
+                "A2A peer %s: cancelling task %s failed: %s",
+                input.peer.name,
+                task.id,
+                str(err) or type(err).__name__,
             )
 
     async def _question(
