@@ -217,7 +217,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             return await self._question(input, task, connection.redact, started)
         if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
             context = connection.context(self.settings.call_timeout_seconds)
-            await self._give_up(transport, task, input, context)
+            await self._give_up(transport, task, input, context, connection.redact)
         answer = await self._answer(task, input)
         plan = self.hooks.plan(
             HookCall(
@@ -260,9 +260,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         task: Task,
         input: A2aToolCall | A2aPollInput,
         context: ClientCallContext,
+        redact: Redactor,
     ) -> None:
         """Cancel a task that waits for authentication this Run cannot give (best effort:
-        it would otherwise wait at the peer for good)."""
+        it would otherwise wait at the peer for good; a failure is logged, redacted)."""
         try:
             await asyncio.wait_for(
                 transport.cancel_task(
@@ -275,7 +276,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
                 "A2A peer %s: cancelling task %s failed: %s",
                 input.peer.name,
                 task.id,
-                str(err) or type(err).__name__,
+                redact(describe(err)),
             )
 
     async def _question(
@@ -382,7 +383,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return task
         if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:
-            await self._give_up(transport, task, input, context)
+            await self._give_up(transport, task, input, context, connection.redact)
         return await self._answer(task, input)
 
     async def _answer(self, task: Task, input: A2aToolCall | A2aPollInput) -> Answer:
