@@ -24,6 +24,7 @@ that ended is pushed its end once), and follows from there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -86,6 +87,9 @@ def _entries(owner: str, principals: dict[_Key, str | None], *, beat: float) -> 
 Resumed = Callable[[Scope, str], AsyncIterator[Event]]
 """A taken-over task's events: its status as it is now, then what follows."""
 
+_Start = tuple[_Key, str | None, Callable[[], AsyncIterator[Event]]]
+"""A watcher to start: the task, whom it reads as, and what makes its events."""
+
 
 @dataclass
 class PushRegistry:
@@ -108,6 +112,8 @@ class PushRegistry:
     _starting: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     """Held from asking whether a task has a watcher to starting one: one watcher a task."""
     _beating: asyncio.Task[None] | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
+    """Set by ``aclose`` (with ``_starting`` held): no watcher starts after it."""
     _looked: float = field(default=float("-inf"), init=False)
     _looking: asyncio.Task[None] | None = field(default=None, init=False)
 
@@ -148,7 +154,7 @@ class PushRegistry:
             for entry in await self.store.watched():
                 if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
                     return kept  # another process delivers
-            await self._start(key, scope.principal, events())
+            await self._start([(key, scope.principal, events)])
         return kept
 
     def _watching(self, key: _Key) -> bool:
@@ -158,11 +164,16 @@ class PushRegistry:
     def _fresh(self, entry: Watched) -> bool:
         return entry.owner != self.owner and time.time() - entry.beat < self.lease_seconds
 
-    async def _start(self, key: _Key, principal: str | None, events: AsyncIterator[Event]) -> None:
-        """Start the task's watcher (with ``_starting`` held)."""
-        await self.store.watch([Watched(key[0], principal, key[1], self.owner, time.time())])
-        self._principals[key] = principal
-        self._watchers[key] = asyncio.create_task(self._watch(key, events))
+    async def _start(self, starts: list[_Start]) -> None:
+        """Start these tasks' watchers, with one write of the index for all of them (with
+        ``_starting`` held; nothing once closed)."""
+        if self._closed or not starts:
+            return
+        now = time.time()
+        await self.store.watch([Watched(k[0], p, k[1], self.owner, now) for k, p, _ in starts])
+        for key, principal, events in starts:
+            self._principals[key] = principal
+            self._watchers[key] = asyncio.create_task(self._watch(key, events()))
         if self._beating is None or self._beating.done():
             self._beating = asyncio.create_task(self._beat())
 
@@ -180,12 +191,15 @@ class PushRegistry:
     async def _take_over(self, resumed: Resumed) -> None:
         try:
             async with self._starting:
+                starts: list[_Start] = []
                 for entry in await self.store.watched():
                     key = (entry.tenant, entry.workflow_id)
                     if self._fresh(entry) or self._watching(key):
                         continue
                     scope = Scope(tenant=entry.tenant, principal=entry.principal)
-                    await self._start(key, entry.principal, resumed(scope, entry.workflow_id))
+                    follow = functools.partial(resumed, scope, entry.workflow_id)
+                    starts.append((key, entry.principal, follow))
+                await self._start(starts)
         except Exception:
             logger.exception("taking over push notifications failed")
 
@@ -248,6 +262,12 @@ class PushRegistry:
     async def aclose(self) -> None:
         """Stop this process's watchers, leaving their tasks for another process (or this
         server restarted) to take over."""
+        looking = self._looking
+        if looking is not None:  # a take-over under way stops here
+            looking.cancel()
+            await asyncio.gather(looking, return_exceptions=True)
+        async with self._starting:  # a start under way finishes first; none after
+            self._closed = True
         left = dict(self._principals)
         tasks = [*self._watchers.values(), *([self._beating] if self._beating else [])]
         for task in tasks:
