@@ -338,9 +338,12 @@ async def exchange(
         _log.warning("the authorization code exchange failed: %s", type(err).__name__)
         return f"the authorization code exchange failed ({type(err).__name__})"
     finally:
+        # The index first: a callback that wrote its code after this (``deliver_authorization``)
+        # finds the index gone and deletes the code itself; one that wrote it before has it
+        # deleted here.
+        await plain(store).delete(index_key(flow.state))
         await store.delete(flow_at)
         await plain(store).delete(arrived_at)
-        await plain(store).delete(index_key(flow.state))
 
 
 async def deliver_authorization(
@@ -351,12 +354,18 @@ async def deliver_authorization(
     Raises:
         LookupError: no Run waits on this state (unknown, used, or forgotten).
     """
+    gone = "no authorization waits on this state (unknown, used, or expired)"
     raw = await plain(store).get(index_key(state))
     if raw is None:
-        raise LookupError("no authorization waits on this state (unknown, used, or expired)")
+        raise LookupError(gone)
     waiting = Waiting.model_validate_json(raw)
     arrived = Arrived(code=code, state=state, iss=iss)
     await plain(store).put(arrived_key(waiting.id), arrived.model_dump_json().encode())
+    if await plain(store).get(index_key(state)) is None:
+        # The Run forgot the flow meanwhile (its wait ended, or the code was exchanged):
+        # nobody will read this code, so it does not stay in the store.
+        await plain(store).delete(arrived_key(waiting.id))
+        raise LookupError(gone)
     return waiting
 
 

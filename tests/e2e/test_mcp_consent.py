@@ -219,7 +219,8 @@ async def test_a_consent_nobody_gives_in_time_leaves_nothing_behind(
     registration) and its index are gone from the token store, and the link opened
     afterwards is refused by psych's callback."""
     harness = consent_harness
-    spec = agent(consent_server, callback, "consent-expires").suspension(approval_expires_seconds=2)
+    # Long enough that the wait is seen (and its flow parked) on a loaded machine.
+    spec = agent(consent_server, callback, "consent-expires").suspension(approval_expires_seconds=8)
     async with harness.worker():
         run = await harness.client.dispatch(spec.build(), "go", scope=harness.scope)
         item = await consent_asked(harness, run, harness.scope)

@@ -17,8 +17,10 @@ before that ended without the call (patch ``psych-consent-forget``).
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -86,6 +88,9 @@ async def _forget(authorize: McpAuthorizeInput) -> None:
     try:
         done = await calls.authorize_mcp(authorize)
     except ActivityError as err:
+        if isinstance(err.__cause__, CancelledError):
+            # The workflow is being cancelled (or force-settled): not a failure to forget.
+            raise asyncio.CancelledError from err
         workflow.logger.warning(
             "authorization %s: forgetting its flow failed: %s", authorize.id, err.cause or err
         )

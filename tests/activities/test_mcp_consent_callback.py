@@ -1,0 +1,48 @@
+"""The OAuth callback's part of a consent (``deliver_authorization``) against a real token
+store: the code is left for the Run that waits on the state, and never left behind when
+the Run forgot its flow while the code was being written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.activities.mcp import deliver_authorization
+from psych_runtime.activities.mcp._consent import Waiting, arrived_key, index_key
+from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
+
+STATE = "state-1"
+WAITING = Waiting(workflow_id="psych-acme-run1", tenant="acme", id="oauth-1")
+
+
+class ForgetsWhileWriting(LocalTokenStore):
+    """A store in which the Run's forgetting (its index deleted) lands just as the
+    callback writes the code."""
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        await super().put(key, record)
+        if key == arrived_key(WAITING.id):
+            await self.delete(index_key(STATE))
+
+
+async def test_the_code_is_left_for_the_waiting_run(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    await store.put(index_key(STATE), WAITING.model_dump_json().encode())
+    assert await deliver_authorization(store, "code-1", STATE, None) == WAITING
+    assert await store.get(arrived_key(WAITING.id)) is not None
+
+
+async def test_an_unknown_state_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LookupError, match="no authorization waits on this state"):
+        await deliver_authorization(LocalTokenStore(tmp_path), "code-1", STATE, None)
+
+
+async def test_a_code_written_as_the_run_forgot_its_flow_is_not_left_behind(
+    tmp_path: Path,
+) -> None:
+    store = ForgetsWhileWriting(tmp_path)
+    await store.put(index_key(STATE), WAITING.model_dump_json().encode())
+    with pytest.raises(LookupError, match="no authorization waits on this state"):
+        await deliver_authorization(store, "code-1", STATE, None)
+    assert await store.get(arrived_key(WAITING.id)) is None
