@@ -61,7 +61,7 @@ def _event(kind: str, item: BaseModel, event_id: str) -> bytes:
     return f"event: {kind}\r\nid: {event_id}\r\ndata: {item.model_dump_json()}\r\n\r\n".encode()
 
 
-def _state(status: RunStatus, last_seq: int, *, pending: bool) -> RunState:
+def _state(status: RunStatus, last_seq: int, *, pending: bool, calls: int = 0) -> RunState:
     return RunState(
         run_id=RUN,
         tenant="acme",
@@ -71,7 +71,7 @@ def _state(status: RunStatus, last_seq: int, *, pending: bool) -> RunState:
         answer="Refunded." if status is RunStatus.COMPLETED else None,
         turn=1,
         last_seq=last_seq,
-        totals=Totals(turns=1),
+        totals=Totals(turns=1, model_calls=calls),
         pending=(APPROVAL,) if pending else (),
     )
 
@@ -193,8 +193,10 @@ def _follow(
     # The page asks again once it has handled that answer (its reads run one at a time).
     fresh = next_read()
     shown.append(_shown(driver))
-    answer(fresh, _state(RunStatus.COMPLETED, 5, pending=False))
-    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "#answer pre")))
+    # Only this read says two model calls: drawn, it shows them (its last_seq is the
+    # newest record's, so it is not stale).
+    answer(fresh, _state(RunStatus.COMPLETED, 5, pending=False, calls=2))
+    _until(driver, lambda d: "2 model calls" in d.find_element(By.ID, "run-facts").text)
     shown.append(_shown(driver))
     assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
     return shown
