@@ -11,28 +11,20 @@ last one; the real API drives the console end to end in ``tests/e2e/test_console
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pydantic import BaseModel
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.wait import WebDriverWait
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from psych_runtime.activities.contract import Latency, Usage
-from psych_runtime.specs import Scope
-from psych_runtime.workers.serve.console import console_routes
 from psych_runtime.workflows import (
     DeltasDropped,
     ModelCallFinished,
     ModelCallStarted,
-    RunAdmitted,
     RunSettled,
     RunState,
     RunStatus,
@@ -41,15 +33,10 @@ from psych_runtime.workflows import (
     TurnStarted,
 )
 from tests.e2e._browser import browser_log, in_browser, require_browser, served
+from tests.serve._scripted_console import STAMP, admitted, event, open_run, scripted_app, until
 
 RUN = "psych-acme-live1"
-SCOPE = Scope(tenant="acme", principal="ops")
-AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 FIRST, SECOND = "act-1#1", "act-1#2"
-
-
-def _event(kind: str, item: BaseModel, event_id: str) -> bytes:
-    return f"event: {kind}\r\nid: {event_id}\r\ndata: {item.model_dump_json()}\r\n\r\n".encode()
 
 
 class ScriptedApi:
@@ -75,57 +62,44 @@ class ScriptedApi:
         )
 
     async def first(self) -> AsyncIterator[bytes]:
-        stamp = {"at": AT, "scope": SCOPE}
         yield b": connected\r\n\r\n"
-        admitted = RunAdmitted(
-            seq=1,
-            **stamp,
-            version_hash="sha256:abc",
-            agent="writer",
-            messages=("hi",),
-            system_prompt="",
-        )
-        yield _event("record", admitted, "1")
-        yield _event("record", TurnStarted(seq=2, **stamp, turn=1), "2")
-        started = ModelCallStarted(seq=3, **stamp, turn=1, model="fake-model", attempt=1)
-        yield _event("record", started, "3")
+        yield event("record", admitted("writer", "hi"), "1")
+        yield event("record", TurnStarted(seq=2, **STAMP, turn=1), "2")
+        started = ModelCallStarted(seq=3, **STAMP, turn=1, model="fake-model", attempt=1)
+        yield event("record", started, "3")
         for n, text in ((1, "Hel"), (2, "lo")):
-            yield _event("delta", TokenDelta(call=FIRST, turn=1, n=n, text=text), f"3/{FIRST}/{n}")
+            yield event("delta", TokenDelta(call=FIRST, turn=1, n=n, text=text), f"3/{FIRST}/{n}")
         dropped = DeltasDropped(call=FIRST, turn=1, reason="503 from the model")
-        yield _event("deltas_dropped", dropped, f"3/{FIRST}/3")
-        yield _event("delta", TokenDelta(call=SECOND, turn=1, n=1, text="Good"), f"3/{SECOND}/1")
+        yield event("deltas_dropped", dropped, f"3/{FIRST}/3")
+        yield event("delta", TokenDelta(call=SECOND, turn=1, n=1, text="Good"), f"3/{SECOND}/1")
         await self.cut.wait()  # then the connection ends without `end`: the page reconnects
 
     async def resumed(self) -> AsyncIterator[bytes]:
-        stamp = {"at": AT, "scope": SCOPE}
-        yield _event("delta", TokenDelta(call=SECOND, turn=1, n=2, text=" day"), f"3/{SECOND}/2")
+        yield event("delta", TokenDelta(call=SECOND, turn=1, n=2, text=" day"), f"3/{SECOND}/2")
         await self.finish.wait()
         finished = ModelCallFinished(
             seq=4,
-            **stamp,
+            **STAMP,
             turn=1,
             model="fake-model",
             text="Good day",
             usage=Usage(input_tokens=3, output_tokens=2),
             latency=Latency(queue_wait_ms=1.0, duration_ms=2.0),
         )
-        yield _event("record", finished, "4")
+        yield event("record", finished, "4")
         self.settled = True
         settled = RunSettled(
             seq=5,
-            **stamp,
+            **STAMP,
             status=RunStatus.COMPLETED,
             reason="answered",
             answer="Good day",
             totals=Totals(turns=1, model_calls=1),
         )
-        yield _event("record", settled, "5")
+        yield event("record", settled, "5")
         yield b'event: end\r\ndata: {"last_seq": 5}\r\n\r\n'
 
     def app(self) -> Starlette:
-        async def runs(request: Request) -> Response:
-            return JSONResponse({"runs": []})
-
         async def state(request: Request) -> Response:
             return JSONResponse(self.state().model_dump(mode="json"))
 
@@ -136,41 +110,25 @@ class ScriptedApi:
             body = self.first() if last is None else self.resumed()
             return StreamingResponse(body, media_type="text/event-stream")
 
-        return Starlette(
-            routes=[
-                Route("/v1/runs", runs),
-                Route(f"/v1/runs/{RUN}", state),
-                Route(f"/v1/runs/{RUN}/events", events),
-                console_routes(),
-            ]
-        )
+        return scripted_app(RUN, state=state, events=events)
 
 
 def _texts(driver: Chrome, css: str) -> list[str]:
     return [node.text for node in driver.find_elements(By.CSS_SELECTOR, css)]
 
 
-def _until(driver: Chrome, what: Callable[[Chrome], bool]) -> None:
-    WebDriverWait(driver, 20).until(what)
-
-
 def _follow(driver: Chrome, base: str, loop: asyncio.AbstractEventLoop, api: ScriptedApi) -> None:
-    driver.get(f"{base}/console/")
-    WebDriverWait(driver, 20).until(ec.visibility_of_element_located((By.ID, "api-key")))
-    driver.find_element(By.ID, "api-key").send_keys("k")
-    driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
-    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "table.runs")))
-    driver.get(f"{base}/console/#/runs/{RUN}")
+    open_run(driver, base, RUN)
     # The first attempt's text went away with its drop; the second's is being written.
-    _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good"])
+    until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good"])
     assert len(_texts(driver, "#inflight .dropped")) == 1
     assert "Hello" not in driver.find_element(By.ID, "inflight").text
     driver.execute_script("window.__sameDocument = true")
     loop.call_soon_threadsafe(api.cut.set)
-    _until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good day"])
+    until(driver, lambda d: _texts(d, "#inflight .delta-text") == ["Good day"])
     loop.call_soon_threadsafe(api.finish.set)
-    _until(driver, lambda d: d.find_element(By.ID, "run-status").text == "completed")
-    _until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#inflight .inflight"))
+    until(driver, lambda d: d.find_element(By.ID, "run-status").text == "completed")
+    until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#inflight .inflight"))
     seqs = [
         n.get_attribute("data-seq") for n in driver.find_elements(By.CSS_SELECTOR, "#records li")
     ]

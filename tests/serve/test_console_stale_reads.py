@@ -13,26 +13,19 @@ showing the settled Run until the read that ``run_settled`` asked for answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
-from pydantic import BaseModel
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.wait import WebDriverWait
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
-from psych_runtime.specs import Scope
-from psych_runtime.workers.serve.console import console_routes
 from psych_runtime.workflows import (
     Pending,
     Resumed,
-    RunAdmitted,
     RunSettled,
     RunState,
     RunStatus,
@@ -42,10 +35,17 @@ from psych_runtime.workflows import (
     TurnStarted,
 )
 from tests.e2e._browser import browser_log, in_browser, require_browser, served
+from tests.serve._scripted_console import (
+    AT,
+    STAMP,
+    admitted,
+    event,
+    open_run,
+    scripted_app,
+    until,
+)
 
 RUN = "psych-acme-stale1"
-SCOPE = Scope(tenant="acme", principal="ops")
-AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 APPROVAL = Pending(
     reason=SuspensionReason.APPROVAL,
     id="call-refund",
@@ -55,10 +55,6 @@ APPROVAL = Pending(
     expires_at=AT + timedelta(days=1),
 )
 ITEM = ".pending-item[data-reason=approval][data-id=call-refund]"
-
-
-def _event(kind: str, item: BaseModel, event_id: str) -> bytes:
-    return f"event: {kind}\r\nid: {event_id}\r\ndata: {item.model_dump_json()}\r\n\r\n".encode()
 
 
 def _state(status: RunStatus, last_seq: int, *, pending: bool, calls: int = 0) -> RunState:
@@ -90,45 +86,33 @@ class HeldReads:
         self.settle = asyncio.Event()
 
     async def stream(self) -> AsyncIterator[bytes]:
-        stamp = {"at": AT, "scope": SCOPE}
         yield b": connected\r\n\r\n"
-        admitted = RunAdmitted(
-            seq=1,
-            **stamp,
-            version_hash="sha256:abc",
-            agent="refunds",
-            messages=("refund order 42",),
-            system_prompt="",
-        )
-        yield _event("record", admitted, "1")
-        yield _event("record", TurnStarted(seq=2, **stamp, turn=1), "2")
-        yield _event("record", Suspended(seq=3, **stamp, pending=APPROVAL), "3")
+        yield event("record", admitted("refunds", "refund order 42"), "1")
+        yield event("record", TurnStarted(seq=2, **STAMP, turn=1), "2")
+        yield event("record", Suspended(seq=3, **STAMP, pending=APPROVAL), "3")
         await self.resume.wait()
         resumed = Resumed(
             seq=4,
-            **stamp,
+            **STAMP,
             reason=SuspensionReason.APPROVAL,
             id="call-refund",
             outcome="approved",
             by="ops",
         )
-        yield _event("record", resumed, "4")
+        yield event("record", resumed, "4")
         await self.settle.wait()
         settled = RunSettled(
             seq=5,
-            **stamp,
+            **STAMP,
             status=RunStatus.COMPLETED,
             reason="answered",
             answer="Refunded.",
             totals=Totals(turns=1),
         )
-        yield _event("record", settled, "5")
+        yield event("record", settled, "5")
         yield b'event: end\r\ndata: {"last_seq": 5}\r\n\r\n'
 
     def app(self) -> Starlette:
-        async def runs(request: Request) -> Response:
-            return JSONResponse({"runs": []})
-
         async def state(request: Request) -> Response:
             if not self.holding:
                 return JSONResponse(SUSPENDED.model_dump(mode="json"))
@@ -139,18 +123,7 @@ class HeldReads:
         async def events(request: Request) -> Response:
             return StreamingResponse(self.stream(), media_type="text/event-stream")
 
-        return Starlette(
-            routes=[
-                Route("/v1/runs", runs),
-                Route(f"/v1/runs/{RUN}", state),
-                Route(f"/v1/runs/{RUN}/events", events),
-                console_routes(),
-            ]
-        )
-
-
-def _until(driver: Chrome, what: Callable[[Chrome], bool]) -> None:
-    WebDriverWait(driver, 20).until(what)
+        return scripted_app(RUN, state=state, events=events)
 
 
 def _shown(driver: Chrome) -> tuple[str, int]:
@@ -171,13 +144,8 @@ def _follow(
     def answer(read: asyncio.Future[RunState], state: RunState) -> None:
         loop.call_soon_threadsafe(read.set_result, state)
 
-    driver.get(f"{base}/console/")
-    WebDriverWait(driver, 20).until(ec.visibility_of_element_located((By.ID, "api-key")))
-    driver.find_element(By.ID, "api-key").send_keys("k")
-    driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
-    _until(driver, lambda d: bool(d.find_elements(By.CSS_SELECTOR, "table.runs")))
-    driver.get(f"{base}/console/#/runs/{RUN}")
-    _until(driver, lambda d: _shown(d) == ("suspended", 1))
+    open_run(driver, base, RUN)
+    until(driver, lambda d: _shown(d) == ("suspended", 1))
     assert driver.find_elements(By.CSS_SELECTOR, ITEM)
     shown = [_shown(driver)]
 
@@ -186,7 +154,7 @@ def _follow(
     # `resumed` asks for a read; it is held while `run_settled` arrives.
     stale = next_read()
     loop.call_soon_threadsafe(api.settle.set)
-    _until(driver, lambda d: _shown(d) == ("completed", 0))
+    until(driver, lambda d: _shown(d) == ("completed", 0))
     shown.append(_shown(driver))
     # Answered now with what was true before `resumed`: older than what the page shows.
     answer(stale, SUSPENDED.model_copy(update={"last_seq": 4}))
@@ -196,7 +164,7 @@ def _follow(
     # Only this read says two model calls: drawn, it shows them (its last_seq is the
     # newest record's, so it is not stale).
     answer(fresh, _state(RunStatus.COMPLETED, 5, pending=False, calls=2))
-    _until(driver, lambda d: "2 model calls" in d.find_element(By.ID, "run-facts").text)
+    until(driver, lambda d: "2 model calls" in d.find_element(By.ID, "run-facts").text)
     shown.append(_shown(driver))
     assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
     return shown
