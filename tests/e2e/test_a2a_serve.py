@@ -182,19 +182,19 @@ def texts(events: list[StreamResponse]) -> tuple[str, str]:
     return draft, "".join(answers)
 
 
+def status_of(event: StreamResponse) -> TaskStatus:
+    """The status an event carries: a status update's, or the task's."""
+    return event.status_update.status if event.HasField("status_update") else event.task.status
+
+
 def last_status(events: list[StreamResponse]) -> TaskStatus:
     """The task's status at the end of ``events``: the last update's, or the task's a
     stream starts with when nothing followed it (it had already stopped there)."""
-    last = events[-1]
-    return last.status_update.status if last.HasField("status_update") else last.task.status
+    return status_of(events[-1])
 
 
 def states(events: list[StreamResponse]) -> list[int]:
-    return [
-        e.status_update.status.state if e.HasField("status_update") else e.task.status.state
-        for e in events
-        if e.HasField("status_update") or e.HasField("task")
-    ]
+    return [status_of(e).state for e in events if e.HasField("status_update") or e.HasField("task")]
 
 
 async def test_a_stream_resumes_after_a_disconnect(harness: Harness) -> None:

@@ -169,8 +169,8 @@ class PushRegistry:
         ``_starting`` held; nothing once closed)."""
         if self._closed or not starts:
             return
-        now = time.time()
-        await self.store.watch([Watched(k[0], p, k[1], self.owner, now) for k, p, _ in starts])
+        principals = {key: principal for key, principal, _ in starts}
+        await self.store.watch(_entries(self.owner, principals, beat=time.time()))
         for key, principal, events in starts:
             self._principals[key] = principal
             self._watchers[key] = asyncio.create_task(self._watch(key, events()))
