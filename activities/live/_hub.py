@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
+from collections import deque
 from collections.abc import AsyncIterator
 
 from psych_runtime.activities.contract import LiveAttempt, RelayEnd, RelayLine
@@ -35,7 +37,9 @@ class AttemptDeltas:
         self.lines: list[bytes] = []
         """Piece ``n`` is ``lines[n - 1]``, one JSON line each; the end line follows."""
         self.ended: RelayEnd | None = None
-        self._grew = asyncio.Event()
+        self._grew: asyncio.Event | None = None
+        """Set when a line is added; made only while a reader waits (most attempts have
+        none, and an event a piece would be garbage)."""
 
     @property
     def details(self) -> LiveAttempt:
@@ -81,13 +85,16 @@ class AttemptDeltas:
 
     def _append(self, line: RelayLine) -> None:
         self.lines.append(line.model_dump_json(exclude_defaults=True).encode() + b"\n")
-        grew, self._grew = self._grew, asyncio.Event()
-        grew.set()
+        grew, self._grew = self._grew, None
+        if grew is not None:
+            grew.set()
 
     async def read(self, after: int) -> AsyncIterator[bytes]:
         """The lines of pieces ``after + 1`` on, live, then the end line."""
         position = max(0, after)
         while True:
+            if self._grew is None:
+                self._grew = asyncio.Event()
             grew = self._grew
             while position < len(self.lines):
                 yield self.lines[position]
@@ -111,6 +118,10 @@ class DeltaHub:
         self.base_url: str | None = None
         """Where the relay serving this hub is reached; set when it starts."""
         self._attempts: dict[str, AttemptDeltas] = {}
+        self._ended: deque[tuple[float, str]] = deque()
+        """Ended attempts' tokens with the monotonic time each is forgotten at, oldest
+        first: swept as attempts open and end, not by a timer each (a timer would keep
+        the activity's context alive for ``keep_seconds``)."""
 
     def url_of(self, token: str) -> str:
         if self.base_url is None:
@@ -125,16 +136,25 @@ class DeltaHub:
     def open(self, call: str, turn: int = 0) -> AttemptDeltas:
         """A new attempt ``call`` (``<activity id>#<attempt>``) of a Run's ``turn``, under
         a fresh random token."""
+        self._sweep()
         token = secrets.token_urlsafe(18)
         attempt = self._attempts[token] = AttemptDeltas(self, token, call, turn)
         return attempt
 
     def get(self, token: str) -> AttemptDeltas | None:
+        self._sweep()
         return self._attempts.get(token)
 
     def __len__(self) -> int:
+        self._sweep()
         return len(self._attempts)
 
     def forget_later(self, attempt: AttemptDeltas) -> None:
-        loop = asyncio.get_running_loop()
-        loop.call_later(self.keep_seconds, self._attempts.pop, attempt.token, None)
+        """Forget ``attempt`` ``keep_seconds`` from now (at the first sweep after)."""
+        self._sweep()
+        self._ended.append((time.monotonic() + self.keep_seconds, attempt.token))
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        while self._ended and self._ended[0][0] <= now:
+            self._attempts.pop(self._ended.popleft()[1], None)

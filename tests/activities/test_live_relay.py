@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import gc
 import json
+import weakref
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -94,6 +97,33 @@ async def test_tokens_are_per_attempt_and_unguessable(relay: DeltaRelay) -> None
         bad = await http.get(first.details.url, params={"after": "-1"})
         assert bad.status_code == 400 and "after must be" in bad.json()["error"]
         assert (await http.post(first.details.url)).status_code == 405
+
+
+class _Activity:
+    """Stands for what an activity's context holds (its SDK context, events, ...)."""
+
+
+_current: contextvars.ContextVar[_Activity | None] = contextvars.ContextVar("current")
+
+
+async def test_an_ended_attempt_keeps_nothing_of_the_activity_that_ended_it() -> None:
+    """Ending an attempt inside an activity must not hold that activity's context (a
+    timer would) for the ``keep_seconds`` its pieces stay readable."""
+    hub = DeltaHub(keep_seconds=30)
+    attempt = hub.open("a#1")
+    activity = _Activity()
+    gone = weakref.ref(activity)
+
+    def end(activity: _Activity) -> None:
+        _current.set(activity)
+        attempt.text("done")
+        attempt.end("completed")
+
+    contextvars.copy_context().run(end, activity)
+    del activity
+    gc.collect()
+    assert gone() is None
+    assert hub.get(attempt.token) is attempt  # still readable
 
 
 async def test_too_many_pieces_end_the_attempt_failed_for_followers() -> None:
