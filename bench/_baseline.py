@@ -21,11 +21,13 @@ from bench._workflows import (
     BARE_LOOP,
     BASELINE_ACTIVITIES,
     CONVERSATION_LOOP,
+    LOCAL_MODEL_LOOP,
     MODEL_LOOP,
     RESULT_LOOP,
     STORING_LOOP,
     BareLoop,
     ConversationLoop,
+    LocalModelLoop,
     LoopInput,
     ModelLoop,
     ResultLoop,
@@ -91,7 +93,14 @@ class BaselineBench:
             async with Worker(
                 env.client,
                 task_queue=task_queue,
-                workflows=[BareLoop, ConversationLoop, ResultLoop, ModelLoop, StoringLoop],
+                workflows=[
+                    BareLoop,
+                    ConversationLoop,
+                    ResultLoop,
+                    ModelLoop,
+                    LocalModelLoop,
+                    StoringLoop,
+                ],
                 activities=activities,
                 disable_eager_activity_execution=not eager_activities,
                 workflow_runner=runner,
@@ -137,6 +146,13 @@ class BaselineBench:
         )
         if run.failure:
             raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
+        return run
+
+    async def local_model_loop(self, turns: int) -> BaselineRun:
+        """One LocalModelLoop of ``turns`` turns (ModelLoop with its tool run locally)."""
+        run = await self._run(LOCAL_MODEL_LOOP, LoopInput(turns=turns), give_up_s=300)
+        if run.failure:
+            raise RuntimeError(f"local model loop {run.workflow_id} failed: {run.failure}")
         return run
 
     async def storing_loop(self, turns: int) -> BaselineRun:

@@ -15,13 +15,17 @@ start-to-close timeout); what that costs the server shows against ModelLoop.
 and against ``StoringLoop`` too: ModelLoop doing the rest of a turn's work by hand, as a
 hand-written workflow keeping its conversation by reference must (parsing the answer,
 storing the assistant message, a conversation node and the tool message: AgentRun's
-three blob files a turn). Per-turn time (wall and steady, Runs one at a time,
-alternating), 50-Run turns/s (batches alternating), and history bytes per turn with a 4
-KB result (``read_4kb`` / ``result_4kb``) against ``ResultLoop``, the bare floor. Per pair
-the ratio to each baseline (or the floor); printed as median [min-max] of the pairs, and
-what one blob file cost at the start and the end; per 50-Run batch, the server's own
-counts of its RPCs and store operations per turn (``_server_work.py``); then ModelLoop,
-write and local batches again with the server on a CPU of its own (``_split.py``). JSON:
+three blob files a turn); and against ``LocalModelLoop``: ModelLoop whose trivial tool is
+a local activity, the floor of a turn whose tool runs where the workflow task runs (what
+``local`` costs beyond it is the runtime's own work).
+
+Per-turn time (wall and steady, Runs one at a time, alternating), 50-Run turns/s (batches
+alternating), and history bytes per turn with a 4 KB result (``read_4kb`` /
+``result_4kb``) against ``ResultLoop``, the bare floor. Per pair the ratio to each
+baseline (or the floor); printed as median [min-max] of the pairs, and what one blob file
+cost at the start and the end; per 50-Run batch, the server's own counts of its RPCs and
+store operations per turn (``_server_work.py``); then ModelLoop, write and local batches
+again with the server on a CPU of its own (``_split.py``). JSON:
 ``bench/results/local-<timestamp>.json``.
 """
 
@@ -54,7 +58,7 @@ from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
 
 RESULTS = Path(__file__).parent / "results"
-KINDS = ("model_loop", "beating", "storing", "write", "local")
+KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")
 """The Runs measured, in the order each round takes them (rotated each round)."""
 
 BEAT_SECONDS = 70.0
@@ -128,9 +132,9 @@ async def _one(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
 ) -> tuple[float, float, dict[str, float]]:
     """One Run of ``kind``: its wall and steady ms per turn, and its phases per turn."""
-    if kind in ("model_loop", "beating", "storing"):
+    if kind in ("model_loop", "beating", "storing", "local_loop"):
         storing = kind == "storing"
-        run = await (model.storing_loop(turns) if storing else _model_loop(kind, model, turns))
+        run = await _starter(kind, agent, model, turns)()
         first = STORING_MODEL_ACTIVITY if storing else MODEL_REQUEST_ACTIVITY
         facts = await history_facts(model.handle(run.workflow_id), first)
         wall = run.wall_ms
@@ -148,12 +152,24 @@ async def _model_loop(kind: str, model: BaselineBench, turns: int) -> BaselineRu
 
 def _starter(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
-) -> Callable[[], Awaitable[object]]:
+) -> Callable[[], Awaitable[BaselineRun]]:
+    """Starts one baseline Run of ``kind`` (see ``KINDS``)."""
     if kind in ("model_loop", "beating"):
         return lambda: _model_loop(kind, model, turns)
     if kind == "storing":
         return lambda: model.storing_loop(turns)
-    return lambda: agent.run(turns, local=kind == "local")
+    if kind == "local_loop":
+        return lambda: model.local_model_loop(turns)
+    raise ValueError(f"{kind!r} is not a baseline kind")
+
+
+def _batch_of(
+    kind: str, agent: AgentBench, model: BaselineBench, turns: int
+) -> Callable[[], Awaitable[object]]:
+    """Starts one Run of ``kind``, AgentRun or baseline."""
+    if kind in ("write", "local"):
+        return lambda: agent.run(turns, local=kind == "local")
+    return _starter(kind, agent, model, turns)
 
 
 async def measure(
@@ -193,14 +209,14 @@ async def measure(
         for index in range(settings.repeats):
             for kind in rotated(KINDS, index):
                 before = counters
-                batch = await _batch(runs, cturns, _starter(kind, agent, model, cturns))
+                batch = await _batch(runs, cturns, _batch_of(kind, agent, model, cturns))
                 # Not timed: the batch's turns/s and CPU are already taken.
                 counters = await settled_counters(http, metrics)
                 result.batches[kind].append(batch)
                 result.server_work[kind].append(work_per_turn(before, counters, runs * cturns))
         result.split = await split_throughput(
             settings.repeats,
-            lambda kind: _batch(runs, cturns, _starter(kind, agent, model, cturns)),
+            lambda kind: _batch(runs, cturns, _batch_of(kind, agent, model, cturns)),
             lambda: settled_counters(http, metrics),
             progress,
         )
@@ -233,11 +249,12 @@ def _pairs(result: LocalResult, kind: str, base: str) -> dict[str, list[float]]:
 
 def summary(result: LocalResult) -> dict[str, dict[str, float]]:
     """The median, min and max of the per-pair ratios, by kind: to ModelLoop (the issue's
-    targets), to StoringLoop (``<name>_vs_storing``) and, for bytes, to the floor."""
+    targets), to ModelLoop with a beat, StoringLoop and LocalModelLoop
+    (``<name>_vs_<base>``) and, for bytes, to the floor."""
     out: dict[str, dict[str, float]] = {}
     for kind in ("write", "local"):
         figures = _pairs(result, kind, "model_loop")
-        for base in ("beating", "storing"):
+        for base in ("beating", "storing", "local_loop"):
             figures |= {
                 f"{name}_vs_{base}": ratios for name, ratios in _pairs(result, kind, base).items()
             }
@@ -300,6 +317,7 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         ("model_loop", "ModelLoop"),
         ("beating", "ModelLoop + beat"),
         ("storing", "StoringLoop"),
+        ("local_loop", "LocalModelLoop"),
     ):
         for kind in ("local", "write"):
             pairs = _pairs(result, kind, base)

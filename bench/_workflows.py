@@ -13,7 +13,9 @@ it costs over the bare loop is the model call itself, not the runtime. ``Storing
 ModelLoop doing the rest of a real turn's work by hand, as a workflow that keeps its
 conversation by reference must: its model activity parses the streamed answer and stores
 the assistant message and a conversation node, its tool activity stores the tool message
-(three blob files a turn, as AgentRun's turn).
+(three blob files a turn, as AgentRun's turn). ``LocalModelLoop`` is ModelLoop whose tool
+activity is a local activity: the floor of a turn whose tool runs where the workflow task
+runs.
 
 This module is imported inside the workflow sandbox, so it imports only the standard
 library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
@@ -34,6 +36,7 @@ TOOL_ACTIVITY = "bench.tool"
 CONVERSATION_MODEL_ACTIVITY = "bench.model_on_conversation"
 RESULT_TOOL_ACTIVITY = "bench.tool_result"
 MODEL_LOOP = "bench.model_loop"
+LOCAL_MODEL_LOOP = "bench.local_model_loop"
 MODEL_REQUEST_ACTIVITY = "bench.model_request"
 STORING_LOOP = "bench.storing_loop"
 STORING_MODEL_ACTIVITY = "bench.model_request_stored"
@@ -223,6 +226,27 @@ class ModelLoop:
                 else timedelta(seconds=input.heartbeat_seconds),
             )
             await workflow.execute_activity(
+                TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
+            )
+        return input.turns
+
+
+@workflow.defn(name=LOCAL_MODEL_LOOP)
+class LocalModelLoop:
+    """ModelLoop whose tool activity is a local activity: the floor of a turn whose tool
+    runs where the workflow task runs."""
+
+    @workflow.run
+    async def run(self, input: LoopInput) -> int:
+        """Take the turns; return how many were taken."""
+        for turn in range(1, input.turns + 1):
+            await workflow.execute_activity(
+                MODEL_REQUEST_ACTIVITY,
+                RequestTurn(turn=turn, turns=input.turns),
+                result_type=str,
+                start_to_close_timeout=_TIMEOUT,
+            )
+            await workflow.execute_local_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
             )
         return input.turns
