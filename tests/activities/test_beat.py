@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import weakref
 from typing import Any
@@ -64,3 +65,30 @@ async def test_without_a_period_it_beats_once() -> None:
 
     await env.run(call)
     assert beats == [("here",)]
+
+
+_current: contextvars.ContextVar[Details | None] = contextvars.ContextVar("current")
+
+
+async def test_a_cancelled_timer_lets_the_calls_context_go_before_its_due_time() -> None:
+    """A cancelled timer stays scheduled until its due time; the call's context (which
+    holds the SDK's activity context) must not stay with it."""
+    held = Details()
+    gone = weakref.ref(held)
+    # A timer due sooner, as a busy worker has: the loop drops a cancelled timer early
+    # only from the head of its queue.
+    sooner = asyncio.get_running_loop().call_later(30, lambda: None)
+
+    async def call(held: Details) -> None:
+        _current.set(held)  # in the task's own context, as an activity's is
+        BeatTimer(60, 60).cancel()
+
+    try:
+        await asyncio.create_task(call(held))
+        del held
+        for _ in range(3):
+            await asyncio.sleep(0)  # the finished task's last callbacks run
+        gc.collect()
+        assert gone() is None
+    finally:
+        sooner.cancel()
