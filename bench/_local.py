@@ -153,7 +153,8 @@ async def _model_loop(kind: str, model: BaselineBench, turns: int) -> BaselineRu
 def _starter(
     kind: str, agent: AgentBench, model: BaselineBench, turns: int
 ) -> Callable[[], Awaitable[BaselineRun]]:
-    """Starts one baseline Run of ``kind`` (see ``KINDS``)."""
+    """Starts one baseline Run of ``kind`` (a kind of ``KINDS`` other than AgentRun's
+    ``write`` and ``local``)."""
     if kind in ("model_loop", "beating"):
         return lambda: _model_loop(kind, model, turns)
     if kind == "storing":

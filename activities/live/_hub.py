@@ -93,15 +93,15 @@ class AttemptDeltas:
         """The lines of pieces ``after + 1`` on, live, then the end line."""
         position = max(0, after)
         while True:
-            if self._grew is None:
-                self._grew = asyncio.Event()
-            grew = self._grew
             while position < len(self.lines):
                 yield self.lines[position]
                 position += 1
-            if self.ended is not None and position >= len(self.lines):
+            if self.ended is not None:
                 return
-            await grew.wait()
+            # Nothing runs between the check above and the wait: no line can slip by.
+            if self._grew is None:
+                self._grew = asyncio.Event()
+            await self._grew.wait()
 
 
 class DeltaHub:
