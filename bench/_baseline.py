@@ -148,9 +148,16 @@ class BaselineBench:
             raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
         return run
 
-    async def local_model_loop(self, turns: int) -> BaselineRun:
-        """One LocalModelLoop of ``turns`` turns (ModelLoop with its tool run locally)."""
-        run = await self._run(LOCAL_MODEL_LOOP, LoopInput(turns=turns), give_up_s=300)
+    async def local_model_loop(
+        self, turns: int, heartbeat_seconds: float | None = None
+    ) -> BaselineRun:
+        """One LocalModelLoop of ``turns`` turns (ModelLoop with its tool run locally;
+        ``heartbeat_seconds`` as ``model_loop``'s)."""
+        run = await self._run(
+            LOCAL_MODEL_LOOP,
+            LoopInput(turns=turns, heartbeat_seconds=heartbeat_seconds),
+            give_up_s=300,
+        )
         if run.failure:
             raise RuntimeError(f"local model loop {run.workflow_id} failed: {run.failure}")
         return run

@@ -16,8 +16,9 @@ and against ``StoringLoop`` too: ModelLoop doing the rest of a turn's work by ha
 hand-written workflow keeping its conversation by reference must (parsing the answer,
 storing the assistant message, a conversation node and the tool message: AgentRun's
 three blob files a turn); and against ``LocalModelLoop``: ModelLoop whose trivial tool is
-a local activity, the floor of a turn whose tool runs where the workflow task runs (what
-``local`` costs beyond it is the runtime's own work).
+a local activity and whose model activity has the heartbeat timeout AgentRun's has, the
+floor of a turn whose tool runs where the workflow task runs (what ``local`` costs beyond
+it is the runtime's own work).
 
 Per-turn time (wall and steady, Runs one at a time, alternating), 50-Run turns/s (batches
 alternating), and history bytes per turn with a 4 KB result (``read_4kb`` /
@@ -160,7 +161,7 @@ def _starter(
     if kind == "storing":
         return lambda: model.storing_loop(turns)
     if kind == "local_loop":
-        return lambda: model.local_model_loop(turns)
+        return lambda: model.local_model_loop(turns, BEAT_SECONDS)
     raise ValueError(f"{kind!r} is not a baseline kind")
 
 
@@ -251,7 +252,8 @@ def _pairs(result: LocalResult, kind: str, base: str) -> dict[str, list[float]]:
 def summary(result: LocalResult) -> dict[str, dict[str, float]]:
     """The median, min and max of the per-pair ratios, by kind: to ModelLoop (the issue's
     targets), to ModelLoop with a beat, StoringLoop and LocalModelLoop
-    (``<name>_vs_<base>``) and, for bytes, to the floor."""
+    (``<name>_vs_<base>``) and, for bytes, to the floor; and ``local_loop``: LocalModelLoop
+    to ModelLoop, what local activities save a hand-written loop."""
     out: dict[str, dict[str, float]] = {}
     for kind in ("write", "local"):
         figures = _pairs(result, kind, "model_loop")
@@ -267,6 +269,12 @@ def summary(result: LocalResult) -> dict[str, dict[str, float]]:
             row[f"{name}_ratio_min"] = min(ratios) if ratios else float("nan")
             row[f"{name}_ratio_max"] = max(ratios) if ratios else float("nan")
         out[kind] = row
+    floor = _pairs(result, "local_loop", "model_loop")
+    out["local_loop"] = {
+        f"{name}_ratio{end}": pick(ratios) if ratios else float("nan")
+        for name, ratios in floor.items()
+        for end, pick in (("", median), ("_min", min), ("_max", max))
+    }
     return out
 
 
@@ -333,6 +341,16 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
                     else "",
                 ]
             )
+    floor_pairs = _pairs(result, "local_loop", "model_loop")
+    ratios.append(
+        [
+            "LocalModelLoop / ModelLoop",
+            spread(floor_pairs["wall"]),
+            spread(floor_pairs["steady"]),
+            spread(floor_pairs["turns_per_s"]),
+            "",
+        ]
+    )
     ratio_table = table(
         [
             "ratio: median [min-max] of pairs",

@@ -15,7 +15,7 @@ conversation by reference must: its model activity parses the streamed answer an
 the assistant message and a conversation node, its tool activity stores the tool message
 (three blob files a turn, as AgentRun's turn). ``LocalModelLoop`` is ModelLoop whose tool
 activity is a local activity: the floor of a turn whose tool runs where the workflow task
-runs.
+runs (section 12 gives its model activity AgentRun's heartbeat timeout).
 
 This module is imported inside the workflow sandbox, so it imports only the standard
 library, ``temporalio`` and pydantic (a passthrough module of the psych plugin).
@@ -245,6 +245,9 @@ class LocalModelLoop:
                 RequestTurn(turn=turn, turns=input.turns),
                 result_type=str,
                 start_to_close_timeout=_TIMEOUT,
+                heartbeat_timeout=None
+                if input.heartbeat_seconds is None
+                else timedelta(seconds=input.heartbeat_seconds),
             )
             await workflow.execute_local_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
