@@ -123,12 +123,16 @@ class BaselineBench:
             await handle.terminate("benchmark timeout")
         return BaselineRun(workflow_id, (time.perf_counter() - started) * 1000, failure)
 
+    async def _finished(self, workflow: str, input: LoopInput, what: str) -> BaselineRun:
+        """``_run`` within 300 s; a failure raises, naming ``what`` failed."""
+        run = await self._run(workflow, input, give_up_s=300)
+        if run.failure:
+            raise RuntimeError(f"{what} {run.workflow_id} failed: {run.failure}")
+        return run
+
     async def bare(self, turns: int, *, tool: bool = True) -> BaselineRun:
         """One BareLoop of ``turns`` turns (model + tool activity, or model only)."""
-        run = await self._run(BARE_LOOP, LoopInput(turns=turns, tool=tool), give_up_s=300)
-        if run.failure:
-            raise RuntimeError(f"bare loop {run.workflow_id} failed: {run.failure}")
-        return run
+        return await self._finished(BARE_LOOP, LoopInput(turns=turns, tool=tool), "bare loop")
 
     def learn(self, turns: int, bodies: list[dict[str, Any]]) -> None:
         """The request bodies ``turns``-turn ModelLoops send (``AgentBench.request_bodies``)."""
@@ -139,44 +143,30 @@ class BaselineBench:
     async def model_loop(self, turns: int, heartbeat_seconds: float | None = None) -> BaselineRun:
         """One ModelLoop of ``turns`` turns (a model request + a trivial tool activity;
         ``heartbeat_seconds``: the model activity's heartbeat timeout)."""
-        run = await self._run(
-            MODEL_LOOP,
-            LoopInput(turns=turns, heartbeat_seconds=heartbeat_seconds),
-            give_up_s=300,
+        return await self._finished(
+            MODEL_LOOP, LoopInput(turns=turns, heartbeat_seconds=heartbeat_seconds), "model loop"
         )
-        if run.failure:
-            raise RuntimeError(f"model loop {run.workflow_id} failed: {run.failure}")
-        return run
 
     async def local_model_loop(
         self, turns: int, heartbeat_seconds: float | None = None
     ) -> BaselineRun:
         """One LocalModelLoop of ``turns`` turns (ModelLoop with its tool run locally;
         ``heartbeat_seconds`` as ``model_loop``'s)."""
-        run = await self._run(
+        return await self._finished(
             LOCAL_MODEL_LOOP,
             LoopInput(turns=turns, heartbeat_seconds=heartbeat_seconds),
-            give_up_s=300,
+            "local model loop",
         )
-        if run.failure:
-            raise RuntimeError(f"local model loop {run.workflow_id} failed: {run.failure}")
-        return run
 
     async def storing_loop(self, turns: int) -> BaselineRun:
         """One StoringLoop of ``turns`` turns (ModelLoop keeping its conversation by hand)."""
-        run = await self._run(STORING_LOOP, LoopInput(turns=turns), give_up_s=300)
-        if run.failure:
-            raise RuntimeError(f"storing loop {run.workflow_id} failed: {run.failure}")
-        return run
+        return await self._finished(STORING_LOOP, LoopInput(turns=turns), "storing loop")
 
     async def results(self, turns: int, result_bytes: int) -> BaselineRun:
         """One ResultLoop: the bare loop whose tool returns ``result_bytes`` each turn."""
-        run = await self._run(
-            RESULT_LOOP, LoopInput(turns=turns, result_bytes=result_bytes), give_up_s=300
+        return await self._finished(
+            RESULT_LOOP, LoopInput(turns=turns, result_bytes=result_bytes), "result loop"
         )
-        if run.failure:
-            raise RuntimeError(f"result loop {run.workflow_id} failed: {run.failure}")
-        return run
 
     async def conversation(self, turns: int, result_bytes: int, give_up_s: float) -> BaselineRun:
         """One ConversationLoop; a failure (history too large) is returned, not raised."""

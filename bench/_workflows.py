@@ -208,6 +208,19 @@ class ConversationLoop:
         return input.turns
 
 
+async def _request_model(input: LoopInput, turn: int) -> None:
+    """ModelLoop's model request of ``turn``, in a workflow."""
+    await workflow.execute_activity(
+        MODEL_REQUEST_ACTIVITY,
+        RequestTurn(turn=turn, turns=input.turns),
+        result_type=str,
+        start_to_close_timeout=_TIMEOUT,
+        heartbeat_timeout=None
+        if input.heartbeat_seconds is None
+        else timedelta(seconds=input.heartbeat_seconds),
+    )
+
+
 @workflow.defn(name=MODEL_LOOP)
 class ModelLoop:
     """The bare loop whose model activity requests a real (fake-model) chat completion."""
@@ -216,15 +229,7 @@ class ModelLoop:
     async def run(self, input: LoopInput) -> int:
         """Take the turns; return how many were taken."""
         for turn in range(1, input.turns + 1):
-            await workflow.execute_activity(
-                MODEL_REQUEST_ACTIVITY,
-                RequestTurn(turn=turn, turns=input.turns),
-                result_type=str,
-                start_to_close_timeout=_TIMEOUT,
-                heartbeat_timeout=None
-                if input.heartbeat_seconds is None
-                else timedelta(seconds=input.heartbeat_seconds),
-            )
+            await _request_model(input, turn)
             await workflow.execute_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
             )
@@ -240,15 +245,7 @@ class LocalModelLoop:
     async def run(self, input: LoopInput) -> int:
         """Take the turns; return how many were taken."""
         for turn in range(1, input.turns + 1):
-            await workflow.execute_activity(
-                MODEL_REQUEST_ACTIVITY,
-                RequestTurn(turn=turn, turns=input.turns),
-                result_type=str,
-                start_to_close_timeout=_TIMEOUT,
-                heartbeat_timeout=None
-                if input.heartbeat_seconds is None
-                else timedelta(seconds=input.heartbeat_seconds),
-            )
+            await _request_model(input, turn)
             await workflow.execute_local_activity(
                 TOOL_ACTIVITY, turn, result_type=str, start_to_close_timeout=_TIMEOUT
             )
