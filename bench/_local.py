@@ -57,6 +57,7 @@ from bench._table import median, rotated, spread, table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
+from psych_runtime.workers import tune_gc_for_serving
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")
@@ -190,6 +191,9 @@ async def measure(
             env, model=agent.endpoint, sandbox=False, blobs=LocalBlobStore(home / "loop-blobs")
         ) as model,
     ):
+        # As `psych worker` does once its workers are built; the collector is the
+        # process's, so the baselines' workers here have it too.
+        tune_gc_for_serving()
         turns = settings.turns
         progress("warm-up: one Run of each")
         model.learn(turns, await agent.request_bodies(turns))

@@ -37,7 +37,7 @@ from bench._sections import (
     workflow_steps,
 )
 from bench._tracing import tracing_cost, tracing_summary, tracing_text
-from psych_runtime.workers import FAST_DISPATCH_ARGS, temporal_binary
+from psych_runtime.workers import FAST_DISPATCH_ARGS, temporal_binary, tune_gc_for_serving
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -101,6 +101,9 @@ async def _run(settings: Settings, quick: bool) -> dict[str, Any]:
                 BaselineBench.running(env) as bare,
                 BaselineBench.running(env, model=agent.endpoint, sandbox=False) as unsandboxed,
             ):
+                # As `psych worker` does once its workers are built; the collector is the
+                # process's, so the baselines' workers here have it too.
+                tune_gc_for_serving()
                 _progress("1. sequential per-turn time")
                 seq = await sequential(agent, bare, unsandboxed, settings)
                 sections["sequential"] = {

@@ -39,7 +39,7 @@ from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore,
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, connect, run_worker
+from psych_runtime.workers import WorkerSettings, connect, run_worker, tune_gc_for_serving
 from psych_runtime.workflows import PsychClient, RunHandle
 
 RESULTS = Path(__file__).parent / "results"
@@ -89,6 +89,7 @@ async def _worker(target: str, task_queue: str, home: str, model_url: str, cache
         policy=RulePolicy(destructive="ask"),
     )
     async with run_worker(client, settings, max_cached_workflows=int(cache)):
+        tune_gc_for_serving()  # as `psych worker` does
         print(READY, flush=True)
         await asyncio.Event().wait()
 

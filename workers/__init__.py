@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         temporal_binary,
     )
     from psych_runtime.workers._exit import exit_process
+    from psych_runtime.workers._gc import SERVING_GEN0_THRESHOLD, tune_gc_for_serving
     from psych_runtime.workers._oauth_callback import (
         complete_authorization,
         oauth_callback_app,
@@ -58,6 +59,7 @@ _HOMES = {
     "PsychCodec": "psych_runtime.workers.codec",
     "PsychPlugin": "psych_runtime.workers._plugin",
     "SANDBOX_PASSTHROUGH": "psych_runtime.workers._plugin",
+    "SERVING_GEN0_THRESHOLD": "psych_runtime.workers._gc",
     "Telemetry": "psych_runtime.workers._telemetry",
     "TelemetryConfig": "psych_runtime.workers._telemetry",
     "UPDATE_PAYLOADS_ARGS": "psych_runtime.workers._devserver",
@@ -84,6 +86,7 @@ _HOMES = {
     "telemetry_from_env": "psych_runtime.workers._telemetry",
     "telemetry_plugins": "psych_runtime.workers._telemetry",
     "temporal_binary": "psych_runtime.workers._devserver",
+    "tune_gc_for_serving": "psych_runtime.workers._gc",
     "uninstall_telemetry": "psych_runtime.workers._telemetry",
     "worker_identity": "psych_runtime.workers.fleet",
 }
@@ -111,6 +114,7 @@ __all__ = [
     "PsychCodec",
     "PsychPlugin",
     "SANDBOX_PASSTHROUGH",
+    "SERVING_GEN0_THRESHOLD",
     "Telemetry",
     "TelemetryConfig",
     "UPDATE_PAYLOADS_ARGS",
@@ -137,6 +141,7 @@ __all__ = [
     "telemetry_from_env",
     "telemetry_plugins",
     "temporal_binary",
+    "tune_gc_for_serving",
     "uninstall_telemetry",
     "worker_identity",
 ]

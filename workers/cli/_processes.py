@@ -29,6 +29,7 @@ from psych_runtime.testing import FakeModel
 from psych_runtime.workers._client import with_codec
 from psych_runtime.workers._devserver import start_dev_server
 from psych_runtime.workers._environment import describe_policy
+from psych_runtime.workers._gc import tune_gc_for_serving
 from psych_runtime.workers._worker import (
     WorkerSettings,
     bound_hooks,
@@ -242,6 +243,7 @@ async def _worker(args: argparse.Namespace) -> int:
         if health_port is not None:
             health = Health(client, lambda: workers)
             await probes.enter_async_context(serve_health(health, health_port))
+        tune_gc_for_serving()  # the start-up heap is built: out of the collector's sight
         with stop_on_signal() as stop:
             _print_endpoint(settings, serving)
             _print_policy(settings)
@@ -291,6 +293,7 @@ async def _dev(args: argparse.Namespace) -> int:
             model_wiring(fake, settings) as (settings, serving),
             run_worker(with_codec(env.client, codec_from_env()), settings),
         ):
+            tune_gc_for_serving()
             with stop_on_signal() as stop:
                 print(f"Temporal dev server at {env.client.service_client.config.target_host}")
                 if args.ui:

@@ -1,0 +1,60 @@
+"""``tune_gc_for_serving``: what ``psych worker`` and ``psych dev`` do to the collector once
+their workers are built."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from psych_runtime.workers import SERVING_GEN0_THRESHOLD, tune_gc_for_serving
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def restored_gc() -> Iterator[None]:
+    """The collector as the test found it, whatever the test did."""
+    threshold = gc.get_threshold()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_the_start_up_heap_is_frozen_and_young_collections_run_less_often() -> None:
+    gc.set_threshold(700, 10, 10)
+    kept = Node()
+    tune_gc_for_serving()
+    assert gc.get_threshold() == (SERVING_GEN0_THRESHOLD, 10, 10)
+    assert gc.get_freeze_count() > 0
+    # What lived at the call is frozen, out of every collection's sight.
+    assert not any(obj is kept for obj in gc.get_objects())
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_garbage_made_before_the_call_is_collected_not_frozen() -> None:
+    gc.disable()  # no collection of its own between here and the call
+    try:
+        cycle = Node()
+        gone = weakref.ref(cycle)
+        del cycle
+        assert gone() is not None  # a cycle: only a collection frees it
+        tune_gc_for_serving()
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_higher_threshold_of_the_process_is_kept() -> None:
+    gc.set_threshold(50_000, 20, 5)
+    tune_gc_for_serving()
+    assert gc.get_threshold() == (50_000, 20, 5)
