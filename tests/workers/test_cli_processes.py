@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import SERVING_GEN0_THRESHOLD
 from tests._ports import free_port
 
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
@@ -59,6 +60,50 @@ async def test_worker_serves_runs_until_sigint(
     assert code == 0, errors
     assert rest.strip() == "worker stopped"
     assert "Traceback" not in errors
+
+
+GC_TOOLS = '''
+import gc
+
+from psych_runtime.specs import ToolRegistry
+
+registry = ToolRegistry()
+
+
+@registry.register(idempotent=True)
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order by id.
+
+    Args:
+        order_id: The order's id, e.g. "42".
+    """
+    return {"young": str(gc.get_threshold()[0]), "frozen": str(gc.get_freeze_count() > 0)}
+'''
+
+
+async def test_worker_tunes_its_collector_once_its_workers_are_built(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The worker's own lookup_order reports its process's collector to the model.
+    tools = cli.home / "gc_tools.py"
+    tools.write_text(GC_TOOLS)
+    script_lookup(cli)
+    env = cli.child_env(TEMPORAL_ADDRESS=cli.address, PSYCH_TASK_QUEUE=cli.task_queue)
+    child = await spawn([*PSYCH, "worker", "--tools", f"{tools}:registry"], env, cli.home)
+    assert child.stdout is not None
+    try:
+        await read_until(child.stdout, "Ctrl-C to stop")
+        status, out, err = await psych(capsys, *cli.run_args("--input", "Where is order 7?"))
+        assert status == 0, out + err
+    finally:
+        code, _, errors = await stop(child, signal.SIGINT)
+    assert code == 0, errors
+    shown = [
+        message["content"]
+        for message in cli.fake.requests[-1]["messages"]
+        if message["role"] == "tool"
+    ]
+    assert shown == [f'{{"young": "{SERVING_GEN0_THRESHOLD}", "frozen": "True"}}']
 
 
 async def test_dev_runs_a_server_and_a_worker_until_sigterm(
