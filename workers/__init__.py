@@ -14,7 +14,7 @@ if TYPE_CHECKING:
         temporal_binary,
     )
     from psych_runtime.workers._exit import exit_process
-    from psych_runtime.workers._gc import SERVING_GEN0_THRESHOLD, tune_gc_for_serving
+    from psych_runtime.workers._gc import SERVING_GC_THRESHOLDS, tune_gc_for_serving
     from psych_runtime.workers._oauth_callback import (
         complete_authorization,
         oauth_callback_app,
@@ -59,7 +59,7 @@ _HOMES = {
     "PsychCodec": "psych_runtime.workers.codec",
     "PsychPlugin": "psych_runtime.workers._plugin",
     "SANDBOX_PASSTHROUGH": "psych_runtime.workers._plugin",
-    "SERVING_GEN0_THRESHOLD": "psych_runtime.workers._gc",
+    "SERVING_GC_THRESHOLDS": "psych_runtime.workers._gc",
     "Telemetry": "psych_runtime.workers._telemetry",
     "TelemetryConfig": "psych_runtime.workers._telemetry",
     "UPDATE_PAYLOADS_ARGS": "psych_runtime.workers._devserver",
@@ -114,7 +114,7 @@ __all__ = [
     "PsychCodec",
     "PsychPlugin",
     "SANDBOX_PASSTHROUGH",
-    "SERVING_GEN0_THRESHOLD",
+    "SERVING_GC_THRESHOLDS",
     "Telemetry",
     "TelemetryConfig",
     "UPDATE_PAYLOADS_ARGS",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers import SERVING_GEN0_THRESHOLD
+from psych_runtime.workers import SERVING_GC_THRESHOLDS
 from tests._ports import free_port
 
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
@@ -77,7 +77,8 @@ def lookup_order(order_id: str) -> dict[str, str]:
     Args:
         order_id: The order's id, e.g. "42".
     """
-    return {"young": str(gc.get_threshold()[0]), "frozen": str(gc.get_freeze_count() > 0)}
+    thresholds = " ".join(str(value) for value in gc.get_threshold())
+    return {"thresholds": thresholds, "frozen": str(gc.get_freeze_count() > 0)}
 '''
 
 
@@ -103,7 +104,8 @@ async def test_worker_tunes_its_collector_once_its_workers_are_built(
         for message in cli.fake.requests[-1]["messages"]
         if message["role"] == "tool"
     ]
-    assert shown == [f'{{"young": "{SERVING_GEN0_THRESHOLD}", "frozen": "True"}}']
+    thresholds = " ".join(str(value) for value in SERVING_GC_THRESHOLDS)
+    assert shown == [f'{{"thresholds": "{thresholds}", "frozen": "True"}}']
 
 
 async def test_dev_runs_a_server_and_a_worker_until_sigterm(
