@@ -20,8 +20,13 @@ from a2a.utils.errors import InvalidParamsError
 
 from psych_runtime.activities.tokens import TokenKey
 from psych_runtime.specs import Scope
-from psych_runtime.workers.serve.a2a import MemoryTokenStore, PushRegistry, PushStore, Watched
-from psych_runtime.workers.serve.a2a._push_store import PUSH_ISSUER
+from psych_runtime.workers.serve.a2a import (
+    PUSH_ISSUER,
+    MemoryTokenStore,
+    PushRegistry,
+    PushStore,
+    Watched,
+)
 
 SCOPE = Scope(tenant="acme", principal="alice")
 
@@ -113,7 +118,6 @@ class Forever:
 
 def registry(tokens: SlowTokenStore, lease_seconds: float = 30.0) -> PushRegistry:
     return PushRegistry(
-        None,  # type: ignore[arg-type]  # the registry never calls the client
         store=PushStore(tokens),
         lease_seconds=lease_seconds,
         owner="this-process",

@@ -68,7 +68,6 @@ def create_app(settings: ServeSettings) -> FastAPI:
     # Kept on the app: whoever runs it closes it when the server stops (``psych serve``
     # does), so another process takes its tasks' push notifications over at once.
     app.state.a2a_pushes = pushes = PushRegistry(
-        settings.client,
         store=PushStore(
             settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
         ),

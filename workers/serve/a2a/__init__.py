@@ -14,7 +14,12 @@ from psych_runtime.workers.serve.a2a._cards import (
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
 from psych_runtime.workers.serve.a2a._peer_push import PEER_PUSH_PATH, peer_push_route
 from psych_runtime.workers.serve.a2a._push import PushRegistry
-from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
+from psych_runtime.workers.serve.a2a._push_store import (
+    PUSH_ISSUER,
+    MemoryTokenStore,
+    PushStore,
+    Watched,
+)
 from psych_runtime.workers.serve.a2a._routes import A2A_PREFIX, a2a_routes
 
 __all__ = [
@@ -23,6 +28,7 @@ __all__ = [
     "ListedVersions",
     "MemoryTokenStore",
     "PEER_PUSH_PATH",
+    "PUSH_ISSUER",
     "PsychRequestHandler",
     "PushRegistry",
     "PushStore",

@@ -44,7 +44,6 @@ from psych_runtime.activities.egress import Egress, EgressDenied, EgressSettings
 from psych_runtime.specs import Scope
 from psych_runtime.workers._settings import worker_egress
 from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
-from psych_runtime.workflows import PsychClient
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +94,6 @@ _Start = tuple[_Key, str | None, Callable[[], AsyncIterator[Event]]]
 class PushRegistry:
     """The webhooks of every task, and this process's watchers of them."""
 
-    client: PsychClient
     timeout_seconds: float = 10.0
     egress: Egress = field(default_factory=_egress)
     store: PushStore = field(default_factory=lambda: PushStore(MemoryTokenStore()))

@@ -126,7 +126,6 @@ def a2a_routes(
     catalogue = AgentCatalogue(client.store)
     if pushes is None:
         pushes = PushRegistry(
-            client,
             timeout_seconds=push_timeout_seconds,
             store=PushStore(push_tokens if push_tokens is not None else MemoryTokenStore()),
             lease_seconds=push_lease_seconds,
