@@ -54,6 +54,7 @@ from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._server_work import ServerWork, free_port, settled_counters, work_per_turn
 from bench._split import SplitResult, split_throughput
 from bench._table import median, rotated, spread, table
+from bench._threads import THREADS_NOTE, thread_table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
@@ -372,6 +373,11 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
         " turns with 4 KB results. Targets (issue 27): local <= 0.85 wall, >= 1.15 turns/s;"
         " write <= 1.05 wall, >= 0.95 turns/s; bytes <= 1.10 the floor."
     )
+    threads = thread_table(
+        "this process, CPU ms/turn",
+        KINDS,
+        {k: [b.threads_ms_per_turn for b in result.batches[k]] for k in KINDS},
+    )
     work = table(
         [
             "server work per turn",
@@ -403,6 +409,9 @@ def text(result: LocalResult, settings: LocalSettings) -> str:
             ratio_table,
             "",
             *result.split.lines(),
+            THREADS_NOTE,
+            threads,
+            "",
             counted,
             work,
             "",

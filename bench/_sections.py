@@ -14,6 +14,7 @@ from bench._agent import AgentBench
 from bench._baseline import BaselineBench
 from bench._history import HistoryFacts, history_facts
 from bench._process import captured_output, cpu_mark
+from bench._threads import ThreadMark, watch_collector
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, RESULT_TOOL_ACTIVITY
 from psych_runtime.activities.contract import MODEL_CALL, TOOL_RUN_CODE
 
@@ -141,6 +142,9 @@ class Batch:
     """CPU of this process (worker, fake model, client) per turn taken."""
     server_cpu_ms_per_turn: float
     """CPU of the dev server process per turn taken."""
+    threads_ms_per_turn: dict[str, float] = field(default_factory=dict)
+    """This process's CPU per turn by thread group, and the collector's pauses
+    (``bench._threads``)."""
 
 
 @dataclass(frozen=True)
@@ -158,16 +162,18 @@ class ThroughputResult:
 
 
 async def _batch(runs: int, turns: int, start: Callable[[], Awaitable[object]]) -> Batch:
-    before = cpu_mark()
+    watch_collector()
+    before, threads = cpu_mark(), ThreadMark.now()
     started = time.perf_counter()
     await asyncio.gather(*(start() for _ in range(runs)))
     elapsed = time.perf_counter() - started
-    after = cpu_mark()
+    after, threads_after = cpu_mark(), ThreadMark.now()
     taken = runs * turns
     return Batch(
         turns_per_s=taken / elapsed,
         process_cpu_ms_per_turn=(after.process_s - before.process_s) * 1000 / taken,
         server_cpu_ms_per_turn=(after.server_s - before.server_s) * 1000 / taken,
+        threads_ms_per_turn=threads.ms_per_turn(threads_after, taken),
     )
 
 
