@@ -23,6 +23,13 @@ DEV_SERVER_LOG = re.compile(r"time=\S+ level=[A-Z]+ msg=")
 """A line the embedded Temporal dev server logs itself (``time=... level=ERROR msg=...``)."""
 
 
+def psych_lines(console: str) -> list[str]:
+    """The lines of ``psych dev``'s stderr that psych printed: the embedded dev server logs
+    to the same stderr in its own format (it may log an internal error such as "unable to
+    add metrics baggage to gRPC trailer" at any time)."""
+    return [line for line in console.strip().splitlines() if not DEV_SERVER_LOG.match(line)]
+
+
 def bare_env(**extra: str) -> dict[str, str]:
     """The environment of a fresh machine: no Temporal, psych or OpenAI settings."""
     env = {
@@ -239,11 +246,8 @@ async def test_expected_failures_are_one_console_line_each_unless_verbose(
     ), failed[0]
     assert ("Traceback (most recent call last)" in console) is verbose, console
     if not verbose:
-        # The embedded dev server logs to the same stderr in its own format (it may log an
-        # internal error such as "unable to add metrics baggage to gRPC trailer" at any
-        # time); the check is that psych itself prints this one line.
-        ours = [line for line in console.strip().splitlines() if not DEV_SERVER_LOG.match(line)]
-        assert len(ours) == 1, console
+        # The check is that psych itself prints this one line.
+        assert len(psych_lines(console)) == 1, console
 
 
 async def test_an_unresolvable_endpoint_is_one_line_and_fails_the_run_at_once(
@@ -265,7 +269,9 @@ async def test_an_unresolvable_endpoint_is_one_line_and_fails_the_run_at_once(
     assert status == 1
     assert "model calls:  1 (1 failed)" in out
     assert code == 0
-    (line,) = console.strip().splitlines()
+    lines = psych_lines(console)
+    assert len(lines) == 1, console
+    (line,) = lines
     assert re.fullmatch(
         r"\d\d:\d\d:\d\d warning: model call failed \(not transient\): model gpt-4o-mini: "
         r"cannot resolve host 'nonexistent.invalid': .+ \[psych-acme-\w+\]",
