@@ -95,13 +95,19 @@ def _children() -> list[int]:
     return pids
 
 
-def _cpu_of(pid: int) -> float:
+def stat_cpu_seconds(stat: Path) -> float | None:
+    """CPU seconds (user + system) in a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat``
+    file; None when it is gone (the process or thread ended)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    # utime and stime are fields 14 and 15 of /proc/<pid>/stat (12 and 13 after the name).
+        return None
+    # utime and stime are fields 14 and 15 of the stat file (12 and 13 after the name).
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _cpu_of(pid: int) -> float:
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat")) or 0.0
 
 
 def cpu_mark() -> CpuMark:

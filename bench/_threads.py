@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._process import stat_cpu_seconds
 from bench._table import median, table
 
 GROUPS = ("event loop", "workflows", "core", "other", "collector")
@@ -79,18 +80,18 @@ def _thread_seconds() -> dict[str, float]:
     if not _TASKS.is_dir():
         return {}
     python_names = {t.native_id: t.name for t in threading.enumerate()}
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for task in _TASKS.iterdir():
+        seconds = stat_cpu_seconds(task / "stat")
         try:
-            stat = (task / "stat").read_text()
             comm = (task / "comm").read_text().strip()
-        except OSError:  # the thread ended meanwhile
+        except OSError:
+            seconds = None
+        if seconds is None:  # the thread ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
         tid = int(task.name)
         group = _group(python_names.get(tid, comm), tid == os.getpid())
-        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[group] = out.get(group, 0.0) + seconds
     return out
 
 
