@@ -342,7 +342,9 @@ class ModelActivities(ActivityClass):
             provider_fields=answer.provider_fields,
         )
         assistant_ref = await self.conversations.put_message(assistant)
-        head = await self.conversations.append(context_ref, [*new_refs, assistant_ref])
+        head = await self.conversations.append(
+            context_ref, [*new_refs, assistant_ref], [*new_messages, assistant]
+        )
         assert head is not None  # the node holds at least the assistant message
         usage = answer.usage or Usage()
         cost = (

@@ -1,4 +1,5 @@
-"""LocalBlobStore: content-addressed files under its root, and nowhere else."""
+"""LocalBlobStore: content-addressed files under its root, and nowhere else; the
+conversation chain's cache of heads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities.blobs import (
+    Conversations,
     EncryptedBlobStore,
     LocalBlobStore,
     RecentBlobs,
@@ -14,7 +16,7 @@ from psych_runtime.activities.blobs import (
     ref_without_storing,
 )
 from psych_runtime.activities.blobs import _store as _blobs
-from psych_runtime.activities.contract import blob_ref
+from psych_runtime.activities.contract import ChatMessage, blob_ref
 from psych_runtime.specs import NotFound
 
 
@@ -205,3 +207,51 @@ async def test_ref_without_storing_names_the_ref_put_gives_only_when_the_store_c
     sealed = EncryptedBlobStore(local, _Reversing())
     assert ref_without_storing(sealed, b"abc") == blob_ref(b"cba") == await sealed.put(b"abc")
     assert ref_without_storing(EncryptedBlobStore(opaque, _Reversing()), b"abc") is None
+
+
+class _Counting(_Opaque):
+    """An in-memory store that counts its reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    async def get(self, ref: str) -> bytes:
+        self.gets += 1
+        return await super().get(ref)
+
+
+async def test_a_head_appended_with_its_messages_is_read_back_without_the_store() -> None:
+    store = _Counting()
+    conversations = Conversations(store)
+    question = ChatMessage(role="user", content="Refund order 42")
+    first = await conversations.append(None, [await conversations.put_message(question)])
+    assert await conversations.messages(first) == (question,)  # walked: one node, one message
+    assert store.gets == 2
+    answer = ChatMessage(role="assistant", content="Done.")
+    head = await conversations.append(first, [await conversations.put_message(answer)], [answer])
+    assert await conversations.messages(head) == (question, answer)
+    assert store.gets == 2  # remembered at append: no node read, no message parsed
+    # What is remembered is what a reader without the cache finds in the store.
+    assert await Conversations(store).messages(head) == (question, answer)
+
+
+async def test_a_head_appended_after_an_uncached_one_is_walked_as_before() -> None:
+    store = _Counting()
+    writer = Conversations(store)
+    question = ChatMessage(role="user", content="Refund order 42")
+    first = await writer.append(None, [await writer.put_message(question)])
+    answer = ChatMessage(role="assistant", content="Done.")
+    # Another worker's conversations: it never read `first`, so it cannot know its messages.
+    other = Conversations(store)
+    head = await other.append(first, [await other.put_message(answer)], [answer])
+    before = store.gets
+    assert await other.messages(head) == (question, answer)
+    assert store.gets > before
+
+
+async def test_an_append_whose_messages_do_not_match_its_refs_is_refused() -> None:
+    conversations = Conversations(_Opaque())
+    ref = await conversations.put_message(ChatMessage(role="user", content="hi"))
+    with pytest.raises(ValueError, match="2 messages for 1 message refs"):
+        await conversations.append(None, [ref], [ChatMessage(role="user", content="hi")] * 2)

@@ -141,6 +141,15 @@ STREAM_ERRORS = [
         None,
         id="event-error-plain-text",
     ),
+    pytest.param(
+        # Its key spelled with an escape: a chunk is read in one pass only when it cannot
+        # be an error, and this one could.
+        sse(ROLE, 'data: {"\\u0065rror": {"message": "Escaped", "type": "server_error"}}\n\n'),
+        "Escaped (type server_error)",
+        True,
+        None,
+        id="error-key-escaped",
+    ),
 ]
 
 
@@ -342,6 +351,25 @@ async def test_gemini_extra_content_is_stored_and_sent_back_next_request(
 
 
 # --- line ends: CR, LF and CRLF only -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ['"error"', "error: none", "caf\u00e9 \\u0065rror", '{"error": "not one"}']
+)
+async def test_a_chunk_whose_text_mentions_an_error_is_text(
+    blobs: LocalBlobStore, http: httpx.AsyncClient, text: str
+) -> None:
+    escaped = sse(chunk({"role": "assistant", "content": text}), chunk({}, "stop"))
+    body = "".join(
+        f"data: {json.dumps(json.loads(line[6:]))}\n\n"  # ASCII only: every escape used
+        for line in escaped.splitlines()
+        if line.startswith("data: ")
+    )
+    with Upstream(lambda _: Answer(200, body + "data: [DONE]\n\n", "text/event-stream")) as up:
+        result = await answer(up, blobs, http, stream=True)
+
+    assert result.text == text
+
 
 ODD = "one\u2028two\u0085three\u2029four\x1cfive"
 """Characters ``str.splitlines`` splits at and JSON may carry raw inside a string."""
