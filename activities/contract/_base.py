@@ -33,14 +33,16 @@ class _Compact(_Payload):
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        defaults = _defaults(type(self))
-        implied = self._implied()
-        return {
-            key: value
-            for key, value in data.items()
-            if (key not in implied or getattr(self, key) != implied[key])
-            and (key not in defaults or getattr(self, key) != defaults[key])
-        }
+        values = self.__dict__
+        # Every payload a turn sends passes here: the fields are dropped from the dict the
+        # handler made, and a value still holding its default object is not compared.
+        for key, default in _defaults(type(self)).items():
+            if key in data and ((value := values[key]) is default or value == default):
+                del data[key]
+        for key, implied in self._implied().items():
+            if key in data and values[key] == implied:
+                del data[key]
+        return data
 
     def _implied(self) -> dict[str, Any]:
         """Fields whose value the other fields imply: left out when they hold it (a class

@@ -38,7 +38,27 @@ def blob_ref(data: bytes) -> str:
 WIRE_PREFIX = "~"
 """Marks the compact form: neither ``sha256:`` nor a base64url character starts with it."""
 _HEX_PREFIX = "sha256:"
-_WIRE_REF = re.compile(r"^~[A-Za-z0-9_-]{43}$")
+_WIRE_REF = re.compile(r"~[A-Za-z0-9_-]{43}")
+
+
+_WIRE_OF: dict[str, str] = {}
+"""``sha256:<hex>`` -> its ``~<base64url>``, as ``to_wire`` computed it (so always the
+canonical form)."""
+_REF_OF: dict[str, str] = {}
+"""``~<base64url>`` -> ``sha256:<hex>``, for every compact ref converted either way.
+
+A turn converts about eight refs each way, most of them ones this process has just
+converted the other way (the workflow writes a model call's refs, the activity reads
+them; a tool's outcome, the other way round): a conversion costs 3-4 us, a lookup 0.1."""
+
+_KNOWN_MOST = 4096
+"""Entries each table keeps; past it a table starts over (it only costs recomputing)."""
+
+
+def _keep(table: dict[str, str], key: str, value: str) -> None:
+    if len(table) >= _KNOWN_MOST:
+        table.clear()
+    table[key] = value
 
 
 def to_wire(ref: str) -> str:
@@ -47,10 +67,16 @@ def to_wire(ref: str) -> str:
     Raises:
         ValueError: ``ref`` is not ``sha256:`` and 64 lowercase hex digits.
     """
+    wire = _WIRE_OF.get(ref)
+    if wire is not None:
+        return wire
     if not is_blob_ref(ref):
         raise ValueError(f"not a blob ref (sha256: and 64 lowercase hex digits): {ref!r}")
     digest = bytes.fromhex(ref.removeprefix(_HEX_PREFIX))
-    return WIRE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    wire = WIRE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    _keep(_WIRE_OF, ref, wire)
+    _keep(_REF_OF, wire, ref)
+    return wire
 
 
 def from_wire(value: object) -> object:
@@ -62,12 +88,17 @@ def from_wire(value: object) -> object:
     """
     if not isinstance(value, str) or not value.startswith(WIRE_PREFIX):
         return value
-    if not _WIRE_REF.match(value):
+    ref = _REF_OF.get(value)
+    if ref is not None:
+        return ref
+    if not _WIRE_REF.fullmatch(value):
         raise ValueError(
             f"not a compact blob ref ({WIRE_PREFIX} and 43 base64url characters): {value!r}"
         )
     # 43 base64url characters and one "=" always decode, to 32 bytes.
-    return _HEX_PREFIX + base64.urlsafe_b64decode(value[1:] + "=").hex()
+    ref = _HEX_PREFIX + base64.urlsafe_b64decode(value[1:] + "=").hex()
+    _keep(_REF_OF, value, ref)
+    return ref
 
 
 WireRef = Annotated[BlobRef, BeforeValidator(from_wire), PlainSerializer(to_wire, when_used="json")]
