@@ -310,8 +310,13 @@ def canonical_json(value: object) -> bytes:
 class Conversations:
     """Reads and appends conversation chains in a BlobStore, caching resolved heads.
 
-    The cache maps a head ref to its full message list, so a Run's next call resolves its
-    head by reading one node instead of walking the whole chain.
+    The cache maps a head ref to its full message list. A head appended with its
+    messages is cached at once, so a Run's next call on this worker reads nothing; any
+    other head is walked back to the nearest cached one (one node, on a worker that
+    served the turn before). The cache holds messages as read, by ref, for every tenant:
+    with an ``EncryptedBlobStore`` a ref is the hash of bytes sealed for one tenant, so
+    only that tenant's Runs were ever given it (as for the model activity's caches of
+    system prompts and tool lists by ref).
     """
 
     def __init__(self, blobs: BlobStore, *, cache_size: int = 256) -> None:
@@ -335,10 +340,10 @@ class Conversations:
     ) -> str | None:
         """Store a node extending ``head`` with ``message_refs``; return the new head.
 
-        ``messages``: the messages ``message_refs`` name, when the caller holds them. With
-        ``head``'s messages cached (the caller has just read them), the new head's are
-        cached too, so the next ``messages`` of it reads no node and parses no message
-        (a model call's next turn: before, every turn re-read the messages it had written).
+        ``messages``: the messages ``message_refs`` name (what ``put_message`` stored
+        them from), when the caller holds them. With ``head``'s messages cached (the
+        caller has just read them; or no ``head``), the new head's are cached too, as a
+        reader of the store would find them, so ``messages`` of it reads nothing.
 
         Raises:
             ValueError: ``messages`` and ``message_refs`` differ in length.
@@ -354,7 +359,7 @@ class Conversations:
         if messages is not None:
             base = () if head is None else self._cache.get(head)
             if base is not None:
-                self._remember(new, base + tuple(messages))
+                self._remember(new, base + tuple(_as_stored(m) for m in messages))
         return new
 
     async def messages(self, head: str | None) -> tuple[ChatMessage, ...]:
@@ -381,3 +386,14 @@ class Conversations:
         self._cache[ref] = messages
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+def _as_stored(message: ChatMessage) -> ChatMessage:
+    """``message`` as a reader of the store gets it back. The same message, unless a
+    provider's fields ride on it: JSON keeps their values but not all of them as they were
+    (a NaN or an infinity is stored as null) nor their keys' order (stored sorted)."""
+    if message.provider_fields is None and all(
+        call.provider_fields is None for call in message.tool_calls
+    ):
+        return message
+    return ChatMessage.model_validate_json(canonical_json(message.model_dump(mode="json")))

@@ -211,13 +211,18 @@ class ModelActivities(ActivityClass):
         complete_through_client(result, activity.info().activity_id, what="model call")
 
     async def complete(
-        self, input: ModelCallInput, *, deltas: AttemptDeltas | None = None
+        self,
+        input: ModelCallInput,
+        *,
+        deltas: AttemptDeltas | None = None,
+        remember: bool = True,
     ) -> ModelCallResult:
         """Call the model on the stored conversation plus what is new; store its answer.
 
         The call in its full form, inside an activity (``call``, and compaction's
         summariser): not an activity of its own. ``deltas``: where the answer's pieces are
-        published as they arrive; its address goes out with every heartbeat.
+        published as they arrive; its address goes out with every heartbeat. ``remember``:
+        cache the new head's messages for the next call (not the summariser's: no next).
 
         The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
         taken from the response: the answer, failure messages, their causes and the log.
@@ -233,7 +238,8 @@ class ModelActivities(ActivityClass):
                 # Beats from the start: rebuilding a long conversation from a slow BlobStore
                 # happens before the request and must not look like a lost worker.
                 async with _heartbeating(None if deltas is None else deltas.details):
-                    return span.done(await self._complete(input, started, redact, deltas))
+                    answer = await self._complete(input, started, redact, deltas, remember)
+                    return span.done(answer)
             except McpConsentRequired as err:
                 # Not the model's failure either: the Run suspends until a person consents.
                 span.failed(ModelFailure(transient=False, message=str(err)))
@@ -276,6 +282,7 @@ class ModelActivities(ActivityClass):
         started: float,
         redact: Redactor,
         deltas: AttemptDeltas | None,
+        remember: bool,
     ) -> ModelCallResult:
         endpoint = self.endpoints.for_model(input.model)
         if endpoint.api_key:
@@ -342,9 +349,8 @@ class ModelActivities(ActivityClass):
             provider_fields=answer.provider_fields,
         )
         assistant_ref = await self.conversations.put_message(assistant)
-        head = await self.conversations.append(
-            context_ref, [*new_refs, assistant_ref], [*new_messages, assistant]
-        )
+        stored = [*new_messages, assistant] if remember else None
+        head = await self.conversations.append(context_ref, [*new_refs, assistant_ref], stored)
         assert head is not None  # the node holds at least the assistant message
         usage = answer.usage or Usage()
         cost = (

@@ -182,7 +182,7 @@ class CompactionActivities(ActivityClass):
         )
         # The model activity's own code path, called in this activity's context: one
         # implementation of the request, the stream, redaction, pricing and failures.
-        answer = await self.model.complete(call)
+        answer = await self.model.complete(call, remember=False)
         text = answer.text.strip()
         if not text:
             raise _failed(f"the summariser ({answer.model}) returned an empty summary")

@@ -16,7 +16,7 @@ from psych_runtime.activities.blobs import (
     ref_without_storing,
 )
 from psych_runtime.activities.blobs import _store as _blobs
-from psych_runtime.activities.contract import ChatMessage, blob_ref
+from psych_runtime.activities.contract import ChatMessage, ToolCallRequest, blob_ref
 from psych_runtime.specs import NotFound
 
 
@@ -255,3 +255,29 @@ async def test_an_append_whose_messages_do_not_match_its_refs_is_refused() -> No
     ref = await conversations.put_message(ChatMessage(role="user", content="hi"))
     with pytest.raises(ValueError, match="2 messages for 1 message refs"):
         await conversations.append(None, [ref], [ChatMessage(role="user", content="hi")] * 2)
+
+
+async def test_a_head_remembered_at_append_holds_what_a_reader_of_the_store_finds() -> None:
+    store = _Counting()
+    conversations = Conversations(store)
+    question = ChatMessage(role="user", content="Refund order 42")
+    first = await conversations.append(None, [await conversations.put_message(question)])
+    await conversations.messages(first)
+    # A provider's fields as they came: keys unsorted, a value JSON cannot hold (NaN).
+    answer = ChatMessage(
+        role="assistant",
+        content="Done.",
+        provider_fields={"z": 1, "a": float("nan")},
+        tool_calls=(
+            ToolCallRequest(id="c1", name="t", arguments="{}", provider_fields={"b": 1, "a": 2}),
+        ),
+    )
+    head = await conversations.append(first, [await conversations.put_message(answer)], [answer])
+    cached = await conversations.messages(head)
+    fresh = await Conversations(store).messages(head)
+
+    def seen(messages: tuple[ChatMessage, ...]) -> list[str]:
+        return [m.model_dump_json() for m in messages]  # key order counts here
+
+    assert seen(cached) == seen(fresh)
+    assert cached[1].provider_fields == {"a": None, "z": 1}

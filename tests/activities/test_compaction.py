@@ -127,6 +127,9 @@ async def test_compact_summarises_before_the_cut_and_keeps_the_rest_by_reference
     assert done.usage.input_tokens == 90
     assert done.cost is not None and done.cost > 0
     assert done.summary_preview == "User wants order 42; it shipped."
+    # The summariser's own conversation is never called again: not kept among the heads.
+    kept = model.conversations._cache.values()
+    assert not any(messages[-1].content == "User wants order 42; it shipped." for messages in kept)
     seen = await model.conversations.messages(done.context_ref)
     assert seen[0].content == SUMMARY_HEADER + "User wants order 42; it shipped."
     assert [m.role for m in seen[1:]] == ["assistant", "tool", "assistant"]

@@ -7,6 +7,7 @@ Mistral's list-of-parts ``content``, Gemini's index-less tool-call deltas and th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -19,6 +20,8 @@ from temporalio.testing import ActivityEnvironment
 from psych_runtime.activities.blobs import Conversations, LocalBlobStore
 from psych_runtime.activities.contract import ChatMessage, ModelCallResult
 from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
+from psych_runtime.activities.model import _stream as _stream_module
+from psych_runtime.activities.model._stream import _Stream
 from tests._upstream import Answer, Upstream
 from tests.activities.test_model_upstreams import call, completion, failure
 
@@ -140,6 +143,14 @@ STREAM_ERRORS = [
         False,
         None,
         id="event-error-plain-text",
+    ),
+    pytest.param(
+        # JSON without the word: an error because the event says so.
+        sse(ROLE, 'event: error\ndata: {"message": "Overloaded", "type": "overloaded"}\n\n'),
+        "Overloaded (type overloaded)",
+        True,
+        None,
+        id="event-error-without-the-word",
     ),
     pytest.param(
         # Its key spelled with an escape: a chunk is read in one pass only when it cannot
@@ -353,22 +364,40 @@ async def test_gemini_extra_content_is_stored_and_sent_back_next_request(
 # --- line ends: CR, LF and CRLF only -------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "text", ['"error"', "error: none", "caf\u00e9 \\u0065rror", '{"error": "not one"}']
-)
-async def test_a_chunk_whose_text_mentions_an_error_is_text(
-    blobs: LocalBlobStore, http: httpx.AsyncClient, text: str
-) -> None:
-    escaped = sse(chunk({"role": "assistant", "content": text}), chunk({}, "stop"))
-    body = "".join(
-        f"data: {json.dumps(json.loads(line[6:]))}\n\n"  # ASCII only: every escape used
-        for line in escaped.splitlines()
-        if line.startswith("data: ")
-    )
-    with Upstream(lambda _: Answer(200, body + "data: [DONE]\n\n", "text/event-stream")) as up:
-        result = await answer(up, blobs, http, stream=True)
+TRICKY_LINES = [
+    'data: {"choices": [{"index": 0, "delta": {"content": "error"}}]}',
+    'data: {"choices": [{"index": 0, "delta": {"content": "\\"error\\" caf\\u00e9"}}]}',
+    'data: {"choices": [{"index": 0, "delta": {"extra_content": {"error": {"a": 1}}}}]}',
+    'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", '
+    '"function": {"name": "f", "arguments": "{\\"error\\": 1}"}}]}}]}',
+    'data: {"choices": [{"index": 0, "delta": {"content": 1e400}}], "usage": null}',
+    'data: {"choices": [{"index": 0, "delta": {"content": "a"}, "index": 0}]}',
+    'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], '
+    '"usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
+]
 
-    assert result.text == text
+
+def _read(lines: Sequence[str]) -> tuple[str, object]:
+    stream = _Stream(started=0.0)
+    try:
+        for line in lines:
+            stream.feed(line)
+            stream.feed("")
+        stream.close()
+        # When the first piece came differs between two readings; nothing else may.
+        return ("answer", dataclasses.replace(stream.answer(1), first_token_ms=None))
+    except Exception as err:
+        return ("raised", f"{type(err).__name__}: {err}")
+
+
+@pytest.mark.parametrize("line", TRICKY_LINES)
+def test_a_chunk_read_in_one_pass_reads_as_the_general_way_reads_it(
+    line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ending = TRICKY_LINES[-1]
+    fast = _read([line, ending])
+    monkeypatch.setattr(_stream_module, "_plain_chunk", lambda value: None)
+    assert fast == _read([line, ending])
 
 
 ODD = "one\u2028two\u0085three\u2029four\x1cfive"
