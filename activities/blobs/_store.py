@@ -326,7 +326,7 @@ class Conversations:
 
     async def put_message(self, message: ChatMessage) -> str:
         """Store one message; return its ref."""
-        return await self.blobs.put(canonical_json(message.model_dump(mode="json")))
+        return await self.blobs.put(_stored_form(message))
 
     async def get_message(self, ref: str) -> ChatMessage:
         """Read one stored message."""
@@ -396,4 +396,9 @@ def _as_stored(message: ChatMessage) -> ChatMessage:
         call.provider_fields is None for call in message.tool_calls
     ):
         return message
-    return ChatMessage.model_validate_json(canonical_json(message.model_dump(mode="json")))
+    return ChatMessage.model_validate_json(_stored_form(message))
+
+
+def _stored_form(message: ChatMessage) -> bytes:
+    """What ``Conversations.put_message`` stores of ``message``."""
+    return canonical_json(message.model_dump(mode="json"))
