@@ -365,15 +365,37 @@ async def test_gemini_extra_content_is_stored_and_sent_back_next_request(
 
 
 TRICKY_LINES = [
-    'data: {"choices": [{"index": 0, "delta": {"content": "error"}}]}',
-    'data: {"choices": [{"index": 0, "delta": {"content": "\\"error\\" caf\\u00e9"}}]}',
-    'data: {"choices": [{"index": 0, "delta": {"extra_content": {"error": {"a": 1}}}}]}',
-    'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", '
-    '"function": {"name": "f", "arguments": "{\\"error\\": 1}"}}]}}]}',
-    'data: {"choices": [{"index": 0, "delta": {"content": 1e400}}], "usage": null}',
-    'data: {"choices": [{"index": 0, "delta": {"content": "a"}, "index": 0}]}',
-    'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], '
-    '"usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
+    # (line, whether it is read in one pass, what the stream makes of it): the others take
+    # the general way, which must not take them for errors either.
+    ('data: {"choices": [{"index": 0, "delta": {"content": "error"}}]}', False, "answer"),
+    (
+        'data: {"choices": [{"index": 0, "delta": {"content": "\\"error\\" caf\\u00e9"}}]}',
+        False,
+        "answer",
+    ),
+    (
+        'data: {"choices": [{"index": 0, "delta": {"extra_content": {"error": {"a": 1}}}}]}',
+        False,
+        "answer",
+    ),
+    (
+        'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", '
+        '"function": {"name": "f", "arguments": "{\\"error\\": 1}"}}]}}]}',
+        True,
+        "answer",
+    ),
+    (
+        'data: {"choices": [{"index": 0, "delta": {"content": 1e400}}], "usage": null}',
+        False,
+        "raised",
+    ),
+    ('data: {"choices": [{"index": 0, "delta": {"content": "a"}, "index": 0}]}', True, "answer"),
+    (
+        'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], '
+        '"usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
+        True,
+        "answer",
+    ),
 ]
 
 
@@ -390,12 +412,14 @@ def _read(lines: Sequence[str]) -> tuple[str, object]:
         return ("raised", f"{type(err).__name__}: {err}")
 
 
-@pytest.mark.parametrize("line", TRICKY_LINES)
+@pytest.mark.parametrize(("line", "one_pass", "reads"), TRICKY_LINES)
 def test_a_chunk_read_in_one_pass_reads_as_the_general_way_reads_it(
-    line: str, monkeypatch: pytest.MonkeyPatch
+    line: str, one_pass: bool, reads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ending = TRICKY_LINES[-1]
+    assert (_stream_module._plain_chunk(line.removeprefix("data: ")) is not None) is one_pass
+    ending = TRICKY_LINES[-1][0]
     fast = _read([line, ending])
+    assert fast[0] == reads, fast
     monkeypatch.setattr(_stream_module, "_plain_chunk", lambda value: None)
     assert fast == _read([line, ending])
 
