@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from bench._deltas_heartbeat import heartbeat_channel
-from bench._process import dev_server
+from bench._process import dev_server, run_until_terminated
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, exit_process, run_worker
@@ -370,7 +370,7 @@ def _cli() -> None:
     elif sys.argv[1:2] == ["followers"]:
         asyncio.run(_followers(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]))
     else:
-        results = asyncio.run(main())
+        results = run_until_terminated(main())
         print(_report(results))
         RESULTS.mkdir(exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

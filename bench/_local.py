@@ -33,7 +33,6 @@ again with the server on a CPU of its own (``_split.py``). JSON:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import tempfile
@@ -48,7 +47,7 @@ import httpx
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench, BaselineRun
 from bench._history import TURN_PHASES, history_facts, turn_phases
-from bench._process import dev_server
+from bench._process import dev_server, run_until_terminated
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._server_work import ServerWork, free_port, settled_counters, work_per_turn
@@ -473,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="psych-bench-local-") as home:
-        result = asyncio.run(measure(settings, Path(home), progress))
+        result = run_until_terminated(measure(settings, Path(home), progress))
     print(text(result, settings))
     print(f"\n({time.monotonic() - began:.0f} s)")
     RESULTS.mkdir(exist_ok=True)

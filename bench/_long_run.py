@@ -16,7 +16,6 @@ time, each execution's history (events, bytes, turns), the report's read time; w
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 import time
@@ -24,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench._process import dev_server
+from bench._process import dev_server, run_until_terminated
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
@@ -186,7 +185,7 @@ def long_run_text(figures: dict[str, Any]) -> str:
 def run_long(turns: int, continue_after_events: int | None, results: Path) -> Path:
     """Run, print and write the long Run's figures; the JSON file's path."""
     started_at = datetime.now(UTC)
-    figures = asyncio.run(long_run(turns, continue_after_events))
+    figures = run_until_terminated(long_run(turns, continue_after_events))
     print(long_run_text(figures), flush=True)
     results.mkdir(exist_ok=True)
     path = results / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-long-run.json"

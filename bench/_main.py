@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import math
@@ -25,7 +24,7 @@ from bench._codec import codec_cost, codec_summary, codec_text
 from bench._followers import followers_cost, followers_summary, followers_text
 from bench._long_run import run_long
 from bench._mcp import mcp_calls, mcp_summary, mcp_text
-from bench._process import dev_server
+from bench._process import dev_server, run_until_terminated
 from bench._sections import (
     QUICK,
     DispatchResult,
@@ -200,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = QUICK if args.quick else Settings()
     started_at = datetime.now(UTC)
     started = time.perf_counter()
-    results = asyncio.run(_run(settings, args.quick))
+    results = run_until_terminated(_run(settings, args.quick))
     results = {
         "started_at": started_at.isoformat(),
         "duration_s": time.perf_counter() - started,

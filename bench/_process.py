@@ -2,19 +2,65 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers import start_dev_server
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_T = TypeVar("_T")
+
+TERMINATED = 128 + signal.SIGTERM
+"""The exit status of a benchmark stopped by SIGTERM, as a shell reports a process it
+killed."""
+
+
+def run_until_terminated(main: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(main)``, with SIGTERM cancelling ``main`` rather than killing the
+    process: its ``async with`` blocks close, so the dev servers it started (the SDK spawns
+    each as a child process) and its worker processes are stopped, not orphaned.
+
+    Raises:
+        SystemExit: ``TERMINATED``, once ``main`` has unwound after a SIGTERM.
+    """
+    terminated = False
+
+    async def guarded() -> _T:
+        nonlocal terminated
+        task = asyncio.current_task()
+        assert task is not None  # inside asyncio.run
+
+        def stop() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop)
+        try:
+            return await main
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        result = asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+    if terminated:  # also when ``main`` swallowed the cancellation: it did not finish
+        print("benchmark stopped by SIGTERM", file=sys.stderr)
+        raise SystemExit(TERMINATED)
+    return result
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench._agent import MODEL
 from bench._gc_pauses import log_full_collections, pauses_between
-from bench._process import dev_server
+from bench._process import dev_server, run_until_terminated
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.activities.tools import RulePolicy
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parser.parse_args(args)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="psych-bench-suspended-") as home:
-        result = asyncio.run(measure(parsed.runs, parsed.cache, Path(home)))
+        result = run_until_terminated(measure(parsed.runs, parsed.cache, Path(home)))
     print(text(result))
     print(f"\n({time.monotonic() - began:.0f} s)")
     RESULTS.mkdir(exist_ok=True)
