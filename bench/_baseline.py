@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -34,6 +35,7 @@ from bench._workflows import (
     StoringLoop,
 )
 from psych_runtime.activities import Endpoint, LocalBlobStore
+from psych_runtime.workers import PsychPlugin
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,24 @@ class BaselineRun:
     """Why it did not complete, e.g. the server terminated it at its history size limit."""
 
 
+def baseline_client(env: WorkflowEnvironment) -> Client:
+    """A client of ``env``'s server for the baselines: the psych plugin's sandbox
+    passthrough (so a sandboxed baseline does not import pydantic per Run) with the SDK's
+    own pydantic data converter, as a hand-written loop has (``PsychPayloadConverter``,
+    which the plugin installs otherwise, is the runtime's work, not the baseline's)."""
+    return Client(
+        env.client.service_client,
+        namespace=env.client.namespace,
+        plugins=[PsychPlugin()],
+        data_converter=pydantic_data_converter,
+    )
+
+
 class BaselineBench:
     """Starts baseline workflows on one worker and times them."""
 
-    def __init__(
-        self, env: WorkflowEnvironment, task_queue: str, requester: ModelRequester | None
-    ) -> None:
-        self.env = env
+    def __init__(self, client: Client, task_queue: str, requester: ModelRequester | None) -> None:
+        self.client = client
         self.task_queue = task_queue
         self._requester = requester
 
@@ -90,8 +103,9 @@ class BaselineBench:
             runner: WorkflowRunner = (
                 SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner()
             )
+            client = baseline_client(env)
             async with Worker(
-                env.client,
+                client,
                 task_queue=task_queue,
                 workflows=[
                     BareLoop,
@@ -105,12 +119,12 @@ class BaselineBench:
                 disable_eager_activity_execution=not eager_activities,
                 workflow_runner=runner,
             ):
-                yield cls(env, task_queue, requester)
+                yield cls(client, task_queue, requester)
 
     async def _run(self, workflow: str, input: LoopInput, give_up_s: float) -> BaselineRun:
         workflow_id = f"bench-{uuid.uuid4().hex}"
         started = time.perf_counter()
-        handle = await self.env.client.start_workflow(
+        handle = await self.client.start_workflow(
             workflow, input, id=workflow_id, task_queue=self.task_queue, result_type=int
         )
         failure: str | None = None
@@ -178,4 +192,4 @@ class BaselineBench:
 
     def handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
         """The Temporal handle of a baseline workflow."""
-        return self.env.client.get_workflow_handle(workflow_id)
+        return self.client.get_workflow_handle(workflow_id)

@@ -9,14 +9,17 @@ Temporal's own contrib plugins do. So its place in a ``plugins=[...]`` list does
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
 
 from pydantic import ValidationError
-from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     PayloadCodec,
 )
 from temporalio.plugin import SimplePlugin
@@ -72,9 +75,9 @@ def _data_converter(
 
     Every psych payload is a pydantic model, so the payload converter must be pydantic's
     (or a subclass of it, which is kept). Temporal's default payload converter is swapped
-    for pydantic's while the rest of the converter (payload codec, failure converter,
-    payload limits) is kept, so encryption or compression set up by the user or another
-    plugin still applies.
+    for ``PsychPayloadConverter`` (pydantic's, built once per process) while the rest of
+    the converter (payload codec, failure converter, payload limits) is kept, so encryption
+    or compression set up by the user or another plugin still applies.
 
     With ``codec`` (psych's encryption), it runs after a codec the converter already has
     (``chain_codecs``: compressing before encrypting), and Temporal's default failure
@@ -101,14 +104,43 @@ def _data_converter(
     )
 
 
+class PsychPayloadConverter(PydanticPayloadConverter):
+    """pydantic's payload converter (the same encodings, the same JSON), whose converters
+    are built once per process and shared by every instance.
+
+    The SDK builds a data converter, and with it a payload converter, for every workflow
+    activation (the command-aware one its payload visitor uses, whose payload converter
+    the activation never calls); building pydantic's took ~85 us of the worker's event
+    loop in a Run, four times a turn (bench/FIGURES.md, 2026-12-04 15:45). The shared
+    converters hold no state but pydantic's type-adapter cache, so the process keeps one
+    cache instead of one per instance. ``with_context`` still gets a new instance (the
+    SDK's nullary construction) when a converter takes a serialization context.
+    """
+
+    _shared: ClassVar[Mapping[bytes, EncodingPayloadConverter] | None] = None
+
+    def __init__(self) -> None:
+        """Share the converters the process's first instance built."""
+        shared = PsychPayloadConverter._shared
+        if shared is None:
+            super().__init__()
+            PsychPayloadConverter._shared = self.converters
+        else:
+            self.converters = shared
+
+
+PSYCH_DATA_CONVERTER = DataConverter(payload_converter_class=PsychPayloadConverter)
+"""The data converter of a client the plugin is given none: pydantic's payloads."""
+
+
 def _pydantic(converter: DataConverter | None) -> DataConverter:
     if converter is None:
-        return pydantic_data_converter
+        return PSYCH_DATA_CONVERTER
     current = converter.payload_converter_class
     if issubclass(current, PydanticPayloadConverter):
         return converter
     if current is DefaultPayloadConverter:
-        return dataclasses.replace(converter, payload_converter_class=PydanticPayloadConverter)
+        return dataclasses.replace(converter, payload_converter_class=PsychPayloadConverter)
     raise SpecError(
         f"PsychPlugin needs pydantic's payload converter, but the data converter uses "
         f"{current.__module__}.{current.__qualname__}; make it a subclass of "
@@ -119,7 +151,8 @@ def _pydantic(converter: DataConverter | None) -> DataConverter:
 class PsychPlugin(SimplePlugin):
     """Install on the Temporal client (it then applies to workers built from it).
 
-    Installs pydantic's payload converter (every payload is a pydantic model), adds the
+    Installs pydantic's payload converter (``PsychPayloadConverter``: every payload is a
+    pydantic model), adds the
     sandbox passthrough list above to the worker's sandboxed runner, and makes PsychError
     and pydantic's ValidationError fail the workflow rather than the workflow task (which
     Temporal would retry forever): a Run started with a malformed input (by hand, with the

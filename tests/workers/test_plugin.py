@@ -29,9 +29,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.workflow import SandboxImportNotificationPolicy
 
 from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities.contract import ChatMessage
 from psych_runtime.activities.egress import Egress
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import SANDBOX_PASSTHROUGH, PsychPlugin, WorkerSettings, build_worker
+from psych_runtime.workers._plugin import PsychPayloadConverter
 from psych_runtime.workflows import AgentRun
 
 
@@ -71,15 +73,46 @@ def test_codec_and_failure_converter_are_kept(dev_env: WorkflowEnvironment) -> N
 
     converter = psych_client(dev_env, given).data_converter
 
-    assert converter.payload_converter_class is PydanticPayloadConverter
+    assert converter.payload_converter_class is PsychPayloadConverter
     assert converter.payload_codec is codec
     assert converter.failure_converter_class is QuietFailureConverter
 
 
 def test_default_converter_becomes_pydantic(dev_env: WorkflowEnvironment) -> None:
     converter = psych_client(dev_env).data_converter
-    assert converter.payload_converter_class is PydanticPayloadConverter
+    assert converter.payload_converter_class is PsychPayloadConverter
+    assert issubclass(PsychPayloadConverter, PydanticPayloadConverter)
     assert converter.payload_codec is None
+
+
+def test_pydantic_converter_given_is_kept(dev_env: WorkflowEnvironment) -> None:
+    given = DataConverter(payload_converter_class=PydanticPayloadConverter)
+    assert psych_client(dev_env, given).data_converter is given
+
+
+def test_psych_payload_converter_is_built_once_and_writes_what_pydantics_writes() -> None:
+    # The SDK builds a payload converter for every workflow activation: the instances
+    # share the first one's converters instead of building their own.
+    first, second = PsychPayloadConverter(), PsychPayloadConverter()
+    assert first.converters is second.converters
+    pydantics = PydanticPayloadConverter()
+    message = ChatMessage(role="user", content="hello")
+    for sample in ("psych", {"a": [1, 2.5, None]}, b"raw", message):
+        (mine,) = first.to_payloads([sample])
+        (theirs,) = pydantics.to_payloads([sample])
+        assert mine == theirs
+        assert first.from_payloads([mine], [type(sample)]) == [sample]
+
+
+def test_psych_payload_converter_takes_a_context_as_the_sdk_builds_it() -> None:
+    # ``with_context`` makes a new instance through the nullary constructor and gives it
+    # converters of its own: the shared ones are not changed.
+    converter = PsychPayloadConverter()
+    shared = dict(converter.converters)
+    clone = type(converter)()
+    clone._set_converters(*list(converter.converters.values())[:1])
+    assert len(clone.converters) == 1
+    assert dict(PsychPayloadConverter().converters) == shared
 
 
 def test_pydantic_subclass_is_kept(dev_env: WorkflowEnvironment) -> None:
