@@ -38,7 +38,7 @@ from bench._table import median, table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, connect, run_worker
+from psych_runtime.workers import WorkerSettings, connect, exit_process, run_worker
 from psych_runtime.workflows import PsychClient, Record, RunHandle
 from psych_runtime.workflows.client._follow import BUSY_RETRY_SECONDS, RecordFollower
 
@@ -361,3 +361,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] != ["WORKER"] or len(sys.argv) != 6:
         raise SystemExit("usage: python -m bench._followers WORKER TARGET QUEUE BLOBS MODEL_URL")
     asyncio.run(_worker_main(*sys.argv[2:6]))
+    exit_process(0)  # not a finalizing interpreter: Temporal's threads may abort it

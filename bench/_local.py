@@ -57,7 +57,7 @@ from bench._threads import THREADS_NOTE, thread_table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
-from psych_runtime.workers import tune_gc_for_serving
+from psych_runtime.workers import exit_process, tune_gc_for_serving
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")
@@ -490,4 +490,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter

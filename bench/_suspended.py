@@ -39,7 +39,13 @@ from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore,
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, connect, run_worker, tune_gc_for_serving
+from psych_runtime.workers import (
+    WorkerSettings,
+    connect,
+    exit_process,
+    run_worker,
+    tune_gc_for_serving,
+)
 from psych_runtime.workflows import PsychClient, RunHandle
 
 RESULTS = Path(__file__).parent / "results"
@@ -312,4 +318,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter
