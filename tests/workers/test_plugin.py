@@ -22,6 +22,9 @@ from temporalio.converter import (
     DefaultFailureConverter,
     JSONPlainPayloadConverter,
     PayloadCodec,
+    SerializationContext,
+    WithSerializationContext,
+    WorkflowSerializationContext,
 )
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
@@ -104,14 +107,30 @@ def test_psych_payload_converter_is_built_once_and_writes_what_pydantics_writes(
         assert first.from_payloads([mine], [type(sample)]) == [sample]
 
 
-def test_psych_payload_converter_takes_a_context_as_the_sdk_builds_it() -> None:
-    # ``with_context`` makes a new instance through the nullary constructor and gives it
-    # converters of its own: the shared ones are not changed.
+class ContextualJson(JSONPlainPayloadConverter, WithSerializationContext):
+    """A JSON converter that takes a serialization context (a user's, say)."""
+
+    def __init__(self, context: SerializationContext | None = None) -> None:
+        super().__init__()
+        self.context = context
+
+    def with_context(self, context: SerializationContext) -> ContextualJson:
+        return ContextualJson(context)
+
+
+def test_psych_payload_converter_takes_a_context_without_changing_the_shared_ones() -> None:
+    # The SDK's ``with_context`` builds a new instance through the nullary constructor
+    # (so with the shared converters) and then sets that instance's own converters.
     converter = PsychPayloadConverter()
     shared = dict(converter.converters)
-    clone = type(converter)()
-    clone._set_converters(*list(converter.converters.values())[:1])
-    assert len(clone.converters) == 1
+    converter._set_converters(*shared.values(), ContextualJson())
+    context = WorkflowSerializationContext(namespace="default", workflow_id="run-1")
+
+    bound = converter.with_context(context)
+
+    assert type(bound) is PsychPayloadConverter and bound is not converter
+    contextual = bound.converters[ContextualJson().encoding.encode()]
+    assert isinstance(contextual, ContextualJson) and contextual.context == context
     assert dict(PsychPayloadConverter().converters) == shared
 
 
