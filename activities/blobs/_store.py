@@ -382,6 +382,11 @@ class Conversations:
             self._remember(ref, result)
         return result
 
+    def cached(self, head: str) -> tuple[ChatMessage, ...] | None:
+        """The messages of ``head`` if they are kept (as ``messages`` would return them),
+        else None: nothing is read."""
+        return self._cache.get(head)
+
     def _remember(self, ref: str, messages: tuple[ChatMessage, ...]) -> None:
         self._cache[ref] = messages
         if len(self._cache) > self._cache_size:

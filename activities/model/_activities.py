@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import httpx
 from pydantic import TypeAdapter
@@ -62,7 +62,9 @@ from psych_runtime.activities.model._failures import (
     ResponseTooLarge,
     StreamIdle,
     classify,
+    surely_fits,
 )
+from psych_runtime.activities.model._request import Request, RequestBodies, encode_tools
 from psych_runtime.activities.model._stream import _parse_body, _sse_lines, _Stream
 from psych_runtime.activities.model._threads import thread_head
 from psych_runtime.activities.model._wire import (
@@ -70,7 +72,6 @@ from psych_runtime.activities.model._wire import (
     _heartbeating,
     _media_type,
     _read_capped,
-    _request_body,
     _timeout,
     _too_large,
 )
@@ -145,6 +146,10 @@ class ModelActivities(ActivityClass):
         """System prompts by ref (``_by_ref``): read once per worker, not once per call."""
         self._tool_lists: ByRef[tuple[ToolDefinition, ...]] = ByRef()
         """Tool lists by ref, parsed."""
+        self._tools_json: ByRef[bytes] = ByRef()
+        """The same with the tools a call leaves out, as a request's ``tools``."""
+        self.requests = RequestBodies()
+        """Each conversation's messages as a request holds them, by head ref."""
         self.mcp = mcp
         self.context = context
         self.live = live
@@ -320,14 +325,18 @@ class ModelActivities(ActivityClass):
                 ContextRequest(input.scope, input.run_id, input.turn, tuple(new_messages))
             )
             system = with_context(system or "", blocks) or None
-        body = _request_body(input, system, [*history, *new_messages], tools, stream=stream)
+        request = self.requests.write(
+            input, system, context_ref, history, new_messages, tools, stream=stream
+        )
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        headers = {"Content-Type": "application/json"}
+        if endpoint.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.api_key}"
 
         if stream:
-            answer = await self._stream(url, body, headers, input, started, redact, deltas)
+            answer = await self._stream(url, request, headers, input, started, redact, deltas)
         else:
-            answer = await self._post(url, body, headers, input, started)
+            answer = await self._post(url, request, headers, input, started)
         answer = dataclasses.replace(
             answer,
             text=redact(answer.text),
@@ -352,6 +361,10 @@ class ModelActivities(ActivityClass):
         stored = [*new_messages, assistant] if remember else None
         head = await self.conversations.append(context_ref, [*new_refs, assistant_ref], stored)
         assert head is not None  # the node holds at least the assistant message
+        if remember:
+            kept = self.conversations.cached(head)
+            tail = None if kept is None else kept[-len(new_messages) - 1 :]
+            self.requests.remember(context_ref, head, request, new_messages, tail)
         usage = answer.usage or Usage()
         cost = (
             None
@@ -384,7 +397,7 @@ class ModelActivities(ActivityClass):
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
             context=context,
         )
-        if not _surely_fits(result):
+        if not surely_fits(result):
             size = len(result.model_dump_json())
             if size > MAX_RESULT_BYTES:
                 raise ResponseTooLarge(_too_large(size, "result"))
@@ -405,26 +418,32 @@ class ModelActivities(ActivityClass):
             return input.system_ref, text
         return None, None
 
-    async def _tools(self, ref: str | None, exclude: Sequence[str]) -> list[ToolDefinition]:
+    async def _tools(self, ref: str | None, exclude: Sequence[str]) -> bytes:
+        """The ``tools`` of a request (``encode_tools``) from the list stored at ``ref``."""
         if ref is None:
-            return []
-        tools = self._tool_lists.get(ref)
-        if tools is None:
-            tools = tuple(_TOOL_LIST.validate_json(await self.blobs.get(ref)))
-            self._tool_lists.put(ref, tools)
-        excluded = set(exclude)
-        return [t for t in tools if t.name not in excluded]
+            return b""
+        key = "\n".join((ref, *sorted(exclude)))
+        encoded = self._tools_json.get(key)
+        if encoded is None:
+            tools = self._tool_lists.get(ref)
+            if tools is None:
+                tools = tuple(_TOOL_LIST.validate_json(await self.blobs.get(ref)))
+                self._tool_lists.put(ref, tools)
+            excluded = set(exclude)
+            encoded = encode_tools([t for t in tools if t.name not in excluded])
+            self._tools_json.put(key, encoded)
+        return encoded
 
     async def _post(
         self,
         url: str,
-        body: dict[str, Any],
+        request: Request,
         headers: dict[str, str],
         input: ModelCallInput,
         started: float,
     ) -> _Answer:
         async with self.http.stream(
-            "POST", url, json=body, headers=headers, timeout=_timeout(None)
+            "POST", url, content=request.body, headers=headers, timeout=_timeout(None)
         ) as response:
             if not response.is_success:
                 await response.aread()
@@ -435,7 +454,7 @@ class ModelActivities(ActivityClass):
     async def _stream(
         self,
         url: str,
-        body: dict[str, Any],
+        request: Request,
         headers: dict[str, str],
         input: ModelCallInput,
         started: float,
@@ -446,7 +465,7 @@ class ModelActivities(ActivityClass):
         stream = _Stream(started=started, deltas=deltas, redact=redact)
         try:
             async with self.http.stream(
-                "POST", url, json=body, headers=headers, timeout=_timeout(idle or None)
+                "POST", url, content=request.body, headers=headers, timeout=_timeout(idle or None)
             ) as response:
                 if not response.is_success:
                     await response.aread()
@@ -476,24 +495,3 @@ class ModelActivities(ActivityClass):
             # The read timeout is the idle limit: only a silent stream can exceed it.
             raise StreamIdle(idle) from err
         return stream.answer(input.turn)
-
-
-_FIXED_BYTES = 4096
-"""More than the JSON of a result's fields other than its strings (usage, latency, cost,
-the keys and punctuation)."""
-
-
-def _surely_fits(result: ModelCallResult) -> bool:
-    """Whether ``result``'s JSON is surely within ``MAX_RESULT_BYTES``, without writing it.
-
-    An upper bound: a character takes at most 6 bytes of JSON (``\\u00XX``), each tool call
-    its three strings plus its punctuation. MCP and context results are structured and
-    unbounded here, so they are always measured whole (as is anything near the limit).
-    """
-    if result.mcp is not None or result.context is not None:
-        return False
-    chars = len(result.model) + len(result.text) + len(result.finish_reason or "")
-    chars += len(result.system_ref or "") + len(result.context_ref)
-    for call in result.tool_calls:
-        chars += len(call.id) + len(call.name) + len(call.arguments) + 64
-    return 6 * chars + _FIXED_BYTES <= MAX_RESULT_BYTES

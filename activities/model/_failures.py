@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from psych_runtime.activities.contract import ModelFailure
+from psych_runtime.activities.contract import ModelCallResult, ModelFailure
 from psych_runtime.specs import NotFound
 
 _TRANSIENT_STATUSES = frozenset({408, 429})
@@ -258,3 +258,24 @@ def _seconds(value: str | None) -> float | None:
     except ValueError:
         return None
     return max(0.0, number) if math.isfinite(number) else None
+
+
+_FIXED_BYTES = 4096
+"""More than the JSON of a result's fields other than its strings (usage, latency, cost,
+the keys and punctuation)."""
+
+
+def surely_fits(result: ModelCallResult) -> bool:
+    """Whether ``result``'s JSON is surely within ``MAX_RESULT_BYTES``, without writing it.
+
+    An upper bound: a character takes at most 6 bytes of JSON (``\\u00XX``), each tool call
+    its three strings plus its punctuation. MCP and context results are structured and
+    unbounded here, so they are always measured whole (as is anything near the limit).
+    """
+    if result.mcp is not None or result.context is not None:
+        return False
+    chars = len(result.model) + len(result.text) + len(result.finish_reason or "")
+    chars += len(result.system_ref or "") + len(result.context_ref)
+    for call in result.tool_calls:
+        chars += len(call.id) + len(call.name) + len(call.arguments) + 64
+    return 6 * chars + _FIXED_BYTES <= MAX_RESULT_BYTES

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,11 +16,8 @@ from temporalio import activity
 
 from psych_runtime.activities._beat import BeatTimer
 from psych_runtime.activities.contract import (
-    ChatMessage,
     LiveAttempt,
-    ModelCallInput,
     ToolCallRequest,
-    ToolDefinition,
     Usage,
 )
 from psych_runtime.activities.model._failures import (
@@ -293,63 +290,6 @@ def _too_large(size: int, what: str, *, more: bool = False) -> str:
         f"{limit} bytes a model call may return through Temporal (whose payload limit is "
         "2 MB); lower max_output_tokens or use a model that answers shorter"
     )
-
-
-def _wire_message(message: ChatMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        wire["content"] = message.content or None
-        wire["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-                **(c.provider_fields or {}),
-            }
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        wire["tool_call_id"] = message.tool_call_id
-    wire.update(message.provider_fields or {})
-    return wire
-
-
-def _request_body(
-    input: ModelCallInput,
-    system: str | None,
-    messages: Sequence[ChatMessage],
-    tools: Sequence[ToolDefinition],
-    *,
-    stream: bool,
-) -> dict[str, Any]:
-    wire = [_wire_message(m) for m in messages]
-    if system:
-        wire.insert(0, {"role": "system", "content": system})
-    body: dict[str, Any] = {"model": input.model, "messages": wire, "stream": stream}
-    if tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in tools
-        ]
-    params = input.params
-    for key, value in (
-        ("temperature", params.temperature),
-        ("top_p", params.top_p),
-        ("max_completion_tokens", params.max_output_tokens),
-        ("reasoning_effort", params.reasoning_effort),
-    ):
-        if value is not None:
-            body[key] = value
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    return body
 
 
 def _timeout(read: float | None) -> httpx.Timeout:

@@ -21,9 +21,8 @@ from psych_runtime.activities.contract import (
     Usage,
 )
 from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
-from psych_runtime.activities.model._activities import _surely_fits
 from psych_runtime.activities.model._by_ref import ByRef
-from psych_runtime.activities.model._failures import MAX_RESULT_BYTES
+from psych_runtime.activities.model._failures import MAX_RESULT_BYTES, surely_fits
 from psych_runtime.testing import FakeModel, Reply
 from tests.activities._calls import MODEL, call
 
@@ -125,18 +124,18 @@ def test_the_size_bound_is_never_below_the_json(char: str) -> None:
     # The most text the bound lets through unmeasured, in the character whose JSON is
     # longest of its kind: its JSON is still within the limit.
     size = 1
-    while _surely_fits(_result(char * (size * 2), arguments=char * (size * 2))):
+    while surely_fits(_result(char * (size * 2), arguments=char * (size * 2))):
         size *= 2
     low, high = size, size * 2
     while high - low > 1:
         middle = (low + high) // 2
-        fits = _surely_fits(_result(char * middle, arguments=char * middle))
+        fits = surely_fits(_result(char * middle, arguments=char * middle))
         low, high = (middle, high) if fits else (low, middle)
     result = _result(char * low, arguments=char * low)
-    assert _surely_fits(result)
+    assert surely_fits(result)
     assert len(result.model_dump_json().encode()) <= MAX_RESULT_BYTES
 
 
 def test_a_result_near_the_limit_is_measured_whole() -> None:
-    assert _surely_fits(_result("short answer"))
-    assert not _surely_fits(_result("x" * (MAX_RESULT_BYTES // 6)))
+    assert surely_fits(_result("short answer"))
+    assert not surely_fits(_result("x" * (MAX_RESULT_BYTES // 6)))
