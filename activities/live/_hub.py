@@ -17,6 +17,11 @@ from collections.abc import AsyncIterator
 
 from psych_runtime.activities.contract import LiveAttempt, RelayEnd, RelayLine
 
+_Piece = tuple[str, int | None, str | None, str | None, str]
+"""A piece as published: text, then a tool call's index, id, name and arguments. Written
+as a ``RelayLine`` only when read: a piece as a model and its JSON cost every call about
+as much again as the rest of the hub's work, for followers most attempts never have."""
+
 KEEP_SECONDS = 30.0
 """How long an ended attempt stays readable: enough for a follower that joined just as it
 ended (or reconnects) to read it to its end marker."""
@@ -34,8 +39,9 @@ class AttemptDeltas:
         self.token = token
         self.call = call
         self.turn = turn
-        self.lines: list[bytes] = []
-        """Piece ``n`` is ``lines[n - 1]``, one JSON line each; the end line follows."""
+        self.lines: list[bytes | RelayLine | _Piece] = []
+        """Piece ``n`` is ``lines[n - 1]``, the end line follows; each is written as one
+        JSON line when a reader first reads it (most attempts have none)."""
         self.ended: RelayEnd | None = None
         self._grew: asyncio.Event | None = None
         """Set when a line is added; made only while a reader waits (most attempts have
@@ -53,19 +59,11 @@ class AttemptDeltas:
     def text(self, text: str) -> None:
         """Publish a piece of the answer's text."""
         if text:
-            self._piece(RelayLine(n=self.pieces + 1, text=text))
+            self._piece((text, None, None, None, ""))
 
     def tool_call(self, index: int, id: str | None, name: str | None, arguments: str) -> None:
         """Publish a piece of the answer's ``index``-th tool call."""
-        self._piece(
-            RelayLine(
-                n=self.pieces + 1,
-                tool_index=index,
-                tool_id=id,
-                tool_name=name,
-                tool_arguments=arguments,
-            )
-        )
+        self._piece(("", index, id, name, arguments))
 
     def end(self, how: RelayEnd, reason: str = "") -> None:
         """Mark the attempt ended; idempotent (the first end wins). Forgotten later."""
@@ -75,26 +73,45 @@ class AttemptDeltas:
         self._append(RelayLine(end=how, reason=reason))
         self.hub.forget_later(self)
 
-    def _piece(self, line: RelayLine) -> None:
+    def _piece(self, piece: _Piece) -> None:
         if self.ended is not None:
             return
         if self.pieces >= self.hub.max_pieces:
             self.end("failed", f"more than {self.hub.max_pieces} pieces")
             return
-        self._append(line)
+        self._append(piece)
 
-    def _append(self, line: RelayLine) -> None:
-        self.lines.append(line.model_dump_json(exclude_defaults=True).encode() + b"\n")
+    def _append(self, line: RelayLine | _Piece) -> None:
+        self.lines.append(line)
         grew, self._grew = self._grew, None
         if grew is not None:
             grew.set()
+
+    def line(self, position: int) -> bytes:
+        """The JSON line at ``position`` (piece ``position + 1``, or the end line)."""
+        line = self.lines[position]
+        if isinstance(line, bytes):
+            return line
+        if isinstance(line, tuple):
+            text, index, id, name, arguments = line
+            line = RelayLine(
+                n=position + 1,
+                text=text,
+                tool_index=index,
+                tool_id=id,
+                tool_name=name,
+                tool_arguments=arguments,
+            )
+        written = line.model_dump_json(exclude_defaults=True).encode() + b"\n"
+        self.lines[position] = written
+        return written
 
     async def read(self, after: int) -> AsyncIterator[bytes]:
         """The lines of pieces ``after + 1`` on, live, then the end line."""
         position = max(0, after)
         while True:
             while position < len(self.lines):
-                yield self.lines[position]
+                yield self.line(position)
                 position += 1
             if self.ended is not None:
                 return

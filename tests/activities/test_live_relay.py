@@ -139,6 +139,25 @@ async def test_too_many_pieces_end_the_attempt_failed_for_followers() -> None:
     assert (got[-1].end, got[-1].reason) == ("failed", "more than 3 pieces")
 
 
+async def test_pieces_are_written_as_lines_only_when_a_reader_reads_them() -> None:
+    hub = DeltaHub()
+    attempt = hub.open("a#1")
+    attempt.text("Hel")
+    attempt.tool_call(0, "c1", "lookup", "")
+    attempt.tool_call(0, None, None, '{"q": 1}')
+    attempt.end("completed")
+    # Nobody has read the attempt: nothing was written (most attempts have no follower).
+    assert not any(isinstance(line, bytes) for line in attempt.lines)
+    read = [json.loads(line) async for line in attempt.read(0)]
+    assert read == [
+        {"n": 1, "text": "Hel"},
+        {"n": 2, "tool_index": 0, "tool_id": "c1", "tool_name": "lookup"},
+        {"n": 3, "tool_index": 0, "tool_arguments": '{"q": 1}'},
+        {"end": "completed"},
+    ]
+    assert all(isinstance(line, bytes) for line in attempt.lines)  # written once
+
+
 async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
     hub = DeltaHub()
     relay = DeltaRelay(hub)
