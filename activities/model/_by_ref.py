@@ -41,9 +41,5 @@ class ByRef(Generic[_T]):
         while len(self._items) > self._size:
             self._items.popitem(last=False)
 
-    def pop(self, ref: str) -> None:
-        """Forget ``ref`` (nothing happens if it is not kept)."""
-        self._items.pop(ref, None)
-
     def __len__(self) -> int:
         return len(self._items)
