@@ -22,6 +22,12 @@ _Piece = tuple[str, int | None, str | None, str | None, str]
 as a ``RelayLine`` only when read: a piece as a model and its JSON cost every call about
 as much again as the rest of the hub's work, for followers most attempts never have."""
 
+
+def _utf8(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (lone surrogates) replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 KEEP_SECONDS = 30.0
 """How long an ended attempt stays readable: enough for a follower that joined just as it
 ended (or reconnects) to read it to its end marker."""
@@ -102,7 +108,18 @@ class AttemptDeltas:
                 tool_name=name,
                 tool_arguments=arguments,
             )
-        written = line.model_dump_json(exclude_defaults=True).encode() + b"\n"
+        try:
+            data = line.model_dump_json(exclude_defaults=True)
+        except ValueError:
+            # A lone surrogate a provider's escapes spelled (half of a pair split across
+            # two chunks): shown replaced, so a follower still reads on to the end line.
+            data = RelayLine.model_validate(
+                {
+                    key: _utf8(value) if isinstance(value, str) else value
+                    for key, value in line.model_dump().items()
+                }
+            ).model_dump_json(exclude_defaults=True)
+        written = data.encode() + b"\n"
         self.lines[position] = written
         return written
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -422,7 +423,7 @@ class ModelActivities(ActivityClass):
         """The ``tools`` of a request (``encode_tools``) from the list stored at ``ref``."""
         if ref is None:
             return b""
-        key = "\n".join((ref, *sorted(exclude)))
+        key = ref + json.dumps(sorted(exclude)) if exclude else ref
         encoded = self._tools_json.get(key)
         if encoded is None:
             tools = self._tool_lists.get(ref)

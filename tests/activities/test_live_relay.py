@@ -158,6 +158,20 @@ async def test_pieces_are_written_as_lines_only_when_a_reader_reads_them() -> No
     assert all(isinstance(line, bytes) for line in attempt.lines)  # written once
 
 
+async def test_a_piece_utf8_cannot_hold_is_read_replaced_and_the_end_still_follows() -> None:
+    hub = DeltaHub()
+    attempt = hub.open("a#1")
+    attempt.text("ok")
+    attempt.text("\ud83d")  # half of a surrogate pair a provider split across two chunks
+    attempt.end("failed", "boom")
+    read = [json.loads(line) async for line in attempt.read(0)]
+    assert read == [
+        {"n": 1, "text": "ok"},
+        {"n": 2, "text": "?"},
+        {"end": "failed", "reason": "boom"},
+    ]
+
+
 async def test_stopping_the_relay_cuts_open_streams_without_an_end() -> None:
     hub = DeltaHub()
     relay = DeltaRelay(hub)

@@ -216,6 +216,43 @@ async def test_a_warm_worker_sends_the_bytes_a_cold_one_sends(
     assert list(second["messages"][2]["tool_calls"][0]["extra_content"]) == ["a", "z"]
 
 
+async def test_an_inline_message_is_kept_as_stored_not_as_sent(
+    blobs: LocalBlobStore, http: httpx.AsyncClient
+) -> None:
+    # A message the workflow sends inline with a provider's fields, keys not sorted: the
+    # store sorts them, and the next call must send them as stored, warm or cold.
+    noted = ChatMessage(
+        role="user", content="Noted.", provider_fields={"z_hint": 1, "a_hint": {"y": 2, "b": 3}}
+    )
+    replies = iter([*answers()[1:], *answers()[1:]])
+    with Upstream(lambda _: next(replies)) as upstream:
+
+        def worker() -> ModelActivities:
+            return ModelActivities(
+                endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", KEY)),
+                blobs=blobs,
+                http=http,
+            )
+
+        warm = worker()
+        env = ActivityEnvironment()
+        first = call(stream=False, new_messages=(noted,))
+        answered = await env.run(warm.complete, first)
+        second = call(
+            stream=False,
+            turn=2,
+            context_ref=answered.context_ref,
+            new_messages=(ChatMessage(role="user", content="And?"),),
+        )
+        await env.run(warm.complete, second)
+        await env.run(worker().complete, first)
+        await env.run(worker().complete, second)
+        sent = [r.body for r in upstream.requests]
+    assert sent[1] == sent[3]
+    assert b'"a_hint":{"b":3,"y":2},"z_hint":1' in sent[1]
+    assert b'"z_hint":1,"a_hint"' in sent[0]  # the first call sends it as given
+
+
 async def test_a_warm_call_encodes_only_what_is_new(
     blobs: LocalBlobStore, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
