@@ -179,21 +179,22 @@ def turns(previous: ModelCallResult | None, turn: int) -> ModelCallInput:
     )
 
 
+def worker(upstream: Upstream, blobs: LocalBlobStore, http: httpx.AsyncClient) -> ModelActivities:
+    """A model activity of its own (a worker) on the shared store, calling ``upstream``."""
+    return ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", KEY)),
+        blobs=blobs,
+        http=http,
+    )
+
+
 async def test_a_warm_worker_sends_the_bytes_a_cold_one_sends(
     blobs: LocalBlobStore, http: httpx.AsyncClient
 ) -> None:
     scripted = answers()
     replies = iter(scripted * 2)
     with Upstream(lambda _: next(replies)) as upstream:
-
-        def worker() -> ModelActivities:
-            return ModelActivities(
-                endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", KEY)),
-                blobs=blobs,
-                http=http,
-            )
-
-        warm = worker()
+        warm = worker(upstream, blobs, http)
         env = ActivityEnvironment()
         previous: ModelCallResult | None = None
         inputs: list[ModelCallInput] = []
@@ -202,7 +203,7 @@ async def test_a_warm_worker_sends_the_bytes_a_cold_one_sends(
             previous = await env.run(warm.complete, inputs[-1])
         # The same calls, each on a worker that never saw the Run (it reads the store).
         for input in inputs:
-            await env.run(worker().complete, input)
+            await env.run(worker(upstream, blobs, http).complete, input)
         sent: list[Request] = list(upstream.requests)
 
     assert [r.body for r in sent[:3]] == [r.body for r in sent[3:]]
@@ -226,15 +227,7 @@ async def test_an_inline_message_is_kept_as_stored_not_as_sent(
     )
     replies = iter([*answers()[1:], *answers()[1:]])
     with Upstream(lambda _: next(replies)) as upstream:
-
-        def worker() -> ModelActivities:
-            return ModelActivities(
-                endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", KEY)),
-                blobs=blobs,
-                http=http,
-            )
-
-        warm = worker()
+        warm = worker(upstream, blobs, http)
         env = ActivityEnvironment()
         first = call(stream=False, new_messages=(noted,))
         answered = await env.run(warm.complete, first)
@@ -245,8 +238,8 @@ async def test_an_inline_message_is_kept_as_stored_not_as_sent(
             new_messages=(ChatMessage(role="user", content="And?"),),
         )
         await env.run(warm.complete, second)
-        await env.run(worker().complete, first)
-        await env.run(worker().complete, second)
+        await env.run(worker(upstream, blobs, http).complete, first)
+        await env.run(worker(upstream, blobs, http).complete, second)
         sent = [r.body for r in upstream.requests]
     assert sent[1] == sent[3]
     assert b'"a_hint":{"b":3,"y":2},"z_hint":1' in sent[1]
@@ -266,11 +259,7 @@ async def test_a_warm_call_encodes_only_what_is_new(
     monkeypatch.setattr(request_module, "wire_message", counting)
     replies = iter(answers())
     with Upstream(lambda _: next(replies)) as upstream:
-        acts = ModelActivities(
-            endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", KEY)),
-            blobs=blobs,
-            http=http,
-        )
+        acts = worker(upstream, blobs, http)
         env = ActivityEnvironment()
         first = await env.run(acts.complete, turns(None, 1))
         second = await env.run(acts.complete, turns(first, 2))
