@@ -152,11 +152,11 @@ class PsychPlugin(SimplePlugin):
     """Install on the Temporal client (it then applies to workers built from it).
 
     Installs pydantic's payload converter (``PsychPayloadConverter``: every payload is a
-    pydantic model), adds the
-    sandbox passthrough list above to the worker's sandboxed runner, and makes PsychError
-    and pydantic's ValidationError fail the workflow rather than the workflow task (which
-    Temporal would retry forever): a Run started with a malformed input (by hand, with the
-    plain ``temporal`` CLI) fails at once, saying which field is wrong. A malformed signal
+    pydantic model), adds the sandbox passthrough list above to the worker's sandboxed
+    runner, and makes PsychError and pydantic's ValidationError fail the workflow rather
+    than the workflow task (which Temporal would retry forever): a Run started with a
+    malformed input (by hand, with the plain ``temporal`` CLI) fails at once, saying which
+    field is wrong. A malformed signal
     is still only logged and dropped by the SDK, and a malformed update rejected.
 
     Each setting extends what the client or worker already has (a payload codec, a failure

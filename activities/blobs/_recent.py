@@ -43,5 +43,16 @@ class RecentBlobs:
             _, dropped = self._blobs.popitem(last=False)
             self._bytes -= len(dropped)
 
+    def drop(self, ref: str) -> None:
+        """Forget ``ref`` (nothing happens if it is not kept)."""
+        data = self._blobs.pop(ref, None)
+        if data is not None:
+            self._bytes -= len(data)
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes kept."""
+        return self._bytes
+
     def __len__(self) -> int:
         return len(self._blobs)

@@ -12,13 +12,12 @@ the same dict (its encoder's settings, the same key order).
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psych_runtime.activities.blobs import RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ModelCallInput, ToolDefinition
-from psych_runtime.activities.model._by_ref import BY_REF_ENTRIES
 
 
 def dumps(value: Any) -> bytes:
@@ -82,23 +81,21 @@ class Request:
 
 
 KEPT_BYTES = 64 * 1024 * 1024
-"""Bytes of encoded conversations a worker keeps (besides ``BY_REF_ENTRIES`` of them)."""
+"""Bytes of encoded conversations a worker keeps (one larger than a sixteenth of it is
+not kept: ``RecentBlobs``)."""
 
 
 class RequestBodies:
     """Writes request bodies, keeping each conversation's encoded messages by head ref.
 
     A Run's entry is replaced by the next head's as its calls go on, so it holds about one
-    entry per Run whose call this worker made last. The most recently used are kept, at
-    most ``size`` of them (as many heads as ``Conversations`` keeps) and ``max_bytes`` in
-    all (a conversation larger than that is not kept); a miss encodes the messages given.
+    entry per Run whose call this worker made last: the most recently used, ``max_bytes``
+    in all (``RecentBlobs``, whose refs here are conversation heads); a miss encodes the
+    messages given.
     """
 
-    def __init__(self, size: int = BY_REF_ENTRIES, max_bytes: int = KEPT_BYTES) -> None:
-        self._size = size
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._messages: OrderedDict[str, bytes] = OrderedDict()
+    def __init__(self, max_bytes: int = KEPT_BYTES) -> None:
+        self._messages = RecentBlobs(max_bytes)
 
     def __len__(self) -> int:
         """Conversations kept."""
@@ -107,27 +104,7 @@ class RequestBodies:
     @property
     def kept_bytes(self) -> int:
         """Bytes of the conversations kept."""
-        return self._bytes
-
-    def _get(self, head: str) -> bytes | None:
-        data = self._messages.get(head)
-        if data is not None:
-            self._messages.move_to_end(head)
-        return data
-
-    def _put(self, head: str, data: bytes) -> None:
-        self._pop(head)
-        if len(data) > self._max_bytes:
-            return
-        self._messages[head] = data
-        self._bytes += len(data)
-        while len(self._messages) > self._size or self._bytes > self._max_bytes:
-            self._bytes -= len(self._messages.popitem(last=False)[1])
-
-    def _pop(self, head: str) -> None:
-        data = self._messages.pop(head, None)
-        if data is not None:
-            self._bytes -= len(data)
+        return self._messages.kept_bytes
 
     def write(
         self,
@@ -142,11 +119,11 @@ class RequestBodies:
     ) -> Request:
         """The body of a call on the conversation ending at ``head`` (whose messages are
         ``history``) with ``new`` messages after it and ``tools`` (``encode_tools``)."""
-        known = None if head is None else self._get(head)
+        known = None if head is None else self._messages.get(head)
         if known is None:
             known = b",".join(encode_message(m) for m in history)
             if head is not None:
-                self._put(head, known)
+                self._messages.keep(head, known)
         fresh = tuple(encode_message(m) for m in new)
         messages = b",".join((known, *fresh)) if known else b",".join(fresh)
         parts = [b'{"model":', dumps(input.model), b',"messages":[']
@@ -194,5 +171,5 @@ class RequestBodies:
         if request.history:
             pieces.insert(0, request.history)
         if head is not None:
-            self._pop(head)
-        self._put(next_head, b",".join(pieces))
+            self._messages.drop(head)
+        self._messages.keep(next_head, b",".join(pieces))

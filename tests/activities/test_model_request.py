@@ -271,17 +271,18 @@ async def test_a_warm_call_encodes_only_what_is_new(
     assert len(acts.requests) == 1
 
 
-def test_what_is_kept_is_bounded_in_entries_and_in_bytes() -> None:
-    heads = [f"sha256:{n:064x}" for n in range(6)]
-    one = RequestBodies(size=3, max_bytes=10_000)
+def test_what_is_kept_is_bounded_in_bytes() -> None:
+    heads = [f"sha256:{n:064x}" for n in range(20)]
+    size = len(RequestBodies().write(call(), None, None, [], [ASKED], b"", stream=True).new[0])
+    one = RequestBodies(max_bytes=16 * size)
     for head in heads:
         one.write(call(), None, head, [ASKED], [], b"", stream=True)
-    assert len(one) == 3  # the three used last
-    small = RequestBodies(size=100, max_bytes=200)
+    assert len(one) == 16  # the sixteen used last fill the bound
+    small = RequestBodies(max_bytes=16 * 200)
     for head in heads:
         small.write(call(), None, head, [ASKED, ANSWERED], [], b"", stream=True)
-    assert 0 < small.kept_bytes <= 200
-    # A conversation larger than the whole bound is written, not kept.
-    big = RequestBodies(size=100, max_bytes=50)
+    assert 0 < small.kept_bytes <= 16 * 200
+    # A conversation larger than a sixteenth of the bound is written, not kept.
+    big = RequestBodies(max_bytes=16 * 50)
     big.write(call(), None, heads[0], [ASKED, ANSWERED], [], b"", stream=True)
     assert (len(big), big.kept_bytes) == (0, 0)
