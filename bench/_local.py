@@ -50,14 +50,14 @@ from bench._history import TURN_PHASES, history_facts, turn_phases
 from bench._process import dev_server, run_until_terminated
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
-from bench._server_work import ServerWork, free_port, settled_counters, work_per_turn
+from bench._server_work import ServerWork, settled_counters, work_per_turn
 from bench._split import SplitResult, split_throughput
 from bench._table import median, rotated, spread, table
 from bench._threads import THREADS_NOTE, thread_table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
-from psych_runtime.workers import exit_process, tune_gc_for_serving
+from psych_runtime.workers import exit_process, free_port, tune_gc_for_serving
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")

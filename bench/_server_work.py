@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from dataclasses import dataclass
 
 import httpx
@@ -20,14 +19,6 @@ Counters = dict[tuple[str, str, str], float]
 
 _SAMPLE = re.compile(r"^(service_requests|persistence_requests)\{([^}]*)\} ([0-9.eE+]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def free_port() -> int:
-    """A loopback port free now (for the server's metrics)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,11 @@
-"""A free loopback port for a server a test starts (at the time of asking)."""
+"""A free loopback port for a server a test starts (at the time of asking).
+
+It is the product's own pick (below the kernel's ephemeral range), so no port-0 bind in
+the meantime (a dev server's internal services, a client's outgoing connection) takes it.
+"""
 
 from __future__ import annotations
 
-import socket
+from psych_runtime.workers import free_port
 
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+__all__ = ["free_port"]

