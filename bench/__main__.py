@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from bench._main import main
-from psych_runtime.workers import exit_process
+from bench._process import exit_after
 
-exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter
+exit_after(main)

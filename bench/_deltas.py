@@ -32,10 +32,10 @@ from typing import Any
 import httpx
 
 from bench._deltas_heartbeat import heartbeat_channel
-from bench._process import dev_server, run_until_terminated
+from bench._process import dev_server, exit_after, run_until_terminated
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
-from psych_runtime.workers import WorkerSettings, connect, exit_process, run_worker
+from psych_runtime.workers import WorkerSettings, connect, run_worker
 from psych_runtime.workflows import PsychClient, TokenDelta
 
 SCOPE = Scope(tenant="bench", principal="bench")
@@ -362,7 +362,7 @@ def _report(results: dict[str, Any]) -> str:
     )
 
 
-def _cli() -> None:
+def _cli() -> int:
     if sys.argv[1:2] == ["direct"]:
         asyncio.run(_direct(sys.argv[2]))
     elif sys.argv[1:2] == ["follow"]:
@@ -377,8 +377,8 @@ def _cli() -> None:
         path = RESULTS / f"deltas-{stamp}.json"
         path.write_text(json.dumps(results, indent=2))
         print(f"  written to {path.relative_to(REPO)}")
+    return 0
 
 
 if __name__ == "__main__":
-    _cli()
-    exit_process(0)  # not a finalizing interpreter: Temporal's threads may abort it
+    exit_after(_cli)

@@ -47,7 +47,7 @@ import httpx
 from bench._agent import AgentBench
 from bench._baseline import BaselineBench, BaselineRun
 from bench._history import TURN_PHASES, history_facts, turn_phases
-from bench._process import dev_server, run_until_terminated
+from bench._process import dev_server, exit_after, run_until_terminated
 from bench._report import pair_ratios
 from bench._sections import RESULT_BYTES, Batch, _batch
 from bench._server_work import ServerWork, settled_counters, work_per_turn
@@ -57,7 +57,7 @@ from bench._threads import THREADS_NOTE, thread_table
 from bench._workflows import MODEL_ACTIVITY, MODEL_REQUEST_ACTIVITY, STORING_MODEL_ACTIVITY
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.contract import MODEL_CALL
-from psych_runtime.workers import exit_process, free_port, tune_gc_for_serving
+from psych_runtime.workers import free_port, tune_gc_for_serving
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")
@@ -490,4 +490,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter
+    exit_after(main)

@@ -8,14 +8,15 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Coroutine, Iterator
+import traceback
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.workers import start_dev_server
+from psych_runtime.workers import exit_process, start_dev_server
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _T = TypeVar("_T")
@@ -61,6 +62,24 @@ def run_until_terminated(main: Coroutine[Any, Any, _T]) -> _T:
         print("benchmark stopped by SIGTERM", file=sys.stderr)
         raise SystemExit(TERMINATED)
     return result
+
+
+def exit_after(main: Callable[[], int]) -> NoReturn:
+    """A benchmark's last line: ``main()``'s status, or its ``SystemExit``'s (argparse's,
+    ``TERMINATED``), or 1 after a traceback, through ``exit_process``: a ``SystemExit``
+    left to the interpreter finalizes it, and the SDK's threads can abort that (exit 134
+    instead of 143 after a SIGTERM; temporalio/sdk-python#300).
+    """
+    try:
+        status = main()
+    except SystemExit as done:
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+        status = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    except Exception:
+        traceback.print_exc()
+        status = 1
+    exit_process(status)
 
 
 @contextlib.contextmanager

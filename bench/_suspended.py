@@ -33,7 +33,7 @@ from typing import Any
 
 from bench._agent import MODEL
 from bench._gc_pauses import log_full_collections, pauses_between
-from bench._process import dev_server, run_until_terminated
+from bench._process import dev_server, exit_after, run_until_terminated
 from bench._table import table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.activities.tools import RulePolicy
@@ -42,7 +42,6 @@ from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import (
     WorkerSettings,
     connect,
-    exit_process,
     run_worker,
     tune_gc_for_serving,
 )
@@ -318,4 +317,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())  # not sys.exit: Temporal's threads may abort a finalizing interpreter
+    exit_after(main)
