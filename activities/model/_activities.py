@@ -408,14 +408,16 @@ class ModelActivities(ActivityClass):
         """The system prompt's ref and text: stored now if inline, else loaded (once per
         worker: ``_systems``)."""
         if input.system_prompt is not None:
-            ref = await self.blobs.put(input.system_prompt.encode())
-            self._systems.put(ref, input.system_prompt)
+            data = input.system_prompt.encode()
+            ref = await self.blobs.put(data)
+            self._systems.put(ref, input.system_prompt, len(data))
             return ref, input.system_prompt
         if input.system_ref is not None:
             text = self._systems.get(input.system_ref)
             if text is None:
-                text = (await self.blobs.get(input.system_ref)).decode()
-                self._systems.put(input.system_ref, text)
+                data = await self.blobs.get(input.system_ref)
+                text = data.decode()
+                self._systems.put(input.system_ref, text, len(data))
             return input.system_ref, text
         return None, None
 
@@ -428,11 +430,12 @@ class ModelActivities(ActivityClass):
         if encoded is None:
             tools = self._tool_lists.get(ref)
             if tools is None:
-                tools = tuple(_TOOL_LIST.validate_json(await self.blobs.get(ref)))
-                self._tool_lists.put(ref, tools)
+                data = await self.blobs.get(ref)
+                tools = tuple(_TOOL_LIST.validate_json(data))
+                self._tool_lists.put(ref, tools, len(data))
             excluded = set(exclude)
             encoded = encode_tools([t for t in tools if t.name not in excluded])
-            self._tools_json.put(key, encoded)
+            self._tools_json.put(key, encoded, len(encoded))
         return encoded
 
     async def _post(

@@ -96,14 +96,55 @@ async def test_an_inline_system_prompt_is_kept_by_the_ref_it_is_stored_under(
 
 def test_by_ref_keeps_the_most_recently_used() -> None:
     kept: ByRef[str] = ByRef(size=2)
-    kept.put("a", "A")
-    kept.put("b", "B")
+    kept.put("a", "A", 1)
+    kept.put("b", "B", 1)
     assert kept.get("a") == "A"  # now the most recently used
-    kept.put("c", "C")
+    kept.put("c", "C", 1)
     assert (kept.get("a"), kept.get("b"), kept.get("c")) == ("A", None, "C")
     assert len(kept) == 2
     with pytest.raises(ValueError, match="at least one entry, not 0"):
         ByRef(size=0)
+    with pytest.raises(ValueError, match="at least one byte, not 0"):
+        ByRef(max_bytes=0)
+
+
+def test_by_ref_is_bounded_in_bytes_too() -> None:
+    kept: ByRef[str] = ByRef(size=100, max_bytes=1600)
+    for name in "abcd":
+        kept.put(name, name.upper(), 100)
+    assert kept.kept_bytes == 400
+    kept.get("a")
+    kept.put("b", "B2", 60)  # a put again replaces, and its bytes are counted once
+    assert (kept.get("b"), kept.kept_bytes) == ("B2", 360)
+    for i in range(15):
+        kept.put(f"x{i}", "X", 100)
+    # 1600 bytes at most: the least recently used went first (c, d, then a)
+    assert [kept.get(n) for n in "abcd"] == [None, "B2", None, None]
+    assert kept.kept_bytes == 1560
+    kept.put("huge", "H", 101)  # above a sixteenth of the bound: not kept
+    assert kept.get("huge") is None
+    assert len(kept) == 16
+
+
+async def test_a_tool_list_above_the_bound_is_read_each_call_and_sent_whole(
+    fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
+) -> None:
+    blobs = CountingBlobs(tmp_path / "blobs")
+    acts = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
+    )
+    tools_json = json.dumps([WEATHER.model_dump(mode="json")]).encode()
+    acts._tool_lists = ByRef(max_bytes=16 * (len(tools_json) - 1))
+    acts._tools_json = ByRef(max_bytes=16 * (len(tools_json) - 1))
+    tools_ref = await blobs.put(tools_json)
+    fake.enqueue(Reply.text("one"), Reply.text("two"))
+    env = ActivityEnvironment()
+    for turn in (1, 2):
+        await env.run(acts.complete, call(turn=turn, tools_ref=tools_ref))
+    assert blobs.reads[tools_ref] == 2
+    assert (len(acts._tool_lists), len(acts._tools_json)) == (0, 0)
+    assert fake.requests[0]["tools"] == fake.requests[1]["tools"]
+    assert [t["function"]["name"] for t in fake.requests[1]["tools"]] == ["get_weather"]
 
 
 def _result(text: str, *, arguments: str = "{}") -> ModelCallResult:
