@@ -46,6 +46,16 @@ class CountingBlobs(LocalBlobStore):
         return await super().get(ref)
 
 
+def _activities(
+    fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
+) -> tuple[ModelActivities, CountingBlobs]:
+    blobs = CountingBlobs(tmp_path / "blobs")
+    acts = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
+    )
+    return acts, blobs
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeModel]:
     async with FakeModel(models=(MODEL,)) as model:
@@ -55,10 +65,7 @@ async def fake() -> AsyncIterator[FakeModel]:
 async def test_the_system_prompt_and_tool_list_are_read_once_per_worker(
     fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
 ) -> None:
-    blobs = CountingBlobs(tmp_path / "blobs")
-    acts = ModelActivities(
-        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
-    )
+    acts, blobs = _activities(fake, tmp_path, http)
     system_ref = await blobs.put(b"Stored prompt.")
     tools_ref = await blobs.put(json.dumps([WEATHER.model_dump(mode="json")]).encode())
     fake.enqueue(Reply.text("one"), Reply.text("two"), Reply.text("three"))
@@ -81,10 +88,7 @@ async def test_the_system_prompt_and_tool_list_are_read_once_per_worker(
 async def test_an_inline_system_prompt_is_kept_by_the_ref_it_is_stored_under(
     fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
 ) -> None:
-    blobs = CountingBlobs(tmp_path / "blobs")
-    acts = ModelActivities(
-        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
-    )
+    acts, blobs = _activities(fake, tmp_path, http)
     fake.enqueue(Reply.text("one"), Reply.text("two"))
     env = ActivityEnvironment()
     first = await env.run(acts.complete, call(system_prompt="Be brief."))
@@ -129,10 +133,7 @@ def test_by_ref_is_bounded_in_bytes_too() -> None:
 async def test_a_tool_list_above_the_bound_is_read_each_call_and_sent_whole(
     fake: FakeModel, tmp_path: Any, http: httpx.AsyncClient
 ) -> None:
-    blobs = CountingBlobs(tmp_path / "blobs")
-    acts = ModelActivities(
-        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, KEY)), blobs=blobs, http=http
-    )
+    acts, blobs = _activities(fake, tmp_path, http)
     tools_json = json.dumps([WEATHER.model_dump(mode="json")]).encode()
     acts._tool_lists = ByRef(max_bytes=16 * (len(tools_json) - 1))
     acts._tools_json = ByRef(max_bytes=16 * (len(tools_json) - 1))
