@@ -33,12 +33,12 @@ from typing import Literal
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from bench._process import _children, _cpu_of
+from bench._process import _children, _cpu_of, exit_after
 from bench._table import median, table
 from psych_runtime.activities import Endpoint, FileVersionStore, LocalBlobStore, ModelEndpoints
 from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import WorkerSettings, connect, exit_process, run_worker
+from psych_runtime.workers import WorkerSettings, connect, run_worker
 from psych_runtime.workflows import PsychClient, Record, RunHandle
 from psych_runtime.workflows.client._follow import BUSY_RETRY_SECONDS, RecordFollower
 
@@ -360,5 +360,9 @@ async def _worker_main(target: str, task_queue: str, blob_dir: str, model_url: s
 if __name__ == "__main__":
     if sys.argv[1:2] != ["WORKER"] or len(sys.argv) != 6:
         raise SystemExit("usage: python -m bench._followers WORKER TARGET QUEUE BLOBS MODEL_URL")
-    asyncio.run(_worker_main(*sys.argv[2:6]))
-    exit_process(0)  # not a finalizing interpreter: Temporal's threads may abort it
+
+    def _serve() -> int:
+        asyncio.run(_worker_main(*sys.argv[2:6]))
+        return 0
+
+    exit_after(_serve)

@@ -66,20 +66,25 @@ def run_until_terminated(main: Coroutine[Any, Any, _T]) -> _T:
 
 def exit_after(main: Callable[[], int]) -> NoReturn:
     """A benchmark's last line: ``main()``'s status, or its ``SystemExit``'s (argparse's,
-    ``TERMINATED``), or 1 after a traceback, through ``exit_process``: a ``SystemExit``
-    left to the interpreter finalizes it, and the SDK's threads can abort that (exit 134
-    instead of 143 after a SIGTERM; temporalio/sdk-python#300).
+    ``TERMINATED``), 130 after Ctrl-C, or 1 after a traceback, through ``exit_process``: a
+    ``SystemExit`` left to the interpreter finalizes it, and the SDK's threads can abort
+    that (exit 134 instead of 143 after a SIGTERM; temporalio/sdk-python#300).
     """
     try:
         status = main()
     except SystemExit as done:
-        if isinstance(done.code, str):
+        if done.code is None or isinstance(done.code, int):
+            status = done.code or 0
+        else:  # as the interpreter does: printed, status 1
             print(done.code, file=sys.stderr)
-        status = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+            status = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        status = 128 + signal.SIGINT
     except Exception:
         traceback.print_exc()
         status = 1
-    exit_process(status)
+    exit_process(status & 0xFF)
 
 
 @contextlib.contextmanager

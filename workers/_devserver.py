@@ -56,37 +56,54 @@ def test_server_binary() -> str:
 
 
 _LOWEST_PORT = 10000
-_EPHEMERAL_START = 32768
-"""Where Linux's ephemeral range starts by default (macOS's starts at 49152, above it)."""
+_ENOUGH_PORTS = 1000
+_LINUX_EPHEMERAL = (32768, 60999)
+"""Linux's default ephemeral range (macOS's, 49152-65535, starts above its start)."""
 
 
-def _ephemeral_start() -> int:
+def _ephemeral_range() -> tuple[int, int]:
     try:
         text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
-        return min(int(text.split()[0]), _EPHEMERAL_START)
-    except (OSError, ValueError, IndexError):
-        return _EPHEMERAL_START
+        low, high = (int(part) for part in text.split())
+    except (OSError, ValueError):
+        return _LINUX_EPHEMERAL
+    return low, high
+
+
+def _candidate_ports() -> range | list[int]:
+    """Ports outside the ephemeral range: below it when there is room, else above it too."""
+    low, high = _ephemeral_range()
+    below = range(_LOWEST_PORT, max(_LOWEST_PORT, min(low, _LINUX_EPHEMERAL[0])))
+    if len(below) >= _ENOUGH_PORTS:
+        return below
+    return [*below, *range(max(high + 1, _LOWEST_PORT), 65536)]
 
 
 def free_port() -> int:
-    """A loopback port nothing holds now, from below the kernel's ephemeral range.
+    """A loopback port nothing holds now, from outside the kernel's ephemeral range.
 
     A port the kernel hands out for ``bind(port 0)`` and that is closed again can be handed
     out again to the next such bind before the server it was picked for binds it; the dev
     server picks its own internal services' ports that way, so a frontend port picked the
     same way could be taken by one of them (seen once: its worker service's listener failed
-    with "address already in use" and the server exited). A port below the ephemeral range
-    is never handed out for port 0 nor as an outgoing connection's local port.
+    with "address already in use" and the server exited). A port outside the ephemeral
+    range is never handed out for port 0 nor as an outgoing connection's local port. Only
+    when that range leaves no room (it covers 10000-65535) is the kernel's pick taken.
     """
-    high = _ephemeral_start()
-    for port in random.sample(range(_LOWEST_PORT, high), min(64, high - _LOWEST_PORT)):
+    candidates = _candidate_ports()
+    for port in random.sample(candidates, min(64, len(candidates))):
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise PsychError(f"no free port on 127.0.0.1 between {_LOWEST_PORT} and {high - 1}")
+    if candidates:
+        raise PsychError("no free port on 127.0.0.1 outside the kernel's ephemeral range")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        picked: int = probe.getsockname()[1]
+        return picked
 
 
 def _check_free(port: int) -> None:

@@ -405,8 +405,7 @@ class ModelActivities(ActivityClass):
         return result
 
     async def _system(self, input: ModelCallInput) -> tuple[str | None, str | None]:
-        """The system prompt's ref and text: stored now if inline, else loaded (once per
-        worker: ``_systems``)."""
+        """The system prompt's ref and text: stored now if inline, else read (``_systems``)."""
         if input.system_prompt is not None:
             data = input.system_prompt.encode()
             ref = await self.blobs.put(data)

@@ -19,8 +19,9 @@ BY_REF_ENTRIES = 256
 """Refs kept: a worker's live Runs share few prompts and tool lists."""
 
 BY_REF_BYTES = 16 * 1024 * 1024
-"""Bytes kept, counted as the blobs the values came from: a few large MCP catalogues must
-not hold hundreds of megabytes that 256 entries alone would allow."""
+"""Blob bytes kept: the values are counted as the blobs they came from (a parsed value
+takes a few times that in memory). 256 entries alone would let a few large MCP catalogues
+hold hundreds of megabytes."""
 
 
 class ByRef(Generic[_T]):
@@ -31,8 +32,8 @@ class ByRef(Generic[_T]):
     def __init__(self, size: int = BY_REF_ENTRIES, max_bytes: int = BY_REF_BYTES) -> None:
         if size < 1:
             raise ValueError(f"ByRef needs room for at least one entry, not {size}")
-        if max_bytes < 1:
-            raise ValueError(f"ByRef needs room for at least one byte, not {max_bytes}")
+        if max_bytes < 16:  # a value may take a sixteenth: below 16, none could be kept
+            raise ValueError(f"ByRef needs room for at least 16 bytes, not {max_bytes}")
         self._size = size
         self._max_bytes = max_bytes
         self._items: OrderedDict[str, tuple[_T, int]] = OrderedDict()

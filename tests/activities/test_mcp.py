@@ -30,6 +30,7 @@ from psych_runtime.activities.mcp import McpActivities, McpSettings, check_serve
 from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import McpServer, Scope
+from tests._ports import free_port
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 from tests.mcp.published import TOOLS as PUBLISHED_TOOLS
 from tests.mcp.published import PublishedMcpServer, start_published_mcp_server
@@ -231,9 +232,7 @@ async def test_a_turn_on_an_unchanged_cached_listing_reuses_the_catalogue_built_
 async def test_an_unreachable_server_is_a_status_naming_the_error(
     mcp: McpActivities, served: McpTestServer
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     gone = McpServer(name="gone", url=f"http://127.0.0.1:{port}/mcp", optional=True)
     result = await catalog(mcp, gone, spec_of(served))
     statuses = {status.server: status for status in result.servers}
@@ -684,9 +683,7 @@ async def test_a_search_without_a_catalogue_says_so(mcp: McpActivities) -> None:
 
 
 async def test_check_servers_names_each_unreachable_server(served: McpTestServer) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     servers = [
         spec_of(served, "up"),
         McpServer(name="down", url=f"http://127.0.0.1:{port}/mcp"),

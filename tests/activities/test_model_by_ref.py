@@ -108,8 +108,8 @@ def test_by_ref_keeps_the_most_recently_used() -> None:
     assert len(kept) == 2
     with pytest.raises(ValueError, match="at least one entry, not 0"):
         ByRef(size=0)
-    with pytest.raises(ValueError, match="at least one byte, not 0"):
-        ByRef(max_bytes=0)
+    with pytest.raises(ValueError, match="at least 16 bytes, not 15"):
+        ByRef(max_bytes=15)
 
 
 def test_by_ref_is_bounded_in_bytes_too() -> None:

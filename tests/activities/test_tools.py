@@ -7,7 +7,6 @@ import base64
 import contextlib
 import dataclasses
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -40,6 +39,7 @@ from psych_runtime.activities.secrets import (
 )
 from psych_runtime.activities.tools import ToolActivities
 from psych_runtime.specs import HttpTool, NotFound, Scope, ToolRegistry
+from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream, echo_headers
 
 SCOPE = Scope(tenant="acme")
@@ -576,9 +576,7 @@ async def test_http_timeout_is_an_error_outcome_and_heartbeats_meanwhile(
 async def test_http_connection_refused_is_an_error_outcome(
     tools: ToolActivities, env: ActivityEnvironment
 ) -> None:
-    with socket.socket() as probe:  # a port nothing listens on once the socket closes
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     tool = HttpTool(name="down", description="Down.", url=f"http://127.0.0.1:{port}/x")
     outcome = await env.run(tools.http, http_call(tool))
     assert outcome.status == "error"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from psych_runtime.workflows import (
     ToolCallFinished,
     ToolWithheld,
 )
+from tests._ports import free_port
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 from tests.mcp.published import start_published_mcp_server
 
@@ -65,10 +65,7 @@ def mcp_filler_server() -> Iterator[McpTestServer]:
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    return free_port()
 
 
 def offered(request: dict[str, Any]) -> list[str]:

@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
-from psych_runtime.workers import FAST_DISPATCH_ARGS, PsychPlugin, temporal_binary
+from psych_runtime.workers import FAST_DISPATCH_ARGS, PsychPlugin, free_port, temporal_binary
 from psych_runtime.workers.cli import main
 from psych_runtime.workflows import SEARCH_ATTRIBUTES, PsychClient, RunHandle, RunStatus
 
@@ -122,6 +122,7 @@ async def test_the_upgrade_runs_on_the_compose_stacks_server_version_and_dynamic
         namespace="default",
         plugins=[PsychPlugin()],
         ip="127.0.0.1",
+        port=free_port(),
         search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
         dev_server_existing_path=temporal_binary(),
         dev_server_log_level="error",

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from psych_runtime.specs import PsychError
-from psych_runtime.workers import start_dev_server
+from psych_runtime.workers import _devserver, start_dev_server
 from tests._ports import free_port
 
 
@@ -61,3 +61,31 @@ async def test_the_server_gets_a_port_no_port_0_bind_can_take() -> None:
         await env.client.count_workflows()
     finally:
         await env.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "low", "high"),
+    [
+        ((32768, 60999), 10000, 32767),  # Linux's default: below it
+        ((49152, 65535), 10000, 32767),  # macOS's: below Linux's too
+        ((1024, 60999), 61000, 65535),  # no room below: above it
+        ((10500, 65000), 10000, 65535),  # little room either side: both
+    ],
+)
+def test_a_free_port_is_outside_any_ephemeral_range(
+    monkeypatch: pytest.MonkeyPatch, ephemeral: tuple[int, int], low: int, high: int
+) -> None:
+    monkeypatch.setattr(_devserver, "_ephemeral_range", lambda: ephemeral)
+    for _ in range(20):
+        port = free_port()
+        assert low <= port <= high
+        assert not ephemeral[0] <= port <= ephemeral[1]
+
+
+def test_with_no_port_outside_the_ephemeral_range_the_kernel_picks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_devserver, "_ephemeral_range", lambda: (1024, 65535))
+    port = free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
