@@ -1,6 +1,6 @@
 """A free loopback port for a server a test starts (at the time of asking).
 
-It is the product's own pick (below the kernel's ephemeral range), so no port-0 bind in
+It is the product's own pick (outside the kernel's ephemeral range), so no port-0 bind in
 the meantime (a dev server's internal services, a client's outgoing connection) takes it.
 """
 
