@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import socket
@@ -148,23 +149,44 @@ async def start_dev_server(
             _check_free(taken)
     if port is None:  # not the SDK's pick: that one comes from the ephemeral range
         port = free_port()
-    return await WorkflowEnvironment.start_local(
-        namespace="default",
-        plugins=[PsychPlugin()],
-        ip="127.0.0.1",
-        port=port,
-        ui=ui,
-        ui_port=ui_port,
-        search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
-        dev_server_existing_path=temporal_binary(),
-        dev_server_database_filename=db_file,
-        dev_server_log_level=log_level,
-        dev_server_extra_args=[
-            *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
-            *UPDATE_PAYLOADS_ARGS,
-            *(("--metrics-port", str(metrics_port)) if metrics_port is not None else ()),
-        ],
+    starting = asyncio.ensure_future(
+        WorkflowEnvironment.start_local(
+            namespace="default",
+            plugins=[PsychPlugin()],
+            ip="127.0.0.1",
+            port=port,
+            ui=ui,
+            ui_port=ui_port,
+            search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
+            dev_server_existing_path=temporal_binary(),
+            dev_server_database_filename=db_file,
+            dev_server_log_level=log_level,
+            dev_server_extra_args=[
+                *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
+                *UPDATE_PAYLOADS_ARGS,
+                *(("--metrics-port", str(metrics_port)) if metrics_port is not None else ()),
+            ],
+        )
     )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await _stop_once_started(starting)
+        raise
+
+
+async def _stop_once_started(starting: asyncio.Future[WorkflowEnvironment]) -> None:
+    """Let a start that was cancelled finish, then stop its server.
+
+    Cancelled while it waits for the server, the SDK drops the process it spawned without
+    waiting for it: a zombie, or a server left running with no owner when the process
+    exits right after (a benchmark stopped by SIGTERM left one holding its port).
+    """
+    try:
+        env = await starting
+    except Exception:  # it did not start: nothing to stop (the caller was cancelled anyway)
+        return
+    await env.shutdown()
 
 
 async def start_time_skipping_server() -> WorkflowEnvironment:

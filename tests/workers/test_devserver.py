@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 from pathlib import Path
 
@@ -89,3 +91,29 @@ def test_with_no_port_outside_the_ephemeral_range_the_kernel_picks(
     port = free_port()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", port))
+
+
+def _children() -> set[int]:
+    """This process's child processes, zombies included."""
+    pids: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        pids |= {int(pid) for pid in task.read_text().split()}
+    return pids
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
+async def test_a_start_cancelled_midway_leaves_no_server_behind(delay: float) -> None:
+    before = _children()
+    port = free_port()
+    starting = asyncio.create_task(start_dev_server(port=port))
+    await asyncio.sleep(delay)
+    starting.cancel()
+    try:
+        env = await starting
+    except asyncio.CancelledError:
+        pass
+    else:  # it was up before the cancel: stopped as usual
+        await env.shutdown()
+    assert _children() - before == set()  # neither running nor a zombie
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
