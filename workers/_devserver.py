@@ -7,7 +7,9 @@ import random
 import shutil
 import socket
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
@@ -149,7 +151,7 @@ async def start_dev_server(
             _check_free(taken)
     if port is None:  # not the SDK's pick: that one comes from the ephemeral range
         port = free_port()
-    starting = asyncio.ensure_future(
+    return await _owned(
         WorkflowEnvironment.start_local(
             namespace="default",
             plugins=[PsychPlugin()],
@@ -168,29 +170,32 @@ async def start_dev_server(
             ],
         )
     )
-    try:
-        return await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        await _stop_once_started(starting)
-        raise
 
 
-async def _stop_once_started(starting: asyncio.Future[WorkflowEnvironment]) -> None:
-    """Let a start that was cancelled finish, then stop its server.
+async def start_time_skipping_server() -> WorkflowEnvironment:
+    """Start the time-skipping test server (for deadline and expiry tests)."""
+    return await _owned(
+        WorkflowEnvironment.start_time_skipping(
+            plugins=[PsychPlugin()], test_server_existing_path=test_server_binary()
+        )
+    )
+
+
+async def _owned(start: Coroutine[Any, Any, WorkflowEnvironment]) -> WorkflowEnvironment:
+    """``await start``; cancelled meanwhile, the start finishes and its server is stopped
+    before the cancellation goes on.
 
     Cancelled while it waits for the server, the SDK drops the process it spawned without
     waiting for it: a zombie, or a server left running with no owner when the process
     exits right after (a benchmark stopped by SIGTERM left one holding its port).
     """
+    starting = asyncio.ensure_future(start)
     try:
-        env = await starting
-    except Exception:  # it did not start: nothing to stop (the caller was cancelled anyway)
-        return
-    await env.shutdown()
-
-
-async def start_time_skipping_server() -> WorkflowEnvironment:
-    """Start the time-skipping test server (for deadline and expiry tests)."""
-    return await WorkflowEnvironment.start_time_skipping(
-        plugins=[PsychPlugin()], test_server_existing_path=test_server_binary()
-    )
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        try:
+            env = await starting
+        except Exception:  # it did not start: nothing to stop, and the caller was cancelled
+            raise asyncio.CancelledError from None
+        await env.shutdown()
+        raise

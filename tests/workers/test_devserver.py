@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from psych_runtime.specs import PsychError
-from psych_runtime.workers import _devserver, start_dev_server
+from psych_runtime.workers import _devserver, start_dev_server, start_time_skipping_server
 from tests._ports import free_port
 
 
@@ -117,3 +117,20 @@ async def test_a_start_cancelled_midway_leaves_no_server_behind(delay: float) ->
     assert _children() - before == set()  # neither running nor a zombie
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
+async def test_a_time_skipping_start_cancelled_midway_leaves_no_server_behind(
+    delay: float,
+) -> None:
+    before = _children()
+    starting = asyncio.create_task(start_time_skipping_server())
+    await asyncio.sleep(delay)
+    starting.cancel()
+    try:
+        env = await starting
+    except asyncio.CancelledError:
+        pass
+    else:
+        await env.shutdown()
+    assert _children() - before == set()
