@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.specs import PsychError
 from psych_runtime.workers import _devserver, start_dev_server, start_time_skipping_server
@@ -101,11 +104,18 @@ def _children() -> set[int]:
     return pids
 
 
+def _start(server: str, port: int) -> Coroutine[Any, Any, WorkflowEnvironment]:
+    if server == "dev":
+        return start_dev_server(port=port)
+    return start_time_skipping_server()
+
+
+@pytest.mark.parametrize("server", ["dev", "time-skipping"])
 @pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
-async def test_a_start_cancelled_midway_leaves_no_server_behind(delay: float) -> None:
+async def test_a_start_cancelled_midway_leaves_no_server_behind(server: str, delay: float) -> None:
     before = _children()
     port = free_port()
-    starting = asyncio.create_task(start_dev_server(port=port))
+    starting = asyncio.create_task(_start(server, port))
     await asyncio.sleep(delay)
     starting.cancel()
     try:
@@ -117,20 +127,3 @@ async def test_a_start_cancelled_midway_leaves_no_server_behind(delay: float) ->
     assert _children() - before == set()  # neither running nor a zombie
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
-async def test_a_time_skipping_start_cancelled_midway_leaves_no_server_behind(
-    delay: float,
-) -> None:
-    before = _children()
-    starting = asyncio.create_task(start_time_skipping_server())
-    await asyncio.sleep(delay)
-    starting.cancel()
-    try:
-        env = await starting
-    except asyncio.CancelledError:
-        pass
-    else:
-        await env.shutdown()
-    assert _children() - before == set()
