@@ -61,7 +61,8 @@ def test_server_binary() -> str:
 _LOWEST_PORT = 10000
 _ENOUGH_PORTS = 1000
 _LINUX_EPHEMERAL = (32768, 60999)
-"""Linux's default ephemeral range (macOS's, 49152-65535, starts above its start)."""
+"""Linux's default ephemeral range, assumed where /proc does not say (macOS's, 49152-65535,
+starts higher)."""
 
 
 def _ephemeral_range() -> tuple[int, int]:
