@@ -7,7 +7,7 @@ and the store a worker's environment configures (``blob_store_from_env``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
-from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
+from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs, RecentByRef
 from psych_runtime.activities.blobs._s3 import (
     S3BlobStore,
     S3Location,
@@ -39,6 +39,7 @@ __all__ = [
     "LocalBlobStore",
     "RECENT_BLOB_BYTES",
     "RecentBlobs",
+    "RecentByRef",
     "S3BlobStore",
     "S3Location",
     "blob_key",

@@ -28,7 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities._activity_class import ActivityClass
-from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.activities.blobs import BlobStore, Conversations, RecentByRef
 from psych_runtime.activities.contract import (
     MODEL_CALL,
     ChatMessage,
@@ -55,7 +55,6 @@ from psych_runtime.activities.mcp import (
     resolve_turn,
     turn_result,
 )
-from psych_runtime.activities.model._by_ref import ByRef
 from psych_runtime.activities.model._context import ContextProviders, ContextRequest
 from psych_runtime.activities.model._endpoints import ModelEndpoints, Pricing
 from psych_runtime.activities.model._failures import (
@@ -143,11 +142,12 @@ class ModelActivities(ActivityClass):
         self.blobs = blobs
         self.pricing = pricing
         self.conversations = Conversations(blobs)
-        self._systems: ByRef[str] = ByRef()
-        """System prompts by ref (``_by_ref``): read once per worker, not once per call."""
-        self._tool_lists: ByRef[tuple[ToolDefinition, ...]] = ByRef()
+        self._systems: RecentByRef[str] = RecentByRef()
+        """System prompts by ref: read once per worker, not once per call (each of these
+        three keeps 16 MiB, counted as the blobs the values came from)."""
+        self._tool_lists: RecentByRef[tuple[ToolDefinition, ...]] = RecentByRef()
         """Tool lists by ref, parsed."""
-        self._tools_json: ByRef[bytes] = ByRef()
+        self._tools_json: RecentByRef[bytes] = RecentByRef()
         """The same with the tools a call leaves out, as a request's ``tools``."""
         self.requests = RequestBodies()
         """Each conversation's messages as a request holds them, by head ref."""
@@ -409,14 +409,14 @@ class ModelActivities(ActivityClass):
         if input.system_prompt is not None:
             data = input.system_prompt.encode()
             ref = await self.blobs.put(data)
-            self._systems.put(ref, input.system_prompt, len(data))
+            self._systems.keep_sized(ref, input.system_prompt, len(data))
             return ref, input.system_prompt
         if input.system_ref is not None:
             text = self._systems.get(input.system_ref)
             if text is None:
                 data = await self.blobs.get(input.system_ref)
                 text = data.decode()
-                self._systems.put(input.system_ref, text, len(data))
+                self._systems.keep_sized(input.system_ref, text, len(data))
             return input.system_ref, text
         return None, None
 
@@ -431,10 +431,10 @@ class ModelActivities(ActivityClass):
             if tools is None:
                 data = await self.blobs.get(ref)
                 tools = tuple(_TOOL_LIST.validate_json(data))
-                self._tool_lists.put(ref, tools, len(data))
+                self._tool_lists.keep_sized(ref, tools, len(data))
             excluded = set(exclude)
             encoded = encode_tools([t for t in tools if t.name not in excluded])
-            self._tools_json.put(key, encoded, len(encoded))
+            self._tools_json.keep_sized(key, encoded, len(encoded))
         return encoded
 
     async def _post(

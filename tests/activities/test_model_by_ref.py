@@ -12,7 +12,7 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.blobs import LocalBlobStore, RecentByRef
 from psych_runtime.activities.contract import (
     Latency,
     ModelCallResult,
@@ -21,7 +21,6 @@ from psych_runtime.activities.contract import (
     Usage,
 )
 from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
-from psych_runtime.activities.model._by_ref import ByRef
 from psych_runtime.activities.model._failures import MAX_RESULT_BYTES, surely_fits
 from psych_runtime.testing import FakeModel, Reply
 from tests.activities._calls import MODEL, call
@@ -99,33 +98,38 @@ async def test_an_inline_system_prompt_is_kept_by_the_ref_it_is_stored_under(
 
 
 def test_by_ref_keeps_the_most_recently_used() -> None:
-    kept: ByRef[str] = ByRef(size=2)
-    kept.put("a", "A", 1)
-    kept.put("b", "B", 1)
+    kept: RecentByRef[str] = RecentByRef(max_bytes=32)  # room for two values of 16
+    kept.keep_sized("a", "A", 2)
+    kept.keep_sized("b", "B", 2)
     assert kept.get("a") == "A"  # now the most recently used
-    kept.put("c", "C", 1)
-    assert (kept.get("a"), kept.get("b"), kept.get("c")) == ("A", None, "C")
-    assert len(kept) == 2
-    with pytest.raises(ValueError, match="at least one entry, not 0"):
-        ByRef(size=0)
-    with pytest.raises(ValueError, match="at least 16 bytes, not 15"):
-        ByRef(max_bytes=15)
+    kept.keep_sized("c", "C", 30)  # above a sixteenth of 32: not kept
+    assert kept.get("c") is None
+    kept = RecentByRef(max_bytes=64)
+    kept.keep_sized("a", "A", 4)
+    kept.keep_sized("b", "B", 4)
+    assert kept.get("a") == "A"
+    for i in range(15):
+        kept.keep_sized(f"x{i}", "X", 4)
+    assert (kept.get("a"), kept.get("b"), kept.get("x14")) == ("A", None, "X")
+    assert len(kept) == 16
+    with pytest.raises(ValueError, match="max_bytes must be 0 or more, not -1"):
+        RecentByRef(max_bytes=-1)
 
 
 def test_by_ref_is_bounded_in_bytes_too() -> None:
-    kept: ByRef[str] = ByRef(size=100, max_bytes=1600)
+    kept: RecentByRef[str] = RecentByRef(max_bytes=1600)
     for name in "abcd":
-        kept.put(name, name.upper(), 100)
+        kept.keep_sized(name, name.upper(), 100)
     assert kept.kept_bytes == 400
     kept.get("a")
-    kept.put("b", "B2", 60)  # a put again replaces, and its bytes are counted once
+    kept.keep_sized("b", "B2", 60)  # a keep again replaces, and its bytes are counted once
     assert (kept.get("b"), kept.kept_bytes) == ("B2", 360)
     for i in range(15):
-        kept.put(f"x{i}", "X", 100)
+        kept.keep_sized(f"x{i}", "X", 100)
     # 1600 bytes at most: the least recently used went first (c, d, then a)
     assert [kept.get(n) for n in "abcd"] == [None, "B2", None, None]
     assert kept.kept_bytes == 1560
-    kept.put("huge", "H", 101)  # above a sixteenth of the bound: not kept
+    kept.keep_sized("huge", "H", 101)  # above a sixteenth of the bound: not kept
     assert kept.get("huge") is None
     assert len(kept) == 16
 
@@ -135,8 +139,8 @@ async def test_a_tool_list_above_the_bound_is_read_each_call_and_sent_whole(
 ) -> None:
     acts, blobs = _activities(fake, tmp_path, http)
     tools_json = json.dumps([WEATHER.model_dump(mode="json")]).encode()
-    acts._tool_lists = ByRef(max_bytes=16 * (len(tools_json) - 1))
-    acts._tools_json = ByRef(max_bytes=16 * (len(tools_json) - 1))
+    acts._tool_lists = RecentByRef(max_bytes=16 * (len(tools_json) - 1))
+    acts._tools_json = RecentByRef(max_bytes=16 * (len(tools_json) - 1))
     tools_ref = await blobs.put(tools_json)
     fake.enqueue(Reply.text("one"), Reply.text("two"))
     env = ActivityEnvironment()
