@@ -191,7 +191,9 @@ class AgentBench:
     @contextlib.asynccontextmanager
     async def running(cls, env: WorkflowEnvironment, home: Path) -> AsyncIterator[AgentBench]:
         """The fake model and a psych worker, for the block."""
-        async with FakeModel(models=(MODEL,)) as fake:
+        # It keeps no request bodies (but ``request_bodies``' own): kept, the process's
+        # heap held every body of the benchmark, and each full collection walked them all.
+        async with FakeModel(models=(MODEL,), record=False) as fake:
             fake.responder = responder
             bench = cls(env, home, fake)
             async with run_worker(env.client, bench.settings):
@@ -225,9 +227,15 @@ class AgentBench:
         """Run one AgentRun of ``turns`` turns; the request bodies its model activity sent
         the fake model, turn 1 first (what ``ModelLoop`` sends, ``_model_request.py``).
         Nothing else may call the fake model meanwhile."""
-        first = len(self._fake.requests)
-        await self.run(turns)
-        bodies = self._fake.requests[first:]
+        fake = self._fake
+        fake.record = True
+        try:
+            await self.run(turns)
+            bodies = list(fake.requests)
+        finally:
+            fake.record = False
+            fake.requests.clear()
+            fake.headers.clear()
         if len(bodies) != turns:
             raise RuntimeError(f"a {turns}-turn AgentRun made {len(bodies)} model requests")
         return bodies

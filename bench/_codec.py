@@ -89,7 +89,7 @@ async def codec_cost(env: WorkflowEnvironment, home: Path, settings: Settings) -
     key = Key("bench-1", SCOPE.tenant, os.urandom(32))
     codec = PsychCodec(Keyring([key], {SCOPE.tenant: key.id}))
     result = CodecResult(turns=turns, cipher_us_per_payload=_cipher_us(codec))
-    async with FakeModel(models=(MODEL,)) as fake:
+    async with FakeModel(models=(MODEL,), record=False) as fake:
         fake.responder = responder
         async with (
             _bench(env, home / "off", fake, None) as off,

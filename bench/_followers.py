@@ -244,7 +244,7 @@ async def followers_cost(env: WorkflowEnvironment, home: Path, quick: bool) -> F
     turns = 3 if quick else TURNS
     result = FollowersResult(turns=turns, repeats=1 if quick else 3)
     task_queue = f"bench-followers-{os.getpid()}"
-    async with FakeModel(models=(MODEL,)) as fake:
+    async with FakeModel(models=(MODEL,), record=False) as fake:
         psych = PsychClient(
             env.client,
             store=FileVersionStore(home / "versions"),

@@ -76,7 +76,7 @@ async def long_run(turns: int, continue_after_events: int | None) -> dict[str, A
     with tempfile.TemporaryDirectory(prefix="psych-long-run-") as tmp:
         async with (
             dev_server(fast_dispatch=True) as env,
-            FakeModel(models=("fake-model",)) as fake,
+            FakeModel(models=("fake-model",), record=False) as fake,
         ):
             fake.responder = _responder
             settings = WorkerSettings(

@@ -154,7 +154,10 @@ async def measure(counts: Iterable[int], cache: int, home: Path) -> dict[str, An
     """Dispatch Runs up to each count, read the worker's RSS, then approve them all."""
     out: dict[str, Any] = {"cache": cache, "points": []}
     task_queue = f"bench-suspended-{uuid.uuid4().hex[:8]}"
-    async with dev_server(fast_dispatch=True) as env, FakeModel(models=(MODEL,)) as fake:
+    async with (
+        dev_server(fast_dispatch=True) as env,
+        FakeModel(models=(MODEL,), record=False) as fake,
+    ):
         fake.responder = responder
         target = env.client.service_client.config.target_host
         proc = await asyncio.create_subprocess_exec(

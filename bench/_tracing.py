@@ -178,7 +178,7 @@ async def tracing_cost(
 
     result = TracingResult(turns=turns)
     result.off_hot_path_ns, result.plain_ns = _hot_path_ns()
-    async with FakeModel(models=(MODEL,)) as fake:
+    async with FakeModel(models=(MODEL,), record=False) as fake:
         fake.responder = responder
         try:
             plugins = install_telemetry(tracer_provider=provider, meter_provider=meters).plugins()

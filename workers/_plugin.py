@@ -156,8 +156,8 @@ class PsychPlugin(SimplePlugin):
     runner, and makes PsychError and pydantic's ValidationError fail the workflow rather
     than the workflow task (which Temporal would retry forever): a Run started with a
     malformed input (by hand, with the plain ``temporal`` CLI) fails at once, saying which
-    field is wrong. A malformed signal
-    is still only logged and dropped by the SDK, and a malformed update rejected.
+    field is wrong. A malformed signal is still only logged and dropped by the SDK, and a
+    malformed update rejected.
 
     Each setting extends what the client or worker already has (a payload codec, a failure
     converter, another plugin's passthrough modules, an unsandboxed runner), so the plugin

@@ -62,24 +62,36 @@ class FakeModel:
     Attributes:
         responder: called with the parsed request body when no queued reply matches;
             returns the `Reply` to act out. Lets tests and benchmarks script dynamically.
-        requests: every chat-completions request body received, in order, including those
-            answered with errors. Bodies that are not a JSON object get 400 and are not
-            recorded.
+        requests: every chat-completions request body received while `record` is true, in
+            order, including those answered with errors. Bodies that are not a JSON object
+            get 400 and are not recorded.
         headers: the request headers, parallel to `requests`, with lowercased names.
+        record: whether requests and their headers are kept (set it false in a server
+            that serves many requests, e.g. `psych dev --fake-model` or a benchmark, or its
+            process holds every body it was ever sent).
     """
 
-    def __init__(self, *, models: Iterable[str] = ("fake-model",), host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        models: Iterable[str] = ("fake-model",),
+        host: str = "127.0.0.1",
+        record: bool = True,
+    ) -> None:
         """Create a stopped server.
 
         Args:
             models: the model ids the server knows; others get 404.
             host: the address to bind; the port is chosen by the OS.
+            record: keep each request body and its headers (`requests`, `headers`).
         """
         self.models: tuple[str, ...] = tuple(models)
         self.host = host
+        self.record = record
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self._received = 0
         self._shared: deque[Reply] = deque()
         self._per_model: dict[str, deque[Reply]] = {}
         # Tests enqueue from their own thread while a thread-mode server consumes.
@@ -253,13 +265,17 @@ class FakeModel:
             parsed = None
         if not isinstance(parsed, dict):
             return _error(400, "fake model: request body is not a JSON object")
-        headers: dict[str, str] = {}
-        for name, value in request.headers:
-            key = name.decode().lower()
-            headers[key] = f"{headers[key]}, {value.decode()}" if key in headers else value.decode()
-        self.requests.append(parsed)
-        self.headers.append(headers)
-        return self._answer(parsed, len(self.requests))
+        self._received += 1
+        if self.record:
+            headers: dict[str, str] = {}
+            for name, value in request.headers:
+                key = name.decode().lower()
+                headers[key] = (
+                    f"{headers[key]}, {value.decode()}" if key in headers else value.decode()
+                )
+            self.requests.append(parsed)
+            self.headers.append(headers)
+        return self._answer(parsed, self._received)
 
     def _answer(self, body: dict[str, Any], number: int) -> _Response:
         model = body.get("model")

@@ -446,3 +446,29 @@ async def test_stopped_server_has_no_base_url() -> None:
         assert fake.base_url.endswith("/v1")
     with pytest.raises(RuntimeError, match="not running"):
         _ = fake.base_url
+
+
+async def test_record_off_keeps_no_request_and_still_counts(
+    model: FakeModel, client: httpx.AsyncClient
+) -> None:
+    model.enqueue(Reply.text("one"), Reply.text("two"))
+    assert (await client.post("/chat/completions", json=chat())).status_code == 200
+    model.record = False
+    assert (await client.post("/chat/completions", json=chat(stream=True))).status_code == 200
+    response = await client.post("/chat/completions", json=chat())
+    assert response.json()["error"]["message"] == "fake model: script exhausted (request 3)"
+    assert [body["stream"] for body in model.requests] == [False]
+    assert len(model.headers) == 1
+    model.record = True
+    await client.post("/chat/completions", json=chat(stream=True))
+    assert [body["stream"] for body in model.requests] == [False, True]
+
+
+async def test_record_false_at_construction() -> None:
+    async with (
+        FakeModel(record=False) as fake,
+        httpx.AsyncClient(base_url=fake.base_url, timeout=5) as http,
+    ):
+        fake.enqueue(Reply.text("kept nowhere"))
+        assert (await http.post("/chat/completions", json=chat())).status_code == 200
+        assert fake.requests == [] and fake.headers == []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from psych_runtime.workers.cli._scripted_model import fake_model
 from tests._ports import free_port
 
 from .conftest import EXAMPLES, TOOLS_REF, Cli, read_until, spawn
@@ -72,6 +73,15 @@ def support_run(port: int, *extra: str) -> list[str]:
         "acme",
         *extra,
     ]
+
+
+@pytest.mark.parametrize("scripted", [False, True])
+def test_dev_fake_model_keeps_no_request_bodies(scripted: bool, tmp_path: Path) -> None:
+    # `psych dev --fake-model` serves for as long as it runs: every body kept would grow it.
+    script = tmp_path / "replies.yaml"
+    script.write_text("replies:\n  - text: Hello.\n")
+    model, _ = fake_model(str(script) if scripted else None)
+    assert model.record is False
 
 
 async def test_dev_fake_model_serves_the_scripted_support_model(tmp_path: Path) -> None:

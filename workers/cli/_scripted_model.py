@@ -205,12 +205,13 @@ def fake_model(script: str | None) -> tuple[FakeModel, str]:
     Raises:
         SpecError: the script file is malformed.
     """
+    # It serves as long as `psych dev` runs: it keeps no request bodies.
     if script is None:
-        model = FakeModel(models=SCRIPTED_MODELS)
+        model = FakeModel(models=SCRIPTED_MODELS, record=False)
         model.responder = scripted_support_model
         return model, f"the scripted support model (answers {', '.join(SCRIPTED_MODELS)})"
     models, replies = load_script(script)
-    model = FakeModel(models=models)
+    model = FakeModel(models=models, record=False)
     model.enqueue(*replies)
     model.responder = _exhausted(script, len(replies))
     return model, f"the fake model scripted by {script} ({len(replies)} replies; answers " + (
