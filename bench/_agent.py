@@ -228,14 +228,15 @@ class AgentBench:
         the fake model, turn 1 first (what ``ModelLoop`` sends, ``_model_request.py``).
         Nothing else may call the fake model meanwhile."""
         fake = self._fake
+        recording, first = fake.record, len(fake.requests)
         fake.record = True
         try:
             await self.run(turns)
-            bodies = list(fake.requests)
+            bodies = fake.requests[first:]
         finally:
-            fake.record = False
-            fake.requests.clear()
-            fake.headers.clear()
+            fake.record = recording
+            if not recording:  # kept for this Run only
+                del fake.requests[first:], fake.headers[first:]
         if len(bodies) != turns:
             raise RuntimeError(f"a {turns}-turn AgentRun made {len(bodies)} model requests")
         return bodies

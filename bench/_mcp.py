@@ -107,7 +107,7 @@ class McpBench:
         """The MCP server, the fake model and a psych worker, for the block."""
         server = start_mcp_server("streamable-http", filler=FILLER)
         try:
-            async with FakeModel(models=(MODEL,)) as fake:
+            async with FakeModel(models=(MODEL,), record=False) as fake:
                 fake.responder = responder
                 bench = cls(env, home, fake, server)
                 async with run_worker(env.client, bench.settings):
@@ -158,8 +158,12 @@ async def mcp_calls(env: WorkflowEnvironment, home: Path, turns: int, runs: int)
     async with McpBench.running(env, home) as bench:
         code, mcp = bench.spec(turns, mcp=False), bench.spec(turns, mcp=True)
         await bench.sample(code, turns)
+        bench.fake.record = True  # the MCP warm-up Run's requests only
         await bench.sample(mcp, turns)
+        bench.fake.record = False
         first = bench.fake.requests[-1]
+        bench.fake.requests.clear()
+        bench.fake.headers.clear()
         result.tools_offered = sum(
             1 for t in first.get("tools") or [] if t["function"]["name"].startswith("tools__")
         )

@@ -3,7 +3,7 @@
 `FakeModel` is a real HTTP/1.1 server on loopback that speaks the chat-completions protocol
 (`POST /v1/chat/completions`, JSON or SSE streaming, and `GET /v1/models`). A test scripts
 what the model says with `Reply` values queued in order, or with a `responder` callable, and
-afterwards inspects every request the server received::
+afterwards inspects every request the server received (unless made with `record=False`)::
 
     async with FakeModel() as model:
         model.enqueue(
@@ -64,11 +64,14 @@ class FakeModel:
             returns the `Reply` to act out. Lets tests and benchmarks script dynamically.
         requests: every chat-completions request body received while `record` is true, in
             order, including those answered with errors. Bodies that are not a JSON object
-            get 400 and are not recorded.
+            get 400 and are not recorded. The N in an error's "(request N)" counts every
+            chat request with a JSON body since the server was made, recorded or not.
         headers: the request headers, parallel to `requests`, with lowercased names.
         record: whether requests and their headers are kept (set it false in a server
             that serves many requests, e.g. `psych dev --fake-model` or a benchmark, or its
-            process holds every body it was ever sent).
+            process holds every body it was ever sent). Switching it, or reading or
+            clearing the lists, while a request is in flight may count that request on
+            either side.
     """
 
     def __init__(
@@ -273,8 +276,9 @@ class FakeModel:
                 headers[key] = (
                     f"{headers[key]}, {value.decode()}" if key in headers else value.decode()
                 )
-            self.requests.append(parsed)
-            self.headers.append(headers)
+            with self._lock:  # a thread-mode server: the two lists change together
+                self.requests.append(parsed)
+                self.headers.append(headers)
         return self._answer(parsed, self._received)
 
     def _answer(self, body: dict[str, Any], number: int) -> _Response:

@@ -462,6 +462,7 @@ async def test_record_off_keeps_no_request_and_still_counts(
     model.record = True
     await client.post("/chat/completions", json=chat(stream=True))
     assert [body["stream"] for body in model.requests] == [False, True]
+    assert len(model.headers) == 2
 
 
 async def test_record_false_at_construction() -> None:

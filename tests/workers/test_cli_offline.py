@@ -1,6 +1,7 @@
 """The ``psych`` command offline: ``psych dev --fake-model`` (the scripted support model, or a
 script file), the model endpoint and its missing key said at start, and one console line
-per expected failure (the traceback behind ``--verbose``). Real ``psych`` processes.
+per expected failure (the traceback behind ``--verbose``). Real ``psych`` processes, but
+for one in-process check: the fake model ``psych dev`` serves keeps no request bodies.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def support_run(port: int, *extra: str) -> list[str]:
 @pytest.mark.parametrize("scripted", [False, True])
 def test_dev_fake_model_keeps_no_request_bodies(scripted: bool, tmp_path: Path) -> None:
     # `psych dev --fake-model` serves for as long as it runs: every body kept would grow it.
-    script = tmp_path / "replies.yaml"
-    script.write_text("replies:\n  - text: Hello.\n")
-    model, _ = fake_model(str(script) if scripted else None)
+    script = None
+    if scripted:
+        script = tmp_path / "replies.yaml"
+        script.write_text("replies:\n  - text: Hello.\n")
+    model, _ = fake_model(None if script is None else str(script))
     assert model.record is False
 
 
