@@ -227,16 +227,8 @@ class AgentBench:
         """Run one AgentRun of ``turns`` turns; the request bodies its model activity sent
         the fake model, turn 1 first (what ``ModelLoop`` sends, ``_model_request.py``).
         Nothing else may call the fake model meanwhile."""
-        fake = self._fake
-        recording, first = fake.record, len(fake.requests)
-        fake.record = True
-        try:
+        with self._fake.recorded() as bodies:
             await self.run(turns)
-            bodies = fake.requests[first:]
-        finally:
-            fake.record = recording
-            if not recording:  # kept for this Run only
-                del fake.requests[first:], fake.headers[first:]
         if len(bodies) != turns:
             raise RuntimeError(f"a {turns}-turn AgentRun made {len(bodies)} model requests")
         return bodies

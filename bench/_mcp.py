@@ -158,12 +158,9 @@ async def mcp_calls(env: WorkflowEnvironment, home: Path, turns: int, runs: int)
     async with McpBench.running(env, home) as bench:
         code, mcp = bench.spec(turns, mcp=False), bench.spec(turns, mcp=True)
         await bench.sample(code, turns)
-        bench.fake.record = True  # the MCP warm-up Run's requests only
-        await bench.sample(mcp, turns)
-        bench.fake.record = False
-        first = bench.fake.requests[-1]
-        bench.fake.requests.clear()
-        bench.fake.headers.clear()
+        with bench.fake.recorded() as bodies:
+            await bench.sample(mcp, turns)
+        first = bodies[-1]
         result.tools_offered = sum(
             1 for t in first.get("tools") or [] if t["function"]["name"].startswith("tools__")
         )

@@ -32,7 +32,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -115,6 +115,25 @@ class FakeModel:
             raise RuntimeError("FakeModel is not running; start it first")
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self._port}/v1"
+
+    @contextlib.contextmanager
+    def recorded(self) -> Iterator[list[dict[str, Any]]]:
+        """Record the request bodies received inside the block, whatever `record` says.
+
+        Yields a list that holds them once the block has ended. Afterwards `record` is
+        what it was; a server that was not recording keeps none of them in `requests`.
+        """
+        bodies: list[dict[str, Any]] = []
+        recording, first = self.record, len(self.requests)
+        self.record = True
+        try:
+            yield bodies
+        finally:
+            with self._lock:
+                bodies.extend(self.requests[first:])
+                self.record = recording
+                if not recording:
+                    del self.requests[first:], self.headers[first:]
 
     def enqueue(self, *replies: Reply, model: str | None = None) -> None:
         """Queue replies, answered first in, first out.

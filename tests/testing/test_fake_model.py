@@ -473,3 +473,31 @@ async def test_record_false_at_construction() -> None:
         fake.enqueue(Reply.text("kept nowhere"))
         assert (await http.post("/chat/completions", json=chat())).status_code == 200
         assert fake.requests == [] and fake.headers == []
+
+
+async def test_recorded_keeps_the_block_s_requests_only_and_restores_record(
+    model: FakeModel, client: httpx.AsyncClient
+) -> None:
+    model.enqueue(*(Reply.text(str(n)) for n in range(5)))
+    model.record = False
+    await client.post("/chat/completions", json=chat())
+    with model.recorded() as bodies:
+        await client.post("/chat/completions", json=chat(stream=True))
+    assert [body["stream"] for body in bodies] == [True]
+    assert model.record is False and model.requests == [] and model.headers == []
+    model.record = True
+    await client.post("/chat/completions", json=chat())
+    yielded: list[list[dict[str, Any]]] = []
+
+    async def a_block_that_fails() -> None:
+        with model.recorded() as bodies:
+            yielded.append(bodies)
+            await client.post("/chat/completions", json=chat(stream=True))
+            raise RuntimeError("the block failed")
+
+    with pytest.raises(RuntimeError, match="the block failed"):
+        await a_block_that_fails()
+    assert [body["stream"] for body in yielded[0]] == [True]
+    assert model.record is True
+    assert [body["stream"] for body in model.requests] == [False, True]
+    assert len(model.headers) == 2
