@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -116,6 +117,11 @@ class Freshness:
         )
 
 
+MAX_LISTINGS = 256
+"""Listings a ``CatalogCache`` keeps in each of its two tables; past it the expired ones
+go, then the least recently used (a listing of 30 tools is ~100 KB in memory)."""
+
+
 class CatalogCache:
     """Each session key's last listing, for a TTL or until list_changed.
 
@@ -124,33 +130,47 @@ class CatalogCache:
     cache. A listing is kept per session key, so per tenant, principal and credential,
     unless the server marked it ``public``: then it is kept once for every principal of the
     tenant reaching the server with the same credential (the key without its principal), in
-    a table of its own, so a per-user listing is never served to another principal.
+    a table of its own, so a per-user listing is never served to another principal. Each
+    table keeps at most ``max_listings``: a worker serving many principals over its life
+    holds the recent ones, not every one it ever listed for.
     """
 
-    def __init__(self, ttl: float, max_ttl: float | None = None) -> None:
+    def __init__(
+        self, ttl: float, max_ttl: float | None = None, *, max_listings: int = MAX_LISTINGS
+    ) -> None:
         """Keep listings ``ttl`` seconds (0: never serve from the cache); a server's own
-        TTL is honoured up to ``max_ttl`` (default: ``ttl``)."""
+        TTL is honoured up to ``max_ttl`` (default: ``ttl``).
+
+        Raises:
+            ValueError: ``max_listings`` is below 1.
+        """
+        if max_listings < 1:
+            raise ValueError(f"max_listings must be at least 1, not {max_listings}")
         self._ttl = ttl
         self._max_ttl = ttl if max_ttl is None else max_ttl
-        self._entries: dict[SessionKey, _Entry] = {}
-        self._shared: dict[SessionKey, _Entry] = {}
-        self._generation: dict[SessionKey, int] = {}
+        self._max_listings = max_listings
+        self._entries: OrderedDict[SessionKey, _Entry] = OrderedDict()
+        self._shared: OrderedDict[SessionKey, _Entry] = OrderedDict()
+        self._drops = 0
 
     def get(self, key: SessionKey) -> tuple[McpTool, ...] | None:
         """The cached listing for ``key`` if it is still fresh (its own, else a public one)."""
+        now = time.monotonic()
         for table, at in ((self._entries, key), (self._shared, _shared(key))):
             entry = table.get(at)
             if entry is None:
                 continue
-            if time.monotonic() >= entry.expires:
+            if now >= entry.expires:
                 del table[at]
                 continue
+            table.move_to_end(at)
             return entry.tools
         return None
 
-    def generation(self, key: SessionKey) -> int:
-        """A counter moved by every ``drop``: take it before listing, give it to ``put``."""
-        return self._generation.get(key, 0)
+    def generation(self) -> int:
+        """A counter moved by every ``drop``: take it before listing, give it to ``put``
+        (a listing taken across any key's drop is not kept; it is listed again next time)."""
+        return self._drops
 
     def put(
         self,
@@ -159,24 +179,41 @@ class CatalogCache:
         generation: int,
         freshness: Freshness | None = None,
     ) -> None:
-        """Cache a listing taken at ``generation``, unless the key was dropped since."""
-        if self._ttl <= 0 or self.generation(key) != generation:
+        """Cache a listing taken at ``generation``, unless a key was dropped since."""
+        if self._ttl <= 0 or generation != self._drops:
             return
         ttl = self._ttl if freshness is None else min(freshness.ttl_seconds, self._max_ttl)
         if ttl <= 0:
             return
         entry = _Entry(time.monotonic() + ttl, tools)
-        if freshness is not None and freshness.public:
-            self._shared[_shared(key)] = entry
-        else:
-            self._entries[key] = entry
+        table, at = (
+            (self._shared, _shared(key))
+            if freshness is not None and freshness.public
+            else (self._entries, key)
+        )
+        table[at] = entry
+        table.move_to_end(at)
+        if len(table) > self._max_listings:
+            self._trim(table)
 
     def drop(self, key: SessionKey) -> None:
         """Forget ``key``'s listing, and the public one it shares (its server said the
         list changed)."""
         self._entries.pop(key, None)
         self._shared.pop(_shared(key), None)
-        self._generation[key] = self.generation(key) + 1
+        self._drops += 1
+
+    def __len__(self) -> int:
+        """Listings kept, own and public."""
+        return len(self._entries) + len(self._shared)
+
+    def _trim(self, table: OrderedDict[SessionKey, _Entry]) -> None:
+        """Down to ``max_listings``: the expired first, then the least recently used."""
+        now = time.monotonic()
+        for at in [at for at, entry in table.items() if now >= entry.expires]:
+            del table[at]
+        while len(table) > self._max_listings:
+            table.popitem(last=False)
 
 
 def _shared(key: SessionKey) -> SessionKey:

@@ -282,7 +282,7 @@ class Catalogues:
         cached = self.catalogs.get(connection.key)
         if cached is not None:
             return cached, True
-        generation = self.catalogs.generation(connection.key)
+        generation = self.catalogs.generation()
         try:
             tools, freshness = await self._list_on_session(server, connection)
         except SessionBroke as err:
