@@ -235,7 +235,10 @@ class Consents:
     needed: dict[TokenKey, Flow]
     events: dict[TokenKey, asyncio.Event] = field(default_factory=dict)
     """Set when a flow of the key needs consent (a call waiting on a session whose
-    transport swallows the failure, SSE's, stops waiting)."""
+    transport swallows the failure, SSE's, stops waiting). An unset one is kept only while
+    a call of the key waits on it; a set one until its flow is taken."""
+    _waiting: dict[TokenKey, int] = field(default_factory=dict, init=False, repr=False)
+    """Calls of each key inside ``unless_needed``."""
 
     def saw(self, flow: Flow) -> None:
         key = token_key(flow.key)
@@ -255,6 +258,7 @@ class Consents:
         if key is None:
             return await work
         event = self.events.setdefault(key, asyncio.Event())
+        self._waiting[key] = self._waiting.get(key, 0) + 1
         task = asyncio.ensure_future(work)
         waiter = asyncio.ensure_future(event.wait())
         try:
@@ -265,9 +269,21 @@ class Consents:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self._done_waiting(key, event)
         if task.cancelled():
             raise ConsentInterrupted
         return task.result()
+
+    def _done_waiting(self, key: TokenKey, event: asyncio.Event) -> None:
+        """One call of ``key`` stopped waiting; the last one forgets an unset event (a
+        worker serving many principals keeps none per key it ever called for)."""
+        left = self._waiting[key] - 1
+        if left:
+            self._waiting[key] = left
+            return
+        del self._waiting[key]
+        if not event.is_set() and self.events.get(key) is event:
+            del self.events[key]
 
     async def park(self, flow: Flow, server: str, workflow_id: str) -> McpConsentRequired:
         """Keep ``flow`` for its callback; the exception the activity raises for it."""
