@@ -96,6 +96,9 @@ async def test_the_task_list_and_a_settled_spawned_child_cross_the_cut(harness: 
         records = await all_records(harness, run)
         state = await harness.client.status(run, scope=harness.scope)
         prompts = [system(body) for body in harness.fake.requests if LEAD in system(body)]
+        last_execution = await harness.client.temporal.get_workflow_handle(
+            run.workflow_id
+        ).fetch_history()
 
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.answer == "lead: x = 42"  # collected after the cut, from the carry
@@ -108,6 +111,10 @@ async def test_the_task_list_and_a_settled_spawned_child_cross_the_cut(harness: 
     assert [t.model_dump() for t in state.tasks] == PLAN
     # Every call after the change, in every execution, shows the list.
     assert all("Task list:\n- [in_progress] Find x" in p for p in prompts[1:])
+    # The execution after the collection carries the child without its answer.
+    started = last_execution.events[0].workflow_execution_started_event_attributes
+    (carried,) = json.loads(started.input.payloads[0].data)["carry"]["features"]["spawn"]
+    assert carried["state"] == "collected" and carried["answer"] is None
 
 
 async def test_compaction_goes_on_from_its_cut_after_the_cut(harness: Harness) -> None:

@@ -271,7 +271,16 @@ class Spawn(Feature):
         return sum(1 for c in self.spawned.values() if c.turn == turn and c.state != "failed")
 
     def carry(self) -> Any:
-        return tuple(self.spawned.values()) if self.spawned else None
+        # A collected child's answer went to the model and is never read again: carried,
+        # every answer would ride in each later execution's input for the rest of the Run.
+        return (
+            tuple(
+                child.model_copy(update={"answer": None}) if child.state == "collected" else child
+                for child in self.spawned.values()
+            )
+            if self.spawned
+            else None
+        )
 
     def restore(self, carried: Any) -> None:
         self.spawned.clear()
