@@ -160,6 +160,54 @@ async def test_the_history_of_a_followed_run_is_that_of_an_unfollowed_one(
     )
 
 
+async def test_a_shared_follower_forgets_the_pieces_every_stream_has_read(
+    harness: Harness,
+) -> None:
+    spec = agent(harness.registry)
+    items: list[object] = []
+    async with harness.worker():
+        script(harness)
+        run = await harness.client.dispatch(spec, "order 42?", scope=harness.scope)
+        async with asyncio.timeout(FOLLOW_WITHIN):
+            async for item in harness.client.stream(run, scope=harness.scope, deltas=True):
+                items.append(item)
+                if isinstance(item, RunSettled):
+                    # Still streaming: both calls ended and this stream read past them.
+                    kept = harness.client.follows._runs[run.workflow_id].items
+                    assert not [k for k in kept if isinstance(k, TokenDelta | DeltasDropped)]
+    assert_pieces_match_records(items)
+    assert len(calls_of(items)) == 2
+
+
+async def test_a_stream_behind_the_others_still_gets_every_piece(harness: Harness) -> None:
+    spec = agent(harness.registry)
+    joined, ahead_done = asyncio.Event(), asyncio.Event()
+
+    async def read(workflow_id: str, behind: bool) -> list[object]:
+        got: list[object] = []
+        stream = harness.client.stream(workflow_id, scope=harness.scope, deltas=True)
+        async for item in stream:
+            got.append(item)
+            if behind and len(got) == 1:
+                joined.set()
+                await ahead_done.wait()  # joined before the calls, reads after they ended
+        if not behind:
+            ahead_done.set()
+        return got
+
+    async with harness.worker():
+        script(harness)
+        run = await harness.client.dispatch(spec, "order 42?", scope=harness.scope)
+        async with asyncio.timeout(FOLLOW_WITHIN):
+            slow = asyncio.ensure_future(read(run.workflow_id, behind=True))
+            await joined.wait()
+            ahead = await read(run.workflow_id, behind=False)
+            behind = await slow
+    for items in (ahead, behind):
+        assert_pieces_match_records(items)
+        assert len(calls_of(items)) == 2
+
+
 async def event_types(client: Client, workflow_id: str) -> list[int]:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     return [event.event_type for event in history.events]

@@ -14,7 +14,9 @@ relay connection, whatever the number of streams) and keeps them between the rec
 the order they arrived. A call's record is kept only after its attempt's end line (or
 after ``END_WAIT_SECONDS``, its pieces then dropped), so a stream sees every piece of an
 attempt before the record that supersedes them. A stream skips the deltas of calls that
-had ended before it started (a late joiner gets the records and the call in flight).
+had ended before it started (a late joiner gets the records and the call in flight), so an
+ended call's pieces are forgotten once every stream has read past them: a Run followed for
+hours keeps its records, not every piece of every call.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ from psych_runtime.workflows.contract._records import (
 Item = Record | Delta
 
 
+class _Cursor:
+    """Where one stream reads next in ``_Shared.items`` (None: after a record not in yet)."""
+
+    __slots__ = ("position",)
+
+    def __init__(self) -> None:
+        self.position: int | None = None
+
+
 class _Shared:
     """A follower of one Run whose records (and deltas, once asked) every stream reads."""
 
@@ -46,13 +57,17 @@ class _Shared:
         self.client = client
         self.workflow_id = workflow_id
         self.start = start
-        self.items: list[Item] = []
-        """Records with seq ``start + 1`` on, in order and gapless, and deltas between."""
+        self.items: list[Item | None] = []
+        """Records with seq ``start + 1`` on, in order and gapless, and deltas between; a
+        delta of an ended call that every stream has read past is None."""
         self.record_at: list[int] = []
         """Where record ``start + 1 + k`` is in ``items``."""
         self.ended_calls: set[str] = set()
         """Attempts whose pieces are superseded: dropped, or their call's record is in."""
         self._open_calls: set[str] = set()
+        self._cursors: set[_Cursor] = set()
+        self._cleared = 0
+        """Items before this index hold no delta of an open call."""
         self.done = False
         self.error: BaseException | None = None
         self.users = 0
@@ -111,6 +126,7 @@ class _Shared:
             await (live.finish() if wait is None else live.finish(wait))
         self.ended_calls |= self._open_calls
         self._open_calls.clear()
+        self._forget_read()
 
     def _append(self, item: Item) -> None:
         if isinstance(item, DeltasDropped):
@@ -119,6 +135,23 @@ class _Shared:
             self._open_calls.add(item.call)
         self.items.append(item)
         self._wake()
+        if isinstance(item, DeltasDropped):
+            self._forget_read()
+
+    def _forget_read(self) -> None:
+        """Drop the deltas of ended calls that every stream has read past (a stream that
+        joins later skips them: they ended before it started)."""
+        end = len(self.items)
+        low = min((end if c.position is None else c.position for c in self._cursors), default=end)
+        first_open = None
+        for index in range(self._cleared, low):
+            item = self.items[index]
+            if isinstance(item, TokenDelta | DeltasDropped):
+                if item.call in self.ended_calls:
+                    self.items[index] = None
+                elif first_open is None:
+                    first_open = index
+        self._cleared = max(self._cleared, low if first_open is None else first_open)
 
     def _wake(self) -> None:
         tick, self._tick = self._tick, asyncio.Event()
@@ -126,6 +159,18 @@ class _Shared:
 
     async def read(
         self, after: int, deltas: bool = False, after_delta: tuple[str, int] | None = None
+    ) -> AsyncIterator[Item]:
+        cursor = _Cursor()
+        self._cursors.add(cursor)
+        try:
+            async for item in self._read(cursor, after, deltas, after_delta):
+                yield item
+        finally:
+            self._cursors.discard(cursor)
+            self._forget_read()
+
+    async def _read(
+        self, cursor: _Cursor, after: int, deltas: bool, after_delta: tuple[str, int] | None
     ) -> AsyncIterator[Item]:
         position = 0 if after <= self.start else None
         # Deltas of calls that ended before this stream joined are history: skip them.
@@ -137,6 +182,9 @@ class _Shared:
             while position is not None and position < len(self.items):
                 item = self.items[position]
                 position += 1
+                cursor.position = position
+                if item is None:
+                    continue
                 if isinstance(item, TokenDelta | DeltasDropped):
                     if not deltas or item.call in ended_before:
                         continue
