@@ -258,9 +258,9 @@ class Consents:
         if key is None:
             return await work
         event = self.events.setdefault(key, asyncio.Event())
-        self._waiting[key] = self._waiting.get(key, 0) + 1
         task = asyncio.ensure_future(work)
         waiter = asyncio.ensure_future(event.wait())
+        self._waiting[key] = self._waiting.get(key, 0) + 1
         try:
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
