@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -81,7 +82,7 @@ class StoredTokens(TokenStorage):
     ) -> None:
         self.store = store
         self.key = key
-        self.held = held
+        self._held = held.holder(key)
         self.client = client
         self.metadata: OAuthMetadata | None = None
         """The issuing server's metadata, read with the token (or set before storing it)."""
@@ -103,7 +104,7 @@ class StoredTokens(TokenStorage):
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata
-        self.held.saw(self.key, token)
+        _saw(self._held, token)
         if record.expires_at is None:
             return token
         left = int(record.expires_at - time.time())
@@ -113,7 +114,7 @@ class StoredTokens(TokenStorage):
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         """Store ``tokens`` for the key (a refreshed token replaces the old one)."""
-        self.held.saw(self.key, tokens)
+        _saw(self._held, tokens)
         expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
         data = _Record(
             key=_fields(self.key), token=tokens, expires_at=expires_at, metadata=self.metadata
@@ -142,19 +143,43 @@ class StoredTokens(TokenStorage):
         )
 
 
-class TokensHeld:
-    """The access and refresh tokens this worker last held per key, for redaction only
-    (what a server sends back is cleaned of them, as of a bearer credential)."""
+class _Held:
+    """The tokens last seen for one key, shared by every storage and redactor of it."""
+
+    __slots__ = ("__weakref__", "tokens")
 
     def __init__(self) -> None:
-        self._held: dict[TokenKey, tuple[str, ...]] = {}
+        self.tokens: tuple[str, ...] = ()
 
-    def saw(self, key: TokenKey, token: OAuthToken) -> None:
-        values = (token.access_token, token.refresh_token or "")
-        self._held[key] = tuple(value for value in values if value)
 
-    def of(self, key: TokenKey) -> tuple[str, ...]:
-        return self._held.get(key, ())
+class TokensHeld:
+    """The access and refresh tokens this worker last held per key, for redaction only
+    (what a server sends back is cleaned of them, as of a bearer credential).
+
+    An entry lives exactly as long as something that can send or receive the key's token
+    does: each ``StoredTokens`` (inside a pooled session's provider) and ``HeldRedactor``
+    (inside a call's connection) keeps its key's ``_Held``, and this map keeps it weakly.
+    A worker that served many principals over its life so keeps only the keys in use,
+    and no entry is dropped while a session could still hand its token to a result.
+    """
+
+    def __init__(self) -> None:
+        self._held: weakref.WeakValueDictionary[TokenKey, _Held] = weakref.WeakValueDictionary()
+
+    def holder(self, key: TokenKey) -> _Held:
+        """The shared entry of ``key`` (a new, empty one when nothing holds it)."""
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = _Held()
+        return held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def _saw(held: _Held, token: OAuthToken) -> None:
+    values = (token.access_token, token.refresh_token or "")
+    held.tokens = tuple(value for value in values if value)
 
 
 @dataclass(frozen=True)
@@ -182,11 +207,10 @@ class HeldRedactor(Redactor):
 
     def __init__(self, secrets: Mapping[str, str], held: TokensHeld, key: TokenKey) -> None:
         super().__init__(secrets)
-        self.held = held
-        self.key = key
+        self._held = held.holder(key)
 
     def __call__(self, text: str) -> str:
-        for index, token in enumerate(self.held.of(self.key)):
+        for index, token in enumerate(self._held.tokens):
             self.add(f"oauth-token-{index}", token)
         return super().__call__(text)
 

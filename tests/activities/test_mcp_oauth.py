@@ -5,6 +5,7 @@ the issuer the operator configured."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,12 @@ from psych_runtime.activities import (
     TokenKey,
 )
 from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
-from psych_runtime.activities.mcp._oauth import OAuthUnavailable, StoredTokens, TokensHeld
+from psych_runtime.activities.mcp._oauth import (
+    HeldRedactor,
+    OAuthUnavailable,
+    StoredTokens,
+    TokensHeld,
+)
 from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
 from psych_runtime.workers import WorkerSettings
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
@@ -144,13 +150,37 @@ async def test_stored_tokens_keep_their_key_and_absolute_expiry(tmp_path: Path) 
     again = await StoredTokens(store, KEY, TokensHeld()).get_tokens()
     assert again is not None and again.access_token == "tok-1"
     assert again.expires_in is not None and 3590 <= again.expires_in <= 3600
-    assert held.of(KEY) == ("tok-1",)
+    assert "tok-1" not in HeldRedactor({}, held, KEY)("sent back: tok-1")
     # A record read under another key (a store that mixed records up) is not used.
     other = dataclasses.replace(KEY, issuer="https://other.test")
     record = await store.get(KEY)
     assert record is not None
     await store.put(other, record)
     assert await StoredTokens(store, other, TokensHeld()).get_tokens() is None
+
+
+async def test_a_key_is_held_while_a_storage_or_redactor_of_it_lives() -> None:
+    held = TokensHeld()
+    storage = StoredTokens(None, KEY, held)
+    await storage.set_tokens(OAuthToken(access_token="tok-1", refresh_token="ref-1"))
+    redact = HeldRedactor({}, held, KEY)
+    del storage
+    gc.collect()
+    assert len(held) == 1
+    assert "tok-1" not in redact("sent back: tok-1") and "ref-1" not in redact("ref-1")
+    # A token the key gets later (a new session's, a refresh) reaches the older redactor.
+    later = StoredTokens(None, KEY, held)
+    await later.set_tokens(OAuthToken(access_token="tok-2"))
+    assert "tok-2" not in redact("sent back: tok-2")
+    del later, redact
+    gc.collect()
+    assert len(held) == 0
+    # A worker that served many principals keeps none of the keys nothing uses any more.
+    for index in range(50):
+        key = dataclasses.replace(KEY, principal=f"user-{index}")
+        await StoredTokens(None, key, held).set_tokens(OAuthToken(access_token=f"t-{index}"))
+    gc.collect()
+    assert len(held) == 0
 
 
 async def test_an_expired_token_is_handed_out_only_with_a_refresh_token(tmp_path: Path) -> None:
