@@ -22,6 +22,7 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+from psych_runtime.workers.serve.a2a import PushStore, Watched
 from psych_runtime.workflows import RunStatus
 
 from ._http_server import CountingServer
@@ -127,6 +128,43 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
                 return "TASK_STATE_COMPLETED" in states()[before:]
 
             await eventually(completed, within=60, what="the second server to push the end")
+
+            # Its end pushed, the task's webhooks (and their credentials) are forgotten.
+            async def forgotten() -> bool:
+                async with a2a_client(second, "durable_notifier", ACME, streaming=False) as two:
+                    listed = await two.list_task_push_notification_configs(
+                        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+                    )
+                return not listed.configs
+
+            await eventually(forgotten, within=30, what="the ended task's webhooks forgotten")
         assert all(s.headers.get("x-a2a-notification-token") == "t0ken" for s in webhook.seen)
     finally:
         webhook.stop()
+
+
+async def test_a_task_whose_run_is_gone_is_taken_over_as_ended(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # A process stopped while delivering a task whose Run is now gone (past the namespace's
+    # retention): the next process to look forgets it instead of retrying it forever.
+    tokens = tmp_path / "tokens"
+    store = PushStore(LocalTokenStore(tokens))
+    tenant = harness.scope.tenant
+    gone = f"psych-{tenant}-gone0000"
+
+    def add(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+        configs["c1"] = TaskPushNotificationConfig(url="http://127.0.0.1:9/hook", id="c1")
+        return True
+
+    await store.change(tenant, gone, add)
+    await store.watch([Watched(tenant, "alice", gone, owner="stopped", beat=0.0)])
+    harness.client.publish(AgentBuilder("looker").model("fake-model").build())
+    async with serving(harness, tokens) as (base, _):
+
+        async def forgotten() -> bool:
+            async with a2a_client(base, "looker", ACME, streaming=False):
+                pass  # fetching the card makes the process look for tasks to take over
+            return not await store.watched() and not await store.configs(tenant, gone)
+
+        await eventually(forgotten, within=30, what="the gone task to be forgotten")

@@ -193,3 +193,51 @@ async def test_no_watcher_starts_after_close() -> None:
     await asyncio.sleep(0.01)
     assert tasks.started == []
     assert [c.url for c in await pushes.list(SCOPE, "run-late")] == ["http://127.0.0.1:9/hook"]
+
+
+async def test_a_task_that_ends_is_forgotten_and_one_that_fails_is_kept() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens)
+    release = asyncio.Event()
+
+    def ends() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            await release.wait()
+            if release.is_set():
+                return
+            yield Task()  # never reached: makes this an async generator
+
+        return follow()
+
+    def fails() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            await release.wait()
+            if release.is_set():
+                raise RuntimeError("following the Run failed")
+            yield Task()  # never reached
+
+        return follow()
+
+    hook = config("http://127.0.0.1:9/hook")
+    try:
+        await pushes.register(SCOPE, "run-ends", hook, events=ends)
+        await pushes.register(SCOPE, "run-fails", hook, events=fails)
+        assert len(await pushes.list(SCOPE, "run-ends")) == 1
+        release.set()
+
+        async def settled() -> set[str]:
+            while True:
+                watched = {w.workflow_id for w in await pushes.store.watched()}
+                if "run-ends" not in watched:
+                    return watched
+                await asyncio.sleep(0.01)
+
+        # The ended task: its webhooks (and their credentials) and its index entry go.
+        assert await asyncio.wait_for(settled(), timeout=10) == {"run-fails"}
+        assert await pushes.list(SCOPE, "run-ends") == []
+        ended_key = TokenKey("acme", None, PUSH_ISSUER, "run-ends", "configs")
+        assert await tokens.get(ended_key) is None
+        # A watcher that failed may not have pushed the end: kept, to be resumed.
+        assert len(await pushes.list(SCOPE, "run-fails")) == 1
+    finally:
+        await pushes.aclose()

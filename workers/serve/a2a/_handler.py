@@ -279,8 +279,14 @@ class PsychRequestHandler(RequestHandler):
 
     async def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
         """A task whose watcher this process takes over: its status as it is now (what
-        happened while nobody watched), then what follows, until it ends."""
-        state = await self.client.status(workflow_id, scope=scope, query_timeout=self.query_timeout)
+        happened while nobody watched), then what follows, until it ends (a Run no longer
+        found, its history past the namespace's retention, has ended: nothing is pushed)."""
+        try:
+            state = await self.client.status(
+                workflow_id, scope=scope, query_timeout=self.query_timeout
+            )
+        except NotFound:
+            return
         task = task_of(state)
         yield TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
         if state.status.terminal:

@@ -18,7 +18,10 @@ needs no lookup and at delivery by the address connected to. A process that stop
 leaves its tasks' beats to go stale; the next request any process serves looks for such
 tasks (at most every ``lease_seconds``) and takes them over: the watcher then first pushes
 the task's status as it is now, so a webhook learns of what happened meanwhile (a task
-that ended is pushed its end once), and follows from there.
+that ended is pushed its end once), and follows from there. Once a task's end is pushed,
+its configurations are deleted: they hold the caller's webhook credentials, nothing more
+will be sent, and an ended task takes no new one (so its list is empty and a get is "not
+found"). A task whose Run is gone (past the namespace's retention) counts as ended.
 """
 
 from __future__ import annotations
@@ -69,6 +72,12 @@ def checked_url(url: str) -> str:
             f"push notification url {url!r}: only http and https URLs with a host are accepted"
         )
     return url
+
+
+def _all(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+    """Forget every configuration (a ``PushStore.change``)."""
+    configs.clear()
+    return True
 
 
 def _egress() -> Egress:
@@ -251,11 +260,12 @@ class PushRegistry:
             if self._watchers.get(key) is asyncio.current_task():
                 del self._watchers[key]
                 del self._principals[key]
-        if ended:  # the task ended: nothing more to push
+        if ended:  # the task ended: nothing more to push, and none may be registered
             try:
+                await self.store.change(*key, _all)
                 await self.store.unwatch(key[0], key[1], self.owner)
             except Exception:  # the task stays in the index, and is resumed to its end
-                logger.exception("push notifications of %s: leaving the index failed", key[1])
+                logger.exception("push notifications of %s: forgetting the task failed", key[1])
 
     async def aclose(self) -> None:
         """Stop this process's watchers, leaving their tasks for another process (or this
