@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,9 @@ import pytest
 import uvicorn
 from a2a.types import ListTaskPushNotificationConfigsRequest, TaskPushNotificationConfig
 from fastapi import FastAPI
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder
@@ -168,3 +172,92 @@ async def test_a_task_whose_run_is_gone_is_taken_over_as_ended(
             return not await store.watched() and not await store.configs(tenant, gone)
 
         await eventually(forgotten, within=30, what="the gone task to be forgotten")
+
+
+async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # An operator resets the Run: its execution closes TERMINATED and its records stream
+    # ends, while the workflow runs on in a new execution. That is not the task's end: the
+    # webhook is kept, told nothing false, and the task followed to the new execution's end.
+    harness.client.publish(
+        AgentBuilder("reset_notifier")
+        .model("fake-model")
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
+        # The reset Run asks again (and waits): its records went on past the reset.
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q2")),
+        Reply.text("Tuesday it is."),
+    )
+    webhook = CountingServer().start()
+
+    def states() -> list[str]:
+        pushed = [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
+        return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed]
+
+    try:
+        async with harness.worker(), serving(harness, tmp_path / "tokens") as (base, _):
+            async with a2a_client(base, "reset_notifier", ACME, streaming=False) as one:
+                request = user("Book a meeting")
+                request.configuration.return_immediately = True
+                request.configuration.task_push_notification_config.CopyFrom(
+                    TaskPushNotificationConfig(url=f"{webhook.url}/hook", token="t0ken")
+                )
+                (sent,) = await collect(one.send_message(request))
+                task_id = sent.task.id
+            run = f"psych-{harness.scope.tenant}-{task_id}"
+
+            async def asked() -> bool:
+                return "TASK_STATE_INPUT_REQUIRED" in states()
+
+            await eventually(asked, what="input-required pushed")
+            temporal = harness.client.temporal
+            history = await temporal.get_workflow_handle(run).fetch_history()
+            first_task = next(
+                e.event_id
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            )
+            await temporal.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=temporal.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=run),
+                    reason="an operator's reset",
+                    workflow_task_finish_event_id=first_task,
+                    request_id=str(uuid.uuid4()),
+                )
+            )
+
+            async def listed() -> list[str]:
+                async with a2a_client(base, "reset_notifier", ACME, streaming=False) as two:
+                    found = await two.list_task_push_notification_configs(
+                        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+                    )
+                return [c.url for c in found.configs]
+
+            async def asked_again() -> bool:
+                if len(harness.fake.requests) < 2:
+                    return False
+                return is_waiting(await harness.client.status(run, scope=harness.scope))
+
+            await eventually(asked_again, within=30, what="the reset Run to ask again")
+            assert await listed() == [f"{webhook.url}/hook"]
+            await harness.client.answer(run, "q2", "Tuesday", scope=harness.scope)
+
+            async def completed() -> bool:
+                await listed()  # a request: the process looks for tasks to take over
+                return "TASK_STATE_COMPLETED" in states()
+
+            await eventually(completed, within=60, what="the reset Run's end pushed")
+
+            async def forgotten() -> bool:
+                return not await listed()
+
+            await eventually(forgotten, within=30, what="the webhook forgotten after the end")
+        # The reset was not reported as the task's end.
+        assert "TASK_STATE_FAILED" not in states()
+    finally:
+        webhook.stop()

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from a2a.server.events.event_queue import Event
@@ -239,5 +240,42 @@ async def test_a_task_that_ends_is_forgotten_and_one_that_fails_is_kept() -> Non
         assert await tokens.get(ended_key) is None
         # A watcher that failed may not have pushed the end: kept, to be resumed.
         assert len(await pushes.list(SCOPE, "run-fails")) == 1
+    finally:
+        await pushes.aclose()
+
+
+async def test_a_webhook_registered_while_the_end_is_pushed_gets_it_before_it_goes() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens)
+    posted: list[tuple[str, str]] = []
+    end = Task(id="run-late")
+
+    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        posted.append((made.id, next(iter(body))))
+        if made.id == "first":  # the caller's second webhook lands while the end is pushed
+            await pushes.store.change(SCOPE.tenant, "run-late", add("second"))
+
+    pushes._post = post  # type: ignore[method-assign,assignment]
+
+    def ends() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            yield end
+
+        return follow()
+
+    try:
+        await pushes.register(
+            SCOPE, "run-late", config("http://127.0.0.1:9/a", "first"), events=ends
+        )
+
+        async def forgotten() -> None:
+            while True:
+                if not await pushes.store.watched() and not await pushes.list(SCOPE, "run-late"):
+                    return
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(forgotten(), timeout=10)
+        # Both got the end; neither was deleted before it did.
+        assert posted == [("first", "task"), ("second", "task")]
     finally:
         await pushes.aclose()

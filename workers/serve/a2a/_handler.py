@@ -58,6 +58,8 @@ from psych_runtime.workers.serve.a2a._replies import (
 )
 from psych_runtime.workers.serve.a2a._tasks import (
     asks,
+    ends_task,
+    runs_on,
     stops,
     task_events,
     task_of,
@@ -273,26 +275,59 @@ class PsychRequestHandler(RequestHandler):
         self, scope: Scope, workflow_id: str, config: TaskPushNotificationConfig, after: int
     ) -> TaskPushNotificationConfig:
         def events() -> AsyncIterator[Event]:
-            return self._events(workflow_id, scope, after, through_input=True)
+            return self._pushed(workflow_id, scope, after)
 
         return await self.pushes.register(scope, workflow_id, config, events=events)
+
+    async def _pushed(self, workflow_id: str, scope: Scope, after: int) -> AsyncIterator[Event]:
+        """The task's events for its webhooks, until it ended.
+
+        Its records may stop short of its end while its workflow runs on (an operator reset
+        the Run: one execution closed, the workflow goes on in a new one): then it is
+        followed on from its status there, as a task taken over is.
+        """
+        while True:
+            ended = False
+            async for event in self._events(workflow_id, scope, after, through_input=True):
+                ended = ends_task(event)
+                yield event
+            if ended or not await runs_on(self.client, workflow_id):
+                return  # its end pushed, or closed (the stream said how), or gone
+            now = await self._now(workflow_id, scope)
+            if now is None:
+                return
+            event, after = now
+            yield event
+            if ends_task(event):
+                return
 
     async def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
         """A task whose watcher this process takes over: its status as it is now (what
         happened while nobody watched), then what follows, until it ends (a Run no longer
         found, its history past the namespace's retention, has ended: nothing is pushed)."""
+        now = await self._now(workflow_id, scope)
+        if now is None:
+            return
+        event, after = now
+        yield event
+        if not ends_task(event):
+            async for event in self._pushed(workflow_id, scope, after):
+                yield event
+
+    async def _now(self, workflow_id: str, scope: Scope) -> tuple[Event, int] | None:
+        """The task's status as it is now and the last record seq it stands for; None: the
+        Run is gone."""
         try:
             state = await self.client.status(
                 workflow_id, scope=scope, query_timeout=self.query_timeout
             )
         except NotFound:
-            return
+            return None
         task = task_of(state)
-        yield TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
-        if state.status.terminal:
-            return
-        async for event in self._events(workflow_id, scope, state.last_seq, through_input=True):
-            yield event
+        status = TaskStatusUpdateEvent(
+            task_id=task.id, context_id=task.context_id, status=task.status
+        )
+        return status, state.last_seq
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext

@@ -21,17 +21,19 @@ the task's status as it is now, so a webhook learns of what happened meanwhile (
 that ended is pushed its end once), and follows from there. Once a task's end is pushed,
 its configurations are deleted: they hold the caller's webhook credentials, nothing more
 will be sent, and an ended task takes no new one (so its list is empty and a get is "not
-found"). A task whose Run is gone (past the namespace's retention) counts as ended.
+found"); one registered while the end was being pushed gets it first. A task whose Run
+is gone (past the namespace's retention) counts as ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,9 +76,10 @@ def checked_url(url: str) -> str:
     return url
 
 
-def _all(configs: dict[str, TaskPushNotificationConfig]) -> bool:
-    """Forget every configuration (a ``PushStore.change``)."""
-    configs.clear()
+def _without(ids: set[str], configs: dict[str, TaskPushNotificationConfig]) -> bool:
+    """Forget the configurations ``ids`` (a ``PushStore.change``)."""
+    for config_id in ids:
+        configs.pop(config_id, None)
     return True
 
 
@@ -250,9 +253,12 @@ class PushRegistry:
     async def _watch(self, key: _Key, events: AsyncIterator[Event]) -> None:
         http = self.egress.http(key[0])  # the tenant's client of the port, shared
         ended = False
+        last: collections.deque[tuple[Event, set[str]]] = collections.deque(maxlen=2)
+        """The last two events (a task ends with its answer, then its status), and the
+        configurations each was pushed to."""
         try:
             async for event in events:
-                await self._deliver(http, key, event)
+                last.append((event, await self._deliver(http, key, event)))
             ended = True
         except Exception:
             logger.exception("push notifications of %s stopped", key[1])
@@ -262,10 +268,28 @@ class PushRegistry:
                 del self._principals[key]
         if ended:  # the task ended: nothing more to push, and none may be registered
             try:
-                await self.store.change(*key, _all)
+                await self._forget(http, key, last)
                 await self.store.unwatch(key[0], key[1], self.owner)
             except Exception:  # the task stays in the index, and is resumed to its end
                 logger.exception("push notifications of %s: forgetting the task failed", key[1])
+
+    async def _forget(
+        self, http: httpx.AsyncClient, key: _Key, last: Iterable[tuple[Event, set[str]]]
+    ) -> None:
+        """Delete the ended task's configurations, each once the task's last events reached
+        it: one registered while they were being pushed (the task's state was not yet
+        terminal when its caller asked) gets them first, and none is deleted unseen."""
+        while True:
+            configs = await self.store.configs(*key)
+            if not configs:
+                return
+            for event, sent in last:
+                late = {config_id: c for config_id, c in configs.items() if config_id not in sent}
+                if late:
+                    body = MessageToDict(to_stream_response(event))
+                    await asyncio.gather(*(self._post(http, c, body) for c in late.values()))
+                    sent.update(late)
+            await self.store.change(*key, functools.partial(_without, set(configs)))
 
     async def aclose(self) -> None:
         """Stop this process's watchers, leaving their tasks for another process (or this
@@ -297,11 +321,13 @@ class PushRegistry:
             except Exception:
                 logger.exception("push notifications: the beat failed")
 
-    async def _deliver(self, http: httpx.AsyncClient, key: _Key, event: Event) -> None:
+    async def _deliver(self, http: httpx.AsyncClient, key: _Key, event: Event) -> set[str]:
+        """Push ``event`` to the task's configurations; return their ids."""
         body = MessageToDict(to_stream_response(event))
         # Read at each event: a webhook registered at another process counts too.
-        configs = list((await self.store.configs(*key)).values())
-        await asyncio.gather(*(self._post(http, config, body) for config in configs))
+        configs = await self.store.configs(*key)
+        await asyncio.gather(*(self._post(http, config, body) for config in configs.values()))
+        return set(configs)
 
     async def _post(
         self, http: httpx.AsyncClient, config: TaskPushNotificationConfig, body: dict[str, Any]
