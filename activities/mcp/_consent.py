@@ -269,20 +269,23 @@ class Consents:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self._done_waiting(key, event)
+            self._done_waiting(key)
         if task.cancelled():
             raise ConsentInterrupted
         return task.result()
 
-    def _done_waiting(self, key: TokenKey, event: asyncio.Event) -> None:
-        """One call of ``key`` stopped waiting; the last one forgets an unset event (a
-        worker serving many principals keeps none per key it ever called for)."""
+    def _done_waiting(self, key: TokenKey) -> None:
+        """One call of ``key`` stopped waiting; the last one forgets the key's event if it
+        is unset (a worker serving many principals keeps none per key it ever called for).
+        That may not be the event it waited on: a set one it waited on can have been taken,
+        and a later call of the key made a new one and left first."""
         left = self._waiting[key] - 1
         if left:
             self._waiting[key] = left
             return
         del self._waiting[key]
-        if not event.is_set() and self.events.get(key) is event:
+        current = self.events.get(key)
+        if current is not None and not current.is_set():
             del self.events[key]
 
     async def park(self, flow: Flow, server: str, workflow_id: str) -> McpConsentRequired:

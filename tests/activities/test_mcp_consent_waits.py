@@ -49,3 +49,27 @@ async def test_a_consent_needed_midway_interrupts_and_is_kept_for_take() -> None
     assert consents.events[key("a")].is_set()
     assert consents.take(key("a")) is None  # no flow was kept in this test
     assert consents.events == {}
+
+
+async def test_a_call_waiting_on_a_taken_event_leaves_none_behind() -> None:
+    # A waits on E1; a consent sets it and another call takes it while A is still leaving;
+    # B comes and goes with a new event E2 in that time. A, the last to leave, drops E2.
+    consents = Consents(None, {})
+    leaving = asyncio.Event()
+
+    async def needs_consent() -> str:
+        consents.events[key("a")].set()
+        try:
+            await asyncio.sleep(1)
+        finally:
+            await leaving.wait()  # A's cancelled work takes a while to stop
+        return "never"
+
+    first = asyncio.ensure_future(consents.unless_needed(key("a"), needs_consent()))
+    await asyncio.sleep(0.01)  # A saw the consent and is cancelling its work
+    consents.take(key("a"))
+    assert await consents.unless_needed(key("a"), answer("ok")) == "ok"  # B, with E2
+    leaving.set()
+    with pytest.raises(ConsentInterrupted):
+        await first
+    assert consents.events == {}
