@@ -11,7 +11,12 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig
 
 from psych_runtime.activities.blobs import BlobStore, EncryptedBlobStore
-from psych_runtime.activities.tokens import EncryptedTokenStore, TokenStore
+from psych_runtime.activities.tokens import (
+    EncryptedTokenStore,
+    TenantSealedTokens,
+    TokenStore,
+    unsealed,
+)
 from psych_runtime.activities.tools import OUTAGE_MARGIN
 from psych_runtime.workers.codec import find_psych_codec
 
@@ -35,6 +40,16 @@ def sealed_tokens(client: Client, tokens: TokenStore) -> TokenStore:
     if codec is None or isinstance(tokens, EncryptedTokenStore):
         return tokens
     return EncryptedTokenStore(tokens, codec.blob_cipher())
+
+
+def tenant_sealed_tokens(client: Client, tokens: TokenStore) -> TokenStore:
+    """``tokens`` sealing each record for the tenant its key names, under the client's keys,
+    when the client encrypts payloads: for a process that acts for tenants outside any Run
+    (``psych serve``), which ``sealed_tokens``' Run-bound sealing refuses."""
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is None:
+        return tokens
+    return TenantSealedTokens(unsealed(tokens), codec.blob_cipher())
 
 
 def check_outage_retry(client: Client, outage_seconds: float) -> None:

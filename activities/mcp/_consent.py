@@ -50,7 +50,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
-from psych_runtime.activities.tokens import EncryptedTokenStore, TokenKey, TokenStore
+from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
 _log = logging.getLogger(__name__)
 
@@ -113,12 +113,6 @@ def index_key(state: str) -> TokenKey:
 def arrived_key(id: str) -> TokenKey:
     """Where the callback leaves the code for the Run's exchange."""
     return TokenKey(CALLBACK_TENANT, None, "psych:consent", "code", id)
-
-
-def plain(store: TokenStore) -> TokenStore:
-    """The store beneath any sealing: the callback, which runs outside a Run, reads and
-    writes the index and codes there (they hold no token or verifier)."""
-    return store.inner if isinstance(store, EncryptedTokenStore) else store
 
 
 class ConsentProvider(OAuthClientProvider):
@@ -296,7 +290,7 @@ class Consents:
         tenant, principal = flow.key[0], flow.key[1]
         await self.store.put(flow_key(tenant, principal, pending), flow.model_dump_json().encode())
         waiting = Waiting(workflow_id=workflow_id, tenant=tenant, id=pending)
-        await plain(self.store).put(index_key(flow.state), waiting.model_dump_json().encode())
+        await unsealed(self.store).put(index_key(flow.state), waiting.model_dump_json().encode())
         return McpConsentRequired(server, flow.url, pending)
 
 
@@ -326,7 +320,7 @@ async def exchange(
         return "no authorization is waiting under this id (already exchanged, or expired)"
     flow = Flow.model_validate_json(sealed)
     arrived_at = arrived_key(id)
-    raw = await plain(store).get(arrived_at)
+    raw = await unsealed(store).get(arrived_at)
     try:
         if raw is None:
             return "the authorization callback has not arrived"
@@ -360,9 +354,9 @@ async def exchange(
         # The index first: a callback that wrote its code after this (``deliver_authorization``)
         # finds the index gone and deletes the code itself; one that wrote it before has it
         # deleted here.
-        await plain(store).delete(index_key(flow.state))
+        await unsealed(store).delete(index_key(flow.state))
         await store.delete(flow_at)
-        await plain(store).delete(arrived_at)
+        await unsealed(store).delete(arrived_at)
 
 
 async def deliver_authorization(
@@ -374,16 +368,16 @@ async def deliver_authorization(
         LookupError: no Run waits on this state (unknown, used, or forgotten).
     """
     gone = "no authorization waits on this state (unknown, used, or expired)"
-    raw = await plain(store).get(index_key(state))
+    raw = await unsealed(store).get(index_key(state))
     if raw is None:
         raise LookupError(gone)
     waiting = Waiting.model_validate_json(raw)
     arrived = Arrived(code=code, state=state, iss=iss)
-    await plain(store).put(arrived_key(waiting.id), arrived.model_dump_json().encode())
-    if await plain(store).get(index_key(state)) is None:
+    await unsealed(store).put(arrived_key(waiting.id), arrived.model_dump_json().encode())
+    if await unsealed(store).get(index_key(state)) is None:
         # The Run forgot the flow meanwhile (its wait ended, or the code was exchanged):
         # nobody will read this code, so it does not stay in the store.
-        await plain(store).delete(arrived_key(waiting.id))
+        await unsealed(store).delete(arrived_key(waiting.id))
         raise LookupError(gone)
     return waiting
 

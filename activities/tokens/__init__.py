@@ -2,7 +2,8 @@
 
 ``TokenKey`` (tenant, principal, issuer, client id, resource), ``TokenStore``, and its
 adapters: ``LocalTokenStore`` (a directory), ``S3TokenStore`` (an S3-compatible bucket),
-``EncryptedTokenStore`` (records sealed with a ``BlobCipher``), and the store a worker's
+``EncryptedTokenStore`` (records sealed with a ``BlobCipher``), ``TenantSealedTokens``
+(sealed for each key's tenant, outside a Run), and the store a worker's
 environment configures (``token_store_from_env``).
 """
 
@@ -11,15 +12,21 @@ from psych_runtime.activities.tokens._s3 import S3TokenStore
 from psych_runtime.activities.tokens._store import (
     EncryptedTokenStore,
     LocalTokenStore,
+    TenantCipher,
+    TenantSealedTokens,
     TokenKey,
     TokenStore,
+    unsealed,
 )
 
 __all__ = [
     "EncryptedTokenStore",
     "LocalTokenStore",
     "S3TokenStore",
+    "TenantCipher",
+    "TenantSealedTokens",
     "TokenKey",
     "TokenStore",
     "token_store_from_env",
+    "unsealed",
 ]

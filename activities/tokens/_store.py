@@ -10,11 +10,13 @@ resource. Records are mutable (a refresh replaces one), unlike content-addressed
 ``LocalTokenStore`` keeps them in a directory (the embedded default, or a volume workers
 share); ``S3TokenStore`` (``_s3``) in an S3-compatible bucket for fleets;
 ``EncryptedTokenStore`` seals every record with a ``BlobCipher`` (the payload codec's keys)
-before its inner store sees it.
+before its inner store sees it, for the tenant of the Run whose activity runs;
+``TenantSealedTokens`` for the tenant each key names, outside a Run.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import json
@@ -120,17 +122,23 @@ class LocalTokenStore:
             self._path(key).unlink()
 
 
-class EncryptedTokenStore:
-    """A TokenStore whose records ``cipher`` seals before ``inner`` stores them.
+class _SealedTokens(abc.ABC):
+    """A TokenStore whose records are sealed before ``inner`` stores them."""
 
-    With the payload codec's cipher (``PsychCodec.blob_cipher()``) a record is sealed for
-    the tenant of the Run whose activity stores it, so a record read by another tenant's
-    activity is absent for it (the cipher's ``NotFound``), not readable.
-    """
+    inner: TokenStore
 
-    def __init__(self, inner: TokenStore, cipher: BlobCipher) -> None:
-        self.inner = inner
-        self.cipher = cipher
+    @abc.abstractmethod
+    def _seal(self, key: TokenKey, record: bytes) -> bytes:
+        """``record`` sealed, to be stored under ``key``."""
+
+    @abc.abstractmethod
+    def _open(self, key: TokenKey, sealed: bytes) -> bytes:
+        """What ``_seal`` sealed under ``key``.
+
+        Raises:
+            NotFound: sealed for another tenant (the record is then absent).
+            AccessDenied: not sealed with the cipher's keys, or altered.
+        """
 
     async def get(self, key: TokenKey) -> bytes | None:
         """The opened record under ``key``; None when there is none, or it was sealed
@@ -143,14 +151,78 @@ class EncryptedTokenStore:
         if sealed is None:
             return None
         try:
-            return self.cipher.open(sealed)
+            return self._open(key, sealed)
         except NotFound:
             return None
 
     async def put(self, key: TokenKey, record: bytes) -> None:
         """Seal ``record`` and store it under ``key``."""
-        await self.inner.put(key, self.cipher.seal(record))
+        await self.inner.put(key, self._seal(key, record))
 
     async def delete(self, key: TokenKey) -> None:
         """Forget the record under ``key``."""
         await self.inner.delete(key)
+
+
+class EncryptedTokenStore(_SealedTokens):
+    """A TokenStore whose records ``cipher`` seals before ``inner`` stores them.
+
+    With the payload codec's cipher (``PsychCodec.blob_cipher()``) a record is sealed for
+    the tenant of the Run whose activity stores it, so a record read by another tenant's
+    activity is absent for it (the cipher's ``NotFound``), not readable.
+    """
+
+    def __init__(self, inner: TokenStore, cipher: BlobCipher) -> None:
+        self.inner = inner
+        self.cipher = cipher
+
+    def _seal(self, key: TokenKey, record: bytes) -> bytes:
+        return self.cipher.seal(record)
+
+    def _open(self, key: TokenKey, sealed: bytes) -> bytes:
+        return self.cipher.open(sealed)
+
+
+class TenantCipher(Protocol):
+    """Port: seals and opens bytes for a tenant named by the caller
+    (``workers.PsychCodec.blob_cipher()``'s ``seal_for`` / ``open_for``)."""
+
+    def seal_for(self, tenant: str, data: bytes) -> bytes:
+        """``data`` sealed for ``tenant``."""
+        ...
+
+    def open_for(self, tenant: str, sealed: bytes) -> bytes:
+        """What was sealed for ``tenant``.
+
+        Raises:
+            NotFound: sealed for another tenant.
+            AccessDenied: not sealed with this cipher's keys, or altered.
+        """
+        ...
+
+
+class TenantSealedTokens(_SealedTokens):
+    """A TokenStore whose records are sealed for the tenant their key names, by a process
+    that acts for that tenant outside any Run (``psych serve``: the A2A push records of
+    the callers it authenticated, and the peer pushes its workers recorded). A record is
+    the same bytes ``EncryptedTokenStore`` writes in an activity of that tenant's Run, so
+    either opens the other's; one under another tenant's key opens for no one (None).
+    """
+
+    def __init__(self, inner: TokenStore, cipher: TenantCipher) -> None:
+        self.inner = inner
+        self.cipher = cipher
+
+    def _seal(self, key: TokenKey, record: bytes) -> bytes:
+        return self.cipher.seal_for(key.tenant, record)
+
+    def _open(self, key: TokenKey, sealed: bytes) -> bytes:
+        return self.cipher.open_for(key.tenant, sealed)
+
+
+def unsealed(store: TokenStore) -> TokenStore:
+    """The store beneath any sealing, for records that hold no secret and are read and
+    written outside a Run (the consent index, the A2A push index)."""
+    if isinstance(store, _SealedTokens):
+        return store.inner
+    return store

@@ -22,6 +22,7 @@ from psych_runtime.activities import (
     TokenStore,
     token_store_from_env,
 )
+from psych_runtime.activities.tokens import TenantSealedTokens, unsealed
 from psych_runtime.specs import AccessDenied, SpecError
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from tests._s3_server import S3_ENV, S3Server, s3_server
@@ -182,6 +183,30 @@ async def test_encrypted_records_are_sealed_for_the_running_tenant(tmp_path: Pat
     await plain.put(KEY, record)  # stored in clear behind the wrapper's back
     with pytest.raises(AccessDenied, match="not encrypted"):
         await _in_run_of("acme").run(get)
+
+
+async def test_records_sealed_for_the_key_tenant_outside_a_run(tmp_path: Path) -> None:
+    # psych serve acts for a tenant outside any Run; a Run's sealing refuses that.
+    plain = LocalTokenStore(tmp_path / "tokens")
+    codec = PsychCodec(Keyring([ACME, GLOBEX], {"acme": "acme-1", "globex": "globex-1"}))
+    store = TenantSealedTokens(plain, codec.blob_cipher())
+    record = b'{"token": "webhook-secret-1234567890"}'
+    await store.put(KEY, record)
+    on_disk = await plain.get(KEY)
+    assert on_disk is not None and b"webhook-secret" not in on_disk
+    assert await store.get(KEY) == record
+    # The same bytes a Run of the tenant seals: either side opens the other's.
+    in_run = EncryptedTokenStore(plain, codec.blob_cipher())
+
+    async def get_in_run() -> bytes | None:
+        return await in_run.get(KEY)
+
+    assert await _in_run_of("acme").run(get_in_run) == record
+    # A record under another tenant's key that holds acme's sealing opens for no one.
+    globex_key = dataclasses.replace(KEY, tenant="globex")
+    await plain.put(globex_key, on_disk)
+    assert await store.get(globex_key) is None
+    assert unsealed(store) is plain and unsealed(in_run) is plain and unsealed(plain) is plain
 
 
 def test_the_environment_selects_the_store(tmp_path: Path) -> None:

@@ -65,15 +65,30 @@ async def serving(harness: Harness, tokens: Path) -> AsyncIterator[tuple[str, Fa
         await app.state.a2a_pushes.aclose()
 
 
+def publish_asking(harness: Harness, name: str) -> None:
+    """Publish an agent ``name`` that may ask its caller questions."""
+    harness.client.publish(
+        AgentBuilder(name).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+
+
+async def send_with_webhook(base: str, agent: str, webhook: str) -> str:
+    """Send ``agent`` served at ``base`` a message whose task pushes to ``webhook``/hook
+    (token ``t0ken``), without waiting; its task id."""
+    async with a2a_client(base, agent, ACME, streaming=False) as client:
+        request = user("Book a meeting")
+        request.configuration.return_immediately = True
+        request.configuration.task_push_notification_config.CopyFrom(
+            TaskPushNotificationConfig(url=f"{webhook}/hook", token="t0ken")
+        )
+        (sent,) = await collect(client.send_message(request))
+        return sent.task.id
+
+
 async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
     harness: Harness, tmp_path: Path
 ) -> None:
-    harness.client.publish(
-        AgentBuilder("durable_notifier")
-        .model("fake-model")
-        .suspension(may_ask_questions=True)
-        .build()
-    )
+    publish_asking(harness, "durable_notifier")
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
         Reply.text("Tuesday it is."),
@@ -90,14 +105,7 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
     try:
         async with harness.worker(), serving(harness, tokens) as (second, _):
             async with serving(harness, tokens) as (first, _):
-                async with a2a_client(first, "durable_notifier", ACME, streaming=False) as one:
-                    request = user("Book a meeting")
-                    request.configuration.return_immediately = True
-                    request.configuration.task_push_notification_config.CopyFrom(
-                        TaskPushNotificationConfig(url=f"{webhook.url}/hook", token="t0ken")
-                    )
-                    (sent,) = await collect(one.send_message(request))
-                    task_id = sent.task.id
+                task_id = await send_with_webhook(first, "durable_notifier", webhook.url)
                 run = f"psych-{harness.scope.tenant}-{task_id}"
 
                 async def waiting() -> bool:
@@ -180,12 +188,7 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
     # An operator resets the Run: its execution closes TERMINATED and its records stream
     # ends, while the workflow runs on in a new execution. That is not the task's end: the
     # webhook is kept, told nothing false, and the task followed to the new execution's end.
-    harness.client.publish(
-        AgentBuilder("reset_notifier")
-        .model("fake-model")
-        .suspension(may_ask_questions=True)
-        .build()
-    )
+    publish_asking(harness, "reset_notifier")
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
         # The reset Run asks again (and waits): its records went on past the reset.
@@ -200,14 +203,7 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
 
     try:
         async with harness.worker(), serving(harness, tmp_path / "tokens") as (base, _):
-            async with a2a_client(base, "reset_notifier", ACME, streaming=False) as one:
-                request = user("Book a meeting")
-                request.configuration.return_immediately = True
-                request.configuration.task_push_notification_config.CopyFrom(
-                    TaskPushNotificationConfig(url=f"{webhook.url}/hook", token="t0ken")
-                )
-                (sent,) = await collect(one.send_message(request))
-                task_id = sent.task.id
+            task_id = await send_with_webhook(base, "reset_notifier", webhook.url)
             run = f"psych-{harness.scope.tenant}-{task_id}"
 
             async def asked() -> bool:

@@ -11,16 +11,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from a2a.server.events.event_queue import Event
 from a2a.types import Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
+from temporalio.converter import DataConverter
 
-from psych_runtime.activities.tokens import TokenKey
+from psych_runtime.activities.tokens import LocalTokenStore, TenantSealedTokens, TokenKey
 from psych_runtime.specs import Scope
+from psych_runtime.workers import Key, Keyring, PsychCodec
+from psych_runtime.workers._worker_checks import tenant_sealed_tokens
 from psych_runtime.workers.serve.a2a import (
     PUSH_ISSUER,
     MemoryTokenStore,
@@ -279,3 +285,35 @@ async def test_a_webhook_registered_while_the_end_is_pushed_gets_it_before_it_go
         assert posted == [("first", "task"), ("second", "task")]
     finally:
         await pushes.aclose()
+
+
+def files_bytes(root: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file())
+
+
+async def test_with_encryption_configs_are_sealed_for_their_tenant_and_the_index_is_not(
+    tmp_path: Path,
+) -> None:
+    # psych serve keeps them outside any Run: sealed for the tenant each record names.
+    codec = PsychCodec(Keyring([Key("acme-1", "acme", os.urandom(32))], {"acme": "acme-1"}))
+    client = SimpleNamespace(data_converter=DataConverter(payload_codec=codec))
+    plain = LocalTokenStore(tmp_path)
+    tokens = tenant_sealed_tokens(client, plain)  # type: ignore[arg-type]
+    assert isinstance(tokens, TenantSealedTokens)
+    store = PushStore(tokens)
+    hook = config("http://127.0.0.1:9/hook", "c1")
+    hook.token = "webhook-secret-1234"
+
+    def keep(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+        configs["c1"] = hook
+        return True
+
+    await store.change("acme", "run-1", keep)
+    await store.watch([Watched("acme", "alice", "run-1", "p1", 1.0)])
+    assert (await store.configs("acme", "run-1"))["c1"].token == "webhook-secret-1234"
+    assert [w.workflow_id for w in await store.watched()] == ["run-1"]
+    on_disk = files_bytes(tmp_path)
+    assert b"webhook-secret" not in on_disk
+    assert b'"workflow_id": "run-1"' in on_disk  # the index: no secret, no one tenant's
+    plain_client = SimpleNamespace(data_converter=DataConverter())
+    assert tenant_sealed_tokens(plain_client, plain) is plain  # type: ignore[arg-type]

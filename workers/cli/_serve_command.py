@@ -22,7 +22,7 @@ from psych_runtime.specs import PsychError, load_yaml
 from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
-from psych_runtime.workers._worker_checks import sealed_tokens
+from psych_runtime.workers._worker_checks import tenant_sealed_tokens
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -126,15 +126,16 @@ async def _serve(args: argparse.Namespace) -> int:
         roles_apart=args.roles_apart,
     )
     # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
-    # it is for the OAuth callback (which reads and writes nothing sealed), sealed as the
-    # workers seal it for A2A push configurations (they hold callers' webhook credentials).
+    # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push
+    # records sealed for each record's tenant as the workers seal theirs in a Run (they
+    # hold callers' webhook credentials, and peers' push tokens).
     tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     settings = ServeSettings(
         client=client,
         auth=auth,
         tokens=tokens,
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-        push_tokens=sealed_tokens(temporal, tokens),
+        push_tokens=tenant_sealed_tokens(temporal, tokens),
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))

@@ -29,11 +29,7 @@ class KeyringBlobCipher:
         Raises:
             AccessDenied: not inside a psych Run's activity, or no key for its tenant.
         """
-        tenant = _running_tenant("store")
-        key = self.keyring.encrypting(tenant)
-        header = _BLOB_MAGIC + _short(key.id) + _short(tenant)
-        nonce = self.keyring.blob_nonce(key, tenant, data)
-        return header + self.keyring.seal(key, tenant, data, nonce)
+        return self.seal_for(_running_tenant("store"), data)
 
     def open(self, sealed: bytes) -> bytes:
         """What ``seal`` sealed, for an activity of the same tenant.
@@ -42,7 +38,28 @@ class KeyringBlobCipher:
             NotFound: sealed for another tenant.
             AccessDenied: not sealed by psych, sealed with a key not held here, or altered.
         """
-        tenant = _running_tenant("read")
+        return self.open_for(_running_tenant("read"), sealed)
+
+    def seal_for(self, tenant: str, data: bytes) -> bytes:
+        """``data`` sealed for ``tenant``, by a caller that acts for it outside a Run
+        (``psych serve``, for the caller it authenticated); the same bytes ``seal`` makes
+        in an activity of that tenant's Run.
+
+        Raises:
+            AccessDenied: no key for ``tenant``.
+        """
+        key = self.keyring.encrypting(tenant)
+        header = _BLOB_MAGIC + _short(key.id) + _short(tenant)
+        nonce = self.keyring.blob_nonce(key, tenant, data)
+        return header + self.keyring.seal(key, tenant, data, nonce)
+
+    def open_for(self, tenant: str, sealed: bytes) -> bytes:
+        """What was sealed for ``tenant`` (by ``seal_for``, or ``seal`` in its Run).
+
+        Raises:
+            NotFound: sealed for another tenant.
+            AccessDenied: not sealed by psych, sealed with a key not held here, or altered.
+        """
         if not sealed.startswith(_BLOB_MAGIC):
             raise AccessDenied("refusing a blob that is not encrypted")
         rest = sealed[len(_BLOB_MAGIC) :]

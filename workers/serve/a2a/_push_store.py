@@ -9,7 +9,9 @@ reachable by every ``psych serve`` process of the fleet. So a configuration regi
 one process is listed, read and deleted at any other, and survives a restart.
 
 Records: one per task, ``TokenKey(tenant, principal=None, issuer=PUSH_ISSUER,
-client_id=<workflow id>, resource="configs")``, the task's configurations by id as JSON;
+client_id=<workflow id>, resource="configs")``, the task's configurations by id as JSON
+(sealed for the task's tenant when the fleet encrypts: ``psych serve`` acts for the
+callers it authenticated, outside any Run, so through ``TenantSealedTokens``);
 and one index of the tasks being watched (``resource="watched"``): for each, who delivers
 (a process id) and when it last said so. A process delivers a task's notifications while
 its beat is fresh; a task whose beat went stale (its process stopped) is taken over by the
@@ -34,7 +36,7 @@ from dataclasses import asdict, dataclass
 from a2a.types import TaskPushNotificationConfig
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from psych_runtime.activities.tokens import TokenKey, TokenStore
+from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
 PUSH_ISSUER = "psych:a2a-push"
 """The ``issuer`` of every push record: apart from every OAuth token's key."""
@@ -86,6 +88,9 @@ class PushStore:
 
     def __init__(self, tokens: TokenStore) -> None:
         self.tokens = tokens
+        self._index = unsealed(tokens)
+        """Where the index is kept: beneath any sealing (it names tasks, principals and
+        processes, no secret, and is no one tenant's)."""
         self._locks: weakref.WeakValueDictionary[TokenKey, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -143,7 +148,7 @@ class PushStore:
 
     async def watched(self) -> list[Watched]:
         """Every task in the index."""
-        record = await self.tokens.get(_INDEX)
+        record = await self._index.get(_INDEX)
         return [] if record is None else [Watched(**item) for item in json.loads(record)]
 
     async def watch(self, entries: Iterable[Watched]) -> None:
@@ -166,4 +171,4 @@ class PushStore:
 
     async def _write(self, entries: list[Watched]) -> None:
         body = [asdict(entry) for entry in entries]
-        await self.tokens.put(_INDEX, json.dumps(body, sort_keys=True).encode())
+        await self._index.put(_INDEX, json.dumps(body, sort_keys=True).encode())
