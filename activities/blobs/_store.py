@@ -107,7 +107,11 @@ class LocalBlobStore:
     finds the file already there reads it, and replaces it atomically (temporary file and
     rename) unless it holds exactly the data (a writer that died mid-write, or one still
     writing, leaves it short). A ref leaves ``put`` only once its file is whole, so a
-    reader given a ref reads the whole blob.
+    reader given a ref reads the whole blob. Files are not synced to disk (a sync per
+    blob would cost a turn more than the rest of its store work): after a host crash a
+    blob written just before may be short or empty, and a read of such a file raises
+    ``BlobNotFound`` saying it is damaged (every read from disk is checked against its
+    ref) instead of handing out wrong bytes.
     """
 
     def __init__(
@@ -149,6 +153,13 @@ class LocalBlobStore:
             data = _read(path)
         except FileNotFoundError:
             raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
+        if blob_ref(data) != ref:
+            # Cut short or emptied: written before a host crash and never synced (a put
+            # of the same bytes replaces it), or changed behind the store's back. Never
+            # handed out, nor kept as whole.
+            raise BlobNotFound(
+                ref, f"the blob file of {ref} in {self.root} is damaged: its bytes hash otherwise"
+            )
         self._recent.keep(ref, data)
         return data
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities.blobs import (
+    BlobNotFound,
     Conversations,
     EncryptedBlobStore,
     LocalBlobStore,
@@ -117,6 +118,25 @@ async def test_a_torn_blob_is_replaced_by_the_next_put_of_its_data(
     assert await store.put(b"four") == ref
     assert await store.get(ref) == b"four"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("left", [b"", b"fou", b"four and more"])
+async def test_a_damaged_blob_is_never_read_nor_kept_and_a_put_repairs_it(
+    tmp_path: Path, left: bytes
+) -> None:
+    # Written before a host crash and never synced, a file can come back short or empty:
+    # a read refuses it (it does not hash to its ref) instead of handing out wrong bytes,
+    # keeps nothing in memory, and the next put of the data replaces it.
+    store = LocalBlobStore(tmp_path)
+    ref = blob_ref(b"four")
+    path = tmp_path / blob_key(ref)
+    path.parent.mkdir()
+    path.write_bytes(left)
+    with pytest.raises(BlobNotFound, match="damaged"):
+        await store.get(ref)
+    assert await store.put(b"four") == ref
+    assert path.read_bytes() == b"four"
+    assert await LocalBlobStore(tmp_path).get(ref) == b"four"
 
 
 async def test_a_store_reads_back_what_it_wrote_or_read_last_from_memory(tmp_path: Path) -> None:
