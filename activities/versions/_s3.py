@@ -11,12 +11,23 @@ store's (``open_s3_client``): botocore's standard chain, never the URL.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from psych_runtime.activities.blobs import S3Location, parse_s3_url, s3_client_options
-from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
+from psych_runtime.specs import (
+    AgentSpec,
+    NotFound,
+    PsychError,
+    SpecError,
+    Version,
+    WorkflowSpec,
+)
 
 VERSIONS_PREFIX = "versions/"
+
+CONFLICT_ATTEMPTS = 5
+"""Conditional writes of one Version that collide (S3 answers 409) are tried this often."""
 
 
 class S3VersionStore:
@@ -69,20 +80,30 @@ class S3VersionStore:
         from botocore.exceptions import ClientError
 
         version = Version.of(spec)
-        try:
-            self._s3().put_object(
-                Bucket=self.location.bucket,
-                Key=self.object_key(version.hash),
-                Body=version.to_json().encode(),
-                ContentType="application/json",
-                IfNoneMatch="*",
-            )
-        except ClientError as err:
-            # 412: stored already; 409: another conditional write of it is under way.
-            if _status(err) not in (409, 412):
-                raise
-            return self.get(version.hash)
-        return version
+        key = self.object_key(version.hash)
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                self._s3().put_object(
+                    Bucket=self.location.bucket,
+                    Key=key,
+                    Body=version.to_json().encode(),
+                    ContentType="application/json",
+                    IfNoneMatch="*",
+                )
+                return version
+            except ClientError as err:
+                status = _status(err)
+                if status == 412:  # stored already: the first publisher's Version wins
+                    return self.get(version.hash)
+                # 409: another conditional write of it is under way, and may yet fail:
+                # try again rather than read a Version that may never be there.
+                if status != 409:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise PsychError(
+            f"Version {version.hash}: s3://{self.location.bucket}/{key} stayed in conflict "
+            f"for {CONFLICT_ATTEMPTS} conditional writes"
+        )
 
     def get(self, version_hash: str) -> Version:
         """The stored Version with this hash, re-verified on read.

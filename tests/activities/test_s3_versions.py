@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import ActivityEnvironment
@@ -126,3 +127,42 @@ def test_psych_store_selects_the_bucket_for_workers_and_commands(
 def test_a_malformed_store_url_names_psych_store() -> None:
     with pytest.raises(SpecError, match=r"PSYCH_STORE='s3://b\?nope=1': unknown parameter"):
         version_store_at("s3://b?nope=1")
+
+
+def test_a_publish_that_meets_a_write_under_way_tries_again(
+    stores: tuple[S3VersionStore, S3VersionStore],
+) -> None:
+    # S3 answers 409 while another conditional write of the key is under way; that write
+    # may yet fail, so the publish writes again instead of reading a Version not there.
+    from botocore.exceptions import ClientError
+
+    one, _ = stores
+    real = one._s3()
+    conflicts = [2]
+
+    class Conflicting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def put_object(self, **kwargs: Any) -> Any:
+            if conflicts[0]:
+                conflicts[0] -= 1
+                raise ClientError(
+                    {
+                        "Error": {"Code": "ConditionalRequestConflict", "Message": "busy"},
+                        "ResponseMetadata": {
+                            "HTTPStatusCode": 409,
+                            "HTTPHeaders": {},
+                            "HostId": "",
+                            "RequestId": "",
+                            "RetryAttempts": 0,
+                        },
+                    },
+                    "PutObject",
+                )
+            return real.put_object(**kwargs)
+
+    one._client = Conflicting()
+    published = one.publish(spec("conflicted"))
+    assert conflicts == [0]
+    assert one.get(published.hash) == published
