@@ -33,7 +33,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 from mcp.shared.auth_utils import resource_url_from_server_url
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.secrets import Redactor, SecretResolver
@@ -98,7 +98,13 @@ class StoredTokens(TokenStorage):
         data = await self._read()
         if data is None:
             return None
-        record = _Record.model_validate_json(data)
+        try:
+            record = _Record.model_validate_json(data)
+        except ValidationError:
+            # Cut short by a crash of a store that did not sync, or written by hand: as if
+            # absent, so the next token the flow gets replaces it (not a failure each use).
+            _log.warning("the token record of %r is unreadable: ignored", self.key)
+            return None
         if record.key != _fields(self.key):
             _log.warning("a token record under %r names another key: ignored", self.key)
             return None

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from psych_runtime.activities._durable_files import sync_directory, sync_file
 from psych_runtime.activities.blobs import BlobCipher
 from psych_runtime.specs import NotFound
 
@@ -101,8 +102,9 @@ class LocalTokenStore:
             return None
 
     async def put(self, key: TokenKey, record: bytes) -> None:
-        """Write ``record`` under ``key`` (a temporary file renamed over the old one, so a
-        reader sees the old record or the new one, never part of one)."""
+        """Write ``record`` under ``key`` (a temporary file, synced, renamed over the old
+        one: a reader sees the old record or the new one, never part of one, after a
+        host crash too)."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.parent / f".put-{secrets.token_hex(8)}"
@@ -110,7 +112,10 @@ class LocalTokenStore:
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(record)
+                handle.flush()
+                sync_file(handle.fileno())
             os.replace(tmp, path)
+            sync_directory(path.parent)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

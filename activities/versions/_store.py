@@ -11,6 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from psych_runtime.activities._durable_files import sync_directory, sync_file
 from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
 
 
@@ -38,11 +39,12 @@ class FileVersionStore:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(version.to_json())
                 handle.flush()
-                os.fsync(handle.fileno())
+                sync_file(handle.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:
                 return self.get(version.hash)
+            sync_directory(self.root)  # the name too: a hash handed out stays found
         finally:
             os.unlink(tmp)
         return version

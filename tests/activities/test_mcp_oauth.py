@@ -183,6 +183,18 @@ async def test_a_key_is_held_while_a_storage_or_redactor_of_it_lives() -> None:
     assert len(held) == 0
 
 
+async def test_an_unreadable_record_is_as_absent_and_the_next_token_replaces_it(
+    tmp_path: Path,
+) -> None:
+    store = LocalTokenStore(tmp_path)
+    await store.put(KEY, b'{"key": ["acme"')  # cut short
+    storage = StoredTokens(store, KEY, TokensHeld())
+    assert await storage.get_tokens() is None
+    await storage.set_tokens(OAuthToken(access_token="tok-new"))
+    again = await StoredTokens(store, KEY, TokensHeld()).get_tokens()
+    assert again is not None and again.access_token == "tok-new"
+
+
 async def test_an_expired_token_is_handed_out_only_with_a_refresh_token(tmp_path: Path) -> None:
     store = LocalTokenStore(tmp_path)
     storage = StoredTokens(store, KEY, TokensHeld())
