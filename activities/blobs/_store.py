@@ -183,12 +183,7 @@ class LocalBlobStore:
             self._shards.discard(shard)
             self._write(path, data, ref)
             return
-        try:
-            _write_and_close(fd, data)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            raise
+        _write_and_close(fd, data, unlink_if_failed=path)
 
     def _replace(self, shard: str, path: str, data: bytes) -> None:
         """Write ``path`` whole through a temporary file and a rename (atomic)."""
@@ -227,15 +222,31 @@ def _exclusive_temp(shard: str) -> tuple[int, str]:
 _CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
 
-def _write_and_close(fd: int, data: bytes) -> None:
+def _write_and_close(fd: int, data: bytes, *, unlink_if_failed: str | None = None) -> None:
     """Write all of ``data`` to the new file ``fd`` and close it: plain ``os.write``, with no
-    file object around it (one a blob cost about 6 us; every turn writes three)."""
+    file object around it (one a blob cost about 6 us; every turn writes three).
+
+    ``unlink_if_failed``: the path ``fd`` was created at, removed if the write fails, but
+    only while it is still this file: another process that found it short may have put a
+    whole copy in its place (a rename), whose ref it has handed out already.
+    """
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+    except BaseException:
+        if unlink_if_failed is not None:
+            _unlink_if_same(unlink_if_failed, os.fstat(fd))
+        raise
     finally:
         os.close(fd)
+
+
+def _unlink_if_same(path: str, created: os.stat_result) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        now = os.stat(path)
+        if (now.st_dev, now.st_ino) == (created.st_dev, created.st_ino):
+            os.unlink(path)
 
 
 def _holds(path: str, data: bytes) -> bool:

@@ -3,6 +3,8 @@ conversation chain's cache of heads."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,38 @@ async def test_a_damaged_blob_is_never_read_nor_kept_and_a_put_repairs_it(
     assert await store.put(b"four") == ref
     assert path.read_bytes() == b"four"
     assert await LocalBlobStore(tmp_path).get(ref) == b"four"
+
+
+async def test_a_failed_write_leaves_a_whole_copy_another_process_put_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A creates the file and its write fails (a full disk); meanwhile B found it short and
+    # renamed a whole copy into place, and handed out the ref. A removes only its own file.
+    store = LocalBlobStore(tmp_path)
+    ref = blob_ref(b"five")
+    path = tmp_path / blob_key(ref)
+
+    def failing_write(fd: int, data: object) -> int:
+        whole = path.parent / "b-copy"
+        whole.write_bytes(b"five")
+        os.replace(whole, path)  # B's atomic replacement
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(OSError, match="No space"):
+        await store.put(b"five")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"five"
+    # A file of its own that it failed to write, A does remove.
+    monkeypatch.setattr(os, "write", _no_space)
+    with pytest.raises(OSError, match="No space"):
+        await store.put(b"six")
+    monkeypatch.undo()
+    assert not (tmp_path / blob_key(blob_ref(b"six"))).exists()
+
+
+def _no_space(fd: int, data: object) -> int:
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 async def test_a_store_reads_back_what_it_wrote_or_read_last_from_memory(tmp_path: Path) -> None:
