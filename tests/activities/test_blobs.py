@@ -107,28 +107,13 @@ async def test_a_new_blob_is_created_in_place_without_a_temporary_file(tmp_path:
 
 
 @pytest.mark.parametrize("left", [b"", b"fou", b"four and more"])
-async def test_a_torn_blob_is_replaced_by_the_next_put_of_its_data(
+async def test_a_torn_blob_is_never_read_and_the_next_put_of_its_data_replaces_it(
     tmp_path: Path, left: bytes
 ) -> None:
-    # A writer that died mid-write leaves the file short (or, in principle, wrong): the
-    # next put of that data finds it, checks it, and replaces it whole.
-    store = LocalBlobStore(tmp_path)
-    ref = blob_ref(b"four")
-    path = tmp_path / blob_key(ref)
-    path.parent.mkdir()
-    path.write_bytes(left)
-    assert await store.put(b"four") == ref
-    assert await store.get(ref) == b"four"
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
-
-
-@pytest.mark.parametrize("left", [b"", b"fou", b"four and more"])
-async def test_a_damaged_blob_is_never_read_nor_kept_and_a_put_repairs_it(
-    tmp_path: Path, left: bytes
-) -> None:
-    # Written before a host crash and never synced, a file can come back short or empty:
-    # a read refuses it (it does not hash to its ref) instead of handing out wrong bytes,
-    # keeps nothing in memory, and the next put of the data replaces it.
+    # A writer that died mid-write, or a host crash before the file reached the disk,
+    # leaves it short, empty or (in principle) wrong: a read refuses it (it does not hash
+    # to its ref) and keeps nothing in memory; the next put of that data finds it, checks
+    # it, and replaces it whole.
     store = LocalBlobStore(tmp_path)
     ref = blob_ref(b"four")
     path = tmp_path / blob_key(ref)
@@ -139,6 +124,7 @@ async def test_a_damaged_blob_is_never_read_nor_kept_and_a_put_repairs_it(
     assert await store.put(b"four") == ref
     assert path.read_bytes() == b"four"
     assert await LocalBlobStore(tmp_path).get(ref) == b"four"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
 
 
 async def test_a_failed_write_leaves_a_whole_copy_another_process_put_in_place(
