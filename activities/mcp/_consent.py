@@ -161,6 +161,38 @@ class ConsentProvider(OAuthClientProvider):
         if context.current_tokens is not None:
             context.update_token_expiry(context.current_tokens)
 
+    async def _refresh_token(self) -> httpx2.Request:
+        # Another worker may have refreshed this key since this session read its token: a
+        # rotated refresh token is good once, and reusing it can make the server revoke
+        # the new one too. So refresh with what the store holds now.
+        await self._adopt_stored()
+        return await super()._refresh_token()
+
+    async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        held = self.context.current_tokens
+        if await super()._handle_refresh_response(response):
+            return True
+        # Refused: another worker may have refreshed in the meantime (it stored the new
+        # token after this one read the store). A valid stored token is then this
+        # session's too, not a consent to ask a person for again.
+        self.context.current_tokens = held
+        if await self._adopt_stored() and self.context.is_token_valid():
+            return True
+        self.context.clear_tokens()
+        return False
+
+    async def _adopt_stored(self) -> bool:
+        """Take the stored token if it is not the one this session holds; whether it did."""
+        held = self.context.current_tokens
+        stored = await self.context.storage.get_tokens()
+        if stored is None or held is None:
+            return False
+        if (stored.access_token, stored.refresh_token) == (held.access_token, held.refresh_token):
+            return False
+        self.context.current_tokens = stored
+        self.context.update_token_expiry(stored)
+        return True
+
     def _select_authorization_server(self, advertised: list[str]) -> str:
         for server in advertised:
             if issuers_match(server, self.issuer):

@@ -24,9 +24,11 @@ TOKENS_PREFIX = "tokens/"
 class S3TokenStore:
     """Token records as objects in an S3-compatible bucket (``TokenStore``).
 
-    A put replaces the object (a refreshed token replaces the old one; two workers
-    refreshing at once leave one of their tokens, both valid). The client opens on first
-    use; ``aclose()`` when done.
+    A put replaces the object (a refreshed token replaces the old one). Two workers
+    refreshing one key at once leave one of their tokens; with a server that rotates
+    refresh tokens the other's is then refused, and its session takes the stored token
+    (``ConsentProvider``) instead of asking again. The client opens on first use;
+    ``aclose()`` when done.
     """
 
     def __init__(self, location: S3Location) -> None:

@@ -1,0 +1,82 @@
+"""Workers sharing one OAuth key's tokens through the store: a session whose refresh token
+another worker has rotated since it read the store refreshes with the stored one, and a
+refused refresh takes the stored token when it is newer, instead of asking a person for
+consent again (``ConsentProvider``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
+
+from psych_runtime.activities.mcp._consent import ConsentProvider
+from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
+
+KEY = TokenKey("acme", "alice", "http://127.0.0.1:9", "psych", "http://127.0.0.1:9/mcp")
+REDIRECT = "http://127.0.0.1:9/oauth/callback"
+
+
+def provider(store: LocalTokenStore) -> ConsentProvider:
+    made = ConsentProvider(
+        server_url="http://127.0.0.1:9/mcp",
+        client_metadata=OAuthClientMetadata.model_validate({"redirect_uris": [REDIRECT]}),
+        storage=StoredTokens(store, KEY, TokensHeld()),
+        client_metadata_url=None,
+        issuer="http://127.0.0.1:9",
+        key=KEY,
+        parked=lambda flow: None,
+    )
+    made.context.oauth_metadata = OAuthMetadata.model_validate(
+        {
+            "issuer": "http://127.0.0.1:9",
+            "authorization_endpoint": "http://127.0.0.1:9/authorize",
+            "token_endpoint": "http://127.0.0.1:9/token",
+        }
+    )
+    made.context.client_info = OAuthClientInformationFull.model_validate(
+        {"client_id": "psych", "redirect_uris": [REDIRECT]}
+    )
+    return made
+
+
+def holding(made: ConsentProvider, token: OAuthToken) -> ConsentProvider:
+    made.context.current_tokens = token
+    made.context.update_token_expiry(token)
+    return made
+
+
+EXPIRED = OAuthToken(access_token="t1", expires_in=0, refresh_token="r1")
+ROTATED = OAuthToken(access_token="t2", expires_in=3600, refresh_token="r2")
+
+
+async def test_a_refresh_uses_the_refresh_token_another_worker_stored(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    stale = holding(provider(store), EXPIRED)  # read before the other worker refreshed
+    await StoredTokens(store, KEY, TokensHeld()).set_tokens(ROTATED)
+    request = await stale._refresh_token()
+    assert b"refresh_token=r2" in request.content and b"r1" not in request.content
+
+
+async def test_a_refused_refresh_takes_a_newer_stored_token(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    stale = holding(provider(store), EXPIRED)
+    await StoredTokens(store, KEY, TokensHeld()).set_tokens(ROTATED)  # stored meanwhile
+    assert await stale._handle_refresh_response(httpx2.Response(400)) is True
+    assert stale.context.current_tokens is not None
+    assert stale.context.current_tokens.access_token == "t2"
+    assert stale.context.is_token_valid()
+
+
+async def test_a_refused_refresh_with_nothing_newer_stored_asks_again(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    await StoredTokens(store, KEY, TokensHeld()).set_tokens(EXPIRED)
+    stale = holding(provider(store), EXPIRED)
+    assert await stale._handle_refresh_response(httpx2.Response(400)) is False
+    assert stale.context.current_tokens is None  # the full flow (a consent) follows
