@@ -12,7 +12,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import uvicorn
@@ -25,27 +24,34 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import run_worker
+from psych_runtime.workers._worker_checks import tenant_sealed_tokens
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve.a2a import PushStore, Watched
-from psych_runtime.workflows import RunStatus
+from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._http_server import CountingServer
 from ._waiting import eventually, is_waiting
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, user
+from .test_encryption import WORKER_KEYS, client_with, psych_client
 from .test_serve import ACME
 
 pytestmark = pytest.mark.e2e
 
 
 @asynccontextmanager
-async def serving(harness: Harness, tokens: Path) -> AsyncIterator[tuple[str, FastAPI]]:
+async def serving(
+    harness: Harness, tokens: Path, client: PsychClient | None = None
+) -> AsyncIterator[tuple[str, FastAPI]]:
     """One served app (one ``psych serve`` process's worth) keeping its push
-    configurations in ``tokens``; stopped (and its watchers closed) after the block."""
+    configurations in ``tokens`` (sealed as ``psych serve`` seals them when ``client``,
+    default the harness's, encrypts); stopped (and its watchers closed) after the block."""
+    client = client or harness.client
     settings = ServeSettings(
-        harness.client,
+        client,
         AuthSettings((ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice"),)),
-        push_tokens=LocalTokenStore(tokens),
+        push_tokens=tenant_sealed_tokens(client.temporal, LocalTokenStore(tokens)),
         push_lease_seconds=1.0,
     )
     app = create_app(settings)
@@ -65,10 +71,21 @@ async def serving(harness: Harness, tokens: Path) -> AsyncIterator[tuple[str, Fa
         await app.state.a2a_pushes.aclose()
 
 
-def publish_asking(harness: Harness, name: str) -> None:
-    """Publish an agent ``name`` that may ask its caller questions."""
+def states(webhook: CountingServer) -> list[str]:
+    """The task state of each update ``webhook`` got at /hook, in order ("" for others)."""
+    pushed = [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
+    return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed]
+
+
+def publish_asking(harness: Harness, name: str, *then: Reply) -> None:
+    """Publish an agent ``name`` that may ask its caller questions; its model asks "Which
+    day?" (question ``q1``), then answers with ``then`` (default: "Tuesday it is.")."""
     harness.client.publish(
         AgentBuilder(name).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
+        *(then or (Reply.text("Tuesday it is."),)),
     )
 
 
@@ -89,18 +106,8 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
     harness: Harness, tmp_path: Path
 ) -> None:
     publish_asking(harness, "durable_notifier")
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
-        Reply.text("Tuesday it is."),
-    )
     tokens = tmp_path / "tokens"
     webhook = CountingServer().start()
-
-    def pushed() -> list[dict[str, Any]]:
-        return [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
-
-    def states() -> list[str]:
-        return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed()]
 
     try:
         async with harness.worker(), serving(harness, tokens) as (second, _):
@@ -114,7 +121,7 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
                 await eventually(waiting, what="the Run to wait on its question")
 
                 async def asked() -> bool:
-                    return "TASK_STATE_INPUT_REQUIRED" in states()
+                    return "TASK_STATE_INPUT_REQUIRED" in states(webhook)
 
                 await eventually(asked, what="input-required pushed by the first server")
                 # Registered at the first server, listed by the second: one shared store.
@@ -127,7 +134,7 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
                 ]
             # The first server stopped. Its task is the second's once that one looks (on
             # a request, at most every lease): then its end reaches the webhook.
-            before = len(pushed())
+            before = len(states(webhook))
             await harness.client.answer(run, "q1", "Tuesday", scope=harness.scope)
             result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
             assert result.status is RunStatus.COMPLETED, result.reason
@@ -137,7 +144,7 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
                     await two.list_task_push_notification_configs(
                         ListTaskPushNotificationConfigsRequest(task_id=task_id)
                     )
-                return "TASK_STATE_COMPLETED" in states()[before:]
+                return "TASK_STATE_COMPLETED" in states(webhook)[before:]
 
             await eventually(completed, within=60, what="the second server to push the end")
 
@@ -188,18 +195,14 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
     # An operator resets the Run: its execution closes TERMINATED and its records stream
     # ends, while the workflow runs on in a new execution. That is not the task's end: the
     # webhook is kept, told nothing false, and the task followed to the new execution's end.
-    publish_asking(harness, "reset_notifier")
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
+    publish_asking(
+        harness,
+        "reset_notifier",
         # The reset Run asks again (and waits): its records went on past the reset.
         Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q2")),
         Reply.text("Tuesday it is."),
     )
     webhook = CountingServer().start()
-
-    def states() -> list[str]:
-        pushed = [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
-        return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed]
 
     try:
         async with harness.worker(), serving(harness, tmp_path / "tokens") as (base, _):
@@ -207,7 +210,7 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
             run = f"psych-{harness.scope.tenant}-{task_id}"
 
             async def asked() -> bool:
-                return "TASK_STATE_INPUT_REQUIRED" in states()
+                return "TASK_STATE_INPUT_REQUIRED" in states(webhook)
 
             await eventually(asked, what="input-required pushed")
             temporal = harness.client.temporal
@@ -245,7 +248,7 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
 
             async def completed() -> bool:
                 await listed()  # a request: the process looks for tasks to take over
-                return "TASK_STATE_COMPLETED" in states()
+                return "TASK_STATE_COMPLETED" in states(webhook)
 
             await eventually(completed, within=60, what="the reset Run's end pushed")
 
@@ -254,6 +257,42 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
 
             await eventually(forgotten, within=30, what="the webhook forgotten after the end")
         # The reset was not reported as the task's end.
-        assert "TASK_STATE_FAILED" not in states()
+        assert "TASK_STATE_FAILED" not in states(webhook)
+    finally:
+        webhook.stop()
+
+
+async def test_with_encryption_webhooks_are_kept_sealed_and_pushed(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # The fleet encrypts payloads: psych serve acts for its callers outside any Run, and
+    # still keeps their webhooks (sealed for their tenant) and pushes to them.
+    temporal = await client_with(harness.env, WORKER_KEYS)
+    client = psych_client(harness, temporal)
+    publish_asking(harness, "sealed_notifier")
+    tokens = tmp_path / "tokens"
+    webhook = CountingServer().start()
+
+    try:
+        async with (
+            run_worker(temporal, harness.settings),
+            serving(harness, tokens, client) as (base, _),
+        ):
+            task_id = await send_with_webhook(base, "sealed_notifier", webhook.url)
+            run = f"psych-{harness.scope.tenant}-{task_id}"
+
+            async def asked() -> bool:
+                return "TASK_STATE_INPUT_REQUIRED" in states(webhook)
+
+            await eventually(asked, what="input-required pushed")
+            on_disk = b"".join(p.read_bytes() for p in sorted(tokens.rglob("*")) if p.is_file())
+            assert b"t0ken" not in on_disk and webhook.url.encode() not in on_disk
+            await client.answer(run, "q1", "Tuesday", scope=harness.scope)
+
+            async def completed() -> bool:
+                return "TASK_STATE_COMPLETED" in states(webhook)
+
+            await eventually(completed, within=60, what="the end pushed")
+        assert all(s.headers.get("x-a2a-notification-token") == "t0ken" for s in webhook.seen)
     finally:
         webhook.stop()
