@@ -1,15 +1,10 @@
-"""Writing a small file so that it survives a host crash, not only a process's death: the
-bytes synced before the file takes its name, the directory synced after (for records
-written rarely: tokens, Versions; never per turn)."""
+"""Writing a small file so that it survives a host crash, not only a process's death: its
+bytes synced (``os.fsync``) before it takes its name, the directory synced after (for
+records written rarely: tokens, Versions; never per turn)."""
 
 from __future__ import annotations
 
 import os
-
-
-def sync_file(fd: int) -> None:
-    """Flush the open file ``fd``'s bytes to disk."""
-    os.fsync(fd)
 
 
 def sync_directory(path: str | os.PathLike[str]) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from psych_runtime.activities.a2a._activities import A2aActivities
+    from psych_runtime.activities.a2a._answer import TERMINAL
     from psych_runtime.activities.a2a._check import PeerCheck, check_peers
     from psych_runtime.activities.a2a._push import PeerPush, find_push
     from psych_runtime.activities.a2a._settings import A2A_SETTING_NAMES, A2aSettings
@@ -22,6 +23,7 @@ _LAZY = {
     "A2aSettings": "_settings",
     "PeerCheck": "_check",
     "PeerPush": "_push",
+    "TERMINAL": "_answer",
     "find_push": "_push",
     "check_peers": "_check",
 }
@@ -40,6 +42,7 @@ __all__ = [
     "A2aSettings",
     "PeerCheck",
     "PeerPush",
+    "TERMINAL",
     "check_peers",
     "find_push",
 ]

@@ -17,6 +17,7 @@ before its inner store sees it, for the tenant of the Run whose activity runs;
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from psych_runtime.activities._durable_files import sync_directory, sync_file
+from psych_runtime.activities._durable_files import sync_directory
 from psych_runtime.activities.blobs import BlobCipher
 from psych_runtime.specs import NotFound
 
@@ -104,7 +105,10 @@ class LocalTokenStore:
     async def put(self, key: TokenKey, record: bytes) -> None:
         """Write ``record`` under ``key`` (a temporary file, synced, renamed over the old
         one: a reader sees the old record or the new one, never part of one, after a
-        host crash too)."""
+        host crash too). In a thread: the syncs block for milliseconds."""
+        await asyncio.to_thread(self._put, key, record)
+
+    def _put(self, key: TokenKey, record: bytes) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.parent / f".put-{secrets.token_hex(8)}"
@@ -113,7 +117,7 @@ class LocalTokenStore:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(record)
                 handle.flush()
-                sync_file(handle.fileno())
+                os.fsync(handle.fileno())
             os.replace(tmp, path)
             sync_directory(path.parent)
         except BaseException:

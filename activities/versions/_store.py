@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from psych_runtime.activities._durable_files import sync_directory, sync_file
+from psych_runtime.activities._durable_files import sync_directory
 from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
 
 
@@ -39,7 +39,7 @@ class FileVersionStore:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(version.to_json())
                 handle.flush()
-                sync_file(handle.fileno())
+                os.fsync(handle.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:

@@ -173,12 +173,15 @@ class _Shared:
         self, cursor: _Cursor, after: int, deltas: bool, after_delta: tuple[str, int] | None
     ) -> AsyncIterator[Item]:
         position = 0 if after <= self.start else None
+        # Known from the start: a stream still waiting to read holds back what it has not.
+        cursor.position = position
         # Deltas of calls that ended before this stream joined are history: skip them.
         ended_before = set(self.ended_calls)
         while True:
             tick = self._tick
             if position is None and after - self.start <= len(self.record_at):
                 position = self.record_at[after - self.start - 1] + 1
+                cursor.position = position
             while position is not None and position < len(self.items):
                 item = self.items[position]
                 position += 1

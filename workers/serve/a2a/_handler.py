@@ -59,7 +59,6 @@ from psych_runtime.workers.serve.a2a._replies import (
 from psych_runtime.workers.serve.a2a._tasks import (
     asks,
     ends_task,
-    runs_on,
     stops,
     task_events,
     task_of,
@@ -291,8 +290,10 @@ class PsychRequestHandler(RequestHandler):
             async for event in self._events(workflow_id, scope, after, through_input=True):
                 ended = ends_task(event)
                 yield event
-            if ended or not await runs_on(self.client, workflow_id):
-                return  # its end pushed, or closed (the stream said how), or gone
+            if ended:
+                return
+            # The stream ends short of an end only when the workflow runs on (``task_events``
+            # asked): follow it from its status now (None: gone meanwhile).
             now = await self._now(workflow_id, scope)
             if now is None:
                 return

@@ -31,6 +31,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workflows import (
@@ -272,14 +273,9 @@ async def task_events(
     )
 
 
-_ENDS = frozenset(
-    {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
-)
-
-
 def ends_task(event: Event) -> bool:
     """Whether ``event`` is a task's terminal status."""
-    return isinstance(event, TaskStatusUpdateEvent) and event.status.state in _ENDS
+    return isinstance(event, TaskStatusUpdateEvent) and event.status.state in TERMINAL
 
 
 async def runs_on(client: PsychClient, workflow_id: str) -> bool:
