@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -161,12 +161,22 @@ class ConsentProvider(OAuthClientProvider):
         if context.current_tokens is not None:
             context.update_token_expiry(context.current_tokens)
 
-    async def _refresh_token(self) -> httpx2.Request:
+    async def _auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         # Another worker may have refreshed this key since this session read its token: a
-        # rotated refresh token is good once, and reusing it can make the server revoke
-        # the new one too. So refresh with what the store holds now.
-        await self._adopt_stored()
-        return await super()._refresh_token()
+        # rotated refresh token is good once (reusing it can make the server revoke the
+        # new one too), and its new token may need no refresh at all. So a session whose
+        # token is no longer valid takes what the store holds now, before the SDK decides.
+        if self._initialized and not self.context.is_token_valid():
+            await self._adopt_stored()
+        flow = super()._auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                outgoing = await flow.asend((yield outgoing))
+        except StopAsyncIteration:
+            return
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         held = self.context.current_tokens

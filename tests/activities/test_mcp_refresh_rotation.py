@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx2
+import pytest
 from mcp.shared.auth import (
     OAuthClientInformationFull,
     OAuthClientMetadata,
@@ -56,12 +57,34 @@ EXPIRED = OAuthToken(access_token="t1", expires_in=0, refresh_token="r1")
 ROTATED = OAuthToken(access_token="t2", expires_in=3600, refresh_token="r2")
 
 
-async def test_a_refresh_uses_the_refresh_token_another_worker_stored(tmp_path: Path) -> None:
+async def test_a_session_takes_a_token_another_worker_refreshed_before_refreshing(
+    tmp_path: Path,
+) -> None:
     store = LocalTokenStore(tmp_path)
     stale = holding(provider(store), EXPIRED)  # read before the other worker refreshed
+    stale._initialized = True
     await StoredTokens(store, KEY, TokensHeld()).set_tokens(ROTATED)
-    request = await stale._refresh_token()
-    assert b"refresh_token=r2" in request.content and b"r1" not in request.content
+    flow = stale._auth_flow(httpx2.Request("GET", "http://127.0.0.1:9/mcp"))
+    first = await flow.__anext__()
+    # The request itself, with the stored token: no refresh (its rotated r1 never sent).
+    assert first.url == "http://127.0.0.1:9/mcp"
+    assert first.headers["Authorization"] == "Bearer t2"
+    with pytest.raises(StopAsyncIteration):
+        await flow.asend(httpx2.Response(200))
+
+
+async def test_a_refresh_uses_the_refresh_token_another_worker_stored(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    stale = holding(provider(store), EXPIRED)
+    stale._initialized = True
+    await StoredTokens(store, KEY, TokensHeld()).set_tokens(
+        OAuthToken(access_token="t2", expires_in=0, refresh_token="r2")  # expired too
+    )
+    flow = stale._auth_flow(httpx2.Request("GET", "http://127.0.0.1:9/mcp"))
+    refresh = await flow.__anext__()
+    assert refresh.url == "http://127.0.0.1:9/token"
+    assert b"refresh_token=r2" in refresh.content and b"r1" not in refresh.content
+    await flow.aclose()
 
 
 async def test_a_refused_refresh_takes_a_newer_stored_token(tmp_path: Path) -> None:
