@@ -9,11 +9,15 @@ and the store a worker's environment configures (``blob_store_from_env``).
 from psych_runtime.activities.blobs._config import blob_store_from_env
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs, RecentByRef
 from psych_runtime.activities.blobs._s3 import (
+    CONFLICT_ATTEMPTS,
     S3BlobStore,
     S3Location,
+    conflict_delay,
     open_s3_client,
     parse_s3_url,
     s3_client_options,
+    s3_error_code,
+    s3_status,
 )
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
@@ -30,6 +34,7 @@ from psych_runtime.activities.blobs._store import (
 from psych_runtime.activities.contract import blob_ref
 
 __all__ = [
+    "CONFLICT_ATTEMPTS",
     "BlobCipher",
     "BlobNotFound",
     "BlobStore",
@@ -45,9 +50,12 @@ __all__ = [
     "blob_key",
     "blob_ref",
     "blob_store_from_env",
+    "conflict_delay",
     "canonical_json",
     "open_s3_client",
     "parse_s3_url",
     "ref_without_storing",
     "s3_client_options",
+    "s3_error_code",
+    "s3_status",
 ]

@@ -31,8 +31,13 @@ URL_FORM = "s3://BUCKET[/PREFIX][?endpoint=URL&region=NAME&addressing=path|virtu
 """What ``PSYCH_BLOB_URL`` looks like (``parse_s3_url``)."""
 
 _PARAMETERS = ("addressing", "endpoint", "region")
-_CONFLICT_ATTEMPTS = 5
+CONFLICT_ATTEMPTS = 5
 """Conditional writes of one key that collide (S3 answers 409) are tried this often."""
+
+
+def conflict_delay(attempt: int) -> float:
+    """Seconds to wait before trying again after the ``attempt``-th (from 0) 409."""
+    return 0.05 * (attempt + 1)
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ class S3BlobStore:
         ref = blob_ref(data)
         key = self._key(ref)
         s3 = await self._s3()
-        for attempt in range(_CONFLICT_ATTEMPTS):
+        for attempt in range(CONFLICT_ATTEMPTS):
             try:
                 await s3.put_object(
                     Bucket=self.location.bucket, Key=key, Body=data, IfNoneMatch="*"
@@ -175,7 +180,7 @@ class S3BlobStore:
                 self._recent.keep(ref, data)
                 return ref
             except ClientError as err:
-                status = _status(err)
+                status = s3_status(err)
                 if status == 412:
                     self._recent.keep(ref, data)
                     return ref
@@ -183,10 +188,10 @@ class S3BlobStore:
                 # in progress; it may yet fail, so try again rather than assume it stored.
                 if status != 409:
                     raise
-                await asyncio.sleep(0.05 * (attempt + 1))
+                await asyncio.sleep(conflict_delay(attempt))
         raise PsychError(
             f"blob {ref}: s3://{self.location.bucket}/{key} stayed in conflict for "
-            f"{_CONFLICT_ATTEMPTS} conditional writes"
+            f"{CONFLICT_ATTEMPTS} conditional writes"
         )
 
     async def get(self, ref: str) -> bytes:
@@ -207,7 +212,7 @@ class S3BlobStore:
             async with response["Body"] as body:
                 data = await body.read()
         except ClientError as err:
-            if _code(err) in ("NoSuchKey", "404"):
+            if s3_error_code(err) in ("NoSuchKey", "404"):
                 raise BlobNotFound(
                     ref, f"no blob {ref} in s3://{self.location.bucket}/{key}"
                 ) from err
@@ -275,10 +280,12 @@ def _session() -> Any:
     return get_session()
 
 
-def _code(err: Any) -> str:
+def s3_error_code(err: Any) -> str:
+    """The error code of botocore's ``ClientError`` ``err`` ("" if none)."""
     return str(err.response.get("Error", {}).get("Code", ""))
 
 
-def _status(err: Any) -> int | None:
+def s3_status(err: Any) -> int | None:
+    """The HTTP status of botocore's ``ClientError`` ``err``, if it has one."""
     status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status if isinstance(status, int) else None

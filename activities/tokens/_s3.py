@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from psych_runtime.activities.blobs import S3Location, open_s3_client, parse_s3_url
+from psych_runtime.activities.blobs import S3Location, open_s3_client, parse_s3_url, s3_error_code
 from psych_runtime.activities.tokens._store import TokenKey
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class S3TokenStore:
             async with response["Body"] as body:
                 return await body.read()
         except ClientError as err:
-            if _code(err) in ("NoSuchKey", "404"):
+            if s3_error_code(err) in ("NoSuchKey", "404"):
                 return None
             raise
 
@@ -89,7 +89,3 @@ class S3TokenStore:
         """Close the client (a later call opens a new one)."""
         self._client = None
         await self._stack.aclose()
-
-
-def _code(err: Any) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))

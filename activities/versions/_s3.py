@@ -14,7 +14,15 @@ import threading
 import time
 from typing import Any
 
-from psych_runtime.activities.blobs import S3Location, parse_s3_url, s3_client_options
+from psych_runtime.activities.blobs import (
+    CONFLICT_ATTEMPTS,
+    S3Location,
+    conflict_delay,
+    parse_s3_url,
+    s3_client_options,
+    s3_error_code,
+    s3_status,
+)
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
@@ -25,9 +33,6 @@ from psych_runtime.specs import (
 )
 
 VERSIONS_PREFIX = "versions/"
-
-CONFLICT_ATTEMPTS = 5
-"""Conditional writes of one Version that collide (S3 answers 409) are tried this often."""
 
 
 class S3VersionStore:
@@ -92,14 +97,14 @@ class S3VersionStore:
                 )
                 return version
             except ClientError as err:
-                status = _status(err)
+                status = s3_status(err)
                 if status == 412:  # stored already: the first publisher's Version wins
                     return self.get(version.hash)
                 # 409: another conditional write of it is under way, and may yet fail:
                 # try again rather than read a Version that may never be there.
                 if status != 409:
                     raise
-                time.sleep(0.05 * (attempt + 1))
+                time.sleep(conflict_delay(attempt))
         raise PsychError(
             f"Version {version.hash}: s3://{self.location.bucket}/{key} stayed in conflict "
             f"for {CONFLICT_ATTEMPTS} conditional writes"
@@ -119,7 +124,7 @@ class S3VersionStore:
         try:
             response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
         except ClientError as err:
-            if _code(err) in ("NoSuchKey", "404"):
+            if s3_error_code(err) in ("NoSuchKey", "404"):
                 raise NotFound(f"no Version {version_hash} in {where}") from None
             raise
         with response["Body"] as body:
@@ -160,12 +165,3 @@ def _client(location: S3Location) -> Any:
     return botocore.session.get_session().create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )
-
-
-def _code(err: Any) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
-
-
-def _status(err: Any) -> int | None:
-    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status if isinstance(status, int) else None
