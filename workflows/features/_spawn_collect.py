@@ -124,7 +124,9 @@ async def wait_children(
         child = spawned[target]
         if child.state == "settled":
             endings.append(child.ending())
-            spawned[target] = child.model_copy(update={"state": "collected"})
+            # Its answer went to the model and is never read again: not kept for the rest
+            # of the Run, nor carried into each later execution's input.
+            spawned[target] = child.model_copy(update={"state": "collected", "answer": None})
     return inline(call, "ok", json.dumps(endings))
 
 
@@ -271,16 +273,7 @@ class Spawn(Feature):
         return sum(1 for c in self.spawned.values() if c.turn == turn and c.state != "failed")
 
     def carry(self) -> Any:
-        # A collected child's answer went to the model and is never read again: carried,
-        # every answer would ride in each later execution's input for the rest of the Run.
-        return (
-            tuple(
-                child.model_copy(update={"answer": None}) if child.state == "collected" else child
-                for child in self.spawned.values()
-            )
-            if self.spawned
-            else None
-        )
+        return tuple(self.spawned.values()) if self.spawned else None
 
     def restore(self, carried: Any) -> None:
         self.spawned.clear()
