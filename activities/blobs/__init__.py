@@ -34,10 +34,10 @@ from psych_runtime.activities.blobs._store import (
 from psych_runtime.activities.contract import blob_ref
 
 __all__ = [
-    "CONFLICT_ATTEMPTS",
     "BlobCipher",
     "BlobNotFound",
     "BlobStore",
+    "CONFLICT_ATTEMPTS",
     "Conversations",
     "EncryptedBlobStore",
     "KnowsRefs",
@@ -50,8 +50,8 @@ __all__ = [
     "blob_key",
     "blob_ref",
     "blob_store_from_env",
-    "conflict_delay",
     "canonical_json",
+    "conflict_delay",
     "open_s3_client",
     "parse_s3_url",
     "ref_without_storing",
