@@ -200,6 +200,50 @@ async def test_no_watcher_starts_after_close() -> None:
     await asyncio.sleep(0.01)
     assert tasks.started == []
     assert [c.url for c in await pushes.list(SCOPE, "run-late")] == ["http://127.0.0.1:9/hook"]
+    # Named in the index with a stale beat: the next process that looks takes it over.
+    assert [(w.workflow_id, w.beat) for w in await pushes.store.watched()] == [("run-late", 0.0)]
+
+
+class FailingPuts(SlowTokenStore):
+    """Fails every write of one kind of record (``resource``), as a full disk would."""
+
+    def __init__(self, resource: str) -> None:
+        super().__init__()
+        self.resource = resource
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        if key.resource == self.resource:
+            raise OSError(f"no space left writing {key.resource}")
+        await super().put(key, record)
+
+
+async def test_a_failed_index_write_keeps_no_webhook() -> None:
+    # Kept but in no process's index, a webhook would be listed and never delivered.
+    pushes = registry(FailingPuts("watched"))
+    tasks = Forever()
+    try:
+        with pytest.raises(OSError, match="watched"):
+            await pushes.register(
+                SCOPE, "run-1", config("http://127.0.0.1:9/hook"), events=lambda: tasks.events("x")
+            )
+        assert await pushes.list(SCOPE, "run-1") == []
+    finally:
+        await pushes.aclose()
+
+
+async def test_a_failed_webhook_write_leaves_the_task_followed_by_the_process_named() -> None:
+    pushes = registry(FailingPuts("configs"))
+    tasks = Forever()
+    try:
+        with pytest.raises(OSError, match="configs"):
+            await pushes.register(
+                SCOPE, "run-1", config("http://127.0.0.1:9/hook"), events=lambda: tasks.events("r")
+            )
+        assert [w.owner for w in await pushes.store.watched()] == ["this-process"]
+        await asyncio.sleep(0.01)  # the watcher's task runs
+        assert tasks.started == ["r"]
+    finally:
+        await pushes.aclose()
 
 
 async def test_a_task_that_ends_is_forgotten_and_one_that_fails_is_kept() -> None:

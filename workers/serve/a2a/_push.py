@@ -18,10 +18,11 @@ needs no lookup and at delivery by the address connected to. A process that stop
 leaves its tasks' beats to go stale; the next request any process serves looks for such
 tasks (at most every ``lease_seconds``) and takes them over: the watcher then first pushes
 the task's status as it is now, so a webhook learns of what happened meanwhile (a task
-that ended is pushed its end once), and follows from there. Once a task's end is pushed,
-its configurations are deleted: they hold the caller's webhook credentials, nothing more
-will be sent, and an ended task takes no new one (so its list is empty and a get is "not
-found"); one registered while the end was being pushed gets it first. A task whose Run
+that ended is pushed its answer and its end once), and follows from there. Once a
+task's end is pushed, its configurations are deleted: they hold the caller's webhook
+credentials, nothing more will be sent, and an ended task takes no new one (so its list
+is empty and a get is "not found"); one registered while the end was being pushed gets
+it first. A task whose Run
 is gone (past the namespace's retention) counts as ended.
 """
 
@@ -157,15 +158,28 @@ class PushRegistry:
             configs[kept.id] = kept
             return True
 
-        await self.store.change(*key, add)
         async with self._starting:
-            if self._watching(key):
-                return kept
-            for entry in await self.store.watched():
-                if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
-                    return kept  # another process delivers
-            await self._start([(key, scope.principal, events)])
+            starts: list[_Start] = []
+            if not await self._delivered(key):
+                starts.append((key, scope.principal, events))
+            # The index first: a configuration is never kept for a task that no process is
+            # named to deliver (a crash between the two writes leaves, at worst, a task
+            # watched with no webhook until it ends).
+            await self._mark(starts)
+            try:
+                await self.store.change(*key, add)
+            finally:  # the index names this process now: it delivers what the task has
+                self._spawn(starts)
         return kept
+
+    async def _delivered(self, key: _Key) -> bool:
+        """Whether a watcher of the task runs, here or at a process whose beat is fresh."""
+        if self._watching(key):
+            return True
+        for entry in await self.store.watched():
+            if (entry.tenant, entry.workflow_id) == key and self._fresh(entry):
+                return True
+        return False
 
     def _watching(self, key: _Key) -> bool:
         watcher = self._watchers.get(key)
@@ -176,11 +190,22 @@ class PushRegistry:
 
     async def _start(self, starts: list[_Start]) -> None:
         """Start these tasks' watchers, with one write of the index for all of them (with
-        ``_starting`` held; nothing once closed)."""
-        if self._closed or not starts:
+        ``_starting`` held)."""
+        await self._mark(starts)
+        self._spawn(starts)
+
+    async def _mark(self, starts: list[_Start]) -> None:
+        """Name this process in the index as the deliverer of these tasks, in one write
+        (once closed, with a stale beat: another process takes them over at its next look)."""
+        if starts:
+            principals = {key: principal for key, principal, _ in starts}
+            beat = 0.0 if self._closed else time.time()
+            await self.store.watch(_entries(self.owner, principals, beat=beat))
+
+    def _spawn(self, starts: list[_Start]) -> None:
+        """Start the watchers of these marked tasks (none once closed)."""
+        if self._closed:
             return
-        principals = {key: principal for key, principal, _ in starts}
-        await self.store.watch(_entries(self.owner, principals, beat=time.time()))
         for key, principal, events in starts:
             self._principals[key] = principal
             self._watchers[key] = asyncio.create_task(self._watch(key, events()))
@@ -201,6 +226,8 @@ class PushRegistry:
     async def _take_over(self, resumed: Resumed) -> None:
         try:
             async with self._starting:
+                if self._closed:
+                    return
                 starts: list[_Start] = []
                 for entry in await self.store.watched():
                     key = (entry.tenant, entry.workflow_id)
