@@ -77,6 +77,13 @@ def states(webhook: CountingServer) -> list[str]:
     return [p.get("statusUpdate", {}).get("status", {}).get("state", "") for p in pushed]
 
 
+def answers(webhook: CountingServer) -> list[str]:
+    """The text of each answer artifact ``webhook`` got at /hook, in order."""
+    pushed = [json.loads(s.body) for s in webhook.seen if s.path == "/hook"]
+    artifacts = [p["artifactUpdate"]["artifact"] for p in pushed if "artifactUpdate" in p]
+    return [a["parts"][0]["text"] for a in artifacts if a.get("artifactId") == "answer"]
+
+
 def publish_asking(harness: Harness, name: str, *then: Reply) -> None:
     """Publish an agent ``name`` that may ask its caller questions; its model asks "Which
     day?" (question ``q1``), then answers with ``then`` (default: "Tuesday it is.")."""
@@ -147,6 +154,9 @@ async def test_push_configs_are_shared_and_taken_over_when_a_server_stops(
                 return "TASK_STATE_COMPLETED" in states(webhook)[before:]
 
             await eventually(completed, within=60, what="the second server to push the end")
+            # The Run ended before the second server took it over: its answer is pushed
+            # too, before the end, as a watcher that saw the end pushes it.
+            assert answers(webhook) == ["Tuesday it is."]
 
             # Its end pushed, the task's webhooks (and their credentials) are forgotten.
             async def forgotten() -> bool:

@@ -57,6 +57,7 @@ from psych_runtime.workers.serve.a2a._replies import (
     task_input,
 )
 from psych_runtime.workers.serve.a2a._tasks import (
+    answer_event,
     asks,
     ends_task,
     stops,
@@ -297,9 +298,10 @@ class PsychRequestHandler(RequestHandler):
             now = await self._now(workflow_id, scope)
             if now is None:
                 return
-            event, after = now
-            yield event
-            if ends_task(event):
+            events, after = now
+            for event in events:
+                yield event
+            if ends_task(events[-1]):
                 return
 
     async def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
@@ -309,15 +311,17 @@ class PsychRequestHandler(RequestHandler):
         now = await self._now(workflow_id, scope)
         if now is None:
             return
-        event, after = now
-        yield event
-        if not ends_task(event):
+        events, after = now
+        for event in events:
+            yield event
+        if not ends_task(events[-1]):
             async for event in self._pushed(workflow_id, scope, after):
                 yield event
 
-    async def _now(self, workflow_id: str, scope: Scope) -> tuple[Event, int] | None:
-        """The task's status as it is now and the last record seq it stands for; None: the
-        Run is gone."""
+    async def _now(self, workflow_id: str, scope: Scope) -> tuple[tuple[Event, ...], int] | None:
+        """The task's status as it is now (after its answer, when it ended with one: a
+        webhook that missed the end gets both, as a watcher that saw it pushes them) and
+        the last record seq it stands for; None: the Run is gone."""
         try:
             state = await self.client.status(
                 workflow_id, scope=scope, query_timeout=self.query_timeout
@@ -328,7 +332,9 @@ class PsychRequestHandler(RequestHandler):
         status = TaskStatusUpdateEvent(
             task_id=task.id, context_id=task.context_id, status=task.status
         )
-        return status, state.last_seq
+        if state.status.terminal and state.answer:
+            return (answer_event(task.id, state.answer), status), state.last_seq
+        return (status,), state.last_seq
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext

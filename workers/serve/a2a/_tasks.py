@@ -147,6 +147,13 @@ def answer_artifact(answer: str) -> Artifact:
     return Artifact(artifact_id=ANSWER_ARTIFACT, name="answer", parts=[Part(text=answer)])
 
 
+def answer_event(task_id: str, answer: str) -> TaskArtifactUpdateEvent:
+    """The event that gives a task its final answer (sent before its terminal status)."""
+    return TaskArtifactUpdateEvent(
+        task_id=task_id, context_id=task_id, artifact=answer_artifact(answer), last_chunk=True
+    )
+
+
 def _status(
     task_id: str, status: RunStatus, reason: str | None, pending: tuple[Pending, ...]
 ) -> TaskStatus:
@@ -238,12 +245,7 @@ async def task_events(
                 return
         elif isinstance(item, RunSettled):
             if item.answer:
-                yield TaskArtifactUpdateEvent(
-                    task_id=task_id,
-                    context_id=task_id,
-                    artifact=answer_artifact(item.answer),
-                    last_chunk=True,
-                )
+                yield answer_event(task_id, item.answer)
             yield status(_status(task_id, item.status, item.reason, ()))
             return
     # The stream ended without a RunSettled after ``after``: the Run had settled before
@@ -255,12 +257,7 @@ async def task_events(
         state = None
     if state is not None and state.status.terminal:
         if state.answer:  # as a RunSettled read in the stream gives it
-            yield TaskArtifactUpdateEvent(
-                task_id=task_id,
-                context_id=task_id,
-                artifact=answer_artifact(state.answer),
-                last_chunk=True,
-            )
+            yield answer_event(task_id, state.answer)
         yield status(_status(task_id, state.status, state.reason, ()))
         return
     if await runs_on(client, workflow_id):
