@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -57,6 +58,9 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _DEFERRED = "psych:deferred"
+
+REFRESH_POLL_SECONDS = 0.1
+"""How often a refused refresh asks the store again (``ConsentProvider``)."""
 """What the split grant's callback answers in place of a code (never sent anywhere: the
 provider stops before the exchange)."""
 
@@ -125,6 +129,10 @@ class ConsentProvider(OAuthClientProvider):
         parked: called with the flow when the person's consent is needed.
     """
 
+    refresh_settle_seconds = 2.0
+    """How long a refused refresh waits for another worker's refreshed token to be stored
+    before it asks for a person's consent."""
+
     def __init__(
         self,
         *,
@@ -184,10 +192,18 @@ class ConsentProvider(OAuthClientProvider):
             return True
         # Refused: another worker may have refreshed in the meantime (it stored the new
         # token after this one read the store). A valid stored token is then this
-        # session's too, not a consent to ask a person for again.
-        self.context.current_tokens = held
-        if await self._adopt_stored() and self.context.is_token_valid():
-            return True
+        # session's too, not a consent to ask a person for again. Two workers whose
+        # tokens expired together refresh together: the server takes one and refuses the
+        # other, which may hear so before the one taken has stored its token. So the
+        # store is asked again for a moment before the refusal stands.
+        deadline = time.monotonic() + self.refresh_settle_seconds
+        while True:
+            self.context.current_tokens = held
+            if await self._adopt_stored() and self.context.is_token_valid():
+                return True
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(REFRESH_POLL_SECONDS)
         self.context.clear_tokens()
         return False
 

@@ -5,6 +5,8 @@ consent again (``ConsentProvider``)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import httpx2
@@ -97,9 +99,32 @@ async def test_a_refused_refresh_takes_a_newer_stored_token(tmp_path: Path) -> N
     assert stale.context.is_token_valid()
 
 
+async def test_a_refused_refresh_takes_a_token_another_worker_stores_a_moment_later(
+    tmp_path: Path,
+) -> None:
+    # Both workers' tokens expired together and both refreshed: the server took the other
+    # worker's refresh and refused this one before the other had stored its new token.
+    store = LocalTokenStore(tmp_path)
+    await StoredTokens(store, KEY, TokensHeld()).set_tokens(EXPIRED)
+    stale = holding(provider(store), EXPIRED)
+
+    async def other_worker_stores() -> None:
+        await asyncio.sleep(0.3)
+        await StoredTokens(store, KEY, TokensHeld()).set_tokens(ROTATED)
+
+    storing = asyncio.create_task(other_worker_stores())
+    assert await stale._handle_refresh_response(httpx2.Response(400)) is True
+    await storing
+    assert stale.context.current_tokens is not None
+    assert stale.context.current_tokens.access_token == "t2"
+
+
 async def test_a_refused_refresh_with_nothing_newer_stored_asks_again(tmp_path: Path) -> None:
     store = LocalTokenStore(tmp_path)
     await StoredTokens(store, KEY, TokensHeld()).set_tokens(EXPIRED)
     stale = holding(provider(store), EXPIRED)
+    stale.refresh_settle_seconds = 0.3
+    started = time.monotonic()
     assert await stale._handle_refresh_response(httpx2.Response(400)) is False
+    assert time.monotonic() - started >= 0.3  # the store was asked again meanwhile
     assert stale.context.current_tokens is None  # the full flow (a consent) follows
