@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.blobs import LocalBlobStore
@@ -18,7 +19,7 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
-from psych_runtime.workers import start_time_skipping_server
+from psych_runtime.workers import PsychPlugin, start_time_skipping_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
@@ -38,9 +39,17 @@ class Harness:
     home: Path
 
     @asynccontextmanager
-    async def worker(self) -> AsyncIterator[None]:
-        """Run a worker for this test's task queue while the block runs."""
-        async with run_worker(self.env.client, self.settings):
+    async def worker(self, *, apart: bool = False) -> AsyncIterator[None]:
+        """Run a worker for this test's task queue while the block runs (``apart``: over
+        a client of its own, as a worker in another process is; the SDK refuses a second
+        worker of one task queue on one client)."""
+        client = self.env.client
+        if apart:
+            config = client.service_client.config
+            client = await Client.connect(
+                config.target_host, namespace=client.namespace, plugins=[PsychPlugin()]
+            )
+        async with run_worker(client, self.settings):
             yield
 
 

@@ -283,6 +283,41 @@ async def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_again(
     assert state["bearers"][-1] == state["issued"][-1]["token"]
 
 
+async def test_two_workers_refreshing_one_key_together_ask_nobody_again(
+    consent_harness: Harness, consent_server: OAuthMcpServer, callback: Callback
+) -> None:
+    # The consent server rotates refresh tokens: each is good once. Two workers (each its
+    # own session pool, one token store) hold the same expired token and refresh it at
+    # once; the server takes one refresh and refuses the other, and the refused worker
+    # must take the token the other stored, not ask a person for consent again.
+    harness = consent_harness
+    consent_server.set_lifetime(2)
+    runs = 6
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("first"))
+    harness.fake.enqueue(
+        *[Reply.tool_calls(ToolCall("crm__whoami", {})) for _ in range(runs)],
+        *[Reply.text("done") for _ in range(runs)],
+    )
+    spec = agent(consent_server, callback).build()
+    scope = harness.scope
+    async with harness.worker(), harness.worker(apart=True):
+        first = await harness.client.dispatch(spec, "one", scope=scope)
+        assert (await consent(await consent_asked(harness, first, scope))).status_code == 200
+        assert (await harness.client.result(first, scope=scope)).status is RunStatus.COMPLETED
+        await asyncio.sleep(2.5)  # past the token's lifetime
+        consent_server.set_lifetime(3600)
+        handles = [
+            await harness.client.dispatch(spec, f"run {i}", scope=scope) for i in range(runs)
+        ]
+        results = await asyncio.wait_for(
+            asyncio.gather(*(harness.client.result(h, scope=scope) for h in handles)), 60
+        )
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * runs, [r.reason for r in results]
+    consents = consent_server.consents()
+    assert consents["authorized"] == [CLIENT]  # one consent, given for the first Run
+    assert consents["refreshed"] >= 1
+
+
 async def test_a_server_naming_another_authorization_server_is_refused(
     harness: Harness, consent_server: OAuthMcpServer, callback: Callback
 ) -> None:
