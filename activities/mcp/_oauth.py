@@ -110,7 +110,7 @@ class StoredTokens(TokenStorage):
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata
-        _saw(self._held, token)
+        self._held.saw(token)
         if record.expires_at is None:
             return token
         left = int(record.expires_at - time.time())
@@ -120,7 +120,7 @@ class StoredTokens(TokenStorage):
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         """Store ``tokens`` for the key (a refreshed token replaces the old one)."""
-        _saw(self._held, tokens)
+        self._held.saw(tokens)
         expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
         data = _Record(
             key=_fields(self.key), token=tokens, expires_at=expires_at, metadata=self.metadata
@@ -157,6 +157,11 @@ class _Held:
     def __init__(self) -> None:
         self.tokens: tuple[str, ...] = ()
 
+    def saw(self, token: OAuthToken) -> None:
+        """Hold ``token``'s access and refresh tokens (instead of those held before)."""
+        values = (token.access_token, token.refresh_token or "")
+        self.tokens = tuple(value for value in values if value)
+
 
 class TokensHeld:
     """The access and refresh tokens this worker last held per key, for redaction only
@@ -181,11 +186,6 @@ class TokensHeld:
 
     def __len__(self) -> int:
         return len(self._held)
-
-
-def _saw(held: _Held, token: OAuthToken) -> None:
-    values = (token.access_token, token.refresh_token or "")
-    held.tokens = tuple(value for value in values if value)
 
 
 @dataclass(frozen=True)
