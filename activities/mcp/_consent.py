@@ -58,11 +58,11 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _DEFERRED = "psych:deferred"
+"""What the split grant's callback answers in place of a code (never sent anywhere: the
+provider stops before the exchange)."""
 
 REFRESH_POLL_SECONDS = 0.1
 """How often a refused refresh asks the store again (``ConsentProvider``)."""
-"""What the split grant's callback answers in place of a code (never sent anywhere: the
-provider stops before the exchange)."""
 
 CALLBACK_TENANT = "psych:oauth-callback"
 """The tenant field of the callback's own records (a Scope's tenant cannot contain ``:``
@@ -195,15 +195,21 @@ class ConsentProvider(OAuthClientProvider):
         # session's too, not a consent to ask a person for again. Two workers whose
         # tokens expired together refresh together: the server takes one and refuses the
         # other, which may hear so before the one taken has stored its token. So the
-        # store is asked again for a moment before the refusal stands.
+        # store is asked again for a moment before the refusal stands (the session's
+        # requests wait meanwhile, as they wait for any refresh). Cancelled meanwhile, the
+        # session keeps no token: never the spent refresh token again.
         deadline = time.monotonic() + self.refresh_settle_seconds
-        while True:
-            self.context.current_tokens = held
-            if await self._adopt_stored() and self.context.is_token_valid():
-                return True
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(REFRESH_POLL_SECONDS)
+        try:
+            while True:
+                self.context.current_tokens = held
+                if await self._adopt_stored() and self.context.is_token_valid():
+                    return True
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(REFRESH_POLL_SECONDS)
+        except BaseException:
+            self.context.clear_tokens()
+            raise
         self.context.clear_tokens()
         return False
 

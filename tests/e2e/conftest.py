@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.blobs import LocalBlobStore
@@ -19,7 +19,7 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
-from psych_runtime.workers import PsychPlugin, start_time_skipping_server
+from psych_runtime.workers import start_time_skipping_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
@@ -39,18 +39,23 @@ class Harness:
     home: Path
 
     @asynccontextmanager
-    async def worker(self, *, apart: bool = False) -> AsyncIterator[None]:
-        """Run a worker for this test's task queue while the block runs (``apart``: over
-        a client of its own, as a worker in another process is; the SDK refuses a second
-        worker of one task queue on one client)."""
-        client = self.env.client
-        if apart:
-            config = client.service_client.config
-            client = await Client.connect(
-                config.target_host, namespace=client.namespace, plugins=[PsychPlugin()]
-            )
-        async with run_worker(client, self.settings):
+    async def worker(self, task_queue: str | None = None) -> AsyncIterator[None]:
+        """Run a worker for this test's task queue (or ``task_queue``, with this worker's
+        wiring otherwise) while the block runs."""
+        settings = self.settings
+        if task_queue is not None:
+            settings = dataclasses.replace(settings, task_queue=task_queue)
+        async with run_worker(self.env.client, settings):
             yield
+
+    def client_of(self, task_queue: str) -> PsychClient:
+        """A client that starts Runs on ``task_queue``, sharing this one's Versions."""
+        return PsychClient(
+            self.env.client,
+            store=FileVersionStore(self.home / "versions"),
+            task_queue=task_queue,
+            registry=self.registry,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -287,35 +287,54 @@ async def test_two_workers_refreshing_one_key_together_ask_nobody_again(
     consent_harness: Harness, consent_server: OAuthMcpServer, callback: Callback
 ) -> None:
     # The consent server rotates refresh tokens: each is good once. Two workers (each its
-    # own session pool, one token store) hold the same expired token and refresh it at
-    # once; the server takes one refresh and refuses the other, and the refused worker
-    # must take the token the other stored, not ask a person for consent again.
+    # own task queue and session pool, one token store) hold the same expired token and
+    # refresh it at once. The server spends the refresh token on the first and answers it
+    # late, as a slow server does; the second is refused at once, before the first has
+    # stored its new token. The refused worker must take the token the first stores, not
+    # ask a person for consent again.
     harness = consent_harness
-    consent_server.set_lifetime(2)
-    runs = 6
-    harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("first"))
+    other = f"{harness.settings.task_queue}-2"
+    second_client = harness.client_of(other)
+    consent_server.set_lifetime(3)
     harness.fake.enqueue(
-        *[Reply.tool_calls(ToolCall("crm__whoami", {})) for _ in range(runs)],
-        *[Reply.text("done") for _ in range(runs)],
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("first"),
+        Reply.tool_calls(ToolCall("crm__whoami", {})),
+        Reply.text("second"),
     )
     spec = agent(consent_server, callback).build()
     scope = harness.scope
-    async with harness.worker(), harness.worker(apart=True):
+    async with harness.worker(), harness.worker(other):
         first = await harness.client.dispatch(spec, "one", scope=scope)
         assert (await consent(await consent_asked(harness, first, scope))).status_code == 200
         assert (await harness.client.result(first, scope=scope)).status is RunStatus.COMPLETED
-        await asyncio.sleep(2.5)  # past the token's lifetime
+        second = await second_client.dispatch(spec, "two", scope=scope)
+        assert (await second_client.result(second, scope=scope)).status is RunStatus.COMPLETED
+        await asyncio.sleep(3.5)  # past the token's lifetime: both workers hold it expired
         consent_server.set_lifetime(3600)
-        handles = [
-            await harness.client.dispatch(spec, f"run {i}", scope=scope) for i in range(runs)
-        ]
-        results = await asyncio.wait_for(
-            asyncio.gather(*(harness.client.result(h, scope=scope) for h in handles)), 60
+        consent_server.set_refresh_delay(1.5)
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("crm__whoami", {})),
+            Reply.tool_calls(ToolCall("crm__whoami", {})),
+            Reply.text("done"),
+            Reply.text("done"),
         )
-    assert [r.status for r in results] == [RunStatus.COMPLETED] * runs, [r.reason for r in results]
+        handles = await asyncio.gather(
+            harness.client.dispatch(spec, "three", scope=scope),
+            second_client.dispatch(spec, "four", scope=scope),
+        )
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                harness.client.result(handles[0], scope=scope),
+                second_client.result(handles[1], scope=scope),
+            ),
+            60,
+        )
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2, [r.reason for r in results]
     consents = consent_server.consents()
     assert consents["authorized"] == [CLIENT]  # one consent, given for the first Run
     assert consents["refreshed"] >= 1
+    assert consents["refused"] >= 1  # the two refreshes met
 
 
 async def test_a_server_naming_another_authorization_server_is_refused(

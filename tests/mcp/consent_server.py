@@ -14,8 +14,11 @@ carrying the code and ``state``, as a person clicking "allow" would. The resourc
 ``revoke``, ``lifetime``), verifying the access tokens this provider issued. Clients are
 public (``token_endpoint_auth_method: none``) and pre-registered with one redirect URI.
 
-``GET /control/state`` also lists ``authorized`` (client ids, one per consent given) and
-``refreshed`` (how many refresh grants were answered).
+``GET /control/consents`` lists ``authorized`` (client ids, one per consent given),
+``refreshed`` (how many refresh grants were answered) and ``refused`` (refresh grants
+naming a refresh token that is not, or no longer, valid: each is good once).
+``POST /control/refresh-delay`` ``{"seconds": s}`` holds each answered refresh that long
+after its refresh token is spent, as a slow server's reply does.
 
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
@@ -74,6 +77,8 @@ class Provider:
         self.refresh: dict[str, RefreshToken] = {}
         self.authorized: list[str] = []
         self.refreshed = 0
+        self.refused = 0
+        self.refresh_delay = 0.0
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -132,13 +137,17 @@ class Provider:
     async def load_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: str
     ) -> RefreshToken | None:
-        return self.refresh.get(refresh_token)
+        found = self.refresh.get(refresh_token)
+        if found is None:
+            self.refused += 1
+        return found
 
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
     ) -> OAuthToken:
         self.refresh.pop(refresh_token.token, None)
         self.refreshed += 1
+        await asyncio.sleep(self.refresh_delay)
         return self._issue(refresh_token.client_id, scopes, refresh_token.resource)
 
     async def load_access_token(self, token: str) -> AccessToken | None:
@@ -161,12 +170,18 @@ def revocations(provider: Provider) -> Starlette:
         return JSONResponse({"revoked": len(provider.state.issued)})
 
     async def consents(request: Request) -> Response:
-        return JSONResponse({"authorized": provider.authorized, "refreshed": provider.refreshed})
+        counts = {"refreshed": provider.refreshed, "refused": provider.refused}
+        return JSONResponse({"authorized": provider.authorized, **counts})
+
+    async def refresh_delay(request: Request) -> Response:
+        provider.refresh_delay = float((await request.json())["seconds"])
+        return JSONResponse({"seconds": provider.refresh_delay})
 
     return Starlette(
         routes=[
             Route("/control/revoke-all", revoke_all, methods=["POST"]),
             Route("/control/consents", consents, methods=["GET"]),
+            Route("/control/refresh-delay", refresh_delay, methods=["POST"]),
         ]
     )
 
@@ -190,7 +205,11 @@ async def serve(transport: str, clients: dict[str, str]) -> None:
     base = control(state)
 
     async def controls(scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("path") in ("/control/revoke-all", "/control/consents"):
+        if scope.get("path") in (
+            "/control/revoke-all",
+            "/control/consents",
+            "/control/refresh-delay",
+        ):
             await extra(scope, receive, send)
         else:
             await base(scope, receive, send)

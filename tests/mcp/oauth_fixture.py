@@ -73,8 +73,14 @@ class OAuthMcpServer:
         self._control("POST", "revoke-all")
 
     def consents(self) -> dict[str, Any]:
-        """``authorized`` (a client id per consent given), ``refreshed`` (consent server)."""
+        """``authorized`` (a client id per consent given), ``refreshed`` and ``refused``
+        (refresh grants answered, and refused as spent or unknown; consent server)."""
         return self._control("GET", "consents")
+
+    def set_refresh_delay(self, seconds: float) -> None:
+        """Each answered refresh is held this long after its refresh token is spent
+        (consent server)."""
+        self._control("POST", "refresh-delay", {"seconds": seconds})
 
     def set_lifetime(self, seconds: int) -> None:
         """The ``expires_in`` of tokens issued from now on."""
