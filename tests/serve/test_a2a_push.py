@@ -12,7 +12,7 @@ import asyncio
 import functools
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -361,3 +361,182 @@ async def test_with_encryption_configs_are_sealed_for_their_tenant_and_the_index
     assert b'"workflow_id": "run-1"' in on_disk  # the index: no secret, no one tenant's
     plain_client = SimpleNamespace(data_converter=DataConverter())
     assert tenant_sealed_tokens(plain_client, plain) is plain  # type: ignore[arg-type]
+
+
+class Shared(SlowTokenStore):
+    """One store two processes' registries share; a change of webhooks can be held."""
+
+    def __init__(self, records: dict[TokenKey, bytes]) -> None:
+        super().__init__()
+        self._records = records
+        self.hold: asyncio.Event | None = None
+
+        self.hold_index: asyncio.Event | None = None
+        self.holding_index = asyncio.Event()
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        if key.resource == "configs" and self.hold is not None:
+            await self.hold.wait()
+        return await super().get(key)
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        if key.resource == "watched" and self.hold_index is not None:
+            self.holding_index.set()
+            await self.hold_index.wait()
+        await super().put(key, record)
+
+
+async def until(done: Callable[[], Awaitable[bool]]) -> None:
+    """Wait (10 s at most) until ``done`` says so."""
+
+    async def poll() -> None:
+        while True:
+            if await done():
+                return
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout=10)
+
+
+async def test_a_webhook_stored_as_the_process_named_forgets_the_ended_task_gets_its_end() -> None:
+    # Process two sees process one named for the task, so it starts no watcher; its change
+    # of the webhooks runs only after process one pushed the end, forgot the task and left
+    # the index. The webhook must still get the end, and not stay stored with nobody to
+    # deliver it (and its credentials kept for ever).
+    records: dict[TokenKey, bytes] = {}
+    one = PushRegistry(store=PushStore(Shared(records)), owner="one")
+    two_tokens = Shared(records)
+    two = PushRegistry(store=PushStore(two_tokens), owner="two")
+    posted: list[str] = []
+
+    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        posted.append(made.id)
+
+    one._post = two._post = post  # type: ignore[method-assign,assignment]
+    release = asyncio.Event()
+
+    def ends() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            await release.wait()
+            yield Task(id="run-1")
+
+        return follow()
+
+    async def left_the_index() -> bool:
+        return not await one.store.watched()
+
+    async def forgotten() -> bool:
+        return not await one.list(SCOPE, "run-1") and await left_the_index()
+
+    try:
+        await one.register(SCOPE, "run-1", config("http://127.0.0.1:9/a", "first"), events=ends)
+        two_tokens.hold = asyncio.Event()
+        registering = asyncio.create_task(
+            two.register(SCOPE, "run-1", config("http://127.0.0.1:9/b", "second"), events=ends)
+        )
+        await asyncio.sleep(0.05)  # two has read the index and holds before its change
+        release.set()  # the task ends: one pushes the end, forgets the task, leaves the index
+        await until(left_the_index)
+        two_tokens.hold.set()
+        await registering
+        await until(forgotten)
+        assert posted == ["first", "second"]
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_webhook_stored_as_the_process_named_leaves_the_index_gets_its_end() -> None:
+    # Process two registers while process one, whose watcher has pushed the end, is
+    # leaving the index: two still sees one named (so starts no watcher) and stores its
+    # webhook after one's last read of them. One reads them once more after it left.
+    records: dict[TokenKey, bytes] = {}
+    one_tokens = Shared(records)
+    one = PushRegistry(store=PushStore(one_tokens), owner="one")
+    two = PushRegistry(store=PushStore(Shared(records)), owner="two")
+    posted: list[str] = []
+
+    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        posted.append(made.id)
+
+    one._post = two._post = post  # type: ignore[method-assign,assignment]
+    release = asyncio.Event()
+
+    def ends() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            await release.wait()
+            yield Task(id="run-1")
+
+        return follow()
+
+    async def forgotten() -> bool:
+        return not await one.list(SCOPE, "run-1") and not await one.store.watched()
+
+    try:
+        await one.register(SCOPE, "run-1", config("http://127.0.0.1:9/a", "first"), events=ends)
+        one_tokens.hold_index = asyncio.Event()
+        release.set()  # the task ends: one pushes the end, then holds in leaving the index
+        await asyncio.wait_for(one_tokens.holding_index.wait(), timeout=10)
+        await two.register(SCOPE, "run-1", config("http://127.0.0.1:9/b", "second"), events=ends)
+        assert not two._watching(("acme", "run-1"))  # one is still named
+        one_tokens.hold_index.set()
+        await until(forgotten)
+        assert posted == ["first", "second"]
+    finally:
+        one_tokens.hold_index = None
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_an_ended_watcher_leaves_the_index_entry_of_a_new_one_here() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens)
+    again = Forever()
+
+    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        if made.id == "first":  # a webhook lands while the end is pushed: it gets it late
+            await pushes.store.change(SCOPE.tenant, "run-1", add("late"))
+        if made.id == "late":  # the watcher has ended: a registration here starts a new one
+            await pushes.register(
+                SCOPE, "run-1", config("http://127.0.0.1:9/b"), events=lambda: again.events("x")
+            )
+
+    pushes._post = post  # type: ignore[method-assign,assignment]
+
+    def ends() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            yield Task(id="run-1")
+
+        return follow()
+
+    async def restarted() -> bool:
+        return again.started == ["x"]
+
+    try:
+        await pushes.register(SCOPE, "run-1", config("http://127.0.0.1:9/a", "first"), events=ends)
+        await until(restarted)
+        await asyncio.sleep(0.05)  # the ended watcher finishes
+        # The new watcher's entry stays: without it, a crash before the next beat would
+        # leave the task in no process's index.
+        assert [(w.workflow_id, w.owner) for w in await pushes.store.watched()] == [
+            ("run-1", "this-process")
+        ]
+    finally:
+        await pushes.aclose()
+
+
+async def test_no_task_is_taken_over_after_close() -> None:
+    tokens = SlowTokenStore()
+    pushes = registry(tokens)
+    stale = Watched("acme", "alice", "run-1", "gone-process", 0.0)
+    await pushes.store.watch([stale])
+    followed: list[str] = []
+
+    def resumed(scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
+        followed.append(workflow_id)
+        return Forever().events(workflow_id)
+
+    await pushes.aclose()
+    await pushes._take_over(resumed)
+    assert followed == []
+    assert await pushes.store.watched() == [stale]

@@ -22,8 +22,13 @@ that ended is pushed its answer and its end once), and follows from there. Once 
 task's end is pushed, its configurations are deleted: they hold the caller's webhook
 credentials, nothing more will be sent, and an ended task takes no new one (so its list
 is empty and a get is "not found"); one registered while the end was being pushed gets
-it first. A task whose Run
-is gone (past the namespace's retention) counts as ended.
+it first. A task whose Run is gone (past the namespace's retention) counts as ended.
+
+A registration names its process in the index before it stores the webhook, unless a
+watcher already runs (here, or at a process whose beat is fresh); then it asks the index
+again once the webhook is stored, and starts a watcher itself if that process has left
+meanwhile. A watcher that leaves the index reads the task's webhooks once more after it
+left. So a webhook stored as the task ends is delivered by one side or the other.
 """
 
 from __future__ import annotations
@@ -121,6 +126,9 @@ class PushRegistry:
     _principals: dict[_Key, str | None] = field(default_factory=dict, init=False)
     """Whom each of this process's watchers reads as (what its beat writes)."""
     _starting: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _claimed: set[_Key] = field(default_factory=set, init=False)
+    """Tasks named in the index for this process whose watcher starts once the registration
+    that named them has stored its webhook."""
     """Held from asking whether a task has a watcher to starting one: one watcher a task."""
     _beating: asyncio.Task[None] | None = field(default=None, init=False)
     _closed: bool = field(default=False, init=False)
@@ -158,19 +166,37 @@ class PushRegistry:
             configs[kept.id] = kept
             return True
 
-        async with self._starting:
-            starts: list[_Start] = []
-            if not await self._delivered(key):
-                starts.append((key, scope.principal, events))
-            # The index first: a configuration is never kept for a task that no process is
-            # named to deliver (a crash between the two writes leaves, at worst, a task
-            # watched with no webhook until it ends).
-            await self._mark(starts)
-            try:
-                await self.store.change(*key, add)
-            finally:  # the index names this process now: it delivers what the task has
-                self._spawn(starts)
+        start: _Start = (key, scope.principal, events)
+        claimed = await self._claim(start)
+        try:
+            await self.store.change(*key, add)
+        finally:  # the index names this process now: it delivers what the task has
+            if claimed:
+                async with self._starting:
+                    self._claimed.discard(key)
+                    self._spawn([start])
+        if not claimed:
+            # The process named may have forgotten the task (it ended) before this webhook
+            # was stored; if it did, the webhook is this process's to deliver. (If it had
+            # not, it reads the task's configurations once more after leaving the index.)
+            async with self._starting:
+                if not await self._delivered(key):
+                    await self._start([start])
         return kept
+
+    async def _claim(self, start: _Start) -> bool:
+        """Name this process in the index as the task's deliverer, unless a watcher of it
+        runs (here, or at a process whose beat is fresh); whether it did. The index first:
+        a configuration is never kept for a task no process is named to deliver (a crash
+        between the two writes leaves, at worst, a task watched with no webhook until it
+        ends). The lock is held for the index only, not the configuration's write."""
+        key = start[0]
+        async with self._starting:
+            if await self._delivered(key):
+                return False
+            await self._mark([start])
+            self._claimed.add(key)
+            return True
 
     async def _delivered(self, key: _Key) -> bool:
         """Whether a watcher of the task runs, here or at a process whose beat is fresh."""
@@ -182,8 +208,9 @@ class PushRegistry:
         return False
 
     def _watching(self, key: _Key) -> bool:
+        """Whether this process watches the task, or starts a watcher of it."""
         watcher = self._watchers.get(key)
-        return watcher is not None and not watcher.done()
+        return key in self._claimed or (watcher is not None and not watcher.done())
 
     def _fresh(self, entry: Watched) -> bool:
         return entry.owner != self.owner and time.time() - entry.beat < self.lease_seconds
@@ -296,7 +323,13 @@ class PushRegistry:
         if ended:  # the task ended: nothing more to push, and none may be registered
             try:
                 await self._forget(http, key, last)
-                await self.store.unwatch(key[0], key[1], self.owner)
+                async with self._starting:
+                    if self._watching(key):
+                        return  # named again by a registration here: its watcher's now
+                    await self.store.unwatch(key[0], key[1], self.owner)
+                # A registration at another process that saw this one named left its
+                # webhook to it, and may have stored it after the read above: read again.
+                await self._forget(http, key, last)
             except Exception:  # the task stays in the index, and is resumed to its end
                 logger.exception("push notifications of %s: forgetting the task failed", key[1])
 
