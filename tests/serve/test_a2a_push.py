@@ -398,94 +398,84 @@ async def until(done: Callable[[], Awaitable[bool]]) -> None:
     await asyncio.wait_for(poll(), timeout=10)
 
 
+class TwoProcesses:
+    """Two ``psych serve`` processes' registries over one store, recording who was posted
+    to, and a task that ends once ``release`` is set."""
+
+    def __init__(self) -> None:
+        records: dict[TokenKey, bytes] = {}
+        self.one_tokens, self.two_tokens = Shared(records), Shared(records)
+        self.one = PushRegistry(store=PushStore(self.one_tokens), owner="one")
+        self.two = PushRegistry(store=PushStore(self.two_tokens), owner="two")
+        self.posted: list[str] = []
+        self.release = asyncio.Event()
+
+        async def post(_: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+            self.posted.append(made.id)
+
+        self.one._post = self.two._post = post  # type: ignore[method-assign,assignment]
+
+    def ends(self) -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            await self.release.wait()
+            yield Task(id="run-1")
+
+        return follow()
+
+    async def register(self, at: PushRegistry, config_id: str) -> None:
+        url = f"http://127.0.0.1:9/{config_id}"
+        await at.register(SCOPE, "run-1", config(url, config_id), events=self.ends)
+
+    async def left_the_index(self) -> bool:
+        return not await self.one.store.watched()
+
+    async def forgotten(self) -> bool:
+        return not await self.one.list(SCOPE, "run-1") and await self.left_the_index()
+
+    async def aclose(self) -> None:
+        self.one_tokens.hold_index = None
+        await self.one.aclose()
+        await self.two.aclose()
+
+
 async def test_a_webhook_stored_as_the_process_named_forgets_the_ended_task_gets_its_end() -> None:
     # Process two sees process one named for the task, so it starts no watcher; its change
     # of the webhooks runs only after process one pushed the end, forgot the task and left
     # the index. The webhook must still get the end, and not stay stored with nobody to
     # deliver it (and its credentials kept for ever).
-    records: dict[TokenKey, bytes] = {}
-    one = PushRegistry(store=PushStore(Shared(records)), owner="one")
-    two_tokens = Shared(records)
-    two = PushRegistry(store=PushStore(two_tokens), owner="two")
-    posted: list[str] = []
-
-    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
-        posted.append(made.id)
-
-    one._post = two._post = post  # type: ignore[method-assign,assignment]
-    release = asyncio.Event()
-
-    def ends() -> AsyncIterator[Event]:
-        async def follow() -> AsyncIterator[Event]:
-            await release.wait()
-            yield Task(id="run-1")
-
-        return follow()
-
-    async def left_the_index() -> bool:
-        return not await one.store.watched()
-
-    async def forgotten() -> bool:
-        return not await one.list(SCOPE, "run-1") and await left_the_index()
-
+    both = TwoProcesses()
     try:
-        await one.register(SCOPE, "run-1", config("http://127.0.0.1:9/a", "first"), events=ends)
-        two_tokens.hold = asyncio.Event()
-        registering = asyncio.create_task(
-            two.register(SCOPE, "run-1", config("http://127.0.0.1:9/b", "second"), events=ends)
-        )
+        await both.register(both.one, "first")
+        both.two_tokens.hold = asyncio.Event()
+        registering = asyncio.create_task(both.register(both.two, "second"))
         await asyncio.sleep(0.05)  # two has read the index and holds before its change
-        release.set()  # the task ends: one pushes the end, forgets the task, leaves the index
-        await until(left_the_index)
-        two_tokens.hold.set()
+        both.release.set()  # the task ends: one pushes the end, forgets it, leaves the index
+        await until(both.left_the_index)
+        both.two_tokens.hold.set()
         await registering
-        await until(forgotten)
-        assert posted == ["first", "second"]
+        await until(both.forgotten)
+        assert both.posted == ["first", "second"]
     finally:
-        await one.aclose()
-        await two.aclose()
+        await both.aclose()
 
 
 async def test_a_webhook_stored_as_the_process_named_leaves_the_index_gets_its_end() -> None:
     # Process two registers while process one, whose watcher has pushed the end, is
     # leaving the index: two still sees one named (so starts no watcher) and stores its
     # webhook after one's last read of them. One reads them once more after it left.
-    records: dict[TokenKey, bytes] = {}
-    one_tokens = Shared(records)
-    one = PushRegistry(store=PushStore(one_tokens), owner="one")
-    two = PushRegistry(store=PushStore(Shared(records)), owner="two")
-    posted: list[str] = []
-
-    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
-        posted.append(made.id)
-
-    one._post = two._post = post  # type: ignore[method-assign,assignment]
-    release = asyncio.Event()
-
-    def ends() -> AsyncIterator[Event]:
-        async def follow() -> AsyncIterator[Event]:
-            await release.wait()
-            yield Task(id="run-1")
-
-        return follow()
-
-    async def forgotten() -> bool:
-        return not await one.list(SCOPE, "run-1") and not await one.store.watched()
-
+    both = TwoProcesses()
     try:
-        await one.register(SCOPE, "run-1", config("http://127.0.0.1:9/a", "first"), events=ends)
-        one_tokens.hold_index = asyncio.Event()
-        release.set()  # the task ends: one pushes the end, then holds in leaving the index
-        await asyncio.wait_for(one_tokens.holding_index.wait(), timeout=10)
-        await two.register(SCOPE, "run-1", config("http://127.0.0.1:9/b", "second"), events=ends)
-        assert not two._watching(("acme", "run-1"))  # one is still named
-        one_tokens.hold_index.set()
-        await until(forgotten)
-        assert posted == ["first", "second"]
+        await both.register(both.one, "first")
+        both.one_tokens.hold_index = asyncio.Event()
+        both.release.set()  # the task ends: one pushes the end, then holds leaving the index
+        await asyncio.wait_for(both.one_tokens.holding_index.wait(), timeout=10)
+        await both.register(both.two, "second")
+        assert not both.two._watching(("acme", "run-1"))  # one is still named
+        both.one_tokens.hold_index.set()
+        await until(both.forgotten)
+        assert both.posted == ["first", "second"]
     finally:
-        one_tokens.hold_index = None
-        await one.aclose()
-        await two.aclose()
+        await both.aclose()
 
 
 async def test_an_ended_watcher_leaves_the_index_entry_of_a_new_one_here() -> None:
