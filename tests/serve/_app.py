@@ -19,7 +19,7 @@ from psych_runtime.workflows import PsychClient
 
 ACME_KEY = "acme-key-0123456789"
 GLOBEX_KEY = "globex-key-9876543210"
-KEYS = (ApiKey.of(ACME_KEY, "acme", "ops"), ApiKey.of(GLOBEX_KEY, "globex"))
+KEYS = (ApiKey.of(ACME_KEY, "acme", "ops", publisher=True), ApiKey.of(GLOBEX_KEY, "globex"))
 
 
 @asynccontextmanager

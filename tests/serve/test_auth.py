@@ -20,6 +20,7 @@ from psych_runtime.workers.serve import (
     Authenticator,
     AuthSettings,
     JwtSettings,
+    NotPublisher,
     Unauthorized,
     parse_serve_section,
 )
@@ -134,23 +135,60 @@ async def test_api_keys_are_kept_hashed_and_matched_whole(jwks_url: str) -> None
         ApiKey("s3cret-key", "globex")
 
 
+async def test_a_publisher_is_named_by_the_operator_never_by_default(
+    signing_key: rsa.RSAPrivateKey, jwks_url: str
+) -> None:
+    keys = (ApiKey.of("ops-key", "acme", "ops", publisher=True), ApiKey.of("app-key", "acme"))
+    auth = authenticator(jwks_url, *keys)
+    assert (await auth.caller_for("Bearer ops-key")).publisher
+    assert not (await auth.caller_for("Bearer app-key")).publisher
+    with pytest.raises(NotPublisher, match="may not publish"):
+        (await auth.caller_for("Bearer app-key")).publishing()
+    # A token publishes only when the operator names a claim and the token holds true in it.
+    claimed = token(signing_key, psych_publisher=True)
+    assert not (await auth.caller_for(f"Bearer {claimed}")).publisher
+    settings = JwtSettings(
+        jwks_url,
+        ISSUER,
+        AUDIENCE,
+        ("RS256",),
+        tenant_claim="org",
+        publisher_claim="psych_publisher",
+    )
+    with_claim = Authenticator(AuthSettings((), settings))
+    assert (await with_claim.caller_for(f"Bearer {claimed}")).publisher
+    for value in ("true", 1, None):
+        other = token(signing_key, psych_publisher=value)
+        assert not (await with_claim.caller_for(f"Bearer {other}")).publisher
+
+
 def test_the_serve_section_is_checked_naming_each_path() -> None:
     digest = ApiKey.of("k", "acme").sha256
     section = parse_serve_section(
         {
-            "api_keys": [{"sha256": digest, "tenant": "acme", "principal": "ops"}],
+            "api_keys": [
+                {"sha256": digest, "tenant": "acme", "principal": "ops", "publisher": True},
+                {"sha256": digest, "tenant": "globex"},
+            ],
             "jwt": {"jwks_url": "http://127.0.0.1/j", "issuer": "i", "audience": "a"},
             "max_body_bytes": 1024,
         },
         "settings.yaml",
     )
-    assert section.auth.api_keys == (ApiKey(digest, "acme", "ops"),)
+    assert section.auth.api_keys == (
+        ApiKey(digest, "acme", "ops", publisher=True),
+        ApiKey(digest, "globex"),
+    )
     assert section.auth.jwt is not None and section.auth.jwt.algorithms == ("RS256", "ES256")
     assert section.max_body_bytes == 1024
     bad = [
         ({"listen": 1}, "settings.yaml: serve.listen: unknown setting"),
         ({"api_keys": [{"sha256": digest}]}, r"serve.api_keys\[0\]: tenant is required"),
         ({"api_keys": [{"sha256": "x", "tenant": "a"}]}, "64 lowercase hex"),
+        (
+            {"api_keys": [{"sha256": digest, "tenant": "a", "publisher": "yes"}]},
+            r"serve.api_keys\[0\]: publisher must be true or false",
+        ),
         ({"jwt": {"issuer": "i"}}, "serve.jwt: jwks_url, issuer and audience are required"),
         (
             {"jwt": {"jwks_url": "u", "issuer": "i", "audience": "a", "algorithms": ["none"]}},

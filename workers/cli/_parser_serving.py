@@ -220,6 +220,12 @@ def add_serve_command(
         help="the claim holding the principal (default sub)",
     )
     jwt.add_argument(
+        "--jwt-publisher-claim",
+        default=env("PSYCH_SERVE_JWT_PUBLISHER_CLAIM"),
+        help="a claim that is true in the tokens of callers who may publish Versions "
+        "(default: no token's caller may)",
+    )
+    jwt.add_argument(
         "--jwt-algorithm",
         action="append",
         help="an accepted signature algorithm (repeatable; default RS256 and ES256)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -78,7 +79,8 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
             keys = keys + api_keys_from(json.loads(raw), "PSYCH_SERVE_API_KEYS")
         except (ValueError, TypeError) as err:
             raise PsychError(
-                f"{err} (PSYCH_SERVE_API_KEYS is a JSON list of {{sha256, tenant, principal}})"
+                f"{err} (PSYCH_SERVE_API_KEYS is a JSON list of "
+                "{{sha256, tenant, principal, publisher}})"
             ) from err
     jwt = section.auth.jwt
     flags = {
@@ -87,14 +89,13 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
         "audience": args.jwt_audience,
         "tenant_claim": args.jwt_tenant_claim,
         "principal_claim": args.jwt_principal_claim,
+        "publisher_claim": args.jwt_publisher_claim,
         "algorithms": tuple(args.jwt_algorithm) if args.jwt_algorithm else None,
     }
     given = {name: value for name, value in flags.items() if value}
     if given:
-        base = {} if jwt is None else {name: getattr(jwt, name) for name in flags}
-        base = {name: value for name, value in base.items() if value}
-        try:
-            jwt = JwtSettings(**{**base, **given})
+        try:  # the file's settings, each flag given over its own
+            jwt = JwtSettings(**given) if jwt is None else dataclasses.replace(jwt, **given)
         except TypeError as err:
             raise PsychError(
                 "JWT verification needs --jwks-url, --jwt-issuer and --jwt-audience "

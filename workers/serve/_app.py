@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers._oauth_callback import oauth_callback_route
-from psych_runtime.workers.serve._auth import Authenticator
+from psych_runtime.workers.serve._auth import Authenticator, Caller
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._limits import BodyLimit
 from psych_runtime.workers.serve._problems import install_problem_handlers
@@ -45,15 +45,18 @@ def create_app(settings: ServeSettings) -> FastAPI:
         raise ValueError("psych serve needs API keys or a JWT issuer to accept any caller")
     authenticator = Authenticator(settings.auth)
 
-    async def caller(
+    async def identity(
         request: Request,
         bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
-    ) -> Scope:
+    ) -> Caller:
         # HTTPBearer declares the scheme in the OpenAPI document; the header itself is
         # read here, so a malformed one is answered with what is wrong with it.
-        return await authenticator.scope_for(request.headers.get("authorization"))
+        return await authenticator.caller_for(request.headers.get("authorization"))
 
-    context = ApiContext(settings.client, settings, caller)
+    async def caller(who: Annotated[Caller, Depends(identity)]) -> Scope:
+        return who.scope
+
+    context = ApiContext(settings.client, settings, caller, identity)
     app = FastAPI(
         title="psych-runtime",
         summary="Publish Specs and drive durable agent and workflow Runs.",

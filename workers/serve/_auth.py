@@ -11,6 +11,13 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   checked; the tenant and principal are read from configurable claims.
 
 Every refusal is ``Unauthorized`` with a reason safe to show the caller.
+
+Publishing is the operator's, not a tenant's: a Version is shared by every tenant (one
+Spec deployed for many; an A2A agent is the newest Version of its name), so a caller
+publishes (``POST /v1/versions``, or a Spec sent inline to ``POST /v1/runs``) only with a
+credential the operator marked ``publisher``: an API key's flag, or a JWT whose
+``publisher_claim`` is ``true``. Any other caller runs what is published, by its hash or
+over A2A, and is refused with ``NotPublisher`` (403).
 """
 
 from __future__ import annotations
@@ -35,6 +42,32 @@ class Unauthorized(PsychError):
     """The request carries no credential, or one no configured key or issuer vouches for."""
 
 
+class NotPublisher(PsychError):
+    """The caller may run published Versions but not publish one (see the module)."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request acts for: its Scope, and whether it may publish."""
+
+    scope: Scope
+    publisher: bool = False
+
+    def publishing(self) -> Scope:
+        """The Scope of a caller that publishes.
+
+        Raises:
+            NotPublisher: the credential is not a publisher's.
+        """
+        if not self.publisher:
+            raise NotPublisher(
+                "this credential may not publish: Versions are shared by every tenant, so "
+                "publishing needs a credential the operator marked publisher; run a "
+                "published Version by its hash instead"
+            )
+        return self.scope
+
+
 @dataclass(frozen=True)
 class ApiKey:
     """One API key as the operator configures it: its SHA-256, never the key itself.
@@ -43,11 +76,13 @@ class ApiKey:
         sha256: the key's SHA-256, 64 lowercase hex digits (``ApiKey.of`` computes it).
         tenant: the tenant every call with this key acts for.
         principal: who acts (recorded on approvals, steering...); None: nobody named.
+        publisher: whether calls with this key may publish Versions (the operator's).
     """
 
     sha256: str
     tenant: str
     principal: str | None = None
+    publisher: bool = False
 
     def __post_init__(self) -> None:
         if not _HEX64.match(self.sha256):
@@ -57,9 +92,11 @@ class ApiKey:
         Scope(tenant=self.tenant, principal=self.principal)  # refuses a malformed tenant
 
     @classmethod
-    def of(cls, key: str, tenant: str, principal: str | None = None) -> ApiKey:
+    def of(
+        cls, key: str, tenant: str, principal: str | None = None, *, publisher: bool = False
+    ) -> ApiKey:
         """The entry for ``key`` (hashed here; the key itself is not kept)."""
-        return cls(hashlib.sha256(key.encode()).hexdigest(), tenant, principal)
+        return cls(hashlib.sha256(key.encode()).hexdigest(), tenant, principal, publisher)
 
 
 @dataclass(frozen=True)
@@ -74,6 +111,8 @@ class JwtSettings:
         tenant_claim: the claim holding the tenant.
         principal_claim: the claim holding the principal (absent: no principal).
         leeway_seconds: clock skew allowed on ``exp``/``nbf``/``iat``.
+        publisher_claim: a claim that is ``true`` in the tokens of callers who may publish
+            Versions; None: no token's caller may.
     """
 
     jwks_url: str
@@ -83,6 +122,7 @@ class JwtSettings:
     tenant_claim: str = "tenant"
     principal_claim: str = "sub"
     leeway_seconds: float = 30.0
+    publisher_claim: str | None = None
 
     def __post_init__(self) -> None:
         if not self.algorithms:
@@ -124,6 +164,14 @@ class Authenticator:
         Raises:
             Unauthorized: no bearer credential, or none that is accepted (says which).
         """
+        return (await self.caller_for(authorization)).scope
+
+    async def caller_for(self, authorization: str | None) -> Caller:
+        """Who the request's ``Authorization`` header stands for.
+
+        Raises:
+            Unauthorized: no bearer credential, or none that is accepted (says which).
+        """
         if not authorization:
             raise Unauthorized("the request has no Authorization header (Bearer <credential>)")
         scheme, _, credential = authorization.partition(" ")
@@ -132,9 +180,9 @@ class Authenticator:
             raise Unauthorized("the Authorization header must be 'Bearer <credential>'")
         key = self._api_key(credential)
         if key is not None:
-            return Scope(tenant=key.tenant, principal=key.principal)
+            return Caller(Scope(tenant=key.tenant, principal=key.principal), key.publisher)
         if self.settings.jwt is not None and credential.count(".") == 2:
-            return await self._jwt_scope(credential, self.settings.jwt)
+            return await self._jwt_caller(credential, self.settings.jwt)
         raise Unauthorized("the credential is not a known API key or an accepted token")
 
     def _api_key(self, credential: str) -> ApiKey | None:
@@ -145,7 +193,7 @@ class Authenticator:
                 found = key
         return found
 
-    async def _jwt_scope(self, token: str, settings: JwtSettings) -> Scope:
+    async def _jwt_caller(self, token: str, settings: JwtSettings) -> Caller:
         claims = await asyncio.to_thread(self._verified_claims, token, settings)
         tenant = claims.get(settings.tenant_claim)
         principal = claims.get(settings.principal_claim)
@@ -153,8 +201,11 @@ class Authenticator:
             raise Unauthorized(f"the token has no string claim {settings.tenant_claim!r}")
         if principal is not None and not isinstance(principal, str):
             raise Unauthorized(f"the token's claim {settings.principal_claim!r} is not a string")
+        publisher = settings.publisher_claim is not None and (
+            claims.get(settings.publisher_claim) is True
+        )
         try:
-            return Scope(tenant=tenant, principal=principal)
+            return Caller(Scope(tenant=tenant, principal=principal), publisher)
         except ValidationError as err:
             raise Unauthorized(
                 f"the token's claim {settings.tenant_claim!r} is not a valid tenant "
@@ -188,7 +239,7 @@ class Authenticator:
 
 
 def api_keys_from(entries: Sequence[Any], source: str) -> tuple[ApiKey, ...]:
-    """API keys from plain data (``[{sha256, tenant, principal?}, ...]``).
+    """API keys from plain data (``[{sha256, tenant, principal?, publisher?}, ...]``).
 
     Raises:
         ValueError: naming ``source`` and the entry that is wrong.
@@ -196,10 +247,24 @@ def api_keys_from(entries: Sequence[Any], source: str) -> tuple[ApiKey, ...]:
     keys: list[ApiKey] = []
     for index, entry in enumerate(entries):
         where = f"{source}[{index}]"
-        if not isinstance(entry, dict) or set(entry) - {"sha256", "tenant", "principal"}:
-            raise ValueError(f"{where}: a mapping of sha256, tenant and optional principal")
+        if not isinstance(entry, dict) or set(entry) - {
+            "sha256",
+            "tenant",
+            "principal",
+            "publisher",
+        }:
+            raise ValueError(
+                f"{where}: a mapping of sha256, tenant and optional principal and publisher"
+            )
+        publisher = entry.get("publisher", False)
+        if not isinstance(publisher, bool):
+            raise ValueError(f"{where}: publisher must be true or false, not {publisher!r}")
         try:
-            keys.append(ApiKey(str(entry["sha256"]), str(entry["tenant"]), entry.get("principal")))
+            keys.append(
+                ApiKey(
+                    str(entry["sha256"]), str(entry["tenant"]), entry.get("principal"), publisher
+                )
+            )
         except KeyError as err:
             raise ValueError(f"{where}: {err.args[0]} is required") from err
         except (ValueError, ValidationError) as err:

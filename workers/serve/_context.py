@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from psych_runtime.specs import Scope
+from psych_runtime.workers.serve._auth import Caller
 from psych_runtime.workers.serve._settings import ServeSettings
 from psych_runtime.workflows import PsychClient
 
@@ -19,6 +20,8 @@ class ApiContext:
     settings: ServeSettings
     caller: Callable[..., Awaitable[Scope]]
     """The dependency giving the request's Scope (401 problem when it has none)."""
+    identity: Callable[..., Awaitable[Caller]]
+    """The dependency giving who the request acts for, with whether it may publish."""
 
     @property
     def query_timeout(self) -> timedelta:

@@ -93,7 +93,7 @@ def parse_serve_section(data: Any, source: str) -> ServeSection:
         )
     keys = data.get("api_keys") or []
     if not isinstance(keys, list):
-        raise SpecError(f"{where}.api_keys: a list of {{sha256, tenant, principal}}")
+        raise SpecError(f"{where}.api_keys: a list of {{sha256, tenant, principal, publisher}}")
     try:
         api_keys = api_keys_from(keys, f"{where}.api_keys")
     except ValueError as err:

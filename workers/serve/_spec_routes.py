@@ -24,6 +24,7 @@ from psych_runtime.specs import (
     spec_from_yaml,
     validate,
 )
+from psych_runtime.workers.serve._auth import Caller as Who
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._problems import ApiProblem
 
@@ -93,6 +94,7 @@ def spec_routes(context: ApiContext) -> APIRouter:
     """The routes of Specs and Versions."""
     router = APIRouter(prefix="/v1", tags=["specs"])
     Caller = Annotated[Scope, Depends(context.caller)]
+    Identity = Annotated[Who, Depends(context.identity)]
 
     @router.post("/validate", openapi_extra=_SPEC_BODY)
     async def validate_spec(request: Request, scope: Caller) -> dict[str, Any]:
@@ -111,8 +113,10 @@ def spec_routes(context: ApiContext) -> APIRouter:
         return {"ok": not problems, "problems": problems}
 
     @router.post("/versions", status_code=201, openapi_extra=_SPEC_BODY)
-    async def publish(request: Request, scope: Caller) -> JSONResponse:
-        """Validate and publish a Spec; answers its Version (the same one for the same Spec)."""
+    async def publish(request: Request, who: Identity) -> JSONResponse:
+        """Validate and publish a Spec; answers its Version (the same one for the same Spec).
+        A publisher's credential only (403 otherwise): a Version is every tenant's."""
+        who.publishing()
         # The version store is files: written off the event loop, which serves streams.
         version = await asyncio.to_thread(context.client.publish, await spec_of(request))
         return JSONResponse(version.model_dump(mode="json"), status_code=201)
