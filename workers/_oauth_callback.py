@@ -14,6 +14,7 @@ client of their Temporal namespace; no payload key, since it reads nothing seale
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
@@ -22,12 +23,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError
 
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
 from psych_runtime.workflows import PsychClient, ResumeInput, SuspensionReason
 
 CALLBACK_PATH = "/oauth/callback"
+
+RESUME_WAIT_SECONDS = 30.0
+"""How long the callback waits for the Run's worker to take the resume (a person waits)."""
 """Where ``psych serve`` and ``psych oauth-callback`` listen for the redirect."""
 
 
@@ -69,9 +75,19 @@ async def complete_authorization(
         by="oauth-callback",
     )
     try:
-        await client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
+        async with asyncio.timeout(RESUME_WAIT_SECONDS):
+            await client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
     except (Refused, NotFound, AccessDenied) as err:
         return Completed(False, f"the Run could not be resumed: {err}", waiting.workflow_id)
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        said = (
+            f"the authorization arrived, but no worker answered for the Run within "
+            f"{RESUME_WAIT_SECONDS:g} s: it goes on if one takes it later"
+        )
+        return Completed(False, said, waiting.workflow_id)
+    except RPCError as err:
+        said = f"the Run could not be resumed: Temporal refused ({err.status.name})"
+        return Completed(False, said, waiting.workflow_id)
     return Completed(True, "authorized: the Run goes on", waiting.workflow_id)
 
 

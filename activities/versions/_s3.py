@@ -125,7 +125,8 @@ class S3VersionStore:
             response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
         except ClientError as err:
             if s3_error_code(err) in ("NoSuchKey", "404"):
-                raise NotFound(f"no Version {version_hash} in {where}") from None
+                # Shown to API callers as is: it names no path of the store.
+                raise NotFound(f"no Version {version_hash}") from None
             raise
         with response["Body"] as body:
             document = body.read()

@@ -69,7 +69,8 @@ class FileVersionStore:
             # Bytes, so a damaged file is a SpecError naming the place, not a decode error.
             document = path.read_bytes()
         except FileNotFoundError:
-            raise NotFound(f"no Version {version_hash} in {self.root}") from None
+            # Shown to API callers as is: it names no path of the store.
+            raise NotFound(f"no Version {version_hash}") from None
         version = Version.from_json(document, source=str(path))
         if version.hash != version_hash:
             raise SpecError(f"{path} holds Version {version.hash}, not {version_hash}")

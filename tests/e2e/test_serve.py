@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,13 +30,19 @@ GLOBEX = {"Authorization": "Bearer globex-key-e2e"}
 
 
 @asynccontextmanager
-async def served(harness: Harness) -> AsyncIterator[str]:
+async def served(harness: Harness, query_timeout_seconds: float = 10.0) -> AsyncIterator[str]:
     """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port)."""
     keys = (
-        ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice"),
+        ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
         ApiKey.of("globex-key-e2e", "globex", "mallory"),
     )
-    app = create_app(ServeSettings(harness.client, AuthSettings(keys), keepalive_seconds=0.2))
+    settings = ServeSettings(
+        harness.client,
+        AuthSettings(keys),
+        keepalive_seconds=0.2,
+        query_timeout_seconds=query_timeout_seconds,
+    )
+    app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     task = asyncio.create_task(server.serve())
     await eventually(lambda: _started(server), what="uvicorn to listen")
@@ -237,3 +244,25 @@ async def test_the_event_stream_carries_deltas_and_resumes_mid_attempt_from_last
     # Every piece of the call comes before its record.
     assert max(i for i, name in enumerate(names) if name == "delta") < names.index("record", 3)
     assert names[-1] == "end"
+
+
+async def test_without_a_worker_actions_and_reads_answer_503_within_the_bound(
+    harness: Harness,
+) -> None:
+    # No worker polls the Run's queue: an update, or a transcript's queries, would wait for
+    # ever; each answers 503 once the query timeout passed, and says what happened.
+    spec = AgentBuilder("idle").model("fake-model").build()
+    run = await harness.client.dispatch(spec, "hello", scope=harness.scope)
+    async with served(harness, query_timeout_seconds=1.0) as base, httpx.AsyncClient() as http:
+        url = f"{base}/v1/runs/{run.workflow_id}"
+        started = time.monotonic()
+        approve = await http.post(
+            f"{url}/approve", json={"call_id": "c1"}, headers=ACME, timeout=30
+        )
+        transcript = await http.get(f"{url}/transcript", headers=ACME, timeout=30)
+        took = time.monotonic() - started
+    assert approve.status_code == 503, approve.text
+    assert approve.json()["type"] == "urn:psych:problem:no-worker"
+    assert "may still be applied" in approve.json()["detail"]
+    assert transcript.status_code == 503, transcript.text
+    assert took < 15  # two bounds of 1 s, with the server's own answers

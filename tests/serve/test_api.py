@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AgentBuilder, ToolRegistry, spec_to_data, spec_to_yaml
 
@@ -175,6 +177,29 @@ async def test_publish_answers_the_version_and_the_same_one_again(tmp_path: Path
     assert "invalid" in str(assert_problem(bad, 422)["detail"])
 
 
+async def test_only_a_publisher_credential_publishes(tmp_path: Path) -> None:
+    # A Version is every tenant's (an A2A agent is the newest Version of its name): a
+    # tenant's key that could publish would change what other tenants' callers run.
+    async with api(tmp_path) as http:
+        refused = await http.post(
+            "/v1/versions", json={"spec": spec_to_data(SPEC)}, headers=bearer(GLOBEX_KEY)
+        )
+        inline = await http.post(
+            "/v1/runs",
+            json={"spec": spec_to_data(SPEC), "input": "hi"},
+            headers=bearer(GLOBEX_KEY),
+        )
+        validated = await http.post(
+            "/v1/validate", json={"spec": spec_to_data(SPEC)}, headers=bearer(GLOBEX_KEY)
+        )
+    for answer in (refused, inline):
+        problem = assert_problem(answer, 403)
+        assert problem["type"] == "urn:psych:problem:not-publisher"
+        assert "publisher" in str(problem["detail"])
+    assert validated.json()["ok"] is True  # validating publishes nothing
+    assert list((tmp_path / "versions").glob("*")) == []
+
+
 async def test_the_openapi_document_has_every_route_and_the_bearer_scheme(
     tmp_path: Path,
 ) -> None:
@@ -198,3 +223,44 @@ async def test_the_openapi_document_has_every_route_and_the_bearer_scheme(
     assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     validate = document["paths"]["/v1/validate"]["post"]["requestBody"]["content"]
     assert {"application/json", "application/yaml"} <= set(validate)
+
+
+async def test_an_unknown_version_names_no_path_of_the_server(tmp_path: Path) -> None:
+    async with api(tmp_path) as http:
+        missing = await http.post(
+            "/v1/runs",
+            json={"version": "sha256:" + "0" * 64, "input": "hi"},
+            headers=bearer(GLOBEX_KEY),
+        )
+    detail = str(assert_problem(missing, 404)["detail"])
+    assert detail == "no Version sha256:" + "0" * 64
+    assert str(tmp_path) not in missing.text
+
+
+async def test_a_payload_json_cannot_carry_is_refused_not_sent_as_null(tmp_path: Path) -> None:
+    async with api(tmp_path) as http:
+        answer = await http.post(
+            "/v1/runs/psych-acme-r1/complete",
+            content=b'{"token": "t1", "payload": {"x": NaN, "y": Infinity}}',
+            headers={**bearer(ACME_KEY), "content-type": "application/json"},
+        )
+    problem = assert_problem(answer, 409)
+    assert problem["refusal"] == "BadResume"
+    assert "NaN or Infinity" in str(problem["detail"])
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"), [(RPCStatusCode.UNAVAILABLE, 503), (RPCStatusCode.NOT_FOUND, 404)]
+)
+async def test_temporal_unavailable_is_a_503_not_a_missing_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: RPCStatusCode, expected: int
+) -> None:
+    # The console follows a Run with this stream and gives up on a 4xx: an outage must
+    # not read as "no such Run".
+    async def describe(self: WorkflowHandle[Any, Any]) -> None:
+        raise RPCError("the frontend is down", status, b"")
+
+    monkeypatch.setattr(WorkflowHandle, "describe", describe)
+    async with api(tmp_path) as http:
+        answer = await http.get("/v1/runs/psych-acme-r1/events", headers=bearer(ACME_KEY))
+    assert_problem(answer, expected)

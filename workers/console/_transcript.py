@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, assert_never
 
 from psych_runtime.specs import Scope
@@ -335,21 +336,34 @@ def _settle_wait(waits: list[Wait], record: Resumed | SuspensionExpired) -> None
             return
 
 
-async def _records(client: PsychClient, workflow_id: str, scope: Scope) -> list[Record]:
+async def _records(
+    client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta | None
+) -> list[Record]:
     records: list[Record] = []
     while True:
-        page = await client.records(workflow_id, scope=scope, after=len(records), limit=5000)
+        page = await client.records(
+            workflow_id, scope=scope, after=len(records), limit=5000, query_timeout=query_timeout
+        )
         records.extend(page.records)
         if not page.records or len(records) >= page.last_seq:
             return records
 
 
-async def read_transcript(client: PsychClient, run: RunHandle | str, *, scope: Scope) -> Transcript:
-    """A Run's transcript, its steps' child Runs included, from the records it has now."""
+async def read_transcript(
+    client: PsychClient,
+    run: RunHandle | str,
+    *,
+    scope: Scope,
+    query_timeout: timedelta | None = None,
+) -> Transcript:
+    """A Run's transcript, its steps' child Runs included, from the records it has now
+    (each query waiting ``query_timeout`` at most; None: the client's default)."""
     workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
-    records = await _records(client, workflow_id, scope)
+    records = await _records(client, workflow_id, scope, query_timeout)
     children = {
-        record.run: await read_transcript(client, record.run, scope=scope)
+        record.run: await read_transcript(
+            client, record.run, scope=scope, query_timeout=query_timeout
+        )
         for record in records
         if isinstance(record, StepStarted) and record.run is not None
     }

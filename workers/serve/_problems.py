@@ -4,7 +4,7 @@ The one place the API maps exceptions to statuses: psych's own errors (``NotFoun
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
 revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 with every
 problem), Temporal's (no worker answered: 503), request validation (422, each field named)
-and ``Unauthorized`` (401).
+``Unauthorized`` (401) and ``NotPublisher`` (403).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
@@ -26,13 +26,14 @@ from psych_runtime.specs import (
     SpecError,
     ValidationFailed,
 )
-from psych_runtime.workers.serve._auth import Unauthorized
+from psych_runtime.workers.serve._auth import NotPublisher, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 
 _TITLES = {
     400: "Bad request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict",
@@ -72,6 +73,12 @@ def problem(status: int, detail: str, kind: str | None = None, **extra: Any) -> 
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+NO_WORKER_IN_TIME = (
+    "no worker answered for the Run in time; the request may still be applied when one does"
+)
+"""The detail of an update (approve, answer, abort...) no worker took within the bound."""
+
+
 def no_run(run_id: str) -> str:
     """The detail of a Run the caller may not see: the same whether it exists or not."""
     return f"no Run {run_id}"
@@ -84,6 +91,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(err.status, err.detail, err.kind, **err.extra)
         case Unauthorized():
             return problem(401, str(err), "unauthorized")
+        case NotPublisher():
+            return problem(403, str(err), "not-publisher")
         case AccessDenied() | NotFound() if run_id is not None:
             return problem(404, no_run(run_id), "not-found")
         case NotFound():
@@ -99,6 +108,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(422, str(err), "invalid-spec")
         case PsychError():
             return problem(409, str(err), "conflict")
+        case WorkflowUpdateRPCTimeoutOrCancelledError():
+            return problem(503, NO_WORKER_IN_TIME, "no-worker")
         case WorkflowUpdateFailedError():
             cause = getattr(err.cause, "message", None) or str(err.cause or err)
             return problem(409, f"the Run did not take it: {cause}", "refused")
@@ -140,5 +151,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
-    for kind in (ApiProblem, PsychError, WorkflowUpdateFailedError, RPCError):
+    for kind in (
+        ApiProblem,
+        PsychError,
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+        RPCError,
+    ):
         app.add_exception_handler(kind, on_error)

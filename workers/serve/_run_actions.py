@@ -3,7 +3,9 @@ and steer (202: the Run takes them in its own time). One PsychClient call each."
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
-from typing import Annotated, Any, Literal
+import asyncio
+from collections.abc import Awaitable
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
@@ -11,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers.serve._context import ApiContext
+from psych_runtime.workers.serve._problems import NO_WORKER_IN_TIME, ApiProblem
 from psych_runtime.workers.serve._run_routes import tenant_run
+
+T = TypeVar("T")
 
 
 class _Body(BaseModel):
@@ -58,35 +63,44 @@ def action_routes(context: ApiContext) -> APIRouter:
     Caller = Annotated[Scope, Depends(context.caller)]
     client = context.client
 
+    async def bounded(call: Awaitable[T]) -> T:
+        """``call``, waiting for the Run's worker as long as a query does (then 503: the
+        request may still be applied when a worker takes it)."""
+        try:
+            async with asyncio.timeout(context.settings.query_timeout_seconds):
+                return await call
+        except TimeoutError:
+            raise ApiProblem(503, NO_WORKER_IN_TIME, "no-worker") from None
+
     @router.post("/approve")
     async def approve(run_id: str, body: DecisionBody, scope: Caller) -> dict[str, Any]:
         """Approve a pending tool call; it runs."""
-        result = await client.approve(
-            tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note
+        result = await bounded(
+            client.approve(tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note)
         )
         return result.model_dump(mode="json")
 
     @router.post("/deny")
     async def deny(run_id: str, body: DecisionBody, scope: Caller) -> dict[str, Any]:
         """Reject a pending tool call; the model is told (with the note)."""
-        result = await client.deny(
-            tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note
+        result = await bounded(
+            client.deny(tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note)
         )
         return result.model_dump(mode="json")
 
     @router.post("/answer")
     async def answer(run_id: str, body: AnswerBody, scope: Caller) -> dict[str, Any]:
         """Answer a pending ``ask_question`` call."""
-        result = await client.answer(
-            tenant_run(run_id, scope), body.call_id, body.text, scope=scope
+        result = await bounded(
+            client.answer(tenant_run(run_id, scope), body.call_id, body.text, scope=scope)
         )
         return result.model_dump(mode="json")
 
     @router.post("/complete")
     async def complete(run_id: str, body: CompleteBody, scope: Caller) -> dict[str, Any]:
         """Complete an external wait by its token."""
-        result = await client.complete(
-            tenant_run(run_id, scope), body.token, body.payload, scope=scope
+        result = await bounded(
+            client.complete(tenant_run(run_id, scope), body.token, body.payload, scope=scope)
         )
         return result.model_dump(mode="json")
 
@@ -94,13 +108,15 @@ def action_routes(context: ApiContext) -> APIRouter:
     async def abort(run_id: str, body: AbortBody, scope: Caller) -> JSONResponse:
         """Abort the Run (it settles once non-interruptible calls finish)."""
         reason = body.reason or f"aborted by {scope.principal or 'request'}"
-        await client.abort(tenant_run(run_id, scope), scope=scope, reason=reason)
+        await bounded(client.abort(tenant_run(run_id, scope), scope=scope, reason=reason))
         return JSONResponse({}, status_code=202)
 
     @router.post("/steer", status_code=202)
     async def steer(run_id: str, body: SteerBody, scope: Caller) -> JSONResponse:
         """Give the Run's model a message."""
-        await client.steer(tenant_run(run_id, scope), body.message, scope=scope, mode=body.mode)
+        await bounded(
+            client.steer(tenant_run(run_id, scope), body.message, scope=scope, mode=body.mode)
+        )
         return JSONResponse({}, status_code=202)
 
     return router

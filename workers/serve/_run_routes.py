@@ -7,6 +7,7 @@ A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answer
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -14,10 +15,11 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.specs import NotFound, PsychError, Scope, parse_spec
+from psych_runtime.specs import NotFound, PsychError, Scope, Version, parse_spec
 from psych_runtime.workers.console import read_transcript
+from psych_runtime.workers.serve._auth import Caller as Who
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._events import (
     EventIds,
@@ -82,12 +84,20 @@ def run_routes(context: ApiContext) -> APIRouter:
     """The routes that dispatch, list and read Runs."""
     router = APIRouter(prefix="/v1/runs", tags=["runs"])
     Caller = Annotated[Scope, Depends(context.caller)]
+    Identity = Annotated[Who, Depends(context.identity)]
     client = context.client
 
     @router.post("", status_code=201)
-    async def dispatch(body: DispatchBody, scope: Caller) -> JSONResponse:
-        """Start a Run; answers ``{"run_id": <workflow id>, ...}``."""
-        spec = body.version if body.spec is None else parse_spec(body.spec, source="spec")
+    async def dispatch(body: DispatchBody, who: Identity) -> JSONResponse:
+        """Start a Run; answers ``{"run_id": <workflow id>, ...}``. A Spec sent inline is
+        published first, so only a publisher's credential may send one (403 otherwise)."""
+        spec: Version | str | None = body.version
+        scope = who.scope
+        if body.spec is not None:
+            scope = who.publishing()
+            parsed = parse_spec(body.spec, source="spec")
+            # The version store is files: written off the event loop, which serves streams.
+            spec = await asyncio.to_thread(client.publish, parsed)
         assert spec is not None
         handle = await client.dispatch(
             spec, body.input, scope=scope, idempotency_key=body.idempotency_key
@@ -139,7 +149,9 @@ def run_routes(context: ApiContext) -> APIRouter:
     async def transcript(run_id: str, scope: Caller) -> dict[str, Any]:
         """The conversation as the model saw it (what ``psych report --transcript`` prints):
         ``entries`` are its messages in order; a workflow's are in its ``steps``."""
-        built = await read_transcript(client, tenant_run(run_id, scope), scope=scope)
+        built = await read_transcript(
+            client, tenant_run(run_id, scope), scope=scope, query_timeout=context.query_timeout
+        )
         return transcript_json(TypeAdapter(type(built)).dump_python(built, mode="json"))
 
     @router.get("/{run_id}/records")
@@ -183,6 +195,8 @@ async def _exists(context: ApiContext, run_id: str) -> None:
     try:
         await context.client.temporal.get_workflow_handle(run_id).describe()
     except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise  # Temporal unreachable or refusing: a 503, which a follower retries
         raise ApiProblem(404, no_run(run_id), "not-found") from err
 
 

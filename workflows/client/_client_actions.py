@@ -8,6 +8,7 @@ size bounds before it is sent, and a refusal comes back as ``Refused`` (its ``ki
 from __future__ import annotations
 
 import abc
+import json
 from typing import Any, Literal
 
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
@@ -77,11 +78,20 @@ class RunActions(abc.ABC):
         """Answer what a suspended Run waits for; see ``approve``, ``answer``, ``complete``.
 
         Raises:
-            Refused: not suspended, settled, unknown or stale id, expired, already answered.
+            Refused: not suspended, settled, unknown or stale id, expired, already answered;
+                a payload holding NaN or Infinity.
             AccessDenied: another tenant's Run.
         """
         if request.tenant != scope.tenant:
             raise AccessDenied(f"a resume for tenant {request.tenant!r} under {scope.tenant!r}")
+        if request.payload is not None:
+            try:  # the payload converter would send each as null, silently
+                json.dumps(request.payload, allow_nan=False)
+            except ValueError:
+                raise Refused(
+                    RefusalKind.BAD_RESUME,
+                    "payload holds NaN or Infinity, which JSON cannot carry",
+                ) from None
         result: ResumeResult = await self._update(run, scope, RESUME, request, ResumeResult)
         return result
 

@@ -5,6 +5,7 @@ for cannot hide the others)."""
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +29,8 @@ from psych_runtime.workflows.contract._records import Pending, RunStatus
 
 LIST_QUERY_SECONDS = 5.0
 """How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
+LIST_QUERIES_AT_ONCE = 16
+"""How many of those state queries run at once."""
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
@@ -128,7 +131,15 @@ class RunListing(abc.ABC):
                 )
             )
         if suspended:
-            found = [await self._with_pending(summary, scope) for summary in found]
+            # Concurrently, a few at a time: one at a time, a page of Runs whose worker is
+            # slow would take LIST_QUERY_SECONDS each.
+            queries = asyncio.Semaphore(LIST_QUERIES_AT_ONCE)
+
+            async def with_pending(summary: RunSummary) -> RunSummary:
+                async with queries:
+                    return await self._with_pending(summary, scope)
+
+            found = list(await asyncio.gather(*(with_pending(summary) for summary in found)))
         return found
 
     async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:

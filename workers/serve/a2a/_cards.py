@@ -9,6 +9,7 @@ gets by hash, so a store that cannot list serves no cards (every agent is unknow
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,18 +50,21 @@ class AgentCatalogue:
 
     store: VersionStore
     _seen: dict[str, tuple[str, datetime] | None] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    """Held while ``_seen`` is scanned or read: requests look it up in worker threads."""
 
     async def latest(self, name: str) -> Version | None:
         """The latest published Version of the agent ``name``; None: no such agent."""
         return await asyncio.to_thread(self._latest, name)
 
     def _latest(self, name: str) -> Version | None:
-        self._scan()
-        found = [
-            (entry[1], version_hash)
-            for version_hash, entry in self._seen.items()
-            if entry is not None and entry[0] == name
-        ]
+        with self._lock:
+            self._scan()
+            found = [
+                (entry[1], version_hash)
+                for version_hash, entry in self._seen.items()
+                if entry is not None and entry[0] == name
+            ]
         if not found:
             return None
         return self.store.get(max(found)[1])

@@ -203,10 +203,10 @@ class PsychRequestHandler(RequestHandler):
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
-        try:
-            offset = int(params.page_token or 0)
-        except ValueError as err:
-            raise InvalidParamsError(f"pageToken {params.page_token!r} is not one we gave") from err
+        token = params.page_token or "0"
+        if not (token.isascii() and token.isdigit()):  # ours: offsets, never negative
+            raise InvalidParamsError(f"pageToken {params.page_token!r} is not one we gave")
+        offset = int(token)
         summaries = await self.client.list(scope=scope, agent=agent, limit=MAX_LISTED)
         tasks: list[Task] = []
         for summary in summaries:
