@@ -14,7 +14,6 @@ client of their Temporal namespace; no payload key, since it reads nothing seale
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
@@ -23,18 +22,18 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
+from psych_runtime.workers._bounded import NotTakenInTime, bounded
 from psych_runtime.workflows import PsychClient, ResumeInput, SuspensionReason
 
 CALLBACK_PATH = "/oauth/callback"
+"""Where ``psych serve`` and ``psych oauth-callback`` listen for the redirect."""
 
 RESUME_WAIT_SECONDS = 30.0
 """How long the callback waits for the Run's worker to take the resume (a person waits)."""
-"""Where ``psych serve`` and ``psych oauth-callback`` listen for the redirect."""
 
 
 @dataclass(frozen=True)
@@ -75,14 +74,14 @@ async def complete_authorization(
         by="oauth-callback",
     )
     try:
-        async with asyncio.timeout(RESUME_WAIT_SECONDS):
-            await client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
+        resumed = client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
+        await bounded(resumed, RESUME_WAIT_SECONDS)
     except (Refused, NotFound, AccessDenied) as err:
         return Completed(False, f"the Run could not be resumed: {err}", waiting.workflow_id)
-    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+    except NotTakenInTime:
         said = (
             f"the authorization arrived, but no worker answered for the Run within "
-            f"{RESUME_WAIT_SECONDS:g} s: it goes on if one takes it later"
+            f"{RESUME_WAIT_SECONDS:g} s: the Run may go on if one takes it later"
         )
         return Completed(False, said, waiting.workflow_id)
     except RPCError as err:

@@ -79,6 +79,7 @@ from psych_runtime.workflows.contract._records import (
     Totals,
     TurnStarted,
 )
+from psych_runtime.workflows.features._spawn_compose import is_spawned
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
 from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
 from psych_runtime.workflows.runs._agent_run import AgentRun
@@ -161,6 +162,7 @@ __all__ = [
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",
+    "is_spawned",
     "parse_workflow_id",
     "workflow_id_for",
 ]

@@ -80,7 +80,7 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
         except (ValueError, TypeError) as err:
             raise PsychError(
                 f"{err} (PSYCH_SERVE_API_KEYS is a JSON list of "
-                "{{sha256, tenant, principal, publisher}})"
+                "{sha256, tenant, principal, publisher})"
             ) from err
     jwt = section.auth.jwt
     flags = {

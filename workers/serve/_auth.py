@@ -90,6 +90,8 @@ class ApiKey:
                 f"api key for tenant {self.tenant!r}: sha256 must be 64 lowercase hex digits"
             )
         Scope(tenant=self.tenant, principal=self.principal)  # refuses a malformed tenant
+        if not isinstance(self.publisher, bool):
+            raise ValueError(f"api key for tenant {self.tenant!r}: publisher must be a bool")
 
     @classmethod
     def of(

@@ -26,6 +26,7 @@ from psych_runtime.specs import (
     SpecError,
     ValidationFailed,
 )
+from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
 from psych_runtime.workers.serve._auth import NotPublisher, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
@@ -73,12 +74,6 @@ def problem(status: int, detail: str, kind: str | None = None, **extra: Any) -> 
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
-NO_WORKER_IN_TIME = (
-    "no worker answered for the Run in time; the request may still be applied when one does"
-)
-"""The detail of an update (approve, answer, abort...) no worker took within the bound."""
-
-
 def no_run(run_id: str) -> str:
     """The detail of a Run the caller may not see: the same whether it exists or not."""
     return f"no Run {run_id}"
@@ -108,8 +103,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(422, str(err), "invalid-spec")
         case PsychError():
             return problem(409, str(err), "conflict")
-        case WorkflowUpdateRPCTimeoutOrCancelledError():
-            return problem(503, NO_WORKER_IN_TIME, "no-worker")
+        case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
+            return problem(503, NOT_TAKEN_IN_TIME, "no-worker")
         case WorkflowUpdateFailedError():
             cause = getattr(err.cause, "message", None) or str(err.cause or err)
             return problem(409, f"the Run did not take it: {cause}", "refused")
@@ -156,6 +151,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         PsychError,
         WorkflowUpdateFailedError,
         WorkflowUpdateRPCTimeoutOrCancelledError,
+        NotTakenInTime,
         RPCError,
     ):
         app.add_exception_handler(kind, on_error)

@@ -3,7 +3,6 @@ and steer (202: the Run takes them in its own time). One PsychClient call each."
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
-import asyncio
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -12,8 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.specs import Scope
+from psych_runtime.workers._bounded import bounded as within
 from psych_runtime.workers.serve._context import ApiContext
-from psych_runtime.workers.serve._problems import NO_WORKER_IN_TIME, ApiProblem
 from psych_runtime.workers.serve._run_routes import tenant_run
 
 T = TypeVar("T")
@@ -64,13 +63,8 @@ def action_routes(context: ApiContext) -> APIRouter:
     client = context.client
 
     async def bounded(call: Awaitable[T]) -> T:
-        """``call``, waiting for the Run's worker as long as a query does (then 503: the
-        request may still be applied when a worker takes it)."""
-        try:
-            async with asyncio.timeout(context.settings.query_timeout_seconds):
-                return await call
-        except TimeoutError:
-            raise ApiProblem(503, NO_WORKER_IN_TIME, "no-worker") from None
+        """``call``, waiting for the Run's worker as long as a query does (then 503)."""
+        return await within(call, context.settings.query_timeout_seconds)
 
     @router.post("/approve")
     async def approve(run_id: str, body: DecisionBody, scope: Caller) -> dict[str, Any]:

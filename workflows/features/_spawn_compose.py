@@ -23,12 +23,33 @@ with workflow.unsafe.imports_passed_through():
         ModelRef,
         SpawnEnvelope,
         ValidationContext,
+        WorkflowSpec,
         narrow,
         validate,
     )
 
 NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,127}$"
 """What a child's name must match (the Spec's own name rule)."""
+
+_SPAWNED_BY = "Spawned by "
+
+
+def is_spawned(spec: AgentSpec | WorkflowSpec) -> bool:
+    """Whether ``spec`` is one ``compose`` made: an agent whose description is the one a
+    composed child gets (``Spawned by <parent>.``) and which holds a spawn envelope.
+
+    A spawned child's Version is stored beside the published ones (``psych`` commands find
+    it by hash), but its name and instructions are a model's: whoever reads the store by
+    name (the A2A catalogue serves the newest Version of an agent's name) must skip it. A
+    published Spec that copies that description and holds an envelope is skipped too.
+    """
+    return (
+        isinstance(spec, AgentSpec)
+        and spec.spawn is not None
+        and spec.description is not None
+        and spec.description.startswith(_SPAWNED_BY)
+        and spec.description.endswith(".")
+    )
 
 
 @dataclass(frozen=True)
@@ -126,7 +147,7 @@ def compose(
     try:
         child = AgentSpec(
             name=request.name,
-            description=f"Spawned by {spec.name}.",
+            description=f"{_SPAWNED_BY}{spec.name}.",  # what is_spawned recognises
             instructions=request.instructions,
             model=model,
             tools=tools,

@@ -28,6 +28,7 @@ from a2a.types import (
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
 from psych_runtime.specs import AgentSpec, Version, VersionStore
+from psych_runtime.workflows import is_spawned
 
 SECURITY_SCHEME = "bearer"
 """The name of the one security scheme every card declares."""
@@ -51,15 +52,15 @@ class AgentCatalogue:
     store: VersionStore
     _seen: dict[str, tuple[str, datetime] | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
-    """Held while ``_seen`` is scanned or read: requests look it up in worker threads."""
+    """Held while ``_seen`` is read or changed: requests look it up in worker threads."""
 
     async def latest(self, name: str) -> Version | None:
         """The latest published Version of the agent ``name``; None: no such agent."""
         return await asyncio.to_thread(self._latest, name)
 
     def _latest(self, name: str) -> Version | None:
+        self._scan()
         with self._lock:
-            self._scan()
             found = [
                 (entry[1], version_hash)
                 for version_hash, entry in self._seen.items()
@@ -72,15 +73,18 @@ class AgentCatalogue:
     def _scan(self) -> None:
         if not isinstance(self.store, ListedVersions):
             return
-        for version_hash in self.store.hashes():
-            if version_hash in self._seen:
-                continue
+        for version_hash in self.store.hashes():  # read outside the lock: store I/O
+            with self._lock:
+                if version_hash in self._seen:
+                    continue
             version = self.store.get(version_hash)
             spec = version.spec
-            # Only agents are A2A agents: a workflow has no conversation to answer in.
-            self._seen[version_hash] = (
-                (spec.name, version.published_at) if isinstance(spec, AgentSpec) else None
-            )
+            # Only agents are A2A agents: a workflow has no conversation to answer in. A
+            # spawned child is a model's composition, stored beside the published Versions:
+            # served by its name, it could stand in for the agent published under it.
+            served = isinstance(spec, AgentSpec) and not is_spawned(spec)
+            with self._lock:
+                self._seen[version_hash] = (spec.name, version.published_at) if served else None
 
 
 def instructions_summary(instructions: str) -> str:

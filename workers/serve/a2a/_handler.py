@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import timedelta
+from typing import TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -47,6 +48,7 @@ from a2a.utils.errors import (
 from temporalio.service import RPCError
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
+from psych_runtime.workers._bounded import NotTakenInTime, bounded
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
@@ -75,6 +77,8 @@ AGENT_KEY = "psych.agent"
 
 MAX_LISTED = 1000
 """The most tasks one ListTasks looks through (newest first)."""
+
+T = TypeVar("T")
 
 
 class PsychRequestHandler(RequestHandler):
@@ -182,13 +186,25 @@ class PsychRequestHandler(RequestHandler):
         pending = waiting[0]
         try:
             if pending.reason is SuspensionReason.QUESTION:
-                await self.client.answer(workflow_id, pending.id, answer_text(said), scope=scope)
+                text = answer_text(said)
+                await self._bounded(self.client.answer(workflow_id, pending.id, text, scope=scope))
             else:
                 verdict = decision(said)
                 act = self.client.approve if verdict.approve else self.client.deny
-                await act(workflow_id, pending.id, scope=scope, note=verdict.note)
+                await self._bounded(act(workflow_id, pending.id, scope=scope, note=verdict.note))
         except PsychError as err:
             raise InvalidParamsError(str(err)) from err
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """``call`` (an update of the Run), waiting for its worker as long as a read does.
+
+        Raises:
+            InternalError: no worker took it in time (it may still be applied).
+        """
+        try:
+            return await bounded(call, self.query_timeout.total_seconds())
+        except NotTakenInTime as err:
+            raise InternalError(str(err)) from err
 
     # --- reading -------------------------------------------------------------------------
 
@@ -204,7 +220,8 @@ class PsychRequestHandler(RequestHandler):
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
         token = params.page_token or "0"
-        if not (token.isascii() and token.isdigit()):  # ours: offsets, never negative
+        # Ours are offsets: a few digits, never negative.
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):
             raise InvalidParamsError(f"pageToken {params.page_token!r} is not one we gave")
         offset = int(token)
         summaries = await self.client.list(scope=scope, agent=agent, limit=MAX_LISTED)
@@ -252,7 +269,7 @@ class PsychRequestHandler(RequestHandler):
             raise TaskNotCancelableError(f"task {params.id} has already ended")
         workflow_id = workflow_id_of(params.id, scope)
         reason = f"canceled over A2A by {scope.principal or 'the caller'}"
-        await self.client.abort(workflow_id, scope=scope, reason=reason)
+        await self._bounded(self.client.abort(workflow_id, scope=scope, reason=reason))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.cancel_wait_seconds):
                 async for _ in self._events(workflow_id, scope, state.last_seq, through_input=True):
