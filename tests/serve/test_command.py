@@ -43,18 +43,31 @@ def test_keys_come_from_the_settings_file_and_the_environment_and_jwt_from_flags
     settings.write_text(
         "serve:\n"
         f"  api_keys: [{{sha256: {file_key.sha256}, tenant: acme, principal: ops}}]\n"
-        "  jwt: {jwks_url: 'http://127.0.0.1:1/jwks', issuer: idp, audience: psych}\n"
+        "  jwt: {jwks_url: 'http://127.0.0.1:1/jwks', issuer: idp, audience: psych,\n"
+        "        leeway_seconds: 5}\n"
     )
     monkeypatch.setenv(
         "PSYCH_SERVE_API_KEYS", json.dumps([{"sha256": env_key.sha256, "tenant": "globex"}])
     )
     args = build_parser().parse_args(
-        ["serve", "--settings", str(settings), "--jwt-audience", "api", "--jwt-tenant-claim", "org"]
+        [
+            "serve",
+            "--settings",
+            str(settings),
+            "--jwt-audience",
+            "api",
+            "--jwt-tenant-claim",
+            "org",
+            "--jwt-publisher-claim",
+            "psych_publisher",
+        ]
     )
     auth = auth_from(args, _section(args))
     assert auth.api_keys == (file_key, env_key)
     assert auth.jwt is not None
     assert (auth.jwt.issuer, auth.jwt.audience, auth.jwt.tenant_claim) == ("idp", "api", "org")
+    # Each flag replaces its own setting only: the file's leeway stays.
+    assert (auth.jwt.publisher_claim, auth.jwt.leeway_seconds) == ("psych_publisher", 5)
     monkeypatch.setenv("PSYCH_SERVE_API_KEYS", '[{"tenant": "globex"}]')
     with pytest.raises(PsychError, match=r"PSYCH_SERVE_API_KEYS\[0\]: sha256 is required"):
         auth_from(args, _section(args))
