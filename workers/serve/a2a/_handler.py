@@ -296,20 +296,24 @@ class PsychRequestHandler(RequestHandler):
 
         return await self.pushes.register(scope, workflow_id, config, events=events)
 
-    async def _pushed(self, workflow_id: str, scope: Scope, after: int) -> AsyncIterator[Event]:
-        """The task's events for its webhooks, until it ended.
+    async def _pushed(
+        self, workflow_id: str, scope: Scope, after: int | None
+    ) -> AsyncIterator[Event]:
+        """The task's events for its webhooks, after record ``after``, until it ended
+        (``after`` None: from its status now, as for a task taken over).
 
         Its records may stop short of its end while its workflow runs on (an operator reset
         the Run: one execution closed, the workflow goes on in a new one): then it is
         followed on from its status there, as a task taken over is.
         """
         while True:
-            ended = False
-            async for event in self._events(workflow_id, scope, after, through_input=True):
-                ended = ends_task(event)
-                yield event
-            if ended:
-                return
+            if after is not None:
+                ended = False
+                async for event in self._events(workflow_id, scope, after, through_input=True):
+                    ended = ends_task(event)
+                    yield event
+                if ended:
+                    return
             # The stream ends short of an end only when the workflow runs on (``task_events``
             # asked): follow it from its status now (None: gone meanwhile).
             now = await self._now(workflow_id, scope)
@@ -321,19 +325,11 @@ class PsychRequestHandler(RequestHandler):
             if ends_task(events[-1]):
                 return
 
-    async def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
+    def _taken_over(self, scope: Scope, workflow_id: str) -> AsyncIterator[Event]:
         """A task whose watcher this process takes over: its status as it is now (what
         happened while nobody watched), then what follows, until it ends (a Run no longer
         found, its history past the namespace's retention, has ended: nothing is pushed)."""
-        now = await self._now(workflow_id, scope)
-        if now is None:
-            return
-        events, after = now
-        for event in events:
-            yield event
-        if not ends_task(events[-1]):
-            async for event in self._pushed(workflow_id, scope, after):
-                yield event
+        return self._pushed(workflow_id, scope, None)
 
     async def _now(self, workflow_id: str, scope: Scope) -> tuple[tuple[Event, ...], int] | None:
         """The task's status as it is now (after its answer, when it ended with one: a
