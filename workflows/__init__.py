@@ -6,6 +6,7 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
+from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
 from psych_runtime.workflows.client._listing import RunSummary, parse_workflow_id
 from psych_runtime.workflows.client._report import (
     McpDiscoveryReport,
@@ -104,6 +105,7 @@ __all__ = [
     "DeltasDropped",
     "DisplayRecord",
     "Displayed",
+    "IDEMPOTENCY_KEY_MAX",
     "McpDiscovered",
     "McpDiscoveryReport",
     "ModelCallFailed",

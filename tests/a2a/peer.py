@@ -72,6 +72,8 @@ class Received:
     skill: str | None
     push_url: str = ""
     """Where the caller asked for the task's updates to be pushed (empty: nowhere)."""
+    push_token: str = ""
+    """The token the caller asked its pushes to carry."""
 
 
 @dataclass
@@ -114,6 +116,9 @@ class _Scripted(AgentExecutor):
                 extensions=frozenset(context.requested_extensions),
                 skill=skill if isinstance(skill, str) else None,
                 push_url=context.configuration.task_push_notification_config.url
+                if context.configuration is not None
+                else "",
+                push_token=context.configuration.task_push_notification_config.token
                 if context.configuration is not None
                 else "",
             )

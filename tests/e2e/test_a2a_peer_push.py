@@ -57,6 +57,12 @@ async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness)
             result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
             records = (await harness.client.records(run, scope=harness.scope)).records
             report = await harness.client.report(run, scope=harness.scope)
+            # Delivered again (a peer pushes at least once): taken as the first, not a 409.
+            async with httpx.AsyncClient() as http:
+                body = {"statusUpdate": {"taskId": "task-1", "status": {"state": 3}}}
+                token = {"X-A2A-Notification-Token": sent.push_token}
+                again = await http.post(sent.push_url, json=body, headers=token)
+            assert again.status_code == 204, again.text
     assert result.status is RunStatus.COMPLETED, result.reason
     # The wait was ended by the push (completed as the Run's principal), not by a poll.
     [resumed] = [r for r in records if isinstance(r, Resumed)]

@@ -264,6 +264,32 @@ async def test_a_question_is_input_required_and_the_next_message_answers_it(
             await collect(client.send_message(user("and 8?", task_id=task_id)))
 
 
+async def test_a_reply_sent_again_under_its_message_id_answers_only_its_question(
+    harness: Harness,
+) -> None:
+    spec = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.client.publish(spec)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Refund it?"}, id="q2")),
+        Reply.text("Refunded order 7."),
+    )
+    async with harness.worker(), served(harness) as base, a2a_client(base, "asker", ACME) as client:
+        task_id = (await collect(client.send_message(user("cancel my order"))))[0].task.id
+        reply = user("number 7", task_id=task_id, message_id="reply-1")
+        first = await collect(client.send_message(reply))
+        assert last_status(first).message.parts[0].text == "Refund it?"
+        # The same message again (its answer was lost, say): it answered "Which order?"
+        # once, and is not taken as the answer to "Refund it?".
+        again = await collect(client.send_message(reply))
+        assert states(again)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert last_status(again).message.parts[0].text == "Refund it?"
+        done = await collect(client.send_message(user("yes", task_id=task_id)))
+        assert states(done)[-1] == TaskState.TASK_STATE_COMPLETED
+    answers = [m["content"] for m in harness.fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [("number 7" in a, "yes" in a) for a in answers] == [(True, False), (False, True)]
+
+
 async def test_an_approval_is_answered_by_convention_and_a_waiting_task_is_canceled(
     harness: Harness,
 ) -> None:

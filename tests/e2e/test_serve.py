@@ -164,11 +164,17 @@ async def test_the_api_drives_a_run_through_an_approval_to_its_report(harness: H
         globex = (await http.get("/v1/runs", headers=GLOBEX)).json()["runs"]
         assert run_id not in [run["workflow_id"] for run in globex]
 
+        keyed = {**ACME, "Idempotency-Key": "approve-call-del-1"}
         approved = await http.post(
-            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del", "note": "ok"}, headers=ACME
+            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del", "note": "ok"}, headers=keyed
         )
         assert approved.status_code == 200, approved.text
         assert approved.json()["outcome"] == "approved"
+        # Sent again under its key (as after a 503): the first outcome, applied once.
+        retried = await http.post(
+            f"/v1/runs/{run_id}/approve", json={"call_id": "call-del", "note": "ok"}, headers=keyed
+        )
+        assert (retried.status_code, retried.json()) == (200, approved.json())
         again = await http.post(
             f"/v1/runs/{run_id}/approve", json={"call_id": "call-del"}, headers=ACME
         )

@@ -161,6 +161,36 @@ async def test_duplicate_and_concurrent_approvals_make_one_decision(harness: Har
     assert deleted == (["9"] if decided[0].outcome == "approved" else [])
 
 
+async def test_a_request_sent_again_under_its_id_is_applied_once(harness: Harness) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c7")), Reply.text("ok")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 7", scope=harness.scope)
+        await suspended(harness, run)
+        for _ in range(2):  # a steer sent twice under one id is one message
+            await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-1")
+        first = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+        # The same request again: its first outcome, not "already answered".
+        again = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+        # The same id on another action names another request.
+        with pytest.raises(Refused, match="nothing pending with id 'c7'"):
+            await harness.client.deny(run, "c7", scope=harness.scope, idempotency_key="s-1")
+        with pytest.raises(ValueError, match="1 to 256"):
+            await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="")
+        await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        # Even once the Run has settled, Temporal keeps the outcome under its id.
+        after = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+    assert again == first == after
+    assert first.outcome == "approved"
+    assert deleted == ["7"]
+    assert len([r for r in records if isinstance(r, Resumed)]) == 1
+    assert [r.message for r in records if isinstance(r, SteerReceived)] == ["be brief"]
+
+
 async def test_resume_refusals_name_what_is_wrong(harness: Harness) -> None:
     deleted: list[str] = []
     spec = orders_agent(harness, deleted)

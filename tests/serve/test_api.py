@@ -76,12 +76,24 @@ async def test_an_invalid_body_names_each_field(tmp_path: Path) -> None:
             headers=bearer(ACME_KEY),
         )
         listed = await http.get("/v1/runs?limit=0&status=asleep", headers=bearer(ACME_KEY))
+        keys = [
+            await http.post(
+                "/v1/runs/psych-acme-abc/abort",
+                json={},
+                headers={**bearer(ACME_KEY), "Idempotency-Key": key},
+            )
+            for key in ("", "k" * 257)
+        ]
     assert {e["field"] for e in assert_problem(empty, 422)["errors"]} == {"body.input"}
     assert "exactly one of version" in str(assert_problem(both, 422)["detail"])
     fields = {e["field"] for e in assert_problem(steer, 422)["errors"]}
     assert fields == {"body.message", "body.mode"}
     fields = {e["field"] for e in assert_problem(listed, 422)["errors"]}
     assert fields == {"query.limit", "query.status"}
+    for key in keys:
+        assert [e["field"] for e in assert_problem(key, 422)["errors"]] == [
+            "header.Idempotency-Key"
+        ]
 
 
 async def test_a_body_over_the_bound_is_a_413_problem(tmp_path: Path) -> None:

@@ -116,13 +116,16 @@ async def test_list_suspended_shows_the_approval_and_approve_runs_the_call(
         assert "status:       suspended" in out
         assert "waiting for:  approval of issue_refund(" in out and "(id refund-1)" in out
 
-        status, out, err = await psych(
-            capsys, "approve", *cli.args(wid, "refund-1", "--principal", "alice", "--note", "ok")
-        )
+        named = ("--principal", "alice", "--note", "ok", "--idempotency-key", "ticket-7")
+        status, out, err = await psych(capsys, "approve", *cli.args(wid, "refund-1", *named))
         assert status == 0, err
         assert out == f"{wid}: approval refund-1 approved by alice\n"
         result = await client.result(run, scope=SCOPE)
         records = (await client.records(run, scope=SCOPE)).records
+
+        # The same request run again under its id prints its first outcome.
+        status, again, err = await psych(capsys, "approve", *cli.args(wid, "refund-1", *named))
+        assert (status, again) == (0, out), err
 
         # Approving again, now that the Run settled, is refused in one line.
         status, out, err = await psych(capsys, "approve", *cli.args(wid, "refund-1"))

@@ -202,6 +202,13 @@ def add_resume_commands(
         default=default_principal(),
         help="who acts, recorded on the Run (env PSYCH_PRINCIPAL, default: the OS user name)",
     )
+    actor.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        type=_idempotency_key,
+        help="your name for this request: run again with the same key (after a timeout, an "
+        "interrupt), it is applied at most once and prints the first outcome",
+    )
     parents = [connection, tenant_arguments(), actor]
 
     approve = commands.add_parser(
@@ -261,6 +268,14 @@ def add_resume_commands(
         "same Version when this one settles",
     )
     steer.set_defaults(func=lazy("psych_runtime.workers.cli._resume", "cmd_steer"))
+
+
+def _idempotency_key(text: str) -> str:
+    from psych_runtime.workflows import IDEMPOTENCY_KEY_MAX
+
+    if not 0 < len(text) <= IDEMPOTENCY_KEY_MAX:
+        raise argparse.ArgumentTypeError(f"must have 1 to {IDEMPOTENCY_KEY_MAX} characters")
+    return text
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:

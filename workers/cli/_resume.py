@@ -4,6 +4,8 @@ Each is one update of the Run's workflow (``psych.resume``, ``psych.abort``,
 ``psych.steer``), sent through ``PsychClient`` as the caller's Scope: ``--tenant`` must own
 the Run and ``--principal`` is recorded as who acted. A refusal (nothing pending with that
 id, expired, already answered, settled) is a ``Refused`` error: one line, exit 1.
+``--idempotency-key`` names the request: run again with the same key, it is applied at most
+once (``PsychClient``'s ``idempotency_key``).
 """
 
 from __future__ import annotations
@@ -60,16 +62,33 @@ async def _resume(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
+    key = args.idempotency_key
     result: ResumeResult
     if args.command == "approve":
-        result = await client.approve(args.run_id, args.call_id, scope=scope, note=args.note)
+        result = await client.approve(
+            args.run_id,
+            args.call_id,
+            scope=scope,
+            note=args.note,
+            idempotency_key=key,
+        )
     elif args.command == "deny":
-        result = await client.deny(args.run_id, args.call_id, scope=scope, note=args.note)
+        result = await client.deny(
+            args.run_id,
+            args.call_id,
+            scope=scope,
+            note=args.note,
+            idempotency_key=key,
+        )
     elif args.command == "answer":
-        result = await client.answer(args.run_id, args.call_id, args.text, scope=scope)
+        result = await client.answer(
+            args.run_id, args.call_id, args.text, scope=scope, idempotency_key=key
+        )
     else:
         payload = parse_payload(args.payload)
-        result = await client.complete(args.run_id, args.token, payload, scope=scope)
+        result = await client.complete(
+            args.run_id, args.token, payload, scope=scope, idempotency_key=key
+        )
     _print_result(args.run_id, result, scope.principal)
     return 0
 
@@ -99,7 +118,8 @@ async def _abort(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
-    await client.abort(args.run_id, scope=scope, reason=args.reason)
+    key = args.idempotency_key
+    await client.abort(args.run_id, scope=scope, reason=args.reason, idempotency_key=key)
     print(
         f"{args.run_id}: abort requested; it settles aborted once its calls that cannot be "
         "interrupted finish"
@@ -123,7 +143,8 @@ async def _steer(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
-    await client.steer(args.run_id, args.message, scope=scope, mode=args.mode)
+    key = args.idempotency_key
+    await client.steer(args.run_id, args.message, scope=scope, mode=args.mode, idempotency_key=key)
     print(f"{args.run_id}: {args.mode} message taken; the model sees it {_WHEN[args.mode]}")
     return 0
 

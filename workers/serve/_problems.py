@@ -104,7 +104,11 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case PsychError():
             return problem(409, str(err), "conflict")
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
-            return problem(503, NOT_TAKEN_IN_TIME, "no-worker")
+            return problem(
+                503,
+                f"{NOT_TAKEN_IN_TIME}, or send it again under the same Idempotency-Key",
+                "no-worker",
+            )
         case WorkflowUpdateFailedError():
             cause = getattr(err.cause, "message", None) or str(err.cause or err)
             return problem(409, f"the Run did not take it: {cause}", "refused")

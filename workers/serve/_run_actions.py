@@ -1,12 +1,13 @@
 """Acting on a Run: approve, deny, answer, complete (each answers the ResumeResult), abort
-and steer (202: the Run takes them in its own time). One PsychClient call each."""
+and steer (202: the Run takes them in its own time). One PsychClient call each; an
+``Idempotency-Key`` header is its ``idempotency_key`` (applied at most once per key)."""
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,8 +15,23 @@ from psych_runtime.specs import Scope
 from psych_runtime.workers._bounded import bounded as within
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._run_routes import tenant_run
+from psych_runtime.workflows import IDEMPOTENCY_KEY_MAX
 
 T = TypeVar("T")
+
+Key = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        description=(
+            "The caller's name for this request: sent again under the same key (after a "
+            "503, a lost answer), it is applied at most once and answers the first "
+            "outcome, even once the Run has settled."
+        ),
+    ),
+]
 
 
 class _Body(BaseModel):
@@ -67,49 +83,63 @@ def action_routes(context: ApiContext) -> APIRouter:
         return await within(call, context.settings.query_timeout_seconds)
 
     @router.post("/approve")
-    async def approve(run_id: str, body: DecisionBody, scope: Caller) -> dict[str, Any]:
+    async def approve(
+        run_id: str, body: DecisionBody, scope: Caller, key: Key = None
+    ) -> dict[str, Any]:
         """Approve a pending tool call; it runs."""
+        run = tenant_run(run_id, scope)
         result = await bounded(
-            client.approve(tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note)
+            client.approve(run, body.call_id, scope=scope, note=body.note, idempotency_key=key)
         )
         return result.model_dump(mode="json")
 
     @router.post("/deny")
-    async def deny(run_id: str, body: DecisionBody, scope: Caller) -> dict[str, Any]:
+    async def deny(
+        run_id: str, body: DecisionBody, scope: Caller, key: Key = None
+    ) -> dict[str, Any]:
         """Reject a pending tool call; the model is told (with the note)."""
+        run = tenant_run(run_id, scope)
         result = await bounded(
-            client.deny(tenant_run(run_id, scope), body.call_id, scope=scope, note=body.note)
+            client.deny(run, body.call_id, scope=scope, note=body.note, idempotency_key=key)
         )
         return result.model_dump(mode="json")
 
     @router.post("/answer")
-    async def answer(run_id: str, body: AnswerBody, scope: Caller) -> dict[str, Any]:
+    async def answer(
+        run_id: str, body: AnswerBody, scope: Caller, key: Key = None
+    ) -> dict[str, Any]:
         """Answer a pending ``ask_question`` call."""
+        run = tenant_run(run_id, scope)
         result = await bounded(
-            client.answer(tenant_run(run_id, scope), body.call_id, body.text, scope=scope)
+            client.answer(run, body.call_id, body.text, scope=scope, idempotency_key=key)
         )
         return result.model_dump(mode="json")
 
     @router.post("/complete")
-    async def complete(run_id: str, body: CompleteBody, scope: Caller) -> dict[str, Any]:
+    async def complete(
+        run_id: str, body: CompleteBody, scope: Caller, key: Key = None
+    ) -> dict[str, Any]:
         """Complete an external wait by its token."""
+        run = tenant_run(run_id, scope)
         result = await bounded(
-            client.complete(tenant_run(run_id, scope), body.token, body.payload, scope=scope)
+            client.complete(run, body.token, body.payload, scope=scope, idempotency_key=key)
         )
         return result.model_dump(mode="json")
 
     @router.post("/abort", status_code=202)
-    async def abort(run_id: str, body: AbortBody, scope: Caller) -> JSONResponse:
+    async def abort(run_id: str, body: AbortBody, scope: Caller, key: Key = None) -> JSONResponse:
         """Abort the Run (it settles once non-interruptible calls finish)."""
         reason = body.reason or f"aborted by {scope.principal or 'request'}"
-        await bounded(client.abort(tenant_run(run_id, scope), scope=scope, reason=reason))
+        run = tenant_run(run_id, scope)
+        await bounded(client.abort(run, scope=scope, reason=reason, idempotency_key=key))
         return JSONResponse({}, status_code=202)
 
     @router.post("/steer", status_code=202)
-    async def steer(run_id: str, body: SteerBody, scope: Caller) -> JSONResponse:
+    async def steer(run_id: str, body: SteerBody, scope: Caller, key: Key = None) -> JSONResponse:
         """Give the Run's model a message."""
+        run = tenant_run(run_id, scope)
         await bounded(
-            client.steer(tenant_run(run_id, scope), body.message, scope=scope, mode=body.mode)
+            client.steer(run, body.message, scope=scope, mode=body.mode, idempotency_key=key)
         )
         return JSONResponse({}, status_code=202)
 

@@ -29,6 +29,7 @@ from psych_runtime.workers.serve._events import (
 )
 from psych_runtime.workers.serve._problems import ApiProblem, no_run, problem_for
 from psych_runtime.workflows import (
+    IDEMPOTENCY_KEY_MAX,
     DeltasDropped,
     Record,
     RunStatus,
@@ -55,7 +56,7 @@ class DispatchBody(BaseModel):
     """A Spec to publish and run (instead of ``version``)."""
     input: str | list[str] = Field(min_length=1)
     """The user's message, or several."""
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=IDEMPOTENCY_KEY_MAX)
     """The same tenant and key reach the same Run."""
 
     @model_validator(mode="after")

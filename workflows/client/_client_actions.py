@@ -3,11 +3,19 @@
 Each is an update the Run's worker answers; its payload is checked against the contract's
 size bounds before it is sent, and a refusal comes back as ``Refused`` (its ``kind`` a
 ``RefusalKind``) or ``AccessDenied`` for another tenant's Run.
+
+Each takes an ``idempotency_key``: the caller's name for the request, so that sending it
+again (after a timeout, a lost answer, a 503) applies it at most once. It becomes the
+update's id (``update_id``); Temporal keeps a Run's update ids, so a second update of the
+same id gets the first one's outcome (and waits for it if it is still running) instead
+of being applied again, even once the Run has settled. A request the Run refused (not
+suspended, already answered) left nothing behind: sent again, it is checked again.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 from typing import Any, Literal
 
@@ -31,6 +39,28 @@ from psych_runtime.workflows.contract._contract import (
 )
 from psych_runtime.workflows.contract._records import SuspensionReason
 
+IDEMPOTENCY_KEY_MAX = 256
+"""The longest ``idempotency_key`` an action (or ``dispatch``) takes, in characters."""
+
+
+def update_id(name: str, idempotency_key: str | None) -> str | None:
+    """The id of update ``name`` sent under ``idempotency_key`` (None: a fresh id).
+
+    A digest of the key, so any key fits an update id; the update's name is part of it, so
+    one key used for two kinds of action names two requests.
+
+    Raises:
+        ValueError: an empty key, or one over ``IDEMPOTENCY_KEY_MAX`` characters.
+    """
+    if idempotency_key is None:
+        return None
+    if not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
+        raise ValueError(
+            f"idempotency key of {len(idempotency_key)} characters: it must have 1 to "
+            f"{IDEMPOTENCY_KEY_MAX}"
+        )
+    return f"{name}/{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+
 
 class RunActions(abc.ABC):
     """The calls that act on a Run (PsychClient has them all)."""
@@ -44,14 +74,21 @@ class RunActions(abc.ABC):
         """The Run's state (the ``psych.state`` query)."""
 
     async def _update(
-        self, run: RunHandle | str, scope: Scope, name: str, arg: Any, result_type: type[Any]
+        self,
+        run: RunHandle | str,
+        scope: Scope,
+        name: str,
+        arg: Any,
+        result_type: type[Any],
+        idempotency_key: str | None,
     ) -> Any:
+        id = update_id(name, idempotency_key)
         workflow_id, handle = self._handle(run, scope)
         problem = size_problem(arg)
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
-            return await handle.execute_update(name, arg, result_type=result_type)
+            return await handle.execute_update(name, arg, id=id, result_type=result_type)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError):
@@ -73,11 +110,18 @@ class RunActions(abc.ABC):
             raise
 
     async def resume(
-        self, run: RunHandle | str, request: ResumeInput, *, scope: Scope
+        self,
+        run: RunHandle | str,
+        request: ResumeInput,
+        *,
+        scope: Scope,
+        idempotency_key: str | None = None,
     ) -> ResumeResult:
         """Answer what a suspended Run waits for; see ``approve``, ``answer``, ``complete``.
+        ``idempotency_key``: see the module docstring.
 
         Raises:
+            ValueError: an empty ``idempotency_key`` or one over 256 characters.
             Refused: not suspended, settled, unknown or stale id, expired, already answered;
                 a payload holding NaN or Infinity.
             AccessDenied: another tenant's Run.
@@ -92,23 +136,43 @@ class RunActions(abc.ABC):
                     RefusalKind.BAD_RESUME,
                     "payload holds NaN or Infinity, which JSON cannot carry",
                 ) from None
-        result: ResumeResult = await self._update(run, scope, RESUME, request, ResumeResult)
+        result: ResumeResult = await self._update(
+            run, scope, RESUME, request, ResumeResult, idempotency_key
+        )
         return result
 
     async def approve(
-        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+        self,
+        run: RunHandle | str,
+        call_id: str,
+        *,
+        scope: Scope,
+        note: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ResumeResult:
         """Approve a pending tool call; it runs."""
-        return await self._decide(run, call_id, True, scope, note)
+        return await self._decide(run, call_id, True, scope, note, idempotency_key)
 
     async def deny(
-        self, run: RunHandle | str, call_id: str, *, scope: Scope, note: str | None = None
+        self,
+        run: RunHandle | str,
+        call_id: str,
+        *,
+        scope: Scope,
+        note: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ResumeResult:
         """Reject a pending tool call; it settles rejected and the model is told (with note)."""
-        return await self._decide(run, call_id, False, scope, note)
+        return await self._decide(run, call_id, False, scope, note, idempotency_key)
 
     async def _decide(
-        self, run: RunHandle | str, call_id: str, approved: bool, scope: Scope, note: str | None
+        self,
+        run: RunHandle | str,
+        call_id: str,
+        approved: bool,
+        scope: Scope,
+        note: str | None,
+        idempotency_key: str | None,
     ) -> ResumeResult:
         request = ResumeInput(
             reason=SuspensionReason.APPROVAL,
@@ -118,10 +182,16 @@ class RunActions(abc.ABC):
             approved=approved,
             note=note,
         )
-        return await self.resume(run, request, scope=scope)
+        return await self.resume(run, request, scope=scope, idempotency_key=idempotency_key)
 
     async def answer(
-        self, run: RunHandle | str, call_id: str, text: str, *, scope: Scope
+        self,
+        run: RunHandle | str,
+        call_id: str,
+        text: str,
+        *,
+        scope: Scope,
+        idempotency_key: str | None = None,
     ) -> ResumeResult:
         """Answer a pending ``ask_question`` call."""
         return await self.resume(
@@ -134,10 +204,17 @@ class RunActions(abc.ABC):
                 answer=text,
             ),
             scope=scope,
+            idempotency_key=idempotency_key,
         )
 
     async def complete(
-        self, run: RunHandle | str, token: str, payload: Any, *, scope: Scope
+        self,
+        run: RunHandle | str,
+        token: str,
+        payload: Any,
+        *,
+        scope: Scope,
+        idempotency_key: str | None = None,
     ) -> ResumeResult:
         """Complete an external wait: ``payload`` becomes the waiting tool's result."""
         return await self.resume(
@@ -150,10 +227,16 @@ class RunActions(abc.ABC):
                 payload=payload,
             ),
             scope=scope,
+            idempotency_key=idempotency_key,
         )
 
     async def abort(
-        self, run: RunHandle | str, *, scope: Scope, reason: str = "aborted by request"
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        reason: str = "aborted by request",
+        idempotency_key: str | None = None,
     ) -> None:
         """Abort the Run (it settles ABORTED once non-interruptible calls finish)."""
         await self._update(
@@ -162,6 +245,7 @@ class RunActions(abc.ABC):
             ABORT,
             AbortInput(tenant=scope.tenant, by=scope.principal, reason=reason),
             type(None),
+            idempotency_key,
         )
 
     async def steer(
@@ -171,6 +255,7 @@ class RunActions(abc.ABC):
         *,
         scope: Scope,
         mode: Literal["steer", "follow_up", "next_run"] = "steer",
+        idempotency_key: str | None = None,
     ) -> None:
         """Give the Run a message: into this turn, after it, or for the next Run."""
         await self._update(
@@ -179,4 +264,5 @@ class RunActions(abc.ABC):
             STEER,
             SteerInput(tenant=scope.tenant, message=message, mode=mode, by=scope.principal),
             type(None),
+            idempotency_key,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import TypeVar
@@ -149,7 +150,7 @@ class PsychRequestHandler(RequestHandler):
         if message.task_id:
             state = await self._owned(message.task_id, scope, agent)
             workflow_id = workflow_id_of(message.task_id, scope)
-            await self._reply(workflow_id, state, said, scope)
+            await self._reply(workflow_id, state, said, scope, message.message_id)
             after = state.last_seq
         else:
             version = await self.catalogue.latest(agent)
@@ -174,7 +175,11 @@ class PsychRequestHandler(RequestHandler):
             )
         return workflow_id, await self._state(workflow_id, scope, agent)
 
-    async def _reply(self, workflow_id: str, state: RunState, said: Said, scope: Scope) -> None:
+    async def _reply(
+        self, workflow_id: str, state: RunState, said: Said, scope: Scope, message_id: str
+    ) -> None:
+        """Answer what the task asks with ``said``; a message sent again under its
+        ``messageId`` (after an error, a lost answer) is applied once."""
         if state.status.terminal:
             raise InvalidParamsError(
                 f"task {state.run_id} has ended ({state.status}): a task that "
@@ -184,14 +189,24 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
+        # A digest: a messageId of any length makes a key of 68 characters.
+        key = f"a2a/{hashlib.sha256(message_id.encode()).hexdigest()}" if message_id else None
         try:
             if pending.reason is SuspensionReason.QUESTION:
                 text = answer_text(said)
-                await self._bounded(self.client.answer(workflow_id, pending.id, text, scope=scope))
+                await self._bounded(
+                    self.client.answer(
+                        workflow_id, pending.id, text, scope=scope, idempotency_key=key
+                    )
+                )
             else:
                 verdict = decision(said)
                 act = self.client.approve if verdict.approve else self.client.deny
-                await self._bounded(act(workflow_id, pending.id, scope=scope, note=verdict.note))
+                await self._bounded(
+                    act(
+                        workflow_id, pending.id, scope=scope, note=verdict.note, idempotency_key=key
+                    )
+                )
         except PsychError as err:
             raise InvalidParamsError(str(err)) from err
 

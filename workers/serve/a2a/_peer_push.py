@@ -68,11 +68,14 @@ def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
             return Response(status_code=204)
         scope = Scope(tenant=push.tenant, principal=push.principal)
         try:
+            token = f"a2a:{push.peer}:{task_id}"
             await client.complete(
                 push.workflow_id,
-                f"a2a:{push.peer}:{task_id}",
+                token,
                 {A2A_PUSHED: task_id},
                 scope=scope,
+                # A peer delivers at least once: the same end pushed again is a 204 too.
+                idempotency_key=f"push/{token}",
             )
         except (PsychError, RPCError) as err:  # not waiting: the Run reads it anyway
             return problem(409, str(err), "conflict")
