@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from a2a.types import Message, Part
@@ -91,7 +92,7 @@ def test_the_instructions_summary_is_bounded() -> None:
 
 async def test_the_catalogue_serves_the_latest_version_of_each_agent(tmp_path: Path) -> None:
     store = FileVersionStore(tmp_path)
-    catalogue = AgentCatalogue(store)
+    catalogue = AgentCatalogue(store, rescan_seconds=0)  # every lookup lists the store
     assert await catalogue.latest("helper") is None
     old = store.publish(helper().build())
     assert await catalogue.latest("helper") == old
@@ -103,6 +104,57 @@ async def test_the_catalogue_serves_the_latest_version_of_each_agent(tmp_path: P
     store.publish(flow)
     assert await catalogue.latest("flow") is None  # workflows are not A2A agents
     assert store.hashes() == sorted([old.hash, later.hash, Version.of(flow).hash])
+
+
+async def test_the_store_is_listed_once_per_interval_and_each_version_read_once(
+    tmp_path: Path,
+) -> None:
+    class Counted(FileVersionStore):
+        listed = 0
+        read: ClassVar[list[str]] = []  # one instance in this test
+
+        def hashes(self) -> list[str]:
+            self.listed += 1
+            return super().hashes()
+
+        def get(self, version_hash: str) -> Version:
+            self.read.append(version_hash)
+            return super().get(version_hash)
+
+    now = [100.0]
+    store = Counted(tmp_path)
+    old = store.publish(helper().build())
+    catalogue = AgentCatalogue(store, rescan_seconds=2.0, clock=lambda: now[0])
+    assert [await catalogue.latest("helper") for _ in range(3)] == [old] * 3
+    assert await catalogue.latest("nobody") is None
+    assert (store.listed, store.read) == (1, [old.hash])
+    newer = helper().description("Answers everything.").build()
+    later = Version.of(newer, published_at=old.published_at + timedelta(seconds=1))
+    (tmp_path / f"{later.hash.partition(':')[2]}.json").write_text(later.to_json())
+    now[0] += 1.9  # within the interval: what the last listing found
+    assert await catalogue.latest("helper") == old
+    now[0] += 0.1
+    assert await catalogue.latest("helper") == later
+    assert await catalogue.latest("helper") == later
+    assert (store.listed, store.read) == (2, [old.hash, later.hash])
+
+
+async def test_a_listing_that_fails_is_tried_again_by_the_next_request(tmp_path: Path) -> None:
+    class Flaky(FileVersionStore):
+        fail = True
+
+        def hashes(self) -> list[str]:
+            if self.fail:
+                self.fail = False
+                raise OSError("the bucket is away")
+            return super().hashes()
+
+    store = Flaky(tmp_path)
+    published = store.publish(helper().build())
+    catalogue = AgentCatalogue(store, clock=lambda: 0.0)
+    with pytest.raises(OSError, match="away"):
+        await catalogue.latest("helper")
+    assert await catalogue.latest("helper") == published
 
 
 async def test_a_spawned_child_never_stands_in_for_the_agent_of_its_name(

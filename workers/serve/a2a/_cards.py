@@ -3,16 +3,17 @@
 An agent is served under its Spec name; the Version a new task runs is the latest
 published one of that name (by ``published_at``). The store must list its Versions
 (``hashes()``, as ``FileVersionStore`` does): the VersionStore port only publishes and
-gets by hash, so a store that cannot list serves no cards (every agent is unknown).
+gets by hash, so a store that cannot list serves no cards (every agent is unknown). The
+store is listed at most once per ``RESCAN_SECONDS`` (``AgentCatalogue``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from a2a.types import (
@@ -45,46 +46,68 @@ class ListedVersions(Protocol):
         ...
 
 
+RESCAN_SECONDS = 2.0
+"""How long the catalogue's last listing of the store serves requests before the next one."""
+
+
 @dataclass
 class AgentCatalogue:
-    """The agents of a store, read once per Version (Versions are immutable by hash)."""
+    """The agents of a store: each Version read once (Versions are immutable by hash), the
+    store listed at most once per ``rescan_seconds``.
+
+    A request reads what the last listing found, so a Version published since (here or by
+    another process) is served within ``rescan_seconds``. Listing is the costly part (an S3
+    LIST of every Version), hence the interval, not one listing per request.
+    """
 
     store: VersionStore
-    _seen: dict[str, tuple[str, datetime] | None] = field(default_factory=dict, init=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
-    """Held while ``_seen`` is read or changed: requests look it up in worker threads."""
+    rescan_seconds: float = RESCAN_SECONDS
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    _read: set[str] = field(default_factory=set, init=False)
+    """Every hash the listings found and this catalogue has read."""
+    _newest: dict[str, Version] = field(default_factory=dict, init=False)
+    """Each served agent's newest Version, by name: read with one ``get``, written only
+    under ``_listing``."""
+    _listed_at: float | None = field(default=None, init=False)
+    _listing: threading.Lock = field(default_factory=threading.Lock, init=False)
+    """One listing at a time: a request that finds the last one stale waits for the one
+    under way and reads its result. Requests look agents up in worker threads."""
 
     async def latest(self, name: str) -> Version | None:
         """The latest published Version of the agent ``name``; None: no such agent."""
         return await asyncio.to_thread(self._latest, name)
 
     def _latest(self, name: str) -> Version | None:
-        self._scan()
-        with self._lock:
-            found = [
-                (entry[1], version_hash)
-                for version_hash, entry in self._seen.items()
-                if entry is not None and entry[0] == name
-            ]
-        if not found:
-            return None
-        return self.store.get(max(found)[1])
+        self._refresh()
+        return self._newest.get(name)
 
-    def _scan(self) -> None:
+    def _refresh(self) -> None:
         if not isinstance(self.store, ListedVersions):
             return
-        for version_hash in self.store.hashes():  # read outside the lock: store I/O
-            with self._lock:
-                if version_hash in self._seen:
-                    continue
-            version = self.store.get(version_hash)
-            spec = version.spec
-            # Only agents are A2A agents: a workflow has no conversation to answer in. A
-            # spawned child is a model's composition, stored beside the published Versions:
-            # served by its name, it could stand in for the agent published under it.
-            served = isinstance(spec, AgentSpec) and not is_spawned(spec)
-            with self._lock:
-                self._seen[version_hash] = (spec.name, version.published_at) if served else None
+        with self._listing:
+            started = self.clock()
+            if self._listed_at is not None and started - self._listed_at < self.rescan_seconds:
+                return
+            for version_hash in self.store.hashes():
+                if version_hash not in self._read:
+                    self._take(self.store.get(version_hash))
+                    self._read.add(version_hash)
+            # Only a listing that completed counts: one that failed is tried again.
+            self._listed_at = started
+
+    def _take(self, version: Version) -> None:
+        spec = version.spec
+        # Only agents are A2A agents: a workflow has no conversation to answer in. A
+        # spawned child is a model's composition, stored beside the published Versions:
+        # served by its name, it could stand in for the agent published under it.
+        if not isinstance(spec, AgentSpec) or is_spawned(spec):
+            return
+        current = self._newest.get(spec.name)
+        if current is None or (version.published_at, version.hash) > (
+            current.published_at,
+            current.hash,
+        ):
+            self._newest[spec.name] = version
 
 
 def instructions_summary(instructions: str) -> str:
