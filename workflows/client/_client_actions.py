@@ -9,7 +9,10 @@ again (after a timeout, a lost answer, a 503) applies it at most once. It become
 update's id (``update_id``); Temporal keeps a Run's update ids, so a second update of the
 same id gets the first one's outcome (and waits for it if it is still running) instead
 of being applied again, even once the Run has settled. A request the Run refused (not
-suspended, already answered) left nothing behind: sent again, it is checked again.
+suspended, already answered) left nothing behind: sent again, it is checked again. The
+ids are kept per workflow execution: a Run that continued as new between the two sends
+does not know the first (an approval is then refused as nothing pending; a steer would be
+taken twice).
 """
 
 from __future__ import annotations
