@@ -241,6 +241,10 @@ class ParentBounds(_Frozen):
     left_out: tuple[LeftOut, ...] = ()
     """What a subagent's Spec asked for and its parent did not grant (``delegate``), so
     the child's ``run_admitted`` says which tool or MCP server is missing and why."""
+    handed: tuple[str, ...] | None = None
+    """The stored results (refs) the child may read back with ``read_tool_output``: the
+    refs in its messages that are its parent's own (``features/_results.py``). None: a
+    parent from before this field, whose child takes every ref in its messages."""
 
 
 class RunInput(_Frozen):

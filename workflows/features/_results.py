@@ -5,10 +5,13 @@ A tool result over ``large_result_bytes`` reaches the model as a handle with a p
 through the ``psych.tool.read_output`` activity. Offered to every agent.
 
 It reads only the Run's own results: a handle one of its tool calls was shown as (its
-``tool_call_finished`` records, carried across continue-as-new), or one its input handed it
-when it is a child Run (a workflow passes its tool steps' stored outputs to the next agent
-step; a caller's messages hand nothing, so a dispatched Run cannot be pointed at another
-Run's result). Any other ref,
+``tool_call_finished`` records, carried across continue-as-new), or one its parent handed
+it when it is a child Run. A parent hands a child exactly the refs of the child's messages
+that are its own (``ParentBounds.handed``): a workflow its tool steps' stored outputs, an
+agent the handles it was shown that its model wrote into a subagent's task. A caller's
+messages hand nothing, and neither does text: a ref a caller (or a prompt-injected model)
+writes into a child's task is not the parent's, so no Run can be pointed at another Run's
+result, or another tenant's, by naming its hash. Any other ref,
 another Run's or another tenant's, is refused with the error a missing one gets, before the
 blob store is asked, so a Run cannot tell whether it exists. (Runs in flight before this
 rule keep reading as they did: ``workflow.patched``.)
@@ -23,6 +26,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ReadOutputInput, ToolCallRequest, ToolDefinition
+    from psych_runtime.workflows.contract._contract import RunInput
     from psych_runtime.workflows.contract._records import ToolCallFinished
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
@@ -74,36 +78,53 @@ def not_found(handle: str) -> str:
     return f"no stored tool output with handle {handle!r}"
 
 
+def handed(input: RunInput) -> frozenset[str]:
+    """The refs this Run's parent handed it (none for a Run a caller started)."""
+    bounds = input.bounds
+    if bounds is None:
+        return frozenset()
+    if bounds.handed is not None:
+        return frozenset(bounds.handed)
+    # A parent from before ParentBounds.handed: the child took every ref in its messages,
+    # and a Run started then keeps reading as it did (its history replays).
+    return frozenset(ref for message in input.messages for ref in _REF.findall(message))
+
+
+def own_handles(run: RunView) -> frozenset[str]:
+    """Every handle this Run was shown (in this execution or, carried, an earlier one) or
+    handed: what it may read back, and hand on."""
+    carry = run.input.carry
+    carried = carry.features.get(Results.name) if carry is not None else None
+    shown = {
+        record.result_ref
+        for record in run.log
+        if isinstance(record, ToolCallFinished) and record.truncated and record.result_ref
+    }
+    return frozenset(carried or ()) | shown | handed(run.input)
+
+
+def handed_on(run: RunView, messages: tuple[str, ...]) -> tuple[str, ...]:
+    """What a child started with ``messages`` is handed: the refs in them this Run owns."""
+    named = {ref for message in messages for ref in _REF.findall(message)}
+    return tuple(sorted(named & own_handles(run)))
+
+
 class Results(Feature):
     """``read_tool_output``, and the handles of earlier executions of a continued Run."""
 
     name = "results"
 
-    def __init__(self, run: RunView) -> None:
-        super().__init__(run)
-        self._carried: frozenset[str] = frozenset()
-        """Handles shown in earlier executions of this Run (continue-as-new)."""
-
     def builtins(self) -> tuple[Builtin, ...]:
         return (Builtin("read_tool_output", lambda: READ_TOOL_OUTPUT, self._read, executes=True),)
 
     def _own(self) -> frozenset[str]:
-        """Every handle this Run was shown or handed."""
-        shown = {
-            record.result_ref
-            for record in self.run.log
-            if isinstance(record, ToolCallFinished) and record.truncated and record.result_ref
-        }
-        handed: set[str] = set()
-        if self.run.input.bounds is not None:  # a child: its parent's messages are its input
-            handed = {ref for message in self.run.input.messages for ref in _REF.findall(message)}
-        return self._carried | shown | handed
+        return own_handles(self.run)
 
     def carry(self) -> Any:
         return sorted(self._own()) or None
 
     def restore(self, carried: Any) -> None:
-        self._carried = frozenset(carried)
+        """Nothing to take back: ``own_handles`` reads the carry off the Run's input."""
 
     async def _read(
         self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
+    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.features._spawn_compose import (
         NAME_PATTERN,
         child_model,
@@ -276,7 +277,7 @@ async def _start(
                 depth=depth,
                 depth_caps=caps,
                 spawn_depth=spawn_depth,
-                bounds=ParentBounds(report_pending=True),
+                bounds=ParentBounds(report_pending=True, handed=handed_on(run, (task,))),
             ),
             id=workflow_id,
             result_type=RunResult,

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
+    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
@@ -143,12 +144,13 @@ async def delegate(
     child_spec, left_out = narrow_subagent(spec, sub.spec)
     version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
     index = sum(delegations.values())
+    task = (str(arguments.get("task", "")),)
     child = await run.start_reporting_child(
         f"{run.input.run_id}-sub{index}",
         version,
-        (str(arguments.get("task", "")),),
+        task,
         summary=f"subagent {name} of {run.input.run_id}",
-        bounds=ParentBounds(report_pending=True, left_out=left_out),
+        bounds=ParentBounds(report_pending=True, left_out=left_out, handed=handed_on(run, task)),
         depth=placement.depth,
         depth_caps=placement.depth_caps,
     )

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features import FEATURES
+    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.kernel._catalog import resolve
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._handlers import parse_input
@@ -226,6 +227,7 @@ class WorkflowRun(ToolCalls):
                 transient_retry_budget=max(left, 0),
                 suspension=self._suspension,
                 report_pending=True,
+                handed=handed_on(self, messages),
             ),
             depth=self._input.depth,
         )
