@@ -286,6 +286,9 @@ async def test_a_reply_sent_again_under_its_message_id_answers_only_its_question
         assert last_status(again).message.parts[0].text == "Refund it?"
         done = await collect(client.send_message(user("yes", task_id=task_id)))
         assert states(done)[-1] == TaskState.TASK_STATE_COMPLETED
+        # Again once the task ended: still taken as it was, not refused as too late.
+        late = await collect(client.send_message(reply))
+        assert states(late)[-1] == TaskState.TASK_STATE_COMPLETED
     answers = [m["content"] for m in harness.fake.requests[-1]["messages"] if m["role"] == "tool"]
     assert [("number 7" in a, "yes" in a) for a in answers] == [(True, False), (False, True)]
 

@@ -15,6 +15,7 @@ from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
     ExternalWait,
+    PsychError,
     Refused,
     Scope,
 )
@@ -175,9 +176,12 @@ async def test_a_request_sent_again_under_its_id_is_applied_once(harness: Harnes
         first = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
         # The same request again: its first outcome, not "already answered".
         again = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
-        # The same id on another action names another request.
+        # The same key on another kind of update names another request.
         with pytest.raises(Refused, match="nothing pending with id 'c7'"):
             await harness.client.deny(run, "c7", scope=harness.scope, idempotency_key="s-1")
+        # The same key for another request of the same kind is refused, not answered.
+        with pytest.raises(PsychError, match="key 'a-1' already approved approval 'c7'"):
+            await harness.client.deny(run, "c7", scope=harness.scope, idempotency_key="a-1")
         with pytest.raises(ValueError, match="1 to 256"):
             await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="")
         await harness.client.result(run, scope=harness.scope)

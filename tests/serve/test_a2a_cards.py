@@ -4,7 +4,10 @@ approval convention)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
@@ -155,6 +158,40 @@ async def test_a_listing_that_fails_is_tried_again_by_the_next_request(tmp_path:
     with pytest.raises(OSError, match="away"):
         await catalogue.latest("helper")
     assert await catalogue.latest("helper") == published
+
+
+def test_requests_waiting_on_a_slow_listing_use_it_instead_of_listing_again(
+    tmp_path: Path,
+) -> None:
+    class Slow(FileVersionStore):
+        listed = 0
+
+        def hashes(self) -> list[str]:
+            self.listed += 1
+            time.sleep(0.3)  # slower than the interval: an S3 LIST of many Versions
+            return super().hashes()
+
+    store = Slow(tmp_path)
+    published = store.publish(helper().build())
+    catalogue = AgentCatalogue(store, rescan_seconds=0.2)
+    # Eight requests at once, each in a server thread of its own.
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        found = list(threads.map(lambda _: asyncio.run(catalogue.latest("helper")), range(8)))
+    assert found == [published] * 8
+    assert store.listed == 1
+
+
+async def test_a_version_that_cannot_be_read_is_skipped_once_and_the_rest_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FileVersionStore(tmp_path)
+    published = store.publish(helper().build())
+    (tmp_path / f"{'0' * 64}.json").write_text("{not json")
+    catalogue = AgentCatalogue(store, rescan_seconds=0)
+    assert await catalogue.latest("helper") == published
+    assert await catalogue.latest("helper") == published
+    warned = [r.getMessage() for r in caplog.records if "is not served" in r.getMessage()]
+    assert len(warned) == 1 and f"sha256:{'0' * 64}" in warned[0]
 
 
 async def test_a_spawned_child_never_stands_in_for_the_agent_of_its_name(

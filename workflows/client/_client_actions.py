@@ -8,8 +8,9 @@ Each takes an ``idempotency_key``: the caller's name for the request, so that se
 again (after a timeout, a lost answer, a 503) applies it at most once. It becomes the
 update's id (``update_id``); Temporal keeps a Run's update ids, so a second update of the
 same id gets the first one's outcome (and waits for it if it is still running) instead
-of being applied again, even once the Run has settled. A request the Run refused (not
-suspended, already answered) left nothing behind: sent again, it is checked again. The
+of being applied again, even once the Run has settled. A request the Run refused when it
+came (not suspended, already answered) left nothing behind: sent again, it is checked
+again; one the Run took and then refused keeps that refusal under its id. The
 ids are kept per workflow execution: a Run that continued as new between the two sends
 does not know the first (an approval is then refused as nothing pending; a steer would be
 taken twice).
@@ -26,7 +27,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
+from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
 from psych_runtime.workflows.contract._contract import (
     ABORT,
     RESUME,
@@ -49,8 +50,9 @@ IDEMPOTENCY_KEY_MAX = 256
 def update_id(name: str, idempotency_key: str | None) -> str | None:
     """The id of update ``name`` sent under ``idempotency_key`` (None: a fresh id).
 
-    A digest of the key, so any key fits an update id; the update's name is part of it, so
-    one key used for two kinds of action names two requests.
+    A digest of the key, so any key fits an update id. The update's name is part of it:
+    approve, deny, answer and complete share ``psych.resume``'s (a key reused across them
+    is caught by ``resume``), steer and abort have their own.
 
     Raises:
         ValueError: an empty key, or one over ``IDEMPOTENCY_KEY_MAX`` characters.
@@ -63,6 +65,27 @@ def update_id(name: str, idempotency_key: str | None) -> str | None:
             f"{IDEMPOTENCY_KEY_MAX}"
         )
     return f"{name}/{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+
+
+def _refused(workflow_id: str, err: WorkflowUpdateFailedError) -> PsychError | None:
+    """What the caller is told of an update the Run refused: ``AccessDenied``, ``Refused``
+    with its kind; None when the cause is not a refusal (the SDK's error stands)."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError):
+        return None
+    if cause.type == RefusalKind.ACCESS_DENIED:
+        return AccessDenied(cause.message)
+    return Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}")
+
+
+def _answers(result: ResumeResult, request: ResumeInput) -> bool:
+    """Whether ``result`` can be ``request``'s outcome (what it says of it: the item, the
+    kind of answer, and an approval's verdict)."""
+    if (result.reason, result.id) != (request.reason, request.id):
+        return False
+    if request.reason is SuspensionReason.APPROVAL:
+        return (result.outcome == "approved") == bool(request.approved)
+    return True
 
 
 class RunActions(abc.ABC):
@@ -93,12 +116,10 @@ class RunActions(abc.ABC):
         try:
             return await handle.execute_update(name, arg, id=id, result_type=result_type)
         except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError):
-                if cause.type == RefusalKind.ACCESS_DENIED:
-                    raise AccessDenied(cause.message) from err
-                raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
-            raise
+            refused = _refused(workflow_id, err)
+            if refused is None:
+                raise
+            raise refused from err
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 # A settled Run has no handlers left; say how it settled.
@@ -125,6 +146,8 @@ class RunActions(abc.ABC):
 
         Raises:
             ValueError: an empty ``idempotency_key`` or one over 256 characters.
+            PsychError: ``idempotency_key`` already answered another item, or this one
+                with the other verdict.
             Refused: not suspended, settled, unknown or stale id, expired, already answered;
                 a payload holding NaN or Infinity.
             AccessDenied: another tenant's Run.
@@ -142,6 +165,41 @@ class RunActions(abc.ABC):
         result: ResumeResult = await self._update(
             run, scope, RESUME, request, ResumeResult, idempotency_key
         )
+        if not _answers(result, request):
+            # Only under a key: the first request's outcome, and this is another request.
+            raise PsychError(
+                f"idempotency key {idempotency_key!r} already {result.outcome} {result.reason} "
+                f"{result.id!r} on this Run; a key names one request, so another needs a new key"
+            )
+        return result
+
+    async def taken(
+        self, run: RunHandle | str, idempotency_key: str, *, scope: Scope
+    ) -> ResumeResult | None:
+        """The outcome of the approve, deny, answer or complete sent to ``run`` under
+        ``idempotency_key``, waiting for it if the Run has not answered it yet; None when
+        the Run took none (it refused it, or nothing was sent).
+
+        Raises:
+            Refused: the Run took it, then refused it (answered meanwhile, expired).
+            AccessDenied: another tenant's Run.
+        """
+        workflow_id, handle = self._handle(run, scope)
+        id = update_id(RESUME, idempotency_key)
+        assert id is not None
+        try:
+            result: ResumeResult = await handle.get_update_handle(
+                id, result_type=ResumeResult
+            ).result()
+        except WorkflowUpdateFailedError as err:
+            refused = _refused(workflow_id, err)
+            if refused is None:
+                raise
+            raise refused from err
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
         return result
 
     async def approve(

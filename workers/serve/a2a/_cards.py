@@ -10,6 +10,7 @@ store is listed at most once per ``RESCAN_SECONDS`` (``AgentCatalogue``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,13 +29,15 @@ from a2a.types import (
 )
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
-from psych_runtime.specs import AgentSpec, Version, VersionStore
+from psych_runtime.specs import AgentSpec, NotFound, PsychError, Version, VersionStore
 from psych_runtime.workflows import is_spawned
 
 SECURITY_SCHEME = "bearer"
 """The name of the one security scheme every card declares."""
 
 _SUMMARY_CHARS = 300
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -69,6 +72,9 @@ class AgentCatalogue:
     """Each served agent's newest Version, by name: read with one ``get``, written only
     under ``_listing``."""
     _listed_at: float | None = field(default=None, init=False)
+    _listings: int = field(default=0, init=False)
+    """Listings completed: a request that waited for ``_listing`` while one completed
+    uses it, instead of listing again (a listing slower than the interval)."""
     _listing: threading.Lock = field(default_factory=threading.Lock, init=False)
     """One listing at a time: a request that finds the last one stale waits for the one
     under way and reads its result. Requests look agents up in worker threads."""
@@ -84,16 +90,32 @@ class AgentCatalogue:
     def _refresh(self) -> None:
         if not isinstance(self.store, ListedVersions):
             return
+        seen = self._listings
         with self._listing:
+            if self._listings != seen:
+                return  # listed while this request waited: that listing is fresh enough
             started = self.clock()
             if self._listed_at is not None and started - self._listed_at < self.rescan_seconds:
                 return
             for version_hash in self.store.hashes():
                 if version_hash not in self._read:
-                    self._take(self.store.get(version_hash))
-                    self._read.add(version_hash)
+                    self._read_one(version_hash)
             # Only a listing that completed counts: one that failed is tried again.
             self._listed_at = started
+            self._listings += 1
+
+    def _read_one(self, version_hash: str) -> None:
+        try:
+            version = self.store.get(version_hash)
+        except NotFound:
+            return  # deleted since the listing: the next one will not list it
+        except PsychError as err:
+            # Unreadable for good (damaged, altered, a newer schema): not served, and not
+            # read again, so one bad document does not fail every request's listing.
+            logger.warning("A2A: Version %s is not served: %s", version_hash, err)
+        else:
+            self._take(version)
+        self._read.add(version_hash)
 
     def _take(self, version: Version) -> None:
         spec = version.spec

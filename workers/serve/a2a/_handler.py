@@ -178,8 +178,13 @@ class PsychRequestHandler(RequestHandler):
     async def _reply(
         self, workflow_id: str, state: RunState, said: Said, scope: Scope, message_id: str
     ) -> None:
-        """Answer what the task asks with ``said``; a message sent again under its
-        ``messageId`` (after an error, a lost answer) is applied once."""
+        """Answer what the task asks with ``said``. The message's ``messageId`` keys the
+        answer: sent again (after an error, a lost answer), the message is found taken and
+        answered as it was, never taken as the answer to what the task asks next."""
+        # A digest: a messageId of any length makes a key of 68 characters.
+        key = f"a2a/{hashlib.sha256(message_id.encode()).hexdigest()}" if message_id else None
+        if key is not None and await self._taken(workflow_id, key, scope):
+            return
         if state.status.terminal:
             raise InvalidParamsError(
                 f"task {state.run_id} has ended ({state.status}): a task that "
@@ -189,8 +194,6 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
-        # A digest: a messageId of any length makes a key of 68 characters.
-        key = f"a2a/{hashlib.sha256(message_id.encode()).hexdigest()}" if message_id else None
         try:
             if pending.reason is SuspensionReason.QUESTION:
                 text = answer_text(said)
@@ -208,6 +211,13 @@ class PsychRequestHandler(RequestHandler):
                     )
                 )
         except PsychError as err:
+            raise InvalidParamsError(str(err)) from err
+
+    async def _taken(self, workflow_id: str, key: str, scope: Scope) -> bool:
+        """Whether the Run took a message under ``key`` already (its answer stands)."""
+        try:
+            return await self._bounded(self.client.taken(workflow_id, key, scope=scope)) is not None
+        except PsychError as err:  # taken, then refused: what the Run said of it
             raise InvalidParamsError(str(err)) from err
 
     async def _bounded(self, call: Awaitable[T]) -> T:

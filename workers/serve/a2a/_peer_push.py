@@ -7,8 +7,10 @@ Run, the peer, a secret); a push must carry that secret as ``X-A2A-Notification-
 of a task that ended or waits for its caller completes the Run's wait on
 ``a2a:<peer>:<task id>`` with ``{"a2a_pushed": <task id>}``: the Run then reads the task
 through its own activity at once, rather than at its next poll. A push of a task still
-working is acknowledged and ignored. Nothing the body says is believed beyond the task id
-and state: the answer is the peer's task as the Run reads it.
+working is acknowledged and ignored, and so is one for a wait that is over (already ended
+by an earlier push or a poll, the Run settled): a peer delivers at least once. Nothing the
+body says is believed beyond the task id and state: the answer is the peer's task as the
+Run reads it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from temporalio.service import RPCError
 from psych_runtime.activities.a2a import find_push
 from psych_runtime.activities.contract import A2A_PUSHED
 from psych_runtime.activities.tokens import TokenStore
-from psych_runtime.specs import PsychError, Scope
+from psych_runtime.specs import PsychError, Refused, Scope
 from psych_runtime.workers.serve._problems import problem
-from psych_runtime.workflows import PsychClient
+from psych_runtime.workflows import PsychClient, RefusalKind
 
 PEER_PUSH_PATH = "/a2a-push/{tenant}/{push_id}"
 """The route's path (a worker's ``push_url`` is ``<app URL>/a2a-push``)."""
@@ -43,6 +45,11 @@ _ENDS_WAIT = frozenset(
         TaskState.TASK_STATE_AUTH_REQUIRED,
     }
 )
+
+_OVER = frozenset(
+    {RefusalKind.ALREADY_ANSWERED, RefusalKind.UNKNOWN_PENDING, RefusalKind.NOT_SUSPENDED}
+)
+"""Refusals saying the Run no longer waits on the task: the push is answered 204."""
 
 
 def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
@@ -68,16 +75,18 @@ def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
             return Response(status_code=204)
         scope = Scope(tenant=push.tenant, principal=push.principal)
         try:
-            token = f"a2a:{push.peer}:{task_id}"
             await client.complete(
-                push.workflow_id,
-                token,
-                {A2A_PUSHED: task_id},
-                scope=scope,
-                # A peer delivers at least once: the same end pushed again is a 204 too.
-                idempotency_key=f"push/{token}",
+                push.workflow_id, f"a2a:{push.peer}:{task_id}", {A2A_PUSHED: task_id}, scope=scope
             )
-        except (PsychError, RPCError) as err:  # not waiting: the Run reads it anyway
+        except Refused as err:
+            if err.kind in _OVER:
+                # The wait this push would end is over (a peer delivers at least once, and
+                # may push after a poll read the task): taken, nothing to do. No key
+                # makes the second delivery the first's: a Run waits on one task again
+                # after each answer, under the same token.
+                return Response(status_code=204)
+            return problem(409, str(err), "conflict")
+        except (PsychError, RPCError) as err:
             return problem(409, str(err), "conflict")
         return Response(status_code=204)
 
