@@ -197,12 +197,30 @@ def _url_placeholders(url: str) -> list[str]:
     return _URL_PLACEHOLDER.findall(url)
 
 
+def host_placeholders(url: str) -> list[str]:
+    """The placeholders of an HTTP tool's URL template that fall before its path: in its
+    scheme, host or port, where an argument (the model's) would choose where the request,
+    and its credential, go. A tool may put arguments in its path and query only."""
+    scheme, sep, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else ""
+    return _url_placeholders(scheme + sep + authority)
+
+
 def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
     problems = []
     properties = tool.input_schema.get("properties", {})
     if not isinstance(properties, dict):
         problems.append(Problem(f"{path}.input_schema.properties", "must be a mapping"))
         properties = {}
+    for placeholder in host_placeholders(tool.url):
+        problems.append(
+            Problem(
+                f"{path}.url",
+                f"placeholder {{{placeholder}}} is in the scheme, host or port: arguments "
+                "may fill the path and the query only (the model would choose where the "
+                "request and its credential go)",
+            )
+        )
     for placeholder in _url_placeholders(tool.url):
         if placeholder not in properties:
             problems.append(

@@ -10,6 +10,7 @@ a tenant (HTTP tools too); headers here travel per request instead (``ClientCall
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -129,9 +130,14 @@ class Peers:
             return held, True
         resolver = A2ACardResolver(self._http(scope), peer.url)
         try:
-            card = await resolver.get_agent_card(
-                http_kwargs={"headers": dict(connection.headers), "timeout": fetch_seconds}
-            )
+            # httpx's timeout bounds each phase (a slow drip resets it): the whole fetch,
+            # redirects included, is bounded here.
+            async with asyncio.timeout(fetch_seconds):
+                card = await resolver.get_agent_card(
+                    http_kwargs={"headers": dict(connection.headers), "timeout": fetch_seconds}
+                )
+        except TimeoutError as err:
+            raise PeerUnavailable(f"no card within {fetch_seconds:g} s") from err
         except Exception as err:  # a card that cannot be had is data: the peer is down
             raise PeerUnavailable(connection.redact(describe(err))) from err
         fetched = Fetched(card=card, hash=card_hash(card), at=time.monotonic())

@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from psych_runtime.activities.egress._clients import Egress, ResponseTooLarge
+    from psych_runtime.activities.egress._bounds import McpResponseTooLarge, ResponseTooLarge
+    from psych_runtime.activities.egress._clients import Egress
     from psych_runtime.activities.egress._guard import EgressDenied, Resolver, system_resolver
     from psych_runtime.activities.egress._rules import (
         DEFAULT_MAX_RESPONSE_BYTES,
@@ -31,10 +32,11 @@ _HOMES = {
     "EgressRules": "psych_runtime.activities.egress._rules",
     "EgressSettings": "psych_runtime.activities.egress._rules",
     "LOOPBACK": "psych_runtime.activities.egress._rules",
+    "McpResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "Origin": "psych_runtime.activities.egress._rules",
     "Refusal": "psych_runtime.activities.egress._rules",
     "Resolver": "psych_runtime.activities.egress._guard",
-    "ResponseTooLarge": "psych_runtime.activities.egress._clients",
+    "ResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "blocked_kind": "psych_runtime.activities.egress._rules",
     "system_resolver": "psych_runtime.activities.egress._guard",
 }
@@ -60,6 +62,7 @@ __all__ = [
     "EgressPolicy",
     "EgressRules",
     "EgressSettings",
+    "McpResponseTooLarge",
     "Origin",
     "Refusal",
     "ResponseTooLarge",

@@ -11,7 +11,6 @@ proxy hides (the operator's own endpoints keep them).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +19,10 @@ import httpcore2
 import httpx
 import httpx2
 
+from psych_runtime.activities.egress._bounds import (
+    Bounded,
+    Bounded2,
+)
 from psych_runtime.activities.egress._guard import (
     EgressDenied,
     Guard,
@@ -41,10 +44,6 @@ MAX_REDIRECTS = 5
 """Redirects a Spec-named URL may take (each one judged again)."""
 _MAX_CONNECTIONS, _MAX_KEEPALIVE, _KEEPALIVE_SECONDS = 100, 20, 5.0
 """httpx's own pool defaults."""
-
-
-class ResponseTooLarge(httpx.TransportError):
-    """A response body past the egress policy's bound (``max_response_bytes``)."""
 
 
 class Egress:
@@ -120,7 +119,7 @@ class Egress:
         key = (tenant if tenant in self.settings.tenants else None, origin)
         client = self._clients.get(key)
         if client is None:
-            transport = _Bounded(
+            transport = Bounded(
                 _httpx_transport(self.guard(key[0], origin)), self.settings.max_response_bytes
             )
             client = httpx.AsyncClient(
@@ -147,6 +146,9 @@ class Egress:
         """A new httpx2 client for an MCP session of ``tenant`` (its owner closes it).
 
         Redirects are left to the MCP SDK, which follows them within the server's origin.
+        Bodies are bounded by ``max_response_bytes`` as ``http``'s are, but for event
+        streams: a session's stream lives as long as the session, and the SDK bounds each
+        of its events.
         """
         transport = httpx2.AsyncHTTPTransport(trust_env=False)
         # httpx2 takes no network backend; its pool does (the same as httpcore2's default
@@ -159,7 +161,7 @@ class Egress:
             keepalive_expiry=_KEEPALIVE_SECONDS,
         )
         return httpx2.AsyncClient(
-            transport=transport,
+            transport=Bounded2(transport, self.settings.max_response_bytes),
             headers=headers,
             timeout=timeout if timeout is not None else httpx2.Timeout(30.0, read=300.0),
             auth=auth,
@@ -197,58 +199,4 @@ def _httpx_transport(guard: Guard) -> httpx.AsyncHTTPTransport:
     return transport
 
 
-class _Bounded(httpx.AsyncBaseTransport):
-    """Responses whose bodies stop at ``limit`` bytes (``ResponseTooLarge`` past it)."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
-        self.inner = inner
-        self.limit = limit
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.inner.handle_async_request(request)
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.limit:
-            await response.aclose()
-            raise ResponseTooLarge(self._message(int(declared), request), request=request)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Capped(response.stream, self.limit, self, request),
-            extensions=response.extensions,
-        )
-
-    def _message(self, size: int, request: httpx.Request) -> str:
-        return (
-            f"response too large: {request.method} {request.url.copy_with(query=None)} sent "
-            f"over {self.limit} bytes (the egress policy's max_response_bytes; {size} so far)"
-        )
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _Capped(httpx.AsyncByteStream):
-    def __init__(
-        self, inner: httpx.AsyncByteStream, limit: int, owner: _Bounded, request: httpx.Request
-    ) -> None:
-        self.inner = inner
-        self.limit = limit
-        self.owner = owner
-        self.request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        size = 0
-        async for chunk in self.inner:
-            size += len(chunk)
-            if size > self.limit:
-                raise ResponseTooLarge(
-                    self.owner._message(size, self.request), request=self.request
-                )
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-__all__ = ["Egress", "EgressDenied", "ResponseTooLarge"]
+__all__ = ["Egress", "EgressDenied"]

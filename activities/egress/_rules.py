@@ -252,6 +252,9 @@ def _match(
     for pattern in hosts:
         if fnmatch.fnmatchcase(host, pattern.lower()):
             return f"host {pattern}"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        # ::ffff:a.b.c.d reaches a.b.c.d (Linux connects it as IPv4): an IPv4 rule holds.
+        address = address.ipv4_mapped
     if address is not None:
         for cidr in cidrs:
             network: IPNetwork = ipaddress.ip_network(cidr, strict=False)

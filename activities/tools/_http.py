@@ -14,7 +14,7 @@ import httpx
 from psych_runtime.activities.contract import HttpToolCall
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import http_span
-from psych_runtime.specs import HttpTool, NotFound
+from psych_runtime.specs import HttpTool, NotFound, host_placeholders
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 """A URL template placeholder; the same pattern publish-time validation checks."""
@@ -40,6 +40,12 @@ async def build_request(
         ToolError: a missing argument, an unresolvable credential, an invalid URL.
     """
     tool = input.tool
+    steered = host_placeholders(tool.url)
+    if steered:  # validation refuses these; a Version stored before it did is refused here
+        raise ToolError(
+            f"{tool.name}: its URL puts {{{steered[0]}}} in the scheme, host or port; "
+            "arguments may fill the path and the query only"
+        )
     used: set[str] = set()
 
     def fill(match: re.Match[str]) -> str:

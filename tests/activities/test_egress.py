@@ -7,6 +7,7 @@ assert that no connection was attempted for them: nothing leaves 127.0.0.0/8.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +17,20 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities import LocalBlobStore
+from psych_runtime.activities.a2a import A2aSettings, check_peers
 from psych_runtime.activities.egress import (
     Egress,
     EgressDenied,
+    EgressPolicy,
     EgressRules,
     EgressSettings,
+    McpResponseTooLarge,
     ResponseTooLarge,
     blocked_kind,
 )
 from psych_runtime.activities.mcp import check_servers
 from psych_runtime.activities.tools import ToolActivities
-from psych_runtime.specs import HttpTool, McpServer, Scope, ToolRegistry
+from psych_runtime.specs import A2APeer, HttpTool, McpServer, Scope, ToolRegistry
 from tests._upstream import Answer, Request, Upstream
 from tests.activities.test_tools import http_call
 
@@ -158,6 +162,40 @@ async def test_response_bodies_are_bounded(upstream: Upstream) -> None:
         await port.aclose()
 
 
+async def test_mcp_response_bodies_are_bounded_but_event_streams_are_not() -> None:
+    def answer(request: Request) -> Answer:
+        if request.path == "/events":
+            return Answer(200, "data: " + "x" * 5000 + "\n\n", "text/event-stream")
+        return Answer(200, '{"x": "' + "x" * 5000 + '"}')
+
+    with Upstream(answer) as big:
+        settings = EgressSettings(
+            rules=EgressRules(allow_cidrs=("127.0.0.0/8",)), max_response_bytes=1000
+        )
+        port = Egress(settings, resolver=resolver)
+        async with port.mcp_client("acme") as client:
+            # What the MCP SDK does with a JSON-RPC reply or an OAuth document: read it whole.
+            with pytest.raises(McpResponseTooLarge, match="over 1000 bytes"):
+                await client.post(f"{big.url}/mcp", json={})
+            # A session's event stream lives as long as the session: the SDK bounds events.
+            events = await client.get(f"{big.url}/events")
+        assert len(events.content) > 5000
+        await port.aclose()
+
+
+def test_a_cidr_rule_holds_for_the_ipv4_mapped_form_of_its_addresses() -> None:
+    policy = EgressPolicy(
+        EgressSettings(
+            rules=EgressRules(deny_cidrs=("93.184.216.0/24",)),
+            tenants={"acme": EgressRules(allow_cidrs=("127.0.0.0/8",))},
+        )
+    )
+    for url in ("http://93.184.216.34/", "http://[::ffff:93.184.216.34]/"):
+        refused = policy.judge(url, None)
+        assert refused is not None and refused.kind == "denied", url
+    assert policy.judge("http://[::ffff:127.0.0.1]/", "acme") is None
+
+
 def test_the_default_refuses_every_kind_of_address_a_network_trusts() -> None:
     kinds = {
         text: blocked_kind(ipaddress.ip_address(text))
@@ -236,3 +274,38 @@ async def test_an_mcp_server_url_goes_through_the_same_check() -> None:
     }
     assert port.connects == 0
     await port.aclose()
+
+
+async def test_a_peers_card_that_drips_in_is_given_up_on_within_the_bound() -> None:
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: 100\r\n\r\n")
+        try:
+            for _ in range(100):  # a byte every 0.1 s: each read is quick, the whole is not
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except ConnectionError:
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(drip, "127.0.0.1", 0)
+    port = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        (checked,) = await check_peers(
+            [A2APeer(name="slow", url=url)],
+            scope=SCOPE,
+            secrets=None,
+            egress=port,
+            settings=A2aSettings(card_timeout_seconds=0.5),
+        )
+        took = loop.time() - started
+    finally:
+        server.close()
+        await port.aclose()
+    assert checked.error == "no card within 0.5 s"
+    assert took < 2.0  # ~10 s when only each read was bounded

@@ -540,6 +540,20 @@ async def test_http_missing_url_argument_is_an_error_outcome(
     assert server.requests == []
 
 
+async def test_http_url_whose_host_an_argument_fills_is_refused_before_sending(
+    tools: ToolActivities, env: ActivityEnvironment, server: EchoServer
+) -> None:
+    # Validation refuses such a URL; a Version stored before it did is refused at the call.
+    tool = HttpTool(name="fetch", description="Fetch.", url="http://{host}/orders")
+    outcome = await env.run(tools.http, http_call(tool, host=server.base_url[7:]))
+    assert outcome.status == "error"
+    assert outcome.content == (
+        "fetch: its URL puts {host} in the scheme, host or port; arguments may fill the "
+        "path and the query only"
+    )
+    assert server.requests == []
+
+
 async def test_http_error_status_is_an_error_outcome(
     tools: ToolActivities, env: ActivityEnvironment, server: EchoServer
 ) -> None:

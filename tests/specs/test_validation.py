@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from psych_runtime.specs import (
     ValidationFailed,
     WorkflowSpec,
     WorkflowStepRef,
+    host_placeholders,
     matches,
     narrow,
     unsupported_features,
@@ -224,6 +226,32 @@ def test_http_url_placeholder_missing_from_schema() -> None:
     assert "{a}" in problems[0].message
     assert "{c}" in problems[1].message
     assert validate(agent(tools=[http("t", url="https://x.test/{a}")])) != []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://{host}/orders",
+        "https://api.test{suffix}/orders",
+        "http{s}://api.test/",
+        "https://api.test:{port}/",
+    ],
+)
+def test_an_http_url_placeholder_may_not_choose_scheme_host_or_port(url: str) -> None:
+    (name,) = re.findall(r"\{(\w+)\}", url)
+    schema = {"type": "object", "properties": {name: {"type": "string"}}}
+    problems = validate(agent(tools=[http("t", url=url, input_schema=schema)]))
+    assert [
+        (p.path, f"{{{name}}} is in the scheme, host or port" in p.message) for p in problems
+    ] == [("tools[t].url", True)]
+    assert host_placeholders(url) == [name]
+
+
+def test_an_http_url_placeholder_in_the_path_and_query_is_fine() -> None:
+    schema = {"type": "object", "properties": {"a": {}, "q": {}}}
+    url = "https://api.test/orders/{a}?q={q}"
+    assert validate(agent(tools=[http("t", url=url, input_schema=schema)])) == []
+    assert host_placeholders(url) == []
 
 
 def test_spawn_tools_must_be_the_agents_own() -> None:

@@ -399,9 +399,18 @@ class PushRegistry:
             auth = config.authentication
             headers["Authorization"] = f"{auth.scheme or 'Bearer'} {auth.credentials}"
         try:
-            response = await http.post(
-                config.url, json=body, headers=headers, timeout=self.timeout_seconds
-            )
+            # httpx's timeout bounds each phase (a slow drip of bytes resets it): the whole
+            # request, redirects included, is bounded here.
+            async with asyncio.timeout(self.timeout_seconds):
+                response = await http.post(
+                    config.url, json=body, headers=headers, timeout=self.timeout_seconds
+                )
             response.raise_for_status()
+        except TimeoutError:
+            logger.warning(
+                "push notification to %s failed: no answer within %g s",
+                config.url,
+                self.timeout_seconds,
+            )
         except (httpx.HTTPError, EgressDenied) as err:
             logger.warning("push notification to %s failed: %s", config.url, err)
