@@ -525,3 +525,27 @@ async def test_list_suspended_shows_every_run_even_one_no_worker_answers_for(
     finally:
         await orphan.terminate("test over")
     assert deleted == ["5"]
+
+
+async def test_a_listing_shows_no_run_whose_id_names_another_tenant(harness: Harness) -> None:
+    # What a visibility store matching the tenant loosely would answer: a Run of globex's
+    # whose tenant attribute says acme. Listing trusts the workflow id, not the attribute.
+    foreign = await harness.env.client.start_workflow(
+        "AgentRun",
+        id=f"psych-globex-x{harness.settings.task_queue}",
+        task_queue=f"nobody-{harness.settings.task_queue}",
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), "acme")]
+        ),
+    )
+    try:
+
+        async def visible() -> bool:
+            query = f"PsychTenant = 'acme' AND WorkflowId = '{foreign.id}'"
+            return [e.id async for e in harness.env.client.list_workflows(query)] != []
+
+        await eventually(visible, what="the foreign Run in visibility")
+        listed = await harness.client.list(scope=harness.scope)
+    finally:
+        await foreign.terminate("test over")
+    assert foreign.id not in {s.workflow_id for s in listed}

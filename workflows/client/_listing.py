@@ -117,7 +117,11 @@ class RunListing(abc.ABC):
         found: list[RunSummary] = []
         async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
             attributes = execution.typed_search_attributes
-            _, run_id = parse_workflow_id(execution.id)
+            tenant, run_id = parse_workflow_id(execution.id)
+            if tenant != scope.tenant:
+                # The filter named the tenant; a visibility store that compares it loosely
+                # (a case-insensitive collation) must still show no other tenant's Run.
+                continue
             found.append(
                 RunSummary(
                     workflow_id=execution.id,
