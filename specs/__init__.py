@@ -25,6 +25,7 @@ from psych_runtime.specs._errors import (
     RegistryError,
     RunFailed,
     SpecError,
+    StoreDamaged,
     ValidationFailed,
     VersionMismatch,
 )
@@ -210,6 +211,7 @@ __all__ = [
     "SpawnEnvelope",
     "Spec",
     "SpecError",
+    "StoreDamaged",
     "SubagentRef",
     "SuspensionPolicy",
     "TASKS_SCHEMA",

@@ -40,6 +40,12 @@ class VersionMismatch(SpecError):
     """A document's stated hash does not match the hash of its content."""
 
 
+class StoreDamaged(SpecError):
+    """A stored Version no longer reads back as it was written (cut short, altered, or
+    holding another Version): the store's fault, not the caller's. Publishing the same Spec
+    again writes it anew."""
+
+
 class ValidationFailed(PsychError):
     """Publish-time validation found one or more problems.
 

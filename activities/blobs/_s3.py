@@ -217,6 +217,14 @@ class S3BlobStore:
                     ref, f"no blob {ref} in s3://{self.location.bucket}/{key}"
                 ) from err
             raise
+        if blob_ref(data) != ref:
+            # Changed behind the store's back (or written by something else under this
+            # key): never handed out, nor kept, as LocalBlobStore refuses a damaged file.
+            raise BlobNotFound(
+                ref,
+                f"the object of {ref} in s3://{self.location.bucket}/{key} is damaged: its "
+                "bytes hash otherwise",
+            )
         self._recent.keep(ref, data)
         return data
 
@@ -249,8 +257,8 @@ def s3_client_options(location: S3Location) -> dict[str, Any]:
         # tell from the model's: a throttled or dropped S3 request is retried here.
         "retries": {"mode": "standard", "total_max_attempts": 5},
         # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
-        # read unless told otherwise, which several S3-compatible servers refuse; a
-        # content-addressed blob is checked by its ref anyway.
+        # read unless told otherwise, which several S3-compatible servers refuse; a blob
+        # read is checked against its ref (S3BlobStore.get), a Version against its hash.
         "request_checksum_calculation": "when_required",
         "response_checksum_validation": "when_required",
     }

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from psych_runtime.activities.versions._s3 import S3VersionStore
 from psych_runtime.activities.versions._store import FileVersionStore
+from psych_runtime.specs import SpecError
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def version_store_at(where: str | Path) -> FileVersionStore | S3VersionStore:
@@ -14,9 +18,20 @@ def version_store_at(where: str | Path) -> FileVersionStore | S3VersionStore:
     reach; anything else is the directory of a ``FileVersionStore``.
 
     Raises:
-        SpecError: an ``s3://`` URL that is malformed (naming what is wrong).
+        SpecError: an ``s3://`` URL that is malformed (naming what is wrong); an empty
+            value; a URL of another scheme (``https://...``), which is no directory either.
     """
-    text = str(where)
-    if text.startswith("s3:"):
-        return S3VersionStore.from_url(text)
-    return FileVersionStore(where)
+    if isinstance(where, Path):
+        return FileVersionStore(where)
+    text = where.strip()
+    if not text:
+        raise SpecError("PSYCH_STORE/--store is empty: name a directory or an s3:// URL")
+    scheme = _SCHEME.match(text)
+    if scheme is not None:
+        if scheme.group(1).lower() != "s3":
+            raise SpecError(
+                f"PSYCH_STORE/--store {text[:80]!r}: a {scheme.group(1)}:// URL is not a store; "
+                "name a directory or an s3://BUCKET/PREFIX URL"
+            )
+        return S3VersionStore.from_url("s3" + text[len(scheme.group(1)) :])
+    return FileVersionStore(text)

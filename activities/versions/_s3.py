@@ -23,11 +23,13 @@ from psych_runtime.activities.blobs import (
     s3_error_code,
     s3_status,
 )
+from psych_runtime.activities.versions._store import stored_version
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
     PsychError,
     SpecError,
+    StoreDamaged,
     Version,
     WorkflowSpec,
 )
@@ -99,7 +101,17 @@ class S3VersionStore:
             except ClientError as err:
                 status = s3_status(err)
                 if status == 412:  # stored already: the first publisher's Version wins
-                    return self.get(version.hash)
+                    try:
+                        return self.get(version.hash)
+                    except StoreDamaged:
+                        # Unless it is damaged: written anew, unconditionally.
+                        self._s3().put_object(
+                            Bucket=self.location.bucket,
+                            Key=key,
+                            Body=version.to_json().encode(),
+                            ContentType="application/json",
+                        )
+                        return version
                 # 409: another conditional write of it is under way, and may yet fail:
                 # try again rather than read a Version that may never be there.
                 if status != 409:
@@ -115,12 +127,11 @@ class S3VersionStore:
 
         Raises:
             NotFound: nothing is stored under this hash.
-            VersionMismatch: the stored document was altered.
+            StoreDamaged: the stored document does not read back as written.
         """
         from botocore.exceptions import ClientError
 
         key = self.object_key(version_hash)
-        where = f"s3://{self.location.bucket}/{key}"
         try:
             response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
         except ClientError as err:
@@ -130,10 +141,7 @@ class S3VersionStore:
             raise
         with response["Body"] as body:
             document = body.read()
-        version = Version.from_json(document, source=where)
-        if version.hash != version_hash:
-            raise SpecError(f"{where} holds Version {version.hash}, not {version_hash}")
-        return version
+        return stored_version(document, version_hash)
 
     def hashes(self) -> list[str]:
         """The hash of every stored Version, sorted (read off the object names)."""

@@ -12,7 +12,32 @@ import tempfile
 from pathlib import Path
 
 from psych_runtime.activities._durable_files import sync_directory
-from psych_runtime.specs import AgentSpec, NotFound, SpecError, Version, WorkflowSpec
+from psych_runtime.specs import (
+    AgentSpec,
+    NotFound,
+    SpecError,
+    StoreDamaged,
+    Version,
+    WorkflowSpec,
+)
+
+
+def stored_version(document: bytes, version_hash: str) -> Version:
+    """The Version a store read under ``version_hash``, re-verified.
+
+    Raises:
+        StoreDamaged: the document does not parse, or holds another Version (named by its
+            hash, not by where it is stored: API callers are shown it).
+    """
+    try:
+        version = Version.from_json(document, source=version_hash)
+    except SpecError as err:
+        raise StoreDamaged(f"the stored Version {version_hash} is damaged: {err}") from err
+    if version.hash != version_hash:
+        raise StoreDamaged(
+            f"the stored Version {version_hash} is damaged: it holds Version {version.hash}"
+        )
+    return version
 
 
 class FileVersionStore:
@@ -31,8 +56,12 @@ class FileVersionStore:
         """Store ``spec``, or return the Version already stored with its hash."""
         version = Version.of(spec)
         path = self._path(version.hash)
+        damaged = False
         if path.exists():
-            return self.get(version.hash)
+            try:
+                return self.get(version.hash)
+            except StoreDamaged:
+                damaged = True  # written anew below, in place of the damaged file
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".publish-", suffix=".json")
         try:
@@ -41,12 +70,17 @@ class FileVersionStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             try:
-                os.link(tmp, path)
+                if damaged:
+                    os.replace(tmp, path)  # whole or not at all
+                    tmp = ""
+                else:
+                    os.link(tmp, path)
             except FileExistsError:
                 return self.get(version.hash)
             sync_directory(self.root)  # the name too: a hash handed out stays found
         finally:
-            os.unlink(tmp)
+            if tmp:
+                os.unlink(tmp)
         return version
 
     def hashes(self) -> list[str]:
@@ -62,16 +96,12 @@ class FileVersionStore:
 
         Raises:
             NotFound: nothing is stored under this hash.
-            VersionMismatch: the stored document was altered.
+            StoreDamaged: the stored document does not read back as written.
         """
         path = self._path(version_hash)
         try:
-            # Bytes, so a damaged file is a SpecError naming the place, not a decode error.
             document = path.read_bytes()
         except FileNotFoundError:
             # Shown to API callers as is: it names no path of the store.
             raise NotFound(f"no Version {version_hash}") from None
-        version = Version.from_json(document, source=str(path))
-        if version.hash != version_hash:
-            raise SpecError(f"{path} holds Version {version.hash}, not {version_hash}")
-        return version
+        return stored_version(document, version_hash)

@@ -172,3 +172,17 @@ async def test_a_store_reads_back_what_it_wrote_or_read_last_without_a_request(
         for store in (stranger, keeps_nothing):
             with pytest.raises(BlobNotFound, match="no blob"):
                 await store.get(ref)
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_an_object_changed_behind_the_store_is_refused_not_served(s3: S3Server) -> None:
+    bucket = await s3.new_bucket(versioned=False)
+    url = s3.url(bucket, "p")
+    async with S3BlobStore.from_url(url) as writer:
+        ref = await writer.put(b'{"whole": "message"}')
+    async with s3.client() as client:
+        await client.put_object(Bucket=bucket, Key="p/" + blob_key(ref), Body=b'{"whole": "mes')
+    async with S3BlobStore.from_url(url) as reader:
+        for _ in range(2):  # nor kept as whole for the next read
+            with pytest.raises(BlobNotFound, match="is damaged: its bytes hash otherwise"):
+                await reader.get(ref)

@@ -124,6 +124,27 @@ def test_psych_store_selects_the_bucket_for_workers_and_commands(
     assert not (tmp_path / ".psych").exists()
 
 
+def test_a_store_url_is_read_whatever_its_case_and_spaces(url: str, tmp_path: Path) -> None:
+    for given in (url.replace("s3://", "S3://"), f"  {url} "):
+        store = version_store_at(given)
+        assert isinstance(store, S3VersionStore) and store.location.prefix == "fleet/"
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("", "is empty"),
+        ("  ", "is empty"),
+        ("https://bucket.example/psych", "a https:// URL is not a store"),
+        ("file:///srv/psych", "a file:// URL is not a store"),
+    ],
+)
+def test_a_store_that_is_no_directory_nor_s3_url_is_refused(given: str, said: str) -> None:
+    # Read as a directory, each of these published into the working directory silently.
+    with pytest.raises(SpecError, match=f"PSYCH_STORE/--store .*{said}"):
+        version_store_at(given)
+
+
 def test_a_malformed_store_url_names_psych_store() -> None:
     with pytest.raises(SpecError, match=r"PSYCH_STORE='s3://b\?nope=1': unknown parameter"):
         version_store_at("s3://b?nope=1")

@@ -15,7 +15,7 @@ from psych_runtime.specs import (
     AgentSpec,
     NotFound,
     SpecError,
-    VersionMismatch,
+    StoreDamaged,
     VersionStore,
     version_hash,
 )
@@ -64,5 +64,22 @@ def test_a_tampered_file_is_refused_on_read(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     data["spec"]["instructions"] = "Do something else."
     path.write_text(json.dumps(data))
-    with pytest.raises(VersionMismatch):
+    with pytest.raises(StoreDamaged, match=f"the stored Version {version.hash} is damaged"):
         store.get(version.hash)
+    # Publishing the Spec again writes it anew, in place of the damaged file.
+    assert store.publish(spec()).hash == version.hash
+    assert store.get(version.hash).spec == version.spec
+
+
+def test_a_cut_short_file_names_the_hash_not_the_path_and_publishing_mends_it(
+    tmp_path: Path,
+) -> None:
+    store = FileVersionStore(tmp_path)
+    version = store.publish(spec())
+    path = tmp_path / f"{version.hash[7:]}.json"
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(StoreDamaged) as raised:
+        store.get(version.hash)
+    assert str(tmp_path) not in str(raised.value)
+    assert store.publish(spec()) == store.get(version.hash)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left

@@ -181,17 +181,24 @@ def test_requests_waiting_on_a_slow_listing_use_it_instead_of_listing_again(
     assert store.listed == 1
 
 
-async def test_a_version_that_cannot_be_read_is_skipped_once_and_the_rest_served(
+async def test_a_damaged_version_is_reported_at_each_listing_until_mended(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = FileVersionStore(tmp_path)
-    published = store.publish(helper().build())
-    (tmp_path / f"{'0' * 64}.json").write_text("{not json")
+    older = store.publish(helper().build())
+    newer = helper().description("Answers everything.").build()
+    damaged = store.publish(newer)
+    path = tmp_path / f"{damaged.hash.partition(':')[2]}.json"
+    path.write_text("{not json")
     catalogue = AgentCatalogue(store, rescan_seconds=0)
-    assert await catalogue.latest("helper") == published
-    assert await catalogue.latest("helper") == published
+    # The rest is served (here the older Version of the agent), and the damage said.
+    assert await catalogue.latest("helper") == older
+    assert await catalogue.latest("helper") == older
     warned = [r.getMessage() for r in caplog.records if "is not served" in r.getMessage()]
-    assert len(warned) == 1 and f"sha256:{'0' * 64}" in warned[0]
+    assert len(warned) == 2 and f"the stored Version {damaged.hash} is damaged" in warned[0]
+    store.publish(newer)  # publishing its Spec again mends it
+    mended = await catalogue.latest("helper")
+    assert mended is not None and mended.spec == newer
 
 
 async def test_a_spawned_child_never_stands_in_for_the_agent_of_its_name(

@@ -11,7 +11,15 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.specs import AgentBuilder, ToolRegistry, spec_to_data, spec_to_yaml
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    ModelRef,
+    ToolRegistry,
+    spec_to_data,
+    spec_to_yaml,
+)
 
 from ._app import ACME_KEY, GLOBEX_KEY, api, bearer
 
@@ -247,6 +255,20 @@ async def test_an_unknown_version_names_no_path_of_the_server(tmp_path: Path) ->
     detail = str(assert_problem(missing, 404)["detail"])
     assert detail == "no Version sha256:" + "0" * 64
     assert str(tmp_path) not in missing.text
+
+
+async def test_a_damaged_stored_version_is_the_servers_500_naming_no_path(tmp_path: Path) -> None:
+    store = FileVersionStore(tmp_path / "versions")
+    version = store.publish(AgentSpec(name="a", model=ModelRef(model="m")))
+    (tmp_path / "versions" / f"{version.hash[7:]}.json").write_text('{"cut short')
+    async with api(tmp_path) as http:
+        run = await http.post(
+            "/v1/runs", json={"version": version.hash, "input": "hi"}, headers=bearer(GLOBEX_KEY)
+        )
+    problem = assert_problem(run, 500)
+    assert problem["type"] == "urn:psych:problem:store-damaged"
+    assert str(problem["detail"]).startswith(f"the stored Version {version.hash} is damaged")
+    assert str(tmp_path) not in run.text
 
 
 async def test_a_payload_json_cannot_carry_is_refused_not_sent_as_null(tmp_path: Path) -> None:

@@ -227,6 +227,13 @@ async def test_key_providers_read_the_documented_format(tmp_path: Path) -> None:
     assert codec is not None and not codec.accept_plaintext
     migrating = codec_from_env({"PSYCH_CODEC_KEYS": text, "PSYCH_CODEC_ACCEPT_PLAINTEXT": "1"})
     assert migrating is not None and migrating.accept_plaintext
+    # A variable set but empty, or a yes/no that is neither, is refused: read as unset or
+    # as no, each would have run without what the operator asked for.
+    for name in ("PSYCH_CODEC_KEYS", "PSYCH_CODEC_KEY_FILE"):
+        with pytest.raises(SpecError, match=f"{name} is set but empty"):
+            codec_from_env({name: " "})
+    with pytest.raises(SpecError, match="PSYCH_CODEC_ACCEPT_PLAINTEXT='y': say 1 or 0"):
+        codec_from_env({"PSYCH_CODEC_KEYS": text, "PSYCH_CODEC_ACCEPT_PLAINTEXT": "y"})
 
 
 def test_for_tenant_keeps_only_that_tenants_and_the_shared_keys() -> None:

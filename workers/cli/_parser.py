@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument(
         "--store",
-        default=os.environ.get("PSYCH_STORE", DEFAULT_STORE),
+        default=os.environ.get("PSYCH_STORE") or DEFAULT_STORE,
         help=f"version store: a directory, or s3://BUCKET/PREFIX?endpoint=... a fleet shares "
         f"(env PSYCH_STORE, default {DEFAULT_STORE})",
     )

@@ -48,7 +48,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from psych_runtime.specs import AccessDenied
+from psych_runtime.specs import AccessDenied, SpecError
 from psych_runtime.workers.codec._blob_cipher import KeyringBlobCipher
 from psych_runtime.workers.codec._keys import (
     ENV_ACCEPT_PLAINTEXT,
@@ -75,13 +75,27 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> PsychCodec | Non
     Runs started before encryption was turned on (see ``PsychCodec``).
 
     Raises:
-        SpecError: the keys are malformed or cannot be read.
+        SpecError: the keys are malformed or cannot be read; a variable set but empty;
+            ``PSYCH_CODEC_ACCEPT_PLAINTEXT`` neither yes nor no.
     """
     env = os.environ if environ is None else environ
-    if not (env.get(ENV_KEYS, "").strip() or env.get(ENV_KEY_FILE, "").strip()):
+    for name in (ENV_KEYS, ENV_KEY_FILE):
+        if name in env and not env[name].strip():
+            # Read as unset, it would run without encryption: a typo in a deployment's
+            # secret wiring must not turn encryption off silently.
+            raise SpecError(
+                f"{name} is set but empty: give the keys, or unset it to run without encryption"
+            )
+    if ENV_KEYS not in env and ENV_KEY_FILE not in env:
         return None
-    accept = env.get(ENV_ACCEPT_PLAINTEXT, "").strip().lower() in ("1", "true", "yes", "on")
-    return PsychCodec(EnvKeyProvider(env).keyring(), accept_plaintext=accept)
+    said = env.get(ENV_ACCEPT_PLAINTEXT, "").strip().lower()
+    if said not in _YES | _NO:
+        raise SpecError(f"{ENV_ACCEPT_PLAINTEXT}={said!r}: say 1 or 0 (true/false, yes/no, on/off)")
+    return PsychCodec(EnvKeyProvider(env).keyring(), accept_plaintext=said in _YES)
+
+
+_YES = frozenset({"1", "true", "yes", "on"})
+_NO = frozenset({"", "0", "false", "no", "off"})
 
 
 def _context_tenant(context: SerializationContext | None) -> tuple[str | None, str | None]:

@@ -3,7 +3,8 @@
 The one place the API maps exceptions to statuses: psych's own errors (``NotFound`` 404,
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
 revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 with every
-problem), Temporal's (no worker answered: 503), request validation (422, each field named)
+problem, ``StoreDamaged`` 500: a stored Version that no longer reads back), Temporal's
+(no worker answered: 503), request validation (422, each field named)
 ``Unauthorized`` (401) and ``NotPublisher`` (403).
 """
 
@@ -24,6 +25,7 @@ from psych_runtime.specs import (
     PsychError,
     Refused,
     SpecError,
+    StoreDamaged,
     ValidationFailed,
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
@@ -41,6 +43,7 @@ _TITLES = {
     413: "Request too large",
     415: "Unsupported media type",
     422: "Invalid request",
+    500: "Internal error",
     503: "Unavailable",
 }
 
@@ -99,6 +102,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case ValidationFailed():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
             return problem(422, str(err), "invalid-spec", problems=problems)
+        case StoreDamaged():
+            # Before SpecError: the store's fault, which the caller cannot mend.
+            return problem(500, str(err), "store-damaged")
         case SpecError():
             return problem(422, str(err), "invalid-spec")
         case PsychError():

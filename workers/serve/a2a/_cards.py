@@ -110,11 +110,13 @@ class AgentCatalogue:
         except NotFound:
             return  # deleted since the listing: the next one will not list it
         except PsychError as err:
-            # Unreadable for good (damaged, altered, a newer schema): not served, and not
-            # read again, so one bad document does not fail every request's listing.
+            # Damaged (or of a newer schema): not served, and said so at every listing
+            # until it is mended (publishing its Spec again does), without failing the
+            # listing for every other agent. An older Version of its agent is served
+            # meanwhile.
             logger.warning("A2A: Version %s is not served: %s", version_hash, err)
-        else:
-            self._take(version)
+            return
+        self._take(version)
         self._read.add(version_hash)
 
     def _take(self, version: Version) -> None:
