@@ -62,11 +62,11 @@ from psych_runtime.specs._unsupported import (
     UNSUPPORTED_VALUES,
     unsupported_features,
 )
+from psych_runtime.specs._url_template import host_placeholders
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
     ValidationContext,
-    host_placeholders,
     matches,
     mcp_connection_key,
     mcp_servers_of,

@@ -40,6 +40,7 @@ from psych_runtime.specs._subagents import (
     subagent_depth_refusal,
 )
 from psych_runtime.specs._unsupported import unsupported_features
+from psych_runtime.specs._url_template import host_placeholders, url_placeholders
 from psych_runtime.specs._version import canonical_bytes
 from psych_runtime.specs._workflow_fields import unread_workflow_fields
 
@@ -70,7 +71,6 @@ MAX_NESTING_DEPTH = 16
 """Deepest nesting of workflows within workflows (and agents within workflows)."""
 
 _SKILL_LINK = re.compile(r"\[\[skill:([^\]\s]+)\]\]")
-_URL_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
 
 @dataclass(frozen=True, init=False)
@@ -193,19 +193,6 @@ def narrow(
     )
 
 
-def _url_placeholders(url: str) -> list[str]:
-    return _URL_PLACEHOLDER.findall(url)
-
-
-def host_placeholders(url: str) -> list[str]:
-    """The placeholders of an HTTP tool's URL template that fall before its path: in its
-    scheme, host or port, where an argument (the model's) would choose where the request,
-    and its credential, go. A tool may put arguments in its path and query only."""
-    scheme, sep, rest = url.partition("://")
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else ""
-    return _url_placeholders(scheme + sep + authority)
-
-
 def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
     problems = []
     properties = tool.input_schema.get("properties", {})
@@ -221,7 +208,7 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
                 "request and its credential go)",
             )
         )
-    for placeholder in _url_placeholders(tool.url):
+    for placeholder in url_placeholders(tool.url):
         if placeholder not in properties:
             problems.append(
                 Problem(

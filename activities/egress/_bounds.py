@@ -2,8 +2,11 @@
 
 ``Bounded`` wraps an httpx transport (model endpoints, HTTP tools, A2A), ``Bounded2`` an
 httpx2 one (MCP sessions and their OAuth requests): a body declared larger is refused
-before it is read, one that grows past the bound fails as it is read. An MCP event stream
-is left whole: it lives as long as its session, and the MCP SDK bounds each event.
+before it is read, one that grows past the bound fails as it is read. Bodies are asked
+for unencoded (``Accept-Encoding: identity``) and one sent encoded anyway is refused: the
+bound counts the bytes that arrive, and a few KB of gzip can decode to gigabytes. An MCP
+event stream is left whole when the request asked for one: it lives as long as its
+session, and the MCP SDK bounds each event.
 """
 
 from __future__ import annotations
@@ -34,6 +37,19 @@ def _declared(headers: httpx.Headers | httpx2.Headers) -> int | None:
     return int(declared) if declared.isdigit() else None
 
 
+def _encoding(headers: httpx.Headers | httpx2.Headers) -> str | None:
+    """The response's content encoding, None when it is sent as is."""
+    encoding = headers.get("content-encoding", "").strip().lower()
+    return None if encoding in ("", "identity") else encoding
+
+
+def _encoded(encoding: str, method: str, url: str) -> str:
+    return (
+        f"response refused: {method} {url} sent a {encoding}-encoded body though asked for "
+        "none; its decoded size could not be bounded (the egress policy's max_response_bytes)"
+    )
+
+
 async def _capped(
     chunks: AsyncIterator[bytes], limit: int, fail: Callable[[int], Exception]
 ) -> AsyncIterator[bytes]:
@@ -53,14 +69,19 @@ class Bounded(httpx.AsyncBaseTransport):
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = await self.inner.handle_async_request(request)
+        url = str(request.url.copy_with(query=None))
 
         def fail(size: int) -> ResponseTooLarge:
-            url = str(request.url.copy_with(query=None))
             return ResponseTooLarge(
                 _message(self.limit, size, request.method, url), request=request
             )
 
+        encoding = _encoding(response.headers)
+        if encoding is not None:
+            await response.aclose()
+            raise ResponseTooLarge(_encoded(encoding, request.method, url), request=request)
         declared = _declared(response.headers)
         if declared is not None and declared > self.limit:
             await response.aclose()
@@ -98,17 +119,26 @@ class Bounded2(httpx2.AsyncBaseTransport):
         self.limit = limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = await self.inner.handle_async_request(request)
-        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media == "text/event-stream":
-            return response
+        url = str(request.url.copy_with(query=None))
 
         def fail(size: int) -> McpResponseTooLarge:
-            url = str(request.url.copy_with(query=None))
             return McpResponseTooLarge(
                 _message(self.limit, size, request.method, url), request=request
             )
 
+        encoding = _encoding(response.headers)
+        if encoding is not None:
+            await response.aclose()
+            raise McpResponseTooLarge(_encoded(encoding, request.method, url), request=request)
+        # An event stream passes whole only where the request asked for one (a session's
+        # stream): a body read whole (an OAuth document, a reply) labelled so is bounded.
+        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media == "text/event-stream" and "text/event-stream" in request.headers.get(
+            "accept", ""
+        ):
+            return response
         declared = _declared(response.headers)
         if declared is not None and declared > self.limit:
             await response.aclose()

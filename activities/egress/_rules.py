@@ -252,14 +252,19 @@ def _match(
     for pattern in hosts:
         if fnmatch.fnmatchcase(host, pattern.lower()):
             return f"host {pattern}"
+    if address is None:
+        return None
+    # ::ffff:a.b.c.d reaches a.b.c.d (Linux connects it as IPv4): a rule of either form
+    # holds for either.
+    forms: list[IPAddress] = [address]
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        # ::ffff:a.b.c.d reaches a.b.c.d (Linux connects it as IPv4): an IPv4 rule holds.
-        address = address.ipv4_mapped
-    if address is not None:
-        for cidr in cidrs:
-            network: IPNetwork = ipaddress.ip_network(cidr, strict=False)
-            if address.version == network.version and address in network:
-                return f"cidr {cidr}"
+        forms.append(address.ipv4_mapped)
+    elif isinstance(address, ipaddress.IPv4Address):
+        forms.append(ipaddress.IPv6Address(f"::ffff:{address}"))
+    for cidr in cidrs:
+        network: IPNetwork = ipaddress.ip_network(cidr, strict=False)
+        if any(form.version == network.version and form in network for form in forms):
+            return f"cidr {cidr}"
     return None
 
 

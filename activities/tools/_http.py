@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -57,6 +57,8 @@ async def build_request(
         return quote(_url_text(value), safe="")
 
     url = _PLACEHOLDER.sub(fill, tool.url)
+    if urlsplit(url)[:2] != urlsplit(_PLACEHOLDER.sub("", tool.url))[:2]:
+        raise ToolError(f"{tool.name}: its arguments would change the URL's scheme, host or port")
     rest = {name: value for name, value in input.arguments.items() if name not in used}
     headers = dict(tool.headers)
     if tool.credential is not None:

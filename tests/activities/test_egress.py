@@ -8,6 +8,7 @@ assert that no connection was attempted for them: nothing leaves 127.0.0.0/8.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,8 +179,33 @@ async def test_mcp_response_bodies_are_bounded_but_event_streams_are_not() -> No
             with pytest.raises(McpResponseTooLarge, match="over 1000 bytes"):
                 await client.post(f"{big.url}/mcp", json={})
             # A session's event stream lives as long as the session: the SDK bounds events.
-            events = await client.get(f"{big.url}/events")
-        assert len(events.content) > 5000
+            stream = {"Accept": "text/event-stream"}
+            events = await client.get(f"{big.url}/events", headers=stream)
+            assert len(events.content) > 5000
+            # The same label on a body nobody asked to stream (an OAuth document) is bounded.
+            with pytest.raises(McpResponseTooLarge, match="over 1000 bytes"):
+                await client.get(f"{big.url}/events")
+        await port.aclose()
+
+
+async def test_an_encoded_body_is_refused_since_its_decoded_size_cannot_be_bounded() -> None:
+    bomb = gzip.compress(b" " * 200_000)  # ~200 bytes that decode to 200 KB
+
+    def answer(request: Request) -> Answer:
+        # What a server that ignores Accept-Encoding: identity sends.
+        return Answer(200, bomb, "application/json", (("Content-Encoding", "gzip"),))
+
+    with Upstream(answer) as server:
+        settings = EgressSettings(
+            rules=EgressRules(allow_cidrs=("127.0.0.0/8",)), max_response_bytes=1000
+        )
+        port = Egress(settings, resolver=resolver)
+        with pytest.raises(ResponseTooLarge, match="sent a gzip-encoded body though asked"):
+            await port.http("acme").get(server.url)
+        async with port.mcp_client("acme") as client:
+            with pytest.raises(McpResponseTooLarge, match="sent a gzip-encoded body"):
+                await client.get(server.url)
+        assert {r.headers.get("accept-encoding") for r in server.requests} == {"identity"}
         await port.aclose()
 
 
@@ -194,6 +220,13 @@ def test_a_cidr_rule_holds_for_the_ipv4_mapped_form_of_its_addresses() -> None:
         refused = policy.judge(url, None)
         assert refused is not None and refused.kind == "denied", url
     assert policy.judge("http://[::ffff:127.0.0.1]/", "acme") is None
+    # A rule written in the mapped form holds for both forms too.
+    mapped = EgressPolicy(
+        EgressSettings(rules=EgressRules(deny_cidrs=("::ffff:93.184.216.0/120",)))
+    )
+    for url in ("http://93.184.216.34/", "http://[::ffff:93.184.216.34]/"):
+        refused = mapped.judge(url, None)
+        assert refused is not None and refused.kind == "denied", url
 
 
 def test_the_default_refuses_every_kind_of_address_a_network_trusts() -> None:

@@ -551,6 +551,10 @@ async def test_http_url_whose_host_an_argument_fills_is_refused_before_sending(
         "fetch: its URL puts {host} in the scheme, host or port; arguments may fill the "
         "path and the query only"
     )
+    suffix = HttpTool(name="fetch", description="Fetch.", url="http://127.0.0.1{/suffix}")
+    arguments: dict[str, Any] = {"/suffix": ".evil.example"}
+    outcome = await env.run(tools.http, http_call(suffix, **arguments))
+    assert outcome.status == "error" and "{/suffix} in the scheme, host or port" in outcome.content
     assert server.requests == []
 
 

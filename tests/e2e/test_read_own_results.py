@@ -198,3 +198,50 @@ async def test_a_subagent_is_handed_its_parents_results_not_a_ref_its_model_wrot
         calls = (await harness.client.report(child.run, scope=harness.scope)).tool_calls
     assert result.status is RunStatus.COMPLETED, result.reason
     assert read_back(calls) == {mine[0]: "abcde", foreign: None}
+
+
+async def test_a_workflow_hands_on_what_its_child_steps_hand_back(harness: Harness) -> None:
+    # An agent step that was shown a stored result and names it in its answer, and a
+    # nested workflow whose tool step stored its output: the next agent step reads both.
+    harness.registry.register(big_report)
+    reporter = (
+        AgentBuilder("reporter", registry=harness.registry)
+        .model("fake-model")
+        .tool("big_report")
+        .limits(large_result_bytes=1024)
+        .build()
+    )
+    nested = (
+        WorkflowBuilder("nested-report", registry=harness.registry)
+        .tool("big_report")
+        .tool_step("report", "big_report", {"size": 14_000})
+        .limits(large_result_bytes=1024)
+        .build()
+    )
+    spec = (
+        WorkflowBuilder("report-twice-then-read", registry=harness.registry)
+        .agent_step("report", reporter)
+        .workflow_step("nested", nested)
+        .agent_step("read", AgentBuilder("step-reader").model("fake-model").build())
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        tools = [t["function"]["name"] for t in body.get("tools", [])]
+        messages = body["messages"]
+        if "big_report" not in tools:
+            return read_every_ref(body)
+        if messages[-1]["role"] == "user":
+            return Reply.tool_calls(ToolCall("big_report", {"size": 12_000}, id="b1"))
+        shown = REF.findall(messages[-1]["content"])[0]
+        return Reply.text(f"The full report is at {shown}.")
+
+    async with harness.worker():
+        harness.fake.responder = respond
+        run = await harness.client.dispatch(spec, "report", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        *_, reader = [r.run for r in records if isinstance(r, StepStarted) and r.run]
+        calls = (await harness.client.report(reader, scope=harness.scope)).tool_calls
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert list(read_back(calls).values()) == ["abcde", "abcde"]

@@ -529,23 +529,31 @@ async def test_list_suspended_shows_every_run_even_one_no_worker_answers_for(
 
 async def test_a_listing_shows_no_run_whose_id_names_another_tenant(harness: Harness) -> None:
     # What a visibility store matching the tenant loosely would answer: a Run of globex's
-    # whose tenant attribute says acme. Listing trusts the workflow id, not the attribute.
-    foreign = await harness.env.client.start_workflow(
-        "AgentRun",
-        id=f"psych-globex-x{harness.settings.task_queue}",
-        task_queue=f"nobody-{harness.settings.task_queue}",
-        search_attributes=TypedSearchAttributes(
-            [SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), "acme")]
-        ),
-    )
+    # whose tenant attribute says acme. Listing trusts the workflow id, not the attribute,
+    # and the foreign Run does not take the place of acme's own.
+    def start(workflow_id: str) -> Any:
+        return harness.env.client.start_workflow(
+            "AgentRun",
+            id=workflow_id,
+            task_queue=f"nobody-{harness.settings.task_queue}",
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), "acme")]
+            ),
+        )
+
+    own = await start(f"psych-acme-own{harness.settings.task_queue}")
+    foreign = await start(f"psych-globex-x{harness.settings.task_queue}")  # the newer
     try:
 
         async def visible() -> bool:
-            query = f"PsychTenant = 'acme' AND WorkflowId = '{foreign.id}'"
-            return [e.id async for e in harness.env.client.list_workflows(query)] != []
+            query = f"PsychTenant = 'acme' AND WorkflowId IN ('{own.id}', '{foreign.id}')"
+            return len([e async for e in harness.env.client.list_workflows(query)]) == 2
 
-        await eventually(visible, what="the foreign Run in visibility")
+        await eventually(visible, what="both Runs in visibility")
         listed = await harness.client.list(scope=harness.scope)
+        first = await harness.client.list(scope=harness.scope, limit=1)
     finally:
-        await foreign.terminate("test over")
+        for handle in (own, foreign):
+            await handle.terminate("test over")
     assert foreign.id not in {s.workflow_id for s in listed}
+    assert [s.workflow_id for s in first] == [own.id]

@@ -235,10 +235,12 @@ def test_http_url_placeholder_missing_from_schema() -> None:
         "https://api.test{suffix}/orders",
         "http{s}://api.test/",
         "https://api.test:{port}/",
+        "https://api.test{/suffix}",  # RFC 6570's form: the host ends at the brace's "/"
+        "https://api.test{?q}",
     ],
 )
 def test_an_http_url_placeholder_may_not_choose_scheme_host_or_port(url: str) -> None:
-    (name,) = re.findall(r"\{(\w+)\}", url)
+    (name,) = re.findall(r"\{([^{}]+)\}", url)
     schema = {"type": "object", "properties": {name: {"type": "string"}}}
     problems = validate(agent(tools=[http("t", url=url, input_schema=schema)]))
     assert [

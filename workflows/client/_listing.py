@@ -37,6 +37,11 @@ _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
 _SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
 
+FOREIGN_MAX = 1000
+"""How many other tenants' Runs a listing reads past (what a loosely matching visibility
+store may answer) before it ends short."""
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """One Run as listing shows it (from search attributes)."""
@@ -115,12 +120,16 @@ class RunListing(abc.ABC):
         if status is not None:
             clauses.append(f"{SA_STATUS} = {_quote(str(status))}")
         found: list[RunSummary] = []
-        async for execution in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+        # The filter named the tenant; a visibility store that compares it loosely (a
+        # case-insensitive collation) must still show no other tenant's Run, and those it
+        # answers must not take the caller's places: read on past them, up to a bound.
+        query = " AND ".join(clauses)
+        async for execution in self.temporal.list_workflows(query, limit=limit + FOREIGN_MAX):
+            if len(found) == limit:
+                break
             attributes = execution.typed_search_attributes
             tenant, run_id = parse_workflow_id(execution.id)
             if tenant != scope.tenant:
-                # The filter named the tenant; a visibility store that compares it loosely
-                # (a case-insensitive collation) must still show no other tenant's Run.
                 continue
             found.append(
                 RunSummary(

@@ -7,7 +7,8 @@ through the ``psych.tool.read_output`` activity. Offered to every agent.
 It reads only the Run's own results: a handle one of its tool calls was shown as (its
 ``tool_call_finished`` records, carried across continue-as-new), or one its parent handed
 it when it is a child Run. A parent hands a child exactly the refs of the child's messages
-that are its own (``ParentBounds.handed``): a workflow its tool steps' stored outputs, an
+that are its own (``ParentBounds.handed``, ``kernel/_handles.py``): a workflow its tool
+steps' stored outputs and those its child steps hand back (``RunResult.handles``), an
 agent the handles it was shown that its model wrote into a subagent's task. A caller's
 messages hand nothing, and neither does text: a ref a caller (or a prompt-injected model)
 writes into a child's task is not the parent's, so no Run can be pointed at another Run's
@@ -19,17 +20,15 @@ rule keep reading as they did: ``workflow.patched``.)
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ReadOutputInput, ToolCallRequest, ToolDefinition
-    from psych_runtime.workflows.contract._contract import RunInput
-    from psych_runtime.workflows.contract._records import ToolCallFinished
     from psych_runtime.workflows.kernel import _activity_calls as calls
-    from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
+    from psych_runtime.workflows.kernel._feature import Builtin, Feature
+    from psych_runtime.workflows.kernel._handles import RESULTS, own_handles
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
 
 READ_MAX_LENGTH = 65536
@@ -69,50 +68,16 @@ def read_arguments(call_id: str, arguments: dict[str, Any]) -> ReadOutputInput |
     return ReadOutputInput(call_id=call_id, handle=handle, offset=offset, length=length)
 
 
-_REF = re.compile(r"sha256:[0-9a-f]{64}")
-
-
 def not_found(handle: str) -> str:
     """What reading a handle that is not there (or not the Run's) answers: the activity's
     own text for a missing blob, so the two cannot be told apart."""
     return f"no stored tool output with handle {handle!r}"
 
 
-def handed(input: RunInput) -> frozenset[str]:
-    """The refs this Run's parent handed it (none for a Run a caller started)."""
-    bounds = input.bounds
-    if bounds is None:
-        return frozenset()
-    if bounds.handed is not None:
-        return frozenset(bounds.handed)
-    # A parent from before ParentBounds.handed: the child took every ref in its messages,
-    # and a Run started then keeps reading as it did (its history replays).
-    return frozenset(ref for message in input.messages for ref in _REF.findall(message))
-
-
-def own_handles(run: RunView) -> frozenset[str]:
-    """Every handle this Run was shown (in this execution or, carried, an earlier one) or
-    handed: what it may read back, and hand on."""
-    carry = run.input.carry
-    carried = carry.features.get(Results.name) if carry is not None else None
-    shown = {
-        record.result_ref
-        for record in run.log
-        if isinstance(record, ToolCallFinished) and record.truncated and record.result_ref
-    }
-    return frozenset(carried or ()) | shown | handed(run.input)
-
-
-def handed_on(run: RunView, messages: tuple[str, ...]) -> tuple[str, ...]:
-    """What a child started with ``messages`` is handed: the refs in them this Run owns."""
-    named = {ref for message in messages for ref in _REF.findall(message)}
-    return tuple(sorted(named & own_handles(run)))
-
-
 class Results(Feature):
     """``read_tool_output``, and the handles of earlier executions of a continued Run."""
 
-    name = "results"
+    name = RESULTS
 
     def builtins(self) -> tuple[Builtin, ...]:
         return (Builtin("read_tool_output", lambda: READ_TOOL_OUTPUT, self._read, executes=True),)

@@ -57,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
-    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.features._spawn_compose import (
         NAME_PATTERN,
         child_model,
@@ -68,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._children import failed_totals, has_search_attributes
     from psych_runtime.workflows.kernel._feature import RunView
+    from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
 
 

@@ -52,9 +52,9 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
-    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
+    from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at

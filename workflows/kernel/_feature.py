@@ -98,6 +98,11 @@ class RunView(Protocol):
         """The Run's pending items (hold a wait, mirror a child's items)."""
 
     @property
+    def held(self) -> frozenset[str]:
+        """Stored results its children handed back when they settled (``RunResult.handles``):
+        the Run may read them and hand them on (``_handles.own_handles``)."""
+
+    @property
     def aborted(self) -> bool:
         """Whether an abort was asked for."""
 

@@ -92,6 +92,8 @@ class RunBase(abc.ABC):
         self._reason: str | None = None
         self._answer: str | None = None
         self._outputs: dict[str, Any] | None = None
+        self._held: set[str] = set()
+        """Stored results children handed back (``RunView.held``)."""
         self._turn = 0
         self._totals = Totals()
         self._cost_unknown = False
@@ -334,7 +336,12 @@ class RunBase(abc.ABC):
             answer=outcome.answer,
             totals=self._totals,
             outputs=self._outputs,
+            handles=self._settled_handles(),
         )
+
+    def _settled_handles(self) -> tuple[str, ...]:
+        """The handles this Run owns (``RunResult.handles``); the feature view knows them."""
+        return ()
 
     def _record_settled(self, outcome: Outcome) -> None:
         """Write ``run_settled``: always the last record."""

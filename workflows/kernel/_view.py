@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._consent import await_consent
     from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._handlers import Handlers
+    from psych_runtime.workflows.kernel._handles import own_handles
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
 
@@ -117,6 +118,14 @@ class FeatureView(Handlers):
     def suspensions(self) -> Suspensions:
         """The pending items."""
         return self._suspensions
+
+    @property
+    def held(self) -> frozenset[str]:
+        """Stored results children handed back."""
+        return frozenset(self._held)
+
+    def _settled_handles(self) -> tuple[str, ...]:
+        return tuple(sorted(own_handles(self)))
 
     @property
     def aborted(self) -> bool:

@@ -51,10 +51,10 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features import FEATURES
-    from psych_runtime.workflows.features._results import handed_on
     from psych_runtime.workflows.kernel._catalog import resolve
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._handlers import parse_input
+    from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
@@ -266,6 +266,7 @@ class WorkflowRun(ToolCalls):
         self._running = None
         self.forget_child(child.id)
         self.add_child_totals(result.totals)
+        self._held.update(result.handles)  # its stored results: the next steps' to read
         ok = result.status is RunStatus.COMPLETED
         output = (result.answer if kind == "agent" else result.outputs) if ok else None
         self._finish(
