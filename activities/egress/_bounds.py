@@ -2,23 +2,31 @@
 
 ``Bounded`` wraps an httpx transport (model endpoints, HTTP tools, A2A), ``Bounded2`` an
 httpx2 one (MCP sessions and their OAuth requests): a body declared larger is refused
-before it is read, one that grows past the bound fails as it is read. Bodies are asked
-for unencoded (``Accept-Encoding: identity``) and one sent encoded anyway is refused: the
-bound counts the bytes that arrive, and a few KB of gzip can decode to gigabytes. An MCP
-event stream is left whole when the request asked for one: it lives as long as its
+before it is read, one that grows past the bound fails as it is read. The bound counts
+decoded bytes: bodies are asked for unencoded (``Accept-Encoding: identity``), a gzip or
+deflate body sent anyway is decoded here, a chunk at a time and never past the bound (a
+few KB of gzip can decode to gigabytes), and a body in another encoding is refused. An
+MCP event stream is left whole when the request asked for one: it lives as long as its
 session, and the MCP SDK bounds each event.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 import httpx2
 
+_INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
+"""Encodings decoded here (``zlib`` reads gzip and zlib-wrapped deflate alike)."""
+_NO_BODY = frozenset({204, 304})
+
 
 class ResponseTooLarge(httpx.TransportError):
-    """A response body past the egress policy's bound (``max_response_bytes``)."""
+    """A response body past the egress policy's bound (``max_response_bytes``), or in an
+    encoding whose decoded size cannot be bounded."""
 
 
 class McpResponseTooLarge(httpx2.TransportError):
@@ -29,24 +37,6 @@ def _message(limit: int, size: int, method: str, url: str) -> str:
     return (
         f"response too large: {method} {url} sent over {limit} bytes (the egress "
         f"policy's max_response_bytes; {size} so far)"
-    )
-
-
-def _declared(headers: httpx.Headers | httpx2.Headers) -> int | None:
-    declared = headers.get("content-length", "")
-    return int(declared) if declared.isdigit() else None
-
-
-def _encoding(headers: httpx.Headers | httpx2.Headers) -> str | None:
-    """The response's content encoding, None when it is sent as is."""
-    encoding = headers.get("content-encoding", "").strip().lower()
-    return None if encoding in ("", "identity") else encoding
-
-
-def _encoded(encoding: str, method: str, url: str) -> str:
-    return (
-        f"response refused: {method} {url} sent a {encoding}-encoded body though asked for "
-        "none; its decoded size could not be bounded (the egress policy's max_response_bytes)"
     )
 
 
@@ -61,8 +51,112 @@ async def _capped(
         yield chunk
 
 
+async def _inflated(
+    chunks: AsyncIterator[bytes],
+    limit: int,
+    fail: Callable[[int], Exception],
+    broken: Callable[[str], Exception],
+) -> AsyncIterator[bytes]:
+    inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or zlib header
+    size = 0
+    try:
+        async for chunk in chunks:
+            data = chunk
+            while data:
+                # Never more than one byte past the bound per step, whatever the ratio.
+                out = inflater.decompress(data, limit - size + 1)
+                size += len(out)
+                if size > limit:
+                    raise fail(size)
+                if out:
+                    yield out
+                data = inflater.unconsumed_tail
+        tail = inflater.flush()
+    except zlib.error as err:
+        raise broken(str(err)) from err
+    size += len(tail)
+    if size > limit:
+        raise fail(size)
+    if tail:
+        yield tail
+
+
+class _Body:
+    """A response body as an async byte stream of either library."""
+
+    def __init__(self, body: AsyncIterator[bytes], inner: Any) -> None:
+        self.body, self.inner = body, inner
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.body
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Stream(_Body, httpx.AsyncByteStream):
+    pass
+
+
+class _Stream2(_Body, httpx2.AsyncByteStream):
+    pass
+
+
+async def _bounded(
+    lib: Any,
+    request: Any,
+    response: Any,
+    limit: int,
+    error: type[ResponseTooLarge] | type[McpResponseTooLarge],
+    stream: type[_Stream] | type[_Stream2],
+) -> Any:
+    """``response`` with its body bounded (the module docstring), in ``lib`` (httpx or
+    httpx2) terms."""
+    method, url = request.method, str(request.url.copy_with(query=None))
+
+    def fail(size: int) -> Exception:
+        return error(_message(limit, size, method, url), request=request)
+
+    def broken(said: str) -> Exception:
+        decoding: type[Exception] = lib.DecodingError
+        return decoding(f"{method} {url}: its encoded body does not decode: {said}")
+
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    bodiless = response.status_code in _NO_BODY or method == "HEAD"
+    if encoding in ("", "identity") or bodiless:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await response.aclose()
+            raise fail(int(declared))
+        body = _capped(response.stream.__aiter__(), limit, fail)
+        headers = response.headers
+    elif encoding in _INFLATED:
+        body = _inflated(response.stream.__aiter__(), limit, fail, broken)
+        headers = lib.Headers(
+            [
+                (name, value)
+                for name, value in response.headers.multi_items()
+                if name.lower() not in ("content-encoding", "content-length")
+            ]
+        )
+    else:
+        await response.aclose()
+        raise error(
+            f"response refused: {method} {url} sent a {encoding}-encoded body though asked "
+            "for none; its decoded size could not be bounded (the egress policy's "
+            "max_response_bytes)",
+            request=request,
+        )
+    return lib.Response(
+        response.status_code,
+        headers=headers,
+        stream=stream(body, response.stream),
+        extensions=response.extensions,
+    )
+
+
 class Bounded(httpx.AsyncBaseTransport):
-    """An httpx transport whose response bodies stop at ``limit`` bytes."""
+    """An httpx transport whose response bodies stop at ``limit`` decoded bytes."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
         self.inner = inner
@@ -71,48 +165,17 @@ class Bounded(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.headers["Accept-Encoding"] = "identity"
         response = await self.inner.handle_async_request(request)
-        url = str(request.url.copy_with(query=None))
-
-        def fail(size: int) -> ResponseTooLarge:
-            return ResponseTooLarge(
-                _message(self.limit, size, request.method, url), request=request
-            )
-
-        encoding = _encoding(response.headers)
-        if encoding is not None:
-            await response.aclose()
-            raise ResponseTooLarge(_encoded(encoding, request.method, url), request=request)
-        declared = _declared(response.headers)
-        if declared is not None and declared > self.limit:
-            await response.aclose()
-            raise fail(declared)
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Stream(response.stream, self.limit, fail),
-            extensions=response.extensions,
+        bounded: httpx.Response = await _bounded(
+            httpx, request, response, self.limit, ResponseTooLarge, _Stream
         )
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _Stream(httpx.AsyncByteStream):
-    def __init__(
-        self, inner: httpx.AsyncByteStream, limit: int, fail: Callable[[int], Exception]
-    ) -> None:
-        self.inner, self.limit, self.fail = inner, limit, fail
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _capped(self.inner.__aiter__(), self.limit, self.fail)
+        return bounded
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 class Bounded2(httpx2.AsyncBaseTransport):
-    """``Bounded`` for an httpx2 transport; event streams are passed whole."""
+    """``Bounded`` for an httpx2 transport; an event stream asked for is passed whole."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
         self.inner = inner
@@ -121,48 +184,17 @@ class Bounded2(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
         response = await self.inner.handle_async_request(request)
-        url = str(request.url.copy_with(query=None))
-
-        def fail(size: int) -> McpResponseTooLarge:
-            return McpResponseTooLarge(
-                _message(self.limit, size, request.method, url), request=request
-            )
-
-        encoding = _encoding(response.headers)
-        if encoding is not None:
-            await response.aclose()
-            raise McpResponseTooLarge(_encoded(encoding, request.method, url), request=request)
         # An event stream passes whole only where the request asked for one (a session's
         # stream): a body read whole (an OAuth document, a reply) labelled so is bounded.
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media == "text/event-stream" and "text/event-stream" in request.headers.get(
-            "accept", ""
-        ):
+        asked = "text/event-stream" in request.headers.get("accept", "")
+        plain = response.headers.get("content-encoding", "").strip().lower() in ("", "identity")
+        if media == "text/event-stream" and asked and plain:
             return response
-        declared = _declared(response.headers)
-        if declared is not None and declared > self.limit:
-            await response.aclose()
-            raise fail(declared)
-        assert isinstance(response.stream, httpx2.AsyncByteStream)
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Stream2(response.stream, self.limit, fail),
-            extensions=response.extensions,
+        bounded: httpx2.Response = await _bounded(
+            httpx2, request, response, self.limit, McpResponseTooLarge, _Stream2
         )
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _Stream2(httpx2.AsyncByteStream):
-    def __init__(
-        self, inner: httpx2.AsyncByteStream, limit: int, fail: Callable[[int], Exception]
-    ) -> None:
-        self.inner, self.limit, self.fail = inner, limit, fail
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _capped(self.inner.__aiter__(), self.limit, self.fail)
+        return bounded
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -78,11 +78,11 @@ class EgressRules(BaseModel):
 
     def allows(self, host: str, address: IPAddress | None) -> str | None:
         """The allow rule matching ``host`` (or ``address``), if any."""
-        return _match(self.allow_hosts, self.allow_cidrs, host, address)
+        return _match(self.allow_hosts, self.allow_cidrs, host, address, deny=False)
 
     def denies(self, host: str, address: IPAddress | None) -> str | None:
         """The deny rule matching ``host`` (or ``address``), if any."""
-        return _match(self.deny_hosts, self.deny_cidrs, host, address)
+        return _match(self.deny_hosts, self.deny_cidrs, host, address, deny=True)
 
     @property
     def empty(self) -> bool:
@@ -247,25 +247,50 @@ def _literal(host: str) -> IPAddress | None:
 
 
 def _match(
-    hosts: tuple[str, ...], cidrs: tuple[str, ...], host: str, address: IPAddress | None
+    hosts: tuple[str, ...],
+    cidrs: tuple[str, ...],
+    host: str,
+    address: IPAddress | None,
+    *,
+    deny: bool,
 ) -> str | None:
     for pattern in hosts:
         if fnmatch.fnmatchcase(host, pattern.lower()):
             return f"host {pattern}"
     if address is None:
         return None
-    # ::ffff:a.b.c.d reaches a.b.c.d (Linux connects it as IPv4): a rule of either form
-    # holds for either.
-    forms: list[IPAddress] = [address]
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        forms.append(address.ipv4_mapped)
-    elif isinstance(address, ipaddress.IPv4Address):
-        forms.append(ipaddress.IPv6Address(f"::ffff:{address}"))
+    # ::ffff:a.b.c.d reaches a.b.c.d (Linux connects it as IPv4), so it is judged as the
+    # IPv4 address, and a rule written in the mapped form (inside ::ffff:0:0/96) as the
+    # IPv4 network it stands for. A deny rule also holds for the address as written (a
+    # deny of ::/0 still refuses ::ffff:a.b.c.d); an allow rule does not (an allow of
+    # ::/0 must not open every IPv4 address by its mapped spelling).
+    unmapped = _unmapped(address)
     for cidr in cidrs:
         network: IPNetwork = ipaddress.ip_network(cidr, strict=False)
-        if any(form.version == network.version and form in network for form in forms):
+        if _within(unmapped, _unmapped_network(network)) or (deny and _within(address, network)):
             return f"cidr {cidr}"
     return None
+
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def _unmapped(address: IPAddress) -> IPAddress:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _unmapped_network(network: IPNetwork) -> IPNetwork:
+    if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED):
+        first = network.network_address.ipv4_mapped
+        assert first is not None
+        return ipaddress.IPv4Network((first, network.prefixlen - 96))
+    return network
+
+
+def _within(address: IPAddress, network: IPNetwork) -> bool:
+    return address.version == network.version and address in network
 
 
 def _split(entries: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -26,12 +26,12 @@ def version_store_at(where: str | Path) -> FileVersionStore | S3VersionStore:
     text = where.strip()
     if not text:
         raise SpecError("PSYCH_STORE/--store is empty: name a directory or an s3:// URL")
+    if text[:3].lower() == "s3:":  # any spelling of it: parse_s3_url names what is wrong
+        return S3VersionStore.from_url("s3" + text[2:])
     scheme = _SCHEME.match(text)
     if scheme is not None:
-        if scheme.group(1).lower() != "s3":
-            raise SpecError(
-                f"PSYCH_STORE/--store {text[:80]!r}: a {scheme.group(1)}:// URL is not a store; "
-                "name a directory or an s3://BUCKET/PREFIX URL"
-            )
-        return S3VersionStore.from_url("s3" + text[len(scheme.group(1)) :])
+        raise SpecError(
+            f"PSYCH_STORE/--store {text[:80]!r}: a {scheme.group(1)}:// URL is not a store; "
+            "name a directory or an s3://BUCKET/PREFIX URL"
+        )
     return FileVersionStore(text)

@@ -23,7 +23,7 @@ from psych_runtime.activities.blobs import (
     s3_error_code,
     s3_status,
 )
-from psych_runtime.activities.versions._store import stored_version
+from psych_runtime.activities.versions._store import repaired, stored_version
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
@@ -104,14 +104,7 @@ class S3VersionStore:
                     try:
                         return self.get(version.hash)
                     except StoreDamaged:
-                        # Unless it is damaged: written anew, unconditionally.
-                        self._s3().put_object(
-                            Bucket=self.location.bucket,
-                            Key=key,
-                            Body=version.to_json().encode(),
-                            ContentType="application/json",
-                        )
-                        return version
+                        return self._repair(spec, key)
                 # 409: another conditional write of it is under way, and may yet fail:
                 # try again rather than read a Version that may never be there.
                 if status != 409:
@@ -121,6 +114,21 @@ class S3VersionStore:
             f"Version {version.hash}: s3://{self.location.bucket}/{key} stayed in conflict "
             f"for {CONFLICT_ATTEMPTS} conditional writes"
         )
+
+    def _repair(self, spec: AgentSpec | WorkflowSpec, key: str) -> Version:
+        """Write ``spec`` anew over its damaged object, unconditionally, with the time it
+        was first published (``repaired``)."""
+        response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
+        with response["Body"] as body:
+            damaged = body.read()
+        version = repaired(spec, damaged, response["LastModified"])
+        self._s3().put_object(
+            Bucket=self.location.bucket,
+            Key=key,
+            Body=version.to_json().encode(),
+            ContentType="application/json",
+        )
+        return version
 
     def get(self, version_hash: str) -> Version:
         """The stored Version with this hash, re-verified on read.

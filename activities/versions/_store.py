@@ -8,7 +8,9 @@ Version is never visible and two concurrent publishers of one Spec agree on the 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from psych_runtime.activities._durable_files import sync_directory
@@ -20,6 +22,23 @@ from psych_runtime.specs import (
     Version,
     WorkflowSpec,
 )
+
+_PUBLISHED_AT = re.compile(rb'"published_at"\s*:\s*"([^"]{1,64})"')
+
+
+def repaired(spec: AgentSpec | WorkflowSpec, damaged: bytes, stored_at: datetime) -> Version:
+    """The Version that replaces a damaged document of ``spec``: its ``published_at`` as
+    the document still says it, else when the store wrote it (``stored_at``)."""
+    found = _PUBLISHED_AT.search(damaged)
+    if found is not None:
+        try:
+            said = datetime.fromisoformat(found.group(1).decode())
+        except ValueError:
+            pass
+        else:
+            if said.tzinfo is not None:
+                return Version.of(spec, published_at=said)
+    return Version.of(spec, published_at=stored_at)
 
 
 def stored_version(document: bytes, version_hash: str) -> Version:
@@ -61,7 +80,11 @@ class FileVersionStore:
             try:
                 return self.get(version.hash)
             except StoreDamaged:
-                damaged = True  # written anew below, in place of the damaged file
+                # Written anew below, in place of the damaged file, with the time it was
+                # first published: "the newest of its name" must not change by a repair.
+                damaged = True
+                first = path.stat().st_mtime
+                version = repaired(spec, path.read_bytes(), datetime.fromtimestamp(first, UTC))
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".publish-", suffix=".json")
         try:

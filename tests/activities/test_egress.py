@@ -188,11 +188,18 @@ async def test_mcp_response_bodies_are_bounded_but_event_streams_are_not() -> No
         await port.aclose()
 
 
-async def test_an_encoded_body_is_refused_since_its_decoded_size_cannot_be_bounded() -> None:
+async def test_an_encoded_body_is_bounded_as_it_decodes() -> None:
     bomb = gzip.compress(b" " * 200_000)  # ~200 bytes that decode to 200 KB
+    small = b'{"ok": true}'
 
     def answer(request: Request) -> Answer:
         # What a server that ignores Accept-Encoding: identity sends.
+        if request.path == "/small":
+            return Answer(
+                200, gzip.compress(small), "application/json", (("Content-Encoding", "gzip"),)
+            )
+        if request.path == "/brotli":
+            return Answer(200, b"...", "application/json", (("Content-Encoding", "br"),))
         return Answer(200, bomb, "application/json", (("Content-Encoding", "gzip"),))
 
     with Upstream(answer) as server:
@@ -200,11 +207,16 @@ async def test_an_encoded_body_is_refused_since_its_decoded_size_cannot_be_bound
             rules=EgressRules(allow_cidrs=("127.0.0.0/8",)), max_response_bytes=1000
         )
         port = Egress(settings, resolver=resolver)
-        with pytest.raises(ResponseTooLarge, match="sent a gzip-encoded body though asked"):
-            await port.http("acme").get(server.url)
+        http = port.http("acme")
+        with pytest.raises(ResponseTooLarge, match="over 1000 bytes"):
+            await http.get(f"{server.url}/bomb")
+        assert (await http.get(f"{server.url}/small")).content == small
+        with pytest.raises(ResponseTooLarge, match="sent a br-encoded body though asked"):
+            await http.get(f"{server.url}/brotli")
         async with port.mcp_client("acme") as client:
-            with pytest.raises(McpResponseTooLarge, match="sent a gzip-encoded body"):
-                await client.get(server.url)
+            with pytest.raises(McpResponseTooLarge, match="over 1000 bytes"):
+                await client.get(f"{server.url}/bomb")
+            assert (await client.get(f"{server.url}/small")).content == small
         assert {r.headers.get("accept-encoding") for r in server.requests} == {"identity"}
         await port.aclose()
 
@@ -220,6 +232,22 @@ def test_a_cidr_rule_holds_for_the_ipv4_mapped_form_of_its_addresses() -> None:
         refused = policy.judge(url, None)
         assert refused is not None and refused.kind == "denied", url
     assert policy.judge("http://[::ffff:127.0.0.1]/", "acme") is None
+    # An IPv6 rule holds for no IPv4 address: an allow of ::/0 opens no IPv4 address by
+    # its mapped spelling; a deny of ::/0 refuses IPv6 and the mapped spelling only.
+    v6 = EgressPolicy(
+        EgressSettings(
+            tenants={
+                "acme": EgressRules(allow_cidrs=("::/0",)),
+                "globex": EgressRules(deny_cidrs=("::/0",)),
+            }
+        )
+    )
+    for url in ("http://169.254.169.254/", "http://[::ffff:169.254.169.254]/"):
+        refused = v6.judge(url, "acme")
+        assert refused is not None and refused.kind == "link-local", url
+    assert v6.judge("http://8.8.8.8/", "globex") is None
+    refused = v6.judge("http://[::ffff:8.8.8.8]/", "globex")
+    assert refused is not None and refused.kind == "denied"
     # A rule written in the mapped form holds for both forms too.
     mapped = EgressPolicy(
         EgressSettings(rules=EgressRules(deny_cidrs=("::ffff:93.184.216.0/120",)))

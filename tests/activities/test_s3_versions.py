@@ -20,6 +20,7 @@ from psych_runtime.specs import (
     AgentSpec,
     NotFound,
     SpecError,
+    StoreDamaged,
     VersionStore,
     version_hash,
 )
@@ -137,11 +138,13 @@ def test_a_store_url_is_read_whatever_its_case_and_spaces(url: str, tmp_path: Pa
         ("  ", "is empty"),
         ("https://bucket.example/psych", "a https:// URL is not a store"),
         ("file:///srv/psych", "a file:// URL is not a store"),
+        ("s3:bucket", "must be a bucket name"),  # not a directory named 's3:bucket'
+        ("S3:/bucket", "must be a bucket name"),
     ],
 )
 def test_a_store_that_is_no_directory_nor_s3_url_is_refused(given: str, said: str) -> None:
     # Read as a directory, each of these published into the working directory silently.
-    with pytest.raises(SpecError, match=f"PSYCH_STORE/--store .*{said}"):
+    with pytest.raises(SpecError, match=f"PSYCH_STORE.*{said}"):
         version_store_at(given)
 
 
@@ -187,3 +190,19 @@ def test_a_publish_that_meets_a_write_under_way_tries_again(
     published = one.publish(spec("conflicted"))
     assert conflicts == [0]
     assert one.get(published.hash) == published
+
+
+def test_a_damaged_object_is_refused_and_publishing_mends_it_keeping_its_time(
+    stores: tuple[S3VersionStore, S3VersionStore],
+) -> None:
+    one, two = stores
+    first = one.publish(spec())
+    key = one.object_key(first.hash)
+    document = first.to_json().encode()
+    one._s3().put_object(
+        Bucket=one.location.bucket, Key=key, Body=document[: document.index(b'"spec"')]
+    )
+    with pytest.raises(StoreDamaged, match=f"the stored Version {first.hash} is damaged"):
+        two.get(first.hash)
+    assert two.publish(spec()) == first  # the same Spec, the same first published_at
+    assert one.get(first.hash) == first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,17 @@ def test_a_cut_short_file_names_the_hash_not_the_path_and_publishing_mends_it(
     assert str(tmp_path) not in str(raised.value)
     assert store.publish(spec()) == store.get(version.hash)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+def test_a_mended_version_keeps_the_time_it_was_first_published(tmp_path: Path) -> None:
+    # The newest Version of a name is the one an A2A agent serves: a repair must not make
+    # an older Version the newest.
+    store = FileVersionStore(tmp_path)
+    first = store.publish(spec())
+    path = tmp_path / f"{first.hash[7:]}.json"
+    document = path.read_bytes()
+    path.write_bytes(document[: document.index(b'"spec"')])  # published_at still legible
+    assert store.publish(spec()).published_at == first.published_at
+    path.write_bytes(b"{")  # nothing legible: when the store wrote the file
+    written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    assert store.publish(spec()).published_at == written == store.get(first.hash).published_at

@@ -306,8 +306,8 @@ class RunResult(_Frozen):
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name (None for an agent)."""
     handles: tuple[str, ...] = ()
-    """The stored results (refs) this Run may read back with ``read_tool_output``: its
-    parent may hand them on (a workflow to its next steps)."""
+    """The stored results (refs) this Run owns that its answer or outputs name: its parent
+    may hand them on (a workflow to its next steps)."""
 
 
 # --- queries -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ where the tool-call kernel hands itself to its features).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from temporalio import workflow
@@ -25,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._consent import await_consent
     from psych_runtime.workflows.kernel._feature import ChildHandle
     from psych_runtime.workflows.kernel._handlers import Handlers
-    from psych_runtime.workflows.kernel._handles import own_handles
+    from psych_runtime.workflows.kernel._handles import own_handles, refs_in
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
 
@@ -125,7 +126,10 @@ class FeatureView(Handlers):
         return frozenset(self._held)
 
     def _settled_handles(self) -> tuple[str, ...]:
-        return tuple(sorted(own_handles(self)))
+        # Only those its answer or outputs name: what a parent hands on is what the next
+        # child's messages name, and a Run may own thousands (the result stays small).
+        named = refs_in((self._answer or "", json.dumps(self._outputs or {}, sort_keys=True)))
+        return tuple(sorted(own_handles(self) & named))
 
     @property
     def aborted(self) -> bool:
