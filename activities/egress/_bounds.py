@@ -13,7 +13,7 @@ session, and the MCP SDK bounds each event.
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -22,6 +22,9 @@ import httpx2
 _INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
 """Encodings decoded here (``zlib`` reads gzip and zlib-wrapped deflate alike)."""
 _NO_BODY = frozenset({204, 304})
+_WITH_HEADER = 32 + zlib.MAX_WBITS
+"""zlib's window bits for a gzip or a zlib header, whichever comes."""
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class ResponseTooLarge(httpx.TransportError):
@@ -42,7 +45,7 @@ def _message(limit: int, size: int, method: str, url: str) -> str:
 
 async def _capped(
     chunks: AsyncIterator[bytes], limit: int, fail: Callable[[int], Exception]
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     size = 0
     async for chunk in chunks:
         size += len(chunk)
@@ -56,41 +59,66 @@ async def _inflated(
     limit: int,
     fail: Callable[[int], Exception],
     broken: Callable[[str], Exception],
-) -> AsyncIterator[bytes]:
-    inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or zlib header
-    size = 0
+) -> AsyncGenerator[bytes]:
+    """The decoded body, bounded twice: its decoded bytes, and the bytes on the wire (a
+    stream of empty deflate blocks decodes to nothing). Members of a gzip body sent back
+    to back are decoded in turn; a zlib header missing (raw deflate, as some servers send
+    ``deflate``) is read as raw; a body cut short, or anything after its end, is refused."""
+    inflater = zlib.decompressobj(_WITH_HEADER)
+    raw = decoded = 0
+    started = False
     try:
         async for chunk in chunks:
+            raw += len(chunk)
+            if raw > limit:
+                raise fail(raw)
             data = chunk
             while data:
-                # Never more than one byte past the bound per step, whatever the ratio.
-                out = inflater.decompress(data, limit - size + 1)
-                size += len(out)
-                if size > limit:
-                    raise fail(size)
+                try:
+                    # Never more than one byte past the bound per step, whatever the ratio.
+                    out = inflater.decompress(data, limit - decoded + 1)
+                except zlib.error:
+                    if started:
+                        raise
+                    inflater = zlib.decompressobj(-zlib.MAX_WBITS)  # no header: raw deflate
+                    out = inflater.decompress(data, limit - decoded + 1)
+                started = True
+                decoded += len(out)
+                if decoded > limit:
+                    raise fail(decoded)
                 if out:
                     yield out
                 data = inflater.unconsumed_tail
+                if inflater.eof and inflater.unused_data:
+                    rest = inflater.unused_data
+                    if not rest.startswith(_GZIP_MAGIC):
+                        raise broken("bytes after the end of the encoded body")
+                    inflater = zlib.decompressobj(_WITH_HEADER)  # the next gzip member
+                    data = rest
         tail = inflater.flush()
+        ended = inflater.eof
     except zlib.error as err:
         raise broken(str(err)) from err
-    size += len(tail)
-    if size > limit:
-        raise fail(size)
+    decoded += len(tail)
+    if decoded > limit:
+        raise fail(decoded)
     if tail:
         yield tail
+    if started and not ended:
+        raise broken("the encoded body was cut short")
 
 
 class _Body:
     """A response body as an async byte stream of either library."""
 
-    def __init__(self, body: AsyncIterator[bytes], inner: Any) -> None:
+    def __init__(self, body: AsyncGenerator[bytes], inner: Any) -> None:
         self.body, self.inner = body, inner
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.body
 
     async def aclose(self) -> None:
+        await self.body.aclose()
         await self.inner.aclose()
 
 
@@ -122,9 +150,9 @@ async def _bounded(
         return decoding(f"{method} {url}: its encoded body does not decode: {said}")
 
     encoding = response.headers.get("content-encoding", "").strip().lower()
-    bodiless = response.status_code in _NO_BODY or method == "HEAD"
+    declared = response.headers.get("content-length", "")
+    bodiless = response.status_code in _NO_BODY or method == "HEAD" or declared == "0"
     if encoding in ("", "identity") or bodiless:
-        declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await response.aclose()
             raise fail(int(declared))
@@ -132,11 +160,12 @@ async def _bounded(
         headers = response.headers
     elif encoding in _INFLATED:
         body = _inflated(response.stream.__aiter__(), limit, fail, broken)
+        # As bytes: a header value httpx would not encode again (non-ASCII) stays as sent.
         headers = lib.Headers(
             [
                 (name, value)
-                for name, value in response.headers.multi_items()
-                if name.lower() not in ("content-encoding", "content-length")
+                for name, value in response.headers.raw
+                if name.lower() not in (b"content-encoding", b"content-length")
             ]
         )
     else:

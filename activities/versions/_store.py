@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from psych_runtime.activities._durable_files import sync_directory
@@ -36,7 +36,9 @@ def repaired(spec: AgentSpec | WorkflowSpec, damaged: bytes, stored_at: datetime
         except ValueError:
             pass
         else:
-            if said.tzinfo is not None:
+            # A time after the store wrote the document is damage too (never the newest);
+            # a bucket's LastModified has whole seconds.
+            if said.tzinfo is not None and said <= stored_at + timedelta(seconds=1):
                 return Version.of(spec, published_at=said)
     return Version.of(spec, published_at=stored_at)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ipaddress
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,6 +256,41 @@ def test_a_cidr_rule_holds_for_the_ipv4_mapped_form_of_its_addresses() -> None:
     for url in ("http://93.184.216.34/", "http://[::ffff:93.184.216.34]/"):
         refused = mapped.judge(url, None)
         assert refused is not None and refused.kind == "denied", url
+
+
+async def test_encoded_bodies_decode_as_servers_send_them_or_are_refused_naming_why() -> None:
+    body = b'{"ok": true}'
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    bodies: dict[str, tuple[bytes, str]] = {
+        "/members": (gzip.compress(body[:5]) + gzip.compress(body[5:]), "gzip"),
+        "/raw-deflate": (raw.compress(body) + raw.flush(), "deflate"),
+        "/zlib-deflate": (zlib.compress(body), "deflate"),
+        "/cut": (gzip.compress(body)[:-8], "gzip"),
+        "/trailing": (gzip.compress(body) + b"not gzip", "gzip"),
+        "/padded": (gzip.compress(body) + b"\x1f\x8b" + b"\x00" * 5000, "gzip"),
+    }
+
+    def answer(request: Request) -> Answer:
+        data, encoding = bodies[request.path]
+        headers = (("Content-Encoding", encoding), ("X-Name", "caf\u00e9"))
+        return Answer(200, data, "application/json", headers)
+
+    with Upstream(answer) as server:
+        settings = EgressSettings(
+            rules=EgressRules(allow_cidrs=("127.0.0.0/8",)), max_response_bytes=1000
+        )
+        port = Egress(settings, resolver=resolver)
+        http = port.http("acme")
+        for path in ("/members", "/raw-deflate", "/zlib-deflate"):
+            assert (await http.get(f"{server.url}{path}")).content == body, path
+        with pytest.raises(httpx.DecodingError, match="cut short"):
+            await http.get(f"{server.url}/cut")
+        with pytest.raises(httpx.DecodingError, match="after the end"):
+            await http.get(f"{server.url}/trailing")
+        # Bytes on the wire count too: what decodes to nothing cannot grow without bound.
+        with pytest.raises(ResponseTooLarge, match="over 1000 bytes"):
+            await http.get(f"{server.url}/padded")
+        await port.aclose()
 
 
 def test_the_default_refuses_every_kind_of_address_a_network_trusts() -> None:
