@@ -7,8 +7,10 @@ streaming request, a provider whose 401 quotes the API key.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -136,3 +138,29 @@ class Upstream:
         assert self._server is not None
         self._server.shutdown()
         self._server.server_close()
+
+
+@contextlib.asynccontextmanager
+async def dripping() -> AsyncIterator[str]:
+    """The base URL of a server on loopback whose every answer is 100 bytes of JSON sent a
+    byte every 0.1 s: each read is quick, the whole takes 10 s (what a per-read timeout
+    never stops)."""
+
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: 100\r\n\r\n")
+        try:
+            for _ in range(100):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except ConnectionError:
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(drip, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()

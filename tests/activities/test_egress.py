@@ -33,7 +33,7 @@ from psych_runtime.activities.egress import (
 from psych_runtime.activities.mcp import check_servers
 from psych_runtime.activities.tools import ToolActivities
 from psych_runtime.specs import A2APeer, HttpTool, McpServer, Scope, ToolRegistry
-from tests._upstream import Answer, Request, Upstream
+from tests._upstream import Answer, Request, Upstream, dripping
 from tests.activities.test_tools import http_call
 
 SCOPE = Scope(tenant="acme")
@@ -374,35 +374,20 @@ async def test_an_mcp_server_url_goes_through_the_same_check() -> None:
 
 
 async def test_a_peers_card_that_drips_in_is_given_up_on_within_the_bound() -> None:
-    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
-        writer.write(b"Content-Length: 100\r\n\r\n")
-        try:
-            for _ in range(100):  # a byte every 0.1 s: each read is quick, the whole is not
-                writer.write(b" ")
-                await writer.drain()
-                await asyncio.sleep(0.1)
-        except ConnectionError:
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(drip, "127.0.0.1", 0)
     port = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     loop = asyncio.get_running_loop()
     try:
-        started = loop.time()
-        (checked,) = await check_peers(
-            [A2APeer(name="slow", url=url)],
-            scope=SCOPE,
-            secrets=None,
-            egress=port,
-            settings=A2aSettings(card_timeout_seconds=0.5),
-        )
-        took = loop.time() - started
+        async with dripping() as url:
+            started = loop.time()
+            (checked,) = await check_peers(
+                [A2APeer(name="slow", url=url)],
+                scope=SCOPE,
+                secrets=None,
+                egress=port,
+                settings=A2aSettings(card_timeout_seconds=0.5),
+            )
+            took = loop.time() - started
     finally:
-        server.close()
         await port.aclose()
     assert checked.error == "no card within 0.5 s"
     assert took < 2.0  # ~10 s when only each read was bounded

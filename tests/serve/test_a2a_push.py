@@ -35,6 +35,7 @@ from psych_runtime.workers.serve.a2a import (
     PushStore,
     Watched,
 )
+from tests._upstream import dripping
 
 SCOPE = Scope(tenant="acme", principal="alice")
 
@@ -534,28 +535,13 @@ async def test_no_task_is_taken_over_after_close() -> None:
 
 
 async def test_a_webhook_that_drips_its_answer_is_given_up_on_within_the_bound() -> None:
-    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
-        try:
-            for _ in range(100):  # a byte every 0.1 s: each read is quick, the whole is not
-                writer.write(b"x")
-                await writer.drain()
-                await asyncio.sleep(0.1)
-        except ConnectionError:
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(drip, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     registry = PushRegistry(store=PushStore(MemoryTokenStore()), timeout_seconds=0.5)
     loop = asyncio.get_running_loop()
     try:
-        async with httpx.AsyncClient() as http:
+        async with dripping() as url, httpx.AsyncClient() as http:
             started = loop.time()
-            await registry._post(http, config(f"http://127.0.0.1:{port}/hook"), {"x": 1})
+            await registry._post(http, config(f"{url}/hook"), {"x": 1})
             took = loop.time() - started
     finally:
-        server.close()
         await registry.aclose()
     assert took < 2.0  # 0.5 s and the scheduling around it; ~10 s without the bound
