@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder, WorkflowBuilder
+from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, StepStarted, ToolCallReport
 
@@ -23,15 +23,22 @@ MISSING = "sha256:" + "0" * 64
 REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-async def test_another_runs_handle_is_not_found(harness: Harness) -> None:
-    harness.registry.register(big_report)
-    owner = (
-        AgentBuilder("results-owner", registry=harness.registry)
+def reporting_agent(harness: Harness, name: str) -> AgentSpec:
+    """An agent with ``big_report``, whose results over 1 KB are stored and shown as a
+    handle."""
+    if "big_report" not in harness.registry:
+        harness.registry.register(big_report)
+    return (
+        AgentBuilder(name, registry=harness.registry)
         .model("fake-model")
         .tool("big_report")
         .limits(large_result_bytes=1024)
         .build()
     )
+
+
+async def test_another_runs_handle_is_not_found(harness: Harness) -> None:
+    owner = reporting_agent(harness, "results-owner")
     reader = AgentBuilder("results-reader").model("fake-model").build()
     async with harness.worker():
         # Run A: its report is stored whole and reaches its model as a handle.
@@ -90,13 +97,7 @@ async def test_another_runs_handle_is_not_found(harness: Harness) -> None:
 
 async def stored_elsewhere(harness: Harness) -> str:
     """A handle of a result another Run stored (what a caller could name by its hash)."""
-    owner = (
-        AgentBuilder("results-owner", registry=harness.registry)
-        .model("fake-model")
-        .tool("big_report")
-        .limits(large_result_bytes=1024)
-        .build()
-    )
+    owner = reporting_agent(harness, "results-owner")
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("big_report", {"size": 10_000})), Reply.text("stored")
     )
@@ -203,14 +204,7 @@ async def test_a_subagent_is_handed_its_parents_results_not_a_ref_its_model_wrot
 async def test_a_workflow_hands_on_what_its_child_steps_hand_back(harness: Harness) -> None:
     # An agent step that was shown a stored result and names it in its answer, and a
     # nested workflow whose tool step stored its output: the next agent step reads both.
-    harness.registry.register(big_report)
-    reporter = (
-        AgentBuilder("reporter", registry=harness.registry)
-        .model("fake-model")
-        .tool("big_report")
-        .limits(large_result_bytes=1024)
-        .build()
-    )
+    reporter = reporting_agent(harness, "reporter")
     nested = (
         WorkflowBuilder("nested-report", registry=harness.registry)
         .tool("big_report")

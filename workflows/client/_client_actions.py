@@ -19,8 +19,10 @@ taken twice).
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
@@ -67,15 +69,19 @@ def update_id(name: str, idempotency_key: str | None) -> str | None:
     return f"{name}/{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
 
 
-def _refused(workflow_id: str, err: WorkflowUpdateFailedError) -> PsychError | None:
-    """What the caller is told of an update the Run refused: ``AccessDenied``, ``Refused``
-    with its kind; None when the cause is not a refusal (the SDK's error stands)."""
-    cause = err.cause
-    if not isinstance(cause, ApplicationError):
-        return None
-    if cause.type == RefusalKind.ACCESS_DENIED:
-        return AccessDenied(cause.message)
-    return Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}")
+@contextlib.contextmanager
+def _refusals(workflow_id: str) -> Iterator[None]:
+    """An update the Run refused, as the caller is told of it: ``AccessDenied``, or
+    ``Refused`` with its kind; a failure whose cause is no refusal stands as the SDK's."""
+    try:
+        yield
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        if not isinstance(cause, ApplicationError):
+            raise
+        if cause.type == RefusalKind.ACCESS_DENIED:
+            raise AccessDenied(cause.message) from err
+        raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
 
 
 def _answers(result: ResumeResult, request: ResumeInput) -> bool:
@@ -114,12 +120,8 @@ class RunActions(abc.ABC):
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
-            return await handle.execute_update(name, arg, id=id, result_type=result_type)
-        except WorkflowUpdateFailedError as err:
-            refused = _refused(workflow_id, err)
-            if refused is None:
-                raise
-            raise refused from err
+            with _refusals(workflow_id):
+                return await handle.execute_update(name, arg, id=id, result_type=result_type)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 # A settled Run has no handlers left; say how it settled.
@@ -188,14 +190,10 @@ class RunActions(abc.ABC):
         id = update_id(RESUME, idempotency_key)
         assert id is not None
         try:
-            result: ResumeResult = await handle.get_update_handle(
-                id, result_type=ResumeResult
-            ).result()
-        except WorkflowUpdateFailedError as err:
-            refused = _refused(workflow_id, err)
-            if refused is None:
-                raise
-            raise refused from err
+            with _refusals(workflow_id):
+                result: ResumeResult = await handle.get_update_handle(
+                    id, result_type=ResumeResult
+                ).result()
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return None
