@@ -85,6 +85,12 @@ from psych_runtime.specs._version import (
     spec_to_yaml,
     version_hash,
 )
+from psych_runtime.specs._wire import (
+    drop_defaults,
+    field_defaults,
+    spec_wire_data,
+    version_wire_data,
+)
 
 if TYPE_CHECKING:
     from psych_runtime.specs._display import (
@@ -234,6 +240,8 @@ __all__ = [
     "WorkflowStepRef",
     "canonical_bytes",
     "depth_refusal",
+    "drop_defaults",
+    "field_defaults",
     "field_docs",
     "host_placeholders",
     "load_yaml",
@@ -252,10 +260,12 @@ __all__ = [
     "spec_to_data",
     "spec_to_json",
     "spec_to_yaml",
+    "spec_wire_data",
     "subagent_depth_refusal",
     "system_prompt",
     "unsupported_features",
     "validate",
     "version_hash",
+    "version_wire_data",
     "with_context",
 ]

@@ -3,7 +3,6 @@ form of the ones a Run sends on every turn (written without their defaults)."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from pydantic import (
@@ -14,7 +13,7 @@ from pydantic import (
     model_serializer,
 )
 
-from psych_runtime.specs import McpServer, Scope
+from psych_runtime.specs import McpServer, Scope, drop_defaults
 
 
 class _Payload(BaseModel):
@@ -32,13 +31,10 @@ class _Compact(_Payload):
     def _without_defaults(
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        values = self.__dict__
         # Every payload a turn sends passes here: the fields are dropped from the dict the
         # handler made, and a value still holding its default object is not compared.
-        for key, default in _defaults(type(self)).items():
-            if key in data and ((value := values[key]) is default or value == default):
-                del data[key]
+        data = drop_defaults(self, handler(self))
+        values = self.__dict__
         for key, implied in self._implied().items():
             if key in data and values[key] == implied:
                 del data[key]
@@ -48,22 +44,6 @@ class _Compact(_Payload):
         """Fields whose value the other fields imply: left out when they hold it (a class
         that has some fills them back in when they are missing)."""
         return {}
-
-
-@functools.cache
-def _defaults(cls: type[BaseModel]) -> dict[str, Any]:
-    """The default of each of ``cls``'s optional fields, read once per class.
-
-    Pydantic's ``get_default`` inspects a default factory's signature on every call: once
-    per field per payload written, that was a quarter of a turn's workflow-task time
-    (py-spy, issue 27). Payload defaults are immutable values (or factories of them), so
-    the value read once compares the same as a fresh one.
-    """
-    return {
-        name: field.get_default(call_default_factory=True)
-        for name, field in cls.model_fields.items()
-        if not field.is_required()
-    }
 
 
 def _compact_scope(scope: Scope) -> dict[str, Any]:

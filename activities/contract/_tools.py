@@ -94,10 +94,19 @@ class PolicyInput(_Payload):
 
 
 class ToolCatalog(_Payload):
-    """The tools a Run offers: the stored definitions and what the workflow must know."""
+    """The tools a Run offers: the stored definitions and what the workflow must know.
+
+    Every Run records one (``psych.tool.catalog``), so its JSON leaves out each entry's
+    fields at their defaults (read back with them). Elsewhere an entry dumps whole: the
+    MCP and A2A catalogue hashes are over full entries, and a Policy sees them whole.
+    """
 
     tools_ref: BlobRef | None
     entries: tuple[CatalogEntry, ...]
+
+    @field_serializer("entries", when_used="json")
+    def _entries(self, entries: tuple[CatalogEntry, ...]) -> list[dict[str, Any]]:
+        return [entry.model_dump(mode="json", exclude_defaults=True) for entry in entries]
 
 
 class CodeToolCall(_Payload):

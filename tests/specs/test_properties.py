@@ -7,6 +7,7 @@ edit to a field, including the order of an ordered field, always does.
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -36,6 +37,7 @@ from psych_runtime.specs import (
     spec_to_json,
     spec_to_yaml,
     version_hash,
+    version_wire_data,
 )
 
 SETTINGS = settings(
@@ -259,6 +261,19 @@ def test_version_survives_json_and_yaml_round_trips(spec: AgentSpec | WorkflowSp
     assert Version.from_json(version.to_json()) == version
     assert Version.from_yaml(version.to_yaml()) == version
     assert Version.from_yaml(version.to_yaml()).hash == version_hash(spec)
+
+
+@SETTINGS
+@given(spec=SPECS)
+def test_wire_form_reads_back_as_the_spec(spec: AgentSpec | WorkflowSpec) -> None:
+    version = Version.of(spec, datetime(2025, 5, 6, 7, 8, 9, tzinfo=UTC))
+    wire = version_wire_data(version)
+    assert Version.model_validate_json(json.dumps(wire)) == version
+    assert version_hash(parse_spec(wire["spec"])) == version.hash
+    # The defaults are left out (the full dump is only the fallback).
+    limits = wire["spec"].get("limits", {})
+    assert all(value != Limits.model_fields[name].default for name, value in limits.items())
+    assert len(json.dumps(wire["spec"])) < len(json.dumps(spec_to_data(spec)))
 
 
 # --- single edits --------------------------------------------------------------------------

@@ -27,10 +27,12 @@ from psych_runtime.specs import (
     SpawnEnvelope,
     SpecError,
     SubagentRef,
+    SuspensionPolicy,
     ToolStep,
     Version,
     VersionMismatch,
     WorkflowSpec,
+    WorkflowStepRef,
     canonical_bytes,
     parse_spec,
     spec_from_json,
@@ -39,6 +41,7 @@ from psych_runtime.specs import (
     spec_to_json,
     spec_to_yaml,
     version_hash,
+    version_wire_data,
 )
 
 HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -123,6 +126,34 @@ def rich_workflow() -> WorkflowSpec:
         tools=(CodeTool(name="create_account"),),
         limits=Limits(max_turns=5),
     )
+
+
+def nested_workflow() -> WorkflowSpec:
+    """Every nested union position: a step of each kind, a workflow in a workflow, an
+    agent step with subagents and MCP OAuth, a suspension policy off its defaults."""
+    agent = rich_agent().model_copy(
+        update={"suspension": SuspensionPolicy(approval_expires_seconds=60.0)}
+    )
+    inner = WorkflowSpec(
+        name="inner", steps=(AgentStep(name="ask", spec=agent),), tools=(CodeTool(name="t"),)
+    )
+    return rich_workflow().model_copy(
+        update={"steps": (*rich_workflow().steps, WorkflowStepRef(name="nested", spec=inner))}
+    )
+
+
+@pytest.mark.parametrize(
+    "spec", [minimal(), rich_agent(), rich_workflow(), nested_workflow()], ids=lambda s: s.name
+)
+def test_the_wire_form_keeps_every_kind_and_reads_back(spec: AgentSpec | WorkflowSpec) -> None:
+    version = Version.of(spec, WHEN)
+    data = version_wire_data(version)
+    text = json.dumps(data)
+    assert Version.model_validate_json(text) == version
+    assert version_hash(parse_spec(data["spec"])) == version.hash
+    assert text.count('"kind"') == json.dumps(spec_to_data(spec)).count('"kind"')
+    # The short form, not the full dump it falls back to.
+    assert len(json.dumps(data["spec"])) < len(json.dumps(spec_to_data(spec)))
 
 
 # --- canonical bytes -----------------------------------------------------------------------

@@ -12,13 +12,30 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities.contract import ThreadRef
 from psych_runtime.activities.contract import workflow_id_for as workflow_id_for
-from psych_runtime.specs import DepthCap, LeftOut, Scope, SuspensionPolicy, Task, Version
+from psych_runtime.specs import (
+    DepthCap,
+    LeftOut,
+    Scope,
+    SuspensionPolicy,
+    Task,
+    Version,
+    drop_defaults,
+    version_wire_data,
+)
 from psych_runtime.workflows.contract._carry import (
     CONTINUE_AFTER_EVENTS,
     MAX_CONTINUE_AFTER_EVENTS,
@@ -248,7 +265,12 @@ class ParentBounds(_Frozen):
 
 
 class RunInput(_Frozen):
-    """What starts a Run. The whole Version travels, and is re-hashed at start."""
+    """What starts a Run. The whole Version travels, and is re-hashed at start.
+
+    Its JSON (the Run's first history event, a child's start) leaves out the fields at
+    their defaults, its own and its Spec's (``version_wire_data``): a Spec's full dump is
+    four times its wire form, and each Run's start event carried it.
+    """
 
     run_id: str
     version: Version
@@ -285,6 +307,17 @@ class RunInput(_Frozen):
     carry: RunCarry | None = None
     """Set by continue-as-new: what the execution before this one hands on (None for a
     Run's first execution)."""
+
+    @field_serializer("version", when_used="json")
+    def _version(self, version: Version) -> dict[str, Any]:
+        return version_wire_data(version)
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return drop_defaults(self, data) if info.mode_is_json() else data
 
 
 class AgentRunInput(RunInput):

@@ -1,0 +1,107 @@
+"""What a Run's history carries of its input and its tool catalogue: the fields at their
+defaults left out, read back the same; inputs written in full (every history before)
+still read."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+from pydantic_core import to_json
+
+from psych_runtime.activities.contract import CatalogEntry, PolicyDecision, ToolCatalog, ToolInfo
+from psych_runtime.specs import (
+    AgentBuilder,
+    Scope,
+    Version,
+    spec_to_data,
+    spec_wire_data,
+)
+from psych_runtime.specs import _wire as wire
+from psych_runtime.workflows import AgentRunInput
+
+WHEN = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+
+
+def version() -> Version:
+    spec = (
+        AgentBuilder("support")
+        .instructions("Help.")
+        .model("gpt-4o", temperature=0.2)
+        .limits(max_turns=4)
+        .build()
+    )
+    return Version.of(spec, WHEN)
+
+
+def run_input() -> AgentRunInput:
+    return AgentRunInput(
+        run_id="r1", version=version(), scope=Scope(tenant="acme"), messages=("hi",)
+    )
+
+
+def test_a_run_input_travels_without_its_defaults_and_reads_back_the_same() -> None:
+    start = run_input()
+    data: dict[str, Any] = json.loads(to_json(start))  # as the data converter writes it
+    assert set(data) == {"run_id", "version", "scope", "messages"}
+    spec = data["version"]["spec"]
+    assert spec["kind"] == "agent"
+    assert spec["limits"] == {"max_turns": 4}
+    assert spec["model"] == {"model": "gpt-4o", "temperature": 0.2}
+    assert "suspension" not in spec
+    assert AgentRunInput.model_validate_json(to_json(start)) == start
+    # The Python form keeps every field (only the JSON is the wire).
+    assert start.model_dump()["depth"] == 0
+
+
+def test_a_run_input_written_in_full_still_reads() -> None:
+    start = run_input()
+    full = {
+        **start.model_dump(mode="json", exclude={"version"}),
+        "depth": 0,
+        "carry": None,
+        "version": {
+            "hash": start.version.hash,
+            "spec": spec_to_data(start.version.spec),
+            "published_at": "2026-12-05T09:00:00Z",
+        },
+    }
+    assert AgentRunInput.model_validate_json(json.dumps(full)) == start
+
+
+def test_a_spec_whose_short_form_reads_otherwise_travels_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = version().spec
+    # A reader that would not get the Spec back from the short form: the full dump is sent.
+    monkeypatch.setattr(wire, "_SPEC", TypeAdapter(dict))
+    assert spec_wire_data(spec) == spec_to_data(spec)
+
+
+def test_a_catalogue_travels_without_its_entries_defaults() -> None:
+    entry = CatalogEntry(
+        name="lookup",
+        kind="code",
+        safe_to_repeat=True,
+        info=ToolInfo(name="lookup", kind="code", read_only=True),
+        policy=PolicyDecision(decision="allow"),
+    )
+    catalog = ToolCatalog(tools_ref=None, entries=(entry,))
+    data = json.loads(to_json(catalog))
+    assert data["entries"] == [
+        {
+            "name": "lookup",
+            "kind": "code",
+            "safe_to_repeat": True,
+            "info": {"name": "lookup", "kind": "code", "read_only": True},
+            "policy": {"decision": "allow"},
+        }
+    ]
+    assert ToolCatalog.model_validate_json(to_json(catalog)) == catalog
+    # An entry on its own dumps whole: the MCP and A2A catalogue hashes are over it, and a
+    # Policy is handed its ToolInfo.
+    assert entry.model_dump(mode="json")["local_seconds"] is None
+    assert entry.info.model_dump()["destructive"] is None
