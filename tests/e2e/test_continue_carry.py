@@ -1,5 +1,6 @@
 """Continue-as-new carries the compose features' per-Run state: the task list, compaction's
-cut and the spawned children a later turn collects (``workflows/_carry.py``)."""
+cut and the spawned children a later turn collects (``workflows/_carry.py``), and the
+actions sent under an idempotency key (``workflows/kernel/_kept_actions.py``)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,23 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import SUMMARISER_PROMPT
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, PsychError
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workflows import (
     CompactionApplied,
     Record,
+    Resumed,
     RunContinued,
     RunHandle,
     RunStatus,
+    SteerReceived,
     TasksUpdated,
     ToolCallStarted,
 )
 
+from ._waiting import state_when
 from .conftest import Harness
+from .test_suspensions import orders_agent, suspended
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +161,47 @@ async def test_compaction_goes_on_from_its_cut_after_the_cut(harness: Harness) -
     cuts = [r.cut_turn for r in records if isinstance(r, CompactionApplied)]
     assert len(cuts) >= 2
     assert cuts == sorted(set(cuts)), f"the cut moved back or stood still: {cuts}"
+
+
+async def test_a_keyed_action_sent_again_after_the_cut_is_answered_as_before(
+    harness: Harness,
+) -> None:
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c7")),
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "8"}, id="c8")),
+        Reply.text("ok"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "delete 7 and 8", scope=harness.scope, continue_after_events=1
+        )
+        await suspended(harness, run)
+        await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-1")
+        first = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+        # The Run continues as new at the turn's end, then waits for c8.
+        await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda state: [p.id for p in state.pending] == ["c8"],
+            what="the second approval",
+        )
+        # Sent again to the next execution, which Temporal has not seen them in.
+        await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-1")
+        again = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+        # A key still names one request in the next execution.
+        with pytest.raises(PsychError, match="key 'a-1' already approved approval 'c7'"):
+            await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-1")
+        await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-2")
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness, run)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert again == first
+    assert first.outcome == "approved"
+    assert deleted == ["7", "8"]
+    continued = [r.seq for r in records if isinstance(r, RunContinued)]
+    steers = [r for r in records if isinstance(r, SteerReceived)]
+    assert continued and len(steers) == 1 and steers[0].seq < continued[0]
+    assert [r.id for r in records if isinstance(r, Resumed)] == ["c7", "c8"]

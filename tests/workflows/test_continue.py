@@ -3,6 +3,7 @@ execution, and a continued log's pages go on from the carried seq."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -14,13 +15,15 @@ from psych_runtime.workflows import (
     AgentRunInput,
     RecordsPage,
     RecordsQuery,
+    ResumeResult,
     RunCarry,
     Segment,
+    SuspensionReason,
     Totals,
     TurnStarted,
 )
 from psych_runtime.workflows.client._chain import chain_page
-from psych_runtime.workflows.contract._carry import GuardsCarry, RepeatCount
+from psych_runtime.workflows.contract._carry import GuardsCarry, KeptAction, RepeatCount
 from psych_runtime.workflows.kernel._continue import CARRIED_SINGLE_CALLS, carried_repeats
 from psych_runtime.workflows.kernel._guards import Guards, after_result
 
@@ -54,11 +57,30 @@ def test_a_carry_survives_the_json_the_next_execution_decodes() -> None:
         next_run=("n",),
         pending=(ChatMessage(role="tool", content="x", tool_call_id="c1"), "sha256:" + "a" * 64),
         features={"subagents": {"3": 2}, "tasks": {"tasks": [], "revision": 1}},
+        actions=(
+            KeptAction(
+                update_id="psych.resume/" + "b" * 64,
+                answer=ResumeResult(reason=SuspensionReason.APPROVAL, id="c1", outcome="approved"),
+            ),
+            KeptAction(update_id="psych.steer/" + "c" * 64),
+        ),
     )
     back = RunCarry.model_validate_json(carry.model_dump_json())
     assert back == carry
     assert isinstance(back.pending[0], ChatMessage)
     assert back.features["subagents"] == {"3": 2}
+    # The fields at their defaults are left out: an older worker reads what it knows.
+    bare = RunCarry(
+        previous_run_id="run-1",
+        history_length=1,
+        history_size=1,
+        earlier=(),
+        next_seq=1,
+        turn=0,
+        totals=Totals(),
+    )
+    assert "actions" not in json.loads(bare.model_dump_json())
+    assert RunCarry.model_validate_json(bare.model_dump_json()) == bare
 
 
 @pytest.mark.parametrize("events", [0, 40_001])

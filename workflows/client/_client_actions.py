@@ -10,10 +10,10 @@ update's id (``update_id``); Temporal keeps a Run's update ids, so a second upda
 same id gets the first one's outcome (and waits for it if it is still running) instead
 of being applied again, even once the Run has settled. A request the Run refused when it
 came (not suspended, already answered) left nothing behind: sent again, it is checked
-again; one the Run took and then refused keeps that refusal under its id. The
-ids are kept per workflow execution: a Run that continued as new between the two sends
-does not know the first (an approval is then refused as nothing pending; a steer would be
-taken twice).
+again; one the Run took and then refused keeps that refusal under its id. Temporal
+keeps the ids per workflow execution; a Run that continues as new hands on the ids of its
+last keyed actions with their answers (``workflows/kernel/_kept_actions.py``), so the next
+execution answers a request sent again as the first was.
 """
 
 from __future__ import annotations

@@ -10,12 +10,20 @@ JSON its own ``restore`` reads back: the models are the features' own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from psych_runtime.activities.contract import ChatMessage
-from psych_runtime.workflows.contract._records import Totals
+from psych_runtime.specs import drop_defaults
+from psych_runtime.workflows.contract._records import CallSuspensionReason, Totals
 
 CONTINUE_AFTER_EVENTS = 10_000
 """Default ``RunInput.continue_after_events``. Temporal refuses an execution past 51,200
@@ -58,6 +66,25 @@ class GuardsCarry(_Frozen):
     repeats: tuple[RepeatCount, ...] = ()
 
 
+class ResumeResult(_Frozen):
+    """Answer of the ``psych.resume`` update."""
+
+    reason: CallSuspensionReason
+    id: str
+    outcome: Literal["approved", "rejected", "answered", "completed", "authorized"]
+
+
+class KeptAction(_Frozen):
+    """An action a caller sent under an idempotency key, and the Run's answer to it: the
+    same request sent again after the Run continued as new gets that answer, not a second
+    action (Temporal keeps update ids per execution, ``RunCarry.actions``)."""
+
+    update_id: str
+    """The update's id: ``<update name>/<sha256 of the key>`` (``PsychClient``'s)."""
+    answer: ResumeResult | None = None
+    """A resume's answer; None for an abort or a steer (they answer nothing)."""
+
+
 class RunCarry(_Frozen):
     """What a continued AgentRun takes from the execution before it (``RunInput.carry``)."""
 
@@ -89,6 +116,17 @@ class RunCarry(_Frozen):
     context_ref: str | None = None
     """The head of the conversation's blob chain."""
     system_ref: str | None = None
+    actions: tuple[KeptAction, ...] = ()
+    """The last ``KEPT_ACTIONS`` actions sent under an idempotency key, oldest first."""
     features: dict[str, Any] = Field(default_factory=dict)
     """Each feature's ``carry()`` (JSON) under its name, for its ``restore()``; a feature
     with nothing to carry is absent."""
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        # As RunInput's: a field at its default is read back as it (and a worker of the
+        # build before a field was added reads a carry that does not use it).
+        data: dict[str, Any] = handler(self)
+        return drop_defaults(self, data) if info.mode_is_json() else data

@@ -42,6 +42,7 @@ from psych_runtime.workflows.contract._carry import (
     RunCarry,
     Segment,
 )
+from psych_runtime.workflows.contract._carry import ResumeResult as ResumeResult
 from psych_runtime.workflows.contract._records import (
     CallSuspensionReason,
     Pending,
@@ -166,14 +167,6 @@ class ResumeInput(_Frozen):
     """Questions: the answer."""
     payload: Any = None
     """External waits: what the waiting tool returns (JSON)."""
-
-
-class ResumeResult(_Frozen):
-    """Answer of the ``psych.resume`` update."""
-
-    reason: CallSuspensionReason
-    id: str
-    outcome: Literal["approved", "rejected", "answered", "completed", "authorized"]
 
 
 class AbortInput(_Frozen):

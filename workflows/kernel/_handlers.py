@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import DepthCap, Version
+    from psych_runtime.workflows.contract._carry import KeptAction
     from psych_runtime.workflows.contract._contract import (
         ABORT,
         CHILD_PENDING,
@@ -124,10 +125,22 @@ class Handlers(RunBase):
                 f"the Run has settled {self._status.value}: {self._reason}",
             )
 
+    def _earlier(self, input: ResumeInput | AbortInput | SteerInput) -> KeptAction | None:
+        """The answer the Run gave this update's id before it continued as new (the same
+        request sent again under its key), for the Run's own tenant; None otherwise."""
+        if self._bad_input is not None or input.tenant != self._input.scope.tenant:
+            return None  # the checks refuse it, as they would have
+        return self._kept.earlier()
+
     @workflow.update(name=RESUME)
     def resume(self, input: ResumeInput) -> ResumeResult:
         """Answer a pending approval, question or external wait (exactly once)."""
-        return self._resume(input)
+        earlier = self._earlier(input)
+        if earlier is not None and earlier.answer is not None:
+            return earlier.answer
+        result = self._resume(input)
+        self._kept.keep(result)
+        return result
 
     def _resume(self, input: ResumeInput) -> ResumeResult:
         item = self._check_resume(input)  # again: two updates may pass validation in one task
@@ -165,7 +178,9 @@ class Handlers(RunBase):
 
     @resume.validator
     def _validate_resume(self, input: ResumeInput) -> None:
-        self._check_resume(input)
+        earlier = self._earlier(input)
+        if earlier is None or earlier.answer is None:
+            self._check_resume(input)
 
     def _check_resume(self, input: ResumeInput) -> Pending:
         _check_names(input)  # first: the other refusals quote the tenant and the id
@@ -181,10 +196,12 @@ class Handlers(RunBase):
     @workflow.update(name=ABORT)
     def abort(self, input: AbortInput) -> None:
         """Abort the Run: interruptible calls are cancelled, the others finish."""
-        self._do_abort(input)
+        if self._earlier(input) is None:
+            self._do_abort(input)
+            self._kept.keep()
 
     def _do_abort(self, input: AbortInput) -> None:
-        self._validate_abort(input)  # again, for the signal, which has no validator
+        self._check_abort(input)  # again, for the signal, which has no validator
         if self._abort is not None:
             return
         self._abort = input
@@ -195,6 +212,10 @@ class Handlers(RunBase):
 
     @abort.validator
     def _validate_abort(self, input: AbortInput) -> None:
+        if self._earlier(input) is None:
+            self._check_abort(input)
+
+    def _check_abort(self, input: AbortInput) -> None:
         _check_names(input)
         self._check_caller(input.tenant)
         _check_size(input)
@@ -207,10 +228,12 @@ class Handlers(RunBase):
     @workflow.update(name=STEER)
     def steer(self, input: SteerInput) -> None:
         """Queue a message: into this turn, after it, or for the next Run."""
-        self._do_steer(input)
+        if self._earlier(input) is None:
+            self._do_steer(input)
+            self._kept.keep()
 
     def _do_steer(self, input: SteerInput) -> None:
-        self._validate_steer(input)  # again, for the signal, which has no validator
+        self._check_steer_input(input)  # again, for the signal, which has no validator
         self._log.add(
             SteerReceived(**self._log.stamp(), mode=input.mode, message=input.message, by=input.by)
         )
@@ -221,6 +244,10 @@ class Handlers(RunBase):
 
     @steer.validator
     def _validate_steer(self, input: SteerInput) -> None:
+        if self._earlier(input) is None:
+            self._check_steer_input(input)
+
+    def _check_steer_input(self, input: SteerInput) -> None:
         _check_names(input)
         self._check_caller(input.tenant)
         _check_size(input)

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         unsupported_features,
         version_hash,
     )
-    from psych_runtime.workflows.contract._carry import Segment
+    from psych_runtime.workflows.contract._carry import KeptAction, Segment
     from psych_runtime.workflows.contract._contract import (
         SA_SUSPENSION,
         AbortInput,
@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel._feature import Feature
     from psych_runtime.workflows.kernel._guards import Guards
+    from psych_runtime.workflows.kernel._kept_actions import KeptActions
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions
@@ -79,6 +80,7 @@ class RunBase(abc.ABC):
         """
         self._bad_input: str | None = None
         earlier: tuple[Segment, ...] = ()
+        kept: tuple[KeptAction, ...] = ()
         if isinstance(input, str):
             self._bad_input = input
             scope = Scope(tenant="unknown")
@@ -87,6 +89,9 @@ class RunBase(abc.ABC):
             scope = input.scope
             # Continue-as-new: the log goes on from the earlier executions' last seq.
             earlier = input.carry.earlier if input.carry is not None else ()
+            kept = input.carry.actions if input.carry is not None else ()
+        self._kept = KeptActions(kept)
+        """Actions sent under an idempotency key, with this chain's answers to them."""
         self._log = RecordLog(scope, earlier)
         self._status = RunStatus.RUNNING
         self._reason: str | None = None

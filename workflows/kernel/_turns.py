@@ -354,6 +354,7 @@ class TurnLoop(ToolCalls):
             pending=tuple(pending),
             context_ref=self._context_ref,
             system_ref=system_ref,
+            actions=self._kept.carry(),
             features=features,
         )
 
