@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -527,7 +528,9 @@ async def test_list_suspended_shows_every_run_even_one_no_worker_answers_for(
     assert deleted == ["5"]
 
 
-async def test_a_listing_shows_no_run_whose_id_names_another_tenant(harness: Harness) -> None:
+async def test_a_listing_shows_no_run_whose_id_names_another_tenant(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     # What a visibility store matching the tenant loosely would answer: a Run of globex's
     # whose tenant attribute says acme. Listing trusts the workflow id, not the attribute,
     # and the foreign Run does not take the place of acme's own.
@@ -550,10 +553,13 @@ async def test_a_listing_shows_no_run_whose_id_names_another_tenant(harness: Har
             return len([e async for e in harness.env.client.list_workflows(query)]) == 2
 
         await eventually(visible, what="both Runs in visibility")
-        listed = await harness.client.list(scope=harness.scope)
+        with caplog.at_level(logging.WARNING, logger="psych_runtime.workflows.client._listing"):
+            listed = await harness.client.list(scope=harness.scope)
         first = await harness.client.list(scope=harness.scope, limit=1)
     finally:
         for handle in (own, foreign):
             await handle.terminate("test over")
     assert foreign.id not in {s.workflow_id for s in listed}
     assert [s.workflow_id for s in first] == [own.id]
+    # The operator is told the store matches the tenant loosely.
+    assert "answered 1 Run(s) of other tenants to a listing of tenant 'acme'" in caplog.text

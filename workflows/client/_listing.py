@@ -7,6 +7,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,6 +37,8 @@ _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 _STATUS = SearchAttributeKey.for_keyword(SA_STATUS)
 _SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
+
+logger = logging.getLogger(__name__)
 
 FOREIGN_MAX = 1000
 """How many other tenants' Runs a listing reads past (what a loosely matching visibility
@@ -124,12 +127,14 @@ class RunListing(abc.ABC):
         # case-insensitive collation) must still show no other tenant's Run, and those it
         # answers must not take the caller's places: read on past them, up to a bound.
         query = " AND ".join(clauses)
+        foreign = 0
         async for execution in self.temporal.list_workflows(query, limit=limit + FOREIGN_MAX):
             if len(found) == limit:
                 break
             attributes = execution.typed_search_attributes
             tenant, run_id = parse_workflow_id(execution.id)
             if tenant != scope.tenant:
+                foreign += 1
                 continue
             found.append(
                 RunSummary(
@@ -142,6 +147,18 @@ class RunListing(abc.ABC):
                     closed_at=execution.close_time,
                     suspension=attributes.get(_SUSPENSION),
                 )
+            )
+        if foreign:
+            # Not the caller's to see, but the operator's to know: the store's tenant match
+            # is loose, and past FOREIGN_MAX of them the listing ends short.
+            short = len(found) < limit and foreign >= FOREIGN_MAX
+            logger.warning(
+                "the visibility store answered %d Run(s) of other tenants to a listing of "
+                "tenant %r (it matches %s loosely: a case-insensitive collation?)%s",
+                foreign,
+                scope.tenant,
+                SA_TENANT,
+                f"; the listing ended short at {len(found)} of up to {limit}" if short else "",
             )
         if suspended:
             # Concurrently, a few at a time: one at a time, a page of Runs whose worker is
