@@ -15,10 +15,11 @@ from psych_runtime.workflows.client._report import (
     StepReport,
     ToolCallReport,
 )
-from psych_runtime.workflows.contract._carry import RunCarry, Segment
+from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
 from psych_runtime.workflows.contract._contract import (
     ABORT,
     AGENT_RUN,
+    QUERY_KEPT_ACTION,
     QUERY_RECORDS,
     QUERY_STATE,
     RESUME,
@@ -106,6 +107,7 @@ __all__ = [
     "DisplayRecord",
     "Displayed",
     "IDEMPOTENCY_KEY_MAX",
+    "KeptAction",
     "McpDiscovered",
     "McpDiscoveryReport",
     "ModelCallFailed",
@@ -118,6 +120,7 @@ __all__ = [
     "PeerTaskCanceled",
     "Pending",
     "PsychClient",
+    "QUERY_KEPT_ACTION",
     "QUERY_RECORDS",
     "QUERY_STATE",
     "RESUME",

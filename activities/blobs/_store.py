@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._durable_files import sweep_temporary
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
 from psych_runtime.specs import NotFound
@@ -186,7 +187,9 @@ class LocalBlobStore:
         _write_and_close(fd, data, unlink_if_failed=path)
 
     def _replace(self, shard: str, path: str, data: bytes) -> None:
-        """Write ``path`` whole through a temporary file and a rename (atomic)."""
+        """Write ``path`` whole through a temporary file and a rename (atomic); the
+        shard's temporary files that writers killed mid-write left are swept first."""
+        sweep_temporary(shard, _TEMPORARY)
         fd, tmp = _exclusive_temp(shard)
         try:
             _write_and_close(fd, data)
@@ -208,7 +211,7 @@ def _exclusive_temp(shard: str) -> tuple[int, str]:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     for _ in range(100):
-        tmp = os.path.join(shard, f".put-{_PUT_TOKEN}-{next(_PUT_COUNTER)}")
+        tmp = os.path.join(shard, f"{_TEMPORARY}{_PUT_TOKEN}-{next(_PUT_COUNTER)}")
         try:
             return os.open(tmp, flags, 0o600), tmp
         except FileExistsError:
@@ -220,6 +223,7 @@ def _exclusive_temp(shard: str) -> tuple[int, str]:
 
 
 _CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+_TEMPORARY = ".put-"
 
 
 def _write_and_close(fd: int, data: bytes, *, unlink_if_failed: str | None = None) -> None:

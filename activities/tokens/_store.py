@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from psych_runtime.activities._durable_files import sync_directory
+from psych_runtime.activities._durable_files import sweep_temporary, sync_directory
 from psych_runtime.activities.blobs import BlobCipher
 from psych_runtime.specs import NotFound
 
@@ -111,6 +111,7 @@ class LocalTokenStore:
     def _put(self, key: TokenKey, record: bytes) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sweep_temporary(path.parent, ".put-")
         tmp = path.parent / f".put-{secrets.token_hex(8)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

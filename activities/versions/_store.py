@@ -13,7 +13,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from psych_runtime.activities._durable_files import sync_directory
+from psych_runtime.activities._durable_files import sweep_temporary, sync_directory
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
@@ -23,6 +23,8 @@ from psych_runtime.specs import (
     WorkflowSpec,
 )
 
+_TEMPORARY = ".publish-"
+"""A document being written, before it takes its name (a killed publisher's is swept)."""
 _PUBLISHED_AT = re.compile(rb'"published_at"\s*:\s*"([^"]{1,64})"')
 
 
@@ -88,7 +90,8 @@ class FileVersionStore:
                 first = path.stat().st_mtime
                 version = repaired(spec, path.read_bytes(), datetime.fromtimestamp(first, UTC))
         self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".publish-", suffix=".json")
+        sweep_temporary(self.root, _TEMPORARY)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=_TEMPORARY, suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(version.to_json())

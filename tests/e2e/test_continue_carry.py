@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import SUMMARISER_PROMPT
-from psych_runtime.specs import AgentBuilder, PsychError
+from psych_runtime.specs import AgentBuilder, PsychError, Refused
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workflows import (
     CompactionApplied,
@@ -191,14 +191,23 @@ async def test_a_keyed_action_sent_again_after_the_cut_is_answered_as_before(
         # Sent again to the next execution, which Temporal has not seen them in.
         await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-1")
         again = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
+        # What A2A asks before it answers a message again: the request was taken.
+        taken = await harness.client.taken(run, "a-1", scope=harness.scope)
         # A key still names one request in the next execution.
         with pytest.raises(PsychError, match="key 'a-1' already approved approval 'c7'"):
             await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-1")
         await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-2")
         result = await harness.client.result(run, scope=harness.scope)
         records = await all_records(harness, run)
+        # Once the Run settled in a later execution, its last one still answers them.
+        settled = await harness.client.approve(
+            run, "c7", scope=harness.scope, idempotency_key="a-1"
+        )
+        await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-1")
+        with pytest.raises(Refused, match="has settled completed"):
+            await harness.client.steer(run, "be brief", scope=harness.scope, idempotency_key="s-2")
     assert result.status is RunStatus.COMPLETED, result.reason
-    assert again == first
+    assert again == first == taken == settled
     assert first.outcome == "approved"
     assert deleted == ["7", "8"]
     continued = [r.seq for r in records if isinstance(r, RunContinued)]

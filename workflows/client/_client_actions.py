@@ -13,7 +13,8 @@ came (not suspended, already answered) left nothing behind: sent again, it is ch
 again; one the Run took and then refused keeps that refusal under its id. Temporal
 keeps the ids per workflow execution; a Run that continues as new hands on the ids of its
 last keyed actions with their answers (``workflows/kernel/_kept_actions.py``), so the next
-execution answers a request sent again as the first was.
+execution answers a request sent again as the first was; once such a Run has settled, the
+answer is read with the ``psych.kept_action`` query.
 """
 
 from __future__ import annotations
@@ -23,15 +24,23 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any, Literal
 
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
+from psych_runtime.workflows.contract._carry import KeptAction
 from psych_runtime.workflows.contract._contract import (
     ABORT,
+    QUERY_KEPT_ACTION,
     RESUME,
     STEER,
     AbortInput,
@@ -47,6 +56,10 @@ from psych_runtime.workflows.contract._records import SuspensionReason
 
 IDEMPOTENCY_KEY_MAX = 256
 """The longest ``idempotency_key`` an action (or ``dispatch``) takes, in characters."""
+
+KEPT_QUERY_TIMEOUT = timedelta(seconds=10)
+"""How long an action sent again waits for a worker to say what the Run kept of it (after
+continue-as-new; a settled Run's query is answered by replaying its history)."""
 
 
 def update_id(name: str, idempotency_key: str | None) -> str | None:
@@ -82,6 +95,23 @@ def _refusals(workflow_id: str) -> Iterator[None]:
         if cause.type == RefusalKind.ACCESS_DENIED:
             raise AccessDenied(cause.message) from err
         raise Refused(cause.type or "Refused", f"{workflow_id}: {cause.message}") from err
+
+
+_KEPT_OR_NONE: Any = KeptAction | None
+"""The query's result type (the SDK types it as a class; a union decodes the same)."""
+
+
+async def _kept_action(handle: WorkflowHandle[Any, Any], id: str) -> KeptAction | None:
+    """What the Run keeps of the update ``id`` it took in an execution it continued from
+    (``psych.kept_action``); None if nothing, or if it cannot say (a worker of a build
+    before the query, none answering in time, the Run gone)."""
+    try:
+        kept: KeptAction | None = await handle.query(
+            QUERY_KEPT_ACTION, id, result_type=_KEPT_OR_NONE, rpc_timeout=KEPT_QUERY_TIMEOUT
+        )
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return None
+    return kept
 
 
 def _answers(result: ResumeResult, request: ResumeInput) -> bool:
@@ -124,7 +154,12 @@ class RunActions(abc.ABC):
                 return await handle.execute_update(name, arg, id=id, result_type=result_type)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                # A settled Run has no handlers left; say how it settled.
+                # A settled Run has no handlers left. If it continued as new after taking
+                # this request, its last execution keeps the answer: the first outcome.
+                kept = None if id is None else await _kept_action(handle, id)
+                if kept is not None and (kept.answer is not None or name != RESUME):
+                    return kept.answer
+                # Say how it settled.
                 try:
                     state = await self.status(workflow_id, scope=scope)
                 except NotFound:
@@ -180,7 +215,8 @@ class RunActions(abc.ABC):
     ) -> ResumeResult | None:
         """The outcome of the approve, deny, answer or complete sent to ``run`` under
         ``idempotency_key``, waiting for it if the Run has not answered it yet; None when
-        the Run took none (it refused it, or nothing was sent).
+        the Run took none (it refused it, or nothing was sent). After the Run continued as
+        new, the answer it keeps (``psych.kept_action``).
 
         Raises:
             Refused: the Run took it, then refused it (answered meanwhile, expired).
@@ -196,7 +232,8 @@ class RunActions(abc.ABC):
                 ).result()
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return None
+                kept = await _kept_action(handle, id)
+                return None if kept is None else kept.answer
             raise
         return result
 

@@ -57,6 +57,10 @@ AGENT_RUN = "AgentRun"
 WORKFLOW_RUN = "WorkflowRun"
 QUERY_STATE = "psych.state"
 QUERY_RECORDS = "psych.records"
+QUERY_KEPT_ACTION = "psych.kept_action"
+"""Query: the action a Run took under an update id (``KeptAction``), in this execution or
+one it continued from; null if none (``PsychClient`` asks it when Temporal no longer
+knows the id: after continue-as-new)."""
 RESUME = "psych.resume"
 """Update (validated, answers) and signal (same payload, for callers without updates)."""
 ABORT = "psych.abort"

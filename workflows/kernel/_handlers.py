@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import (
         ABORT,
         CHILD_PENDING,
+        QUERY_KEPT_ACTION,
         QUERY_RECORDS,
         QUERY_STATE,
         RESUME,
@@ -108,6 +109,12 @@ class Handlers(RunBase):
         """Records with ``seq > query.after`` (see ``RecordLog.page``)."""
         self._check_input()
         return self._log.page(query)
+
+    @workflow.query(name=QUERY_KEPT_ACTION)
+    def kept_action(self, update_id: str) -> KeptAction | None:
+        """The action this Run (or an execution it continued from) took under
+        ``update_id``, with its answer; None if it took none it still keeps."""
+        return self._kept.get(update_id)
 
     # --- resume, abort, steer (updates, and signals for callers without updates) ---------
 

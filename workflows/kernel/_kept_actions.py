@@ -7,7 +7,9 @@ continues as new, the id is new to the server and the same steer would be a seco
 message, the same approval a refusal (its item is gone). So a Run keeps the ids of the
 last ``KEPT_ACTIONS`` keyed actions with their answers and hands them on in its carry;
 an update whose id is among them is answered as it was the first time, and changes
-nothing.
+nothing. ``psych.kept_action`` reads them, for a client whose update the server no longer
+routes to a handler (the Run settled in a later execution) and for ``PsychClient.taken``.
+A refusal is not kept: a request refused is checked again when it comes again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class KeptActions:
         """The current update's kept action, if its id was answered before."""
         info = workflow.current_update_info()
         return None if info is None else self._kept.get(info.id)
+
+    def get(self, update_id: str) -> KeptAction | None:
+        """The kept action of ``update_id`` (``psych.kept_action``)."""
+        return self._kept.get(update_id)
 
     def keep(self, answer: ResumeResult | None = None) -> None:
         """Keep the current update with ``answer`` if it was sent under a key."""
