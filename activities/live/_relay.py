@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from types import TracebackType
 from typing import Self
 from urllib.parse import parse_qs, urlsplit
@@ -153,9 +154,16 @@ class DeltaRelay:
         if attempt is None:
             raise _Refused(404, "no such attempt (unknown token, or ended and forgotten)")
         values = parse_qs(parts.query).get("after", ["0"])
-        if len(values) != 1 or not values[0].isdigit():
-            raise _Refused(400, f"after must be one whole number >= 0, got {values!r}")
+        # ASCII digits only (str.isdigit takes "²", which int refuses), and few enough
+        # that int() reads them (it refuses over 4,300 digits).
+        if len(values) != 1 or not _WHOLE.fullmatch(values[0]):
+            shown = repr(values)[:80]
+            raise _Refused(400, f"after must be one whole number >= 0, got {shown}")
         return attempt, int(values[0])
+
+
+_WHOLE = re.compile(r"[0-9]{1,18}")
+"""An ``after``: a count of lines, which an int64 holds."""
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:

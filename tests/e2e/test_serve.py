@@ -272,3 +272,16 @@ async def test_without_a_worker_actions_and_reads_answer_503_within_the_bound(
     assert "may still be applied" in approve.json()["detail"]
     assert transcript.status_code == 503, transcript.text
     assert took < 15  # two bounds of 1 s, with the server's own answers
+
+
+async def test_an_input_past_temporals_payload_limit_is_413_not_503(harness: Harness) -> None:
+    # Under the API's body bound (4 MiB) but over the dev server's blob limit (2 MiB):
+    # Temporal refuses the start, and a 503 would tell the caller to send it again.
+    spec = AgentBuilder("idle").model("fake-model").build()
+    version = harness.client.publish(spec).hash
+    body = {"version": version, "input": "x" * (3 * 1024 * 1024)}
+    async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+        answer = await http.post("/v1/runs", json=body, headers=ACME, timeout=30)
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["type"] == "urn:psych:problem:too-large"
+    assert "Temporal refused the request: Blob data size exceeds limit" in answer.json()["detail"]

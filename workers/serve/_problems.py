@@ -122,6 +122,14 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(503, "no worker answered for the Run in time", "no-worker")
         case RPCError() if err.status == RPCStatusCode.NOT_FOUND and run_id is not None:
             return problem(404, no_run(run_id), "not-found")
+        case RPCError() if err.status == RPCStatusCode.INVALID_ARGUMENT:
+            # The request itself: sending it again cannot help (a 503 says it may).
+            too_large = "size exceeds" in err.message.lower()
+            return problem(
+                413 if too_large else 422,
+                f"Temporal refused the request: {err.message}",
+                "too-large" if too_large else "invalid-request",
+            )
         case RPCError():
             return problem(503, f"Temporal refused: {err.message} ({err.status.name})", "temporal")
     raise err
