@@ -5,6 +5,7 @@ and resumed with Last-Event-ID; another tenant is refused throughout."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+from psych_runtime.workflows.client._live import LiveCall
 
 from ._waiting import eventually
 from .conftest import Harness
@@ -285,3 +287,36 @@ async def test_an_input_past_temporals_payload_limit_is_413_not_503(harness: Har
     assert answer.status_code == 413, answer.text
     assert answer.json()["type"] == "urn:psych:problem:too-large"
     assert "Temporal refused the request: Blob data size exceeds limit" in answer.json()["detail"]
+
+
+def live_calls() -> list[LiveCall]:
+    """The LiveCalls of this process still reading a call."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, LiveCall) and not o.done]
+
+
+async def test_streams_cut_mid_call_leave_no_live_call_behind(harness: Harness) -> None:
+    # A browser tab closed while the model streams: the server cancels the stream's task
+    # at every await, and that used to interrupt the follower's clean-up, leaving its
+    # LiveCall describing the Run four times a second for as long as the call lasted.
+    spec = AgentBuilder("slow", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text("x" * 1200, chunk_size=4, chunk_seconds=0.02))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run}/events"
+        for _ in range(5):
+            seen, _ = await read_events(http, url, ACME, until="delta")
+            assert seen[-1][0] == "delta"
+
+        async def stopped() -> bool:
+            return not harness.client.follows._runs and not live_calls()
+
+        try:
+            await eventually(stopped, what="every follower and its LiveCall to stop", within=5)
+            state = await harness.client.status(run, scope=harness.scope)
+        finally:
+            await harness.client.temporal.get_workflow_handle(run).terminate("test over")
+    assert state.status.value == "running"  # the call was still streaming all along

@@ -22,7 +22,6 @@ hours keeps its records, not every piece of every call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from temporalio.client import Client
@@ -116,9 +115,12 @@ class _Shared:
         except Exception as err:  # every stream of the Run raises it
             self.error = err
         finally:
-            await self._stop_live(0)
-            self.done = True
-            self._wake()
+            try:
+                await self._stop_live(0)
+            finally:
+                await self.http.aclose()
+                self.done = True
+                self._wake()
 
     async def _stop_live(self, wait: float | None = None) -> None:
         live, self.live = self.live, None
@@ -206,10 +208,13 @@ class _Shared:
             await tick.wait()
 
     async def stop(self) -> None:
+        """Stop following (the live call and the relay clients with it, in ``_run``).
+
+        Cancelled while it waits (a stream's client went away: the server cancels its
+        task at every await), the follower still stops, uncancelled a second time: that
+        would interrupt its clean-up and leave the live call running."""
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await self.http.aclose()
+        await asyncio.wait({self._task})
 
 
 class FollowHub:

@@ -107,12 +107,18 @@ class LiveCall:
     async def finish(self, wait: float = END_WAIT_SECONDS) -> None:
         """Stop, once the attempt being read ended (within ``wait``); one that did not is
         dropped. Called when the call's record (or the Run's end) arrives."""
-        if self.reading is not None and not self._task.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._task), wait)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        try:
+            if self.reading is not None and not self._task.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._task), wait)
+        finally:
+            # Cancelled itself meanwhile (a stream's client went away), the read still
+            # stops: a LiveCall left running would describe the Run for as long as the
+            # call stays pending.
+            self._task.cancel()
+        # Waits without taking the caller's cancellation for the task's (a suppressed
+        # CancelledError here would swallow the caller's).
+        await asyncio.wait({self._task})
         if self.reading is not None:
             self._dropped(self.reading, "the relay sent no end before the call's record")
 
