@@ -320,3 +320,33 @@ async def test_streams_cut_mid_call_leave_no_live_call_behind(harness: Harness) 
         finally:
             await harness.client.temporal.get_workflow_handle(run).terminate("test over")
     assert state.status.value == "running"  # the call was still streaming all along
+
+
+async def test_resuming_after_a_record_sent_mid_call_sends_no_delta_twice(
+    harness: Harness,
+) -> None:
+    # A follower that joins while the model streams gets the call's deltas before the
+    # Run's earlier records: resuming from such a record's id used to send them all again.
+    answer = "".join(f"<{i:03d}>" for i in range(200))
+    spec = AgentBuilder("writer", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text(answer, chunk_size=5, chunk_seconds=0.03))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        url = f"{base}/v1/runs/{response.json()['run_id']}/events"
+        first: list[tuple[str, str, Any]] = []
+        while not any(name == "delta" for name, _, _ in first):  # until the call streams
+            first, _ = await read_events(http, url, ACME, until="record")
+        # The first record after a delta: the connection is lost there...
+        while not (first[-1][0] == "record" and any(n == "delta" for n, _, _ in first)):
+            more, _ = await read_events(
+                http, url, {**ACME, "Last-Event-ID": first[-1][1]}, until="record"
+            )
+            first += more
+        # ... and the follower comes back with its id.
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+    pieces = [(data["call"], data["n"]) for name, _, data in first + rest if name == "delta"]
+    assert len(pieces) == len(set(pieces))  # nothing sent twice
+    text = "".join(data["text"] for name, _, data in first + rest if name == "delta")
+    assert text == answer  # nothing lost

@@ -35,7 +35,16 @@ def test_ids_follow_records_deltas_and_drops_and_resume_where_they_left() -> Non
         ids.next_id(DeltasDropped(call=CALL, turn=1, reason="lost")),
         ids.next_id(turn(2)),
     ]
-    assert sent == ["1", f"1/{CALL}/1", f"1/{CALL}/2", f"1/{CALL}/3", "2"]
+    # A Record keeps the last delta sent in its id: resuming after it must not send the
+    # call's deltas again (they may come before Records: a steer mid-call, a catch-up).
+    assert sent == ["1", f"1/{CALL}/1", f"1/{CALL}/2", f"1/{CALL}/3", f"2/{CALL}/3"]
     resumed = EventIds(parse_event_id(f"1/{CALL}/2"))
     assert resumed.next_id(DeltasDropped(call=CALL, turn=1, reason="lost")) == f"1/{CALL}/3"
-    assert parse_event_id(sent[-1]) == EventPosition(2)
+    assert parse_event_id(sent[-1]) == EventPosition(2, (CALL, 3))
+    mid_call = EventIds(EventPosition())
+    assert [
+        mid_call.next_id(TokenDelta(call=CALL, turn=3, n=1, text="a")),
+        mid_call.next_id(turn(1)),
+        mid_call.next_id(TokenDelta(call=CALL, turn=3, n=2, text="b")),
+        mid_call.next_id(turn(2)),
+    ] == [f"0/{CALL}/1", f"1/{CALL}/1", f"1/{CALL}/2", f"2/{CALL}/2"]

@@ -3,7 +3,10 @@
 One function yields what a follower is sent (``run_events``: Records, and the deltas of
 the model call in flight); the route turns each item into one event:
 
-- a Record: ``event: record``, ``id: <seq>``;
+- a Record: ``event: record``, ``id: <seq>``, or ``<seq>/<call>/<n>`` once a delta was
+  sent: the Record's seq and the last delta (or drop) sent before it, which a Record does
+  not supersede (a follower joining mid-call gets the call's deltas before the Records it
+  catches up on, and a steer is recorded while the call streams);
 - a ``TokenDelta``: ``event: delta``, ``id: <seq>/<call>/<n>``, where ``seq`` is the last
   Record's seq sent before it, ``call`` the attempt (``<activity id>#<attempt>``: it has
   '#' but never '/') and ``n`` its position in the attempt;
@@ -81,10 +84,13 @@ class EventIds:
             n = self._last_n.pop(item.call, 0) + 1
             self.position = EventPosition(seq, (item.call, n))
         else:
-            self._last_n.clear()  # a Record supersedes the deltas before it
-            self.position = EventPosition(item.seq)
+            # The deltas sent stay sent: resuming after this Record must not send them
+            # again. (Once their call's Record is in, they are skipped anyway; naming
+            # them costs a few bytes of id.)
+            self.position = EventPosition(item.seq, self.position.delta)
         delta = self.position.delta
-        return str(self.position.seq) if delta is None else f"{seq}/{delta[0]}/{delta[1]}"
+        seq = self.position.seq
+        return str(seq) if delta is None else f"{seq}/{delta[0]}/{delta[1]}"
 
 
 async def run_events(
