@@ -85,7 +85,20 @@ class KeptAction(_Frozen):
     """A resume's answer; None for an abort or a steer (they answer nothing)."""
 
 
-class RunCarry(_Frozen):
+class JsonWithoutDefaults(_Frozen):
+    """A payload whose JSON leaves out the fields at their defaults (read back with them):
+    history bytes not spent, and a worker of the build before a field was added reads a
+    payload that does not use it. Its Python dump keeps every field."""
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return drop_defaults(self, data) if info.mode_is_json() else data
+
+
+class RunCarry(JsonWithoutDefaults):
     """What a continued AgentRun takes from the execution before it (``RunInput.carry``)."""
 
     previous_run_id: str
@@ -121,12 +134,3 @@ class RunCarry(_Frozen):
     features: dict[str, Any] = Field(default_factory=dict)
     """Each feature's ``carry()`` (JSON) under its name, for its ``restore()``; a feature
     with nothing to carry is absent."""
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        # As RunInput's: a field at its default is read back as it (and a worker of the
-        # build before a field was added reads a carry that does not use it).
-        data: dict[str, Any] = handler(self)
-        return drop_defaults(self, data) if info.mode_is_json() else data

@@ -16,10 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     field_serializer,
-    model_serializer,
 )
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
@@ -33,12 +30,12 @@ from psych_runtime.specs import (
     SuspensionPolicy,
     Task,
     Version,
-    drop_defaults,
     version_wire_data,
 )
 from psych_runtime.workflows.contract._carry import (
     CONTINUE_AFTER_EVENTS,
     MAX_CONTINUE_AFTER_EVENTS,
+    JsonWithoutDefaults,
     RunCarry,
     Segment,
 )
@@ -261,7 +258,7 @@ class ParentBounds(_Frozen):
     parent from before this field, whose child takes every ref in its messages."""
 
 
-class RunInput(_Frozen):
+class RunInput(JsonWithoutDefaults):
     """What starts a Run. The whole Version travels, and is re-hashed at start.
 
     Its JSON (the Run's first history event, a child's start) leaves out the fields at
@@ -308,13 +305,6 @@ class RunInput(_Frozen):
     @field_serializer("version", when_used="json")
     def _version(self, version: Version) -> dict[str, Any]:
         return version_wire_data(version)
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        return drop_defaults(self, data) if info.mode_is_json() else data
 
 
 class AgentRunInput(RunInput):
