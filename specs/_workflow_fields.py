@@ -68,9 +68,14 @@ WORKFLOW_UNREAD: Mapping[str, str] = MappingProxyType(
 
 WORKFLOW_READ: Mapping[str, str] = MappingProxyType(
     {
-        "limits.max_steps": "bounds the tool steps run (a step past it fails)",
+        "limits.max_steps": (
+            "bounds the steps of the whole Run: a tool, agent or workflow step past it "
+            "fails unrun, and an agent or nested workflow step takes no more than is left"
+        ),
         "limits.deadline_seconds": "the whole Run's deadline, children included",
-        "limits.transient_retry_budget": "what is left of it is each agent step's budget",
+        "limits.transient_retry_budget": (
+            "what is left of it is each agent or nested workflow step's budget"
+        ),
         "limits.repeat_call_threshold": "tool steps repeating a call and result are refused",
         "limits.repeat_call_hard_stop": "and past it the Run stops",
         "limits.large_result_bytes": "a larger tool step output is stored whole (a handle)",

@@ -24,6 +24,11 @@ PATCHES: dict[str, str] = {
     # A consent wait that ends without consent has psych.mcp.authorize forget the parked
     # flow (kernel/_consent.py); a Run recorded before ended without the call.
     "psych-consent-forget": "0.1.0",
+    # A workflow whose max_steps is used up fails an agent or workflow step instead of
+    # starting it (runs/_workflow_run.py); a Run recorded before started it.
+    "psych-workflow-steps-bound-children": "0.1.0",
+    # An abort that came during a workflow's last step settles it ABORTED, not COMPLETED.
+    "psych-workflow-abort-after-last-step": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

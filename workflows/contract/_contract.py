@@ -245,6 +245,9 @@ class ParentBounds(_Frozen):
 
     transient_retry_budget: int | None = Field(default=None, ge=0)
     """What is left of the parent's budget: the child may spend no more than this."""
+    max_steps: int | None = Field(default=None, ge=1)
+    """What is left of a workflow's ``max_steps``: the child takes no more steps than this
+    (a workflow's limits govern the whole Run). None: the child's own limit only."""
     suspension: SuspensionPolicy | None = None
     """The parent's expiries, used for the child's waits instead of its own."""
     report_pending: bool = False

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import (
         SA_SUSPENSION,
         AbortInput,
+        ParentBounds,
         RunInput,
         RunResult,
         SteerInput,
@@ -63,6 +64,19 @@ DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
 
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+
+
+def bounded_limits(limits: Limits, bounds: ParentBounds | None) -> Limits:
+    """A Run's Limits as its parent bounds them: a workflow's step takes no more steps and
+    no more transient retries than the workflow has left (its limits govern the whole
+    Run, a nested workflow's steps included)."""
+    narrowed: dict[str, int] = {}
+    if bounds is not None and bounds.max_steps is not None:
+        narrowed["max_steps"] = min(limits.max_steps, bounds.max_steps)
+    if bounds is not None and bounds.transient_retry_budget is not None:
+        budget = min(limits.transient_retry_budget, bounds.transient_retry_budget)
+        narrowed["transient_retry_budget"] = budget
+    return limits.model_copy(update=narrowed) if narrowed else limits
 
 
 class RunBase(abc.ABC):
@@ -206,7 +220,7 @@ class RunBase(abc.ABC):
                     + "; ".join(str(problem) for problem in unsupported),
                 )
             )
-        self._limits = spec.limits
+        self._limits = bounded_limits(spec.limits, input.bounds)
         if not input.roles_apart and fleet_roles_apart():
             # The fleet decides, not the client that started the Run: children, next Runs
             # and continue-as-new take it on through the input.

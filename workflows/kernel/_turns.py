@@ -120,7 +120,7 @@ class TurnLoop(ToolCalls):
     async def _turns(self) -> Outcome:
         spec = self._spec
         assert isinstance(spec, AgentSpec)
-        limits = spec.limits
+        limits = self._limits  # the Spec's, narrowed by a parent workflow's bounds
         catalog = await resolve(self)
         self._base_tools_ref = catalog.tools_ref
         base = {entry.name: entry for entry in catalog.entries}

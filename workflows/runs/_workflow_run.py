@@ -165,6 +165,10 @@ class WorkflowRun(ToolCalls):
                 )
             self._outputs = {**(self._outputs or {}), step.name: output}
         self._step = None
+        if self._abort is not None and workflow.patched("psych-workflow-abort-after-last-step"):
+            # It came while the last step ran to its end (a call that cannot be cancelled
+            # finishes): the Run settles ABORTED, as after any other step.
+            self.check_abort()
         return Outcome(RunStatus.COMPLETED, f"completed: {len(spec.steps)} steps")
 
     async def _tool_step(self, index: int, step: ToolStep, offered: dict[str, CatalogEntry]) -> Any:
@@ -214,6 +218,18 @@ class WorkflowRun(ToolCalls):
                 "Outputs of the previous steps, keyed by step name (JSON):\n"
                 + json.dumps(self._outputs, sort_keys=True, ensure_ascii=False),
             )
+        steps_left = self._limits.max_steps - self._totals.steps
+        # A Run recorded before this check started the step anyway: the patch is asked
+        # only on the path that changed, so no other Run records its marker.
+        if steps_left <= 0 and workflow.patched("psych-workflow-steps-bound-children"):
+            error = f"not run: the Run's max_steps ({self._limits.max_steps}) is used up"
+            self._log.add(
+                StepStarted(
+                    **self._log.stamp(), step=step.name, step_kind=kind, index=index, input=None
+                )
+            )
+            self._finish(step.name, kind, ok=False, error=error)
+            raise _StepFailed(error)
         version = Version(hash=version_hash(step.spec), spec=step.spec, published_at=workflow.now())
         left = self._limits.transient_retry_budget - self._totals.transient_failures
         # A step's agent is not delegated: it keeps the workflow's depth and chain, as the
@@ -225,6 +241,7 @@ class WorkflowRun(ToolCalls):
             summary=f"step {step.name} of {self._input.run_id}",
             bounds=ParentBounds(
                 transient_retry_budget=max(left, 0),
+                max_steps=max(steps_left, 1),
                 suspension=self._suspension,
                 report_pending=True,
                 handed=handed_on(self, messages),

@@ -1,0 +1,118 @@
+"""A workflow's limits govern the whole Run (SEMANTICS, Workflows): its steps, the agent
+steps' and nested workflows' included; and an abort during its last step settles it
+ABORTED. From an audit of WorkflowRun against SEMANTICS.md."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus, StepFinished
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+def talker(harness: Harness, name: str = "talker", tool: str | None = None) -> AgentSpec:
+    builder = AgentBuilder(name, registry=harness.registry).model("fake-model")
+    return (builder.tool(tool) if tool else builder).build()
+
+
+async def test_an_agent_step_past_the_workflows_max_steps_fails_unrun(harness: Harness) -> None:
+    @harness.registry.register
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    spec = (
+        WorkflowBuilder("capped", registry=harness.registry)
+        .tool("ping")
+        .tool_step("first", "ping", {})
+        .agent_step("second", talker(harness))
+        .limits(max_steps=1)
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("hello"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        with pytest.raises(RunFailed, match=r"step 'second' \(agent\) failed: not run: the Run's"):
+            await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert harness.fake.requests == []  # the agent never called its model
+    (finished,) = [r for r in records if isinstance(r, StepFinished) and r.step == "second"]
+    assert not finished.ok and "max_steps (1) is used up" in (finished.error or "")
+
+
+async def test_an_agent_step_takes_no_more_steps_than_the_workflow_has_left(
+    harness: Harness,
+) -> None:
+    @harness.registry.register
+    def lookup(n: int) -> str:
+        """Look something up."""
+        return f"found {n}"
+
+    spec = (
+        WorkflowBuilder("capped", registry=harness.registry)
+        .agent_step("search", talker(harness, tool="lookup"))
+        .limits(max_steps=3)
+        .build()
+    )
+    # The agent's own max_steps is 48: the workflow's 3 stop it after 3 (a model call and
+    # a tool call are a step each).
+    harness.fake.responder = lambda body: Reply.tool_calls(ToolCall("lookup", {"n": 1}))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        with pytest.raises(RunFailed, match="ended stopped: max_steps: 3 steps taken"):
+            await harness.client.result(run, scope=harness.scope)
+    assert len(harness.fake.requests) == 2  # model, tool, model: three steps
+
+
+async def test_a_nested_workflow_spends_only_what_is_left_of_the_retry_budget(
+    harness: Harness,
+) -> None:
+    inner = WorkflowBuilder("inner", registry=harness.registry).agent_step("talk", talker(harness))
+    outer = (
+        WorkflowBuilder("outer", registry=harness.registry)
+        .workflow_step("nested", inner.build())
+        .limits(transient_retry_budget=0)
+        .build()
+    )
+    # A transient failure with no budget left fails the agent step, however deep.
+    harness.fake.enqueue(Reply.error(500), Reply.text("fine"))
+    async with harness.worker():
+        run = await harness.client.dispatch(outer, "go", scope=harness.scope)
+        with pytest.raises(RunFailed, match="transient_retry_budget exhausted"):
+            await harness.client.result(run, scope=harness.scope)
+    assert len(harness.fake.requests) == 1
+
+
+async def test_an_abort_during_the_last_step_settles_the_workflow_aborted(
+    harness: Harness,
+) -> None:
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def settle_books() -> str:
+        """Settle the books (cannot be interrupted)."""
+        started.set()
+        await asyncio.sleep(1.5)
+        return "settled"
+
+    spec = (
+        WorkflowBuilder("books", registry=harness.registry)
+        .tool("settle_books", interruptible=False)
+        .tool_step("settle", "settle_books", {})
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        await harness.client.abort(run, scope=harness.scope, reason="stop now")
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED, result.reason
+    assert "stop now" in result.reason
+    assert result.outputs == {"settle": "settled"}  # the call ran to its end
