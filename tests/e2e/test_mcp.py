@@ -372,13 +372,16 @@ async def test_preload_false_defers_even_a_small_catalogue(
     assert offered(harness.fake.requests[0]) == ["search_mcp_tools"]
 
 
+@pytest.mark.parametrize("preload", [True, False])
 async def test_a_workflow_tool_step_calls_an_mcp_tool(
-    harness: Harness, mcp_http_server: McpTestServer
+    harness: Harness, mcp_http_server: McpTestServer, preload: bool
 ) -> None:
+    # preload false defers the server's catalogue behind search_mcp_tools, which no
+    # workflow calls: the tools its steps name are loaded for it.
     spec = WorkflowSpec.model_validate(
         {
             "name": "mcp-flow",
-            "mcp_servers": [{"name": "tools", "url": mcp_http_server.url}],
+            "mcp_servers": [{"name": "tools", "url": mcp_http_server.url, "preload": preload}],
             "steps": [
                 {
                     "kind": "tool",

@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolCatalog,
     )
-    from psych_runtime.specs import McpServer, Scope
+    from psych_runtime.specs import McpServer, Scope, ToolStep, WorkflowSpec
     from psych_runtime.workflows.contract._records import McpDiscovered, RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._consent import consent_of
@@ -249,7 +249,13 @@ class Mcp(Feature):
         return (Builtin(SEARCH_TOOL, lambda: None, self._search, executes=True),)
 
     def admit(self) -> None:
-        self.state.servers = {server.name: server for server in self.run.spec.mcp_servers}
+        spec = self.run.spec
+        self.state.servers = {server.name: server for server in spec.mcp_servers}
+        if isinstance(spec, WorkflowSpec):
+            # A deferred server (preload false, or a catalogue over the preload budget)
+            # offers only the tools a search found, and a workflow never searches: its
+            # steps name their tools, so those are loaded from the start.
+            self.state.loaded = [s.tool for s in spec.steps if isinstance(s, ToolStep)]
 
     def into_call(self, call: ModelCallInput) -> ModelCallInput:
         # Resolved at every turn boundary, inside the model call, fixed within the turn.
