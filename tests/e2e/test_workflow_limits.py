@@ -1,16 +1,18 @@
 """A workflow's limits govern the whole Run (SEMANTICS, Workflows): its steps, the agent
-steps' and nested workflows' included; and an abort during its last step settles it
-ABORTED. From an audit of WorkflowRun against SEMANTICS.md."""
+steps' and nested workflows' included; an abort during its last step settles it ABORTED;
+a Run cancelled (as a workflow cancels a step past its deadline) records its open calls
+UNKNOWN. From an audit of WorkflowRun against SEMANTICS.md."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from temporalio.client import WorkflowFailureError
 
 from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunStatus, StepFinished
+from psych_runtime.workflows import RunSettled, RunStatus, StepFinished, ToolCallFinished
 
 from .conftest import Harness
 
@@ -116,3 +118,36 @@ async def test_an_abort_during_the_last_step_settles_the_workflow_aborted(
     assert result.status is RunStatus.ABORTED, result.reason
     assert "stop now" in result.reason
     assert result.outputs == {"settle": "settled"}  # the call ran to its end
+
+
+async def test_a_cancelled_run_records_its_open_calls_unknown(harness: Harness) -> None:
+    # What a workflow's deadline does to its running agent step once the grace passed
+    # (it cancels the child), here by an operator: the call open then never reports.
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def reconcile() -> str:
+        """Reconcile the ledger (cannot be interrupted)."""
+        started.set()
+        await asyncio.sleep(3)
+        return "reconciled"
+
+    spec = (
+        AgentBuilder("clerk", registry=harness.registry)
+        .model("fake-model")
+        .tool("reconcile", interruptible=False)
+        .build()
+    )
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("reconcile", {}, id="c1")), Reply.text("ok"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (finished.call_id, finished.status) == ("c1", "unknown")
+    assert "cancelled before this call reported" in finished.content
+    assert isinstance(records[-1], RunSettled) and records[-1].status is RunStatus.ABORTED

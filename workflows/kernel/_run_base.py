@@ -242,11 +242,14 @@ class RunBase(abc.ABC):
                     await workflow.wait([loop])
                     return await self._settle(self._force_settle(open_calls))
         except asyncio.CancelledError:
-            # The workflow itself was cancelled (a parent's expiry, or an operator
-            # cancelled it): stop the body, settle the record and the search attributes,
-            # then let the cancellation end the workflow as Temporal expects.
+            # The workflow itself was cancelled (a parent's expiry or deadline, or an
+            # operator cancelled it): stop the body, settle the record and the search
+            # attributes, then let the cancellation end the workflow as Temporal expects.
+            # Its calls still open are UNKNOWN, as when its own deadline force-settles it.
+            open_calls = dict(self._open_calls)
             loop.cancel()
             await workflow.wait([loop])
+            self._unknown(open_calls, "the Run was cancelled before this call reported")
             self._status = RunStatus.ABORTED
             self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
             self._record_settled(Outcome(self._status, self._reason))
@@ -298,7 +301,8 @@ class RunBase(abc.ABC):
         runs the deadline clock runs, even when a spawned child waits for an approval."""
         return 0 if self._model_task is None else 1
 
-    def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
+    def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
+        """Record each of ``open_calls`` finished UNKNOWN (the Run ends without its result)."""
         for call_id, (turn, tool) in sorted(open_calls.items()):
             self._log.add(
                 ToolCallFinished(
@@ -307,9 +311,13 @@ class RunBase(abc.ABC):
                     call_id=call_id,
                     tool=tool,
                     status="unknown",
-                    content="the Run's deadline and grace period ran out before this call reported",
+                    content=why,
                 )
             )
+
+    def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
+        why = "the Run's deadline and grace period ran out before this call reported"
+        self._unknown(open_calls, why)
         return Outcome(
             RunStatus.FORCE_SETTLED,
             f"deadline: {self._limits.deadline_seconds:g} s and "
