@@ -10,6 +10,7 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunSettled, RunStatus, StepFinished, ToolCallFinished
@@ -19,9 +20,11 @@ from .conftest import Harness
 pytestmark = pytest.mark.e2e
 
 
-def talker(harness: Harness, name: str = "talker", tool: str | None = None) -> AgentSpec:
+def talker(harness: Harness, name: str = "talker", *tools: str) -> AgentSpec:
     builder = AgentBuilder(name, registry=harness.registry).model("fake-model")
-    return (builder.tool(tool) if tool else builder).build()
+    for tool in tools:
+        builder = builder.tool(tool)
+    return builder.build()
 
 
 async def test_an_agent_step_past_the_workflows_max_steps_fails_unrun(harness: Harness) -> None:
@@ -59,7 +62,7 @@ async def test_an_agent_step_takes_no_more_steps_than_the_workflow_has_left(
 
     spec = (
         WorkflowBuilder("capped", registry=harness.registry)
-        .agent_step("search", talker(harness, tool="lookup"))
+        .agent_step("search", talker(harness, "talker", "lookup"))
         .limits(max_steps=3)
         .build()
     )
@@ -151,3 +154,54 @@ async def test_a_cancelled_run_records_its_open_calls_unknown(harness: Harness) 
     assert (finished.call_id, finished.status) == ("c1", "unknown")
     assert "cancelled before this call reported" in finished.content
     assert isinstance(records[-1], RunSettled) and records[-1].status is RunStatus.ABORTED
+
+
+async def test_the_deadline_runs_while_an_agent_step_works_beside_an_approval(
+    harness: Harness,
+) -> None:
+    # One turn of the agent step: `gated` waits for an approval while `slow` works. The
+    # workflow used to see only the pending approval and stop its clock, so the work of
+    # `slow` did not count against its deadline and the next step ran.
+    slow_done = asyncio.Event()
+    ran: list[str] = []
+
+    @harness.registry.register
+    def gated() -> str:
+        """Needs an approval."""
+        return "ok"
+
+    @harness.registry.register
+    async def slow() -> str:
+        """Works a while."""
+        await asyncio.sleep(3)
+        slow_done.set()
+        return "slow done"
+
+    @harness.registry.register
+    def after() -> str:
+        """Runs after the agent step."""
+        ran.append("after")
+        return "after ran"
+
+    harness.settings.policy = RulePolicy(tools={"gated": "ask"})
+    spec = (
+        WorkflowBuilder("timed", registry=harness.registry)
+        .tool("after")
+        .agent_step("work", talker(harness, "worker", "gated", "slow"))
+        .tool_step("after", "after", {})
+        .limits(deadline_seconds=1.5)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("gated", {}, id="g1"), ToolCall("slow", {}, id="s1")),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await asyncio.wait_for(slow_done.wait(), 20)
+        await asyncio.sleep(0.5)  # the call's end reaches the workflows
+        await harness.client.approve(run, "g1", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.FORCE_SETTLED, result.reason
+    assert result.reason == "deadline: 1.5 s passed"
+    assert ran == []

@@ -29,6 +29,9 @@ PATCHES: dict[str, str] = {
     "psych-workflow-steps-bound-children": "0.1.0",
     # An abort that came during a workflow's last step settles it ABORTED, not COMPLETED.
     "psych-workflow-abort-after-last-step": "0.1.0",
+    # A child tells its parent when it executes a call beside what it waits for (its
+    # parent's deadline clock runs then); a child recorded before sent no such signal.
+    "psych-child-reports-working": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

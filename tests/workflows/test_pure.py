@@ -171,6 +171,20 @@ def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None
     assert changes
 
 
+def test_a_childs_older_report_arriving_late_is_not_taken() -> None:
+    held = Suspensions(RecordLog(Scope(tenant="a")), changed=lambda: None, aborted=lambda: None)
+    # Two reports of one workflow task, delivered in the other order.
+    assert held.newer_report("child", 2)
+    held.set_child("child", (_pending("A"), _pending("B")), working=True)
+    assert not held.newer_report("child", 1)  # (A) alone, not working: stale
+    assert [item.id for item in held.items()] == ["A", "B"]
+    assert not held.waiting_only(0)  # the child works beside what it waits for
+    assert held.newer_report("child", (1 << 32) + 1)  # its next execution's first report
+    held.set_child("child", (_pending("A"),))
+    assert held.waiting_only(0)
+    assert held.newer_report("other", 0) and held.newer_report("other", 0)  # an old child's
+
+
 async def test_drain_reports_waits_for_outcomes_still_on_their_way() -> None:
     release = asyncio.Event()
     task = asyncio.create_task(release.wait())

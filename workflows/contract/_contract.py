@@ -190,12 +190,19 @@ class SteerInput(_Frozen):
     by: str | None = None
 
 
-class ChildPending(_Frozen):
+class ChildPending(JsonWithoutDefaults):
     """Payload of ``psych.child_pending``: everything a child Run waits for now."""
 
     run: str
     """The child's workflow id."""
     pending: tuple[Pending, ...] = ()
+    working: bool = False
+    """Whether the child also executes a call beside what it waits for (a turn's other
+    calls while one waits for its approval): then its parent's deadline clock runs."""
+    seq: int = Field(default=0, ge=0)
+    """Increases with every report of the child, across its continue-as-new: signals sent
+    in one workflow task may arrive in either order, and the parent keeps the newest
+    (0: a child from before this field, whose every report is taken)."""
 
 
 def name_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:

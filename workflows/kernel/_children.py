@@ -19,7 +19,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ErrorType, ThreadRef
-    from psych_runtime.specs import DepthCap, Scope, Version
+    from psych_runtime.specs import DepthCap, Limits, Scope, Version
     from psych_runtime.workflows.contract._contract import (
         CHILD_PENDING,
         SA_STATUS,
@@ -93,14 +93,17 @@ def failed_totals(err: BaseException | None) -> Totals | None:
     return None
 
 
-def report_pending(pending: tuple[Pending, ...]) -> None:
-    """Tell the parent what this child waits for now (fire and forget: a parent that has
-    settled meanwhile no longer cares, and the signal's failure must not fail this Run)."""
+def report_pending(pending: tuple[Pending, ...], working: bool, seq: int) -> None:
+    """Tell the parent what this child waits for now, and whether it also executes a call
+    (fire and forget: a parent that has settled meanwhile no longer cares, and the
+    signal's failure must not fail this Run)."""
     parent = workflow.info().parent
     if parent is None:
         return
     handle = workflow.get_external_workflow_handle(parent.workflow_id, run_id=parent.run_id)
-    payload = ChildPending(run=workflow.info().workflow_id, pending=pending)
+    payload = ChildPending(
+        run=workflow.info().workflow_id, pending=pending, working=working, seq=seq
+    )
     task = asyncio.create_task(handle.signal(CHILD_PENDING, payload))
     task.add_done_callback(_log_failure)
 
@@ -114,3 +117,16 @@ def _log_failure(task: asyncio.Task[None]) -> None:
             workflow.logger.warning("telling the parent Run what this Run waits for: %s", err)
         else:
             workflow.logger.info("the parent Run did not take the pending items: %s", err)
+
+
+def bounded_limits(limits: Limits, bounds: ParentBounds | None) -> Limits:
+    """A Run's Limits as its parent bounds them: a workflow's step takes no more steps and
+    no more transient retries than the workflow has left (its limits govern the whole
+    Run, a nested workflow's steps included)."""
+    narrowed: dict[str, int] = {}
+    if bounds is not None and bounds.max_steps is not None:
+        narrowed["max_steps"] = min(limits.max_steps, bounds.max_steps)
+    if bounds is not None and bounds.transient_retry_budget is not None:
+        budget = min(limits.transient_retry_budget, bounds.transient_retry_budget)
+        narrowed["transient_retry_budget"] = budget
+    return limits.model_copy(update=narrowed) if narrowed else limits

@@ -270,8 +270,14 @@ class Handlers(RunBase):
     def child_pending(self, input: ChildPending) -> None:
         """A child Run's pending items changed: mirror them (a finished child's are dropped)."""
         known = input.run in self._children or input.run in self._starting
-        if self._bad_input is None and known:
-            self._suspensions.set_child(input.run, input.pending)
+        # A report older than one taken (signals of one task may arrive in either order)
+        # is not. Its status shown again, a nested workflow passes the report on up.
+        if (
+            self._bad_input is None
+            and known
+            and self._suspensions.newer_report(input.run, input.seq)
+        ):
+            self._suspensions.set_child(input.run, input.pending, input.working)
 
     async def start_reporting_child(
         self,

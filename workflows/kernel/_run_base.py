@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._contract import (
         SA_SUSPENSION,
         AbortInput,
-        ParentBounds,
         RunInput,
         RunResult,
         SteerInput,
@@ -49,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._activity_calls import fleet_roles_apart
     from psych_runtime.workflows.kernel._children import (
         STATUS_KEY,
+        bounded_limits,
         has_search_attributes,
         report_pending,
         start_child,
@@ -64,19 +64,6 @@ DEADLINE_GRACE_SECONDS = 30.0
 """After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
 
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
-
-
-def bounded_limits(limits: Limits, bounds: ParentBounds | None) -> Limits:
-    """A Run's Limits as its parent bounds them: a workflow's step takes no more steps and
-    no more transient retries than the workflow has left (its limits govern the whole
-    Run, a nested workflow's steps included)."""
-    narrowed: dict[str, int] = {}
-    if bounds is not None and bounds.max_steps is not None:
-        narrowed["max_steps"] = min(limits.max_steps, bounds.max_steps)
-    if bounds is not None and bounds.transient_retry_budget is not None:
-        budget = min(limits.transient_retry_budget, bounds.transient_retry_budget)
-        narrowed["transient_retry_budget"] = budget
-    return limits.model_copy(update=narrowed) if narrowed else limits
 
 
 class RunBase(abc.ABC):
@@ -130,6 +117,10 @@ class RunBase(abc.ABC):
         continues it after the Run)."""
         self._shown_status: tuple[RunStatus, str | None] = (RunStatus.RUNNING, None)
         self._reported: tuple[Pending, ...] = ()
+        self._reported_working = False
+        self._reports = len(earlier) << 32
+        """Reports sent to the parent: from ``execution << 32`` in each execution, so they
+        increase across continue-as-new (``ChildPending.seq``)."""
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, RunResult]] = {}
         """Running children that answers and aborts are forwarded to, by workflow id."""
         self._starting: set[str] = set()
@@ -296,6 +287,24 @@ class RunBase(abc.ABC):
     def _waiting_only(self) -> bool:
         return self._suspensions.waiting_only(len(self._open_calls) + self._working())
 
+    def report_to_parent(self) -> None:
+        """Send the parent (a workflow) what this Run waits for when it changed, and
+        whether it also executes a call then (the parent's deadline clock runs while it
+        does): called when the pending items change and when a call starts or ends."""
+        bounds = self._input.bounds
+        if bounds is None or not bounds.report_pending or self._status.terminal:
+            return
+        items = self._suspensions.items()
+        working = bool(items) and not self._waiting_only()
+        if items != self._reported or (
+            # Reported only since this patch (a Run recorded before sent no signal here).
+            working != self._reported_working and workflow.patched("psych-child-reports-working")
+        ):
+            self._reported = items
+            self._reported_working = working
+            self._reports += 1
+            report_pending(items, working, self._reports)
+
     def _working(self) -> int:
         """Calls executing beyond the open tool calls (an agent's model call): while one
         runs the deadline clock runs, even when a spawned child waits for an approval."""
@@ -437,12 +446,8 @@ class RunBase(abc.ABC):
             until = item.expires_at.isoformat(timespec="seconds")
             waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
         workflow.set_current_details("\n".join(waits) if waits else status.value)
-        bounds = self._input.bounds
-        if bounds is not None and bounds.report_pending and not status.terminal:
-            items = self._suspensions.items()
-            if items != self._reported:
-                self._reported = items
-                report_pending(items)
+        if not status.terminal:
+            self.report_to_parent()
         if (status, suspension) == self._shown_status:
             return
         self._shown_status = (status, suspension)

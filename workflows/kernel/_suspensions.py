@@ -55,6 +55,10 @@ class Suspensions:
         self.expired: set[str] = set()
         self.children: dict[str, tuple[Pending, ...]] = {}
         """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
+        self._report_seq: dict[str, int] = {}
+        """A child's workflow id -> the number of its newest report taken."""
+        self.working: set[str] = set()
+        """Children that execute a call beside what they wait for (their last report)."""
         self._forwarded: dict[str, set[str]] = {}
         """A child's workflow id -> ids answered here and forwarded to it, until a report
         of the child's no longer lists them (a report sent before the child saw the answer
@@ -70,13 +74,29 @@ class Suspensions:
         return ",".join(sorted({item.reason for item in self.items()})) or None
 
     def waiting_only(self, open_calls: int) -> bool:
-        """Whether the Run only waits: something is pending and no call is executing."""
-        if open_calls:
+        """Whether the Run only waits: something is pending and no call is executing (its
+        own, or a child's that waits beside it)."""
+        if open_calls or self.working:
             return False
         return bool(self.waits) or any(self.children.values())
 
-    def set_child(self, run: str, pending: tuple[Pending, ...]) -> None:
-        """Mirror what child ``run`` waits for now (nothing: forget it)."""
+    def newer_report(self, run: str, seq: int) -> bool:
+        """Whether child ``run``'s report ``seq`` is newer than the last one taken (and
+        take its number); a report without one (0) is always taken."""
+        if seq == 0:
+            return True
+        if seq <= self._report_seq.get(run, 0):
+            return False
+        self._report_seq[run] = seq
+        return True
+
+    def set_child(self, run: str, pending: tuple[Pending, ...], working: bool = False) -> None:
+        """Mirror what child ``run`` waits for now (nothing: forget it), and whether it
+        executes a call beside it."""
+        if working and pending:
+            self.working.add(run)
+        else:
+            self.working.discard(run)
         listed = {item.id for item in pending}
         forwarded = self._forwarded.get(run, set()) & listed
         if forwarded:

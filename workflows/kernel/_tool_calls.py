@@ -245,6 +245,7 @@ class ToolCalls(FeatureView):
         """Execute the call as an open (and maybe interruptible) call of the Run; while a
         local call runs, hold what follows it (``_local_hold``)."""
         self._open_calls[call.id] = (turn, call.name)
+        self.report_to_parent()  # a parent's clock runs while this call does
         local = entry.kind == "code" and calls.runs_local(entry)
         order = self._local_hold.start(local)
         held: asyncio.Future[None] | None = None
@@ -261,6 +262,7 @@ class ToolCalls(FeatureView):
             self._open_calls.pop(call.id, None)
             self._interruptible.pop(call.id, None)
             held = self._local_hold.finish(order, local)
+            self.report_to_parent()
         if held is not None:
             await held
         return result
