@@ -1,7 +1,8 @@
 """A workflow's limits govern the whole Run (SEMANTICS, Workflows): its steps, the agent
 steps' and nested workflows' included; an abort during its last step settles it ABORTED;
 a Run cancelled (as a workflow cancels a step past its deadline) records its open calls
-UNKNOWN. From an audit of WorkflowRun against SEMANTICS.md."""
+UNKNOWN; a steer a nested workflow cannot be trusted to take is refused. From an audit of
+WorkflowRun against SEMANTICS.md."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
+from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunSettled, RunStatus, StepFinished, ToolCallFinished
 
+from ._waiting import is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -205,3 +207,35 @@ async def test_the_deadline_runs_while_an_agent_step_works_beside_an_approval(
     assert result.status is RunStatus.FORCE_SETTLED, result.reason
     assert result.reason == "deadline: 1.5 s passed"
     assert ran == []
+
+
+async def test_a_steer_while_a_nested_workflow_runs_is_refused_naming_its_run(
+    harness: Harness,
+) -> None:
+    # Forwarded, it was refused by the nested Run (its step is a tool step) and the
+    # refusal only logged: the caller had been told it was taken.
+    @harness.registry.register
+    def create(plan: str) -> str:
+        """Create an account."""
+        return "made"
+
+    harness.settings.policy = RulePolicy(tools={"create": "ask"})
+    inner = (
+        WorkflowBuilder("inner", registry=harness.registry)
+        .tool("create")
+        .tool_step("make", "create", {"plan": "x"})
+        .build()
+    )
+    outer = WorkflowBuilder("outer", registry=harness.registry).workflow_step("nested", inner)
+    async with harness.worker():
+        run = await harness.client.dispatch(outer.build(), "go", scope=harness.scope)
+        state = await state_when(harness.client, run, harness.scope, is_suspended, what="waits")
+        (item,) = state.pending
+        with pytest.raises(Refused, match=r"is a nested workflow: send the steer to its Run"):
+            await harness.client.steer(run, "Hurry.", scope=harness.scope)
+        assert item.run is not None
+        with pytest.raises(Refused, match="only an agent step takes"):
+            await harness.client.steer(item.run, "Hurry.", scope=harness.scope)
+        await harness.client.approve(run, item.id, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason

