@@ -200,8 +200,10 @@ def add_serve_command(
     )
     serve.add_argument(
         "--max-body-bytes",
-        type=int,
-        default=int(env("PSYCH_SERVE_MAX_BODY_BYTES", "0")) or None,
+        # Read when `serve` runs, as argparse converts a string default then: a bad
+        # PSYCH_SERVE_MAX_BODY_BYTES is a usage error of `serve`, not of every command.
+        type=_byte_count,
+        default=env("PSYCH_SERVE_MAX_BODY_BYTES") or None,
         help=f"largest request body (env PSYCH_SERVE_MAX_BODY_BYTES; default "
         f"{DEFAULT_MAX_BODY_BYTES})",
     )
@@ -365,3 +367,17 @@ def add_codec_server_command(
     cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
     cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
     cmd.set_defaults(func=lazy("psych_runtime.workers.codec", "cmd_codec_server"))
+
+
+def _byte_count(text: str) -> int:
+    """A ``--max-body-bytes`` (or ``PSYCH_SERVE_MAX_BODY_BYTES``): a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a byte count (a whole number >= 1; also read from "
+            "PSYCH_SERVE_MAX_BODY_BYTES)"
+        )
+    return value

@@ -138,7 +138,11 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         "PSYCH_LIVE_LISTEN": getattr(args, "live_listen", None),
         "PSYCH_LIVE_URL": getattr(args, "live_url", None),
     }
-    environ.update({name: str(value) for name, value in overrides.items() if value})
+    # A flag given is passed on as given (0 too, which the settings then refuse, rather
+    # than running with the default); an empty list of roles is no flag.
+    environ.update(
+        {name: str(value) for name, value in overrides.items() if value not in (None, "")}
+    )
     settings = WorkerSettings.from_env(environ)
     if getattr(args, "settings", None) is not None:
         settings = dataclasses.replace(settings, settings_file=args.settings)

@@ -64,6 +64,12 @@ async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> C
     """
     try:
         return await connect(args.address, namespace=args.namespace, **connect_options)
+    except ValueError as err:
+        # An address the SDK cannot read ('', 'bogus address', a port past 65535).
+        raise PsychError(
+            f"cannot connect to Temporal at {temporal_target(args)!r}: {err} (give "
+            "host:port, by --address or TEMPORAL_ADDRESS)"
+        ) from err
     except RuntimeError as err:
         # The SDK's bridge reports connection failures as a RuntimeError carrying a long
         # transport-level chain; its OS message ("Connection refused") says it best.

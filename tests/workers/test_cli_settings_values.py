@@ -1,0 +1,56 @@
+"""Values a command cannot honour are refused by the command that reads them, naming them:
+never a traceback of every command, never a silent default (from an audit of the CLI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from psych_runtime.workers.cli import main
+
+
+def test_a_bad_serve_body_bound_in_the_environment_is_serves_error_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PSYCH_SERVE_MAX_BODY_BYTES", "4MB")
+    # Every other command reads nothing of it (it broke them all, --help included).
+    with pytest.raises(SystemExit) as helped:
+        main(["--help"])
+    assert helped.value.code == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["serve"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-body-bytes: '4MB' is not a byte count" in err
+    assert "PSYCH_SERVE_MAX_BODY_BYTES" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_serve_refuses_a_body_bound_below_one_before_it_listens(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -5 started the server, which then answered every request 500; 0 meant the default.
+    with pytest.raises(SystemExit) as refused:
+        main(["serve", "--max-body-bytes", value])
+    assert refused.value.code == 2
+    assert f"'{value}' is not a byte count" in capsys.readouterr().err
+
+
+def test_a_worker_flag_of_zero_is_refused_not_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `--max-model-calls 0` ran with 100 (the flag was dropped as falsy).
+    status = main(["worker", "--max-model-calls", "0", "--address", "127.0.0.1:9"])
+    assert status != 0
+    assert "PSYCH_MAX_MODEL_CALLS='0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["bogus address", "127.0.0.1:99999"])
+def test_an_address_temporal_cannot_read_is_one_line_naming_it(
+    address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["status", "psych-acme-r1", "--tenant", "acme", "--address", address])
+    err = capsys.readouterr().err
+    assert status != 0
+    assert "Traceback" not in err
+    assert f"cannot connect to Temporal at {address!r}" in err
