@@ -11,7 +11,6 @@ import argparse
 import os
 from pathlib import Path
 
-from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers.cli._lazy import lazy
 
 WORKFLOW_TYPES = ("AgentRun", "WorkflowRun")
@@ -178,7 +177,7 @@ def add_serve_command(
         type=Path,
         metavar="FILE",
         help="the global settings file whose serve: section configures API keys and JWTs "
-        f"(overrides PSYCH_SETTINGS; default {default_global_settings()} when it exists)",
+        f"(overrides PSYCH_SETTINGS; default {_GLOBAL_SETTINGS} when it exists)",
     )
     serve.add_argument(
         "--tools",
@@ -303,7 +302,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="the global settings file (tool-call hooks, trusted modules; overrides "
-        f"PSYCH_SETTINGS; default {default_global_settings()} when it exists)",
+        f"PSYCH_SETTINGS; default {_GLOBAL_SETTINGS} when it exists)",
     )
     parser.add_argument(
         "--trust-project-settings",
@@ -367,6 +366,10 @@ def add_codec_server_command(
     cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
     cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
     cmd.set_defaults(func=lazy("psych_runtime.workers.codec", "cmd_codec_server"))
+
+
+_GLOBAL_SETTINGS = "$XDG_CONFIG_HOME/psych/settings.yaml (~/.config/psych/settings.yaml)"
+"""Where ``default_global_settings`` looks, as help says it (not this machine's path)."""
 
 
 def _byte_count(text: str) -> int:
