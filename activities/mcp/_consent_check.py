@@ -9,7 +9,7 @@ be opened outside a Run's activity; it is reported as held, not used.
 
 from __future__ import annotations
 
-from psych_runtime.activities.tokens import TokenKey, TokenStore
+from psych_runtime.activities.tokens import Change, TokenKey, TokenStore
 from psych_runtime.specs import McpServer, Scope
 
 _SEALED = b"psych-blob-v1\0"
@@ -43,6 +43,9 @@ class ReadOnlyTokens:
 
     async def delete(self, key: TokenKey) -> None:
         self._written[key] = None
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        self._written[key] = change(await self.get(key))
 
 
 def _whose(scope: Scope) -> str:

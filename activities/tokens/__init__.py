@@ -10,6 +10,7 @@ environment configures (``token_store_from_env``).
 from psych_runtime.activities.tokens._config import token_store_from_env
 from psych_runtime.activities.tokens._s3 import S3TokenStore
 from psych_runtime.activities.tokens._store import (
+    Change,
     EncryptedTokenStore,
     LocalTokenStore,
     TenantCipher,
@@ -20,6 +21,7 @@ from psych_runtime.activities.tokens._store import (
 )
 
 __all__ = [
+    "Change",
     "EncryptedTokenStore",
     "LocalTokenStore",
     "S3TokenStore",

@@ -4,21 +4,39 @@ Records are objects ``<prefix>tokens/<2 hex>/<62 hex>`` (``TokenKey.location``):
 ``tokens/`` so a bucket prefix the fleet's blobs use too never mixes the two. The client is
 the blob store's (aiobotocore, botocore's credential chain; ``open_s3_client``); the
 worker's credentials need ``s3:DeleteObject`` on the prefix as well as the blob store's.
+An ``update`` is a conditional write (``If-Match`` the ETag it read, ``If-None-Match: *``
+when there was none; a conditional delete), tried again on what another writer left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
-from psych_runtime.activities.blobs import S3Location, open_s3_client, parse_s3_url, s3_error_code
-from psych_runtime.activities.tokens._store import TokenKey
+from psych_runtime.activities.blobs import (
+    S3Location,
+    open_s3_client,
+    parse_s3_url,
+    s3_error_code,
+    s3_status,
+)
+from psych_runtime.activities.tokens._store import Change, TokenKey
+from psych_runtime.specs import PsychError
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
 
 TOKENS_PREFIX = "tokens/"
+UPDATE_ATTEMPTS = 30
+"""An ``update`` whose conditional write another writer beat is tried this often."""
+
+
+def _update_delay(attempt: int) -> float:
+    """Seconds before the next try after the ``attempt``-th (from 0) lost one: random, so
+    writers that collided do not collide again in step."""
+    return random.uniform(0.005, 0.02 * min(attempt + 1, 10))
 
 
 class S3TokenStore:
@@ -63,17 +81,59 @@ class S3TokenStore:
 
     async def get(self, key: TokenKey) -> bytes | None:
         """The record under ``key``, or None."""
+        return (await self._read(key))[0]
+
+    async def _read(self, key: TokenKey) -> tuple[bytes | None, str | None]:
+        """The record under ``key`` and its ETag, or (None, None)."""
         from botocore.exceptions import ClientError
 
         s3 = await self._s3()
         try:
             response = await s3.get_object(Bucket=self.location.bucket, Key=self.object_key(key))
             async with response["Body"] as body:
-                return await body.read()
+                return await body.read(), response["ETag"]
         except ClientError as err:
             if s3_error_code(err) in ("NoSuchKey", "404"):
-                return None
+                return None, None
             raise
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        """Replace the record under ``key`` by ``change(record)``: written on condition
+        that the object is still the one read, else read again and ``change`` again.
+
+        Raises:
+            PsychError: other writers changed the record under each of ``UPDATE_ATTEMPTS``
+                tries.
+            Exception: what ``change`` raises (nothing is written).
+        """
+        from botocore.exceptions import ClientError
+
+        s3 = await self._s3()
+        bucket, name = self.location.bucket, self.object_key(key)
+        for attempt in range(UPDATE_ATTEMPTS):
+            current, etag = await self._read(key)
+            new = change(current)
+            if new == current:
+                return
+            try:
+                if new is None:
+                    assert etag is not None  # new != current: there was a record
+                    await s3.delete_object(Bucket=bucket, Key=name, IfMatch=etag)
+                elif etag is None:
+                    await s3.put_object(Bucket=bucket, Key=name, Body=new, IfNoneMatch="*")
+                else:
+                    await s3.put_object(Bucket=bucket, Key=name, Body=new, IfMatch=etag)
+                return
+            except ClientError as err:
+                # 412: another write came first; 409: one is under way; 404: the record
+                # read was deleted since. Each: read what is there now and change that.
+                if s3_status(err) not in (404, 409, 412):
+                    raise
+            await asyncio.sleep(_update_delay(attempt))
+        raise PsychError(
+            f"token record {key!r}: s3://{bucket}/{name} was changed "
+            f"by other writers under each of {UPDATE_ATTEMPTS} conditional writes"
+        )
 
     async def put(self, key: TokenKey, record: bytes) -> None:
         """Store ``record`` under ``key``, replacing any record there."""

@@ -12,6 +12,11 @@ share); ``S3TokenStore`` (``_s3``) in an S3-compatible bucket for fleets;
 ``EncryptedTokenStore`` seals every record with a ``BlobCipher`` (the payload codec's keys)
 before its inner store sees it, for the tenant of the Run whose activity runs;
 ``TenantSealedTokens`` for the tenant each key names, outside a Run.
+
+``update`` changes a record as one step against every other write of it, by any process
+sharing the store (a lock file per directory shard; a conditional write in a bucket):
+what a record shared by several writers (the A2A push records of ``psych serve``) needs,
+where a get then a put could lose another process's change made in between.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -66,6 +73,14 @@ class TokenKey:
         return f"TokenKey({who} issuer={self.issuer} client={self.client_id} {self.resource})"
 
 
+Change = Callable[[bytes | None], bytes | None]
+"""What ``TokenStore.update`` does to a record: given the record now (None: there is
+none), the record to leave (None: none; the same bytes: leave it untouched). It may be
+called more than once (again on the newer record, when another writer came first), so it
+must not act beyond computing its answer; what it raises ends the update, writing nothing.
+"""
+
+
 @runtime_checkable
 class TokenStore(Protocol):
     """Port: one mutable record per ``TokenKey``, shared by every worker of a fleet."""
@@ -82,11 +97,24 @@ class TokenStore(Protocol):
         """Forget the record under ``key`` (nothing when there is none)."""
         ...
 
+    async def update(self, key: TokenKey, change: Change) -> None:
+        """Replace the record under ``key`` by ``change(record)`` as one step: no other
+        write of the key, by this process or another sharing the store, lands between
+        the read ``change`` saw and the write of its answer.
+
+        Raises:
+            Exception: what ``change`` raises (nothing is written).
+        """
+        ...
+
 
 class LocalTokenStore:
     """Records as files ``<root>/<2 hex>/<62 hex>`` (mode 0600), replaced atomically.
 
-    Workers on one machine, or sharing a volume, may share a root.
+    Workers on one machine, or sharing a volume whose file locks reach every host (a
+    local disk, NFSv4), may share a root. Every write holds its shard's lock file
+    (``<root>/<2 hex>/.lock``, ``flock``), so an ``update`` is one step against every
+    other write; reads take no lock (a record is replaced by a rename).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -97,20 +125,58 @@ class LocalTokenStore:
 
     async def get(self, key: TokenKey) -> bytes | None:
         """The record under ``key``, or None."""
+        return self._read(self._path(key))
+
+    @staticmethod
+    def _read(path: Path) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
+            return path.read_bytes()
         except FileNotFoundError:
             return None
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        """Hold the lock of ``path``'s shard (waiting for any other writer of it, in any
+        process). One file per shard, never removed: removing a lock file another
+        process waits on would let a third lock a new one beside it."""
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     async def put(self, key: TokenKey, record: bytes) -> None:
         """Write ``record`` under ``key`` (a temporary file, synced, renamed over the old
         one: a reader sees the old record or the new one, never part of one, after a
-        host crash too). In a thread: the syncs block for milliseconds."""
+        host crash too). In a thread: the syncs and the lock block for milliseconds."""
         await asyncio.to_thread(self._put, key, record)
 
     def _put(self, key: TokenKey, record: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with self._locked(path):
+            self._write(path, record)
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        """Replace the record under ``key`` by ``change(record)``, holding the shard's
+        lock from the read to the write (in a thread, ``change`` included)."""
+        await asyncio.to_thread(self._update, key, change)
+
+    def _update(self, key: TokenKey, change: Change) -> None:
+        path = self._path(key)
+        with self._locked(path):
+            current = self._read(path)
+            new = change(current)
+            if new == current:
+                return
+            if new is None:
+                self._remove(path)
+            else:
+                self._write(path, new)
+
+    @staticmethod
+    def _write(path: Path, record: bytes) -> None:
         sweep_temporary(path.parent, ".put-")
         tmp = path.parent / f".put-{secrets.token_hex(8)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -128,8 +194,18 @@ class LocalTokenStore:
 
     async def delete(self, key: TokenKey) -> None:
         """Remove the record under ``key``, if any."""
+        await asyncio.to_thread(self._delete, key)
+
+    def _delete(self, key: TokenKey) -> None:
+        path = self._path(key)
+        if path.parent.is_dir():  # no shard, no record: nothing to lock or remove
+            with self._locked(path):
+                self._remove(path)
+
+    @staticmethod
+    def _remove(path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._path(key).unlink()
+            path.unlink()
 
 
 class _SealedTokens(abc.ABC):
@@ -172,6 +248,27 @@ class _SealedTokens(abc.ABC):
     async def delete(self, key: TokenKey) -> None:
         """Forget the record under ``key``."""
         await self.inner.delete(key)
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        """``change`` the opened record under ``key`` as one step of ``inner`` (a record
+        sealed for another tenant is None to it, as to ``get``), sealing its answer.
+
+        Raises:
+            AccessDenied: the record is not sealed with the cipher's keys, or was altered.
+            Exception: what ``change`` raises (nothing is written).
+        """
+
+        def sealed_change(sealed: bytes | None) -> bytes | None:
+            opened = None
+            if sealed is not None:
+                with contextlib.suppress(NotFound):
+                    opened = self._open(key, sealed)
+            new = change(opened)
+            if new == opened:
+                return sealed
+            return None if new is None else self._seal(key, new)
+
+        await self.inner.update(key, sealed_change)
 
 
 class EncryptedTokenStore(_SealedTokens):

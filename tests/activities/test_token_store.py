@@ -106,6 +106,50 @@ async def test_a_record_is_stored_replaced_and_deleted(medium: Medium) -> None:
     await store.delete(KEY)  # deleting what is not there is no error
 
 
+async def test_an_update_creates_changes_leaves_and_deletes_a_record(medium: Medium) -> None:
+    store = medium.store
+    seen: list[bytes | None] = []
+
+    def append(suffix: bytes) -> Callable[[bytes | None], bytes | None]:
+        def change(record: bytes | None) -> bytes | None:
+            seen.append(record)
+            return (record or b"") + suffix
+
+        return change
+
+    await store.update(KEY, append(b"a"))
+    await store.update(KEY, append(b"b"))
+    assert seen == [None, b"a"]
+    assert await medium.raw(KEY) == b"ab"
+    await store.update(KEY, lambda record: record)  # the same bytes: nothing written
+    assert await store.get(KEY) == b"ab"
+
+    def refuse(record: bytes | None) -> bytes | None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        await store.update(KEY, refuse)
+    assert await store.get(KEY) == b"ab"
+    await store.update(KEY, lambda record: None)
+    assert await medium.raw(KEY) is None
+    await store.update(KEY, lambda record: None)  # nothing there, nothing to delete
+
+
+async def test_a_sealed_update_changes_the_opened_record(tmp_path: Path) -> None:
+    plain = LocalTokenStore(tmp_path / "tokens")
+    codec = PsychCodec(Keyring([ACME, GLOBEX], {"acme": "acme-1", "globex": "globex-1"}))
+    store = TenantSealedTokens(plain, codec.blob_cipher())
+    await store.update(KEY, lambda record: b"secret-1234567890")
+    await store.update(KEY, lambda record: (record or b"") + b"+more")
+    assert await store.get(KEY) == b"secret-1234567890+more"
+    on_disk = await plain.get(KEY)
+    assert on_disk is not None and b"secret" not in on_disk
+    await store.update(KEY, lambda record: record)
+    assert await plain.get(KEY) == on_disk  # unchanged: not sealed again
+    await store.update(KEY, lambda record: None)
+    assert await plain.get(KEY) is None
+
+
 @pytest.mark.parametrize("field", ["tenant", "principal", "issuer", "client_id", "resource"])
 async def test_a_record_is_seen_only_under_its_whole_key(medium: Medium, field: str) -> None:
     """Another issuer (or tenant, principal, client, resource) never finds the record."""
@@ -128,7 +172,8 @@ async def test_key_fields_never_name_a_path(tmp_path: Path) -> None:
     sneaky = TokenKey("../../etc", None, "/", "../client", "x")
     await store.put(sneaky, b"record")
     files = _files(tmp_path)
-    assert files == [root / sneaky.location()]
+    record = root / sneaky.location()
+    assert sorted(files) == sorted([record, record.parent / ".lock"])  # the shard's writers' lock
     assert len(sneaky.location()) == 65
     mode = stat.S_IMODE(files[0].stat().st_mode)
     assert mode == 0o600, oct(mode)

@@ -17,12 +17,13 @@ and one index of the tasks being watched (``resource="watched"``): for each, who
 its beat is fresh; a task whose beat went stale (its process stopped) is taken over by the
 next process that looks (``PushRegistry.look``).
 
-A record is read, changed and written whole. In one process those three steps are one
-(a lock per record), so concurrent requests and beats never lose each other's change. The
-port has no compare-and-swap, so two *processes* changing one record at the same moment
-may still lose one change: at worst a task is watched twice for a while (a webhook may see
-a notification twice, which push receivers must bear anyway), a webhook registered at the
-same moment at another process is lost, or a task is not resumed after a restart.
+A record is read, changed and written whole, as one step of the store
+(``TokenStore.update``: a lock file per shard in a directory, a conditional write in a
+bucket), so two processes changing one record at once never lose either change; within a
+process a lock per record queues its own changes before they reach the store. What stays
+possible: two processes that each find a task unwatched at the same moment both start a
+watcher of it (a webhook may see a notification twice for a while, which push receivers
+must bear anyway).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass
 from a2a.types import TaskPushNotificationConfig
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
+from psych_runtime.activities.tokens import Change, TokenKey, TokenStore, unsealed
 
 PUSH_ISSUER = "psych:a2a-push"
 """The ``issuer`` of every push record: apart from every OAuth token's key."""
@@ -69,6 +70,7 @@ class MemoryTokenStore:
 
     def __init__(self) -> None:
         self._records: dict[TokenKey, bytes] = {}
+        self._updating = asyncio.Lock()
 
     async def get(self, key: TokenKey) -> bytes | None:
         """The record under ``key``, or None."""
@@ -81,6 +83,19 @@ class MemoryTokenStore:
     async def delete(self, key: TokenKey) -> None:
         """Forget the record under ``key``."""
         self._records.pop(key, None)
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        """Replace the record under ``key`` by ``change(record)``, one update at a time
+        (through ``get``/``put``/``delete``, which a subclass may make yield)."""
+        async with self._updating:
+            current = await self.get(key)
+            new = change(current)
+            if new == current:
+                return
+            if new is None:
+                await self.delete(key)
+            else:
+                await self.put(key, new)
 
 
 class PushStore:
@@ -114,13 +129,7 @@ class PushStore:
 
     async def configs(self, tenant: str, workflow_id: str) -> dict[str, TaskPushNotificationConfig]:
         """The task's configurations by id (none: empty)."""
-        record = await self.tokens.get(self._key(tenant, workflow_id))
-        if record is None:
-            return {}
-        found: dict[str, TaskPushNotificationConfig] = {}
-        for config_id, data in json.loads(record).items():
-            found[config_id] = ParseDict(data, TaskPushNotificationConfig())
-        return found
+        return _configs(await self.tokens.get(self._key(tenant, workflow_id)))
 
     async def change(
         self,
@@ -129,46 +138,73 @@ class PushStore:
         change: Callable[[dict[str, TaskPushNotificationConfig]], bool],
     ) -> None:
         """Read the task's configurations, let ``change`` alter them in place, and write
-        them back if it returns True (none left: the record is deleted), as one step in
-        this process.
+        them back if it returns True (none left: the record is deleted), as one step
+        against every other change of them, in any process sharing the store
+        (``TokenStore.update``). ``change`` may be called again on a newer record when
+        another process changed it first.
 
         Raises:
             Exception: what ``change`` raises (nothing is written).
         """
-        key = self._key(tenant, workflow_id)
-        async with self._lock(key):
-            configs = await self.configs(tenant, workflow_id)
+
+        def rewrite(record: bytes | None) -> bytes | None:
+            configs = _configs(record)
             if not change(configs):
-                return
+                return record
             if not configs:
-                await self.tokens.delete(key)
-                return
+                return None
             body = {config_id: MessageToDict(config) for config_id, config in configs.items()}
-            await self.tokens.put(key, json.dumps(body, sort_keys=True).encode())
+            return json.dumps(body, sort_keys=True).encode()
+
+        key = self._key(tenant, workflow_id)
+        async with self._lock(key):  # this process's changes queue here, not at the store
+            await self.tokens.update(key, rewrite)
 
     async def watched(self) -> list[Watched]:
         """Every task in the index."""
-        record = await self._index.get(_INDEX)
-        return [] if record is None else [Watched(**item) for item in json.loads(record)]
+        return _watched(await self._index.get(_INDEX))
 
     async def watch(self, entries: Iterable[Watched]) -> None:
         """Put ``entries`` in the index (each replacing its task's entry)."""
         new = {(e.tenant, e.workflow_id): e for e in entries}
         if not new:
             return
+
+        def rewrite(record: bytes | None) -> bytes | None:
+            kept = [w for w in _watched(record) if (w.tenant, w.workflow_id) not in new]
+            return _index([*kept, *new.values()])
+
         async with self._lock(_INDEX):
-            kept = [w for w in await self.watched() if (w.tenant, w.workflow_id) not in new]
-            await self._write([*kept, *new.values()])
+            await self._index.update(_INDEX, rewrite)
 
     async def unwatch(self, tenant: str, workflow_id: str, owner: str) -> None:
         """Take the task out of the index, if ``owner`` still delivers it."""
         gone = (tenant, workflow_id, owner)
-        async with self._lock(_INDEX):
-            entries = await self.watched()
-            kept = [w for w in entries if (w.tenant, w.workflow_id, w.owner) != gone]
-            if len(kept) != len(entries):
-                await self._write(kept)
 
-    async def _write(self, entries: list[Watched]) -> None:
-        body = [asdict(entry) for entry in entries]
-        await self._index.put(_INDEX, json.dumps(body, sort_keys=True).encode())
+        def rewrite(record: bytes | None) -> bytes | None:
+            entries = _watched(record)
+            kept = [w for w in entries if (w.tenant, w.workflow_id, w.owner) != gone]
+            return record if len(kept) == len(entries) else _index(kept)
+
+        async with self._lock(_INDEX):
+            await self._index.update(_INDEX, rewrite)
+
+
+def _configs(record: bytes | None) -> dict[str, TaskPushNotificationConfig]:
+    """A task's configurations by id, from its record."""
+    if record is None:
+        return {}
+    return {
+        config_id: ParseDict(data, TaskPushNotificationConfig())
+        for config_id, data in json.loads(record).items()
+    }
+
+
+def _watched(record: bytes | None) -> list[Watched]:
+    """The index's entries, from its record."""
+    return [] if record is None else [Watched(**item) for item in json.loads(record)]
+
+
+def _index(entries: list[Watched]) -> bytes:
+    """The index's record of ``entries``."""
+    return json.dumps([asdict(entry) for entry in entries], sort_keys=True).encode()
