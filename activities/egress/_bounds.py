@@ -7,7 +7,10 @@ decoded bytes: bodies are asked for unencoded (``Accept-Encoding: identity``), a
 deflate body sent anyway is decoded here, a chunk at a time and never past the bound (a
 few KB of gzip can decode to gigabytes), and a body in another encoding is refused. An
 MCP event stream is left whole when the request asked for one: it lives as long as its
-session, and the MCP SDK bounds each event.
+session, and the MCP SDK bounds each event. The MCP SDK reads a session's replies in a task
+of its own, where a transport error ends the session with its own generic message
+("Connection closed"), so ``Bounded2`` also tells its ``on_refused`` of each refusal: the
+session's owner says why it ended (the URL and the bound), not the SDK.
 """
 
 from __future__ import annotations
@@ -137,13 +140,20 @@ async def _bounded(
     limit: int,
     error: type[ResponseTooLarge] | type[McpResponseTooLarge],
     stream: type[_Stream] | type[_Stream2],
+    on_refused: Callable[[Exception], None] | None = None,
 ) -> Any:
     """``response`` with its body bounded (the module docstring), in ``lib`` (httpx or
-    httpx2) terms."""
+    httpx2) terms; ``on_refused`` is told of each refusal before it is raised."""
     method, url = request.method, str(request.url.copy_with(query=None))
 
+    def refused(message: str) -> Exception:
+        made = error(message, request=request)
+        if on_refused is not None:
+            on_refused(made)
+        return made
+
     def fail(size: int) -> Exception:
-        return error(_message(limit, size, method, url), request=request)
+        return refused(_message(limit, size, method, url))
 
     def broken(said: str) -> Exception:
         decoding: type[Exception] = lib.DecodingError
@@ -170,11 +180,10 @@ async def _bounded(
         )
     else:
         await response.aclose()
-        raise error(
+        raise refused(
             f"response refused: {method} {url} sent a {encoding}-encoded body though asked "
             "for none; its decoded size could not be bounded (the egress policy's "
-            "max_response_bytes)",
-            request=request,
+            "max_response_bytes)"
         )
     return lib.Response(
         response.status_code,
@@ -204,11 +213,18 @@ class Bounded(httpx.AsyncBaseTransport):
 
 
 class Bounded2(httpx2.AsyncBaseTransport):
-    """``Bounded`` for an httpx2 transport; an event stream asked for is passed whole."""
+    """``Bounded`` for an httpx2 transport; an event stream asked for is passed whole.
+    ``on_refused`` is told of each ``McpResponseTooLarge`` before it is raised."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+    def __init__(
+        self,
+        inner: httpx2.AsyncBaseTransport,
+        limit: int,
+        on_refused: Callable[[Exception], None] | None = None,
+    ) -> None:
         self.inner = inner
         self.limit = limit
+        self.on_refused = on_refused
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
@@ -221,7 +237,7 @@ class Bounded2(httpx2.AsyncBaseTransport):
         if media == "text/event-stream" and asked and plain:
             return response
         bounded: httpx2.Response = await _bounded(
-            httpx2, request, response, self.limit, McpResponseTooLarge, _Stream2
+            httpx2, request, response, self.limit, McpResponseTooLarge, _Stream2, self.on_refused
         )
         return bounded
 

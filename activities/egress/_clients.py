@@ -11,6 +11,7 @@ proxy hides (the operator's own endpoints keep them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -142,13 +143,15 @@ class Egress:
         headers: dict[str, str] | None = None,
         timeout: httpx2.Timeout | None = None,
         auth: httpx2.Auth | None = None,
+        on_refused: Callable[[Exception], None] | None = None,
     ) -> httpx2.AsyncClient:
         """A new httpx2 client for an MCP session of ``tenant`` (its owner closes it).
 
         Redirects are left to the MCP SDK, which follows them within the server's origin.
         Bodies are bounded by ``max_response_bytes`` as ``http``'s are, but for event
         streams: a session's stream lives as long as the session, and the SDK bounds each
-        of its events.
+        of its events. ``on_refused`` is told of each body refused (``McpResponseTooLarge``):
+        the SDK ends the session with a message of its own, which does not say why.
         """
         transport = httpx2.AsyncHTTPTransport(trust_env=False)
         # httpx2 takes no network backend; its pool does (the same as httpcore2's default
@@ -161,14 +164,16 @@ class Egress:
             keepalive_expiry=_KEEPALIVE_SECONDS,
         )
         return httpx2.AsyncClient(
-            transport=Bounded2(transport, self.settings.max_response_bytes),
+            transport=Bounded2(transport, self.settings.max_response_bytes, on_refused),
             headers=headers,
             timeout=timeout if timeout is not None else httpx2.Timeout(30.0, read=300.0),
             auth=auth,
             trust_env=False,
         )
 
-    def mcp_factory(self, tenant: str | None) -> Any:
+    def mcp_factory(
+        self, tenant: str | None, on_refused: Callable[[Exception], None] | None = None
+    ) -> Any:
         """``mcp_client`` as the MCP SDK's ``httpx_client_factory`` (the SSE transport)."""
 
         def factory(
@@ -176,7 +181,9 @@ class Egress:
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            return self.mcp_client(tenant, headers=headers, timeout=timeout, auth=auth)
+            return self.mcp_client(
+                tenant, headers=headers, timeout=timeout, auth=auth, on_refused=on_refused
+            )
 
         return factory
 

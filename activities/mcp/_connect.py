@@ -148,6 +148,7 @@ async def check_servers(
         redact = Redactor()
         connection: Connection | None = None
         consent = False
+        refused: list[Exception] = []
         try:
             connection = await connect(server, scope, secrets, clients)
             redact = connection.redact
@@ -161,6 +162,7 @@ async def check_servers(
                     egress=port,
                     tenant=scope.tenant,
                     auth=connection.auth,
+                    on_refused=refused.append,
                 ) as client:
                     await client.list_tools(cache_mode="bypass")
         except Exception as err:
@@ -168,7 +170,7 @@ async def check_servers(
                 connection is not None and clients.consents.take(connection.consent) is not None
             )
             if not consent:
-                return redact(failure_reason(err))
+                return redact(str(refused[-1]) if refused else failure_reason(err))
         finally:
             if oauth is not None and connection is not None and connection.token is not None:
                 key = connection.token

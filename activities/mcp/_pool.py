@@ -125,9 +125,14 @@ async def open_client(
     tenant: str,
     on_message: Callable[[IncomingMessage], None] | None = None,
     auth: httpx2.Auth | None = None,
+    on_refused: Callable[[Exception], None] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to an MCP server: the ``initialize`` handshake, or the stateless 2026-07-28
     protocol when the server refuses the handshake (``_era.py`` says why in that order).
+
+    ``on_refused`` is told of each reply the egress policy refused (``McpResponseTooLarge``:
+    over ``max_response_bytes``), since the SDK then ends the session saying only
+    "Connection closed": whoever owns the session says why instead (``refusal``).
 
     ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
     (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
@@ -138,7 +143,9 @@ async def open_client(
     before they ask for input (``_input.py`` answers through the Run, never inside a
     call). Enter and exit it in one task.
     """
-    options = _Options(url, transport, headers, connect_timeout, egress, tenant, on_message, auth)
+    options = _Options(
+        url, transport, headers, connect_timeout, egress, tenant, on_message, auth, on_refused
+    )
     async with AsyncExitStack() as stack:
         try:
             client = await stack.enter_async_context(_open(options, "legacy"))
@@ -159,6 +166,13 @@ class _Options:
     tenant: str
     on_message: Callable[[IncomingMessage], None] | None
     auth: httpx2.Auth | None
+    on_refused: Callable[[Exception], None] | None
+
+
+def refusal(refused: list[Exception], err: BaseException) -> str:
+    """Why a session ended: the egress policy's refusal of a reply when there was one (the
+    SDK's own error then says only that the connection closed), else ``err``."""
+    return str(refused[-1]) if refused else describe_error(err)
 
 
 async def _refuse_elicitation(
@@ -186,7 +200,7 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                 headers=options.headers,
                 timeout=options.connect_timeout,
                 sse_read_timeout=_SSE_READ_SECONDS,
-                httpx_client_factory=options.egress.mcp_factory(options.tenant),
+                httpx_client_factory=options.egress.mcp_factory(options.tenant, options.on_refused),
                 auth=options.auth,
             )
         else:
@@ -196,6 +210,7 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                     headers=options.headers,
                     timeout=httpx2.Timeout(options.connect_timeout, read=_SSE_READ_SECONDS),
                     auth=options.auth,
+                    on_refused=options.on_refused,
                 )
             )
             streams = streamable_http_client(options.url, http_client=http)
@@ -219,6 +234,8 @@ class _Pooled:
     last_used: float = field(default_factory=time.monotonic)
     broken: str | None = None
     """Why the session cannot be used any more (its transport failed)."""
+    refused: list[Exception] = field(default_factory=list)
+    """Replies the egress policy refused (too large): why the session ended, if it did."""
 
 
 class McpSessions:
@@ -307,7 +324,7 @@ class McpSessions:
             except MCPError as err:
                 if err.code not in _SESSION_GONE:
                     raise
-                pooled.broken = describe_error(err)
+                pooled.broken = refusal(pooled.refused, err)
                 raise SessionBroke(pooled.broken, reused=reused) from err
             if pooled.broken is not None:
                 raise SessionBroke(pooled.broken, reused=reused)
@@ -341,7 +358,7 @@ class McpSessions:
         def on_message(message: IncomingMessage) -> None:
             if isinstance(message, Exception):
                 # A transport fault: the stream is gone or garbled; connect afresh next time.
-                pooled.broken = describe_error(message)
+                pooled.broken = refusal(pooled.refused, message)
                 pooled.closing.set()
             elif isinstance(message, mcp_types.ToolListChangedNotification):
                 self._on_tools_changed(pooled.key)
@@ -356,6 +373,7 @@ class McpSessions:
                 tenant=pooled.key.tenant,
                 on_message=on_message,
                 auth=auth,
+                on_refused=pooled.refused.append,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected
                 if not pooled.ready.done():
@@ -377,7 +395,7 @@ class McpSessions:
                 pooled.ready.set_exception(McpUnavailable("connecting was cancelled"))
             raise
         except Exception as err:
-            reason = describe_error(err)
+            reason = refusal(pooled.refused, err)
             pooled.broken = reason
             if not pooled.ready.done():
                 pooled.ready.set_exception(McpUnavailable(reason))

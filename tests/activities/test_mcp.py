@@ -26,6 +26,7 @@ from psych_runtime.activities.contract import (
     ToolDefinition,
     ToolOutcome,
 )
+from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
 from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
 from psych_runtime.activities.tools import RulePolicy
@@ -766,3 +767,69 @@ async def test_a_session_connects_through_the_egress_policy_on_both_transports(
     finally:
         await mcp.aclose()
         await egress.aclose()
+
+
+# --- replies over the egress policy's bound -------------------------------------------------
+
+BOUND = 20_000
+"""Over every reply of ``json_server`` but ``big``'s (and its tools/list with filler)."""
+
+
+@pytest.fixture(scope="module")
+def json_server() -> Iterator[McpTestServer]:
+    """A server answering POSTs with JSON bodies (read whole, so bounded)."""
+    served = start_mcp_server("streamable-http", json_response=True)
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def bounded_egress(bound: int = BOUND) -> Egress:
+    rules = EgressRules(allow_cidrs=("127.0.0.0/8",))
+    return Egress(EgressSettings(rules=rules, max_response_bytes=bound))
+
+
+def names_the_bound(text: str | None, served: McpTestServer, bound: int = BOUND) -> bool:
+    assert text is not None
+    return (
+        "response too large" in text
+        and f"{served.url}" in text
+        and f"over {bound} bytes" in text
+        and "max_response_bytes" in text
+    )
+
+
+async def test_a_reply_over_the_bound_is_a_tool_error_naming_the_server_and_the_bound(
+    json_server: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    mcp = McpActivities(blobs=blobs, egress=bounded_egress())
+    try:
+        big = await call(mcp, spec_of(json_server), "big", {"size": 50_000})
+        assert big.status == "error"
+        assert big.content.startswith("MCP server 'test', tool 'big': ")
+        assert names_the_bound(big.content, json_server), big.content
+        # The session it ended is dropped: the next call connects afresh.
+        echoed = await call(mcp, spec_of(json_server), "echo", {"text": "hi"})
+        assert (echoed.status, echoed.content) == ("ok", "hi")
+    finally:
+        await mcp.aclose()
+
+
+async def test_a_listing_over_the_bound_makes_the_server_unavailable_naming_the_bound(
+    blobs: LocalBlobStore,
+) -> None:
+    served = start_mcp_server("streamable-http", json_response=True, filler=60)
+    egress = bounded_egress()
+    mcp = McpActivities(blobs=blobs, egress=egress)
+    try:
+        result = await catalog(mcp, spec_of(served, optional=True))
+        assert result.servers[0].status == "unavailable"
+        assert names_the_bound(result.servers[0].error, served), result.servers[0].error
+        # What --check-connections says of it.
+        checked = await check_servers([spec_of(served)], SCOPE, None, egress=egress)
+        assert names_the_bound(checked["test"], served), checked["test"]
+    finally:
+        await mcp.aclose()
+        await egress.aclose()
+        served.stop()

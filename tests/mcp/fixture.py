@@ -136,7 +136,11 @@ def stop_process(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
 
 
 def start_mcp_server(
-    transport: Transport, *, filler: int = 0, require_bearer: bool = False
+    transport: Transport,
+    *,
+    filler: int = 0,
+    require_bearer: bool = False,
+    json_response: bool = False,
 ) -> McpTestServer:
     """Start ``tests.mcp.server`` on 127.0.0.1 and a free port; return once it listens.
 
@@ -144,6 +148,8 @@ def start_mcp_server(
         transport: ``streamable-http`` (``/mcp``) or ``sse`` (``/sse``).
         filler: How many ``filler_NNN`` tools with long descriptions to add.
         require_bearer: Answer 401 to MCP requests without a bearer token.
+        json_response: Answer streamable HTTP POSTs with a JSON body (read whole, so bounded
+            by the egress policy's ``max_response_bytes``), not an event stream.
 
     The caller stops it with ``stop()``.
     """
@@ -151,6 +157,8 @@ def start_mcp_server(
     command += ["--filler", str(filler)]
     if require_bearer:
         command.append("--require-bearer")
+    if json_response:
+        command.append("--json-response")
     log = tempfile.NamedTemporaryFile(prefix="mcp-server-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
     try:

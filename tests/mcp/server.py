@@ -346,11 +346,14 @@ def guard(app: Asgi, control: Asgi, state: State, *, require_bearer: bool) -> As
     return wrapped
 
 
-async def serve(transport: str, filler: int, require_bearer: bool) -> None:
+async def serve(transport: str, filler: int, require_bearer: bool, json_response: bool) -> None:
     """Serve until killed; print ``port <N>`` once listening."""
     state = State()
     server = build_server(state, filler)
-    app = server.sse_app() if transport == "sse" else server.streamable_http_app()
+    if transport == "sse":
+        app = server.sse_app()
+    else:
+        app = server.streamable_http_app(json_response=json_response)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -376,8 +379,11 @@ def main() -> None:
     parser.add_argument("--transport", choices=["streamable-http", "sse"], required=True)
     parser.add_argument("--filler", type=int, default=0, help="extra tools with long descriptions")
     parser.add_argument("--require-bearer", action="store_true", help="401 without a bearer")
+    parser.add_argument(
+        "--json-response", action="store_true", help="answer POSTs with JSON, not event streams"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.transport, args.filler, args.require_bearer))
+    asyncio.run(serve(args.transport, args.filler, args.require_bearer, args.json_response))
 
 
 if __name__ == "__main__":
