@@ -13,7 +13,7 @@ share); ``S3TokenStore`` (``_s3``) in an S3-compatible bucket for fleets;
 before its inner store sees it, for the tenant of the Run whose activity runs;
 ``TenantSealedTokens`` for the tenant each key names, outside a Run.
 
-``update`` changes a record as one step against every other write of it, by any process
+``update`` changes a record as one step against every other update of it, by any process
 sharing the store (a lock file per directory shard; a conditional write in a bucket):
 what a record shared by several writers (the A2A push records of ``psych serve``) needs,
 where a get then a put could lose another process's change made in between.
@@ -99,8 +99,9 @@ class TokenStore(Protocol):
 
     async def update(self, key: TokenKey, change: Change) -> None:
         """Replace the record under ``key`` by ``change(record)`` as one step: no other
-        write of the key, by this process or another sharing the store, lands between
-        the read ``change`` saw and the write of its answer.
+        update of the key, by this process or another sharing the store, lands between
+        the read ``change`` saw and the write of its answer (a record several processes
+        change is changed through ``update`` only: a ``put`` may not wait for it).
 
         Raises:
             Exception: what ``change`` raises (nothing is written).
@@ -111,10 +112,13 @@ class TokenStore(Protocol):
 class LocalTokenStore:
     """Records as files ``<root>/<2 hex>/<62 hex>`` (mode 0600), replaced atomically.
 
-    Workers on one machine, or sharing a volume whose file locks reach every host (a
-    local disk, NFSv4), may share a root. Every write holds its shard's lock file
-    (``<root>/<2 hex>/.lock``, ``flock``), so an ``update`` is one step against every
-    other write; reads take no lock (a record is replaced by a rename).
+    Workers on one machine, or sharing a volume, may share a root. An ``update`` holds its
+    shard's lock file (``<root>/<2 hex>/.lock``, ``flock``, made by the first update of
+    the shard) from its read to its write, so updates of a key, in any process, are one
+    step each (on a shared volume, where its file locks reach every host: a local disk,
+    NFSv4). A ``put`` or ``delete`` takes no lock: a record several processes change is
+    changed by ``update`` only (as the A2A push records are); reads take none either (a
+    record is replaced by a rename).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -150,13 +154,13 @@ class LocalTokenStore:
     async def put(self, key: TokenKey, record: bytes) -> None:
         """Write ``record`` under ``key`` (a temporary file, synced, renamed over the old
         one: a reader sees the old record or the new one, never part of one, after a
-        host crash too). In a thread: the syncs and the lock block for milliseconds."""
+        host crash too). In a thread: the syncs block for milliseconds."""
         await asyncio.to_thread(self._put, key, record)
 
     def _put(self, key: TokenKey, record: bytes) -> None:
         path = self._path(key)
-        with self._locked(path):
-            self._write(path, record)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._write(path, record)
 
     async def update(self, key: TokenKey, change: Change) -> None:
         """Replace the record under ``key`` by ``change(record)``, holding the shard's
@@ -194,13 +198,7 @@ class LocalTokenStore:
 
     async def delete(self, key: TokenKey) -> None:
         """Remove the record under ``key``, if any."""
-        await asyncio.to_thread(self._delete, key)
-
-    def _delete(self, key: TokenKey) -> None:
-        path = self._path(key)
-        if path.parent.is_dir():  # no shard, no record: nothing to lock or remove
-            with self._locked(path):
-                self._remove(path)
+        self._remove(self._path(key))
 
     @staticmethod
     def _remove(path: Path) -> None:
