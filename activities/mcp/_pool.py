@@ -40,6 +40,7 @@ from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
+from psych_runtime.activities.mcp._told import ToldAuth
 from psych_runtime.specs import Scope
 
 _log = logging.getLogger(__name__)
@@ -131,8 +132,10 @@ async def open_client(
     protocol when the server refuses the handshake (``_era.py`` says why in that order).
 
     ``on_refused`` is told of each reply the egress policy refused (``McpResponseTooLarge``:
-    over ``max_response_bytes``), since the SDK then ends the session saying only
-    "Connection closed": whoever owns the session says why instead (``refusal``).
+    over ``max_response_bytes``) and of each failure of the OAuth provider ``auth`` (a
+    token the authorization server refused: ``ToldAuth``), since the SDK then ends the
+    session saying only "Connection closed": whoever owns the session says why instead
+    (``refusal``).
 
     ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
     (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
@@ -170,8 +173,9 @@ class _Options:
 
 
 def refusal(refused: list[Exception], err: BaseException) -> str:
-    """Why a session ended: the egress policy's refusal of a reply when there was one (the
-    SDK's own error then says only that the connection closed), else ``err``."""
+    """Why a session ended: the egress policy's refusal of a reply, or the OAuth flow's
+    failure, when there was one (the SDK's own error then says only that the connection
+    closed), else ``err``."""
     return str(refused[-1]) if refused else describe_error(err)
 
 
@@ -193,6 +197,9 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
         if options.on_message is not None:
             options.on_message(message)
 
+    auth = options.auth
+    if auth is not None and options.on_refused is not None:
+        auth = ToldAuth(auth, options.on_refused)
     async with AsyncExitStack() as stack:
         if options.transport == "sse":
             streams = sse_client(
@@ -201,7 +208,7 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                 timeout=options.connect_timeout,
                 sse_read_timeout=_SSE_READ_SECONDS,
                 httpx_client_factory=options.egress.mcp_factory(options.tenant, options.on_refused),
-                auth=options.auth,
+                auth=auth,
             )
         else:
             http = await stack.enter_async_context(
@@ -209,7 +216,7 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                     options.tenant,
                     headers=options.headers,
                     timeout=httpx2.Timeout(options.connect_timeout, read=_SSE_READ_SECONDS),
-                    auth=options.auth,
+                    auth=auth,
                     on_refused=options.on_refused,
                 )
             )
@@ -235,7 +242,8 @@ class _Pooled:
     broken: str | None = None
     """Why the session cannot be used any more (its transport failed)."""
     refused: list[Exception] = field(default_factory=list)
-    """Replies the egress policy refused (too large): why the session ended, if it did."""
+    """Replies the egress policy refused (too large) and failed OAuth flows: why the
+    session ended, if it did."""
 
 
 class McpSessions:

@@ -19,7 +19,8 @@ from psych_runtime.activities import (
     StaticSecretResolver,
     TokenKey,
 )
-from psych_runtime.activities.mcp import check_servers, parse_oauth_issuers
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.mcp import McpActivities, check_servers, parse_oauth_issuers
 from psych_runtime.activities.mcp._oauth import (
     HeldRedactor,
     OAuthUnavailable,
@@ -28,6 +29,7 @@ from psych_runtime.activities.mcp._oauth import (
 )
 from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
 from psych_runtime.workers import WorkerSettings
+from tests.activities.test_mcp import call
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 SECRET = "cc-secret-0123456789"
@@ -217,3 +219,33 @@ async def test_without_a_store_a_token_lives_in_the_storage_only(tmp_path: Path)
     assert await storage.get_client_info() is None
     with pytest.raises(OAuthUnavailable, match="dynamic client registration is not supported"):
         await storage.set_client_info(OAuthClientInformationFull(client_id="x", redirect_uris=None))
+
+
+async def test_a_token_refused_mid_session_is_an_error_naming_the_refusal_asked_once(
+    oauth_server: OAuthMcpServer, tmp_path: Path
+) -> None:
+    """The server stops taking the token and the authorization server stops knowing the
+    client: the call fails saying the token request was refused (not the SDK's "Connection
+    closed"), after one token request, and the Run's next call asks again (no loop)."""
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    mcp = McpActivities(
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        secrets=SECRETS,
+        settings=settings,
+        tokens=LocalTokenStore(tmp_path / "tokens"),
+    )
+    try:
+        assert (await call(mcp, crm(oauth_server), "whoami", {})).status == "ok"
+        oauth_server.revoke_all()
+        oauth_server.set_clients({})
+        before = requests_made(oauth_server)
+        refused = await call(mcp, crm(oauth_server), "whoami", {})
+        assert refused.status == "error"
+        assert refused.content.startswith("MCP server 'crm', tool 'whoami': ")
+        assert "getting an OAuth token failed" in refused.content, refused.content
+        assert "invalid_client" in refused.content
+        assert SECRET not in refused.content
+        assert requests_made(oauth_server) - before == 1
+    finally:
+        oauth_server.set_clients({"psych-worker": SECRET})
+        await mcp.aclose()

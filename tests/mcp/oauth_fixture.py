@@ -68,6 +68,11 @@ class OAuthMcpServer:
         """Every token issued so far is refused from now on."""
         self._control("POST", "revoke")
 
+    def set_clients(self, clients: dict[str, str]) -> None:
+        """The clients (id -> secret) the authorization server knows from now on (none:
+        every token request is refused, ``invalid_client``)."""
+        self._control("POST", "clients", clients)
+
     def revoke_everything(self) -> None:
         """Every access and refresh token issued so far is refused (consent server)."""
         self._control("POST", "revoke-all")

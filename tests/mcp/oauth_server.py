@@ -211,11 +211,16 @@ def control(state: State) -> Starlette:
         state.lifetime = int(json.loads(await request.body())["seconds"])
         return JSONResponse({"lifetime": state.lifetime})
 
+    async def clients(request: Request) -> Response:
+        state.clients = dict(json.loads(await request.body()))
+        return JSONResponse({"clients": len(state.clients)})
+
     return Starlette(
         routes=[
             Route("/control/state", read, methods=["GET"]),
             Route("/control/revoke", revoke, methods=["POST"]),
             Route("/control/lifetime", lifetime, methods=["POST"]),
+            Route("/control/clients", clients, methods=["POST"]),
         ]
     )
 

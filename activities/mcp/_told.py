@@ -1,0 +1,48 @@
+"""An MCP session's OAuth provider whose failures are told to the session's owner.
+
+The MCP SDK runs a session's requests, and so the OAuth flow of each, in a task of its own,
+where an exception ends the session: the caller then sees only the SDK's "Connection
+closed". ``ToldAuth`` tells the pool (``_pool.py``) of the failure as it is raised, so the
+call's error and the server's unavailability say why: the token the authorization server
+refused, and its answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+
+import httpx2
+
+
+class OAuthFailed(Exception):
+    """What ``ToldAuth`` tells of a failed OAuth flow (the message names why)."""
+
+
+class ToldAuth(httpx2.Auth):
+    """An OAuth provider whose failures (a token the authorization server refused, its
+    metadata unreadable) are told to ``told`` as they are raised: the SDK runs the flow in
+    its own task, where a failure ends the session saying only "Connection closed"."""
+
+    def __init__(self, inner: httpx2.Auth, told: Callable[[Exception], None]) -> None:
+        self.inner = inner
+        self.told = told
+        self.requires_request_body = inner.requires_request_body
+        self.requires_response_body = inner.requires_response_body
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self.inner.async_auth_flow(request)
+        try:
+            sent = await flow.__anext__()
+            while True:
+                response = yield sent
+                sent = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except Exception as err:
+            said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
+            raise
+        finally:
+            await flow.aclose()
