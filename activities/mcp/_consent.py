@@ -428,16 +428,33 @@ async def deliver_authorization(
 ) -> Waiting:
     """The callback's part: leave the code for the Run that waits on ``state``.
 
+    The first code to arrive stands until the Run exchanges it: the same redirect again (a
+    reloaded page) is answered as the first was; another code for the same ``state`` (a
+    replayed redirect) is refused, so it cannot replace the one the person's consent sent.
+
     Raises:
-        LookupError: no Run waits on this state (unknown, used, or forgotten).
+        LookupError: no Run waits on this state (unknown, used, or forgotten), or another
+            code for it arrived first.
     """
     gone = "no authorization waits on this state (unknown, used, or expired)"
     raw = await unsealed(store).get(index_key(state))
     if raw is None:
         raise LookupError(gone)
     waiting = Waiting.model_validate_json(raw)
-    arrived = Arrived(code=code, state=state, iss=iss)
-    await unsealed(store).put(arrived_key(waiting.id), arrived.model_dump_json().encode())
+    arrived = Arrived(code=code, state=state, iss=iss).model_dump_json().encode()
+    before: list[bytes | None] = [None]
+
+    def first(record: bytes | None) -> bytes:
+        before[0] = record
+        return arrived if record is None else record
+
+    await unsealed(store).update(arrived_key(waiting.id), first)
+    if before[0] is not None:
+        standing = Arrived.model_validate_json(before[0])
+        if not secrets.compare_digest(standing.code.encode(), code.encode()):
+            raise LookupError(
+                "this authorization was already answered: another code arrived for its state first"
+            )
     if await unsealed(store).get(index_key(state)) is None:
         # The Run forgot the flow meanwhile (its wait ended, or the code was exchanged):
         # nobody will read this code, so it does not stay in the store.

@@ -10,7 +10,7 @@ import pytest
 
 from psych_runtime.activities.mcp import deliver_authorization
 from psych_runtime.activities.mcp._consent import Waiting, arrived_key, index_key
-from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
+from psych_runtime.activities.tokens import Change, LocalTokenStore, TokenKey
 
 STATE = "state-1"
 WAITING = Waiting(workflow_id="psych-acme-run1", tenant="acme", id="oauth-1")
@@ -20,8 +20,8 @@ class ForgetsWhileWriting(LocalTokenStore):
     """A store in which the Run's forgetting (its index deleted) lands just as the
     callback writes the code."""
 
-    async def put(self, key: TokenKey, record: bytes) -> None:
-        await super().put(key, record)
+    async def update(self, key: TokenKey, change: Change) -> None:
+        await super().update(key, change)
         if key == arrived_key(WAITING.id):
             await self.delete(index_key(STATE))
 
@@ -46,3 +46,19 @@ async def test_a_code_written_as_the_run_forgot_its_flow_is_not_left_behind(
     with pytest.raises(LookupError, match="no authorization waits on this state"):
         await deliver_authorization(store, "code-1", STATE, None)
     assert await store.get(arrived_key(WAITING.id)) is None
+
+
+async def test_a_second_code_for_the_same_state_is_refused_and_the_first_stays(
+    tmp_path: Path,
+) -> None:
+    """A replayed redirect (its state seen, another code) before the Run exchanged the
+    first: the first code stands; the same redirect again (a reloaded page) is answered as
+    the first was."""
+    store = LocalTokenStore(tmp_path)
+    await store.put(index_key(STATE), WAITING.model_dump_json().encode())
+    assert await deliver_authorization(store, "code-1", STATE, None) == WAITING
+    with pytest.raises(LookupError, match="already answered"):
+        await deliver_authorization(store, "code-evil", STATE, None)
+    assert await deliver_authorization(store, "code-1", STATE, None) == WAITING
+    left = await store.get(arrived_key(WAITING.id))
+    assert left is not None and b"code-1" in left and b"code-evil" not in left

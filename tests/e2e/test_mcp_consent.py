@@ -38,7 +38,7 @@ from psych_runtime.workflows import (
     SuspensionReason,
     ToolCallFinished,
 )
-from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, follow
+from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, follow, record_files
 from tests.mcp.oauth_fixture import OAuthMcpServer
 
 from ._waiting import is_waiting, only_pending, state_when
@@ -131,11 +131,10 @@ def _files_holding(root: Path, needle: bytes) -> list[Path]:
 def held_tokens(home: Path) -> list[dict[str, object]]:
     """Every token record the worker's store holds (the local store is not sealed here)."""
     records = []
-    for path in (home / "tokens").rglob("*"):
-        if path.is_file():
-            record = json.loads(path.read_bytes())
-            if "token" in record:
-                records.append(record)
+    for path in record_files(home / "tokens"):
+        record = json.loads(path.read_bytes())
+        if "token" in record:
+            records.append(record)
     return records
 
 
@@ -204,7 +203,7 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
     assert by_scope == {("acme", "ann"): tokens[0], ("globex", None): tokens[1]}
     refresh = [r["token"]["refresh_token"] for r in held]  # type: ignore[index]
     # Nothing of the flow is left behind: no parked flow, index or code.
-    assert len([p for p in (harness.home / "tokens").rglob("*") if p.is_file()]) == 2
+    assert len(record_files(harness.home / "tokens")) == 2
     texts = [r.model_dump_json() for run_records in records for r in run_records] + histories
     for needle in (*tokens, *refresh):
         assert not any(needle in text for text in texts), needle
@@ -224,12 +223,12 @@ async def test_a_consent_nobody_gives_in_time_leaves_nothing_behind(
     async with harness.worker():
         run = await harness.client.dispatch(spec.build(), "go", scope=harness.scope)
         item = await consent_asked(harness, run, harness.scope)
-        parked = [p for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+        parked = record_files(harness.home / "tokens")
         assert len(parked) == 2  # the flow and its index, until the wait ends
         result = await harness.client.result(run, scope=harness.scope)
         assert result.status is RunStatus.ABANDONED, result.reason
         assert "suspension_expired" in (result.reason or "")
-        left = [p for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+        left = record_files(harness.home / "tokens")
         assert left == []
         late = await consent(item)
     assert late.status_code == 400

@@ -23,7 +23,7 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, McpOAuth, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import PsychClient, RunStatus, SuspensionReason
-from tests.mcp.consent_fixture import CLIENT, consenting, follow
+from tests.mcp.consent_fixture import CLIENT, consenting, follow, record_files
 
 from ._crash import doomed_worker
 from ._waiting import is_waiting, only_pending, state_when
@@ -81,4 +81,4 @@ async def test_the_run_completes_on_another_worker_after_consent(
     assert [call.result for call in report.tool_calls] == [CLIENT]
     assert state_of_server["calls"]["whoami"] == 1
     # The flow the dead worker parked was exchanged and forgotten: one token record left.
-    assert len([p for p in (tmp_path / "tokens").rglob("*") if p.is_file()]) == 1
+    assert len(record_files(tmp_path / "tokens")) == 1

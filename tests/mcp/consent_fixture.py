@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -66,3 +67,9 @@ async def follow(url: str) -> httpx.Response:
     consents at once and redirects to psych's callback, whose page is the answer."""
     async with httpx.AsyncClient(follow_redirects=True, timeout=60) as browser:
         return await browser.get(url)
+
+
+def record_files(root: Path) -> list[Path]:
+    """The records of the local token store at ``root`` (not the empty lock files its
+    updates hold, ``<shard>/.lock``)."""
+    return [p for p in root.rglob("*") if p.is_file() and p.name != ".lock"]
