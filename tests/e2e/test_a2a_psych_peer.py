@@ -14,9 +14,9 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 
+from ._serve import served
 from ._waiting import eventually
 from .conftest import Harness
-from .test_serve import served
 
 pytestmark = pytest.mark.e2e
 

@@ -31,11 +31,11 @@ from psych_runtime.workers.serve.a2a import PushStore, Watched
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._http_server import CountingServer
+from ._serve import ACME
 from ._waiting import eventually, is_waiting
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, user
 from .test_encryption import WORKER_KEYS, client_with, psych_client
-from .test_serve import ACME
 
 pytestmark = pytest.mark.e2e
 

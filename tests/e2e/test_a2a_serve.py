@@ -43,9 +43,9 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 
 from ._http_server import CountingServer
+from ._serve import ACME, GLOBEX, served
 from ._waiting import eventually
 from .conftest import Harness
-from .test_serve import ACME, GLOBEX, served
 
 pytestmark = pytest.mark.e2e
 

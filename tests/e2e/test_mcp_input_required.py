@@ -16,9 +16,9 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import Resumed, RunStatus, Suspended
 from tests.mcp.modern_fixture import ModernMcpServer, start_modern_server
 
+from ._serve import ACME, served
 from ._waiting import is_waiting, state_when
 from .conftest import Harness
-from .test_serve import ACME, served
 
 pytestmark = pytest.mark.e2e
 

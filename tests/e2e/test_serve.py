@@ -4,88 +4,23 @@ and resumed with Last-Event-ID; another tenant is refused throughout."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
 from psych_runtime.workflows.client._live import LiveCall
 
+from ._serve import ACME, GLOBEX, read_events, served
 from ._waiting import eventually
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
-
-ACME = {"Authorization": "Bearer acme-key-e2e"}
-GLOBEX = {"Authorization": "Bearer globex-key-e2e"}
-
-
-@asynccontextmanager
-async def served(harness: Harness, query_timeout_seconds: float = 10.0) -> AsyncIterator[str]:
-    """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port)."""
-    keys = (
-        ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
-        ApiKey.of("globex-key-e2e", "globex", "mallory"),
-    )
-    settings = ServeSettings(
-        harness.client,
-        AuthSettings(keys),
-        keepalive_seconds=0.2,
-        query_timeout_seconds=query_timeout_seconds,
-    )
-    app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    await eventually(lambda: _started(server), what="uvicorn to listen")
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-async def _started(server: uvicorn.Server) -> bool:
-    return server.started
-
-
-async def read_events(
-    http: httpx.AsyncClient, url: str, headers: dict[str, str], until: str
-) -> tuple[list[tuple[str, str, Any]], int]:
-    """Events (name, id, data) of the stream until one whose data or name holds ``until``;
-    also how many keep-alive comments came."""
-    events: list[tuple[str, str, Any]] = []
-    comments = 0
-    fields: dict[str, str] = {}
-    async with http.stream("GET", url, headers=headers) as response:
-        assert response.status_code == 200, await response.aread()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        async for line in response.aiter_lines():
-            if line.startswith(":"):
-                comments += 1
-                if until == "keep-alive":
-                    break
-            elif line:
-                name, _, value = line.partition(": ")
-                fields[name] = value
-            elif fields:
-                data = json.loads(fields["data"])
-                events.append((fields.get("event", "message"), fields.get("id", ""), data))
-                fields = {}
-                if until in (events[-1][0], data.get("kind") if isinstance(data, dict) else ""):
-                    break
-    return events, comments
 
 
 async def test_the_api_drives_a_run_through_an_approval_to_its_report(harness: Harness) -> None:

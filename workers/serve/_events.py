@@ -10,19 +10,23 @@ the model call in flight); the route turns each item into one event:
 - a ``TokenDelta``: ``event: delta``, ``id: <seq>/<call>/<n>``, where ``seq`` is the last
   Record's seq sent before it, ``call`` the attempt (``<activity id>#<attempt>``: it has
   '#' but never '/') and ``n`` its position in the attempt;
-- a ``DeltasDropped``: ``event: deltas_dropped``, ``id: <seq>/<call>/<n>`` with ``n`` one
-  past the last delta of that attempt (the drop closes the attempt's sequence);
+- a ``DeltasDropped``: ``event: deltas_dropped``, ``id: <seq>/<call>/dropped``: nothing of
+  that attempt is left to send (a Record after it keeps it in its id, as after a delta). A
+  number would not do: a follower that cannot read the attempt's relay any more (its worker
+  died) knows neither how many pieces it had nor whether the stream saw its drop;
 - ``event: end`` once the Run settled (no id: resuming after it starts after the last
   Record, and a settled Run's stream ends again at once).
 
 A reconnecting client sends the last id it saw (``Last-Event-ID``, or ``?after=``), parsed
 by ``parse_event_id`` into an ``EventPosition``: it is sent the Records after ``seq`` and,
-of the attempt ``call``, the deltas after ``n``; nothing is lost or sent twice.
+of the attempt ``call``, the deltas after ``n`` (and its drop, if it was dropped meanwhile),
+or nothing more of it after ``dropped``; nothing is lost or sent twice.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -32,7 +36,10 @@ from psych_runtime.workflows import DeltasDropped, PsychClient, Record, TokenDel
 EventItem = Record | TokenDelta | DeltasDropped
 """What a follower of a Run is sent."""
 
-_ID = re.compile(r"^(?P<seq>\d{1,18})(?:/(?P<call>[^/]+)/(?P<n>\d{1,18}))?$")
+DROPPED = "dropped"
+"""The last part of a ``deltas_dropped`` event's id, in place of a delta's position."""
+
+_ID = re.compile(rf"^(?P<seq>\d{{1,18}})(?:/(?P<call>[^/]+)/(?P<n>\d{{1,18}}|{DROPPED}))?$")
 
 
 @dataclass(frozen=True)
@@ -41,11 +48,22 @@ class EventPosition:
 
     seq: int = 0
     delta: tuple[str, int] | None = None
-    """``(call, n)`` of the last delta (or drop) sent after Record ``seq``; None: none."""
+    """``(call, n)`` of the last delta sent after Record ``seq`` (``n`` 0 when ``dropped``);
+    None: none."""
+    dropped: bool = False
+    """Whether that last delta event was the drop of the attempt ``call``."""
+
+    def __str__(self) -> str:
+        """The event id naming this position."""
+        if self.delta is None:
+            return str(self.seq)
+        call, n = self.delta
+        return f"{self.seq}/{call}/{DROPPED if self.dropped else n}"
 
 
 def parse_event_id(text: str) -> EventPosition:
-    """The position an event id (``<seq>`` or ``<seq>/<call>/<n>``) names.
+    """The position an event id (``<seq>``, ``<seq>/<call>/<n>`` or
+    ``<seq>/<call>/dropped``) names.
 
     Raises:
         ValueError: the id has neither shape (the message says which shapes it may have).
@@ -53,12 +71,14 @@ def parse_event_id(text: str) -> EventPosition:
     found = _ID.match(text.strip())
     if found is None:
         raise ValueError(
-            f"event id {text!r} is neither '<seq>' nor '<seq>/<call>/<n>' (seq and n are "
-            "whole numbers)"
+            f"event id {text!r} is neither '<seq>' nor '<seq>/<call>/<n>' nor "
+            f"'<seq>/<call>/{DROPPED}' (seq and n are whole numbers)"
         )
     seq = int(found["seq"])
     if found["call"] is None:
         return EventPosition(seq)
+    if found["n"] == DROPPED:
+        return EventPosition(seq, (found["call"], 0), dropped=True)
     return EventPosition(seq, (found["call"], int(found["n"])))
 
 
@@ -68,29 +88,21 @@ class EventIds:
 
     position: EventPosition
 
-    def __post_init__(self) -> None:
-        self._last_n: dict[str, int] = {}
-        if self.position.delta is not None:
-            call, n = self.position.delta
-            self._last_n[call] = n
-
     def next_id(self, item: EventItem) -> str:
         """The id of ``item``, the next event sent."""
         seq = self.position.seq
         if isinstance(item, TokenDelta):
-            self._last_n[item.call] = item.n
             self.position = EventPosition(seq, (item.call, item.n))
         elif isinstance(item, DeltasDropped):
-            n = self._last_n.pop(item.call, 0) + 1
-            self.position = EventPosition(seq, (item.call, n))
+            self.position = EventPosition(seq, (item.call, 0), dropped=True)
         else:
             # The deltas sent stay sent: resuming after this Record must not send them
             # again. (Once their call's Record is in, they are skipped anyway; naming
             # them costs a few bytes of id.)
-            self.position = EventPosition(item.seq, self.position.delta)
-        delta = self.position.delta
-        seq = self.position.seq
-        return str(seq) if delta is None else f"{seq}/{delta[0]}/{delta[1]}"
+            self.position = EventPosition(
+                item.seq, self.position.delta, dropped=self.position.dropped
+            )
+        return str(self.position)
 
 
 async def run_events(
@@ -98,8 +110,16 @@ async def run_events(
 ) -> AsyncIterator[EventItem]:
     """What a follower of the Run is sent from ``after`` on, until the Run settles: the
     Records after ``after.seq`` and, between them, the deltas of the model call in flight
-    (of the attempt ``after.delta`` names, only those after its ``n``)."""
+    (of the attempt ``after.delta`` names, only those after its ``n``, and nothing once
+    its drop was sent)."""
+    after_delta = after.delta
+    dropped = None
+    if after.dropped and after_delta is not None:
+        dropped = after_delta[0]
+        after_delta = (dropped, sys.maxsize)  # none of its pieces
     async for item in client.stream(
-        run_id, scope=scope, after=after.seq, deltas=True, after_delta=after.delta
+        run_id, scope=scope, after=after.seq, deltas=True, after_delta=after_delta
     ):
+        if isinstance(item, DeltasDropped) and item.call == dropped:
+            continue  # sent already: the stream resumes from its id
         yield item

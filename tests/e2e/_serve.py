@@ -1,0 +1,117 @@
+"""``psych serve`` under a real uvicorn on loopback for the e2e tests, and a reader of its
+event streams; a JWKS served on loopback for the tests that sign in with JWTs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import jwt
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from psych_runtime.workers.serve import ApiKey, AuthSettings, JwtSettings, ServeSettings, create_app
+
+from ._waiting import eventually
+from .conftest import Harness
+
+ACME = {"Authorization": "Bearer acme-key-e2e"}
+GLOBEX = {"Authorization": "Bearer globex-key-e2e"}
+
+
+@asynccontextmanager
+async def served(
+    harness: Harness, query_timeout_seconds: float = 10.0, jwt_settings: JwtSettings | None = None
+) -> AsyncIterator[str]:
+    """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port),
+    with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``)."""
+    keys = (
+        ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
+        ApiKey.of("globex-key-e2e", "globex", "mallory"),
+    )
+    settings = ServeSettings(
+        harness.client,
+        AuthSettings(keys, jwt_settings),
+        keepalive_seconds=0.2,
+        query_timeout_seconds=query_timeout_seconds,
+    )
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    await eventually(lambda: _started(server), what="uvicorn to listen")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _started(server: uvicorn.Server) -> bool:
+    return server.started
+
+
+async def read_events(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    until: str,
+    into: list[tuple[str, str, Any]] | None = None,
+) -> tuple[list[tuple[str, str, Any]], int]:
+    """Events (name, id, data) of the stream until one whose data or name holds ``until``
+    (or until the server ends the stream); also how many keep-alive comments came.
+    ``into``: the list the events are appended to as they come (a fresh one by default)."""
+    events: list[tuple[str, str, Any]] = [] if into is None else into
+    comments = 0
+    fields: dict[str, str] = {}
+    async with http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                comments += 1
+                if until == "keep-alive":
+                    break
+            elif line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            elif fields:
+                data = json.loads(fields["data"])
+                events.append((fields.get("event", "message"), fields.get("id", ""), data))
+                fields = {}
+                if until in (events[-1][0], data.get("kind") if isinstance(data, dict) else ""):
+                    break
+    return events, comments
+
+
+@contextmanager
+def jwks(key: rsa.RSAPrivateKey, kid: str) -> Iterator[str]:
+    """The URL of a JWKS holding ``key``'s public half as ``kid``, served on loopback."""
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    body = json.dumps({"keys": [{**public, "kid": kid, "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()

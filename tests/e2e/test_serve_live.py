@@ -1,0 +1,91 @@
+"""``psych serve``'s event stream at its boundaries: resuming from a drop's id.
+
+Real uvicorn on loopback, real dev server and worker (a worker process killed with its
+relay, for a drop nobody can read again), the fake model streaming at a pace."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.service import RPCError
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply
+
+from ._crash import doomed_worker
+from ._serve import ACME, read_events, served
+from ._waiting import eventually
+from ._worker_proc import REGISTRY
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Order 42 was delivered on Tuesday, left with the neighbour at number 7. "
+Events = list[tuple[str, str, Any]]
+
+
+def named(events: Events, name: str) -> Events:
+    return [event for event in events if event[0] == name]
+
+
+async def followers_stopped(harness: Harness) -> None:
+    """Wait until no stream follows a Run through the API's client (the next stream gets
+    a follower of its own)."""
+
+    async def stopped() -> bool:
+        return not harness.client.follows._runs
+
+    await eventually(stopped, what="the streams' followers to stop", within=10)
+
+
+async def ended(harness: Harness, workflow_id: str) -> None:
+    """Terminate the Run unless it has ended already."""
+    with contextlib.suppress(RPCError):  # already completed
+        await harness.client.temporal.get_workflow_handle(workflow_id).terminate("test over")
+
+
+async def test_resuming_from_a_drops_id_does_not_send_the_drop_again(harness: Harness) -> None:
+    # The worker dies mid-call, its relay with it: until the call's heartbeat timeout the
+    # Run still shows the dead attempt pending, so every new follower reads its relay,
+    # fails, and drops the attempt. A stream resumed from the drop's id had already been
+    # sent that drop.
+    harness.fake.enqueue(Reply.text(ANSWER * 8, chunk_size=6, chunk_seconds=0.1))
+    queue = harness.settings.task_queue
+    async with (
+        doomed_worker(harness.env.client, queue, harness.home, harness.fake.base_url) as doomed,
+        served(harness) as base,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        spec = AgentBuilder("talker", registry=REGISTRY).model("fake-model").build()
+        run = await doomed.psych.dispatch(spec, "talk", scope=harness.scope)
+        url = f"{base}/v1/runs/{run.workflow_id}/events"
+        try:
+            first, _ = await read_events(http, url, ACME, until="delta")
+            await followers_stopped(harness)
+            await doomed.kill_when(lambda: True)
+            # A worker answers the Run's queries; the call stays pending until its timeout.
+            async with doomed.survivor():
+                dropped, _ = await read_events(
+                    http, url, {**ACME, "Last-Event-ID": first[-1][1]}, until="deltas_dropped"
+                )
+                assert dropped[-1][0] == "deltas_dropped"
+                await followers_stopped(harness)
+
+                async def end_the_run() -> None:
+                    await asyncio.sleep(3)  # ample for a new follower to read the dead relay
+                    await ended(harness, run.workflow_id)
+
+                ending = asyncio.create_task(end_the_run())
+                rest, _ = await read_events(
+                    http, url, {**ACME, "Last-Event-ID": dropped[-1][1]}, until="end"
+                )
+                await ending
+        finally:
+            await ended(harness, run.workflow_id)
+    assert named(rest, "deltas_dropped") == []
+    assert named(rest, "delta") == []  # nothing of the dropped attempt either
+    assert rest[-1][0] == "end", rest
