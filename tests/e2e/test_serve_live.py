@@ -1,4 +1,5 @@
-"""``psych serve``'s event stream at its boundaries: resuming from a drop's id.
+"""``psych serve``'s event stream at its boundaries: resuming from a drop's id, rejoining
+the follower other streams of the Run share.
 
 Real uvicorn on loopback, real dev server and worker (a worker process killed with its
 relay, for a drop nobody can read again), the fake model streaming at a pace."""
@@ -13,7 +14,7 @@ import httpx
 import pytest
 from temporalio.service import RPCError
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply
 
 from ._crash import doomed_worker
@@ -89,3 +90,50 @@ async def test_resuming_from_a_drops_id_does_not_send_the_drop_again(harness: Ha
     assert named(rest, "deltas_dropped") == []
     assert named(rest, "delta") == []  # nothing of the dropped attempt either
     assert rest[-1][0] == "end", rest
+
+
+async def test_a_stream_rejoining_a_shared_follower_gets_the_drop_it_missed(
+    harness: Harness,
+) -> None:
+    # Another stream keeps the Run's follower: a stream that comes back joins it, and
+    # skipped the drop of the attempt it had pieces of, as if the attempt had ended
+    # before it ever joined.
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(
+        Reply.abort(after_chunks=12, chunk_seconds=0.1),
+        Reply.text(ANSWER, chunk_size=6, chunk_seconds=0.04),
+    )
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run_id = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run_id}/events"
+        other: Events = []
+        whole = asyncio.create_task(read_events(http, url, ACME, until="end", into=other))
+
+        async def other_follows() -> bool:
+            return run_id in harness.client.follows._runs
+
+        await eventually(other_follows, what="the other stream to follow the Run")
+        first, _ = await read_events(http, url, ACME, until="delta")  # then it goes away
+
+        async def other_saw_the_drop() -> bool:
+            return bool(named(other, "deltas_dropped"))
+
+        await eventually(other_saw_the_drop, what="the attempt to be dropped", within=30)
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+        await whole
+    events = first + rest
+    ((_, _, drop),) = named(events, "deltas_dropped")
+    assert named(other, "deltas_dropped")[0][2] == drop
+    assert drop["call"] == named(first, "delta")[-1][2]["call"]
+    kept = "".join(
+        data["text"] for _, _, data in named(events, "delta") if data["call"] != drop["call"]
+    )
+    (finished,) = [
+        data for _, _, data in named(events, "record") if data["kind"] == "model_call_finished"
+    ]
+    assert kept == finished["text"] == ANSWER
+    ids = [event_id for _, event_id, _ in events if event_id]
+    assert len(ids) == len(set(ids))

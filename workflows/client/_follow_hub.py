@@ -16,7 +16,9 @@ after ``END_WAIT_SECONDS``, its pieces then dropped), so a stream sees every pie
 attempt before the record that supersedes them. A stream skips the deltas of calls that
 had ended before it started (a late joiner gets the records and the call in flight), so an
 ended call's pieces are forgotten once every stream has read past them: a Run followed for
-hours keeps its records, not every piece of every call.
+hours keeps its records, not every piece of every call. The one exception: a stream that
+comes back from pieces of an attempt dropped meanwhile (``after_delta``) is sent its drop
+first, so it does not keep pieces the others were told to drop.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class _Shared:
         """Where record ``start + 1 + k`` is in ``items``."""
         self.ended_calls: set[str] = set()
         """Attempts whose pieces are superseded: dropped, or their call's record is in."""
+        self.drops: dict[str, DeltasDropped] = {}
+        """The drop of each dropped attempt (one small item per failed attempt): owed to a
+        stream that comes back having read pieces of it (``after_delta``)."""
         self._open_calls: set[str] = set()
         self._cursors: set[_Cursor] = set()
         self._cleared = 0
@@ -133,6 +138,7 @@ class _Shared:
     def _append(self, item: Item) -> None:
         if isinstance(item, DeltasDropped):
             self.ended_calls.add(item.call)
+            self.drops[item.call] = item
         elif isinstance(item, TokenDelta):
             self._open_calls.add(item.call)
         self.items.append(item)
@@ -179,6 +185,11 @@ class _Shared:
         cursor.position = position
         # Deltas of calls that ended before this stream joined are history: skip them.
         ended_before = set(self.ended_calls)
+        resumed = None if after_delta is None else self.drops.get(after_delta[0])
+        if deltas and resumed is not None:
+            # Except the drop of the attempt the stream had pieces of (it comes back from
+            # them), which may have been forgotten meanwhile: its pieces are void.
+            yield resumed
         while True:
             tick = self._tick
             if position is None and after - self.start <= len(self.record_at):
