@@ -1,5 +1,5 @@
 """``psych serve``'s event stream at its boundaries: resuming from a drop's id, rejoining
-the follower other streams of the Run share.
+the follower other streams of the Run share, a JWT expiring while a stream is open.
 
 Real uvicorn on loopback, real dev server and worker (a worker process killed with its
 relay, for a drop nobody can read again), the fake model streaming at a pace."""
@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.service import RPCError
 
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply
+from psych_runtime.workers.serve import JwtSettings
 
 from ._crash import doomed_worker
-from ._serve import ACME, read_events, served
+from ._serve import ACME, jwks, read_events, served
 from ._waiting import eventually
 from ._worker_proc import REGISTRY
 from .conftest import Harness
@@ -137,3 +141,59 @@ async def test_a_stream_rejoining_a_shared_follower_gets_the_drop_it_missed(
     assert kept == finished["text"] == ANSWER
     ids = [event_id for _, event_id, _ in events if event_id]
     assert len(ids) == len(set(ids))
+
+
+async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: Harness) -> None:
+    # The token is checked once, when the stream opens: it used to go on being sent the
+    # Run's events for as long as the Run lasted, its token long expired.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def bearer(expires: int) -> dict[str, str]:
+        claims = {
+            "iss": "https://idp.acme.test/",
+            "aud": "psych",
+            "sub": "alice",
+            "tenant": harness.scope.tenant,
+            "exp": expires,
+        }
+        token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+        return {"Authorization": f"Bearer {token}"}
+
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    answer = ANSWER * 6  # about 7 s of text
+    harness.fake.enqueue(Reply.text(answer, chunk_size=6, chunk_seconds=0.1))
+    with jwks(key, "k1") as jwks_url:
+        settings = JwtSettings(
+            jwks_url, "https://idp.acme.test/", "psych", ("RS256",), leeway_seconds=0
+        )
+        async with (
+            harness.worker(),
+            served(harness, jwt_settings=settings) as base,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            run = await harness.client.dispatch(spec, "talk", scope=harness.scope)
+            url = f"{base}/v1/runs/{run.workflow_id}/events"
+            expires = int(time.time() + 3)
+            short = bearer(expires)
+            async with asyncio.timeout(15):
+                first, _ = await read_events(http, url, short, until="error")
+            ended_at = time.time()
+            refused = await http.get(url, headers={**short, "Last-Event-ID": first[-2][1]})
+            rest, _ = await read_events(
+                http, url, {**bearer(expires + 300), "Last-Event-ID": first[-2][1]}, until="end"
+            )
+    name, event_id, problem = first[-1]
+    assert (name, event_id) == ("error", "")
+    assert (problem["status"], problem["type"]) == (401, "urn:psych:problem:unauthorized")
+    assert "reconnect with a fresh one" in problem["detail"]
+    assert problem["expired_at"] == expires
+    assert expires <= ended_at < expires + 2  # at the token's exp, not the Run's end
+    assert named(first, "delta") and not named(first, "end")  # it ended mid-call
+    # The same token is refused from then on; a fresh one resumes with no loss.
+    assert refused.status_code == 401, refused.text
+    assert refused.headers["www-authenticate"] == "Bearer"
+    events = first[:-1] + rest
+    ids = [event_id for _, event_id, _ in events if event_id]
+    assert len(ids) == len(set(ids))
+    assert "".join(data["text"] for _, _, data in named(events, "delta")) == answer
+    assert rest[-1][0] == "end"

@@ -8,7 +8,9 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   which entry it matched leaks through timing.
 - JWTs: verified with PyJWT against the operator's JWKS (``jwt.PyJWKClient``, which caches
   the key set), with the signature, ``exp``/``nbf``, issuer, audience and algorithms
-  checked; the tenant and principal are read from configurable claims.
+  checked; the tenant and principal are read from configurable claims. The caller carries
+  when the token stops being accepted (``Caller.expires_at``): an event stream opened with
+  it ends then, so a revoked caller's expired token does not keep reading a Run.
 
 Every refusal is ``Unauthorized`` with a reason safe to show the caller.
 
@@ -48,10 +50,14 @@ class NotPublisher(PsychError):
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request acts for: its Scope, and whether it may publish."""
+    """Who a request acts for: its Scope, whether it may publish, and until when."""
 
     scope: Scope
     publisher: bool = False
+    expires_at: float | None = None
+    """Until when (seconds since the epoch) the credential is accepted: a JWT's ``exp``
+    plus the configured leeway, as a new request with it would be judged; None: an API
+    key, which does not expire. A response that outlives it (an event stream) ends then."""
 
     def publishing(self) -> Scope:
         """The Scope of a caller that publishes.
@@ -206,8 +212,10 @@ class Authenticator:
         publisher = settings.publisher_claim is not None and (
             claims.get(settings.publisher_claim) is True
         )
+        # Required and checked to be a number by PyJWT, which accepts it until this.
+        expires_at = float(claims["exp"]) + settings.leeway_seconds
         try:
-            return Caller(Scope(tenant=tenant, principal=principal), publisher)
+            return Caller(Scope(tenant=tenant, principal=principal), publisher, expires_at)
         except ValidationError as err:
             raise Unauthorized(
                 f"the token's claim {settings.tenant_claim!r} is not a valid tenant "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from psych_runtime.specs import Scope
@@ -107,7 +107,7 @@ class EventIds:
 
 async def run_events(
     client: PsychClient, run_id: str, *, scope: Scope, after: EventPosition
-) -> AsyncIterator[EventItem]:
+) -> AsyncGenerator[EventItem, None]:
     """What a follower of the Run is sent from ``after`` on, until the Run settles: the
     Records after ``after.seq`` and, between them, the deltas of the model call in flight
     (of the attempt ``after.delta`` names, only those after its ``n``, and nothing once

@@ -8,6 +8,7 @@ A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answer
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -27,7 +28,7 @@ from psych_runtime.workers.serve._events import (
     parse_event_id,
     run_events,
 )
-from psych_runtime.workers.serve._problems import ApiProblem, no_run, problem_for
+from psych_runtime.workers.serve._problems import ApiProblem, no_run, problem, problem_for
 from psych_runtime.workflows import (
     IDEMPOTENCY_KEY_MAX,
     DeltasDropped,
@@ -172,12 +173,14 @@ def run_routes(context: ApiContext) -> APIRouter:
     @router.get("/{run_id}/events", response_class=EventSourceResponse)
     async def events(
         run_id: str,
-        scope: Caller,
+        who: Identity,
         after: str | None = None,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> EventSourceResponse:
         """Server-Sent Events of the Run: ``record``, ``delta``, ``deltas_dropped``, then
-        ``end``; resumable with ``Last-Event-ID`` (or ``?after=``)."""
+        ``end``; resumable with ``Last-Event-ID`` (or ``?after=``). Opened with a JWT, the
+        stream ends when the token does: an ``error`` event with a 401 problem."""
+        scope = who.scope
         tenant_run(run_id, scope)
         given = last_event_id if last_event_id is not None else after
         try:
@@ -185,7 +188,7 @@ def run_routes(context: ApiContext) -> APIRouter:
         except ValueError as err:
             raise ApiProblem(422, str(err), "invalid-request") from err
         await _exists(context, run_id)
-        stream = _sse(context, run_id, scope, position)
+        stream = _sse(context, run_id, scope, position, who.expires_at)
         return EventSourceResponse(stream, ping=context.settings.keepalive_seconds)
 
     return router
@@ -202,11 +205,32 @@ async def _exists(context: ApiContext, run_id: str) -> None:
 
 
 async def _sse(
-    context: ApiContext, run_id: str, scope: Scope, position: EventPosition
+    context: ApiContext,
+    run_id: str,
+    scope: Scope,
+    position: EventPosition,
+    expires_at: float | None,
 ) -> AsyncIterator[ServerSentEvent]:
     ids = EventIds(position)
+    items = run_events(context.client, run_id, scope=scope, after=position)
+    # Only the wait for the next item is bounded, never a yield: the deadline would
+    # otherwise cancel the server's own send of an event.
+    deadline = None
+    if expires_at is not None:
+        deadline = asyncio.get_running_loop().time() + (expires_at - time.time())
     try:
-        async for item in run_events(context.client, run_id, scope=scope, after=position):
+        while True:
+            bound = asyncio.timeout_at(deadline)
+            try:
+                async with bound:
+                    item = await anext(items)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if not bound.expired():
+                    raise
+                yield _expired(expires_at)
+                return
             event: Literal["record", "delta", "deltas_dropped"] = (
                 "delta"
                 if isinstance(item, TokenDelta)
@@ -219,7 +243,21 @@ async def _sse(
         failure = problem_for(err, run_id)
         yield ServerSentEvent(data=bytes(failure.body).decode(), event="error")
         return
+    finally:
+        await items.aclose()
     yield ServerSentEvent(data=f'{{"last_seq": {ids.position.seq}}}', event="end")
+
+
+def _expired(expires_at: float | None) -> ServerSentEvent:
+    """The last event of a stream whose token is no longer accepted."""
+    failure = problem(
+        401,
+        "the token this stream was opened with has expired: reconnect with a fresh one "
+        "and the last event id (Last-Event-ID) to resume",
+        "unauthorized",
+        expired_at=expires_at,
+    )
+    return ServerSentEvent(data=bytes(failure.body).decode(), event="error")
 
 
 def transcript_json(data: dict[str, Any]) -> dict[str, Any]:
