@@ -1,5 +1,6 @@
 """``psych serve``'s event stream at its boundaries: resuming from a drop's id, rejoining
-the follower other streams of the Run share, a JWT expiring while a stream is open.
+the follower other streams of the Run share, a JWT expiring while a stream is open, a Run
+whose worker died.
 
 Real uvicorn on loopback, real dev server and worker (a worker process killed with its
 relay, for a drop nobody can read again), the fake model streaming at a pace."""
@@ -197,3 +198,40 @@ async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: H
     assert len(ids) == len(set(ids))
     assert "".join(data["text"] for _, _, data in named(events, "delta")) == answer
     assert rest[-1][0] == "end"
+
+
+async def test_a_stream_of_a_run_whose_worker_died_waits_for_a_worker(harness: Harness) -> None:
+    # Its worker died mid-call (no goodbye): a records query waits for it, and after about
+    # 30 s the server refuses it ("no poller seen for task queue recently", FAILED
+    # PRECONDITION). The stream used to end there, with a 503 error event, though it is
+    # to go on across worker restarts; it waits for a worker instead, as it does for one
+    # slow to answer.
+    harness.fake.enqueue(Reply.text(ANSWER * 8, chunk_size=6, chunk_seconds=0.1))
+    queue = harness.settings.task_queue
+    async with (
+        doomed_worker(harness.env.client, queue, harness.home, harness.fake.base_url) as doomed,
+        served(harness) as base,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        spec = AgentBuilder("talker", registry=REGISTRY).model("fake-model").build()
+        run = await doomed.psych.dispatch(spec, "talk", scope=harness.scope)
+        url = f"{base}/v1/runs/{run.workflow_id}/events"
+        try:
+            first, _ = await read_events(http, url, ACME, until="delta")
+            await followers_stopped(harness)
+            await doomed.kill_when(lambda: True)
+            events: Events = []
+            resumed = {**ACME, "Last-Event-ID": first[-1][1]}
+            reading = asyncio.create_task(read_events(http, url, resumed, until="end", into=events))
+            await asyncio.sleep(40)  # past the server's refusal
+            # Keep-alives meanwhile; the dead attempt's drop is read off the Run's pending
+            # call, not queried.
+            assert [name for name, _, _ in events] == ["deltas_dropped"]
+            async with doomed.survivor():
+                # A worker answers: the records come, up to the Run's end.
+                await ended(harness, run.workflow_id)
+                async with asyncio.timeout(30):
+                    await reading
+        finally:
+            await ended(harness, run.workflow_id)
+    assert events[-1][0] == "end"

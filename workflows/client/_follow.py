@@ -60,9 +60,14 @@ Run's worker is restarting): the records are in history, a new worker will answe
 BUSY_RETRY_SECONDS = 0.05
 """The least wait before asking again when the server's query buffer was full."""
 
-_NO_ANSWER = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
-"""A query's timeout, as the server (deadline exceeded) or the client's transport
-("Timeout expired", cancelled) reports it."""
+_NO_ANSWER = (
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.FAILED_PRECONDITION,
+)
+"""A query no worker answered: its timeout, as the server (deadline exceeded) or the
+client's transport ("Timeout expired", cancelled) reports it, or the server's "no poller
+seen for task queue recently" (failed precondition: the Run's worker died, ~30 s on)."""
 _RETRIED = (*_NO_ANSWER, RPCStatusCode.RESOURCE_EXHAUSTED)
 
 
