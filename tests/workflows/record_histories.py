@@ -150,6 +150,16 @@ def delete_order(order_id: str) -> str:
 
 
 @TOOLS.register
+def count_orders(customer: str) -> str:
+    """How many orders a customer has, as text.
+
+    Args:
+        customer: The customer's name.
+    """
+    return "42"
+
+
+@TOOLS.register
 def request_payment(order_id: str) -> ExternalWait:
     """Ask the payment provider to charge an order; it calls back when done.
 
@@ -1030,6 +1040,20 @@ async def workflow_steer_forwarded(rig: Rig) -> RunHandle:
     return run
 
 
+async def workflow_text_step_output(rig: Rig) -> RunHandle:
+    # The tool's text "42" stays text in the outputs and in what the agent step reads
+    # (patch psych-workflow-text-step-output: its marker at the first step's end).
+    spec = (
+        _workflow(rig, "counting")
+        .tool("count_orders")
+        .tool_step("count", "count_orders", {"customer": "Ada"})
+        .agent_step("tell", rig.agent("teller").instructions("Summarise.").build())
+        .build()
+    )
+    rig.fake.enqueue(Reply.text("Ada has 42 orders."))
+    return await rig.run(spec, "Count Ada's orders")
+
+
 # --- MCP ----------------------------------------------------------------------------------
 
 
@@ -1908,6 +1932,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
     ("dev", continued_last_execution),
+    # WorkflowRun audit 12-05: text step outputs
+    ("dev", workflow_text_step_output),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -32,6 +32,9 @@ PATCHES: dict[str, str] = {
     # A child tells its parent when it executes a call beside what it waits for (its
     # parent's deadline clock runs then); a child recorded before sent no such signal.
     "psych-child-reports-working": "0.1.0",
+    # A workflow's tool step whose result is a JSON scalar ("42", "true") keeps it as text;
+    # a Run recorded before read it as a number, boolean or null (runs/_workflow_run.py).
+    "psych-workflow-text-step-output": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -13,7 +13,6 @@ and steer messages are forwarded to the running step.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any, ClassVar
 
@@ -58,6 +57,28 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+
+
+def step_output(content: str) -> Any:
+    """A tool step's output from its result's text (what ``outputs`` and later steps get).
+
+    A result that is a JSON object or array is structured: the tool returned a mapping or
+    a list (a code tool's dict, an HTTP API's JSON body), and the output is that value.
+    Anything else is text and stays the text: ``"42"``, ``"true"`` or ``"null"`` is what a
+    tool said, not a number, a boolean or nothing (the activity renders a tool's result as
+    text, so a tool that returned the number 42 also gives ``"42"``). Runs recorded before
+    this rule read any JSON value (a scalar too) as structured: they keep that reading
+    (patch ``psych-workflow-text-step-output``, asked only when the two rules differ).
+    """
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError:
+        return content
+    if isinstance(value, dict | list):
+        return value
+    if workflow.patched("psych-workflow-text-step-output"):
+        return content
+    return value
 
 
 class _StepFailed(Exception):
@@ -215,8 +236,7 @@ class WorkflowRun(ToolCalls):
                 "size": result.outcome.size,
             }
         else:
-            with contextlib.suppress(json.JSONDecodeError):
-                output = json.loads(result.content)
+            output = step_output(result.content)
         self._finish(step.name, "tool", ok=True, output=output)
         return output
 
