@@ -1,8 +1,8 @@
 """A workflow's limits govern the whole Run (SEMANTICS, Workflows): its steps, the agent
 steps' and nested workflows' included; an abort during its last step settles it ABORTED;
 a Run cancelled (as a workflow cancels a step past its deadline) records its open calls
-UNKNOWN; a steer a nested workflow cannot be trusted to take is refused. From an audit of
-WorkflowRun against SEMANTICS.md."""
+UNKNOWN; a steer a nested workflow cannot be trusted to take is refused (an update) or
+recorded refused (a signal). From an audit of WorkflowRun against SEMANTICS.md."""
 
 from __future__ import annotations
 
@@ -14,9 +14,18 @@ from temporalio.client import WorkflowFailureError
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunSettled, RunStatus, StepFinished, ToolCallFinished
+from psych_runtime.workflows import (
+    STEER,
+    RunSettled,
+    RunStatus,
+    SteerInput,
+    SteerReceived,
+    SteerRefused,
+    StepFinished,
+    ToolCallFinished,
+)
 
-from ._waiting import is_suspended, state_when
+from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -239,3 +248,71 @@ async def test_a_steer_while_a_nested_workflow_runs_is_refused_naming_its_run(
         await harness.client.approve(run, item.id, scope=harness.scope)
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
+
+
+async def test_a_steer_signal_it_cannot_take_is_recorded_refused_not_lost(
+    harness: Harness,
+) -> None:
+    # A caller without updates signals psych.steer: forwarded to the nested workflow in a
+    # tool step, the steer was refused there and only logged (steer_received recorded in
+    # the outer Run as if taken); now each Run records what it did not take, and why.
+    @harness.registry.register
+    def create(plan: str) -> str:
+        """Create an account."""
+        return "made"
+
+    harness.settings.policy = RulePolicy(tools={"create": "ask"})
+    inner = (
+        WorkflowBuilder("inner", registry=harness.registry)
+        .tool("create")
+        .tool_step("make", "create", {"plan": "x"})
+        .build()
+    )
+    outer = WorkflowBuilder("outer", registry=harness.registry).workflow_step("nested", inner)
+    temporal = harness.env.client
+
+    def steer(text: str, tenant: str | None = None) -> SteerInput:
+        return SteerInput(tenant=tenant or harness.scope.tenant, message=text, by="ops")
+
+    async def refused(run: str) -> list[SteerRefused]:
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        return [r for r in records if isinstance(r, SteerRefused)]
+
+    async with harness.worker():
+        run = await harness.client.dispatch(outer.build(), "go", scope=harness.scope)
+        state = await state_when(harness.client, run, harness.scope, is_suspended, what="waits")
+        (item,) = state.pending
+        assert item.run is not None
+        outer_handle = temporal.get_workflow_handle(run.workflow_id)
+        await outer_handle.signal(STEER, steer("Hurry."))
+        await outer_handle.signal(STEER, steer("Not mine.", tenant="globex"))
+        # Straight to the nested Run, whose step is a tool step.
+        await temporal.get_workflow_handle(item.run).signal(STEER, steer("Hurry, inner."))
+
+        async def both_recorded() -> bool:
+            return bool(await refused(run.workflow_id)) and bool(await refused(item.run or ""))
+
+        await eventually(both_recorded, what="both Runs to record the refused steers")
+        await harness.client.approve(run, item.id, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        outer_records = (await harness.client.records(run, scope=harness.scope)).records
+        inner_records = (await harness.client.records(item.run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (on_outer,) = [r for r in outer_records if isinstance(r, SteerRefused)]
+    assert (on_outer.mode, on_outer.message, on_outer.by, on_outer.refusal) == (
+        "steer",
+        "Hurry.",
+        "ops",
+        "NoStep",
+    )
+    assert on_outer.reason == (
+        f"step 'nested' is a nested workflow: send the steer to its Run {item.run} "
+        "(it takes one while an agent step of its runs)"
+    )
+    (on_inner,) = [r for r in inner_records if isinstance(r, SteerRefused)]
+    assert (on_inner.message, on_inner.refusal) == ("Hurry, inner.", "NoStep")
+    assert on_inner.reason == "step 'make' is a tool step: only an agent step takes steer messages"
+    # Neither Run claims to have taken a steer; the other tenant's signal left no record.
+    taken = [r for r in outer_records + inner_records if isinstance(r, SteerReceived)]
+    assert taken == []
+    assert "Not mine." not in repr(outer_records)

@@ -77,6 +77,7 @@ from psych_runtime.workers import (
 from psych_runtime.workflows import (
     AGENT_RUN,
     RESUME,
+    STEER,
     AgentRunInput,
     NextRunStarted,
     Pending,
@@ -84,6 +85,7 @@ from psych_runtime.workflows import (
     ResumeInput,
     RunHandle,
     RunStatus,
+    SteerInput,
     workflow_id_for,
 )
 from tests.a2a.peer import serve_peer
@@ -1054,6 +1056,27 @@ async def workflow_text_step_output(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Count Ada's orders")
 
 
+async def workflow_steer_signal_refused(rig: Rig) -> RunHandle:
+    # A psych.steer signal while the nested workflow waits in its tool step: recorded
+    # steer_refused, not forwarded (patch psych-signal-steer-target-refused).
+    inner = _deleting_workflow(rig)
+    spec = _workflow(rig, "outer").workflow_step("nested", inner).build()
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.signal(STEER, SteerInput(tenant=SCOPE.tenant, message="Hurry.", by="ops"))
+
+        async def refused() -> bool:
+            records = (await rig.client.records(run, scope=SCOPE)).records
+            return any(r.kind == "steer_refused" for r in records)
+
+        await rig.until(refused, "the steer signal to be recorded refused")
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
 # --- MCP ----------------------------------------------------------------------------------
 
 
@@ -1932,8 +1955,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
     ("dev", continued_last_execution),
-    # WorkflowRun audit 12-05: text step outputs
+    # WorkflowRun audit 12-05: text step outputs, steer signals a workflow cannot take
     ("dev", workflow_text_step_output),
+    ("dev", workflow_steer_signal_refused),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -35,6 +35,9 @@ PATCHES: dict[str, str] = {
     # A workflow's tool step whose result is a JSON scalar ("42", "true") keeps it as text;
     # a Run recorded before read it as a number, boolean or null (runs/_workflow_run.py).
     "psych-workflow-text-step-output": "0.1.0",
+    # A psych.steer signal to a workflow while its nested workflow runs is recorded
+    # steer_refused (kernel/_handlers.py); a Run recorded before forwarded it.
+    "psych-signal-steer-target-refused": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

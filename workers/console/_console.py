@@ -38,6 +38,7 @@ from psych_runtime.workflows import (
     RunSettled,
     RunState,
     SteerReceived,
+    SteerRefused,
     StepFinished,
     StepStarted,
     Suspended,
@@ -258,6 +259,12 @@ def format_record(record: Record, *, full: bool = False) -> str:
         case SteerReceived():
             by = f" from {record.by}" if record.by else ""
             return f"  {record.mode} message{by}: {_short(record.message, 80)!r}"
+        case SteerRefused():
+            by = f" from {record.by}" if record.by else ""
+            return (
+                f"  {record.mode} message{by} not taken ({record.refusal}: "
+                f"{_short(record.reason, 120)}): {_short(record.message, 80)!r}"
+            )
         case NextRunStarted():
             return f"next Run started: {record.workflow_id} with {_short(record.message, 60)!r}"
         case ChildSpawned():

@@ -43,6 +43,7 @@ from psych_runtime.workflows import (
     RunContinued,
     RunSettled,
     SteerReceived,
+    SteerRefused,
     StepFinished,
     StepStarted,
     Suspended,
@@ -154,6 +155,7 @@ class RunProgress:
                 | PeerTaskCanceled()
                 | AbortRequested()
                 | SteerReceived()
+                | SteerRefused()
                 | NextRunStarted()
                 | ChildSettled()
                 | ChildSpawned()

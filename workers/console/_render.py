@@ -44,6 +44,7 @@ from psych_runtime.workflows import (
     RunSettled,
     RunStatus,
     SteerReceived,
+    SteerRefused,
     StepFinished,
     StepStarted,
     Suspended,
@@ -132,7 +133,7 @@ def record_style(record: Record | None) -> str:
             return "bold yellow"
         case Resumed():
             return "yellow" if record.outcome == "rejected" else "green"
-        case SuspensionExpired() | AbortRequested():
+        case SuspensionExpired() | AbortRequested() | SteerRefused():
             return "red"
         case SteerReceived() | NextRunStarted():
             return "magenta"

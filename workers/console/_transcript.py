@@ -46,6 +46,7 @@ from psych_runtime.workflows import (
     RunHandle,
     RunSettled,
     SteerReceived,
+    SteerRefused,
     StepFinished,
     StepStarted,
     Suspended,
@@ -284,6 +285,7 @@ def build_transcript(
                 | PeerDiscovered()
                 | PeerTaskCanceled()
                 | AbortRequested()
+                | SteerRefused()
                 | NextRunStarted()
                 | ChildSpawned()
                 | ChildSettled()
@@ -293,9 +295,10 @@ def build_transcript(
                 | RunContinued()
             ):
                 # No message of the conversation: a call's start or failure, what an MCP
-                # server offered, an abort, a next Run, a child's start and end (its result
-                # is the tool result), what the system prompt showed (tasks, context) or
-                # the user was shown (components), a compaction, a continue-as-new.
+                # server offered, an abort, a steer the Run did not take (no model saw
+                # it), a next Run, a child's start and end (its result is the tool
+                # result), what the system prompt showed (tasks, context) or the user was
+                # shown (components), a compaction, a continue-as-new.
                 pass
             case _:
                 assert_never(record)

@@ -34,6 +34,7 @@ from psych_runtime.workflows.contract._records import (
     RunSettled,
     RunStatus,
     SteerReceived,
+    SteerRefused,
     StepFinished,
     StepKind,
     StepStarted,
@@ -317,6 +318,7 @@ def build_report(
                 | SuspensionExpired()
                 | AbortRequested()
                 | SteerReceived()
+                | SteerRefused()
                 | NextRunStarted()
                 | ChildSpawned()
                 | RunContinued()

@@ -228,6 +228,22 @@ class SteerReceived(_Record):
     by: str | None = None
 
 
+class SteerRefused(_Record):
+    """A ``psych.steer`` signal the Run could not take (its update twin would have been
+    refused): recorded, since a signal cannot answer its sender, so the message is not
+    lost unseen. Only for the Run's own tenant, within the sizes, before it settled (any
+    other signal is logged and ignored)."""
+
+    kind: Literal["steer_refused"] = "steer_refused"
+    mode: Literal["steer", "follow_up"]
+    message: str
+    by: str | None = None
+    refusal: str
+    """The ``RefusalKind`` the update would have been refused with (``NoStep``)."""
+    reason: str
+    """Why, as the update's refusal says it (a nested workflow's refusal names its Run)."""
+
+
 class NextRunStarted(_Record):
     kind: Literal["next_run_started"] = "next_run_started"
     workflow_id: str
@@ -435,6 +451,7 @@ Record = Annotated[
     | SuspensionExpired
     | AbortRequested
     | SteerReceived
+    | SteerRefused
     | NextRunStarted
     | StepStarted
     | StepFinished

@@ -2,7 +2,8 @@
 
 ``psych.state`` and ``psych.records`` (queries), ``psych.resume``, ``psych.abort`` and
 ``psych.steer`` (updates with validators, and signals with the same payload for callers
-that cannot send updates: a refused signal is logged and ignored), ``psych.child_pending``
+that cannot send updates: a refused signal is logged and ignored, except a steer the Run
+cannot take now, which is recorded ``steer_refused``), ``psych.child_pending``
 (a child's pending items), and forwarding answers, aborts and steers to running children.
 Validators refuse before anything is written, with a ``RefusalKind``.
 """
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         Pending,
         Resumed,
         SteerReceived,
+        SteerRefused,
         SuspensionReason,
     )
     from psych_runtime.workflows.kernel._children import start_child
@@ -258,20 +260,60 @@ class Handlers(RunBase):
 
     def _check_steer_target(self, input: SteerInput) -> None:
         """Refuse a steer whose target cannot say whether it takes it; asked by the update's
-        validator only (which replay never runs, so a refusal added here changes no
-        recorded Run)."""
+        validator (which replay never runs, so a refusal added here changes no recorded
+        Run) and by the signal, where a refusal is recorded (``steer_refused``) behind the
+        patch ``psych-signal-steer-target-refused``."""
 
     def _check_steer_input(self, input: SteerInput) -> None:
-        _check_names(input)
-        self._check_caller(input.tenant)
-        _check_size(input)
+        self._check_steer_sender(input)
         if input.mode != "next_run":
             self._check_steer(input)
 
+    def _check_steer_sender(self, input: SteerInput) -> None:
+        _check_names(input)
+        self._check_caller(input.tenant)
+        _check_size(input)
+
     @workflow.signal(name=STEER)
     def steer_signal(self, input: SteerInput) -> None:
-        """``psych.steer`` as a signal; an invalid one is logged and ignored."""
-        _as_signal(STEER, self._do_steer, input)
+        """``psych.steer`` as a signal. One the Run's own tenant sent, within the sizes,
+        that the Run cannot take now (``NoStep``: the update would have been refused) is
+        recorded ``steer_refused``: a signal cannot answer, and the message must not be
+        lost unseen. Any other invalid one is logged and ignored (a foreign tenant writes
+        nothing into the log)."""
+        try:
+            self._check_steer_sender(input)
+        except ApplicationError as err:
+            workflow.logger.warning("%s signal ignored: %s", STEER, err)
+            return
+        if input.mode != "next_run":
+            try:
+                self._check_steer(input)
+            except ApplicationError as err:
+                self._steer_refused(input, err)
+                return
+            try:
+                self._check_steer_target(input)
+            except ApplicationError as err:
+                # A Run recorded before took it and forwarded it (a nested workflow in a
+                # tool step refused it there, and it was lost): it does so on replay.
+                if workflow.patched("psych-signal-steer-target-refused"):
+                    self._steer_refused(input, err)
+                    return
+        self._do_steer(input)
+
+    def _steer_refused(self, input: SteerInput, err: ApplicationError) -> None:
+        assert input.mode != "next_run"
+        self._log.add(
+            SteerRefused(
+                **self._log.stamp(),
+                mode=input.mode,
+                message=input.message,
+                by=input.by,
+                refusal=err.type or "",
+                reason=err.message,
+            )
+        )
 
     @workflow.signal(name=CHILD_PENDING)
     def child_pending(self, input: ChildPending) -> None:

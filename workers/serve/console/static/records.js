@@ -78,6 +78,12 @@ const DESCRIBE = {
   suspension_expired: (r) => ({ label: "expired", text: `${r.reason} ${r.id}`, tone: "bad" }),
   abort_requested: (r) => ({ label: "abort", text: `${r.reason}${r.by ? ` (by ${r.by})` : ""}`, tone: "warn" }),
   steer_received: (r) => ({ label: r.mode, text: `${r.by ? `${r.by}: ` : ""}${short(r.message)}`, body: r.message }),
+  steer_refused: (r) => ({
+    label: `${r.mode} not taken`,
+    text: `${r.refusal}: ${short(r.reason)}`,
+    body: r.message,
+    tone: "warn",
+  }),
   next_run_started: (r) => ({ label: "next run", text: r.workflow_id, body: r.message }),
   step_started: (r) => ({
     label: "step",
