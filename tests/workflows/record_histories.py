@@ -1732,6 +1732,41 @@ async def _continued(rig: Rig, execution: int) -> ExecutionHandle:
     return ExecutionHandle(**dataclasses.asdict(run), execution=chain[execution - 1])
 
 
+async def _workflow_continued(rig: Rig, execution: int) -> ExecutionHandle:
+    """A WorkflowRun continued as new between its two steps: execution 1 looks an order up
+    and continues (patch psych-workflow-continue-as-new), 2 takes the carried outputs and
+    catalogue, waits for the approval of its tool step, and completes."""
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = (
+        _workflow(rig, "continuing")
+        .tool("lookup_order")
+        .tool("delete_order")
+        .tool_step("look", "lookup_order", {"order_id": "42"})
+        .tool_step("delete", "delete_order", {"order_id": "42"})
+        .build()
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(
+            spec, "Delete order 42", scope=SCOPE, continue_after_events=1
+        )
+        pending = await rig.suspended(run)
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+        page = await rig.client.records(run, scope=SCOPE, after=10_000)
+        current = await rig.env.client.get_workflow_handle(run.workflow_id).describe()
+    chain = [segment.run_id for segment in page.earlier] + [current.run_id]
+    assert len(chain) == 2, f"expected a chain of 2 executions, got {len(chain)}"
+    return ExecutionHandle(**dataclasses.asdict(run), execution=chain[execution - 1])
+
+
+async def workflow_continued_first_execution(rig: Rig) -> RunHandle:
+    return await _workflow_continued(rig, 1)
+
+
+async def workflow_continued_last_execution(rig: Rig) -> RunHandle:
+    return await _workflow_continued(rig, 2)
+
+
 async def continued_first_execution(rig: Rig) -> RunHandle:
     return await _continued(rig, 1)
 
@@ -1958,6 +1993,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # WorkflowRun audit 12-05: text step outputs, steer signals a workflow cannot take
     ("dev", workflow_text_step_output),
     ("dev", workflow_steer_signal_refused),
+    # a long WorkflowRun continues as new between two steps
+    ("dev", workflow_continued_first_execution),
+    ("dev", workflow_continued_last_execution),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

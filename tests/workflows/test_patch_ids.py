@@ -38,6 +38,9 @@ PATCHES: dict[str, str] = {
     # A psych.steer signal to a workflow while its nested workflow runs is recorded
     # steer_refused (kernel/_handlers.py); a Run recorded before forwarded it.
     "psych-signal-steer-target-refused": "0.1.0",
+    # A WorkflowRun continues as new between two steps once its history is long
+    # (runs/_workflow_run.py); a Run recorded before ran in one execution.
+    "psych-workflow-continue-as-new": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

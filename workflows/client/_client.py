@@ -195,9 +195,9 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         whether it is still running or settled, as long as the input is the same (the same
         Version and messages): a key names one dispatch.
 
-        ``continue_after_events`` (an AgentRun's ``RunInput.continue_after_events``; None
-        keeps its default) is the history length at which the Run continues as new at
-        its next turn boundary.
+        ``continue_after_events`` (``RunInput.continue_after_events``; None keeps its
+        default) is the history length at which the Run continues as new at its next turn
+        boundary (a workflow: before its next step).
 
         Raises:
             PsychError: the key already started a Run with another Version or other

@@ -1,4 +1,4 @@
-"""What a continued AgentRun carries into its next execution (pure data, see ``_continue.py``).
+"""What a continued Run carries into its next execution (pure data, see ``_continue.py``).
 
 Its own module because ``_contract.py`` (``RunInput.carry``, ``RecordsPage.earlier``)
 needs it and is passed through the workflow sandbox: these models must be one class for
@@ -21,7 +21,7 @@ from pydantic import (
     model_serializer,
 )
 
-from psych_runtime.activities.contract import ChatMessage
+from psych_runtime.activities.contract import ChatMessage, ToolCatalog
 from psych_runtime.specs import drop_defaults
 from psych_runtime.workflows.contract._records import CallSuspensionReason, Totals
 
@@ -99,7 +99,8 @@ class JsonWithoutDefaults(_Frozen):
 
 
 class RunCarry(JsonWithoutDefaults):
-    """What a continued AgentRun takes from the execution before it (``RunInput.carry``)."""
+    """What a continued Run takes from the execution before it (``RunInput.carry``): an
+    AgentRun at a turn boundary, a WorkflowRun between two steps."""
 
     previous_run_id: str
     """The Temporal run id of the execution that continued."""
@@ -111,6 +112,7 @@ class RunCarry(JsonWithoutDefaults):
     """Every earlier execution, oldest first, with the records it holds."""
     next_seq: int = Field(ge=1)
     turn: int = Field(ge=0)
+    """An AgentRun's turns taken; a WorkflowRun's steps done (the next one is ``turn + 1``)."""
     totals: Totals
     """The whole chain's so far (the transient retry budget spent is in them)."""
     cost_unknown: bool = False
@@ -134,3 +136,15 @@ class RunCarry(JsonWithoutDefaults):
     features: dict[str, Any] = Field(default_factory=dict)
     """Each feature's ``carry()`` (JSON) under its name, for its ``restore()``; a feature
     with nothing to carry is absent."""
+    outputs: dict[str, Any] | None = None
+    """A WorkflowRun's outputs of the steps done, keyed by step name (never empty there:
+    a worker of a build before this field refuses the carry as a bad input rather than
+    running the workflow's steps again from the first)."""
+    held: tuple[str, ...] = ()
+    """A WorkflowRun's stored results its steps' children handed back (``RunView.held``),
+    for its later steps to read and hand on."""
+    catalog: ToolCatalog | None = None
+    """A WorkflowRun's code and HTTP tools as its first execution resolved them (once per
+    Run, as the catalogue is; a continued execution starts without a local activity,
+    whose resolution a query can push into a later workflow task than its marker, which a
+    replay of the execution then does not reproduce)."""

@@ -306,8 +306,9 @@ class RunInput(JsonWithoutDefaults):
     continue_after_events: int = Field(
         default=CONTINUE_AFTER_EVENTS, ge=1, le=MAX_CONTINUE_AFTER_EVENTS
     )
-    """An AgentRun continues as new at the first turn boundary at which its execution's
-    history has this many events (or Temporal suggests it); see ``_continue.py``."""
+    """A Run continues as new at the first turn boundary (a WorkflowRun: between two
+    steps) at which its execution's history has this many events (or Temporal suggests
+    it); see ``_continue.py``."""
     carry: RunCarry | None = None
     """Set by continue-as-new: what the execution before this one hands on (None for a
     Run's first execution)."""

@@ -1,26 +1,37 @@
-"""Continue-as-new: a long AgentRun goes on as a new execution under the same workflow id.
+"""Continue-as-new: a long Run goes on as a new execution under the same workflow id.
 
-At a turn boundary (the top of the turn loop: every call of the last turn recorded, no
-suspension pending, no child running, no handler running), when Temporal suggests it or
-the execution's history has ``RunInput.continue_after_events`` events, the Run continues
-as new with a ``RunCarry`` in its input: everything the turn loop needs to go on as if
-nothing happened. The carried execution does not admit again; its first record is
-``run_continued`` with the next ``seq``, so the Run's records are one gapless sequence
-across the chain, and ``RunCarry.earlier`` says which execution holds which of them (a
-closed execution answers ``psych.records`` by replay, so a reader walks back by run id:
-``_chain.py``).
+At a turn boundary (an AgentRun: the top of the turn loop, every call of the last turn
+recorded; a WorkflowRun: between two steps) with no suspension pending, no child running,
+no handler running, when Temporal suggests it or the execution's history has
+``RunInput.continue_after_events`` events, the Run continues as new with a ``RunCarry``
+in its input: everything the Run needs to go on as if nothing happened. The carried
+execution does not admit again; its first record is ``run_continued`` with the next
+``seq``, so the Run's records are one gapless sequence across the chain, and
+``RunCarry.earlier`` says which execution holds which of them (a closed execution answers
+``psych.records`` by replay, so a reader walks back by run id: ``_chain.py``).
 
 The kernel's own state has a field each on ``RunCarry``; a feature's is its ``carry()``
 under its name in ``RunCarry.features``, given back to its ``restore()`` (``_turns.py``
-fills and reads the carry), so a new feature touches nothing here.
+and ``runs/_workflow_run.py`` fill and read the carry with the helpers here), so a new
+feature touches nothing here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_core import to_jsonable_python
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.workflows.contract._carry import RepeatCount, RunCarry
+    from psych_runtime.workflows.contract._carry import (
+        GuardsCarry,
+        RepeatCount,
+        RunCarry,
+        Segment,
+    )
+    from psych_runtime.workflows.kernel._feature import Feature
     from psych_runtime.workflows.kernel._guards import Guards
 
 
@@ -67,3 +78,55 @@ def carried_repeats(guards: Guards) -> tuple[RepeatCount, ...]:
     singles = [i for i, entry in enumerate(entries) if entry.times == 1]
     dropped = set(singles[: max(len(singles) - CARRIED_SINGLE_CALLS, 0)])
     return tuple(entry for i, entry in enumerate(entries) if i not in dropped)
+
+
+def chain_fields(previous: RunCarry | None, last_seq: int) -> dict[str, Any]:
+    """The carry's fields that place this execution in the chain: who it was, how long its
+    history grew, and which records it and the executions before it hold."""
+    info = workflow.info()
+    first = previous.next_seq if previous is not None else 1
+    earlier = (previous.earlier if previous is not None else ()) + (
+        Segment(run_id=info.run_id, first_seq=first, last_seq=last_seq),
+    )
+    return {
+        "previous_run_id": info.run_id,
+        "history_length": info.get_current_history_length(),
+        "history_size": info.get_current_history_size(),
+        "earlier": earlier,
+        "next_seq": last_seq + 1,
+    }
+
+
+def features_carry(features: Sequence[Feature]) -> dict[str, Any]:
+    """Each feature's ``carry()`` under its name, as JSON (so the carry equals what the
+    next execution decodes); a feature with nothing to carry is left out."""
+    carried: dict[str, Any] = {}
+    for feature in features:
+        state = feature.carry()
+        if state is not None:
+            carried[feature.name] = to_jsonable_python(state)
+    return carried
+
+
+def restore_features(features: Sequence[Feature], carry: RunCarry) -> None:
+    """Give each feature back what it carried."""
+    for feature in features:
+        if feature.name in carry.features:
+            feature.restore(carry.features[feature.name])
+
+
+def guards_carry(guards: Guards) -> GuardsCarry:
+    """The guards' bookkeeping a continued Run keeps (the repeats bounded)."""
+    return GuardsCarry(
+        streaks=dict(guards.streaks),
+        withheld=tuple(guards.withheld),
+        repeats=carried_repeats(guards),
+    )
+
+
+def guards_of(carry: GuardsCarry) -> Guards:
+    """The guards as a continued Run takes them back."""
+    repeats: dict[tuple[str, str], dict[str, int]] = {}
+    for entry in carry.repeats:
+        repeats.setdefault((entry.tool, entry.arguments), {})[entry.result_ref] = entry.times
+    return Guards(streaks=dict(carry.streaks), withheld=list(carry.withheld), repeats=repeats)

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 from typing import NoReturn
 
-from pydantic_core import to_jsonable_python
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
@@ -31,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
     )
     from psych_runtime.specs import AgentSpec, WorkflowSpec, system_prompt
-    from psych_runtime.workflows.contract._carry import GuardsCarry, RunCarry, Segment
+    from psych_runtime.workflows.contract._carry import RunCarry
     from psych_runtime.workflows.contract._contract import RunInput
     from psych_runtime.workflows.contract._records import (
         ModelCallFailed,
@@ -47,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._catalog import resolve
     from psych_runtime.workflows.kernel._consent import consent_of
     from psych_runtime.workflows.kernel._feature import CallDone
-    from psych_runtime.workflows.kernel._guards import Guards
     from psych_runtime.workflows.kernel._model_calls import (
         budget_left,
         model_failure,
@@ -319,35 +317,15 @@ class TurnLoop(ToolCalls):
 
     def _carry_of(self, pending: list[ChatMessage | str], system_ref: str | None) -> RunCarry:
         """The carry at this turn boundary: the kernel's state, then each feature's."""
-        info = workflow.info()
-        previous = self._input.carry
-        first = previous.next_seq if previous is not None else 1
-        earlier = (previous.earlier if previous is not None else ()) + (
-            Segment(run_id=info.run_id, first_seq=first, last_seq=self._log.last_seq),
-        )
-        features = {}
-        for feature in self._features:
-            carried = feature.carry()
-            if carried is not None:
-                # As JSON, so the carry equals what the next execution decodes.
-                features[feature.name] = to_jsonable_python(carried)
         return RunCarry(
-            previous_run_id=info.run_id,
-            history_length=info.get_current_history_length(),
-            history_size=info.get_current_history_size(),
-            earlier=earlier,
-            next_seq=self._log.last_seq + 1,
+            **continuing.chain_fields(self._input.carry, self._log.last_seq),
             turn=self._turn,
             totals=self._totals,
             cost_unknown=self._cost_unknown,
             deadline_used=continuing.deadline_used(*self._clock),
             not_before=dict(self._not_before),
             model_failures=dict(self._model_failures),
-            guards=GuardsCarry(
-                streaks=dict(self._guards.streaks),
-                withheld=tuple(self._guards.withheld),
-                repeats=continuing.carried_repeats(self._guards),
-            ),
+            guards=continuing.guards_carry(self._guards),
             steer=tuple(self._steer),
             follow_up=tuple(self._follow_up),
             next_run=tuple(self._next_run),
@@ -355,7 +333,7 @@ class TurnLoop(ToolCalls):
             context_ref=self._context_ref,
             system_ref=system_ref,
             actions=self._kept.carry(),
-            features=features,
+            features=continuing.features_carry(self._features),
         )
 
     def _restore(self, carry: RunCarry) -> None:
@@ -366,21 +344,12 @@ class TurnLoop(ToolCalls):
         self._clock = (carry.deadline_used, None)
         self._not_before = dict(carry.not_before)
         self._model_failures = dict(carry.model_failures)
-        repeats: dict[tuple[str, str], dict[str, int]] = {}
-        for entry in carry.guards.repeats:
-            repeats.setdefault((entry.tool, entry.arguments), {})[entry.result_ref] = entry.times
-        self._guards = Guards(
-            streaks=dict(carry.guards.streaks),
-            withheld=list(carry.guards.withheld),
-            repeats=repeats,
-        )
+        self._guards = continuing.guards_of(carry.guards)
         self._steer = list(carry.steer)
         self._follow_up = list(carry.follow_up)
         self._next_run = list(carry.next_run)
         self._context_ref = carry.context_ref
-        for feature in self._features:
-            if feature.name in carry.features:
-                feature.restore(carry.features[feature.name])
+        continuing.restore_features(self._features, carry)
 
 
 def _take(queue: list[str]) -> list[ChatMessage | str]:

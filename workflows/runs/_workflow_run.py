@@ -8,7 +8,8 @@ step name. The Run stops at the first step that fails; its result is every step'
 keyed by step name. The workflow's limits and suspension govern the whole Run: its children
 get what is left of its retry budget and its expiries, report what they wait for (so the
 workflow is suspended while a child is, resumable through the workflow's own id), and abort
-and steer messages are forwarded to the running step.
+and steer messages are forwarded to the running step. A long workflow continues as new
+between two steps, as an AgentRun does at a turn boundary (``kernel/_continue.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowStepRef,
         version_hash,
     )
+    from psych_runtime.workflows.contract._carry import RunCarry
     from psych_runtime.workflows.contract._contract import (
         ABORT,
         STEER,
@@ -43,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._records import (
         RunAdmitted,
+        RunContinued,
         RunStatus,
         StepFinished,
         StepKind,
@@ -50,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features import FEATURES
+    from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._catalog import resolve
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._handlers import parse_input
@@ -102,6 +106,9 @@ class WorkflowRun(ToolCalls):
         self._running: str | None = None
         self._running_kind: StepKind | None = None
         """The workflow id of the running agent or workflow step."""
+        self._catalog: ToolCatalog | None = None
+        """The tool steps' code and HTTP tools (resolved once per Run, carried on); None
+        for a workflow without tool steps."""
 
     @workflow.run
     async def run(self, *args: Any) -> RunResult:
@@ -112,6 +119,22 @@ class WorkflowRun(ToolCalls):
         assert isinstance(spec, WorkflowSpec)
         self._take_spec(spec)
         self._outputs = {}
+        carry = self._input.carry
+        if carry is not None:
+            # Continue-as-new: admitted by the first execution; this one goes on from the
+            # steps done.
+            self._restore(carry)
+            self._log.add(
+                RunContinued(
+                    **self._log.stamp(),
+                    previous_run_id=carry.previous_run_id,
+                    execution=len(carry.earlier) + 1,
+                    history_length=carry.history_length,
+                    history_size=carry.history_size,
+                    deadline_used=carry.deadline_used,
+                )
+            )
+            return
         self._log.add(
             RunAdmitted(
                 **self._log.stamp(),
@@ -169,13 +192,20 @@ class WorkflowRun(ToolCalls):
     async def _steps(self) -> Outcome:
         spec = self._spec
         assert isinstance(spec, WorkflowSpec)
-        catalog = ToolCatalog(tools_ref=None, entries=())
-        if any(isinstance(step, ToolStep) for step in spec.steps):
-            catalog = await resolve(self, builtins=False)
+        carry = self._input.carry
+        done = carry.turn if carry is not None else 0
+        if carry is not None and carry.catalog is not None:
+            self._catalog = carry.catalog
+        elif any(isinstance(step, ToolStep) for step in spec.steps[done:]):
+            self._catalog = await resolve(self, builtins=False)
+        catalog = self._catalog or ToolCatalog(tools_ref=None, entries=())
         for index, step in enumerate(spec.steps, start=1):
+            if index <= done:
+                continue  # done by an earlier execution of this Run
             self.check_abort()
             if self._past_deadline():
                 return self._deadline_outcome()
+            await self._continue_if_due(index - 1)
             self._turn = index
             self._step = step.name
             self._trace.step(index, step.name)
@@ -202,6 +232,56 @@ class WorkflowRun(ToolCalls):
             # finishes): the Run settles ABORTED, as after any other step.
             self.check_abort()
         return Outcome(RunStatus.COMPLETED, f"completed: {len(spec.steps)} steps")
+
+    # --- continue-as-new between two steps (the mechanism is ``kernel/_continue.py``) ------
+
+    async def _continue_if_due(self, done: int) -> None:
+        """Continue as new here, before step ``done + 1``, when the history is long (or
+        Temporal suggests it): between two steps no call, child or wait of a step is open.
+        Every execution runs one step at least (``continuing.due``)."""
+        open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
+        open_now += sum(feature.open_items() for feature in self._open_items)
+        if not continuing.due(
+            self._input.continue_after_events, done, self._input.carry, in_flight=open_now
+        ):
+            return
+        # Asked only when due: a Run recorded before never continued, and goes on in one
+        # execution on replay; no other Run records the marker.
+        if not workflow.patched("psych-workflow-continue-as-new"):
+            return
+        # Handlers (updates, signals) finish first, and the carry is taken with no await
+        # after it, so an action that arrives now is carried (or refused), not dropped.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.check_abort()
+        workflow.continue_as_new(self._input.model_copy(update={"carry": self._carry()}))
+
+    def _carry(self) -> RunCarry:
+        return RunCarry(
+            **continuing.chain_fields(self._input.carry, self._log.last_seq),
+            turn=self._turn,
+            totals=self._totals,
+            cost_unknown=self._cost_unknown,
+            deadline_used=continuing.deadline_used(*self._clock),
+            guards=continuing.guards_carry(self._guards),
+            next_run=tuple(self._next_run),
+            actions=self._kept.carry(),
+            features=continuing.features_carry(self._features),
+            outputs=self._outputs,
+            held=tuple(sorted(self._held)),
+            catalog=self._catalog,
+        )
+
+    def _restore(self, carry: RunCarry) -> None:
+        """Put ``carry`` back (the Spec taken and the features admitted already)."""
+        self._turn = carry.turn
+        self._totals = carry.totals
+        self._cost_unknown = carry.cost_unknown
+        self._clock = (carry.deadline_used, None)
+        self._guards = continuing.guards_of(carry.guards)
+        self._next_run = list(carry.next_run)
+        self._outputs = dict(carry.outputs or {})
+        self._held = set(carry.held)
+        continuing.restore_features(self._features, carry)
 
     async def _tool_step(self, index: int, step: ToolStep, offered: dict[str, CatalogEntry]) -> Any:
         self._log.add(
