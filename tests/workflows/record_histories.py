@@ -1077,6 +1077,49 @@ async def workflow_steer_signal_refused(rig: Rig) -> RunHandle:
     return run
 
 
+async def workflow_steer_signal_before_refusal(rig: Rig) -> RunHandle:
+    # Recorded at 2ff342c, before the patch psych-signal-steer-target-refused: a
+    # psych.steer signal while the nested workflow waits in its tool step was recorded
+    # steer_received and forwarded (and lost there). It checks the old branch; recorded
+    # again today it would take the new one (steer_refused), so it is never re-recorded.
+    inner = _deleting_workflow(rig)
+    spec = _workflow(rig, "outer").workflow_step("nested", inner).build()
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.signal(STEER, SteerInput(tenant=SCOPE.tenant, message="Hurry.", by="ops"))
+
+        async def taken() -> bool:
+            records = (await rig.client.records(run, scope=SCOPE)).records
+            return any(r.kind in ("steer_received", "steer_refused") for r in records)
+
+        await rig.until(taken, "the steer signal to be recorded")
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def workflow_steer_signal_tool_step(rig: Rig) -> RunHandle:
+    # A psych.steer signal while the workflow's own tool step waits for approval: recorded
+    # steer_refused (patch psych-signal-steer-target-refused; before it, only logged).
+    spec = _deleting_workflow(rig)
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.signal(STEER, SteerInput(tenant=SCOPE.tenant, message="Hurry.", by="ops"))
+
+        async def refused() -> bool:
+            records = (await rig.client.records(run, scope=SCOPE)).records
+            return any(r.kind == "steer_refused" for r in records)
+
+        await rig.until(refused, "the steer signal to be recorded refused")
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
 # --- MCP ----------------------------------------------------------------------------------
 
 
@@ -1993,6 +2036,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # WorkflowRun audit 12-05: text step outputs, steer signals a workflow cannot take
     ("dev", workflow_text_step_output),
     ("dev", workflow_steer_signal_refused),
+    ("dev", workflow_steer_signal_before_refusal),
+    ("dev", workflow_steer_signal_tool_step),
     # a long WorkflowRun continues as new between two steps
     ("dev", workflow_continued_first_execution),
     ("dev", workflow_continued_last_execution),

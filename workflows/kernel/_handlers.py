@@ -290,7 +290,12 @@ class Handlers(RunBase):
             try:
                 self._check_steer(input)
             except ApplicationError as err:
-                self._steer_refused(input, err)
+                # A Run recorded before only logged it: on replay its record log (and every
+                # later seq) stays as its followers read it.
+                if workflow.patched("psych-signal-steer-target-refused"):
+                    self._steer_refused(input, err)
+                else:
+                    workflow.logger.warning("%s signal ignored: %s", STEER, err)
                 return
             try:
                 self._check_steer_target(input)

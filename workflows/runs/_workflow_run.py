@@ -157,10 +157,20 @@ class WorkflowRun(ToolCalls):
 
     def _check_steer(self, input: SteerInput) -> None:
         if self._running is None:
-            step = f"step {self._step!r} is a tool step" if self._step else "no step is running"
+            step = self._step_now()
             raise refusal(
                 RefusalKind.NO_STEP, f"{step}: only an agent step takes {input.mode} messages"
             )
+
+    def _step_now(self) -> str:
+        """What runs while no agent or nested workflow step does, for a refusal."""
+        if self._step is None:
+            return "no step is running"
+        spec = self._spec
+        assert isinstance(spec, WorkflowSpec)
+        if any(s.name == self._step and isinstance(s, ToolStep) for s in spec.steps):
+            return f"step {self._step!r} is a tool step"
+        return f"step {self._step!r} is starting or has just ended (between steps)"
 
     def _check_steer_target(self, input: SteerInput) -> None:
         if self._running is not None and self._running_kind == "workflow":
