@@ -23,6 +23,8 @@ from .conftest import Harness
 
 ACME = {"Authorization": "Bearer acme-key-e2e"}
 GLOBEX = {"Authorization": "Bearer globex-key-e2e"}
+ISSUER = "https://idp.acme.test/"
+AUDIENCE = "psych"
 
 
 @asynccontextmanager
@@ -88,6 +90,19 @@ async def read_events(
                 if until in (events[-1][0], data.get("kind") if isinstance(data, dict) else ""):
                     break
     return events, comments
+
+
+def jwt_settings(jwks_url: str) -> JwtSettings:
+    """JWTs signed by ``jwt_bearer``'s issuer, no leeway: a token is refused from its exp."""
+    return JwtSettings(jwks_url, ISSUER, AUDIENCE, ("RS256",), leeway_seconds=0)
+
+
+def jwt_bearer(key: rsa.RSAPrivateKey, tenant: str, expires: int) -> dict[str, str]:
+    """The ``Authorization`` header of a JWT for ``tenant`` (principal alice) signed by
+    ``key`` as ``k1``, expiring at ``expires`` (seconds since the epoch)."""
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "tenant": tenant, "exp": expires}
+    token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+    return {"Authorization": f"Bearer {token}"}
 
 
 @contextmanager

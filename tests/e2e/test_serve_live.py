@@ -13,17 +13,15 @@ import time
 from typing import Any
 
 import httpx
-import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.service import RPCError
 
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply
-from psych_runtime.workers.serve import JwtSettings
 
 from ._crash import doomed_worker
-from ._serve import ACME, jwks, read_events, served
+from ._serve import ACME, jwks, jwt_bearer, jwt_settings, read_events, served
 from ._waiting import eventually
 from ._worker_proc import REGISTRY
 from .conftest import Harness
@@ -150,26 +148,15 @@ async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: H
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
     def bearer(expires: int) -> dict[str, str]:
-        claims = {
-            "iss": "https://idp.acme.test/",
-            "aud": "psych",
-            "sub": "alice",
-            "tenant": harness.scope.tenant,
-            "exp": expires,
-        }
-        token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
-        return {"Authorization": f"Bearer {token}"}
+        return jwt_bearer(key, harness.scope.tenant, expires)
 
     spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
     answer = ANSWER * 6  # about 7 s of text
     harness.fake.enqueue(Reply.text(answer, chunk_size=6, chunk_seconds=0.1))
     with jwks(key, "k1") as jwks_url:
-        settings = JwtSettings(
-            jwks_url, "https://idp.acme.test/", "psych", ("RS256",), leeway_seconds=0
-        )
         async with (
             harness.worker(),
-            served(harness, jwt_settings=settings) as base,
+            served(harness, jwt_settings=jwt_settings(jwks_url)) as base,
             httpx.AsyncClient(timeout=30) as http,
         ):
             run = await harness.client.dispatch(spec, "talk", scope=harness.scope)

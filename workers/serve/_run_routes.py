@@ -8,7 +8,6 @@ A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answer
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -21,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.specs import NotFound, PsychError, Scope, Version, parse_spec
 from psych_runtime.workers.console import read_transcript
 from psych_runtime.workers.serve._auth import Caller as Who
+from psych_runtime.workers.serve._auth import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._events import (
     EventIds,
@@ -212,25 +212,11 @@ async def _sse(
     expires_at: float | None,
 ) -> AsyncIterator[ServerSentEvent]:
     ids = EventIds(position)
-    items = run_events(context.client, run_id, scope=scope, after=position)
-    # Only the wait for the next item is bounded, never a yield: the deadline would
-    # otherwise cancel the server's own send of an event.
-    deadline = None
-    if expires_at is not None:
-        deadline = asyncio.get_running_loop().time() + (expires_at - time.time())
+    items = until_expiry(
+        run_events(context.client, run_id, scope=scope, after=position), expires_at
+    )
     try:
-        while True:
-            bound = asyncio.timeout_at(deadline)
-            try:
-                async with bound:
-                    item = await anext(items)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                if not bound.expired():
-                    raise
-                yield _expired(expires_at)
-                return
+        async for item in items:
             event: Literal["record", "delta", "deltas_dropped"] = (
                 "delta"
                 if isinstance(item, TokenDelta)
@@ -239,6 +225,9 @@ async def _sse(
                 else "record"
             )
             yield ServerSentEvent(data=item.model_dump_json(), event=event, id=ids.next_id(item))
+    except CredentialExpired as err:  # before PsychError: it is one
+        yield _expired(err.expires_at)
+        return
     except (PsychError, RPCError) as err:
         failure = problem_for(err, run_id)
         yield ServerSentEvent(data=bytes(failure.body).decode(), event="error")
@@ -248,7 +237,7 @@ async def _sse(
     yield ServerSentEvent(data=f'{{"last_seq": {ids.position.seq}}}', event="end")
 
 
-def _expired(expires_at: float | None) -> ServerSentEvent:
+def _expired(expires_at: float) -> ServerSentEvent:
     """The last event of a stream whose token is no longer accepted."""
     failure = problem(
         401,
