@@ -1,11 +1,13 @@
 """Published agents served over A2A by ``psych serve``, driven by ``a2a-sdk``'s own client
 against a real dev server: send, stream and resubscribe, get, list, cancel, input-required
-round trips (a question, an approval), a push notification to a loopback webhook, and
-another tenant refused."""
+round trips (a question, an approval), a push notification to a loopback webhook, another
+tenant refused, and a stream whose JWT expires."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,11 +33,13 @@ from a2a.types import (
 )
 from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import (
+    InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from cryptography.hazmat.primitives.asymmetric import rsa
 from google.protobuf.json_format import MessageToDict
 
 from psych_runtime.activities.tools import RulePolicy
@@ -43,7 +47,7 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 
 from ._http_server import CountingServer
-from ._serve import ACME, GLOBEX, served
+from ._serve import ACME, GLOBEX, jwks, jwt_bearer, jwt_settings, served
 from ._waiting import eventually
 from .conftest import Harness
 
@@ -390,3 +394,78 @@ async def test_push_notifications_reach_a_registered_webhook(harness: Harness) -
             assert {p.get("statusUpdate", {}).get("taskId", task_id) for p in pushed()} == {task_id}
     finally:
         webhook.stop()
+
+
+async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: Harness) -> None:
+    # The token is checked once, when the stream opens: a stream used to go on being sent
+    # the task's updates for as long as it ran, its token long expired.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    expired: list[dict[str, Any]] = []  # the data of each stream's error
+
+    def bearer(expires: int) -> dict[str, str]:
+        return jwt_bearer(key, harness.scope.tenant, expires)
+
+    async def follow(stream: AsyncIterator[StreamResponse], into: list[StreamResponse]) -> float:
+        """Read ``stream`` into ``into`` until it fails as its token expires; when it did."""
+
+        async def read() -> None:
+            async with asyncio.timeout(15):
+                async for event in stream:
+                    into.append(event)
+
+        with pytest.raises(InternalError) as failed:
+            await read()
+        assert "has expired" in failed.value.message
+        assert "SubscribeToTask" in failed.value.message
+        assert failed.value.data is not None
+        expired.append(failed.value.data)
+        return time.time()
+
+    harness.client.publish(AgentBuilder("a2a_expiring").model("fake-model").build())
+    answer = ANSWER * 6  # about 14 s of text
+    harness.fake.enqueue(Reply.text(answer, chunk_size=6, chunk_seconds=0.1))
+    sent: list[StreamResponse] = []
+    resumed: list[StreamResponse] = []
+    with jwks(key, "k1") as jwks_url:
+        async with harness.worker(), served(harness, jwt_settings=jwt_settings(jwks_url)) as base:
+            # SendStreamingMessage over JSON-RPC.
+            first = int(time.time() + 3)
+            async with a2a_client(base, "a2a_expiring", bearer(first)) as client:
+                first_ended = await follow(client.send_message(user("where is 42?")), sent)
+            task_id = sent[0].task.id
+            # The expired token is refused before any stream starts.
+            async with httpx.AsyncClient(headers=bearer(first)) as http:
+                refused = await http.post(
+                    f"{base}/a2a/a2a_expiring/",
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "SubscribeToTask",
+                        "params": {"id": task_id},
+                    },
+                    headers={"A2A-Version": "1.0"},
+                )
+            # SubscribeToTask over HTTP+JSON with a fresh token, which expires in turn.
+            second = int(time.time() + 2)
+            async with a2a_client(base, "a2a_expiring", bearer(second), rest=True) as client:
+                request = SubscribeToTaskRequest(id=task_id)
+                second_ended = await follow(client.subscribe(request), resumed)
+            async with a2a_client(base, "a2a_expiring", bearer(second + 300)) as client:
+                rest = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+    problem = {"type": "urn:psych:problem:unauthorized", "status": "401"}
+    assert expired == [
+        {**problem, "expired_at": str(first)},
+        {**problem, "expired_at": str(second)},
+    ]
+    # At the token's exp, not the task's end: the text was still streaming.
+    assert first <= first_ended < first + 2
+    assert second <= second_ended < second + 2
+    assert texts(sent)[0] and not texts(sent)[1]
+    assert resumed[0].task.id == task_id and not texts(resumed)[1]
+    assert TaskState.TASK_STATE_COMPLETED not in states(sent) + states(resumed)
+    assert refused.status_code == 401, refused.text
+    assert refused.headers["www-authenticate"] == "Bearer"
+    # A fresh token follows the task on to its end.
+    assert states(rest)[-1] == TaskState.TASK_STATE_COMPLETED
+    assert texts(rest)[1] == answer

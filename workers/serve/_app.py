@@ -81,7 +81,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.router.routes.append(
         a2a_routes(
             settings.client,
-            authenticator.scope_for,
+            authenticator.caller_for,
             jwt=settings.auth.jwt is not None,
             query_timeout=context.query_timeout,
             pushes=pushes,

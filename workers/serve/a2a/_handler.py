@@ -1,9 +1,11 @@
 """``PsychRequestHandler``: every A2A operation as PsychClient calls in the caller's Scope.
 
 The Run is the task: nothing of a task is kept here (no task store), so a task outlives
-this process exactly as its Run does, and every read asks the Run. The caller's Scope and
-the agent come from the call context (``_routes.py`` puts them there after
-authenticating); the ``tenant`` an A2A request may carry is never read.
+this process exactly as its Run does, and every read asks the Run. The caller (its Scope,
+and until when its credential is accepted) and the agent come from the call context
+(``_routes.py`` puts them there after authenticating); the ``tenant`` an A2A request may
+carry is never read. A stream ends when the caller's credential expires
+(``until_caller_expires``), and the caller subscribes again with a fresh one.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
+from psych_runtime.workers.serve.a2a._calls import caller_of, until_caller_expires
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
@@ -70,11 +73,6 @@ from psych_runtime.workers.serve.a2a._tasks import (
     workflow_id_of,
 )
 from psych_runtime.workflows import PsychClient, RunState, SuspensionReason
-
-SCOPE_KEY = "psych.scope"
-"""Where the call context's state holds the caller's Scope."""
-AGENT_KEY = "psych.agent"
-"""Where it holds the name of the agent called."""
 
 MAX_LISTED = 1000
 """The most tasks one ListTasks looks through (newest first)."""
@@ -115,7 +113,7 @@ class PsychRequestHandler(RequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         workflow_id, state = await self._send(params, scope, agent)
         if params.configuration.return_immediately or stops(state):
             return task_of(state)
@@ -126,14 +124,13 @@ class PsychRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         workflow_id, state = await self._send(params, scope, agent)
         yield task_of(state)
         if stops(state):
             return
-        async for event in self._events(
-            workflow_id, scope, state.last_seq, through_input=False, deltas=True
-        ):
+        events = self._events(workflow_id, scope, state.last_seq, through_input=False, deltas=True)
+        async for event in until_caller_expires(events, context):
             yield event
 
     async def _send(
@@ -234,13 +231,13 @@ class PsychRequestHandler(RequestHandler):
     # --- reading -------------------------------------------------------------------------
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         return task_of(await self._owned(params.id, scope, agent))
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
@@ -272,15 +269,14 @@ class PsychRequestHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         state = await self._owned(params.id, scope, agent)
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.id} has ended: read it with GetTask")
         yield task_of(state)
         workflow_id = workflow_id_of(params.id, scope)
-        async for event in self._events(
-            workflow_id, scope, state.last_seq, through_input=True, deltas=True
-        ):
+        events = self._events(workflow_id, scope, state.last_seq, through_input=True, deltas=True)
+        async for event in until_caller_expires(events, context):
             yield event
 
     # --- cancelling ----------------------------------------------------------------------
@@ -288,7 +284,7 @@ class PsychRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         state = await self._owned(params.id, scope, agent)
         if state.status.terminal:
             raise TaskNotCancelableError(f"task {params.id} has already ended")
@@ -306,7 +302,7 @@ class PsychRequestHandler(RequestHandler):
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         state = await self._owned(params.task_id, scope, agent)
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
@@ -377,14 +373,14 @@ class PsychRequestHandler(RequestHandler):
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         await self._owned(params.task_id, scope, agent)
         return await self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         await self._owned(params.task_id, scope, agent)
         configs = await self.pushes.list(scope, workflow_id_of(params.task_id, scope))
         return ListTaskPushNotificationConfigsResponse(configs=configs)
@@ -392,7 +388,7 @@ class PsychRequestHandler(RequestHandler):
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        scope, agent = _caller(context)
+        scope, agent = caller_of(context)
         await self._owned(params.task_id, scope, agent)
         await self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
 
@@ -432,7 +428,7 @@ class PsychRequestHandler(RequestHandler):
         *,
         through_input: bool,
         deltas: bool = False,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event]:
         try:
             async for event in task_events(
                 self.client,
@@ -447,13 +443,3 @@ class PsychRequestHandler(RequestHandler):
             raise
         except (PsychError, RPCError) as err:
             raise InternalError(f"following the Run failed: {err}") from err
-
-
-def _caller(context: ServerCallContext) -> tuple[Scope, str]:
-    scope = context.state.get(SCOPE_KEY)
-    agent = context.state.get(AGENT_KEY)
-    if not isinstance(scope, Scope) or not isinstance(agent, str):
-        # The routes authenticate every call before it gets here; a handler mounted
-        # without them must not act for nobody.
-        raise InternalError("the call was not authenticated")
-    return scope, agent

@@ -8,8 +8,9 @@ Under ``/a2a/<agent>``:
 - the HTTP+JSON binding's paths (``/message:send``, ``/tasks/{id}``, ...; the SDK's).
 
 Every call but the card's passes ``Authenticated`` first: the ``Authorization`` header
-becomes the caller's Scope (``psych serve``'s ``Authenticator``) or a 401; the Scope and
-the agent name then reach the handler through the SDK's call context.
+becomes the caller (``psych serve``'s ``Authenticator``: its Scope, and until when its
+credential is accepted) or a 401; the caller and the agent name then reach the handler
+through the SDK's call context.
 """
 
 from __future__ import annotations
@@ -32,15 +33,11 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from psych_runtime.activities.tokens import TokenStore
-from psych_runtime.specs import Scope
-from psych_runtime.workers.serve._auth import Unauthorized
+from psych_runtime.workers.serve._auth import Caller, Unauthorized
 from psych_runtime.workers.serve._problems import problem, problem_for
+from psych_runtime.workers.serve.a2a._calls import AGENT_KEY, CALLER_KEY
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue, agent_card
-from psych_runtime.workers.serve.a2a._handler import (
-    AGENT_KEY,
-    SCOPE_KEY,
-    PsychRequestHandler,
-)
+from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore
 from psych_runtime.workflows import PsychClient
@@ -48,20 +45,20 @@ from psych_runtime.workflows import PsychClient
 A2A_PREFIX = "/a2a"
 """Where the agents are mounted: ``/a2a/<agent>``."""
 
-_ASGI_SCOPE_KEY = "psych.a2a.scope"
+_ASGI_CALLER_KEY = "psych.a2a.caller"
 
-ScopeFor = Callable[[str | None], Awaitable[Scope]]
-"""An ``Authorization`` header to the caller's Scope (raises ``Unauthorized``)."""
+CallerFor = Callable[[str | None], Awaitable[Caller]]
+"""An ``Authorization`` header to who the request acts for (raises ``Unauthorized``)."""
 
 
 class Authenticated:
-    """ASGI middleware: the request's Scope into the ASGI scope, or a 401 problem."""
+    """ASGI middleware: the request's caller into the ASGI scope, or a 401 problem."""
 
     def __init__(
-        self, app: ASGIApp, scope_for: ScopeFor, looking: Callable[[], None] | None = None
+        self, app: ASGIApp, caller_for: CallerFor, looking: Callable[[], None] | None = None
     ) -> None:
         self.app = app
-        self.scope_for = scope_for
+        self.caller_for = caller_for
         self.looking = looking
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
@@ -74,7 +71,7 @@ class Authenticated:
             self.looking()
         header = Request(scope).headers.get("authorization")
         try:
-            scope[_ASGI_SCOPE_KEY] = await self.scope_for(header)
+            scope[_ASGI_CALLER_KEY] = await self.caller_for(header)
         except Unauthorized as err:
             await problem_for(err)(scope, receive, send)
             return
@@ -82,11 +79,11 @@ class Authenticated:
 
 
 class _CallContext(DefaultServerCallContextBuilder):
-    """The SDK's call context, with the authenticated Scope and the agent called."""
+    """The SDK's call context, with the authenticated caller and the agent called."""
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
-        context.state[SCOPE_KEY] = request.scope.get(_ASGI_SCOPE_KEY)
+        context.state[CALLER_KEY] = request.scope.get(_ASGI_CALLER_KEY)
         context.state[AGENT_KEY] = request.path_params.get("agent")
         # The SDK reads headers (A2A-Version, extensions) from the state; credentials stay out.
         headers = context.state.get("headers", {})
@@ -98,7 +95,7 @@ class _CallContext(DefaultServerCallContextBuilder):
 
 def a2a_routes(
     client: PsychClient,
-    scope_for: ScopeFor,
+    caller_for: CallerFor,
     *,
     jwt: bool,
     query_timeout: timedelta,
@@ -111,7 +108,8 @@ def a2a_routes(
 
     Args:
         client: the PsychClient every task goes through (its store lists the agents).
-        scope_for: how a request's ``Authorization`` header becomes a Scope.
+        caller_for: how a request's ``Authorization`` header becomes its caller (whose
+            credential's expiry ends the streams it opens).
         jwt: whether JWTs are accepted (the cards' bearer scheme says so).
         query_timeout: how long a read waits for a Run's worker.
         push_timeout_seconds: the bound on each push notification request.
@@ -153,6 +151,6 @@ def a2a_routes(
         name="a2a-agent",
         routes=[
             Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]),
-            Mount("", app=Authenticated(bindings, scope_for, pushes.look)),
+            Mount("", app=Authenticated(bindings, caller_for, pushes.look)),
         ],
     )
