@@ -3,10 +3,14 @@ is caught, naming the Run and the event; histories fetched from a namespace repl
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowHistory
 
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
@@ -23,6 +27,7 @@ from .conftest import ROOT, psych
 
 HISTORIES = ROOT / "tests" / "workflows" / "histories"
 PLAIN = HISTORIES / "plain_answer.json"
+PSYCH_SCRIPT = Path(sys.executable).with_name("psych")
 
 
 async def test_committed_histories_replay(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,3 +113,47 @@ async def test_the_newest_runs_of_a_namespace_replay(
     assert status == 0, out + err
     assert out.splitlines()[-1] == "replayed 2 histories: 0 failed"
     assert all(line.endswith("(namespace default)") for line in out.splitlines()[:-1])
+
+
+def _events() -> list[dict[str, object]]:
+    events: list[dict[str, object]] = json.loads(PLAIN.read_text())["events"]
+    return events
+
+
+NOT_HISTORIES = {
+    "not-json.json": ("not json at all", "not JSON"),
+    "other.json": ('{"name": "a config file"}', "not a JSON object with an 'events' list"),
+    "list.json": ("[1, 2]", "not a JSON object with an 'events' list"),
+    "no-events.json": ('{"events": []}', "it has no events"),
+    # The SDK's core panics in a thread on this one and waits forever.
+    "no-start.json": (
+        json.dumps({"events": _events()[1:]}),
+        "its first event is EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, not WorkflowExecutionStarted",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_HISTORIES))
+def test_a_file_that_is_not_a_history_is_one_line_naming_it(tmp_path: Path, name: str) -> None:
+    text, problem = NOT_HISTORIES[name]
+    path = tmp_path / name
+    path.write_text(text)
+    # The real executable, with a deadline: before the fix one of these hung for ever.
+    done = subprocess.run(
+        [str(PSYCH_SCRIPT), "replay", str(PLAIN), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout == ""  # checked before anything is replayed
+    assert done.stderr.startswith(f"psych: {path}: not a Temporal history: {problem}")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+async def test_a_history_of_its_start_event_alone_replays() -> None:
+    # Its first workflow task is not scheduled yet (a delayed start): nothing can disagree,
+    # and the SDK's core would wait forever on it.
+    history = WorkflowHistory.from_json("psych-acme-started", {"events": _events()[:1]})
+    (outcome,) = await asyncio.wait_for(replay([(history, "started")]), timeout=30)
+    assert outcome.failure is None

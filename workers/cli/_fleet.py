@@ -30,7 +30,10 @@ async def _replay(args: argparse.Namespace) -> int:
         raise PsychError("nothing to replay: give history files or directories, or --last N")
     outcomes: list[ReplayOutcome] = []
     files = history_files(Path(path) for path in args.histories)
-    outcomes += await replay((load_history(path), str(path)) for path in files)
+    # Every file is read and checked before the first is replayed: a file that is not a
+    # history is one line naming it, not a traceback after minutes of replaying the others.
+    loaded = [(load_history(path), str(path)) for path in files]
+    outcomes += await replay(loaded)
     if args.last is not None:
         client = await temporal_client(args)
         source = f"namespace {client.namespace}"

@@ -14,11 +14,14 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from google.protobuf.json_format import ParseError
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from psych_runtime.specs import NotFound
+from psych_runtime.specs import NotFound, SpecError
 from psych_runtime.workers._plugin import PsychPlugin
 from psych_runtime.workflows import AGENT_RUN, WORKFLOW_RUN, AgentRun, WorkflowRun
 
@@ -67,14 +70,65 @@ def load_history(path: Path) -> WorkflowHistory:
     The JSON of a history carries no workflow id, and AgentRun checks its own, so it is
     read back from the Run's input (``psych-<tenant>-<run id>``). An input that is not
     plain JSON (a payload codec encrypted it) leaves the file's name as the id.
+
+    Raises:
+        SpecError: the file cannot be read, or is not a Temporal history (``check_history``
+            says what is wrong); the message names the file.
     """
-    text = path.read_text()
-    return WorkflowHistory.from_json(_workflow_id(text) or path.stem, text)
-
-
-def _workflow_id(text: str) -> str | None:
     try:
-        first = json.loads(text)["events"][0]
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path}: cannot read the history: {err}") from err
+    try:
+        document = json.loads(text)
+    except ValueError as err:
+        raise SpecError(f"{path}: not a Temporal history: not JSON ({err})") from err
+    if not isinstance(document, dict) or not isinstance(document.get("events"), list):
+        raise SpecError(
+            f"{path}: not a Temporal history: not a JSON object with an 'events' list "
+            "(as `temporal workflow show --output json` writes)"
+        )
+    try:
+        history = WorkflowHistory.from_json(_workflow_id(document) or path.stem, document)
+    except (ValueError, ParseError) as err:
+        raise SpecError(f"{path}: not a Temporal history: {_first_line(err)}") from err
+    problem = check_history(history)
+    if problem is not None:
+        raise SpecError(f"{path}: not a Temporal history: {problem}")
+    return history
+
+
+def check_history(history: WorkflowHistory) -> str | None:
+    """What makes ``history`` unfit to replay, in words; None when it may be replayed.
+
+    Checked before the Replayer sees it because the SDK's core does not fail on these: a
+    first event other than WorkflowExecutionStarted makes it panic in a thread and wait
+    forever (temporalio 1.35).
+    """
+    if not history.events:
+        return "it has no events"
+    first = history.events[0]
+    if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        return f"its first event is {_event_name(first.event_type)}, not WorkflowExecutionStarted"
+    if not first.HasField("workflow_execution_started_event_attributes"):
+        return "its first event, WorkflowExecutionStarted, has no attributes"
+    return None
+
+
+def _event_name(event_type: int) -> str:
+    try:
+        return EventType.Name(event_type)  # type: ignore[arg-type]  # an int not in the enum
+    except ValueError:
+        return f"event type {event_type}"
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def _workflow_id(document: dict[str, Any]) -> str | None:
+    try:
+        first = document["events"][0]
         payload = first["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
         run = json.loads(base64.b64decode(payload["data"]))
         return f"psych-{run['scope']['tenant']}-{run['run_id']}"
@@ -106,14 +160,23 @@ async def replay(
     """Replay each ``(history, source)`` against ``workflows``; one outcome each, in order.
 
     ``workflows`` defaults to the installed AgentRun and WorkflowRun: what a worker of
-    this build would run.
+    this build would run. A history ``check_history`` refuses fails without being handed
+    to the Replayer; one of its start event alone replays (no workflow code ran in it).
     """
     runner = replayer(workflows)
     outcomes: list[ReplayOutcome] = []
 
     async def one(history: WorkflowHistory, source: str) -> None:
-        result = await runner.replay_workflow(history, raise_on_replay_failure=False)
-        failure = None if result.replay_failure is None else str(result.replay_failure)
+        problem = check_history(history)
+        if problem is not None:
+            failure: str | None = f"not a Temporal history: {problem}"
+        elif len(history.events) == 1:
+            # Its first workflow task is not even scheduled (a delayed start): no workflow
+            # code ran, so none can disagree; the SDK's core waits forever on such a history.
+            failure = None
+        else:
+            result = await runner.replay_workflow(history, raise_on_replay_failure=False)
+            failure = None if result.replay_failure is None else str(result.replay_failure)
         outcomes.append(ReplayOutcome(run=history.workflow_id, source=source, failure=failure))
 
     if isinstance(histories, AsyncIterator):
