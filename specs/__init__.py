@@ -30,6 +30,7 @@ from psych_runtime.specs._errors import (
     VersionMismatch,
 )
 from psych_runtime.specs._field_docs import field_docs
+from psych_runtime.specs._flags import env_flag
 from psych_runtime.specs._models import (
     NAME_PATTERN,
     A2APeer,
@@ -241,6 +242,7 @@ __all__ = [
     "canonical_bytes",
     "depth_refusal",
     "drop_defaults",
+    "env_flag",
     "field_defaults",
     "field_docs",
     "host_placeholders",

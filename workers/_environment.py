@@ -27,10 +27,6 @@ def seconds_from(name: str, env: Mapping[str, str], default: float) -> float:
     return value
 
 
-def truthy(text: str) -> bool:
-    return text.strip().lower() in ("1", "true", "yes", "on")
-
-
 def ask_policy(patterns: Sequence[str] = (), *, destructive: bool = False) -> RulePolicy:
     """A RulePolicy asking a person to approve calls of the tools ``patterns`` name (exact
     names, or a prefix ending in ``*``), and of every destructive tool with

@@ -61,7 +61,7 @@ from temporalio.worker import (
 
 from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.telemetry import instrument, uninstrument
-from psych_runtime.specs import PsychError, SpecError
+from psych_runtime.specs import PsychError, SpecError, env_flag
 from psych_runtime.workflows import TRACING_EXTERN
 
 CONTENT_ENV = "PSYCH_OTEL_CONTENT"
@@ -103,25 +103,18 @@ class TelemetryConfig:
                 ``http/json``, ...), named with its variable.
         """
         env = os.environ if environ is None else environ
-        if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        # Read as every psych switch (OpenTelemetry's own reading takes only "true" for yes
+        # and ignores what it does not know: OTEL_SDK_DISABLED=1 would leave it enabled).
+        if env_flag(env, "OTEL_SDK_DISABLED"):
             return cls()
         return cls(
             traces=_exporter(env, "TRACES"),
             metrics=_exporter(env, "METRICS"),
             traces_protocol=_protocol(env, "TRACES"),
             metrics_protocol=_protocol(env, "METRICS"),
-            content=_flag(env, CONTENT_ENV),
-            temporal_spans=_flag(env, TEMPORAL_SPANS_ENV),
+            content=env_flag(env, CONTENT_ENV),
+            temporal_spans=env_flag(env, TEMPORAL_SPANS_ENV),
         )
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    text = env.get(name, "").strip().lower()
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    if text in ("1", "true", "yes", "on"):
-        return True
-    raise SpecError(f"{name}={env[name]!r} is not 1 or 0")
 
 
 def _exporter(env: Mapping[str, str], signal: str) -> Exporter | None:

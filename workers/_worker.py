@@ -54,12 +54,11 @@ from psych_runtime.activities.versions import (
     VersionActivities,
     version_store_at,
 )
-from psych_runtime.specs import SpecError, ToolRegistry, VersionStore
+from psych_runtime.specs import SpecError, ToolRegistry, VersionStore, env_flag
 from psych_runtime.workers._environment import (
     ask_policy,
     seconds_from,
     split_patterns,
-    truthy,
 )
 from psych_runtime.workers._live import LiveSettings, serving_deltas
 from psych_runtime.workers._loading import load_object
@@ -79,7 +78,6 @@ from psych_runtime.workers.fleet import (
     check_fleet_policy,
     deployment_config,
     parse_roles,
-    roles_apart_from_env,
     runs_roles_apart,
     version_from_env,
     worker_identity,
@@ -207,7 +205,7 @@ class WorkerSettings:
         return cls(
             task_queue=env.get("PSYCH_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             roles=parse_roles([env.get("PSYCH_ROLES", "")]),
-            roles_apart=roles_apart_from_env(env.get("PSYCH_ROLES_APART", "")),
+            roles_apart=env_flag(env, "PSYCH_ROLES_APART", None),
             concurrency=Concurrency.from_env(env),
             deployment=version_from_env(env),
             registry=registry,
@@ -216,7 +214,7 @@ class WorkerSettings:
             secrets=EnvSecretResolver(env),
             policy=ask_policy(
                 split_patterns(env.get("PSYCH_ASK", "")),
-                destructive=truthy(env.get("PSYCH_ASK_DESTRUCTIVE", "")),
+                destructive=env_flag(env, "PSYCH_ASK_DESTRUCTIVE"),
             ),
             outage_seconds=seconds_from("PSYCH_OUTAGE_SECONDS", env, DEFAULT_OUTAGE_SECONDS),
             mcp=McpSettings(
@@ -226,7 +224,7 @@ class WorkerSettings:
             egress=EgressSettings.from_env(env),
             settings_file=Path(env["PSYCH_SETTINGS"]) if env.get("PSYCH_SETTINGS") else None,
             versions=version_store_at(env.get("PSYCH_STORE") or Path(DEFAULT_HOME) / "versions"),
-            workflow_sandbox=truthy(env.get("PSYCH_WORKFLOW_SANDBOX", "")),
+            workflow_sandbox=env_flag(env, "PSYCH_WORKFLOW_SANDBOX"),
             live=LiveSettings.from_env(env),
         )
 

@@ -11,7 +11,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from psych_runtime.activities.contract import Usage
-from psych_runtime.specs import NotFound, SpecError
+from psych_runtime.specs import NotFound, env_flag
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -86,22 +86,11 @@ class ModelEndpoints:
             SpecError: ``OPENAI_STREAM`` is set to something other than a yes or a no.
         """
         base_url = environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        stream = _flag("OPENAI_STREAM", environ.get("OPENAI_STREAM", ""), default=True)
+        stream = env_flag(environ, "OPENAI_STREAM", default=True)
         return cls(default=Endpoint(base_url, environ.get("OPENAI_API_KEY") or None, stream=stream))
 
     def __repr__(self) -> str:
         return f"ModelEndpoints(default={self.default!r}, routes={dict(self.routes)!r})"
-
-
-def _flag(variable: str, text: str, *, default: bool) -> bool:
-    value = text.strip().lower()
-    if not value:
-        return default
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SpecError(f"{variable}={text!r}: expected 1/0, true/false, yes/no or on/off")
 
 
 # --- pricing ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.workers.cli import main
 
 
@@ -54,3 +55,45 @@ def test_an_address_temporal_cannot_read_is_one_line_naming_it(
     assert status != 0
     assert "Traceback" not in err
     assert f"cannot connect to Temporal at {address!r}" in err
+
+
+def test_ask_destructive_y_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `Y` was read as off: destructive tools ran without anyone approving them.
+    from psych_runtime.workers._worker import WorkerSettings
+
+    for yes in ("Y", "y", "Yes", " on "):
+        policy = WorkerSettings.from_env({"PSYCH_ASK_DESTRUCTIVE": yes}).policy
+        assert isinstance(policy, RulePolicy)
+        assert policy.by_effect["destructive"] == "ask", yes
+    assert WorkerSettings.from_env({"PSYCH_WORKFLOW_SANDBOX": "Y"}).workflow_sandbox is True
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "missing.yaml", "--input", "hi", "--address", "127.0.0.1:9"],
+        ["serve", "--address", "127.0.0.1:9"],
+        ["worker", "--address", "127.0.0.1:9"],
+    ],
+    ids=["run", "serve", "worker"],
+)
+def test_roles_apart_maybe_is_refused_by_every_command_that_reads_it(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # run and serve read it as no, worker refused it: one fleet, two readings.
+    monkeypatch.setenv("PSYCH_ROLES_APART", "maybe")
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith(
+        "psych: environment variable PSYCH_ROLES_APART='maybe' is neither yes nor no"
+    ), err
+    assert len(err.splitlines()) == 1
+
+
+def test_roles_apart_is_read_by_no_other_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PSYCH_ROLES_APART", "maybe")
+    assert main(["schema"]) == 0
+    assert "PSYCH_ROLES_APART" not in capsys.readouterr().err

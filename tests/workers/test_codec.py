@@ -232,8 +232,8 @@ async def test_key_providers_read_the_documented_format(tmp_path: Path) -> None:
     for name in ("PSYCH_CODEC_KEYS", "PSYCH_CODEC_KEY_FILE"):
         with pytest.raises(SpecError, match=f"{name} is set but empty"):
             codec_from_env({name: " "})
-    with pytest.raises(SpecError, match="PSYCH_CODEC_ACCEPT_PLAINTEXT='y': say 1 or 0"):
-        codec_from_env({"PSYCH_CODEC_KEYS": text, "PSYCH_CODEC_ACCEPT_PLAINTEXT": "y"})
+    with pytest.raises(SpecError, match="PSYCH_CODEC_ACCEPT_PLAINTEXT='sure' is neither yes"):
+        codec_from_env({"PSYCH_CODEC_KEYS": text, "PSYCH_CODEC_ACCEPT_PLAINTEXT": "sure"})
 
 
 def test_for_tenant_keeps_only_that_tenants_and_the_shared_keys() -> None:

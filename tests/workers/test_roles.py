@@ -27,7 +27,6 @@ from psych_runtime.workers.fleet import (
     activities_of_role,
     deployment_version,
     parse_roles,
-    roles_apart_from_env,
     runs_roles_apart,
     version_from_env,
 )
@@ -103,6 +102,6 @@ def test_a_worker_says_roles_apart_when_it_does_not_run_every_role_unless_told()
     assert WorkerSettings.from_env({"PSYCH_ROLES": "workflows"}).roles_apart is None
     assert WorkerSettings.from_env({"PSYCH_ROLES_APART": "1"}).roles_apart is True
     assert WorkerSettings.from_env({"PSYCH_ROLES_APART": "off"}).roles_apart is False
-    assert roles_apart_from_env(" ") is None
-    with pytest.raises(SpecError, match=r"PSYCH_ROLES_APART='maybe' is not one of 1, true"):
-        roles_apart_from_env("maybe")
+    assert WorkerSettings.from_env({"PSYCH_ROLES_APART": " "}).roles_apart is None
+    with pytest.raises(SpecError, match=r"PSYCH_ROLES_APART='maybe' is neither yes nor no"):
+        WorkerSettings.from_env({"PSYCH_ROLES_APART": "maybe"})

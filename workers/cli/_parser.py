@@ -54,10 +54,6 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_TRUE = ("1", "true", "yes", "on")
-"""What ``PSYCH_ROLES_APART`` may say to mean yes (as the worker's ``PSYCH_*`` switches)."""
-
-
 def default_principal() -> str | None:
     """Who acts, unless ``--principal`` says: ``PSYCH_PRINCIPAL``, else the OS user name."""
     if os.environ.get("PSYCH_PRINCIPAL"):
@@ -125,7 +121,8 @@ def add_run_commands(
     run.add_argument(
         "--roles-apart",
         action="store_true",
-        default=os.environ.get("PSYCH_ROLES_APART", "").strip().lower() in _TRUE,
+        # PSYCH_ROLES_APART is read when the command runs (roles_apart_of), so a bad value
+        # is refused by run and serve as by worker, and by no other command.
         help="schedule each activity on its role's task queue whatever the fleet says (env "
         "PSYCH_ROLES_APART=1; default: as the fleet's workflows workers say, the role queues "
         "when they run roles apart)",

@@ -193,8 +193,7 @@ def add_serve_command(
     )
     serve.add_argument(
         "--roles-apart",
-        action="store_true",
-        default=env("PSYCH_ROLES_APART", "").strip().lower() in ("1", "true", "yes", "on"),
+        action="store_true",  # PSYCH_ROLES_APART: read when serve runs, as for run
         help="the fleet runs worker roles apart (env PSYCH_ROLES_APART=1), as for psych run",
     )
     serve.add_argument(

@@ -17,7 +17,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
-from psych_runtime.specs import PsychError, Scope
+from psych_runtime.specs import PsychError, Scope, env_flag
 from psych_runtime.workers._client import connect
 from psych_runtime.workers.cli._parser import DEFAULT_STORE
 from psych_runtime.workers.cli._run_facts import (
@@ -97,7 +97,17 @@ def scope_of(args: argparse.Namespace) -> Scope:
         raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
 
 
+def roles_apart_of(args: argparse.Namespace) -> bool:
+    """``--roles-apart``, else ``PSYCH_ROLES_APART`` (read as every yes/no variable is).
+
+    Raises:
+        SpecError: the variable is neither yes nor no.
+    """
+    return bool(args.roles_apart) or env_flag(os.environ, "PSYCH_ROLES_APART")
+
+
 async def _run(args: argparse.Namespace) -> int:
+    roles_apart = roles_apart_of(args)
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
     spec = checked_spec(args.file, registry)
     if spec is None:
@@ -109,7 +119,7 @@ async def _run(args: argparse.Namespace) -> int:
         store=version_store_at(args.store),
         task_queue=args.task_queue,
         registry=registry,
-        roles_apart=args.roles_apart,
+        roles_apart=roles_apart,
     )
     version = client.publish(spec)
     if not await has_worker(temporal, args.task_queue):

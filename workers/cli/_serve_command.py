@@ -24,7 +24,7 @@ from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_tokens
-from psych_runtime.workers.cli._runs import temporal_client
+from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
     DEFAULT_MAX_BODY_BYTES,
@@ -115,6 +115,7 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
 
 async def _serve(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
+    roles_apart = roles_apart_of(args)
     section = _section(args)
     auth = auth_from(args, section)
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
@@ -124,7 +125,7 @@ async def _serve(args: argparse.Namespace) -> int:
         store=version_store_at(args.store),
         task_queue=args.task_queue,
         registry=registry,
-        roles_apart=args.roles_apart,
+        roles_apart=roles_apart,
     )
     # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
     # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push

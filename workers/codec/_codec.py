@@ -48,7 +48,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from psych_runtime.specs import AccessDenied, SpecError
+from psych_runtime.specs import AccessDenied, SpecError, env_flag
 from psych_runtime.workers.codec._blob_cipher import KeyringBlobCipher
 from psych_runtime.workers.codec._keys import (
     ENV_ACCEPT_PLAINTEXT,
@@ -88,14 +88,8 @@ def codec_from_env(environ: Mapping[str, str] | None = None) -> PsychCodec | Non
             )
     if ENV_KEYS not in env and ENV_KEY_FILE not in env:
         return None
-    said = env.get(ENV_ACCEPT_PLAINTEXT, "").strip().lower()
-    if said not in _YES | _NO:
-        raise SpecError(f"{ENV_ACCEPT_PLAINTEXT}={said!r}: say 1 or 0 (true/false, yes/no, on/off)")
-    return PsychCodec(EnvKeyProvider(env).keyring(), accept_plaintext=said in _YES)
-
-
-_YES = frozenset({"1", "true", "yes", "on"})
-_NO = frozenset({"", "0", "false", "no", "off"})
+    accept_plaintext = env_flag(env, ENV_ACCEPT_PLAINTEXT)
+    return PsychCodec(EnvKeyProvider(env).keyring(), accept_plaintext=accept_plaintext)
 
 
 def _context_tenant(context: SerializationContext | None) -> tuple[str | None, str | None]:

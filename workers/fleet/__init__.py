@@ -25,7 +25,6 @@ from psych_runtime.workers.fleet._roles import (
     RolesApartInterceptor,
     activities_of_role,
     parse_roles,
-    roles_apart_from_env,
     runs_roles_apart,
 )
 from psych_runtime.workers.fleet._versioning import (
@@ -54,7 +53,6 @@ __all__ = [
     "promote",
     "recent_histories",
     "replay",
-    "roles_apart_from_env",
     "runs_roles_apart",
     "serve_health",
     "unpolled_queues",

@@ -129,23 +129,6 @@ def activities_of_role(activities: Sequence[Callable[..., Any]], role: str) -> l
     return [fn for fn in activities if ACTIVITY_ROLES.get(activity_name(fn) or "") == role]
 
 
-def roles_apart_from_env(text: str) -> bool | None:
-    """``PSYCH_ROLES_APART`` on a worker: yes (``1``, ``true``, ``yes``, ``on``), no
-    (``0``, ``false``, ``no``, ``off``), or unset (None: decided by its roles).
-
-    Raises:
-        SpecError: anything else.
-    """
-    value = text.strip().lower()
-    if not value:
-        return None
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SpecError(f"PSYCH_ROLES_APART={text!r} is not one of 1, true, yes, on, 0, false, no, off")
-
-
 def runs_roles_apart(roles: Sequence[str], declared: bool | None) -> bool:
     """Whether a fleet whose worker process runs ``roles`` runs roles apart: as
     ``declared`` (``WorkerSettings.roles_apart``), else when the process does not run
