@@ -116,6 +116,8 @@ def _check_free(port: int) -> None:
     The dev server would fail to bind and exit, but the SDK's readiness probe only checks
     that the port answers, so it would hand back a client of that other server.
     """
+    if not 1 <= port <= 65535:  # bind() raises OverflowError, a traceback for a typo
+        raise PsychError(f"port {port} is not a port number (1 to 65535)")
     with socket.socket() as probe:
         # As the dev server does, so a port left in TIME_WAIT counts as free.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -145,7 +147,8 @@ async def start_dev_server(
     and persistence operations, by operation; the CLI picks a random port otherwise).
 
     Raises:
-        PsychError: ``port`` (or ``ui_port``, or ``metrics_port``) is taken.
+        PsychError: ``port`` (or ``ui_port``, or ``metrics_port``) is taken, or is not
+            from 1 to 65535.
     """
     for taken in (port, ui_port if ui else None, metrics_port):
         if taken is not None:

@@ -89,7 +89,12 @@ class FileVersionStore:
                 damaged = True
                 first = path.stat().st_mtime
                 version = repaired(spec, path.read_bytes(), datetime.fromtimestamp(first, UTC))
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file on its path, no permission: the operator's to fix
+            raise SpecError(
+                f"cannot make the version store directory {self.root}: {err.strerror}"
+            ) from err
         sweep_temporary(self.root, _TEMPORARY)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=_TEMPORARY, suffix=".json")
         try:

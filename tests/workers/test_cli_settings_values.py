@@ -3,9 +3,17 @@ never a traceback of every command, never a silent default (from an audit of the
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+import socket
+from pathlib import Path
+
 import pytest
 
 from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import PsychError
+from psych_runtime.workers import start_dev_server
 from psych_runtime.workers.cli import main
 
 
@@ -97,3 +105,85 @@ def test_roles_apart_is_read_by_no_other_command(
     monkeypatch.setenv("PSYCH_ROLES_APART", "maybe")
     assert main(["schema"]) == 0
     assert "PSYCH_ROLES_APART" not in capsys.readouterr().err
+
+
+def test_a_store_that_is_a_file_is_one_line_naming_where_it_was_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "agent.yaml"
+    spec.write_text("kind: agent\nname: notes\ninstructions: Take notes.\nmodel: {model: m}\n")
+    a_file = tmp_path / "versions"
+    a_file.write_text("not a directory")
+    # It was a FileExistsError traceback from mkdir.
+    assert main(["publish", str(spec), "--store", str(a_file)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"psych: --store {str(a_file)!r} is a file, not a directory: name a directory (made "
+        "when first published to) or an s3://BUCKET/PREFIX URL\n"
+    )
+    monkeypatch.setenv("PSYCH_STORE", str(a_file))
+    assert main(["publish", str(spec)]) == 1
+    assert capsys.readouterr().err.startswith(f"psych: PSYCH_STORE {str(a_file)!r} is a file")
+    # A file on the way to it: mkdir's NotADirectoryError was a traceback too.
+    assert main(["publish", str(spec), "--store", str(a_file / "inner")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"psych: cannot make the version store directory {a_file / 'inner'}: " + (
+        "Not a directory\n"
+    )
+
+
+def test_schema_into_a_missing_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing" / "psych.schema.json"
+    assert main(["schema", "-o", str(target)]) == 1
+    assert capsys.readouterr().err == (f"psych: cannot write {target}: No such file or directory\n")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dev", "--port", "99999"],
+        ["dev", "--ui-port", "70000", "--port", "99999"],
+        ["worker", "--health-port", "65536"],
+        ["codec-server", "--port", "-1"],
+    ],
+)
+def test_a_port_out_of_range_is_a_usage_error_naming_the_flag(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `psych dev --port 99999` was an OverflowError traceback from bind().
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {argv[1]}: '{argv[2]}' is not a port number" in err
+    assert "Traceback" not in err
+
+
+def test_the_dev_server_refuses_a_port_out_of_range() -> None:
+    # The library's own check, for programs that call it without the CLI's parser.
+    with pytest.raises(PsychError, match="port 99999 is not a port number"):
+        asyncio.run(start_dev_server(port=99999))
+
+
+def test_codec_server_on_a_port_in_use_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = {
+        "current": {"acme": "acme-1"},
+        "keys": [
+            {"id": "acme-1", "tenant": "acme", "secret": base64.b64encode(bytes(32)).decode()}
+        ],
+    }
+    monkeypatch.setenv("PSYCH_CODEC_KEYS", json.dumps(keys))
+    monkeypatch.setenv("PSYCH_CODEC_TOKEN", "t")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        status = main(["codec-server", "--port", str(port)])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"psych: cannot listen on 127.0.0.1:{port}: "), err
+    assert len(err.splitlines()) == 1

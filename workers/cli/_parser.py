@@ -38,6 +38,16 @@ RUN_STATUSES = (
 DEFAULT_STORE = ".psych/versions"
 
 
+def store_location(args: argparse.Namespace) -> tuple[str, str]:
+    """The version store a command uses and where that was said, for its messages:
+    ``--store``, else ``PSYCH_STORE``, else ``DEFAULT_STORE``."""
+    if args.store is not None:
+        return args.store, "--store"
+    if os.environ.get("PSYCH_STORE"):
+        return os.environ["PSYCH_STORE"], "PSYCH_STORE"
+    return DEFAULT_STORE, "the default version store"
+
+
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """``--check-connections`` and the tenant whose credentials it uses."""
     parser.add_argument(
@@ -298,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument(
         "--store",
-        default=os.environ.get("PSYCH_STORE") or DEFAULT_STORE,
+        # PSYCH_STORE is read by store_location, so a refusal names where the value came from.
         help=f"version store: a directory, or s3://BUCKET/PREFIX?endpoint=... a fleet shares "
         f"(env PSYCH_STORE, default {DEFAULT_STORE})",
     )

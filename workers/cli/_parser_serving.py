@@ -128,12 +128,12 @@ def add_process_commands(
     )
     worker.add_argument(
         "--health-port",
-        type=int,
+        type=port_number,
         help="serve /livez and /readyz on this port (env PSYCH_HEALTH_PORT; default off)",
     )
     worker.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         help="serve the SDK's Prometheus metrics at /metrics on this port "
         "(env PSYCH_METRICS_PORT; default off)",
     )
@@ -146,9 +146,11 @@ def add_process_commands(
         description="Start the embedded Temporal dev server and a worker in this process; "
         "stop both on SIGINT/SIGTERM.",
     )
-    dev.add_argument("--port", type=int, default=7233, help="the server's port (default 7233)")
+    dev.add_argument(
+        "--port", type=port_number, default=7233, help="the server's port (default 7233)"
+    )
     dev.add_argument("--ui", action="store_true", help="also serve the Temporal web UI")
-    dev.add_argument("--ui-port", type=int, help="the UI's port (default: --port + 1000)")
+    dev.add_argument("--ui-port", type=port_number, help="the UI's port (default: --port + 1000)")
     dev.add_argument("--db", metavar="FILE", help="keep the server's state in this SQLite file")
     dev.set_defaults(func=lazy("psych_runtime.workers.cli._processes", "cmd_dev"))
 
@@ -348,7 +350,9 @@ def add_codec_server_command(
         ),
     )
     cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    cmd.add_argument("--port", type=int, default=8888, help="port to listen on (8888)")
+    cmd.add_argument(
+        "--port", type=listen_port, default=8888, help="port to listen on (8888; 0: any free)"
+    )
     cmd.add_argument(
         "--origin",
         action="append",
@@ -369,6 +373,27 @@ def add_codec_server_command(
 
 _GLOBAL_SETTINGS = "$XDG_CONFIG_HOME/psych/settings.yaml (~/.config/psych/settings.yaml)"
 """Where ``default_global_settings`` looks, as help says it (not this machine's path)."""
+
+
+def port_number(text: str) -> int:
+    """A port flag's value: a whole number from 1 to 65535 (argparse names the flag)."""
+    value = listen_port(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)")
+    return value
+
+
+def listen_port(text: str) -> int:
+    """A port to listen on: 1 to 65535, or 0 for any free one (the server prints it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port number (1 to 65535, or 0 for any free port)"
+        )
+    return value
 
 
 def _byte_count(text: str) -> int:

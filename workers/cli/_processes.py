@@ -281,6 +281,8 @@ async def _dev(args: argparse.Namespace) -> int:
     settings = dataclasses.replace(settings, egress=settings.egress.allowing(*LOOPBACK))
     fake = fake_model_of(args)
     ui_port = args.ui_port if args.ui_port is not None else args.port + 1000
+    if args.ui and ui_port > 65535:
+        raise PsychError(f"--port {args.port} + 1000 is no port for the UI: give --ui-port")
     try:
         env = await start_dev_server(
             port=args.port, ui=args.ui, ui_port=ui_port if args.ui else None, db_file=args.db

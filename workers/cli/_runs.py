@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
 from psych_runtime.specs import PsychError, Scope, env_flag
 from psych_runtime.workers._client import connect
-from psych_runtime.workers.cli._parser import DEFAULT_STORE
+from psych_runtime.workers.cli._parser import DEFAULT_STORE, store_location
 from psych_runtime.workers.cli._run_facts import (
     QUERY_TIMEOUT,
     has_worker,
@@ -108,6 +108,8 @@ def roles_apart_of(args: argparse.Namespace) -> bool:
 
 async def _run(args: argparse.Namespace) -> int:
     roles_apart = roles_apart_of(args)
+    where, source = store_location(args)
+    store = version_store_at(where, source=source)
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
     spec = checked_spec(args.file, registry)
     if spec is None:
@@ -116,7 +118,7 @@ async def _run(args: argparse.Namespace) -> int:
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,
-        store=version_store_at(args.store),
+        store=store,
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=roles_apart,

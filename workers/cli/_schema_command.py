@@ -19,6 +19,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    args.output.write_text(text, encoding="utf-8")
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as err:  # no such directory, a directory named so, no permission
+        from psych_runtime.specs import PsychError
+
+        raise PsychError(f"cannot write {args.output}: {err.strerror or err}") from err
     print(f"wrote {args.output}")
     return 0

@@ -24,6 +24,7 @@ from psych_runtime.workers._settings import global_settings_path
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_tokens
+from psych_runtime.workers.cli._parser import store_location
 from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -116,13 +117,15 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
 async def _serve(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     roles_apart = roles_apart_of(args)
+    where, source = store_location(args)
+    store = version_store_at(where, source=source)
     section = _section(args)
     auth = auth_from(args, section)
     registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,
-        store=version_store_at(args.store),
+        store=store,
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=roles_apart,

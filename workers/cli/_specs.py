@@ -39,6 +39,7 @@ from psych_runtime.workers._connections import (
 )
 from psych_runtime.workers._loading import load_object, load_spec_file
 from psych_runtime.workers._settings import worker_a2a, worker_egress
+from psych_runtime.workers.cli._parser import store_location
 
 
 def load_registry(reference: str | None) -> ToolRegistry | None:
@@ -246,6 +247,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return 1
     for warning in egress_warnings(spec, args):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
-    version = version_store_at(args.store).publish(spec)
+    where, source = store_location(args)
+    version = version_store_at(where, source=source).publish(spec)
     print(f"{version.hash}  {spec.kind} {spec.name}  published {version.published_at.isoformat()}")
     return 0

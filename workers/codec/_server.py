@@ -38,7 +38,7 @@ import h11
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from psych_runtime.specs import AccessDenied, SpecError
+from psych_runtime.specs import AccessDenied, PsychError, SpecError
 from psych_runtime.workers.codec._codec import PsychCodec
 from psych_runtime.workers.codec._keys import (
     EnvKeyProvider,
@@ -107,8 +107,17 @@ class CodecServer:
         return f"http://{self.host}:{port}"
 
     async def start(self) -> None:
-        """Listen."""
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        """Listen.
+
+        Raises:
+            PsychError: the address cannot be listened on (the port is in use, the host is
+                not this machine's), named with the reason.
+        """
+        try:
+            self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        except OSError as err:
+            reason = err.strerror or str(err)
+            raise PsychError(f"cannot listen on {self.host}:{self.port}: {reason}") from err
 
     async def close(self) -> None:
         """Stop listening and close the connections."""
