@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import random
 import shutil
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +130,46 @@ def _check_free(port: int) -> None:
             raise PsychError(
                 f"port {port} on 127.0.0.1 is in use (another Temporal server?): {err.strerror}"
             ) from err
+
+
+DB_LOCK_SUFFIX = ".psych-dev.lock"
+"""What ``db_lock`` appends to a database file's name for its lock file."""
+
+
+@contextlib.contextmanager
+def db_lock(db_file: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold an exclusive lock on ``db_file`` for the block: one dev server per SQLite file.
+
+    Two dev servers on one file each believe they own it, and corrupt each other's state.
+    The lock is ``flock`` on a file beside the database (``<db>.psych-dev.lock``): the kernel
+    drops it when the process ends however it ends (SIGKILL included), so it is never
+    stale as a PID file would be, and it is a file of its own so it never meets SQLite's
+    own ``fcntl`` locks on the database (on NFS ``flock`` is emulated with them). The path
+    is resolved first, so a symlink or ``./`` spelling reaches the same lock. A server
+    started some other way than ``psych dev`` (``temporal server start-dev``) does not
+    take it.
+
+    Raises:
+        PsychError: another process holds the lock, or the lock file cannot be opened.
+    """
+    database = Path(db_file).resolve()
+    lock_path = database.with_name(database.name + DB_LOCK_SUFFIX)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise PsychError(f"cannot lock --db {db_file}: {lock_path}: {err.strerror}") from err
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PsychError(
+                f"--db {db_file} is in use by another running psych dev (it holds "
+                f"{lock_path}); two dev servers on one database corrupt it: stop the other "
+                "or give another file"
+            ) from None
+        yield lock_path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 async def start_dev_server(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import SERVING_GC_THRESHOLDS
+from psych_runtime.workers._devserver import db_lock
 from tests._ports import free_port
 
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
@@ -149,3 +151,38 @@ async def test_dev_runs_a_server_and_a_worker_until_sigterm(
     # Its server is gone with it.
     status, _, err = await psych(capsys, "list", "--address", f"127.0.0.1:{port}")
     assert status == 1 and "cannot connect" in err
+
+
+async def test_dev_refuses_a_database_another_dev_server_holds(cli: Cli, tmp_path: Path) -> None:
+    database = tmp_path / "state.sqlite"
+    env = cli.child_env(PSYCH_TOOLS=TOOLS_REF)
+    first = await spawn(
+        [*PSYCH, "dev", "--port", str(free_port()), "--db", str(database)], env, cli.home
+    )
+    assert first.stdout is not None
+    try:
+        await read_until(first.stdout, "Ctrl-C to stop")
+        # The same file by another spelling: a symlink to it.
+        alias = tmp_path / "alias.sqlite"
+        alias.symlink_to(database)
+        second = await spawn(
+            [*PSYCH, "dev", "--port", str(free_port()), "--db", str(alias)], env, cli.home
+        )
+        try:
+            # Before the fix it started, and both servers wrote the one file.
+            async with asyncio.timeout(60):
+                out, err = await second.communicate()
+        finally:
+            if second.returncode is None:  # it started: stopped as a person would, with its server
+                await stop(second, signal.SIGTERM)
+        assert second.returncode == 1, out.decode() + err.decode()
+        assert err.decode() == (
+            f"psych: --db {alias} is in use by another running psych dev (it holds "
+            f"{database}.psych-dev.lock); two dev servers on one database corrupt it: stop "
+            "the other or give another file\n"
+        )
+    finally:
+        code, _, errors = await stop(first, signal.SIGTERM)
+    assert code == 0, errors
+    with db_lock(database):  # released with its holder: nothing stale is left
+        pass

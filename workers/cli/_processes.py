@@ -27,7 +27,7 @@ from psych_runtime.activities.egress import LOOPBACK
 from psych_runtime.specs import PsychError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._client import with_codec
-from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers._devserver import db_lock, start_dev_server
 from psych_runtime.workers._environment import describe_policy
 from psych_runtime.workers._gc import tune_gc_for_serving
 from psych_runtime.workers._worker import (
@@ -283,6 +283,16 @@ async def _dev(args: argparse.Namespace) -> int:
     ui_port = args.ui_port if args.ui_port is not None else args.port + 1000
     if args.ui and ui_port > 65535:
         raise PsychError(f"--port {args.port} + 1000 is no port for the UI: give --ui-port")
+    with db_lock(args.db) if args.db is not None else contextlib.nullcontext():
+        return await _dev_on(args, settings, fake, ui_port)
+
+
+async def _dev_on(
+    args: argparse.Namespace,
+    settings: WorkerSettings,
+    fake: tuple[FakeModel, str] | None,
+    ui_port: int,
+) -> int:
     try:
         env = await start_dev_server(
             port=args.port, ui=args.ui, ui_port=ui_port if args.ui else None, db_file=args.db
