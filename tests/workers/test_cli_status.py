@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from psych_runtime.activities.tools import RulePolicy
@@ -129,6 +130,30 @@ async def test_status_of_a_run_whose_worker_stopped_falls_back_after_the_query_t
     assert "answered within" in err or "no worker polls" in err
     assert "status:       completed" in out
     assert "closed:       20" in out
+
+
+@pytest.mark.parametrize("shown", [(), ("--transcript",)], ids=["report", "transcript"])
+async def test_report_of_a_run_whose_worker_stopped_falls_back_after_the_query_timeout(
+    cli: Cli, shown: tuple[str, ...]
+) -> None:
+    # --transcript waited ~31 s (the client's default deadline) where the report took ~4.
+    script_refund(cli)
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(cli.home / "versions"),
+        task_queue=cli.task_queue,
+        registry=registry(),
+    )
+    scope = Scope(tenant="acme")
+    async with cli.worker():
+        run = await client.dispatch(load_spec_file(cli.spec_file), "Refund order 42", scope=scope)
+        await client.result(run, scope=scope)
+    startup = await startup_seconds(cli, run.workflow_id)
+    status, out, err, seconds = await psych_process("report", *cli.args(run.workflow_id), *shown)
+    assert status == 1, err
+    assert seconds - startup < QUERY_TIMEOUT.total_seconds() + 5
+    assert "answered within" in err or "no worker polls" in err
+    assert "status:       completed" in out
 
 
 async def test_a_suspended_runs_current_details_say_what_it_waits_for(

@@ -236,17 +236,23 @@ async def _report(args: argparse.Namespace) -> int:
         print_fallback(facts, json_output=args.json)
         return 1
     client = _reader(temporal)
-    if args.transcript:
-        transcript = await read_transcript(client, args.run_id, scope=scope)
-        print_transcript(transcript, sys.stdout, markdown=args.format == "md")
-        return 0
+    # Both bounded by QUERY_TIMEOUT: the server lists a stopped worker's poller for a while,
+    # and the client's default deadline made --transcript wait ~30 s before it failed.
     try:
-        report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
+        if args.transcript:
+            transcript = await read_transcript(
+                client, args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT
+            )
+        else:
+            report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
     except RPCError as err:
         if not unanswered(err):
             raise
         print_fallback(facts, json_output=args.json)
         return 1
+    if args.transcript:
+        print_transcript(transcript, sys.stdout, markdown=args.format == "md")
+        return 0
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
