@@ -219,3 +219,19 @@ async def test_a_settled_run_with_a_worker_answers_from_its_state(cli: Cli) -> N
     assert status == 0, err
     assert "cannot answer" not in err
     assert "Order 42 is delivered." in out
+
+
+@pytest.mark.parametrize("command", ["status", "report", "abort"])
+async def test_a_namespace_the_server_lacks_is_named_not_a_missing_run(
+    cli: Cli, command: str
+) -> None:
+    # It said "no Run psych-acme-..." though the Run was never looked for.
+    run = await dispatch_unpolled(cli)
+    status, _, err, _ = await psych_process(
+        command, *cli.args(run.workflow_id), "--namespace", "no-such-namespace"
+    )
+    assert status == 1
+    assert err == (
+        f"psych: namespace 'no-such-namespace' (--namespace) does not exist on the Temporal "
+        f"server at {cli.address} (`temporal operator namespace list` lists them)\n"
+    )

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
 from psych_runtime.specs import PsychError, Scope, env_flag
@@ -63,7 +64,7 @@ async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> C
         PsychError: the server cannot be reached (one line, no traceback).
     """
     try:
-        return await connect(args.address, namespace=args.namespace, **connect_options)
+        client = await connect(args.address, namespace=args.namespace, **connect_options)
     except ValueError as err:
         # An address the SDK cannot read ('', 'bogus address', a port past 65535).
         raise PsychError(
@@ -79,6 +80,32 @@ async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> C
         raise PsychError(
             f"cannot connect to Temporal at {temporal_target(args)}: {reason} "
             "(is a server running? `psych dev` starts one)"
+        ) from err
+    await _check_namespace(client, args)
+    return client
+
+
+async def _check_namespace(client: Client, args: argparse.Namespace) -> None:
+    """Refuse a namespace the server does not have.
+
+    Every later call would fail NOT_FOUND, which the commands read as "no such Run" (a
+    wrong --namespace said the Run was missing) and a worker as nothing to poll.
+
+    Raises:
+        PsychError: the namespace does not exist (naming where it was given).
+    """
+    request = DescribeNamespaceRequest(namespace=client.namespace)
+    try:
+        await client.workflow_service.describe_namespace(request)
+    except RPCError as err:
+        if err.status == RPCStatusCode.PERMISSION_DENIED:
+            return  # a key may be allowed its namespace's workflows and not this: it exists
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        given = "--namespace" if args.namespace else "Temporal's environment configuration"
+        raise PsychError(
+            f"namespace {client.namespace!r} ({given}) does not exist on the Temporal server "
+            f"at {temporal_target(args)} (`temporal operator namespace list` lists them)"
         ) from err
 
 
