@@ -16,6 +16,8 @@ from psych_runtime.specs import PsychError
 from psych_runtime.workers import start_dev_server
 from psych_runtime.workers.cli import main
 
+from .conftest import SUPPORT_SPEC, TOOLS_REF
+
 
 def test_a_bad_serve_body_bound_in_the_environment_is_serves_error_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -187,3 +189,35 @@ def test_codec_server_on_a_port_in_use_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"psych: cannot listen on 127.0.0.1:{port}: "), err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["validate", "publish"])
+def test_validate_and_publish_load_psych_tools_as_the_worker_does(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # They ignored PSYCH_TOOLS: a Spec the worker runs was "invalid" for its code tools.
+    monkeypatch.setenv("PSYCH_TOOLS", TOOLS_REF)
+    monkeypatch.setenv("PSYCH_STORE", str(tmp_path / "versions"))
+    status = main([command, str(SUPPORT_SPEC)])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "lookup_order" not in out + err
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_tools_reference_that_does_not_load_names_where_it_was_given(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, str(SUPPORT_SPEC), *(["--input", "hi"] if command == "run" else [])]
+    monkeypatch.setenv("PSYCH_TOOLS", "no_such_module:registry")
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith(
+        "psych: PSYCH_TOOLS: 'no_such_module:registry': cannot import 'no_such_module'"
+    )
+    assert main([*argv, "--tools", "json:dumps"]) == 1
+    assert capsys.readouterr().err == (
+        "psych: --tools 'json:dumps' is a function, not a ToolRegistry\n"
+    )

@@ -292,7 +292,7 @@ def _spec_arguments(parser: argparse.ArgumentParser) -> None:
         "--registry",  # the first name it had; every other command says --tools
         dest="tools",
         help="ToolRegistry holding the code tools, as module:attribute or file.py:attribute "
-        "(--registry is the same)",
+        "(env PSYCH_TOOLS, as the worker reads it; --registry is the same)",
     )
     parser.add_argument(
         "--known-model", action="append", help="a model id the endpoint serves (repeatable)"

@@ -137,7 +137,7 @@ async def _run(args: argparse.Namespace) -> int:
     roles_apart = roles_apart_of(args)
     where, source = store_location(args)
     store = version_store_at(where, source=source)
-    registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
+    registry = load_registry(args)
     spec = checked_spec(args.file, registry)
     if spec is None:
         return 1

@@ -121,7 +121,7 @@ async def _serve(args: argparse.Namespace) -> int:
     store = version_store_at(where, source=source)
     section = _section(args)
     auth = auth_from(args, section)
-    registry = load_registry(args.tools or os.environ.get("PSYCH_TOOLS"))
+    registry = load_registry(args)
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,

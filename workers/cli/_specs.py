@@ -24,6 +24,7 @@ from psych_runtime.specs import (
     Limits,
     PsychError,
     Scope,
+    SpecError,
     ToolRegistry,
     ValidationContext,
     WorkflowSpec,
@@ -42,13 +43,31 @@ from psych_runtime.workers._settings import worker_a2a, worker_egress
 from psych_runtime.workers.cli._parser import store_location
 
 
-def load_registry(reference: str | None) -> ToolRegistry | None:
-    """The ToolRegistry named ``module:attribute`` or ``file.py:attribute`` (None: none)."""
+def load_registry(args: argparse.Namespace) -> ToolRegistry | None:
+    """The ToolRegistry ``--tools`` names, else ``PSYCH_TOOLS`` (as ``module:attribute`` or
+    ``file.py:attribute``), as the worker loads it; None: neither is set.
+
+    Every command that judges or runs a Spec's code tools reads both (validate and publish
+    too), so a Spec whose tools live in the ``PSYCH_TOOLS`` modules validates as the worker
+    that runs it will see it.
+
+    Raises:
+        SpecError: the registry cannot be loaded, or is no ToolRegistry; the message names
+            where it was given (``--tools`` or ``PSYCH_TOOLS``).
+    """
+    reference, source = args.tools, "--tools"
+    if not reference:
+        reference, source = os.environ.get("PSYCH_TOOLS"), "PSYCH_TOOLS"
     if not reference:
         return None
-    registry = load_object(reference)
+    try:
+        registry = load_object(reference)
+    except SpecError as err:
+        raise SpecError(f"{source}: {err}") from err
     if not isinstance(registry, ToolRegistry):
-        raise PsychError(f"{reference!r} is a {type(registry).__name__}, not a ToolRegistry")
+        raise SpecError(
+            f"{source} {reference!r} is a {type(registry).__name__}, not a ToolRegistry"
+        )
     return registry
 
 
@@ -228,7 +247,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     Limits that make another unreachable, and URLs the egress policy of this environment
     refuses, are warnings (standard error), not problems.
     """
-    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
+    spec = checked_spec(args.file, load_registry(args), args.known_model or (), check=args)
     if spec is None:
         return 1
     for warning in [*limit_warnings(spec), *egress_warnings(spec, args)]:
@@ -242,7 +261,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     # Imported here: the version store loads the Temporal SDK, which validate never needs.
     from psych_runtime.activities.versions import version_store_at
 
-    spec = checked_spec(args.file, load_registry(args.tools), args.known_model or (), check=args)
+    spec = checked_spec(args.file, load_registry(args), args.known_model or (), check=args)
     if spec is None:
         return 1
     for warning in egress_warnings(spec, args):
