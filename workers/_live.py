@@ -49,10 +49,20 @@ class LiveSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LiveSettings:
-        return cls(
-            listen=env.get("PSYCH_LIVE_LISTEN", "").strip() or DEFAULT_LISTEN,
-            url=env.get("PSYCH_LIVE_URL", "").strip() or None,
-        )
+        """``PSYCH_LIVE_LISTEN`` and ``PSYCH_LIVE_URL``.
+
+        Raises:
+            SpecError: either is malformed; the message names the variable.
+        """
+        listen = env.get("PSYCH_LIVE_LISTEN", "").strip() or DEFAULT_LISTEN
+        try:
+            cls(listen=listen)
+        except SpecError as err:
+            raise SpecError(f"PSYCH_LIVE_LISTEN: {err}") from None
+        try:
+            return cls(listen=listen, url=env.get("PSYCH_LIVE_URL", "").strip() or None)
+        except SpecError as err:
+            raise SpecError(f"PSYCH_LIVE_URL: {err}") from None
 
 
 @asynccontextmanager

@@ -198,7 +198,10 @@ class WorkerSettings:
         env = os.environ if environ is None else environ
         registry = ToolRegistry()
         if env.get("PSYCH_TOOLS"):
-            loaded = load_object(env["PSYCH_TOOLS"])
+            try:
+                loaded = load_object(env["PSYCH_TOOLS"])
+            except SpecError as err:
+                raise SpecError(f"PSYCH_TOOLS: {err}") from err
             if not isinstance(loaded, ToolRegistry):
                 raise SpecError(f"PSYCH_TOOLS={env['PSYCH_TOOLS']!r} is not a ToolRegistry")
             registry = loaded

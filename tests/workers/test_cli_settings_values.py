@@ -53,7 +53,7 @@ def test_a_worker_flag_of_zero_is_refused_not_the_default(
     # `--max-model-calls 0` ran with 100 (the flag was dropped as falsy).
     status = main(["worker", "--max-model-calls", "0", "--address", "127.0.0.1:9"])
     assert status != 0
-    assert "PSYCH_MAX_MODEL_CALLS='0'" in capsys.readouterr().err
+    assert capsys.readouterr().err == "psych: --max-model-calls '0' must be at least 1\n"
 
 
 @pytest.mark.parametrize("address", ["bogus address", "127.0.0.1:99999"])
@@ -221,3 +221,49 @@ def test_a_tools_reference_that_does_not_load_names_where_it_was_given(
     assert capsys.readouterr().err == (
         "psych: --tools 'json:dumps' is a function, not a ToolRegistry\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "said"),
+    [
+        # Named PSYCH_MAX_MODEL_CALLS, PSYCH_TOOLS, nothing or --listen: none of them set.
+        (["worker", "--max-model-calls", "0"], {}, "--max-model-calls '0' must be"),
+        ([], {"PSYCH_MAX_MODEL_CALLS": "0"}, "PSYCH_MAX_MODEL_CALLS='0' must be"),
+        (["worker", "--tools", "json:dumps"], {}, "--tools 'json:dumps' is not a ToolRegistry"),
+        (["worker", "--tools", "no_such_module:x"], {}, "--tools: 'no_such_module:x': cannot"),
+        ([], {"PSYCH_TOOLS": "no_such_module:x"}, "PSYCH_TOOLS: 'no_such_module:x': cannot"),
+        (["worker", "--live-listen", "nonsense"], {}, "--live-listen: a live relay address"),
+        ([], {"PSYCH_LIVE_LISTEN": "nonsense"}, "PSYCH_LIVE_LISTEN: a live relay address"),
+        (["serve", "--listen", "bad"], {}, "--listen 'bad': give host:port"),
+        (["serve"], {"PSYCH_SERVE_LISTEN": "bad"}, "PSYCH_SERVE_LISTEN 'bad': give host:port"),
+        (
+            ["oauth-callback"],
+            {"PSYCH_OAUTH_CALLBACK_LISTEN": "zz"},
+            "PSYCH_OAUTH_CALLBACK_LISTEN 'zz'",
+        ),
+    ],
+)
+def test_a_refused_value_is_named_where_it_was_given(
+    argv: list[str],
+    environ: dict[str, str],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main([*(argv or ["worker"]), "--address", "127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"psych: {said}"), err
+    assert len(err.splitlines()) == 1
+
+
+def test_serve_names_the_settings_file_psych_settings_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It named the default file (~/.config/psych/settings.yaml), which it had not read.
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("serve: {}\n")
+    monkeypatch.setenv("PSYCH_SETTINGS", str(settings))
+    assert main(["serve", "--address", "127.0.0.1:9"]) == 1
+    assert f"of the settings file ({settings}, from PSYCH_SETTINGS)" in capsys.readouterr().err

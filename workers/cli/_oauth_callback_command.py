@@ -16,13 +16,15 @@ from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.workers._oauth_callback import CALLBACK_PATH, oauth_callback_app
 from psych_runtime.workers._worker import DEFAULT_HOME
+from psych_runtime.workers.cli._parser_serving import DEFAULT_CALLBACK_LISTEN
 from psych_runtime.workers.cli._runs import temporal_client
-from psych_runtime.workers.cli._serve_command import parse_listen
+from psych_runtime.workers.cli._serve_command import listen_of, parse_listen
 from psych_runtime.workflows import PsychClient
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen)
+    listen = listen_of(args, "PSYCH_OAUTH_CALLBACK_LISTEN", DEFAULT_CALLBACK_LISTEN)
+    host, port = parse_listen(listen)
     store = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     temporal = await temporal_client(args)
     # Only resumes go through this client: no Spec is published or read.
@@ -30,7 +32,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = oauth_callback_app(client, store)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     print(
-        f"psych oauth-callback: http://{args.listen}{CALLBACK_PATH} (Ctrl-C to stop)",
+        f"psych oauth-callback: http://{listen}{CALLBACK_PATH} (Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,
     )

@@ -156,6 +156,7 @@ def add_process_commands(
 
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
+DEFAULT_CALLBACK_LISTEN = "127.0.0.1:8765"
 
 
 def add_serve_command(
@@ -169,8 +170,7 @@ def add_serve_command(
         "serve", parents=[connection, store], help="serve the HTTP API (REST, SSE, OpenAPI)"
     )
     serve.add_argument(
-        "--listen",
-        default=env("PSYCH_SERVE_LISTEN", DEFAULT_LISTEN),
+        "--listen",  # default: PSYCH_SERVE_LISTEN, else DEFAULT_LISTEN (listen_of)
         metavar="HOST:PORT",
         help=f"where to listen (env PSYCH_SERVE_LISTEN, default {DEFAULT_LISTEN})",
     )
@@ -243,10 +243,10 @@ def add_serve_command(
         "there and resumes the Run. Point the Spec's oauth.redirect_uris at it.",
     )
     callback.add_argument(
-        "--listen",
-        default=env("PSYCH_OAUTH_CALLBACK_LISTEN", "127.0.0.1:8765"),
+        "--listen",  # default: PSYCH_OAUTH_CALLBACK_LISTEN, else DEFAULT_CALLBACK_LISTEN
         metavar="HOST:PORT",
-        help="where to listen (env PSYCH_OAUTH_CALLBACK_LISTEN, default 127.0.0.1:8765)",
+        help="where to listen (env PSYCH_OAUTH_CALLBACK_LISTEN, default "
+        f"{DEFAULT_CALLBACK_LISTEN})",
     )
     callback.set_defaults(
         func=lazy("psych_runtime.workers.cli._oauth_callback_command", "cmd_oauth_callback")

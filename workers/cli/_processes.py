@@ -9,9 +9,10 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from temporalio import activity, workflow
@@ -24,7 +25,7 @@ from psych_runtime.activities import (
     role_task_queue,
 )
 from psych_runtime.activities.egress import LOOPBACK
-from psych_runtime.specs import PsychError
+from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._client import with_codec
 from psych_runtime.workers._devserver import db_lock, start_dev_server
@@ -113,6 +114,36 @@ def console_logging(*, verbose: bool) -> None:
     workflow.logger.workflow_info_on_message = False
 
 
+_FLAGS = {
+    "PSYCH_TOOLS": ("--tools", "tools"),
+    "PSYCH_TASK_QUEUE": ("--task-queue", "task_queue"),
+    "PSYCH_ASK": ("--ask", "ask"),
+    "PSYCH_ROLES": ("--role", "role"),
+    "PSYCH_MAX_WORKFLOW_TASKS": ("--max-workflow-tasks", "max_workflow_tasks"),
+    "PSYCH_MAX_MODEL_CALLS": ("--max-model-calls", "max_model_calls"),
+    "PSYCH_MAX_TOOL_CALLS": ("--max-tool-calls", "max_tool_calls"),
+    "PSYCH_DEPLOYMENT": ("--deployment", "deployment"),
+    "PSYCH_BUILD_ID": ("--build-id", "build_id"),
+    "PSYCH_LIVE_LISTEN": ("--live-listen", "live_listen"),
+    "PSYCH_LIVE_URL": ("--live-url", "live_url"),
+}
+"""The worker flags that stand for a ``PSYCH_*`` variable: (flag, its ``args`` name)."""
+
+
+def _as_given(message: str, given: Mapping[str, str]) -> str:
+    """``message`` of ``WorkerSettings.from_env`` naming the flag, not the variable, for
+    each variable ``given`` set from a flag: the person typed ``--max-model-calls 0``, and
+    set no ``PSYCH_MAX_MODEL_CALLS``. (The settings read one environment, so flags are
+    passed on as variables; the names are put back here rather than threaded through
+    every parser of a ``PSYCH_*`` value.)"""
+    for name in given:
+        flag = _FLAGS[name][0]
+        message = message.replace(f"{flag}/{name}", flag)  # "--deployment/PSYCH_DEPLOYMENT"
+        message = re.sub(rf"\b{name}=", f"{flag} ", message)
+        message = re.sub(rf"\b{name}\b", flag, message)
+    return message
+
+
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
     """``WorkerSettings.from_env`` with the command line's overrides applied.
 
@@ -120,30 +151,21 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
     ``PSYCH_ASK_DESTRUCTIVE``.
     """
     environ = dict(os.environ)
-    if args.tools:
-        environ["PSYCH_TOOLS"] = args.tools
-    if args.task_queue:
-        environ["PSYCH_TASK_QUEUE"] = args.task_queue
-    if args.ask:
-        environ["PSYCH_ASK"] = ",".join(args.ask)
     if args.ask_destructive:
         environ["PSYCH_ASK_DESTRUCTIVE"] = "1"
-    overrides = {
-        "PSYCH_ROLES": ",".join(getattr(args, "role", None) or []),
-        "PSYCH_MAX_WORKFLOW_TASKS": getattr(args, "max_workflow_tasks", None),
-        "PSYCH_MAX_MODEL_CALLS": getattr(args, "max_model_calls", None),
-        "PSYCH_MAX_TOOL_CALLS": getattr(args, "max_tool_calls", None),
-        "PSYCH_DEPLOYMENT": getattr(args, "deployment", None),
-        "PSYCH_BUILD_ID": getattr(args, "build_id", None),
-        "PSYCH_LIVE_LISTEN": getattr(args, "live_listen", None),
-        "PSYCH_LIVE_URL": getattr(args, "live_url", None),
+    values: dict[str, object] = {
+        name: getattr(args, attribute, None) for name, (_, attribute) in _FLAGS.items()
     }
+    values["PSYCH_ASK"] = ",".join(args.ask or [])
+    values["PSYCH_ROLES"] = ",".join(getattr(args, "role", None) or [])
     # A flag given is passed on as given (0 too, which the settings then refuse, rather
-    # than running with the default); an empty list of roles is no flag.
-    environ.update(
-        {name: str(value) for name, value in overrides.items() if value not in (None, "")}
-    )
-    settings = WorkerSettings.from_env(environ)
+    # than running with the default); an empty list (of roles, patterns) is no flag.
+    given = {name: str(value) for name, value in values.items() if value not in (None, "")}
+    environ.update(given)
+    try:
+        settings = WorkerSettings.from_env(environ)
+    except SpecError as err:
+        raise SpecError(_as_given(str(err), given)) from err
     if getattr(args, "settings", None) is not None:
         settings = dataclasses.replace(settings, settings_file=args.settings)
     if getattr(args, "trust_project_settings", False):

@@ -25,6 +25,7 @@ from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_tokens
 from psych_runtime.workers.cli._parser import store_location
+from psych_runtime.workers.cli._parser_serving import DEFAULT_LISTEN
 from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
 from psych_runtime.workers.cli._specs import load_registry
 from psych_runtime.workers.serve import (
@@ -40,8 +41,9 @@ from psych_runtime.workers.serve import (
 from psych_runtime.workflows import PsychClient
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:8000`` for IPv6) as a host and a port.
+def parse_listen(text: str, source: str = "--listen") -> tuple[str, int]:
+    """``host:port`` (``[::1]:8000`` for IPv6) as a host and a port; ``source`` is where
+    ``text`` was given, for the message.
 
     Raises:
         PsychError: not of that shape, or the port is not 0-65535.
@@ -49,8 +51,32 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise PsychError(f"--listen {text!r}: give host:port, such as 127.0.0.1:8000")
+        raise PsychError(f"{source} {text!r}: give host:port, such as 127.0.0.1:8000")
     return host, int(port)
+
+
+def listen_of(args: argparse.Namespace, variable: str, default: str) -> str:
+    """``--listen``, else the environment ``variable``, else ``default``; checked, so a bad
+    one names where it was given.
+
+    Raises:
+        PsychError: it is not host:port.
+    """
+    if args.listen is not None:
+        parse_listen(args.listen, "--listen")
+        return str(args.listen)
+    listen = os.environ.get(variable) or default
+    parse_listen(listen, variable)
+    return listen
+
+
+def _settings_file_named(args: argparse.Namespace) -> str:
+    """The global settings file serve reads, and where it was named."""
+    if args.settings is not None:
+        return f"{args.settings}, from --settings"
+    if os.environ.get("PSYCH_SETTINGS"):
+        return f"{os.environ['PSYCH_SETTINGS']}, from PSYCH_SETTINGS"
+    return str(default_global_settings())
 
 
 def _section(args: argparse.Namespace) -> ServeSection:
@@ -108,14 +134,15 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
     if not auth.configured:
         raise PsychError(
             "psych serve accepts nobody yet: configure api_keys or jwt in the serve: section "
-            f"of the settings file ({args.settings or default_global_settings()}), "
+            f"of the settings file ({_settings_file_named(args)}), "
             "PSYCH_SERVE_API_KEYS, or --jwks-url/--jwt-issuer/--jwt-audience"
         )
     return auth
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen)
+    listen = listen_of(args, "PSYCH_SERVE_LISTEN", DEFAULT_LISTEN)
+    host, port = parse_listen(listen)
     roles_apart = roles_apart_of(args)
     where, source = store_location(args)
     store = version_store_at(where, source=source)
@@ -144,7 +171,7 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    print(f"psych serve: http://{args.listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
         await server.serve()
     finally:
