@@ -29,7 +29,7 @@ from psych_runtime.workflows import (
     RunResult,
     RunStatus,
 )
-from psych_runtime.workflows.kernel._run_base import DEADLINE_GRACE_SECONDS
+from psych_runtime.workflows.kernel._deadline import DEADLINE_GRACE_SECONDS
 
 from ._time_skipping import server_seconds, until_settled, wiring
 

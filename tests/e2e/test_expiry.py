@@ -246,6 +246,33 @@ async def test_the_same_skip_fires_a_deadline_that_is_running(rig: Rig) -> None:
     assert len(rig.fake.requests) == 1
 
 
+async def test_a_deadline_paused_by_a_suspension_fires_once_the_run_works_again(rig: Rig) -> None:
+    # The deadline's timer is kept when the Run goes idle, not cancelled (kernel/_deadline.py):
+    # it fires during the suspension and is ignored, and once the Run works again a timer is
+    # armed for what is left, which fires while it waits out a Retry-After.
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "7"}, id="c7")),
+        Reply.error(429, retry_after=3600),
+        Reply.text("never asked for"),
+    )
+    run = await rig.client.dispatch(rig.orders(deadline_seconds=60), "hi", scope=rig.scope)
+    pending = await rig.suspended(run)
+    await rig.env.sleep(2 * 3600.0)
+    state = await rig.client.status(run, scope=rig.scope)
+    assert state.status is RunStatus.SUSPENDED, (state.status, state.reason)
+    await rig.client.approve(run, pending.id, scope=rig.scope)
+
+    async def waiting_to_retry() -> bool:
+        return any(isinstance(r, ModelCallFailed) for r in await rig.records(run))
+
+    await eventually(waiting_to_retry, what="the model call to wait to retry")
+    await rig.env.sleep(2 * 3600.0)
+    state = await rig.client.status(run, scope=rig.scope)
+    assert state.status is RunStatus.FORCE_SETTLED, (state.status, state.reason)
+    assert rig.deleted == ["7"]
+    assert len(rig.fake.requests) == 2
+
+
 async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(rig: Rig) -> None:
     # The subagent waits out a two-hour Retry-After; the lead's children expiry (an hour,
     # the default) passes first on the server's clock. Its own deadline is a day, so only

@@ -124,6 +124,8 @@ def _local_activities(events: list[HistoryEvent]) -> list[str]:
     for e in events:
         if e.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
             continue
+        if e.marker_recorded_event_attributes.marker_name != "core_local_activity":
+            continue  # the patch every Run asks at its start
         details = e.marker_recorded_event_attributes.details
         data = json.loads(details["data"].payloads[0].data)
         found.append(data["activity_type"])

@@ -1,6 +1,8 @@
-"""A new Run records no patch marker: the baseline asks none (each marker would cost two
-events and a visibility write; tests/workflows/histories/README.md, "Compatibility
-policy", says when a later change adds one)."""
+"""A new Run records one patch marker, ``psych-local-resolution-safe``: the baseline asked
+none (each marker costs two events and a visibility write), and a later change adds one
+only as tests/workflows/histories/README.md, "Compatibility policy", says. That patch is
+asked at every Run's start (workflows/kernel/_deadline.py); it goes when the policy's step
+3 removes it."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ async def lookup_order(order_id: str) -> str:
     return f"order {order_id}: delivered"
 
 
-async def test_a_new_run_records_no_patch_marker(harness: Harness) -> None:
+async def test_a_new_run_records_only_the_local_resolution_patch(harness: Harness) -> None:
     harness.registry.register(lookup_order)
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
@@ -42,13 +44,15 @@ async def test_a_new_run_records_no_patch_marker(harness: Harness) -> None:
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
-    # The catalogue is a local activity (its marker); no patch marker.
-    assert markers == ["core_local_activity"]
+    # The patch first, before anything is scheduled; the catalogue is a local activity.
+    assert markers == ["core_patch", "core_local_activity"]
     upserts = [
-        e
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+            "TemporalChangeVersion"
+        ].data
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
         and "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert upserts == []
+    assert upserts == [b'["psych-local-resolution-safe"]']

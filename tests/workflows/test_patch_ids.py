@@ -1,10 +1,11 @@
 """Every ``workflow.patched`` (and ``deprecate_patch``) the workflows ask is a listed patch.
 
-The baseline asked none: a new Run of a fleet on one queue records no patch marker
-(histories/README.md, "Compatibility policy"). A later change that breaks replay of a
-committed history adds its id to ``PATCHES`` here with the release that added it, beside
-the ``workflow.patched`` call; removing the id (policy step c) removes it here. An id asked
-but not listed, or asked in a form this scan cannot read, fails.
+The baseline asked none: a new Run of a fleet on one queue recorded no patch marker
+(histories/README.md, "Compatibility policy"); since ``psych-local-resolution-safe`` every
+new Run records that one, until the policy's step 3 removes it. A later change that breaks
+replay of a committed history adds its id to ``PATCHES`` here with the release that added
+it, beside the ``workflow.patched`` call; removing the id (policy step c) removes it here.
+An id asked but not listed, or asked in a form this scan cannot read, fails.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ PATCHES: dict[str, str] = {
     # A WorkflowRun continues as new between two steps once its history is long
     # (runs/_workflow_run.py); a Run recorded before ran in one execution.
     "psych-workflow-continue-as-new": "0.1.0",
+    # A local activity can resolve in the workflow a task after its marker, live only (an
+    # SDK race with queries, kernel/_deadline.py): the deadline clock's timers are never
+    # cancelled, and continue-as-new reads the history's length where a model call
+    # answered. A Run recorded before cancelled them and read it at the turn boundary.
+    "psych-local-resolution-safe": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

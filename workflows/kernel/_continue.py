@@ -39,20 +39,35 @@ CARRIED_SINGLE_CALLS = 512
 """Repeat-guard entries seen once that a continued Run keeps (see ``carried_repeats``)."""
 
 
-def due(threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int) -> bool:
+def due(
+    threshold: int, turn: int, carry: RunCarry | None, *, in_flight: int, read: bool | None
+) -> bool:
     """Whether the Run continues as new at this turn boundary.
 
     Every execution takes at least one turn first, so a threshold below what an execution
     starts with cannot make a chain that never advances. ``in_flight`` counts what is
     still open (calls, pending items, running children): a child would be terminated by
-    its parent's close, so the Run waits for a boundary with nothing open.
+    its parent's close, so the Run waits for a boundary with nothing open. ``read`` is
+    ``long_enough(threshold)`` as read where the turn's model call answered (None: read
+    it here, as a Run recorded before the patch ``psych-local-resolution-safe`` did).
     """
     if in_flight or turn <= (carry.turn if carry is not None else 0):
         return False
+    return long_enough(threshold) if read is None else read
+
+
+def long_enough(threshold: int) -> bool:
+    """Whether this execution's history has ``threshold`` events, or Temporal suggests
+    continuing as new.
+
+    Both facts come from the started event of the workflow task the workflow runs in, so
+    they are read where that task is the same live and on replay: where an activity's
+    result arrived, not right after a local activity (a turn's last tool call may be one),
+    whose resolution can reach the workflow a task later live than on replay
+    (``_deadline.py``).
+    """
     info = workflow.info()
-    # Both facts come from the workflow task's started event, so replay sees the same.
-    over = info.get_current_history_length() >= threshold or info.is_continue_as_new_suggested()
-    return over
+    return info.get_current_history_length() >= threshold or info.is_continue_as_new_suggested()
 
 
 def deadline_used(used: float, started: float | None) -> float:

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         Totals,
     )
+    from psych_runtime.workflows.kernel import _deadline as deadline
     from psych_runtime.workflows.kernel._activity_calls import fleet_roles_apart
     from psych_runtime.workflows.kernel._children import (
         STATUS_KEY,
@@ -59,9 +60,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions
-
-DEADLINE_GRACE_SECONDS = 30.0
-"""After the deadline, in-flight calls get this long to finish before FORCE_SETTLED."""
 
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
@@ -136,6 +134,11 @@ class RunBase(abc.ABC):
         ``RunView`` they see."""
         self._model_task: asyncio.Task[Any] | None = None
         """The model-role call in flight (an agent's model call or compaction)."""
+        self._local_safe = False
+        """Whether what the Run does after a local activity resolves is the same whichever
+        workflow task the resolution reached it in (patch ``psych-local-resolution-safe``,
+        asked at the start: ``_deadline.py``): its deadline timers are never cancelled, and
+        continue-as-new reads the history's length where a model call answered."""
 
     # --- hooks of a Run kind -------------------------------------------------------------
 
@@ -217,15 +220,13 @@ class RunBase(abc.ABC):
             # and continue-as-new take it on through the input.
             self._input = input.model_copy(update={"roles_apart": True})
         self._admit(spec)
+        # Asked before the body schedules anything, so before any local activity.
+        self._local_safe = workflow.patched("psych-local-resolution-safe")
         loop = asyncio.create_task(self._guarded_body())
         try:
             if not await self._within_deadline(loop, spec.limits.deadline_seconds):
                 self._deadline_hit = True
-                try:
-                    await workflow.wait_condition(
-                        loop.done, timeout=DEADLINE_GRACE_SECONDS, timeout_summary="deadline grace"
-                    )
-                except TimeoutError:
+                if not await deadline.grace(loop, kept=self._local_safe):
                     # Taken before cancelling: a cancelled call leaves _open_calls as it
                     # unwinds.
                     open_calls = dict(self._open_calls)
@@ -258,31 +259,18 @@ class RunBase(abc.ABC):
             # activity, starting a child): the Run fails, with its record settled.
             return Outcome(RunStatus.FAILED, f"{type(err).__name__}: {cause_text(err)}")
 
-    async def _within_deadline(self, loop: asyncio.Task[Outcome], deadline: float) -> bool:
-        """Wait for the body; False when ``deadline`` seconds of unsuspended time ran out.
+    async def _within_deadline(self, loop: asyncio.Task[Outcome], seconds: float) -> bool:
+        """Wait for the body; False when ``seconds`` of unsuspended time ran out (the clock:
+        ``_deadline.py``)."""
 
-        Time spent suspended (waiting for a person or a system, each wait bounded by its own
-        expiry) does not count: the deadline bounds the Run's work, not its waiting. The
-        clock runs whenever any call is executing, even beside a suspended one.
-        """
-        used = self._clock[0]  # a continued Run's clock goes on from what it had used
-        while not loop.done():
-            if self._waiting_only():
-                self._clock = (used, None)
-                await workflow.wait_condition(lambda: loop.done() or not self._waiting_only())
-                continue
-            started = workflow.time()
-            self._clock = (used, started)
-            try:
-                await workflow.wait_condition(
-                    lambda: loop.done() or self._waiting_only(),
-                    timeout=deadline - used,
-                    timeout_summary="deadline",
-                )
-            except TimeoutError:
-                return False
-            used += workflow.time() - started
-        return True
+        def show(clock: deadline.Clock) -> None:
+            self._clock = clock
+
+        # A continued Run's clock goes on from what it had used.
+        used = self._clock[0]
+        return await deadline.within(
+            loop, seconds, used, waiting_only=self._waiting_only, show=show, kept=self._local_safe
+        )
 
     def _waiting_only(self) -> bool:
         return self._suspensions.waiting_only(len(self._open_calls) + self._working())
@@ -330,7 +318,7 @@ class RunBase(abc.ABC):
         return Outcome(
             RunStatus.FORCE_SETTLED,
             f"deadline: {self._limits.deadline_seconds:g} s and "
-            f"{DEADLINE_GRACE_SECONDS:g} s grace passed",
+            f"{deadline.DEADLINE_GRACE_SECONDS:g} s grace passed",
         )
 
     def _past_deadline(self) -> bool:

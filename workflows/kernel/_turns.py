@@ -67,6 +67,9 @@ class TurnLoop(ToolCalls):
         self._budget = 0
         self._not_before: dict[str, float] = {}
         self._model_failures: dict[str, int] = {}
+        self._long_enough = False
+        """Whether the execution's history was long enough to continue as new where the
+        last model call answered (``continuing.long_enough``)."""
 
     def _admit(self, spec: AgentSpec | WorkflowSpec) -> None:
         assert isinstance(spec, AgentSpec)
@@ -145,7 +148,11 @@ class TurnLoop(ToolCalls):
             open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
             open_now += sum(feature.open_items() for feature in self._open_items)
             if continuing.due(
-                self._input.continue_after_events, self._turn, carry, in_flight=open_now
+                self._input.continue_after_events,
+                self._turn,
+                carry,
+                in_flight=open_now,
+                read=self._long_enough if self._local_safe else None,
             ):
                 await self._continue_as_new(pending, system_ref)
             for feature in self._at_boundary:
@@ -173,6 +180,8 @@ class TurnLoop(ToolCalls):
             for feature in self._into_call:
                 call = feature.into_call(call)
             result = await self._call_model(turn, call)
+            if self._local_safe:
+                self._long_enough = continuing.long_enough(self._input.continue_after_events)
             system_ref = result.system_ref
             self._context_ref = result.context_ref
             if self._after_call:
