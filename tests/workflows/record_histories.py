@@ -91,6 +91,7 @@ from psych_runtime.workflows import (
 from tests.a2a.peer import serve_peer
 from tests.a2a.served import serve_app
 from tests.e2e._http_server import CountingServer, refund_tool
+from tests.e2e._local_split import polled_from_dispatch, resolved_after_its_marker
 from tests.e2e._time_skipping import until_settled
 from tests.e2e._worker_proc import REGISTRY, spawn
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
@@ -1921,6 +1922,40 @@ async def workflow_local_tool_step(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Count.")
 
 
+# --- a Run polled from its dispatch (the SDK's local-resolution race) ---------------------
+
+
+async def workflow_polled_from_dispatch(rig: Rig) -> RunHandle:
+    """WorkflowRun whose first step waits for approval, polled from its dispatch: the
+    catalogue's marker is sent with the first task's query answers and the workflow learns
+    of it in the next (tests/e2e/_local_split.py); the deadline timer is kept (patch
+    ``psych-local-resolution-safe``), approved, completed. Tried until a Run gets that shape."""
+    spec = (
+        _workflow(rig, "polled")
+        .tool("delete_order")
+        .tool_step("delete", "delete_order", {"order_id": "42"})
+        .build()
+    )
+    rig.settings.policy = RulePolicy(destructive="ask")
+
+    async def approve(run: RunHandle) -> None:
+        await rig.client.approve(run, (await rig.suspended(run)).id, scope=SCOPE)
+        await rig.settle(run)
+
+    for _ in range(SPLIT_ATTEMPTS):
+        run = await polled_from_dispatch(
+            rig.client, spec, "Delete order 42", scope=SCOPE, worker=rig.worker, then=approve
+        )
+        history = await rig.env.client.get_workflow_handle(run.workflow_id).fetch_history()
+        if resolved_after_its_marker(history):
+            return run
+    raise RuntimeError(f"in {SPLIT_ATTEMPTS} Runs the catalogue never resolved after its marker")
+
+
+SPLIT_ATTEMPTS = 10
+"""Runs ``workflow_polled_from_dispatch`` tries for the race (most Runs get it)."""
+
+
 _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", plain_answer),
     ("dev", code_and_http_tools),
@@ -2029,6 +2064,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", local_external_wait_beside_local_call),
     ("dev", roles_apart_local_tool),
     ("dev", workflow_local_tool_step),
+    # a Run polled from its dispatch: the local resolution a task after its marker
+    ("dev", workflow_polled_from_dispatch),
     # continue-as-new: one chain, each execution its own history
     ("dev", continued_first_execution),
     ("dev", continued_middle_execution),
