@@ -29,6 +29,7 @@ from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workers.cli import main
 from psych_runtime.workers.cli._parser import build_parser
+from psych_runtime.workers.cli._runs import roles_apart_of
 from psych_runtime.workflows import PsychClient, RunStatus
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_PATCH
 
@@ -241,10 +242,10 @@ async def test_a_run_not_dispatched_roles_apart_schedules_every_activity_on_its_
 def test_psych_run_routes_by_role_only_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["run", "agent.yaml", "--input", "hi"]
     monkeypatch.delenv("PSYCH_ROLES_APART", raising=False)
-    assert build_parser().parse_args(argv).roles_apart is False
-    assert build_parser().parse_args([*argv, "--roles-apart"]).roles_apart is True
+    assert roles_apart_of(build_parser().parse_args(argv)) is False
+    assert roles_apart_of(build_parser().parse_args([*argv, "--roles-apart"])) is True
     monkeypatch.setenv("PSYCH_ROLES_APART", "1")
-    assert build_parser().parse_args(argv).roles_apart is True
+    assert roles_apart_of(build_parser().parse_args(argv)) is True
 
 
 async def test_a_child_run_inherits_roles_apart_from_its_parent(
