@@ -22,6 +22,7 @@ from psych_runtime.workflows import (
     RunStatus,
     StepFinished,
 )
+from psych_runtime.workflows.runs import _workflow_run as workflow_run
 
 from ._waiting import eventually, is_waiting, state_when
 from .conftest import Harness
@@ -130,3 +131,38 @@ async def test_a_long_workflow_continues_as_new_and_stays_one_run(harness: Harne
     assert result.totals.tool_calls == 12  # every execution's, and the agent step's one
     assert report.kind == "workflow"
     assert [(s.name, s.ok) for s in report.steps] == [(name, True) for name in finished]
+
+
+async def test_a_workflow_of_local_steps_reads_its_length_after_a_pause_and_continues(
+    harness: Harness,
+) -> None:
+    # A local step's resolution can reach the workflow a task later live than on replay,
+    # so the length is not read after one; after LOCAL_STEPS_PER_READ of them in a row the
+    # workflow pauses (a timer) and reads it there. Without that a workflow whose steps all
+    # run locally never continued as new. (The harness's workers run in the sandbox, so the
+    # count is the module's own.)
+    steps = workflow_run.LOCAL_STEPS_PER_READ + 2
+
+    def tally(n: int) -> dict[str, int]:
+        """Count one, locally."""
+        return {"n": n}
+
+    harness.registry.register(tally, idempotent=True, read_only=True, local_seconds=5.0)
+    builder = (
+        WorkflowBuilder("local-long", registry=harness.registry)
+        .tool("tally")
+        .limits(max_steps=steps)
+    )
+    for n in range(1, steps + 1):
+        builder = builder.tool_step(f"s{n}", "tally", {"n": n})
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            builder.build(), "go", scope=harness.scope, continue_after_events=EVERY_STEP
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness, run)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.outputs == {f"s{n}": {"n": n} for n in range(1, steps + 1)}
+    continued = [r for r in records if isinstance(r, RunContinued)]
+    assert len(continued) >= 1
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))

@@ -292,7 +292,7 @@ class Handlers(RunBase):
             except ApplicationError as err:
                 # A Run recorded before only logged it: on replay its record log (and every
                 # later seq) stays as its followers read it.
-                if workflow.patched("psych-signal-steer-target-refused"):
+                if self.patched("psych-signal-steer-target-refused"):
                     self._steer_refused(input, err)
                 else:
                     workflow.logger.warning("%s signal ignored: %s", STEER, err)
@@ -302,7 +302,7 @@ class Handlers(RunBase):
             except ApplicationError as err:
                 # A Run recorded before took it and forwarded it (a nested workflow in a
                 # tool step refused it there, and it was lost): it does so on replay.
-                if workflow.patched("psych-signal-steer-target-refused"):
+                if self.patched("psych-signal-steer-target-refused"):
                     self._steer_refused(input, err)
                     return
         self._do_steer(input)

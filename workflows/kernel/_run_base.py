@@ -275,6 +275,16 @@ class RunBase(abc.ABC):
     def _waiting_only(self) -> bool:
         return self._suspensions.waiting_only(len(self._open_calls) + self._working())
 
+    def patched(self, patch_id: str) -> bool:
+        """``workflow.patched(patch_id)`` for a patch older than ``psych-local-resolution-safe``.
+
+        A Run that asked that patch at its start runs code that has every earlier change, so
+        it takes the change without asking: no marker, and no ``patched`` read in a workflow
+        task a local activity's resolution can move (``_deadline.py``: such a read gives
+        another answer on replay). A Run recorded before asks, as it did.
+        """
+        return self._local_safe or workflow.patched(patch_id)
+
     def report_to_parent(self) -> None:
         """Send the parent (a workflow) what this Run waits for when it changed, and
         whether it also executes a call then (the parent's deadline clock runs while it
@@ -286,7 +296,7 @@ class RunBase(abc.ABC):
         working = bool(items) and not self._waiting_only()
         if items != self._reported or (
             # Reported only since this patch (a Run recorded before sent no signal here).
-            working != self._reported_working and workflow.patched("psych-child-reports-working")
+            working != self._reported_working and self.patched("psych-child-reports-working")
         ):
             self._reported = items
             self._reported_working = working

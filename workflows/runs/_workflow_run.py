@@ -15,6 +15,7 @@ between two steps, as an AgentRun does at a turn boundary (``kernel/_continue.py
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from temporalio import workflow
@@ -54,16 +55,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.features import FEATURES
     from psych_runtime.workflows.kernel import _continue as continuing
+    from psych_runtime.workflows.kernel._activity_calls import runs_local
     from psych_runtime.workflows.kernel._catalog import resolve
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._handlers import parse_input
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
-    from psych_runtime.workflows.kernel._run_base import cause_text
+    from psych_runtime.workflows.kernel._run_base import RunBase, cause_text
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
 
 
-def step_output(content: str) -> Any:
+def step_output(content: str, run: RunBase) -> Any:
     """A tool step's output from its result's text (what ``outputs`` and later steps get).
 
     A result that is a JSON object or array is structured: the tool returned a mapping or
@@ -80,9 +82,15 @@ def step_output(content: str) -> Any:
         return content
     if isinstance(value, dict | list):
         return value
-    if workflow.patched("psych-workflow-text-step-output"):
+    if run.patched("psych-workflow-text-step-output"):
         return content
     return value
+
+
+LOCAL_STEPS_PER_READ = 100
+"""Steps run as local activities in a row after which a workflow pauses (``READ_PAUSE``)
+to read its history's length: each adds a few events, so 100 stay far below the limit."""
+READ_PAUSE = timedelta(milliseconds=1)
 
 
 class _StepFailed(Exception):
@@ -109,6 +117,11 @@ class WorkflowRun(ToolCalls):
         self._catalog: ToolCatalog | None = None
         """The tool steps' code and HTTP tools (resolved once per Run, carried on); None
         for a workflow without tool steps."""
+        self._long_enough = False
+        """Whether the history was long enough to continue as new, as read where the last
+        step that was not a local activity ended (``_step_ended``)."""
+        self._local_steps = 0
+        """Steps run as local activities since that read."""
 
     @workflow.run
     async def run(self, *args: Any) -> RunResult:
@@ -229,15 +242,18 @@ class WorkflowRun(ToolCalls):
                     for feature in self._offering:
                         offered.update(feature.offered())
                     output = await self._tool_step(index, step, offered)
+                    entry = offered.get(step.tool)
+                    self._step_ended(local=entry is not None and runs_local(entry))
                 else:
                     output = await self._child_step(index, step)
+                    self._step_ended(local=False)
             except _StepFailed as failed:
                 return Outcome(
                     RunStatus.FAILED, f"step {step.name!r} ({step.kind}) failed: {failed.error}"
                 )
             self._outputs = {**(self._outputs or {}), step.name: output}
         self._step = None
-        if self._abort is not None and workflow.patched("psych-workflow-abort-after-last-step"):
+        if self._abort is not None and self.patched("psych-workflow-abort-after-last-step"):
             # It came while the last step ran to its end (a call that cannot be cancelled
             # finishes): the Run settles ABORTED, as after any other step.
             self.check_abort()
@@ -245,19 +261,42 @@ class WorkflowRun(ToolCalls):
 
     # --- continue-as-new between two steps (the mechanism is ``kernel/_continue.py``) ------
 
+    def _step_ended(self, *, local: bool) -> None:
+        """Read whether the history is long enough to continue as new, where a step's end
+        reaches the workflow in the same task live and on replay: a child's result, an
+        activity's. A local activity's resolution can reach it a task later live
+        (``kernel/_deadline.py``), so after one the read is left for later."""
+        if not self._local_safe:
+            return  # a Run recorded before read it at the boundary (``continuing.due``)
+        if local:
+            self._local_steps += 1
+            return
+        self._long_enough = continuing.long_enough(self._input.continue_after_events)
+        self._local_steps = 0
+
     async def _continue_if_due(self, done: int) -> None:
         """Continue as new here, before step ``done + 1``, when the history is long (or
         Temporal suggests it): between two steps no call, child or wait of a step is open.
         Every execution runs one step at least (``continuing.due``)."""
         open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
         open_now += sum(feature.open_items() for feature in self._open_items)
+        if self._local_steps >= LOCAL_STEPS_PER_READ:
+            # Steps that all ran locally: a timer's firing reaches the workflow in one task
+            # live and on replay, where the length can be read.
+            await workflow.sleep(READ_PAUSE, summary="history length read")
+            self._long_enough = continuing.long_enough(self._input.continue_after_events)
+            self._local_steps = 0
         if not continuing.due(
-            self._input.continue_after_events, done, self._input.carry, in_flight=open_now
+            self._input.continue_after_events,
+            done,
+            self._input.carry,
+            in_flight=open_now,
+            read=self._long_enough if self._local_safe else None,
         ):
             return
         # Asked only when due: a Run recorded before never continued, and goes on in one
         # execution on replay; no other Run records the marker.
-        if not workflow.patched("psych-workflow-continue-as-new"):
+        if not self.patched("psych-workflow-continue-as-new"):
             return
         # Handlers (updates, signals) finish first, and the carry is taken with no await
         # after it, so an action that arrives now is carried (or refused), not dropped.
@@ -326,7 +365,7 @@ class WorkflowRun(ToolCalls):
                 "size": result.outcome.size,
             }
         else:
-            output = step_output(result.content)
+            output = step_output(result.content, self)
         self._finish(step.name, "tool", ok=True, output=output)
         return output
 
@@ -342,7 +381,7 @@ class WorkflowRun(ToolCalls):
         steps_left = self._limits.max_steps - self._totals.steps
         # A Run recorded before this check started the step anyway: the patch is asked
         # only on the path that changed, so no other Run records its marker.
-        if steps_left <= 0 and workflow.patched("psych-workflow-steps-bound-children"):
+        if steps_left <= 0 and self.patched("psych-workflow-steps-bound-children"):
             error = f"not run: the Run's max_steps ({self._limits.max_steps}) is used up"
             self._log.add(
                 StepStarted(
