@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from psych_runtime.activities.egress._bounds import McpResponseTooLarge, ResponseTooLarge
     from psych_runtime.activities.egress._clients import Egress
-    from psych_runtime.activities.egress._guard import EgressDenied, Resolver, system_resolver
+    from psych_runtime.activities.egress._guard import (
+        PURPOSE,
+        EgressDenied,
+        Resolver,
+        system_resolver,
+    )
     from psych_runtime.activities.egress._rules import (
         DEFAULT_MAX_RESPONSE_BYTES,
         LOOPBACK,
@@ -34,6 +39,7 @@ _HOMES = {
     "LOOPBACK": "psych_runtime.activities.egress._rules",
     "McpResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "Origin": "psych_runtime.activities.egress._rules",
+    "PURPOSE": "psych_runtime.activities.egress._guard",
     "Refusal": "psych_runtime.activities.egress._rules",
     "Resolver": "psych_runtime.activities.egress._guard",
     "ResponseTooLarge": "psych_runtime.activities.egress._bounds",
@@ -64,6 +70,7 @@ __all__ = [
     "EgressSettings",
     "McpResponseTooLarge",
     "Origin",
+    "PURPOSE",
     "Refusal",
     "ResponseTooLarge",
     "Resolver",

@@ -1,8 +1,10 @@
 """Response bodies bounded by the egress policy's ``max_response_bytes``.
 
 ``Bounded`` wraps an httpx transport (model endpoints, HTTP tools, A2A), ``Bounded2`` an
-httpx2 one (MCP sessions and their OAuth requests): a body declared larger is refused
-before it is read, one that grows past the bound fails as it is read. The bound counts
+httpx2 one (MCP sessions and their OAuth requests); both are where a refused connection of
+a request that named its purpose (``PURPOSE``) is said to be for it. A body declared
+larger is refused before it is read, one that grows past the bound fails as it is read.
+The bound counts
 decoded bytes: bodies are asked for unencoded (``Accept-Encoding: identity``), a gzip or
 deflate body sent anyway is decoded here, a chunk at a time and never past the bound (a
 few KB of gzip can decode to gigabytes), and a body in another encoding is refused. An
@@ -21,6 +23,8 @@ from typing import Any
 
 import httpx
 import httpx2
+
+from psych_runtime.activities.egress._guard import PURPOSE, EgressDenied
 
 _INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
 """Encodings decoded here (``zlib`` reads gzip and zlib-wrapped deflate alike)."""
@@ -202,7 +206,10 @@ class Bounded(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.headers["Accept-Encoding"] = "identity"
-        response = await self.inner.handle_async_request(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except EgressDenied as err:
+            raise err.for_purpose(request.extensions.get(PURPOSE)) from None
         bounded: httpx.Response = await _bounded(
             httpx, request, response, self.limit, ResponseTooLarge, _Stream
         )
@@ -228,7 +235,10 @@ class Bounded2(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
-        response = await self.inner.handle_async_request(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except EgressDenied as err:
+            raise err.for_purpose(request.extensions.get(PURPOSE)) from None
         # An event stream passes whole only where the request asked for one (a session's
         # stream): a body read whole (an OAuth document, a reply) labelled so is bounded.
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()

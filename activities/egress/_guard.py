@@ -22,13 +22,31 @@ import httpcore2
 
 from psych_runtime.activities.egress._rules import EgressPolicy, IPAddress, Origin, Refusal
 
+PURPOSE = "psych_egress_purpose"
+"""The request extension naming what a request is for (``"the authorization server of MCP
+server 'crm'"``): the port's transports add it to the refusal of that request, so an error
+met far from where the request was made (inside a library's flow) still says which
+connection of whose it was."""
+
 
 class EgressDenied(Exception):
-    """A connection the egress policy refused; ``refusal.rule`` names the rule."""
+    """A connection the egress policy refused; ``refusal.rule`` names the rule, and
+    ``purpose`` what the request was for, when its maker said (``PURPOSE``)."""
 
-    def __init__(self, refusal: Refusal, url: str | None = None) -> None:
-        super().__init__(refusal.message(url))
+    def __init__(
+        self, refusal: Refusal, url: str | None = None, purpose: str | None = None
+    ) -> None:
+        said = refusal.message(url)
+        super().__init__(said if purpose is None else f"{purpose}: {said}")
         self.refusal = refusal
+        self.purpose = purpose
+
+    def for_purpose(self, purpose: object) -> EgressDenied:
+        """This refusal naming ``purpose`` (a request's ``PURPOSE``; itself when the
+        request named none, or its refusal already names one)."""
+        if not isinstance(purpose, str) or not purpose or self.purpose is not None:
+            return self
+        return EgressDenied(self.refusal, purpose=purpose)
 
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]

@@ -36,6 +36,7 @@ from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
+from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
@@ -275,13 +276,14 @@ class OAuthClients:
             client_id=client_id,
             resource=resource_url_from_server_url(server.url),
         )
-        auth = ClientCredentialsOAuthProvider(
+        provider = ClientCredentialsOAuthProvider(
             server_url=server.url,
             storage=StoredTokens(self.store, key, self.held),
             client_id=client_id,
             client_secret=secret,
             issuer=issuer,
         )
+        auth = ForServer(provider, server.name)
         redact = HeldRedactor({credential: secret}, self.held, key)
         identity = f"oauth\0{issuer}\0{client_id}\0{secret}"
         return Grant(auth=auth, identity=identity, redact=redact, key=key)
@@ -378,7 +380,7 @@ async def consent_grant(
         resource=resource_url_from_server_url(server.url),
     )
     storage = StoredTokens(clients.store, key, clients.held, client)
-    auth = ConsentProvider(
+    provider = ConsentProvider(
         server_url=server.url,
         client_metadata=metadata,
         storage=storage,
@@ -387,6 +389,7 @@ async def consent_grant(
         key=key,
         parked=clients.consents.saw,
     )
+    auth = ForServer(provider, server.name)
     named = {} if credential is None or secret is None else {credential: secret}
     redact = HeldRedactor(named, clients.held, key)
     identity = f"oauth\0{issuer}\0{client_id}\0{secret or ''}"

@@ -1,4 +1,5 @@
-"""An MCP session's OAuth provider whose failures are told to the session's owner.
+"""An MCP session's OAuth provider whose failures are told to the session's owner, and one
+whose requests say whose authorization server they go to.
 
 The MCP SDK runs a session's requests, and so the OAuth flow of each, in a task of its own,
 where an exception ends the session: the caller then sees only the SDK's "Connection
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 
 import httpx2
+
+from psych_runtime.activities.egress import PURPOSE
 
 
 class OAuthFailed(Exception):
@@ -46,3 +49,40 @@ class ToldAuth(httpx2.Auth):
             raise
         finally:
             await flow.aclose()
+
+
+class ForServer(httpx2.Auth):
+    """An OAuth provider whose own requests (discovery, the token endpoint) name the MCP
+    server they are made for (the egress port's ``PURPOSE``): a refusal of the
+    authorization server's host then says it was that server's authorization server, not
+    only which host and rule (the SDK makes the requests inside its flow, where no caller
+    of ours could say so)."""
+
+    def __init__(self, inner: httpx2.Auth, server: str) -> None:
+        self.inner = inner
+        self.server = server
+        self.requires_request_body = inner.requires_request_body
+        self.requires_response_body = inner.requires_response_body
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self.inner.async_auth_flow(request)
+        try:
+            sent = await flow.__anext__()
+            while True:
+                if sent is not request:  # the flow's own request, not the MCP one
+                    sent.extensions = {**sent.extensions, PURPOSE: oauth_purpose(self.server, sent)}
+                response = yield sent
+                sent = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+
+def oauth_purpose(server: str, request: httpx2.Request) -> str:
+    """What an OAuth request of MCP server ``server`` is for, as a refusal names it."""
+    if request.url.path.startswith("/.well-known/oauth-protected-resource"):
+        return f"the OAuth protected-resource metadata of MCP server {server!r}"
+    return f"the authorization server of MCP server {server!r}"

@@ -11,6 +11,7 @@ history, records, blobs or logs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from typing import Literal
 import pytest
 
 from psych_runtime.activities import FileVersionStore, McpSettings, StaticSecretResolver
-from psych_runtime.specs import AgentBuilder, McpOAuth, Scope, WorkflowSpec
+from psych_runtime.activities.egress import EgressRules, EgressSettings
+from psych_runtime.specs import AgentBuilder, McpOAuth, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
@@ -303,3 +305,39 @@ async def test_with_payload_keys_the_stored_token_is_sealed(
     assert stored[0].startswith(b"psych-blob-v1\0")
     assert token.encode() not in stored[0]
     assert b"access_token" not in stored[0]
+
+
+async def test_an_authorization_server_the_egress_policy_refuses_is_named_as_the_servers(
+    harness: Harness,
+) -> None:
+    """The MCP server is allowed, its authorization server (named ``localhost`` here, on
+    loopback like it) is denied by the tenant's rule: the Run fails saying that the
+    authorization server of MCP server 'crm' was refused, with its host and rule; no token
+    is asked for. (Before, the reason named the host and rule only, which read as if the
+    MCP server itself were refused.)"""
+    server = start_oauth_server("streamable-http", {CLIENT: SECRET}, as_host="localhost")
+    try:
+        harness.settings = dataclasses.replace(
+            harness.settings,
+            secrets=StaticSecretResolver({"crm_secret": SECRET}),
+            mcp=McpSettings(oauth_issuers={"crm_secret": server.issuer}),
+            egress=EgressSettings(
+                rules=EgressRules.parse("127.0.0.1/32"),
+                tenants={harness.scope.tenant: EgressRules.parse(deny="localhost")},
+            ),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(agent(server).build(), "go", scope=harness.scope)
+            with pytest.raises(RunFailed) as failed:
+                await harness.client.result(run, scope=harness.scope)
+        state = server.state()
+    finally:
+        server.stop()
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    assert (
+        "the authorization server of MCP server 'crm': egress refused: localhost: "
+        f"denied by tenant {harness.scope.tenant!r}'s rule host localhost"
+    ) in reason, reason
+    assert state["token_requests"] == [] and state["issued"] == []
+    assert harness.fake.requests == []

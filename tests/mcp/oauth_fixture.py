@@ -36,6 +36,8 @@ class OAuthMcpServer:
     """The resource server's (MCP's) loopback port."""
     as_port: int
     """The authorization server's loopback port."""
+    as_host: str
+    """The host name its issuer names (it listens on 127.0.0.1)."""
     process: subprocess.Popen[bytes]
     log: IO[bytes]
 
@@ -47,7 +49,7 @@ class OAuthMcpServer:
     @property
     def issuer(self) -> str:
         """The authorization server's issuer identifier."""
-        return f"http://127.0.0.1:{self.as_port}"
+        return f"http://{self.as_host}:{self.as_port}"
 
     def _control(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         response = httpx.request(
@@ -100,12 +102,19 @@ class OAuthMcpServer:
 
 
 def start_oauth_server(
-    transport: Transport, clients: dict[str, str], module: str = "tests.mcp.oauth_server"
+    transport: Transport,
+    clients: dict[str, str],
+    module: str = "tests.mcp.oauth_server",
+    *,
+    as_host: str = "127.0.0.1",
 ) -> OAuthMcpServer:
     """Start the server with ``clients`` (client id -> secret; for ``module``
     ``tests.mcp.consent_server``, client id -> redirect URI) registered; return once both
-    ports listen. The caller stops it with ``stop()``."""
+    ports listen. ``as_host`` is the host its issuer names (``tests.mcp.oauth_server``
+    only). The caller stops it with ``stop()``."""
     command = [sys.executable, "-m", module, "--transport", transport]
+    if as_host != "127.0.0.1":
+        command += ["--as-host", as_host]
     for client_id, secret in clients.items():
         command += ["--client", f"{client_id}={secret}"]
     log = tempfile.NamedTemporaryFile(prefix="mcp-oauth-", suffix=".log", delete=False)  # noqa: SIM115
@@ -119,7 +128,7 @@ def start_oauth_server(
             process.stdout.close()  # else an unclosed-file warning fails a later test
         log.close()
         raise
-    return OAuthMcpServer(transport, port, as_port, process, log)
+    return OAuthMcpServer(transport, port, as_port, as_host, process, log)
 
 
 def _read_ports(process: subprocess.Popen[bytes], log: Path) -> tuple[int, int]:
