@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -43,6 +44,7 @@ from tests.mcp.oauth_fixture import OAuthMcpServer
 
 from ._waiting import is_waiting, only_pending, state_when
 from .conftest import Harness
+from .test_upstream_secrets import forms, payload_texts
 
 pytestmark = pytest.mark.e2e
 
@@ -204,11 +206,78 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
     refresh = [r["token"]["refresh_token"] for r in held]  # type: ignore[index]
     # Nothing of the flow is left behind: no parked flow, index or code.
     assert len(record_files(harness.home / "tokens")) == 2
-    texts = [r.model_dump_json() for run_records in records for r in run_records] + histories
+    # A history's payload data is base64 in its JSON: searched decoded too.
+    decoded = ["\n".join(payload_texts(json.loads(history))) for history in histories]
+    texts = [r.model_dump_json() for run_records in records for r in run_records]
+    texts += histories + decoded
     for needle in (*tokens, *refresh):
         assert not any(needle in text for text in texts), needle
         assert needle not in caplog.text
         assert not _files_holding(harness.home / "blobs", needle.encode())
+
+
+def parked_verifiers(home: Path) -> list[str]:
+    """The PKCE verifier of every flow parked in the worker's store (unsealed here)."""
+    flows = [json.loads(path.read_bytes()) for path in record_files(home / "tokens")]
+    return [flow["verifier"] for flow in flows if "verifier" in flow]
+
+
+def code_of(page: httpx.Response) -> str:
+    """The authorization code the authorization server's redirect gave the callback."""
+    codes: list[str] = [
+        query["code"][0]
+        for hop in page.history
+        if "code" in (query := parse_qs(urlsplit(hop.headers.get("location", "")).query))
+    ]
+    (code,) = codes
+    return code
+
+
+async def test_the_code_and_the_pkce_verifier_never_enter_the_history(
+    consent_harness: Harness,
+    consent_server: OAuthMcpServer,
+    callback: Callback,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The authorization code (in the callback's redirect) and the PKCE verifier (in the
+    parked flow, sent only in the token request) appear nowhere in the Run's recorded
+    history, its payloads decoded (payload data is base64 in a history's JSON: a plain
+    search of it would miss a secret inside one), nor in its records, blobs or logs."""
+    harness = consent_harness
+    caplog.set_level("DEBUG", logger="psych_runtime")
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
+    spec = agent(consent_server, callback, "consent-secrets").build()
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "who am I?", scope=harness.scope)
+        item = await consent_asked(harness, run, harness.scope)
+        (verifier,) = parked_verifiers(harness.home)
+        page = await consent(item)
+        assert page.status_code == 200, page.text
+        code = code_of(page)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        handle = harness.env.client.get_workflow_handle(run.workflow_id)
+        history = json.loads((await handle.fetch_history()).to_json())
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # The grant really ran: one consent, its code exchanged with this verifier for the
+    # token the call carried.
+    assert consent_server.consents()["authorized"] == [CLIENT]
+    (issued,) = consent_server.state()["issued"]
+    assert consent_server.state()["bearers"][-1] == issued["token"]
+    raw = json.dumps(history)
+    decoded = "\n".join(payload_texts(history))
+    # The payloads are read: the authorization URL the Run suspended on is in one.
+    assert item.question is not None and item.question in decoded
+    assert any(isinstance(r, Resumed) and r.outcome == "authorized" for r in records)
+    shown = "\n".join(r.model_dump_json() for r in records)
+    for needle in (code, verifier):
+        for form in forms(needle):
+            assert form not in raw and form not in decoded, needle
+        assert needle not in shown
+        assert needle not in caplog.text
+        assert not _files_holding(harness.home / "blobs", needle.encode())
+    # Nothing of the flow is left behind in the token store: only the token.
+    assert len(held_tokens(harness.home)) == len(record_files(harness.home / "tokens")) == 1
 
 
 async def test_a_consent_nobody_gives_in_time_leaves_nothing_behind(

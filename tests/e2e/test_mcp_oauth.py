@@ -29,6 +29,7 @@ from psych_runtime.workflows import PsychClient, RunStatus, ToolCallFinished
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 from .conftest import Harness
+from .test_upstream_secrets import payload_texts
 
 pytestmark = pytest.mark.e2e
 
@@ -120,7 +121,8 @@ async def test_tenants_get_their_own_tokens_and_none_is_written_anywhere(
     (whoami,) = report.tool_calls
     assert whoami.result == CLIENT
     texts = [r.model_dump_json() for run_records in records for r in run_records]
-    texts += histories
+    # A history's payload data is base64 in its JSON: searched decoded too.
+    texts += histories + ["\n".join(payload_texts(json.loads(h))) for h in histories]
     for needle in (SECRET, *tokens):
         assert not any(needle in text for text in texts), needle
         assert needle not in caplog.text
@@ -154,6 +156,7 @@ async def test_a_token_the_server_echoes_back_is_redacted(
     (token,) = (item["token"] for item in oauth_server.state()["issued"])
     assert not any(token in r.model_dump_json() for r in records)
     assert token not in history
+    assert token not in "\n".join(payload_texts(json.loads(history)))
     assert not _files_holding(harness.home / "blobs", token.encode())
     # The model's request carried the redacted result only.
     assert token not in json.dumps(harness.fake.requests[1])
