@@ -141,16 +141,22 @@ class Upstream:
 
 
 @contextlib.asynccontextmanager
-async def dripping() -> AsyncIterator[str]:
+async def dripping(*, head: bool = False) -> AsyncIterator[str]:
     """The base URL of a server on loopback whose every answer is 100 bytes of JSON sent a
     byte every 0.1 s: each read is quick, the whole takes 10 s (what a per-read timeout
-    never stops)."""
+    never stops). ``head``: the status line and headers drip too, a byte every 0.1 s (a
+    client that reads only the status still waits)."""
+    start = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
 
     async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
-        writer.write(b"Content-Length: 100\r\n\r\n")
+        if not head:
+            writer.write(start)
         try:
+            for byte in [start[i : i + 1] for i in range(len(start))] if head else []:
+                writer.write(byte)
+                await writer.drain()
+                await asyncio.sleep(0.1)
             for _ in range(100):
                 writer.write(b" ")
                 await writer.drain()

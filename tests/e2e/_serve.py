@@ -16,6 +16,7 @@ import jwt
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.workers.serve import ApiKey, AuthSettings, JwtSettings, ServeSettings, create_app
 
 from ._waiting import eventually
@@ -29,10 +30,14 @@ AUDIENCE = "psych"
 
 @asynccontextmanager
 async def served(
-    harness: Harness, query_timeout_seconds: float = 10.0, jwt_settings: JwtSettings | None = None
+    harness: Harness,
+    query_timeout_seconds: float = 10.0,
+    jwt_settings: JwtSettings | None = None,
+    egress: EgressSettings | None = None,
 ) -> AsyncIterator[str]:
     """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port),
-    with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``)."""
+    with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``; where push
+    notifications may go, with ``egress``)."""
     keys = (
         ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
         ApiKey.of("globex-key-e2e", "globex", "mallory"),
@@ -42,6 +47,7 @@ async def served(
         AuthSettings(keys, jwt_settings),
         keepalive_seconds=0.2,
         query_timeout_seconds=query_timeout_seconds,
+        egress=egress,
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))

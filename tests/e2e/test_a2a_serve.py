@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
@@ -42,9 +42,12 @@ from a2a.utils.errors import (
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.protobuf.json_format import MessageToDict
 
+from psych_runtime.activities.egress import EgressRules, EgressSettings
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
+from tests._upstream import Answer, Request, url_of
+from tests._upstream import serve as serve_upstream
 
 from ._http_server import CountingServer
 from ._serve import ACME, GLOBEX, jwks, jwt_bearer, jwt_settings, served
@@ -394,6 +397,106 @@ async def test_push_notifications_reach_a_registered_webhook(harness: Harness) -
             assert {p.get("statusUpdate", {}).get("taskId", task_id) for p in pushed()} == {task_id}
     finally:
         webhook.stop()
+
+
+@asynccontextmanager
+async def chatty_webhook(size: int) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A webhook on loopback that answers every push 200 with ``size`` bytes of body and
+    no length (read until the connection closes); its URL and the bodies it was pushed."""
+    pushed: list[dict[str, Any]] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        pushed.append(json.loads(await reader.readexactly(length)))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+        writer.write(b"x" * size)
+        with suppress(ConnectionError):  # we close first: the answer is not read
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook", pushed
+    finally:
+        server.close()
+
+
+def ended(bodies: list[dict[str, Any]]) -> bool:
+    """Whether a task's completed status is among these pushes."""
+    return any(
+        b.get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+        for b in bodies
+    )
+
+
+async def test_webhooks_are_judged_by_the_apps_egress_policy_and_redirects_not_followed(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The app's egress settings (``ServeSettings.egress``: ``psych serve`` gives its
+    settings file's) refuse a webhook at registration, naming the host and rule. At
+    delivery a webhook's redirect is not followed (httpx would send the webhook's token,
+    and a 307's update, to the host it names: here another origin the policy allows, so
+    only not following keeps them from it), and a webhook's answer is not read: a long
+    one (over the policy's ``max_response_bytes``) is a delivered push, not a failure."""
+    caplog.set_level("WARNING", logger="psych_runtime.workers.serve.a2a")
+    harness.client.publish(AgentBuilder("hooked").model("fake-model").build())
+    harness.fake.enqueue(Reply.text("One."), Reply.text("Two."))
+    elsewhere = CountingServer().start()
+    moved: list[Request] = []
+
+    def redirect(request: Request) -> Answer:
+        moved.append(request)
+        return Answer(307, "", headers=(("location", f"{elsewhere.url}/hook"),))
+
+    mover = serve_upstream(redirect)
+    egress = EgressSettings(
+        rules=EgressRules.parse("127.0.0.1/32", deny="localhost"), max_response_bytes=1024
+    )
+    try:
+        async with (
+            chatty_webhook(4096) as (chatty, pushed),
+            harness.worker(),
+            served(harness, egress=egress) as base,
+            a2a_client(base, "hooked", ACME, streaming=False) as client,
+        ):
+            denied = user("go")
+            denied.configuration.task_push_notification_config.url = (
+                f"http://localhost:{mover.server_address[1]}/hook"
+            )
+            with pytest.raises(
+                InvalidParamsError,
+                match=r"push notification url: egress refused: http://localhost:\d+/hook: "
+                r"denied by the fleet's rule host localhost",
+            ):
+                await collect(client.send_message(denied))
+            for url in (f"{url_of(mover)}/moved", chatty):
+                request = user("go")
+                request.configuration.return_immediately = True
+                request.configuration.task_push_notification_config.CopyFrom(
+                    TaskPushNotificationConfig(url=url, token="t0ken")
+                )
+                await collect(client.send_message(request))
+
+            async def both_ended() -> bool:
+                return ended([json.loads(r.body) for r in moved]) and ended(pushed)
+
+            await eventually(both_ended, what="both tasks' ends to be pushed")
+            await asyncio.sleep(0.5)  # a redirect followed would reach the other origin now
+    finally:
+        mover.shutdown()
+        mover.server_close()
+        elsewhere.stop()
+    assert elsewhere.seen == []
+    assert all(r.headers.get("x-a2a-notification-token") == "t0ken" for r in moved)
+    failed = [r.getMessage() for r in caplog.records if "push notification to" in r.message]
+    assert failed, "the redirect is a failed delivery"
+    for message in failed:
+        assert f"{url_of(mover)}/moved failed: answered 307, a redirect to" in message, message
 
 
 async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: Harness) -> None:

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from psych_runtime.activities.egress import EgressPolicy
 from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.workers._settings import parse_settings
 from psych_runtime.workers.cli._main import main
 from psych_runtime.workers.cli._parser import build_parser
-from psych_runtime.workers.cli._serve_command import _section, auth_from, parse_listen
+from psych_runtime.workers.cli._serve_command import (
+    _section,
+    auth_from,
+    egress_from,
+    parse_listen,
+)
 from psych_runtime.workers.serve import ApiKey
 
 
@@ -77,3 +83,27 @@ def test_only_the_global_settings_file_may_configure_serve() -> None:
     assert parse_settings({"serve": {}}, source="global.yaml", scope="global").hooks == ()
     with pytest.raises(SpecError, match="only the global settings file may configure serve"):
         parse_settings({"serve": {}}, source=".psych/settings.yaml", scope="project")
+
+
+def test_push_notifications_are_judged_by_the_egress_section_of_the_settings_file_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``psych serve --settings FILE`` judges webhook URLs by FILE's ``egress:`` section
+    (and ``PSYCH_EGRESS_*``), as it takes its keys from FILE; before, the webhooks were
+    judged by the default global file's, whatever ``--settings`` named."""
+    monkeypatch.delenv("PSYCH_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))  # no default file
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("egress:\n  deny: ['*.internal.example', '10.9.0.0/16']\n")
+    args = build_parser().parse_args(["serve", "--settings", str(settings)])
+    policy = EgressPolicy(egress_from(args))
+    refusal = policy.judge("https://hooks.internal.example/a2a", "acme")
+    assert refusal is not None
+    assert refusal.message() == (
+        "egress refused: hooks.internal.example: denied by the fleet's rule host *.internal.example"
+    )
+    # The environment's rules still hold (the suite allows loopback there).
+    assert policy.judge("http://127.0.0.1:8080/hook", "acme") is None
+    settings.write_text("egress:\n  deny: ['10.0.0.0/33']\n")
+    with pytest.raises(PsychError, match=r"10\.0\.0\.0/33.* is not a CIDR"):
+        egress_from(args)

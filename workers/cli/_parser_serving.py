@@ -178,7 +178,8 @@ def add_serve_command(
         "--settings",
         type=Path,
         metavar="FILE",
-        help="the global settings file whose serve: section configures API keys and JWTs "
+        help="the global settings file whose serve: section configures API keys and JWTs, "
+        "and whose egress: section where A2A push notifications may go "
         f"(overrides PSYCH_SETTINGS; default {_GLOBAL_SETTINGS} when it exists)",
     )
     serve.add_argument(

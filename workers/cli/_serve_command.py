@@ -1,7 +1,8 @@
 """``psych serve``: the HTTP API (``psych_runtime.workers.serve``) under uvicorn.
 
 Who may call comes from the global settings file's ``serve:`` section (API keys by their
-SHA-256, a JWT issuer), overridden by flags and ``PSYCH_SERVE_*`` variables; the Temporal
+SHA-256, a JWT issuer), overridden by flags and ``PSYCH_SERVE_*`` variables; where push
+notifications may go, from its ``egress:`` section and ``PSYCH_EGRESS_*``; the Temporal
 connection is ``psych run``'s, the version store ``--store``'s.
 """
 
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import uvicorn
 
+from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import version_store_at
 from psych_runtime.specs import PsychError, load_yaml
-from psych_runtime.workers._settings import global_settings_path
+from psych_runtime.workers._settings import global_settings_path, worker_egress
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_tokens
@@ -92,6 +94,21 @@ def _section(args: argparse.Namespace) -> ServeSection:
     return parse_serve_section(serve, str(path))
 
 
+def egress_from(args: argparse.Namespace) -> EgressSettings:
+    """Where the app's own requests (A2A push notifications) may connect: the
+    environment's rules (``PSYCH_EGRESS_*``) and the ``egress:`` section of the settings
+    file ``serve`` reads (``--settings``, else ``PSYCH_SETTINGS`` or the default one), as a
+    worker given that file judges a Spec's URLs.
+
+    Raises:
+        PsychError: a malformed rule (named).
+    """
+    try:
+        return worker_egress(EgressSettings.from_env(), args.settings)
+    except ValueError as err:  # SpecError is one: the file's problems, named
+        raise PsychError(str(err)) from err
+
+
 def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
     """The credentials accepted: the settings file's, with flags and env over them.
 
@@ -148,6 +165,7 @@ async def _serve(args: argparse.Namespace) -> int:
     store = version_store_at(where, source=source)
     section = _section(args)
     auth = auth_from(args, section)
+    egress = egress_from(args)
     registry = load_registry(args)
     temporal = await temporal_client(args)
     client = PsychClient(
@@ -168,6 +186,7 @@ async def _serve(args: argparse.Namespace) -> int:
         tokens=tokens,
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         push_tokens=tenant_sealed_tokens(temporal, tokens),
+        egress=egress,
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))

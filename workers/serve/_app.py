@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from psych_runtime.activities.egress import Egress
 from psych_runtime.specs import Scope
 from psych_runtime.workers._oauth_callback import oauth_callback_route
 from psych_runtime.workers.serve._auth import Authenticator, Caller
@@ -70,11 +71,14 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.router.routes.append(console_routes())
     # Kept on the app: whoever runs it closes it when the server stops (``psych serve``
     # does), so another process takes its tasks' push notifications over at once.
-    app.state.a2a_pushes = pushes = PushRegistry(
-        store=PushStore(
-            settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
-        ),
-        lease_seconds=settings.push_lease_seconds,
+    store = PushStore(
+        settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
+    )
+    lease = settings.push_lease_seconds
+    app.state.a2a_pushes = pushes = (
+        PushRegistry(store=store, lease_seconds=lease)  # the environment's and file's rules
+        if settings.egress is None
+        else PushRegistry(store=store, lease_seconds=lease, egress=Egress(settings.egress))
     )
     if settings.tokens is not None:
         app.router.routes.append(oauth_callback_route(settings.client, settings.tokens))

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers.serve._auth import AuthSettings, JwtSettings, api_keys_from
@@ -55,6 +56,11 @@ class ServeSettings:
         tokens: the workers' token store; with one, the app answers the OAuth redirect
             of MCP servers a person consents to at ``/oauth/callback`` (no credential:
             the redirect's state is what finds the Run).
+        egress: where the app's own requests (A2A push notifications to callers'
+            webhooks) may connect, judged as a Spec's URLs are for the caller's tenant;
+            None: the environment's rules (``PSYCH_EGRESS_*``) and the global settings
+            file's ``egress:`` section (``psych serve`` gives the settings file it was
+            given).
     """
 
     client: PsychClient
@@ -65,6 +71,7 @@ class ServeSettings:
     push_tokens: TokenStore | None = None
     push_lease_seconds: float = 30.0
     tokens: TokenStore | None = None
+    egress: EgressSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ reading the task's configurations from the store at each event, and POSTs every 
 status update and
 the final answer artifact (not the streamed text: one request per token would flood a
 webhook) to each webhook as a ``StreamResponse`` JSON body, with the configured token in
-``X-A2A-Notification-Token`` and the configured credentials as ``Authorization``.
-Delivery is best-effort and bounded: one attempt per event, ``timeout_seconds`` each,
-failures logged. Every request goes through the egress port (``activities/egress``): a
-webhook URL is a caller's choice, judged like a Spec's URL for the caller's tenant (the
-environment's ``PSYCH_EGRESS_*`` and the global settings file), at registration by what
+``X-A2A-Notification-Token`` and the configured credentials as ``Authorization`` (the
+caller's own credential is never sent). Delivery is best-effort and bounded: one attempt
+per event, ``timeout_seconds`` each, redirects not followed (a 3xx is a failure: a
+redirect would carry the webhook's token to the host it names), the answer's status read
+and its body never, failures logged. Every request goes through the egress port
+(``activities/egress``): a webhook URL is a caller's choice, judged like a Spec's URL for
+the caller's tenant (the environment's ``PSYCH_EGRESS_*`` and the global settings file,
+or the app's ``ServeSettings.egress``), at registration by what
 needs no lookup and at delivery by the address connected to. A process that stopped
 leaves its tasks' beats to go stale; the next request any process serves looks for such
 tasks (at most every ``lease_seconds``) and takes them over: the watcher then first pushes
@@ -370,6 +373,7 @@ class PushRegistry:
             await self.store.watch(_entries(self.owner, left, beat=0.0))
         except Exception:  # then they are taken over once their last beat is a lease old
             logger.exception("push notifications: handing %d tasks over failed", len(left))
+        await self.egress.aclose()
 
     async def _beat(self) -> None:
         """Say in the store, every third of the lease, which tasks this process delivers:
@@ -400,12 +404,27 @@ class PushRegistry:
             headers["Authorization"] = f"{auth.scheme or 'Bearer'} {auth.credentials}"
         try:
             # httpx's timeout bounds each phase (a slow drip of bytes resets it): the whole
-            # request, redirects included, is bounded here.
-            async with asyncio.timeout(self.timeout_seconds):
-                response = await http.post(
-                    config.url, json=body, headers=headers, timeout=self.timeout_seconds
-                )
-            response.raise_for_status()
+            # request is bounded here. A redirect is not followed: httpx would send the
+            # webhook's token (and, for 307/308, the update) to whatever host it names,
+            # and turn a 301/302 into a GET without the update. Only the status is read,
+            # never the body: an answer of the webhook's is nothing to us, and the
+            # port's bound (max_response_bytes) would still be megabytes per push.
+            async with (
+                asyncio.timeout(self.timeout_seconds),
+                http.stream(
+                    "POST",
+                    config.url,
+                    json=body,
+                    headers=headers,
+                    timeout=self.timeout_seconds,
+                    follow_redirects=False,
+                ) as response,
+            ):
+                status = response.status_code
+            if status >= 300:
+                where = response.headers.get("location")
+                said = f"{status}, a redirect to {where} (not followed)" if where else status
+                logger.warning("push notification to %s failed: answered %s", config.url, said)
         except TimeoutError:
             logger.warning(
                 "push notification to %s failed: no answer within %g s",
