@@ -24,6 +24,7 @@ from a2a.types import Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 from temporalio.converter import DataConverter
 
+from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.tokens import LocalTokenStore, TenantSealedTokens, TokenKey
 from psych_runtime.specs import Scope
 from psych_runtime.workers import Key, Keyring, PsychCodec
@@ -35,7 +36,7 @@ from psych_runtime.workers.serve.a2a import (
     PushStore,
     Watched,
 )
-from tests._upstream import dripping
+from tests._upstream import Answer, Upstream, dripping
 
 SCOPE = Scope(tenant="acme", principal="alice")
 
@@ -546,3 +547,66 @@ async def test_a_webhook_that_drips_its_answer_is_given_up_on_within_the_bound()
     finally:
         await registry.aclose()
     assert took < 2.0  # 0.5 s and the scheduling around it; ~10 s without the bound
+
+
+async def test_a_name_resolving_to_a_refused_address_is_refused_at_registration_and_delivery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A name the policy allows that resolves to the cloud metadata address is refused at
+    registration (the A2A error names the host, the address and the rule); a
+    configuration already kept under that name (registered when it resolved elsewhere, or
+    by a process with other rules) is refused at delivery, by the address the connection
+    would reach: nothing is sent there, while the task's other webhook gets the update.
+    Only loopback is ever connected to (the test's resolver answers the names)."""
+    names = {"metadata.test": ["169.254.169.254"], "hooks.test": ["127.0.0.1"]}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return names[host]
+
+    port = Egress(EgressSettings(rules=EgressRules.parse("127.0.0.1/32")), resolver=resolve)
+    pushes = PushRegistry(store=PushStore(MemoryTokenStore()), egress=port)
+    delivered = asyncio.Event()
+
+    def once() -> AsyncIterator[Event]:
+        async def follow() -> AsyncIterator[Event]:
+            yield Task(id="task-1")
+            await delivered.wait()
+
+        return follow()
+
+    with Upstream(lambda request: Answer(200, "{}")) as hook:
+        good = f"http://hooks.test:{hook.url.rsplit(':', 1)[1]}/hook"
+        try:
+            with pytest.raises(
+                InvalidParamsError,
+                match=r"push notification url: egress refused: http://metadata\.test/hook "
+                r"\(metadata\.test -> 169\.254\.169\.254\): link-local",
+            ):
+                await pushes.register(
+                    SCOPE, "run-1", config("http://metadata.test/hook"), events=once
+                )
+            assert await pushes.list(SCOPE, "run-1") == []
+
+            def kept_before(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+                configs["old"] = config("http://metadata.test/hook", "old")
+                return True
+
+            await pushes.store.change(SCOPE.tenant, "run-1", kept_before)
+            await pushes.register(SCOPE, "run-1", config(good), events=once)
+
+            async def pushed() -> None:
+                while True:
+                    if hook.requests and port.refusals:
+                        return
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(pushed(), timeout=10)
+            delivered.set()
+        finally:
+            await pushes.aclose()
+    assert [r.path for r in hook.requests] == ["/hook"]
+    assert port.connects == 1  # the loopback webhook only
+    assert [(r.host, r.address, r.kind) for r in port.refusals] == [
+        ("metadata.test", "169.254.169.254", "link-local")
+    ]
+    assert "push notification to http://metadata.test/hook failed: egress refused" in caplog.text

@@ -142,7 +142,7 @@ class PsychRequestHandler(RequestHandler):
         config = params.configuration
         pushing = config.HasField("task_push_notification_config")
         if pushing:  # refused before anything starts
-            self.pushes.check(scope, config.task_push_notification_config.url)
+            await self.pushes.check(scope, config.task_push_notification_config.url)
         after = 0
         if message.task_id:
             state = await self._owned(message.task_id, scope, agent)

@@ -16,8 +16,8 @@ redirect would carry the webhook's token to the host it names), the answer's sta
 and its body never, failures logged. Every request goes through the egress port
 (``activities/egress``): a webhook URL is a caller's choice, judged like a Spec's URL for
 the caller's tenant (the environment's ``PSYCH_EGRESS_*`` and the global settings file,
-or the app's ``ServeSettings.egress``), at registration by what
-needs no lookup and at delivery by the address connected to. A process that stopped
+or the app's ``ServeSettings.egress``), at registration by its name and the addresses it
+resolves to then, and at delivery by the address connected to. A process that stopped
 leaves its tasks' beats to go stale; the next request any process serves looks for such
 tasks (at most every ``lease_seconds``) and takes them over: the watcher then first pushes
 the task's status as it is now, so a webhook learns of what happened meanwhile (a task
@@ -155,7 +155,7 @@ class PushRegistry:
         Raises:
             InvalidParamsError: a URL that is not http(s), or too many webhooks.
         """
-        self.check(scope, config.url)
+        await self.check(scope, config.url)
         key = (scope.tenant, workflow_id)
         kept = TaskPushNotificationConfig()
         kept.CopyFrom(config)
@@ -270,15 +270,24 @@ class PushRegistry:
         except Exception:
             logger.exception("taking over push notifications failed")
 
-    def check(self, scope: Scope, url: str) -> None:
+    async def check(self, scope: Scope, url: str) -> None:
         """Refuse a webhook ``url`` that is not http(s) or that the egress policy refuses
-        for the caller's tenant (by what needs no lookup).
+        for the caller's tenant: by its host's name and an address literal, then by the
+        addresses its name resolves to (a lookup that fails or takes longer than
+        ``timeout_seconds`` refuses nothing here: delivery judges the address it connects
+        to, whatever the name resolves to then).
 
         Raises:
             InvalidParamsError: naming what is wrong.
         """
         checked_url(url)
         refusal = self.egress.judge(url, scope.tenant)
+        if refusal is None:
+            try:
+                async with asyncio.timeout(self.timeout_seconds):
+                    refusal = await self.egress.judge_resolved(url, scope.tenant)
+            except TimeoutError:
+                refusal = None
         if refusal is not None:
             raise InvalidParamsError(f"push notification url: {refusal.message(url)}")
 
