@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -24,6 +25,24 @@ from ._waiting import eventually
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
+
+
+async def declared(url: str, length: int, headers: dict[str, str]) -> bytes:
+    """The status line ``psych serve`` answers a POST to ``url`` declaring a body of
+    ``length`` bytes, sent with none of it (what a client streaming that much would
+    meet first)."""
+    parts = urlsplit(url)
+    assert parts.hostname == "127.0.0.1" and parts.port is not None
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    try:
+        head = [f"POST {parts.path} HTTP/1.1", f"Host: {parts.netloc}"]
+        head += [f"{name}: {value}" for name, value in headers.items()]
+        head += [f"Content-Length: {length}", "Content-Type: application/json", "", ""]
+        writer.write("\r\n".join(head).encode())
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), timeout=10)
+    finally:
+        writer.close()
 
 
 async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness) -> None:
@@ -62,7 +81,25 @@ async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness)
                 body = {"statusUpdate": {"taskId": "task-1", "status": {"state": 3}}}
                 token = {"X-A2A-Notification-Token": sent.push_token}
                 again = await http.post(sent.push_url, json=body, headers=token)
+                # The token is bound to its tenant's path: the same id under another
+                # tenant is unknown.
+                tenant, push_id = sent.push_url.rsplit("/", 2)[-2:]
+                assert tenant == harness.scope.tenant
+                elsewhere = await http.post(
+                    f"{base}/a2a-push/globex/{push_id}", json=body, headers=token
+                )
+                # Bounded by the app's body limit (4 MiB): a body declared larger is
+                # refused before any of it is read.
+                large = await declared(sent.push_url, 4 * 1024 * 1024 + 1, token)
+                # Nesting past the JSON decoder's depth is a 400 naming it, not a 500.
+                deep = await http.post(
+                    sent.push_url, content=b"[" * 100_000 + b"]" * 100_000, headers=token
+                )
             assert again.status_code == 204, again.text
+            assert elsewhere.status_code == 403, elsewhere.text
+            assert large.startswith(b"HTTP/1.1 413 "), large
+            assert deep.status_code == 400, deep.text
+            assert "not an A2A StreamResponse" in deep.json()["detail"]
     assert result.status is RunStatus.COMPLETED, result.reason
     # The wait was ended by the push (completed as the Run's principal), not by a poll.
     [resumed] = [r for r in records if isinstance(r, Resumed)]

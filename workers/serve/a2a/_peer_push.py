@@ -2,9 +2,12 @@
 this fleet waits on (``A2aSettings.push_url`` points here).
 
 The id names a registration a worker kept in the fleet's TokenStore (``PeerPush``: the
-Run, the peer, a secret); a push must carry that secret as ``X-A2A-Notification-Token``
-(compared in constant time), else it is refused (403) and nothing happens. An accepted push
-of a task that ended or waits for its caller completes the Run's wait on
+Run, the peer, a secret) under the Run's tenant; a push must carry that secret as
+``X-A2A-Notification-Token`` (compared in constant time), else it is refused (403, as an
+unknown id or another tenant's path is) and nothing happens. Its body is bounded by the
+app's ``max_body_bytes`` (413 past it, before it is read) and must be a
+``StreamResponse`` (else 400, a body nested past the JSON decoder's depth included).
+An accepted push of a task that ended or waits for its caller completes the Run's wait on
 ``a2a:<peer>:<task id>`` with ``{"a2a_pushed": <task id>}``: the Run then reads the task
 through its own activity at once, rather than at its next poll. A push of a task still
 working is acknowledged and ignored, and so is one for a wait that is over (already ended
@@ -65,6 +68,8 @@ def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
             update = ParseDict(json.loads(await request.body()), StreamResponse())
         except (ValueError, ParseError) as err:
             return problem(400, f"not an A2A StreamResponse: {err}", "invalid")
+        except RecursionError:  # nested past the decoder's depth: a peer's bad body, no 500
+            return problem(400, "not an A2A StreamResponse: nested too deeply", "invalid")
         if update.HasField("task"):
             task_id, state = update.task.id, update.task.status.state
         elif update.HasField("status_update"):
