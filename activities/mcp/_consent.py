@@ -50,6 +50,7 @@ from mcp.shared.auth import (
 from pydantic import BaseModel
 from temporalio import activity
 
+from psych_runtime.activities.egress import PURPOSE, EgressDenied
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -82,6 +83,9 @@ class Flow(BaseModel):
     oauth_metadata: OAuthMetadata | None
     protected_resource: ProtectedResourceMetadata | None
     protocol_version: str | None
+    server: str | None = None
+    """The MCP server's name in the Spec (set when parked; a refusal of the exchange names
+    it)."""
 
 
 class Waiting(BaseModel):
@@ -352,7 +356,8 @@ class Consents:
             return McpConsentRequired(server, flow.url, "")
         pending = "oauth-" + secrets.token_hex(8)
         tenant, principal = flow.key[0], flow.key[1]
-        await self.store.put(flow_key(tenant, principal, pending), flow.model_dump_json().encode())
+        named = flow.model_copy(update={"server": server})
+        await self.store.put(flow_key(tenant, principal, pending), named.model_dump_json().encode())
         waiting = Waiting(workflow_id=workflow_id, tenant=tenant, id=pending)
         await unsealed(self.store).put(index_key(flow.state), waiting.model_dump_json().encode())
         return McpConsentRequired(server, flow.url, pending)
@@ -406,10 +411,11 @@ async def exchange(
         # The SDK's token-exchange helpers of the provider: the request (code, verifier,
         # redirect URI, client authentication, resource) and reading its answer.
         request = await provider._exchange_token_authorization_code(arrived.code, flow.verifier)
+        request.extensions = {**request.extensions, PURPOSE: _purpose(flow)}
         response = await send(request)
         await provider._handle_token_response(response)
         return None
-    except OAuthFlowError as err:
+    except (OAuthFlowError, EgressDenied) as err:
         return str(err)
     except Exception as err:
         _log.warning("the authorization code exchange failed: %s", type(err).__name__)
@@ -421,6 +427,12 @@ async def exchange(
         await unsealed(store).delete(index_key(flow.state))
         await store.delete(flow_at)
         await unsealed(store).delete(arrived_at)
+
+
+def _purpose(flow: Flow) -> str:
+    """What the exchange's token request is for, as a refusal of it names it."""
+    server = repr(flow.server) if flow.server is not None else f"at {flow.server_url}"
+    return f"the authorization server of MCP server {server}"
 
 
 async def deliver_authorization(

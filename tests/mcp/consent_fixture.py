@@ -34,10 +34,11 @@ class Consenting:
 
 @asynccontextmanager
 async def consenting(
-    transport: Transport, client: PsychClient, store: TokenStore
+    transport: Transport, client: PsychClient, store: TokenStore, *, as_host: str = "127.0.0.1"
 ) -> AsyncIterator[Consenting]:
     """Serve psych's callback (resuming Runs through ``client``, the workers' ``store``)
-    and start a consent server whose client redirects to it; stop both on leaving."""
+    and start a consent server whose client redirects to it (its issuer named
+    ``as_host``); stop both on leaving."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -51,7 +52,9 @@ async def consenting(
         async with asyncio.timeout(30):
             while not web.started:  # noqa: ASYNC110 (uvicorn offers no started event)
                 await asyncio.sleep(0.01)
-        server = start_oauth_server(transport, {CLIENT: url}, module="tests.mcp.consent_server")
+        server = start_oauth_server(
+            transport, {CLIENT: url}, module="tests.mcp.consent_server", as_host=as_host
+        )
         try:
             yield Consenting(server, url)
         finally:

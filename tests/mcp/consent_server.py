@@ -186,14 +186,15 @@ def revocations(provider: Provider) -> Starlette:
     )
 
 
-async def serve(transport: str, clients: dict[str, str]) -> None:
-    """Serve until killed; print ``ports <rs> <as>`` once both listen."""
+async def serve(transport: str, clients: dict[str, str], as_host: str = "127.0.0.1") -> None:
+    """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
+    ``as_host`` (it listens on 127.0.0.1 whatever the name)."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
     rs_port, as_port = rs_sock.getsockname()[1], as_sock.getsockname()[1]
     path = "/sse" if transport == "sse" else "/mcp"
-    issuer = f"http://127.0.0.1:{as_port}"
+    issuer = f"http://{as_host}:{as_port}"
     auth = AuthSettings(
         issuer_url=AnyHttpUrl(issuer),
         resource_server_url=AnyHttpUrl(f"http://127.0.0.1:{rs_port}{path}"),
@@ -232,9 +233,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transport", choices=["streamable-http", "sse"], required=True)
     parser.add_argument("--client", action="append", default=[], help="ID=REDIRECT_URI")
+    parser.add_argument("--as-host", default="127.0.0.1", help="the issuer's host name")
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
-    asyncio.run(serve(args.transport, clients))
+    asyncio.run(serve(args.transport, clients, args.as_host))
 
 
 if __name__ == "__main__":

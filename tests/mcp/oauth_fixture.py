@@ -110,8 +110,8 @@ def start_oauth_server(
 ) -> OAuthMcpServer:
     """Start the server with ``clients`` (client id -> secret; for ``module``
     ``tests.mcp.consent_server``, client id -> redirect URI) registered; return once both
-    ports listen. ``as_host`` is the host its issuer names (``tests.mcp.oauth_server``
-    only). The caller stops it with ``stop()``."""
+    ports listen. ``as_host`` is the host its issuer names (it listens on 127.0.0.1).
+    The caller stops it with ``stop()``."""
     command = [sys.executable, "-m", module, "--transport", transport]
     if as_host != "127.0.0.1":
         command += ["--as-host", as_host]
