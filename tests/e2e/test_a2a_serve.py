@@ -493,6 +493,9 @@ async def test_webhooks_are_judged_by_the_apps_egress_policy_and_redirects_not_f
         elsewhere.stop()
     assert elsewhere.seen == []
     assert all(r.headers.get("x-a2a-notification-token") == "t0ken" for r in moved)
+    # The webhook's own token, never the caller's credential (this config has no
+    # authentication of its own: no Authorization at all).
+    assert moved and not any("authorization" in r.headers for r in moved)
     failed = [r.getMessage() for r in caplog.records if "push notification to" in r.message]
     assert failed, "the redirect is a failed delivery"
     for message in failed:
