@@ -114,6 +114,10 @@ async def test_an_agent_whose_catalogue_fails_replays_when_polled_from_dispatch(
             await harness.client.result(run, scope=harness.scope)
         page = await harness.client.records(run, scope=harness.scope)
         assert page.records[0].kind == "run_admitted"
+        # Settled after the resolution, in the task it reached the Run in (patch
+        # psych-catalog-failure-settles, asked at the start): the same on replay.
+        assert isinstance(page.records[-1], RunSettled)
+        assert page.records[-1].status is RunStatus.FAILED
 
     split = 0
     for _ in range(ATTEMPTS):

@@ -1576,6 +1576,20 @@ async def one_queue_code_tool(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("orders").tool("lookup_order").build(), "Where is 42?")
 
 
+async def catalog_tool_not_registered(rig: Rig) -> RunHandle:
+    """A Run on one queue whose code tool the worker's registry lacks: the local catalogue
+    fails ``ToolNotRegistered`` and the Run settles FAILED, ``run_settled`` and its status
+    written (patch ``psych-catalog-failure-settles``, asked at its start)."""
+    async with run_worker(
+        rig.env.client, dataclasses.replace(rig.settings, registry=ToolRegistry())
+    ):
+        run = await rig.client.dispatch(
+            rig.agent("orders").tool("lookup_order").build(), "Where is 42?", scope=SCOPE
+        )
+        await rig.settle(run)
+    return run
+
+
 async def roles_apart_code_tool(rig: Rig) -> RunHandle:
     """A Run dispatched roles apart: the model call and the tools (the catalogue too, as an
     activity) on their roles' queues."""
@@ -2078,6 +2092,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # a long WorkflowRun continues as new between two steps
     ("dev", workflow_continued_first_execution),
     ("dev", workflow_continued_last_execution),
+    ("dev", catalog_tool_not_registered),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -47,6 +47,13 @@ PATCHES: dict[str, str] = {
     # cancelled, and continue-as-new reads the history's length where a model call
     # answered. A Run recorded before cancelled them and read it at the turn boundary.
     "psych-local-resolution-safe": "0.1.0",
+    # A Run on one queue whose catalogue (a local activity) fails settles FAILED with
+    # run_settled and its status (workflows/kernel/_catalog.py); a Run recorded before
+    # failed unsettled. Asked at every Run's start, before psych-local-resolution-safe (the
+    # change follows a local resolution, where patched() answers otherwise on replay); a
+    # Run that asked it also takes the features' older patches without asking
+    # (RunBase.patched).
+    "psych-catalog-failure-settles": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

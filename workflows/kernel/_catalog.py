@@ -6,7 +6,7 @@ each model call carries only their ref). MCP tools join them at every turn bound
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import CatalogInput, ToolCatalog
@@ -36,3 +36,12 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
         )
     except ActivityError as err:
         raise Stop(RunStatus.FAILED, f"tools: {cause_text(err)}") from err
+    except FailureError as err:
+        # A local catalogue's failure reaches the workflow as the activity's own error (a
+        # ToolNotRegistered ApplicationError), not an ActivityError: before the patch it
+        # failed the workflow unsettled (no run_settled, the status left running), and a
+        # Run recorded so replays so.
+        if not run._catalog_settles:
+            raise
+        # Its own text ("<type>: <message>"), as an ActivityError's cause reads above.
+        raise Stop(RunStatus.FAILED, f"tools: {err}") from err

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._guards import Guards
     from psych_runtime.workflows.kernel._kept_actions import KeptActions
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
+    from psych_runtime.workflows.kernel._patches import FEATURE_PATCHES, ask_at_start
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions
 
@@ -135,10 +136,9 @@ class RunBase(abc.ABC):
         self._model_task: asyncio.Task[Any] | None = None
         """The model-role call in flight (an agent's model call or compaction)."""
         self._local_safe = False
-        """Whether what the Run does after a local activity resolves is the same whichever
-        workflow task the resolution reached it in (patch ``psych-local-resolution-safe``,
-        asked at the start: ``_deadline.py``): its deadline timers are never cancelled, and
+        """``_patches.StartPatches.local_safe``: its deadline timers are never cancelled, and
         continue-as-new reads the history's length where a model call answered."""
+        self._catalog_settles = False  # _patches.StartPatches.catalog_settles
 
     # --- hooks of a Run kind -------------------------------------------------------------
 
@@ -220,8 +220,8 @@ class RunBase(abc.ABC):
             # and continue-as-new take it on through the input.
             self._input = input.model_copy(update={"roles_apart": True})
         self._admit(spec)
-        # Asked before the body schedules anything, so before any local activity.
-        self._local_safe = workflow.patched("psych-local-resolution-safe")
+        start = ask_at_start()  # before the body schedules anything
+        self._catalog_settles, self._local_safe = start.catalog_settles, start.local_safe
         loop = asyncio.create_task(self._guarded_body())
         try:
             if not await self._within_deadline(loop, spec.limits.deadline_seconds):
@@ -281,8 +281,11 @@ class RunBase(abc.ABC):
         A Run that asked that patch at its start runs code that has every earlier change, so
         it takes the change without asking: no marker, and no ``patched`` read in a workflow
         task a local activity's resolution can move (``_deadline.py``: such a read gives
-        another answer on replay). A Run recorded before asks, as it did.
+        another answer on replay). A Run recorded before asks, as it did. The features'
+        (``FEATURE_PATCHES``) need ``psych-catalog-failure-settles`` (``_patches.py``).
         """
+        if patch_id in FEATURE_PATCHES:
+            return self._catalog_settles or workflow.patched(patch_id)
         return self._local_safe or workflow.patched(patch_id)
 
     def report_to_parent(self) -> None:
