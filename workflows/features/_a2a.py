@@ -221,7 +221,7 @@ class Peers(Feature):
             if not poller.done() and token in state.polls
         ]
         # Runs recorded before this settled without asking the peer.
-        if not open_tasks or not workflow.patched("psych-a2a-cancel-peer-task"):
+        if not open_tasks or not self.run.patched("psych-a2a-cancel-peer-task"):
             return
         for token, poll in open_tasks:
             # Nobody reads its answer any more: stop the reads, ask the peer to stop.

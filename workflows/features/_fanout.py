@@ -5,9 +5,10 @@ Each feature counts the children it started in a turn (``Feature.children_starte
 the view sums them, so a delegation and a spawn of one turn share the cap; the calls of a
 turn reach their handlers in call order, so the first ones start. Runs before the
 ``psych-fanout-counts-spawn`` patch counted delegations only (a spawn was never capped):
-the shared count is taken behind the patch, asked only when it would refuse, so a Run under
-the cap records no marker and a history recorded before the patch replays its delegations
-and spawns as they ran.
+the shared count is taken behind the patch (``RunView.patched``: a Run that asked
+``psych-local-resolution-safe`` takes it without asking), asked only when it would refuse,
+so a Run under the cap records no marker and a history recorded before the patch replays
+its delegations and spawns as they ran.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def fanout_refusal(run: RunView, turn: int, *, capped_before: int) -> str | None
     """
     cap = run.limits.max_fanout_per_turn
     over = capped_before >= cap or (
-        run.children_started(turn) >= cap and workflow.patched("psych-fanout-counts-spawn")
+        run.children_started(turn) >= cap and run.patched("psych-fanout-counts-spawn")
     )
     if not over:
         return None

@@ -15,7 +15,7 @@ writes into a child's task is not the parent's, so no Run can be pointed at anot
 result, or another tenant's, by naming its hash. Any other ref,
 another Run's or another tenant's, is refused with the error a missing one gets, before the
 blob store is asked, so a Run cannot tell whether it exists. (Runs in flight before this
-rule keep reading as they did: ``workflow.patched``.)
+rule keep reading as they did: the patch ``read-own-results``, through ``RunView.patched``.)
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Results(Feature):
         if isinstance(read, str):
             return inline(call, "error", read)
         # The patch: a Run reads only its own results (a Run recorded before replays as it ran).
-        if read.handle not in self._own() and workflow.patched("read-own-results"):
+        if read.handle not in self._own() and self.run.patched("read-own-results"):
             return inline(call, "error", not_found(read.handle))
         outcome = await calls.read_output(read, summary=f"tool {call.name}, turn {turn}")
         return from_outcome(call, outcome)

@@ -12,12 +12,14 @@ A wait that ends without consent (it expired, or the Run was aborted) still call
 flow (its PKCE verifier and client registration) and its index in the token store, so a
 late callback is refused and nothing of it stays behind (if the code arrived at that very
 moment, it is exchanged and the token kept for the Scope's next Run). Runs recorded
-before that ended without the call (patch ``psych-consent-forget``).
+before that ended without the call (patch ``psych-consent-forget``, asked through the Run's
+``patched``: ``RunBase.patched``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -53,8 +55,12 @@ async def await_consent(
     seconds: float,
     run_id: str,
     scope: Scope,
+    patched: Callable[[str], bool],
 ) -> None:
     """Suspend until the callback resumes ``consent``'s item, then have the code exchanged.
+
+    ``patched`` is the Run's ``RunBase.patched`` (asked here only when the wait ends without
+    consent).
 
     Raises:
         Stop: ABANDONED when nobody consents within ``seconds``, ABORTED on an abort (the
@@ -74,7 +80,7 @@ async def await_consent(
             seconds,
         )
     except Stop:
-        if workflow.patched("psych-consent-forget"):
+        if patched("psych-consent-forget"):
             await _forget(authorize)
         raise
     done = await calls.authorize_mcp(authorize)

@@ -58,7 +58,8 @@ ChildHandle = workflow.ChildWorkflowHandle[Any, RunResult]
 
 class RunView(Protocol):
     """What a feature sees of its Run: its input and Spec, the log, the totals, suspending,
-    children, abort. Nothing else of the kernel's state is a feature's to touch."""
+    children, abort, and which of the older patches it takes. Nothing else of the kernel's
+    state is a feature's to touch."""
 
     @property
     def input(self) -> RunInput:
@@ -127,6 +128,11 @@ class RunView(Protocol):
 
     def check_abort(self) -> None:
         """Raise ``Stop`` ABORTED when an abort was asked for."""
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether the Run takes the change of ``patch_id``, a patch older than
+        ``psych-local-resolution-safe`` (``RunBase.patched``): a Run that asked that one
+        takes it without asking; a Run recorded before asks ``workflow.patched``."""
 
     def abort_reason(self) -> str:
         """Why the Run is aborting."""

@@ -73,6 +73,7 @@ class FeatureView(Handlers):
             seconds=self._suspension.approval_expires_seconds,
             run_id=self._input.run_id,
             scope=self._input.scope,
+            patched=self.patched,
         )
 
     @property
