@@ -123,9 +123,9 @@ async def test_a_run_completes_with_a_process_per_role(
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    # Every new Run asks psych-local-resolution-safe at its start, after the fleet's answer.
+    # Every new Run asks the newest start patch (kernel/_patches.py) after the fleet's answer.
     fleet = [] if told else [ROLES_APART_PATCH]
-    assert [patch["id"] for patch in patches] == [*fleet, "psych-local-resolution-safe"]
+    assert [patch["id"] for patch in patches] == [*fleet, "psych-catalog-failure-settles"]
 
 
 @pytest.mark.timeout(300)

@@ -1,8 +1,9 @@
-"""A new Run records one patch marker, ``psych-local-resolution-safe``: the baseline asked
-none (each marker costs two events and a visibility write), and a later change adds one
-only as tests/workflows/histories/README.md, "Compatibility policy", says. That patch is
-asked at every Run's start (workflows/kernel/_deadline.py); it goes when the policy's step
-3 removes it."""
+"""A new Run records one patch marker, the newest of the patches every Run asks at its
+start (``psych-catalog-failure-settles``, which stands for the older
+``psych-local-resolution-safe``: workflows/kernel/_patches.py): the baseline asked none
+(each marker costs two events and a visibility write), and a later change adds one only as
+tests/workflows/histories/README.md, "Compatibility policy", says. It goes when the
+policy's step 3 removes it."""
 
 from __future__ import annotations
 
@@ -55,4 +56,4 @@ async def test_a_new_run_records_only_the_local_resolution_patch(harness: Harnes
         and "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert upserts == [b'["psych-local-resolution-safe"]']
+    assert upserts == [b'["psych-catalog-failure-settles"]']
