@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from psych_runtime.activities.egress._guard import (
         PURPOSE,
         EgressDenied,
+        Purpose,
+        PurposeKind,
         Resolver,
         system_resolver,
     )
@@ -40,6 +42,8 @@ _HOMES = {
     "McpResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "Origin": "psych_runtime.activities.egress._rules",
     "PURPOSE": "psych_runtime.activities.egress._guard",
+    "Purpose": "psych_runtime.activities.egress._guard",
+    "PurposeKind": "psych_runtime.activities.egress._guard",
     "Refusal": "psych_runtime.activities.egress._rules",
     "Resolver": "psych_runtime.activities.egress._guard",
     "ResponseTooLarge": "psych_runtime.activities.egress._bounds",
@@ -71,6 +75,8 @@ __all__ = [
     "McpResponseTooLarge",
     "Origin",
     "PURPOSE",
+    "Purpose",
+    "PurposeKind",
     "Refusal",
     "ResponseTooLarge",
     "Resolver",

@@ -2,7 +2,9 @@
 
 ``Bounded`` wraps an httpx transport (model endpoints, HTTP tools, A2A), ``Bounded2`` an
 httpx2 one (MCP sessions and their OAuth requests); both are where a refused connection of
-a request that named its purpose (``PURPOSE``) is said to be for it. A body declared
+a request that named its purpose (``PURPOSE``) is said to be for it, and where every
+refused connection is told to the port (``denied``: its log line and metric, with that
+purpose). A body declared
 larger is refused before it is read, one that grows past the bound fails as it is read.
 The bound counts
 decoded bytes: bodies are asked for unencoded (``Accept-Encoding: identity``), a gzip or
@@ -197,19 +199,34 @@ async def _bounded(
     )
 
 
-class Bounded(httpx.AsyncBaseTransport):
-    """An httpx transport whose response bodies stop at ``limit`` decoded bytes."""
+Denied = Callable[[EgressDenied], None]
+"""Told of each refused connection, with its request's purpose (the port's log and metric)."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
+
+def _denied(err: EgressDenied, request: Any, denied: Denied | None) -> EgressDenied:
+    told = err.for_purpose(request.extensions.get(PURPOSE))
+    if denied is not None:
+        denied(told)
+    return told
+
+
+class Bounded(httpx.AsyncBaseTransport):
+    """An httpx transport whose response bodies stop at ``limit`` decoded bytes; each
+    refused connection is told to ``denied``."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, limit: int, denied: Denied | None = None
+    ) -> None:
         self.inner = inner
         self.limit = limit
+        self.denied = denied
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.headers["Accept-Encoding"] = "identity"
         try:
             response = await self.inner.handle_async_request(request)
         except EgressDenied as err:
-            raise err.for_purpose(request.extensions.get(PURPOSE)) from None
+            raise _denied(err, request, self.denied) from None
         bounded: httpx.Response = await _bounded(
             httpx, request, response, self.limit, ResponseTooLarge, _Stream
         )
@@ -221,24 +238,27 @@ class Bounded(httpx.AsyncBaseTransport):
 
 class Bounded2(httpx2.AsyncBaseTransport):
     """``Bounded`` for an httpx2 transport; an event stream asked for is passed whole.
-    ``on_refused`` is told of each ``McpResponseTooLarge`` before it is raised."""
+    ``on_refused`` is told of each ``McpResponseTooLarge`` before it is raised, ``denied``
+    of each refused connection."""
 
     def __init__(
         self,
         inner: httpx2.AsyncBaseTransport,
         limit: int,
         on_refused: Callable[[Exception], None] | None = None,
+        denied: Denied | None = None,
     ) -> None:
         self.inner = inner
         self.limit = limit
         self.on_refused = on_refused
+        self.denied = denied
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
         try:
             response = await self.inner.handle_async_request(request)
         except EgressDenied as err:
-            raise err.for_purpose(request.extensions.get(PURPOSE)) from None
+            raise _denied(err, request, self.denied) from None
         # An event stream passes whole only where the request asked for one (a session's
         # stream): a body read whole (an OAuth document, a reply) labelled so is bounded.
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()

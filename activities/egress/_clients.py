@@ -51,8 +51,10 @@ class Egress:
     """The worker's one egress port.
 
     ``operator_hosts`` are the hosts the operator configured (model endpoints): reached
-    with origin ``operator`` whatever their address. ``refused`` counts refusals by rule
-    kind, and ``on_refused`` (the worker's metric) is told of each.
+    with origin ``operator`` whatever their address. Each refusal (``report``) is kept in
+    ``refusals`` (the latest), logged as a warning and counted in the metric
+    ``psych.egress.refused``, by rule kind and, when the request named one (``PURPOSE``),
+    purpose kind.
     """
 
     def __init__(
@@ -76,22 +78,27 @@ class Egress:
             tenant=tenant,
             origin=origin,
             resolver=self.resolver,
-            on_refused=self._refused,
             on_connect=self._connecting,
         )
 
     def _connecting(self, address: str) -> None:
         self.connects += 1
 
-    def _refused(self, refusal: Refusal) -> None:
+    def report(self, denied: EgressDenied) -> None:
+        """Keep, log and count a refusal: a connection this port's clients refused (their
+        transports report each), or a URL refused before any connection to it (an A2A
+        webhook at registration). The log line is ``denied``'s message (what the request
+        was for, the URL or host, the rule); the metric's attributes are the rule's kind
+        and the purpose's kind, never free text."""
+        refusal = denied.refusal
         self.refusals.append(refusal)
         del self.refusals[:-100]  # the latest, for the worker's status; metrics count all
-        _log.warning("%s", refusal.message())
+        _log.warning("%s", denied)
         # Imported here: judging a Spec's URLs (``psych validate``) refuses without
         # connecting, and need not load OpenTelemetry; a worker has loaded it already.
         from psych_runtime.activities.telemetry import egress_refused
 
-        egress_refused(refusal.kind)
+        egress_refused(refusal.kind, None if denied.purpose is None else denied.purpose.kind)
 
     def judge(self, url: str, tenant: str | None) -> Refusal | None:
         """``EgressPolicy.judge`` of this port's policy. Sends nothing."""
@@ -121,7 +128,9 @@ class Egress:
         client = self._clients.get(key)
         if client is None:
             transport = Bounded(
-                _httpx_transport(self.guard(key[0], origin)), self.settings.max_response_bytes
+                _httpx_transport(self.guard(key[0], origin)),
+                self.settings.max_response_bytes,
+                self.report,
             )
             client = httpx.AsyncClient(
                 transport=transport,
@@ -164,7 +173,9 @@ class Egress:
             keepalive_expiry=_KEEPALIVE_SECONDS,
         )
         return httpx2.AsyncClient(
-            transport=Bounded2(transport, self.settings.max_response_bytes, on_refused),
+            transport=Bounded2(
+                transport, self.settings.max_response_bytes, on_refused, self.report
+            ),
             headers=headers,
             timeout=timeout if timeout is not None else httpx2.Timeout(30.0, read=300.0),
             auth=auth,

@@ -15,7 +15,8 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import httpcore
 import httpcore2
@@ -23,10 +24,25 @@ import httpcore2
 from psych_runtime.activities.egress._rules import EgressPolicy, IPAddress, Origin, Refusal
 
 PURPOSE = "psych_egress_purpose"
-"""The request extension naming what a request is for (``"the authorization server of MCP
-server 'crm'"``): the port's transports add it to the refusal of that request, so an error
+"""The request extension naming what a request is for (a ``Purpose``): the port's
+transports add it to the refusal of that request, its log line and its metric, so an error
 met far from where the request was made (inside a library's flow) still says which
 connection of whose it was."""
+
+PurposeKind = Literal["mcp_oauth", "a2a_push"]
+"""What kind of request a ``Purpose`` names (the metric's ``psych.egress.purpose``: a few
+fixed words, never free text): ``mcp_oauth``, an MCP server's OAuth requests (its
+metadata, its authorization server's discovery and token endpoint, the code exchange of a
+person's consent); ``a2a_push``, an A2A push notification to a caller's webhook."""
+
+
+@dataclass(frozen=True)
+class Purpose:
+    """What a request is for: ``said`` in its refusal's message and log line (``"the
+    authorization server of MCP server 'crm'"``), ``kind`` as the metric's attribute."""
+
+    kind: PurposeKind
+    said: str
 
 
 class EgressDenied(Exception):
@@ -34,17 +50,17 @@ class EgressDenied(Exception):
     ``purpose`` what the request was for, when its maker said (``PURPOSE``)."""
 
     def __init__(
-        self, refusal: Refusal, url: str | None = None, purpose: str | None = None
+        self, refusal: Refusal, url: str | None = None, purpose: Purpose | None = None
     ) -> None:
         said = refusal.message(url)
-        super().__init__(said if purpose is None else f"{purpose}: {said}")
+        super().__init__(said if purpose is None else f"{purpose.said}: {said}")
         self.refusal = refusal
         self.purpose = purpose
 
     def for_purpose(self, purpose: object) -> EgressDenied:
         """This refusal naming ``purpose`` (a request's ``PURPOSE``; itself when the
         request named none, or its refusal already names one)."""
-        if not isinstance(purpose, str) or not purpose or self.purpose is not None:
+        if not isinstance(purpose, Purpose) or self.purpose is not None:
             return self
         return EgressDenied(self.refusal, purpose=purpose)
 
@@ -80,7 +96,6 @@ class Guard:
         tenant: str | None,
         origin: Origin,
         resolver: Resolver = system_resolver,
-        on_refused: Callable[[Refusal], None] | None = None,
         on_connect: Callable[[str], None] | None = None,
     ) -> None:
         self.policy = policy
@@ -88,12 +103,6 @@ class Guard:
         self.tenant = tenant
         self.origin = origin
         self.resolver = resolver
-        self.on_refused = on_refused
-
-    def refuse(self, refusal: Refusal) -> EgressDenied:
-        if self.on_refused is not None:
-            self.on_refused(refusal)
-        return EgressDenied(refusal)
 
     async def addresses(self, host: str, port: int) -> list[str]:
         """The addresses of ``host`` this guard allows, in the resolver's order.
@@ -103,7 +112,7 @@ class Guard:
         """
         refusal = self.policy.decide(host, None, tenant=self.tenant, origin=self.origin)
         if refusal is not None:
-            raise self.refuse(refusal)
+            raise EgressDenied(refusal)
         try:
             literal: IPAddress | None = ipaddress.ip_address(host.strip("[]"))
         except ValueError:
@@ -122,7 +131,7 @@ class Guard:
         if not allowed:
             if first is None:
                 raise OSError(f"{host} resolved to no address")
-            raise self.refuse(first)
+            raise EgressDenied(first)
         return allowed
 
     async def connect(
@@ -180,9 +189,7 @@ class _Backend:
         timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
         socket_options: Iterable[Any] | None = None,
     ) -> Any:
-        raise self.guard.refuse(
-            Refusal(path, None, "unix sockets are never reachable", "unix_socket")
-        )
+        raise EgressDenied(Refusal(path, None, "unix sockets are never reachable", "unix_socket"))
 
     async def sleep(self, seconds: float) -> None:
         await self.inner.sleep(seconds)

@@ -50,7 +50,7 @@ from mcp.shared.auth import (
 from pydantic import BaseModel
 from temporalio import activity
 
-from psych_runtime.activities.egress import PURPOSE, EgressDenied
+from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -429,10 +429,10 @@ async def exchange(
         await unsealed(store).delete(arrived_at)
 
 
-def _purpose(flow: Flow) -> str:
+def _purpose(flow: Flow) -> Purpose:
     """What the exchange's token request is for, as a refusal of it names it."""
     server = repr(flow.server) if flow.server is not None else f"at {flow.server_url}"
-    return f"the authorization server of MCP server {server}"
+    return Purpose("mcp_oauth", f"the authorization server of MCP server {server}")
 
 
 async def deliver_authorization(

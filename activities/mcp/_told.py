@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable
 
 import httpx2
 
-from psych_runtime.activities.egress import PURPOSE
+from psych_runtime.activities.egress import PURPOSE, Purpose
 
 
 class OAuthFailed(Exception):
@@ -81,8 +81,10 @@ class ForServer(httpx2.Auth):
             await flow.aclose()
 
 
-def oauth_purpose(server: str, request: httpx2.Request) -> str:
+def oauth_purpose(server: str, request: httpx2.Request) -> Purpose:
     """What an OAuth request of MCP server ``server`` is for, as a refusal names it."""
     if request.url.path.startswith("/.well-known/oauth-protected-resource"):
-        return f"the OAuth protected-resource metadata of MCP server {server!r}"
-    return f"the authorization server of MCP server {server!r}"
+        return Purpose(
+            "mcp_oauth", f"the OAuth protected-resource metadata of MCP server {server!r}"
+        )
+    return Purpose("mcp_oauth", f"the authorization server of MCP server {server!r}")

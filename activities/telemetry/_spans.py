@@ -126,16 +126,23 @@ def instrument(
         egress_refusals=meter.create_counter(
             "psych.egress.refused",
             unit="{connection}",
-            description="Connections the egress policy refused, by psych.egress.rule.",
+            description=(
+                "Connections the egress policy refused, by psych.egress.rule and (when "
+                "the request named it) psych.egress.purpose."
+            ),
         ),
         content=content,
     )
 
 
-def egress_refused(kind: str) -> None:
-    """Count one connection the egress policy refused (``kind``: the rule's kind)."""
+def egress_refused(kind: str, purpose: str | None = None) -> None:
+    """Count one connection the egress policy refused (``kind``: the rule's kind;
+    ``purpose``: the kind of request it was, when its maker said, ``PurposeKind``)."""
     if _installed is not None:
-        _installed.egress_refusals.add(1, {"psych.egress.rule": kind})
+        attributes = {"psych.egress.rule": kind}
+        if purpose is not None:
+            attributes["psych.egress.purpose"] = purpose
+        _installed.egress_refusals.add(1, attributes)
 
 
 def uninstrument() -> None:

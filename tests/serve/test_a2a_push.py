@@ -12,7 +12,7 @@ import asyncio
 import functools
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,9 +22,12 @@ import pytest
 from a2a.server.events.event_queue import Event
 from a2a.types import Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.converter import DataConverter
 
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
+from psych_runtime.activities.telemetry import instrument, uninstrument
 from psych_runtime.activities.tokens import LocalTokenStore, TenantSealedTokens, TokenKey
 from psych_runtime.specs import Scope
 from psych_runtime.workers import Key, Keyring, PsychCodec
@@ -303,7 +306,9 @@ async def test_a_webhook_registered_while_the_end_is_pushed_gets_it_before_it_go
     posted: list[tuple[str, str]] = []
     end = Task(id="run-late")
 
-    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+    async def post(
+        _http: object, _tenant: str, made: TaskPushNotificationConfig, body: dict[str, Any]
+    ) -> None:
         posted.append((made.id, next(iter(body))))
         if made.id == "first":  # the caller's second webhook lands while the end is pushed
             await pushes.store.change(SCOPE.tenant, "run-late", add("second"))
@@ -413,7 +418,9 @@ class TwoProcesses:
         self.posted: list[str] = []
         self.release = asyncio.Event()
 
-        async def post(_: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        async def post(
+            _: object, _tenant: str, made: TaskPushNotificationConfig, body: dict[str, Any]
+        ) -> None:
             self.posted.append(made.id)
 
         self.one._post = self.two._post = post  # type: ignore[method-assign,assignment]
@@ -486,7 +493,9 @@ async def test_an_ended_watcher_leaves_the_index_entry_of_a_new_one_here() -> No
     pushes = registry(tokens)
     again = Forever()
 
-    async def post(_http: object, made: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+    async def post(
+        _http: object, _tenant: str, made: TaskPushNotificationConfig, body: dict[str, Any]
+    ) -> None:
         if made.id == "first":  # a webhook lands while the end is pushed: it gets it late
             await pushes.store.change(SCOPE.tenant, "run-1", add("late"))
         if made.id == "late":  # the watcher has ended: a registration here starts a new one
@@ -542,21 +551,48 @@ async def test_a_webhook_that_drips_its_answer_is_given_up_on_within_the_bound()
     try:
         async with dripping(head=True) as url, httpx.AsyncClient() as http:
             started = loop.time()
-            await registry._post(http, config(f"{url}/hook"), {"x": 1})
+            await registry._post(http, "acme", config(f"{url}/hook"), {"x": 1})
             took = loop.time() - started
     finally:
         await registry.aclose()
     assert took < 2.0  # 0.5 s and the scheduling around it; ~10 s without the bound
 
 
+@pytest.fixture
+def refusals() -> Iterator[InMemoryMetricReader]:
+    """The activities' metrics (``psych.egress.refused`` among them), read locally."""
+    reader = InMemoryMetricReader()
+    instrument(tracer_provider=None, meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        yield reader
+    finally:
+        uninstrument()
+
+
+def counted_refusals(reader: InMemoryMetricReader) -> list[tuple[dict[str, Any], Any]]:
+    """Each data point of ``psych.egress.refused``: its attributes and its count."""
+    data = reader.get_metrics_data()
+    assert data is not None
+    return [
+        (dict(p.attributes or {}), getattr(p, "value", None))
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        if m.name == "psych.egress.refused"
+        for p in m.data.data_points
+    ]
+
+
 async def test_a_name_resolving_to_a_refused_address_is_refused_at_registration_and_delivery(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, refusals: InMemoryMetricReader
 ) -> None:
     """A name the policy allows that resolves to the cloud metadata address is refused at
     registration (the A2A error names the host, the address and the rule); a
     configuration already kept under that name (registered when it resolved elsewhere, or
     by a process with other rules) is refused at delivery, by the address the connection
     would reach: nothing is sent there, while the task's other webhook gets the update.
+    Both refusals are logged by the egress port naming what the request was for, and
+    counted in ``psych.egress.refused`` by rule and purpose kind (``a2a_push``).
     Only loopback is ever connected to (the test's resolver answers the names)."""
     names = {"metadata.test": ["169.254.169.254"], "hooks.test": ["127.0.0.1"]}
 
@@ -606,7 +642,15 @@ async def test_a_name_resolving_to_a_refused_address_is_refused_at_registration_
             await pushes.aclose()
     assert [r.path for r in hook.requests] == ["/hook"]
     assert port.connects == 1  # the loopback webhook only
-    assert [(r.host, r.address, r.kind) for r in port.refusals] == [
-        ("metadata.test", "169.254.169.254", "link-local")
-    ]
+    refused = ("metadata.test", "169.254.169.254", "link-local")
+    assert [(r.host, r.address, r.kind) for r in port.refusals] == [refused, refused]
     assert "push notification to http://metadata.test/hook failed: egress refused" in caplog.text
+    purpose = "an A2A push notification webhook of tenant 'acme'"
+    logged = [r.getMessage() for r in caplog.records if r.name.endswith("egress._clients")]
+    assert [line.split(" (")[0] for line in logged] == [
+        f"{purpose}: egress refused: http://metadata.test/hook",  # at registration
+        f"{purpose}: egress refused: metadata.test",  # at delivery
+    ]
+    assert counted_refusals(refusals) == [
+        ({"psych.egress.rule": "link-local", "psych.egress.purpose": "a2a_push"}, 2)
+    ]

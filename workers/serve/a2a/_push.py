@@ -54,7 +54,7 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
-from psych_runtime.activities.egress import Egress, EgressDenied, EgressSettings
+from psych_runtime.activities.egress import PURPOSE, Egress, EgressDenied, EgressSettings, Purpose
 from psych_runtime.specs import Scope
 from psych_runtime.workers._settings import worker_egress
 from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore, Watched
@@ -90,6 +90,11 @@ def _without(ids: set[str], configs: dict[str, TaskPushNotificationConfig]) -> b
     for config_id in ids:
         configs.pop(config_id, None)
     return True
+
+
+def _purpose(tenant: str) -> Purpose:
+    """What a webhook's requests are for, as the egress port's refusals name them."""
+    return Purpose("a2a_push", f"an A2A push notification webhook of tenant {tenant!r}")
 
 
 def _egress() -> Egress:
@@ -275,7 +280,8 @@ class PushRegistry:
         for the caller's tenant: by its host's name and an address literal, then by the
         addresses its name resolves to (a lookup that fails or takes longer than
         ``timeout_seconds`` refuses nothing here: delivery judges the address it connects
-        to, whatever the name resolves to then).
+        to, whatever the name resolves to then). A refusal is logged and counted as the
+        port's refusals of a connection are (``Egress.report``), its purpose ``a2a_push``.
 
         Raises:
             InvalidParamsError: naming what is wrong.
@@ -289,6 +295,7 @@ class PushRegistry:
             except TimeoutError:
                 refusal = None
         if refusal is not None:
+            self.egress.report(EgressDenied(refusal, url, _purpose(scope.tenant)))
             raise InvalidParamsError(f"push notification url: {refusal.message(url)}")
 
     async def get(
@@ -359,7 +366,9 @@ class PushRegistry:
                 late = {config_id: c for config_id, c in configs.items() if config_id not in sent}
                 if late:
                     body = MessageToDict(to_stream_response(event))
-                    await asyncio.gather(*(self._post(http, c, body) for c in late.values()))
+                    await asyncio.gather(
+                        *(self._post(http, key[0], c, body) for c in late.values())
+                    )
                     sent.update(late)
             await self.store.change(*key, functools.partial(_without, set(configs)))
 
@@ -399,11 +408,17 @@ class PushRegistry:
         body = MessageToDict(to_stream_response(event))
         # Read at each event: a webhook registered at another process counts too.
         configs = await self.store.configs(*key)
-        await asyncio.gather(*(self._post(http, config, body) for config in configs.values()))
+        await asyncio.gather(
+            *(self._post(http, key[0], config, body) for config in configs.values())
+        )
         return set(configs)
 
     async def _post(
-        self, http: httpx.AsyncClient, config: TaskPushNotificationConfig, body: dict[str, Any]
+        self,
+        http: httpx.AsyncClient,
+        tenant: str,
+        config: TaskPushNotificationConfig,
+        body: dict[str, Any],
     ) -> None:
         headers: dict[str, str] = {}
         if config.token:
@@ -427,6 +442,7 @@ class PushRegistry:
                     headers=headers,
                     timeout=self.timeout_seconds,
                     follow_redirects=False,
+                    extensions={PURPOSE: _purpose(tenant)},
                 ) as response,
             ):
                 status = response.status_code
@@ -440,5 +456,8 @@ class PushRegistry:
                 config.url,
                 self.timeout_seconds,
             )
-        except (httpx.HTTPError, EgressDenied) as err:
+        except EgressDenied as err:  # the port logged what it was for
+            said = err.refusal.message()
+            logger.warning("push notification to %s failed: %s", config.url, said)
+        except httpx.HTTPError as err:
             logger.warning("push notification to %s failed: %s", config.url, err)
