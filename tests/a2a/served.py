@@ -34,5 +34,4 @@ async def serve_app(
         yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     finally:
         server.should_exit = True
-        await task
-        await app.state.a2a_pushes.aclose()
+        await task  # its shutdown closes its push registry

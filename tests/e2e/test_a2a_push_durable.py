@@ -67,8 +67,7 @@ async def serving(
         yield f"http://127.0.0.1:{port}", app
     finally:
         server.should_exit = True
-        await task
-        await app.state.a2a_pushes.aclose()
+        await task  # its shutdown closes its push registry
 
 
 def states(webhook: CountingServer) -> list[str]:

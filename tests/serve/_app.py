@@ -1,13 +1,17 @@
 """The API under test without a Temporal server: a lazy client never connects, so only
-routes that answer before any Temporal call (auth, bounds, specs, refusals) are driven."""
+routes that answer before any Temporal call (auth, bounds, specs, refusals) are driven;
+through httpx's ASGI transport (``api``) or a real uvicorn on loopback (``served``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import uvicorn
+from fastapi import FastAPI
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -46,3 +50,30 @@ async def api(
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@asynccontextmanager
+async def served(
+    home: Path, *, max_body_bytes: int = 64 * 1024, push_tokens: TokenStore | None = None
+) -> AsyncIterator[tuple[str, FastAPI]]:
+    """The app under a real uvicorn on 127.0.0.1 (a free port), with the acme and globex
+    API keys: its base URL and the app. Stopped after the block."""
+    temporal = await Client.connect(
+        "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = PsychClient(temporal, store=FileVersionStore(home / "versions"))
+    settings = ServeSettings(
+        client, AuthSettings(KEYS), max_body_bytes=max_body_bytes, push_tokens=push_tokens
+    )
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", app
+    finally:
+        server.should_exit = True
+        await task

@@ -191,11 +191,9 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    try:
-        await server.serve()
-    finally:
-        # Its tasks' push notifications are left for the next process to take over.
-        await app.state.a2a_pushes.aclose()
+    # Its shutdown (the app's lifespan) closes the push registry: its tasks' push
+    # notifications are left for the next process to take over.
+    await server.serve()
     return 0
 
 

@@ -3,11 +3,16 @@
 Every ``/v1`` route authenticates the caller (``Authenticator``: the Scope comes from the
 credential, never from the request) and makes one PsychClient call with that Scope.
 Mountable in a company's own app (``company.mount("/psych", create_app(settings))``): it
-needs no lifespan of its own, so it works where a mounted app's lifespan is not run.
+needs no lifespan to serve (it starts nothing at startup), so it works where a mounted
+app's lifespan is not run. Its lifespan's shutdown closes what the app made (the A2A push
+registry, ``app.state.a2a_pushes``); an app that mounts it, whose lifespan Starlette does
+not run for its mounts, closes that registry at its own shutdown.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -58,28 +63,37 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return who.scope
 
     context = ApiContext(settings.client, settings, caller, identity)
+    store = PushStore(
+        settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
+    )
+    lease = settings.push_lease_seconds
+    pushes = (
+        PushRegistry(store=store, lease_seconds=lease)  # the environment's and file's rules
+        if settings.egress is None
+        else PushRegistry(store=store, lease_seconds=lease, egress=Egress(settings.egress))
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        # The app made the registry, so its shutdown closes it: another process takes its
+        # tasks' push notifications over at once.
+        await pushes.aclose()
+
     app = FastAPI(
         title="psych-runtime",
         summary="Publish Specs and drive durable agent and workflow Runs.",
         version="1",
+        lifespan=lifespan,
     )
+    # Where an app that mounts this one (its lifespan not run) finds it to close it.
+    app.state.a2a_pushes = pushes
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(spec_routes(context))
     app.include_router(run_routes(context))
     app.include_router(action_routes(context))
     app.router.routes.append(console_routes())
-    # Kept on the app: whoever runs it closes it when the server stops (``psych serve``
-    # does), so another process takes its tasks' push notifications over at once.
-    store = PushStore(
-        settings.push_tokens if settings.push_tokens is not None else MemoryTokenStore()
-    )
-    lease = settings.push_lease_seconds
-    app.state.a2a_pushes = pushes = (
-        PushRegistry(store=store, lease_seconds=lease)  # the environment's and file's rules
-        if settings.egress is None
-        else PushRegistry(store=store, lease_seconds=lease, egress=Egress(settings.egress))
-    )
     if settings.tokens is not None:
         app.router.routes.append(oauth_callback_route(settings.client, settings.tokens))
     app.router.routes.append(

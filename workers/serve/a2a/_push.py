@@ -372,9 +372,16 @@ class PushRegistry:
                     sent.update(late)
             await self.store.change(*key, functools.partial(_without, set(configs)))
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose`` ran: no watcher starts any more."""
+        return self._closed
+
     async def aclose(self) -> None:
         """Stop this process's watchers, leaving their tasks for another process (or this
-        server restarted) to take over."""
+        server restarted) to take over. Once closed, nothing more to do."""
+        if self._closed:
+            return
         looking = self._looking
         if looking is not None:  # a take-over under way stops here
             looking.cancel()

@@ -32,14 +32,12 @@ from starlette.routing import Mount, Route, Router
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.workers.serve._auth import Caller, Unauthorized
 from psych_runtime.workers.serve._problems import problem, problem_for
 from psych_runtime.workers.serve.a2a._calls import AGENT_KEY, CALLER_KEY
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue, agent_card
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
 from psych_runtime.workers.serve.a2a._push import PushRegistry
-from psych_runtime.workers.serve.a2a._push_store import MemoryTokenStore, PushStore
 from psych_runtime.workflows import PsychClient
 
 A2A_PREFIX = "/a2a"
@@ -99,10 +97,7 @@ def a2a_routes(
     *,
     jwt: bool,
     query_timeout: timedelta,
-    push_timeout_seconds: float = 10.0,
-    push_tokens: TokenStore | None = None,
-    push_lease_seconds: float = 30.0,
-    pushes: PushRegistry | None = None,
+    pushes: PushRegistry,
 ) -> Mount:
     """The mount serving the agents of ``client.store`` (see the module docstring).
 
@@ -112,22 +107,11 @@ def a2a_routes(
             credential's expiry ends the streams it opens).
         jwt: whether JWTs are accepted (the cards' bearer scheme says so).
         query_timeout: how long a read waits for a Run's worker.
-        push_timeout_seconds: the bound on each push notification request.
-        push_tokens: where push notification configurations are kept, shared by every
-            process given the same store and kept across restarts (None: in this
-            process's memory).
-        push_lease_seconds: how long a process's silence about a task it delivers lasts
-            before another process takes the task over (``PushRegistry.lease_seconds``).
-        pushes: the registry to use instead (its own store and lease); the caller closes
-            it (``aclose``) when the server stops.
+        pushes: the push notification registry (its store, lease and egress port). Its
+            maker closes it (``aclose``) when the server stops: the mount makes nothing it
+            could not close (``create_app`` closes the one it makes at the app's shutdown).
     """
     catalogue = AgentCatalogue(client.store)
-    if pushes is None:
-        pushes = PushRegistry(
-            timeout_seconds=push_timeout_seconds,
-            store=PushStore(push_tokens if push_tokens is not None else MemoryTokenStore()),
-            lease_seconds=push_lease_seconds,
-        )
     handler = PsychRequestHandler(client, catalogue, pushes, query_timeout=query_timeout)
     builder = _CallContext()
 
