@@ -17,6 +17,7 @@ import pytest
 from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.serve import SMALL_BODY_BYTES
 from psych_runtime.workflows import Resumed, RunStatus
 from tests.a2a.peer import serve_peer
 from tests.a2a.served import serve_app
@@ -88,9 +89,9 @@ async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness)
                 elsewhere = await http.post(
                     f"{base}/a2a-push/globex/{push_id}", json=body, headers=token
                 )
-                # Bounded by the app's body limit (4 MiB): a body declared larger is
-                # refused before any of it is read.
-                large = await declared(sent.push_url, 4 * 1024 * 1024 + 1, token)
+                # Bounded far below the app's body limit (a peer pushes a task's state):
+                # a body declared larger is refused before any of it is read.
+                large = await declared(sent.push_url, SMALL_BODY_BYTES + 1, token)
                 # Nesting past the JSON decoder's depth is a 400 naming it, not a 500.
                 deep = await http.post(
                     sent.push_url, content=b"[" * 100_000 + b"]" * 100_000, headers=token

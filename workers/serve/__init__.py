@@ -22,6 +22,7 @@ from psych_runtime.workers.serve._events import (
     parse_event_id,
     run_events,
 )
+from psych_runtime.workers.serve._limits import SMALL_BODY_BYTES
 from psych_runtime.workers.serve._settings import (
     DEFAULT_MAX_BODY_BYTES,
     ServeSection,
@@ -39,6 +40,7 @@ __all__ = [
     "EventPosition",
     "JwtSettings",
     "NotPublisher",
+    "SMALL_BODY_BYTES",
     "ServeSection",
     "ServeSettings",
     "Unauthorized",

@@ -11,20 +11,24 @@ not run for its mounts, closes that registry at its own shutdown.
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.specs import Scope
 from psych_runtime.workers._oauth_callback import oauth_callback_route
-from psych_runtime.workers.serve._auth import Authenticator, Caller
+from psych_runtime.workers.serve._auth import Authenticator, Caller, Unauthorized
 from psych_runtime.workers.serve._context import ApiContext
-from psych_runtime.workers.serve._limits import BodyLimit
-from psych_runtime.workers.serve._problems import install_problem_handlers
+from psych_runtime.workers.serve._limits import SMALL_BODY_BYTES, BodyLimit, RouteBound, route_path
+from psych_runtime.workers.serve._problems import install_problem_handlers, problem_for
 from psych_runtime.workers.serve._run_actions import action_routes
 from psych_runtime.workers.serve._run_routes import run_routes
 from psych_runtime.workers.serve._settings import ServeSettings
@@ -39,6 +43,41 @@ from psych_runtime.workers.serve.a2a import (
 from psych_runtime.workers.serve.console import console_routes
 
 _BEARER = HTTPBearer(auto_error=False, description="an API key or a JWT the operator accepts")
+
+_CALLER = "psych.serve.caller"
+"""Where ``_AuthenticatedFirst`` keeps the caller in the request's ASGI scope."""
+
+_SMALL_BODIES = (
+    RouteBound(re.compile(r"/v1/runs/[^/]+/(approve|deny|answer|abort|steer)"), SMALL_BODY_BYTES),
+    RouteBound(re.compile(r"/a2a-push/[^/]+/[^/]+"), SMALL_BODY_BYTES),  # PEER_PUSH_PATH
+)
+"""The routes whose bodies are bounded by ``SMALL_BODY_BYTES`` rather than the app's
+``max_body_bytes`` (a Run's ``complete`` is not: its payload is an external system's)."""
+
+
+class _AuthenticatedFirst:
+    """ASGI middleware: a ``/v1`` request with a body is authenticated before its body is
+    read (FastAPI reads a route's body before it solves its dependencies, the caller
+    among them), so an unauthenticated one is refused 401 unread; the caller is kept in
+    the scope for the route's dependency. (The A2A bindings authenticate before they read
+    as it is, and the peer push route checks its token first.)"""
+
+    def __init__(self, app: ASGIApp, caller_for: Callable[[str | None], Awaitable[Caller]]):
+        self.app = app
+        self.caller_for = caller_for
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] not in ("GET", "HEAD", "OPTIONS")
+            and route_path(scope).startswith("/v1/")
+        ):
+            try:
+                scope[_CALLER] = await self.caller_for(Headers(scope=scope).get("authorization"))
+            except Unauthorized as err:
+                await problem_for(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -57,6 +96,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
     ) -> Caller:
         # HTTPBearer declares the scheme in the OpenAPI document; the header itself is
         # read here, so a malformed one is answered with what is wrong with it.
+        known = request.scope.get(_CALLER)  # authenticated before the body was read
+        if isinstance(known, Caller):
+            return known
         return await authenticator.caller_for(request.headers.get("authorization"))
 
     async def caller(who: Annotated[Caller, Depends(identity)]) -> Scope:
@@ -89,7 +131,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
     # Where an app that mounts this one (its lifespan not run) finds it to close it.
     app.state.a2a_pushes = pushes
     install_problem_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # The last added runs first: a body's bound is judged before its caller is.
+    app.add_middleware(_AuthenticatedFirst, caller_for=authenticator.caller_for)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=_SMALL_BODIES)
     app.include_router(spec_routes(context))
     app.include_router(run_routes(context))
     app.include_router(action_routes(context))

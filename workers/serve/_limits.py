@@ -1,74 +1,142 @@
-"""Request bodies are bounded: past ``max_bytes`` the answer is a 413 problem.
+"""Request bodies are bounded, and read only by the route they are for.
 
-An ASGI middleware, so it holds for every route and for an app mounted in another: a
-declared ``Content-Length`` over the bound is refused before anything is read; a body sent
-without one (chunked) is read up to the bound and refused as soon as it passes it. The
-body is then handed to the app from memory, so no route ever reads past the bound.
+``BodyLimit`` is an ASGI middleware, so it holds for every route and for an app mounted in
+another:
+
+- A request's bound is the app's ``max_bytes``, or a smaller one for the routes that take
+  small bodies (``RouteBound``, matched on the path under the app; ``create_app`` gives
+  them: ``SMALL_BODY_BYTES``).
+- A declared ``Content-Length`` over the bound is a 413 problem before anything is read.
+- Otherwise the body is passed to the app as it arrives, never buffered here, and counted:
+  once it passes the bound the 413 is sent, and the app's reading ends (it is told the
+  client left; what it would still send is dropped). A route that checks its credential
+  before it reads (a header) thus refuses an unauthenticated request unread.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from psych_runtime.workers.serve._problems import PROBLEM_JSON, problem_type
+
+SMALL_BODY_BYTES = 256 * 1024
+"""The bound of routes that take a few fields and a person's text (a Run's approve, deny,
+answer, abort and steer) or a peer's push (a task's state): far below the app's bound,
+which makes room for a Spec document."""
+
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class RouteBound:
+    """A smaller bound for the routes whose path under the app matches ``path``."""
+
+    path: re.Pattern[str]
+    max_bytes: int
 
 
 class BodyLimit:
     """The middleware (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[RouteBound] = ()) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_body_bytes must be at least 1, not {max_bytes}")
         self.app = app
         self.max_bytes = max_bytes
+        self.routes = tuple(routes)
+
+    def bound(self, scope: Scope) -> int:
+        """The bound of this request's body."""
+        path = route_path(scope)
+        for route in self.routes:
+            if route.path.fullmatch(path):
+                return min(route.max_bytes, self.max_bytes)
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http" or scope["method"] in _BODILESS:
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            await self._refuse(send, f"the body declares {declared} bytes")
+        await _Exchange(scope, receive, send, self.bound(scope)).run(self.app)
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path under the app (without the path the app is mounted at)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
+
+
+class _Exchange:
+    """One request's body, counted as the app reads it, and its answer."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, bound: int) -> None:
+        self.scope, self.receive, self.send, self.bound = scope, receive, send, bound
+        headers = dict(scope.get("headers", ()))
+        self.declared = _content_length(headers.get(b"content-length"))
+        self.received = 0
+        self.over = False
+        """Whether the body passed the bound: the app reads no more of it."""
+        self.refused = False
+        """Whether the 413 was sent: the app's answer is dropped."""
+        self.started = False
+
+    async def run(self, app: ASGIApp) -> None:
+        if self.declared is not None and self.declared > self.bound:
+            await self.refuse(f"the body declares {self.declared} bytes")
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send, f"the body is over {self.max_bytes} bytes")
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        sent = False
+        try:
+            await app(self.scope, self.read, self.answer)
+        except ClientDisconnect:
+            if not self.refused:
+                raise
+            # The disconnect this middleware told the app of, once it had answered 413:
+            # a route that let it through has nothing left to answer.
 
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+    async def read(self) -> Message:
+        """The app's ``receive``: the body as it arrives, until it passes the bound."""
+        if self.over:
+            return {"type": "http.disconnect"}
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.bound:
+                await self.refuse(f"the body is over {self.bound} bytes")
+                return {"type": "http.disconnect"}
+        return message
 
-        await self.app(scope, replay, send)
+    async def answer(self, message: Message) -> None:
+        """The app's ``send``: dropped once refused."""
+        if self.refused:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
 
-    async def _refuse(self, send: Send, why: str) -> None:
+    async def refuse(self, why: str) -> None:
+        """Answer 413 (unless the app already started answering: then it reads no more)."""
+        self.over = True
+        if self.started:
+            return
+        self.refused = True
         body = json.dumps(
             {
                 "type": problem_type(413, "too-large"),
                 "title": "Request too large",
                 "status": 413,
-                "detail": f"{why}; at most {self.max_bytes} bytes are accepted",
-                "max_bytes": self.max_bytes,
+                "detail": f"{why}; at most {self.bound} bytes are accepted",
+                "max_bytes": self.bound,
             }
         ).encode()
-        await send(
+        await self.send(
             {
                 "type": "http.response.start",
                 "status": 413,
@@ -79,14 +147,13 @@ class BodyLimit:
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await self.send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+def _content_length(value: bytes | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -43,7 +43,8 @@ class ServeSettings:
         client: the PsychClient every call goes through (its version store, task queue
             and registry are the API's).
         auth: the credentials accepted (API keys and/or JWTs; at least one).
-        max_body_bytes: the largest request body accepted (larger: 413).
+        max_body_bytes: the largest request body accepted (larger: 413); routes that take
+            small bodies accept at most ``SMALL_BODY_BYTES`` (256 KiB) below it.
         keepalive_seconds: how often an idle event stream sends a comment.
         query_timeout_seconds: how long status, report, transcript and records wait for
             the Run's worker to answer (then 503).

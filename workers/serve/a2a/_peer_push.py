@@ -4,8 +4,9 @@ this fleet waits on (``A2aSettings.push_url`` points here).
 The id names a registration a worker kept in the fleet's TokenStore (``PeerPush``: the
 Run, the peer, a secret) under the Run's tenant; a push must carry that secret as
 ``X-A2A-Notification-Token`` (compared in constant time), else it is refused (403, as an
-unknown id or another tenant's path is) and nothing happens. Its body is bounded by the
-app's ``max_body_bytes`` (413 past it, before it is read) and must be a
+unknown id or another tenant's path is) before its body is read, and nothing happens. Its
+body is bounded by ``SMALL_BODY_BYTES`` (256 KiB: a task's state, and the app's
+``max_body_bytes`` if smaller; 413 past it, before it is read when declared) and must be a
 ``StreamResponse`` (else 400, a body nested past the JSON decoder's depth included).
 An accepted push of a task that ended or waits for its caller completes the Run's wait on
 ``a2a:<peer>:<task id>`` with ``{"a2a_pushed": <task id>}``: the Run then reads the task
