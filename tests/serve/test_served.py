@@ -1,9 +1,11 @@
 """The app under a real uvicorn on loopback: what it made is closed when it stops; bodies
-are bounded, and a request its headers refuse is refused before its body is read."""
+are bounded, and a request its headers refuse is refused before its body is read, its
+client getting the answer (not a reset connection)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -95,3 +97,58 @@ async def test_a_request_is_refused_before_its_body_is_read_when_its_headers_dec
         "approve": "HTTP/1.1 413 Request Entity Too Large",
         "peer push": "HTTP/1.1 413 Request Entity Too Large",
     }
+
+
+async def test_a_client_sending_past_the_bound_gets_the_413_then_the_connection_closes(
+    tmp_path: Path,
+) -> None:
+    """An HTTP/1.1 client sends its whole body before it reads the answer: the server
+    reads the rest of a refused body (and throws it away) so the client gets the 413
+    problem rather than a reset connection, then closes the connection."""
+    bound = 64 * 1024
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for _ in range(64):  # 1 MiB, no Content-Length
+            yield b"x" * (16 * 1024)
+
+    json_headers = {**bearer(ACME_KEY), "content-type": "application/json"}
+    async with served(tmp_path, max_body_bytes=bound) as (base, _):
+        async with httpx.AsyncClient() as http:
+            streamed = await http.post(
+                f"{base}/v1/validate", content=chunked(), headers=json_headers
+            )
+            declared = await http.post(
+                f"{base}/v1/validate", content=b"x" * (1024 * 1024), headers=json_headers
+            )
+        # The same on the wire: every byte sent, then the answer, then the end.
+        host, port = base.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            head = [
+                "POST /v1/validate HTTP/1.1",
+                f"Host: {host}:{port}",
+                f"Authorization: Bearer {ACME_KEY}",
+                "Content-Type: application/json",
+                "Transfer-Encoding: chunked",
+                "",
+                "",
+            ]
+            writer.write("\r\n".join(head).encode())
+            async for chunk in chunked():
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            wire = await asyncio.wait_for(reader.read(), timeout=10)  # to the end: closed
+        finally:
+            writer.close()
+    for answer in (streamed, declared):
+        assert answer.status_code == 413, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.headers["connection"] == "close"
+        assert answer.json()["max_bytes"] == bound
+    assert f"over {bound} bytes" in streamed.json()["detail"]
+    assert "declares 1048576 bytes" in declared.json()["detail"]
+    status, _, rest = wire.partition(b"\r\n")
+    assert status == b"HTTP/1.1 413 Request Entity Too Large"
+    assert rest.endswith(b'"max_bytes": 65536}')

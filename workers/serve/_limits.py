@@ -11,10 +11,18 @@ another:
   once it passes the bound the 413 is sent, and the app's reading ends (it is told the
   client left; what it would still send is dropped). A route that checks its credential
   before it reads (a header) thus refuses an unauthenticated request unread.
+- An answer sent before the request's body was all received (a 413, or a route's refusal
+  before reading) carries ``Connection: close``, and the rest of the body is read and
+  thrown away, at most ``LINGER_BYTES`` within ``LINGER_SECONDS``, before the answer ends:
+  an HTTP/1.1 client sends its whole body before it reads the answer, and a server that
+  closes a connection with bytes still unread resets it (TCP RST), which loses the answer
+  in the client's buffer. A client that sends more than that is cut off all the same.
+  A client waiting for ``100 Continue`` is never asked for its body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Sequence
@@ -29,6 +37,12 @@ SMALL_BODY_BYTES = 256 * 1024
 """The bound of routes that take a few fields and a person's text (a Run's approve, deny,
 answer, abort and steer) or a peer's push (a task's state): far below the app's bound,
 which makes room for a Spec document."""
+
+LINGER_BYTES = 4 * 1024 * 1024
+"""The most of a refused body's rest read (and thrown away) so its client gets the answer."""
+
+LINGER_SECONDS = 5.0
+"""How long the rest of a refused body is read at most."""
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -82,7 +96,13 @@ class _Exchange:
         self.scope, self.receive, self.send, self.bound = scope, receive, send, bound
         headers = dict(scope.get("headers", ()))
         self.declared = _content_length(headers.get(b"content-length"))
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         self.received = 0
+        self.complete = self.declared == 0 or (self.declared is None and not chunked)
+        """Whether the whole body has been received."""
+        self.continuing = headers.get(b"expect", b"").lower() == b"100-continue"
+        """Whether the client waits for ``100 Continue`` before it sends its body (until
+        the body is first asked for, which makes the server send it)."""
         self.over = False
         """Whether the body passed the bound: the app reads no more of it."""
         self.refused = False
@@ -106,19 +126,37 @@ class _Exchange:
         if self.over:
             return {"type": "http.disconnect"}
         message = await self.receive()
+        self.continuing = False
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.complete = True
             if self.received > self.bound:
                 await self.refuse(f"the body is over {self.bound} bytes")
                 return {"type": "http.disconnect"}
         return message
 
     async def answer(self, message: Message) -> None:
-        """The app's ``send``: dropped once refused."""
+        """The app's ``send``: dropped once refused; an answer sent before the body was
+        all received closes the connection, once the body's rest was read."""
         if self.refused:
             return
         if message["type"] == "http.response.start":
             self.started = True
+            if not self.complete:
+                headers = [
+                    (k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"
+                ]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        elif (
+            message["type"] == "http.response.body"
+            and not message.get("more_body", False)
+            and not self.complete
+        ):
+            await self.send({**message, "more_body": True})
+            await self.linger()
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         await self.send(message)
 
     async def refuse(self, why: str) -> None:
@@ -147,7 +185,26 @@ class _Exchange:
                 ],
             }
         )
-        await self.send({"type": "http.response.body", "body": body})
+        await self.send({"type": "http.response.body", "body": body, "more_body": True})
+        await self.linger()
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def linger(self) -> None:
+        """Read and throw away the body's rest (see the module docstring)."""
+        if self.continuing:
+            return  # the client has sent nothing, and waits for this answer
+        deadline = asyncio.get_running_loop().time() + LINGER_SECONDS
+        thrown = 0
+        try:
+            async with asyncio.timeout_at(deadline):
+                while not self.complete and thrown <= LINGER_BYTES:
+                    message = await self.receive()
+                    if message["type"] != "http.request":
+                        return  # the client left
+                    thrown += len(message.get("body", b""))
+                    self.complete = not message.get("more_body", False)
+        except TimeoutError:
+            return
 
 
 def _content_length(value: bytes | None) -> int | None:
