@@ -62,7 +62,7 @@ class _AuthenticatedFirst:
     the scope for the route's dependency. (The A2A bindings authenticate before they read
     as it is, and the peer push route checks its token first.)"""
 
-    def __init__(self, app: ASGIApp, caller_for: Callable[[str | None], Awaitable[Caller]]):
+    def __init__(self, app: ASGIApp, caller_for: Callable[[str | None], Awaitable[Caller]]) -> None:
         self.app = app
         self.caller_for = caller_for
 
