@@ -21,16 +21,20 @@ class OAuthFailed(Exception):
     """What ``ToldAuth`` tells of a failed OAuth flow (the message names why)."""
 
 
-class ToldAuth(httpx2.Auth):
-    """An OAuth provider whose failures (a token the authorization server refused, its
-    metadata unreadable) are told to ``told`` as they are raised: the SDK runs the flow in
-    its own task, where a failure ends the session saying only "Connection closed"."""
+class _Forwarding(httpx2.Auth):
+    """An OAuth provider that runs ``inner``'s flow, seeing each request it sends
+    (``_sending``) and the exception that ends it (``_failed``)."""
 
-    def __init__(self, inner: httpx2.Auth, told: Callable[[Exception], None]) -> None:
+    def __init__(self, inner: httpx2.Auth) -> None:
         self.inner = inner
-        self.told = told
         self.requires_request_body = inner.requires_request_body
         self.requires_response_body = inner.requires_response_body
+
+    def _sending(self, request: httpx2.Request, sent: httpx2.Request) -> None:
+        """``sent`` goes out in the flow of ``request``."""
+
+    def _failed(self, err: Exception) -> None:
+        """The flow ends raising ``err``."""
 
     async def async_auth_flow(
         self, request: httpx2.Request
@@ -39,19 +43,33 @@ class ToldAuth(httpx2.Auth):
         try:
             sent = await flow.__anext__()
             while True:
+                self._sending(request, sent)
                 response = yield sent
                 sent = await flow.asend(response)
         except StopAsyncIteration:
             return
         except Exception as err:
-            said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
+            self._failed(err)
             raise
         finally:
             await flow.aclose()
 
 
-class ForServer(httpx2.Auth):
+class ToldAuth(_Forwarding):
+    """An OAuth provider whose failures (a token the authorization server refused, its
+    metadata unreadable) are told to ``told`` as they are raised: the SDK runs the flow in
+    its own task, where a failure ends the session saying only "Connection closed"."""
+
+    def __init__(self, inner: httpx2.Auth, told: Callable[[Exception], None]) -> None:
+        super().__init__(inner)
+        self.told = told
+
+    def _failed(self, err: Exception) -> None:
+        said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
+
+
+class ForServer(_Forwarding):
     """An OAuth provider whose own requests (discovery, the token endpoint) name the MCP
     server they are made for (the egress port's ``PURPOSE``): a refusal of the
     authorization server's host then says it was that server's authorization server, not
@@ -59,26 +77,12 @@ class ForServer(httpx2.Auth):
     of ours could say so)."""
 
     def __init__(self, inner: httpx2.Auth, server: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.server = server
-        self.requires_request_body = inner.requires_request_body
-        self.requires_response_body = inner.requires_response_body
 
-    async def async_auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        flow = self.inner.async_auth_flow(request)
-        try:
-            sent = await flow.__anext__()
-            while True:
-                if sent is not request:  # the flow's own request, not the MCP one
-                    sent.extensions = {**sent.extensions, PURPOSE: oauth_purpose(self.server, sent)}
-                response = yield sent
-                sent = await flow.asend(response)
-        except StopAsyncIteration:
-            return
-        finally:
-            await flow.aclose()
+    def _sending(self, request: httpx2.Request, sent: httpx2.Request) -> None:
+        if sent is not request:  # the flow's own request, not the MCP one
+            sent.extensions = {**sent.extensions, PURPOSE: oauth_purpose(self.server, sent)}
 
 
 def oauth_purpose(server: str, request: httpx2.Request) -> Purpose:

@@ -31,8 +31,10 @@ with workflow.unsafe.imports_passed_through():
         RunCarry,
         Segment,
     )
+    from psych_runtime.workflows.contract._records import RunContinued
     from psych_runtime.workflows.kernel._feature import Feature
     from psych_runtime.workflows.kernel._guards import Guards
+    from psych_runtime.workflows.kernel._record_log import RecordLog
 
 
 CARRIED_SINGLE_CALLS = 512
@@ -54,6 +56,21 @@ def due(
     if in_flight or turn <= (carry.turn if carry is not None else 0):
         return False
     return long_enough(threshold) if read is None else read
+
+
+def record_continued(log: RecordLog, carry: RunCarry) -> None:
+    """Record where a continued execution came from (``run_continued``), instead of the
+    ``run_admitted`` its first execution recorded."""
+    log.add(
+        RunContinued(
+            **log.stamp(),
+            previous_run_id=carry.previous_run_id,
+            execution=len(carry.earlier) + 1,
+            history_length=carry.history_length,
+            history_size=carry.history_size,
+            deadline_used=carry.deadline_used,
+        )
+    )
 
 
 def long_enough(threshold: int) -> bool:

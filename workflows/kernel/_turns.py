@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         ModelCallFinished,
         ModelCallStarted,
         RunAdmitted,
-        RunContinued,
         RunStatus,
         TurnStarted,
     )
@@ -84,16 +83,7 @@ class TurnLoop(ToolCalls):
             # Continue-as-new: the Run was admitted by its first execution; this one takes
             # the carried state and says where it came from instead.
             self._restore(carry)
-            self._log.add(
-                RunContinued(
-                    **self._log.stamp(),
-                    previous_run_id=carry.previous_run_id,
-                    execution=len(carry.earlier) + 1,
-                    history_length=carry.history_length,
-                    history_size=carry.history_size,
-                    deadline_used=carry.deadline_used,
-                )
-            )
+            continuing.record_continued(self._log, carry)
             return
         self._log.add(
             RunAdmitted(

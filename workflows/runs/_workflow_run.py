@@ -46,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._records import (
         RunAdmitted,
-        RunContinued,
         RunStatus,
         StepFinished,
         StepKind,
@@ -137,16 +136,7 @@ class WorkflowRun(ToolCalls):
             # Continue-as-new: admitted by the first execution; this one goes on from the
             # steps done.
             self._restore(carry)
-            self._log.add(
-                RunContinued(
-                    **self._log.stamp(),
-                    previous_run_id=carry.previous_run_id,
-                    execution=len(carry.earlier) + 1,
-                    history_length=carry.history_length,
-                    history_size=carry.history_size,
-                    deadline_used=carry.deadline_used,
-                )
-            )
+            continuing.record_continued(self._log, carry)
             return
         self._log.add(
             RunAdmitted(
