@@ -10,7 +10,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from psych_runtime.specs import Scope
-from psych_runtime.workflows import Pending, PsychClient, RunHandle, RunState, RunStatus
+from psych_runtime.workflows import (
+    Pending,
+    PsychClient,
+    Record,
+    RunHandle,
+    RunState,
+    RunStatus,
+)
 
 POLL = 0.05
 """Seconds between two checks."""
@@ -93,3 +100,13 @@ def only_pending(state: RunState) -> Pending:
     """The one item the Run waits on (fails if there are none or several)."""
     (item,) = state.pending
     return item
+
+
+async def all_records(client: PsychClient, run: RunHandle, scope: Scope) -> list[Record]:
+    """Every record of ``run``, across its executions, read page by page."""
+    records: list[Record] = []
+    while True:
+        page = await client.records(run, scope=scope, after=len(records))
+        records.extend(page.records)
+        if len(records) >= page.last_seq:
+            return records

@@ -18,7 +18,6 @@ from psych_runtime.specs import AgentBuilder, AgentSpec
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers.cli import main
 from psych_runtime.workflows import (
-    Record,
     RunAdmitted,
     RunContinued,
     RunHandle,
@@ -29,7 +28,7 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 
-from ._waiting import is_waiting, state_when
+from ._waiting import all_records, is_waiting, state_when
 from .conftest import MODELS, Harness
 
 pytestmark = pytest.mark.e2e
@@ -72,15 +71,6 @@ async def waiting_on(harness: Harness, run: RunHandle, call_id: str) -> None:
     )
 
 
-async def all_records(harness: Harness, run: RunHandle) -> list[Record]:
-    records: list[Record] = []
-    while True:
-        page = await harness.client.records(run, scope=harness.scope, after=len(records))
-        records.extend(page.records)
-        if len(records) >= page.last_seq:
-            return records
-
-
 def usage_sum(report: RunReport) -> Usage:
     usages = [call.usage for call in report.model_calls if call.usage is not None]
     return Usage(**{name: sum(getattr(u, name) for u in usages) for name in Usage.model_fields})
@@ -115,7 +105,7 @@ async def test_continues_after_an_approval_keeping_steer_and_follow_up(
         assert state.turn == 2
         await harness.client.approve(run, "c2", scope=harness.scope)
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
         state = await harness.client.status(run, scope=harness.scope)
         streamed = [r.seq async for r in harness.client.stream(run, scope=harness.scope, after=3)]
@@ -221,13 +211,13 @@ async def test_continues_after_a_subagent_then_aborts_by_workflow_id(
         )
         assert await asyncio.to_thread(child_running.wait, 15)
         # Past the threshold with a child running: the lead does not continue yet.
-        held = await all_records(harness, run)
+        held = await all_records(harness.client, run, harness.scope)
         assert not any(isinstance(r, RunContinued) for r in held)
         release.set()
         await waiting_on(harness, run, "c9")
         await harness.client.abort(run, scope=harness.scope, reason="enough")
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
     assert result.status is RunStatus.ABORTED
     assert deleted == []
@@ -266,7 +256,7 @@ async def test_the_deadline_clock_runs_on_across_the_cut(harness: Harness) -> No
             spec, "nap twice", scope=harness.scope, continue_after_events=EVERY_TURN
         )
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
     # Two naps are 4 s of work against a 3 s deadline: a clock restarted at the cut would
     # have let the Run answer.
     (continued,) = [r for r in records if isinstance(r, RunContinued)]

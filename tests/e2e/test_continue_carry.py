@@ -15,17 +15,15 @@ from psych_runtime.specs import AgentBuilder, PsychError, Refused
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workflows import (
     CompactionApplied,
-    Record,
     Resumed,
     RunContinued,
-    RunHandle,
     RunStatus,
     SteerReceived,
     TasksUpdated,
     ToolCallStarted,
 )
 
-from ._waiting import state_when
+from ._waiting import all_records, state_when
 from .conftest import Harness
 from .test_suspensions import orders_agent, suspended
 
@@ -43,15 +41,6 @@ def system(body: dict[str, Any]) -> str:
 def last(body: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = body["messages"][-1]
     return message
-
-
-async def all_records(harness: Harness, run: RunHandle) -> list[Record]:
-    records: list[Record] = []
-    while True:
-        page = await harness.client.records(run, scope=harness.scope, after=len(records))
-        records.extend(page.records)
-        if len(records) >= page.last_seq:
-            return records
 
 
 async def test_the_task_list_and_a_settled_spawned_child_cross_the_cut(harness: Harness) -> None:
@@ -98,7 +87,7 @@ async def test_the_task_list_and_a_settled_spawned_child_cross_the_cut(harness: 
             spec, "find x", scope=harness.scope, continue_after_events=1
         )
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
         state = await harness.client.status(run, scope=harness.scope)
         prompts = [system(body) for body in harness.fake.requests if LEAD in system(body)]
         last_execution = await harness.client.temporal.get_workflow_handle(
@@ -154,7 +143,7 @@ async def test_compaction_goes_on_from_its_cut_after_the_cut(harness: Harness) -
             spec, "take five steps", scope=harness.scope, continue_after_events=1
         )
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
 
     assert result.status is RunStatus.COMPLETED, result.reason
     assert any(isinstance(r, RunContinued) for r in records)
@@ -198,7 +187,7 @@ async def test_a_keyed_action_sent_again_after_the_cut_is_answered_as_before(
             await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-1")
         await harness.client.approve(run, "c8", scope=harness.scope, idempotency_key="a-2")
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
         # Once the Run settled in a later execution, its last one still answers them.
         settled = await harness.client.approve(
             run, "c7", scope=harness.scope, idempotency_key="a-1"

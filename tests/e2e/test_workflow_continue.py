@@ -14,32 +14,21 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
-    Record,
     RunAdmitted,
     RunContinued,
-    RunHandle,
     RunSettled,
     RunStatus,
     StepFinished,
 )
 from psych_runtime.workflows.runs import _workflow_run as workflow_run
 
-from ._waiting import eventually, is_waiting, state_when
+from ._waiting import all_records, eventually, is_waiting, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
 EVERY_STEP = 1
 """A threshold every execution is past at once: the Run continues between any two steps."""
-
-
-async def all_records(harness: Harness, run: RunHandle) -> list[Record]:
-    records: list[Record] = []
-    while True:
-        page = await harness.client.records(run, scope=harness.scope, after=len(records))
-        records.extend(page.records)
-        if len(records) >= page.last_seq:
-            return records
 
 
 async def test_a_long_workflow_continues_as_new_and_stays_one_run(harness: Harness) -> None:
@@ -108,7 +97,7 @@ async def test_a_long_workflow_continues_as_new_and_stays_one_run(harness: Harne
         await eventually(steered, within=20.0, what="the steer to reach the agent step")
         release.set()
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
         state = await harness.client.status(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
@@ -160,7 +149,7 @@ async def test_a_workflow_of_local_steps_reads_its_length_after_a_pause_and_cont
             builder.build(), "go", scope=harness.scope, continue_after_events=EVERY_STEP
         )
         result = await harness.client.result(run, scope=harness.scope)
-        records = await all_records(harness, run)
+        records = await all_records(harness.client, run, harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
     assert result.outputs == {f"s{n}": {"n": n} for n in range(1, steps + 1)}
     continued = [r for r in records if isinstance(r, RunContinued)]
