@@ -575,3 +575,33 @@ async def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(harness: H
     # A fresh token follows the task on to its end.
     assert states(rest)[-1] == TaskState.TASK_STATE_COMPLETED
     assert texts(rest)[1] == answer
+
+
+async def test_a_blocking_send_answers_the_task_as_it_is_when_its_jwt_expires(
+    harness: Harness,
+) -> None:
+    # A blocking SendMessage waited for the task's end however long it ran, its token long
+    # expired. It now answers the working task at the token's exp; GetTask reads on.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    harness.client.publish(AgentBuilder("a2a_blocking").model("fake-model").build())
+    answer = ANSWER * 6  # about 14 s of text
+    harness.fake.enqueue(Reply.text(answer, chunk_size=6, chunk_seconds=0.1))
+    with jwks(key, "k1") as jwks_url:
+        async with harness.worker(), served(harness, jwt_settings=jwt_settings(jwks_url)) as base:
+            expires = int(time.time() + 3)
+            bearer = jwt_bearer(key, harness.scope.tenant, expires)
+            async with a2a_client(base, "a2a_blocking", bearer, streaming=False) as client:
+                (sent,) = await collect(client.send_message(user("where is 42?")))
+            answered = time.time()
+            fresh = jwt_bearer(key, harness.scope.tenant, int(time.time() + 300))
+            async with a2a_client(base, "a2a_blocking", fresh, streaming=False) as client:
+
+                async def completed() -> bool:
+                    got = await client.get_task(GetTaskRequest(id=sent.task.id))
+                    return got.status.state == TaskState.TASK_STATE_COMPLETED
+
+                await eventually(completed, within=60, what="the task to complete")
+                got = await client.get_task(GetTaskRequest(id=sent.task.id))
+    assert expires <= answered < expires + 2
+    assert sent.task.status.state == TaskState.TASK_STATE_WORKING
+    assert got.artifacts[0].parts[0].text == answer

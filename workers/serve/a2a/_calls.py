@@ -1,6 +1,7 @@
 """What an A2A call carries from the routes to the handler, through the SDK's call context:
 who calls (``Caller``: its Scope, and until when its credential is accepted) and the agent
-called; and a stream bounded by that credential (``until_caller_expires``).
+called; and waits bounded by that credential: a stream's (``until_caller_expires``) and a
+blocking call's (``wait_while_caller_may``).
 """
 
 from __future__ import annotations
@@ -77,3 +78,18 @@ async def until_caller_expires(
                     "expired_at": format(err.expires_at, "f").rstrip("0").rstrip("."),
                 },
             ) from err
+
+
+async def wait_while_caller_may(events: AsyncGenerator[Event], context: ServerCallContext) -> None:
+    """Read ``events`` to their end, or until the caller's credential expires, whichever
+    comes first (``until_expiry``); ``events`` is closed either way.
+
+    For a call that answers once (a blocking SendMessage): it waits for the task to stop,
+    but not past the credential it was sent with. Then it answers with the task as it is
+    (still working), which the caller follows with GetTask and a fresh credential, as it
+    would a task sent with ``returnImmediately``. An error would lose the task's id.
+    """
+    async with contextlib.aclosing(until_expiry(events, _caller(context).expires_at)) as bounded:
+        with contextlib.suppress(CredentialExpired):
+            async for _ in bounded:
+                pass

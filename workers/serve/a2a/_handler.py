@@ -5,7 +5,8 @@ this process exactly as its Run does, and every read asks the Run. The caller (i
 and until when its credential is accepted) and the agent come from the call context
 (``_routes.py`` puts them there after authenticating); the ``tenant`` an A2A request may
 carry is never read. A stream ends when the caller's credential expires
-(``until_caller_expires``), and the caller subscribes again with a fresh one.
+(``until_caller_expires``), and the caller subscribes again with a fresh one; a blocking
+SendMessage then answers with the task as it is (``wait_while_caller_may``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
-from psych_runtime.workers.serve.a2a._calls import caller_of, until_caller_expires
+from psych_runtime.workers.serve.a2a._calls import (
+    caller_of,
+    until_caller_expires,
+    wait_while_caller_may,
+)
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
@@ -117,8 +122,8 @@ class PsychRequestHandler(RequestHandler):
         workflow_id, state = await self._send(params, scope, agent)
         if params.configuration.return_immediately or stops(state):
             return task_of(state)
-        async for _ in self._events(workflow_id, scope, state.last_seq, through_input=False):
-            pass
+        events = self._events(workflow_id, scope, state.last_seq, through_input=False)
+        await wait_while_caller_may(events, context)
         return task_of(await self._state(workflow_id, scope, agent))
 
     async def on_message_send_stream(
