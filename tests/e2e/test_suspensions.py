@@ -30,6 +30,7 @@ from psych_runtime.workflows import (
     RunSummary,
     SteerReceived,
     Suspended,
+    ToolCallFinished,
 )
 
 from ._waiting import eventually, is_suspended, state_when
@@ -194,6 +195,37 @@ async def test_a_request_sent_again_under_its_id_is_applied_once(harness: Harnes
     assert deleted == ["7"]
     assert len([r for r in records if isinstance(r, Resumed)]) == 1
     assert [r.message for r in records if isinstance(r, SteerReceived)] == ["be brief"]
+
+
+async def test_two_calls_under_one_id_suspend_once_and_the_run_settles(
+    harness: Harness,
+) -> None:
+    # Before: both waited under "dup"; the approval released one, the other waited unseen
+    # (nothing pending, status running) until its expiry, which then failed the task.
+    deleted: list[str] = []
+    spec = orders_agent(harness, deleted)
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "1"}, id="dup"),
+            ToolCall("delete_order", {"order_id": "2"}, id="dup"),
+        ),
+        Reply.text("Deleted order 1 only."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 1 and 2", scope=harness.scope)
+        state = await suspended(harness, run)
+        (pending,) = state.pending
+        assert json.loads(pending.arguments) == {"order_id": "1"}
+        await harness.client.approve(run, "dup", scope=harness.scope)
+        async with asyncio.timeout(30):
+            result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert deleted == ["1"]
+    finished = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert sorted(r.status for r in finished) == ["error", "ok"]
+    told = [m["content"] for m in harness.fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert "an earlier call of this turn has the same id 'dup'" in told[1]
 
 
 async def test_resume_refusals_name_what_is_wrong(harness: Harness) -> None:

@@ -655,6 +655,25 @@ async def approval_denied(rig: Rig) -> RunHandle:
     return await _approval(rig, deny)
 
 
+async def approval_under_a_repeated_id(rig: Rig) -> RunHandle:
+    # Two calls of one turn under one id: the second is not run (patch
+    # psych-unique-call-ids), the first waits for its approval alone.
+    spec = _orders(rig)
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "42"}, id="dup"),
+            ToolCall("delete_order", {"order_id": "43"}, id="dup"),
+        ),
+        Reply.text("Deleted order 42."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete orders 42 and 43", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.approve(run, pending.id, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
 async def approval_expired(rig: Rig) -> RunHandle:
     # Nobody answers: the test server jumps the default day to the expiry.
     rig.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})))
@@ -2093,6 +2112,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_continued_first_execution),
     ("dev", workflow_continued_last_execution),
     ("dev", catalog_tool_not_registered),
+    # two calls of one turn under one id (suspensions audit 12-05)
+    ("dev", approval_under_a_repeated_id),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -54,6 +54,9 @@ PATCHES: dict[str, str] = {
     # Run that asked it also takes the features' older patches without asking
     # (RunBase.patched).
     "psych-catalog-failure-settles": "0.1.0",
+    # A turn's call whose id an earlier call of the turn has is not run (kernel/_guards.py,
+    # ``repeated_ids``); a Run recorded before ran it, and two approvals under one id hung.
+    "psych-unique-call-ids": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -6,11 +6,13 @@ Failure streak: consecutive ``error``/``refused`` outcomes of one tool; at
 canonical arguments returning the same result ``repeat_call_threshold`` times makes later
 identical calls refused without running; refusals count toward ``repeat_call_hard_stop``.
 Policy denials, rejections and aborts are not the tool failing and count toward nothing.
+Repeated ids: a call whose id an earlier call of its turn has is not run.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from temporalio import workflow
@@ -113,4 +115,29 @@ def withheld_note(tool: str, streak: int) -> str:
     return (
         f"[runtime] The tool {tool} failed {streak} times in a row and is withheld for the "
         "rest of this Run. Continue without it."
+    )
+
+
+def repeated_ids(ids: Sequence[str]) -> set[int]:
+    """The positions in ``ids`` (one turn's call ids, in call order) of the ids an earlier
+    call has.
+
+    A Run keys what it waits for by call id (a pending approval or question), and its
+    open and interruptible calls too: two calls under one id would share one suspension
+    (an answer releases one of them, the other waits unseen until its expiry) and one abort.
+    """
+    seen: set[str] = set()
+    repeats: set[int] = set()
+    for index, call_id in enumerate(ids):
+        if call_id in seen:
+            repeats.add(index)
+        seen.add(call_id)
+    return repeats
+
+
+def repeated_id_message(call_id: str) -> str:
+    """What the model reads of a call not run because an earlier call had its id."""
+    return (
+        f"not run: an earlier call of this turn has the same id {call_id!r}; each call "
+        "needs an id of its own"
     )

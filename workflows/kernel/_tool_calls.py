@@ -75,6 +75,11 @@ UNKNOWN_OUTCOME = (
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
 
 
+async def _not_run(call: ToolCallRequest, why: str) -> ToolResult:
+    # Not the tool failing: the model (or its provider) numbered the calls wrongly.
+    return inline(call, "error", why, counts=False)
+
+
 class ToolCalls(FeatureView):
     """The tool-call pipeline of a Run kind that calls tools (both kinds do)."""
 
@@ -139,7 +144,19 @@ class ToolCalls(FeatureView):
             )
         # Counted before they run, so a Run force-settled mid-turn still counts its calls.
         self.count(steps=len(batch[:room]), tool_calls=len(batch))
-        tasks = [asyncio.create_task(self._run_tool(turn, call, offered)) for call in batch[:room]]
+        repeats = guards.repeated_ids([call.id for call in batch[:room]])
+        # A Run recorded before this check ran every call of such a batch: the patch is
+        # asked only on the path that changed, so no other Run records its marker.
+        if repeats and not workflow.patched("psych-unique-call-ids"):
+            repeats = set()
+        tasks = [
+            asyncio.create_task(
+                _not_run(call, guards.repeated_id_message(call.id))
+                if index in repeats
+                else self._run_tool(turn, call, offered)
+            )
+            for index, call in enumerate(batch[:room])
+        ]
         # Every call is waited for and recorded before any stop takes effect: an abort or an
         # expiry raised by one call must not leave the batch's other calls unrecorded (a
         # non-interruptible one finishes, and its result is recorded).
