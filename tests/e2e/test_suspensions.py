@@ -31,6 +31,7 @@ from psych_runtime.workflows import (
     SteerReceived,
     Suspended,
     ToolCallFinished,
+    ToolCallStarted,
 )
 
 from ._waiting import eventually, is_suspended, state_when
@@ -179,7 +180,7 @@ async def test_a_request_sent_again_under_its_id_is_applied_once(harness: Harnes
         # The same request again: its first outcome, not "already answered".
         again = await harness.client.approve(run, "c7", scope=harness.scope, idempotency_key="a-1")
         # The same key on another kind of update names another request.
-        with pytest.raises(Refused, match="nothing pending with id 'c7'"):
+        with pytest.raises(Refused, match="'c7' was already answered"):
             await harness.client.deny(run, "c7", scope=harness.scope, idempotency_key="s-1")
         # The same key for another request of the same kind is refused, not answered.
         with pytest.raises(PsychError, match="key 'a-1' already approved approval 'c7'"):
@@ -245,6 +246,61 @@ async def test_resume_refusals_name_what_is_wrong(harness: Harness) -> None:
             await harness.client.approve(run, "c1", scope=Scope(tenant="globex"))
         await harness.client.approve(run, "c1", scope=harness.scope)
         await harness.client.result(run, scope=harness.scope)
+
+
+async def test_a_second_answer_and_a_run_waiting_for_nothing_are_refused_as_such(
+    harness: Harness,
+) -> None:
+    # Before: both were "nothing pending with id ..." (UnknownPending), as for an id no
+    # item ever had.
+    deleted: list[str] = []
+    orders_agent(harness, deleted)
+    counting = asyncio.Event()
+
+    @harness.registry.register(read_only=True)
+    async def count_orders() -> str:
+        """Count the orders."""
+        await counting.wait()
+        return "2 orders"
+
+    spec = (
+        AgentBuilder("orders", registry=harness.registry)
+        .model("fake-model")
+        .tool("delete_order")
+        .tool("count_orders")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"}, id="c1")),
+        Reply.tool_calls(ToolCall("count_orders", {}, id="n1")),
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "2"}, id="c2")),
+        Reply.text("ok"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 1 and 2", scope=harness.scope)
+        await suspended(harness, run)
+        await harness.client.approve(run, "c1", scope=harness.scope)
+
+        async def counting_started() -> bool:
+            records = (await harness.client.records(run, scope=harness.scope)).records
+            return any(isinstance(r, ToolCallStarted) and r.call_id == "n1" for r in records)
+
+        await eventually(counting_started, what="count_orders to start")
+        with pytest.raises(Refused, match="not suspended: it waits for nothing") as idle:
+            await harness.client.approve(run, "c2", scope=harness.scope)
+        assert idle.value.kind == "NotSuspended"
+        counting.set()
+        state = await suspended(harness, run)
+        assert [item.id for item in state.pending] == ["c2"]
+        with pytest.raises(Refused, match="'c1' was already answered") as again:
+            await harness.client.deny(run, "c1", scope=harness.scope)
+        assert again.value.kind == "AlreadyAnswered"
+        with pytest.raises(Refused, match=r"nothing pending with id 'c3' \(pending: c2\)"):
+            await harness.client.approve(run, "c3", scope=harness.scope)
+        await harness.client.approve(run, "c2", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert deleted == ["1", "2"]
 
 
 async def test_question_answered_and_not_offered_unless_allowed(harness: Harness) -> None:

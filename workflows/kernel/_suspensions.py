@@ -53,6 +53,9 @@ class Suspensions:
         self._aborted = aborted
         self.waits: dict[str, Wait] = {}
         self.expired: set[str] = set()
+        self.answered: set[str] = set()
+        """Ids of this Run's own items answered and released (a second answer is refused
+        as such, not as an id nothing ever waited on)."""
         self.children: dict[str, tuple[Pending, ...]] = {}
         """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
         self._report_seq: dict[str, int] = {}
@@ -146,7 +149,14 @@ class Suspensions:
                 )
             if input.id in self.expired:
                 raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
-            waiting = ", ".join(item.id for item in self.items()) or "nothing"
+            if input.id in self.answered:
+                raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
+            waiting = ", ".join(item.id for item in self.items())
+            if not waiting:
+                raise refusal(
+                    RefusalKind.NOT_SUSPENDED,
+                    f"the Run is not suspended: it waits for nothing (no {input.id!r})",
+                )
             raise refusal(
                 RefusalKind.UNKNOWN_PENDING,
                 f"nothing pending with id {input.id!r} (pending: {waiting})",
@@ -226,7 +236,8 @@ class Suspensions:
             raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
 
     def release(self, pending_id: str) -> None:
-        del self.waits[pending_id]
+        if self.waits.pop(pending_id).answer is not None:
+            self.answered.add(pending_id)
         self._changed()
 
 
