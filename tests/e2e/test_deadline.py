@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, SpecError, ToolRegistry
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    ExternalWait,
+    Scope,
+    SpecError,
+    ToolRegistry,
+)
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import run_worker, start_time_skipping_server
 from psych_runtime.workflows import (
@@ -46,6 +53,16 @@ async def pause(seconds: float) -> str:
     """
     await asyncio.sleep(seconds)
     return f"waited {seconds:g} s"
+
+
+def hold(ref: str) -> ExternalWait:
+    """Wait for the courier to call back.
+
+    Args:
+        ref: What the courier quotes (no "k" in it: the wiring's model API key is "k", and
+            what the model sends is redacted of it).
+    """
+    return ExternalWait(token=ref, message="waiting for the courier")
 
 
 @dataclass
@@ -80,6 +97,7 @@ async def harness(env: WorkflowEnvironment, home: Path) -> AsyncIterator[TimeSki
     """A fake model, a client without search attributes and a worker, on ``env``."""
     registry = ToolRegistry()
     registry.register(pause)
+    registry.register(hold)
     async with (
         wiring(env, home, registry, "deadline") as wired,
         run_worker(env.client, wired.settings),
@@ -165,6 +183,47 @@ async def test_deadline_passing_during_a_tool_call_stops_before_the_next_turn(
     assert len(ts.fake.requests) == 2
     server = await ts.server_seconds(run)
     assert DEADLINE < server < DEADLINE + DEADLINE_GRACE_SECONDS
+
+
+async def test_force_settled_mid_batch_records_every_call_of_the_batch(
+    ts: TimeSkipping,
+) -> None:
+    # The deadline passes during a 4 s call; it finishes within the grace, while the other
+    # call of its turn waits for a callback that never comes: the grace runs out, and the
+    # finished call is recorded with its result (until patch psych-batch-accounting neither
+    # call had a tool_call_finished), the waiting one UNKNOWN.
+    ts.fake.enqueue(
+        Reply.error(429, retry_after=DEADLINE - 2),
+        Reply.tool_calls(
+            ToolCall("pause", {"seconds": 4}, id="c-pause"),
+            ToolCall("hold", {"ref": "courier"}, id="c-hold"),
+        ),
+        Reply.text("never asked for"),
+    )
+    spec = (
+        AgentBuilder("courier", registry=ts.registry)
+        .model("fake-model")
+        .tool("pause")
+        .tool("hold")
+        .limits(deadline_seconds=DEADLINE)
+        .build()
+    )
+    run = await ts.client.dispatch(spec, "Wait for the courier", scope=ts.scope)
+    result = await ts.settled(run)
+    report = await ts.client.report(run, scope=ts.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    grace = DEADLINE_GRACE_SECONDS
+    assert result.reason == f"deadline: {DEADLINE:g} s and {grace:g} s grace passed"
+    calls = {c.call_id: (c.status, c.result) for c in report.tool_calls}
+    assert calls == {
+        "c-pause": ("ok", "waited 4 s"),
+        "c-hold": (
+            "unknown",
+            "the Run's deadline and grace period ran out before this call reported",
+        ),
+    }
+    assert len(ts.fake.requests) == 2
 
 
 async def test_deadline_passing_during_a_retry_wait_starts_no_new_call(ts: TimeSkipping) -> None:

@@ -1,7 +1,9 @@
 """The two per-turn caps of ``Limits`` on live Runs (issue 26, item 5).
 
 - ``max_tool_calls_per_turn``: the first calls of the turn, in call order, run; every call
-  past the cap gets an error result the model reads, and is recorded like any call.
+  past the cap gets an error result the model reads, and is recorded like any call. Such a
+  call (and one past ``max_steps``) is no failure of its tool: it counts toward no failure
+  streak.
 - ``max_fanout_per_turn``: at most that many children (``delegate`` and ``spawn`` together)
   start in one turn; a call past it starts nothing and its error says why.
 
@@ -25,6 +27,7 @@ from psych_runtime.workflows import (
     RunStatus,
     ToolCallFinished,
     ToolCallStarted,
+    ToolWithheld,
 )
 
 from .conftest import Harness
@@ -105,6 +108,51 @@ async def test_calls_past_max_tool_calls_per_turn_get_an_error_and_do_not_run(
     # Every call the model made counts as a tool call; the steps are the two model calls
     # and the two calls that ran.
     assert (result.totals.tool_calls, result.totals.steps) == (3, 4)
+
+
+@pytest.mark.parametrize(
+    ("limits", "ran", "status"),
+    [
+        ({"max_tool_calls_per_turn": 1}, 1, RunStatus.COMPLETED),
+        ({"max_steps": 3}, 2, RunStatus.STOPPED),
+    ],
+    ids=["max_tool_calls_per_turn", "max_steps"],
+)
+async def test_calls_the_run_does_not_run_are_no_failures_of_the_tool(
+    harness: Harness, limits: dict[str, int], ran: int, status: RunStatus
+) -> None:
+    # Eight calls of a tool that never fails, most of them past a cap. Counted as the tool
+    # failing (until patch psych-batch-accounting), they withheld it at the default
+    # failure_streak_threshold (3) and failed the Run at the default hard stop (6).
+    @harness.registry.register
+    def caps_count(item: str) -> str:
+        """Count an item."""
+        return f"{item}: 3 in stock"
+
+    spec = (
+        AgentBuilder("capscounter", registry=harness.registry)
+        .model("fake-model")
+        .tool("caps_count")
+        .limits(**limits)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(*(ToolCall("caps_count", {"item": str(n)}) for n in range(8))),
+        Reply.text("counted what I could"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "count 0 to 7", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert result.status is status
+    assert of(records, ToolWithheld) == []
+    assert [r.status for r in of(records, ToolCallFinished)] == ["ok"] * ran + ["error"] * (8 - ran)
+    if status is RunStatus.COMPLETED:
+        # The next turn still offers the tool, and says nothing of withholding it.
+        second = harness.fake.requests[1]
+        assert "caps_count" in [t["function"]["name"] for t in second["tools"]]
+        assert not any("withheld" in str(m["content"]) for m in second["messages"])
 
 
 def _lead(harness: Harness, *, spawn: bool) -> AgentBuilder:

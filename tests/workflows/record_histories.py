@@ -1609,6 +1609,18 @@ async def catalog_tool_not_registered(rig: Rig) -> RunHandle:
     return run
 
 
+async def over_the_per_turn_call_cap_no_streak(rig: Rig) -> RunHandle:
+    """Eight calls with ``max_tool_calls_per_turn=1``: the seven not run count toward no
+    failure streak (patch ``psych-batch-accounting``, asked at the Run's start; before it
+    they withheld the tool and failed the Run at the default hard stop), answered."""
+    rig.fake.enqueue(
+        Reply.tool_calls(*(ToolCall("lookup_order", {"order_id": str(n)}) for n in range(8))),
+        Reply.text("Only order 0 was looked up."),
+    )
+    spec = rig.agent("capped").tool("lookup_order").limits(max_tool_calls_per_turn=1).build()
+    return await rig.run(spec)
+
+
 async def roles_apart_code_tool(rig: Rig) -> RunHandle:
     """A Run dispatched roles apart: the model call and the tools (the catalogue too, as an
     activity) on their roles' queues."""
@@ -2114,6 +2126,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", catalog_tool_not_registered),
     # two calls of one turn under one id (suspensions audit 12-05)
     ("dev", approval_under_a_repeated_id),
+    # limits audit 12-05: calls the Run does not run are no failures of their tool
+    ("dev", over_the_per_turn_call_cap_no_streak),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -57,6 +57,12 @@ PATCHES: dict[str, str] = {
     # A turn's call whose id an earlier call of the turn has is not run (kernel/_guards.py,
     # ``repeated_ids``); a Run recorded before ran it, and two approvals under one id hung.
     "psych-unique-call-ids": "0.1.0",
+    # Calls past max_tool_calls_per_turn or max_steps count toward no failure streak, and a
+    # Run force-settled or cancelled mid-batch records the batch's finished calls with their
+    # results (workflows/kernel/_tool_calls.py); a Run recorded before counted them (and
+    # could withhold the tool, or fail) and left the finished calls without a record. Asked
+    # at every Run's start since, before psych-catalog-failure-settles, which it stands for.
+    "psych-batch-accounting": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -5,7 +5,8 @@ Failure streak: consecutive ``error``/``refused`` outcomes of one tool; at
 ``failure_streak_hard_stop`` the Run fails. Repeat guard: the same tool with the same
 canonical arguments returning the same result ``repeat_call_threshold`` times makes later
 identical calls refused without running; refusals count toward ``repeat_call_hard_stop``.
-Policy denials, rejections and aborts are not the tool failing and count toward nothing.
+Policy denials, rejections and aborts are not the tool failing and count toward nothing,
+nor do calls the Run did not run past ``max_tool_calls_per_turn`` or ``max_steps``.
 Repeated ids: a call whose id an earlier call of its turn has is not run.
 """
 
@@ -141,3 +142,13 @@ def repeated_id_message(call_id: str) -> str:
         f"not run: an earlier call of this turn has the same id {call_id!r}; each call "
         "needs an id of its own"
     )
+
+
+def over_cap_reason(calls: int, limits: Limits) -> str:
+    """Why the calls of a batch of ``calls`` past the Run's room are not run."""
+    if calls > limits.max_tool_calls_per_turn:
+        return (
+            f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
+            "calls in one turn"
+        )
+    return f"not run: the Run's max_steps ({limits.max_steps}) is used up"

@@ -27,6 +27,11 @@ that one takes them without asking, or such a Run's marker would be unmatched on
 
 @dataclass(frozen=True)
 class StartPatches:
+    batch_accounting: bool
+    """Calls the Run itself does not run (past ``max_tool_calls_per_turn`` or ``max_steps``)
+    count toward no tool's failure streak, and a Run force-settled or cancelled mid-batch
+    records the batch's calls that finished with their results, not left unfinished (patch
+    ``psych-batch-accounting``). Such a Run also has every change of the patches below."""
     catalog_settles: bool
     """A catalogue that fails settles the Run FAILED (``_catalog.resolve``): before, a local
     catalogue's failure reached the Run as the activity's own error and failed the workflow
@@ -39,5 +44,10 @@ class StartPatches:
 
 def ask_at_start() -> StartPatches:
     """Ask the start patches (before the Run schedules anything)."""
-    settles = workflow.patched("psych-catalog-failure-settles")
-    return StartPatches(settles, settles or workflow.patched("psych-local-resolution-safe"))
+    accounting = workflow.patched("psych-batch-accounting")
+    settles = accounting or workflow.patched("psych-catalog-failure-settles")
+    return StartPatches(
+        batch_accounting=accounting,
+        catalog_settles=settles,
+        local_safe=settles or workflow.patched("psych-local-resolution-safe"),
+    )

@@ -220,7 +220,7 @@ class RunBase(abc.ABC):
             # and continue-as-new take it on through the input.
             self._input = input.model_copy(update={"roles_apart": True})
         self._admit(spec)
-        start = ask_at_start()  # before the body schedules anything
+        start = self._start = ask_at_start()  # before the body schedules anything
         self._catalog_settles, self._local_safe = start.catalog_settles, start.local_safe
         loop = asyncio.create_task(self._guarded_body())
         try:

@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolDefinition,
         ToolOutcome,
-        invalid_arguments_message,
     )
     from psych_runtime.specs import (
         AgentSpec,
@@ -49,9 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._records import (
         RunStatus,
         SuspensionReason,
-        ToolCallFinished,
         ToolCallStarted,
-        ToolCallStatus,
         ToolWithheld,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
@@ -62,7 +59,16 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._local_hold import LocalHold
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+    from psych_runtime.workflows.kernel._tool_result import (
+        ToolResult,
+        arguments_of,
+        finished,
+        from_outcome,
+        inline,
+        not_run,
+        refused_repeated_id,
+        unknown_tool,
+    )
     from psych_runtime.workflows.kernel._tracing import RunTrace
     from psych_runtime.workflows.kernel._view import FeatureView
 
@@ -73,11 +79,6 @@ UNKNOWN_OUTCOME = (
     "again. It may or may not have taken effect; check before relying on either."
 )
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
-
-
-async def _not_run(call: ToolCallRequest, why: str) -> ToolResult:
-    # Not the tool failing: the model (or its provider) numbered the calls wrongly.
-    return inline(call, "error", why, counts=False)
 
 
 class ToolCalls(FeatureView):
@@ -110,6 +111,9 @@ class ToolCalls(FeatureView):
             for kind, handler in feature.tool_kinds().items()
         }
         """Entry kinds a feature runs (its own tools), by kind."""
+        self._batch: tuple[int, list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]]] = (0, [])
+        """The turn and the calls of the batch running now, each with its task (none
+        between batches): what a Run settled mid-batch records (``_unknown``)."""
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
@@ -151,12 +155,13 @@ class ToolCalls(FeatureView):
             repeats = set()
         tasks = [
             asyncio.create_task(
-                _not_run(call, guards.repeated_id_message(call.id))
+                refused_repeated_id(call)
                 if index in repeats
                 else self._run_tool(turn, call, offered)
             )
             for index, call in enumerate(batch[:room])
         ]
+        self._batch = (turn, list(zip(batch[:room], tasks, strict=True)))
         # Every call is waited for and recorded before any stop takes effect: an abort or an
         # expiry raised by one call must not leave the batch's other calls unrecorded (a
         # non-interruptible one finishes, and its result is recorded).
@@ -169,22 +174,16 @@ class ToolCalls(FeatureView):
                 results.append(outcome)
             elif isinstance(outcome, Stop):
                 stop = stop or outcome
-                status: ToolCallStatus = (
-                    "aborted" if outcome.outcome.status is RunStatus.ABORTED else "rejected"
-                )
-                results.append(
-                    inline(call, status, f"not run: {outcome.outcome.reason}", counts=False)
-                )
+                results.append(not_run(call, outcome))
             else:
                 raise outcome
-        for call in batch[room:]:
-            reason = (
-                f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
-                "calls in one turn"
-                if len(batch) > limits.max_tool_calls_per_turn
-                else f"not run: the Run's max_steps ({limits.max_steps}) is used up"
-            )
-            results.append(inline(call, "error", reason))
+        self._batch = (0, [])
+        # Not run by the Run's own caps, which is no failure of the tool: counted toward its
+        # failure streak, they withheld (and then failed the Run on) a tool that had not
+        # failed once. A Run recorded before patch psych-batch-accounting counted them.
+        counts = False if self._start.batch_accounting else None
+        reason = guards.over_cap_reason(len(batch), limits)
+        results.extend(inline(call, "error", reason, counts=counts) for call in batch[room:])
         notes: list[ChatMessage | str] = []
         for result in results:
             try:
@@ -203,16 +202,10 @@ class ToolCalls(FeatureView):
             return inline(call, "refused", guards.withheld_message(call.name, self._limits))
         entry = offered.get(call.name)
         if entry is None:
-            names = ", ".join(sorted(n for n in offered if n not in withheld))
-            return inline(
-                call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}"
-            )
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as err:
-            return inline(call, "error", invalid_arguments_message(err))
-        if not isinstance(arguments, dict):
-            return inline(call, "error", "arguments must be a JSON object")
+            return unknown_tool(call, (name for name in offered if name not in withheld))
+        arguments = arguments_of(call)
+        if isinstance(arguments, ToolResult):
+            return arguments
         refused = guards.repeat_refusal(self._guards, call.name, call.arguments, self._limits)
         if refused is not None:
             result = inline(call, "refused", refused, counts=False)
@@ -451,26 +444,31 @@ class ToolCalls(FeatureView):
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")
         return from_outcome(call, outcome)
 
+    def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
+        """Record the calls of the batch in flight as the Run settles without waiting for
+        it (its deadline and grace ran out, or it was cancelled), in call order: a call that
+        finished with its result, any other UNKNOWN (``why``). A Run recorded before patch
+        psych-batch-accounting recorded only the calls executing then, UNKNOWN."""
+        turn, batch = self._batch
+        self._batch = (0, [])
+        if not self._start.batch_accounting:
+            super()._unknown(open_calls, why)
+            return
+        for call, task in batch:
+            done = task.done() and not task.cancelled()
+            outcome = task.exception() or task.result() if done else None
+            if isinstance(outcome, ToolResult):
+                self._record_finished(turn, outcome)
+            elif isinstance(outcome, Stop):
+                self._record_finished(turn, not_run(call, outcome))
+            else:
+                self._record_finished(turn, inline(call, "unknown", why))
+
     def _after_tool(self, turn: int, result: ToolResult, notes: list[ChatMessage | str]) -> None:
         """Record one finished call and update the guards, in call order."""
+        self._record_finished(turn, result)
         call = result.call
         outcome = result.outcome
-        self._log.add(
-            ToolCallFinished(
-                **self._log.stamp(),
-                turn=turn,
-                call_id=call.id,
-                tool=call.name,
-                status=result.status,
-                content=result.content,
-                truncated=outcome.truncated if outcome else False,
-                size=outcome.size if outcome else len(result.content.encode()),
-                result_ref=outcome.result_ref if outcome else None,
-                latency=outcome.latency if outcome else None,
-                ran_arguments=outcome.ran_arguments if outcome else None,
-                hooks=outcome.hooks if outcome else (),
-            )
-        )
         if result.repeat_refusal:
             verdict = guards.after_refusal(self._guards, call.name, call.arguments, self._limits)
         else:
@@ -492,6 +490,9 @@ class ToolCalls(FeatureView):
             notes.append(
                 ChatMessage(role="user", content=guards.withheld_note(call.name, verdict.withhold))
             )
+
+    def _record_finished(self, turn: int, result: ToolResult) -> None:
+        self._log.add(finished(self._log.stamp(), turn, result))
 
     def _offered_builtins(self) -> tuple[ToolDefinition, ...]:
         """The built-ins this Run offers, in offer order."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio import workflow
 
@@ -13,8 +15,16 @@ with workflow.unsafe.imports_passed_through():
         McpConsent,
         ToolCallRequest,
         ToolOutcome,
+        invalid_arguments_message,
     )
-    from psych_runtime.workflows.contract._records import ToolCallStatus
+    from psych_runtime.workflows.contract._records import (
+        RunStatus,
+        ToolCallFinished,
+        ToolCallStatus,
+    )
+    from psych_runtime.workflows.kernel._guards import repeated_id_message
+    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._record_log import Stamp
 
 
 @dataclass
@@ -66,3 +76,53 @@ def from_outcome(call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
         outcome=outcome,
         counts_as_failure=outcome.status == "error",
     )
+
+
+def not_run(call: ToolCallRequest, stop: Stop) -> ToolResult:
+    """The result of a call that a stop of the Run (an abort, an expiry) kept from running."""
+    status: ToolCallStatus = "aborted" if stop.outcome.status is RunStatus.ABORTED else "rejected"
+    return inline(call, status, f"not run: {stop.outcome.reason}", counts=False)
+
+
+def finished(stamp: Stamp, turn: int, result: ToolResult) -> ToolCallFinished:
+    """The ``tool_call_finished`` record of ``result``."""
+    call = result.call
+    outcome = result.outcome
+    return ToolCallFinished(
+        **stamp,
+        turn=turn,
+        call_id=call.id,
+        tool=call.name,
+        status=result.status,
+        content=result.content,
+        truncated=outcome.truncated if outcome else False,
+        size=outcome.size if outcome else len(result.content.encode()),
+        result_ref=outcome.result_ref if outcome else None,
+        latency=outcome.latency if outcome else None,
+        ran_arguments=outcome.ran_arguments if outcome else None,
+        hooks=outcome.hooks if outcome else (),
+    )
+
+
+async def refused_repeated_id(call: ToolCallRequest) -> ToolResult:
+    """A call whose id an earlier call of its turn has, not run (a task of its batch): not
+    the tool failing, the model (or its provider) numbered the calls wrongly."""
+    return inline(call, "error", repeated_id_message(call.id), counts=False)
+
+
+def arguments_of(call: ToolCallRequest) -> dict[str, Any] | ToolResult:
+    """The call's arguments, a JSON object; else the error result the model reads."""
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as err:
+        return inline(call, "error", invalid_arguments_message(err))
+    if not isinstance(arguments, dict):
+        return inline(call, "error", "arguments must be a JSON object")
+    return arguments
+
+
+def unknown_tool(call: ToolCallRequest, offered: Iterable[str]) -> ToolResult:
+    """The error result of a call of a tool the Run does not offer (``offered``: what it
+    does, withheld tools left out)."""
+    names = ", ".join(sorted(offered))
+    return inline(call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}")
