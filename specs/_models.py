@@ -183,7 +183,8 @@ class SpawnEnvelope(_Frozen):
     """What a parent may compose at run time: tools, models, depth and breadth of children."""
 
     tools: tuple[str, ...] = ()
-    """Tools a spawned child may hold (a subset of the parent's); empty = the parent's."""
+    """Tools a spawned child may hold: names of the parent's own code and HTTP tools (a child
+    holds no MCP servers); empty = all of them."""
     models: tuple[str, ...] = ()
     """Models a spawned child may use; empty = the parent's model."""
     max_depth: Annotated[int, Field(ge=1, le=16)] = 2

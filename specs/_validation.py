@@ -336,10 +336,17 @@ def _check_model(model: str, path: str, context: ValidationContext) -> list[Prob
     return []
 
 
-def _callable_names(spec: AgentSpec) -> list[str]:
-    names = [tool.name for tool in spec.tools]
-    names += [f"{server.name}{MCP_TOOL_SEPARATOR}*" for server in spec.mcp_servers]
-    return names
+def _spawn_tool_problem(spec: AgentSpec, tool: str) -> str:
+    """Why ``tool`` may not stand in ``spec``'s spawn envelope: a spawned child holds only
+    its parent's code and HTTP tools (``workflows.features`` composes it with no MCP
+    servers), so an MCP tool's name there would grant nothing."""
+    server = tool.split(MCP_TOOL_SEPARATOR, 1)[0]
+    if MCP_TOOL_SEPARATOR in tool and server in {s.name for s in spec.mcp_servers}:
+        return (
+            f"{tool!r} is a tool of MCP server {server!r}: a spawned child holds only its "
+            "parent's code and HTTP tools"
+        )
+    return f"{tool!r} is not one of this agent's own tools"
 
 
 def _validate_agent(
@@ -376,12 +383,10 @@ def _validate_agent(
     if spec.spawn is not None:
         envelope = spec.spawn
         path = f"{prefix}spawn"
-        granted = narrow(envelope.tools, permitted=_callable_names(spec))
+        granted = narrow(envelope.tools, permitted=[tool.name for tool in spec.tools])
         for tool in envelope.tools:
             if tool not in granted:
-                problems.append(
-                    Problem(f"{path}.tools", f"{tool!r} is not one of this agent's own tools")
-                )
+                problems.append(Problem(f"{path}.tools", _spawn_tool_problem(spec, tool)))
         for index, model in enumerate(envelope.models):
             problems += _check_model(model, f"{path}.models[{index}]", context)
         if envelope.max_depth > spec.limits.max_delegation_depth:

@@ -386,7 +386,8 @@ def test_subagent_and_other_grants() -> None:
             },
         )
         .a2a_peer("peer", "https://peer.test", scheme="Token")
-        .spawn(tools=["crm__get_account"], max_depth=1)
+        .http_tool("notify", description="Notify the team.", url="https://hooks.test/notify")
+        .spawn(tools=["notify"], max_depth=1)
         .compaction(10_000, keep_recent_turns=2)
         .tasks()
         .components()

@@ -88,7 +88,7 @@ def test_valid_spec_has_no_problems() -> None:
             McpServer(name="maybe", url="u", optional=True),
         ],
         skills=[skill("a", "see [[skill:b]]"), skill("b", "see [[skill:a]]")],
-        spawn=SpawnEnvelope(tools=["lookup", "crm__get"], models=["gpt-4o"], max_depth=2),
+        spawn=SpawnEnvelope(tools=["lookup", "refund"], models=["gpt-4o"], max_depth=2),
         subagents=[SubagentRef(name="s", description="d" * 20, spec=agent("child"))],
     )
     context = ValidationContext(
@@ -263,10 +263,24 @@ def test_spawn_tools_must_be_the_agents_own() -> None:
         spawn=SpawnEnvelope(tools=["own", f"srv{MCP_TOOL_SEPARATOR}anything", "other", "srv"]),
     )
     problems = checks(spec, ValidationContext(registered_tools=["own"]))
-    assert paths(problems) == ["spawn.tools", "spawn.tools"]
+    assert paths(problems) == ["spawn.tools"] * 3
     messages = " ".join(p.message for p in problems)
     assert "'other'" in messages and "'srv'" in messages
     assert "'own'" not in messages
+
+
+def test_spawn_tools_may_not_name_mcp_tools() -> None:
+    # A spawned child is composed with its parent's code and HTTP tools only (no MCP
+    # servers), so an envelope naming an MCP tool would publish and then grant nothing.
+    spec = agent(
+        tools=[CodeTool(name="own")],
+        mcp_servers=[McpServer(name="srv", url="u")],
+        spawn=SpawnEnvelope(tools=[f"srv{MCP_TOOL_SEPARATOR}lookup", f"srv{MCP_TOOL_SEPARATOR}*"]),
+    )
+    problems = checks(spec, ValidationContext(registered_tools=["own"]))
+    assert paths(problems) == ["spawn.tools", "spawn.tools"]
+    assert all("MCP server 'srv'" in p.message for p in problems)
+    assert all("code and HTTP tools" in p.message for p in problems)
 
 
 def test_spawn_depth_within_delegation_depth() -> None:
