@@ -12,6 +12,7 @@ redirect URIs) keep the order they were given, because order is meaning there.
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -74,6 +75,13 @@ def _plain_json(value: Any) -> None:
 
 _CLOSE = object()
 """Marks, on ``_plain_json``'s stack, where a container's children end."""
+
+
+def _own_json(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` checked, and deep-copied: pydantic copies a dict's top level only, and a
+    caller changing a nested value it kept must not change a published Version's Spec."""
+    _plain_json(value)
+    return copy.deepcopy(value)
 
 
 def _sorted_unique_names(items: tuple[Any, ...], what: str) -> tuple[Any, ...]:
@@ -183,8 +191,7 @@ class SpawnEnvelope(_Frozen):
     """What a parent may compose at run time: tools, models, depth and breadth of children."""
 
     tools: tuple[str, ...] = ()
-    """Tools a spawned child may hold: names of the parent's own code and HTTP tools (a child
-    holds no MCP servers); empty = all of them."""
+    """Which of the parent's code and HTTP tools (not MCP) a spawned child may hold; empty: all."""
     models: tuple[str, ...] = ()
     """Models a spawned child may use; empty = the parent's model."""
     max_depth: Annotated[int, Field(ge=1, le=16)] = 2
@@ -247,8 +254,7 @@ class HttpTool(_Frozen):
     @field_validator("input_schema")
     @classmethod
     def _schema_is_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        _plain_json(value)
-        return value
+        return _own_json(value)
 
     @field_validator("headers")
     @classmethod
@@ -422,8 +428,7 @@ class ToolStep(_Frozen):
     @field_validator("arguments")
     @classmethod
     def _arguments_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        _plain_json(value)
-        return value
+        return _own_json(value)
 
 
 class WorkflowStepRef(_Frozen):

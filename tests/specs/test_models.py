@@ -25,6 +25,7 @@ from psych_runtime.specs import (
     SubagentRef,
     SuspensionPolicy,
     ToolStep,
+    Version,
     WorkflowSpec,
     WorkflowStepRef,
     parse_spec,
@@ -543,6 +544,23 @@ def test_unknown_fields_refused(cls: type[BaseModel]) -> None:
         build(cls, not_a_field=1)
     assert info.value.errors()[0]["type"] == "extra_forbidden"
     assert info.value.errors()[0]["loc"] == ("not_a_field",)
+
+
+def test_nested_json_fields_do_not_share_the_callers_values() -> None:
+    # Frozen means frozen all the way down: a mapping or list the caller keeps and changes
+    # after building the Spec must not change the Spec, nor move its Version's hash.
+    schema: dict[str, Any] = {"type": "object", "properties": {"id": {"type": "string"}}}
+    arguments: dict[str, Any] = {"ids": ["1"], "filter": {"state": "open"}}
+    tool = HttpTool(name="h", description="d", url="https://x.test/{id}", input_schema=schema)
+    step = ToolStep(name="s", tool="h", arguments=arguments)
+    spec = WorkflowSpec(name="w", steps=[step], tools=[tool])
+    version = Version.of(spec)
+    schema["properties"]["id"]["type"] = "integer"
+    arguments["ids"].append("2")
+    arguments["filter"]["state"] = "closed"
+    assert tool.input_schema == {"type": "object", "properties": {"id": {"type": "string"}}}
+    assert step.arguments == {"ids": ["1"], "filter": {"state": "open"}}
+    assert version.verify() is version
 
 
 def test_models_hold_no_callables() -> None:
