@@ -35,7 +35,7 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
-from psych_runtime.specs._registry import ToolRegistry
+from psych_runtime.specs._registry import ToolDef, ToolRegistry
 from psych_runtime.specs._version import format_validation_error
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -56,6 +56,22 @@ def _placeholder_schema(url: str) -> dict[str, Any]:
         "properties": {name: {"type": "string"} for name in names},
         "required": names,
     }
+
+
+def _check_registered(
+    where: str, known: ToolDef, name: str | None, description: str | None, idempotent: bool | None
+) -> None:
+    """Refuse what ``tool()`` was given that the function's registration contradicts."""
+    registered = {"name": known.name, "description": known.description}
+    asked = {"name": name, "description": description}
+    differ = [f"{k} {v!r}" for k, v in asked.items() if v is not None and v != registered[k]]
+    if idempotent is not None and idempotent != known.idempotent:
+        differ.append(f"idempotent={idempotent}")
+    if differ:
+        raise SpecError(
+            f"{where}: the function is registered as tool {known.name!r}, "
+            f"so {', '.join(differ)} cannot apply: its registration decides them"
+        )
 
 
 class _ToolsMixin:
@@ -85,20 +101,36 @@ class _ToolsMixin:
         *,
         name: str | None = None,
         description: str | None = None,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         interruptible: bool = True,
     ) -> Self:
-        """Grant a code tool: a function (registered here unless it already is) or a name."""
+        """Grant a code tool: a function (registered here unless it already is) or a name.
+
+        ``name``, ``description`` and ``idempotent`` (default False) are the registration's:
+        for a function registered already they must agree with it, and a tool given by
+        name takes none of them.
+
+        Raises:
+            SpecError: one of them is given where the registration decides otherwise.
+        """
         if isinstance(fn, str):
+            given = [k for k, v in (("name", name), ("description", description)) if v]
+            given += ["idempotent"] if idempotent is not None else []
+            if given:
+                raise SpecError(
+                    f"{self._where}: tool {fn!r} is granted by name, so {', '.join(given)} "
+                    "cannot apply: they belong to its registration"
+                )
             tool_name = fn
         else:
             known = self._registry.find(fn)
             if known is None:
                 self._registry.register(
-                    fn, name=name, description=description, idempotent=idempotent
+                    fn, name=name, description=description, idempotent=bool(idempotent)
                 )
                 tool_name = name or fn.__name__
             else:
+                _check_registered(self._where, known, name, description, idempotent)
                 tool_name = known.name
         self._grant(
             self._tools,

@@ -425,6 +425,26 @@ def test_shared_registry_and_pre_registered_function() -> None:
     assert registry.get("create_account").idempotent is True
 
 
+def test_tool_options_the_registration_contradicts_are_refused() -> None:
+    # The function's registration decides its name, description and idempotence: a
+    # builder asked for another name used to grant the registered one without a word.
+    registry = ToolRegistry()
+    registry.register(lookup_order, name="find_order", idempotent=True)
+    builder = AgentBuilder("a", registry=registry).model("m")
+    for options, named in (
+        ({"name": "orders"}, "name 'orders'"),
+        ({"description": "Other."}, "description 'Other.'"),
+        ({"idempotent": False}, "idempotent=False"),
+    ):
+        with pytest.raises(SpecError, match=f"registered as tool 'find_order', so {named}"):
+            builder.tool(lookup_order, **options)
+    agreeing = builder.tool(lookup_order, name="find_order", idempotent=True).build()
+    assert [t.name for t in agreeing.tools] == ["find_order"]
+    with pytest.raises(SpecError, match="granted by name, so description, idempotent"):
+        AgentBuilder("b").model("m").tool("lookup", description="Look.", idempotent=True)
+    assert len(registry) == 1
+
+
 def test_tool_options_reach_the_spec() -> None:
     spec = (
         AgentBuilder("a")
