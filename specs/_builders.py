@@ -51,6 +51,10 @@ def _make(cls: type[_M], where: str, /, **fields: Any) -> _M:
 
 def _placeholder_schema(url: str) -> dict[str, Any]:
     names = list(dict.fromkeys(_PLACEHOLDER.findall(url)))
+    if not names:
+        # HttpTool's own default: the tool written in a file without input_schema is the
+        # same tool, and must hash the same.
+        return {}
     return {
         "type": "object",
         "properties": {name: {"type": "string"} for name in names},
@@ -158,7 +162,8 @@ class _ToolsMixin:
         """Grant an HTTP tool.
 
         Without ``input_schema`` the schema declares each ``{placeholder}`` of ``url`` as a
-        required string, which is what the URL needs to be filled.
+        required string, which is what the URL needs to be filled (a URL without one gets
+        HttpTool's default, ``{}``).
         """
         schema = dict(input_schema) if input_schema is not None else _placeholder_schema(url)
         self._grant(

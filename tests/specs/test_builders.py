@@ -267,6 +267,17 @@ def test_http_tool_schema_from_placeholders_is_required_strings() -> None:
     }
 
 
+def test_http_tool_without_placeholders_hashes_as_written_in_a_file() -> None:
+    # No placeholder, no schema: HttpTool's own default, as a file that leaves it out gets.
+    built = AgentBuilder("a").model("m").http_tool("t", description="d", url="https://x.test/")
+    from_file = spec_from_yaml(
+        "kind: agent\nname: a\nmodel: {model: m}\n"
+        "tools: [{kind: http, name: t, description: d, url: 'https://x.test/'}]\n"
+    )
+    assert built.build() == from_file
+    assert version_hash(built.build()) == version_hash(from_file)
+
+
 def test_http_tool_given_schema_kept() -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}}
     spec = (
