@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from psych_runtime.specs._documents import MAX_SPEC_DEPTH
 
@@ -468,14 +468,14 @@ class WorkflowSpec(_Frozen):
     def _set_like(cls, value: tuple[Any, ...], info: Any) -> tuple[Any, ...]:
         return _sorted_unique_names(value, info.field_name.rstrip("s").replace("_", " "))
 
-    @model_validator(mode="after")
-    def _unique_step_names(self) -> WorkflowSpec:
-        seen: set[str] = set()
-        for step in self.steps:
-            if step.name in seen:
-                raise ValueError(f"step name {step.name!r} appears more than once")
-            seen.add(step.name)
-        return self
+    @field_validator("steps")
+    @classmethod
+    def _unique_step_names(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        names = [step.name for step in value]
+        repeated = next((name for name in names if names.count(name) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"step name {repeated!r} appears more than once")
+        return value
 
 
 Spec = Annotated[AgentSpec | WorkflowSpec, Field(discriminator="kind")]

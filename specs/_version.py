@@ -67,7 +67,10 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
                 path += f"[{part}]"
             else:
                 path = f"{path}.{part}" if path else str(part)
-        lines.append(f"{path or '<root>'}: {detail['msg']}")
+        message = detail["msg"]
+        if detail["type"] == "value_error":  # our own validators' words, without pydantic's tag
+            message = message.removeprefix("Value error, ")
+        lines.append(f"{path or '<root>'}: {message}")
     return "\n".join(lines)
 
 

@@ -253,8 +253,14 @@ def test_workflow_step_names_unique_through_parse_spec() -> None:
         "name": "w",
         "steps": [{"kind": "tool", "name": "x", "tool": "t"}] * 2,
     }
-    with pytest.raises(SpecError, match="'x' appears more than once"):
+    with pytest.raises(SpecError) as info:
         parse_spec(data)
+    # Named at the steps, in the validator's own words (no "Value error," of pydantic's).
+    assert str(info.value).splitlines()[1:] == ["steps: step name 'x' appears more than once"]
+    tools = [{"kind": "code", "name": "t"}] * 2
+    with pytest.raises(SpecError) as info:
+        parse_spec({**data, "steps": data["steps"][:1], "tools": tools})
+    assert str(info.value).splitlines()[1:] == ["tools: tool name 't' appears more than once"]
 
 
 # --- parse_spec names the offending path ---------------------------------------------------
