@@ -481,8 +481,8 @@ class WorkflowSpec(_Frozen):
 Spec = Annotated[AgentSpec | WorkflowSpec, Field(discriminator="kind")]
 """Either kind of Spec, discriminated on ``kind``."""
 
-AgentSpec.model_rebuild()
-WorkflowSpec.model_rebuild()
+for _forward in (AgentSpec, WorkflowSpec, WorkflowStepRef):  # each names a later model
+    _forward.model_rebuild()
 
 
 class Scope(_Frozen):

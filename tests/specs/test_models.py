@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any, TypeVar
 
 import pytest
@@ -567,6 +569,23 @@ def test_nested_json_fields_do_not_share_the_callers_values() -> None:
     assert tool.input_schema == {"type": "object", "properties": {"id": {"type": "string"}}}
     assert step.arguments == {"ids": ["1"], "filter": {"state": "open"}}
     assert version.verify() is version
+
+
+def test_every_model_has_its_signature_on_import() -> None:
+    # help() and inspect read the signature pydantic sets when a model is complete; a model
+    # naming a later one (WorkflowStepRef -> WorkflowSpec) had "()" until first used.
+    code = (
+        "import inspect\n"
+        "from psych_runtime.specs import _models as m\n"
+        "for name in dir(m):\n"
+        "    cls = getattr(m, name)\n"
+        "    if isinstance(cls, type) and issubclass(cls, m.BaseModel) and cls.model_fields:\n"
+        "        print(name, list(inspect.signature(cls).parameters))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    signatures = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert signatures["WorkflowStepRef"] == "['kind', 'name', 'spec']"
+    assert all(params != "[]" for params in signatures.values()), signatures
 
 
 def test_models_hold_no_callables() -> None:
