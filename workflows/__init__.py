@@ -13,6 +13,7 @@ from psych_runtime.workflows.client._report import (
     ModelCallReport,
     RunReport,
     StepReport,
+    SuspensionReport,
     ToolCallReport,
 )
 from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
@@ -156,6 +157,7 @@ __all__ = [
     "Suspended",
     "SuspensionExpired",
     "SuspensionReason",
+    "SuspensionReport",
     "TRACING_EXTERN",
     "TasksUpdated",
     "TokenDelta",

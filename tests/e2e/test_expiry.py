@@ -147,6 +147,10 @@ async def expires(
     assert len(rig.fake.requests) == 1  # the model never heard back
     (suspended,) = [r for r in records if isinstance(r, Suspended)]
     assert (settled.at - suspended.at).total_seconds() == pytest.approx(seconds, abs=1.0)
+    report = await rig.client.report(run, scope=rig.scope)
+    (wait,) = report.suspensions
+    assert (wait.pending, wait.outcome, wait.by) == (pending, "expired", None)
+    assert wait.seconds == pytest.approx(seconds, abs=1.0)
     assert settled.at >= pending.expires_at
     assert await rig.server_seconds(run) >= seconds
     assert wall < WALL_LIMIT  # the server jumped; nobody waited

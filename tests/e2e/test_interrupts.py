@@ -40,10 +40,22 @@ async def test_abort_during_a_model_call_settles_without_another_call(harness: H
             return len(harness.fake.requests) == 1
 
         await eventually(calling, what="the model call")
+        report = await harness.client.report(run, scope=harness.scope)
+        (call,) = report.model_calls  # open: neither answered nor failed
+        assert (call.model, call.ok, call.error) == ("fake-model", None, None)
         await harness.client.abort(run, scope=harness.scope, reason="enough")
         result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
     assert result.status is RunStatus.ABORTED
     assert len(harness.fake.requests) == 1
+    # The call the abort cut off is in the report (it was missing while the totals
+    # counted it), failed with no answer.
+    assert result.totals.model_calls == len(report.model_calls) == 1
+    (call,) = report.model_calls
+    assert (call.model, call.attempt, call.ok, call.usage) == ("fake-model", 1, False, None)
+    assert call.error == (
+        "no answer: the Run settled aborted while the call was open (aborted by tester: enough)"
+    )
 
 
 async def test_abort_during_a_retry_wait_starts_no_new_call(harness: Harness) -> None:

@@ -93,11 +93,17 @@ async def test_approval_granted_runs_the_call(harness: Harness) -> None:
         assert approved.outcome == "approved"
         result = await harness.client.result(run, scope=harness.scope)
         records = (await harness.client.records(run, scope=harness.scope)).records
+        report = await harness.client.report(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED
     assert deleted == ["42"]
     resumed = [r for r in records if isinstance(r, Resumed)]
     assert [(r.by, r.outcome) for r in resumed] == [("tester", "approved")]
-    assert any(isinstance(r, Suspended) for r in records)
+    (waited,) = [r for r in records if isinstance(r, Suspended)]
+    # The report shows the wait and its resume (it had neither).
+    (wait,) = report.suspensions
+    assert (wait.pending, wait.suspended_at) == (pending, waited.at)
+    assert (wait.outcome, wait.by, wait.ended_at) == ("approved", "tester", resumed[0].at)
+    assert wait.seconds == (resumed[0].at - waited.at).total_seconds() > 0
 
 
 async def test_approval_denied_settles_the_call_rejected(harness: Harness) -> None:
@@ -116,6 +122,13 @@ async def test_approval_denied_settles_the_call_rejected(harness: Harness) -> No
     assert result.status is RunStatus.COMPLETED
     assert deleted == []
     assert report.tool_calls[0].status == "rejected"
+    (wait,) = report.suspensions
+    assert (wait.pending.id, wait.outcome, wait.by, wait.detail) == (
+        "c1",
+        "rejected",
+        "tester",
+        "keep it",
+    )
     told = harness.fake.requests[1]["messages"][-1]["content"]
     assert "rejected" in told
     assert "keep it" in told

@@ -127,6 +127,17 @@ async def test_list_suspended_shows_the_approval_and_approve_runs_the_call(
         status, again, err = await psych(capsys, "approve", *cli.args(wid, "refund-1", *named))
         assert (status, again) == (0, out), err
 
+        # `psych report` shows what the Run waited for and who resumed it.
+        status, shown, err = await psych(capsys, "report", *cli.args(wid))
+        assert status == 0, err
+        waited = re.search(r"^waited: +(.*)$", shown, re.MULTILINE)
+        assert waited is not None, shown
+        assert re.fullmatch(
+            r'approval of issue_refund\(\{"order_id": "42", "reason": "broken"\}\): '
+            r"approved by alice after \d+\.\d\d s",
+            waited.group(1),
+        ), waited.group(1)
+
         # Approving again, now that the Run settled, is refused in one line.
         status, out, err = await psych(capsys, "approve", *cli.args(wid, "refund-1"))
     assert status == 1 and out == ""

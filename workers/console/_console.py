@@ -356,7 +356,7 @@ def _step_fields(report: RunReport) -> list[tuple[str, str]]:
         )
         child = step.child
         if child is not None:
-            failed = sum(1 for call in child.model_calls if not call.ok)
+            failed = sum(1 for call in child.model_calls if call.ok is False)
             fields.append(
                 (
                     "",
@@ -368,10 +368,25 @@ def _step_fields(report: RunReport) -> list[tuple[str, str]]:
     return fields
 
 
+def _suspension_fields(report: RunReport) -> list[tuple[str, str]]:
+    fields = []
+    for wait in report.suspensions:
+        held = f" (held by {wait.pending.run})" if wait.pending.run else ""
+        if wait.outcome is not None:
+            by = f" by {wait.by}" if wait.by else ""
+            how = f"{wait.outcome}{by} after {wait.seconds or 0.0:.2f} s"
+        elif report.status.terminal:
+            how = "unanswered when the Run settled"
+        else:
+            how = "waiting"
+        fields.append(("waited", f"{describe_pending(wait.pending)}{held}: {how}"))
+    return fields
+
+
 def report_fields(report: RunReport) -> list[tuple[str, str]]:
     """A report's summary as (name, value) rows: status, reason, answer, counts, usage,
     cost (a name of "" continues the row above)."""
-    failed = sum(1 for call in report.model_calls if not call.ok)
+    failed = sum(1 for call in report.model_calls if call.ok is False)
     by_status: dict[str, int] = {}
     for call in report.tool_calls:
         key = call.status or "open"
@@ -391,6 +406,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         answer,
         *_step_fields(report),
         *child_fields(report),
+        *_suspension_fields(report),
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
         *display_fields(report),

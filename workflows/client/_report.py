@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +28,7 @@ from psych_runtime.workflows.contract._records import (
     NextRunStarted,
     PeerDiscovered,
     PeerTaskCanceled,
+    Pending,
     Record,
     Resumed,
     RunAdmitted,
@@ -60,7 +62,9 @@ class ModelCallReport(_Frozen):
     turn: int
     model: str
     attempt: int
-    ok: bool
+    ok: bool | None
+    """None while the call is open; False when it failed, or ended with no answer (``error``
+    says why: the Run settled while it ran, such as an abort or the deadline)."""
     text: str | None = None
     tool_calls: tuple[dict[str, str], ...] = ()
     usage: Usage | None = None
@@ -90,6 +94,25 @@ class ToolCallReport(_Frozen):
     """The arguments that ran when a pre hook rewrote ``arguments`` (None: those)."""
     hooks: tuple[HookEffect, ...] = ()
     """What each tool-call hook did to the call."""
+
+
+class SuspensionReport(_Frozen):
+    """One wait of the Run: what it waited for, and how and when the wait ended."""
+
+    pending: Pending
+    suspended_at: datetime
+    outcome: (
+        Literal["approved", "rejected", "answered", "completed", "authorized", "expired"] | None
+    ) = None
+    """None while the Run waits, or when it settled otherwise (an abort, its deadline: its
+    status says how)."""
+    by: str | None = None
+    """Who resumed the Run."""
+    detail: str | None = None
+    """The note, the answer, or the completion payload (as JSON text)."""
+    ended_at: datetime | None = None
+    seconds: float | None = None
+    """From the suspension to its answer or expiry."""
 
 
 class McpDiscoveryReport(_Frozen):
@@ -150,10 +173,14 @@ class RunReport(_Frozen):
     """A workflow's steps in order (empty for an agent)."""
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name."""
+    suspensions: tuple[SuspensionReport, ...] = ()
+    """Each time the Run waited (approval, question, external completion, consent, child
+    Runs), in order, with its resume or expiry. A workflow step's or subagent's own waits
+    are in that child Run's report."""
     mcp: tuple[McpDiscoveryReport, ...] = ()
+    """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
     peers: tuple[PeerDiscovered, ...] = ()
     """What each A2A peer offered at each turn boundary (its card, narrowed), in order."""
-    """Each MCP server's catalogue at each turn boundary (empty without MCP servers)."""
     peer_cancels: tuple[PeerTaskCanceled, ...] = ()
     """Peer tasks the Run asked to cancel when it settled while waiting on them."""
     tasks: tuple[Task, ...] = ()
@@ -198,6 +225,7 @@ def build_report(
     task_updates = 0
     components: list[ComponentShown] = []
     context: list[ContextProvided] = []
+    waits: list[SuspensionReport] = []
     for record in records:
         match record:
             case StepStarted():
@@ -229,6 +257,16 @@ def build_report(
                     else None,
                 )
             case ModelCallStarted():
+                if open_call is not None:
+                    # Only a turn that waited for an MCP server's consent starts an attempt
+                    # with none of its results recorded and goes on.
+                    model_calls.append(
+                        _unanswered(
+                            open_call,
+                            "no call made: an MCP server's consent was asked first, "
+                            "then the call was tried again",
+                        )
+                    )
                 open_call = record
             case ModelCallFinished():
                 model_calls.append(
@@ -308,14 +346,24 @@ def build_report(
                 context.append(record)
             case RunSettled():
                 settled = record
+            case Suspended():
+                waits.append(SuspensionReport(pending=record.pending, suspended_at=record.at))
+            case Resumed():
+                _end_wait(
+                    waits,
+                    record.id,
+                    record.at,
+                    outcome=record.outcome,
+                    by=record.by,
+                    detail=record.detail,
+                )
+            case SuspensionExpired():
+                _end_wait(waits, record.id, record.at, outcome="expired")
             case RunAdmitted():
                 pass  # the Run's input, system prompt and thread: ``admitted`` above
             case (
                 TurnStarted()
                 | ToolWithheld()
-                | Suspended()
-                | Resumed()
-                | SuspensionExpired()
                 | AbortRequested()
                 | SteerReceived()
                 | SteerRefused()
@@ -323,13 +371,25 @@ def build_report(
                 | ChildSpawned()
                 | RunContinued()
             ):
-                # The report is what the Run did (its calls, steps, children, display and
-                # ending); how it got there (turns, waits, steering, a withheld tool, a
-                # spawn before its ``child_settled``, a continue-as-new) is the record
+                # The report is what the Run did (its calls, steps, children, waits,
+                # display and ending); how it got there (turns, steering, a withheld tool,
+                # a spawn before its ``child_settled``, a continue-as-new) is the record
                 # stream's to show.
                 pass
             case _:
                 assert_never(record)
+    if open_call is not None:
+        # The call was open when the records end: still running, or cut off by how the Run
+        # settled (an abort, its deadline, a cancellation) with no result recorded.
+        model_calls.append(
+            _unanswered(open_call, None)
+            if settled is None
+            else _unanswered(
+                open_call,
+                f"no answer: the Run settled {settled.status.value} while the call was open"
+                + (f" ({settled.reason})" if settled.reason else ""),
+            )
+        )
     return RunReport(
         workflow_id=workflow_id,
         run_id=state.run_id,
@@ -340,6 +400,7 @@ def build_report(
         system_prompt=admitted.system_prompt if admitted else "",
         model_calls=tuple(model_calls),
         tool_calls=tuple(tools.values()),
+        suspensions=tuple(waits),
         status=settled.status if settled else RunStatus.RUNNING,
         reason=settled.reason if settled else None,
         answer=settled.answer if settled else None,
@@ -362,3 +423,39 @@ def build_report(
         children=tuple(children_settled),
         left_out=admitted.left_out if admitted else (),
     )
+
+
+def _unanswered(started: ModelCallStarted, error: str | None) -> ModelCallReport:
+    """An attempt with no result recorded: open (``error`` None) or ended without one."""
+    return ModelCallReport(
+        turn=started.turn,
+        model=started.model,
+        attempt=started.attempt,
+        ok=None if error is None else False,
+        error=error,
+    )
+
+
+def _end_wait(
+    waits: list[SuspensionReport],
+    pending_id: str,
+    at: datetime,
+    *,
+    outcome: Literal["approved", "rejected", "answered", "completed", "authorized", "expired"],
+    by: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Close the latest open wait on ``pending_id`` with how and when it ended."""
+    for index in range(len(waits) - 1, -1, -1):
+        wait = waits[index]
+        if wait.pending.id == pending_id and wait.ended_at is None:
+            waits[index] = wait.model_copy(
+                update={
+                    "outcome": outcome,
+                    "by": by,
+                    "detail": detail,
+                    "ended_at": at,
+                    "seconds": (at - wait.suspended_at).total_seconds(),
+                }
+            )
+            return
