@@ -181,6 +181,17 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
         report = await harness.client.report(runs[0][0], scope=acme)
     (whoami,) = report.tool_calls
     assert whoami.result == CLIENT
+    # The attempt that waited for consent made no call, but it is counted in the totals:
+    # the report shows it (it left it out, so its calls did not add up to the totals).
+    assert report.totals is not None
+    assert len(report.model_calls) == report.totals.model_calls == 3
+    asked_first = report.model_calls[0]
+    assert (asked_first.turn, asked_first.attempt, asked_first.ok) == (1, 1, False)
+    assert asked_first.error is not None and "consent was asked first" in asked_first.error
+    assert [(c.turn, c.attempt, c.ok) for c in report.model_calls[1:]] == [
+        (1, 2, True),
+        (2, 1, True),
+    ]
     for run_records in records:
         (asked,) = [r for r in run_records if isinstance(r, Suspended)]
         assert asked.pending.reason is SuspensionReason.AUTHORIZATION
