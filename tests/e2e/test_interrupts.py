@@ -136,8 +136,18 @@ async def test_cancelling_the_workflow_mid_model_call_settles_it(harness: Harnes
         await eventually(closed, what="the workflow to end cancelled")
         state = await harness.client.status(run, scope=harness.scope)
         records = [r async for r in harness.client.stream(run, scope=harness.scope)]
+        # Its result is what it settled with, as its state and report say: it was
+        # RunFailed('Workflow cancelled'), a failure the Run never recorded.
+        result = await harness.client.result(run, scope=harness.scope)
     assert state.status is RunStatus.ABORTED
     assert isinstance(records[-1], RunSettled)
+    assert (result.run_id, result.status, result.reason, result.totals) == (
+        run.run_id,
+        RunStatus.ABORTED,
+        "cancelled: the workflow was cancelled by its parent or an operator",
+        records[-1].totals,
+    )
+    assert result.totals.model_calls == 1
     assert len(harness.fake.requests) == 1  # a cancellation is not a model failure to retry
 
 

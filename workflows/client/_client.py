@@ -28,7 +28,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ThreadRef
@@ -381,8 +381,13 @@ class PsychClient(RunActions, RunStreaming, RunListing):
     async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
         """Wait for the Run to settle and return its result.
 
+        A Run whose workflow was cancelled (by an operator, or by its parent) settles
+        ABORTED before the cancellation ends it: its result is then read from its state
+        (one query, which a worker of its task queue answers), without ``handles``.
+
         Raises:
-            RunFailed: the Run settled FAILED; ``reason`` says why.
+            RunFailed: the Run settled FAILED, or its workflow ended without settling
+                (terminated, timed out); ``reason`` says why.
         """
         workflow_id, _ = self._handle(run, scope)
         handle = self.temporal.get_workflow_handle(workflow_id, result_type=RunResult)
@@ -390,6 +395,17 @@ class PsychClient(RunActions, RunStreaming, RunListing):
             result: RunResult = await handle.result()
         except WorkflowFailureError as err:
             cause = err.cause
+            if isinstance(cause, CancelledError):
+                state = await self._state(workflow_id, scope, None)
+                if state.status.terminal:
+                    return RunResult(
+                        run_id=state.run_id,
+                        status=state.status,
+                        reason=state.reason or "",
+                        answer=state.answer,
+                        totals=state.totals,
+                        outputs=state.outputs,
+                    )
             reason = getattr(cause, "message", None) or str(cause or err)
             raise RunFailed(reason) from err
         except RPCError as err:
