@@ -408,7 +408,9 @@ def _validate_agent(
         _, left_out = narrow_subagent(spec, sub.spec)
         for left in left_out:
             if left.reason == different_definition(left.what, left.name):
-                field = "tools" if left.what == "tool" else "mcp_servers"
+                field = {"tool": "tools", "mcp_server": "mcp_servers", "a2a_peer": "a2a_peers"}[
+                    left.what
+                ]
                 problems.append(Problem(f"{path}.spec.{field}[{left.name}]", left.reason))
         problems += _validate_agent(
             sub.spec, context, f"{path}.spec.", depth + 1, child_chain(above, spec, sub.spec)

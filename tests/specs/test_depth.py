@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psych_runtime.specs import (
+    A2APeer,
     AgentSpec,
     AgentStep,
     CodeTool,
@@ -181,4 +182,46 @@ def test_a_childs_mcp_servers_are_narrowed_to_the_parents_of_the_same_definition
     # parent lacks is narrowed away (request ∩ parent), as tools are.
     assert [p.path for p in validate(spec) if "mcp_servers" in p.path] == [
         "subagents[c].spec.mcp_servers[crm]"
+    ]
+
+
+def test_a_childs_a2a_peers_are_narrowed_to_the_parents_of_the_same_definition() -> None:
+    # A peer's skills are tools the model calls: a subagent may not reach a peer its parent
+    # may not, nor the parent's peer under another definition (another URL or allow list).
+    parent = agent(
+        "p",
+        a2a_peers=[
+            A2APeer(name="travel", url="https://travel.test/"),
+            A2APeer(name="hr", url="https://hr.test/"),
+        ],
+    )
+    child = agent(
+        "c",
+        a2a_peers=[
+            A2APeer(name="travel", url="https://travel.test/", allow=("wipe",)),
+            A2APeer(name="hr", url="https://hr.test/"),
+            A2APeer(name="bank", url="https://bank.test/"),
+        ],
+    )
+    narrowed, left_out = narrow_subagent(parent, child)
+    assert [peer.name for peer in narrowed.a2a_peers] == ["hr"]
+    assert {left.name: (left.what, left.reason.split(",")[0]) for left in left_out} == {
+        "travel": (
+            "a2a_peer",
+            "A2A peer 'travel' is not the same definition as the parent's A2A peer of that name",
+        ),
+        "bank": ("a2a_peer", "A2A peer 'bank' is not one of the parent's A2A peers"),
+    }
+    # As Runs recorded before the patch psych-children-bounded ran: peers kept whole.
+    kept, _ = narrow_subagent(parent, child, a2a_peers=False)
+    assert kept.a2a_peers == child.a2a_peers
+    spec = agent(
+        "p2",
+        **{
+            **parent.model_dump(exclude={"name"}),
+            "subagents": [SubagentRef(name="c", description="d" * 20, spec=child)],
+        },
+    )
+    assert [p.path for p in validate(spec) if "a2a_peers" in p.path] == [
+        "subagents[c].spec.a2a_peers[travel]"
     ]
