@@ -51,7 +51,11 @@ async def wiring(
             task_queue=task_queue,
             registry=registry,
             blobs=LocalBlobStore(home / "blobs"),
-            endpoints=ModelEndpoints(default=Endpoint(base_url=fake.base_url, api_key="k")),
+            # Not "k": the key is redacted wherever a model sends it back, delegate's "task"
+            # argument included, and a delegation without a task starts no child.
+            endpoints=ModelEndpoints(
+                default=Endpoint(base_url=fake.base_url, api_key="time-skipping-key")
+            ),
         )
         client = PsychClient(
             env.client,

@@ -7,6 +7,7 @@ instructions the parent wrote for it), so one responder scripts the whole tree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,12 +22,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.activities.contract import VERSION_PUBLISH
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope
+from psych_runtime.specs import AgentBuilder, AgentSpec, PsychError, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
 from psych_runtime.workers.console import describe_pending, format_record
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
+    NextRunStarted,
     Record,
     RunAdmitted,
     RunHandle,
@@ -34,6 +36,7 @@ from psych_runtime.workflows import (
     RunStatus,
     SteerReceived,
     ToolCallFinished,
+    workflow_id_for,
 )
 
 from ._crash import doomed_worker
@@ -306,6 +309,47 @@ async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
     assert "delegation depth 2 exceeds max_delegation_depth 1 of agent 'worker'" in (
         delegated.answer or ""
     )
+
+
+async def test_a_spawned_childs_next_run_keeps_its_spawn_depth(harness: Harness) -> None:
+    # A next Run continues the Run it follows: sent to a child at spawn.max_depth, its next
+    # Run may spawn no deeper than the child (it started at spawn depth 0, and spawned).
+    gate = gated_lookup(harness)
+    spec = lead_agent(harness).tool("lookup").spawn(max_depth=1).build()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        message, prompt = last(body), system(body)
+        if LEAD in prompt:
+            if message["role"] == "user":
+                return Reply.tool_calls(spawn_call("kid", tools=["lookup"]))
+            if message["content"].startswith('{"child"'):
+                return Reply.tool_calls(ToolCall("wait_children", {}))
+            return Reply.text("lead done")
+        if message["role"] == "user" and message["content"] == "spawn a helper":
+            return Reply.tool_calls(spawn_call("grandkid"))
+        if message["role"] == "user":
+            return Reply.tool_calls(ToolCall("lookup", {"term": "x"}))
+        return Reply.text(f"kid read: {message['content']}")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        kid = workflow_id_for(harness.scope.tenant, f"{run.run_id}-spawn1")
+
+        async def working() -> bool:
+            with contextlib.suppress(PsychError):
+                return (await harness.client.status(kid, scope=harness.scope)).turn >= 1
+            return False
+
+        await eventually(working, what="the kid to work")
+        await harness.client.steer(kid, "spawn a helper", scope=harness.scope, mode="next_run")
+        gate.set()
+        await harness.client.result(run, scope=harness.scope)
+        (started,) = of(await records(harness, kid), NextRunStarted)
+        result = await harness.client.result(started.workflow_id, scope=harness.scope)
+        nexts = await records(harness, started.workflow_id)
+    assert of(nexts, ChildSpawned) == []
+    assert "spawn depth 2, beyond spawn.max_depth (1)" in (result.answer or "")
 
 
 async def test_message_child_steers_a_live_child_and_is_absent_without_may_message(

@@ -396,3 +396,72 @@ async def test_an_aborted_parent_aborts_its_child_and_takes_its_totals(harness: 
     assert report.totals is not None and report.totals.model_calls == 2
     assert report.totals.cost is not None
     assert math.isclose(report.totals.cost, own.cost + child.totals.cost)
+
+
+async def test_a_subagent_gets_only_the_a2a_peers_its_parent_has(harness: Harness) -> None:
+    # The child names a required peer the lead lacks (its port refuses connections): before
+    # the narrowing the child tried to fetch the card and failed as unreachable.
+    child = AgentSpec.model_validate(
+        {
+            "name": "booker",
+            "instructions": "You are booker.",
+            "model": {"model": "fake-model"},
+            "a2a_peers": [{"name": "travel", "url": "http://127.0.0.1:9/"}],
+        }
+    )
+    spec = _agent(harness, "lead").subagent("booker", "Books trips with the peer.", child).build()
+    assert validate(spec) == []  # a peer the parent lacks is narrowed away, as a tool is
+
+    def respond(body: dict[str, Any]) -> Reply:
+        who, last = _who(body), body["messages"][-1]
+        if who == "lead" and last["role"] == "user":
+            return Reply.tool_calls(ToolCall("delegate", {"agent": "booker", "task": "book"}))
+        return Reply.text(f"{who}: {last['content']}")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        (line,) = report.children
+        child_report = await harness.client.report(line.run, scope=harness.scope)
+    assert result.answer == "lead: booker: book"
+    assert child_report.status is RunStatus.COMPLETED
+    (left,) = child_report.left_out
+    assert (left.what, left.name) == ("a2a_peer", "travel")
+    assert left.reason == "A2A peer 'travel' is not one of the parent's A2A peers, so the " + (
+        "subagent may not use it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"agent": "helper"}, "delegate needs a task"),
+        ({"agent": "helper", "task": "  "}, "delegate needs a task"),
+        ({"agent": "helper", "task": ["x"]}, "delegate needs a task"),
+        ({"task": "x"}, "delegate needs agent: the name of one of your subagents (helper)"),
+    ],
+)
+async def test_a_delegation_without_an_agent_or_a_task_starts_no_child(
+    harness: Harness, arguments: dict[str, Any], problem: str
+) -> None:
+    child = _agent(harness, "helper").build()
+    spec = _agent(harness, "lead").subagent("helper", "Helps with anything at all.", child).build()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        who, last = _who(body), body["messages"][-1]
+        if who == "lead" and last["role"] == "user":
+            return Reply.tool_calls(ToolCall("delegate", arguments))
+        return Reply.text(f"{who}: {last['content']}")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert report.children == ()
+    assert [_who(body) for body in harness.fake.requests] == ["lead", "lead"]
+    (call,) = report.tool_calls
+    assert call.status == "error" and (call.result or "").startswith(problem)

@@ -916,6 +916,36 @@ async def delegate_expired(rig: Rig) -> RunHandle:
     return await rig.run(_lead(rig), "Where is order 42?")
 
 
+async def delegate_bounded(rig: Rig) -> RunHandle:
+    # Patch psych-children-bounded: a delegate call without a task is refused (no child);
+    # the subagent names an A2A peer the lead lacks, narrowed away, so it answers without
+    # fetching the peer's card (nothing listens on its port).
+    # The rig's key "k" is redacted wherever a model sends it back, delegate's "task" too.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    researcher = (
+        rig.agent("researcher")
+        .tool("lookup_order")
+        .a2a_peer("travel", "http://127.0.0.1:9/")
+        .limits(deadline_seconds=86400)
+        .build()
+    )
+    lead = (
+        rig.agent("lead")
+        .tool("lookup_order")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher"})),
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.text("Order 42 is delivered."),  # the subagent's answer
+        Reply.text("The researcher says order 42 is delivered."),  # the lead
+    )
+    return await rig.run(lead, "Where is order 42?")
+
+
 # --- WorkflowRun shapes ---------------------------------------------------------------------
 
 
@@ -2128,6 +2158,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", approval_under_a_repeated_id),
     # limits audit 12-05: calls the Run does not run are no failures of their tool
     ("dev", over_the_per_turn_call_cap_no_streak),
+    # children audit 12-05: patch psych-children-bounded
+    ("dev", delegate_bounded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

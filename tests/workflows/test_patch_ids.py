@@ -63,6 +63,12 @@ PATCHES: dict[str, str] = {
     # could withhold the tool, or fail) and left the finished calls without a record. Asked
     # at every Run's start since, before psych-catalog-failure-settles, which it stands for.
     "psych-batch-accounting": "0.1.0",
+    # A child Run is bounded as its parent is: a subagent gets only its parent's A2A peers
+    # (by definition, as its tools), delegate refuses a call without a task, and a next Run
+    # keeps the spawn depth of the Run it follows (features/_subagents.py,
+    # kernel/_run_base.py). Asked at every Run's start, before psych-catalog-failure-settles,
+    # which it stands for (kernel/_patches.py); a Run recorded before asks that one.
+    "psych-children-bounded": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -3,9 +3,13 @@
 - Depth: the child's depth is the parent's + 1 and its chain is the parent's chain, the
   parent, then the child (``specs.subagent_depth_refusal``, the function the validator
   calls); a refusal is the validator's text, read by the model as the result.
-- Tools by definition: the child gets only the tools and MCP servers its parent has in the
-  same definition (``specs.narrow_subagent``); what is left out, and why, travels in
+- Tools by definition: the child gets only the tools, MCP servers and A2A peers its parent
+  has in the same definition (``specs.narrow_subagent``; peers since the start patch
+  ``psych-children-bounded``); what is left out, and why, travels in
   ``ParentBounds.left_out`` so the child's ``run_admitted`` says so.
+- Arguments: a call without an agent name or a task is refused (since
+  ``psych-children-bounded``; before, a missing task started the child on an empty
+  message).
 - Roll-up: whatever the child's ending (an answer, FAILED with its totals on the
   ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED), one ``ChildSettled``
   record and its totals in the parent's. A parent that stops while its child runs (its
@@ -128,10 +132,17 @@ async def delegate(
     """
     spec = run.spec
     assert isinstance(spec, AgentSpec)
+    known = ", ".join(s.name for s in spec.subagents)
+    # A Run recorded before the patch took any value as text, and started a child on an
+    # empty first message when the task was missing.
+    bounded = run.patched("psych-children-bounded")
+    if bounded:
+        problem = _bad_arguments(arguments, known)
+        if problem is not None:
+            return inline(call, "error", problem)
     name = str(arguments.get("agent", ""))
     sub = next((s for s in spec.subagents if s.name == name), None)
     if sub is None:
-        known = ", ".join(s.name for s in spec.subagents)
         return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
     placement = place(run.input.depth, run.input.depth_caps, spec, sub.spec)
     if placement.refusal is not None:
@@ -141,7 +152,7 @@ async def delegate(
     if over is not None:
         return inline(call, "error", over)
     delegations[turn] = started + 1
-    child_spec, left_out = narrow_subagent(spec, sub.spec)
+    child_spec, left_out = narrow_subagent(spec, sub.spec, a2a_peers=bounded)
     version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
     index = sum(delegations.values())
     task = (str(arguments.get("task", "")),)
@@ -188,6 +199,19 @@ async def delegate(
     if result.status is RunStatus.COMPLETED:
         return inline(call, "ok", result.answer or "")
     return settled.error_result(call, result.status, result.reason)
+
+
+def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:
+    """What is wrong with ``delegate``'s arguments (None: nothing)."""
+    agent, task = arguments.get("agent"), arguments.get("task")
+    if not isinstance(agent, str) or not agent:
+        return f"delegate needs agent: the name of one of your subagents ({known})"
+    if not isinstance(task, str) or not task.strip():
+        return (
+            "delegate needs a task: the subagent's first message, self-contained (it does "
+            "not see this conversation)"
+        )
+    return None
 
 
 async def _wind_down(

@@ -41,7 +41,7 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
         # ToolNotRegistered ApplicationError), not an ActivityError: before the patch it
         # failed the workflow unsettled (no run_settled, the status left running), and a
         # Run recorded so replays so.
-        if not run._catalog_settles:
+        if not run._start.catalog_settles:
             raise
         # Its own text ("<type>: <message>"), as an ActivityError's cause reads above.
         raise Stop(RunStatus.FAILED, f"tools: {err}") from err

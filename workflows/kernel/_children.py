@@ -57,6 +57,7 @@ async def start_child(
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     thread: ThreadRef | None = None,
     depth_caps: tuple[DepthCap, ...] = (),
+    spawn_depth: int = 0,
 ) -> workflow.ChildWorkflowHandle[Any, RunResult]:
     """Start a Run of ``version`` (AgentRun or WorkflowRun, by its kind) as a child."""
     attributes = None
@@ -72,6 +73,7 @@ async def start_child(
             messages=messages,
             depth=depth,
             depth_caps=depth_caps,
+            spawn_depth=spawn_depth,
             bounds=bounds,
             thread=thread,
             roles_apart=run_input().roles_apart,

@@ -27,6 +27,13 @@ that one takes them without asking, or such a Run's marker would be unmatched on
 
 @dataclass(frozen=True)
 class StartPatches:
+    children_bounded: bool
+    """A child Run is bounded as its parent is (``psych-children-bounded``): a subagent
+    gets only the A2A peers its parent has in the same definition (as its tools and MCP
+    servers), ``delegate`` refuses a call without a task (or an agent named by a
+    non-string) instead of starting a child on an empty message, and a next Run keeps the
+    ``spawn_depth`` of the Run it follows. Such a Run also has every change of the
+    patches below."""
     batch_accounting: bool
     """Calls the Run itself does not run (past ``max_tool_calls_per_turn`` or ``max_steps``)
     count toward no tool's failure streak, and a Run force-settled or cancelled mid-batch
@@ -41,13 +48,22 @@ class StartPatches:
     task the resolution reached it in (patch ``psych-local-resolution-safe``,
     ``_deadline.py``)."""
 
+    def answers(self, patch_id: str) -> bool | None:
+        """What the start answered for ``patch_id`` when it is a start patch a feature asks
+        through ``RunView.patched`` (None: it is not one)."""
+        return self.children_bounded if patch_id == "psych-children-bounded" else None
+
+
+NOT_ASKED = StartPatches(
+    children_bounded=False, batch_accounting=False, catalog_settles=False, local_safe=False
+)
+"""What a Run holds before its start asked (and a Run whose input was refused)."""
+
 
 def ask_at_start() -> StartPatches:
-    """Ask the start patches (before the Run schedules anything)."""
-    accounting = workflow.patched("psych-batch-accounting")
+    """Ask the start patches (before the Run schedules anything), newest first."""
+    bounded = workflow.patched("psych-children-bounded")
+    accounting = bounded or workflow.patched("psych-batch-accounting")
     settles = accounting or workflow.patched("psych-catalog-failure-settles")
-    return StartPatches(
-        batch_accounting=accounting,
-        catalog_settles=settles,
-        local_safe=settles or workflow.patched("psych-local-resolution-safe"),
-    )
+    local_safe = settles or workflow.patched("psych-local-resolution-safe")
+    return StartPatches(bounded, accounting, settles, local_safe)

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._guards import Guards
     from psych_runtime.workflows.kernel._kept_actions import KeptActions
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
-    from psych_runtime.workflows.kernel._patches import FEATURE_PATCHES, ask_at_start
+    from psych_runtime.workflows.kernel._patches import FEATURE_PATCHES, NOT_ASKED, ask_at_start
     from psych_runtime.workflows.kernel._record_log import RecordLog
     from psych_runtime.workflows.kernel._suspensions import Suspensions
 
@@ -135,10 +135,7 @@ class RunBase(abc.ABC):
         ``RunView`` they see."""
         self._model_task: asyncio.Task[Any] | None = None
         """The model-role call in flight (an agent's model call or compaction)."""
-        self._local_safe = False
-        """``_patches.StartPatches.local_safe``: its deadline timers are never cancelled, and
-        continue-as-new reads the history's length where a model call answered."""
-        self._catalog_settles = False  # _patches.StartPatches.catalog_settles
+        self._start = NOT_ASKED  # what the Run's start asked (_patches.ask_at_start)
 
     # --- hooks of a Run kind -------------------------------------------------------------
 
@@ -220,13 +217,12 @@ class RunBase(abc.ABC):
             # and continue-as-new take it on through the input.
             self._input = input.model_copy(update={"roles_apart": True})
         self._admit(spec)
-        start = self._start = ask_at_start()  # before the body schedules anything
-        self._catalog_settles, self._local_safe = start.catalog_settles, start.local_safe
+        self._start = ask_at_start()  # before the body schedules anything
         loop = asyncio.create_task(self._guarded_body())
         try:
             if not await self._within_deadline(loop, spec.limits.deadline_seconds):
                 self._deadline_hit = True
-                if not await deadline.grace(loop, kept=self._local_safe):
+                if not await deadline.grace(loop, kept=self._start.local_safe):
                     # Taken before cancelling: a cancelled call leaves _open_calls as it
                     # unwinds.
                     open_calls = dict(self._open_calls)
@@ -267,9 +263,9 @@ class RunBase(abc.ABC):
             self._clock = clock
 
         # A continued Run's clock goes on from what it had used.
-        used = self._clock[0]
+        used, kept = self._clock[0], self._start.local_safe
         return await deadline.within(
-            loop, seconds, used, waiting_only=self._waiting_only, show=show, kept=self._local_safe
+            loop, seconds, used, waiting_only=self._waiting_only, show=show, kept=kept
         )
 
     def _waiting_only(self) -> bool:
@@ -282,11 +278,14 @@ class RunBase(abc.ABC):
         it takes the change without asking: no marker, and no ``patched`` read in a workflow
         task a local activity's resolution can move (``_deadline.py``: such a read gives
         another answer on replay). A Run recorded before asks, as it did. The features'
-        (``FEATURE_PATCHES``) need ``psych-catalog-failure-settles`` (``_patches.py``).
+        (``FEATURE_PATCHES``) need ``psych-catalog-failure-settles``; a newer start patch
+        answers as the start asked (``_patches.py``).
         """
+        if (answered := self._start.answers(patch_id)) is not None:
+            return answered
         if patch_id in FEATURE_PATCHES:
-            return self._catalog_settles or workflow.patched(patch_id)
-        return self._local_safe or workflow.patched(patch_id)
+            return self._start.catalog_settles or workflow.patched(patch_id)
+        return self._start.local_safe or workflow.patched(patch_id)
 
     def report_to_parent(self) -> None:
         """Send the parent (a workflow) what this Run waits for when it changed, and
@@ -406,6 +405,7 @@ class RunBase(abc.ABC):
             (message,),
             depth=self._input.depth,
             depth_caps=self._input.depth_caps,
+            spawn_depth=self._input.spawn_depth if self.patched("psych-children-bounded") else 0,
             summary=f"next Run of {self._input.run_id}",
             parent_close_policy=ParentClosePolicy.ABANDON,
             thread=thread,

@@ -142,7 +142,7 @@ class TurnLoop(ToolCalls):
                 self._turn,
                 carry,
                 in_flight=open_now,
-                read=self._long_enough if self._local_safe else None,
+                read=self._long_enough if self._start.local_safe else None,
             ):
                 await self._continue_as_new(pending, system_ref)
             for feature in self._at_boundary:
@@ -170,7 +170,7 @@ class TurnLoop(ToolCalls):
             for feature in self._into_call:
                 call = feature.into_call(call)
             result = await self._call_model(turn, call)
-            if self._local_safe:
+            if self._start.local_safe:
                 self._long_enough = continuing.long_enough(self._input.continue_after_events)
             system_ref = result.system_ref
             self._context_ref = result.context_ref

@@ -256,7 +256,7 @@ class WorkflowRun(ToolCalls):
         reaches the workflow in the same task live and on replay: a child's result, an
         activity's. A local activity's resolution can reach it a task later live
         (``kernel/_deadline.py``), so after one the read is left for later."""
-        if not self._local_safe:
+        if not self._start.local_safe:
             return  # a Run recorded before read it at the boundary (``continuing.due``)
         if local:
             self._local_steps += 1
@@ -281,7 +281,7 @@ class WorkflowRun(ToolCalls):
             done,
             self._input.carry,
             in_flight=open_now,
-            read=self._long_enough if self._local_safe else None,
+            read=self._long_enough if self._start.local_safe else None,
         ):
             return
         # Asked only when due: a Run recorded before never continued, and goes on in one
