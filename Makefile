@@ -12,8 +12,22 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
+# psych-runtime needs Python 3.11+ (pyproject's requires-python). An older interpreter is
+# named before a venv is made of it, and a venv made of one is named too: pip's own
+# refusal would leave that venv behind, and every later `make` would reuse it.
+NEEDS_PYTHON := import sys; sys.exit(sys.version_info < (3, 11))
+GOAL := $(or $(MAKECMDGOALS),setup)
+
 $(STAMP): pyproject.toml $(PKG_DIRS)
+	@test -x $(BIN)/python || $(PYTHON) -c '$(NEEDS_PYTHON)' 2>/dev/null || { \
+	    echo "make: psych-runtime needs Python 3.11 or newer, and $(PYTHON) is" \
+	        "$$($(PYTHON) --version 2>/dev/null || echo 'not found'):" \
+	        "name a newer one, e.g. make $(GOAL) PYTHON=python3.11" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c '$(NEEDS_PYTHON)' || { \
+	    echo "make: $(VENV) was made with $$($(BIN)/python --version 2>&1), older than" \
+	        "Python 3.11: make clean, then make $(GOAL) PYTHON=python3.11 (or newer)" >&2; \
+	    exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
