@@ -47,8 +47,9 @@ WORKFLOW_UNREAD: Mapping[str, str] = MappingProxyType(
             "limits.stream_idle_seconds"
         ),
         "limits.max_history_records": (
-            "a WorkflowRun neither continues as new nor continues a thread, so it carries "
-            "no history records"
+            "a WorkflowRun shows no model an earlier conversation: only an agent's Run "
+            "continues a thread (dispatch(thread=...), next_run), and a WorkflowRun that "
+            "continues as new carries its steps' outputs, not messages"
         ),
         "limits.failure_streak_threshold": (
             "the first failed step ends a WorkflowRun, so no tool of it can fail twice in "

@@ -68,6 +68,14 @@ def test_an_unread_field_set_on_a_workflow_is_a_problem_naming_it(path: str) -> 
     ]
 
 
+def test_why_max_history_records_is_unread_holds_for_a_run_that_continues_as_new() -> None:
+    # A WorkflowRun continues as new between steps (psych-workflow-continue-as-new), so the
+    # reason a publisher reads names what it carries instead of denying that it continues.
+    reason = WORKFLOW_UNREAD["limits.max_history_records"]
+    assert "neither continues as new" not in reason
+    assert "continues as new carries its steps' outputs, not messages" in reason
+
+
 def test_nested_workflows_are_checked_at_their_path() -> None:
     inner = workflow("inner", limits=Limits(max_turns=3, stream_idle_seconds=0))
     outer = WorkflowSpec(name="outer", steps=(WorkflowStepRef(name="sub", spec=inner),))
