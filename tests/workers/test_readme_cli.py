@@ -27,6 +27,8 @@ from .conftest import ROOT, read_until
 
 BIN = Path(sys.executable).parent
 RUN_LINE = re.compile(r"^Run (psych-acme-\w+) on task queue", re.MULTILINE)
+# The error the model reads for the refund when the worker has no payments-api-key.
+REFUND_ERROR = "issue_refund: credential 'payments-api-key' is not available"
 # The commands that talk to the Temporal server: the test's dev server is on another port.
 CONNECTING = {"run", "list", "status", "report", "follow", "approve", "deny", "answer"}
 
@@ -132,6 +134,7 @@ async def test_the_psych_section_and_the_approvals_section_run_as_written(
         "status",
         "report",
     ]
+    section_text = section("getting-started.md", "The `psych` command")
     dev = await start(localized(first[0], port, None), tmp_path)
     assert dev.stdout is not None
     run_id: str | None = None
@@ -142,6 +145,9 @@ async def test_the_psych_section_and_the_approvals_section_run_as_written(
             status, out, err = await run(localized(command, port, run_id), tmp_path)
             assert status == 0, f"{shlex.join(command)} exited {status}:\n{out}\n{err}"
             verb = command[1]
+            if verb in ("validate", "publish"):
+                # The page says both warn that this shell's egress refuses the tool's URL.
+                assert "egress refused: http://127.0.0.1:8765/" in err, err
             if verb == "validate":
                 assert out == "examples/support-agent.yaml: valid\n"
             elif verb == "publish":
@@ -152,6 +158,9 @@ async def test_the_psych_section_and_the_approvals_section_run_as_written(
                 run_id = found.group(1)
                 assert "settled completed: answered" in out
                 assert "answer:       I could not refund order 42" in out
+                # The refund's error, as the page quotes it.
+                assert REFUND_ERROR in out
+                assert REFUND_ERROR in " ".join(section_text.split())
             elif verb == "list":
                 assert run_id is not None and run_id in out
                 assert "completed" in out
