@@ -11,6 +11,7 @@ so the client starts Runs without them (and the Run then upserts none either).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
     ExternalWait,
+    Limits,
     Scope,
     SpecError,
     ToolRegistry,
@@ -35,8 +37,10 @@ from psych_runtime.workflows import (
     RunHandle,
     RunResult,
     RunStatus,
+    ToolCallFinished,
 )
 from psych_runtime.workflows.kernel._deadline import DEADLINE_GRACE_SECONDS
+from psych_runtime.workflows.kernel._guards import over_cap_reason, repeated_id_message
 
 from ._time_skipping import server_seconds, until_settled, wiring
 
@@ -191,12 +195,16 @@ async def test_force_settled_mid_batch_records_every_call_of_the_batch(
     # The deadline passes during a 4 s call; it finishes within the grace, while the other
     # call of its turn waits for a callback that never comes: the grace runs out, and the
     # finished call is recorded with its result (until patch psych-batch-accounting neither
-    # call had a tool_call_finished), the waiting one UNKNOWN.
+    # call had a tool_call_finished), the waiting one UNKNOWN. The call under a repeated id
+    # and the one past max_tool_calls_per_turn are recorded too, in call order (the latter
+    # had no tool_call_finished at first), each apart in the report.
     ts.fake.enqueue(
         Reply.error(429, retry_after=DEADLINE - 2),
         Reply.tool_calls(
             ToolCall("pause", {"seconds": 4}, id="c-pause"),
             ToolCall("hold", {"ref": "courier"}, id="c-hold"),
+            ToolCall("hold", {"ref": "other"}, id="c-hold"),
+            ToolCall("pause", {"seconds": 1}, id="c-over"),
         ),
         Reply.text("never asked for"),
     )
@@ -205,7 +213,7 @@ async def test_force_settled_mid_batch_records_every_call_of_the_batch(
         .model("fake-model")
         .tool("pause")
         .tool("hold")
-        .limits(deadline_seconds=DEADLINE)
+        .limits(deadline_seconds=DEADLINE, max_tool_calls_per_turn=3)
         .build()
     )
     run = await ts.client.dispatch(spec, "Wait for the courier", scope=ts.scope)
@@ -215,14 +223,22 @@ async def test_force_settled_mid_batch_records_every_call_of_the_batch(
     assert result.status is RunStatus.FORCE_SETTLED
     grace = DEADLINE_GRACE_SECONDS
     assert result.reason == f"deadline: {DEADLINE:g} s and {grace:g} s grace passed"
-    calls = {c.call_id: (c.status, c.result) for c in report.tool_calls}
-    assert calls == {
-        "c-pause": ("ok", "waited 4 s"),
-        "c-hold": (
+    calls = [(c.call_id, json.loads(c.arguments), c.status, c.result) for c in report.tool_calls]
+    over = over_cap_reason(4, Limits(max_tool_calls_per_turn=3))
+    assert calls == [
+        ("c-pause", {"seconds": 4}, "ok", "waited 4 s"),
+        (
+            "c-hold",
+            {"ref": "courier"},
             "unknown",
             "the Run's deadline and grace period ran out before this call reported",
         ),
-    }
+        ("c-hold", {"ref": "other"}, "error", repeated_id_message("c-hold")),
+        ("c-over", {"seconds": 1}, "error", over),
+    ]
+    page = await ts.client.records(run, scope=ts.scope)
+    finished = [r.call_id for r in page.records if isinstance(r, ToolCallFinished)]
+    assert finished == ["c-pause", "c-hold", "c-hold", "c-over"]
     assert len(ts.fake.requests) == 2
 
 

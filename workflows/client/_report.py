@@ -42,6 +42,7 @@ from psych_runtime.workflows.contract._records import (
     StepStarted,
     Suspended,
     SuspensionExpired,
+    SuspensionReason,
     TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
@@ -96,14 +97,19 @@ class ToolCallReport(_Frozen):
     """What each tool-call hook did to the call."""
 
 
+WaitOutcome = Literal[
+    "approved", "rejected", "answered", "completed", "authorized", "expired", "children_ended"
+]
+"""How a wait ended: a resume's outcome, its expiry, or (a wait on child Runs) the children
+it waited for ended."""
+
+
 class SuspensionReport(_Frozen):
     """One wait of the Run: what it waited for, and how and when the wait ended."""
 
     pending: Pending
     suspended_at: datetime
-    outcome: (
-        Literal["approved", "rejected", "answered", "completed", "authorized", "expired"] | None
-    ) = None
+    outcome: WaitOutcome | None = None
     """None while the Run waits, or when it settled otherwise (an abort, its deadline: its
     status says how)."""
     by: str | None = None
@@ -197,7 +203,8 @@ class RunReport(_Frozen):
     children: tuple[ChildSettled, ...] = ()
     """Each delegated or spawned child Run, in the order they ended."""
     left_out: tuple[LeftOut, ...] = ()
-    """A subagent's tools and MCP servers its parent did not grant, each with why."""
+    """A subagent's tools, MCP servers and A2A peers its parent did not grant, each with
+    why."""
 
 
 def build_report(
@@ -211,7 +218,10 @@ def build_report(
     admitted = next((r for r in records if isinstance(r, RunAdmitted)), None)
     model_calls: list[ModelCallReport] = []
     # Keyed by (turn, call id): providers may reuse index-like call ids in later turns.
-    tools: dict[tuple[int, str], ToolCallReport] = {}
+    tools: list[ToolCallReport] = []  # in the order they started
+    unfinished: dict[tuple[int, str], list[int]] = {}
+    """(turn, call id) -> where in ``tools`` its started calls wait for their end, first
+    first: a turn may hold two calls under one id (the second refused), each reported."""
     settled: RunSettled | None = None
     open_call: ModelCallStarted | None = None
     steps: dict[str, StepReport] = {}
@@ -296,19 +306,23 @@ def build_report(
                 )
                 open_call = None
             case ToolCallStarted():
-                tools[record.turn, record.call_id] = ToolCallReport(
-                    turn=record.turn,
-                    call_id=record.call_id,
-                    tool=record.tool,
-                    arguments=record.arguments,
+                unfinished.setdefault((record.turn, record.call_id), []).append(len(tools))
+                tools.append(
+                    ToolCallReport(
+                        turn=record.turn,
+                        call_id=record.call_id,
+                        tool=record.tool,
+                        arguments=record.arguments,
+                    )
                 )
             case ToolCallFinished():
-                started = tools.get((record.turn, record.call_id))
-                tools[record.turn, record.call_id] = ToolCallReport(
+                waiting = unfinished.get((record.turn, record.call_id))
+                at = waiting.pop(0) if waiting else None
+                report = ToolCallReport(
                     turn=record.turn,
                     call_id=record.call_id,
                     tool=record.tool,
-                    arguments=started.arguments if started else "",
+                    arguments=tools[at].arguments if at is not None else "",
                     status=record.status,
                     result=record.content,
                     truncated=record.truncated,
@@ -318,6 +332,12 @@ def build_report(
                     ran_arguments=record.ran_arguments,
                     hooks=record.hooks,
                 )
+                if at is None:
+                    tools.append(report)
+                else:
+                    tools[at] = report
+                # A wait on child Runs ends with no resume: its call's end says they ended.
+                _end_wait(waits, record.call_id, record.at, outcome="children_ended", children=True)
             case McpDiscovered():
                 discoveries.append(
                     McpDiscoveryReport(
@@ -399,7 +419,7 @@ def build_report(
         input=admitted.messages if admitted else (),
         system_prompt=admitted.system_prompt if admitted else "",
         model_calls=tuple(model_calls),
-        tool_calls=tuple(tools.values()),
+        tool_calls=tuple(tools),
         suspensions=tuple(waits),
         status=settled.status if settled else RunStatus.RUNNING,
         reason=settled.reason if settled else None,
@@ -441,14 +461,23 @@ def _end_wait(
     pending_id: str,
     at: datetime,
     *,
-    outcome: Literal["approved", "rejected", "answered", "completed", "authorized", "expired"],
+    outcome: WaitOutcome,
     by: str | None = None,
     detail: str | None = None,
+    children: bool = False,
 ) -> None:
-    """Close the latest open wait on ``pending_id`` with how and when it ended."""
+    """Close the latest open wait on ``pending_id`` with how and when it ended (``children``:
+    the latest open wait on child Runs of the call ``pending_id``)."""
     for index in range(len(waits) - 1, -1, -1):
         wait = waits[index]
-        if wait.pending.id == pending_id and wait.ended_at is None:
+        pending = wait.pending
+        if wait.ended_at is not None:
+            continue
+        if (
+            pending.call_id == pending_id and pending.reason is SuspensionReason.CHILDREN
+            if children
+            else pending.id == pending_id
+        ):
             waits[index] = wait.model_copy(
                 update={
                     "outcome": outcome,

@@ -60,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import (
+        Batch,
         ToolResult,
         arguments_of,
+        cut_short,
         finished,
         from_outcome,
         inline,
@@ -111,7 +113,7 @@ class ToolCalls(FeatureView):
             for kind, handler in feature.tool_kinds().items()
         }
         """Entry kinds a feature runs (its own tools), by kind."""
-        self._batch: tuple[int, list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]]] = (0, [])
+        self._batch: Batch = (0, [], [])
         """The turn and the calls of the batch running now, each with its task (none
         between batches): what a Run settled mid-batch records (``_unknown``)."""
 
@@ -161,7 +163,13 @@ class ToolCalls(FeatureView):
             )
             for index, call in enumerate(batch[:room])
         ]
-        self._batch = (turn, list(zip(batch[:room], tasks, strict=True)))
+        # Not run by the Run's own caps, which is no failure of the tool: counted toward its
+        # failure streak, they withheld (and then failed the Run on) a tool that had not
+        # failed once. A Run recorded before patch psych-batch-accounting counted them.
+        counts = False if self._start.batch_accounting else None
+        reason = guards.over_cap_reason(len(batch), limits)
+        over = [inline(call, "error", reason, counts=counts) for call in batch[room:]]
+        self._batch = (turn, list(zip(batch[:room], tasks, strict=True)), over)
         # Every call is waited for and recorded before any stop takes effect: an abort or an
         # expiry raised by one call must not leave the batch's other calls unrecorded (a
         # non-interruptible one finishes, and its result is recorded).
@@ -177,13 +185,8 @@ class ToolCalls(FeatureView):
                 results.append(not_run(call, outcome))
             else:
                 raise outcome
-        self._batch = (0, [])
-        # Not run by the Run's own caps, which is no failure of the tool: counted toward its
-        # failure streak, they withheld (and then failed the Run on) a tool that had not
-        # failed once. A Run recorded before patch psych-batch-accounting counted them.
-        counts = False if self._start.batch_accounting else None
-        reason = guards.over_cap_reason(len(batch), limits)
-        results.extend(inline(call, "error", reason, counts=counts) for call in batch[room:])
+        self._batch = (0, [], [])
+        results.extend(over)
         notes: list[ChatMessage | str] = []
         for result in results:
             try:
@@ -449,20 +452,13 @@ class ToolCalls(FeatureView):
         it (its deadline and grace ran out, or it was cancelled), in call order: a call that
         finished with its result, any other UNKNOWN (``why``). A Run recorded before patch
         psych-batch-accounting recorded only the calls executing then, UNKNOWN."""
-        turn, batch = self._batch
-        self._batch = (0, [])
+        turn, batch, over = self._batch
+        self._batch = (0, [], [])
         if not self._start.batch_accounting:
             super()._unknown(open_calls, why)
             return
-        for call, task in batch:
-            done = task.done() and not task.cancelled()
-            outcome = task.exception() or task.result() if done else None
-            if isinstance(outcome, ToolResult):
-                self._record_finished(turn, outcome)
-            elif isinstance(outcome, Stop):
-                self._record_finished(turn, not_run(call, outcome))
-            else:
-                self._record_finished(turn, inline(call, "unknown", why))
+        for result in [*cut_short(batch, why), *over]:  # the calls past the caps last
+            self._record_finished(turn, result)
 
     def _after_tool(self, turn: int, result: ToolResult, notes: list[ChatMessage | str]) -> None:
         """Record one finished call and update the guards, in call order."""

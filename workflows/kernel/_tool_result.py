@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -126,3 +127,29 @@ def unknown_tool(call: ToolCallRequest, offered: Iterable[str]) -> ToolResult:
     does, withheld tools left out)."""
     names = ", ".join(sorted(offered))
     return inline(call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}")
+
+
+Batch = tuple[int, list[tuple[ToolCallRequest, "asyncio.Task[ToolResult]"]], list[ToolResult]]
+"""A Run's batch of calls in flight: its turn, its calls with their tasks, and the results
+of the calls past the Run's caps (recorded after them)."""
+
+
+def cut_short(
+    batch: list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]], why: str
+) -> list[ToolResult]:
+    """The results of a batch the Run settles without waiting for (its deadline and grace
+    ran out, or it was cancelled), in call order: a call that finished with its result,
+    any other UNKNOWN (``why``)."""
+    results: list[ToolResult] = []
+    for call, task in batch:
+        done = task.done() and not task.cancelled()
+        outcome = task.exception() or task.result() if done else None
+        if isinstance(outcome, ToolResult):
+            results.append(outcome)
+        elif isinstance(outcome, Stop):
+            results.append(not_run(call, outcome))
+        else:
+            if outcome is not None:  # a defect of the pipeline: not to vanish unseen
+                workflow.logger.error("tool call %s failed in the Run: %r", call.id, outcome)
+            results.append(inline(call, "unknown", why))
+    return results
