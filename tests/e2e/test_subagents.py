@@ -28,6 +28,7 @@ from psych_runtime.workflows import (
     RunHandle,
     RunReport,
     RunStatus,
+    SuspensionReason,
     workflow_id_for,
 )
 
@@ -164,6 +165,14 @@ async def test_every_childs_totals_roll_up_with_a_line_per_child(harness: Harnes
     shown = format_report(report)
     for line in report.children:
         assert f"{line.run} ({line.agent}, delegate) {line.status}" in shown
+    # Each wait on a child ends when its call does (no resume is recorded for it): it was
+    # left open, "unanswered when the Run settled".
+    waits = {wait.pending.call_id: wait for wait in report.suspensions}
+    assert sorted(waits) == ["d-broken", "d-done", "d-stopped"]
+    for wait in waits.values():
+        assert wait.pending.reason is SuspensionReason.CHILDREN
+        assert wait.outcome == "children_ended" and wait.ended_at is not None
+    assert "unanswered" not in shown and "children ended after" in shown
 
 
 async def test_a_childs_unknown_cost_leaves_the_parents_unknown(harness: Harness) -> None:

@@ -374,7 +374,7 @@ def _suspension_fields(report: RunReport) -> list[tuple[str, str]]:
         held = f" (held by {wait.pending.run})" if wait.pending.run else ""
         if wait.outcome is not None:
             by = f" by {wait.by}" if wait.by else ""
-            how = f"{wait.outcome}{by} after {wait.seconds or 0.0:.2f} s"
+            how = f"{wait.outcome.replace('_', ' ')}{by} after {wait.seconds or 0.0:.2f} s"
         elif report.status.terminal:
             how = "unanswered when the Run settled"
         else:
