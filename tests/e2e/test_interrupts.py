@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from psych_runtime.activities.contract import PolicyDecision, ToolInfo
-from psych_runtime.specs import AgentBuilder, Scope, Version
+from psych_runtime.specs import AgentBuilder, RunFailed, Scope, Version
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     AGENT_RUN,
@@ -22,6 +23,7 @@ from psych_runtime.workflows import (
     RunStatus,
     ToolCallFinished,
 )
+from psych_runtime.workflows.client._client import CANCELLED_STATE_TIMEOUT
 
 from ._waiting import eventually
 from .conftest import Harness
@@ -149,6 +151,12 @@ async def test_cancelling_the_workflow_mid_model_call_settles_it(harness: Harnes
     )
     assert result.totals.model_calls == 1
     assert len(harness.fake.requests) == 1  # a cancellation is not a model failure to retry
+    # With no worker to tell what it settled with, its result is a failure that says so
+    # (within a bound), not a query's error nor a wait for a worker that never comes.
+    started = time.monotonic()
+    with pytest.raises(RunFailed, match="was cancelled; what it settled with could not be read"):
+        await harness.client.result(run, scope=harness.scope)
+    assert time.monotonic() - started < CANCELLED_STATE_TIMEOUT.total_seconds() + 5
 
 
 class PerCallPolicy:

@@ -80,6 +80,10 @@ _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
 _VERSION = SearchAttributeKey.for_keyword(SA_VERSION)
 
 
+CANCELLED_STATE_TIMEOUT = timedelta(seconds=10)
+"""How long ``result`` waits for a worker to answer what a cancelled Run settled with."""
+
+
 class PsychClient(RunActions, RunStreaming, RunListing):
     """Publish Specs and drive Runs (see the module docstring).
 
@@ -383,11 +387,13 @@ class PsychClient(RunActions, RunStreaming, RunListing):
 
         A Run whose workflow was cancelled (by an operator, or by its parent) settles
         ABORTED before the cancellation ends it: its result is then read from its state
-        (one query, which a worker of its task queue answers), without ``handles``.
+        (one query, which a worker of its task queue answers within
+        ``CANCELLED_STATE_TIMEOUT``), without ``handles``.
 
         Raises:
             RunFailed: the Run settled FAILED, or its workflow ended without settling
-                (terminated, timed out); ``reason`` says why.
+                (terminated, timed out), or was cancelled and no worker told what it
+                settled with; ``reason`` says why.
         """
         workflow_id, _ = self._handle(run, scope)
         handle = self.temporal.get_workflow_handle(workflow_id, result_type=RunResult)
@@ -396,7 +402,13 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
-                state = await self._state(workflow_id, scope, None)
+                try:
+                    state = await self._state(workflow_id, scope, CANCELLED_STATE_TIMEOUT)
+                except (PsychError, RPCError) as unread:
+                    raise RunFailed(
+                        f"the Run's workflow was cancelled; what it settled with could not be "
+                        f"read: {unread}"
+                    ) from err
                 if state.status.terminal:
                     return RunResult(
                         run_id=state.run_id,
