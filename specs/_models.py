@@ -472,8 +472,8 @@ class WorkflowSpec(_Frozen):
     @classmethod
     def _unique_step_names(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
         names = [step.name for step in value]
-        repeated = next((name for name in names if names.count(name) > 1), None)
-        if repeated is not None:
+        if len(set(names)) < len(names):  # linear but for a Spec refused (decoded in Runs too)
+            repeated = next(name for at, name in enumerate(names) if name in names[:at])
             raise ValueError(f"step name {repeated!r} appears more than once")
         return value
 

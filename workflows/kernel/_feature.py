@@ -130,9 +130,11 @@ class RunView(Protocol):
         """Raise ``Stop`` ABORTED when an abort was asked for."""
 
     def patched(self, patch_id: str) -> bool:
-        """Whether the Run takes the change of ``patch_id``, a patch older than
-        ``psych-local-resolution-safe`` (``RunBase.patched``): a Run that asked that one
-        takes it without asking; a Run recorded before asks ``workflow.patched``."""
+        """Whether the Run takes the change of ``patch_id`` (``RunBase.patched``): a start
+        patch (``kernel/_patches.py``) is what the Run's start answered; a feature's patch
+        older than ``psych-local-resolution-safe`` is taken without asking by a Run that
+        asked a start patch standing for it, and asked (``workflow.patched``) by a Run
+        recorded before."""
 
     def abort_reason(self) -> str:
         """Why the Run is aborting."""

@@ -49,9 +49,15 @@ class StartPatches:
     ``_deadline.py``)."""
 
     def answers(self, patch_id: str) -> bool | None:
-        """What the start answered for ``patch_id`` when it is a start patch a feature asks
-        through ``RunView.patched`` (None: it is not one)."""
-        return self.children_bounded if patch_id == "psych-children-bounded" else None
+        """What the start answered for ``patch_id`` when it is a start patch (None: it is
+        not one): asked again later, it would answer otherwise for a Run that asked a newer
+        one, which stands for it without its marker."""
+        return {
+            "psych-children-bounded": self.children_bounded,
+            "psych-batch-accounting": self.batch_accounting,
+            "psych-catalog-failure-settles": self.catalog_settles,
+            "psych-local-resolution-safe": self.local_safe,
+        }.get(patch_id)
 
 
 NOT_ASKED = StartPatches(
