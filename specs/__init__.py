@@ -8,6 +8,7 @@ temporalio, so all of it is safe inside a workflow.
 from typing import TYPE_CHECKING, Any
 
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
+from psych_runtime.specs._context_free import context_free_problems
 from psych_runtime.specs._depth import DepthCap, depth_refusal
 from psych_runtime.specs._documents import (
     MAX_DOCUMENT_BYTES,
@@ -240,6 +241,7 @@ __all__ = [
     "WorkflowSpec",
     "WorkflowStepRef",
     "canonical_bytes",
+    "context_free_problems",
     "depth_refusal",
     "drop_defaults",
     "env_flag",

@@ -27,6 +27,7 @@ from psych_runtime.specs import (
     ValidationFailed,
     WorkflowSpec,
     WorkflowStepRef,
+    context_free_problems,
     host_placeholders,
     matches,
     narrow,
@@ -189,6 +190,39 @@ def test_unreachable_mcp_server() -> None:
     assert "not optional" in problems[0].message
     assert checks(spec, ValidationContext(reachable_mcp_servers=[])) == []
     assert checks(spec, ValidationContext(reachable_mcp_servers=["up", "down"])) == []
+
+
+def test_context_free_problems_are_all_but_registrations_models_and_reachability() -> None:
+    # Code tools at every depth, a model and an MCP server nobody checked: no problem
+    # without a worker's context. A literal key anywhere is one, with its path.
+    inner = agent("inner", tools=[CodeTool(name="deep")], model=ModelRef(model="unknown"))
+    lead = agent(
+        "lead",
+        tools=[CodeTool(name="mine")],
+        subagents=[SubagentRef(name="inner", description="x" * 20, spec=inner)],
+        mcp_servers=[McpServer(name="down", url="https://down.test/mcp")],
+    )
+    nested = WorkflowSpec(
+        name="nested",
+        tools=[CodeTool(name="step_tool")],
+        steps=[ToolStep(name="t", tool="step_tool")],
+    )
+    flow = WorkflowSpec(
+        name="flow",
+        steps=[
+            AgentStep(name="a", spec=lead),
+            WorkflowStepRef(name="w", spec=nested),
+        ],
+    )
+    assert context_free_problems(lead) == []
+    assert context_free_problems(flow) == []
+    assert paths(validate(flow)) == [
+        "steps[a].spec.subagents[inner].spec.tools[deep]",
+        "steps[a].spec.tools[mine]",
+        "steps[w].spec.tools[step_tool]",
+    ]
+    leaky = inner.model_copy(update={"tools": (http(headers={"X-Api-Key": "k"}),)})
+    assert paths(context_free_problems(leaky)) == ["tools[h].headers[X-Api-Key]"]
 
 
 def test_broken_skill_link() -> None:

@@ -49,6 +49,7 @@ from psych_runtime.specs import (
     validate,
 )
 from psych_runtime.workflows.client._chain import chain_page
+from psych_runtime.workflows.client._checked import CheckedVersions
 from psych_runtime.workflows.client._client_actions import RunActions
 from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
@@ -132,6 +133,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         self.roles_apart = roles_apart
         self.follows = FollowHub(client)
         """The shared followers of this client's streams (one per followed Run)."""
+        self._checked = CheckedVersions()
 
     # --- versions ------------------------------------------------------------------------
 
@@ -166,14 +168,21 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         problems = validate(spec, context)
         if problems:
             raise ValidationFailed(problems)
-        return self.store.publish(spec)
+        version = self.store.publish(spec)
+        self._checked.passed(version.hash)
+        return version
 
     def _version(self, spec: Version | AgentSpec | WorkflowSpec | str) -> Version:
-        if isinstance(spec, Version):
-            return spec.verify()
+        """The Version a dispatch runs: a Spec published; a Version (given, or got by its
+        hash) whose hash is its Spec's and whose Spec passes every check that needs no
+        worker (``context_free_problems``), once per hash."""
         if isinstance(spec, AgentSpec | WorkflowSpec):
             return self.publish(spec)
-        return self.store.get(spec)
+        # Built with Version.of, read from a document, or written to the store by someone
+        # who did not validate: publishing would have refused it, so starting it must too.
+        return self._checked.check(
+            spec.verify() if isinstance(spec, Version) else self.store.get(spec)
+        )
 
     # --- runs ----------------------------------------------------------------------------
 
@@ -203,7 +212,14 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         default) is the history length at which the Run continues as new at its next turn
         boundary (a workflow: before its next step).
 
+        A Version (or hash) this client did not publish is checked first, once per hash:
+        one whose Spec fails a check of publishing that needs no worker
+        (``context_free_problems``: all but code tools' registration, models and MCP
+        reachability) is refused, as publishing it would have been.
+
         Raises:
+            ValidationFailed: ``spec`` fails validation (a Spec), or the checks that need
+                no worker (a Version or hash); with every problem and its path.
             PsychError: the key already started a Run with another Version or other
                 messages (silently answering with that Run would drop this input); or
                 the ``thread`` Run has no conversation (a workflow, or no model call yet).

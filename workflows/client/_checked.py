@@ -1,0 +1,48 @@
+"""Which Versions a client has seen pass validation, so each is checked once, not at every
+dispatch (bench/ counts Runs started per second)."""
+
+from __future__ import annotations
+
+import threading
+
+from psych_runtime.specs import ValidationFailed, Version, context_free_problems
+
+MAX_CHECKED = 4096
+"""How many hashes a client remembers, the oldest forgotten first (and checked again if it
+comes back): a server dispatching for every tenant would otherwise grow them without bound."""
+
+
+class CheckedVersions:
+    """The hashes of Versions whose Spec passed validation in this client."""
+
+    def __init__(self, limit: int = MAX_CHECKED) -> None:
+        self._limit = limit
+        self._hashes: dict[str, None] = {}  # oldest first
+        self._lock = threading.Lock()  # PsychClient.publish runs off the event loop in serve
+
+    def passed(self, version_hash: str) -> None:
+        """Remember that the Spec hashing to ``version_hash`` passed validation (publishing's,
+        with any context, finds all that ``context_free_problems`` finds)."""
+        with self._lock:
+            self._hashes.pop(version_hash, None)
+            self._hashes[version_hash] = None
+            while len(self._hashes) > self._limit:
+                del self._hashes[next(iter(self._hashes))]
+
+    def check(self, version: Version) -> Version:
+        """``version``, once its Spec passes every check of publishing that needs no worker
+        (``context_free_problems``); a hash that passed before is not checked again.
+
+        ``version`` must be verified (its hash is its Spec's): the hash is what is
+        remembered.
+
+        Raises:
+            ValidationFailed: with every problem and its path.
+        """
+        if version.hash in self._hashes:
+            return version
+        problems = context_free_problems(version.spec)
+        if problems:
+            raise ValidationFailed(problems)
+        self.passed(version.hash)
+        return version
