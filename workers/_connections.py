@@ -1,9 +1,9 @@
 """Publish-time connection checks: may the worker reach each URL of a Spec, and does each
 MCP server of a Spec answer?
 
-``egress_problems`` judges every URL a Spec names (HTTP tools, MCP servers, at any depth)
+``egress_refusals`` judges every URL a Spec names (HTTP tools, MCP servers, at any depth)
 under the worker's egress policy without connecting: ``psych validate`` and ``publish``
-report each one the policy would refuse.
+report each one the policy would refuse, at its path.
 
 ``check_connections`` connects to every server ``mcp_servers_of(spec)`` lists (the Spec's
 own, its subagents', its workflow steps') through the MCP activities' ``check_servers``
@@ -16,6 +16,7 @@ non-optional server as a problem at its path. ``psych validate|publish
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from psych_runtime.activities.egress import EgressPolicy
@@ -24,6 +25,7 @@ from psych_runtime.specs import (
     AgentSpec,
     AgentStep,
     HttpTool,
+    Problem,
     Scope,
     WorkflowSpec,
     WorkflowStepRef,
@@ -84,24 +86,39 @@ async def check_connections(
     }
 
 
-def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, str]]:
-    """Every URL ``spec`` names, at any depth, with what names it (``http tool 'refund'``,
-    ``mcp server 'docs'``, within ``subagent 'x'`` / ``step 'y'``), in the order found."""
-    found: list[tuple[str, str]] = []
+@dataclass(frozen=True)
+class SpecUrl:
+    """A URL ``spec`` names, where, and whether a connection check reports its refusal."""
 
-    def walk(node: AgentSpec | WorkflowSpec, within: str) -> None:
+    path: str
+    """Where, as ``validate`` names paths: ``tools[refund].url``,
+    ``subagents[x].spec.mcp_servers[docs].url``, ``steps[y].spec.tools[z].url``."""
+    url: str
+    checked: bool
+    """The URL of a non-optional MCP server: ``check_connections`` connects to it through
+    the same egress port, and ``validate`` reports a refusal as why it did not answer, at
+    the server's path."""
+
+
+def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[SpecUrl]:
+    """Every URL of an HTTP tool or MCP server ``spec`` names, at any depth, in the order
+    found."""
+    found: list[SpecUrl] = []
+
+    def walk(node: AgentSpec | WorkflowSpec, prefix: str) -> None:
         for tool in node.tools:
             if isinstance(tool, HttpTool):
-                found.append((f"{within}http tool {tool.name!r}", tool.url))
+                found.append(SpecUrl(f"{prefix}tools[{tool.name}].url", tool.url, False))
         for server in node.mcp_servers:
-            found.append((f"{within}mcp server {server.name!r}", server.url))
+            path = f"{prefix}mcp_servers[{server.name}].url"
+            found.append(SpecUrl(path, server.url, not server.optional))
         if isinstance(node, AgentSpec):
             for sub in node.subagents:
-                walk(sub.spec, f"{within}subagent {sub.name!r}: ")
+                walk(sub.spec, f"{prefix}subagents[{sub.name}].spec.")
             return
         for step in node.steps:
             if isinstance(step, AgentStep | WorkflowStepRef):
-                walk(step.spec, f"{within}step {step.name!r}: ")
+                walk(step.spec, f"{prefix}steps[{step.name}].spec.")
 
     walk(spec, "")
     return found
@@ -109,25 +126,28 @@ def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, str]]:
 
 def egress_refusals(
     spec: AgentSpec | WorkflowSpec, *, scope: Scope, policy: EgressPolicy
-) -> list[str]:
-    """One line per URL of ``spec`` that ``policy`` refuses for ``scope`` by what needs no
-    lookup (``EgressPolicy.judge``): address literals, ``localhost``, host patterns."""
+) -> list[Problem]:
+    """Each URL of ``spec`` that ``policy`` refuses for ``scope`` by what needs no lookup
+    (``EgressPolicy.judge``: address literals, ``localhost``, host patterns), at its path."""
     return [
-        f"{what}: this environment's {refusal.message(url)}"
-        for what, url in spec_urls(spec)
-        if (refusal := policy.judge(_host_part(url), scope.tenant)) is not None
+        Problem(found.path, f"this environment's {refusal.message(found.url)}")
+        for found in spec_urls(spec)
+        if (refusal := policy.judge(_host_part(found.url), scope.tenant)) is not None
     ]
 
 
 async def egress_refusals_resolved(
     spec: AgentSpec | WorkflowSpec, *, scope: Scope, egress: Egress
-) -> list[str]:
-    """``egress_refusals`` with every host looked up (``--check-connections``)."""
-    found: list[str] = []
-    for what, url in spec_urls(spec):
-        refusal = await egress.judge_resolved(_host_part(url), scope.tenant)
+) -> list[Problem]:
+    """``egress_refusals`` with every host looked up, for a connection check: but for the
+    URLs the check reports itself (``SpecUrl.checked``), so each refusal is told once."""
+    found: list[Problem] = []
+    for entry in spec_urls(spec):
+        if entry.checked:
+            continue
+        refusal = await egress.judge_resolved(_host_part(entry.url), scope.tenant)
         if refusal is not None:
-            found.append(f"{what}: this environment's {refusal.message(url)}")
+            found.append(Problem(entry.path, f"this environment's {refusal.message(entry.url)}"))
     return found
 
 

@@ -8,6 +8,7 @@ refused for any other reason, a wrong message or a missing problem fails the tes
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -258,25 +259,71 @@ def test_validate_warns_of_every_spec_url_the_egress_policy_refuses_and_a_check_
         "addresses are refused for URLs from a Spec unless the operator allows them (egress "
         "allow list: PSYCH_EGRESS_ALLOW or the settings file)"
     )
-    expected = [
-        "http tool 'meta': this environment's egress refused: "
+    tools = [
+        "tools[meta].url: this environment's egress refused: "
         f"http://169.254.169.254/latest/meta-data: link-local (cloud metadata among them) {rule}",
-        f"http tool 'refund': this environment's egress refused: http://127.0.0.1:9/orders/{{id}}: "
+        f"tools[refund].url: this environment's egress refused: http://127.0.0.1:9/orders/{{id}}: "
         f"loopback {rule}",
-        "mcp server 'docs': this environment's egress refused: http://localhost:9/mcp "
-        f"(localhost -> 127.0.0.1): loopback {rule}",
     ]
     # Warnings: the worker that runs it may allow what this shell does not.
     assert main(["validate", str(file)]) == 0
-    assert problems(file, capsys.readouterr().err) == [f"warning: {line}" for line in expected]
-    # Checking connections, the refusals are problems, and the MCP server's check says why.
-    assert main(["validate", str(file), "--check-connections"]) == 1
     assert problems(file, capsys.readouterr().err) == [
+        *(f"warning: {line}" for line in tools),
+        "warning: mcp_servers[docs].url: this environment's egress refused: "
+        f"http://localhost:9/mcp (localhost -> 127.0.0.1): loopback {rule}",
+    ]
+    # Checking connections, the refusals are problems, each once: the MCP server's is
+    # why its check failed. Every line is about the file (the egress port's log line was
+    # printed bare).
+    assert main(["validate", str(file), "--check-connections"]) == 1
+    err = capsys.readouterr().err
+    assert problems(file, err) == [
         f"mcp_servers[docs]: {DOWN}: EgressDenied: egress refused: localhost "
         f"(localhost -> 127.0.0.1): loopback {rule}",
-        *expected,
-        "4 problem(s); not valid",
+        *tools,
+        "3 problem(s); not valid",
+    ]
+    assert len(problems(file, err)) == len(err.splitlines())
+    # An optional server is no problem when down, but one the policy refuses is.
+    spec = json.loads(file.read_text())
+    spec["mcp_servers"][0]["optional"] = True
+    file.write_text(json.dumps(spec))
+    assert main(["validate", str(file), "--check-connections"]) == 1
+    assert problems(file, capsys.readouterr().err) == [
+        *tools,
+        "mcp_servers[docs].url: this environment's egress refused: http://localhost:9/mcp "
+        f"(localhost -> 127.0.0.1): loopback {rule}",
+        "3 problem(s); not valid",
     ]
     monkeypatch.setenv("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,169.254.169.254/32")
     assert main(["validate", str(file)]) == 0
     assert problems(file, capsys.readouterr().err) == []
+
+
+def test_a_check_prints_each_refusal_once_and_every_line_about_the_file(
+    tmp_path: Path,
+) -> None:
+    # In its own process: the line was the egress port's log record, which Python prints
+    # bare when nothing set logging up (pytest's own handler would have caught it here).
+    file = spec_file(
+        tmp_path,
+        [{"name": "docs", "url": "http://localhost:9/mcp"}],
+        a2a_peers=[{"name": "peer", "url": "http://localhost:9/a2a"}],
+    )
+    env = {**os.environ, "PSYCH_EGRESS_ALLOW": "", "XDG_CONFIG_HOME": str(tmp_path)}
+    argv = ["validate", str(file), "--check-connections"]
+    done = subprocess.run(
+        [sys.executable, "-m", "psych_runtime.workers.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert [line.startswith(f"{file}: ") for line in lines] == [True] * len(lines)
+    assert [problem.split(": ")[0] for problem in problems(file, done.stderr)] == [
+        "mcp_servers[docs]",
+        "a2a_peers[peer]",
+        "2 problem(s); not valid",
+    ]

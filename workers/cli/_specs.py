@@ -10,9 +10,11 @@ connected to and reachability is not judged.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,6 +24,7 @@ from psych_runtime.activities.secrets import EnvSecretResolver
 from psych_runtime.specs import (
     AgentSpec,
     Limits,
+    Problem,
     PsychError,
     Scope,
     SpecError,
@@ -104,48 +107,12 @@ def checked_spec(
     """
     spec = load_spec_file(file)
     connections: Mapping[str, str | None] | None = None
-    refused: list[str] = []
+    refused: list[Problem] = []
     peers = PeerReport()
     if check is not None and check.check_connections:
         scope = _check_scope(check.tenant)
-        # Imported here: asyncio, the HTTP clients (httpx, httpx2) and the MCP session
-        # machinery only connecting needs; plain ``psych validate`` starts without them.
-        import asyncio
-
-        from psych_runtime.activities.egress import Egress
-        from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
-
-        egress = Egress(worker_egress(EgressSettings.from_env()))
-        refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
-        # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
-        issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
-        # And their token store (read only), to say whether a token is held for the Scope.
-        from psych_runtime.activities.tokens import token_store_from_env
-        from psych_runtime.workers._worker import DEFAULT_HOME
-
-        tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
-        oauth: dict[str, str] = {}
-        connections = asyncio.run(
-            check_connections(
-                spec,
-                scope=scope,
-                secrets=EnvSecretResolver(),
-                settings=McpSettings(oauth_issuers=issuers),
-                egress=egress,
-                tokens=tokens,
-                oauth=oauth,
-            )
-        )
-        peers = asyncio.run(_checked_peers(spec, scope))
-        told: set[str] = set()
-        for server in mcp_servers_of(spec):
-            key = mcp_connection_key(server)
-            if key in oauth and key not in told:
-                told.add(key)
-                print(
-                    f"{file}: mcp server {server.name!r} ({server.url}) oauth: {oauth[key]}",
-                    file=sys.stderr,
-                )
+        with _check_logs(file):
+            connections, refused, peers = _check(spec, file, scope)
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
         known_models=known_models,
@@ -162,6 +129,79 @@ def checked_spec(
         print(f"{file}: {len(problems)} problem(s); not valid", file=sys.stderr)
         return None
     return spec
+
+
+def _check(
+    spec: AgentSpec | WorkflowSpec, file: str, scope: Scope
+) -> tuple[Mapping[str, str | None], list[Problem], PeerReport]:
+    """``--check-connections``: connect to every MCP server and A2A peer of ``spec`` and
+    judge its URLs under this environment's egress policy, names looked up."""
+    # Imported here: asyncio, the HTTP clients (httpx, httpx2) and the MCP session
+    # machinery only connecting needs; plain ``psych validate`` starts without them.
+    import asyncio
+
+    from psych_runtime.activities.egress import Egress
+    from psych_runtime.activities.mcp import McpSettings, parse_oauth_issuers
+
+    egress = Egress(worker_egress(EgressSettings.from_env()))
+    refused = asyncio.run(egress_refusals_resolved(spec, scope=scope, egress=egress))
+    # The worker's OAuth issuers, so a server behind OAuth is checked as a Run uses it.
+    issuers = parse_oauth_issuers(os.environ.get("PSYCH_MCP_OAUTH_ISSUERS", ""))
+    # And their token store (read only), to say whether a token is held for the Scope.
+    from psych_runtime.activities.tokens import token_store_from_env
+    from psych_runtime.workers._worker import DEFAULT_HOME
+
+    tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
+    oauth: dict[str, str] = {}
+    connections = asyncio.run(
+        check_connections(
+            spec,
+            scope=scope,
+            secrets=EnvSecretResolver(),
+            settings=McpSettings(oauth_issuers=issuers),
+            egress=egress,
+            tokens=tokens,
+            oauth=oauth,
+        )
+    )
+    peers = asyncio.run(_checked_peers(spec, scope))
+    told: set[str] = set()
+    for server in mcp_servers_of(spec):
+        key = mcp_connection_key(server)
+        if key in oauth and key not in told:
+            told.add(key)
+            print(
+                f"{file}: mcp server {server.name!r} ({server.url}) oauth: {oauth[key]}",
+                file=sys.stderr,
+            )
+    return connections, refused, peers
+
+
+@contextmanager
+def _check_logs(file: str) -> Iterator[None]:
+    """While a connection check runs, what psych logs is printed as ``file``'s warnings, in
+    the form of every other line (with no logging set up, Python printed the bare message).
+    The egress port's refusals are left out: each connection the check makes through it
+    reports its refusal at its path, as a problem or a warning."""
+    from psych_runtime.activities.egress import EgressDenied
+
+    def told_elsewhere(record: logging.LogRecord) -> bool:
+        return not any(isinstance(arg, EgressDenied) for arg in _args(record))
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{file}: warning: %(message)s"))
+    handler.addFilter(told_elsewhere)
+    logger = logging.getLogger("psych_runtime")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def _args(record: logging.LogRecord) -> tuple[object, ...]:
+    args = record.args
+    return args if isinstance(args, tuple) else ()
 
 
 async def _checked_peers(spec: AgentSpec | WorkflowSpec, scope: Scope) -> PeerReport:
@@ -238,7 +278,7 @@ def egress_warnings(spec: AgentSpec | WorkflowSpec, args: argparse.Namespace) ->
     if args.check_connections:
         return []  # already problems
     policy = EgressPolicy(worker_egress(EgressSettings.from_env()))
-    return egress_refusals(spec, scope=_check_scope(args.tenant), policy=policy)
+    return [str(p) for p in egress_refusals(spec, scope=_check_scope(args.tenant), policy=policy)]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
