@@ -70,7 +70,11 @@ MCP_TOOL_SEPARATOR = "__"
 MAX_NESTING_DEPTH = 16
 """Deepest nesting of workflows within workflows (and agents within workflows)."""
 
-_SKILL_LINK = re.compile(r"\[\[skill:([^\]\s]+)\]\]")
+_SKILL_LINK = re.compile(r"\[\[\s*skills?\s*:\s*([^\]\n]*?)\s*\]\]", re.IGNORECASE)
+"""A link to a skill in a skill's body. Nothing in the runtime follows links: the model
+reads the body and calls ``load_skill``, which matches a name exactly. So a link is what a
+model reads as one, not only ``[[skill:name]]``: spaces around the parts, ``Skill``,
+``skills``; the name, as written, must be a skill's."""
 
 
 @dataclass(frozen=True, init=False)
@@ -371,12 +375,12 @@ def _validate_agent(
 
     skill_names = {skill.name for skill in spec.skills}
     for skill in spec.skills:
-        for link in _SKILL_LINK.findall(skill.body):
-            if link not in skill_names:
+        for link in _SKILL_LINK.finditer(skill.body):
+            if link.group(1) not in skill_names:
                 problems.append(
                     Problem(
                         f"{prefix}skills[{skill.name}].body",
-                        f"link [[skill:{link}]] names no skill of this agent",
+                        f"link {link.group(0)} names no skill of this agent",
                     )
                 )
 

@@ -232,6 +232,26 @@ def test_broken_skill_link() -> None:
     assert "gone" in problem.message
 
 
+def test_a_link_is_what_a_model_reads_as_one() -> None:
+    # The runtime follows no link: the model reads the body and calls load_skill, which
+    # matches a name exactly. Spaces and the case of "skill" do not change what it reads.
+    body = (
+        "[[skill: b]] [[ Skill : b ]] [[skills:b]] "
+        "[[skill: gone]] [[Skill:gone2 ]] [[skill:refund policy]] [[skill:B]] [[skill:]]"
+    )
+    spec = agent(skills=[skill("a", body), skill("b", "[[skill:a]]")])
+    assert [p.message for p in validate(spec)] == [
+        f"link {link} names no skill of this agent"
+        for link in (
+            "[[skill: gone]]",
+            "[[Skill:gone2 ]]",
+            "[[skill:refund policy]]",
+            "[[skill:B]]",
+            "[[skill:]]",
+        )
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(BUILTIN_TOOL_NAMES | {"send_message"}))
 def test_tool_named_like_a_builtin(name: str) -> None:
     spec = agent(tools=[http(name)])
