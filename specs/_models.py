@@ -286,9 +286,9 @@ class McpOAuth(_Frozen):
     client without ``preregistered_client_id``, where the authorization server supports
     them."""
     allow_dynamic_registration: bool = True
-    """Whether dynamic client registration may be used when nothing else identifies us.
-    This runtime registers no client: an ``authorization_code`` server needs
-    ``preregistered_client_id`` or ``cimd_url``."""
+    """Whether dynamic client registration may be used. This runtime registers no client, so
+    it has no effect: an ``authorization_code`` server needs ``preregistered_client_id`` or
+    ``cimd_url``, and one with neither is refused at publish."""
     application_type: Literal["native", "web"] = "native"
     """OAuth application type in the client metadata of the ``authorization_code`` grant."""
     client_name: Annotated[str, Field(max_length=256)] = "psych"

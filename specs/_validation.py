@@ -311,7 +311,8 @@ def _check_oauth(server: McpServer, path: str) -> list[Problem]:
                     f"{path}.oauth.preregistered_client_id",
                     "the authorization_code grant needs a client: preregistered_client_id, or "
                     "cimd_url (a client-id metadata document); dynamic client registration "
-                    "is not supported by this runtime",
+                    "is not supported by this runtime (allow_dynamic_registration has no "
+                    "effect)",
                 )
             )
         if not oauth.redirect_uris:

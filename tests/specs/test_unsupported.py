@@ -149,7 +149,13 @@ def test_the_authorization_code_grant_needs_a_client_and_a_redirect_uri() -> Non
         "mcp_servers[crm].oauth.preregistered_client_id",
         "mcp_servers[crm].oauth.redirect_uris[0]",
     ]
-    assert "dynamic client registration is not supported" in problems[0].message
+    # Whatever allow_dynamic_registration says (True by default): the problem names it.
+    assert problems[0].message.endswith(
+        "dynamic client registration is not supported by this runtime "
+        "(allow_dynamic_registration has no effect)"
+    )
+    explicit = oauth.model_copy(update={"allow_dynamic_registration": True})
+    assert validate(agent(mcp_servers=[server.model_copy(update={"oauth": explicit})])) == problems
     bare = McpServer(
         name="crm",
         url="https://crm.test",

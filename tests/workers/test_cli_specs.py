@@ -113,7 +113,7 @@ def test_publish_refuses_an_oauth_server_it_cannot_use_at_every_depth(
     client = (
         "the authorization_code grant needs a client: preregistered_client_id, or cimd_url "
         "(a client-id metadata document); dynamic client registration is not supported by "
-        "this runtime"
+        "this runtime (allow_dynamic_registration has no effect)"
     )
     redirect = (
         "the authorization_code grant needs a redirect URI: where the operator's OAuth "
