@@ -1,16 +1,20 @@
 """A workflow's limits govern the whole Run (SEMANTICS, Workflows): its steps, the agent
 steps' and nested workflows' included; an abort during its last step settles it ABORTED;
 a Run cancelled (as a workflow cancels a step past its deadline) records its open calls
-UNKNOWN; a steer a nested workflow cannot be trusted to take is refused (an update) or
-recorded refused (a signal). From an audit of WorkflowRun against SEMANTICS.md."""
+UNKNOWN; a workflow cancelled or past its deadline and grace aborts its running agent step
+and takes its totals; a steer a nested workflow cannot be trusted to take is refused (an
+update) or recorded refused (a signal). From audits of WorkflowRun and of metering against
+SEMANTICS.md."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
@@ -23,6 +27,7 @@ from psych_runtime.workflows import (
     SteerRefused,
     StepFinished,
     ToolCallFinished,
+    Totals,
 )
 
 from ._waiting import eventually, is_suspended, state_when
@@ -165,6 +170,104 @@ async def test_a_cancelled_run_records_its_open_calls_unknown(harness: Harness) 
     assert (finished.call_id, finished.status) == ("c1", "unknown")
     assert "cancelled before this call reported" in finished.content
     assert isinstance(records[-1], RunSettled) and records[-1].status is RunStatus.ABORTED
+
+
+PRICES = TablePricing({"fake-model": ModelPrice(input=1.0, output=2.0)})
+
+
+async def _settled_totals(harness: Harness, run: str) -> Totals:
+    records = (await harness.client.records(run, scope=harness.scope)).records
+    settled = records[-1]
+    assert isinstance(settled, RunSettled), settled
+    return settled.totals
+
+
+async def test_a_cancelled_workflow_aborts_its_agent_step_and_takes_its_totals(
+    harness: Harness,
+) -> None:
+    # Cancelled, the workflow cancelled its running agent step: the step settled ABORTED
+    # but its totals never came back, and the workflow's cost looked known.
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def reconcile() -> str:
+        """Reconcile the ledger (cannot be interrupted)."""
+        started.set()
+        await asyncio.sleep(2)
+        return "reconciled"
+
+    harness.settings.pricing = PRICES
+    clerk = (
+        AgentBuilder("clerk", registry=harness.registry)
+        .model("fake-model")
+        .tool("reconcile", interruptible=False)
+        .build()
+    )
+    spec = (
+        WorkflowBuilder("books", registry=harness.registry)
+        .agent_step("greet", talker(harness))
+        .agent_step("reconcile", clerk)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.text("hello"), Reply.tool_calls(ToolCall("reconcile", {}, id="c1")), Reply.text("ok")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        steps = [r for r in records if isinstance(r, StepFinished)]
+        children = [await _settled_totals(harness, step.run or "") for step in steps]
+    assert len(harness.fake.requests) == 2  # the aborted step made no call after its tool
+    greet, reconciled = steps
+    assert (greet.ok, greet.status) == (True, RunStatus.COMPLETED)
+    # The step's Run was aborted (not cancelled): its call ran to its end, it settled
+    # ABORTED with its totals, and the workflow took them.
+    assert (reconciled.ok, reconciled.status) == (False, RunStatus.ABORTED)
+    assert reconciled.error is not None
+    assert "cancelled by its parent or an operator" in reconciled.error
+    assert reconciled.totals == children[1]
+    assert children[1].model_calls == 1 and children[1].tool_calls == 1
+    settled = records[-1]
+    assert isinstance(settled, RunSettled) and settled.status is RunStatus.ABORTED
+    totals = settled.totals
+    assert totals.model_calls == 2 and totals.steps == 3
+    assert totals.cost is not None and all(child.cost is not None for child in children)
+    assert math.isclose(totals.cost, sum(child.cost or 0.0 for child in children))
+
+
+async def test_a_workflow_past_its_deadline_aborts_its_agent_step_and_takes_its_totals(
+    harness: Harness,
+) -> None:
+    # Past the deadline and its grace, the workflow cancelled its agent step, whose model
+    # call stalled: the workflow counted one model call, its steps two.
+    harness.settings.pricing = PRICES
+    spec = (
+        WorkflowBuilder("stalling", registry=harness.registry)
+        .agent_step("greet", talker(harness))
+        .agent_step("stall", talker(harness, "staller"))
+        .limits(deadline_seconds=2)
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("hello"), Reply.stall(120))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        steps = [r for r in records if isinstance(r, StepFinished)]
+        children = [await _settled_totals(harness, step.run or "") for step in steps]
+    assert result.status is RunStatus.FORCE_SETTLED, result.reason
+    stalled = steps[1]
+    assert (stalled.ok, stalled.status) == (False, RunStatus.ABORTED)
+    assert stalled.error is not None and "grace passed" in stalled.error
+    assert stalled.totals == children[1] and children[1].model_calls == 1
+    assert result.totals.model_calls == 2 and result.totals.steps == 2
+    # The stalled call's price is unknown (it never answered), so the workflow's is too.
+    assert children[1].cost is None and result.totals.cost is None
 
 
 async def test_the_deadline_runs_while_an_agent_step_works_beside_an_approval(

@@ -1072,6 +1072,42 @@ async def workflow_abort_during_tool_step(rig: Rig) -> RunHandle:
     return run
 
 
+async def _cancelled_during_agent_step(rig: Rig) -> RunHandle:
+    """Cancel a WorkflowRun (as an operator does) while its agent step's non-interruptible
+    tool call runs; the call then finishes."""
+    GATES.clear()
+    writer = rig.agent("writer").tool("write_record", interruptible=False).build()
+    spec = _workflow(rig, "writing").agent_step("write", writer).build()
+    rig.fake.enqueue(Reply.tool_calls(ToolCall("write_record", {"record": "r"})))
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Write", scope=SCOPE)
+        gate = await rig.started("write_record")
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+        gate.open.set()
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await rig.until(closed, "the cancellation")
+    return run
+
+
+async def workflow_cancelled_during_agent_step(rig: Rig) -> RunHandle:
+    # Patch psych-workflow-step-winds-down (its marker as the cancellation arrives): the
+    # step's Run is aborted, not cancelled; its call finishes, it settles ABORTED and its
+    # totals roll up into the workflow's, which then ends cancelled.
+    return await _cancelled_during_agent_step(rig)
+
+
+async def workflow_cancelled_during_agent_step_before_wind_down(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-workflow-step-winds-down: the workflow's cancellation
+    # cancelled the step's Run (RequestCancelExternalWorkflowExecution), whose totals never
+    # came back, and the step was recorded FAILED "Cancelled". It checks the old branch;
+    # recorded again today it would take the new one, so it is never re-recorded.
+    return await _cancelled_during_agent_step(rig)
+
+
 async def workflow_steer_forwarded(rig: Rig) -> RunHandle:
     GATES.clear()
     spec = _workflow(rig, "steered").agent_step("shop", rig.agent("shop").tool("fetch").build())
@@ -2160,6 +2196,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", over_the_per_turn_call_cap_no_streak),
     # children audit 12-05: patch psych-children-bounded
     ("dev", delegate_bounded),
+    # metering audit 12-05: a cancelled workflow's agent step hands back its totals
+    ("dev", workflow_cancelled_during_agent_step_before_wind_down),
+    ("dev", workflow_cancelled_during_agent_step),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -34,7 +34,7 @@ PATCHES: dict[str, str] = {
     # parent's deadline clock runs then); a child recorded before sent no such signal.
     "psych-child-reports-working": "0.1.0",
     # A workflow's tool step whose result is a JSON scalar ("42", "true") keeps it as text;
-    # a Run recorded before read it as a number, boolean or null (runs/_workflow_run.py).
+    # a Run recorded before read it as a number, boolean or null (runs/_step_output.py).
     "psych-workflow-text-step-output": "0.1.0",
     # A psych.steer signal to a workflow while its nested workflow runs is recorded
     # steer_refused (kernel/_handlers.py); a Run recorded before forwarded it.
@@ -69,6 +69,11 @@ PATCHES: dict[str, str] = {
     # kernel/_run_base.py). Asked at every Run's start, before psych-catalog-failure-settles,
     # which it stands for (kernel/_patches.py); a Run recorded before asks that one.
     "psych-children-bounded": "0.1.0",
+    # A workflow cancelled (or past its deadline and grace) while an agent or workflow step
+    # runs aborts the step's Run, waits for it within a bound and takes its totals
+    # (runs/_workflow_run.py, kernel/_wind_down.py); a Run recorded before cancelled it and
+    # its totals were lost. Asked as the cancellation reaches the running step.
+    "psych-workflow-step-winds-down": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -14,9 +14,9 @@
   ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED), one ``ChildSettled``
   record and its totals in the parent's. A parent that stops while its child runs (its
   expiry, an abort) aborts the child and takes the totals of its ABORTED ending
-  (``_wind_down``); a child that is cancelled or terminated instead cannot hand its totals
-  back (a cancelled workflow carries no details), so the parent's cost becomes unknown
-  rather than a partial sum.
+  (``kernel/_wind_down.py``, shared with a workflow's agent steps); a child that is
+  cancelled or terminated instead cannot hand its totals back (a cancelled workflow
+  carries no details), so the parent's cost becomes unknown rather than a partial sum.
 - The result: a COMPLETED child's answer as plain text; any other ending as JSON
   ``{"status", "reason", "run", "agent"}`` with call status ``error``.
 """
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
@@ -42,12 +41,7 @@ with workflow.unsafe.imports_passed_through():
         subagent_depth_refusal,
         version_hash,
     )
-    from psych_runtime.workflows.contract._contract import (
-        ABORT,
-        AbortInput,
-        ParentBounds,
-        RunResult,
-    )
+    from psych_runtime.workflows.contract._contract import ParentBounds
     from psych_runtime.workflows.contract._records import (
         ChildSettled,
         Pending,
@@ -56,18 +50,17 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
-    from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Stop
-    from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
-
-
-WIND_DOWN_SECONDS = 30.0
-"""How long a parent that stops (its expiry, an abort) waits for its aborted child to settle
-and hand back its totals before it cancels the child instead."""
+    from psych_runtime.workflows.kernel._wind_down import (
+        ChildEnding,
+        ending_of,
+        take_totals,
+        wind_down,
+    )
 
 
 @dataclass(frozen=True)
@@ -182,23 +175,23 @@ async def delegate(
         )
     except Stop as stop:
         run.forget_child(workflow_id)
-        await _wind_down(run, child, settled, stop)
+        # Aborted, not cancelled, so that it hands back its totals.
+        ending = await wind_down(
+            child,
+            tenant=run.input.scope.tenant,
+            reason=stop.outcome.reason,
+            summary=f"subagent {child.id} settles",
+        )
+        settled.took(ending)
         raise
     run.forget_child(workflow_id)
-    try:
-        result: RunResult = child.result()
-    except ChildWorkflowError as err:
-        reason = cause_text(err)
-        totals = failed_totals(err)
-        if totals is None:  # terminated, timed out, cancelled by someone else
-            settled.unknown(reason)
-            return settled.error_result(call, RunStatus.ABORTED, reason)
-        settled.known(RunStatus.FAILED, reason, totals)
-        return settled.error_result(call, RunStatus.FAILED, reason)
-    settled.known(result.status, result.reason, result.totals)
-    if result.status is RunStatus.COMPLETED:
-        return inline(call, "ok", result.answer or "")
-    return settled.error_result(call, result.status, result.reason)
+    # Failed, it hands its totals back on its error; terminated, timed out or cancelled
+    # by someone else, it does not (ABORTED, the cost unknown).
+    ending = ending_of(child)
+    settled.took(ending)
+    if ending.result is not None and ending.status is RunStatus.COMPLETED:
+        return inline(call, "ok", ending.result.answer or "")
+    return settled.error_result(call, ending.status, ending.reason)
 
 
 def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:
@@ -212,47 +205,6 @@ def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:
             "not see this conversation)"
         )
     return None
-
-
-async def _wind_down(
-    run: RunView,
-    child: workflow.ChildWorkflowHandle[Any, RunResult],
-    settled: _Settled,
-    stop: Stop,
-) -> None:
-    """Abort a child whose parent stops, so that it settles and hands back its totals.
-
-    An abort ends the child's waits at once and cancels its interruptible calls (a
-    cancelled workflow would carry no totals back); a child that has not settled within
-    ``WIND_DOWN_SECONDS`` (a call that may not be interrupted) is cancelled instead.
-    """
-    abort = AbortInput(
-        tenant=run.input.scope.tenant,
-        by=f"parent Run {workflow.info().workflow_id}",
-        reason=stop.outcome.reason,
-    )
-    try:
-        await child.signal(ABORT, abort)
-    except ApplicationError as err:  # it settled meanwhile: its result is there to take
-        workflow.logger.info("aborting subagent %s: %s", child.id, err)
-    try:
-        await workflow.wait_condition(
-            child.done, timeout=WIND_DOWN_SECONDS, timeout_summary=f"subagent {child.id} settles"
-        )
-    except TimeoutError:
-        child.cancel()
-        settled.unknown(f"cancelled after {WIND_DOWN_SECONDS:g} s: {stop.outcome.reason}")
-        return
-    try:
-        result: RunResult = child.result()
-    except ChildWorkflowError as err:
-        totals = failed_totals(err)
-        if totals is None:
-            settled.unknown(cause_text(err))
-        else:
-            settled.known(RunStatus.FAILED, cause_text(err), totals)
-        return
-    settled.known(result.status, result.reason, result.totals)
 
 
 class _Settled:
@@ -274,17 +226,11 @@ class _Settled:
         self._sub = sub
         self._version_hash = version_hash
 
-    def known(self, status: RunStatus, reason: str, totals: Totals) -> None:
-        """The child ended with ``totals``: add them and record the ending."""
-        self._run.add_child_totals(totals)
-        self._record(status, reason, totals)
-
-    def unknown(self, reason: str) -> None:
-        """The child ended without handing back its totals (it was cancelled): what it
-        spent is unknown, so the parent's cost is too (never a partial sum)."""
-        run = self._run
-        run.cost_unknown()
-        self._record(RunStatus.ABORTED, f"{reason} (its totals did not reach this Run)", Totals())
+    def took(self, ending: ChildEnding) -> None:
+        """The child ended: take its totals (or make the cost unknown, when they did not
+        come back) and record its ending."""
+        take_totals(self._run, ending)
+        self._record(ending.status, ending.described, ending.totals or Totals())
 
     def _record(self, status: RunStatus, reason: str, totals: Totals) -> None:
         log = self._run.log

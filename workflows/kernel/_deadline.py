@@ -119,6 +119,12 @@ async def _cancelling(
     return True
 
 
+def passed(deadline: float) -> str:
+    """Why a Run whose ``deadline`` and grace ran out is force-settled (and what a child it
+    aborts then is told)."""
+    return f"deadline: {deadline:g} s and {DEADLINE_GRACE_SECONDS:g} s grace passed"
+
+
 async def grace(loop: asyncio.Task[Any], *, kept: bool) -> bool:
     """Wait up to ``DEADLINE_GRACE_SECONDS`` for ``loop`` after the deadline; whether it
     finished."""

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._suspensions import Suspensions
 
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
+_CANCELLED = "cancelled: the workflow was cancelled by its parent or an operator"
 
 
 class RunBase(abc.ABC):
@@ -105,6 +106,7 @@ class RunBase(abc.ABC):
         self._guards = Guards()
         self._limits = Limits()
         self._deadline_hit = False
+        self._cancel_reason = _CANCELLED  # why the body is cancelled (see _run)
         self._open_calls: dict[str, tuple[int, str]] = {}
         self._abort: AbortInput | None = None
         self._interruptible: dict[str, asyncio.Task[Any]] = {}
@@ -226,6 +228,7 @@ class RunBase(abc.ABC):
                     # Taken before cancelling: a cancelled call leaves _open_calls as it
                     # unwinds.
                     open_calls = dict(self._open_calls)
+                    self._cancel_reason = deadline.passed(self._limits.deadline_seconds)
                     loop.cancel()
                     await workflow.wait([loop])
                     return await self._settle(self._force_settle(open_calls))
@@ -239,7 +242,7 @@ class RunBase(abc.ABC):
             await workflow.wait([loop])
             self._unknown(open_calls, "the Run was cancelled before this call reported")
             self._status = RunStatus.ABORTED
-            self._reason = "cancelled: the workflow was cancelled by its parent or an operator"
+            self._reason = _CANCELLED
             self._record_settled(Outcome(self._status, self._reason))
             self._show_status()
             raise
@@ -327,11 +330,7 @@ class RunBase(abc.ABC):
     def _force_settle(self, open_calls: dict[str, tuple[int, str]]) -> Outcome:
         why = "the Run's deadline and grace period ran out before this call reported"
         self._unknown(open_calls, why)
-        return Outcome(
-            RunStatus.FORCE_SETTLED,
-            f"deadline: {self._limits.deadline_seconds:g} s and "
-            f"{deadline.DEADLINE_GRACE_SECONDS:g} s grace passed",
-        )
+        return Outcome(RunStatus.FORCE_SETTLED, deadline.passed(self._limits.deadline_seconds))
 
     def _past_deadline(self) -> bool:
         # A method, not the attribute: mypy narrows an attribute read before an await to

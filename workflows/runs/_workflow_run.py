@@ -14,6 +14,7 @@ between two steps, as an AgentRun does at a turn boundary (``kernel/_continue.py
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -60,30 +61,10 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._handlers import parse_input
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
-    from psych_runtime.workflows.kernel._run_base import RunBase, cause_text
+    from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
-
-
-def step_output(content: str, run: RunBase) -> Any:
-    """A tool step's output from its result's text (what ``outputs`` and later steps get).
-
-    A result that is a JSON object or array is structured: the tool returned a mapping or
-    a list (a code tool's dict, an HTTP API's JSON body), and the output is that value.
-    Anything else is text and stays the text: ``"42"``, ``"true"`` or ``"null"`` is what a
-    tool said, not a number, a boolean or nothing (the activity renders a tool's result as
-    text, so a tool that returned the number 42 also gives ``"42"``). Runs recorded before
-    this rule read any JSON value (a scalar too) as structured: they keep that reading
-    (patch ``psych-workflow-text-step-output``, asked only when the two rules differ).
-    """
-    try:
-        value = json.loads(content)
-    except json.JSONDecodeError:
-        return content
-    if isinstance(value, dict | list):
-        return value
-    if run.patched("psych-workflow-text-step-output"):
-        return content
-    return value
+    from psych_runtime.workflows.kernel._wind_down import take_totals, wind_down
+    from psych_runtime.workflows.runs._step_output import step_output
 
 
 LOCAL_STEPS_PER_READ = 100
@@ -413,7 +394,7 @@ class WorkflowRun(ToolCalls):
         if self._abort is not None:  # it came while the child was being started
             self.forward(child.id, ABORT, self._abort)
         try:
-            result: RunResult = await child
+            result: RunResult = await self._child_result(step, kind, child)
         except ChildWorkflowError as err:
             self._running = None
             self.forget_child(child.id)
@@ -453,6 +434,44 @@ class WorkflowRun(ToolCalls):
         if result.status is RunStatus.ABANDONED:
             raise Stop(RunStatus.ABANDONED, f"step {step.name!r}: {result.reason}")
         raise _StepFailed(f"{child.id} ended {result.status.value}: {result.reason}")
+
+    async def _child_result(
+        self,
+        step: AgentStep | WorkflowStepRef,
+        kind: StepKind,
+        child: workflow.ChildWorkflowHandle[Any, RunResult],
+    ) -> RunResult:
+        """The step's child's result. When the Run is cancelled meanwhile (by an operator
+        or its parent, or as its deadline's grace ran out) the child is aborted instead, so
+        that it hands back its totals (``kernel/_wind_down.py``), and is recorded as it
+        ended; the cancellation then goes on."""
+        try:
+            return await asyncio.shield(child)  # a cancellation must not reach the child
+        except asyncio.CancelledError:
+            # Asked on the changed path only, in the task of the cancellation (its request
+            # or the grace timer): no local activity is open while a child step runs.
+            if not workflow.patched("psych-workflow-step-winds-down"):
+                child.cancel()  # a Run recorded before cancelled it
+                return await child
+            ending = await wind_down(
+                child,
+                tenant=self._input.scope.tenant,
+                reason=self._cancel_reason,
+                summary=f"step {step.name}: {child.id} settles",
+            )
+            self._running = None
+            self.forget_child(child.id)
+            take_totals(self, ending)
+            self._finish(
+                step.name,
+                kind,
+                ok=False,
+                error=f"ended {ending.status.value}: {ending.described}",
+                run=child.id,
+                status=ending.status,
+                totals=ending.totals,
+            )
+            raise
 
     def _finish(
         self,
