@@ -21,6 +21,7 @@ from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     McpDiscovered,
+    RunSettled,
     RunStatus,
     ToolCallFinished,
     ToolWithheld,
@@ -250,7 +251,12 @@ async def test_a_required_unreachable_server_fails_the_run_naming_it(
         run = await harness.client.dispatch(spec, "Hi", scope=harness.scope)
         with pytest.raises(RunFailed, match="MCP server 'crm' is unreachable"):
             await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
     assert harness.fake.requests == []
+    # The attempt made no request: it is neither a model call nor a step in the totals.
+    settled = records[-1]
+    assert isinstance(settled, RunSettled) and settled.status is RunStatus.FAILED
+    assert (settled.totals.model_calls, settled.totals.steps) == (0, 0)
 
 
 async def test_abort_during_a_slow_call_reaches_the_server_as_a_cancellation(

@@ -154,7 +154,9 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
         Reply.tool_calls(ToolCall("crm__whoami", {})),
         Reply.text("done globex"),
     )
-    spec = agent(consent_server, callback).build()
+    # Three steps are what each Run takes (two model calls, one tool call): the attempt that
+    # waited for consent used to count as one more and stop the Run at max_steps.
+    spec = agent(consent_server, callback).limits(max_steps=3).build()
     acme, globex = Scope(tenant="acme", principal="ann"), Scope(tenant="globex")
     runs = []
     async with harness.worker():
@@ -181,10 +183,12 @@ async def test_a_run_suspends_for_consent_and_the_callback_resumes_it(
         report = await harness.client.report(runs[0][0], scope=acme)
     (whoami,) = report.tool_calls
     assert whoami.result == CLIENT
-    # The attempt that waited for consent made no call, but it is counted in the totals:
-    # the report shows it (it left it out, so its calls did not add up to the totals).
+    # The attempt that waited for consent made no call: the report lists it as such, and
+    # the totals count only the calls made (it used to count as a model call and a step).
     assert report.totals is not None
-    assert len(report.model_calls) == report.totals.model_calls == 3
+    assert len(report.model_calls) == 3
+    assert report.totals.model_calls == 2 and report.totals.steps == 3
+    assert len(harness.fake.requests) == 4  # two Runs, two calls each
     asked_first = report.model_calls[0]
     assert (asked_first.turn, asked_first.attempt, asked_first.ok) == (1, 1, False)
     assert asked_first.error is not None and "consent was asked first" in asked_first.error

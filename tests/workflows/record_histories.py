@@ -1253,6 +1253,12 @@ async def mcp_authorization_at_turn(rig: Rig) -> RunHandle:
     return await consent_shapes.mcp_authorization_at_turn(rig, rig.env.client, SCOPE)
 
 
+async def mcp_authorization_at_turn_uncounted(rig: Rig) -> RunHandle:
+    # Patch psych-uncounted-attempts (its marker as the attempt fails for the consent): the
+    # attempt that made no request is taken back from the totals (model calls, steps).
+    return await consent_shapes.mcp_authorization_at_turn(rig, rig.env.client, SCOPE)
+
+
 async def mcp_authorization_at_call(rig: Rig) -> RunHandle:
     return await consent_shapes.mcp_authorization_at_call(rig, rig.env.client, SCOPE)
 
@@ -1388,6 +1394,12 @@ async def a2a_required_unreachable(rig: Rig) -> RunHandle:
 async def mcp_required_unreachable(rig: Rig) -> RunHandle:
     spec = rig.agent("mcp").mcp_server("crm", "http://127.0.0.1:9/mcp").build()
     return await rig.run(spec)
+
+
+async def mcp_required_unreachable_uncounted(rig: Rig) -> RunHandle:
+    # Patch psych-uncounted-attempts: the attempt the unreachable server stopped before any
+    # request is no model call and no step in the FAILED Run's totals.
+    return await mcp_required_unreachable(rig)
 
 
 async def mcp_list_changed(rig: Rig) -> RunHandle:
@@ -2199,6 +2211,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # metering audit 12-05: a cancelled workflow's agent step hands back its totals
     ("dev", workflow_cancelled_during_agent_step_before_wind_down),
     ("dev", workflow_cancelled_during_agent_step),
+    # metering audit 12-05: an attempt that made no request is no model call
+    ("dev", mcp_authorization_at_turn_uncounted),
+    ("dev", mcp_required_unreachable_uncounted),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

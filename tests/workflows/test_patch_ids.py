@@ -74,6 +74,10 @@ PATCHES: dict[str, str] = {
     # (runs/_workflow_run.py, kernel/_wind_down.py); a Run recorded before cancelled it and
     # its totals were lost. Asked as the cancellation reaches the running step.
     "psych-workflow-step-winds-down": "0.1.0",
+    # A model-call attempt that made no request (its MCP discovery asked for a consent, or
+    # a required server did not answer) counts as no model call and no step
+    # (kernel/_turns.py); a Run recorded before counted it.
+    "psych-uncounted-attempts": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

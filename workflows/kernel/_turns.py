@@ -245,12 +245,14 @@ class TurnLoop(ToolCalls):
                 if consent is not None:
                     # No model call was made: the turn's MCP discovery needs a person's
                     # consent. Asked again (same model) once it came.
+                    self._uncount()
                     await self.await_consent(consent, f"turn-{turn}")
                     continue
                 if isinstance(err.__cause__, ApplicationError) and (
                     err.__cause__.type == ErrorType.MCP_UNREACHABLE
                 ):
                     # No model call was made: a required MCP server did not answer.
+                    self._uncount()
                     raise Stop(RunStatus.FAILED, err.__cause__.message) from err
                 failure = model_failure(err, cause_text(err))
                 left = budget_left(self._budget, self._totals.transient_failures, failure)
@@ -300,6 +302,13 @@ class TurnLoop(ToolCalls):
             )
             self.add_usage(result.usage, result.cost)
             return result
+
+    def _uncount(self) -> None:
+        """Take back the model call and step counted for an attempt that made no request
+        (its MCP discovery stopped it first). Asked on that path only, where a model call
+        activity (never a local one) has just failed; a Run recorded before counted it."""
+        if workflow.patched("psych-uncounted-attempts"):
+            self.count(steps=-1, model_calls=-1)
 
     # --- continue-as-new (the mechanism is ``_continue.py``) --------------------------------
 
