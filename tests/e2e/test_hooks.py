@@ -23,11 +23,13 @@ from typing import Any, Literal
 import pytest
 
 from psych_runtime.activities import Deny, HookCall, Hooks, ToolActivities
+from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.specs import AgentBuilder, AgentSpec, SpecError
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._settings import PROJECT_SETTINGS
 from psych_runtime.workers._worker import activities_for, egress_for, run_worker
 from psych_runtime.workflows import RunStatus, ToolCallFinished, ToolCallStarted
+from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 from ._http_server import CountingServer, Seen
@@ -422,3 +424,39 @@ async def test_built_ins_that_run_activities_are_intercepted(
     assert "4111111111111111" not in (read.result or "")
     assert search.status == "ok" and search.ran_arguments == {"query": "filler_007"}
     assert "tools__filler_007" in (search.result or "")
+
+
+async def test_post_hooks_on_a_waited_peer_task_see_the_arguments_that_were_sent(
+    harness: Harness,
+) -> None:
+    """An A2A call whose peer works past the hold: the answer is read later by
+    ``psych.a2a.poll``, whose post hooks see the arguments a pre hook rewrote (what the
+    peer was sent), not the model's."""
+    seen: list[dict[str, Any]] = []
+
+    def slower(call: HookCall) -> dict[str, Any]:
+        return {**call.arguments, "message": "slow:2"}
+
+    def note(call: HookCall, result: str) -> str:
+        seen.append(dict(call.arguments))
+        return f"{result} (sent: {call.arguments['message']})"
+
+    harness.settings = dataclasses.replace(
+        harness.settings,
+        a2a=A2aSettings(hold_seconds=0),
+        hooks=Hooks().pre("travel__book", slower).post("travel__book", note),
+    )
+    async with serve_peer(("book",)) as peer:
+        spec = AgentBuilder("waited").model("fake-model").a2a_peer("travel", peer.url).build()
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:1"})), Reply.text("ok")
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Book it", scope=harness.scope)
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert peer.texts() == ["slow:2"]
+    assert seen == [{"message": "slow:2"}]
+    (call,) = report.tool_calls
+    assert "done slowly (sent: slow:2)" in (call.result or "")

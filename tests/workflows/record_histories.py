@@ -1569,6 +1569,31 @@ async def hooked_tool_calls(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 7?")
 
 
+def _slower_booking(call: HookCall) -> dict[str, Any]:
+    return {**call.arguments, "message": "slow:2"}
+
+
+def _booked_with(call: HookCall, result: str) -> str:
+    return f"{result} (sent: {call.arguments['message']})"
+
+
+async def a2a_poll_ran_arguments(rig: Rig) -> RunHandle:
+    """A pre hook rewrites a peer call's message, the peer works past the hold of 0, and
+    the polls carry the rewritten arguments (patch psych-a2a-poll-ran-arguments, its marker
+    as the call's wait starts), so the post hook on the answer sees what was sent."""
+    rig.settings = dataclasses.replace(
+        rig.settings,
+        a2a=A2aSettings(hold_seconds=0),
+        hooks=Hooks().pre("travel__book", _slower_booking).post("travel__book", _booked_with),
+    )
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:1"})),
+            Reply.text("Booked."),
+        )
+        return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
+
+
 # --- compaction and threads (issue 10 items 3 and 5) --------------------------------------
 
 _OVER = FakeUsage(input_tokens=500, output_tokens=5)
@@ -2214,6 +2239,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # metering audit 12-05: an attempt that made no request is no model call
     ("dev", mcp_authorization_at_turn_uncounted),
     ("dev", mcp_required_unreachable_uncounted),
+    # hooks audit 12-05: an A2A peer task's polls carry the arguments a pre hook rewrote
+    ("dev", a2a_poll_ran_arguments),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

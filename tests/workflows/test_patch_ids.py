@@ -78,6 +78,10 @@ PATCHES: dict[str, str] = {
     # a required server did not answer) counts as no model call and no step
     # (kernel/_turns.py); a Run recorded before counted it.
     "psych-uncounted-attempts": "0.1.0",
+    # The polls of an A2A peer task the Run waits on carry the arguments a pre hook rewrote
+    # (what was sent), so the post hooks on the answer see them (features/_a2a.py); a Run
+    # recorded before polled with the model's arguments. Asked only when they differ.
+    "psych-a2a-poll-ran-arguments": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

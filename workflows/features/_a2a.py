@@ -75,7 +75,12 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_calls import ABORTED_CALL, UNKNOWN_OUTCOME
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+    from psych_runtime.workflows.kernel._tool_result import (
+        ToolResult,
+        from_outcome,
+        inline,
+        shown,
+    )
 
 
 @dataclass
@@ -104,19 +109,6 @@ POLL_FIRST_SECONDS = 2.0
 POLL_MAX_SECONDS = 60.0
 """A waiting peer task is read after 2 s, then twice as long each time, at most every
 minute: a day-long task costs about 1,500 reads (each an activity in history)."""
-
-
-def shown(outcome: ToolOutcome) -> str:
-    """What the model reads of an outcome completed through a wait (as the tool message a
-    tool activity stores: the result, or a handle and a preview)."""
-    if not outcome.truncated:
-        return outcome.content
-    return (
-        f"The result was {outcome.size} bytes, too large to show whole; it is stored under "
-        f"handle {outcome.result_ref}. Its first {len(outcome.content)} characters follow. "
-        f'To read more, call read_tool_output with handle "{outcome.result_ref}" and offset '
-        f"{len(outcome.content)}.\n\n{outcome.content}"
-    )
 
 
 def _take(state: PeersState, result: A2aCards) -> None:
@@ -321,6 +313,11 @@ class Peers(Feature):
             return result
         # The peer still works: the Run suspends on the token; the poller ends the wait.
         token = f"a2a:{entry.server}:{outcome.wait_token}"
+        # The post hooks on its answer see what was sent: a pre hook's rewrite. Asked only
+        # when that differs (a Run recorded before polled with the model's arguments).
+        sent = arguments if outcome.ran_arguments is None else outcome.ran_arguments
+        if sent != arguments and workflow.patched("psych-a2a-poll-ran-arguments"):
+            arguments = sent
         poll = A2aPollInput(
             run_id=run.input.run_id,
             call_id=call.id,

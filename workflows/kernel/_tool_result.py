@@ -79,6 +79,19 @@ def from_outcome(call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
     )
 
 
+def shown(outcome: ToolOutcome) -> str:
+    """What the model reads of an outcome completed through a wait (as the tool message a
+    tool activity stores: the result, or a handle and a preview)."""
+    if not outcome.truncated:
+        return outcome.content
+    return (
+        f"The result was {outcome.size} bytes, too large to show whole; it is stored under "
+        f"handle {outcome.result_ref}. Its first {len(outcome.content)} characters follow. "
+        f'To read more, call read_tool_output with handle "{outcome.result_ref}" and offset '
+        f"{len(outcome.content)}.\n\n{outcome.content}"
+    )
+
+
 def not_run(call: ToolCallRequest, stop: Stop) -> ToolResult:
     """The result of a call that a stop of the Run (an abort, an expiry) kept from running."""
     status: ToolCallStatus = "aborted" if stop.outcome.status is RunStatus.ABORTED else "rejected"
