@@ -76,6 +76,7 @@ from psych_runtime.activities.tools import (
     RulePolicy,
     complete_through_client,
     store_outcome,
+    unexpected,
 )
 from psych_runtime.specs import narrow
 
@@ -174,6 +175,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             answer = await self._send(input, connection)
         except PeerUnavailable as err:
             answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
+        except Exception as err:  # a SecretResolver's own failure, a bug: sent at most once
+            redact = connection.redact if connection is not None else Redactor()
+            answer = Answer("error", unexpected(input.name, err, redact))
         redact = connection.redact if connection is not None else Redactor()
         if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             # The Run's person answers (``questions_to_person``): the question is no answer

@@ -77,6 +77,7 @@ from psych_runtime.activities.tools import (
     RulePolicy,
     complete_through_client,
     store_outcome,
+    unexpected,
 )
 from psych_runtime.specs import NotFound, matches
 
@@ -344,6 +345,8 @@ class McpActivities(Catalogues, ActivityClass):
             connection = await self._connection(server, input.scope)
         except Unavailable as err:
             return await outcome("error", f"MCP server {server.name!r} is unavailable: {err}")
+        except Exception as err:  # a SecretResolver's or an OAuth store's own failure
+            return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))
         redact = connection.redact
         reports: asyncio.Queue[str] = asyncio.Queue()
 
@@ -386,6 +389,10 @@ class McpActivities(Catalogues, ActivityClass):
             return await outcome(
                 "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
             )
+        except McpConsentRequired:
+            raise
+        except Exception as err:
+            return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))
         if isinstance(result, mcp_types.InputRequiredResult):
             try:
                 asked = input_required(result)

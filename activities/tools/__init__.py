@@ -6,7 +6,12 @@ a call not safe to repeat through the worker's client (surviving a server outage
 """
 
 from psych_runtime.activities.tools._activities import ToolActivities
-from psych_runtime.activities.tools._outcomes import fixed_decision, latency, store_outcome
+from psych_runtime.activities.tools._outcomes import (
+    fixed_decision,
+    latency,
+    store_outcome,
+    unexpected,
+)
 from psych_runtime.activities.tools._policy import (
     Policy,
     RulePolicy,
@@ -31,4 +36,5 @@ __all__ = [
     "policy_description",
     "policy_digest",
     "store_outcome",
+    "unexpected",
 ]

@@ -3,8 +3,10 @@ and read back stored results (the built-in ``read_tool_output``).
 
 Errors the model should read come back as data, ``ToolOutcome(status="error")``: invalid
 arguments, an exception raised by a tool, an HTTP error status, a timeout, a refused
-connection, a missing credential. The activity itself fails only for what the model
-cannot fix (a code tool this worker does not have) and on cancellation.
+connection, a missing credential, and an exception nothing expected (a SecretResolver's
+own failure, a bug: logged with its traceback, ``unexpected``). The activity itself fails
+only for what the model cannot fix (a code tool this worker does not have) and on
+cancellation.
 
 Every outcome's tool message (what the model is shown) is stored in the BlobStore
 (``message_ref``). A result larger than ``large_result_bytes`` is stored whole
@@ -66,7 +68,7 @@ from psych_runtime.activities.tools._http import (
     build_request,
     send_request,
 )
-from psych_runtime.activities.tools._outcomes import fixed_decision, store_outcome
+from psych_runtime.activities.tools._outcomes import fixed_decision, store_outcome, unexpected
 from psych_runtime.activities.tools._policy import Policy, RulePolicy
 from psych_runtime.activities.tools._read_output import read_slice
 from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
@@ -392,6 +394,9 @@ class ToolActivities(ActivityClass):
             return await self._outcome(input, "denied", redact(message), started, plan)
         except ToolError as err:
             return await self._outcome(input, "error", redact(str(err)), started, plan)
+        except Exception as err:
+            text = unexpected(input.tool.name, err, redact)
+            return await self._outcome(input, "error", text, started, plan)
         return await self._outcome(input, "ok", redact(text), started, plan)
 
     @activity.defn(name=TOOL_READ_OUTPUT)

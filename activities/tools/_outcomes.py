@@ -1,10 +1,12 @@
 """What every tool activity shares (code, HTTP, ``read_tool_output``, MCP calls and the MCP
 search): storing an outcome whole with the message the model is shown, the Policy's fixed
-decision for a tool, and the running activity's latency."""
+decision for a tool, the running activity's latency, and what an unexpected exception of a
+call becomes."""
 
 from __future__ import annotations
 
 import time
+import traceback
 from typing import Literal
 
 from temporalio import activity
@@ -17,6 +19,7 @@ from psych_runtime.activities.contract import (
     ToolInfo,
     ToolOutcome,
 )
+from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.tools._policy import Policy
 
 _PREVIEW_BYTES = 2048
@@ -95,4 +98,21 @@ def latency(started: float) -> Latency:
     queued = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
     return Latency(
         queue_wait_ms=max(0.0, queued * 1000), duration_ms=(time.monotonic() - started) * 1000
+    )
+
+
+def unexpected(tool: str, err: Exception, redact: Redactor) -> str:
+    """The error text the model reads for an exception nothing in a call expected (a
+    SecretResolver raising other than ``NotFound``, a bug in building a request), logged
+    with its traceback for the operator, every known secret redacted from both.
+
+    Such an exception is the call's error outcome, as a code tool's exception is: the
+    on_error hooks run on it and the model reads it, where failing the activity would skip
+    both (and Temporal would repeat a call that may not be safe to repeat).
+    """
+    trace = "".join(traceback.format_exception(err)).rstrip()
+    activity.logger.warning("tool %s failed unexpectedly:\n%s", tool, redact(trace))
+    text = str(err).strip()
+    return redact(
+        f"{tool}: {type(err).__name__}: {text}" if text else f"{tool}: {type(err).__name__}"
     )

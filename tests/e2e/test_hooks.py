@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ import pytest
 
 from psych_runtime.activities import Deny, HookCall, Hooks, ToolActivities
 from psych_runtime.activities.a2a import A2aSettings
-from psych_runtime.specs import AgentBuilder, AgentSpec, SpecError
+from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, SpecError
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._settings import PROJECT_SETTINGS
 from psych_runtime.workers._worker import activities_for, egress_for, run_worker
@@ -460,3 +461,75 @@ async def test_post_hooks_on_a_waited_peer_task_see_the_arguments_that_were_sent
     assert seen == [{"message": "slow:2"}]
     (call,) = report.tool_calls
     assert "done slowly (sent: slow:2)" in (call.result or "")
+
+
+class _VaultDown:
+    """A SecretResolver whose store fails (not ``NotFound``) once it is armed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    async def resolve(self, scope: Scope, name: str) -> str:
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("vault is down")
+        return "s3cret"
+
+
+@pytest.mark.parametrize("kind", ["http", "mcp", "a2a"])
+async def test_an_unexpected_exception_is_an_error_the_on_error_hooks_see(
+    kind: Literal["http", "mcp", "a2a"],
+    harness: Harness,
+    records_api: CountingServer,
+    mcp_http_server: McpTestServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A SecretResolver raising something other than NotFound during the call (armed by a
+    pre hook, so discovery and the cards are not affected): the model reads an error
+    naming it, after the on_error hooks ran, and the worker logs its traceback."""
+    vault = _VaultDown()
+
+    def arm(call: HookCall) -> None:
+        vault.armed = True
+
+    tool = {"http": "lookup", "mcp": "tools__lookup", "a2a": "helper__echo"}[kind]
+    harness.settings = dataclasses.replace(
+        harness.settings, secrets=vault, hooks=Hooks().pre(tool, arm).on_error(tool, fallback)
+    )
+    builder = AgentBuilder(f"vault_{kind}").model("fake-model")
+    async with contextlib.AsyncExitStack() as stack:
+        if kind == "http":
+            builder = builder.http_tool(
+                "lookup",
+                description="Look a record up.",
+                url=records_api.url + "/records/{id}",
+                method="GET",
+                input_schema={"type": "object", "properties": {"id": {"type": "string"}}},
+                credential="orders-key",
+            )
+        elif kind == "mcp":
+            builder = builder.mcp_server(
+                "tools", mcp_http_server.url, transport="http", credential="orders-key"
+            )
+        else:
+            peer = await stack.enter_async_context(serve_peer(("echo",)))
+            builder = builder.a2a_peer("helper", peer.url, credential="orders-key")
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall(tool, {"id": "7", "message": "hi"})), Reply.text("done")
+        )
+        with caplog.at_level(logging.WARNING):
+            async with harness.worker():
+                run = await harness.client.dispatch(builder.build(), "go", scope=harness.scope)
+                result = await harness.client.result(run, scope=harness.scope)
+                report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (call,) = report.tool_calls
+    assert call.status == "ok"
+    assert call.result == f"fallback answer (the tool failed: {tool}: RuntimeError: vault is down)"
+    assert [(h.stage, h.effect) for h in call.hooks] == [("on_error", "replaced_error")]
+    told = harness.fake.requests[1]["messages"][-1]["content"]
+    assert "RuntimeError: vault is down" in told
+    # The bug still surfaces: the worker logs it with its traceback.
+    logged = [r.getMessage() for r in caplog.records if f"tool {tool} failed" in r.getMessage()]
+    assert len(logged) == 1 and "Traceback" in logged[0] and "vault is down" in logged[0]
+    assert records_api.seen == []
