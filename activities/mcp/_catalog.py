@@ -43,12 +43,15 @@ class McpTool(BaseModel):
     def of(cls, tool: mcp_types.Tool) -> McpTool:
         """From the SDK's ``Tool``."""
         hints = tool.annotations
+        read_only = None if hints is None else hints.read_only_hint
         return cls(
             tool=tool.name,
             description=tool.description or "",
             parameters=tool.input_schema,
-            read_only=None if hints is None else hints.read_only_hint,
-            destructive=None if hints is None else hints.destructive_hint,
+            read_only=read_only,
+            # The MCP spec's ToolAnnotations: destructiveHint means something only when
+            # readOnlyHint is false, so a tool marked read-only is not destructive.
+            destructive=None if hints is None or read_only else hints.destructive_hint,
             idempotent=None if hints is None else hints.idempotent_hint,
         )
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 from temporalio.testing import ActivityEnvironment
 
@@ -28,6 +29,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
+from psych_runtime.activities.mcp._catalog import McpTool
 from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import McpServer, Scope
@@ -161,6 +163,31 @@ async def test_discovery_narrows_names_and_annotates(
     assert [item["name"] for item in stored] == [*sorted(entries), "zeta"]
     lookup = next(item for item in stored if item["name"] == "test_srv__lookup")
     assert lookup["parameters"]["properties"]["id"]["type"] == "string"
+
+
+@pytest.mark.parametrize(
+    ("read_only", "destructive", "effect", "decision"),
+    [
+        (True, True, "read_only", "allow"),
+        (False, True, "destructive", "ask"),
+        (None, True, "destructive", "ask"),
+        (True, None, "read_only", "allow"),
+    ],
+)
+def test_destructive_hint_counts_only_when_the_tool_is_not_read_only(
+    mcp: McpActivities,
+    read_only: bool | None,
+    destructive: bool | None,
+    effect: str,
+    decision: str,
+) -> None:
+    """The MCP spec's ToolAnnotations: destructiveHint is meaningful only when readOnlyHint
+    is false, so a tool marked both is read-only (``destructive="ask"`` does not ask)."""
+    hints = mcp_types.ToolAnnotations(read_only_hint=read_only, destructive_hint=destructive)
+    listed = mcp_types.Tool(name="archive", input_schema={"type": "object"}, annotations=hints)
+    entry = mcp._entry("test", "test__archive", McpTool.of(listed))
+    assert entry.info.effect == effect
+    assert entry.policy is not None and entry.policy.decision == decision
 
 
 async def test_an_unchanged_catalogue_returns_only_its_hash(
