@@ -80,7 +80,8 @@ def add_process_commands(
     wiring.add_argument(
         "--ask-destructive",
         action="store_true",
-        help="a person must approve each call of a tool registered destructive=True "
+        help="a person must approve each call of a tool registered destructive=True, or "
+        "an MCP tool annotated destructiveHint and not readOnlyHint "
         "(env PSYCH_ASK_DESTRUCTIVE=1)",
     )
 
