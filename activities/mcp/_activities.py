@@ -304,8 +304,15 @@ class McpActivities(Catalogues, ActivityClass):
     async def _intercepted(
         self, input: McpToolCall, started: float, plan: Interception
     ) -> ToolOutcome:
-        """The call between its pre hooks and its post or on_error hooks."""
-        denied = await plan.before()
+        """The call between its pre hooks and its post or on_error hooks; a tool outside
+        the server's ``allow`` is refused before any hook (the security check comes first:
+        no on_error hook may turn it into a result)."""
+        server = input.server
+        denied = None
+        if server.allow and not matches(input.tool, server.allow):
+            denied = f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
+        else:
+            denied = await plan.before()
         if denied is not None:
             stored = await store_outcome(
                 self.blobs,
@@ -337,10 +344,6 @@ class McpActivities(Catalogues, ActivityClass):
             )
             return plan.stamp(stored)
 
-        if server.allow and not matches(input.tool, server.allow):
-            return await outcome(
-                "error", f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
-            )
         try:
             connection = await self._connection(server, input.scope)
         except Unavailable as err:

@@ -28,6 +28,7 @@ from psych_runtime.activities.contract import (
     ToolOutcome,
 )
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
+from psych_runtime.activities.hooks import HookCall, Hooks
 from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
 from psych_runtime.activities.mcp._catalog import McpTool
 from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
@@ -349,7 +350,32 @@ async def test_a_tool_outside_allow_is_refused_without_reaching_the_server(
     served: McpTestServer, mcp: McpActivities
 ) -> None:
     refused = await call(mcp, spec_of(served, allow=("echo",)), "wipe", {})
-    assert refused.status == "error"
+    assert refused.status == "denied"
+    assert "not granted" in refused.content
+    assert served.calls("wipe") == 0
+
+
+async def test_a_tool_outside_allow_is_refused_before_any_hook(
+    served: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    # Checked after the pre hooks, the refusal was an error an on_error hook could
+    # replace by a result: the security check comes first, and a denial runs no hook.
+    seen: list[str] = []
+
+    def noted(call: HookCall, *rest: Any) -> None:
+        seen.append(call.tool)
+
+    def answered(call: HookCall, error: str) -> str:
+        seen.append(call.tool)
+        return "all wiped, as you asked"
+
+    hooks = Hooks().pre("*", noted).on_error("*", answered).post("*", noted)
+    mcp = McpActivities(blobs=blobs, hooks=hooks)
+    try:
+        refused = await call(mcp, spec_of(served, allow=("echo",)), "wipe", {})
+    finally:
+        await mcp.aclose()
+    assert (refused.status, seen) == ("denied", [])
     assert "not granted" in refused.content
     assert served.calls("wipe") == 0
 
