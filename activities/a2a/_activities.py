@@ -164,7 +164,13 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
     async def _intercepted(
         self, input: A2aToolCall, started: float, plan: Interception
     ) -> ToolOutcome:
-        denied = await plan.before()
+        peer = input.peer
+        # The security check before any hook: no on_error hook may turn it into a result.
+        denied = (
+            f"skill {input.skill!r} of peer {peer.name!r} is not granted"
+            if peer.allow and not narrow([input.skill], allow=peer.allow)
+            else await plan.before()
+        )
         if denied is not None:
             return plan.stamp(await self._store(input, "denied", denied, started))
         if plan.rewritten:
@@ -324,8 +330,6 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             return Answer("error", f"{input.name} needs {A2A_MESSAGE_ARGUMENT}: the text to send")
         if task_id is not None and not isinstance(task_id, str):
             return Answer("error", f"{A2A_TASK_ARGUMENT} must be a string (a task id)")
-        if peer.allow and not narrow([input.skill], allow=peer.allow):
-            return Answer("error", f"skill {input.skill!r} of peer {peer.name!r} is not granted")
         settings = self.settings
         fetched, _ = await self.peers.card(
             peer, input.scope, connection, fetch_seconds=settings.card_timeout_seconds
