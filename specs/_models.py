@@ -104,8 +104,7 @@ class ModelRef(_Frozen):
     """Which model, and how it is called.
 
     ``fallbacks`` is failover for a provider outage, not routing: the list is tried in order
-    on transient failure and is never chosen between on cost or capability.
-    """
+    on transient failure and is never chosen between on cost or capability."""
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """The model id, as the worker's model endpoint configuration knows it."""
@@ -149,7 +148,8 @@ class Limits(_Frozen):
     repeat_call_hard_stop: Annotated[int, Field(gt=0, le=200)] = 6
     """Identical call with identical result this many times stops the Run."""
     stream_idle_seconds: Annotated[float, Field(ge=0, le=3600)] = 300.0
-    """Longest gap between streamed chunks before the call fails transiently; 0 disables."""
+    """Longest gap between a model's response bytes (stream chunks, or the wait for a whole
+    answer when the endpoint does not stream) before the call fails transiently; 0 disables."""
     large_result_bytes: Annotated[int, Field(gt=0)] = 32768
     """Tool results larger than this are stored whole and shown as handle + preview."""
     max_history_records: Annotated[int, Field(ge=0, le=20000)] = 300

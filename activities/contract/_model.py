@@ -45,7 +45,8 @@ class ModelCallInput(_Compact):
     """Names in the stored list not offered this call (withheld tools)."""
     stream: bool = True
     stream_idle_seconds: float = 300.0
-    """Longest allowed gap between streamed chunks; 0 disables."""
+    """Longest allowed gap between received bytes: streamed chunks, or, not streamed, the
+    wait for the answer; 0 disables."""
     scope: Scope
     mcp: McpTurn | None = None
     """The Run's MCP servers, resolved before the call; None = no MCP servers."""

@@ -334,10 +334,8 @@ class ModelActivities(ActivityClass):
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
 
-        if stream:
-            answer = await self._stream(url, request, headers, input, started, redact, deltas)
-        else:
-            answer = await self._post(url, request, headers, input, started)
+        reader = _Stream(started=started, deltas=deltas, redact=redact) if stream else None
+        answer = await self._send(url, request, headers, input, started, reader)
         answer = dataclasses.replace(
             answer,
             text=redact(answer.text),
@@ -437,35 +435,22 @@ class ModelActivities(ActivityClass):
             self._tools_json.keep_sized(key, encoded, len(encoded))
         return encoded
 
-    async def _post(
+    async def _send(
         self,
         url: str,
         request: Request,
         headers: dict[str, str],
         input: ModelCallInput,
         started: float,
+        stream: _Stream | None,
     ) -> _Answer:
-        async with self.http.stream(
-            "POST", url, content=request.body, headers=headers, timeout=_timeout(None)
-        ) as response:
-            if not response.is_success:
-                await response.aread()
-                response.raise_for_status()
-            data = await _read_capped(response)
-        return _parse_body(data, _media_type(response), input.turn, started)
+        """POST ``request`` and read the answer: as a stream into ``stream``, or whole (None).
 
-    async def _stream(
-        self,
-        url: str,
-        request: Request,
-        headers: dict[str, str],
-        input: ModelCallInput,
-        started: float,
-        redact: Redactor,
-        deltas: AttemptDeltas | None,
-    ) -> _Answer:
+        The read timeout is the idle limit either way: a gap between received bytes, which
+        for a whole answer is mostly the wait for it (until 12-05 only the activity's 10
+        minutes bounded an endpoint that does not stream, an audit found).
+        """
         idle = input.stream_idle_seconds
-        stream = _Stream(started=started, deltas=deltas, redact=redact)
         try:
             async with self.http.stream(
                 "POST", url, content=request.body, headers=headers, timeout=_timeout(idle or None)
@@ -474,9 +459,10 @@ class ModelActivities(ActivityClass):
                     await response.aread()
                     response.raise_for_status()
                 media_type = _media_type(response)
-                if media_type != "text/event-stream":
-                    # A gateway that ignores `stream: true` (a whole JSON completion), or
-                    # something else entirely (an HTML page): judged whole, by content.
+                if stream is None or media_type != "text/event-stream":
+                    # Not streamed; or a gateway that ignores `stream: true` (a whole JSON
+                    # completion), or something else entirely (an HTML page): judged whole,
+                    # by content.
                     data = await _read_capped(response)
                     return _parse_body(data, media_type, input.turn, started)
                 lines = _sse_lines(response.aiter_bytes())
@@ -495,6 +481,5 @@ class ModelActivities(ActivityClass):
                             async for _ in lines:
                                 pass
         except httpx.ReadTimeout as err:
-            # The read timeout is the idle limit: only a silent stream can exceed it.
-            raise StreamIdle(idle) from err
+            raise StreamIdle(idle, streamed=stream is not None) from err
         return stream.answer(input.turn)

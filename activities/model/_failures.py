@@ -28,13 +28,24 @@ had failed; a larger answer fails at once, not transient, naming its size."""
 
 
 class StreamIdle(Exception):
-    """A stream sent nothing for longer than its idle limit. Transient.
+    """A response sent nothing for longer than its idle limit (``stream_idle_seconds``).
+    Transient.
 
-    Raised and classified inside this module only; it leaves as a ModelCallFailed.
+    Streamed, the limit is the gap between chunks; not streamed (an endpoint configured
+    ``stream=False``), the gap between any bytes of the response, which for most servers
+    is the wait for the whole answer. Raised and classified inside this module only; it
+    leaves as a ModelCallFailed.
     """
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"stream idle for more than {seconds:g} s")
+    def __init__(self, seconds: float, *, streamed: bool = True) -> None:
+        if streamed:
+            text = f"stream idle for more than {seconds:g} s"
+        else:
+            text = (
+                f"response idle for more than {seconds:g} s (not streamed: "
+                "stream_idle_seconds bounds the wait for the answer's bytes)"
+            )
+        super().__init__(text)
         self.seconds = seconds
 
 

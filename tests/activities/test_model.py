@@ -450,13 +450,32 @@ async def test_stall_longer_than_idle_limit_is_transient(
     assert isinstance(error.__cause__, StreamIdle)
 
 
+async def test_unstreamed_silence_longer_than_idle_limit_is_transient(
+    fake: FakeModel, acts: ModelActivities, env: ActivityEnvironment
+) -> None:
+    # An endpoint that does not stream is bounded by the same limit: a read timeout is a
+    # gap between received bytes (before, only the activity's 10 minutes bounded it).
+    fake.enqueue(Reply.stall(5.0, then=Reply.text("too late")))
+
+    error, parsed = await failure(env, acts, call(stream=False, stream_idle_seconds=0.2))
+
+    assert parsed.transient
+    assert parsed.status is None
+    assert parsed.message == (
+        "model fake-model: response idle for more than 0.2 s (not streamed: "
+        "stream_idle_seconds bounds the wait for the answer's bytes)"
+    )
+    assert isinstance(error.__cause__, StreamIdle)
+
+
+@pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("idle", [0.0, 2.0])
 async def test_stall_within_idle_limit_finishes(
-    fake: FakeModel, acts: ModelActivities, env: ActivityEnvironment, idle: float
+    fake: FakeModel, acts: ModelActivities, env: ActivityEnvironment, idle: float, stream: bool
 ) -> None:
     fake.enqueue(Reply.stall(0.3, then=Reply.text("late but whole")))
 
-    result = await run(env, acts, call(stream_idle_seconds=idle))
+    result = await run(env, acts, call(stream=stream, stream_idle_seconds=idle))
 
     assert result.text == "late but whole"
 

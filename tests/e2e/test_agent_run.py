@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.specs import AccessDenied, AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
@@ -365,6 +367,41 @@ async def test_stream_stall_is_transient_and_retried(harness: Harness) -> None:
     assert len(failed) == 1
     assert failed[0].transient
     assert "idle" in failed[0].message
+
+
+async def test_an_unstreamed_silence_is_transient_and_tries_the_fallback(
+    harness: Harness,
+) -> None:
+    # OPENAI_STREAM=0: the worker asks for whole answers. stream_idle_seconds bounds the
+    # wait for the answer's bytes as it bounds a stream's gaps (before, a silent endpoint
+    # held the call until the activity's 10-minute timeout).
+    harness.settings = dataclasses.replace(
+        harness.settings,
+        endpoints=ModelEndpoints(default=Endpoint(harness.fake.base_url, "test-key", stream=False)),
+    )
+    spec = (
+        AgentBuilder("silent")
+        .model("fake-model", fallbacks=["fake-fallback"])
+        .limits(stream_idle_seconds=0.5)
+        .build()
+    )
+    harness.fake.enqueue(Reply.stall(5.0, then=Reply.text("too late")), model="fake-model")
+    harness.fake.enqueue(Reply.text("recovered"), model="fake-fallback")
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.answer == "recovered"
+    assert [(c.model, c.ok) for c in report.model_calls] == [
+        ("fake-model", False),
+        ("fake-fallback", True),
+    ]
+    assert result.totals.transient_failures == 1
+    (failed,) = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert failed.transient
+    assert failed.message.startswith("model fake-model: response idle for more than 0.5 s")
+    assert all(body["stream"] is False for body in harness.fake.requests)
 
 
 async def test_report_keeps_calls_apart_when_a_provider_reuses_call_ids(
