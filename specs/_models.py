@@ -124,7 +124,7 @@ class Limits(_Frozen):
     """Budgets. Every one has a default because an unset limit is an unbounded bill."""
 
     max_steps: Annotated[int, Field(gt=0, le=10000)] = 48
-    """Most model calls plus tool calls a Run may make."""
+    """Most model calls (every attempt, retries included) plus tool calls a Run may make."""
     max_turns: Annotated[int, Field(gt=0, le=1000)] = 32
     """Most turns (one model call and the tool calls it produced) a Run may take."""
     max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256)] = 16

@@ -304,6 +304,23 @@ async def test_max_steps_counts_model_and_tool_calls(harness: Harness) -> None:
     assert len(harness.fake.requests) == 1
 
 
+async def test_model_retries_stop_at_max_steps(harness: Harness) -> None:
+    # Every attempt is a model call, so a step: a retry that max_steps leaves no room for
+    # is not made (before, max_steps=1 and two 503s completed with 3 steps taken).
+    spec = AgentBuilder("retrying").model("fake-model").limits(max_steps=2).build()
+    harness.fake.enqueue(Reply.error(503), Reply.error(503), Reply.text("too many steps"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.STOPPED
+    assert result.reason == "max_steps: 2 steps taken"
+    assert (result.totals.steps, result.totals.model_calls) == (2, 2)
+    assert result.totals.transient_failures == 2
+    assert [r.attempt for r in records if isinstance(r, ModelCallStarted)] == [1, 2]
+    assert len(harness.fake.requests) == 2
+
+
 def big_report(size: int) -> str:
     """Produce a large text report.
 

@@ -794,6 +794,20 @@ async def max_steps_stop(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("stepper").tool("lookup_order").limits(max_steps=3).build())
 
 
+async def max_steps_during_retries(rig: Rig) -> RunHandle:
+    # Two 503s with max_steps=2: each attempt is a step, so no third attempt is made;
+    # STOPPED (patch psych-retries-within-max-steps, its marker after the second failure).
+    rig.fake.enqueue(Reply.error(503), Reply.error(503), Reply.text("One step too many."))
+    return await rig.run(rig.agent("retrying").limits(max_steps=2).build())
+
+
+async def max_steps_during_retries_before_patch(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-retries-within-max-steps: the same Run made a third
+    # attempt past max_steps and answered (COMPLETED, 3 steps). It checks the old branch;
+    # recorded again today it would take the new one, so it is never re-recorded.
+    return await max_steps_during_retries(rig)
+
+
 async def policy_denied(rig: Rig) -> RunHandle:
     rig.settings.policy = RulePolicy(tools={"delete_*": "deny"})
     rig.fake.enqueue(
@@ -2241,6 +2255,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_required_unreachable_uncounted),
     # hooks audit 12-05: an A2A peer task's polls carry the arguments a pre hook rewrote
     ("dev", a2a_poll_ran_arguments),
+    # limits audit 12-05: a model retry is a step (patch psych-retries-within-max-steps)
+    ("dev", max_steps_during_retries),
+    ("dev", max_steps_during_retries_before_patch),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -82,6 +82,9 @@ PATCHES: dict[str, str] = {
     # (what was sent), so the post hooks on the answer see them (features/_a2a.py); a Run
     # recorded before polled with the model's arguments. Asked only when they differ.
     "psych-a2a-poll-ran-arguments": "0.1.0",
+    # A model retry is a step: none is made once max_steps is used up, the Run stops
+    # (workflows/kernel/_turns.py); a Run recorded before retried past max_steps.
+    "psych-retries-within-max-steps": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -5,7 +5,8 @@ results taken in call order (``_tool_calls.py``), until a stop condition (see SE
 "The turn loop", "Limits"). Everything else a Run has (records, status, deadline,
 suspensions, the contract's handlers) is in ``_run_base.py`` and ``_handlers.py``. Model
 retries are the workflow's: a transient failure costs one unit of the Run's budget and the
-next attempt goes where ``_model_calls.ready_model`` says.
+next attempt goes where ``_model_calls.ready_model`` says; every attempt is a step, so none
+is made once ``max_steps`` is used up (the Run stops, as at a turn boundary).
 
 The features take part through their hooks, in ``FEATURES`` order: at admission, at each
 turn boundary (before the turn starts), into each model call and after it, and in what a
@@ -133,7 +134,7 @@ class TurnLoop(ToolCalls):
             if self._turn >= limits.max_turns:
                 return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
             if self._totals.steps >= limits.max_steps:
-                return Outcome(RunStatus.STOPPED, f"max_steps: {limits.max_steps} steps taken")
+                return Outcome(RunStatus.STOPPED, _steps_taken(limits.max_steps))
             # A turn boundary: a long Run continues as new here once nothing is open.
             open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
             open_now += sum(feature.open_items() for feature in self._open_items)
@@ -277,6 +278,12 @@ class TurnLoop(ToolCalls):
                         f"transient_retry_budget exhausted: {self._budget} retries spent; "
                         f"last failure: {failure.message}",
                     ) from err
+                if self._totals.steps >= self._limits.max_steps and workflow.patched(
+                    "psych-retries-within-max-steps"
+                ):
+                    # Every attempt is a model call, so a step: a retry past max_steps is not
+                    # made (before, only turn boundaries were checked and retries went past).
+                    raise Stop(RunStatus.STOPPED, _steps_taken(self._limits.max_steps)) from err
                 failures = self._model_failures.get(model, 0) + 1
                 self._model_failures[model] = failures
                 self._not_before[model] = workflow.time() + retry_delay(failure, failures)
@@ -358,6 +365,10 @@ class TurnLoop(ToolCalls):
         self._next_run = list(carry.next_run)
         self._context_ref = carry.context_ref
         continuing.restore_features(self._features, carry)
+
+
+def _steps_taken(max_steps: int) -> str:
+    return f"max_steps: {max_steps} steps taken"
 
 
 def _take(queue: list[str]) -> list[ChatMessage | str]:
