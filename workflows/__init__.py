@@ -82,6 +82,7 @@ from psych_runtime.workflows.contract._records import (
     ToolWithheld,
     Totals,
     TurnStarted,
+    Undelivered,
 )
 from psych_runtime.workflows.features._spawn_compose import is_spawned
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
@@ -168,6 +169,7 @@ __all__ = [
     "ToolWithheld",
     "Totals",
     "TurnStarted",
+    "Undelivered",
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",

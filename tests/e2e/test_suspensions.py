@@ -18,13 +18,16 @@ from psych_runtime.specs import (
     ExternalWait,
     PsychError,
     Refused,
+    RunFailed,
     Scope,
 )
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.console import format_report
 from psych_runtime.workflows import (
     NextRunStarted,
     Resumed,
     RunHandle,
+    RunSettled,
     RunState,
     RunStatus,
     RunSummary,
@@ -32,6 +35,7 @@ from psych_runtime.workflows import (
     Suspended,
     ToolCallFinished,
     ToolCallStarted,
+    Undelivered,
 )
 
 from ._waiting import eventually, is_suspended, state_when
@@ -491,6 +495,75 @@ async def test_steer_and_follow_up_change_what_the_model_sees(harness: Harness) 
     assert third[-1] == {"role": "user", "content": "and what about shipping?"}
     steered = [(r.mode, r.message) for r in records if isinstance(r, SteerReceived)]
     assert steered == [("steer", "answer in EUR"), ("follow_up", "and what about shipping?")]
+
+
+async def test_input_queued_when_a_limit_stops_the_run_is_listed_undelivered(
+    harness: Harness,
+) -> None:
+    # The last allowed turn's tool runs while a follow-up and a steer come: the Run stops
+    # at max_turns and no model reads them. Before, they were recorded received and then
+    # nothing said they were never delivered.
+    gate, started = asyncio.Event(), asyncio.Event()
+    gated_tool(harness, gate, started)
+    spec = (
+        AgentBuilder("shop", registry=harness.registry)
+        .model("fake-model")
+        .tool("fetch")
+        .limits(max_turns=1)
+        .build()
+    )
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("fetch", {"item": "book"})))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "price of the book?", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.steer(run, "and shipping?", scope=harness.scope, mode="follow_up")
+        await harness.client.steer(run, "answer in EUR", scope=harness.scope)
+        gate.set()
+        result = await harness.client.result(run, scope=harness.scope)
+        settled = (await harness.client.records(run, scope=harness.scope)).records[-1]
+        report = await harness.client.report(run, scope=harness.scope)
+    expected = (
+        Undelivered(mode="steer", message="answer in EUR"),
+        Undelivered(mode="follow_up", message="and shipping?"),
+    )
+    assert result.status is RunStatus.STOPPED
+    assert result.reason == (
+        "max_turns: 1 turns taken; 2 messages sent during the Run not delivered "
+        "(run_settled.undelivered)"
+    )
+    assert isinstance(settled, RunSettled)
+    assert settled.undelivered == expected
+    assert report.undelivered == expected
+    assert "\nundelivered:  follow_up: and shipping?\n" in format_report(report)
+    assert len(harness.fake.requests) == 1
+
+
+async def test_a_steer_sent_into_a_call_that_never_answers_is_listed_undelivered(
+    harness: Harness,
+) -> None:
+    # The steer is taken into the next model call, which fails (400): no model answered
+    # it, so the settled Run lists it. One that a call answered is delivered, not listed.
+    gate, started = asyncio.Event(), asyncio.Event()
+    gated_tool(harness, gate, started)
+    spec = AgentBuilder("shop", registry=harness.registry).model("fake-model").tool("fetch").build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "book"})),
+        Reply.error(400, message="bad request"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "price of the book?", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.client.steer(run, "answer in EUR", scope=harness.scope)
+        gate.set()
+        with pytest.raises(RunFailed, match="model_error") as failed:
+            await harness.client.result(run, scope=harness.scope)
+        settled = (await harness.client.records(run, scope=harness.scope)).records[-1]
+    assert str(failed.value).endswith(
+        "1 message sent during the Run not delivered (run_settled.undelivered)"
+    )
+    assert isinstance(settled, RunSettled)
+    assert settled.undelivered == (Undelivered(mode="steer", message="answer in EUR"),)
+    assert harness.fake.requests[1]["messages"][-1]["content"] == "answer in EUR"
 
 
 async def test_next_run_starts_a_new_run_with_the_message(harness: Harness) -> None:

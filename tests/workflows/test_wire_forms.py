@@ -21,7 +21,14 @@ from psych_runtime.specs import (
     spec_wire_data,
 )
 from psych_runtime.specs import _wire as wire
-from psych_runtime.workflows import AgentRunInput
+from psych_runtime.workflows import (
+    AgentRunInput,
+    Record,
+    RunSettled,
+    RunStatus,
+    Totals,
+    Undelivered,
+)
 
 WHEN = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
@@ -105,3 +112,24 @@ def test_a_catalogue_travels_without_its_entries_defaults() -> None:
     # Policy is handed its ToolInfo.
     assert entry.model_dump(mode="json")["local_seconds"] is None
     assert entry.info.model_dump()["destructive"] is None
+
+
+def test_run_settled_leaves_out_undelivered_when_empty() -> None:
+    # A client of a build before the field refuses fields it does not know: it still reads
+    # the run_settled of every Run that delivered all it took.
+    settled = RunSettled(
+        seq=4,
+        at=WHEN,
+        scope=Scope(tenant="acme"),
+        status=RunStatus.COMPLETED,
+        reason="answered",
+        totals=Totals(),
+    )
+    assert "undelivered" not in json.loads(to_json(settled))
+    assert RunSettled.model_validate_json(to_json(settled)) == settled
+    listed = settled.model_copy(
+        update={"undelivered": (Undelivered(mode="follow_up", message="and shipping?"),)}
+    )
+    data = json.loads(to_json(listed))
+    assert data["undelivered"] == [{"mode": "follow_up", "message": "and shipping?"}]
+    assert TypeAdapter(Record).validate_json(to_json(listed)) == listed

@@ -407,6 +407,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         *_step_fields(report),
         *child_fields(report),
         *_suspension_fields(report),
+        *(("undelivered", f"{u.mode}: {_short(u.message, 100)}") for u in report.undelivered),
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
         *display_fields(report),

@@ -50,6 +50,7 @@ from psych_runtime.workflows.contract._records import (
     ToolWithheld,
     Totals,
     TurnStarted,
+    Undelivered,
 )
 
 
@@ -205,6 +206,9 @@ class RunReport(_Frozen):
     left_out: tuple[LeftOut, ...] = ()
     """A subagent's tools, MCP servers and A2A peers its parent did not grant, each with
     why."""
+    undelivered: tuple[Undelivered, ...] = ()
+    """Steer and follow-up messages the Run took and no model answered: it settled first
+    (``RunSettled.undelivered``). Send them again, as a next Run's input for instance."""
 
 
 def build_report(
@@ -442,6 +446,7 @@ def build_report(
         thread=admitted.thread if admitted else None,
         children=tuple(children_settled),
         left_out=admitted.left_out if admitted else (),
+        undelivered=settled.undelivered if settled else (),
     )
 
 

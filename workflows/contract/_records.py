@@ -13,7 +13,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from psych_runtime.activities.contract import (
     ContextShown,
@@ -421,6 +428,14 @@ class RunContinued(_Record):
     """Seconds of the deadline clock the Run had used."""
 
 
+class Undelivered(_Frozen):
+    """A steer or follow-up message the Run took (``steer_received``) that no model call
+    answered: the Run settled first. Its caller may send it again (as a next Run's input)."""
+
+    mode: Literal["steer", "follow_up"]
+    message: str
+
+
 class RunSettled(_Record):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
@@ -429,6 +444,20 @@ class RunSettled(_Record):
     totals: Totals
     outputs: dict[str, Any] | None = None
     """A workflow's step outputs keyed by step name (None for an agent)."""
+    undelivered: tuple[Undelivered, ...] = ()
+    """Messages the Run took and never delivered (its reason says how many): those sent
+    into a model call that did not answer, then the steers and the follow-ups still queued,
+    each in the order they came. Left out of the JSON when empty, so a client of a build
+    before the field reads the record of every Run that delivered all it took."""
+
+    @model_serializer(mode="wrap")
+    def _without_undelivered(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.undelivered and info.mode_is_json():
+            del data["undelivered"]
+        return data
 
 
 DisplayRecord = TasksUpdated | ComponentShown | ContextProvided

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from typing import Any, ClassVar, assert_never
+from typing import Any, ClassVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -41,9 +41,9 @@ with workflow.unsafe.imports_passed_through():
         Pending,
         RunSettled,
         RunStatus,
-        SuspensionReason,
         ToolCallFinished,
         Totals,
+        Undelivered,
     )
     from psych_runtime.workflows.kernel import _deadline as deadline
     from psych_runtime.workflows.kernel._activity_calls import fleet_roles_apart
@@ -113,6 +113,8 @@ class RunBase(abc.ABC):
         self._steer: list[str] = []
         self._follow_up: list[str] = []
         self._next_run: list[str] = []
+        self._unanswered: list[Undelivered] = []
+        """Steer and follow-up messages taken into a model call that has not answered."""
         self._context_ref: str | None = None
         """An agent's conversation head: the chain its next model call continues (a thread
         continues it after the Run)."""
@@ -242,8 +244,9 @@ class RunBase(abc.ABC):
             await workflow.wait([loop])
             self._unknown(open_calls, "the Run was cancelled before this call reported")
             self._status = RunStatus.ABORTED
-            self._reason = _CANCELLED
-            self._record_settled(Outcome(self._status, self._reason))
+            outcome = Outcome(self._status, _CANCELLED).with_undelivered(self._undelivered())
+            self._reason = outcome.reason
+            self._record_settled(outcome)
             self._show_status()
             raise
         return await self._settle(loop.result())
@@ -347,6 +350,7 @@ class RunBase(abc.ABC):
         # with nothing open neither awaits nor adds a command.
         for feature in self._features:
             await feature.settling()
+        outcome = outcome.with_undelivered(self._undelivered())
         self._status = outcome.status
         self._reason = outcome.reason
         self._answer = outcome.answer
@@ -388,7 +392,17 @@ class RunBase(abc.ABC):
                 answer=outcome.answer,
                 totals=self._totals,
                 outputs=self._outputs,
+                undelivered=outcome.undelivered,
             )
+        )
+
+    def _undelivered(self) -> tuple[Undelivered, ...]:
+        """What the Run took and no model answered: sent into a call that did not answer,
+        then still queued (a workflow forwards its steers, so it holds none)."""
+        return (
+            *self._unanswered,
+            *(Undelivered(mode="steer", message=m) for m in self._steer),
+            *(Undelivered(mode="follow_up", message=m) for m in self._follow_up),
         )
 
     async def _start_next_run(self, index: int, message: str) -> None:
@@ -425,27 +439,7 @@ class RunBase(abc.ABC):
         # What the Temporal UI (and `temporal workflow describe`, through the metadata
         # query) shows as the Run's current details: why an idle Run waits. Held in the
         # worker's memory, so it adds no command and replays alike.
-        waits: list[str] = []
-        for item in self._suspensions.items():
-            match item.reason:
-                case SuspensionReason.APPROVAL:
-                    what = f"approval of {item.tool}({item.arguments[:200]})"
-                case SuspensionReason.QUESTION:
-                    what = f"an answer to {(item.question or '')[:200]!r}"
-                case SuspensionReason.EXTERNAL:
-                    what = f"completion of {item.tool} (token {item.id})"
-                case SuspensionReason.AUTHORIZATION:
-                    what = f"a person's consent for MCP server {item.tool}: open {item.question}"
-                case SuspensionReason.CHILDREN if item.question:
-                    what = f"spawned children {item.question[:200]}"
-                case SuspensionReason.CHILDREN:
-                    what = f"subagent Run {item.id}"
-                case _:
-                    assert_never(item.reason)
-            where = f" in {item.run}" if item.run else ""
-            until = item.expires_at.isoformat(timespec="seconds")
-            waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
-        workflow.set_current_details("\n".join(waits) if waits else status.value)
+        workflow.set_current_details(self._suspensions.details() or status.value)
         if not status.terminal:
             self.report_to_parent()
         if (status, suspension) == self._shown_status:

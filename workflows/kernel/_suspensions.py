@@ -72,6 +72,30 @@ class Suspensions:
         own = tuple(w.item for w in self.waits.values())
         return own + tuple(item for items in self.children.values() for item in items)
 
+    def details(self) -> str:
+        """What each pending item waits for, a line each (the Run's current details)."""
+        waits: list[str] = []
+        for item in self.items():
+            match item.reason:
+                case SuspensionReason.APPROVAL:
+                    what = f"approval of {item.tool}({item.arguments[:200]})"
+                case SuspensionReason.QUESTION:
+                    what = f"an answer to {(item.question or '')[:200]!r}"
+                case SuspensionReason.EXTERNAL:
+                    what = f"completion of {item.tool} (token {item.id})"
+                case SuspensionReason.AUTHORIZATION:
+                    what = f"a person's consent for MCP server {item.tool}: open {item.question}"
+                case SuspensionReason.CHILDREN if item.question:
+                    what = f"spawned children {item.question[:200]}"
+                case SuspensionReason.CHILDREN:
+                    what = f"subagent Run {item.id}"
+                case _:
+                    assert_never(item.reason)
+            where = f" in {item.run}" if item.run else ""
+            until = item.expires_at.isoformat(timespec="seconds")
+            waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
+        return "\n".join(waits)
+
     def reasons(self) -> str | None:
         """The reasons waited on, sorted and comma-joined (the ``PsychSuspension`` value)."""
         return ",".join(sorted({item.reason for item in self.items()})) or None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         RunAdmitted,
         RunStatus,
         TurnStarted,
+        Undelivered,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _continue as continuing
@@ -153,7 +154,7 @@ class TurnLoop(ToolCalls):
             self._totals = self._totals.model_copy(update={"turns": turn})
             self._log.add(TurnStarted(**self._log.stamp(), turn=turn))
             self._trace.turn(turn)
-            pending += _take(self._steer)
+            pending += self._take("steer")
             call = ModelCallInput(
                 run_id=self._input.run_id,
                 turn=turn,
@@ -171,6 +172,7 @@ class TurnLoop(ToolCalls):
             for feature in self._into_call:
                 call = feature.into_call(call)
             result = await self._call_model(turn, call)
+            self._unanswered.clear()  # delivered: a model answered them
             if self._start.local_safe:
                 self._long_enough = continuing.long_enough(self._input.continue_after_events)
             system_ref = result.system_ref
@@ -184,7 +186,7 @@ class TurnLoop(ToolCalls):
             self.check_abort()
             if not result.tool_calls:
                 # Input that arrived for this turn, or for after it, continues the Run.
-                pending = _take(self._steer) + _take(self._follow_up)
+                pending = self._take("steer") + self._take("follow_up")
                 if not pending:
                     return Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
                 continue
@@ -317,6 +319,15 @@ class TurnLoop(ToolCalls):
         if workflow.patched("psych-uncounted-attempts"):
             self.count(steps=-1, model_calls=-1)
 
+    def _take(self, mode: Literal["steer", "follow_up"]) -> list[ChatMessage | str]:
+        """The ``mode`` queue's messages, for the next model call: unanswered until a call
+        answers (``RunBase._undelivered``)."""
+        queue = self._steer if mode == "steer" else self._follow_up
+        self._unanswered += (Undelivered(mode=mode, message=m) for m in queue)
+        messages: list[ChatMessage | str] = [ChatMessage(role="user", content=m) for m in queue]
+        queue.clear()
+        return messages
+
     # --- continue-as-new (the mechanism is ``_continue.py``) --------------------------------
 
     async def _continue_as_new(
@@ -369,9 +380,3 @@ class TurnLoop(ToolCalls):
 
 def _steps_taken(max_steps: int) -> str:
     return f"max_steps: {max_steps} steps taken"
-
-
-def _take(queue: list[str]) -> list[ChatMessage | str]:
-    messages: list[ChatMessage | str] = [ChatMessage(role="user", content=m) for m in queue]
-    queue.clear()
-    return messages
