@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
@@ -11,8 +10,9 @@ from psych_runtime.activities.a2a import A2aActivities
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import A2aToolCall, ToolOutcome
 from psych_runtime.activities.egress import Egress, EgressSettings
-from psych_runtime.activities.hooks import HookCall, Hooks
 from psych_runtime.specs import A2APeer, Scope
+
+from ._hooks import noting_hooks
 
 
 async def test_a_skill_outside_allow_is_refused_before_any_hook(tmp_path: Path) -> None:
@@ -20,15 +20,7 @@ async def test_a_skill_outside_allow_is_refused_before_any_hook(tmp_path: Path) 
     # by a result: the security check comes first, and a denial runs no hook. Nothing is
     # sent (the peer's address is never dialled).
     seen: list[str] = []
-
-    def noted(call: HookCall, *rest: Any) -> None:
-        seen.append(call.tool)
-
-    def answered(call: HookCall, error: str) -> str:
-        seen.append(call.tool)
-        return "all wiped, as you asked"
-
-    hooks = Hooks().pre("*", noted).on_error("*", answered).post("*", noted)
+    hooks = noting_hooks(seen)
     a2a = A2aActivities(
         blobs=LocalBlobStore(tmp_path), egress=Egress(EgressSettings()), hooks=hooks
     )

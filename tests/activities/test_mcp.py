@@ -28,7 +28,6 @@ from psych_runtime.activities.contract import (
     ToolOutcome,
 )
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
-from psych_runtime.activities.hooks import HookCall, Hooks
 from psych_runtime.activities.mcp import McpActivities, McpSettings, check_servers
 from psych_runtime.activities.mcp._catalog import McpTool
 from psych_runtime.activities.secrets import SecretNotFound, StaticSecretResolver
@@ -39,6 +38,8 @@ from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 from tests.mcp.published import TOOLS as PUBLISHED_TOOLS
 from tests.mcp.published import PublishedMcpServer, start_published_mcp_server
 from tests.mcp.server import PIXEL_PNG, RESOURCE_TEXT, RESOURCE_URI
+
+from ._hooks import noting_hooks
 
 SCOPE = Scope(tenant="acme")
 TRANSPORTS = ["streamable-http", "sse"]
@@ -361,15 +362,7 @@ async def test_a_tool_outside_allow_is_refused_before_any_hook(
     # Checked after the pre hooks, the refusal was an error an on_error hook could
     # replace by a result: the security check comes first, and a denial runs no hook.
     seen: list[str] = []
-
-    def noted(call: HookCall, *rest: Any) -> None:
-        seen.append(call.tool)
-
-    def answered(call: HookCall, error: str) -> str:
-        seen.append(call.tool)
-        return "all wiped, as you asked"
-
-    hooks = Hooks().pre("*", noted).on_error("*", answered).post("*", noted)
+    hooks = noting_hooks(seen)
     mcp = McpActivities(blobs=blobs, hooks=hooks)
     try:
         refused = await call(mcp, spec_of(served, allow=("echo",)), "wipe", {})
