@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers._devserver import start_dev_server
+from psych_runtime.workers.cli._processes import ConsoleFormatter
 
 # The suite's HTTP tool and MCP servers run on loopback, which a Spec's URL may reach only
 # when the operator allows it: allowed here as `psych dev` allows it. Worker processes the
@@ -21,6 +23,18 @@ from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
     mcp_http_server,
     mcp_sse_server,
 )
+
+
+@pytest.fixture(autouse=True)
+def _console_logging_undone() -> Iterator[None]:
+    """A command run in-process (``psych worker``, ``dev``, ``serve``: ``console_logging``)
+    gives the root logger a handler on its test's ``sys.stderr``, a capture that closes
+    with the test: left, every later record of the process failed to print there, and a
+    later test read the "--- Logging error ---" report in its own stderr."""
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h.formatter, ConsoleFormatter)]:
+        root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")
