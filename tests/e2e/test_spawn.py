@@ -13,11 +13,13 @@ import json
 import os
 import signal
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import ModelPrice, TablePricing
@@ -444,6 +446,71 @@ async def test_children_alive_when_the_parent_settles_are_aborted_and_recorded(
     assert result.totals.model_calls == 2 + child.totals.model_calls
     # child_settled comes before run_settled, the last record.
     assert lead.index(settled) < len(lead) - 1
+
+
+def started_lookup(harness: Harness, seconds: float) -> asyncio.Event:
+    """Register ``lookup``, which takes ``seconds``; the returned event is set as it starts."""
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def lookup(term: str) -> str:
+        """Look a term up."""
+        started.set()
+        await asyncio.sleep(seconds)
+        return f"{term} = 42"
+
+    return started
+
+
+def spawning_then(then: ToolCall | str) -> Callable[[dict[str, Any]], Reply]:
+    """The lead spawns a child that calls ``lookup``, then calls ``then`` (or answers it),
+    then answers; the child's calls are priced too."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        message = last(body)
+        if LEAD not in system(body):
+            return Reply.tool_calls(ToolCall("lookup", {"term": "x"}), usage=USAGE)
+        if message["role"] == "user":
+            return Reply.tool_calls(spawn_call(tools=["lookup"]), usage=USAGE)
+        if message["content"].startswith('{"child"') and isinstance(then, ToolCall):
+            return Reply.tool_calls(then, usage=USAGE)
+        return Reply.text(then if isinstance(then, str) else "done", usage=USAGE)
+
+    return respond
+
+
+async def test_a_cancelled_parent_aborts_its_spawned_children_and_takes_their_totals(
+    harness: Harness,
+) -> None:
+    # Its workflow cancelled while a spawned child ran, the lead settled without ending it:
+    # no child_settled, the lead's totals short of the child's model call, its cost looking
+    # known.
+    started = started_lookup(harness, 60)
+    spec = lead_agent(harness).tool("lookup").spawn().build()
+    harness.fake.responder = spawning_then(ToolCall("wait_children", {}))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "find", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        result = await harness.client.result(run, scope=harness.scope)
+        lead = await records(harness, run)
+        (spawned,) = of(lead, ChildSpawned)
+        child = await harness.client.report(spawned.run, scope=harness.scope)
+
+    assert result.status is RunStatus.ABORTED and result.reason.startswith("cancelled")
+    # Aborted, not cancelled: its lookup was cancelled and it settled with its totals.
+    assert child.status is RunStatus.ABORTED
+    assert "the parent Run settled" in (child.reason or "")
+    assert [c.status for c in child.tool_calls] == ["aborted"]
+    (settled,) = of(lead, ChildSettled)
+    assert (settled.status, settled.via) == (RunStatus.ABORTED, "spawn")
+    assert settled.totals == child.totals and child.totals.model_calls == 1
+    assert result.totals.model_calls == 3
+    assert result.totals.cost == pytest.approx(3 * CALL_COST)
+    assert lead.index(settled) == len(lead) - 2  # just before run_settled
 
 
 async def test_a_spawned_child_survives_a_worker_kill_pinned_to_its_hash(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.client import WorkflowFailureError
 
 from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.specs import (
@@ -405,6 +406,99 @@ async def test_an_aborted_parent_aborts_its_child_and_takes_its_totals(harness: 
     assert report.totals is not None and report.totals.model_calls == 2
     assert report.totals.cost is not None
     assert math.isclose(report.totals.cost, own.cost + child.totals.cost)
+
+
+def _slow_worker(harness: Harness, calls: list[str]) -> AgentBuilder:
+    """A lead whose subagent ``worker`` runs ``slow``, which takes a minute."""
+
+    @harness.registry.register
+    async def slow(what: str) -> str:
+        """Take a long time."""
+        calls.append(what)
+        await asyncio.sleep(60)
+        return "never"
+
+    harness.settings.pricing = PRICES
+    worker = _agent(harness, "worker").tool("slow").build()
+    return (
+        _agent(harness, "lead")
+        .tool("slow")  # a child may only use its parent's tools
+        .subagent("worker", "Works slowly, for tests only.", worker)
+    )
+
+
+def _took_the_child(report: RunReport, child_report: RunReport, why: str) -> None:
+    """The lead aborted its child (not cancelled nor terminated it): the child's slow call
+    was cancelled, it settled ABORTED with its totals, and the lead recorded its ending
+    and took them."""
+    (child,) = report.children
+    assert child.status is RunStatus.ABORTED and why in child.reason
+    assert [c.status for c in child_report.tool_calls] == ["aborted"]
+    assert child.totals == child_report.totals and child.totals.model_calls == 1
+    (own,) = report.model_calls
+    assert report.totals is not None and report.totals.model_calls == 2
+    assert own.cost is not None and child.totals.cost is not None
+    assert report.totals.cost is not None
+    assert math.isclose(report.totals.cost, own.cost + child.totals.cost)
+
+
+async def test_a_cancelled_parent_aborts_its_child_and_takes_its_totals(
+    harness: Harness,
+) -> None:
+    # Its workflow cancelled while delegate waited, the lead left its child to the close
+    # policy (terminated): no child_settled, the lead's totals short of the child's model
+    # call, and its cost still looked known.
+    calls: list[str] = []
+    spec = _slow_worker(harness, calls).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "worker", "task": "go"})),
+        Reply.tool_calls(ToolCall("slow", {"what": "x"})),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+
+        async def started() -> bool:
+            return calls == ["x"]
+
+        await eventually(started, what="the child's slow call")
+        handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        child_report = await harness.client.report(report.children[0].run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED
+    assert result.reason.startswith("cancelled")
+    _took_the_child(
+        report, child_report, f"aborted by parent Run {run.workflow_id}: cancelled: the workflow"
+    )
+    assert result.totals == report.totals
+
+
+async def test_a_parent_past_its_deadline_aborts_its_child_and_takes_its_totals(
+    harness: Harness,
+) -> None:
+    # Past its deadline and grace (its own slow call keeps its clock running while it
+    # waits for the child), the lead was force-settled without its child's totals.
+    calls: list[str] = []
+    spec = _slow_worker(harness, calls).limits(deadline_seconds=1).build()
+    harness.fake.responder = lambda body: (
+        Reply.tool_calls(
+            ToolCall("delegate", {"agent": "worker", "task": "go"}),
+            ToolCall("slow", {"what": "own"}),
+        )
+        if _who(body) == "lead"
+        else Reply.tool_calls(ToolCall("slow", {"what": "child"}))
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        child_report = await harness.client.report(report.children[0].run, scope=harness.scope)
+    assert result.status is RunStatus.FORCE_SETTLED
+    _took_the_child(report, child_report, "deadline: 1 s and 30 s grace passed")
+    assert result.totals == report.totals
 
 
 async def test_a_subagent_gets_only_the_a2a_peers_its_parent_has(harness: Harness) -> None:

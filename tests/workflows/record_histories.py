@@ -1817,17 +1817,74 @@ async def delegate_parent_aborted(rig: Rig) -> RunHandle:
     return run
 
 
+async def _cancel_when_searching(rig: Rig, spec: AgentSpec) -> RunHandle:
+    """Dispatch ``spec``, cancel its workflow (as an operator does) once a child's search
+    runs, and wait until it has closed."""
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Search", scope=SCOPE)
+        await rig.started("search")
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await rig.until(closed, "the cancellation")
+    return run
+
+
+async def _delegate_cancelled(rig: Rig) -> RunHandle:
+    GATES.clear()
+    # The rig's key "k" is redacted wherever a model sends it back, delegate's "task" too.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    searcher = rig.agent("searcher").tool("search").build()
+    spec = (
+        rig.agent("lead")
+        .tool("search")
+        .subagent("searcher", "Searches and reports what it found.", searcher)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "searcher", "task": "find q"})),
+        Reply.tool_calls(ToolCall("search", {"query": "q"})),  # the subagent
+    )
+    return await _cancel_when_searching(rig, spec)
+
+
+async def delegate_parent_cancelled(rig: Rig) -> RunHandle:
+    # Patch psych-children-wind-down (its marker as the cancellation arrives): the lead,
+    # cancelled while its subagent's search runs, signals psych.abort to the subagent,
+    # which cancels the search and settles ABORTED with its totals within the wind-down
+    # timer; the lead takes them, settles ABORTED and ends cancelled.
+    return await _delegate_cancelled(rig)
+
+
+async def delegate_parent_cancelled_before_wind_down(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-children-wind-down: the lead, cancelled while its
+    # subagent's search ran, ended cancelled at once and left the subagent to its close
+    # policy (terminated), its totals lost. It checks the old branch; recorded again today
+    # it would take the new one, so it is never re-recorded.
+    return await _delegate_cancelled(rig)
+
+
 # --- spawn (issue 10, item 2) ----------------------------------------------------------------
 
 
-def _spawner(rig: Rig) -> AgentSpec:
-    """A lead that may spawn children holding lookup_order (not flaky); the worker
-    publishes their Versions where the rig's client reads them."""
+def _spawn_wiring(rig: Rig) -> None:
+    """The worker publishes spawned children's Versions where the rig's client reads them."""
     rig.settings.versions = rig.client.store
     # The rig's key "k" is redacted wherever a model sends it back, spawn's "task" included.
     rig.settings.endpoints = ModelEndpoints(
         default=Endpoint(base_url=rig.fake.base_url, api_key="spawn-recorder-key")
     )
+
+
+def _spawner(rig: Rig) -> AgentSpec:
+    """A lead that may spawn children holding lookup_order (not flaky); see
+    ``_spawn_wiring``."""
+    _spawn_wiring(rig)
     return (
         rig.agent("lead")
         .instructions("You lead.")
@@ -1859,6 +1916,28 @@ async def spawn_and_wait(rig: Rig) -> RunHandle:
 
     rig.fake.responder = respond
     return await rig.run(_spawner(rig), "Where is order 42?")
+
+
+async def spawn_parent_cancelled(rig: Rig) -> RunHandle:
+    # Patch psych-children-wind-down (its marker as the cancellation arrives): the lead,
+    # cancelled while it waits for its spawned child's search, ends its live children as
+    # a settling Run does (psych.abort, then the 30 s timer); the child cancels the search
+    # and settles ABORTED with its totals, which the lead takes before it ends cancelled.
+    GATES.clear()
+    _spawn_wiring(rig)
+    spec = rig.agent("lead").instructions("You lead.").tool("search").spawn(tools=["search"])
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." in messages[0]["content"]:
+            if last["role"] == "user":
+                return Reply.tool_calls(_spawn_call(["search"]))
+            return Reply.tool_calls(ToolCall("wait_children", {}))
+        return Reply.tool_calls(ToolCall("search", {"query": "q"}))
+
+    rig.fake.responder = respond
+    return await _cancel_when_searching(rig, spec.build())
 
 
 async def spawn_refused(rig: Rig) -> RunHandle:
@@ -2250,6 +2329,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # metering audit 12-05: a cancelled workflow's agent step hands back its totals
     ("dev", workflow_cancelled_during_agent_step_before_wind_down),
     ("dev", workflow_cancelled_during_agent_step),
+    # a cancelled agent's children hand back their totals (patch psych-children-wind-down)
+    ("dev", delegate_parent_cancelled_before_wind_down),
+    ("dev", delegate_parent_cancelled),
+    ("dev", spawn_parent_cancelled),
     # metering audit 12-05: an attempt that made no request is no model call
     ("dev", mcp_authorization_at_turn_uncounted),
     ("dev", mcp_required_unreachable_uncounted),

@@ -85,6 +85,12 @@ PATCHES: dict[str, str] = {
     # A model retry is a step: none is made once max_steps is used up, the Run stops
     # (workflows/kernel/_turns.py); a Run recorded before retried past max_steps.
     "psych-retries-within-max-steps": "0.1.0",
+    # An agent whose workflow is cancelled (or past its deadline and grace) while its
+    # children run aborts them, waits for them within a bound and takes their totals: a
+    # subagent delegate waits for, its live spawned children (kernel/_children.py,
+    # features/_subagents.py, features/_spawn_collect.py); a Run recorded before left them
+    # to their close policy and their totals were lost. Asked as the cancellation arrives.
+    "psych-children-wind-down": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -3,8 +3,9 @@
 ``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
 until one or all of the named children have ended and returns their answers or typed
 endings; ``message_child`` (only with ``may_message``) steers a live child through the
-contract's ``psych.steer`` signal; ``end_spawned`` runs as the Run settles and ends the
-children still alive, so their endings and totals are recorded before ``run_settled``.
+contract's ``psych.steer`` signal; ``end_spawned`` runs as the Run settles (its workflow
+cancelled too, since the patch ``psych-children-wind-down``) and ends the children still
+alive, so their endings and totals are recorded before ``run_settled``.
 """
 
 from __future__ import annotations
@@ -282,4 +283,10 @@ class Spawn(Feature):
             self.spawned[child.run] = child
 
     async def settling(self) -> None:
+        await end_spawned(self.run, self.spawned)
+
+    async def cancelled(self) -> None:
+        # Its workflow cancelled, the Run does not settle through `settling`: its live
+        # children end as they would then, so their totals reach it (a Run recorded before
+        # the patch psych-children-wind-down left them to their close policy).
         await end_spawned(self.run, self.spawned)

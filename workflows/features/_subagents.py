@@ -13,16 +13,19 @@
 - Roll-up: whatever the child's ending (an answer, FAILED with its totals on the
   ``RunFailed`` error, ABANDONED, ABORTED, STOPPED, FORCE_SETTLED), one ``ChildSettled``
   record and its totals in the parent's. A parent that stops while its child runs (its
-  expiry, an abort) aborts the child and takes the totals of its ABORTED ending
-  (``kernel/_wind_down.py``, shared with a workflow's agent steps); a child that is
-  cancelled or terminated instead cannot hand its totals back (a cancelled workflow
-  carries no details), so the parent's cost becomes unknown rather than a partial sum.
+  expiry, an abort; its workflow cancelled, or past its deadline and grace, since the patch
+  ``psych-children-wind-down``: ``RunView.winding_down``) aborts the child and takes the
+  totals of its ABORTED ending (``kernel/_wind_down.py``, shared with a workflow's agent
+  steps and spawned children); a child that is cancelled or terminated instead cannot
+  hand its totals back (a cancelled workflow carries no details), so the parent's cost
+  becomes unknown rather than a partial sum.
 - The result: a COMPLETED child's answer as plain text; any other ending as JSON
   ``{"status", "reason", "run", "agent"}`` with call status ``error``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -180,6 +183,21 @@ async def delegate(
             child,
             tenant=run.input.scope.tenant,
             reason=stop.outcome.reason,
+            summary=f"subagent {child.id} settles",
+        )
+        settled.took(ending)
+        raise
+    except asyncio.CancelledError:
+        # The Run is cancelled (by an operator or its parent, or past its deadline and
+        # grace): the child is aborted too, so that its totals come back. A Run recorded
+        # before left it to its close policy (terminated, its totals lost).
+        if run.winding_down is None:
+            raise
+        run.forget_child(workflow_id)
+        ending = await wind_down(
+            child,
+            tenant=run.input.scope.tenant,
+            reason=run.winding_down,
             summary=f"subagent {child.id} settles",
         )
         settled.took(ending)

@@ -10,6 +10,7 @@ shows the child's items as its own and forwards answers to them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
@@ -92,6 +93,23 @@ def failed_totals(err: BaseException | None) -> Totals | None:
     cause = err.__cause__ if err is not None else None
     if isinstance(cause, ApplicationError) and cause.type == ErrorType.RUN_FAILED and cause.details:
         return Totals.model_validate(cause.details[0])
+    return None
+
+
+def winds_down(kind: str, children: Mapping[str, Any], reason: str) -> str | None:
+    """Why a Run of ``kind`` whose ``children`` run winds them down as its body is cancelled
+    (by an operator or its parent, or past its deadline and grace, for ``reason``), or None.
+
+    An agent's running children (a subagent ``delegate`` waits for, live spawned children)
+    are aborted and their totals taken (``RunView.winding_down``); a Run recorded before the
+    patch left them to their close policy, their totals lost. The patch is asked only then,
+    in the task the cancellation arrives in (its request, or the grace timer), before the
+    body unwinds: what it awaits as it does may be a local activity's cancellation (a local
+    tool call of the same turn beside ``delegate``), whose resolution can reach a replay in
+    another task. A workflow's running step has its own patch (``_workflow_run.py``).
+    """
+    if kind == "agent" and children and workflow.patched("psych-children-wind-down"):
+        return reason
     return None
 
 

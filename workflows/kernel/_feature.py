@@ -108,6 +108,13 @@ class RunView(Protocol):
         """Whether an abort was asked for."""
 
     @property
+    def winding_down(self) -> str | None:
+        """Why the Run, as its body is cancelled (by an operator or its parent, or past its
+        deadline and grace), winds its running children down: aborts them and takes their
+        totals (``kernel/_wind_down.py``); None when it does not (not cancelled, no child
+        ran then, or a Run recorded before the patch ``psych-children-wind-down``)."""
+
+    @property
     def conversation(self) -> str | None:
         """An agent's conversation head (the chain the next model call continues)."""
 
@@ -271,6 +278,11 @@ class Feature:
 
     async def settling(self) -> None:
         """The Run is about to settle (before its status is shown)."""
+
+    async def cancelled(self) -> None:
+        """The Run's workflow was cancelled and its body has ended; it settles ABORTED next
+        (without ``settling``). Called only when the Run winds its children down
+        (``RunView.winding_down``)."""
 
     def run_state(self) -> dict[str, Any]:
         """Fields it adds to ``RunState`` (the ``psych.state`` query)."""

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         has_search_attributes,
         report_pending,
         start_child,
+        winds_down,
     )
     from psych_runtime.workflows.kernel._feature import Feature
     from psych_runtime.workflows.kernel._guards import Guards
@@ -107,6 +108,7 @@ class RunBase(abc.ABC):
         self._limits = Limits()
         self._deadline_hit = False
         self._cancel_reason = _CANCELLED  # why the body is cancelled (see _run)
+        self._winding_down: str | None = None  # RunView.winding_down (_children.winds_down)
         self._open_calls: dict[str, tuple[int, str]] = {}
         self._abort: AbortInput | None = None
         self._interruptible: dict[str, asyncio.Task[Any]] = {}
@@ -231,6 +233,7 @@ class RunBase(abc.ABC):
                     # unwinds.
                     open_calls = dict(self._open_calls)
                     self._cancel_reason = deadline.passed(self._limits.deadline_seconds)
+                    self._winding_down = winds_down(self.KIND, self._children, self._cancel_reason)
                     loop.cancel()
                     await workflow.wait([loop])
                     return await self._settle(self._force_settle(open_calls))
@@ -240,9 +243,13 @@ class RunBase(abc.ABC):
             # attributes, then let the cancellation end the workflow as Temporal expects.
             # Its calls still open are UNKNOWN, as when its own deadline force-settles it.
             open_calls = dict(self._open_calls)
+            self._winding_down = winds_down(self.KIND, self._children, self._cancel_reason)
             loop.cancel()
             await workflow.wait([loop])
             self._unknown(open_calls, "the Run was cancelled before this call reported")
+            if self._winding_down is not None:  # its features end what it owns, as it settles
+                for feature in self._features:
+                    await feature.cancelled()
             self._status = RunStatus.ABORTED
             outcome = Outcome(self._status, _CANCELLED).with_undelivered(self._undelivered())
             self._reason = outcome.reason

@@ -138,6 +138,11 @@ class FeatureView(Handlers):
         return self._abort is not None
 
     @property
+    def winding_down(self) -> str | None:
+        """Why the Run winds its running children down as it is cancelled (or None)."""
+        return self._winding_down
+
+    @property
     def conversation(self) -> str | None:
         """The conversation head the next model call continues."""
         return self._context_ref

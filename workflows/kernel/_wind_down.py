@@ -1,7 +1,8 @@
 """How a child Run ended, and winding one down when its parent stops while it runs.
 
-A parent that stops while a child runs (a subagent's parent at its expiry or an abort; a
-workflow cancelled, or past its deadline and grace, during an agent or workflow step)
+A parent that stops while a child runs (a subagent's parent at its expiry, an abort, or
+cancelled or past its deadline and grace; a workflow cancelled, or past its deadline and
+grace, during an agent or workflow step; an agent's spawned children as it settles)
 aborts the child rather than cancelling it: an abort ends the child's waits at once and
 cancels its interruptible calls, and the child settles ABORTED with its totals, which the
 parent adds to its own. A cancelled workflow carries no details back, so a child that does
