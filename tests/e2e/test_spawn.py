@@ -513,6 +513,63 @@ async def test_a_cancelled_parent_aborts_its_spawned_children_and_takes_their_to
     assert lead.index(settled) == len(lead) - 2  # just before run_settled
 
 
+async def test_a_spawned_child_that_does_not_end_in_time_makes_the_cost_unknown(
+    harness: Harness,
+) -> None:
+    # The lead answered while its child's lookup (not interruptible) ran on: the child was
+    # cancelled after 30 s, and the lead's cost, short of the child's model call, looked
+    # known.
+    started = started_lookup(harness, 45)
+
+    @harness.registry.register
+    async def ready() -> str:
+        """Wait until the child works."""
+        await started.wait()
+        return "ready"
+
+    spec = lead_agent(harness).tool("lookup", interruptible=False).tool("ready").spawn()
+    harness.fake.responder = spawning_then(ToolCall("ready", {}))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec.build(), "find", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        lead = await records(harness, run)
+        (spawned,) = of(lead, ChildSpawned)
+        child = await harness.client.status(spawned.run, scope=harness.scope)
+
+    assert (result.status, result.answer) == (RunStatus.COMPLETED, "done")
+    assert child.totals.model_calls == 1  # what it spent never reached the lead
+    assert result.totals.model_calls == 3
+    assert result.totals.cost is None  # never the lead's own cost shown as the whole
+    (settled,) = of(lead, ChildSettled)
+    assert settled.status is RunStatus.ABORTED
+    assert settled.reason == (
+        "cancelled: did not end within 30 s of the parent settling "
+        "(its totals did not reach this Run)"
+    )
+
+
+async def test_a_terminated_spawned_child_makes_the_cost_unknown(harness: Harness) -> None:
+    # An operator terminated the lead's child: its ending was recorded with no totals and
+    # the lead's cost, short of the child's model call, looked known.
+    started = started_lookup(harness, 60)
+    spec = lead_agent(harness).tool("lookup").spawn().build()
+    harness.fake.responder = spawning_then(ToolCall("wait_children", {}))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "find", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 20)
+        child_id = workflow_id_for(harness.scope.tenant, f"{run.run_id}-spawn1")
+        await harness.client.temporal.get_workflow_handle(child_id).terminate("by hand")
+        result = await harness.client.result(run, scope=harness.scope)
+        lead = await records(harness, run)
+
+    assert (result.status, result.answer) == (RunStatus.COMPLETED, "done")
+    assert result.totals.model_calls == 3  # the lead's own; the child's are not known
+    assert result.totals.cost is None
+    (settled,) = of(lead, ChildSettled)
+    assert settled.status is RunStatus.ABORTED
+    assert settled.reason.endswith("(its totals did not reach this Run)")
+
+
 async def test_a_spawned_child_survives_a_worker_kill_pinned_to_its_hash(
     dev_env: WorkflowEnvironment, fake: FakeModel, tmp_path: Path
 ) -> None:

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import RunView
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+    from psych_runtime.workflows.kernel._wind_down import ChildEnding, take_totals
 
 
 class SpawnedChild(BaseModel):
@@ -297,38 +298,41 @@ def _ended(
     """A spawned child's workflow ended: record it and roll its totals up."""
     if spawned[workflow_id].state != "running":
         return  # already recorded: cancelled by a settling parent
-    totals = Totals()
-    answer = None
     if handle.cancelled():
-        status, reason = RunStatus.ABORTED, "cancelled"
+        ending = ChildEnding(RunStatus.ABORTED, "cancelled", None)
     elif handle.exception() is None:
         result = handle.result()
-        status, reason, answer, totals = result.status, result.reason, result.answer, result.totals
+        ending = ChildEnding(result.status, result.reason, result.totals, result)
     else:
+        # Only a RunFailed error carries the child's totals: cancelled, terminated or
+        # timed out, what it spent is unknown (and so the parent's cost).
         err = handle.exception()
         cause = err.__cause__ if err is not None else None
         status, reason = RunStatus.FAILED, _cause(err) if err is not None else "failed"
+        totals = None
         if isinstance(cause, ApplicationError) and cause.type == ErrorType.RUN_FAILED:
             reason = cause.message
-            totals = failed_totals(err) or totals
+            totals = failed_totals(err)
         elif isinstance(cause, CancelledError | TerminatedError):
             status = RunStatus.ABORTED
-    record_end(run, spawned, workflow_id, status, reason, answer, totals)
+        ending = ChildEnding(status, reason, totals)
+    record_end(run, spawned, workflow_id, ending)
 
 
 def record_end(
-    run: RunView,
-    spawned: dict[str, SpawnedChild],
-    workflow_id: str,
-    status: RunStatus,
-    reason: str,
-    answer: str | None,
-    totals: Totals,
+    run: RunView, spawned: dict[str, SpawnedChild], workflow_id: str, ending: ChildEnding
 ) -> None:
-    """Record a spawned child's end (``child_settled``) and roll its totals up."""
+    """Record a spawned child's end (``child_settled``) and take its totals (the Run's cost
+    becomes unknown when they did not come back: ``kernel/_wind_down.py``)."""
     child = spawned[workflow_id]
+    answer = ending.result.answer if ending.result is not None else None
     spawned[workflow_id] = child.model_copy(
-        update={"state": "settled", "status": status, "reason": reason, "answer": answer}
+        update={
+            "state": "settled",
+            "status": ending.status,
+            "reason": ending.reason,
+            "answer": answer,
+        }
     )
     run.log.add(
         ChildSettled(
@@ -339,12 +343,12 @@ def record_end(
             agent=child.agent,
             via="spawn",
             version_hash=child.version_hash,
-            status=status,
-            reason=reason,
-            totals=totals,
+            status=ending.status,
+            reason=ending.described,
+            totals=ending.totals or Totals(),
         )
     )
-    run.add_child_totals(totals)
+    take_totals(run, ending)
     run.forget_child(workflow_id)  # no longer forwarded to, nor its items mirrored
 
 

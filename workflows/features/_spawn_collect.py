@@ -5,7 +5,8 @@ until one or all of the named children have ended and returns their answers or t
 endings; ``message_child`` (only with ``may_message``) steers a live child through the
 contract's ``psych.steer`` signal; ``end_spawned`` runs as the Run settles (its workflow
 cancelled too, since the patch ``psych-children-wind-down``) and ends the children still
-alive, so their endings and totals are recorded before ``run_settled``.
+alive, so their endings and totals are recorded before ``run_settled``; a child that does
+not end in time is cancelled, and the Run's cost becomes unknown.
 """
 
 from __future__ import annotations
@@ -25,12 +26,7 @@ with workflow.unsafe.imports_passed_through():
         SteerInput,
         size_problem,
     )
-    from psych_runtime.workflows.contract._records import (
-        Pending,
-        RunStatus,
-        SuspensionReason,
-        Totals,
-    )
+    from psych_runtime.workflows.contract._records import Pending, RunStatus, SuspensionReason
     from psych_runtime.workflows.features._spawn import (
         SpawnedChild,
         envelope_of,
@@ -41,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+    from psych_runtime.workflows.kernel._wind_down import ChildEnding
 
 
 END_WAIT_SECONDS = 30.0
@@ -220,16 +217,12 @@ async def end_spawned(run: RunView, spawned: dict[str, SpawnedChild]) -> None:
                 handle = run.child(workflow_id)
                 if handle is not None:
                     handle.cancel()
-                record_end(
-                    run,
-                    spawned,
-                    workflow_id,
-                    RunStatus.ABORTED,
-                    f"cancelled: did not end within {END_WAIT_SECONDS:g} s of the parent "
-                    "settling (its totals are not known)",
-                    None,
-                    Totals(),
+                # What it spent is unknown, and so is the parent's cost (never a partial
+                # sum): until 12-05 it was taken as nothing, and the cost looked known.
+                reason = (
+                    f"cancelled: did not end within {END_WAIT_SECONDS:g} s of the parent settling"
                 )
+                record_end(run, spawned, workflow_id, ChildEnding(RunStatus.ABORTED, reason, None))
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
