@@ -54,6 +54,7 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
@@ -254,6 +255,7 @@ __all__ = [
     "mcp_servers_of",
     "narrow",
     "narrow_subagent",
+    "nested_specs",
     "parse_component",
     "parse_spec",
     "parse_tasks",

@@ -12,31 +12,20 @@ happens before a Run, never in the middle of it.
 
 from __future__ import annotations
 
-from psych_runtime.specs._models import (
-    AgentSpec,
-    AgentStep,
-    CodeTool,
-    WorkflowSpec,
-    WorkflowStepRef,
-)
+from psych_runtime.specs._models import AgentSpec, CodeTool, WorkflowSpec
+from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._validation import ValidationContext, validate
 
 
 def _code_tools_of(spec: AgentSpec | WorkflowSpec) -> set[str]:
     """The names of every code tool ``spec`` declares, at any depth."""
-    found: set[str] = set()
-    pending: list[AgentSpec | WorkflowSpec] = [spec]
-    while pending:
-        node = pending.pop()
-        found.update(tool.name for tool in node.tools if isinstance(tool, CodeTool))
-        if isinstance(node, AgentSpec):
-            pending.extend(sub.spec for sub in node.subagents)
-        else:
-            pending.extend(
-                step.spec for step in node.steps if isinstance(step, AgentStep | WorkflowStepRef)
-            )
-    return found
+    return {
+        tool.name
+        for _, node in nested_specs(spec)
+        for tool in node.tools
+        if isinstance(tool, CodeTool)
+    }
 
 
 def context_free_problems(spec: AgentSpec | WorkflowSpec) -> list[Problem]:

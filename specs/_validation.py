@@ -31,6 +31,7 @@ from psych_runtime.specs._models import (
     WorkflowSpec,
     WorkflowStepRef,
 )
+from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._subagents import (
     child_chain,
@@ -136,19 +137,9 @@ def mcp_servers_of(spec: AgentSpec | WorkflowSpec) -> tuple[McpServer, ...]:
     What a connection check must reach for ``validate`` to find no unreachable server.
     """
     found: dict[str, McpServer] = {}
-
-    def walk(node: AgentSpec | WorkflowSpec) -> None:
+    for _, node in nested_specs(spec):
         for server in node.mcp_servers:
             found.setdefault(mcp_connection_key(server), server)
-        if isinstance(node, AgentSpec):
-            for sub in node.subagents:
-                walk(sub.spec)
-            return
-        for step in node.steps:
-            if isinstance(step, AgentStep | WorkflowStepRef):
-                walk(step.spec)
-
-    walk(spec)
     return tuple(found.values())
 
 

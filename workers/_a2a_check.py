@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from psych_runtime.activities.secrets import SecretResolver
-from psych_runtime.specs import A2APeer, AgentSpec, AgentStep, Scope, WorkflowSpec, WorkflowStepRef
+from psych_runtime.specs import A2APeer, AgentSpec, Scope, WorkflowSpec, nested_specs
 
 if TYPE_CHECKING:
     # Only for the types: the HTTP clients load when a check runs, not for plain validate.
@@ -26,20 +26,12 @@ if TYPE_CHECKING:
 def peers_of(spec: AgentSpec | WorkflowSpec) -> list[tuple[str, A2APeer]]:
     """Every A2A peer of ``spec`` at any depth, with its path (``a2a_peers[x]``,
     ``subagents[s].spec.a2a_peers[x]``, ``steps[t].spec.a2a_peers[x]``), in order found."""
-    found: list[tuple[str, A2APeer]] = []
-
-    def walk(node: AgentSpec | WorkflowSpec, prefix: str) -> None:
-        if isinstance(node, AgentSpec):
-            found.extend((f"{prefix}a2a_peers[{peer.name}]", peer) for peer in node.a2a_peers)
-            for sub in node.subagents:
-                walk(sub.spec, f"{prefix}subagents[{sub.name}].spec.")
-            return
-        for step in node.steps:
-            if isinstance(step, AgentStep | WorkflowStepRef):
-                walk(step.spec, f"{prefix}steps[{step.name}].spec.")
-
-    walk(spec, "")
-    return found
+    return [
+        (f"{prefix}a2a_peers[{peer.name}]", peer)
+        for prefix, node in nested_specs(spec)
+        if isinstance(node, AgentSpec)
+        for peer in node.a2a_peers
+    ]
 
 
 @dataclass

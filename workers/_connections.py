@@ -23,14 +23,13 @@ from psych_runtime.activities.egress import EgressPolicy
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import (
     AgentSpec,
-    AgentStep,
     HttpTool,
     Problem,
     Scope,
     WorkflowSpec,
-    WorkflowStepRef,
     mcp_connection_key,
     mcp_servers_of,
+    nested_specs,
 )
 
 if TYPE_CHECKING:
@@ -104,23 +103,13 @@ def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[SpecUrl]:
     """Every URL of an HTTP tool or MCP server ``spec`` names, at any depth, in the order
     found."""
     found: list[SpecUrl] = []
-
-    def walk(node: AgentSpec | WorkflowSpec, prefix: str) -> None:
+    for prefix, node in nested_specs(spec):
         for tool in node.tools:
             if isinstance(tool, HttpTool):
                 found.append(SpecUrl(f"{prefix}tools[{tool.name}].url", tool.url, False))
         for server in node.mcp_servers:
             path = f"{prefix}mcp_servers[{server.name}].url"
             found.append(SpecUrl(path, server.url, not server.optional))
-        if isinstance(node, AgentSpec):
-            for sub in node.subagents:
-                walk(sub.spec, f"{prefix}subagents[{sub.name}].spec.")
-            return
-        for step in node.steps:
-            if isinstance(step, AgentStep | WorkflowStepRef):
-                walk(step.spec, f"{prefix}steps[{step.name}].spec.")
-
-    walk(spec, "")
     return found
 
 

@@ -33,6 +33,7 @@ from psych_runtime.specs import (
     WorkflowSpec,
     mcp_connection_key,
     mcp_servers_of,
+    nested_specs,
     validate,
 )
 from psych_runtime.workers._a2a_check import PeerReport, check_spec_peers
@@ -259,15 +260,11 @@ def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
 
     Only limits a Spec sets are judged: the defaults are a budget, not a plan.
     """
-    found = _limit_warnings(spec.limits, path)
-    if isinstance(spec, AgentSpec):
-        for sub in spec.subagents:
-            found += limit_warnings(sub.spec, f"{path}subagents[{sub.name}].spec.")
-        return found
-    for step in spec.steps:
-        if step.kind != "tool":
-            found += limit_warnings(step.spec, f"{path}steps[{step.name}].spec.")
-    return found
+    return [
+        warning
+        for prefix, node in nested_specs(spec, path)
+        for warning in _limit_warnings(node.limits, prefix)
+    ]
 
 
 def egress_warnings(spec: AgentSpec | WorkflowSpec, args: argparse.Namespace) -> list[str]:
