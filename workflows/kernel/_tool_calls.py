@@ -167,8 +167,10 @@ class ToolCalls(FeatureView):
         # failure streak, they withheld (and then failed the Run on) a tool that had not
         # failed once. A Run recorded before patch psych-batch-accounting counted them.
         counts = False if self._start.batch_accounting else None
-        reason = guards.over_cap_reason(len(batch), limits)
-        over = [inline(call, "error", reason, counts=counts) for call in batch[room:]]
+        over = [  # the reason made only when a call is over (not on every turn)
+            inline(call, "error", guards.over_cap_reason(len(batch), limits), counts=counts)
+            for call in batch[room:]
+        ]
         self._batch = (turn, list(zip(batch[:room], tasks, strict=True)), over)
         # Every call is waited for and recorded before any stop takes effect: an abort or an
         # expiry raised by one call must not leave the batch's other calls unrecorded (a
