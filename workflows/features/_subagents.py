@@ -176,29 +176,17 @@ async def delegate(
         await run.suspensions.hold(
             Wait(item), child.done, seconds, f"subagent {workflow_id} did not finish"
         )
-    except Stop as stop:
-        run.forget_child(workflow_id)
-        # Aborted, not cancelled, so that it hands back its totals.
-        ending = await wind_down(
-            child,
-            tenant=run.input.scope.tenant,
-            reason=stop.outcome.reason,
-            summary=f"subagent {child.id} settles",
-        )
-        settled.took(ending)
-        raise
-    except asyncio.CancelledError:
-        # The Run is cancelled (by an operator or its parent, or past its deadline and
-        # grace): the child is aborted too, so that its totals come back. A Run recorded
-        # before left it to its close policy (terminated, its totals lost).
-        if run.winding_down is None:
+    except (Stop, asyncio.CancelledError) as stopped:
+        # The Run stops (an abort, the wait's expiry) or is cancelled (by an operator or its
+        # parent, or past its deadline and grace): the child is aborted, not cancelled, so
+        # that its totals come back. Cancelled, a Run recorded before the patch left it to
+        # its close policy (terminated, its totals lost).
+        why = stopped.outcome.reason if isinstance(stopped, Stop) else run.winding_down
+        if why is None:
             raise
         run.forget_child(workflow_id)
         ending = await wind_down(
-            child,
-            tenant=run.input.scope.tenant,
-            reason=run.winding_down,
-            summary=f"subagent {child.id} settles",
+            child, tenant=run.input.scope.tenant, reason=why, summary=f"subagent {child.id} settles"
         )
         settled.took(ending)
         raise
