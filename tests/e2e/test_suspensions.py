@@ -538,6 +538,39 @@ async def test_input_queued_when_a_limit_stops_the_run_is_listed_undelivered(
     assert len(harness.fake.requests) == 1
 
 
+async def test_the_last_allowed_turn_keeps_its_answer_when_a_follow_up_comes(
+    harness: Harness,
+) -> None:
+    # The only allowed turn answers while a follow-up arrives: no turn is left for it, so
+    # the Run stops with that answer and lists the follow-up. Before, the answer was lost.
+    spec = (
+        AgentBuilder("shop", registry=harness.registry)
+        .model("fake-model")
+        .limits(max_turns=1)
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("The book is 11 EUR.", chunk_size=4, chunk_seconds=0.3))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "price of the book?", scope=harness.scope)
+        for _ in range(200):
+            if harness.fake.requests:
+                break
+            await asyncio.sleep(0.05)
+        await harness.client.steer(run, "and shipping?", scope=harness.scope, mode="follow_up")
+        result = await harness.client.result(run, scope=harness.scope)
+        settled = (await harness.client.records(run, scope=harness.scope)).records[-1]
+    assert result.status is RunStatus.STOPPED
+    assert result.answer == "The book is 11 EUR."
+    assert result.reason == (
+        "max_turns: 1 turns taken; 1 message sent during the Run not delivered "
+        "(run_settled.undelivered)"
+    )
+    assert isinstance(settled, RunSettled)
+    assert settled.answer == "The book is 11 EUR."
+    assert settled.undelivered == (Undelivered(mode="follow_up", message="and shipping?"),)
+    assert len(harness.fake.requests) == 1
+
+
 async def test_a_steer_sent_into_a_call_that_never_answers_is_listed_undelivered(
     harness: Harness,
 ) -> None:

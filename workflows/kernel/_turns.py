@@ -130,12 +130,9 @@ class TurnLoop(ToolCalls):
         before = len(pending) if carry is not None else 0
         while True:
             self.check_abort()
-            if self._past_deadline():
-                return self._deadline_outcome()
-            if self._turn >= limits.max_turns:
-                return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
-            if self._totals.steps >= limits.max_steps:
-                return Outcome(RunStatus.STOPPED, _steps_taken(limits.max_steps))
+            spent = self._spent()
+            if spent is not None:
+                return spent
             # A turn boundary: a long Run continues as new here once nothing is open.
             open_now = len(self._open_calls) + len(self._children) + len(self._suspensions.items())
             open_now += sum(feature.open_items() for feature in self._open_items)
@@ -189,6 +186,12 @@ class TurnLoop(ToolCalls):
                 pending = self._take("steer") + self._take("follow_up")
                 if not pending:
                     return Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+                spent = self._spent()
+                if spent is not None:
+                    # No turn is left for the input: the Run stops here, as it would at
+                    # the next boundary, keeping this answer (the input is undelivered).
+                    spent.answer = result.text
+                    return spent
                 continue
             if self._past_deadline():
                 return self._deadline_outcome()
@@ -311,6 +314,18 @@ class TurnLoop(ToolCalls):
             )
             self.add_usage(result.usage, result.cost)
             return result
+
+    def _spent(self) -> Outcome | None:
+        """How the Run stops at a turn boundary when a bound is used up (the deadline,
+        ``max_turns``, ``max_steps``, checked in that order), else None."""
+        limits = self._limits
+        if self._past_deadline():
+            return self._deadline_outcome()
+        if self._turn >= limits.max_turns:
+            return Outcome(RunStatus.STOPPED, f"max_turns: {limits.max_turns} turns taken")
+        if self._totals.steps >= limits.max_steps:
+            return Outcome(RunStatus.STOPPED, _steps_taken(limits.max_steps))
+        return None
 
     def _uncount(self) -> None:
         """Take back the model call and step counted for an attempt that made no request
