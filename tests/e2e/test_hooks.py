@@ -25,7 +25,7 @@ import pytest
 
 from psych_runtime.activities import Deny, HookCall, Hooks, ToolActivities
 from psych_runtime.activities.a2a import A2aSettings
-from psych_runtime.specs import AgentBuilder, AgentSpec, Scope, SpecError
+from psych_runtime.specs import AgentBuilder, AgentSpec, ExternalWait, Scope, SpecError
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._settings import PROJECT_SETTINGS
 from psych_runtime.workers._worker import activities_for, egress_for, run_worker
@@ -34,7 +34,7 @@ from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 from ._http_server import CountingServer, Seen
-from ._waiting import eventually
+from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -461,6 +461,56 @@ async def test_post_hooks_on_a_waited_peer_task_see_the_arguments_that_were_sent
     assert seen == [{"message": "slow:2"}]
     (call,) = report.tool_calls
     assert "done slowly (sent: slow:2)" in (call.result or "")
+
+
+def request_payment(order_id: str) -> ExternalWait:
+    """Ask the payment provider to charge an order; it calls back when done.
+
+    Args:
+        order_id: The order.
+    """
+    return ExternalWait(token=f"pay-{order_id}", message="waiting for the payment webhook")
+
+
+async def test_a_call_completed_through_a_wait_records_what_its_hooks_did(
+    harness: Harness,
+) -> None:
+    """A pre hook rewrote the call's arguments, and the tool returned an external wait:
+    the call's record, written when the wait is completed, keeps the arguments it ran with
+    and the hook's effect. Before, that record had neither."""
+
+    def charge_43(call: HookCall) -> dict[str, Any]:
+        return {**call.arguments, "order_id": "43"}
+
+    harness.registry.register(request_payment)
+    harness.settings = dataclasses.replace(
+        harness.settings, hooks=Hooks().pre("request_payment", charge_43)
+    )
+    spec = (
+        AgentBuilder("payer", registry=harness.registry)
+        .model("fake-model")
+        .tool("request_payment")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("request_payment", {"order_id": "42"})), Reply.text("Paid.")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "charge 42", scope=harness.scope)
+        state = await state_when(
+            harness.client, run, harness.scope, is_suspended, what="the Run to suspend"
+        )
+        assert state.pending[0].id == "pay-43"
+        await harness.client.complete(run, "pay-43", {"paid": True}, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert finished.status == "ok" and json.loads(finished.content) == {"paid": True}
+    assert finished.ran_arguments == {"order_id": "43"}
+    assert [(h.stage, h.effect) for h in finished.hooks] == [("pre", "rewrote_arguments")]
+    assert report.tool_calls[0].ran_arguments == {"order_id": "43"}
 
 
 class _VaultDown:

@@ -361,7 +361,9 @@ class ToolCalls(FeatureView):
             question=outcome.content,
         )
         payload = answer.payload
-        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+        result = inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+        result.ran = outcome
+        return result
 
     async def _execute(
         self,

@@ -46,6 +46,9 @@ class ToolResult:
     clock stops meanwhile. Its result replaces this one."""
     consent: McpConsent | None = None
     """Not a result: the MCP server needs a person's consent first (the call is retried)."""
+    ran: ToolOutcome | None = None
+    """The outcome of the tool's run when the result came later (an external wait's
+    answer): what it ran with and its hooks' effects are recorded from it."""
 
 
 def inline(
@@ -102,6 +105,7 @@ def finished(stamp: Stamp, turn: int, result: ToolResult) -> ToolCallFinished:
     """The ``tool_call_finished`` record of ``result``."""
     call = result.call
     outcome = result.outcome
+    ran = outcome or result.ran
     return ToolCallFinished(
         **stamp,
         turn=turn,
@@ -113,8 +117,8 @@ def finished(stamp: Stamp, turn: int, result: ToolResult) -> ToolCallFinished:
         size=outcome.size if outcome else len(result.content.encode()),
         result_ref=outcome.result_ref if outcome else None,
         latency=outcome.latency if outcome else None,
-        ran_arguments=outcome.ran_arguments if outcome else None,
-        hooks=outcome.hooks if outcome else (),
+        ran_arguments=ran.ran_arguments if ran else None,
+        hooks=ran.hooks if ran else (),
     )
 
 
