@@ -19,6 +19,7 @@ timeout and a cancellation (an abort) reaches the activity.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -69,7 +70,7 @@ from psych_runtime.activities.tools._http import (
     send_request,
 )
 from psych_runtime.activities.tools._outcomes import fixed_decision, store_outcome, unexpected
-from psych_runtime.activities.tools._policy import Policy, RulePolicy
+from psych_runtime.activities.tools._policy import POLICY_ANSWER_SECONDS, Policy, RulePolicy
 from psych_runtime.activities.tools._read_output import read_slice
 from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.specs import (
@@ -257,10 +258,18 @@ class ToolActivities(ActivityClass):
 
     @activity.defn(name=POLICY_DECIDE)
     async def decide(self, input: PolicyInput) -> PolicyDecision:
-        """Ask the Policy about one call; an exception inside it counts as deny."""
+        """Ask the Policy about one call; an exception inside it, or no answer within
+        ``POLICY_ANSWER_SECONDS``, counts as deny."""
         try:
-            decision = await self.policy.decide(input.scope, input.tool, input.arguments)
+            async with asyncio.timeout(POLICY_ANSWER_SECONDS):
+                decision = await self.policy.decide(input.scope, input.tool, input.arguments)
             return PolicyDecision.model_validate(decision)
+        except TimeoutError:
+            activity.logger.warning("policy did not answer for %s", input.tool.name)
+            return PolicyDecision(
+                decision="deny",
+                reason=f"the policy did not answer within {POLICY_ANSWER_SECONDS:g} s",
+            )
         except Exception as err:
             activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
             return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")

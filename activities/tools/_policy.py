@@ -3,7 +3,8 @@
 Most policies decide per tool, not per call: the catalog asks ``Policy.fixed`` once per
 tool when a Run resolves its tools, and the workflow applies that answer to every call
 with no further activity. Only tools whose ``fixed`` answer is ``None`` cost a
-``psych.policy.decide`` activity per call. An exception inside the policy counts as deny.
+``psych.policy.decide`` activity per call. An exception inside the policy counts as deny,
+and so does no answer within ``POLICY_ANSWER_SECONDS``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from psych_runtime.activities.contract import Decision, PolicyDecision, ToolInfo
 from psych_runtime.specs import Scope, matches
+
+POLICY_ANSWER_SECONDS = 20.0
+"""How long ``decide`` may take before the call is denied: inside the activity's 30 s
+start-to-close bound, so a policy that hangs is a deny, not a failed Run."""
 
 
 @runtime_checkable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,35 @@ async def test_an_exception_inside_the_policy_counts_as_deny(tmp_path: Path) -> 
         ),
     )
     assert decision.decision == "deny"
+
+
+class Hanging(Exploding):
+    async def decide(
+        self, scope: Scope, tool: ToolInfo, arguments: Mapping[str, Any]
+    ) -> PolicyDecision:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_a_policy_that_does_not_answer_counts_as_deny(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the activity ran into its start-to-close timeout, was retried, and the Run
+    # failed: a hang was not a deny as an exception is.
+    monkeypatch.setattr("psych_runtime.activities.tools._activities.POLICY_ANSWER_SECONDS", 0.2)
+    tools = ToolActivities(
+        registry=make_registry(), blobs=LocalBlobStore(tmp_path), policy=Hanging()
+    )
+    info = ToolInfo(name="read_orders", kind="code")
+    started = time.monotonic()
+    decision = await ActivityEnvironment().run(
+        tools.decide,
+        PolicyInput(run_id="r1", call_id="c1", tool=info, arguments={}, scope=SCOPE),
+    )
+    assert time.monotonic() - started < 5
+    assert decision == PolicyDecision(
+        decision="deny", reason="the policy did not answer within 0.2 s"
+    )
 
 
 @pytest.mark.parametrize("order_id", ["42"])
