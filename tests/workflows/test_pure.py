@@ -156,8 +156,9 @@ def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None
         RecordLog(Scope(tenant="a")), changed=lambda: changes.append(None), aborted=lambda: None
     )
     held.set_child("child", (_pending("A"),))
-    assert held.child_of("A") == "child"
-    held.forward("child", "A")  # answered here, sent on to the child
+    (mirrored,) = held.items()
+    assert mirrored.run == "child" and held.child_of(mirrored) == "child"
+    held.forward("child", mirrored)  # answered here, sent on to the child
     held.set_child("child", (_pending("A"), _pending("B")))  # sent before it saw the answer
     assert [item.id for item in held.items()] == ["B"]
     answer = ResumeInput(reason="approval", id="A", tenant="a", approved=False)

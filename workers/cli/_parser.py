@@ -217,9 +217,17 @@ def add_resume_commands(
         "interrupt), it is applied at most once and prints the first outcome",
     )
     parents = [connection, tenant_arguments(), actor]
+    holder = argparse.ArgumentParser(add_help=False)
+    holder.add_argument(
+        "--held-by",
+        metavar="RUN_ID",
+        help="the Run that holds the item (its child Run in psych status), needed only when "
+        "its id is pending in more than one Run",
+    )
+    answering = [*parents, holder]
 
     approve = commands.add_parser(
-        "approve", parents=parents, help="approve a tool call a Run waits on; it runs"
+        "approve", parents=answering, help="approve a tool call a Run waits on; it runs"
     )
     approve.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
     approve.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
@@ -228,7 +236,7 @@ def add_resume_commands(
 
     deny = commands.add_parser(
         "deny",
-        parents=parents,
+        parents=answering,
         help="reject a tool call a Run waits on; the model is told (with the note)",
     )
     deny.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
@@ -237,7 +245,7 @@ def add_resume_commands(
     deny.set_defaults(func=lazy("psych_runtime.workers.cli._resume", "cmd_resume"))
 
     answer = commands.add_parser(
-        "answer", parents=parents, help="answer the question (ask_question) a Run waits on"
+        "answer", parents=answering, help="answer the question (ask_question) a Run waits on"
     )
     answer.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)
     answer.add_argument("call_id", metavar="CALL_ID", help=CALL_ID_HELP)
@@ -246,7 +254,7 @@ def add_resume_commands(
 
     complete = commands.add_parser(
         "complete",
-        parents=parents,
+        parents=answering,
         help="complete an external wait; the payload becomes the waiting tool's result",
     )
     complete.add_argument("run_id", metavar="RUN_ID", help=RUN_ID_HELP)

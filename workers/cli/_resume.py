@@ -71,6 +71,7 @@ async def _resume(args: argparse.Namespace) -> int:
             scope=scope,
             note=args.note,
             idempotency_key=key,
+            held_by=args.held_by,
         )
     elif args.command == "deny":
         result = await client.deny(
@@ -79,15 +80,26 @@ async def _resume(args: argparse.Namespace) -> int:
             scope=scope,
             note=args.note,
             idempotency_key=key,
+            held_by=args.held_by,
         )
     elif args.command == "answer":
         result = await client.answer(
-            args.run_id, args.call_id, args.text, scope=scope, idempotency_key=key
+            args.run_id,
+            args.call_id,
+            args.text,
+            scope=scope,
+            idempotency_key=key,
+            held_by=args.held_by,
         )
     else:
         payload = parse_payload(args.payload)
         result = await client.complete(
-            args.run_id, args.token, payload, scope=scope, idempotency_key=key
+            args.run_id,
+            args.token,
+            payload,
+            scope=scope,
+            idempotency_key=key,
+            held_by=args.held_by,
         )
     _print_result(args.run_id, result, scope.principal)
     return 0

@@ -122,6 +122,8 @@ def describe_pending(item: Pending) -> str:
 def resume_command(workflow_id: str, item: Pending, tenant: str) -> str | None:
     """The ``psych`` command that resumes ``item`` (None for child Runs, which finish)."""
     flag = "" if tenant == "default" else f" --tenant {tenant}"
+    if item.run is not None:  # a child's item: named by its holder, in case its id repeats
+        flag += f" --held-by {item.run}"
     ident = _shell_word(item.id)
     match item.reason:
         case SuspensionReason.APPROVAL:

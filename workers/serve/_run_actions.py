@@ -38,21 +38,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class DecisionBody(_Body):
+class _Resume(_Body):
+    held_by: str | None = Field(default=None, min_length=1)
+    """The Run holding the item (its ``run`` in the state's pending list), needed only
+    when its id is pending in more than one Run."""
+
+
+class DecisionBody(_Resume):
     """Approve or deny a pending tool call."""
 
     call_id: str = Field(min_length=1)
     note: str | None = None
 
 
-class AnswerBody(_Body):
+class AnswerBody(_Resume):
     """Answer a pending question."""
 
     call_id: str = Field(min_length=1)
     text: str
 
 
-class CompleteBody(_Body):
+class CompleteBody(_Resume):
     """Complete an external wait: ``payload`` becomes the waiting tool's result."""
 
     token: str = Field(min_length=1)
@@ -89,7 +95,14 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Approve a pending tool call; it runs."""
         run = tenant_run(run_id, scope)
         result = await bounded(
-            client.approve(run, body.call_id, scope=scope, note=body.note, idempotency_key=key)
+            client.approve(
+                run,
+                body.call_id,
+                scope=scope,
+                note=body.note,
+                idempotency_key=key,
+                held_by=body.held_by,
+            )
         )
         return result.model_dump(mode="json")
 
@@ -100,7 +113,14 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Reject a pending tool call; the model is told (with the note)."""
         run = tenant_run(run_id, scope)
         result = await bounded(
-            client.deny(run, body.call_id, scope=scope, note=body.note, idempotency_key=key)
+            client.deny(
+                run,
+                body.call_id,
+                scope=scope,
+                note=body.note,
+                idempotency_key=key,
+                held_by=body.held_by,
+            )
         )
         return result.model_dump(mode="json")
 
@@ -111,7 +131,14 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Answer a pending ``ask_question`` call."""
         run = tenant_run(run_id, scope)
         result = await bounded(
-            client.answer(run, body.call_id, body.text, scope=scope, idempotency_key=key)
+            client.answer(
+                run,
+                body.call_id,
+                body.text,
+                scope=scope,
+                idempotency_key=key,
+                held_by=body.held_by,
+            )
         )
         return result.model_dump(mode="json")
 
@@ -122,7 +149,14 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Complete an external wait by its token."""
         run = tenant_run(run_id, scope)
         result = await bounded(
-            client.complete(run, body.token, body.payload, scope=scope, idempotency_key=key)
+            client.complete(
+                run,
+                body.token,
+                body.payload,
+                scope=scope,
+                idempotency_key=key,
+                held_by=body.held_by,
+            )
         )
         return result.model_dump(mode="json")
 

@@ -245,9 +245,11 @@ class RunActions(abc.ABC):
         scope: Scope,
         note: str | None = None,
         idempotency_key: str | None = None,
+        held_by: str | None = None,
     ) -> ResumeResult:
-        """Approve a pending tool call; it runs."""
-        return await self._decide(run, call_id, True, scope, note, idempotency_key)
+        """Approve a pending tool call; it runs. ``held_by``: the Run holding it
+        (``Pending.run``), needed only when its id is pending in more than one Run."""
+        return await self._decide(run, call_id, True, scope, note, idempotency_key, held_by)
 
     async def deny(
         self,
@@ -257,9 +259,11 @@ class RunActions(abc.ABC):
         scope: Scope,
         note: str | None = None,
         idempotency_key: str | None = None,
+        held_by: str | None = None,
     ) -> ResumeResult:
-        """Reject a pending tool call; it settles rejected and the model is told (with note)."""
-        return await self._decide(run, call_id, False, scope, note, idempotency_key)
+        """Reject a pending tool call; it settles rejected and the model is told (with note).
+        ``held_by``: as for ``approve``."""
+        return await self._decide(run, call_id, False, scope, note, idempotency_key, held_by)
 
     async def _decide(
         self,
@@ -269,6 +273,7 @@ class RunActions(abc.ABC):
         scope: Scope,
         note: str | None,
         idempotency_key: str | None,
+        held_by: str | None,
     ) -> ResumeResult:
         request = ResumeInput(
             reason=SuspensionReason.APPROVAL,
@@ -277,6 +282,7 @@ class RunActions(abc.ABC):
             by=scope.principal,
             approved=approved,
             note=note,
+            run=held_by,
         )
         return await self.resume(run, request, scope=scope, idempotency_key=idempotency_key)
 
@@ -288,8 +294,9 @@ class RunActions(abc.ABC):
         *,
         scope: Scope,
         idempotency_key: str | None = None,
+        held_by: str | None = None,
     ) -> ResumeResult:
-        """Answer a pending ``ask_question`` call."""
+        """Answer a pending ``ask_question`` call. ``held_by``: as for ``approve``."""
         return await self.resume(
             run,
             ResumeInput(
@@ -298,6 +305,7 @@ class RunActions(abc.ABC):
                 tenant=scope.tenant,
                 by=scope.principal,
                 answer=text,
+                run=held_by,
             ),
             scope=scope,
             idempotency_key=idempotency_key,
@@ -311,8 +319,10 @@ class RunActions(abc.ABC):
         *,
         scope: Scope,
         idempotency_key: str | None = None,
+        held_by: str | None = None,
     ) -> ResumeResult:
-        """Complete an external wait: ``payload`` becomes the waiting tool's result."""
+        """Complete an external wait: ``payload`` becomes the waiting tool's result.
+        ``held_by``: as for ``approve``."""
         return await self.resume(
             run,
             ResumeInput(
@@ -321,6 +331,7 @@ class RunActions(abc.ABC):
                 tenant=scope.tenant,
                 by=scope.principal,
                 payload=payload,
+                run=held_by,
             ),
             scope=scope,
             idempotency_key=idempotency_key,

@@ -16,7 +16,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     field_serializer,
+    model_serializer,
 )
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
@@ -168,6 +171,20 @@ class ResumeInput(_Frozen):
     """Questions: the answer."""
     payload: Any = None
     """External waits: what the waiting tool returns (JSON)."""
+    run: str | None = None
+    """The workflow id of the Run that holds the item (``Pending.run`` of a child's item;
+    this Run's own id for its own), needed only when one id is pending in more than one
+    Run; None: this Run's own item if it has one, else the first child's holding it. Left
+    out of the JSON when None, so a worker of a build before the field reads the rest."""
+
+    @model_serializer(mode="wrap")
+    def _without_run(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.run is None and info.mode_is_json():
+            del data["run"]
+        return data
 
 
 class AbortInput(_Frozen):

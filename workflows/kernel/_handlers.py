@@ -166,11 +166,13 @@ class Handlers(RunBase):
                 outcome, detail = "authorized", None
             case _:
                 assert_never(input.reason)
-        child = self._suspensions.child_of(input.id) if item.run is not None else None
+        child = self._suspensions.child_of(item) if item.run is not None else None
         if child is not None:
             # A child's item: the child records the answer when the forwarded signal comes.
-            self._suspensions.forward(child, input.id)
-            self.forward(child, RESUME, input)
+            # A grandchild's is named by its holder, which the child routes it to.
+            self._suspensions.forward(child, item)
+            holder = None if item.run == child else item.run
+            self.forward(child, RESUME, input.model_copy(update={"run": holder}))
         else:
             self._suspensions.waits[input.id].answer = input
             self._log.add(

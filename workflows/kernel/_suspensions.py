@@ -62,10 +62,10 @@ class Suspensions:
         """A child's workflow id -> the number of its newest report taken."""
         self.working: set[str] = set()
         """Children that execute a call beside what they wait for (their last report)."""
-        self._forwarded: dict[str, set[str]] = {}
-        """A child's workflow id -> ids answered here and forwarded to it, until a report
-        of the child's no longer lists them (a report sent before the child saw the answer
-        must not make them answerable again)."""
+        self._forwarded: dict[str, set[tuple[str, str]]] = {}
+        """A child's workflow id -> the items (id, holder) answered here and forwarded to
+        it, until a report of the child's no longer lists them (a report sent before the
+        child saw the answer must not make them answerable again)."""
 
     def items(self) -> tuple[Pending, ...]:
         """Every pending item, this Run's first, then each child's in start order."""
@@ -124,49 +124,59 @@ class Suspensions:
             self.working.add(run)
         else:
             self.working.discard(run)
-        listed = {item.id for item in pending}
-        forwarded = self._forwarded.get(run, set()) & listed
+        # An item a grandchild holds keeps its holder's id; answers go through ``run``.
+        mirrored = tuple(
+            item if item.run is not None else item.model_copy(update={"run": run})
+            for item in pending
+        )
+        forwarded = self._forwarded.get(run, set()) & {_key(item) for item in mirrored}
         if forwarded:
             self._forwarded[run] = forwarded
         else:
             self._forwarded.pop(run, None)
-        pending = tuple(item for item in pending if item.id not in forwarded)
+        pending = tuple(item for item in mirrored if _key(item) not in forwarded)
         if pending:
-            # An item a grandchild holds keeps its holder's id; answers go through ``run``.
-            self.children[run] = tuple(
-                item if item.run is not None else item.model_copy(update={"run": run})
-                for item in pending
-            )
+            self.children[run] = pending
         else:
             self.children.pop(run, None)
         self._changed()
 
-    def forward(self, run: str, pending_id: str) -> None:
-        """Note that ``pending_id`` of child ``run`` was answered here and forwarded."""
-        self._forwarded.setdefault(run, set()).add(pending_id)
-        remaining = tuple(p for p in self.children.get(run, ()) if p.id != pending_id)
+    def forward(self, run: str, item: Pending) -> None:
+        """Note that ``item``, mirrored from child ``run``, was answered here and forwarded."""
+        self._forwarded.setdefault(run, set()).add(_key(item))
+        remaining = tuple(p for p in self.children.get(run, ()) if _key(p) != _key(item))
         if remaining:
             self.children[run] = remaining
         else:
             self.children.pop(run, None)
         self._changed()
 
-    def child_of(self, pending_id: str) -> str | None:
-        """The direct child whose (mirrored) items include ``pending_id``."""
+    def child_of(self, item: Pending) -> str | None:
+        """The direct child whose (mirrored) items include ``item``."""
+        key = _key(item)
         return next(
-            (run for run, items in self.children.items() if any(i.id == pending_id for i in items)),
+            (run for run, items in self.children.items() if any(_key(i) == key for i in items)),
             None,
         )
 
     def check(self, input: ResumeInput) -> Pending:
         """The item ``input`` answers, or the refusal saying why it cannot be answered."""
-        wait = self.waits.get(input.id)
+        # ``input.run`` names the holder when one id is pending in more than one Run; without
+        # it this Run's own item comes first, then the children's in start order.
+        own = input.run is None or input.run == workflow.info().workflow_id
+        wait = self.waits.get(input.id) if own else None
         child_item = next(
-            (item for items in self.children.values() for item in items if item.id == input.id),
+            (
+                item
+                for items in self.children.values()
+                for item in items
+                if item.id == input.id and (input.run is None or item.run == input.run)
+            ),
             None,
         )
         if wait is None and child_item is None:
-            if any(input.id in ids for ids in self._forwarded.values()):
+            forwarded = (key for keys in self._forwarded.values() for key in keys)
+            if any(_answers(input, *key) for key in forwarded):
                 raise refusal(
                     RefusalKind.ALREADY_ANSWERED,
                     f"{input.id!r} was already answered (forwarded to the child Run)",
@@ -181,9 +191,10 @@ class Suspensions:
                     RefusalKind.NOT_SUSPENDED,
                     f"the Run is not suspended: it waits for nothing (no {input.id!r})",
                 )
+            held = "" if input.run is None else f" held by Run {input.run!r}"
             raise refusal(
                 RefusalKind.UNKNOWN_PENDING,
-                f"nothing pending with id {input.id!r} (pending: {waiting})",
+                f"nothing pending with id {input.id!r}{held} (pending: {waiting})",
             )
         if wait is not None and wait.answer is not None:
             raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
@@ -268,3 +279,14 @@ class Suspensions:
 def expires_at(seconds: float) -> datetime:
     """When an item held from now for ``seconds`` expires."""
     return workflow.now() + timedelta(seconds=seconds)
+
+
+def _key(item: Pending) -> tuple[str, str]:
+    """A child's mirrored item: its id and the Run that holds it (always set once mirrored)."""
+    assert item.run is not None
+    return (item.id, item.run)
+
+
+def _answers(input: ResumeInput, id: str, holder: str) -> bool:
+    """Whether ``input`` names the item ``id`` that ``holder`` holds."""
+    return input.id == id and (input.run is None or input.run == holder)
