@@ -199,3 +199,28 @@ def test_the_serve_section_is_checked_naming_each_path() -> None:
     for data, message in bad:
         with pytest.raises(SpecError, match=message):
             parse_serve_section(data, "settings.yaml")
+
+
+def test_jwt_settings_of_the_wrong_type_are_refused_at_start_naming_each() -> None:
+    # Accepted, each made every request with a token fail (a 500): a leeway of "30" is
+    # added to the token's exp, a list is no claim's name.
+    base = {"jwks_url": "http://127.0.0.1/j", "issuer": "i", "audience": "a"}
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"leeway_seconds": "30"}, "leeway_seconds: a number of seconds from 0, not '30'"),
+        ({"leeway_seconds": -5}, "leeway_seconds: a number of seconds from 0, not -5"),
+        ({"leeway_seconds": True}, "leeway_seconds: a number of seconds from 0"),
+        ({"tenant_claim": ["org"]}, r"tenant_claim: a string, not \['org'\]"),
+        ({"principal_claim": 7}, "principal_claim: a string, not 7"),
+        ({"audience": 7}, "audience: a string, not 7"),
+        ({"jwks_url": 5}, "jwks_url: a string, not 5"),
+        ({"publisher_claim": 5}, "publisher_claim: a claim's name, not 5"),
+        ({"algorithms": ["RS256", 5]}, "algorithms: a list of algorithm names"),
+    ]
+    for extra, message in bad:
+        with pytest.raises(SpecError, match=message):
+            parse_serve_section({"jwt": {**base, **extra}}, "settings.yaml")
+    with pytest.raises(ValueError, match=r"jwt\.leeway_seconds"):
+        JwtSettings("http://127.0.0.1/j", "i", "a", leeway_seconds="30")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"jwt\.algorithms: algorithm names"):
+        JwtSettings("http://127.0.0.1/j", "i", "a", algorithms=(5,))  # type: ignore[arg-type]
+    assert parse_serve_section({"jwt": {**base, "leeway_seconds": 0}}, "s").auth.jwt is not None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import math
 import re
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -148,11 +149,27 @@ class JwtSettings:
     def __post_init__(self) -> None:
         if not self.algorithms:
             raise ValueError("jwt.algorithms: name at least one algorithm")
+        if not all(isinstance(a, str) for a in self.algorithms):
+            raise ValueError(f"jwt.algorithms: algorithm names, not {self.algorithms!r}")
         if any(a.lower() == "none" for a in self.algorithms):
             raise ValueError("jwt.algorithms: 'none' would accept unsigned tokens")
         for name in ("jwks_url", "issuer", "audience", "tenant_claim", "principal_claim"):
-            if not getattr(self, name):
+            value = getattr(self, name)
+            if not value:
                 raise ValueError(f"jwt.{name}: required")
+            if not isinstance(value, str):
+                raise ValueError(f"jwt.{name}: a string, not {value!r}")
+        if self.publisher_claim is not None and (
+            not isinstance(self.publisher_claim, str) or not self.publisher_claim
+        ):
+            raise ValueError(f"jwt.publisher_claim: a claim's name, not {self.publisher_claim!r}")
+        leeway = self.leeway_seconds
+        if (
+            isinstance(leeway, bool)
+            or not isinstance(leeway, int | float)
+            or not 0 <= leeway < math.inf
+        ):
+            raise ValueError(f"jwt.leeway_seconds: a number of seconds from 0, not {leeway!r}")
 
 
 @dataclass(frozen=True)
