@@ -18,7 +18,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
-from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
+from psych_runtime.workers.serve import (
+    ApiKey,
+    AuthSettings,
+    JwtSettings,
+    ServeSettings,
+    create_app,
+)
 from psych_runtime.workflows import PsychClient
 
 ACME_KEY = "acme-key-0123456789"
@@ -33,15 +39,17 @@ async def api(
     max_body_bytes: int = 64 * 1024,
     registry: ToolRegistry | None = None,
     tokens: TokenStore | None = None,
+    jwt: JwtSettings | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client of the app (ASGI transport), with an acme and a globex API key."""
+    """An httpx client of the app (ASGI transport), with an acme and a globex API key (and
+    JWTs verified as ``jwt`` says)."""
     # Port 9 (discard) on loopback: lazy, so nothing is ever sent there.
     temporal = await Client.connect(
         "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
     )
     client = PsychClient(temporal, store=FileVersionStore(home / "versions"), registry=registry)
     settings = ServeSettings(
-        client, AuthSettings(KEYS), max_body_bytes=max_body_bytes, tokens=tokens
+        client, AuthSettings(KEYS, jwt), max_body_bytes=max_body_bytes, tokens=tokens
     )
     transport = httpx.ASGITransport(app=create_app(settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:

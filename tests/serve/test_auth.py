@@ -4,10 +4,13 @@ loopback HTTP server from a key generated here."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -24,6 +27,8 @@ from psych_runtime.workers.serve import (
     Unauthorized,
     parse_serve_section,
 )
+
+from ._app import api
 
 ISSUER = "https://idp.acme.test/"
 AUDIENCE = "psych"
@@ -224,3 +229,56 @@ def test_jwt_settings_of_the_wrong_type_are_refused_at_start_naming_each() -> No
     with pytest.raises(ValueError, match=r"jwt\.algorithms: algorithm names"):
         JwtSettings("http://127.0.0.1/j", "i", "a", algorithms=(5,))  # type: ignore[arg-type]
     assert parse_serve_section({"jwt": {**base, "leeway_seconds": 0}}, "s").auth.jwt is not None
+
+
+@contextmanager
+def answering(body: bytes) -> Iterator[str]:
+    """The URL of a loopback server answering every GET with ``body`` (200, text/html)."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_an_issuer_whose_keys_cannot_be_read_is_a_503_not_the_callers_fault(
+    tmp_path: Path, signing_key: rsa.RSAPrivateKey
+) -> None:
+    # The token may be good: a 401 told the caller (the console: signed the person out)
+    # that it was refused, and a JWKS answering an error page was an HTML 500.
+    bearer = {"Authorization": f"Bearer {token(signing_key)}"}
+    unreachable = f"http://127.0.0.1:{closed_port()}/jwks.json"
+    with answering(b"<html>maintenance</html>") as html:
+        for url, why in ((unreachable, "could not be fetched"), (html, "could not be read")):
+            settings = JwtSettings(url, ISSUER, AUDIENCE, ("RS256",), tenant_claim="org")
+            async with api(tmp_path, jwt=settings) as http:
+                response = await http.get("/v1/runs", headers=bearer)
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            body = response.json()
+            assert body["type"] == "urn:psych:problem:issuer-unavailable"
+            assert why in body["detail"]
+            assert url not in body["detail"]  # the operator's, not the caller's to know

@@ -58,6 +58,11 @@ class CredentialExpired(Unauthorized):
         """When it stopped being accepted (``Caller.expires_at``)."""
 
 
+class IssuerUnavailable(Unauthorized):
+    """The token could not be judged: its issuer's signing keys (the JWKS) could not be
+    fetched or read. Not the caller's fault (the token may be good): a 503, tried again."""
+
+
 class NotPublisher(PsychError):
     """The caller may run published Versions but not publish one (see the module)."""
 
@@ -258,7 +263,14 @@ class Authenticator:
         try:
             signing_key = self._jwks.get_signing_key_from_jwt(token)
         except jwt.PyJWKClientConnectionError as err:
-            raise Unauthorized("the token's signing keys could not be fetched") from err
+            raise IssuerUnavailable(
+                "the token's signing keys could not be fetched from its issuer: try again"
+            ) from err
+        except (ValueError, jwt.PyJWKSetError) as err:
+            # The JWKS endpoint answered something that is no key set (an error page).
+            raise IssuerUnavailable(
+                "the token's signing keys could not be read from its issuer's answer: try again"
+            ) from err
         except jwt.PyJWKClientError as err:
             raise Unauthorized(f"the token's signing key is not in the JWKS: {err}") from err
         except jwt.InvalidTokenError as err:

@@ -5,7 +5,8 @@ The one place the API maps exceptions to statuses: psych's own errors (``NotFoun
 revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 with every
 problem, ``StoreDamaged`` 500: a stored Version that no longer reads back), Temporal's
 (no worker answered: 503), request validation (422, each field named)
-``Unauthorized`` (401) and ``NotPublisher`` (403).
+``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
+503) and ``NotPublisher`` (403).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from psych_runtime.specs import (
     ValidationFailed,
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
-from psych_runtime.workers.serve._auth import NotPublisher, Unauthorized
+from psych_runtime.workers.serve._auth import IssuerUnavailable, NotPublisher, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -87,6 +88,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
     match err:
         case ApiProblem():
             return problem(err.status, err.detail, err.kind, **err.extra)
+        case IssuerUnavailable():  # before Unauthorized: it is one
+            return problem(503, str(err), "issuer-unavailable")
         case Unauthorized():
             return problem(401, str(err), "unauthorized")
         case NotPublisher():
