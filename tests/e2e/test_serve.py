@@ -285,3 +285,35 @@ async def test_resuming_after_a_record_sent_mid_call_sends_no_delta_twice(
     assert len(pieces) == len(set(pieces))  # nothing sent twice
     text = "".join(data["text"] for name, _, data in first + rest if name == "delta")
     assert text == answer  # nothing lost
+
+
+async def test_a_dispatch_sent_again_under_its_idempotency_key_header_reaches_the_same_run(
+    harness: Harness,
+) -> None:
+    # The header every action takes: on dispatch it was ignored, so a dispatch sent again
+    # after a lost answer started a second Run.
+    spec = AgentBuilder("idle").model("fake-model").build()
+    version = harness.client.publish(spec).hash
+    body = {"version": version, "input": "hello"}
+    keyed = {**ACME, "Idempotency-Key": "order-42-refund"}
+    async with served(harness) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        first = await http.post("/v1/runs", json=body, headers=keyed)
+        again = await http.post("/v1/runs", json=body, headers=keyed)
+        in_body = await http.post(
+            "/v1/runs", json={**body, "idempotency_key": "order-42-refund"}, headers=ACME
+        )
+        both = await http.post(
+            "/v1/runs", json={**body, "idempotency_key": "another"}, headers=keyed
+        )
+        other_input = await http.post(
+            "/v1/runs", json={**body, "input": "something else"}, headers=keyed
+        )
+    assert (first.status_code, again.status_code) == (201, 201), (first.text, again.text)
+    run_id = first.json()["run_id"]
+    assert again.json()["run_id"] == in_body.json()["run_id"] == run_id
+    assert both.status_code == 422, both.text
+    assert both.json()["type"] == "urn:psych:problem:invalid-request"
+    assert "Idempotency-Key" in both.json()["detail"]
+    assert "idempotency_key" in both.json()["detail"]
+    assert other_input.status_code == 409, other_input.text  # a key names one dispatch
+    await harness.client.temporal.get_workflow_handle(run_id).terminate("test over")

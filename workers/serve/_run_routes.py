@@ -67,6 +67,20 @@ class DispatchBody(BaseModel):
         return self
 
 
+DispatchKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        description=(
+            "The caller's name for this dispatch, as the body's idempotency_key (give "
+            "either, or both alike): the same tenant and key reach the same Run."
+        ),
+    ),
+]
+
+
 def tenant_run(run_id: str, scope: Scope) -> str:
     """``run_id`` when it is one of the caller's tenant's Runs.
 
@@ -90,9 +104,18 @@ def run_routes(context: ApiContext) -> APIRouter:
     client = context.client
 
     @router.post("", status_code=201)
-    async def dispatch(body: DispatchBody, who: Identity) -> JSONResponse:
+    async def dispatch(body: DispatchBody, who: Identity, key: DispatchKey = None) -> JSONResponse:
         """Start a Run; answers ``{"run_id": <workflow id>, ...}``. A Spec sent inline is
-        published first, so only a publisher's credential may send one (403 otherwise)."""
+        published first, so only a publisher's credential may send one (403 otherwise).
+        The ``Idempotency-Key`` header is the body's ``idempotency_key``."""
+        if None not in (key, body.idempotency_key) and key != body.idempotency_key:
+            raise ApiProblem(
+                422,
+                "the Idempotency-Key header and the body's idempotency_key name two "
+                "dispatches: give one of them, or both alike",
+                "invalid-request",
+            )
+        idempotency_key = body.idempotency_key if key is None else key
         spec: Version | str | None = body.version
         scope = who.scope
         if body.spec is not None:
@@ -102,7 +125,7 @@ def run_routes(context: ApiContext) -> APIRouter:
             spec = await asyncio.to_thread(client.publish, parsed)
         assert spec is not None
         handle = await client.dispatch(
-            spec, body.input, scope=scope, idempotency_key=body.idempotency_key
+            spec, body.input, scope=scope, idempotency_key=idempotency_key
         )
         return JSONResponse(
             {
