@@ -98,7 +98,10 @@ async def test_a_verified_token_maps_its_claims_to_the_scope(
         ({"aud": "someone-else"}, "(?i)audience"),
         ({"iss": "https://evil.test/"}, "(?i)issuer"),
         ({"org": None}, "no string claim 'org'"),
-        ({"org": "acme-corp"}, "not a valid tenant"),
+        ({"org": "acme-corp"}, "claim 'org' is not a valid tenant"),
+        ({"org": "a" * 129}, "claim 'org' is not a valid tenant"),
+        # Named the tenant claim, which was good: the principal is what is too long.
+        ({"sub": "u" * 257}, "claim 'sub' is not a valid principal .at most 256 characters"),
     ],
 )
 async def test_a_token_that_does_not_verify_is_refused_naming_why(

@@ -252,10 +252,16 @@ class Authenticator:
         try:
             return Caller(Scope(tenant=tenant, principal=principal), publisher, expires_at)
         except ValidationError as err:
-            raise Unauthorized(
-                f"the token's claim {settings.tenant_claim!r} is not a valid tenant "
-                "(letters, digits, '_' and '.')"
-            ) from err
+            wrong = {str(error["loc"][0]) for error in err.errors() if error["loc"]}
+            problems = [
+                f"the token's claim {claim!r} is not a valid {field} ({rule})"
+                for field, claim, rule in (
+                    ("tenant", settings.tenant_claim, "1 to 128 letters, digits, '_' and '.'"),
+                    ("principal", settings.principal_claim, "at most 256 characters"),
+                )
+                if field in wrong
+            ]
+            raise Unauthorized("; ".join(problems) or str(err)) from err
 
     def _verified_claims(self, token: str, settings: JwtSettings) -> dict[str, Any]:
         """The token's claims once verified (blocking: the JWKS may be fetched)."""
