@@ -152,3 +152,24 @@ async def test_a_client_sending_past_the_bound_gets_the_413_then_the_connection_
     status, _, rest = wire.partition(b"\r\n")
     assert status == b"HTTP/1.1 413 Request Entity Too Large"
     assert rest.endswith(b'"max_bytes": 65536}')
+
+
+async def test_an_unexpected_failure_is_a_500_problem_naming_nothing_of_the_server(
+    tmp_path: Path,
+) -> None:
+    # The version store broken under the server (a file where its directory should be):
+    # reading a Version fails with an error no route maps. It was Starlette's text/plain
+    # "Internal Server Error", the one answer of the API that is not a problem.
+    (tmp_path / "versions").write_text("not a directory")
+    body = {"version": "sha256:" + "0" * 64, "input": "hello"}
+    async with served(tmp_path) as (base, _), httpx.AsyncClient(base_url=base) as http:
+        answer = await http.post("/v1/runs", json=body, headers=bearer(ACME_KEY))
+        after = await http.get("/v1/runs/psych-globex-x", headers=bearer(ACME_KEY))
+    assert answer.status_code == 500, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["type"] == "urn:psych:problem:internal"
+    assert problem["status"] == 500
+    assert "log" in problem["detail"]
+    assert str(tmp_path) not in answer.text
+    assert after.status_code == 404  # the server goes on serving

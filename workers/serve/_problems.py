@@ -6,7 +6,8 @@ revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 
 problem, ``StoreDamaged`` 500: a stored Version that no longer reads back), Temporal's
 (no worker answered: 503), request validation (422, each field named)
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
-503) and ``NotPublisher`` (403).
+503) and ``NotPublisher`` (403); anything else is a 500 ``internal`` problem that says
+nothing of it (the server logs it).
 """
 
 from __future__ import annotations
@@ -165,8 +166,18 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_error(request: Request, err: Exception) -> JSONResponse:
         return problem_for(err, request.path_params.get("run_id"))
 
+    async def on_unexpected(request: Request, err: Exception) -> JSONResponse:
+        # Starlette's last resort (ServerErrorMiddleware): it sends this, then raises the
+        # error on for the server to log. Nothing of it is the caller's to read.
+        return problem(
+            500,
+            "the server failed on this request (an internal error: its log has the details)",
+            "internal",
+        )
+
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
     for kind in (
         ApiProblem,
         PsychError,
