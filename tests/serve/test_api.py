@@ -104,6 +104,21 @@ async def test_an_invalid_body_names_each_field(tmp_path: Path) -> None:
         ]
 
 
+async def test_a_body_that_is_not_json_says_what_is_wrong_and_where(tmp_path: Path) -> None:
+    # It said "body.1: JSON decode error": neither what was wrong nor that 1 is a position.
+    async with api(tmp_path) as http:
+        answer = await http.post(
+            "/v1/runs/psych-acme-abc/approve",
+            content=b'{"call_id": "c1",}',
+            headers={**bearer(ACME_KEY), "content-type": "application/json"},
+        )
+    (error,) = assert_problem(answer, 422)["errors"]
+    assert error["field"] == "body"
+    assert error["message"] == (
+        "not JSON at character 17: Expecting property name enclosed in double quotes"
+    )
+
+
 async def test_a_body_over_the_bound_is_a_413_problem(tmp_path: Path) -> None:
     big = b'{"spec": "' + b"x" * 2000 + b'"}'
 

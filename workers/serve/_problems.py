@@ -147,15 +147,23 @@ def _field(location: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+def _error(item: Any) -> dict[str, str]:
+    """One request validation error as ``{field, message}``."""
+    location = tuple(item.get("loc", ()))
+    if item.get("type") == "json_invalid" and len(location) == 2:
+        # FastAPI puts the character the JSON parser stopped at where a field would be.
+        why = (item.get("ctx") or {}).get("error")
+        message = f"not JSON at character {location[1]}" + (f": {why}" if why else "")
+        return {"field": str(location[0]), "message": message}
+    return {"field": _field(location), "message": str(item.get("msg"))}
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` a problem response."""
 
     async def on_validation(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, RequestValidationError)
-        errors = [
-            {"field": _field(tuple(item.get("loc", ()))), "message": str(item.get("msg"))}
-            for item in err.errors()
-        ]
+        errors = [_error(item) for item in err.errors()]
         listed = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return problem(422, f"the request is invalid: {listed}", "invalid-request", errors=errors)
 
