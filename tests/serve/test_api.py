@@ -119,6 +119,31 @@ async def test_a_body_that_is_not_json_says_what_is_wrong_and_where(tmp_path: Pa
     )
 
 
+async def test_a_payload_or_text_the_run_cannot_take_is_a_413_not_a_conflict(
+    tmp_path: Path,
+) -> None:
+    # Under the body bound (complete's is the app's, 4 MiB here) but over what a Run takes
+    # (256 KiB of JSON, 65,536 characters): refused before anything is sent. It was a 409
+    # "Conflict", which says the Run's state refused the request, as for an item answered.
+    async with api(tmp_path, max_body_bytes=4 * 1024 * 1024) as http:
+        payload = await http.post(
+            "/v1/runs/psych-acme-abc/complete",
+            json={"token": "pay-42", "payload": "x" * 300_000},
+            headers=bearer(ACME_KEY),
+        )
+        message = await http.post(
+            "/v1/runs/psych-acme-abc/steer",
+            json={"message": "x" * 70_000},
+            headers=bearer(ACME_KEY),
+        )
+    body = assert_problem(payload, 413)
+    assert body["type"] == "urn:psych:problem:too-large"
+    assert body["refusal"] == "TooLarge"
+    assert "payload is 300002 bytes of JSON; at most 262144 are taken" in str(body["detail"])
+    body = assert_problem(message, 413)
+    assert "message is 70000 characters; at most 65536 are taken" in str(body["detail"])
+
+
 async def test_a_body_over_the_bound_is_a_413_problem(tmp_path: Path) -> None:
     big = b'{"spec": "' + b"x" * 2000 + b'"}'
 

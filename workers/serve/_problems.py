@@ -2,8 +2,9 @@
 
 The one place the API maps exceptions to statuses: psych's own errors (``NotFound`` 404,
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
-revealed, ``Refused`` 409 with its kind, ``ValidationFailed``/``SpecError`` 422 with every
-problem, ``StoreDamaged`` 500: a stored Version that no longer reads back), Temporal's
+revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed``/
+``SpecError`` 422 with every problem, ``StoreDamaged`` 500: a stored Version that no
+longer reads back), Temporal's
 (no worker answered: 503), request validation (422, each field named)
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
 503) and ``NotPublisher`` (403); anything else is a 500 ``internal`` problem that says
@@ -32,6 +33,7 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
 from psych_runtime.workers.serve._auth import IssuerUnavailable, NotPublisher, Unauthorized
+from psych_runtime.workflows import RefusalKind
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -101,6 +103,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(404, str(err), "not-found")
         case AccessDenied():
             return problem(404, "not found", "not-found")
+        case Refused() if err.kind == RefusalKind.TOO_LARGE:
+            # The request itself, not the Run's state: sent again it is refused again.
+            return problem(413, str(err), "too-large", refusal=err.kind)
         case Refused():
             return problem(409, str(err), "refused", refusal=err.kind)
         case ValidationFailed():
