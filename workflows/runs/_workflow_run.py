@@ -45,14 +45,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRunInput,
         refusal,
     )
-    from psych_runtime.workflows.contract._records import (
-        RunAdmitted,
-        RunStatus,
-        StepFinished,
-        StepKind,
-        StepStarted,
-        Totals,
-    )
+    from psych_runtime.workflows.contract._records import RunAdmitted, RunStatus, StepKind
     from psych_runtime.workflows.features import FEATURES
     from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._activity_calls import runs_local
@@ -62,9 +55,9 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
     from psych_runtime.workflows.kernel._wind_down import take_totals, wind_down
     from psych_runtime.workflows.runs._step_output import step_output
+    from psych_runtime.workflows.runs._step_records import StepRecords
 
 
 LOCAL_STEPS_PER_READ = 100
@@ -80,7 +73,7 @@ class _StepFailed(Exception):
 
 
 @workflow.defn(name=WORKFLOW_RUN)
-class WorkflowRun(ToolCalls):
+class WorkflowRun(StepRecords):
     """One workflow Run (see the module docstring)."""
 
     KIND: ClassVar[str] = "workflow"
@@ -304,15 +297,7 @@ class WorkflowRun(ToolCalls):
         continuing.restore_features(self._features, carry)
 
     async def _tool_step(self, index: int, step: ToolStep, offered: dict[str, CatalogEntry]) -> Any:
-        self._log.add(
-            StepStarted(
-                **self._log.stamp(),
-                step=step.name,
-                step_kind="tool",
-                index=index,
-                input=step.arguments,
-            )
-        )
+        self._started(step.name, "tool", index, step.arguments)
         call = ToolCallRequest(
             id=step.name, name=step.tool, arguments=json.dumps(step.arguments, sort_keys=True)
         )
@@ -354,11 +339,7 @@ class WorkflowRun(ToolCalls):
         # only on the path that changed, so no other Run records its marker.
         if steps_left <= 0 and self.patched("psych-workflow-steps-bound-children"):
             error = f"not run: the Run's max_steps ({self._limits.max_steps}) is used up"
-            self._log.add(
-                StepStarted(
-                    **self._log.stamp(), step=step.name, step_kind=kind, index=index, input=None
-                )
-            )
+            self._started(step.name, kind, index, None)
             self._finish(step.name, kind, ok=False, error=error)
             raise _StepFailed(error)
         version = Version(hash=version_hash(step.spec), spec=step.spec, published_at=workflow.now())
@@ -379,16 +360,7 @@ class WorkflowRun(ToolCalls):
             ),
             depth=self._input.depth,
         )
-        self._log.add(
-            StepStarted(
-                **self._log.stamp(),
-                step=step.name,
-                step_kind=kind,
-                index=index,
-                input=list(messages),
-                run=child.id,
-            )
-        )
+        self._started(step.name, kind, index, list(messages), child.id)
         self._running = child.id
         self._running_kind = kind
         if self._abort is not None:  # it came while the child was being started
@@ -472,29 +444,3 @@ class WorkflowRun(ToolCalls):
                 totals=ending.totals,
             )
             raise
-
-    def _finish(
-        self,
-        step: str,
-        kind: StepKind,
-        *,
-        ok: bool,
-        output: Any = None,
-        error: str | None = None,
-        run: str | None = None,
-        status: RunStatus | None = None,
-        totals: Totals | None = None,
-    ) -> None:
-        self._log.add(
-            StepFinished(
-                **self._log.stamp(),
-                step=step,
-                step_kind=kind,
-                ok=ok,
-                output=output,
-                error=error,
-                run=run,
-                status=status,
-                totals=totals,
-            )
-        )

@@ -1,0 +1,76 @@
+"""A WorkflowRun's step records: ``StepStarted`` and ``StepFinished``, and the step a Run
+settles in the middle of.
+
+A Run cancelled (by an operator or its parent) or force-settled (its deadline's grace ran
+out) while a step runs records that step's open calls UNKNOWN as it settles
+(``kernel/_run_base.py``); the step they belong to is recorded ended too, failed and
+UNKNOWN for the same reason, so that a settled Run's report shows no step still running.
+Records are workflow state: writing one issues no command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.workflows.contract._records import (
+        RunStatus,
+        StepFinished,
+        StepKind,
+        StepStarted,
+        Totals,
+    )
+    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+
+
+class StepRecords(ToolCalls):
+    """The records of a WorkflowRun's steps (see the module docstring)."""
+
+    _open_step: tuple[str, StepKind, str | None] | None = None
+    """The step started and not yet finished: its name, kind and child Run."""
+
+    def _started(
+        self, step: str, kind: StepKind, index: int, input: Any, run: str | None = None
+    ) -> None:
+        self._log.add(
+            StepStarted(
+                **self._log.stamp(), step=step, step_kind=kind, index=index, input=input, run=run
+            )
+        )
+        self._open_step = (step, kind, run)
+
+    def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
+        """Record the open calls UNKNOWN, then the step they belong to as ended."""
+        super()._unknown(open_calls, why)
+        if self._open_step is not None:
+            step, kind, run = self._open_step
+            self._finish(step, kind, ok=False, error=f"unknown: {why}", run=run)
+
+    def _finish(
+        self,
+        step: str,
+        kind: StepKind,
+        *,
+        ok: bool,
+        output: Any = None,
+        error: str | None = None,
+        run: str | None = None,
+        status: RunStatus | None = None,
+        totals: Totals | None = None,
+    ) -> None:
+        self._open_step = None
+        self._log.add(
+            StepFinished(
+                **self._log.stamp(),
+                step=step,
+                step_kind=kind,
+                ok=ok,
+                output=output,
+                error=error,
+                run=run,
+                status=status,
+                totals=totals,
+            )
+        )
