@@ -32,6 +32,7 @@ from psych_runtime.specs._errors import (
 )
 from psych_runtime.specs._field_docs import field_docs
 from psych_runtime.specs._flags import env_flag
+from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR, sanitise_tool_name
 from psych_runtime.specs._models import (
     NAME_PATTERN,
     A2APeer,
@@ -68,7 +69,6 @@ from psych_runtime.specs._unsupported import (
 from psych_runtime.specs._url_template import host_placeholders
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
-    MCP_TOOL_SEPARATOR,
     ValidationContext,
     matches,
     mcp_connection_key,
@@ -259,6 +259,7 @@ __all__ = [
     "parse_component",
     "parse_spec",
     "parse_tasks",
+    "sanitise_tool_name",
     "spec_from_json",
     "spec_from_yaml",
     "spec_json_schema",

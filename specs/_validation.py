@@ -20,6 +20,7 @@ from types import MappingProxyType
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
+from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR, mcp_step_problem
 from psych_runtime.specs._models import (
     A2APeer,
     AgentSpec,
@@ -64,9 +65,6 @@ a test ties the two)."""
 RESERVED_TOOL_NAMES = BUILTIN_TOOL_NAMES | {"send_message"}
 """Names no declared tool may take: the built-ins, and ``send_message``, reserved since the
 first Spec layer for messaging peers."""
-
-MCP_TOOL_SEPARATOR = "__"
-"""MCP tools reach the model as ``<server>__<tool>``."""
 
 MAX_NESTING_DEPTH = 16
 """Deepest nesting of workflows within workflows (and agents within workflows)."""
@@ -422,15 +420,13 @@ def _validate_workflow(
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
     problems += unread_workflow_fields(spec, prefix)
-    tool_names = [tool.name for tool in spec.tools]
-    tool_names += [f"{name}{MCP_TOOL_SEPARATOR}*" for name in sorted(mcp_names)]
+    tool_names = {tool.name for tool in spec.tools}
     for step in spec.steps:
         path = f"{prefix}steps[{step.name}]"
         if isinstance(step, ToolStep):
-            if not matches(step.tool, tool_names):
-                problems.append(
-                    Problem(f"{path}.tool", f"{step.tool!r} is not one of the workflow's tools")
-                )
+            why = None if step.tool in tool_names else mcp_step_problem(step.tool, spec.mcp_servers)
+            if why is not None:
+                problems.append(Problem(f"{path}.tool", why))
         elif isinstance(step, AgentStep):
             # A step's agent is not delegated: it roots a chain of its own, at depth 0
             # (the WorkflowRun starts it so).

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from psych_runtime.specs import MCP_TOOL_SEPARATOR, narrow
+from psych_runtime.specs import MCP_TOOL_SEPARATOR, narrow, sanitise_tool_name
 
 MAX_TOOL_NAME = 64
 """The longest tool name providers accept (OpenAI's limit; others allow as much or more)."""
 
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _SUFFIX_HEX = 8
 """Hex digits of the hash suffix: enough that two tools of one catalogue share it only by
 accident of about one in four billion (longer suffixes are taken when they do)."""
@@ -43,8 +41,9 @@ class ToolNaming:
 
 
 def sanitise(text: str) -> str:
-    """``text`` with every character outside ``[a-zA-Z0-9_-]`` replaced by ``_``."""
-    return _UNSAFE.sub("_", text)
+    """``text`` with every character outside ``[a-zA-Z0-9_-]`` replaced by ``_`` (the rule
+    is the Spec layer's, which a workflow's tool steps are validated by)."""
+    return sanitise_tool_name(text)
 
 
 def _digest(server: str, tool: str) -> str:
