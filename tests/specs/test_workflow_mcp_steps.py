@@ -31,3 +31,22 @@ def test_a_step_naming_a_name_never_offered_is_refused_with_the_form_to_use() ->
         "written _"
     )
     assert problems[1].message.startswith("'my_tools__look.up' is not one of the workflow's")
+
+
+def test_a_step_naming_a_tool_the_servers_allow_never_grants_is_refused() -> None:
+    # From the same audit: `allow` was not read at publish, and the Run failed at the
+    # step ("unknown tool").
+    spec = flow(
+        "my_tools__write_file",
+        "my_tools__read_file",
+        "my_tools__look_up",
+        "my_tools__lookup",
+        "my_tools__write-0123abcd",  # cut or suffixed: which tool it is is not known
+        allow=["look.up", "read_*"],
+    )
+    (write, lookup) = validate(spec)
+    assert (write.path, lookup.path) == ("steps[s0].tool", "steps[s3].tool")
+    assert write.message == (
+        "'my_tools__write_file' is never callable: its MCP server does not allow it "
+        "('my.tools' allows only look.up, read_*)"
+    )
