@@ -20,7 +20,7 @@ from types import MappingProxyType
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
-from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR, mcp_step_problem
+from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR
 from psych_runtime.specs._models import (
     A2APeer,
     AgentSpec,
@@ -41,6 +41,7 @@ from psych_runtime.specs._subagents import (
     own_cap,
     subagent_depth_refusal,
 )
+from psych_runtime.specs._tool_steps import tool_step_problems
 from psych_runtime.specs._unsupported import unsupported_features
 from psych_runtime.specs._url_template import host_placeholders, url_placeholders
 from psych_runtime.specs._version import canonical_bytes
@@ -420,13 +421,10 @@ def _validate_workflow(
     problems += _check_tools(spec.tools, mcp_names, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
     problems += unread_workflow_fields(spec, prefix)
-    tool_names = {tool.name for tool in spec.tools}
     for step in spec.steps:
         path = f"{prefix}steps[{step.name}]"
         if isinstance(step, ToolStep):
-            why = None if step.tool in tool_names else mcp_step_problem(step.tool, spec.mcp_servers)
-            if why is not None:
-                problems.append(Problem(f"{path}.tool", why))
+            problems += tool_step_problems(step, spec, path)
         elif isinstance(step, AgentStep):
             # A step's agent is not delegated: it roots a chain of its own, at depth 0
             # (the WorkflowRun starts it so).

@@ -21,6 +21,7 @@ from psych_runtime.specs import (
     Refused,
     RunFailed,
     Scope,
+    ValidationFailed,
     WorkflowBuilder,
     WorkflowSpec,
 )
@@ -389,3 +390,23 @@ async def test_abort_during_a_tool_step_settles_the_workflow_aborted(harness: Ha
     (finished,) = [r for r in records if isinstance(r, StepFinished)]
     assert (finished.step, finished.ok) == ("crawl", False)
     assert finished.error is not None and finished.error.startswith("aborted: ")
+
+
+async def test_a_step_missing_an_http_tools_url_argument_is_refused_before_any_step_runs(
+    harness: Harness,
+) -> None:
+    # From an audit: the Run failed at the refund step, after the account was created.
+    created: list[str] = []
+    register_accounts(harness, created)
+    spec = (
+        WorkflowBuilder("refunds", registry=harness.registry)
+        .tool("create_account")
+        .http_tool("refund", description="Refund.", url="http://127.0.0.1:9/orders/{order_id}")
+        .tool_step("create", "create_account", {"plan": "pro"})
+        .tool_step("refund", "refund", {"order": "7"})
+        .build()
+    )
+    async with harness.worker():
+        with pytest.raises(ValidationFailed, match=r"steps\[refund\]\.arguments: no 'order_id'"):
+            await harness.client.dispatch(spec, "go", scope=harness.scope)
+    assert created == []
