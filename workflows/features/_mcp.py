@@ -39,7 +39,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolCatalog,
     )
-    from psych_runtime.specs import McpServer, Scope, ToolStep, WorkflowSpec
+    from psych_runtime.specs import (
+        MCP_TOOL_SEPARATOR,
+        McpServer,
+        Scope,
+        ToolStep,
+        WorkflowSpec,
+        sanitise_tool_name,
+    )
     from psych_runtime.workflows.contract._records import McpDiscovered, RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._consent import consent_of
@@ -268,6 +275,15 @@ class Mcp(Feature):
 
     def offered(self) -> Mapping[str, CatalogEntry]:
         return self.state.entries
+
+    def not_offered(self, tool: str) -> str | None:
+        for server in sorted(self.state.unavailable):
+            if tool.startswith(sanitise_tool_name(server) + MCP_TOOL_SEPARATOR):
+                return (
+                    f"MCP server {server!r} is unavailable, and optional: the Run went on "
+                    "without its tools"
+                )
+        return None
 
     async def before_step(self, turn: int, base: ToolCatalog) -> None:
         run = self.run

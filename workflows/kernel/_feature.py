@@ -272,6 +272,11 @@ class Feature:
     async def before_step(self, turn: int, base: ToolCatalog) -> None:
         """A workflow's tool step is about to run (its turn boundary)."""
 
+    def not_offered(self, tool: str) -> str | None:
+        """Why ``tool``, one of those it offers when it can, is not offered now (None: no
+        such reason): what a workflow's failed tool step says beyond "unknown tool"."""
+        return None
+
     def open_items(self) -> int:
         """Items of its own still open, which keep the Run from continuing as new."""
         return 0

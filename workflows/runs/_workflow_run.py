@@ -309,6 +309,9 @@ class WorkflowRun(StepRecords):
         result = results[0]
         if result.status != "ok":
             error = f"{result.status}: {result.content}"
+            if step.tool not in offered:  # say why, where a feature knows
+                whys = (f.not_offered(step.tool) for f in self._features)
+                error += "".join(f" ({why})" for why in whys if why is not None)
             self._finish(step.name, "tool", ok=False, error=error)
             self.check_abort()  # a call an abort cancelled ends the Run ABORTED
             raise _StepFailed(error)
