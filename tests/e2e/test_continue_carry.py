@@ -1,6 +1,7 @@
 """Continue-as-new carries the compose features' per-Run state: the task list, compaction's
-cut and the spawned children a later turn collects (``workflows/_carry.py``), and the
-actions sent under an idempotency key (``workflows/kernel/_kept_actions.py``)."""
+cut and the spawned children a later turn collects (``workflows/_carry.py``), the actions
+sent under an idempotency key (``workflows/kernel/_kept_actions.py``), and a follow-up
+taken after an answer as the next turn's input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.activities import SUMMARISER_PROMPT
-from psych_runtime.specs import AgentBuilder, PsychError, Refused
+from psych_runtime.specs import AgentBuilder, AgentSpec, PsychError, Refused, RunFailed
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workflows import (
     CompactionApplied,
@@ -203,3 +204,94 @@ async def test_a_keyed_action_sent_again_after_the_cut_is_answered_as_before(
     steers = [r for r in records if isinstance(r, SteerReceived)]
     assert continued and len(steers) == 1 and steers[0].seq < continued[0]
     assert [r.id for r in records if isinstance(r, Resumed)] == ["c7", "c8"]
+
+
+def follow_up_agent(harness: Harness, waited: asyncio.Event) -> AgentSpec:
+    """An agent whose first turn waits (``wait_note``) until the test has sent a follow-up,
+    so the follow-up is taken after its second turn's answer: the input of its third."""
+
+    @harness.registry.register
+    async def wait_note() -> str:
+        """Wait for a note."""
+        await waited.wait()
+        return "waited"
+
+    @harness.registry.register
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n} done"
+
+    return (
+        AgentBuilder("follower", registry=harness.registry)
+        .model("fake-model")
+        .tool("wait_note")
+        .tool("step")
+        .compaction(100, keep_recent_turns=1, model="fake-other")
+        .build()
+    )
+
+
+@pytest.mark.parametrize("continue_after_events", [1, 10_000])
+async def test_a_follow_up_taken_before_the_cut_stays_its_turns_input(
+    harness: Harness, continue_after_events: int
+) -> None:
+    # Turn 2 answers and takes the follow-up, the Run continues as new (1) or not
+    # (10,000), turn 3 is over the trigger, so turns 1-2 are summarised before turn 4:
+    # the follow-up starts turn 3, which is kept, either way.
+    waited = asyncio.Event()
+    small, big = Usage(input_tokens=1), Usage(input_tokens=500)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("wait_note", {}), usage=small),
+        Reply.text("first answer", usage=small),
+        Reply.tool_calls(ToolCall("step", {"n": 1}), usage=big),
+        Reply.text("done"),
+    )
+    harness.fake.enqueue(Reply.text("Said hello; answered."), model="fake-other")
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            follow_up_agent(harness, waited),
+            "hello",
+            scope=harness.scope,
+            continue_after_events=continue_after_events,
+        )
+        await harness.client.steer(run, "and now step 1", scope=harness.scope, mode="follow_up")
+        waited.set()
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    continued = any(isinstance(r, RunContinued) for r in records)
+    assert continued is (continue_after_events == 1)
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    # hello, the wait_note call and its result, the first answer: not the follow-up.
+    assert (applied.cut_turn, applied.messages_replaced) == (3, 4)
+    summariser, turn4 = harness.fake.requests[3:]
+    assert "and now step 1" not in json.dumps(summariser["messages"])
+    assert [(m["role"], m["content"]) for m in turn4["messages"][1:3]] == [
+        ("user", "and now step 1"),
+        ("assistant", None),
+    ]
+
+
+@pytest.mark.parametrize("continue_after_events", [1, 10_000])
+async def test_a_follow_up_no_call_answered_after_the_cut_is_undelivered(
+    harness: Harness, continue_after_events: int
+) -> None:
+    waited = asyncio.Event()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("wait_note", {})),
+        Reply.text("first answer"),
+        Reply.error(400, message="refused"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            follow_up_agent(harness, waited),
+            "hello",
+            scope=harness.scope,
+            continue_after_events=continue_after_events,
+        )
+        await harness.client.steer(run, "and now step 1", scope=harness.scope, mode="follow_up")
+        waited.set()
+        with pytest.raises(RunFailed, match="1 message sent during the Run not delivered"):
+            await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert [(u.mode, u.message) for u in report.undelivered] == [("follow_up", "and now step 1")]

@@ -23,7 +23,7 @@ from pydantic import (
 
 from psych_runtime.activities.contract import ChatMessage, ToolCatalog
 from psych_runtime.specs import drop_defaults
-from psych_runtime.workflows.contract._records import CallSuspensionReason, Totals
+from psych_runtime.workflows.contract._records import CallSuspensionReason, Totals, Undelivered
 
 CONTINUE_AFTER_EVENTS = 10_000
 """Default ``RunInput.continue_after_events``. Temporal refuses an execution past 51,200
@@ -127,7 +127,12 @@ class RunCarry(JsonWithoutDefaults):
     follow_up: tuple[str, ...] = ()
     next_run: tuple[str, ...] = ()
     pending: tuple[ChatMessage | str, ...] = ()
-    """What the next model call sends: the last turn's results and notes (or refs)."""
+    """What the next model call sends: the last turn's results and notes (or refs), then
+    the ``unanswered`` messages."""
+    unanswered: tuple[Undelivered, ...] = ()
+    """The steer and follow-up messages taken after the last turn's answer, which end
+    ``pending``: the next turn's input, not the last turn's (compaction's turn mark starts
+    before them), and ``RunSettled.undelivered`` if no model call answers them."""
     context_ref: str | None = None
     """The head of the conversation's blob chain."""
     system_ref: str | None = None

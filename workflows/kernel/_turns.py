@@ -126,8 +126,9 @@ class TurnLoop(ToolCalls):
             pending = list(carry.pending)
             system_ref = carry.system_ref
         # How many of the next call's first messages are the turn before's (compaction's
-        # marks): none for the user's input, the carried results after a continue-as-new.
-        before = len(pending) if carry is not None else 0
+        # marks): none for the user's input, the carried results after a continue-as-new
+        # (not the input taken after an answer, which ends them: it is the next turn's).
+        before = len(pending) - len(carry.unanswered) if carry is not None else 0
         while True:
             self.check_abort()
             spent = self._spent()
@@ -371,6 +372,7 @@ class TurnLoop(ToolCalls):
             follow_up=tuple(self._follow_up),
             next_run=tuple(self._next_run),
             pending=tuple(pending),
+            unanswered=tuple(self._unanswered),
             context_ref=self._context_ref,
             system_ref=system_ref,
             actions=self._kept.carry(),
@@ -389,6 +391,7 @@ class TurnLoop(ToolCalls):
         self._steer = list(carry.steer)
         self._follow_up = list(carry.follow_up)
         self._next_run = list(carry.next_run)
+        self._unanswered = list(carry.unanswered)
         self._context_ref = carry.context_ref
         continuing.restore_features(self._features, carry)
 
