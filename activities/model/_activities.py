@@ -222,6 +222,7 @@ class ModelActivities(ActivityClass):
         *,
         deltas: AttemptDeltas | None = None,
         remember: bool = True,
+        context: bool = True,
     ) -> ModelCallResult:
         """Call the model on the stored conversation plus what is new; store its answer.
 
@@ -229,6 +230,8 @@ class ModelActivities(ActivityClass):
         summariser): not an activity of its own. ``deltas``: where the answer's pieces are
         published as they arrive; its address goes out with every heartbeat. ``remember``:
         cache the new head's messages for the next call (not the summariser's: no next).
+        ``context``: ask the worker's context providers (a turn's call; not the
+        summariser's, which has its own system prompt and is no turn of the Run).
 
         The endpoint's API key is redacted (``[REDACTED:model-api-key]``) from everything
         taken from the response: the answer, failure messages, their causes and the log.
@@ -244,7 +247,7 @@ class ModelActivities(ActivityClass):
                 # Beats from the start: rebuilding a long conversation from a slow BlobStore
                 # happens before the request and must not look like a lost worker.
                 async with _heartbeating(None if deltas is None else deltas.details):
-                    answer = await self._complete(input, started, redact, deltas, remember)
+                    answer = await self._complete(input, started, redact, deltas, remember, context)
                     return span.done(answer)
             except McpConsentRequired as err:
                 # Not the model's failure either: the Run suspends until a person consents.
@@ -289,6 +292,7 @@ class ModelActivities(ActivityClass):
         redact: Redactor,
         deltas: AttemptDeltas | None,
         remember: bool,
+        context: bool,
     ) -> ModelCallResult:
         endpoint = self.endpoints.for_model(input.model)
         if endpoint.api_key:
@@ -318,11 +322,11 @@ class ModelActivities(ActivityClass):
                 new_refs.append(await self.conversations.put_message(note))
                 new_messages.append(note)
         tools = await self._tools(tools_ref, input.exclude_tools)
-        context = None
-        if self.context is not None and self.context.settings.sources:
+        turn_context = None
+        if context and self.context is not None and self.context.settings.sources:
             # This call's system text only: system_ref (what the next call loads) stays the
             # Run's own prompt, and nothing here enters the conversation chain.
-            blocks, context = await self.context.gather(
+            blocks, turn_context = await self.context.gather(
                 ContextRequest(input.scope, input.run_id, input.turn, tuple(new_messages))
             )
             system = with_context(system or "", blocks) or None
@@ -394,7 +398,7 @@ class ModelActivities(ActivityClass):
             mcp=None
             if resolved is None or input.mcp is None
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
-            context=context,
+            context=turn_context,
         )
         if not surely_fits(result):
             size = len(result.model_dump_json())

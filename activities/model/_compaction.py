@@ -10,10 +10,11 @@ changes what the model sees next, never what happened.
 
 The summariser call goes through ``ModelActivities.complete`` (the same endpoints,
 pricing, streaming, redaction, failure mapping and span), with its own system prompt
-(``SUMMARISER_PROMPT`` plus ``summary_instructions``), no tools, the output capped at
-``max_summary_tokens``, and the messages to summarise rendered as one transcript in a user
-message: the summariser is offered no tools, and a provider may refuse tool calls and
-results in a request that defines none.
+(``SUMMARISER_PROMPT`` plus ``summary_instructions``; the worker's context providers are
+not asked: their blocks are for a turn's calls, and this one is none), no tools, the
+output capped at ``max_summary_tokens``, and the messages to summarise rendered as one
+transcript in a user message: the summariser is offered no tools, and a provider may
+refuse tool calls and results in a request that defines none.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class CompactionActivities(ActivityClass):
         )
         # The model activity's own code path, called in this activity's context: one
         # implementation of the request, the stream, redaction, pricing and failures.
-        answer = await self.model.complete(call, remember=False)
+        answer = await self.model.complete(call, remember=False, context=False)
         text = answer.text.strip()
         if not text:
             raise _failed(f"the summariser ({answer.model}) returned an empty summary")

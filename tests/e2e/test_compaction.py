@@ -1,14 +1,21 @@
 """Compaction end to end on a real dev server: the trigger, the summary the model sees
-next, the cut moving forward, a failing summariser, and the budgets counting it."""
+next, the cut moving forward, a failing summariser, the budgets counting it, and the
+summariser's own system prompt (no per-turn context)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import pytest
 
-from psych_runtime.activities import SUMMARISER_PROMPT
+from psych_runtime.activities import (
+    SUMMARISER_PROMPT,
+    ContextRequest,
+    ContextSettings,
+    ContextSource,
+)
 from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.activities.model._compaction import SUMMARY_HEADER
 from psych_runtime.specs import AgentBuilder, AgentSpec
@@ -18,6 +25,7 @@ from psych_runtime.workers.console import format_record
 from psych_runtime.workflows import (
     CompactionApplied,
     CompactionFailed,
+    ContextProvided,
     ModelCallFinished,
     RunStatus,
     ToolCallFinished,
@@ -245,3 +253,36 @@ async def test_an_abort_cancels_a_running_summariser(harness: Harness) -> None:
     assert fake.requests[2]["model"] == SUMMARISER
     assert not [r for r in records if isinstance(r, CompactionApplied | CompactionFailed)]
     assert result.totals.model_calls == 3  # the cancelled summariser call counts
+
+
+async def test_the_summariser_gets_no_per_turn_context(harness: Harness) -> None:
+    asked: list[int] = []
+
+    async def customer(request: ContextRequest) -> str:
+        asked.append(request.turn)
+        return "Customer record: gold plan."
+
+    harness.settings = dataclasses.replace(
+        harness.settings, context=ContextSettings(sources=(ContextSource("customer", customer),))
+    )
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG), Reply.text("Done."))
+    fake.enqueue(Reply.text("Order 1 shipped."), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert [r.turn for r in records if isinstance(r, CompactionApplied)] == [2]
+    # Asked once per turn's call, and never for the summariser's.
+    assert asked == [1, 2, 3]
+    assert [r.turn for r in records if isinstance(r, ContextProvided)] == [1, 2, 3]
+    summariser = fake.requests[2]
+    assert summariser["model"] == SUMMARISER
+    assert summariser["messages"][0]["content"] == (SUMMARISER_PROMPT + "\n\nKeep every order id.")
+    assert all(
+        "Customer record: gold plan." in r["messages"][0]["content"]
+        for r in fake.requests
+        if r["model"] != SUMMARISER
+    )
