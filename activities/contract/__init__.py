@@ -132,6 +132,7 @@ from psych_runtime.activities.contract._threads import (
     ThreadContext,
     ThreadRef,
     TurnMark,
+    UnusedSummary,
 )
 from psych_runtime.activities.contract._tools import (
     CatalogEntry,
@@ -237,6 +238,7 @@ __all__ = [
     "ToolInfo",
     "ToolOutcome",
     "TurnMark",
+    "UnusedSummary",
     "Usage",
     "VERSION_PUBLISH",
     "VersionPublishInput",

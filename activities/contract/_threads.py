@@ -81,3 +81,12 @@ class CompactResult(_Payload):
     usage: Usage
     cost: float | None = None
     latency: Latency
+
+
+class UnusedSummary(_Payload):
+    """The details of a ``CompactionFailed`` error raised after the summariser answered
+    (an empty summary): what its answer cost, which the Run's totals count though no
+    summary came of it."""
+
+    usage: Usage
+    cost: float | None = None

@@ -33,6 +33,7 @@ from psych_runtime.activities.contract import (
     ErrorType,
     ModelCallInput,
     TurnMark,
+    UnusedSummary,
 )
 from psych_runtime.activities.model._activities import ModelActivities
 from psych_runtime.activities.model._threads import chain_nodes
@@ -150,7 +151,8 @@ class CompactionActivities(ActivityClass):
         Raises:
             ApplicationError: type ``ModelCallFailed`` (the summariser call failed, details
                 a ``ModelFailure``) or ``CompactionFailed`` (the conversation cannot be
-                compacted as asked, or the summary came back empty); never retried.
+                compacted as asked; or the summary came back empty, details an
+                ``UnusedSummary``: what the answer cost); never retried.
         """
         conversations = self.model.conversations
         nodes = await chain_nodes(conversations.blobs, input.context_ref)
@@ -186,7 +188,19 @@ class CompactionActivities(ActivityClass):
         answer = await self.model.complete(call, remember=False, context=False)
         text = answer.text.strip()
         if not text:
-            raise _failed(f"the summariser ({answer.model}) returned an empty summary")
+            # Paid for all the same (a reasoning model can spend the whole output cap
+            # before writing a word): the details say what, for the Run's totals.
+            paid = UnusedSummary(usage=answer.usage, cost=answer.cost)
+            usage = answer.usage
+            spent = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+            if answer.finish_reason:
+                spent = f"finish reason {answer.finish_reason}, {spent}"
+            raise ApplicationError(
+                f"the summariser ({answer.model}) returned an empty summary ({spent})",
+                paid.model_dump(mode="json"),
+                type=ErrorType.COMPACTION_FAILED,
+                non_retryable=True,
+            )
         summary = ChatMessage(role="user", content=SUMMARY_HEADER + text)
         summary_ref = await conversations.put_message(summary)
         first = await conversations.append(None, [summary_ref])

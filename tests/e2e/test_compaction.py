@@ -286,3 +286,38 @@ async def test_the_summariser_gets_no_per_turn_context(harness: Harness) -> None
         for r in fake.requests
         if r["model"] != SUMMARISER
     )
+
+
+async def test_an_empty_summary_is_recorded_and_its_cost_counted(harness: Harness) -> None:
+    harness.settings.pricing = TablePricing(
+        {
+            "fake-model": ModelPrice(input=1.0, output=1.0),
+            SUMMARISER: ModelPrice(input=10.0, output=10.0),
+        }
+    )
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG), Reply.text("Done.", usage=SMALL))
+    # A summary of blanks (a reasoning model can also spend its whole output cap before
+    # writing a word): no summary, but a paid answer.
+    spent = FakeUsage(input_tokens=400, output_tokens=64)
+    fake.enqueue(Reply.text("  ", usage=spent), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+        report = await client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (failed,) = [r for r in records if isinstance(r, CompactionFailed)]
+    # The totals count what the unused answer cost, as a model call and a step.
+    totals = result.totals
+    assert (totals.model_calls, totals.steps) == (4, 6)
+    assert totals.usage.input_tokens == 300 + 300 + 10 + 400
+    assert totals.usage.output_tokens == 5 * 3 + 64
+    finished = [r for r in records if isinstance(r, ModelCallFinished)]
+    summary_cost = (400 + 64) * 10.0 / 1e6
+    assert totals.cost == pytest.approx(sum(r.cost or 0.0 for r in finished) + summary_cost)
+    assert failed.error.endswith(
+        "returned an empty summary (finish reason stop, 400 in / 64 out tokens)"
+    )
+    assert report.compactions == (failed,)

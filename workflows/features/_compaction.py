@@ -13,7 +13,9 @@ turns. The records of the replaced turns stay in the log; only what the model se
 The summariser call counts in the Run's budgets like a model call (a step and a model call,
 its usage and cost), so it runs only when the budget leaves room for it and the next model
 call. A failed call is recorded (``CompactionFailed``) and the Run goes on uncompacted
-until a later call reaches the trigger again.
+until a later call reaches the trigger again; an answer that came and could not be used
+(an empty summary) was paid for, so its usage and cost count in the totals (and its
+error says them).
 
 The per-Run state is one frozen ``CompactionState`` (``Compaction.state``), plain data a
 continued execution carries.
@@ -26,10 +28,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import CompactInput, CompactResult, TurnMark, Usage
+    from psych_runtime.activities.contract import (
+        CompactInput,
+        CompactResult,
+        ErrorType,
+        TurnMark,
+        UnusedSummary,
+        Usage,
+    )
     from psych_runtime.specs import AgentSpec, CompactionPolicy
     from psych_runtime.workflows.contract._records import (
         CompactionApplied,
@@ -91,6 +100,18 @@ def next_cut(state: CompactionState, policy: CompactionPolicy) -> int | None:
 def compacted(state: CompactionState, cut: int, result: CompactResult) -> CompactionState:
     """``state`` once the turns before ``cut`` are summarised (``result``)."""
     return CompactionState(cut_turn=cut, marks=result.marks, summary_ref=result.summary_ref)
+
+
+def unused_summary(err: ActivityError) -> UnusedSummary | None:
+    """What a summariser answer that could not be used cost (None: no answer came)."""
+    cause = err.__cause__
+    if (
+        isinstance(cause, ApplicationError)
+        and cause.type == ErrorType.COMPACTION_FAILED
+        and cause.details
+    ):
+        return UnusedSummary.model_validate(cause.details[0])
+    return None
 
 
 class Compaction(Feature):
@@ -175,6 +196,9 @@ class Compaction(Feature):
             run.check_abort()
             if isinstance(err.__cause__, CancelledError):
                 raise asyncio.CancelledError from err
+            paid = unused_summary(err)
+            if paid is not None:
+                run.add_usage(paid.usage, paid.cost)
             run.log.add(
                 CompactionFailed(**run.log.stamp(), turn=turn, model=model, error=cause_text(err))
             )
