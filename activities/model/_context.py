@@ -11,8 +11,9 @@ activity per turn for it, whether providers are registered or not. Per call:
 
 1. every provider is asked at once with the Run's scope, run id, turn and the call's new
    messages, each bounded by its timeout (``ContextSource.timeout_seconds``, default
-   ``ContextSettings.timeout_seconds``, 2 s); one that raises or times out is skipped and
-   reported (``failed``, ``timeout``), never fails the call; an empty answer shows nothing;
+   ``ContextSettings.timeout_seconds``, 2 s); one that raises (its own ``CancelledError``
+   too) or times out is skipped and reported (``failed``, ``timeout``), never fails the
+   call; an empty answer shows nothing;
 2. a block over its provider's ``max_tokens`` is cut to it (``truncated``);
 3. the blocks are tried highest priority first (of equal priorities the earlier
    registered first) and each is kept if it fits in what is left of ``budget_tokens``
@@ -158,6 +159,17 @@ async def _ask(
             )
         return ContextSkipped(
             provider=source.name, reason="timeout", detail=f"no answer within {timeout:g} s"
+        )
+    except asyncio.CancelledError as err:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the model call itself is cancelled (an abort, a lost worker)
+        # The provider's own (a task it awaited was cancelled): its failure, not the call's,
+        # which would otherwise fail as a transient model failure and be retried.
+        return ContextSkipped(
+            provider=source.name,
+            reason="failed",
+            detail=_printable(f"{type(err).__name__}: {err}")[:500],
         )
     except Exception as err:  # a consumer's provider: any failure skips it, reported
         return ContextSkipped(

@@ -159,6 +159,42 @@ async def test_a_providers_own_timeout_error_is_a_failure_not_our_timeout(tmp_pa
     ]
 
 
+async def test_a_providers_own_cancelled_error_is_a_failure(tmp_path: Path) -> None:
+    async def awaits_a_cancelled_task(request: ContextRequest) -> str:
+        lookup = asyncio.ensure_future(asyncio.Event().wait())
+        lookup.cancel()
+        await lookup
+        return "never"
+
+    sources = (ContextSource("crm", awaits_a_cancelled_task), named("policy", "Refunds: 30 days."))
+    texts, turn = await ContextProviders(ContextSettings(sources), LocalBlobStore(tmp_path)).gather(
+        REQUEST
+    )
+    assert texts == ["Refunds: 30 days."]
+    assert turn is not None
+    assert [(s.provider, s.reason, s.detail) for s in turn.skipped] == [
+        ("crm", "failed", "CancelledError: ")
+    ]
+
+
+async def test_a_cancelled_call_still_cancels_its_providers(tmp_path: Path) -> None:
+    asked = asyncio.Event()
+
+    async def waits(request: ContextRequest) -> str:
+        asked.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    settings = ContextSettings((ContextSource("crm", waits, timeout_seconds=3600),))
+    gathering = asyncio.ensure_future(
+        ContextProviders(settings, LocalBlobStore(tmp_path)).gather(REQUEST)
+    )
+    await asked.wait()
+    gathering.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gathering
+
+
 async def test_providers_that_all_give_nothing_record_nothing(tmp_path: Path) -> None:
     # Nothing shown and nothing skipped: the call's result carries no context, as without
     # providers, rather than an empty ContextTurn recorded for every turn.

@@ -1,8 +1,9 @@
 """Pre-turn context providers end to end on a real dev server (issue 11 item 5).
 
 Providers run inside the model activity: within the budget, the lowest priority dropped,
-a failing one and a slow one skipped and recorded, the block in that call's system prompt
-only, never in the conversation, and recorded by reference.
+a failing one (its own ``CancelledError`` too) and a slow one skipped and recorded, the
+block in that call's system prompt only, never in the conversation, and recorded by
+reference.
 """
 
 from __future__ import annotations
@@ -189,3 +190,28 @@ async def test_without_context_the_result_and_the_records_carry_none(
     ]
     assert len(calls) == 1
     assert calls[0]["text"] == "hi" and "context" not in calls[0]
+
+
+async def test_a_providers_own_cancelled_error_skips_it_not_the_call(harness: Harness) -> None:
+    # A provider awaiting a task someone cancelled raises CancelledError, which is no
+    # Exception: it failed the model call as transient, retried until the budget ran out.
+    async def crm(request: ContextRequest) -> str:
+        lookup = asyncio.ensure_future(asyncio.Event().wait())
+        lookup.cancel()
+        await lookup
+        return "never"
+
+    harness.settings = dataclasses.replace(
+        harness.settings, context=ContextSettings((ContextSource("crm", crm),))
+    )
+    harness.fake.enqueue(Reply.text("hi"))
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            AgentBuilder("plain").model("fake-model").build(), "hi", scope=harness.scope
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = [r async for r in harness.client.stream(run, scope=harness.scope)]
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.answer == "hi" and result.totals.model_calls == 1
+    (provided,) = [r for r in records if isinstance(r, ContextProvided)]
+    assert [(s.provider, s.reason) for s in provided.skipped] == [("crm", "failed")]
