@@ -18,7 +18,7 @@ from psych_runtime.activities import (
 )
 from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.activities.model._compaction import SUMMARY_HEADER
-from psych_runtime.specs import AgentBuilder, AgentSpec
+from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers.console import format_record
@@ -321,3 +321,36 @@ async def test_an_empty_summary_is_recorded_and_its_cost_counted(harness: Harnes
         "returned an empty summary (finish reason stop, 400 in / 64 out tokens)"
     )
     assert report.compactions == (failed,)
+
+
+async def test_the_summariser_leaves_room_within_a_workflows_max_steps(harness: Harness) -> None:
+    # The workflow's max_steps (6) bounds its agent step's child, whose Spec allows 1000:
+    # after turn 2 (5 steps) the summariser would take the 6th and turn 3's call a 7th.
+    fake = harness.fake
+    fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("lookup_order", {"order_id": "1"}),
+            ToolCall("lookup_order", {"order_id": "2"}),
+            usage=BIG,
+        ),
+        lookup("3", BIG),
+        Reply.text("All three shipped.", usage=SMALL),
+    )
+    fake.enqueue(Reply.text("Orders 1 and 2 shipped."), model=SUMMARISER)
+    workflow = (
+        WorkflowBuilder("bounded", registry=harness.registry)
+        .agent_step("orders", agent(harness))
+        .limits(max_steps=6)
+        .build()
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(workflow, "Orders 1, 2 and 3?", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        child = f"{run.workflow_id}-step1"
+        records = (await client.records(child, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert result.totals.steps == 6
+    assert result.outputs == {"orders": "All three shipped."}
+    assert not [r for r in records if isinstance(r, CompactionApplied | CompactionFailed)]
+    assert [r["model"] for r in fake.requests] == ["fake-model"] * 3

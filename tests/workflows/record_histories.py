@@ -1642,6 +1642,33 @@ async def compaction_failed(rig: Rig) -> RunHandle:
     return await rig.run(_compacting(rig, "compactor"), "Orders 1 and 2?")
 
 
+async def compaction_in_bounded_step(rig: Rig) -> RunHandle:
+    """The child AgentRun of a workflow's agent step whose max_steps the workflow narrows
+    to 6: at the boundary after turn 2 (5 steps) the summariser would take the 6th, so it
+    is not run and turn 3 answers within the bound (patch psych-compaction-within-bounds,
+    its marker after turn 1's model call)."""
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("lookup_order", {"order_id": "1"}),
+            ToolCall("lookup_order", {"order_id": "2"}),
+            usage=_OVER,
+        ),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "3"}), usage=_OVER),
+        Reply.text("All three shipped."),
+    )
+    rig.fake.enqueue(Reply.text("Orders 1 and 2 shipped."), model="fake-fallback")
+    spec = _workflow(rig, "bounded").agent_step("orders", _compacting(rig, "compactor"))
+    run = await rig.run(spec.limits(max_steps=6).build(), "Orders 1, 2 and 3?")
+    return dataclasses.replace(run, workflow_id=f"{run.workflow_id}-step1")
+
+
+async def compaction_in_bounded_step_before_patch(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-compaction-within-bounds: the summariser was checked
+    # against the Spec's max_steps, so it ran as the 6th step and turn 3's model call took a
+    # 7th, past the workflow's bound. It checks the old branch; never re-recorded.
+    return await compaction_in_bounded_step(rig)
+
+
 async def thread_continued(rig: Rig) -> RunHandle:
     rig.fake.enqueue(
         Reply.text("Order 42 shipped."),
@@ -2282,6 +2309,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # compaction and threads (issue 10 items 3 and 5)
     ("dev", compaction_applied),
     ("dev", compaction_failed),
+    ("dev", compaction_in_bounded_step_before_patch),
+    ("dev", compaction_in_bounded_step),
     ("dev", thread_continued),
     # subagents done right (issue 10, item 1)
     ("dev", delegate_failed_child_rolled_up),

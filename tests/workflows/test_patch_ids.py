@@ -91,6 +91,10 @@ PATCHES: dict[str, str] = {
     # features/_subagents.py, features/_spawn_collect.py); a Run recorded before left them
     # to their close policy and their totals were lost. Asked as the cancellation arrives.
     "psych-children-wind-down": "0.1.0",
+    # A compacting Run whose max_steps a parent workflow narrows leaves room for its next
+    # model call within that bound (features/_compaction.py); a Run recorded before checked
+    # the Spec's max_steps, and its summariser could take the bound's last step.
+    "psych-compaction-within-bounds": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

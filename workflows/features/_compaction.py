@@ -12,10 +12,11 @@ turns. The records of the replaced turns stay in the log; only what the model se
 
 The summariser call counts in the Run's budgets like a model call (a step and a model call,
 its usage and cost), so it runs only when the budget leaves room for it and the next model
-call. A failed call is recorded (``CompactionFailed``) and the Run goes on uncompacted
-until a later call reaches the trigger again; an answer that came and could not be used
-(an empty summary) was paid for, so its usage and cost count in the totals (and its
-error says them).
+call (the Run's ``max_steps`` as a parent workflow narrows it, since the patch
+``psych-compaction-within-bounds``). A failed call is recorded (``CompactionFailed``) and
+the Run goes on uncompacted until a later call reaches the trigger again; an answer that
+came and could not be used (an empty summary) was paid for, so its usage and cost count
+in the totals (and its error says them).
 
 The per-Run state is one frozen ``CompactionState`` (``Compaction.state``), plain data a
 continued execution carries.
@@ -65,6 +66,10 @@ class CompactionState(BaseModel):
     compaction was tried after it)."""
     summary_ref: str | None = None
     """The summary message the model sees now (None before the first compaction)."""
+    within_bounds: bool = False
+    """Whether the summariser's room is checked against the Run's ``max_steps`` as a parent
+    workflow narrows it (patch ``psych-compaction-within-bounds``); a Run recorded before
+    checked the Spec's, and a bounded step's summariser could take its last step."""
 
     @property
     def last_turn(self) -> int:
@@ -99,7 +104,12 @@ def next_cut(state: CompactionState, policy: CompactionPolicy) -> int | None:
 
 def compacted(state: CompactionState, cut: int, result: CompactResult) -> CompactionState:
     """``state`` once the turns before ``cut`` are summarised (``result``)."""
-    return CompactionState(cut_turn=cut, marks=result.marks, summary_ref=result.summary_ref)
+    return CompactionState(
+        cut_turn=cut,
+        marks=result.marks,
+        summary_ref=result.summary_ref,
+        within_bounds=state.within_bounds,
+    )
 
 
 def unused_summary(err: ActivityError) -> UnusedSummary | None:
@@ -128,13 +138,27 @@ class Compaction(Feature):
         return spec.compaction if isinstance(spec, AgentSpec) else None
 
     def after_call(self, done: CallDone) -> None:
-        if self._policy() is not None:
-            self.state = after_call(
-                self.state, done.result.context_ref, done.carried, done.result.usage
-            )
+        if self._policy() is None:
+            return
+        state = after_call(self.state, done.result.context_ref, done.carried, done.result.usage)
+        run = self.run
+        # Asked only by a Run whose parent narrowed max_steps (nothing changes for others),
+        # where a model call answered: never right after a local activity (_deadline.py).
+        narrowed = run.limits.max_steps < run.spec.limits.max_steps
+        if (
+            not state.within_bounds
+            and narrowed
+            and workflow.patched("psych-compaction-within-bounds")
+        ):
+            state = state.model_copy(update={"within_bounds": True})
+        self.state = state
 
     def carry(self) -> Any:
-        return self.state if self._policy() is not None else None
+        # Without the fields at their defaults: a worker of a build before a field reads
+        # the carry of every Run that does not use it.
+        if self._policy() is None:
+            return None
+        return self.state.model_dump(mode="json", exclude_defaults=True)
 
     def restore(self, carried: Any) -> None:
         self.state = CompactionState.model_validate(carried)
@@ -159,7 +183,8 @@ class Compaction(Feature):
         cut = next_cut(state, policy)
         if cut is None or context_ref is None:
             return
-        if run.totals.steps + 1 >= spec.limits.max_steps:
+        limits = run.limits if state.within_bounds else spec.limits
+        if run.totals.steps + 1 >= limits.max_steps:
             # No room for the summariser and another model call: the Run is about to stop on
             # max_steps, and a summary nobody reads would only spend budget.
             return

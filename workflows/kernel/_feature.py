@@ -76,7 +76,7 @@ class RunView(Protocol):
 
     @property
     def limits(self) -> Limits:
-        """The Spec's limits."""
+        """The Spec's limits, as a parent workflow narrows them (``ParentBounds``)."""
 
     @property
     def suspension(self) -> SuspensionPolicy:

@@ -93,7 +93,7 @@ class FeatureView(Handlers):
 
     @property
     def limits(self) -> Limits:
-        """The Spec's limits."""
+        """The Spec's limits, as a parent workflow narrows them (``ParentBounds``)."""
         return self._limits
 
     @property
