@@ -125,7 +125,7 @@ async def test_a_run_completes_with_a_process_per_role(
     ]
     # Every new Run asks the newest start patch (kernel/_patches.py) after the fleet's answer.
     fleet = [] if told else [ROLES_APART_PATCH]
-    assert [patch["id"] for patch in patches] == [*fleet, "psych-children-bounded"]
+    assert [patch["id"] for patch in patches] == [*fleet, "psych-workflow-outputs-bounded"]
 
 
 @pytest.mark.timeout(300)

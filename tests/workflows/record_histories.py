@@ -152,6 +152,18 @@ def delete_order(order_id: str) -> str:
     return f"order {order_id} deleted"
 
 
+@TOOLS.register(idempotent=True, read_only=True, local_seconds=5.0)
+def long_text(letter: str, size: int) -> str:
+    """A text of one letter repeated (a local activity: the outputs' bound is checked
+    after its resolution, which is why its patch is asked at the Run's start).
+
+    Args:
+        letter: The letter.
+        size: How many times.
+    """
+    return letter * size
+
+
 @TOOLS.register
 def count_orders(customer: str) -> str:
     """How many orders a customer has, as text.
@@ -1154,6 +1166,37 @@ async def workflow_text_step_output(rig: Rig) -> RunHandle:
     )
     rig.fake.enqueue(Reply.text("Ada has 42 orders."))
     return await rig.run(spec, "Count Ada's orders")
+
+
+LONG_TEXT = 530_000
+"""Two such tool results pass the outputs' bound (``MAX_OUTPUTS_BYTES``, 1 MiB): the least
+history that shows it."""
+
+
+async def workflow_outputs_past_bound(rig: Rig) -> RunHandle:
+    # Local tool steps, their results shown inline (under large_result_bytes): the second's
+    # would take the outputs past their bound, so the Run fails there and the third never
+    # runs (patch psych-workflow-outputs-bounded, asked at its start).
+    spec = (
+        _workflow(rig, "long-texts")
+        .tool("long_text")
+        .tool_step("first", "long_text", {"letter": "f", "size": LONG_TEXT})
+        .tool_step("second", "long_text", {"letter": "s", "size": LONG_TEXT})
+        .tool_step("never", "long_text", {"letter": "n", "size": 1})
+        .limits(large_result_bytes=LONG_TEXT + 1)
+        .build()
+    )
+    return await rig.run(spec, "Write")
+
+
+async def agent_start_outputs_bounded(rig: Rig) -> RunHandle:
+    """An AgentRun recorded since ``psych-workflow-outputs-bounded``: its start records that
+    marker alone (it stands for the older start patches), then a code tool and an answer."""
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Order 42 was delivered."),
+    )
+    return await rig.run(rig.agent("orders").tool("lookup_order").build(), "Where is 42?")
 
 
 async def workflow_steer_signal_refused(rig: Rig) -> RunHandle:
@@ -2370,6 +2413,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # limits audit 12-05: a model retry is a step (patch psych-retries-within-max-steps)
     ("dev", max_steps_during_retries),
     ("dev", max_steps_during_retries_before_patch),
+    # a workflow's outputs are bounded (patch psych-workflow-outputs-bounded, at the start)
+    ("dev", workflow_outputs_past_bound),
+    ("dev", agent_start_outputs_bounded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

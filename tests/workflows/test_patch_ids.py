@@ -2,10 +2,12 @@
 
 The baseline asked none: a new Run of a fleet on one queue recorded no patch marker
 (histories/README.md, "Compatibility policy"); since ``psych-local-resolution-safe`` every
-new Run records that one, until the policy's step 3 removes it. A later change that breaks
-replay of a committed history adds its id to ``PATCHES`` here with the release that added
-it, beside the ``workflow.patched`` call; removing the id (policy step c) removes it here.
-An id asked but not listed, or asked in a form this scan cannot read, fails.
+new Run records the newest start patch's marker, which stands for the older ones
+(``kernel/_patches.py``; now ``psych-workflow-outputs-bounded``), until the policy's step 3
+removes it. A later change that breaks replay of a committed history adds its id to
+``PATCHES`` here with the release that added it, beside the ``workflow.patched`` call;
+removing the id (policy step c) removes it here. An id asked but not listed, or asked in a
+form this scan cannot read, fails.
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ PATCHES: dict[str, str] = {
     # model call within that bound (features/_compaction.py); a Run recorded before checked
     # the Spec's max_steps, and its summariser could take the bound's last step.
     "psych-compaction-within-bounds": "0.1.0",
+    # A workflow step whose output would take the outputs past MAX_OUTPUTS_BYTES fails the
+    # Run (runs/_step_output.py); a Run recorded before kept it, and outputs past Temporal's
+    # payload limit left it unsettled. Asked at every Run's start (the check follows a tool
+    # step, often a local activity), before psych-children-bounded, which it stands for
+    # with the older start patches (kernel/_patches.py); an AgentRun records it too.
+    "psych-workflow-outputs-bounded": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -282,7 +282,8 @@ class StepFinished(_Record):
     ok: bool
     output: Any = None
     """The tool's result (parsed when it is JSON), the agent's answer, or the nested
-    workflow's outputs keyed by step name."""
+    workflow's outputs keyed by step name; also on a step that failed because its output
+    would take the workflow's outputs past their bound (the Run does not keep it)."""
     error: str | None = None
     run: str | None = None
     status: RunStatus | None = None

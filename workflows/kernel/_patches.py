@@ -27,6 +27,13 @@ that one takes them without asking, or such a Run's marker would be unmatched on
 
 @dataclass(frozen=True)
 class StartPatches:
+    outputs_bounded: bool
+    """A workflow's outputs are bounded (``psych-workflow-outputs-bounded``): a step whose
+    output would take them past ``runs/_step_output.MAX_OUTPUTS_BYTES`` fails the Run,
+    which before went on until its result passed Temporal's payload limit and was never
+    settled. The check follows a tool step, often a local activity, so it is asked here. An
+    AgentRun has no outputs, and asks it as every Run does: it records this marker. Such a
+    Run also has every change of the patches below."""
     children_bounded: bool
     """A child Run is bounded as its parent is (``psych-children-bounded``): a subagent
     gets only the A2A peers its parent has in the same definition (as its tools and MCP
@@ -53,6 +60,7 @@ class StartPatches:
         not one): asked again later, it would answer otherwise for a Run that asked a newer
         one, which stands for it without its marker."""
         return {
+            "psych-workflow-outputs-bounded": self.outputs_bounded,
             "psych-children-bounded": self.children_bounded,
             "psych-batch-accounting": self.batch_accounting,
             "psych-catalog-failure-settles": self.catalog_settles,
@@ -61,15 +69,20 @@ class StartPatches:
 
 
 NOT_ASKED = StartPatches(
-    children_bounded=False, batch_accounting=False, catalog_settles=False, local_safe=False
+    outputs_bounded=False,
+    children_bounded=False,
+    batch_accounting=False,
+    catalog_settles=False,
+    local_safe=False,
 )
 """What a Run holds before its start asked (and a Run whose input was refused)."""
 
 
 def ask_at_start() -> StartPatches:
     """Ask the start patches (before the Run schedules anything), newest first."""
-    bounded = workflow.patched("psych-children-bounded")
+    outputs = workflow.patched("psych-workflow-outputs-bounded")
+    bounded = outputs or workflow.patched("psych-children-bounded")
     accounting = bounded or workflow.patched("psych-batch-accounting")
     settles = accounting or workflow.patched("psych-catalog-failure-settles")
     local_safe = settles or workflow.patched("psych-local-resolution-safe")
-    return StartPatches(bounded, accounting, settles, local_safe)
+    return StartPatches(outputs, bounded, accounting, settles, local_safe)

@@ -1,4 +1,5 @@
-"""What a WorkflowRun's tool step gives its later steps and its outputs."""
+"""What a WorkflowRun's tool step gives its later steps and its outputs, and the bound on
+its outputs' size."""
 
 from __future__ import annotations
 
@@ -9,6 +10,46 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._run_base import RunBase
+
+MAX_OUTPUTS_BYTES = 1024 * 1024
+"""Most bytes a workflow's outputs (every step's output keyed by step name, as compact UTF-8
+JSON) may take: a step whose output would take them past it fails the Run.
+
+The outputs travel whole in the Run's result, in each continue-as-new carry and in each
+later agent or workflow step's input, each one payload under Temporal's payload limit
+(2 MiB by default): a Run whose result passes that limit is never settled (the server
+refuses its completion and the workflow task fails until an operator terminates it). Half
+of it leaves room for the rest of the result or carry, and for the quoting the outputs get
+as text in a step's input. A tool result over ``large_result_bytes`` is stored, and its
+output is a handle and a preview: keep large results out of outputs that way."""
+
+
+def output_bytes(step: str, output: Any) -> int:
+    """What the entry ``step: output`` adds to the outputs' JSON (compact and UTF-8, as the
+    result carries it), with a comma: outputs of entries adding up to ``n`` take ``n + 1``
+    bytes. A Run keeps the sum rather than dumping all its outputs at each step."""
+    entry = json.dumps({step: output}, separators=(",", ":"), ensure_ascii=False)
+    return len(entry.encode()) - 1  # less the braces, plus a comma
+
+
+def past_bound(step: str, output: Any, before: int) -> tuple[int, str | None]:
+    """The sum of ``output_bytes`` with ``step``'s output added to ``before``, and why the
+    output fails the Run when the outputs would pass ``MAX_OUTPUTS_BYTES`` (None: they do
+    not)."""
+    added = output_bytes(step, output)
+    total = before + added
+    if total + 1 <= MAX_OUTPUTS_BYTES:
+        return total, None
+    size = len(json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode())
+    return total, (
+        f"output too large: its {size} bytes would take the workflow's outputs to "
+        f"{total + 1} bytes of JSON, past their bound of {MAX_OUTPUTS_BYTES} bytes (the "
+        f"outputs travel whole in the Run's result, each continue-as-new and each later "
+        f"step's input, under Temporal's payload limit); keep large results out of "
+        f"outputs: a tool result over the workflow's limits.large_result_bytes is stored "
+        f"and its output is a handle and a preview, so lower that limit, or have the step "
+        f"return less"
+    )
 
 
 def step_output(content: str, run: RunBase) -> Any:

@@ -5,7 +5,9 @@ A Run cancelled (by an operator or its parent) or force-settled (its deadline's 
 out) while a step runs records that step's open calls UNKNOWN as it settles
 (``kernel/_run_base.py``); the step they belong to is recorded ended too, failed and
 UNKNOWN for the same reason, so that a settled Run's report shows no step still running.
-Records are workflow state: writing one issues no command.
+A step whose output would take the workflow's outputs past their bound
+(``_step_output.MAX_OUTPUTS_BYTES``) is recorded failed with that output, which the Run
+does not keep. Records are workflow state: writing one issues no command.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+    from psych_runtime.workflows.runs._step_output import output_bytes, past_bound
 
 
 class StepRecords(ToolCalls):
@@ -30,6 +33,24 @@ class StepRecords(ToolCalls):
 
     _open_step: tuple[str, StepKind, str | None] | None = None
     """The step started and not yet finished: its name, kind and child Run."""
+    _outputs_bytes = 0
+    """The sum of the outputs' ``output_bytes``: their JSON size, kept as steps end."""
+
+    def _count_outputs(self, outputs: dict[str, Any]) -> None:
+        """Size the outputs a continued Run carried (once per execution)."""
+        self._outputs_bytes = sum(output_bytes(step, out) for step, out in outputs.items())
+
+    def _past_bound(self, step: str, output: Any) -> str | None:
+        """Why ``step``'s output fails the Run, the outputs with it passing their bound
+        (``_step_output.past_bound``); None: it is counted, and the Run keeps it. A Run
+        whose start did not ask ``psych-workflow-outputs-bounded`` keeps any output, as it
+        did when it was recorded."""
+        if not self._start.outputs_bounded:
+            return None
+        total, why = past_bound(step, output, self._outputs_bytes)
+        if why is None:
+            self._outputs_bytes = total
+        return why
 
     def _started(
         self, step: str, kind: StepKind, index: int, input: Any, run: str | None = None

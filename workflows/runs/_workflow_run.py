@@ -5,7 +5,8 @@ agent's tool call (``_tool_calls.py``: policy, approval, exactly-once, large res
 records); an ``AgentStep`` runs as a child AgentRun and a ``WorkflowStepRef`` as a child
 WorkflowRun, each given the workflow's input followed by the prior steps' outputs keyed by
 step name. The Run stops at the first step that fails; its result is every step's output
-keyed by step name. The workflow's limits and suspension govern the whole Run: its children
+keyed by step name, bounded in size (``_step_output.MAX_OUTPUTS_BYTES``: a step whose output
+would pass it fails). The workflow's limits and suspension govern the whole Run: its children
 get what is left of its retry budget and its expiries, report what they wait for (so the
 workflow is suspended while a child is, resumable through the workflow's own id), and abort
 and steer messages are forwarded to the running step. A long workflow continues as new
@@ -293,6 +294,7 @@ class WorkflowRun(StepRecords):
         self._guards = continuing.guards_of(carry.guards)
         self._next_run = list(carry.next_run)
         self._outputs = dict(carry.outputs or {})
+        self._count_outputs(self._outputs)
         self._held = set(carry.held)
         continuing.restore_features(self._features, carry)
 
@@ -325,6 +327,10 @@ class WorkflowRun(StepRecords):
             }
         else:
             output = step_output(result.content, self)
+        if (why := self._past_bound(step.name, output)) is not None:
+            self._finish(step.name, "tool", ok=False, output=output, error=why)
+            self.check_abort()  # an abort that came meanwhile ends it, as after any step
+            raise _StepFailed(why)
         self._finish(step.name, "tool", ok=True, output=output)
         return output
 
@@ -393,16 +399,20 @@ class WorkflowRun(StepRecords):
         self._held.update(result.handles)  # its stored results: the next steps' to read
         ok = result.status is RunStatus.COMPLETED
         output = (result.answer if kind == "agent" else result.outputs) if ok else None
+        too_large = self._past_bound(step.name, output) if ok else None
         self._finish(
             step.name,
             kind,
-            ok=ok,
+            ok=ok and too_large is None,
             output=output,
-            error=None if ok else f"ended {result.status.value}: {result.reason}",
+            error=too_large if ok else f"ended {result.status.value}: {result.reason}",
             run=child.id,
             status=result.status,
             totals=result.totals,
         )
+        if too_large is not None:
+            self.check_abort()
+            raise _StepFailed(too_large)
         if ok:
             return output
         self.check_abort()
