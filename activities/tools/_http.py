@@ -57,6 +57,7 @@ async def build_request(
         return quote(_url_text(value), safe="")
 
     url = _PLACEHOLDER.sub(fill, tool.url)
+    _refuse_other_resources(tool, input.arguments)
     if urlsplit(url)[:2] != urlsplit(_PLACEHOLDER.sub("", tool.url))[:2]:
         raise ToolError(f"{tool.name}: its arguments would change the URL's scheme, host or port")
     rest = {name: value for name, value in input.arguments.items() if name not in used}
@@ -85,6 +86,40 @@ async def build_request(
         return client.build_request(tool.method, target, headers=headers, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         raise ToolError(f"{tool.name}: invalid URL {url!r}: {err}") from err
+
+
+def _refuse_other_resources(tool: HttpTool, arguments: dict[str, Any]) -> None:
+    """Refuse arguments that fill a whole segment of the URL's path with ``..``, ``.`` or
+    nothing: percent-encoding leaves dots as they are, and ``/v1/orders/{id}/items`` with
+    ``..`` is ``/v1/items`` once dot segments are removed (RFC 3986 §5.2.4, which httpx
+    applies before sending), an empty one another resource again (``/v1/orders//items``).
+
+    Raises:
+        ToolError: naming the arguments and the segment they would make.
+    """
+    names = _PLACEHOLDER.findall(tool.url)
+    marked = tool.url
+    for index, name in enumerate(names):
+        marked = marked.replace(f"{{{name}}}", f"\x00{index}\x00", 1)
+    for segment in urlsplit(marked).path.split("/"):
+        used = [names[int(index)] for index in re.findall(r"\x00(\d+)\x00", segment)]
+        if not used:
+            continue
+        filled = re.sub(
+            r"\x00(\d+)\x00",
+            lambda match: quote(_url_text(arguments[names[int(match.group(1))]]), safe=""),
+            segment,
+        )
+        if filled not in ("", ".", ".."):
+            continue
+        if len(used) == 1:
+            which = f"argument {used[0]!r} is {filled!r}, which"
+        else:
+            which = f"arguments {', '.join(map(repr, used))} make {filled!r}, which"
+        raise ToolError(
+            f"{tool.name}: {which} cannot fill a whole segment of its URL's path "
+            "(it would address another resource)"
+        )
 
 
 async def credential_value(

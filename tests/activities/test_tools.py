@@ -540,6 +540,32 @@ async def test_http_missing_url_argument_is_an_error_outcome(
     assert server.requests == []
 
 
+async def test_http_arguments_making_a_dot_or_empty_path_segment_are_refused(
+    tools: ToolActivities, env: ActivityEnvironment, server: EchoServer
+) -> None:
+    # Percent-encoding leaves dots alone, and "." or ".." as a whole segment is removed
+    # with what precedes it before the request is sent (tests/e2e/test_http_tool_paths.py).
+    tool = HttpTool(
+        name="get_part",
+        description="Get.",
+        url=server.base_url + "/orders/{a}{b}/parts?q={q}",
+        method="GET",
+    )
+    outcome = await env.run(tools.http, http_call(tool, a=".", b=".", q=".."))
+    assert outcome.status == "error"
+    assert outcome.content == (
+        "get_part: arguments 'a', 'b' make '..', which cannot fill a whole segment of its "
+        "URL's path (it would address another resource)"
+    )
+    assert server.requests == []
+    # In the query, or within a segment, dots are data.
+    outcome = await env.run(tools.http, http_call(tool, a=".", b="..", q=".."))
+    assert outcome.status == "ok", outcome.content
+    assert [(r["path"], r["query"]) for r in server.requests] == [
+        ("/orders/.../parts", [["q", ".."]])
+    ]
+
+
 async def test_http_url_whose_host_an_argument_fills_is_refused_before_sending(
     tools: ToolActivities, env: ActivityEnvironment, server: EchoServer
 ) -> None:

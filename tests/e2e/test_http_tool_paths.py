@@ -1,0 +1,78 @@
+"""HTTP tools end to end: what an argument may put in the path of a tool's URL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus
+
+from ._http_server import CountingServer
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def api() -> Iterator[CountingServer]:
+    server = CountingServer(respond=lambda seen: (200, json.dumps({"path": seen.path}))).start()
+    yield server
+    server.stop()
+
+
+def _order_tool(builder: AgentBuilder, base_url: str) -> AgentBuilder:
+    return builder.http_tool(
+        "order_action",
+        description="Act on one order.",
+        url=base_url + "/v1/orders/{order_id}/{action}",
+        method="GET",
+        input_schema={
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}, "action": {"type": "string"}},
+            "required": ["order_id", "action"],
+        },
+    )
+
+
+@pytest.mark.parametrize("order_id", ["..", ".", ""])
+async def test_an_argument_cannot_leave_the_path_the_template_fixed(
+    harness: Harness, api: CountingServer, order_id: str
+) -> None:
+    # `/v1/orders/../admin` is `/v1/admin` once dot segments are removed (RFC 3986, and
+    # httpx does it before sending), and `/v1/orders//admin` names another resource: an
+    # argument filling a whole path segment with "..", "." or nothing would choose a path
+    # the tool's template never allowed.
+    spec = _order_tool(AgentBuilder("paths").model("fake-model"), api.url).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("order_action", {"order_id": order_id, "action": "admin"})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert api.seen == []  # nothing was sent
+    (call,) = report.tool_calls
+    assert call.status == "error"
+    assert call.result == (
+        f"order_action: argument 'order_id' is {order_id!r}, which cannot fill a whole "
+        "segment of its URL's path (it would address another resource)"
+    )
+
+
+async def test_path_arguments_are_percent_encoded(harness: Harness, api: CountingServer) -> None:
+    spec = _order_tool(AgentBuilder("paths").model("fake-model"), api.url).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("order_action", {"order_id": "../a b/?#%", "action": "..x"})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    assert [seen.path for seen in api.seen] == ["/v1/orders/..%2Fa%20b%2F%3F%23%25/..x"]
