@@ -211,6 +211,38 @@ async def test_malformed_and_unknown_tool_calls_reach_the_model(harness: Harness
     assert "lookup_order" in third["content"]
 
 
+async def test_arguments_with_half_a_surrogate_pair_reach_the_model_as_an_error(
+    harness: Harness,
+) -> None:
+    # Valid JSON whose string holds a lone UTF-16 surrogate escape (half an emoji) parses
+    # to text no payload can carry: the workflow task failed on scheduling the tool's
+    # activity, again at every retry, and the Run never ended.
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("m", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", '{"order_id": "42 \\ud83d"}')),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED and result.answer == "done"
+    (call,) = report.tool_calls
+    assert call.status == "error"
+    assert call.result == (
+        "arguments are not valid JSON text: \\ud83d is half of a UTF-16 surrogate pair "
+        "without its other half; resend"
+    )
+    told = harness.fake.requests[1]["messages"][-1]
+    assert told["role"] == "tool" and told["content"] == call.result
+
+
 async def test_failure_streak_withholds_then_hard_stops(harness: Harness) -> None:
     harness.registry.register(flaky)
     spec = (

@@ -136,7 +136,22 @@ def arguments_of(call: ToolCallRequest) -> dict[str, Any] | ToolResult:
         return inline(call, "error", invalid_arguments_message(err))
     if not isinstance(arguments, dict):
         return inline(call, "error", "arguments must be a JSON object")
+    try:
+        # Valid JSON may escape half a surrogate pair ("\ud83d", half an emoji): such a
+        # string is no text, and no payload can carry it (the workflow task failed on
+        # scheduling the call, at every retry).
+        json.dumps(arguments, ensure_ascii=False).encode()
+    except UnicodeEncodeError as err:
+        return inline(call, "error", _half_surrogate(err.object[err.start]))
     return arguments
+
+
+def _half_surrogate(char: str) -> str:
+    """What the model reads when its arguments hold ``char``, half a surrogate pair."""
+    return (
+        f"arguments are not valid JSON text: \\u{ord(char):04x} is half of a UTF-16 "
+        "surrogate pair without its other half; resend"
+    )
 
 
 def unknown_tool(call: ToolCallRequest, offered: Iterable[str]) -> ToolResult:
