@@ -33,6 +33,7 @@ from psych_runtime.activities.model._wire import (
     _too_large,
     _tool_call,
     _usage,
+    _well_formed,
     _WireCompletion,
     _WireToolCall,
     _WireUsage,
@@ -246,7 +247,7 @@ class _Stream:
 
     def _grew(self, piece: str) -> None:
         # Fails the call as soon as it cannot fit, instead of buffering an endless stream.
-        self.size += len(piece.encode())
+        self.size += len(piece.encode("utf-8", "surrogatepass"))
         if self.size > MAX_RESULT_BYTES:
             raise ResponseTooLarge(_too_large(self.size, "answer", more=True))
 
@@ -259,11 +260,13 @@ class _Stream:
             raise httpx.RemoteProtocolError("the stream ended before the response finished")
         _check_finish(self.finish_reason)
         calls = tuple(
-            _tool_call(turn, index, call.id, call.name, "".join(call.arguments), call.echoed)
+            _tool_call(
+                turn, index, call.id, call.name, _well_formed("".join(call.arguments)), call.echoed
+            )
             for index, call in enumerate(self.calls)
         )
         return _Answer(
-            text="".join(self.text),
+            text=_well_formed("".join(self.text)),
             tool_calls=calls,
             finish_reason=self.finish_reason,
             usage=None if self.usage is None else _usage(self.usage),
@@ -310,6 +313,8 @@ def _parse_body(body: bytes, media_type: str, turn: int, started: float) -> _Ans
             f"JSON that is not a chat completion (no choices list): {_excerpt(media_type, body)}"
         )
     try:
-        return _parse_completion(body, turn)
+        # The document already decoded: a stricter decoder refuses half a surrogate pair
+        # that json reads (and ``_well_formed`` replaces).
+        return _parse_completion(document, turn)
     except ProviderResponseError as err:
         raise ProviderResponseError(f"{err}: {_excerpt(media_type, body)}") from None

@@ -97,3 +97,89 @@ async def test_a_run_reads_provider_shapes_and_retries_an_in_stream_rate_limit(
         assistant, tool = request["messages"][-2:]
         assert assistant["tool_calls"][0]["extra_content"] == SIGNATURE
         assert tool["tool_call_id"] == "fc-1" and "delivered" in tool["content"]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_surrogate_escapes_become_text(harness: Harness, streamed: bool) -> None:
+    # JSON escapes a character outside the BMP as a surrogate pair ("\ud83d\ude00"). A
+    # provider (or a proxy) that cuts its text by UTF-16 units sends the two halves in two
+    # chunks, each escaped alone, and may send a half with no other at all. Each half
+    # decoded alone is no text: the answer could not be stored, and the Run failed with
+    # "UnicodeEncodeError: ... surrogates not allowed".
+    arguments = json.dumps({"order_id": "42 \U0001f600"})  # escaped, as a model writes it
+    tool_call = {
+        "index": 0,
+        "id": "call-1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": arguments},
+    }
+    if streamed:
+        replies = iter(
+            [
+                sse(delta(role="assistant", tool_calls=[tool_call]), delta(finish="tool_calls")),
+                sse(delta("smile \ud83d"), delta("\ude00 and half \ud83d"), delta("", "stop")),
+            ]
+        )
+    else:
+        whole = "smile \ud83d\ude00 and half \ud83d"
+        replies = iter(
+            [
+                Answer(
+                    200,
+                    json.dumps(
+                        {
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "tool_calls": [tool_call]},
+                                    "finish_reason": "tool_calls",
+                                }
+                            ]
+                        }
+                    ),
+                    "application/json",
+                ),
+                Answer(
+                    200,
+                    json.dumps(
+                        {
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": whole},
+                                    "finish_reason": "stop",
+                                }
+                            ]
+                        }
+                    ),
+                    "application/json",
+                ),
+            ]
+        )
+
+    def respond(_: Request) -> Answer:
+        return next(replies)
+
+    spec = (
+        AgentBuilder("surrogates", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .build()
+    )
+    with Upstream(respond) as upstream:
+        harness.settings = dataclasses.replace(
+            harness.settings,
+            endpoints=ModelEndpoints(
+                default=Endpoint(upstream.url + "/v1", "test-key", stream=streamed)
+            ),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Where is order 42?", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+
+    assert result.status is RunStatus.COMPLETED
+    # The halves of a pair join up; a half alone is U+FFFD, the replacement character.
+    assert result.answer == "smile \U0001f600 and half \ufffd"
+    (call,) = report.tool_calls
+    assert call.status == "ok" and "42 \U0001f600" in (call.result or "")
