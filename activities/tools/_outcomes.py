@@ -47,7 +47,15 @@ async def store_outcome(
     the MCP search) stores its outcome through this one function. Call it inside the
     activity (its latency reads the activity's info).
     """
-    data = text.encode()
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        # Lone surrogates: bytes Python decoded with "surrogateescape" (file names, a
+        # subprocess's output), or half a pair. No UTF-8 text holds them, and failing here
+        # would tell the model a call that ran had failed: each becomes U+FFFD, as a
+        # decoder with errors="replace" would have made the bytes.
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        data = text.encode()
     if limit is None or len(data) <= limit:
         result_ref = ref_without_storing(blobs, data) or await blobs.put(data)
         content, shown, truncated = text, text, False

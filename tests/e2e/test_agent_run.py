@@ -243,6 +243,41 @@ async def test_arguments_with_half_a_surrogate_pair_reach_the_model_as_an_error(
     assert told["role"] == "tool" and told["content"] == call.result
 
 
+async def test_a_result_holding_undecodable_bytes_is_the_tools_result(harness: Harness) -> None:
+    # Python decodes bytes that are not UTF-8 (file names, a subprocess's output) with
+    # "surrogateescape" into lone surrogates, which no UTF-8 text holds: storing such a
+    # result failed the activity after the tool had run, and the model read "the tool
+    # call failed" for a call not safe to repeat that had in fact been made.
+    ran: list[str] = []
+
+    def list_files() -> list[str]:
+        """List the files."""
+        ran.append("list_files")
+        return ["report.txt", b"caf\xe9.txt".decode("utf-8", "surrogateescape")]
+
+    harness.registry.register(list_files)
+    spec = (
+        AgentBuilder("files", registry=harness.registry)
+        .model("fake-model")
+        .tool("list_files")
+        .build()
+    )
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("list_files", {})), Reply.text("done"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.answer == "done"
+    assert ran == ["list_files"]
+    (call,) = report.tool_calls
+    assert call.status == "ok"
+    # The byte no text holds is U+FFFD, the replacement character, as a decoder with
+    # errors="replace" would have made it.
+    assert json.loads(call.result or "") == ["report.txt", "caf\ufffd.txt"]
+    told = harness.fake.requests[1]["messages"][-1]
+    assert told["role"] == "tool" and json.loads(told["content"]) == json.loads(call.result or "")
+
+
 async def test_failure_streak_withholds_then_hard_stops(harness: Harness) -> None:
     harness.registry.register(flaky)
     spec = (
