@@ -24,6 +24,11 @@ from psych_runtime.activities.tools._policy import Policy
 
 _PREVIEW_BYTES = 2048
 """Largest preview shown in place of a result over ``large_result_bytes``."""
+MAX_SHOWN_BYTES = 256 * 1024
+"""Largest result shown whole, whatever ``large_result_bytes`` says (it has no upper
+bound): an outcome carries the result it shows, and an activity's result must fit a
+Temporal payload (2 MB), which 256 KiB does even with every byte JSON-escaped to six. A
+larger one failed the activity after the tool had run."""
 
 
 async def store_outcome(
@@ -38,8 +43,9 @@ async def store_outcome(
     """Store the tool message the model is shown and, when it cannot show the result
     whole, the result.
 
-    A result over ``limit`` bytes (None: no limit) is stored and shown as a handle plus a
-    preview of at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. A result
+    A result over ``limit`` bytes, or over ``MAX_SHOWN_BYTES`` (None: no limit, for what
+    is bounded already: a ``read_tool_output`` slice), is stored and shown as a handle plus
+    a preview of at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. A result
     shown whole is not stored apart when the store can name its ref without storing it
     (``KnowsRefs``: every shipped store): its message holds it, and nothing reads it by
     its handle, which is never shown; ``result_ref`` is still the ref ``put`` would give,
@@ -56,7 +62,7 @@ async def store_outcome(
         # decoder with errors="replace" would have made the bytes.
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         data = text.encode()
-    if limit is None or len(data) <= limit:
+    if limit is None or len(data) <= min(limit, MAX_SHOWN_BYTES):
         result_ref = ref_without_storing(blobs, data) or await blobs.put(data)
         content, shown, truncated = text, text, False
     else:

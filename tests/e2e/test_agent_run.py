@@ -439,6 +439,48 @@ async def test_large_result_is_a_handle_the_model_can_read(harness: Harness) -> 
     assert first.result_ref in shown
 
 
+async def test_a_result_too_large_for_a_payload_is_a_handle_whatever_the_limit(
+    harness: Harness,
+) -> None:
+    # large_result_bytes has no upper bound, but an activity's result must fit a Temporal
+    # payload (2 MB): a 3 MB result under a 100 MB limit failed the activity after the
+    # tool had run, and the model read "the tool call failed: PayloadsTooLarge".
+    ran: list[int] = []
+
+    def export(size: int) -> str:
+        """Export the data.
+
+        Args:
+            size: How many characters.
+        """
+        ran.append(size)
+        return big_report(size)
+
+    harness.registry.register(export)
+    spec = (
+        AgentBuilder("export", registry=harness.registry)
+        .model("fake-model")
+        .tool("export")
+        .limits(large_result_bytes=100_000_000)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("export", {"size": 3_000_000})), Reply.text("done")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "export please", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.answer == "done"
+    assert ran == [3_000_000]
+    (call,) = report.tool_calls
+    assert call.status == "ok"
+    assert call.truncated and call.size == 3_000_000 and call.result_ref is not None
+    shown = harness.fake.requests[1]["messages"][-1]["content"]
+    assert call.result_ref in shown and "read_tool_output" in shown
+    assert len(shown) < 4096
+
+
 async def test_stream_stall_is_transient_and_retried(harness: Harness) -> None:
     spec = AgentBuilder("stall").model("fake-model").limits(stream_idle_seconds=0.5).build()
     harness.fake.enqueue(Reply.stall(3.0, after_chunks=1), Reply.text("recovered"))
