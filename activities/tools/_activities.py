@@ -201,7 +201,10 @@ class ToolActivities(ActivityClass):
                 ToolDefinition(
                     name=http_tool.name,
                     description=http_tool.description,
-                    parameters=http_tool.input_schema or {"type": "object", "properties": {}},
+                    # Validation reads a schema without "type" as an object; providers
+                    # refuse a function whose parameters do not say so (OpenAI's 400:
+                    # "schema must be a JSON Schema of 'type: object'").
+                    parameters={"type": "object", "properties": {}, **http_tool.input_schema},
                 )
             )
             # HTTP's own semantics annotate a request: GET is safe (read-only), DELETE

@@ -1,4 +1,5 @@
-"""HTTP tools end to end: what an argument may put in the path of a tool's URL."""
+"""HTTP tools end to end: what an argument may put in the path of a tool's URL, and the
+definition the model is sent."""
 
 from __future__ import annotations
 
@@ -76,3 +77,33 @@ async def test_path_arguments_are_percent_encoded(harness: Harness, api: Countin
         result = await harness.client.result(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED
     assert [seen.path for seen in api.seen] == ["/v1/orders/..%2Fa%20b%2F%3F%23%25/..x"]
+
+
+async def test_a_schema_without_a_type_is_sent_as_an_object(
+    harness: Harness, api: CountingServer
+) -> None:
+    # Validation reads an input_schema without "type" as an object; the model was sent it
+    # as written, which OpenAI refuses ("schema must be a JSON Schema of 'type: object'"):
+    # every Run of such a Spec failed on its first model call.
+    spec = (
+        AgentBuilder("typeless")
+        .model("fake-model")
+        .http_tool(
+            "get_order",
+            description="Get an order.",
+            url=api.url + "/orders/{order_id}",
+            method="GET",
+            input_schema={"properties": {"order_id": {"type": "string"}}},
+        )
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("done"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    (tool,) = [t for t in harness.fake.requests[0]["tools"] if t["function"]["name"] == "get_order"]
+    assert tool["function"]["parameters"] == {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}},
+    }
