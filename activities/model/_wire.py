@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from temporalio import activity
 
 from psych_runtime.activities._beat import BeatTimer
@@ -49,6 +49,15 @@ class _Wire(BaseModel):
 class _WireFunction(_Wire):
     name: str | None = None
     arguments: str | None = None
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _object_as_text(cls, value: object) -> object:
+        # OpenAI sends the arguments as JSON text; TGI, and llama.cpp's server for a time
+        # (ggml-org/llama.cpp#20198), send the object itself: the same call, written out.
+        if isinstance(value, dict):
+            return json.dumps(value, ensure_ascii=False)
+        return value
 
 
 class _WireToolCall(_Wire):

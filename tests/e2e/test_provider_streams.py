@@ -183,3 +183,65 @@ async def test_surrogate_escapes_become_text(harness: Harness, streamed: bool) -
     assert result.answer == "smile \U0001f600 and half \ufffd"
     (call,) = report.tool_calls
     assert call.status == "ok" and "42 \U0001f600" in (call.result or "")
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_tool_call_arguments_sent_as_an_object_are_read(
+    harness: Harness, streamed: bool
+) -> None:
+    # OpenAI sends a tool call's arguments as JSON text; TGI, and llama.cpp's server for a
+    # time (ggml-org/llama.cpp#20198), send the object itself. The answer was "malformed
+    # provider response ... Input should be a valid string" and the Run failed.
+    tool_call = {
+        "index": 0,
+        "id": "call-1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": {"order_id": "42"}},
+    }
+    first = (
+        sse(delta(role="assistant", tool_calls=[tool_call]), delta(finish="tool_calls"))
+        if streamed
+        else Answer(
+            200,
+            json.dumps(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "tool_calls": [tool_call]},
+                            "finish_reason": "tool_calls",
+                        }
+                    ]
+                }
+            ),
+            "application/json",
+        )
+    )
+    replies = iter([first, sse(delta("Delivered.", "stop"))])
+
+    def respond(_: Request) -> Answer:
+        return next(replies)
+
+    spec = (
+        AgentBuilder("object-arguments", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .build()
+    )
+    with Upstream(respond) as upstream:
+        harness.settings = dataclasses.replace(
+            harness.settings,
+            endpoints=ModelEndpoints(default=Endpoint(upstream.url + "/v1", "test-key")),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Where is order 42?", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+        sent = [json.loads(r.body) for r in upstream.requests]
+
+    assert result.status is RunStatus.COMPLETED and result.answer == "Delivered."
+    (call,) = report.tool_calls
+    assert call.status == "ok" and "delivered" in (call.result or "")
+    # Sent back as OpenAI's wire form says: the arguments as JSON text.
+    assistant = sent[1]["messages"][-2]
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"order_id": "42"}
