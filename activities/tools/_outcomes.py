@@ -5,6 +5,7 @@ call becomes."""
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from typing import Literal
@@ -24,11 +25,10 @@ from psych_runtime.activities.tools._policy import Policy
 
 _PREVIEW_BYTES = 2048
 """Largest preview shown in place of a result over ``large_result_bytes``."""
-MAX_SHOWN_BYTES = 256 * 1024
-"""Largest result shown whole, whatever ``large_result_bytes`` says (it has no upper
-bound): an outcome carries the result it shows, and an activity's result must fit a
-Temporal payload (2 MB), which 256 KiB does even with every byte JSON-escaped to six. A
-larger one failed the activity after the tool had run."""
+MAX_SHOWN_BYTES = 512 * 1024
+"""Largest result shown whole (its JSON, as the outcome carries it), whatever
+``large_result_bytes`` says (it has no upper bound): an activity's result must fit a
+Temporal payload (2 MB), and a larger one failed the activity after the tool had run."""
 
 
 async def store_outcome(
@@ -43,15 +43,15 @@ async def store_outcome(
     """Store the tool message the model is shown and, when it cannot show the result
     whole, the result.
 
-    A result over ``limit`` bytes, or over ``MAX_SHOWN_BYTES`` (None: no limit, for what
-    is bounded already: a ``read_tool_output`` slice), is stored and shown as a handle plus
-    a preview of at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the rest. A result
-    shown whole is not stored apart when the store can name its ref without storing it
-    (``KnowsRefs``: every shipped store): its message holds it, and nothing reads it by
-    its handle, which is never shown; ``result_ref`` is still the ref ``put`` would give,
-    what the repeat guard and the records compare. Every tool activity (code, HTTP, MCP,
-    the MCP search) stores its outcome through this one function. Call it inside the
-    activity (its latency reads the activity's info).
+    A result over ``limit`` bytes, or over ``MAX_SHOWN_BYTES`` as JSON (None: no limit,
+    for what is bounded already: a ``read_tool_output`` slice), is stored and shown as a
+    handle plus a preview of at most ``_PREVIEW_BYTES``; ``read_tool_output`` reads the
+    rest. A result shown whole is not stored apart when the store can name its ref without
+    storing it (``KnowsRefs``: every shipped store): its message holds it, and nothing
+    reads it by its handle, which is never shown; ``result_ref`` is still the ref ``put``
+    would give, what the repeat guard and the records compare. Every tool activity (code,
+    HTTP, MCP, the MCP search) stores its outcome through this one function. Call it
+    inside the activity (its latency reads the activity's info).
     """
     try:
         data = text.encode()
@@ -62,7 +62,7 @@ async def store_outcome(
         # decoder with errors="replace" would have made the bytes.
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         data = text.encode()
-    if limit is None or len(data) <= min(limit, MAX_SHOWN_BYTES):
+    if limit is None or (len(data) <= limit and _fits_a_payload(text, data)):
         result_ref = ref_without_storing(blobs, data) or await blobs.put(data)
         content, shown, truncated = text, text, False
     else:
@@ -89,6 +89,14 @@ async def store_outcome(
         message_ref=message_ref,
         latency=latency(started),
     )
+
+
+def _fits_a_payload(text: str, data: bytes) -> bool:
+    """Whether ``text`` (``data`` encoded) is within ``MAX_SHOWN_BYTES`` as JSON, where a
+    control character takes six bytes (``\\u001b``)."""
+    if 6 * len(data) <= MAX_SHOWN_BYTES:
+        return True
+    return len(json.dumps(text, ensure_ascii=False).encode()) <= MAX_SHOWN_BYTES
 
 
 def fixed_decision(policy: Policy, info: ToolInfo) -> PolicyDecision | None:

@@ -383,6 +383,21 @@ async def test_small_large_result_bytes_limits_the_preview(
     assert fits.content == "x" * 100
 
 
+async def test_a_result_past_a_payload_is_a_handle_whatever_the_limit(
+    tools: ToolActivities, env: ActivityEnvironment
+) -> None:
+    # Shown whole, a result travels in the outcome, which must fit a Temporal payload:
+    # judged as JSON, where a control character (ANSI colours, say) takes six bytes.
+    limit = 100_000_000
+    plain = await env.run(tools.code, code_call("big_report", limit, size=500_000))
+    assert not plain.truncated and plain.size == 500_000
+    escaped = await env.run(tools.code, code_call("big_report", limit, size=100_000, char="\x1b"))
+    assert escaped.truncated and escaped.size == 100_000
+    assert len(escaped.model_dump_json()) < 20_000  # the preview only
+    large = await env.run(tools.code, code_call("big_report", limit, size=600_000))
+    assert large.truncated and large.size == 600_000
+
+
 async def test_read_output_of_an_unknown_handle_is_an_error_outcome(
     tools: ToolActivities, env: ActivityEnvironment
 ) -> None:
