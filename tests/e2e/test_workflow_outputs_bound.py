@@ -20,8 +20,11 @@ from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
-BIG = 600_000
-"""One output's characters: one fits the bound, two pass it, four pass Temporal's limit."""
+BIG = 400_000
+"""One tool output's characters: under the 512 KiB a tool result is shown whole up to; two
+fit the bound, three pass it."""
+ESSAY = 700_000
+"""An agent step's answer: with one tool output, past the bound."""
 SHOWN_INLINE = 1_000_000
 """``large_result_bytes`` over ``BIG``: the results are shown inline, outputs whole."""
 SETTLES_WITHIN = 15
@@ -48,21 +51,26 @@ async def test_tool_steps_past_the_bound_fail_the_run_naming_the_step(harness: H
                 await harness.client.result(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
     reason = str(failed.value)
-    assert "step 'second' (tool) failed: output too large" in reason
+    assert "step 'third' (tool) failed: output too large" in reason
     assert f"past their bound of {MAX_OUTPUTS_BYTES} bytes" in reason
     assert f"its {BIG + 2} bytes" in reason  # a JSON string: quoted
     assert "large_result_bytes" in reason  # what to do
     assert report.status is RunStatus.FAILED and report.reason == reason
     # The Run stopped there; the step that passed the bound is recorded failed with its
     # output, and its call as it finished.
-    assert [(s.name, s.ok) for s in report.steps] == [("first", True), ("second", False)]
-    assert report.steps[1].output == "s" * BIG
-    assert report.steps[1].error is not None and "output too large" in report.steps[1].error
+    assert [(s.name, s.ok) for s in report.steps] == [
+        ("first", True),
+        ("second", True),
+        ("third", False),
+    ]
+    assert report.steps[2].output == "t" * BIG
+    assert report.steps[2].error is not None and "output too large" in report.steps[2].error
     assert [(c.call_id, c.status, c.result) for c in report.tool_calls] == [
         ("first", "ok", "f" * BIG),
         ("second", "ok", "s" * BIG),
+        ("third", "ok", "t" * BIG),
     ]
-    assert report.outputs == {"first": "f" * BIG}
+    assert report.outputs == {"first": "f" * BIG, "second": "s" * BIG}
 
 
 async def test_an_agent_step_past_the_bound_fails_the_run_naming_the_step(
@@ -78,7 +86,7 @@ async def test_an_agent_step_past_the_bound_fails_the_run_naming_the_step(
         .limits(large_result_bytes=SHOWN_INLINE)
         .build()
     )
-    harness.fake.enqueue(Reply.text("e" * BIG, chunk_size=BIG))
+    harness.fake.enqueue(Reply.text("e" * ESSAY, chunk_size=ESSAY))
     async with harness.worker():
         run = await harness.client.dispatch(spec, "go", scope=harness.scope)
         async with asyncio.timeout(SETTLES_WITHIN):
@@ -88,8 +96,8 @@ async def test_an_agent_step_past_the_bound_fails_the_run_naming_the_step(
     (notes, essay) = report.steps
     assert notes.ok and not essay.ok
     # The child Run completed; the workflow could not keep its answer.
-    assert essay.status is RunStatus.COMPLETED and essay.output == "e" * BIG
-    assert essay.child is not None and essay.child.answer == "e" * BIG
+    assert essay.status is RunStatus.COMPLETED and essay.output == "e" * ESSAY
+    assert essay.child is not None and essay.child.answer == "e" * ESSAY
     assert report.outputs == {"notes": "n" * BIG}
 
 
@@ -100,6 +108,7 @@ async def test_the_bound_counts_the_outputs_a_continued_run_carries(harness: Har
         .tool("big")
         .tool_step("first", "big", {"letter": "f"})
         .tool_step("second", "big", {"letter": "s"})
+        .tool_step("third", "big", {"letter": "t"})
         .limits(large_result_bytes=SHOWN_INLINE)
         .build()
     )
@@ -109,10 +118,10 @@ async def test_the_bound_counts_the_outputs_a_continued_run_carries(harness: Har
             spec, "go", scope=harness.scope, continue_after_events=1
         )
         async with asyncio.timeout(SETTLES_WITHIN):
-            with pytest.raises(RunFailed, match=r"step 'second' \(tool\) failed: output too large"):
+            with pytest.raises(RunFailed, match=r"step 'third' \(tool\) failed: output too large"):
                 await harness.client.result(run, scope=harness.scope)
         records = await all_records(harness.client, run, harness.scope)
-    # The second step ran in an execution the first's output was carried to.
-    assert len([r for r in records if isinstance(r, RunContinued)]) == 1
+    # The third step ran in an execution the earlier outputs were carried to.
+    assert [r for r in records if isinstance(r, RunContinued)]
     finished = [(r.step, r.ok) for r in records if isinstance(r, StepFinished)]
-    assert finished == [("first", True), ("second", False)]
+    assert finished == [("first", True), ("second", True), ("third", False)]
