@@ -7,6 +7,7 @@ temporalio, so all of it is safe inside a workflow.
 
 from typing import TYPE_CHECKING, Any
 
+from psych_runtime.specs._allow import matches
 from psych_runtime.specs._builders import AgentBuilder, WorkflowBuilder
 from psych_runtime.specs._context_free import context_free_problems
 from psych_runtime.specs._depth import DepthCap, depth_refusal
@@ -70,7 +71,6 @@ from psych_runtime.specs._url_template import host_placeholders
 from psych_runtime.specs._validation import (
     BUILTIN_TOOL_NAMES,
     ValidationContext,
-    matches,
     mcp_connection_key,
     mcp_servers_of,
     narrow,

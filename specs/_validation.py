@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from psych_runtime.specs._allow import allow_problems, matches
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
@@ -142,17 +143,6 @@ def mcp_servers_of(spec: AgentSpec | WorkflowSpec) -> tuple[McpServer, ...]:
     return tuple(found.values())
 
 
-def matches(name: str, patterns: Iterable[str]) -> bool:
-    """Whether ``name`` equals a pattern or starts with a pattern's text before a trailing ``*``."""
-    for pattern in patterns:
-        if pattern.endswith("*"):
-            if name.startswith(pattern[:-1]):
-                return True
-        elif name == pattern:
-            return True
-    return False
-
-
 def narrow(
     offered: Iterable[str],
     *,
@@ -253,6 +243,7 @@ def _check_mcp(
     for server in servers:
         path = f"{prefix}mcp_servers[{server.name}]"
         problems += url_credentials(server.url, f"{path}.url")
+        problems += allow_problems(server.allow, f"{path}.allow")
         if server.oauth is not None:
             problems += _check_oauth(server, path)
         if server.optional:

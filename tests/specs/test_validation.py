@@ -478,3 +478,24 @@ def test_matches() -> None:
     assert not matches("xy", ["x"])
     assert not matches("x", [])
     assert matches("anything", ["*"])
+
+
+def test_an_mcp_allow_entry_that_could_match_nothing_is_a_problem() -> None:
+    # allow matches exactly or by a trailing '*': a '*' anywhere else, or an empty entry,
+    # granted nothing and passed validation, so the Run offered none of those tools.
+    spec = agent(
+        mcp_servers=[
+            McpServer(name="crm", url="u", allow=["get*account", "list_*", "", "*"]),
+            McpServer(name="docs", url="u", allow=["search"], optional=True),
+        ]
+    )
+    problems = [p for p in checks(spec) if p.path.endswith(".allow")]
+    assert [(p.path, p.message) for p in problems] == [
+        ("mcp_servers[crm].allow", "an empty entry grants nothing; name a tool or a prefix*"),
+        (
+            "mcp_servers[crm].allow",
+            "'get*account': '*' may only end an entry (a prefix such as 'get_*'); an entry "
+            "matches a name exactly or by its trailing '*', nothing else",
+        ),
+    ]
+    assert problems == [p for p in context_free_problems(spec) if p.path.endswith(".allow")]

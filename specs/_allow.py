@@ -1,0 +1,40 @@
+"""Matching an ``allow`` list's entries (``matches``, which ``narrow`` uses), and the entries
+no name can match as written (publish-time problems)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from psych_runtime.specs._problem import Problem
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether ``name`` equals a pattern or starts with a pattern's text before a trailing ``*``."""
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            if name.startswith(pattern[:-1]):
+                return True
+        elif name == pattern:
+            return True
+    return False
+
+
+def allow_problems(allow: Sequence[str], path: str) -> list[Problem]:
+    """Entries that no name can match as written: an empty one, and one with a ``*``
+    before its end (a ``*`` only ends a prefix; inside an entry it is a literal character,
+    which no tool name holds, so the entry would silently grant nothing)."""
+    problems = []
+    for entry in allow:
+        if not entry:
+            problems.append(
+                Problem(path, "an empty entry grants nothing; name a tool or a prefix*")
+            )
+        elif "*" in entry[:-1]:
+            problems.append(
+                Problem(
+                    path,
+                    f"{entry!r}: '*' may only end an entry (a prefix such as 'get_*'); an "
+                    "entry matches a name exactly or by its trailing '*', nothing else",
+                )
+            )
+    return problems
