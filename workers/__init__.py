@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from psych_runtime.workers._client import connect
-    from psych_runtime.workers._connections import check_connections
+    from psych_runtime.workers._connections import allow_unmatched, check_connections
     from psych_runtime.workers._devserver import (
         FAST_DISPATCH_ARGS,
         UPDATE_PAYLOADS_ARGS,
@@ -66,6 +66,7 @@ _HOMES = {
     "UPDATE_PAYLOADS_ARGS": "psych_runtime.workers._devserver",
     "WorkerSettings": "psych_runtime.workers._worker",
     "activities_for": "psych_runtime.workers._worker",
+    "allow_unmatched": "psych_runtime.workers._connections",
     "build_worker": "psych_runtime.workers._worker",
     "check_connections": "psych_runtime.workers._connections",
     "check_fleet_policy": "psych_runtime.workers.fleet",
@@ -122,6 +123,7 @@ __all__ = [
     "UPDATE_PAYLOADS_ARGS",
     "WorkerSettings",
     "activities_for",
+    "allow_unmatched",
     "build_worker",
     "check_connections",
     "check_fleet_policy",

@@ -7,21 +7,25 @@ report each one the policy would refuse, at its path.
 
 ``check_connections`` connects to every server ``mcp_servers_of(spec)`` lists (the Spec's
 own, its subagents', its workflow steps') through the MCP activities' ``check_servers``
-(``initialize`` and one ``tools/list`` on a fresh connection each, concurrently, bounded
+(``initialize`` and ``tools/list`` on a fresh connection each, concurrently, bounded
 by the connect and list timeouts) and answers in the shape
 ``ValidationContext.mcp_connections`` takes, so ``validate`` reports an unreachable
 non-optional server as a problem at its path. ``psych validate|publish
 --check-connections`` and ``PsychClient.publish(..., mcp_connections=...)`` both use it.
+``allow_unmatched`` reads the tools it found listed: each ``allow`` entry naming none of a
+server's tools is a problem at its path (it would grant nothing, silently).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from psych_runtime.activities.egress import EgressPolicy
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.specs import (
+    MCP_TOOL_SEPARATOR,
     AgentSpec,
     HttpTool,
     Problem,
@@ -29,6 +33,7 @@ from psych_runtime.specs import (
     WorkflowSpec,
     mcp_connection_key,
     mcp_servers_of,
+    narrow,
     nested_specs,
 )
 
@@ -47,6 +52,7 @@ async def check_connections(
     egress: Egress | None = None,
     tokens: TokenStore | None = None,
     oauth: dict[str, str] | None = None,
+    tools: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str | None]:
     """Connect to every MCP server of ``spec``, at any depth; ``mcp_connection_key`` ->
     None when it answered, else why not (credentials named, never their values).
@@ -62,6 +68,8 @@ async def check_connections(
             with the token held for ``scope`` (None: as if none were held).
         oauth: filled with ``mcp_connection_key`` -> whether a token is held for
             ``scope`` and what a person must do if not, per server behind OAuth.
+        tools: filled with ``mcp_connection_key`` -> the names of the tools the server
+            lists, sorted, per server that listed them (what ``allow_unmatched`` reads).
     """
     # Imported here: the mcp SDK takes seconds to import, and every psych command imports
     # this module (through the package and validate/publish), few of them checking.
@@ -72,17 +80,52 @@ async def check_connections(
     # level: each distinct endpoint is asked under a name of its own.
     probes = [server.model_copy(update={"name": f"s{i}"}) for i, server in enumerate(servers)]
     said: dict[str, str] = {}
+    listed: dict[str, tuple[str, ...]] = {}
     answers = await check_servers(
-        probes, scope, secrets, settings, egress=egress, tokens=tokens, oauth=said
+        probes, scope, secrets, settings, egress=egress, tokens=tokens, oauth=said, tools=listed
     )
-    if oauth is not None:
-        for server, probe in zip(servers, probes, strict=True):
-            if probe.name in said:
-                oauth[mcp_connection_key(server)] = said[probe.name]
+    for server, probe in zip(servers, probes, strict=True):
+        if oauth is not None and probe.name in said:
+            oauth[mcp_connection_key(server)] = said[probe.name]
+        if tools is not None and probe.name in listed:
+            tools[mcp_connection_key(server)] = listed[probe.name]
     return {
         mcp_connection_key(server): answers[probe.name]
         for server, probe in zip(servers, probes, strict=True)
     }
+
+
+_SHOWN_TOOLS = 20
+"""Tool names an unmatched ``allow`` entry's problem lists (a server may offer hundreds)."""
+
+
+def allow_unmatched(
+    spec: AgentSpec | WorkflowSpec, tools: Mapping[str, tuple[str, ...]]
+) -> list[Problem]:
+    """Each ``allow`` entry of an MCP server of ``spec``, at any depth, that names no tool
+    the server listed (``tools``: ``check_connections``'s), at its path: such an entry
+    grants nothing, which a Run would not say. A server not in ``tools`` is not judged."""
+    found: list[Problem] = []
+    for prefix, node in nested_specs(spec):
+        for server in node.mcp_servers:
+            offered = tools.get(mcp_connection_key(server))
+            if offered is None:
+                continue
+            shown = ", ".join(offered[:_SHOWN_TOOLS]) or "no tools"
+            if len(offered) > _SHOWN_TOOLS:
+                shown += f" and {len(offered) - _SHOWN_TOOLS} more"
+            model_prefix = f"{server.name}{MCP_TOOL_SEPARATOR}"
+            for entry in server.allow:
+                if narrow(offered, allow=(entry,)):
+                    continue
+                said = f"{entry!r} names no tool the server offers (it offers: {shown})"
+                if entry.startswith(model_prefix):
+                    said += (
+                        "; allow names the server's own tool names, not the "
+                        f"'{model_prefix}<tool>' names the model sees"
+                    )
+                found.append(Problem(f"{prefix}mcp_servers[{server.name}].allow", said))
+    return found
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx2
+from mcp.client import Client
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._consent_check import ReadOnlyTokens, oauth_line
@@ -122,9 +123,12 @@ async def check_servers(
     egress: Egress | None = None,
     tokens: TokenStore | None = None,
     oauth: dict[str, str] | None = None,
+    tools: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str | None]:
-    """Connect to each server (``initialize`` and one ``tools/list``), as publish-time
-    ``--check-connections`` does; server name -> why it failed, or None when it answered.
+    """Connect to each server (``initialize`` and ``tools/list``, every page up to
+    ``settings.max_list_pages``), as publish-time ``--check-connections`` does; server
+    name -> why it failed, or None when it answered. ``tools`` is filled with server name
+    -> the names of the tools it offers, sorted, for each server that listed them.
 
     A server behind OAuth uses the token ``tokens`` (the workers' store, read only) holds
     for ``scope``; one whose authorization server asks for a person's consent answered
@@ -149,6 +153,7 @@ async def check_servers(
         connection: Connection | None = None
         consent = False
         refused: list[Exception] = []
+        offered: tuple[str, ...] = ()
         try:
             connection = await connect(server, scope, secrets, clients)
             redact = connection.redact
@@ -164,7 +169,7 @@ async def check_servers(
                     auth=connection.auth,
                     on_refused=refused.append,
                 ) as client:
-                    await client.list_tools(cache_mode="bypass")
+                    offered = await _tool_names(client, chosen.max_list_pages)
         except Exception as err:
             consent = (
                 connection is not None and clients.consents.take(connection.consent) is not None
@@ -181,6 +186,8 @@ async def check_servers(
                     sealed=key in store.sealed,
                     consent=consent,
                 )
+        if tools is not None and not consent:
+            tools[server.name] = offered
         return None
 
     try:
@@ -189,3 +196,20 @@ async def check_servers(
         if egress is None:
             await port.aclose()
     return {server.name: answer for server, answer in zip(servers, answers, strict=True)}
+
+
+async def _tool_names(client: Client, max_pages: int) -> tuple[str, ...]:
+    """The names of every tool ``client``'s server lists, sorted.
+
+    Raises:
+        Unavailable: the listing did not end within ``max_pages`` pages.
+    """
+    names: set[str] = set()
+    cursor: str | None = None
+    for _ in range(max_pages):
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        names.update(tool.name for tool in page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tuple(sorted(names))
+    raise Unavailable(f"tools/list did not end within {max_pages} pages")

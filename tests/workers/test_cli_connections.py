@@ -327,3 +327,25 @@ def test_a_check_prints_each_refusal_once_and_every_line_about_the_file(
         "a2a_peers[peer]",
         "2 problem(s); not valid",
     ]
+
+
+def test_allow_entries_naming_no_tool_the_server_lists_are_problems(
+    tmp_path: Path, mcp_http_server: McpTestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An entry naming no tool granted nothing, silently: the check connected, listed the
+    # tools and passed the Spec, and its Runs offered none of what the author meant.
+    allow = ["echo", "look*", "crm__charge", "nope*"]
+    file = spec_file(tmp_path, [server_entry("crm", mcp_http_server, allow=allow)])
+    assert main(["validate", str(file), "--check-connections"]) == 1
+    offers = "big, charge, echo, fail, image, lookup, progress, resource, slow, tally, wipe"
+    assert problems(file, capsys.readouterr().err) == [
+        f"mcp_servers[crm].allow: 'crm__charge' names no tool the server offers (it offers: "
+        f"{offers}); allow names the server's own tool names, not the 'crm__<tool>' names "
+        "the model sees",
+        f"mcp_servers[crm].allow: 'nope*' names no tool the server offers (it offers: {offers})",
+        "2 problem(s); not valid",
+    ]
+    # Every entry naming a tool: no problem.
+    file = spec_file(tmp_path, [server_entry("crm", mcp_http_server, allow=["echo", "t*"])])
+    assert main(["validate", str(file), "--check-connections"]) == 0
+    assert problems(file, capsys.readouterr().err) == []

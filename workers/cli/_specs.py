@@ -38,6 +38,7 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workers._a2a_check import PeerReport, check_spec_peers
 from psych_runtime.workers._connections import (
+    allow_unmatched,
     check_connections,
     egress_refusals,
     egress_refusals_resolved,
@@ -136,7 +137,8 @@ def _check(
     spec: AgentSpec | WorkflowSpec, file: str, scope: Scope
 ) -> tuple[Mapping[str, str | None], list[Problem], PeerReport]:
     """``--check-connections``: connect to every MCP server and A2A peer of ``spec`` and
-    judge its URLs under this environment's egress policy, names looked up."""
+    judge its URLs under this environment's egress policy, names looked up; an MCP
+    server's ``allow`` entry naming no tool it lists is a problem too."""
     # Imported here: asyncio, the HTTP clients (httpx, httpx2) and the MCP session
     # machinery only connecting needs; plain ``psych validate`` starts without them.
     import asyncio
@@ -154,6 +156,7 @@ def _check(
 
     tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     oauth: dict[str, str] = {}
+    tools: dict[str, tuple[str, ...]] = {}
     connections = asyncio.run(
         check_connections(
             spec,
@@ -163,8 +166,10 @@ def _check(
             egress=egress,
             tokens=tokens,
             oauth=oauth,
+            tools=tools,
         )
     )
+    refused += allow_unmatched(spec, tools)
     peers = asyncio.run(_checked_peers(spec, scope))
     told: set[str] = set()
     for server in mcp_servers_of(spec):
