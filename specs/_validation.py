@@ -21,6 +21,7 @@ from psych_runtime.specs._allow import allow_problems, matches
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
+from psych_runtime.specs._endpoint import endpoint_problems
 from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR
 from psych_runtime.specs._models import (
     A2APeer,
@@ -242,6 +243,7 @@ def _check_mcp(
     problems = []
     for server in servers:
         path = f"{prefix}mcp_servers[{server.name}]"
+        problems += endpoint_problems(server.url, f"{path}.url")
         problems += url_credentials(server.url, f"{path}.url")
         problems += allow_problems(server.allow, f"{path}.allow")
         if server.oauth is not None:

@@ -35,6 +35,8 @@ from psych_runtime.specs import (
     validate,
 )
 
+MCP_URL = "https://mcp.test/mcp"
+
 
 def agent(name: str = "a", **fields: Any) -> AgentSpec:
     return AgentSpec(**{"name": name, "model": ModelRef(model="gpt-4o"), **fields})
@@ -85,8 +87,8 @@ def test_valid_spec_has_no_problems() -> None:
             ),
         ],
         mcp_servers=[
-            McpServer(name="crm", url="u"),
-            McpServer(name="maybe", url="u", optional=True),
+            McpServer(name="crm", url=MCP_URL),
+            McpServer(name="maybe", url=MCP_URL, optional=True),
         ],
         skills=[skill("a", "see [[skill:b]]"), skill("b", "see [[skill:a]]")],
         spawn=SpawnEnvelope(tools=["lookup", "refund"], models=["gpt-4o"], max_depth=2),
@@ -117,8 +119,8 @@ def test_every_problem_is_reported_not_just_the_first() -> None:
             http("refund", url="https://x.test/{order_id}/{line}"),
         ],
         mcp_servers=[
-            McpServer(name="down", url="u"),
-            McpServer(name="opt", url="u", optional=True),
+            McpServer(name="down", url=MCP_URL),
+            McpServer(name="opt", url=MCP_URL, optional=True),
         ],
         skills=[skill("s", "use [[skill:missing]] and [[skill:s]]")],
         spawn=SpawnEnvelope(tools=["not_mine"], max_depth=5),
@@ -180,9 +182,9 @@ def test_unknown_model_and_empty_known_models() -> None:
 def test_unreachable_mcp_server() -> None:
     spec = agent(
         mcp_servers=[
-            McpServer(name="up", url="u"),
-            McpServer(name="down", url="u"),
-            McpServer(name="flaky", url="u", optional=True),
+            McpServer(name="up", url=MCP_URL),
+            McpServer(name="down", url=MCP_URL),
+            McpServer(name="flaky", url=MCP_URL, optional=True),
         ]
     )
     problems = checks(spec, ValidationContext(reachable_mcp_servers=["up"]))
@@ -313,7 +315,7 @@ def test_an_http_url_placeholder_in_the_path_and_query_is_fine() -> None:
 def test_spawn_tools_must_be_the_agents_own() -> None:
     spec = agent(
         tools=[CodeTool(name="own")],
-        mcp_servers=[McpServer(name="srv", url="u")],
+        mcp_servers=[McpServer(name="srv", url=MCP_URL)],
         spawn=SpawnEnvelope(tools=["own", f"srv{MCP_TOOL_SEPARATOR}anything", "other", "srv"]),
     )
     problems = checks(spec, ValidationContext(registered_tools=["own"]))
@@ -328,7 +330,7 @@ def test_spawn_tools_may_not_name_mcp_tools() -> None:
     # servers), so an envelope naming an MCP tool would publish and then grant nothing.
     spec = agent(
         tools=[CodeTool(name="own")],
-        mcp_servers=[McpServer(name="srv", url="u")],
+        mcp_servers=[McpServer(name="srv", url=MCP_URL)],
         spawn=SpawnEnvelope(tools=[f"srv{MCP_TOOL_SEPARATOR}lookup", f"srv{MCP_TOOL_SEPARATOR}*"]),
     )
     problems = checks(spec, ValidationContext(registered_tools=["own"]))
@@ -376,7 +378,7 @@ def test_tool_step_must_name_a_workflow_tool() -> None:
     spec = WorkflowSpec(
         name="w",
         tools=[http("known")],
-        mcp_servers=[McpServer(name="srv", url="u")],
+        mcp_servers=[McpServer(name="srv", url=MCP_URL)],
         steps=[
             ToolStep(name="ok", tool="known"),
             ToolStep(name="mcp", tool="srv__create"),
@@ -485,8 +487,8 @@ def test_an_mcp_allow_entry_that_could_match_nothing_is_a_problem() -> None:
     # granted nothing and passed validation, so the Run offered none of those tools.
     spec = agent(
         mcp_servers=[
-            McpServer(name="crm", url="u", allow=["get*account", "list_*", "", "*"]),
-            McpServer(name="docs", url="u", allow=["search"], optional=True),
+            McpServer(name="crm", url=MCP_URL, allow=["get*account", "list_*", "", "*"]),
+            McpServer(name="docs", url=MCP_URL, allow=["search"], optional=True),
         ]
     )
     problems = [p for p in checks(spec) if p.path.endswith(".allow")]
@@ -499,3 +501,29 @@ def test_an_mcp_allow_entry_that_could_match_nothing_is_a_problem() -> None:
         ),
     ]
     assert problems == [p for p in context_free_problems(spec) if p.path.endswith(".allow")]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "npx -y @modelcontextprotocol/server-github",
+        "ws://mcp.test/mcp",
+        "mcp.test/mcp",
+        "file:///srv/mcp",
+        "https://",
+        " https://mcp.test/mcp",
+    ],
+)
+def test_an_mcp_server_url_that_is_not_http_with_a_host_is_a_problem(url: str) -> None:
+    # Servers are reached over streamable HTTP or SSE only: a stdio server's command line
+    # or a URL of another scheme passed validate, then failed the Run (or, optional, left
+    # its tools out of every Run) as an unreachable server.
+    spec = agent(mcp_servers=[McpServer(name="gh", url=url, optional=True)])
+    message = (
+        f"{url!r} is not an http:// or https:// URL with a host: MCP servers are reached "
+        "over streamable HTTP or SSE only"
+    )
+    assert [(p.path, p.message) for p in checks(spec)] == [("mcp_servers[gh].url", message)]
+    assert [p.path for p in context_free_problems(spec)] == ["mcp_servers[gh].url"]
+    for good in ("http://127.0.0.1:8000/mcp", "https://mcp.test/sse?page=1"):
+        assert checks(agent(mcp_servers=[McpServer(name="gh", url=good)])) == []
