@@ -5,7 +5,7 @@ then pay for)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
 from psych_runtime.specs import SpecError
@@ -14,6 +14,10 @@ from psych_runtime.specs import SpecError
 @dataclass(frozen=True)
 class McpSettings:
     """How a worker talks to MCP servers. Every field has a documented default.
+
+    Raises:
+        ValueError: a field out of its range, or an issuer that is not an http(s) URL (the
+            message names the field).
 
     Attributes:
         call_timeout_seconds: longest one ``tools/call`` may take; past it the call is
@@ -59,6 +63,36 @@ class McpSettings:
     max_list_pages: int = 100
     heartbeat_seconds: float = 1.0
     oauth_issuers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            if item.name == "oauth_issuers":
+                continue
+            value = getattr(self, item.name)
+            where = f"McpSettings.{item.name}"
+            if item.name in _WHOLE and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{where}: a whole number, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise ValueError(f"{where}: a number, not {value!r}")
+            if item.name in _AT_LEAST_ZERO and value < 0:
+                raise ValueError(f"{where}: 0 or more, not {value!r}")
+            if item.name not in _AT_LEAST_ZERO and value <= 0:
+                raise ValueError(f"{where}: more than 0, not {value!r}")
+        for name, issuer in self.oauth_issuers.items():
+            parts = urlsplit(issuer) if isinstance(issuer, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"McpSettings.oauth_issuers[{name!r}]: an http(s) URL with a host, "
+                    f"not {issuer!r}"
+                )
+
+
+_WHOLE = frozenset({"preload_budget_chars", "max_sessions", "max_list_pages"})
+"""Fields that count things."""
+_AT_LEAST_ZERO = frozenset(
+    {"catalog_ttl_seconds", "catalog_max_ttl_seconds", "preload_budget_chars"}
+)
+"""Fields whose 0 means something (never cached; every server with tools deferred)."""
 
 
 def parse_oauth_issuers(text: str) -> dict[str, str]:
