@@ -6,10 +6,13 @@ may hold ``.``, ``/`` and more, so each name is sanitised (every other character
 ``_``) and, when longer than 64, cut and given a stable suffix: ``-`` and the first hex
 digits of the sha256 of the original pair, the same on every worker and every turn.
 
-Sanitising and cutting can map two tools to one name. Such collisions are resolved by
-sorting the tools by their original ``(server, tool)`` pair: the first keeps the name, each
-later one gets the hash suffix. Every name that is not exactly ``<server>__<tool>`` is
-reported as a ``renamed`` triple so the Run can record what the model was shown.
+Sanitising and cutting can map two tools to one name. A tool whose ``<server>__<tool>``
+needs no change always keeps it: a tool sanitised into that name gets the hash suffix, so a
+tool the server adds mid-Run never takes a name the model has been calling another tool by
+(``x.y`` appearing beside ``x_y`` leaves ``s__x_y`` meaning ``x_y``). Other collisions go
+by the original ``(server, tool)`` pair, sorted: the first keeps the name, each later one
+gets the suffix. Every name that is not exactly ``<server>__<tool>`` is reported as a
+``renamed`` triple so the Run can record what the model was shown.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def _suffixed(base: str, server: str, tool: str, digits: int) -> str:
     return base[: MAX_TOOL_NAME - len(suffix)] + suffix
 
 
+def _unchanged(server: str, tool: str) -> bool:
+    return plain_name(server, tool) == f"{server}{MCP_TOOL_SEPARATOR}{tool}"
+
+
 def plain_name(server: str, tool: str) -> str:
     """The name before collisions are resolved: sanitised, and cut with a suffix when
     longer than ``MAX_TOOL_NAME``."""
@@ -84,7 +91,8 @@ def name_tools(tools: Iterable[tuple[str, str]], *, reserved: Iterable[str] = ()
     """
     taken = set(reserved)
     names: dict[tuple[str, str], str] = {}
-    for server, tool in sorted(set(tools)):
+    # Names needing no change first: they keep them whatever else the server lists.
+    for server, tool in sorted(set(tools), key=lambda pair: (not _unchanged(*pair), pair)):
         name = plain_name(server, tool)
         attempt = 0
         while name in taken:

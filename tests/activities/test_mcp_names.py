@@ -48,24 +48,33 @@ def test_a_long_name_is_cut_to_64_with_a_stable_suffix() -> None:
     assert plain_name("server", other)[:55] == name[:55]
 
 
-def test_collisions_go_to_the_later_original_name_deterministically() -> None:
+def test_a_name_needing_no_change_is_kept_and_other_collisions_go_by_original_name() -> None:
     pairs = [("s", "get_order"), ("s", "get.order"), ("s", "get/order")]
     naming = name_tools(pairs)
-    # Sorted by original name: "get.order" < "get/order" < "get_order".
-    assert naming.names[("s", "get.order")] == "s__get_order"
+    # "get_order" needs no change and keeps it; the two sanitised into it get suffixes.
+    assert naming.names[("s", "get_order")] == "s__get_order"
+    assert naming.names[("s", "get.order")].startswith("s__get_order-")
     assert naming.names[("s", "get/order")].startswith("s__get_order-")
-    assert naming.names[("s", "get_order")].startswith("s__get_order-")
     assert len(set(naming.names.values())) == 3
-    # Whatever order the tools arrive in.
+    # Whatever order the tools arrive in, and whether or not the others are listed.
     assert name_tools(reversed(pairs)).names == naming.names
-    # The one whose own name was taken is recorded too.
-    assert ("s", "get_order") in {(server, tool) for _, server, tool in naming.renamed}
+    assert name_tools([("s", "get_order")]).names == {("s", "get_order"): "s__get_order"}
+    assert {(server, tool) for _, server, tool in naming.renamed} == {
+        ("s", "get.order"),
+        ("s", "get/order"),
+    }
+    # Between sanitised names alone, the first by original name keeps it.
+    sanitised = name_tools(pairs[1:])
+    # "get.order" < "get/order"
+    assert sanitised.names[("s", "get.order")] == "s__get_order"
+    assert sanitised.names[("s", "get/order")].startswith("s__get_order-")
 
 
 def test_servers_whose_names_sanitise_alike_do_not_collide() -> None:
     naming = name_tools([("a.b", "x"), ("a_b", "x")])
-    assert naming.names[("a.b", "x")] == "a_b__x"
-    assert naming.names[("a_b", "x")] != "a_b__x"
+    # a_b's tool needs no change, so it keeps a_b__x; a.b's, sanitised into it, does not.
+    assert naming.names[("a_b", "x")] == "a_b__x"
+    assert naming.names[("a.b", "x")].startswith("a_b__x-")
 
 
 def test_a_reserved_name_is_never_given_to_an_mcp_tool() -> None:

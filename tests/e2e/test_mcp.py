@@ -189,6 +189,43 @@ async def test_a_tool_added_mid_run_is_offered_the_next_turn(
     assert report.mcp[0].catalog_hash != report.mcp[1].catalog_hash
 
 
+async def test_a_tool_keeps_its_own_name_when_a_tool_sanitised_alike_is_added_mid_run(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    # x.y sanitises to tools__x_y, the name x_y already had. Collisions went to the first
+    # by original name ("x.y" < "x_y"), so once x.y appeared the model's tools__x_y, which
+    # had called x_y, called x.y instead; a name needing no change now always keeps it.
+    server = mcp_http_server
+    server.add_tool("x_y")
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("tools__x_y", {"text": "one"}), ToolCall("tools__slow", {"seconds": 3})
+        ),
+        Reply.tool_calls(ToolCall("tools__x_y", {"text": "two"})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(agent(server).build(), "Go", scope=harness.scope)
+
+        async def slow_running() -> bool:
+            return server.calls("slow") == 1
+
+        await eventually(slow_running, within=30, what="the slow call to reach the server")
+        assert server.add_tool("x.y") >= 1
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert (server.calls("x_y"), server.calls("x.y")) == (2, 0)
+    first, _, second = report.tool_calls
+    assert (first.result, second.result) == ("x_y: one", "x_y: two")
+    names = offered(harness.fake.requests[1])
+    [dotted] = [name for name in names if name.startswith("tools__x_y-")]
+    assert "tools__x_y" in names
+    discovered = [r for r in records if isinstance(r, McpDiscovered) and r.turn == 2]
+    assert [r.renamed for r in discovered] == [((dotted, "tools", "x.y"),)]
+
+
 async def test_annotations_drive_the_policy_a_destructive_tool_waits_for_approval(
     harness: Harness, mcp_http_server: McpTestServer
 ) -> None:
