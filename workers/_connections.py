@@ -1,9 +1,9 @@
 """Publish-time connection checks: may the worker reach each URL of a Spec, and does each
 MCP server of a Spec answer?
 
-``egress_refusals`` judges every URL a Spec names (HTTP tools, MCP servers, at any depth)
-under the worker's egress policy without connecting: ``psych validate`` and ``publish``
-report each one the policy would refuse, at its path.
+``egress_refusals`` judges every URL a Spec names (HTTP tools, MCP servers, A2A peers, at
+any depth) under the worker's egress policy without connecting: ``psych validate`` and
+``publish`` report each one the policy would refuse, at its path.
 
 ``check_connections`` connects to every server ``mcp_servers_of(spec)`` lists (the Spec's
 own, its subagents', its workflow steps') through the MCP activities' ``check_servers``
@@ -137,14 +137,14 @@ class SpecUrl:
     ``subagents[x].spec.mcp_servers[docs].url``, ``steps[y].spec.tools[z].url``."""
     url: str
     checked: bool
-    """The URL of a non-optional MCP server: ``check_connections`` connects to it through
-    the same egress port, and ``validate`` reports a refusal as why it did not answer, at
-    the server's path."""
+    """The URL of a non-optional MCP server or A2A peer: the connection check connects to
+    it through the same egress port, and reports a refusal as why it did not answer, at
+    its path."""
 
 
 def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[SpecUrl]:
-    """Every URL of an HTTP tool or MCP server ``spec`` names, at any depth, in the order
-    found."""
+    """Every URL of an HTTP tool, MCP server or A2A peer ``spec`` names, at any depth, in
+    the order found."""
     found: list[SpecUrl] = []
     for prefix, node in nested_specs(spec):
         for tool in node.tools:
@@ -153,6 +153,9 @@ def spec_urls(spec: AgentSpec | WorkflowSpec) -> list[SpecUrl]:
         for server in node.mcp_servers:
             path = f"{prefix}mcp_servers[{server.name}].url"
             found.append(SpecUrl(path, server.url, not server.optional))
+        for peer in getattr(node, "a2a_peers", ()):
+            path = f"{prefix}a2a_peers[{peer.name}].url"
+            found.append(SpecUrl(path, peer.url, not peer.optional))
     return found
 
 

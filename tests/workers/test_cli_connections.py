@@ -349,3 +349,47 @@ def test_allow_entries_naming_no_tool_the_server_lists_are_problems(
     file = spec_file(tmp_path, [server_entry("crm", mcp_http_server, allow=["echo", "t*"])])
     assert main(["validate", str(file), "--check-connections"]) == 0
     assert problems(file, capsys.readouterr().err) == []
+
+
+def test_validate_warns_of_an_a2a_peer_url_the_egress_policy_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Peers are reached through the same egress policy, but validate judged only HTTP
+    # tools' and MCP servers' URLs: a peer on a private address passed without a word.
+    monkeypatch.setenv("PSYCH_EGRESS_ALLOW", "")  # the default policy, not the suite's
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no global settings file
+    helper = {
+        "kind": "agent",
+        "name": "helper",
+        "model": {"model": "m"},
+        "a2a_peers": [{"name": "meta", "url": "http://169.254.169.254/"}],
+    }
+    spec = {
+        "kind": "agent",
+        "name": "lead",
+        "model": {"model": "m"},
+        "a2a_peers": [{"name": "billing", "url": "http://10.0.0.5/"}],
+        "subagents": [{"name": "helper", "description": "looks things up, " * 2, "spec": helper}],
+    }
+    file = tmp_path / "agent.json"
+    file.write_text(json.dumps(spec))
+    rule = (
+        "addresses are refused for URLs from a Spec unless the operator allows them (egress "
+        "allow list: PSYCH_EGRESS_ALLOW or the settings file)"
+    )
+    assert main(["validate", str(file)]) == 0
+    assert problems(file, capsys.readouterr().err) == [
+        "warning: a2a_peers[billing].url: this environment's egress refused: "
+        f"http://10.0.0.5/: private {rule}",
+        "warning: subagents[helper].spec.a2a_peers[meta].url: this environment's egress "
+        f"refused: http://169.254.169.254/: link-local (cloud metadata among them) {rule}",
+    ]
+    # Checking connections (nothing is sent: both are address literals the policy refuses),
+    # each refusal is a problem once: the peer check's, as why the peer did not answer.
+    assert main(["validate", str(file), "--check-connections"]) == 1
+    said = problems(file, capsys.readouterr().err)
+    assert said[-1] == "2 problem(s); not valid"
+    assert [line.split(":")[0] for line in said if "egress refused" in line] == [
+        "a2a_peers[billing]",
+        "subagents[helper].spec.a2a_peers[meta]",
+    ]
