@@ -146,6 +146,7 @@ class McpActivities(Catalogues, ActivityClass):
             connect_timeout=self.settings.connect_timeout_seconds,
             on_tools_changed=self.catalogs.drop,
             egress=self.egress,
+            on_closed=self.catalogs.drop,
         )
 
     async def aclose(self) -> None:

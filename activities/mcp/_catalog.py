@@ -3,8 +3,10 @@ of a deferred server's tools.
 
 A server's tools are kept as the server listed them (``McpTool``: its own name, description,
 input schema and annotation hints). The worker caches each session's listing for a TTL and
-drops it when that session receives ``notifications/tools/list_changed``; a listing that
-was in flight when the notification came is not cached (it may predate the change).
+drops it when that session receives ``notifications/tools/list_changed``, or ends (idle,
+over the pool's bound, broken: nobody hears the server's notifications for that key until a
+session opens again); a listing that was in flight when either came is not cached (it may
+predate the change).
 """
 
 from __future__ import annotations

@@ -244,6 +244,8 @@ class _Pooled:
     refused: list[Exception] = field(default_factory=list)
     """Replies the egress policy refused (too large) and failed OAuth flows: why the
     session ended, if it did."""
+    listening: bool = False
+    """Connected on a handshake-era session, which is told of ``tools/list_changed``."""
 
 
 class McpSessions:
@@ -257,6 +259,7 @@ class McpSessions:
         connect_timeout: float,
         on_tools_changed: Callable[[SessionKey], None],
         egress: Egress,
+        on_closed: Callable[[SessionKey], None] | None = None,
     ) -> None:
         """Create an empty pool.
 
@@ -268,11 +271,16 @@ class McpSessions:
             on_tools_changed: called with a session's key when its server sends
                 ``notifications/tools/list_changed`` (the catalogue cache drops it).
             egress: every session connects through its clients, for the key's tenant.
+            on_closed: called with a session's key when a session that spoke the
+                handshake-era protocol ends (closed, dropped or broken): nobody hears that
+                server's ``list_changed`` for the key until a session opens again, so the
+                catalogue cache drops it too.
         """
         self._max = max_sessions
         self._idle = idle_seconds
         self._connect_timeout = connect_timeout
         self._on_tools_changed = on_tools_changed
+        self._on_closed = on_closed
         self._egress = egress
         self._sessions: OrderedDict[SessionKey, _Pooled] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -384,6 +392,7 @@ class McpSessions:
                 on_refused=pooled.refused.append,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected
+                pooled.listening = not is_stateless(client)
                 if not pooled.ready.done():
                     pooled.ready.set_result(client)
                 await pooled.closing.wait()
@@ -413,6 +422,8 @@ class McpSessions:
             pooled.broken = pooled.broken or "closed"
             if self._sessions.get(pooled.key) is pooled:
                 del self._sessions[pooled.key]
+            if pooled.listening and self._on_closed is not None:
+                self._on_closed(pooled.key)
             # Nobody may be left waiting, and a never-awaited exception must not be logged.
             if pooled.ready.done() and not pooled.ready.cancelled():
                 pooled.ready.exception()

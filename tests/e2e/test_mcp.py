@@ -254,6 +254,32 @@ async def test_annotations_drive_the_policy_a_destructive_tool_waits_for_approva
     assert server.calls("wipe") == 1 and server.calls("echo") == 1
 
 
+async def test_a_tool_added_while_its_session_is_closed_is_offered_the_next_turn(
+    harness: Harness, mcp_http_server: McpTestServer, mcp_sse_server: McpTestServer
+) -> None:
+    # One pooled session for two servers: after each discovery one session is closed, and
+    # nobody hears that server's tools/list_changed. Its listing stayed cached (for the
+    # 300 s TTL), so a tool it added was not offered the next turn, as promised.
+    harness.settings.mcp = McpSettings(max_sessions=1)
+    harness.settings.policy = RulePolicy(destructive="ask")
+    spec = agent(mcp_http_server).mcp_server("other", mcp_sse_server.url, transport="sse").build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("tools__wipe", {}, id="call-wipe")),
+        Reply.tool_calls(ToolCall("tools__fresh", {"text": "a"})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Go", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="a suspension")
+        mcp_http_server.add_tool("fresh")
+        mcp_sse_server.add_tool("fresh")
+        await harness.client.approve(run, "call-wipe", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert {"tools__fresh", "other__fresh"} <= set(offered(harness.fake.requests[1]))
+    assert mcp_http_server.calls("fresh") == 1
+
+
 async def test_an_optional_unreachable_server_is_left_out_and_the_model_told(
     harness: Harness, closed_port: int
 ) -> None:
