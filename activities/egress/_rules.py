@@ -168,7 +168,9 @@ class EgressPolicy:
         host = urlsplit(url).hostname
         if not host:
             return None
-        host = host.lower()
+        host = host.lower().rstrip(".")  # "localhost." is the same name, fully qualified
+        if not host:
+            return None
         refusal = self.decide(host, None, tenant=tenant, origin="spec")
         if refusal is not None:
             return refusal

@@ -391,3 +391,14 @@ async def test_a_peers_card_that_drips_in_is_given_up_on_within_the_bound() -> N
         await port.aclose()
     assert checked.error == "no card within 0.5 s"
     assert took < 2.0  # ~10 s when only each read was bounded
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost.:9/mcp", "http://LOCALHOST./x", "http://api.localhost./x"]
+)
+def test_judging_a_spec_url_reads_localhost_with_a_trailing_dot_as_loopback(url: str) -> None:
+    # The fully qualified spelling reaches the same loopback address (the worker's lookup
+    # refuses it when connecting), but validate's judgement without a lookup let it pass.
+    refusal = EgressPolicy(EgressSettings()).judge(url, "acme")
+    assert refusal is not None
+    assert (refusal.kind, refusal.address) == ("loopback", "127.0.0.1")
