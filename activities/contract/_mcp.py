@@ -97,6 +97,10 @@ class McpServerStatus(_Payload):
     """True when the worker's cache answered instead of the server."""
     error: str | None = None
     """Why it is unavailable (never carries a credential)."""
+    unmatched: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
+    """The server's ``allow`` entries that name none of the tools it lists (they grant
+    nothing), in ``allow``'s order. Left out when empty, so a payload without any reads
+    as before (and an older worker can read it)."""
 
 
 class McpCatalog(_Payload):

@@ -56,6 +56,8 @@ class _Discovered:
     cached: bool
     listing: tuple[McpTool, ...]
     """The whole listing as the worker's cache holds it (the same object until it changes)."""
+    unmatched: tuple[str, ...] = ()
+    """``allow`` entries naming none of the listed tools."""
 
 
 _BUILT_MAX = 256
@@ -191,6 +193,7 @@ class Catalogues:
                     tools=len(named),
                     catalog_hash=catalog_ref,
                     cached=found.cached,
+                    unmatched=found.unmatched,
                 )
             )
         if deferred:
@@ -272,9 +275,19 @@ class Catalogues:
             reason = redact(failure_reason(err))
             _log.warning("MCP server %s is unavailable: %s", server.name, reason)
             return reason
-        allowed = set(allowed_tools((tool.tool for tool in tools), server.allow))
+        names = [tool.tool for tool in tools]
+        allowed = set(allowed_tools(names, server.allow))
         narrowed = tuple(tool for tool in tools if tool.tool in allowed)
-        return _Discovered(server=server, tools=narrowed, cached=cached, listing=tools)
+        unmatched = tuple(entry for entry in server.allow if not allowed_tools(names, (entry,)))
+        if unmatched and not cached:
+            _log.warning(
+                "MCP server %s: allow entries %s name none of the tools it lists",
+                server.name,
+                ", ".join(map(repr, unmatched)),
+            )
+        return _Discovered(
+            server=server, tools=narrowed, cached=cached, listing=tools, unmatched=unmatched
+        )
 
     async def _listing(
         self, server: McpServer, connection: Connection

@@ -139,6 +139,26 @@ async def test_allow_narrows_what_is_offered_and_callable(
     assert report.mcp[0].tools == 2
 
 
+async def test_an_allow_entry_naming_no_tool_is_recorded_in_the_run(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    # An entry naming no tool the server offers granted nothing and the Run said nothing:
+    # only the count of tools offered hinted at it. Each turn's discovery now names it.
+    spec = agent(mcp_http_server, allow=["echo", "nope*", "tools__charge"]).build()
+    harness.fake.enqueue(Reply.text("done"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert offered(harness.fake.requests[0]) == ["tools__echo"]
+    [discovery] = report.mcp
+    assert (discovery.tools, discovery.unmatched) == (1, ("nope*", "tools__charge"))
+    [record] = [r for r in records if isinstance(r, McpDiscovered)]
+    assert record.unmatched == ("nope*", "tools__charge")
+
+
 async def test_is_error_counts_toward_the_failure_streak(
     harness: Harness, mcp_http_server: McpTestServer
 ) -> None:

@@ -132,6 +132,8 @@ class McpDiscoveryReport(_Frozen):
     catalog_hash: str | None = None
     cached: bool = False
     error: str | None = None
+    unmatched: tuple[str, ...] = ()
+    """``allow`` entries naming none of the server's tools (they grant nothing)."""
 
 
 class StepReport(_Frozen):
@@ -352,6 +354,7 @@ def build_report(
                         catalog_hash=record.catalog_hash,
                         cached=record.cached,
                         error=record.error,
+                        unmatched=record.unmatched,
                     )
                 )
             case PeerDiscovered():

@@ -206,6 +206,7 @@ def _record(
             cached=cached,
             error=status.error,
             renamed=tuple(r for r in renamed if r[1] == status.server),
+            unmatched=status.unmatched,
         )
     )
 
