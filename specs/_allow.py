@@ -22,12 +22,14 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
 def allow_problems(allow: Sequence[str], path: str) -> list[Problem]:
     """Entries that no name can match as written: an empty one, and one with a ``*``
     before its end (a ``*`` only ends a prefix; inside an entry it is a literal character,
-    which no tool name holds, so the entry would silently grant nothing)."""
+    which no tool or skill name holds, so the entry would silently grant nothing)."""
     problems = []
     for entry in allow:
         if not entry:
             problems.append(
-                Problem(path, "an empty entry grants nothing; name a tool or a prefix*")
+                Problem(
+                    path, "an empty entry grants nothing; give a name, or a prefix ending in '*'"
+                )
             )
         elif "*" in entry[:-1]:
             problems.append(

@@ -315,6 +315,7 @@ def _check_a2a(peers: Sequence[A2APeer], prefix: str) -> list[Problem]:
     problems = []
     for peer in peers:
         problems += url_credentials(peer.url, f"{prefix}a2a_peers[{peer.name}].url")
+        problems += allow_problems(peer.allow, f"{prefix}a2a_peers[{peer.name}].allow")
     return problems
 
 

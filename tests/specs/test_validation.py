@@ -10,6 +10,7 @@ import pytest
 from psych_runtime.specs import (
     BUILTIN_TOOL_NAMES,
     MCP_TOOL_SEPARATOR,
+    A2APeer,
     AgentSpec,
     AgentStep,
     CodeTool,
@@ -493,7 +494,10 @@ def test_an_mcp_allow_entry_that_could_match_nothing_is_a_problem() -> None:
     )
     problems = [p for p in checks(spec) if p.path.endswith(".allow")]
     assert [(p.path, p.message) for p in problems] == [
-        ("mcp_servers[crm].allow", "an empty entry grants nothing; name a tool or a prefix*"),
+        (
+            "mcp_servers[crm].allow",
+            "an empty entry grants nothing; give a name, or a prefix ending in '*'",
+        ),
         (
             "mcp_servers[crm].allow",
             "'get*account': '*' may only end an entry (a prefix such as 'get_*'); an entry "
@@ -527,3 +531,19 @@ def test_an_mcp_server_url_that_is_not_http_with_a_host_is_a_problem(url: str) -
     assert [p.path for p in context_free_problems(spec)] == ["mcp_servers[gh].url"]
     for good in ("http://127.0.0.1:8000/mcp", "https://mcp.test/sse?page=1"):
         assert checks(agent(mcp_servers=[McpServer(name="gh", url=good)])) == []
+
+
+def test_an_a2a_peer_allow_entry_that_could_match_nothing_is_a_problem() -> None:
+    # The same narrowing as an MCP server's allow (exact, or a trailing '*').
+    spec = agent(a2a_peers=[A2APeer(name="billing", url="https://b.test/", allow=["re*und", ""])])
+    assert [(p.path, p.message) for p in checks(spec)] == [
+        (
+            "a2a_peers[billing].allow",
+            "an empty entry grants nothing; give a name, or a prefix ending in '*'",
+        ),
+        (
+            "a2a_peers[billing].allow",
+            "'re*und': '*' may only end an entry (a prefix such as 'get_*'); an entry "
+            "matches a name exactly or by its trailing '*', nothing else",
+        ),
+    ]
