@@ -165,8 +165,7 @@ class McpDiscovered(_Record):
     renamed: tuple[tuple[str, str, str], ...] = ()
     """``(model name, server, tool)`` for names that were sanitised, cut or suffixed."""
     unmatched: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
-    """The server's ``allow`` entries naming none of the tools it lists (they grant
-    nothing). Left out when empty, so an older client reads every other record."""
+    """The ``allow`` entries naming none of the server's tools; left out when empty."""
 
 
 class PeerDiscovered(_Record):
