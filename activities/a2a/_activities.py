@@ -272,8 +272,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         context: ClientCallContext,
         redact: Redactor,
     ) -> None:
-        """Cancel a task that waits for authentication this Run cannot give (best effort:
-        it would otherwise wait at the peer for good; a failure is logged, redacted)."""
+        """Cancel a task nobody will go on with (it waits for authentication this Run
+        cannot give, or the call was cancelled in its hold), best effort: it would
+        otherwise wait or work at the peer for good; a failure is logged, redacted."""
         try:
             await asyncio.wait_for(
                 transport.cancel_task(
@@ -359,6 +360,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         deadline = time.monotonic() + settings.call_timeout_seconds
         hold_until = time.monotonic() + settings.hold_seconds
         context = connection.context(settings.call_timeout_seconds)
+        task: Task | None = None
         try:
             response = await self._beating(
                 transport.send_message(request, context=context), deadline
@@ -369,6 +371,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             while task.status.state not in TERMINAL | INTERRUPTED:
                 if time.monotonic() + settings.poll_seconds > hold_until:
                     return task
+                # Each read returns at once: without a heartbeat here an abort of the Run
+                # would not reach the call before its hold ended.
+                activity.heartbeat()
                 await asyncio.sleep(settings.poll_seconds)
                 task = await self._beating(
                     transport.get_task(
@@ -382,6 +387,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
                 f"A2A peer {peer.name!r}: no answer within {settings.call_timeout_seconds:g} s",
             )
         except asyncio.CancelledError:
+            if task is not None and task.status.state not in TERMINAL:
+                # Cancelled in the hold (the Run aborted, the worker stopping): the Run never
+                # learns this task's id, so nobody would read or cancel it; ask the peer to.
+                await self._give_up(transport, task, input, context, connection.redact)
             raise
         except Exception as err:  # the SDK's and httpx's errors alike: the model reads them
             self.peers.forget(connection.key)

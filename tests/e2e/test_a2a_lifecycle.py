@@ -1,8 +1,9 @@
 """A2A peer tasks and the Run's own life: a Run aborted (or whose wait expires) while it
-waits on a peer task asks the peer to cancel that task; a worker's ``a2a:`` settings (the
-global settings file) decide how long a call holds before the Run waits durably; a peer
-asking for other authentication mid-task settles the call with an error naming the peer
-and what it asked. Real Runs on the dev server, a scripted ``a2a-sdk`` peer on loopback."""
+waits on a peer task (durably, or inside the call's hold) asks the peer to cancel that
+task; a worker's ``a2a:`` settings (the global settings file) decide how long a call holds
+before the Run waits durably; a peer asking for other authentication mid-task settles the
+call with an error naming the peer and what it asked. Real Runs on the dev server, a
+scripted ``a2a-sdk`` peer on loopback."""
 
 from __future__ import annotations
 
@@ -56,6 +57,38 @@ async def test_aborting_a_run_waiting_on_a_peer_task_cancels_that_task(
         None,
     )
     assert peer.texts() == ["slow:60"]
+
+
+async def test_aborting_a_run_while_its_call_holds_cancels_the_peer_task(
+    harness: Harness,
+) -> None:
+    # A hold longer than the test: the abort reaches the call while it still reads the task.
+    harness.settings = dataclasses.replace(harness.settings, a2a=A2aSettings(hold_seconds=600))
+    async with serve_peer(("book",)) as peer:
+        spec = (
+            AgentBuilder("lifecycle_holding")
+            .model("fake-model")
+            .a2a_peer("travel", peer.url, credential="orders-key")
+            .build()
+        )
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("travel__book", {"message": "slow:600"})))
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Book it", scope=harness.scope)
+
+            async def _sent() -> bool:
+                return peer.texts() == ["slow:600"]
+
+            await eventually(_sent, within=30, what="the message at the peer")
+            await harness.client.abort(run, scope=harness.scope, reason="changed my mind")
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+
+            # The call, cancelled in its hold, asks the peer to cancel the task it started
+            # (the Run never learnt its id), with the peer's credential, while the worker runs.
+            async def _cancelled() -> bool:
+                return peer.cancels == [("task-1", "Bearer s3cret")]
+
+            await eventually(_cancelled, within=30, what="the peer task's cancel")
+    assert result.status is RunStatus.ABORTED, result.reason
 
 
 async def test_the_settings_files_hold_decides_when_the_run_waits_durably(
