@@ -1,6 +1,6 @@
 """The A2A mount without a Temporal server: the card where a company mounts the app, and
-the requests refused before any Run is touched (unknown agent, file parts, a push URL
-that is not http(s), a task id that cannot be one)."""
+the requests refused before any Run is touched (unknown agent, a field A2A requires
+missing, file parts, a push URL that is not http(s), a task id that cannot be one)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,26 @@ async def test_requests_refused_before_any_run_is_touched(tmp_path: Path) -> Non
         hook = {"taskPushNotificationConfig": {"url": "ftp://example.com/hook"}}
         pushed = await error("helper/", send({"text": "hi"}, **hook))
         assert "only http and https" in pushed["message"]
+        # A request missing a field A2A requires is refused naming it (never a Run
+        # started, never another problem named in its place).
+        missing = await error("helper/", rpc("SendMessage", {}))
+        assert missing["code"] == -32602
+        assert (
+            missing["message"] == "the request lacks what A2A requires: message: field is required"
+        )
+        roleless = {"messageId": "m2", "parts": [{"text": "hi"}]}
+        no_role = await error("helper/", rpc("SendMessage", {"message": roleless}))
+        assert no_role["code"] == -32602 and "message.role: field is required" in no_role["message"]
+        empty = await error("helper/", rpc("SendMessage", {"message": {"role": "ROLE_USER"}}))
+        assert "message.message_id: field is required" in empty["message"]
+        assert "message.parts: field must contain at least one element" in empty["message"]
+        for method in ("GetTask", "CancelTask"):
+            no_id = await error("helper/", rpc(method, {}))
+            assert no_id["code"] == -32602, method
+            assert no_id["message"] == "the request lacks what A2A requires: id: field is required"
+        rest = await http.post("/psych/a2a/helper/message:send", json={}, headers=RPC_HEADERS)
+        assert rest.status_code == 400
+        assert "message: field is required" in rest.json()["error"]["message"]
         bad_id = await error("helper/", rpc("GetTask", {"id": "../psych-globex-x"}))
         assert bad_id["message"] == "no task '../psych-globex-x'"
         # Without a credential nothing but the card is served.

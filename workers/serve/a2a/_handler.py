@@ -65,6 +65,7 @@ from psych_runtime.workers.serve.a2a._replies import (
     answer_text,
     decision,
     read_message,
+    require_fields,
     task_input,
 )
 from psych_runtime.workers.serve.a2a._tasks import (
@@ -119,6 +120,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         scope, agent = caller_of(context)
+        require_fields(params)
         workflow_id, state = await self._send(params, scope, agent)
         if params.configuration.return_immediately or stops(state):
             return task_of(state)
@@ -130,6 +132,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         scope, agent = caller_of(context)
+        require_fields(params)
         workflow_id, state = await self._send(params, scope, agent)
         yield task_of(state)
         if stops(state):
@@ -237,12 +240,14 @@ class PsychRequestHandler(RequestHandler):
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         scope, agent = caller_of(context)
+        require_fields(params)
         return task_of(await self._owned(params.id, scope, agent))
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
         scope, agent = caller_of(context)
+        require_fields(params)
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
@@ -275,6 +280,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         scope, agent = caller_of(context)
+        require_fields(params)
         state = await self._owned(params.id, scope, agent)
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.id} has ended: read it with GetTask")
@@ -290,6 +296,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         scope, agent = caller_of(context)
+        require_fields(params)
         state = await self._owned(params.id, scope, agent)
         if state.status.terminal:
             raise TaskNotCancelableError(f"task {params.id} has already ended")
@@ -308,6 +315,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         scope, agent = caller_of(context)
+        require_fields(params)
         state = await self._owned(params.task_id, scope, agent)
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
@@ -379,6 +387,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         scope, agent = caller_of(context)
+        require_fields(params)
         await self._owned(params.task_id, scope, agent)
         return await self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
 
@@ -386,6 +395,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         scope, agent = caller_of(context)
+        require_fields(params)
         await self._owned(params.task_id, scope, agent)
         configs = await self.pushes.list(scope, workflow_id_of(params.task_id, scope))
         return ListTaskPushNotificationConfigsResponse(configs=configs)
@@ -394,6 +404,7 @@ class PsychRequestHandler(RequestHandler):
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
         scope, agent = caller_of(context)
+        require_fields(params)
         await self._owned(params.task_id, scope, agent)
         await self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
 

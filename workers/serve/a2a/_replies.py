@@ -18,7 +18,9 @@ from typing import Any
 
 from a2a.types import Message
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
+from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message as ProtoMessage
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,26 @@ class Decision:
 
     approve: bool
     note: str | None
+
+
+def require_fields(params: ProtoMessage) -> None:
+    """Refuse a request that lacks a field A2A marks required (as the SDK's own handler
+    does), naming each, before anything reads it: a message with no role would start a
+    Run, a SendMessage with no message would be refused for its missing messageId.
+
+    Raises:
+        InvalidParamsError: a required field is missing or empty.
+    """
+    try:
+        validate_proto_required_fields(params)
+    except InvalidParamsError as err:
+        listed = (err.data or {}).get("errors") or []
+        named = "; ".join(
+            f"{item['field']}: {str(item['message']).rstrip('.').lower()}" for item in listed
+        )
+        raise InvalidParamsError(
+            f"the request lacks what A2A requires: {named or err.message}"
+        ) from err
 
 
 def read_message(message: Message) -> Said:
