@@ -1,9 +1,9 @@
 """A2A peer tasks and the Run's own life: a Run aborted (or whose wait expires) while it
-waits on a peer task (durably, or inside the call's hold) asks the peer to cancel that
-task; a worker's ``a2a:`` settings (the global settings file) decide how long a call holds
-before the Run waits durably; a peer asking for other authentication mid-task settles the
-call with an error naming the peer and what it asked. Real Runs on the dev server, a
-scripted ``a2a-sdk`` peer on loopback."""
+waits on a peer task (durably, inside the call's hold, or for its person's answer to the
+peer's question) asks the peer to cancel that task; a worker's ``a2a:`` settings (the
+global settings file) decide how long a call holds before the Run waits durably; a peer
+asking for other authentication mid-task settles the call with an error naming the peer
+and what it asked. Real Runs on the dev server, a scripted ``a2a-sdk`` peer on loopback."""
 
 from __future__ import annotations
 
@@ -196,6 +196,44 @@ async def test_a_peers_question_goes_to_the_person_when_the_spec_allows_question
     # The model read the peer's final answer as the call's result.
     [tool_message] = [m for m in harness.fake.requests[1]["messages"] if m["role"] == "tool"]
     assert "answered: blue" in tool_message["content"]
+
+
+async def test_aborting_a_run_before_its_person_answers_a_peer_cancels_the_peer_task(
+    harness: Harness,
+) -> None:
+    async with serve_peer(("ask",)) as peer:
+        spec = (
+            AgentBuilder("lifecycle_unanswered")
+            .model("fake-model")
+            .suspension(may_ask_questions=True)
+            .a2a_peer("helper", peer.url, credential="orders-key")
+            .build()
+        )
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"}, id="c1"))
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Pick a colour", scope=harness.scope)
+            state = await state_when(
+                harness.client, run, harness.scope, is_waiting, what="the peer's question"
+            )
+            [pending] = state.pending
+            assert (pending.reason, pending.id) == ("question", "c1")
+            await harness.client.abort(run, scope=harness.scope, reason="never mind")
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED, result.reason
+    # The task waited at the peer for an answer that will never come: the Run asked the
+    # peer, once, with its credential, to cancel it, and recorded what the peer said.
+    assert peer.cancels == [("task-1", "Bearer s3cret")]
+    [cancelled] = report.peer_cancels
+    assert (cancelled.peer, cancelled.task_id, cancelled.call_id, cancelled.state) == (
+        "helper",
+        "task-1",
+        "c1",
+        "canceled",
+    )
+    assert peer.texts() == ["ask:which colour?"]
 
 
 async def test_a_question_the_peer_asks_after_a_durable_wait_goes_to_the_person(

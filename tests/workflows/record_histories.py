@@ -1437,6 +1437,37 @@ async def a2a_peer_task_canceled(rig: Rig) -> RunHandle:
         return run
 
 
+async def a2a_peer_question_canceled(rig: Rig) -> RunHandle:
+    # may_ask_questions: the peer's input-required question becomes a question suspension;
+    # psych.abort before the person answers: psych.a2a.cancel asks the peer to cancel the
+    # task waiting there (patch psych-a2a-cancel-asked-peer-task), recorded as
+    # peer_task_canceled; ABORTED. The key apart from "k", as in a2a_peer_question_answered.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="a2a-recorder-key")
+    )
+    async with serve_peer(("ask",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"})),
+        )
+        spec = (
+            rig.agent("a2a").suspension(may_ask_questions=True).a2a_peer("helper", peer.url).build()
+        )
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Pick a colour", scope=SCOPE)
+            await rig.suspended(run)
+            await rig.client.abort(run, scope=SCOPE, reason="changed my mind")
+            await rig.settle(run)
+        return run
+
+
+async def a2a_peer_question_canceled_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at 12eac6a, before the patch psych-a2a-cancel-asked-peer-task: the same Run
+    # settled ABORTED without asking the peer (its task left input-required there). It
+    # checks the old branch; recorded again today it would take the new one, so it is
+    # never re-recorded.
+    return await a2a_peer_question_canceled(rig)
+
+
 async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
     rig.fake.enqueue(Reply.text("Answered without it."))
     spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
@@ -2342,6 +2373,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_question_answered),
     ("dev", a2a_peer_question_after_wait),
     ("dev", a2a_peer_task_canceled),
+    ("dev", a2a_peer_question_canceled),
+    ("dev", a2a_peer_question_canceled_before_patch),
     ("dev", a2a_peer_task_pushed),
     # tasks, components and context providers
     ("dev", tasks_updated),

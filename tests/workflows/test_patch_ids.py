@@ -103,6 +103,10 @@ PATCHES: dict[str, str] = {
     # step, often a local activity), before psych-children-bounded, which it stands for
     # with the older start patches (kernel/_patches.py); an AgentRun records it too.
     "psych-workflow-outputs-bounded": "0.1.0",
+    # A Run settling while its person has not answered an A2A peer's question asks the peer
+    # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
+    # before left it waiting at the peer.
+    "psych-a2a-cancel-asked-peer-task": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
@@ -51,7 +50,6 @@ with workflow.unsafe.imports_passed_through():
         A2A_QUESTION_TOKEN,
         A2A_TASK_ARGUMENT,
         A2aCancelInput,
-        A2aCards,
         A2aCardsInput,
         A2aPollInput,
         A2aToolCall,
@@ -61,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolOutcome,
     )
-    from psych_runtime.specs import A2APeer, AgentSpec
+    from psych_runtime.specs import AgentSpec
     from psych_runtime.workflows.contract._contract import ResumeInput
     from psych_runtime.workflows.contract._records import (
         PeerDiscovered,
@@ -69,6 +67,13 @@ with workflow.unsafe.imports_passed_through():
         Resumed,
         RunStatus,
         SuspensionReason,
+    )
+    from psych_runtime.workflows.features._a2a_state import (
+        PEER_QUESTION,
+        POLL_FIRST_SECONDS,
+        POLL_MAX_SECONDS,
+        PeersState,
+        take_cards,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Feature, Handler, RunView
@@ -81,41 +86,6 @@ with workflow.unsafe.imports_passed_through():
         inline,
         shown,
     )
-
-
-@dataclass
-class PeersState:
-    """What a Run knows of its peers between turns (workflow state, not history)."""
-
-    peers: dict[str, A2APeer] = field(default_factory=dict)
-    cards_hash: str | None = None
-    tools_ref: str | None = None
-    entries: dict[str, CatalogEntry] = field(default_factory=dict)
-    unavailable: set[str] = field(default_factory=set)
-    notes: list[str] = field(default_factory=list)
-    """What the model is told with the next call (a peer gone or back)."""
-    pollers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    """Wait token -> the task reading that peer task until it ends."""
-    polls: dict[str, A2aPollInput] = field(default_factory=dict)
-    """Wait token -> what reading it takes, while its answer has not come: the tasks a
-    settling Run cancels."""
-
-
-PEER_QUESTION = "a2a_peer_asks"
-"""The key of a waited task's completion that carries the peer's question (with the task
-id) rather than its answer: the call's wait puts it to the person."""
-
-POLL_FIRST_SECONDS = 2.0
-POLL_MAX_SECONDS = 60.0
-"""A waiting peer task is read after 2 s, then twice as long each time, at most every
-minute: a day-long task costs about 1,500 reads (each an activity in history)."""
-
-
-def _take(state: PeersState, result: A2aCards) -> None:
-    state.cards_hash = result.cards_hash
-    if result.entries is not None:
-        state.tools_ref = result.tools_ref
-        state.entries = {entry.name: entry for entry in result.entries}
 
 
 class Peers(Feature):
@@ -150,7 +120,7 @@ class Peers(Feature):
             )
         except ActivityError as err:
             raise Stop(RunStatus.FAILED, f"A2A cards: {cause_text(err)}") from err
-        _take(state, result)
+        take_cards(state, result)
         log = run.log
         for status in result.peers:
             log.add(
@@ -213,36 +183,45 @@ class Peers(Feature):
             if not poller.done() and token in state.polls
         ]
         # Runs recorded before this settled without asking the peer.
-        if not open_tasks or not self.run.patched("psych-a2a-cancel-peer-task"):
-            return
-        for token, poll in open_tasks:
-            # Nobody reads its answer any more: stop the reads, ask the peer to stop.
-            state.pollers[token].cancel()
-            try:
-                done = await calls.cancel_a2a(
+        if open_tasks and self.run.patched("psych-a2a-cancel-peer-task"):
+            for token, poll in open_tasks:
+                # Nobody reads its answer any more: stop the reads, ask the peer to stop.
+                state.pollers[token].cancel()
+                await self._cancel(
                     A2aCancelInput(
                         run_id=poll.run_id,
                         call_id=poll.call_id,
                         peer=poll.peer,
                         task_id=poll.task_id,
                         scope=poll.scope,
-                    ),
-                    summary=f"cancel A2A {poll.peer.name} task",
+                    )
                 )
-                state_name, error = done.state, done.error
-            except ActivityError as err:
-                state_name, error = None, cause_text(err)
-            log = self.run.log
-            log.add(
-                PeerTaskCanceled(
-                    **log.stamp(),
-                    peer=poll.peer.name,
-                    task_id=poll.task_id,
-                    call_id=poll.call_id,
-                    state=state_name,
-                    error=error,
-                )
+        # A task whose question the person has not answered waits at the peer for good
+        # once the Run settles (aborted, the question expired); Runs recorded before left it.
+        asked = list(state.asked.values())
+        if asked and workflow.patched("psych-a2a-cancel-asked-peer-task"):
+            for cancel in asked:
+                await self._cancel(cancel)
+
+    async def _cancel(self, cancel: A2aCancelInput) -> None:
+        """Ask the peer to cancel a task the Run no longer goes on with, and record what
+        it answered (``peer_task_canceled``)."""
+        try:
+            done = await calls.cancel_a2a(cancel, summary=f"cancel A2A {cancel.peer.name} task")
+            state_name, error = done.state, done.error
+        except ActivityError as err:
+            state_name, error = None, cause_text(err)
+        log = self.run.log
+        log.add(
+            PeerTaskCanceled(
+                **log.stamp(),
+                peer=cancel.peer.name,
+                task_id=cancel.task_id,
+                call_id=cancel.call_id,
+                state=state_name,
+                error=error,
             )
+        )
 
     def _message(
         self,
@@ -417,14 +396,25 @@ class Peers(Feature):
         run = self.run
         assert entry.server is not None and entry.tool is not None
         peer = self.state.peers[entry.server]
+        item = call.id if answer == 1 else f"{call.id}.{answer}"
+        # Until the answer is sent, a Run that settles (an abort, the question expiring:
+        # ``suspend_call`` raises) cancels the task, which would wait at the peer for good.
+        self.state.asked[item] = A2aCancelInput(
+            run_id=run.input.run_id,
+            call_id=call.id,
+            peer=peer,
+            task_id=task_id,
+            scope=run.input.scope,
+        )
         given = await run.suspend_call(
             call,
             SuspensionReason.QUESTION,
             run.suspension.question_expires_seconds,
-            id=call.id if answer == 1 else f"{call.id}.{answer}",
+            id=item,
             question=f"A2A peer {peer.name!r} asks (task {task_id}): {question}",
             arguments="",
         )
+        self.state.asked.pop(item, None)
         arguments = {A2A_MESSAGE_ARGUMENT: given.answer or "", A2A_TASK_ARGUMENT: task_id}
         try:
             outcome = await calls.call_tool(

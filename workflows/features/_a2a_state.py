@@ -1,0 +1,57 @@
+"""What the A2A feature (``_a2a.py``) keeps of a Run's peers between turns, and the
+constants its waits share."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import (
+        A2aCancelInput,
+        A2aCards,
+        A2aPollInput,
+        CatalogEntry,
+    )
+    from psych_runtime.specs import A2APeer
+
+
+@dataclass
+class PeersState:
+    """What a Run knows of its peers between turns (workflow state, not history)."""
+
+    peers: dict[str, A2APeer] = field(default_factory=dict)
+    cards_hash: str | None = None
+    tools_ref: str | None = None
+    entries: dict[str, CatalogEntry] = field(default_factory=dict)
+    unavailable: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    """What the model is told with the next call (a peer gone or back)."""
+    pollers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Wait token -> the task reading that peer task until it ends."""
+    polls: dict[str, A2aPollInput] = field(default_factory=dict)
+    """Wait token -> what reading it takes, while its answer has not come: the tasks a
+    settling Run cancels."""
+    asked: dict[str, A2aCancelInput] = field(default_factory=dict)
+    """Question id -> the peer task waiting at the peer for the person's answer to it: the
+    tasks a Run settling before the answer is sent cancels too."""
+
+
+PEER_QUESTION = "a2a_peer_asks"
+"""The key of a waited task's completion that carries the peer's question (with the task
+id) rather than its answer: the call's wait puts it to the person."""
+
+POLL_FIRST_SECONDS = 2.0
+POLL_MAX_SECONDS = 60.0
+"""A waiting peer task is read after 2 s, then twice as long each time, at most every
+minute: a day-long task costs about 1,500 reads (each an activity in history)."""
+
+
+def take_cards(state: PeersState, result: A2aCards) -> None:
+    """Keep a boundary's catalogue (its hash; its entries when they changed)."""
+    state.cards_hash = result.cards_hash
+    if result.entries is not None:
+        state.tools_ref = result.tools_ref
+        state.entries = {entry.name: entry for entry in result.entries}
