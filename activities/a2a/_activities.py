@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from typing import Literal, TypeVar
 
 from a2a.client import ClientCallContext
+from a2a.client.errors import A2AClientError
 from a2a.client.transports.base import ClientTransport
 from a2a.types.a2a_pb2 import (
     AgentCard,
@@ -32,6 +33,7 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from a2a.utils.errors import A2AError
 from temporalio import activity
 
 from psych_runtime.activities._activity_class import ActivityClass
@@ -213,13 +215,21 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         )
         transport = self.peers.transport(input.scope, connection, fetched.card)
         deadline = time.monotonic() + self.settings.call_timeout_seconds
-        task = await self._beating(
-            transport.get_task(
-                GetTaskRequest(id=input.task_id, tenant=input.peer.tenant or ""),
-                context=connection.context(self.settings.call_timeout_seconds),
-            ),
-            deadline,
-        )
+        try:
+            task = await self._beating(
+                transport.get_task(
+                    GetTaskRequest(id=input.task_id, tenant=input.peer.tenant or ""),
+                    context=connection.context(self.settings.call_timeout_seconds),
+                ),
+                deadline,
+            )
+        except A2AClientError:
+            raise  # the peer was not reached, or did not answer: read again
+        except A2AError as err:  # the peer answered with an error (no such task): the end
+            text = (
+                f"A2A peer {input.peer.name!r} could not give task {input.task_id}: {describe(err)}"
+            )
+            return await self._store(input, "error", connection.redact(text), started)
         if task.status.state not in TERMINAL | INTERRUPTED:
             text = f"task {task.id} is {state_name(task.status.state)}"
             return await self._store(input, "wait", text, started)

@@ -15,6 +15,9 @@ the text it receives:
 - ``fail``: the task fails with ``cannot do that``;
 - ``auth:<what>``: the task goes ``auth-required`` asking for ``<what>``;
 - anything else: completes with ``echo: <text>`` and a text artifact ``notes``.
+
+Setting ``peer.down`` answers every request 503 (as a peer restarting would) until it is
+cleared; the tasks are kept.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ from a2a.types.a2a_pb2 import (
     Role,
 )
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import Response
 
 from tests._ports import free_port
 
@@ -84,6 +90,10 @@ class Peer:
     requests: list[Received] = field(default_factory=list)
     cancels: list[tuple[str, str | None]] = field(default_factory=list)
     """(task id, Authorization header) of each ``CancelTask`` that reached the peer."""
+    down: bool = False
+    """While set, every request is answered 503 (a peer restarting), its tasks kept."""
+    refused: int = 0
+    """Requests answered 503 while ``down``."""
 
     @property
     def url(self) -> str:
@@ -220,6 +230,14 @@ async def serve_peer(
     app = Starlette(
         routes=[*create_agent_card_routes(agent_card), *create_jsonrpc_routes(handler, "/")]
     )
+
+    async def unavailable(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if peer.down:
+            peer.refused += 1
+            return Response("restarting", status_code=503)
+        return await call_next(request)
+
+    app.add_middleware(BaseHTTPMiddleware, dispatch=unavailable)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=peer.port, log_level="warning", lifespan="off"
     )

@@ -271,3 +271,38 @@ async def test_a_question_the_peer_asks_after_a_durable_wait_goes_to_the_person(
     [call] = report.tool_calls
     assert call.status == "ok" and "answered: window" in (call.result or "")
     assert len(harness.fake.requests) == 2
+
+
+async def test_a_durable_wait_reads_on_through_a_peer_restarting(harness: Harness) -> None:
+    harness.settings = dataclasses.replace(harness.settings, a2a=A2aSettings(hold_seconds=0.5))
+    async with serve_peer(("book",)) as peer:
+        spec = (
+            AgentBuilder("lifecycle_restarting")
+            .model("fake-model")
+            .a2a_peer("travel", peer.url)
+            .build()
+        )
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})), Reply.text("Booked.")
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "Book it", scope=harness.scope)
+            await state_when(
+                harness.client, run, harness.scope, is_waiting, what="the wait on the peer task"
+            )
+            peer.down = True
+
+            # More reads refused than one read's retries (3 attempts): the Run read again
+            # after a failed read, rather than ending its wait with the failure.
+            async def _read_again() -> bool:
+                return peer.refused > 3
+
+            await eventually(_read_again, within=60, what="a read after a failed one")
+            peer.down = False
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 120)
+            records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    [resumed] = [r for r in records if isinstance(r, Resumed)]
+    assert (resumed.id, resumed.by) == ("a2a:travel:task-1", "a2a peer travel")
+    assert "done slowly" in (resumed.detail or "")
+    assert peer.texts() == ["slow:3"]

@@ -1468,6 +1468,38 @@ async def a2a_peer_question_canceled_before_patch(rig: Rig) -> RunHandle:
     return await a2a_peer_question_canceled(rig)
 
 
+async def a2a_poll_through_failures(rig: Rig) -> RunHandle:
+    # Hold 0.5: the Run waits on the peer task (external); the peer then answers 503 to
+    # every read (restarting) until one psych.a2a.poll has failed its three attempts: the
+    # poller reads again on its timer (patch psych-a2a-poll-through-failures), the peer is
+    # back, the answer completes the wait, answered.
+    rig.settings.a2a = A2aSettings(hold_seconds=0.5)
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        spec = rig.agent("a2a").a2a_peer("travel", peer.url).build()
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Book it", scope=SCOPE)
+            await rig.suspended(run)
+            peer.down = True
+            while True:  # one read's three attempts refused
+                if peer.refused >= 3:
+                    break
+                await asyncio.sleep(0.1)
+            peer.down = False
+            await rig.settle(run)
+        return run
+
+
+async def a2a_poll_through_failures_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at 8a72bc1, before the patch psych-a2a-poll-through-failures: the failed
+    # read ended the wait with the failure as its result, and the Run answered. It checks
+    # the old branch; recorded again today it would take the new one: never re-recorded.
+    return await a2a_poll_through_failures(rig)
+
+
 async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
     rig.fake.enqueue(Reply.text("Answered without it."))
     spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
@@ -2375,6 +2407,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_task_canceled),
     ("dev", a2a_peer_question_canceled),
     ("dev", a2a_peer_question_canceled_before_patch),
+    ("dev", a2a_poll_through_failures),
+    ("dev", a2a_poll_through_failures_before_patch),
     ("dev", a2a_peer_task_pushed),
     # tasks, components and context providers
     ("dev", tasks_updated),

@@ -107,6 +107,10 @@ PATCHES: dict[str, str] = {
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.
     "psych-a2a-cancel-asked-peer-task": "0.1.0",
+    # A read of a waited A2A peer task that fails (the peer down, restarting) is made again
+    # on the poller's timer (features/_a2a.py, ``_poll``); a Run recorded before ended its
+    # wait with the failure.
+    "psych-a2a-poll-through-failures": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -22,8 +22,9 @@ the call's outcome is a ``wait`` (its token ``a2a:<peer>:<task id>``), and this 
 suspends the Run on an external wait once the call has closed (as the kernel would: the
 deadline clock stops; the wait expires after ``external_expires_seconds``), while a poller
 of this feature reads the task (``psych.a2a.poll``) on a workflow timer, backing off from
-2 s to 60 s, and completes the wait with the answer as a ``Resumed`` by the peer. Timers
-and reads are history, so the wait survives worker restarts; an operator may also complete
+2 s to 60 s (a failed read is made again), and completes the wait with the answer as a
+``Resumed`` by the peer. Timers and reads are history, so the wait survives worker (and
+peer) restarts; an operator may also complete
 it with ``psych.resume``, and a peer's push through ``psych serve``'s push route completes
 it with ``A2A_PUSHED``: the task is then read at once.
 
@@ -446,6 +447,12 @@ class Peers(Feature):
                 try:
                     outcome = await calls.poll_a2a(poll, summary=f"poll {poll.name}")
                 except ActivityError as err:
+                    if workflow.patched("psych-a2a-poll-through-failures"):
+                        # The peer, or the way to it, is down for now (a restart, a deploy):
+                        # its task may go on; read again later, as the wait's expiry, an
+                        # abort or a push allow. A peer that answers has its answer read.
+                        delay = min(delay * 2, POLL_MAX_SECONDS)
+                        continue
                     text = (
                         f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
                     )
