@@ -35,6 +35,7 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._nested import nested_specs
+from psych_runtime.specs._peer_urls import peer_url_problems
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._subagents import (
     child_chain,
@@ -314,7 +315,8 @@ def _check_oauth(server: McpServer, path: str) -> list[Problem]:
 def _check_a2a(peers: Sequence[A2APeer], prefix: str) -> list[Problem]:
     problems = []
     for peer in peers:
-        problems += url_credentials(peer.url, f"{prefix}a2a_peers[{peer.name}].url")
+        path = f"{prefix}a2a_peers[{peer.name}].url"
+        problems += url_credentials(peer.url, path) + peer_url_problems(peer.url, path)
         problems += allow_problems(peer.allow, f"{prefix}a2a_peers[{peer.name}].allow")
     return problems
 

@@ -547,3 +547,27 @@ def test_an_a2a_peer_allow_entry_that_could_match_nothing_is_a_problem() -> None
             "matches a name exactly or by its trailing '*', nothing else",
         ),
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("travel.example.com", "an http(s) URL with a host"),
+        ("ftp://travel.example.com", "an http(s) URL with a host"),
+        ("https://", "an http(s) URL with a host"),
+        (
+            "https://travel.example.com/a2a/.well-known/agent-card.json",
+            "the peer's base URL (https://travel.example.com/a2a)",
+        ),
+    ],
+)
+def test_a_peer_url_a_card_cannot_be_fetched_from_is_a_problem(url: str, why: str) -> None:
+    spec = agent(a2a_peers=(A2APeer(name="travel", url=url),))
+    [problem] = validate(spec)
+    assert problem.path == "a2a_peers[travel].url"
+    assert why in problem.message and repr(url) in problem.message
+
+
+def test_an_http_peer_url_with_a_path_is_valid() -> None:
+    spec = agent(a2a_peers=(A2APeer(name="travel", url="http://127.0.0.1:8080/a2a/travel"),))
+    assert validate(spec) == []
