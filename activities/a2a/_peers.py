@@ -22,6 +22,7 @@ from a2a.client import A2ACardResolver, ClientCallContext
 from a2a.client.transports.base import ClientTransport
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.client.transports.rest import RestTransport
+from a2a.client.transports.tenant_decorator import TenantTransportDecorator
 from a2a.extensions.common import HTTP_EXTENSION_HEADER
 from a2a.types.a2a_pb2 import AgentCard
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER, TransportProtocol
@@ -168,6 +169,10 @@ class Peers:
             elif interface.protocol_binding == TransportProtocol.HTTP_JSON:
                 made = RestTransport(self._http(scope), card, interface.url, True)
             if made is not None:
+                if interface.tenant:
+                    # A2A: the tenant an interface names is set in each request to it (a
+                    # request's own, the Spec's ``tenant``, wins), as the SDK's factory does.
+                    made = TenantTransportDecorator(made, interface.tenant)
                 break
         if made is None:
             bindings = ", ".join(

@@ -185,16 +185,23 @@ class _Numbered(IDGenerator):
 
 
 def card(
-    url: str, skills: tuple[str, ...], *, name: str = "scripted", push: bool = False
+    url: str,
+    skills: tuple[str, ...],
+    *,
+    name: str = "scripted",
+    push: bool = False,
+    tenant: str = "",
 ) -> AgentCard:
     """The peer's Agent Card: one skill per id, JSON-RPC at ``url`` (``push``: it says it
-    supports push notifications)."""
+    supports push notifications; ``tenant``: the tenant its interface asks requests for)."""
     return AgentCard(
         name=name,
         description="A scripted A2A peer for tests.",
         version="1.0.0",
         supported_interfaces=[
-            AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0")
+            AgentInterface(
+                url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0", tenant=tenant
+            )
         ],
         capabilities=AgentCapabilities(streaming=False, push_notifications=push),
         default_input_modes=["text/plain"],
@@ -207,13 +214,13 @@ def card(
 
 @asynccontextmanager
 async def serve_peer(
-    skills: tuple[str, ...] = ("echo",), *, push: bool = False
+    skills: tuple[str, ...] = ("echo",), *, push: bool = False, tenant: str = ""
 ) -> AsyncIterator[Peer]:
     """Run a scripted peer on a loopback port for the block (``push``: it supports push
     notifications, sending each task update to the URL a message asked for, with the
-    SDK's own sender)."""
+    SDK's own sender; ``tenant``: its card's interface names that tenant)."""
     peer = Peer(port=free_port())
-    agent_card = card(peer.url, skills, push=push)
+    agent_card = card(peer.url, skills, push=push, tenant=tenant)
     store = InMemoryTaskStore()
     pushes = InMemoryPushNotificationConfigStore()
     sender_http = httpx.AsyncClient(timeout=10)

@@ -110,6 +110,30 @@ async def test_allowed_skills_offered_called_once_with_credential_and_tenant(
     assert "s3cret" not in report.model_dump_json()
 
 
+async def test_the_tenant_the_cards_interface_names_is_sent_unless_the_spec_names_one(
+    harness: Harness,
+) -> None:
+    async with serve_peer(("echo",), tenant="team-9") as peer:
+        spec = (
+            AgentBuilder("interface_tenant")
+            .model("fake-model")
+            .a2a_peer("helper", peer.url)
+            .a2a_peer("named", peer.url, tenant="team-7")
+            .build()
+        )
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__echo", {"message": "hi"}, id="c1")),
+            Reply.tool_calls(ToolCall("named__echo", {"message": "hello"}, id="c2")),
+            Reply.text("done"),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # A2A: an interface's tenant is set in each request to it; the Spec's own wins.
+    assert [(r.text, r.tenant) for r in peer.requests] == [("hi", "team-9"), ("hello", "team-7")]
+
+
 async def test_an_unreachable_optional_peer_is_left_out_and_a_required_one_fails(
     harness: Harness,
 ) -> None:
