@@ -392,6 +392,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
                     deadline,
                 )
         except TimeoutError:
+            if task is not None:  # the task was taken; reading it is slow: wait on it
+                return task
             return Answer(
                 "error",
                 f"A2A peer {peer.name!r}: no answer within {settings.call_timeout_seconds:g} s",
@@ -404,6 +406,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             raise
         except Exception as err:  # the SDK's and httpx's errors alike: the model reads them
             self.peers.forget(connection.key)
+            if task is not None:
+                # The peer took the message (the task exists): only a read in the hold
+                # failed. The Run waits on the task durably and reads it again.
+                return task
             return Answer(
                 "error", f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
             )

@@ -306,3 +306,37 @@ async def test_a_durable_wait_reads_on_through_a_peer_restarting(harness: Harnes
     assert (resumed.id, resumed.by) == ("a2a:travel:task-1", "a2a peer travel")
     assert "done slowly" in (resumed.detail or "")
     assert peer.texts() == ["slow:3"]
+
+
+async def test_a_task_the_call_cannot_read_in_its_hold_is_waited_for_durably(
+    harness: Harness,
+) -> None:
+    # A hold longer than the test: the read fails inside it, not the durable wait's.
+    harness.settings = dataclasses.replace(harness.settings, a2a=A2aSettings(hold_seconds=600))
+    async with serve_peer(("book",)) as peer:
+        spec = AgentBuilder("lifecycle_unread").model("fake-model").a2a_peer("travel", peer.url)
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})), Reply.text("Booked.")
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec.build(), "Book it", scope=harness.scope)
+
+            async def _sent() -> bool:
+                return peer.texts() == ["slow:3"]
+
+            await eventually(_sent, within=30, what="the message at the peer")
+            peer.down = True
+
+            async def _refused() -> bool:
+                return peer.refused > 0
+
+            await eventually(_refused, within=30, what="a read refused")
+            peer.down = False
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 120)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # The task was taken: a read failing in the hold is no answer. The Run waited on the
+    # task and read its end, rather than telling the model the call failed.
+    [call] = report.tool_calls
+    assert call.status == "ok" and "done slowly" in (call.result or ""), call.result
+    assert peer.texts() == ["slow:3"]
