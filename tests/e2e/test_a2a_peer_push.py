@@ -108,3 +108,45 @@ async def test_a_peers_push_ends_the_wait_before_the_next_poll(harness: Harness)
     [call] = report.tool_calls
     assert call.status == "ok" and "done slowly" in (call.result or "")
     assert peer.texts() == ["slow:3"]
+
+
+async def test_a_read_after_a_push_that_fails_leaves_the_run_waiting(harness: Harness) -> None:
+    served = serve_app(harness.client, tokens=harness.settings.tokens)
+    async with served as base, serve_peer(("book",), push=True) as peer:
+        harness.settings = dataclasses.replace(
+            harness.settings, a2a=A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        )
+        spec = AgentBuilder("pushed_unread").model("fake-model").a2a_peer("travel", peer.url)
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        async with harness.worker():
+            run = await harness.client.dispatch(spec.build(), "Book it", scope=harness.scope)
+
+            async def _sent() -> bool:
+                return peer.texts() == ["slow:3"]
+
+            await eventually(_sent, within=30, what="the message at the peer")
+            # The peer pushes the task's end, then answers 503 to every read (restarting).
+            peer.down = True
+
+            async def _pushed() -> bool:
+                records = (await harness.client.records(run, scope=harness.scope)).records
+                return any(isinstance(r, Resumed) for r in records)
+
+            await eventually(_pushed, within=60, what="the push to end the wait")
+
+            # Refused: a read in the call's hold (1), the poller's read (3 attempts) and
+            # the read the push asked for (3 attempts).
+            async def _failed() -> bool:
+                return peer.refused >= 7
+
+            await eventually(_failed, within=60, what="the reads to fail")
+            peer.down = False
+            result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 120)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # A failed read is no answer: the Run waited on and read the task's end.
+    [call] = report.tool_calls
+    assert call.status == "ok" and "done slowly" in (call.result or ""), call.result

@@ -1500,6 +1500,49 @@ async def a2a_poll_through_failures_before_patch(rig: Rig) -> RunHandle:
     return await a2a_poll_through_failures(rig)
 
 
+async def a2a_pushed_read_through_failures(rig: Rig) -> RunHandle:
+    # A peer that supports push, a worker with a push_url, hold 0.5: once the message is
+    # at the peer it answers 503 to every read (restarting) while its push of the task's
+    # end still reaches psych serve's route; the read the push asks for fails its three
+    # attempts, and the Run waits on (patch psych-a2a-pushed-read-through-failures); the
+    # peer is back, the poller reads the end, answered.
+    rig.settings.tokens = LocalTokenStore(rig.home / "tokens")
+    async with (
+        serve_app(rig.client, tokens=rig.settings.tokens, tenant=SCOPE.tenant) as base,
+        serve_peer(("book",), push=True) as peer,
+    ):
+        rig.settings.a2a = A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:3"})),
+            Reply.text("Booked."),
+        )
+        spec = rig.agent("a2a").a2a_peer("travel", peer.url).build()
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Book it", scope=SCOPE)
+
+            async def sent() -> bool:
+                return bool(peer.requests)
+
+            await rig.until(sent, "the message at the peer")
+            peer.down = True
+
+            async def refused() -> bool:  # the hold's read, the poller's, the pushed one's
+                return peer.refused >= 7
+
+            await rig.until(refused, "the reads refused")
+            peer.down = False
+            await rig.settle(run)
+        return run
+
+
+async def a2a_pushed_read_through_failures_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at 91a0ca3, before the patch psych-a2a-pushed-read-through-failures: the
+    # failed read the push asked for ended the call with the failure as its result. It
+    # checks the old branch; recorded again today it would take the new one: never
+    # re-recorded.
+    return await a2a_pushed_read_through_failures(rig)
+
+
 async def a2a_optional_unavailable(rig: Rig) -> RunHandle:
     rig.fake.enqueue(Reply.text("Answered without it."))
     spec = rig.agent("a2a").a2a_peer("down", "http://127.0.0.1:9", optional=True).build()
@@ -2409,6 +2452,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_question_canceled_before_patch),
     ("dev", a2a_poll_through_failures),
     ("dev", a2a_poll_through_failures_before_patch),
+    ("dev", a2a_pushed_read_through_failures),
+    ("dev", a2a_pushed_read_through_failures_before_patch),
     ("dev", a2a_peer_task_pushed),
     # tasks, components and context providers
     ("dev", tasks_updated),

@@ -111,6 +111,10 @@ PATCHES: dict[str, str] = {
     # on the poller's timer (features/_a2a.py, ``_poll``); a Run recorded before ended its
     # wait with the failure.
     "psych-a2a-poll-through-failures": "0.1.0",
+    # The read a peer's push asks for that fails leaves the Run waiting on the task, its
+    # poller reading again (features/_a2a.py, ``_wait_on_task``); a Run recorded before
+    # ended the call with the failure.
+    "psych-a2a-pushed-read-through-failures": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

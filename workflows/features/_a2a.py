@@ -355,15 +355,22 @@ class Peers(Feature):
                 self.state.polls.pop(token, None)
                 break
             try:
-                read = await calls.poll_a2a(poll, summary=f"read {poll.name} (pushed)")
+                read: ToolOutcome | None = await calls.poll_a2a(
+                    poll, summary=f"read {poll.name} (pushed)"
+                )
             except ActivityError as err:
-                self.state.polls.pop(token, None)
-                text = f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
-                return inline(call, "error", text)
-            if read.status != "wait":
+                # The peer down after its push: wait on, its poller reads again.
+                if not workflow.patched("psych-a2a-pushed-read-through-failures"):
+                    self.state.polls.pop(token, None)
+                    text = (
+                        f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
+                    )
+                    return inline(call, "error", text)
+                read = None
+            if read is not None and read.status != "wait":
                 self.state.polls.pop(token, None)
                 return from_outcome(call, read)
-            if (read.wait_token or "").startswith(A2A_QUESTION_TOKEN):
+            if read is not None and (read.wait_token or "").startswith(A2A_QUESTION_TOKEN):
                 self.state.polls.pop(token, None)
                 return await self._ask_person(
                     turn, call, entry, poll.task_id, read.content, answers + 1
