@@ -78,6 +78,7 @@ from psych_runtime.workers.fleet import (
     check_fleet_policy,
     deployment_config,
     parse_roles,
+    policy_queues,
     runs_roles_apart,
     version_from_env,
     worker_identity,
@@ -441,8 +442,7 @@ async def run_workers(
     """
     # Sealed before the MCP activities are made: they store results in the blob store too.
     settings = sealed(client, settings or WorkerSettings())
-    for role in settings.roles:
-        queue = role_task_queue(settings.task_queue, role)
+    for queue in policy_queues(settings.task_queue, settings.roles):
         await check_fleet_policy(client, queue, settings.policy)
     egress = egress_for(settings)
     try:

@@ -4,6 +4,7 @@ from a live one's refuses to start, against the session dev server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from psych_runtime.activities import (
     policy_digest,
 )
 from psych_runtime.specs import Scope
-from psych_runtime.workers import worker_identity
+from psych_runtime.workers import run_worker, worker_identity
 from psych_runtime.workers.fleet._policy import digest_in_identity
 
 from .conftest import TOOLS_REF, Cli, read_until, spawn
@@ -78,24 +79,23 @@ def test_policy_descriptions_are_stable_and_readable() -> None:
     assert digest_in_identity("12@host") is None
 
 
-async def poller_identities(cli: Cli) -> set[str]:
-    """Identities polling the fixture's queue for both workflow and activity tasks."""
+async def poller_identities(cli: Cli, queue: str | None = None) -> set[str]:
+    """Identities polling the fixture's queue (or ``queue``) for both workflow and activity
+    tasks; of an activity-only queue (a role's), for activity tasks."""
     found: list[set[str]] = []
-    for task_type in (
-        TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-    ):
+    types = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+    for task_type in types if queue is None else types[1:]:
         response = await cli.env.client.workflow_service.describe_task_queue(
             DescribeTaskQueueRequest(
                 namespace=cli.env.client.namespace,
                 task_queue=TaskQueue(
-                    name=cli.task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL
+                    name=queue or cli.task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL
                 ),
                 task_queue_type=task_type,
             )
         )
         found.append({poller.identity for poller in response.pollers})
-    return found[0] & found[1]
+    return set.intersection(*found)
 
 
 async def test_a_worker_with_another_policy_refuses_to_join_the_queue(cli: Cli) -> None:
@@ -137,3 +137,65 @@ async def test_a_worker_with_another_policy_refuses_to_join_the_queue(cli: Cli) 
         assert f"policy {policy_digest(RulePolicy())}: {policy_description(RulePolicy())}\n" in (
             started
         )
+
+
+async def test_a_workflows_worker_with_another_policy_than_the_fleets_tools_workers_refuses(
+    cli: Cli,
+) -> None:
+    # The tools role decides approvals for the Runs a workflows-role worker starts: a
+    # workflows worker started with --ask beside tools workers without it printed
+    # "approval needed for: issue_refund" and every refund then ran unasked.
+    tools_queue = f"{cli.task_queue}-tools"
+    tools_only = dataclasses.replace(cli.settings, roles=("tools",))
+    env = cli.child_env(TEMPORAL_ADDRESS=cli.address, PSYCH_TASK_QUEUE=cli.task_queue)
+    async with run_worker(cli.env.client, tools_only):
+        first = worker_identity(cli.settings.policy)
+        for _ in range(100):
+            if first in await poller_identities(cli, tools_queue):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{first} never appeared among the pollers")
+
+        refused = await spawn(
+            [
+                *PSYCH,
+                "worker",
+                "--role",
+                "workflows",
+                "--tools",
+                TOOLS_REF,
+                "--ask",
+                "issue_refund",
+            ],
+            env,
+            cli.home,
+        )
+        try:
+            async with asyncio.timeout(30):
+                out, err = await refused.communicate()
+        finally:
+            if refused.returncode is None:  # it started (the defect): stop it
+                refused.send_signal(signal.SIGINT)
+                await refused.wait()
+        assert refused.returncode == 1, (out, err)
+        message = err.decode()
+        assert message.startswith(
+            f"psych: refusing to start: task queue {tools_queue!r} is polled by {first!r} "
+        ), message
+        assert message.count("\n") == 1
+
+        # The model role decides nothing: its workers are not held to the tools role's.
+        model = await spawn(
+            [*PSYCH, "worker", "--role", "model", "--tools", TOOLS_REF, "--ask", "issue_refund"],
+            env,
+            cli.home,
+        )
+        assert model.stdout is not None
+        try:
+            await read_until(model.stdout, "Ctrl-C to stop")
+        finally:
+            model.send_signal(signal.SIGINT)
+            async with asyncio.timeout(20):
+                _, model_err = await model.communicate()
+        assert model.returncode == 0, model_err.decode()

@@ -9,6 +9,7 @@ from psych_runtime.workers.fleet._health import Health, metrics_runtime, port_fr
 from psych_runtime.workers.fleet._policy import (
     POLLER_LIVE_SECONDS,
     check_fleet_policy,
+    policy_queues,
     worker_identity,
 )
 from psych_runtime.workers.fleet._pollers import unpolled_queues
@@ -49,6 +50,7 @@ __all__ = [
     "load_history",
     "metrics_runtime",
     "parse_roles",
+    "policy_queues",
     "port_from",
     "promote",
     "recent_histories",

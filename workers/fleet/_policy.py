@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -14,6 +15,12 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities.contract import (
+    MODEL_ROLE,
+    TOOLS_ROLE,
+    WORKFLOWS_ROLE,
+    role_task_queue,
+)
 from psych_runtime.activities.tools import Policy, policy_description, policy_digest
 from psych_runtime.specs import PsychError
 
@@ -24,6 +31,31 @@ _POLICY_IN_IDENTITY = re.compile(r"(?:\+|\spolicy=)([0-9a-f]{8})$")
 """The policy digest at the end of a worker identity: ``<pid>@<host>+<digest>``, or
 ``psych@<host>:<pid> policy=<digest>`` as workers before it wrote it (still read, so a
 fleet being upgraded is checked across both)."""
+
+
+_DECIDING_ROLES = (WORKFLOWS_ROLE, TOOLS_ROLE)
+"""The roles whose workers decide approvals: the tools role runs ``psych.policy.decide``
+for a Run whose fleet runs roles apart, the workflows role (which registers every
+activity) for one whose fleet does not."""
+
+
+def policy_queues(base: str, roles: Sequence[str]) -> tuple[str, ...]:
+    """The task queues of the fleet ``base`` whose live workers a worker running ``roles``
+    must agree with on its approval policy.
+
+    A worker that decides approvals (workflows or tools role) is checked against the
+    deciding workers of both queues, not only those of the queues it polls: a workflows-role
+    worker started with ``--ask`` beside a tools-role worker without it would otherwise
+    announce approvals that the tools worker, which decides for the Runs it starts, never
+    asks for. The model role decides nothing and is checked on its own queue.
+    """
+    queues: list[str] = []
+    for role in roles:
+        for each in _DECIDING_ROLES if role in _DECIDING_ROLES else (MODEL_ROLE,):
+            queue = role_task_queue(base, each)
+            if queue not in queues:
+                queues.append(queue)
+    return tuple(queues)
 
 
 def worker_identity(policy: Policy, base: str | None = None) -> str:
@@ -91,8 +123,9 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
         raise PsychError(
             f"refusing to start: task queue {task_queue!r} is polled by {listed}, whose approval "
             f"policy differs from this worker's (policy={ours}: {policy_description(policy)}). "
-            "Workers of one queue must decide alike, or a call that waits for approval on one "
-            "runs unasked on another: give this worker the same --ask/--ask-destructive "
+            "Workers of one queue (and the workflows and tools queues of one fleet) must "
+            "decide alike, or a call that waits for approval on one runs unasked on another: "
+            "give this worker the same --ask/--ask-destructive "
             "(PSYCH_ASK, PSYCH_ASK_DESTRUCTIVE), stop the other, or use another --task-queue. "
             f"A stopped worker drops out of this check {POLLER_LIVE_SECONDS:g} s after its "
             "last poll."
