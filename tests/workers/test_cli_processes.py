@@ -186,3 +186,39 @@ async def test_dev_refuses_a_database_another_dev_server_holds(cli: Cli, tmp_pat
     assert code == 0, errors
     with db_lock(database):  # released with its holder: nothing stale is left
         pass
+
+
+async def test_sigterm_while_a_worker_starts_stops_it_as_ctrl_c_does(cli: Cli) -> None:
+    # A server that takes the connection and never answers: the worker is connecting, in
+    # its start-up, for as long as the test needs. SIGTERM there used to kill the process
+    # (exit -15, and `psych dev` left the dev server it was starting running, ownerless).
+    connected = asyncio.Event()
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        connected.set()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        child = await spawn(
+            [*PSYCH, "worker", "--address", f"127.0.0.1:{port}", "--task-queue", cli.task_queue],
+            cli.child_env(),
+            cli.home,
+        )
+        try:
+            async with asyncio.timeout(90):
+                await connected.wait()
+        except TimeoutError:
+            child.kill()
+            raise
+        code, out, err = await stop(child, signal.SIGTERM)
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert code == 130, (code, out, err)
+    assert err == "psych: interrupted\n", err
+    assert "Ctrl-C to stop" not in out

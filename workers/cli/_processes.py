@@ -12,7 +12,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from temporalio import activity, workflow
@@ -61,6 +63,51 @@ def stop_on_signal() -> Iterator[asyncio.Event]:
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
+
+
+async def _terminable(command: Coroutine[Any, Any, int]) -> int:
+    """``command``, whose start-up SIGTERM interrupts as Ctrl-C does.
+
+    Until the command enters ``stop_on_signal``, SIGTERM had its default action: the
+    process died at once (exit 143), leaving the dev server it was starting running with
+    no owner, on its port and its ``--db`` file (whose lock died with the process, so the
+    next ``psych dev --db`` would start a second server on it). Here SIGTERM cancels the
+    start-up, so what was started is stopped, and the command ends as on Ctrl-C
+    ("psych: interrupted", 130).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        # Signals reach the main thread only (asyncio.Runner skips its SIGINT handler
+        # likewise): `main` called from another thread has none to handle.
+        return await command
+    task = asyncio.current_task()
+    assert task is not None
+    terminated: list[bool] = []
+
+    def terminate() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await command
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived while the command started (``_terminable``)."""
+
+
+def _until_stopped(command: Coroutine[Any, Any, int]) -> int:
+    try:
+        return asyncio.run(_terminable(command))
+    except _Terminated:
+        raise KeyboardInterrupt from None
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -293,7 +340,7 @@ async def _worker(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a psych worker until SIGINT or SIGTERM."""
-    return asyncio.run(_worker(args))
+    return _until_stopped(_worker(args))
 
 
 async def _dev(args: argparse.Namespace) -> int:
@@ -348,4 +395,4 @@ async def _dev_on(
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """Run the embedded Temporal dev server and a worker until SIGINT or SIGTERM."""
-    return asyncio.run(_dev(args))
+    return _until_stopped(_dev(args))
