@@ -267,3 +267,25 @@ def test_serve_names_the_settings_file_psych_settings_named(
     monkeypatch.setenv("PSYCH_SETTINGS", str(settings))
     assert main(["serve", "--address", "127.0.0.1:9"]) == 1
     assert f"of the settings file ({settings}, from PSYCH_SETTINGS)" in capsys.readouterr().err
+
+
+_FLAGS_OF = {
+    "worker": ["--task-queue", "--ask", "--tools", "--live-listen", "--live-url", "--deployment"],
+    "dev": ["--task-queue", "--ask", "--tools", "--live-listen", "--live-url"],
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"), [(command, flag) for command, flags in _FLAGS_OF.items() for flag in flags]
+)
+def test_a_worker_flag_given_empty_is_refused_naming_it(
+    command: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--task-queue "$QUEUE"` with QUEUE unset joined the default queue 'psych', and
+    # `--ask "$TOOL"` started a worker that asked for nothing: the empty value was dropped.
+    where = ["--address", "127.0.0.1:9"] if command == "worker" else ["--port", "9"]
+    status = main([command, flag, "", *where])
+    assert status == 1
+    assert capsys.readouterr().err == (
+        f"psych: {flag}: an empty value (give one, or leave {flag} out)\n"
+    )

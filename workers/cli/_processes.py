@@ -191,12 +191,22 @@ def _as_given(message: str, given: Mapping[str, str]) -> str:
     return message
 
 
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [value]
+
+
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
     """``WorkerSettings.from_env`` with the command line's overrides applied.
 
     ``--ask`` (all of them) replaces ``PSYCH_ASK``; ``--ask-destructive`` sets
     ``PSYCH_ASK_DESTRUCTIVE``.
     """
+    for flag, attribute in _FLAGS.values():
+        given = getattr(args, attribute, None)
+        if any(isinstance(value, str) and not value.strip() for value in _listed(given)):
+            # `--task-queue "$QUEUE"` with QUEUE unset joined the default fleet, `--ask
+            # "$TOOL"` ran with nothing asked: an empty value was taken for no flag.
+            raise SpecError(f"{flag}: an empty value (give one, or leave {flag} out)")
     environ = dict(os.environ)
     if args.ask_destructive:
         environ["PSYCH_ASK_DESTRUCTIVE"] = "1"
