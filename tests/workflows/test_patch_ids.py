@@ -140,8 +140,11 @@ def asked_patches(source: str, where: str) -> dict[str, str]:
         if name not in _PATCH_CALLS:
             continue
         (arg,) = node.args
-        if isinstance(arg, ast.Name) and arg.id == "patch_id" and where.endswith("_run_base.py"):
-            continue  # RunBase.patched forwards its callers' ids, which the scan reads there
+        forwards = where.endswith(("_run_base.py", "_patches.py"))
+        if isinstance(arg, ast.Name) and arg.id == "patch_id" and forwards:
+            # RunBase.patched (and StartPatches.answers for it) forwards its callers' ids,
+            # which the scan reads there.
+            continue
         assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), (
             f"{where}:{node.lineno}: the patch id must be a string literal, not {ast.unparse(arg)}"
         )

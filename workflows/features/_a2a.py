@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         POLL_FIRST_SECONDS,
         POLL_MAX_SECONDS,
         PeersState,
+        cancelled,
         take_cards,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
@@ -197,10 +198,9 @@ class Peers(Feature):
                         scope=poll.scope,
                     )
                 )
-        # A task whose question the person has not answered waits at the peer for good
-        # once the Run settles (aborted, the question expired); Runs recorded before left it.
+        # A task whose question no person answered would wait at the peer for good.
         asked = list(state.asked.values())
-        if asked and workflow.patched("psych-a2a-cancel-asked-peer-task"):
+        if asked and self.run.patched("psych-a2a-cancel-asked-peer-task"):
             for cancel in asked:
                 await self._cancel(cancel)
 
@@ -360,7 +360,7 @@ class Peers(Feature):
                 )
             except ActivityError as err:
                 # The peer down after its push: wait on, its poller reads again.
-                if not workflow.patched("psych-a2a-pushed-read-through-failures"):
+                if cancelled(err) or not self.run.patched("psych-a2a-pushed-read-through-failures"):
                     self.state.polls.pop(token, None)
                     text = (
                         f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
@@ -454,7 +454,7 @@ class Peers(Feature):
                 try:
                     outcome = await calls.poll_a2a(poll, summary=f"poll {poll.name}")
                 except ActivityError as err:
-                    if workflow.patched("psych-a2a-poll-through-failures"):
+                    if not cancelled(err) and self.run.patched("psych-a2a-poll-through-failures"):
                         # The peer, or the way to it, is down for now (a restart, a deploy):
                         # its task may go on; read again later, as the wait's expiry, an
                         # abort or a push allow. A peer that answers has its answer read.

@@ -1,5 +1,5 @@
-"""What the A2A feature (``_a2a.py``) keeps of a Run's peers between turns, and the
-constants its waits share."""
+"""What the A2A feature (``_a2a.py``) keeps of a Run's peers between turns, the constants
+its waits share, and which failed reads end them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -55,3 +56,9 @@ def take_cards(state: PeersState, result: A2aCards) -> None:
     if result.entries is not None:
         state.tools_ref = result.tools_ref
         state.entries = {entry.name: entry for entry in result.entries}
+
+
+def cancelled(err: ActivityError) -> bool:
+    """Whether a peer read failed because it was cancelled with the Run (not the peer being
+    down): the call or the poller ends then, as before the patches that read on."""
+    return isinstance(err.__cause__, CancelledError)

@@ -24,6 +24,18 @@ FEATURE_PATCHES = frozenset(
 still asked (and recorded) until ``psych-catalog-failure-settles``: only a Run that asked
 that one takes them without asking, or such a Run's marker would be unmatched on replay."""
 
+TAKEN_WITH_OUTPUTS_BOUNDED = frozenset(
+    {
+        "psych-a2a-cancel-asked-peer-task",
+        "psych-a2a-poll-through-failures",
+        "psych-a2a-pushed-read-through-failures",
+    }
+)
+"""On-path patches of the release that added ``psych-workflow-outputs-bounded``: a Run that
+asked it at its start takes them without asking (``RunBase.patched``). Some are reached
+right after a local activity resolves (a Run settling as a local call of its turn ends),
+where ``workflow.patched`` may answer otherwise on replay; a Run recorded before asks."""
+
 
 @dataclass(frozen=True)
 class StartPatches:
@@ -58,7 +70,10 @@ class StartPatches:
     def answers(self, patch_id: str) -> bool | None:
         """What the start answered for ``patch_id`` when it is a start patch (None: it is
         not one): asked again later, it would answer otherwise for a Run that asked a newer
-        one, which stands for it without its marker."""
+        one, which stands for it without its marker. One of ``TAKEN_WITH_OUTPUTS_BOUNDED``
+        is taken unasked by a Run that asked that patch, and asked by one recorded before."""
+        if patch_id in TAKEN_WITH_OUTPUTS_BOUNDED:
+            return self.outputs_bounded or workflow.patched(patch_id)
         return {
             "psych-workflow-outputs-bounded": self.outputs_bounded,
             "psych-children-bounded": self.children_bounded,
