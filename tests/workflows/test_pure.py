@@ -158,7 +158,7 @@ def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None
     held.set_child("child", (_pending("A"),))
     (mirrored,) = held.items()
     assert mirrored.run == "child" and held.child_of(mirrored) == "child"
-    held.forward("child", mirrored)  # answered here, sent on to the child
+    held.forward("child", mirrored, named=False)  # answered here, sent on to the child
     held.set_child("child", (_pending("A"), _pending("B")))  # sent before it saw the answer
     assert [item.id for item in held.items()] == ["B"]
     answer = ResumeInput(reason="approval", id="A", tenant="a", approved=False)
@@ -170,6 +170,31 @@ def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None
         held.check(answer)
     assert unknown.value.type == "UnknownPending"
     assert changes
+
+
+def test_an_answer_by_id_alone_forwards_as_before_and_one_naming_its_holder_only_that_item() -> (
+    None
+):
+    # One child mirrors its own A and a grandchild's A. Answered by id alone, both leave
+    # the parent's list until the child reports again, as before answers could name a
+    # holder (histories of that shape replay unchanged); named, only the one named leaves.
+    def mirrored_twice() -> Suspensions:
+        held = Suspensions(RecordLog(Scope(tenant="a")), changed=lambda: None, aborted=lambda: None)
+        grandchild = _pending("A").model_copy(update={"run": "grandchild"})
+        held.set_child("child", (_pending("A"), grandchild))
+        return held
+
+    by_id = mirrored_twice()
+    first = by_id.items()[0]
+    by_id.forward("child", first, named=False)
+    assert by_id.items() == ()
+    named = mirrored_twice()
+    named.forward("child", named.items()[1], named=True)
+    assert [(item.id, item.run) for item in named.items()] == [("A", "child")]
+    named.set_child(
+        "child", (_pending("A"), _pending("A").model_copy(update={"run": "grandchild"}))
+    )
+    assert [(item.id, item.run) for item in named.items()] == [("A", "child")]
 
 
 def test_a_childs_older_report_arriving_late_is_not_taken() -> None:

@@ -169,9 +169,11 @@ class Handlers(RunBase):
         child = self._suspensions.child_of(item) if item.run is not None else None
         if child is not None:
             # A child's item: the child records the answer when the forwarded signal comes.
-            # A grandchild's is named by its holder, which the child routes it to.
-            self._suspensions.forward(child, item)
-            holder = None if item.run == child else item.run
+            # One named by its holder goes on named (a grandchild's, routed by the child);
+            # one by id alone goes on as it came, as before holders could be named.
+            named = input.run is not None
+            self._suspensions.forward(child, item, named=named)
+            holder = item.run if named and item.run != child else None
             self.forward(child, RESUME, input.model_copy(update={"run": holder}))
         else:
             self._suspensions.waits[input.id].answer = input

@@ -62,10 +62,12 @@ class Suspensions:
         """A child's workflow id -> the number of its newest report taken."""
         self.working: set[str] = set()
         """Children that execute a call beside what they wait for (their last report)."""
-        self._forwarded: dict[str, set[tuple[str, str]]] = {}
+        self._forwarded: dict[str, set[tuple[str, str | None]]] = {}
         """A child's workflow id -> the items (id, holder) answered here and forwarded to
         it, until a report of the child's no longer lists them (a report sent before the
-        child saw the answer must not make them answerable again)."""
+        child saw the answer must not make them answerable again). Holder None: answered
+        by id alone, which stands for every item of the child's with that id, as before
+        answers could name their holder."""
 
     def items(self) -> tuple[Pending, ...]:
         """Every pending item, this Run's first, then each child's in start order."""
@@ -129,22 +131,25 @@ class Suspensions:
             item if item.run is not None else item.model_copy(update={"run": run})
             for item in pending
         )
-        forwarded = self._forwarded.get(run, set()) & {_key(item) for item in mirrored}
+        keys = {_key(item) for item in mirrored} | {(item.id, None) for item in mirrored}
+        forwarded = self._forwarded.get(run, set()) & keys
         if forwarded:
             self._forwarded[run] = forwarded
         else:
             self._forwarded.pop(run, None)
-        pending = tuple(item for item in mirrored if _key(item) not in forwarded)
+        pending = tuple(item for item in mirrored if not _within(item, forwarded))
         if pending:
             self.children[run] = pending
         else:
             self.children.pop(run, None)
         self._changed()
 
-    def forward(self, run: str, item: Pending) -> None:
-        """Note that ``item``, mirrored from child ``run``, was answered here and forwarded."""
-        self._forwarded.setdefault(run, set()).add(_key(item))
-        remaining = tuple(p for p in self.children.get(run, ()) if _key(p) != _key(item))
+    def forward(self, run: str, item: Pending, *, named: bool) -> None:
+        """Note that ``item``, mirrored from child ``run``, was answered here and forwarded
+        (``named``: the answer named its holder; else it went by id alone)."""
+        key = _key(item) if named else (item.id, None)
+        self._forwarded.setdefault(run, set()).add(key)
+        remaining = tuple(p for p in self.children.get(run, ()) if not _within(p, {key}))
         if remaining:
             self.children[run] = remaining
         else:
@@ -287,6 +292,11 @@ def _key(item: Pending) -> tuple[str, str]:
     return (item.id, item.run)
 
 
-def _answers(input: ResumeInput, id: str, holder: str) -> bool:
-    """Whether ``input`` names the item ``id`` that ``holder`` holds."""
-    return input.id == id and (input.run is None or input.run == holder)
+def _within(item: Pending, keys: set[tuple[str, str | None]]) -> bool:
+    """Whether ``item`` is one of ``keys``: by its holder, or by its id alone."""
+    return _key(item) in keys or (item.id, None) in keys
+
+
+def _answers(input: ResumeInput, id: str, holder: str | None) -> bool:
+    """Whether ``input`` names the item ``id`` that ``holder`` holds (None: every holder)."""
+    return input.id == id and (input.run is None or holder is None or input.run == holder)
