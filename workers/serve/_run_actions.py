@@ -93,27 +93,22 @@ def action_routes(context: ApiContext) -> APIRouter:
         run_id: str, body: DecisionBody, scope: Caller, key: Key = None
     ) -> dict[str, Any]:
         """Approve a pending tool call; it runs."""
-        run = tenant_run(run_id, scope)
-        result = await bounded(
-            client.approve(
-                run,
-                body.call_id,
-                scope=scope,
-                note=body.note,
-                idempotency_key=key,
-                held_by=body.held_by,
-            )
-        )
-        return result.model_dump(mode="json")
+        return await decide(run_id, body, scope, key, approved=True)
 
     @router.post("/deny")
     async def deny(
         run_id: str, body: DecisionBody, scope: Caller, key: Key = None
     ) -> dict[str, Any]:
         """Reject a pending tool call; the model is told (with the note)."""
+        return await decide(run_id, body, scope, key, approved=False)
+
+    async def decide(
+        run_id: str, body: DecisionBody, scope: Scope, key: str | None, *, approved: bool
+    ) -> dict[str, Any]:
         run = tenant_run(run_id, scope)
+        send = client.approve if approved else client.deny
         result = await bounded(
-            client.deny(
+            send(
                 run,
                 body.call_id,
                 scope=scope,
