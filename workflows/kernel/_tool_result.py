@@ -130,19 +130,21 @@ async def refused_repeated_id(call: ToolCallRequest) -> ToolResult:
 
 def arguments_of(call: ToolCallRequest) -> dict[str, Any] | ToolResult:
     """The call's arguments, a JSON object; else the error result the model reads."""
+    raw = call.arguments or "{}"
     try:
-        arguments = json.loads(call.arguments or "{}")
+        arguments = json.loads(raw)
     except json.JSONDecodeError as err:
         return inline(call, "error", invalid_arguments_message(err))
     if not isinstance(arguments, dict):
         return inline(call, "error", "arguments must be a JSON object")
-    try:
-        # Valid JSON may escape half a surrogate pair ("\ud83d", half an emoji): such a
-        # string is no text, and no payload can carry it (the workflow task failed on
-        # scheduling the call, at every retry).
-        json.dumps(arguments, ensure_ascii=False).encode()
-    except UnicodeEncodeError as err:
-        return inline(call, "error", _half_surrogate(err.object[err.start]))
+    if "\\ud" in raw or "\\uD" in raw:  # only an escape can bring one in
+        try:
+            # Valid JSON may escape half a surrogate pair ("\ud83d", half an emoji): such
+            # a string is no text, and no payload can carry it (the workflow task failed
+            # on scheduling the call, at every retry).
+            json.dumps(arguments, ensure_ascii=False).encode()
+        except UnicodeEncodeError as err:
+            return inline(call, "error", _half_surrogate(err.object[err.start]))
     return arguments
 
 
