@@ -126,6 +126,7 @@ from psych_runtime.activities.contract._slim_payloads import (
     WireUsage,
     usual_finish_reason,
 )
+from psych_runtime.activities.contract._text import well_formed
 from psych_runtime.activities.contract._threads import (
     CompactInput,
     CompactResult,
@@ -270,5 +271,6 @@ __all__ = [
     "slim_outcome",
     "to_wire",
     "usual_finish_reason",
+    "well_formed",
     "workflow_id_for",
 ]

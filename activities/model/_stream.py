@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from psych_runtime.activities.contract import well_formed
 from psych_runtime.activities.live import AttemptDeltas
 from psych_runtime.activities.model._failures import (
     MAX_RESULT_BYTES,
@@ -33,7 +34,6 @@ from psych_runtime.activities.model._wire import (
     _too_large,
     _tool_call,
     _usage,
-    _well_formed,
     _WireCompletion,
     _WireToolCall,
     _WireUsage,
@@ -261,12 +261,12 @@ class _Stream:
         _check_finish(self.finish_reason)
         calls = tuple(
             _tool_call(
-                turn, index, call.id, call.name, _well_formed("".join(call.arguments)), call.echoed
+                turn, index, call.id, call.name, well_formed("".join(call.arguments)), call.echoed
             )
             for index, call in enumerate(self.calls)
         )
         return _Answer(
-            text=_well_formed("".join(self.text)),
+            text=well_formed("".join(self.text)),
             tool_calls=calls,
             finish_reason=self.finish_reason,
             usage=None if self.usage is None else _usage(self.usage),
@@ -314,7 +314,7 @@ def _parse_body(body: bytes, media_type: str, turn: int, started: float) -> _Ans
         )
     try:
         # The document already decoded: a stricter decoder refuses half a surrogate pair
-        # that json reads (and ``_well_formed`` replaces).
+        # that json reads (and ``well_formed`` replaces).
         return _parse_completion(document, turn)
     except ProviderResponseError as err:
         raise ProviderResponseError(f"{err}: {_excerpt(media_type, body)}") from None

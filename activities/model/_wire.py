@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from psych_runtime.activities.contract import (
     LiveAttempt,
     ToolCallRequest,
     Usage,
+    well_formed,
 )
 from psych_runtime.activities.model._failures import (
     _EXCERPT_CHARS,
@@ -163,19 +163,6 @@ def _text(content: str | list[_WirePart] | None) -> str:
     return "".join(part.text for part in content if part.type == "text" and part.text)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _well_formed(text: str) -> str:
-    """``text`` with its surrogate halves paired up and any half left alone replaced by
-    U+FFFD. JSON escapes a character outside the BMP as two halves (``\\ud83d\\ude00``);
-    a provider or proxy that cuts its text by UTF-16 units sends them in two chunks, each
-    decoded alone, or sends a half with no other: no text, which nothing can store."""
-    if text.isascii() or _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
 def _provider_error(document: object, *, error_event: bool = False) -> ProviderError | None:
     """The error a provider sent inside a 200 response, if ``document`` is one.
 
@@ -267,12 +254,12 @@ def _parse_completion(data: dict[str, Any], turn: int) -> _Answer:
     message = choice.message
     calls = tuple(
         _tool_call(
-            turn, i, c.id, c.function.name, _well_formed(c.function.arguments or ""), _echoed(c)
+            turn, i, c.id, c.function.name, well_formed(c.function.arguments or ""), _echoed(c)
         )
         for i, c in enumerate(message.tool_calls or ())
     )
     return _Answer(
-        text=_well_formed(_text(message.content)),
+        text=well_formed(_text(message.content)),
         tool_calls=calls,
         finish_reason=choice.finish_reason,
         usage=None if completion.usage is None else _usage(completion.usage),

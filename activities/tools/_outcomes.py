@@ -19,6 +19,7 @@ from psych_runtime.activities.contract import (
     PolicyDecision,
     ToolInfo,
     ToolOutcome,
+    well_formed,
 )
 from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.tools._policy import Policy
@@ -60,7 +61,7 @@ async def store_outcome(
         # subprocess's output), or half a pair. No UTF-8 text holds them, and failing here
         # would tell the model a call that ran had failed: each becomes U+FFFD, as a
         # decoder with errors="replace" would have made the bytes.
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        text = well_formed(text)
         data = text.encode()
     if limit is None or (len(data) <= limit and _fits_a_payload(text, data)):
         result_ref = ref_without_storing(blobs, data) or await blobs.put(data)
