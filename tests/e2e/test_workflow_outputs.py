@@ -5,6 +5,7 @@ step read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -16,6 +17,9 @@ from psych_runtime.workflows import RunStatus, StepFinished
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
+
+SETTLES_WITHIN = 15
+"""Seconds for the Run's result: a Run whose workflow task fails never settles."""
 
 
 async def test_a_text_result_stays_text_and_a_structured_one_stays_structured(
@@ -72,3 +76,34 @@ async def test_a_text_result_stays_text_and_a_structured_one_stays_structured(
     (request,) = harness.fake.requests
     said = [m["content"] for m in request["messages"] if m["role"] == "user"]
     assert json.loads(said[1].split("\n", 1)[1]) == expected
+
+
+async def test_an_escaped_surrogate_half_in_a_structured_result_becomes_a_replacement(
+    harness: Harness,
+) -> None:
+    # From an audit: a tool's JSON text escaping half a surrogate pair alone decoded into a
+    # string no payload can carry, and the Run's workflow task failed again and again.
+    @harness.registry.register
+    def cut() -> str:
+        """Return JSON text that cut an emoji in two."""
+        return '{"title": "half \\ud83d", "\\udc00key": ["\\uD800", "whole \\ud83d\\ude00"]}'
+
+    reader = AgentBuilder("reader", registry=harness.registry).model("fake-model").build()
+    spec = (
+        WorkflowBuilder("cut-text", registry=harness.registry)
+        .tool("cut")
+        .tool_step("cut", "cut", {})
+        .agent_step("read", reader)
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("read it"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        async with asyncio.timeout(SETTLES_WITHIN):
+            result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    expected = {"title": "half \ufffd", "\ufffdkey": ["\ufffd", "whole \U0001f600"]}
+    assert result.outputs == {"cut": expected, "read": "read it"}
+    (request,) = harness.fake.requests
+    said = [m["content"] for m in request["messages"] if m["role"] == "user"]
+    assert json.loads(said[1].split("\n", 1)[1]) == {"cut": expected}

@@ -4,11 +4,13 @@ its outputs' size."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import well_formed
     from psych_runtime.workflows.kernel._run_base import RunBase
 
 MAX_OUTPUTS_BYTES = 1024 * 1024
@@ -62,13 +64,35 @@ def step_output(content: str, run: RunBase) -> Any:
     text, so a tool that returned the number 42 also gives ``"42"``). Runs recorded before
     this rule read any JSON value (a scalar too) as structured: they keep that reading
     (patch ``psych-workflow-text-step-output``, asked only when the two rules differ).
+
+    JSON may escape half a surrogate pair alone (``"\\ud800"``, an emoji cut in two): such
+    a half becomes U+FFFD, as in any text a tool returns, since no payload can carry it
+    (the Run's result, a continue-as-new, a later step's input would fail to encode, and
+    its workflow task with them, again and again).
     """
     try:
         value = json.loads(content)
     except json.JSONDecodeError:
         return content
+    if _ESCAPED_HALF.search(content) is not None:
+        value = _well_formed(value)
     if isinstance(value, dict | list):
         return value
     if run.patched("psych-workflow-text-step-output"):
         return content
+    return value
+
+
+_ESCAPED_HALF = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate half (a pair's halves too: they decode to one character)."""
+
+
+def _well_formed(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string, keys too, made ``well_formed``."""
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, dict):
+        return {well_formed(k): _well_formed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_well_formed(v) for v in value]
     return value
