@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,13 @@ from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
     ModelRef,
+    Scope,
     ToolRegistry,
     spec_to_data,
     spec_to_yaml,
 )
+from psych_runtime.workers.serve import _run_routes as run_routes
+from psych_runtime.workflows import Record, TurnStarted
 
 from ._app import ACME_KEY, GLOBEX_KEY, api, bearer
 
@@ -338,3 +343,31 @@ async def test_temporal_unavailable_is_a_503_not_a_missing_run(
     async with api(tmp_path) as http:
         answer = await http.get("/v1/runs/psych-acme-r1/events", headers=bearer(ACME_KEY))
     assert_problem(answer, expected)
+
+
+async def test_a_stream_failing_on_the_servers_fault_ends_with_an_error_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # From an audit: an error other than psych's or Temporal's cut the stream with no
+    # event, which a follower could not tell from the Run's end or a dropped connection.
+    async def describe(self: WorkflowHandle[Any, Any]) -> None:
+        return None
+
+    async def events(*args: object, **kwargs: object) -> AsyncIterator[Record]:
+        yield TurnStarted(seq=1, at=datetime.now(UTC), scope=Scope(tenant="acme"), turn=1)
+        raise ValueError("a Record this server cannot read")
+
+    monkeypatch.setattr(WorkflowHandle, "describe", describe)
+    monkeypatch.setattr(run_routes, "run_events", events)
+    async with api(tmp_path) as http:
+        answer = await http.get("/v1/runs/psych-acme-r1/events", headers=bearer(ACME_KEY))
+    assert answer.status_code == 200
+    blocks = [block for block in answer.text.replace("\r\n", "\n").split("\n\n") if block]
+    kinds = [
+        line.removeprefix("event: ") for b in blocks for line in b.split("\n") if "event: " in line
+    ]
+    assert kinds == ["record", "error"]
+    data = json.loads(blocks[-1].split("data: ", 1)[1])
+    assert data["status"] == 500 and data["detail"] == run_routes.STREAM_FAILED
+    assert "the event stream of psych-acme-r1 failed" in caplog.text
+    assert "a Record this server cannot read" in caplog.text

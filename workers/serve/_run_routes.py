@@ -8,6 +8,7 @@ A Run is named by its workflow id (``psych-<tenant>-<id>``, what dispatch answer
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -217,6 +218,14 @@ def run_routes(context: ApiContext) -> APIRouter:
     return router
 
 
+logger = logging.getLogger(__name__)
+
+STREAM_FAILED = (
+    "the server failed while streaming this Run's events (an internal error: its log has "
+    "the details); reconnect with the last event id (Last-Event-ID) to resume"
+)
+
+
 async def _exists(context: ApiContext, run_id: str) -> None:
     """Refuse a Run Temporal does not know before the stream starts (a 404, not an event)."""
     try:
@@ -253,6 +262,13 @@ async def _sse(
         return
     except (PsychError, RPCError) as err:
         failure = problem_for(err, run_id)
+        yield ServerSentEvent(data=bytes(failure.body).decode(), event="error")
+        return
+    except Exception:
+        # As a request's unexpected failure is a 500 problem: the follower is told the
+        # stream ended on the server's fault (not that the Run did), the log has why.
+        logger.exception("the event stream of %s failed", run_id)
+        failure = problem(500, STREAM_FAILED, "internal")
         yield ServerSentEvent(data=bytes(failure.body).decode(), event="error")
         return
     finally:
