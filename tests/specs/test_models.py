@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any, TypeVar
+import typing
+from typing import Annotated, Any, TypeVar
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -209,6 +210,40 @@ def test_nan_and_infinity_refused_in_float_fields(cls: type[BaseModel]) -> None:
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValidationError):
             build(cls, **{field: value})
+
+
+def _unwrapped(kind: Any) -> Any:
+    return typing.get_args(kind)[0] if typing.get_origin(kind) is Annotated else kind
+
+
+def _numeric_fields() -> list[tuple[type[BaseModel], str]]:
+    found = []
+    for cls in REQUIRED:
+        for name, field in cls.model_fields.items():
+            kinds = typing.get_args(field.annotation) or (field.annotation,)
+            bare = {_unwrapped(kind) for kind in kinds}
+            if int in bare or float in bare:
+                found.append((cls, name))
+    return found
+
+
+NUMERIC_FIELDS = _numeric_fields()
+
+
+@pytest.mark.parametrize(
+    ("cls", "field"), NUMERIC_FIELDS, ids=[f"{c.__name__}.{f}" for c, f in NUMERIC_FIELDS]
+)
+def test_a_number_field_refuses_a_boolean_and_a_string(cls: type[BaseModel], field: str) -> None:
+    # From an audit: `temperature: true` was read as 1.0 and `max_turns: "5"` as 5.
+    for value in (True, False, "1"):
+        with pytest.raises(ValidationError) as info:
+            build(cls, **{field: value})
+        assert [e["loc"][0] for e in info.value.errors()] == [field]
+
+
+def test_the_number_fields_are_found() -> None:
+    assert len(NUMERIC_FIELDS) >= 27
+    assert (ModelRef, "temperature") in NUMERIC_FIELDS and (Limits, "max_turns") in NUMERIC_FIELDS
 
 
 def test_name_pattern_is_the_seeds() -> None:
