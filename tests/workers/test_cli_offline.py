@@ -185,6 +185,24 @@ async def test_worker_says_which_endpoint_and_warns_of_a_missing_key(
     assert "psych dev --fake-model" in errors
 
 
+async def test_a_worker_without_the_model_role_says_so_and_warns_of_no_key(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # From an audit: a tools-only worker warned that OPENAI_API_KEY was unset, though it
+    # never calls a model.
+    argv = [PSYCH, "worker", "--address", cli.address, "--task-queue", cli.task_queue]
+    child = await spawn([*argv, "--role", "tools"], bare_env(), tmp_path)
+    assert child.stdout is not None
+    try:
+        started = await read_until(child.stdout, "Ctrl-C to stop")
+    finally:
+        code, _, errors = await stop(child)
+    assert "model: no model calls on this worker (roles tools)" in started
+    assert "model endpoint" not in started
+    assert code == 0
+    assert "warning" not in errors
+
+
 async def test_a_local_endpoint_without_a_key_gets_no_warning(cli: Cli, tmp_path: Path) -> None:
     argv = [PSYCH, "worker", "--address", cli.address, "--task-queue", cli.task_queue]
     env = bare_env(OPENAI_BASE_URL=cli.fake.base_url)

@@ -26,6 +26,7 @@ from psych_runtime.activities import (
     policy_digest,
     role_task_queue,
 )
+from psych_runtime.activities.contract import MODEL_ROLE
 from psych_runtime.activities.egress import LOOPBACK
 from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.testing import FakeModel
@@ -247,9 +248,13 @@ def _print_endpoint(settings: WorkerSettings, serving: str | None) -> None:
     """One line: which endpoint serves the models; a warning when it lacks a needed key.
 
     A server elsewhere than this machine is taken to need a key (OpenAI's API, a gateway);
-    one on loopback (a local model server) often needs none, so it gets no warning.
+    one on loopback (a local model server) often needs none, so it gets no warning. A
+    worker without the model role makes no model call: it says so, and nothing of a key.
     """
     default = settings.endpoints.default
+    if MODEL_ROLE not in settings.roles:
+        print(f"model: no model calls on this worker (roles {', '.join(settings.roles)})")
+        return
     if serving is not None:
         print(f"model: {serving}")
         return
