@@ -116,9 +116,9 @@ class LocalTokenStore:
     shard's lock file (``<root>/<2 hex>/.lock``, ``flock``, made by the first update of
     the shard) from its read to its write, so updates of a key, in any process, are one
     step each (on a shared volume, where its file locks reach every host: a local disk,
-    NFSv4). A ``put`` or ``delete`` takes no lock: a record several processes change is
-    changed by ``update`` only (as the A2A push records are); reads take none either (a
-    record is replaced by a rename).
+    NFSv4). A ``put`` or ``delete`` holds it too, so neither lands between an update's
+    read and its write to be lost under it. Reads take none (a record is replaced by a
+    rename).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -159,8 +159,8 @@ class LocalTokenStore:
 
     def _put(self, key: TokenKey, record: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._write(path, record)
+        with self._locked(path):
+            self._write(path, record)
 
     async def update(self, key: TokenKey, change: Change) -> None:
         """Replace the record under ``key`` by ``change(record)``, holding the shard's
@@ -197,8 +197,15 @@ class LocalTokenStore:
             raise
 
     async def delete(self, key: TokenKey) -> None:
-        """Remove the record under ``key``, if any."""
-        self._remove(self._path(key))
+        """Remove the record under ``key``, if any (in a thread: it waits for the lock)."""
+        await asyncio.to_thread(self._delete, key)
+
+    def _delete(self, key: TokenKey) -> None:
+        path = self._path(key)
+        if not path.parent.is_dir():
+            return  # no record of the shard was ever written here: nothing to lock
+        with self._locked(path):
+            self._remove(path)
 
     @staticmethod
     def _remove(path: Path) -> None:

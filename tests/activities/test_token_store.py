@@ -4,6 +4,9 @@ worker's environment selects."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import stat
@@ -172,9 +175,10 @@ async def test_key_fields_never_name_a_path(tmp_path: Path) -> None:
     sneaky = TokenKey("../../etc", None, "/", "../client", "x")
     await store.put(sneaky, b"record")
     files = _files(tmp_path)
-    assert files == [root / sneaky.location()]
+    shard = (root / sneaky.location()).parent
+    assert sorted(files) == sorted([shard / ".lock", root / sneaky.location()])  # + its lock
     assert len(sneaky.location()) == 65
-    mode = stat.S_IMODE(files[0].stat().st_mode)
+    mode = stat.S_IMODE((root / sneaky.location()).stat().st_mode)
     assert mode == 0o600, oct(mode)
 
 
@@ -267,3 +271,26 @@ def test_the_environment_selects_the_store(tmp_path: Path) -> None:
         token_store_from_env({"PSYCH_BLOB_URL": "s3://b", "PSYCH_TOKEN_DIR": "x"}, tmp_path)
     with pytest.raises(SpecError, match="s3://"):
         token_store_from_env({"PSYCH_BLOB_URL": "http://b"}, tmp_path)
+
+
+@pytest.mark.parametrize("write", ["put", "delete"])
+async def test_a_put_or_delete_waits_for_an_update_of_its_shard(tmp_path: Path, write: str) -> None:
+    # From an audit: a put (or delete) landing between an update's read and its write was
+    # lost under it (the update wrote what it had read, changed).
+    store = LocalTokenStore(tmp_path / "tokens")
+    await store.put(KEY, b"first")
+    loop = asyncio.get_running_loop()
+    started: list[concurrent.futures.Future[None]] = []
+
+    def change(record: bytes | None) -> bytes | None:
+        # In the update's thread, holding the lock: the other write starts and gets as far
+        # as it can within a second (all the way, were it not held back).
+        other = store.put(KEY, b"put") if write == "put" else store.delete(KEY)
+        started.append(asyncio.run_coroutine_threadsafe(other, loop))
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            started[0].result(timeout=1)
+        return (record or b"") + b"+updated"
+
+    await store.update(KEY, change)
+    await asyncio.wrap_future(started[0])
+    assert await store.get(KEY) == (b"put" if write == "put" else None)
