@@ -78,11 +78,18 @@ async def build_request(
             for item in (value if isinstance(value, list) else [value])
         ]
         # httpx's `params=` replaces the URL's query, but the template's own query
-        # (`?expand=items&id={order_id}`) is part of the tool: keep its pairs, first
-        # and never overridden (the model must not replace what the tool fixed), and
-        # append the arguments' pairs after them.
+        # (`?expand=items&id={order_id}`) is part of the tool: keep its pairs, first,
+        # and append the arguments' pairs after them. An argument naming a key the
+        # template fixes is refused: appended, a server reading the last value would
+        # take the model's over what the tool fixed.
         target = httpx.URL(url)
-        target = target.copy_with(params=[*target.params.multi_items(), *params])
+        fixed = target.params.multi_items()
+        if clash := sorted({name for name, _ in fixed} & set(rest)):
+            raise ToolError(
+                f"{tool.name}: argument(s) {', '.join(map(repr, clash))} name query "
+                f"keys its URL fixes; leave them out"
+            )
+        target = target.copy_with(params=[*fixed, *params])
         return client.build_request(tool.method, target, headers=headers, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         raise ToolError(f"{tool.name}: invalid URL {url!r}: {err}") from err

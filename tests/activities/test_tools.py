@@ -791,7 +791,7 @@ async def test_http_credential_echoed_by_the_server_is_redacted_everywhere(
 
 
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
-async def test_http_url_template_query_is_kept_and_arguments_are_appended(
+async def test_http_url_template_query_is_kept_and_its_keys_are_not_the_models(
     tools: ToolActivities,
     env: ActivityEnvironment,
     server: EchoServer,
@@ -804,16 +804,15 @@ async def test_http_url_template_query_is_kept_and_arguments_are_appended(
         method=method,
     )
 
-    outcome = await env.run(tools.http, http_call(tool, order_id="4 2", limit=5, expand="all"))
+    outcome = await env.run(tools.http, http_call(tool, order_id="4 2", limit=5))
 
     assert outcome.status == "ok", outcome.content
     [request] = server.requests
     assert request["path"] == "/orders"
-    # Kept, never replaced: the model's `expand` comes after the tool's own (httpx groups
-    # the values of one name together).
-    assert request["query"] == [
-        ["expand", "items"],
-        ["expand", "all"],
-        ["id", "4 2"],
-        ["limit", "5"],
-    ]
+    assert request["query"] == [["expand", "items"], ["id", "4 2"], ["limit", "5"]]
+    # A key the tool fixed is not the model's to send again: appended, a server reading
+    # the last value would take the model's (from an audit).
+    refused = await env.run(tools.http, http_call(tool, order_id="7", expand="all"))
+    assert refused.status == "error"
+    assert "'expand' name query keys its URL fixes" in refused.content
+    assert len(server.requests) == 1
