@@ -349,6 +349,16 @@ def test_spawn_depth_within_delegation_depth() -> None:
     assert checks(at) == []
 
 
+def test_fallbacks_without_a_transient_budget_are_a_problem() -> None:
+    # From an audit: with no transient retries a fallback is never tried, silently.
+    model = ModelRef(model="gpt-4o", fallbacks=["gpt-4o-mini"])
+    (problem,) = checks(agent(model=model, limits=Limits(transient_retry_budget=0)))
+    assert problem.path == "model.fallbacks"
+    assert "transient_retry_budget is 0" in problem.message
+    assert checks(agent(model=model, limits=Limits(transient_retry_budget=1))) == []
+    assert checks(agent(limits=Limits(transient_retry_budget=0))) == []
+
+
 def test_subagent_nesting_within_delegation_depth() -> None:
     assert validate(nest(3)) == []  # default max_delegation_depth is 3
     problems = validate(nest(4))
