@@ -57,6 +57,12 @@ SUMMARY_HEADER = "[runtime] Summary of the earlier conversation, which it replac
 """How the summary message (role ``user``) starts, so the model reads it as context, not
 as a new request."""
 
+CUT_OFF_NOTE = (
+    "\n\n[runtime] This summary was cut off at its bound of {cap} tokens "
+    "(compaction.max_summary_tokens): what it would have said next is lost."
+)
+"""Ends a summary the summariser's answer finished for ``length``."""
+
 SUMMARY_PREVIEW_CHARS = 500
 """Characters of the summary a ``CompactionApplied`` record shows (the rest is in its
 blob, ``summary_ref``)."""
@@ -201,6 +207,13 @@ class CompactionActivities(ActivityClass):
                 type=ErrorType.COMPACTION_FAILED,
                 non_retryable=True,
             )
+        preview = text[:SUMMARY_PREVIEW_CHARS]
+        if answer.finish_reason == "length":
+            # Cut off at its cap: kept (what it says is still the best context there is),
+            # and said, so neither the model nor a reader takes it for the whole story.
+            note = CUT_OFF_NOTE.format(cap=input.max_summary_tokens)
+            text += note
+            preview = preview[: SUMMARY_PREVIEW_CHARS - len(note)] + note
         summary = ChatMessage(role="user", content=SUMMARY_HEADER + text)
         summary_ref = await conversations.put_message(summary)
         first = await conversations.append(None, [summary_ref])
@@ -210,7 +223,7 @@ class CompactionActivities(ActivityClass):
             context_ref=head,
             marks=tuple(TurnMark(node=head, offset=at - cut) for at in found),
             summary_ref=summary_ref,
-            summary_preview=text[:SUMMARY_PREVIEW_CHARS],
+            summary_preview=preview,
             replaced=cut,
             model=answer.model,
             usage=answer.usage,

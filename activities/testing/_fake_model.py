@@ -395,7 +395,7 @@ class FakeModel:
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": "tool_calls" if calls else "stop",
+                    "finish_reason": _finish(reply, calls),
                 }
             ],
             "usage": _usage(reply, calls, body),
@@ -446,7 +446,7 @@ class FakeModel:
             }
             for delta in deltas
         ]
-        finish = "tool_calls" if calls else "stop"
+        finish = _finish(reply, calls)
         chunks.append(
             {
                 **base,
@@ -457,3 +457,8 @@ class FakeModel:
         if include_usage:
             chunks.append({**base, "choices": [], "usage": _usage(reply, calls, body)})
         return chunks
+
+
+def _finish(reply: Reply, calls: object) -> str:
+    """The finish reason of ``reply``'s answer (``calls``: the tool calls it makes)."""
+    return "tool_calls" if calls else "length" if reply.cut_off else "stop"

@@ -78,6 +78,8 @@ class Reply:
     """Chunks sent before stalling or dropping the connection (`stall`, `abort`)."""
     then: Reply | None = None
     """The reply streamed around the stall, or the partial stream aborted (`stall`, `abort`)."""
+    cut_off: bool = False
+    """Finish with `length`, as an answer cut off at its output cap does (`text`)."""
 
     @staticmethod
     def text(
@@ -86,14 +88,16 @@ class Reply:
         usage: Usage | None = None,
         chunk_size: int = 8,
         chunk_seconds: float = 0.0,
+        cut_off: bool = False,
     ) -> Reply:
-        """A plain assistant message, finishing with `stop`.
+        """A plain assistant message, finishing with `stop` (`length` when ``cut_off``).
 
         Args:
             content: the assistant text.
             usage: usage to report; None derives it from character counts.
             chunk_size: characters per streamed chunk.
             chunk_seconds: seconds between streamed chunks.
+            cut_off: finish with `length`, as an answer cut off at its output cap.
         """
         _check_chunk_size(chunk_size)
         _check_chunk_seconds(chunk_seconds)
@@ -103,6 +107,7 @@ class Reply:
             usage=usage,
             chunk_size=chunk_size,
             chunk_seconds=chunk_seconds,
+            cut_off=cut_off,
         )
 
     @staticmethod

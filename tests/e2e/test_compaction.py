@@ -17,7 +17,7 @@ from psych_runtime.activities import (
     ContextSource,
 )
 from psych_runtime.activities.model import ModelPrice, TablePricing
-from psych_runtime.activities.model._compaction import SUMMARY_HEADER
+from psych_runtime.activities.model._compaction import CUT_OFF_NOTE, SUMMARY_HEADER
 from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
@@ -354,3 +354,23 @@ async def test_the_summariser_leaves_room_within_a_workflows_max_steps(harness: 
     assert result.outputs == {"orders": "All three shipped."}
     assert not [r for r in records if isinstance(r, CompactionApplied | CompactionFailed)]
     assert [r["model"] for r in fake.requests] == ["fake-model"] * 3
+
+
+async def test_a_summary_cut_off_at_its_cap_says_so(harness: Harness) -> None:
+    # From an audit: a summary the summariser ended for `length` (at max_summary_tokens)
+    # was used as if whole, and nothing told the model or a reader of the records.
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG), Reply.text("Done."))
+    fake.enqueue(Reply.text("Order 1 shipped, and order", cut_off=True), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    note = CUT_OFF_NOTE.format(cap=64)
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    assert applied.summary_preview == "Order 1 shipped, and order" + note
+    # The model reads the summary with the note (the call after the summariser's).
+    after = fake.requests[3]
+    assert SUMMARY_HEADER + "Order 1 shipped, and order" + note in texts(after)
