@@ -3,6 +3,7 @@ loopback HTTP server from a key generated here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -27,6 +28,7 @@ from psych_runtime.workers.serve import (
     Unauthorized,
     parse_serve_section,
 )
+from psych_runtime.workers.serve._auth import JWKS_TIMEOUT_SECONDS
 
 from ._app import api
 
@@ -259,6 +261,15 @@ def answering(body: bytes) -> Iterator[str]:
         server.server_close()
 
 
+@contextmanager
+def silent() -> Iterator[str]:
+    """A JWKS URL whose server takes the connection and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/jwks.json"
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as probe:
@@ -285,3 +296,17 @@ async def test_an_issuer_whose_keys_cannot_be_read_is_a_503_not_the_callers_faul
             assert body["type"] == "urn:psych:problem:issuer-unavailable"
             assert why in body["detail"]
             assert url not in body["detail"]  # the operator's, not the caller's to know
+
+
+async def test_an_issuer_that_never_answers_is_a_503_within_the_fetch_bound(
+    tmp_path: Path, signing_key: rsa.RSAPrivateKey
+) -> None:
+    # From an audit: the fetch waited PyJWT's default 30 s in one of the loop's few
+    # default threads, so a handful of requests under a hung issuer stalled the server.
+    bearer = {"Authorization": f"Bearer {token(signing_key)}"}
+    with silent() as url:
+        settings = JwtSettings(url, ISSUER, AUDIENCE, ("RS256",), tenant_claim="org")
+        async with api(tmp_path, jwt=settings) as http, asyncio.timeout(JWKS_TIMEOUT_SECONDS + 10):
+            response = await http.get("/v1/runs", headers=bearer)
+    assert response.status_code == 503, response.text
+    assert "could not be fetched" in response.json()["detail"]

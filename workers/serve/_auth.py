@@ -7,11 +7,12 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   hash in constant time (``hmac.compare_digest``, no early exit), so neither a key nor
   which entry it matched leaks through timing.
 - JWTs: verified with PyJWT against the operator's JWKS (``jwt.PyJWKClient``, which caches
-  the key set), with the signature, ``exp``/``nbf``, issuer, audience and algorithms
-  checked; the tenant and principal are read from configurable claims. The caller carries
-  when the token stops being accepted (``Caller.expires_at``): a stream opened with it (a
-  Run's events, an A2A task's updates) ends then (``until_expiry``), so a revoked caller's
-  expired token does not keep reading a Run.
+  the key set; a fetch waits ``JWKS_TIMEOUT_SECONDS`` at most), with the signature,
+  ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
+  read from configurable claims. The caller carries when the token stops being accepted
+  (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
+  ends then (``until_expiry``), so a revoked caller's expired token does not keep reading
+  a Run.
 
 Every refusal is ``Unauthorized`` with a reason safe to show the caller.
 
@@ -43,6 +44,10 @@ from psych_runtime.specs import PsychError, Scope
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 T = TypeVar("T")
+
+JWKS_TIMEOUT_SECONDS = 5.0
+"""Most seconds a JWKS fetch waits for the issuer: the fetch blocks one of the event loop's
+default worker threads (a few per CPU), which a slow issuer must not hold for long."""
 
 
 class Unauthorized(PsychError):
@@ -199,7 +204,9 @@ class Authenticator:
 
     def __post_init__(self) -> None:
         if self.settings.jwt is not None:
-            self._jwks = jwt.PyJWKClient(self.settings.jwt.jwks_url, cache_jwk_set=True)
+            self._jwks = jwt.PyJWKClient(
+                self.settings.jwt.jwks_url, cache_jwk_set=True, timeout=JWKS_TIMEOUT_SECONDS
+            )
 
     async def scope_for(self, authorization: str | None) -> Scope:
         """The Scope of the request's ``Authorization`` header.
