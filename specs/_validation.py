@@ -357,14 +357,6 @@ def _validate_agent(
     problems += _check_model(spec.model.model, f"{prefix}model.model", context)
     for index, fallback in enumerate(spec.model.fallbacks):
         problems += _check_model(fallback, f"{prefix}model.fallbacks[{index}]", context)
-    if spec.model.fallbacks and spec.limits.transient_retry_budget == 0:
-        problems.append(
-            Problem(
-                f"{prefix}model.fallbacks",
-                "never tried: limits.transient_retry_budget is 0, and each attempt on a "
-                "fallback spends one of it; raise the budget or leave the fallbacks out",
-            )
-        )
     if spec.compaction is not None and spec.compaction.model is not None:
         problems += _check_model(spec.compaction.model, f"{prefix}compaction.model", context)
 

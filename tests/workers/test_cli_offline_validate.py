@@ -65,6 +65,25 @@ def test_a_limit_that_makes_another_unreachable_is_a_warning(
     assert len(err.splitlines()) == 1
 
 
+def test_fallbacks_under_no_transient_budget_are_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # From an audit: with no transient retries a fallback is never tried, silently. A
+    # warning, not a problem: a Version with them was valid, and is still started.
+    spec = tmp_path / "agent.yaml"
+    text = AGENT.replace("gpt-4o-mini}", "gpt-4o-mini, fallbacks: [gpt-4o]}")
+    spec.write_text(text.format(limits="{transient_retry_budget: 0}"))
+    status, out, err = validate(capsys, spec)
+    assert (status, out) == (0, f"{spec}: valid\n")
+    assert err == (
+        f"{spec}: warning: model.fallbacks: never tried: limits.transient_retry_budget is 0, "
+        "and each attempt on a fallback spends one of it; raise the budget or leave the "
+        "fallbacks out\n"
+    )
+    spec.write_text(text.format(limits="{transient_retry_budget: 1}"))
+    assert validate(capsys, spec) == (0, f"{spec}: valid\n", "")
+
+
 @pytest.mark.parametrize(
     "limits", ["{max_turns: 8, max_steps: 15}", "{max_turns: 8}", "{failure_streak_hard_stop: 4}"]
 )

@@ -2116,6 +2116,38 @@ async def spawn_parent_cancelled(rig: Rig) -> RunHandle:
     return await _cancel_when_searching(rig, spec.build())
 
 
+async def spawn_with_unbudgeted_fallbacks(rig: Rig) -> RunHandle:
+    """``spawn_and_wait`` by a lead whose model has a fallback under a transient budget
+    of 0 (valid until 12f58df): the composed child, which inherits both, is published and
+    started. Recorded at b42c09f with 0a1c6d5's validation: the old branch, never re-record."""
+    _spawn_wiring(rig)
+    lead = (
+        rig.agent("lead")
+        .model("fake-model", fallbacks=["fake-model-b"])
+        .limits(transient_retry_budget=0)
+        .instructions("You lead.")
+        .tool("lookup_order")
+        .spawn(tools=["lookup_order"])
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." in messages[0]["content"]:
+            if last["role"] == "user":
+                return Reply.tool_calls(_spawn_call(["lookup_order"]))
+            if last["content"].startswith('{"child"'):
+                return Reply.tool_calls(ToolCall("wait_children", {}))
+            return Reply.text("The finder says: " + last["content"])
+        if last["role"] == "user":
+            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
+        return Reply.text("Order 42 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(lead, "Where is order 42?")
+
+
 async def spawn_refused(rig: Rig) -> RunHandle:
     rig.fake.enqueue(
         Reply.tool_calls(_spawn_call(["flaky"])),  # outside the envelope: refused
@@ -2475,6 +2507,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # spawn (issue 10, item 2)
     ("dev", spawn_and_wait),
     ("dev", spawn_refused),
+    # a lead Version with fallbacks under a transient budget of 0 spawns (before 12f58df)
+    ("dev", spawn_with_unbudgeted_fallbacks),
     # max_fanout_per_turn counts spawned children too (issue 26, item 5)
     ("dev", fanout_capped),
     # hot path (issue 15): the roles opt-in

@@ -268,7 +268,22 @@ def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
     return [
         warning
         for prefix, node in nested_specs(spec, path)
-        for warning in _limit_warnings(node.limits, prefix)
+        for warning in [*_limit_warnings(node.limits, prefix), *_fallback_warnings(node, prefix)]
+    ]
+
+
+def _fallback_warnings(node: AgentSpec | WorkflowSpec, path: str) -> list[str]:
+    """Fallbacks no attempt reaches: each attempt on one spends one of the transient
+    budget. A warning, not a problem: such a Spec runs (its fallbacks unused), and a
+    Version published before this was said is still started, and composes spawned
+    children inside Runs already in flight (a problem would refuse them on replay)."""
+    if not isinstance(node, AgentSpec) or not node.model.fallbacks:
+        return []
+    if node.limits.transient_retry_budget != 0:
+        return []
+    return [
+        f"{path}model.fallbacks: never tried: limits.transient_retry_budget is 0, and each "
+        "attempt on a fallback spends one of it; raise the budget or leave the fallbacks out"
     ]
 
 
@@ -286,8 +301,9 @@ def egress_warnings(spec: AgentSpec | WorkflowSpec, args: argparse.Namespace) ->
 def cmd_validate(args: argparse.Namespace) -> int:
     """Validate a Spec file; print every problem; exit 1 if there are any.
 
-    Limits that make another unreachable, and URLs the egress policy of this environment
-    refuses, are warnings (standard error), not problems.
+    Limits that make another unreachable (fallbacks under no transient budget too), and
+    URLs the egress policy of this environment refuses, are warnings (standard error), not
+    problems.
     """
     spec = checked_spec(args.file, load_registry(args), args.known_model or (), check=args)
     if spec is None:
