@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from psych_runtime.specs._documents import MAX_SPEC_DEPTH
 
@@ -26,6 +26,19 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 FORBIDDEN_HTTP_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 """Headers an HttpTool may not carry literally: credentials are names, resolved at call time."""
+
+
+def _not_a_boolean(value: Any) -> Any:
+    """Refuse ``true``/``false`` where a number is asked: pydantic reads them as 1 and 0."""
+    if isinstance(value, bool):
+        raise ValueError(f"a number is needed here, not the boolean {str(value).lower()}")
+    return value
+
+
+_NUMBER = BeforeValidator(_not_a_boolean)
+"""On every int and float field of a Spec model (after its ``Field``, which keeps the
+bounds in the JSON schema): a number, or text that reads as one (YAML reads ``1e3`` as
+text), but never a boolean."""
 
 
 class _Frozen(BaseModel):
@@ -108,11 +121,11 @@ class ModelRef(_Frozen):
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """The model id, as the worker's model endpoint configuration knows it."""
-    temperature: Annotated[StrictFloat | None, Field(ge=0, le=2)] = None
+    temperature: Annotated[float | None, Field(ge=0, le=2), _NUMBER] = None
     """Sampling temperature; ``None`` leaves the provider's default."""
-    top_p: Annotated[StrictFloat | None, Field(gt=0, le=1)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1), _NUMBER] = None
     """Nucleus sampling mass; ``None`` leaves the provider's default."""
-    max_output_tokens: Annotated[StrictInt | None, Field(gt=0)] = None
+    max_output_tokens: Annotated[int | None, Field(gt=0), _NUMBER] = None
     """Cap on tokens generated per call; ``None`` leaves the provider's default."""
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     """Reasoning effort for models that support it."""
@@ -123,36 +136,36 @@ class ModelRef(_Frozen):
 class Limits(_Frozen):
     """Budgets. Every one has a default because an unset limit is an unbounded bill."""
 
-    max_steps: Annotated[StrictInt, Field(gt=0, le=10000)] = 48
+    max_steps: Annotated[int, Field(gt=0, le=10000), _NUMBER] = 48
     """Most model calls (every attempt, retries included) plus tool calls a Run may make."""
-    max_turns: Annotated[StrictInt, Field(gt=0, le=1000)] = 32
+    max_turns: Annotated[int, Field(gt=0, le=1000), _NUMBER] = 32
     """Most turns (one model call and the tool calls it produced) a Run may take."""
-    max_tool_calls_per_turn: Annotated[StrictInt, Field(gt=0, le=256)] = 16
+    max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256), _NUMBER] = 16
     """Calls beyond this in one turn are not run; each gets an error result."""
-    deadline_seconds: Annotated[StrictFloat, Field(gt=0, le=86400)] = 900.0
+    deadline_seconds: Annotated[float, Field(gt=0, le=86400), _NUMBER] = 900.0
     """Wall-clock budget from admission; then a grace period, then FORCE_SETTLED."""
-    transient_retry_budget: Annotated[StrictInt, Field(ge=0, le=100)] = 8
+    transient_retry_budget: Annotated[int, Field(ge=0, le=100), _NUMBER] = 8
     """Transient failures (5xx, 429, 408, connection, stream idle) retried per Run."""
-    max_delegation_depth: Annotated[StrictInt, Field(ge=0, le=16)] = 3
+    max_delegation_depth: Annotated[int, Field(ge=0, le=16), _NUMBER] = 3
     """Deepest delegation depth a subagent on this agent's chain may run at: depth is
     absolute (the root Run 0, a child its parent's + 1) and every agent on the chain,
     the child itself included, bounds it (``depth_refusal``)."""
-    max_fanout_per_turn: Annotated[StrictInt, Field(gt=0, le=64)] = 4
+    max_fanout_per_turn: Annotated[int, Field(gt=0, le=64), _NUMBER] = 4
     """Most children (``delegate`` and ``spawn`` together) one turn may start."""
-    failure_streak_threshold: Annotated[StrictInt, Field(gt=0, le=100)] = 3
+    failure_streak_threshold: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
     """Consecutive failures of one tool after which it is withheld and the model told."""
-    failure_streak_hard_stop: Annotated[StrictInt, Field(gt=0, le=200)] = 6
+    failure_streak_hard_stop: Annotated[int, Field(gt=0, le=200), _NUMBER] = 6
     """Consecutive failures of one tool after which the Run fails."""
-    repeat_call_threshold: Annotated[StrictInt, Field(gt=0, le=100)] = 3
+    repeat_call_threshold: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
     """Identical call with identical result this many times gets a refusal."""
-    repeat_call_hard_stop: Annotated[StrictInt, Field(gt=0, le=200)] = 6
+    repeat_call_hard_stop: Annotated[int, Field(gt=0, le=200), _NUMBER] = 6
     """Identical call with identical result this many times stops the Run."""
-    stream_idle_seconds: Annotated[StrictFloat, Field(ge=0, le=3600)] = 300.0
+    stream_idle_seconds: Annotated[float, Field(ge=0, le=3600), _NUMBER] = 300.0
     """Longest gap between a model's response bytes (stream chunks, or the wait for a whole
     answer when the endpoint does not stream) before the call fails transiently; 0 disables."""
-    large_result_bytes: Annotated[StrictInt, Field(gt=0)] = 32768
+    large_result_bytes: Annotated[int, Field(gt=0), _NUMBER] = 32768
     """Tool results larger than this are stored whole and shown as handle + preview."""
-    max_history_records: Annotated[StrictInt, Field(ge=0, le=20000)] = 300
+    max_history_records: Annotated[int, Field(ge=0, le=20000), _NUMBER] = 300
     """How many messages of an earlier Run's conversation a Run continuing it (a thread:
     ``dispatch(thread=...)``, ``next_run``) shows its model, the latest ones; 0: none."""
 
@@ -160,13 +173,13 @@ class Limits(_Frozen):
 class SuspensionPolicy(_Frozen):
     """How long a suspended Run waits before it is given up on (settled ABANDONED)."""
 
-    approval_expires_seconds: Annotated[StrictFloat, Field(gt=0)] = 86400.0
+    approval_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 86400.0
     """Wait for an approval decision."""
-    question_expires_seconds: Annotated[StrictFloat, Field(gt=0)] = 86400.0
+    question_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 86400.0
     """Wait for an answer to ``ask_question``."""
-    external_expires_seconds: Annotated[StrictFloat, Field(gt=0)] = 604800.0
+    external_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 604800.0
     """Wait for an external completion (webhook, callback)."""
-    children_expires_seconds: Annotated[StrictFloat, Field(gt=0)] = 3600.0
+    children_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 3600.0
     """Wait for child Runs."""
     may_ask_questions: bool = False
     """Whether the built-in ``ask_question`` tool is offered."""
@@ -175,13 +188,13 @@ class SuspensionPolicy(_Frozen):
 class CompactionPolicy(_Frozen):
     """When this agent replaces its older conversation with a summary (opt-in)."""
 
-    trigger_tokens: Annotated[StrictInt, Field(gt=0)]
+    trigger_tokens: Annotated[int, Field(gt=0), _NUMBER]
     """Compact once the last call's input + cache-read + cache-write tokens reach this."""
-    keep_recent_turns: Annotated[StrictInt, Field(gt=0, le=100)] = 3
+    keep_recent_turns: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
     """Turns kept verbatim after the cut."""
     model: str | None = None
     """Model for the summariser call; ``None`` uses the agent's model."""
-    max_summary_tokens: Annotated[StrictInt, Field(gt=0, le=32000)] = 2048
+    max_summary_tokens: Annotated[int, Field(gt=0, le=32000), _NUMBER] = 2048
     """Output cap of the summariser call."""
     summary_instructions: Annotated[str | None, Field(max_length=4000)] = None
     """Appended to the summariser's own system prompt."""
@@ -194,9 +207,9 @@ class SpawnEnvelope(_Frozen):
     """Which of the parent's code and HTTP tools (not MCP) a spawned child may hold; empty: all."""
     models: tuple[str, ...] = ()
     """Models a spawned child may use; empty = the parent's model."""
-    max_depth: Annotated[StrictInt, Field(ge=1, le=16)] = 2
+    max_depth: Annotated[int, Field(ge=1, le=16), _NUMBER] = 2
     """How deep spawned children may nest."""
-    max_alive: Annotated[StrictInt, Field(ge=1, le=32)] = 3
+    max_alive: Annotated[int, Field(ge=1, le=32), _NUMBER] = 3
     """Most spawned children alive at once."""
     may_message: bool = True
     """Whether the parent may message a live child."""
@@ -246,7 +259,7 @@ class HttpTool(_Frozen):
     """Literal headers. Never credentials: ``Authorization``/``Cookie`` are refused."""
     credential: Annotated[str | None, Field(max_length=256)] = None
     """Name of a credential the SecretResolver turns into an ``Authorization`` header."""
-    timeout_seconds: Annotated[StrictFloat, Field(gt=0, le=600)] = 30.0
+    timeout_seconds: Annotated[float, Field(gt=0, le=600), _NUMBER] = 30.0
     """Per-request timeout."""
     interruptible: bool = True
     """Whether an abort may cancel the call while it runs."""
