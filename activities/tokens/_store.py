@@ -100,8 +100,9 @@ class TokenStore(Protocol):
     async def update(self, key: TokenKey, change: Change) -> None:
         """Replace the record under ``key`` by ``change(record)`` as one step: no other
         update of the key, by this process or another sharing the store, lands between
-        the read ``change`` saw and the write of its answer (a record several processes
-        change is changed through ``update`` only: a ``put`` may not wait for it).
+        the read ``change`` saw and the write of its answer, and a ``put`` or ``delete``
+        meanwhile is not lost under it: it waits for the write (a lock), or makes the
+        write fail and the update read again (a conditional write).
 
         Raises:
             Exception: what ``change`` raises (nothing is written).

@@ -46,8 +46,10 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 T = TypeVar("T")
 
 JWKS_TIMEOUT_SECONDS = 5.0
-"""Most seconds a JWKS fetch waits for the issuer: the fetch blocks one of the event loop's
-default worker threads (a few per CPU), which a slow issuer must not hold for long."""
+"""Most seconds a JWKS fetch waits on its connection without a byte (urllib's socket
+timeout: an issuer sending a byte at a time can hold it longer). The fetch blocks one of
+the event loop's default worker threads (a few per CPU), which a hung issuer must not hold
+for PyJWT's default 30 s."""
 
 
 class Unauthorized(PsychError):
