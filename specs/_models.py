@@ -12,12 +12,11 @@ redirect URIs) keep the order they were given, because order is meaning there.
 
 from __future__ import annotations
 
-import copy
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from psych_runtime.specs._documents import MAX_SPEC_DEPTH
+from psych_runtime.specs._values import NUMBER, own_json
 
 NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,127}$"
 
@@ -28,19 +27,6 @@ FORBIDDEN_HTTP_HEADERS = frozenset({"authorization", "cookie", "proxy-authorizat
 """Headers an HttpTool may not carry literally: credentials are names, resolved at call time."""
 
 
-def _not_a_boolean(value: Any) -> Any:
-    """Refuse ``true``/``false`` where a number is asked: pydantic reads them as 1 and 0."""
-    if isinstance(value, bool):
-        raise ValueError(f"a number is needed here, not the boolean {str(value).lower()}")
-    return value
-
-
-_NUMBER = BeforeValidator(_not_a_boolean)
-"""On every int and float field of a Spec model (after its ``Field``, which keeps the
-bounds in the JSON schema): a number, or text that reads as one (YAML reads ``1e3`` as
-text), but never a boolean."""
-
-
 class _Frozen(BaseModel):
     model_config = ConfigDict(
         # No use_attribute_docstrings: the field docstrings are read only when the schema or
@@ -49,52 +35,6 @@ class _Frozen(BaseModel):
         extra="forbid",
         allow_inf_nan=False,
     )
-
-
-def _plain_json(value: Any) -> None:
-    """Refuse what JSON cannot say exactly: a set's order depends on the hash seed, so a
-    Spec holding one would hash differently in two processes. Also refuse a mapping or list
-    that contains itself or nests past ``MAX_SPEC_DEPTH``, walking with an explicit stack
-    so neither can exhaust the recursion limit. (NaN, lone surrogates and giant integers
-    are refused when the Spec is hashed or validated, with the path.)"""
-    pending: list[tuple[Any, str, int]] = [(value, "", 1)]
-    open_ids: set[int] = set()
-    while pending:
-        item, path, depth = pending.pop()
-        if item is _CLOSE:  # its children are done: it is no longer an ancestor
-            open_ids.discard(depth)  # (a close marker carries the container's id here)
-            continue
-        if isinstance(item, dict | list | tuple):
-            if id(item) in open_ids:
-                raise ValueError(f"{path or 'value'}: contains itself")
-            if depth > MAX_SPEC_DEPTH:
-                raise ValueError(f"{path or 'value'}: nested deeper than {MAX_SPEC_DEPTH} levels")
-            open_ids.add(id(item))
-            pending.append((_CLOSE, path, id(item)))
-            if isinstance(item, dict):
-                for key, child in reversed(item.items()):
-                    if not isinstance(key, str):
-                        raise ValueError(f"{path or 'value'}: key {key!r} is not a string")
-                    pending.append((child, f"{path}.{key}" if path else key, depth + 1))
-            else:
-                for index in range(len(item) - 1, -1, -1):
-                    pending.append((item[index], f"{path}[{index}]", depth + 1))
-        elif item is not None and not isinstance(item, str | int | float | bool):
-            raise ValueError(
-                f"{path or 'value'}: {type(item).__name__} is not JSON "
-                "(use a list, a mapping, a string, a number, a boolean or null)"
-            )
-
-
-_CLOSE = object()
-"""Marks, on ``_plain_json``'s stack, where a container's children end."""
-
-
-def _own_json(value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` checked, and deep-copied: pydantic copies a dict's top level only, and a
-    caller changing a nested value it kept must not change a published Version's Spec."""
-    _plain_json(value)
-    return copy.deepcopy(value)
 
 
 def _sorted_unique_names(items: tuple[Any, ...], what: str) -> tuple[Any, ...]:
@@ -121,11 +61,11 @@ class ModelRef(_Frozen):
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """The model id, as the worker's model endpoint configuration knows it."""
-    temperature: Annotated[float | None, Field(ge=0, le=2), _NUMBER] = None
+    temperature: Annotated[float | None, Field(ge=0, le=2), NUMBER] = None
     """Sampling temperature; ``None`` leaves the provider's default."""
-    top_p: Annotated[float | None, Field(gt=0, le=1), _NUMBER] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1), NUMBER] = None
     """Nucleus sampling mass; ``None`` leaves the provider's default."""
-    max_output_tokens: Annotated[int | None, Field(gt=0), _NUMBER] = None
+    max_output_tokens: Annotated[int | None, Field(gt=0), NUMBER] = None
     """Cap on tokens generated per call; ``None`` leaves the provider's default."""
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     """Reasoning effort for models that support it."""
@@ -136,36 +76,36 @@ class ModelRef(_Frozen):
 class Limits(_Frozen):
     """Budgets. Every one has a default because an unset limit is an unbounded bill."""
 
-    max_steps: Annotated[int, Field(gt=0, le=10000), _NUMBER] = 48
+    max_steps: Annotated[int, Field(gt=0, le=10000), NUMBER] = 48
     """Most model calls (every attempt, retries included) plus tool calls a Run may make."""
-    max_turns: Annotated[int, Field(gt=0, le=1000), _NUMBER] = 32
+    max_turns: Annotated[int, Field(gt=0, le=1000), NUMBER] = 32
     """Most turns (one model call and the tool calls it produced) a Run may take."""
-    max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256), _NUMBER] = 16
+    max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256), NUMBER] = 16
     """Calls beyond this in one turn are not run; each gets an error result."""
-    deadline_seconds: Annotated[float, Field(gt=0, le=86400), _NUMBER] = 900.0
+    deadline_seconds: Annotated[float, Field(gt=0, le=86400), NUMBER] = 900.0
     """Wall-clock budget from admission; then a grace period, then FORCE_SETTLED."""
-    transient_retry_budget: Annotated[int, Field(ge=0, le=100), _NUMBER] = 8
+    transient_retry_budget: Annotated[int, Field(ge=0, le=100), NUMBER] = 8
     """Transient failures (5xx, 429, 408, connection, stream idle) retried per Run."""
-    max_delegation_depth: Annotated[int, Field(ge=0, le=16), _NUMBER] = 3
+    max_delegation_depth: Annotated[int, Field(ge=0, le=16), NUMBER] = 3
     """Deepest delegation depth a subagent on this agent's chain may run at: depth is
     absolute (the root Run 0, a child its parent's + 1) and every agent on the chain,
     the child itself included, bounds it (``depth_refusal``)."""
-    max_fanout_per_turn: Annotated[int, Field(gt=0, le=64), _NUMBER] = 4
+    max_fanout_per_turn: Annotated[int, Field(gt=0, le=64), NUMBER] = 4
     """Most children (``delegate`` and ``spawn`` together) one turn may start."""
-    failure_streak_threshold: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
+    failure_streak_threshold: Annotated[int, Field(gt=0, le=100), NUMBER] = 3
     """Consecutive failures of one tool after which it is withheld and the model told."""
-    failure_streak_hard_stop: Annotated[int, Field(gt=0, le=200), _NUMBER] = 6
+    failure_streak_hard_stop: Annotated[int, Field(gt=0, le=200), NUMBER] = 6
     """Consecutive failures of one tool after which the Run fails."""
-    repeat_call_threshold: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
+    repeat_call_threshold: Annotated[int, Field(gt=0, le=100), NUMBER] = 3
     """Identical call with identical result this many times gets a refusal."""
-    repeat_call_hard_stop: Annotated[int, Field(gt=0, le=200), _NUMBER] = 6
+    repeat_call_hard_stop: Annotated[int, Field(gt=0, le=200), NUMBER] = 6
     """Identical call with identical result this many times stops the Run."""
-    stream_idle_seconds: Annotated[float, Field(ge=0, le=3600), _NUMBER] = 300.0
+    stream_idle_seconds: Annotated[float, Field(ge=0, le=3600), NUMBER] = 300.0
     """Longest gap between a model's response bytes (stream chunks, or the wait for a whole
     answer when the endpoint does not stream) before the call fails transiently; 0 disables."""
-    large_result_bytes: Annotated[int, Field(gt=0), _NUMBER] = 32768
+    large_result_bytes: Annotated[int, Field(gt=0), NUMBER] = 32768
     """Tool results larger than this are stored whole and shown as handle + preview."""
-    max_history_records: Annotated[int, Field(ge=0, le=20000), _NUMBER] = 300
+    max_history_records: Annotated[int, Field(ge=0, le=20000), NUMBER] = 300
     """How many messages of an earlier Run's conversation a Run continuing it (a thread:
     ``dispatch(thread=...)``, ``next_run``) shows its model, the latest ones; 0: none."""
 
@@ -173,13 +113,13 @@ class Limits(_Frozen):
 class SuspensionPolicy(_Frozen):
     """How long a suspended Run waits before it is given up on (settled ABANDONED)."""
 
-    approval_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 86400.0
+    approval_expires_seconds: Annotated[float, Field(gt=0), NUMBER] = 86400.0
     """Wait for an approval decision."""
-    question_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 86400.0
+    question_expires_seconds: Annotated[float, Field(gt=0), NUMBER] = 86400.0
     """Wait for an answer to ``ask_question``."""
-    external_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 604800.0
+    external_expires_seconds: Annotated[float, Field(gt=0), NUMBER] = 604800.0
     """Wait for an external completion (webhook, callback)."""
-    children_expires_seconds: Annotated[float, Field(gt=0), _NUMBER] = 3600.0
+    children_expires_seconds: Annotated[float, Field(gt=0), NUMBER] = 3600.0
     """Wait for child Runs."""
     may_ask_questions: bool = False
     """Whether the built-in ``ask_question`` tool is offered."""
@@ -188,13 +128,13 @@ class SuspensionPolicy(_Frozen):
 class CompactionPolicy(_Frozen):
     """When this agent replaces its older conversation with a summary (opt-in)."""
 
-    trigger_tokens: Annotated[int, Field(gt=0), _NUMBER]
+    trigger_tokens: Annotated[int, Field(gt=0), NUMBER]
     """Compact once the last call's input + cache-read + cache-write tokens reach this."""
-    keep_recent_turns: Annotated[int, Field(gt=0, le=100), _NUMBER] = 3
+    keep_recent_turns: Annotated[int, Field(gt=0, le=100), NUMBER] = 3
     """Turns kept verbatim after the cut."""
     model: str | None = None
     """Model for the summariser call; ``None`` uses the agent's model."""
-    max_summary_tokens: Annotated[int, Field(gt=0, le=32000), _NUMBER] = 2048
+    max_summary_tokens: Annotated[int, Field(gt=0, le=32000), NUMBER] = 2048
     """Output cap of the summariser call."""
     summary_instructions: Annotated[str | None, Field(max_length=4000)] = None
     """Appended to the summariser's own system prompt."""
@@ -207,9 +147,9 @@ class SpawnEnvelope(_Frozen):
     """Which of the parent's code and HTTP tools (not MCP) a spawned child may hold; empty: all."""
     models: tuple[str, ...] = ()
     """Models a spawned child may use; empty = the parent's model."""
-    max_depth: Annotated[int, Field(ge=1, le=16), _NUMBER] = 2
+    max_depth: Annotated[int, Field(ge=1, le=16), NUMBER] = 2
     """How deep spawned children may nest."""
-    max_alive: Annotated[int, Field(ge=1, le=32), _NUMBER] = 3
+    max_alive: Annotated[int, Field(ge=1, le=32), NUMBER] = 3
     """Most spawned children alive at once."""
     may_message: bool = True
     """Whether the parent may message a live child."""
@@ -259,7 +199,7 @@ class HttpTool(_Frozen):
     """Literal headers. Never credentials: ``Authorization``/``Cookie`` are refused."""
     credential: Annotated[str | None, Field(max_length=256)] = None
     """Name of a credential the SecretResolver turns into an ``Authorization`` header."""
-    timeout_seconds: Annotated[float, Field(gt=0, le=600), _NUMBER] = 30.0
+    timeout_seconds: Annotated[float, Field(gt=0, le=600), NUMBER] = 30.0
     """Per-request timeout."""
     interruptible: bool = True
     """Whether an abort may cancel the call while it runs."""
@@ -267,7 +207,7 @@ class HttpTool(_Frozen):
     @field_validator("input_schema")
     @classmethod
     def _schema_is_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _own_json(value)
+        return own_json(value)
 
     @field_validator("headers")
     @classmethod
@@ -441,7 +381,7 @@ class ToolStep(_Frozen):
     @field_validator("arguments")
     @classmethod
     def _arguments_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _own_json(value)
+        return own_json(value)
 
 
 class WorkflowStepRef(_Frozen):
