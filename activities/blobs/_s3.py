@@ -121,7 +121,10 @@ class S3BlobStore:
     ``put`` is idempotent without rewriting: it writes with ``If-None-Match: *``, so an
     object already stored under the ref is left as it is (S3 answers 412) and the ref
     returned, however many workers store the same bytes at once. A server that ignores
-    conditional writes overwrites the object with the same bytes instead. ``get`` of a
+    conditional writes overwrites the object with the same bytes instead. An object found
+    there is read back first (unless this store wrote or read it last): one that does not
+    hold the bytes (torn, or written by something else) is written over whole, so a put
+    mends what ``get`` refuses as damaged. ``get`` of a
     missing object raises ``BlobNotFound`` naming the ref and the object; the worker's
     credentials need ``s3:ListBucket`` on the bucket for that, or S3 answers a missing
     key with 403 AccessDenied, which is raised as the botocore error it is.
@@ -182,6 +185,12 @@ class S3BlobStore:
             except ClientError as err:
                 status = s3_status(err)
                 if status == 412:
+                    # Present, but whole only if it holds ``data``: an object torn or
+                    # written by something else (a damaged local store synced into the
+                    # bucket) is mended by this put, as LocalBlobStore mends a torn file.
+                    # One kept here was whole when this store last wrote or read it.
+                    if self._recent.get(ref) is None and not await self._holds(s3, key, data):
+                        await s3.put_object(Bucket=self.location.bucket, Key=key, Body=data)
                     self._recent.keep(ref, data)
                     return ref
                 # 409 ConditionalRequestConflict: another conditional write of this key is
@@ -193,6 +202,20 @@ class S3BlobStore:
             f"blob {ref}: s3://{self.location.bucket}/{key} stayed in conflict for "
             f"{CONFLICT_ATTEMPTS} conditional writes"
         )
+
+    async def _holds(self, s3: S3Client, key: str, data: bytes) -> bool:
+        """Whether the object ``key`` holds exactly ``data`` (False if it went meanwhile)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            response = await s3.get_object(Bucket=self.location.bucket, Key=key)
+            async with response["Body"] as body:
+                found: bytes = await body.read()
+        except ClientError as err:
+            if s3_error_code(err) in ("NoSuchKey", "404"):
+                return False
+            raise
+        return found == data
 
     async def get(self, ref: str) -> bytes:
         """The bytes stored under ``ref``.
