@@ -5,6 +5,7 @@ summariser's own system prompt (no per-turn context)."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from psych_runtime.activities.model._compaction import CUT_OFF_NOTE, SUMMARY_HEA
 from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
-from psych_runtime.workers.console import format_record
+from psych_runtime.workers.console import format_record, print_transcript, read_transcript
 from psych_runtime.workflows import (
     CompactionApplied,
     CompactionFailed,
@@ -167,6 +168,58 @@ async def test_compaction_replaces_older_turns_and_the_cut_moves_forward(
     model_cost = sum(r.cost or 0.0 for r in finished)
     assert totals.cost == pytest.approx(model_cost + summariser_cost)
     assert len(report.model_calls) == 4
+
+
+async def test_the_transcript_shows_where_a_summary_replaced_the_conversation(
+    harness: Harness,
+) -> None:
+    # The transcript is the conversation as the model saw it: from the compaction on, the
+    # model saw the summary in place of the older turns, which the transcript must say
+    # there, not show as if the model still saw them.
+    fake = harness.fake
+    fake.enqueue(
+        lookup("41", SMALL),  # turn 1: under the trigger
+        lookup("42", BIG),  # turn 2: over it, so turn 1 is summarised before turn 3
+        Reply.text("Both orders shipped.", usage=SMALL),
+    )
+    fake.enqueue(Reply.text("Asked about orders; 41 shipped."), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Status of my orders?", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+        transcript = await read_transcript(client, run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (applied,) = [r for r in records if isinstance(r, CompactionApplied)]
+    assert [(m.role, m.origin, m.turn) for m in transcript.messages] == [
+        ("system", "system", 0),
+        ("user", "input", 1),
+        ("assistant", "model", 1),
+        ("tool", "tool", 2),
+        ("assistant", "model", 2),
+        ("tool", "tool", 3),
+        ("user", "compaction", 3),
+        ("assistant", "model", 3),
+    ]
+    summary = transcript.messages[6]
+    assert summary.content == "Asked about orders; 41 shipped."
+    assert (summary.model, summary.result_ref, summary.exact) == (
+        SUMMARISER,
+        applied.summary_ref,
+        False,
+    )
+    text, markdown = io.StringIO(), io.StringIO()
+    print_transcript(transcript, text, markdown=False)
+    print_transcript(transcript, markdown, markdown=True)
+    note = (
+        "(from turn 3 on, the model saw this summary in place of the 3 messages before "
+        f"turn 2; the record keeps its start, the whole is stored as {applied.summary_ref})"
+    )
+    heading = "── user (the runtime's summary, by fake-other) ──"
+    assert f"{heading}\n{note}\nAsked about orders; 41 shipped.\n" in text.getvalue()
+    assert f"## {heading.strip('─ ')}\n\n*{note}*\n\nAsked about" in markdown.getvalue()
+    # What the model was sent in turn 3 starts with the summary, as the note says.
+    assert fake.requests[3]["messages"][1]["content"] == SUMMARY_HEADER + summary.content
 
 
 async def test_a_failing_summariser_is_recorded_and_the_run_goes_on(harness: Harness) -> None:

@@ -6,11 +6,14 @@ calls (``model_call_finished``), each tool result as the model was shown it
 (``tool_call_finished``) with the approvals, answers and completions it waited for
 (``suspended``/``resumed``), and the messages that reached the model later: steering and
 follow-ups, placed where the turn loop hands them to the model, and the runtime's note
-when a tool is withheld. A workflow's transcript is its steps, each agent step with its
+when a tool is withheld, and each compaction's summary where it replaced the older turns
+for the model. A workflow's transcript is its steps, each agent step with its
 child Run's transcript.
 
 What records do not hold is said, not guessed: a result too large to show whole reached
 the model as a preview behind a handle (the preview is shown, with its size and handle);
+a compaction's summary is shown as far as its record's preview holds it (with the ref of the
+stored whole);
 the tool definitions offered and the exact wording of a withheld-tool note are not
 recorded.
 """
@@ -83,10 +86,13 @@ class Message:
     turn: int = 0
     """The turn whose model call first received it (0: before the first); for an
     assistant message, the turn that produced it."""
-    origin: Literal["input", "steer", "follow_up", "runtime", "model", "tool", "system"] = "input"
+    origin: Literal[
+        "input", "steer", "follow_up", "runtime", "compaction", "model", "tool", "system"
+    ] = "input"
     by: str | None = None
     """Who sent a steering or follow-up message."""
     model: str | None = None
+    """An assistant message's model; a compaction summary's summariser."""
     tool_calls: tuple[dict[str, str], ...] = ()
     """An assistant message's calls: ``{"id", "name", "arguments"}`` as the model sent them."""
     tool_call_id: str | None = None
@@ -97,9 +103,15 @@ class Message:
     truncated: bool = False
     size: int = 0
     result_ref: str | None = None
+    """A truncated result's handle; a compaction summary's stored message."""
     exact: bool = True
     """False when the model was shown more than ``content`` holds (a truncated result's
-    handle and instructions, a withheld-tool note's wording)."""
+    handle and instructions, a withheld-tool note's wording, a compaction summary's
+    header and whatever the record's preview of it leaves out)."""
+    replaced: int = 0
+    """A compaction summary: the messages it replaced for the model, those before turn
+    ``cut_turn`` (a previous summary among them)."""
+    cut_turn: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,6 +171,23 @@ def _withheld_note(record: ToolWithheld, turn: int) -> Message:
         turn=turn + 1,
         origin="runtime",
         exact=False,
+    )
+
+
+def _summary(record: CompactionApplied) -> Message:
+    """Where the Run compacted: from the next turn on, the model saw this summary in place
+    of the messages before ``cut_turn`` (which the transcript still shows, as it shows
+    what the model saw until then)."""
+    return Message(
+        role="user",
+        content=record.summary_preview,
+        turn=record.turn + 1,
+        origin="compaction",
+        model=record.model,
+        result_ref=record.summary_ref,
+        exact=False,
+        replaced=record.messages_replaced,
+        cut_turn=record.cut_turn,
     )
 
 
@@ -252,6 +281,8 @@ def build_transcript(
                 )
             case ToolWithheld():
                 notes.append(_withheld_note(record, turn))
+            case CompactionApplied():
+                messages.append(_summary(record))
             case StepStarted():
                 steps[record.step] = StepTranscript(
                     index=record.index,
@@ -290,7 +321,6 @@ def build_transcript(
                 | ChildSpawned()
                 | ChildSettled()
                 | Displayed()
-                | CompactionApplied()
                 | CompactionFailed()
                 | RunContinued()
             ):
@@ -298,7 +328,7 @@ def build_transcript(
                 # server offered, an abort, a steer the Run did not take (no model saw
                 # it), a next Run, a child's start and end (its result is the tool
                 # result), what the system prompt showed (tasks, context) or the user was
-                # shown (components), a compaction, a continue-as-new.
+                # shown (components), a failed compaction, a continue-as-new.
                 pass
             case _:
                 assert_never(record)

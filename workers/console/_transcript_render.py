@@ -54,6 +54,8 @@ def _heading(message: Message) -> str:
         return f"user ({message.origin.replace('_', '-')} message{by})"
     if message.origin == "runtime":
         return "user (the runtime's note)"
+    if message.origin == "compaction":
+        return f"user (the runtime's summary, by {message.model})"
     return message.role
 
 
@@ -62,6 +64,12 @@ def _not_exact(message: Message) -> str | None:
         return (
             f"(the model was shown this preview of a {message.size}-byte result, with the "
             f"handle {message.result_ref} to read the rest through read_tool_output)"
+        )
+    if message.origin == "compaction":
+        return (
+            f"(from turn {message.turn} on, the model saw this summary in place of the "
+            f"{message.replaced} messages before turn {message.cut_turn}; the record keeps "
+            f"its start, the whole is stored as {message.result_ref})"
         )
     if not message.exact:
         return "(its exact wording is the runtime's, not recorded; this says what it said)"
