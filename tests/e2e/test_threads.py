@@ -5,12 +5,14 @@ steering carrying the thread."""
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
 
 from psych_runtime.specs import AccessDenied, AgentBuilder, AgentSpec, NotFound, PsychError, Scope
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.console import print_transcript, read_transcript
 from psych_runtime.workflows import NextRunStarted, RunAdmitted, RunHandle, RunStatus
 
 from .conftest import Harness
@@ -109,6 +111,41 @@ async def test_a_continued_thread_sees_the_earlier_conversation_within_the_bound
     # By reference: no message of the earlier conversation is in this Run's history.
     history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
     assert "order 42: shipped" not in history.to_json()
+
+
+async def test_the_transcript_says_the_model_saw_the_earlier_runs_conversation_first(
+    harness: Harness,
+) -> None:
+    # The earlier conversation reached the model by reference, not through this Run's
+    # records: the transcript (the conversation as the model saw it) says where it went and
+    # whose it is, rather than starting at this Run's input as if the model saw no more.
+    client = harness.client
+    async with harness.worker():
+        first = await earlier_run(harness)
+        harness.fake.enqueue(Reply.text("Order 43 has shipped too."))
+        run = await client.dispatch(
+            spec(harness, "second", 3), "And order 43?", scope=harness.scope, thread=first
+        )
+        await client.result(run, scope=harness.scope)
+        transcript = await read_transcript(client, run, scope=harness.scope)
+    assert conversation(harness.fake.requests[2]) == [*EARLIER[1:], ("user", "And order 43?")]
+    assert transcript.thread == first.workflow_id
+    note = (
+        f"(here the model was first shown the end of the earlier Run {first.workflow_id}'s "
+        "conversation, at most limits.max_history_records messages of it; they are that "
+        f"Run's, not recorded here: psych report {first.workflow_id} --transcript)"
+    )
+    text, markdown = io.StringIO(), io.StringIO()
+    print_transcript(transcript, text, markdown=False)
+    print_transcript(transcript, markdown, markdown=True)
+    lines = text.getvalue().splitlines()
+    assert lines.index(f"── earlier conversation (thread of {first.workflow_id}) ──") == (
+        lines.index("── user ──") - 3
+    )
+    assert f"## earlier conversation (thread of {first.workflow_id})\n\n*{note}*\n\n## user" in (
+        markdown.getvalue()
+    )
+    assert note in lines
 
 
 async def test_a_thread_of_another_tenant_or_an_unknown_run_is_refused(harness: Harness) -> None:

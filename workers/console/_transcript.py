@@ -15,7 +15,8 @@ the model as a preview behind a handle (the preview is shown, with its size and 
 a compaction's summary is shown as far as its record's preview holds it (with the ref of the
 stored whole);
 the tool definitions offered and the exact wording of a withheld-tool note are not
-recorded.
+recorded; a Run continuing a thread was first shown the end of the earlier Run's
+conversation, which is that Run's transcript (named, not copied).
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ class Transcript:
     unseen: tuple[Message, ...] = ()
     """Steering or follow-up messages that arrived after the model's last call."""
     steps: tuple[StepTranscript, ...] = field(default=())
+    thread: str | None = None
+    """The earlier Run (workflow id) whose conversation the model was shown before the
+    input, by reference: its messages are in that Run's records, not in these."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """The messages in the chat-completions shape the model was sent them."""
@@ -344,6 +348,7 @@ def build_transcript(
         messages=tuple(messages) if kind == "agent" else (),
         unseen=tuple(unseen) + tuple(notes) if kind == "agent" else (),
         steps=tuple(steps.values()),
+        thread=admitted.thread.run if admitted is not None and admitted.thread else None,
     )
 
 

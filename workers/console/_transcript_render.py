@@ -76,6 +76,23 @@ def _not_exact(message: Message) -> str | None:
     return None
 
 
+def _thread_heading(run: str) -> str:
+    return f"earlier conversation (thread of {run})"
+
+
+def _thread_note(run: str) -> str:
+    return (
+        f"(here the model was first shown the end of the earlier Run {run}'s conversation, "
+        "at most limits.max_history_records messages of it; they are that Run's, not "
+        f"recorded here: psych report {run} --transcript)"
+    )
+
+
+def _after_system(transcript: Transcript) -> int:
+    """Where the thread's place is among the messages: right after the system prompt."""
+    return 1 if transcript.messages and transcript.messages[0].role == "system" else 0
+
+
 def _summary(transcript: Transcript) -> str:
     why = f" ({transcript.reason})" if transcript.reason else ""
     return (
@@ -94,7 +111,11 @@ def transcript_lines(transcript: Transcript, indent: str = "") -> list[tuple[str
     def block(text: str, style: str = "") -> None:
         lines.extend((indent + line, style) for line in (text.splitlines() or [""]))
 
-    for message in transcript.messages:
+    for index, message in enumerate(transcript.messages):
+        if transcript.thread is not None and index == _after_system(transcript):
+            lines.append(("", ""))
+            lines.append((f"{indent}── {_thread_heading(transcript.thread)} ──", "bold cyan"))
+            lines.append((indent + _thread_note(transcript.thread), "dim"))
         lines.append(("", ""))
         role_style = _ROLE_STYLES.get(message.role, "bold cyan")
         lines.append((f"{indent}── {_heading(message)} ──", role_style))
@@ -160,7 +181,10 @@ def transcript_markdown(transcript: Transcript, level: int = 1) -> str:
         f"{head} Transcript of `{transcript.workflow_id}`",
         f"{transcript.kind} **{transcript.agent}**, {transcript.status}{why}",
     ]
-    for message in transcript.messages:
+    for index, message in enumerate(transcript.messages):
+        if transcript.thread is not None and index == _after_system(transcript):
+            parts.append(f"{sub} {_thread_heading(transcript.thread)}")
+            parts.append(f"*{_thread_note(transcript.thread)}*")
         parts.append(f"{sub} {_heading(message)}")
         parts.extend(f"- {_wait_text(wait)}" for wait in message.waits)
         note = _not_exact(message)
