@@ -247,6 +247,7 @@ class S3BlobStore:
                 ref,
                 f"the object of {ref} in s3://{self.location.bucket}/{key} is damaged: its "
                 "bytes hash otherwise",
+                damaged=True,
             )
         self._recent.keep(ref, data)
         return data

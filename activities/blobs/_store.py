@@ -38,11 +38,15 @@ class BlobNotFound(ApplicationError, NotFound):
 
     Attributes:
         ref: the ref that was asked for.
+        damaged: something is stored under ``ref`` but its bytes hash otherwise (torn, or
+            changed behind the store's back), so it is not handed out; a put of the data
+            mends it.
     """
 
-    def __init__(self, ref: str, message: str) -> None:
+    def __init__(self, ref: str, message: str, *, damaged: bool = False) -> None:
         super().__init__(message, ref, type=ErrorType.BLOB_NOT_FOUND, non_retryable=True)
         self.ref = ref
+        self.damaged = damaged
 
 
 def blob_key(ref: str) -> str:
@@ -159,7 +163,9 @@ class LocalBlobStore:
             # of the same bytes replaces it), or changed behind the store's back. Never
             # handed out, nor kept as whole.
             raise BlobNotFound(
-                ref, f"the blob file of {ref} in {self.root} is damaged: its bytes hash otherwise"
+                ref,
+                f"the blob file of {ref} in {self.root} is damaged: its bytes hash otherwise",
+                damaged=True,
             )
         self._recent.keep(ref, data)
         return data

@@ -13,7 +13,7 @@ async def read_slice(blobs: BlobStore, input: ReadOutputInput) -> str:
     size and the next offset.
 
     Raises:
-        ToolError: no such handle, or an offset past the end.
+        ToolError: no such handle, a damaged stored output, or an offset past the end.
     """
     handle = input.handle
     missing = ToolError(f"no stored tool output with handle {handle!r}")
@@ -22,6 +22,13 @@ async def read_slice(blobs: BlobStore, input: ReadOutputInput) -> str:
     try:
         data = await blobs.get(handle)
     except NotFound as err:
+        # BlobNotFound.damaged, said without the store's message: the model reads this,
+        # and a store's path or bucket is the operator's.
+        if getattr(err, "damaged", False):
+            raise ToolError(
+                f"the stored tool output {handle} is damaged (its bytes no longer hash to its "
+                "handle) and cannot be read; call the tool that produced it again"
+            ) from err
         raise missing from err
     text = data.decode("utf-8", errors="replace")
     total = len(text)

@@ -148,6 +148,7 @@ async def test_a_missing_blob_is_a_typed_non_retryable_error_naming_the_digest(
     assert isinstance(err, NotFound)  # the port's contract: callers catch NotFound
     assert err.ref == ref
     assert ref in str(err)
+    assert not err.damaged  # missing, not damaged: read_tool_output tells them apart
     # What Temporal records when it escapes an activity: a non-retryable failure of type
     # BlobNotFound, so the activity is not retried until its timeout.
     failure = Failure()

@@ -119,8 +119,9 @@ async def test_a_torn_blob_is_never_read_and_the_next_put_of_its_data_replaces_i
     path = tmp_path / blob_key(ref)
     path.parent.mkdir()
     path.write_bytes(left)
-    with pytest.raises(BlobNotFound, match="damaged"):
+    with pytest.raises(BlobNotFound, match="damaged") as caught:
         await store.get(ref)
+    assert caught.value.damaged
     assert await store.put(b"four") == ref
     assert path.read_bytes() == b"four"
     assert await LocalBlobStore(tmp_path).get(ref) == b"four"

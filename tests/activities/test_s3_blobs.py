@@ -184,8 +184,11 @@ async def test_an_object_changed_behind_the_store_is_refused_not_served(s3: S3Se
         await client.put_object(Bucket=bucket, Key="p/" + blob_key(ref), Body=b'{"whole": "mes')
     async with S3BlobStore.from_url(url) as reader:
         for _ in range(2):  # nor kept as whole for the next read
-            with pytest.raises(BlobNotFound, match="is damaged: its bytes hash otherwise"):
+            with pytest.raises(
+                BlobNotFound, match="is damaged: its bytes hash otherwise"
+            ) as caught:
                 await reader.get(ref)
+            assert caught.value.damaged
 
 
 @pytest.mark.usefixtures("aws_env")

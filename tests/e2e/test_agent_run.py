@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from psych_runtime.activities.blobs import LocalBlobStore, blob_key
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.specs import AccessDenied, AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
@@ -437,6 +438,50 @@ async def test_large_result_is_a_handle_the_model_can_read(harness: Harness) -> 
     assert len(shown) < 4096
     assert first.result_ref is not None
     assert first.result_ref in shown
+
+
+async def test_reading_a_damaged_stored_result_tells_the_model_it_is_damaged(
+    harness: Harness,
+) -> None:
+    # The stored result is torn behind the store's back (a host crash before it reached
+    # the disk): read_tool_output says so, not that no such output was ever stored.
+    harness.registry.register(big_report)
+    root = harness.home / "damaged-blobs"
+    harness.settings = dataclasses.replace(
+        harness.settings, blobs=LocalBlobStore(root, recent_bytes=0)
+    )
+    spec = (
+        AgentBuilder("large", registry=harness.registry)
+        .model("fake-model")
+        .tool("big_report")
+        .limits(large_result_bytes=1024)
+        .build()
+    )
+
+    def respond(body: dict[str, object]) -> Reply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        last = messages[-1]
+        if last["role"] == "user":
+            return Reply.tool_calls(ToolCall("big_report", {"size": 10_000}))
+        handle = re.search(r"sha256:[0-9a-f]{64}", last["content"])
+        if handle and "read_tool_output" in last["content"]:
+            (root / blob_key(handle.group(0))).write_bytes(b"abc")
+            return Reply.tool_calls(ToolCall("read_tool_output", {"handle": handle.group(0)}))
+        return Reply.text("could not read it")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "report please", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    first, read = report.tool_calls
+    assert read.status == "error"
+    assert read.result == (
+        f"the stored tool output {first.result_ref} is damaged (its bytes no longer hash to "
+        "its handle) and cannot be read; call the tool that produced it again"
+    )
+    assert harness.fake.requests[2]["messages"][-1]["content"] == read.result
 
 
 async def test_a_result_too_large_for_a_payload_is_a_handle_whatever_the_limit(
