@@ -18,7 +18,9 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
     ``LocalBlobStore``, the embedded default.
 
     Raises:
-        SpecError: both are set (which one wins would be a guess), or the URL is malformed.
+        SpecError: both are set (which one wins would be a guess), the URL is malformed,
+            or the directory is a file (every blob written to it would fail, at the first
+            Run rather than here).
     """
     url = env.get("PSYCH_BLOB_URL", "").strip()
     directory = env.get("PSYCH_BLOB_DIR", "").strip()
@@ -29,4 +31,13 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
         )
     if url:
         return S3BlobStore.from_url(url)
-    return LocalBlobStore(directory or default_dir)
+    root = Path(directory or default_dir)
+    if root.exists() and not root.is_dir():
+        where = (
+            f"PSYCH_BLOB_DIR {directory!r}" if directory else f"the blob directory {str(root)!r}"
+        )
+        raise SpecError(
+            f"{where} is a file, not a directory: name a directory (made when first written "
+            "to), or a bucket with PSYCH_BLOB_URL"
+        )
+    return LocalBlobStore(root)

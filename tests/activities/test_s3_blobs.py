@@ -208,3 +208,17 @@ async def test_a_put_of_a_damaged_objects_data_mends_it(s3: S3Server) -> None:
         assert await store.put(data) == ref
     async with S3BlobStore.from_url(url, recent_bytes=0) as reader:
         assert await reader.get(ref) == data
+
+
+def test_a_blob_dir_that_is_a_file_is_refused_when_the_worker_starts(tmp_path: Path) -> None:
+    # Not at the first Run, whose every activity would fail on it ("Not a directory").
+    taken = tmp_path / "blobs"
+    taken.write_text("not a directory")
+    with pytest.raises(SpecError) as caught:
+        WorkerSettings.from_env({"PSYCH_BLOB_DIR": str(taken)})
+    assert str(caught.value) == (
+        f"PSYCH_BLOB_DIR {str(taken)!r} is a file, not a directory: name a directory (made "
+        "when first written to), or a bucket with PSYCH_BLOB_URL"
+    )
+    with pytest.raises(SpecError, match=r"^the blob directory '.*' is a file"):
+        blob_store_from_env({}, taken)
