@@ -49,8 +49,10 @@ def stored_version(document: bytes, version_hash: str) -> Version:
     """The Version a store read under ``version_hash``, re-verified.
 
     Raises:
-        StoreDamaged: the document does not parse, or holds another Version (named by its
-            hash, not by where it is stored: API callers are shown it).
+        StoreDamaged: the document does not parse, holds another Version (named by its
+            hash, not by where it is stored: API callers are shown it), or its
+            ``published_at`` has no time zone (psych writes UTC with its offset; a time
+            without one cannot be ordered among the others: which is the newest of a name).
     """
     try:
         version = Version.from_json(document, source=version_hash)
@@ -59,6 +61,13 @@ def stored_version(document: bytes, version_hash: str) -> Version:
     if version.hash != version_hash:
         raise StoreDamaged(
             f"the stored Version {version_hash} is damaged: it holds Version {version.hash}"
+        )
+    if version.published_at.tzinfo is None:
+        said = _PUBLISHED_AT.search(document)
+        shown = said.group(1).decode(errors="replace") if said else version.published_at
+        raise StoreDamaged(
+            f"the stored Version {version_hash} is damaged: its published_at {str(shown)!r} "
+            "has no time zone"
         )
     return version
 

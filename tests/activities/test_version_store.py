@@ -98,3 +98,26 @@ def test_a_mended_version_keeps_the_time_it_was_first_published(tmp_path: Path) 
     path.write_bytes(b"{")  # nothing legible: when the store wrote the file
     written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     assert store.publish(spec()).published_at == written == store.get(first.hash).published_at
+
+
+def test_a_published_at_without_a_time_zone_is_damage_and_publishing_mends_it(
+    tmp_path: Path,
+) -> None:
+    # psych writes published_at in UTC with its offset; a document without one (written by
+    # hand or by another tool) is not compared with the others' times (which is the
+    # newest of a name?), it is refused naming the field, and mended like other damage.
+    store = FileVersionStore(tmp_path)
+    version = store.publish(spec())
+    path = tmp_path / f"{version.hash[7:]}.json"
+    data = json.loads(path.read_text())
+    data["published_at"] = "2026-12-06T10:00:00"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StoreDamaged) as raised:
+        store.get(version.hash)
+    assert str(raised.value) == (
+        f"the stored Version {version.hash} is damaged: its published_at "
+        "'2026-12-06T10:00:00' has no time zone"
+    )
+    mended = store.publish(spec())
+    assert mended.published_at.tzinfo is not None
+    assert store.get(version.hash) == mended

@@ -109,6 +109,23 @@ async def test_the_catalogue_serves_the_latest_version_of_each_agent(tmp_path: P
     assert store.hashes() == sorted([old.hash, later.hash, Version.of(flow).hash])
 
 
+async def test_a_version_without_a_time_zone_is_not_served_and_breaks_no_other(
+    tmp_path: Path,
+) -> None:
+    # Its time cannot be compared with the others' (the newest of a name is served): the
+    # store refuses it as damaged, and every other Version is served as before.
+    store = FileVersionStore(tmp_path)
+    old = store.publish(helper().build())
+    other = store.publish(AgentBuilder("other").model("fake-model").build())
+    naive = Version.of(helper().description("Answers everything.").build())
+    document = json.loads(naive.to_json())
+    document["published_at"] = "2099-01-01T00:00:00"
+    (tmp_path / f"{naive.hash.partition(':')[2]}.json").write_text(json.dumps(document))
+    catalogue = AgentCatalogue(store, rescan_seconds=0)
+    assert await catalogue.latest("helper") == old
+    assert await catalogue.latest("other") == other
+
+
 async def test_the_store_is_listed_once_per_interval_and_each_version_read_once(
     tmp_path: Path,
 ) -> None:
