@@ -104,6 +104,17 @@ class FileVersionStore:
             raise SpecError(
                 f"cannot make the version store directory {self.root}: {err.strerror}"
             ) from err
+        try:
+            stored = self._write(version, path, replace=damaged)
+        except OSError as err:  # a directory another user owns, a read-only mount, a full disk
+            raise SpecError(
+                f"cannot write to the version store directory {self.root}: {err.strerror or err}"
+            ) from err
+        return version if stored else self.get(version.hash)
+
+    def _write(self, version: Version, path: Path, *, replace: bool) -> bool:
+        """Write ``version`` at ``path`` whole (over a damaged file when ``replace``);
+        False: another publisher's file took the name first."""
         sweep_temporary(self.root, _TEMPORARY)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=_TEMPORARY, suffix=".json")
         try:
@@ -112,18 +123,18 @@ class FileVersionStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             try:
-                if damaged:
+                if replace:
                     os.replace(tmp, path)  # whole or not at all
                     tmp = ""
                 else:
                     os.link(tmp, path)
             except FileExistsError:
-                return self.get(version.hash)
+                return False
             sync_directory(self.root)  # the name too: a hash handed out stays found
         finally:
             if tmp:
                 os.unlink(tmp)
-        return version
+        return True
 
     def hashes(self) -> list[str]:
         """The hash of every stored Version, sorted (read off the file names: what lists

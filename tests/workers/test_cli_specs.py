@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +84,25 @@ def test_publish_twice_prints_the_same_hash(
     assert first.startswith("sha256:") and " agent support " in first
     digest = first.split()[0].removeprefix("sha256:")
     assert [p.name for p in store.iterdir()] == [f"{digest}.json"]
+
+
+def test_a_version_store_it_cannot_write_to_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A directory another user owns, or a read-only mount: the Version's file cannot be
+    # created in it (the error is made here, as root may create files in any directory).
+    store = tmp_path / "versions"
+    store.mkdir()
+
+    def refused(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(errno.EACCES, "Permission denied", str(store / ".publish-x"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    argv = ["publish", str(SUPPORT_SPEC), "--registry", TOOLS_REF, "--store", str(store)]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (
+        f"psych: cannot write to the version store directory {store}: Permission denied\n"
+    )
 
 
 def test_publish_refuses_an_invalid_spec(
