@@ -25,6 +25,7 @@ from psych_runtime.activities.contract import MODEL_CALL
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
+from psych_runtime.workers.console import print_transcript, read_transcript
 from psych_runtime.workflows import ContextProvided, RunStatus
 
 from .conftest import Harness
@@ -99,8 +100,35 @@ async def test_providers_fit_the_budget_and_never_enter_the_conversation(
         records = [r async for r in client.stream(run, scope=harness.scope)]
         printed = io.StringIO()
         await follow_run(client, run, scope=harness.scope, out=printed)
+        transcript = await read_transcript(client, run, scope=harness.scope)
 
     assert result.status is RunStatus.COMPLETED  # failing providers never fail the call
+
+    # The transcript says which blocks each call's system prompt held (their text is
+    # stored by reference), before that call's answer; the chat form leaves them out.
+    assert [(m.role, m.origin, m.turn) for m in transcript.messages] == [
+        ("system", "system", 0),
+        ("user", "input", 1),
+        ("system", "context", 1),
+        ("assistant", "model", 1),
+        ("tool", "tool", 2),
+        ("system", "context", 2),
+        ("assistant", "model", 2),
+    ]
+    turn1 = transcript.messages[2]
+    assert turn1.content == (
+        f"customer: {estimate_tokens(CUSTOMER)} tokens\npolicy: 20 tokens (cut to its max_tokens)"
+    )
+    assert [m["role"] for m in transcript.chat_messages()] == [
+        "system", "user", "assistant", "tool", "assistant",
+    ]  # fmt: skip
+    shown = io.StringIO()
+    print_transcript(transcript, shown, markdown=False)
+    assert (
+        "── system (per-turn context of turn 1) ──\n(turn 1's system prompt also held "
+        "these context providers' blocks, for that call only; their text is stored by "
+        "reference, not in the records)\ncustomer:"
+    ) in shown.getvalue()
 
     # The first call's system prompt: the Run's own, then the kept blocks by priority.
     first, second = harness.fake.requests

@@ -18,6 +18,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.specs import COMPONENT_KINDS, AgentBuilder, Task, parse_component
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import follow_run, format_report
+from psych_runtime.workers.console import print_transcript, read_transcript
 from psych_runtime.workflows import (
     ComponentShown,
     RunHandle,
@@ -119,6 +120,44 @@ async def test_the_task_list_is_recorded_in_state_and_in_the_next_system_prompt(
     # Inline when the list changed (a new system_ref follows), by reference otherwise.
     assert [i.system_prompt is not None for i in inputs] == [True, True, False, False, False, True]
     assert all(i.system_ref is None for i in (inputs[1], inputs[5]))
+
+
+async def test_the_transcript_shows_the_task_list_the_system_prompt_took(
+    harness: Harness,
+) -> None:
+    # From the call after an update on, the model's system prompt ends with the task list:
+    # the transcript, the conversation as the model saw it, says so where it changed.
+    spec = AgentBuilder("planner").instructions("Plan, then act.").model("fake-model")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})), Reply.text("Done.")
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(spec.tasks(True).build(), "Refund 42", scope=harness.scope)
+        await client.result(run, scope=harness.scope)
+        transcript = await read_transcript(client, run, scope=harness.scope)
+    assert [(m.role, m.origin, m.turn) for m in transcript.messages] == [
+        ("system", "system", 0),
+        ("user", "input", 1),
+        ("assistant", "model", 1),
+        ("tool", "tool", 2),
+        ("system", "tasks", 2),
+        ("assistant", "model", 2),
+    ]
+    tasks = transcript.messages[4]
+    block = "Task list:\n- [in_progress] Look up the order\n- [pending] Issue the refund"
+    assert (tasks.content, tasks.exact) == (block, False)
+    assert _system(harness.fake.requests[1]).endswith("\n\n" + block)
+    # Not a message of the conversation: the chat form leaves it out.
+    assert [m["role"] for m in transcript.chat_messages()] == [
+        "system", "user", "assistant", "tool", "assistant",
+    ]  # fmt: skip
+    text = io.StringIO()
+    print_transcript(transcript, text, markdown=False)
+    assert (
+        "── system (the task list, from turn 2 on) ──\n(from turn 2 on, the system prompt "
+        "ended with this task list, in place of the one before)\n" + block + "\n"
+    ) in text.getvalue()
 
 
 async def test_without_the_flags_no_task_or_component_tool_is_offered(harness: Harness) -> None:

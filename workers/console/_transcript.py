@@ -6,8 +6,10 @@ calls (``model_call_finished``), each tool result as the model was shown it
 (``tool_call_finished``) with the approvals, answers and completions it waited for
 (``suspended``/``resumed``), and the messages that reached the model later: steering and
 follow-ups, placed where the turn loop hands them to the model, and the runtime's note
-when a tool is withheld, and each compaction's summary where it replaced the older turns
-for the model. A workflow's transcript is its steps, each agent step with its
+when a tool is withheld, each compaction's summary where it replaced the older turns
+for the model, and what later system prompts held besides the Run's own: the task list
+after each change, and each call's per-turn context blocks (named and sized; their text is
+stored by reference). A workflow's transcript is its steps, each agent step with its
 child Run's transcript.
 
 What records do not hold is said, not guessed: a result too large to show whole reached
@@ -21,6 +23,7 @@ conversation, which is that Run's transcript (named, not copied).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,7 +36,8 @@ from psych_runtime.workflows import (
     ChildSpawned,
     CompactionApplied,
     CompactionFailed,
-    Displayed,
+    ComponentShown,
+    ContextProvided,
     McpDiscovered,
     ModelCallFailed,
     ModelCallFinished,
@@ -56,6 +60,7 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionExpired,
     SuspensionReason,
+    TasksUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolWithheld,
@@ -88,7 +93,16 @@ class Message:
     """The turn whose model call first received it (0: before the first); for an
     assistant message, the turn that produced it."""
     origin: Literal[
-        "input", "steer", "follow_up", "runtime", "compaction", "model", "tool", "system"
+        "input",
+        "steer",
+        "follow_up",
+        "runtime",
+        "compaction",
+        "tasks",
+        "context",
+        "model",
+        "tool",
+        "system",
     ] = "input"
     by: str | None = None
     """Who sent a steering or follow-up message."""
@@ -147,9 +161,12 @@ class Transcript:
     input, by reference: its messages are in that Run's records, not in these."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
-        """The messages in the chat-completions shape the model was sent them."""
+        """The messages in the chat-completions shape the model was sent them (a system
+        prompt's later task list and per-turn context, no messages, left out)."""
         chat: list[dict[str, Any]] = []
         for message in self.messages:
+            if message.origin in _PROMPT_PARTS:
+                continue
             item: dict[str, Any] = {"role": message.role, "content": message.content}
             if message.tool_calls:
                 item["content"] = message.content or None
@@ -176,6 +193,47 @@ def _withheld_note(record: ToolWithheld, turn: int) -> Message:
         origin="runtime",
         exact=False,
     )
+
+
+_PROMPT_PARTS = ("tasks", "context")
+"""Origins of what a later system prompt held, which no message carried."""
+
+
+def _task_list(record: TasksUpdated) -> Message:
+    """From the next call on, the system prompt ends with this list (in place of the one
+    before): written as the prompt writes it, but the prompt's wording is not recorded.
+    Its turn is the next call's, set when that turn starts."""
+    lines = [f"- [{task.status}] {task.title}" for task in record.tasks]
+    return Message(
+        role="system",
+        content="\n".join(["Task list:", *lines]) if lines else "",
+        origin="tasks",
+        exact=False,
+    )
+
+
+def _context(record: ContextProvided) -> Message:
+    """The providers' blocks one call's system prompt held (their text is by reference)."""
+    return Message(
+        role="system",
+        content="\n".join(
+            f"{block.provider}: {block.tokens} tokens"
+            + (" (cut to its max_tokens)" if block.truncated else "")
+            for block in record.shown
+        ),
+        turn=record.turn,
+        origin="context",
+        exact=False,
+    )
+
+
+def _before_answer(messages: list[Message], turn: int, message: Message) -> None:
+    """Put ``message`` before the assistant message of ``turn`` (its model call's input)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant" and messages[index].turn == turn:
+            messages.insert(index, message)
+            return
+    messages.append(message)
 
 
 def _summary(record: CompactionApplied) -> Message:
@@ -218,6 +276,7 @@ def build_transcript(
     # notes follow the turn's tool results. Records are in the order the loop did this.
     queued: dict[str, list[SteerReceived]] = {"steer": [], "follow_up": []}
     notes: list[Message] = []
+    task_list: Message | None = None
     waits: dict[str, list[Wait]] = {}
     held: dict[str, Pending] = {}
     turn = 0
@@ -237,6 +296,9 @@ def build_transcript(
                     queued[record.mode].append(record)
             case TurnStarted():
                 turn = record.turn
+                if task_list is not None:
+                    messages.append(dataclasses.replace(task_list, turn=turn))
+                    task_list = None
                 messages.extend(notes)
                 notes.clear()
                 take(turn, "steer")
@@ -287,6 +349,12 @@ def build_transcript(
                 notes.append(_withheld_note(record, turn))
             case CompactionApplied():
                 messages.append(_summary(record))
+            case TasksUpdated():
+                # Shown from the next call on; a Run that makes none never showed it.
+                task_list = _task_list(record)
+            case ContextProvided():
+                if record.shown:
+                    _before_answer(messages, record.turn, _context(record))
             case StepStarted():
                 steps[record.step] = StepTranscript(
                     index=record.index,
@@ -324,15 +392,15 @@ def build_transcript(
                 | NextRunStarted()
                 | ChildSpawned()
                 | ChildSettled()
-                | Displayed()
+                | ComponentShown()
                 | CompactionFailed()
                 | RunContinued()
             ):
                 # No message of the conversation: a call's start or failure, what an MCP
                 # server offered, an abort, a steer the Run did not take (no model saw
                 # it), a next Run, a child's start and end (its result is the tool
-                # result), what the system prompt showed (tasks, context) or the user was
-                # shown (components), a failed compaction, a continue-as-new.
+                # result), what the user was shown (components), a failed compaction, a
+                # continue-as-new.
                 pass
             case _:
                 assert_never(record)

@@ -56,6 +56,10 @@ def _heading(message: Message) -> str:
         return "user (the runtime's note)"
     if message.origin == "compaction":
         return f"user (the runtime's summary, by {message.model})"
+    if message.origin == "tasks":
+        return f"system (the task list, from turn {message.turn} on)"
+    if message.origin == "context":
+        return f"system (per-turn context of turn {message.turn})"
     return message.role
 
 
@@ -70,6 +74,19 @@ def _not_exact(message: Message) -> str | None:
             f"(from turn {message.turn} on, the model saw this summary in place of the "
             f"{message.replaced} messages before turn {message.cut_turn}; the record keeps "
             f"its start, the whole is stored as {message.result_ref})"
+        )
+    if message.origin == "tasks":
+        if not message.content:
+            return f"(from turn {message.turn} on, the system prompt held no task list: emptied)"
+        return (
+            f"(from turn {message.turn} on, the system prompt ended with this task list, "
+            "in place of the one before)"
+        )
+    if message.origin == "context":
+        return (
+            f"(turn {message.turn}'s system prompt also held these context providers' "
+            "blocks, for that call only; their text is stored by reference, not in the "
+            "records)"
         )
     if not message.exact:
         return "(its exact wording is the runtime's, not recorded; this says what it said)"
