@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import pytest
 
 import psych_runtime.workers as workers
 from psych_runtime.workers.cli import main
+from tests._ports import free_port
+from tests._s3_server import S3_ENV, s3_server
 
 from .conftest import EXAMPLES, SUPPORT_SPEC, TOOLS_REF
 
@@ -103,6 +106,29 @@ def test_a_version_store_it_cannot_write_to_is_one_line_naming_it(
     assert capsys.readouterr().err == (
         f"psych: cannot write to the version store directory {store}: Permission denied\n"
     )
+
+
+async def test_an_s3_store_that_refuses_or_cannot_be_reached_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bucket name mistyped, or an endpoint nothing listens on: what S3 (or botocore)
+    # said, on one line, not botocore's traceback.
+    for name, value in S3_ENV.items():
+        monkeypatch.setenv(name, value)
+    argv = ["publish", str(SUPPORT_SPEC), "--registry", TOOLS_REF, "--store"]
+    async with s3_server() as server:
+        status = await asyncio.to_thread(main, [*argv, server.url("no-such-bucket")])
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "psych: S3 refused: An error occurred (NoSuchBucket) when calling the PutObject "
+        "operation: The specified bucket does not exist\n"
+    )
+    nobody = f"http://127.0.0.1:{free_port()}"
+    status = await asyncio.to_thread(main, [*argv, f"s3://b?endpoint={nobody}&region=us-east-1"])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f'psych: S3: Could not connect to the endpoint URL: "{nobody}/')
+    assert err.count("\n") == 1
 
 
 def test_publish_refuses_an_invalid_spec(

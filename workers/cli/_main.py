@@ -25,8 +25,9 @@ from psych_runtime.workers.cli._parser import build_parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``psych``; returns the exit status.
 
-    A psych error (a Run's refusal names its kind) or a Temporal RPC failure prints one
-    line and returns 1, never a traceback; an interrupt returns 130.
+    A psych error (a Run's refusal names its kind), a Temporal RPC failure or an S3
+    store's refusal prints one line and returns 1, never a traceback; an interrupt
+    returns 130.
     """
     args = build_parser().parse_args(argv)
     try:
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("psych: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        refusal = _psych_refusal(err) or _temporal_refusal(err)
+        refusal = _psych_refusal(err) or _temporal_refusal(err) or _s3_refusal(err)
         if refusal is None:
             raise
         print(refusal, file=sys.stderr)
@@ -76,6 +77,25 @@ def _temporal_refusal(err: Exception) -> str | None:
     if isinstance(err, WorkflowUpdateFailedError):
         cause = err.cause
         return f"psych: the Run did not take it: {getattr(cause, 'message', cause)}"
+    return None
+
+
+def _s3_refusal(err: Exception) -> str | None:
+    """The one line for an S3 store's failure (``--store``/``PSYCH_STORE`` an ``s3://`` URL:
+    a bucket that does not exist, credentials refused, an endpoint nothing answers at);
+    None for another error.
+
+    Only a command that opened an S3 store imports botocore: when it is not loaded, ``err``
+    is none of its errors and nothing is imported.
+    """
+    if "botocore" not in sys.modules:
+        return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(err, ClientError):
+        return f"psych: S3 refused: {err}"
+    if isinstance(err, BotoCoreError):
+        return f"psych: S3: {err}"  # no answer, no credentials, a bad endpoint
     return None
 
 
