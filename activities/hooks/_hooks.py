@@ -25,6 +25,7 @@ not safe to repeat whose worker dies between a pre hook and the call is UNKNOWN.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -53,7 +54,9 @@ class HookCall:
     Attributes:
         tool: the tool's name as the model called it (``server__tool`` for MCP).
         kind: ``code``, ``http``, ``mcp`` or ``builtin``.
-        arguments: the arguments as they stand (after earlier pre hooks' rewrites).
+        arguments: the arguments as they stand (after earlier pre hooks' rewrites), a
+            copy of its own: changing it in place changes nothing (a pre hook returns
+            the new arguments).
         call_id: the model's tool-call id.
         run_id: the Run's id (None for a built-in that does not carry it).
         tenant: the Run's tenant (None likewise).
@@ -253,8 +256,7 @@ class Interception:
         ``arguments`` then holds the arguments the tool is to run with.
         """
         for hook in self._hooks.for_tool("pre", self.call.tool):
-            call = HookCall(**{**self.call.__dict__, "arguments": dict(self.arguments)})
-            verdict = await _heartbeating(_run_pre(hook, call))
+            verdict = await _heartbeating(_run_pre(hook, self._call()))
             if isinstance(verdict, Deny):
                 self.effects.append(
                     _effect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
@@ -304,10 +306,19 @@ class Interception:
             }
         )
 
+    def _call(self) -> HookCall:
+        """The call as the next hook sees it: a deep copy of the arguments as they stand.
+
+        A hook that changes the arguments it was given in place (a nested value of a
+        shallow ``dict(call.arguments)``, say) changes only its copy: what runs, and what
+        the records say ran, is what a pre hook returns.
+        """
+        return HookCall(**{**self.call.__dict__, "arguments": copy.deepcopy(self.arguments)})
+
     async def _result_hook(
         self, hook: Hook, text: str, key: Literal["result", "error"]
     ) -> str | None:
-        call = HookCall(**{**self.call.__dict__, "arguments": dict(self.arguments)})
+        call = self._call()
         try:
             return await _heartbeating(_run_result(hook, call, text, key))
         except Exception as err:
