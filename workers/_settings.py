@@ -272,6 +272,13 @@ def _declaration(
                 f"{at}.timeout_seconds: a number of seconds in (0, 600], not {timeout!r}"
             )
             return None
+        try:
+            # The hook's own rules (no placeholder in the program), named at their path
+            # here rather than raised from binding the file.
+            CommandHook(command, float(timeout))
+        except ValueError as err:
+            problems.append(f"{at}.command: {err}")
+            return None
     else:
         problems.append(
             f'{at}: a hook is "module:function", {{python: module:function}} or '

@@ -79,6 +79,26 @@ def test_check_prints_every_problem_and_fails(
     assert "hooks.post['x']: a hook is" in err
 
 
+def test_check_names_a_command_whose_program_is_a_placeholder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A placeholder in the program (the model's arguments would choose what runs) is a
+    problem named with its file and path, reported with the file's other problems; it was
+    a ValueError traceback out of ``psych hooks check`` and out of a worker's start."""
+    file = write(
+        tmp_path / "g.yaml",
+        "hooks: {pre: {'*': [{command: ['{program}', x]}]}, post: {x: 7}}\n",
+    )
+    assert main(["hooks", "check", "--settings", str(file)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"{file}: hooks.pre['*'][0].command: a command hook's program cannot hold a "
+        "placeholder: '{program}'"
+    ) in err
+    assert "hooks.post['x']: a hook is" in err
+    assert "Traceback" not in err
+
+
 def test_check_refuses_an_untrusted_module(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
