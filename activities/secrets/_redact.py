@@ -8,8 +8,10 @@ each activity builds one ``Redactor`` from the values it resolved and passes eve
 derives from the response through it before returning or logging.
 
 A value is replaced in the forms a server is likely to echo: verbatim (which also covers
-``Bearer <value>``), percent-encoded, JSON-escaped, HTML-escaped and base64 (standard and
-URL-safe, with or without padding), each by ``[REDACTED:<name>]``.
+``Bearer <value>``), percent-encoded, JSON-escaped (as Python writes it, and as PHP and Go
+do by default: ``\\/`` for ``/``; ``\\u0026``, ``\\u003c``, ``\\u003e`` for ``&``, ``<``,
+``>``), HTML-escaped and base64 (standard and URL-safe, with or without padding), each by
+``[REDACTED:<name>]``.
 """
 
 from __future__ import annotations
@@ -30,16 +32,22 @@ def _forms(value: str) -> set[str]:
         value,
         quote(value, safe=""),
         quote_plus(value),
-        json.dumps(value)[1:-1],
-        json.dumps(value, ensure_ascii=False)[1:-1],
         html.escape(value),
         b64,
         b64.rstrip("="),
         urlsafe,
         urlsafe.rstrip("="),
     }
+    for escaped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+        forms.add(escaped)
+        forms.add(escaped.replace("/", "\\/"))  # PHP's json_encode escapes "/"
+        forms.add(escaped.translate(_GO_JSON))  # Go's encoding/json escapes &, <, >
     forms.discard("")
     return forms
+
+
+_GO_JSON = str.maketrans({char: f"\\u{ord(char):04x}" for char in "&<>"})
+"""``&``, ``<`` and ``>`` as Go's ``encoding/json`` writes them in a string."""
 
 
 class Redactor:

@@ -22,6 +22,8 @@ SECRET = 'tok/en+"with"<odd>&chars='
         f"Bearer {SECRET}",
         quote(SECRET, safe=""),
         json.dumps(SECRET)[1:-1],
+        json.dumps(SECRET)[1:-1].replace("/", "\\/"),  # PHP's json_encode
+        'tok/en+\\"with\\"\\u003codd\\u003e\\u0026chars=',  # Go's encoding/json
         "tok/en+&quot;with&quot;&lt;odd&gt;&amp;chars=",
         base64.b64encode(SECRET.encode()).decode(),
         base64.urlsafe_b64encode(SECRET.encode()).decode().rstrip("="),
