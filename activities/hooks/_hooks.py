@@ -72,9 +72,19 @@ class HookCall:
 
 @dataclass(frozen=True)
 class Deny:
-    """What a pre hook returns to deny a call; the model reads ``reason``."""
+    """What a pre hook returns to deny a call; the model reads ``reason``.
+
+    Raises:
+        TypeError: ``reason`` is not a str (inside a pre hook: the hook failed, and so
+            denies, saying so).
+    """
 
     reason: str
+
+    def __post_init__(self) -> None:
+        reason: object = self.reason
+        if not isinstance(reason, str):
+            raise TypeError(f"a Deny's reason is a str, not {reason!r}")
 
 
 PreResult: TypeAlias = Deny | Mapping[str, Any] | None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities import HookCall, Hooks
+from psych_runtime.activities import Deny, HookCall, Hooks
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
@@ -72,3 +72,31 @@ async def test_a_pre_hook_rewriting_nested_arguments_is_recorded(harness: Harnes
     (call,) = report.tool_calls
     assert json.loads(call.arguments) == model_arguments
     assert call.ran_arguments == ran
+
+
+async def test_a_deny_without_a_text_reason_is_the_hooks_failure(harness: Harness) -> None:
+    """A pre hook answering ``Deny(None)`` (a reason looked up and not found, say) denies
+    as a failed hook does, naming what is wrong; it was a pydantic error about
+    ``HookEffect`` failing the tool's activity."""
+
+    def refuse(call: HookCall) -> Deny:
+        return Deny({"blocked": "mallory@evil.example"}.get("ops@acme.com"))  # type: ignore[arg-type]  # the mistake under test
+
+    sent_notes.clear()
+    harness.registry.register(notify)
+    harness.settings = dataclasses.replace(harness.settings, hooks=Hooks().pre("notify", refuse))
+    arguments = {"recipient": {"email": "ops@acme.com"}, "text": "hi"}
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("notify", arguments)), Reply.text("done"))
+    spec = AgentBuilder("denier", registry=harness.registry).model("fake-model").tool("notify")
+    async with harness.worker():
+        run = await harness.client.dispatch(spec.build(), "tell them", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert sent_notes == []
+    (call,) = report.tool_calls
+    assert call.status == "denied", call.result
+    reason = "the hook failed: TypeError: a Deny's reason is a str, not None"
+    assert reason in (call.result or "")
+    assert [(h.stage, h.effect, h.detail) for h in call.hooks] == [("pre", "denied", reason)]
+    assert reason in harness.fake.requests[1]["messages"][-1]["content"]
