@@ -110,6 +110,33 @@ async def test_refusals_say_why(server: CodecServer) -> None:
         assert "sealed for tenant 'globex'" in globex.json()["message"]
 
 
+async def test_a_malformed_sealed_payload_is_refused_with_the_reason(
+    server: CodecServer,
+) -> None:
+    """A payload marked encrypted whose data is cut short, or whose key id is not text, is
+    refused (403) saying so; the server used to drop the connection unanswered (a
+    ValueError or UnicodeDecodeError out of the codec), and a worker failed its workflow
+    task with that error instead of an ``AccessDenied``."""
+    good = await sealed("x")
+    short = {**good, "data": base64.b64encode(b"abc").decode()}
+    binary_id = {
+        **good,
+        "metadata": {**good["metadata"], "encryption-key-id": base64.b64encode(b"\xff").decode()},
+    }
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        cut = await http.post("/decode", json={"payloads": [short]}, headers=AUTH)
+        assert cut.status_code == 403
+        assert cut.json()["message"] == (
+            "a payload sealed with key 'acme-1' for tenant 'acme' is cut short: 3 bytes, "
+            "fewer than a nonce and an authentication tag"
+        )
+        odd = await http.post("/decode", json={"payloads": [binary_id]}, headers=AUTH)
+        assert odd.status_code == 403
+        assert odd.json()["message"] == (
+            "refusing a payload marked encrypted whose key id or tenant is not UTF-8 text"
+        )
+
+
 async def test_without_a_tenant_it_decodes_every_tenant_it_holds_and_refuses_to_encode() -> None:
     async with (
         CodecServer(PsychCodec(KEYS), token=TOKEN, namespace="prod") as server,

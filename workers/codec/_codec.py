@@ -199,8 +199,14 @@ class PsychCodec(PayloadCodec, WithSerializationContext):
                 "every payload, so it was written without the keys (set "
                 f"{ENV_ACCEPT_PLAINTEXT}=1 only while Runs from before encryption are open)"
             )
-        key_id = payload.metadata.get(KEY_ID, b"").decode()
-        tenant = payload.metadata.get(TENANT, b"").decode()
+        try:
+            key_id = payload.metadata.get(KEY_ID, b"").decode()
+            tenant = payload.metadata.get(TENANT, b"").decode()
+        except UnicodeDecodeError:
+            raise AccessDenied(
+                f"refusing a payload{_of(workflow_id)} marked encrypted whose key id or "
+                "tenant is not UTF-8 text"
+            ) from None
         if expected is not None and tenant != expected:
             raise AccessDenied(
                 f"refusing a payload sealed for tenant {tenant!r} (key {key_id!r}): "

@@ -30,6 +30,8 @@ ENV_KEY_FILE = "PSYCH_CODEC_KEY_FILE"
 ENV_ACCEPT_PLAINTEXT = "PSYCH_CODEC_ACCEPT_PLAINTEXT"
 
 _NONCE = 12
+_TAG = 16
+"""AES-GCM's authentication tag, at the end of every ciphertext."""
 _KEY_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _TENANT_CHARS = re.compile(r"[a-zA-Z0-9_.]{1,128}")
 """What ``Scope.tenant`` accepts."""
@@ -181,8 +183,13 @@ class Keyring:
         """The plaintext of what ``seal`` returned.
 
         Raises:
-            AccessDenied: the ciphertext, key id or tenant was altered.
+            AccessDenied: the ciphertext, key id or tenant was altered, or it is cut short.
         """
+        if len(sealed) < _NONCE + _TAG:
+            raise AccessDenied(
+                f"a payload sealed with key {key.id!r} for tenant {tenant!r} is cut short: "
+                f"{len(sealed)} bytes, fewer than a nonce and an authentication tag"
+            )
         try:
             return self._ciphers[key.id].decrypt(
                 sealed[:_NONCE], sealed[_NONCE:], _aad(key.id, tenant)
