@@ -139,6 +139,20 @@ async def test_relabelled_or_altered_payloads_do_not_authenticate() -> None:
         await unseal(codec, "psych-acme-r1", [altered])
 
 
+async def test_a_key_with_the_right_id_and_another_secret_is_named_as_the_likely_cause() -> None:
+    """The usual wrong key: a keys file whose 'acme-1' is not the 'acme-1' the Run was
+    sealed with (regenerated, or copied wrong). The error used to speak only of tampering."""
+    (sealed,) = await seal(PsychCodec(Keyring([ACME_1], {"acme": "acme-1"})), "psych-acme-r1")
+    impostor = Key("acme-1", "acme", os.urandom(32))
+    with pytest.raises(AccessDenied) as denied:
+        await unseal(PsychCodec(Keyring([impostor], {"acme": "acme-1"})), "psych-acme-r1", [sealed])
+    assert str(denied.value) == (
+        "a payload sealed with key 'acme-1' for tenant 'acme' does not authenticate: the "
+        "key 'acme-1' held here is not the one it was sealed with (the same id with another "
+        "secret), or the payload was altered or relabelled from another key or tenant"
+    )
+
+
 async def test_plaintext_is_refused_unless_accepted_for_a_migration() -> None:
     keyring = Keyring([ACME_1], {"acme": "acme-1"})
     with pytest.raises(AccessDenied, match="not encrypted of psych-acme-r1"):

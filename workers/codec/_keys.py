@@ -197,7 +197,9 @@ class Keyring:
         except InvalidTag:
             raise AccessDenied(
                 f"a payload sealed with key {key.id!r} for tenant {tenant!r} does not "
-                "authenticate: it was altered, or relabelled from another key or tenant"
+                f"authenticate: the key {key.id!r} held here is not the one it was sealed "
+                "with (the same id with another secret), or the payload was altered or "
+                "relabelled from another key or tenant"
             ) from None
 
     def blob_nonce(self, key: Key, tenant: str, data: bytes) -> bytes:
