@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
+from psych_runtime.activities.hooks._effects import hook_effect
 
 if TYPE_CHECKING:
     from psych_runtime.activities.contract import HookEffect, ToolOutcome
@@ -95,14 +96,6 @@ ResultHook: TypeAlias = Callable[[HookCall, str], str | Awaitable[str | None] | 
 """Post: ``(call, result) -> new result | None``; on_error: ``(call, error) -> result that
 replaces the failure | None`` (the failure stands). Sync or async."""
 HookAction: TypeAlias = PreHook | ResultHook | CommandHook
-
-
-def _effect(**fields: Any) -> HookEffect:
-    """A ``HookEffect`` record; the payload contract is imported when a hook first acts, so
-    declaring hooks (the settings files, ``psych validate``) does not load it."""
-    from psych_runtime.activities.contract import HookEffect
-
-    return HookEffect(**fields)
 
 
 def check_pattern(pattern: str) -> str:
@@ -269,14 +262,14 @@ class Interception:
             verdict = await _heartbeating(_run_pre(hook, self._call()))
             if isinstance(verdict, Deny):
                 self.effects.append(
-                    _effect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
+                    hook_effect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
                 )
                 return f"A pre-call hook ({hook.name}) denied this call: {verdict.reason}"
             if verdict is not None and verdict != self.arguments:
                 self.arguments = verdict
                 self.rewritten = True
                 self.effects.append(
-                    _effect(stage="pre", hook=hook.name, effect="rewrote_arguments")
+                    hook_effect(stage="pre", hook=hook.name, effect="rewrote_arguments")
                 )
         return None
 
@@ -291,14 +284,14 @@ class Interception:
                 if changed is not None and changed != text:
                     text = changed
                     self.effects.append(
-                        _effect(stage="post", hook=hook.name, effect="rewrote_result")
+                        hook_effect(stage="post", hook=hook.name, effect="rewrote_result")
                     )
         elif status == "error":
             for hook in self._hooks.for_tool("on_error", self.call.tool):
                 replaced = await self._result_hook(hook, text, "error")
                 if replaced is not None:
                     self.effects.append(
-                        _effect(
+                        hook_effect(
                             stage="on_error", hook=hook.name, effect="replaced_error", detail=text
                         )
                     )
@@ -337,7 +330,7 @@ class Interception:
                 "%s hook %s failed for %s", hook.stage, hook.name, call.tool, exc_info=True
             )
             self.effects.append(
-                _effect(stage=hook.stage, hook=hook.name, effect="failed", detail=_say(err))
+                hook_effect(stage=hook.stage, hook=hook.name, effect="failed", detail=_say(err))
             )
             return None
 
