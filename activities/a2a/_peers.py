@@ -29,7 +29,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER, TransportP
 from google.protobuf.json_format import MessageToDict
 
 from psych_runtime.activities.egress import Egress
-from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.specs import A2APeer, NotFound, Scope
 
 
@@ -74,7 +74,7 @@ async def connect(peer: A2APeer, scope: Scope, secrets: SecretResolver | None) -
                 "SecretResolver"
             )
         try:
-            secret = await secrets.resolve(scope, peer.credential)
+            secret = await resolve_secret(secrets, scope, peer.credential)
         except NotFound as err:
             raise PeerUnavailable(
                 f"credential {peer.credential!r} is not available for tenant {scope.tenant!r}"

@@ -21,7 +21,7 @@ from psych_runtime.activities.mcp._pool import (
     open_client,
 )
 from psych_runtime.activities.mcp._settings import McpSettings
-from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
 
@@ -103,7 +103,7 @@ async def resolve_credential(
             "SecretResolver"
         )
     try:
-        return await secrets.resolve(scope, server.credential)
+        return await resolve_secret(secrets, scope, server.credential)
     except NotFound as err:
         raise Unavailable(f"credential {server.credential!r} is not available") from err
 

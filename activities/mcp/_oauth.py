@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.mcp._told import ForServer
-from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
 
@@ -315,7 +315,7 @@ class OAuthClients:
                 f"credential {credential!r} cannot be resolved: this worker has no SecretResolver"
             )
         try:
-            return await secrets.resolve(scope, credential)
+            return await resolve_secret(secrets, scope, credential)
         except NotFound as err:
             raise OAuthUnavailable(f"credential {credential!r} is not available") from err
 

@@ -10,6 +10,7 @@ from psych_runtime.activities.secrets._secrets import (
     SecretNotFound,
     SecretResolver,
     StaticSecretResolver,
+    resolve_secret,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "SecretNotFound",
     "SecretResolver",
     "StaticSecretResolver",
+    "resolve_secret",
 ]

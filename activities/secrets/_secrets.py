@@ -37,6 +37,28 @@ class SecretResolver(Protocol):
         ...
 
 
+async def resolve_secret(secrets: SecretResolver, scope: Scope, name: str) -> str:
+    """``secrets.resolve(scope, name)``, refusing an answer no request can use.
+
+    A resolver written as a lookup may answer None for a name it lacks, or an empty
+    string for one configured empty; sent, those are ``Authorization: Bearer None`` or an
+    empty token, never what was meant. Every activity resolves through this function, so
+    such an answer is a missing credential, named, wherever it comes from.
+
+    Raises:
+        SecretNotFound: there is no such secret, or the resolver answered an empty string
+            or something other than a str (named by its type; a value is never shown).
+    """
+    value: object = await secrets.resolve(scope, name)
+    if not isinstance(value, str):
+        raise SecretNotFound(
+            f"credential {name!r}: the SecretResolver answered {type(value).__name__}, not a str"
+        )
+    if not value:
+        raise SecretNotFound(f"credential {name!r}: the SecretResolver answered an empty value")
+    return value
+
+
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 

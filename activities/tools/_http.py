@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from psych_runtime.activities.contract import HttpToolCall
-from psych_runtime.activities.secrets import Redactor, SecretResolver
+from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.telemetry import http_span
 from psych_runtime.specs import HttpTool, NotFound, host_placeholders
 
@@ -144,7 +144,7 @@ async def credential_value(
             "this worker has no SecretResolver"
         )
     try:
-        return await secrets.resolve(input.scope, credential)
+        return await resolve_secret(secrets, input.scope, credential)
     except NotFound as err:
         raise ToolError(f"{input.tool.name}: credential {credential!r} is not available") from err
 
