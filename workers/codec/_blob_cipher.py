@@ -20,8 +20,12 @@ class KeyringBlobCipher:
     the key, and two tenants' equal content never shares a blob.
     """
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, *, accept_plaintext: bool = False) -> None:
+        """Seal with ``keyring``; ``accept_plaintext``: open a blob stored before encryption
+        was turned on as it is (as ``PsychCodec`` accepts such a Run's history), instead
+        of refusing it."""
         self.keyring = keyring
+        self.accept_plaintext = accept_plaintext
 
     def seal(self, data: bytes) -> bytes:
         """``data`` sealed under the current key of the running activity's tenant.
@@ -58,10 +62,16 @@ class KeyringBlobCipher:
 
         Raises:
             NotFound: sealed for another tenant.
-            AccessDenied: not sealed by psych, sealed with a key not held here, or altered.
+            AccessDenied: not sealed by psych (unless ``accept_plaintext``), sealed with a
+                key not held here, or altered.
         """
         if not sealed.startswith(_BLOB_MAGIC):
-            raise AccessDenied("refusing a blob that is not encrypted")
+            if self.accept_plaintext:
+                return sealed
+            raise AccessDenied(
+                "refusing a blob that is not encrypted (set PSYCH_CODEC_ACCEPT_PLAINTEXT=1 "
+                "only while Runs from before encryption are open)"
+            )
         rest = sealed[len(_BLOB_MAGIC) :]
         key_id, rest = _unshort(rest)
         owner, rest = _unshort(rest)

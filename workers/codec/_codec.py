@@ -220,8 +220,10 @@ class PsychCodec(PayloadCodec, WithSerializationContext):
         return Payload.FromString(self.keyring.open(key, tenant, payload.data))
 
     def blob_cipher(self) -> KeyringBlobCipher:
-        """The blob cipher sealing with the same keys (``EncryptedBlobStore``)."""
-        return KeyringBlobCipher(self.keyring)
+        """The blob cipher sealing with the same keys (``EncryptedBlobStore``), accepting
+        plaintext blobs when this codec accepts plaintext payloads: a Run from before
+        encryption has both."""
+        return KeyringBlobCipher(self.keyring, accept_plaintext=self.accept_plaintext)
 
 
 def _of(workflow_id: str | None) -> str:
