@@ -2,7 +2,7 @@
 
 A worker's ``Hooks`` is an immutable chain of ``Hook`` entries, each a stage (``pre``,
 ``post`` or ``on_error``), a tool pattern (a name, a ``prefix*`` or ``*``) and an action (a
-Python callable, sync or async, or a ``CommandHook``). The code, HTTP and MCP tool
+Python callable, sync or async, or a ``CommandHook``). The code, HTTP, MCP and A2A tool
 activities and ``read_tool_output`` each open an ``Interception`` for their call and run it
 in this order, after the workflow's policy decision (which may have suspended for
 approval):
@@ -54,7 +54,7 @@ class HookCall:
 
     Attributes:
         tool: the tool's name as the model called it (``server__tool`` for MCP).
-        kind: ``code``, ``http``, ``mcp`` or ``builtin``.
+        kind: ``code``, ``http``, ``mcp``, ``a2a`` or ``builtin``.
         arguments: the arguments as they stand (after earlier pre hooks' rewrites), a
             copy of its own: changing it in place changes nothing (a pre hook returns
             the new arguments).
