@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
 from psych_runtime.activities.hooks._effects import hook_effect
+from psych_runtime.activities.hooks._threads import run_sync_hook
 
 if TYPE_CHECKING:
     from psych_runtime.activities.contract import HookEffect, ToolOutcome
@@ -367,7 +368,8 @@ def _say(err: BaseException) -> str:
 PYTHON_HOOK_SECONDS = 10.0
 """How long a Python hook may take, as a command hook's deadline: past it the hook counts
 as failed (a pre hook denies, a post or on_error hook is ignored). A sync hook's thread
-cannot be stopped; it is left to finish and its answer is dropped."""
+cannot be stopped; it is left to finish (on the hooks' own threads, ``_threads``) and its
+answer is dropped."""
 
 
 async def _call(action: Callable[..., Any], *args: Any) -> Any:
@@ -379,7 +381,7 @@ async def _call(action: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(action):
             result = await action(*args)
         else:
-            result = await asyncio.to_thread(action, *args)
+            result = await run_sync_hook(action, *args)
         if inspect.isawaitable(result):  # a callable object with an async __call__
             result = await result
         return result
