@@ -358,7 +358,8 @@ class McpActivities(Catalogues, ActivityClass):
             # Runs in the session's owner task, outside the activity's context: the
             # activity's own task heartbeats for it.
             of = "" if total is None else f"/{total:g}"
-            reports.put_nowait(f"{progress:g}{of} {message or ''}".strip())
+            # The server's words go to Temporal as heartbeat details: redacted, as results.
+            reports.put_nowait(redact(f"{progress:g}{of} {message or ''}".strip()))
 
         try:
             async with self.sessions.client(

@@ -401,6 +401,27 @@ async def test_progress_notifications_become_heartbeats(
     assert beats == [("1/3 step 1 of 3",), ("2/3 step 2 of 3",), ("3/3 step 3 of 3",)]
 
 
+async def test_a_progress_message_echoing_the_credential_is_redacted_in_heartbeats(
+    bearer_server: McpTestServer, blobs: LocalBlobStore
+) -> None:
+    """Progress messages become heartbeat details, which Temporal keeps (a pending
+    activity's details, a heartbeat timeout's failure): what the server says there is
+    redacted like its results. It went to Temporal as the server said it."""
+    secrets = TenantSecrets({"acme": SECRET_ACME})
+    mcp = McpActivities(blobs=blobs, secrets=secrets, settings=McpSettings(heartbeat_seconds=60.0))
+    env = ActivityEnvironment()
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    server = spec_of(bearer_server, credential="crm-token")
+    arguments = {"steps": 1, "note": f" token={SECRET_ACME}"}
+    try:
+        outcome = await call(mcp, server, "progress", arguments, env=env)
+    finally:
+        await mcp.aclose()
+    assert outcome.status == "ok"
+    assert beats == [("1/1 step 1 of 1 token=[REDACTED:crm-token]",)]
+
+
 async def test_cancelling_the_activity_cancels_the_call_on_the_server(
     served: McpTestServer, mcp: McpActivities
 ) -> None:

@@ -17,7 +17,8 @@ Tools (the names, arguments and annotations tests rely on):
 - ``tally(sleep_seconds=0)`` read-only: returns how often it was called so far.
 - ``wipe()`` destructive.
 - ``slow(seconds)``: sleeps; a cancellation of the call is logged.
-- ``progress(steps)``: sends ``steps`` progress notifications, then returns.
+- ``progress(steps, note='')``: sends ``steps`` progress notifications (their messages
+  end with ``note``), then returns.
 - ``image()``: one PNG image block; ``resource()``: one embedded text resource;
   ``big(size)``: ``size`` characters of text.
 - ``filler_000`` ... with ``--filler N``: N tools with long descriptions.
@@ -194,10 +195,11 @@ def build_server(state: State, filler: int) -> MCPServer:
         return f"slept {seconds}"
 
     @server.tool()
-    async def progress(steps: int, ctx: Context) -> str:
-        """Report progress ``steps`` times, then return."""
+    async def progress(steps: int, ctx: Context, note: str = "") -> str:
+        """Report progress ``steps`` times (each message ending with ``note``), then
+        return."""
         for step in range(1, steps + 1):
-            await ctx.report_progress(step, steps, f"step {step} of {steps}")
+            await ctx.report_progress(step, steps, f"step {step} of {steps}{note}")
             await anyio.sleep(0.05)
         return f"done {steps}"
 
