@@ -259,6 +259,9 @@ def test_for_tenant_keeps_only_that_tenants_and_the_shared_keys() -> None:
     with pytest.raises(AccessDenied, match="does not hold"):
         acme.decrypting("globex-1", "globex")
     assert acme.encrypting("initech").id == "shared-1"  # a tenant without keys of its own
+    # ... and opens that tenant's Runs: the shared key is no one tenant's (the trust guide
+    # says so, and to list none where tenants must be isolated).
+    assert acme.decrypting("shared-1", "initech").id == "shared-1"
     with pytest.raises(SpecError, match="no key that encrypts for tenant 'initech'"):
         Keyring([ACME_1], {"acme": "acme-1"}).for_tenant("initech")
 

@@ -132,6 +132,9 @@ class Keyring:
     def for_tenant(self, tenant: str) -> Keyring:
         """The part of this keyring one tenant may hold: its keys and the shared ones.
 
+        The shared keys open and seal the Runs of every tenant without a key of its own,
+        so a tenant given them can read and write those Runs too (``docs/guides/trust.md``).
+
         Raises:
             SpecError: nothing here encrypts for ``tenant``.
         """
