@@ -179,13 +179,12 @@ class Hooks:
 
     def __init__(self, entries: Iterable[Hook] = ()) -> None:
         """A chain of ``entries``, each kept once (the first of equal ones)."""
-        seen: set[tuple[str, str, object]] = set()
         kept: list[Hook] = []
         for entry in entries:
             if not isinstance(entry, Hook):
                 raise TypeError(f"a Hooks chain holds Hook entries, not {entry!r}")
-            if entry.key not in seen:
-                seen.add(entry.key)
+            # Compared, not hashed: an action may be unhashable (a dataclass with __call__).
+            if all(entry.key != other.key for other in kept):
                 kept.append(entry)
         self._entries = tuple(kept)
 
@@ -204,7 +203,7 @@ class Hooks:
         return isinstance(other, Hooks) and other._entries == self._entries
 
     def __hash__(self) -> int:
-        return hash(self._entries)
+        return hash(tuple((e.stage, e.pattern, e.name) for e in self._entries))
 
     def __repr__(self) -> str:
         return f"Hooks({list(self._entries)!r})"

@@ -4,6 +4,7 @@ stage's rules, and command hooks over real subprocesses (deadline, process group
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -73,6 +74,30 @@ def test_the_same_hook_declared_twice_is_one_entry_and_chains_are_immutable() ->
     # Another pattern or stage is another hook.
     assert len(once.pre("*", deny_all).on_error("send_*", shout)) == 3
     assert [h.name for h in once.entries] == [f"{__name__}:deny_all"]
+
+
+@dataclasses.dataclass
+class OnlyDomain:
+    """A hook holding its configuration: a dataclass instance, so unhashable."""
+
+    domain: str
+
+    def __call__(self, c: HookCall) -> Deny | None:
+        return None if str(c.arguments.get("to", "")).endswith(self.domain) else Deny("outside")
+
+
+async def test_a_hook_may_be_an_unhashable_callable() -> None:
+    """A configured hook written as a dataclass with ``__call__`` is unhashable; declaring
+    it raised ``TypeError: unhashable type`` from inside the chain's bookkeeping. Equal
+    ones are still one hook, and chains holding them compare and hash."""
+    hooks = Hooks().pre("send_*", OnlyDomain("@acme.com")).pre("send_*", OnlyDomain("@acme.com"))
+    assert len(hooks) == 1
+    assert hooks == Hooks().pre("send_*", OnlyDomain("@acme.com"))
+    assert hash(hooks) == hash(Hooks().pre("send_*", OnlyDomain("@acme.com")))
+    assert len(hooks.pre("send_*", OnlyDomain("@globex.com"))) == 2
+    assert await hooks.plan(call(to="bob@acme.com")).before() is None
+    denied = await hooks.plan(call(to="eve@evil.example")).before()
+    assert denied is not None and denied.endswith("denied this call: outside")
 
 
 def test_a_stage_runs_in_declaration_order_whatever_pattern_matched() -> None:
