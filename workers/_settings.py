@@ -387,6 +387,12 @@ def bind_settings(loaded: LoadedSettings) -> Hooks:
             except (ImportError, AttributeError) as err:
                 problems.append(f"{declared.where}: cannot load {declared.python}: {err}")
                 continue
+            except Exception as err:  # the module's own code failed (a SyntaxError too)
+                problems.append(
+                    f"{declared.where}: cannot load {declared.python}: importing it raised "
+                    f"{type(err).__name__}: {err}"
+                )
+                continue
             if not callable(function):
                 problems.append(f"{declared.where}: {declared.python} is not callable")
                 continue

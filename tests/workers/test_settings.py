@@ -133,6 +133,27 @@ def test_a_trusted_module_that_does_not_load_is_a_spec_error(tmp_path: Path) -> 
     assert "hooks.pre['c']: cannot load tests.workers.nope:f" in text
 
 
+def test_a_trusted_module_that_raises_on_import_is_a_problem_named_at_its_path(
+    tmp_path: Path,
+) -> None:
+    """A hook module failing at import (a KeyError for a variable it reads, a syntax
+    error) is one of the file's problems, named at its path, with the others; it was a
+    traceback out of the worker's start and ``psych hooks check``, naming neither."""
+    file = write(
+        tmp_path / "g.yaml",
+        TRUSTED + "hooks: {pre: {a: tests.workers._hook_module_raises:check,"
+        " b: tests.workers._hook_module:missing}}\n",
+    )
+    with pytest.raises(SpecError) as raised:
+        worker_hooks(Hooks(), file, cwd=tmp_path, environ={})
+    text = str(raised.value)
+    assert (
+        f"{file}: hooks.pre['a']: cannot load tests.workers._hook_module_raises:check: "
+        "importing it raised KeyError: 'PSYCH_TEST_HOOK_TOKEN_THAT_IS_NEVER_SET'"
+    ) in text
+    assert "hooks.pre['b']: cannot load tests.workers._hook_module:missing" in text
+
+
 def test_the_project_file_loads_only_when_trusted_and_cannot_trust_modules(
     tmp_path: Path,
 ) -> None:
