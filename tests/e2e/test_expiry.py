@@ -279,8 +279,8 @@ async def test_a_deadline_paused_by_a_suspension_fires_once_the_run_works_again(
 
 async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(rig: Rig) -> None:
     # The subagent waits out a two-hour Retry-After; the lead's children expiry (an hour,
-    # the default) passes first on the server's clock. Its own deadline is a day, so only
-    # the expiry can end it.
+    # the default) passes first on the server's clock. Their deadlines are a day, so only
+    # the expiry can end it (the lead's clock runs while its subagent works, retries too).
     researcher = (
         AgentBuilder("researcher", registry=rig.registry)
         .model("fake-model")
@@ -291,6 +291,7 @@ async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(ri
         AgentBuilder("lead", registry=rig.registry)
         .model("fake-model")
         .subagent("researcher", "Researches a question and reports back.", researcher)
+        .limits(deadline_seconds=DAY)
         .build()
     )
     rig.fake.enqueue(

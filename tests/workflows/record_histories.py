@@ -2076,6 +2076,28 @@ def _spawn_call(tools: list[str]) -> ToolCall:
     return ToolCall("spawn", {**arguments, "tools": tools})
 
 
+async def delegate_past_parents_deadline(rig: Rig) -> RunHandle:
+    # Patch psych-clock-runs-with-children (its marker as the child's start resolves): the
+    # lead's deadline clock (2 s) runs while its subagent works (a 5 s model call), so the
+    # lead takes the answer within its grace and settles FORCE_SETTLED with no next turn.
+    # The rig's key "k" is redacted wherever a model sends it back, delegate's "task" too.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    researcher = rig.agent("researcher").limits(deadline_seconds=60).build()
+    spec = (
+        rig.agent("lead")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .limits(deadline_seconds=2)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.stall(5.0, then=Reply.text("Order 42 is delivered.")),  # the subagent
+    )
+    return await rig.run(spec, "Where is order 42?")
+
+
 async def spawn_and_wait(rig: Rig) -> RunHandle:
     def respond(body: dict[str, Any]) -> Reply:
         messages = body["messages"]
@@ -2562,6 +2584,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # a workflow's outputs are bounded (patch psych-workflow-outputs-bounded, at the start)
     ("dev", workflow_outputs_past_bound),
     ("dev", agent_start_outputs_bounded),
+    # subagents audit 12-06: a lead's clock runs while its subagent works
+    ("dev", delegate_past_parents_deadline),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

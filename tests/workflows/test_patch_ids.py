@@ -115,6 +115,10 @@ PATCHES: dict[str, str] = {
     # poller reading again (features/_a2a.py, ``_wait_on_task``); a Run recorded before
     # ended the call with the failure.
     "psych-a2a-pushed-read-through-failures": "0.1.0",
+    # An agent's deadline clock runs while a subagent or spawned child of its works
+    # (kernel/_handlers.py, ``adopt_child``; kernel/_suspensions.py); a Run recorded before
+    # stopped it while it waited on the child. Asked as the child's start resolves.
+    "psych-clock-runs-with-children": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

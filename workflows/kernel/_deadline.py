@@ -2,7 +2,8 @@
 
 Time spent suspended (waiting for a person or a system, each wait bounded by its own
 expiry) does not count: the deadline bounds the Run's work, not its waiting. The clock runs
-whenever any call is executing, even beside a suspended one.
+whenever any call is executing, even beside a suspended one, and while a child of an agent
+works (``Suspensions.clocked``; a workflow's step child, likewise).
 
 Its timer is never cancelled (since the patch ``psych-local-resolution-safe``; before it, the
 timer was cancelled whenever the Run went idle and started again when it went on). A local

@@ -377,6 +377,14 @@ class Handlers(RunBase):
         finally:
             self._starting.discard(workflow_id)
         self._children[workflow_id] = handle
+        # An agent's deadline clock runs while its subagent or spawned child works (a
+        # workflow's runs while a step does: nothing of its own is pending then). Until
+        # 12-06 a parent waiting on its child only waited, its clock stopped while the child
+        # worked for as long as it liked (an audit). Asked in the task the child's start
+        # resolves in (an event, never a local activity's resolution).
+        if self.KIND == "agent" and workflow.patched("psych-clock-runs-with-children"):
+            self._suspensions.clocked.add(workflow_id)
+            self.report_to_parent()
         return handle
 
     def forget_child(self, run: str) -> None:
@@ -385,6 +393,9 @@ class Handlers(RunBase):
         self._children.pop(run, None)
         if run in self._suspensions.children:
             self._suspensions.set_child(run, ())
+        if run in self._suspensions.clocked:
+            self._suspensions.clocked.discard(run)
+            self.report_to_parent()
 
     def forward(self, run: str, name: str, payload: Any) -> None:
         """Send a signal to a running child (its handler validates it again)."""

@@ -62,6 +62,11 @@ class Suspensions:
         """A child's workflow id -> the number of its newest report taken."""
         self.working: set[str] = set()
         """Children that execute a call beside what they wait for (their last report)."""
+        self.clocked: set[str] = set()
+        """Running children whose work runs this Run's deadline clock: each of them works
+        unless its last report lists something it waits for and no call beside it (an
+        agent's subagents and spawned children started since the patch
+        ``psych-clock-runs-with-children``, ``Handlers.adopt_child``)."""
         self._forwarded: dict[str, set[tuple[str, str | None]]] = {}
         """A child's workflow id -> the items (id, holder) answered here and forwarded to
         it, until a report of the child's no longer lists them (a report sent before the
@@ -104,8 +109,8 @@ class Suspensions:
 
     def waiting_only(self, open_calls: int) -> bool:
         """Whether the Run only waits: something is pending and no call is executing (its
-        own, or a child's that waits beside it)."""
-        if open_calls or self.working:
+        own, a child's that waits beside it, or a clocked child's that waits for nothing)."""
+        if open_calls or self.working or any(run not in self.children for run in self.clocked):
             return False
         return bool(self.waits) or any(self.children.values())
 
