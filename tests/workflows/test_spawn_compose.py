@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 
 from psych_runtime.specs import (
+    A2APeer,
     AgentSpec,
     CodeTool,
     HttpTool,
     Limits,
+    McpServer,
     ModelRef,
     SpawnEnvelope,
     SuspensionPolicy,
@@ -85,6 +87,27 @@ def test_tools_are_the_parents_definitions_within_the_envelope() -> None:
     unknown = child_tools(spec, narrowed, ["wipe", "lookup"])
     assert unknown == "not started: 'wipe' is not among your tools (lookup, refund)"
     assert child_tools(spec, narrowed, []) == ()
+
+
+def test_a_tool_of_the_parents_mcp_server_or_peer_is_refused_as_such() -> None:
+    # The model sees them as its own tools (<server>__<tool>, sanitised): told they were
+    # "not among your tools", it was told something false about its own tool list.
+    spec = parent(
+        mcp_servers=(McpServer(name="my.crm", url="https://crm.test/mcp"),),
+        a2a_peers=(A2APeer(name="travel", url="https://travel.test/"),),
+    )
+    refused = child_tools(spec, SpawnEnvelope(), ["my_crm__lookup", "travel__book", "lookup"])
+    assert refused == (
+        "not started: 'my_crm__lookup' is a tool of MCP server 'my.crm'; 'travel__book' is a "
+        "tool of A2A peer 'travel': a spawned child holds only your code and HTTP tools "
+        "(lookup, refund), never an MCP server's or an A2A peer's"
+    )
+    both = child_tools(spec, SpawnEnvelope(), ["travel__book", "wipe"])
+    assert both == (
+        "not started: 'travel__book' is a tool of A2A peer 'travel': a spawned child holds "
+        "only your code and HTTP tools (lookup, refund), never an MCP server's or an A2A "
+        "peer's; 'wipe' is not among your tools (lookup, refund)"
+    )
 
 
 def test_the_model_comes_from_the_envelope_or_is_the_parents() -> None:

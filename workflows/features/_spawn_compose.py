@@ -17,6 +17,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import (
+        MCP_TOOL_SEPARATOR,
         AgentSpec,
         CodeTool,
         HttpTool,
@@ -25,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         ValidationContext,
         WorkflowSpec,
         narrow,
+        sanitise_tool_name,
         validate,
     )
 
@@ -96,6 +98,17 @@ def child_tools(
     unknown = [name for name in requested if name not in own]
     outside = [name for name in requested if name in own and name not in granted]
     problems = []
+    # A tool of one of the parent's MCP servers or A2A peers is the parent's tool too, as
+    # the model sees it: the refusal says why it cannot pass on (the child is composed
+    # without them), not that the parent lacks it.
+    connected = [name for name in unknown if _connection_of(spec, name) is not None]
+    if connected:
+        unknown = [name for name in unknown if name not in connected]
+        problems.append(
+            "; ".join(f"{name!r} is a tool of {_connection_of(spec, name)}" for name in connected)
+            + ": a spawned child holds only your code and HTTP tools "
+            f"({', '.join(sorted(granted)) or 'none'}), never an MCP server's or an A2A peer's"
+        )
     if unknown:
         problems.append(
             f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not "
@@ -109,6 +122,21 @@ def child_tools(
     if problems:
         return "not started: " + "; ".join(problems)
     return tuple(sorted((own[name] for name in requested), key=lambda tool: tool.name))
+
+
+def _connection_of(spec: AgentSpec, tool: str) -> str | None:
+    """The parent's MCP server or A2A peer whose tool ``tool`` is, by its name
+    (``<server>__<tool>``), or None."""
+    prefix = tool.split(MCP_TOOL_SEPARATOR, 1)[0]
+    if MCP_TOOL_SEPARATOR not in tool or not prefix:
+        return None
+    for server in spec.mcp_servers:
+        if prefix in (server.name, sanitise_tool_name(server.name)):
+            return f"MCP server {server.name!r}"
+    for peer in spec.a2a_peers:
+        if prefix in (peer.name, sanitise_tool_name(peer.name)):
+            return f"A2A peer {peer.name!r}"
+    return None
 
 
 def child_model(spec: AgentSpec, envelope: SpawnEnvelope, requested: str | None) -> ModelRef | str:
