@@ -17,6 +17,9 @@ TOOL_RUN_CODE = "psych.tool.run_code"
 TOOL_SEND_HTTP = "psych.tool.send_http"
 """One HTTP tool call: takes ``SlimHttpToolCall``, returns ``SlimToolOutcome``."""
 TOOL_READ_OUTPUT = "psych.tool.read_output"
+TOOL_STORE_RESULT = "psych.tool.store_result"
+"""Stores a result the workflow made (a child's answer) as a tool activity stores its own:
+shown whole within ``large_result_bytes``, else a handle plus a preview."""
 POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
 """Run as a local activity at every turn boundary (its result is a marker in history)."""
@@ -51,6 +54,7 @@ ACTIVITY_NAMES = (
     TOOL_READ_OUTPUT,
     TOOL_RUN_CODE,
     TOOL_SEND_HTTP,
+    TOOL_STORE_RESULT,
     VERSION_PUBLISH,
 )
 
@@ -79,6 +83,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     TOOL_READ_OUTPUT: TOOLS_ROLE,
     TOOL_RUN_CODE: TOOLS_ROLE,
     TOOL_SEND_HTTP: TOOLS_ROLE,
+    TOOL_STORE_RESULT: TOOLS_ROLE,
     VERSION_PUBLISH: TOOLS_ROLE,
 }
 """The role whose workers run each activity: the workflow schedules it on that role's task

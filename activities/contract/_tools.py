@@ -189,6 +189,16 @@ class ReadOutputInput(_Payload):
     length: int = Field(default=8192, gt=0, le=65536)
 
 
+class StoreResultInput(_Payload):
+    """A result the workflow made itself, stored as a tool activity stores its own: a
+    child Run's answer to ``delegate`` or ``wait_children``."""
+
+    call_id: str
+    """The tool call it answers."""
+    text: str
+    large_result_bytes: int = Field(gt=0)
+
+
 # --- texts both sides write ---------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """psych_runtime.activities.tools: code and HTTP tools, and what every tool call shares.
 
-``ToolActivities`` (catalogue, policy, code, HTTP, ``read_tool_output``), the ``Policy``
+``ToolActivities`` (catalogue, policy, code, HTTP, ``read_tool_output``, storing a child's
+answer), the ``Policy``
 port, storing an outcome (handle + preview for large results), and reporting the outcome of
 a call not safe to repeat through the worker's client (surviving a server outage).
 """

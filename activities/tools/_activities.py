@@ -1,5 +1,6 @@
 """Tool activities: resolve a Run's tool catalog, run code tools, send HTTP tool requests,
-and read back stored results (the built-in ``read_tool_output``).
+read back stored results (the built-in ``read_tool_output``) and store a child Run's
+answer (``_store_result``).
 
 Errors the model should read come back as data, ``ToolOutcome(status="error")``: invalid
 arguments, an exception raised by a tool, an HTTP error status, a timeout, a refused
@@ -30,7 +31,6 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.blobs import BlobStore, canonical_json
 from psych_runtime.activities.contract import (
     POLICY_DECIDE,
@@ -73,6 +73,7 @@ from psych_runtime.activities.tools._outcomes import fixed_decision, store_outco
 from psych_runtime.activities.tools._policy import POLICY_ANSWER_SECONDS, Policy, RulePolicy
 from psych_runtime.activities.tools._read_output import read_slice
 from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
+from psych_runtime.activities.tools._store_result import StoredResults
 from psych_runtime.specs import (
     ExternalWait,
     RegistryError,
@@ -83,7 +84,7 @@ from psych_runtime.specs import (
 _log = logging.getLogger(__name__)
 
 
-class ToolActivities(ActivityClass):
+class ToolActivities(StoredResults):
     """The tool activities, sharing one BlobStore, SecretResolver and HTTP client.
 
     Register them with a worker::

@@ -21,6 +21,7 @@ from psych_runtime.activities.contract import (
     TOOL_READ_OUTPUT,
     TOOL_RUN_CODE,
     TOOL_SEND_HTTP,
+    TOOL_STORE_RESULT,
 )
 from psych_runtime.specs import ToolRegistry
 
@@ -36,7 +37,7 @@ async def test_model_activities_list_the_model_call(tmp_path: Path) -> None:
         assert names(model) == [MODEL_CALL]
 
 
-def test_tool_activities_list_all_five(tmp_path: Path) -> None:
+def test_tool_activities_list_all_six(tmp_path: Path) -> None:
     tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert tools.activities() == [
         tools.catalog,
@@ -44,6 +45,7 @@ def test_tool_activities_list_all_five(tmp_path: Path) -> None:
         tools.read_output,
         tools.run_code,
         tools.send_http,
+        tools.store_result,  # from its StoredResults part
     ]
     # Bound to this instance, so its collaborators serve the calls.
     assert all(getattr(fn, "__self__", None) is tools for fn in tools.activities())
@@ -67,6 +69,7 @@ def test_a_new_defn_method_is_listed_without_touching_any_list(tmp_path: Path) -
         TOOL_READ_OUTPUT,
         TOOL_RUN_CODE,
         TOOL_SEND_HTTP,
+        TOOL_STORE_RESULT,
     ]
 
 

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -2098,6 +2099,42 @@ async def delegate_past_parents_deadline(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 42?")
 
 
+async def delegate_large_answer_stored(rig: Rig) -> RunHandle:
+    # Patch psych-child-answers-stored (its marker as the child's ending arrives): the
+    # subagent's answer is over the lead's large_result_bytes (1000), so
+    # psych.tool.store_result stores it and the lead is shown a handle with a preview; it
+    # reads the answer back with read_tool_output (its own handle), then answers.
+    # The rig's key "k" is redacted wherever a model sends it back, delegate's "task" too.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    researcher = rig.agent("researcher").build()
+    spec = (
+        rig.agent("lead")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+    report = "".join(f"order {n} is delivered\n" for n in range(200))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if not any(m["role"] == "tool" for m in messages) and last["role"] == "user":
+            if "status of 42?" in last["content"]:
+                return Reply.text(report)  # the subagent
+            task = {"agent": "researcher", "task": "status of 42?"}
+            return Reply.tool_calls(ToolCall("delegate", task))
+        handle = re.search(r'handle "(sha256:[0-9a-f]{64})"', last["content"])
+        if handle is not None:
+            arguments = {"handle": handle.group(1), "offset": 0, "length": 65536}
+            return Reply.tool_calls(ToolCall("read_tool_output", arguments))
+        return Reply.text("Order 42 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(spec, "Where is order 42?")
+
+
 async def spawn_and_wait(rig: Rig) -> RunHandle:
     def respond(body: dict[str, Any]) -> Reply:
         messages = body["messages"]
@@ -2586,6 +2623,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", agent_start_outputs_bounded),
     # subagents audit 12-06: a lead's clock runs while its subagent works
     ("dev", delegate_past_parents_deadline),
+    # subagents audit 12-06: a child's large answer is stored, shown as a handle
+    ("dev", delegate_large_answer_stored),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

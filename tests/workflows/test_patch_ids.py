@@ -119,6 +119,11 @@ PATCHES: dict[str, str] = {
     # (kernel/_handlers.py, ``adopt_child``; kernel/_suspensions.py); a Run recorded before
     # stopped it while it waited on the child. Asked as the child's start resolves.
     "psych-clock-runs-with-children": "0.1.0",
+    # A child's answer over large_result_bytes (delegate's, wait_children's endings) is
+    # stored by psych.tool.store_result and shown as a handle with a preview
+    # (features/_subagents.py, ``answer_result``); a Run recorded before showed it whole.
+    # Asked only for such an answer, as the child's ending arrives.
+    "psych-child-answers-stored": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

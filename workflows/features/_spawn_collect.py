@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         spawn,
         spawn_definition,
     )
+    from psych_runtime.workflows.features._subagents import answer_result
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
@@ -125,7 +126,7 @@ async def wait_children(
             # Its answer went to the model and is never read again: not kept for the rest
             # of the Run, nor carried into each later execution's input.
             spawned[target] = child.model_copy(update={"state": "collected", "answer": None})
-    return inline(call, "ok", json.dumps(endings))
+    return await answer_result(run, call, json.dumps(endings))
 
 
 # --- message_child -------------------------------------------------------------------------

@@ -20,7 +20,10 @@
   hand its totals back (a cancelled workflow carries no details), so the parent's cost
   becomes unknown rather than a partial sum.
 - The result: a COMPLETED child's answer as plain text; any other ending as JSON
-  ``{"status", "reason", "run", "agent"}`` with call status ``error``.
+  ``{"status", "reason", "run", "agent"}`` with call status ``error``. An answer over
+  ``large_result_bytes`` is stored (``psych.tool.store_result``) and the model is shown a
+  handle with a preview, as for any tool's result (``answer_result``; since the patch
+  ``psych-child-answers-stored``, a Run recorded before showed it whole).
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
+    from psych_runtime.activities.contract import (
+        StoreResultInput,
+        ToolCallRequest,
+        ToolDefinition,
+    )
     from psych_runtime.specs import (
         AgentSpec,
         DepthCap,
@@ -53,11 +60,12 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.features._fanout import fanout_refusal
+    from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
     from psych_runtime.workflows.kernel._wind_down import (
         ChildEnding,
         ending_of,
@@ -196,8 +204,29 @@ async def delegate(
     ending = ending_of(child)
     settled.took(ending)
     if ending.result is not None and ending.status is RunStatus.COMPLETED:
-        return inline(call, "ok", ending.result.answer or "")
+        return await answer_result(run, call, ending.result.answer or "")
     return settled.error_result(call, ending.status, ending.reason)
+
+
+async def answer_result(run: RunView, call: ToolCallRequest, text: str) -> ToolResult:
+    """What children answered (``delegate``'s answer, ``wait_children``'s endings) as the
+    model reads it: whole within ``large_result_bytes``, else stored and shown as a handle
+    with a preview, which ``read_tool_output`` reads on, as any tool's large result.
+
+    Until 12-06 it was shown whole, whatever its size (an audit: a subagent's 50 KB report
+    reached a lead whose ``large_result_bytes`` was 1000). The patch is asked only for an
+    answer over the bound, as the child's ending arrives (an event's task).
+    """
+    limit = run.limits.large_result_bytes
+    if len(text.encode(errors="replace")) <= limit or not workflow.patched(
+        "psych-child-answers-stored"
+    ):
+        return inline(call, "ok", text)
+    outcome = await calls.store_result(
+        StoreResultInput(call_id=call.id, text=text, large_result_bytes=limit),
+        summary=f"store the answer {call.name} {call.id} returns",
+    )
+    return from_outcome(call, outcome)
 
 
 def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:

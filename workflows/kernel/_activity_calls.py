@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         TOOL_READ_OUTPUT,
         TOOL_RUN_CODE,
         TOOL_SEND_HTTP,
+        TOOL_STORE_RESULT,
         VERSION_PUBLISH,
         WORKFLOWS_ROLE,
         A2aCancelInput,
@@ -79,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         SlimHttpToolCall,
         SlimModelCallResult,
         SlimToolOutcome,
+        StoreResultInput,
         ToolCatalog,
         ToolOutcome,
         VersionPublishInput,
@@ -157,6 +159,8 @@ OPTIONS: dict[str, Options] = {
     MODEL_COMPACT: Options(timedelta(minutes=10), ONCE, heartbeat=MODEL_LOST_AFTER),
     POLICY_DECIDE: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # Storing a blob (and a message) under its content's hash: safe to repeat.
+    TOOL_STORE_RESULT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # An HTTP tool's own timeout plus this margin bounds its activity.
     TOOL_SEND_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_RUN_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
@@ -357,6 +361,11 @@ async def decide(input: PolicyInput) -> PolicyDecision:
 async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
     """``psych.tool.read_output``: a slice of a large result stored whole."""
     return await _execute(TOOL_READ_OUTPUT, input, ToolOutcome, summary=summary)
+
+
+async def store_result(input: StoreResultInput, *, summary: str) -> ToolOutcome:
+    """``psych.tool.store_result``: a result the workflow made (a child's answer), stored."""
+    return await _execute(TOOL_STORE_RESULT, input, ToolOutcome, summary=summary)
 
 
 async def call_tool(
