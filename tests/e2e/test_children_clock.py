@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 
@@ -87,3 +87,43 @@ async def test_a_spawned_childs_work_runs_its_parents_deadline_clock(harness: Ha
     assert lead_calls == 2
     (child,) = report.children
     assert child.status is RunStatus.COMPLETED
+
+
+async def test_a_workflows_clock_runs_while_its_steps_subagent_works(harness: Harness) -> None:
+    # The step's lead waits on its subagent: it reports that wait to the workflow, and
+    # whether it works beside it (its working child), so the workflow's clock runs too.
+    worker = _agent("worker").limits(deadline_seconds=60).build()
+    lead = (
+        _agent("lead")
+        .subagent("worker", "Works slowly, for tests only.", worker)
+        .limits(deadline_seconds=60)
+        .build()
+    )
+    after = _agent("after").build()  # never started: the deadline passed before it
+    spec = (
+        WorkflowBuilder("flow")
+        .agent_step("ask", lead)
+        .agent_step("then", after)
+        .limits(deadline_seconds=2)
+        .build()
+    )
+    lead_calls = 0
+
+    def respond(body: dict[str, Any]) -> Reply:
+        nonlocal lead_calls
+        if _who(body) == "worker":  # 5 s of the grandchild's work, past the flow's 2 s
+            return Reply.stall(5.0, then=Reply.text("worked"))
+        if _who(body) == "after":
+            return Reply.text("after")
+        lead_calls += 1
+        if lead_calls == 1:
+            return Reply.tool_calls(ToolCall("delegate", {"agent": "worker", "task": "go"}))
+        return Reply.text("done")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED, result.reason
+    assert result.reason == "deadline: 2 s passed"
