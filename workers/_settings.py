@@ -1,6 +1,8 @@
 """Settings files: the tool-call hooks a worker loads from YAML, whom it trusts, and
 where it may connect (``egress``, ``workers/_egress_settings.py``), and how it talks to A2A
-peers (``a2a``, ``workers/_a2a_settings.py``).
+peers (``a2a``, ``workers/_a2a_settings.py``); the ``serve`` section (who may call
+``psych serve``, ``workers/serve/_settings.py``) is checked with the rest, though only
+``psych serve`` reads it.
 
 Two files, read when a worker is built (``worker_hooks``), never mutated, never cached:
 
@@ -162,9 +164,14 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
         raise SpecError(f"{source}: a settings file is a mapping, not {type(data).__name__}")
     for key in sorted(set(data) - _KEYS, key=str):
         problems.append(f"{source}: {key}: unknown setting (known: {', '.join(sorted(_KEYS))})")
-    if "serve" in data and scope == "project":
+    if "serve" in data:
         # Read by `psych serve` (workers/serve/_settings.py): who may call the API.
-        problems.append(f"{source}: serve: only the global settings file may configure serve")
+        if scope == "project":
+            problems.append(f"{source}: serve: only the global settings file may configure serve")
+        else:
+            # Checked here too: a fleet's workers and `psych serve` share one file, and a
+            # worker (or `psych hooks check`) that started on it said it was sound.
+            _check_serve(data["serve"], source, problems)
     egress = None
     if "egress" in data:
         if scope == "project":
@@ -228,6 +235,17 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
         egress=egress,
         a2a=a2a,
     )
+
+
+def _check_serve(section: Any, source: str, problems: list[str]) -> None:
+    # Imported here: the serve package brings FastAPI, which only a file with a `serve:`
+    # section needs to be checked.
+    from psych_runtime.workers.serve._settings import parse_serve_section
+
+    try:
+        parse_serve_section(section, source)
+    except SpecError as err:
+        problems.append(str(err))
 
 
 def _module_name(value: object) -> bool:

@@ -164,3 +164,17 @@ def test_a_hooked_call_prints_each_hook_and_the_arguments_that_ran() -> None:
     )
     plain = finished.model_copy(update={"hooks": (), "ran_arguments": None})
     assert format_record(plain) == "  tool call lookup -> ok: record 42"
+
+
+def test_a_bad_serve_section_stops_the_worker_and_hooks_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One file is the fleet's: a worker given it must not start as if it were sound, then
+    # `psych serve` refuse it.
+    file = write(tmp_path / "g.yaml", "serve: {api_keys: nope}\n")
+    assert main(["hooks", "check", "--settings", str(file)]) == 1
+    assert f"{file}: serve.api_keys: a list of" in capsys.readouterr().err
+    file = write(tmp_path / "g.yaml", "serve: {max_body_bytes: 0}\n")
+    # Port 9 (discard) has no Temporal server: reaching it would be a different error.
+    assert main(["worker", "--address", "127.0.0.1:9", "--settings", str(file)]) == 1
+    assert f"{file}: serve.max_body_bytes: a positive number" in capsys.readouterr().err
