@@ -10,7 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.testing import FakeModel
-from psych_runtime.workers import WorkerSettings, run_worker
+from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
 from psych_runtime.workers.fleet import Health, serve_health
 from tests._ports import free_port
 
@@ -79,3 +79,29 @@ async def test_probes_fail_once_a_worker_has_stopped(
         live = await http.get(f"http://127.0.0.1:{port}/livez")
         ready = await http.get(f"http://127.0.0.1:{port}/readyz")
     assert (live.status_code, ready.status_code) == (503, 503)
+
+
+async def test_readiness_is_503_while_the_temporal_server_is_away(tmp_path: Path) -> None:
+    # A private server, stopped under a running worker: the probe answers "not ready"
+    # (the orchestrator takes the pod out of service) rather than dropping the connection.
+    server = await start_dev_server(port=free_port())
+    stopped = False
+    try:
+        client = await connect(server.client.service_client.config.target_host)
+        settings = WorkerSettings(
+            task_queue=f"health-{uuid.uuid4().hex[:12]}", blobs=LocalBlobStore(tmp_path)
+        )
+        async with run_worker(client, settings) as worker:
+            health = Health(client, lambda: [worker])
+            await eventually(health.ready, within=10, what="the worker to be ready")
+            await server.shutdown()
+            stopped = True
+            port = free_port()
+            async with serve_health(health, port), httpx.AsyncClient(timeout=10) as http:
+                ready = await http.get(f"http://127.0.0.1:{port}/readyz")
+                live = await http.get(f"http://127.0.0.1:{port}/livez")
+    finally:
+        if not stopped:
+            await server.shutdown()
+    assert (ready.status_code, ready.text) == (503, "not ok\n")
+    assert live.status_code == 200

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from psych_runtime.specs import SpecError
@@ -81,8 +82,9 @@ class Health:
             return await asyncio.wait_for(
                 self._client.service_client.check_health(), SERVER_CHECK_SECONDS
             )
-        except (TimeoutError, RuntimeError):
-            # An unreachable server is what readiness reports, not an error of the probe.
+        except (TimeoutError, RPCError, RuntimeError):
+            # An unreachable server (the SDK's RPCError: "tcp connect error", unavailable)
+            # is what readiness reports, not an error of the probe.
             return False
 
 
