@@ -19,6 +19,7 @@ from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply
 from psych_runtime.workers import start_dev_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
+from psych_runtime.workers.cli import main
 from psych_runtime.workers.fleet import history_files, load_history, replay
 from psych_runtime.workflows import PsychClient, WorkflowRun
 
@@ -157,3 +158,15 @@ async def test_a_history_of_its_start_event_alone_replays() -> None:
     history = WorkflowHistory.from_json("psych-acme-started", {"events": _events()[:1]})
     (outcome,) = await asyncio.wait_for(replay([(history, "started")]), timeout=30)
     assert outcome.failure is None
+
+
+@pytest.mark.parametrize("count", ["0", "-3", "many"])
+def test_last_takes_a_positive_number_of_runs(
+    count: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--last 0` (or -3) replayed nothing and passed: a gate before promoting that checked
+    # nothing. Port 9 (discard) has no server: reaching it would be a different error.
+    with pytest.raises(SystemExit) as exited:
+        main(["replay", "--last", count, "--address", "127.0.0.1:9"])
+    assert exited.value.code == 2
+    assert f"--last: {count!r} is not a number of Runs" in capsys.readouterr().err

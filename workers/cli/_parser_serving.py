@@ -272,7 +272,7 @@ def add_fleet_commands(
     replay_cmd.add_argument("histories", nargs="*", help="history .json files or directories")
     replay_cmd.add_argument(
         "--last",
-        type=int,
+        type=_run_count,
         metavar="N",
         help="also replay the newest N Runs of each workflow type from the server",
     )
@@ -395,6 +395,17 @@ def listen_port(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a port number (1 to 65535, or 0 for any free port)"
         )
+    return value
+
+
+def _run_count(text: str) -> int:
+    """``replay --last N``: a whole number >= 1 (0 or less replayed nothing and passed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of Runs (a whole number >= 1)")
     return value
 
 
