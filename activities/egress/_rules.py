@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from psych_runtime.specs import SpecError
+
 Origin = Literal["operator", "spec"]
 """Who chose the URL: the worker's operator, or a Spec (and so perhaps a model)."""
 
@@ -108,14 +110,18 @@ class EgressSettings(BaseModel):
         """The fleet's rules from ``PSYCH_EGRESS_ALLOW`` and ``PSYCH_EGRESS_DENY``.
 
         Raises:
-            ValueError: an entry of one of them is not a CIDR or host pattern (named).
+            SpecError: an entry of one of them is not a CIDR or host pattern (the variable
+                and the entry named).
         """
         env = os.environ if environ is None else environ
         allow, deny = env.get("PSYCH_EGRESS_ALLOW", ""), env.get("PSYCH_EGRESS_DENY", "")
-        try:
-            return cls(rules=EgressRules.parse(allow, deny))
-        except ValueError as err:
-            raise ValueError(f"PSYCH_EGRESS_ALLOW / PSYCH_EGRESS_DENY: {err}") from None
+        for name, entries in (("PSYCH_EGRESS_ALLOW", allow), ("PSYCH_EGRESS_DENY", deny)):
+            try:
+                _split(entries)
+            except ValueError as err:
+                # A SpecError (a PsychError): every command prints it as one line.
+                raise SpecError(f"{name}: {err}") from None
+        return cls(rules=EgressRules.parse(allow, deny))
 
     def allowing(self, *entries: str) -> EgressSettings:
         """These settings with ``entries`` (CIDRs or host patterns) added to the fleet's
