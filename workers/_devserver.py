@@ -187,7 +187,8 @@ async def start_dev_server(
     The returned environment's ``client`` carries the psych plugin; ``shutdown()`` stops
     the server process. ``db_file`` makes state survive a restart. ``metrics_port`` serves
     the server's own Prometheus metrics at ``http://127.0.0.1:<port>/metrics`` (its RPCs
-    and persistence operations, by operation; the CLI picks a random port otherwise).
+    and persistence operations, by operation; the CLI picks a random port otherwise). The
+    server does not see this process's ``OTEL_*`` variables: they are psych's.
 
     Raises:
         PsychError: ``port`` (or ``ui_port``, or ``metrics_port``) is taken, or is not
@@ -198,25 +199,46 @@ async def start_dev_server(
             _check_free(taken)
     if port is None:  # not the SDK's pick: that one comes from the ephemeral range
         port = free_port()
-    return await _owned(
-        WorkflowEnvironment.start_local(
-            namespace="default",
-            plugins=[PsychPlugin()],
-            ip="127.0.0.1",
-            port=port,
-            ui=ui,
-            ui_port=ui_port,
-            search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
-            dev_server_existing_path=temporal_binary(),
-            dev_server_database_filename=db_file,
-            dev_server_log_level=log_level,
-            dev_server_extra_args=[
-                *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
-                *UPDATE_PAYLOADS_ARGS,
-                *(("--metrics-port", str(metrics_port)) if metrics_port is not None else ()),
-            ],
+    with _otel_variables_hidden():
+        return await _owned(
+            WorkflowEnvironment.start_local(
+                namespace="default",
+                plugins=[PsychPlugin()],
+                ip="127.0.0.1",
+                port=port,
+                ui=ui,
+                ui_port=ui_port,
+                search_attributes=[
+                    SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES
+                ],
+                dev_server_existing_path=temporal_binary(),
+                dev_server_database_filename=db_file,
+                dev_server_log_level=log_level,
+                dev_server_extra_args=[
+                    *(FAST_DISPATCH_ARGS if fast_dispatch else ()),
+                    *UPDATE_PAYLOADS_ARGS,
+                    *(("--metrics-port", str(metrics_port)) if metrics_port is not None else ()),
+                ],
+            )
         )
-    )
+
+
+@contextlib.contextmanager
+def _otel_variables_hidden() -> Iterator[None]:
+    """The ``OTEL_*`` variables out of the environment while the server process is started.
+
+    They configure psych's telemetry (``workers/_telemetry.py``; ``psych dev`` reads them
+    before), not the server's: the Temporal server the SDK spawns with this process's
+    environment reads them too, and refuses to start on an exporter it does not know
+    (``OTEL_TRACES_EXPORTER=console``, which psych ships). Restored once it has started.
+    """
+    hidden = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+    for name in hidden:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 async def start_time_skipping_server() -> WorkflowEnvironment:

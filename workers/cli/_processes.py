@@ -34,6 +34,7 @@ from psych_runtime.workers._client import with_codec
 from psych_runtime.workers._devserver import db_lock, start_dev_server
 from psych_runtime.workers._environment import describe_policy
 from psych_runtime.workers._gc import tune_gc_for_serving
+from psych_runtime.workers._telemetry import telemetry_from_env
 from psych_runtime.workers._worker import (
     WorkerSettings,
     bound_hooks,
@@ -361,6 +362,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 async def _dev(args: argparse.Namespace) -> int:
     console_logging(verbose=args.verbose)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before the server
+    # The OTEL_* variables, as `psych worker` reads them when it connects: the dev server's
+    # client is not connected through `connect`, and its worker adds the plugins itself.
+    telemetry_from_env()
     # The embedded setup serves its tools and MCP servers on loopback: the operator's own.
     settings = dataclasses.replace(settings, egress=settings.egress.allowing(*LOOPBACK))
     fake = fake_model_of(args)
