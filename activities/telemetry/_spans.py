@@ -27,6 +27,7 @@ from contextvars import Token
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -352,11 +353,16 @@ class ToolCall(_Call):
 class HttpCall:
     """The HTTP client span of one tool request; enter it around sending."""
 
-    def __init__(self, instruments: _Instruments, method: str, url: str, server: str) -> None:
+    def __init__(
+        self, instruments: _Instruments, method: str, url: str, server: str, template: str
+    ) -> None:
         self._instruments = instruments
         self._attributes: dict[str, AttributeValue] = {
             "http.request.method": method,
-            "url.full": url,
+            # The arguments filled into the path are the user's data, as the tool call's
+            # arguments are: only with contents on; else the tool's own URL, unfilled.
+            "url.full": url if instruments.content else template,
+            "url.template": urlsplit(template).path,
             "server.address": server,
         }
         self._name = method
@@ -456,12 +462,17 @@ def tool_span(
     )
 
 
-def http_span(method: str, url: str, server: str) -> HttpCall | _NoCall:
-    """The HTTP client span of one request (``url`` without its query: it may carry
-    credentials); a no-op until ``instrument``."""
+def http_span(method: str, url: str, server: str, *, template: str) -> HttpCall | _NoCall:
+    """The HTTP client span of one request; a no-op until ``instrument``.
+
+    ``url`` is the request's and ``template`` the tool's (its ``{argument}`` placeholders
+    unfilled), both without their query (it may carry credentials, and carries arguments):
+    the span's ``url.full`` is ``url`` only with contents on, else ``template``, and its
+    ``url.template`` is the template's path.
+    """
     if _installed is None:
         return _NO_CALL
-    return HttpCall(_installed, method, url, server)
+    return HttpCall(_installed, method, url, server, template)
 
 
 async def traced_tool(call: ToolCall | _NoCall, work: Awaitable[ToolOutcome]) -> ToolOutcome:

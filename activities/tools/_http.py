@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -160,7 +160,10 @@ async def send_request(client: httpx.AsyncClient, tool: HttpTool, request: httpx
         # httpx's timeout bounds each phase; this bounds the whole exchange.
         async with asyncio.timeout(tool.timeout_seconds):
             with http_span(
-                request.method, str(request.url.copy_with(query=None)), request.url.host
+                request.method,
+                str(request.url.copy_with(query=None)),
+                request.url.host,
+                template=urlunsplit(urlsplit(tool.url)._replace(query="", fragment="")),
             ) as span:
                 response = await client.send(request)
                 span.status(response.status_code)

@@ -282,6 +282,39 @@ async def test_tool_spans_carry_the_outcome_and_an_http_span_under_an_http_tool(
     assert counted == {("explode", "error"): 1, ("fetch", "ok"): 1, ("fetch", "error"): 1}
 
 
+async def test_an_http_spans_url_carries_path_arguments_only_with_contents_on(
+    recorded: tuple[InMemorySpanExporter, InMemoryMetricReader], tmp_path: Path
+) -> None:
+    # The filled URL was on every span: an argument in the path is the user's data as
+    # much as gen_ai.tool.call.arguments, which only PSYCH_OTEL_CONTENT=1 records.
+    exporter, _ = recorded
+    with Upstream(respond=lambda _: Answer(200, b"{}")) as upstream:
+        url = upstream.url + "/cards/{number}?v=1"
+        tool = HttpTool(name="card", description="A card.", url=url, method="GET")
+        call = HttpToolCall(
+            run_id="r1",
+            call_id="c1",
+            tool=tool,
+            arguments={"number": "4111", "detail": "full"},
+            large_result_bytes=1000,
+            scope=Scope(tenant="acme"),
+        )
+        tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path / "b"))
+        await ActivityEnvironment().run(tools.http, call)
+        off = only(exporter, "GET")
+        exporter.clear()
+        _spans.instrument(tracer_provider=_provider_of(exporter), meter_provider=None, content=True)
+        await ActivityEnvironment().run(tools.http, call)
+        on = only(exporter, "GET")
+        await tools.aclose()
+    assert [r.path for r in upstream.requests] == ["/cards/4111?v=1&detail=full"] * 2
+    assert off.attributes is not None and on.attributes is not None
+    assert "4111" not in json.dumps(dict(off.attributes), default=str)
+    assert off.attributes["url.full"] == upstream.url + "/cards/{number}"
+    assert off.attributes["url.template"] == "/cards/{number}"
+    assert on.attributes["url.full"] == upstream.url + "/cards/4111"  # never the query
+
+
 def test_a_tool_call_that_raises_is_failed_and_a_cancelled_one_cancelled(
     recorded: tuple[InMemorySpanExporter, InMemoryMetricReader],
 ) -> None:
