@@ -15,6 +15,7 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import PsychError
 from psych_runtime.workers import start_dev_server
 from psych_runtime.workers.cli import main
+from tests._ports import free_port
 
 from .conftest import SUPPORT_SPEC, TOOLS_REF
 
@@ -189,6 +190,41 @@ def test_codec_server_on_a_port_in_use_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"psych: cannot listen on 127.0.0.1:{port}: "), err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "variable"), [("--health-port", "PSYCH_HEALTH_PORT"), ("--metrics-port", None)]
+)
+def test_a_worker_probe_port_in_use_is_one_line_before_connecting(
+    flag: str,
+    variable: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The health server failed with a traceback once the workers were polling, the
+    # metrics one with the SDK's ValueError. Port 9 (discard) has no Temporal server.
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        if variable is not None:
+            monkeypatch.setenv(variable, str(port))
+            argv = ["worker", "--address", "127.0.0.1:9"]
+        else:
+            argv = ["worker", "--address", "127.0.0.1:9", flag, str(port)]
+        status = main(argv)
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"psych: {variable or flag} {port}: cannot listen on 0.0.0.0:{port}: ")
+    assert len(err.splitlines()) == 1
+    free = str(free_port())
+    status = main(
+        ["worker", "--address", "127.0.0.1:9", "--health-port", free, "--metrics-port", free]
+    )
+    assert status == 1
+    assert capsys.readouterr().err == (
+        f"psych: --health-port and --metrics-port are both port {free}: give two ports\n"
+    )
 
 
 @pytest.mark.parametrize("command", ["validate", "publish"])

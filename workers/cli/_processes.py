@@ -45,7 +45,13 @@ from psych_runtime.workers.cli._parser_serving import SCRIPTED_SUPPORT
 from psych_runtime.workers.cli._runs import temporal_client, temporal_target
 from psych_runtime.workers.cli._scripted_model import fake_model
 from psych_runtime.workers.codec import codec_from_env
-from psych_runtime.workers.fleet import Health, metrics_runtime, port_from, serve_health
+from psych_runtime.workers.fleet import (
+    Health,
+    check_listen_ports,
+    metrics_runtime,
+    port_from,
+    serve_health,
+)
 
 
 @contextlib.contextmanager
@@ -322,6 +328,14 @@ async def _worker(args: argparse.Namespace) -> int:
     fake = fake_model_of(args)
     health_port = port_from(args.health_port, os.environ, "PSYCH_HEALTH_PORT")
     metrics_port = port_from(args.metrics_port, os.environ, "PSYCH_METRICS_PORT")
+    check_listen_ports(
+        {
+            "--health-port" if args.health_port is not None else "PSYCH_HEALTH_PORT": health_port,
+            "--metrics-port" if args.metrics_port is not None else "PSYCH_METRICS_PORT": (
+                metrics_port
+            ),
+        }
+    )
     options = {} if metrics_port is None else {"runtime": metrics_runtime(metrics_port)}
     client = await temporal_client(args, **options)
     async with (

@@ -5,7 +5,13 @@ one task queue shares, which queues have pollers, replaying recorded histories, 
 health and metrics endpoints.
 """
 
-from psych_runtime.workers.fleet._health import Health, metrics_runtime, port_from, serve_health
+from psych_runtime.workers.fleet._health import (
+    Health,
+    check_listen_ports,
+    metrics_runtime,
+    port_from,
+    serve_health,
+)
 from psych_runtime.workers.fleet._policy import (
     POLLER_LIVE_SECONDS,
     check_fleet_policy,
@@ -44,6 +50,7 @@ __all__ = [
     "WORKFLOW_TYPES",
     "activities_of_role",
     "check_fleet_policy",
+    "check_listen_ports",
     "deployment_config",
     "deployment_version",
     "history_files",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from temporalio.client import Client
@@ -50,6 +51,32 @@ def port_from(value: int | None, env: Mapping[str, str], name: str) -> int | Non
     if not 1 <= port <= 65535:
         raise SpecError(f"{name}={text!r} must be a port from 1 to 65535")
     return port
+
+
+def check_listen_ports(ports: Mapping[str, int | None]) -> None:
+    """Refuse, before anything starts, ports (each named by where it was given) that are
+    the same or that this host cannot listen on (``0.0.0.0``): the health server failed
+    with a traceback once the workers were polling, the metrics one before connecting.
+
+    Raises:
+        SpecError: naming the port, where it was given and why.
+    """
+    seen: dict[int, str] = {}
+    for where, port in ports.items():
+        if port is None:
+            continue
+        if port in seen:
+            raise SpecError(f"{seen[port]} and {where} are both port {port}: give two ports")
+        seen[port] = where
+        with socket.socket() as probe:
+            # As the servers bind: a port left in TIME_WAIT counts as free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((BIND_HOST, port))
+            except OSError as err:
+                raise SpecError(
+                    f"{where} {port}: cannot listen on {BIND_HOST}:{port}: {err.strerror}"
+                ) from None
 
 
 def metrics_runtime(port: int) -> Runtime:
