@@ -216,6 +216,10 @@ async def test_span_tree_of_a_run_with_tools_a_suspension_and_a_child(
     assert root.attributes["psych.status"] == "completed"
     assert [s.name for s in _children(spans, root)] == ["turn 1", "turn 2", "turn 3"]
     turn1, turn2, turn3 = _children(spans, root)
+    for turn in (turn1, turn2, turn3):  # the Run's attributes are on every span
+        assert turn.attributes is not None
+        assert turn.attributes["psych.version"] == version
+        assert turn.attributes["psych.tenant"] == tenant
     assert [s.name for s in _children(spans, turn1)] == ["chat fake-model", "execute_tool refund"]
     chat, refund = _children(spans, turn1)
     assert chat.attributes is not None

@@ -99,7 +99,12 @@ class RunTrace:
             },
         )
         self._span = span
-        self._labels = {"psych.run_id": run_id, "psych.tenant": tenant, "psych.agent": name}
+        self._labels = {
+            "psych.run_id": run_id,
+            "psych.tenant": tenant,
+            "psych.agent": name,
+            "psych.version": version,
+        }
         token = context.attach(trace.set_span_in_context(span, ctx))
         try:
             yield
