@@ -153,6 +153,35 @@ async def test_dev_runs_a_server_and_a_worker_until_sigterm(
     assert status == 1 and "cannot connect" in err
 
 
+async def test_dev_runs_unversioned_whatever_the_fleets_variables_say(cli: Cli) -> None:
+    # With the fleet's PSYCH_DEPLOYMENT and PSYCH_BUILD_ID in the shell, its worker was
+    # versioned, silently: no build of its fresh server is current, so no Run started.
+    script_lookup(cli)
+    port = free_port()
+    env = cli.child_env(PSYCH_TOOLS=TOOLS_REF, PSYCH_DEPLOYMENT="fleet", PSYCH_BUILD_ID="b1")
+    child = await spawn([*PSYCH, "dev", "--port", str(port)], env, cli.home)
+    assert child.stdout is not None
+    try:
+        await read_until(child.stdout, "Ctrl-C to stop")
+        argv = ["run", str(cli.spec_file), "--input", "Where is order 7?"]
+        argv += ["--address", f"127.0.0.1:{port}", "--tools", TOOLS_REF]
+        argv += ["--store", str(cli.home / "versions")]
+        # A child of its own: a Run that never starts would hold `psych run` for ever.
+        run = await spawn([*PSYCH, *argv], env, cli.home)
+        try:
+            out, err = await asyncio.wait_for(run.communicate(), 60)
+        finally:
+            if run.returncode is None:
+                run.kill()
+                await run.wait()
+        assert run.returncode == 0, (out + err).decode()
+        assert "settled completed: answered" in out.decode()
+    finally:
+        code, _, errors = await stop(child, signal.SIGTERM)
+    assert code == 0, errors
+    assert "PSYCH_DEPLOYMENT and PSYCH_BUILD_ID are ignored" in errors
+
+
 async def test_dev_refuses_a_database_another_dev_server_holds(cli: Cli, tmp_path: Path) -> None:
     database = tmp_path / "state.sqlite"
     env = cli.child_env(PSYCH_TOOLS=TOOLS_REF)

@@ -379,6 +379,14 @@ async def _dev(args: argparse.Namespace) -> int:
     # The OTEL_* variables, as `psych worker` reads them when it connects: the dev server's
     # client is not connected through `connect`, and its worker adds the plugins itself.
     telemetry_from_env()
+    if settings.deployment is not None:
+        # Its fresh server has no current build, so a versioned worker would start no Run.
+        print(
+            "psych: warning: PSYCH_DEPLOYMENT and PSYCH_BUILD_ID are ignored: psych dev runs "
+            "an unversioned worker (Worker Versioning is `psych worker`'s)",
+            file=sys.stderr,
+        )
+        settings = dataclasses.replace(settings, deployment=None)
     # The embedded setup serves its tools and MCP servers on loopback: the operator's own.
     settings = dataclasses.replace(settings, egress=settings.egress.allowing(*LOOPBACK))
     fake = fake_model_of(args)
