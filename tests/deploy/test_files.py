@@ -24,6 +24,7 @@ import yaml
 
 from psych_runtime.activities import ROLES, role_task_queue
 from psych_runtime.workers import UPDATE_PAYLOADS_ARGS
+from psych_runtime.workers.cli._processes import SHUTDOWN_GRACE
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -170,8 +171,10 @@ def test_one_deployment_per_role_with_probes_resources_and_a_non_root_container(
         assert {"cpu", "memory"} <= set(container["resources"]["requests"])
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == 10001
-        # A stopping worker may report held outcomes for outage seconds + 10.
-        assert pod["terminationGracePeriodSeconds"] >= float(config()["PSYCH_OUTAGE_SECONDS"]) + 10
+        # A stopping worker lets its calls finish, then may report held outcomes for
+        # outage seconds + 10.
+        least = SHUTDOWN_GRACE.total_seconds() + float(config()["PSYCH_OUTAGE_SECONDS"]) + 10
+        assert pod["terminationGracePeriodSeconds"] >= least
 
 
 def test_each_role_scales_on_its_own_task_queue_with_kedas_temporal_scaler() -> None:
@@ -233,6 +236,9 @@ def test_the_compose_file_runs_temporal_on_postgres_the_ui_s3_and_a_worker_per_r
         assert env["TEMPORAL_ADDRESS"] == "temporal:7233"
         assert env["PSYCH_BLOB_URL"].startswith("s3://psych/")
         assert "endpoint=http://minio:9000" in env["PSYCH_BLOB_URL"]
+        # A stopping worker lets its calls finish, then reports what it holds (60 + 10 s).
+        assert worker["stop_grace_period"] == "120s"
+        assert SHUTDOWN_GRACE.total_seconds() + 60 + 10 <= 120
     # The bucket the workers name is the one the setup job makes.
     assert "local/psych" in " ".join(services["blobs-setup"]["command"])
     for service in services.values():

@@ -110,6 +110,65 @@ async def test_worker_tunes_its_collector_once_its_workers_are_built(
     assert shown == [f'{{"thresholds": "{thresholds}", "frozen": "True"}}']
 
 
+SLOW_TOOLS = '''
+import asyncio
+import pathlib
+
+from psych_runtime.specs import ToolRegistry
+
+registry = ToolRegistry()
+MARKS = pathlib.Path(__file__).parent
+
+
+@registry.register(idempotent=True)
+async def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order by id, slowly.
+
+    Args:
+        order_id: The order's id, e.g. "42".
+    """
+    print("lookup started", flush=True)  # on the worker's output, which the test reads
+    await asyncio.sleep(3)
+    (MARKS / "finished").write_text(order_id)
+    return {"order_id": order_id, "status": "delivered"}
+'''
+
+
+async def test_a_stopping_worker_lets_its_running_tool_call_finish(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SIGTERM (a rolling deploy, a scale-down) cancelled every running call at once: the
+    # model was told "WorkerShutdown: Worker is shutting down", where deploy/ promises a
+    # stopping worker finishes its calls.
+    tools = cli.home / "slow_tools.py"
+    tools.write_text(SLOW_TOOLS)
+    script_lookup(cli)
+    env = cli.child_env(TEMPORAL_ADDRESS=cli.address, PSYCH_TASK_QUEUE=cli.task_queue)
+    argv = [*PSYCH, "worker", "--tools", f"{tools}:registry"]
+    first = await spawn(argv, env, cli.home)
+    assert first.stdout is not None
+    await read_until(first.stdout, "Ctrl-C to stop")
+    run = asyncio.create_task(psych(capsys, *cli.run_args("--input", "Where is order 7?")))
+    try:
+        await read_until(first.stdout, "lookup started")
+        code, _, errors = await stop(first, signal.SIGTERM)
+        assert code == 0, errors
+        assert (cli.home / "finished").read_text() == "7"  # finished before the exit
+        second = await spawn(argv, env, cli.home)  # the Run's next turn
+        assert second.stdout is not None
+        try:
+            await read_until(second.stdout, "Ctrl-C to stop")
+            status, out, err = await asyncio.wait_for(run, 60)
+        finally:
+            await stop(second, signal.SIGTERM)
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    assert status == 0, out + err
+    assert "tool call lookup_order -> ok" in out and "WorkerShutdown" not in out
+
+
 async def test_dev_runs_a_server_and_a_worker_until_sigterm(
     cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:

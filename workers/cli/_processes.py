@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,6 +106,12 @@ async def _terminable(command: Coroutine[Any, Any, int]) -> int:
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+SHUTDOWN_GRACE = timedelta(seconds=30)
+"""How long a stopping ``psych worker`` (SIGTERM: a deploy, a scale-down) lets its running
+calls finish before cancelling them. The SDK's default, none, failed each at once with
+WorkerShutdown, which the model read as the tool's error (deploy/'s grace periods count it)."""
 
 
 class _Terminated(Exception):
@@ -340,7 +347,7 @@ async def _worker(args: argparse.Namespace) -> int:
     client = await temporal_client(args, **options)
     async with (
         model_wiring(fake, settings) as (settings, serving),
-        run_workers(client, settings) as workers,
+        run_workers(client, settings, graceful_shutdown_timeout=SHUTDOWN_GRACE) as workers,
         contextlib.AsyncExitStack() as probes,
     ):
         if health_port is not None:
