@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -51,6 +52,13 @@ class EgressRules(BaseModel):
     allow_cidrs: tuple[str, ...] = ()
     deny_hosts: tuple[Annotated[str, Field(min_length=1)], ...] = ()
     deny_cidrs: tuple[str, ...] = ()
+
+    @field_validator("allow_hosts", "deny_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            _check_host_pattern(pattern)
+        return value
 
     @field_validator("allow_cidrs", "deny_cidrs")
     @classmethod
@@ -301,6 +309,20 @@ def _within(address: IPAddress, network: IPNetwork) -> bool:
     return address.version == network.version and address in network
 
 
+_HOST_PATTERN = re.compile(r"[a-z0-9._*?-]+")
+"""What a host pattern may hold: a host name's characters and the ``*``/``?`` wildcards."""
+
+
+def _check_host_pattern(pattern: str) -> None:
+    # A port, a path, a scheme or userinfo makes a pattern no host name matches: a deny
+    # rule written so would deny nothing, and say nothing.
+    if not _HOST_PATTERN.fullmatch(pattern.lower()):
+        raise ValueError(
+            f"{pattern!r} is not a host pattern (a host name, * and ? as wildcards, like "
+            "*.corp.example; no scheme, port or path) nor a CIDR"
+        )
+
+
 def _split(entries: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     hosts: list[str] = []
     cidrs: list[str] = []
@@ -313,6 +335,7 @@ def _split(entries: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         except ValueError as err:
             if "/" in entry:  # meant as a CIDR: never read as a host pattern instead
                 raise ValueError(f"{entry!r} is not a CIDR (like 10.0.0.0/8): {err}") from None
+            _check_host_pattern(entry)
             hosts.append(entry.lower())
         else:
             cidrs.append(entry)

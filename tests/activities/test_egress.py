@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ipaddress
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -323,6 +324,13 @@ def test_the_default_refuses_every_kind_of_address_a_network_trusts() -> None:
 def test_bad_rules_name_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33' is not a CIDR"):
         EgressRules(allow_cidrs=("10.0.0.0/33",))
+    # A host with a port, a scheme-less URL, a space: a pattern no host name ever matches,
+    # so a deny rule written so denied nothing, silently.
+    for entry in ("evil.example:443", "*.evil.example:8443", "ex ample.com", "u@evil.example"):
+        with pytest.raises(ValueError, match=f"{re.escape(repr(entry))} is not a host pattern"):
+            EgressRules.parse("", f"ok.example,{entry}")
+        with pytest.raises(ValueError, match="is not a host pattern"):
+            EgressRules(deny_hosts=(entry,))
     rules = EgressRules.parse("10.0.0.0/8, *.corp.example ,", "Metadata.Test")
     assert rules == EgressRules(
         allow_hosts=("*.corp.example",), allow_cidrs=("10.0.0.0/8",), deny_hosts=("metadata.test",)

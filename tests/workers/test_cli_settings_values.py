@@ -273,6 +273,11 @@ def test_a_tools_reference_that_does_not_load_names_where_it_was_given(
         # A traceback from worker (and dev, publish --check-connections), naming neither.
         ([], {"PSYCH_EGRESS_ALLOW": "10.0.0.0/33"}, "PSYCH_EGRESS_ALLOW: '10.0.0.0/33' is not"),
         ([], {"PSYCH_EGRESS_DENY": "10.0.0.1/8,/x"}, "PSYCH_EGRESS_DENY: '/x' is not"),
+        (
+            [],
+            {"PSYCH_EGRESS_DENY": "evil.example:443"},
+            "PSYCH_EGRESS_DENY: 'evil.example:443' is not a host pattern",
+        ),
         (["serve", "--listen", "bad"], {}, "--listen 'bad': give host:port"),
         (["serve"], {"PSYCH_SERVE_LISTEN": "bad"}, "PSYCH_SERVE_LISTEN 'bad': give host:port"),
         (
