@@ -170,3 +170,11 @@ def test_last_takes_a_positive_number_of_runs(
         main(["replay", "--last", count, "--address", "127.0.0.1:9"])
     assert exited.value.code == 2
     assert f"--last: {count!r} is not a number of Runs" in capsys.readouterr().err
+
+
+def test_type_without_last_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # It was ignored: the AgentRun of the file replayed, and "ok", under --type WorkflowRun.
+    assert main(["replay", str(PLAIN), "--type", "WorkflowRun"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "psych: --type chooses among the newest Runs of --last N; give --last too\n"

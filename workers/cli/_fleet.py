@@ -28,6 +28,9 @@ from psych_runtime.workers.fleet import (
 async def _replay(args: argparse.Namespace) -> int:
     if not args.histories and args.last is None:
         raise PsychError("nothing to replay: give history files or directories, or --last N")
+    if args.type and args.last is None:
+        # It was ignored: `replay FILE --type WorkflowRun` replayed the AgentRun of FILE.
+        raise PsychError("--type chooses among the newest Runs of --last N; give --last too")
     outcomes: list[ReplayOutcome] = []
     files = history_files(Path(path) for path in args.histories)
     # Every file is read and checked before the first is replayed: a file that is not a
