@@ -278,6 +278,17 @@ def test_a_tools_reference_that_does_not_load_names_where_it_was_given(
             {"PSYCH_EGRESS_DENY": "evil.example:443"},
             "PSYCH_EGRESS_DENY: 'evil.example:443' is not a host pattern",
         ),
+        # A worker that said it polled and was ready, and that the server never served.
+        (
+            ["worker", "--deployment", "fleet", "--build-id", "b" * 256],
+            {},
+            "--build-id: a build id of 256 bytes; Temporal takes at most 255",
+        ),
+        (
+            [],
+            {"PSYCH_DEPLOYMENT": "fleet", "PSYCH_BUILD_ID": "é" * 128},
+            "--build-id/PSYCH_BUILD_ID: a build id of 256 bytes",
+        ),
         (["serve", "--listen", "bad"], {}, "--listen 'bad': give host:port"),
         (["serve"], {"PSYCH_SERVE_LISTEN": "bad"}, "PSYCH_SERVE_LISTEN 'bad': give host:port"),
         (

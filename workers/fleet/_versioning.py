@@ -19,6 +19,9 @@ from temporalio.worker import WorkerDeploymentConfig
 
 from psych_runtime.specs import SpecError
 
+MAX_BUILD_ID_BYTES = 255
+"""The longest build id the Temporal server takes by default (``limit.workerBuildIdSize``)."""
+
 
 def deployment_version(
     deployment: str | None, build_id: str | None
@@ -26,8 +29,9 @@ def deployment_version(
     """The version a worker declares, or None for an unversioned worker (neither given).
 
     Raises:
-        SpecError: only one of the two is given, or the deployment name has a ``.``
-            (Temporal's canonical ``<deployment>.<build id>`` would be ambiguous).
+        SpecError: only one of the two is given, the deployment name has a ``.``
+            (Temporal's canonical ``<deployment>.<build id>`` would be ambiguous), or the
+            build id is longer than the server takes (``MAX_BUILD_ID_BYTES``).
     """
     deployment = (deployment or "").strip() or None
     build_id = (build_id or "").strip() or None
@@ -40,6 +44,14 @@ def deployment_version(
         )
     if "." in deployment:
         raise SpecError(f"deployment name {deployment!r} may not contain '.'")
+    size = len(build_id.encode())
+    if size > MAX_BUILD_ID_BYTES:
+        # The server drops such a worker's polls with no error the worker shows: it said
+        # it polled, and was ready, and no task ever reached it.
+        raise SpecError(
+            f"--build-id/PSYCH_BUILD_ID: a build id of {size} bytes; Temporal takes at most "
+            f"{MAX_BUILD_ID_BYTES} (its limit.workerBuildIdSize)"
+        )
     return WorkerDeploymentVersion(deployment_name=deployment, build_id=build_id)
 
 
