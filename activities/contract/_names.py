@@ -20,6 +20,9 @@ TOOL_READ_OUTPUT = "psych.tool.read_output"
 TOOL_STORE_RESULT = "psych.tool.store_result"
 """Stores a result the workflow made (a child's answer) as a tool activity stores its own:
 shown whole within ``large_result_bytes``, else a handle plus a preview."""
+TOOL_FINISH_EXTERNAL = "psych.tool.finish_external"
+"""The payload that completed a code tool's ``ExternalWait``, through the call's post hooks
+and stored as any tool result (``ExternalResultInput`` -> ``ToolOutcome``)."""
 POLICY_DECIDE = "psych.policy.decide"
 MCP_LIST_TOOLS = "psych.mcp.list_tools"
 """Run as a local activity at every turn boundary (its result is a marker in history)."""
@@ -50,6 +53,7 @@ ACTIVITY_NAMES = (
     POLICY_DECIDE,
     TOOL_A2A,
     TOOL_CATALOG,
+    TOOL_FINISH_EXTERNAL,
     TOOL_MCP,
     TOOL_READ_OUTPUT,
     TOOL_RUN_CODE,
@@ -79,6 +83,7 @@ ACTIVITY_ROLES: dict[str, str] = {
     POLICY_DECIDE: TOOLS_ROLE,
     TOOL_A2A: TOOLS_ROLE,
     TOOL_CATALOG: TOOLS_ROLE,
+    TOOL_FINISH_EXTERNAL: TOOLS_ROLE,
     TOOL_MCP: TOOLS_ROLE,
     TOOL_READ_OUTPUT: TOOLS_ROLE,
     TOOL_RUN_CODE: TOOLS_ROLE,

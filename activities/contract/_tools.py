@@ -189,6 +189,26 @@ class ReadOutputInput(_Payload):
     length: int = Field(default=8192, gt=0, le=65536)
 
 
+class ExternalResultInput(_Payload):
+    """The payload that completed a code tool's ``ExternalWait``: the call's post hooks
+    see it, then it is stored as a tool activity stores its own result."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    """The tool's name as the model called it (what hooks match)."""
+    arguments: dict[str, Any]
+    """The arguments the tool ran with (after its pre hooks), as its hooks saw them."""
+    text: str
+    """The payload as text (a JSON payload's JSON)."""
+    large_result_bytes: int = Field(gt=0)
+    scope: Scope
+
+    @field_serializer("scope")
+    def _scope(self, scope: Scope) -> dict[str, Any]:
+        return _compact_scope(scope)
+
+
 class StoreResultInput(_Payload):
     """A result the workflow made itself, stored as a tool activity stores its own: a
     child Run's answer to ``delegate`` or ``wait_children``."""

@@ -720,6 +720,12 @@ async def external_wait_completed(rig: Rig) -> RunHandle:
     return run
 
 
+async def external_wait_completed_hooked(rig: Rig) -> RunHandle:
+    # Patch psych-external-result-hooked (its marker as the completion arrives): the payload
+    # goes through psych.tool.finish_external (post hooks, stored) before the model reads it.
+    return await external_wait_completed(rig)
+
+
 async def abort_during_interruptible_call(rig: Rig) -> RunHandle:
     GATES.clear()
     spec = rig.agent("searcher").tool("search").build()
@@ -2625,6 +2631,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", delegate_past_parents_deadline),
     # subagents audit 12-06: a child's large answer is stored, shown as a handle
     ("dev", delegate_large_answer_stored),
+    # hooks audit 12-06: an external wait's payload goes through the post hooks, stored
+    ("dev", external_wait_completed_hooked),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

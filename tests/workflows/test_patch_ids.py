@@ -124,6 +124,10 @@ PATCHES: dict[str, str] = {
     # (features/_subagents.py, ``answer_result``); a Run recorded before showed it whole.
     # Asked only for such an answer, as the child's ending arrives.
     "psych-child-answers-stored": "0.1.0",
+    # The payload completing a code tool's external wait goes through the call's post hooks
+    # and is stored (psych.tool.finish_external; kernel/_external_result.py); a Run recorded
+    # before showed it as sent. Asked as the completion arrives, for a code tool's wait.
+    "psych-external-result-hooked": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

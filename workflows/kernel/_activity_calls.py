@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         POLICY_DECIDE,
         TOOL_A2A,
         TOOL_CATALOG,
+        TOOL_FINISH_EXTERNAL,
         TOOL_MCP,
         TOOL_READ_OUTPUT,
         TOOL_RUN_CODE,
@@ -63,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         CompactInput,
         CompactResult,
         ErrorType,
+        ExternalResultInput,
         HttpToolCall,
         McpAuthorized,
         McpAuthorizeInput,
@@ -161,6 +163,11 @@ OPTIONS: dict[str, Options] = {
     TOOL_READ_OUTPUT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # Storing a blob (and a message) under its content's hash: safe to repeat.
     TOOL_STORE_RESULT: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
+    # Post hooks (10 s each, heartbeating) on a payload, then one store: a rewrite run
+    # twice after a worker's crash gives the same result.
+    TOOL_FINISH_EXTERNAL: Options(
+        timedelta(minutes=2), SAFE_TOOL_RETRY, heartbeat=timedelta(seconds=30)
+    ),
     # An HTTP tool's own timeout plus this margin bounds its activity.
     TOOL_SEND_HTTP: Options(timedelta(seconds=30), ONCE, heartbeat=timedelta(seconds=10)),
     TOOL_RUN_CODE: Options(timedelta(minutes=10), ONCE, heartbeat=timedelta(seconds=10)),
@@ -366,6 +373,12 @@ async def read_output(input: ReadOutputInput, *, summary: str) -> ToolOutcome:
 async def store_result(input: StoreResultInput, *, summary: str) -> ToolOutcome:
     """``psych.tool.store_result``: a result the workflow made (a child's answer), stored."""
     return await _execute(TOOL_STORE_RESULT, input, ToolOutcome, summary=summary)
+
+
+async def finish_external(input: ExternalResultInput, *, summary: str) -> ToolOutcome:
+    """``psych.tool.finish_external``: an external wait's payload through the call's post
+    hooks, stored."""
+    return await _execute(TOOL_FINISH_EXTERNAL, input, ToolOutcome, summary=summary)
 
 
 async def call_tool(

@@ -15,7 +15,6 @@ A code tool registered quick and safe to repeat runs as a local activity
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from temporalio import workflow
@@ -55,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _guards as guards
     from psych_runtime.workflows.kernel import _mcp_input as mcp_input
     from psych_runtime.workflows.kernel._consent import consent_of
+    from psych_runtime.workflows.kernel._external_result import external_result
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._local_hold import LocalHold
     from psych_runtime.workflows.kernel._outcome import Stop
@@ -126,9 +126,8 @@ class ToolCalls(FeatureView):
         bounds = self._input.bounds
         own = spec.suspension
         policy = bounds.suspension if bounds is not None and bounds.suspension else own
-        # A parent imposes its expiries only: whether the model may ask questions is part of
-        # what this Version offers its model. (WorkflowRun ships with this rule, so no Run
-        # in flight ever took the parent's flag: no patch is needed.)
+        # A parent imposes its expiries only: whether the model may ask questions is this
+        # Version's offer (WorkflowRun shipped with this rule: no Run needs a patch for it).
         self._suspension = policy.model_copy(update={"may_ask_questions": own.may_ask_questions})
 
     async def _run_tools(
@@ -227,7 +226,7 @@ class ToolCalls(FeatureView):
         while result.then is not None:  # after the call closed (an A2A peer's question)
             result = await result.then()
         if result.outcome is not None and result.outcome.status == "wait":
-            return await self._external(call, result.outcome)
+            return await self._external(call, result.outcome, entry.kind == "code", arguments)
         request = mcp_input.asked(result)
         if request is not None:
             return await self._answering(turn, call, entry, arguments, request)
@@ -349,7 +348,9 @@ class ToolCalls(FeatureView):
         note = f" Their note: {answer.note}" if answer.note else ""
         return inline(call, "rejected", f"An approver rejected this call.{note}", counts=False)
 
-    async def _external(self, call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
+    async def _external(
+        self, call: ToolCallRequest, outcome: ToolOutcome, code: bool, arguments: dict[str, Any]
+    ) -> ToolResult:
         token = outcome.wait_token or call.id
         if token in self._suspensions.waits:
             return inline(call, "error", f"another call already waits on token {token!r}")
@@ -360,10 +361,9 @@ class ToolCalls(FeatureView):
             id=token,
             question=outcome.content,
         )
-        payload = answer.payload
-        result = inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
-        result.ran = outcome
-        return result
+        return await external_result(
+            call, outcome, answer.payload, code, arguments, self._input, self._limits
+        )
 
     async def _execute(
         self,

@@ -1,0 +1,72 @@
+"""The result of a code tool's call that an external completion finished.
+
+A code tool returning ``ExternalWait`` suspends the Run until someone completes its token
+with a payload, which becomes the call's result. The call's pre hooks ran when it
+returned the wait; the payload is its result arriving late, so the call's post hooks see
+it, and it is stored as any tool result is (whole within ``large_result_bytes``, else a
+handle and a preview): ``psych.tool.finish_external`` on the tools role. The record keeps
+the waiting call's arguments and pre hooks' effects, then the post hooks'.
+
+Until 12-06 the payload reached the model as sent, seen by no hook and never stored (an
+audit: a post hook masking card numbers never saw a completed payload). A Run recorded
+before keeps that reading: patch ``psych-external-result-hooked``, asked as the completion
+arrives (an update's task), for a code tool's wait only (an A2A peer's wait is finished by
+``psych.a2a.poll``, which runs the post hooks itself).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import (
+        ExternalResultInput,
+        ToolCallRequest,
+        ToolOutcome,
+    )
+    from psych_runtime.specs import Limits
+    from psych_runtime.workflows.contract._contract import RunInput
+    from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+
+
+async def external_result(
+    call: ToolCallRequest,
+    waited: ToolOutcome,
+    payload: Any,
+    hooked: bool,
+    arguments: dict[str, Any],
+    run: RunInput,
+    limits: Limits,
+) -> ToolResult:
+    """The result of ``call`` of Run ``run``, which returned ``waited`` and was completed
+    with ``payload`` (``hooked``: a code tool's call, whose post hooks see the payload;
+    ``arguments``: the model's, which its pre hooks may have rewritten)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    if not hooked or not workflow.patched("psych-external-result-hooked"):
+        result = inline(call, "ok", text)
+        result.ran = waited
+        return result
+    ran = waited.ran_arguments if waited.ran_arguments is not None else arguments
+    finished = await calls.finish_external(
+        ExternalResultInput(
+            run_id=run.run_id,
+            call_id=call.id,
+            tool=call.name,
+            arguments=ran,
+            text=text,
+            large_result_bytes=limits.large_result_bytes,
+            scope=run.scope,
+        ),
+        summary=f"finish tool {call.name} {call.id} with its completion",
+    )
+    stamped = finished.model_copy(
+        update={
+            "ran_arguments": waited.ran_arguments,
+            "hooks": (*waited.hooks, *finished.hooks),
+        }
+    )
+    return from_outcome(call, stamped)
