@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
 from psych_runtime.activities.hooks._effects import hook_effect
-from psych_runtime.activities.hooks._threads import run_sync_hook
+from psych_runtime.activities.hooks._threads import SYNC_HOOK_THREADS, Start, run_sync_hook
 
 if TYPE_CHECKING:
     from psych_runtime.activities.contract import HookEffect, ToolOutcome
@@ -376,11 +376,13 @@ async def _call(action: Callable[..., Any], *args: Any) -> Any:
     in a thread (so the activity keeps heartbeating while it runs)."""
     import asyncio  # here, as in _heartbeating: declaring hooks needs no event loop machinery
 
+    start = Start()
+
     async def answer() -> Any:
         if inspect.iscoroutinefunction(action):
             result = await action(*args)
         else:
-            result = await run_sync_hook(action, *args)
+            result = await run_sync_hook(action, *args, start=start)
         if inspect.isawaitable(result):  # a callable object with an async __call__
             result = await result
         return result
@@ -390,7 +392,12 @@ async def _call(action: Callable[..., Any], *args: Any) -> Any:
             return await answer()
     except TimeoutError:
         if deadline.expired():
-            raise _HookFailed(f"it did not answer within {PYTHON_HOOK_SECONDS:g} s") from None
+            if inspect.iscoroutinefunction(action) or start.started:
+                raise _HookFailed(f"it did not answer within {PYTHON_HOOK_SECONDS:g} s") from None
+            raise _HookFailed(
+                f"it did not start within {PYTHON_HOOK_SECONDS:g} s: all {SYNC_HOOK_THREADS} "
+                "threads for sync hooks were taken by hooks that had not returned"
+            ) from None
         raise
 
 

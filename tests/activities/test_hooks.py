@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -303,3 +304,56 @@ async def test_command_post_and_on_error_hooks_read_json_and_failures_are_ignore
     plan = Hooks().on_error("*", replace).plan(call())
     status, text = await plan.after("error", "HTTP 503")
     assert status == "ok" and json.loads(text) == {"fallback": True, "was": "HTTP 503"}
+
+
+async def test_sync_hooks_past_the_thread_cap_wait_for_a_thread_rather_than_deny() -> None:
+    # More calls of one turn than there are sync-hook threads, each with a quick, healthy
+    # pre hook: the hooks past the cap take a thread as one frees, within their deadline;
+    # none is denied for the load alone (a pre hook's failure denies the call).
+    from psych_runtime.activities.hooks._threads import SYNC_HOOK_THREADS
+
+    calls = SYNC_HOOK_THREADS + 8
+    release = threading.Event()
+    entered = 0
+    lock = threading.Lock()
+    loop = asyncio.get_running_loop()
+    all_taken = asyncio.Event()
+
+    def check(c: HookCall) -> None:
+        nonlocal entered
+        with lock:
+            entered += 1
+            if entered == SYNC_HOOK_THREADS:
+                loop.call_soon_threadsafe(all_taken.set)
+        release.wait(timeout=9)
+
+    hooks = Hooks().pre("*", check)
+    verdicts = asyncio.gather(*(hooks.plan(call(to=str(n))).before() for n in range(calls)))
+    taken = asyncio.ensure_future(all_taken.wait())
+    try:
+        # Every thread taken by a running hook (or, failing that, the hooks' deadline).
+        either: set[asyncio.Future[Any]] = {taken, verdicts}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        taken.cancel()
+        release.set()
+    assert await verdicts == [None] * calls
+    assert entered == calls
+
+
+async def test_a_sync_hook_that_gets_no_thread_within_its_deadline_denies_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from psych_runtime.activities.hooks import _hooks, _threads
+
+    monkeypatch.setattr(_hooks, "PYTHON_HOOK_SECONDS", 0.2)
+    monkeypatch.setattr(_threads, "_free", 0)  # every thread held by a hook not returned
+    ran: list[str] = []
+
+    def check(c: HookCall) -> None:
+        ran.append(c.call_id)
+
+    message = await Hooks().pre("*", check).plan(call(to="a")).before()
+    assert message is not None and "did not start within 0.2 s" in message
+    assert "threads for sync hooks were taken" in message
+    assert ran == []
