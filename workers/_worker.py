@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -419,9 +420,8 @@ def build_worker(
 
 
 def sealed(client: Client, settings: WorkerSettings) -> WorkerSettings:
-    """``settings`` with its blob and token stores encrypting under the client's keys
-    (``sealed_blobs``, ``sealed_tokens``): a message kept out of history must not sit in
-    clear in the blob store, nor an OAuth token in the token store."""
+    """``settings`` with its blob and token stores encrypting under the client's keys: a
+    message kept out of history must not sit in clear, nor an OAuth token."""
     blobs = sealed_blobs(client, settings.blobs)
     tokens = sealed_tokens(client, settings.tokens)
     if blobs is settings.blobs and tokens is settings.tokens:
@@ -466,7 +466,12 @@ async def run_workers(
                 async with AsyncExitStack() as running:
                     for worker in workers:
                         await running.enter_async_context(worker)
-                    yield workers
+                    try:
+                        yield workers
+                    finally:
+                        # Every role stops polling at once and its calls finish in parallel:
+                        # one by one, a role still polling took calls while another drained.
+                        await asyncio.gather(*(worker.shutdown() for worker in workers))
             finally:
                 await mcp.aclose()
             # Calls not safe to repeat report their outcome through the client; the workers
