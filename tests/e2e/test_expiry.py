@@ -324,3 +324,49 @@ async def test_a_subagent_that_outlives_the_children_expiry_abandons_the_lead(ri
     # subagent's retry (a third request, answered 500) in the moment between the lead's
     # expiry and its cancellation reaching the child, when no task is outstanding.
     assert len(rig.fake.requests) in (2, 3)
+
+
+async def test_an_expiry_ends_the_other_waits_of_its_turn(rig: Rig) -> None:
+    # Before: the approval's expiry recorded suspension_expired after a day, and the Run
+    # went on waiting for the payment webhook for the rest of the week (still suspended,
+    # still taking a completion) before it settled ABANDONED for the approval.
+    spec = (
+        AgentBuilder("orders", registry=rig.registry)
+        .model("fake-model")
+        .tool("delete_order")
+        .tool("request_payment")
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "1"}, id="c-del"),
+            ToolCall("request_payment", {"order_id": "2"}, id="c-pay"),
+        ),
+        Reply.text("never asked for"),
+    )
+    run = await rig.client.dispatch(spec, "delete 1, charge 2", scope=rig.scope)
+    state = await state_when(
+        rig.client, run, rig.scope, lambda s: len(s.pending) == 2, what="both waits", unsettled=True
+    )
+    assert {(p.reason, p.id) for p in state.pending} == {
+        ("approval", "c-del"),
+        ("external", "pay-2"),
+    }
+    result = await rig.settled(run)
+    records = await rig.records(run)
+
+    assert result.status is RunStatus.ABANDONED
+    assert result.reason.startswith("suspension_expired: approval c-del was not answered")
+    assert await rig.server_seconds(run) == pytest.approx(DAY, abs=60.0)
+    expired = [(r.reason, r.id) for r in records if isinstance(r, SuspensionExpired)]
+    assert expired == [("approval", "c-del")]
+    assert (await rig.client.status(run, scope=rig.scope)).pending == ()
+    report = await rig.client.report(run, scope=rig.scope)
+    assert {(w.pending.id, w.outcome) for w in report.suspensions} == {
+        ("c-del", "expired"),
+        ("pay-2", None),
+    }
+    assert len(rig.fake.requests) == 1
+    with pytest.raises(Refused, match="settled abandoned: suspension_expired") as late:
+        await rig.client.complete(run, "pay-2", {"paid": True}, scope=rig.scope)
+    assert late.value.kind == "NotSuspended"

@@ -880,6 +880,28 @@ async def external_wait_expired(rig: Rig) -> RunHandle:
     return await _expired(rig, spec, ToolCall("request_payment", {"order_id": "42"}))
 
 
+async def approval_expired_beside_external_wait(rig: Rig) -> RunHandle:
+    # One turn waits on an approval (a day) and a payment webhook (a week): the approval's
+    # expiry settles the Run ABANDONED at once, ending the other wait (patch
+    # psych-expiry-ends-waits); before, the Run waited out the week.
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = rig.agent("orders").tool("delete_order").tool("request_payment").build()
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "42"}, id="c-del"),
+            ToolCall("request_payment", {"order_id": "43"}, id="c-pay"),
+        )
+    )
+    return await rig.run(spec, "Delete order 42 and charge order 43")
+
+
+async def approval_expired_beside_external_wait_before_patch(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-expiry-ends-waits, at 1c7b337: the same Run waited
+    # on the payment for the week after its approval expired. It checks the old branch;
+    # recorded again today it would take the new one, so it is never re-recorded.
+    return await approval_expired_beside_external_wait(rig)
+
+
 async def _during_model_call(
     rig: Rig, name: str, interrupt: Callable[[RunHandle], Awaitable[None]]
 ) -> RunHandle:
@@ -2503,6 +2525,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", per_call_policy),
     ("time-skipping", question_expired),
     ("time-skipping", external_wait_expired),
+    ("time-skipping", approval_expired_beside_external_wait_before_patch),
+    ("time-skipping", approval_expired_beside_external_wait),
     ("dev", abort_during_model_call),
     ("dev", workflow_cancelled),
     ("dev", delegate_answered),

@@ -56,6 +56,9 @@ class Suspensions:
         self.answered: set[str] = set()
         """Ids of this Run's own items answered and released (a second answer is refused
         as such, not as an id nothing ever waited on)."""
+        self.ended: Stop | None = None
+        """The expiry that settles the Run ABANDONED, once one of its waits expired: every
+        other wait ends with it (patch ``psych-expiry-ends-waits``)."""
         self.children: dict[str, tuple[Pending, ...]] = {}
         """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
         self._report_seq: dict[str, int] = {}
@@ -251,15 +254,18 @@ class Suspensions:
         """Suspend on ``wait`` until ``ready()``.
 
         Raises:
-            Stop: ABANDONED when ``seconds`` pass first, ABORTED when an abort arrives.
+            Stop: ABANDONED when ``seconds`` pass first (or another wait of the Run expired),
+                ABORTED when an abort arrives.
         """
         item = wait.item
+        if self.ended is not None:
+            raise Stop(self.ended.outcome.status, self.ended.outcome.reason)
         self.waits[item.id] = wait
         self._log.add(Suspended(**self._log.stamp(), pending=item))
         self._changed()
         try:
             await workflow.wait_condition(
-                lambda: ready() or self._aborted() is not None,
+                lambda: ready() or self._aborted() is not None or self.ended is not None,
                 timeout=seconds,
                 timeout_summary=f"{item.reason} {item.id} expires",
             )
@@ -267,9 +273,13 @@ class Suspensions:
             self.release(item.id)
             self.expired.add(item.id)
             self._log.add(SuspensionExpired(**self._log.stamp(), reason=item.reason, id=item.id))
-            raise Stop(
-                RunStatus.ABANDONED, f"suspension_expired: {expired} within {seconds:g} s"
-            ) from None
+            stop = Stop(RunStatus.ABANDONED, f"suspension_expired: {expired} within {seconds:g} s")
+            # The Run settles now: its other waits (calls of the same turn) end with it. A
+            # Run recorded before waited each out, then settled as this expiry said. Asked
+            # only where another wait is held, so a Run with one wait records no marker.
+            if self.waits and workflow.patched("psych-expiry-ends-waits"):
+                self.ended = stop
+            raise stop from None
         except asyncio.CancelledError:
             # Deliberately not a `finally`: when a worker stops, the SDK leaves its cached
             # Runs to the garbage collector, which closes this coroutine (GeneratorExit)
@@ -277,8 +287,11 @@ class Suspensions:
             self.release(item.id)
             raise
         self.release(item.id)
-        if not ready():
-            raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
+        if ready():
+            return
+        if self._aborted() is None and self.ended is not None:
+            raise Stop(self.ended.outcome.status, self.ended.outcome.reason)
+        raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
 
     def release(self, pending_id: str) -> None:
         if self.waits.pop(pending_id).answer is not None:
