@@ -707,6 +707,16 @@ async def question_answered(rig: Rig) -> RunHandle:
     return run
 
 
+async def question_without_text(rig: Rig) -> RunHandle:
+    # ask_question with no question: the model is told, nothing is asked (patch
+    # psych-question-needs-text); before, the Run waited on a question with no text.
+    spec = rig.agent("asker").suspension(may_ask_questions=True).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {})), Reply.text("I will ask properly.")
+    )
+    return await rig.run(spec, "Refund my order")
+
+
 async def external_wait_completed(rig: Rig) -> RunHandle:
     spec = rig.agent("payer").tool("request_payment").build()
     rig.fake.enqueue(
@@ -2519,6 +2529,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", approval_denied),
     ("time-skipping", approval_expired),
     ("dev", question_answered),
+    ("dev", question_without_text),
     ("dev", external_wait_completed),
     ("dev", max_steps_stop),
     ("dev", policy_denied),

@@ -132,6 +132,10 @@ PATCHES: dict[str, str] = {
     # settles ABANDONED (workflows/kernel/_suspensions.py, ``hold``); a Run recorded before
     # waited each out. Asked at the expiry, only where another wait is held.
     "psych-expiry-ends-waits": "0.1.0",
+    # An ask_question call whose question is missing or not text is an error the model
+    # reads (workflows/features/_questions.py); a Run recorded before suspended on it.
+    # Asked only for such a call.
+    "psych-question-needs-text": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

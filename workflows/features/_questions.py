@@ -43,6 +43,19 @@ class Questions(Feature):
         return ASK_QUESTION if self.run.suspension.may_ask_questions else None
 
     async def _ask(self, turn: int, call: ToolCallRequest, arguments: dict[str, Any]) -> ToolResult:
+        question = arguments.get("question")
+        # A Run recorded before suspended on it (its text '' or the value's repr): asked
+        # only for such a call.
+        if not (isinstance(question, str) and question.strip()) and workflow.patched(
+            "psych-question-needs-text"
+        ):
+            got = "none" if question is None else repr(question)[:100]
+            return inline(
+                call,
+                "error",
+                f"ask_question needs 'question': the question to ask, as text (got {got}); "
+                "nothing was asked",
+            )
         answer = await self.run.suspend_call(
             call,
             SuspensionReason.QUESTION,

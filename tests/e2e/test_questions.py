@@ -1,0 +1,44 @@
+"""``ask_question`` end to end: what a call with no question gets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus, Suspended, ToolCallFinished
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{}, {"question": ""}, {"question": "   "}, {"question": ["Which", "order?"]}],
+    ids=["missing", "empty", "blank", "not-text"],
+)
+async def test_a_call_without_a_question_is_told_so_and_does_not_suspend(
+    harness: Harness, arguments: dict[str, object]
+) -> None:
+    # Before: each suspended the Run for a day on a question with no text ('' or the
+    # list's repr), which a person could only guess at.
+    asking = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", arguments, id="q1")),
+        Reply.text("I will ask properly."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "refund my order", scope=harness.scope)
+        async with asyncio.timeout(30):  # before the fix it waited a day
+            result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert not any(isinstance(r, Suspended) for r in records)
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert finished.status == "error"
+    told = harness.fake.requests[1]["messages"][-1]
+    assert told["tool_call_id"] == "q1"
+    assert "ask_question needs 'question'" in told["content"]
