@@ -53,6 +53,9 @@ class Suspensions:
         self._aborted = aborted
         self.waits: dict[str, Wait] = {}
         self.expired: set[str] = set()
+        self.unrun: set[str] = set()
+        """Calls whose approval wait a cancellation ended (the Run's deadline and grace ran
+        out, or it was cancelled): they never ran."""
         self.answered: set[str] = set()
         """Ids of this Run's own items answered and released (a second answer is refused
         as such, not as an id nothing ever waited on)."""
@@ -285,6 +288,8 @@ class Suspensions:
             # Runs to the garbage collector, which closes this coroutine (GeneratorExit)
             # outside any workflow, where the release's upsert would raise.
             self.release(item.id)
+            if item.reason is SuspensionReason.APPROVAL:
+                self.unrun.add(item.call_id)
             raise
         self.release(item.id)
         if ready():

@@ -453,15 +453,15 @@ class ToolCalls(FeatureView):
 
     def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
         """Record the calls of the batch in flight as the Run settles without waiting for
-        it (its deadline and grace ran out, or it was cancelled), in call order: a call that
-        finished with its result, any other UNKNOWN (``why``). A Run recorded before patch
-        psych-batch-accounting recorded only the calls executing then, UNKNOWN."""
+        it (deadline and grace ran out, or it was cancelled), as ``cut_short`` says. A Run
+        recorded before patch psych-batch-accounting recorded only calls executing, UNKNOWN."""
         turn, batch, over = self._batch
         self._batch = (0, [], [])
         if not self._start.batch_accounting:
             super()._unknown(open_calls, why)
             return
-        for result in [*cut_short(batch, why), *over]:  # the calls past the caps last
+        cut = cut_short(batch, why, unrun=self._suspensions.unrun)
+        for result in [*cut, *over]:  # the calls past the caps last
             self._record_finished(turn, result)
 
     def _after_tool(self, turn: int, result: ToolResult, notes: list[ChatMessage | str]) -> None:

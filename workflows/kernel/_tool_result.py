@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,11 +169,15 @@ of the calls past the Run's caps (recorded after them)."""
 
 
 def cut_short(
-    batch: list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]], why: str
+    batch: list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]],
+    why: str,
+    *,
+    unrun: Collection[str] = (),
 ) -> list[ToolResult]:
     """The results of a batch the Run settles without waiting for (its deadline and grace
-    ran out, or it was cancelled), in call order: a call that finished with its result,
-    any other UNKNOWN (``why``)."""
+    ran out, or it was cancelled), in call order: a call that finished with its result, one
+    of ``unrun`` (cut short while it waited for its approval) aborted, any other UNKNOWN
+    (``why``)."""
     results: list[ToolResult] = []
     for call, task in batch:
         done = task.done() and not task.cancelled()
@@ -182,6 +186,10 @@ def cut_short(
             results.append(outcome)
         elif isinstance(outcome, Stop):
             results.append(not_run(call, outcome))
+        elif outcome is None and call.id in unrun:
+            # UNKNOWN would say it may have run: it never did.
+            text = f"not run: it was waiting for approval ({why})"
+            results.append(inline(call, "aborted", text, counts=False))
         else:
             if outcome is not None:  # a defect of the pipeline: not to vanish unseen
                 workflow.logger.error("tool call %s failed in the Run: %r", call.id, outcome)
