@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, Refused
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunStatus, Suspended, ToolCallFinished
+from psych_runtime.workflows import Resumed, RunStatus, Suspended, ToolCallFinished
 
+from ._waiting import is_suspended, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -42,3 +43,29 @@ async def test_a_call_without_a_question_is_told_so_and_does_not_suspend(
     told = harness.fake.requests[1]["messages"][-1]
     assert told["tool_call_id"] == "q1"
     assert "ask_question needs 'question'" in told["content"]
+
+
+@pytest.mark.parametrize("text", ["", "  \n"], ids=["empty", "blank"])
+async def test_a_blank_answer_is_refused_and_the_question_still_waits(
+    harness: Harness, text: str
+) -> None:
+    # Before: it was taken ("answered"), the model was given the blank text as the
+    # person's answer, and the question was gone.
+    asking = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.text("Order 42 it is."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "refund my order", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="the question")
+        with pytest.raises(Refused, match="an answer needs answer text") as blank:
+            await harness.client.answer(run, "q1", text, scope=harness.scope)
+        assert blank.value.kind == "BadResume"
+        state = await harness.client.status(run, scope=harness.scope)
+        assert [(p.reason, p.id) for p in state.pending] == [("question", "q1")]
+        await harness.client.answer(run, "q1", "42", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED
+    assert [r.detail for r in records if isinstance(r, Resumed)] == ["42"]

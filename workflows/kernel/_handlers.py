@@ -194,6 +194,10 @@ class Handlers(RunBase):
         earlier = self._earlier(input)
         if earlier is None or earlier.answer is None:
             self._check_resume(input)
+            # Here only, which replay never runs: a handler refusing what a Run recorded
+            # before took would change its history.
+            if input.reason is SuspensionReason.QUESTION and not (input.answer or "").strip():
+                raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text: it is blank")
 
     def _check_resume(self, input: ResumeInput) -> Pending:
         _check_names(input)  # first: the other refusals quote the tenant and the id
