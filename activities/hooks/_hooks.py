@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
 from psych_runtime.activities.hooks._effects import hook_effect
-from psych_runtime.activities.hooks._threads import SYNC_HOOK_THREADS, Start, run_sync_hook
 
 if TYPE_CHECKING:
     from psych_runtime.activities.contract import HookEffect, ToolOutcome
@@ -374,7 +373,10 @@ answer is dropped."""
 async def _call(action: Callable[..., Any], *args: Any) -> Any:
     """Call a Python hook within ``PYTHON_HOOK_SECONDS``: an async one awaited, a sync one
     in a thread (so the activity keeps heartbeating while it runs)."""
-    import asyncio  # here, as in _heartbeating: declaring hooks needs no event loop machinery
+    # Here, as in _heartbeating: declaring hooks (psych validate does) needs no asyncio.
+    import asyncio
+
+    from psych_runtime.activities.hooks._threads import SYNC_HOOK_THREADS, Start, run_sync_hook
 
     start = Start()
 
