@@ -62,6 +62,11 @@ def agent(server: OAuthMcpServer, name: str = "crm-agent") -> AgentBuilder:
     )
 
 
+def _token_records(root: Path) -> list[Path]:
+    """The token store's records (not its shards' lock files, ``.lock``)."""
+    return [p for p in root.rglob("*") if p.is_file() and p.name != ".lock"]
+
+
 def _files_holding(root: Path, needle: bytes) -> list[Path]:
     if not root.exists():
         return []
@@ -108,7 +113,7 @@ async def test_tenants_get_their_own_tokens_and_none_is_written_anywhere(
     # The MCP requests carried those tokens only, and the store holds each under its
     # own tenant's key.
     assert set(state["bearers"]) == set(tokens)
-    held = [p for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+    held = _token_records(harness.home / "tokens")
     by_tenant = {
         record["key"][0]: record["token"]["access_token"]
         for record in (json.loads(path.read_bytes()) for path in held)
@@ -190,7 +195,7 @@ async def test_a_token_the_server_stops_accepting_is_replaced(
     # The pooled session met a 401 with the revoked token and went on with a new one,
     # which replaced the old one in the store.
     assert state["bearers"][-1] == new
-    stored = [p.read_bytes() for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+    stored = [p.read_bytes() for p in _token_records(harness.home / "tokens")]
     assert len(stored) == 1
     assert new.encode() in stored[0] and old.encode() not in stored[0]
 
@@ -303,7 +308,7 @@ async def test_with_payload_keys_the_stored_token_is_sealed(
     (token,) = (item["token"] for item in state["issued"])
     assert len(state["token_requests"]) == 1
     assert state["calls"]["whoami"] == 2
-    stored = [p.read_bytes() for p in (harness.home / "tokens").rglob("*") if p.is_file()]
+    stored = [p.read_bytes() for p in _token_records(harness.home / "tokens")]
     assert len(stored) == 1
     assert stored[0].startswith(b"psych-blob-v1\0")
     assert token.encode() not in stored[0]
