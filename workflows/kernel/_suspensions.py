@@ -62,6 +62,8 @@ class Suspensions:
         self.ended: Stop | None = None
         """The expiry that settles the Run ABANDONED, once one of its waits expired: every
         other wait ends with it (patch ``psych-expiry-ends-waits``)."""
+        self.batch_open: Callable[[], int] = lambda: 0
+        """How many calls of the running batch are not done yet (the tool-call kernel's)."""
         self.children: dict[str, tuple[Pending, ...]] = {}
         """A child's workflow id -> what it waits for (from its ``psych.child_pending``)."""
         self._report_seq: dict[str, int] = {}
@@ -277,10 +279,13 @@ class Suspensions:
             self.expired.add(item.id)
             self._log.add(SuspensionExpired(**self._log.stamp(), reason=item.reason, id=item.id))
             stop = Stop(RunStatus.ABANDONED, f"suspension_expired: {expired} within {seconds:g} s")
-            # The Run settles now: its other waits (calls of the same turn) end with it. A
-            # Run recorded before waited each out, then settled as this expiry said. Asked
-            # only where another wait is held, so a Run with one wait records no marker.
-            if self.waits and workflow.patched("psych-expiry-ends-waits"):
+            # The Run settles now: its other waits (calls of the same turn) end with it, and
+            # so does a wait a call still executing would begin after it. A Run recorded
+            # before waited each out, then settled as this expiry said. Asked only where
+            # another wait is held or another call is open (this call's task is one), so a
+            # Run with one call records no marker.
+            others = self.waits or self.batch_open() > 1
+            if others and workflow.patched("psych-expiry-ends-waits"):
                 self.ended = stop
             raise stop from None
         except asyncio.CancelledError:

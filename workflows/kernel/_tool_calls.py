@@ -114,8 +114,8 @@ class ToolCalls(FeatureView):
         }
         """Entry kinds a feature runs (its own tools), by kind."""
         self._batch: Batch = (0, [], [])
-        """The turn and the calls of the batch running now, each with its task (none
-        between batches): what a Run settled mid-batch records (``_unknown``)."""
+        """The running batch's turn and calls with their tasks: what ``_unknown`` records."""
+        self._suspensions.batch_open = lambda: sum(not t.done() for _, t in self._batch[1])
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec

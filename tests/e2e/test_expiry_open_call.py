@@ -1,0 +1,75 @@
+"""An expiry settles the Run at once (patch ``psych-expiry-ends-waits``), also when another
+call of its turn was still executing at the expiry and suspends only after it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder, ExternalWait
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus, SuspensionExpired
+
+from ._waiting import all_records, eventually, state_when
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_an_expiry_ends_a_wait_begun_after_it_by_a_call_of_its_turn(
+    harness: Harness,
+) -> None:
+    released = asyncio.Event()
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        return f"order {order_id} deleted"
+
+    @harness.registry.register
+    async def request_payment(order_id: str) -> ExternalWait:
+        """Ask the payment provider to charge an order; it calls back when done."""
+        await released.wait()
+        return ExternalWait(token=f"pay-{order_id}", message="waiting for the webhook")
+
+    harness.settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    spec = (
+        AgentBuilder("orders", registry=harness.registry)
+        .model("fake-model")
+        .tool("delete_order")
+        .tool("request_payment")
+        .suspension(approval_expires_seconds=1, external_expires_seconds=3600)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "1"}, id="c-del"),
+            ToolCall("request_payment", {"order_id": "2"}, id="c-pay"),
+        ),
+        Reply.text("never asked for"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 1, charge 2", scope=harness.scope)
+
+        async def expired() -> bool:
+            records = await all_records(harness.client, run, harness.scope)
+            return any(isinstance(r, SuspensionExpired) for r in records)
+
+        # The approval expires while request_payment still runs (no other wait is held).
+        await eventually(expired, what="the approval's expiry")
+        released.set()
+        # The payment call now returns its wait: the Run, ABANDONED by the expiry, must not
+        # hold it (for external_expires_seconds) but settle.
+        state = await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda s: s.status.terminal or any(p.id == "pay-2" for p in s.pending),
+            what="the Run to settle or to wait on pay-2",
+        )
+    assert state.status is RunStatus.ABANDONED, (state.status, state.pending)
+    assert state.reason is not None
+    assert state.reason.startswith("suspension_expired: approval c-del was not answered")
