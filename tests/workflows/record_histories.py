@@ -248,6 +248,17 @@ async def fetch(item: str) -> str:
 
 
 @TOOLS.register
+async def request_payment_later(order_id: str) -> ExternalWait:
+    """Ask the payment provider to charge an order, once its gate opens; it calls back.
+
+    Args:
+        order_id: The order's id.
+    """
+    await _through_gate("request_payment_later")
+    return ExternalWait(token=f"pay-{order_id}", message="waiting for the payment webhook")
+
+
+@TOOLS.register
 async def search(query: str) -> str:
     """Search (slowly; its gate never opens, so only an abort ends it).
 
@@ -903,6 +914,39 @@ async def approval_expired_beside_external_wait(rig: Rig) -> RunHandle:
         )
     )
     return await rig.run(spec, "Delete order 42 and charge order 43")
+
+
+async def approval_expired_beside_open_call(rig: Rig) -> RunHandle:
+    # The approval expires while the turn's other call still runs; that call then returns
+    # an external wait, which the Run, settled by the expiry, does not hold (patch
+    # psych-expiry-ends-waits, asked at the expiry because a call of the batch is open).
+    GATES.clear()
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = (
+        rig.agent("orders")
+        .tool("delete_order")
+        .tool("request_payment_later")
+        .suspension(approval_expires_seconds=1, external_expires_seconds=3600)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("delete_order", {"order_id": "1"}, id="c-del"),
+            ToolCall("request_payment_later", {"order_id": "2"}, id="c-pay"),
+        )
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 1 and charge order 2", scope=SCOPE)
+        gate = await rig.started("request_payment_later")
+
+        async def expired() -> bool:
+            records = (await rig.client.records(run, scope=SCOPE)).records
+            return any(r.kind == "suspension_expired" for r in records)
+
+        await rig.until(expired, "the approval's expiry")
+        gate.open.set()
+        await rig.settle(run)
+    return run
 
 
 async def approval_expired_beside_external_wait_before_patch(rig: Rig) -> RunHandle:
@@ -2668,6 +2712,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", delegate_large_answer_stored),
     # hooks audit 12-06: an external wait's payload goes through the post hooks, stored
     ("dev", external_wait_completed_hooked),
+    # review 12-06: an expiry also ends a wait begun after it by a call then running
+    ("dev", approval_expired_beside_open_call),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
