@@ -107,3 +107,24 @@ async def test_a_run_that_may_not_ask_gives_the_model_the_question_as_an_error(
     assert "How many tea should I order?" in (order.result or "")
     state = modern.state()
     assert state["orders"] == [] and state["calls"] == {"order": 1}
+
+
+async def test_a_blank_answer_to_a_servers_question_is_taken(
+    harness: Harness, modern: ModernMcpServer
+) -> None:
+    # Only the model's own questions (ask_question) refuse a blank answer: a server's form
+    # may have a field a blank answer leaves empty, which is the server's to judge.
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("shop__order", {"item": "tea"}, id="c-order")),
+        Reply.text("It did not take it."),
+    )
+    async with harness.worker():
+        spec = shop_agent(modern, may_ask=True)
+        run = await harness.client.dispatch(spec, "Order tea", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_waiting, what="the question")
+        await harness.client.answer(run, "c-order", " ", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    resumed = [(r.reason, r.id, r.outcome) for r in records if isinstance(r, Resumed)]
+    assert resumed == [("question", "c-order", "answered")]

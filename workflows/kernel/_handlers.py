@@ -193,10 +193,12 @@ class Handlers(RunBase):
     def _validate_resume(self, input: ResumeInput) -> None:
         earlier = self._earlier(input)
         if earlier is None or earlier.answer is None:
-            self._check_resume(input)
+            pending = self._check_resume(input)
             # Here only, which replay never runs: a handler refusing what a Run recorded
-            # before took would change its history.
-            if input.reason is SuspensionReason.QUESTION and not (input.answer or "").strip():
+            # before took would change its history. The model's own questions only: an MCP
+            # form's optional field or a peer's question may take a blank answer.
+            asked = input.reason is SuspensionReason.QUESTION and pending.tool == "ask_question"
+            if asked and not (input.answer or "").strip():
                 raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text: it is blank")
 
     def _check_resume(self, input: ResumeInput) -> Pending:
