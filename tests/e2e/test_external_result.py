@@ -8,14 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from psych_runtime.activities import HookCall, Hooks
+from psych_runtime.activities import HookCall, Hooks, LocalBlobStore
 from psych_runtime.specs import AgentBuilder, ExternalWait
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
+from psych_runtime.workflows.kernel._external_result import UNFINISHED
 
 from ._waiting import is_suspended, state_when
 from .conftest import Harness
@@ -111,3 +113,50 @@ async def test_a_small_completed_payload_without_hooks_is_shown_as_sent(
     assert not finished.truncated and finished.hooks == () and finished.ran_arguments is None
     tool_messages = [m for m in harness.fake.requests[1]["messages"] if m["role"] == "tool"]
     assert json.loads(tool_messages[0]["content"]) == {"paid": True}
+
+
+class _FailingPuts(LocalBlobStore):
+    """A blob store whose next ``failures`` puts fail, once set."""
+
+    failures = 0
+
+    async def put(self, data: bytes) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the blob volume is gone")
+        return await super().put(data)
+
+
+async def test_a_payload_that_cannot_be_finished_is_an_error_the_model_reads(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # From a review: the activity's failure (the blob store down through its retries, or
+    # a tools worker of the build before, which lacks it) failed the whole Run.
+    blobs = _FailingPuts(tmp_path / "failing-blobs")
+    harness.registry.register(request_payment)
+    hooks = Hooks().post("*", hide_cards)
+    harness.settings = dataclasses.replace(harness.settings, hooks=hooks, blobs=blobs)
+    spec = (
+        AgentBuilder("payer", registry=harness.registry)
+        .model("fake-model")
+        .tool("request_payment")
+        .limits(large_result_bytes=200)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("request_payment", {"order_id": "42"})),
+        Reply.text("The payment could not be read."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "charge 42", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="the wait")
+        blobs.failures = 3  # every attempt of psych.tool.finish_external (SAFE_TOOL_RETRY)
+        payload = {"paid": True, "card": CARD, "note": NOTE}
+        await harness.client.complete(run, "pay-42", payload, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert finished.status == "error"
+    assert finished.content.startswith(UNFINISHED) and "blob volume is gone" in finished.content
+    assert CARD not in json.dumps(harness.fake.requests)

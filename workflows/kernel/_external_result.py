@@ -16,10 +16,12 @@ arrives (an update's task), for a code tool's wait only (an A2A peer's wait is f
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -30,7 +32,13 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import Limits
     from psych_runtime.workflows.contract._contract import RunInput
     from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+
+UNFINISHED = (
+    "the call was completed, but its result could not be passed through its post hooks and stored"
+)
+"""What the model reads, with the cause, when ``psych.tool.finish_external`` fails."""
 
 
 async def external_result(
@@ -51,18 +59,27 @@ async def external_result(
         result.ran = waited
         return result
     ran = waited.ran_arguments if waited.ran_arguments is not None else arguments
-    finished = await calls.finish_external(
-        ExternalResultInput(
-            run_id=run.run_id,
-            call_id=call.id,
-            tool=call.name,
-            arguments=ran,
-            text=text,
-            large_result_bytes=limits.large_result_bytes,
-            scope=run.scope,
-        ),
-        summary=f"finish tool {call.name} {call.id} with its completion",
-    )
+    try:
+        finished = await calls.finish_external(
+            ExternalResultInput(
+                run_id=run.run_id,
+                call_id=call.id,
+                tool=call.name,
+                arguments=ran,
+                text=text,
+                large_result_bytes=limits.large_result_bytes,
+                scope=run.scope,
+            ),
+            summary=f"finish tool {call.name} {call.id} with its completion",
+        )
+    except ActivityError as err:
+        if isinstance(err.__cause__, CancelledError):
+            raise asyncio.CancelledError from err
+        # As any tool activity's failure: the model reads it (the Run goes on). The payload
+        # is not shown unhooked: a post hook it did not pass may be what keeps a secret.
+        failed = inline(call, "error", f"{UNFINISHED}: {cause_text(err)}")
+        failed.ran = waited
+        return failed
     stamped = finished.model_copy(
         update={
             "ran_arguments": waited.ran_arguments,
