@@ -18,6 +18,7 @@ from psych_runtime.activities.contract import (
     MODEL_CALL,
     POLICY_DECIDE,
     TOOL_CATALOG,
+    TOOL_FINISH_EXTERNAL,
     TOOL_READ_OUTPUT,
     TOOL_RUN_CODE,
     TOOL_SEND_HTTP,
@@ -37,11 +38,12 @@ async def test_model_activities_list_the_model_call(tmp_path: Path) -> None:
         assert names(model) == [MODEL_CALL]
 
 
-def test_tool_activities_list_all_six(tmp_path: Path) -> None:
+def test_tool_activities_list_all_seven(tmp_path: Path) -> None:
     tools = ToolActivities(registry=ToolRegistry(), blobs=LocalBlobStore(tmp_path))
     assert tools.activities() == [
         tools.catalog,
         tools.decide,
+        tools.finish_external,  # from its StoredResults part
         tools.read_output,
         tools.run_code,
         tools.send_http,
@@ -66,6 +68,7 @@ def test_a_new_defn_method_is_listed_without_touching_any_list(tmp_path: Path) -
         TOOL_CATALOG,
         POLICY_DECIDE,
         "tests.extra",
+        TOOL_FINISH_EXTERNAL,
         TOOL_READ_OUTPUT,
         TOOL_RUN_CODE,
         TOOL_SEND_HTTP,
