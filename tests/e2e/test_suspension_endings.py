@@ -11,10 +11,10 @@ from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry
+from psych_runtime.specs import AgentBuilder, Scope, ToolRegistry, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import run_worker
-from psych_runtime.workflows import RunStatus, ToolCallFinished
+from psych_runtime.workflows import RunStatus, StepFinished, ToolCallFinished
 
 from ._time_skipping import until_settled, wiring
 from ._waiting import eventually
@@ -119,3 +119,34 @@ async def test_a_call_force_settled_while_it_waits_for_approval_is_recorded_not_
             "out before this call reported)",
         ),
     }
+
+
+async def test_a_workflow_step_cancelled_while_its_call_waits_for_approval_says_not_run(
+    harness: Harness,
+) -> None:
+    # From a review: the call was recorded aborted, but its step still ended "unknown: ...",
+    # which says the call may have run.
+    deleted: list[str] = []
+    orders_agent(harness, deleted)  # registers delete_order and the asking Policy
+    spec = (
+        WorkflowBuilder("cleanup", registry=harness.registry)
+        .tool("delete_order")
+        .tool_step("delete", "delete_order", {"order_id": "1"})
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "clean up", scope=harness.scope)
+        await suspended(harness, run)
+        await harness.env.client.get_workflow_handle(run.workflow_id).cancel()
+
+        async def settled() -> bool:
+            return (await harness.client.status(run, scope=harness.scope)).status.terminal
+
+        await eventually(settled, what="the Run to settle")
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert deleted == []
+    (call,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert call.status == "aborted"
+    (step,) = [r for r in records if isinstance(r, StepFinished)]
+    assert not step.ok and step.error is not None
+    assert step.error.startswith("not run: it was waiting for approval"), step.error

@@ -63,11 +63,16 @@ class StepRecords(ToolCalls):
         self._open_step = (step, kind, run)
 
     def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
-        """Record the open calls UNKNOWN, then the step they belong to as ended."""
+        """Record the open calls as ``cut_short`` says, then the step they belong to as
+        ended: not run when its call (a tool step's, whose id is the step's name) was cut
+        short waiting for its approval, else unknown."""
         super()._unknown(open_calls, why)
         if self._open_step is not None:
             step, kind, run = self._open_step
-            self._finish(step, kind, ok=False, error=f"unknown: {why}", run=run)
+            error = f"unknown: {why}"
+            if kind == "tool" and step in self._suspensions.unrun:
+                error = f"not run: it was waiting for approval ({why})"
+            self._finish(step, kind, ok=False, error=error, run=run)
 
     def _finish(
         self,
