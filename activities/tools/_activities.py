@@ -24,7 +24,6 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Literal
 
 import httpx
 from pydantic import ValidationError
@@ -69,7 +68,7 @@ from psych_runtime.activities.tools._http import (
     build_request,
     send_request,
 )
-from psych_runtime.activities.tools._outcomes import fixed_decision, store_outcome, unexpected
+from psych_runtime.activities.tools._outcomes import fixed_decision, unexpected
 from psych_runtime.activities.tools._policy import POLICY_ANSWER_SECONDS, Policy, RulePolicy
 from psych_runtime.activities.tools._read_output import read_slice
 from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
@@ -475,20 +474,3 @@ class ToolActivities(StoredResults):
             return wire
         # Reported in the form the activity returns: the workflow decodes it as that type.
         complete_through_client(wire, outcome.call_id)
-
-    async def _outcome(
-        self,
-        input: CodeToolCall | HttpToolCall | ReadOutputInput,
-        status: Literal["ok", "error", "wait", "denied"],
-        text: str,
-        started: float,
-        plan: Interception,
-    ) -> ToolOutcome:
-        """Run the post or on_error hooks, then store the whole result and the tool
-        message the model is shown, stamped with what the hooks did."""
-        status, text = await plan.after(status, text)
-        limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
-        outcome = await store_outcome(
-            self.blobs, input.call_id, status, text, started=started, limit=limit
-        )
-        return plan.stamp(outcome)

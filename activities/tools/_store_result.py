@@ -16,6 +16,7 @@ An external completion is the call's result arriving late: the pre hooks ran on 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from temporalio import activity
 
@@ -24,17 +25,21 @@ from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
     TOOL_FINISH_EXTERNAL,
     TOOL_STORE_RESULT,
+    CodeToolCall,
     ExternalResultInput,
+    HttpToolCall,
+    ReadOutputInput,
     StoreResultInput,
     ToolOutcome,
 )
-from psych_runtime.activities.hooks import HookCall, Hooks
+from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.tools._outcomes import store_outcome
 
 
 class StoredResults(ActivityClass):
     """The ``psych.tool.store_result`` and ``psych.tool.finish_external`` activities, a
-    base of ``ToolActivities`` (its BlobStore and hooks are theirs)."""
+    base of ``ToolActivities`` (its BlobStore and hooks are theirs), and ``_outcome``,
+    every tool activity's last step."""
 
     blobs: BlobStore
     hooks: Hooks
@@ -62,8 +67,22 @@ class StoredResults(ActivityClass):
                 input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
             )
         )
-        status, text = await plan.after("ok", input.text)
+        return await self._outcome(input, "ok", input.text, started, plan)
+
+    async def _outcome(
+        self,
+        input: CodeToolCall | HttpToolCall | ReadOutputInput | ExternalResultInput,
+        status: Literal["ok", "error", "wait", "denied"],
+        text: str,
+        started: float,
+        plan: Interception,
+    ) -> ToolOutcome:
+        """Run the post or on_error hooks, then store the whole result and the tool
+        message the model is shown, stamped with what the hooks did (every tool activity's
+        last step)."""
+        status, text = await plan.after(status, text)
+        limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
         outcome = await store_outcome(
-            self.blobs, input.call_id, status, text, started=started, limit=input.large_result_bytes
+            self.blobs, input.call_id, status, text, started=started, limit=limit
         )
         return plan.stamp(outcome)
