@@ -168,6 +168,12 @@ Batch = tuple[int, list[tuple[ToolCallRequest, "asyncio.Task[ToolResult]"]], lis
 of the calls past the Run's caps (recorded after them)."""
 
 
+def unapproved(why: str) -> str:
+    """What a call cut short while it waited for its approval says (``why``: the Run's
+    ending): it never ran."""
+    return f"not run: it was waiting for approval ({why})"
+
+
 def cut_short(
     batch: list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]],
     why: str,
@@ -188,8 +194,7 @@ def cut_short(
             results.append(not_run(call, outcome))
         elif outcome is None and call.id in unrun:
             # UNKNOWN would say it may have run: it never did.
-            text = f"not run: it was waiting for approval ({why})"
-            results.append(inline(call, "aborted", text, counts=False))
+            results.append(inline(call, "aborted", unapproved(why), counts=False))
         else:
             if outcome is not None:  # a defect of the pipeline: not to vanish unseen
                 workflow.logger.error("tool call %s failed in the Run: %r", call.id, outcome)

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         Totals,
     )
     from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+    from psych_runtime.workflows.kernel._tool_result import unapproved
     from psych_runtime.workflows.runs._step_output import output_bytes, past_bound
 
 
@@ -71,7 +72,7 @@ class StepRecords(ToolCalls):
             step, kind, run = self._open_step
             error = f"unknown: {why}"
             if kind == "tool" and step in self._suspensions.unrun:
-                error = f"not run: it was waiting for approval ({why})"
+                error = unapproved(why)
             self._finish(step, kind, ok=False, error=error, run=run)
 
     def _finish(
