@@ -189,14 +189,18 @@ class ReadOutputInput(_Payload):
     length: int = Field(default=8192, gt=0, le=65536)
 
 
-class ExternalResultInput(_Payload):
-    """The payload that completed a code tool's ``ExternalWait``: the call's post hooks
-    see it, then it is stored as a tool activity stores its own result."""
+class ExternalResultInput(_Compact):
+    """The payload that completed an external wait (a code tool's ``ExternalWait``, or by
+    hand an A2A peer's task): the call's post hooks see it, then it is stored as a tool
+    activity stores its own result. Written without ``kind`` when it is ``code`` (the
+    shape a tools worker of 12-06 reads)."""
 
     run_id: str
     call_id: str
     tool: str
     """The tool's name as the model called it (what hooks match)."""
+    kind: Literal["code", "a2a"] = "code"
+    """The tool's kind, as its hooks match it."""
     arguments: dict[str, Any]
     """The arguments the tool ran with (after its pre hooks), as its hooks saw them."""
     text: str

@@ -1,6 +1,7 @@
 """``psych.tool.store_result``: a result the workflow made itself, stored as a tool
 activity stores its own outcome; and ``psych.tool.finish_external``: the payload that
-completed a code tool's ``ExternalWait``, through the call's post hooks, then stored.
+completed an external wait (a code tool's ``ExternalWait``; an A2A peer's task completed
+by hand), through the call's post hooks, then stored.
 
 A child Run's answer is the result of ``delegate`` (and, with its siblings', of
 ``wait_children``): the workflow has it whole, but only an activity can store it. Stored
@@ -64,7 +65,12 @@ class StoredResults(ActivityClass):
         started = time.monotonic()
         plan = self.hooks.plan(
             HookCall(
-                input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
+                input.tool,
+                input.kind,
+                input.arguments,
+                input.call_id,
+                input.run_id,
+                input.scope.tenant,
             )
         )
         return await self._outcome(input, "ok", input.text, started, plan)

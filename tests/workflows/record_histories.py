@@ -1437,6 +1437,33 @@ async def a2a_peer_task_waited(rig: Rig) -> RunHandle:
         return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
 
 
+async def a2a_peer_task_completed_by_hand(rig: Rig) -> RunHandle:
+    # The peer works on (hold 0.5 s, a minute-long task): the Run waits on its task, and an
+    # operator completes the a2a: token by hand before the poller reads an answer. With
+    # patch psych-a2a-completion-hooked (its marker as the completion arrives) the payload
+    # goes through psych.tool.finish_external (kind a2a: post hooks, stored).
+    rig.settings.a2a = A2aSettings(hold_seconds=0.5)
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "slow:60"})),
+            Reply.text("Booked."),
+        )
+        spec = rig.agent("a2a").a2a_peer("travel", peer.url).build()
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Book it", scope=SCOPE)
+            pending = await rig.suspended(run)
+            await rig.client.complete(run, pending.id, {"booked": True}, scope=SCOPE)
+            await rig.settle(run)
+        return run
+
+
+async def a2a_peer_task_completed_by_hand_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at c8b5ffd, before the patch psych-a2a-completion-hooked: the payload was
+    # the call's result as sent. It checks the old branch; recorded again today it would
+    # take the new one: never re-recorded.
+    return await a2a_peer_task_completed_by_hand(rig)
+
+
 async def a2a_peer_question_answered(rig: Rig) -> RunHandle:
     # may_ask_questions: the peer's input-required question becomes a question suspension
     # of the Run (not the model's), the person's answer is sent to the peer in its task
@@ -2618,6 +2645,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # A2A peers as tools (issue 24, item 1)
     ("dev", a2a_peer_called),
     ("dev", a2a_peer_task_waited),
+    ("dev", a2a_peer_task_completed_by_hand),
+    ("dev", a2a_peer_task_completed_by_hand_before_patch),
     ("dev", a2a_optional_unavailable),
     ("dev", a2a_required_unreachable),
     # A2A, the parts left (issue 24): a peer's question to the person; abort cancels

@@ -128,6 +128,10 @@ PATCHES: dict[str, str] = {
     # and is stored (psych.tool.finish_external; kernel/_external_result.py); a Run recorded
     # before showed it as sent. Asked as the completion arrives, for a code tool's wait.
     "psych-external-result-hooked": "0.1.0",
+    # The same for an A2A peer's task an operator completes by hand (its ``a2a:`` token):
+    # the payload goes through the call's post hooks and is stored (features/_a2a.py); a
+    # Run recorded before showed it as sent. Asked as the completion arrives.
+    "psych-a2a-completion-hooked": "0.1.0",
     # An expiry ends the Run's other waits (calls of the same turn) at once, and the Run
     # settles ABANDONED (workflows/kernel/_suspensions.py, ``hold``); a Run recorded before
     # waited each out. Asked at the expiry, only where another wait is held.

@@ -24,9 +24,10 @@ deadline clock stops; the wait expires after ``external_expires_seconds``), whil
 of this feature reads the task (``psych.a2a.poll``) on a workflow timer, backing off from
 2 s to 60 s (a failed read is made again), and completes the wait with the answer as a
 ``Resumed`` by the peer. Timers and reads are history, so the wait survives worker (and
-peer) restarts; an operator may also complete
-it with ``psych.resume``, and a peer's push through ``psych serve``'s push route completes
-it with ``A2A_PUSHED``: the task is then read at once.
+peer) restarts; an operator may also complete it with ``psych.resume`` (the payload then
+goes through the call's post hooks and is stored, ``kernel/_external_result.py``: the
+poller's reads do both themselves), and a peer's push through ``psych serve``'s push route
+completes it with ``A2A_PUSHED``: the task is then read at once.
 
 A Run that settles while it still waits on a peer task (aborted, or the wait expired)
 stops reading it and asks the peer to cancel it (``psych.a2a.cancel``, best
@@ -61,23 +62,21 @@ with workflow.unsafe.imports_passed_through():
         ToolOutcome,
     )
     from psych_runtime.specs import AgentSpec
-    from psych_runtime.workflows.contract._contract import ResumeInput
     from psych_runtime.workflows.contract._records import (
         PeerDiscovered,
         PeerTaskCanceled,
-        Resumed,
         RunStatus,
         SuspensionReason,
     )
+    from psych_runtime.workflows.features._a2a_poll import poll_task
     from psych_runtime.workflows.features._a2a_state import (
         PEER_QUESTION,
-        POLL_FIRST_SECONDS,
-        POLL_MAX_SECONDS,
         PeersState,
         cancelled,
         take_cards,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
+    from psych_runtime.workflows.kernel._external_result import external_result
     from psych_runtime.workflows.kernel._feature import Feature, Handler, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
@@ -86,7 +85,6 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         from_outcome,
         inline,
-        shown,
     )
 
 
@@ -311,18 +309,25 @@ class Peers(Feature):
             questions_to_person=run.suspension.may_ask_questions,
         )
         self.state.polls[token] = poll
-        self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
+        self.state.pollers[token] = asyncio.create_task(
+            poll_task(self.run, self.state, token, poll)
+        )
         waiting = from_outcome(call, outcome.model_copy(update={"wait_token": token}))
 
         async def wait() -> ToolResult:
-            return await self._wait_on_task(
-                turn, call, entry, token, poll, outcome.content, answers
-            )
+            return await self._wait_on_task(turn, call, entry, token, poll, outcome, answers)
 
         # The wait is the feature's (the same suspension the kernel would make), so a
         # question the poller brings goes to the person and a peer's push reads the task.
         waiting.then = wait
         return waiting
+
+    def _read_on(self, token: str, poll: A2aPollInput) -> None:
+        """Start the poller of the peer task the Run waits on under ``token``."""
+        self.state.polls[token] = poll
+        self.state.pollers[token] = asyncio.create_task(
+            poll_task(self.run, self.state, token, poll)
+        )
 
     async def _wait_on_task(
         self,
@@ -331,7 +336,7 @@ class Peers(Feature):
         entry: CatalogEntry,
         token: str,
         poll: A2aPollInput,
-        working: str,
+        waited: ToolOutcome,
         answers: int,
     ) -> ToolResult:
         """Suspend on the peer task's external wait (as the kernel does for a ``wait``)
@@ -347,7 +352,7 @@ class Peers(Feature):
                 SuspensionReason.EXTERNAL,
                 self.run.suspension.external_expires_seconds,
                 id=token,
-                question=working,
+                question=waited.content,
             )
             payload = given.payload
             if not (isinstance(payload, dict) and set(payload) == {A2A_PUSHED}):
@@ -378,7 +383,9 @@ class Peers(Feature):
             poller = self.state.pollers.get(token)
             if poller is None or poller.done():  # it saw the wait end: read on anew
                 self.state.polls[token] = poll
-                self.state.pollers[token] = asyncio.create_task(self._poll(token, poll))
+                self.state.pollers[token] = asyncio.create_task(
+                    poll_task(self.run, self.state, token, poll)
+                )
         if isinstance(payload, dict) and set(payload) == {PEER_QUESTION, A2A_TASK_ARGUMENT}:
             return await self._ask_person(
                 turn,
@@ -388,7 +395,14 @@ class Peers(Feature):
                 str(payload[PEER_QUESTION]),
                 answers + 1,
             )
-        return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+        if token in self.state.read:  # the peer's answer, hooked and stored by its read
+            self.state.read.discard(token)
+            return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
+        # Completed by hand: the result arriving late, through the call's post hooks.
+        run = self.run
+        return await external_result(
+            call, waited, payload, True, poll.arguments, run.input, run.limits, kind="a2a"
+        )
 
     async def _ask_person(
         self,
@@ -438,63 +452,3 @@ class Peers(Feature):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"sending the answer failed: {cause_text(err)}")
         return self._waited(turn, call, entry, arguments, outcome, answer)
-
-    async def _poll(self, token: str, poll: A2aPollInput) -> None:
-        """Read the peer's task on a timer until it ends, then complete the Run's wait on
-        ``token`` with its answer (unless the wait ended first: expired, aborted, or
-        completed by hand)."""
-        waits = self.run.suspensions.waits
-        delay = POLL_FIRST_SECONDS
-        payload: str | dict[str, str] | None = None
-        try:
-            while True:
-                await workflow.sleep(delay, summary=f"poll A2A {poll.peer.name} task")
-                if token not in waits:
-                    return
-                try:
-                    outcome = await calls.poll_a2a(poll, summary=f"poll {poll.name}")
-                except ActivityError as err:
-                    if not cancelled(err) and self.run.patched("psych-a2a-poll-through-failures"):
-                        # The peer, or the way to it, is down for now (a restart, a deploy):
-                        # its task may go on; read again later, as the wait's expiry, an
-                        # abort or a push allow. A peer that answers has its answer read.
-                        delay = min(delay * 2, POLL_MAX_SECONDS)
-                        continue
-                    text = (
-                        f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
-                    )
-                    break
-                if outcome.status != "wait":
-                    text = shown(outcome)
-                    break
-                if (outcome.wait_token or "").startswith(A2A_QUESTION_TOKEN):
-                    # Asked for input: the wait ends with the question, for the person.
-                    text = f"A2A peer {poll.peer.name!r} asks: {outcome.content}"
-                    payload = {PEER_QUESTION: outcome.content, A2A_TASK_ARGUMENT: poll.task_id}
-                    break
-                delay = min(delay * 2, POLL_MAX_SECONDS)
-            wait = waits.get(token)
-            if wait is None or wait.answer is not None:
-                return
-            by = f"a2a peer {poll.peer.name}"
-            wait.answer = ResumeInput(
-                reason=SuspensionReason.EXTERNAL,
-                id=token,
-                tenant=self.run.input.scope.tenant,
-                by=by,
-                payload=text if payload is None else payload,
-            )
-            log = self.run.log
-            log.add(
-                Resumed(
-                    **log.stamp(),
-                    reason=SuspensionReason.EXTERNAL,
-                    id=token,
-                    by=by,
-                    outcome="completed",
-                    detail=text,
-                )
-            )
-        finally:
-            self.state.pollers.pop(token, None)
-            self.state.polls.pop(token, None)

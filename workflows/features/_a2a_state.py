@@ -35,6 +35,9 @@ class PeersState:
     polls: dict[str, A2aPollInput] = field(default_factory=dict)
     """Wait token -> what reading it takes, while its answer has not come: the tasks a
     settling Run cancels."""
+    read: set[str] = field(default_factory=set)
+    """Wait tokens the poller completed with the peer's own answer (its read ran the post
+    hooks), until the call takes it: any other completion is by hand."""
     asked: dict[str, A2aCancelInput] = field(default_factory=dict)
     """Question id -> the peer task waiting at the peer for the person's answer to it: the
     tasks a Run settling before the answer is sent cancels too."""

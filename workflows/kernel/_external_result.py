@@ -1,7 +1,8 @@
-"""The result of a code tool's call that an external completion finished.
+"""The result of a call that an external completion finished.
 
 A code tool returning ``ExternalWait`` suspends the Run until someone completes its token
-with a payload, which becomes the call's result. The call's pre hooks ran when it
+with a payload, which becomes the call's result; so does an A2A peer's task the Run waits
+on, when an operator completes its ``a2a:`` token by hand. The call's pre hooks ran when it
 returned the wait; the payload is its result arriving late, so the call's post hooks see
 it, and it is stored as any tool result is (whole within ``large_result_bytes``, else a
 handle and a preview): ``psych.tool.finish_external`` on the tools role. The record keeps
@@ -9,8 +10,9 @@ the waiting call's arguments and pre hooks' effects, then the post hooks'.
 
 Until 12-06 the payload reached the model as sent, seen by no hook and never stored (an
 audit: a post hook masking card numbers never saw a completed payload). A Run recorded
-before keeps that reading: patch ``psych-external-result-hooked``, asked as the completion
-arrives (an update's task), for a code tool's wait only (an A2A peer's wait is finished by
+before keeps that reading, asked as the completion arrives (an update's task): patch
+``psych-external-result-hooked`` for a code tool's wait, ``psych-a2a-completion-hooked``
+(12-07) for a peer's task completed by hand (the peer's own answer is read by
 ``psych.a2a.poll``, which runs the post hooks itself).
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -49,12 +51,13 @@ async def external_result(
     arguments: dict[str, Any],
     run: RunInput,
     limits: Limits,
+    kind: Literal["code", "a2a"] = "code",
 ) -> ToolResult:
     """The result of ``call`` of Run ``run``, which returned ``waited`` and was completed
-    with ``payload`` (``hooked``: a code tool's call, whose post hooks see the payload;
+    with ``payload`` (``hooked``: a call whose post hooks see the payload, of ``kind``;
     ``arguments``: the model's, which its pre hooks may have rewritten)."""
     text = payload if isinstance(payload, str) else json.dumps(payload)
-    if not hooked or not workflow.patched("psych-external-result-hooked"):
+    if not hooked or not _patched(kind):
         result = inline(call, "ok", text)
         result.ran = waited
         return result
@@ -65,6 +68,7 @@ async def external_result(
                 run_id=run.run_id,
                 call_id=call.id,
                 tool=call.name,
+                kind=kind,
                 arguments=ran,
                 text=text,
                 large_result_bytes=limits.large_result_bytes,
@@ -87,3 +91,10 @@ async def external_result(
         }
     )
     return from_outcome(call, stamped)
+
+
+def _patched(kind: Literal["code", "a2a"]) -> bool:
+    """Whether this Run's completions of ``kind`` are hooked (asked as one arrives)."""
+    if kind == "a2a":
+        return workflow.patched("psych-a2a-completion-hooked")
+    return workflow.patched("psych-external-result-hooked")
