@@ -23,12 +23,16 @@ from psych_runtime.activities.blobs import (
     s3_error_code,
     s3_status,
 )
-from psych_runtime.activities.versions._store import repaired, stored_version
+from psych_runtime.activities.versions._store import (
+    digest_of,
+    is_digest,
+    repaired,
+    stored_version,
+)
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
     PsychError,
-    SpecError,
     StoreDamaged,
     Version,
     WorkflowSpec,
@@ -71,10 +75,7 @@ class S3VersionStore:
         Raises:
             SpecError: ``version_hash`` is not a Version hash.
         """
-        algorithm, _, digest = version_hash.partition(":")
-        if algorithm != "sha256" or len(digest) != 64 or not digest.isalnum():
-            raise SpecError(f"not a Version hash: {version_hash!r}")
-        return f"{self.location.prefix}{VERSIONS_PREFIX}{digest}.json"
+        return f"{self.location.prefix}{VERSIONS_PREFIX}{digest_of(version_hash)}.json"
 
     def _s3(self) -> Any:
         with self._opening:
@@ -160,7 +161,7 @@ class S3VersionStore:
             for item in page.get("Contents", []):
                 name = str(item["Key"])[len(start) :]
                 digest = name.removesuffix(".json")
-                if name.endswith(".json") and len(digest) == 64 and digest.isalnum():
+                if name.endswith(".json") and is_digest(digest):
                     found.append(f"sha256:{digest}")
         return sorted(found)
 

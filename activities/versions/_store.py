@@ -72,6 +72,29 @@ def stored_version(document: bytes, version_hash: str) -> Version:
     return version
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def is_digest(text: str) -> bool:
+    """Whether ``text`` is a Version's hex digest (64 lowercase hex digits)."""
+    return _DIGEST.fullmatch(text) is not None
+
+
+def digest_of(version_hash: str) -> str:
+    """The hex digest of ``version_hash`` (what a store names its document by).
+
+    Raises:
+        SpecError: it is not ``sha256:`` and 64 lowercase hex digits (what ``Version.of``
+            makes): no Version could be stored under it.
+    """
+    algorithm, _, digest = version_hash.partition(":")
+    if algorithm != "sha256" or not is_digest(digest):
+        raise SpecError(
+            f"not a Version hash: {version_hash!r} (a hash is sha256: and 64 lowercase hex digits)"
+        )
+    return digest
+
+
 class FileVersionStore:
     """Versions stored as ``<root>/<hex digest>.json``; publishing is idempotent."""
 
@@ -79,10 +102,7 @@ class FileVersionStore:
         self.root = Path(root)
 
     def _path(self, version_hash: str) -> Path:
-        algorithm, _, digest = version_hash.partition(":")
-        if algorithm != "sha256" or len(digest) != 64 or not digest.isalnum():
-            raise SpecError(f"not a Version hash: {version_hash!r}")
-        return self.root / f"{digest}.json"
+        return self.root / f"{digest_of(version_hash)}.json"
 
     def publish(self, spec: AgentSpec | WorkflowSpec) -> Version:
         """Store ``spec``, or return the Version already stored with its hash."""
@@ -142,7 +162,7 @@ class FileVersionStore:
         if not self.root.is_dir():
             return []
         digests = (path.stem for path in self.root.glob("*.json"))
-        return sorted(f"sha256:{d}" for d in digests if len(d) == 64 and d.isalnum())
+        return sorted(f"sha256:{d}" for d in digests if is_digest(d))
 
     def get(self, version_hash: str) -> Version:
         """The stored Version with this hash, re-verified on read.

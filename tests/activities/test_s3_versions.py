@@ -94,6 +94,8 @@ def test_unknown_and_malformed_hashes(stores: tuple[S3VersionStore, S3VersionSto
         one.get(missing)
     with pytest.raises(SpecError, match="not a Version hash"):
         one.get("md5:abc")
+    with pytest.raises(SpecError, match="not a Version hash"):
+        one.get("sha256:" + "z" * 64)
 
 
 async def test_the_publish_activity_stores_a_spawned_spec_in_the_bucket(

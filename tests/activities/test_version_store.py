@@ -56,6 +56,10 @@ def test_unknown_hash_is_not_found_and_a_malformed_one_is_refused(tmp_path: Path
         store.get("sha256:" + "0" * 64)
     with pytest.raises(SpecError, match="not a Version hash"):
         store.get("md5:abc")
+    # 64 letters or upper-case hex: no Version is ever stored under them, so not "no Version".
+    for malformed in ("sha256:" + "z" * 64, "sha256:" + "AB" * 32):
+        with pytest.raises(SpecError, match=r"not a Version hash.*64 lowercase hex"):
+            store.get(malformed)
 
 
 def test_a_tampered_file_is_refused_on_read(tmp_path: Path) -> None:
