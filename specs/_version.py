@@ -151,7 +151,17 @@ class Version(BaseModel):
 
     @classmethod
     def of(cls, spec: AgentSpec | WorkflowSpec, published_at: datetime | None = None) -> Version:
-        """A Version of ``spec`` with its hash computed, stamped now unless told otherwise."""
+        """A Version of ``spec`` with its hash computed, stamped now unless told otherwise.
+
+        Raises:
+            SpecError: ``published_at`` has no time zone (the stores keep times with their
+                offset and refuse one without: it cannot be ordered among the others).
+        """
+        if published_at is not None and published_at.utcoffset() is None:
+            raise SpecError(
+                f"published_at {published_at.isoformat()!r} has no time zone: give one "
+                "(datetime.now(UTC), or .replace(tzinfo=...))"
+            )
         return cls(
             hash=version_hash(spec),
             spec=spec,

@@ -342,6 +342,12 @@ def test_version_of_and_verify() -> None:
     assert abs(now.published_at - datetime.now(UTC)) < timedelta(minutes=1)
 
 
+def test_version_of_refuses_a_time_without_a_zone() -> None:
+    # The stores refuse such a Version on read (it cannot be ordered among the others).
+    with pytest.raises(SpecError, match="published_at '2026-01-02T03:04:05' has no time zone"):
+        Version.of(minimal(), datetime(2026, 1, 2, 3, 4, 5))
+
+
 def test_published_at_is_outside_the_hash() -> None:
     a = Version.of(minimal(), WHEN)
     b = Version.of(minimal(), WHEN + timedelta(days=400))
