@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,8 +21,8 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
 
     Raises:
         SpecError: both are set (which one wins would be a guess), the URL is malformed,
-            or the directory is a file (every blob written to it would fail, at the first
-            Run rather than here).
+            or the directory is a file or cannot be written to (every blob written to it
+            would fail, at the first Run rather than here).
     """
     url = env.get("PSYCH_BLOB_URL", "").strip()
     directory = env.get("PSYCH_BLOB_DIR", "").strip()
@@ -32,12 +34,41 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
     if url:
         return S3BlobStore.from_url(url)
     root = Path(directory or default_dir)
+    where = f"PSYCH_BLOB_DIR {directory!r}" if directory else f"the blob directory {str(root)!r}"
     if root.exists() and not root.is_dir():
-        where = (
-            f"PSYCH_BLOB_DIR {directory!r}" if directory else f"the blob directory {str(root)!r}"
-        )
         raise SpecError(
             f"{where} is a file, not a directory: name a directory (made when first written "
             "to), or a bucket with PSYCH_BLOB_URL"
         )
+    why = _unwritable(root)
+    if why is not None:
+        where = (
+            f"PSYCH_BLOB_DIR {directory!r}" if directory else f"the blob directory {str(root)!r}"
+        )
+        raise SpecError(
+            f"{where} cannot be written to ({why}): give the worker's user write access, or "
+            "name another directory"
+        )
     return LocalBlobStore(root)
+
+
+def _unwritable(root: Path) -> str | None:
+    """Why the worker could not write blobs under ``root`` (None: it can). A directory
+    that exists is probed with a file of its own (what a blob write does); one that does
+    not is made on the first write, so its nearest existing parent must be writable."""
+    if root.is_dir():
+        try:
+            handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+        except OSError as err:
+            return err.strerror or type(err).__name__
+        os.close(handle)
+        os.unlink(probe)
+        return None
+    parent = root.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"it does not exist and {str(parent)!r} does not let this user make it"
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -222,3 +223,27 @@ def test_a_blob_dir_that_is_a_file_is_refused_when_the_worker_starts(tmp_path: P
     )
     with pytest.raises(SpecError, match=r"^the blob directory '.*' is a file"):
         blob_store_from_env({}, taken)
+
+
+def test_a_blob_dir_the_worker_cannot_write_is_refused_when_it_starts(tmp_path: Path) -> None:
+    locked = tmp_path / "blobs"
+    locked.mkdir()
+    # Root passes permission bits: an immutable directory refuses even root its writes.
+    lock = ["chattr", "+i"] if os.geteuid() == 0 else ["chmod", "0555"]
+    unlock = ["chattr", "-i"] if os.geteuid() == 0 else ["chmod", "0755"]
+    subprocess.run([*lock, str(locked)], check=True)
+    try:
+        with pytest.raises(SpecError) as caught:
+            WorkerSettings.from_env({"PSYCH_BLOB_DIR": str(locked)})
+        # Not made beneath it either, on the first write.
+        with pytest.raises(SpecError, match=r"does not let this user make it"):
+            blob_store_from_env({"PSYCH_BLOB_DIR": str(locked / "deeper" / "blobs")}, locked)
+    finally:
+        subprocess.run([*unlock, str(locked)], check=True)
+    assert str(caught.value).startswith(
+        f"PSYCH_BLOB_DIR {str(locked)!r} cannot be written to (Operation not permitted"
+        if os.geteuid() == 0
+        else f"PSYCH_BLOB_DIR {str(locked)!r} cannot be written to (Permission denied"
+    )
+    assert list(locked.iterdir()) == []  # the probe left nothing behind
+    assert isinstance(blob_store_from_env({"PSYCH_BLOB_DIR": str(locked)}, locked), LocalBlobStore)
