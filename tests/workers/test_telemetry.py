@@ -93,6 +93,8 @@ def test_exporter_console_and_grpc_protocol_per_signal() -> None:
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
         ({"PSYCH_OTEL_CONTENT": "maybe"}, "PSYCH_OTEL_CONTENT"),
+        # No logs exporter: asked for, logs would not be exported, silently.
+        ({"OTEL_LOGS_EXPORTER": "otlp"}, "OTEL_LOGS_EXPORTER='otlp': psych exports traces"),
     ],
 )
 def test_what_psych_does_not_ship_is_refused_by_name(env: dict[str, str], named: str) -> None:
