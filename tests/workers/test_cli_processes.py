@@ -169,6 +169,45 @@ async def test_a_stopping_worker_lets_its_running_tool_call_finish(
     assert "tool call lookup_order -> ok" in out and "WorkerShutdown" not in out
 
 
+async def test_the_shutdown_grace_is_the_operators_to_set(
+    cli: Cli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fixed at 30 s until 12-07; 0 now cancels running calls at once (a fleet that would
+    # rather have them retried elsewhere than wait), and a bad value is refused at start.
+    monkeypatch.setenv("PSYCH_SHUTDOWN_GRACE_SECONDS", "soon")
+    status, _, err = await psych(capsys, "worker", "--tools", TOOLS_REF)
+    assert status == 1
+    assert err == "psych: PSYCH_SHUTDOWN_GRACE_SECONDS='soon' is not a number of seconds\n"
+    monkeypatch.delenv("PSYCH_SHUTDOWN_GRACE_SECONDS")
+    tools = cli.home / "slow_tools.py"
+    tools.write_text(SLOW_TOOLS)
+    script_lookup(cli)
+    env = cli.child_env(TEMPORAL_ADDRESS=cli.address, PSYCH_TASK_QUEUE=cli.task_queue)
+    argv = [*PSYCH, "worker", "--tools", f"{tools}:registry"]
+    first = await spawn(argv, {**env, "PSYCH_SHUTDOWN_GRACE_SECONDS": "0"}, cli.home)
+    assert first.stdout is not None
+    await read_until(first.stdout, "Ctrl-C to stop")
+    run = asyncio.create_task(psych(capsys, *cli.run_args("--input", "Where is order 7?")))
+    try:
+        await read_until(first.stdout, "lookup started")
+        code, _, errors = await stop(first, signal.SIGTERM)
+        assert code == 0, errors
+        assert not (cli.home / "finished").exists()  # cancelled, not waited for
+        second = await spawn(argv, env, cli.home)  # the lookup (safe to repeat) runs again
+        assert second.stdout is not None
+        try:
+            await read_until(second.stdout, "lookup started")
+            status, out, err = await asyncio.wait_for(run, 60)
+        finally:
+            await stop(second, signal.SIGTERM)
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    assert status == 0, out + err
+    assert (cli.home / "finished").read_text() == "7"
+
+
 async def test_dev_runs_a_server_and_a_worker_until_sigterm(
     cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -33,7 +33,7 @@ from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers._client import with_codec
 from psych_runtime.workers._devserver import db_lock, start_dev_server
-from psych_runtime.workers._environment import describe_policy
+from psych_runtime.workers._environment import describe_policy, seconds_from
 from psych_runtime.workers._gc import tune_gc_for_serving
 from psych_runtime.workers._telemetry import telemetry_from_env
 from psych_runtime.workers._worker import (
@@ -110,8 +110,11 @@ async def _terminable(command: Coroutine[Any, Any, int]) -> int:
 
 SHUTDOWN_GRACE = timedelta(seconds=30)
 """How long a stopping ``psych worker`` (SIGTERM: a deploy, a scale-down) lets its running
-calls finish before cancelling them. The SDK's default, none, failed each at once with
-WorkerShutdown, which the model read as the tool's error (deploy/'s grace periods count it)."""
+calls finish before cancelling them, unless ``PSYCH_SHUTDOWN_GRACE_SECONDS`` says (0: at
+once). The SDK's default, none, failed each at once with WorkerShutdown, which the model
+read as the tool's error (deploy/'s grace periods count it)."""
+
+SHUTDOWN_GRACE_ENV = "PSYCH_SHUTDOWN_GRACE_SECONDS"
 
 
 class _Terminated(Exception):
@@ -343,11 +346,14 @@ async def _worker(args: argparse.Namespace) -> int:
             ),
         }
     )
+    grace = seconds_from(SHUTDOWN_GRACE_ENV, os.environ, SHUTDOWN_GRACE.total_seconds())
     options = {} if metrics_port is None else {"runtime": metrics_runtime(metrics_port)}
     client = await temporal_client(args, **options)
     async with (
         model_wiring(fake, settings) as (settings, serving),
-        run_workers(client, settings, graceful_shutdown_timeout=SHUTDOWN_GRACE) as workers,
+        run_workers(
+            client, settings, graceful_shutdown_timeout=timedelta(seconds=grace)
+        ) as workers,
         contextlib.AsyncExitStack() as probes,
     ):
         if health_port is not None:
