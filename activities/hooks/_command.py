@@ -1,8 +1,9 @@
 """Command hooks: a tool-call hook that runs a program (an argv list, never a shell).
 
 The program gets ``{argument_key}`` placeholders in its argv filled from the call's
-arguments and a JSON document on stdin (the arguments for a pre hook; the arguments and the
-result or failure for post and on_error hooks), and has ``timeout_seconds`` (10 s by
+arguments, a JSON document on stdin (the arguments for a pre hook; the tool's name, the
+arguments and the result or failure for post and on_error hooks), the call named in its
+environment (``PSYCH_HOOK_TOOL``, ...: ``call_environment``), and has ``timeout_seconds`` (10 s by
 default) to exit. It runs in a session of its own, so on timeout its whole process group
 (it and anything it started) is killed with SIGKILL and reaped, within ``REAP_SECONDS``.
 
@@ -19,7 +20,7 @@ import re
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import asyncio
@@ -137,8 +138,41 @@ class CommandResult:
         return said or f"the command hook exited with status {self.returncode}"
 
 
-async def run_command(hook: CommandHook, arguments: Mapping[str, Any], stdin: Any) -> CommandResult:
-    """Run ``hook`` with ``stdin`` (JSON-encoded) and wait for it, at most its deadline.
+class Called(Protocol):
+    """What a command hook is told of the call it is asked about (a ``HookCall``)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def tenant(self) -> str | None: ...
+
+
+def call_environment(call: Called) -> dict[str, str]:
+    """The worker's environment, and the call a hook runs for: ``PSYCH_HOOK_TOOL``,
+    ``PSYCH_HOOK_KIND``, ``PSYCH_HOOK_CALL_ID`` and, when known, ``PSYCH_HOOK_RUN_ID`` and
+    ``PSYCH_HOOK_TENANT`` (a pre hook's stdin is the arguments alone)."""
+    told = {
+        "PSYCH_HOOK_TOOL": call.tool,
+        "PSYCH_HOOK_KIND": call.kind,
+        "PSYCH_HOOK_CALL_ID": call.call_id,
+        "PSYCH_HOOK_RUN_ID": call.run_id,
+        "PSYCH_HOOK_TENANT": call.tenant,
+    }
+    return {**os.environ, **{key: value for key, value in told.items() if value is not None}}
+
+
+async def run_command(hook: CommandHook, call: Called, stdin: Any) -> CommandResult:
+    """Run ``hook`` for ``call`` (its arguments fill the placeholders; the call is named in
+    the environment, ``call_environment``) with ``stdin`` (JSON-encoded) and wait for it, at
+    most its deadline.
 
     Never raises for the program's own failures (a missing program, a placeholder with no
     argument, a non-zero exit, a timeout): they are the result. Cancellation kills the
@@ -147,7 +181,7 @@ async def run_command(hook: CommandHook, arguments: Mapping[str, Any], stdin: An
     import asyncio  # here: declaring a hook (the settings files, psych validate) needs none
 
     try:
-        argv = hook.command_line(arguments)
+        argv = hook.command_line(call.arguments)
     except KeyError as err:
         return CommandResult(None, "", f"{hook.name}: {err.args[0]}")
     data = json.dumps(stdin, ensure_ascii=False, default=str).encode()
@@ -155,6 +189,7 @@ async def run_command(hook: CommandHook, arguments: Mapping[str, Any], stdin: An
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
+            env=call_environment(call),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             # Its own session and process group: a timeout kills everything it started.

@@ -407,7 +407,7 @@ async def _run_pre(hook: Hook, call: HookCall) -> Deny | dict[str, Any] | None:
     """One pre hook's verdict; its failure is a denial naming what failed."""
     try:
         if isinstance(hook.action, CommandHook):
-            return _command_pre(await run_command(hook.action, call.arguments, call.arguments))
+            return _command_pre(await run_command(hook.action, call, call.arguments))
         answer = await _call(hook.action, call)
         if answer is None or isinstance(answer, Deny):
             return answer
@@ -454,7 +454,7 @@ async def _run_result(
     """A post hook's new result, or an on_error hook's replacement (None: no change)."""
     if isinstance(hook.action, CommandHook):
         stdin = {"tool": call.tool, "arguments": dict(call.arguments), key: text}
-        result = await run_command(hook.action, call.arguments, stdin)
+        result = await run_command(hook.action, call, stdin)
         if not result.ok:
             raise _HookFailed(result.reason())
         out = result.stdout.strip()

@@ -223,6 +223,22 @@ async def test_command_pre_hook_gets_placeholders_and_stdin_and_rewrites() -> No
     assert plan.arguments == {"order_id": "A-7", "seen_argv": "order=A-7", "limit": 5}
 
 
+async def test_a_command_hook_is_told_which_call_it_runs_for() -> None:
+    # A pre hook's stdin is the arguments alone: a hook on "*" could not tell the tools
+    # apart (an audit); the call is named in its environment.
+    code = (
+        "import os, sys\n"
+        "if os.environ['PSYCH_HOOK_TOOL'] == 'delete_user':\n"
+        "    names = ('KIND', 'CALL_ID', 'RUN_ID')\n"
+        "    said = ' '.join(os.environ['PSYCH_HOOK_' + name] for name in names)\n"
+        "    sys.exit('no deletes: ' + said + ' ' + os.environ.get('PSYCH_HOOK_TENANT', '-'))\n"
+    )
+    hooks = Hooks().pre("*", py(code))
+    assert await hooks.plan(call("lookup")).before() is None
+    message = await hooks.plan(call("delete_user")).before()
+    assert message is not None and message.endswith("no deletes: code c1 r1 -")
+
+
 async def test_command_pre_hook_non_zero_exit_denies_with_its_stderr() -> None:
     hook = py("import sys; sys.stderr.write('order A-7 is frozen'); sys.exit(3)")
     plan = Hooks().pre("*", hook).plan(call(order_id="A-7"))
@@ -263,7 +279,7 @@ async def test_command_hook_timeout_kills_the_whole_process_group(tmp_path: Path
     )
     hook = py(code, timeout=1.5)
     started = time.monotonic()
-    result = await run_command(hook, {}, {})
+    result = await run_command(hook, call(), {})
     elapsed = time.monotonic() - started
     assert result.timed_out and not result.ok and "timed out after 1.5 s" in result.reason()
     assert elapsed < 1.5 + REAP_SECONDS
