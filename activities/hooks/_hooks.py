@@ -253,13 +253,12 @@ class Interception:
         self.effects: list[HookEffect] = []
 
     async def before(self) -> str | None:
-        """Run the pre hooks; the message the model reads when one denies, else None.
-
-        ``arguments`` then holds the arguments the tool is to run with.
-        """
+        """Run the pre hooks; the message the model reads when one denies, else None
+        (``arguments`` then holds the arguments the tool is to run with)."""
         for hook in self._hooks.for_tool("pre", self.call.tool):
             verdict = await _heartbeating(_run_pre(hook, self._call()))
             if isinstance(verdict, Deny):
+                self.rewritten = False  # nothing ran: no arguments ran (the effects say more)
                 self.effects.append(
                     hook_effect(stage="pre", hook=hook.name, effect="denied", detail=verdict.reason)
                 )

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.activities import CommandHook, Deny, HookCall, Hooks
+from psych_runtime.activities import CommandHook, Deny, HookCall, Hooks, blob_ref
+from psych_runtime.activities.contract import Latency, ToolOutcome
 from psych_runtime.activities.hooks import check_pattern
 from psych_runtime.activities.hooks._command import REAP_SECONDS, run_command
 from psych_runtime.activities.hooks._hooks import pattern_matches
@@ -237,6 +238,33 @@ async def test_a_command_hook_is_told_which_call_it_runs_for() -> None:
     assert await hooks.plan(call("lookup")).before() is None
     message = await hooks.plan(call("delete_user")).before()
     assert message is not None and message.endswith("no deletes: code c1 r1 -")
+
+
+async def test_a_call_a_later_pre_hook_denies_ran_with_no_arguments() -> None:
+    # The first hook's rewrite was recorded as the arguments that ran, though none did.
+    def narrow(c: HookCall) -> dict[str, Any]:
+        return {**c.arguments, "limit": 5}
+
+    plan = Hooks().pre("*", narrow).pre("*", deny_all).plan(call(order_id="A-7"))
+    assert await plan.before() is not None
+    ref = blob_ref(b"denied")
+    latency = Latency(queue_wait_ms=0.0, duration_ms=1.0)
+    denied = ToolOutcome(
+        call_id="c1",
+        status="denied",
+        content="denied",
+        truncated=False,
+        size=6,
+        result_ref=ref,
+        message_ref=ref,
+        latency=latency,
+    )
+    stamped = plan.stamp(denied)
+    assert stamped.ran_arguments is None
+    assert [(e.stage, e.effect) for e in stamped.hooks] == [
+        ("pre", "rewrote_arguments"),
+        ("pre", "denied"),
+    ]
 
 
 async def test_command_pre_hook_non_zero_exit_denies_with_its_stderr() -> None:
