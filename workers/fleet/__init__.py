@@ -11,6 +11,7 @@ from psych_runtime.workers.fleet._health import (
     metrics_runtime,
     port_from,
     serve_health,
+    server_ready,
 )
 from psych_runtime.workers.fleet._policy import (
     POLLER_LIVE_SECONDS,
@@ -64,6 +65,7 @@ __all__ = [
     "replay",
     "runs_roles_apart",
     "serve_health",
+    "server_ready",
     "unpolled_queues",
     "version_from_env",
     "worker_identity",

@@ -105,14 +105,18 @@ class Health:
         workers = self._workers()
         if not workers or not all(worker.is_running for worker in workers):
             return False
-        try:
-            return await asyncio.wait_for(
-                self._client.service_client.check_health(), SERVER_CHECK_SECONDS
-            )
-        except (TimeoutError, RPCError, RuntimeError):
-            # An unreachable server (the SDK's RPCError: "tcp connect error", unavailable)
-            # is what readiness reports, not an error of the probe.
-            return False
+        return await server_ready(self._client)
+
+
+async def server_ready(client: Client) -> bool:
+    """Whether ``client``'s Temporal server answers its health check within
+    ``SERVER_CHECK_SECONDS`` (what readiness needs of it: a worker's, ``psych serve``'s)."""
+    try:
+        return await asyncio.wait_for(client.service_client.check_health(), SERVER_CHECK_SECONDS)
+    except (TimeoutError, RPCError, RuntimeError):
+        # An unreachable server (the SDK's RPCError: "tcp connect error", unavailable) is
+        # what readiness reports, not an error of the probe.
+        return False
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,7 @@ from psych_runtime.specs import Scope
 from psych_runtime.workers._oauth_callback import oauth_callback_route
 from psych_runtime.workers.serve._auth import Authenticator, Caller, Unauthorized
 from psych_runtime.workers.serve._context import ApiContext
+from psych_runtime.workers.serve._health_routes import health_routes
 from psych_runtime.workers.serve._limits import SMALL_BODY_BYTES, BodyLimit, RouteBound, route_path
 from psych_runtime.workers.serve._problems import install_problem_handlers, problem_for
 from psych_runtime.workers.serve._run_actions import action_routes
@@ -134,6 +135,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     # The last added runs first: a body's bound is judged before its caller is.
     app.add_middleware(_AuthenticatedFirst, caller_for=authenticator.caller_for)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=_SMALL_BODIES)
+    app.include_router(health_routes(settings.client.temporal))
     app.include_router(spec_routes(context))
     app.include_router(run_routes(context))
     app.include_router(action_routes(context))
