@@ -260,3 +260,47 @@ async def test_spawned_children_count_toward_max_fanout_per_turn(harness: Harnes
     ) == ["task 0", "task 1"]
     finished = {r.call_id: (r.status, r.content) for r in of(records, ToolCallFinished)}
     assert finished["s2"] == ("error", refusal)
+
+
+@pytest.mark.parametrize("tool", ["delegate", "spawn"])
+async def test_children_past_max_fanout_per_turn_are_no_failures_of_the_tool(
+    harness: Harness, tool: str
+) -> None:
+    # Eight children asked for in one turn under a cap of two: six calls start nothing.
+    # Counted as the tool failing (until patch psych-fanout-no-failure), they withheld it at
+    # the default failure_streak_threshold (3) and failed the Run at the default hard stop
+    # (6) with "failure_streak: delegate failed 6 times in a row".
+    harness.settings = dataclasses.replace(harness.settings, versions=harness.client.store)
+    spec = _lead(harness, spawn=tool == "spawn").build()
+
+    def child_call(n: int) -> ToolCall:
+        if tool == "delegate":
+            return ToolCall("delegate", {"agent": "capshelper", "task": f"task {n}"}, id=f"c{n}")
+        arguments = {"name": f"capsspawned{n}", "instructions": SPAWNED, "task": f"task {n}"}
+        return ToolCall("spawn", arguments, id=f"c{n}")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if LEAD not in system(body):
+            return _child(body)
+        last = body["messages"][-1]
+        if last["role"] == "user" and len(body["messages"]) == 2:
+            return Reply.tool_calls(*(child_call(n) for n in range(1, 9)))
+        if tool == "spawn" and last.get("tool_call_id") == "c8":
+            return Reply.tool_calls(ToolCall("wait_children", {}, id="w"))
+        return Reply.text("two of eight done")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "eight tasks", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert result.status is RunStatus.COMPLETED
+    assert of(records, ToolWithheld) == []
+    finished = [(r.call_id, r.status) for r in of(records, ToolCallFinished) if r.tool == tool]
+    assert finished == [("c1", "ok"), ("c2", "ok")] + [(f"c{n}", "error") for n in range(3, 9)]
+    # The next turn still offers the tool, and says nothing of withholding it.
+    second = [b for b in harness.fake.requests if LEAD in system(b)][1]
+    assert tool in [t["function"]["name"] for t in second["tools"]]
+    assert tool_messages(second)["c8"] == FANOUT_REFUSAL
+    assert not any("withheld" in str(m["content"]) for m in second["messages"])

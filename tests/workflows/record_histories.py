@@ -2358,6 +2358,52 @@ async def fanout_capped(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 42?")
 
 
+async def _fanout_refused(rig: Rig) -> RunHandle:
+    """Seven delegations in one turn under ``max_fanout_per_turn=1``: one child answers,
+    six calls start nothing."""
+    # Not the rig's key "k": what a model sends back is redacted of the key, and delegate's
+    # "task" argument would lose its name (a delegation without a task starts no child).
+    endpoint = Endpoint(base_url=rig.fake.base_url, api_key="recorder-key")
+    rig.settings = dataclasses.replace(rig.settings, endpoints=ModelEndpoints(default=endpoint))
+    researcher = rig.agent("researcher").instructions("You research.").build()
+    spec = (
+        rig.agent("lead")
+        .instructions("You lead.")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .limits(max_fanout_per_turn=1)
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        if "You lead." not in messages[0]["content"]:
+            return Reply.text("Order 42 is delivered.")
+        if messages[-1]["role"] == "user":
+            return Reply.tool_calls(
+                *(
+                    ToolCall("delegate", {"agent": "researcher", "task": f"{n}?"}, id=f"d{n}")
+                    for n in range(7)
+                )
+            )
+        return Reply.text("Order 42 is delivered; the rest were not looked up.")
+
+    rig.fake.responder = respond
+    return await rig.run(spec, "Where are orders 0 to 6?")
+
+
+async def fanout_refused_before_patch(rig: Rig) -> RunHandle:
+    """``_fanout_refused`` recorded before the patch ``psych-fanout-no-failure``: the six
+    refusals counted as ``delegate`` failing, which was withheld at three and failed the
+    Run at six (the default hard stop)."""
+    return await _fanout_refused(rig)
+
+
+async def fanout_refused_no_streak(rig: Rig) -> RunHandle:
+    """``_fanout_refused`` with the patch ``psych-fanout-no-failure`` (its marker at the first
+    refusal): the refusals count toward no failure streak, answered."""
+    return await _fanout_refused(rig)
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -2743,6 +2789,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", external_wait_completed_hooked),
     # review 12-06: an expiry also ends a wait begun after it by a call then running
     ("dev", approval_expired_beside_open_call),
+    # limits audit 12-06: children past max_fanout_per_turn are no failures of their tool
+    ("dev", fanout_refused_before_patch),
+    ("dev", fanout_refused_no_streak),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -140,6 +140,10 @@ PATCHES: dict[str, str] = {
     # reads (workflows/features/_questions.py); a Run recorded before suspended on it.
     # Asked only for such a call.
     "psych-question-needs-text": "0.1.0",
+    # A delegate or spawn call past max_fanout_per_turn counts toward no failure streak
+    # (workflows/features/_fanout.py, ``over_fanout``); a Run recorded before counted it
+    # (and could withhold the tool, or fail). Asked only with such a refusal.
+    "psych-fanout-no-failure": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -9,6 +9,13 @@ the shared count is taken behind the patch (``RunView.patched``: a Run that aske
 ``psych-local-resolution-safe`` takes it without asking), asked only when it would refuse,
 so a Run under the cap records no marker and a history recorded before the patch replays
 its delegations and spawns as they ran.
+
+A call past the cap is the Run's own cap, not the tool failing, so its error counts toward
+no failure streak (as a call past ``max_tool_calls_per_turn`` does not): counted, a turn
+that asked for more children than the cap withheld ``delegate`` (or ``spawn``) after three
+such calls and failed the Run after six. A Run recorded before the patch
+``psych-fanout-no-failure`` (asked with the refusal, so only a Run past the cap records it)
+counted them.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.activities.contract import ToolCallRequest
     from psych_runtime.workflows.kernel._feature import RunView
+    from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
 
 
 def fanout_refusal(run: RunView, turn: int, *, capped_before: int) -> str | None:
@@ -37,3 +46,10 @@ def fanout_refusal(run: RunView, turn: int, *, capped_before: int) -> str | None
     return (
         f"not started: more than max_fanout_per_turn ({cap}) children (delegate, spawn) in one turn"
     )
+
+
+def over_fanout(call: ToolCallRequest, why: str) -> ToolResult:
+    """The result of ``call``, a child past the cap (``why``: ``fanout_refusal``'s): an
+    error the model reads, and no failure of its tool (see the module)."""
+    counts = False if workflow.patched("psych-fanout-no-failure") else None
+    return inline(call, "error", why, counts=counts)

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         Totals,
     )
-    from psych_runtime.workflows.features._fanout import fanout_refusal
+    from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
     from psych_runtime.workflows.features._spawn_compose import (
         NAME_PATTERN,
         child_model,
@@ -200,7 +200,7 @@ async def spawn(
 
     over = fanout_refusal(run, turn, capped_before=0)
     if over is not None:
-        return inline(call, "error", over)
+        return over_fanout(call, over)
 
     # Reserved before the first await: the turn's other spawn calls run concurrently, and
     # max_alive and max_fanout_per_turn must count this one.

@@ -59,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         SuspensionReason,
         Totals,
     )
-    from psych_runtime.workflows.features._fanout import fanout_refusal
+    from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._handles import handed_on
@@ -154,7 +154,7 @@ async def delegate(
     started = delegations.get(turn, 0)
     over = fanout_refusal(run, turn, capped_before=started)
     if over is not None:
-        return inline(call, "error", over)
+        return over_fanout(call, over)
     delegations[turn] = started + 1
     child_spec, left_out = narrow_subagent(spec, sub.spec, a2a_peers=bounded)
     version = Version(hash=version_hash(child_spec), spec=child_spec, published_at=workflow.now())
