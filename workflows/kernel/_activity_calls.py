@@ -196,6 +196,30 @@ OPTIONS: dict[str, Options] = {
 }
 """Per activity name; a tool's retry policy is chosen per call (``tool_retry``)."""
 
+MODEL_SILENCE_IN_OPTIONS = timedelta(seconds=300)
+"""The silence a model call's 10 minutes (``OPTIONS``) leave room for: the default
+``stream_idle_seconds``. A longer idle limit lengthens the call's bound by the difference
+(``model_call_time``)."""
+LONGEST_RUN = timedelta(days=1, minutes=10)
+"""Longer than any Run's deadline (``deadline_seconds`` is at most a day) and its grace:
+the bound of a model call whose idle limit is off, which the Run's deadline bounds first."""
+
+
+def model_call_time(stream_idle_seconds: float) -> timedelta:
+    """The start-to-close timeout of a model call (or a summariser's) whose silences may
+    last ``stream_idle_seconds`` (0: no idle limit).
+
+    At most 10 minutes, with room for the default idle limit, would end a call before a
+    longer limit the Spec sets (it may be up to an hour, for a model that thinks long before
+    its first token) as a timeout, and a limit of 0 would be 10 minutes, not off. Not
+    compared on replay (a timeout is not), so histories recorded with 10 minutes replay.
+    """
+    base = OPTIONS[MODEL_CALL].start_to_close
+    if stream_idle_seconds <= 0:
+        return LONGEST_RUN
+    idle = timedelta(seconds=stream_idle_seconds)
+    return base + max(idle - MODEL_SILENCE_IN_OPTIONS, timedelta(0))
+
 
 def task_queue_for(name: str) -> str | None:
     """The task queue activity ``name`` is scheduled on (None: the Run's own)."""
@@ -234,16 +258,17 @@ async def _execute(
     retry: RetryPolicy | None = None,
     extra_time: timedelta = timedelta(0),
     heartbeat: timedelta | None = None,
+    start_to_close: timedelta | None = None,
 ) -> _R:
-    """Schedule activity ``name`` with its options from ``OPTIONS`` (``heartbeat``
-    overrides its heartbeat timeout; no ``summary``: none in the schedule command)."""
+    """Schedule activity ``name`` with its options from ``OPTIONS`` (``start_to_close`` and
+    ``heartbeat`` override its timeouts; no ``summary``: none in the schedule command)."""
     options = OPTIONS[name]
     result: _R = await workflow.execute_activity(
         name,
         input,
         result_type=result_type,
         task_queue=task_queue_for(name),
-        start_to_close_timeout=options.start_to_close + extra_time,
+        start_to_close_timeout=(start_to_close or options.start_to_close) + extra_time,
         heartbeat_timeout=heartbeat or options.heartbeat,
         retry_policy=retry or options.retry,
         summary=summary,
@@ -348,6 +373,7 @@ async def complete(call: ModelCallInput) -> ModelCallResult:
         slim_model_input(call, workflow.info().workflow_id),
         SlimModelCallResult,
         summary=None,
+        start_to_close=model_call_time(call.stream_idle_seconds),
     )
     return full_model_result(answer, call)
 
@@ -356,7 +382,8 @@ async def compact(input: CompactInput) -> CompactResult:
     """``psych.model.compact``: the summariser call of compaction, once (a failure leaves
     the Run uncompacted until the next trigger)."""
     summary = f"compact with {input.model}, after turn {input.turn}"
-    return await _execute(MODEL_COMPACT, input, CompactResult, summary=summary)
+    time = model_call_time(input.stream_idle_seconds)
+    return await _execute(MODEL_COMPACT, input, CompactResult, summary=summary, start_to_close=time)
 
 
 async def decide(input: PolicyInput) -> PolicyDecision:
