@@ -59,6 +59,11 @@ WORKFLOW_UNREAD: Mapping[str, str] = MappingProxyType(
             "the first failed step ends a WorkflowRun, so no tool of it can fail twice in "
             "a row; set it on an agent step's agent"
         ),
+        "limits.repeat_call_hard_stop": (
+            "a refused repeat fails its tool step, and the first failed step ends a "
+            "WorkflowRun: it stops at the first refusal (limits.repeat_call_threshold) and "
+            "never reaches this; set it on an agent step's agent"
+        ),
         "suspension.may_ask_questions": (
             "a workflow asks no questions: whether an agent step may ask is its own "
             "agent's suspension.may_ask_questions (a parent imposes only its expiries)"
@@ -77,8 +82,10 @@ WORKFLOW_READ: Mapping[str, str] = MappingProxyType(
         "limits.transient_retry_budget": (
             "what is left of it is each agent or nested workflow step's budget"
         ),
-        "limits.repeat_call_threshold": "tool steps repeating a call and result are refused",
-        "limits.repeat_call_hard_stop": "and past it the Run stops",
+        "limits.repeat_call_threshold": (
+            "a tool step repeating a call and result that many times is refused: the step "
+            "fails, and the Run with it"
+        ),
         "limits.large_result_bytes": "a larger tool step output is stored whole (a handle)",
         "suspension.approval_expires_seconds": "tool steps' approvals, and agent steps'",
         "suspension.question_expires_seconds": "agent steps' questions",

@@ -16,7 +16,14 @@ from temporalio.client import WorkflowFailureError
 
 from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder, AgentSpec, Refused, RunFailed, WorkflowBuilder
+from psych_runtime.specs import (
+    AgentBuilder,
+    AgentSpec,
+    Refused,
+    RunFailed,
+    ValidationFailed,
+    WorkflowBuilder,
+)
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import (
     STEER,
@@ -66,6 +73,38 @@ async def test_an_agent_step_past_the_workflows_max_steps_fails_unrun(harness: H
     assert harness.fake.requests == []  # the agent never called its model
     (finished,) = [r for r in records if isinstance(r, StepFinished) and r.step == "second"]
     assert not finished.ok and "max_steps (1) is used up" in (finished.error or "")
+
+
+async def test_a_repeated_tool_step_is_refused_and_ends_the_run_whatever_the_hard_stop(
+    harness: Harness,
+) -> None:
+    # The first refused repeat fails its step, and the first failed step ends a WorkflowRun:
+    # repeat_call_hard_stop is never reached. A workflow that sets it is refused at publish,
+    # naming it (it was accepted, to no effect), and without it the Run stops as it always
+    # did.
+    @harness.registry.register
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    def pinger(**limits: int) -> WorkflowBuilder:
+        builder = WorkflowBuilder("pinger", registry=harness.registry).tool("ping")
+        for step in "abc":
+            builder = builder.tool_step(step, "ping", {})
+        return builder.limits(**limits)
+
+    with pytest.raises(ValidationFailed, match=r"limits\.repeat_call_hard_stop: a WorkflowRun"):
+        harness.client.publish(pinger(repeat_call_threshold=1, repeat_call_hard_stop=10).build())
+    async with harness.worker():
+        spec = pinger(repeat_call_threshold=1).build()
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        with pytest.raises(RunFailed, match=r"step 'b' \(tool\) failed: refused: "):
+            await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert [(r.step, r.ok) for r in records if isinstance(r, StepFinished)] == [
+        ("a", True),
+        ("b", False),
+    ]
 
 
 async def test_an_agent_step_takes_no_more_steps_than_the_workflow_has_left(

@@ -31,6 +31,7 @@ NOT_DEFAULT: dict[str, Any] = {
     "limits.max_history_records": 7,
     "limits.failure_streak_threshold": 1,
     "limits.failure_streak_hard_stop": 2,
+    "limits.repeat_call_hard_stop": 10,
     "suspension.may_ask_questions": True,
 }
 
