@@ -148,6 +148,37 @@ async def test_the_transcript_says_the_model_saw_the_earlier_runs_conversation_f
     assert note in lines
 
 
+async def test_the_transcript_says_the_model_saw_none_of_the_thread_under_a_bound_of_0(
+    harness: Harness,
+) -> None:
+    # max_history_records 0 shows the model nothing of the earlier conversation: the
+    # transcript said it was first shown the end of it, and the record did not say otherwise.
+    client = harness.client
+    async with harness.worker():
+        first = await earlier_run(harness)
+        harness.fake.enqueue(Reply.text("Which order?"))
+        run = await client.dispatch(
+            spec(harness, "second", 0), "And order 43?", scope=harness.scope, thread=first
+        )
+        await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+        transcript = await read_transcript(client, run, scope=harness.scope)
+    assert conversation(harness.fake.requests[2]) == [("user", "And order 43?")]
+    (admitted,) = [r for r in records if isinstance(r, RunAdmitted)]
+    assert admitted.thread is not None and admitted.thread.run == first.workflow_id
+    assert admitted.thread_bound == 0
+    note = (
+        f"(the model was shown none of the earlier Run {first.workflow_id}'s conversation: "
+        "limits.max_history_records is 0)"
+    )
+    text, markdown = io.StringIO(), io.StringIO()
+    print_transcript(transcript, text, markdown=False)
+    print_transcript(transcript, markdown, markdown=True)
+    assert note in text.getvalue().splitlines()
+    assert f"*{note}*" in markdown.getvalue()
+    assert "first shown" not in text.getvalue() + markdown.getvalue()
+
+
 async def test_a_thread_of_another_tenant_or_an_unknown_run_is_refused(harness: Harness) -> None:
     client = harness.client
     async with harness.worker():

@@ -159,6 +159,9 @@ class Transcript:
     thread: str | None = None
     """The earlier Run (workflow id) whose conversation the model was shown before the
     input, by reference: its messages are in that Run's records, not in these."""
+    thread_bound: int | None = None
+    """At most how many of the earlier Run's messages the model was shown (0: none; None:
+    not recorded, a Run admitted before the record said)."""
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """The messages in the chat-completions shape the model was sent them (a system
@@ -417,6 +420,7 @@ def build_transcript(
         unseen=tuple(unseen) + tuple(notes) if kind == "agent" else (),
         steps=tuple(steps.values()),
         thread=admitted.thread.run if admitted is not None and admitted.thread else None,
+        thread_bound=admitted.thread_bound if admitted is not None else None,
     )
 
 

@@ -97,7 +97,12 @@ def _thread_heading(run: str) -> str:
     return f"earlier conversation (thread of {run})"
 
 
-def _thread_note(run: str) -> str:
+def _thread_note(run: str, bound: int | None) -> str:
+    if bound == 0:
+        return (
+            f"(the model was shown none of the earlier Run {run}'s conversation: "
+            "limits.max_history_records is 0)"
+        )
     return (
         f"(here the model was first shown the end of the earlier Run {run}'s conversation, "
         "at most limits.max_history_records messages of it; they are that Run's, not "
@@ -132,7 +137,7 @@ def transcript_lines(transcript: Transcript, indent: str = "") -> list[tuple[str
         if transcript.thread is not None and index == _after_system(transcript):
             lines.append(("", ""))
             lines.append((f"{indent}── {_thread_heading(transcript.thread)} ──", "bold cyan"))
-            lines.append((indent + _thread_note(transcript.thread), "dim"))
+            lines.append((indent + _thread_note(transcript.thread, transcript.thread_bound), "dim"))
         lines.append(("", ""))
         role_style = _ROLE_STYLES.get(message.role, "bold cyan")
         lines.append((f"{indent}── {_heading(message)} ──", role_style))
@@ -201,7 +206,7 @@ def transcript_markdown(transcript: Transcript, level: int = 1) -> str:
     for index, message in enumerate(transcript.messages):
         if transcript.thread is not None and index == _after_system(transcript):
             parts.append(f"{sub} {_thread_heading(transcript.thread)}")
-            parts.append(f"*{_thread_note(transcript.thread)}*")
+            parts.append(f"*{_thread_note(transcript.thread, transcript.thread_bound)}*")
         parts.append(f"{sub} {_heading(message)}")
         parts.extend(f"- {_wait_text(wait)}" for wait in message.waits)
         note = _not_exact(message)

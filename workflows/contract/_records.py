@@ -65,6 +65,8 @@ class RunAdmitted(_Record):
     spec_kind: Literal["agent", "workflow"] = "agent"
     thread: ThreadRef | None = None
     """The earlier Run this Run continues, and the conversation head read from it."""
+    thread_bound: int | None = None
+    """The most thread messages shown (``max_history_records``; 0: none); None: no thread."""
     left_out: tuple[LeftOut, ...] = ()
     """A subagent's tools and MCP servers its parent did not grant, each with why."""
 
@@ -123,10 +125,9 @@ class ToolCallFinished(_Record):
     call_id: str
     tool: str
     status: ToolCallStatus
-    """ok, error (the tool failed or the call was invalid), unknown (the worker running a
-    call that is not safe to repeat stopped mid-call), refused (a guard withheld it),
-    denied (the Policy said no), rejected (an approver said no), aborted (cancelled by an
-    abort)."""
+    """ok, error (the tool failed or the call was invalid), unknown (the worker running a call
+    not safe to repeat stopped mid-call), refused (a guard withheld it), denied (the Policy
+    said no), rejected (an approver said no), aborted (cancelled by an abort)."""
     content: str
     """The result as the model was shown it (a preview when ``truncated``)."""
     truncated: bool = False
@@ -134,8 +135,7 @@ class ToolCallFinished(_Record):
     result_ref: str | None = None
     latency: Latency | None = None
     ran_arguments: dict[str, Any] | None = None
-    """The arguments the tool ran with when a pre hook rewrote them (``ToolCallStarted``
-    keeps the model's); None: it ran with the model's."""
+    """What the tool ran with, when a pre hook rewrote the model's arguments (else None)."""
     hooks: tuple[HookEffect, ...] = ()
     """Each tool-call hook that denied, rewrote or failed, in the order they ran."""
 

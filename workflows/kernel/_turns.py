@@ -95,6 +95,9 @@ class TurnLoop(ToolCalls):
                 messages=self._input.messages,
                 system_prompt=self._system_prompt,
                 thread=self._input.thread,
+                thread_bound=(
+                    self._limits.max_history_records if self._input.thread is not None else None
+                ),
                 left_out=bounds.left_out if bounds is not None else (),
             )
         )
