@@ -83,7 +83,9 @@ class Limits(_Frozen):
     max_tool_calls_per_turn: Annotated[int, Field(gt=0, le=256), NUMBER] = 16
     """Calls beyond this in one turn are not run; each gets an error result."""
     deadline_seconds: Annotated[float, Field(gt=0, le=86400), NUMBER] = 900.0
-    """Wall-clock budget from admission; then a grace period, then FORCE_SETTLED."""
+    """Seconds of work from admission: time the Run only waits (for an approval, an answer,
+    an external completion) does not count, the clock runs while any call executes. Then a
+    grace period for the calls in flight, then FORCE_SETTLED (open calls UNKNOWN)."""
     transient_retry_budget: Annotated[int, Field(ge=0, le=100), NUMBER] = 8
     """Transient failures (5xx, 429, 408, connection, stream idle) retried per Run."""
     max_delegation_depth: Annotated[int, Field(ge=0, le=16), NUMBER] = 3
