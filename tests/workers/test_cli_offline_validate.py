@@ -124,3 +124,24 @@ def test_a_workflow_steps_agent_is_judged_with_its_path(
     assert err.startswith(
         f"{spec}: warning: steps[welcome].spec.limits.max_turns: 32 turns need at least 63 steps"
     )
+
+
+@pytest.mark.parametrize("limits", ["{max_steps: 5}", "{repeat_call_threshold: 6}"])
+def test_a_workflows_own_limits_are_not_judged_as_an_agents(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, limits: str
+) -> None:
+    # A WorkflowRun has no turns and no model (limits.max_turns is unread, and so is
+    # repeat_call_hard_stop: its first refused repeat fails a step). A workflow setting
+    # max_steps was warned that its 32 turns need 63 steps, and one setting
+    # repeat_call_threshold that "the model is never told to change approach".
+    spec = tmp_path / "workflow.yaml"
+    spec.write_text(
+        "kind: workflow\n"
+        "name: onboard\n"
+        "steps:\n"
+        "  - kind: agent\n"
+        "    name: welcome\n"
+        "    spec: {kind: agent, name: greeter, instructions: Hi., model: {model: m}}\n"
+        f"limits: {limits}\n"
+    )
+    assert validate(capsys, spec) == (0, f"{spec}: valid\n", "")

@@ -229,10 +229,12 @@ async def _checked_peers(spec: AgentSpec | WorkflowSpec, scope: Scope) -> PeerRe
         await egress.aclose()
 
 
-def _limit_warnings(limits: Limits, path: str) -> list[str]:
-    """Where one of ``limits`` makes another unreachable (when the Spec sets either)."""
+def _limit_warnings(limits: Limits, path: str, *, agent: bool) -> list[str]:
+    """Where one of ``limits`` makes another unreachable (when the Spec sets either); an
+    agent's only: a WorkflowRun has no turns and no model, and each pair judged here has a
+    field it does not read (``specs._workflow_fields``: a problem when set)."""
     found: list[str] = []
-    given = limits.model_fields_set
+    given = limits.model_fields_set if agent else set()
     if {"max_steps", "max_turns"} & given and limits.max_steps < 2 * limits.max_turns - 1:
         # A turn after the first starts only after the previous one's tool calls, so turn
         # N begins after at least 2(N-1) steps: a model call and a tool call per turn.
@@ -268,7 +270,10 @@ def limit_warnings(spec: AgentSpec | WorkflowSpec, path: str = "") -> list[str]:
     return [
         warning
         for prefix, node in nested_specs(spec, path)
-        for warning in [*_limit_warnings(node.limits, prefix), *_fallback_warnings(node, prefix)]
+        for warning in [
+            *_limit_warnings(node.limits, prefix, agent=isinstance(node, AgentSpec)),
+            *_fallback_warnings(node, prefix),
+        ]
     ]
 
 
