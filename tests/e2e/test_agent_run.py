@@ -321,6 +321,32 @@ async def test_repeat_call_guard_refuses_then_stops(harness: Harness) -> None:
     assert "Change approach" in finished[2].content
 
 
+async def test_a_repeat_refusal_says_how_often_the_call_was_made(harness: Harness) -> None:
+    # It said "refused: you called lookup_order with these arguments 1 times" (and a
+    # workflow's failed step "refused: refused: ...").
+    harness.registry.register(lookup_order)
+    spec = (
+        AgentBuilder("rep1", registry=harness.registry)
+        .model("fake-model")
+        .tool("lookup_order")
+        .limits(repeat_call_threshold=1, repeat_call_hard_stop=3)
+        .build()
+    )
+    same = ToolCall("lookup_order", {"order_id": "7"})
+    harness.fake.enqueue(*[Reply.tool_calls(same) for _ in range(2)], Reply.text("done"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    finished = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert [r.status for r in finished] == ["ok", "refused"]
+    assert finished[1].content == (
+        "not run: you called lookup_order with these arguments already and have its result. "
+        "Change approach instead of repeating the call."
+    )
+    assert harness.fake.requests[2]["messages"][-1]["content"] == finished[1].content
+
+
 async def test_idempotent_dispatch_and_access_denied(harness: Harness) -> None:
     spec = AgentBuilder("idem").model("fake-model").build()
     harness.fake.enqueue(Reply.text("once"))

@@ -61,12 +61,18 @@ def withheld_message(tool: str, limits: Limits) -> str:
 def repeat_refusal(guards: Guards, tool: str, arguments: str, limits: Limits) -> str | None:
     """The refusal of a call repeated past the threshold (None: let it run)."""
     seen = guards.repeats.get((tool, canonical_arguments(arguments)), {})
-    if seen and max(seen.values()) >= limits.repeat_call_threshold:
+    if not seen or max(seen.values()) < limits.repeat_call_threshold:
+        return None
+    times = max(seen.values())
+    if times == 1:
         return (
-            f"refused: you called {tool} with these arguments {max(seen.values())} times and "
-            "got the same result each time. Change approach instead of repeating the call."
+            f"not run: you called {tool} with these arguments already and have its result. "
+            "Change approach instead of repeating the call."
         )
-    return None
+    return (
+        f"not run: you called {tool} with these arguments {times} times and got the same "
+        "result each time. Change approach instead of repeating the call."
+    )
 
 
 def after_refusal(guards: Guards, tool: str, arguments: str, limits: Limits) -> Verdict:
