@@ -202,6 +202,42 @@ async def test_a_childs_unknown_cost_leaves_the_parents_unknown(harness: Harness
     assert "cost unknown" in format_report(report)
 
 
+async def test_a_child_whose_only_call_was_refused_leaves_the_parents_cost_known(
+    harness: Harness,
+) -> None:
+    # Until 12-06 a Run that no call answered kept the cost None, which a parent took for
+    # "some price unknown": one refused subagent made the lead's whole cost unknown, where
+    # a refused call of the lead's own left it known.
+    harness.settings.pricing = PRICES
+    helper = _agent(harness, "helper").build()
+    spec = (
+        _agent(harness, "lead")
+        .subagent("helper", "Helps the lead, for tests only.", helper)
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if _who(body) == "helper":
+            return Reply.error(400, message="the helper's model refuses")
+        if body["messages"][-1]["role"] == "user":
+            return Reply.tool_calls(ToolCall("delegate", {"agent": "helper", "task": "hi"}))
+        return Reply.text("the helper failed")
+
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    (child,) = report.children
+    assert child.status is RunStatus.FAILED and child.totals.model_calls == 1
+    assert child.totals.cost == 0.0  # no call answered: nothing spent, and that is known
+    own = [call.cost for call in report.model_calls]
+    assert len(own) == 2 and None not in own
+    assert report.totals is not None and report.totals.cost is not None
+    assert math.isclose(report.totals.cost, sum(cost or 0.0 for cost in own))
+    assert "cost unknown" not in format_report(report)
+
+
 def _chain(harness: Harness, caps: tuple[int, int, int]) -> AgentSpec:
     leaf = _agent(harness, "leaf").limits(max_delegation_depth=caps[2]).build()
     mid = (

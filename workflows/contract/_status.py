@@ -98,7 +98,9 @@ class Totals(_Frozen):
     transient_failures: int = 0
     usage: Usage = Usage()
     cost: float | None = None
-    """Sum of known costs; ``None`` while any call's price was unknown."""
+    """Sum of known costs; ``None`` while any call's price was unknown. A Run's totals
+    start at 0 (nothing spent is a known cost); ``None`` by default is what the totals of a
+    child that never reached its parent show."""
 
     def plus(self, **increments: int) -> Totals:
         """These totals with the named counters increased."""
@@ -129,5 +131,7 @@ class Totals(_Frozen):
 
     @property
     def cost_unknown(self) -> bool:
-        """Whether some call's price was unknown (calls were made, no cost is known)."""
-        return self.cost is None and self.model_calls > 0
+        """Whether some call's price was unknown, or some child's totals were lost: a
+        Run's totals start at a known 0, so only those make their cost None. (A Run that
+        started before 12-06 began at None: one that no call answered reads unknown.)"""
+        return self.cost is None

@@ -102,7 +102,7 @@ class RunBase(abc.ABC):
         self._held: set[str] = set()
         """Stored results children handed back (``RunView.held``)."""
         self._turn = 0
-        self._totals = Totals()
+        self._totals = Totals(cost=0.0)  # nothing spent is a known cost (cost_unknown)
         self._cost_unknown = False
         self._guards = Guards()
         self._limits = Limits()
