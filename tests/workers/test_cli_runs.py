@@ -6,10 +6,15 @@ import asyncio
 import json
 import re
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
+from psych_runtime.activities import FileVersionStore, PolicyDecision, ToolInfo
+from psych_runtime.specs import Scope
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import PsychClient
 from tests._ports import free_port
 
 from .conftest import PAYMENTS_KEY, Cli, psych
@@ -138,6 +143,46 @@ async def test_run_json_and_idempotency_key(cli: Cli, capsys: pytest.CaptureFixt
     assert status == 0
     assert json.loads(out)["workflow_id"] == first["workflow_id"]
     assert len(cli.fake.requests) == 3
+
+
+async def test_run_starts_the_run_with_its_principal_and_labels(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Until 12-06 `psych run` took only --tenant: its Runs' Scope had no principal and no
+    # labels, though every other entry point takes them.
+    seen: list[Scope] = []
+
+    class Recording:
+        def fixed(self, tool: ToolInfo) -> PolicyDecision | None:
+            return None  # ask decide, with the call's Scope, for every call
+
+        async def decide(
+            self, scope: Scope, tool: ToolInfo, arguments: Mapping[str, Any]
+        ) -> PolicyDecision:
+            seen.append(scope)
+            return PolicyDecision(decision="allow", reason="recorded")
+
+    cli.settings.policy = Recording()
+    script_refund(cli)
+    labels = ("--label", "team=billing", "--label", "ticket=T-1=2")
+    argv = cli.run_args("--input", "Refund order 42", "--principal", "ada", *labels, "--json")
+    async with cli.worker():
+        status, out, err = await psych(capsys, *argv)
+        assert status == 0, err
+        workflow_id = json.loads(out)["workflow_id"]
+        client = PsychClient(cli.env.client, store=FileVersionStore(cli.home / "versions"))
+        page = await client.records(workflow_id, scope=Scope(tenant="acme"))
+    expected = Scope(tenant="acme", principal="ada", labels={"team": "billing", "ticket": "T-1=2"})
+    assert page.records and all(record.scope == expected for record in page.records)
+    assert seen and all(scope == expected for scope in seen)  # and the Policy port's calls
+
+    with pytest.raises(SystemExit) as refused:
+        await psych(capsys, *cli.run_args("--input", "hi", "--label", "team"))
+    assert refused.value.code == 2
+    assert "'team' is not KEY=VALUE" in capsys.readouterr().err
+    twice = cli.run_args("--input", "hi", "--label", "a=1", "--label", "a=2")
+    status, _, err = await psych(capsys, *twice)
+    assert status == 1 and "label 'a' is given twice" in err
 
 
 async def test_run_exits_1_when_the_run_does_not_complete(

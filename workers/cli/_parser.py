@@ -111,6 +111,19 @@ def add_run_commands(
     )
     run.add_argument("--idempotency-key", help="the same tenant and key reach the same Run")
     run.add_argument(
+        "--principal",
+        default=default_principal(),
+        help="who starts the Run, in its Scope on every record and port call (env "
+        "PSYCH_PRINCIPAL, default: the OS user name)",
+    )
+    run.add_argument(
+        "--label",
+        action="append",
+        type=_label,
+        metavar="KEY=VALUE",
+        help="a label of the Run's Scope, on every record and port call (repeat for several)",
+    )
+    run.add_argument(
         "--thread",
         metavar="RUN",
         help="continue the conversation of an earlier Run of the tenant (psych-<tenant>-<id>), "
@@ -283,6 +296,13 @@ def add_resume_commands(
         "same Version when this one settles",
     )
     steer.set_defaults(func=lazy("psych_runtime.workers.cli._resume", "cmd_steer"))
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (a key, '=', its value)")
+    return key, value
 
 
 def _idempotency_key(text: str) -> str:

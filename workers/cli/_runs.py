@@ -110,7 +110,8 @@ async def _check_namespace(client: Client, args: argparse.Namespace) -> None:
 
 
 def scope_of(args: argparse.Namespace) -> Scope:
-    """The caller's Scope from ``--tenant`` (and ``--principal`` where a command has it)."""
+    """The caller's Scope from ``--tenant`` (and ``--principal`` and ``--label`` where a
+    command has them; a label given twice is refused)."""
     try:
         tenant = Scope(tenant=args.tenant).tenant
     except ValidationError as err:
@@ -118,8 +119,13 @@ def scope_of(args: argparse.Namespace) -> Scope:
             f"invalid tenant {args.tenant!r}: use letters, digits, '_' and '.' only"
         ) from err
     principal = getattr(args, "principal", None) or None
+    labels: dict[str, str] = {}
+    for key, value in getattr(args, "label", None) or ():
+        if key in labels:
+            raise PsychError(f"label {key!r} is given twice (--label {key}=...)")
+        labels[key] = value
     try:
-        return Scope(tenant=tenant, principal=principal)
+        return Scope(tenant=tenant, principal=principal, labels=labels)
     except ValidationError as err:
         raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
 
