@@ -59,7 +59,13 @@ from psych_runtime.specs._models import (
 from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
-from psych_runtime.specs._registry import ExternalWait, ToolDef, ToolRegistry
+from psych_runtime.specs._registry import (
+    ExternalWait,
+    ToolDef,
+    ToolRegistry,
+    tool_call_scope,
+    tool_scope,
+)
 from psych_runtime.specs._schema import SCHEMA_FILE, spec_json_schema, spec_json_schema_text
 from psych_runtime.specs._subagents import LeftOut, narrow_subagent, subagent_depth_refusal
 from psych_runtime.specs._unsupported import (
@@ -270,6 +276,8 @@ __all__ = [
     "spec_wire_data",
     "subagent_depth_refusal",
     "system_prompt",
+    "tool_call_scope",
+    "tool_scope",
     "unsupported_features",
     "validate",
     "version_hash",

@@ -9,18 +9,20 @@ schema cannot drift from the code. Arguments are validated against a pydantic mo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from psych_runtime.specs._errors import RegistryError
-from psych_runtime.specs._models import NAME_PATTERN
+from psych_runtime.specs._errors import PsychError, RegistryError
+from psych_runtime.specs._models import NAME_PATTERN, Scope
 from psych_runtime.specs._validation import RESERVED_TOOL_NAMES
 
 _NAME = re.compile(NAME_PATTERN)
@@ -28,6 +30,39 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+_TOOL_SCOPE: ContextVar[Scope | None] = ContextVar("psych_tool_scope", default=None)
+
+
+def tool_scope() -> Scope:
+    """The Scope of the Run whose code tool call is running: its tenant, principal and
+    labels, so that one registered function acts for the right tenant.
+
+    A worker sets it for every code tool call (a sync tool's thread, an async tool and a
+    local tool alike); ``tool_call_scope`` sets it for a test that calls a tool directly.
+
+    Raises:
+        PsychError: called outside a code tool's call.
+    """
+    scope = _TOOL_SCOPE.get()
+    if scope is None:
+        raise PsychError(
+            "tool_scope() answers only inside a code tool's call (a worker running it, or "
+            "a `with tool_call_scope(scope):` block)"
+        )
+    return scope
+
+
+@contextlib.contextmanager
+def tool_call_scope(scope: Scope) -> Iterator[Scope]:
+    """Within the block, ``tool_scope()`` answers ``scope``: how a worker runs each code
+    tool call, and how a test calls a tool as one of ``scope``'s Runs would."""
+    token = _TOOL_SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _TOOL_SCOPE.reset(token)
 
 
 @dataclass(frozen=True)

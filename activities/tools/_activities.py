@@ -78,6 +78,7 @@ from psych_runtime.specs import (
     RegistryError,
     ToolDef,
     ToolRegistry,
+    tool_call_scope,
 )
 
 _log = logging.getLogger(__name__)
@@ -333,7 +334,8 @@ class ToolActivities(StoredResults):
             text = f"invalid arguments for {tool.name}: {describe_invalid(err)}"
             return await self._outcome(input, "error", text, started, plan)
         try:
-            value = await heartbeating(call_code(tool, parsed), self._heartbeat_seconds)
+            with tool_call_scope(input.scope):  # tool_scope() inside the tool (and its thread)
+                value = await heartbeating(call_code(tool, parsed), self._heartbeat_seconds)
         except Exception as err:
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
             text = f"{type(err).__name__}: {err}"
