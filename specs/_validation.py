@@ -22,7 +22,7 @@ from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
 from psych_runtime.specs._endpoint import endpoint_problems
-from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR
+from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR, sanitise_tool_name
 from psych_runtime.specs._models import (
     A2APeer,
     AgentSpec,
@@ -209,9 +209,22 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
     return problems
 
 
+def _connected(servers: Sequence[McpServer], peers: Sequence[A2APeer]) -> dict[str, str]:
+    """The prefixes (``<prefix>__<tool>``) the model sees the tools of ``servers`` and the
+    skills of ``peers`` under, each name as written and sanitised, with whose they are."""
+    owners: dict[str, str] = {}
+    for server in servers:
+        for prefix in (server.name, sanitise_tool_name(server.name)):
+            owners.setdefault(prefix, f"tools of MCP server {server.name!r}")
+    for peer in peers:
+        for prefix in (peer.name, sanitise_tool_name(peer.name)):
+            owners.setdefault(prefix, f"skills of A2A peer {peer.name!r}")
+    return owners
+
+
 def _check_tools(
     tools: Sequence[CodeTool | HttpTool],
-    mcp_names: set[str],
+    connected: Mapping[str, str],
     context: ValidationContext,
     prefix: str,
 ) -> list[Problem]:
@@ -221,14 +234,9 @@ def _check_tools(
         path = f"{prefix}tools[{name}]"
         if name in RESERVED_TOOL_NAMES:
             problems.append(Problem(path, f"name {name!r} is taken by a built-in tool"))
-        if MCP_TOOL_SEPARATOR in name and name.split(MCP_TOOL_SEPARATOR, 1)[0] in mcp_names:
-            problems.append(
-                Problem(
-                    path,
-                    f"name {name!r} collides with the tools of MCP server "
-                    f"{name.split(MCP_TOOL_SEPARATOR, 1)[0]!r}",
-                )
-            )
+        owner = connected.get(name.split(MCP_TOOL_SEPARATOR, 1)[0])
+        if MCP_TOOL_SEPARATOR in name and owner is not None:
+            problems.append(Problem(path, f"name {name!r} collides with the {owner}"))
         if isinstance(tool, HttpTool):
             problems.extend(_check_http_tool(tool, path))
         elif name not in context.registered_tools:
@@ -350,8 +358,8 @@ def _validate_agent(
     """Validate one agent. ``depth`` is its delegation depth and ``chain`` every agent from
     the root to it (itself last), as the runtime's ``delegate`` checks them."""
     problems: list[Problem] = []
-    mcp_names = {server.name for server in spec.mcp_servers}
-    problems += _check_tools(spec.tools, mcp_names, context, prefix)
+    connected = _connected(spec.mcp_servers, spec.a2a_peers)
+    problems += _check_tools(spec.tools, connected, context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
     problems += _check_a2a(spec.a2a_peers, prefix)
     problems += _check_model(spec.model.model, f"{prefix}model.model", context)
@@ -413,8 +421,7 @@ def _validate_workflow(
     spec: WorkflowSpec, context: ValidationContext, prefix: str, nesting: int
 ) -> list[Problem]:
     problems: list[Problem] = []
-    mcp_names = {server.name for server in spec.mcp_servers}
-    problems += _check_tools(spec.tools, mcp_names, context, prefix)
+    problems += _check_tools(spec.tools, _connected(spec.mcp_servers, ()), context, prefix)
     problems += _check_mcp(spec.mcp_servers, context, prefix)
     problems += unread_workflow_fields(spec, prefix)
     for step in spec.steps:

@@ -263,6 +263,27 @@ def test_tool_named_like_a_builtin(name: str) -> None:
     assert "built-in" in problem.message
 
 
+def test_a_tool_named_like_an_mcp_servers_or_a_peers_tools_is_a_problem() -> None:
+    # Until 12-06 only an MCP server's name as written was compared: a tool named after a
+    # server's sanitised name, or after an A2A peer, passed, and at run time the server's
+    # or peer's tool took a hashed name beside it.
+    spec = agent(
+        tools=[http("my_mcp__search"), http("billing__refund"), http("billing_x__refund")],
+        mcp_servers=[McpServer(name="my.mcp", url=MCP_URL)],
+        a2a_peers=[A2APeer(name="billing", url="https://peer.test/a2a")],
+    )
+    assert [(p.path, p.message) for p in validate(spec)] == [
+        (
+            "tools[billing__refund]",
+            "name 'billing__refund' collides with the skills of A2A peer 'billing'",
+        ),
+        (
+            "tools[my_mcp__search]",
+            "name 'my_mcp__search' collides with the tools of MCP server 'my.mcp'",
+        ),
+    ]
+
+
 def test_builtin_names_include_the_documented_ones() -> None:
     documented = {"load_skill", "read_tool_output", "ask_question", "delegate", "spawn"}
     assert documented <= BUILTIN_TOOL_NAMES
