@@ -56,7 +56,7 @@ from psych_runtime.activities.mcp import (
     turn_result,
 )
 from psych_runtime.activities.model._context import ContextProviders, ContextRequest
-from psych_runtime.activities.model._endpoints import ModelEndpoints, Pricing
+from psych_runtime.activities.model._endpoints import ModelEndpoints, Pricing, call_cost
 from psych_runtime.activities.model._failures import (
     MAX_RESULT_BYTES,
     ResponseTooLarge,
@@ -369,11 +369,7 @@ class ModelActivities(ActivityClass):
             tail = None if kept is None else kept[-len(new_messages) - 1 :]
             self.requests.remember(context_ref, head, request, new_messages, tail)
         usage = answer.usage or Usage()
-        cost = (
-            None
-            if self.pricing is None or answer.usage is None
-            else self.pricing.price(input.model, usage)
-        )
+        cost = call_cost(self.pricing, input.model, answer.usage)
         info = activity.info()
         queue_wait = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
         result = ModelCallResult(

@@ -3,6 +3,8 @@ payloads (``Endpoint``, ``ModelEndpoints``, the ``Pricing`` port and ``TablePric
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +16,8 @@ from psych_runtime.activities.contract import Usage
 from psych_runtime.specs import NotFound, env_flag
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_log = logging.getLogger(__name__)
 
 
 # --- endpoints ----------------------------------------------------------------------------
@@ -100,8 +104,31 @@ class Pricing(Protocol):
     """Port: the cost of one model call's usage, at call time."""
 
     def price(self, model: str, usage: Usage) -> float | None:
-        """The cost of ``usage`` on ``model``; ``None`` when unknown, never 0 for unknown."""
+        """The cost of ``usage`` on ``model``; ``None`` when unknown, never 0 for unknown.
+        An exception here leaves the call's cost unknown too (``call_cost``)."""
         ...
+
+
+def call_cost(pricing: Pricing | None, model: str, usage: Usage | None) -> float | None:
+    """What one answered call cost: ``pricing``'s answer, or None when unknown (no port,
+    no usage reported, or the port failed or answered no cost: a negative or non-finite
+    number, or not a number). The call was made and its answer and usage stand, so a port
+    that fails leaves the cost unknown, logged as a warning, and does not fail the call."""
+    if pricing is None or usage is None:
+        return None
+    try:
+        cost = pricing.price(model, usage)
+    except Exception as err:
+        _log.warning(
+            "the pricing port failed for model %s (%r): cost unknown", model, err, exc_info=True
+        )
+        return None
+    if cost is None:
+        return None
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf:
+        _log.warning("the pricing port answered %r for model %s: cost unknown", cost, model)
+        return None
+    return float(cost)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -354,6 +355,29 @@ def test_table_pricing_unknown_is_none() -> None:
     # Cache reads with no cache price are unknown, not free.
     assert pricing.price(MODEL, Usage(input_tokens=10, cache_read_tokens=5)) is None
     assert pricing.price(MODEL, Usage()) == 0.0  # known price, no tokens
+
+
+@pytest.mark.parametrize("answer", [math.nan, math.inf, -0.5, True, "0.1"])
+async def test_a_pricing_answer_that_is_no_cost_is_unknown(
+    fake: FakeModel,
+    blobs: LocalBlobStore,
+    http: httpx.AsyncClient,
+    env: ActivityEnvironment,
+    answer: Any,
+) -> None:
+    class Odd:
+        def price(self, model: str, usage: Usage) -> float | None:
+            return answer  # type: ignore[no-any-return]
+
+    acts = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url)),
+        blobs=blobs,
+        pricing=Odd(),
+        http=http,
+    )
+    fake.enqueue(Reply.text("priced oddly"))
+    result = await run(env, acts, call())
+    assert result.text == "priced oddly" and result.cost is None
 
 
 async def test_queue_wait_from_activity_info(

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from psych_runtime.activities.blobs import LocalBlobStore, blob_key
+from psych_runtime.activities.contract import Usage
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.specs import AccessDenied, AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workflows import (
     ModelCallFailed,
     ModelCallStarted,
@@ -624,3 +626,34 @@ async def test_report_keeps_calls_apart_when_a_provider_reuses_call_ids(
         (1, "call_0", {"order_id": "1"}),
         (2, "call_0", {"order_id": "2"}),
     ]
+
+
+class _FailingPricing:
+    """A Pricing port whose table cannot be read."""
+
+    def price(self, model: str, usage: Usage) -> float | None:
+        raise RuntimeError("price table offline")
+
+
+async def test_a_pricing_port_that_fails_leaves_the_cost_unknown_not_the_run_failed(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Until 12-06 the port's exception failed the model call after the model had answered:
+    # the Run FAILED with a "model_error" the model never made, the answer and its usage lost.
+    harness.settings.pricing = _FailingPricing()
+    spec = AgentBuilder("priced").model("fake-model").build()
+    harness.fake.enqueue(Reply.text("answered", usage=FakeUsage(input_tokens=7, output_tokens=3)))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED and result.answer == "answered"
+    (call,) = report.model_calls
+    assert call.ok and call.cost is None  # unknown, never 0
+    assert call.usage == Usage(input_tokens=7, output_tokens=3)
+    assert report.totals is not None and report.totals.cost is None
+    assert report.totals.usage.input_tokens == 7
+    assert any(
+        "pricing port failed" in r.getMessage() and "price table offline" in r.getMessage()
+        for r in caplog.records
+    )
