@@ -69,3 +69,43 @@ async def test_a_blank_answer_is_refused_and_the_question_still_waits(
         records = (await harness.client.records(run, scope=harness.scope)).records
     assert result.status is RunStatus.COMPLETED
     assert [r.detail for r in records if isinstance(r, Resumed)] == ["42"]
+
+
+async def test_the_report_gives_every_tool_call_its_duration_a_questions_too(
+    harness: Harness,
+) -> None:
+    # Until 12-06 a built-in's call had no latency and nothing else in the report said how
+    # long it took (a question waiting for a person, a delegation for its child Run).
+    def lookup(order_id: str) -> str:
+        """Look an order up.
+
+        Args:
+            order_id: the order.
+        """
+        return f"order {order_id}: delivered"
+
+    asking = (
+        AgentBuilder("asker", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup)
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.tool_calls(ToolCall("lookup", {"order_id": "42"}, id="l1")),
+        Reply.text("Order 42 is delivered."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "where is my order", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="the question")
+        await harness.client.answer(run, "q1", "42", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    question, lookup_call = report.tool_calls
+    (wait,) = report.suspensions
+    assert question.latency is None and question.seconds is not None
+    # The answer comes in a later workflow task than the question: the wait took time.
+    assert wait.seconds is not None and question.seconds >= wait.seconds > 0
+    assert lookup_call.latency is not None and lookup_call.seconds is not None
+    assert lookup_call.seconds >= 0

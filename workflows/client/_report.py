@@ -96,6 +96,8 @@ class ToolCallReport(_Frozen):
     """The arguments that ran when a pre hook rewrote ``arguments`` (None: those)."""
     hooks: tuple[HookEffect, ...] = ()
     """What each tool-call hook did to the call."""
+    seconds: float | None = None
+    """From its start to its result, waits included: every call's, a built-in's too."""
 
 
 WaitOutcome = Literal[
@@ -225,9 +227,9 @@ def build_report(
     model_calls: list[ModelCallReport] = []
     # Keyed by (turn, call id): providers may reuse index-like call ids in later turns.
     tools: list[ToolCallReport] = []  # in the order they started
-    unfinished: dict[tuple[int, str], list[int]] = {}
-    """(turn, call id) -> where in ``tools`` its started calls wait for their end, first
-    first: a turn may hold two calls under one id (the second refused), each reported."""
+    unfinished: dict[tuple[int, str], list[tuple[int, datetime]]] = {}
+    """(turn, call id) -> where in ``tools`` its started calls wait for their end (and since
+    when), first first: a turn may hold two calls under one id (the second refused)."""
     settled: RunSettled | None = None
     open_call: ModelCallStarted | None = None
     steps: dict[str, StepReport] = {}
@@ -312,7 +314,8 @@ def build_report(
                 )
                 open_call = None
             case ToolCallStarted():
-                unfinished.setdefault((record.turn, record.call_id), []).append(len(tools))
+                started = unfinished.setdefault((record.turn, record.call_id), [])
+                started.append((len(tools), record.at))
                 tools.append(
                     ToolCallReport(
                         turn=record.turn,
@@ -323,7 +326,7 @@ def build_report(
                 )
             case ToolCallFinished():
                 waiting = unfinished.get((record.turn, record.call_id))
-                at = waiting.pop(0) if waiting else None
+                at, since = waiting.pop(0) if waiting else (None, None)
                 report = ToolCallReport(
                     turn=record.turn,
                     call_id=record.call_id,
@@ -337,6 +340,7 @@ def build_report(
                     latency=record.latency,
                     ran_arguments=record.ran_arguments,
                     hooks=record.hooks,
+                    seconds=None if since is None else (record.at - since).total_seconds(),
                 )
                 if at is None:
                     tools.append(report)
@@ -398,10 +402,8 @@ def build_report(
                 | ChildSpawned()
                 | RunContinued()
             ):
-                # The report is what the Run did (its calls, steps, children, waits,
-                # display and ending); how it got there (turns, steering, a withheld tool,
-                # a spawn before its ``child_settled``, a continue-as-new) is the record
-                # stream's to show.
+                # What the Run did is the report's; how it got there (turns, steering, a
+                # withheld tool, a spawn, a continue-as-new) is the record stream's to show.
                 pass
             case _:
                 assert_never(record)
