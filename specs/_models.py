@@ -451,5 +451,12 @@ class Scope(_Frozen):
     """The owning tenant (letters, digits, ``_`` and ``.``; no ``-``, which joins ids)."""
     principal: Annotated[str | None, Field(max_length=256)] = None
     """Who acts within the tenant, if known."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Free-form labels carried into records and ports."""
+    labels: Annotated[
+        dict[
+            Annotated[str, Field(min_length=1, max_length=64)],
+            Annotated[str, Field(max_length=256)],
+        ],
+        Field(max_length=32),
+    ] = Field(default_factory=dict)
+    """Free-form labels carried into records and ports: at most 32, each key 1 to 64
+    characters and each value at most 256 (every record and call of the Run carries them)."""

@@ -22,6 +22,7 @@ from psych_runtime.specs import (
     McpOAuth,
     McpServer,
     ModelRef,
+    Scope,
     Skill,
     SpawnEnvelope,
     SpecError,
@@ -736,3 +737,20 @@ def test_collections_are_tuples() -> None:
     assert isinstance(spec.tools, tuple)
     assert isinstance(spec.skills, tuple)
     assert isinstance(ModelRef(model="m", fallbacks=["x"]).fallbacks, tuple)
+
+
+def test_a_scopes_labels_are_bounded() -> None:
+    # Until 12-06 labels had no bound, though every record and every model and tool call
+    # of a Run carries them: 3 MB of labels failed dispatch with Temporal's "Blob data
+    # size exceeds limit", smaller ones grew the Run's history by their size per call.
+    at_bounds = {f"key{i:02d}" + "k" * 59: "v" * 256 for i in range(32)}
+    assert Scope(tenant="acme", labels=at_bounds).labels == at_bounds
+    too_many = {f"k{i}": "v" for i in range(33)}
+    for labels, said in [
+        (too_many, "labels\n  Dictionary should have at most 32 items"),
+        ({"k" * 65: "v"}, "at most 64 characters"),
+        ({"": "v"}, "at least 1 character"),
+        ({"k": "v" * 257}, "at most 256 characters"),
+    ]:
+        with pytest.raises(ValidationError, match=said):
+            Scope(tenant="acme", labels=labels)

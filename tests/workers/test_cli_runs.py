@@ -183,6 +183,10 @@ async def test_run_starts_the_run_with_its_principal_and_labels(
     twice = cli.run_args("--input", "hi", "--label", "a=1", "--label", "a=2")
     status, _, err = await psych(capsys, *twice)
     assert status == 1 and "label 'a' is given twice" in err
+    long = cli.run_args("--input", "hi", "--label", "a=" + "v" * 257)
+    status, _, err = await psych(capsys, *long)
+    assert status == 1
+    assert "invalid --label: String should have at most 256 characters (labels.a)" in err
 
 
 async def test_run_exits_1_when_the_run_does_not_complete(

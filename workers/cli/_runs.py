@@ -127,7 +127,11 @@ def scope_of(args: argparse.Namespace) -> Scope:
     try:
         return Scope(tenant=tenant, principal=principal, labels=labels)
     except ValidationError as err:
-        raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
+        error = err.errors(include_url=False)[0]
+        if error["loc"][0] == "principal":
+            raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
+        where = ".".join(map(str, error["loc"]))
+        raise PsychError(f"invalid --label: {error['msg']} ({where})") from err
 
 
 def roles_apart_of(args: argparse.Namespace) -> bool:
