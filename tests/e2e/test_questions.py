@@ -8,6 +8,7 @@ import pytest
 
 from psych_runtime.specs import AgentBuilder, Refused
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.console import format_report
 from psych_runtime.workflows import Resumed, RunStatus, Suspended, ToolCallFinished
 
 from ._waiting import is_suspended, state_when
@@ -109,3 +110,31 @@ async def test_the_report_gives_every_tool_call_its_duration_a_questions_too(
     assert wait.seconds is not None and question.seconds >= wait.seconds > 0
     assert lookup_call.latency is not None and lookup_call.seconds is not None
     assert lookup_call.seconds >= 0
+
+
+async def test_a_waiting_runs_report_says_it_waits_and_has_its_totals_so_far(
+    harness: Harness,
+) -> None:
+    # Until 12-06 the report of a Run waiting for an answer said "running" (psych report:
+    # "status: running"), and its totals were None until the Run settled: a Run waiting
+    # days could not say, in its report, what it had spent so far.
+    asking = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.text("Order 42 it is."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "refund my order", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="the question")
+        waiting = await harness.client.report(run, scope=harness.scope)
+        await harness.client.answer(run, "q1", "42", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        settled = await harness.client.report(run, scope=harness.scope)
+    assert waiting.status is RunStatus.SUSPENDED
+    assert waiting.totals is not None
+    assert (waiting.totals.model_calls, waiting.totals.tool_calls) == (1, 1)
+    assert waiting.totals.usage.output_tokens > 0
+    shown = format_report(waiting)
+    assert "status:       suspended" in shown and "so far" in shown
+    assert settled.totals is not None and settled.totals.model_calls == 2
+    assert "so far" not in format_report(settled)

@@ -313,9 +313,12 @@ def _field(name: str, value: object) -> str:
     return f"{name + ':':<13} {text}"
 
 
-def _totals_fields(totals: Totals | None, kind: str = "agent") -> list[tuple[str, str]]:
+def _totals_fields(
+    totals: Totals | None, kind: str = "agent", *, settled: bool = True
+) -> list[tuple[str, str]]:
     if totals is None:
         return [("totals", "not settled yet")]
+    so_far = [] if settled else [("totals", "so far: the Run has not settled")]
     usage = totals.usage
     counts = (
         [("turns", str(totals.turns))]
@@ -329,6 +332,7 @@ def _totals_fields(totals: Totals | None, kind: str = "agent") -> list[tuple[str
         ]
     )
     return [
+        *so_far,
         *counts,
         (
             "usage",
@@ -413,7 +417,7 @@ def report_fields(report: RunReport) -> list[tuple[str, str]]:
         ("model calls", f"{len(report.model_calls)} ({failed} failed)"),
         ("tool calls", f"{len(report.tool_calls)}" + (f" ({counts})" if counts else "")),
         *display_fields(report),
-        *_totals_fields(report.totals, report.kind),
+        *_totals_fields(report.totals, report.kind, settled=report.status.terminal),
     ]
 
 

@@ -178,7 +178,7 @@ class RunReport(_Frozen):
     reason: str | None
     answer: str | None
     totals: Totals | None
-    """Set once the Run has settled (a workflow's include its steps' child Runs)."""
+    """As it settled, or so far while it runs or waits (a workflow's: its ended steps' too)."""
     kind: Literal["agent", "workflow"] = "agent"
     steps: tuple[StepReport, ...] = ()
     """A workflow's steps in order (empty for an agent)."""
@@ -430,7 +430,7 @@ def build_report(
         model_calls=tuple(model_calls),
         tool_calls=tuple(tools),
         suspensions=tuple(waits),
-        status=settled.status if settled else RunStatus.RUNNING,
+        status=settled.status if settled else state.status,
         reason=settled.reason if settled else None,
         answer=settled.answer if settled else None,
         kind=state.kind,
@@ -439,7 +439,7 @@ def build_report(
             for step in steps.values()
         ),
         outputs=settled.outputs if settled else state.outputs,
-        totals=settled.totals if settled else None,
+        totals=settled.totals if settled else state.totals,
         mcp=tuple(discoveries),
         peers=tuple(peers),
         peer_cancels=tuple(peer_cancels),
