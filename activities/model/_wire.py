@@ -318,6 +318,14 @@ milliseconds), so a follower still finds the relay before there is text to read,
 reads every piece from the first: the hub keeps them all."""
 
 
+CANCEL_BEAT_SECONDS = 5.0
+"""The longest a model call goes without a beat. A cancelled call (its Run aborted,
+cancelled or past its deadline) learns of it only from a beat's answer: at a third of the
+70 s heartbeat timeout apart, the provider went on writing, and billing, an aborted Run's
+answer for up to 23 s. A worker sends a tool call's beats at most every 5 s
+(``HEARTBEAT_THROTTLE``) too."""
+
+
 @contextlib.asynccontextmanager
 async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[None]:
     """Heartbeat on a timer for as long as the call is open.
@@ -325,19 +333,19 @@ async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[Non
     Neither a non-streamed answer nor a stream's gaps (a reasoning model may think for
     minutes before its first token, within ``stream_idle_seconds``) give anything to beat
     on in time, so the beat is a timer; it still stops when the worker dies, which is what
-    the heartbeat timeout detects. ``details`` (where the attempt's deltas are served) go
-    with every beat, the first after ``LIVE_FIRST_BEAT_SECONDS`` (the SDK throttles only
-    later ones), so a follower finds them as soon as there is anything to follow. Without
-    details the first beat waits a third of the timeout, which the server counts from the
-    attempt's start: the usual call, shorter than that, sends none.
+    the heartbeat timeout detects, and its answer is how the call learns it was cancelled
+    (an abort, the Run cancelled or past its deadline), so it beats at least every
+    ``CANCEL_BEAT_SECONDS``. ``details`` (where the attempt's deltas are served) go with
+    every beat, the first after ``LIVE_FIRST_BEAT_SECONDS`` (the SDK throttles only later
+    ones), so a follower finds them as soon as there is anything to follow. Without
+    details the first beat waits the interval: the usual call, shorter than that, sends
+    none.
     """
     timeout = activity.info().heartbeat_timeout
-    if details is None and not timeout:
-        yield
-        return
-    interval = timeout.total_seconds() / 3 if timeout else None
+    interval = CANCEL_BEAT_SECONDS
+    if timeout:
+        interval = min(interval, timeout.total_seconds() / 3)
     first = LIVE_FIRST_BEAT_SECONDS if details is not None else interval
-    assert first is not None  # details, or a timeout
     # A timer of the event loop rather than a task: the usual call, shorter than the
     # first wait, costs one timer.
     timer = BeatTimer(first, interval, () if details is None else (details,))

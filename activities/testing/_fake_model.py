@@ -67,6 +67,9 @@ class FakeModel:
             get 400 and are not recorded. The N in an error's "(request N)" counts every
             chat request with a JSON body since the server was made, recorded or not.
         headers: the request headers, parallel to `requests`, with lowercased names.
+        streams_whole: how many streamed replies were sent to their end.
+        streams_cut: how many streamed replies the client went away from before their
+            end (a model call cancelled, or its worker lost, mid-answer).
         record: whether requests and their headers are kept (set it false in a server
             that serves many requests, e.g. `psych dev --fake-model` or a benchmark, or its
             process holds every body it was ever sent). Switching it, or reading or
@@ -94,6 +97,8 @@ class FakeModel:
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.streams_whole = 0
+        self.streams_cut = 0
         self._received = 0
         self._shared: deque[Reply] = deque()
         self._per_model: dict[str, deque[Reply]] = {}
@@ -243,6 +248,7 @@ class FakeModel:
         assert task is not None
         self._connections.add(task)
         conn = h11.Connection(h11.SERVER)
+        streaming = False
         try:
             while True:
                 received = await _read_request(conn, reader)
@@ -250,7 +256,10 @@ class FakeModel:
                     return
                 request, body = received
                 response = self._handle(request, body)
+                streaming = response.chunks is not None
                 await _send(conn, writer, response)
+                self.streams_whole += streaming
+                streaming = False
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
@@ -258,8 +267,11 @@ class FakeModel:
             # The `finally` closes rather than aborts the transport: abort() would discard
             # chunks still buffered, and the client sees a truncated message either way.
             pass
-        except (ConnectionError, h11.ProtocolError):
-            # The client went away or spoke broken HTTP; nothing useful left to say.
+        except ConnectionError:
+            # The client went away; nothing useful left to say.
+            self.streams_cut += streaming
+        except h11.ProtocolError:
+            # The client spoke broken HTTP.
             pass
         except asyncio.CancelledError:
             # Only `__aexit__` cancels these tasks, and waits for them. Re-raising would make

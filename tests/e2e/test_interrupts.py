@@ -21,6 +21,7 @@ from psych_runtime.workflows import (
     ModelCallStarted,
     RunSettled,
     RunStatus,
+    TokenDelta,
     ToolCallFinished,
 )
 from psych_runtime.workflows.client._client import CANCELLED_STATE_TIMEOUT
@@ -58,6 +59,31 @@ async def test_abort_during_a_model_call_settles_without_another_call(harness: H
     assert call.error == (
         "no answer: the Run settled aborted while the call was open (aborted by tester: enough)"
     )
+
+
+async def test_abort_cuts_the_providers_answer_off(harness: Harness) -> None:
+    # The model activity learns of an abort at its next heartbeat, which came a third of
+    # its 70 s heartbeat timeout apart: the provider went on writing (and billing) an
+    # aborted Run's answer for up to 23 s; a stall of 15 s was sent whole.
+    spec = AgentBuilder("slow").model("fake-model").build()
+    rest = Reply.text("word " * 20, chunk_size=5, chunk_seconds=0.05)
+    harness.fake.enqueue(Reply.stall(15, after_chunks=1, then=rest))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "hi", scope=harness.scope)
+        # A follower reads the first piece once a heartbeat has shown the relay's address:
+        # the abort comes after the call's first heartbeat.
+        async for item in harness.client.stream(run, scope=harness.scope, deltas=True):
+            if isinstance(item, TokenDelta):
+                break
+        await harness.client.abort(run, scope=harness.scope, reason="enough")
+        result = await harness.client.result(run, scope=harness.scope)
+
+        async def ended() -> bool:
+            return harness.fake.streams_cut + harness.fake.streams_whole == 1
+
+        await eventually(ended, what="the provider's stream to end", within=60)
+    assert result.status is RunStatus.ABORTED
+    assert (harness.fake.streams_cut, harness.fake.streams_whole) == (1, 0)
 
 
 async def test_abort_during_a_retry_wait_starts_no_new_call(harness: Harness) -> None:
