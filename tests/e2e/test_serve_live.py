@@ -222,3 +222,28 @@ async def test_a_stream_of_a_run_whose_worker_died_waits_for_a_worker(harness: H
         finally:
             await ended(harness, run.workflow_id)
     assert events[-1][0] == "end"
+
+
+async def test_a_stream_of_an_aborted_run_sends_its_records_and_no_deltas(
+    harness: Harness,
+) -> None:
+    # An abort cancels the model call without waiting for it, and the closed Run goes on
+    # listing it as pending: a follower that came after the Run settled read that call's
+    # pieces from the relay (all of them, and its drop, before run_admitted), or a drop
+    # for the relay's 404 once the relay forgot it.
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text(ANSWER * 8, chunk_size=6, chunk_seconds=0.05))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run_id = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run_id}/events"
+        await read_events(http, url, ACME, until="delta")  # the relay holds pieces
+        aborted = await http.post(f"{base}/v1/runs/{run_id}/abort", headers=ACME, json={})
+        assert aborted.status_code == 202, aborted.text
+        await harness.client.result(run_id, scope=harness.scope)
+        events, _ = await read_events(http, url, ACME, until="end")
+    assert [name for name, _, _ in events] == ["record"] * (len(events) - 1) + ["end"]
+    assert events[-2][2]["kind"] == "run_settled"
+    assert events[-2][2]["status"] == "aborted"

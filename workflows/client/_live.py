@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import httpx
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from psych_runtime.activities.contract import MODEL_CALL, LiveAttempt, RelayLine
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta, ToolCallPiece
@@ -155,9 +155,14 @@ class LiveCall:
 
     async def _describe(self, seen: set[str]) -> LiveAttempt | None:
         """The pending call's attempt if it shows one not yet read; raises ``_Gone`` when
-        the call is no longer pending, or its worker offers no deltas."""
+        the call is no longer pending, the Run has closed, or its worker offers no
+        deltas."""
         self.describes += 1
         described = await self.client.get_workflow_handle(self.workflow_id).describe()
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            # A closed Run still lists the call its end cut short (an abort, a cancel, a
+            # deadline: cancelled, not waited for) as pending: none is in flight.
+            raise _Gone
         pending = [
             activity
             for activity in described.raw_description.pending_activities
