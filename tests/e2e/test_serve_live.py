@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply
+from psych_runtime.workflows import ModelCallFailed
 
 from ._crash import doomed_worker
 from ._serve import ACME, jwks, jwt_bearer, jwt_settings, read_events, served
@@ -247,3 +248,36 @@ async def test_a_stream_of_an_aborted_run_sends_its_records_and_no_deltas(
     assert [name for name, _, _ in events] == ["record"] * (len(events) - 1) + ["end"]
     assert events[-2][2]["kind"] == "run_settled"
     assert events[-2][2]["status"] == "aborted"
+
+
+async def test_a_stream_back_after_its_attempt_failed_gets_the_drop(harness: Harness) -> None:
+    # No other stream kept the Run's follower: the one that comes back has a follower of
+    # its own, which never saw the attempt, and it was sent the failed call's record and
+    # the retry's pieces but never the drop of the pieces it held.
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(
+        Reply.abort(after_chunks=12, chunk_seconds=0.1),
+        Reply.text(ANSWER, chunk_size=6, chunk_seconds=0.04),
+    )
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run_id = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run_id}/events"
+        first, _ = await read_events(http, url, ACME, until="delta")
+        await followers_stopped(harness)
+
+        async def failed() -> bool:
+            records = (await harness.client.records(run_id, scope=harness.scope)).records
+            return any(isinstance(record, ModelCallFailed) for record in records)
+
+        await eventually(failed, what="the first attempt to fail", within=30)
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+    held = named(first, "delta")[-1][2]["call"]
+    names = [(name, data.get("kind")) for name, _, data in rest]
+    assert names[:2] == [("deltas_dropped", "deltas_dropped"), ("record", "model_call_failed")]
+    assert rest[0][2]["call"] == held
+    kept = "".join(data["text"] for _, _, data in named(rest, "delta"))
+    assert kept == ANSWER
+    assert rest[-1][0] == "end"

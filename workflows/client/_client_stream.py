@@ -81,8 +81,9 @@ class RunStreaming(abc.ABC):
         records: every piece of an attempt before that call's record, and
         ``DeltasDropped`` for an attempt that failed or whose relay was lost (drop its
         pieces). ``after_delta=(call, n)`` resumes attempt ``call`` after its piece ``n``,
-        its ``DeltasDropped`` first if it was dropped meanwhile (a reconnect: pass the last
-        record's seq as ``after`` too). Deltas are not
+        with its ``DeltasDropped`` if it ended without an answer meanwhile (first, or
+        before the record of its end; a reconnect: pass the last record's seq as ``after``
+        too). Deltas are not
         durable: a worker without a relay offers none, and only the call in flight when
         the stream starts is offered, not earlier ones.
         """

@@ -18,7 +18,9 @@ had ended before it started (a late joiner gets the records and the call in flig
 ended call's pieces are forgotten once every stream has read past them: a Run followed for
 hours keeps its records, not every piece of every call. The one exception: a stream that
 comes back from pieces of an attempt dropped meanwhile (``after_delta``) is sent its drop
-first, so it does not keep pieces the others were told to drop.
+first, so it does not keep pieces the others were told to drop. A follower that never saw
+the attempt (it started after the attempt ended) sends its drop before the record that
+says it ended without an answer (``_owed_drop``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import AsyncIterator
 from temporalio.client import Client
 
 from psych_runtime.workflows.client._follow import RecordFollower
-from psych_runtime.workflows.client._live import LiveCall, RelayClients
+from psych_runtime.workflows.client._live import LiveCall, RelayClients, attempt_in_flight
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta
 from psych_runtime.workflows.contract._records import (
     ModelCallFailed,
@@ -37,6 +39,7 @@ from psych_runtime.workflows.contract._records import (
     ModelCallStarted,
     Record,
     RunSettled,
+    RunStatus,
 )
 
 Item = Record | Delta
@@ -186,10 +189,21 @@ class _Shared:
         # Deltas of calls that ended before this stream joined are history: skip them.
         ended_before = set(self.ended_calls)
         resumed = None if after_delta is None else self.drops.get(after_delta[0])
+        owed: str | None = None  # the attempt it had pieces of, ended unseen here
         if deltas and resumed is not None:
             # Except the drop of the attempt the stream had pieces of (it comes back from
             # them), which may have been forgotten meanwhile: its pieces are void.
             yield resumed
+        elif (
+            deltas
+            and after_delta is not None
+            and not self._seen(after_delta[0])
+            and not await attempt_in_flight(self.client, self.workflow_id, after_delta[0])
+        ):
+            # It ended while the stream was away, before this follower started: its
+            # call's next record says how (``_owed_drop``).
+            owed = after_delta[0]
+            ended_before.add(owed)
         while True:
             tick = self._tick
             if position is None and after - self.start <= len(self.record_at):
@@ -211,12 +225,21 @@ class _Shared:
                         and item.n <= after_delta[1]
                     ):
                         continue
+                elif owed is not None and isinstance(item, _CALL_RECORDS):
+                    drop = _owed_drop(owed, item)
+                    owed = None
+                    if drop is not None:
+                        yield drop
                 yield item
             if self.done:
                 if self.error is not None:
                     raise self.error
                 return
             await tick.wait()
+
+    def _seen(self, call: str) -> bool:
+        """Whether this follower has read pieces of the attempt ``call``, or its end."""
+        return call in self.ended_calls or call in self._open_calls
 
     async def stop(self) -> None:
         """Stop following (the live call and the relay clients with it, in ``_run``).
@@ -226,6 +249,26 @@ class _Shared:
         would interrupt its clean-up and leave the live call running."""
         self._task.cancel()
         await asyncio.wait({self._task})
+
+
+_CALL_RECORDS = (ModelCallStarted, ModelCallFinished, ModelCallFailed, RunSettled)
+"""The records that start or end a model call."""
+
+
+def _owed_drop(call: str, record: Record) -> DeltasDropped | None:
+    """The drop of ``call``, an attempt a stream had pieces of and that ended before its
+    follower started, when ``record`` (the first of ``_CALL_RECORDS`` the stream reads
+    after them) says it ended without an answer: its call failed, or the Run settled
+    while it ran (not completed: the last call of a completed Run answered). A
+    ``ModelCallFinished`` supersedes its pieces; a ``ModelCallStarted`` comes after its
+    end, which the stream read already."""
+    if isinstance(record, ModelCallFailed):
+        why = f"the call failed while the stream was away: {record.message}"
+        return DeltasDropped(call=call, turn=record.turn, reason=why)
+    if isinstance(record, RunSettled) and record.status is not RunStatus.COMPLETED:
+        why = f"the Run settled {record.status.value} while the stream was away"
+        return DeltasDropped(call=call, turn=0, reason=why)
+    return None
 
 
 class FollowHub:

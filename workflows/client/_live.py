@@ -213,6 +213,19 @@ class LiveCall:
         return "the relay connection ended without an end"
 
 
+async def attempt_in_flight(client: Client, workflow_id: str, call: str) -> bool:
+    """Whether the attempt ``call`` (``<activity id>#<attempt>``) is the model call pending
+    on the running Run, so that a follower starting now can still read it."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return False
+    return any(
+        activity.activity_type.name == MODEL_CALL
+        and f"{activity.activity_id}#{activity.attempt}" == call
+        for activity in described.raw_description.pending_activities
+    )
+
+
 def _delta(call: str, turn: int, line: RelayLine) -> TokenDelta:
     piece = None
     if line.tool_index is not None:
