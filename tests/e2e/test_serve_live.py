@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from psych_runtime.specs import AgentBuilder, spec_to_data
 from psych_runtime.testing import Reply
-from psych_runtime.workflows import ModelCallFailed
+from psych_runtime.workflows import AGENT_RUN, ModelCallFailed
 
 from ._crash import doomed_worker
 from ._serve import ACME, jwks, jwt_bearer, jwt_settings, read_events, served
@@ -281,3 +282,26 @@ async def test_a_stream_back_after_its_attempt_failed_gets_the_drop(harness: Har
     kept = "".join(data["text"] for _, _, data in named(rest, "delta"))
     assert kept == ANSWER
     assert rest[-1][0] == "end"
+
+
+async def test_a_stream_of_a_run_with_a_malformed_input_names_its_failure(
+    harness: Harness,
+) -> None:
+    # Started by hand with an argument that is no AgentRunInput, the Run fails and its
+    # records query refuses, saying why: the stream ended with a 500 "internal" error that
+    # said nothing of it.
+    workflow_id = f"psych-acme-malformed-{time.monotonic_ns()}"
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        handle = await harness.env.client.start_workflow(
+            AGENT_RUN,
+            {"run_id": "r1", "scope": {"tenant": "acme"}, "messages": []},
+            id=workflow_id,
+            task_queue=harness.settings.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        events, _ = await read_events(http, f"{base}/v1/runs/{workflow_id}/events", ACME, "end")
+    ((name, _, problem),) = events
+    assert name == "error"
+    assert problem["status"] == 409, problem
+    assert "not a valid AgentRunInput" in problem["detail"]

@@ -31,7 +31,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError
@@ -199,6 +199,11 @@ class RecordFollower:
                     QUERY_RECORDS, RecordsQuery(after=self.after), result_type=RecordsPage
                 )
                 return page
+            except WorkflowQueryFailedError as err:
+                # The Run refused to answer (its input was no valid input: it failed
+                # before it had records), or its query handler failed: say which Run, and
+                # what it said.
+                raise PsychError(f"{self.workflow_id}: its records cannot be read: {err}") from err
             except RPCError as err:
                 self.retried += err.status in _RETRIED
                 if err.status in _NO_ANSWER:
