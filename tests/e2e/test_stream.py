@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.specs import AgentBuilder, AgentSpec, NotFound, Scope, ToolRegistry
+from psych_runtime.specs import AgentBuilder, AgentSpec, NotFound, Scope, SpecError, ToolRegistry
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import (
     PsychClient,
@@ -102,6 +102,20 @@ async def test_a_follower_of_a_settled_run_gets_every_record_and_ends(harness: H
         assert records == list((await harness.client.records(run, scope=harness.scope)).records)
         # Caught up already: nothing after the last record, and it still ends.
         assert await collect(harness.client, run, harness.scope, after=records[-1].seq) == []
+
+
+async def test_a_negative_after_is_refused(harness: Harness) -> None:
+    # Taken, it started the Run's shared follower counting from -1 (records from seq 1
+    # stored as if from 0): a stream from 0 that joined it was sent the records from 2.
+    spec = lookup_agent(harness.registry)
+    lookups(harness.fake, 2)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "check order 1", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        with pytest.raises(SpecError, match="after is the last seq the caller has"):
+            await collect(harness.client, run, harness.scope, after=-1)
+        records = await collect(harness.client, run, harness.scope)
+    assert_whole(records)
 
 
 def asker() -> AgentSpec:

@@ -86,8 +86,15 @@ class RunStreaming(abc.ABC):
         too). Deltas are not
         durable: a worker without a relay offers none, and only the call in flight when
         the stream starts is offered, not earlier ones.
+
+        Raises:
+            SpecError: ``after`` below 0, or ``after_delta`` without ``deltas``.
         """
         workflow_id, _ = self._handle(run, scope)
+        if after < 0:
+            # Streams of a Run share one follower, which counts from its first stream's
+            # ``after``: one from -1 made every later stream skip a record.
+            raise SpecError(f"after is the last seq the caller has, 0 or more, not {after}")
         if after_delta is not None and not deltas:
             raise SpecError("after_delta is for a stream with deltas=True")
         async for item in self.follows.stream(
