@@ -21,7 +21,7 @@ class LiveAttempt(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     call: str
-    """``<activity id>#<attempt>``: one attempt of one model call."""
+    """``<turn>.<activity id>#<attempt>``: one attempt of one model call."""
     turn: int
     """The Run's turn the call belongs to."""
     url: str

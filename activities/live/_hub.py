@@ -168,8 +168,8 @@ class DeltaHub:
         return self.base_url is not None
 
     def open(self, call: str, turn: int = 0) -> AttemptDeltas:
-        """A new attempt ``call`` (``<activity id>#<attempt>``) of a Run's ``turn``, under
-        a fresh random token."""
+        """A new attempt ``call`` (``<turn>.<activity id>#<attempt>``) of a Run's ``turn``,
+        under a fresh random token."""
         self._sweep()
         token = secrets.token_urlsafe(18)
         attempt = self._attempts[token] = AttemptDeltas(self, token, call, turn)

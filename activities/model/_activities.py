@@ -190,7 +190,8 @@ class ModelActivities(ActivityClass):
         call = full_model_input(input, info.workflow_id)
         if self.live is None or not self.live.serving:
             return self._deliver(slim_model_result(await self.complete(call), call))
-        deltas = self.live.open(f"{info.activity_id}#{info.attempt}", call.turn)
+        # The turn first: each execution of a continued Run numbers its activities anew.
+        deltas = self.live.open(f"{call.turn}.{info.activity_id}#{info.attempt}", call.turn)
         try:
             result = await self.complete(call, deltas=deltas)
         except BaseException as err:

@@ -19,7 +19,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from psych_runtime.specs import AgentBuilder, spec_to_data
-from psych_runtime.testing import Reply
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import AGENT_RUN, ModelCallFailed
 
 from ._crash import doomed_worker
@@ -305,3 +305,44 @@ async def test_a_stream_of_a_run_with_a_malformed_input_names_its_failure(
     assert name == "error"
     assert problem["status"] == 409, problem
     assert "not a valid AgentRunInput" in problem["detail"]
+
+
+async def test_a_stream_joining_a_continued_run_gets_its_call_in_flight(harness: Harness) -> None:
+    # Each execution numbers its activities from 1, so the model call of every execution
+    # of a continued Run was the same attempt, "2#1": a stream that joined the Run's
+    # follower once the first had ended skipped every later call's pieces as "ended".
+    @harness.registry.register
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n} done"
+
+    spec = AgentBuilder("steps", registry=harness.registry).model("fake-model").tool("step")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("step", {"n": 1}), content="first ", chunk_seconds=0.02),
+        Reply.text(ANSWER * 2, chunk_size=6, chunk_seconds=0.1),
+    )
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=60) as http:
+        run = await harness.client.dispatch(
+            spec.build(), "take the step", scope=harness.scope, continue_after_events=1
+        )
+        url = f"{base}/v1/runs/{run.workflow_id}/events"
+        whole: Events = []
+        keeping = asyncio.create_task(read_events(http, url, ACME, until="end", into=whole))
+
+        async def second_call_streams() -> bool:
+            return any(data.get("turn") == 2 for _, _, data in named(whole, "delta"))
+
+        await eventually(second_call_streams, what="the continued Run's call to stream")
+        joined, _ = await read_events(http, url, ACME, until="end")
+        await keeping
+    (last,) = [
+        data
+        for _, _, data in named(joined, "record")
+        if data["kind"] == "model_call_finished" and data["turn"] == 2
+    ]
+    pieces = [data for _, _, data in named(joined, "delta") if data["turn"] == 2]
+    assert "".join(piece["text"] for piece in pieces) == last["text"] == ANSWER * 2
+    first_call = {data["call"] for _, _, data in named(whole, "delta") if data["turn"] == 1}
+    assert {piece["call"] for piece in pieces}.isdisjoint(first_call)
+    ids = [event_id for _, event_id, _ in whole if event_id]
+    assert len(ids) == len(set(ids))

@@ -8,8 +8,9 @@ the model call in flight); the route turns each item into one event:
   not supersede (a follower joining mid-call gets the call's deltas before the Records it
   catches up on, and a steer is recorded while the call streams);
 - a ``TokenDelta``: ``event: delta``, ``id: <seq>/<call>/<n>``, where ``seq`` is the last
-  Record's seq sent before it, ``call`` the attempt (``<activity id>#<attempt>``: it has
-  '#' but never '/') and ``n`` its position in the attempt;
+  Record's seq sent before it, ``call`` the attempt (``<turn>.<activity id>#<attempt>``:
+  it has '#' but never '/'; the turn first, as each execution of a continued Run numbers
+  its activities anew) and ``n`` its position in the attempt;
 - a ``DeltasDropped``: ``event: deltas_dropped``, ``id: <seq>/<call>/dropped``: nothing of
   that attempt is left to send (a Record after it keeps it in its id, as after a delta). A
   number would not do: a follower that cannot read the attempt's relay any more (its worker

@@ -184,14 +184,7 @@ class LiveCall:
         return attempt
 
     async def _details(self, activity: PendingActivityInfo) -> LiveAttempt | None:
-        payloads = activity.heartbeat_details.payloads
-        if not payloads:
-            return None
-        try:
-            (details,) = await self.client.data_converter.decode(payloads[:1], [LiveAttempt])
-        except Exception:  # details of another shape: not an address
-            return None
-        return details if isinstance(details, LiveAttempt) else None
+        return await live_attempt(self.client, activity)
 
     async def _read(self, http: httpx.AsyncClient, attempt: LiveAttempt) -> str | None:
         """Emit the attempt's pieces; None when it completed, else why it is dropped."""
@@ -213,17 +206,30 @@ class LiveCall:
         return "the relay connection ended without an end"
 
 
+async def live_attempt(client: Client, activity: PendingActivityInfo) -> LiveAttempt | None:
+    """The attempt a pending model call's last heartbeat offers, if any."""
+    payloads = activity.heartbeat_details.payloads
+    if not payloads:
+        return None
+    try:
+        (details,) = await client.data_converter.decode(payloads[:1], [LiveAttempt])
+    except Exception:  # details of another shape: not an address
+        return None
+    return details if isinstance(details, LiveAttempt) else None
+
+
 async def attempt_in_flight(client: Client, workflow_id: str, call: str) -> bool:
-    """Whether the attempt ``call`` (``<activity id>#<attempt>``) is the model call pending
-    on the running Run, so that a follower starting now can still read it."""
+    """Whether the attempt ``call`` is the model call pending on the running Run, so that
+    a follower starting now can still read it."""
     described = await client.get_workflow_handle(workflow_id).describe()
     if described.status != WorkflowExecutionStatus.RUNNING:
         return False
-    return any(
-        activity.activity_type.name == MODEL_CALL
-        and f"{activity.activity_id}#{activity.attempt}" == call
-        for activity in described.raw_description.pending_activities
-    )
+    for activity in described.raw_description.pending_activities:
+        if activity.activity_type.name == MODEL_CALL:
+            attempt = await live_attempt(client, activity)
+            if attempt is not None and attempt.call == call:
+                return True
+    return False
 
 
 def _delta(call: str, turn: int, line: RelayLine) -> TokenDelta:

@@ -34,7 +34,7 @@ class TokenDelta(_Frozen):
 
     kind: Literal["delta"] = "delta"
     call: str
-    """One attempt of one model call: ``<activity id>#<attempt>`` of its activity."""
+    """One attempt of one model call: ``<turn>.<activity id>#<attempt>`` of its activity."""
     turn: int
     n: int
     """Its position within the attempt, from 1, gapless."""
