@@ -8,7 +8,8 @@ task id a ``CancelTask`` named (with the credential it came with). Its task ids 
 the text it receives:
 
 - ``ask:<question>``: the task goes ``input-required`` with that question; the next message
-  in the task completes it with ``answered: <reply>``;
+  in the task completes it with ``answered: <reply>`` (a reply ``slow:<seconds>`` after
+  sleeping that long, so the task works on after the answer);
 - ``big:<n>``: completes with an artifact of ``n`` characters;
 - ``slow:<seconds>``: sleeps that long, then completes;
 - ``later:<seconds>:<question>``: sleeps that long, then goes ``input-required``;
@@ -143,6 +144,8 @@ class _Scripted(AgentExecutor):
             return updater.new_agent_message([new_text_part(words)])
 
         if current is not None and current.status.message.parts:
+            if text.startswith("slow:"):  # an answer the peer works on before it completes
+                await asyncio.sleep(float(text.removeprefix("slow:")))
             await updater.complete(say(f"answered: {text}"))
         elif text.startswith("ask:"):
             await updater.requires_input(say(text.removeprefix("ask:")))

@@ -386,6 +386,10 @@ class Peers(Feature):
                 self.state.pollers[token] = asyncio.create_task(
                     poll_task(self.run, self.state, token, poll)
                 )
+        # Taken now, whatever the payload: after a question the person answers, the same
+        # task (the same token) may be waited on again, and completed by hand.
+        by_read = token in self.state.read
+        self.state.read.discard(token)
         if isinstance(payload, dict) and set(payload) == {PEER_QUESTION, A2A_TASK_ARGUMENT}:
             return await self._ask_person(
                 turn,
@@ -395,8 +399,7 @@ class Peers(Feature):
                 str(payload[PEER_QUESTION]),
                 answers + 1,
             )
-        if token in self.state.read:  # the peer's answer, hooked and stored by its read
-            self.state.read.discard(token)
+        if by_read:  # the peer's answer, hooked and stored by its read
             return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
         # Completed by hand: the result arriving late, through the call's post hooks.
         run = self.run
