@@ -308,10 +308,7 @@ class Peers(Feature):
             scope=run.input.scope,
             questions_to_person=run.suspension.may_ask_questions,
         )
-        self.state.polls[token] = poll
-        self.state.pollers[token] = asyncio.create_task(
-            poll_task(self.run, self.state, token, poll)
-        )
+        self._read_on(token, poll)
         waiting = from_outcome(call, outcome.model_copy(update={"wait_token": token}))
 
         async def wait() -> ToolResult:
@@ -382,10 +379,7 @@ class Peers(Feature):
                 )
             poller = self.state.pollers.get(token)
             if poller is None or poller.done():  # it saw the wait end: read on anew
-                self.state.polls[token] = poll
-                self.state.pollers[token] = asyncio.create_task(
-                    poll_task(self.run, self.state, token, poll)
-                )
+                self._read_on(token, poll)
         # Taken now, whatever the payload: after a question the person answers, the same
         # task (the same token) may be waited on again, and completed by hand.
         by_read = token in self.state.read
