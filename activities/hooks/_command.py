@@ -155,10 +155,16 @@ class Called(Protocol):
     def tenant(self) -> str | None: ...
 
 
+_TOLD = "PSYCH_HOOK_"
+"""The prefix of the variables that name the call (``call_environment``)."""
+
+
 def call_environment(call: Called) -> dict[str, str]:
     """The worker's environment, and the call a hook runs for: ``PSYCH_HOOK_TOOL``,
     ``PSYCH_HOOK_KIND``, ``PSYCH_HOOK_CALL_ID`` and, when known, ``PSYCH_HOOK_RUN_ID`` and
-    ``PSYCH_HOOK_TENANT`` (a pre hook's stdin is the arguments alone)."""
+    ``PSYCH_HOOK_TENANT`` (a pre hook's stdin is the arguments alone). The worker's own
+    ``PSYCH_HOOK_*`` variables are left out: one the call does not know is absent, never
+    another call's."""
     told = {
         "PSYCH_HOOK_TOOL": call.tool,
         "PSYCH_HOOK_KIND": call.kind,
@@ -166,7 +172,8 @@ def call_environment(call: Called) -> dict[str, str]:
         "PSYCH_HOOK_RUN_ID": call.run_id,
         "PSYCH_HOOK_TENANT": call.tenant,
     }
-    return {**os.environ, **{key: value for key, value in told.items() if value is not None}}
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith(_TOLD)}
+    return {**inherited, **{key: value for key, value in told.items() if value is not None}}
 
 
 async def run_command(hook: CommandHook, call: Called, stdin: Any) -> CommandResult:

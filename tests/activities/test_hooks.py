@@ -240,6 +240,23 @@ async def test_a_command_hook_is_told_which_call_it_runs_for() -> None:
     assert message is not None and message.endswith("no deletes: code c1 r1 -")
 
 
+async def test_a_command_hook_is_not_told_the_workers_own_hook_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "When known": a call without a tenant must not pass on one the worker's environment
+    # happens to hold (a hook deciding by tenant would decide for another).
+    monkeypatch.setenv("PSYCH_HOOK_TENANT", "acme")
+    monkeypatch.setenv("PSYCH_HOOK_RUN_ID", "someone-elses-run")
+    code = (
+        "import os, sys\n"
+        "said = [os.environ.get('PSYCH_HOOK_' + n, '-') for n in ('TENANT', 'RUN_ID')]\n"
+        "sys.exit('told: ' + ' '.join(said))\n"
+    )
+    bare = HookCall(tool="lookup", kind="builtin", arguments={}, call_id="c1")
+    message = await Hooks().pre("*", py(code)).plan(bare).before()
+    assert message is not None and message.endswith("told: - -")
+
+
 async def test_a_call_a_later_pre_hook_denies_ran_with_no_arguments() -> None:
     # The first hook's rewrite was recorded as the arguments that ran, though none did.
     def narrow(c: HookCall) -> dict[str, Any]:
