@@ -100,21 +100,15 @@ class TelemetryConfig:
 
         Raises:
             SpecError: an exporter or protocol psych does not ship (``zipkin``,
-                ``http/json``, ...; any logs exporter), named with its variable.
+                ``http/json``, ...; a logs exporter beside psych's traces or metrics),
+                named with its variable.
         """
         env = os.environ if environ is None else environ
         # Read as every psych switch (OpenTelemetry's own reading takes only "true" for yes
         # and ignores what it does not know: OTEL_SDK_DISABLED=1 would leave it enabled).
         if env_flag(env, "OTEL_SDK_DISABLED"):
             return cls()
-        logs = env.get("OTEL_LOGS_EXPORTER", "").strip()
-        if logs and logs.lower() != "none":
-            # Asked for, it would be silently absent: psych's logs go to stderr only.
-            raise SpecError(
-                f"OTEL_LOGS_EXPORTER={logs!r}: psych exports traces and metrics, not logs "
-                "(its logs go to stderr); unset it or set it to none"
-            )
-        return cls(
+        config = cls(
             traces=_exporter(env, "TRACES"),
             metrics=_exporter(env, "METRICS"),
             traces_protocol=_protocol(env, "TRACES"),
@@ -122,6 +116,15 @@ class TelemetryConfig:
             content=env_flag(env, CONTENT_ENV),
             temporal_spans=env_flag(env, TEMPORAL_SPANS_ENV),
         )
+        logs = env.get("OTEL_LOGS_EXPORTER", "").strip()
+        if (config.traces or config.metrics) and logs and logs.lower() != "none":
+            # With psych's telemetry on, logs asked for would be silently absent (they go
+            # to stderr). Without it the variable may be the embedding app's own.
+            raise SpecError(
+                f"OTEL_LOGS_EXPORTER={logs!r}: psych exports traces and metrics, not logs "
+                "(its logs go to stderr); unset it or set it to none"
+            )
+        return config
 
 
 def _exporter(env: Mapping[str, str], signal: str) -> Exporter | None:

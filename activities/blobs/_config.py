@@ -42,9 +42,6 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
         )
     why = _unwritable(root)
     if why is not None:
-        where = (
-            f"PSYCH_BLOB_DIR {directory!r}" if directory else f"the blob directory {str(root)!r}"
-        )
         raise SpecError(
             f"{where} cannot be written to ({why}): give the worker's user write access, or "
             "name another directory"

@@ -94,12 +94,21 @@ def test_exporter_console_and_grpc_protocol_per_signal() -> None:
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
         ({"PSYCH_OTEL_CONTENT": "maybe"}, "PSYCH_OTEL_CONTENT"),
         # No logs exporter: asked for, logs would not be exported, silently.
-        ({"OTEL_LOGS_EXPORTER": "otlp"}, "OTEL_LOGS_EXPORTER='otlp': psych exports traces"),
+        (
+            {"OTEL_LOGS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+            "OTEL_LOGS_EXPORTER='otlp': psych exports traces",
+        ),
     ],
 )
 def test_what_psych_does_not_ship_is_refused_by_name(env: dict[str, str], named: str) -> None:
     with pytest.raises(SpecError, match=named):
         TelemetryConfig.from_env(env)
+
+
+def test_a_logs_exporter_without_psychs_telemetry_is_the_embedding_apps() -> None:
+    # A host app exporting its own logs connects psych's client (which installs nothing).
+    config = TelemetryConfig.from_env({"OTEL_LOGS_EXPORTER": "otlp"})
+    assert (config.traces, config.metrics) == (None, None)
 
 
 def test_nothing_configured_installs_nothing() -> None:

@@ -111,8 +111,9 @@ async def _terminable(command: Coroutine[Any, Any, int]) -> int:
 SHUTDOWN_GRACE = timedelta(seconds=30)
 """How long a stopping ``psych worker`` (SIGTERM: a deploy, a scale-down) lets its running
 calls finish before cancelling them, unless ``PSYCH_SHUTDOWN_GRACE_SECONDS`` says (0: at
-once). The SDK's default, none, failed each at once with WorkerShutdown, which the model
-read as the tool's error (deploy/'s grace periods count it)."""
+once; a call safe to repeat then runs again on another worker). Before 12-06 there was
+none, the SDK's default, and the model read each running call's WorkerShutdown as the
+tool's error (deploy/'s grace periods count the 30 s)."""
 
 SHUTDOWN_GRACE_ENV = "PSYCH_SHUTDOWN_GRACE_SECONDS"
 
