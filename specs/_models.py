@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from psych_runtime.specs._errors import SpecError
 from psych_runtime.specs._values import NUMBER, own_json
 
 NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,127}$"
@@ -451,12 +452,24 @@ class Scope(_Frozen):
     """The owning tenant (letters, digits, ``_`` and ``.``; no ``-``, which joins ids)."""
     principal: Annotated[str | None, Field(max_length=256)] = None
     """Who acts within the tenant, if known."""
-    labels: Annotated[
-        dict[
-            Annotated[str, Field(min_length=1, max_length=64)],
-            Annotated[str, Field(max_length=256)],
-        ],
-        Field(max_length=32),
-    ] = Field(default_factory=dict)
-    """Free-form labels carried into records and ports: at most 32, each key 1 to 64
-    characters and each value at most 256 (every record and call of the Run carries them)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form labels carried into records and ports: a Run starts only with at most 32,
+    each key 1 to 64 characters and each value at most 256 (``check_labels``)."""
+
+    def check_labels(self) -> Scope:
+        """This Scope, if its labels are within what a Run starts with: every record and
+        every model and tool call of the Run carries them (checked where a Run starts, not
+        when a payload is read: a Run started before the bound still reads back).
+
+        Raises:
+            SpecError: more than 32 labels, a key empty or over 64 characters, or a value
+                over 256, naming it.
+        """
+        if len(self.labels) > 32:
+            raise SpecError(f"{len(self.labels)} labels: a Run's Scope holds at most 32")
+        for key, value in self.labels.items():
+            if not 1 <= len(key) <= 64:
+                raise SpecError(f"label key {key[:80]!r}: 1 to 64 characters, not {len(key)}")
+            if len(value) > 256:
+                raise SpecError(f"label {key!r}: its value is {len(value)} characters, at most 256")
+        return self

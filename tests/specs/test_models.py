@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import typing
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import pytest
@@ -739,18 +741,37 @@ def test_collections_are_tuples() -> None:
     assert isinstance(ModelRef(model="m", fallbacks=["x"]).fallbacks, tuple)
 
 
-def test_a_scopes_labels_are_bounded() -> None:
+def test_a_scopes_labels_are_bounded_where_a_run_starts() -> None:
     # Until 12-06 labels had no bound, though every record and every model and tool call
     # of a Run carries them: 3 MB of labels failed dispatch with Temporal's "Blob data
     # size exceeds limit", smaller ones grew the Run's history by their size per call.
     at_bounds = {f"key{i:02d}" + "k" * 59: "v" * 256 for i in range(32)}
-    assert Scope(tenant="acme", labels=at_bounds).labels == at_bounds
+    assert Scope(tenant="acme", labels=at_bounds).check_labels().labels == at_bounds
     too_many = {f"k{i}": "v" for i in range(33)}
     for labels, said in [
-        (too_many, "labels\n  Dictionary should have at most 32 items"),
-        ({"k" * 65: "v"}, "at most 64 characters"),
-        ({"": "v"}, "at least 1 character"),
-        ({"k": "v" * 257}, "at most 256 characters"),
+        (too_many, "33 labels: a Run's Scope holds at most 32"),
+        ({"k" * 65: "v"}, "1 to 64 characters, not 65"),
+        ({"": "v"}, "label key '': 1 to 64 characters, not 0"),
+        ({"k": "v" * 257}, "label 'k': its value is 257 characters, at most 256"),
     ]:
-        with pytest.raises(ValidationError, match=said):
-            Scope(tenant="acme", labels=labels)
+        scope = Scope(tenant="acme", labels=labels)  # read back as it was: Runs before the bound
+        with pytest.raises(SpecError, match=re.escape(said)):
+            scope.check_labels()
+
+
+async def test_a_run_does_not_start_with_labels_past_the_bounds(tmp_path: Path) -> None:
+    # Checked by dispatch itself (the HTTP API and the CLI go through it), before any call
+    # to the server: the client's server is a port where nothing listens.
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from psych_runtime.activities.versions import FileVersionStore
+    from psych_runtime.workflows import PsychClient
+
+    temporal = await Client.connect(
+        "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
+    )
+    client = PsychClient(temporal, store=FileVersionStore(tmp_path))
+    scope = Scope(tenant="acme", labels={"k": "v" * 257})
+    with pytest.raises(SpecError, match="label 'k': its value is 257 characters"):
+        await client.dispatch(agent(), "hi", scope=scope)

@@ -186,7 +186,7 @@ async def test_run_starts_the_run_with_its_principal_and_labels(
     long = cli.run_args("--input", "hi", "--label", "a=" + "v" * 257)
     status, _, err = await psych(capsys, *long)
     assert status == 1
-    assert "invalid --label: String should have at most 256 characters (labels.a)" in err
+    assert "invalid --label: label 'a': its value is 257 characters, at most 256" in err
 
 
 async def test_run_exits_1_when_the_run_does_not_complete(

@@ -18,7 +18,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
-from psych_runtime.specs import PsychError, Scope, env_flag
+from psych_runtime.specs import PsychError, Scope, SpecError, env_flag
 from psych_runtime.workers._client import connect
 from psych_runtime.workers.cli._parser import DEFAULT_STORE, store_location
 from psych_runtime.workers.cli._run_facts import (
@@ -125,13 +125,13 @@ def scope_of(args: argparse.Namespace) -> Scope:
             raise PsychError(f"label {key!r} is given twice (--label {key}=...)")
         labels[key] = value
     try:
-        return Scope(tenant=tenant, principal=principal, labels=labels)
+        scope = Scope(tenant=tenant, principal=principal, labels=labels)
     except ValidationError as err:
-        error = err.errors(include_url=False)[0]
-        if error["loc"][0] == "principal":
-            raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
-        where = ".".join(map(str, error["loc"]))
-        raise PsychError(f"invalid --label: {error['msg']} ({where})") from err
+        raise PsychError(f"invalid principal {principal!r}: at most 256 characters") from err
+    try:
+        return scope.check_labels()
+    except SpecError as err:
+        raise PsychError(f"invalid --label: {err}") from err
 
 
 def roles_apart_of(args: argparse.Namespace) -> bool:

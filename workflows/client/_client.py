@@ -225,8 +225,10 @@ class PsychClient(RunActions, RunStreaming, RunListing):
                 the ``thread`` Run has no conversation (a workflow, or no model call yet).
             AccessDenied: the ``thread`` Run belongs to another tenant.
             NotFound: no such ``thread`` Run.
-            SpecError: a ``thread`` for a workflow Version (only agents converse).
+            SpecError: a ``thread`` for a workflow Version (only agents converse); labels
+                past ``Scope.check_labels``'s bounds.
         """
+        scope.check_labels()
         version = self._version(spec)
         messages = (input,) if isinstance(input, str) else tuple(input)
         continued = None if thread is None else await self._thread(thread, version, scope)
