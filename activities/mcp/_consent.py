@@ -238,6 +238,19 @@ class ConsentProvider(OAuthClientProvider):
             f"{self.issuer}, the issuer configured for this client: refused"
         )
 
+    def _expected_issuer(self) -> str:
+        # A server with no protected-resource metadata (the SDK's 2025-03-26 path, which
+        # never asks ``_select_authorization_server``) makes its own origin the issuer:
+        # refused, before its metadata is read, unless that is the configured one.
+        expected = super()._expected_issuer()
+        if not issuers_match(expected, self.issuer):
+            raise OAuthFlowError(
+                f"the MCP server names no authorization server (no protected-resource "
+                f"metadata), so its own origin {expected} would be used, not {self.issuer}, "
+                "the issuer configured for this client: refused"
+            )
+        return expected
+
     async def _redirect(self, url: str) -> None:
         self._url = url
 

@@ -186,9 +186,43 @@ def revocations(provider: Provider) -> Starlette:
     )
 
 
-async def serve(transport: str, clients: dict[str, str], as_host: str = "127.0.0.1") -> None:
+def without_resource_metadata(app: Any, own: Any) -> Any:
+    """The resource server as a 2025-03-26 server (the SDK's legacy path) whose origin is
+    its own authorization server (``own``): no protected-resource metadata (404), a 401
+    naming none, and the origin serving authorization-server metadata, ``/authorize`` and
+    ``/token`` (``--own-issuer``)."""
+    owned = ("/.well-known/oauth-authorization-server", "/authorize", "/token")
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] == "http" and path.startswith("/.well-known/oauth-protected-resource"):
+            await Response(status_code=404)(scope, receive, send)
+            return
+        if scope["type"] == "http" and path in owned:
+            await own(scope, receive, send)
+            return
+
+        async def plain(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (name, b'Bearer error="invalid_token"' if name == b"www-authenticate" else v)
+                    for name, v in message.get("headers", [])
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive, plain)
+
+    return wrapped
+
+
+async def serve(
+    transport: str, clients: dict[str, str], as_host: str = "127.0.0.1", own_issuer: bool = False
+) -> None:
     """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
-    ``as_host`` (it listens on 127.0.0.1 whatever the name)."""
+    ``as_host`` (it listens on 127.0.0.1 whatever the name). ``own_issuer``: the resource
+    server publishes no protected-resource metadata and its origin is an authorization
+    server of its own (``without_resource_metadata``), over the same provider."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
@@ -223,7 +257,19 @@ async def serve(transport: str, clients: dict[str, str], as_host: str = "127.0.0
             revocation_options=RevocationOptions(enabled=False),
         )
     )
-    _, rs_task = await _start(observed(app, controls, state), rs_sock)
+    served = observed(app, controls, state)
+    if own_issuer:
+        origin = f"http://127.0.0.1:{rs_port}"
+        own = Starlette(
+            routes=create_auth_routes(
+                provider,
+                AnyHttpUrl(origin),
+                client_registration_options=ClientRegistrationOptions(enabled=False),
+                revocation_options=RevocationOptions(enabled=False),
+            )
+        )
+        served = without_resource_metadata(served, own)
+    _, rs_task = await _start(served, rs_sock)
     _, as_task = await _start(authorization, as_sock)
     print(f"ports {rs_port} {as_port}", flush=True)
     await asyncio.gather(rs_task, as_task)
@@ -234,9 +280,14 @@ def main() -> None:
     parser.add_argument("--transport", choices=["streamable-http", "sse"], required=True)
     parser.add_argument("--client", action="append", default=[], help="ID=REDIRECT_URI")
     parser.add_argument("--as-host", default="127.0.0.1", help="the issuer's host name")
+    parser.add_argument(
+        "--own-issuer",
+        action="store_true",
+        help="no protected-resource metadata; the resource server's origin is its own issuer",
+    )
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
-    asyncio.run(serve(args.transport, clients, args.as_host))
+    asyncio.run(serve(args.transport, clients, args.as_host, args.own_issuer))
 
 
 if __name__ == "__main__":

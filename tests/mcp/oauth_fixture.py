@@ -107,16 +107,18 @@ def start_oauth_server(
     module: str = "tests.mcp.oauth_server",
     *,
     as_host: str = "127.0.0.1",
+    extra: tuple[str, ...] = (),
 ) -> OAuthMcpServer:
     """Start the server with ``clients`` (client id -> secret; for ``module``
     ``tests.mcp.consent_server``, client id -> redirect URI) registered; return once both
-    ports listen. ``as_host`` is the host its issuer names (it listens on 127.0.0.1).
-    The caller stops it with ``stop()``."""
+    ports listen. ``as_host`` is the host its issuer names (it listens on 127.0.0.1);
+    ``extra`` are further arguments of ``module``. The caller stops it with ``stop()``."""
     command = [sys.executable, "-m", module, "--transport", transport]
     if as_host != "127.0.0.1":
         command += ["--as-host", as_host]
     for client_id, secret in clients.items():
         command += ["--client", f"{client_id}={secret}"]
+    command += list(extra)
     log = tempfile.NamedTemporaryFile(prefix="mcp-oauth-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
     try:
