@@ -40,7 +40,7 @@ from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
-from psych_runtime.activities.mcp._told import ToldAuth
+from psych_runtime.activities.mcp._told import TokenRefused, ToldAuth
 from psych_runtime.specs import Scope
 
 _log = logging.getLogger(__name__)
@@ -170,6 +170,18 @@ class _Options:
     on_message: Callable[[IncomingMessage], None] | None
     auth: httpx2.Auth | None
     on_refused: Callable[[Exception], None] | None
+
+
+def _token_refused(refused: list[Exception], since: int) -> TokenRefused | None:
+    """The MCP server's refusal of a just-obtained token told since entry ``since`` (a
+    lease's own), taken out of ``refused``: the session goes on, and a later end of it
+    must not be blamed on this."""
+    for index in range(len(refused) - 1, since - 1, -1):
+        found = refused[index]
+        if isinstance(found, TokenRefused):
+            del refused[index]
+            return found
+    return None
 
 
 def refusal(refused: list[Exception], err: BaseException) -> str:
@@ -335,9 +347,13 @@ class McpSessions:
             except McpUnavailable:
                 self._drop(pooled)
                 raise
+            told = len(pooled.refused)
             try:
                 yield client
             except MCPError as err:
+                refused = _token_refused(pooled.refused, told)
+                if refused is not None:
+                    raise McpUnavailable(str(refused)) from err
                 if err.code not in _SESSION_GONE:
                     raise
                 pooled.broken = refusal(pooled.refused, err)

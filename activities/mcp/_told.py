@@ -5,7 +5,8 @@ The MCP SDK runs a session's requests, and so the OAuth flow of each, in a task 
 where an exception ends the session: the caller then sees only the SDK's "Connection
 closed". ``ToldAuth`` tells the pool (``_pool.py``) of the failure as it is raised, so the
 call's error and the server's unavailability say why: the token the authorization server
-refused, and its answer.
+refused, and its answer. Likewise of a token the MCP server refused right after the flow
+obtained it, where the SDK says only "Server returned an error response".
 """
 
 from __future__ import annotations
@@ -13,12 +14,19 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 
 import httpx2
+from mcp.client.auth.utils import extract_field_from_www_auth
 
 from psych_runtime.activities.egress import PURPOSE, Purpose
 
 
 class OAuthFailed(Exception):
     """What ``ToldAuth`` tells of a failed OAuth flow (the message names why)."""
+
+
+class TokenRefused(OAuthFailed):
+    """What ``ToldAuth`` tells when the MCP server refused the token its flow had just
+    obtained for the request (expired on arrival, for another audience or scope): the SDK
+    then answers the request with only "Server returned an error response"."""
 
 
 class _Forwarding(httpx2.Auth):
@@ -36,17 +44,29 @@ class _Forwarding(httpx2.Auth):
     def _failed(self, err: Exception) -> None:
         """The flow ends raising ``err``."""
 
+    def _answered(self, response: httpx2.Response, renewed: bool) -> None:
+        """The flow ends with ``response`` to the request; ``renewed``: the flow made
+        requests of its own (discovery, the token endpoint) before it."""
+
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         flow = self.inner.async_auth_flow(request)
+        answer: httpx2.Response | None = None
+        renewed = False
         try:
             sent = await flow.__anext__()
             while True:
                 self._sending(request, sent)
                 response = yield sent
+                if sent is request:
+                    answer = response
+                else:
+                    renewed = True
                 sent = await flow.asend(response)
         except StopAsyncIteration:
+            if answer is not None:
+                self._answered(answer, renewed)
             return
         except Exception as err:
             self._failed(err)
@@ -67,6 +87,19 @@ class ToldAuth(_Forwarding):
     def _failed(self, err: Exception) -> None:
         said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
+
+    def _answered(self, response: httpx2.Response, renewed: bool) -> None:
+        if response.status_code not in (401, 403) or not renewed:
+            return
+        error = extract_field_from_www_auth(response, "error")
+        said = "" if error is None else f" ({error})"
+        self.told(
+            TokenRefused(
+                f"the MCP server refused the OAuth token just obtained for it: HTTP "
+                f"{response.status_code}{said} (a token expired on arrival, or issued for "
+                "another resource or scope)"
+            )
+        )
 
 
 class ForServer(_Forwarding):

@@ -249,3 +249,35 @@ async def test_a_token_refused_mid_session_is_an_error_naming_the_refusal_asked_
     finally:
         oauth_server.set_clients({"psych-worker": SECRET})
         await mcp.aclose()
+
+
+async def test_a_token_refused_as_soon_as_it_is_issued_is_an_error_naming_the_refusal(
+    oauth_server: OAuthMcpServer, tmp_path: Path
+) -> None:
+    """The MCP server refuses every token the authorization server issues (expired on
+    arrival): a call's error says the server refused the token just obtained, with the
+    server's ``error``, not the SDK's "Server returned an error response"; and once tokens
+    are good again the session's next call works (the refusal is not blamed later)."""
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    mcp = McpActivities(
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        secrets=SECRETS,
+        settings=settings,
+        tokens=LocalTokenStore(tmp_path / "tokens"),
+    )
+    try:
+        assert (await call(mcp, crm(oauth_server), "whoami", {})).status == "ok"
+        oauth_server.revoke_all()
+        oauth_server.set_lifetime(0)
+        refused = await call(mcp, crm(oauth_server), "whoami", {})
+        assert refused.status == "error"
+        assert refused.content == (
+            "MCP server 'crm', tool 'whoami': the MCP server refused the OAuth token just "
+            "obtained for it: HTTP 401 (invalid_token) (a token expired on arrival, or issued "
+            "for another resource or scope)"
+        ), refused.content
+        oauth_server.set_lifetime(3600)
+        assert (await call(mcp, crm(oauth_server), "whoami", {})).status == "ok"
+    finally:
+        oauth_server.set_lifetime(3600)
+        await mcp.aclose()

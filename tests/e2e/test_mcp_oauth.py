@@ -227,6 +227,30 @@ async def test_an_expired_token_is_replaced(
     assert state["bearers"][-1] == state["issued"][-1]["token"]
 
 
+async def test_a_token_the_server_refuses_as_soon_as_it_is_issued_is_named(
+    oauth_harness: Harness, oauth_server: OAuthMcpServer
+) -> None:
+    """The authorization server issues tokens already expired (a clock ahead of the MCP
+    server's, a token for another audience): the MCP server refuses each one. The Run fails
+    saying so, not with the SDK's "Server returned an error response"; the worker asked
+    for a token once per attempt to connect, no more."""
+    harness = oauth_harness
+    oauth_server.set_lifetime(0)
+    harness.fake.enqueue(Reply.text("never"))
+    async with harness.worker():
+        run = await harness.client.dispatch(agent(oauth_server).build(), "go", scope=harness.scope)
+        with pytest.raises(RunFailed) as failed:
+            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 60)
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    assert "refused the OAuth token just obtained for it: HTTP 401 (invalid_token)" in reason
+    assert "Server returned an error response" not in reason
+    assert harness.fake.requests == []
+    state = oauth_server.state()
+    assert state["token_requests"] and all(request["ok"] for request in state["token_requests"])
+    assert not any(issued["token"] in reason for issued in state["issued"])
+
+
 async def test_subagents_and_workflow_tool_steps_use_the_token_too(
     oauth_harness: Harness, oauth_server: OAuthMcpServer
 ) -> None:
