@@ -35,6 +35,7 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._nested import nested_specs
+from psych_runtime.specs._oauth_urls import oauth_url_problems
 from psych_runtime.specs._peer_urls import peer_url_problems
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._subagents import (
@@ -278,6 +279,7 @@ def _check_oauth(server: McpServer, path: str) -> list[Problem]:
     problems = []
     if oauth.cimd_url is not None:
         problems += url_credentials(oauth.cimd_url, f"{path}.oauth.cimd_url")
+    problems += oauth_url_problems(oauth, f"{path}.oauth")
     if server.credential is not None:
         problems.append(
             Problem(
