@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 
 import httpx2
+from mcp.client.auth import OAuthTokenError
 from mcp.client.auth.utils import extract_field_from_www_auth
+from pydantic import ValidationError
 
 from psych_runtime.activities.egress import PURPOSE, Purpose
 
@@ -85,7 +87,9 @@ class ToldAuth(_Forwarding):
         self.told = told
 
     def _failed(self, err: Exception) -> None:
-        said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        said = _malformed(err) or (
+            f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        )
         self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
@@ -100,6 +104,20 @@ class ToldAuth(_Forwarding):
                 "another resource or scope)"
             )
         )
+
+
+def _malformed(err: Exception) -> str | None:
+    """What is wrong with a token response the SDK could not read (its ``OAuthTokenError``
+    raised while validating it), field by field and without the values: the SDK's own
+    message quotes the response, and with it part of whatever credential it carries."""
+    invalid = err.__context__
+    if not isinstance(err, OAuthTokenError) or not isinstance(invalid, ValidationError):
+        return None
+    wrong = "; ".join(
+        f"{'.'.join(map(str, error['loc'])) or 'response'}: {error['msg']}"
+        for error in invalid.errors(include_url=False, include_input=False)
+    )
+    return f"the authorization server's token response is not an OAuth token response ({wrong})"
 
 
 class ForServer(_Forwarding):

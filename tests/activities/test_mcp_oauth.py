@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,3 +282,32 @@ async def test_a_token_refused_as_soon_as_it_is_issued_is_an_error_naming_the_re
     finally:
         oauth_server.set_lifetime(3600)
         await mcp.aclose()
+
+
+async def test_a_malformed_token_response_is_named_without_its_content(
+    oauth_server: OAuthMcpServer, tmp_path: Path
+) -> None:
+    """The token endpoint answers 200 with something that is no OAuth token response (a
+    token under another name): the call's error names what is wrong with it, field by
+    field, and none of the body, so no part of the credential it carries reaches the
+    error (history)."""
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    mcp = McpActivities(
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        secrets=SECRETS,
+        settings=settings,
+        tokens=LocalTokenStore(tmp_path / "tokens"),
+    )
+    leaked = "tok-LEAK-0123456789abcdef"
+    oauth_server.set_token_reply(200, json.dumps({"token": leaked, "token_type": "Bearer"}))
+    try:
+        refused = await call(mcp, crm(oauth_server), "whoami", {})
+    finally:
+        oauth_server.clear_token_reply()
+        await mcp.aclose()
+    assert refused.status == "error"
+    assert refused.content == (
+        "MCP server 'crm', tool 'whoami': getting an OAuth token failed: the authorization "
+        "server's token response is not an OAuth token response (access_token: Field required)"
+    ), refused.content
+    assert "tok-LEAK" not in refused.content

@@ -89,6 +89,15 @@ class OAuthMcpServer:
         (consent server)."""
         self._control("POST", "refresh-delay", {"seconds": seconds})
 
+    def set_token_reply(self, status: int, body: str, media_type: str = "application/json") -> None:
+        """The token endpoint answers an authenticated client ``status`` with ``body``
+        instead of a token, from now on."""
+        self._control("POST", "token-reply", {"status": status, "body": body, "type": media_type})
+
+    def clear_token_reply(self) -> None:
+        """The token endpoint issues tokens again."""
+        self._control("POST", "token-reply", {})
+
     def set_lifetime(self, seconds: int) -> None:
         """The ``expires_in`` of tokens issued from now on."""
         self._control("POST", "lifetime", {"seconds": seconds})

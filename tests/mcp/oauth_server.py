@@ -26,6 +26,9 @@ Control surface (plain JSON, no auth) on the resource server's port:
 - ``POST /control/revoke``: every token issued so far stops being accepted (the next MCP
   request answers 401).
 - ``POST /control/lifetime`` ``{"seconds": n}``: the ``expires_in`` of tokens issued next.
+- ``POST /control/token-reply`` ``{"status": n, "body": "...", "type": "..."}``: the token
+  endpoint answers an authenticated client with that instead of a token (``{}``: issues
+  tokens again).
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class State:
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     bearers: list[str] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
+    reply: dict[str, Any] | None = None
+    """What the token endpoint answers in place of a token (``/control/token-reply``)."""
 
 
 class Verifier:
@@ -144,6 +149,12 @@ def authorization_server(state: State, issuer: AuthSettings) -> Starlette:
         if form.get("grant_type") != "client_credentials":
             return _token_error("unsupported_grant_type", "only client_credentials")
         resource = form.get("resource")
+        if state.reply is not None:
+            return Response(
+                state.reply["body"],
+                status_code=int(state.reply["status"]),
+                media_type=state.reply.get("type", "application/json"),
+            )
         value = "tok-" + secrets.token_urlsafe(24)
         state.issued[value] = Issued(
             client_id=client_id,
@@ -215,8 +226,13 @@ def control(state: State) -> Starlette:
         state.clients = dict(json.loads(await request.body()))
         return JSONResponse({"clients": len(state.clients)})
 
+    async def token_reply(request: Request) -> Response:
+        state.reply = json.loads(await request.body()) or None
+        return JSONResponse({"reply": state.reply is not None})
+
     return Starlette(
         routes=[
+            Route("/control/token-reply", token_reply, methods=["POST"]),
             Route("/control/state", read, methods=["GET"]),
             Route("/control/revoke", revoke, methods=["POST"]),
             Route("/control/lifetime", lifetime, methods=["POST"]),
