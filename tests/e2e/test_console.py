@@ -9,53 +9,30 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.wait import WebDriverWait
 
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
 from psych_runtime.workflows import Resumed, RunStatus
 
-from ._browser import browser_log, in_browser, require_browser, served
+from ._browser import in_browser, require_browser, served
+from ._console_page import console_app, severe, sign_in
 from ._waiting import eventually, is_suspended, is_waiting, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
 
-KEY = "console-test-key"
 # Markup in what a model says is shown as text, never parsed as HTML.
 ANSWER = "Refunded 19.99 for order <b>42</b>."
 NOTE = "checked the photo of the broken parcel"
 
 
-def _sign_in(driver: Chrome, base: str) -> WebDriverWait[Chrome]:
-    wait = WebDriverWait(driver, 30)
-    driver.get(f"{base}/console")
-    key = wait.until(ec.visibility_of_element_located((By.ID, "api-key")))
-    key.send_keys(KEY)
-    driver.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
-    wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "table.runs")))
-    assert driver.execute_script("return sessionStorage.getItem('psych.apiKey')") == KEY
-    return wait
-
-
-def _severe(driver: Chrome) -> str:
-    return json.dumps([e for e in browser_log(driver) if e.get("level") == "SEVERE"])
-
-
-def _app(harness: Harness) -> FastAPI:
-    key = ApiKey.of(KEY, harness.scope.tenant, "ops")
-    return create_app(ServeSettings(client=harness.client, auth=AuthSettings(api_keys=(key,))))
-
-
 def _approve(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
     """What a person does, step by step; returns what the page showed."""
-    wait = _sign_in(driver, base)
+    wait = sign_in(driver, base)
     # The tenant's Runs, the one waiting among them; it opens from the list.
     wait.until(ec.element_to_be_clickable((By.LINK_TEXT, run_id))).click()
     item = wait.until(
@@ -89,7 +66,7 @@ def _approve(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
         "markup_elements": str(markup + len(driver.find_elements(By.CSS_SELECTOR, "main b"))),
         "same_document": str(driver.execute_script("return window.__sameDocument === true")),
         "pending_left": str(len(driver.find_elements(By.CSS_SELECTOR, ".pending-item"))),
-        "console_errors": _severe(driver),
+        "console_errors": severe(driver),
     }
 
 
@@ -111,7 +88,7 @@ async def test_a_person_approves_a_refund_and_sees_the_run_finish(
         Reply.tool_calls(ToolCall("refund", {"order_id": "42", "amount": 19.99}, id="call-refund")),
         Reply.text(ANSWER),
     )
-    async with harness.worker(), served(_app(harness)) as base:
+    async with harness.worker(), served(console_app(harness)) as base:
         run = await harness.client.dispatch(spec.build(), "refund order 42", scope=harness.scope)
         await state_when(harness.client, run, harness.scope, is_suspended, what="the approval")
         # The browser blocks: in a thread, so this loop keeps serving the API and the worker.
@@ -159,7 +136,7 @@ GREETING = "Welcome aboard, Ada!"
 def _answer(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
     """A workflow waits on its agent step's question: the person finds it among the Runs
     waiting for someone, answers it on the workflow's page, then reads its steps."""
-    wait = _sign_in(driver, base)
+    wait = sign_in(driver, base)
     driver.find_element(By.NAME, "waiting").click()
     driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
     row = wait.until(
@@ -191,7 +168,7 @@ def _answer(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
         "child": child,
         "steps": json.dumps(steps),
         "transcript": transcript,
-        "console_errors": _severe(driver),
+        "console_errors": severe(driver),
     }
 
 
@@ -222,7 +199,7 @@ async def test_a_person_answers_a_workflow_steps_question_and_reads_its_steps(
         Reply.tool_calls(ToolCall("ask_question", {"question": QUESTION}, id="q1")),
         Reply.text(GREETING),
     )
-    async with harness.worker(), served(_app(harness)) as base:
+    async with harness.worker(), served(console_app(harness)) as base:
         run = await harness.client.dispatch(spec, "onboard Ada", scope=harness.scope)
         await state_when(harness.client, run, harness.scope, is_waiting, what="the question")
 

@@ -9,6 +9,10 @@ function resultLine() {
   return el("p", { class: "result", role: "status" });
 }
 
+// A child's item (a workflow step's agent, a subagent) is answered through this Run naming
+// its holder: its id may be pending in this Run too, whose own item would be taken first.
+const held = (item, body) => (item.run ? { ...body, held_by: item.run } : body);
+
 async function send(runId, action, body, result, buttons, done) {
   for (const button of buttons) button.disabled = true;
   result.className = "result";
@@ -30,7 +34,7 @@ function approvalForm(runId, item, done) {
   const result = resultLine();
   const approve = el("button", { type: "submit", name: "approve", class: "primary" }, "Approve");
   const deny = el("button", { type: "button", name: "deny", class: "danger" }, "Deny");
-  const body = () => (note.value.trim() ? { call_id: item.id, note: note.value } : { call_id: item.id });
+  const body = () => held(item, note.value.trim() ? { call_id: item.id, note: note.value } : { call_id: item.id });
   deny.addEventListener("click", () => send(runId, "deny", body(), result, [approve, deny], done));
   return el(
     "form",
@@ -47,7 +51,7 @@ function answerForm(runId, item, done) {
   const submit = el("button", { type: "submit", name: "answer", class: "primary" }, "Answer");
   return el(
     "form",
-    { onsubmit: (event) => { event.preventDefault(); send(runId, "answer", { call_id: item.id, text: text.value }, result, [submit], done); } },
+    { onsubmit: (event) => { event.preventDefault(); send(runId, "answer", held(item, { call_id: item.id, text: text.value }), result, [submit], done); } },
     el("label", {}, "Answer", text),
     el("div", { class: "buttons" }, submit),
     result,
@@ -68,7 +72,7 @@ function completeForm(runId, item, done) {
       result.textContent = `the payload is not JSON: ${error.message}`;
       return;
     }
-    send(runId, "complete", { token: item.id, payload: parsed }, result, [submit], done);
+    send(runId, "complete", held(item, { token: item.id, payload: parsed }), result, [submit], done);
   };
   return el("form", { onsubmit }, el("label", {}, "Payload (JSON)", payload), el("div", { class: "buttons" }, submit), result);
 }
@@ -81,7 +85,7 @@ export function renderPending(runId, items, done) {
     const form = FORMS[item.reason];
     return el(
       "article",
-      { class: "pending-item", "data-id": item.id, "data-reason": item.reason },
+      { class: "pending-item", "data-id": item.id, "data-reason": item.reason, "data-run": item.run },
       el("h3", {}, `Waiting for ${pendingText(item)}`),
       el(
         "p",

@@ -78,9 +78,11 @@ export function showRun(main, runId, onAuthFailure) {
   }
 
   // Items are added and removed, never redrawn: a note being typed into one survives
-  // every state read.
+  // every state read. One id may be pending in this Run and in a child: the holder is
+  // part of the key.
+  const pendingKey = (item) => JSON.stringify([item.reason, item.run ?? null, item.id]);
   function showPending(items) {
-    const keys = new Set(items.map((item) => `${item.reason}:${item.id}`));
+    const keys = new Set(items.map(pendingKey));
     for (const [key, node] of pendingNodes) {
       if (!keys.has(key)) {
         node.remove();
@@ -88,7 +90,7 @@ export function showRun(main, runId, onAuthFailure) {
       }
     }
     for (const item of items) {
-      const key = `${item.reason}:${item.id}`;
+      const key = pendingKey(item);
       if (pendingNodes.has(key)) continue;
       const [node] = renderPending(runId, [item], readState);
       pendingNodes.set(key, node);
