@@ -77,7 +77,32 @@ function completeForm(runId, item, done) {
   return el("form", { onsubmit }, el("label", {}, "Payload (JSON)", payload), el("div", { class: "buttons" }, submit), result);
 }
 
-const FORMS = { approval: approvalForm, question: answerForm, external: completeForm };
+/** The address a person opens to consent, when it is a web address (it comes from the
+ * MCP server's authorization server: any other scheme is shown, never linked). */
+function webAddress(text) {
+  try {
+    const url = new URL(text ?? "");
+    return url.protocol === "https:" || url.protocol === "http:" ? url.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// The consent page is another site's: opened in its own tab, told nothing of this page.
+// psych's OAuth callback, where it redirects, resumes the Run; this page then shows it.
+function consentLink(runId, item) {
+  const href = webAddress(item.question);
+  if (!href) return el("p", { class: "bad" }, `not a web address, so not linked: ${item.question ?? "(none given)"}`);
+  return el(
+    "p",
+    {},
+    el("a", { class: "consent", href, target: "_blank", rel: "noopener noreferrer" }, "Open the consent page"),
+    " (a new tab): the Run resumes once you consent. ",
+    el("code", { class: "url" }, href),
+  );
+}
+
+const FORMS = { approval: approvalForm, question: answerForm, external: completeForm, authorization: consentLink };
 
 /** The pending items of a Run, each with the form that answers it. */
 export function renderPending(runId, items, done) {

@@ -26,6 +26,8 @@ export function pendingText(pending) {
       return `completion of ${pending.tool} (token ${pending.id})${who}`;
     case "children":
       return `child Runs${who}`;
+    case "authorization": // question: the URL the person opens
+      return `a person's consent for MCP server ${pending.tool}${who}`;
     default:
       return `${pending.reason} ${pending.id}${who}`;
   }
@@ -66,7 +68,7 @@ const DESCRIBE = {
   suspended: (r) => ({
     label: "waiting",
     text: pendingText(r.pending),
-    body: r.pending.arguments ? pretty(r.pending.arguments) : "",
+    body: r.pending.reason === "authorization" ? `open ${r.pending.question ?? ""}` : r.pending.arguments ? pretty(r.pending.arguments) : "",
     tone: "warn",
   }),
   resumed: (r) => ({
