@@ -20,10 +20,14 @@ KEY = "console-test-key"
 """The API key a person of the harness's tenant signs in with (principal ``ops``)."""
 
 
-def console_app(harness: Harness) -> FastAPI:
-    """``psych serve``'s app for the harness's client, accepting ``KEY``."""
+def console_app(harness: Harness, query_timeout_seconds: float = 10.0) -> FastAPI:
+    """``psych serve``'s app for the harness's client, accepting ``KEY``; an action no
+    worker takes within ``query_timeout_seconds`` is a 503."""
     key = ApiKey.of(KEY, harness.scope.tenant, "ops")
-    return create_app(ServeSettings(client=harness.client, auth=AuthSettings(api_keys=(key,))))
+    auth = AuthSettings(api_keys=(key,))
+    return create_app(
+        ServeSettings(harness.client, auth, query_timeout_seconds=query_timeout_seconds)
+    )
 
 
 def sign_in(driver: Chrome, base: str) -> WebDriverWait[Chrome]:

@@ -38,9 +38,10 @@ export function authHeaders(extra = {}) {
 }
 
 /** Call the API; resolves to the parsed JSON answer, rejects with an ApiError. */
-export async function api(path, { method = "GET", body, signal } = {}) {
+export async function api(path, { method = "GET", body, signal, idempotencyKey } = {}) {
   const headers = authHeaders({ Accept: "application/json" });
   if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (idempotencyKey) headers["Idempotency-Key"] = idempotencyKey;
   const response = await fetch(new URL(path, apiBase), {
     method,
     headers,
@@ -62,4 +63,31 @@ export async function api(path, { method = "GET", body, signal } = {}) {
 /** The path of one Run's resource. */
 export function runPath(runId, rest = "") {
   return `runs/${encodeURIComponent(runId)}${rest}`;
+}
+
+/**
+ * The Idempotency-Key of one form's actions. A request sent again as it was, after it
+ * failed (a 503 says it may still be applied once a worker takes it), goes under the same
+ * key, so the Run takes it at most once; another request (other words, the other verdict:
+ * a key names one request), or any after a success, gets a new key.
+ */
+export function actionKeys() {
+  let last = null;
+  return {
+    keyFor(action, body) {
+      const request = JSON.stringify([action, body ?? null]);
+      if (last?.request !== request) last = { request, key: newKey() };
+      return last.key;
+    },
+    succeeded() {
+      last = null;
+    },
+  };
+}
+
+// crypto.getRandomValues, not randomUUID: the page may be served over plain HTTP on a
+// network address, which is not a secure context.
+function newKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }

@@ -1,7 +1,7 @@
 // A suspended Run's pending items with their arguments, and the forms that answer them:
 // approve or deny with a note, answer a question, complete an external wait.
 
-import { api, runPath } from "./api.js";
+import { actionKeys, api, runPath } from "./api.js";
 import { el, pretty, when } from "./dom.js";
 import { pendingText } from "./records.js";
 
@@ -13,12 +13,14 @@ function resultLine() {
 // its holder: its id may be pending in this Run too, whose own item would be taken first.
 const held = (item, body) => (item.run ? { ...body, held_by: item.run } : body);
 
-async function send(runId, action, body, result, buttons, done) {
+async function send(runId, action, body, result, buttons, done, keys) {
   for (const button of buttons) button.disabled = true;
   result.className = "result";
   result.textContent = "sending…";
   try {
-    const answer = await api(runPath(runId, `/${action}`), { method: "POST", body });
+    const idempotencyKey = keys.keyFor(action, body);
+    const answer = await api(runPath(runId, `/${action}`), { method: "POST", body, idempotencyKey });
+    keys.succeeded();
     result.textContent = answer?.outcome ? `${answer.outcome} (${answer.id})` : "sent";
     result.classList.add("ok");
     done();
@@ -34,11 +36,12 @@ function approvalForm(runId, item, done) {
   const result = resultLine();
   const approve = el("button", { type: "submit", name: "approve", class: "primary" }, "Approve");
   const deny = el("button", { type: "button", name: "deny", class: "danger" }, "Deny");
+  const keys = actionKeys();
   const body = () => held(item, note.value.trim() ? { call_id: item.id, note: note.value } : { call_id: item.id });
-  deny.addEventListener("click", () => send(runId, "deny", body(), result, [approve, deny], done));
+  deny.addEventListener("click", () => send(runId, "deny", body(), result, [approve, deny], done, keys));
   return el(
     "form",
-    { onsubmit: (event) => { event.preventDefault(); send(runId, "approve", body(), result, [approve, deny], done); } },
+    { onsubmit: (event) => { event.preventDefault(); send(runId, "approve", body(), result, [approve, deny], done, keys); } },
     el("label", {}, "Note", note),
     el("div", { class: "buttons" }, approve, deny),
     result,
@@ -49,9 +52,10 @@ function answerForm(runId, item, done) {
   const text = el("textarea", { name: "answer", rows: 2, required: true, placeholder: "your answer" });
   const result = resultLine();
   const submit = el("button", { type: "submit", name: "answer", class: "primary" }, "Answer");
+  const keys = actionKeys();
   return el(
     "form",
-    { onsubmit: (event) => { event.preventDefault(); send(runId, "answer", held(item, { call_id: item.id, text: text.value }), result, [submit], done); } },
+    { onsubmit: (event) => { event.preventDefault(); send(runId, "answer", held(item, { call_id: item.id, text: text.value }), result, [submit], done, keys); } },
     el("label", {}, "Answer", text),
     el("div", { class: "buttons" }, submit),
     result,
@@ -62,6 +66,7 @@ function completeForm(runId, item, done) {
   const payload = el("textarea", { name: "payload", rows: 3, placeholder: '{"status": "done"}' });
   const result = resultLine();
   const submit = el("button", { type: "submit", name: "complete", class: "primary" }, "Complete");
+  const keys = actionKeys();
   const onsubmit = (event) => {
     event.preventDefault();
     let parsed = null;
@@ -72,7 +77,7 @@ function completeForm(runId, item, done) {
       result.textContent = `the payload is not JSON: ${error.message}`;
       return;
     }
-    send(runId, "complete", held(item, { token: item.id, payload: parsed }), result, [submit], done);
+    send(runId, "complete", held(item, { token: item.id, payload: parsed }), result, [submit], done, keys);
   };
   return el("form", { onsubmit }, el("label", {}, "Payload (JSON)", payload), el("div", { class: "buttons" }, submit), result);
 }

@@ -2,7 +2,7 @@
 // records as they arrive, the text of the model call in flight, and tabs for the
 // transcript and a workflow's steps.
 
-import { api, runPath } from "./api.js";
+import { actionKeys, api, runPath } from "./api.js";
 import { el, fill, short, when } from "./dom.js";
 import { renderPending } from "./pending.js";
 import { describe } from "./records.js";
@@ -249,10 +249,14 @@ function controls(runId, done) {
   const message = el("input", { name: "message", placeholder: "message for the model", required: true });
   const mode = el("select", { name: "mode" }, ["steer", "follow_up", "next_run"].map((m) => el("option", { value: m }, m)));
   const reason = el("input", { name: "reason", placeholder: "reason (optional)" });
+  const keys = actionKeys();
   const act = async (action, body) => {
     result.className = "result";
+    result.textContent = `sending ${action}…`;
     try {
-      await api(runPath(runId, `/${action}`), { method: "POST", body });
+      const idempotencyKey = keys.keyFor(action, body);
+      await api(runPath(runId, `/${action}`), { method: "POST", body, idempotencyKey });
+      keys.succeeded();
       result.textContent = `${action} sent`;
       done();
     } catch (error) {
