@@ -22,8 +22,8 @@ export function pendingText(pending) {
       return `approval of ${pending.tool}${who}`;
     case "question":
       return `an answer: ${pending.question ?? ""}${who}`;
-    case "external":
-      return `completion of ${pending.tool} (token ${pending.id})${who}`;
+    case "external": // question: what the tool said it waits for
+      return `completion of ${pending.tool} (token ${pending.id})${who}${pending.question ? `: ${pending.question}` : ""}`;
     case "children":
       return `child Runs${who}`;
     case "authorization": // question: the URL the person opens
