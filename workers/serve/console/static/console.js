@@ -50,7 +50,20 @@ function route() {
   const hash = location.hash.replace(/^#/, "") || "/runs";
   const run = /^\/runs\/([^?]+)$/.exec(hash);
   if (run) {
-    stopFollowing = showRun(main, decodeURIComponent(run[1]), refused);
+    let runId = null;
+    try {
+      runId = decodeURIComponent(run[1]);
+    } catch {
+      // A mistyped or cut link: said so, rather than leaving the last page up as if it
+      // were the Run the address names.
+      fill(
+        main,
+        el("p", {}, el("a", { href: "#/runs" }, "← Runs")),
+        el("p", { id: "run-problem", class: "bad" }, `This address names no Run (its escapes are malformed): ${run[1]}`),
+      );
+      return;
+    }
+    stopFollowing = showRun(main, runId, refused);
   } else {
     const query = hash.startsWith("/runs?") ? hash.slice(6) : "";
     showRuns(main, query, refused);
