@@ -11,6 +11,7 @@ and ``list --suspended`` print, and the MCP guide promises of the console too).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -65,7 +66,9 @@ def _consent(driver: Chrome, base: str, run_id: str) -> dict[str, str]:
     driver.switch_to.window(console)
     wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
     shown["pending_left"] = str(len(driver.find_elements(By.CSS_SELECTOR, ".pending-item")))
-    shown["console_errors"] = severe(driver)
+    # The console's own: the consent and callback pages are other sites (their favicon).
+    logged = json.loads(severe(driver))
+    shown["console_errors"] = json.dumps([e for e in logged if base in e.get("message", "")])
     return shown
 
 
