@@ -30,6 +30,19 @@ function recordNode(record) {
   );
 }
 
+// While a child Run works (a subagent, a spawned Run, a workflow's step), what it waits
+// for reaches this Run's state by a signal that writes no record here: the state is read
+// this often too, so a child's approval or question appears (and goes) without a reload.
+const CHILD_READ_MS = 3000;
+
+/** The child Runs a record starts or ends (`open`: their ids), for the reads above. */
+function trackChildren(open, record) {
+  if (record.kind === "suspended" && record.pending?.reason === "children") open.add(record.pending.id);
+  else if ((record.kind === "child_spawned" || record.kind === "step_started") && record.run) open.add(record.run);
+  else if ((record.kind === "child_settled" || record.kind === "step_finished") && record.run) open.delete(record.run);
+  else if (record.kind === "run_settled") open.clear();
+}
+
 /** Render the Run `runId` into `main`; returns a function that stops following it. */
 export function showRun(main, runId, onAuthFailure) {
   const records = [];
@@ -41,6 +54,8 @@ export function showRun(main, runId, onAuthFailure) {
   // it arrived) is stale, and is not shown; the read it asked for follows.
   let changeSeq = 0;
   let tab = "live";
+  const children = new Set();
+  let childReads = null;
 
   const status = el("span", { id: "run-status", class: "badge" }, "…");
   const facts = el("span", { id: "run-facts", class: "muted" });
@@ -160,6 +175,12 @@ export function showRun(main, runId, onAuthFailure) {
       changeSeq = Math.max(changeSeq, record.seq);
       readState();
     }
+    trackChildren(children, record);
+    if (children.size && !childReads) childReads = setInterval(readState, CHILD_READ_MS);
+    else if (!children.size && childReads) {
+      clearInterval(childReads);
+      childReads = null;
+    }
     if (tab === "steps" && record.kind.startsWith("step_")) renderTab();
   }
 
@@ -241,7 +262,10 @@ export function showRun(main, runId, onAuthFailure) {
     },
     fatal: showProblem,
   });
-  return () => following.stop();
+  return () => {
+    following.stop();
+    clearInterval(childReads);
+  };
 }
 
 function controls(runId, done) {
