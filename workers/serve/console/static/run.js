@@ -35,9 +35,11 @@ function recordNode(record) {
 // this often too, so a child's approval or question appears (and goes) without a reload.
 const CHILD_READ_MS = 3000;
 
-/** The child Runs a record starts or ends (`open`: their ids), for the reads above. */
+/** The child Runs a record starts or ends (`open`: their ids, or the call that waits on
+ * them: a `delegate`, a `wait_children`), for the reads above. */
 function trackChildren(open, record) {
-  if (record.kind === "suspended" && record.pending?.reason === "children") open.add(record.pending.id);
+  if (record.kind === "suspended" && record.pending?.reason === "children") open.add(`call ${record.pending.call_id}`);
+  else if (record.kind === "tool_call_finished") open.delete(`call ${record.call_id}`);
   else if ((record.kind === "child_spawned" || record.kind === "step_started") && record.run) open.add(record.run);
   else if ((record.kind === "child_settled" || record.kind === "step_finished") && record.run) open.delete(record.run);
   else if (record.kind === "run_settled") open.clear();
