@@ -1,5 +1,6 @@
 // A suspended Run's pending items with their arguments, and the forms that answer them:
-// approve or deny with a note, answer a question, complete an external wait.
+// approve or deny with a note, answer a question, complete an external wait, open the
+// consent page of an MCP server.
 
 import { actionKeys, api, runPath } from "./api.js";
 import { el, pretty, when } from "./dom.js";
