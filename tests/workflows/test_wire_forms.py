@@ -12,7 +12,13 @@ import pytest
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
-from psych_runtime.activities.contract import CatalogEntry, PolicyDecision, ToolCatalog, ToolInfo
+from psych_runtime.activities.contract import (
+    CatalogEntry,
+    PolicyDecision,
+    ThreadRef,
+    ToolCatalog,
+    ToolInfo,
+)
 from psych_runtime.specs import (
     AgentBuilder,
     Scope,
@@ -24,6 +30,7 @@ from psych_runtime.specs import _wire as wire
 from psych_runtime.workflows import (
     AgentRunInput,
     Record,
+    RunAdmitted,
     RunSettled,
     RunStatus,
     Totals,
@@ -133,3 +140,23 @@ def test_run_settled_leaves_out_undelivered_when_empty() -> None:
     data = json.loads(to_json(listed))
     assert data["undelivered"] == [{"mode": "follow_up", "message": "and shipping?"}]
     assert TypeAdapter(Record).validate_json(to_json(listed)) == listed
+
+
+def test_run_admitted_leaves_out_thread_bound_without_a_thread() -> None:
+    # A client of a build before the field (7e8d4e5) refuses fields it does not know: it
+    # still reads the run_admitted of every Run that continues no thread.
+    admitted = RunAdmitted(
+        seq=1,
+        at=WHEN,
+        scope=Scope(tenant="acme"),
+        version_hash="sha256:" + "0" * 64,
+        agent="support",
+        messages=("hi",),
+        system_prompt="Help.",
+    )
+    assert "thread_bound" not in json.loads(to_json(admitted))
+    assert RunAdmitted.model_validate_json(to_json(admitted)) == admitted
+    thread = ThreadRef(run="psych-acme-earlier", head="sha256:" + "1" * 64)
+    bounded = admitted.model_copy(update={"thread": thread, "thread_bound": 0})
+    assert json.loads(to_json(bounded))["thread_bound"] == 0
+    assert TypeAdapter(Record).validate_json(to_json(bounded)) == bounded

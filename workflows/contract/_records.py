@@ -11,16 +11,9 @@ the workflow contract are in ``_contract.py``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
 from psych_runtime.activities.contract import (
     ContextShown,
@@ -37,6 +30,7 @@ from psych_runtime.workflows.contract._status import Pending as Pending
 from psych_runtime.workflows.contract._status import RunStatus as RunStatus
 from psych_runtime.workflows.contract._status import SuspensionReason as SuspensionReason
 from psych_runtime.workflows.contract._status import Totals as Totals
+from psych_runtime.workflows.contract._status import _Sparse
 
 
 class _Frozen(BaseModel):
@@ -52,7 +46,7 @@ class _Record(_Frozen):
     scope: Scope
 
 
-class RunAdmitted(_Record):
+class RunAdmitted(_Record, _Sparse):
     """The Run started: which Version, which input, which system prompt."""
 
     kind: Literal["run_admitted"] = "run_admitted"
@@ -66,7 +60,9 @@ class RunAdmitted(_Record):
     thread: ThreadRef | None = None
     """The earlier Run this Run continues, and the conversation head read from it."""
     thread_bound: int | None = None
-    """The most thread messages shown (``max_history_records``; 0: none); None: no thread."""
+    """The most thread messages shown (``max_history_records``; 0: none); None: no thread,
+    and left out of the JSON (``_Sparse``)."""
+    _sparse: ClassVar[tuple[str, ...]] = ("thread_bound",)
     left_out: tuple[LeftOut, ...] = ()
     """A subagent's tools and MCP servers its parent did not grant, each with why."""
 
@@ -439,7 +435,7 @@ class Undelivered(_Frozen):
     message: str
 
 
-class RunSettled(_Record):
+class RunSettled(_Record, _Sparse):
     kind: Literal["run_settled"] = "run_settled"
     status: RunStatus
     reason: str
@@ -450,17 +446,9 @@ class RunSettled(_Record):
     undelivered: tuple[Undelivered, ...] = ()
     """Messages the Run took and never delivered (its reason says how many): those sent
     into a model call that did not answer, then the steers and the follow-ups still queued,
-    each in the order they came. Left out of the JSON when empty, so a client of a build
-    before the field reads the record of every Run that delivered all it took."""
-
-    @model_serializer(mode="wrap")
-    def _without_undelivered(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.undelivered and info.mode_is_json():
-            del data["undelivered"]
-        return data
+    each in the order they came. Left out of the JSON when empty (``_Sparse``), so a client
+    of a build before the field reads the record of every Run that delivered all it took."""
+    _sparse: ClassVar[tuple[str, ...]] = ("undelivered",)
 
 
 DisplayRecord = TasksUpdated | ComponentShown | ContextProvided

@@ -1,20 +1,46 @@
 """A Run's status vocabulary: its status, why it waits (suspension reasons and pending
 items), and its totals with their arithmetic. Shared by the records (``_records.py``), the
-state query and the client."""
+state query and the client; ``_Sparse`` is the base of the records whose JSON leaves out a
+field added later while it holds its default."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from psych_runtime.activities.contract import Usage
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Sparse(_Frozen):
+    """A model whose JSON leaves out its ``_sparse`` fields while they hold their defaults
+    (read back with them): a client of a build before such a field refuses fields it does
+    not know, and still reads every record that does not use it."""
+
+    _sparse: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_sparse(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if info.mode_is_json():
+            for name in self._sparse:
+                if getattr(self, name) == type(self).model_fields[name].default:
+                    del data[name]
+        return data
 
 
 class RunStatus(StrEnum):
