@@ -284,6 +284,67 @@ async def test_a_stream_back_after_its_attempt_failed_gets_the_drop(harness: Har
     assert rest[-1][0] == "end"
 
 
+async def test_a_stream_back_after_its_call_answered_gets_no_drop_when_the_run_is_aborted(
+    harness: Harness,
+) -> None:
+    # Every record after a call's pieces keeps the last piece in its id, so a stream back
+    # from a Run waiting on a question names the call that asked it, answered long before.
+    # Its new follower never saw that call: the Run's abort (run_settled aborted) was
+    # taken for the call's end, and the stream was sent a drop of an answered call.
+    spec = (
+        AgentBuilder("asker", registry=harness.registry)
+        .model("fake-model")
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    question = ToolCall("ask_question", {"question": "Which order?"}, id="q1")
+    harness.fake.enqueue(Reply.tool_calls(question, content=ANSWER * 2, chunk_seconds=0.1))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run_id = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run_id}/events"
+        first, _ = await read_events(http, url, ACME, until="suspended")
+        await followers_stopped(harness)
+        aborted = await http.post(f"{base}/v1/runs/{run_id}/abort", headers=ACME, json={})
+        assert aborted.status_code == 202, aborted.text
+        await harness.client.result(run_id, scope=harness.scope)
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+    held = named(first, "delta")[-1][2]["call"]
+    assert held in first[-1][1]  # the suspended record's id names the answered call
+    assert "model_call_finished" in [data.get("kind") for _, _, data in first]
+    assert [name for name, _, _ in rest] == ["record"] * (len(rest) - 1) + ["end"]
+    assert rest[-2][2]["kind"] == "run_settled"
+    assert rest[-2][2]["status"] == "aborted"
+
+
+async def test_a_stream_back_after_an_abort_cut_its_call_gets_the_drop(harness: Harness) -> None:
+    # The other side of the test above: the call the stream had pieces of was in flight
+    # when the Run was aborted; no record of its own ends it, the run_settled does.
+    spec = AgentBuilder("talker", registry=harness.registry).model("fake-model").build()
+    harness.fake.enqueue(Reply.text(ANSWER * 8, chunk_size=6, chunk_seconds=0.05))
+    async with harness.worker(), served(harness) as base, httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{base}/v1/runs", headers=ACME, json={"spec": spec_to_data(spec), "input": "go"}
+        )
+        run_id = response.json()["run_id"]
+        url = f"{base}/v1/runs/{run_id}/events"
+        first, _ = await read_events(http, url, ACME, until="delta")
+        await followers_stopped(harness)
+        aborted = await http.post(f"{base}/v1/runs/{run_id}/abort", headers=ACME, json={})
+        assert aborted.status_code == 202, aborted.text
+        await harness.client.result(run_id, scope=harness.scope)
+        rest, _ = await read_events(http, url, {**ACME, "Last-Event-ID": first[-1][1]}, "end")
+    names = [(name, data.get("kind")) for name, _, data in rest]
+    assert names[-3:] == [
+        ("deltas_dropped", "deltas_dropped"),
+        ("record", "run_settled"),
+        ("end", None),
+    ]
+    assert rest[-3][2]["call"] == first[-1][2]["call"]
+
+
 async def test_a_stream_of_a_run_with_a_malformed_input_names_its_failure(
     harness: Harness,
 ) -> None:

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator
 from temporalio.client import Client
 
 from psych_runtime.workflows.client._follow import RecordFollower
-from psych_runtime.workflows.client._live import LiveCall, RelayClients, attempt_in_flight
+from psych_runtime.workflows.client._live import LiveCall, RelayClients, attempt_standing
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta
 from psych_runtime.workflows.contract._records import (
     ModelCallFailed,
@@ -39,7 +39,6 @@ from psych_runtime.workflows.contract._records import (
     ModelCallStarted,
     Record,
     RunSettled,
-    RunStatus,
 )
 
 Item = Record | Delta
@@ -190,20 +189,19 @@ class _Shared:
         ended_before = set(self.ended_calls)
         resumed = None if after_delta is None else self.drops.get(after_delta[0])
         owed: str | None = None  # the attempt it had pieces of, ended unseen here
+        cut = False  # ended by the Run's end, not by a record of its own
         if deltas and resumed is not None:
             # Except the drop of the attempt the stream had pieces of (it comes back from
             # them), which may have been forgotten meanwhile: its pieces are void.
             yield resumed
-        elif (
-            deltas
-            and after_delta is not None
-            and not self._seen(after_delta[0])
-            and not await attempt_in_flight(self.client, self.workflow_id, after_delta[0])
-        ):
-            # It ended while the stream was away, before this follower started: its
-            # call's next record says how (``_owed_drop``).
-            owed = after_delta[0]
-            ended_before.add(owed)
+        elif deltas and after_delta is not None and not self._seen(after_delta[0]):
+            standing = await attempt_standing(self.client, self.workflow_id, after_delta[0])
+            if standing != "in_flight":
+                # It ended while the stream was away, before this follower started: its
+                # call's next record says how (``_owed_drop``).
+                owed = after_delta[0]
+                cut = standing == "cut"
+                ended_before.add(owed)
         while True:
             tick = self._tick
             if position is None and after - self.start <= len(self.record_at):
@@ -226,7 +224,7 @@ class _Shared:
                     ):
                         continue
                 elif owed is not None and isinstance(item, _CALL_RECORDS):
-                    drop = _owed_drop(owed, item)
+                    drop = _owed_drop(owed, item, cut=cut)
                     owed = None
                     if drop is not None:
                         yield drop
@@ -255,17 +253,19 @@ _CALL_RECORDS = (ModelCallStarted, ModelCallFinished, ModelCallFailed, RunSettle
 """The records that start or end a model call."""
 
 
-def _owed_drop(call: str, record: Record) -> DeltasDropped | None:
+def _owed_drop(call: str, record: Record, *, cut: bool) -> DeltasDropped | None:
     """The drop of ``call``, an attempt a stream had pieces of and that ended before its
     follower started, when ``record`` (the first of ``_CALL_RECORDS`` the stream reads
     after them) says it ended without an answer: its call failed, or the Run settled
-    while it ran (not completed: the last call of a completed Run answered). A
-    ``ModelCallFinished`` supersedes its pieces; a ``ModelCallStarted`` comes after its
-    end, which the stream read already."""
+    while it ran (``cut``: the closed Run still lists it pending). A ``ModelCallFinished``
+    supersedes its pieces; a ``ModelCallStarted`` comes after its end, which the stream
+    read already. An attempt not ``cut`` ended before the Run did: a ``RunSettled`` read
+    first then is no end of it (its ``ModelCallFinished`` came before the stream's
+    position, which every record after a call's pieces keeps naming them in its id)."""
     if isinstance(record, ModelCallFailed):
         why = f"the call failed while the stream was away: {record.message}"
         return DeltasDropped(call=call, turn=record.turn, reason=why)
-    if isinstance(record, RunSettled) and record.status is not RunStatus.COMPLETED:
+    if isinstance(record, RunSettled) and cut:
         why = f"the Run settled {record.status.value} while the stream was away"
         return DeltasDropped(call=call, turn=0, reason=why)
     return None

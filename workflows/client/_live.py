@@ -16,6 +16,7 @@ import contextlib
 import functools
 import ssl
 from collections.abc import Callable
+from typing import Literal
 
 import httpx
 from temporalio.api.workflow.v1 import PendingActivityInfo
@@ -218,18 +219,24 @@ async def live_attempt(client: Client, activity: PendingActivityInfo) -> LiveAtt
     return details if isinstance(details, LiveAttempt) else None
 
 
-async def attempt_in_flight(client: Client, workflow_id: str, call: str) -> bool:
-    """Whether the attempt ``call`` is the model call pending on the running Run, so that
-    a follower starting now can still read it."""
+AttemptStanding = Literal["in_flight", "cut", "ended"]
+"""Where an attempt is (``attempt_standing``): pending on the running Run; still listed
+pending by a closed Run, whose end cut it short (an abort, a cancel, a deadline); or
+neither: it ended (answered, or failed) while the Run went on."""
+
+
+async def attempt_standing(client: Client, workflow_id: str, call: str) -> AttemptStanding:
+    """Where the attempt ``call`` is: a follower starting now can still read it only
+    ``in_flight``, and only a ``cut`` one ended with the Run's end rather than a record
+    of its own (``ModelCallFinished``, ``ModelCallFailed``)."""
     described = await client.get_workflow_handle(workflow_id).describe()
-    if described.status != WorkflowExecutionStatus.RUNNING:
-        return False
     for activity in described.raw_description.pending_activities:
         if activity.activity_type.name == MODEL_CALL:
             attempt = await live_attempt(client, activity)
             if attempt is not None and attempt.call == call:
-                return True
-    return False
+                running = described.status == WorkflowExecutionStatus.RUNNING
+                return "in_flight" if running else "cut"
+    return "ended"
 
 
 def _delta(call: str, turn: int, line: RelayLine) -> TokenDelta:
