@@ -52,6 +52,7 @@ from temporalio import activity
 
 from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
+from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
 _log = logging.getLogger(__name__)
@@ -389,12 +390,11 @@ async def exchange(
     storage: Callable[[TokenKey, OAuthClientInformationFull, OAuthMetadata | None], Any],
 ) -> str | None:
     """Exchange the code the callback left for pending item ``id``; None when the token
-    is stored, else why not (no secret in it).
-
-    The request is the SDK's own token request of the parked flow (``send`` delivers it
-    through the Run's egress client); its response is the SDK's to read, which stores the
-    token through ``storage(key, client)``. The flow, its index and the code are forgotten
-    either way: a failed exchange needs a new consent.
+    is stored, else why not (no secret in it: nor of a malformed token response, which
+    the SDK's message would quote). The request is the SDK's own token request of the
+    parked flow (``send`` delivers it through the Run's egress client); its response is
+    the SDK's to read, which stores the token through ``storage(key, client)``. The flow,
+    its index and the code are forgotten either way: a failed exchange needs a new consent.
     """
     flow_at = flow_key(tenant, principal, id)
     sealed = await store.get(flow_at)
@@ -429,7 +429,7 @@ async def exchange(
         await provider._handle_token_response(response)
         return None
     except (OAuthFlowError, EgressDenied) as err:
-        return str(err)
+        return malformed_token_response(err) or str(err)
     except Exception as err:
         _log.warning("the authorization code exchange failed: %s", type(err).__name__)
         return f"the authorization code exchange failed ({type(err).__name__})"

@@ -87,7 +87,7 @@ class ToldAuth(_Forwarding):
         self.told = told
 
     def _failed(self, err: Exception) -> None:
-        said = _malformed(err) or (
+        said = malformed_token_response(err) or (
             f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         )
         self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
@@ -106,10 +106,11 @@ class ToldAuth(_Forwarding):
         )
 
 
-def _malformed(err: Exception) -> str | None:
+def malformed_token_response(err: Exception) -> str | None:
     """What is wrong with a token response the SDK could not read (its ``OAuthTokenError``
     raised while validating it), field by field and without the values: the SDK's own
-    message quotes the response, and with it part of whatever credential it carries."""
+    message quotes the response, and with it part of whatever credential it carries. Also
+    the authorization-code exchange's (``_consent.exchange``)."""
     invalid = err.__context__
     if not isinstance(err, OAuthTokenError) or not isinstance(invalid, ValidationError):
         return None

@@ -18,7 +18,8 @@ public (``token_endpoint_auth_method: none``) and pre-registered with one redire
 ``refreshed`` (how many refresh grants were answered) and ``refused`` (refresh grants
 naming a refresh token that is not, or no longer, valid: each is good once).
 ``POST /control/refresh-delay`` ``{"seconds": s}`` holds each answered refresh that long
-after its refresh token is spent, as a slow server's reply does.
+after its refresh token is spent, as a slow server's reply does. ``POST
+/control/token-reply`` (``tests.mcp.oauth_server``'s) makes ``/token`` answer with it.
 
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
@@ -216,6 +217,25 @@ def without_resource_metadata(app: Any, own: Any) -> Any:
     return wrapped
 
 
+def replying(app: Any, state: State) -> Any:
+    """The authorization server, whose ``/token`` answers what ``/control/token-reply``
+    set (``State.reply``) in place of a token, as ``tests.mcp.oauth_server``'s does."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        reply = state.reply
+        if scope["type"] == "http" and scope.get("path") == "/token" and reply is not None:
+            answer = Response(
+                reply["body"],
+                status_code=int(reply["status"]),
+                media_type=reply.get("type", "application/json"),
+            )
+            await answer(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 async def serve(
     transport: str, clients: dict[str, str], as_host: str = "127.0.0.1", own_issuer: bool = False
 ) -> None:
@@ -258,6 +278,7 @@ async def serve(
         )
     )
     served = observed(app, controls, state)
+    authorization = replying(authorization, state)
     if own_issuer:
         origin = f"http://127.0.0.1:{rs_port}"
         own = Starlette(
