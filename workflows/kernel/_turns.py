@@ -242,11 +242,14 @@ class TurnLoop(ToolCalls):
             try:
                 result: ModelCallResult = await self._model_task
             except asyncio.CancelledError:
+                self.cost_unknown()  # cut off mid-call: what the provider billed is unknown
                 if self._abort is None:
                     raise
                 raise Stop(RunStatus.ABORTED, self.abort_reason()) from None
             except ActivityError as err:
                 self._model_task = None
+                if isinstance(err.__cause__, CancelledError):
+                    self.cost_unknown()  # as above (a failure the provider answered is known)
                 self.check_abort()
                 if isinstance(err.__cause__, CancelledError):
                     # The workflow is being cancelled (or force-settled): not a model failure.
