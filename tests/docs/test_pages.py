@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from psych_runtime.workers.cli._parser import build_parser
 
@@ -117,6 +118,34 @@ def test_the_check_finds_a_command_or_option_that_does_not_exist() -> None:
         ],
         2,
     )
+
+
+EXAMPLE_SPEC = re.compile(r"(?<![\w/.-])(examples/[\w-]+\.ya?ml)")
+
+
+def test_a_spec_file_a_page_passes_to_a_command_is_of_a_kind_its_help_names() -> None:
+    # `psych run examples/onboarding-workflow.yaml` ran a workflow while `psych run --help`
+    # called its argument an "agent Spec file".
+    commands = subcommands(build_parser())
+    assert commands is not None
+    checked = 0
+    for page in pages():
+        for words, rest in psych_lines(page.read_text()):
+            parser = commands.get(words[0])
+            if parser is None or subcommands(parser) is not None:
+                continue
+            file = next((action for action in parser._actions if action.dest == "file"), None)
+            if file is None or file.help is None:
+                continue
+            named = {kind for kind in ("agent", "workflow") if kind in file.help}
+            for path in EXAMPLE_SPEC.findall(" ".join(words[1:]) + rest):
+                kind = yaml.safe_load((ROOT / path).read_text())["kind"]
+                assert not named or kind in named, (
+                    f"{page.relative_to(ROOT)}: psych {words[0]} {path} runs a {kind}, "
+                    f"but its help says: {file.help}"
+                )
+                checked += 1
+    assert checked >= 10
 
 
 def test_the_psych_command_guide_names_every_command() -> None:

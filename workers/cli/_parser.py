@@ -101,7 +101,7 @@ def add_run_commands(
         parents=[*parents, store],
         help="publish a Spec, run it, print its records and report",
     )
-    run.add_argument("file", help="agent Spec file (.yaml, .yml or .json)")
+    run.add_argument("file", help="agent or workflow Spec file (.yaml, .yml or .json)")
     run.add_argument(
         "--input",
         action="append",
