@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from psych_runtime.specs import SuspensionPolicy
 from psych_runtime.workers.cli._parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +147,30 @@ def test_a_spec_file_a_page_passes_to_a_command_is_of_a_kind_its_help_names() ->
                 )
                 checked += 1
     assert checked >= 10
+
+
+def test_the_concepts_page_gives_each_wait_its_default_expiry() -> None:
+    # The page gave approvals', questions' and external waits' defaults, not children's.
+    page = " ".join((DOCS / "concepts.md").read_text().split())
+    expiries = re.search(
+        r"approvals and questions (\d+) h, external waits (\d+) days, children (\d+) h by default",
+        page,
+    )
+    assert expiries is not None, "docs/concepts.md: no expiry defaults of the waits"
+    hours, days, children = (float(value) for value in expiries.groups())
+    policy = SuspensionPolicy()
+    stated = {
+        "approval_expires_seconds": hours * 3600,
+        "question_expires_seconds": hours * 3600,
+        "external_expires_seconds": days * 86400,
+        "children_expires_seconds": children * 3600,
+    }
+    defaults = {
+        name: getattr(policy, name)
+        for name in SuspensionPolicy.model_fields
+        if name.endswith("_expires_seconds")
+    }
+    assert stated == defaults
 
 
 def test_the_psych_command_guide_names_every_command() -> None:
