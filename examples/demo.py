@@ -161,11 +161,29 @@ def _is_free(port: int) -> bool:
     return True
 
 
+class DemoSetupError(Exception):
+    """A ``PSYCH_DEMO_*`` variable names no port, or a port that is taken."""
+
+
 def _port(variable: str, preferred: int) -> int:
-    """``$variable``, else ``preferred`` when free, else 0 (the OS picks one)."""
-    if os.environ.get(variable):
-        return int(os.environ[variable])
-    return preferred if _is_free(preferred) else 0
+    """``$variable`` (0: any free port), else ``preferred`` when free, else 0 (the OS picks
+    one). A value that is no port, or a port in use, is refused naming the variable, before
+    anything starts."""
+    value = os.environ.get(variable)
+    if not value:
+        return preferred if _is_free(preferred) else 0
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise DemoSetupError(f"{variable}={value!r} is not a port number (0 to 65535)")
+    if port and not _is_free(port):
+        raise DemoSetupError(
+            f"{variable}={port}: port {port} on 127.0.0.1 is in use; name a free one, or "
+            f"unset {variable} to use {preferred} when free and any free port otherwise"
+        )
+    return port
 
 
 def _example_spec() -> AgentSpec:
@@ -234,20 +252,18 @@ def _demo_spec(example: AgentSpec, payments_url: str, model: str) -> AgentSpec:
     return spec
 
 
-async def main() -> int:
-    """Run the demo; the exit status is 0 when the Run completed."""
+async def main(dev_port: int, http_port: int) -> int:
+    """Run the demo on these ports (0: any free one); the exit status is 0 when both Runs
+    completed."""
     os.environ.setdefault(SECRET_VARIABLE, "demo-payments-key")
     registry = load_object(TOOLS)
     assert isinstance(registry, ToolRegistry)
     real_model = bool(os.environ.get("OPENAI_BASE_URL"))
-    dev_port = _port("PSYCH_DEMO_PORT", 7233)
     with _stdout_to_devnull():
         env = await start_dev_server(port=dev_port or None)
     try:
         async with AsyncExitStack() as stack:
-            payments_url = stack.enter_context(
-                payments_api(_port("PSYCH_DEMO_HTTP_PORT", SPEC_HTTP_PORT))
-            )
+            payments_url = stack.enter_context(payments_api(http_port))
             example = _example_spec()
             model = example.model.model
             if real_model:
@@ -302,6 +318,11 @@ async def main() -> int:
 
 if __name__ == "__main__":
     try:
-        exit_process(asyncio.run(main()))
+        ports = _port("PSYCH_DEMO_PORT", 7233), _port("PSYCH_DEMO_HTTP_PORT", SPEC_HTTP_PORT)
+    except DemoSetupError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        exit_process(asyncio.run(main(*ports)))
     except KeyboardInterrupt:
         exit_process(130)

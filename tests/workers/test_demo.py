@@ -75,3 +75,44 @@ def test_demo_runs_the_support_agent_and_the_onboarding_workflow() -> None:
         with socket.socket() as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(("127.0.0.1", port))
+
+
+def _demo_with(**variables: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PSYCH_"))}
+    env.update(variables)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_port_variable_that_is_no_port_is_named_before_anything_starts() -> None:
+    # Once a ValueError traceback ("invalid literal for int()") that named no variable.
+    done = _demo_with(PSYCH_DEMO_PORT="seven")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "PSYCH_DEMO_PORT='seven' is not a port number" in done.stderr
+    assert done.stdout == ""
+    done = _demo_with(PSYCH_DEMO_HTTP_PORT="70000")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "PSYCH_DEMO_HTTP_PORT='70000' is not a port number" in done.stderr
+
+
+def test_a_port_variable_naming_a_taken_port_is_named_before_anything_starts() -> None:
+    # The payments API's port, taken, was an OSError traceback ("Address already in use")
+    # after the dev server had started, naming neither the port nor the variable.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        for variable in ("PSYCH_DEMO_PORT", "PSYCH_DEMO_HTTP_PORT"):
+            done = _demo_with(**{variable: str(port)})
+            assert done.returncode == 2, done.stdout + done.stderr
+            assert "Traceback" not in done.stderr
+            assert f"{variable}={port}: port {port} on 127.0.0.1 is in use" in done.stderr
+            assert done.stdout == ""
