@@ -173,6 +173,18 @@ def test_the_concepts_page_gives_each_wait_its_default_expiry() -> None:
     assert stated == defaults
 
 
+def test_the_examples_end_as_the_examples_page_tells_a_program_to_end() -> None:
+    # A script that used a Temporal client and ended with asyncio.run alone aborted now and
+    # then while the interpreter finalized (exit 134); the page never said so.
+    page = " ".join((DOCS / "examples.md").read_text().split())
+    assert "`exit_process(asyncio.run(main()))`" in page
+    assert "Fatal Python error" in page
+    for script in sorted((ROOT / "examples").glob("*.py")):
+        text = script.read_text()
+        runs = re.findall(r"^.*asyncio\.run\(.*$", text, re.MULTILINE)
+        assert all("exit_process(asyncio.run(main(" in line for line in runs), script.name
+
+
 def test_the_psych_command_guide_names_every_command() -> None:
     guide = (DOCS / "guides" / "psych-command.md").read_text()
     shown = {" ".join(words) for words, _ in psych_lines(guide)}
