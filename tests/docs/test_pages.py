@@ -15,6 +15,7 @@ import yaml
 
 from psych_runtime.specs import SuspensionPolicy
 from psych_runtime.workers.cli._parser import build_parser
+from psych_runtime.workflows import SuspensionReason
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -183,6 +184,14 @@ def test_the_examples_end_as_the_examples_page_tells_a_program_to_end() -> None:
         text = script.read_text()
         runs = re.findall(r"^.*asyncio\.run\(.*$", text, re.MULTILINE)
         assert all("exit_process(asyncio.run(main(" in line for line in runs), script.name
+
+
+def test_the_concepts_page_names_every_reason_a_run_suspends_for() -> None:
+    # The page listed four reasons; an MCP server's OAuth consent (authorization) was not one.
+    text = (DOCS / "concepts.md").read_text()
+    section = text[text.index("\n## Suspensions\n") :]
+    missing = [reason.value for reason in SuspensionReason if f"**{reason.value}**" not in section]
+    assert not missing, f"docs/concepts.md, Suspensions, does not name {missing}"
 
 
 def test_the_psych_command_guide_names_every_command() -> None:
