@@ -69,7 +69,9 @@ class FakeModel:
         headers: the request headers, parallel to `requests`, with lowercased names.
         streams_whole: how many streamed replies were sent to their end.
         streams_cut: how many streamed replies the client went away from before their
-            end (a model call cancelled, or its worker lost, mid-answer).
+            end (a model call cancelled, or its worker lost, mid-answer); during a
+            `Reply.stall`'s silence a client leaving is seen within 50 ms, as a provider
+            would see it, not when the silence ends.
         record: whether requests and their headers are kept (set it false in a server
             that serves many requests, e.g. `psych dev --fake-model` or a benchmark, or its
             process holds every body it was ever sent). Switching it, or reading or
@@ -257,7 +259,7 @@ class FakeModel:
                 request, body = received
                 response = self._handle(request, body)
                 streaming = response.chunks is not None
-                await _send(conn, writer, response)
+                await _send(conn, reader, writer, response)
                 self.streams_whole += streaming
                 streaming = False
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

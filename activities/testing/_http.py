@@ -60,8 +60,31 @@ async def _read_request(
             raise h11.LocalProtocolError(f"unexpected event {event!r}")
 
 
-async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: _Response) -> None:
-    """Send `response`, acting out its pause or drop; raises `_Drop` to reset the connection."""
+_WATCH_SECONDS = 0.05
+
+
+async def _pause(reader: asyncio.StreamReader, seconds: float) -> None:
+    """Stay silent `seconds`, as a provider does; like one, notice a client that leaves.
+
+    Raises `ConnectionResetError` as soon as the client has closed its end: a stalled
+    stream is then counted as cut when the client left, not when the silence ends.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        if reader.at_eof():
+            raise ConnectionResetError("the client went away while the response was silent")
+        await asyncio.sleep(min(left, _WATCH_SECONDS))
+
+
+async def _send(
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    response: _Response,
+) -> None:
+    """Send `response`, acting out its pause or drop; raises `_Drop` to reset the connection
+    and `ConnectionError` when the client leaves first."""
 
     async def write(event: h11.Event) -> None:
         data = conn.send(event)
@@ -71,7 +94,7 @@ async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: _R
 
     if response.chunks is None:
         payload = json.dumps(response.body).encode()
-        await asyncio.sleep(response.delay)
+        await _pause(reader, response.delay)
         headers = [
             ("content-type", "application/json"),
             ("content-length", str(len(payload))),
@@ -87,11 +110,11 @@ async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: _R
         if sent == response.drop_after:
             raise _Drop
         if sent == response.pause_after:
-            await asyncio.sleep(response.pause_seconds)
+            await _pause(reader, response.pause_seconds)
         elif sent and response.chunk_delay:
             await asyncio.sleep(response.chunk_delay)
         await write(h11.Data(data=b"data: " + json.dumps(chunk).encode() + b"\n\n"))
     if response.pause_after == len(response.chunks):
-        await asyncio.sleep(response.pause_seconds)
+        await _pause(reader, response.pause_seconds)
     await write(h11.Data(data=b"data: [DONE]\n\n"))
     await write(h11.EndOfMessage())

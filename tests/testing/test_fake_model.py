@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -278,6 +279,21 @@ async def test_exit_cuts_a_stalled_stream() -> None:
             with pytest.raises(httpx.RemoteProtocolError):
                 await drain(lines)
     assert time.monotonic() - started < 5
+
+
+async def test_a_client_leaving_a_stalled_stream_is_counted_as_cut_at_once(
+    model: FakeModel, client: httpx.AsyncClient
+) -> None:
+    # A provider notices a client that hangs up while it is silent; the fake did only when
+    # the silence ended, so a test of an abort waited out the whole stall to see the cut.
+    model.enqueue(Reply.stall(30, after_chunks=1))
+    async with client.stream("POST", "/chat/completions", json=chat(stream=True)) as response:
+        assert (await anext(response.aiter_lines())).startswith("data: ")
+    for _ in range(200):  # 10 s at most, not the 30 s stall
+        if model.streams_cut:
+            break
+        await asyncio.sleep(0.05)
+    assert (model.streams_cut, model.streams_whole) == (1, 0)
 
 
 async def test_per_model_queue_is_consumed_first(
