@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
 
 from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply
-from psych_runtime.workers import start_dev_server
+from psych_runtime.workers import PsychPlugin, start_dev_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workers.cli import main
 from psych_runtime.workers.fleet import history_files, load_history, replay
-from psych_runtime.workflows import PsychClient, WorkflowRun
+from psych_runtime.workers.fleet._replay import replayer as fleet_replayer
+from psych_runtime.workflows import AgentRun, PsychClient, WorkflowRun
 
 from ._nondeterministic import TimerFirstAgentRun
 from .conftest import ROOT, psych
@@ -31,9 +34,42 @@ PLAIN = HISTORIES / "plain_answer.json"
 PSYCH_SCRIPT = Path(sys.executable).with_name("psych")
 
 
-async def test_committed_histories_replay(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, err = await psych(capsys, "replay", str(HISTORIES))
-    count = len(list(HISTORIES.glob("*.json")))
+def sample(into: Path) -> Path:
+    """A directory of every tenth committed history, both workflow types among them.
+
+    The replay gate (tests/workflows/test_replay.py) replays every committed history with
+    the same Replayer ``psych replay`` builds (``fleet.replayer``); these tests are of the
+    command, which a sample exercises as well as all 147 (a minute and more of replay each
+    under the suite's load)."""
+    into.mkdir()
+    for path in sorted(HISTORIES.glob("*.json"))[::10]:
+        shutil.copy(path, into / path.name)
+    texts = [path.read_text()[:2000] for path in into.iterdir()]
+    assert any('"AgentRun"' in text for text in texts)
+    assert any('"WorkflowRun"' in text for text in texts)
+    return into
+
+
+def test_the_command_replays_with_the_gates_replayer() -> None:
+    # What makes a sample enough: the command's Replayer is configured as the gate's.
+    gate = Replayer(workflows=[AgentRun, WorkflowRun], plugins=[PsychPlugin()]).config()
+    command = fleet_replayer().config()
+    assert list(command["workflows"]) == list(gate["workflows"]) == [AgentRun, WorkflowRun]
+    for key in ("workflow_runner", "unsandboxed_workflow_runner", "data_converter"):
+        assert type(command[key]) is type(gate[key]), key
+    converter, expected = command["data_converter"], gate["data_converter"]
+    assert type(converter.payload_converter) is type(expected.payload_converter)
+    failures = command["workflow_failure_exception_types"]
+    assert list(failures) == list(gate["workflow_failure_exception_types"])
+    assert [type(i) for i in command["interceptors"]] == [type(i) for i in gate["interceptors"]]
+
+
+async def test_committed_histories_replay(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    histories = sample(tmp_path / "sample")
+    status, out, err = await psych(capsys, "replay", str(histories))
+    count = len(list(histories.glob("*.json")))
     assert status == 0, out + err
     assert out.splitlines()[-1] == f"replayed {count} histories: 0 failed"
     assert sum(line.startswith("ok psych-") for line in out.splitlines()) == count
@@ -65,8 +101,8 @@ async def test_a_changed_history_fails_naming_the_run_and_the_event(
     assert lines[-1] == "replayed 2 histories: 1 failed"
 
 
-async def test_changed_workflow_code_fails_on_the_committed_histories() -> None:
-    files = history_files([HISTORIES])
+async def test_changed_workflow_code_fails_on_the_committed_histories(tmp_path: Path) -> None:
+    files = history_files([sample(tmp_path / "sample")])
     outcomes = await replay(
         ((load_history(path), str(path)) for path in files),
         workflows=(TimerFirstAgentRun, WorkflowRun),
