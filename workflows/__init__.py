@@ -7,6 +7,7 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
+from psych_runtime.workflows.client._follow_hub import UnknownPosition
 from psych_runtime.workflows.client._listing import RunSummary, parse_workflow_id
 from psych_runtime.workflows.client._report import (
     McpDiscoveryReport,
@@ -170,6 +171,7 @@ __all__ = [
     "Totals",
     "TurnStarted",
     "Undelivered",
+    "UnknownPosition",
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",

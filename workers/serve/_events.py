@@ -21,7 +21,9 @@ the model call in flight); the route turns each item into one event:
 A reconnecting client sends the last id it saw (``Last-Event-ID``, or ``?after=``), parsed
 by ``parse_event_id`` into an ``EventPosition``: it is sent the Records after ``seq`` and,
 of the attempt ``call``, the deltas after ``n`` (and its drop, if it was dropped meanwhile),
-or nothing more of it after ``dropped``; nothing is lost or sent twice.
+or nothing more of it after ``dropped``; nothing is lost or sent twice. An id whose ``seq``
+the Run has not written is refused once a worker has said how far the Run is
+(``UnknownPosition``: the route's ``unknown-event-id`` error event), never waited on.
 """
 
 from __future__ import annotations

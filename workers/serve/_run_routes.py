@@ -37,6 +37,7 @@ from psych_runtime.workflows import (
     RunStatus,
     RunSummary,
     TokenDelta,
+    UnknownPosition,
     parse_workflow_id,
 )
 
@@ -212,7 +213,7 @@ def run_routes(context: ApiContext) -> APIRouter:
         except ValueError as err:
             raise ApiProblem(422, str(err), "invalid-request") from err
         await _exists(context, run_id)
-        stream = _sse(context, run_id, scope, position, who.expires_at)
+        stream = _sse(context, run_id, scope, (given, position), who.expires_at)
         return EventSourceResponse(stream, ping=context.settings.keepalive_seconds)
 
     return router
@@ -240,9 +241,10 @@ async def _sse(
     context: ApiContext,
     run_id: str,
     scope: Scope,
-    position: EventPosition,
+    resumed: tuple[str | None, EventPosition],
     expires_at: float | None,
 ) -> AsyncIterator[ServerSentEvent]:
+    given, position = resumed
     ids = EventIds(position)
     items = until_expiry(
         run_events(context.client, run_id, scope=scope, after=position), expires_at
@@ -259,6 +261,9 @@ async def _sse(
             yield ServerSentEvent(data=item.model_dump_json(), event=event, id=ids.next_id(item))
     except CredentialExpired as err:  # before PsychError: it is one
         yield _expired(err.expires_at)
+        return
+    except UnknownPosition as err:  # before PsychError: it is one
+        yield _unknown_id(given or str(position), err)
         return
     except (PsychError, RPCError) as err:
         failure = problem_for(err, run_id)
@@ -284,6 +289,22 @@ def _expired(expires_at: float) -> ServerSentEvent:
         "and the last event id (Last-Event-ID) to resume",
         "unauthorized",
         expired_at=expires_at,
+    )
+    return ServerSentEvent(data=bytes(failure.body).decode(), event="error")
+
+
+def _unknown_id(given: str, err: UnknownPosition) -> ServerSentEvent:
+    """The last event of a stream resumed from an id naming a record the Run has not
+    written: known only once a worker answered (the stream waits for one as any does),
+    so an event, not the opening's status."""
+    failure = problem(
+        422,
+        f"the event id {given!r} names record {err.after}, which this Run has not written "
+        f"(its last is {err.last_seq}): it is no id of this Run's stream. Reconnecting "
+        "with it is refused again: open the stream without an id to read the Run from "
+        "its start",
+        "unknown-event-id",
+        last_seq=err.last_seq,
     )
     return ServerSentEvent(data=bytes(failure.body).decode(), event="error")
 

@@ -89,6 +89,9 @@ class RunStreaming(abc.ABC):
 
         Raises:
             SpecError: ``after`` below 0, or ``after_delta`` without ``deltas``.
+            UnknownPosition: ``after`` is past the Run's last record (a seq another Run
+                sent, or made up): raised once a records query made after the stream
+                started says so, not waited on.
         """
         workflow_id, _ = self._handle(run, scope)
         if after < 0:

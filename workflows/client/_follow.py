@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -137,12 +137,28 @@ class RecordFollower:
         client: the Temporal client (pydantic data converter).
         workflow_id: the Run's workflow id (the caller has authorized it).
         after: the last seq the caller has.
+        on_page: called after each records query answered, ``last_seq`` set (a page may
+            hold no record: the follower's owner learns the Run's last seq from it).
     """
 
-    def __init__(self, client: Client, workflow_id: str, *, after: int = 0) -> None:
+    def __init__(
+        self,
+        client: Client,
+        workflow_id: str,
+        *,
+        after: int = 0,
+        on_page: Callable[[], None] | None = None,
+    ) -> None:
         self.client = client
         self.workflow_id = workflow_id
         self.after = after
+        self.on_page = on_page
+        self.last_seq: int | None = None
+        """The highest seq the Run had written at the last records query; None before
+        the first."""
+        self.answered = 0
+        """Which query (counting ``queries``) gave ``last_seq``."""
+        self._watch: _HistoryWatch | None = None
         self.queries = 0
         """How many records queries this follower made (what it cost the Run's worker)."""
         self.retried = 0
@@ -154,6 +170,7 @@ class RecordFollower:
         looking = True  # until the execution that holds ``after + 1`` is found
         while run_id is not None:
             async with _watching(self.client, self.workflow_id, run_id) as watch:
+                self._watch = watch
                 # Read once the execution has completed a workflow task: the server holds a
                 # query made before that until one has (a second on a fresh worker).
                 await watch.wait()
@@ -162,6 +179,12 @@ class RecordFollower:
                     # Closed before this query was made: the query sees its last records.
                     closed = watch.closed
                     page = await self._page(run_id)
+                    # The first (current) execution's answer is the whole chain's last
+                    # seq; an earlier execution read for its records answers its own.
+                    self.last_seq = max(self.last_seq or 0, page.last_seq)
+                    self.answered = self.queries
+                    if self.on_page is not None:
+                        self.on_page()
                     if looking:
                         earlier = holder(page, self.after)
                         if earlier is not None:
@@ -179,6 +202,13 @@ class RecordFollower:
                         run_id = successor(closed)
                         break
                     await watch.wait()
+
+    def refresh(self) -> None:
+        """Query the Run again now, not at its next workflow task: ``last_seq`` may be
+        older than a record someone read elsewhere (the records route, another
+        replica)."""
+        if self._watch is not None:
+            self._watch.changed.set()
 
     async def _latest(self) -> str:
         """The run id of the workflow id's latest execution."""

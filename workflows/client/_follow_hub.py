@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 
 from temporalio.client import Client
 
+from psych_runtime.specs import SpecError
 from psych_runtime.workflows.client._follow import RecordFollower
 from psych_runtime.workflows.client._live import LiveCall, RelayClients, attempt_standing
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta
@@ -42,6 +43,26 @@ from psych_runtime.workflows.contract._records import (
 )
 
 Item = Record | Delta
+
+
+class UnknownPosition(SpecError):
+    """A stream was asked to resume after a record its Run has not written (``after`` is
+    past the Run's last seq: a position of another Run's stream, or made up). Waiting
+    would be silent, and the records after it, once written, would not be the ones the
+    caller missed.
+
+    Attributes:
+        after: the position asked for.
+        last_seq: the Run's last record's seq when it was checked.
+    """
+
+    def __init__(self, workflow_id: str, after: int, last_seq: int) -> None:
+        self.after = after
+        self.last_seq = last_seq
+        super().__init__(
+            f"after={after} names no record of {workflow_id}: its last record is seq "
+            f"{last_seq}; resume from a seq it sent (0: from its start)"
+        )
 
 
 class _Cursor:
@@ -82,7 +103,7 @@ class _Shared:
         self.http = RelayClients()
         self.in_flight: int | None = None
         """The turn of the model call started and not yet finished, if any."""
-        self.follower = RecordFollower(client, workflow_id, after=start)
+        self.follower = RecordFollower(client, workflow_id, after=start, on_page=self._wake)
         self._tick = asyncio.Event()
         self._task = asyncio.create_task(self._run())
 
@@ -183,6 +204,11 @@ class _Shared:
         self, cursor: _Cursor, after: int, deltas: bool, after_delta: tuple[str, int] | None
     ) -> AsyncIterator[Item]:
         position = 0 if after <= self.start else None
+        # Past the last record the follower read? Only a query made after this stream
+        # joined says so (its records may have been read elsewhere meanwhile).
+        joined = self.follower.queries
+        unchecked = after > 0
+        refreshed = False
         # Known from the start: a stream still waiting to read holds back what it has not.
         cursor.position = position
         # Deltas of calls that ended before this stream joined are history: skip them.
@@ -204,6 +230,15 @@ class _Shared:
                 ended_before.add(owed)
         while True:
             tick = self._tick
+            last_seq = self.follower.last_seq
+            if unchecked and last_seq is not None:
+                if after <= last_seq:
+                    unchecked = False
+                elif (self.done and self.error is None) or self.follower.answered > joined:
+                    raise UnknownPosition(self.workflow_id, after, last_seq)
+                elif not refreshed:
+                    refreshed = True
+                    self.follower.refresh()
             if position is None and after - self.start <= len(self.record_at):
                 position = self.record_at[after - self.start - 1] + 1
                 cursor.position = position
