@@ -24,8 +24,12 @@ async function send(runId, action, body, result, buttons, done, keys) {
     keys.succeeded();
     result.textContent = answer?.outcome ? `${answer.outcome} (${answer.id})` : "sent";
     result.classList.add("ok");
-    done();
+    done.read();
   } catch (error) {
+    if (error.status === 401) {
+      done.refused(error); // signed out, as a read's 401 does: saying why
+      return;
+    }
     result.textContent = error.message;
     result.classList.add("bad");
     for (const button of buttons) button.disabled = false;
@@ -110,7 +114,8 @@ function consentLink(runId, item) {
 
 const FORMS = { approval: approvalForm, question: answerForm, external: completeForm, authorization: consentLink };
 
-/** The pending items of a Run, each with the form that answers it. */
+/** The pending items of a Run, each with the form that answers it; `done.read()` after an
+ * action is taken, `done.refused(error)` when the API refused the credential (401). */
 export function renderPending(runId, items, done) {
   return items.map((item) => {
     const form = FORMS[item.reason];

@@ -109,7 +109,7 @@ export function showRun(main, runId, onAuthFailure) {
     for (const item of items) {
       const key = pendingKey(item);
       if (pendingNodes.has(key)) continue;
-      const [node] = renderPending(runId, [item], readState);
+      const [node] = renderPending(runId, [item], { read: readState, refused: onAuthFailure });
       pendingNodes.set(key, node);
       pending.append(node);
     }
@@ -229,7 +229,10 @@ export function showRun(main, runId, onAuthFailure) {
       fill(panel, el("p", { class: "muted" }, "loading the transcript…"));
       api(runPath(runId, "/transcript"))
         .then((data) => tab === "transcript" && fill(panel, renderTranscript(data)))
-        .catch((error) => tab === "transcript" && fill(panel, el("p", { class: "bad" }, error.message)));
+        .catch((error) => {
+          if (error.status === 401) onAuthFailure(error);
+          else if (tab === "transcript") fill(panel, el("p", { class: "bad" }, error.message));
+        });
     }
   }
 
@@ -245,7 +248,7 @@ export function showRun(main, runId, onAuthFailure) {
     problem,
     answer,
     pending,
-    controls(runId, readState),
+    controls(runId, readState, onAuthFailure),
     tabs,
     panel,
   );
@@ -270,7 +273,7 @@ export function showRun(main, runId, onAuthFailure) {
   };
 }
 
-function controls(runId, done) {
+function controls(runId, done, onAuthFailure) {
   const result = el("p", { class: "result", role: "status" });
   const message = el("input", { name: "message", placeholder: "message for the model", required: true });
   const mode = el("select", { name: "mode" }, ["steer", "follow_up", "next_run"].map((m) => el("option", { value: m }, m)));
@@ -286,6 +289,10 @@ function controls(runId, done) {
       result.textContent = `${action} sent`;
       done();
     } catch (error) {
+      if (error.status === 401) {
+        onAuthFailure(error); // signed out, as a read's 401 does: saying why
+        return;
+      }
       result.className = "result bad";
       result.textContent = error.message;
     }
