@@ -65,6 +65,17 @@ const DESCRIBE = {
     text: `${r.server}: ${r.status}, ${r.tools} tools${r.error ? ` · ${r.error}` : ""}`,
     tone: r.status === "unavailable" ? "warn" : "muted",
   }),
+  peer_discovered: (r) => ({
+    label: "peer",
+    text: `${r.peer}: ${r.status}${r.status === "ok" ? `, ${(r.skills ?? []).length} skills (${r.cached ? "cached" : "fresh"})` : ""}${r.error ? ` · ${r.error}` : ""}`,
+    body: (r.skills ?? []).join(", "),
+    tone: r.status === "unavailable" ? "warn" : "muted",
+  }),
+  peer_task_canceled: (r) => ({
+    label: "peer cancel",
+    text: `${r.peer}: asked to cancel task ${r.task_id} (${r.call_id}): ${r.state ?? `not canceled${r.error ? `: ${r.error}` : ""}`}`,
+    tone: r.state === "canceled" ? "muted" : "warn",
+  }),
   suspended: (r) => ({
     label: "waiting",
     text: pendingText(r.pending),
