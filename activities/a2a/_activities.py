@@ -154,8 +154,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             extra={"psych.a2a.peer": input.peer.name, "psych.a2a.skill": input.skill},
         )
         plan = self.hooks.plan(
-            HookCall(
-                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            HookCall.of(
+                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
         outcome = await traced_tool(span, self._intercepted(input, started, plan))
@@ -240,8 +240,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             await self._give_up(transport, task, input, context, connection.redact)
         answer = await self._answer(task, input)
         plan = self.hooks.plan(
-            HookCall(
-                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            HookCall.of(
+                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
         final, shown = await plan.after(answer.status, connection.redact(answer.text))

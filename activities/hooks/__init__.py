@@ -5,18 +5,16 @@ through (``Interception``: pre hooks, the call, post or on_error hooks), and
 ``CommandHook``, a hook run as a subprocess.
 """
 
-from psych_runtime.activities.hooks._command import DEFAULT_TIMEOUT_SECONDS, CommandHook
-from psych_runtime.activities.hooks._hooks import (
+from psych_runtime.activities.hooks._calls import (
     STAGES,
     Deny,
-    Hook,
     HookAction,
     HookCall,
-    Hooks,
     HookStage,
-    Interception,
     check_pattern,
 )
+from psych_runtime.activities.hooks._command import DEFAULT_TIMEOUT_SECONDS, CommandHook
+from psych_runtime.activities.hooks._hooks import Hook, Hooks, Interception
 
 __all__ = [
     "CommandHook",

@@ -153,6 +153,10 @@ class Called(Protocol):
     def run_id(self) -> str | None: ...
     @property
     def tenant(self) -> str | None: ...
+    @property
+    def principal(self) -> str | None: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 _TOLD = "PSYCH_HOOK_"
@@ -161,16 +165,19 @@ _TOLD = "PSYCH_HOOK_"
 
 def call_environment(call: Called) -> dict[str, str]:
     """The worker's environment, and the call a hook runs for: ``PSYCH_HOOK_TOOL``,
-    ``PSYCH_HOOK_KIND``, ``PSYCH_HOOK_CALL_ID`` and, when known, ``PSYCH_HOOK_RUN_ID`` and
-    ``PSYCH_HOOK_TENANT`` (a pre hook's stdin is the arguments alone). The worker's own
-    ``PSYCH_HOOK_*`` variables are left out: one the call does not know is absent, never
-    another call's."""
+    ``PSYCH_HOOK_KIND``, ``PSYCH_HOOK_CALL_ID`` and, when known, ``PSYCH_HOOK_RUN_ID``,
+    ``PSYCH_HOOK_TENANT``, ``PSYCH_HOOK_PRINCIPAL`` and ``PSYCH_HOOK_LABELS`` (the Scope's
+    labels as a JSON object, with the tenant; a pre hook's stdin is the arguments alone).
+    The worker's own ``PSYCH_HOOK_*`` variables are left out: one the call does not know is
+    absent, never another call's."""
     told = {
         "PSYCH_HOOK_TOOL": call.tool,
         "PSYCH_HOOK_KIND": call.kind,
         "PSYCH_HOOK_CALL_ID": call.call_id,
         "PSYCH_HOOK_RUN_ID": call.run_id,
         "PSYCH_HOOK_TENANT": call.tenant,
+        "PSYCH_HOOK_PRINCIPAL": call.principal,
+        "PSYCH_HOOK_LABELS": None if call.tenant is None else json.dumps(dict(call.labels)),
     }
     inherited = {key: value for key, value in os.environ.items() if not key.startswith(_TOLD)}
     return {**inherited, **{key: value for key, value in told.items() if value is not None}}

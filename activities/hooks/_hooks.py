@@ -31,91 +31,29 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from psych_runtime.activities.hooks._calls import (
+    STAGES,
+    Deny,
+    HookAction,
+    HookCall,
+    HookStage,
+    PreHook,
+    ResultHook,
+    check_pattern,
+    pattern_matches,
+)
 from psych_runtime.activities.hooks._command import CommandHook, CommandResult, run_command
 from psych_runtime.activities.hooks._effects import hook_effect
 
 if TYPE_CHECKING:
     from psych_runtime.activities.contract import HookEffect, ToolOutcome
 
-HookStage = Literal["pre", "post", "on_error"]
-STAGES: tuple[HookStage, ...] = ("pre", "post", "on_error")
-ToolKind = Literal["code", "http", "mcp", "a2a", "builtin"]
 _HEARTBEAT_SECONDS = 1.0
 _T = TypeVar("_T")
 _O = TypeVar("_O")
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HookCall:
-    """The call a hook is asked about.
-
-    Attributes:
-        tool: the tool's name as the model called it (``server__tool`` for MCP).
-        kind: ``code``, ``http``, ``mcp``, ``a2a`` or ``builtin``.
-        arguments: the arguments as they stand (after earlier pre hooks' rewrites), a
-            copy of its own: changing it in place changes nothing (a pre hook returns
-            the new arguments).
-        call_id: the model's tool-call id.
-        run_id: the Run's id (None for a built-in that does not carry it).
-        tenant: the Run's tenant (None likewise).
-    """
-
-    tool: str
-    kind: ToolKind
-    arguments: Mapping[str, Any]
-    call_id: str
-    run_id: str | None = None
-    tenant: str | None = None
-
-
-@dataclass(frozen=True)
-class Deny:
-    """What a pre hook returns to deny a call; the model reads ``reason``.
-
-    Raises:
-        TypeError: ``reason`` is not a str (inside a pre hook: the hook failed, and so
-            denies, saying so).
-    """
-
-    reason: str
-
-    def __post_init__(self) -> None:
-        reason: object = self.reason
-        if not isinstance(reason, str):
-            raise TypeError(f"a Deny's reason is a str, not {reason!r}")
-
-
-PreResult: TypeAlias = Deny | Mapping[str, Any] | None
-"""A pre hook's answer: Deny, the new arguments, or None (let the call run as it is)."""
-PreHook: TypeAlias = Callable[[HookCall], PreResult | Awaitable[PreResult]]
-"""``(call) -> Deny | new arguments | None``, sync or async."""
-ResultHook: TypeAlias = Callable[[HookCall, str], str | Awaitable[str | None] | None]
-"""Post: ``(call, result) -> new result | None``; on_error: ``(call, error) -> result that
-replaces the failure | None`` (the failure stands). Sync or async."""
-HookAction: TypeAlias = PreHook | ResultHook | CommandHook
-
-
-def check_pattern(pattern: str) -> str:
-    """``pattern`` if it is a tool name, a ``prefix*`` or ``*``.
-
-    Raises:
-        ValueError: it is empty or has a ``*`` other than at its end.
-    """
-    if not isinstance(pattern, str) or not pattern or "*" in pattern[:-1]:
-        raise ValueError(
-            f"invalid tool pattern {pattern!r}: a tool name, a prefix ending in '*', or '*'"
-        )
-    return pattern
-
-
-def pattern_matches(pattern: str, tool: str) -> bool:
-    """Whether ``pattern`` (a name, ``prefix*`` or ``*``) covers ``tool``."""
-    if pattern.endswith("*"):
-        return tool.startswith(pattern[:-1])
-    return pattern == tool
 
 
 def _callable_name(action: Callable[..., Any]) -> str:
@@ -314,7 +252,8 @@ class Interception:
         shallow ``dict(call.arguments)``, say) changes only its copy: what runs, and what
         the records say ran, is what a pre hook returns.
         """
-        return HookCall(**{**self.call.__dict__, "arguments": copy.deepcopy(self.arguments)})
+        arguments, labels = copy.deepcopy(self.arguments), dict(self.call.labels)
+        return HookCall(**{**self.call.__dict__, "arguments": arguments, "labels": labels})
 
     async def _result_hook(
         self, hook: Hook, text: str, key: Literal["result", "error"]

@@ -214,14 +214,14 @@ class McpActivities(Catalogues, ActivityClass):
             extra={"psych.mcp.server": input.server.name, "psych.mcp.tool": input.tool},
         )
         plan = self.hooks.plan(
-            HookCall(
+            HookCall.of(
                 # The name the model and the records use, so a hook written for it matches.
                 input.name or f"{input.server.name}__{input.tool}",
                 "mcp",
                 input.arguments,
                 input.call_id,
                 input.run_id,
-                input.scope.tenant,
+                input.scope,
             )
         )
         try:
@@ -244,13 +244,13 @@ class McpActivities(Catalogues, ActivityClass):
         # Hooks see the query only: the server the model named is already resolved into
         # ``input.servers`` by the workflow.
         plan = self.hooks.plan(
-            HookCall(
+            HookCall.of(
                 "search_mcp_tools",
                 "builtin",
                 {"query": input.query},
                 input.call_id,
                 input.run_id,
-                input.scope.tenant,
+                input.scope,
             )
         )
         denied = await plan.before()

@@ -314,8 +314,8 @@ class ToolActivities(StoredResults):
             arguments=input.arguments,
         )
         plan = self.hooks.plan(
-            HookCall(
-                input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope.tenant
+            HookCall.of(
+                input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
         return await traced_tool(span, self._run_code(input, tool, started, plan))
@@ -378,13 +378,8 @@ class ToolActivities(StoredResults):
             arguments=input.arguments,
         )
         plan = self.hooks.plan(
-            HookCall(
-                input.tool.name,
-                "http",
-                input.arguments,
-                input.call_id,
-                input.run_id,
-                input.scope.tenant,
+            HookCall.of(
+                input.tool.name, "http", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
         return await traced_tool(span, self._send_http(input, redact, started, plan))

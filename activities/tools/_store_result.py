@@ -64,13 +64,8 @@ class StoredResults(ActivityClass):
         are the waiting call's)."""
         started = time.monotonic()
         plan = self.hooks.plan(
-            HookCall(
-                input.tool,
-                input.kind,
-                input.arguments,
-                input.call_id,
-                input.run_id,
-                input.scope.tenant,
+            HookCall.of(
+                input.tool, input.kind, input.arguments, input.call_id, input.run_id, input.scope
             )
         )
         return await self._outcome(input, "ok", input.text, started, plan)

@@ -18,8 +18,9 @@ import pytest
 from psych_runtime.activities import CommandHook, Deny, HookCall, Hooks, blob_ref
 from psych_runtime.activities.contract import Latency, ToolOutcome
 from psych_runtime.activities.hooks import check_pattern
+from psych_runtime.activities.hooks._calls import pattern_matches
 from psych_runtime.activities.hooks._command import REAP_SECONDS, run_command
-from psych_runtime.activities.hooks._hooks import pattern_matches
+from psych_runtime.specs import Scope
 
 PY = sys.executable
 
@@ -240,6 +241,24 @@ async def test_a_command_hook_is_told_which_call_it_runs_for() -> None:
     assert message is not None and message.endswith("no deletes: code c1 r1 -")
 
 
+async def test_a_command_hook_is_told_whose_run_calls() -> None:
+    # Principal and labels are passed through to ports (SEMANTICS, Scope): a hook deciding
+    # by who asked, or by a label, had only the tenant.
+    code = (
+        "import os, sys\n"
+        "said = [os.environ.get('PSYCH_HOOK_' + n, '-') for n in ('PRINCIPAL', 'LABELS')]\n"
+        "sys.exit('told: ' + ' '.join(said))\n"
+    )
+    scope = Scope(tenant="acme", principal="ana", labels={"team": "ops"})
+    told = HookCall.of("lookup", "code", {}, "c1", "r1", scope)
+    assert (told.tenant, told.principal, told.labels) == ("acme", "ana", {"team": "ops"})
+    message = await Hooks().pre("*", py(code)).plan(told).before()
+    assert message is not None and message.endswith('told: ana {"team": "ops"}')
+    nobody = HookCall.of("lookup", "code", {}, "c1", "r1", Scope(tenant="acme"))
+    message = await Hooks().pre("*", py(code)).plan(nobody).before()
+    assert message is not None and message.endswith("told: - {}")
+
+
 async def test_a_command_hook_is_not_told_the_workers_own_hook_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -247,14 +266,17 @@ async def test_a_command_hook_is_not_told_the_workers_own_hook_variables(
     # happens to hold (a hook deciding by tenant would decide for another).
     monkeypatch.setenv("PSYCH_HOOK_TENANT", "acme")
     monkeypatch.setenv("PSYCH_HOOK_RUN_ID", "someone-elses-run")
+    monkeypatch.setenv("PSYCH_HOOK_PRINCIPAL", "someone-else")
+    monkeypatch.setenv("PSYCH_HOOK_LABELS", '{"team": "theirs"}')
+    names = "('TENANT', 'RUN_ID', 'PRINCIPAL', 'LABELS')"
     code = (
         "import os, sys\n"
-        "said = [os.environ.get('PSYCH_HOOK_' + n, '-') for n in ('TENANT', 'RUN_ID')]\n"
+        f"said = [os.environ.get('PSYCH_HOOK_' + n, '-') for n in {names}]\n"
         "sys.exit('told: ' + ' '.join(said))\n"
     )
     bare = HookCall(tool="lookup", kind="builtin", arguments={}, call_id="c1")
     message = await Hooks().pre("*", py(code)).plan(bare).before()
-    assert message is not None and message.endswith("told: - -")
+    assert message is not None and message.endswith("told: - - - -")
 
 
 async def test_a_call_a_later_pre_hook_denies_ran_with_no_arguments() -> None:

@@ -107,7 +107,11 @@ def agent(kind: Kind, harness: Harness, api: CountingServer, mcp: McpTestServer)
     return builder.build()
 
 
+SEEN_BY_GUARD: list[tuple[str | None, str | None, dict[str, str]]] = []
+
+
 def guard(call: HookCall) -> Deny | dict[str, Any] | None:
+    SEEN_BY_GUARD.append((call.tenant, call.principal, dict(call.labels)))
     if call.arguments.get("id") == "blocked":
         return Deny("id blocked is on the deny list")
     if call.arguments.get("id") == "7":
@@ -131,6 +135,9 @@ async def test_pre_deny_rewrite_post_redact_and_on_error_replace(
     hooks = Hooks().pre(look, guard).post(look, redact).on_error(failing, fallback)
     harness.settings = dataclasses.replace(harness.settings, hooks=hooks)
     SEEN_BY_CODE_TOOL.clear()
+    SEEN_BY_GUARD.clear()
+    # Principal and labels are passed through to ports (SEMANTICS, Scope): hooks too.
+    harness.scope = Scope(tenant=harness.scope.tenant, principal="ana", labels={"team": "ops"})
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall(look, {"id": "blocked"})),
         Reply.tool_calls(ToolCall(look, {"id": "7"})),
@@ -181,6 +188,7 @@ async def test_pre_deny_rewrite_post_redact_and_on_error_replace(
         assert mcp_http_server.calls("lookup") == 1 and mcp_http_server.calls("fail") == 1
     # A denial is not a failure: nothing counts towards the failure streak.
     assert report.totals is not None and report.totals.tool_calls == 3
+    assert [(harness.scope.tenant, "ana", {"team": "ops"})] * 2 == SEEN_BY_GUARD
 
 
 async def test_mcp_tools_found_mid_run_are_intercepted(
