@@ -132,7 +132,8 @@ class CompactionPolicy(_Frozen):
     """When this agent replaces its older conversation with a summary (opt-in)."""
 
     trigger_tokens: Annotated[int, Field(gt=0), NUMBER]
-    """Compact once the last call's input + cache-read + cache-write tokens reach this."""
+    """Compact once the last call's input + cache-read + cache-write tokens reach this (a
+    provider that reports no usage: the request's size at four bytes a token)."""
     keep_recent_turns: Annotated[int, Field(gt=0, le=100), NUMBER] = 3
     """Turns kept verbatim after the cut."""
     model: str | None = None

@@ -84,6 +84,10 @@ class ModelCallResult(_Compact):
     context: ContextTurn | None = None
     """What the worker's context providers showed this call (None: none registered, or
     every one gave nothing)."""
+    estimated_prompt_tokens: int | None = None
+    """Set only when the provider reported no usage (``usage`` is then all zero): the
+    request's size at four bytes a token, which compaction's trigger reads instead.
+    Never billed or counted in the totals."""
 
     @field_serializer("usage")
     def _usage(self, usage: Usage) -> dict[str, Any]:

@@ -185,6 +185,7 @@ class SlimModelCallResult(_Compact):
     latency: WireLatency
     mcp: McpTurnResult | None = None
     context: ContextTurn | None = None
+    estimated_prompt_tokens: int | None = None
 
     @model_validator(mode="before")
     @classmethod

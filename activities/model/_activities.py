@@ -396,6 +396,8 @@ class ModelActivities(ActivityClass):
             if resolved is None or input.mcp is None
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
             context=turn_context,
+            # No usage reported: compaction's trigger needs a prompt size all the same.
+            estimated_prompt_tokens=len(request.body) // 4 if answer.usage is None else None,
         )
         if not surely_fits(result):
             size = len(result.model_dump_json())

@@ -72,6 +72,8 @@ class FakeModel:
             end (a model call cancelled, or its worker lost, mid-answer); during a
             `Reply.stall`'s silence a client leaving is seen within 50 ms, as a provider
             would see it, not when the silence ends.
+        reports_usage: whether answers carry a `usage` object (and a stream its usage
+            chunk); set it false to act a provider that reports none.
         record: whether requests and their headers are kept (set it false in a server
             that serves many requests, e.g. `psych dev --fake-model` or a benchmark, or its
             process holds every body it was ever sent). Switching it, or reading or
@@ -96,6 +98,7 @@ class FakeModel:
         self.models: tuple[str, ...] = tuple(models)
         self.host = host
         self.record = record
+        self.reports_usage = True
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -362,6 +365,7 @@ class FakeModel:
             return response
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        include_usage = include_usage and self.reports_usage
         chunks = self._chunks(inner, body, model, include_usage=include_usage)
         response = _Response(
             200, headers=[("content-type", "text/event-stream"), ("cache-control", "no-cache")]
@@ -412,7 +416,7 @@ class FakeModel:
                     "finish_reason": _finish(reply, calls),
                 }
             ],
-            "usage": _usage(reply, calls, body),
+            **({"usage": _usage(reply, calls, body)} if self.reports_usage else {}),
         }
 
     def _chunks(

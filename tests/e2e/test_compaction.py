@@ -427,3 +427,29 @@ async def test_a_summary_cut_off_at_its_cap_says_so(harness: Harness) -> None:
     # The model reads the summary with the note (the call after the summariser's).
     after = fake.requests[3]
     assert SUMMARY_HEADER + "Order 1 shipped, and order" + note in texts(after)
+
+
+async def test_a_provider_that_reports_no_usage_still_compacts(harness: Harness) -> None:
+    # The trigger compared the reported prompt tokens: with none reported (zero), a Run on
+    # such a provider never compacted, however long its conversation grew. The model
+    # activity now estimates the request's size for the trigger alone.
+    harness.fake.reports_usage = False
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "41"})),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+        Reply.text("Both shipped."),
+    )
+    harness.fake.enqueue(Reply.text("Asked about orders; 41 shipped."), model=SUMMARISER)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Status of my orders?", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    applied = [r for r in records if isinstance(r, CompactionApplied)]
+    assert [(r.turn, r.cut_turn) for r in applied] == [(2, 2)]
+    assert "Status of my orders?" not in texts(harness.fake.requests[-1])
+    # An estimate steers the trigger only: nothing reported, nothing counted or billed.
+    assert result.totals.usage.input_tokens == 0
+    finished = [r for r in records if isinstance(r, ModelCallFinished)]
+    assert all(r.usage.input_tokens == 0 for r in finished)

@@ -3,7 +3,9 @@
 After each model call the Run remembers where that turn starts in the stored conversation
 (a ``TurnMark``: the node the call appended, and how many of its leading messages are the
 previous turn's tool results and notes) and the call's prompt tokens (input + cache read +
-cache write). When those reach ``trigger_tokens``, at the turn's boundary (before the next
+cache write; a provider that reports no usage: the request's size estimated by the model
+activity, ``ModelCallResult.estimated_prompt_tokens``). When those reach ``trigger_tokens``,
+at the turn's boundary (before the next
 model call) the Run cuts just before a turn start, keeping the last ``keep_recent_turns``
 turns verbatim; the cut only ever moves forward, and with no more turns than that past the
 previous cut there is nothing to do. ``psych.model.compact`` summarises what lies before
@@ -82,13 +84,16 @@ def prompt_tokens(usage: Usage) -> int:
     return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
 
 
-def after_call(state: CompactionState, node: str, carry: int, usage: Usage) -> CompactionState:
+def after_call(
+    state: CompactionState, node: str, carry: int, usage: Usage, estimated: int | None = None
+) -> CompactionState:
     """``state`` after a turn's model call appended ``node`` to the conversation, the first
-    ``carry`` messages of which are the previous turn's tool results and notes."""
+    ``carry`` messages of which are the previous turn's tool results and notes; a provider
+    that reported no usage is judged by the activity's ``estimated`` prompt size."""
     return state.model_copy(
         update={
             "marks": (*state.marks, TurnMark(node=node, offset=carry)),
-            "last_tokens": prompt_tokens(usage),
+            "last_tokens": prompt_tokens(usage) if estimated is None else estimated,
         }
     )
 
@@ -140,7 +145,14 @@ class Compaction(Feature):
     def after_call(self, done: CallDone) -> None:
         if self._policy() is None:
             return
-        state = after_call(self.state, done.result.context_ref, done.carried, done.result.usage)
+        result = done.result
+        state = after_call(
+            self.state,
+            result.context_ref,
+            done.carried,
+            result.usage,
+            result.estimated_prompt_tokens,
+        )
         run = self.run
         # Asked only by a Run whose parent narrowed max_steps (nothing changes for others),
         # where a model call answered: never right after a local activity (_deadline.py).
