@@ -2404,6 +2404,50 @@ async def fanout_refused_no_streak(rig: Rig) -> RunHandle:
     return await _fanout_refused(rig)
 
 
+async def _limit_refused(rig: Rig) -> RunHandle:
+    """Seven spawns in one turn under ``spawn.max_alive=1`` (the fanout cap out of the way):
+    one child starts and answers, six calls start nothing."""
+    _spawn_wiring(rig)
+    spec = (
+        rig.agent("lead")
+        .instructions("You lead.")
+        .spawn(max_alive=1)
+        .limits(max_fanout_per_turn=8)
+        .build()
+    )
+
+    def spawned(n: int) -> ToolCall:
+        arguments = {"name": f"finder{n}", "instructions": "You find orders.", "task": f"{n}?"}
+        return ToolCall("spawn", arguments, id=f"s{n}")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." not in messages[0]["content"]:
+            return Reply.text("Order 0 is delivered.")
+        if last["role"] == "user":
+            return Reply.tool_calls(*(spawned(n) for n in range(7)))
+        if last.get("tool_call_id") == "s6":
+            return Reply.tool_calls(ToolCall("wait_children", {}, id="w"))
+        return Reply.text("Order 0 is delivered; the rest were not looked up.")
+
+    rig.fake.responder = respond
+    return await rig.run(spec, "Where are orders 0 to 6?")
+
+
+async def limit_refused_before_patch(rig: Rig) -> RunHandle:
+    """``_limit_refused`` recorded before the patch ``psych-limit-refusals-no-failure``: the
+    six refusals counted as ``spawn`` failing, which was withheld at three and failed the
+    Run at six (the default hard stop)."""
+    return await _limit_refused(rig)
+
+
+async def limit_refused_no_streak(rig: Rig) -> RunHandle:
+    """``_limit_refused`` with the patch ``psych-limit-refusals-no-failure`` (its marker at
+    the first refusal): the refusals count toward no failure streak, answered."""
+    return await _limit_refused(rig)
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -2792,6 +2836,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # limits audit 12-06: children past max_fanout_per_turn are no failures of their tool
     ("dev", fanout_refused_before_patch),
     ("dev", fanout_refused_no_streak),
+    # audit 12-06: children the Run's limits refuse are no failures of their tool
+    ("dev", limit_refused_before_patch),
+    ("dev", limit_refused_no_streak),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

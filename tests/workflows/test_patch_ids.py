@@ -144,6 +144,12 @@ PATCHES: dict[str, str] = {
     # (workflows/features/_fanout.py, ``over_fanout``); a Run recorded before counted it
     # (and could withhold the tool, or fail). Asked only with such a refusal.
     "psych-fanout-no-failure": "0.1.0",
+    # A delegate or spawn call refused for spawn.max_alive, spawn.max_depth or a
+    # max_delegation_depth counts toward no failure streak (workflows/features/
+    # _child_limits.py, ``refused_child``); a Run recorded before counted it. Not
+    # psych-fanout-no-failure: Runs recorded with that marker counted these refusals.
+    # Asked only with such a refusal.
+    "psych-limit-refusals-no-failure": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         Totals,
     )
+    from psych_runtime.workflows.features._child_limits import refused_child
     from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
     from psych_runtime.workflows.features._spawn_compose import (
         NAME_PATTERN,
@@ -167,17 +168,15 @@ async def spawn(
         return inline(call, "error", request)
     alive = sum(1 for child in spawned.values() if child.alive)
     if alive >= envelope.max_alive:
-        return inline(
+        return refused_child(
             call,
-            "error",
             f"not started: {alive} spawned children are alive and spawn.max_alive is "
             f"{envelope.max_alive}; collect one with wait_children first",
         )
     spawn_depth = run.input.spawn_depth + 1
     if spawn_depth > envelope.max_depth:
-        return inline(
+        return refused_child(
             call,
-            "error",
             f"not started: the child would be spawn depth {spawn_depth}, beyond spawn.max_depth "
             f"({envelope.max_depth}); do the task yourself",
         )
@@ -196,7 +195,7 @@ async def spawn(
         depth, (*caps, (child_spec.name, child_spec.limits.max_delegation_depth))
     )
     if refused is not None:
-        return inline(call, "error", f"not started: {refused}")
+        return refused_child(call, f"not started: {refused}")
 
     over = fanout_refusal(run, turn, capped_before=0)
     if over is not None:

@@ -2,7 +2,8 @@
 
 - Depth: the child's depth is the parent's + 1 and its chain is the parent's chain, the
   parent, then the child (``specs.subagent_depth_refusal``, the function the validator
-  calls); a refusal is the validator's text, read by the model as the result.
+  calls); a refusal is the validator's text, read by the model as the result, and no
+  failure of ``delegate`` (``_child_limits``; a Run recorded before counted it).
 - Tools by definition: the child gets only the tools, MCP servers and A2A peers its parent
   has in the same definition (``specs.narrow_subagent``; peers since the start patch
   ``psych-children-bounded``); what is left out, and why, travels in
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         SuspensionReason,
         Totals,
     )
+    from psych_runtime.workflows.features._child_limits import refused_child
     from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
@@ -150,7 +152,7 @@ async def delegate(
         return inline(call, "error", f"no subagent named {name!r}; you have: {known}")
     placement = place(run.input.depth, run.input.depth_caps, spec, sub.spec)
     if placement.refusal is not None:
-        return inline(call, "error", placement.refusal)
+        return refused_child(call, placement.refusal)
     started = delegations.get(turn, 0)
     over = fanout_refusal(run, turn, capped_before=started)
     if over is not None:
