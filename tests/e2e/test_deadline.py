@@ -59,6 +59,22 @@ async def pause(seconds: float) -> str:
     return f"waited {seconds:g} s"
 
 
+LAPS: list[float] = []
+"""Every ``lap`` that ran (its seconds), across the tests of this module."""
+
+
+async def lap(seconds: float) -> str:
+    """Wait, then say which lap this was (each call another result).
+
+    Args:
+        seconds: How long to wait.
+    """
+    LAPS.append(seconds)
+    number = len(LAPS)
+    await asyncio.sleep(seconds)
+    return f"lap {number} took {seconds:g} s"
+
+
 def hold(ref: str) -> ExternalWait:
     """Wait for the courier to call back.
 
@@ -102,6 +118,7 @@ async def harness(env: WorkflowEnvironment, home: Path) -> AsyncIterator[TimeSki
     registry = ToolRegistry()
     registry.register(pause)
     registry.register(hold)
+    registry.register(lap)
     async with (
         wiring(env, home, registry, "deadline") as wired,
         run_worker(env.client, wired.settings),
@@ -240,6 +257,70 @@ async def test_force_settled_mid_batch_records_every_call_of_the_batch(
     finished = [r.call_id for r in page.records if isinstance(r, ToolCallFinished)]
     assert finished == ["c-pause", "c-hold", "c-hold", "c-over"]
     assert len(ts.fake.requests) == 2
+
+
+def _repeating(ts: TimeSkipping, tool: str) -> AgentSpec:
+    """A Spec whose third identical call of a turn waits for the two before it (the repeat
+    guard could refuse it once they returned: ``kernel/_tool_batch.py``)."""
+    return (
+        AgentBuilder("repeater", registry=ts.registry)
+        .model("fake-model")
+        .tool(tool)
+        .limits(deadline_seconds=DEADLINE, repeat_call_threshold=2)
+        .build()
+    )
+
+
+async def test_a_call_queued_behind_identical_calls_starts_nothing_past_the_deadline(
+    ts: TimeSkipping,
+) -> None:
+    # Three identical calls of a tool whose results differ: the third waits for the first
+    # two, which finish in the grace; it then starts nothing (no new work past the
+    # deadline), where it would have run as the grace's new work.
+    LAPS.clear()
+    same = [ToolCall("lap", {"seconds": 4}, id=f"c{n}") for n in range(3)]
+    ts.fake.enqueue(
+        Reply.error(429, retry_after=DEADLINE - 2),
+        Reply.tool_calls(*same),
+        Reply.text("never asked for"),
+    )
+    run = await ts.client.dispatch(_repeating(ts, "lap"), "Three laps", scope=ts.scope)
+    result = await ts.settled(run)
+    report = await ts.client.report(run, scope=ts.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    assert result.reason == f"deadline: {DEADLINE:g} s passed"
+    assert LAPS == [4, 4]
+    calls = [(c.call_id, c.status, c.result) for c in report.tool_calls]
+    assert calls[2] == ("c2", "rejected", f"not run: deadline: {DEADLINE:g} s passed")
+    assert [status for _, status, _ in calls[:2]] == ["ok", "ok"]
+    assert len(ts.fake.requests) == 2
+
+
+async def test_a_call_queued_behind_identical_calls_cut_short_is_aborted_not_unknown(
+    own_ts: TimeSkipping,
+) -> None:
+    # The two calls before it outlast the deadline and grace: they are UNKNOWN (they may
+    # have run), the queued third one never started and says so.
+    ts = own_ts
+    same = [ToolCall("pause", {"seconds": 3600}, id=f"c{n}") for n in range(3)]
+    ts.fake.enqueue(
+        Reply.error(429, retry_after=DEADLINE - 1),
+        Reply.tool_calls(*same),
+        Reply.text("never asked for"),
+    )
+    run = await ts.client.dispatch(_repeating(ts, "pause"), "Wait thrice", scope=ts.scope)
+    result = await ts.settled(run)
+    report = await ts.client.report(run, scope=ts.scope)
+
+    assert result.status is RunStatus.FORCE_SETTLED
+    why = "the Run's deadline and grace period ran out before this call reported"
+    calls = [(c.call_id, c.status, c.result) for c in report.tool_calls]
+    assert calls == [
+        ("c0", "unknown", why),
+        ("c1", "unknown", why),
+        ("c2", "aborted", f"not run: it was waiting for the identical calls before it ({why})"),
+    ]
 
 
 async def test_deadline_passing_during_a_retry_wait_starts_no_new_call(ts: TimeSkipping) -> None:

@@ -2448,6 +2448,39 @@ async def limit_refused_no_streak(rig: Rig) -> RunHandle:
     return await _limit_refused(rig)
 
 
+async def _repeat_calls_in_a_turn(rig: Rig) -> RunHandle:
+    """Four identical ``lookup_order`` calls in one turn under ``repeat_call_threshold=2``
+    and ``repeat_call_hard_stop=3``."""
+    spec = (
+        rig.agent("rep")
+        .tool("lookup_order")
+        .limits(repeat_call_threshold=2, repeat_call_hard_stop=3)
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "user":
+            same = (ToolCall("lookup_order", {"order_id": "7"}, id=f"r{n}") for n in range(4))
+            return Reply.tool_calls(*same)
+        return Reply.text("Order 7 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(spec, "Where is order 7?")
+
+
+async def repeat_calls_in_a_turn_before_patch(rig: Rig) -> RunHandle:
+    """``_repeat_calls_in_a_turn`` recorded before the patch ``psych-repeat-calls-in-a-turn``:
+    the four calls ran together, and the Run answered."""
+    return await _repeat_calls_in_a_turn(rig)
+
+
+async def repeat_calls_in_a_turn(rig: Rig) -> RunHandle:
+    """``_repeat_calls_in_a_turn`` with the patch ``psych-repeat-calls-in-a-turn`` (its
+    marker as the batch starts): the first two calls run, the third and fourth wait for
+    them and are refused, and the third refusal stops the Run at the hard stop, FAILED."""
+    return await _repeat_calls_in_a_turn(rig)
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -2839,6 +2872,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # audit 12-06: children the Run's limits refuse are no failures of their tool
     ("dev", limit_refused_before_patch),
     ("dev", limit_refused_no_streak),
+    # audit 12-06: identical calls of one turn are held to the repeat guard
+    ("dev", repeat_calls_in_a_turn_before_patch),
+    ("dev", repeat_calls_in_a_turn),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

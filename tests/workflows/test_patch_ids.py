@@ -150,6 +150,11 @@ PATCHES: dict[str, str] = {
     # psych-fanout-no-failure: Runs recorded with that marker counted these refusals.
     # Asked only with such a refusal.
     "psych-limit-refusals-no-failure": "0.1.0",
+    # Identical calls of one turn are held to the repeat guard as calls of successive turns
+    # are: one the guard could refuse once those before it returned waits for them
+    # (workflows/kernel/_tool_batch.py, ``_queued_tool``); a Run recorded before ran them
+    # all at once. Asked only for a turn with such a call, as its batch starts.
+    "psych-repeat-calls-in-a-turn": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

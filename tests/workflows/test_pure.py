@@ -38,7 +38,9 @@ from psych_runtime.workflows.kernel._guards import (
     after_refusal,
     after_result,
     canonical_arguments,
+    queued_repeats,
     repeat_refusal,
+    seen_after,
 )
 from psych_runtime.workflows.kernel._handlers import parse_input
 from psych_runtime.workflows.kernel._model_calls import budget_left, ready_model, retry_delay
@@ -96,6 +98,36 @@ def test_repeats_are_refused_after_the_threshold_and_stop_at_the_hard_stop() -> 
     assert refused is not None and "2 times" in refused
     assert after_refusal(guards, "t", args, LIMITS).hard_stop is not None
     assert canonical_arguments("not json") == "not json"
+
+
+def test_identical_calls_of_a_turn_queue_only_where_the_guard_could_refuse_them() -> None:
+    same, other = ("t", '{"a": 1}'), ("t", '{"a": 2}')
+    # Threshold 2: the third identical call (and the fourth) could be refused once the
+    # ones before it returned the same result; the first two, and another call, run now.
+    calls = [same, same, other, ("t", '{ "a" : 1 }'), same]
+    assert queued_repeats(Guards(), calls, LIMITS, skip=()) == {3: [0, 1], 4: [0, 1, 3]}
+    # A call not run (its id repeated) is neither queued nor waited for.
+    assert queued_repeats(Guards(), calls, LIMITS, skip={1}) == {4: [0, 3]}
+    # Seen once in an earlier turn: the second identical call of this one queues.
+    guards = Guards(repeats={("t", '{"a": 1}'): {"r": 1}})
+    assert queued_repeats(guards, [same, same], LIMITS, skip=()) == {1: [0]}
+    # At the threshold already, each is refused as it comes: none needs the others.
+    guards = Guards(repeats={("t", '{"a": 1}'): {"r": 2}})
+    assert queued_repeats(guards, [same, same, same], LIMITS, skip=()) == {}
+
+
+def test_a_queued_call_reads_the_guard_as_the_calls_before_it_leave_it() -> None:
+    guards = Guards()
+    args = '{"a": 1}'
+    seen = seen_after(guards, "t", args, [(False, "r1"), (False, "r1")], LIMITS)
+    assert repeat_refusal(seen, "t", args, LIMITS) is not None
+    assert guards.repeats == {}  # the Run's guards are updated after the batch, not here
+    # Other results (or none, as a built-in's) are no repeat.
+    seen = seen_after(guards, "t", args, [(False, "r1"), (False, "r2"), (False, None)], LIMITS)
+    assert repeat_refusal(seen, "t", args, LIMITS) is None
+    # A refusal before it counts toward the hard stop, as after the batch.
+    seen = seen_after(guards, "t", args, [(False, "r1"), (False, "r1"), (True, None)], LIMITS)
+    assert seen.repeats[("t", canonical_arguments(args))] == {"r1": 3}
 
 
 def test_ready_model_prefers_the_next_ready_one_then_the_soonest() -> None:

@@ -5,6 +5,9 @@ Failure streak: consecutive ``error``/``refused`` outcomes of one tool; at
 ``failure_streak_hard_stop`` the Run fails. Repeat guard: the same tool with the same
 canonical arguments returning the same result ``repeat_call_threshold`` times makes later
 identical calls refused without running; refusals count toward ``repeat_call_hard_stop``.
+Identical calls of one turn are held to it as calls of successive turns are: one that
+could be refused once the identical calls before it have returned waits for them
+(``queued_repeats``) and sees the guard as they leave it (``seen_after``).
 Policy denials, rejections and aborts are not the tool failing and count toward nothing,
 nor do calls the Run did not run past ``max_tool_calls_per_turn`` or ``max_steps``.
 Repeated ids: a call whose id an earlier call of its turn has is not run.
@@ -13,7 +16,7 @@ Repeated ids: a call whose id an earlier call of its turn has is not run.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from temporalio import workflow
@@ -115,6 +118,65 @@ def after_result(
         guards.withheld.append(tool)
         return Verdict(withhold=streak)
     return Verdict()
+
+
+def queued_repeats(
+    guards: Guards, calls: Sequence[tuple[str, str]], limits: Limits, *, skip: Collection[int]
+) -> dict[int, list[int]]:
+    """The calls of a turn that wait for the identical calls before them in it.
+
+    Args:
+        guards: the Run's guards, as the turns before this one left them.
+        calls: the turn's calls that run, in call order: (tool, arguments as sent).
+        limits: the Run's limits.
+        skip: positions of calls that are not run (their id repeats an earlier one's).
+
+    Returns:
+        Per position of a call the repeat guard could refuse once the identical calls
+        before it have returned (each adding at most one to the count it reads), their
+        positions. A call the guard refuses already (or could not refuse) is not there:
+        it needs no result of its turn.
+    """
+    before: dict[tuple[str, str], list[int]] = {}
+    queued: dict[int, list[int]] = {}
+    for index, (tool, arguments) in enumerate(calls):
+        if index in skip:
+            continue
+        key = (tool, canonical_arguments(arguments))
+        earlier = before.setdefault(key, [])
+        prior = max(guards.repeats.get(key, {}).values(), default=0)
+        if prior < limits.repeat_call_threshold <= prior + len(earlier):
+            queued[index] = list(earlier)
+        earlier.append(index)
+    return queued
+
+
+def seen_after(
+    guards: Guards,
+    tool: str,
+    arguments: str,
+    earlier: Sequence[tuple[bool, str | None]],
+    limits: Limits,
+) -> Guards:
+    """The repeat guard of a queued call (``queued_repeats``) once the identical calls
+    before it in its turn have returned, as their results will update it in call order
+    (``earlier``: per call, whether it was a repeat refusal, and its result ref)."""
+    key = (tool, canonical_arguments(arguments))
+    seen = Guards(repeats={key: dict(guards.repeats.get(key, {}))})
+    for refused, result_ref in earlier:
+        if refused:
+            after_refusal(seen, tool, arguments, limits)
+        else:
+            after_result(
+                seen,
+                tool,
+                arguments,
+                ok=True,
+                counts_as_failure=False,
+                result_ref=result_ref,
+                limits=limits,
+            )
+    return seen
 
 
 def withheld_note(tool: str, streak: int) -> str:

@@ -4,8 +4,8 @@ Parse, guards (withheld tool, repeat refusal), the Policy (allow, deny, or ask: 
 approval suspension), then the call: a built-in from ``_builtins.BUILTINS``, or the code
 or HTTP tool activity, with exactly-once rules (a tool not safe to repeat whose worker
 died mid-call is UNKNOWN, never run twice), abort and deadline handling, and a tool that
-returns an external wait suspending the Run. Results are recorded and the guards updated
-in call order after every call of the batch has finished.
+returns an external wait suspending the Run. A turn's calls run as one batch
+(``_tool_batch``), which records their results and updates the guards in call order.
 
 A code tool registered quick and safe to repeat runs as a local activity
 (``_activity_calls.runs_local``); while one runs, the calls that ended wait for it
@@ -24,7 +24,6 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
         CatalogEntry,
-        ChatMessage,
         CodeToolCall,
         HttpToolCall,
         McpInputAnswers,
@@ -45,10 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._contract import RunInput
     from psych_runtime.workflows.contract._records import (
-        RunStatus,
         SuspensionReason,
-        ToolCallStarted,
-        ToolWithheld,
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _guards as guards
@@ -57,18 +53,12 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._external_result import external_result
     from psych_runtime.workflows.kernel._feature import Builtin, Handler, overriding
     from psych_runtime.workflows.kernel._local_hold import LocalHold
-    from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import (
-        Batch,
         ToolResult,
         arguments_of,
-        cut_short,
-        finished,
         from_outcome,
         inline,
-        not_run,
-        refused_repeated_id,
         unknown_tool,
     )
     from psych_runtime.workflows.kernel._tracing import RunTrace
@@ -113,9 +103,6 @@ class ToolCalls(FeatureView):
             for kind, handler in feature.tool_kinds().items()
         }
         """Entry kinds a feature runs (its own tools), by kind."""
-        self._batch: Batch = (0, [], [])
-        """The running batch's turn and calls with their tasks: what ``_unknown`` records."""
-        self._suspensions.batch_open = lambda: sum(not t.done() for _, t in self._batch[1])
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
@@ -130,77 +117,16 @@ class ToolCalls(FeatureView):
         # Version's offer (WorkflowRun shipped with this rule: no Run needs a patch for it).
         self._suspension = policy.model_copy(update={"may_ask_questions": own.may_ask_questions})
 
-    async def _run_tools(
-        self, turn: int, batch: tuple[ToolCallRequest, ...], offered: dict[str, CatalogEntry]
-    ) -> tuple[list[ToolResult], list[ChatMessage | str]]:
-        """Run a batch of calls concurrently; their results (in call order) and the notes
-        the model should read after them."""
-        limits = self._limits
-        room = max(min(limits.max_tool_calls_per_turn, limits.max_steps - self._totals.steps), 0)
-        for call in batch:
-            self._log.add(
-                ToolCallStarted(
-                    **self._log.stamp(),
-                    turn=turn,
-                    call_id=call.id,
-                    tool=call.name,
-                    arguments=call.arguments,
-                )
-            )
-        # Counted before they run, so a Run force-settled mid-turn still counts its calls.
-        self.count(steps=len(batch[:room]), tool_calls=len(batch))
-        repeats = guards.repeated_ids([call.id for call in batch[:room]])
-        # A Run recorded before this check ran every call of such a batch: the patch is
-        # asked only on the path that changed, so no other Run records its marker.
-        if repeats and not workflow.patched("psych-unique-call-ids"):
-            repeats = set()
-        tasks = [
-            asyncio.create_task(
-                refused_repeated_id(call)
-                if index in repeats
-                else self._run_tool(turn, call, offered)
-            )
-            for index, call in enumerate(batch[:room])
-        ]
-        # Not run by the Run's own caps, which is no failure of the tool: counted toward its
-        # failure streak, they withheld (and then failed the Run on) a tool that had not
-        # failed once. A Run recorded before patch psych-batch-accounting counted them.
-        counts = False if self._start.batch_accounting else None
-        over = [  # the reason made only when a call is over (not on every turn)
-            inline(call, "error", guards.over_cap_reason(len(batch), limits), counts=counts)
-            for call in batch[room:]
-        ]
-        self._batch = (turn, list(zip(batch[:room], tasks, strict=True)), over)
-        # Every call is waited for and recorded before any stop takes effect: an abort or an
-        # expiry raised by one call must not leave the batch's other calls unrecorded (a
-        # non-interruptible one finishes, and its result is recorded).
-        stop: Stop | None = None
-        results: list[ToolResult] = []
-        for call, outcome in zip(
-            batch[:room], await asyncio.gather(*tasks, return_exceptions=True), strict=True
-        ):
-            if isinstance(outcome, ToolResult):
-                results.append(outcome)
-            elif isinstance(outcome, Stop):
-                stop = stop or outcome
-                results.append(not_run(call, outcome))
-            else:
-                raise outcome
-        self._batch = (0, [], [])
-        results.extend(over)
-        notes: list[ChatMessage | str] = []
-        for result in results:
-            try:
-                self._after_tool(turn, result, notes)
-            except Stop as hard_stop:
-                stop = stop or hard_stop
-        if stop is not None:
-            raise stop
-        return results, notes
-
     async def _run_tool(
-        self, turn: int, call: ToolCallRequest, offered: dict[str, CatalogEntry]
+        self,
+        turn: int,
+        call: ToolCallRequest,
+        offered: dict[str, CatalogEntry],
+        *,
+        seen: guards.Guards | None = None,
     ) -> ToolResult:
+        """Run one call of a batch (``seen``: the repeat guard it reads, when not the Run's:
+        a queued call's, ``_tool_batch``)."""
         withheld = self._guards.withheld
         if call.name in withheld:
             return inline(call, "refused", guards.withheld_message(call.name, self._limits))
@@ -210,7 +136,8 @@ class ToolCalls(FeatureView):
         arguments = arguments_of(call)
         if isinstance(arguments, ToolResult):
             return arguments
-        refused = guards.repeat_refusal(self._guards, call.name, call.arguments, self._limits)
+        repeats = self._guards if seen is None else seen
+        refused = guards.repeat_refusal(repeats, call.name, call.arguments, self._limits)
         if refused is not None:
             result = inline(call, "refused", refused, counts=False)
             result.repeat_refusal = True
@@ -450,49 +377,6 @@ class ToolCalls(FeatureView):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
             return inline(call, "error", f"the tool call failed: {cause_text(err)}")
         return from_outcome(call, outcome)
-
-    def _unknown(self, open_calls: dict[str, tuple[int, str]], why: str) -> None:
-        """Record the calls of the batch in flight as the Run settles without waiting for
-        it (deadline and grace ran out, or it was cancelled), as ``cut_short`` says. A Run
-        recorded before patch psych-batch-accounting recorded only calls executing, UNKNOWN."""
-        turn, batch, over = self._batch
-        self._batch = (0, [], [])
-        if not self._start.batch_accounting:
-            super()._unknown(open_calls, why)
-            return
-        cut = cut_short(batch, why, unrun=self._suspensions.unrun)
-        for result in [*cut, *over]:  # the calls past the caps last
-            self._record_finished(turn, result)
-
-    def _after_tool(self, turn: int, result: ToolResult, notes: list[ChatMessage | str]) -> None:
-        """Record one finished call and update the guards, in call order."""
-        self._record_finished(turn, result)
-        call = result.call
-        outcome = result.outcome
-        if result.repeat_refusal:
-            verdict = guards.after_refusal(self._guards, call.name, call.arguments, self._limits)
-        else:
-            verdict = guards.after_result(
-                self._guards,
-                call.name,
-                call.arguments,
-                ok=result.status == "ok",
-                counts_as_failure=result.counts_as_failure,
-                result_ref=outcome.result_ref if outcome is not None else None,
-                limits=self._limits,
-            )
-        if verdict.hard_stop is not None:
-            raise Stop(RunStatus.FAILED, verdict.hard_stop)
-        if verdict.withhold is not None:
-            self._log.add(
-                ToolWithheld(**self._log.stamp(), tool=call.name, failures=verdict.withhold)
-            )
-            notes.append(
-                ChatMessage(role="user", content=guards.withheld_note(call.name, verdict.withhold))
-            )
-
-    def _record_finished(self, turn: int, result: ToolResult) -> None:
-        self._log.add(finished(self._log.stamp(), turn, result))
 
     def _offered_builtins(self) -> tuple[ToolDefinition, ...]:
         """The built-ins this Run offers, in offer order."""

@@ -174,16 +174,23 @@ def unapproved(why: str) -> str:
     return f"not run: it was waiting for approval ({why})"
 
 
+def unqueued(why: str) -> str:
+    """What a call cut short while it waited for the identical calls before it in its turn
+    says (``why``: the Run's ending): it never ran."""
+    return f"not run: it was waiting for the identical calls before it ({why})"
+
+
 def cut_short(
     batch: list[tuple[ToolCallRequest, asyncio.Task[ToolResult]]],
     why: str,
     *,
     unrun: Collection[str] = (),
+    queued: Collection[str] = (),
 ) -> list[ToolResult]:
     """The results of a batch the Run settles without waiting for (its deadline and grace
     ran out, or it was cancelled), in call order: a call that finished with its result, one
-    of ``unrun`` (cut short while it waited for its approval) aborted, any other UNKNOWN
-    (``why``)."""
+    of ``unrun`` (cut short while it waited for its approval) or of ``queued`` (while it
+    waited for the identical calls before it) aborted, any other UNKNOWN (``why``)."""
     results: list[ToolResult] = []
     for call, task in batch:
         done = task.done() and not task.cancelled()
@@ -195,6 +202,8 @@ def cut_short(
         elif outcome is None and call.id in unrun:
             # UNKNOWN would say it may have run: it never did.
             results.append(inline(call, "aborted", unapproved(why), counts=False))
+        elif outcome is None and call.id in queued:
+            results.append(inline(call, "aborted", unqueued(why), counts=False))
         else:
             if outcome is not None:  # a defect of the pipeline: not to vanish unseen
                 workflow.logger.error("tool call %s failed in the Run: %r", call.id, outcome)

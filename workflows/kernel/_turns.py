@@ -55,10 +55,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+    from psych_runtime.workflows.kernel._tool_batch import ToolBatches
 
 
-class TurnLoop(ToolCalls):
+class TurnLoop(ToolBatches):
     """An agent Run's kernel: the turn loop on the tool-call pipeline (see the module
     docstring); ``AgentRun`` is the workflow that runs it."""
 

@@ -24,12 +24,12 @@ with workflow.unsafe.imports_passed_through():
         StepStarted,
         Totals,
     )
-    from psych_runtime.workflows.kernel._tool_calls import ToolCalls
+    from psych_runtime.workflows.kernel._tool_batch import ToolBatches
     from psych_runtime.workflows.kernel._tool_result import unapproved
     from psych_runtime.workflows.runs._step_output import output_bytes, past_bound
 
 
-class StepRecords(ToolCalls):
+class StepRecords(ToolBatches):
     """The records of a WorkflowRun's steps (see the module docstring)."""
 
     _open_step: tuple[str, StepKind, str | None] | None = None
