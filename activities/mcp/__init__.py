@@ -21,12 +21,15 @@ from psych_runtime.activities.mcp._turn import (
 if TYPE_CHECKING:
     from psych_runtime.activities.mcp._activities import McpActivities
     from psych_runtime.activities.mcp._connect import check_servers
-    from psych_runtime.activities.mcp._consent import deliver_authorization
+    from psych_runtime.activities.mcp._consent import Waiting
+    from psych_runtime.activities.mcp._consent_callback import deliver_authorization, waiting_on
 
 _LAZY = {
+    "Waiting": "_consent",
     "McpActivities": "_activities",
     "check_servers": "_connect",
-    "deliver_authorization": "_consent",
+    "deliver_authorization": "_consent_callback",
+    "waiting_on": "_consent_callback",
 }
 """Names imported on first use (name -> module): the ``mcp`` SDK takes one to two seconds to
 import, and workflows and every ``psych`` command import this package without touching MCP."""
@@ -46,10 +49,12 @@ __all__ = [
     "McpSettings",
     "McpUnreachable",
     "Resolved",
+    "Waiting",
     "check_servers",
     "consent_error",
     "deliver_authorization",
     "parse_oauth_issuers",
     "resolve_turn",
     "turn_result",
+    "waiting_on",
 ]

@@ -13,7 +13,9 @@ callback and exchanges the code. A Run cannot keep a coroutine across a person's
    index from ``state`` to the Run's workflow id and the pending item's id, which the
    callback needs. It raises ``McpConsentRequired``; the Run suspends for authorization.
 3. The callback (``psych oauth-callback``, ``psych serve``, or ``oauth_callback_app``)
-   finds the Run by ``state``, leaves the code in the store and resumes the Run.
+   finds the Run by ``state``, leaves the code in the store and resumes the Run
+   (``_consent_callback``; a refusal the authorization server sent instead ends the wait
+   with it).
 4. The Run's ``psych.mcp.authorize`` activity exchanges the code with the SDK's own
    token request of the parked flow (the same context, verifier, client and resource),
    checks ``state`` and the RFC 9207 ``iss``, stores the token under the Scope and
@@ -434,7 +436,7 @@ async def exchange(
         _log.warning("the authorization code exchange failed: %s", type(err).__name__)
         return f"the authorization code exchange failed ({type(err).__name__})"
     finally:
-        # The index first: a callback that wrote its code after this (``deliver_authorization``)
+        # The index first: a callback that wrote its code after this (``_consent_callback``)
         # finds the index gone and deletes the code itself; one that wrote it before has it
         # deleted here.
         await unsealed(store).delete(index_key(flow.state))
@@ -446,46 +448,6 @@ def _purpose(flow: Flow) -> Purpose:
     """What the exchange's token request is for, as a refusal of it names it."""
     server = repr(flow.server) if flow.server is not None else f"at {flow.server_url}"
     return Purpose("mcp_oauth", f"the authorization server of MCP server {server}")
-
-
-async def deliver_authorization(
-    store: TokenStore, code: str, state: str, iss: str | None
-) -> Waiting:
-    """The callback's part: leave the code for the Run that waits on ``state``.
-
-    The first code to arrive stands until the Run exchanges it: the same redirect again (a
-    reloaded page) is answered as the first was; another code for the same ``state`` (a
-    replayed redirect) is refused, so it cannot replace the one the person's consent sent.
-
-    Raises:
-        LookupError: no Run waits on this state (unknown, used, or forgotten), or another
-            code for it arrived first.
-    """
-    gone = "no authorization waits on this state (unknown, used, or expired)"
-    raw = await unsealed(store).get(index_key(state))
-    if raw is None:
-        raise LookupError(gone)
-    waiting = Waiting.model_validate_json(raw)
-    arrived = Arrived(code=code, state=state, iss=iss).model_dump_json().encode()
-    before: list[bytes | None] = [None]
-
-    def first(record: bytes | None) -> bytes:
-        before[0] = record
-        return arrived if record is None else record
-
-    await unsealed(store).update(arrived_key(waiting.id), first)
-    if before[0] is not None:
-        standing = Arrived.model_validate_json(before[0])
-        if not secrets.compare_digest(standing.code.encode(), code.encode()):
-            raise LookupError(
-                "this authorization was already answered: another code arrived for its state first"
-            )
-    if await unsealed(store).get(index_key(state)) is None:
-        # The Run forgot the flow meanwhile (its wait ended, or the code was exchanged):
-        # nobody will read this code, so it does not stay in the store.
-        await unsealed(store).delete(arrived_key(waiting.id))
-        raise LookupError(gone)
-    return waiting
 
 
 async def consent_needed(

@@ -14,9 +14,12 @@ carrying the code and ``state``, as a person clicking "allow" would. The resourc
 ``revoke``, ``lifetime``), verifying the access tokens this provider issued. Clients are
 public (``token_endpoint_auth_method: none``) and pre-registered with one redirect URI.
 
-``GET /control/consents`` lists ``authorized`` (client ids, one per consent given),
-``refreshed`` (how many refresh grants were answered) and ``refused`` (refresh grants
-naming a refresh token that is not, or no longer, valid: each is good once).
+``POST /control/refuse`` ``{"error": code, "description": text}`` makes ``/authorize``
+refuse from now on, as a person clicking "deny" does: the redirect carries ``error``,
+``error_description`` and ``state`` (RFC 6749 4.1.2.1, the SDK's ``AuthorizeError``);
+``{}`` consents again. ``GET /control/consents`` lists ``authorized`` (client ids, one per
+consent given), ``refreshed`` (how many refresh grants were answered) and ``refused``
+(refresh grants naming a refresh token that is not, or no longer, valid: each is good once).
 ``POST /control/refresh-delay`` ``{"seconds": s}`` holds each answered refresh that long
 after its refresh token is spent, as a slow server's reply does. ``POST
 /control/token-reply`` (``tests.mcp.oauth_server``'s) makes ``/token`` answer with it.
@@ -35,7 +38,9 @@ from typing import Any
 from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
+    AuthorizationErrorCode,
     AuthorizationParams,
+    AuthorizeError,
     RefreshToken,
     TokenError,
     construct_redirect_uri,
@@ -80,6 +85,8 @@ class Provider:
         self.refreshed = 0
         self.refused = 0
         self.refresh_delay = 0.0
+        self.refusal: AuthorizeError | None = None
+        """What ``/authorize`` answers in place of a consent (``/control/refuse``)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -90,6 +97,8 @@ class Provider:
     async def authorize(
         self, client: OAuthClientInformationFull, params: AuthorizationParams
     ) -> str:
+        if self.refusal is not None:
+            raise self.refusal
         code = secrets.token_urlsafe(24)
         self.codes[code] = AuthorizationCode(
             code=code,
@@ -178,8 +187,15 @@ def revocations(provider: Provider) -> Starlette:
         provider.refresh_delay = float((await request.json())["seconds"])
         return JSONResponse({"seconds": provider.refresh_delay})
 
+    async def refuse(request: Request) -> Response:
+        body = await request.json()
+        error: AuthorizationErrorCode | None = body.get("error")
+        provider.refusal = None if error is None else AuthorizeError(error, body.get("description"))
+        return JSONResponse({"refusing": error})
+
     return Starlette(
         routes=[
+            Route("/control/refuse", refuse, methods=["POST"]),
             Route("/control/revoke-all", revoke_all, methods=["POST"]),
             Route("/control/consents", consents, methods=["GET"]),
             Route("/control/refresh-delay", refresh_delay, methods=["POST"]),
@@ -261,6 +277,7 @@ async def serve(
 
     async def controls(scope: Any, receive: Any, send: Any) -> None:
         if scope.get("path") in (
+            "/control/refuse",
             "/control/revoke-all",
             "/control/consents",
             "/control/refresh-delay",

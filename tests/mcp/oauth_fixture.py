@@ -84,6 +84,12 @@ class OAuthMcpServer:
         (refresh grants answered, and refused as spent or unknown; consent server)."""
         return self._control("GET", "consents")
 
+    def refuse_consent(self, error: str | None, description: str | None = None) -> None:
+        """``/authorize`` refuses with ``error`` (and ``description``) from now on, as a
+        person who denies consent; None: it consents again (consent server)."""
+        body = {} if error is None else {"error": error, "description": description}
+        self._control("POST", "refuse", body)
+
     def set_refresh_delay(self, seconds: float) -> None:
         """Each answered refresh is held this long after its refresh token is spent
         (consent server)."""

@@ -159,3 +159,55 @@ async def mcp_authorization_expired(rig: ConsentRig, temporal: Client, scope: Sc
         return run
 
     return await _with_consent(rig, temporal, scope, body)
+
+
+async def _refused(rig: ConsentRig, run: RunHandle) -> None:
+    """Wait for the Run's authorization item, refuse it at the authorization server (the
+    consent server set to refuse), and wait until the Run settles."""
+    item = await rig.suspended(run)
+    assert item.question is not None
+    page = await follow(item.question)
+    if "the Run was told" not in page.text:
+        raise RuntimeError(f"the callback did not answer the refusal: {page.text}")
+    await rig.settle(run)
+
+
+async def mcp_consent_refused_at_turn(rig: ConsentRig, temporal: Client, scope: Scope) -> RunHandle:
+    """The turn's discovery needs a token and the person refuses (``access_denied``): the
+    callback answers the item refused, the parked flow is forgotten (``psych.mcp.authorize``
+    after the ``psych-consent-refused`` marker) and the Run, its server required, settles
+    FAILED naming the refusal; no model call."""
+
+    async def body(pair: Consenting) -> RunHandle:
+        pair.server.refuse_consent("access_denied", "The user denied the request")
+        spec = rig.agent("consent").mcp_server("crm", pair.server.url, oauth=_oauth(pair)).build()
+        run = await rig.client.dispatch(spec, "Who am I?", scope=scope)
+        await _refused(rig, run)
+        return run
+
+    return await _with_consent(rig, temporal, scope, body)
+
+
+async def mcp_consent_refused_at_call(rig: ConsentRig, temporal: Client, scope: Scope) -> RunHandle:
+    """A token revoked after discovery, and the person refuses the new consent: the tool
+    call is settled rejected, the model told (patch ``psych-consent-refused``), the next
+    turn made without the server, answered. (A first Run gets the token and fills the
+    worker's catalogue cache.)"""
+
+    async def body(pair: Consenting) -> RunHandle:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("crm__whoami", {})),
+            Reply.text("First."),
+            Reply.tool_calls(ToolCall("crm__whoami", {})),
+            Reply.text("The CRM is not available to me."),
+        )
+        spec = rig.agent("consent").mcp_server("crm", pair.server.url, oauth=_oauth(pair)).build()
+        first = await rig.client.dispatch(spec, "Who am I?", scope=scope)
+        await _consented(rig, first)
+        pair.server.revoke_everything()
+        pair.server.refuse_consent("access_denied", "The user denied the request")
+        run = await rig.client.dispatch(spec, "Who am I now?", scope=scope)
+        await _refused(rig, run)
+        return run
+
+    return await _with_consent(rig, temporal, scope, body)

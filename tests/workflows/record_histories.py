@@ -1411,6 +1411,14 @@ async def mcp_authorization_expired(rig: Rig) -> RunHandle:
     return await consent_shapes.mcp_authorization_expired(rig, rig.env.client, SCOPE)
 
 
+async def mcp_consent_refused_at_turn(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_consent_refused_at_turn(rig, rig.env.client, SCOPE)
+
+
+async def mcp_consent_refused_at_call(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_consent_refused_at_call(rig, rig.env.client, SCOPE)
+
+
 async def a2a_peer_called(rig: Rig) -> RunHandle:
     # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
     # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
@@ -2875,6 +2883,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # audit 12-06: identical calls of one turn are held to the repeat guard
     ("dev", repeat_calls_in_a_turn_before_patch),
     ("dev", repeat_calls_in_a_turn),
+    # review 12-06: a consent refused at the authorization server ends the wait, and is told
+    ("dev", mcp_consent_refused_at_turn),
+    ("dev", mcp_consent_refused_at_call),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

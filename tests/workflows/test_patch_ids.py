@@ -155,6 +155,11 @@ PATCHES: dict[str, str] = {
     # (workflows/kernel/_tool_batch.py, ``_queued_tool``); a Run recorded before ran them
     # all at once. Asked only for a turn with such a call, as its batch starts.
     "psych-repeat-calls-in-a-turn": "0.1.0",
+    # A consent the authorization server refused (the callback answers the item
+    # approved=False) is told: a tool call rejected, a discovery fails the Run
+    # (workflows/kernel/_consent.py); a Run recorded before took it as a consent, had the
+    # code exchanged, and asked again. Asked only where a refusal arrives.
+    "psych-consent-refused": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -9,7 +9,9 @@ reads its cache, narrows and names the tools; replay reads history and never tal
 server.
 
 A non-optional server that is unreachable fails the Run naming it; an optional one is left
-out and the model is told when it goes away and when it comes back. Deferred servers (a
+out and the model is told when it goes away and when it comes back. A server whose consent
+a person refused (``kernel/_consent.py``) is left out for the rest of the Run, its tools
+not offered, and a call of one is told why. Deferred servers (a
 catalogue over the worker's preload budget, or ``preload: false``) offer only the tools
 ``search_mcp_tools`` found, from the turn after.
 """
@@ -94,12 +96,14 @@ class McpCarry(BaseModel):
     statuses: tuple[McpServerStatus, ...] = ()
 
 
-def turn_input(state: McpState) -> McpTurn | None:
-    """What an agent's model call needs to resolve this turn's MCP tools (None: no servers)."""
-    if not state.servers:
+def turn_input(state: McpState, refused: Mapping[str, str]) -> McpTurn | None:
+    """What an agent's model call needs to resolve this turn's MCP tools (None: no servers),
+    without the servers whose consent a person ``refused`` in this Run."""
+    servers = tuple(server for name, server in state.servers.items() if name not in refused)
+    if not servers:
         return None
     return McpTurn(
-        servers=tuple(state.servers.values()),
+        servers=servers,
         loaded=tuple(state.loaded),
         known_hash=state.catalog_hash,
         have=tuple(sorted(state.entries)),
@@ -142,12 +146,13 @@ async def refresh(
     turn: int,
     scope: Scope,
     log: RecordLog,
-    consent: Callable[[McpConsent, str], Awaitable[None]] | None = None,
+    consent: Callable[[McpConsent, str], Awaitable[str | None]] | None = None,
 ) -> Turn:
     """Resolve a workflow step's catalogue (the base one alone when the Run has no servers).
 
     A server that needs a person's consent suspends the Run through ``consent`` (then
-    discovery is asked again); without it, that fails the Run like an unreachable server.
+    discovery is asked again; a refused consent fails the Run naming it); without it, that
+    fails the Run like an unreachable server.
 
     Raises:
         Stop: FAILED when a non-optional server is unreachable or discovery itself failed.
@@ -173,7 +178,9 @@ async def refresh(
             needed = consent_of(err)
             if needed is None or consent is None:
                 raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
-            await consent(needed, f"step-{turn}")
+            refused = await consent(needed, f"step-{turn}")
+            if refused is not None:
+                raise Stop(RunStatus.FAILED, f"MCP discovery failed: {refused}") from err
     _take(state, result)
     notes: list[ChatMessage | str] = []
     for status in result.servers:
@@ -267,7 +274,7 @@ class Mcp(Feature):
 
     def into_call(self, call: ModelCallInput) -> ModelCallInput:
         # Resolved at every turn boundary, inside the model call, fixed within the turn.
-        mcp = turn_input(self.state)
+        mcp = turn_input(self.state, self.run.suspensions.consents_refused)
         return call if mcp is None else call.model_copy(update={"mcp": mcp})
 
     def after_call(self, done: CallDone) -> None:
@@ -275,9 +282,16 @@ class Mcp(Feature):
             take_turn(self.state, done.result.mcp, turn=done.turn, log=self.run.log)
 
     def offered(self) -> Mapping[str, CatalogEntry]:
-        return self.state.entries
+        refused = self.run.suspensions.consents_refused
+        if not refused:
+            return self.state.entries
+        return {n: e for n, e in self.state.entries.items() if e.server not in refused}
 
     def not_offered(self, tool: str) -> str | None:
+        refused = self.run.suspensions.consents_refused
+        for server in sorted(refused):
+            if tool.startswith(sanitise_tool_name(server) + MCP_TOOL_SEPARATOR):
+                return f"MCP server {server!r} is not available: {refused[server]}"
         for server in sorted(self.state.unavailable):
             if tool.startswith(sanitise_tool_name(server) + MCP_TOOL_SEPARATOR):
                 return (

@@ -14,6 +14,14 @@ late callback is refused and nothing of it stays behind (if the code arrived at 
 moment, it is exchanged and the token kept for the Scope's next Run). Runs recorded
 before that ended without the call (patch ``psych-consent-forget``, asked through the Run's
 ``patched``: ``RunBase.patched``).
+
+A refusal (the authorization server redirected with ``error``, RFC 6749 4.1.2.1: the
+callback answers the item ``approved=False``, its note naming the error) ends the wait at
+once: the parked flow is forgotten as above, and the caller is told the refusal instead
+of retrying: a tool call is settled rejected (the model reads why), a discovery fails the
+Run. A Run recorded before took such an answer as a consent: it had the code exchanged
+(none had arrived), retried, and asked again (patch ``psych-consent-refused``, asked where
+a refusal arrives).
 """
 
 from __future__ import annotations
@@ -56,19 +64,29 @@ async def await_consent(
     run_id: str,
     scope: Scope,
     patched: Callable[[str], bool],
-) -> None:
+) -> str | None:
     """Suspend until the callback resumes ``consent``'s item, then have the code exchanged.
 
     ``patched`` is the Run's ``RunBase.patched`` (asked here only when the wait ends without
     consent).
+
+    Returns:
+        None once the person consented (the caller retries); else why consent was refused,
+        naming the server and the authorization server's error (the caller stops).
 
     Raises:
         Stop: ABANDONED when nobody consents within ``seconds``, ABORTED on an abort (the
             parked flow forgotten first).
     """
     authorize = McpAuthorizeInput(run_id=run_id, id=consent.id, scope=scope)
+    standing = suspensions.consents_refused.get(consent.server)
+    if standing is not None:
+        # Refused earlier in this Run (a call that was under way then asks now): the
+        # person is not asked again; the flow the activity parked is forgotten.
+        await _forget(authorize)
+        return standing
     try:
-        await suspensions.suspend(
+        answer = await suspensions.suspend(
             Pending(
                 reason=SuspensionReason.AUTHORIZATION,
                 id=consent.id,
@@ -83,14 +101,25 @@ async def await_consent(
         if patched("psych-consent-forget"):
             await _forget(authorize)
         raise
+    # Asked where a refusal arrived only (never by a consent), and straight from the SDK:
+    # the update or signal that brings it resolves in its own task, never a local
+    # activity's, so ``RunBase.patched``'s rule for older patches does not apply.
+    if answer.approved is False and workflow.patched("psych-consent-refused"):
+        said = answer.note or "no reason given"
+        refused = f"consent to MCP server {consent.server!r} was refused ({said})"
+        suspensions.consents_refused[consent.server] = refused
+        await _forget(authorize)
+        return refused
     done = await calls.authorize_mcp(authorize)
     if not done.ok:
         workflow.logger.warning("authorization %s was not exchanged: %s", consent.id, done.reason)
+    return None
 
 
 async def _forget(authorize: McpAuthorizeInput) -> None:
     """Have the parked flow of a wait that ended without consent forgotten. A failure is
-    logged, not raised: the Run ends for the wait's reason either way."""
+    logged, not raised: the Run ends for the wait's reason (or is told the refusal) either
+    way."""
     try:
         done = await calls.authorize_mcp(authorize)
     except ActivityError as err:

@@ -150,8 +150,9 @@ class RunView(Protocol):
         """Set (or clear) the model-role call in flight: the deadline clock runs while it
         does, and an abort cancels it."""
 
-    async def await_consent(self, consent: McpConsent, call_id: str) -> None:
-        """Suspend until a person consented to an MCP server's OAuth (then retry)."""
+    async def await_consent(self, consent: McpConsent, call_id: str) -> str | None:
+        """Suspend until a person consented to an MCP server's OAuth (None: then retry), or
+        refused it (why, naming the server and the authorization server's error)."""
 
     async def suspend_call(
         self,

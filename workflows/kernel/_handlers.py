@@ -161,6 +161,9 @@ class Handlers(RunBase):
                 outcome, detail = "answered", input.answer
             case SuspensionReason.EXTERNAL:
                 outcome, detail = "completed", json.dumps(input.payload)
+            case SuspensionReason.AUTHORIZATION if input.approved is False:
+                # The authorization server refused (the callback's note names its error).
+                outcome, detail = "rejected", input.note
             case SuspensionReason.AUTHORIZATION:
                 # The callback left the code in the token store, never here.
                 outcome, detail = "authorized", None

@@ -59,6 +59,10 @@ class Suspensions:
         self.answered: set[str] = set()
         """Ids of this Run's own items answered and released (a second answer is refused
         as such, not as an id nothing ever waited on)."""
+        self.consents_refused: dict[str, str] = {}
+        """An MCP server's name -> why a person refused its consent in this Run (patch
+        ``psych-consent-refused``, ``_consent.py``): not asked again, its tools no longer
+        offered (``features/_mcp.py``). Not carried across continue-as-new."""
         self.ended: Stop | None = None
         """The expiry that settles the Run ABANDONED, once one of its waits expired: every
         other wait ends with it (patch ``psych-expiry-ends-waits``)."""

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._tool_result import (
         ToolResult,
         arguments_of,
+        consent_refused,
         from_outcome,
         inline,
         unknown_tool,
@@ -132,7 +133,7 @@ class ToolCalls(FeatureView):
             return inline(call, "refused", guards.withheld_message(call.name, self._limits))
         entry = offered.get(call.name)
         if entry is None:
-            return unknown_tool(call, (name for name in offered if name not in withheld))
+            return unknown_tool(call, offered, withheld, self.why_not_offered(call.name))
         arguments = arguments_of(call)
         if isinstance(arguments, ToolResult):
             return arguments
@@ -168,12 +169,11 @@ class ToolCalls(FeatureView):
         input: McpInputAnswers | None = None,
     ) -> ToolResult:
         """Execute the call; again once a person consented, when its MCP server asked for
-        consent before its tool ran (a 401: nothing was done)."""
-        while True:
-            result = await self._open_call(turn, call, entry, arguments, input)
-            if result.consent is None:
-                return result
-            await self.await_consent(result.consent, call.id)
+        consent before its tool ran (a 401: nothing was done); rejected if they refused."""
+        while (result := await self._open_call(turn, call, entry, arguments, input)).consent:
+            if (refused := await self.await_consent(result.consent, call.id)) is not None:
+                return consent_refused(call, refused)
+        return result
 
     async def _open_call(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,11 +156,25 @@ def _half_surrogate(char: str) -> str:
     )
 
 
-def unknown_tool(call: ToolCallRequest, offered: Iterable[str]) -> ToolResult:
+def unknown_tool(
+    call: ToolCallRequest,
+    offered: Iterable[str],
+    withheld: Container[str],
+    whys: tuple[str, ...] = (),
+) -> ToolResult:
     """The error result of a call of a tool the Run does not offer (``offered``: what it
-    does, withheld tools left out)."""
-    names = ", ".join(sorted(offered))
-    return inline(call, "error", f"unknown tool {call.name!r}; the tools you have are: {names}")
+    does, ``withheld`` tools left out; ``whys``: why it is not offered, where known)."""
+    names = ", ".join(sorted(name for name in offered if name not in withheld))
+    said = "".join(f" ({why})" for why in whys)
+    return inline(
+        call, "error", f"unknown tool {call.name!r}{said}; the tools you have are: {names}"
+    )
+
+
+def consent_refused(call: ToolCallRequest, refused: str) -> ToolResult:
+    """The result of a call whose MCP server's consent a person refused: rejected (nothing
+    reached the tool, as with an approver's rejection), the model told why."""
+    return inline(call, "rejected", f"The tool call was not run: {refused}.", counts=False)
 
 
 Batch = tuple[int, list[tuple[ToolCallRequest, "asyncio.Task[ToolResult]"]], list[ToolResult]]

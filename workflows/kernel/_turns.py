@@ -259,7 +259,14 @@ class TurnLoop(ToolBatches):
                     # No model call was made: the turn's MCP discovery needs a person's
                     # consent. Asked again (same model) once it came.
                     self._uncount()
-                    await self.await_consent(consent, f"turn-{turn}")
+                    refused = await self.await_consent(consent, f"turn-{turn}")
+                    if refused is not None:
+                        if not self._optional_server(consent.server):
+                            # The turn's tools cannot be offered without a required server's.
+                            raise Stop(RunStatus.FAILED, refused) from err
+                        # Left out of this attempt, and of every turn from now on (the MCP
+                        # feature's ``into_call``).
+                        call = _without_server(call, consent.server)
                     continue
                 if isinstance(err.__cause__, ApplicationError) and (
                     err.__cause__.type == ErrorType.MCP_UNREACHABLE
@@ -341,6 +348,11 @@ class TurnLoop(ToolBatches):
         if workflow.patched("psych-uncounted-attempts"):
             self.count(steps=-1, model_calls=-1)
 
+    def _optional_server(self, name: str) -> bool:
+        """Whether the Spec's MCP server ``name`` is ``optional`` (the Run goes on without
+        it; the MCP feature leaves out one whose consent was refused)."""
+        return any(server.name == name and server.optional for server in self._spec.mcp_servers)
+
     def _take(self, mode: Literal["steer", "follow_up"]) -> list[ChatMessage | str]:
         """The ``mode`` queue's messages, for the next model call: unanswered until a call
         answers (``RunBase._undelivered``)."""
@@ -404,3 +416,12 @@ class TurnLoop(ToolBatches):
 
 def _steps_taken(max_steps: int) -> str:
     return f"max_steps: {max_steps} steps taken"
+
+
+def _without_server(call: ModelCallInput, name: str) -> ModelCallInput:
+    """``call`` with MCP server ``name`` left out of its turn's discovery."""
+    if call.mcp is None:
+        return call
+    servers = tuple(server for server in call.mcp.servers if server.name != name)
+    mcp = call.mcp.model_copy(update={"servers": servers}) if servers else None
+    return call.model_copy(update={"mcp": mcp})

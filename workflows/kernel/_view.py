@@ -63,10 +63,11 @@ class FeatureView(Handlers):
             seconds,
         )
 
-    async def await_consent(self, consent: McpConsent, call_id: str) -> None:
+    async def await_consent(self, consent: McpConsent, call_id: str) -> str | None:
         """Suspend until a person consented to ``consent``'s MCP server and the code was
-        exchanged (``_consent``); the caller then retries what needed the token."""
-        await await_consent(
+        exchanged (``_consent``): None, and the caller retries what needed the token; or
+        why the consent was refused, which the caller tells instead of retrying."""
+        return await await_consent(
             self._suspensions,
             consent,
             call_id=call_id,
@@ -75,6 +76,13 @@ class FeatureView(Handlers):
             scope=self._input.scope,
             patched=self.patched,
         )
+
+    def why_not_offered(self, tool: str) -> tuple[str, ...]:
+        """Why ``tool`` is not offered, where a feature knows: what an agent's model reads
+        beside "unknown tool" (a workflow's failed step says it itself, ``_workflow_run``)."""
+        if self.KIND != "agent":
+            return ()
+        return tuple(why for f in self._features if (why := f.not_offered(tool)) is not None)
 
     @property
     def input(self) -> RunInput:
