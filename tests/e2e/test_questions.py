@@ -9,7 +9,14 @@ import pytest
 from psych_runtime.specs import AgentBuilder, Refused
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.console import format_report
-from psych_runtime.workflows import Resumed, RunStatus, Suspended, ToolCallFinished
+from psych_runtime.workflows import (
+    RESUME,
+    Resumed,
+    ResumeInput,
+    RunStatus,
+    Suspended,
+    ToolCallFinished,
+)
 
 from ._waiting import is_suspended, state_when
 from .conftest import Harness
@@ -138,3 +145,31 @@ async def test_a_waiting_runs_report_says_it_waits_and_has_its_totals_so_far(
     assert "status:       suspended" in shown and "so far" in shown
     assert settled.totals is not None and settled.totals.model_calls == 2
     assert "so far" not in format_report(settled)
+
+
+@pytest.mark.parametrize("text", ["", " \t"], ids=["empty", "blank"])
+async def test_a_blank_answer_by_signal_is_ignored_and_the_question_still_waits(
+    harness: Harness, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A signal cannot be refused (an old client, or ``temporal workflow signal``): before,
+    # the Run took it as the person's answer and the model was given the blank text.
+    caplog.set_level("WARNING", logger="temporalio.workflow")
+    asking = AgentBuilder("asker").model("fake-model").suspension(may_ask_questions=True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"}, id="q1")),
+        Reply.text("Order 42 it is."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(asking, "refund my order", scope=harness.scope)
+        await state_when(harness.client, run, harness.scope, is_suspended, what="the question")
+        handle = harness.env.client.get_workflow_handle(run.workflow_id)
+        blank = ResumeInput(reason="question", id="q1", tenant=harness.scope.tenant, answer=text)
+        await handle.signal(RESUME, blank)
+        # The update comes after the signal in the Run's history: the signal was handled.
+        await harness.client.answer(run, "q1", "42", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED
+    assert [r.detail for r in records if isinstance(r, Resumed)] == ["42"]
+    ignored = [r.getMessage() for r in caplog.records if "signal ignored" in r.getMessage()]
+    assert any("'q1'" in line and "it is blank" in line for line in ignored), ignored

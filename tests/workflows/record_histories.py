@@ -718,6 +718,25 @@ async def question_answered(rig: Rig) -> RunHandle:
     return run
 
 
+async def question_blank_signal_ignored(rig: Rig) -> RunHandle:
+    # A psych.resume signal answers the question with blank text: ignored, its marker
+    # recorded (patch psych-signal-blank-answer); then answered by the update.
+    spec = rig.agent("asker").suspension(may_ask_questions=True).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which order?"})),
+        Reply.text("Order 42 it is."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Refund my order", scope=SCOPE)
+        pending = await rig.suspended(run)
+        handle = rig.env.client.get_workflow_handle(run.workflow_id)
+        blank = ResumeInput(reason="question", id=pending.id, tenant=SCOPE.tenant, answer=" ")
+        await handle.signal(RESUME, blank)
+        await rig.client.answer(run, pending.id, "42", scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
 async def question_without_text(rig: Rig) -> RunHandle:
     # ask_question with no question: the model is told, nothing is asked (patch
     # psych-question-needs-text); before, the Run waited on a question with no text.
@@ -2886,6 +2905,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # review 12-06: a consent refused at the authorization server ends the wait, and is told
     ("dev", mcp_consent_refused_at_turn),
     ("dev", mcp_consent_refused_at_call),
+    # review 12-06: a blank answer by signal is ignored, the question still waits
+    ("dev", question_blank_signal_ignored),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

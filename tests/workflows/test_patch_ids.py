@@ -160,6 +160,10 @@ PATCHES: dict[str, str] = {
     # (workflows/kernel/_consent.py); a Run recorded before took it as a consent, had the
     # code exchanged, and asked again. Asked only where a refusal arrives.
     "psych-consent-refused": "0.1.0",
+    # A psych.resume signal answering the model's question with blank text is logged and
+    # ignored, the question still waits (workflows/kernel/_handlers.py), as the update's
+    # validator refuses it; a Run recorded before took it. Asked only for such a signal.
+    "psych-signal-blank-answer": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -197,11 +197,9 @@ class Handlers(RunBase):
         earlier = self._earlier(input)
         if earlier is None or earlier.answer is None:
             pending = self._check_resume(input)
-            # Here only, which replay never runs: a handler refusing what a Run recorded
-            # before took would change its history. The model's own questions only: an MCP
-            # form's optional field or a peer's question may take a blank answer.
-            asked = input.reason is SuspensionReason.QUESTION and pending.tool == "ask_question"
-            if asked and not (input.answer or "").strip():
+            # Here, which replay never runs: a handler refusing what a Run recorded before
+            # took would change its history (the signal asks a patch for it).
+            if _blank_answer(input, pending):
                 raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text: it is blank")
 
     def _check_resume(self, input: ResumeInput) -> Pending:
@@ -213,7 +211,20 @@ class Handlers(RunBase):
     @workflow.signal(name=RESUME)
     def resume_signal(self, input: ResumeInput) -> None:
         """``psych.resume`` as a signal; an invalid one is logged and ignored."""
-        _as_signal(RESUME, self._resume, input)
+        _as_signal(RESUME, self._resume_signalled, input)
+
+    def _resume_signalled(self, input: ResumeInput) -> ResumeResult:
+        """A signal's resume: as the update's, and a blank answer to the model's question
+        is ignored as the update's validator refuses it (the question still waits). A Run
+        recorded before took it: patch ``psych-signal-blank-answer``, asked only for one."""
+        if _blank_answer(input, self._check_resume(input)) and workflow.patched(
+            "psych-signal-blank-answer"
+        ):
+            raise refusal(
+                RefusalKind.BAD_RESUME,
+                f"an answer to {input.id!r} needs answer text: it is blank (still waiting)",
+            )
+        return self._resume(input)
 
     @workflow.update(name=ABORT)
     def abort(self, input: AbortInput) -> None:
@@ -410,6 +421,13 @@ class Handlers(RunBase):
         """Send a signal to a running child (its handler validates it again)."""
         task = asyncio.create_task(self._children[run].signal(name, payload))
         task.add_done_callback(lambda done: _log_forward_failure(name, run, done))
+
+
+def _blank_answer(input: ResumeInput, pending: Pending) -> bool:
+    """Whether ``input`` answers the model's own question with blank text. The model's only:
+    an MCP form's optional field or a peer's question may take a blank answer."""
+    asked = input.reason is SuspensionReason.QUESTION and pending.tool == "ask_question"
+    return asked and not (input.answer or "").strip()
 
 
 def _check_names(input: ResumeInput | AbortInput | SteerInput) -> None:
