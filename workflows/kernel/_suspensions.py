@@ -66,6 +66,11 @@ class Suspensions:
         self.ended: Stop | None = None
         """The expiry that settles the Run ABANDONED, once one of its waits expired: every
         other wait ends with it (patch ``psych-expiry-ends-waits``)."""
+        self._expiry = ""
+        """The item whose expiry set ``ended``."""
+        self.ended_by: dict[str, str] = {}
+        """Ids of this Run's own items that another's expiry ended -> that item ("approval
+        c-del"): an answer until the Run settles is refused as expired, naming it."""
         self.batch_open: Callable[[], int] = lambda: 0
         """How many calls of the running batch are not done yet (the tool-call kernel's)."""
         self.children: dict[str, tuple[Pending, ...]] = {}
@@ -205,6 +210,9 @@ class Suspensions:
                 )
             if input.id in self.expired:
                 raise refusal(RefusalKind.EXPIRED, f"{input.id!r} expired")
+            if input.id in self.ended_by:
+                said = f"{input.id!r} ended unanswered: {self.ended_by[input.id]} expired"
+                raise refusal(RefusalKind.EXPIRED, f"{said}, and the Run settles abandoned")
             if input.id in self.answered:
                 raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
             waiting = ", ".join(item.id for item in self.items())
@@ -291,6 +299,7 @@ class Suspensions:
             others = self.waits or self.batch_open() > 1
             if others and workflow.patched("psych-expiry-ends-waits"):
                 self.ended = stop
+                self._expiry = f"{item.reason} {item.id}"
             raise stop from None
         except asyncio.CancelledError:
             # Deliberately not a `finally`: when a worker stops, the SDK leaves its cached
@@ -304,8 +313,15 @@ class Suspensions:
         if ready():
             return
         if self._aborted() is None and self.ended is not None:
-            raise Stop(self.ended.outcome.status, self.ended.outcome.reason)
+            raise self._ended_wait(item)
         raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
+
+    def _ended_wait(self, item: Pending) -> Stop:
+        """The Stop of ``item``'s wait, which another's expiry ended (noted: an answer to
+        it before the Run settles is refused as expired, ``check``)."""
+        assert self.ended is not None
+        self.ended_by[item.id] = self._expiry
+        return Stop(self.ended.outcome.status, self.ended.outcome.reason)
 
     def release(self, pending_id: str) -> None:
         if self.waits.pop(pending_id).answer is not None:
