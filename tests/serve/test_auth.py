@@ -262,6 +262,39 @@ def answering(body: bytes) -> Iterator[str]:
 
 
 @contextmanager
+def dripping() -> Iterator[str]:
+    """A JWKS URL whose server answers 200 and then one byte every half second, forever:
+    never silent for long enough to trip a socket timeout."""
+    stop = threading.Event()
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "100000")
+            self.end_headers()
+            try:
+                while not stop.wait(0.5):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client gave up
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def silent() -> Iterator[str]:
     """A JWKS URL whose server takes the connection and never answers."""
     with socket.socket() as listener:
@@ -310,3 +343,20 @@ async def test_an_issuer_that_never_answers_is_a_503_within_the_fetch_bound(
             response = await http.get("/v1/runs", headers=bearer)
     assert response.status_code == 503, response.text
     assert "could not be fetched" in response.json()["detail"]
+
+
+async def test_an_issuer_sending_a_byte_at_a_time_is_a_503_for_every_waiting_request(
+    tmp_path: Path, signing_key: rsa.RSAPrivateKey
+) -> None:
+    # The fetch's bound was urllib's socket timeout, per read: an issuer dripping a byte
+    # every half second held the fetch (and a thread) without end, and each request behind
+    # it waited on PyJWT's lock in a thread of its own.
+    bearer = {"Authorization": f"Bearer {token(signing_key)}"}
+    with dripping() as url:
+        settings = JwtSettings(url, ISSUER, AUDIENCE, ("RS256",), tenant_claim="org")
+        async with api(tmp_path, jwt=settings) as http, asyncio.timeout(JWKS_TIMEOUT_SECONDS + 10):
+            responses = await asyncio.gather(
+                *(http.get("/v1/runs", headers=bearer) for _ in range(8))
+            )
+    assert [r.status_code for r in responses] == [503] * 8
+    assert all("could not be fetched" in r.json()["detail"] for r in responses)

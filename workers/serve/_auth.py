@@ -6,8 +6,9 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   and principal it stands for. A presented key is hashed and compared with every stored
   hash in constant time (``hmac.compare_digest``, no early exit), so neither a key nor
   which entry it matched leaks through timing.
-- JWTs: verified with PyJWT against the operator's JWKS (``jwt.PyJWKClient``, which caches
-  the key set; a fetch waits ``JWKS_TIMEOUT_SECONDS`` at most), with the signature,
+- JWTs: verified with PyJWT against the operator's JWKS (``IssuerKeys``: the key set
+  fetched on the event loop, one fetch at a time, ``JWKS_TIMEOUT_SECONDS`` at most from
+  the first byte sent to the last read, kept ``JWKS_LIFESPAN_SECONDS``), with the signature,
   ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
   read from configurable claims. The caller carries when the token stops being accepted
   (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
@@ -46,10 +47,15 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 T = TypeVar("T")
 
 JWKS_TIMEOUT_SECONDS = 5.0
-"""Most seconds a JWKS fetch waits on its connection without a byte (urllib's socket
-timeout: an issuer sending a byte at a time can hold it longer). The fetch blocks one of
-the event loop's default worker threads (a few per CPU), which a hung issuer must not hold
-for PyJWT's default 30 s."""
+"""Most seconds a JWKS fetch takes, whole: an issuer that never answers, or sends a byte at
+a time, is a 503 then. (It ran in one of the event loop's few default threads, under
+PyJWT's lock and its socket timeout alone, so a dripping issuer held that thread, and each
+request behind it another, without bound.)"""
+JWKS_LIFESPAN_SECONDS = 300.0
+"""How long a fetched key set is used before it is fetched again."""
+JWKS_COOLDOWN_SECONDS = 30.0
+"""A token naming a key the set lacks fetches it again at most this often (a key rotated
+in is found; a flood of made-up key ids does not become a flood of fetches)."""
 
 
 class Unauthorized(PsychError):
@@ -197,18 +203,93 @@ class AuthSettings:
         return bool(self.api_keys) or self.jwt is not None
 
 
+class IssuerKeys:
+    """An issuer's signing keys, from its JWKS document at ``url``, fetched without a
+    thread: one fetch at a time (requests arriving meanwhile wait for its answer), each
+    ``JWKS_TIMEOUT_SECONDS`` at most, the set kept ``JWKS_LIFESPAN_SECONDS``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched = -math.inf
+        self._failed: tuple[float, IssuerUnavailable] | None = None
+        self._lock = asyncio.Lock()
+
+    async def key_for(self, token: str) -> jwt.PyJWK:
+        """The signing key the token's header names (its ``kid``).
+
+        Raises:
+            Unauthorized: the token is malformed, or its key is not in the set.
+            IssuerUnavailable: the set could not be fetched or read.
+        """
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+        except jwt.InvalidTokenError as err:
+            raise Unauthorized(f"the token is malformed: {err}") from err
+        if not isinstance(kid, str) or not kid:
+            raise Unauthorized("the token's header names no signing key ('kid')")
+        now = time.monotonic()
+        stale = now - self._fetched >= JWKS_LIFESPAN_SECONDS
+        if stale or (kid not in self._keys and now - self._fetched >= JWKS_COOLDOWN_SECONDS):
+            async with self._lock:
+                # A fetch that ended while this request waited answers it too: a hung
+                # issuer costs the requests queued behind one fetch one bound, not one each.
+                if self._failed is not None and self._failed[0] > now:
+                    raise self._failed[1]
+                if self._fetched <= now:
+                    try:
+                        self._keys = await self._fetch()
+                    except IssuerUnavailable as err:
+                        self._failed = (time.monotonic(), err)
+                        raise
+                    self._fetched = time.monotonic()
+        key = self._keys.get(kid)
+        if key is None:
+            raise Unauthorized(f"the token's signing key is not in the JWKS: no key {kid!r}")
+        return key
+
+    async def _fetch(self) -> dict[str, jwt.PyJWK]:
+        import httpx  # here: a worker that serves no JWT issuer never needs it
+
+        try:
+            async with (
+                asyncio.timeout(JWKS_TIMEOUT_SECONDS),
+                httpx.AsyncClient(timeout=JWKS_TIMEOUT_SECONDS) as http,
+            ):
+                response = await http.get(self.url)
+        except (httpx.HTTPError, TimeoutError) as err:
+            raise IssuerUnavailable(
+                "the token's signing keys could not be fetched from its issuer: try again"
+            ) from err
+        unreadable = IssuerUnavailable(
+            "the token's signing keys could not be read from its issuer's answer: try again"
+        )
+        if response.status_code != 200:
+            raise unreadable
+        try:
+            found = jwt.PyJWKSet.from_dict(response.json()).keys
+        except (ValueError, jwt.PyJWKSetError) as err:
+            raise unreadable from err
+        keys = {
+            key.key_id: key
+            for key in found
+            if key.key_id and key.public_key_use in ("sig", None)  # as PyJWKClient keeps
+        }
+        if not keys:
+            raise unreadable
+        return keys
+
+
 @dataclass
 class Authenticator:
     """Maps an ``Authorization`` header to the caller's Scope (see the module docstring)."""
 
     settings: AuthSettings
-    _jwks: jwt.PyJWKClient | None = field(default=None, init=False, repr=False)
+    _jwks: IssuerKeys | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.settings.jwt is not None:
-            self._jwks = jwt.PyJWKClient(
-                self.settings.jwt.jwks_url, cache_jwk_set=True, timeout=JWKS_TIMEOUT_SECONDS
-            )
+            self._jwks = IssuerKeys(self.settings.jwt.jwks_url)
 
     async def scope_for(self, authorization: str | None) -> Scope:
         """The Scope of the request's ``Authorization`` header.
@@ -246,7 +327,8 @@ class Authenticator:
         return found
 
     async def _jwt_caller(self, token: str, settings: JwtSettings) -> Caller:
-        claims = await asyncio.to_thread(self._verified_claims, token, settings)
+        assert self._jwks is not None
+        claims = self._verified_claims(token, await self._jwks.key_for(token), settings)
         tenant = claims.get(settings.tenant_claim)
         principal = claims.get(settings.principal_claim)
         if not isinstance(tenant, str):
@@ -272,24 +354,11 @@ class Authenticator:
             ]
             raise Unauthorized("; ".join(problems) or str(err)) from err
 
-    def _verified_claims(self, token: str, settings: JwtSettings) -> dict[str, Any]:
-        """The token's claims once verified (blocking: the JWKS may be fetched)."""
-        assert self._jwks is not None
-        try:
-            signing_key = self._jwks.get_signing_key_from_jwt(token)
-        except jwt.PyJWKClientConnectionError as err:
-            raise IssuerUnavailable(
-                "the token's signing keys could not be fetched from its issuer: try again"
-            ) from err
-        except (ValueError, jwt.PyJWKSetError) as err:
-            # The JWKS endpoint answered something that is no key set (an error page).
-            raise IssuerUnavailable(
-                "the token's signing keys could not be read from its issuer's answer: try again"
-            ) from err
-        except jwt.PyJWKClientError as err:
-            raise Unauthorized(f"the token's signing key is not in the JWKS: {err}") from err
-        except jwt.InvalidTokenError as err:
-            raise Unauthorized(f"the token is malformed: {err}") from err
+    @staticmethod
+    def _verified_claims(
+        token: str, signing_key: jwt.PyJWK, settings: JwtSettings
+    ) -> dict[str, Any]:
+        """The token's claims once verified with ``signing_key``."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
