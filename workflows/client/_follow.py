@@ -157,7 +157,8 @@ class RecordFollower:
         """The highest seq the Run had written at the last records query; None before
         the first."""
         self.answered = 0
-        """Which query (counting ``queries``) gave ``last_seq``."""
+        """Which query (counting ``queries``) gave ``last_seq`` (its execution's; ``head``
+        asks the current one)."""
         self._watch: _HistoryWatch | None = None
         self.queries = 0
         """How many records queries this follower made (what it cost the Run's worker)."""
@@ -178,11 +179,11 @@ class RecordFollower:
                     watch.changed.clear()
                     # Closed before this query was made: the query sees its last records.
                     closed = watch.closed
-                    page = await self._page(run_id)
+                    page, asked = await self._page(run_id)
                     # The first (current) execution's answer is the whole chain's last
                     # seq; an earlier execution read for its records answers its own.
                     self.last_seq = max(self.last_seq or 0, page.last_seq)
-                    self.answered = self.queries
+                    self.answered = asked
                     if self.on_page is not None:
                         self.on_page()
                     if looking:
@@ -220,15 +221,27 @@ class RecordFollower:
             raise PsychError(f"Temporal described {self.workflow_id} without a run id")
         return run_id
 
-    async def _page(self, run_id: str) -> RecordsPage:
+    async def head(self) -> int:
+        """The Run's last seq now, asked of its current execution: ``last_seq`` may be an
+        earlier execution's own (one read for its records, or one that has just continued
+        as new), below records its successors wrote."""
+        page, _ = await self._page(None, RecordsQuery(after=self.after, limit=1))
+        return page.last_seq
+
+    async def _page(
+        self, run_id: str | None, query: RecordsQuery | None = None
+    ) -> tuple[RecordsPage, int]:
+        """The answer of execution ``run_id`` (None: the current one) to ``query`` (the
+        records after ``after``), and which of ``queries`` gave it."""
         handle = self.client.get_workflow_handle(self.workflow_id, run_id=run_id)
         while True:
             self.queries += 1
+            asked = self.queries
             try:
                 page: RecordsPage = await handle.query(
-                    QUERY_RECORDS, RecordsQuery(after=self.after), result_type=RecordsPage
+                    QUERY_RECORDS, query or RecordsQuery(after=self.after), result_type=RecordsPage
                 )
-                return page
+                return page, asked
             except WorkflowQueryFailedError as err:
                 # The Run refused to answer (its input was no valid input: it failed
                 # before it had records), or its query handler failed: say which Run, and

@@ -234,8 +234,15 @@ class _Shared:
             if unchecked and last_seq is not None:
                 if after <= last_seq:
                     unchecked = False
-                elif (self.done and self.error is None) or self.follower.answered > joined:
+                elif self.done and self.error is None:
                     raise UnknownPosition(self.workflow_id, after, last_seq)
+                elif self.follower.answered > joined:
+                    # That query may have been of an earlier execution (the follower reads
+                    # a continued Run's from the first): it answers its own last seq only.
+                    head = await self.follower.head()
+                    if after > head:
+                        raise UnknownPosition(self.workflow_id, after, head)
+                    unchecked = False
                 elif not refreshed:
                     refreshed = True
                     self.follower.refresh()
