@@ -75,7 +75,8 @@ class CatalogEntry(_Payload):
     local_seconds: float | None = None
     """Code tools registered quick and safe to repeat (``ToolDef.local_seconds``): the
     workflow runs their calls as local activities, each attempt given this many seconds.
-    None (every catalogue recorded before it existed): a normal activity."""
+    None (every catalogue recorded before it existed, and a tool a hook of the worker
+    covers): a normal activity."""
     server: str | None = None
     """MCP tools: the server's name in the Spec; A2A skills: the peer's."""
     tool: str | None = None

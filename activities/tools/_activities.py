@@ -194,7 +194,7 @@ class ToolActivities(StoredResults):
                     info=info,
                     policy=self._fixed(info),
                     heartbeat_timeout_seconds=self._lost_after(tool.idempotent),
-                    local_seconds=tool.local_seconds,
+                    local_seconds=None if self._hooked(tool.name) else tool.local_seconds,
                 )
             )
         for http_tool in input.http_tools:
@@ -256,6 +256,12 @@ class ToolActivities(StoredResults):
                 canonical_json([definition.model_dump(mode="json") for definition in definitions])
             )
         return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
+
+    def _hooked(self, tool: str) -> bool:
+        """Whether a hook covers ``tool``: its calls then run as normal activities, since
+        a local call's ``local_seconds`` bounds the whole activity, hooks included (a
+        command hook may take 10 s, a tool 0.5 s), and its hooks would run again with it."""
+        return any(self.hooks.for_tool(stage, tool) for stage in ("pre", "post", "on_error"))
 
     def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
         return fixed_decision(self.policy, info)
