@@ -427,6 +427,19 @@ async def test_slow_sync_tool_heartbeats_while_it_runs(
     assert len(beats) >= 4
 
 
+async def test_a_local_call_sends_no_heartbeat(
+    tools: ToolActivities, env: ActivityEnvironment
+) -> None:
+    # A local activity has no heartbeat at the server: each one the SDK is handed is
+    # refused and logged ("Activity heartbeat failed ... UnknownActivity") every beat.
+    env.info = dataclasses.replace(ActivityEnvironment.default_info(), is_local=True)
+    beats: list[float] = []
+    env.on_heartbeat = lambda *details: beats.append(time.monotonic())
+    outcome = await env.run(tools.code, code_call("slow_sync", seconds=0.3))
+    assert outcome.content == "done"
+    assert beats == []
+
+
 async def test_cancelling_an_async_tool_cancels_it_and_propagates(
     tools: ToolActivities,
     env: ActivityEnvironment,
