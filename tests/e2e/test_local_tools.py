@@ -75,3 +75,42 @@ async def test_a_local_call_longer_than_a_heartbeat_interval_completes_in_one_at
     # and the second model call), turn 2 (the answer).
     completed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
     assert len(completed) == 3
+
+
+async def count_slowly(sku: str) -> str:
+    """Count an item's stock (slower than the local_seconds it is registered with).
+
+    Args:
+        sku: The item.
+    """
+    await asyncio.sleep(5)
+    return f"{sku}: 12"
+
+
+async def test_a_local_call_past_its_local_seconds_tells_the_model_which_bound(
+    harness: Harness,
+) -> None:
+    harness.registry.register(count_slowly, idempotent=True, read_only=True, local_seconds=0.25)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("count_slowly", {"sku": "bolt"})), Reply.text("No count.")
+    )
+    spec = (
+        AgentBuilder("counter-slow-local", registry=harness.registry)
+        .model("fake-model")
+        .tool("count_slowly")
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Count bolts.", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    [call] = report.tool_calls
+    assert call.status == "error"
+    # Not the SDK's bare "Activity timed out": the bound, and where it is set.
+    assert call.result == (
+        "the tool call failed: count_slowly did not finish within the 0.25 s its "
+        "registration gives each attempt (local_seconds), in 3 attempts"
+    )
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", call.result)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -309,6 +310,19 @@ def runs_local(entry: CatalogEntry) -> bool:
         and entry.safe_to_repeat
         and task_queue_for(TOOL_RUN_CODE) is None
     )
+
+
+def failure_text(entry: CatalogEntry, cause: BaseException | None, said: str) -> str:
+    """What the model reads of a tool call whose activity failed (``said``: the failure's
+    own words). A local call cut at its ``local_seconds`` names that bound, where the SDK
+    says only "Activity timed out"."""
+    if isinstance(cause, TemporalTimeoutError) and entry.local_seconds and runs_local(entry):
+        return (
+            f"the tool call failed: {entry.name} did not finish within the "
+            f"{entry.local_seconds:g} s its registration gives each attempt (local_seconds), "
+            f"in {SAFE_TOOL_RETRY.maximum_attempts} attempts"
+        )
+    return f"the tool call failed: {said}"
 
 
 async def resolve_catalog(input: CatalogInput) -> ToolCatalog:

@@ -375,7 +375,7 @@ class ToolCalls(FeatureView):
                 return result
             if not entry.safe_to_repeat and isinstance(cause, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
-            return inline(call, "error", f"the tool call failed: {cause_text(err)}")
+            return inline(call, "error", calls.failure_text(entry, cause, cause_text(err)))
         return from_outcome(call, outcome)
 
     def _offered_builtins(self) -> tuple[ToolDefinition, ...]:
