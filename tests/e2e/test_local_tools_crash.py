@@ -7,7 +7,8 @@ activity). Each tool appends a line to its own tally file per run, then holds. O
 have run once, the process is SIGKILLed and a worker in the test process takes over: the
 local call is run again once (the workflow task that ran it never completed, so nothing of
 it is in history) and its Run completes; the write tool is never run again and settles
-UNKNOWN.
+UNKNOWN. A third Run calls both in one turn (the write first): the write runs exactly
+once, however the kill falls between its call and the local one.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class Settled:
 class Crash:
     local: Settled
     write: Settled
+    mixed: Settled
+    mixed_writes: int
+    """How many times the mixed Run's write tool ran."""
 
 
 def _tally_lines(path: Path) -> int:
@@ -61,6 +65,7 @@ def _tally_lines(path: Path) -> int:
 async def crash(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Crash:
     home = tmp_path_factory.mktemp("local-crash")
     stock, parcels = home / "stock.tally", home / "parcels.tally"
+    mixed_stock, mixed_parcels = home / "mixed-stock.tally", home / "mixed-parcels.tally"
     task_queue = f"local-crash-{uuid.uuid4().hex[:12]}"
     scope = Scope(tenant="acme")
     counter = (
@@ -75,7 +80,14 @@ async def crash(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
         .tool("ship_parcel")
         .build()
     )
-    async with FakeModel(models=("fake-model", "fake-other")) as fake:
+    both = (
+        AgentBuilder("stock-and-ship-local", registry=REGISTRY)
+        .model("fake-mixed")
+        .tool("ship_parcel")
+        .tool("count_stock")
+        .build()
+    )
+    async with FakeModel(models=("fake-model", "fake-other", "fake-mixed")) as fake:
         fake.enqueue(
             Reply.tool_calls(ToolCall("count_stock", {"tally": str(stock), "hold": HOLD})),
             Reply.text("12 in stock."),
@@ -86,27 +98,42 @@ async def crash(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
             Reply.text("I could not confirm the shipment."),
             model="fake-other",
         )
+        fake.enqueue(
+            Reply.tool_calls(
+                ToolCall("ship_parcel", {"tally": str(mixed_parcels), "hold": 0.1}),
+                ToolCall("count_stock", {"tally": str(mixed_stock), "hold": HOLD}),
+            ),
+            Reply.text("Shipped; 12 in stock."),
+            model="fake-mixed",
+        )
         async with doomed_worker(dev_env.client, task_queue, home, fake.base_url) as doomed:
             client = doomed.psych
             local_run = await client.dispatch(counter, "How much stock?", scope=scope)
             write_run = await client.dispatch(shipper, "Ship it.", scope=scope)
-            await doomed.kill_when(lambda: _tally_lines(stock) == 1 and _tally_lines(parcels) == 1)
+            mixed_run = await client.dispatch(both, "Ship and count.", scope=scope)
+            await doomed.kill_when(
+                lambda: all(_tally_lines(path) == 1 for path in (stock, parcels, mixed_stock))
+            )
             async with doomed.survivor():
                 results = await asyncio.wait_for(
                     asyncio.gather(
                         client.result(local_run, scope=scope),
                         client.result(write_run, scope=scope),
+                        client.result(mixed_run, scope=scope),
                     ),
                     timeout=90,
                 )
-                reports = [await client.report(run, scope=scope) for run in (local_run, write_run)]
+                runs = (local_run, write_run, mixed_run)
+                reports = [await client.report(run, scope=scope) for run in runs]
         histories = [
             list((await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()).events)
-            for run in (local_run, write_run)
+            for run in runs
         ]
     return Crash(
         local=Settled(results[0], reports[0], histories[0], _tally_lines(stock)),
         write=Settled(results[1], reports[1], histories[1], _tally_lines(parcels)),
+        mixed=Settled(results[2], reports[2], histories[2], _tally_lines(mixed_stock)),
+        mixed_writes=_tally_lines(mixed_parcels),
     )
 
 
@@ -153,3 +180,19 @@ async def test_the_write_tool_is_never_run_again(crash: Crash) -> None:
     assert (call.tool, call.status, call.result) == ("ship_parcel", "unknown", UNKNOWN_OUTCOME)
     assert _scheduled(write.events).count(TOOL_RUN_CODE) == 1
     assert TOOL_RUN_CODE not in _local_activities(write.events)
+
+
+async def test_a_write_beside_a_local_call_in_one_turn_runs_exactly_once(crash: Crash) -> None:
+    mixed = crash.mixed
+    assert mixed.result.status is RunStatus.COMPLETED, mixed.result.reason
+    # Killed while the local call ran: the write had not gone out (a local call holds the
+    # workflow task, and its commands with it), so it ran once, on the survivor; had it
+    # gone out, it would have been settled UNKNOWN, never run again.
+    assert crash.mixed_writes == 1
+    ship, count = mixed.report.tool_calls
+    assert (ship.tool, count.tool) == ("ship_parcel", "count_stock")
+    assert ship.status in ("ok", "unknown"), ship
+    assert (count.status, count.result) == ("ok", "12 in stock")
+    assert mixed.runs == 2
+    assert _scheduled(mixed.events).count(TOOL_RUN_CODE) == 1
+    assert _local_activities(mixed.events).count(TOOL_RUN_CODE) == 1
