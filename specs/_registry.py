@@ -99,7 +99,8 @@ class ToolDef:
         destructive: MCP-style annotation for policies; None = unannotated.
         local_seconds: set for a quick tool safe to repeat: its calls run as local
             activities, where the Run's workflow task runs, each attempt given this many
-            seconds (``LOCAL_SECONDS_MAX`` at most); None = a normal activity.
+            seconds (``LOCAL_SECONDS_MIN`` to ``LOCAL_SECONDS_MAX``); None = a normal
+            activity.
     """
 
     name: str
@@ -157,18 +158,21 @@ class ToolDef:
         return result
 
 
+LOCAL_SECONDS_MIN = 0.001
+"""The least ``local_seconds`` a tool may ask: less is no bound (a timeout under half a
+microsecond is 0, which Temporal reads as unset)."""
 LOCAL_SECONDS_MAX = 10.0
 """The most ``local_seconds`` a tool may ask: a local activity holds its Run's workflow task
 (the SDK heartbeats it), and a call that long gains nothing from skipping a task of its own."""
 
 
 def _local_seconds(name: str, local_seconds: float | None, idempotent: bool) -> float | None:
-    """``local_seconds`` checked: a positive number of seconds, and only for a tool safe to
+    """``local_seconds`` checked: a number of seconds in bounds, and only for a tool safe to
     repeat (a worker that dies mid-call runs a local call again).
 
     Raises:
-        RegistryError: it is not a number in (0, ``LOCAL_SECONDS_MAX``], or the tool is not
-            registered ``idempotent=True``.
+        RegistryError: it is not a number in [``LOCAL_SECONDS_MIN``, ``LOCAL_SECONDS_MAX``],
+            or the tool is not registered ``idempotent=True``.
     """
     if local_seconds is None:
         return None
@@ -176,9 +180,9 @@ def _local_seconds(name: str, local_seconds: float | None, idempotent: bool) -> 
         raise RegistryError(
             f"tool {name!r}: local_seconds must be a number of seconds, not {local_seconds!r}"
         )
-    if not 0 < local_seconds <= LOCAL_SECONDS_MAX:
+    if not LOCAL_SECONDS_MIN <= local_seconds <= LOCAL_SECONDS_MAX:
         raise RegistryError(
-            f"tool {name!r}: local_seconds must be more than 0 and at most "
+            f"tool {name!r}: local_seconds must be at least {LOCAL_SECONDS_MIN:g} and at most "
             f"{LOCAL_SECONDS_MAX:g}, not {local_seconds!r}"
         )
     if not idempotent:

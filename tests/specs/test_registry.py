@@ -405,7 +405,11 @@ def test_local_seconds_needs_a_tool_safe_to_repeat() -> None:
     assert "refund" not in reg
 
 
-@pytest.mark.parametrize("seconds", [0, -1.0, 10.5, float("nan"), float("inf"), True, "2"])
+# 1e-7 s is no bound at all: a timedelta of it is 0, which the workflow would read as
+# "unset" and give the call a normal tool's 10 minutes.
+@pytest.mark.parametrize(
+    "seconds", [0, 1e-7, 0.0009, -1.0, 10.5, float("nan"), float("inf"), True, "2"]
+)
 def test_local_seconds_out_of_range_or_not_a_number_is_refused(seconds: Any) -> None:
     reg = ToolRegistry()
     with pytest.raises(RegistryError, match="'lookup_order': local_seconds must be"):
