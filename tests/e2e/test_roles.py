@@ -93,9 +93,15 @@ async def test_a_run_completes_with_a_process_per_role(
     still gets the role queues: the fleet decides (issue 26, item 2), and the Run records it
     as the ``psych-roles-apart`` marker at its start."""
     task_queue = f"roles-{uuid.uuid4().hex[:12]}"
+    tally = tmp_path / "stock.tally"
     async with FakeModel(models=("fake-model",)) as fake:
+        # count_stock is registered quick and safe to repeat (local_seconds): with roles
+        # apart it still runs on the tools role, never where the workflow task runs.
         fake.enqueue(
-            Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})),
+            Reply.tool_calls(
+                ToolCall("lookup_order", {"order_id": "42"}),
+                ToolCall("count_stock", {"tally": str(tally), "hold": 0}),
+            ),
             Reply.text("Order 42 was delivered."),
         )
         async with role_processes(
@@ -108,7 +114,8 @@ async def test_a_run_completes_with_a_process_per_role(
             ("tools",),
         ):
             psych = psych_client(dev_env.client, task_queue, tmp_path, roles_apart=told)
-            run = await psych.dispatch(order_agent().build(), "Where is 42?", scope=SCOPE)
+            spec = order_agent().tool("count_stock").build()
+            run = await psych.dispatch(spec, "Where is 42?", scope=SCOPE)
             result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=60)
     assert result.status is RunStatus.COMPLETED
     assert result.answer == "Order 42 was delivered."
@@ -117,6 +124,19 @@ async def test_a_run_completes_with_a_process_per_role(
     assert queues[TOOL_RUN_CODE] == {f"{task_queue}-tools"}
     assert queues[TOOL_CATALOG] == {f"{task_queue}-tools"}
     history = await dev_env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    tools_runs = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ].count(TOOL_RUN_CODE)
+    assert tools_runs == 2  # both calls, the local tool's too
+    assert len(tally.read_text().splitlines()) == 1
+    assert not [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
     patches = [
         json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
         for e in history.events
