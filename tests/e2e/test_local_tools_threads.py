@@ -21,10 +21,12 @@ from .conftest import Harness
 
 DEFAULT_EXECUTOR_THREADS = min(32, (os.cpu_count() or 1) + 4)
 """``ThreadPoolExecutor``'s default size, the loop's default executor's."""
-CALLS = 3 * DEFAULT_EXECUTOR_THREADS
-"""Three rounds of that executor: the third would end past the bound."""
+CALLS = min(4 * DEFAULT_EXECUTOR_THREADS, 96)
+"""Four rounds of that executor, the fourth ending past the bound (within the worker's 100
+local activity slots: a call waiting for a slot would wait outside its bound)."""
 TOOL_SECONDS = 0.5
-LOCAL_SECONDS = 1.2
+LOCAL_SECONDS = 1.6
+"""Room for one round of calls, with a second to spare."""
 
 _lock = threading.Lock()
 RAN: list[str] = []
