@@ -22,6 +22,9 @@ class ErrorType(StrEnum):
     not in it, a cut that would part a tool call from its result, an empty summary)."""
     DUPLICATE_TOOL_NAME = "DuplicateToolName"
     """A Run's catalogue names one tool twice."""
+    LOCAL_RESULT_TOO_LARGE = "LocalResultTooLarge"
+    """A local tool call's outcome is over its ``SlimCodeToolCall.local_bytes``: the
+    workflow runs the call again as an activity (it is safe to repeat)."""
     MCP_CONSENT_REQUIRED = "McpConsentRequired"
     """An MCP server needs a person's consent (``authorization_code``); details are an
     ``McpConsent``. The request never reached the server's tool: the Run suspends and

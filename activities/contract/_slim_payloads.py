@@ -210,6 +210,10 @@ class SlimCodeToolCall(_Compact):
     run_id: str | None = None
     """Sent (with ``scope.tenant``) only when the workflow id does not name them."""
     scope: WireScope = WireScope()
+    local_bytes: int | None = None
+    """A local call's share of its workflow task's completion, which carries the outcomes of
+    all the turn's local calls: an outcome larger as JSON fails ``LocalResultTooLarge`` and
+    the workflow runs the call as an activity. None: no bound (an activity's own call)."""
 
 
 class SlimHttpToolCall(_Compact):

@@ -119,6 +119,8 @@ class CodeToolCall(_Payload):
     arguments: dict[str, Any]
     large_result_bytes: int
     scope: Scope
+    local_bytes: int | None = None
+    """A local call's bound on its outcome (``SlimCodeToolCall.local_bytes``)."""
 
     @field_serializer("scope")
     def _scope(self, scope: Scope) -> dict[str, Any]:

@@ -291,12 +291,21 @@ class ToolActivities(StoredResults):
         derives. A call not safe to repeat may report through the client (``_deliver``).
 
         Raises:
-            ApplicationError: as ``code``.
+            ApplicationError: as ``code``; ``LocalResultTooLarge`` (non-retryable) for a
+                local call whose outcome is over its ``local_bytes``.
             asyncio.CancelledError: as ``code``.
         """
         call = full_code_call(input, activity.info().workflow_id)
         safe = self._code_tool(call.tool).idempotent
-        return self._deliver(await self.code(call), safe)
+        wire = self._deliver(await self.code(call), safe)
+        if input.local_bytes is not None and len(wire.model_dump_json()) > input.local_bytes:
+            raise ApplicationError(
+                f"the outcome of {call.tool} is over the {input.local_bytes} bytes a local "
+                "call may return: it runs as an activity",
+                type=ErrorType.LOCAL_RESULT_TOO_LARGE,
+                non_retryable=True,
+            )
+        return wire
 
     async def code(self, input: CodeToolCall) -> ToolOutcome:
         """Run one registered code tool; invalid arguments and its exceptions are data.

@@ -30,6 +30,7 @@ from psych_runtime.activities.contract import (
     ReadOutputInput,
     ToolDefinition,
     ToolOutcome,
+    slim_code_call,
 )
 from psych_runtime.activities.secrets import (
     EnvSecretResolver,
@@ -438,6 +439,20 @@ async def test_a_local_call_sends_no_heartbeat(
     outcome = await env.run(tools.code, code_call("slow_sync", seconds=0.3))
     assert outcome.content == "done"
     assert beats == []
+
+
+async def test_a_local_outcome_over_its_local_bytes_fails_so_it_runs_as_an_activity(
+    tools: ToolActivities, env: ActivityEnvironment
+) -> None:
+    call = code_call("lookup_order", order_id="42")
+    fits = slim_code_call(call.model_copy(update={"local_bytes": 10_000}), "elsewhere")
+    assert (await env.run(tools.run_code, fits)).status == "ok"
+    over = slim_code_call(call.model_copy(update={"local_bytes": 20}), "elsewhere")
+    with pytest.raises(ApplicationError) as caught:
+        await env.run(tools.run_code, over)
+    assert caught.value.type == ErrorType.LOCAL_RESULT_TOO_LARGE
+    assert caught.value.non_retryable
+    assert "lookup_order" in str(caught.value)
 
 
 async def test_cancelling_an_async_tool_cancels_it_and_propagates(

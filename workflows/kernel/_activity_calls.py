@@ -16,10 +16,9 @@ worker of role ``all`` or ``workflows`` registers every activity. The local
 ``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
 reach MCP servers too.
 
-A code tool registered quick and safe to repeat (its catalogue entry has
-``local_seconds``) runs as a local activity too, on a Run on one queue (``runs_local``):
-each attempt bounded by ``local_seconds``, retried as any tool safe to repeat.
-"""
+A code tool registered quick and safe to repeat (its catalogue entry has ``local_seconds``)
+runs as a local activity too, on a Run on one queue (``runs_local``): each attempt bounded
+by ``local_seconds``, retried as any tool safe to repeat, its outcome by ``local_bytes``."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -422,16 +422,23 @@ async def finish_external(input: ExternalResultInput, *, summary: str) -> ToolOu
     return await _execute(TOOL_FINISH_EXTERNAL, input, ToolOutcome, summary=summary)
 
 
+LOCAL_BATCH_BYTES = 2 * 1024 * 1024
+"""What one batch's local outcomes may hold in all: their markers share a workflow task
+completion, which gRPC caps at 4 MB (16 results of 300 KB failed a Run, GrpcMessageTooLarge).
+Each call gets an equal share (``local_bytes``); one over it runs again as an activity."""
+
+
 async def call_tool(
     input: HttpToolCall | CodeToolCall | McpToolCall | A2aToolCall,
     entry: CatalogEntry,
     *,
     summary: str,
+    batch: int = 1,
 ) -> ToolOutcome:
     """``psych.tool.send_http`` (bounded by the HTTP tool's own timeout too),
-    ``psych.tool.run_code`` (both slim; a local activity when ``runs_local``),
-    ``psych.tool.mcp`` or ``psych.tool.a2a``: one tool call, retried only when it is safe to
-    repeat."""
+    ``psych.tool.run_code`` (both slim; a local activity when ``runs_local``, with its share
+    of ``LOCAL_BATCH_BYTES`` among the ``batch`` calls), ``psych.tool.mcp`` or
+    ``psych.tool.a2a``: one tool call, retried only when it is safe to repeat."""
     retry, heartbeat = tool_retry(entry.safe_to_repeat), _heartbeat(entry)
     if isinstance(input, McpToolCall):
         return await _execute(
@@ -448,15 +455,20 @@ async def call_tool(
     else:
         slim, name, extra = slim_code_call(input, workflow_id), TOOL_RUN_CODE, timedelta(0)
         if entry.local_seconds is not None and runs_local(entry):
-            local = await _execute_local(
-                name,
-                slim,
-                SlimToolOutcome,
-                summary=None,
-                start_to_close=timedelta(seconds=entry.local_seconds),
-                retry=retry,
-            )
-            return full_outcome(local, input.call_id)
+            share = LOCAL_BATCH_BYTES // max(batch, 1)
+            try:
+                local = await _execute_local(
+                    name,
+                    slim.model_copy(update={"local_bytes": share}),
+                    SlimToolOutcome,
+                    summary=None,
+                    start_to_close=timedelta(seconds=entry.local_seconds),
+                    retry=retry,
+                )
+                return full_outcome(local, input.call_id)
+            except FailureError as err:
+                if not _too_large(err):
+                    raise
     # No summary: the activity type and its input name the tool.
     outcome = await _execute(
         name,
@@ -468,6 +480,13 @@ async def call_tool(
         heartbeat=heartbeat,
     )
     return full_outcome(outcome, input.call_id)
+
+
+def _too_large(err: FailureError) -> bool:
+    """Whether a local call failed ``LocalResultTooLarge`` (live its ``ActivityError``'s
+    cause, replayed the ``ApplicationError`` itself)."""
+    cause = err.__cause__ if isinstance(err, ActivityError) else err
+    return isinstance(cause, ApplicationError) and cause.type == ErrorType.LOCAL_RESULT_TOO_LARGE
 
 
 def _heartbeat(entry: CatalogEntry) -> timedelta | None:

@@ -7,9 +7,8 @@ died mid-call is UNKNOWN, never run twice), abort and deadline handling, and a t
 returns an external wait suspending the Run. A turn's calls run as one batch
 (``_tool_batch``), which records their results and updates the guards in call order.
 
-A code tool registered quick and safe to repeat runs as a local activity
-(``_activity_calls.runs_local``); while one runs, the calls that ended wait for it
-(``_local_hold``), so their commands replay in the order they ran.
+A code tool registered quick and safe to repeat runs as a local activity (``runs_local``);
+while one runs, the calls that ended wait for it (``_local_hold``): commands replay in order.
 """
 
 from __future__ import annotations
@@ -354,6 +353,7 @@ class ToolCalls(FeatureView):
                     ),
                     entry,
                     summary=summary,
+                    batch=len(self._batch[1]),  # the calls a local one shares its task with
                 )
         except FailureError as err:
             # A local activity's failure raises ActivityError live but its bare cause (a
