@@ -11,11 +11,13 @@ result is over its share of the task runs again as an activity instead.
 from __future__ import annotations
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.worker import Replayer
 
 from psych_runtime.activities.contract import TOOL_RUN_CODE
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunStatus
+from psych_runtime.workers import PsychPlugin
+from psych_runtime.workflows import AgentRun, RunStatus, WorkflowRun
 
 from .conftest import Harness
 
@@ -65,3 +67,7 @@ async def test_local_results_past_a_task_s_room_complete_as_any_results(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
     assert scheduled.count(TOOL_RUN_CODE) == CALLS
+    # And the failed local calls, each followed by its activity, replay.
+    replayer = Replayer(workflows=[AgentRun, WorkflowRun], plugins=[PsychPlugin()])
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
