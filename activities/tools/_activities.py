@@ -28,7 +28,7 @@ from collections import Counter
 import httpx
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities.blobs import BlobStore, canonical_json
 from psych_runtime.activities.contract import (
@@ -304,6 +304,7 @@ class ToolActivities(StoredResults):
                 "call may return: it runs as an activity",
                 type=ErrorType.LOCAL_RESULT_TOO_LARGE,
                 non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,  # an expected turn, not a failure
             )
         return wire
 
