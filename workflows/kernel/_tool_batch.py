@@ -51,6 +51,9 @@ class ToolBatches(ToolCalls):
         self._queued: set[str] = set()
         """Ids of the calls waiting for the identical calls before them in their turn."""
 
+    def _batch_size(self) -> int:
+        return len(self._batch[1])
+
     async def _run_tools(
         self, turn: int, batch: tuple[ToolCallRequest, ...], offered: dict[str, CatalogEntry]
     ) -> tuple[list[ToolResult], list[ChatMessage | str]]:

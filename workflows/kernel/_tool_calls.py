@@ -76,6 +76,10 @@ ABORTED_CALL = "The call was cancelled: the Run was aborted."
 class ToolCalls(FeatureView):
     """The tool-call pipeline of a Run kind that calls tools (both kinds do)."""
 
+    def _batch_size(self) -> int:
+        """How many calls the running batch holds (``ToolBatches`` knows; 1 outside one)."""
+        return 1
+
     def __init__(self, input: RunInput | str) -> None:
         super().__init__(input)
         self._spec: AgentSpec | WorkflowSpec
@@ -353,7 +357,7 @@ class ToolCalls(FeatureView):
                     ),
                     entry,
                     summary=summary,
-                    batch=len(self._batch[1]),  # the calls a local one shares its task with
+                    batch=self._batch_size(),  # the calls a local one shares its task with
                 )
         except FailureError as err:
             # A local activity's failure raises ActivityError live but its bare cause (a
