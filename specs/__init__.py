@@ -22,6 +22,7 @@ from psych_runtime.specs._documents import (
 from psych_runtime.specs._errors import (
     AccessDenied,
     NotFound,
+    NotPermitted,
     PsychError,
     Refused,
     RegistryError,
@@ -57,6 +58,15 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._nested import nested_specs
+from psych_runtime.specs._permits import (
+    AllPermits,
+    PermitKind,
+    Permits,
+    PermitSource,
+    StaticPermits,
+    TenantPermits,
+    permit_problems,
+)
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import (
@@ -177,6 +187,7 @@ __all__ = [
     "AgentBuilder",
     "AgentSpec",
     "AgentStep",
+    "AllPermits",
     "AnyComponent",
     "BUILTIN_TOOL_NAMES",
     "COMPONENT_KINDS",
@@ -214,6 +225,10 @@ __all__ = [
     "ModelRef",
     "NAME_PATTERN",
     "NotFound",
+    "NotPermitted",
+    "PermitKind",
+    "PermitSource",
+    "Permits",
     "Problem",
     "PsychError",
     "Refused",
@@ -226,12 +241,14 @@ __all__ = [
     "SpawnEnvelope",
     "Spec",
     "SpecError",
+    "StaticPermits",
     "StoreDamaged",
     "SubagentRef",
     "SuspensionPolicy",
     "TASKS_SCHEMA",
     "Task",
     "TaskItem",
+    "TenantPermits",
     "Timeline",
     "TimelineEvent",
     "ToolDef",
@@ -265,6 +282,7 @@ __all__ = [
     "parse_component",
     "parse_spec",
     "parse_tasks",
+    "permit_problems",
     "sanitise_tool_name",
     "spec_from_json",
     "spec_from_yaml",

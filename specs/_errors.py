@@ -9,6 +9,7 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── RegistryError             a tool cannot be registered, or is not registered
     ├── NotFound                  a Version, Run or blob does not exist
     ├── AccessDenied              a Scope asked for another tenant's Run
+    ├── NotPermitted              a Spec uses what its tenant is not permitted (names each)
     ├── Refused                   a Run refused a resume, abort or steer (names why)
     └── RunFailed                 a Run ended in failure; carries its terminal reason
 
@@ -69,6 +70,22 @@ class NotFound(PsychError, LookupError):
 
 class AccessDenied(PsychError, PermissionError):
     """A caller's Scope does not own the Run it asked for."""
+
+
+class NotPermitted(PsychError, PermissionError):
+    """A Run was not started: its Spec uses what the tenant is not permitted
+    (``TenantPermits``); the message names each tool, server or peer and the tenant.
+
+    Attributes:
+        tenant: the tenant the Run was for.
+        problems: each thing not permitted, with its path in the Spec.
+    """
+
+    def __init__(self, tenant: str, problems: Sequence[Problem]) -> None:
+        self.tenant = tenant
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"tenant {tenant!r} is not permitted what the Spec uses:\n{lines}")
 
 
 class Refused(PsychError):

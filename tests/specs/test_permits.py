@@ -1,0 +1,91 @@
+"""What a tenant is permitted: ``StaticPermits``, ``AllPermits`` and ``permit_problems``."""
+
+from __future__ import annotations
+
+import pytest
+
+from psych_runtime.specs import (
+    AgentBuilder,
+    AllPermits,
+    Permits,
+    PermitSource,
+    SpecError,
+    StaticPermits,
+    narrow,
+    permit_problems,
+)
+
+MCP = "https://mcp.example.test/mcp"
+PEER = "https://peer.example.test"
+
+
+async def test_a_listed_tenant_gets_its_entry_another_the_default_and_none_without() -> None:
+    permits = StaticPermits(
+        tenants={"acme": Permits(code_tools=("lookup_*",), mcp_servers={MCP: ("get*",)})},
+        default=Permits(mcp_servers={}),
+    )
+    assert await permits.permitted("acme", PermitSource("code")) == ("lookup_*",)
+    assert await permits.permitted("acme", PermitSource("http")) is None
+    assert await permits.permitted("acme", PermitSource("mcp", MCP, "any name")) == ("get*",)
+    # Another spelling of the URL is another server: listed nowhere, permitted nothing.
+    assert await permits.permitted("acme", PermitSource("mcp", MCP + "/")) == ()
+    assert await permits.permitted("globex", PermitSource("mcp", MCP)) == ()
+    assert await permits.permitted("globex", PermitSource("code")) is None
+    assert await StaticPermits().permitted("acme", PermitSource("a2a", PEER)) is None
+
+
+def test_a_pattern_no_name_can_match_is_refused_naming_its_field() -> None:
+    with pytest.raises(SpecError) as refused:
+        Permits(code_tools=("",), a2a_peers={PEER: ("a*b",)})
+    message = str(refused.value)
+    assert "code_tools: an empty entry grants nothing" in message
+    assert f"a2a_peers[{PEER!r}]: 'a*b': '*' may only end an entry" in message
+
+
+async def test_all_permits_permits_what_each_port_permits() -> None:
+    first = StaticPermits({"acme": Permits(code_tools=("get_*", "send_mail", "ab*"))})
+    second = StaticPermits({"acme": Permits(code_tools=("get_order*", "send_*", "x*"))})
+    both = AllPermits((first, second))
+    patterns = await both.permitted("acme", PermitSource("code"))
+    assert patterns == ("get_order*", "send_mail")
+    names = ["get_order", "get_orders", "get_user", "send_mail", "send_sms", "abc", "x"]
+    assert narrow(names, permitted=patterns) == ("get_order", "get_orders", "send_mail")
+    # A port with no restriction leaves the other's; none at all, no restriction.
+    assert await AllPermits((first, StaticPermits())).permitted("acme", PermitSource("code")) == (
+        "get_*",
+        "send_mail",
+        "ab*",
+    )
+    assert await AllPermits((StaticPermits(),)).permitted("acme", PermitSource("code")) is None
+
+
+async def test_problems_name_every_unpermitted_use_at_any_depth() -> None:
+    helper = (
+        AgentBuilder("helper")
+        .model("m")
+        .http_tool("ping", description="Ping.", url="https://api.example.test/ping", method="GET")
+        .a2a_peer("billing", PEER, allow=("refund",))
+    )
+    spec = (
+        AgentBuilder("root")
+        .model("m")
+        .mcp_server("crm", MCP, allow=("get_user", "delete_*", "g*"))
+        .subagent("helper", "Helps with pings and billing questions.", helper)
+        .build()
+    )
+    permits = StaticPermits(
+        {
+            "acme": Permits(
+                http_tools=(), mcp_servers={MCP: ("get_*",)}, a2a_peers={PEER: ("status",)}
+            )
+        }
+    )
+    problems = [str(problem) for problem in await permit_problems(spec, "acme", permits)]
+    assert problems == [
+        "mcp_servers[crm].allow: 'delete_*' grants only what tenant 'acme' is not permitted "
+        "of MCP server 'crm' (permitted: get_*)",
+        "subagents[helper].spec.a2a_peers[billing].allow: 'refund' grants only what tenant "
+        "'acme' is not permitted of A2A peer 'billing' (permitted: status)",
+        "subagents[helper].spec.tools[ping]: http tool 'ping' is not permitted to tenant 'acme'",
+    ]
+    assert await permit_problems(spec, "globex", permits) == []
