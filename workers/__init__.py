@@ -31,12 +31,15 @@ if TYPE_CHECKING:
         uninstall_telemetry,
     )
     from psych_runtime.workers._worker import (
-        WorkerSettings,
         activities_for,
         build_worker,
-        egress_for,
         run_worker,
         run_workers,
+    )
+    from psych_runtime.workers._worker_settings import (
+        WorkerSettings,
+        egress_for,
+        tenant_permits,
     )
     from psych_runtime.workers.codec import (
         EnvKeyProvider,
@@ -64,7 +67,7 @@ _HOMES = {
     "Telemetry": "psych_runtime.workers._telemetry",
     "TelemetryConfig": "psych_runtime.workers._telemetry",
     "UPDATE_PAYLOADS_ARGS": "psych_runtime.workers._devserver",
-    "WorkerSettings": "psych_runtime.workers._worker",
+    "WorkerSettings": "psych_runtime.workers._worker_settings",
     "activities_for": "psych_runtime.workers._worker",
     "allow_unmatched": "psych_runtime.workers._connections",
     "build_worker": "psych_runtime.workers._worker",
@@ -74,7 +77,7 @@ _HOMES = {
     "complete_authorization": "psych_runtime.workers._oauth_callback",
     "connect": "psych_runtime.workers._client",
     "current_telemetry": "psych_runtime.workers._telemetry",
-    "egress_for": "psych_runtime.workers._worker",
+    "egress_for": "psych_runtime.workers._worker_settings",
     "exit_process": "psych_runtime.workers._exit",
     "follow_run": "psych_runtime.workers.console",
     "format_record": "psych_runtime.workers.console",
@@ -89,6 +92,7 @@ _HOMES = {
     "telemetry_from_env": "psych_runtime.workers._telemetry",
     "telemetry_plugins": "psych_runtime.workers._telemetry",
     "temporal_binary": "psych_runtime.workers._devserver",
+    "tenant_permits": "psych_runtime.workers._worker_settings",
     "tune_gc_for_serving": "psych_runtime.workers._gc",
     "uninstall_telemetry": "psych_runtime.workers._telemetry",
     "worker_identity": "psych_runtime.workers.fleet",
@@ -146,6 +150,7 @@ __all__ = [
     "telemetry_from_env",
     "telemetry_plugins",
     "temporal_binary",
+    "tenant_permits",
     "tune_gc_for_serving",
     "uninstall_telemetry",
     "worker_identity",

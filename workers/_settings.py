@@ -1,8 +1,8 @@
 """Settings files: the tool-call hooks a worker loads from YAML, whom it trusts, and
-where it may connect (``egress``, ``workers/_egress_settings.py``), and how it talks to A2A
-peers (``a2a``, ``workers/_a2a_settings.py``); the ``serve`` section (who may call
-``psych serve``, ``workers/serve/_settings.py``) is checked with the rest, though only
-``psych serve`` reads it.
+where it may connect (``egress``, ``workers/_egress_settings.py``), how it talks to A2A
+peers (``a2a``, ``workers/_a2a_settings.py``) and what each tenant may use (``permits``,
+``workers/_permits_settings.py``); the ``serve`` section (who may call ``psych serve``,
+``workers/serve/_settings.py``) is checked with the rest, though only ``psych serve`` reads it.
 
 Two files, read when a worker is built (``worker_hooks``), never mutated, never cached:
 
@@ -40,10 +40,10 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.activities.egress import EgressSettings
@@ -57,16 +57,18 @@ from psych_runtime.activities.hooks import (
     HookStage,
     check_pattern,
 )
-from psych_runtime.specs import AccessDenied, SpecError, load_yaml
+from psych_runtime.specs import AccessDenied, SpecError, StaticPermits, load_yaml
 from psych_runtime.workers._a2a_settings import A2aSection, parse_a2a
 from psych_runtime.workers._egress_settings import merged, parse_egress
+from psych_runtime.workers._permits_settings import parse_permits
 from psych_runtime.workers._settings_file import default_global_settings
 
 PROJECT_SETTINGS = Path(".psych") / "settings.yaml"
 """The project settings file, relative to the worker's working directory."""
-_KEYS = frozenset({"a2a", "egress", "hooks", "serve", "trusted_modules"})
+_KEYS = frozenset({"a2a", "egress", "hooks", "permits", "serve", "trusted_modules"})
 _log = logging.getLogger(__name__)
 Scope = Literal["global", "project"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class SettingsFile:
         hooks: its hook declarations, in file order.
         egress: its ``egress`` section (``workers/_egress_settings.py``), if any.
         a2a: its ``a2a`` section (``workers/_a2a_settings.py``), if any.
+        permits: its ``permits`` section (``workers/_permits_settings.py``), if any.
     """
 
     path: Path
@@ -110,6 +113,7 @@ class SettingsFile:
     hooks: tuple[HookDeclaration, ...]
     egress: EgressSettings | None = None
     a2a: A2aSection | None = None
+    permits: StaticPermits | None = None
 
 
 @dataclass(frozen=True)
@@ -124,29 +128,30 @@ class LoadedSettings:
     files: tuple[SettingsFile, ...]
     skipped_project: Path | None = None
 
+    def _global(self, section: Callable[[SettingsFile], _T | None]) -> _T | None:
+        """The global file's ``section`` (None when it has none; only it may set one)."""
+        found = (section(file) for file in self.files if file.scope == "global")
+        return next((value for value in found if value is not None), None)
+
     @property
     def egress(self) -> EgressSettings | None:
         """The global file's ``egress`` section (None when it has none)."""
-        for file in self.files:
-            if file.scope == "global" and file.egress is not None:
-                return file.egress
-        return None
+        return self._global(lambda file: file.egress)
 
     @property
     def a2a(self) -> A2aSection | None:
         """The global file's ``a2a`` section (None when it has none)."""
-        for file in self.files:
-            if file.scope == "global" and file.a2a is not None:
-                return file.a2a
-        return None
+        return self._global(lambda file: file.a2a)
+
+    @property
+    def permits(self) -> StaticPermits | None:
+        """The global file's ``permits`` section (None when it has none)."""
+        return self._global(lambda file: file.permits)
 
     @property
     def trusted_modules(self) -> tuple[str, ...]:
         """The global file's allow-list (empty when it sets none)."""
-        for file in self.files:
-            if file.scope == "global" and file.trusted_modules is not None:
-                return file.trusted_modules
-        return ()
+        return self._global(lambda file: file.trusted_modules) or ()
 
 
 def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
@@ -186,6 +191,12 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
             problems.append(f"{source}: a2a: only the global settings file may set it")
         else:
             a2a = parse_a2a(data["a2a"], f"{source}: a2a", problems)
+    permits = None
+    if "permits" in data:
+        if scope == "project":
+            problems.append(f"{source}: permits: only the global settings file may set it")
+        else:
+            permits = parse_permits(data["permits"], f"{source}: permits", problems)
     if "trusted_modules" in data:
         value = data["trusted_modules"]
         if scope == "project":
@@ -234,6 +245,7 @@ def parse_settings(data: Any, *, source: str, scope: Scope) -> SettingsFile:
         hooks=tuple(declarations),
         egress=egress,
         a2a=a2a,
+        permits=permits,
     )
 
 

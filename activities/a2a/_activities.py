@@ -80,7 +80,7 @@ from psych_runtime.activities.tools import (
     store_outcome,
     unexpected,
 )
-from psych_runtime.specs import narrow
+from psych_runtime.specs import TenantPermits, narrow
 
 _T = TypeVar("_T")
 
@@ -99,6 +99,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         settings: A2aSettings | None = None,
         outage_seconds: float = 0.0,
         tokens: TokenStore | None = None,
+        permits: TenantPermits | None = None,
     ) -> None:
         """Create the activities.
 
@@ -118,6 +119,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             tokens: the fleet's TokenStore, where a call that asks a peer for push
                 notifications (``settings.push_url``) keeps the push's id and secret for
                 ``psych serve``'s push route; without one, peers are polled only.
+            permits: what each tenant may use (``TenantPermits``): a peer's skills are
+                narrowed by it before ``allow``, and a call outside it is refused (default
+                none: no restriction).
         """
         self.blobs = blobs
         self.secrets = secrets
@@ -125,6 +129,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         self.hooks = hooks if hooks is not None else Hooks()
         self.settings = settings if settings is not None else A2aSettings()
         self.tokens = tokens
+        self.permits = permits
         self._outage_seconds = outage_seconds
         self.peers = Peers(
             egress,
@@ -168,9 +173,13 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
     ) -> ToolOutcome:
         peer = input.peer
         # The security check before any hook: no on_error hook may turn it into a result.
+        permitted = await self.permitted(input.scope.tenant, peer)
         denied = (
             f"skill {input.skill!r} of peer {peer.name!r} is not granted"
             if peer.allow and not narrow([input.skill], allow=peer.allow)
+            else f"skill {input.skill!r} of peer {peer.name!r} is not permitted to tenant "
+            f"{input.scope.tenant!r}"
+            if not narrow([input.skill], permitted=permitted)
             else await plan.before()
         )
         if denied is not None:

@@ -1,5 +1,6 @@
 """A turn's A2A catalogue: each peer's Agent Card fetched (or read from the worker's cache
-for the Scope), its skills narrowed by ``allow`` through the one ``narrow``, named
+for the Scope), its skills narrowed by what the tenant is permitted (``TenantPermits``) and
+by ``allow`` through the one ``narrow``, named
 ``<peer>__<skill>`` like MCP tools, and stored with the Run's other definitions. The
 catalogue half of ``A2aActivities``."""
 
@@ -33,7 +34,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.mcp._names import name_tools
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import A2APeer, Scope, narrow
+from psych_runtime.specs import A2APeer, PermitSource, Scope, TenantPermits, narrow
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -91,6 +92,7 @@ class Cards(ActivityClass):
     secrets: SecretResolver | None
     policy: Policy
     settings: A2aSettings
+    permits: TenantPermits | None
     peers: Peers
     _outage_seconds: float
 
@@ -152,8 +154,8 @@ class Cards(ActivityClass):
     async def _skills(
         self, peer: A2APeer, scope: Scope
     ) -> tuple[list[AgentSkill], str, bool] | str:
-        """The peer's skills ``allow`` grants (sorted by id), its card's hash and whether
-        the cache answered; or why it is unavailable."""
+        """The peer's skills the tenant is permitted and ``allow`` grants (sorted by id),
+        its card's hash and whether the cache answered; or why it is unavailable."""
         try:
             connection = await connect(peer, scope, self.secrets)
             fetched, cached = await self.peers.card(
@@ -163,8 +165,17 @@ class Cards(ActivityClass):
         except PeerUnavailable as err:
             return str(err)
         by_id = {skill.id: skill for skill in fetched.card.skills}
-        granted = narrow(by_id, allow=peer.allow)
+        granted = narrow(
+            by_id, allow=peer.allow, permitted=await self.permitted(scope.tenant, peer)
+        )
         return [by_id[skill_id] for skill_id in granted], fetched.hash, cached
+
+    async def permitted(self, tenant: str, peer: A2APeer) -> tuple[str, ...] | None:
+        """What ``tenant`` is permitted of ``peer``'s skills (None: no restriction)."""
+        if self.permits is None:
+            return None
+        answer = await self.permits.permitted(tenant, PermitSource.of_peer(peer))
+        return None if answer is None else tuple(answer)
 
     def _entry(self, name: str, peer: A2APeer, skill: AgentSkill) -> CatalogEntry:
         info = ToolInfo(name=name, kind="a2a")

@@ -79,7 +79,7 @@ from psych_runtime.activities.tools import (
     store_outcome,
     unexpected,
 )
-from psych_runtime.specs import NotFound, matches
+from psych_runtime.specs import NotFound, TenantPermits, matches
 
 _log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -107,6 +107,7 @@ class McpActivities(Catalogues, ActivityClass):
         hooks: Hooks | None = None,
         egress: Egress | None = None,
         tokens: TokenStore | None = None,
+        permits: TenantPermits | None = None,
     ) -> None:
         """Create the activities.
 
@@ -127,12 +128,16 @@ class McpActivities(Catalogues, ActivityClass):
                 its tenant (default: one from the environment, ``EgressSettings.from_env``).
             tokens: where OAuth tokens are kept, shared by the fleet (``TokenStore``);
                 without one, a server behind OAuth is unavailable.
+            permits: what each tenant may use (``TenantPermits``): a server's tools are
+                narrowed by it before ``allow``, and a call outside it is refused (default
+                none: no restriction).
         """
         self.blobs = blobs
         self.hooks = hooks if hooks is not None else Hooks()
         self.secrets = secrets
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.settings = settings if settings is not None else McpSettings()
+        self.permits = permits
         self.oauth = None if tokens is None else OAuthClients(self.settings.oauth_issuers, tokens)
         self._outage_seconds = outage_seconds
         self.egress = egress if egress is not None else Egress()
@@ -306,12 +311,19 @@ class McpActivities(Catalogues, ActivityClass):
         self, input: McpToolCall, started: float, plan: Interception
     ) -> ToolOutcome:
         """The call between its pre hooks and its post or on_error hooks; a tool outside
-        the server's ``allow`` is refused before any hook (the security check comes first:
-        no on_error hook may turn it into a result)."""
+        the server's ``allow``, or outside what the tenant is permitted, is refused before
+        any hook (the security check comes first: no on_error hook may turn it into a
+        result)."""
         server = input.server
         denied = None
+        permitted = await self.permitted(input.scope.tenant, server)
         if server.allow and not matches(input.tool, server.allow):
             denied = f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
+        elif permitted is not None and not matches(input.tool, permitted):
+            denied = (
+                f"tool {input.tool!r} of MCP server {server.name!r} is not permitted to "
+                f"tenant {input.scope.tenant!r}"
+            )
         else:
             denied = await plan.before()
         if denied is not None:

@@ -1,6 +1,7 @@
 """A turn's MCP catalogue: each server's tools discovered (or read from the worker's cache),
-narrowed by ``allow``, named ``<server>__<tool>``, deferred past the preload budget, and
-stored with the Run's other definitions. The catalogue half of ``McpActivities``."""
+narrowed by what the Run's tenant is permitted (``TenantPermits``) and by ``allow``, named
+``<server>__<tool>``, deferred past the preload budget, and stored with the Run's other
+definitions. The catalogue half of ``McpActivities``."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import McpServer, Scope
+from psych_runtime.specs import McpServer, PermitSource, Scope, TenantPermits
 
 _log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ _log = logging.getLogger(__name__)
 class _Discovered:
     server: McpServer
     tools: tuple[McpTool, ...]
-    """Narrowed by ``allow``, sorted by the server's name for them."""
+    """Narrowed by the tenant's permits and ``allow``, sorted by the server's name for them."""
     cached: bool
     listing: tuple[McpTool, ...]
     """The whole listing as the worker's cache holds it (the same object until it changes)."""
@@ -63,18 +64,24 @@ class _Discovered:
 _BUILT_MAX = 256
 """Turn catalogues a worker keeps built (least recently used dropped first)."""
 
-_MemoKey = tuple[str, str | None, str | None, tuple[str, ...], tuple[str, ...]]
+Permitted = tuple[str, ...] | None
+"""What the tenant is permitted of one server (None: no restriction)."""
+_MemoKey = tuple[
+    str, str | None, str | None, tuple[str, ...], tuple[str, ...], tuple[Permitted, ...]
+]
 
 
-def _memo_key(input: McpCatalogInput) -> _MemoKey:
+def _memo_key(input: McpCatalogInput, permitted: tuple[Permitted, ...]) -> _MemoKey:
     """What a built catalogue depends on besides the listings: whose (the blobs it stored
-    are sealed per tenant), the base tools, the found names and the servers as declared."""
+    are sealed per tenant), the base tools, the found names, the servers as declared and
+    what the tenant is permitted of each (the port may answer differently over time)."""
     return (
         input.scope.tenant,
         input.scope.principal,
         input.base_tools_ref,
         input.loaded,
         tuple(server.model_dump_json() for server in input.servers),
+        permitted,
     )
 
 
@@ -115,6 +122,7 @@ class Catalogues:
     oauth: OAuthClients | None
     policy: Policy
     settings: McpSettings
+    permits: TenantPermits | None
     catalogs: CatalogCache
     sessions: McpSessions
     _outage_seconds: float
@@ -129,14 +137,22 @@ class Catalogues:
         definitions are the base ones plus the offered MCP ones, sorted by name. Also
         what the model-call activity calls for an agent's turn (``McpTurn``).
         """
+        permitted = tuple(
+            await asyncio.gather(
+                *(self.permitted(input.scope.tenant, server) for server in input.servers)
+            )
+        )
         outcomes = await asyncio.gather(
-            *(self._discover(server, input.scope) for server in input.servers)
+            *(
+                self._discover(server, input.scope, granted)
+                for server, granted in zip(input.servers, permitted, strict=True)
+            )
         )
         if not all(isinstance(found, _Discovered) for found in outcomes):
             return await self._build(input, outcomes)
         listings = tuple(found.listing for found in outcomes if isinstance(found, _Discovered))
         cached = tuple(found.cached for found in outcomes if isinstance(found, _Discovered))
-        key = _memo_key(input)
+        key = _memo_key(input, permitted)
         hit = self._built.get(key)
         # The same listing objects the cache handed out: nothing a turn offers has changed
         # since (a refresh or list_changed makes new ones), so the turn's catalogue is the
@@ -258,7 +274,16 @@ class Catalogues:
             return None
         return self._outage_seconds + OUTAGE_MARGIN
 
-    async def _discover(self, server: McpServer, scope: Scope) -> _Discovered | str:
+    async def permitted(self, tenant: str, server: McpServer) -> Permitted:
+        """What ``tenant`` is permitted of ``server``'s tools (None: no restriction)."""
+        if self.permits is None:
+            return None
+        answer = await self.permits.permitted(tenant, PermitSource.of_server(server))
+        return None if answer is None else tuple(answer)
+
+    async def _discover(
+        self, server: McpServer, scope: Scope, permitted: Permitted
+    ) -> _Discovered | str:
         """The server's narrowed tools, or why it is unavailable (redacted)."""
         redact = Redactor()
         connection: Connection | None = None
@@ -276,7 +301,7 @@ class Catalogues:
             _log.warning("MCP server %s is unavailable: %s", server.name, reason)
             return reason
         names = [tool.tool for tool in tools]
-        allowed = set(allowed_tools(names, server.allow))
+        allowed = set(allowed_tools(names, server.allow, permitted))
         narrowed = tuple(tool for tool in tools if tool.tool in allowed)
         unmatched = tuple(entry for entry in server.allow if not allowed_tools(names, (entry,)))
         if unmatched and not cached:

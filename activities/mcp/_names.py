@@ -108,10 +108,13 @@ def name_tools(tools: Iterable[tuple[str, str]], *, reserved: Iterable[str] = ()
     return ToolNaming(names=names, renamed=tuple(renamed))
 
 
-def allowed_tools(offered: Iterable[str], allow: Sequence[str]) -> tuple[str, ...]:
-    """The server's own tool names ``allow`` grants (empty ``allow``: all), sorted.
+def allowed_tools(
+    offered: Iterable[str], allow: Sequence[str], permitted: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The server's own tool names the tenant is ``permitted`` (None: all) and ``allow``
+    grants (empty ``allow``: all), sorted.
 
-    ``allow`` names the server's tools as the server calls them, not as the model sees
-    them, so narrowing happens before naming, through the one ``narrow``.
+    Both name the server's tools as the server calls them, not as the model sees them, so
+    narrowing happens before naming, through the one ``narrow``.
     """
-    return narrow(offered, allow=allow)
+    return narrow(offered, allow=allow, permitted=permitted)

@@ -75,9 +75,14 @@ from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_th
 from psych_runtime.activities.tools._store_result import StoredResults
 from psych_runtime.specs import (
     ExternalWait,
+    PermitKind,
+    PermitSource,
     RegistryError,
+    Scope,
+    TenantPermits,
     ToolDef,
     ToolRegistry,
+    matches,
     tool_call_scope,
 )
 
@@ -106,6 +111,7 @@ class ToolActivities(StoredResults):
         heartbeat_seconds: float = 1.0,
         outage_seconds: float = 0.0,
         hooks: Hooks | None = None,
+        permits: TenantPermits | None = None,
     ) -> None:
         """Create the activities.
 
@@ -131,6 +137,8 @@ class ToolActivities(StoredResults):
                 with ``outage_retry(outage_seconds)`` (psych's ``connect`` does).
             hooks: the pre, post and on_error hooks every call of these activities runs
                 through (``activities/hooks/_hooks.py``; default none).
+            permits: what each tenant may use (``TenantPermits``): a code or HTTP tool call
+                outside it is refused before any hook (default none: no restriction).
         """
         self.registry = registry
         self.hooks = hooks if hooks is not None else Hooks()
@@ -141,6 +149,7 @@ class ToolActivities(StoredResults):
         self._heartbeat_seconds = heartbeat_seconds
         self._outage_seconds = outage_seconds
         self.policy: Policy = policy if policy is not None else RulePolicy()
+        self.permits = permits
 
     async def aclose(self) -> None:
         """Close the egress port's clients if these activities made it."""
@@ -339,7 +348,7 @@ class ToolActivities(StoredResults):
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
     ) -> ToolOutcome:
-        denied = await plan.before()
+        denied = await self._unpermitted("code", tool.name, input.scope) or await plan.before()
         if denied is not None:
             return await self._outcome(input, "denied", denied, started, plan)
         if plan.rewritten:
@@ -403,7 +412,9 @@ class ToolActivities(StoredResults):
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
     ) -> ToolOutcome:
-        denied = await plan.before()
+        denied = (
+            await self._unpermitted("http", input.tool.name, input.scope) or await plan.before()
+        )
         if denied is not None:
             return await self._outcome(input, "denied", denied, started, plan)
         if plan.rewritten:
@@ -451,6 +462,18 @@ class ToolActivities(StoredResults):
         return await self._outcome(input, "ok", text, started, plan)
 
     # --- helpers ---------------------------------------------------------------------------
+
+    async def _unpermitted(self, kind: PermitKind, name: str, scope: Scope) -> str | None:
+        """Why ``scope``'s tenant may not call the ``kind`` tool ``name``, or None. Asked
+        before any hook, as MCP's and A2A's checks are: no hook may turn it into a result.
+        ``PsychClient.dispatch`` refuses such a Run before it starts; this holds for one
+        started otherwise (the ``temporal`` CLI, a client without the permits)."""
+        if self.permits is None:
+            return None
+        permitted = await self.permits.permitted(scope.tenant, PermitSource(kind))
+        if permitted is None or matches(name, permitted):
+            return None
+        return f"{kind} tool {name!r} is not permitted to tenant {scope.tenant!r}"
 
     def _code_tool(self, name: str) -> ToolDef:
         try:

@@ -18,7 +18,9 @@ from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
     ModelRef,
+    Permits,
     Scope,
+    StaticPermits,
     ToolRegistry,
     spec_to_data,
     spec_to_yaml,
@@ -371,3 +373,29 @@ async def test_a_stream_failing_on_the_servers_fault_ends_with_an_error_event(
     assert data["status"] == 500 and data["detail"] == run_routes.STREAM_FAILED
     assert "the event stream of psych-acme-r1 failed" in caplog.text
     assert "a Record this server cannot read" in caplog.text
+
+
+async def test_a_run_using_what_its_tenant_is_not_permitted_is_a_403_naming_it(
+    tmp_path: Path,
+) -> None:
+    registry = ToolRegistry()
+
+    @registry.register
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    spec = AgentBuilder("mailer", registry=registry).model("gpt-4o-mini").tool(send_mail).build()
+    permits = StaticPermits({"acme": Permits(code_tools=("lookup_*",))})
+    async with api(tmp_path, registry=registry, permits=permits) as http:
+        refused = await http.post(
+            "/v1/runs", json={"spec": spec_to_data(spec), "input": "hi"}, headers=bearer(ACME_KEY)
+        )
+    body = assert_problem(refused, 403)
+    assert body["type"] == "urn:psych:problem:not-permitted"
+    assert body["problems"] == [
+        {
+            "path": "tools[send_mail]",
+            "message": "code tool 'send_mail' is not permitted to tenant 'acme'",
+        }
+    ]

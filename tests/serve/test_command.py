@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from psych_runtime.activities.egress import EgressPolicy
-from psych_runtime.specs import PsychError, SpecError
+from psych_runtime.specs import PermitSource, PsychError, SpecError
 from psych_runtime.workers._settings import parse_settings
 from psych_runtime.workers.cli._main import main
 from psych_runtime.workers.cli._parser import build_parser
@@ -18,6 +18,7 @@ from psych_runtime.workers.cli._serve_command import (
     auth_from,
     egress_from,
     parse_listen,
+    permits_from,
 )
 from psych_runtime.workers.serve import ApiKey
 
@@ -107,3 +108,25 @@ def test_push_notifications_are_judged_by_the_egress_section_of_the_settings_fil
     settings.write_text("egress:\n  deny: ['10.0.0.0/33']\n")
     with pytest.raises(PsychError, match=r"10\.0\.0\.0/33.* is not a CIDR"):
         egress_from(args)
+
+
+async def test_serve_dispatches_within_the_permits_section_of_its_settings_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PSYCH_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))  # no default file
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("permits:\n  tenants:\n    acme: {code_tools: ['lookup_*']}\n")
+    args = build_parser().parse_args(["serve", "--settings", str(settings)])
+    permits = permits_from(args)
+    assert permits is not None
+    assert await permits.permitted("acme", PermitSource("code")) == ("lookup_*",)
+    assert await permits.permitted("globex", PermitSource("code")) is None
+    assert permits_from(build_parser().parse_args(["serve"])) is None
+    settings.write_text("permits:\n  tenants:\n    acme: {code_tools: lookup_*}\n")
+    with pytest.raises(PsychError) as refused:
+        permits_from(args)
+    assert str(refused.value) == (
+        f"{settings}: permits.tenants.acme.code_tools: a list of names and prefixes ending "
+        "in '*', not 'lookup_*'"
+    )

@@ -20,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
 from psych_runtime.specs import PsychError, Scope, SpecError, env_flag
 from psych_runtime.workers._client import connect
+from psych_runtime.workers._worker_settings import permits_with_file
 from psych_runtime.workers.cli._parser import DEFAULT_STORE, store_location
 from psych_runtime.workers.cli._run_facts import (
     QUERY_TIMEOUT,
@@ -152,6 +153,9 @@ async def _run(args: argparse.Namespace) -> int:
     if spec is None:
         return 1
     scope = scope_of(args)
+    # The global settings file a worker started without --settings reads (PSYCH_SETTINGS,
+    # else the default one): a Run its permits: section refuses is refused here, named.
+    permits = permits_with_file(None)
     temporal = await temporal_client(args)
     client = PsychClient(
         temporal,
@@ -159,6 +163,7 @@ async def _run(args: argparse.Namespace) -> int:
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=roles_apart,
+        permits=permits,
     )
     version = client.publish(spec)
     if not await has_worker(temporal, args.task_queue):

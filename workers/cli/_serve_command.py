@@ -21,11 +21,12 @@ import uvicorn
 from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import version_store_at
-from psych_runtime.specs import PsychError, load_yaml
+from psych_runtime.specs import PsychError, TenantPermits, load_yaml
 from psych_runtime.workers._settings import global_settings_path, worker_egress
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_tokens
+from psych_runtime.workers._worker_settings import permits_with_file
 from psych_runtime.workers.cli._parser import store_location
 from psych_runtime.workers.cli._parser_serving import DEFAULT_LISTEN
 from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
@@ -109,6 +110,19 @@ def egress_from(args: argparse.Namespace) -> EgressSettings:
         raise PsychError(str(err)) from err
 
 
+def permits_from(args: argparse.Namespace) -> TenantPermits | None:
+    """What each tenant may use (a Run whose Spec uses more is refused): the ``permits:``
+    section of the settings file ``serve`` reads, as the workers given that file apply it.
+
+    Raises:
+        PsychError: a problem of the settings file (named).
+    """
+    try:
+        return permits_with_file(None, args.settings)
+    except ValueError as err:  # SpecError is one: the file's problems, named
+        raise PsychError(str(err)) from err
+
+
 def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
     """The credentials accepted: the settings file's, with flags and env over them.
 
@@ -166,6 +180,7 @@ async def _serve(args: argparse.Namespace) -> int:
     section = _section(args)
     auth = auth_from(args, section)
     egress = egress_from(args)
+    permits = permits_from(args)
     registry = load_registry(args)
     temporal = await temporal_client(args)
     client = PsychClient(
@@ -174,6 +189,7 @@ async def _serve(args: argparse.Namespace) -> int:
         task_queue=args.task_queue,
         registry=registry,
         roles_apart=roles_apart,
+        permits=permits,
     )
     # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
     # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push

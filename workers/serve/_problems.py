@@ -5,7 +5,8 @@ The one place the API maps exceptions to statuses: psych's own errors (``NotFoun
 revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed``/
 ``SpecError`` 422 with every problem, ``StoreDamaged`` 500: a stored Version that no
 longer reads back), Temporal's
-(no worker answered: 503), request validation (422, each field named)
+(no worker answered: 503), request validation (422, each field named),
+``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
 503) and ``NotPublisher`` (403); anything else is a 500 ``internal`` problem that says
 nothing of it (the server logs it).
@@ -25,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.specs import (
     AccessDenied,
     NotFound,
+    NotPermitted,
     PsychError,
     Refused,
     SpecError,
@@ -97,6 +99,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(401, str(err), "unauthorized")
         case NotPublisher():
             return problem(403, str(err), "not-publisher")
+        case NotPermitted():
+            problems = [{"path": p.path, "message": p.message} for p in err.problems]
+            return problem(403, str(err), "not-permitted", problems=problems)
         case AccessDenied() | NotFound() if run_id is not None:
             return problem(404, no_run(run_id), "not-found")
         case NotFound():

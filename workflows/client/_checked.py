@@ -1,11 +1,21 @@
 """Which Versions a client has seen pass validation, so each is checked once, not at every
-dispatch (bench/ counts Runs started per second)."""
+dispatch (bench/ counts Runs started per second); and whether a Version's tenant is
+permitted what it uses, which is asked at every dispatch (permits may change, and they are
+the tenant's, not the Version's)."""
 
 from __future__ import annotations
 
 import threading
 
-from psych_runtime.specs import ValidationFailed, Version, context_free_problems
+from psych_runtime.specs import (
+    NotPermitted,
+    Scope,
+    TenantPermits,
+    ValidationFailed,
+    Version,
+    context_free_problems,
+    permit_problems,
+)
 
 MAX_CHECKED = 4096
 """How many hashes a client remembers, the oldest forgotten first (and checked again if it
@@ -46,3 +56,16 @@ class CheckedVersions:
             raise ValidationFailed(problems)
         self.passed(version.hash)
         return version
+
+
+async def check_permitted(permits: TenantPermits | None, version: Version, scope: Scope) -> None:
+    """Refuse ``version`` when its Spec uses what ``scope``'s tenant is not permitted.
+
+    Raises:
+        NotPermitted: naming each tool, server and peer, and the tenant.
+    """
+    if permits is None:
+        return
+    problems = await permit_problems(version.spec, scope.tenant, permits)
+    if problems:
+        raise NotPermitted(scope.tenant, problems)

@@ -40,6 +40,7 @@ from psych_runtime.specs import (
     RunFailed,
     Scope,
     SpecError,
+    TenantPermits,
     ToolRegistry,
     ValidationContext,
     ValidationFailed,
@@ -49,7 +50,7 @@ from psych_runtime.specs import (
     validate,
 )
 from psych_runtime.workflows.client._chain import chain_page
-from psych_runtime.workflows.client._checked import CheckedVersions
+from psych_runtime.workflows.client._checked import CheckedVersions, check_permitted
 from psych_runtime.workflows.client._client_actions import RunActions
 from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
@@ -105,6 +106,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
             (``psych worker --role ...``): the Runs it starts schedule each activity on its
             role's task queue. Leave False for workers of role ``all`` (the default): every
             activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
+        permits: what each tenant may use (``TenantPermits``); dispatch refuses a Spec using more.
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         registry: ToolRegistry | None = None,
         search_attributes: bool = True,
         roles_apart: bool = False,
+        permits: TenantPermits | None = None,
     ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
@@ -131,6 +134,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         self.registry = registry
         self.search_attributes = search_attributes
         self.roles_apart = roles_apart
+        self.permits = permits
         self.follows = FollowHub(client)
         """The shared followers of this client's streams (one per followed Run)."""
         self._checked = CheckedVersions()
@@ -199,23 +203,23 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         """Start a Run of ``spec`` (a Version, a Spec to publish, or a Version hash): an
         AgentRun for an agent, a WorkflowRun for a workflow.
 
-        With a ``thread`` (an earlier agent Run of the same tenant, by handle or workflow
-        id), the new Run continues its conversation: its model sees the earlier Run's last
-        messages, as many as the new Spec's ``limits.max_history_records`` (0: none), read
-        by reference from the conversation head the earlier Run has now.
+        With a ``thread`` (an earlier agent Run of the same tenant, by handle or workflow id),
+        the new Run continues its conversation: its model sees the earlier Run's last messages,
+        as many as the new Spec's ``limits.max_history_records`` (0: none), read by reference
+        from the conversation head the earlier Run has now.
 
         With an ``idempotency_key``, the same tenant and key always reach the same Run,
         whether it is still running or settled, as long as the input is the same (the same
         Version and messages): a key names one dispatch.
 
-        ``continue_after_events`` (``RunInput.continue_after_events``; None keeps its
-        default) is the history length at which the Run continues as new at its next turn
-        boundary (a workflow: before its next step).
+        ``continue_after_events`` (``RunInput.continue_after_events``; None keeps its default)
+        is the history length at which the Run continues as new at its next turn boundary (a
+        workflow: before its next step).
 
-        A Version (or hash) this client did not publish is checked first, once per hash:
-        one whose Spec fails a check of publishing that needs no worker
-        (``context_free_problems``: all but code tools' registration, models and MCP
-        reachability) is refused, as publishing it would have been.
+        A Version (or hash) this client did not publish is checked first, once per hash: one
+        whose Spec fails a check of publishing that needs no worker (``context_free_problems``:
+        all but code tools' registration, models and MCP reachability) is refused, as publishing
+        it would have been.
 
         Raises:
             ValidationFailed: ``spec`` fails validation (a Spec), or the checks that need
@@ -224,12 +228,14 @@ class PsychClient(RunActions, RunStreaming, RunListing):
                 messages (silently answering with that Run would drop this input); or
                 the ``thread`` Run has no conversation (a workflow, or no model call yet).
             AccessDenied: the ``thread`` Run belongs to another tenant.
+            NotPermitted: the Spec uses what the tenant is not permitted (``permits``).
             NotFound: no such ``thread`` Run.
             SpecError: a ``thread`` for a workflow Version (only agents converse); labels
                 past ``Scope.check_labels``'s bounds.
         """
         scope.check_labels()
         version = self._version(spec)
+        await check_permitted(self.permits, version, scope)
         messages = (input,) if isinstance(input, str) else tuple(input)
         continued = None if thread is None else await self._thread(thread, version, scope)
         if idempotency_key is not None:

@@ -1,0 +1,312 @@
+"""What each tenant may use (the ``permits:`` section of a worker's settings file) end to
+end: real Runs on the dev server, the real test MCP server, the scripted A2A peer, psych's
+own worker reading the file, and a client that dispatches with the same permits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder, NotPermitted, PermitSource, Scope, SpecError
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import WorkerSettings, run_worker, tenant_permits
+from psych_runtime.workflows import PsychClient, RunStatus
+from tests.a2a.peer import serve_peer
+from tests.mcp.fixture import McpTestServer
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+GLOBEX = Scope(tenant="globex", principal="tester")
+
+
+def offered(request: dict[str, Any]) -> list[str]:
+    """The tool names one model request offered (but ``read_tool_output``, always there)."""
+    names = (tool["function"]["name"] for tool in request.get("tools", []))
+    return sorted(name for name in names if name != "read_tool_output")
+
+
+def permitting(harness: Harness, permits: dict[str, Any]) -> WorkerSettings:
+    """The harness's worker settings with a global settings file holding ``permits``."""
+    path = harness.home / "settings.yaml"
+    path.write_text(json.dumps({"permits": permits}))  # JSON is YAML
+    return dataclasses.replace(harness.settings, settings_file=path)
+
+
+def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: delivered"
+
+
+def send_email(to: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+async def test_a_tenant_permitted_lookup_tools_is_offered_only_those_another_all(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    server = mcp_http_server
+    settings = permitting(
+        harness, {"tenants": {"acme": {"mcp_servers": {server.url: ["lookup*"]}}}}
+    )
+    spec = (
+        AgentBuilder("mcp-agent")
+        .model("fake-model")
+        .mcp_server("tools", server.url, transport="http")
+        .build()
+    )
+    harness.fake.enqueue(
+        # acme's model calls a tool it was not offered: refused, never sent to the server.
+        Reply.tool_calls(ToolCall("tools__charge", {"amount": 5})),
+        Reply.text("acme done"),
+        Reply.tool_calls(ToolCall("tools__echo", {"text": "hi"})),
+        Reply.text("globex done"),
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Charge 5", scope=harness.scope)
+        acme = await harness.client.result(run, scope=harness.scope)
+        acme_report = await harness.client.report(run, scope=harness.scope)
+        other = await harness.client.dispatch(spec, "Echo hi", scope=GLOBEX)
+        globex = await harness.client.result(other, scope=GLOBEX)
+        globex_report = await harness.client.report(other, scope=GLOBEX)
+    assert acme.status is RunStatus.COMPLETED, acme.reason
+    assert globex.status is RunStatus.COMPLETED, globex.reason
+    assert offered(harness.fake.requests[0]) == ["tools__lookup"]
+    [charge] = acme_report.tool_calls
+    assert charge.status == "error" and "unknown tool 'tools__charge'" in (charge.result or "")
+    assert server.calls("charge") == 0
+    # The same worker, the same server, another tenant: everything the server lists.
+    assert {"tools__charge", "tools__echo", "tools__lookup", "tools__wipe"} <= set(
+        offered(harness.fake.requests[2])
+    )
+    [echo] = globex_report.tool_calls
+    assert (echo.status, echo.result) == ("ok", "hi")
+
+
+async def test_a_peers_skills_are_narrowed_by_the_tenants_permits(harness: Harness) -> None:
+    async with serve_peer(("echo", "ask", "wipe")) as peer:
+        settings = permitting(harness, {"tenants": {"acme": {"a2a_peers": {peer.url: ["echo"]}}}})
+        spec = AgentBuilder("caller").model("fake-model").a2a_peer("helper", peer.url).build()
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__wipe", {"message": "everything"})),
+            Reply.text("acme done"),
+            Reply.text("globex done"),
+        )
+        async with run_worker(harness.env.client, settings):
+            run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+            acme = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+            other = await harness.client.dispatch(spec, "go", scope=GLOBEX)
+            globex = await harness.client.result(other, scope=GLOBEX)
+    assert acme.status is RunStatus.COMPLETED, acme.reason
+    assert globex.status is RunStatus.COMPLETED, globex.reason
+    assert offered(harness.fake.requests[0]) == ["helper__echo"]
+    [wipe] = report.tool_calls
+    assert wipe.status == "error" and "unknown tool" in (wipe.result or "")
+    assert peer.texts() == []
+    assert offered(harness.fake.requests[2]) == ["helper__ask", "helper__echo", "helper__wipe"]
+
+
+async def test_a_dispatch_using_an_unpermitted_code_tool_is_refused_naming_it(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    settings = permitting(
+        harness,
+        {
+            "tenants": {"acme": {"code_tools": ["lookup_*"], "mcp_servers": {}}},
+            "default": {"code_tools": []},
+        },
+    )
+    client = PsychClient(
+        harness.env.client,
+        store=harness.client.store,
+        task_queue=settings.task_queue,
+        registry=harness.registry,
+        permits=tenant_permits(settings),
+    )
+    emailer = (
+        AgentBuilder("emailer", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .tool(send_email)
+        .mcp_server("tools", mcp_http_server.url, transport="http")
+        .build()
+    )
+    with pytest.raises(NotPermitted) as refused:
+        await client.dispatch(emailer, "Email them", scope=harness.scope)
+    assert refused.value.tenant == "acme"
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"mcp_servers[tools]: MCP server 'tools' ({mcp_http_server.url}) is not permitted "
+        "to tenant 'acme'",
+        "tools[send_email]: code tool 'send_email' is not permitted to tenant 'acme'",
+    ]
+    # A tenant under no entry gets the default: no code tool at all.
+    looker = (
+        AgentBuilder("looker", registry=harness.registry).model("fake-model").tool(lookup_order)
+    ).build()
+    with pytest.raises(NotPermitted, match="code tool 'lookup_order' is not permitted to tenant "):
+        await client.dispatch(looker, "Look", scope=GLOBEX)
+    # What the tenant is permitted runs.
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "7"})), Reply.text("delivered")
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await client.dispatch(looker, "Look up 7", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+
+
+async def test_a_worker_refuses_unpermitted_code_and_http_tools_of_a_run_started_otherwise(
+    harness: Harness,
+) -> None:
+    # The harness's client knows no permits (as the temporal CLI would not): the worker's
+    # own check refuses the call, and the tool never runs.
+    ran: list[str] = []
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        ran.append(to)
+        return "sent"
+
+    settings = permitting(
+        harness, {"tenants": {"acme": {"code_tools": ["lookup_*"], "http_tools": []}}}
+    )
+    spec = (
+        AgentBuilder("mailer", registry=harness.registry)
+        .model("fake-model")
+        .tool(send_mail)
+        # Port 9 (discard) on loopback: refused before a request is made, so none is.
+        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
+    ).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("send_mail", {"to": "a@example.test"}, id="c1"), ToolCall("ping", {}, id="c2")
+        ),
+        Reply.text("no"),
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    mail, ping = report.tool_calls
+    assert (mail.status, mail.result) == (
+        "denied",
+        "code tool 'send_mail' is not permitted to tenant 'acme'",
+    )
+    assert (ping.status, ping.result) == (
+        "denied",
+        "http tool 'ping' is not permitted to tenant 'acme'",
+    )
+    assert ran == []
+
+
+async def test_a_bad_permits_section_stops_the_worker_at_start_naming_file_and_key(
+    harness: Harness, tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "permits:\n"
+        "  tenants:\n"
+        "    acme:\n"
+        "      code_tools: ['look*up']\n"
+        "      mcp: {}\n"
+        "  everyone: {}\n"
+    )
+    settings = dataclasses.replace(harness.settings, settings_file=path)
+    with pytest.raises(SpecError) as refused:
+        async with run_worker(harness.env.client, settings):
+            pytest.fail("the worker started")
+    lines = str(refused.value).splitlines()
+    assert lines == [
+        f"{path}: permits.everyone: unknown setting (known: default, tenants)",
+        f"{path}: permits.tenants.acme.mcp: unknown setting (known: a2a_peers, code_tools, "
+        "http_tools, mcp_servers)",
+        f"{path}: permits.tenants.acme.code_tools: 'look*up': '*' may only end an entry (a "
+        "prefix such as 'get_*'); an entry matches a name exactly or by its trailing '*', "
+        "nothing else",
+    ]
+
+
+class Revoking:
+    """A ``TenantPermits`` (given in code, ``WorkerSettings.permits``) that permits
+    everything until it has answered ``until`` times, then only ``lookup*`` and ``echo``:
+    an operator revoking a permit between the turn's offer and the call."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.asked: list[tuple[str, str]] = []
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        self.asked.append((tenant, source.kind))
+        return None if len(self.asked) <= self.until else ("echo", "lookup*")
+
+
+async def test_a_call_after_its_permit_is_revoked_is_refused_before_it_is_sent(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    server = mcp_http_server
+    async with serve_peer(("echo", "wipe")) as peer:
+        spec = (
+            AgentBuilder("revoked")
+            .model("fake-model")
+            .mcp_server("tools", server.url, transport="http")
+            .a2a_peer("helper", peer.url)
+            .build()
+        )
+        # The turn's offer asks once per server and once per peer; the calls after it.
+        permits = Revoking(until=2)
+        settings = dataclasses.replace(harness.settings, permits=permits)
+        harness.fake.enqueue(
+            Reply.tool_calls(
+                ToolCall("tools__charge", {"amount": 5}, id="c1"),
+                ToolCall("helper__wipe", {"message": "everything"}, id="c2"),
+            ),
+            Reply.text("refused"),
+        )
+        async with run_worker(harness.env.client, settings):
+            run = await harness.client.dispatch(spec, "Charge and wipe", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert {"tools__charge", "helper__wipe"} <= set(offered(harness.fake.requests[0]))
+    charge, wipe = report.tool_calls
+    assert (charge.status, charge.result) == (
+        "denied",
+        "tool 'charge' of MCP server 'tools' is not permitted to tenant 'acme'",
+    )
+    assert (wipe.status, wipe.result) == (
+        "denied",
+        "skill 'wipe' of peer 'helper' is not permitted to tenant 'acme'",
+    )
+    assert server.calls("charge") == 0 and peer.texts() == []
+    assert ("acme", "mcp") in permits.asked and ("acme", "a2a") in permits.asked
+
+
+async def test_the_next_turn_is_offered_what_the_permits_answer_then(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    # The server's listing is the worker's cached one on both turns: the catalogue built
+    # for the first must not be reused once the port answers otherwise.
+    spec = (
+        AgentBuilder("narrowed")
+        .model("fake-model")
+        .mcp_server("tools", mcp_http_server.url, transport="http")
+        .build()
+    )
+    settings = dataclasses.replace(harness.settings, permits=Revoking(until=1))
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("tools__echo", {"text": "hi"})), Reply.text("ok")
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Echo", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert "tools__charge" in offered(harness.fake.requests[0])
+    assert offered(harness.fake.requests[1]) == ["tools__echo", "tools__lookup"]
