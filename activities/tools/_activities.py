@@ -60,6 +60,12 @@ from psych_runtime.activities.egress import Egress, EgressDenied
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
+from psych_runtime.activities.tools._catalog import (
+    builtin_entry,
+    http_definition,
+    http_info,
+    http_safe_to_repeat,
+)
 from psych_runtime.activities.tools._code import call_code, describe_invalid, render_result
 from psych_runtime.activities.tools._heartbeat import heartbeating
 from psych_runtime.activities.tools._http import (
@@ -207,48 +213,22 @@ class ToolActivities(StoredResults):
                 )
             )
         for http_tool in input.http_tools:
-            definitions.append(
-                ToolDefinition(
-                    name=http_tool.name,
-                    description=http_tool.description,
-                    # Validation reads a schema without "type" as an object; providers
-                    # refuse a function whose parameters do not say so (OpenAI's 400:
-                    # "schema must be a JSON Schema of 'type: object'").
-                    parameters={"type": "object", "properties": {}, **http_tool.input_schema},
-                )
-            )
-            # HTTP's own semantics annotate a request: GET is safe (read-only), DELETE
-            # destroys; everything else is a write, as an unannotated tool is.
-            info = ToolInfo(
-                name=http_tool.name,
-                kind="http",
-                read_only=http_tool.method == "GET" or None,
-                destructive=http_tool.method == "DELETE" or None,
-            )
+            definitions.append(http_definition(http_tool))
+            info = http_info(http_tool)
+            safe = http_safe_to_repeat(http_tool)
             entries.append(
                 CatalogEntry(
                     name=http_tool.name,
                     kind="http",
-                    safe_to_repeat=http_tool.method not in NOT_SAFE_TO_REPEAT,
+                    safe_to_repeat=safe,
                     info=info,
                     policy=self._fixed(info),
-                    heartbeat_timeout_seconds=self._lost_after(
-                        http_tool.method not in NOT_SAFE_TO_REPEAT
-                    ),
+                    heartbeat_timeout_seconds=self._lost_after(safe),
                 )
             )
         for builtin in input.builtins:
             definitions.append(builtin)
-            # Built-ins act only on the Run itself; the Policy governs tools of the world.
-            entries.append(
-                CatalogEntry(
-                    name=builtin.name,
-                    kind="builtin",
-                    safe_to_repeat=True,
-                    info=ToolInfo(name=builtin.name, kind="builtin", read_only=True),
-                    policy=PolicyDecision(decision="allow", reason="built-in"),
-                )
-            )
+            entries.append(builtin_entry(builtin))
         counts = Counter(definition.name for definition in definitions)
         duplicates = sorted(name for name, count in counts.items() if count > 1)
         if duplicates:
