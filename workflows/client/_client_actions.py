@@ -20,9 +20,11 @@ answer is read with the ``psych.kept_action`` query.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, Literal
@@ -80,6 +82,22 @@ def update_id(name: str, idempotency_key: str | None) -> str | None:
             f"{IDEMPOTENCY_KEY_MAX}"
         )
     return f"{name}/{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+
+
+NOT_READY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
+"""Seconds between the attempts of an update the server aborted because the workflow task
+carrying it failed (``_not_ready``)."""
+
+
+def _not_ready(err: RPCError) -> bool:
+    """Whether the server aborted the update because the workflow task that carried it
+    failed: a task completed while an activity's result arrived (common while local
+    activities hold a turn's task) is failed and scheduled again, and every update it
+    carried is refused ``WorkflowNotReady``, not applied. Sent again, it rides the next."""
+    if err.status != RPCStatusCode.FAILED_PRECONDITION:
+        return False
+    details = err.grpc_status.details
+    return any(d.type_url.endswith(".WorkflowNotReadyFailure") for d in details)
 
 
 @contextlib.contextmanager
@@ -144,19 +162,31 @@ class RunActions(abc.ABC):
         result_type: type[Any],
         idempotency_key: str | None,
     ) -> Any:
-        id = update_id(name, idempotency_key)
+        # One id for every attempt (a fresh one without a key): a retried update the
+        # server did take is answered once, not applied twice.
+        keyed = update_id(name, idempotency_key)
+        id = keyed or f"{name}@{uuid.uuid4()}"
         workflow_id, handle = self._handle(run, scope)
         problem = size_problem(arg)
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
-            with _refusals(workflow_id):
-                return await handle.execute_update(name, arg, id=id, result_type=result_type)
+            for delay in (*NOT_READY_DELAYS, None):
+                try:
+                    with _refusals(workflow_id):
+                        return await handle.execute_update(
+                            name, arg, id=id, result_type=result_type
+                        )
+                except RPCError as err:
+                    if delay is None or not _not_ready(err):
+                        raise
+                await asyncio.sleep(delay)
+            raise AssertionError("unreachable: the last attempt returns or raises")
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 # A settled Run has no handlers left. If it continued as new after taking
                 # this request, its last execution keeps the answer: the first outcome.
-                kept = None if id is None else await _kept_action(handle, id)
+                kept = None if keyed is None else await _kept_action(handle, keyed)
                 if kept is not None and (kept.answer is not None or name != RESUME):
                     return kept.answer
                 # Say how it settled.
