@@ -11,14 +11,20 @@ hard stop came only with a refusal in a later turn.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder, RunFailed
+from psych_runtime.activities.contract import PolicyDecision, ToolInfo
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunStatus, ToolCallFinished
+from psych_runtime.workflows import RunStatus, SuspensionExpired, ToolCallFinished
 
+from ._waiting import all_records, eventually
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -106,3 +112,120 @@ async def test_identical_calls_of_one_turn_with_other_results_all_run(harness: H
     assert ran == ["7"] * 5
     finished = [r.status for r in records if isinstance(r, ToolCallFinished)]
     assert finished == ["ok"] * 5
+
+
+class _CountingPolicy:
+    """Decides every call on its own (a ``psych.policy.decide`` activity each): allows it,
+    and counts the decisions."""
+
+    def __init__(self) -> None:
+        self.decided = 0
+
+    def fixed(self, tool: ToolInfo) -> PolicyDecision | None:
+        return None
+
+    async def decide(
+        self, scope: Scope, tool: ToolInfo, arguments: Mapping[str, Any]
+    ) -> PolicyDecision:
+        self.decided += 1
+        return PolicyDecision(decision="allow")
+
+
+async def test_a_call_queued_behind_identical_calls_starts_nothing_after_an_abort(
+    harness: Harness,
+) -> None:
+    # Three identical calls under repeat_call_threshold=2: the third waits for the first
+    # two, which the abort cancels. It must start nothing then (no policy decision, no
+    # call), as no call of the batch starts after an abort.
+    ran: list[str] = []
+
+    async def rep_slow(order_id: str) -> str:
+        """Look an order up, slowly."""
+        ran.append(order_id)
+        await asyncio.sleep(60)
+        return f"order {order_id} is delivered"
+
+    harness.registry.register(rep_slow)
+    policy = _CountingPolicy()
+    harness.settings = dataclasses.replace(harness.settings, policy=policy)
+    spec = (
+        AgentBuilder("repabort", registry=harness.registry)
+        .model("fake-model")
+        .tool("rep_slow")
+        .limits(repeat_call_threshold=2)
+        .build()
+    )
+    same = [ToolCall("rep_slow", {"order_id": "7"}, id=f"r{n}") for n in range(3)]
+    harness.fake.enqueue(Reply.tool_calls(*same), Reply.text("never asked for"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "where is order 7?", scope=harness.scope)
+
+        async def running() -> bool:
+            return len(ran) == 2
+
+        await eventually(running, what="the first two calls to run")
+        await harness.client.abort(run, scope=harness.scope, reason="enough")
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    assert result.status is RunStatus.ABORTED
+    assert ran == ["7", "7"]
+    assert policy.decided == 2  # the queued call asked the policy after the abort
+    finished = [(r.call_id, r.status) for r in records if isinstance(r, ToolCallFinished)]
+    assert finished == [("r0", "aborted"), ("r1", "aborted"), ("r2", "aborted")]
+    assert len(harness.fake.requests) == 1
+
+
+async def test_a_call_queued_behind_identical_calls_starts_nothing_after_an_expiry(
+    harness: Harness,
+) -> None:
+    # The approval of another call of the turn expires while the first two identical calls
+    # run: the Run settles ABANDONED once they are done. The third, queued behind them,
+    # must not start a call then.
+    released = asyncio.Event()
+    ran: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    def rep_delete(order_id: str) -> str:
+        """Delete an order for good."""
+        return f"order {order_id} deleted"
+
+    async def rep_look(order_id: str) -> str:
+        """Look an order up (each look another result)."""
+        ran.append(order_id)
+        look = len(ran)
+        await released.wait()
+        return f"order {order_id}, look {look}"
+
+    harness.registry.register(rep_look)
+    harness.settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    spec = (
+        AgentBuilder("repexpiry", registry=harness.registry)
+        .model("fake-model")
+        .tool("rep_delete")
+        .tool("rep_look")
+        .limits(repeat_call_threshold=2)
+        .suspension(approval_expires_seconds=1)
+        .build()
+    )
+    same = [ToolCall("rep_look", {"order_id": "7"}, id=f"r{n}") for n in range(3)]
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("rep_delete", {"order_id": "1"}, id="c-del"), *same),
+        Reply.text("never asked for"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 1, find 7", scope=harness.scope)
+
+        async def expired() -> bool:
+            records = await all_records(harness.client, run, harness.scope)
+            return any(isinstance(r, SuspensionExpired) for r in records)
+
+        await eventually(expired, what="the approval's expiry")
+        released.set()
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    assert result.status is RunStatus.ABANDONED
+    assert ran == ["7", "7"]  # the third look started after the expiry
+    finished = {r.call_id: r.status for r in records if isinstance(r, ToolCallFinished)}
+    assert [finished[f"r{n}"] for n in range(3)] == ["ok", "ok", "rejected"]

@@ -269,6 +269,23 @@ async def search(query: str) -> str:
     return "found"
 
 
+TALLIES: list[str] = []
+"""Every ``tally_stock`` call that ran, across the scenarios (each tally another result)."""
+
+
+@TOOLS.register
+async def tally_stock(item: str) -> str:
+    """Tally an item's stock, once its gate opens (each tally another result).
+
+    Args:
+        item: The item.
+    """
+    TALLIES.append(item)
+    number = len(TALLIES)
+    await _through_gate("tally_stock")
+    return f"{item}: tally {number}"
+
+
 @TOOLS.register
 async def write_record(record: str) -> str:
     """Write a record, which must not be cut off halfway (registered non-interruptible
@@ -2508,6 +2525,51 @@ async def repeat_calls_in_a_turn(rig: Rig) -> RunHandle:
     return await _repeat_calls_in_a_turn(rig)
 
 
+async def _queued_past_an_expiry(rig: Rig) -> RunHandle:
+    """Three identical ``tally_stock`` calls under ``repeat_call_threshold=2`` beside a
+    ``delete_order`` whose approval expires while the first two tally (each tally another
+    result, so the third is no repeat): the Run settles ABANDONED."""
+    GATES.clear()
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = (
+        rig.agent("stock")
+        .tool("delete_order")
+        .tool("tally_stock")
+        .limits(repeat_call_threshold=2)
+        .suspension(approval_expires_seconds=1)
+        .build()
+    )
+    same = (ToolCall("tally_stock", {"item": "bolts"}, id=f"n{n}") for n in range(3))
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"}, id="c-del"), *same)
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 1, tally bolts", scope=SCOPE)
+        gate = await rig.started("tally_stock")
+
+        async def expired() -> bool:
+            records = (await rig.client.records(run, scope=SCOPE)).records
+            return any(r.kind == "suspension_expired" for r in records)
+
+        await rig.until(expired, "the approval's expiry")
+        gate.open.set()
+        await rig.settle(run)
+    return run
+
+
+async def repeat_call_queued_past_an_expiry_before_patch(rig: Rig) -> RunHandle:
+    """``_queued_past_an_expiry`` recorded before the patch ``psych-queued-calls-stop`` (at
+    354ab34 with the fix reverted): the third call, queued behind the first two, tallied
+    once they were done, after the expiry. The old branch, never re-recorded."""
+    return await _queued_past_an_expiry(rig)
+
+
+async def repeat_call_queued_past_an_expiry(rig: Rig) -> RunHandle:
+    """``_queued_past_an_expiry`` with the patch ``psych-queued-calls-stop`` (its marker as
+    the batch starts): the third call starts nothing once the first two are done."""
+    return await _queued_past_an_expiry(rig)
+
+
 # --- continue-as-new: one chain's executions, each its own history -----------------------
 
 
@@ -2907,6 +2969,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_consent_refused_at_call),
     # review 12-06: a blank answer by signal is ignored, the question still waits
     ("dev", question_blank_signal_ignored),
+    # review 12-06: a queued identical call starts nothing after an abort or an expiry
+    ("dev", repeat_call_queued_past_an_expiry_before_patch),
+    ("dev", repeat_call_queued_past_an_expiry),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

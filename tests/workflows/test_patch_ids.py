@@ -155,6 +155,11 @@ PATCHES: dict[str, str] = {
     # (workflows/kernel/_tool_batch.py, ``_queued_tool``); a Run recorded before ran them
     # all at once. Asked only for a turn with such a call, as its batch starts.
     "psych-repeat-calls-in-a-turn": "0.1.0",
+    # A call queued behind identical calls of its turn starts nothing once the Run was
+    # aborted or an expiry settles it (workflows/kernel/_tool_batch.py, ``_queued_tool``);
+    # a Run recorded before asked its policy, and ran it after another call's expiry.
+    # Asked with psych-repeat-calls-in-a-turn, as a batch with a queued call starts.
+    "psych-queued-calls-stop": "0.1.0",
     # A consent the authorization server refused (the callback answers the item
     # approved=False) is told: a tool call rejected, a discovery fails the Run
     # (workflows/kernel/_consent.py); a Run recorded before took it as a consent, had the

@@ -13,7 +13,9 @@ with the same result are refused, not run, and their refusals reach
 ``repeat_call_hard_stop`` in the turn. Until 12-06 every call of such a turn ran at once
 (five identical calls under a hard stop of three all ran, and the Run went on); a Run
 recorded before the patch ``psych-repeat-calls-in-a-turn`` (asked only for a turn with a
-queued call) ran them so.
+queued call) ran them so. A queued call starts nothing once the deadline passed, the Run
+was aborted or an expiry settles it while it waited (the last two since the patch
+``psych-queued-calls-stop``, asked beside it).
 """
 
 from __future__ import annotations
@@ -84,13 +86,19 @@ class ToolBatches(ToolCalls):
         # Likewise: a Run recorded before ran identical calls of a turn all at once.
         if queued and not workflow.patched("psych-repeat-calls-in-a-turn"):
             queued = {}
+        # A queued call that stops once an abort or an expiry came while it waited (a Run
+        # recorded before went on to its policy and its call). Asked here, where the batch
+        # starts after a model call, not as the wait ends: that can follow a local call's
+        # resolution, in a workflow task that differs on replay.
+        stops = bool(queued) and workflow.patched("psych-queued-calls-stop")
         tasks: list[asyncio.Task[ToolResult]] = []
         for index, call in enumerate(batch[:room]):
             if index in repeats:
                 task = asyncio.create_task(refused_repeated_id(call))
             elif index in queued:
                 before = [tasks[earlier] for earlier in queued[index]]
-                task = asyncio.create_task(self._queued_tool(turn, call, offered, before))
+                waiting = self._queued_tool(turn, call, offered, before, stops=stops)
+                task = asyncio.create_task(waiting)
             else:
                 task = asyncio.create_task(self._run_tool(turn, call, offered))
             tasks.append(task)
@@ -136,11 +144,16 @@ class ToolBatches(ToolCalls):
         call: ToolCallRequest,
         offered: dict[str, CatalogEntry],
         before: list[asyncio.Task[ToolResult]],
+        *,
+        stops: bool,
     ) -> ToolResult:
         """A call the repeat guard could refuse once the identical calls ``before`` it in
         its turn have returned: it waits for them, as if they had been made in earlier
         turns, then runs with the guard as their results leave it. It starts nothing once
-        one of them stopped the Run, or the deadline passed meanwhile."""
+        one of them stopped the Run, or the deadline passed meanwhile, nor (``stops``,
+        patch ``psych-queued-calls-stop``) once the Run was aborted or an expiry settles
+        it: a Run recorded before asked its policy then, and ran it when the expiry came
+        from another call of the turn."""
         # Left in the set when the wait is cancelled (the Run settling without the batch):
         # ``_unknown`` then records the call aborted, as never run.
         self._queued.add(call.id)
@@ -158,6 +171,11 @@ class ToolBatches(ToolCalls):
         if self._past_deadline():
             deadline = self._deadline_outcome()
             raise Stop(deadline.status, deadline.reason)
+        if stops:
+            self.check_abort()
+            ended = self._suspensions.ended
+            if ended is not None:
+                raise Stop(ended.outcome.status, ended.outcome.reason)
         seen = guards.seen_after(self._guards, call.name, call.arguments, earlier, self._limits)
         return await self._run_tool(turn, call, offered, seen=seen)
 
