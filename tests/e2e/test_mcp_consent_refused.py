@@ -18,10 +18,10 @@ from psych_runtime.activities import McpSettings
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, RunFailed, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import Resumed, RunStatus, ToolCallFinished
+from psych_runtime.workflows import Resumed, RunContinued, RunStatus, ToolCallFinished
 from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, record_files
 
-from ._waiting import all_records
+from ._waiting import all_records, is_waiting, state_when
 from .conftest import Harness
 from .test_mcp_consent import Callback, agent, consent, consent_asked, oauth
 
@@ -183,3 +183,58 @@ async def test_a_refusal_before_a_workflow_step_fails_the_run(
     assert "consent to MCP server 'crm' was refused" in str(failed.value)
     assert server.state()["calls"].get("whoami", 0) == 0
     assert record_files(harness.home / "tokens") == []
+
+
+async def test_a_refusal_stands_after_the_run_continues_as_new(
+    harness: Harness, pair: Consenting
+) -> None:
+    # An optional server refused, then the Run continues as new after every turn: the
+    # executions after the cut do not ask the person again (they refused), nor wait on it.
+    server = pair.server
+    server.refuse_consent("access_denied", None)
+
+    @harness.registry.register
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n} done"
+
+    spec = (
+        AgentBuilder("consent-continued", registry=harness.registry)
+        .model("fake-model")
+        .tool("step")
+        .mcp_server("crm", server.url, oauth=oauth(Callback(pair.callback_url)), optional=True)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("step", {"n": 1}, id="call-1")),
+        Reply.tool_calls(ToolCall("crm__whoami", {}, id="call-2")),
+        Reply.text("answered without the CRM"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "who am I?", scope=harness.scope, continue_after_events=1
+        )
+        assert (await consent(await consent_asked(harness, run, harness.scope))).status_code == 400
+        await refusal_taken(harness, run, "access_denied")
+        settled_or_asked = await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda state: state.status.terminal or is_waiting(state),
+            what="the Run to settle (or ask again)",
+            within=WAIT,
+        )
+        records = await all_records(harness.client, run, harness.scope)
+    # Before the fix: the continued execution's discovery asked the person again, and the
+    # Run waited on that consent (a day by default) before settling ABANDONED.
+    assert settled_or_asked.pending == (), settled_or_asked.pending
+    assert settled_or_asked.status is RunStatus.COMPLETED, settled_or_asked.reason
+    assert any(isinstance(r, RunContinued) for r in records), records
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert told["tool_call_id"] == "call-2"
+    assert "consent to MCP server 'crm' was refused" in told["content"]
+    assert not any(
+        t["function"]["name"].startswith("crm__")
+        for body in harness.fake.requests
+        for t in body.get("tools", [])
+    )

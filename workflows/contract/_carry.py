@@ -148,6 +148,9 @@ class RunCarry(JsonWithoutDefaults):
     held: tuple[str, ...] = ()
     """A WorkflowRun's stored results its steps' children handed back (``RunView.held``),
     for its later steps to read and hand on."""
+    consents_refused: dict[str, str] = Field(default_factory=dict)
+    """MCP server -> why a person refused its consent in this Run (``Suspensions``): the
+    executions after the cut do not ask again, nor offer its tools."""
     catalog: ToolCatalog | None = None
     """A WorkflowRun's code and HTTP tools as its first execution resolved them (once per
     Run, as the catalogue is; a continued execution starts without a local activity,

@@ -62,7 +62,7 @@ class Suspensions:
         self.consents_refused: dict[str, str] = {}
         """An MCP server's name -> why a person refused its consent in this Run (patch
         ``psych-consent-refused``, ``_consent.py``): not asked again, its tools no longer
-        offered (``features/_mcp.py``). Not carried across continue-as-new."""
+        offered (``features/_mcp.py``). Carried across continue-as-new (``RunCarry``)."""
         self.ended: Stop | None = None
         """The expiry that settles the Run ABANDONED, once one of its waits expired: every
         other wait ends with it (patch ``psych-expiry-ends-waits``)."""

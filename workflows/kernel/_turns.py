@@ -395,6 +395,7 @@ class TurnLoop(ToolBatches):
             system_ref=system_ref,
             actions=self._kept.carry(),
             features=continuing.features_carry(self._features),
+            consents_refused=dict(self._suspensions.consents_refused),
         )
 
     def _restore(self, carry: RunCarry) -> None:
@@ -411,6 +412,7 @@ class TurnLoop(ToolBatches):
         self._next_run = list(carry.next_run)
         self._unanswered = list(carry.unanswered)
         self._context_ref = carry.context_ref
+        self._suspensions.consents_refused.update(carry.consents_refused)
         continuing.restore_features(self._features, carry)
 
 
