@@ -3,9 +3,9 @@ that answers the redirect with another ``error``, RFC 6749 4.1.2.1) ends the Run
 once: psych's callback answers the pending item with the refusal, the parked flow is
 forgotten, and what needed the token learns why it cannot have it: a tool call is told
 (the model reads it), a turn's or a workflow step's discovery fails the Run naming the
-server and the refusal. Real Runs on the dev server against ``tests.mcp.consent_server``
-(the SDK's own authorization server, made to refuse), psych's worker and callback on
-loopback."""
+server and the refusal (or, the server optional, goes on without it). Real Runs on the dev
+server against ``tests.mcp.consent_server`` (the SDK's own authorization server, made to
+refuse), psych's worker and callback on loopback."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from psych_runtime.activities import McpSettings
 from psych_runtime.activities.tokens import LocalTokenStore
-from psych_runtime.specs import AgentBuilder, RunFailed, WorkflowSpec
+from psych_runtime.specs import AgentBuilder, RunFailed, WorkflowBuilder, WorkflowSpec
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import Resumed, RunContinued, RunStatus, ToolCallFinished
 from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, record_files
@@ -238,3 +238,44 @@ async def test_a_refusal_stands_after_the_run_continues_as_new(
         for body in harness.fake.requests
         for t in body.get("tools", [])
     )
+
+
+async def test_an_optional_server_refused_before_a_workflow_step_is_left_out(
+    harness: Harness, pair: Consenting
+) -> None:
+    # As in an agent's turn: a workflow goes on without an optional server a person
+    # refused, as without one that is down; its steps that need none of its tools run.
+    server = pair.server
+    server.refuse_consent("access_denied", None)
+
+    @harness.registry.register
+    def tick(n: int) -> dict[str, int]:
+        """Count one."""
+        return {"n": n}
+
+    flow = (
+        WorkflowBuilder("consent-optional-flow", registry=harness.registry)
+        .tool("tick")
+        .mcp_server("crm", server.url, oauth=oauth(Callback(pair.callback_url)), optional=True)
+        .tool_step("first", "tick", {"n": 1})
+        .tool_step("second", "tick", {"n": 2})
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(flow, "go", scope=harness.scope)
+        assert (await consent(await consent_asked(harness, run, harness.scope))).status_code == 400
+        await refusal_taken(harness, run, "access_denied")
+        settled_or_asked = await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda state: state.status.terminal or is_waiting(state),
+            what="the Run to settle (or ask again)",
+            within=WAIT,
+        )
+    # Before the fix: the refusal failed the workflow ("MCP discovery failed: consent to
+    # MCP server 'crm' was refused"), its server optional.
+    assert settled_or_asked.pending == (), settled_or_asked.pending
+    assert settled_or_asked.status is RunStatus.COMPLETED, settled_or_asked.reason
+    assert server.state()["calls"].get("whoami", 0) == 0
+    assert record_files(harness.home / "tokens") == []

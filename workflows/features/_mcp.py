@@ -147,26 +147,32 @@ async def refresh(
     scope: Scope,
     log: RecordLog,
     consent: Callable[[McpConsent, str], Awaitable[str | None]] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> Turn:
-    """Resolve a workflow step's catalogue (the base one alone when the Run has no servers).
+    """Resolve a workflow step's catalogue (the base one alone when the Run has no servers,
+    or none but those whose consent a person ``refused``: the Run's own, as ``consent``
+    adds to it).
 
     A server that needs a person's consent suspends the Run through ``consent`` (then
-    discovery is asked again; a refused consent fails the Run naming it); without it, that
+    discovery is asked again; a refused consent fails the Run naming it, unless the server
+    is optional: then it is left out, as an agent's turn leaves it out); without it, that
     fails the Run like an unreachable server.
 
     Raises:
-        Stop: FAILED when a non-optional server is unreachable or discovery itself failed.
+        Stop: FAILED when a non-optional server is unreachable, refused, or discovery
+            itself failed.
     """
     offered = {entry.name: entry for entry in base.entries}
-    if not state.servers:
-        return Turn(base.tools_ref, offered, [])
     while True:
+        servers = tuple(s for name, s in state.servers.items() if name not in (refused or {}))
+        if not servers:
+            return Turn(base.tools_ref, offered, [])
         try:
             result = await calls.list_mcp_tools(
                 McpCatalogInput(
                     run_id=run_id,
                     turn=turn,
-                    servers=tuple(state.servers.values()),
+                    servers=servers,
                     scope=scope,
                     base_tools_ref=base.tools_ref,
                     loaded=tuple(state.loaded),
@@ -178,9 +184,9 @@ async def refresh(
             needed = consent_of(err)
             if needed is None or consent is None:
                 raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
-            refused = await consent(needed, f"step-{turn}")
-            if refused is not None:
-                raise Stop(RunStatus.FAILED, f"MCP discovery failed: {refused}") from err
+            why = await consent(needed, f"step-{turn}")
+            if why is not None and not state.servers[needed.server].optional:
+                raise Stop(RunStatus.FAILED, f"MCP discovery failed: {why}") from err
     _take(state, result)
     notes: list[ChatMessage | str] = []
     for status in result.servers:
@@ -310,6 +316,7 @@ class Mcp(Feature):
             scope=run.input.scope,
             log=run.log,
             consent=run.await_consent,
+            refused=run.suspensions.consents_refused,
         )
 
     def carry(self) -> Any:
