@@ -133,7 +133,7 @@ class CompactionPolicy(_Frozen):
 
     trigger_tokens: Annotated[int, Field(gt=0), NUMBER]
     """Compact once the last call's input + cache-read + cache-write tokens reach this (a
-    provider that reports no usage: the request's size at four bytes a token)."""
+    provider that reports no prompt tokens, or zero: the request's size at four bytes a token)."""
     keep_recent_turns: Annotated[int, Field(gt=0, le=100), NUMBER] = 3
     """Turns kept verbatim after the cut."""
     model: str | None = None

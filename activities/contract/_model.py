@@ -85,9 +85,9 @@ class ModelCallResult(_Compact):
     """What the worker's context providers showed this call (None: none registered, or
     every one gave nothing)."""
     estimated_prompt_tokens: int | None = None
-    """Set only when the provider reported no usage (``usage`` is then all zero): the
-    request's size at four bytes a token, which compaction's trigger reads instead.
-    Never billed or counted in the totals."""
+    """Set only when the provider reported no prompt tokens (no usage, or zero input,
+    cache-read and cache-write tokens): the request's size at four bytes a token, which
+    compaction's trigger reads instead. Never billed or counted in the totals."""
 
     @field_serializer("usage")
     def _usage(self, usage: Usage) -> dict[str, Any]:

@@ -396,8 +396,9 @@ class ModelActivities(ActivityClass):
             if resolved is None or input.mcp is None
             else turn_result(resolved, input.mcp, (call.name for call in answer.tool_calls)),
             context=turn_context,
-            # No usage reported: compaction's trigger needs a prompt size all the same.
-            estimated_prompt_tokens=len(request.body) // 4 if answer.usage is None else None,
+            # No prompt tokens reported (no usage, or a usage saying zero, which no request
+            # is): compaction's trigger needs a prompt size all the same.
+            estimated_prompt_tokens=len(request.body) // 4 if _unreported(answer.usage) else None,
         )
         if not surely_fits(result):
             size = len(result.model_dump_json())
@@ -486,3 +487,11 @@ class ModelActivities(ActivityClass):
         except httpx.ReadTimeout as err:
             raise StreamIdle(idle, streamed=stream is not None) from err
         return stream.answer(input.turn)
+
+
+def _unreported(usage: Usage | None) -> bool:
+    """Whether a provider's ``usage`` tells nothing of the prompt's size: none came, or it
+    says zero input, cache-read and cache-write tokens (no request is that small)."""
+    return usage is None or not (
+        usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
+    )

@@ -453,3 +453,29 @@ async def test_a_provider_that_reports_no_usage_still_compacts(harness: Harness)
     assert result.totals.usage.input_tokens == 0
     finished = [r for r in records if isinstance(r, ModelCallFinished)]
     assert all(r.usage.input_tokens == 0 for r in finished)
+
+
+async def test_a_provider_that_reports_zero_prompt_tokens_still_compacts(
+    harness: Harness,
+) -> None:
+    # A usage object (or a stream's usage chunk) whose prompt tokens are zero says as little
+    # as none: no request is zero tokens. Such a Run never compacted either.
+    zero = FakeUsage(input_tokens=0, output_tokens=5)
+    harness.fake.enqueue(
+        lookup("41", zero), lookup("42", zero), Reply.text("Both shipped.", usage=zero)
+    )
+    harness.fake.enqueue(
+        Reply.text("Asked about orders; 41 shipped.", usage=zero), model=SUMMARISER
+    )
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Status of my orders?", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    applied = [r for r in records if isinstance(r, CompactionApplied)]
+    # Before the fix: none (the trigger read the zero reported).
+    assert [(r.turn, r.cut_turn) for r in applied] == [(2, 2)]
+    # Nothing estimated is counted: the totals are what the provider reported.
+    assert result.totals.usage.input_tokens == 0
+    assert result.totals.usage.output_tokens > 0

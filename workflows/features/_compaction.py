@@ -3,7 +3,7 @@
 After each model call the Run remembers where that turn starts in the stored conversation
 (a ``TurnMark``: the node the call appended, and how many of its leading messages are the
 previous turn's tool results and notes) and the call's prompt tokens (input + cache read +
-cache write; a provider that reports no usage: the request's size estimated by the model
+cache write; a provider that reports none, or zero: the request's size estimated by the model
 activity, ``ModelCallResult.estimated_prompt_tokens``). When those reach ``trigger_tokens``,
 at the turn's boundary (before the next
 model call) the Run cuts just before a turn start, keeping the last ``keep_recent_turns``
@@ -89,7 +89,7 @@ def after_call(
 ) -> CompactionState:
     """``state`` after a turn's model call appended ``node`` to the conversation, the first
     ``carry`` messages of which are the previous turn's tool results and notes; a provider
-    that reported no usage is judged by the activity's ``estimated`` prompt size."""
+    that reported no prompt tokens (or zero) is judged by the activity's ``estimated`` size."""
     return state.model_copy(
         update={
             "marks": (*state.marks, TurnMark(node=node, offset=carry)),
