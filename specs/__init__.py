@@ -21,6 +21,7 @@ from psych_runtime.specs._documents import (
 )
 from psych_runtime.specs._errors import (
     AccessDenied,
+    BlobsUnavailable,
     NotFound,
     NotPermitted,
     PsychError,
@@ -190,6 +191,7 @@ __all__ = [
     "AllPermits",
     "AnyComponent",
     "BUILTIN_TOOL_NAMES",
+    "BlobsUnavailable",
     "COMPONENT_KINDS",
     "COMPONENT_SCHEMA",
     "Card",

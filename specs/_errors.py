@@ -11,7 +11,8 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── AccessDenied              a Scope asked for another tenant's Run
     ├── NotPermitted              a Spec uses what its tenant is not permitted (names each)
     ├── Refused                   a Run refused a resume, abort or steer (names why)
-    └── RunFailed                 a Run ended in failure; carries its terminal reason
+    ├── RunFailed                 a Run ended in failure; carries its terminal reason
+    └── BlobsUnavailable          a client was asked for stored content it cannot read
 
 Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
 per package and re-raised `from` the original.
@@ -112,3 +113,10 @@ class RunFailed(PsychError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class BlobsUnavailable(PsychError):
+    """A client was asked for what a Run stored in the blob store (a model call's input
+    messages and system prompt) and cannot read it: it was given no blob store, or its
+    store does not hold a blob the Run's records name (another store than the workers',
+    or the blob was removed since). The message names which, and the ref."""

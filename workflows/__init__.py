@@ -5,11 +5,12 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
+from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 from psych_runtime.workflows.client._listing import RunSummary, parse_workflow_id
-from psych_runtime.workflows.client._report import (
+from psych_runtime.workflows.client._report_types import (
     McpDiscoveryReport,
     ModelCallReport,
     RunReport,
@@ -162,6 +163,7 @@ __all__ = [
     "SuspensionReport",
     "TRACING_EXTERN",
     "TasksUpdated",
+    "TenantBlobs",
     "TokenDelta",
     "ToolCallFinished",
     "ToolCallPiece",

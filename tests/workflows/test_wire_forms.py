@@ -14,10 +14,12 @@ from pydantic_core import to_json
 
 from psych_runtime.activities.contract import (
     CatalogEntry,
+    Latency,
     PolicyDecision,
     ThreadRef,
     ToolCatalog,
     ToolInfo,
+    Usage,
 )
 from psych_runtime.specs import (
     AgentBuilder,
@@ -29,6 +31,7 @@ from psych_runtime.specs import (
 from psych_runtime.specs import _wire as wire
 from psych_runtime.workflows import (
     AgentRunInput,
+    ModelCallFinished,
     Record,
     RunAdmitted,
     RunSettled,
@@ -160,3 +163,27 @@ def test_run_admitted_leaves_out_thread_bound_without_a_thread() -> None:
     bounded = admitted.model_copy(update={"thread": thread, "thread_bound": 0})
     assert json.loads(to_json(bounded))["thread_bound"] == 0
     assert TypeAdapter(Record).validate_json(to_json(bounded)) == bounded
+
+
+def test_model_call_finished_leaves_out_refs_it_does_not_have() -> None:
+    # The refs of what a call was sent are new (12-06): a model_call_finished without them
+    # (recorded by a worker of an earlier build) is written as before, so a client of that
+    # build still reads it; with them, they are written and read back.
+    finished = ModelCallFinished(
+        seq=3,
+        at=WHEN,
+        scope=Scope(tenant="acme"),
+        turn=1,
+        model="fake-model",
+        text="hi",
+        usage=Usage(input_tokens=3, output_tokens=1),
+        latency=Latency(queue_wait_ms=1.0, duration_ms=2.0),
+    )
+    data = json.loads(to_json(finished))
+    assert "context_ref" not in data and "system_ref" not in data
+    assert TypeAdapter(Record).validate_json(to_json(finished)) == finished
+    head, system = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    with_refs = finished.model_copy(update={"context_ref": head, "system_ref": system})
+    data = json.loads(to_json(with_refs))
+    assert (data["context_ref"], data["system_ref"]) == (head, system)
+    assert TypeAdapter(Record).validate_json(to_json(with_refs)) == with_refs

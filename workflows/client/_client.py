@@ -49,13 +49,14 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
+from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._chain import chain_page
 from psych_runtime.workflows.client._checked import CheckedVersions, check_permitted
 from psych_runtime.workflows.client._client_actions import RunActions
+from psych_runtime.workflows.client._client_report import RunReporting
 from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
-from psych_runtime.workflows.client._report import RunReport, build_report
 from psych_runtime.workflows.contract._contract import (
     QUERY_RECORDS,
     QUERY_STATE,
@@ -72,10 +73,6 @@ from psych_runtime.workflows.contract._contract import (
     workflow_id_for,
     workflow_type_for,
 )
-from psych_runtime.workflows.contract._records import (
-    Record,
-    StepStarted,
-)
 
 DEFAULT_TASK_QUEUE = "psych"
 _AGENT = SearchAttributeKey.for_keyword(SA_AGENT)
@@ -86,7 +83,7 @@ CANCELLED_STATE_TIMEOUT = timedelta(seconds=10)
 """How long ``result`` waits for a worker to answer what a cancelled Run settled with."""
 
 
-class PsychClient(RunActions, RunStreaming, RunListing):
+class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
     """Publish Specs and drive Runs (see the module docstring).
 
     Args:
@@ -120,6 +117,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         search_attributes: bool = True,
         roles_apart: bool = False,
         permits: TenantPermits | None = None,
+        blobs: TenantBlobs | None = None,
     ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
@@ -135,6 +133,7 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         self.search_attributes = search_attributes
         self.roles_apart = roles_apart
         self.permits = permits
+        self.blobs = blobs
         self.follows = FollowHub(client)
         """The shared followers of this client's streams (one per followed Run)."""
         self._checked = CheckedVersions()
@@ -447,34 +446,6 @@ class PsychClient(RunActions, RunStreaming, RunListing):
         except RPCError as err:
             raise _mapped(err, workflow_id) from err
         return result
-
-    async def report(
-        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
-    ) -> RunReport:
-        """The Run's report: a typed projection of all its records.
-
-        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``.
-        """
-        workflow_id, _ = self._handle(run, scope)
-        state = await self.status(workflow_id, scope=scope, query_timeout=query_timeout)
-        records: list[Record] = []
-        while True:
-            page = await self.records(
-                workflow_id,
-                scope=scope,
-                after=len(records),
-                limit=5000,
-                query_timeout=query_timeout,
-            )
-            records.extend(page.records)
-            if not page.records or len(records) >= page.last_seq:
-                break
-        children = {
-            record.run: await self.report(record.run, scope=scope, query_timeout=query_timeout)
-            for record in records
-            if isinstance(record, StepStarted) and record.run is not None
-        }
-        return build_report(workflow_id, state, records, children)
 
 
 async def _query(

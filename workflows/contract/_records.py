@@ -79,7 +79,7 @@ class ModelCallStarted(_Record):
     attempt: int
 
 
-class ModelCallFinished(_Record):
+class ModelCallFinished(_Record, _Sparse):
     kind: Literal["model_call_finished"] = "model_call_finished"
     turn: int
     model: str
@@ -90,6 +90,14 @@ class ModelCallFinished(_Record):
     usage: Usage
     cost: float | None = None
     latency: Latency
+    context_ref: str | None = None
+    """The stored conversation after the call (``ModelCallResult.context_ref``): the
+    messages it was sent, then its answer. None: a worker of an earlier build recorded the
+    call (left out of the JSON then, ``_Sparse``, as is ``system_ref``)."""
+    system_ref: str | None = None
+    """The stored system prompt the call was sent, before its per-turn context blocks
+    (``ContextProvided``); None: none, or an earlier build recorded the call."""
+    _sparse: ClassVar[tuple[str, ...]] = ("context_ref", "system_ref")
 
 
 class ModelCallFailed(_Record):

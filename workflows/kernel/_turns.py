@@ -324,6 +324,8 @@ class TurnLoop(ToolBatches):
                     usage=result.usage,
                     cost=result.cost,
                     latency=result.latency,
+                    context_ref=result.context_ref,
+                    system_ref=result.system_ref,
                 )
             )
             self.add_usage(result.usage, result.cost)

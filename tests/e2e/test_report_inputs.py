@@ -1,0 +1,103 @@
+"""What each model call was sent, through the report (``report(..., inputs=...)``): its
+own system prompt as sent and its input messages, read from the blob store, checked
+against what the fake model received; by default only refs, nothing read; a client
+without a blob store is refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from psych_runtime.activities import ContextRequest, ContextSettings, ContextSource
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.model._request import wire_message
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import AgentBuilder, BlobsUnavailable
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import PsychClient, RunStatus
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+NOTE = "Customer note: prefers email."
+PLAN = [{"title": "look up the order"}, {"title": "refund it"}]
+DONE = [{"title": "look up the order", "status": "done"}, {"title": "refund it"}]
+
+
+def reader(harness: Harness, blobs: LocalBlobStore | None) -> PsychClient:
+    return PsychClient(
+        harness.env.client,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=harness.settings.task_queue,
+        blobs=blobs,
+    )
+
+
+async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
+    harness: Harness,
+) -> None:
+    # The system prompt changes between calls: the task list (update_tasks) from turn 2
+    # on, and a context provider's block in turn 2's call only.
+    async def note(request: ContextRequest) -> str | None:
+        return NOTE if request.turn == 2 else None
+
+    harness.settings = dataclasses.replace(
+        harness.settings, context=ContextSettings((ContextSource("note", note),))
+    )
+    spec = (
+        AgentBuilder("planner")
+        .instructions("Plan, then act.")
+        .model("fake-model")
+        .tasks(True)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})),
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": DONE})),
+        Reply.text("Refunded."),
+    )
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    client = reader(harness, blobs)
+    async with harness.worker():
+        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        assert (await client.result(run, scope=harness.scope)).status is RunStatus.COMPLETED
+        plain = await client.report(run, scope=harness.scope)
+        full = await client.report(run, scope=harness.scope, inputs=True)
+        second = await client.report(run, scope=harness.scope, inputs={2})
+        without = reader(harness, None)
+        with pytest.raises(BlobsUnavailable, match="this client has none: construct"):
+            await without.report(run, scope=harness.scope, inputs=True)
+        # Another store than the workers': the ref it misses is named.
+        elsewhere = reader(harness, LocalBlobStore(harness.home / "elsewhere"))
+        with pytest.raises(BlobsUnavailable, match="turn 1's model call input is not in"):
+            await elsewhere.report(run, scope=harness.scope, inputs=True)
+        # Asked for nothing, a client without a store reports as before.
+        assert (await without.report(run, scope=harness.scope)).model_calls == plain.model_calls
+
+    requests = harness.fake.requests
+    assert len(requests) == len(full.model_calls) == 3
+    # By default each call names what it was sent by reference, and nothing is read.
+    for call in plain.model_calls:
+        assert call.context_ref is not None and call.system_ref is not None
+        assert (call.system_prompt, call.messages) == (None, None)
+    assert [c.context_blocks != () for c in plain.model_calls] == [False, True, False]
+
+    # Asked, each call's own system prompt and messages, exactly as the model got them.
+    for call, request in zip(full.model_calls, requests, strict=True):
+        sent = request["messages"]
+        assert sent[0]["role"] == "system"
+        assert call.system_prompt == sent[0]["content"]
+        assert call.messages is not None
+        assert [wire_message(m) for m in call.messages] == sent[1:]
+    first, middle, last = (c.system_prompt or "" for c in full.model_calls)
+    assert len({first, middle, last}) == 3
+    assert NOTE in middle and NOTE not in first + last
+    assert "refund it" in middle and "refund it" not in first
+    assert [len(c.messages or ()) for c in full.model_calls] == [1, 3, 5]
+
+    # Only the asked turns are read.
+    assert [c.messages is not None for c in second.model_calls] == [False, True, False]
+    assert second.model_calls[1] == full.model_calls[1]

@@ -1,0 +1,98 @@
+"""What each model call of a report was sent, read from the blob store on request.
+
+A report holds each answered call's refs (``ModelCallReport.context_ref``, ``system_ref``,
+``context_blocks``), which its records carry; the messages and prompt behind them are read
+only when asked (``PsychClient.report(..., inputs=...)``): a long Run's report would
+otherwise read every turn's conversation. One ``Conversations`` reads them all, so the
+calls of one Run, read oldest first, each read only the node their turn appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from psych_runtime.activities.blobs import BlobStore, Conversations
+from psych_runtime.specs import BlobsUnavailable, NotFound, with_context
+from psych_runtime.workflows.client._report_types import ModelCallReport, RunReport
+
+TenantBlobs = BlobStore | Callable[[str], BlobStore]
+"""A client's blob store: one store, or the store to read for a tenant (a deployment that
+seals blobs per tenant, ``EncryptedBlobStore``, opens them for the Run's tenant only)."""
+
+Inputs = bool | Collection[int]
+"""Which model calls' inputs a report reads: all (True), none (False), or those of the
+given turns."""
+
+
+def no_blob_store(what: str) -> BlobsUnavailable:
+    """The error of a client given no blob store when ``what`` needs one."""
+    return BlobsUnavailable(
+        f"{what} needs the blob store the workers write, and this client has none: "
+        "construct PsychClient with blobs=<that BlobStore> (psych: PSYCH_BLOB_DIR or "
+        "PSYCH_BLOB_URL, as the workers have them)"
+    )
+
+
+async def with_inputs(
+    report: RunReport, blobs: TenantBlobs | None, inputs: Inputs, tenant: str
+) -> RunReport:
+    """``report`` with the system prompt and input messages of each model call ``inputs``
+    selects filled in (its steps' child Runs' reports too, of the same turns).
+
+    A call that recorded no refs (a failed or open attempt, or one a worker of an earlier
+    build recorded) keeps None: what it was sent is not known.
+
+    Raises:
+        BlobsUnavailable: ``blobs`` is None, or does not hold a blob a call names.
+    """
+    if not inputs:
+        return report
+    if blobs is None:
+        raise no_blob_store("a report with the model calls' inputs")
+    store = blobs if isinstance(blobs, BlobStore) else blobs(tenant)
+    reader = _Reader(store)
+    return await _filled(report, reader, None if inputs is True else frozenset(inputs))
+
+
+async def _filled(report: RunReport, reader: _Reader, turns: frozenset[int] | None) -> RunReport:
+    calls = [
+        await reader.call(call) if turns is None or call.turn in turns else call
+        for call in report.model_calls
+    ]
+    steps = [
+        step
+        if step.child is None
+        else step.model_copy(update={"child": await _filled(step.child, reader, turns)})
+        for step in report.steps
+    ]
+    return report.model_copy(update={"model_calls": tuple(calls), "steps": tuple(steps)})
+
+
+class _Reader:
+    """Reads calls' inputs from one store, keeping conversations read (``Conversations``)."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+        self.conversations = Conversations(blobs)
+
+    async def call(self, call: ModelCallReport) -> ModelCallReport:
+        if call.context_ref is None:
+            return call
+        where = f"turn {call.turn}'s"
+        try:
+            # The stored conversation ends with the call's answer: the rest is its input.
+            messages = (await self.conversations.messages(call.context_ref))[:-1]
+            system = "" if call.system_ref is None else await self._text(call.system_ref)
+            blocks = [await self._text(ref) for ref in call.context_blocks]
+        except NotFound as err:
+            raise BlobsUnavailable(
+                f"{where} model call input is not in this client's blob store ({err}): the "
+                "client reads another store than the workers wrote (PSYCH_BLOB_DIR, "
+                "PSYCH_BLOB_URL), or the blob was removed since"
+            ) from err
+        return call.model_copy(
+            update={"system_prompt": with_context(system, blocks), "messages": messages}
+        )
+
+    async def _text(self, ref: str) -> str:
+        return (await self.blobs.get(ref)).decode()
