@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         egress_for,
         tenant_permits,
     )
+    from psych_runtime.workers._worker_checks import tenant_sealed_blobs
     from psych_runtime.workers.codec import (
         EnvKeyProvider,
         FileKeyProvider,
@@ -93,6 +94,7 @@ _HOMES = {
     "telemetry_plugins": "psych_runtime.workers._telemetry",
     "temporal_binary": "psych_runtime.workers._devserver",
     "tenant_permits": "psych_runtime.workers._worker_settings",
+    "tenant_sealed_blobs": "psych_runtime.workers._worker_checks",
     "tune_gc_for_serving": "psych_runtime.workers._gc",
     "uninstall_telemetry": "psych_runtime.workers._telemetry",
     "worker_identity": "psych_runtime.workers.fleet",
@@ -151,6 +153,7 @@ __all__ = [
     "telemetry_plugins",
     "temporal_binary",
     "tenant_permits",
+    "tenant_sealed_blobs",
     "tune_gc_for_serving",
     "uninstall_telemetry",
     "worker_identity",

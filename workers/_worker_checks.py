@@ -10,7 +10,7 @@ import warnings
 from temporalio.client import Client
 from temporalio.service import RetryConfig
 
-from psych_runtime.activities.blobs import BlobStore, EncryptedBlobStore
+from psych_runtime.activities.blobs import BlobStore, EncryptedBlobStore, TenantSealedBlobs
 from psych_runtime.activities.tokens import (
     EncryptedTokenStore,
     TenantSealedTokens,
@@ -19,6 +19,7 @@ from psych_runtime.activities.tokens import (
 )
 from psych_runtime.activities.tools import OUTAGE_MARGIN
 from psych_runtime.workers.codec import find_psych_codec
+from psych_runtime.workflows import TenantBlobs
 
 DEFAULT_OUTAGE_SECONDS = 60.0
 
@@ -31,6 +32,18 @@ def sealed_blobs(client: Client, blobs: BlobStore) -> BlobStore:
     if codec is None or isinstance(blobs, EncryptedBlobStore):
         return blobs
     return EncryptedBlobStore(blobs, codec.blob_cipher())
+
+
+def tenant_sealed_blobs(client: Client, blobs: BlobStore) -> TenantBlobs:
+    """What a client reads ``blobs`` through (``PsychClient(blobs=...)``): as it is, or,
+    when the client encrypts payloads, the store sealed for the tenant it reads for (a
+    process acting for tenants outside any Run: ``psych report``, ``psych serve``)."""
+    codec = find_psych_codec(client.data_converter.payload_codec)
+    if codec is None:
+        return blobs
+    cipher = codec.blob_cipher()
+    inner = blobs.inner if isinstance(blobs, EncryptedBlobStore) else blobs
+    return lambda tenant: TenantSealedBlobs(inner, cipher, tenant)
 
 
 def sealed_tokens(client: Client, tokens: TokenStore) -> TokenStore:

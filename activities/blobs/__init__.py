@@ -2,8 +2,9 @@
 
 ``LocalBlobStore`` (a directory), ``S3BlobStore`` (S3-compatible), each keeping its
 recent blobs in memory (``RecentBlobs``), ``EncryptedBlobStore``
-with its ``BlobCipher`` port, the conversation chain stored in them (``Conversations``),
-and the store a worker's environment configures (``blob_store_from_env``).
+with its ``BlobCipher`` port, ``TenantSealedBlobs`` (sealed for a tenant the caller names,
+outside a Run) with its ``TenantCipher`` port, the conversation chain stored in them
+(``Conversations``), and the store a worker's environment configures (``blob_store_from_env``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
@@ -31,6 +32,7 @@ from psych_runtime.activities.blobs._store import (
     canonical_json,
     ref_without_storing,
 )
+from psych_runtime.activities.blobs._tenant import TenantCipher, TenantSealedBlobs
 from psych_runtime.activities.contract import blob_ref
 
 __all__ = [
@@ -47,6 +49,8 @@ __all__ = [
     "RecentByRef",
     "S3BlobStore",
     "S3Location",
+    "TenantCipher",
+    "TenantSealedBlobs",
     "blob_key",
     "blob_ref",
     "blob_store_from_env",

@@ -7,13 +7,13 @@ adapters: ``LocalTokenStore`` (a directory), ``S3TokenStore`` (an S3-compatible 
 environment configures (``token_store_from_env``).
 """
 
+from psych_runtime.activities.blobs import TenantCipher
 from psych_runtime.activities.tokens._config import token_store_from_env
 from psych_runtime.activities.tokens._s3 import S3TokenStore
 from psych_runtime.activities.tokens._store import (
     Change,
     EncryptedTokenStore,
     LocalTokenStore,
-    TenantCipher,
     TenantSealedTokens,
     TokenKey,
     TokenStore,

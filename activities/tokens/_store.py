@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from psych_runtime.activities._durable_files import sweep_temporary, sync_directory
-from psych_runtime.activities.blobs import BlobCipher
+from psych_runtime.activities.blobs import BlobCipher, TenantCipher
 from psych_runtime.specs import NotFound
 
 
@@ -294,24 +294,6 @@ class EncryptedTokenStore(_SealedTokens):
 
     def _open(self, key: TokenKey, sealed: bytes) -> bytes:
         return self.cipher.open(sealed)
-
-
-class TenantCipher(Protocol):
-    """Port: seals and opens bytes for a tenant named by the caller
-    (``workers.PsychCodec.blob_cipher()``'s ``seal_for`` / ``open_for``)."""
-
-    def seal_for(self, tenant: str, data: bytes) -> bytes:
-        """``data`` sealed for ``tenant``."""
-        ...
-
-    def open_for(self, tenant: str, sealed: bytes) -> bytes:
-        """What was sealed for ``tenant``.
-
-        Raises:
-            NotFound: sealed for another tenant.
-            AccessDenied: not sealed with this cipher's keys, or altered.
-        """
-        ...
 
 
 class TenantSealedTokens(_SealedTokens):

@@ -6,15 +6,24 @@ without a blob store is refused by name."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
 from psych_runtime.activities import ContextRequest, ContextSettings, ContextSource
-from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.blobs import LocalBlobStore, TenantSealedBlobs
 from psych_runtime.activities.model._request import wire_message
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, BlobsUnavailable
+from psych_runtime.specs import AgentBuilder, BlobsUnavailable, NotFound
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import (
+    Key,
+    Keyring,
+    PsychCodec,
+    connect,
+    run_worker,
+    tenant_sealed_blobs,
+)
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from .conftest import Harness
@@ -101,3 +110,45 @@ async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
     # Only the asked turns are read.
     assert [c.messages is not None for c in second.model_calls] == [False, True, False]
     assert second.model_calls[1] == full.model_calls[1]
+
+
+async def test_blobs_sealed_per_tenant_are_read_for_the_runs_tenant(harness: Harness) -> None:
+    # Encrypted payloads: the worker seals each blob for its Run's tenant; a client of that
+    # tenant opens them through the same keys (``tenant_sealed_blobs``), outside any Run.
+    keys = Keyring(
+        [Key("acme-1", "acme", os.urandom(32)), Key("globex-1", "globex", os.urandom(32))],
+        {"acme": "acme-1", "globex": "globex-1"},
+    )
+    target = harness.env.client.service_client.config.target_host
+    namespace = harness.env.client.namespace
+    worker = await connect(target, namespace=namespace, codec=PsychCodec(keys))
+    acme = await connect(target, namespace=namespace, codec=PsychCodec(keys.for_tenant("acme")))
+    stored = harness.settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    client = PsychClient(
+        acme,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=harness.settings.task_queue,
+        blobs=tenant_sealed_blobs(acme, stored),
+    )
+    spec = AgentBuilder("planner").instructions("Plan.").model("fake-model").tasks(True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})), Reply.text("Planned.")
+    )
+    async with run_worker(worker, harness.settings):
+        run = await client.dispatch(spec, "Plan a refund", scope=harness.scope)
+        await client.result(run, scope=harness.scope)
+        report = await client.report(run, scope=harness.scope, inputs=True)
+        # Read as it is, a sealed blob is refused by name, not handed out as garbage.
+        unopened = PsychClient(acme, store=client.store, blobs=stored)
+        with pytest.raises(BlobsUnavailable, match="turn 1's model call input is stored sealed"):
+            await unopened.report(run, scope=harness.scope, inputs=True)
+
+    for call, request in zip(report.model_calls, harness.fake.requests, strict=True):
+        assert call.system_prompt == request["messages"][0]["content"]
+        assert [wire_message(m) for m in call.messages or ()] == request["messages"][1:]
+    # Sealed: the store holds no plaintext under the ref, and another tenant opens nothing.
+    ref = report.model_calls[0].system_ref
+    assert ref is not None and b"Plan." not in await stored.get(ref)
+    with pytest.raises(NotFound):
+        await TenantSealedBlobs(stored, PsychCodec(keys).blob_cipher(), "globex").get(ref)

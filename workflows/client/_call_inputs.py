@@ -90,6 +90,12 @@ class _Reader:
                 "client reads another store than the workers wrote (PSYCH_BLOB_DIR, "
                 "PSYCH_BLOB_URL), or the blob was removed since"
             ) from err
+        except ValueError as err:  # not UTF-8, not a stored node or message: sealed bytes
+            raise BlobsUnavailable(
+                f"{where} model call input is stored sealed, and this client reads it as it "
+                "is: give it the store opened for the Run's tenant with the workers' keys "
+                "(psych_runtime.workers.tenant_sealed_blobs)"
+            ) from err
         return call.model_copy(
             update={"system_prompt": with_context(system, blocks), "messages": messages}
         )
