@@ -36,12 +36,12 @@ if TYPE_CHECKING:
         run_worker,
         run_workers,
     )
+    from psych_runtime.workers._worker_checks import tenant_sealed_blobs
     from psych_runtime.workers._worker_settings import (
         WorkerSettings,
         egress_for,
         tenant_permits,
     )
-    from psych_runtime.workers._worker_checks import tenant_sealed_blobs
     from psych_runtime.workers.codec import (
         EnvKeyProvider,
         FileKeyProvider,

@@ -12,17 +12,21 @@ from psych_runtime.activities.blobs._store import BlobStore, LocalBlobStore
 from psych_runtime.specs import SpecError
 
 
-def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> BlobStore:
+def blob_store_from_env(
+    env: Mapping[str, str], default_dir: str | Path, *, writes: bool = True
+) -> BlobStore:
     """The BlobStore ``env`` names.
 
     ``PSYCH_BLOB_URL=s3://bucket/prefix?...`` selects an ``S3BlobStore`` (a fleet that
     shares no directory); otherwise ``PSYCH_BLOB_DIR`` (default ``default_dir``) is a
-    ``LocalBlobStore``, the embedded default.
+    ``LocalBlobStore``, the embedded default. ``writes=False``: for a process that only
+    reads what the workers wrote (``psych report --inputs``, ``psych serve``), whose user
+    need not be able to write the directory.
 
     Raises:
         SpecError: both are set (which one wins would be a guess), the URL is malformed,
-            or the directory is a file or cannot be written to (every blob written to it
-            would fail, at the first Run rather than here).
+            or the directory is a file or (``writes``) cannot be written to (every blob
+            written to it would fail, at the first Run rather than here).
     """
     url = env.get("PSYCH_BLOB_URL", "").strip()
     directory = env.get("PSYCH_BLOB_DIR", "").strip()
@@ -40,7 +44,7 @@ def blob_store_from_env(env: Mapping[str, str], default_dir: str | Path) -> Blob
             f"{where} is a file, not a directory: name a directory (made when first written "
             "to), or a bucket with PSYCH_BLOB_URL"
         )
-    why = _unwritable(root)
+    why = _unwritable(root) if writes else None
     if why is not None:
         raise SpecError(
             f"{where} cannot be written to ({why}): give the worker's user write access, or "

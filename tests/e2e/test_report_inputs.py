@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import httpx
 import pytest
 
 from psych_runtime.activities import ContextRequest, ContextSettings, ContextSource
@@ -26,6 +27,7 @@ from psych_runtime.workers import (
 )
 from psych_runtime.workflows import PsychClient, RunStatus
 
+from ._serve import ACME, served
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -110,6 +112,41 @@ async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
     # Only the asked turns are read.
     assert [c.messages is not None for c in second.model_calls] == [False, True, False]
     assert second.model_calls[1] == full.model_calls[1]
+
+
+async def test_the_api_report_reads_inputs_when_asked(harness: Harness) -> None:
+    spec = AgentBuilder("planner").instructions("Plan.").model("fake-model").tasks(True).build()
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})), Reply.text("Planned.")
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Plan a refund", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        path = f"/v1/runs/{run.workflow_id}/report"
+        # The harness's client has no blob store: a 503 that says so, not an empty input.
+        async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+            plain = (await http.get(path, headers=ACME)).json()
+            refused = await http.get(path, params={"inputs": "true"}, headers=ACME)
+            stray = await http.get(path, params={"turn": 2}, headers=ACME)
+        blobs = harness.settings.blobs
+        assert isinstance(blobs, LocalBlobStore)
+        harness.client = reader(harness, blobs)
+        async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+            asked = await http.get(path, params={"inputs": "true", "turn": 2}, headers=ACME)
+
+    assert [c["messages"] for c in plain["model_calls"]] == [None, None]
+    assert all(c["context_ref"] for c in plain["model_calls"])
+    assert refused.status_code == 503
+    problem = refused.json()
+    assert problem["type"] == "urn:psych:problem:blobs-unavailable"
+    assert "this client has none" in problem["detail"]
+    assert stray.status_code == 422
+    assert asked.status_code == 200
+    first, second = asked.json()["model_calls"]
+    assert (first["messages"], first["system_prompt"]) == (None, None)
+    sent = harness.fake.requests[1]["messages"]
+    assert second["system_prompt"] == sent[0]["content"]
+    assert [m["role"] for m in second["messages"]] == [m["role"] for m in sent[1:]]
 
 
 async def test_blobs_sealed_per_tenant_are_read_for_the_runs_tenant(harness: Harness) -> None:

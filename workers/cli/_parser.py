@@ -185,6 +185,20 @@ def add_run_commands(
         default="text",
         help="the transcript as text for the terminal (default) or as Markdown",
     )
+    report.add_argument(
+        "--inputs",
+        action="store_true",
+        help="also print what each model call was sent: its system prompt as sent and its "
+        "messages, read from the blob store the workers write (PSYCH_BLOB_DIR or "
+        "PSYCH_BLOB_URL); with --json, in each model call's system_prompt and messages",
+    )
+    report.add_argument(
+        "--turn",
+        type=int,
+        action="append",
+        metavar="N",
+        help="with --inputs: only the model calls of turn N (repeatable)",
+    )
     report.set_defaults(func=lazy("psych_runtime.workers.cli._runs", "cmd_report"))
 
     listing = commands.add_parser("list", parents=parents, help="list the tenant's Runs")

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,9 +18,12 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities.blobs import blob_store_from_env
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
 from psych_runtime.specs import PsychError, Scope, SpecError, env_flag
 from psych_runtime.workers._client import connect
+from psych_runtime.workers._worker import DEFAULT_HOME
+from psych_runtime.workers._worker_checks import tenant_sealed_blobs
 from psych_runtime.workers._worker_settings import permits_with_file
 from psych_runtime.workers.cli._parser import DEFAULT_STORE, store_location
 from psych_runtime.workers.cli._run_facts import (
@@ -37,6 +41,7 @@ from psych_runtime.workers.console import (
     format_time,
     format_until,
     output_for,
+    print_inputs,
     print_report,
     print_transcript,
     read_transcript,
@@ -44,7 +49,13 @@ from psych_runtime.workers.console import (
     runs_table,
 )
 from psych_runtime.workers.fleet import unpolled_queues
-from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, parse_workflow_id
+from psych_runtime.workflows import (
+    PsychClient,
+    RunStatus,
+    RunSummary,
+    TenantBlobs,
+    parse_workflow_id,
+)
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
 
@@ -230,9 +241,9 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return asyncio.run(_follow(args))
 
 
-def _reader(temporal: Client) -> PsychClient:
+def _reader(temporal: Client, blobs: TenantBlobs | None = None) -> PsychClient:
     # Reading Runs never touches the version store; the default one is never written.
-    return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE))
+    return PsychClient(temporal, store=FileVersionStore(DEFAULT_STORE), blobs=blobs)
 
 
 async def _status(args: argparse.Namespace) -> int:
@@ -272,12 +283,25 @@ async def _report(args: argparse.Namespace) -> int:
     scope = scope_of(args)
     if args.format != "text" and not args.transcript:
         raise PsychError(f"--format {args.format} is for --transcript")
+    if args.inputs and args.transcript:
+        raise PsychError("--inputs is for the report, not --transcript")
+    if args.turn and not args.inputs:
+        raise PsychError("--turn is for --inputs")
+    inputs: bool | set[int] = set(args.turn) if args.turn else bool(args.inputs)
     temporal = await temporal_client(args)
     facts = await run_facts(temporal, args.run_id, scope=scope)
     if not facts.worker_polling:
         print_fallback(facts, json_output=args.json)
         return 1
-    client = _reader(temporal)
+    # The workers' store, as they configure it (opened for the tenant when sealed).
+    blobs = (
+        tenant_sealed_blobs(
+            temporal, blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
+        )
+        if inputs
+        else None
+    )
+    client = _reader(temporal, blobs)
     # Both bounded by QUERY_TIMEOUT: the server lists a stopped worker's poller for a while,
     # and the client's default deadline made --transcript wait ~30 s before it failed.
     try:
@@ -286,7 +310,9 @@ async def _report(args: argparse.Namespace) -> int:
                 client, args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT
             )
         else:
-            report = await client.report(args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT)
+            report = await client.report(
+                args.run_id, scope=scope, query_timeout=QUERY_TIMEOUT, inputs=inputs
+            )
     except RPCError as err:
         if not unanswered(err):
             raise
@@ -299,11 +325,15 @@ async def _report(args: argparse.Namespace) -> int:
         print(report.model_dump_json(indent=2))
     else:
         print_report(report, sys.stdout)
+        if inputs:
+            print(file=sys.stdout)
+            print_inputs(report, sys.stdout, None if inputs is True else inputs)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print a Run's report (summary, JSON with ``--json``), or with ``--transcript`` the
+    """Print a Run's report (summary, JSON with ``--json``; ``--inputs``: with what each
+    model call was sent, read from the blob store), or with ``--transcript`` the
     conversation as its model saw it (``--format md``: as Markdown)."""
     return asyncio.run(_report(args))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import uvicorn
 
+from psych_runtime.activities.blobs import blob_store_from_env
 from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import version_store_at
@@ -25,7 +26,7 @@ from psych_runtime.specs import PsychError, TenantPermits, load_yaml
 from psych_runtime.workers._settings import global_settings_path, worker_egress
 from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
-from psych_runtime.workers._worker_checks import tenant_sealed_tokens
+from psych_runtime.workers._worker_checks import tenant_sealed_blobs, tenant_sealed_tokens
 from psych_runtime.workers._worker_settings import permits_with_file
 from psych_runtime.workers.cli._parser import store_location
 from psych_runtime.workers.cli._parser_serving import DEFAULT_LISTEN
@@ -190,6 +191,11 @@ async def _serve(args: argparse.Namespace) -> int:
         registry=registry,
         roles_apart=roles_apart,
         permits=permits,
+        # The workers' blob store (PSYCH_BLOB_DIR, PSYCH_BLOB_URL, or .psych/blobs), for a
+        # report with its model calls' inputs; opened for the caller's tenant when sealed.
+        blobs=tenant_sealed_blobs(
+            temporal, blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
+        ),
     )
     # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
     # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push

@@ -4,7 +4,8 @@ The one place the API maps exceptions to statuses: psych's own errors (``NotFoun
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
 revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed``/
 ``SpecError`` 422 with every problem, ``StoreDamaged`` 500: a stored Version that no
-longer reads back), Temporal's
+longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs asked of a server
+whose blob store does not hold them), Temporal's
 (no worker answered: 503), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
@@ -25,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
     AccessDenied,
+    BlobsUnavailable,
     NotFound,
     NotPermitted,
     PsychError,
@@ -116,6 +118,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case ValidationFailed():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
             return problem(422, str(err), "invalid-spec", problems=problems)
+        case BlobsUnavailable():
+            # The server's blob store (none, or not the workers'): sent again, refused again.
+            return problem(503, str(err), "blobs-unavailable")
         case StoreDamaged():
             # Before SpecError: the store's fault, which the caller cannot mend.
             return problem(500, str(err), "store-damaged")

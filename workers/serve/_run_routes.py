@@ -165,10 +165,22 @@ def run_routes(context: ApiContext) -> APIRouter:
         return state.model_dump(mode="json")
 
     @router.get("/{run_id}/report")
-    async def report(run_id: str, scope: Caller) -> dict[str, Any]:
-        """The Run's report (RunReport)."""
+    async def report(
+        run_id: str,
+        scope: Caller,
+        inputs: bool = False,
+        turn: Annotated[list[int] | None, Query()] = None,
+    ) -> dict[str, Any]:
+        """The Run's report (RunReport); ``inputs=true``: with each model call's system
+        prompt as sent and messages (``turn``, repeatable: only those turns' calls), read
+        from the workers' blob store."""
+        if turn and not inputs:
+            raise ApiProblem(422, "turn selects the model calls whose inputs are read: inputs=true")
         built = await client.report(
-            tenant_run(run_id, scope), scope=scope, query_timeout=context.query_timeout
+            tenant_run(run_id, scope),
+            scope=scope,
+            query_timeout=context.query_timeout,
+            inputs=set(turn) if turn else inputs,
         )
         return built.model_dump(mode="json")
 

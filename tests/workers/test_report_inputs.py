@@ -1,0 +1,73 @@
+"""``psych report RUN --inputs``: what each model call was sent (its system prompt as sent,
+then its messages), read from the blob store the workers write, checked against what the
+fake model received."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import Reply, ToolCall
+
+from .conftest import Cli, psych
+from .test_transcript import client_of
+
+SCOPE = Scope(tenant="acme")
+PLAN = [{"title": "look up order 42"}]
+
+
+async def test_report_prints_each_calls_inputs_when_asked(
+    cli: Cli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = AgentBuilder("planner").instructions("Plan, then act.").model("gpt-4o-mini")
+    cli.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN}, id="plan-1")),
+        Reply.text("Order 42 is on its way."),
+    )
+    client = client_of(cli)
+    async with cli.worker():
+        run = await client.dispatch(spec.tasks(True).build(), "Where is order 42?", scope=SCOPE)
+        await client.result(run, scope=SCOPE)
+        wid = run.workflow_id
+        monkeypatch.setenv("PSYCH_BLOB_DIR", str(cli.home / "blobs"))
+        status, text, err = await psych(capsys, "report", *cli.args(wid, "--inputs"))
+        assert (status, err) == (0, "")
+        status, one, err = await psych(capsys, "report", *cli.args(wid, "--inputs", "--turn", "2"))
+        assert (status, err) == (0, "")
+        status, plain, err = await psych(capsys, "report", *cli.args(wid))
+        assert (status, err) == (0, "")
+        status, as_json, err = await psych(capsys, "report", *cli.args(wid, "--inputs", "--json"))
+        assert (status, err) == (0, "")
+        status, _, err = await psych(capsys, "report", *cli.args(wid, "--turn", "2"))
+        assert (status, err) == (1, "psych: --turn is for --inputs\n")
+        # Another directory than the workers': refused, naming what is missing and where.
+        monkeypatch.setenv("PSYCH_BLOB_DIR", str(cli.home / "elsewhere"))
+        status, _, err = await psych(capsys, "report", *cli.args(wid, "--inputs"))
+        assert status == 1
+        assert err.startswith("psych: turn 1's model call input is not in this client's blob")
+
+    first, second = cli.fake.requests
+    assert "Inputs of model call" not in plain
+    head = "Inputs of model call 1 (turn 1, gpt-4o-mini, attempt 1):"
+    assert text.index(head) < text.index("Inputs of model call 2 (turn 2, gpt-4o-mini")
+    shown = text[text.index(head) :]
+    # Each call's system prompt as sent: the second's holds the task list the first's lacks.
+    assert first["messages"][0]["content"] in shown
+    assert second["messages"][0]["content"] in shown
+    assert "look up order 42" in second["messages"][0]["content"]
+    assert "look up order 42" not in first["messages"][0]["content"]
+    assert "→ update_tasks [plan-1]" in shown and "── tool [plan-1] ──" in shown
+    assert head not in one and "Inputs of model call 2 (turn 2" in one
+    assert second["messages"][0]["content"] in one
+
+    calls = json.loads(as_json)["model_calls"]
+    assert [c["system_prompt"] for c in calls] == [
+        first["messages"][0]["content"],
+        second["messages"][0]["content"],
+    ]
+    assert [[m["role"] for m in c["messages"]] for c in calls] == [
+        ["user"],
+        ["user", "assistant", "tool"],
+    ]
