@@ -160,6 +160,9 @@ class RunReport(_Frozen):
     version_hash: str
     input: tuple[str, ...]
     system_prompt: str
+    """The Run's own system prompt as it was admitted (``run_admitted``). A call may have
+    been sent another (a task list, per-turn context, a continued Run's): each call's as
+    sent is its ``ModelCallReport.system_prompt``, read when asked (``inputs``)."""
     model_calls: tuple[ModelCallReport, ...]
     tool_calls: tuple[ToolCallReport, ...]
     status: RunStatus
