@@ -104,6 +104,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             role's task queue. Leave False for workers of role ``all`` (the default): every
             activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
         permits: what each tenant may use (``TenantPermits``); dispatch refuses a Spec using more.
+        blobs: the workers' blob store (opened for each tenant when sealed), which a report
+            reads each model call's inputs from when asked (``report(..., inputs=...)``).
     """
 
     def __init__(
