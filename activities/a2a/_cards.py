@@ -153,9 +153,14 @@ class Cards(ActivityClass):
 
     async def _skills(
         self, peer: A2APeer, scope: Scope
-    ) -> tuple[list[AgentSkill], str, bool] | str:
+    ) -> tuple[list[AgentSkill], str | None, bool] | str:
         """The peer's skills the tenant is permitted and ``allow`` grants (sorted by id),
-        its card's hash and whether the cache answered; or why it is unavailable."""
+        its card's hash and whether the cache answered; or why it is unavailable. A peer
+        the tenant is permitted none of offers nothing, and its card is not fetched (no
+        hash): it is never contacted, nor sent a credential."""
+        permitted = await self.permitted(scope.tenant, peer)
+        if permitted == ():
+            return [], None, False
         try:
             connection = await connect(peer, scope, self.secrets)
             fetched, cached = await self.peers.card(
@@ -165,9 +170,7 @@ class Cards(ActivityClass):
         except PeerUnavailable as err:
             return str(err)
         by_id = {skill.id: skill for skill in fetched.card.skills}
-        granted = narrow(
-            by_id, allow=peer.allow, permitted=await self.permitted(scope.tenant, peer)
-        )
+        granted = narrow(by_id, allow=peer.allow, permitted=permitted)
         return [by_id[skill_id] for skill_id in granted], fetched.hash, cached
 
     async def permitted(self, tenant: str, peer: A2APeer) -> tuple[str, ...] | None:

@@ -284,7 +284,11 @@ class Catalogues:
     async def _discover(
         self, server: McpServer, scope: Scope, permitted: Permitted
     ) -> _Discovered | str:
-        """The server's narrowed tools, or why it is unavailable (redacted)."""
+        """The server's narrowed tools, or why it is unavailable (redacted). A server the
+        tenant is permitted nothing of offers nothing and is never connected to: no
+        listing, no credential sent, no consent asked for it."""
+        if permitted == ():
+            return _Discovered(server=server, tools=(), cached=False, listing=(), unmatched=())
         redact = Redactor()
         connection: Connection | None = None
         try:

@@ -310,3 +310,31 @@ async def test_the_next_turn_is_offered_what_the_permits_answer_then(
     assert result.status is RunStatus.COMPLETED, result.reason
     assert "tools__charge" in offered(harness.fake.requests[0])
     assert offered(harness.fake.requests[1]) == ["tools__echo", "tools__lookup"]
+
+
+async def test_a_server_and_a_peer_permitted_nothing_are_never_contacted(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    # A Run started without the client's check (the harness's client knows no permits):
+    # the worker offers nothing of a server or peer its tenant is permitted nothing of, and
+    # must not connect to either to find out (no tools/list, no card, no credential sent).
+    server = mcp_http_server
+    settings = permitting(harness, {"tenants": {"acme": {"mcp_servers": {}, "a2a_peers": {}}}})
+    async with serve_peer(("echo",)) as peer:
+        peer.down = True  # every request it gets is counted (answered 503)
+        spec = (
+            AgentBuilder("unpermitted")
+            .model("fake-model")
+            .mcp_server("tools", server.url, transport="http", credential="orders-key")
+            .a2a_peer("helper", peer.url, optional=True)
+            .build()
+        )
+        harness.fake.enqueue(Reply.text("nothing to use"))
+        async with run_worker(harness.env.client, settings):
+            run = await harness.client.dispatch(spec, "Go", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+        refused = peer.refused
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert offered(harness.fake.requests[0]) == []
+    assert server.bearers() == {}
+    assert refused == 0
