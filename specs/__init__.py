@@ -67,6 +67,7 @@ from psych_runtime.specs._permits import (
     StaticPermits,
     TenantPermits,
     permit_problems,
+    permitted_by,
 )
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
@@ -285,6 +286,7 @@ __all__ = [
     "parse_spec",
     "parse_tasks",
     "permit_problems",
+    "permitted_by",
     "sanitise_tool_name",
     "spec_from_json",
     "spec_from_yaml",

@@ -15,7 +15,7 @@ give another server's name to its own), so ``StaticPermits`` never decides by th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Protocol
@@ -63,7 +63,8 @@ class TenantPermits(Protocol):
 
     Asked by a worker's MCP and A2A activities when they build a turn's catalogue (so the
     model is never offered what the tenant may not use) and before each call, and by
-    ``PsychClient.dispatch`` before a Run starts. An exception it raises fails what asked.
+    ``PsychClient.dispatch`` before a Run starts, each through ``permitted_by``. An
+    exception it raises, or an answer of another shape, fails what asked.
     """
 
     async def permitted(self, tenant: str, source: PermitSource) -> Sequence[str] | None:
@@ -166,8 +167,34 @@ class AllPermits:
         """The patterns all ``ports`` permit (None: none of them restricts)."""
         result: tuple[str, ...] | None = None
         for port in self.ports:
-            result = _both(result, await port.permitted(tenant, source))
+            result = _both(result, await permitted_by(port, tenant, source))
         return result
+
+
+async def permitted_by(
+    permits: TenantPermits, tenant: str, source: PermitSource
+) -> tuple[str, ...] | None:
+    """What ``permits`` answers for ``tenant`` and ``source``, checked: None, or the names
+    and patterns as a tuple. Every caller asks through this, so a port's malformed answer
+    permits nothing rather than everything.
+
+    Raises:
+        TypeError: the answer is a string (its characters would each be a pattern, a ``*``
+            among them permitting every name) or not a sequence of strings; named with the
+            tenant and the source. Whatever the port raises is raised as it is.
+    """
+    answer: object = await permits.permitted(tenant, source)
+    if answer is None:
+        return None
+    if not isinstance(answer, str | bytes) and isinstance(answer, Iterable):
+        patterns = tuple(answer)
+        if all(isinstance(pattern, str) for pattern in patterns):
+            return patterns
+    where = source.kind if source.url is None else f"{source.kind} {source.url}"
+    raise TypeError(
+        f"{type(permits).__name__}.permitted answered {answer!r} for tenant {tenant!r} "
+        f"({where}): it must answer None or a sequence of names and patterns"
+    )
 
 
 def _both(first: Sequence[str] | None, second: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -205,8 +232,7 @@ async def permit_problems(
         # Servers are asked by URL alone: one answer however many Specs name it.
         key = PermitSource(source.kind, source.url)
         if key not in asked:
-            answer = await permits.permitted(tenant, source)
-            asked[key] = None if answer is None else tuple(answer)
+            asked[key] = await permitted_by(permits, tenant, source)
         return asked[key]
 
     problems: list[Problem] = []

@@ -34,7 +34,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.mcp._names import name_tools
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import A2APeer, PermitSource, Scope, TenantPermits, narrow
+from psych_runtime.specs import A2APeer, PermitSource, Scope, TenantPermits, narrow, permitted_by
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -177,8 +177,7 @@ class Cards(ActivityClass):
         """What ``tenant`` is permitted of ``peer``'s skills (None: no restriction)."""
         if self.permits is None:
             return None
-        answer = await self.permits.permitted(tenant, PermitSource.of_peer(peer))
-        return None if answer is None else tuple(answer)
+        return await permitted_by(self.permits, tenant, PermitSource.of_peer(peer))
 
     def _entry(self, name: str, peer: A2APeer, skill: AgentSkill) -> CatalogEntry:
         info = ToolInfo(name=name, kind="a2a")

@@ -44,7 +44,7 @@ from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import McpServer, PermitSource, Scope, TenantPermits
+from psych_runtime.specs import McpServer, PermitSource, Scope, TenantPermits, permitted_by
 
 _log = logging.getLogger(__name__)
 
@@ -278,8 +278,7 @@ class Catalogues:
         """What ``tenant`` is permitted of ``server``'s tools (None: no restriction)."""
         if self.permits is None:
             return None
-        answer = await self.permits.permitted(tenant, PermitSource.of_server(server))
-        return None if answer is None else tuple(answer)
+        return await permitted_by(self.permits, tenant, PermitSource.of_server(server))
 
     async def _discover(
         self, server: McpServer, scope: Scope, permitted: Permitted

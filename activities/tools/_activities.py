@@ -89,6 +89,7 @@ from psych_runtime.specs import (
     ToolDef,
     ToolRegistry,
     matches,
+    permitted_by,
     tool_call_scope,
 )
 
@@ -450,7 +451,7 @@ class ToolActivities(StoredResults):
         started otherwise (the ``temporal`` CLI, a client without the permits)."""
         if self.permits is None:
             return None
-        permitted = await self.permits.permitted(scope.tenant, PermitSource(kind))
+        permitted = await permitted_by(self.permits, scope.tenant, PermitSource(kind))
         if permitted is None or matches(name, permitted):
             return None
         return f"{kind} tool {name!r} is not permitted to tenant {scope.tenant!r}"

@@ -338,3 +338,48 @@ async def test_a_server_and_a_peer_permitted_nothing_are_never_contacted(
     assert offered(harness.fake.requests[0]) == []
     assert server.bearers() == {}
     assert refused == 0
+
+
+class Misanswering:
+    """A ``TenantPermits`` given in code that answers one string, not a sequence of them:
+    each of its characters would be a pattern, and its ``*`` one that permits every name."""
+
+    async def permitted(self, tenant: str, source: PermitSource) -> Any:
+        return "lookup_*"
+
+
+async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Harness) -> None:
+    ran: list[str] = []
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        ran.append(to)
+        return "sent"
+
+    spec = (
+        AgentBuilder("mailer", registry=harness.registry).model("fake-model").tool(send_mail)
+    ).build()
+    client = PsychClient(
+        harness.env.client,
+        store=harness.client.store,
+        task_queue=harness.settings.task_queue,
+        registry=harness.registry,
+        permits=Misanswering(),
+    )
+    with pytest.raises(TypeError, match="answered 'lookup_\\*' for tenant 'acme'"):
+        await client.dispatch(spec, "Mail", scope=harness.scope)
+    # A Run started without the client's check: the worker's own check refuses the call.
+    settings = dataclasses.replace(harness.settings, permits=Misanswering())
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("send_mail", {"to": "a@example.test"})), Reply.text("no")
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    [mail] = report.tool_calls
+    assert mail.status == "error" and "answered 'lookup_*' for tenant 'acme'" in (
+        mail.result or ""
+    ), mail.result
+    assert ran == []

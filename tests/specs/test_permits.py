@@ -13,6 +13,7 @@ from psych_runtime.specs import (
     StaticPermits,
     narrow,
     permit_problems,
+    permitted_by,
 )
 
 MCP = "https://mcp.example.test/mcp"
@@ -89,3 +90,24 @@ async def test_problems_name_every_unpermitted_use_at_any_depth() -> None:
         "subagents[helper].spec.tools[ping]: http tool 'ping' is not permitted to tenant 'acme'",
     ]
     assert await permit_problems(spec, "globex", permits) == []
+
+
+class _Answering:
+    """A port given in code answering ``answer`` for everything."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    async def permitted(self, tenant: str, source: PermitSource) -> object:
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", ["get*", b"get*", 7, ["get*", 7]])
+async def test_a_port_answering_other_than_names_is_refused_not_taken_apart(
+    answer: object,
+) -> None:
+    # A string is a sequence of strings: taken apart, its '*' alone would permit all.
+    both = AllPermits((StaticPermits(), _Answering(answer)))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"_Answering\.permitted answered .* for tenant 'acme'"):
+        await both.permitted("acme", PermitSource("mcp", MCP))
+    assert await permitted_by(_Answering({"get*"}), "acme", PermitSource("code")) == ("get*",)  # type: ignore[arg-type]
