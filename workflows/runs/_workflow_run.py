@@ -283,6 +283,7 @@ class WorkflowRun(StepRecords):
             outputs=self._outputs,
             held=tuple(sorted(self._held)),
             catalog=self._catalog,
+            consents_refused=dict(self._suspensions.consents_refused),
         )
 
     def _restore(self, carry: RunCarry) -> None:
@@ -296,6 +297,7 @@ class WorkflowRun(StepRecords):
         self._outputs = dict(carry.outputs or {})
         self._count_outputs(self._outputs)
         self._held = set(carry.held)
+        self._suspensions.consents_refused.update(carry.consents_refused)
         continuing.restore_features(self._features, carry)
 
     async def _tool_step(self, index: int, step: ToolStep, offered: dict[str, CatalogEntry]) -> Any:
