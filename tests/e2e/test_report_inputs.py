@@ -17,6 +17,7 @@ from psych_runtime.activities.model._request import wire_message
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, BlobsUnavailable, NotFound
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import (
     Key,
     Keyring,
@@ -25,9 +26,10 @@ from psych_runtime.workers import (
     run_worker,
     tenant_sealed_blobs,
 )
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import PsychClient, RunContinued, RunStatus
 
 from ._serve import ACME, served
+from ._waiting import all_records
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +44,7 @@ def reader(harness: Harness, blobs: LocalBlobStore | None) -> PsychClient:
         harness.env.client,
         store=FileVersionStore(harness.home / "versions"),
         task_queue=harness.settings.task_queue,
+        registry=harness.registry,
         blobs=blobs,
     )
 
@@ -189,3 +192,56 @@ async def test_blobs_sealed_per_tenant_are_read_for_the_runs_tenant(harness: Har
     assert ref is not None and b"Plan." not in await stored.get(ref)
     with pytest.raises(NotFound):
         await TenantSealedBlobs(stored, PsychCodec(keys).blob_cipher(), "globex").get(ref)
+
+
+async def test_inputs_after_a_compaction_and_a_continue_as_new_are_what_was_sent(
+    harness: Harness,
+) -> None:
+    # Compaction replaces the older turns with a summary (a user message), and the Run
+    # continues as new after every turn: each call's inputs are still exactly its own.
+    @harness.registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        return f"order {order_id}: shipped"
+
+    spec = (
+        AgentBuilder("compactor", registry=harness.registry)
+        .instructions("Help with orders.")
+        .model("fake-model")
+        .tool(lookup_order)
+        .compaction(100, keep_recent_turns=1, model="fake-other", max_summary_tokens=64)
+        .build()
+    )
+    big, small = FakeUsage(input_tokens=300, output_tokens=5), FakeUsage(input_tokens=10)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "41"}), usage=small),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}), usage=big),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "43"}), usage=big),
+        Reply.text("All shipped.", usage=big),
+    )
+    harness.fake.enqueue(
+        Reply.text("41 shipped."), Reply.text("41 and 42 shipped."), model="fake-other"
+    )
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    client = reader(harness, blobs)
+    async with harness.worker():
+        run = await client.dispatch(
+            spec, "Status of my orders?", scope=harness.scope, continue_after_events=1
+        )
+        result = await client.result(run, scope=harness.scope)
+        report = await client.report(run, scope=harness.scope, inputs=True)
+        records = await all_records(client, run, harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert sum(isinstance(r, RunContinued) for r in records) >= 2, records
+    assert len(report.compactions) == 2
+    sent = [r for r in harness.fake.requests if r["model"] == "fake-model"]
+    assert [c.turn for c in report.model_calls] == [1, 2, 3, 4]
+    for call, request in zip(report.model_calls, sent, strict=True):
+        assert call.system_prompt == request["messages"][0]["content"]
+        assert [wire_message(m) for m in call.messages or ()] == request["messages"][1:]
+    assert "41 shipped." in (report.model_calls[2].messages or ())[0].content
