@@ -28,7 +28,7 @@ from psych_runtime.workers import (
 )
 from psych_runtime.workflows import PsychClient, RunContinued, RunStatus
 
-from ._serve import ACME, served
+from ._serve import ACME, GLOBEX, served
 from ._waiting import all_records
 from .conftest import Harness
 
@@ -245,3 +245,28 @@ async def test_inputs_after_a_compaction_and_a_continue_as_new_are_what_was_sent
         assert call.system_prompt == request["messages"][0]["content"]
         assert [wire_message(m) for m in call.messages or ()] == request["messages"][1:]
     assert "41 shipped." in (report.model_calls[2].messages or ())[0].content
+
+
+async def test_the_api_refuses_a_turn_with_no_model_call_and_another_tenants_run(
+    harness: Harness,
+) -> None:
+    spec = AgentBuilder("planner").instructions("Plan.").model("fake-model").build()
+    harness.fake.enqueue(Reply.text("Planned."))
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    harness.client = reader(harness, blobs)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Plan a refund", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        path = f"/v1/runs/{run.workflow_id}/report"
+        async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+            missing = await http.get(path, params={"inputs": "true", "turn": 7}, headers=ACME)
+            foreign = await http.get(path, params={"inputs": "true"}, headers=GLOBEX)
+    # Before: a 200 whose calls had no inputs, as if turn 7's call had been sent nothing.
+    assert missing.status_code == 422, missing.text
+    assert missing.json()["detail"] == (
+        "turn 7: the Run has no model call in turn 7 (its model calls are of turn 1)"
+    )
+    # Another tenant's Run is not found, inputs or not.
+    assert foreign.status_code == 404
+    assert "Plan a refund" not in foreign.text

@@ -71,3 +71,25 @@ async def test_report_prints_each_calls_inputs_when_asked(
         ["user"],
         ["user", "assistant", "tool"],
     ]
+
+
+async def test_report_refuses_a_turn_with_no_model_call(
+    cli: Cli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A --turn no model call of the Run has (a typo, turn 0) printed the report and then
+    # nothing, as if that turn's call had been sent nothing.
+    spec = AgentBuilder("planner").instructions("Plan.").model("gpt-4o-mini").build()
+    cli.fake.enqueue(Reply.text("Planned."))
+    client = client_of(cli)
+    async with cli.worker():
+        run = await client.dispatch(spec, "Plan a refund", scope=SCOPE)
+        await client.result(run, scope=SCOPE)
+        monkeypatch.setenv("PSYCH_BLOB_DIR", str(cli.home / "blobs"))
+        args = cli.args(run.workflow_id, "--inputs", "--turn", "1", "--turn", "0")
+        status, out, err = await psych(capsys, "report", *args)
+        assert (status, out) == (1, "")
+        assert err == (
+            "psych: --turn 0: the Run has no model call in turn 0 (its model calls are of turn 1)\n"
+        )
+        status, out, err = await psych(capsys, "report", *cli.args(run.workflow_id, "--inputs"))
+        assert (status, err) == (0, "")

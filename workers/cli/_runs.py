@@ -47,6 +47,7 @@ from psych_runtime.workers.console import (
     read_transcript,
     resume_command,
     runs_table,
+    turns_without_calls,
 )
 from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workflows import (
@@ -321,6 +322,9 @@ async def _report(args: argparse.Namespace) -> int:
     if args.transcript:
         print_transcript(transcript, sys.stdout, markdown=args.format == "md")
         return 0
+    missing = None if isinstance(inputs, bool) else turns_without_calls(report, inputs)
+    if missing is not None:
+        raise PsychError(f"--turn {missing}")
     if args.json:
         print(report.model_dump_json(indent=2))
     else:

@@ -16,7 +16,11 @@ from psych_runtime.workers.console._console import (
     resume_command,
 )
 from psych_runtime.workers.console._follow_run import follow_run
-from psych_runtime.workers.console._inputs import format_inputs, print_inputs
+from psych_runtime.workers.console._inputs import (
+    format_inputs,
+    print_inputs,
+    turns_without_calls,
+)
 from psych_runtime.workers.console._render import output_for, runs_table
 from psych_runtime.workers.console._transcript import read_transcript
 from psych_runtime.workers.console._transcript_render import print_transcript
@@ -37,4 +41,5 @@ __all__ = [
     "read_transcript",
     "resume_command",
     "runs_table",
+    "turns_without_calls",
 ]

@@ -20,6 +20,31 @@ def format_inputs(report: RunReport, turns: Collection[int] | None = None) -> st
     return "\n".join(lines)
 
 
+def turns_without_calls(report: RunReport, turns: Collection[int]) -> str | None:
+    """Why ``turns`` do not all select a model call of ``report`` (its steps' child Runs'
+    included), naming the turns that select none and those its calls are of; None when
+    each selects one. A turn that selects nothing would read no inputs, silently."""
+    present = set(_turns(report))
+    missing = sorted(set(turns) - present)
+    if not missing:
+        return None
+    named = ", ".join(map(str, missing))
+    have = ", ".join(map(str, sorted(present)))
+    calls = f"its model calls are of turn{'s' if len(present) > 1 else ''} {have}"
+    return (
+        f"{named}: the Run has no model call in turn{'s' if len(missing) > 1 else ''} {named} "
+        f"({calls if present else 'it has no model call'})"
+    )
+
+
+def _turns(report: RunReport) -> list[int]:
+    turns = [call.turn for call in report.model_calls]
+    for step in report.steps:
+        if step.child is not None:
+            turns += _turns(step.child)
+    return turns
+
+
 def print_inputs(report: RunReport, out: TextIO, turns: Collection[int] | None = None) -> None:
     """Print ``format_inputs(report, turns)`` to ``out``."""
     print(format_inputs(report, turns), file=out)

@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError, Scope, Version, parse_spec
-from psych_runtime.workers.console import read_transcript
+from psych_runtime.workers.console import read_transcript, turns_without_calls
 from psych_runtime.workers.serve._auth import Caller as Who
 from psych_runtime.workers.serve._auth import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._context import ApiContext
@@ -182,6 +182,9 @@ def run_routes(context: ApiContext) -> APIRouter:
             query_timeout=context.query_timeout,
             inputs=set(turn) if turn else inputs,
         )
+        missing = None if not turn else turns_without_calls(built, turn)
+        if missing is not None:
+            raise ApiProblem(422, f"turn {missing}")
         return built.model_dump(mode="json")
 
     @router.get("/{run_id}/transcript")
