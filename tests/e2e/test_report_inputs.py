@@ -15,7 +15,7 @@ from psych_runtime.activities import ContextRequest, ContextSettings, ContextSou
 from psych_runtime.activities.blobs import LocalBlobStore, TenantSealedBlobs
 from psych_runtime.activities.model._request import wire_message
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, BlobsUnavailable, NotFound
+from psych_runtime.specs import AgentBuilder, BlobsUnavailable, NotFound, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import (
@@ -270,3 +270,43 @@ async def test_the_api_refuses_a_turn_with_no_model_call_and_another_tenants_run
     # Another tenant's Run is not found, inputs or not.
     assert foreign.status_code == 404
     assert "Plan a refund" not in foreign.text
+
+
+async def test_a_workflows_agent_steps_report_their_calls_inputs(harness: Harness) -> None:
+    # A workflow has no model call of its own: its agent steps' child Runs do, and the
+    # report reads theirs (turn 2 of each step's Run when asked for turn 2).
+    first = AgentBuilder("first").instructions("First, plan.").model("fake-model").tasks(True)
+    second = AgentBuilder("second").instructions("Then answer.").model("fake-model")
+    flow = (
+        WorkflowBuilder("two-agents")
+        .agent_step("plan", first.build())
+        .agent_step("answer", second.build())
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})),
+        Reply.text("Planned."),
+        Reply.text("Answered."),
+    )
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    client = reader(harness, blobs)
+    async with harness.worker():
+        run = await client.dispatch(flow, "Refund order 42", scope=harness.scope)
+        assert (await client.result(run, scope=harness.scope)).status is RunStatus.COMPLETED
+        full = await client.report(run, scope=harness.scope, inputs=True)
+        second_turns = await client.report(run, scope=harness.scope, inputs={2})
+    children = [step.child for step in full.steps]
+    assert all(child is not None for child in children)
+    calls = [call for child in children if child is not None for call in child.model_calls]
+    assert full.model_calls == () and len(calls) == 3
+    for call, request in zip(calls, harness.fake.requests, strict=True):
+        assert call.system_prompt == request["messages"][0]["content"]
+        assert [wire_message(m) for m in call.messages or ()] == request["messages"][1:]
+    read = [
+        call.messages is not None
+        for step in second_turns.steps
+        if step.child is not None
+        for call in step.child.model_calls
+    ]
+    assert read == [False, True, False]
