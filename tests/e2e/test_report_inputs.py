@@ -310,3 +310,32 @@ async def test_a_workflows_agent_steps_report_their_calls_inputs(harness: Harnes
         for call in step.child.model_calls
     ]
     assert read == [False, True, False]
+
+
+async def test_a_threaded_runs_first_call_reports_the_earlier_conversation_it_was_sent(
+    harness: Harness,
+) -> None:
+    # A Run continuing an earlier one's thread: its first call is sent the earlier
+    # conversation (bounded by max_history_records) before its own input.
+    agent = AgentBuilder("threaded").instructions("Help.").model("fake-model")
+    harness.fake.enqueue(Reply.text("Order 42 has shipped."), Reply.text("Order 43 too."))
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    client = reader(harness, blobs)
+    async with harness.worker():
+        first = await client.dispatch(agent.build(), "Where is 42?", scope=harness.scope)
+        await client.result(first, scope=harness.scope)
+        later = agent.limits(max_history_records=1).build()
+        run = await client.dispatch(later, "And 43?", scope=harness.scope, thread=first)
+        await client.result(run, scope=harness.scope)
+        report = await client.report(run, scope=harness.scope, inputs=True)
+    assert report.thread is not None
+    sent = harness.fake.requests[1:]
+    assert len(report.model_calls) == len(sent) == 1
+    for call, request in zip(report.model_calls, sent, strict=True):
+        assert call.system_prompt == request["messages"][0]["content"]
+        assert [wire_message(m) for m in call.messages or ()] == request["messages"][1:]
+    assert [m.content for m in report.model_calls[0].messages or ()] == [
+        "Order 42 has shipped.",
+        "And 43?",
+    ]
