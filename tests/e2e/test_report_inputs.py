@@ -49,6 +49,13 @@ def reader(harness: Harness, blobs: LocalBlobStore | None) -> PsychClient:
     )
 
 
+class Unreadable(LocalBlobStore):
+    """A store whose files this process may not open (written 0600 by another user)."""
+
+    async def get(self, ref: str) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self.root / ref))
+
+
 async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
     harness: Harness,
 ) -> None:
@@ -86,8 +93,13 @@ async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
             await without.report(run, scope=harness.scope, inputs=True)
         # Another store than the workers': the ref it misses is named.
         elsewhere = reader(harness, LocalBlobStore(harness.home / "elsewhere"))
-        with pytest.raises(BlobsUnavailable, match="turn 1's model call input is not in"):
+        with pytest.raises(BlobsUnavailable, match="turn 1's model call input is not in") as err:
             await elsewhere.report(run, scope=harness.scope, inputs=True)
+        assert str(harness.home) not in str(err.value)  # the server's paths are its own
+        # A store the client may not read (files of another user: 0600) is said, not raised.
+        refused = reader(harness, Unreadable(harness.home / "elsewhere"))
+        with pytest.raises(BlobsUnavailable, match="could not be read: PermissionError"):
+            await refused.report(run, scope=harness.scope, inputs=True)
         # Asked for nothing, a client without a store reports as before.
         assert (await without.report(run, scope=harness.scope)).model_calls == plain.model_calls
 

@@ -85,10 +85,17 @@ class _Reader:
             system = "" if call.system_ref is None else await self._text(call.system_ref)
             blocks = [await self._text(ref) for ref in call.context_blocks]
         except NotFound as err:
+            # Not the store's own words: they hold its path, the server's, not a caller's.
             raise BlobsUnavailable(
-                f"{where} model call input is not in this client's blob store ({err}): the "
-                "client reads another store than the workers wrote (PSYCH_BLOB_DIR, "
+                f"{where} model call input is not in this client's blob store: the client "
+                "reads another store than the workers wrote (PSYCH_BLOB_DIR, "
                 "PSYCH_BLOB_URL), or the blob was removed since"
+            ) from err
+        except OSError as err:  # e.g. files of another user, written 0600
+            raise BlobsUnavailable(
+                f"{where} model call input could not be read: {type(err).__name__}: "
+                f"{err.strerror or 'an I/O error'} (the client must be able to read the "
+                "workers' blob store)"
             ) from err
         except ValueError as err:  # not UTF-8, not a stored node or message: sealed bytes
             raise BlobsUnavailable(
