@@ -212,8 +212,9 @@ class SlimCodeToolCall(_Compact):
     scope: WireScope = WireScope()
     local_bytes: int | None = None
     """A local call's share of its workflow task's completion, which carries the outcomes of
-    all the turn's local calls: an outcome larger as JSON fails ``LocalResultTooLarge`` and
-    the workflow runs the call as an activity. None: no bound (an activity's own call)."""
+    all the turn's local calls: an outcome larger as JSON (its UTF-8 bytes) fails
+    ``LocalResultTooLarge`` and the workflow runs the call as an activity. None: no bound (an
+    activity's own call)."""
 
 
 class SlimHttpToolCall(_Compact):

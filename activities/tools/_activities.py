@@ -288,7 +288,10 @@ class ToolActivities(StoredResults):
         call = full_code_call(input, activity.info().workflow_id)
         safe = self._code_tool(call.tool).idempotent
         wire = self._deliver(await self.code(call), safe)
-        if input.local_bytes is not None and len(wire.model_dump_json()) > input.local_bytes:
+        # Bytes, as the payload carries it (UTF-8): counted in characters, a result in a
+        # script of 3 bytes a character passed at three times its share.
+        bound = input.local_bytes
+        if bound is not None and len(wire.model_dump_json().encode()) > bound:
             raise ApplicationError(
                 f"the outcome of {call.tool} is over the {input.local_bytes} bytes a local "
                 "call may return: it runs as an activity",

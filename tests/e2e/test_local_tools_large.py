@@ -77,3 +77,45 @@ async def test_local_results_past_a_task_s_room_complete_as_any_results(
     # The fall back is a turn the worker expects, not a failure it warns of, once per call.
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in warned if "Completing activity as failed" in r.getMessage()]
+
+
+CHARACTERS = 120_000
+"""Each result is ``CHARACTERS`` characters of 3 UTF-8 bytes: 360 KB, under its share of 2 MiB
+among 16 (131,072) counted in characters, over it in bytes; 16 of them 5.8 MB."""
+
+
+def kapitel(number: int) -> str:
+    """A chapter of the manual, in a script of three bytes a character.
+
+    Args:
+        number: Which chapter.
+    """
+    return chr(0x4E00 + number) * CHARACTERS
+
+
+async def test_a_local_result_s_share_counts_bytes_not_characters(harness: Harness) -> None:
+    harness.registry.register(kapitel, idempotent=True, read_only=True, local_seconds=5.0)
+    harness.fake.enqueue(
+        Reply.tool_calls(*[ToolCall("kapitel", {"number": n}) for n in range(CALLS)]),
+        Reply.text("Read them all."),
+    )
+    spec = (
+        AgentBuilder("reader-local-utf8", registry=harness.registry)
+        .model("fake-model")
+        .tool("kapitel")
+        .limits(large_result_bytes=400_000)
+        .build()
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Read the manual.", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    # Counted in characters, each passed as a local call, and the turn's task completion
+    # (5.8 MB) failed the Run: GrpcMessageTooLarge.
+    assert result.status is RunStatus.COMPLETED, result.reason
+    history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled.count(TOOL_RUN_CODE) == CALLS
