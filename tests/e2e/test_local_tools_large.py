@@ -109,9 +109,15 @@ async def test_a_local_result_s_share_counts_bytes_not_characters(harness: Harne
     async with harness.worker():
         run = await harness.client.dispatch(spec, "Read the manual.", scope=harness.scope)
         result = await harness.client.result(run, scope=harness.scope)
+        # The records pages too are bounded in bytes: counted in characters, a page of
+        # these results (2.9 MB) failed the query, 'Blob data size exceeds limit'.
+        report = await harness.client.report(run, scope=harness.scope)
     # Counted in characters, each passed as a local call, and the turn's task completion
     # (5.8 MB) failed the Run: GrpcMessageTooLarge.
     assert result.status is RunStatus.COMPLETED, result.reason
+    assert [(c.status, c.truncated, c.size) for c in report.tool_calls] == [
+        ("ok", False, 3 * CHARACTERS)
+    ] * CALLS
     history = await harness.env.client.get_workflow_handle(run.workflow_id).fetch_history()
     scheduled = [
         e.activity_task_scheduled_event_attributes.activity_type.name

@@ -20,7 +20,9 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._records import Record, RunSettled
 
 RECORDS_PAGE_BYTES = 1_000_000
-"""Most JSON bytes of records one ``psych.records`` answer carries (gRPC caps messages)."""
+"""Most JSON bytes (UTF-8) of records one ``psych.records`` answer carries (gRPC caps messages,
+the server a payload at 2 MB: counted in characters, a page of text of 3 bytes a character
+was refused)."""
 
 
 class Stamp(TypedDict):
@@ -82,7 +84,7 @@ class RecordLog:
         page: list[Record] = []
         size = 0
         for record in self._records[start : start + query.limit] if start >= 0 else ():
-            size += len(record.model_dump_json())
+            size += len(record.model_dump_json().encode())  # bytes, not characters
             if page and size > RECORDS_PAGE_BYTES:
                 break
             page.append(record)
