@@ -360,3 +360,38 @@ async def test_an_issuer_sending_a_byte_at_a_time_is_a_503_for_every_waiting_req
             )
     assert [r.status_code for r in responses] == [503] * 8
     assert all("could not be fetched" in r.json()["detail"] for r in responses)
+
+
+@contextmanager
+def redirecting(to: str) -> Iterator[str]:
+    """A JWKS URL whose server answers every GET with a 302 to ``to`` (an issuer moving its
+    key set, or serving it from another path)."""
+
+    class Moved(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("location", to)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_jwks_url_that_redirects_is_followed_as_pyjwkclient_did(
+    signing_key: rsa.RSAPrivateKey, jwks_url: str
+) -> None:
+    # PyJWKClient fetched with urllib, which follows redirects; httpx does not unless
+    # asked: every token of an issuer whose JWKS URL redirects was a 503 'could not be read'.
+    with redirecting(jwks_url) as url:
+        scope = await authenticator(url).scope_for(f"Bearer {token(signing_key)}")
+    assert scope == Scope(tenant="acme", principal="alice")

@@ -254,7 +254,9 @@ class IssuerKeys:
         try:
             async with (
                 asyncio.timeout(JWKS_TIMEOUT_SECONDS),
-                httpx.AsyncClient(timeout=JWKS_TIMEOUT_SECONDS) as http,
+                # Redirects followed as PyJWKClient's urllib did (an issuer serving its
+                # key set from another path was a 503 on every token).
+                httpx.AsyncClient(timeout=JWKS_TIMEOUT_SECONDS, follow_redirects=True) as http,
             ):
                 response = await http.get(self.url)
         except (httpx.HTTPError, TimeoutError) as err:
