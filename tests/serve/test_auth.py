@@ -28,7 +28,7 @@ from psych_runtime.workers.serve import (
     Unauthorized,
     parse_serve_section,
 )
-from psych_runtime.workers.serve._auth import JWKS_TIMEOUT_SECONDS
+from psych_runtime.workers.serve._auth import JWKS_TIMEOUT_SECONDS, IssuerUnavailable
 
 from ._app import api
 
@@ -395,3 +395,13 @@ async def test_a_jwks_url_that_redirects_is_followed_as_pyjwkclient_did(
     with redirecting(jwks_url) as url:
         scope = await authenticator(url).scope_for(f"Bearer {token(signing_key)}")
     assert scope == Scope(tenant="acme", principal="alice")
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"keys"', b'{"keys": ["k1"]}', b'{"keys": {"k1": 1}}'])
+async def test_a_jwks_answer_that_is_no_key_set_object_is_a_503_naming_it(
+    signing_key: rsa.RSAPrivateKey, body: bytes
+) -> None:
+    # JSON, but not a JWKS object: PyJWKSet.from_dict called .get on it (AttributeError),
+    # and the caller got a 500 instead of the issuer's 503.
+    with answering(body) as url, pytest.raises(IssuerUnavailable, match="could not be read"):
+        await authenticator(url).scope_for(f"Bearer {token(signing_key)}")

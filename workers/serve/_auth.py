@@ -269,7 +269,10 @@ class IssuerKeys:
         if response.status_code != 200:
             raise unreadable
         try:
-            found = jwt.PyJWKSet.from_dict(response.json()).keys
+            document = response.json()
+            if not isinstance(document, dict):  # from_dict would call .get on it
+                raise unreadable
+            found = jwt.PyJWKSet.from_dict(document).keys
         except (ValueError, jwt.PyJWKSetError) as err:
             raise unreadable from err
         keys = {
