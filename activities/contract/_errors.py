@@ -22,6 +22,10 @@ class ErrorType(StrEnum):
     not in it, a cut that would part a tool call from its result, an empty summary)."""
     DUPLICATE_TOOL_NAME = "DuplicateToolName"
     """A Run's catalogue names one tool twice."""
+    LOCAL_CALL_HOOKED = "LocalCallHooked"
+    """A local tool call reached a worker with a hook covering its tool (the Run's catalogue,
+    resolved once, came from a worker without it): nothing ran, and the workflow runs the
+    call as an activity, where the hooks have their own time."""
     LOCAL_RESULT_TOO_LARGE = "LocalResultTooLarge"
     """A local tool call's outcome is over its ``SlimCodeToolCall.local_bytes``: the
     workflow runs the call again as an activity (it is safe to repeat)."""

@@ -28,7 +28,7 @@ from collections import Counter
 import httpx
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities.blobs import BlobStore, canonical_json
 from psych_runtime.activities.contract import (
@@ -74,6 +74,7 @@ from psych_runtime.activities.tools._http import (
     build_request,
     send_request,
 )
+from psych_runtime.activities.tools._local_calls import check_local_bytes, hooked_local_call
 from psych_runtime.activities.tools._outcomes import fixed_decision, unexpected
 from psych_runtime.activities.tools._policy import POLICY_ANSWER_SECONDS, Policy, RulePolicy
 from psych_runtime.activities.tools._read_output import read_slice
@@ -282,23 +283,16 @@ class ToolActivities(StoredResults):
 
         Raises:
             ApplicationError: as ``code``; ``LocalResultTooLarge`` (non-retryable) for a
-                local call whose outcome is over its ``local_bytes``.
+                local call whose outcome is over its ``local_bytes``, ``LocalCallHooked``
+                (non-retryable, before anything runs) for one a hook of this worker covers.
             asyncio.CancelledError: as ``code``.
         """
         call = full_code_call(input, activity.info().workflow_id)
+        if activity.info().is_local and self._hooked(call.tool):
+            raise hooked_local_call(call.tool)
         safe = self._code_tool(call.tool).idempotent
         wire = self._deliver(await self.code(call), safe)
-        # Bytes, as the payload carries it (UTF-8): counted in characters, a result in a
-        # script of 3 bytes a character passed at three times its share.
-        bound = input.local_bytes
-        if bound is not None and len(wire.model_dump_json().encode()) > bound:
-            raise ApplicationError(
-                f"the outcome of {call.tool} is over the {input.local_bytes} bytes a local "
-                "call may return: it runs as an activity",
-                type=ErrorType.LOCAL_RESULT_TOO_LARGE,
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,  # an expected turn, not a failure
-            )
+        check_local_bytes(wire, input.local_bytes, call.tool)
         return wire
 
     async def code(self, input: CodeToolCall) -> ToolOutcome:

@@ -9,6 +9,7 @@ the hook and the tool each run once.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -70,3 +71,61 @@ async def test_a_hook_slower_than_local_seconds_runs_once_and_the_call_succeeds(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
     assert TOOL_RUN_CODE in scheduled
+
+
+async def _waiting_on_a_backoff(harness: Harness, workflow_id: str) -> None:
+    """Until the Run's first model call failed and its Retry-After timer started: no
+    activity of the Run is open, and the next task runs on whichever worker polls."""
+    handle = harness.env.client.get_workflow_handle(workflow_id)
+    async with asyncio.timeout(30):
+        while True:
+            events = (await handle.fetch_history()).events
+            types = [e.event_type for e in events]
+            closed = [
+                i
+                for i, t in enumerate(types)
+                if t
+                in (
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+                )
+            ]
+            if closed and EventType.EVENT_TYPE_TIMER_STARTED in types[closed[0] :]:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_a_hooked_tool_a_worker_without_the_hook_catalogued_local_runs_as_an_activity(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # A fleet in the middle of a change of hooks: the Run's catalogue, resolved once at its
+    # start (and carried across continue-as-new), came from a worker without the hook and
+    # says local_seconds; a worker with it runs the call. Run locally there, the hook took
+    # the tool's 0.5 s on each of three attempts and the model read a timeout.
+    RAN.clear()
+    tally = tmp_path / "hook.tally"
+    harness.registry.register(stock_level, idempotent=True, read_only=True, local_seconds=0.5)
+    harness.fake.enqueue(
+        Reply.error(503, retry_after=1.0),
+        Reply.tool_calls(ToolCall("stock_level", {"sku": "bolt"})),
+        Reply.text("12 bolts."),
+    )
+    spec = (
+        AgentBuilder("stock-hooked-later", registry=harness.registry)
+        .model("fake-model")
+        .tool("stock_level")
+        .build()
+    )
+    async with harness.worker():  # no hooks: the catalogue has local_seconds
+        run = await harness.client.dispatch(spec, "How many bolts?", scope=harness.scope)
+        await _waiting_on_a_backoff(harness, run.workflow_id)
+    check = CommandHook(("/bin/sh", "-c", f"echo seen >> {tally}; sleep 1"))
+    harness.settings = dataclasses.replace(harness.settings, hooks=Hooks().pre("stock_*", check))
+    async with harness.worker():
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    [call] = report.tool_calls
+    assert (call.status, call.result) == ("ok", "bolt: 12")
+    assert tally.read_text().splitlines() == ["seen"]
+    assert RAN == ["bolt"]

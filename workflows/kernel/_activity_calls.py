@@ -12,9 +12,8 @@ model call on ``<queue>-model``, every tool, policy, catalogue, read-back and MC
 ``<queue>-tools``, where ``<queue>`` is the Run's own task queue (the workflows role's).
 Any other Run schedules every activity on its own queue: the SDK dispatches an activity
 eagerly (in the workflow task's completion, no matching round trip) only there, and a
-worker of role ``all`` or ``workflows`` registers every activity. The local
-``psych.mcp.list_tools`` runs on the worker running the workflow task, so workflow workers
-reach MCP servers too.
+worker of role ``all`` or ``workflows`` registers every activity. Workflow workers reach MCP
+servers too: the local ``psych.mcp.list_tools`` runs where the workflow task does.
 
 A code tool registered quick and safe to repeat (its catalogue entry has ``local_seconds``)
 runs as a local activity too, on a Run on one queue (``runs_local``): each attempt bounded
@@ -467,7 +466,7 @@ async def call_tool(
                 )
                 return full_outcome(local, input.call_id)
             except FailureError as err:
-                if not _too_large(err):
+                if not _runs_as_activity(err):
                     raise
     # No summary: the activity type and its input name the tool.
     outcome = await _execute(
@@ -482,11 +481,12 @@ async def call_tool(
     return full_outcome(outcome, input.call_id)
 
 
-def _too_large(err: FailureError) -> bool:
-    """Whether a local call failed ``LocalResultTooLarge`` (live its ``ActivityError``'s
-    cause, replayed the ``ApplicationError`` itself)."""
+def _runs_as_activity(err: FailureError) -> bool:
+    """Whether a local call failed ``LocalResultTooLarge`` or ``LocalCallHooked`` (live its
+    ``ActivityError``'s cause, replayed the ``ApplicationError`` itself)."""
     cause = err.__cause__ if isinstance(err, ActivityError) else err
-    return isinstance(cause, ApplicationError) and cause.type == ErrorType.LOCAL_RESULT_TOO_LARGE
+    kinds = (ErrorType.LOCAL_RESULT_TOO_LARGE, ErrorType.LOCAL_CALL_HOOKED)
+    return isinstance(cause, ApplicationError) and cause.type in kinds
 
 
 def _heartbeat(entry: CatalogEntry) -> timedelta | None:
