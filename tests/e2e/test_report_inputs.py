@@ -351,3 +351,32 @@ async def test_a_threaded_runs_first_call_reports_the_earlier_conversation_it_wa
         "Order 42 has shipped.",
         "And 43?",
     ]
+
+
+async def test_the_api_reads_the_inputs_of_at_most_twenty_calls_a_request(
+    harness: Harness,
+) -> None:
+    # Each call's messages repeat the conversation before it: all of a long Run's inputs
+    # at once grew with the square of its length, built in the server's memory.
+    spec = AgentBuilder("planner").model("fake-model").tasks(True).build()
+    harness.fake.enqueue(
+        *[Reply.tool_calls(ToolCall("update_tasks", {"tasks": PLAN})) for _ in range(21)],
+        Reply.text("Planned."),
+    )
+    blobs = harness.settings.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    harness.client = reader(harness, blobs)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Plan a refund", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        path = f"/v1/runs/{run.workflow_id}/report"
+        async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+            every = await http.get(path, params={"inputs": "true"}, headers=ACME)
+            some = await http.get(path, params={"inputs": "true", "turn": [1, 22]}, headers=ACME)
+    assert every.status_code == 413, every.text
+    problem = every.json()
+    assert problem["type"] == "urn:psych:problem:too-large"
+    assert "inputs of 22 model calls asked: at most 20" in problem["detail"]
+    assert some.status_code == 200, some.text
+    calls = some.json()["model_calls"]
+    assert [c["messages"] is not None for c in calls] == [True] + [False] * 20 + [True]
