@@ -452,7 +452,8 @@ class Scope(_Frozen):
     tenant: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.]+$")]
     """The owning tenant (letters, digits, ``_`` and ``.``; no ``-``, which joins ids)."""
     principal: Annotated[str | None, Field(max_length=256)] = None
-    """Who acts within the tenant, if known."""
+    """Who acts within the tenant, if known (a Run starts only with one free of control
+    characters, ``check_labels``)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Free-form labels carried into records and ports: a Run starts only with at most 32,
     each key 1 to 64 characters and each value at most 256 (``check_labels``)."""
@@ -464,8 +465,16 @@ class Scope(_Frozen):
 
         Raises:
             SpecError: more than 32 labels, a key empty or over 64 characters, or a value
-                over 256, naming it.
+                over 256, naming it; a principal holding a control character (a NUL cannot
+                even reach a command hook's environment, which names the principal).
         """
+        principal = self.principal or ""
+        control = next((c for c in principal if ord(c) < 0x20 or ord(c) == 0x7F), None)
+        if control is not None:
+            raise SpecError(
+                f"principal {principal[:80]!r} holds the control character "
+                f"U+{ord(control):04X}: a principal is a name, printable"
+            )
         if len(self.labels) > 32:
             raise SpecError(f"{len(self.labels)} labels: a Run's Scope holds at most 32")
         for key, value in self.labels.items():

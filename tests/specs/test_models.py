@@ -757,6 +757,12 @@ def test_a_scopes_labels_are_bounded_where_a_run_starts() -> None:
         scope = Scope(tenant="acme", labels=labels)  # read back as it was: Runs before the bound
         with pytest.raises(SpecError, match=re.escape(said)):
             scope.check_labels()
+    # A principal with a NUL made every command pre hook deny ("embedded null byte": the
+    # hook's environment names the principal): refused where the Run starts, as labels are.
+    for principal in ("ana\x00", "ana\nbob"):
+        with pytest.raises(SpecError, match="holds the control character U\\+000"):
+            Scope(tenant="acme", principal=principal).check_labels()
+    assert Scope(tenant="acme", principal="Ana Müller").check_labels().principal == "Ana Müller"
 
 
 async def test_a_run_does_not_start_with_labels_past_the_bounds(tmp_path: Path) -> None:

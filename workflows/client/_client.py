@@ -232,7 +232,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             NotPermitted: the Spec uses what the tenant is not permitted (``permits``).
             NotFound: no such ``thread`` Run.
             SpecError: a ``thread`` for a workflow Version (only agents converse); labels
-                past ``Scope.check_labels``'s bounds.
+                past ``Scope.check_labels``'s bounds, or a principal holding a control
+                character.
         """
         scope.check_labels()
         version = self._version(spec)
