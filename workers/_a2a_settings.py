@@ -25,6 +25,7 @@ import dataclasses
 from typing import Any
 
 from psych_runtime.activities.a2a import A2A_SETTING_NAMES, A2aSettings
+from psych_runtime.workers._settings_file import unknown_settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +46,7 @@ def parse_a2a(value: Any, where: str, problems: list[str]) -> A2aSection | None:
         problems.append(f"{where}: a mapping of {', '.join(A2A_SETTING_NAMES)}")
         return None
     found = len(problems)
-    for key in sorted(set(value) - set(A2A_SETTING_NAMES), key=str):
-        problems.append(f"{where}.{key}: unknown setting (known: {', '.join(A2A_SETTING_NAMES)})")
+    problems += unknown_settings(value, where, A2A_SETTING_NAMES)
     values = tuple((key, value[key]) for key in A2A_SETTING_NAMES if key in value)
     for key, item in values:
         try:

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from psych_runtime.activities.egress import EgressRules, EgressSettings
+from psych_runtime.workers._settings_file import unknown_settings
 
 _SECTION_KEYS = frozenset({"allow", "deny", "max_response_bytes", "tenants"})
 _RULE_KEYS = frozenset({"allow", "deny"})
@@ -32,10 +33,7 @@ def parse_egress(value: Any, where: str, problems: list[str]) -> EgressSettings 
     if not isinstance(value, dict):
         problems.append(f"{where}: a mapping of allow, deny, max_response_bytes, tenants")
         return None
-    for key in sorted(set(value) - _SECTION_KEYS, key=str):
-        problems.append(
-            f"{where}.{key}: unknown setting (known: {', '.join(sorted(_SECTION_KEYS))})"
-        )
+    problems += unknown_settings(value, where, sorted(_SECTION_KEYS))
     rules = _rules(value, where, problems)
     tenants: dict[str, EgressRules] = {}
     table = value.get("tenants") or {}

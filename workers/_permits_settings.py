@@ -27,6 +27,7 @@ import re
 from typing import Any
 
 from psych_runtime.specs import Permits, SpecError, StaticPermits
+from psych_runtime.workers._settings_file import unknown_settings
 
 _SECTION_KEYS = ("default", "tenants")
 _PERMIT_KEYS = ("a2a_peers", "code_tools", "http_tools", "mcp_servers")
@@ -40,8 +41,7 @@ def parse_permits(value: Any, where: str, problems: list[str]) -> StaticPermits 
         problems.append(f"{where}: a mapping of {', '.join(_SECTION_KEYS)}, not {value!r}")
         return None
     found = len(problems)
-    for key in sorted(set(value) - set(_SECTION_KEYS), key=str):
-        problems.append(f"{where}.{key}: unknown setting (known: {', '.join(_SECTION_KEYS)})")
+    problems += unknown_settings(value, where, _SECTION_KEYS)
     tenants: dict[str, Permits] = {}
     table = value.get("tenants")
     if table is not None and not isinstance(table, dict):
@@ -69,8 +69,7 @@ def _permits(value: Any, where: str, problems: list[str]) -> Permits | None:
         problems.append(f"{where}: a mapping of {', '.join(_PERMIT_KEYS)}, not {value!r}")
         return None
     found = len(problems)
-    for key in sorted(set(value) - set(_PERMIT_KEYS), key=str):
-        problems.append(f"{where}.{key}: unknown setting (known: {', '.join(_PERMIT_KEYS)})")
+    problems += unknown_settings(value, where, _PERMIT_KEYS)
     fields: dict[str, Any] = {}
     for key in ("code_tools", "http_tools"):
         if key in value:
