@@ -172,17 +172,19 @@ class AllPermits:
 
 
 async def permitted_by(
-    permits: TenantPermits, tenant: str, source: PermitSource
+    permits: TenantPermits | None, tenant: str, source: PermitSource
 ) -> tuple[str, ...] | None:
-    """What ``permits`` answers for ``tenant`` and ``source``, checked: None, or the names
-    and patterns as a tuple. Every caller asks through this, so a port's malformed answer
-    permits nothing rather than everything.
+    """What ``permits`` answers for ``tenant`` and ``source``, checked: None (no port: no
+    restriction), or the names and patterns as a tuple. Every caller asks through this, so
+    a port's malformed answer permits nothing rather than everything.
 
     Raises:
         TypeError: the answer is a string (its characters would each be a pattern, a ``*``
             among them permitting every name) or not a sequence of strings; named with the
             tenant and the source. Whatever the port raises is raised as it is.
     """
+    if permits is None:
+        return None
     answer: object = await permits.permitted(tenant, source)
     if answer is None:
         return None

@@ -175,8 +175,6 @@ class Cards(ActivityClass):
 
     async def permitted(self, tenant: str, peer: A2APeer) -> tuple[str, ...] | None:
         """What ``tenant`` is permitted of ``peer``'s skills (None: no restriction)."""
-        if self.permits is None:
-            return None
         return await permitted_by(self.permits, tenant, PermitSource.of_peer(peer))
 
     def _entry(self, name: str, peer: A2APeer, skill: AgentSkill) -> CatalogEntry:

@@ -276,8 +276,6 @@ class Catalogues:
 
     async def permitted(self, tenant: str, server: McpServer) -> Permitted:
         """What ``tenant`` is permitted of ``server``'s tools (None: no restriction)."""
-        if self.permits is None:
-            return None
         return await permitted_by(self.permits, tenant, PermitSource.of_server(server))
 
     async def _discover(

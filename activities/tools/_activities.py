@@ -446,8 +446,6 @@ class ToolActivities(StoredResults):
         before any hook, as MCP's and A2A's checks are: no hook may turn it into a result.
         ``PsychClient.dispatch`` refuses such a Run before it starts; this holds for one
         started otherwise (the ``temporal`` CLI, a client without the permits)."""
-        if self.permits is None:
-            return None
         permitted = await permitted_by(self.permits, scope.tenant, PermitSource(kind))
         if permitted is None or matches(name, permitted):
             return None
