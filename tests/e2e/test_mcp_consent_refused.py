@@ -240,11 +240,14 @@ async def test_a_refusal_stands_after_the_run_continues_as_new(
     )
 
 
+@pytest.mark.parametrize("continued", [False, True], ids=["one-execution", "continued"])
 async def test_an_optional_server_refused_before_a_workflow_step_is_left_out(
-    harness: Harness, pair: Consenting
+    harness: Harness, pair: Consenting, continued: bool
 ) -> None:
     # As in an agent's turn: a workflow goes on without an optional server a person
     # refused, as without one that is down; its steps that need none of its tools run.
+    # Continuing as new between its steps, the execution after the cut does not ask the
+    # person again.
     server = pair.server
     server.refuse_consent("access_denied", None)
 
@@ -262,49 +265,8 @@ async def test_an_optional_server_refused_before_a_workflow_step_is_left_out(
         .build()
     )
     async with harness.worker():
-        run = await harness.client.dispatch(flow, "go", scope=harness.scope)
-        assert (await consent(await consent_asked(harness, run, harness.scope))).status_code == 400
-        await refusal_taken(harness, run, "access_denied")
-        settled_or_asked = await state_when(
-            harness.client,
-            run,
-            harness.scope,
-            lambda state: state.status.terminal or is_waiting(state),
-            what="the Run to settle (or ask again)",
-            within=WAIT,
-        )
-    # Before the fix: the refusal failed the workflow ("MCP discovery failed: consent to
-    # MCP server 'crm' was refused"), its server optional.
-    assert settled_or_asked.pending == (), settled_or_asked.pending
-    assert settled_or_asked.status is RunStatus.COMPLETED, settled_or_asked.reason
-    assert server.state()["calls"].get("whoami", 0) == 0
-    assert record_files(harness.home / "tokens") == []
-
-
-async def test_a_workflows_refusal_stands_after_it_continues_as_new(
-    harness: Harness, pair: Consenting
-) -> None:
-    # A workflow goes on without an optional server a person refused; continuing as new
-    # between its steps, the execution after the cut does not ask the person again.
-    server = pair.server
-    server.refuse_consent("access_denied", None)
-
-    @harness.registry.register
-    def tick(n: int) -> dict[str, int]:
-        """Count one."""
-        return {"n": n}
-
-    flow = (
-        WorkflowBuilder("consent-continued-flow", registry=harness.registry)
-        .tool("tick")
-        .mcp_server("crm", server.url, oauth=oauth(Callback(pair.callback_url)), optional=True)
-        .tool_step("first", "tick", {"n": 1})
-        .tool_step("second", "tick", {"n": 2})
-        .build()
-    )
-    async with harness.worker():
         run = await harness.client.dispatch(
-            flow, "go", scope=harness.scope, continue_after_events=1
+            flow, "go", scope=harness.scope, continue_after_events=1 if continued else None
         )
         assert (await consent(await consent_asked(harness, run, harness.scope))).status_code == 400
         await refusal_taken(harness, run, "access_denied")
@@ -317,9 +279,12 @@ async def test_a_workflows_refusal_stands_after_it_continues_as_new(
             within=WAIT,
         )
         records = await all_records(harness.client, run, harness.scope)
-    # Before the fix: the WorkflowRun's carry left the refusal out, so the second step's
-    # discovery asked the person again and the Run waited on that consent.
+    # Before the fixes: the refusal failed the workflow ("MCP discovery failed: consent to
+    # MCP server 'crm' was refused"), its server optional; and the WorkflowRun's carry left
+    # the refusal out, so after a continue-as-new the second step's discovery asked the
+    # person again and the Run waited on that consent.
     assert settled_or_asked.pending == (), settled_or_asked.pending
     assert settled_or_asked.status is RunStatus.COMPLETED, settled_or_asked.reason
-    assert any(isinstance(r, RunContinued) for r in records), records
+    assert any(isinstance(r, RunContinued) for r in records) is continued, records
     assert server.state()["calls"].get("whoami", 0) == 0
+    assert record_files(harness.home / "tokens") == []
