@@ -781,3 +781,6 @@ async def test_a_run_does_not_start_with_labels_past_the_bounds(tmp_path: Path) 
     scope = Scope(tenant="acme", labels={"k": "v" * 257})
     with pytest.raises(SpecError, match="label 'k': its value is 257 characters"):
         await client.dispatch(agent(), "hi", scope=scope)
+    nul = Scope(tenant="acme", principal="ana\x00")
+    with pytest.raises(SpecError, match="holds the control character U\\+0000"):
+        await client.dispatch(agent(), "hi", scope=nul)
