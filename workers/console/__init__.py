@@ -17,7 +17,6 @@ from psych_runtime.workers.console._console import (
 )
 from psych_runtime.workers.console._follow_run import follow_run
 from psych_runtime.workers.console._inputs import (
-    call_turns,
     format_inputs,
     print_inputs,
     turns_without_calls,
@@ -27,7 +26,6 @@ from psych_runtime.workers.console._transcript import read_transcript
 from psych_runtime.workers.console._transcript_render import print_transcript
 
 __all__ = [
-    "call_turns",
     "describe_pending",
     "follow_run",
     "format_inputs",

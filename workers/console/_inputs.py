@@ -24,7 +24,7 @@ def turns_without_calls(report: RunReport, turns: Collection[int]) -> str | None
     """Why ``turns`` do not all select a model call of ``report`` (its steps' child Runs'
     included), naming the turns that select none and those its calls are of; None when
     each selects one. A turn that selects nothing would read no inputs, silently."""
-    present = set(call_turns(report))
+    present = set(_turns(report))
     missing = sorted(set(turns) - present)
     if not missing:
         return None
@@ -37,12 +37,11 @@ def turns_without_calls(report: RunReport, turns: Collection[int]) -> str | None
     )
 
 
-def call_turns(report: RunReport) -> list[int]:
-    """The turn of each model call of ``report``, its steps' child Runs' included."""
+def _turns(report: RunReport) -> list[int]:
     turns = [call.turn for call in report.model_calls]
     for step in report.steps:
         if step.child is not None:
-            turns += call_turns(step.child)
+            turns += _turns(step.child)
     return turns
 
 

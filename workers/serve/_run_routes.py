@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError, Scope, Version, parse_spec
-from psych_runtime.workers.console import call_turns, read_transcript, turns_without_calls
+from psych_runtime.workers.console import read_transcript, turns_without_calls
 from psych_runtime.workers.serve._auth import Caller as Who
 from psych_runtime.workers.serve._auth import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._context import ApiContext
@@ -179,26 +179,14 @@ def run_routes(context: ApiContext) -> APIRouter:
         from the workers' blob store."""
         if turn and not inputs:
             raise ApiProblem(422, "turn selects the model calls whose inputs are read: inputs=true")
-        if inputs:
-            # Each call's messages repeat the conversation before it: a long Run's inputs
-            # all at once grow with the square of its length, built in this process.
-            plain = await client.report(
-                tenant_run(run_id, scope), scope=scope, query_timeout=context.query_timeout
-            )
-            asked = [t for t in call_turns(plain) if not turn or t in turn]
-            if len(asked) > MAX_INPUT_CALLS:
-                raise ApiProblem(
-                    413,
-                    f"inputs of {len(asked)} model calls asked: at most {MAX_INPUT_CALLS} a "
-                    "request (each repeats the conversation before it); select turns with "
-                    "turn=N (repeatable)",
-                    "too-large",
-                )
         built = await client.report(
             tenant_run(run_id, scope),
             scope=scope,
             query_timeout=context.query_timeout,
             inputs=set(turn) if turn else inputs,
+            # Each call's messages repeat the conversation before it: all of a long Run's
+            # inputs at once grow with the square of its length, built in this process.
+            max_inputs=MAX_INPUT_CALLS,
         )
         missing = None if not turn else turns_without_calls(built, turn)
         if missing is not None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from psych_runtime.activities.blobs import BlobStore, Conversations
-from psych_runtime.specs import BlobsUnavailable, NotFound, with_context
+from psych_runtime.specs import BlobsUnavailable, NotFound, Refused, with_context
 from psych_runtime.workflows.client._report_types import ModelCallReport, RunReport
+from psych_runtime.workflows.contract._contract import RefusalKind
 
 TenantBlobs = BlobStore | Callable[[str], BlobStore]
 """A client's blob store: one store, or the store to read for a tenant (a deployment that
@@ -34,7 +35,11 @@ def no_blob_store(what: str) -> BlobsUnavailable:
 
 
 async def with_inputs(
-    report: RunReport, blobs: TenantBlobs | None, inputs: Inputs, tenant: str
+    report: RunReport,
+    blobs: TenantBlobs | None,
+    inputs: Inputs,
+    tenant: str,
+    max_calls: int | None = None,
 ) -> RunReport:
     """``report`` with the system prompt and input messages of each model call ``inputs``
     selects filled in (its steps' child Runs' reports too, of the same turns).
@@ -44,14 +49,29 @@ async def with_inputs(
 
     Raises:
         BlobsUnavailable: ``blobs`` is None, or does not hold a blob a call names.
+        Refused: ``TooLarge``, ``inputs`` selects more than ``max_calls`` calls (each
+            call's messages repeat the conversation before it), before any is read.
     """
     if not inputs:
         return report
+    turns = None if inputs is True else frozenset(inputs)
+    if max_calls is not None and (asked := _selected(report, turns)) > max_calls:
+        raise Refused(
+            RefusalKind.TOO_LARGE,
+            f"inputs of {asked} model calls asked: at most {max_calls} a request (each "
+            "repeats the conversation before it); select turns with turn=N (repeatable)",
+        )
     if blobs is None:
         raise no_blob_store("a report with the model calls' inputs")
     store = blobs if isinstance(blobs, BlobStore) else blobs(tenant)
-    reader = _Reader(store)
-    return await _filled(report, reader, None if inputs is True else frozenset(inputs))
+    return await _filled(report, _Reader(store), turns)
+
+
+def _selected(report: RunReport, turns: frozenset[int] | None) -> int:
+    """How many model calls of ``report`` (its steps' child Runs' included) ``turns``
+    selects (None: every one)."""
+    own = sum(turns is None or call.turn in turns for call in report.model_calls)
+    return own + sum(_selected(s.child, turns) for s in report.steps if s.child is not None)
 
 
 async def _filled(report: RunReport, reader: _Reader, turns: frozenset[int] | None) -> RunReport:

@@ -51,6 +51,7 @@ class RunReporting(abc.ABC):
         scope: Scope,
         query_timeout: timedelta | None = None,
         inputs: Inputs = False,
+        max_inputs: int | None = None,
     ) -> RunReport:
         """The Run's report: a typed projection of all its records.
 
@@ -60,11 +61,13 @@ class RunReporting(abc.ABC):
         the calls of the given turns (the default, False, reads nothing: a Run of 200
         turns would read 200 conversations).
 
-        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``.
+        ``query_timeout`` bounds each query's wait for a worker to answer, as for ``status``;
+        ``max_inputs`` bounds how many calls' inputs are read (a server answering many).
 
         Raises:
             BlobsUnavailable: ``inputs`` asked, and the client has no blob store (``blobs``)
                 or its store does not hold what a call names.
+            Refused: ``TooLarge``, ``inputs`` selects more than ``max_inputs`` calls.
         """
         workflow_id, _ = self._handle(run, scope)
         state = await self.status(workflow_id, scope=scope, query_timeout=query_timeout)
@@ -86,4 +89,4 @@ class RunReporting(abc.ABC):
             if isinstance(record, StepStarted) and record.run is not None
         }
         report = build_report(workflow_id, state, records, children)
-        return await with_inputs(report, self.blobs, inputs, scope.tenant)
+        return await with_inputs(report, self.blobs, inputs, scope.tenant, max_inputs)
