@@ -53,9 +53,11 @@ class HookCall:
         run_id: str | None,
         scope: Scope,
     ) -> HookCall:
-        """The call of a Run whose Scope is ``scope`` (its tenant, principal and labels)."""
-        labels = dict(scope.labels)
-        return cls(tool, kind, arguments, call_id, run_id, scope.tenant, scope.principal, labels)
+        """The call of a Run whose Scope is ``scope`` (its tenant, principal and labels; each
+        hook is handed a copy of its own, ``Interception``)."""
+        return cls(
+            tool, kind, arguments, call_id, run_id, scope.tenant, scope.principal, scope.labels
+        )
 
 
 @dataclass(frozen=True)
