@@ -71,6 +71,9 @@ class Suspensions:
         self.ended_by: dict[str, str] = {}
         """Ids of this Run's own items that another's expiry ended -> that item ("approval
         c-del"): an answer until the Run settles is refused as expired, naming it."""
+        self.aborted_waits: set[str] = set()
+        """Ids of this Run's own items an abort ended: an answer until the Run settles (its
+        open calls still running) is refused as the abort's, not as an unknown id."""
         self.batch_open: Callable[[], int] = lambda: 0
         """How many calls of the running batch are not done yet (the tool-call kernel's)."""
         self.children: dict[str, tuple[Pending, ...]] = {}
@@ -213,6 +216,9 @@ class Suspensions:
             if input.id in self.ended_by:
                 said = f"{input.id!r} ended unanswered: {self.ended_by[input.id]} expired"
                 raise refusal(RefusalKind.EXPIRED, f"{said}, and the Run settles abandoned")
+            if input.id in self.aborted_waits:
+                said = f"{input.id!r} ended unanswered: the Run was {self._aborted() or 'aborted'}"
+                raise refusal(RefusalKind.NOT_SUSPENDED, f"{said}, and it settles aborted")
             if input.id in self.answered:
                 raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
             waiting = ", ".join(item.id for item in self.items())
@@ -314,6 +320,7 @@ class Suspensions:
             return
         if self._aborted() is None and self.ended is not None:
             raise self._ended_wait(item)
+        self.aborted_waits.add(item.id)
         raise Stop(RunStatus.ABORTED, self._aborted() or "aborted")
 
     def _ended_wait(self, item: Pending) -> Stop:
