@@ -260,7 +260,10 @@ export function showRun(main, runId, onAuthFailure) {
       if (event === "record") onRecord(data);
       else if (event === "delta") onDelta(data);
       else if (event === "deltas_dropped") onDropped(data);
-      else if (event === "error") connection.textContent = `stream failed: ${data?.detail ?? data}; reconnecting`;
+      else if (event === "error") {
+        const again = data?.status === 401 ? "; reconnecting" : "";
+        connection.textContent = `stream failed: ${data?.detail ?? data}${again}`;
+      }
     },
     connection: (text) => {
       connection.textContent = text;

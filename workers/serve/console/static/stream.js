@@ -58,17 +58,26 @@ export class SseParser {
   }
 }
 
+/** An `error` event's problem that reconnecting from the same position meets again. */
+function isRefusal(problem) {
+  const status = problem?.status;
+  return typeof status === "number" && status >= 400 && status < 500 && status !== 401;
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * Follow a Run's events until its `end` event or stop(). `on.event({event, data, id})`
  * gets each event with its data parsed; `on.connection(text)` says whether it is live;
- * `on.fatal(error)` gets a refusal that reconnecting cannot cure (401, 404).
+ * `on.fatal(error)` gets a refusal that reconnecting cannot cure (401, 404 at the opening;
+ * an `error` event refusing the stream's position, `unknown-event-id`, which the same
+ * Last-Event-ID would get again: only an expired token's 401 event is worth reconnecting).
  */
 export function follow(runId, on, { after = null } = {}) {
   let lastId = after;
   let stopped = false;
   let ended = false;
+  let refused = null;
   let controller = null;
 
   async function connect() {
@@ -100,6 +109,7 @@ export function follow(runId, on, { after = null } = {}) {
         data = raw.data;
       }
       if (raw.event === "end") ended = true;
+      if (raw.event === "error" && isRefusal(data)) refused = new ApiError(data.status, data, raw.data);
       on.event({ event: raw.event, data, id: raw.id });
     });
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -119,6 +129,10 @@ export function follow(runId, on, { after = null } = {}) {
     while (!stopped && !ended) {
       try {
         await connect();
+        if (refused !== null && !stopped) {
+          on.fatal(refused);
+          return;
+        }
         delay = 500;
       } catch (error) {
         if (stopped) break;
