@@ -61,8 +61,9 @@ class PermitSource:
 class TenantPermits(Protocol):
     """The port through which an operator says what each tenant may use.
 
-    Asked by a worker's MCP and A2A activities when they build a turn's catalogue (so the
-    model is never offered what the tenant may not use) and before each call, and by
+    Asked by a worker's tool, MCP and A2A activities when they build a Run's or a turn's
+    catalogue (so the model is never offered what the tenant may not use) and before each
+    call, and by
     ``PsychClient.dispatch`` before a Run starts, each through ``permitted_by``. An
     exception it raises, or an answer of another shape, fails what asked.
     """

@@ -62,6 +62,7 @@ from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
 from psych_runtime.activities.tools._catalog import (
     builtin_entry,
+    catalogue_permits,
     http_definition,
     http_info,
     http_safe_to_repeat,
@@ -181,16 +182,22 @@ class ToolActivities(StoredResults):
         """Resolve the tools a Run offers into stored definitions and execution facts.
 
         The definitions (sorted by name) are stored as one blob, ``tools_ref``, which
-        model calls refer to instead of carrying the list.
+        model calls refer to instead of carrying the list. A code or HTTP tool the Run's
+        tenant is not permitted (``permits``) is left out: the model is never offered it,
+        and a call of it is an unknown tool's.
 
         Raises:
             ApplicationError: ``ToolNotRegistered`` when a code tool is not in this
-                worker's registry; ``DuplicateToolName`` when two tools share a name.
-                Both are non-retryable.
+                worker's registry; ``DuplicateToolName`` when two tools share a name;
+                ``BadInput`` when the permits cannot be asked (``catalogue_permits``).
+                All are non-retryable.
         """
         definitions: list[ToolDefinition] = []
         entries: list[CatalogEntry] = []
+        code_permitted, http_permitted = await catalogue_permits(self.permits, input)
         for name in input.code_tools:
+            if code_permitted is not None and not matches(name, code_permitted):
+                continue
             tool = self._code_tool(name)
             definitions.append(
                 ToolDefinition(
@@ -215,6 +222,8 @@ class ToolActivities(StoredResults):
                 )
             )
         for http_tool in input.http_tools:
+            if http_permitted is not None and not matches(http_tool.name, http_permitted):
+                continue
             definitions.append(http_definition(http_tool))
             info = http_info(http_tool)
             safe = http_safe_to_repeat(http_tool)

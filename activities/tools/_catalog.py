@@ -1,16 +1,61 @@
 """What a Run's catalogue says of an HTTP tool and of a built-in: the definition the model
-is shown, and the facts the workflow and the Policy read (``ToolActivities.catalog``)."""
+is shown, and the facts the workflow and the Policy read (``ToolActivities.catalog``); and
+which of its code and HTTP tools the Run's tenant is permitted (``catalogue_permits``)."""
 
 from __future__ import annotations
 
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from psych_runtime.activities.contract import (
+    WORKFLOW_ID_PREFIX,
     CatalogEntry,
+    CatalogInput,
+    ErrorType,
     PolicyDecision,
     ToolDefinition,
     ToolInfo,
+    ids_from,
 )
 from psych_runtime.activities.tools._http import NOT_SAFE_TO_REPEAT
-from psych_runtime.specs import HttpTool
+from psych_runtime.specs import HttpTool, PermitKind, PermitSource, TenantPermits, permitted_by
+
+Permitted = tuple[str, ...] | None
+"""What a tenant is permitted of one kind of tool (None: no restriction)."""
+
+
+async def catalogue_permits(
+    permits: TenantPermits | None, input: CatalogInput
+) -> tuple[Permitted, Permitted]:
+    """What the Run's tenant is permitted of its code tools and of its HTTP tools, so that
+    the catalogue offers the model none it may not call (as MCP discovery and A2A cards
+    leave out what is not permitted). The tenant is read off the Run's workflow id
+    (``psych-<tenant>-<run id>``, which the workflow checks at its start), so neither the
+    input nor the workflow's commands change. A kind the Run has no tool of is not asked.
+
+    Raises:
+        ApplicationError: ``BadInput`` (non-retryable) when a port is set and the workflow
+            id names no tenant: the catalogue cannot be narrowed, so it is not offered.
+        Exception: what the port raises, and ``permitted_by``'s ``TypeError`` for a
+            malformed answer: the catalogue fails (and is retried as any failure of it).
+    """
+    if permits is None or not (input.code_tools or input.http_tools):
+        return None, None
+    workflow_id = activity.info().workflow_id
+    named = ids_from(workflow_id)
+    if named is None:
+        raise ApplicationError(
+            f"the tools of Run {input.run_id!r} cannot be narrowed by the tenant's permits: "
+            f"its workflow id {workflow_id!r} is not '{WORKFLOW_ID_PREFIX}<tenant>-<run id>'",
+            type=ErrorType.BAD_INPUT,
+            non_retryable=True,
+        )
+    tenant = named[0]
+
+    async def ask(kind: PermitKind, wanted: bool) -> Permitted:
+        return await permitted_by(permits, tenant, PermitSource(kind)) if wanted else None
+
+    return await ask("code", bool(input.code_tools)), await ask("http", bool(input.http_tools))
 
 
 def http_definition(tool: HttpTool) -> ToolDefinition:

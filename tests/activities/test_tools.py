@@ -39,7 +39,7 @@ from psych_runtime.activities.secrets import (
     StaticSecretResolver,
 )
 from psych_runtime.activities.tools import ToolActivities
-from psych_runtime.specs import HttpTool, NotFound, Scope, ToolRegistry
+from psych_runtime.specs import HttpTool, NotFound, Permits, Scope, StaticPermits, ToolRegistry
 from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream, echo_headers
 
@@ -753,6 +753,48 @@ async def test_catalog_with_an_unregistered_code_tool_fails(
     assert caught.value.non_retryable
     assert "'ghost'" in caught.value.message
     assert "ToolRegistry" in caught.value.message
+
+
+async def test_the_catalog_leaves_out_code_and_http_tools_the_tenant_is_not_permitted(
+    tools: ToolActivities, env: ActivityEnvironment
+) -> None:
+    tools.permits = StaticPermits(
+        tenants={"acme": Permits(code_tools=("lookup_*",), http_tools=("get_*",))}
+    )
+    get_tool = HttpTool(name="get_order", description="Get.", url="http://example.invalid")
+    post_tool = HttpTool(name="add_note", description="Add.", url="http://example.invalid")
+    given = CatalogInput(
+        run_id="run-1",
+        # "ghost" is not registered: left out, it is not looked up.
+        code_tools=("search", "lookup_order", "ghost"),
+        http_tools=(get_tool, post_tool),
+    )
+    # The tenant is read off the Run's workflow id, as the workflow checked it.
+    env.info = dataclasses.replace(env.info, workflow_id="psych-acme-run-1")
+    catalog = await env.run(tools.catalog, given)
+    assert [entry.name for entry in catalog.entries] == ["get_order", "lookup_order"]
+    assert catalog.tools_ref is not None
+    stored = json.loads(await tools.blobs.get(catalog.tools_ref))
+    assert [item["name"] for item in stored] == ["get_order", "lookup_order"]
+    # Another tenant, under no entry and no default: everything.
+    env.info = dataclasses.replace(env.info, workflow_id="psych-globex-run-1")
+    with pytest.raises(ApplicationError, match="'ghost' is not registered"):
+        await env.run(tools.catalog, given)
+
+
+async def test_a_catalog_whose_workflow_id_names_no_tenant_is_refused_under_permits(
+    tools: ToolActivities, env: ActivityEnvironment
+) -> None:
+    tools.permits = StaticPermits(tenants={"acme": Permits(code_tools=())})
+    env.info = dataclasses.replace(env.info, workflow_id="by-hand")
+    with pytest.raises(ApplicationError) as caught:
+        await env.run(tools.catalog, CatalogInput(run_id="run-1", code_tools=("search",)))
+    assert caught.value.type == ErrorType.BAD_INPUT
+    assert caught.value.non_retryable
+    assert "workflow id 'by-hand' is not 'psych-<tenant>-<run id>'" in caught.value.message
+    # Without tools to narrow, nothing is asked.
+    catalog = await env.run(tools.catalog, CatalogInput(run_id="run-1"))
+    assert catalog.entries == ()
 
 
 # --- secrets ------------------------------------------------------------------------------

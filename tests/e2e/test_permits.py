@@ -162,11 +162,12 @@ async def test_a_dispatch_using_an_unpermitted_code_tool_is_refused_naming_it(
     assert result.status is RunStatus.COMPLETED, result.reason
 
 
-async def test_a_worker_refuses_unpermitted_code_and_http_tools_of_a_run_started_otherwise(
+async def test_a_run_started_otherwise_is_not_offered_unpermitted_code_and_http_tools(
     harness: Harness,
 ) -> None:
     # The harness's client knows no permits (as the temporal CLI would not): the worker's
-    # own check refuses the call, and the tool never runs.
+    # catalogue leaves out what the tenant may not call, as MCP discovery does, and a call
+    # of it anyway is an unknown tool's; the tool never runs.
     ran: list[str] = []
 
     def send_mail(to: str) -> str:
@@ -180,8 +181,9 @@ async def test_a_worker_refuses_unpermitted_code_and_http_tools_of_a_run_started
     spec = (
         AgentBuilder("mailer", registry=harness.registry)
         .model("fake-model")
+        .tool(lookup_order)
         .tool(send_mail)
-        # Port 9 (discard) on loopback: refused before a request is made, so none is.
+        # Port 9 (discard) on loopback: never offered, so never sent a request.
         .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
     ).build()
     harness.fake.enqueue(
@@ -195,6 +197,59 @@ async def test_a_worker_refuses_unpermitted_code_and_http_tools_of_a_run_started
         result = await harness.client.result(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
+    assert offered(harness.fake.requests[0]) == ["lookup_order"]
+    mail, ping = report.tool_calls
+    assert mail.status == "error" and "unknown tool 'send_mail'" in (mail.result or "")
+    assert ping.status == "error" and "unknown tool 'ping'" in (ping.result or "")
+    assert ran == []
+
+
+class Revoking:
+    """A ``TenantPermits`` (given in code, ``WorkerSettings.permits``) that permits
+    everything until it has answered ``until`` times, then only ``lookup*`` and ``echo``:
+    an operator revoking a permit between the turn's offer and the call."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.asked: list[tuple[str, str]] = []
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        self.asked.append((tenant, source.kind))
+        return None if len(self.asked) <= self.until else ("echo", "lookup*")
+
+
+async def test_a_code_or_http_call_after_its_permit_is_revoked_is_refused_before_it_runs(
+    harness: Harness,
+) -> None:
+    ran: list[str] = []
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        ran.append(to)
+        return "sent"
+
+    spec = (
+        AgentBuilder("mailer", registry=harness.registry)
+        .model("fake-model")
+        .tool(send_mail)
+        # Port 9 (discard) on loopback: refused before a request is made, so none is.
+        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
+    ).build()
+    # The Run's catalogue asks once for code tools and once for HTTP tools; the calls after.
+    permits = Revoking(until=2)
+    settings = dataclasses.replace(harness.settings, permits=permits)
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("send_mail", {"to": "a@example.test"}, id="c1"), ToolCall("ping", {}, id="c2")
+        ),
+        Reply.text("no"),
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert offered(harness.fake.requests[0]) == ["ping", "send_mail"]
     mail, ping = report.tool_calls
     assert (mail.status, mail.result) == (
         "denied",
@@ -205,6 +260,7 @@ async def test_a_worker_refuses_unpermitted_code_and_http_tools_of_a_run_started
         "http tool 'ping' is not permitted to tenant 'acme'",
     )
     assert ran == []
+    assert permits.asked[:2] == [("acme", "code"), ("acme", "http")]
 
 
 async def test_a_bad_permits_section_stops_the_worker_at_start_naming_file_and_key(
@@ -232,20 +288,6 @@ async def test_a_bad_permits_section_stops_the_worker_at_start_naming_file_and_k
         "prefix such as 'get_*'); an entry matches a name exactly or by its trailing '*', "
         "nothing else",
     ]
-
-
-class Revoking:
-    """A ``TenantPermits`` (given in code, ``WorkerSettings.permits``) that permits
-    everything until it has answered ``until`` times, then only ``lookup*`` and ``echo``:
-    an operator revoking a permit between the turn's offer and the call."""
-
-    def __init__(self, until: int) -> None:
-        self.until = until
-        self.asked: list[tuple[str, str]] = []
-
-    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
-        self.asked.append((tenant, source.kind))
-        return None if len(self.asked) <= self.until else ("echo", "lookup*")
 
 
 async def test_a_call_after_its_permit_is_revoked_is_refused_before_it_is_sent(
@@ -342,10 +384,16 @@ async def test_a_server_and_a_peer_permitted_nothing_are_never_contacted(
 
 class Misanswering:
     """A ``TenantPermits`` given in code that answers one string, not a sequence of them:
-    each of its characters would be a pattern, and its ``*`` one that permits every name."""
+    each of its characters would be a pattern, and its ``*`` one that permits every name.
+    It answers None (no restriction) to its first ``after`` questions."""
+
+    def __init__(self, after: int = 0) -> None:
+        self.after = after
+        self.asked = 0
 
     async def permitted(self, tenant: str, source: PermitSource) -> Any:
-        return "lookup_*"
+        self.asked += 1
+        return None if self.asked <= self.after else "lookup_*"
 
 
 async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Harness) -> None:
@@ -368,8 +416,9 @@ async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Ha
     )
     with pytest.raises(TypeError, match="answered 'lookup_\\*' for tenant 'acme'"):
         await client.dispatch(spec, "Mail", scope=harness.scope)
-    # A Run started without the client's check: the worker's own check refuses the call.
-    settings = dataclasses.replace(harness.settings, permits=Misanswering())
+    # A Run started without the client's check, its catalogue offered before the port
+    # misanswers (it asks once, for code tools): the worker's own check refuses the call.
+    settings = dataclasses.replace(harness.settings, permits=Misanswering(after=1))
     harness.fake.enqueue(
         Reply.tool_calls(ToolCall("send_mail", {"to": "a@example.test"})), Reply.text("no")
     )
