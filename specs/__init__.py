@@ -60,6 +60,7 @@ from psych_runtime.specs._models import (
 )
 from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._permits import (
+    PERMITS_ANSWER_SECONDS,
     AllPermits,
     PermitKind,
     Permits,
@@ -68,6 +69,7 @@ from psych_runtime.specs._permits import (
     TenantPermits,
     permit_problems,
     permitted_by,
+    port_failure,
 )
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
@@ -229,6 +231,7 @@ __all__ = [
     "NAME_PATTERN",
     "NotFound",
     "NotPermitted",
+    "PERMITS_ANSWER_SECONDS",
     "PermitKind",
     "PermitSource",
     "Permits",
@@ -287,6 +290,7 @@ __all__ = [
     "parse_tasks",
     "permit_problems",
     "permitted_by",
+    "port_failure",
     "sanitise_tool_name",
     "spec_from_json",
     "spec_from_yaml",

@@ -15,6 +15,7 @@ give another server's name to its own), so ``StaticPermits`` never decides by th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,6 +26,9 @@ from psych_runtime.specs._errors import SpecError
 from psych_runtime.specs._models import A2APeer, AgentSpec, CodeTool, McpServer, WorkflowSpec
 from psych_runtime.specs._nested import nested_specs
 from psych_runtime.specs._problem import Problem
+
+PERMITS_ANSWER_SECONDS = 20.0
+"""How long ``permitted_by`` waits for a port's answer; none by then fails as a raise does."""
 
 PermitKind = Literal["code", "http", "mcp", "a2a"]
 """The kinds of source a tenant is permitted tools of."""
@@ -173,31 +177,56 @@ class AllPermits:
 
 
 async def permitted_by(
-    permits: TenantPermits | None, tenant: str, source: PermitSource
+    permits: TenantPermits | None,
+    tenant: str,
+    source: PermitSource,
+    *,
+    within: float | None = None,
 ) -> tuple[str, ...] | None:
     """What ``permits`` answers for ``tenant`` and ``source``, checked: None (no port: no
     restriction), or the names and patterns as a tuple. Every caller asks through this, so
-    a port's malformed answer permits nothing rather than everything.
+    a port's malformed answer permits nothing rather than everything, and a port that does
+    not answer holds nothing up past ``within`` seconds (None: ``PERMITS_ANSWER_SECONDS``).
 
     Raises:
         TypeError: the answer is a string (its characters would each be a pattern, a ``*``
             among them permitting every name) or not a sequence of strings; named with the
-            tenant and the source. Whatever the port raises is raised as it is.
+            tenant and the source.
+        TimeoutError: no answer within ``within`` seconds, named with the port, the tenant
+            and the source. Whatever the port raises is raised as it is.
     """
     if permits is None:
         return None
-    answer: object = await permits.permitted(tenant, source)
+    where = source.kind if source.url is None else f"{source.kind} {source.url}"
+    seconds = PERMITS_ANSWER_SECONDS if within is None else within
+    bound = asyncio.timeout(seconds)
+    try:
+        async with bound:
+            answer: object = await permits.permitted(tenant, source)
+    except TimeoutError:
+        if not bound.expired():
+            raise  # the port's own
+        raise TimeoutError(
+            f"{type(permits).__name__}.permitted gave no answer within {seconds:g} s for "
+            f"tenant {tenant!r} ({where})"
+        ) from None
     if answer is None:
         return None
     if not isinstance(answer, str | bytes) and isinstance(answer, Iterable):
         patterns = tuple(answer)
         if all(isinstance(pattern, str) for pattern in patterns):
             return patterns
-    where = source.kind if source.url is None else f"{source.kind} {source.url}"
     raise TypeError(
         f"{type(permits).__name__}.permitted answered {answer!r} for tenant {tenant!r} "
         f"({where}): it must answer None or a sequence of names and patterns"
     )
+
+
+def port_failure(tenant: str, err: BaseException) -> str:
+    """What a server's or peer's status says when what ``tenant`` is permitted of it could
+    not be asked (``err``: what ``permitted_by`` raised): it is then unavailable, as one
+    that does not answer is."""
+    return f"the tenant permits for {tenant!r} could not be asked: {type(err).__name__}: {err}"
 
 
 def _both(first: Sequence[str] | None, second: Sequence[str] | None) -> tuple[str, ...] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,7 +35,17 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.mcp._names import name_tools
 from psych_runtime.activities.secrets import SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import A2APeer, PermitSource, Scope, TenantPermits, narrow, permitted_by
+from psych_runtime.specs import (
+    A2APeer,
+    PermitSource,
+    Scope,
+    TenantPermits,
+    narrow,
+    permitted_by,
+    port_failure,
+)
+
+_log = logging.getLogger(__name__)
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -155,10 +166,17 @@ class Cards(ActivityClass):
         self, peer: A2APeer, scope: Scope
     ) -> tuple[list[AgentSkill], str | None, bool] | str:
         """The peer's skills the tenant is permitted and ``allow`` grants (sorted by id),
-        its card's hash and whether the cache answered; or why it is unavailable. A peer
-        the tenant is permitted none of offers nothing, and its card is not fetched (no
-        hash): it is never contacted, nor sent a credential."""
-        permitted = await self.permitted(scope.tenant, peer)
+        its card's hash and whether the cache answered; or why it is unavailable (its card
+        not fetched, or the permits port failing). A peer the tenant is permitted none of
+        offers nothing, and its card is not fetched (no hash): it is never contacted, nor
+        sent a credential."""
+        try:
+            permitted = await self.permitted(scope.tenant, peer)
+        except Exception as err:
+            # As a peer that does not answer: left out if optional, the Run failed if not.
+            reason = port_failure(scope.tenant, err)
+            _log.warning("A2A peer %s is unavailable: %s", peer.name, reason, exc_info=True)
+            return reason
         if permitted == ():
             return [], None, False
         try:

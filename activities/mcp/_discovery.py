@@ -44,7 +44,14 @@ from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
-from psych_runtime.specs import McpServer, PermitSource, Scope, TenantPermits, permitted_by
+from psych_runtime.specs import (
+    McpServer,
+    PermitSource,
+    Scope,
+    TenantPermits,
+    permitted_by,
+    port_failure,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -59,6 +66,18 @@ class _Discovered:
     """The whole listing as the worker's cache holds it (the same object until it changes)."""
     unmatched: tuple[str, ...] = ()
     """``allow`` entries naming none of the listed tools."""
+
+
+@dataclass(frozen=True)
+class _PortFailed:
+    """Why the permits port could not say what the tenant is permitted of a server."""
+
+    reason: str
+
+
+async def _unasked(failed: _PortFailed) -> str:
+    """The outcome of a server whose permits are unknown: unavailable, never contacted."""
+    return failed.reason
 
 
 _BUILT_MAX = 256
@@ -133,23 +152,26 @@ class Catalogues:
 
         A server over the preload budget (or with ``preload: false``) is deferred: of its
         tools only those named in ``input.loaded`` are offered, plus ``search_mcp_tools``
-        once per catalogue. An unreachable server is reported, not raised. The stored
+        once per catalogue. An unreachable server, or one whose permits the port could not
+        say (it raised, misanswered, or did not answer in time), is reported unavailable,
+        not raised: left out if optional, the Run failed naming why if not. The stored
         definitions are the base ones plus the offered MCP ones, sorted by name. Also
         what the model-call activity calls for an agent's turn (``McpTurn``).
         """
-        permitted = tuple(
-            await asyncio.gather(
-                *(self.permitted(input.scope.tenant, server) for server in input.servers)
-            )
+        asked = await asyncio.gather(
+            *(self._asked(input.scope.tenant, server) for server in input.servers)
         )
         outcomes = await asyncio.gather(
             *(
                 self._discover(server, input.scope, granted)
-                for server, granted in zip(input.servers, permitted, strict=True)
+                if not isinstance(granted, _PortFailed)
+                else _unasked(granted)
+                for server, granted in zip(input.servers, asked, strict=True)
             )
         )
         if not all(isinstance(found, _Discovered) for found in outcomes):
             return await self._build(input, outcomes)
+        permitted = tuple(granted for granted in asked if not isinstance(granted, _PortFailed))
         listings = tuple(found.listing for found in outcomes if isinstance(found, _Discovered))
         cached = tuple(found.cached for found in outcomes if isinstance(found, _Discovered))
         key = _memo_key(input, permitted)
@@ -277,6 +299,17 @@ class Catalogues:
     async def permitted(self, tenant: str, server: McpServer) -> Permitted:
         """What ``tenant`` is permitted of ``server``'s tools (None: no restriction)."""
         return await permitted_by(self.permits, tenant, PermitSource.of_server(server))
+
+    async def _asked(self, tenant: str, server: McpServer) -> Permitted | _PortFailed:
+        """``permitted``, or why the port could not say (it raised, misanswered, or gave
+        no answer in time): the server is then unavailable for the turn, as one that does
+        not answer (left out if optional, the Run failed naming it if not)."""
+        try:
+            return await self.permitted(tenant, server)
+        except Exception as err:
+            reason = port_failure(tenant, err)
+            _log.warning("MCP server %s is unavailable: %s", server.name, reason, exc_info=True)
+            return _PortFailed(reason)
 
     async def _discover(
         self, server: McpServer, scope: Scope, permitted: Permitted

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder, NotPermitted, PermitSource, Scope, SpecError
+from psych_runtime.specs import (
+    AgentBuilder,
+    NotPermitted,
+    PermitSource,
+    RunFailed,
+    Scope,
+    SpecError,
+)
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, tenant_permits
 from psych_runtime.workflows import PsychClient, RunStatus
@@ -432,3 +439,78 @@ async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Ha
         mail.result or ""
     ), mail.result
     assert ran == []
+
+
+class Failing:
+    """A ``TenantPermits`` given in code whose tenant service is down for servers and
+    peers: it raises when asked about one (code and HTTP tools are not restricted)."""
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        if source.kind in ("mcp", "a2a"):
+            raise RuntimeError("tenant service down")
+        return None
+
+
+FAILED_PORT = "the tenant permits for 'acme' could not be asked: RuntimeError: tenant service down"
+
+
+async def test_an_optional_server_and_peer_whose_permits_fail_are_left_out_and_the_model_told(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    server = mcp_http_server
+    async with serve_peer(("echo",)) as peer:
+        peer.down = True  # every request it gets is counted (answered 503)
+        spec = (
+            AgentBuilder("unknown-permits")
+            .model("fake-model")
+            .mcp_server(
+                "tools", server.url, transport="http", credential="orders-key", optional=True
+            )
+            .a2a_peer("helper", peer.url, optional=True)
+            .build()
+        )
+        settings = dataclasses.replace(harness.settings, permits=Failing())
+        harness.fake.enqueue(Reply.text("nothing to use"))
+        async with run_worker(harness.env.client, settings):
+            run = await harness.client.dispatch(spec, "Go", scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+        refused = peer.refused
+    assert result.status is RunStatus.COMPLETED, result.reason
+    request = harness.fake.requests[0]
+    assert offered(request) == []
+    said = [message.get("content") for message in request["messages"]]
+    assert (
+        f"[runtime] A2A peer 'helper' is unavailable ({FAILED_PORT}); its skills are not "
+        "offered until it answers again."
+    ) in said
+    assert (
+        f"[runtime] MCP server 'tools' is unavailable ({FAILED_PORT}); its tools are not "
+        "offered until it answers again."
+    ) in said
+    # Neither was contacted: what the tenant may use of them is not known.
+    assert server.bearers() == {}
+    assert refused == 0
+
+
+async def test_a_required_server_or_peer_whose_permits_fail_fails_the_run_naming_the_error(
+    harness: Harness, mcp_http_server: McpTestServer
+) -> None:
+    settings = dataclasses.replace(harness.settings, permits=Failing())
+    async with serve_peer(("echo",)) as peer:
+        with_server = (
+            AgentBuilder("needs-server")
+            .model("fake-model")
+            .mcp_server("tools", mcp_http_server.url, transport="http")
+            .build()
+        )
+        with_peer = AgentBuilder("needs-peer").model("fake-model").a2a_peer("helper", peer.url)
+        async with run_worker(harness.env.client, settings):
+            run = await harness.client.dispatch(with_server, "Go", scope=harness.scope)
+            with pytest.raises(RunFailed) as by_server:
+                await harness.client.result(run, scope=harness.scope)
+            run = await harness.client.dispatch(with_peer.build(), "Go", scope=harness.scope)
+            with pytest.raises(RunFailed) as by_peer:
+                await harness.client.result(run, scope=harness.scope)
+    assert str(by_server.value) == f"MCP server 'tools' is unreachable: {FAILED_PORT}"
+    assert str(by_peer.value) == f"A2A peer 'helper' is unreachable: {FAILED_PORT}"
+    assert harness.fake.requests == []

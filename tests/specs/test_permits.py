@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from psych_runtime.specs import (
@@ -111,3 +113,28 @@ async def test_a_port_answering_other_than_names_is_refused_not_taken_apart(
     with pytest.raises(TypeError, match=r"_Answering\.permitted answered .* for tenant 'acme'"):
         await both.permitted("acme", PermitSource("mcp", MCP))
     assert await permitted_by(_Answering({"get*"}), "acme", PermitSource("code")) == ("get*",)  # type: ignore[arg-type]
+
+
+class _Silent:
+    """A port that never answers (its tenant service hangs)."""
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        await asyncio.Event().wait()
+        return None
+
+
+class _TimingOut:
+    """A port whose own call times out: its TimeoutError is its own, raised as it is."""
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        raise TimeoutError("tenant service timed out")
+
+
+async def test_a_port_that_does_not_answer_fails_within_the_bound_naming_it() -> None:
+    with pytest.raises(TimeoutError) as caught:
+        await permitted_by(_Silent(), "acme", PermitSource("mcp", MCP), within=0.01)
+    assert str(caught.value) == (
+        f"_Silent.permitted gave no answer within 0.01 s for tenant 'acme' (mcp {MCP})"
+    )
+    with pytest.raises(TimeoutError, match=r"^tenant service timed out$"):
+        await permitted_by(_TimingOut(), "acme", PermitSource("code"))
