@@ -14,10 +14,13 @@ import pytest
 from psych_runtime.specs import (
     AgentBuilder,
     NotPermitted,
+    Permits,
     PermitSource,
+    PsychError,
     RunFailed,
     Scope,
     SpecError,
+    StaticPermits,
 )
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, tenant_permits
@@ -514,3 +517,36 @@ async def test_a_required_server_or_peer_whose_permits_fail_fails_the_run_naming
     assert str(by_server.value) == f"MCP server 'tools' is unreachable: {FAILED_PORT}"
     assert str(by_peer.value) == f"A2A peer 'helper' is unreachable: {FAILED_PORT}"
     assert harness.fake.requests == []
+
+
+async def test_a_key_that_started_a_run_answers_with_it_after_a_revocation(
+    harness: Harness,
+) -> None:
+    client = PsychClient(
+        harness.env.client,
+        store=harness.client.store,
+        task_queue=harness.settings.task_queue,
+        registry=harness.registry,
+        permits=StaticPermits(),  # nothing restricted yet
+    )
+    looker = (
+        AgentBuilder("looker", registry=harness.registry).model("fake-model").tool(lookup_order)
+    ).build()
+    harness.fake.enqueue(Reply.text("looked"))
+    async with run_worker(harness.env.client, harness.settings):
+        first = await client.dispatch(looker, "Look", scope=harness.scope, idempotency_key="k1")
+        result = await client.result(first, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    # The operator revokes the tool; the dispatch is retried under its key (a client that
+    # lost the answer): the key named one dispatch, which started its Run already.
+    client.permits = StaticPermits(tenants={"acme": Permits(code_tools=())})
+    again = await client.dispatch(looker, "Look", scope=harness.scope, idempotency_key="k1")
+    assert again == first
+    # What would start a Run is refused: a new key, or none.
+    with pytest.raises(NotPermitted, match="code tool 'lookup_order' is not permitted"):
+        await client.dispatch(looker, "Look", scope=harness.scope, idempotency_key="k2")
+    with pytest.raises(NotPermitted):
+        await client.dispatch(looker, "Look", scope=harness.scope)
+    # The key with other input is the key's misuse, as before any revocation.
+    with pytest.raises(PsychError, match=r"already started Run .* with another input"):
+        await client.dispatch(looker, "Look again", scope=harness.scope, idempotency_key="k1")

@@ -6,6 +6,10 @@ the tenant's, not the Version's)."""
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
     NotPermitted,
@@ -58,14 +62,33 @@ class CheckedVersions:
         return version
 
 
-async def check_permitted(permits: TenantPermits | None, version: Version, scope: Scope) -> None:
-    """Refuse ``version`` when its Spec uses what ``scope``'s tenant is not permitted.
+async def check_permitted(
+    permits: TenantPermits | None,
+    version: Version,
+    scope: Scope,
+    keyed: WorkflowHandle[Any, Any] | None = None,
+) -> bool:
+    """Refuse ``version`` when its Spec uses what ``scope``'s tenant is not permitted, unless
+    ``keyed`` (the Run a dispatch's idempotency key names) was started already: a key names
+    one dispatch, so its retry answers with that Run, and a permit revoked since refuses
+    only a Run not started yet (the answer starts nothing, and the Run is the tenant's).
+
+    Returns:
+        True: start the Run; False: ``keyed`` exists and is the answer.
 
     Raises:
         NotPermitted: naming each tool, server and peer, and the tenant.
     """
     if permits is None:
-        return
+        return True
     problems = await permit_problems(version.spec, scope.tenant, permits)
-    if problems:
-        raise NotPermitted(scope.tenant, problems)
+    if not problems:
+        return True
+    if keyed is not None:
+        try:
+            await keyed.describe()
+            return False
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+    raise NotPermitted(scope.tenant, problems)

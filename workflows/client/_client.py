@@ -229,7 +229,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 messages (silently answering with that Run would drop this input); or
                 the ``thread`` Run has no conversation (a workflow, or no model call yet).
             AccessDenied: the ``thread`` Run belongs to another tenant.
-            NotPermitted: the Spec uses what the tenant is not permitted (``permits``).
+            NotPermitted: the Spec uses what the tenant is not permitted (``permits``),
+                unless the ``idempotency_key`` started its Run already (that is the answer).
             NotFound: no such ``thread`` Run.
             SpecError: a ``thread`` for a workflow Version (only agents converse); labels
                 past ``Scope.check_labels``'s bounds, or a principal holding a control
@@ -237,46 +238,48 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         """
         scope.check_labels()
         version = self._version(spec)
-        await check_permitted(self.permits, version, scope)
-        messages = (input,) if isinstance(input, str) else tuple(input)
-        continued = None if thread is None else await self._thread(thread, version, scope)
         if idempotency_key is not None:
             digest = hashlib.sha256(f"{scope.tenant}\0{idempotency_key}".encode()).hexdigest()
             run_id = f"k{digest[:31]}"
         else:
             run_id = uuid.uuid4().hex
         workflow_id = workflow_id_for(scope.tenant, run_id)
+        keyed = None if idempotency_key is None else self.temporal.get_workflow_handle(workflow_id)
+        start = await check_permitted(self.permits, version, scope, keyed)
+        messages = (input,) if isinstance(input, str) else tuple(input)
+        continued = None if thread is None else await self._thread(thread, version, scope)
         handle = RunHandle(workflow_id, run_id, scope.tenant, version.spec.name, version.hash)
-        # A settled Run with this id raises WorkflowAlreadyStartedError: the idempotent
-        # answer is that Run, so the error is the expected outcome, not a failure.
-        with contextlib.suppress(WorkflowAlreadyStartedError):
-            input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
-            await self.temporal.start_workflow(
-                workflow_type_for(version),
-                input_type(
-                    run_id=run_id,
-                    version=version,
-                    scope=scope,
-                    messages=messages,
-                    thread=continued,
-                    roles_apart=self.roles_apart,
-                    **(
-                        {"continue_after_events": continue_after_events}
-                        if continue_after_events is not None
-                        else {}
+        if start:  # else not permitted, but the key's Run exists, which is the answer
+            # A settled Run with this id raises WorkflowAlreadyStartedError: the idempotent
+            # answer is that Run, so the error is the expected outcome, not a failure.
+            with contextlib.suppress(WorkflowAlreadyStartedError):
+                input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
+                await self.temporal.start_workflow(
+                    workflow_type_for(version),
+                    input_type(
+                        run_id=run_id,
+                        version=version,
+                        scope=scope,
+                        messages=messages,
+                        thread=continued,
+                        roles_apart=self.roles_apart,
+                        **(
+                            {"continue_after_events": continue_after_events}
+                            if continue_after_events is not None
+                            else {}
+                        ),
                     ),
-                ),
-                id=workflow_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=(
-                    run_search_attributes(scope.tenant, version.spec.name, version.hash)
-                    if self.search_attributes
-                    else TypedSearchAttributes.empty
-                ),
-                static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
-            )
+                    id=workflow_id,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    search_attributes=(
+                        run_search_attributes(scope.tenant, version.spec.name, version.hash)
+                        if self.search_attributes
+                        else TypedSearchAttributes.empty
+                    ),
+                    static_summary=f"{version.spec.kind} {version.spec.name} ({version.hash[:19]})",
+                )
         if idempotency_key is None:
             return handle
         await self._check_same_input(
