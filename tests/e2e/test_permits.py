@@ -21,6 +21,7 @@ from psych_runtime.specs import (
     Scope,
     SpecError,
     StaticPermits,
+    WorkflowBuilder,
 )
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, tenant_permits
@@ -550,3 +551,32 @@ async def test_a_key_that_started_a_run_answers_with_it_after_a_revocation(
     # The key with other input is the key's misuse, as before any revocation.
     with pytest.raises(PsychError, match=r"already started Run .* with another input"):
         await client.dispatch(looker, "Look again", scope=harness.scope, idempotency_key="k1")
+
+
+async def test_a_workflow_tool_step_of_an_unpermitted_code_tool_fails_without_running_it(
+    harness: Harness,
+) -> None:
+    # Started without the client's check: the Run's catalogue leaves the tool out, so the
+    # step fails as one naming a tool the Run does not have, and the tool never runs.
+    ran: list[str] = []
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        ran.append(to)
+        return "sent"
+
+    spec = (
+        WorkflowBuilder("mailing", registry=harness.registry)
+        .tool(send_mail)
+        .tool_step("mail", "send_mail", {"to": "a@example.test"})
+        .build()
+    )
+    settings = permitting(harness, {"tenants": {"acme": {"code_tools": ["lookup_*"]}}})
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
+        with pytest.raises(RunFailed) as failed:
+            await harness.client.result(run, scope=harness.scope)
+    assert str(failed.value).startswith(
+        "step 'mail' (tool) failed: error: unknown tool 'send_mail'"
+    ), failed.value
+    assert ran == []
