@@ -21,6 +21,7 @@ from psych_runtime.specs._documents import (
 )
 from psych_runtime.specs._errors import (
     AccessDenied,
+    BadCursor,
     BlobsUnavailable,
     NotFound,
     NotPermitted,
@@ -194,6 +195,7 @@ __all__ = [
     "AllPermits",
     "AnyComponent",
     "BUILTIN_TOOL_NAMES",
+    "BadCursor",
     "BlobsUnavailable",
     "COMPONENT_KINDS",
     "COMPONENT_SCHEMA",

@@ -12,7 +12,9 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── NotPermitted              a Spec uses what its tenant is not permitted (names each)
     ├── Refused                   a Run refused a resume, abort or steer (names why)
     ├── RunFailed                 a Run ended in failure; carries its terminal reason
-    └── BlobsUnavailable          a client was asked for stored content it cannot read
+    ├── BlobsUnavailable          a client was asked for stored content it cannot read
+    └── BadCursor                 a listing's cursor is damaged, or was made for another
+                                  tenant or other filters (names which)
 
 Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
 per package and re-raised `from` the original.
@@ -120,3 +122,9 @@ class BlobsUnavailable(PsychError):
     messages and system prompt) and cannot read it: it was given no blob store, or its
     store does not hold a blob the Run's records name (another store than the workers',
     or the blob was removed since). The message names which, and the ref."""
+
+
+class BadCursor(PsychError, ValueError):
+    """A listing's cursor is not one to continue this listing with: damaged or made up,
+    or made for another tenant's listing or one with other filters (the message says
+    which)."""

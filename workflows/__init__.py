@@ -9,7 +9,7 @@ from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
-from psych_runtime.workflows.client._listing import RunSummary, parse_workflow_id
+from psych_runtime.workflows.client._listing import RunPage, RunSummary, parse_workflow_id
 from psych_runtime.workflows.client._report_types import (
     McpDiscoveryReport,
     ModelCallReport,
@@ -142,6 +142,7 @@ __all__ = [
     "RunContinued",
     "RunHandle",
     "RunInput",
+    "RunPage",
     "RunReport",
     "RunResult",
     "RunSettled",

@@ -3,9 +3,10 @@
 The one place the API maps exceptions to statuses: psych's own errors (``NotFound`` 404,
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
 revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed``/
-``SpecError`` 422 with every problem, ``StoreDamaged`` 500: a stored Version that no
-longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs asked of a server
-whose blob store does not hold them), Temporal's
+``SpecError`` 422 with every problem, ``BadCursor`` 422 ``bad-cursor``: a listing's cursor
+damaged, or made for another tenant or other filters, ``StoreDamaged`` 500: a stored
+Version that no longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs
+asked of a server whose blob store does not hold them), Temporal's
 (no worker answered: 503), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
@@ -26,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
     AccessDenied,
+    BadCursor,
     BlobsUnavailable,
     NotFound,
     NotPermitted,
@@ -126,6 +128,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(500, str(err), "store-damaged")
         case SpecError():
             return problem(422, str(err), "invalid-spec")
+        case BadCursor():
+            # The request: another tenant's or other filters' cursor, or a damaged one.
+            return problem(422, str(err), "bad-cursor")
         case PsychError():
             return problem(409, str(err), "conflict")
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():

@@ -43,6 +43,8 @@ from psych_runtime.workflows import (
 
 MAX_LIST = 1000
 """The most Runs one list answers."""
+MAX_CURSOR = 4096
+"""The longest cursor a list takes (those it answers are a few hundred characters)."""
 MAX_INPUT_CALLS = 20
 """Most model calls whose inputs one report request reads (``?inputs=true``): each call's
 messages repeat the conversation before it."""
@@ -149,15 +151,21 @@ def run_routes(context: ApiContext) -> APIRouter:
         status: RunStatus | None = None,
         waiting: bool = False,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+        cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR)] = None,
     ) -> dict[str, Any]:
         """The tenant's Runs, newest first; ``waiting=true``: suspended ones with what each
-        waits for."""
+        waits for. ``next_cursor`` (null on the last page), sent back as ``cursor`` with
+        the same filters, reads the next page; a cursor of another tenant's listing, or of
+        other filters, is a 422 ``bad-cursor``."""
         if waiting and status not in (None, RunStatus.SUSPENDED):
             raise ApiProblem(422, f"waiting=true lists suspended Runs, not status={status}")
-        runs = await client.list(
-            scope=scope, agent=agent, status=status, suspended=waiting, limit=limit
+        page = await client.list_page(
+            scope=scope, agent=agent, status=status, suspended=waiting, limit=limit, cursor=cursor
         )
-        return {"runs": _SUMMARIES.dump_python(runs, mode="json")}
+        return {
+            "runs": _SUMMARIES.dump_python(list(page.runs), mode="json"),
+            "next_cursor": page.next_cursor,
+        }
 
     @router.get("/{run_id}")
     async def status(run_id: str, scope: Caller) -> dict[str, Any]:
