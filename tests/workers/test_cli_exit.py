@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import re
 import sys
 import uuid
 from importlib.metadata import entry_points
@@ -202,3 +203,65 @@ async def test_list_suspended_says_when_it_is_cut(
     assert {row.split()[0] for row in rows} <= {run.workflow_id for run in runs}
     assert sum(line.startswith("  approval ") for line in out.splitlines()) == 2
     assert "showing the newest 2 matching Runs; there are more" in err
+
+
+async def test_list_pages_on_with_the_cursor_it_prints(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    who = tenant()
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "running"),
+        ]
+    )
+    handles = [
+        await cli.env.client.start_workflow(
+            "AgentRun",
+            id=f"psych-{who}-r{index}",
+            task_queue=f"nobody-{who}",
+            search_attributes=attributes,
+        )
+        for index in range(5)
+    ]
+    try:
+        out, _ = await listed(cli, capsys, who, 5, "--limit", "0")
+        whole = [line.split()[0] for line in out.splitlines() if line.startswith(f"psych-{who}-")]
+        assert whole == [handle.id for handle in reversed(handles)]
+
+        seen: list[str] = []
+        cursor: list[str] = []
+        pages = 0
+        second: re.Match[str] | None = None
+        while not pages or cursor:
+            status, out, err = await psych(
+                capsys, "list", "--limit", "2", *cursor, "--address", cli.address, "--tenant", who
+            )
+            assert status == 0, err
+            pages += 1
+            seen += [
+                line.split()[0] for line in out.splitlines() if line.startswith(f"psych-{who}-")
+            ]
+            printed = re.search(r"--cursor (\S+) with the same filters", err)
+            cursor = ["--cursor", printed.group(1)] if printed else []
+            if pages == 2:
+                second = printed
+        assert (pages, seen) == (3, whole)
+        assert second is not None
+
+        # The cursor keeps to its tenant and filters, and a damaged one says so.
+        for argv, words in (
+            (["--tenant", who, "--status", "running"], "a listing with other filters"),
+            (["--tenant", tenant()], "another tenant's listing"),
+        ):
+            status, _, err = await psych(
+                capsys, "list", "--cursor", second.group(1), *argv, "--address", cli.address
+            )
+            assert (status, words in err) == (1, True), err
+        status, _, err = await psych(
+            capsys, "list", "--cursor", "made-up", "--tenant", who, "--address", cli.address
+        )
+        assert (status, "the cursor is damaged" in err) == (1, True), err
+    finally:
+        await asyncio.gather(*(handle.terminate("test over") for handle in handles))

@@ -214,7 +214,13 @@ def add_run_commands(
         "--limit",
         type=int,
         default=100,
-        help="at most this many, newest first (default 100; 0 = all); a cut list says so",
+        help="at most this many, newest first (default 100; 0 = all); a cut list says so "
+        "and prints the --cursor that lists the next ones",
+    )
+    listing.add_argument(
+        "--cursor",
+        help="go on from where an earlier listing with the same filters ended (the cursor "
+        "it printed)",
     )
     listing.set_defaults(func=lazy("psych_runtime.workers.cli._runs", "cmd_list"))
 

@@ -362,21 +362,20 @@ async def _list(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise PsychError(f"--limit {args.limit}: a number of Runs, or 0 for all of them")
     client = _reader(await temporal_client(args))
-    # One more than shown, so a cut list says so instead of passing for the whole list.
     # 0 = all: the client pages through every match (sys.maxsize never binds).
-    wanted = args.limit + 1 if args.limit else sys.maxsize
-    runs = await client.list(
+    page = await client.list_page(
         scope=scope,
         agent=args.agent,
         status=args.status,
         suspended=args.suspended,
-        limit=wanted,
+        limit=args.limit or sys.maxsize,
+        cursor=args.cursor,
     )
-    more = bool(args.limit) and len(runs) > args.limit
-    runs = runs[: args.limit] if more else runs
+    runs = list(page.runs)
     if not runs:
         which = "suspended Runs" if args.suspended else "Runs"
-        print(f"no {which} for tenant {scope.tenant!r}", file=sys.stderr)
+        more = " more" if args.cursor else ""
+        print(f"no{more} {which} for tenant {scope.tenant!r}", file=sys.stderr)
         return 0
     listed = [
         (
@@ -400,10 +399,12 @@ async def _list(args: argparse.Namespace) -> int:
             print("  ".join([*padded, row[-1]]))
             if waits is not None and index > 0:
                 print("\n".join(waits[index - 1]))
-    if more:
+    if page.next_cursor is not None:
+        which = "next" if args.cursor else "newest"
         print(
-            f"psych: showing the newest {args.limit} matching Runs; there are more "
-            f"(--limit N shows N, --limit 0 shows all)",
+            f"psych: showing the {which} {len(runs)} matching Runs; there are more "
+            f"(--cursor {page.next_cursor} with the same filters shows the next ones, "
+            f"--limit 0 shows all)",
             file=sys.stderr,
         )
     return 0
