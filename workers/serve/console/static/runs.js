@@ -1,4 +1,5 @@
-// The Runs of the signed-in tenant, filtered by agent, status and whether they wait.
+// The Runs of the signed-in tenant, filtered by agent, status and whether they wait, a page
+// at a time: "More" loads the next page.
 
 import { api } from "./api.js";
 import { el, fill, when } from "./dom.js";
@@ -66,27 +67,44 @@ export async function showRuns(main, query, onAuthFailure) {
       body,
     ),
   );
-  try {
-    const { runs } = await api(`runs?${queryOf(filters)}`);
-    fill(note, runs.length ? `${runs.length} Runs` : "No Runs match.");
-    fill(
-      body,
-      runs.map((run) =>
-        el(
-          "tr",
-          { "data-run": run.workflow_id },
-          el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(run.workflow_id)}` }, run.workflow_id)),
-          el("td", {}, run.agent ?? ""),
-          el("td", {}, el("span", { class: `badge status-${run.status}` }, run.status ?? "")),
-          el("td", {}, waitingOn(run)),
-          el("td", {}, when(run.started_at)),
-          el("td", {}, when(run.closed_at)),
-        ),
-      ),
+  const more = el("button", { type: "button", name: "more", hidden: true }, "More");
+  main.append(el("p", {}, more));
+  const row = (run) =>
+    el(
+      "tr",
+      { "data-run": run.workflow_id },
+      el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(run.workflow_id)}` }, run.workflow_id)),
+      el("td", {}, run.agent ?? ""),
+      el("td", {}, el("span", { class: `badge status-${run.status}` }, run.status ?? "")),
+      el("td", {}, waitingOn(run)),
+      el("td", {}, when(run.started_at)),
+      el("td", {}, when(run.closed_at)),
     );
-  } catch (error) {
-    if (error.status === 401) onAuthFailure(error);
-    note.className = "bad";
-    note.textContent = error.message;
-  }
+  // Each page goes on from the cursor the one before answered, with the same filters
+  // (the server refuses a cursor with others); a Run already shown is not shown again.
+  let cursor = null;
+  const shown = new Set();
+  const load = async () => {
+    more.disabled = true;
+    try {
+      const page = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+      const answer = await api(`runs?${queryOf(filters)}${page}`);
+      const fresh = answer.runs.filter((run) => !shown.has(run.workflow_id));
+      for (const run of fresh) shown.add(run.workflow_id);
+      body.append(...fresh.map(row));
+      cursor = answer.next_cursor ?? null;
+      more.hidden = cursor === null;
+      note.className = "muted";
+      const count = shown.size ? `${shown.size} Runs` : "No Runs match.";
+      fill(note, cursor === null ? count : `${count}, more to load`);
+    } catch (error) {
+      if (error.status === 401) onAuthFailure(error);
+      note.className = "bad";
+      note.textContent = error.message;
+    } finally {
+      more.disabled = false;
+    }
+  };
+  more.addEventListener("click", load);
+  await load();
 }
