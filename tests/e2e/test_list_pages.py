@@ -1,20 +1,27 @@
 """Paging through a tenant's Runs over ``GET /v1/runs``: every Run once, in order, page
 after page; a cursor bound to its tenant and filters; a damaged cursor a 422; suspended
-Runs paged with what each waits for. Against ``psych serve`` on loopback and the session
-dev server."""
+Runs paged with what each waits for; a position Temporal cannot read a bad cursor.
+Against ``psych serve`` on loopback and the session dev server."""
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RetryConfig
 
+from psych_runtime.activities import FileVersionStore
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, BadCursor
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import PsychClient
+from psych_runtime.workflows.client._cursor import ListingFilters, make_cursor
 
 from ._listing import started_runs
 from ._serve import ACME, GLOBEX, served
@@ -153,3 +160,23 @@ async def test_suspended_runs_page_with_what_each_waits_for(harness: Harness) ->
         (pending,) = run["pending"]
         assert pending["tool"] == "delete_order"
         assert pending["id"] == f"call-{runs.index(run['workflow_id'])}"
+
+
+async def test_a_cursor_whose_position_temporal_cannot_read_is_refused_as_a_bad_cursor(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # What a made-up cursor with a fresh check holds, or one kept across a change of
+    # visibility store: a token Temporal cannot read. Its retries off, so the refusal
+    # comes at once (with them it comes after the client's retries, ~10 s).
+    temporal = await Client.connect(
+        harness.env.client.service_client.config.target_host,
+        namespace=harness.env.client.namespace,
+        data_converter=pydantic_data_converter,
+        retry_config=RetryConfig(max_retries=0),
+    )
+    client = PsychClient(temporal, store=FileVersionStore(tmp_path / "versions"))
+    cursor = make_cursor(harness.scope.tenant, ListingFilters(None, None, None, False), b"?")
+    with pytest.raises(BadCursor, match="Temporal cannot read the position this cursor holds"):
+        await client.list_page(scope=harness.scope, cursor=cursor)
+    # The listing itself reads (this raises nothing): it is the position that is refused.
+    await client.list_page(scope=harness.scope, limit=1)

@@ -16,7 +16,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ids_from
-from psych_runtime.specs import NotFound, Scope, SpecError
+from psych_runtime.specs import BadCursor, NotFound, Scope, SpecError
 from psych_runtime.workflows.client._cursor import ListingFilters, make_cursor, read_cursor
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,
@@ -46,6 +46,8 @@ FOREIGN_MAX = 1000
 store may answer) before it ends short."""
 PAGE_MAX = 1000
 """The most Runs asked of Temporal at once (its default ``visibilityMaxPageSize``)."""
+_UNREADABLE_TOKEN = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
+"""How Temporal refuses a page token it cannot read (the dev server's SQL store: UNKNOWN)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class RunListing(abc.ABC):
         Raises:
             SpecError: this client starts Runs without search attributes.
             BadCursor: ``cursor`` is damaged, or was made for another tenant's listing or
-                one with other filters.
+                one with other filters, or Temporal cannot read the position it holds.
             ValueError: ``limit`` is under 1.
         """
         if limit < 1:
@@ -211,11 +213,23 @@ class RunListing(abc.ABC):
         # case-insensitive collation) must still show no other tenant's Run, and those it
         # answers must not take the caller's places: read on past them, up to a bound.
         foreign = 0
+        resumed = token is not None
         while len(found) < limit and foreign < FOREIGN_MAX:
             page = self.temporal.list_workflows(
                 query, page_size=min(limit - len(found), PAGE_MAX), next_page_token=token
             )
-            await page.fetch_next_page()
+            try:
+                await page.fetch_next_page()
+            except RPCError as err:
+                if not resumed or err.status not in _UNREADABLE_TOKEN:
+                    raise
+                # The same query reads without the cursor: the position is what Temporal
+                # cannot read (one made up, or a store's token of before an upgrade).
+                raise BadCursor(
+                    f"Temporal cannot read the position this cursor holds ({err.message}): "
+                    "start the listing again without a cursor"
+                ) from err
+            resumed = False
             for execution in page.current_page or ():
                 tenant, run_id = parse_workflow_id(execution.id)
                 if tenant != scope.tenant:
