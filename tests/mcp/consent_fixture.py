@@ -34,11 +34,16 @@ class Consenting:
 
 @asynccontextmanager
 async def consenting(
-    transport: Transport, client: PsychClient, store: TokenStore, *, as_host: str = "127.0.0.1"
+    transport: Transport,
+    client: PsychClient,
+    store: TokenStore,
+    *,
+    as_host: str = "127.0.0.1",
+    extra: tuple[str, ...] = (),
 ) -> AsyncIterator[Consenting]:
     """Serve psych's callback (resuming Runs through ``client``, the workers' ``store``)
     and start a consent server whose client redirects to it (its issuer named
-    ``as_host``); stop both on leaving."""
+    ``as_host``; ``extra``: further arguments, ``--registration``); stop both on leaving."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -53,7 +58,11 @@ async def consenting(
             while not web.started:  # noqa: ASYNC110 (uvicorn offers no started event)
                 await asyncio.sleep(0.01)
         server = start_oauth_server(
-            transport, {CLIENT: url}, module="tests.mcp.consent_server", as_host=as_host
+            transport,
+            {CLIENT: url},
+            module="tests.mcp.consent_server",
+            as_host=as_host,
+            extra=extra,
         )
         try:
             yield Consenting(server, url)

@@ -24,6 +24,13 @@ consent given), ``refreshed`` (how many refresh grants were answered) and ``refu
 after its refresh token is spent, as a slow server's reply does. ``POST
 /control/token-reply`` (``tests.mcp.oauth_server``'s) makes ``/token`` answer with it.
 
+``--registration`` opens dynamic client registration (RFC 7591, the SDK's ``/register``,
+named ``registration_endpoint`` in the metadata); without it the metadata names none.
+``GET /control/consents`` then also lists ``registered`` (each registration's client
+metadata and the client id it got). ``POST /control/refuse-registration`` ``{"error":
+code, "description": text}`` makes ``/register`` answer 400 with them from now on; ``{}``
+registers again.
+
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
 
@@ -42,6 +49,8 @@ from mcp.server.auth.provider import (
     AuthorizationParams,
     AuthorizeError,
     RefreshToken,
+    RegistrationError,
+    RegistrationErrorCode,
     TokenError,
     construct_redirect_uri,
 )
@@ -87,12 +96,20 @@ class Provider:
         self.refresh_delay = 0.0
         self.refusal: AuthorizeError | None = None
         """What ``/authorize`` answers in place of a consent (``/control/refuse``)."""
+        self.registered: list[dict[str, Any]] = []
+        """Each dynamic registration: the client's metadata and id."""
+        self.registration_refusal: RegistrationError | None = None
+        """What ``/register`` answers (``/control/refuse-registration``)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
-        raise TokenError("invalid_request", "registration is disabled")
+        if self.registration_refusal is not None:
+            raise self.registration_refusal
+        assert client_info.client_id is not None
+        self.clients[client_info.client_id] = client_info
+        self.registered.append(client_info.model_dump(mode="json", exclude_none=True))
 
     async def authorize(
         self, client: OAuthClientInformationFull, params: AuthorizationParams
@@ -181,7 +198,8 @@ def revocations(provider: Provider) -> Starlette:
 
     async def consents(request: Request) -> Response:
         counts = {"refreshed": provider.refreshed, "refused": provider.refused}
-        return JSONResponse({"authorized": provider.authorized, **counts})
+        registered = {"registered": provider.registered}
+        return JSONResponse({"authorized": provider.authorized, **counts, **registered})
 
     async def refresh_delay(request: Request) -> Response:
         provider.refresh_delay = float((await request.json())["seconds"])
@@ -193,9 +211,17 @@ def revocations(provider: Provider) -> Starlette:
         provider.refusal = None if error is None else AuthorizeError(error, body.get("description"))
         return JSONResponse({"refusing": error})
 
+    async def refuse_registration(request: Request) -> Response:
+        body = await request.json()
+        error: RegistrationErrorCode | None = body.get("error")
+        refusal = None if error is None else RegistrationError(error, body.get("description"))
+        provider.registration_refusal = refusal
+        return JSONResponse({"refusing": error})
+
     return Starlette(
         routes=[
             Route("/control/refuse", refuse, methods=["POST"]),
+            Route("/control/refuse-registration", refuse_registration, methods=["POST"]),
             Route("/control/revoke-all", revoke_all, methods=["POST"]),
             Route("/control/consents", consents, methods=["GET"]),
             Route("/control/refresh-delay", refresh_delay, methods=["POST"]),
@@ -253,12 +279,17 @@ def replying(app: Any, state: State) -> Any:
 
 
 async def serve(
-    transport: str, clients: dict[str, str], as_host: str = "127.0.0.1", own_issuer: bool = False
+    transport: str,
+    clients: dict[str, str],
+    as_host: str = "127.0.0.1",
+    own_issuer: bool = False,
+    registration: bool = False,
 ) -> None:
     """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
     ``as_host`` (it listens on 127.0.0.1 whatever the name). ``own_issuer``: the resource
     server publishes no protected-resource metadata and its origin is an authorization
-    server of its own (``without_resource_metadata``), over the same provider."""
+    server of its own (``without_resource_metadata``), over the same provider.
+    ``registration``: the authorization server takes dynamic client registrations."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
@@ -278,6 +309,7 @@ async def serve(
     async def controls(scope: Any, receive: Any, send: Any) -> None:
         if scope.get("path") in (
             "/control/refuse",
+            "/control/refuse-registration",
             "/control/revoke-all",
             "/control/consents",
             "/control/refresh-delay",
@@ -290,7 +322,7 @@ async def serve(
         routes=create_auth_routes(
             provider,
             AnyHttpUrl(issuer),
-            client_registration_options=ClientRegistrationOptions(enabled=False),
+            client_registration_options=ClientRegistrationOptions(enabled=registration),
             revocation_options=RevocationOptions(enabled=False),
         )
     )
@@ -323,9 +355,12 @@ def main() -> None:
         action="store_true",
         help="no protected-resource metadata; the resource server's origin is its own issuer",
     )
+    parser.add_argument(
+        "--registration", action="store_true", help="take dynamic client registrations"
+    )
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
-    asyncio.run(serve(args.transport, clients, args.as_host, args.own_issuer))
+    asyncio.run(serve(args.transport, clients, args.as_host, args.own_issuer, args.registration))
 
 
 if __name__ == "__main__":

@@ -90,6 +90,18 @@ class OAuthMcpServer:
         body = {} if error is None else {"error": error, "description": description}
         self._control("POST", "refuse", body)
 
+    def registered(self) -> list[dict[str, Any]]:
+        """Each dynamic client registration taken: its metadata and ``client_id``
+        (consent server with ``--registration``)."""
+        registered: list[dict[str, Any]] = self.consents()["registered"]
+        return registered
+
+    def refuse_registration(self, error: str | None, description: str | None = None) -> None:
+        """``/register`` answers 400 with ``error`` (and ``description``) from now on; None:
+        it registers again (consent server)."""
+        body = {} if error is None else {"error": error, "description": description}
+        self._control("POST", "refuse-registration", body)
+
     def set_refresh_delay(self, seconds: float) -> None:
         """Each answered refresh is held this long after its refresh token is spent
         (consent server)."""
