@@ -243,9 +243,11 @@ class McpOAuth(_Frozen):
     client without ``preregistered_client_id``, where the authorization server supports
     them."""
     allow_dynamic_registration: bool = True
-    """Whether dynamic client registration may be used. This runtime registers no client, so
-    it has no effect: an ``authorization_code`` server needs ``preregistered_client_id`` or
-    ``cimd_url``, and one with neither is refused at publish."""
+    """Whether an ``authorization_code`` server with neither ``preregistered_client_id`` nor
+    ``cimd_url`` gets a client by dynamic registration (RFC 7591): registered once per
+    tenant, server and client metadata at the authorization server's
+    ``registration_endpoint`` (none there fails the Run), kept in the workers' token store.
+    False: such a server is refused at publish."""
     application_type: Literal["native", "web"] = "native"
     """OAuth application type in the client metadata of the ``authorization_code`` grant."""
     client_name: Annotated[str, Field(max_length=256)] = "psych"

@@ -300,15 +300,24 @@ def _check_oauth(server: McpServer, path: str) -> list[Problem]:
                 )
     else:
         if oauth.preregistered_client_id is None and oauth.cimd_url is None:
-            problems.append(
-                Problem(
-                    f"{path}.oauth.preregistered_client_id",
-                    "the authorization_code grant needs a client: preregistered_client_id, or "
-                    "cimd_url (a client-id metadata document); dynamic client registration "
-                    "is not supported by this runtime (allow_dynamic_registration has no "
-                    "effect)",
+            if not oauth.allow_dynamic_registration:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.preregistered_client_id",
+                        "the authorization_code grant needs a client: preregistered_client_id, "
+                        "or cimd_url (a client-id metadata document), or "
+                        "allow_dynamic_registration: true (a client registered with the "
+                        "authorization server at run time); allow_dynamic_registration is false",
+                    )
                 )
-            )
+            elif oauth.client_secret_credential is not None:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.client_secret_credential",
+                        "a client secret belongs to preregistered_client_id, which is not set: "
+                        "a dynamically registered client gets its own from the registration",
+                    )
+                )
         if not oauth.redirect_uris:
             problems.append(
                 Problem(

@@ -54,6 +54,7 @@ from temporalio import activity
 
 from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
+from psych_runtime.activities.mcp._registration import refuse_unregistrable, registration_refused
 from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -134,6 +135,8 @@ class ConsentProvider(OAuthClientProvider):
             server that names another one is refused (its tokens never reach us, ours
             never reach it).
         parked: called with the flow when the person's consent is needed.
+        dynamic: the client may be registered (``_registration``); otherwise the SDK's
+            registration request is refused before it is sent.
     """
 
     refresh_settle_seconds = 2.0
@@ -150,6 +153,7 @@ class ConsentProvider(OAuthClientProvider):
         issuer: str,
         key: TokenKey,
         parked: Callable[[Flow], None],
+        dynamic: bool = False,
     ) -> None:
         self._url: str | None = None
         super().__init__(
@@ -163,6 +167,8 @@ class ConsentProvider(OAuthClientProvider):
         self.issuer = issuer
         self.key = key
         self.parked = parked
+        self.dynamic = dynamic
+        """Whether the client may be registered dynamically (``_registration``)."""
 
     async def _initialize(self) -> None:
         await super()._initialize()
@@ -189,9 +195,24 @@ class ConsentProvider(OAuthClientProvider):
         try:
             outgoing = await flow.__anext__()
             while True:
-                outgoing = await flow.asend((yield outgoing))
+                registering = outgoing is not request and self._registering(outgoing)
+                response = yield outgoing
+                if registering and (refused := await registration_refused(response, self.issuer)):
+                    raise refused
+                outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
+        finally:
+            await flow.aclose()  # a refusal raised here leaves the SDK's flow (its lock) open
+
+    def _registering(self, outgoing: httpx2.Request) -> bool:
+        """Whether ``outgoing``, a request of the SDK's flow (not the MCP one), is its
+        registration request (the one it posts while it holds no client); refused before
+        it is sent unless allowed."""
+        if self.context.client_info is not None or outgoing.method != "POST":
+            return False
+        refuse_unregistrable(self.context.oauth_metadata, self.issuer, self.dynamic)
+        return True
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         held = self.context.current_tokens

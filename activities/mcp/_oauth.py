@@ -36,6 +36,13 @@ from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
+from psych_runtime.activities.mcp._registration import (
+    dynamic_client_id,
+    is_dynamic,
+    keep_registration,
+    read_registration,
+    registration_key,
+)
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore
@@ -52,12 +59,14 @@ class OAuthUnavailable(Exception):
 class _Record(BaseModel):
     """A stored token record: the key it was stored under, the token, when it expires,
     and the metadata of the authorization server that issued it (``authorization_code``:
-    where a refresh goes before anything was discovered again)."""
+    where a refresh goes before anything was discovered again); for a dynamically
+    registered client, the client it was issued to (what a refresh authenticates as)."""
 
     key: tuple[str, str | None, str, str, str]
     token: OAuthToken
     expires_at: float | None
     metadata: OAuthMetadata | None = None
+    client: OAuthClientInformationFull | None = None
 
 
 def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
@@ -72,6 +81,10 @@ class StoredTokens(TokenStorage):
     expires: one read under another key (a store that mixed records up) is ignored, and an
     expired token with nothing to refresh it is not handed out (the provider then asks for
     a new one at once instead of sending a dead one first).
+
+    ``registration``: where a dynamically registered client is kept (``_registration``);
+    the client comes from the token record (the one its token was issued to), else from
+    there, and the one the SDK registers is stored there.
     """
 
     def __init__(
@@ -80,11 +93,13 @@ class StoredTokens(TokenStorage):
         key: TokenKey,
         held: TokensHeld,
         client: OAuthClientInformationFull | None = None,
+        registration: TokenKey | None = None,
     ) -> None:
         self.store = store
         self.key = key
         self._held = held.holder(key)
         self.client = client
+        self.registration = registration
         self.metadata: OAuthMetadata | None = None
         """The issuing server's metadata, read with the token (or set before storing it)."""
         self._memory: bytes | None = None
@@ -111,6 +126,7 @@ class StoredTokens(TokenStorage):
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata
+        self.client = self.client or record.client
         self._held.saw(token)
         if record.expires_at is None:
             return token
@@ -124,7 +140,11 @@ class StoredTokens(TokenStorage):
         self._held.saw(tokens)
         expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
         data = _Record(
-            key=_fields(self.key), token=tokens, expires_at=expires_at, metadata=self.metadata
+            key=_fields(self.key),
+            token=tokens,
+            expires_at=expires_at,
+            metadata=self.metadata,
+            client=self.client if is_dynamic(self.key) else None,
         )
         encoded = data.model_dump_json().encode()
         if self.store is None:
@@ -134,20 +154,28 @@ class StoredTokens(TokenStorage):
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         """The configured client (the Spec's client id or client-id metadata document URL,
-        the operator's secret), or None (client credentials: the provider knows it).
-        Clients are configured, never registered, so nothing else is stored."""
+        the operator's secret), the dynamically registered one (its token's, else the
+        stored registration), or None (client credentials: the provider knows it; a
+        dynamic client not registered yet: the provider registers it)."""
+        if self.client is None and self.registration is not None and self.store is not None:
+            self.client = await read_registration(self.store, self.registration)
         return self.client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         """Keeps a client-id metadata document's client (derived from the Spec, nothing to
-        store); refuses a dynamic registration, which this runtime does not do."""
+        store) or stores a dynamic registration; refuses a registration for a client the
+        Spec names (``ConsentProvider`` refuses it before it is sent)."""
         if client_info.client_id == self.key.client_id:
             self.client = client_info
             return
-        raise OAuthUnavailable(
-            "dynamic client registration is not supported: set oauth.preregistered_client_id "
-            "or oauth.cimd_url"
-        )
+        if self.registration is None:
+            raise OAuthUnavailable(
+                "a client was registered dynamically for a server whose Spec names its "
+                "client (oauth.preregistered_client_id or oauth.cimd_url): refused"
+            )
+        self.client = client_info
+        if self.store is not None:
+            await keep_registration(self.store, self.registration, client_info)
 
 
 class _Held:
@@ -290,7 +318,8 @@ class OAuthClients:
 
     def issuer_of(self, name: str, kind: str = "credential") -> str:
         """The issuer the operator configured for ``name`` (``kind`` "credential": a client
-        secret credential; "client": a public client's id).
+        secret credential; "client": a public client's id; "MCP server": the URL of a
+        server whose client is registered dynamically).
 
         Raises:
             OAuthUnavailable: none is configured.
@@ -327,8 +356,11 @@ async def consent_grant(
 
     The client is the Spec's ``preregistered_client_id`` (confidential when
     ``client_secret_credential`` names its secret) or its ``cimd_url`` (a client-id
-    metadata document, when the authorization server supports them); the issuer is the
-    one the operator configured for the secret credential, else for the client id.
+    metadata document, when the authorization server supports them); with neither, and
+    ``allow_dynamic_registration``, one the SDK registers with the authorization server
+    (``_registration``: once per tenant, server and client metadata, kept in the store).
+    The issuer is the one the operator configured for the secret credential, else for the
+    client id, else (a registered client) for the MCP server's URL.
 
     Raises:
         OAuthUnavailable: no client or redirect URI, no issuer configured, or a secret
@@ -336,11 +368,12 @@ async def consent_grant(
     """
     oauth = server.oauth
     assert oauth is not None
-    client_id = oauth.preregistered_client_id or oauth.cimd_url
-    if client_id is None:
+    named_client = oauth.preregistered_client_id or oauth.cimd_url
+    dynamic = named_client is None
+    if dynamic and not oauth.allow_dynamic_registration:
         raise OAuthUnavailable(
-            "authorization_code needs oauth.preregistered_client_id or oauth.cimd_url "
-            "(dynamic client registration is not supported)"
+            "authorization_code needs oauth.preregistered_client_id or oauth.cimd_url: "
+            "oauth.allow_dynamic_registration is false, so no client is registered"
         )
     if not oauth.redirect_uris:
         raise OAuthUnavailable(
@@ -348,11 +381,17 @@ async def consent_grant(
             "callback listens: psych oauth-callback, or psych serve's /oauth/callback)"
         )
     credential = oauth.client_secret_credential
-    issuer = (
-        clients.issuer_of(credential)
-        if credential is not None
-        else clients.issuer_of(client_id, "client")
-    )
+    if dynamic and credential is not None:
+        raise OAuthUnavailable(
+            "oauth.client_secret_credential names the secret of oauth.preregistered_client_id: "
+            "a dynamically registered client gets its own from the registration"
+        )
+    if credential is not None:
+        issuer = clients.issuer_of(credential)
+    elif named_client is None:
+        issuer = clients.issuer_of(server.url, "MCP server")
+    else:
+        issuer = clients.issuer_of(named_client, "client")
     secret = None if credential is None else await clients.secret(scope, credential, secrets)
     metadata = OAuthClientMetadata.model_validate(
         {
@@ -363,6 +402,7 @@ async def consent_grant(
             "token_endpoint_auth_method": "none" if secret is None else "client_secret_post",
         }
     )
+    client_id = named_client or dynamic_client_id(metadata)
     client = None
     if oauth.preregistered_client_id is not None:
         client = OAuthClientInformationFull.model_validate(
@@ -372,14 +412,16 @@ async def consent_grant(
                 "client_secret": secret,
             }
         )
+    resource = resource_url_from_server_url(server.url)
     key = TokenKey(
         tenant=scope.tenant,
         principal=scope.principal,
         issuer=issuer,
         client_id=client_id,
-        resource=resource_url_from_server_url(server.url),
+        resource=resource,
     )
-    storage = StoredTokens(clients.store, key, clients.held, client)
+    registration = registration_key(scope.tenant, issuer, resource, metadata) if dynamic else None
+    storage = StoredTokens(clients.store, key, clients.held, client, registration)
     provider = ConsentProvider(
         server_url=server.url,
         client_metadata=metadata,
@@ -388,6 +430,7 @@ async def consent_grant(
         issuer=issuer,
         key=key,
         parked=clients.consents.saw,
+        dynamic=dynamic,
     )
     auth = ForServer(provider, server.name)
     named = {} if credential is None or secret is None else {credential: secret}

@@ -49,7 +49,9 @@ class McpSettings:
             ``name=https://issuer,...``). A server with ``oauth`` (client_credentials)
             whose ``client_secret_credential`` has no issuer here is unavailable: the
             secret is sent to that issuer's token endpoint only, whatever server the MCP
-            server points at. Default none.
+            server points at. An ``authorization_code`` public client is named by its
+            client id (or ``cimd_url``); one registered dynamically by the MCP server's
+            URL. Default none.
     """
 
     call_timeout_seconds: float = 120.0

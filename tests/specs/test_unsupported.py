@@ -142,20 +142,33 @@ def test_the_authorization_code_grant_and_its_fields_publish_and_run() -> None:
 
 
 def test_the_authorization_code_grant_needs_a_client_and_a_redirect_uri() -> None:
-    oauth = McpOAuth(grant="authorization_code", redirect_uris=("https://u:p@cb.test/x",))
+    # Neither client field: a client registered at run time, unless that is turned off.
+    oauth = McpOAuth(
+        grant="authorization_code",
+        redirect_uris=("https://u:p@cb.test/x",),
+        allow_dynamic_registration=False,
+    )
     server = McpServer(name="crm", url="https://crm.test", oauth=oauth)
     problems = validate(agent(mcp_servers=[server]))
     assert [p.path for p in problems] == [
         "mcp_servers[crm].oauth.preregistered_client_id",
         "mcp_servers[crm].oauth.redirect_uris[0]",
     ]
-    # Whatever allow_dynamic_registration says (True by default): the problem names it.
-    assert problems[0].message.endswith(
-        "dynamic client registration is not supported by this runtime "
-        "(allow_dynamic_registration has no effect)"
+    assert problems[0].message == (
+        "the authorization_code grant needs a client: preregistered_client_id, or cimd_url "
+        "(a client-id metadata document), or allow_dynamic_registration: true (a client "
+        "registered with the authorization server at run time); allow_dynamic_registration "
+        "is false"
     )
-    explicit = oauth.model_copy(update={"allow_dynamic_registration": True})
-    assert validate(agent(mcp_servers=[server.model_copy(update={"oauth": explicit})])) == problems
+    # Allowed (the default): the client is registered at run time; only the URI is wrong.
+    allowed = oauth.model_copy(update={"allow_dynamic_registration": True})
+    registering = server.model_copy(update={"oauth": allowed})
+    assert validate(agent(mcp_servers=[registering])) == problems[1:]
+    # A secret belongs to a preregistered client, never to one registered at run time.
+    secret = allowed.model_copy(update={"client_secret_credential": "crm_secret"})
+    (wrong, _) = validate(agent(mcp_servers=[server.model_copy(update={"oauth": secret})]))
+    assert wrong.path == "mcp_servers[crm].oauth.client_secret_credential"
+    assert "a dynamically registered client gets its own" in wrong.message
     bare = McpServer(
         name="crm",
         url="https://crm.test",

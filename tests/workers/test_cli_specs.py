@@ -143,24 +143,26 @@ def test_publish_refuses_an_invalid_spec(
 def test_publish_refuses_an_oauth_server_it_cannot_use_at_every_depth(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The authorization_code grant with neither a client (dynamic registration is not
-    # supported) nor a redirect URI: refused in the agent and in its subagent, nothing stored.
+    # The authorization_code grant with neither a client nor dynamic registration allowed,
+    # and no redirect URI: refused in the agent and in its subagent, nothing stored.
     spec = tmp_path / "consenting.yaml"
+    oauth = "{grant: authorization_code, allow_dynamic_registration: false}"
     spec.write_text(
         "kind: agent\nname: a\nmodel: {model: m}\n"
-        "mcp_servers: [{name: crm, url: 'https://crm.test', oauth: {grant: authorization_code}}]\n"
+        f"mcp_servers: [{{name: crm, url: 'https://crm.test', oauth: {oauth}}}]\n"
         "subagents:\n  - name: helper\n    description: Summarises long threads for me.\n"
         "    spec: {kind: agent, name: h, model: {model: m},\n"
         "           mcp_servers: [{name: crm, url: 'https://crm.test',\n"
-        "                          oauth: {grant: authorization_code}}]}\n"
+        f"                          oauth: {oauth}}}]}}\n"
     )
     store = tmp_path / "versions"
     assert main(["publish", str(spec), "--store", str(store)]) == 1
     err = capsys.readouterr().err
     client = (
         "the authorization_code grant needs a client: preregistered_client_id, or cimd_url "
-        "(a client-id metadata document); dynamic client registration is not supported by "
-        "this runtime (allow_dynamic_registration has no effect)"
+        "(a client-id metadata document), or allow_dynamic_registration: true (a client "
+        "registered with the authorization server at run time); allow_dynamic_registration "
+        "is false"
     )
     redirect = (
         "the authorization_code grant needs a redirect URI: where the operator's OAuth "

@@ -1,0 +1,161 @@
+"""Dynamic client registration (RFC 7591) of an ``authorization_code`` client whose Spec
+names neither ``preregistered_client_id`` nor ``cimd_url`` (``allow_dynamic_registration``).
+
+The SDK's provider registers the client itself, at the authorization server's
+``registration_endpoint``, when its storage holds no client (``StoredTokens`` in
+``_oauth``). What this module adds:
+
+- Where a registration lives: the fleet's token store, under ``registration_key`` (the
+  Run's tenant, the issuer, the MCP server, and a digest of the client metadata sent), so
+  every Run, worker and principal of a tenant reuses one registration per server and
+  metadata. A tenant's registration is its own: the store seals records for the Run's
+  tenant (a registration may carry a client secret), and one tenant's Spec cannot shape or
+  spend the client another tenant's people consent to.
+- The token key of such a client (``dynamic_client_id``): a name derived from the same
+  digest, known before anything is registered. The token record also keeps the client it
+  was issued to, so a refresh uses that client even if the registration was replaced since.
+- Refusals, never a fallback: an authorization server whose metadata names no
+  ``registration_endpoint`` (the SDK would post to ``/register`` at the MCP server's
+  origin) is refused before anything is sent, and a registration the server refuses ends
+  the flow naming the server and its answer (``registration_refused``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import httpx2
+from mcp.client.auth import OAuthRegistrationError
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
+from pydantic import BaseModel, ValidationError
+
+from psych_runtime.activities.tokens import TokenKey, TokenStore
+
+DYNAMIC = "psych:dcr:"
+"""The prefix of a dynamically registered client's name in its tokens' keys."""
+
+REGISTRATION = "psych:registration:"
+"""The prefix of the client field of a registration's own key."""
+
+_SAID = 300
+"""Most characters of an authorization server's ``error_description`` repeated."""
+
+
+def metadata_digest(metadata: OAuthClientMetadata) -> str:
+    """sha256 hex of the client metadata a registration sends (the scope aside: the flow
+    sets it from what the server asks for, and the key names the server already)."""
+    fields = metadata.model_dump(mode="json", exclude_none=True, exclude={"scope"})
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def dynamic_client_id(metadata: OAuthClientMetadata) -> str:
+    """The client field of the token keys of a client registered with ``metadata``."""
+    return DYNAMIC + metadata_digest(metadata)
+
+
+def is_dynamic(key: TokenKey) -> bool:
+    """Whether ``key`` holds the tokens of a dynamically registered client."""
+    return key.client_id.startswith(DYNAMIC)
+
+
+def registration_key(
+    tenant: str, issuer: str, resource: str, metadata: OAuthClientMetadata
+) -> TokenKey:
+    """Where ``tenant``'s registration with ``issuer`` for the MCP server ``resource`` is
+    kept (one per client metadata; no principal: a registration names the application, a
+    consent the person)."""
+    return TokenKey(tenant, None, issuer, REGISTRATION + metadata_digest(metadata), resource)
+
+
+class _Registration(BaseModel):
+    """A stored registration: the key it was stored under, and the client registered."""
+
+    key: tuple[str, str | None, str, str, str]
+    client: OAuthClientInformationFull
+
+
+def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
+    return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
+
+
+async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInformationFull | None:
+    """The client registered under ``key``; None when there is none (or its record is
+    unreadable, or names another key: the flow then registers again and replaces it)."""
+    data = await store.get(key)
+    if data is None:
+        return None
+    try:
+        record = _Registration.model_validate_json(data)
+    except ValidationError:
+        return None
+    return record.client if record.key == _fields(key) else None
+
+
+async def keep_registration(
+    store: TokenStore, key: TokenKey, client: OAuthClientInformationFull
+) -> None:
+    """Store ``client`` under ``key`` (a later registration replaces it)."""
+    record = _Registration(key=_fields(key), client=client)
+    await store.put(key, record.model_dump_json().encode())
+
+
+def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: bool) -> None:
+    """Before the SDK's registration request is sent: refuse it unless the client is
+    ``dynamic`` and the authorization server names a ``registration_endpoint``.
+
+    Raises:
+        OAuthRegistrationError: why no client is registered (the SDK would otherwise post
+            to ``/register`` at the MCP server's origin, or register a client the Spec
+            did not ask for).
+    """
+    if not dynamic:
+        raise OAuthRegistrationError(
+            f"the authorization server {issuer} does not take client-id metadata documents "
+            "(its metadata does not set client_id_metadata_document_supported), so "
+            "oauth.cimd_url cannot be the client id; a client is registered dynamically "
+            "only for a server with neither preregistered_client_id nor cimd_url"
+        )
+    if metadata is None:
+        raise OAuthRegistrationError(
+            f"the authorization server {issuer} published no metadata (RFC 8414), so no "
+            "registration_endpoint: dynamic client registration is refused (set "
+            "oauth.preregistered_client_id or oauth.cimd_url for this server)"
+        )
+    if metadata.registration_endpoint is None:
+        raise OAuthRegistrationError(
+            f"the authorization server {issuer} offers no dynamic client registration (its "
+            "metadata names no registration_endpoint): set oauth.preregistered_client_id or "
+            "oauth.cimd_url for this server"
+        )
+
+
+async def registration_refused(
+    response: httpx2.Response, issuer: str
+) -> OAuthRegistrationError | None:
+    """The error of a registration ``response`` the authorization server refused (None:
+    it registered the client), naming the server, the endpoint, the status and the
+    server's ``error`` and ``error_description`` (printable characters, bounded)."""
+    if response.status_code in (200, 201):
+        return None
+    body = await response.aread()
+    said = ""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict):
+        error, description = answer.get("error"), answer.get("error_description")
+        if isinstance(error, str) and error:
+            said = f" {_printable(error)}"
+            if isinstance(description, str) and description:
+                said += f": {_printable(description)}"
+    return OAuthRegistrationError(
+        f"the authorization server {issuer} refused the dynamic client registration at "
+        f"{response.request.url}: HTTP {response.status_code}{said}"
+    )
+
+
+def _printable(text: str) -> str:
+    kept = "".join(char if char.isprintable() else " " for char in text)
+    return kept if len(kept) <= _SAID else kept[:_SAID] + "..."

@@ -1,0 +1,203 @@
+"""Dynamic client registration (RFC 7591) of an ``authorization_code`` client whose Spec
+names neither ``preregistered_client_id`` nor ``cimd_url``: real Runs on the dev server
+against ``tests.mcp.consent_server --registration`` (the SDK's own authorization server,
+its ``/register`` open), psych's worker and OAuth callback on loopback.
+
+The first Run of a tenant registers the client (the Spec's client metadata, a public
+client) and suspends for consent with it; the callback's exchange and later refreshes use
+that client; every other Run, worker and principal of the tenant reuses the registration
+from the token store; another tenant registers its own. An authorization server that
+offers no registration, or refuses it, fails the Run naming the server and the refusal
+(an optional server is left out, as one unreachable is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from psych_runtime.activities import McpSettings
+from psych_runtime.activities.tokens import LocalTokenStore
+from psych_runtime.specs import AgentBuilder, McpOAuth, RunFailed, Scope
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunHandle, RunStatus
+from tests.mcp.consent_fixture import Consenting, consenting, record_files
+from tests.mcp.oauth_fixture import OAuthMcpServer
+
+from .conftest import Harness
+from .test_mcp_consent import consent, consent_asked
+
+pytestmark = pytest.mark.e2e
+
+WAIT = 60.0
+"""Wall seconds a Run gets to settle (the machine is shared)."""
+
+
+def registering(callback: str) -> McpOAuth:
+    return McpOAuth(
+        grant="authorization_code",
+        redirect_uris=(callback,),
+        client_name="crm agent",
+        application_type="web",
+    )
+
+
+def agent(server: OAuthMcpServer, callback: str, *, optional: bool = False) -> AgentBuilder:
+    return (
+        AgentBuilder("consent-registered")
+        .instructions("Use the CRM.")
+        .model("fake-model")
+        .mcp_server("crm", server.url, oauth=registering(callback), optional=optional)
+    )
+
+
+@asynccontextmanager
+async def pair_with(harness: Harness, *extra: str) -> AsyncIterator[Consenting]:
+    store = LocalTokenStore(harness.home / "tokens")
+    async with consenting("streamable-http", harness.client, store, extra=extra) as pair:
+        # A registered client's issuer is the one the operator names for the MCP server.
+        harness.settings.mcp = McpSettings(oauth_issuers={pair.server.url: pair.server.issuer})
+        yield pair
+
+
+@pytest.fixture
+async def open_pair(harness: Harness) -> AsyncIterator[Consenting]:
+    async with pair_with(harness, "--registration") as pair:
+        yield pair
+
+
+@pytest.fixture
+async def closed_pair(harness: Harness) -> AsyncIterator[Consenting]:
+    async with pair_with(harness) as pair:
+        yield pair
+
+
+def stored(harness: Harness) -> list[dict[str, Any]]:
+    """Every record of the worker's token store (not sealed here), as JSON."""
+    return [json.loads(path.read_bytes()) for path in record_files(harness.home / "tokens")]
+
+
+async def consented_run(harness: Harness, spec: Any, scope: Scope) -> RunHandle:
+    """A Run under ``scope`` that asks for consent, is given it, and completes."""
+    run = await harness.client.dispatch(spec, "who am I?", scope=scope)
+    page = await consent(await consent_asked(harness, run, scope))
+    assert page.status_code == 200, page.text
+    result = await asyncio.wait_for(harness.client.result(run, scope=scope), WAIT)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    return run
+
+
+async def test_a_client_is_registered_once_per_tenant_and_reused_for_consent_and_refresh(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    spec = agent(server, open_pair.callback_url).build()
+    ann, bob = Scope(tenant="acme", principal="ann"), Scope(tenant="acme", principal="bob")
+    globex = Scope(tenant="globex")
+    for _ in range(4):
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
+    async with harness.worker():
+        first = await consented_run(harness, spec, ann)
+        # Another person of the tenant: a consent of their own, the tenant's client.
+        await consented_run(harness, spec, bob)
+        # Another tenant registers a client of its own.
+        await consented_run(harness, spec, globex)
+        report = await harness.client.report(first, scope=ann)
+    registered = server.registered()
+    # Before the fix: no Run got this far (the worker refused to register a client).
+    assert len(registered) == 2, registered
+    acme_client, globex_client = (item["client_id"] for item in registered)
+    assert acme_client != globex_client
+    for item in registered:
+        assert item["client_name"] == "crm agent"
+        assert item["redirect_uris"] == [open_pair.callback_url]
+        assert item["application_type"] == "web"
+        assert item["grant_types"] == ["authorization_code", "refresh_token"]
+        assert item["token_endpoint_auth_method"] == "none"
+        assert "client_secret" not in item
+    # Each consent (its URL, then the callback's code exchange) used the tenant's client.
+    assert server.consents()["authorized"] == [acme_client, acme_client, globex_client]
+    assert [call.result for call in report.tool_calls] == [acme_client]
+    records = stored(harness)
+    registrations = sorted(
+        r["client"]["client_id"] for r in records if "client" in r and "token" not in r
+    )
+    assert registrations == sorted([acme_client, globex_client])
+    tokens = [r for r in records if "token" in r]
+    assert {(r["key"][0], r["key"][1]): r["client"]["client_id"] for r in tokens} == {
+        ("acme", "ann"): acme_client,
+        ("acme", "bob"): acme_client,
+        ("globex", None): globex_client,
+    }
+    # A token past its lifetime, read by a worker started afresh: refreshed with the
+    # registered client (no new registration, nobody asked again).
+    for path in record_files(harness.home / "tokens"):
+        record = json.loads(path.read_bytes())
+        if "token" in record and record["key"][:2] == ["acme", "ann"]:
+            path.write_text(json.dumps({**record, "expires_at": 1.0}))
+    async with harness.worker():
+        again = await harness.client.dispatch(spec, "again", scope=ann)
+        result = await asyncio.wait_for(harness.client.result(again, scope=ann), WAIT)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    consents = server.consents()
+    assert consents["refreshed"] == 1 and len(consents["authorized"]) == 3
+    assert len(server.registered()) == 2
+
+
+async def test_a_server_offering_no_registration_fails_the_run_naming_it(
+    harness: Harness, closed_pair: Consenting
+) -> None:
+    server = closed_pair.server
+    harness.fake.enqueue(Reply.text("never"))
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            agent(server, closed_pair.callback_url).build(), "go", scope=harness.scope
+        )
+        with pytest.raises(RunFailed) as failed:
+            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
+        # The server optional: left out as one unreachable is, the Run goes on.
+        optional = agent(server, closed_pair.callback_url, optional=True).build()
+        run = await harness.client.dispatch(optional, "go", scope=harness.scope)
+        result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    assert f"the authorization server {server.issuer} offers no dynamic client registration" in (
+        reason
+    )
+    assert "registration_endpoint" in reason
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (asked,) = harness.fake.requests
+    assert not any(t["function"]["name"].startswith("crm__") for t in asked.get("tools", []))
+    assert "offers no dynamic client registration" in json.dumps(asked)
+    # Nothing was posted anywhere in its place, and nobody was asked.
+    assert server.consents()["authorized"] == []
+    assert record_files(harness.home / "tokens") == []
+
+
+async def test_a_registration_the_server_refuses_fails_the_run_naming_the_refusal(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    server.refuse_registration("invalid_client_metadata", "client_name 'crm agent' is taken")
+    harness.fake.enqueue(Reply.text("never"))
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            agent(server, open_pair.callback_url).build(), "go", scope=harness.scope
+        )
+        with pytest.raises(RunFailed) as failed:
+            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    assert (
+        f"the authorization server {server.issuer} refused the dynamic client registration "
+        f"at {server.issuer}/register: HTTP 400 invalid_client_metadata: client_name 'crm "
+        "agent' is taken"
+    ) in reason
+    assert server.registered() == [] and server.consents()["authorized"] == []
+    assert harness.fake.requests == []
+    assert record_files(harness.home / "tokens") == []
