@@ -144,9 +144,12 @@ async def check_servers(
     chosen = settings if settings is not None else McpSettings()
     port = egress if egress is not None else Egress()
 
-    # A check keeps an OAuth token in its session only: nothing is stored by publishing.
+    # A check keeps an OAuth token in its session only: nothing is stored by publishing,
+    # and no client is registered (a Run registers it, then asks for consent).
     store = ReadOnlyTokens(tokens)
-    clients = OAuthClients(chosen.oauth_issuers, store)
+    clients = OAuthClients(chosen.oauth_issuers, store, registers=False)
+    unregistered = clients.unregistered
+    assert unregistered is not None
 
     async def check(server: McpServer) -> str | None:
         redact = Redactor()
@@ -171,8 +174,9 @@ async def check_servers(
                 ) as client:
                     offered = await _tool_names(client, chosen.max_list_pages)
         except Exception as err:
-            consent = (
-                connection is not None and clients.consents.take(connection.consent) is not None
+            consent = connection is not None and (
+                clients.consents.take(connection.consent) is not None
+                or connection.consent in unregistered
             )
             if not consent:
                 return redact(str(refused[-1]) if refused else failure_reason(err))

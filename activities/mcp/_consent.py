@@ -137,6 +137,8 @@ class ConsentProvider(OAuthClientProvider):
         parked: called with the flow when the person's consent is needed.
         dynamic: the client may be registered (``_registration``); otherwise the SDK's
             registration request is refused before it is sent.
+        unregistered: None, or (a publish-time check, which registers no client) where
+            the key goes when the flow stops at the registration instead.
     """
 
     refresh_settle_seconds = 2.0
@@ -154,6 +156,7 @@ class ConsentProvider(OAuthClientProvider):
         key: TokenKey,
         parked: Callable[[Flow], None],
         dynamic: bool = False,
+        unregistered: set[TokenKey] | None = None,
     ) -> None:
         self._url: str | None = None
         super().__init__(
@@ -168,7 +171,7 @@ class ConsentProvider(OAuthClientProvider):
         self.key = key
         self.parked = parked
         self.dynamic = dynamic
-        """Whether the client may be registered dynamically (``_registration``)."""
+        self.unregistered = unregistered
 
     async def _initialize(self) -> None:
         await super()._initialize()
@@ -212,6 +215,9 @@ class ConsentProvider(OAuthClientProvider):
         if self.context.client_info is not None or outgoing.method != "POST":
             return False
         refuse_unregistrable(self.context.oauth_metadata, self.issuer, self.dynamic)
+        if self.unregistered is not None:
+            self.unregistered.add(self.key)
+            raise OAuthFlowError("a client is registered before consent: a check registers none")
         return True
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:

@@ -257,13 +257,19 @@ class OAuthClients:
         issuers: client secret credential name -> issuer URL of the authorization server
             that secret belongs to (``McpSettings.oauth_issuers``).
         store: where tokens are kept (None: in each session only, as a check does).
+        registers: whether a client is registered dynamically when one is needed; False
+            (a publish-time check): the flow stops there, its key in ``unregistered``
+            (a person must consent after the first Run registers it).
     """
 
-    def __init__(self, issuers: Mapping[str, str], store: TokenStore | None) -> None:
+    def __init__(
+        self, issuers: Mapping[str, str], store: TokenStore | None, *, registers: bool = True
+    ) -> None:
         self.issuers = dict(issuers)
         self.store = store
         self.held = TokensHeld()
         self.consents = Consents(store, {})
+        self.unregistered: set[TokenKey] | None = None if registers else set()
 
     def tokens(
         self,
@@ -431,6 +437,7 @@ async def consent_grant(
         key=key,
         parked=clients.consents.saw,
         dynamic=dynamic,
+        unregistered=clients.unregistered,
     )
     auth = ForServer(provider, server.name)
     named = {} if credential is None or secret is None else {credential: secret}

@@ -137,3 +137,31 @@ def test_check_connections_says_whether_a_token_is_held_and_what_to_do(
     (said,) = oauth_lines(file, capsys.readouterr().err)
     assert said.startswith("the token held was refused (revoked or expired); no usable token")
     assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
+
+
+def test_check_connections_registers_no_client_and_says_a_person_must_consent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Neither client field: a Run registers the client dynamically; the check does not
+    # (each publish would leave a registration at the authorization server).
+    server = start_oauth_server(
+        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
+    )
+    try:
+        tokens = tmp_path / "tokens"
+        monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
+        monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
+        monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{server.url}={server.issuer}")
+        file = spec_file(tmp_path, server)
+        spec = json.loads(file.read_text())
+        del spec["mcp_servers"][0]["oauth"]["preregistered_client_id"]
+        file.write_text(json.dumps(spec))
+        argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+        assert main(argv) == 0
+        (said,) = oauth_lines(file, capsys.readouterr().err)
+        assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
+        # Before the fix: one registration per check.
+        assert server.registered() == []
+        assert not tokens.exists() or not any(p.is_file() for p in tokens.rglob("*"))
+    finally:
+        server.stop()
