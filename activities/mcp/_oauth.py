@@ -126,7 +126,7 @@ class StoredTokens(TokenStorage):
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata
-        self.client = self.client or record.client
+        self._client(self.client or record.client)
         self._held.saw(token)
         if record.expires_at is None:
             return token
@@ -158,7 +158,7 @@ class StoredTokens(TokenStorage):
         stored registration), or None (client credentials: the provider knows it; a
         dynamic client not registered yet: the provider registers it)."""
         if self.client is None and self.registration is not None and self.store is not None:
-            self.client = await read_registration(self.store, self.registration)
+            self._client(await read_registration(self.store, self.registration))
         return self.client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
@@ -173,18 +173,26 @@ class StoredTokens(TokenStorage):
                 "a client was registered dynamically for a server whose Spec names its "
                 "client (oauth.preregistered_client_id or oauth.cimd_url): refused"
             )
-        self.client = client_info
+        self._client(client_info)
         if self.store is not None:
             await keep_registration(self.store, self.registration, client_info)
 
+    def _client(self, client: OAuthClientInformationFull | None) -> None:
+        """Use ``client``; a registered client's secret is redacted like the tokens."""
+        self.client = client
+        if client is not None and is_dynamic(self.key):
+            self._held.secret = client.client_secret or ""
+
 
 class _Held:
-    """The tokens last seen for one key, shared by every storage and redactor of it."""
+    """The tokens last seen for one key, shared by every storage and redactor of it, and
+    the secret of the client registered for it, if any."""
 
-    __slots__ = ("__weakref__", "tokens")
+    __slots__ = ("__weakref__", "secret", "tokens")
 
     def __init__(self) -> None:
         self.tokens: tuple[str, ...] = ()
+        self.secret = ""
 
     def saw(self, token: OAuthToken) -> None:
         """Hold ``token``'s access and refresh tokens (instead of those held before)."""
@@ -247,6 +255,7 @@ class HeldRedactor(Redactor):
     def __call__(self, text: str) -> str:
         for index, token in enumerate(self._held.tokens):
             self.add(f"oauth-token-{index}", token)
+        self.add("oauth-client-secret", self._held.secret)
         return super().__call__(text)
 
 

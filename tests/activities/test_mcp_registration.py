@@ -1,0 +1,150 @@
+"""A dynamically registered ``authorization_code`` client (``mcp/_registration.py``): the
+keys its registration and tokens live under, the registration kept in and read from a real
+local token store, its secret redacted, and how a refused registration is told. The flow
+against a real authorization server is ``tests/e2e/test_mcp_consent_registration.py``'s."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from psych_runtime.activities import LocalTokenStore
+from psych_runtime.activities.mcp._consent import ConsentProvider
+from psych_runtime.activities.mcp._oauth import (
+    HeldRedactor,
+    OAuthClients,
+    OAuthUnavailable,
+    StoredTokens,
+)
+from psych_runtime.activities.mcp._registration import registration_refused
+from psych_runtime.activities.mcp._told import ForServer
+from psych_runtime.specs import McpOAuth, McpServer, Scope
+
+URL = "https://crm.test/mcp"
+ISSUER = "https://auth.test"
+OAUTH = McpOAuth(grant="authorization_code", redirect_uris=("https://psych.test/cb",))
+SERVER = McpServer(name="crm", url=URL, oauth=OAUTH)
+
+
+def registered(client_id: str, secret: str | None = None) -> OAuthClientInformationFull:
+    return OAuthClientInformationFull(
+        client_id=client_id,
+        client_secret=secret,
+        redirect_uris=None,
+        token_endpoint_auth_method="none" if secret is None else "client_secret_post",
+    )
+
+
+async def grant_storage(clients: OAuthClients, server: McpServer, scope: Scope) -> StoredTokens:
+    """The ``StoredTokens`` inside the grant's provider (``ForServer`` -> the SDK's)."""
+    grant = await clients.grant(server, scope, None)
+    assert isinstance(grant.auth, ForServer) and isinstance(grant.auth.inner, ConsentProvider)
+    storage = grant.auth.inner.context.storage
+    assert isinstance(storage, StoredTokens)
+    return storage
+
+
+async def test_one_registration_per_tenant_reused_by_its_principals(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    ann = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="ann"))
+    bob = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="bob"))
+    globex = await grant_storage(clients, SERVER, Scope(tenant="globex"))
+    # The tokens' key names the client by the metadata's digest, the issuer the operator's.
+    assert ann.key.client_id.startswith("psych:dcr:") and ann.key.issuer == ISSUER
+    assert ann.key.client_id == bob.key.client_id == globex.key.client_id
+    assert ann.registration == bob.registration != globex.registration
+    assert await ann.get_client_info() is None  # nothing registered yet: the SDK registers
+    await ann.set_client_info(registered("client-acme"))
+    bob_client = await bob.get_client_info()
+    assert bob_client is not None and bob_client.client_id == "client-acme"
+    assert await globex.get_client_info() is None
+    # Other client metadata: another registration.
+    named = OAUTH.model_copy(update={"client_name": "other"})
+    other = await grant_storage(
+        clients, SERVER.model_copy(update={"oauth": named}), Scope(tenant="acme")
+    )
+    assert other.registration != ann.registration and other.key.client_id != ann.key.client_id
+    assert await other.get_client_info() is None
+
+
+async def test_a_token_keeps_the_client_it_was_issued_to(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    scope = Scope(tenant="acme")
+    first = await grant_storage(clients, SERVER, scope)
+    await first.set_client_info(registered("client-1"))
+    await first.set_tokens(OAuthToken(access_token="tok-1", refresh_token="ref-1"))
+    # Another worker registered meanwhile and replaced the registration.
+    await (await grant_storage(clients, SERVER, scope)).set_client_info(registered("client-2"))
+    later = await grant_storage(clients, SERVER, scope)
+    token = await later.get_tokens()
+    client = await later.get_client_info()
+    assert token is not None and token.refresh_token == "ref-1"
+    assert client is not None and client.client_id == "client-1"
+
+
+async def test_a_registration_under_another_key_is_ignored(tmp_path: Path) -> None:
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    acme = await grant_storage(clients, SERVER, Scope(tenant="acme"))
+    globex = await grant_storage(clients, SERVER, Scope(tenant="globex"))
+    await acme.set_client_info(registered("client-acme"))
+    assert acme.registration is not None and globex.registration is not None
+    moved = await store.get(acme.registration)
+    assert moved is not None
+    await store.put(globex.registration, moved)
+    assert await globex.get_client_info() is None
+
+
+async def test_a_registered_client_secret_is_redacted(tmp_path: Path) -> None:
+    clients = OAuthClients({URL: ISSUER}, LocalTokenStore(tmp_path))
+    scope = Scope(tenant="acme")
+    grant = await clients.grant(SERVER, scope, None)
+    storage = await grant_storage(clients, SERVER, scope)
+    await storage.set_client_info(registered("client-acme", "minted-secret-0123"))
+    assert isinstance(grant.redact, HeldRedactor)
+    said = grant.redact("the server echoed minted-secret-0123")
+    assert "minted-secret-0123" not in said and "REDACTED" in said
+
+
+async def test_what_is_refused_before_anything_is_registered() -> None:
+    clients = OAuthClients({}, None)
+    scope = Scope(tenant="acme")
+    with pytest.raises(
+        OAuthUnavailable, match=f"no authorization server is configured for MCP server '{URL}'"
+    ):
+        await clients.grant(SERVER, scope, None)
+    clients = OAuthClients({URL: ISSUER}, None)
+    off = SERVER.model_copy(
+        update={"oauth": OAUTH.model_copy(update={"allow_dynamic_registration": False})}
+    )
+    with pytest.raises(OAuthUnavailable, match="allow_dynamic_registration is false"):
+        await clients.grant(off, scope, None)
+    secret = SERVER.model_copy(
+        update={"oauth": OAUTH.model_copy(update={"client_secret_credential": "crm_secret"})}
+    )
+    with pytest.raises(OAuthUnavailable, match="gets its own from the registration"):
+        await clients.grant(secret, scope, None)
+
+
+def answer(status: int, body: bytes) -> httpx2.Response:
+    request = httpx2.Request("POST", f"{ISSUER}/register")
+    return httpx2.Response(status, content=body, request=request)
+
+
+async def test_a_refused_registration_names_the_server_and_its_error() -> None:
+    assert await registration_refused(answer(201, b"{}"), ISSUER) is None
+    body = json.dumps({"error": "invalid_client_metadata", "error_description": "bad\nname"})
+    refused = await registration_refused(answer(400, body.encode()), ISSUER)
+    assert str(refused) == (
+        f"the authorization server {ISSUER} refused the dynamic client registration at "
+        f"{ISSUER}/register: HTTP 400 invalid_client_metadata: bad name"
+    )
+    # Not an OAuth error answer: only the status (the body is not repeated).
+    refused = await registration_refused(answer(503, b"<html>down</html>"), ISSUER)
+    assert str(refused).endswith("/register: HTTP 503")
