@@ -28,7 +28,13 @@ from psych_runtime.workers.serve import (
     Unauthorized,
     parse_serve_section,
 )
-from psych_runtime.workers.serve._auth import JWKS_TIMEOUT_SECONDS, IssuerUnavailable
+from psych_runtime.workers.serve._auth import (
+    JWKS_COOLDOWN_SECONDS,
+    JWKS_RETRY_SECONDS,
+    JWKS_TIMEOUT_SECONDS,
+    IssuerKeys,
+    IssuerUnavailable,
+)
 
 from ._app import api
 
@@ -405,3 +411,128 @@ async def test_a_jwks_answer_that_is_no_key_set_object_is_a_503_naming_it(
     # and the caller got a 500 instead of the issuer's 503.
     with answering(body) as url, pytest.raises(IssuerUnavailable, match="could not be read"):
         await authenticator(url).scope_for(f"Bearer {token(signing_key)}")
+
+
+class Issuer:
+    """A JWKS server on loopback whose answer a test sets (``keys``, or ``status`` for an
+    issuer in trouble), counting the fetches it answered (``fetches``)."""
+
+    def __init__(self, *keys: tuple[str, rsa.RSAPrivateKey]) -> None:
+        self.status = 200
+        self.fetches = 0
+        self.keys = keys
+        self.url = ""
+
+    def document(self) -> bytes:
+        entries = [
+            {
+                **json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key())),
+                "kid": kid,
+                "use": "sig",
+            }
+            for kid, key in self.keys
+        ]
+        return json.dumps({"keys": entries}).encode()
+
+    @contextmanager
+    def served(self) -> Iterator[Issuer]:
+        issuer = self
+
+        class Jwks(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                issuer.fetches += 1
+                body = issuer.document() if issuer.status == 200 else b"down"
+                self.send_response(issuer.status)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        try:
+            yield self
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+class Clock:
+    """A monotonic clock a test moves on (the cooldowns passed without waiting them)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_failed_fetch_answers_every_token_at_once_until_it_is_tried_again(
+    signing_key: rsa.RSAPrivateKey,
+) -> None:
+    # From a review: each request after a failed fetch fetched again, so a flood of
+    # tokens (made up or not) under an issuer in trouble became a flood of fetches to it.
+    clock = Clock()
+    with Issuer(("k1", signing_key)).served() as issuer:
+        issuer.status = 500
+        keys = IssuerKeys(issuer.url, clock=clock)
+        with pytest.raises(IssuerUnavailable, match="could not be read"):
+            await keys.key_for(token(signing_key))
+        assert issuer.fetches == 1
+        flood = [token(signing_key), token(signing_key, kid="made-up"), token(signing_key)]
+        answers = await asyncio.gather(
+            *(keys.key_for(t) for t in flood * 4), return_exceptions=True
+        )
+        assert all(isinstance(a, IssuerUnavailable) for a in answers), answers
+        assert all("could not be read" in str(a) for a in answers)
+        assert issuer.fetches == 1  # the failure answered them: the issuer was not asked
+        clock.now += JWKS_RETRY_SECONDS - 0.5
+        with pytest.raises(IssuerUnavailable):
+            await keys.key_for(token(signing_key))
+        assert issuer.fetches == 1
+        issuer.status = 200
+        clock.now += 0.5  # the retry's time has come: fetched again, and the token judged
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        assert issuer.fetches == 2
+
+
+async def test_a_refetch_for_an_unknown_key_that_fails_keeps_the_keys_held(
+    signing_key: rsa.RSAPrivateKey,
+) -> None:
+    clock = Clock()
+    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with Issuer(("k1", signing_key)).served() as issuer:
+        keys = IssuerKeys(issuer.url, clock=clock)
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        assert issuer.fetches == 1
+        issuer.status = 503
+        clock.now += JWKS_COOLDOWN_SECONDS
+        # An unknown key fetches again; the issuer fails: that token cannot be judged.
+        with pytest.raises(IssuerUnavailable):
+            await keys.key_for(token(rotated, kid="k2"))
+        assert issuer.fetches == 2
+        # The keys held still verify their tokens, and the unknown key is not fetched for
+        # again while the failure stands.
+        for _ in range(3):
+            assert (await keys.key_for(token(signing_key))).key_id == "k1"
+            with pytest.raises(IssuerUnavailable):
+                await keys.key_for(token(rotated, kid="k2"))
+        assert issuer.fetches == 2
+        # The issuer is back, and publishes k2 just after the fetch: a token of k2 is
+        # refused until JWKS_COOLDOWN_SECONDS have passed (the documented trade-off).
+        issuer.status = 200
+        clock.now += JWKS_RETRY_SECONDS
+        with pytest.raises(Unauthorized, match="no key 'k2'"):
+            await keys.key_for(token(rotated, kid="k2"))
+        assert issuer.fetches == 3
+        issuer.keys = (("k1", signing_key), ("k2", rotated))
+        with pytest.raises(Unauthorized, match="no key 'k2'"):
+            await keys.key_for(token(rotated, kid="k2"))
+        assert issuer.fetches == 3
+        clock.now += JWKS_COOLDOWN_SECONDS
+        assert (await keys.key_for(token(rotated, kid="k2"))).key_id == "k2"
+        assert issuer.fetches == 4

@@ -8,7 +8,8 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   which entry it matched leaks through timing.
 - JWTs: verified with PyJWT against the operator's JWKS (``IssuerKeys``: the key set
   fetched on the event loop, one fetch at a time, ``JWKS_TIMEOUT_SECONDS`` at most from
-  the first byte sent to the last read, kept ``JWKS_LIFESPAN_SECONDS``), with the signature,
+  the first byte sent to the last read, kept ``JWKS_LIFESPAN_SECONDS``; after a failed
+  fetch, none for ``JWKS_RETRY_SECONDS``), with the signature,
   ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
   read from configurable claims. The caller carries when the token stops being accepted
   (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
@@ -33,7 +34,7 @@ import hmac
 import math
 import re
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,7 +56,13 @@ JWKS_LIFESPAN_SECONDS = 300.0
 """How long a fetched key set is used before it is fetched again."""
 JWKS_COOLDOWN_SECONDS = 30.0
 """A token naming a key the set lacks fetches it again at most this often (a key rotated
-in is found; a flood of made-up key ids does not become a flood of fetches)."""
+in is found; a flood of made-up key ids does not become a flood of fetches). A token
+signed with a key the issuer published less than this after the last fetch is refused
+(401) until then: issuers publish a key before they sign with it, as is common practice."""
+JWKS_RETRY_SECONDS = 10.0
+"""After a fetch failed (no answer, not a 200, no key set), how long a token that would
+fetch again is answered with that failure at once (a 503), without a fetch: a flood of
+tokens, good or made up, asks a failing issuer once in this long, not once each."""
 
 
 class Unauthorized(PsychError):
@@ -206,13 +213,18 @@ class AuthSettings:
 class IssuerKeys:
     """An issuer's signing keys, from its JWKS document at ``url``, fetched without a
     thread: one fetch at a time (requests arriving meanwhile wait for its answer), each
-    ``JWKS_TIMEOUT_SECONDS`` at most, the set kept ``JWKS_LIFESPAN_SECONDS``."""
+    ``JWKS_TIMEOUT_SECONDS`` at most, the set kept ``JWKS_LIFESPAN_SECONDS``. A failed
+    fetch is not tried again for ``JWKS_RETRY_SECONDS``; the keys held meanwhile (a fetch
+    for an unknown key that failed) still verify the tokens they sign."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: seconds, monotonic (a test's own, to pass the cooldowns unwaited)."""
         self.url = url
+        self._clock = clock
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched = -math.inf
-        self._failed: tuple[float, IssuerUnavailable] | None = None
+        self._failed: tuple[float, str] | None = None
+        """When the last fetch failed, and why (None: it did not)."""
         self._lock = asyncio.Lock()
 
     async def key_for(self, token: str) -> jwt.PyJWK:
@@ -220,7 +232,8 @@ class IssuerKeys:
 
         Raises:
             Unauthorized: the token is malformed, or its key is not in the set.
-            IssuerUnavailable: the set could not be fetched or read.
+            IssuerUnavailable: the set could not be fetched or read (now, or by a fetch
+                less than ``JWKS_RETRY_SECONDS`` ago).
         """
         try:
             kid = jwt.get_unverified_header(token).get("kid")
@@ -228,25 +241,33 @@ class IssuerKeys:
             raise Unauthorized(f"the token is malformed: {err}") from err
         if not isinstance(kid, str) or not kid:
             raise Unauthorized("the token's header names no signing key ('kid')")
-        now = time.monotonic()
+        now = self._clock()
         stale = now - self._fetched >= JWKS_LIFESPAN_SECONDS
         if stale or (kid not in self._keys and now - self._fetched >= JWKS_COOLDOWN_SECONDS):
+            self._raise_failed(now)  # at once, not behind the lock of a fetch under way
             async with self._lock:
                 # A fetch that ended while this request waited answers it too: a hung
                 # issuer costs the requests queued behind one fetch one bound, not one each.
-                if self._failed is not None and self._failed[0] > now:
-                    raise self._failed[1]
+                self._raise_failed(now)
                 if self._fetched <= now:
                     try:
-                        self._keys = await self._fetch()
+                        keys = await self._fetch()
                     except IssuerUnavailable as err:
-                        self._failed = (time.monotonic(), err)
+                        self._failed = (self._clock(), str(err))
                         raise
-                    self._fetched = time.monotonic()
+                    self._keys, self._fetched, self._failed = keys, self._clock(), None
         key = self._keys.get(kid)
         if key is None:
             raise Unauthorized(f"the token's signing key is not in the JWKS: no key {kid!r}")
         return key
+
+    def _raise_failed(self, now: float) -> None:
+        """Raise the last fetch's failure if it ended less than ``JWKS_RETRY_SECONDS``
+        before ``now`` (or after it: while this request waited)."""
+        if self._failed is not None and now < self._failed[0] + JWKS_RETRY_SECONDS:
+            # A new error each time: one instance raised by every request would grow its
+            # traceback by each raise.
+            raise IssuerUnavailable(self._failed[1])
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         import httpx  # here: a worker that serves no JWT issuer never needs it
