@@ -13,8 +13,9 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── Refused                   a Run refused a resume, abort or steer (names why)
     ├── RunFailed                 a Run ended in failure; carries its terminal reason
     ├── BlobsUnavailable          a client was asked for stored content it cannot read
-    └── BadCursor                 a listing's cursor is damaged, or was made for another
+    ├── BadCursor                 a listing's cursor is damaged, or was made for another
                                   tenant or other filters (names which)
+    └── BlobUnreadable            a stored blob is there but does not open (damaged, other keys)
 
 Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
 per package and re-raised `from` the original.
@@ -128,3 +129,12 @@ class BadCursor(PsychError, ValueError):
     """A listing's cursor is not one to continue this listing with: damaged or made up,
     or made for another tenant's listing or one with other filters (the message says
     which)."""
+
+
+class BlobUnreadable(PsychError):
+    """A blob a Run's records name is in the blob store but does not open: its bytes no
+    longer hash to its ref (cut short by a crash, or altered), or its seal does not open
+    with the reader's keys (altered, or sealed under keys the reader does not hold: a key
+    configuration that is not the workers'). Not a missing blob (``BlobsUnavailable``),
+    nor the caller's to mend: the store's or the deployment's fault. The message names
+    which, never a key, a tenant's keys or the store's location."""

@@ -15,7 +15,13 @@ from psych_runtime.activities import ContextRequest, ContextSettings, ContextSou
 from psych_runtime.activities.blobs import LocalBlobStore, TenantSealedBlobs
 from psych_runtime.activities.model._request import wire_message
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, BlobsUnavailable, NotFound, WorkflowBuilder
+from psych_runtime.specs import (
+    AgentBuilder,
+    BlobsUnavailable,
+    BlobUnreadable,
+    NotFound,
+    WorkflowBuilder,
+)
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import (
@@ -204,6 +210,52 @@ async def test_blobs_sealed_per_tenant_are_read_for_the_runs_tenant(harness: Har
     assert ref is not None and b"Plan." not in await stored.get(ref)
     with pytest.raises(NotFound):
         await TenantSealedBlobs(stored, PsychCodec(keys).blob_cipher(), "globex").get(ref)
+
+
+async def test_a_sealed_blob_that_does_not_open_is_no_missing_blob(harness: Harness) -> None:
+    # From a review: the cipher's refusal (AccessDenied) reached the API's problem mapping,
+    # which answers a Run's AccessDenied as that Run not found: a 404 "no Run", for a blob
+    # that is there but sealed under other keys (or altered), the server's fault.
+    secret = os.urandom(32)
+    keys = Keyring([Key("acme-1", "acme", secret)], {"acme": "acme-1"})
+    other = Keyring([Key("acme-1", "acme", os.urandom(32))], {"acme": "acme-1"})
+    target = harness.env.client.service_client.config.target_host
+    namespace = harness.env.client.namespace
+    worker = await connect(target, namespace=namespace, codec=PsychCodec(keys))
+    stored = harness.settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    # Its payloads decoded with the workers' keys, its blobs opened with another secret
+    # under the same key id (a blob store's key configuration that is not the workers').
+    cipher = PsychCodec(other).blob_cipher()
+    harness.client = PsychClient(
+        worker,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=harness.settings.task_queue,
+        blobs=lambda tenant: TenantSealedBlobs(stored, cipher, tenant),
+    )
+    spec = AgentBuilder("planner").instructions("Plan.").model("fake-model").build()
+    harness.fake.enqueue(Reply.text("Planned."))
+    async with run_worker(worker, harness.settings):
+        run = await harness.client.dispatch(spec, "Plan a refund", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        with pytest.raises(BlobUnreadable) as raised:
+            await harness.client.report(run, scope=harness.scope, inputs=True)
+        path = f"/v1/runs/{run.workflow_id}/report"
+        async with served(harness) as base, httpx.AsyncClient(base_url=base) as http:
+            answer = await http.get(path, params={"inputs": "true"}, headers=ACME)
+            plain = await http.get(path, headers=ACME)
+
+    said = str(raised.value)
+    assert said.startswith("turn 1's model call input is in the blob store but its seal does")
+    assert "not the workers'" in said
+    assert answer.status_code == 500, answer.text
+    problem = answer.json()
+    assert problem["type"] == "urn:psych:problem:blob-unreadable"
+    assert problem["detail"] == said
+    # Neither the key's id nor its secret, nor where the store is, reaches the caller.
+    for private in ("acme-1", secret.hex(), str(stored.root)):
+        assert private not in said and private not in answer.text
+    assert plain.status_code == 200  # the Run itself is found
 
 
 async def test_inputs_after_a_compaction_and_a_continue_as_new_are_what_was_sent(

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from psych_runtime.activities.blobs import blob_key
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
 
@@ -93,3 +94,27 @@ async def test_report_refuses_a_turn_with_no_model_call(
         )
         status, out, err = await psych(capsys, "report", *cli.args(run.workflow_id, "--inputs"))
         assert (status, err) == (0, "")
+
+
+async def test_report_names_a_damaged_input_as_damaged_not_missing(
+    cli: Cli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A blob that is there but no longer matches its ref (altered, or torn by a crash)
+    # was told as one the client's store does not hold: a wrong store to look for.
+    spec = AgentBuilder("planner").instructions("Plan.").model("gpt-4o-mini").build()
+    cli.fake.enqueue(Reply.text("Planned."))
+    client = client_of(cli)
+    async with cli.worker():
+        run = await client.dispatch(spec, "Plan a refund", scope=SCOPE)
+        await client.result(run, scope=SCOPE)
+        ref = (await client.report(run, scope=SCOPE)).model_calls[0].system_ref
+        assert ref is not None
+        blobs = cli.home / "blobs"
+        (blobs / blob_key(ref)).write_bytes(b"Plan. (altered)")
+        monkeypatch.setenv("PSYCH_BLOB_DIR", str(blobs))
+        status, out, err = await psych(capsys, "report", *cli.args(run.workflow_id, "--inputs"))
+    assert (status, out) == (1, "")
+    assert err == (
+        "psych: turn 1's model call input is in the blob store but damaged: its bytes no "
+        "longer match their ref (cut short by a crash, or altered)\n"
+    )

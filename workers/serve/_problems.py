@@ -6,7 +6,8 @@ revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed`
 ``SpecError`` 422 with every problem, ``BadCursor`` 422 ``bad-cursor``: a listing's cursor
 damaged, or made for another tenant or other filters, ``StoreDamaged`` 500: a stored
 Version that no longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs
-asked of a server whose blob store does not hold them), Temporal's
+asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: one it holds
+that does not open, damaged or sealed under other keys), Temporal's
 (no worker answered: 503), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
@@ -29,6 +30,7 @@ from psych_runtime.specs import (
     AccessDenied,
     BadCursor,
     BlobsUnavailable,
+    BlobUnreadable,
     NotFound,
     NotPermitted,
     PsychError,
@@ -120,6 +122,10 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case ValidationFailed():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
             return problem(422, str(err), "invalid-spec", problems=problems)
+        case BlobUnreadable():
+            # There, but damaged or sealed under other keys: the server's fault (its store or
+            # its key configuration), not a missing Run or blob.
+            return problem(500, str(err), "blob-unreadable")
         case BlobsUnavailable():
             # The server's blob store (none, or not the workers'): sent again, refused again.
             return problem(503, str(err), "blobs-unavailable")

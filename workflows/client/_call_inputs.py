@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from psych_runtime.activities.blobs import BlobStore, Conversations
-from psych_runtime.specs import BlobsUnavailable, NotFound, Refused, with_context
+from psych_runtime.activities.blobs import BlobNotFound, BlobStore, Conversations
+from psych_runtime.specs import (
+    AccessDenied,
+    BlobsUnavailable,
+    BlobUnreadable,
+    NotFound,
+    Refused,
+    with_context,
+)
 from psych_runtime.workflows.client._report_types import ModelCallReport, RunReport
 from psych_runtime.workflows.contract._contract import RefusalKind
 
@@ -49,6 +56,8 @@ async def with_inputs(
 
     Raises:
         BlobsUnavailable: ``blobs`` is None, or does not hold a blob a call names.
+        BlobUnreadable: a blob a call names is there but does not open (damaged, or
+            sealed under other keys than ``blobs`` opens with).
         Refused: ``TooLarge``, ``inputs`` selects more than ``max_calls`` calls (each
             call's messages repeat the conversation before it), before any is read.
     """
@@ -104,7 +113,21 @@ class _Reader:
             messages = (await self.conversations.messages(call.context_ref))[:-1]
             system = "" if call.system_ref is None else await self._text(call.system_ref)
             blocks = [await self._text(ref) for ref in call.context_blocks]
+        except AccessDenied as err:
+            # The cipher's words name key ids and which tenants the keys are for: the
+            # operator's, not a caller's to read.
+            raise BlobUnreadable(
+                f"{where} model call input is in the blob store but its seal does not open "
+                "with this client's keys: the blob was altered, sealed under keys this "
+                "client does not hold (its codec keys are not the workers'), or stored "
+                "unsealed before encryption was turned on"
+            ) from err
         except NotFound as err:
+            if isinstance(err, BlobNotFound) and err.damaged:
+                raise BlobUnreadable(
+                    f"{where} model call input is in the blob store but damaged: its bytes "
+                    "no longer match their ref (cut short by a crash, or altered)"
+                ) from err
             # Not the store's own words: they hold its path, the server's, not a caller's.
             raise BlobsUnavailable(
                 f"{where} model call input is not in this client's blob store: the client "

@@ -67,6 +67,8 @@ class RunReporting(abc.ABC):
         Raises:
             BlobsUnavailable: ``inputs`` asked, and the client has no blob store (``blobs``)
                 or its store does not hold what a call names.
+            BlobUnreadable: a blob a call names is in the store but does not open
+                (damaged, or sealed under other keys than the client's).
             Refused: ``TooLarge``, ``inputs`` selects more than ``max_inputs`` calls.
         """
         workflow_id, _ = self._handle(run, scope)
