@@ -77,6 +77,14 @@ async def served(
         client, AuthSettings(KEYS), max_body_bytes=max_body_bytes, push_tokens=push_tokens
     )
     app = create_app(settings)
+    async with uvicorn_serving(app) as base:
+        yield base, app
+
+
+@asynccontextmanager
+async def uvicorn_serving(app: FastAPI) -> AsyncIterator[str]:
+    """``app`` under a real uvicorn on 127.0.0.1 (a free port, its lifespan run): its base
+    URL. Stopped after the block, as ``psych serve`` stops on a signal."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -84,7 +92,7 @@ async def served(
             task.result()
         await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", app
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     finally:
         server.should_exit = True
         await task

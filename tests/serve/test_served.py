@@ -4,19 +4,28 @@ client getting the answer (not a reset connection)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
-from psych_runtime.workers.serve import SMALL_BODY_BYTES, Caller
+from psych_runtime.activities.blobs import S3BlobStore
+from psych_runtime.activities.tokens import S3TokenStore, TokenKey
+from psych_runtime.workers.cli._parser import build_parser
+from psych_runtime.workers.cli._serve_command import serve_settings
+from psych_runtime.workers.serve import SMALL_BODY_BYTES, Caller, create_app
 from psych_runtime.workers.serve.a2a import MemoryTokenStore, a2a_routes
 from psych_runtime.workflows import PsychClient
+from tests._s3_server import S3_ENV, s3_server
 
-from ._app import ACME_KEY, bearer, served
+from ._app import ACME_KEY, KEYS, bearer, served, uvicorn_serving
 
 
 async def test_the_app_closes_the_push_registry_it_made_when_the_server_stops(
@@ -29,6 +38,49 @@ async def test_the_app_closes_the_push_registry_it_made_when_the_server_stops(
     # Closed by the app's shutdown: its tasks' push notifications are left to another
     # process at once, and its egress clients are closed.
     assert app.state.a2a_pushes.closed
+
+
+def holds_client(store: S3BlobStore | S3TokenStore) -> bool:
+    """Whether ``store`` holds an open client (``aclose`` lets it go)."""
+    return store._client is not None
+
+
+async def test_psych_serve_closes_its_s3_stores_when_the_server_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From a review: the S3 blob store psych serve opens for reports' inputs (and its S3
+    # token store) were never closed: their connection pools outlived the server.
+    for name, value in S3_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PSYCH_SETTINGS", raising=False)
+    monkeypatch.delenv("PSYCH_BLOB_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))  # no global settings file
+    monkeypatch.delenv("PSYCH_TOKEN_DIR", raising=False)  # the bucket's, as a fleet's
+    monkeypatch.setenv(
+        "PSYCH_SERVE_API_KEYS", json.dumps([{"sha256": KEYS[0].sha256, "tenant": "acme"}])
+    )
+
+    async def lazy(args: argparse.Namespace) -> Client:  # nothing is ever sent to port 9
+        return await Client.connect(
+            "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
+        )
+
+    async with s3_server() as s3:
+        monkeypatch.setenv("PSYCH_BLOB_URL", s3.url(await s3.new_bucket(versioned=False)))
+        args = build_parser().parse_args(["serve", "--store", str(tmp_path / "versions")])
+        settings = await serve_settings(args, lazy)
+        blobs, tokens = settings.client.blobs, settings.tokens
+        assert isinstance(blobs, S3BlobStore) and isinstance(tokens, S3TokenStore)
+        async with uvicorn_serving(create_app(settings)) as base, httpx.AsyncClient() as http:
+            assert (await http.get(f"{base}/livez")).status_code == 200
+            # Each store opens its client (a connection pool) on first use, as a report's
+            # inputs and the OAuth callback use them.
+            await blobs.put(b"what a model call was sent")
+            assert await tokens.get(TokenKey("acme", None, "https://as.test", "c", "r")) is None
+            # (moto's server closes each connection after its answer, so the pools are
+            # seen through the stores' own state: a client held is one not closed.)
+            assert holds_client(blobs) and holds_client(tokens)
+        assert not holds_client(blobs) and not holds_client(tokens)
 
 
 def test_the_a2a_mount_is_given_its_push_registry_and_makes_none() -> None:

@@ -14,13 +14,15 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from psych_runtime.activities.blobs import blob_store_from_env
+from psych_runtime.activities.blobs import S3BlobStore, blob_store_from_env
 from psych_runtime.activities.egress import EgressSettings
-from psych_runtime.activities.tokens import token_store_from_env
+from psych_runtime.activities.tokens import S3TokenStore, token_store_from_env
 from psych_runtime.activities.versions import version_store_at
 from psych_runtime.specs import PsychError, TenantPermits, load_yaml
 from psych_runtime.workers._settings import global_settings_path, worker_egress
@@ -43,6 +45,9 @@ from psych_runtime.workers.serve import (
     parse_serve_section,
 )
 from psych_runtime.workflows import PsychClient
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 
 def parse_listen(text: str, source: str = "--listen") -> tuple[str, int]:
@@ -175,6 +180,29 @@ def auth_from(args: argparse.Namespace, section: ServeSection) -> AuthSettings:
 async def _serve(args: argparse.Namespace) -> int:
     listen = listen_of(args, "PSYCH_SERVE_LISTEN", DEFAULT_LISTEN)
     host, port = parse_listen(listen)
+    settings = await serve_settings(args)
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    # Its shutdown (the app's lifespan) closes the push registry, its tasks' push
+    # notifications left for the next process to take over, then the stores opened here.
+    await server.serve()
+    return 0
+
+
+async def serve_settings(
+    args: argparse.Namespace,
+    connect: Callable[[argparse.Namespace], Awaitable[Client]] = temporal_client,
+) -> ServeSettings:
+    """What ``psych serve`` builds its app from: its flags, its settings file's sections and
+    the environment's stores, with the Temporal client ``connect`` makes once they are
+    checked (nothing is connected to for settings that are refused). The blob and token
+    stores that hold connections (S3's) are closed by the app's shutdown (``at_shutdown``).
+
+    Raises:
+        PsychError: a setting is wrong (names which), or no credential is accepted.
+        SpecError: a store's location is malformed.
+    """
     roles_apart = roles_apart_of(args)
     where, source = store_location(args)
     store = version_store_at(where, source=source)
@@ -183,7 +211,10 @@ async def _serve(args: argparse.Namespace) -> int:
     egress = egress_from(args)
     permits = permits_from(args)
     registry = load_registry(args)
-    temporal = await temporal_client(args)
+    temporal = await connect(args)
+    # The workers' blob store (PSYCH_BLOB_DIR, PSYCH_BLOB_URL, or .psych/blobs), for a
+    # report with its model calls' inputs; opened for the caller's tenant when sealed.
+    blobs = blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
     client = PsychClient(
         temporal,
         store=store,
@@ -191,32 +222,28 @@ async def _serve(args: argparse.Namespace) -> int:
         registry=registry,
         roles_apart=roles_apart,
         permits=permits,
-        # The workers' blob store (PSYCH_BLOB_DIR, PSYCH_BLOB_URL, or .psych/blobs), for a
-        # report with its model calls' inputs; opened for the caller's tenant when sealed.
-        blobs=tenant_sealed_blobs(
-            temporal, blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
-        ),
+        blobs=tenant_sealed_blobs(temporal, blobs),
     )
     # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
     # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push
     # records sealed for each record's tenant as the workers seal theirs in a Run (they
     # hold callers' webhook credentials, and peers' push tokens).
     tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
-    settings = ServeSettings(
+    return ServeSettings(
         client=client,
         auth=auth,
         tokens=tokens,
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         push_tokens=tenant_sealed_tokens(temporal, tokens),
         egress=egress,
+        # Their connection pools, which nothing else closes: a process that stops its
+        # server and goes on (a test, an embedding) would keep them open.
+        at_shutdown=tuple(
+            opened.aclose
+            for opened in (blobs, tokens)
+            if isinstance(opened, S3BlobStore | S3TokenStore)
+        ),
     )
-    app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    # Its shutdown (the app's lifespan) closes the push registry: its tasks' push
-    # notifications are left for the next process to take over.
-    await server.serve()
-    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -6,14 +6,16 @@ Mountable in a company's own app (``company.mount("/psych", create_app(settings)
 needs no lifespan to serve (it starts nothing at startup), so it works where a mounted
 app's lifespan is not run. Its lifespan's shutdown closes what the app made (the A2A push
 registry, ``app.state.a2a_pushes``); an app that mounts it, whose lifespan Starlette does
-not run for its mounts, closes that registry at its own shutdown.
+not run for its mounts, closes that registry at its own shutdown. The shutdown then closes
+what it was given to close (``ServeSettings.at_shutdown``: ``psych serve``'s blob and
+token stores).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
 # name the closure's `Caller`, at definition time.
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -118,10 +120,15 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        # The app made the registry, so its shutdown closes it: another process takes its
-        # tasks' push notifications over at once.
-        await pushes.aclose()
+        # Each closed even when one before it fails, the last pushed first: the registry,
+        # which may still write to the token store, before the stores.
+        async with AsyncExitStack() as closing:
+            for close in settings.at_shutdown:
+                closing.push_async_callback(close)
+            # The app made the registry, so its shutdown closes it: another process takes
+            # its tasks' push notifications over at once.
+            closing.push_async_callback(pushes.aclose)
+            yield
 
     app = FastAPI(
         title="psych-runtime",

@@ -19,6 +19,7 @@ callers in)::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,11 @@ class ServeSettings:
             None: the environment's rules (``PSYCH_EGRESS_*``) and the global settings
             file's ``egress:`` section (``psych serve`` gives the settings file it was
             given).
+        at_shutdown: what the app's shutdown (its lifespan) closes besides what it made,
+            each awaited once, the last first: ``psych serve`` gives the ``aclose`` of the
+            stores it opened for the app (an S3 blob or token store holds a connection
+            pool). An app that mounts this one, whose lifespan is not run, closes them at
+            its own shutdown.
     """
 
     client: PsychClient
@@ -73,6 +79,7 @@ class ServeSettings:
     push_lease_seconds: float = 30.0
     tokens: TokenStore | None = None
     egress: EgressSettings | None = None
+    at_shutdown: tuple[Callable[[], Awaitable[None]], ...] = ()
 
 
 @dataclass(frozen=True)
