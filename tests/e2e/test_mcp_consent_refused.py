@@ -105,9 +105,17 @@ async def test_an_optional_server_refused_is_left_out_and_the_run_goes_on(
         await refusal_taken(harness, run, "access_denied")
         result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
     assert result.status is RunStatus.COMPLETED, result.reason
-    # Its tools were never offered; the call the model made anyway is told why.
+    # Its tools were never offered, and the model was told so, as of an optional server
+    # found unavailable (before: it was left out silently); the call it made anyway is told
+    # why.
     first, second = harness.fake.requests
     assert not any(t["function"]["name"].startswith("crm__") for t in first.get("tools", []))
+    assert [m["content"] for m in first["messages"] if m["role"] == "user"] == [
+        "who am I?",
+        "[runtime] consent to MCP server 'crm' was refused (the authorization server "
+        "answered access_denied); the server is optional: the Run goes on without it, its "
+        "tools not offered for the rest of the Run.",
+    ]
     told = second["messages"][-1]
     assert told["tool_call_id"] == "call-1"
     assert (

@@ -11,7 +11,8 @@ server.
 A non-optional server that is unreachable fails the Run naming it; an optional one is left
 out and the model is told when it goes away and when it comes back. A server whose consent
 a person refused (``kernel/_consent.py``) is left out for the rest of the Run, its tools
-not offered, and a call of one is told why. Deferred servers (a
+not offered (the model told when a turn's discovery met the refusal: ``kernel/_turns.py``),
+and a call of one is told why. Deferred servers (a
 catalogue over the worker's preload budget, or ``preload: false``) offer only the tools
 ``search_mcp_tools`` found, from the turn after.
 """

@@ -19,9 +19,10 @@ A refusal (the authorization server redirected with ``error``, RFC 6749 4.1.2.1:
 callback answers the item ``approved=False``, its note naming the error) ends the wait at
 once: the parked flow is forgotten as above, and the caller is told the refusal instead
 of retrying: a tool call is settled rejected (the model reads why), a discovery fails the
-Run. A Run recorded before took such an answer as a consent: it had the code exchanged
-(none had arrived), retried, and asked again (patch ``psych-consent-refused``, asked where
-a refusal arrives).
+Run (or, the server optional, leaves it out: a turn's model is told why). A Run recorded
+before took such an answer as a consent: it had the code exchanged (none had arrived),
+retried, and asked again (patch ``psych-consent-refused``, asked where a refusal
+arrives).
 """
 
 from __future__ import annotations

@@ -265,8 +265,10 @@ class TurnLoop(ToolBatches):
                             # The turn's tools cannot be offered without a required server's.
                             raise Stop(RunStatus.FAILED, refused) from err
                         # Left out of this attempt, and of every turn from now on (the MCP
-                        # feature's ``into_call``).
-                        call = _without_server(call, consent.server)
+                        # feature's ``into_call``); the model is told, as of an optional
+                        # server found unavailable. Only the attempt's input changes, no
+                        # command: a Run replayed reads the answer its history holds.
+                        call = _without_server(call, consent.server, refused)
                     continue
                 if isinstance(err.__cause__, ApplicationError) and (
                     err.__cause__.type == ErrorType.MCP_UNREACHABLE
@@ -422,10 +424,16 @@ def _steps_taken(max_steps: int) -> str:
     return f"max_steps: {max_steps} steps taken"
 
 
-def _without_server(call: ModelCallInput, name: str) -> ModelCallInput:
-    """``call`` with MCP server ``name`` left out of its turn's discovery."""
+def _without_server(call: ModelCallInput, name: str, refused: str) -> ModelCallInput:
+    """``call`` with the optional MCP server ``name`` left out of its turn's discovery, and
+    a note telling the model why (``refused``, the refusal's words)."""
     if call.mcp is None:
         return call
     servers = tuple(server for server in call.mcp.servers if server.name != name)
     mcp = call.mcp.model_copy(update={"servers": servers}) if servers else None
-    return call.model_copy(update={"mcp": mcp})
+    note = ChatMessage(
+        role="user",
+        content=f"[runtime] {refused}; the server is optional: the Run goes on without it, "
+        "its tools not offered for the rest of the Run.",
+    )
+    return call.model_copy(update={"mcp": mcp, "new_messages": (*call.new_messages, note)})
