@@ -211,3 +211,26 @@ async def mcp_consent_refused_at_call(rig: ConsentRig, temporal: Client, scope: 
         return run
 
     return await _with_consent(rig, temporal, scope, body)
+
+
+async def mcp_consent_refused_optional_at_turn(
+    rig: ConsentRig, temporal: Client, scope: Scope
+) -> RunHandle:
+    """The turn's discovery needs a token for an ``optional`` server and the person refuses
+    (``access_denied``): the marker, the flow forgotten, the model call made again without
+    the server, answered. Recorded before that call carried a note telling the model (a
+    change of the attempt's input only, no command), so it replays with the note."""
+
+    async def body(pair: Consenting) -> RunHandle:
+        pair.server.refuse_consent("access_denied", "The user denied the request")
+        rig.fake.enqueue(Reply.text("Answered without the CRM."))
+        spec = (
+            rig.agent("consent")
+            .mcp_server("crm", pair.server.url, oauth=_oauth(pair), optional=True)
+            .build()
+        )
+        run = await rig.client.dispatch(spec, "Who am I?", scope=scope)
+        await _refused(rig, run)
+        return run
+
+    return await _with_consent(rig, temporal, scope, body)
