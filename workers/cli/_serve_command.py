@@ -236,8 +236,7 @@ async def serve_settings(
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         push_tokens=tenant_sealed_tokens(temporal, tokens),
         egress=egress,
-        # Their connection pools, which nothing else closes: a process that stops its
-        # server and goes on (a test, an embedding) would keep them open.
+        # The S3 stores' clients and connection pools: nothing else closes them.
         at_shutdown=tuple(
             opened.aclose
             for opened in (blobs, tokens)

@@ -244,7 +244,7 @@ class IssuerKeys:
         now = self._clock()
         stale = now - self._fetched >= JWKS_LIFESPAN_SECONDS
         if stale or (kid not in self._keys and now - self._fetched >= JWKS_COOLDOWN_SECONDS):
-            self._raise_failed(now)  # at once, not behind the lock of a fetch under way
+            self._raise_failed(now)  # answered at once, without queueing for the lock
             async with self._lock:
                 # A fetch that ended while this request waited answers it too: a hung
                 # issuer costs the requests queued behind one fetch one bound, not one each.
