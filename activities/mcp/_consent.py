@@ -54,7 +54,11 @@ from temporalio import activity
 
 from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
-from psych_runtime.activities.mcp._registration import refuse_unregistrable, registration_refused
+from psych_runtime.activities.mcp._registration import (
+    client_refused,
+    refuse_unregistrable,
+    registration_refused,
+)
 from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -222,6 +226,9 @@ class ConsentProvider(OAuthClientProvider):
 
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         held = self.context.current_tokens
+        client = self.context.client_info
+        # A registered client the server no longer knows is registered again (below).
+        forgotten = self.dynamic and client is not None and await client_refused(response)
         if await super()._handle_refresh_response(response):
             return True
         # Refused: another worker may have refreshed in the meantime (it stored the new
@@ -245,6 +252,10 @@ class ConsentProvider(OAuthClientProvider):
             self.context.clear_tokens()
             raise
         self.context.clear_tokens()
+        forget = getattr(self.context.storage, "forget_client", None)
+        if forgotten and client is not None and callable(forget):
+            await forget(client.client_id)
+            self.context.client_info = None
         return False
 
     async def _adopt_stored(self) -> bool:

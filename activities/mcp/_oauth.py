@@ -38,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.mcp._registration import (
     dynamic_client_id,
+    forget_registration,
     is_dynamic,
     keep_registration,
     read_registration,
@@ -176,6 +177,26 @@ class StoredTokens(TokenStorage):
         self._client(client_info)
         if self.store is not None:
             await keep_registration(self.store, self.registration, client_info)
+
+    async def forget_client(self, client_id: str) -> None:
+        """The authorization server no longer knows the registered client ``client_id``:
+        stop using it, and forget its registration and the token issued to it (unless
+        another worker replaced either since), so the flow registers a new client."""
+        if self.client is not None and self.client.client_id == client_id:
+            self.client = None
+        if self.store is None or self.registration is None:
+            return
+        await forget_registration(self.store, self.registration, client_id)
+
+        def issued_to_it(data: bytes | None) -> bytes | None:
+            try:
+                record = None if data is None else _Record.model_validate_json(data)
+            except ValidationError:
+                return data
+            held = None if record is None or record.client is None else record.client.client_id
+            return None if held == client_id else data
+
+        await self.store.update(self.key, issued_to_it)
 
     def _client(self, client: OAuthClientInformationFull | None) -> None:
         """Use ``client``; a registered client's secret is redacted like the tokens."""

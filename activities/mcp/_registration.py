@@ -14,6 +14,10 @@ The SDK's provider registers the client itself, at the authorization server's
 - The token key of such a client (``dynamic_client_id``): a name derived from the same
   digest, known before anything is registered. The token record also keeps the client it
   was issued to, so a refresh uses that client even if the registration was replaced since.
+- A client the authorization server no longer knows (a refresh answered
+  ``invalid_client``: it lost or expired the registration) is forgotten with the token
+  issued to it (``forget_registration``, ``client_refused``), so the flow registers a new
+  one instead of asking a person to consent to a client the server refuses to show.
 - Refusals, never a fallback: an authorization server whose metadata names no
   ``registration_endpoint`` (the SDK would post to ``/register`` at the MCP server's
   origin) is refused before anything is sent, and a registration the server refuses ends
@@ -98,6 +102,34 @@ async def keep_registration(
     """Store ``client`` under ``key`` (a later registration replaces it)."""
     record = _Registration(key=_fields(key), client=client)
     await store.put(key, record.model_dump_json().encode())
+
+
+async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) -> None:
+    """Forget the registration under ``key`` if it is still ``client_id``'s (one another
+    worker registered since is kept)."""
+
+    def change(data: bytes | None) -> bytes | None:
+        if data is None:
+            return None
+        try:
+            record = _Registration.model_validate_json(data)
+        except ValidationError:
+            return data
+        return None if record.client.client_id == client_id else data
+
+    await store.update(key, change)
+
+
+async def client_refused(response: httpx2.Response) -> bool:
+    """Whether a token endpoint's ``response`` refused the client itself (RFC 6749 5.2
+    ``invalid_client``: unknown to the server, or its credentials no longer good)."""
+    if response.status_code not in (400, 401):
+        return False
+    try:
+        answer = json.loads(await response.aread())
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("error") == "invalid_client"
 
 
 def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: bool) -> None:

@@ -201,3 +201,42 @@ async def test_a_registration_the_server_refuses_fails_the_run_naming_the_refusa
     assert server.registered() == [] and server.consents()["authorized"] == []
     assert harness.fake.requests == []
     assert record_files(harness.home / "tokens") == []
+
+
+def expire_tokens(harness: Harness, scope: Scope) -> None:
+    """Make the stored token of ``scope`` past its lifetime (a refresh comes first)."""
+    for path in record_files(harness.home / "tokens"):
+        record = json.loads(path.read_bytes())
+        if "token" in record and record["key"][:2] == [scope.tenant, scope.principal]:
+            path.write_text(json.dumps({**record, "expires_at": 1.0}))
+
+
+async def test_a_client_the_authorization_server_forgot_is_registered_again(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    spec = agent(server, open_pair.callback_url).build()
+    ann = Scope(tenant="acme", principal="ann")
+    for _ in range(2):
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
+    async with harness.worker():
+        await consented_run(harness, spec, ann)
+    (first,) = (item["client_id"] for item in server.registered())
+    # The authorization server loses its registrations (a restart of one that keeps them in
+    # memory, an expiry): the stored token's refresh is refused, invalid_client.
+    server.forget_registrations()
+    expire_tokens(harness, ann)
+    async with harness.worker():
+        # Before the fix: the consent was asked with the forgotten client, which the
+        # authorization server refuses to show a person (HTTP 400), for ever after.
+        again = await consented_run(harness, spec, ann)
+        report = await harness.client.report(again, scope=ann)
+    registered = [item["client_id"] for item in server.registered()]
+    assert len(registered) == 2 and registered[0] == first, registered
+    second = registered[1]
+    assert second != first
+    assert server.consents()["authorized"] == [first, second]
+    assert [call.result for call in report.tool_calls] == [second]
+    records = stored(harness)
+    assert [r["client"]["client_id"] for r in records if "token" not in r] == [second]
+    assert [r["client"]["client_id"] for r in records if "token" in r] == [second]

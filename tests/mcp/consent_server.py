@@ -29,7 +29,9 @@ named ``registration_endpoint`` in the metadata); without it the metadata names 
 ``GET /control/consents`` then also lists ``registered`` (each registration's client
 metadata and the client id it got). ``POST /control/refuse-registration`` ``{"error":
 code, "description": text}`` makes ``/register`` answer 400 with them from now on; ``{}``
-registers again.
+registers again. ``POST /control/forget-registrations`` forgets every client registered so
+far, as an authorization server that lost or expired them does (its token endpoint then
+answers their requests 401 ``invalid_client``, its ``/authorize`` refuses them).
 
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
@@ -211,6 +213,11 @@ def revocations(provider: Provider) -> Starlette:
         provider.refusal = None if error is None else AuthorizeError(error, body.get("description"))
         return JSONResponse({"refusing": error})
 
+    async def forget_registrations(request: Request) -> Response:
+        for item in provider.registered:
+            provider.clients.pop(item["client_id"], None)
+        return JSONResponse({"forgotten": len(provider.registered)})
+
     async def refuse_registration(request: Request) -> Response:
         body = await request.json()
         error: RegistrationErrorCode | None = body.get("error")
@@ -222,6 +229,7 @@ def revocations(provider: Provider) -> Starlette:
         routes=[
             Route("/control/refuse", refuse, methods=["POST"]),
             Route("/control/refuse-registration", refuse_registration, methods=["POST"]),
+            Route("/control/forget-registrations", forget_registrations, methods=["POST"]),
             Route("/control/revoke-all", revoke_all, methods=["POST"]),
             Route("/control/consents", consents, methods=["GET"]),
             Route("/control/refresh-delay", refresh_delay, methods=["POST"]),
@@ -310,6 +318,7 @@ async def serve(
         if scope.get("path") in (
             "/control/refuse",
             "/control/refuse-registration",
+            "/control/forget-registrations",
             "/control/revoke-all",
             "/control/consents",
             "/control/refresh-delay",

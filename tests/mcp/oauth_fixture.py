@@ -102,6 +102,11 @@ class OAuthMcpServer:
         body = {} if error is None else {"error": error, "description": description}
         self._control("POST", "refuse-registration", body)
 
+    def forget_registrations(self) -> None:
+        """The authorization server forgets every client registered so far, as one that
+        lost or expired them does (consent server with ``--registration``)."""
+        self._control("POST", "forget-registrations")
+
     def set_refresh_delay(self, seconds: float) -> None:
         """Each answered refresh is held this long after its refresh token is spent
         (consent server)."""
