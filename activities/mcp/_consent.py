@@ -54,11 +54,7 @@ from temporalio import activity
 
 from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
-from psych_runtime.activities.mcp._registration import (
-    client_refused,
-    refuse_unregistrable,
-    registration_refused,
-)
+from psych_runtime.activities.mcp._registration import refuse_unregistrable, registration_refused
 from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -171,6 +167,7 @@ class ConsentProvider(OAuthClientProvider):
             callback_handler=self._deferred,
             client_metadata_url=client_metadata_url,
         )
+        self.storage = storage
         self.issuer = issuer
         self.key = key
         self.parked = parked
@@ -227,8 +224,6 @@ class ConsentProvider(OAuthClientProvider):
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         held = self.context.current_tokens
         client = self.context.client_info
-        # A registered client the server no longer knows is registered again (below).
-        forgotten = self.dynamic and client is not None and await client_refused(response)
         if await super()._handle_refresh_response(response):
             return True
         # Refused: another worker may have refreshed in the meantime (it stored the new
@@ -252,9 +247,8 @@ class ConsentProvider(OAuthClientProvider):
             self.context.clear_tokens()
             raise
         self.context.clear_tokens()
-        forget = getattr(self.context.storage, "forget_client", None)
-        if forgotten and client is not None and callable(forget):
-            await forget(client.client_id)
+        # A registered client the server no longer knows: the flow registers another.
+        if self.dynamic and client is not None and await self.storage.forgot(client, response):
             self.context.client_info = None
         return False
 
@@ -268,6 +262,8 @@ class ConsentProvider(OAuthClientProvider):
             return False
         self.context.current_tokens = stored
         self.context.update_token_expiry(stored)
+        if self.dynamic and self.storage.client is not None:  # the client it was issued to
+            self.context.client_info = self.storage.client
         return True
 
     def _select_authorization_server(self, advertised: list[str]) -> str:

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.mcp._registration import (
+    client_refused,
     dynamic_client_id,
     forget_registration,
     is_dynamic,
@@ -127,7 +128,9 @@ class StoredTokens(TokenStorage):
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata
-        self._client(self.client or record.client)
+        # A registered client's token is refreshed as the client it was issued to, also
+        # when another worker stored it, with another registration, since this one's.
+        self._client(record.client or self.client)
         self._held.saw(token)
         if record.expires_at is None:
             return token
@@ -178,14 +181,18 @@ class StoredTokens(TokenStorage):
         if self.store is not None:
             await keep_registration(self.store, self.registration, client_info)
 
-    async def forget_client(self, client_id: str) -> None:
-        """The authorization server no longer knows the registered client ``client_id``:
-        stop using it, and forget its registration and the token issued to it (unless
+    async def forgot(self, client: OAuthClientInformationFull, response: httpx2.Response) -> bool:
+        """Whether the token endpoint's ``response`` refused the registered ``client``
+        (``invalid_client``: the authorization server lost or expired it). Then it is not
+        used again: its registration and the token issued to it are forgotten (unless
         another worker replaced either since), so the flow registers a new client."""
+        if self.registration is None or not await client_refused(response):
+            return False
+        client_id = client.client_id
         if self.client is not None and self.client.client_id == client_id:
             self.client = None
-        if self.store is None or self.registration is None:
-            return
+        if self.store is None:
+            return True
         await forget_registration(self.store, self.registration, client_id)
 
         def issued_to_it(data: bytes | None) -> bytes | None:
@@ -197,6 +204,7 @@ class StoredTokens(TokenStorage):
             return None if held == client_id else data
 
         await self.store.update(self.key, issued_to_it)
+        return True
 
     def _client(self, client: OAuthClientInformationFull | None) -> None:
         """Use ``client``; a registered client's secret is redacted like the tokens."""

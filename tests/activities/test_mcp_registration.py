@@ -148,3 +148,32 @@ async def test_a_refused_registration_names_the_server_and_its_error() -> None:
     # Not an OAuth error answer: only the status (the body is not repeated).
     refused = await registration_refused(answer(503, b"<html>down</html>"), ISSUER)
     assert str(refused).endswith("/register: HTTP 503")
+
+
+async def test_a_session_adopting_a_stored_token_takes_the_client_it_was_issued_to(
+    tmp_path: Path,
+) -> None:
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    scope = Scope(tenant="acme", principal="ann")
+    grant = await clients.grant(SERVER, scope, None)
+    assert isinstance(grant.auth, ForServer) and isinstance(grant.auth.inner, ConsentProvider)
+    provider = grant.auth.inner
+    storage = provider.context.storage
+    assert isinstance(storage, StoredTokens)
+    await storage.set_client_info(registered("client-1"))
+    await storage.set_tokens(OAuthToken(access_token="tok-1", refresh_token="ref-1"))
+    await provider._initialize()  # the session holds tok-1, issued to client-1
+    # Meanwhile another worker registered client-2 (the two registered at once, or the
+    # server forgot client-1) and the person consented with it: tok-2 is client-2's.
+    other = clients.tokens(storage.key, registered("client-2"))
+    await other.set_tokens(OAuthToken(access_token="tok-2", refresh_token="ref-2"))
+    # The session's token expired: it takes the stored one, and refreshes it as the
+    # client it was issued to (before the fix: as client-1, which the server refuses).
+    provider.context.token_expiry_time = 1.0
+    assert await provider._adopt_stored()
+    refresh = await provider._refresh_token()
+    assert b"refresh_token=ref-2" in refresh.content
+    assert b"client_id=client-2" in refresh.content
+    client = provider.context.client_info
+    assert client is not None and client.client_id == "client-2"
