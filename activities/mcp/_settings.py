@@ -98,7 +98,8 @@ _AT_LEAST_ZERO = frozenset(
 
 
 def parse_oauth_issuers(text: str) -> dict[str, str]:
-    """``PSYCH_MCP_OAUTH_ISSUERS``: ``name=https://issuer`` pairs, comma-separated.
+    """``PSYCH_MCP_OAUTH_ISSUERS``: ``name=https://issuer`` pairs, comma-separated (a name
+    with ``=`` of its own, an MCP server URL's query, ends at the last ``=http(s)://``).
 
     Raises:
         SpecError: a pair without ``=``, an empty name, a name given twice, or an issuer
@@ -109,7 +110,11 @@ def parse_oauth_issuers(text: str) -> dict[str, str]:
         pair = part.strip()
         if not pair:
             continue
-        name, sep, issuer = pair.partition("=")
+        # The issuer starts at the last "=http(s)://": a name may be an MCP server's URL,
+        # whose query has "=" of its own (a dynamically registered client's issuer).
+        lowered = pair.lower()
+        cut = max(lowered.rfind("=http://"), lowered.rfind("=https://"))
+        name, sep, issuer = (pair[:cut], "=", pair[cut + 1 :]) if cut > 0 else pair.partition("=")
         name, issuer = name.strip(), issuer.strip()
         where = f"PSYCH_MCP_OAUTH_ISSUERS entry {pair!r}"
         if not sep or not name:

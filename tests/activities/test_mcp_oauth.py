@@ -125,6 +125,16 @@ def test_the_issuers_are_read_from_the_environment(tmp_path: Path) -> None:
     assert parse_oauth_issuers("") == {}
 
 
+def test_an_mcp_server_url_with_a_query_names_its_issuer() -> None:
+    # A dynamically registered client's issuer is named under the MCP server's URL, which
+    # may carry a query (before the fix: split at its first "=", "must be an http(s) URL").
+    env = {"PSYCH_MCP_OAUTH_ISSUERS": "https://crm.test/mcp?space=acme=https://auth.crm.test"}
+    settings = WorkerSettings.from_env(env)
+    assert settings.mcp.oauth_issuers == {
+        "https://crm.test/mcp?space=acme": "https://auth.crm.test"
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
