@@ -167,10 +167,12 @@ async def registration_refused(
 ) -> OAuthRegistrationError | None:
     """The error of a registration ``response`` the authorization server refused (None:
     it registered the client), naming the server, the endpoint, the status and the
-    server's ``error`` and ``error_description`` (printable characters, bounded)."""
-    if response.status_code in (200, 201):
-        return None
+    server's ``error`` and ``error_description`` (printable characters, bounded); or, a
+    success whose client cannot be read, what is wrong with it, never its values (the
+    SDK's message would quote the answer, a minted ``client_secret`` with it)."""
     body = await response.aread()
+    if response.status_code in (200, 201):
+        return _unusable(body, issuer, response.request.url)
     said = ""
     try:
         answer = json.loads(body)
@@ -185,6 +187,29 @@ async def registration_refused(
     return OAuthRegistrationError(
         f"the authorization server {issuer} refused the dynamic client registration at "
         f"{response.request.url}: HTTP {response.status_code}{said}"
+    )
+
+
+def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError | None:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        wrong = "the answer is not a JSON object"
+    else:
+        answer.pop("issuer", None)  # the SDK's own field: it drops it from an answer too
+        try:
+            OAuthClientInformationFull.model_validate(answer)
+            return None
+        except ValidationError as err:
+            wrong = "; ".join(
+                f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+                for item in err.errors(include_url=False, include_input=False)
+            )
+    return OAuthRegistrationError(
+        f"the authorization server {issuer} answered the dynamic client registration at "
+        f"{url} with no usable client: {_printable(wrong)}"
     )
 
 

@@ -138,7 +138,7 @@ def answer(status: int, body: bytes) -> httpx2.Response:
 
 
 async def test_a_refused_registration_names_the_server_and_its_error() -> None:
-    assert await registration_refused(answer(201, b"{}"), ISSUER) is None
+    assert await registration_refused(answer(201, b'{"client_id": "c-1"}'), ISSUER) is None
     body = json.dumps({"error": "invalid_client_metadata", "error_description": "bad\nname"})
     refused = await registration_refused(answer(400, body.encode()), ISSUER)
     assert str(refused) == (
@@ -177,3 +177,15 @@ async def test_a_session_adopting_a_stored_token_takes_the_client_it_was_issued_
     assert b"client_id=client-2" in refresh.content
     client = provider.context.client_info
     assert client is not None and client.client_id == "client-2"
+
+
+async def test_a_registration_answer_with_no_usable_client_is_told_without_its_values() -> None:
+    secret = b'{"client_secret": "minted-9f8e7d", "redirect_uris": ["no url"]}'
+    refused = await registration_refused(answer(201, secret), ISSUER)
+    assert str(refused) == (
+        f"the authorization server {ISSUER} answered the dynamic client registration at "
+        f"{ISSUER}/register with no usable client: redirect_uris.0: Input should be a valid "
+        "URL, relative URL without a base; client_id: Field required"
+    )
+    refused = await registration_refused(answer(200, b"[1]"), ISSUER)
+    assert str(refused).endswith("with no usable client: the answer is not a JSON object")

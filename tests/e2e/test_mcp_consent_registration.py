@@ -240,3 +240,28 @@ async def test_a_client_the_authorization_server_forgot_is_registered_again(
     records = stored(harness)
     assert [r["client"]["client_id"] for r in records if "token" not in r] == [second]
     assert [r["client"]["client_id"] for r in records if "token" in r] == [second]
+
+
+async def test_a_registration_answer_without_a_client_id_fails_the_run_without_its_secret(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    minted = "minted-9f8e7d"
+    server.set_registration_reply(201, json.dumps({"client_secret": minted}))
+    harness.fake.enqueue(Reply.text("never"))
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            agent(server, open_pair.callback_url).build(), "go", scope=harness.scope
+        )
+        with pytest.raises(RunFailed) as failed:
+            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    # Before the fix: the SDK's message quoted the answer, the minted secret with it.
+    assert minted not in reason
+    assert (
+        f"the authorization server {server.issuer} answered the dynamic client registration "
+        f"at {server.issuer}/register with no usable client: client_id: Field required"
+    ) in reason
+    assert server.consents()["authorized"] == []
+    assert record_files(harness.home / "tokens") == []

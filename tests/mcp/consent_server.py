@@ -29,7 +29,9 @@ named ``registration_endpoint`` in the metadata); without it the metadata names 
 ``GET /control/consents`` then also lists ``registered`` (each registration's client
 metadata and the client id it got). ``POST /control/refuse-registration`` ``{"error":
 code, "description": text}`` makes ``/register`` answer 400 with them from now on; ``{}``
-registers again. ``POST /control/forget-registrations`` forgets every client registered so
+registers again. ``POST /control/registration-reply`` ``{"status": s, "body": text}``
+makes ``/register`` answer with them instead (``{}``: it registers again). ``POST
+/control/forget-registrations`` forgets every client registered so
 far, as an authorization server that lost or expired them does (its token endpoint then
 answers their requests 401 ``invalid_client``, its ``/authorize`` refuses them).
 
@@ -102,6 +104,8 @@ class Provider:
         """Each dynamic registration: the client's metadata and id."""
         self.registration_refusal: RegistrationError | None = None
         """What ``/register`` answers (``/control/refuse-registration``)."""
+        self.registration_reply: dict[str, Any] | None = None
+        """What ``/register`` answers instead (``/control/registration-reply``)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -213,6 +217,11 @@ def revocations(provider: Provider) -> Starlette:
         provider.refusal = None if error is None else AuthorizeError(error, body.get("description"))
         return JSONResponse({"refusing": error})
 
+    async def registration_reply(request: Request) -> Response:
+        body = await request.json()
+        provider.registration_reply = body or None
+        return JSONResponse({"replying": bool(body)})
+
     async def forget_registrations(request: Request) -> Response:
         for item in provider.registered:
             provider.clients.pop(item["client_id"], None)
@@ -230,6 +239,7 @@ def revocations(provider: Provider) -> Starlette:
             Route("/control/refuse", refuse, methods=["POST"]),
             Route("/control/refuse-registration", refuse_registration, methods=["POST"]),
             Route("/control/forget-registrations", forget_registrations, methods=["POST"]),
+            Route("/control/registration-reply", registration_reply, methods=["POST"]),
             Route("/control/revoke-all", revoke_all, methods=["POST"]),
             Route("/control/consents", consents, methods=["GET"]),
             Route("/control/refresh-delay", refresh_delay, methods=["POST"]),
@@ -267,11 +277,21 @@ def without_resource_metadata(app: Any, own: Any) -> Any:
     return wrapped
 
 
-def replying(app: Any, state: State) -> Any:
+def replying(app: Any, state: State, provider: Provider) -> Any:
     """The authorization server, whose ``/token`` answers what ``/control/token-reply``
-    set (``State.reply``) in place of a token, as ``tests.mcp.oauth_server``'s does."""
+    set (``State.reply``) in place of a token, as ``tests.mcp.oauth_server``'s does, and
+    whose ``/register`` answers what ``/control/registration-reply`` set."""
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        registration = provider.registration_reply
+        if scope["type"] == "http" and scope.get("path") == "/register" and registration:
+            answer = Response(
+                registration["body"],
+                status_code=int(registration["status"]),
+                media_type="application/json",
+            )
+            await answer(scope, receive, send)
+            return
         reply = state.reply
         if scope["type"] == "http" and scope.get("path") == "/token" and reply is not None:
             answer = Response(
@@ -319,6 +339,7 @@ async def serve(
             "/control/refuse",
             "/control/refuse-registration",
             "/control/forget-registrations",
+            "/control/registration-reply",
             "/control/revoke-all",
             "/control/consents",
             "/control/refresh-delay",
@@ -336,7 +357,7 @@ async def serve(
         )
     )
     served = observed(app, controls, state)
-    authorization = replying(authorization, state)
+    authorization = replying(authorization, state, provider)
     if own_issuer:
         origin = f"http://127.0.0.1:{rs_port}"
         own = Starlette(

@@ -102,6 +102,11 @@ class OAuthMcpServer:
         body = {} if error is None else {"error": error, "description": description}
         self._control("POST", "refuse-registration", body)
 
+    def set_registration_reply(self, status: int, body: str) -> None:
+        """``/register`` answers ``status`` with ``body`` instead of registering, from now
+        on (consent server with ``--registration``)."""
+        self._control("POST", "registration-reply", {"status": status, "body": body})
+
     def forget_registrations(self) -> None:
         """The authorization server forgets every client registered so far, as one that
         lost or expired them does (consent server with ``--registration``)."""
