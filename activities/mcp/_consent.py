@@ -247,9 +247,10 @@ class ConsentProvider(OAuthClientProvider):
             self.context.clear_tokens()
             raise
         self.context.clear_tokens()
-        # A registered client the server no longer knows: the flow registers another.
+        # A registered client the server no longer knows: another one (registered since,
+        # else by the flow).
         if self.dynamic and client is not None and await self.storage.forgot(client, response):
-            self.context.client_info = None
+            self.context.client_info = self.storage.client
         return False
 
     async def _adopt_stored(self) -> bool:

@@ -185,7 +185,8 @@ class StoredTokens(TokenStorage):
         """Whether the token endpoint's ``response`` refused the registered ``client``
         (``invalid_client``: the authorization server lost or expired it). Then it is not
         used again: its registration and the token issued to it are forgotten (unless
-        another worker replaced either since), so the flow registers a new client."""
+        another worker replaced either since); the client is then the one another worker
+        registered since, if any, else none (the flow registers one)."""
         if self.registration is None or not await client_refused(response):
             return False
         client_id = client.client_id
@@ -204,6 +205,7 @@ class StoredTokens(TokenStorage):
             return None if held == client_id else data
 
         await self.store.update(self.key, issued_to_it)
+        self._client(await read_registration(self.store, self.registration))
         return True
 
     def _client(self, client: OAuthClientInformationFull | None) -> None:

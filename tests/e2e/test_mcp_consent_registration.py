@@ -216,30 +216,35 @@ async def test_a_client_the_authorization_server_forgot_is_registered_again(
 ) -> None:
     server = open_pair.server
     spec = agent(server, open_pair.callback_url).build()
-    ann = Scope(tenant="acme", principal="ann")
-    for _ in range(2):
+    ann, bob = Scope(tenant="acme", principal="ann"), Scope(tenant="acme", principal="bob")
+    for _ in range(4):
         harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
     async with harness.worker():
         await consented_run(harness, spec, ann)
+        await consented_run(harness, spec, bob)
     (first,) = (item["client_id"] for item in server.registered())
     # The authorization server loses its registrations (a restart of one that keeps them in
-    # memory, an expiry): the stored token's refresh is refused, invalid_client.
+    # memory, an expiry): the stored tokens' refreshes are refused, invalid_client.
     server.forget_registrations()
     expire_tokens(harness, ann)
+    expire_tokens(harness, bob)
     async with harness.worker():
         # Before the fix: the consent was asked with the forgotten client, which the
         # authorization server refuses to show a person (HTTP 400), for ever after.
         again = await consented_run(harness, spec, ann)
         report = await harness.client.report(again, scope=ann)
+        # Bob's refresh is refused too: he consents to the client registered for Ann's
+        # Run, none is registered for him.
+        await consented_run(harness, spec, bob)
     registered = [item["client_id"] for item in server.registered()]
     assert len(registered) == 2 and registered[0] == first, registered
     second = registered[1]
     assert second != first
-    assert server.consents()["authorized"] == [first, second]
+    assert server.consents()["authorized"] == [first, first, second, second]
     assert [call.result for call in report.tool_calls] == [second]
     records = stored(harness)
     assert [r["client"]["client_id"] for r in records if "token" not in r] == [second]
-    assert [r["client"]["client_id"] for r in records if "token" in r] == [second]
+    assert [r["client"]["client_id"] for r in records if "token" in r] == [second, second]
 
 
 async def test_a_registration_answer_without_a_client_id_fails_the_run_without_its_secret(
