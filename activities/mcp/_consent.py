@@ -447,11 +447,9 @@ async def exchange(
         if not secrets.compare_digest(arrived.state, flow.state):
             return "the callback's state does not match the authorization's"
         validate_authorization_response_iss(arrived.iss, flow.oauth_metadata)
-        key = token_key(flow.key)
+        tokens = storage(token_key(flow.key), flow.client_info, flow.oauth_metadata)
         provider = OAuthClientProvider(
-            server_url=flow.server_url,
-            client_metadata=flow.client_metadata,
-            storage=storage(key, flow.client_info, flow.oauth_metadata),
+            server_url=flow.server_url, client_metadata=flow.client_metadata, storage=tokens
         )
         context = provider.context
         context.client_info = flow.client_info
@@ -459,10 +457,12 @@ async def exchange(
         context.protected_resource_metadata = flow.protected_resource
         context.protocol_version = flow.protocol_version
         # The SDK's token-exchange helpers of the provider: the request (code, verifier,
-        # redirect URI, client authentication, resource) and reading its answer.
+        # redirect URI, client authentication, resource) and reading its answer (a
+        # registered client the server no longer knows is forgotten: the next flow asks anew).
         request = await provider._exchange_token_authorization_code(arrived.code, flow.verifier)
         request.extensions = {**request.extensions, PURPOSE: _purpose(flow)}
         response = await send(request)
+        await tokens.forgot(flow.client_info, response)
         await provider._handle_token_response(response)
         return None
     except (OAuthFlowError, EgressDenied) as err:

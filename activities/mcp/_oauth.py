@@ -44,6 +44,7 @@ from psych_runtime.activities.mcp._registration import (
     keep_registration,
     read_registration,
     registration_key,
+    registration_of,
 )
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
@@ -317,8 +318,10 @@ class OAuthClients:
         client: OAuthClientInformationFull | None = None,
         metadata: OAuthMetadata | None = None,
     ) -> StoredTokens:
-        """The SDK's storage of ``key`` over this worker's store."""
-        storage = StoredTokens(self.store, key, self.held, client)
+        """The SDK's storage of ``key`` over this worker's store (a registered client's
+        knows where its registration is kept: an exchange refused ``invalid_client``
+        forgets it)."""
+        storage = StoredTokens(self.store, key, self.held, client, registration_of(key))
         storage.metadata = metadata
         return storage
 

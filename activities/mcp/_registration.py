@@ -72,6 +72,15 @@ def registration_key(
     return TokenKey(tenant, None, issuer, REGISTRATION + metadata_digest(metadata), resource)
 
 
+def registration_of(key: TokenKey) -> TokenKey | None:
+    """Where the registration of the client whose tokens ``key`` holds is kept (None: the
+    client is not registered dynamically)."""
+    if not is_dynamic(key):
+        return None
+    digest = key.client_id.removeprefix(DYNAMIC)
+    return TokenKey(key.tenant, None, key.issuer, REGISTRATION + digest, key.resource)
+
+
 class _Registration(BaseModel):
     """A stored registration: the key it was stored under, and the client registered."""
 

@@ -19,16 +19,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from psych_runtime.activities import McpSettings
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, McpOAuth, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import RunHandle, RunStatus
+from psych_runtime.workflows import RunHandle, RunState, RunStatus
 from tests.mcp.consent_fixture import Consenting, consenting, record_files
 from tests.mcp.oauth_fixture import OAuthMcpServer
 
+from ._waiting import is_waiting, only_pending, state_when
 from .conftest import Harness
 from .test_mcp_consent import consent, consent_asked
 
@@ -270,3 +272,40 @@ async def test_a_registration_answer_without_a_client_id_fails_the_run_without_i
     ) in reason
     assert server.consents()["authorized"] == []
     assert record_files(harness.home / "tokens") == []
+
+
+async def test_a_client_forgotten_before_the_code_exchange_is_registered_again(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    spec = agent(server, open_pair.callback_url).build()
+    scope = harness.scope
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "who am I?", scope=scope)
+        asked = await consent_asked(harness, run, scope)
+        assert asked.question is not None
+        async with httpx.AsyncClient(timeout=60) as browser:
+            redirect = await browser.get(asked.question)  # the person allows
+            assert redirect.is_redirect, redirect.text
+            # The authorization server forgets the client before psych exchanges the code:
+            # the exchange is refused, invalid_client.
+            server.forget_registrations()
+            await browser.get(redirect.headers["location"])
+
+        def asked_again(state: RunState) -> bool:
+            return is_waiting(state) and only_pending(state).id != asked.id
+
+        again = only_pending(
+            await state_when(
+                harness.client, run, scope, asked_again, what="a new consent", within=WAIT
+            )
+        )
+        # Before the fix: asked again with the forgotten client (HTTP 400, for ever after).
+        page = await consent(again)
+        assert page.status_code == 200, page.text
+        result = await asyncio.wait_for(harness.client.result(run, scope=scope), WAIT)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    first, second = (item["client_id"] for item in server.registered())
+    assert server.consents()["authorized"] == [first, second]
+    assert [r["client"]["client_id"] for r in stored(harness) if "token" not in r] == [second]
