@@ -14,10 +14,12 @@ The SDK's provider registers the client itself, at the authorization server's
 - The token key of such a client (``dynamic_client_id``): a name derived from the same
   digest, known before anything is registered. The token record also keeps the client it
   was issued to, so a refresh uses that client even if the registration was replaced since.
-- A client the authorization server no longer knows (a refresh answered
-  ``invalid_client``: it lost or expired the registration) is forgotten with the token
-  issued to it (``forget_registration``, ``client_refused``), so the flow registers a new
-  one instead of asking a person to consent to a client the server refuses to show.
+- A client the authorization server no longer knows (a refresh or a code exchange
+  answered ``invalid_client``: it lost or expired the registration) is forgotten with the
+  token issued to it (``forget_registration``, ``client_refused``; the exchange finds the
+  registration by ``registration_of``), so the flow takes the registration stored since or
+  registers a new one, instead of asking a person to consent to a client the server
+  refuses to show.
 - Refusals, never a fallback: an authorization server whose metadata names no
   ``registration_endpoint`` (the SDK would post to ``/register`` at the MCP server's
   origin) is refused before anything is sent, and a registration the server refuses ends
