@@ -5,6 +5,8 @@ Against ``psych serve`` on loopback and the session dev server."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,19 @@ async def test_a_cursor_whose_position_temporal_cannot_read_is_refused_as_a_bad_
         await client.list_page(scope=harness.scope, cursor=cursor)
     # The listing itself reads (this raises nothing): it is the position that is refused.
     await client.list_page(scope=harness.scope, limit=1)
+
+
+async def test_a_made_up_cursor_of_deeply_nested_json_is_a_bad_cursor_not_a_500(
+    harness: Harness,
+) -> None:
+    # The check is no secret (anyone can compute it), so a caller can send any payload
+    # with a fresh one: JSON nested past the parser's recursion limit, well within the
+    # route's MAX_CURSOR, must be refused as any payload that does not read as a cursor.
+    raw = ("[" * 1200).encode()
+    payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    check = hashlib.sha256(b"psych-list-cursor\0check\0" + payload.encode()).hexdigest()[:16]
+    cursor = f"{payload}.{check}"
+    assert len(cursor) < 4096
+    async with served(harness) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        answer = await http.get(f"/v1/runs?{with_cursor(cursor)[1:]}", headers=ACME)
+    assert_bad_cursor(answer, "the cursor does not read as one")

@@ -83,7 +83,9 @@ def read_cursor(cursor: str, tenant: str, filters: ListingFilters) -> bytes:
         if not all(isinstance(field, str) for field in fields[1:]):
             raise TypeError("a field is not a string")
         token = base64.urlsafe_b64decode(data["token"].encode())
-    except (ValueError, TypeError, KeyError, binascii.Error) as err:
+    except (ValueError, TypeError, KeyError, binascii.Error, RecursionError) as err:
+        # RecursionError: JSON nested past the parser's depth, which a made-up cursor with
+        # a fresh check (no secret) may hold; as any other payload that is not a cursor.
         raise BadCursor(f"the cursor does not read as one ({err}): {_REFUSED}") from err
     if data["v"] != _VERSION:
         raise BadCursor(f"the cursor is of another format ({data['v']!r}): {_REFUSED}")
