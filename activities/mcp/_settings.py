@@ -39,7 +39,8 @@ class McpSettings:
             server behind a proxy that starts it on first connection needs a few).
         list_timeout_seconds: bound on all ``tools/list`` pages of one server. Default 10;
             with the connect bound, one turn's catalogue takes at most 18 s whatever the
-            servers do (they are asked concurrently).
+            servers do (they are asked concurrently), after the tenant permits port's
+            answer (at most 20 s, ``PERMITS_ANSWER_SECONDS``).
         max_list_pages: most ``tools/list`` pages read from one server (a server whose
             cursor never ends is unavailable, not a hang). Default 100.
         heartbeat_seconds: how often a running call heartbeats (also on every progress

@@ -188,9 +188,9 @@ OPTIONS: dict[str, Options] = {
     # CancelTask: a peer's refusal or error is data in the result; these retries are for a
     # worker lost mid-request (asking a task to cancel twice is harmless), a few only.
     A2A_CANCEL: Options(timedelta(minutes=2), SAFE_TOOL_RETRY),
-    # A local activity: an unreachable server is data in its result, so these retries are
-    # for the worker's own failures (the blob store) only.
-    MCP_LIST_TOOLS: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
+    # Local: an unreachable server is data in its result (retries: the worker's failures).
+    # 60 s: permits (20 s), then 8 s + 10 s a server (docs/decisions/activities.md).
+    MCP_LIST_TOOLS: Options(timedelta(seconds=60), SAFE_TOOL_RETRY),
     # Publishing is idempotent per hash, so infrastructure failures are retried.
     VERSION_PUBLISH: Options(timedelta(seconds=30), SAFE_TOOL_RETRY),
 }
