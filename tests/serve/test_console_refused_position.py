@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -89,3 +90,61 @@ async def test_a_refused_position_is_shown_not_retried(tmp_path: Path) -> None:
     api = ScriptedApi()
     async with served(api.app()) as base:
         await asyncio.to_thread(in_browser, tmp_path / "profile", lambda d: _refused(d, base, api))
+
+
+class FailingServerApi:
+    """A stream that ends on the server's own failure (a 503 ``error`` event, which the
+    console reconnects after); the reconnection is held unanswered until ``release``."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.release = threading.Event()
+
+    async def first(self) -> AsyncIterator[bytes]:
+        yield event("record", admitted("writer", "hi"), "1")
+        yield _error(503, "no-worker", "no worker answered for the Run in time")
+
+    def app(self) -> Starlette:
+        async def state(request: Request) -> Response:
+            running = RunState(
+                run_id=RUN,
+                tenant="acme",
+                agent="writer",
+                version_hash="sha256:abc",
+                status=RunStatus.RUNNING,
+                turn=0,
+                last_seq=1,
+                totals=Totals(),
+            )
+            return JSONResponse(running.model_dump(mode="json"))
+
+        async def events(request: Request) -> Response:
+            self.opened += 1
+            if self.opened == 1:
+                return StreamingResponse(self.first(), media_type="text/event-stream")
+            await asyncio.to_thread(self.release.wait, 60)
+            return Response(status_code=503)
+
+        return scripted_app(RUN, state=state, events=events)
+
+
+def _says_reconnecting(driver: Chrome, base: str, api: FailingServerApi) -> None:
+    open_run(driver, base, RUN)
+    connection = driver.find_element(By.ID, "connection")
+    until(driver, lambda d: api.opened == 2 and "stream failed" in connection.text)
+    # The reconnection is under way (held by the server): the line says so.
+    assert connection.text == (
+        "stream failed: no worker answered for the Run in time; reconnecting"
+    ), connection.text
+
+
+async def test_a_server_failure_event_says_it_reconnects(tmp_path: Path) -> None:
+    require_browser()
+    api = FailingServerApi()
+    async with served(api.app()) as base:
+        try:
+            await asyncio.to_thread(
+                in_browser, tmp_path / "profile", lambda d: _says_reconnecting(d, base, api)
+            )
+        finally:
+            api.release.set()

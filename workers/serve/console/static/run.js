@@ -6,7 +6,7 @@ import { actionKeys, api, runPath } from "./api.js";
 import { el, fill, short, when } from "./dom.js";
 import { renderPending } from "./pending.js";
 import { describe } from "./records.js";
-import { follow } from "./stream.js";
+import { follow, isRefusal } from "./stream.js";
 import { renderSteps, renderTranscript } from "./views.js";
 
 // Records after which the Run's state (status, pending items, totals) is read again.
@@ -261,7 +261,8 @@ export function showRun(main, runId, onAuthFailure) {
       else if (event === "delta") onDelta(data);
       else if (event === "deltas_dropped") onDropped(data);
       else if (event === "error") {
-        const again = data?.status === 401 ? "; reconnecting" : "";
+        // follow() reconnects after all but a refusal of the position (then it is fatal).
+        const again = isRefusal(data) ? "" : "; reconnecting";
         connection.textContent = `stream failed: ${data?.detail ?? data}${again}`;
       }
     },

@@ -59,7 +59,7 @@ export class SseParser {
 }
 
 /** An `error` event's problem that reconnecting from the same position meets again. */
-function isRefusal(problem) {
+export function isRefusal(problem) {
   const status = problem?.status;
   return typeof status === "number" && status >= 400 && status < 500 && status !== 401;
 }
