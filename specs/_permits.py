@@ -164,15 +164,35 @@ class StaticPermits:
 @dataclass(frozen=True)
 class AllPermits:
     """A ``TenantPermits`` permitting only what every one of ``ports`` permits (a worker's
-    code-given port and its settings file's section, when both are set)."""
+    code-given port and its settings file's section, when both are set), asking them at
+    once, each bounded and named by ``permitted_by``."""
 
     ports: tuple[TenantPermits, ...]
 
     async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
         """The patterns all ``ports`` permit (None: none of them restricts)."""
+        return await self.permitted_within(tenant, source, None)
+
+    async def permitted_within(
+        self, tenant: str, source: PermitSource, within: float | None
+    ) -> tuple[str, ...] | None:
+        """``permitted``, each port asked at once through ``permitted_by`` with ``within``:
+        one that does not answer in time is named (not the pair), and the first failure is
+        raised as it is, the other questions cancelled."""
+        asked = [
+            asyncio.ensure_future(permitted_by(port, tenant, source, within=within))
+            for port in self.ports
+        ]
+        try:
+            answers = await asyncio.gather(*asked)
+        except BaseException:
+            for question in asked:
+                question.cancel()
+            await asyncio.gather(*asked, return_exceptions=True)
+            raise
         result: tuple[str, ...] | None = None
-        for port in self.ports:
-            result = _both(result, await permitted_by(port, tenant, source))
+        for answer in answers:
+            result = _both(result, answer)
         return result
 
 
@@ -197,6 +217,10 @@ async def permitted_by(
     """
     if permits is None:
         return None
+    if isinstance(permits, AllPermits):
+        # Its ports are each asked through here, so each is bounded; a bound of the pair's
+        # own would expire first and name the pair, not the port that did not answer.
+        return await permits.permitted_within(tenant, source, within)
     where = source.kind if source.url is None else f"{source.kind} {source.url}"
     seconds = PERMITS_ANSWER_SECONDS if within is None else within
     bound = asyncio.timeout(seconds)

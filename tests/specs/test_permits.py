@@ -138,3 +138,22 @@ async def test_a_port_that_does_not_answer_fails_within_the_bound_naming_it() ->
     )
     with pytest.raises(TimeoutError, match=r"^tenant service timed out$"):
         await permitted_by(_TimingOut(), "acme", PermitSource("code"))
+
+
+async def test_a_silent_port_among_a_workers_two_is_the_one_named() -> None:
+    # A worker given a port in code and a settings file's section asks both (AllPermits):
+    # the one that does not answer is named, not the pair, so the operator knows which.
+    both = AllPermits((StaticPermits(), _Silent()))
+    with pytest.raises(TimeoutError) as caught:
+        await permitted_by(both, "acme", PermitSource("mcp", MCP), within=0.01)
+    assert str(caught.value) == (
+        f"_Silent.permitted gave no answer within 0.01 s for tenant 'acme' (mcp {MCP})"
+    )
+    # A port's own error is raised as it is through the pair too.
+    with pytest.raises(TimeoutError, match=r"^tenant service timed out$"):
+        await permitted_by(AllPermits((_TimingOut(), _Silent())), "acme", PermitSource("code"))
+    table = StaticPermits(tenants={"acme": Permits(code_tools=("get*", "put"))})
+    narrower = StaticPermits(tenants={"acme": Permits(code_tools=("get_order",))})
+    assert await permitted_by(
+        AllPermits((table, narrower)), "acme", PermitSource("code"), within=1
+    ) == ("get_order",)
