@@ -10,6 +10,7 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── NotFound                  a Version, Run or blob does not exist
     ├── AccessDenied              a Scope asked for another tenant's Run
     ├── NotPermitted              a Spec uses what its tenant is not permitted (names each)
+    ├── PermitsUnavailable        the tenant permits could not be asked (names the port's error)
     ├── Refused                   a Run refused a resume, abort or steer (names why)
     ├── RunFailed                 a Run ended in failure; carries its terminal reason
     ├── BlobsUnavailable          a client was asked for stored content it cannot read
@@ -90,6 +91,13 @@ class NotPermitted(PsychError, PermissionError):
         self.problems = tuple(problems)
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"tenant {tenant!r} is not permitted what the Spec uses:\n{lines}")
+
+
+class PermitsUnavailable(PsychError):
+    """A Run was not started: what its tenant is permitted could not be asked (the
+    ``TenantPermits`` port raised, or gave no answer within its bound). Nothing is known
+    against the Spec; the message names the tenant and the port's error. Worth retrying
+    once the port answers again."""
 
 
 class Refused(PsychError):

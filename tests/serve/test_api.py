@@ -19,6 +19,7 @@ from psych_runtime.specs import (
     AgentSpec,
     ModelRef,
     Permits,
+    PermitSource,
     Scope,
     StaticPermits,
     ToolRegistry,
@@ -399,3 +400,34 @@ async def test_a_run_using_what_its_tenant_is_not_permitted_is_a_403_naming_it(
             "message": "code tool 'send_mail' is not permitted to tenant 'acme'",
         }
     ]
+
+
+class _Failing:
+    """A permits port whose backing service is down."""
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        raise ConnectionError("tenant service down")
+
+
+async def test_a_run_whose_permits_cannot_be_asked_is_a_503_naming_the_port(
+    tmp_path: Path,
+) -> None:
+    # From a review: the port's own failure was an anonymous 500, though the caller's
+    # request was fine and a retry once the port answers again starts the Run.
+    registry = ToolRegistry()
+
+    @registry.register
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return "delivered"
+
+    spec = AgentBuilder("looker", registry=registry).model("gpt-4o-mini").tool(lookup).build()
+    async with api(tmp_path, registry=registry, permits=_Failing()) as http:
+        refused = await http.post(
+            "/v1/runs", json={"spec": spec_to_data(spec), "input": "hi"}, headers=bearer(ACME_KEY)
+        )
+    body = assert_problem(refused, 503)
+    assert body["type"] == "urn:psych:problem:permits-unavailable"
+    assert body["detail"] == (
+        "the tenant permits for 'acme' could not be asked: ConnectionError: tenant service down"
+    )

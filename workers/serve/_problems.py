@@ -10,6 +10,7 @@ asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: o
 that does not open, damaged or sealed under other keys), Temporal's
 (no worker answered: 503), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
+``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
 503) and ``NotPublisher`` (403); anything else is a 500 ``internal`` problem that says
 nothing of it (the server logs it).
@@ -33,6 +34,7 @@ from psych_runtime.specs import (
     BlobUnreadable,
     NotFound,
     NotPermitted,
+    PermitsUnavailable,
     PsychError,
     Refused,
     SpecError,
@@ -105,6 +107,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(401, str(err), "unauthorized")
         case NotPublisher():
             return problem(403, str(err), "not-publisher")
+        case PermitsUnavailable():
+            return problem(503, str(err), "permits-unavailable")
         case NotPermitted():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
             return problem(403, str(err), "not-permitted", problems=problems)

@@ -13,12 +13,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import (
     NotPermitted,
+    PermitsUnavailable,
     Scope,
     TenantPermits,
     ValidationFailed,
     Version,
     context_free_problems,
     permit_problems,
+    port_failure,
 )
 
 MAX_CHECKED = 4096
@@ -78,10 +80,14 @@ async def check_permitted(
 
     Raises:
         NotPermitted: naming each tool, server and peer, and the tenant.
+        PermitsUnavailable: the port raised or did not answer (``permitted_by``).
     """
     if permits is None:
         return True
-    problems = await permit_problems(version.spec, scope.tenant, permits)
+    try:
+        problems = await permit_problems(version.spec, scope.tenant, permits)
+    except Exception as err:  # the port's own failure, whatever it raised
+        raise PermitsUnavailable(port_failure(scope.tenant, err)) from err
     if not problems:
         return True
     if keyed is not None:
