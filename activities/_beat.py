@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from temporalio import activity
+
+_T = TypeVar("_T")
 
 
 class BeatTimer:
@@ -50,3 +53,21 @@ class BeatTimer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+async def heartbeating(work: Coroutine[Any, Any, _T], every: float) -> _T:
+    """Await ``work``, heartbeating every ``every`` seconds until it is done.
+
+    The beat is a timer of the event loop, not a task: a call shorter than ``every`` (the
+    usual one) costs one timer and sends no heartbeat. ``work`` runs in the activity's own
+    task, so a cancellation (an abort) is raised inside it, its cleanup runs, and the
+    cancellation propagates. A local activity (a quick tool safe to repeat) has no
+    heartbeat at the server, so it sends none: each would be refused and logged.
+    """
+    if activity.info().is_local:
+        return await work
+    timer = BeatTimer(every, every)
+    try:
+        return await work
+    finally:
+        timer.cancel()

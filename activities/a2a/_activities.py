@@ -37,6 +37,7 @@ from a2a.utils.errors import A2AError
 from temporalio import activity
 
 from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities._beat import heartbeating
 from psych_runtime.activities.a2a._answer import (
     INTERRUPTED,
     TERMINAL,
@@ -168,20 +169,27 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             return outcome
         complete_through_client(outcome, outcome.call_id)
 
+    async def _denied(self, input: A2aToolCall, plan: Interception) -> str | None:
+        """Why the message is not sent: the skill outside ``allow`` or the tenant's permits
+        (the security check before any hook: no on_error hook may turn it into a result),
+        or a pre hook's denial (None: it is sent)."""
+        peer = input.peer
+        permitted = await self.permitted(input.scope.tenant, peer)
+        if peer.allow and not narrow([input.skill], allow=peer.allow):
+            return f"skill {input.skill!r} of peer {peer.name!r} is not granted"
+        if not narrow([input.skill], permitted=permitted):
+            return (
+                f"skill {input.skill!r} of peer {peer.name!r} is not permitted to tenant "
+                f"{input.scope.tenant!r}"
+            )
+        return await plan.before()
+
     async def _intercepted(
         self, input: A2aToolCall, started: float, plan: Interception
     ) -> ToolOutcome:
-        peer = input.peer
-        # The security check before any hook: no on_error hook may turn it into a result.
-        permitted = await self.permitted(input.scope.tenant, peer)
-        denied = (
-            f"skill {input.skill!r} of peer {peer.name!r} is not granted"
-            if peer.allow and not narrow([input.skill], allow=peer.allow)
-            else f"skill {input.skill!r} of peer {peer.name!r} is not permitted to tenant "
-            f"{input.scope.tenant!r}"
-            if not narrow([input.skill], permitted=permitted)
-            else await plan.before()
-        )
+        # Under a beat: a permits port slower than the heartbeat timeout would fail the
+        # call as lost before it was sent (hooks beat on their own).
+        denied = await heartbeating(self._denied(input, plan), self.settings.heartbeat_seconds)
         if denied is not None:
             return plan.stamp(await self._store(input, "denied", denied, started))
         if plan.rewritten:

@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from temporalio import activity
 
 from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities._beat import heartbeating
 from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import (
     MCP_AUTHORIZE,
@@ -314,18 +315,8 @@ class McpActivities(Catalogues, ActivityClass):
         the server's ``allow``, or outside what the tenant is permitted, is refused before
         any hook (the security check comes first: no on_error hook may turn it into a
         result)."""
-        server = input.server
-        denied = None
-        permitted = await self.permitted(input.scope.tenant, server)
-        if server.allow and not matches(input.tool, server.allow):
-            denied = f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
-        elif permitted is not None and not matches(input.tool, permitted):
-            denied = (
-                f"tool {input.tool!r} of MCP server {server.name!r} is not permitted to "
-                f"tenant {input.scope.tenant!r}"
-            )
-        else:
-            denied = await plan.before()
+        # Under a beat: a slow permits port is not a call lost (``_denied``).
+        denied = await heartbeating(self._denied(input, plan), self.settings.heartbeat_seconds)
         if denied is not None:
             stored = await store_outcome(
                 self.blobs,
@@ -339,6 +330,20 @@ class McpActivities(Catalogues, ActivityClass):
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
         return await self._call(input, started, plan)
+
+    async def _denied(self, input: McpToolCall, plan: Interception) -> str | None:
+        """Why the call is not sent: refused by ``allow`` or the tenant's permits, or by a
+        pre hook (None: it is sent). The port may take longer than the heartbeat timeout."""
+        server = input.server
+        permitted = await self.permitted(input.scope.tenant, server)
+        if server.allow and not matches(input.tool, server.allow):
+            return f"tool {input.tool!r} of MCP server {server.name!r} is not granted"
+        if permitted is not None and not matches(input.tool, permitted):
+            return (
+                f"tool {input.tool!r} of MCP server {server.name!r} is not permitted to "
+                f"tenant {input.scope.tenant!r}"
+            )
+        return await plan.before()
 
     async def _call(self, input: McpToolCall, started: float, plan: Interception) -> ToolOutcome:
         server = input.server

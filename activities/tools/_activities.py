@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from psych_runtime.activities._beat import heartbeating
 from psych_runtime.activities.blobs import BlobStore, canonical_json
 from psych_runtime.activities.contract import (
     POLICY_DECIDE,
@@ -68,7 +69,6 @@ from psych_runtime.activities.tools._catalog import (
     http_safe_to_repeat,
 )
 from psych_runtime.activities.tools._code import call_code, describe_invalid, render_result
-from psych_runtime.activities.tools._heartbeat import heartbeating
 from psych_runtime.activities.tools._http import (
     NOT_SAFE_TO_REPEAT,
     ToolError,
@@ -330,7 +330,11 @@ class ToolActivities(StoredResults):
                 input.tool, "code", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
-        return await traced_tool(span, self._run_code(input, tool, started, plan))
+        # Heartbeating from the first check to the stored outcome: a permits port (or, for
+        # HTTP, a SecretResolver) slower than the heartbeat timeout would otherwise fail
+        # the call as lost before it started. (Hooks beat on their own.)
+        work = heartbeating(self._run_code(input, tool, started, plan), self._heartbeat_seconds)
+        return await traced_tool(span, work)
 
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
@@ -347,7 +351,7 @@ class ToolActivities(StoredResults):
             return await self._outcome(input, "error", text, started, plan)
         try:
             with tool_call_scope(input.scope):  # tool_scope() inside the tool (and its thread)
-                value = await heartbeating(call_code(tool, parsed), self._heartbeat_seconds)
+                value = await call_code(tool, parsed)
         except Exception as err:
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
             text = f"{type(err).__name__}: {err}"
@@ -394,7 +398,8 @@ class ToolActivities(StoredResults):
                 input.tool.name, "http", input.arguments, input.call_id, input.run_id, input.scope
             )
         )
-        return await traced_tool(span, self._send_http(input, redact, started, plan))
+        work = self._send_http(input, redact, started, plan)
+        return await traced_tool(span, heartbeating(work, self._heartbeat_seconds))
 
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
@@ -409,9 +414,7 @@ class ToolActivities(StoredResults):
         client = self._client(input.scope.tenant)
         try:
             request = await build_request(client, self.secrets, input, redact)
-            text = await heartbeating(
-                send_request(client, input.tool, request), self._heartbeat_seconds
-            )
+            text = await send_request(client, input.tool, request)
         except EgressDenied as err:
             message = f"{input.tool.name}: {err}"
             return await self._outcome(input, "denied", redact(message), started, plan)
