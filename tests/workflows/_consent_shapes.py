@@ -218,8 +218,9 @@ async def mcp_consent_refused_optional_at_turn(
 ) -> RunHandle:
     """The turn's discovery needs a token for an ``optional`` server and the person refuses
     (``access_denied``): the marker, the flow forgotten, the model call made again without
-    the server, answered. Recorded before that call carried a note telling the model (a
-    change of the attempt's input only, no command), so it replays with the note."""
+    the server, answered; that call carries a note telling the model (patch
+    ``psych-consent-refused-note``: recorded before it as
+    ``mcp_consent_refused_optional_at_turn``, with it as ``..._noted``)."""
 
     async def body(pair: Consenting) -> RunHandle:
         pair.server.refuse_consent("access_denied", "The user denied the request")

@@ -1459,6 +1459,10 @@ async def mcp_consent_refused_optional_at_turn(rig: Rig) -> RunHandle:
     return await consent_shapes.mcp_consent_refused_optional_at_turn(rig, rig.env.client, SCOPE)
 
 
+async def mcp_consent_refused_optional_at_turn_noted(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_consent_refused_optional_at_turn(rig, rig.env.client, SCOPE)
+
+
 async def a2a_peer_called(rig: Rig) -> RunHandle:
     # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
     # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
@@ -2978,6 +2982,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", repeat_call_queued_past_an_expiry),
     # review 12-06: an optional server refused at a turn is told to the model (no command)
     ("dev", mcp_consent_refused_optional_at_turn),
+    # review 12-06: that note behind psych-consent-refused-note (its head is derived)
+    ("dev", mcp_consent_refused_optional_at_turn_noted),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

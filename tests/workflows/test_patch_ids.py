@@ -169,6 +169,12 @@ PATCHES: dict[str, str] = {
     # ignored, the question still waits (workflows/kernel/_handlers.py), as the update's
     # validator refuses it; a Run recorded before took it. Asked only for such a signal.
     "psych-signal-blank-answer": "0.1.0",
+    # An optional MCP server whose consent was refused at a turn's discovery is told to the
+    # model: a note on the attempt made without it (workflows/kernel/_turns.py). The
+    # workflow derives that attempt's conversation head from its messages
+    # (activities/contract/_slim.py), so a Run recorded before, sent no note, must not be
+    # given one on replay. Asked only where such a refusal arrives.
+    "psych-consent-refused-note": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

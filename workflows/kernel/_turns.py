@@ -266,9 +266,12 @@ class TurnLoop(ToolBatches):
                             raise Stop(RunStatus.FAILED, refused) from err
                         # Left out of this attempt, and of every turn from now on (the MCP
                         # feature's ``into_call``); the model is told, as of an optional
-                        # server found unavailable. Only the attempt's input changes, no
-                        # command: a Run replayed reads the answer its history holds.
-                        call = _without_server(call, consent.server, refused)
+                        # server found unavailable. The workflow derives the answer's
+                        # conversation head from the attempt's messages (``expected_refs``),
+                        # so a Run recorded before the note, sent none, is given none on
+                        # replay. Asked only where such a refusal arrives.
+                        noted = workflow.patched("psych-consent-refused-note")
+                        call = _without_server(call, consent.server, refused if noted else None)
                     continue
                 if isinstance(err.__cause__, ApplicationError) and (
                     err.__cause__.type == ErrorType.MCP_UNREACHABLE
@@ -424,13 +427,16 @@ def _steps_taken(max_steps: int) -> str:
     return f"max_steps: {max_steps} steps taken"
 
 
-def _without_server(call: ModelCallInput, name: str, refused: str) -> ModelCallInput:
+def _without_server(call: ModelCallInput, name: str, refused: str | None) -> ModelCallInput:
     """``call`` with the optional MCP server ``name`` left out of its turn's discovery, and
-    a note telling the model why (``refused``, the refusal's words)."""
+    a note telling the model why (``refused``, the refusal's words; None: no note, a Run
+    recorded before the note)."""
     if call.mcp is None:
         return call
     servers = tuple(server for server in call.mcp.servers if server.name != name)
     mcp = call.mcp.model_copy(update={"servers": servers}) if servers else None
+    if refused is None:
+        return call.model_copy(update={"mcp": mcp})
     note = ChatMessage(
         role="user",
         content=f"[runtime] {refused}; the server is optional: the Run goes on without it, "
