@@ -130,3 +130,41 @@ async def test_serve_dispatches_within_the_permits_section_of_its_settings_file(
         f"{settings}: permits.tenants.acme.code_tools: a list of names and prefixes ending "
         "in '*', not 'lookup_*'"
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"PSYCH_BLOB_URL": "s3://bucket/blobs", "PSYCH_BLOB_DIR": "blobs"}, "PSYCH_BLOB_DIR"),
+        ({"PSYCH_BLOB_URL": "s3:///blobs"}, "PSYCH_BLOB_URL"),
+        ({"PSYCH_BLOB_DIR": "a-file"}, "is a file, not a directory"),
+        ({"PSYCH_BLOB_URL": "s3://bucket/blobs", "PSYCH_TOKEN_DIR": "tokens"}, "PSYCH_TOKEN_DIR"),
+    ],
+)
+def test_serve_refuses_its_stores_settings_before_it_connects(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    # From a review: the blob and token stores were built after the Temporal client was
+    # connected, so a store setting that is wrong was told only once a server answered
+    # (none running: "cannot connect to Temporal"), though serve_settings says nothing is
+    # connected to for settings that are refused.
+    monkeypatch.delenv("PSYCH_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no global settings file there
+    monkeypatch.setenv(
+        "PSYCH_SERVE_API_KEYS",
+        json.dumps([{"sha256": ApiKey.of("k", "acme").sha256, "tenant": "acme"}]),
+    )
+    for name in ("PSYCH_BLOB_URL", "PSYCH_BLOB_DIR", "PSYCH_TOKEN_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value) if name.endswith("_DIR") else value)
+    (tmp_path / "a-file").write_text("not a directory")
+    store = str(tmp_path / "versions")
+    assert main(["serve", "--address", "127.0.0.1:9", "--store", store]) == 1
+    err = capsys.readouterr().err
+    assert named in err, err
+    assert "cannot connect to Temporal" not in err, err

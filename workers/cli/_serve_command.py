@@ -211,10 +211,16 @@ async def serve_settings(
     egress = egress_from(args)
     permits = permits_from(args)
     registry = load_registry(args)
-    temporal = await connect(args)
     # The workers' blob store (PSYCH_BLOB_DIR, PSYCH_BLOB_URL, or .psych/blobs), for a
     # report with its model calls' inputs; opened for the caller's tenant when sealed.
     blobs = blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
+    # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
+    # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push
+    # records sealed for each record's tenant as the workers seal theirs in a Run (they
+    # hold callers' webhook credentials, and peers' push tokens). Both are built (their
+    # settings checked, nothing opened) before Temporal is connected to.
+    tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
+    temporal = await connect(args)
     client = PsychClient(
         temporal,
         store=store,
@@ -224,11 +230,6 @@ async def serve_settings(
         permits=permits,
         blobs=tenant_sealed_blobs(temporal, blobs),
     )
-    # The workers' token store (PSYCH_TOKEN_DIR, the fleet's bucket, or .psych/tokens): as
-    # it is for the OAuth callback (which reads and writes nothing sealed); for A2A push
-    # records sealed for each record's tenant as the workers seal theirs in a Run (they
-    # hold callers' webhook credentials, and peers' push tokens).
-    tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     return ServeSettings(
         client=client,
         auth=auth,
