@@ -71,22 +71,23 @@ def _recorded(path: Path) -> list[Any]:
     return inputs
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [
-        # Recorded before the note: the attempt made without the server was sent none.
-        "mcp_consent_refused_optional_at_turn",
-        # Recorded with it (patch psych-consent-refused-note).
-        "mcp_consent_refused_optional_at_turn_noted",
-    ],
-)
-async def test_a_run_refused_an_optional_server_replays_the_inputs_it_sent(shape: str) -> None:
-    # From a review: the note telling the model of an optional server whose consent was
-    # refused was added with no patch ("only the attempt's input changes"), but a Run
-    # recorded before it, replayed, took the note as sent: the conversation head it
-    # derived for that call's answer (which the next call continues, and its records
-    # name) was one never stored.
-    path = HISTORIES / f"{shape}.json"
+DIVERGENT = {
+    # A local tool call cut at its local_seconds says so (b7c9549): the tool message the
+    # model reads changed with no patch ("Activity timed out" before).
+    "local_tool_timed_out": "the tool call failed: slow_count did not finish within",
+    # The repeat guard's refusal says "not run:" (9d584e2), "refused:" before, no patch.
+    "repeat_guard_refusal": "not run: you called lookup_order with these arguments",
+}
+"""Histories whose model-call inputs today's code replays otherwise, by changes made before
+this gate without a patch: each a Run in flight then, replayed, continues a conversation
+head never stored (its next model call fails on the missing blob). The words the replayed
+input has that the recorded one lacks; an entry goes once its change is patched."""
+
+COMMITTED = sorted(HISTORIES.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def replayed() -> tuple[Replayer, _Scheduled]:
     scheduled = _Scheduled()
     replayer = Replayer(
         workflows=[AgentRun, WorkflowRun],
@@ -94,8 +95,35 @@ async def test_a_run_refused_an_optional_server_replays_the_inputs_it_sent(shape
         interceptors=[scheduled],
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
+    return replayer, scheduled
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.stem)
+async def test_a_replayed_run_sends_each_model_call_what_its_history_recorded(
+    replayed: tuple[Replayer, _Scheduled], path: Path
+) -> None:
+    # From a review: the note telling the model of an optional server whose consent was
+    # refused was added with no patch ("only the attempt's input changes"), but a Run
+    # recorded before it (mcp_consent_refused_optional_at_turn), replayed, took the note
+    # as sent: the conversation head it derived for that call's answer (which the next
+    # call continues, and its records name) was one never stored.
+    replayer, scheduled = replayed
+    scheduled.inputs.clear()
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None
     recorded = _recorded(path)
-    assert len(recorded) == 2  # the attempt that asked for consent, the one without it
-    assert scheduled.inputs == recorded
+    divergent = DIVERGENT.get(path.stem)
+    if divergent is None:
+        assert scheduled.inputs == recorded
+    else:
+        differ = [json.dumps(a) for a, b in zip(scheduled.inputs, recorded, strict=True) if a != b]
+        assert differ and all(divergent in text for text in differ), "patched? drop the entry"
+
+
+def test_both_branches_of_the_refusal_note_have_a_history() -> None:
+    # The one recorded before psych-consent-refused-note, and the one with it.
+    noted = [
+        _recorded(HISTORIES / f"mcp_consent_refused_optional_at_turn{tail}.json")[1]
+        for tail in ("", "_noted")
+    ]
+    assert [len(call["new_messages"]) for call in noted] == [1, 2]
