@@ -15,7 +15,6 @@ give another server's name to its own), so ``StaticPermits`` never decides by th
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -179,6 +178,8 @@ class AllPermits:
         """``permitted``, each port asked at once through ``permitted_by`` with ``within``:
         one that does not answer in time is named (not the pair), and the first failure is
         raised as it is, the other questions cancelled."""
+        import asyncio  # here: reading Specs (psych validate) needs no asyncio
+
         asked = [
             asyncio.ensure_future(permitted_by(port, tenant, source, within=within))
             for port in self.ports
@@ -221,6 +222,8 @@ async def permitted_by(
         # Its ports are each asked through here, so each is bounded; a bound of the pair's
         # own would expire first and name the pair, not the port that did not answer.
         return await permits.permitted_within(tenant, source, within)
+    import asyncio  # here: reading Specs (psych validate) needs no asyncio
+
     where = source.kind if source.url is None else f"{source.kind} {source.url}"
     seconds = PERMITS_ANSWER_SECONDS if within is None else within
     bound = asyncio.timeout(seconds)
