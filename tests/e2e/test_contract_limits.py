@@ -173,7 +173,7 @@ async def test_over_temporals_blob_limit_the_client_refuses_and_the_run_recovers
 async def test_an_unpublished_version_with_an_unusable_oauth_server_fails_loudly(
     harness: Harness,
 ) -> None:
-    # Publishing refuses it (validate: no client, no redirect URI); a Version built by hand
+    # Publishing refuses it (validate: no redirect URI); a Version built by hand
     # and started directly must not run as if the server were absent.
     data = {
         "kind": "agent",
@@ -195,9 +195,10 @@ async def test_an_unpublished_version_with_an_unusable_oauth_server_fails_loudly
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
+    # No client is registered dynamically either: it would name no redirect URI.
     assert str(failed.value.cause) == (
         "RunFailed: MCP server 'crm' is unreachable: crm: authorization_code needs "
-        "oauth.preregistered_client_id or oauth.cimd_url (dynamic client registration is "
-        "not supported)"
+        "oauth.redirect_uris (where the operator's OAuth callback listens: psych "
+        "oauth-callback, or psych serve's /oauth/callback)"
     )
     assert harness.fake.requests == []  # no model call was made
