@@ -80,21 +80,32 @@ async def check_permitted(
 
     Raises:
         NotPermitted: naming each tool, server and peer, and the tenant.
-        PermitsUnavailable: the port raised or did not answer (``permitted_by``).
+        PermitsUnavailable: the port raised or did not answer (``permitted_by``), and no
+            Run of ``keyed`` exists (its retry needs no permit, as after a revocation).
     """
     if permits is None:
         return True
     try:
         problems = await permit_problems(version.spec, scope.tenant, permits)
     except Exception as err:  # the port's own failure, whatever it raised
+        if await _started(keyed):
+            return False
         raise PermitsUnavailable(port_failure(scope.tenant, err)) from err
     if not problems:
         return True
-    if keyed is not None:
-        try:
-            await keyed.describe()
-            return False
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
+    if await _started(keyed):
+        return False
     raise NotPermitted(scope.tenant, problems)
+
+
+async def _started(keyed: WorkflowHandle[Any, Any] | None) -> bool:
+    """Whether the Run a dispatch's idempotency key names (``keyed``) was started already."""
+    if keyed is None:
+        return False
+    try:
+        await keyed.describe()
+        return True
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False
