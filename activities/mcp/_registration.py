@@ -35,6 +35,7 @@ import httpx2
 from mcp.client.auth import OAuthRegistrationError
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 
@@ -136,10 +137,7 @@ async def client_refused(response: httpx2.Response) -> bool:
     ``invalid_client``: unknown to the server, or its credentials no longer good)."""
     if response.status_code not in (400, 401):
         return False
-    try:
-        answer = json.loads(await response.aread())
-    except ValueError:
-        return False
+    answer = _read(await response.aread())
     return isinstance(answer, dict) and answer.get("error") == "invalid_client"
 
 
@@ -185,10 +183,7 @@ async def registration_refused(
     if response.status_code in (200, 201):
         return _unusable(body, issuer, response.request.url)
     said = ""
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        answer = None
+    answer = _read(body)
     if isinstance(answer, dict):
         error, description = answer.get("error"), answer.get("error_description")
         if isinstance(error, str) and error:
@@ -201,11 +196,19 @@ async def registration_refused(
     )
 
 
-def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError | None:
+def _read(body: bytes) -> object:
+    """An authorization server's JSON answer, None when it does not read as JSON. The SDK's
+    parser (``from_json``), so an answer reads here as it does in the SDK's flow: one nested
+    past its depth is a ValueError, where ``json.loads`` raises RecursionError, which would
+    end the flow as no answer the server gave."""
     try:
-        answer = json.loads(body)
+        return from_json(body)
     except ValueError:
-        answer = None
+        return None
+
+
+def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError | None:
+    answer = _read(body)
     if not isinstance(answer, dict):
         wrong = "the answer is not a JSON object"
     else:

@@ -20,7 +20,7 @@ from psych_runtime.activities.mcp._oauth import (
     OAuthUnavailable,
     StoredTokens,
 )
-from psych_runtime.activities.mcp._registration import registration_refused
+from psych_runtime.activities.mcp._registration import client_refused, registration_refused
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.specs import McpOAuth, McpServer, Scope
 
@@ -189,3 +189,16 @@ async def test_a_registration_answer_with_no_usable_client_is_told_without_its_v
     )
     refused = await registration_refused(answer(200, b"[1]"), ISSUER)
     assert str(refused).endswith("with no usable client: the answer is not a JSON object")
+
+
+async def test_an_answer_nested_past_the_parsers_depth_is_told_as_any_unreadable_one() -> None:
+    # The SDK reads such an answer as no JSON (a ValueError it tells); read here first, it
+    # raised RecursionError out of the flow: a registration, a refresh or a code exchange.
+    deep = b"[" * 100_000 + b"]" * 100_000
+    refused = await registration_refused(answer(201, deep), ISSUER)
+    assert str(refused).endswith("with no usable client: the answer is not a JSON object")
+    refused = await registration_refused(answer(400, deep), ISSUER)
+    assert str(refused).endswith("/register: HTTP 400")
+    assert not await client_refused(answer(401, deep))
+    nested = b'{"error": "invalid_client", "more": ' + deep + b"}"
+    assert not await client_refused(answer(400, nested))
