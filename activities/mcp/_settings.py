@@ -4,6 +4,7 @@ then pay for)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
@@ -98,13 +99,17 @@ _AT_LEAST_ZERO = frozenset(
 """Fields whose 0 means something (never cached; every server with tools deferred)."""
 
 
+_ISSUER_START = re.compile(r"=https?://", re.IGNORECASE)
+"""Where an entry's issuer starts (its last such place)."""
+
+
 def parse_oauth_issuers(text: str) -> dict[str, str]:
     """``PSYCH_MCP_OAUTH_ISSUERS``: ``name=https://issuer`` pairs, comma-separated (a name
     with ``=`` of its own, an MCP server URL's query, ends at the last ``=http(s)://``).
 
     Raises:
         SpecError: a pair without ``=``, an empty name, a name given twice, or an issuer
-            that is not an http(s) URL (each named).
+            that is not an http(s) URL or has a query or fragment (each named).
     """
     issuers: dict[str, str] = {}
     for part in text.split(","):
@@ -125,5 +130,10 @@ def parse_oauth_issuers(text: str) -> dict[str, str]:
         parts = urlsplit(issuer)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise SpecError(f"{where}: the issuer must be an http(s) URL")
+        # An issuer has no query or fragment (RFC 8414). One whose query holds "=http(s)://"
+        # would be cut there: the name before it, not a URL, then holds the issuer's start.
+        named_url = name.lower().startswith(("http://", "https://"))
+        if parts.query or parts.fragment or (not named_url and _ISSUER_START.search(name)):
+            raise SpecError(f"{where}: an issuer URL has no query or fragment (RFC 8414)")
         issuers[name] = issuer
     return issuers

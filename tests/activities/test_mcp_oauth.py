@@ -143,6 +143,11 @@ def test_an_mcp_server_url_with_a_query_names_its_issuer() -> None:
         ("a=https://a.test,a=https://b.test", "given twice"),
         ("a=ftp://a.test", "http(s) URL"),
         ("a=auth.test", "http(s) URL"),
+        # An issuer has no query (RFC 8414); one whose query held "=https://" was cut there
+        # and taken silently (before the fix: {"a=https://auth.test/?next": "https://x.test"}).
+        ("a=https://auth.test/?next=https://x.test", "no query or fragment (RFC 8414)"),
+        ("a=https://auth.test/?realm=acme", "no query or fragment (RFC 8414)"),
+        ("a=https://auth.test/#top", "no query or fragment (RFC 8414)"),
     ],
 )
 def test_a_malformed_issuer_list_names_the_entry(text: str, problem: str) -> None:
