@@ -99,14 +99,8 @@ class McpTestServer:
         notified: int = response.json()["notified"]
         return notified
 
-    def stall(self, method: str, seconds: float) -> None:
-        """Answer each later request of MCP ``method`` only after ``seconds`` (until
-        ``reset``)."""
-        body = json.dumps({"method": method, "seconds": seconds})
-        self._control.post("/control/stall", content=body).raise_for_status()
-
     def reset(self) -> None:
-        """Forget calls, bearers, cancellations, stalls and added tools."""
+        """Forget calls, bearers, cancellations and added tools."""
         self._control.post("/control/reset").raise_for_status()
 
     def stderr(self) -> str:

@@ -30,9 +30,7 @@ A plain-HTTP JSON control surface on the same port lets a test observe and steer
   "tools": [name, ...]}``.
 - ``POST /control/add_tool`` ``{"name": ...}``: registers a tool ``name`` (it echoes
   ``text``) and sends ``notifications/tools/list_changed`` to every open session.
-- ``POST /control/stall`` ``{"method": ..., "seconds": ...}``: each later request of that
-  MCP method (``initialize``, ``tools/list``, ...) is answered only after ``seconds``.
-- ``POST /control/reset``: forgets calls, bearers, cancellations, stalls and added tools.
+- ``POST /control/reset``: forgets calls, bearers, cancellations and added tools.
 
 With ``--require-bearer`` every MCP request without ``Authorization: Bearer <token>`` is
 answered 401; the control surface never asks for one.
@@ -104,8 +102,6 @@ class State:
     # only, and the SDK cancels the handler before the notification reaches the middleware.
     requested: dict[tuple[str, str], str] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
-    # MCP method -> seconds each of its requests waits before it is answered.
-    stalls: dict[str, float] = field(default_factory=dict)
     # Per MCP session id, the latest request's session proxy (the SDK builds one per
     # request): list_changed goes out on each one's standalone channel.
     sessions: dict[str, ServerSession] = field(default_factory=dict)
@@ -121,7 +117,6 @@ class State:
         self.cancellations.clear()
         self.interrupted.clear()
         self.requested.clear()
-        self.stalls.clear()
 
 
 def _filler_description(index: int) -> str:
@@ -153,9 +148,6 @@ def build_server(state: State, filler: int) -> MCPServer:
                     "tool": state.requested.get((str(session_id), request_id)),
                 }
             )
-        stall = state.stalls.get(ctx.method)
-        if stall:
-            await anyio.sleep(stall)
         return await call_next(ctx)
 
     server = MCPServer("psych-test-mcp", middleware=[observe])
@@ -276,14 +268,6 @@ def control_app(server: MCPServer, state: State) -> Starlette:
                 notified += 1
         return JSONResponse({"notified": notified})
 
-    async def control_stall(request: Request) -> Response:
-        body = json.loads(await request.body())
-        method, seconds = body.get("method"), body.get("seconds")
-        if not isinstance(method, str) or not isinstance(seconds, int | float):
-            return JSONResponse({"error": "method (a string) and seconds"}, status_code=400)
-        state.stalls[method] = float(seconds)
-        return JSONResponse({"ok": True})
-
     async def control_reset(request: Request) -> Response:
         for name in state.added:
             server.remove_tool(name)
@@ -295,7 +279,6 @@ def control_app(server: MCPServer, state: State) -> Starlette:
         routes=[
             Route("/control/state", control_state, methods=["GET"]),
             Route("/control/add_tool", control_add_tool, methods=["POST"]),
-            Route("/control/stall", control_stall, methods=["POST"]),
             Route("/control/reset", control_reset, methods=["POST"]),
         ]
     )
