@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -27,6 +28,11 @@ QUERIES = 4
 """``psych.state`` queries waiting when the worker starts: each rides in the first task."""
 EARLY = 0.3
 """Seconds the queries wait at the server before the worker starts."""
+WAITING_QUERY = timedelta(seconds=120)
+"""How long such a query waits for its answer: the client's default RPC deadline counts
+from before the worker starts, and a loaded machine took longer to start it and answer
+(``test_an_agent_continues_as_new_alike_live_and_on_replay_after_a_local_call`` failed
+so under three other test runs)."""
 
 _TASK_EVENTS = frozenset(
     {
@@ -70,7 +76,10 @@ async def polled_from_dispatch(
     """Dispatch ``spec`` with no worker running, leave ``QUERIES`` state queries waiting,
     start ``worker`` and run ``then`` (which drives the Run to its end) under it."""
     run = await client.dispatch(spec, text, scope=scope)
-    queries = [asyncio.create_task(client.status(run, scope=scope)) for _ in range(QUERIES)]
+    queries = [
+        asyncio.create_task(client.status(run, scope=scope, query_timeout=WAITING_QUERY))
+        for _ in range(QUERIES)
+    ]
     await asyncio.sleep(EARLY)
     async with worker():
         await asyncio.gather(*queries)

@@ -35,7 +35,13 @@ from psych_runtime.workers import PsychPlugin
 from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import AgentRun, RunHandle, RunSettled, RunStatus, WorkflowRun
 
-from ._local_split import EARLY, QUERIES, polled_from_dispatch, resolved_after_its_marker
+from ._local_split import (
+    EARLY,
+    QUERIES,
+    WAITING_QUERY,
+    polled_from_dispatch,
+    resolved_after_its_marker,
+)
 from ._waiting import is_waiting, only_pending, state_when
 from .conftest import Harness
 
@@ -182,7 +188,9 @@ async def test_an_agent_continues_as_new_alike_live_and_on_replay_after_a_local_
         approval = asyncio.create_task(harness.client.approve(run, pending, scope=harness.scope))
         await asyncio.sleep(EARLY)
         queries = [
-            asyncio.create_task(harness.client.status(run, scope=harness.scope))
+            asyncio.create_task(
+                harness.client.status(run, scope=harness.scope, query_timeout=WAITING_QUERY)
+            )
             for _ in range(5 * QUERIES)
         ]
         await asyncio.sleep(EARLY)
