@@ -26,10 +26,11 @@ from psych_runtime.specs import (
 )
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker, tenant_permits
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import RunStatus
 from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import McpTestServer
 
+from ._permits import checking_client
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -135,13 +136,7 @@ async def test_a_dispatch_using_an_unpermitted_code_tool_is_refused_naming_it(
             "default": {"code_tools": []},
         },
     )
-    client = PsychClient(
-        harness.env.client,
-        store=harness.client.store,
-        task_queue=settings.task_queue,
-        registry=harness.registry,
-        permits=tenant_permits(settings),
-    )
+    client = checking_client(harness, tenant_permits(settings))  # the same task queue
     emailer = (
         AgentBuilder("emailer", registry=harness.registry)
         .model("fake-model")
@@ -419,13 +414,7 @@ async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Ha
     spec = (
         AgentBuilder("mailer", registry=harness.registry).model("fake-model").tool(send_mail)
     ).build()
-    client = PsychClient(
-        harness.env.client,
-        store=harness.client.store,
-        task_queue=harness.settings.task_queue,
-        registry=harness.registry,
-        permits=Misanswering(),
-    )
+    client = checking_client(harness, Misanswering())
     # Nothing starts; the port's own error is named (PermitsUnavailable: a 503 over HTTP).
     with pytest.raises(PermitsUnavailable, match=r"TypeError: Misanswering\.permitted answered"):
         await client.dispatch(spec, "Mail", scope=harness.scope)
@@ -525,13 +514,7 @@ async def test_a_required_server_or_peer_whose_permits_fail_fails_the_run_naming
 async def test_a_key_that_started_a_run_answers_with_it_after_a_revocation(
     harness: Harness,
 ) -> None:
-    client = PsychClient(
-        harness.env.client,
-        store=harness.client.store,
-        task_queue=harness.settings.task_queue,
-        registry=harness.registry,
-        permits=StaticPermits(),  # nothing restricted yet
-    )
+    client = checking_client(harness, StaticPermits())  # nothing restricted yet
     looker = (
         AgentBuilder("looker", registry=harness.registry).model("fake-model").tool(lookup_order)
     ).build()

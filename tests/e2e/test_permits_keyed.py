@@ -9,8 +9,9 @@ import pytest
 from psych_runtime.specs import AgentBuilder, PermitSource, PermitsUnavailable, StaticPermits
 from psych_runtime.testing import Reply
 from psych_runtime.workers import run_worker
-from psych_runtime.workflows import PsychClient, RunStatus
+from psych_runtime.workflows import RunStatus
 
+from ._permits import checking_client
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -31,13 +32,7 @@ def lookup_order(order_id: str) -> str:
 async def test_a_key_that_started_a_run_answers_with_it_while_the_permits_port_is_down(
     harness: Harness,
 ) -> None:
-    client = PsychClient(
-        harness.env.client,
-        store=harness.client.store,
-        task_queue=harness.settings.task_queue,
-        registry=harness.registry,
-        permits=StaticPermits(),  # the port answers: nothing restricted
-    )
+    client = checking_client(harness, StaticPermits())  # the port answers: nothing restricted
     looker = (
         AgentBuilder("looker", registry=harness.registry).model("fake-model").tool(lookup_order)
     ).build()
