@@ -94,6 +94,21 @@ async def consented_run(harness: Harness, spec: Any, scope: Scope) -> RunHandle:
     return run
 
 
+async def failed_unreachable(harness: Harness, pair: Consenting) -> str:
+    """Run the agent of ``pair``'s server (required) to its failure: the reason, which
+    names the server unreachable."""
+    harness.fake.enqueue(Reply.text("never"))
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            agent(pair.server, pair.callback_url).build(), "go", scope=harness.scope
+        )
+        with pytest.raises(RunFailed) as failed:
+            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
+    reason = str(failed.value)
+    assert "MCP server 'crm' is unreachable" in reason, reason
+    return reason
+
+
 async def test_a_client_is_registered_once_per_tenant_and_reused_for_consent_and_refresh(
     harness: Harness, open_pair: Consenting
 ) -> None:
@@ -155,19 +170,12 @@ async def test_a_server_offering_no_registration_fails_the_run_naming_it(
     harness: Harness, closed_pair: Consenting
 ) -> None:
     server = closed_pair.server
-    harness.fake.enqueue(Reply.text("never"))
+    reason = await failed_unreachable(harness, closed_pair)
+    # The server optional: left out as one unreachable is, the Run goes on.
     async with harness.worker():
-        run = await harness.client.dispatch(
-            agent(server, closed_pair.callback_url).build(), "go", scope=harness.scope
-        )
-        with pytest.raises(RunFailed) as failed:
-            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
-        # The server optional: left out as one unreachable is, the Run goes on.
         optional = agent(server, closed_pair.callback_url, optional=True).build()
         run = await harness.client.dispatch(optional, "go", scope=harness.scope)
         result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
-    reason = str(failed.value)
-    assert "MCP server 'crm' is unreachable" in reason, reason
     assert f"the authorization server {server.issuer} offers no dynamic client registration" in (
         reason
     )
@@ -186,15 +194,7 @@ async def test_a_registration_the_server_refuses_fails_the_run_naming_the_refusa
 ) -> None:
     server = open_pair.server
     server.refuse_registration("invalid_client_metadata", "client_name 'crm agent' is taken")
-    harness.fake.enqueue(Reply.text("never"))
-    async with harness.worker():
-        run = await harness.client.dispatch(
-            agent(server, open_pair.callback_url).build(), "go", scope=harness.scope
-        )
-        with pytest.raises(RunFailed) as failed:
-            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
-    reason = str(failed.value)
-    assert "MCP server 'crm' is unreachable" in reason, reason
+    reason = await failed_unreachable(harness, open_pair)
     assert (
         f"the authorization server {server.issuer} refused the dynamic client registration "
         f"at {server.issuer}/register: HTTP 400 invalid_client_metadata: client_name 'crm "
@@ -255,15 +255,7 @@ async def test_a_registration_answer_without_a_client_id_fails_the_run_without_i
     server = open_pair.server
     minted = "minted-9f8e7d"
     server.set_registration_reply(201, json.dumps({"client_secret": minted}))
-    harness.fake.enqueue(Reply.text("never"))
-    async with harness.worker():
-        run = await harness.client.dispatch(
-            agent(server, open_pair.callback_url).build(), "go", scope=harness.scope
-        )
-        with pytest.raises(RunFailed) as failed:
-            await asyncio.wait_for(harness.client.result(run, scope=harness.scope), WAIT)
-    reason = str(failed.value)
-    assert "MCP server 'crm' is unreachable" in reason, reason
+    reason = await failed_unreachable(harness, open_pair)
     # Before the fix: the SDK's message quoted the answer, the minted secret with it.
     assert minted not in reason
     assert (
