@@ -30,6 +30,21 @@ def _error(status: int, kind: str, detail: str) -> bytes:
     return f"event: error\r\ndata: {json.dumps(body)}\r\n\r\n".encode()
 
 
+def _running(*, turn: int, last_seq: int) -> Response:
+    """The scripted Run's state: running, at ``turn``, its last record ``last_seq``."""
+    state = RunState(
+        run_id=RUN,
+        tenant="acme",
+        agent="writer",
+        version_hash="sha256:abc",
+        status=RunStatus.RUNNING,
+        turn=turn,
+        last_seq=last_seq,
+        totals=Totals(turns=turn),
+    )
+    return JSONResponse(state.model_dump(mode="json"))
+
+
 class ScriptedApi:
     """A stream cut after two records; resumed, it first says the token expired (401),
     then refuses the position (422) every time."""
@@ -49,17 +64,7 @@ class ScriptedApi:
 
     def app(self) -> Starlette:
         async def state(request: Request) -> Response:
-            running = RunState(
-                run_id=RUN,
-                tenant="acme",
-                agent="writer",
-                version_hash="sha256:abc",
-                status=RunStatus.RUNNING,
-                turn=1,
-                last_seq=2,
-                totals=Totals(turns=1),
-            )
-            return JSONResponse(running.model_dump(mode="json"))
+            return _running(turn=1, last_seq=2)
 
         async def events(request: Request) -> Response:
             last = request.headers.get("last-event-id")
@@ -106,17 +111,7 @@ class FailingServerApi:
 
     def app(self) -> Starlette:
         async def state(request: Request) -> Response:
-            running = RunState(
-                run_id=RUN,
-                tenant="acme",
-                agent="writer",
-                version_hash="sha256:abc",
-                status=RunStatus.RUNNING,
-                turn=0,
-                last_seq=1,
-                totals=Totals(),
-            )
-            return JSONResponse(running.model_dump(mode="json"))
+            return _running(turn=0, last_seq=1)
 
         async def events(request: Request) -> Response:
             self.opened += 1
