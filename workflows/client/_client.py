@@ -29,13 +29,12 @@ from temporalio.common import (
 )
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ThreadRef
 from psych_runtime.specs import (
     AccessDenied,
     AgentSpec,
-    NotFound,
     PsychError,
     RunFailed,
     Scope,
@@ -49,6 +48,7 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
+from psych_runtime.workflows.client._asked import mapped, query_run
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._chain import chain_page
 from psych_runtime.workflows.client._checked import CheckedVersions, check_permitted
@@ -372,7 +372,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         Raises:
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
-            RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``.
+            RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``
+                (asked twice when the Run closed while the first waited: ``_asked.py``).
         """
         return await self._state(run, scope, query_timeout)
 
@@ -380,7 +381,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
     ) -> RunState:
         workflow_id, handle = self._handle(run, scope)
-        state: RunState = await _query(
+        state: RunState = await query_run(
             handle, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
         )
         if state.tenant != scope.tenant:
@@ -404,7 +405,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
 
         async def query_execution(run_id: str | None, query: RecordsQuery) -> RecordsPage:
             handle = self.temporal.get_workflow_handle(workflow_id, run_id=run_id)
-            page: RecordsPage = await _query(
+            page: RecordsPage = await query_run(
                 handle, workflow_id, QUERY_RECORDS, query, RecordsPage, rpc_timeout=query_timeout
             )
             return page
@@ -450,28 +451,5 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             reason = getattr(cause, "message", None) or str(cause or err)
             raise RunFailed(reason) from err
         except RPCError as err:
-            raise _mapped(err, workflow_id) from err
+            raise mapped(err, workflow_id) from err
         return result
-
-
-async def _query(
-    handle: WorkflowHandle[Any, Any],
-    workflow_id: str,
-    name: str,
-    arg: Any,
-    result_type: type[Any],
-    *,
-    rpc_timeout: timedelta | None = None,
-) -> Any:
-    try:
-        if arg is None:
-            return await handle.query(name, result_type=result_type, rpc_timeout=rpc_timeout)
-        return await handle.query(name, arg, result_type=result_type, rpc_timeout=rpc_timeout)
-    except RPCError as err:
-        raise _mapped(err, workflow_id) from err
-
-
-def _mapped(err: RPCError, workflow_id: str) -> Exception:
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return NotFound(f"no Run {workflow_id}")
-    return err

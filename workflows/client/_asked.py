@@ -1,0 +1,88 @@
+"""A query of a Run, asked once more when the Run ended while it waited.
+
+The worker SDK lets go of queries it holds for a run it evicts (sdk-core's workflow
+stream: "There were leftover buffered tasks when evicting run"), and it evicts a run as
+the run finishes: a query asked while the Run ends can go unanswered until its timeout,
+though the closed Run answers the same query at once (a worker replays it). So a query no
+worker answered is asked again, once, when the Run closed after it was asked. A Run
+closed before (its workers gone) is not asked twice: that would only double the wait.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import NotFound
+
+CLOCK_SLACK = timedelta(seconds=5)
+"""How far this process's clock may be behind the server's when telling a Run that closed
+while its query waited from one that closed before."""
+
+_UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+"""A query's timeout, as the server (deadline exceeded) or the client's transport
+("Timeout expired", cancelled) reports it."""
+
+
+async def query_run(
+    handle: WorkflowHandle[Any, Any],
+    workflow_id: str,
+    name: str,
+    arg: Any,
+    result_type: type[Any],
+    *,
+    rpc_timeout: timedelta | None = None,
+) -> Any:
+    """The answer of the query ``name`` (with ``arg`` unless None) of ``handle``'s Run.
+
+    Raises:
+        NotFound: no such Run.
+        RPCError: the query failed; a timeout when no worker answered (twice, if the Run
+            closed while the first waited).
+    """
+    asked_at = datetime.now(UTC)
+    try:
+        return await _ask(handle, name, arg, result_type, rpc_timeout)
+    except RPCError as err:
+        if err.status not in _UNANSWERED or not await _closed_since(handle, asked_at, rpc_timeout):
+            raise mapped(err, workflow_id) from err
+    try:
+        return await _ask(handle, name, arg, result_type, rpc_timeout)
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+
+
+async def _ask(
+    handle: WorkflowHandle[Any, Any],
+    name: str,
+    arg: Any,
+    result_type: type[Any],
+    rpc_timeout: timedelta | None,
+) -> Any:
+    if arg is None:
+        return await handle.query(name, result_type=result_type, rpc_timeout=rpc_timeout)
+    return await handle.query(name, arg, result_type=result_type, rpc_timeout=rpc_timeout)
+
+
+async def _closed_since(
+    handle: WorkflowHandle[Any, Any], asked_at: datetime, rpc_timeout: timedelta | None
+) -> bool:
+    """Whether the Run closed after ``asked_at`` (a failed look is "no": the caller then
+    raises the query's own error)."""
+    try:
+        described = await handle.describe(rpc_timeout=rpc_timeout)
+    except RPCError:
+        return False
+    if described.status in (None, WorkflowExecutionStatus.RUNNING):
+        return False
+    return described.close_time is not None and described.close_time >= asked_at - CLOCK_SLACK
+
+
+def mapped(err: RPCError, workflow_id: str) -> Exception:
+    """``err`` as this package raises it: NOT_FOUND as ``NotFound``, anything else as is."""
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(f"no Run {workflow_id}")
+    return err
