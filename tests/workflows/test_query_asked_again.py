@@ -1,7 +1,8 @@
 """A query no worker answered is asked once more when the Run closed meanwhile: the
 worker SDK drops queries it holds for a run it evicts as the run finishes (a status read
 racing a Run's end was a "Timeout expired" 500 in the A2A push test), and a closed Run
-answers at once. A Run closed before the query, or still running, is not asked twice."""
+answers at once. A Run closed before the query (even a moment before), or still running,
+is not asked twice (`tests/e2e/test_interrupts.py` bounds such a read with no worker)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class Described:
 
 @dataclass
 class FakeHandle:
-    """Answers ``answers`` in order (an exception is raised); ``described`` is the Run."""
+    """Answers ``answers`` in order (an exception is raised); ``described`` is the Run (a
+    closed one without a close time closed as it is looked at: after the query)."""
 
     answers: list[object]
     described: Described | RPCError
@@ -43,6 +45,9 @@ class FakeHandle:
     async def describe(self, **_: object) -> Described:
         if isinstance(self.described, RPCError):
             raise self.described
+        closed = self.described.status is not WorkflowExecutionStatus.RUNNING
+        if closed and self.described.close_time is None:  # closed while the query waited
+            return Described(self.described.status, datetime.now(UTC))
         return self.described
 
 
@@ -52,14 +57,14 @@ async def ask(handle: FakeHandle, arg: object = None) -> Any:
 
 
 async def test_a_run_that_closed_while_its_query_waited_is_asked_again() -> None:
-    closed_now = Described(WorkflowExecutionStatus.COMPLETED, datetime.now(UTC))
+    closed_now = Described(WorkflowExecutionStatus.COMPLETED, None)
     handle = FakeHandle([TIMED_OUT, "done"], closed_now)
     assert await ask(handle, {"after": 3}) == "done"
     assert handle.asked == [("state", ({"after": 3},)), ("state", ({"after": 3},))]
 
 
 async def test_the_second_timeout_is_raised() -> None:
-    closed_now = Described(WorkflowExecutionStatus.FAILED, datetime.now(UTC))
+    closed_now = Described(WorkflowExecutionStatus.FAILED, None)
     deadline = RPCError("deadline", RPCStatusCode.DEADLINE_EXCEEDED, b"")
     handle = FakeHandle([deadline, TIMED_OUT], closed_now)
     with pytest.raises(RPCError) as raised:
@@ -73,9 +78,11 @@ async def test_the_second_timeout_is_raised() -> None:
     [
         Described(WorkflowExecutionStatus.RUNNING, None),
         Described(WorkflowExecutionStatus.COMPLETED, datetime.now(UTC) - timedelta(minutes=5)),
+        # Closed a moment before the query: with no worker, a second question only waits.
+        Described(WorkflowExecutionStatus.CANCELED, datetime.now(UTC) - timedelta(seconds=1)),
         RPCError("unavailable", RPCStatusCode.UNAVAILABLE, b""),
     ],
-    ids=["running", "closed-before", "describe-failed"],
+    ids=["running", "closed-before", "closed-just-before", "describe-failed"],
 )
 async def test_a_run_that_did_not_close_meanwhile_is_asked_once(
     described: Described | RPCError,
@@ -88,7 +95,7 @@ async def test_a_run_that_did_not_close_meanwhile_is_asked_once(
 
 
 async def test_other_failures_are_not_asked_again() -> None:
-    closed_now = Described(WorkflowExecutionStatus.COMPLETED, datetime.now(UTC))
+    closed_now = Described(WorkflowExecutionStatus.COMPLETED, None)
     missing = RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
     handle = FakeHandle([missing, "never asked"], closed_now)
     with pytest.raises(NotFound, match="no Run psych-acme-r1"):

@@ -6,6 +6,9 @@ the run finishes: a query asked while the Run ends can go unanswered until its t
 though the closed Run answers the same query at once (a worker replays it). So a query no
 worker answered is asked again, once, when the Run closed after it was asked. A Run
 closed before (its workers gone) is not asked twice: that would only double the wait.
+"After" is the server's close time against this process's clock: a clock that runs
+behind the server's may ask twice for a Run that closed that much before the query, one
+that runs ahead misses the second question (as before this module).
 """
 
 from __future__ import annotations
@@ -17,10 +20,6 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound
-
-CLOCK_SLACK = timedelta(seconds=5)
-"""How far this process's clock may be behind the server's when telling a Run that closed
-while its query waited from one that closed before."""
 
 _UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 """A query's timeout, as the server (deadline exceeded) or the client's transport
@@ -78,7 +77,7 @@ async def _closed_since(
         return False
     if described.status in (None, WorkflowExecutionStatus.RUNNING):
         return False
-    return described.close_time is not None and described.close_time >= asked_at - CLOCK_SLACK
+    return described.close_time is not None and described.close_time > asked_at
 
 
 def mapped(err: RPCError, workflow_id: str) -> Exception:
