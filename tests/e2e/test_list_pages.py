@@ -1,30 +1,33 @@
 """Paging through a tenant's Runs over ``GET /v1/runs``: every Run once, in order, page
 after page; a cursor bound to its tenant and filters; a damaged cursor a 422; suspended
-Runs paged with what each waits for; a position Temporal cannot read a bad cursor.
+Runs paged with what each waits for; a position Temporal cannot read a bad cursor, at
+once, while a page the server fails is asked again.
 Against ``psych serve`` on loopback and the session dev server."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
+import json
 import uuid
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import grpc
 import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RetryConfig
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from psych_runtime.activities import FileVersionStore
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, BadCursor
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import PsychClient
-from psych_runtime.workflows.client._cursor import ListingFilters, make_cursor
 
+from ._grpc_relay import Relay, relayed
 from ._listing import started_runs
 from ._serve import ACME, GLOBEX, served
 from ._waiting import eventually, is_suspended, state_when
@@ -164,24 +167,114 @@ async def test_suspended_runs_page_with_what_each_waits_for(harness: Harness) ->
         assert pending["id"] == f"call-{runs.index(run['workflow_id'])}"
 
 
-async def test_a_cursor_whose_position_temporal_cannot_read_is_refused_as_a_bad_cursor(
-    harness: Harness, tmp_path: Path
-) -> None:
-    # What a made-up cursor with a fresh check holds, or one kept across a change of
-    # visibility store: a token Temporal cannot read. Its retries off, so the refusal
-    # comes at once (with them it comes after the client's retries, ~10 s).
+LIST = "ListWorkflowExecutions"
+
+
+def forged(cursor: str, token: bytes) -> str:
+    """``cursor`` holding ``token`` instead of its own, with a fresh check: what anyone can
+    make of a cursor they were given (its check is a digest of its payload, no secret)."""
+    payload = cursor.partition(".")[0]
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    data["token"] = base64.urlsafe_b64encode(token).decode()
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    check = hashlib.sha256(b"psych-list-cursor\0check\0" + payload.encode()).hexdigest()[:16]
+    return f"{payload}.{check}"
+
+
+def token_of(cursor: str) -> bytes:
+    payload = cursor.partition(".")[0]
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return base64.urlsafe_b64decode(data["token"])
+
+
+async def relayed_client(harness: Harness, relay: Relay, **connect: Any) -> PsychClient:
+    """A client of the harness's server through ``relay`` (the client's own retries, unless
+    ``connect`` says otherwise)."""
     temporal = await Client.connect(
-        harness.env.client.service_client.config.target_host,
+        relay.target,
         namespace=harness.env.client.namespace,
         data_converter=pydantic_data_converter,
-        retry_config=RetryConfig(max_retries=0),
+        **connect,
     )
-    client = PsychClient(temporal, store=FileVersionStore(tmp_path / "versions"))
-    cursor = make_cursor(harness.scope.tenant, ListingFilters(None, None, None, False), b"?")
-    with pytest.raises(BadCursor, match="Temporal cannot read the position this cursor holds"):
-        await client.list_page(scope=harness.scope, cursor=cursor)
-    # The listing itself reads (this raises nothing): it is the position that is refused.
-    await client.list_page(scope=harness.scope, limit=1)
+    return PsychClient(temporal, store=FileVersionStore(harness.home / "versions"))
+
+
+async def test_a_cursor_holding_a_position_temporal_cannot_read_is_refused_at_once(
+    harness: Harness,
+) -> None:
+    # From the known defects: the dev server's SQL visibility refuses a page token it
+    # cannot read as UNKNOWN, which the client retries as transient: the 422 came after
+    # ~10 s and ~9 failing queries. Refused now after one, and one more that reads the
+    # listing from its start (so the position, not the server, is to blame).
+    agent = f"forged{uuid.uuid4().hex[:8]}"
+    target = harness.env.client.service_client.config.target_host
+    async with started_runs(harness, harness.scope.tenant, agent, 3), relayed(target) as relay:
+        client = await relayed_client(harness, relay)
+        async with (
+            served(dataclasses.replace(harness, client=client)) as base,
+            httpx.AsyncClient(base_url=base, timeout=30) as http,
+        ):
+            first = await http.get(f"/v1/runs?agent={agent}&limit=1", headers=ACME)
+            cursor = first.json()["next_cursor"]
+            # SQL visibility's token is JSON (close time, start time, run id): edited so
+            # its time does not parse, or no JSON at all.
+            edited = token_of(cursor).replace(b'"StartTime":"2', b'"StartTime":"X')
+            assert edited != token_of(cursor)
+            for token in (edited, b"?"):
+                asked = len(relay.of(LIST))
+                answer = await http.get(
+                    f"/v1/runs?agent={agent}{with_cursor(forged(cursor, token))}", headers=ACME
+                )
+                assert_bad_cursor(answer, "Temporal cannot read the position this cursor holds")
+                assert "start the listing again without a cursor" in answer.json()["detail"]
+                assert relay.of(LIST)[asked:] == [grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK]
+            # PsychClient.list_page the same, and the cursor as it was still reads.
+            with pytest.raises(BadCursor, match="it answered UNKNOWN"):
+                await client.list_page(
+                    scope=harness.scope, agent=agent, cursor=forged(cursor, b"?")
+                )
+            page = await client.list_page(scope=harness.scope, agent=agent, cursor=cursor)
+            assert len(page.runs) == 2
+
+
+async def test_a_cursors_page_the_server_fails_is_asked_again_as_any_page(
+    harness: Harness,
+) -> None:
+    # Only a position Temporal refuses while the listing reads is the cursor's fault: a
+    # page the server fails transiently is retried as ever, and one it fails every query
+    # of (UNKNOWN with or without the cursor) is the server's failure, not a bad cursor.
+    agent = f"flaky{uuid.uuid4().hex[:8]}"
+    target = harness.env.client.service_client.config.target_host
+    async with (
+        started_runs(harness, harness.scope.tenant, agent, 3) as ids,
+        relayed(target) as relay,
+    ):
+        client = await relayed_client(harness, relay)
+        first = await client.list_page(scope=harness.scope, agent=agent, limit=1)
+        assert first.next_cursor is not None
+        asked = len(relay.of(LIST))
+        relay.fail_next(LIST, grpc.StatusCode.UNAVAILABLE, times=2)
+        page = await client.list_page(
+            scope=harness.scope, agent=agent, limit=1, cursor=first.next_cursor
+        )
+        assert [run.workflow_id for run in page.runs] == [ids[1]]
+        unavailable, ok = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK
+        # Asked once, then with the client's retries; then the look ahead.
+        assert relay.of(LIST)[asked:] == [unavailable, unavailable, ok, ok]
+
+        quick = RetryConfig(initial_interval_millis=10, max_retries=2)
+        failing = await relayed_client(harness, relay, retry_config=quick)
+        asked = len(relay.of(LIST))
+        relay.fail_next(LIST, grpc.StatusCode.UNKNOWN, times=10)
+        with pytest.raises(RPCError) as raised:
+            await failing.list_page(scope=harness.scope, agent=agent, cursor=first.next_cursor)
+        assert not isinstance(raised.value, BadCursor)
+        assert raised.value.status == RPCStatusCode.UNKNOWN
+        # Asked once, the listing without the cursor once, then with the client's retries.
+        statuses = relay.of(LIST)[asked:]
+        assert len(statuses) > 2
+        assert set(statuses) == {grpc.StatusCode.UNKNOWN}
 
 
 async def test_a_made_up_cursor_of_deeply_nested_json_is_a_bad_cursor_not_a_500(

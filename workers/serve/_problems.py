@@ -4,7 +4,8 @@ The one place the API maps exceptions to statuses: psych's own errors (``NotFoun
 ``AccessDenied`` 404 with the same words as a missing Run so another tenant's Run is never
 revealed, ``Refused`` 409 with its kind (``TooLarge``: 413), ``ValidationFailed``/
 ``SpecError`` 422 with every problem, ``BadCursor`` 422 ``bad-cursor``: a listing's cursor
-damaged, or made for another tenant or other filters, ``StoreDamaged`` 500: a stored
+damaged, made for another tenant or other filters, or at a position Temporal cannot read,
+``StoreDamaged`` 500: a stored
 Version that no longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs
 asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: one it holds
 that does not open, damaged or sealed under other keys), Temporal's
@@ -139,7 +140,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case SpecError():
             return problem(422, str(err), "invalid-spec")
         case BadCursor():
-            # The request: another tenant's or other filters' cursor, or a damaged one.
+            # The request: another tenant's or other filters' cursor, a damaged one, or one
+            # at a position Temporal refuses (while it reads the listing from its start).
             return problem(422, str(err), "bad-cursor")
         case PsychError():
             return problem(409, str(err), "conflict")

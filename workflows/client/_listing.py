@@ -9,10 +9,18 @@ import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Literal
 
-from temporalio.client import Client, WorkflowExecution
+from google.protobuf.timestamp_pb2 import Timestamp
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import (
+    ListWorkflowExecutionsRequest,
+    ListWorkflowExecutionsResponse,
+)
+from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
+from temporalio.converter import decode_typed_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ids_from
@@ -47,7 +55,9 @@ store may answer) before it ends short."""
 PAGE_MAX = 1000
 """The most Runs asked of Temporal at once (its default ``visibilityMaxPageSize``)."""
 _UNREADABLE_TOKEN = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
-"""How Temporal refuses a page token it cannot read (the dev server's SQL store: UNKNOWN)."""
+"""How Temporal refuses a page token it cannot read: INVALID_ARGUMENT (Elasticsearch
+visibility), UNKNOWN (SQL visibility, the dev server's: its error is masked as "something
+went wrong, please retry"). The client retries UNKNOWN (about 10 s by default)."""
 
 
 @dataclass(frozen=True)
@@ -104,16 +114,26 @@ def _status_of(status: RunStatus | str | None, suspended: bool) -> str | None:
     return None if status is None else str(status)
 
 
-def _summary(execution: WorkflowExecution, run_id: str) -> RunSummary:
-    attributes = execution.typed_search_attributes
+def _utc(
+    info: WorkflowExecutionInfo, field: Literal["start_time", "close_time"]
+) -> datetime | None:
+    """The time ``field`` of ``info`` holds (as the SDK's ``WorkflowExecution``: UTC)."""
+    if not info.HasField(field):
+        return None
+    stamp: Timestamp = getattr(info, field)
+    return stamp.ToDatetime().replace(tzinfo=UTC)
+
+
+def _summary(info: WorkflowExecutionInfo, run_id: str) -> RunSummary:
+    attributes = decode_typed_search_attributes(info.search_attributes)
     return RunSummary(
-        workflow_id=execution.id,
+        workflow_id=info.execution.workflow_id,
         run_id=run_id,
         agent=attributes.get(_AGENT),
         version_hash=attributes.get(_VERSION),
         status=attributes.get(_STATUS),
-        started_at=execution.start_time,
-        closed_at=execution.close_time,
+        started_at=_utc(info, "start_time"),
+        closed_at=_utc(info, "close_time"),
         suspension=attributes.get(_SUSPENSION),
     )
 
@@ -215,28 +235,19 @@ class RunListing(abc.ABC):
         foreign = 0
         resumed = token is not None
         while len(found) < limit and foreign < FOREIGN_MAX:
-            page = self.temporal.list_workflows(
-                query, page_size=min(limit - len(found), PAGE_MAX), next_page_token=token
-            )
-            try:
-                await page.fetch_next_page()
-            except RPCError as err:
-                if not resumed or err.status not in _UNREADABLE_TOKEN:
-                    raise
-                # The same query reads without the cursor: the position is what Temporal
-                # cannot read (one made up, or a store's token of before an upgrade).
-                raise BadCursor(
-                    f"Temporal cannot read the position this cursor holds ({err.message}): "
-                    "start the listing again without a cursor"
-                ) from err
-            resumed = False
-            for execution in page.current_page or ():
-                tenant, run_id = parse_workflow_id(execution.id)
+            size = min(limit - len(found), PAGE_MAX)
+            if resumed:
+                page = await self._resumed(query, size, token)
+                resumed = False
+            else:
+                page = await self._fetch(query, size, token)
+            for info in page.executions:
+                tenant, run_id = parse_workflow_id(info.execution.workflow_id)
                 if tenant != scope.tenant:
                     foreign += 1
                     continue
-                found.append(_summary(execution, run_id))
-            token = page.next_page_token
+                found.append(_summary(info, run_id))
+            token = page.next_page_token or None
             if token is None:
                 break
         if foreign:
@@ -254,9 +265,8 @@ class RunListing(abc.ABC):
         if token is not None and probe:
             # A full page's token may lead nowhere (Temporal answers one whenever a page
             # is full): look one Run ahead, so the last page has no cursor.
-            ahead = self.temporal.list_workflows(query, page_size=1, next_page_token=token)
-            await ahead.fetch_next_page()
-            if not ahead.current_page and ahead.next_page_token is None:
+            ahead = await self._fetch(query, 1, token)
+            if not ahead.executions and not ahead.next_page_token:
                 token = None
         if filters.suspended:
             # Concurrently, a few at a time: one at a time, a page of Runs whose worker is
@@ -270,6 +280,55 @@ class RunListing(abc.ABC):
             found = list(await asyncio.gather(*(with_pending(summary) for summary in found)))
         cursor = None if token is None else make_cursor(scope.tenant, filters, token)
         return RunPage(runs=tuple(found), next_cursor=cursor)
+
+    async def _fetch(
+        self, query: str, size: int, token: bytes | None, *, retry: bool = True
+    ) -> ListWorkflowExecutionsResponse:
+        """One page of the visibility listing; ``retry``: with the client's retries.
+        (Asked of the service: ``Client.list_workflows``'s pages always retry, and the page
+        a cursor resumes must not.)"""
+        request = ListWorkflowExecutionsRequest(
+            namespace=self.temporal.namespace,
+            page_size=size,
+            next_page_token=token or b"",
+            query=query,
+        )
+        return await self.temporal.workflow_service.list_workflow_executions(request, retry=retry)
+
+    async def _resumed(
+        self, query: str, size: int, token: bytes | None
+    ) -> ListWorkflowExecutionsResponse:
+        """The first page read from a cursor's token: asked once without the client's
+        retries, so a token Temporal refuses is a ``BadCursor`` at once, not after the
+        retries of a code they take as transient (UNKNOWN: ~10 s, ~9 failing queries).
+
+        Raises:
+            BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
+                while it reads the same listing from its start.
+        """
+        try:
+            return await self._fetch(query, size, token, retry=False)
+        except RPCError as err:
+            # UNKNOWN is also what a server in trouble may answer: the token is to blame
+            # only when the listing reads without it (one query more, answered at once).
+            if err.status in _UNREADABLE_TOKEN and await self._reads(query):
+                raise BadCursor(
+                    "Temporal cannot read the position this cursor holds (it answered "
+                    f"{err.status.name}: {err.message!r}) though it reads the same listing "
+                    "from its start: the cursor was made up, or kept across a change of "
+                    "visibility store; start the listing again without a cursor"
+                ) from err
+        # Transient (UNAVAILABLE...), or the listing fails without the cursor too: asked
+        # again as any page is, with the client's retries.
+        return await self._fetch(query, size, token)
+
+    async def _reads(self, query: str) -> bool:
+        """Whether Temporal answers ``query``'s first Run, asked once."""
+        try:
+            await self._fetch(query, 1, None, retry=False)
+        except RPCError:
+            return False
+        return True
 
     async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
         """The summary with what the Run waits for; one Run nobody can answer for (no

@@ -1,0 +1,87 @@
+"""A gRPC relay on 127.0.0.1 in front of a real Temporal server, for the tests that must
+count what a client asked and how each ask was answered, or make the server look in
+trouble for a few asks: every unary call is passed on as bytes (its metadata too), and
+its answer (or status) passed back and recorded; ``fail_next`` answers the next calls of
+one method with a status of the test's instead, without asking the server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+
+
+@dataclass
+class Relay:
+    """A relay's target (``host:port``) and what it saw."""
+
+    target: str
+    answered: list[tuple[str, grpc.StatusCode]] = field(default_factory=list)
+    """Each call's method (its last part: ``ListWorkflowExecutions``) and its status, in
+    the order they were answered."""
+    _failures: dict[str, list[grpc.StatusCode]] = field(default_factory=dict)
+
+    def fail_next(self, method: str, status: grpc.StatusCode, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``status`` (not asked of the
+        server)."""
+        self._failures.setdefault(method, []).extend([status] * times)
+
+    def of(self, method: str) -> list[grpc.StatusCode]:
+        """The statuses of ``method``'s calls so far, in order."""
+        return [status for name, status in self.answered if name == method]
+
+    def failure_for(self, method: str) -> grpc.StatusCode | None:
+        queued = self._failures.get(method)
+        return queued.pop(0) if queued else None
+
+
+class _Forward(grpc.GenericRpcHandler):
+    def __init__(self, relay: Relay, upstream: grpc.aio.Channel) -> None:
+        self.relay = relay
+        self.upstream = upstream
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[bytes, bytes]:
+        path = handler_call_details.method
+
+        async def forward(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            name = path.rpartition("/")[2]
+            failure = self.relay.failure_for(name)
+            if failure is not None:
+                self.relay.answered.append((name, failure))
+                await context.abort(failure, f"the relay answers {failure.name} (scripted)")
+            metadata = [
+                (key, value)
+                for key, value in context.invocation_metadata() or ()
+                if not key.startswith(":") and key not in ("user-agent", "te", "content-type")
+            ]
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.upstream.unary_unary(path)
+            try:
+                answer: bytes = await call(request, metadata=metadata)
+            except grpc.aio.AioRpcError as err:
+                self.relay.answered.append((name, err.code()))
+                await context.abort(err.code(), err.details() or "")
+            self.relay.answered.append((name, grpc.StatusCode.OK))
+            return answer
+
+        return grpc.unary_unary_rpc_method_handler(forward)
+
+
+@asynccontextmanager
+async def relayed(upstream_target: str) -> AsyncIterator[Relay]:
+    """A relay to ``upstream_target`` (``host:port``) on a free loopback port."""
+    async with grpc.aio.insecure_channel(upstream_target) as upstream:
+        server = grpc.aio.server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        relay = Relay(f"127.0.0.1:{port}")
+        server.add_generic_rpc_handlers((_Forward(relay, upstream),))
+        await server.start()
+        try:
+            yield relay
+        finally:
+            await server.stop(grace=None)
