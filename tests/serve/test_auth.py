@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from psych_runtime.workers.serve._auth import (
     IssuerKeys,
     IssuerUnavailable,
 )
+from psych_runtime.workers.serve._problems import problem_for
 
 from ._app import api
 
@@ -498,6 +500,40 @@ async def test_a_failed_fetch_answers_every_token_at_once_until_it_is_tried_agai
         clock.now += 0.5  # the retry's time has come: fetched again, and the token judged
         assert (await keys.key_for(token(signing_key))).key_id == "k1"
         assert issuer.fetches == 2
+
+
+async def test_an_issuer_in_trouble_is_a_503_saying_when_its_keys_are_fetched_again(
+    tmp_path: Path, signing_key: rsa.RSAPrivateKey
+) -> None:
+    # From the known defects: the 503 had no Retry-After, though no token is judged before
+    # the failed fetch's JWKS_RETRY_SECONDS have passed (each is answered that failure).
+    bearer = {"Authorization": f"Bearer {token(signing_key)}"}
+    with Issuer(("k1", signing_key)).served() as issuer:
+        issuer.status = 500
+        settings = JwtSettings(issuer.url, ISSUER, AUDIENCE, ("RS256",), tenant_claim="org")
+        async with api(tmp_path, jwt=settings) as http:
+            fetched = await http.get("/v1/runs", headers=bearer)
+            meanwhile = await http.get("/v1/runs", headers=bearer)
+        assert issuer.fetches == 1
+    assert [fetched.status_code, meanwhile.status_code] == [503, 503]
+    # The fetch just failed: tried again in all of JWKS_RETRY_SECONDS (whole seconds).
+    assert fetched.headers["retry-after"] == str(math.ceil(JWKS_RETRY_SECONDS))
+    assert 1 <= int(meanwhile.headers["retry-after"]) <= math.ceil(JWKS_RETRY_SECONDS)
+    assert fetched.json()["type"] == "urn:psych:problem:issuer-unavailable"
+
+    # As the cooldown runs down, so does the header: never 0, never less than is left.
+    clock = Clock()
+    with Issuer(("k1", signing_key)).served() as issuer:
+        issuer.status = 503
+        keys = IssuerKeys(issuer.url, clock=clock)
+        headers = []
+        for passed in (0.0, 3.2, 9.0, 9.9):
+            clock.now = 1000.0 + passed
+            with pytest.raises(IssuerUnavailable) as refused:
+                await keys.key_for(token(signing_key))
+            headers.append(problem_for(refused.value).headers["retry-after"])
+        assert issuer.fetches == 1
+    assert headers == ["10", "7", "1", "1"]
 
 
 async def test_a_refetch_for_an_unknown_key_that_fails_keeps_the_keys_held(

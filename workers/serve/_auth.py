@@ -9,7 +9,8 @@ The operator configures the credentials; a caller never names its own tenant. Tw
 - JWTs: verified with PyJWT against the operator's JWKS (``IssuerKeys``: the key set
   fetched on the event loop, one fetch at a time, ``JWKS_TIMEOUT_SECONDS`` at most from
   the first byte sent to the last read, kept ``JWKS_LIFESPAN_SECONDS``; after a failed
-  fetch, none for ``JWKS_RETRY_SECONDS``), with the signature,
+  fetch, none for ``JWKS_RETRY_SECONDS``, each ``IssuerUnavailable`` meanwhile saying how
+  long is left: its 503's ``Retry-After``), with the signature,
   ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
   read from configurable claims. The caller carries when the token stops being accepted
   (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
@@ -81,6 +82,12 @@ class CredentialExpired(Unauthorized):
 class IssuerUnavailable(Unauthorized):
     """The token could not be judged: its issuer's signing keys (the JWKS) could not be
     fetched or read. Not the caller's fault (the token may be good): a 503, tried again."""
+
+    def __init__(self, message: str, retry_after: float = JWKS_RETRY_SECONDS) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds until the keys are fetched again: a token sent before then is answered
+        with this failure, without a fetch (the 503's ``Retry-After``)."""
 
 
 class NotPublisher(PsychError):
@@ -267,7 +274,8 @@ class IssuerKeys:
         if self._failed is not None and now < self._failed[0] + JWKS_RETRY_SECONDS:
             # A new error each time: one instance raised by every request would grow its
             # traceback by each raise.
-            raise IssuerUnavailable(self._failed[1])
+            failed_at, why = self._failed
+            raise IssuerUnavailable(why, failed_at + JWKS_RETRY_SECONDS - self._clock())
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         import httpx  # here: a worker that serves no JWT issuer never needs it

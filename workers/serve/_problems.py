@@ -13,12 +13,14 @@ that does not open, damaged or sealed under other keys), Temporal's
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
-503) and ``NotPublisher`` (403); anything else is a 500 ``internal`` problem that says
-nothing of it (the server logs it).
+503 with ``Retry-After``: when they are fetched again) and ``NotPublisher`` (403); anything
+else is a 500 ``internal`` problem that says nothing of it (the server logs it). A
+``Retry-After`` is sent only where the server knows when (``problem(retry_after=)``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -79,8 +81,16 @@ def problem_type(status: int, kind: str | None = None) -> str:
     return f"urn:psych:problem:{kind or status}"
 
 
-def problem(status: int, detail: str, kind: str | None = None, **extra: Any) -> JSONResponse:
-    """A problem response."""
+def problem(
+    status: int,
+    detail: str,
+    kind: str | None = None,
+    *,
+    retry_after: float | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """A problem response; ``retry_after``: seconds after which the request may succeed
+    (its ``Retry-After``), when the server knows them."""
     body = {
         "type": problem_type(status, kind),
         "title": _TITLES.get(status, "Error"),
@@ -88,7 +98,13 @@ def problem(status: int, detail: str, kind: str | None = None, **extra: Any) -> 
         "detail": detail,
         **extra,
     }
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if retry_after is not None:
+        # Whole seconds (RFC 9110's delay-seconds), rounded up so a client that waits them
+        # is not early, and at least 1: a 0 would ask for the request again at once.
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -103,7 +119,8 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
         case ApiProblem():
             return problem(err.status, err.detail, err.kind, **err.extra)
         case IssuerUnavailable():  # before Unauthorized: it is one
-            return problem(503, str(err), "issuer-unavailable")
+            # Not fetched again before then: each token sent meanwhile gets this answer.
+            return problem(503, str(err), "issuer-unavailable", retry_after=err.retry_after)
         case Unauthorized():
             return problem(401, str(err), "unauthorized")
         case NotPublisher():
