@@ -45,6 +45,7 @@ from psych_runtime.workers._worker import (
 from psych_runtime.workers.cli._parser_serving import SCRIPTED_SUPPORT
 from psych_runtime.workers.cli._runs import temporal_client, temporal_target
 from psych_runtime.workers.cli._scripted_model import fake_model
+from psych_runtime.workers.cli._stores import closing_stores
 from psych_runtime.workers.codec import codec_from_env
 from psych_runtime.workers.fleet import (
     Health,
@@ -336,6 +337,16 @@ def _print_policy(settings: WorkerSettings) -> None:
 async def _worker(args: argparse.Namespace) -> int:
     console_logging(verbose=args.verbose)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before connecting
+    # The stores it built from the environment (S3's hold connections), closed once its
+    # workers have stopped, or when it fails.
+    async with closing_stores(settings.blobs, settings.tokens):
+        await _work(args, settings)
+    print("worker stopped", flush=True)
+    return 0
+
+
+async def _work(args: argparse.Namespace, settings: WorkerSettings) -> None:
+    """``psych worker``'s workers (and probes) with ``settings``, until SIGINT or SIGTERM."""
     fake = fake_model_of(args)
     health_port = port_from(args.health_port, os.environ, "PSYCH_HEALTH_PORT")
     metrics_port = port_from(args.metrics_port, os.environ, "PSYCH_METRICS_PORT")
@@ -378,8 +389,6 @@ async def _worker(args: argparse.Namespace) -> int:
                 flush=True,
             )
             await stop.wait()
-    print("worker stopped", flush=True)
-    return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -408,7 +417,9 @@ async def _dev(args: argparse.Namespace) -> int:
     if args.ui and ui_port > 65535:
         raise PsychError(f"--port {args.port} + 1000 is no port for the UI: give --ui-port")
     with db_lock(args.db) if args.db is not None else contextlib.nullcontext():
-        return await _dev_on(args, settings, fake, ui_port)
+        # As `psych worker`, it closes the stores it built from the environment.
+        async with closing_stores(settings.blobs, settings.tokens):
+            return await _dev_on(args, settings, fake, ui_port)
 
 
 async def _dev_on(

@@ -28,12 +28,14 @@ from psych_runtime.workers._worker_settings import permits_with_file
 from psych_runtime.workers.cli._parser import DEFAULT_STORE, store_location
 from psych_runtime.workers.cli._run_facts import (
     QUERY_TIMEOUT,
+    RunFacts,
     has_worker,
     print_fallback,
     run_facts,
     unanswered,
 )
 from psych_runtime.workers.cli._specs import checked_spec, load_registry
+from psych_runtime.workers.cli._stores import closing_stores
 from psych_runtime.workers.console import (
     describe_pending,
     follow_run,
@@ -294,15 +296,24 @@ async def _report(args: argparse.Namespace) -> int:
     if not facts.worker_polling:
         print_fallback(facts, json_output=args.json)
         return 1
-    # The workers' store, as they configure it (opened for the tenant when sealed).
-    blobs = (
-        tenant_sealed_blobs(
-            temporal, blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
-        )
+    # The workers' store, as they configure it (opened for the tenant when sealed), closed
+    # once the report is printed or refused.
+    stored = (
+        blob_store_from_env(os.environ, Path(DEFAULT_HOME) / "blobs", writes=False)
         if inputs
         else None
     )
-    client = _reader(temporal, blobs)
+    async with closing_stores(stored):
+        blobs = None if stored is None else tenant_sealed_blobs(temporal, stored)
+        return await _print_report(args, facts, _reader(temporal, blobs), inputs)
+
+
+async def _print_report(
+    args: argparse.Namespace, facts: RunFacts, client: PsychClient, inputs: bool | set[int]
+) -> int:
+    """``psych report``'s output (the report, its inputs, or the transcript) read through
+    ``client``; 1 when no worker answers."""
+    scope = scope_of(args)
     # Both bounded by QUERY_TIMEOUT: the server lists a stopped worker's poller for a while,
     # and the client's default deadline made --transcript wait ~30 s before it failed.
     try:

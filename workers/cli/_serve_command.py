@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -20,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from psych_runtime.activities.blobs import S3BlobStore, blob_store_from_env
+from psych_runtime.activities.blobs import blob_store_from_env
 from psych_runtime.activities.egress import EgressSettings
-from psych_runtime.activities.tokens import S3TokenStore, token_store_from_env
+from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import version_store_at
 from psych_runtime.specs import PsychError, TenantPermits, load_yaml
 from psych_runtime.workers._settings import global_settings_path, worker_egress
@@ -34,6 +35,7 @@ from psych_runtime.workers.cli._parser import store_location
 from psych_runtime.workers.cli._parser_serving import DEFAULT_LISTEN
 from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
 from psych_runtime.workers.cli._specs import load_registry
+from psych_runtime.workers.cli._stores import close_stores
 from psych_runtime.workers.serve import (
     DEFAULT_MAX_BODY_BYTES,
     AuthSettings,
@@ -238,11 +240,7 @@ async def serve_settings(
         push_tokens=tenant_sealed_tokens(temporal, tokens),
         egress=egress,
         # The S3 stores' clients and connection pools: nothing else closes them.
-        at_shutdown=tuple(
-            opened.aclose
-            for opened in (blobs, tokens)
-            if isinstance(opened, S3BlobStore | S3TokenStore)
-        ),
+        at_shutdown=(functools.partial(close_stores, blobs, tokens),),
     )
 
 

@@ -64,10 +64,11 @@ class ServeSettings:
             file's ``egress:`` section (``psych serve`` gives the settings file it was
             given).
         at_shutdown: what the app's shutdown (its lifespan) closes besides what it made,
-            each awaited once, the last first: ``psych serve`` gives the ``aclose`` of the
+            each awaited once, the last first: ``psych serve`` gives one that closes the
             stores it opened for the app (an S3 blob or token store holds a connection
-            pool). An app that mounts this one, whose lifespan is not run, closes them at
-            its own shutdown.
+            pool), as ``psych worker`` and ``psych report --inputs`` close theirs. An app
+            that mounts this one, whose lifespan is not run, closes them at its own
+            shutdown.
     """
 
     client: PsychClient
