@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from psych_runtime.activities.blobs import (
         BlobCipher,
         BlobNotFound,
+        BlobSealRefused,
         BlobStore,
         Conversations,
         EncryptedBlobStore,
@@ -99,6 +100,7 @@ _HOMES = {
     "ActivityClass": "psych_runtime.activities._activity_class",
     "BlobCipher": "psych_runtime.activities.blobs",
     "BlobNotFound": "psych_runtime.activities.blobs",
+    "BlobSealRefused": "psych_runtime.activities.blobs",
     "BlobStore": "psych_runtime.activities.blobs",
     "ChatMessage": "psych_runtime.activities.contract",
     "CommandHook": "psych_runtime.activities.hooks",
@@ -192,6 +194,7 @@ __all__ = [
     "ActivityClass",
     "BlobCipher",
     "BlobNotFound",
+    "BlobSealRefused",
     "BlobStore",
     "ChatMessage",
     "CommandHook",

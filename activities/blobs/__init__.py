@@ -1,10 +1,11 @@
 """psych_runtime.activities.blobs: content-addressed blobs (the BlobStore port).
 
 ``LocalBlobStore`` (a directory), ``S3BlobStore`` (S3-compatible), each keeping its
-recent blobs in memory (``RecentBlobs``), ``EncryptedBlobStore``
-with its ``BlobCipher`` port, ``TenantSealedBlobs`` (sealed for a tenant the caller names,
-outside a Run) with its ``TenantCipher`` port, the conversation chain stored in them
-(``Conversations``), and the store a worker's environment configures (``blob_store_from_env``).
+recent blobs in memory (``RecentBlobs``), ``EncryptedBlobStore`` with its ``BlobCipher``
+port (a seal that does not open: ``BlobSealRefused``), ``TenantSealedBlobs`` (sealed for a
+tenant the caller names, outside a Run) with its ``TenantCipher`` port, the conversation
+chain stored in them (``Conversations``), and the store a worker's environment configures
+(``blob_store_from_env``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
@@ -23,6 +24,7 @@ from psych_runtime.activities.blobs._s3 import (
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
     BlobNotFound,
+    BlobSealRefused,
     BlobStore,
     Conversations,
     EncryptedBlobStore,
@@ -31,6 +33,7 @@ from psych_runtime.activities.blobs._store import (
     blob_key,
     canonical_json,
     ref_without_storing,
+    unreadable_blob,
 )
 from psych_runtime.activities.blobs._tenant import TenantCipher, TenantSealedBlobs
 from psych_runtime.activities.contract import blob_ref
@@ -38,6 +41,7 @@ from psych_runtime.activities.contract import blob_ref
 __all__ = [
     "BlobCipher",
     "BlobNotFound",
+    "BlobSealRefused",
     "BlobStore",
     "CONFLICT_ATTEMPTS",
     "Conversations",
@@ -62,4 +66,5 @@ __all__ = [
     "s3_client_options",
     "s3_error_code",
     "s3_status",
+    "unreadable_blob",
 ]

@@ -1,6 +1,6 @@
 """Content-addressed blobs: the BlobStore port, its local-directory default, its
-encrypting wrapper, the error a missing blob raises, and the conversation chain stored in
-it.
+encrypting wrapper, the errors a missing blob and a seal that does not open raise, and the
+conversation chain stored in it.
 
 A conversation is a chain of nodes ``{"parent": <ref or null>, "messages": [<ref>...]}``;
 its head ref is all a model-call activity needs. Appending stores one node, so a call's
@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from psych_runtime.activities._durable_files import sweep_temporary
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
-from psych_runtime.specs import NotFound
+from psych_runtime.specs import AccessDenied, NotFound
 
 
 class BlobNotFound(ApplicationError, NotFound):
@@ -47,6 +47,49 @@ class BlobNotFound(ApplicationError, NotFound):
         super().__init__(message, ref, type=ErrorType.BLOB_NOT_FOUND, non_retryable=True)
         self.ref = ref
         self.damaged = damaged
+
+
+class BlobSealRefused(ApplicationError, AccessDenied):
+    """A blob is stored under ``ref`` but its seal does not open with the reader's keys
+    (``EncryptedBlobStore``): sealed under keys this worker does not hold (the fleet's
+    workers have other codec keys, or a key's secret changed under its id), stored unsealed
+    before encryption was turned on, or altered where the store does not check a blob
+    against its ref (the shipped stores do: an altered blob is ``BlobNotFound``, damaged).
+
+    An ``AccessDenied``, as the ``BlobCipher`` port promises, and a non-retryable Temporal
+    ``ApplicationError`` of type ``BlobSealRefused``: no retry opens it, so an activity it
+    escapes from fails at once, naming the ref. The message names the ref only, never the
+    cipher's words (key ids, the tenants keys are for: the operator's), which are its
+    ``__cause__``.
+
+    Attributes:
+        ref: the ref that was read.
+    """
+
+    def __init__(self, ref: str) -> None:
+        message = (
+            f"blob {ref} is in the blob store but its seal does not open with this worker's "
+            "keys: it was sealed under keys this worker does not hold (the workers' codec "
+            "keys differ, or a key's secret changed under its id), stored unsealed before "
+            "encryption was turned on, or altered"
+        )
+        super().__init__(message, ref, type=ErrorType.BLOB_SEAL_REFUSED, non_retryable=True)
+        self.ref = ref
+
+
+def unreadable_blob(err: BaseException) -> str | None:
+    """What a reader inside a Run says of ``err`` when it is a blob that is in the store
+    but does not open: its seal refused (``BlobSealRefused``) or its bytes damaged
+    (``BlobNotFound.damaged``), naming the ref and never the store's location or a key;
+    None for any other error (a missing blob among them)."""
+    if isinstance(err, BlobSealRefused):
+        return err.message
+    if isinstance(err, BlobNotFound) and err.damaged:
+        return (
+            f"blob {err.ref} is in the blob store but damaged: its bytes no longer match "
+            "their ref (cut short by a crash, or altered)"
+        )
+    return None
 
 
 def blob_key(ref: str) -> str:
@@ -329,9 +372,14 @@ class EncryptedBlobStore:
 
         Raises:
             NotFound: nothing is stored under ``ref`` for this Run's tenant.
-            AccessDenied: the blob is not sealed with the cipher's keys, or was altered.
+            BlobSealRefused: an ``AccessDenied`` naming ``ref``: the blob is not sealed
+                with the cipher's keys, or was altered (the cipher's refusal is its cause).
         """
-        return self.cipher.open(await self.inner.get(ref))
+        sealed = await self.inner.get(ref)
+        try:
+            return self.cipher.open(sealed)
+        except AccessDenied as err:
+            raise BlobSealRefused(ref) from err
 
 
 def canonical_json(value: object) -> bytes:

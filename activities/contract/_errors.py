@@ -17,6 +17,10 @@ class ErrorType(StrEnum):
     """A Run's input failed validation at start (the workflow fails, non-retryable)."""
     BLOB_NOT_FOUND = "BlobNotFound"
     """Nothing is stored under a blob ref (``BlobNotFound``, a ``NotFound``)."""
+    BLOB_SEAL_REFUSED = "BlobSealRefused"
+    """A blob is stored under a ref but its seal does not open with the reading worker's
+    keys (``BlobSealRefused``, an ``AccessDenied``): sealed under keys it does not hold,
+    stored unsealed, or altered. No retry opens it."""
     COMPACTION_FAILED = "CompactionFailed"
     """``psych.model.compact`` cannot compact the conversation it was given (a mark that is
     not in it, a cut that would part a tool call from its result, an empty summary)."""

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from psych_runtime.activities.blobs import unreadable_blob
 from psych_runtime.activities.contract import ModelCallResult, ModelFailure
 from psych_runtime.specs import NotFound
 
@@ -106,7 +107,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     (``ProviderError``) whose code is one of those statuses or whose code or type names a
     rate limit, overload or server-side trouble. Everything else (other 4xx such as 401 and 403, a
     host name that does not resolve, a response that is not a chat completion,
-    configuration errors) is not: repeating the call cannot help.
+    configuration errors, a blob of the call's input that does not open: its seal refused
+    or its bytes damaged, said by ref with ``unreadable_blob``) is not: repeating the call
+    cannot help.
 
     Args:
         cause: an error response (its body read), ``httpx.HTTPStatusError``, an httpx
@@ -149,7 +152,11 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         )
     else:
         transient = False
-        if isinstance(cause, ResponseTooLarge):
+        unreadable = unreadable_blob(cause)
+        if unreadable is not None:
+            # Read before any request: the model was not called, and no retry opens it.
+            text = f"not called: {unreadable}"
+        elif isinstance(cause, ResponseTooLarge):
             text = str(cause)
         elif isinstance(cause, ProviderResponseError):
             text = f"malformed provider response: {cause}"

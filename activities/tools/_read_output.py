@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from psych_runtime.activities.blobs import BlobStore
+from temporalio import activity
+
+from psych_runtime.activities.blobs import BlobSealRefused, BlobStore
 from psych_runtime.activities.contract import ReadOutputInput, is_blob_ref
 from psych_runtime.activities.tools._http import ToolError
 from psych_runtime.specs import NotFound
@@ -13,7 +15,8 @@ async def read_slice(blobs: BlobStore, input: ReadOutputInput) -> str:
     size and the next offset.
 
     Raises:
-        ToolError: no such handle, a damaged stored output, or an offset past the end.
+        ToolError: no such handle, a damaged stored output, one whose seal does not open
+            with the worker's keys, or an offset past the end.
     """
     handle = input.handle
     missing = ToolError(f"no stored tool output with handle {handle!r}")
@@ -21,6 +24,14 @@ async def read_slice(blobs: BlobStore, input: ReadOutputInput) -> str:
         raise missing
     try:
         data = await blobs.get(handle)
+    except BlobSealRefused as err:
+        # The model is told which output and that it does not open here; the cipher's own
+        # words (key ids, the tenants keys are for) are the operator's, in the worker's log.
+        activity.logger.warning("read_tool_output: %s (%s)", err.message, err.__cause__)
+        raise ToolError(
+            f"the stored tool output {handle} does not open with this worker's keys (it was "
+            "sealed under keys this worker does not hold, or altered) and cannot be read"
+        ) from err
     except NotFound as err:
         # BlobNotFound.damaged, said without the store's message: the model reads this,
         # and a store's path or bucket is the operator's.

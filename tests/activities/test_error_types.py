@@ -13,6 +13,7 @@ def test_error_type_values_never_change() -> None:
     assert {member.name: member.value for member in ErrorType} == {
         "BAD_INPUT": "BadInput",
         "BLOB_NOT_FOUND": "BlobNotFound",
+        "BLOB_SEAL_REFUSED": "BlobSealRefused",
         "COMPACTION_FAILED": "CompactionFailed",
         "DUPLICATE_TOOL_NAME": "DuplicateToolName",
         "LOCAL_CALL_HOOKED": "LocalCallHooked",

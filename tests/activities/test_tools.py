@@ -7,6 +7,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +22,13 @@ from pydantic import BaseModel, ConfigDict
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities.blobs import BlobNotFound, Conversations, LocalBlobStore, blob_ref
+from psych_runtime.activities.blobs import (
+    BlobNotFound,
+    Conversations,
+    EncryptedBlobStore,
+    LocalBlobStore,
+    blob_ref,
+)
 from psych_runtime.activities.contract import (
     CatalogInput,
     CodeToolCall,
@@ -40,6 +47,7 @@ from psych_runtime.activities.secrets import (
 )
 from psych_runtime.activities.tools import ToolActivities
 from psych_runtime.specs import HttpTool, NotFound, Permits, Scope, StaticPermits, ToolRegistry
+from psych_runtime.workers import Key, Keyring, PsychCodec
 from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream, echo_headers
 
@@ -406,6 +414,38 @@ async def test_read_output_of_an_unknown_handle_is_an_error_outcome(
         read = await env.run(tools.read_output, ReadOutputInput(call_id="r", handle=handle))
         assert read.status == "error"
         assert read.content == f"no stored tool output with handle {handle!r}"
+
+
+async def test_read_output_of_a_blob_sealed_under_other_keys_names_it_to_the_model(
+    blobs: LocalBlobStore,
+) -> None:
+    # The cipher's refusal (AccessDenied) escaped read_tool_output: the activity was retried
+    # to no avail and the model then read the cipher's words (key id, tenant), not the handle.
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id="psych-acme-r1")
+    secret = os.urandom(32)
+    sealing = PsychCodec(Keyring([Key("acme-1", "acme", secret)], {"acme": "acme-1"}))
+    # The same key id with another secret: a worker configured otherwise than the one that
+    # stored the output.
+    other = PsychCodec(Keyring([Key("acme-1", "acme", os.urandom(32))], {"acme": "acme-1"}))
+
+    async def stored() -> str:
+        return await EncryptedBlobStore(blobs, sealing.blob_cipher()).put(b"x" * 5000)
+
+    handle = await env.run(stored)
+    reader = ToolActivities(
+        registry=ToolRegistry(), blobs=EncryptedBlobStore(blobs, other.blob_cipher())
+    )
+    try:
+        read = await env.run(reader.read_output, ReadOutputInput(call_id="r", handle=handle))
+    finally:
+        await reader.aclose()
+    assert read.status == "error"
+    assert read.content == (
+        f"the stored tool output {handle} does not open with this worker's keys (it was sealed "
+        "under keys this worker does not hold, or altered) and cannot be read"
+    )
+    assert "acme-1" not in read.content and secret.hex() not in read.content
 
 
 async def test_unregistered_code_tool_fails_the_activity(

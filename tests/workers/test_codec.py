@@ -21,7 +21,7 @@ from temporalio.converter import (
 )
 from temporalio.testing import ActivityEnvironment
 
-from psych_runtime.activities import EncryptedBlobStore, LocalBlobStore
+from psych_runtime.activities import BlobSealRefused, EncryptedBlobStore, LocalBlobStore
 from psych_runtime.activities.contract import TOOL_RUN_CODE
 from psych_runtime.specs import AccessDenied, NotFound, SpecError
 from psych_runtime.workers import (
@@ -317,9 +317,14 @@ async def test_blobs_are_sealed_per_tenant_and_hold_no_plaintext(tmp_path: Path)
     # A Run of another tenant holding the ref learns nothing, not even that it exists.
     with pytest.raises(NotFound, match="no blob of tenant 'globex'"):
         await in_activity("psych-globex-r1").run(store.get, acme_ref)
-    with pytest.raises(AccessDenied, match="outside a Run's activity"):
+    # A refusal names the blob (a BlobSealRefused, an AccessDenied); the cipher's reason is
+    # its cause, for the operator.
+    with pytest.raises(AccessDenied, match=f"blob {acme_ref} is in the blob store but") as out:
         await store.get(acme_ref)
+    assert "outside a Run's activity" in str(out.value.__cause__)
     # A blob written before encryption was turned on is refused, not passed through.
     old = await LocalBlobStore(tmp_path).put(b"plain")
-    with pytest.raises(AccessDenied, match="not encrypted"):
+    with pytest.raises(BlobSealRefused) as plain:
         await in_activity("psych-acme-r1").run(store.get, old)
+    assert plain.value.ref == old and plain.value.non_retryable
+    assert "not encrypted" in str(plain.value.__cause__)

@@ -1,0 +1,133 @@
+"""A Run whose model call finds a blob of its input in the store but unopenable: sealed under
+keys the worker does not hold, or altered on disk. The Run fails at once (no retry opens
+it), its reason naming the blob by ref and saying why, never a key, its secret or where the
+store is.
+
+Each Run asks for approval after its first model call; the worker that made that call then
+stops (its caches go with it), the blob store is made unreadable to the next worker, and
+that worker, approving, makes the second call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from psych_runtime.activities.blobs import EncryptedBlobStore, LocalBlobStore, blob_key
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker
+from psych_runtime.workflows import ModelCallFailed, PsychClient, RunHandle
+
+from ._waiting import all_records, is_waiting, state_when
+from .conftest import Harness
+
+pytestmark = pytest.mark.e2e
+
+
+def refund_agent(harness: Harness) -> AgentSpec:
+    @harness.registry.register(destructive=True)
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"order {order_id} refunded"
+
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("refund", {"order_id": "42"}, id="call-1")),
+        Reply.text("Refunded."),
+    )
+    return (
+        AgentBuilder("refunds", registry=harness.registry)
+        .instructions("Refund what is asked.")
+        .model("fake-model")
+        .tool("refund")
+        .build()
+    )
+
+
+async def until_approval(harness: Harness, client: PsychClient, run: RunHandle) -> None:
+    await state_when(client, run, harness.scope, is_waiting, what="the approval")
+
+
+async def failed_at_the_second_call(harness: Harness, client: PsychClient, run: RunHandle) -> str:
+    """The Run's reason, once checked that it failed on its second model call's input
+    without calling the model, and without retrying: one failure, not transient."""
+    with pytest.raises(RunFailed) as failed:
+        await client.result(run, scope=harness.scope)
+    assert len(harness.fake.requests) == 1  # the second call was never sent
+    records = await all_records(client, run, harness.scope)
+    calls = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert [(r.turn, r.transient) for r in calls] == [(2, False)]
+    return failed.value.reason
+
+
+async def test_a_blob_sealed_under_other_keys_fails_the_run_naming_it(harness: Harness) -> None:
+    # The cipher's refusal (AccessDenied) failed the Run as the model's: "model_error: model
+    # fake-model: AccessDenied: a payload sealed with key 'acme-1' for tenant 'acme' does
+    # not authenticate ...": the key's id and tenant, and no word of which blob.
+    secret = os.urandom(32)
+    keys = Keyring([Key("acme-1", "acme", secret)], {"acme": "acme-1"})
+    # The same key id with another secret: a worker whose keys are not its fleet's.
+    other = Keyring([Key("acme-1", "acme", os.urandom(32))], {"acme": "acme-1"})
+    target = harness.env.client.service_client.config.target_host
+    temporal = await connect(target, namespace=harness.env.client.namespace, codec=PsychCodec(keys))
+    client = PsychClient(
+        temporal,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=harness.settings.task_queue,
+        registry=harness.registry,
+    )
+    spec = refund_agent(harness)
+    settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    async with run_worker(temporal, settings):
+        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        await until_approval(harness, client, run)
+        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    # Its payloads open as before (the codec's keys); its blobs are opened with the other.
+    stored = settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    elsewhere = EncryptedBlobStore(LocalBlobStore(stored.root), PsychCodec(other).blob_cipher())
+    async with run_worker(temporal, dataclasses.replace(settings, blobs=elsewhere)):
+        await client.approve(run, "call-1", scope=harness.scope)
+        reason = await failed_at_the_second_call(harness, client, run)
+
+    # The first blob the second call reads: the system prompt the first one stored.
+    assert first.system_ref is not None
+    assert reason == (
+        f"model_error: model fake-model: not called: blob {first.system_ref} is in the blob "
+        "store but its seal does not open with this worker's keys: it was sealed under keys "
+        "this worker does not hold (the workers' codec keys differ, or a key's secret changed "
+        "under its id), stored unsealed before encryption was turned on, or altered"
+    )
+    for private in ("acme-1", secret.hex(), str(stored.root)):
+        assert private not in reason
+
+
+async def test_a_blob_altered_on_disk_fails_the_run_naming_it(harness: Harness) -> None:
+    # Altered, a blob no longer hashes to its ref: the model call failed naming the ref but
+    # as the model's failure, in the store's words, with the store's directory in them.
+    spec = refund_agent(harness)
+    settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    client = harness.client
+    async with run_worker(harness.env.client, settings):
+        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        await until_approval(harness, client, run)
+        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    stored = settings.blobs
+    assert isinstance(stored, LocalBlobStore) and first.context_ref is not None
+    # The conversation the first call ended with, which the second call continues.
+    (stored.root / blob_key(first.context_ref)).write_bytes(b'{"parent":null,"messages":[]}')
+    fresh = dataclasses.replace(settings, blobs=LocalBlobStore(stored.root))
+    async with run_worker(harness.env.client, fresh):
+        await client.approve(run, "call-1", scope=harness.scope)
+        reason = await failed_at_the_second_call(harness, client, run)
+
+    assert reason == (
+        f"model_error: model fake-model: not called: blob {first.context_ref} is in the blob "
+        "store but damaged: its bytes no longer match their ref (cut short by a crash, or "
+        "altered)"
+    )
+    assert str(stored.root) not in reason
