@@ -35,6 +35,10 @@ makes ``/register`` answer with them instead (``{}``: it registers again). ``POS
 far, as an authorization server that lost or expired them does (its token endpoint then
 answers their requests 401 ``invalid_client``, its ``/authorize`` refuses them).
 
+``--iss`` and ``--registration-management`` (``--management-host``) add RFC 9207's ``iss``
+and RFC 7592's client management to the SDK's authorization server
+(``tests.mcp.consent_extensions``).
+
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
 
@@ -67,6 +71,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.mcp.consent_extensions import CONTROLS, Extensions, extended, iss_control
 from tests.mcp.oauth_server import (
     Issued,
     State,
@@ -193,7 +198,7 @@ class Provider:
         raise TokenError("unsupported_grant_type", "identity assertions are not supported")
 
 
-def revocations(provider: Provider) -> Starlette:
+def revocations(provider: Provider, ext: Extensions) -> Starlette:
     """``POST /control/revoke-all``: access and refresh tokens alike stop working."""
 
     async def revoke_all(request: Request) -> Response:
@@ -204,7 +209,7 @@ def revocations(provider: Provider) -> Starlette:
 
     async def consents(request: Request) -> Response:
         counts = {"refreshed": provider.refreshed, "refused": provider.refused}
-        registered = {"registered": provider.registered}
+        registered = {"registered": provider.registered, **ext.listing()}
         return JSONResponse({"authorized": provider.authorized, **counts, **registered})
 
     async def refresh_delay(request: Request) -> Response:
@@ -312,12 +317,17 @@ async def serve(
     as_host: str = "127.0.0.1",
     own_issuer: bool = False,
     registration: bool = False,
+    advertise_iss: bool = False,
+    management_host: str | None = None,
 ) -> None:
     """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
     ``as_host`` (it listens on 127.0.0.1 whatever the name). ``own_issuer``: the resource
     server publishes no protected-resource metadata and its origin is an authorization
     server of its own (``without_resource_metadata``), over the same provider.
-    ``registration``: the authorization server takes dynamic client registrations."""
+    ``registration``: the authorization server takes dynamic client registrations;
+    ``advertise_iss`` and ``management_host`` (where registrations are managed; None:
+    they are not): ``tests.mcp.consent_extensions``'s ``--iss`` and
+    ``--registration-management``."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
@@ -331,7 +341,14 @@ async def serve(
     )
     mcp = resource_server(state, auth)
     app = mcp.sse_app() if transport == "sse" else mcp.streamable_http_app()
-    extra = revocations(provider)
+    ext = Extensions(
+        issuer=str(AnyHttpUrl(issuer)),
+        clients=provider.clients,
+        advertise_iss=advertise_iss,
+        management_base=None if management_host is None else f"http://{management_host}:{as_port}",
+    )
+    extra = revocations(provider, ext)
+    more = iss_control(ext)
     base = control(state)
 
     async def controls(scope: Any, receive: Any, send: Any) -> None:
@@ -345,6 +362,8 @@ async def serve(
             "/control/refresh-delay",
         ):
             await extra(scope, receive, send)
+        elif scope.get("path") in CONTROLS:
+            await more(scope, receive, send)
         else:
             await base(scope, receive, send)
 
@@ -357,7 +376,7 @@ async def serve(
         )
     )
     served = observed(app, controls, state)
-    authorization = replying(authorization, state, provider)
+    authorization = extended(replying(authorization, state, provider), ext)
     if own_issuer:
         origin = f"http://127.0.0.1:{rs_port}"
         own = Starlette(
@@ -388,9 +407,25 @@ def main() -> None:
     parser.add_argument(
         "--registration", action="store_true", help="take dynamic client registrations"
     )
+    parser.add_argument("--iss", action="store_true", help="RFC 9207 iss in every redirect")
+    parser.add_argument(
+        "--registration-management", action="store_true", help="RFC 7592 client deletion"
+    )
+    parser.add_argument("--management-host", help="the registration_client_uri's host name")
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
-    asyncio.run(serve(args.transport, clients, args.as_host, args.own_issuer, args.registration))
+    managed = args.management_host or args.as_host if args.registration_management else None
+    asyncio.run(
+        serve(
+            args.transport,
+            clients,
+            args.as_host,
+            args.own_issuer,
+            args.registration,
+            advertise_iss=args.iss,
+            management_host=managed,
+        )
+    )
 
 
 if __name__ == "__main__":

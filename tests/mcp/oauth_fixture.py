@@ -112,6 +112,26 @@ class OAuthMcpServer:
         lost or expired them does (consent server with ``--registration``)."""
         self._control("POST", "forget-registrations")
 
+    def set_authorize_iss(self, iss: str | None) -> None:
+        """``/authorize``'s redirects carry ``iss`` (None: no ``iss``) from now on (consent
+        server; ``reset_authorize_iss``: what ``--iss`` says again)."""
+        self._control("POST", "authorize-iss", {"iss": iss})
+
+    def reset_authorize_iss(self) -> None:
+        """``/authorize``'s redirects carry the issuer with ``--iss``, else no ``iss``."""
+        self._control("POST", "authorize-iss", {})
+
+    def deletions(self) -> list[str]:
+        """The client id of each RFC 7592 ``DELETE`` received, deleted or not (consent
+        server with ``--registration-management``)."""
+        deletions: list[str] = self.consents()["deletions"]
+        return deletions
+
+    def deleted(self) -> list[str]:
+        """The clients a ``DELETE`` with their registration access token deleted."""
+        deleted: list[str] = self.consents()["deleted"]
+        return deleted
+
     def set_refresh_delay(self, seconds: float) -> None:
         """Each answered refresh is held this long after its refresh token is spent
         (consent server)."""
