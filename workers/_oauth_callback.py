@@ -9,7 +9,10 @@ that ``state`` in the token store, leaves the code there for the Run and resumes
 is resumed. A redirect that carries the authorization server's ``error`` instead (the
 person refused: ``access_denied``, or another code, RFC 6749 4.1.2.1) answers the same
 item refused (``approved=False``, the error and its description as the note), so the
-Run's wait ends at once and what needed the token is told why. The Run's own
+Run's wait ends at once and what needed the token is told why. Either is taken only when
+its RFC 9207 ``iss`` is the authorization server's the consent was asked of (present
+where that server says it sends one): otherwise the page names the mismatch and the Run
+goes on waiting (a mix-up: another server's redirect must not end or answer it). The Run's own
 ``psych.mcp.authorize`` activity then exchanges the code (the PKCE verifier never leaves
 the store; ``activities/mcp/_consent.py``), or forgets the flow of a refusal. It needs the
 token store the workers use (``token_store_from_env``: the same directory or bucket) and a
@@ -72,7 +75,7 @@ async def complete_authorization(
     (``error``), a missing parameter, an unknown or used ``state``, or a Run that no longer
     waits are answers (``ok`` False) naming what is wrong, never a code or state.
     """
-    from psych_runtime.activities.mcp import deliver_authorization, waiting_on
+    from psych_runtime.activities.mcp import WrongIssuer, deliver_authorization, waiting_on
 
     state = query.get("state")
     refused = _refusal(query)
@@ -81,7 +84,10 @@ async def complete_authorization(
         if not state:
             return Completed(False, said)
         try:
-            waiting = await waiting_on(store, state)
+            waiting = await waiting_on(store, state, query.get("iss"))
+        except WrongIssuer as err:
+            # Not that server's refusal (RFC 9207): the wait goes on, nobody is told.
+            return Completed(False, f"a refusal arrived ({refused}), but {err}")
         except LookupError as err:
             return Completed(False, f"{said}; {err}")
         outcome = await _resume(client, waiting, refused)

@@ -21,11 +21,16 @@ from psych_runtime.activities.mcp._turn import (
 if TYPE_CHECKING:
     from psych_runtime.activities.mcp._activities import McpActivities
     from psych_runtime.activities.mcp._connect import check_servers
-    from psych_runtime.activities.mcp._consent import Waiting
-    from psych_runtime.activities.mcp._consent_callback import deliver_authorization, waiting_on
+    from psych_runtime.activities.mcp._consent_callback import (
+        Waiting,
+        WrongIssuer,
+        deliver_authorization,
+        waiting_on,
+    )
 
 _LAZY = {
-    "Waiting": "_consent",
+    "Waiting": "_consent_callback",
+    "WrongIssuer": "_consent_callback",
     "McpActivities": "_activities",
     "check_servers": "_connect",
     "deliver_authorization": "_consent_callback",
@@ -50,6 +55,7 @@ __all__ = [
     "McpUnreachable",
     "Resolved",
     "Waiting",
+    "WrongIssuer",
     "check_servers",
     "consent_error",
     "deliver_authorization",

@@ -13,7 +13,9 @@ callback and exchanges the code. A Run cannot keep a coroutine across a person's
    index from ``state`` to the Run's workflow id and the pending item's id, which the
    callback needs. It raises ``McpConsentRequired``; the Run suspends for authorization.
 3. The callback (``psych oauth-callback``, ``psych serve``, or ``oauth_callback_app``)
-   finds the Run by ``state``, leaves the code in the store and resumes the Run
+   finds the Run by ``state``, checks the redirect's RFC 9207 ``iss`` against the
+   authorization server the index names (a code or a refusal of another server is not
+   taken: the wait goes on), leaves the code in the store and resumes the Run
    (``_consent_callback``; a refusal the authorization server sent instead ends the wait
    with it).
 4. The Run's ``psych.mcp.authorize`` activity exchanges the code with the SDK's own
@@ -53,6 +55,13 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from psych_runtime.activities.egress import PURPOSE, EgressDenied, Purpose
+from psych_runtime.activities.mcp._consent_callback import (
+    Arrived,
+    ExpectedIss,
+    Waiting,
+    arrived_key,
+    index_key,
+)
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.mcp._registration import refuse_unregistrable, registration_refused
 from psych_runtime.activities.mcp._told import malformed_token_response
@@ -68,10 +77,6 @@ provider stops before the exchange)."""
 
 REFRESH_POLL_SECONDS = 0.1
 """How often a refused refresh asks the store again (``ConsentProvider``)."""
-
-CALLBACK_TENANT = "psych:oauth-callback"
-"""The tenant field of the callback's own records (a Scope's tenant cannot contain ``:``
-in the ways a Run's can be addressed, and the key is hashed anyway)."""
 
 
 class Flow(BaseModel):
@@ -92,22 +97,6 @@ class Flow(BaseModel):
     it)."""
 
 
-class Waiting(BaseModel):
-    """The callback's index entry of a flow: which Run, which pending item (no secret)."""
-
-    workflow_id: str
-    tenant: str
-    id: str
-
-
-class Arrived(BaseModel):
-    """What the redirect brought, waiting for the Run's exchange."""
-
-    code: str
-    state: str
-    iss: str | None
-
-
 def token_key(fields: tuple[str, str | None, str, str, str]) -> TokenKey:
     return TokenKey(*fields)
 
@@ -115,16 +104,6 @@ def token_key(fields: tuple[str, str | None, str, str, str]) -> TokenKey:
 def flow_key(tenant: str, principal: str | None, id: str) -> TokenKey:
     """Where a Run's parked flow is kept (sealed for its tenant)."""
     return TokenKey(tenant, principal, "psych:consent", "flow", id)
-
-
-def index_key(state: str) -> TokenKey:
-    """Where the callback finds the Run a ``state`` belongs to."""
-    return TokenKey(CALLBACK_TENANT, None, "psych:consent", "state", state)
-
-
-def arrived_key(id: str) -> TokenKey:
-    """Where the callback leaves the code for the Run's exchange."""
-    return TokenKey(CALLBACK_TENANT, None, "psych:consent", "code", id)
 
 
 class ConsentProvider(OAuthClientProvider):
@@ -409,7 +388,13 @@ class Consents:
         tenant, principal = flow.key[0], flow.key[1]
         named = flow.model_copy(update={"server": server})
         await self.store.put(flow_key(tenant, principal, pending), named.model_dump_json().encode())
-        waiting = Waiting(workflow_id=workflow_id, tenant=tenant, id=pending)
+        metadata = flow.oauth_metadata
+        iss = ExpectedIss(
+            issuer=None if metadata is None else str(metadata.issuer),
+            required=metadata is not None
+            and bool(metadata.authorization_response_iss_parameter_supported),
+        )
+        waiting = Waiting(workflow_id=workflow_id, tenant=tenant, id=pending, iss=iss)
         await unsealed(self.store).put(index_key(flow.state), waiting.model_dump_json().encode())
         return McpConsentRequired(server, flow.url, pending)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.activities.mcp._consent import Waiting, index_key
+from psych_runtime.activities.mcp._consent_callback import Waiting, index_key
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import Scope
 from psych_runtime.workers._oauth_callback import complete_authorization
