@@ -22,12 +22,8 @@ from psych_runtime.activities import (
 )
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.mcp import McpActivities, check_servers, parse_oauth_issuers
-from psych_runtime.activities.mcp._oauth import (
-    HeldRedactor,
-    OAuthUnavailable,
-    StoredTokens,
-    TokensHeld,
-)
+from psych_runtime.activities.mcp._held import HeldRedactor, TokensHeld
+from psych_runtime.activities.mcp._oauth import OAuthUnavailable, StoredTokens
 from psych_runtime.specs import McpOAuth, McpServer, Scope, SpecError
 from psych_runtime.workers import WorkerSettings
 from tests.activities.test_mcp import call

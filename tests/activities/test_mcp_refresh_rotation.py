@@ -18,7 +18,8 @@ from mcp.shared.auth import (
 )
 
 from psych_runtime.activities.mcp._consent import ConsentProvider
-from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.activities.mcp._held import TokensHeld
+from psych_runtime.activities.mcp._oauth import StoredTokens
 from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
 
 KEY = TokenKey("acme", "alice", "http://127.0.0.1:9", "psych", "http://127.0.0.1:9/mcp")

@@ -14,12 +14,8 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from psych_runtime.activities import LocalTokenStore
 from psych_runtime.activities.mcp._consent import ConsentProvider
-from psych_runtime.activities.mcp._oauth import (
-    HeldRedactor,
-    OAuthClients,
-    OAuthUnavailable,
-    StoredTokens,
-)
+from psych_runtime.activities.mcp._held import HeldRedactor
+from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable, StoredTokens
 from psych_runtime.activities.mcp._registration import client_refused, registration_refused
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.specs import McpOAuth, McpServer, Scope

@@ -19,7 +19,8 @@ from mcp.client.auth import PKCEParameters
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.shared.auth_utils import resource_url_from_server_url
 
-from psych_runtime.activities.mcp._oauth import StoredTokens, TokensHeld
+from psych_runtime.activities.mcp._held import TokensHeld
+from psych_runtime.activities.mcp._oauth import StoredTokens
 from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
 from psych_runtime.workers.cli import main
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
