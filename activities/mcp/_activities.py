@@ -64,10 +64,7 @@ from psych_runtime.activities.mcp._input import (
     input_required,
 )
 from psych_runtime.activities.mcp._oauth import OAuthClients
-from psych_runtime.activities.mcp._pool import (
-    McpSessions,
-    McpUnavailable,
-)
+from psych_runtime.activities.mcp._pool import McpSessions, McpUnavailable
 from psych_runtime.activities.mcp._results import result_text
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
@@ -139,9 +136,10 @@ class McpActivities(Catalogues, ActivityClass):
         self.policy: Policy = policy if policy is not None else RulePolicy()
         self.settings = settings if settings is not None else McpSettings()
         self.permits = permits
-        self.oauth = None if tokens is None else OAuthClients(self.settings.oauth_issuers, tokens)
-        self._outage_seconds = outage_seconds
         self.egress = egress if egress is not None else Egress()
+        issuers = self.settings.oauth_issuers
+        self.oauth = None if tokens is None else OAuthClients(issuers, tokens, egress=self.egress)
+        self._outage_seconds = outage_seconds
         self.catalogs = CatalogCache(
             self.settings.catalog_ttl_seconds, self.settings.catalog_max_ttl_seconds
         )

@@ -63,7 +63,7 @@ from psych_runtime.activities.mcp._consent_callback import (
     index_key,
 )
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
-from psych_runtime.activities.mcp._registration import refuse_unregistrable, registration_refused
+from psych_runtime.activities.mcp._registration import refuse_unregistrable
 from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -114,8 +114,9 @@ class ConsentProvider(OAuthClientProvider):
             server that names another one is refused (its tokens never reach us, ours
             never reach it).
         parked: called with the flow when the person's consent is needed.
-        dynamic: the client may be registered (``_registration``); otherwise the SDK's
-            registration request is refused before it is sent.
+        dynamic: the client may be registered (``_registration``; the storage's
+            ``registering`` reads the answer); otherwise the SDK's registration request is
+            refused before it is sent.
         unregistered: None, or (a publish-time check, which registers no client) where
             the key goes when the flow stops at the registration instead.
     """
@@ -180,8 +181,8 @@ class ConsentProvider(OAuthClientProvider):
             while True:
                 registering = outgoing is not request and self._registering(outgoing)
                 response = yield outgoing
-                if registering and (refused := await registration_refused(response, self.issuer)):
-                    raise refused
+                if registering:  # refused, or what its answer offers kept (``Registering``)
+                    await self.storage.registering.answered(response)
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
@@ -284,8 +285,12 @@ class ConsentProvider(OAuthClientProvider):
         return AuthorizationCodeResult(code=_DEFERRED, state=state, iss=iss)
 
     async def _perform_authorization(self) -> httpx2.Request:
-        _, verifier = await self._perform_authorization_code_grant()
         context = self.context
+        if self.dynamic and self.storage.client is not None:
+            # The stored registration: another worker's, when it was stored before this
+            # flow's own (``keep_registration``), which the SDK's context still holds.
+            context.client_info = self.storage.client
+        _, verifier = await self._perform_authorization_code_grant()
         assert self._url is not None and context.client_info is not None
         state = parse_qs(urlsplit(self._url).query)["state"][0]
         self.parked(

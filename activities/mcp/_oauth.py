@@ -34,9 +34,11 @@ from mcp.shared.auth import (
 from mcp.shared.auth_utils import resource_url_from_server_url
 from pydantic import BaseModel, ValidationError
 
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.mcp._held import HeldRedactor, TokensHeld
 from psych_runtime.activities.mcp._registration import (
+    Registering,
     client_refused,
     dynamic_client_id,
     forget_registration,
@@ -87,7 +89,8 @@ class StoredTokens(TokenStorage):
 
     ``registration``: where a dynamically registered client is kept (``_registration``);
     the client comes from the token record (the one its token was issued to), else from
-    there, and the one the SDK registers is stored there.
+    there, and the one the SDK registers is stored there (``registering``: the flow's
+    registration, deleted at the server when another was stored first).
     """
 
     def __init__(
@@ -97,12 +100,14 @@ class StoredTokens(TokenStorage):
         held: TokensHeld,
         client: OAuthClientInformationFull | None = None,
         registration: TokenKey | None = None,
+        registering: Registering | None = None,
     ) -> None:
         self.store = store
         self.key = key
         self._held = held.holder(key)
         self.client = client
         self.registration = registration
+        self.registering = registering
         self.metadata: OAuthMetadata | None = None
         """The issuing server's metadata, read with the token (or set before storing it)."""
         self._memory: bytes | None = None
@@ -168,8 +173,9 @@ class StoredTokens(TokenStorage):
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         """Keeps a client-id metadata document's client (derived from the Spec, nothing to
-        store) or stores a dynamic registration; refuses a registration for a client the
-        Spec names (``ConsentProvider`` refuses it before it is sent)."""
+        store) or stores a dynamic registration (one stored first by another worker stands
+        and is used instead); refuses a registration for a client the Spec names
+        (``ConsentProvider`` refuses it before it is sent)."""
         if client_info.client_id == self.key.client_id:
             self.client = client_info
             return
@@ -178,9 +184,11 @@ class StoredTokens(TokenStorage):
                 "a client was registered dynamically for a server whose Spec names its "
                 "client (oauth.preregistered_client_id or oauth.cimd_url): refused"
             )
-        self._client(client_info)
         if self.store is not None:
-            await keep_registration(self.store, self.registration, client_info)
+            client_info = await keep_registration(
+                self.store, self.registration, client_info, self.registering
+            )
+        self._client(client_info)
 
     async def forgot(self, client: OAuthClientInformationFull, response: httpx2.Response) -> bool:
         """Whether the token endpoint's ``response`` refused the registered ``client``
@@ -245,13 +253,21 @@ class OAuthClients:
         registers: whether a client is registered dynamically when one is needed; False
             (a publish-time check): the flow stops there, its key in ``unregistered``
             (a person must consent after the first Run registers it).
+        egress: the worker's egress port, through which a registration left unused is
+            deleted (default: one from the environment).
     """
 
     def __init__(
-        self, issuers: Mapping[str, str], store: TokenStore | None, *, registers: bool = True
+        self,
+        issuers: Mapping[str, str],
+        store: TokenStore | None,
+        *,
+        registers: bool = True,
+        egress: Egress | None = None,
     ) -> None:
         self.issuers = dict(issuers)
         self.store = store
+        self.egress = egress if egress is not None else Egress()
         self.held = TokensHeld()
         self.consents = Consents(store, {})
         self.unregistered: set[TokenKey] | None = None if registers else set()
@@ -414,7 +430,10 @@ async def consent_grant(
         resource=resource,
     )
     registration = registration_key(scope.tenant, issuer, resource, metadata) if dynamic else None
-    storage = StoredTokens(clients.store, key, clients.held, client, registration)
+    registering = Registering(clients.egress, scope.tenant, server.name, issuer)
+    storage = StoredTokens(
+        clients.store, key, clients.held, client, registration, registering if dynamic else None
+    )
     provider = ConsentProvider(
         server_url=server.url,
         client_metadata=metadata,

@@ -24,12 +24,22 @@ The SDK's provider registers the client itself, at the authorization server's
   ``registration_endpoint`` (the SDK would post to ``/register`` at the MCP server's
   origin) is refused before anything is sent, and a registration the server refuses ends
   the flow naming the server and its answer (``registration_refused``).
+- Two workers registering at once (neither found a registration stored): the first to
+  store its registration stands (``keep_registration``, one ``TokenStore.update``), and
+  the other takes it instead of its own, so every Run of the tenant uses one client. The
+  one left unused is deleted at the authorization server when its registration answer
+  offered RFC 7592 management (``registration_access_token`` and
+  ``registration_client_uri``: ``Registering.discard``, through the tenant's egress as the
+  registration went); without management it stays registered there, unused. A failed
+  deletion is logged naming the client, and the flow goes on with the stored one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from dataclasses import dataclass, field
 
 import httpx2
 from mcp.client.auth import OAuthRegistrationError
@@ -37,7 +47,10 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
+from psych_runtime.activities.egress import PURPOSE, Egress, Purpose
 from psych_runtime.activities.tokens import TokenKey, TokenStore
+
+_log = logging.getLogger(__name__)
 
 DYNAMIC = "psych:dcr:"
 """The prefix of a dynamically registered client's name in its tokens' keys."""
@@ -47,6 +60,9 @@ REGISTRATION = "psych:registration:"
 
 _SAID = 300
 """Most characters of an authorization server's ``error_description`` repeated."""
+
+DISCARD_SECONDS = 10.0
+"""How long the deletion of an unused registration may take (the flow waits for it)."""
 
 
 def metadata_digest(metadata: OAuthClientMetadata) -> str:
@@ -95,10 +111,9 @@ def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
     return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
 
 
-async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInformationFull | None:
-    """The client registered under ``key``; None when there is none (or its record is
-    unreadable, or names another key: the flow then registers again and replaces it)."""
-    data = await store.get(key)
+def _client_in(data: bytes | None, key: TokenKey) -> OAuthClientInformationFull | None:
+    """The client a registration record ``data`` of ``key`` holds (None: no record, an
+    unreadable one, or one naming another key)."""
     if data is None:
         return None
     try:
@@ -108,12 +123,37 @@ async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInfo
     return record.client if record.key == _fields(key) else None
 
 
+async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInformationFull | None:
+    """The client registered under ``key``; None when there is none (or its record is
+    unreadable, or names another key: the flow then registers again and replaces it)."""
+    return _client_in(await store.get(key), key)
+
+
 async def keep_registration(
-    store: TokenStore, key: TokenKey, client: OAuthClientInformationFull
-) -> None:
-    """Store ``client`` under ``key`` (a later registration replaces it)."""
-    record = _Registration(key=_fields(key), client=client)
-    await store.put(key, record.model_dump_json().encode())
+    store: TokenStore,
+    key: TokenKey,
+    client: OAuthClientInformationFull,
+    registering: Registering | None = None,
+) -> OAuthClientInformationFull:
+    """Store ``client`` under ``key`` unless a registration is stored there already
+    (another worker's, registered at the same time: the first stored stands); the client
+    that stands. ``client`` left unused is deleted at the authorization server
+    (``registering``), or logged as left there."""
+    record = _Registration(key=_fields(key), client=client).model_dump_json().encode()
+    standing = [client]
+
+    def first(data: bytes | None) -> bytes:
+        stored = _client_in(data, key)
+        if data is None or stored is None:
+            standing[0] = client
+            return record
+        standing[0] = stored
+        return data
+
+    await store.update(key, first)
+    if standing[0].client_id != client.client_id and registering is not None:
+        await registering.discard(client.client_id)
+    return standing[0]
 
 
 async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) -> None:
@@ -171,6 +211,84 @@ def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: b
         )
 
 
+@dataclass(frozen=True)
+class Management:
+    """The RFC 7592 management a registration answer offered: where its client is read,
+    changed or deleted, and the bearer token that may (held in memory only, never stored
+    or logged)."""
+
+    client_id: str
+    uri: str
+    token: str = field(repr=False)
+
+
+@dataclass
+class Registering:
+    """One flow's dynamic registration, for the tenant's egress: the management its answer
+    offered (``answered``), and the deletion of its client when another worker's
+    registration was stored first (``discard``)."""
+
+    egress: Egress
+    tenant: str
+    server: str
+    """The MCP server's name in the Spec."""
+    issuer: str
+    offered: Management | None = None
+
+    async def answered(self, response: httpx2.Response) -> None:
+        """Read a registration ``response``: refuse it (``registration_refused``), or keep
+        the management it offers, if any.
+
+        Raises:
+            OAuthRegistrationError: the authorization server refused the registration, or
+                answered with no usable client.
+        """
+        refused = await registration_refused(response, self.issuer)
+        if refused is not None:
+            raise refused
+        answer = _read(await response.aread())
+        fields = ("client_id", "registration_client_uri", "registration_access_token")
+        said = [answer.get(name) if isinstance(answer, dict) else None for name in fields]
+        client_id, uri, token = (value if isinstance(value, str) else "" for value in said)
+        self.offered = Management(client_id, uri, token) if uri and token else None
+
+    async def discard(self, client_id: str) -> None:
+        """Delete ``client_id``, registered by this flow and left unused, at the
+        authorization server (RFC 7592 2.3: ``DELETE`` at its ``registration_client_uri``
+        with its registration access token as the bearer), through the tenant's egress as
+        the registration went. Best effort: a failure is logged naming the client, never
+        raised (the flow goes on with the stored registration)."""
+        offered, self.offered = self.offered, None
+        unused = (
+            f"the unused client {client_id} (another worker's registration for MCP server "
+            f"{self.server!r} was stored first) at the authorization server {self.issuer}"
+        )
+        if offered is None or offered.client_id != client_id:
+            _log.info("%s stays registered: its registration offered no management", unused)
+            return
+        purpose = Purpose("mcp_oauth", f"the authorization server of MCP server {self.server!r}")
+        try:
+            request = httpx2.Request(
+                "DELETE",
+                offered.uri,
+                headers={"Authorization": f"Bearer {offered.token}"},
+                extensions={PURPOSE: purpose},
+            )
+            timeout = httpx2.Timeout(DISCARD_SECONDS)
+            async with self.egress.mcp_client(self.tenant, timeout=timeout) as http:
+                response = await http.send(request)
+        except Exception as err:
+            failed = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        else:
+            if response.is_success:
+                _log.info("deleted %s", unused)
+                return
+            failed = f"HTTP {response.status_code}{_error_said(response.content)}"
+        _log.warning(
+            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
+        )
+
+
 async def registration_refused(
     response: httpx2.Response, issuer: str
 ) -> OAuthRegistrationError | None:
@@ -182,18 +300,25 @@ async def registration_refused(
     body = await response.aread()
     if response.status_code in (200, 201):
         return _unusable(body, issuer, response.request.url)
-    said = ""
-    answer = _read(body)
-    if isinstance(answer, dict):
-        error, description = answer.get("error"), answer.get("error_description")
-        if isinstance(error, str) and error:
-            said = f" {_printable(error)}"
-            if isinstance(description, str) and description:
-                said += f": {_printable(description)}"
     return OAuthRegistrationError(
         f"the authorization server {issuer} refused the dynamic client registration at "
-        f"{response.request.url}: HTTP {response.status_code}{said}"
+        f"{response.request.url}: HTTP {response.status_code}{_error_said(body)}"
     )
+
+
+def _error_said(body: bytes) -> str:
+    """An OAuth error answer's ``error`` and ``error_description`` as repeated (printable
+    characters, bounded), after a space; empty when the answer names no error."""
+    answer = _read(body)
+    if not isinstance(answer, dict):
+        return ""
+    error, description = answer.get("error"), answer.get("error_description")
+    if not isinstance(error, str) or not error:
+        return ""
+    said = f" {_printable(error)}"
+    if isinstance(description, str) and description:
+        said += f": {_printable(description)}"
+    return said
 
 
 def _read(body: bytes) -> object:

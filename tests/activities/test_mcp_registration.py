@@ -1,10 +1,13 @@
 """A dynamically registered ``authorization_code`` client (``mcp/_registration.py``): the
 keys its registration and tokens live under, the registration kept in and read from a real
-local token store, its secret redacted, and how a refused registration is told. The flow
-against a real authorization server is ``tests/e2e/test_mcp_consent_registration.py``'s."""
+local token store (the first stored standing), its secret redacted, how a refused
+registration is told, and the RFC 7592 deletion of one left unused against the consent
+server on loopback. The flow against a real authorization server is
+``tests/e2e/test_mcp_consent_registration.py``'s (and ``..._registration_race.py``'s)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,12 +16,20 @@ import pytest
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from psych_runtime.activities import LocalTokenStore
+from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._consent import ConsentProvider
 from psych_runtime.activities.mcp._held import HeldRedactor
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable, StoredTokens
-from psych_runtime.activities.mcp._registration import client_refused, registration_refused
+from psych_runtime.activities.mcp._registration import (
+    Registering,
+    client_refused,
+    forget_registration,
+    read_registration,
+    registration_refused,
+)
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.specs import McpOAuth, McpServer, Scope
+from tests.mcp.oauth_fixture import start_oauth_server
 
 URL = "https://crm.test/mcp"
 ISSUER = "https://auth.test"
@@ -75,13 +86,43 @@ async def test_a_token_keeps_the_client_it_was_issued_to(tmp_path: Path) -> None
     first = await grant_storage(clients, SERVER, scope)
     await first.set_client_info(registered("client-1"))
     await first.set_tokens(OAuthToken(access_token="tok-1", refresh_token="ref-1"))
-    # Another worker registered meanwhile and replaced the registration.
-    await (await grant_storage(clients, SERVER, scope)).set_client_info(registered("client-2"))
+    # The registration was replaced meanwhile (the server forgot client-1, another worker
+    # registered client-2).
+    other = await grant_storage(clients, SERVER, scope)
+    assert other.registration is not None
+    await forget_registration(store, other.registration, "client-1")
+    await other.set_client_info(registered("client-2"))
     later = await grant_storage(clients, SERVER, scope)
     token = await later.get_tokens()
     client = await later.get_client_info()
     assert token is not None and token.refresh_token == "ref-1"
     assert client is not None and client.client_id == "client-1"
+
+
+async def test_the_registration_stored_first_stands_for_a_later_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two workers that registered at once: the second to store its registration takes
+    the first's (its answer offered no management: its own stays at the server, logged)."""
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    ann = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="ann"))
+    bob = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="bob"))
+    assert await ann.get_client_info() is None and await bob.get_client_info() is None
+    await ann.set_client_info(registered("client-1"))
+    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+    await bob.set_client_info(registered("client-2", "minted-secret-2"))
+    # Before the fix: the later registration replaced the earlier one in the store.
+    assert bob.client is not None and bob.client.client_id == "client-1"
+    assert ann.registration is not None
+    stored = await read_registration(store, ann.registration)
+    assert stored is not None and stored.client_id == "client-1"
+    assert (
+        f"the unused client client-2 (another worker's registration for MCP server 'crm' was "
+        f"stored first) at the authorization server {ISSUER} stays registered: its "
+        "registration offered no management"
+    ) in caplog.text
+    assert "minted-secret-2" not in caplog.text
 
 
 async def test_a_registration_under_another_key_is_ignored(tmp_path: Path) -> None:
@@ -198,3 +239,40 @@ async def test_an_answer_nested_past_the_parsers_depth_is_told_as_any_unreadable
     assert not await client_refused(answer(401, deep))
     nested = b'{"error": "invalid_client", "more": ' + deep + b"}"
     assert not await client_refused(answer(400, nested))
+
+
+async def test_an_unused_registration_is_deleted_with_its_management_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = start_oauth_server(
+        "streamable-http",
+        {},
+        module="tests.mcp.consent_server",
+        extra=("--registration", "--registration-management"),
+    )
+    try:
+        registering = Registering(Egress(), "acme", "crm", server.issuer)
+        metadata = {"redirect_uris": ["http://127.0.0.1/cb"], "token_endpoint_auth_method": "none"}
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(f"{server.issuer}/register", json=metadata)
+        await registering.answered(answer)
+        offered = registering.offered
+        assert offered is not None and offered.client_id == answer.json()["client_id"]
+        assert offered.token not in repr(offered)
+        caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+        # A token the server does not take: logged naming the client, nothing raised.
+        registering.offered = dataclasses.replace(offered, token="not-it")
+        await registering.discard(offered.client_id)
+        assert (
+            f"the unused client {offered.client_id} (another worker's registration for MCP "
+            f"server 'crm' was stored first) at the authorization server {server.issuer} "
+            f"stays registered: deleting it at {offered.uri} failed: HTTP 401 invalid_token"
+        ) in caplog.text
+        assert server.deleted() == []
+        registering.offered = offered
+        await registering.discard(offered.client_id)
+        assert server.deleted() == [offered.client_id]
+        assert f"deleted the unused client {offered.client_id}" in caplog.text
+        assert offered.token not in caplog.text
+    finally:
+        server.stop()
