@@ -63,7 +63,7 @@ from psych_runtime.activities.mcp._consent_callback import (
     index_key,
 )
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
-from psych_runtime.activities.mcp._registration import refuse_unregistrable
+from psych_runtime.activities.mcp._registration import refuse_unregistrable, still_known
 from psych_runtime.activities.mcp._told import malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
@@ -288,8 +288,10 @@ class ConsentProvider(OAuthClientProvider):
         context = self.context
         if self.dynamic and self.storage.client is not None:
             # The stored registration: another worker's, when it was stored before this
-            # flow's own (``keep_registration``), which the SDK's context still holds.
+            # flow's own (``keep_registration``), which the SDK's context still holds;
+            # one the authorization server forgot is replaced (``still_known``).
             context.client_info = self.storage.client
+            context.client_info = await still_known(self, self.storage)
         _, verifier = await self._perform_authorization_code_grant()
         assert self._url is not None and context.client_info is not None
         state = parse_qs(urlsplit(self._url).query)["state"][0]

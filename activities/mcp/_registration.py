@@ -32,6 +32,13 @@ The SDK's provider registers the client itself, at the authorization server's
   ``registration_client_uri``: ``Registering.discard``, through the tenant's egress as the
   registration went); without management it stays registered there, unused. A failed
   deletion is logged naming the client, and the flow goes on with the stored one.
+- A stored client is checked before a consent's URL is built with it (``still_known``):
+  no refused refresh or exchange tells a person with no token yet that the authorization
+  server forgot it, and its consent page would be the server's error, which never
+  redirects back. The check is a token request with the client's credentials and a code
+  that cannot be valid (``Registering.probe``): ``invalid_client`` means forgotten (it is
+  forgotten in the store and the flow registers again), ``invalid_grant`` known. RFC 7592's
+  read is not used: its registration access token is never stored.
 """
 
 from __future__ import annotations
@@ -39,10 +46,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx2
-from mcp.client.auth import OAuthRegistrationError
+from mcp.client.auth import OAuthClientProvider, OAuthRegistrationError
+from mcp.client.auth.oauth2 import check_registration_usable
+from mcp.client.auth.utils import create_client_registration_request, handle_registration_response
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
@@ -62,7 +73,8 @@ _SAID = 300
 """Most characters of an authorization server's ``error_description`` repeated."""
 
 DISCARD_SECONDS = 10.0
-"""How long the deletion of an unused registration may take (the flow waits for it)."""
+"""How long the deletion of an unused registration, or the check that a stored client is
+still known, may take (the flow waits for it)."""
 
 
 def metadata_digest(metadata: OAuthClientMetadata) -> str:
@@ -234,6 +246,8 @@ class Registering:
     """The MCP server's name in the Spec."""
     issuer: str
     offered: Management | None = None
+    registered: str | None = None
+    """The client id this flow's registration got (``answered``)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep
@@ -251,6 +265,61 @@ class Registering:
         said = [answer.get(name) if isinstance(answer, dict) else None for name in fields]
         client_id, uri, token = (value if isinstance(value, str) else "" for value in said)
         self.offered = Management(client_id, uri, token) if uri and token else None
+        self.registered = client_id or None
+
+    async def send(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` to the authorization server through the tenant's egress, as
+        the SDK's registration went (its body read).
+
+        Raises:
+            Exception: what the egress or the transport raises (refused, unreachable).
+        """
+        purpose = Purpose("mcp_oauth", f"the authorization server of MCP server {self.server!r}")
+        request.extensions[PURPOSE] = purpose
+        timeout = httpx2.Timeout(DISCARD_SECONDS)
+        async with self.egress.mcp_client(self.tenant, timeout=timeout) as http:
+            return await http.send(request)
+
+    async def probe(self, provider: OAuthClientProvider) -> httpx2.Response | None:
+        """The token endpoint's answer to the provider's client asking with a code that
+        cannot be valid (``invalid_client``: the server forgot the client; ``invalid_grant``:
+        it knows it); None, logged naming the client, when there is no telling (no
+        metadata, unreachable, refused by the egress, another answer)."""
+        context = provider.context
+        client, metadata = context.client_info, context.oauth_metadata
+        uris = context.client_metadata.redirect_uris
+        if client is None or metadata is None or not uris:  # neither is, when it registers
+            return None
+        data = {
+            "grant_type": "authorization_code",
+            "code": "psych-probe-" + secrets.token_urlsafe(24),
+            "redirect_uri": str(uris[0]),
+            "client_id": client.client_id,
+            "code_verifier": secrets.token_urlsafe(48),
+        }
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        data, headers = context.prepare_token_auth(data, headers)
+        url = str(metadata.token_endpoint)
+        try:
+            response = await self.send(httpx2.Request("POST", url, data=data, headers=headers))
+        except Exception as err:
+            told = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        else:
+            answer = _read(response.content)
+            error = answer.get("error") if isinstance(answer, dict) else None
+            if response.status_code in (400, 401) and error in ("invalid_client", "invalid_grant"):
+                return response
+            told = f"HTTP {response.status_code}{_error_said(response.content)}"
+        _log.warning(
+            "could not tell whether the authorization server %s still knows the client %s "
+            "of MCP server %r (its token endpoint %s: %s): the consent is asked with it",
+            self.issuer,
+            client.client_id,
+            self.server,
+            url,
+            told,
+        )
+        return None
 
     async def discard(self, client_id: str) -> None:
         """Delete ``client_id``, registered by this flow and left unused, at the
@@ -266,17 +335,11 @@ class Registering:
         if offered is None or offered.client_id != client_id:
             _log.info("%s stays registered: its registration offered no management", unused)
             return
-        purpose = Purpose("mcp_oauth", f"the authorization server of MCP server {self.server!r}")
         try:
             request = httpx2.Request(
-                "DELETE",
-                offered.uri,
-                headers={"Authorization": f"Bearer {offered.token}"},
-                extensions={PURPOSE: purpose},
+                "DELETE", offered.uri, headers={"Authorization": f"Bearer {offered.token}"}
             )
-            timeout = httpx2.Timeout(DISCARD_SECONDS)
-            async with self.egress.mcp_client(self.tenant, timeout=timeout) as http:
-                response = await http.send(request)
+            response = await self.send(request)
         except Exception as err:
             failed = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         else:
@@ -287,6 +350,60 @@ class Registering:
         _log.warning(
             "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
         )
+
+
+class _Storage(Protocol):
+    """What ``still_known`` needs of ``_oauth.StoredTokens``."""
+
+    client: OAuthClientInformationFull | None
+    registering: Registering | None
+
+    async def forgot(
+        self, client: OAuthClientInformationFull, response: httpx2.Response
+    ) -> bool: ...
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None: ...
+
+
+async def still_known(
+    provider: OAuthClientProvider, storage: _Storage
+) -> OAuthClientInformationFull | None:
+    """The client a consent's URL is built with: the provider's (a stored registration)
+    while the authorization server knows it (``Registering.probe``); forgotten there, it
+    is forgotten in the store and the one registered since by another worker is taken,
+    else a new one is registered (through the tenant's egress) and stored, the first
+    stored standing (``keep_registration``). A client this flow registered itself is
+    not asked about.
+
+    Raises:
+        OAuthRegistrationError: the new registration was refused, or unusable.
+    """
+    client, registering = provider.context.client_info, storage.registering
+    if client is None or registering is None or client.client_id == registering.registered:
+        return client
+    probed = await registering.probe(provider)
+    if probed is None or not await storage.forgot(client, probed):
+        return client
+    _log.info(
+        "the authorization server %s no longer knows the client %s of MCP server %r: "
+        "forgotten, another one is used",
+        registering.issuer,
+        client.client_id,
+        registering.server,
+    )
+    if storage.client is None:  # none registered since by another worker
+        context = provider.context
+        base = context.get_authorization_base_url(context.server_url)
+        request = create_client_registration_request(
+            context.oauth_metadata, context.client_metadata, base
+        )
+        response = await registering.send(request)
+        await registering.answered(response)
+        fresh = await handle_registration_response(response)
+        check_registration_usable(fresh)
+        fresh.issuer = provider._expected_issuer()  # as the SDK stamps its registration
+        await storage.set_client_info(fresh)
+    return storage.client
 
 
 async def registration_refused(

@@ -13,12 +13,18 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.client.auth import OAuthClientProvider
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
 
 from psych_runtime.activities import LocalTokenStore
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp._consent import ConsentProvider
-from psych_runtime.activities.mcp._held import HeldRedactor
+from psych_runtime.activities.mcp._held import HeldRedactor, TokensHeld
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable, StoredTokens
 from psych_runtime.activities.mcp._registration import (
     Registering,
@@ -28,6 +34,7 @@ from psych_runtime.activities.mcp._registration import (
     registration_refused,
 )
 from psych_runtime.activities.mcp._told import ForServer
+from psych_runtime.activities.tokens import TokenKey
 from psych_runtime.specs import McpOAuth, McpServer, Scope
 from tests.mcp.oauth_fixture import start_oauth_server
 
@@ -274,5 +281,54 @@ async def test_an_unused_registration_is_deleted_with_its_management_token(
         assert server.deleted() == [offered.client_id]
         assert f"deleted the unused client {offered.client_id}" in caplog.text
         assert offered.token not in caplog.text
+    finally:
+        server.stop()
+
+
+async def test_a_stored_client_is_probed_at_the_token_endpoint_through_the_egress(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``Registering.probe``: ``invalid_grant`` for a client the server knows,
+    ``invalid_client`` once it forgot it; through the tenant's egress (refused there: no
+    telling, logged naming the client), the client's secret never in what is logged."""
+    server = start_oauth_server(
+        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
+    )
+    try:
+        sent = {
+            "redirect_uris": ["http://127.0.0.1/cb"],
+            "token_endpoint_auth_method": "client_secret_post",
+        }
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(f"{server.issuer}/register", json=sent)
+            found = await http.get(f"{server.issuer}/.well-known/oauth-authorization-server")
+        client = OAuthClientInformationFull.model_validate(answer.json())
+        assert client.client_secret
+        key = TokenKey("acme", None, server.issuer, client.client_id, server.url)
+        storage = StoredTokens(None, key, TokensHeld(), client)
+        provider = OAuthClientProvider(
+            server.url, OAuthClientMetadata.model_validate(sent), storage
+        )
+        provider.context.client_info = client
+        provider.context.oauth_metadata = OAuthMetadata.model_validate(found.json())
+        registering = Registering(Egress(), "acme", "crm", server.issuer)
+        known = await registering.probe(provider)
+        assert known is not None and known.json()["error"] == "invalid_grant", known
+        server.forget_registrations()
+        forgotten = await registering.probe(provider)
+        assert forgotten is not None and await client_refused(forgotten), forgotten
+        caplog.set_level("WARNING", logger="psych_runtime.activities.mcp._registration")
+        denied = EgressSettings(
+            rules=EgressRules.parse("127.0.0.1/32"),
+            tenants={"acme": EgressRules.parse(deny="127.0.0.1/32")},
+        )
+        refused = Registering(Egress(denied), "acme", "crm", server.issuer)
+        assert await refused.probe(provider) is None
+        assert (
+            f"could not tell whether the authorization server {server.issuer} still knows "
+            f"the client {client.client_id} of MCP server 'crm'"
+        ) in caplog.text
+        assert "egress refused" in caplog.text
+        assert client.client_secret not in caplog.text
     finally:
         server.stop()

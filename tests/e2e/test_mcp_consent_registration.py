@@ -301,3 +301,30 @@ async def test_a_client_forgotten_before_the_code_exchange_is_registered_again(
     first, second = (item["client_id"] for item in server.registered())
     assert server.consents()["authorized"] == [first, second]
     assert [r["client"]["client_id"] for r in stored(harness) if "token" not in r] == [second]
+
+
+async def test_a_person_with_no_token_consents_after_the_server_forgot_the_client(
+    harness: Harness, open_pair: Consenting
+) -> None:
+    server = open_pair.server
+    spec = agent(server, open_pair.callback_url).build()
+    ann, bob = Scope(tenant="acme", principal="ann"), Scope(tenant="acme", principal="bob")
+    for _ in range(2):
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("crm__whoami", {})), Reply.text("done"))
+    async with harness.worker():
+        await consented_run(harness, spec, ann)
+        (first,) = (item["client_id"] for item in server.registered())
+        # The authorization server loses its registrations; Bob holds no token, so no
+        # refused refresh or exchange tells the tenant before his consent is asked.
+        server.forget_registrations()
+        # Before the fix: his consent page was the authorization server's 400 (an unknown
+        # client, never redirected back), and nothing replaced the registration.
+        run = await consented_run(harness, spec, bob)
+        report = await harness.client.report(run, scope=bob)
+    registered = [item["client_id"] for item in server.registered()]
+    assert len(registered) == 2 and registered[0] == first, registered
+    second = registered[1]
+    assert server.consents()["authorized"] == [first, second]
+    assert [call.result for call in report.tool_calls] == [second]
+    records = stored(harness)
+    assert [r["client"]["client_id"] for r in records if "token" not in r] == [second]
