@@ -291,7 +291,8 @@ class ConsentProvider(OAuthClientProvider):
             # flow's own (``keep_registration``), which the SDK's context still holds;
             # one the authorization server forgot is replaced (``still_known``).
             context.client_info = self.storage.client
-            context.client_info = await still_known(self, self.storage)
+            if self.unregistered is None:  # a publish-time check writes nothing
+                context.client_info = await still_known(self, self.storage)
         _, verifier = await self._perform_authorization_code_grant()
         assert self._url is not None and context.client_info is not None
         state = parse_qs(urlsplit(self._url).query)["state"][0]

@@ -393,6 +393,7 @@ async def still_known(
     )
     if storage.client is None:  # none registered since by another worker
         context = provider.context
+        refuse_unregistrable(context.oauth_metadata, registering.issuer, True)
         base = context.get_authorization_base_url(context.server_url)
         request = create_client_registration_request(
             context.oauth_metadata, context.client_metadata, base

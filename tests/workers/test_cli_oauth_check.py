@@ -19,9 +19,12 @@ from mcp.client.auth import PKCEParameters
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.shared.auth_utils import resource_url_from_server_url
 
+from psych_runtime.activities.mcp._consent import ConsentProvider
 from psych_runtime.activities.mcp._held import TokensHeld
-from psych_runtime.activities.mcp._oauth import StoredTokens
+from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
+from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
+from psych_runtime.specs import McpOAuth, McpServer, Scope
 from psych_runtime.workers.cli import main
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
@@ -164,5 +167,52 @@ def test_check_connections_registers_no_client_and_says_a_person_must_consent(
         # Before the fix: one registration per check.
         assert server.registered() == []
         assert not tokens.exists() or not any(p.is_file() for p in tokens.rglob("*"))
+    finally:
+        server.stop()
+
+
+def test_check_connections_leaves_a_forgotten_registration_to_the_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stored registration the authorization server forgot: a Run replaces it before it
+    # asks a consent (``_registration.still_known``); the check neither registers another
+    # nor forgets the stored one (it writes nothing).
+    server = start_oauth_server(
+        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
+    )
+    try:
+        tokens = tmp_path / "tokens"
+        monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
+        monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
+        monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{server.url}={server.issuer}")
+        file = spec_file(tmp_path, server)
+        spec = json.loads(file.read_text())
+        del spec["mcp_servers"][0]["oauth"]["preregistered_client_id"]
+        file.write_text(json.dumps(spec))
+        oauth = McpOAuth(grant="authorization_code", redirect_uris=(REDIRECT,))
+
+        async def store_a_registration() -> None:
+            clients = OAuthClients({server.url: server.issuer}, LocalTokenStore(tokens))
+            crm = McpServer(name="crm", url=server.url, oauth=oauth)
+            grant = await clients.grant(crm, Scope(tenant="acme"), None)
+            assert isinstance(grant.auth, ForServer)
+            assert isinstance(grant.auth.inner, ConsentProvider)
+            storage = grant.auth.inner.context.storage
+            assert isinstance(storage, StoredTokens)
+            sent = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+            async with httpx.AsyncClient() as http:
+                answer = await http.post(f"{server.issuer}/register", json=sent)
+            await storage.set_client_info(OAuthClientInformationFull(**answer.json()))
+
+        asyncio.run(store_a_registration())
+        server.forget_registrations()
+        before = {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()}
+        assert before
+        argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+        assert main(argv) == 0
+        (said,) = oauth_lines(file, capsys.readouterr().err)
+        assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
+        assert len(server.registered()) == 1
+        assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
     finally:
         server.stop()
