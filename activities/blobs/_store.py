@@ -78,18 +78,26 @@ class BlobSealRefused(ApplicationError, AccessDenied):
 
 
 def unreadable_blob(err: BaseException) -> str | None:
-    """What a reader inside a Run says of ``err`` when it is a blob that is in the store
-    but does not open: its seal refused (``BlobSealRefused``) or its bytes damaged
-    (``BlobNotFound.damaged``), naming the ref and never the store's location or a key;
-    None for any other error (a missing blob among them)."""
+    """What a reader inside a Run says of ``err`` when it is a blob it cannot read: missing
+    (``BlobNotFound``), its seal refused (``BlobSealRefused``) or its bytes damaged
+    (``BlobNotFound.damaged``), naming the ref and never the store's location (a directory,
+    a bucket's key: the store's own words, for the worker's log) or a key; None for any
+    other error."""
     if isinstance(err, BlobSealRefused):
         return err.message
-    if isinstance(err, BlobNotFound) and err.damaged:
+    if not isinstance(err, BlobNotFound):
+        return None
+    if err.damaged:
         return (
             f"blob {err.ref} is in the blob store but damaged: its bytes no longer match "
             "their ref (cut short by a crash, or altered)"
         )
-    return None
+    if not is_blob_ref(err.ref):
+        return err.message  # "not a blob ref": the ref as given, no location
+    return (
+        f"blob {err.ref} is not in the blob store (deleted, or this worker reads another "
+        "store than the one that wrote it)"
+    )
 
 
 def blob_key(ref: str) -> str:

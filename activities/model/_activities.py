@@ -61,6 +61,7 @@ from psych_runtime.activities.model._failures import (
     MAX_RESULT_BYTES,
     ResponseTooLarge,
     StreamIdle,
+    blob_words,
     classify,
     surely_fits,
 )
@@ -273,9 +274,10 @@ class ModelActivities(ActivityClass):
                 # one line here, and BENIGN makes the SDK log its traceback at DEBUG instead
                 # of WARNING.
                 activity.logger.warning(
-                    "model call failed (%s): %s",
+                    "model call failed (%s): %s%s",
                     "transient" if failure.transient else "not transient",
                     failure.message,
+                    redact(blob_words(err)),
                 )
                 span.failed(failure)
                 raise ApplicationError(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from psych_runtime.activities.blobs import unreadable_blob
+from psych_runtime.activities.blobs import BlobSealRefused, unreadable_blob
 from psych_runtime.activities.contract import ModelCallResult, ModelFailure
 from psych_runtime.specs import NotFound
 
@@ -107,9 +107,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     (``ProviderError``) whose code is one of those statuses or whose code or type names a
     rate limit, overload or server-side trouble. Everything else (other 4xx such as 401 and 403, a
     host name that does not resolve, a response that is not a chat completion,
-    configuration errors, a blob of the call's input that does not open: its seal refused
-    or its bytes damaged, said by ref with ``unreadable_blob``) is not: repeating the call
-    cannot help.
+    configuration errors, a blob of the call's input that cannot be read: missing, its
+    seal refused or its bytes damaged, said by ref with ``unreadable_blob``, where the store
+    is only in the worker's log: ``blob_words``) is not: repeating the call cannot help.
 
     Args:
         cause: an error response (its body read), ``httpx.HTTPStatusError``, an httpx
@@ -215,6 +215,16 @@ def _host(err: BaseException) -> str:
     except RuntimeError:  # raised without its request (httpx sets it on every real call)
         pass
     return "the endpoint's host"
+
+
+def blob_words(err: BaseException) -> str:
+    """For the worker's log: what the store (a directory or bucket key) or the cipher (key
+    ids) said of a blob of the call's input it could not read, which the Run's failure
+    leaves out (``unreadable_blob``); "" for any other error."""
+    if unreadable_blob(err) is None:
+        return ""
+    told = err.__cause__ if isinstance(err, BlobSealRefused) else err
+    return f" ({getattr(told, 'message', None) or told})"
 
 
 def _describe(err: BaseException) -> str:

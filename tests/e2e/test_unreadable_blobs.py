@@ -131,3 +131,35 @@ async def test_a_blob_altered_on_disk_fails_the_run_naming_it(harness: Harness) 
         "altered)"
     )
     assert str(stored.root) not in reason
+
+
+async def test_a_missing_blob_fails_the_run_naming_its_ref_not_the_store(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A blob gone from the store (deleted, or a worker pointed at another store) failed
+    # the Run as "model fake-model: no blob sha256:... in /path/of/the/store": where the
+    # store is told to the Run's caller, while the worker's log is where an operator looks.
+    spec = refund_agent(harness)
+    settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    client = harness.client
+    async with run_worker(harness.env.client, settings):
+        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        await until_approval(harness, client, run)
+        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    stored = settings.blobs
+    assert isinstance(stored, LocalBlobStore) and first.context_ref is not None
+    (stored.root / blob_key(first.context_ref)).unlink()
+    fresh = dataclasses.replace(settings, blobs=LocalBlobStore(stored.root))
+    with caplog.at_level("WARNING"):
+        async with run_worker(harness.env.client, fresh):
+            await client.approve(run, "call-1", scope=harness.scope)
+            reason = await failed_at_the_second_call(harness, client, run)
+
+    assert reason == (
+        f"model_error: model fake-model: not called: blob {first.context_ref} is not in the "
+        "blob store (deleted, or this worker reads another store than the one that wrote it)"
+    )
+    assert str(stored.root) not in reason
+    # Where the worker looked is the operator's: in its log.
+    logged = [r.getMessage() for r in caplog.records if first.context_ref in r.getMessage()]
+    assert any(str(stored.root) in line for line in logged), logged
