@@ -1,4 +1,5 @@
-"""``psych worker`` and ``psych report --inputs`` close the S3 stores they open, on a normal
+"""``psych worker``, ``dev``, ``oauth-callback``, ``validate --check-connections`` and ``psych
+report --inputs`` close the S3 stores they open, on a normal
 exit and on an error exit, as ``psych serve`` does at its shutdown.
 
 An S3 store's client (an aiohttp session and its connection pool) opens on first use; one
@@ -8,6 +9,7 @@ process's error output (and a ``ResourceWarning``). That is what these tests loo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import signal
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from psych_runtime.activities.blobs import S3BlobStore
@@ -24,8 +27,10 @@ from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply
 from tests._ports import free_port
 from tests._s3_server import S3_ENV, S3Server, s3_server
+from tests.mcp.oauth_fixture import start_oauth_server
 
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
+from .test_cli_oauth_check import CLIENT, REDIRECT, spec_file
 from .test_cli_processes import script_lookup, stop
 from .test_transcript import client_of
 
@@ -142,4 +147,53 @@ async def test_dev_closes_its_s3_blob_store_when_it_stops(
         code, rest, errors = await stop(child, signal.SIGTERM)
     assert code == 0, errors
     assert "worker and dev server stopped" in rest
+    assert "unclosed" not in errors, errors
+
+
+async def test_oauth_callback_closes_its_s3_token_store_when_it_stops(
+    cli: Cli, s3: S3Server
+) -> None:
+    port = free_port()
+    env = cli.child_env(PSYCH_BLOB_URL=s3.url(await s3.new_bucket(versioned=False)), **S3_ENV)
+    del env["PSYCH_BLOB_DIR"]
+    argv = [*COLLECTED, "oauth-callback", "--listen", f"127.0.0.1:{port}", "--address"]
+    child = await spawn([*argv, cli.address], env, cli.home)
+    assert child.stderr is not None
+    try:
+        await read_until(child.stderr, "Ctrl-C to stop")
+        # A redirect whose state no Run waits on: looked up in the bucket (the store's
+        # client opened), and refused.
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(
+                f"http://127.0.0.1:{port}/oauth/callback", params={"code": "c", "state": "s"}
+            )
+        assert answer.status_code == 400, answer.text
+    finally:
+        code, _, errors = await stop(child, signal.SIGINT)
+    assert code == 130, errors  # "psych: interrupted", as uvicorn raises SIGINT again
+    assert "unclosed" not in errors, errors
+
+
+async def test_validate_check_connections_closes_its_s3_token_store(
+    cli: Cli, tmp_path: Path, s3: S3Server
+) -> None:
+    env = cli.child_env(PSYCH_BLOB_URL=s3.url(await s3.new_bucket(versioned=False)), **S3_ENV)
+    del env["PSYCH_BLOB_DIR"]
+    env.pop("PSYCH_TOKEN_DIR", None)
+    server = start_oauth_server(
+        "streamable-http", {CLIENT: REDIRECT}, module="tests.mcp.consent_server"
+    )
+    try:
+        env["PSYCH_MCP_OAUTH_ISSUERS"] = f"{CLIENT}={server.issuer}"
+        file = spec_file(tmp_path, server)
+        # The token held for the Scope is looked up in the bucket (the client opened).
+        argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+        child = await spawn([*COLLECTED, *argv], env, cli.home)
+        async with asyncio.timeout(90):
+            _, raw = await child.communicate()
+    finally:
+        server.stop()
+    errors = raw.decode()
+    assert child.returncode == 0, errors
+    assert "no usable token is held for tenant 'acme'" in errors
     assert "unclosed" not in errors, errors

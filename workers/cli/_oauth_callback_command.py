@@ -19,6 +19,7 @@ from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers.cli._parser_serving import DEFAULT_CALLBACK_LISTEN
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._serve_command import listen_of, parse_listen
+from psych_runtime.workers.cli._stores import closing_stores
 from psych_runtime.workflows import PsychClient
 
 
@@ -36,7 +37,10 @@ async def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    await server.serve()
+    # The token store's S3 client and connections (PSYCH_BLOB_URL): closed however the
+    # server stops (uvicorn raises a SIGINT again once it has shut down).
+    async with closing_stores(store):
+        await server.serve()
     return 0
 
 

@@ -153,22 +153,27 @@ def _check(
     # And their token store (read only), to say whether a token is held for the Scope.
     from psych_runtime.activities.tokens import token_store_from_env
     from psych_runtime.workers._worker import DEFAULT_HOME
+    from psych_runtime.workers.cli._stores import closing_stores
 
     tokens = token_store_from_env(os.environ, Path(DEFAULT_HOME) / "tokens")
     oauth: dict[str, str] = {}
     tools: dict[str, tuple[str, ...]] = {}
-    connections = asyncio.run(
-        check_connections(
-            spec,
-            scope=scope,
-            secrets=EnvSecretResolver(),
-            settings=McpSettings(oauth_issuers=issuers),
-            egress=egress,
-            tokens=tokens,
-            oauth=oauth,
-            tools=tools,
-        )
-    )
+
+    async def checked() -> dict[str, str | None]:
+        # Closed in the event loop that used it (an S3 store's client is bound to it).
+        async with closing_stores(tokens):
+            return await check_connections(
+                spec,
+                scope=scope,
+                secrets=EnvSecretResolver(),
+                settings=McpSettings(oauth_issuers=issuers),
+                egress=egress,
+                tokens=tokens,
+                oauth=oauth,
+                tools=tools,
+            )
+
+    connections = asyncio.run(checked())
     refused += allow_unmatched(spec, tools)
     peers = asyncio.run(_checked_peers(spec, scope))
     told: set[str] = set()

@@ -6,8 +6,10 @@ nothing but its ``aclose`` closes it; a directory's store holds nothing open. Ea
 that builds stores from the environment closes them through ``close_stores``: ``psych
 serve`` at its app's shutdown (``ServeSettings.at_shutdown``), ``psych worker`` and ``psych
 dev`` once their workers have stopped, ``psych report --inputs`` once the report is
-printed or refused (``closing_stores``). Before, only ``psych serve`` did, and the others'
-sessions were reported "Unclosed client session" when collected.
+printed or refused, ``psych oauth-callback`` once its server stops, ``psych validate
+--check-connections`` once the check is done, in the event loop that used the store
+(``closing_stores``). Before, only ``psych serve`` did, and the others' sessions were
+reported "Unclosed client session" when collected.
 """
 
 from __future__ import annotations
