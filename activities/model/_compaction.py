@@ -25,6 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._activity_class import ActivityClass
+from psych_runtime.activities.blobs import unreadable_blob
 from psych_runtime.activities.contract import (
     MODEL_COMPACT,
     ChatMessage,
@@ -36,6 +37,7 @@ from psych_runtime.activities.contract import (
     UnusedSummary,
 )
 from psych_runtime.activities.model._activities import ModelActivities
+from psych_runtime.activities.model._failures import blob_words
 from psych_runtime.activities.model._threads import chain_nodes
 from psych_runtime.activities.tools import complete_through_client
 
@@ -157,13 +159,23 @@ class CompactionActivities(ActivityClass):
         Raises:
             ApplicationError: type ``ModelCallFailed`` (the summariser call failed, details
                 a ``ModelFailure``) or ``CompactionFailed`` (the conversation cannot be
+                read, a blob of it named by ref: ``unreadable_blob``; or cannot be
                 compacted as asked; or the summary came back empty, details an
                 ``UnusedSummary``: what the answer cost); never retried.
         """
         conversations = self.model.conversations
-        nodes = await chain_nodes(conversations.blobs, input.context_ref)
+        try:
+            nodes = await chain_nodes(conversations.blobs, input.context_ref)
+            messages = await conversations.messages(input.context_ref)
+        except Exception as err:
+            unreadable = unreadable_blob(err)
+            if unreadable is None:
+                raise
+            # Recorded for the Run's caller by ref; where the store is (or the cipher's
+            # words), for the operator, only in the worker's log.
+            activity.logger.warning("compaction not made: %s%s", unreadable, blob_words(err))
+            raise _failed(f"the conversation cannot be read: {unreadable}") from None
         refs = [ref for _, messages in nodes for ref in messages]
-        messages = await conversations.messages(input.context_ref)
         found = positions(nodes, input.marks)
         cut = found[0]
         if not 0 < cut < len(refs):

@@ -20,8 +20,15 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker
-from psych_runtime.workflows import ModelCallFailed, PsychClient, RunHandle
+from psych_runtime.workflows import (
+    CompactionFailed,
+    ModelCallFailed,
+    PsychClient,
+    RunHandle,
+    RunStatus,
+)
 
 from ._waiting import all_records, is_waiting, state_when
 from .conftest import Harness
@@ -163,3 +170,51 @@ async def test_a_missing_blob_fails_the_run_naming_its_ref_not_the_store(
     # Where the worker looked is the operator's: in its log.
     logged = [r.getMessage() for r in caplog.records if first.context_ref in r.getMessage()]
     assert any(str(stored.root) in line for line in logged), logged
+
+
+async def test_a_missing_blob_of_a_compaction_is_named_by_ref_in_its_record(
+    harness: Harness,
+) -> None:
+    # The summariser's activity reads the conversation's chain itself, before any model
+    # call: a blob missing there was recorded as CompactionFailed in the store's words,
+    # "no blob sha256:... in /path/of/the/store", in the Run's records for its caller.
+    stored = harness.settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    blobs = LocalBlobStore(stored.root, recent_bytes=0)  # every read opens its file
+
+    @harness.registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        if order_id == "2":  # the store loses the conversation before it is compacted
+            for path in stored.root.glob("??/*"):
+                path.unlink()
+        return f"order {order_id}: shipped"
+
+    spec = (
+        AgentBuilder("compactor", registry=harness.registry)
+        .instructions("Help with orders.")
+        .model("fake-model")
+        .tool(lookup_order)
+        .compaction(100, keep_recent_turns=1, model="fake-other")
+        .build()
+    )
+    big = FakeUsage(input_tokens=300, output_tokens=5)
+    harness.fake.enqueue(
+        *(Reply.tool_calls(ToolCall("lookup_order", {"order_id": n}), usage=big) for n in "12"),
+        Reply.text("Both shipped."),  # turn 3: the worker still holds the conversation
+    )
+    client = harness.client
+    async with run_worker(harness.env.client, dataclasses.replace(harness.settings, blobs=blobs)):
+        run = await client.dispatch(spec, "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = await all_records(client, run, harness.scope)
+    assert result.status is RunStatus.COMPLETED
+    (failed,) = [r for r in records if isinstance(r, CompactionFailed)]
+    assert str(stored.root) not in failed.error
+    prefix = "CompactionFailed: the conversation cannot be read: blob sha256:"
+    assert failed.error.startswith(prefix), failed.error
+    assert "is not in the blob store" in failed.error
