@@ -205,8 +205,9 @@ async def test_a_cursor_holding_a_position_temporal_cannot_read_is_refused_at_on
 ) -> None:
     # From the known defects: the dev server's SQL visibility refuses a page token it
     # cannot read as UNKNOWN, which the client retries as transient: the 422 came after
-    # ~10 s and ~9 failing queries. Refused now after one, and one more that reads the
-    # listing from its start (so the position, not the server, is to blame).
+    # ~10 s and ~9 failing queries. Refused now after one, one more that reads the
+    # listing from its start (so the position, not the server, is to blame), and the
+    # position asked again (so not one failure of the server's by chance).
     agent = f"forged{uuid.uuid4().hex[:8]}"
     target = harness.env.client.service_client.config.target_host
     async with started_runs(harness, harness.scope.tenant, agent, 3), relayed(target) as relay:
@@ -228,7 +229,9 @@ async def test_a_cursor_holding_a_position_temporal_cannot_read_is_refused_at_on
                 )
                 assert_bad_cursor(answer, "Temporal cannot read the position this cursor holds")
                 assert "start the listing again without a cursor" in answer.json()["detail"]
-                assert relay.of(LIST)[asked:] == [grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK]
+                unknown, ok = grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK
+                # Refused, the listing read from its start, refused again (not by chance).
+                assert relay.of(LIST)[asked:] == [unknown, ok, unknown]
             # PsychClient.list_page the same, and the cursor as it was still reads.
             with pytest.raises(BadCursor, match="it answered UNKNOWN"):
                 await client.list_page(
@@ -262,6 +265,17 @@ async def test_a_cursors_page_the_server_fails_is_asked_again_as_any_page(
         unavailable, ok = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK
         # Asked once, then with the client's retries; then the look ahead.
         assert relay.of(LIST)[asked:] == [unavailable, unavailable, ok, ok]
+
+        # One UNKNOWN (what SQL visibility answers for any internal error) on a real
+        # cursor's page, while the listing reads: the cursor was refused as made up.
+        asked = len(relay.of(LIST))
+        relay.fail_next(LIST, grpc.StatusCode.UNKNOWN)
+        page = await client.list_page(
+            scope=harness.scope, agent=agent, limit=1, cursor=first.next_cursor
+        )
+        assert [run.workflow_id for run in page.runs] == [ids[1]]
+        # The page, the listing from its start, the page again; then the look ahead.
+        assert relay.of(LIST)[asked:] == [grpc.StatusCode.UNKNOWN, ok, ok, ok]
 
         quick = RetryConfig(initial_interval_millis=10, max_retries=2)
         failing = await relayed_client(harness, relay, retry_config=quick)

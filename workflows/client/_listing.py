@@ -304,20 +304,26 @@ class RunListing(abc.ABC):
 
         Raises:
             BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
-                while it reads the same listing from its start.
+                twice, while it reads the same listing from its start in between.
         """
         try:
             return await self._fetch(query, size, token, retry=False)
         except RPCError as err:
-            # UNKNOWN is also what a server in trouble may answer: the token is to blame
-            # only when the listing reads without it (one query more, answered at once).
+            # UNKNOWN is also what a server in trouble may answer (SQL visibility: for any
+            # internal error): the token is to blame only when the listing reads without
+            # it and the token is refused again (two queries more, answered at once).
             if err.status in _UNREADABLE_TOKEN and await self._reads(query):
-                raise BadCursor(
-                    "Temporal cannot read the position this cursor holds (it answered "
-                    f"{err.status.name}: {err.message!r}) though it reads the same listing "
-                    "from its start: the cursor was made up, or kept across a change of "
-                    "visibility store; start the listing again without a cursor"
-                ) from err
+                try:
+                    return await self._fetch(query, size, token, retry=False)
+                except RPCError as again:
+                    if again.status in _UNREADABLE_TOKEN:
+                        raise BadCursor(
+                            "Temporal cannot read the position this cursor holds (it "
+                            f"answered {again.status.name}: {again.message!r}) though it "
+                            "reads the same listing from its start: the cursor was made up, "
+                            "or kept across a change of visibility store; start the listing "
+                            "again without a cursor"
+                        ) from again
         # Transient (UNAVAILABLE...), or the listing fails without the cursor too: asked
         # again as any page is, with the client's retries.
         return await self._fetch(query, size, token)
