@@ -33,12 +33,16 @@ class ListingFilters:
     version_hash: str | None
     status: str | None
     suspended: bool
+    waiting_on: tuple[str, ...] = ()
+    """Suspension reasons, sorted: only Runs waiting on one of them (empty: any Run)."""
 
     def digest(self) -> str:
-        """The filters' digest (canonical JSON)."""
-        data = json.dumps(
-            [self.agent, self.version_hash, self.status, self.suspended], separators=(",", ":")
-        )
+        """The filters' digest (canonical JSON). ``waiting_on`` is in it only when given,
+        so a cursor made before it existed still reads."""
+        fields: list[object] = [self.agent, self.version_hash, self.status, self.suspended]
+        if self.waiting_on:
+            fields.append(list(self.waiting_on))
+        data = json.dumps(fields, separators=(",", ":"))
         return _digest(b"filters", data.encode())
 
 

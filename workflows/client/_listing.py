@@ -7,7 +7,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+import itertools
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -35,7 +37,7 @@ from psych_runtime.workflows.contract._contract import (
     RunHandle,
     RunState,
 )
-from psych_runtime.workflows.contract._records import Pending, RunStatus
+from psych_runtime.workflows.contract._records import Pending, RunStatus, SuspensionReason
 
 LIST_QUERY_SECONDS = 5.0
 """How long ``list(suspended=True)`` waits for each Run's state before it says why not."""
@@ -114,6 +116,46 @@ def _status_of(status: RunStatus | str | None, suspended: bool) -> str | None:
     return None if status is None else str(status)
 
 
+def _filters(
+    agent: str | None,
+    version_hash: str | None,
+    status: RunStatus | str | None,
+    suspended: bool,
+    waiting_on: Collection[SuspensionReason | str],
+) -> ListingFilters:
+    """What a listing (or count) was asked for.
+
+    Raises:
+        ValueError: ``waiting_on`` names something that is not a suspension reason.
+    """
+    reasons: set[str] = set()
+    for reason in waiting_on:
+        try:
+            reasons.add(str(SuspensionReason(reason)))
+        except ValueError:
+            known = ", ".join(r.value for r in SuspensionReason)
+            raise ValueError(
+                f"waiting_on={reason!r}: not a suspension reason (one of {known})"
+            ) from None
+    return ListingFilters(
+        agent, version_hash, _status_of(status, suspended), suspended, tuple(sorted(reasons))
+    )
+
+
+def waiting_values(reasons: Collection[str]) -> tuple[str, ...]:
+    """Every ``PsychSuspension`` value of a Run waiting on one of ``reasons``: the value is
+    the sorted, comma-joined set of the reasons its pending items (its own and its
+    children's) wait on (``Suspensions.reasons``), so these are the joins of every set of
+    reasons that holds one of them."""
+    every = sorted(r.value for r in SuspensionReason)
+    return tuple(
+        ",".join(chosen)
+        for size in range(1, len(every) + 1)
+        for chosen in itertools.combinations(every, size)
+        if set(chosen) & set(reasons)
+    )
+
+
 def _utc(
     info: WorkflowExecutionInfo, field: Literal["start_time", "close_time"]
 ) -> datetime | None:
@@ -158,18 +200,22 @@ class RunListing(abc.ABC):
         version_hash: str | None = None,
         status: RunStatus | str | None = None,
         suspended: bool = False,
+        waiting_on: Collection[SuspensionReason | str] = (),
         limit: int = 100,
     ) -> list[RunSummary]:
         """The tenant's Runs, newest first, filtered by search attributes: the first
         ``limit`` of them (``list_page`` goes on past them).
 
         ``suspended=True`` lists only suspended Runs, each with what it waits for, on whom,
-        and until when (one state query per Run).
+        and until when (one state query per Run). ``waiting_on`` lists only Runs with a
+        pending item (their own or a child Run's) of one of these reasons (by the
+        ``PsychSuspension`` search attribute, no query).
 
         Raises:
             SpecError: this client starts Runs without search attributes.
+            ValueError: ``waiting_on`` names something that is not a suspension reason.
         """
-        filters = ListingFilters(agent, version_hash, _status_of(status, suspended), suspended)
+        filters = _filters(agent, version_hash, status, suspended, waiting_on)
         page = await self._page(scope, filters, limit, token=None, probe=False)
         return list(page.runs)
 
@@ -181,6 +227,7 @@ class RunListing(abc.ABC):
         version_hash: str | None = None,
         status: RunStatus | str | None = None,
         suspended: bool = False,
+        waiting_on: Collection[SuspensionReason | str] = (),
         limit: int = 100,
         cursor: str | None = None,
     ) -> RunPage:
@@ -192,13 +239,56 @@ class RunListing(abc.ABC):
             SpecError: this client starts Runs without search attributes.
             BadCursor: ``cursor`` is damaged, or was made for another tenant's listing or
                 one with other filters, or Temporal cannot read the position it holds.
-            ValueError: ``limit`` is under 1.
+            ValueError: ``limit`` is under 1, or ``waiting_on`` names something that is
+                not a suspension reason.
         """
         if limit < 1:
             raise ValueError(f"limit={limit}: a page holds at least one Run")
-        filters = ListingFilters(agent, version_hash, _status_of(status, suspended), suspended)
+        filters = _filters(agent, version_hash, status, suspended, waiting_on)
         token = None if cursor is None else read_cursor(cursor, scope.tenant, filters)
         return await self._page(scope, filters, limit, token=token, probe=True)
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        agent: str | None = None,
+        version_hash: str | None = None,
+        status: RunStatus | str | None = None,
+        suspended: bool = False,
+        waiting_on: Collection[SuspensionReason | str] = (),
+    ) -> int:
+        """How many Runs ``list_page`` with these filters pages through, as Temporal's
+        visibility counts them now (``CountWorkflowExecutions`` of the same query; one
+        request, however many Runs). A store that matches the tenant loosely (see
+        ``FOREIGN_MAX``) counts the other tenants' Runs it would answer, which a listing
+        reads past and logs.
+
+        Raises:
+            SpecError: this client starts Runs without search attributes.
+            ValueError: ``waiting_on`` names something that is not a suspension reason.
+        """
+        filters = _filters(agent, version_hash, status, suspended, waiting_on)
+        counted = await self.temporal.count_workflows(self._query(scope, filters))
+        return counted.count
+
+    def _query(self, scope: Scope, filters: ListingFilters) -> str:
+        """The visibility query of the tenant's Runs with ``filters``."""
+        if not self.search_attributes:
+            raise SpecError("listing needs search attributes: this client starts Runs without")
+        # The tenant is always the caller's: a cursor says where to go on, never whose
+        # Runs (and the workflow id is checked too, in ``_page``).
+        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
+        if filters.agent is not None:
+            clauses.append(f"{SA_AGENT} = {_quote(filters.agent)}")
+        if filters.version_hash is not None:
+            clauses.append(f"{SA_VERSION} = {_quote(filters.version_hash)}")
+        if filters.status is not None:
+            clauses.append(f"{SA_STATUS} = {_quote(filters.status)}")
+        if filters.waiting_on:
+            values = ", ".join(_quote(value) for value in waiting_values(filters.waiting_on))
+            clauses.append(f"{SA_SUSPENSION} IN ({values})")
+        return " AND ".join(clauses)
 
     async def _page(
         self,
@@ -216,18 +306,7 @@ class RunListing(abc.ABC):
         read halfway is skipped or shown twice). ``probe``: when the page is full and
         Temporal has a token, ask whether anything follows it, so the last page says so.
         """
-        if not self.search_attributes:
-            raise SpecError("listing needs search attributes: this client starts Runs without")
-        # The tenant is always the caller's: a cursor says where to go on, never whose
-        # Runs (and the workflow id is checked too, below).
-        clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
-        if filters.agent is not None:
-            clauses.append(f"{SA_AGENT} = {_quote(filters.agent)}")
-        if filters.version_hash is not None:
-            clauses.append(f"{SA_VERSION} = {_quote(filters.version_hash)}")
-        if filters.status is not None:
-            clauses.append(f"{SA_STATUS} = {_quote(filters.status)}")
-        query = " AND ".join(clauses)
+        query = self._query(scope, filters)
         found: list[RunSummary] = []
         # The filter named the tenant; a visibility store that compares it loosely (a
         # case-insensitive collation) must still show no other tenant's Run, and those it
