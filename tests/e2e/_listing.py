@@ -3,7 +3,7 @@ search attributes psych sets, and in visibility before the test reads it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,34 +16,46 @@ from .conftest import Harness
 
 @asynccontextmanager
 async def started_runs(
-    harness: Harness, tenant: str, agent: str, count: int
+    harness: Harness,
+    tenant: str,
+    agent: str,
+    count: int,
+    shown: Sequence[tuple[str, str | None]] = (),
+    first: int = 0,
 ) -> AsyncIterator[list[str]]:
     """``count`` Runs of ``agent`` started cheaply (on a queue no worker polls, with the
-    attributes psych sets), in visibility before the block; their workflow ids."""
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), tenant),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), agent),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "running"),
-        ]
-    )
+    attributes psych sets), in visibility before the block; their workflow ids.
+    ``shown``: the status and suspension reasons (``PsychStatus``, ``PsychSuspension``)
+    each Run's attributes hold, one per Run (empty: running, all of them). ``first``: the
+    number of the first (the ``first`` before it, started earlier, are still there)."""
+    shown = shown or [("running", None)] * count
+    if len(shown) != count:
+        raise ValueError(f"shown: one (status, suspension) per Run ({count}), not {len(shown)}")
     handles: list[WorkflowHandle[Any, Any]] = []
     try:
-        for index in range(count):
+        for index, (status, suspension) in enumerate(shown, start=first):
+            attributes = [
+                SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), tenant),
+                SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), agent),
+                SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), status),
+            ]
+            if suspension is not None:
+                key = SearchAttributeKey.for_keyword("PsychSuspension")
+                attributes.append(SearchAttributePair(key, suspension))
             handles.append(
                 await harness.env.client.start_workflow(
                     "AgentRun",
                     id=f"psych-{tenant}-{agent}-{index}",
                     task_queue=f"nobody-{agent}",
-                    search_attributes=attributes,
+                    search_attributes=TypedSearchAttributes(attributes),
                 )
             )
 
         async def indexed() -> bool:
             query = f"PsychTenant = '{tenant}' AND PsychAgent = '{agent}'"
-            return (await harness.env.client.count_workflows(query)).count == count
+            return (await harness.env.client.count_workflows(query)).count == first + count
 
-        await eventually(indexed, what=f"visibility to hold the {count} Runs of {agent}")
+        await eventually(indexed, what=f"visibility to hold {first + count} Runs of {agent}")
         yield [handle.id for handle in handles]
     finally:
         for handle in handles:

@@ -4,6 +4,7 @@ event streams; a JWKS served on loopback for the tests that sign in with JWTs.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -34,10 +35,12 @@ async def served(
     query_timeout_seconds: float = 10.0,
     jwt_settings: JwtSettings | None = None,
     egress: EgressSettings | None = None,
+    a2a_list_scan: int | None = None,
 ) -> AsyncIterator[str]:
     """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port),
     with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``; where push
-    notifications may go, with ``egress``)."""
+    notifications may go, with ``egress``; how many Runs an A2A ListTasks filtered after
+    reading looks at, with ``a2a_list_scan``)."""
     keys = (
         ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
         ApiKey.of("globex-key-e2e", "globex", "mallory"),
@@ -49,6 +52,8 @@ async def served(
         query_timeout_seconds=query_timeout_seconds,
         egress=egress,
     )
+    if a2a_list_scan is not None:
+        settings = dataclasses.replace(settings, a2a_list_scan=a2a_list_scan)
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     task = asyncio.create_task(server.serve())

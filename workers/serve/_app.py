@@ -156,6 +156,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
             jwt=settings.auth.jwt is not None,
             query_timeout=context.query_timeout,
             pushes=pushes,
+            list_scan=settings.a2a_list_scan,
         )
     )
     if settings.push_tokens is not None:

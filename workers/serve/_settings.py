@@ -27,6 +27,7 @@ from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import SpecError
 from psych_runtime.workers.serve._auth import AuthSettings, JwtSettings, api_keys_from
+from psych_runtime.workers.serve.a2a._list_tasks import LIST_SCAN
 from psych_runtime.workflows import PsychClient
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -63,6 +64,9 @@ class ServeSettings:
             None: the environment's rules (``PSYCH_EGRESS_*``) and the global settings
             file's ``egress:`` section (``psych serve`` gives the settings file it was
             given).
+        a2a_list_scan: the most Runs one A2A ListTasks looks at when its status filter is
+            applied after reading (working, failed; ``a2a._list_tasks.LIST_SCAN``): its
+            page may then hold fewer tasks than asked, with a next page token.
         at_shutdown: what the app's shutdown (its lifespan) closes besides what it made,
             each awaited once, the last first: ``psych serve`` gives one that closes the
             stores it opened for the app (an S3 blob or token store holds a connection
@@ -80,6 +84,7 @@ class ServeSettings:
     push_lease_seconds: float = 30.0
     tokens: TokenStore | None = None
     egress: EgressSettings | None = None
+    a2a_list_scan: int = LIST_SCAN
     at_shutdown: tuple[Callable[[], Awaitable[None]], ...] = ()
 
 

@@ -59,6 +59,7 @@ from psych_runtime.workers.serve.a2a._calls import (
     wait_while_caller_may,
 )
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
+from psych_runtime.workers.serve.a2a._list_tasks import LIST_SCAN, TaskLister, wanted_state
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
     Said,
@@ -75,13 +76,9 @@ from psych_runtime.workers.serve.a2a._tasks import (
     stops,
     task_events,
     task_of,
-    task_state,
     workflow_id_of,
 )
 from psych_runtime.workflows import PsychClient, RunState, SuspensionReason
-
-MAX_LISTED = 1000
-"""The most tasks one ListTasks looks through (newest first)."""
 
 T = TypeVar("T")
 
@@ -96,6 +93,8 @@ class PsychRequestHandler(RequestHandler):
         query_timeout: how long a read waits for the Run's worker.
         cancel_wait_seconds: how long CancelTask waits for the Run to settle before it
             answers with the task as it is.
+        list_scan: the most Runs one ListTasks looks at when its status filter is
+            applied after reading (``_list_tasks.LIST_SCAN``).
     """
 
     def __init__(
@@ -106,8 +105,10 @@ class PsychRequestHandler(RequestHandler):
         *,
         query_timeout: timedelta,
         cancel_wait_seconds: float = 30.0,
+        list_scan: int = LIST_SCAN,
     ) -> None:
         self.client = client
+        self.lister = TaskLister(client, list_scan)
         self.catalogue = catalogue
         self.pushes = pushes
         pushes.resumed = self._taken_over
@@ -251,29 +252,26 @@ class PsychRequestHandler(RequestHandler):
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
-        token = params.page_token or "0"
-        # Ours are offsets: a few digits, never negative.
-        if not (token.isascii() and token.isdigit() and len(token) <= 9):
-            raise InvalidParamsError(f"pageToken {params.page_token!r} is not one we gave")
-        offset = int(token)
-        summaries = await self.client.list(scope=scope, agent=agent, limit=MAX_LISTED)
+        wanted = wanted_state(params.status)
+        if not params.context_id:
+            return await self.lister.answer(scope, agent, wanted, size, params.page_token)
+        # The context id is the task id: that one task (its state as GetTask reads it).
+        if params.page_token:
+            raise InvalidParamsError(
+                "pageToken: a ListTasks by contextId answers its one task on one page; "
+                "no token continues it"
+            )
         tasks: list[Task] = []
-        for summary in summaries:
-            task_id = summary.run_id
-            if summary.status is None or (params.context_id and params.context_id != task_id):
-                continue
-            asking = summary.suspension in (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
-            state = task_state(summary.status, asking)
-            if params.status and params.status != state:
-                continue
-            tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
-        page = tasks[offset : offset + size]
-        more = offset + size < len(tasks)
+        try:
+            status = task_of(await self._owned(params.context_id, scope, agent)).status
+        except TaskNotFoundError:
+            pass  # another tenant's, another agent's, or none: no task of this context
+        else:
+            task_id = params.context_id
+            shown = Task(id=task_id, context_id=task_id, status=status)
+            tasks = [shown] if wanted in (None, status.state) else []
         return ListTasksResponse(
-            tasks=page,
-            next_page_token=str(offset + size) if more else "",
-            page_size=size,
-            total_size=len(tasks),
+            tasks=tasks, next_page_token="", page_size=size, total_size=len(tasks)
         )
 
     async def on_subscribe_to_task(

@@ -37,6 +37,7 @@ from psych_runtime.workers.serve._problems import problem, problem_for
 from psych_runtime.workers.serve.a2a._calls import AGENT_KEY, CALLER_KEY
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue, agent_card
 from psych_runtime.workers.serve.a2a._handler import PsychRequestHandler
+from psych_runtime.workers.serve.a2a._list_tasks import LIST_SCAN
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workflows import PsychClient
 
@@ -98,6 +99,7 @@ def a2a_routes(
     jwt: bool,
     query_timeout: timedelta,
     pushes: PushRegistry,
+    list_scan: int = LIST_SCAN,
 ) -> Mount:
     """The mount serving the agents of ``client.store`` (see the module docstring).
 
@@ -110,9 +112,13 @@ def a2a_routes(
         pushes: the push notification registry (its store, lease and egress port). Its
             maker closes it (``aclose``) when the server stops: the mount makes nothing it
             could not close (``create_app`` closes the one it makes at the app's shutdown).
+        list_scan: the most Runs one ListTasks looks at when its status filter is applied
+            after reading (``ServeSettings.a2a_list_scan``).
     """
     catalogue = AgentCatalogue(client.store)
-    handler = PsychRequestHandler(client, catalogue, pushes, query_timeout=query_timeout)
+    handler = PsychRequestHandler(
+        client, catalogue, pushes, query_timeout=query_timeout, list_scan=list_scan
+    )
     builder = _CallContext()
 
     async def card(request: Request) -> Response:

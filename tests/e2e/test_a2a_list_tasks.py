@@ -1,0 +1,203 @@
+"""A2A ListTasks pages through the Run listing, driven by ``a2a-sdk``'s own client against
+``psych serve`` on loopback and the session's dev server: every task once across pages,
+each status filter (read by Temporal's visibility query where one filter says it, else
+filtered after reading, a bounded number of Runs a request), ``totalSize`` as counted,
+page tokens refused when forged, cut, an old offset, or made for another listing, and a
+``contextId`` answering its one task."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+import pytest
+from a2a.client import Client
+from a2a.types import ListTasksRequest, ListTasksResponse, TaskState
+from a2a.utils.errors import InvalidParamsError
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply
+
+from ._listing import started_runs
+from ._serve import ACME, GLOBEX, served
+from .conftest import Harness
+from .test_a2a_serve import a2a_client, collect, user
+
+pytestmark = pytest.mark.e2e
+
+WORKING = TaskState.TASK_STATE_WORKING
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+FAILED = TaskState.TASK_STATE_FAILED
+CANCELED = TaskState.TASK_STATE_CANCELED
+
+# What each Run's search attributes say (oldest first), and the task state it lists as.
+RUNS: list[tuple[tuple[str, str | None], TaskState]] = [
+    (("completed", None), COMPLETED),
+    (("running", None), WORKING),
+    (("failed", None), FAILED),
+    (("suspended", "question"), INPUT_REQUIRED),
+    (("aborted", None), CANCELED),
+    (("suspended", "external"), WORKING),
+    (("stopped", None), FAILED),
+    # Two reasons at once (a question and an approval of parallel calls): input-required.
+    (("suspended", "approval,question"), INPUT_REQUIRED),
+    (("running", None), WORKING),
+    (("abandoned", None), FAILED),
+    (("suspended", "children"), WORKING),
+    (("completed", None), COMPLETED),
+    (("running", None), WORKING),
+]
+
+
+async def walk(
+    client: Client,
+    size: int,
+    status: TaskState = TaskState.TASK_STATE_UNSPECIFIED,
+    token: str = "",
+) -> tuple[list[ListTasksResponse], list[str]]:
+    """Every page of ListTasks with ``status`` and ``size`` (from ``token`` on), following
+    nextPageToken; the pages, and the task ids of all of them in order."""
+    pages: list[ListTasksResponse] = []
+    while True:
+        request = ListTasksRequest(page_size=size, status=status, page_token=token)
+        page = await client.list_tasks(request)
+        assert len(page.tasks) <= size
+        assert page.page_size == size
+        pages.append(page)
+        token = page.next_page_token
+        if not token:
+            return pages, [task.id for page in pages for task in page.tasks]
+
+
+async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness) -> None:
+    agent = f"a2a_lister{uuid.uuid4().hex[:8]}"
+    elsewhere = f"a2a_elsewhere{uuid.uuid4().hex[:8]}"
+    for name in (agent, elsewhere):
+        harness.client.publish(AgentBuilder(name).model("fake-model").build())
+    shown = [attributes for attributes, _ in RUNS]
+    async with (
+        started_runs(harness, harness.scope.tenant, agent, len(RUNS), shown) as ids,
+        started_runs(harness, "globex", agent, 1) as theirs,
+    ):
+        newest_first = [workflow_id.split("-", 2)[2] for workflow_id in ids[::-1]]
+        state_of = dict(zip(newest_first, [state for _, state in RUNS][::-1], strict=True))
+
+        def having(state: TaskState) -> list[str]:
+            return [task for task in newest_first if state_of[task] == state]
+
+        # At most 3 Runs looked at a request: short pages (even empty ones) that still go
+        # on, and together every task once.
+        async with (
+            served(harness, a2a_list_scan=3) as base,
+            a2a_client(base, agent, ACME, streaming=False) as client,
+        ):
+            pages, listed = await walk(client, 2, WORKING)
+            assert [len(page.tasks) for page in pages] == [2, 1, 1, 1, 0]
+            assert listed == having(WORKING)
+            # Pages that fill halfway through what the listing answered go on from there.
+            pages, listed = await walk(client, 1, FAILED)
+            assert listed == having(FAILED)
+            assert [len(page.tasks) for page in pages] == [0, 1, 1, 0, 1, 0]
+            assert {page.total_size for page in pages} == {len(having(FAILED))}
+            pages, listed = await walk(client, 2)
+            assert listed == newest_first
+
+        async with (
+            served(harness) as base,
+            a2a_client(base, agent, ACME, streaming=False) as client,
+        ):
+            # Every task once, newest first, page after page; each page counts them all.
+            pages, listed = await walk(client, 4)
+            assert [len(page.tasks) for page in pages] == [4, 4, 4, 1]
+            assert listed == newest_first
+            assert {page.total_size for page in pages} == {len(RUNS)}
+            assert {task.id: task.status.state for p in pages for task in p.tasks} == state_of
+            assert all(task.context_id == task.id for p in pages for task in p.tasks)
+
+            # Each status: its tasks only, every one once, and how many there are.
+            for state in (COMPLETED, CANCELED, INPUT_REQUIRED, WORKING, FAILED):
+                pages, listed = await walk(client, 2, state)
+                assert listed == having(state), TaskState.Name(state)
+                assert {page.total_size for page in pages} == {len(having(state))}
+            pages, listed = await walk(client, 2, TaskState.TASK_STATE_REJECTED)
+            assert (listed, pages[0].total_size) == ([], 0)
+
+            first = await client.list_tasks(ListTasksRequest(page_size=4))
+            working = await client.list_tasks(ListTasksRequest(page_size=1, status=WORKING))
+            token, working_token = first.next_page_token, working.next_page_token
+            assert token and working_token
+
+            async def refused(request: ListTasksRequest, words: str, who: Client = client) -> None:
+                with pytest.raises(InvalidParamsError, match=words):
+                    await who.list_tasks(request)
+
+            # Made for another status filter: refused, even where the listing beneath is
+            # the same (working and failed both read the agent's whole listing).
+            await refused(
+                ListTasksRequest(page_token=token, status=COMPLETED),
+                "given for ListTasks with status any, not TASK_STATE_COMPLETED",
+            )
+            await refused(
+                ListTasksRequest(page_token=working_token, status=FAILED),
+                "status TASK_STATE_WORKING, not TASK_STATE_FAILED",
+            )
+            # Forged, edited, cut short: damaged; an offset (older servers' tokens): said so.
+            payload, _, check = token.rpartition(".")
+            data = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+            edited = base64.urlsafe_b64encode(data.replace(b'"skip":0', b'"skip":9')).decode()
+            for forged in ("nonsense", token[:-1], token[:30], f"{edited.rstrip('=')}.{check}"):
+                await refused(ListTasksRequest(page_token=forged), "damaged or is not one")
+            await refused(ListTasksRequest(page_token="4"), "'4' is an offset")
+            # A listing by contextId is one page: no token continues it.
+            await refused(
+                ListTasksRequest(page_token=token, context_id=newest_first[0]), "one page"
+            )
+            # Another agent's ListTasks with this one's token.
+            async with a2a_client(base, elsewhere, ACME, streaming=False) as other:
+                await refused(
+                    ListTasksRequest(page_token=token), f"given by agent '{agent}'", who=other
+                )
+            # Another tenant's caller with acme's token: refused by the cursor it holds;
+            # its own listing holds its own task only.
+            async with a2a_client(base, agent, GLOBEX, streaming=False) as globex:
+                await refused(
+                    ListTasksRequest(page_token=token), "another tenant's listing", who=globex
+                )
+                mine = await globex.list_tasks(ListTasksRequest())
+                assert [task.id for task in mine.tasks] == [theirs[0].split("-", 2)[2]]
+
+            # A page that ended halfway through what the listing answered goes on after
+            # the task it ended on, even when a task started since comes first in the
+            # listing (newest first): none is shown twice.
+            first = await client.list_tasks(ListTasksRequest(page_size=1, status=FAILED))
+            assert [task.id for task in first.tasks] == having(FAILED)[:1]
+            async with started_runs(harness, harness.scope.tenant, agent, 1, first=len(RUNS)):
+                _, rest = await walk(client, 1, FAILED, first.next_page_token)
+            assert rest == having(FAILED)[1:]
+
+
+async def test_list_tasks_by_context_id_answers_that_one_task(harness: Harness) -> None:
+    agent = f"a2a_context{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(Reply.text("Done."))
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        (sent,) = await collect(client.send_message(user("go")))
+        task_id = sent.task.id
+        assert sent.task.status.state == COMPLETED
+        listed = await client.list_tasks(ListTasksRequest(context_id=task_id))
+        assert [(t.id, t.context_id, t.status.state) for t in listed.tasks] == [
+            (task_id, task_id, COMPLETED)
+        ]
+        assert (listed.total_size, listed.next_page_token) == (1, "")
+        other = await client.list_tasks(ListTasksRequest(context_id=task_id, status=WORKING))
+        assert (list(other.tasks), other.total_size) == ([], 0)
+        unknown = await client.list_tasks(ListTasksRequest(context_id="no-such-task"))
+        assert list(unknown.tasks) == []
+        async with a2a_client(base, agent, GLOBEX, streaming=False) as globex:
+            theirs = await globex.list_tasks(ListTasksRequest(context_id=task_id))
+            assert list(theirs.tasks) == []

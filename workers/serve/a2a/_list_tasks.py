@@ -1,0 +1,318 @@
+"""ListTasks: the caller's tasks of an agent, a page at a time, read through the Run
+listing (``PsychClient.list_page``) and counted by ``PsychClient.count``.
+
+A task's state in a listing comes from its Run's search attributes, not from a query of
+each Run: its status, and for a suspended Run whether it waits on a question or an
+approval (``PsychSuspension``, the reasons of its own items and its children's: the
+attribute does not say whose). The A2A ``status`` filter is the listing's own filter
+where one says it exactly (completed, canceled, input-required, no filter): the page is
+what Temporal's visibility query answers. Working (running, or suspended on anything
+else) and failed (four statuses) are no one filter of the listing: their Runs are read
+from the agent's whole listing and the others passed over, until the page is full, the
+listing ends, or ``scan`` Runs were looked at in this request; a page can then hold fewer
+tasks than asked, even none, and still have a next page token.
+
+A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, how
+many Runs from there earlier pages went through and the last of them (a page that fills
+halfway through a chunk of the listing ends there), the agent and the status filter it
+was made for, and a check: a token edited, cut short or made up, or made for another
+agent's or status's listing, is refused naming which (``InvalidParamsError``), as is an
+offset, the token of the servers before this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import cast
+
+from a2a.types import ListTasksResponse, Task, TaskState
+from a2a.utils.errors import InternalError, InvalidParamsError
+from temporalio.service import RPCError
+
+from psych_runtime.specs import BadCursor, Scope
+from psych_runtime.workers.serve.a2a._tasks import task_state
+from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
+
+LIST_SCAN = 1000
+"""The most Runs one ListTasks looks at when its status filter is applied after reading
+(working, failed): Temporal's default ``visibilityMaxPageSize``, the most one visibility
+page holds, and what one ListTasks read before it paged."""
+FILTER_CHUNK = 100
+"""How many Runs such a ListTasks asks of the listing at once (A2A's largest page)."""
+ASKS = (SuspensionReason.APPROVAL, SuspensionReason.QUESTION)
+"""What a task waits on while it is input-required."""
+
+_TOKEN_VERSION = 1
+_CHECK_CHARS = 16
+_AGAIN = "send ListTasks again without a pageToken"
+
+
+def listed_state(summary: RunSummary) -> TaskState | None:
+    """The state a listing shows for a Run (see the module docstring); None: its status
+    is none the listing knows (a Run started without psych's search attributes)."""
+    if summary.status is None:
+        return None
+    try:
+        status = RunStatus(summary.status)
+    except ValueError:
+        return None
+    reasons = set((summary.suspension or "").split(","))
+    return task_state(status, bool(reasons & set(ASKS)))
+
+
+def wanted_state(status: int) -> TaskState | None:
+    """The state a ListTasks ``status`` asks for (None: any).
+
+    Raises:
+        InvalidParamsError: it is no TaskState.
+    """
+    if status == TaskState.TASK_STATE_UNSPECIFIED:
+        return None
+    if status not in TaskState.values():
+        raise InvalidParamsError(f"status {status} is not a TaskState")
+    return cast(TaskState, status)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How the listing is asked for a status filter."""
+
+    status: RunStatus | None = None
+    waiting_on: tuple[SuspensionReason, ...] = ()
+    exact: bool = True
+    """Whether every Run the listing answers has the state (else: filtered after)."""
+
+
+def selection(wanted: TaskState | None) -> Selection | None:
+    """How tasks in state ``wanted`` are read; None: no task is ever in it (submitted,
+    rejected, auth-required: a Run has no such status)."""
+    if wanted is None:
+        return Selection()
+    if wanted == TaskState.TASK_STATE_INPUT_REQUIRED:
+        return Selection(RunStatus.SUSPENDED, ASKS)
+    if wanted == TaskState.TASK_STATE_WORKING:
+        return Selection(exact=False)
+    statuses = _ended_in(wanted)
+    if not statuses:
+        return None
+    return Selection(statuses[0]) if len(statuses) == 1 else Selection(exact=False)
+
+
+def _ended_in(wanted: TaskState) -> list[RunStatus]:
+    """The terminal statuses of Runs whose task is in state ``wanted``."""
+    return [s for s in RunStatus if s.terminal and task_state(s, False) == wanted]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a listing goes on: the chunk of the Run listing at ``cursor`` (None: its
+    start), past its first ``skip`` Runs, the last of them Run ``after``."""
+
+    cursor: str | None
+    skip: int
+    after: str | None = None
+    """The run id the page before ended on: where the chunk is read again, the page goes
+    on after it wherever it now is (Runs started since come before it at the listing's
+    start; a Run that ended since moves in the order), else after ``skip`` Runs."""
+
+    def start(self, runs: tuple[RunSummary, ...]) -> int:
+        """Where the page goes on in ``runs``, the chunk read again."""
+        for index, summary in enumerate(runs):
+            if summary.run_id == self.after:
+                return index + 1
+        return self.skip
+
+
+def _state_name(wanted: TaskState | None) -> str:
+    return "any" if wanted is None else TaskState.Name(wanted)
+
+
+def _check(payload: str) -> str:
+    digest = hashlib.sha256(b"psych-a2a-list-tasks\0" + payload.encode())
+    return digest.hexdigest()[:_CHECK_CHARS]
+
+
+def make_token(agent: str, wanted: TaskState | None, position: Position) -> str:
+    """The pageToken that goes on at ``position`` in ``agent``'s listing for ``wanted``."""
+    data = {
+        "v": _TOKEN_VERSION,
+        "agent": agent,
+        "status": _state_name(wanted),
+        "cursor": position.cursor,
+        "skip": position.skip,
+        "after": position.after,
+    }
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return f"{payload}.{_check(payload)}"
+
+
+def read_token(token: str, agent: str, wanted: TaskState | None) -> Position:
+    """Where ``token`` goes on, once it is known to be whole and made for this agent's
+    listing with this status filter.
+
+    Raises:
+        InvalidParamsError: it is not, naming why.
+    """
+    if token.isascii() and token.isdigit():
+        raise InvalidParamsError(
+            f"pageToken {token!r} is an offset, a token of an older server's ListTasks, "
+            f"which this one no longer takes: {_AGAIN}"
+        )
+    payload, dot, check = token.rpartition(".")
+    damaged = (
+        "pageToken is damaged or is not one a ListTasks gave (send back the nextPageToken "
+        f"it answered, unchanged), or {_AGAIN}"
+    )
+    if not dot or not payload or check != _check(payload):
+        raise InvalidParamsError(damaged)
+    try:
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        fields = (data["v"], data["agent"], data["status"], data["cursor"])
+        skip, after = data["skip"], data["after"]
+    except (ValueError, TypeError, KeyError, binascii.Error, RecursionError) as err:
+        raise InvalidParamsError(damaged) from err
+    version, made_for, status, cursor = fields
+    if version != _TOKEN_VERSION or not isinstance(made_for, str) or not isinstance(status, str):
+        raise InvalidParamsError(damaged)
+    if not all(value is None or isinstance(value, str) for value in (cursor, after)):
+        raise InvalidParamsError(damaged)
+    if type(skip) is not int or skip < 0:
+        raise InvalidParamsError(damaged)
+    if made_for != agent:
+        raise InvalidParamsError(
+            f"pageToken was given by agent {made_for!r}'s ListTasks, not {agent!r}'s: {_AGAIN}"
+        )
+    if status != _state_name(wanted):
+        raise InvalidParamsError(
+            f"pageToken was given for ListTasks with status {status}, not "
+            f"{_state_name(wanted)}: ask with the status it was given for, or {_AGAIN}"
+        )
+    return Position(cursor, skip, after)
+
+
+@dataclass(frozen=True)
+class TaskLister:
+    """ListTasks of every agent, through ``client``; ``scan``: ``LIST_SCAN``."""
+
+    client: PsychClient
+    scan: int = LIST_SCAN
+
+    def __post_init__(self) -> None:
+        if self.scan < 1:
+            raise ValueError(f"scan={self.scan}: a ListTasks looks at one Run at least")
+
+    async def answer(
+        self, scope: Scope, agent: str, wanted: TaskState | None, size: int, token: str
+    ) -> ListTasksResponse:
+        """One page of ``size`` tasks at most, from ``token`` on (empty: the start), and
+        how many tasks the listing holds (``count``).
+
+        Raises:
+            InvalidParamsError: the token is refused (``read_token``, or the listing's
+                cursor it holds: ``BadCursor``).
+            InternalError: Temporal's visibility could not be read.
+        """
+        position = read_token(token, agent, wanted) if token else Position(None, 0)
+        chosen = selection(wanted)
+        if chosen is None:
+            return ListTasksResponse(tasks=[], next_page_token="", page_size=size, total_size=0)
+        try:
+            tasks, after = await self._page(scope, agent, wanted, chosen, size, position)
+            total = await self.count(scope, agent, wanted)
+        except BadCursor as err:
+            raise InvalidParamsError(f"pageToken is refused: {err} ({_AGAIN})") from err
+        except RPCError as err:
+            raise InternalError(f"the tasks could not be listed: {err.message}") from err
+        return ListTasksResponse(
+            tasks=tasks,
+            next_page_token="" if after is None else make_token(agent, wanted, after),
+            page_size=size,
+            total_size=total,
+        )
+
+    async def _page(
+        self,
+        scope: Scope,
+        agent: str,
+        wanted: TaskState | None,
+        chosen: Selection,
+        size: int,
+        position: Position,
+    ) -> tuple[list[Task], Position | None]:
+        """The page's tasks and where the next page starts (None: nothing follows).
+
+        Each chunk is asked for the places still open (a listing filtered after reading:
+        at least ``FILTER_CHUNK``), never more than ``scan`` Runs looked at in all; the
+        Runs a resumed chunk starts with, which earlier pages went through, are read again
+        and passed over (``Position.start``).
+        """
+        tasks: list[Task] = []
+        cursor, skip = position.cursor, position.skip
+        looked = 0
+        resumed: Position | None = position
+        while True:
+            places = size - len(tasks)
+            wants = places if chosen.exact else max(places, FILTER_CHUNK)
+            page = await self.client.list_page(
+                scope=scope,
+                agent=agent,
+                status=chosen.status,
+                waiting_on=chosen.waiting_on,
+                limit=skip + min(wants, self.scan - looked),
+                cursor=cursor,
+            )
+            start = 0 if resumed is None else resumed.start(page.runs)
+            resumed = None
+            for index in range(start, len(page.runs)):
+                looked += 1
+                summary = page.runs[index]
+                state = listed_state(summary)
+                if state is None or wanted not in (None, state):
+                    continue
+                task_id = summary.run_id
+                tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
+                if len(tasks) == size:
+                    if index + 1 < len(page.runs):
+                        return tasks, Position(cursor, index + 1, summary.run_id)
+                    return tasks, _at(page.next_cursor)
+            if page.next_cursor is None or looked >= self.scan:
+                return tasks, _at(page.next_cursor)
+            cursor, skip = page.next_cursor, 0
+
+    async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
+        """How many of the agent's tasks are in state ``wanted`` (None: any), as
+        Temporal's visibility counts them now: the listing's own filter's count, or the
+        counts of the filters whose sum or difference the state is."""
+
+        async def counted(
+            status: RunStatus | None = None, waiting_on: tuple[SuspensionReason, ...] = ()
+        ) -> int:
+            return await self.client.count(
+                scope=scope, agent=agent, status=status, waiting_on=waiting_on
+            )
+
+        chosen = selection(wanted)
+        if chosen is None:
+            return 0
+        if wanted is None or chosen.exact:
+            return await counted(chosen.status, chosen.waiting_on)
+        if wanted == TaskState.TASK_STATE_WORKING:
+            running, suspended, asking = await asyncio.gather(
+                counted(RunStatus.RUNNING),
+                counted(RunStatus.SUSPENDED),
+                counted(RunStatus.SUSPENDED, ASKS),
+            )
+            # Three counts, not one moment: a Run that suspends between them must not
+            # make the difference negative.
+            return max(running + suspended - asking, 0)
+        return sum(await asyncio.gather(*(counted(s) for s in _ended_in(wanted))))
+
+
+def _at(cursor: str | None) -> Position | None:
+    return None if cursor is None else Position(cursor, 0)
