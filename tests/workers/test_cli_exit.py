@@ -265,3 +265,37 @@ async def test_list_pages_on_with_the_cursor_it_prints(
         assert (status, "the cursor is damaged" in err) == (1, True), err
     finally:
         await asyncio.gather(*(handle.terminate("test over") for handle in handles))
+
+
+async def test_list_shows_a_terminated_waiting_run_failed_and_how_it_closed(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    who = tenant()
+    # Started cheaply as a Run waiting on an approval, then terminated by an operator.
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "suspended"),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychSuspension"), "approval"),
+        ]
+    )
+    handle = await cli.env.client.start_workflow(
+        "AgentRun", id=f"psych-{who}-cut", task_queue=f"nobody-{who}", search_attributes=attributes
+    )
+    await handle.terminate("by an operator")
+    for _ in range(100):
+        query = f"PsychTenant = '{who}' AND ExecutionStatus = 'Terminated'"
+        if (await cli.env.client.count_workflows(query)).count == 1:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("visibility never showed the terminated Run")
+    out, _ = await listed(cli, capsys, who, 1, "--status", "failed")
+    (line,) = [line for line in out.splitlines() if line.startswith(f"psych-{who}-cut")]
+    assert "failed (terminated)" in line
+    status, out, err = await psych(
+        capsys, "list", "--suspended", "--address", cli.address, "--tenant", who
+    )
+    assert (status, out) == (0, ""), err
+    assert "no suspended Runs" in err

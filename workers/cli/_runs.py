@@ -392,7 +392,7 @@ async def _list(args: argparse.Namespace) -> int:
         (
             run.workflow_id,
             run.agent or "-",
-            run.status or "-",
+            f"{run.status} ({run.closed_as})" if run.closed_as else run.status or "-",
             run.started_at.isoformat(timespec="seconds") if run.started_at else "-",
         )
         for run in runs
