@@ -20,6 +20,7 @@ from psych_runtime.testing import Reply
 
 from ._listing import started_runs
 from ._serve import ACME, GLOBEX, served
+from ._waiting import eventually
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, user
 
@@ -98,7 +99,7 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             # Pages that fill halfway through what the listing answered go on from there.
             pages, listed = await walk(client, 1, FAILED)
             assert listed == having(FAILED)
-            assert [len(page.tasks) for page in pages] == [0, 1, 1, 0, 1, 0]
+            assert [len(page.tasks) for page in pages] == [0, 1, 0, 1, 0, 1, 0, 0]
             assert {page.total_size for page in pages} == {len(having(FAILED))}
             pages, listed = await walk(client, 2)
             assert listed == newest_first
@@ -145,7 +146,7 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             # Forged, edited, cut short: damaged; an offset (older servers' tokens): said so.
             payload, _, check = token.rpartition(".")
             data = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-            edited = base64.urlsafe_b64encode(data.replace(b'"skip":0', b'"skip":9')).decode()
+            edited = base64.urlsafe_b64encode(data.replace(b'"v":2', b'"v":3')).decode()
             for forged in ("nonsense", token[:-1], token[:30], f"{edited.rstrip('=')}.{check}"):
                 await refused(ListTasksRequest(page_token=forged), "damaged or is not one")
             await refused(ListTasksRequest(page_token="4"), "'4' is an offset")
@@ -175,6 +176,35 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             async with started_runs(harness, harness.scope.tenant, agent, 1, first=len(RUNS)):
                 _, rest = await walk(client, 1, FAILED, first.next_page_token)
             assert rest == having(FAILED)[1:]
+
+
+async def test_list_tasks_goes_on_where_the_page_ended_when_its_last_task_ends(
+    harness: Harness,
+) -> None:
+    """The task a page ended on ends before the next page is read: its Run moves behind
+    the open Runs (Temporal orders closed Runs after them), and the next page goes on
+    where the page ended, not after the Run's new place: no other task is skipped."""
+    agent = f"a2a_moved{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    async with started_runs(harness, harness.scope.tenant, agent, 4) as older:
+        older_first = [workflow_id.split("-", 2)[2] for workflow_id in older[::-1]]
+        async with (
+            served(harness) as base,
+            a2a_client(base, agent, ACME, streaming=False) as client,
+        ):
+            async with started_runs(harness, harness.scope.tenant, agent, 1, first=4) as new:
+                first = await client.list_tasks(ListTasksRequest(page_size=1, status=WORKING))
+                assert [task.id for task in first.tasks] == [new[0].split("-", 2)[2]]
+            # Leaving the block ended that Run (terminated): once visibility holds it closed,
+            # it comes after the four open Runs.
+            query = f"PsychAgent = '{agent}' AND ExecutionStatus = 'Running'"
+
+            async def closed() -> bool:
+                return (await harness.env.client.count_workflows(query)).count == 4
+
+            await eventually(closed, what="the newest Run closed in visibility")
+            _, rest = await walk(client, 1, WORKING, first.next_page_token)
+            assert rest[:4] == older_first
 
 
 async def test_list_tasks_by_context_id_answers_that_one_task(harness: Harness) -> None:

@@ -12,12 +12,12 @@ from the agent's whole listing and the others passed over, until the page is ful
 listing ends, or ``scan`` Runs were looked at in this request; a page can then hold fewer
 tasks than asked, even none, and still have a next page token.
 
-A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, how
-many Runs from there earlier pages went through and the last of them (a page that fills
-halfway through a chunk of the listing ends there), the agent and the status filter it
-was made for, and a check: a token edited, cut short or made up, or made for another
-agent's or status's listing, is refused naming which (``InvalidParamsError``), as is an
-offset, the token of the servers before this one.
+A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, the
+place in the listing's order of the Run a page that filled halfway through a chunk ended
+on (``Position.after``), the agent and the status filter it was made for, and a check: a
+token edited, cut short or made up, or made for another agent's or status's listing, is
+refused naming which (``InvalidParamsError``), as is an offset, the token of the servers
+before this one, and a token of this module's first version.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import binascii
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from a2a.types import ListTasksResponse, Task, TaskState
@@ -47,7 +48,7 @@ FILTER_CHUNK = 100
 ASKS = (SuspensionReason.APPROVAL, SuspensionReason.QUESTION)
 """What a task waits on while it is input-required."""
 
-_TOKEN_VERSION = 1
+_TOKEN_VERSION = 2
 _CHECK_CHARS = 16
 _AGAIN = "send ListTasks again without a pageToken"
 
@@ -108,24 +109,36 @@ def _ended_in(wanted: TaskState) -> list[RunStatus]:
     return [s for s in RunStatus if s.terminal and task_state(s, False) == wanted]
 
 
+Place = tuple[bool, int, int, str]
+"""Where a Run is in the listing's order (Temporal's, newest first), as a key that sorts
+so: open Runs first, closed ones by close time (newest first), then by start time (newest
+first), then by run id. Times in microseconds since the epoch, negated."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(at: datetime | None) -> int:
+    return 0 if at is None else (at - _EPOCH) // timedelta(microseconds=1)
+
+
+def place_of(summary: RunSummary) -> Place:
+    """The Run's place in the listing's order."""
+    closed = summary.closed_at is not None
+    return (closed, -_micros(summary.closed_at), -_micros(summary.started_at), summary.run_id)
+
+
 @dataclass(frozen=True)
 class Position:
     """Where a listing goes on: the chunk of the Run listing at ``cursor`` (None: its
-    start), past its first ``skip`` Runs, the last of them Run ``after``."""
+    start), past the Runs at or before ``after`` in its order."""
 
     cursor: str | None
-    skip: int
-    after: str | None = None
-    """The run id the page before ended on: where the chunk is read again, the page goes
-    on after it wherever it now is (Runs started since come before it at the listing's
-    start; a Run that ended since moves in the order), else after ``skip`` Runs."""
-
-    def start(self, runs: tuple[RunSummary, ...]) -> int:
-        """Where the page goes on in ``runs``, the chunk read again."""
-        for index, summary in enumerate(runs):
-            if summary.run_id == self.after:
-                return index + 1
-        return self.skip
+    after: Place | None = None
+    """The place the page before ended on, when it ended halfway through a chunk: the
+    chunk is read again and its Runs up to that place passed over. A place, not the Run:
+    Runs started since come before it, and the Run itself, had it ended since, would be
+    further on (closed Runs come after open ones) and going on after it would skip the
+    Runs between."""
 
 
 def _state_name(wanted: TaskState | None) -> str:
@@ -144,8 +157,7 @@ def make_token(agent: str, wanted: TaskState | None, position: Position) -> str:
         "agent": agent,
         "status": _state_name(wanted),
         "cursor": position.cursor,
-        "skip": position.skip,
-        "after": position.after,
+        "after": None if position.after is None else list(position.after),
     }
     raw = json.dumps(data, separators=(",", ":")).encode()
     payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -173,16 +185,21 @@ def read_token(token: str, agent: str, wanted: TaskState | None) -> Position:
         raise InvalidParamsError(damaged)
     try:
         data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        fields = (data["v"], data["agent"], data["status"], data["cursor"])
-        skip, after = data["skip"], data["after"]
+        version = data["v"]
+        if version == 1:
+            raise InvalidParamsError(
+                "pageToken was given by this server's ListTasks before it changed how a "
+                f"page goes on, which it no longer reads: {_AGAIN}"
+            )
+        fields = (version, data["agent"], data["status"], data["cursor"], data["after"])
     except (ValueError, TypeError, KeyError, binascii.Error, RecursionError) as err:
         raise InvalidParamsError(damaged) from err
-    version, made_for, status, cursor = fields
+    version, made_for, status, cursor, after = fields
     if version != _TOKEN_VERSION or not isinstance(made_for, str) or not isinstance(status, str):
         raise InvalidParamsError(damaged)
-    if not all(value is None or isinstance(value, str) for value in (cursor, after)):
+    if not (cursor is None or isinstance(cursor, str)):
         raise InvalidParamsError(damaged)
-    if type(skip) is not int or skip < 0:
+    if not (after is None or _is_place(after)):
         raise InvalidParamsError(damaged)
     if made_for != agent:
         raise InvalidParamsError(
@@ -193,7 +210,19 @@ def read_token(token: str, agent: str, wanted: TaskState | None) -> Position:
             f"pageToken was given for ListTasks with status {status}, not "
             f"{_state_name(wanted)}: ask with the status it was given for, or {_AGAIN}"
         )
-    return Position(cursor, skip, after)
+    return Position(cursor, None if after is None else tuple(after))
+
+
+def _is_place(value: object) -> bool:
+    if not isinstance(value, list) or len(value) != 4:
+        return False
+    closed, closed_at, started_at, run_id = value
+    return (
+        type(closed) is bool
+        and type(closed_at) is int
+        and type(started_at) is int
+        and isinstance(run_id, str)
+    )
 
 
 @dataclass(frozen=True)
@@ -218,7 +247,7 @@ class TaskLister:
                 cursor it holds: ``BadCursor``).
             InternalError: Temporal's visibility could not be read.
         """
-        position = read_token(token, agent, wanted) if token else Position(None, 0)
+        position = read_token(token, agent, wanted) if token else Position(None)
         chosen = selection(wanted)
         if chosen is None:
             return ListTasksResponse(tasks=[], next_page_token="", page_size=size, total_size=0)
@@ -249,13 +278,12 @@ class TaskLister:
 
         Each chunk is asked for the places still open (a listing filtered after reading:
         at least ``FILTER_CHUNK``), never more than ``scan`` Runs looked at in all; the
-        Runs a resumed chunk starts with, which earlier pages went through, are read again
-        and passed over (``Position.start``).
+        Runs a resumed chunk holds up to the place the page before ended on, which earlier
+        pages went through, are read again and passed over (``Position.after``).
         """
         tasks: list[Task] = []
-        cursor, skip = position.cursor, position.skip
+        cursor, after = position.cursor, position.after
         looked = 0
-        resumed: Position | None = position
         while True:
             places = size - len(tasks)
             wants = places if chosen.exact else max(places, FILTER_CHUNK)
@@ -264,14 +292,15 @@ class TaskLister:
                 agent=agent,
                 status=chosen.status,
                 waiting_on=chosen.waiting_on,
-                limit=skip + min(wants, self.scan - looked),
+                limit=min(wants, self.scan - looked),
                 cursor=cursor,
             )
-            start = 0 if resumed is None else resumed.start(page.runs)
-            resumed = None
-            for index in range(start, len(page.runs)):
+            for index, summary in enumerate(page.runs):
                 looked += 1
-                summary = page.runs[index]
+                if after is not None:
+                    if place_of(summary) <= after:
+                        continue
+                    after = None
                 state = listed_state(summary)
                 if state is None or wanted not in (None, state):
                     continue
@@ -279,11 +308,13 @@ class TaskLister:
                 tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
                 if len(tasks) == size:
                     if index + 1 < len(page.runs):
-                        return tasks, Position(cursor, index + 1, summary.run_id)
+                        return tasks, Position(cursor, place_of(summary))
                     return tasks, _at(page.next_cursor)
             if page.next_cursor is None or looked >= self.scan:
-                return tasks, _at(page.next_cursor)
-            cursor, skip = page.next_cursor, 0
+                # Still short of the place the page before ended on: the next page passes
+                # over the rest up to it too.
+                return tasks, _at(page.next_cursor, after)
+            cursor = page.next_cursor
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
         """How many of the agent's tasks are in state ``wanted`` (None: any), as
@@ -314,5 +345,5 @@ class TaskLister:
         return sum(await asyncio.gather(*(counted(s) for s in _ended_in(wanted))))
 
 
-def _at(cursor: str | None) -> Position | None:
-    return None if cursor is None else Position(cursor, 0)
+def _at(cursor: str | None, after: Place | None = None) -> Position | None:
+    return None if cursor is None else Position(cursor, after)
