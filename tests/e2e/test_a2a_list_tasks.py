@@ -159,11 +159,18 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
                 await refused(
                     ListTasksRequest(page_token=token), f"given by agent '{agent}'", who=other
                 )
-            # Another tenant's caller with acme's token: refused by the cursor it holds;
-            # its own listing holds its own task only.
+            # Another tenant's caller with acme's token: refused (the token is bound to the
+            # tenant, as the cursor it holds is); its own listing holds its own task only.
             async with a2a_client(base, agent, GLOBEX, streaming=False) as globex:
                 await refused(
-                    ListTasksRequest(page_token=token), "another tenant's listing", who=globex
+                    ListTasksRequest(page_token=token), "another tenant's ListTasks", who=globex
+                )
+                # Also a token that holds no cursor (a page that ended halfway through the
+                # listing's first chunk): bound to the tenant all the same.
+                await refused(
+                    ListTasksRequest(page_token=working_token, status=WORKING),
+                    "another tenant's",
+                    who=globex,
                 )
                 mine = await globex.list_tasks(ListTasksRequest())
                 assert [task.id for task in mine.tasks] == [theirs[0].split("-", 2)[2]]

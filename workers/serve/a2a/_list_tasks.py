@@ -14,10 +14,11 @@ tasks than asked, even none, and still have a next page token.
 
 A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, the
 place in the listing's order of the Run a page that filled halfway through a chunk ended
-on (``Position.after``), the agent and the status filter it was made for, and a check: a
-token edited, cut short or made up, or made for another agent's or status's listing, is
-refused naming which (``InvalidParamsError``), as is an offset, the token of the servers
-before this one, and a token of this module's first version.
+on (``Position.after``), the tenant (a digest), the agent and the status filter it was
+made for, and a check: a token edited, cut short or made up, or made for another
+tenant's, agent's or status's listing, is refused naming which (``InvalidParamsError``),
+as is an offset, the token of the servers before this one, and a token of this module's
+first version.
 """
 
 from __future__ import annotations
@@ -150,10 +151,17 @@ def _check(payload: str) -> str:
     return digest.hexdigest()[:_CHECK_CHARS]
 
 
-def make_token(agent: str, wanted: TaskState | None, position: Position) -> str:
-    """The pageToken that goes on at ``position`` in ``agent``'s listing for ``wanted``."""
+def _tenant_digest(tenant: str) -> str:
+    """The tenant as a token holds it: a digest, so a token does not show it."""
+    return hashlib.sha256(b"psych-a2a-list-tasks-tenant\0" + tenant.encode()).hexdigest()[:32]
+
+
+def make_token(scope: Scope, agent: str, wanted: TaskState | None, position: Position) -> str:
+    """The pageToken that goes on at ``position`` in the listing of ``scope``'s tenant's
+    tasks of ``agent`` for ``wanted``."""
     data = {
         "v": _TOKEN_VERSION,
+        "tenant": _tenant_digest(scope.tenant),
         "agent": agent,
         "status": _state_name(wanted),
         "cursor": position.cursor,
@@ -164,9 +172,10 @@ def make_token(agent: str, wanted: TaskState | None, position: Position) -> str:
     return f"{payload}.{_check(payload)}"
 
 
-def read_token(token: str, agent: str, wanted: TaskState | None) -> Position:
-    """Where ``token`` goes on, once it is known to be whole and made for this agent's
-    listing with this status filter.
+def read_token(token: str, scope: Scope, agent: str, wanted: TaskState | None) -> Position:
+    """Where ``token`` goes on, once it is known to be whole and made for this tenant's
+    listing of this agent's tasks with this status filter (the tenant: also when the
+    token holds no cursor, which is bound to it too).
 
     Raises:
         InvalidParamsError: it is not, naming why.
@@ -191,16 +200,24 @@ def read_token(token: str, agent: str, wanted: TaskState | None) -> Position:
                 "pageToken was given by this server's ListTasks before it changed how a "
                 f"page goes on, which it no longer reads: {_AGAIN}"
             )
-        fields = (version, data["agent"], data["status"], data["cursor"], data["after"])
+        fields = (version, data["tenant"], data["agent"], data["status"], data["cursor"])
+        after = data["after"]
     except (ValueError, TypeError, KeyError, binascii.Error, RecursionError) as err:
         raise InvalidParamsError(damaged) from err
-    version, made_for, status, cursor, after = fields
-    if version != _TOKEN_VERSION or not isinstance(made_for, str) or not isinstance(status, str):
+    version, tenant, made_for, status, cursor = fields
+    if version != _TOKEN_VERSION or not all(
+        isinstance(value, str) for value in (tenant, made_for, status)
+    ):
         raise InvalidParamsError(damaged)
     if not (cursor is None or isinstance(cursor, str)):
         raise InvalidParamsError(damaged)
     if not (after is None or _is_place(after)):
         raise InvalidParamsError(damaged)
+    if tenant != _tenant_digest(scope.tenant):
+        raise InvalidParamsError(
+            f"pageToken was given by another tenant's ListTasks, not by one of tenant "
+            f"{scope.tenant!r}: {_AGAIN}"
+        )
     if made_for != agent:
         raise InvalidParamsError(
             f"pageToken was given by agent {made_for!r}'s ListTasks, not {agent!r}'s: {_AGAIN}"
@@ -247,7 +264,7 @@ class TaskLister:
                 cursor it holds: ``BadCursor``).
             InternalError: Temporal's visibility could not be read.
         """
-        position = read_token(token, agent, wanted) if token else Position(None)
+        position = read_token(token, scope, agent, wanted) if token else Position(None)
         chosen = selection(wanted)
         if chosen is None:
             return ListTasksResponse(tasks=[], next_page_token="", page_size=size, total_size=0)
@@ -260,7 +277,7 @@ class TaskLister:
             raise InternalError(f"the tasks could not be listed: {err.message}") from err
         return ListTasksResponse(
             tasks=tasks,
-            next_page_token="" if after is None else make_token(agent, wanted, after),
+            next_page_token="" if after is None else make_token(scope, agent, wanted, after),
             page_size=size,
             total_size=total,
         )
