@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from a2a.client import Client
 from a2a.types import ListTasksRequest, ListTasksResponse, TaskState
 from a2a.utils.errors import InvalidParamsError
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply
@@ -233,6 +235,16 @@ async def test_list_tasks_by_context_id_answers_that_one_task(harness: Harness) 
         assert (listed.total_size, listed.next_page_token) == (1, "")
         other = await client.list_tasks(ListTasksRequest(context_id=task_id, status=WORKING))
         assert (list(other.tasks), other.total_size) == ([], 0)
+        # A filter this server cannot apply is refused, not ignored: every task would be
+        # listed as if it had changed since (visibility holds no last status change).
+        since = Timestamp()
+        since.FromDatetime(datetime.now(UTC) + timedelta(days=1))
+        for request in (
+            ListTasksRequest(status_timestamp_after=since),
+            ListTasksRequest(status_timestamp_after=since, context_id=task_id),
+        ):
+            with pytest.raises(InvalidParamsError, match="statusTimestampAfter"):
+                await client.list_tasks(request)
         unknown = await client.list_tasks(ListTasksRequest(context_id="no-such-task"))
         assert list(unknown.tasks) == []
         async with a2a_client(base, agent, GLOBEX, streaming=False) as globex:

@@ -252,6 +252,12 @@ class PsychRequestHandler(RequestHandler):
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
+        if params.HasField("status_timestamp_after"):
+            # Refused, not ignored: ignored, every task would be listed as changed since.
+            raise InvalidParamsError(
+                "statusTimestampAfter is not supported: tasks are listed from Temporal's "
+                "visibility, which holds no task's last status change; list without it"
+            )
         wanted = wanted_state(params.status)
         if not params.context_id:
             return await self.lister.answer(scope, agent, wanted, size, params.page_token)
