@@ -18,7 +18,8 @@ from a2a.utils.errors import InvalidParamsError
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from psych_runtime.specs import AgentBuilder
-from psych_runtime.testing import Reply
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus
 
 from ._listing import started_runs
 from ._serve import ACME, GLOBEX, served
@@ -250,3 +251,46 @@ async def test_list_tasks_by_context_id_answers_that_one_task(harness: Harness) 
         async with a2a_client(base, agent, GLOBEX, streaming=False) as globex:
             theirs = await globex.list_tasks(ListTasksRequest(context_id=task_id))
             assert list(theirs.tasks) == []
+
+
+async def test_a_task_that_continued_as_new_is_listed_once(harness: Harness) -> None:
+    """A long Run goes on as a new execution under its workflow id (continue-as-new);
+    visibility holds every execution, but the task is one: listed and counted once."""
+
+    @harness.registry.register
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n} done"
+
+    agent = f"a2a_continued{uuid.uuid4().hex[:8]}"
+    spec = AgentBuilder(agent, registry=harness.registry).model("fake-model").tool("step").build()
+    harness.client.publish(spec)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("step", {"n": 1})),
+        Reply.tool_calls(ToolCall("step", {"n": 2})),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "two steps", scope=harness.scope, continue_after_events=1
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    executions = f"WorkflowId = '{run.workflow_id}'"
+
+    async def indexed() -> bool:
+        closed = await harness.env.client.count_workflows(
+            f"{executions} AND ExecutionStatus = 'Completed'"
+        )
+        return closed.count == 1
+
+    await eventually(indexed, what="the last execution closed in visibility")
+    assert (await harness.env.client.count_workflows(executions)).count > 1
+    async with (
+        served(harness) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        for status in (TaskState.TASK_STATE_UNSPECIFIED, COMPLETED):
+            pages, listed = await walk(client, 1, status)
+            assert listed == [run.run_id], TaskState.Name(status)
+            assert {page.total_size for page in pages} == {1}

@@ -332,6 +332,9 @@ class RunListing(abc.ABC):
         # The tenant is always the caller's: a cursor says where to go on, never whose
         # Runs (and the workflow id is checked too, in ``_page``).
         clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
+        # A Run that continued as new is one Run in several executions under its workflow
+        # id: visibility holds each, the ones it went on from closed `ContinuedAsNew`.
+        clauses.append("ExecutionStatus != 'ContinuedAsNew'")
         if filters.agent is not None:
             clauses.append(f"{SA_AGENT} = {_quote(filters.agent)}")
         if filters.version_hash is not None:
