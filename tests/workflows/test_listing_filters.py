@@ -7,8 +7,13 @@ from __future__ import annotations
 import pytest
 
 from psych_runtime.specs import BadCursor, Scope
-from psych_runtime.workflows.client._cursor import ListingFilters, make_cursor, read_cursor
-from psych_runtime.workflows.client._listing import _filters, waiting_values
+from psych_runtime.workflows.client._cursor import (
+    ListingFilters,
+    make_cursor,
+    read_cursor,
+    waiting_values,
+)
+from psych_runtime.workflows.client._listing import _filters
 
 
 def test_waiting_values_are_every_set_of_reasons_holding_one_asked_for() -> None:

@@ -2,11 +2,13 @@
 the tenant and the filters it was made for.
 
 A cursor is ``<payload>.<check>``: the payload is base64url JSON holding a digest of the
-tenant, a digest of the filters and Temporal's page token; the check is a digest of the
-payload, so a cursor cut short or edited by hand is refused as damaged before Temporal
-sees it. It is not a credential: the listing it continues is always queried with the
-caller's own tenant (and filters), so a cursor can only say where to go on, never whose
-Runs to read. Tenant and filters are kept as digests, so a cursor shows neither.
+tenant, a digest of the filters, Temporal's page token (empty: the listing's start) and
+when the listing started (``since``, microseconds; absent in the cursors made before it);
+the check is a digest of the payload, so a cursor cut short or edited by hand is refused
+as damaged before Temporal sees it. It is not a credential: the listing it continues is
+always queried with the caller's own tenant (and filters), so a cursor can only say where
+to go on, never whose Runs to read. Tenant and filters are kept as digests, so a cursor
+shows neither.
 """
 
 from __future__ import annotations
@@ -14,15 +16,42 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from psych_runtime.specs import BadCursor
+from psych_runtime.workflows.contract._records import SuspensionReason
 
 _VERSION = 1
 _CHECK_CHARS = 16
 _DIGEST_CHARS = 32
 _REFUSED = "start the listing again without a cursor"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def continued_since(since: datetime | None) -> str:
+    """The visibility clause that leaves out the executions a Run continued as new from
+    (closed ``ContinuedAsNew``: the Run goes on in the next), but those closed since the
+    listing started at ``since`` (None: none of them). A Run that continues as new while a
+    listing pages on starts its new execution at the listing's head, before the cursor:
+    the one it left stays listed at its place then, so the Run is not skipped (a repeat
+    at most)."""
+    every = "ExecutionStatus != 'ContinuedAsNew'"
+    if since is None:
+        return every
+    return f"({every} OR CloseTime >= '{since.isoformat().replace('+00:00', 'Z')}')"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a cursor holds: Temporal's page token (empty: the listing's start) and when
+    the listing started (None: a cursor made before that was kept)."""
+
+    token: bytes
+    since: datetime | None
 
 
 @dataclass(frozen=True)
@@ -46,6 +75,20 @@ class ListingFilters:
         return _digest(b"filters", data.encode())
 
 
+def waiting_values(reasons: Collection[str]) -> tuple[str, ...]:
+    """Every ``PsychSuspension`` value of a Run waiting on one of ``reasons``: the value is
+    the sorted, comma-joined set of the reasons its pending items (its own and its
+    children's) wait on (``Suspensions.reasons``), so these are the joins of every set of
+    reasons that holds one of them."""
+    every = sorted(r.value for r in SuspensionReason)
+    return tuple(
+        ",".join(chosen)
+        for size in range(1, len(every) + 1)
+        for chosen in itertools.combinations(every, size)
+        if set(chosen) & set(reasons)
+    )
+
+
 def _digest(kind: bytes, data: bytes) -> str:
     return hashlib.sha256(b"psych-list-cursor\0" + kind + b"\0" + data).hexdigest()[:_DIGEST_CHARS]
 
@@ -54,22 +97,36 @@ def _check(payload: str) -> str:
     return _digest(b"check", payload.encode())[:_CHECK_CHARS]
 
 
-def make_cursor(tenant: str, filters: ListingFilters, token: bytes) -> str:
-    """The cursor that continues a listing of ``tenant`` with ``filters`` at ``token``."""
-    data = {
+def make_cursor(
+    tenant: str, filters: ListingFilters, token: bytes, since: datetime | None = None
+) -> str:
+    """The cursor that continues a listing of ``tenant`` with ``filters`` at ``token``
+    (empty: its start), which started at ``since``."""
+    data: dict[str, object] = {
         "v": _VERSION,
         "tenant": _digest(b"tenant", tenant.encode()),
         "filters": filters.digest(),
         "token": base64.urlsafe_b64encode(token).decode(),
     }
+    if since is not None:
+        data["since"] = (since - _EPOCH) // timedelta(microseconds=1)
     raw = json.dumps(data, separators=(",", ":")).encode()
     payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     return f"{payload}.{_check(payload)}"
 
 
 def read_cursor(cursor: str, tenant: str, filters: ListingFilters) -> bytes:
-    """Temporal's page token a cursor holds, once it is known to be whole and made for
-    this tenant's listing with these filters.
+    """Temporal's page token a cursor holds (``read_resumed``).
+
+    Raises:
+        BadCursor: as ``read_resumed``.
+    """
+    return read_resumed(cursor, tenant, filters).token
+
+
+def read_resumed(cursor: str, tenant: str, filters: ListingFilters) -> Resumed:
+    """Where a cursor goes on, once it is known to be whole and made for this tenant's
+    listing with these filters.
 
     Raises:
         BadCursor: the cursor is damaged or made up, or it was made for another tenant's
@@ -87,9 +144,14 @@ def read_cursor(cursor: str, tenant: str, filters: ListingFilters) -> bytes:
         if not all(isinstance(field, str) for field in fields[1:]):
             raise TypeError("a field is not a string")
         token = base64.urlsafe_b64decode(data["token"].encode())
-    except (ValueError, TypeError, KeyError, binascii.Error, RecursionError) as err:
+        micros = data.get("since")
+        if micros is not None and (type(micros) is not int or micros < 0):
+            raise TypeError("since is not a time")
+        since = None if micros is None else _EPOCH + timedelta(microseconds=micros)
+    except (ValueError, TypeError, KeyError, OverflowError, binascii.Error, RecursionError) as err:
         # RecursionError: JSON nested past the parser's depth, which a made-up cursor with
-        # a fresh check (no secret) may hold; as any other payload that is not a cursor.
+        # a fresh check (no secret) may hold; OverflowError: a since past datetime's
+        # range; as any other payload that is not a cursor.
         raise BadCursor(f"the cursor does not read as one ({err}): {_REFUSED}") from err
     if data["v"] != _VERSION:
         raise BadCursor(f"the cursor is of another format ({data['v']!r}): {_REFUSED}")
@@ -103,4 +165,4 @@ def read_cursor(cursor: str, tenant: str, filters: ListingFilters) -> bytes:
             "waiting) than these: give the filters it was made with, or "
             f"{_REFUSED}"
         )
-    return token
+    return Resumed(token, since)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
-import itertools
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -28,7 +27,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ids_from
 from psych_runtime.specs import BadCursor, NotFound, Scope, SpecError
-from psych_runtime.workflows.client._cursor import ListingFilters, make_cursor, read_cursor
+from psych_runtime.workflows.client._cursor import (
+    ListingFilters,
+    Resumed,
+    continued_since,
+    make_cursor,
+    read_resumed,
+    waiting_values,
+)
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,
     SA_STATUS,
@@ -115,6 +121,8 @@ class RunPage:
     next_cursor: str | None
     """Given back to ``list_page`` with the same filters, reads the next page; None on the
     last page. Opaque, and bound to the tenant and the filters it was made for."""
+    cursor: str | None = None
+    """The cursor that reads this page again (a first page's: the listing's start)."""
 
 
 def parse_workflow_id(workflow_id: str) -> tuple[str, str]:
@@ -163,20 +171,6 @@ def _filters(
             ) from None
     return ListingFilters(
         agent, version_hash, _status_of(status, suspended), suspended, tuple(sorted(reasons))
-    )
-
-
-def waiting_values(reasons: Collection[str]) -> tuple[str, ...]:
-    """Every ``PsychSuspension`` value of a Run waiting on one of ``reasons``: the value is
-    the sorted, comma-joined set of the reasons its pending items (its own and its
-    children's) wait on (``Suspensions.reasons``), so these are the joins of every set of
-    reasons that holds one of them."""
-    every = sorted(r.value for r in SuspensionReason)
-    return tuple(
-        ",".join(chosen)
-        for size in range(1, len(every) + 1)
-        for chosen in itertools.combinations(every, size)
-        if set(chosen) & set(reasons)
     )
 
 
@@ -269,7 +263,7 @@ class RunListing(abc.ABC):
             ValueError: ``waiting_on`` names something that is not a suspension reason.
         """
         filters = _filters(agent, version_hash, status, suspended, waiting_on)
-        page = await self._page(scope, filters, limit, token=None, probe=False)
+        page = await self._page(scope, filters, limit, resume=None, probe=False)
         return list(page.runs)
 
     async def list_page(
@@ -298,8 +292,8 @@ class RunListing(abc.ABC):
         if limit < 1:
             raise ValueError(f"limit={limit}: a page holds at least one Run")
         filters = _filters(agent, version_hash, status, suspended, waiting_on)
-        token = None if cursor is None else read_cursor(cursor, scope.tenant, filters)
-        return await self._page(scope, filters, limit, token=token, probe=True)
+        at = None if cursor is None else read_resumed(cursor, scope.tenant, filters)
+        return await self._page(scope, filters, limit, resume=at, probe=True)
 
     async def count(
         self,
@@ -322,11 +316,12 @@ class RunListing(abc.ABC):
             ValueError: ``waiting_on`` names something that is not a suspension reason.
         """
         filters = _filters(agent, version_hash, status, suspended, waiting_on)
-        counted = await self.temporal.count_workflows(self._query(scope, filters))
+        counted = await self.temporal.count_workflows(self._query(scope, filters, None))
         return counted.count
 
-    def _query(self, scope: Scope, filters: ListingFilters) -> str:
-        """The visibility query of the tenant's Runs with ``filters``."""
+    def _query(self, scope: Scope, filters: ListingFilters, since: datetime | None) -> str:
+        """The visibility query of the tenant's Runs with ``filters``, of a listing that
+        started at ``since`` (``continued_since``)."""
         if not self.search_attributes:
             raise SpecError("listing needs search attributes: this client starts Runs without")
         # The tenant is always the caller's: a cursor says where to go on, never whose
@@ -334,7 +329,7 @@ class RunListing(abc.ABC):
         clauses = [f"{SA_TENANT} = {_quote(scope.tenant)}"]
         # A Run that continued as new is one Run in several executions under its workflow
         # id: visibility holds each, the ones it went on from closed `ContinuedAsNew`.
-        clauses.append("ExecutionStatus != 'ContinuedAsNew'")
+        clauses.append(continued_since(since))
         if filters.agent is not None:
             clauses.append(f"{SA_AGENT} = {_quote(filters.agent)}")
         if filters.version_hash is not None:
@@ -353,7 +348,7 @@ class RunListing(abc.ABC):
         filters: ListingFilters,
         limit: int,
         *,
-        token: bytes | None,
+        resume: Resumed | None,
         probe: bool,
     ) -> RunPage:
         """Up to ``limit`` of the tenant's Runs from ``token`` on, and the cursor past them.
@@ -363,13 +358,16 @@ class RunListing(abc.ABC):
         read halfway is skipped or shown twice). ``probe``: when the page is full and
         Temporal has a token, ask whether anything follows it, so the last page says so.
         """
-        query = self._query(scope, filters)
+        # A first page starts the listing: its cursors keep when (``continued_since``).
+        at = Resumed(b"", datetime.now(UTC)) if resume is None else resume
+        query = self._query(scope, filters, at.since)
         found: list[RunSummary] = []
         # The filter named the tenant; a visibility store that compares it loosely (a
         # case-insensitive collation) must still show no other tenant's Run, and those it
         # answers must not take the caller's places: read on past them, up to a bound.
         foreign = 0
-        resumed = token is not None
+        resumed = resume is not None
+        token = None if resume is None else resume.token
         while len(found) < limit and foreign < FOREIGN_MAX:
             size = min(limit - len(found), PAGE_MAX)
             if resumed:
@@ -414,8 +412,9 @@ class RunListing(abc.ABC):
                     return await self._with_pending(summary, scope)
 
             found = list(await asyncio.gather(*(with_pending(summary) for summary in found)))
-        cursor = None if token is None else make_cursor(scope.tenant, filters, token)
-        return RunPage(runs=tuple(found), next_cursor=cursor)
+        cursor = None if token is None else make_cursor(scope.tenant, filters, token, at.since)
+        again = make_cursor(scope.tenant, filters, at.token, at.since)
+        return RunPage(runs=tuple(found), next_cursor=cursor, cursor=again)
 
     async def _fetch(
         self, query: str, size: int, token: bytes | None, *, retry: bool = True

@@ -325,7 +325,9 @@ class TaskLister:
                 tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
                 if len(tasks) == size:
                     if index + 1 < len(page.runs):
-                        return tasks, Position(cursor, place_of(summary))
+                        # The cursor that reads the chunk again (a first chunk's keeps when
+                        # the listing started: see ``continued_since``).
+                        return tasks, Position(page.cursor, place_of(summary))
                     return tasks, _at(page.next_cursor)
             if page.next_cursor is None or looked >= self.scan:
                 # Still short of the place the page before ended on: the next page passes
