@@ -4,13 +4,21 @@ existed still bound to the same filters."""
 
 from __future__ import annotations
 
+import base64
+import json
+from datetime import UTC, datetime
+
 import pytest
 
 from psych_runtime.specs import BadCursor, Scope
 from psych_runtime.workflows.client._cursor import (
     ListingFilters,
+    Resumed,
+    _check,
+    continued_since,
     make_cursor,
     read_cursor,
+    read_resumed,
     waiting_values,
 )
 from psych_runtime.workflows.client._listing import _filters
@@ -50,3 +58,24 @@ def test_a_cursor_made_before_waiting_on_still_reads() -> None:
     assert read_cursor(cursor, scope.tenant, waiting) == b"position"
     with pytest.raises(BadCursor, match="other filters"):
         read_cursor(cursor, scope.tenant, ListingFilters("support", None, "suspended", False))
+
+
+def test_a_cursor_keeps_when_its_listing_started_and_one_made_before_reads_on() -> None:
+    filters = ListingFilters("support", None, None, False)
+    since = datetime(2026, 12, 6, 13, 0, 0, 123456, tzinfo=UTC)
+    cursor = make_cursor("acme", filters, b"position", since)
+    assert read_resumed(cursor, "acme", filters) == Resumed(b"position", since)
+    assert continued_since(since) == (
+        "(ExecutionStatus != 'ContinuedAsNew' OR CloseTime >= '2026-12-06T13:00:00.123456Z')"
+    )
+    # A cursor made before it held no time: it reads on, leaving out every continued one.
+    older = make_cursor("acme", filters, b"position")
+    assert read_resumed(older, "acme", filters) == Resumed(b"position", None)
+    assert continued_since(None) == "ExecutionStatus != 'ContinuedAsNew'"
+    # A time that is none (the check is no secret: one can be made up) is refused.
+    for forged in ('"soon"', "-1", "1e30", str(10**30)):
+        raw = json.dumps({"v": 1, "tenant": "", "filters": "", "token": ""})
+        raw = raw[:-1] + f', "since": {forged}}}'
+        payload = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+        with pytest.raises(BadCursor, match="does not read as one"):
+            read_resumed(f"{payload}.{_check(payload)}", "acme", filters)
