@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound
@@ -34,22 +35,25 @@ async def query_run(
     result_type: type[Any],
     *,
     rpc_timeout: timedelta | None = None,
+    reject_condition: QueryRejectCondition | None = None,
 ) -> Any:
-    """The answer of the query ``name`` (with ``arg`` unless None) of ``handle``'s Run.
+    """The answer of the query ``name`` (with ``arg`` unless None) of ``handle``'s Run;
+    ``reject_condition``: the server's (``WorkflowQueryRejectedError`` when it applies).
 
     Raises:
         NotFound: no such Run.
         RPCError: the query failed; a timeout when no worker answered (twice, if the Run
             closed while the first waited).
+        WorkflowQueryRejectedError: the Run's execution met ``reject_condition``.
     """
     asked_at = datetime.now(UTC)
     try:
-        return await _ask(handle, name, arg, result_type, rpc_timeout)
+        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
     except RPCError as err:
         if err.status not in _UNANSWERED or not await _closed_since(handle, asked_at, rpc_timeout):
             raise mapped(err, workflow_id) from err
     try:
-        return await _ask(handle, name, arg, result_type, rpc_timeout)
+        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
     except RPCError as err:
         raise mapped(err, workflow_id) from err
 
@@ -60,10 +64,22 @@ async def _ask(
     arg: Any,
     result_type: type[Any],
     rpc_timeout: timedelta | None,
+    reject_condition: QueryRejectCondition | None,
 ) -> Any:
     if arg is None:
-        return await handle.query(name, result_type=result_type, rpc_timeout=rpc_timeout)
-    return await handle.query(name, arg, result_type=result_type, rpc_timeout=rpc_timeout)
+        return await handle.query(
+            name,
+            result_type=result_type,
+            rpc_timeout=rpc_timeout,
+            reject_condition=reject_condition,
+        )
+    return await handle.query(
+        name,
+        arg,
+        result_type=result_type,
+        rpc_timeout=rpc_timeout,
+        reject_condition=reject_condition,
+    )
 
 
 async def _closed_since(

@@ -20,6 +20,7 @@ from temporalio.client import (
     Client,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryRejectedError,
 )
 from temporalio.common import (
     SearchAttributeKey,
@@ -57,6 +58,7 @@ from psych_runtime.workflows.client._client_report import RunReporting
 from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
+from psych_runtime.workflows.client._unsettled import REJECT_CLOSED, closed_state, failure_reason
 from psych_runtime.workflows.contract._contract import (
     QUERY_RECORDS,
     QUERY_STATE,
@@ -362,6 +364,13 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
     ) -> RunState:
         """The Run's current state.
 
+        A Run whose workflow execution Temporal closed before it settled (an operator's
+        terminate, an execution timeout) is answered ``failed``, as ``result()`` ends it and
+        ``list`` shows it: its ``reason`` says how Temporal closed it and why (the
+        terminate's reason), it waits on nothing (no ``pending``), and the rest is the state
+        the execution was cut in. A live Run's status is one query, as before: the server
+        refuses at once the query of an execution closed other than cleanly (``_unsettled.py``).
+
         Args:
             run: the Run.
             scope: who asks; its tenant must own the Run.
@@ -378,12 +387,30 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         return await self._state(run, scope, query_timeout)
 
     async def _state(
-        self, run: RunHandle | str, scope: Scope, rpc_timeout: timedelta | None
+        self,
+        run: RunHandle | str,
+        scope: Scope,
+        rpc_timeout: timedelta | None,
+        *,
+        as_shown: bool = True,
     ) -> RunState:
+        """The Run's state; ``as_shown``: one whose execution Temporal closed before it
+        settled shows failed (``_unsettled.py``), else as its execution was cut."""
         workflow_id, handle = self._handle(run, scope)
-        state: RunState = await query_run(
-            handle, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
-        )
+        state: RunState
+        try:
+            state = await query_run(
+                handle,
+                workflow_id,
+                QUERY_STATE,
+                None,
+                RunState,
+                rpc_timeout=rpc_timeout,
+                reject_condition=REJECT_CLOSED if as_shown else None,
+            )
+        except WorkflowQueryRejectedError:
+            # Closed other than cleanly (failed, cancelled, terminated, timed out).
+            state = await closed_state(self.temporal, workflow_id, rpc_timeout)
         if state.tenant != scope.tenant:
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
         return state
@@ -433,7 +460,9 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             cause = err.cause
             if isinstance(cause, CancelledError):
                 try:
-                    state = await self._state(workflow_id, scope, CANCELLED_STATE_TIMEOUT)
+                    state = await self._state(
+                        workflow_id, scope, CANCELLED_STATE_TIMEOUT, as_shown=False
+                    )
                 except (PsychError, RPCError) as unread:
                     raise RunFailed(
                         f"the Run's workflow was cancelled; what it settled with could not be "
@@ -448,8 +477,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                         totals=state.totals,
                         outputs=state.outputs,
                     )
-            reason = getattr(cause, "message", None) or str(cause or err)
-            raise RunFailed(reason) from err
+            raise RunFailed(failure_reason(err)) from err
         except RPCError as err:
             raise mapped(err, workflow_id) from err
         return result

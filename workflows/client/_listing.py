@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import (
     ListWorkflowExecutionsRequest,
@@ -34,6 +33,12 @@ from psych_runtime.workflows.client._cursor import (
     make_cursor,
     read_resumed,
     waiting_values,
+)
+from psych_runtime.workflows.client._unsettled import (
+    OPEN_NAMES,
+    UNSETTLED,
+    UNSETTLED_SHOWN,
+    closed_unsettled,
 )
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,
@@ -57,22 +62,6 @@ _SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
 
 logger = logging.getLogger(__name__)
-
-_OPEN = (
-    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING,
-    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW,
-)
-"""Temporal's statuses of an execution that does not end its Run: open, or handed on to
-the next execution (continue-as-new). Any other closed execution (terminated, timed out,
-a reset's terminated one...) whose ``PsychStatus`` is not terminal ended without the Run
-settling: listings show it ``failed`` (``UNSETTLED_SHOWN``)."""
-_OPEN_NAMES = "('Running', 'ContinuedAsNew')"
-"""``_OPEN`` as the visibility query names them (``ExecutionStatus``)."""
-UNSETTLED_SHOWN = RunStatus.FAILED
-"""The status a listing shows for a Run whose workflow execution closed without it settling
-(its ``PsychStatus`` still says running or suspended): the one ``result()`` gives it (it
-raises ``RunFailed``), and A2A's (failed)."""
-_UNSETTLED = tuple(str(status) for status in RunStatus if not status.terminal)
 
 FOREIGN_MAX = 1000
 """How many other tenants' Runs a listing reads past (what a loosely matching visibility
@@ -188,10 +177,9 @@ def _summary(info: WorkflowExecutionInfo, run_id: str) -> RunSummary:
     attributes = decode_typed_search_attributes(info.search_attributes)
     status = attributes.get(_STATUS)
     suspension = attributes.get(_SUSPENSION)
-    closed_as = None
-    if status in _UNSETTLED and info.status not in _OPEN:
+    closed_as = closed_unsettled(status, info.status)
+    if closed_as is not None:
         # Its last PsychStatus is not how it ended: Temporal closed it unsettled.
-        closed_as = _closed_as(info.status)
         status, suspension = str(UNSETTLED_SHOWN), None
     return RunSummary(
         workflow_id=info.execution.workflow_id,
@@ -206,23 +194,17 @@ def _summary(info: WorkflowExecutionInfo, run_id: str) -> RunSummary:
     )
 
 
-def _closed_as(status: WorkflowExecutionStatus.ValueType) -> str:
-    """Temporal's execution status, as ``closed_as`` says it (``timed_out``...)."""
-    name = WorkflowExecutionStatus.Name(status)
-    return name.removeprefix("WORKFLOW_EXECUTION_STATUS_").lower()
-
-
 def _status_clause(status: str) -> str:
     """The visibility query's clause of a status filter: a Run shows the status it lists
     by (``_summary``), so one its closed execution left unsettled lists as ``failed``,
     not by its last ``PsychStatus``."""
-    if status in _UNSETTLED:
-        return f"{SA_STATUS} = {_quote(status)} AND ExecutionStatus IN {_OPEN_NAMES}"
+    if status in UNSETTLED:
+        return f"{SA_STATUS} = {_quote(status)} AND ExecutionStatus IN {OPEN_NAMES}"
     if status == UNSETTLED_SHOWN:
-        unsettled = ", ".join(_quote(value) for value in _UNSETTLED)
+        unsettled = ", ".join(_quote(value) for value in UNSETTLED)
         return (
             f"({SA_STATUS} = {_quote(status)} OR ({SA_STATUS} IN ({unsettled}) "
-            f"AND ExecutionStatus NOT IN {_OPEN_NAMES}))"
+            f"AND ExecutionStatus NOT IN {OPEN_NAMES}))"
         )
     return f"{SA_STATUS} = {_quote(status)}"
 
@@ -339,7 +321,7 @@ class RunListing(abc.ABC):
         if filters.waiting_on:
             values = ", ".join(_quote(value) for value in waiting_values(filters.waiting_on))
             # A closed execution waits on nothing, whatever its attribute still says.
-            clauses.append(f"{SA_SUSPENSION} IN ({values}) AND ExecutionStatus IN {_OPEN_NAMES}")
+            clauses.append(f"{SA_SUSPENSION} IN ({values}) AND ExecutionStatus IN {OPEN_NAMES}")
         return " AND ".join(clauses)
 
     async def _page(

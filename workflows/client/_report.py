@@ -271,7 +271,7 @@ def build_report(
         tool_calls=tuple(tools),
         suspensions=tuple(waits),
         status=settled.status if settled else state.status,
-        reason=settled.reason if settled else None,
+        reason=settled.reason if settled else state.reason,
         answer=settled.answer if settled else None,
         kind=state.kind,
         steps=tuple(

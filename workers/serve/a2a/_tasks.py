@@ -249,8 +249,8 @@ async def task_events(
             yield status(_status(task_id, item.status, item.reason, ()))
             return
     # The stream ended without a RunSettled after ``after``: the Run had settled before
-    # it (its state says how), or its workflow closed without settling (terminated by an
-    # operator), which no state query can answer for.
+    # it, or its workflow closed without settling (terminated by an operator), which its
+    # status answers failed, saying how; without a status, it ended unsettled.
     try:
         state = await client.status(workflow_id, scope=scope)
     except (PsychError, RPCError):

@@ -1,0 +1,101 @@
+"""A Run whose workflow execution Temporal closed without the Run settling (an operator's
+terminate, an execution timeout, the execution a reset terminates): its ``PsychStatus``
+and its state still say running or suspended, as the execution was cut. Listings
+(``_listing.py``) and ``PsychClient.status`` show it failed instead, as ``result()`` ends
+it (``RunFailed``); this module decides that for both.
+
+``status`` asks the state query with Temporal's reject condition ``NOT_COMPLETED_CLEANLY``:
+the server answers an open or completed execution's query as before (so a live Run's read
+costs nothing more), and refuses a closed one's otherwise at once, naming how it closed,
+without asking a worker. Only then is the execution described and its state asked again
+(a worker replays the closed execution), and, when that state is not terminal, the reason
+``result()`` gives read from its close event (``closed_state``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError
+
+from psych_runtime.workflows.client._asked import mapped, query_run
+from psych_runtime.workflows.contract._contract import QUERY_STATE, RunState
+from psych_runtime.workflows.contract._records import RunStatus
+
+OPEN = (
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING,
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW,
+)
+"""Temporal's statuses of an execution that does not end its Run: open, or handed on to
+the next execution (continue-as-new). Any other closed execution (terminated, timed out,
+a reset's terminated one...) whose ``PsychStatus`` is not terminal ended without the Run
+settling: it is shown ``failed`` (``UNSETTLED_SHOWN``)."""
+OPEN_NAMES = "('Running', 'ContinuedAsNew')"
+"""``OPEN`` as the visibility query names them (``ExecutionStatus``)."""
+UNSETTLED_SHOWN = RunStatus.FAILED
+"""The status shown for a Run whose workflow execution closed without it settling (its
+``PsychStatus`` and its state still say running or suspended): the one ``result()`` gives
+it (it raises ``RunFailed``), and A2A's (failed)."""
+UNSETTLED = tuple(str(status) for status in RunStatus if not status.terminal)
+"""The ``PsychStatus`` values of a Run that has not settled."""
+REJECT_CLOSED = QueryRejectCondition.NOT_COMPLETED_CLEANLY
+"""The reject condition of ``status``'s state query (see the module docstring)."""
+
+
+def closed_unsettled(status: RunStatus | str | None, execution: int | None) -> str | None:
+    """How Temporal closed a Run's execution (``terminated``, ``timed_out``...: its
+    ``ExecutionStatus``, lower case) when it closed without the Run settling: the Run's
+    ``status`` is not terminal and ``execution`` (Temporal's status of it, None: unknown)
+    is neither open nor continued-as-new. None otherwise."""
+    if execution is None or execution in OPEN or str(status) not in UNSETTLED:
+        return None
+    name = WorkflowExecutionStatus.Name(WorkflowExecutionStatus.ValueType(execution))
+    return name.removeprefix("WORKFLOW_EXECUTION_STATUS_").lower()
+
+
+def failure_reason(err: WorkflowFailureError) -> str:
+    """Why a workflow's result failed, as ``result()`` says it in ``RunFailed``: the
+    terminate's reason, "Workflow timed out", the failure's message."""
+    cause = err.cause
+    return getattr(cause, "message", None) or str(cause or err)
+
+
+async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta | None) -> RunState:
+    """The state of the Run ``workflow_id`` whose latest execution closed other than
+    cleanly (its state query was rejected, ``REJECT_CLOSED``), as it is shown: that
+    execution is described, asked (no reject condition) by its own run id and, when it
+    closed without the Run settling, its state shown failed (``UNSETTLED_SHOWN``), waiting
+    on nothing, with a reason naming how Temporal closed it and why (``result()``'s reason,
+    read from its close event).
+
+    Raises:
+        NotFound: no such Run (its history gone meanwhile).
+        RPCError: Temporal or the query failed, as for ``query_run``.
+    """
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+    execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
+    state: RunState = await query_run(
+        execution, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
+    )
+    closed_as = closed_unsettled(
+        state.status, None if described.status is None else int(described.status)
+    )
+    if closed_as is None:
+        return state
+    why = ""
+    try:
+        await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
+    except WorkflowFailureError as err:
+        why = f": {failure_reason(err)}"
+    except RPCError as err:
+        why = f" (why could not be read: {err.message})"
+    reason = (
+        f"Temporal closed the Run's workflow execution ({closed_as}) before the Run settled{why}"
+    )
+    return state.model_copy(update={"status": UNSETTLED_SHOWN, "reason": reason, "pending": ()})
