@@ -1,8 +1,10 @@
 """Runs for the listing tests, started cheaply: on a queue no worker polls, with the
-search attributes psych sets, and in visibility before the test reads it."""
+search attributes psych sets, and in visibility before the test reads it; and the agent
+whose Runs wait on an approval (``approval_agent``)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,8 +12,26 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import AgentBuilder
+
 from ._waiting import eventually
 from .conftest import Harness
+
+
+def approval_agent(harness: Harness, prefix: str) -> tuple[str, AgentBuilder]:
+    """A fresh agent (its name ``prefix`` and a random suffix, so listings by agent see only
+    this test's Runs) whose one tool, ``delete_order``, waits on an approval."""
+
+    @harness.registry.register(destructive=True)
+    def delete_order(order_id: str) -> str:
+        """Delete an order for good."""
+        return f"order {order_id} deleted"
+
+    harness.settings.policy = RulePolicy(destructive="ask")
+    agent = f"{prefix}{uuid.uuid4().hex[:8]}"
+    builder = AgentBuilder(agent, registry=harness.registry).model("fake-model")
+    return agent, builder.tool("delete_order")
 
 
 @asynccontextmanager

@@ -6,17 +6,14 @@ with what is shown. Against ``psych serve`` on loopback and the session dev serv
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import pytest
 from a2a.types import ListTasksRequest, TaskState
 
-from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder, RunFailed
+from psych_runtime.specs import RunFailed
 from psych_runtime.testing import Reply, ToolCall
 
-from ._listing import started_runs
+from ._listing import approval_agent, started_runs
 from ._serve import ACME, served
 from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
@@ -26,14 +23,7 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_a_terminated_waiting_run_lists_failed_under_every_filter(harness: Harness) -> None:
-    @harness.registry.register(destructive=True)
-    def delete_order(order_id: str) -> str:
-        """Delete an order for good."""
-        return f"order {order_id} deleted"
-
-    harness.settings.policy = RulePolicy(destructive="ask")
-    agent = f"cut{uuid.uuid4().hex[:8]}"
-    spec = AgentBuilder(agent, registry=harness.registry).model("fake-model").tool("delete_order")
+    agent, spec = approval_agent(harness, "cut")
     harness.client.publish(spec.build())
     scope = harness.scope
     async with harness.worker():

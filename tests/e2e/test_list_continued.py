@@ -5,16 +5,12 @@ went on from leaves its place. Through ``PsychClient.list_page`` (what ``psych l
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from a2a.types import ListTasksRequest, TaskState
 
-from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 
-from ._listing import started_runs
+from ._listing import approval_agent, started_runs
 from ._serve import ACME, served
 from ._waiting import eventually, is_waiting, state_when
 from .conftest import Harness
@@ -25,14 +21,7 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_a_run_continuing_as_new_between_pages_is_listed(harness: Harness) -> None:
-    @harness.registry.register(destructive=True)
-    def delete_order(order_id: str) -> str:
-        """Delete an order for good."""
-        return f"order {order_id} deleted"
-
-    harness.settings.policy = RulePolicy(destructive="ask")
-    agent = f"cont{uuid.uuid4().hex[:8]}"
-    spec = AgentBuilder(agent, registry=harness.registry).model("fake-model").tool("delete_order")
+    agent, spec = approval_agent(harness, "cont")
     harness.client.publish(spec.build())
     scope = harness.scope
     harness.fake.enqueue(

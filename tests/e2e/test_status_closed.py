@@ -8,18 +8,17 @@ listing lists it, failed, not in the state the execution was cut in: through
 from __future__ import annotations
 
 import re
-import uuid
 
 import httpx
 import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 from a2a.utils.errors import TaskNotCancelableError
 
-from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import AgentBuilder, Refused, RunFailed
+from psych_runtime.specs import Refused, RunFailed
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 
+from ._listing import approval_agent
 from ._serve import ACME, served
 from ._waiting import is_suspended, state_when
 from .conftest import Harness
@@ -31,14 +30,7 @@ REASON = "Temporal closed the Run's workflow execution (terminated) before the R
 
 
 async def test_a_terminated_waiting_run_answers_its_status_failed(harness: Harness) -> None:
-    @harness.registry.register(destructive=True)
-    def delete_order(order_id: str) -> str:
-        """Delete an order for good."""
-        return f"order {order_id} deleted"
-
-    harness.settings.policy = RulePolicy(destructive="ask")
-    agent = f"cut{uuid.uuid4().hex[:8]}"
-    spec = AgentBuilder(agent, registry=harness.registry).model("fake-model").tool("delete_order")
+    agent, spec = approval_agent(harness, "cut")
     scope = harness.scope
     async with harness.worker():
         harness.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"})))
