@@ -14,6 +14,7 @@ import dataclasses
 import os
 
 import pytest
+from temporalio.client import Client
 
 from psych_runtime.activities.blobs import EncryptedBlobStore, LocalBlobStore, blob_key
 from psych_runtime.activities.tools import RulePolicy
@@ -21,10 +22,18 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
-from psych_runtime.workers import Key, Keyring, PsychCodec, connect, run_worker
+from psych_runtime.workers import (
+    Key,
+    Keyring,
+    PsychCodec,
+    WorkerSettings,
+    connect,
+    run_worker,
+)
 from psych_runtime.workflows import (
     CompactionFailed,
     ModelCallFailed,
+    ModelCallReport,
     PsychClient,
     RunHandle,
     RunStatus,
@@ -53,6 +62,19 @@ def refund_agent(harness: Harness) -> AgentSpec:
         .tool("refund")
         .build()
     )
+
+
+async def first_call_then_approval(
+    harness: Harness, client: PsychClient, temporal: Client, settings: WorkerSettings
+) -> tuple[RunHandle, ModelCallReport]:
+    """A Run of ``refund_agent`` dispatched through ``client`` and run by a worker of
+    ``settings`` (stopped after) until it waits on its approval; its first model call."""
+    spec = refund_agent(harness)
+    async with run_worker(temporal, settings):
+        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        await until_approval(harness, client, run)
+        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    return run, first
 
 
 async def until_approval(harness: Harness, client: PsychClient, run: RunHandle) -> None:
@@ -87,12 +109,8 @@ async def test_a_blob_sealed_under_other_keys_fails_the_run_naming_it(harness: H
         task_queue=harness.settings.task_queue,
         registry=harness.registry,
     )
-    spec = refund_agent(harness)
     settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
-    async with run_worker(temporal, settings):
-        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
-        await until_approval(harness, client, run)
-        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    run, first = await first_call_then_approval(harness, client, temporal, settings)
     # Its payloads open as before (the codec's keys); its blobs are opened with the other.
     stored = settings.blobs
     assert isinstance(stored, LocalBlobStore)
@@ -116,13 +134,9 @@ async def test_a_blob_sealed_under_other_keys_fails_the_run_naming_it(harness: H
 async def test_a_blob_altered_on_disk_fails_the_run_naming_it(harness: Harness) -> None:
     # Altered, a blob no longer hashes to its ref: the model call failed naming the ref but
     # as the model's failure, in the store's words, with the store's directory in them.
-    spec = refund_agent(harness)
     settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
     client = harness.client
-    async with run_worker(harness.env.client, settings):
-        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
-        await until_approval(harness, client, run)
-        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    run, first = await first_call_then_approval(harness, client, harness.env.client, settings)
     stored = settings.blobs
     assert isinstance(stored, LocalBlobStore) and first.context_ref is not None
     # The conversation the first call ended with, which the second call continues.
@@ -146,13 +160,9 @@ async def test_a_missing_blob_fails_the_run_naming_its_ref_not_the_store(
     # A blob gone from the store (deleted, or a worker pointed at another store) failed
     # the Run as "model fake-model: no blob sha256:... in /path/of/the/store": where the
     # store is told to the Run's caller, while the worker's log is where an operator looks.
-    spec = refund_agent(harness)
     settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
     client = harness.client
-    async with run_worker(harness.env.client, settings):
-        run = await client.dispatch(spec, "Refund order 42", scope=harness.scope)
-        await until_approval(harness, client, run)
-        first = (await client.report(run, scope=harness.scope)).model_calls[0]
+    run, first = await first_call_then_approval(harness, client, harness.env.client, settings)
     stored = settings.blobs
     assert isinstance(stored, LocalBlobStore) and first.context_ref is not None
     (stored.root / blob_key(first.context_ref)).unlink()

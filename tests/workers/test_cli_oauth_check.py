@@ -143,6 +143,22 @@ def test_check_connections_says_whether_a_token_is_held_and_what_to_do(
     assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
 
 
+def registering_spec(
+    tmp_path: Path, server: OAuthMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path]:
+    """The token directory and a Spec file whose OAuth server has neither client field (a
+    Run registers its client dynamically), with the environment the check reads set."""
+    tokens = tmp_path / "tokens"
+    monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
+    monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
+    monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{server.url}={server.issuer}")
+    file = spec_file(tmp_path, server)
+    spec = json.loads(file.read_text())
+    del spec["mcp_servers"][0]["oauth"]["preregistered_client_id"]
+    file.write_text(json.dumps(spec))
+    return tokens, file
+
+
 def test_check_connections_registers_no_client_and_says_a_person_must_consent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,14 +168,7 @@ def test_check_connections_registers_no_client_and_says_a_person_must_consent(
         "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
     )
     try:
-        tokens = tmp_path / "tokens"
-        monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
-        monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
-        monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{server.url}={server.issuer}")
-        file = spec_file(tmp_path, server)
-        spec = json.loads(file.read_text())
-        del spec["mcp_servers"][0]["oauth"]["preregistered_client_id"]
-        file.write_text(json.dumps(spec))
+        tokens, file = registering_spec(tmp_path, server, monkeypatch)
         argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
         assert main(argv) == 0
         (said,) = oauth_lines(file, capsys.readouterr().err)
@@ -181,14 +190,7 @@ def test_check_connections_leaves_a_forgotten_registration_to_the_runs(
         "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
     )
     try:
-        tokens = tmp_path / "tokens"
-        monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
-        monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
-        monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{server.url}={server.issuer}")
-        file = spec_file(tmp_path, server)
-        spec = json.loads(file.read_text())
-        del spec["mcp_servers"][0]["oauth"]["preregistered_client_id"]
-        file.write_text(json.dumps(spec))
+        tokens, file = registering_spec(tmp_path, server, monkeypatch)
         oauth = McpOAuth(grant="authorization_code", redirect_uris=(REDIRECT,))
 
         async def store_a_registration() -> None:
