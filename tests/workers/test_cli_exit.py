@@ -36,6 +36,22 @@ def tenant() -> str:
     return f"exit{uuid.uuid4().hex[:8]}"
 
 
+def shown_as(who: str, status: str, suspension: str | None = None) -> TypedSearchAttributes:
+    """The attributes psych sets on a Run of agent ``support`` of tenant ``who`` in
+    ``status`` (waiting on ``suspension``), for Runs started cheaply on a queue no worker
+    polls."""
+    pairs = [
+        SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
+        SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
+        SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), status),
+    ]
+    if suspension is not None:
+        pairs.append(
+            SearchAttributePair(SearchAttributeKey.for_keyword("PsychSuspension"), suspension)
+        )
+    return TypedSearchAttributes(pairs)
+
+
 def ask_before_refunds(cli: Cli) -> None:
     """The worker (started after this) asks a person before each refund."""
     cli.settings.policy = RulePolicy(tools={"issue_refund": "ask"})
@@ -149,13 +165,7 @@ async def test_list_says_when_it_shows_only_the_newest_runs(
 ) -> None:
     who = tenant()
     # 101 Runs cheaply: started on a queue no worker polls, with the attributes psych sets.
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "running"),
-        ]
-    )
+    attributes = shown_as(who, "running")
     handles = await asyncio.gather(
         *(
             cli.env.client.start_workflow(
@@ -209,13 +219,7 @@ async def test_list_pages_on_with_the_cursor_it_prints(
     cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:
     who = tenant()
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "running"),
-        ]
-    )
+    attributes = shown_as(who, "running")
     handles = [
         await cli.env.client.start_workflow(
             "AgentRun",
@@ -272,14 +276,7 @@ async def test_list_shows_a_terminated_waiting_run_failed_and_how_it_closed(
 ) -> None:
     who = tenant()
     # Started cheaply as a Run waiting on an approval, then terminated by an operator.
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychTenant"), who),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychAgent"), "support"),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychStatus"), "suspended"),
-            SearchAttributePair(SearchAttributeKey.for_keyword("PsychSuspension"), "approval"),
-        ]
-    )
+    attributes = shown_as(who, "suspended", "approval")
     handle = await cli.env.client.start_workflow(
         "AgentRun", id=f"psych-{who}-cut", task_queue=f"nobody-{who}", search_attributes=attributes
     )
