@@ -19,7 +19,7 @@ from temporalio import activity
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.a2a._peers import Peers, PeerUnavailable, connect
 from psych_runtime.activities.a2a._settings import A2aSettings
-from psych_runtime.activities.blobs import BlobStore, canonical_json
+from psych_runtime.activities.blobs import BlobStore, canonical_json, read_by_ref
 from psych_runtime.activities.contract import (
     A2A_CARDS,
     A2A_MESSAGE_ARGUMENT,
@@ -113,7 +113,9 @@ class Cards(ActivityClass):
         and stored with the base definitions; only the hash and statuses when unchanged."""
         base: list[ToolDefinition] = []
         if input.base_tools_ref is not None:
-            data = json.loads(await self.blobs.get(input.base_tools_ref))
+            # A blob it cannot read fails the Run: named by ref, the store's words logged.
+            ref = input.base_tools_ref
+            data = json.loads(await read_by_ref(self.blobs, ref, "the Run's own tool definitions"))
             base = [ToolDefinition.model_validate(item) for item in data]
         found = await asyncio.gather(*(self._skills(peer, input.scope) for peer in input.peers))
         naming = name_tools(

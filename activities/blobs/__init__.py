@@ -4,8 +4,9 @@
 recent blobs in memory (``RecentBlobs``), ``EncryptedBlobStore`` with its ``BlobCipher``
 port (a seal that does not open: ``BlobSealRefused``), ``TenantSealedBlobs`` (sealed for a
 tenant the caller names, outside a Run) with its ``TenantCipher`` port, the conversation
-chain stored in them (``Conversations``), and the store a worker's environment configures
-(``blob_store_from_env``).
+chain stored in them (``Conversations``), the store a worker's environment configures
+(``blob_store_from_env``), and a blob a reader in a Run cannot read, told by ref
+(``unreadable_blob``, ``read_by_ref``; the store's words for the log: ``blob_words``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
@@ -36,6 +37,7 @@ from psych_runtime.activities.blobs._store import (
     unreadable_blob,
 )
 from psych_runtime.activities.blobs._tenant import TenantCipher, TenantSealedBlobs
+from psych_runtime.activities.blobs._unreadable import blob_words, read_by_ref
 from psych_runtime.activities.contract import blob_ref
 
 __all__ = [
@@ -58,10 +60,12 @@ __all__ = [
     "blob_key",
     "blob_ref",
     "blob_store_from_env",
+    "blob_words",
     "canonical_json",
     "conflict_delay",
     "open_s3_client",
     "parse_s3_url",
+    "read_by_ref",
     "ref_without_storing",
     "s3_client_options",
     "s3_error_code",

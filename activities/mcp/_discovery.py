@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mcp_types
 from mcp.client import Client
 
-from psych_runtime.activities.blobs import BlobStore, canonical_json
+from psych_runtime.activities.blobs import BlobStore, canonical_json, read_by_ref
 from psych_runtime.activities.contract import (
     CatalogEntry,
     McpCatalog,
@@ -266,7 +266,7 @@ class Catalogues:
     async def _base_definitions(self, ref: str | None) -> list[ToolDefinition]:
         if ref is None:
             return []
-        data = json.loads(await self.blobs.get(ref))
+        data = json.loads(await read_by_ref(self.blobs, ref, "the Run's own tool definitions"))
         return [ToolDefinition.model_validate(item) for item in data]
 
     def _deferred(self, server: McpServer, tools: Sequence[McpTool]) -> bool:

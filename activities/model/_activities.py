@@ -28,7 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities._activity_class import ActivityClass
-from psych_runtime.activities.blobs import BlobStore, Conversations, RecentByRef
+from psych_runtime.activities.blobs import BlobStore, Conversations, RecentByRef, blob_words
 from psych_runtime.activities.contract import (
     MODEL_CALL,
     ChatMessage,
@@ -61,7 +61,6 @@ from psych_runtime.activities.model._failures import (
     MAX_RESULT_BYTES,
     ResponseTooLarge,
     StreamIdle,
-    blob_words,
     classify,
     surely_fits,
 )

@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._activity_class import ActivityClass
-from psych_runtime.activities.blobs import unreadable_blob
+from psych_runtime.activities.blobs import blob_words, unreadable_blob
 from psych_runtime.activities.contract import (
     MODEL_COMPACT,
     ChatMessage,
@@ -37,7 +37,6 @@ from psych_runtime.activities.contract import (
     UnusedSummary,
 )
 from psych_runtime.activities.model._activities import ModelActivities
-from psych_runtime.activities.model._failures import blob_words
 from psych_runtime.activities.model._threads import chain_nodes
 from psych_runtime.activities.tools import complete_through_client
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from psych_runtime.activities.blobs import BlobSealRefused, unreadable_blob
+from psych_runtime.activities.blobs import unreadable_blob
 from psych_runtime.activities.contract import ModelCallResult, ModelFailure
 from psych_runtime.specs import NotFound
 
@@ -215,16 +215,6 @@ def _host(err: BaseException) -> str:
     except RuntimeError:  # raised without its request (httpx sets it on every real call)
         pass
     return "the endpoint's host"
-
-
-def blob_words(err: BaseException) -> str:
-    """For the worker's log: what the store (a directory or bucket key) or the cipher (key
-    ids) said of a blob of the call's input it could not read, which the Run's failure
-    leaves out (``unreadable_blob``); "" for any other error."""
-    if unreadable_blob(err) is None:
-        return ""
-    told = err.__cause__ if isinstance(err, BlobSealRefused) else err
-    return f" ({getattr(told, 'message', None) or told})"
 
 
 def _describe(err: BaseException) -> str:

@@ -6,12 +6,16 @@ store is.
 Each Run asks for approval after its first model call; the worker that made that call then
 stops (its caches go with it), the blob store is made unreadable to the next worker, and
 that worker, approving, makes the second call.
+
+A blob missing where compaction, the MCP catalogue or the A2A cards read it is named by ref
+too, the store's directory only in the worker's log.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import pytest
 from temporalio.client import Client
@@ -19,7 +23,7 @@ from temporalio.client import Client
 from psych_runtime.activities.blobs import EncryptedBlobStore, LocalBlobStore, blob_key
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed
+from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.testing import Usage as FakeUsage
 from psych_runtime.workers import (
@@ -38,8 +42,10 @@ from psych_runtime.workflows import (
     RunHandle,
     RunStatus,
 )
+from tests.a2a.peer import serve_peer
+from tests.mcp.fixture import McpTestServer
 
-from ._waiting import all_records, is_waiting, state_when
+from ._waiting import all_records, is_waiting, only_pending, state_when
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -228,3 +234,101 @@ async def test_a_missing_blob_of_a_compaction_is_named_by_ref_in_its_record(
     prefix = "CompactionFailed: the conversation cannot be read: blob sha256:"
     assert failed.error.startswith(prefix), failed.error
     assert "is not in the blob store" in failed.error
+
+
+async def test_a_missing_blob_of_the_a2a_cards_fails_the_run_naming_its_ref_not_the_store(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The cards activity reads the Run's own tool definitions at each turn boundary to add
+    # the peers' skills to them: a blob missing there failed the Run as "no blob
+    # sha256:... in /path/of/the/store", where the store is told to the Run's caller.
+    stored = harness.settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    blobs = LocalBlobStore(stored.root, recent_bytes=0)  # every read opens its file
+
+    @harness.registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        for path in stored.root.glob("??/*"):  # the store loses every blob
+            path.unlink()
+        return f"order {order_id}: shipped"
+
+    harness.fake.enqueue(Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"})))
+    client = harness.client
+    async with serve_peer(("echo",)) as peer:
+        spec = (
+            AgentBuilder("caller", registry=harness.registry)
+            .model("fake-model")
+            .tool(lookup_order)
+            .a2a_peer("helper", peer.url)
+            .build()
+        )
+        settings = dataclasses.replace(harness.settings, blobs=blobs)
+        with caplog.at_level("WARNING"):
+            async with run_worker(harness.env.client, settings):
+                run = await client.dispatch(spec, "Check order 1", scope=harness.scope)
+                with pytest.raises(RunFailed) as failed:
+                    await client.result(run, scope=harness.scope)
+    reason = failed.value.reason
+    assert len(harness.fake.requests) == 1  # the second turn's call was never made
+    assert re.fullmatch(
+        r"the Run's own tool definitions cannot be read: blob sha256:[0-9a-f]{64} "
+        r"is not in the blob store \(deleted, or this worker reads another store than the "
+        r"one that wrote it\)",
+        reason,
+    ), reason
+    assert str(stored.root) not in reason
+    logged = [r.getMessage() for r in caplog.records if "tool definitions" in r.getMessage()]
+    assert any(str(stored.root) in line for line in logged), logged
+
+
+async def test_a_missing_blob_of_an_mcp_catalogue_fails_the_run_naming_its_ref_not_the_store(
+    harness: Harness, mcp_http_server: McpTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A workflow's tool step asks the MCP catalogue activity, which reads the Run's own tool
+    # definitions to add the servers' tools to them: a blob missing there failed the Run as
+    # "MCP discovery failed: BlobNotFound: no blob sha256:... in /path/of/the/store". A
+    # fresh worker (no catalogue built yet) runs the step after the store lost its blobs.
+    @harness.registry.register(destructive=True)
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"order {order_id} refunded"
+
+    spec = (
+        WorkflowBuilder("refund-then-greet", registry=harness.registry)
+        .tool("refund")
+        .mcp_server("tools", mcp_http_server.url)
+        .tool_step("refund", "refund", {"order_id": "42"})
+        .tool_step("greet", "tools__echo", {"text": "hi"})
+        .build()
+    )
+    settings = dataclasses.replace(harness.settings, policy=RulePolicy(destructive="ask"))
+    client = harness.client
+    async with run_worker(harness.env.client, settings):
+        run = await client.dispatch(spec, "go", scope=harness.scope)
+        state = await state_when(client, run, harness.scope, is_waiting, what="the approval")
+    stored = settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+    for path in stored.root.glob("??/*"):
+        path.unlink()
+    fresh = dataclasses.replace(settings, blobs=LocalBlobStore(stored.root))
+    with caplog.at_level("WARNING"):
+        async with run_worker(harness.env.client, fresh):
+            await client.approve(run, only_pending(state).id, scope=harness.scope)
+            with pytest.raises(RunFailed) as failed:
+                await client.result(run, scope=harness.scope)
+    reason = failed.value.reason
+    assert re.fullmatch(
+        r"MCP discovery failed: BlobNotFound: the Run's own tool definitions cannot be read: "
+        r"blob sha256:[0-9a-f]{64} "
+        r"is not in the blob store \(deleted, or this worker reads another store than the "
+        r"one that wrote it\)",
+        reason,
+    ), reason
+    assert str(stored.root) not in reason
+    logged = [r.getMessage() for r in caplog.records if "tool definitions" in r.getMessage()]
+    assert any(str(stored.root) in line for line in logged), logged
