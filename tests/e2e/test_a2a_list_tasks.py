@@ -294,3 +294,22 @@ async def test_a_task_that_continued_as_new_is_listed_once(harness: Harness) -> 
             pages, listed = await walk(client, 1, status)
             assert listed == [run.run_id], TaskState.Name(status)
             assert {page.total_size for page in pages} == {1}
+
+
+async def test_a_page_size_out_of_range_is_refused_naming_the_bound(harness: Harness) -> None:
+    # An explicit pageSize 0 was taken for a left-out one (the default, 50): A2A and
+    # a2a-sdk's own servers refuse it, as they refuse any size out of 1 to 100.
+    agent = f"a2a_sizes{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    async with (
+        served(harness) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        for size in (0, -1, 101):
+            with pytest.raises(InvalidParamsError) as refused:
+                await client.list_tasks(ListTasksRequest(page_size=size))
+            assert str(refused.value) == (
+                f"pageSize {size} is out of range: it must be 1 to 100, or left out for 50"
+            )
+        left_out = await client.list_tasks(ListTasksRequest())
+        assert (left_out.page_size, list(left_out.tasks)) == (50, [])

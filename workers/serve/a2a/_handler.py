@@ -249,9 +249,13 @@ class PsychRequestHandler(RequestHandler):
     ) -> ListTasksResponse:
         scope, agent = caller_of(context)
         require_fields(params)
-        size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
+        # Left out, the default; sent, even as 0, it must be in range (as a2a-sdk checks).
+        size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
-            raise InvalidParamsError(f"pageSize must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
+            raise InvalidParamsError(
+                f"pageSize {size} is out of range: it must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}, "
+                f"or left out for {DEFAULT_LIST_TASKS_PAGE_SIZE}"
+            )
         if params.HasField("status_timestamp_after"):
             # Refused, not ignored: ignored, every task would be listed as changed since.
             raise InvalidParamsError(
