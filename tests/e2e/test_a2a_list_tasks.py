@@ -106,6 +106,11 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             assert {page.total_size for page in pages} == {len(having(FAILED))}
             pages, listed = await walk(client, 2)
             assert listed == newest_first
+            # The bound holds whatever the filter: a page of an exact one (here none)
+            # asking for more than 3 ends after 3 Runs, and goes on.
+            pages, listed = await walk(client, 4)
+            assert [len(page.tasks) for page in pages] == [3, 3, 3, 3, 1]
+            assert listed == newest_first
 
         async with (
             served(harness) as base,

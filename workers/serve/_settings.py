@@ -64,9 +64,12 @@ class ServeSettings:
             None: the environment's rules (``PSYCH_EGRESS_*``) and the global settings
             file's ``egress:`` section (``psych serve`` gives the settings file it was
             given).
-        a2a_list_scan: the most Runs one A2A ListTasks looks at when its status filter is
-            applied after reading (working, failed; ``a2a._list_tasks.LIST_SCAN``): its
-            page may then hold fewer tasks than asked, with a next page token.
+        a2a_list_scan: the most Runs one A2A ListTasks looks at, whatever its status
+            filter (``a2a._list_tasks.LIST_SCAN``); its page then ends there, with a next
+            page token if more follow. A page filtered after reading (working, failed)
+            can so hold fewer tasks than asked, even none; one of an exact filter (none,
+            completed, canceled, input-required), whose every Run looked at is a task,
+            holds fewer only when this is below its ``pageSize``.
         at_shutdown: what the app's shutdown (its lifespan) closes besides what it made,
             each awaited once, the last first: ``psych serve`` gives one that closes the
             stores it opened for the app (an S3 blob or token store holds a connection

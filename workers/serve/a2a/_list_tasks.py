@@ -10,7 +10,9 @@ what Temporal's visibility query answers. Working (running, or suspended on anyt
 else) and failed (four statuses) are no one filter of the listing: their Runs are read
 from the agent's whole listing and the others passed over, until the page is full, the
 listing ends, or ``scan`` Runs were looked at in this request; a page can then hold fewer
-tasks than asked, even none, and still have a next page token.
+tasks than asked, even none, and still have a next page token. ``scan`` bounds the exact
+filters' pages too (they end after ``scan`` Runs, with a token), which only a ``scan``
+below the page's size makes shorter than asked.
 
 A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, the
 place in the listing's order of the Run a page that filled halfway through a chunk ended
@@ -41,9 +43,10 @@ from psych_runtime.workers.serve.a2a._tasks import task_state
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
 
 LIST_SCAN = 1000
-"""The most Runs one ListTasks looks at when its status filter is applied after reading
-(working, failed): Temporal's default ``visibilityMaxPageSize``, the most one visibility
-page holds, and what one ListTasks read before it paged."""
+"""The most Runs one ListTasks looks at, whatever its status filter (it matters to those
+applied after reading, working and failed; an exact filter's page is shorter only when
+this is below its size): Temporal's default ``visibilityMaxPageSize``, the most one
+visibility page holds, and what one ListTasks read before it paged."""
 FILTER_CHUNK = 100
 """How many Runs such a ListTasks asks of the listing at once (A2A's largest page)."""
 ASKS = (SuspensionReason.APPROVAL, SuspensionReason.QUESTION)

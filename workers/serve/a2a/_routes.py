@@ -112,8 +112,8 @@ def a2a_routes(
         pushes: the push notification registry (its store, lease and egress port). Its
             maker closes it (``aclose``) when the server stops: the mount makes nothing it
             could not close (``create_app`` closes the one it makes at the app's shutdown).
-        list_scan: the most Runs one ListTasks looks at when its status filter is applied
-            after reading (``ServeSettings.a2a_list_scan``).
+        list_scan: the most Runs one ListTasks looks at, whatever its status filter
+            (``ServeSettings.a2a_list_scan``).
     """
     catalogue = AgentCatalogue(client.store)
     handler = PsychRequestHandler(
