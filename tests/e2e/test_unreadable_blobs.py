@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 
 import pytest
 from temporalio.client import Client
@@ -81,6 +82,48 @@ async def first_call_then_approval(
         await until_approval(harness, client, run)
         first = (await client.report(run, scope=harness.scope)).model_calls[0]
     return run, first
+
+
+def store_lost_at_lookup(
+    harness: Harness, order: str
+) -> tuple[LocalBlobStore, LocalBlobStore, Callable[[str], str]]:
+    """The harness's blob store, a reader of it that opens every file (no cache), and a
+    registered ``lookup_order`` tool that deletes every stored blob when it looks up
+    ``order``."""
+    stored = harness.settings.blobs
+    assert isinstance(stored, LocalBlobStore)
+
+    @harness.registry.register
+    def lookup_order(order_id: str) -> str:
+        """Look up an order.
+
+        Args:
+            order_id: The order's id.
+        """
+        if order_id == order:
+            for path in stored.root.glob("??/*"):
+                path.unlink()
+        return f"order {order_id}: shipped"
+
+    return stored, LocalBlobStore(stored.root, recent_bytes=0), lookup_order
+
+
+MISSING_TOOLS = (
+    r"the Run's own tool definitions cannot be read: blob sha256:[0-9a-f]{64} is not in the "
+    r"blob store \(deleted, or this worker reads another store than the one that wrote it\)"
+)
+"""A Run's failure when the blob of its own tool definitions is gone from the store."""
+
+
+def told_by_ref_logged_with_store(
+    reason: str, prefix: str, stored: LocalBlobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Run's ``reason`` names the missing tool definitions by ref (after ``prefix``),
+    never the store's directory, which the worker's log gives the operator."""
+    assert re.fullmatch(re.escape(prefix) + MISSING_TOOLS, reason), reason
+    assert str(stored.root) not in reason
+    logged = [r.getMessage() for r in caplog.records if "tool definitions" in r.getMessage()]
+    assert any(str(stored.root) in line for line in logged), logged
 
 
 async def until_approval(harness: Harness, client: PsychClient, run: RunHandle) -> None:
@@ -194,21 +237,8 @@ async def test_a_missing_blob_of_a_compaction_is_named_by_ref_in_its_record(
     # The summariser's activity reads the conversation's chain itself, before any model
     # call: a blob missing there was recorded as CompactionFailed in the store's words,
     # "no blob sha256:... in /path/of/the/store", in the Run's records for its caller.
-    stored = harness.settings.blobs
-    assert isinstance(stored, LocalBlobStore)
-    blobs = LocalBlobStore(stored.root, recent_bytes=0)  # every read opens its file
-
-    @harness.registry.register
-    def lookup_order(order_id: str) -> str:
-        """Look up an order.
-
-        Args:
-            order_id: The order's id.
-        """
-        if order_id == "2":  # the store loses the conversation before it is compacted
-            for path in stored.root.glob("??/*"):
-                path.unlink()
-        return f"order {order_id}: shipped"
+    # The store loses the conversation before it is compacted (at order 2's lookup).
+    stored, blobs, lookup_order = store_lost_at_lookup(harness, "2")
 
     spec = (
         AgentBuilder("compactor", registry=harness.registry)
@@ -242,20 +272,7 @@ async def test_a_missing_blob_of_the_a2a_cards_fails_the_run_naming_its_ref_not_
     # The cards activity reads the Run's own tool definitions at each turn boundary to add
     # the peers' skills to them: a blob missing there failed the Run as "no blob
     # sha256:... in /path/of/the/store", where the store is told to the Run's caller.
-    stored = harness.settings.blobs
-    assert isinstance(stored, LocalBlobStore)
-    blobs = LocalBlobStore(stored.root, recent_bytes=0)  # every read opens its file
-
-    @harness.registry.register
-    def lookup_order(order_id: str) -> str:
-        """Look up an order.
-
-        Args:
-            order_id: The order's id.
-        """
-        for path in stored.root.glob("??/*"):  # the store loses every blob
-            path.unlink()
-        return f"order {order_id}: shipped"
+    stored, blobs, lookup_order = store_lost_at_lookup(harness, "1")
 
     harness.fake.enqueue(Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"})))
     client = harness.client
@@ -275,15 +292,7 @@ async def test_a_missing_blob_of_the_a2a_cards_fails_the_run_naming_its_ref_not_
                     await client.result(run, scope=harness.scope)
     reason = failed.value.reason
     assert len(harness.fake.requests) == 1  # the second turn's call was never made
-    assert re.fullmatch(
-        r"the Run's own tool definitions cannot be read: blob sha256:[0-9a-f]{64} "
-        r"is not in the blob store \(deleted, or this worker reads another store than the "
-        r"one that wrote it\)",
-        reason,
-    ), reason
-    assert str(stored.root) not in reason
-    logged = [r.getMessage() for r in caplog.records if "tool definitions" in r.getMessage()]
-    assert any(str(stored.root) in line for line in logged), logged
+    told_by_ref_logged_with_store(reason, "", stored, caplog)
 
 
 async def test_a_missing_blob_of_an_mcp_catalogue_fails_the_run_naming_its_ref_not_the_store(
@@ -322,13 +331,4 @@ async def test_a_missing_blob_of_an_mcp_catalogue_fails_the_run_naming_its_ref_n
             with pytest.raises(RunFailed) as failed:
                 await client.result(run, scope=harness.scope)
     reason = failed.value.reason
-    assert re.fullmatch(
-        r"MCP discovery failed: BlobNotFound: the Run's own tool definitions cannot be read: "
-        r"blob sha256:[0-9a-f]{64} "
-        r"is not in the blob store \(deleted, or this worker reads another store than the "
-        r"one that wrote it\)",
-        reason,
-    ), reason
-    assert str(stored.root) not in reason
-    logged = [r.getMessage() for r in caplog.records if "tool definitions" in r.getMessage()]
-    assert any(str(stored.root) in line for line in logged), logged
+    told_by_ref_logged_with_store(reason, "MCP discovery failed: BlobNotFound: ", stored, caplog)

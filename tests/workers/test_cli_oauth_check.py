@@ -42,6 +42,16 @@ def consent_server() -> Iterator[OAuthMcpServer]:
     server.stop()
 
 
+@pytest.fixture
+def registering_server() -> Iterator[OAuthMcpServer]:
+    """The consent server with dynamic client registration (no client registered yet)."""
+    server = start_oauth_server(
+        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
+    )
+    yield server
+    server.stop()
+
+
 def consented_token(server: OAuthMcpServer) -> OAuthToken:
     """A token a person's consent got (the authorize redirect's code, exchanged)."""
     pkce = PKCEParameters.generate()
@@ -160,61 +170,57 @@ def registering_spec(
 
 
 def test_check_connections_registers_no_client_and_says_a_person_must_consent(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    registering_server: OAuthMcpServer,
 ) -> None:
     # Neither client field: a Run registers the client dynamically; the check does not
-    # (each publish would leave a registration at the authorization server).
-    server = start_oauth_server(
-        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
-    )
-    try:
-        tokens, file = registering_spec(tmp_path, server, monkeypatch)
-        argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
-        assert main(argv) == 0
-        (said,) = oauth_lines(file, capsys.readouterr().err)
-        assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
-        # Before the fix: one registration per check.
-        assert server.registered() == []
-        assert not tokens.exists() or not any(p.is_file() for p in tokens.rglob("*"))
-    finally:
-        server.stop()
+    # (each publish would leave a registration at the authorization registering_server).
+    tokens, file = registering_spec(tmp_path, registering_server, monkeypatch)
+    argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+    assert main(argv) == 0
+    (said,) = oauth_lines(file, capsys.readouterr().err)
+    assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
+    # Before the fix: one registration per check.
+    assert registering_server.registered() == []
+    assert not tokens.exists() or not any(p.is_file() for p in tokens.rglob("*"))
 
 
 def test_check_connections_leaves_a_forgotten_registration_to_the_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    registering_server: OAuthMcpServer,
 ) -> None:
-    # A stored registration the authorization server forgot: a Run replaces it before it
+    # A stored registration the authorization registering_server forgot: a Run replaces it before it
     # asks a consent (``_registration.still_known``); the check neither registers another
     # nor forgets the stored one (it writes nothing).
-    server = start_oauth_server(
-        "streamable-http", {}, module="tests.mcp.consent_server", extra=("--registration",)
-    )
-    try:
-        tokens, file = registering_spec(tmp_path, server, monkeypatch)
-        oauth = McpOAuth(grant="authorization_code", redirect_uris=(REDIRECT,))
+    tokens, file = registering_spec(tmp_path, registering_server, monkeypatch)
+    oauth = McpOAuth(grant="authorization_code", redirect_uris=(REDIRECT,))
 
-        async def store_a_registration() -> None:
-            clients = OAuthClients({server.url: server.issuer}, LocalTokenStore(tokens))
-            crm = McpServer(name="crm", url=server.url, oauth=oauth)
-            grant = await clients.grant(crm, Scope(tenant="acme"), None)
-            assert isinstance(grant.auth, ForServer)
-            assert isinstance(grant.auth.inner, ConsentProvider)
-            storage = grant.auth.inner.context.storage
-            assert isinstance(storage, StoredTokens)
-            sent = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
-            async with httpx.AsyncClient() as http:
-                answer = await http.post(f"{server.issuer}/register", json=sent)
-            await storage.set_client_info(OAuthClientInformationFull(**answer.json()))
+    async def store_a_registration() -> None:
+        clients = OAuthClients(
+            {registering_server.url: registering_server.issuer}, LocalTokenStore(tokens)
+        )
+        crm = McpServer(name="crm", url=registering_server.url, oauth=oauth)
+        grant = await clients.grant(crm, Scope(tenant="acme"), None)
+        assert isinstance(grant.auth, ForServer)
+        assert isinstance(grant.auth.inner, ConsentProvider)
+        storage = grant.auth.inner.context.storage
+        assert isinstance(storage, StoredTokens)
+        sent = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(f"{registering_server.issuer}/register", json=sent)
+        await storage.set_client_info(OAuthClientInformationFull(**answer.json()))
 
-        asyncio.run(store_a_registration())
-        server.forget_registrations()
-        before = {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()}
-        assert before
-        argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
-        assert main(argv) == 0
-        (said,) = oauth_lines(file, capsys.readouterr().err)
-        assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
-        assert len(server.registered()) == 1
-        assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
-    finally:
-        server.stop()
+    asyncio.run(store_a_registration())
+    registering_server.forget_registrations()
+    before = {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()}
+    assert before
+    argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+    assert main(argv) == 0
+    (said,) = oauth_lines(file, capsys.readouterr().err)
+    assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
+    assert len(registering_server.registered()) == 1
+    assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
