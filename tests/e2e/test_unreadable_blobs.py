@@ -41,6 +41,7 @@ from psych_runtime.workflows import (
     ModelCallReport,
     PsychClient,
     RunHandle,
+    RunSettled,
     RunStatus,
 )
 from tests.a2a.peer import serve_peer
@@ -271,7 +272,9 @@ async def test_a_missing_blob_of_the_a2a_cards_fails_the_run_naming_its_ref_not_
 ) -> None:
     # The cards activity reads the Run's own tool definitions at each turn boundary to add
     # the peers' skills to them: a blob missing there failed the Run as "no blob
-    # sha256:... in /path/of/the/store", where the store is told to the Run's caller.
+    # sha256:... in /path/of/the/store", where the store is told to the Run's caller. And
+    # that local activity's non-retryable failure failed the workflow execution itself:
+    # the Run's records ended without RunSettled (patch psych-a2a-cards-failure-settles).
     stored, blobs, lookup_order = store_lost_at_lookup(harness, "1")
 
     harness.fake.enqueue(Reply.tool_calls(ToolCall("lookup_order", {"order_id": "1"})))
@@ -290,9 +293,12 @@ async def test_a_missing_blob_of_the_a2a_cards_fails_the_run_naming_its_ref_not_
                 run = await client.dispatch(spec, "Check order 1", scope=harness.scope)
                 with pytest.raises(RunFailed) as failed:
                     await client.result(run, scope=harness.scope)
+                records = await all_records(client, run, harness.scope)
     reason = failed.value.reason
     assert len(harness.fake.requests) == 1  # the second turn's call was never made
-    told_by_ref_logged_with_store(reason, "", stored, caplog)
+    told_by_ref_logged_with_store(reason, "A2A cards: BlobNotFound: ", stored, caplog)
+    settled = records[-1]
+    assert isinstance(settled, RunSettled) and settled.status is RunStatus.FAILED
 
 
 async def test_a_missing_blob_of_an_mcp_catalogue_fails_the_run_naming_its_ref_not_the_store(

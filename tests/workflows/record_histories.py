@@ -1716,6 +1716,42 @@ async def a2a_required_unreachable(rig: Rig) -> RunHandle:
     return await rig.run(spec)
 
 
+async def a2a_cards_blob_lost(rig: Rig) -> RunHandle:
+    # The blob of the Run's own tool definitions leaves the store while the Run waits for an
+    # approval; a fresh worker (no blob cache) resumes it and psych.a2a.cards (a local
+    # activity) fails non-retryably at the next boundary. With patch
+    # psych-a2a-cards-failure-settles the Run settles FAILED ("A2A cards: ..."); before it,
+    # the local activity's failure failed the workflow execution without RunSettled.
+    async with serve_peer(("echo",)) as peer:
+        rig.settings.policy = RulePolicy(destructive="ask")
+        spec = rig.agent("a2a").tool("delete_order").a2a_peer("helper", peer.url).build()
+        rig.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})))
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+            pending = await rig.suspended(run)
+        stored = rig.settings.blobs
+        assert isinstance(stored, LocalBlobStore)
+        for path in stored.root.glob("??/*"):
+            path.unlink()
+        rig.settings.blobs = LocalBlobStore(stored.root, recent_bytes=0)
+        async with rig.worker():
+            await rig.client.approve(run, pending.id, scope=SCOPE)
+            await rig.settle(run)
+        return run
+
+
+async def a2a_cards_blob_lost_before_patch(rig: Rig) -> RunHandle:
+    # Recorded before the patch psych-a2a-cards-failure-settles: the workflow execution
+    # failed at the boundary; the old branch, never re-recorded.
+    return await a2a_cards_blob_lost(rig)
+
+
+async def workflow_start_cards_settle(rig: Rig) -> RunHandle:
+    """A WorkflowRun recorded since ``psych-a2a-cards-failure-settles``: its start records
+    that marker alone (it stands for the older start patches), then three steps."""
+    return await workflow_three_steps(rig)
+
+
 async def mcp_required_unreachable(rig: Rig) -> RunHandle:
     spec = rig.agent("mcp").mcp_server("crm", "http://127.0.0.1:9/mcp").build()
     return await rig.run(spec)
@@ -2869,6 +2905,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_peer_task_completed_by_hand_before_patch),
     ("dev", a2a_optional_unavailable),
     ("dev", a2a_required_unreachable),
+    ("dev", a2a_cards_blob_lost_before_patch),
+    ("dev", a2a_cards_blob_lost),
+    ("dev", workflow_start_cards_settle),
     # A2A, the parts left (issue 24): a peer's question to the person; abort cancels
     ("dev", a2a_peer_question_answered),
     ("dev", a2a_peer_question_after_wait),

@@ -3,7 +3,7 @@
 The baseline asked none: a new Run of a fleet on one queue recorded no patch marker
 (histories/README.md, "Compatibility policy"); since ``psych-local-resolution-safe`` every
 new Run records the newest start patch's marker, which stands for the older ones
-(``kernel/_patches.py``; now ``psych-workflow-outputs-bounded``), until the policy's step 3
+(``kernel/_patches.py``; now ``psych-a2a-cards-failure-settles``), until the policy's step 3
 removes it. A later change that breaks replay of a committed history adds its id to
 ``PATCHES`` here with the release that added it, beside the ``workflow.patched`` call;
 removing the id (policy step c) removes it here. An id asked but not listed, or asked in a
@@ -103,6 +103,12 @@ PATCHES: dict[str, str] = {
     # step, often a local activity), before psych-children-bounded, which it stands for
     # with the older start patches (kernel/_patches.py); an AgentRun records it too.
     "psych-workflow-outputs-bounded": "0.1.0",
+    # A failure of the A2A cards (a local activity) at a boundary settles the Run FAILED
+    # (features/_a2a.py, ``boundary``); a Run recorded before failed unsettled on a
+    # non-retryable one. Asked at every Run's start (it follows a local activity's
+    # resolution), before psych-workflow-outputs-bounded, which it stands for with the older
+    # start patches (kernel/_patches.py).
+    "psych-a2a-cards-failure-settles": "0.1.0",
     # A Run settling while its person has not answered an A2A peer's question asks the peer
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.

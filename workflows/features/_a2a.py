@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -118,7 +118,13 @@ class Peers(Feature):
                     known_hash=state.cards_hash,
                 )
             )
-        except ActivityError as err:
+        except (ActivityError, ApplicationError) as err:
+            # A local activity's non-retryable failure arrives as its own ApplicationError;
+            # a Run whose start did not ask psych-a2a-cards-failure-settles failed unsettled.
+            if isinstance(err, ApplicationError) and not run.patched(
+                "psych-a2a-cards-failure-settles"
+            ):
+                raise
             raise Stop(RunStatus.FAILED, f"A2A cards: {cause_text(err)}") from err
         take_cards(state, result)
         log = run.log

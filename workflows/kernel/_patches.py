@@ -39,6 +39,12 @@ where ``workflow.patched`` may answer otherwise on replay; a Run recorded before
 
 @dataclass(frozen=True)
 class StartPatches:
+    cards_settle: bool
+    """A failure of the A2A cards at a boundary settles the Run FAILED
+    (``psych-a2a-cards-failure-settles``; ``features/_a2a.py``): before, a non-retryable
+    failure of that local activity reached the Run as the activity's own error and failed
+    the workflow unsettled (no ``RunSettled``). Such a Run also has every change of the
+    patches below."""
     outputs_bounded: bool
     """A workflow's outputs are bounded (``psych-workflow-outputs-bounded``): a step whose
     output would take them past ``runs/_step_output.MAX_OUTPUTS_BYTES`` fails the Run,
@@ -75,6 +81,7 @@ class StartPatches:
         if patch_id in TAKEN_WITH_OUTPUTS_BOUNDED:
             return self.outputs_bounded or workflow.patched(patch_id)
         return {
+            "psych-a2a-cards-failure-settles": self.cards_settle,
             "psych-workflow-outputs-bounded": self.outputs_bounded,
             "psych-children-bounded": self.children_bounded,
             "psych-batch-accounting": self.batch_accounting,
@@ -84,6 +91,7 @@ class StartPatches:
 
 
 NOT_ASKED = StartPatches(
+    cards_settle=False,
     outputs_bounded=False,
     children_bounded=False,
     batch_accounting=False,
@@ -95,9 +103,10 @@ NOT_ASKED = StartPatches(
 
 def ask_at_start() -> StartPatches:
     """Ask the start patches (before the Run schedules anything), newest first."""
-    outputs = workflow.patched("psych-workflow-outputs-bounded")
+    cards = workflow.patched("psych-a2a-cards-failure-settles")
+    outputs = cards or workflow.patched("psych-workflow-outputs-bounded")
     bounded = outputs or workflow.patched("psych-children-bounded")
     accounting = bounded or workflow.patched("psych-batch-accounting")
     settles = accounting or workflow.patched("psych-catalog-failure-settles")
     local_safe = settles or workflow.patched("psych-local-resolution-safe")
-    return StartPatches(outputs, bounded, accounting, settles, local_safe)
+    return StartPatches(cards, outputs, bounded, accounting, settles, local_safe)
