@@ -318,3 +318,47 @@ async def test_a_page_size_out_of_range_is_refused_naming_the_bound(harness: Har
             )
         left_out = await client.list_tasks(ListTasksRequest())
         assert (left_out.page_size, list(left_out.tasks)) == (50, [])
+
+
+async def test_list_tasks_with_include_artifacts_gives_ended_tasks_their_answers(
+    harness: Harness,
+) -> None:
+    # includeArtifacts was ignored: a caller that asked for the tasks' answers got every
+    # task without its artifacts, as if none had answered.
+    agent = f"a2a_answers{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(Reply.text("First answer."), Reply.error(400), Reply.text("Second."))
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        ids: list[str] = []
+        for text in ("one", "two", "three"):
+            (sent,) = await collect(client.send_message(user(text)))
+            ids.append(sent.task.id)
+
+        def answers(page: ListTasksResponse) -> dict[str, list[tuple[str, str]]]:
+            return {
+                task.id: [(a.name, part.text) for a in task.artifacts for part in a.parts]
+                for task in page.tasks
+            }
+
+        plain = await client.list_tasks(ListTasksRequest())
+        assert answers(plain) == {task_id: [] for task_id in ids}
+        full = await client.list_tasks(ListTasksRequest(include_artifacts=True))
+        assert [task.status.state for task in full.tasks] == [COMPLETED, FAILED, COMPLETED]
+        assert answers(full) == {
+            ids[0]: [("answer", "First answer.")],
+            ids[1]: [],  # failed: no answer
+            ids[2]: [("answer", "Second.")],
+        }
+        # The same through a filter and by contextId (the task as GetTask reads it).
+        done = await client.list_tasks(ListTasksRequest(status=COMPLETED, include_artifacts=True))
+        assert answers(done) == {ids[2]: [("answer", "Second.")], ids[0]: answers(full)[ids[0]]}
+        by_context = ListTasksRequest(context_id=ids[0], include_artifacts=True)
+        assert answers(await client.list_tasks(by_context)) == {
+            ids[0]: [("answer", "First answer.")]
+        }
+        plain_one = await client.list_tasks(ListTasksRequest(context_id=ids[0]))
+        assert answers(plain_one) == {ids[0]: []}

@@ -263,8 +263,11 @@ class PsychRequestHandler(RequestHandler):
                 "visibility, which holds no task's last status change; list without it"
             )
         wanted = wanted_state(params.status)
+        artifacts = params.include_artifacts
         if not params.context_id:
-            return await self.lister.answer(scope, agent, wanted, size, params.page_token)
+            return await self.lister.answer(
+                scope, agent, wanted, size, params.page_token, artifacts=artifacts
+            )
         # The context id is the task id: that one task (its state as GetTask reads it).
         if params.page_token:
             raise InvalidParamsError(
@@ -273,12 +276,14 @@ class PsychRequestHandler(RequestHandler):
             )
         tasks: list[Task] = []
         try:
-            status = task_of(await self._owned(params.context_id, scope, agent)).status
+            read = task_of(await self._owned(params.context_id, scope, agent))
         except TaskNotFoundError:
             pass  # another tenant's, another agent's, or none: no task of this context
         else:
-            task_id = params.context_id
+            task_id, status = params.context_id, read.status
             shown = Task(id=task_id, context_id=task_id, status=status)
+            if artifacts:
+                shown.artifacts.extend(read.artifacts)
             tasks = [shown] if wanted in (None, status.state) else []
         return ListTasksResponse(
             tasks=tasks, next_page_token="", page_size=size, total_size=len(tasks)

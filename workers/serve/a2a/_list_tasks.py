@@ -21,6 +21,11 @@ made for, and a check: a token edited, cut short or made up, or made for another
 tenant's, agent's or status's listing, is refused naming which (``InvalidParamsError``),
 as is an offset, the token of the servers before this one, and a token of this module's
 first version.
+
+With ``includeArtifacts`` a page's ended tasks carry their answer artifact, as GetTask's
+do: each is read from its Run's result (Temporal's close event; a Run whose workflow was
+cancelled, its state), ``ANSWERS_AT_ONCE`` at a time; a failed Run has no answer, and an
+answer that cannot be read fails the page naming its task.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from a2a.types import ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InternalError, InvalidParamsError
 from temporalio.service import RPCError
 
-from psych_runtime.specs import BadCursor, Scope
-from psych_runtime.workers.serve.a2a._tasks import task_state
+from psych_runtime.specs import BadCursor, PsychError, Scope
+from psych_runtime.workers.serve.a2a._tasks import answer_artifact, task_state
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
 
 LIST_SCAN = 1000
@@ -51,6 +56,9 @@ FILTER_CHUNK = 100
 """How many Runs such a ListTasks asks of the listing at once (A2A's largest page)."""
 ASKS = (SuspensionReason.APPROVAL, SuspensionReason.QUESTION)
 """What a task waits on while it is input-required."""
+
+ANSWERS_AT_ONCE = 8
+"""How many answers of a page's ended tasks one ListTasks reads at once."""
 
 _TOKEN_VERSION = 2
 _CHECK_CHARS = 16
@@ -257,29 +265,40 @@ class TaskLister:
             raise ValueError(f"scan={self.scan}: a ListTasks looks at one Run at least")
 
     async def answer(
-        self, scope: Scope, agent: str, wanted: TaskState | None, size: int, token: str
+        self,
+        scope: Scope,
+        agent: str,
+        wanted: TaskState | None,
+        size: int,
+        token: str,
+        *,
+        artifacts: bool = False,
     ) -> ListTasksResponse:
         """One page of ``size`` tasks at most, from ``token`` on (empty: the start), and
-        how many tasks the listing holds (``count``).
+        how many tasks the listing holds (``count``); ``artifacts``: the ended tasks carry
+        their answers (``includeArtifacts``).
 
         Raises:
             InvalidParamsError: the token is refused (``read_token``, or the listing's
                 cursor it holds: ``BadCursor``).
-            InternalError: Temporal's visibility could not be read.
+            InternalError: Temporal's visibility could not be read, or an ended task's
+                answer (named).
         """
         position = read_token(token, scope, agent, wanted) if token else Position(None)
         chosen = selection(wanted)
         if chosen is None:
             return ListTasksResponse(tasks=[], next_page_token="", page_size=size, total_size=0)
         try:
-            tasks, after = await self._page(scope, agent, wanted, chosen, size, position)
+            shown, after = await self._page(scope, agent, wanted, chosen, size, position)
+            if artifacts:
+                await self._with_answers(scope, shown)
             total = await self.count(scope, agent, wanted)
         except BadCursor as err:
             raise InvalidParamsError(f"pageToken is refused: {err} ({_AGAIN})") from err
         except RPCError as err:
             raise InternalError(f"the tasks could not be listed: {err.message}") from err
         return ListTasksResponse(
-            tasks=tasks,
+            tasks=[task for task, _ in shown],
             next_page_token="" if after is None else make_token(scope, agent, wanted, after),
             page_size=size,
             total_size=total,
@@ -293,15 +312,16 @@ class TaskLister:
         chosen: Selection,
         size: int,
         position: Position,
-    ) -> tuple[list[Task], Position | None]:
-        """The page's tasks and where the next page starts (None: nothing follows).
+    ) -> tuple[list[tuple[Task, RunSummary]], Position | None]:
+        """The page's tasks, each with its Run, and where the next page starts (None:
+        nothing follows).
 
         Each chunk is asked for the places still open (a listing filtered after reading:
         at least ``FILTER_CHUNK``), never more than ``scan`` Runs looked at in all; the
         Runs a resumed chunk holds up to the place the page before ended on, which earlier
         pages went through, are read again and passed over (``Position.after``).
         """
-        tasks: list[Task] = []
+        tasks: list[tuple[Task, RunSummary]] = []
         cursor, after = position.cursor, position.after
         looked = 0
         while True:
@@ -325,7 +345,8 @@ class TaskLister:
                 if state is None or wanted not in (None, state):
                     continue
                 task_id = summary.run_id
-                tasks.append(Task(id=task_id, context_id=task_id, status={"state": state}))
+                task = Task(id=task_id, context_id=task_id, status={"state": state})
+                tasks.append((task, summary))
                 if len(tasks) == size:
                     if index + 1 < len(page.runs):
                         # The cursor that reads the chunk again (a first chunk's keeps when
@@ -337,6 +358,26 @@ class TaskLister:
                 # over the rest up to it too.
                 return tasks, _at(page.next_cursor, after)
             cursor = page.next_cursor
+
+    async def _with_answers(self, scope: Scope, shown: list[tuple[Task, RunSummary]]) -> None:
+        """Give each ended task of ``shown`` its answer artifact, when its Run has one."""
+        gate = asyncio.Semaphore(ANSWERS_AT_ONCE)
+
+        async def read(task: Task, summary: RunSummary) -> None:
+            async with gate:
+                try:
+                    result = await self.client.result(summary.workflow_id, scope=scope)
+                except (PsychError, RPCError) as err:
+                    raise InternalError(
+                        f"the answer of task {task.id} could not be read: {err}"
+                    ) from err
+            if result.answer:
+                task.artifacts.append(answer_artifact(result.answer))
+
+        async with asyncio.TaskGroup() as group:
+            for task, summary in shown:
+                if _answered(summary):
+                    group.create_task(read(task, summary))
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
         """How many of the agent's tasks are in state ``wanted`` (None: any), as
@@ -365,6 +406,18 @@ class TaskLister:
             # make the difference negative.
             return max(running + suspended - asking, 0)
         return sum(await asyncio.gather(*(counted(s) for s in _ended_in(wanted))))
+
+
+def _answered(summary: RunSummary) -> bool:
+    """Whether the listed Run ended in a way that may carry an answer: settled, not
+    FAILED (its result is the failure), and its workflow closed by settling."""
+    if summary.status is None or summary.closed_as is not None:
+        return False
+    try:
+        status = RunStatus(summary.status)
+    except ValueError:
+        return False
+    return status.terminal and status is not RunStatus.FAILED
 
 
 def _at(cursor: str | None, after: Place | None = None) -> Position | None:
