@@ -255,3 +255,5 @@ class SlimToolOutcome(_Compact):
     wait_token: str | None = None
     ran_arguments: dict[str, Any] | None = None
     hooks: tuple[HookEffect, ...] = ()
+    unpermitted: bool = False
+    """``ToolOutcome.unpermitted``: refused by the tenant's permits (left out while False)."""

@@ -180,6 +180,10 @@ class ToolOutcome(_Compact):
     """Each hook that denied or changed something, in the order they ran."""
     input_required: McpInputRequired | None = None
     """Status ``input_required``: what the server asks (left out on the wire otherwise)."""
+    unpermitted: bool = False
+    """Status ``denied`` by the tenant's permits (``TenantPermits``), not by a hook: a code
+    or HTTP tool the Run's catalogue offered, revoked since. The Run offers it no more
+    (left out while False: the wire of a Run whose calls were never so refused)."""
 
 
 class ReadOutputInput(_Payload):

@@ -67,6 +67,7 @@ from psych_runtime.activities.tools._catalog import (
     http_definition,
     http_info,
     http_safe_to_repeat,
+    unpermitted,
 )
 from psych_runtime.activities.tools._code import call_code, describe_invalid, render_result
 from psych_runtime.activities.tools._http import (
@@ -83,15 +84,11 @@ from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_th
 from psych_runtime.activities.tools._store_result import StoredResults
 from psych_runtime.specs import (
     ExternalWait,
-    PermitKind,
-    PermitSource,
     RegistryError,
-    Scope,
     TenantPermits,
     ToolDef,
     ToolRegistry,
     matches,
-    permitted_by,
     tool_call_scope,
 )
 
@@ -339,7 +336,10 @@ class ToolActivities(StoredResults):
     async def _run_code(
         self, input: CodeToolCall, tool: ToolDef, started: float, plan: Interception
     ) -> ToolOutcome:
-        denied = await self._unpermitted("code", tool.name, input.scope) or await plan.before()
+        refused = await unpermitted(self.permits, "code", tool.name, input.scope)
+        if refused is not None:
+            return await self._refused(input, refused, started, plan)
+        denied = await plan.before()
         if denied is not None:
             return await self._outcome(input, "denied", denied, started, plan)
         if plan.rewritten:
@@ -404,9 +404,10 @@ class ToolActivities(StoredResults):
     async def _send_http(
         self, input: HttpToolCall, redact: Redactor, started: float, plan: Interception
     ) -> ToolOutcome:
-        denied = (
-            await self._unpermitted("http", input.tool.name, input.scope) or await plan.before()
-        )
+        refused = await unpermitted(self.permits, "http", input.tool.name, input.scope)
+        if refused is not None:
+            return await self._refused(input, refused, started, plan)
+        denied = await plan.before()
         if denied is not None:
             return await self._outcome(input, "denied", denied, started, plan)
         if plan.rewritten:
@@ -453,15 +454,13 @@ class ToolActivities(StoredResults):
 
     # --- helpers ---------------------------------------------------------------------------
 
-    async def _unpermitted(self, kind: PermitKind, name: str, scope: Scope) -> str | None:
-        """Why ``scope``'s tenant may not call the ``kind`` tool ``name``, or None. Asked
-        before any hook, as MCP's and A2A's checks are: no hook may turn it into a result.
-        ``PsychClient.dispatch`` refuses such a Run before it starts; this holds for one
-        started otherwise (the ``temporal`` CLI, a client without the permits)."""
-        permitted = await permitted_by(self.permits, scope.tenant, PermitSource(kind))
-        if permitted is None or matches(name, permitted):
-            return None
-        return f"{kind} tool {name!r} is not permitted to tenant {scope.tenant!r}"
+    async def _refused(
+        self, input: CodeToolCall | HttpToolCall, why: str, started: float, plan: Interception
+    ) -> ToolOutcome:
+        """The outcome of a call the tenant's permits refuse (``unpermitted``): denied, and
+        marked so, which the Run reads as the permit revoked (it offers the tool no more)."""
+        outcome = await self._outcome(input, "denied", why, started, plan)
+        return outcome.model_copy(update={"unpermitted": True})
 
     def _code_tool(self, name: str) -> ToolDef:
         try:

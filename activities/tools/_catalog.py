@@ -1,6 +1,7 @@
 """What a Run's catalogue says of an HTTP tool and of a built-in: the definition the model
 is shown, and the facts the workflow and the Policy read (``ToolActivities.catalog``); and
-which of its code and HTTP tools the Run's tenant is permitted (``catalogue_permits``)."""
+which of its code and HTTP tools the Run's tenant is permitted (``catalogue_permits``), and
+whether it still is at a call (``unpermitted``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from psych_runtime.activities.contract import (
     ids_from,
 )
 from psych_runtime.activities.tools._http import NOT_SAFE_TO_REPEAT
-from psych_runtime.specs import HttpTool, PermitKind, PermitSource, TenantPermits, permitted_by
+from psych_runtime.specs import (
+    HttpTool,
+    PermitKind,
+    PermitSource,
+    Scope,
+    TenantPermits,
+    matches,
+    permitted_by,
+)
 
 Permitted = tuple[str, ...] | None
 """What a tenant is permitted of one kind of tool (None: no restriction)."""
@@ -56,6 +65,20 @@ async def catalogue_permits(
         return await permitted_by(permits, tenant, PermitSource(kind)) if wanted else None
 
     return await ask("code", bool(input.code_tools)), await ask("http", bool(input.http_tools))
+
+
+async def unpermitted(
+    permits: TenantPermits | None, kind: PermitKind, name: str, scope: Scope
+) -> str | None:
+    """Why ``scope``'s tenant may not call the ``kind`` tool ``name``, or None. A call asks
+    it before any hook, as MCP's and A2A's checks are: no hook may turn it into a result.
+    ``PsychClient.dispatch`` refuses such a Run before it starts and the catalogue leaves
+    the tool out; this holds for a Run started otherwise (the ``temporal`` CLI, a client
+    without the permits) and for a permit revoked since the catalogue offered the tool."""
+    permitted = await permitted_by(permits, scope.tenant, PermitSource(kind))
+    if permitted is None or matches(name, permitted):
+        return None
+    return f"{kind} tool {name!r} is not permitted to tenant {scope.tenant!r}"
 
 
 def http_definition(tool: HttpTool) -> ToolDefinition:

@@ -30,7 +30,7 @@ from psych_runtime.workflows import RunStatus
 from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import McpTestServer
 
-from ._permits import checking_client
+from ._permits import Revoking, checking_client
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -209,20 +209,6 @@ async def test_a_run_started_otherwise_is_not_offered_unpermitted_code_and_http_
     assert mail.status == "error" and "unknown tool 'send_mail'" in (mail.result or "")
     assert ping.status == "error" and "unknown tool 'ping'" in (ping.result or "")
     assert ran == []
-
-
-class Revoking:
-    """A ``TenantPermits`` (given in code, ``WorkerSettings.permits``) that permits
-    everything until it has answered ``until`` times, then only ``lookup*`` and ``echo``:
-    an operator revoking a permit between the turn's offer and the call."""
-
-    def __init__(self, until: int) -> None:
-        self.until = until
-        self.asked: list[tuple[str, str]] = []
-
-    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
-        self.asked.append((tenant, source.kind))
-        return None if len(self.asked) <= self.until else ("echo", "lookup*")
 
 
 async def test_a_code_or_http_call_after_its_permit_is_revoked_is_refused_before_it_runs(

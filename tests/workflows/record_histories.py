@@ -60,6 +60,7 @@ from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
     ExternalWait,
+    PermitSource,
     RunFailed,
     Scope,
     ToolRegistry,
@@ -2743,6 +2744,34 @@ async def local_tool_timed_out(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("stock").tool("slow_count").build(), "Count the bolts.")
 
 
+class _RevokedAfter:
+    """A tenant permits port that permits everything for its first ``until`` answers (the
+    Run's catalogue), then only ``lookup_order``: a permit revoked while the Run works."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.asked = 0
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        self.asked += 1
+        return None if self.asked <= self.until else ("lookup_order",)
+
+
+async def tool_permit_revoked(rig: Rig) -> RunHandle:
+    """``count_orders`` revoked after the catalogue offered it: its call is denied by the
+    worker's permits (the outcome marked ``unpermitted``), the next model call leaves it out
+    and carries a note; the model calls it anyway and the Run refuses it itself (no
+    activity), answered."""
+    rig.settings = dataclasses.replace(rig.settings, permits=_RevokedAfter(until=1))
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("count_orders", {"customer": "ada"}, id="c1")),
+        Reply.tool_calls(ToolCall("count_orders", {"customer": "ada"}, id="c2")),
+        Reply.text("I may not count orders any more."),
+    )
+    spec = rig.agent("counter").tool("lookup_order").tool("count_orders").build()
+    return await rig.run(spec, "How many orders has Ada?")
+
+
 async def local_external_wait_beside_local_call(rig: Rig) -> RunHandle:
     """A local call that returns an external wait at once, beside a slower local call
     started before it: the wait's commands come only after both resolved; completed by
@@ -3023,6 +3052,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", mcp_consent_refused_optional_at_turn),
     # review 12-06: that note behind psych-consent-refused-note (its head is derived)
     ("dev", mcp_consent_refused_optional_at_turn_noted),
+    # a permit revoked mid-Run: the tool offered no more, the model told (no patch: only
+    # an outcome marked unpermitted, which no earlier worker sent, takes that path)
+    ("dev", tool_permit_revoked),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

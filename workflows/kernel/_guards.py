@@ -11,6 +11,8 @@ could be refused once the identical calls before it have returned waits for them
 Policy denials, rejections and aborts are not the tool failing and count toward nothing,
 nor do calls the Run did not run past ``max_tool_calls_per_turn`` or ``max_steps``.
 Repeated ids: a call whose id an earlier call of its turn has is not run.
+Revoked: a tool whose call the tenant's permits refused is withdrawn, the model told
+(``revoked_note``; the bookkeeping is ``ToolCalls._revoked``).
 """
 
 from __future__ import annotations
@@ -184,6 +186,15 @@ def withheld_note(tool: str, streak: int) -> str:
     return (
         f"[runtime] The tool {tool} failed {streak} times in a row and is withheld for the "
         "rest of this Run. Continue without it."
+    )
+
+
+def revoked_note(tool: str, refusal: str) -> str:
+    """What the model is told when a call of ``tool`` was refused by the tenant's permits
+    (``refusal``, the worker's words): the tool is withdrawn."""
+    return (
+        f"[runtime] The tool {tool} is no longer permitted ({refusal}) and is withdrawn for "
+        "the rest of this Run. Continue without it."
     )
 
 

@@ -210,6 +210,14 @@ class ToolBatches(ToolCalls):
                 result_ref=outcome.result_ref if outcome is not None else None,
                 limits=self._limits,
             )
+        if outcome is not None and outcome.unpermitted and call.name not in self._revoked:
+            # The tenant's permits refused the call (a permit revoked since the catalogue):
+            # the tool is offered no more, and the model told. Only a tool activity of today
+            # marks an outcome so: no recorded Run takes this path.
+            self._revoked[call.name] = result.content
+            notes.append(
+                ChatMessage(role="user", content=guards.revoked_note(call.name, result.content))
+            )
         if verdict.hard_stop is not None:
             raise Stop(RunStatus.FAILED, verdict.hard_stop)
         if verdict.withhold is not None:

@@ -88,6 +88,11 @@ class ToolCalls(FeatureView):
         self._servers: dict[str, McpServer] = {}
         self._trace = RunTrace()
         self._local_hold = LocalHold()
+        self._revoked: dict[str, str] = {}
+        """Code and HTTP tools a call found no longer permitted to the tenant (a permit
+        revoked since the catalogue offered them), with the refusal: not offered again, a
+        call of one refused here. Not carried: a continued execution resolves its catalogue
+        again, which asks the permits (``_tool_batch``)."""
         self._features = tuple(kind(self) for kind in self.FEATURES)
         features = self._features
         self._at_boundary = overriding(features, "boundary")
@@ -134,9 +139,13 @@ class ToolCalls(FeatureView):
         withheld = self._guards.withheld
         if call.name in withheld:
             return inline(call, "refused", guards.withheld_message(call.name, self._limits))
+        revoked = self._revoked.get(call.name)
+        if revoked is not None:
+            return inline(call, "denied", revoked, counts=False)
         entry = offered.get(call.name)
         if entry is None:
-            return unknown_tool(call, offered, withheld, self.why_not_offered(call.name))
+            left_out = [*withheld, *self._revoked]
+            return unknown_tool(call, offered, left_out, self.why_not_offered(call.name))
         arguments = arguments_of(call)
         if isinstance(arguments, ToolResult):
             return arguments

@@ -166,7 +166,7 @@ class TurnLoop(ToolBatches):
                 context_ref=self._context_ref,
                 new_messages=tuple(pending),
                 tools_ref=catalog.tools_ref,
-                exclude_tools=tuple(self._guards.withheld),
+                exclude_tools=tuple(dict.fromkeys([*self._guards.withheld, *self._revoked])),
                 stream_idle_seconds=limits.stream_idle_seconds,
                 scope=self._input.scope,
             )

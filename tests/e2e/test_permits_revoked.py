@@ -1,0 +1,92 @@
+"""A permit revoked while a Run works: the tool stops being offered once a call of it is
+refused for it. Real Runs on the dev server with the fake model; the worker's permits are
+a port given in code (``WorkerSettings.permits``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import run_worker
+from psych_runtime.workflows import RunStatus
+
+from ._permits import Revoking
+from .conftest import Harness
+
+
+def offered(request: dict[str, Any]) -> list[str]:
+    """The tool names one model request offered (but ``read_tool_output``, always there)."""
+    names = (tool["function"]["name"] for tool in request.get("tools", []))
+    return sorted(name for name in names if name != "read_tool_output")
+
+
+def said(request: dict[str, Any]) -> list[str]:
+    """The text of every message one model request carried."""
+    return [str(message.get("content")) for message in request["messages"]]
+
+
+def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: delivered"
+
+
+MAIL_REFUSED = "code tool 'send_mail' is not permitted to tenant 'acme'"
+PING_REFUSED = "http tool 'ping' is not permitted to tenant 'acme'"
+
+
+async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_model_told(
+    harness: Harness,
+) -> None:
+    ran: list[str] = []
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        ran.append(to)
+        return "sent"
+
+    spec = (
+        AgentBuilder("mailer", registry=harness.registry)
+        .model("fake-model")
+        .tool(lookup_order)
+        .tool(send_mail)
+        # Port 9 (discard) on loopback: refused before a request is made, so none is.
+        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
+    ).build()
+    # The catalogue asks once for code tools and once for HTTP tools; every ask after it
+    # answers that only lookup* (and echo) are permitted.
+    permits = Revoking(until=2)
+    settings = dataclasses.replace(harness.settings, permits=permits)
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("send_mail", {"to": "a@example.test"}, id="c1"), ToolCall("ping", {}, id="c2")
+        ),
+        # A model that tries the tool anyway: refused by the Run, the worker not asked.
+        Reply.tool_calls(ToolCall("send_mail", {"to": "b@example.test"}, id="c3")),
+        Reply.text("I cannot send mail."),
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    first, second, third = harness.fake.requests
+    assert offered(first) == ["lookup_order", "ping", "send_mail"]
+    # Learned from the refusals: neither tool is offered again, and the model is told why.
+    assert offered(second) == ["lookup_order"]
+    assert said(second)[-2:] == [
+        f"[runtime] The tool send_mail is no longer permitted ({MAIL_REFUSED}) and is "
+        "withdrawn for the rest of this Run. Continue without it.",
+        f"[runtime] The tool ping is no longer permitted ({PING_REFUSED}) and is withdrawn "
+        "for the rest of this Run. Continue without it.",
+    ]
+    assert offered(third) == ["lookup_order"]
+    assert [(c.status, c.result) for c in report.tool_calls] == [
+        ("denied", MAIL_REFUSED),
+        ("denied", PING_REFUSED),
+        ("denied", MAIL_REFUSED),
+    ]
+    assert ran == []
+    # The catalogue's two asks and the first two calls': the third call never left the Run.
+    assert permits.asked == [("acme", "code"), ("acme", "http"), ("acme", "code"), ("acme", "http")]
