@@ -30,6 +30,9 @@ class ErrorType(StrEnum):
     """A local tool call reached a worker with a hook covering its tool (the Run's catalogue,
     resolved once, came from a worker without it): nothing ran, and the workflow runs the
     call as an activity, where the hooks have their own time."""
+    LOCAL_CALL_TIMED_OUT = "LocalCallTimedOut"
+    """A local tool call's tool ran past its ``SlimCodeToolCall.local_seconds`` (retried as
+    a timeout is: the tool is safe to repeat). The permits check before it is not counted."""
     LOCAL_RESULT_TOO_LARGE = "LocalResultTooLarge"
     """A local tool call's outcome is over its ``SlimCodeToolCall.local_bytes``: the
     workflow runs the call again as an activity (it is safe to repeat)."""

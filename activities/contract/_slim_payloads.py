@@ -215,6 +215,11 @@ class SlimCodeToolCall(_Compact):
     all the turn's local calls: an outcome larger as JSON (its UTF-8 bytes) fails
     ``LocalResultTooLarge`` and the workflow runs the call as an activity. None: no bound (an
     activity's own call)."""
+    local_seconds: float | None = None
+    """A local call's bound on its tool's own run (the tool's ``local_seconds``), from after
+    the tenant's permits answered: a tool past it fails ``LocalCallTimedOut``. The local
+    activity's bound leaves room for the permits check and for storing the outcome. None:
+    no bound of its own (an activity's call, or one a workflow of before it made)."""
 
 
 class SlimHttpToolCall(_Compact):

@@ -121,6 +121,8 @@ class CodeToolCall(_Payload):
     scope: Scope
     local_bytes: int | None = None
     """A local call's bound on its outcome (``SlimCodeToolCall.local_bytes``)."""
+    local_seconds: float | None = None
+    """A local call's bound on its tool's run (``SlimCodeToolCall.local_seconds``)."""
 
     @field_serializer("scope")
     def _scope(self, scope: Scope) -> dict[str, Any]:

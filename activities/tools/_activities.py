@@ -76,9 +76,13 @@ from psych_runtime.activities.tools._http import (
     build_request,
     send_request,
 )
-from psych_runtime.activities.tools._local_calls import check_local_bytes, hooked_local_call
+from psych_runtime.activities.tools._local_calls import (
+    check_local_bytes,
+    hooked_local_call,
+    local_timed_out,
+)
 from psych_runtime.activities.tools._outcomes import fixed_decision, unexpected
-from psych_runtime.activities.tools._policy import POLICY_ANSWER_SECONDS, Policy, RulePolicy
+from psych_runtime.activities.tools._policy import Policy, RulePolicy, ask_policy
 from psych_runtime.activities.tools._read_output import read_slice
 from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_through_client
 from psych_runtime.activities.tools._store_result import StoredResults
@@ -255,9 +259,9 @@ class ToolActivities(StoredResults):
         return ToolCatalog(tools_ref=tools_ref, entries=tuple(entries))
 
     def _hooked(self, tool: str) -> bool:
-        """Whether a hook covers ``tool``: its calls then run as normal activities, since
-        a local call's ``local_seconds`` bounds the whole activity, hooks included (a
-        command hook may take 10 s, a tool 0.5 s), and its hooks would run again with it."""
+        """Whether a hook covers ``tool``: its calls then run as normal activities, since a
+        local call's bound is the tool's ``local_seconds`` plus room for the permits check
+        only (a command hook may take 10 s, a tool 0.5 s), and its hooks would run again."""
         return any(self.hooks.for_tool(stage, tool) for stage in ("pre", "post", "on_error"))
 
     def _fixed(self, info: ToolInfo) -> PolicyDecision | None:
@@ -265,21 +269,9 @@ class ToolActivities(StoredResults):
 
     @activity.defn(name=POLICY_DECIDE)
     async def decide(self, input: PolicyInput) -> PolicyDecision:
-        """Ask the Policy about one call; an exception inside it, or no answer within
-        ``POLICY_ANSWER_SECONDS``, counts as deny."""
-        try:
-            async with asyncio.timeout(POLICY_ANSWER_SECONDS):
-                decision = await self.policy.decide(input.scope, input.tool, input.arguments)
-            return PolicyDecision.model_validate(decision)
-        except TimeoutError:
-            activity.logger.warning("policy did not answer for %s", input.tool.name)
-            return PolicyDecision(
-                decision="deny",
-                reason=f"the policy did not answer within {POLICY_ANSWER_SECONDS:g} s",
-            )
-        except Exception as err:
-            activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
-            return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
+        """Ask the Policy about one call (``ask_policy``: an exception inside it, or no
+        answer within ``POLICY_ANSWER_SECONDS``, counts as deny)."""
+        return await ask_policy(self.policy, input)
 
     @activity.defn(name=TOOL_RUN_CODE)
     async def run_code(self, input: SlimCodeToolCall) -> SlimToolOutcome:
@@ -349,10 +341,17 @@ class ToolActivities(StoredResults):
         except ValidationError as err:
             text = f"invalid arguments for {tool.name}: {describe_invalid(err)}"
             return await self._outcome(input, "error", text, started, plan)
+        # A local call's tool gets its local_seconds from here: the permits check before is
+        # bounded on its own (``permitted_by``), and the local activity leaves room for both.
+        seconds = input.local_seconds
+        bound = asyncio.timeout(seconds)  # None: no bound of its own
         try:
-            with tool_call_scope(input.scope):  # tool_scope() inside the tool (and its thread)
-                value = await call_code(tool, parsed)
+            async with bound:
+                with tool_call_scope(input.scope):  # tool_scope() inside the tool (its thread)
+                    value = await call_code(tool, parsed)
         except Exception as err:
+            if seconds is not None and bound.expired():
+                raise local_timed_out(tool.name, seconds) from err
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
             text = f"{type(err).__name__}: {err}"
             return await self._outcome(input, "error", text, started, plan)

@@ -9,11 +9,14 @@ and so does no answer within ``POLICY_ANSWER_SECONDS``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from psych_runtime.activities.contract import Decision, PolicyDecision, ToolInfo
+from temporalio import activity
+
+from psych_runtime.activities.contract import Decision, PolicyDecision, PolicyInput, ToolInfo
 from psych_runtime.specs import Scope, matches
 
 POLICY_ANSWER_SECONDS = 20.0
@@ -96,6 +99,24 @@ class RulePolicy:
         rules = [f"{pattern}: {decision}" for run in runs for pattern, decision in sorted(run)]
         effects = ", ".join(f"{effect}: {decision}" for effect, decision in self.by_effect.items())
         return "; ".join([*rules, effects])
+
+
+async def ask_policy(policy: Policy, input: PolicyInput) -> PolicyDecision:
+    """``policy``'s decision on one call (``psych.policy.decide``); an exception inside it,
+    or no answer within ``POLICY_ANSWER_SECONDS``, counts as deny."""
+    try:
+        async with asyncio.timeout(POLICY_ANSWER_SECONDS):
+            decision = await policy.decide(input.scope, input.tool, input.arguments)
+        return PolicyDecision.model_validate(decision)
+    except TimeoutError:
+        activity.logger.warning("policy did not answer for %s", input.tool.name)
+        return PolicyDecision(
+            decision="deny",
+            reason=f"the policy did not answer within {POLICY_ANSWER_SECONDS:g} s",
+        )
+    except Exception as err:
+        activity.logger.warning("policy failed for %s", input.tool.name, exc_info=True)
+        return PolicyDecision(decision="deny", reason=f"the policy failed: {err!r}")
 
 
 def policy_description(policy: Policy) -> str:

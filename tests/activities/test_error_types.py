@@ -17,6 +17,7 @@ def test_error_type_values_never_change() -> None:
         "COMPACTION_FAILED": "CompactionFailed",
         "DUPLICATE_TOOL_NAME": "DuplicateToolName",
         "LOCAL_CALL_HOOKED": "LocalCallHooked",
+        "LOCAL_CALL_TIMED_OUT": "LocalCallTimedOut",
         "LOCAL_RESULT_TOO_LARGE": "LocalResultTooLarge",
         "MCP_CONSENT_REQUIRED": "McpConsentRequired",
         "MCP_UNREACHABLE": "McpUnreachable",

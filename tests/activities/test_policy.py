@@ -136,7 +136,7 @@ async def test_a_policy_that_does_not_answer_counts_as_deny(
 ) -> None:
     # Before, the activity ran into its start-to-close timeout, was retried, and the Run
     # failed: a hang was not a deny as an exception is.
-    monkeypatch.setattr("psych_runtime.activities.tools._activities.POLICY_ANSWER_SECONDS", 0.2)
+    monkeypatch.setattr("psych_runtime.activities.tools._policy.POLICY_ANSWER_SECONDS", 0.2)
     tools = ToolActivities(
         registry=make_registry(), blobs=LocalBlobStore(tmp_path), policy=Hanging()
     )

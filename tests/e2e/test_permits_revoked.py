@@ -1,13 +1,15 @@
 """A permit revoked while a Run works: the tool stops being offered once a call of it is
-refused for it. Real Runs on the dev server with the fake model; the worker's permits are
-a port given in code (``WorkerSettings.permits``)."""
+refused for it, and the permits check of a quick local tool is no part of its
+``local_seconds``. Real Runs on the dev server with the fake model; the worker's permits
+are a port given in code (``WorkerSettings.permits``)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, PermitSource
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import run_worker
 from psych_runtime.workflows import RunStatus
@@ -90,3 +92,59 @@ async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_
     assert ran == []
     # The catalogue's two asks and the first two calls': the third call never left the Run.
     assert permits.asked == [("acme", "code"), ("acme", "http"), ("acme", "code"), ("acme", "http")]
+
+
+class SlowToAnswer:
+    """A ``TenantPermits`` that permits everything, answering its first ``after`` asks at
+    once and every later one after ``seconds`` (a tenant service under load)."""
+
+    def __init__(self, after: int, seconds: float) -> None:
+        self.after = after
+        self.seconds = seconds
+        self.asked = 0
+
+    async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
+        self.asked += 1
+        if self.asked > self.after:
+            await asyncio.sleep(self.seconds)
+        return None
+
+
+async def test_a_slow_permits_answer_does_not_count_toward_a_local_tools_local_seconds(
+    harness: Harness,
+) -> None:
+    ran: list[str] = []
+
+    async def stock_level(sku: str) -> str:
+        """How many of an item are in stock (at once).
+
+        Args:
+            sku: The item.
+        """
+        ran.append(sku)
+        return f"{sku}: 12"
+
+    harness.registry.register(stock_level, idempotent=True, read_only=True, local_seconds=0.5)
+    spec = (
+        AgentBuilder("stock-local", registry=harness.registry)
+        .model("fake-model")
+        .tool("stock_level")
+        .build()
+    )
+    # The catalogue's ask is answered at once; the call's takes three times local_seconds.
+    permits = SlowToAnswer(after=1, seconds=1.5)
+    settings = dataclasses.replace(harness.settings, permits=permits)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("stock_level", {"sku": "bolt"})), Reply.text("12 bolts.")
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(spec, "Count bolts.", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    [call] = report.tool_calls
+    assert (call.status, call.result) == ("ok", "bolt: 12")
+    assert ran == ["bolt"]  # one attempt
+    assert permits.asked == 2
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", "bolt: 12")

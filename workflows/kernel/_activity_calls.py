@@ -16,8 +16,9 @@ worker of role ``all`` or ``workflows`` registers every activity. Workflow worke
 servers too: the local ``psych.mcp.list_tools`` runs where the workflow task does.
 
 A code tool registered quick and safe to repeat (its catalogue entry has ``local_seconds``)
-runs as a local activity too, on a Run on one queue (``runs_local``): each attempt bounded
-by ``local_seconds``, retried as any tool safe to repeat, its outcome by ``local_bytes``."""
+runs as a local activity too, on a Run on one queue (``runs_local``): each attempt's tool
+bounded by ``local_seconds`` (the permits check before it by its own bound), retried as
+any tool safe to repeat, its outcome by ``local_bytes``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
-from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -93,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
         slim_http_call,
         slim_model_input,
     )
-    from psych_runtime.specs import Version
+    from psych_runtime.specs import PERMITS_ANSWER_SECONDS, Version
     from psych_runtime.workflows.contract._contract import RunInput
 
 _R = TypeVar("_R")
@@ -311,19 +311,6 @@ def runs_local(entry: CatalogEntry) -> bool:
     )
 
 
-def failure_text(entry: CatalogEntry, cause: BaseException | None, said: str) -> str:
-    """What the model reads of a tool call whose activity failed (``said``: the failure's
-    own words). A local call cut at its ``local_seconds`` names that bound, where the SDK
-    says only "Activity timed out"."""
-    if isinstance(cause, TemporalTimeoutError) and entry.local_seconds and runs_local(entry):
-        return (
-            f"the tool call failed: {entry.name} did not finish within the "
-            f"{entry.local_seconds:g} s its registration gives each attempt (local_seconds), "
-            f"in {SAFE_TOOL_RETRY.maximum_attempts} attempts"
-        )
-    return f"the tool call failed: {said}"
-
-
 async def resolve_catalog(input: CatalogInput) -> ToolCatalog:
     """``psych.tool.catalog``: what the Run offers, with each tool's fixed policy.
 
@@ -427,6 +414,12 @@ completion, which gRPC caps at 4 MB (16 results of 300 KB failed a Run, GrpcMess
 Each call gets an equal share (``local_bytes``); one over it runs again as an activity."""
 
 
+LOCAL_ROOM = timedelta(seconds=PERMITS_ANSWER_SECONDS + 1)
+"""What a local call's bound adds to its tool's ``local_seconds`` (which the activity gives
+the tool itself): the tenant's permits, asked first, answer within
+``PERMITS_ANSWER_SECONDS`` or fail the attempt, then the outcome is stored."""
+
+
 async def call_tool(
     input: HttpToolCall | CodeToolCall | McpToolCall | A2aToolCall,
     entry: CatalogEntry,
@@ -455,13 +448,16 @@ async def call_tool(
         slim, name, extra = slim_code_call(input, workflow_id), TOOL_RUN_CODE, timedelta(0)
         if entry.local_seconds is not None and runs_local(entry):
             share = LOCAL_BATCH_BYTES // max(batch, 1)
+            # The activity bounds the tool by local_seconds; its own bound leaves the
+            # permits check and storing the outcome room (``LOCAL_ROOM``).
+            bounds = {"local_bytes": share, "local_seconds": entry.local_seconds}
             try:
                 local = await _execute_local(
                     name,
-                    slim.model_copy(update={"local_bytes": share}),
+                    slim.model_copy(update=bounds),
                     SlimToolOutcome,
                     summary=None,
-                    start_to_close=timedelta(seconds=entry.local_seconds),
+                    start_to_close=timedelta(seconds=entry.local_seconds) + LOCAL_ROOM,
                     retry=retry,
                 )
                 return full_outcome(local, input.call_id)

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         arguments_of,
         consent_refused,
+        failure_text,
         from_outcome,
         inline,
         unknown_tool,
@@ -388,7 +389,7 @@ class ToolCalls(FeatureView):
                 return result
             if not entry.safe_to_repeat and isinstance(cause, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
-            return inline(call, "error", calls.failure_text(entry, cause, cause_text(err)))
+            return inline(call, "error", failure_text(entry, cause, cause_text(err)))
         return from_outcome(call, outcome)
 
     def _offered_builtins(self) -> tuple[ToolDefinition, ...]:

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
+        CatalogEntry,
         ChatMessage,
+        ErrorType,
         McpConsent,
         ToolCallRequest,
         ToolOutcome,
@@ -23,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallFinished,
         ToolCallStatus,
     )
+    from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._guards import repeated_id_message
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._record_log import Stamp
@@ -80,6 +85,23 @@ def from_outcome(call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
         outcome=outcome,
         counts_as_failure=outcome.status == "error",
     )
+
+
+def failure_text(entry: CatalogEntry, cause: BaseException | None, said: str) -> str:
+    """What the model reads of a tool call whose activity failed (``said``: the failure's
+    own words). A local call cut at its ``local_seconds`` names that bound, where the SDK
+    says only "Activity timed out": cut by the activity's own bound (``LocalCallTimedOut``,
+    the tool past it) or, for a Run recorded before, by the local activity's timeout."""
+    timed_out = isinstance(cause, TemporalTimeoutError) or (
+        isinstance(cause, ApplicationError) and cause.type == ErrorType.LOCAL_CALL_TIMED_OUT
+    )
+    if timed_out and entry.local_seconds and calls.runs_local(entry):
+        return (
+            f"the tool call failed: {entry.name} did not finish within the "
+            f"{entry.local_seconds:g} s its registration gives each attempt (local_seconds), "
+            f"in {calls.SAFE_TOOL_RETRY.maximum_attempts} attempts"
+        )
+    return f"the tool call failed: {said}"
 
 
 def shown(outcome: ToolOutcome) -> str:
