@@ -241,7 +241,7 @@ async def test_force_settled_mid_batch_records_every_call_of_the_batch(
     grace = DEADLINE_GRACE_SECONDS
     assert result.reason == f"deadline: {DEADLINE:g} s and {grace:g} s grace passed"
     calls = [(c.call_id, json.loads(c.arguments), c.status, c.result) for c in report.tool_calls]
-    over = over_cap_reason(4, Limits(max_tool_calls_per_turn=3))
+    over = over_cap_reason(3, Limits(max_tool_calls_per_turn=3))
     assert calls == [
         ("c-pause", {"seconds": 4}, "ok", "waited 4 s"),
         (

@@ -110,6 +110,48 @@ async def test_calls_past_max_tool_calls_per_turn_get_an_error_and_do_not_run(
     assert (result.totals.tool_calls, result.totals.steps) == (3, 4)
 
 
+async def test_each_call_not_run_says_which_cap_it_is_past(harness: Harness) -> None:
+    # Four calls under a per-turn cap of three with two steps left: the third is within
+    # the per-turn cap and is not run because max_steps is used up; the fourth is past
+    # both. Each result names its own cap (until 12-06 both named max_tool_calls_per_turn,
+    # the cap the third call was not past).
+    ran: list[str] = []
+
+    @harness.registry.register
+    def caps_fetch(item: str) -> str:
+        """Fetch an item."""
+        ran.append(item)
+        return f"{item} fetched"
+
+    spec = (
+        AgentBuilder("capsfetcher", registry=harness.registry)
+        .model("fake-model")
+        .tool("caps_fetch")
+        .limits(max_tool_calls_per_turn=3, max_steps=3)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(
+            *(ToolCall("caps_fetch", {"item": item}, id=f"c-{item}") for item in "abcd")
+        ),
+        Reply.text("never asked for"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "fetch a to d", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope, limit=500)).records
+
+    assert (result.status, result.reason) == (RunStatus.STOPPED, "max_steps: 3 steps taken")
+    assert ran == ["a", "b"]
+    assert [(r.call_id, r.status, r.content) for r in of(records, ToolCallFinished)] == [
+        ("c-a", "ok", "a fetched"),
+        ("c-b", "ok", "b fetched"),
+        ("c-c", "error", "not run: the Run's max_steps (3) is used up"),
+        ("c-d", "error", "not run: more than max_tool_calls_per_turn (3) calls in one turn"),
+    ]
+    assert len(harness.fake.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("limits", "ran", "status"),
     [

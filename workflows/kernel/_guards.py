@@ -223,9 +223,12 @@ def repeated_id_message(call_id: str) -> str:
     )
 
 
-def over_cap_reason(calls: int, limits: Limits) -> str:
-    """Why the calls of a batch of ``calls`` past the Run's room are not run."""
-    if calls > limits.max_tool_calls_per_turn:
+def over_cap_reason(position: int, limits: Limits) -> str:
+    """Why the call at ``position`` (0-based, in call order) of a turn's batch, past the
+    Run's room, is not run: past ``max_tool_calls_per_turn`` when it is, else because
+    ``max_steps`` is used up (a call within the per-turn cap that the steps left did not
+    reach, in a batch that may be longer than the cap too)."""
+    if position >= limits.max_tool_calls_per_turn:
         return (
             f"not run: more than max_tool_calls_per_turn ({limits.max_tool_calls_per_turn}) "
             "calls in one turn"

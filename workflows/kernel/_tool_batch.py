@@ -107,8 +107,8 @@ class ToolBatches(ToolCalls):
         # failed once. A Run recorded before patch psych-batch-accounting counted them.
         counts = False if self._start.batch_accounting else None
         over = [  # the reason made only when a call is over (not on every turn)
-            inline(call, "error", guards.over_cap_reason(len(batch), limits), counts=counts)
-            for call in batch[room:]
+            inline(call, "error", guards.over_cap_reason(position, limits), counts=counts)
+            for position, call in enumerate(batch[room:], start=room)
         ]
         self._batch = (turn, list(zip(batch[:room], tasks, strict=True)), over)
         # Every call is waited for and recorded before any stop takes effect: an abort or an
