@@ -341,6 +341,8 @@ def _check_a2a(peers: Sequence[A2APeer], prefix: str) -> list[Problem]:
 
 
 def _check_model(model: str, path: str, context: ValidationContext) -> list[Problem]:
+    if not model.strip():  # a blank compaction.model was taken as left out: the agent's
+        return [Problem(path, f"{model!r} names no model: give a model id, or leave it out")]
     if context.known_models and model not in context.known_models:
         return [Problem(path, f"unknown model {model!r}")]
     return []

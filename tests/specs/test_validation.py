@@ -334,6 +334,23 @@ def test_an_http_url_placeholder_in_the_path_and_query_is_fine() -> None:
     assert host_placeholders(url) == []
 
 
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_model_id_is_a_problem_not_the_default(blank: str) -> None:
+    # compaction.model None is the agent's model; a blank one named no model and was taken
+    # for None (the summariser ran on the agent's model) until 12-06. A blank spawn model
+    # let the envelope allow no model the child could start on.
+    spec = agent(
+        compaction=CompactionPolicy(trigger_tokens=10, model=blank),
+        spawn=SpawnEnvelope(models=[blank], max_depth=1),
+    )
+    problems = validate(spec)
+    assert [(p.path, p.message) for p in problems] == [
+        (path, f"{blank!r} names no model: give a model id, or leave it out")
+        for path in ("compaction.model", "spawn.models[0]")
+    ]
+    assert validate(agent(compaction=CompactionPolicy(trigger_tokens=10))) == []
+
+
 def test_spawn_tools_must_be_the_agents_own() -> None:
     spec = agent(
         tools=[CodeTool(name="own")],

@@ -19,6 +19,7 @@ from psych_runtime.activities import FileVersionStore
 from psych_runtime.specs import (
     AgentSpec,
     CodeTool,
+    CompactionPolicy,
     HttpTool,
     Limits,
     ModelRef,
@@ -113,6 +114,21 @@ async def test_a_version_publishing_would_refuse_does_not_start(client: PsychCli
         assert await started_on(client, 1) == [run.workflow_id]
     finally:
         await client.temporal.get_workflow_handle(run.workflow_id).terminate("test done")
+
+
+async def test_a_version_with_a_blank_compaction_model_does_not_start(
+    client: PsychClient,
+) -> None:
+    # None is the agent's model; a blank id is no model, and a Run used to start with it
+    # taken as None (the summariser silently on the agent's model).
+    spec = AgentSpec(
+        name="blank",
+        model=ModelRef(model="m"),
+        compaction=CompactionPolicy(trigger_tokens=100, model=""),
+    )
+    assert await refused(client, Version.of(spec)) == [
+        ("compaction.model", "'' names no model: give a model id, or leave it out")
+    ]
 
 
 def test_a_version_is_checked_once_per_hash(monkeypatch: pytest.MonkeyPatch) -> None:
