@@ -37,9 +37,8 @@ from pydantic import BaseModel, ValidationError
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._consent import ConsentProvider, Consents
 from psych_runtime.activities.mcp._held import HeldRedactor, TokensHeld
+from psych_runtime.activities.mcp._registering import Registering, client_refused
 from psych_runtime.activities.mcp._registration import (
-    Registering,
-    client_refused,
     dynamic_client_id,
     forget_registration,
     is_dynamic,

@@ -22,8 +22,10 @@ The SDK's provider registers the client itself, at the authorization server's
   refuses to show.
 - Refusals, never a fallback: an authorization server whose metadata names no
   ``registration_endpoint`` (the SDK would post to ``/register`` at the MCP server's
-  origin) is refused before anything is sent, and a registration the server refuses ends
-  the flow naming the server and its answer (``registration_refused``).
+  origin) is refused before anything is sent, and a registration the server refuses, or
+  answers with a client the flow cannot use, ends the flow naming the server and what is
+  wrong (``_registering``: an unusable client created there is deleted there when its
+  answer offered RFC 7592 management).
 - Two workers registering at once (neither found a registration stored): the first to
   store its registration stands (``keep_registration``, one ``TokenStore.update``), and
   the other takes it instead of its own, so every Run of the tenant uses one client. The
@@ -46,8 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import secrets
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx2
@@ -56,9 +56,8 @@ from mcp.client.auth.oauth2 import check_registration_usable
 from mcp.client.auth.utils import create_client_registration_request, handle_registration_response
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
-from psych_runtime.activities.egress import PURPOSE, Egress, Purpose
+from psych_runtime.activities.mcp._registering import Registering
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 
 _log = logging.getLogger(__name__)
@@ -68,13 +67,6 @@ DYNAMIC = "psych:dcr:"
 
 REGISTRATION = "psych:registration:"
 """The prefix of the client field of a registration's own key."""
-
-_SAID = 300
-"""Most characters of an authorization server's ``error_description`` repeated."""
-
-DISCARD_SECONDS = 10.0
-"""How long the deletion of an unused registration, or the check that a stored client is
-still known, may take (the flow waits for it)."""
 
 
 def metadata_digest(metadata: OAuthClientMetadata) -> str:
@@ -184,15 +176,6 @@ async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) 
     await store.update(key, change)
 
 
-async def client_refused(response: httpx2.Response) -> bool:
-    """Whether a token endpoint's ``response`` refused the client itself (RFC 6749 5.2
-    ``invalid_client``: unknown to the server, or its credentials no longer good)."""
-    if response.status_code not in (400, 401):
-        return False
-    answer = _read(await response.aread())
-    return isinstance(answer, dict) and answer.get("error") == "invalid_client"
-
-
 def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: bool) -> None:
     """Before the SDK's registration request is sent: refuse it unless the client is
     ``dynamic`` and the authorization server names a ``registration_endpoint``.
@@ -220,135 +203,6 @@ def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: b
             f"the authorization server {issuer} offers no dynamic client registration (its "
             "metadata names no registration_endpoint): set oauth.preregistered_client_id or "
             "oauth.cimd_url for this server"
-        )
-
-
-@dataclass(frozen=True)
-class Management:
-    """The RFC 7592 management a registration answer offered: where its client is read,
-    changed or deleted, and the bearer token that may (held in memory only, never stored
-    or logged)."""
-
-    client_id: str
-    uri: str
-    token: str = field(repr=False)
-
-
-@dataclass
-class Registering:
-    """One flow's dynamic registration, for the tenant's egress: the management its answer
-    offered (``answered``), and the deletion of its client when another worker's
-    registration was stored first (``discard``)."""
-
-    egress: Egress
-    tenant: str
-    server: str
-    """The MCP server's name in the Spec."""
-    issuer: str
-    offered: Management | None = None
-    registered: str | None = None
-    """The client id this flow's registration got (``answered``)."""
-
-    async def answered(self, response: httpx2.Response) -> None:
-        """Read a registration ``response``: refuse it (``registration_refused``), or keep
-        the management it offers, if any.
-
-        Raises:
-            OAuthRegistrationError: the authorization server refused the registration, or
-                answered with no usable client.
-        """
-        refused = await registration_refused(response, self.issuer)
-        if refused is not None:
-            raise refused
-        answer = _read(await response.aread())
-        fields = ("client_id", "registration_client_uri", "registration_access_token")
-        said = [answer.get(name) if isinstance(answer, dict) else None for name in fields]
-        client_id, uri, token = (value if isinstance(value, str) else "" for value in said)
-        self.offered = Management(client_id, uri, token) if uri and token else None
-        self.registered = client_id or None
-
-    async def send(self, request: httpx2.Request) -> httpx2.Response:
-        """Send ``request`` to the authorization server through the tenant's egress, as
-        the SDK's registration went (its body read).
-
-        Raises:
-            Exception: what the egress or the transport raises (refused, unreachable).
-        """
-        purpose = Purpose("mcp_oauth", f"the authorization server of MCP server {self.server!r}")
-        request.extensions[PURPOSE] = purpose
-        timeout = httpx2.Timeout(DISCARD_SECONDS)
-        async with self.egress.mcp_client(self.tenant, timeout=timeout) as http:
-            return await http.send(request)
-
-    async def probe(self, provider: OAuthClientProvider) -> httpx2.Response | None:
-        """The token endpoint's answer to the provider's client asking with a code that
-        cannot be valid (``invalid_client``: the server forgot the client; ``invalid_grant``:
-        it knows it); None, logged naming the client, when there is no telling (no
-        metadata, unreachable, refused by the egress, another answer)."""
-        context = provider.context
-        client, metadata = context.client_info, context.oauth_metadata
-        uris = context.client_metadata.redirect_uris
-        if client is None or metadata is None or not uris:  # neither is, when it registers
-            return None
-        data = {
-            "grant_type": "authorization_code",
-            "code": "psych-probe-" + secrets.token_urlsafe(24),
-            "redirect_uri": str(uris[0]),
-            "client_id": client.client_id,
-            "code_verifier": secrets.token_urlsafe(48),
-        }
-        headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        data, headers = context.prepare_token_auth(data, headers)
-        url = str(metadata.token_endpoint)
-        try:
-            response = await self.send(httpx2.Request("POST", url, data=data, headers=headers))
-        except Exception as err:
-            told = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        else:
-            answer = _read(response.content)
-            error = answer.get("error") if isinstance(answer, dict) else None
-            if response.status_code in (400, 401) and error in ("invalid_client", "invalid_grant"):
-                return response
-            told = f"HTTP {response.status_code}{_error_said(response.content)}"
-        _log.warning(
-            "could not tell whether the authorization server %s still knows the client %s "
-            "of MCP server %r (its token endpoint %s: %s): the consent is asked with it",
-            self.issuer,
-            client.client_id,
-            self.server,
-            url,
-            told,
-        )
-        return None
-
-    async def discard(self, client_id: str) -> None:
-        """Delete ``client_id``, registered by this flow and left unused, at the
-        authorization server (RFC 7592 2.3: ``DELETE`` at its ``registration_client_uri``
-        with its registration access token as the bearer), through the tenant's egress as
-        the registration went. Best effort: a failure is logged naming the client, never
-        raised (the flow goes on with the stored registration)."""
-        offered, self.offered = self.offered, None
-        unused = (
-            f"the unused client {client_id} (another worker's registration for MCP server "
-            f"{self.server!r} was stored first) at the authorization server {self.issuer}"
-        )
-        if offered is None or offered.client_id != client_id:
-            _log.info("%s stays registered: its registration offered no management", unused)
-            return
-        try:
-            request = httpx2.Request(
-                "DELETE", offered.uri, headers={"Authorization": f"Bearer {offered.token}"}
-            )
-            response = await self.send(request)
-        except Exception as err:
-            failed = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        else:
-            if response.is_success:
-                _log.info("deleted %s", unused)
-                return
-            failed = f"HTTP {response.status_code}{_error_said(response.content)}"
-        _log.warning(
-            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
         )
 
 
@@ -405,71 +259,3 @@ async def still_known(
         fresh.issuer = provider._expected_issuer()  # as the SDK stamps its registration
         await storage.set_client_info(fresh)
     return storage.client
-
-
-async def registration_refused(
-    response: httpx2.Response, issuer: str
-) -> OAuthRegistrationError | None:
-    """The error of a registration ``response`` the authorization server refused (None:
-    it registered the client), naming the server, the endpoint, the status and the
-    server's ``error`` and ``error_description`` (printable characters, bounded); or, a
-    success whose client cannot be read, what is wrong with it, never its values (the
-    SDK's message would quote the answer, a minted ``client_secret`` with it)."""
-    body = await response.aread()
-    if response.status_code in (200, 201):
-        return _unusable(body, issuer, response.request.url)
-    return OAuthRegistrationError(
-        f"the authorization server {issuer} refused the dynamic client registration at "
-        f"{response.request.url}: HTTP {response.status_code}{_error_said(body)}"
-    )
-
-
-def _error_said(body: bytes) -> str:
-    """An OAuth error answer's ``error`` and ``error_description`` as repeated (printable
-    characters, bounded), after a space; empty when the answer names no error."""
-    answer = _read(body)
-    if not isinstance(answer, dict):
-        return ""
-    error, description = answer.get("error"), answer.get("error_description")
-    if not isinstance(error, str) or not error:
-        return ""
-    said = f" {_printable(error)}"
-    if isinstance(description, str) and description:
-        said += f": {_printable(description)}"
-    return said
-
-
-def _read(body: bytes) -> object:
-    """An authorization server's JSON answer, None when it does not read as JSON. The SDK's
-    parser (``from_json``), so an answer reads here as it does in the SDK's flow: one nested
-    past its depth is a ValueError, where ``json.loads`` raises RecursionError, which would
-    end the flow as no answer the server gave."""
-    try:
-        return from_json(body)
-    except ValueError:
-        return None
-
-
-def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError | None:
-    answer = _read(body)
-    if not isinstance(answer, dict):
-        wrong = "the answer is not a JSON object"
-    else:
-        answer.pop("issuer", None)  # the SDK's own field: it drops it from an answer too
-        try:
-            OAuthClientInformationFull.model_validate(answer)
-            return None
-        except ValidationError as err:
-            wrong = "; ".join(
-                f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
-                for item in err.errors(include_url=False, include_input=False)
-            )
-    return OAuthRegistrationError(
-        f"the authorization server {issuer} answered the dynamic client registration at "
-        f"{url} with no usable client: {_printable(wrong)}"
-    )
-
-
-def _printable(text: str) -> str:
-    kept = "".join(char if char.isprintable() else " " for char in text)
-    return kept if len(kept) <= _SAID else kept[:_SAID] + "..."

@@ -26,13 +26,12 @@ from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp._consent import ConsentProvider
 from psych_runtime.activities.mcp._held import HeldRedactor, TokensHeld
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable, StoredTokens
-from psych_runtime.activities.mcp._registration import (
+from psych_runtime.activities.mcp._registering import (
     Registering,
     client_refused,
-    forget_registration,
-    read_registration,
     registration_refused,
 )
+from psych_runtime.activities.mcp._registration import forget_registration, read_registration
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.tokens import TokenKey
 from psych_runtime.specs import McpOAuth, McpServer, Scope
@@ -117,7 +116,7 @@ async def test_the_registration_stored_first_stands_for_a_later_one(
     bob = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="bob"))
     assert await ann.get_client_info() is None and await bob.get_client_info() is None
     await ann.set_client_info(registered("client-1"))
-    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registering")
     await bob.set_client_info(registered("client-2", "minted-secret-2"))
     # Before the fix: the later registration replaced the earlier one in the store.
     assert bob.client is not None and bob.client.client_id == "client-1"
@@ -266,7 +265,7 @@ async def test_an_unused_registration_is_deleted_with_its_management_token(
         offered = registering.offered
         assert offered is not None and offered.client_id == answer.json()["client_id"]
         assert offered.token not in repr(offered)
-        caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+        caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registering")
         # A token the server does not take: logged naming the client, nothing raised.
         registering.offered = dataclasses.replace(offered, token="not-it")
         await registering.discard(offered.client_id)
@@ -317,7 +316,7 @@ async def test_a_stored_client_is_probed_at_the_token_endpoint_through_the_egres
         server.forget_registrations()
         forgotten = await registering.probe(provider)
         assert forgotten is not None and await client_refused(forgotten), forgotten
-        caplog.set_level("WARNING", logger="psych_runtime.activities.mcp._registration")
+        caplog.set_level("WARNING", logger="psych_runtime.activities.mcp._registering")
         denied = EgressSettings(
             rules=EgressRules.parse("127.0.0.1/32"),
             tenants={"acme": EgressRules.parse(deny="127.0.0.1/32")},

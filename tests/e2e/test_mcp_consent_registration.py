@@ -14,15 +14,18 @@ offers no registration, or refuses it, fails the Run naming the server and the r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from psych_runtime.activities import McpSettings
+from psych_runtime.activities.egress import EgressRules, EgressSettings
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, McpOAuth, RunFailed, Scope
 from psych_runtime.testing import Reply, ToolCall
@@ -328,3 +331,74 @@ async def test_a_person_with_no_token_consents_after_the_server_forgot_the_clien
     assert [call.result for call in report.tool_calls] == [second]
     records = stored(harness)
     assert [r["client"]["client_id"] for r in records if "token" not in r] == [second]
+
+
+@pytest.fixture
+async def managed_pair(harness: Harness) -> AsyncIterator[Consenting]:
+    async with pair_with(harness, "--registration", "--registration-management") as pair:
+        yield pair
+
+
+async def test_a_client_registered_unusable_is_deleted_at_the_server_and_named(
+    harness: Harness, managed_pair: Consenting
+) -> None:
+    server = managed_pair.server
+    # The server registers the client, but for private_key_jwt, which this client cannot
+    # apply (it signs no assertion); its answer offers RFC 7592 management.
+    reply = {
+        "client_id": "c-unusable",
+        "redirect_uris": [managed_pair.callback_url],
+        "token_endpoint_auth_method": "private_key_jwt",
+    }
+    server.set_registration_reply(201, json.dumps(reply))
+    reason = await failed_unreachable(harness, managed_pair)
+    assert (
+        f"the authorization server {server.issuer} answered the dynamic client registration "
+        f"at {server.issuer}/register with no usable client: Authorization server registered "
+        "the client with unsupported token_endpoint_auth_method 'private_key_jwt'; it was "
+        "deleted there (RFC 7592)"
+    ) in reason
+    # Before the fix: nothing was deleted, the unusable client stayed registered there.
+    assert server.deleted() == ["c-unusable"]
+    assert server.consents()["authorized"] == []
+    assert record_files(harness.home / "tokens") == []
+
+
+async def test_an_unusable_client_whose_deletion_fails_is_logged_and_named(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The registration is managed at localhost, which the tenant's egress refuses: the
+    # deletion goes through the egress policy, as the registration did, and fails.
+    harness.settings = dataclasses.replace(
+        harness.settings,
+        egress=EgressSettings(
+            rules=EgressRules.parse("127.0.0.1/32"),
+            tenants={harness.scope.tenant: EgressRules.parse(deny="localhost")},
+        ),
+    )
+    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registering")
+    extra = ("--registration", "--registration-management", "--management-host", "localhost")
+    async with pair_with(harness, *extra) as pair:
+        server = pair.server
+        # A secret method, but no secret minted.
+        reply = {
+            "client_id": "c-secretless",
+            "redirect_uris": [pair.callback_url],
+            "token_endpoint_auth_method": "client_secret_post",
+        }
+        server.set_registration_reply(201, json.dumps(reply))
+        reason = await failed_unreachable(harness, pair)
+        assert server.deletions() == []
+    uri = f"http://localhost:{urlsplit(server.issuer).port}/register/c-secretless"
+    refused = "the authorization server of MCP server 'crm': egress refused: localhost"
+    assert (
+        "with no usable client: Authorization server registered the client for "
+        "'client_secret_post' but issued no client_secret; it stays registered there: "
+        f"deleting it at {uri} failed: EgressDenied: {refused}"
+    ) in reason
+    # Before the fix: no deletion was tried, nothing logged.
+    assert (
+        "the unusable client c-secretless of MCP server 'crm' stays registered at the "
+        f"authorization server {server.issuer}: deleting it at {uri} failed: EgressDenied"
+    ) in caplog.text
+    assert "rat-" not in caplog.text and "rat-" not in reason

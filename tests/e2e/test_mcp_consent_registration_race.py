@@ -128,7 +128,7 @@ async def test_the_registration_that_lost_the_store_is_deleted_at_the_server(
 async def test_without_management_the_losing_registration_stays_and_is_not_used(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registering")
     async with racing(harness) as pair:
         loser, _ = await race(harness, pair)
         assert pair.server.deletions() == []
@@ -148,7 +148,7 @@ async def test_a_deletion_the_egress_policy_refuses_is_logged_and_the_runs_go_on
             tenants={ANN.tenant: EgressRules.parse(deny="localhost")},
         ),
     )
-    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registration")
+    caplog.set_level("INFO", logger="psych_runtime.activities.mcp._registering")
     async with racing(
         harness, "--registration-management", "--management-host", "localhost"
     ) as pair:

@@ -1,0 +1,293 @@
+"""One flow's dynamic client registration at an authorization server (``_registration``
+says where registrations are kept and why): reading the registration's answer, the RFC 7592
+management it offers, and the requests sent to the authorization server beside the SDK's
+own, each through the tenant's egress as the registration went.
+
+- ``Registering.answered`` reads the answer: a refusal, or an answer with no client the
+  flow can use, ends the flow naming the server and what is wrong (``registration_refused``:
+  never the answer's values, a minted ``client_secret`` among them). Usable means the SDK's
+  own check too (``check_registration_usable``: a ``token_endpoint_auth_method`` the flow
+  can apply, and the ``client_secret`` a secret method needs). A client the server created
+  but the flow cannot use is deleted there when its answer offered management
+  (``registration_access_token`` and ``registration_client_uri``), so no registration
+  nobody uses is left behind; a failed deletion is logged naming the client, and the
+  error says what became of it.
+- ``Registering.discard`` deletes, the same way, the client a flow registered but left
+  unused (another worker's registration was stored first).
+- ``Registering.probe`` asks the token endpoint whether it still knows a stored client
+  (``_registration.still_known``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, OAuthRegistrationError
+from mcp.client.auth.oauth2 import check_registration_usable
+from mcp.shared.auth import OAuthClientInformationFull
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from psych_runtime.activities.egress import PURPOSE, Egress, Purpose
+
+_log = logging.getLogger(__name__)
+
+_SAID = 300
+"""Most characters of an authorization server's ``error_description`` repeated."""
+
+DISCARD_SECONDS = 10.0
+"""How long the deletion of an unused registration, or the check that a stored client is
+still known, may take (the flow waits for it)."""
+
+
+@dataclass(frozen=True)
+class Management:
+    """The RFC 7592 management a registration answer offered: where its client is read,
+    changed or deleted, and the bearer token that may (held in memory only, never stored
+    or logged)."""
+
+    client_id: str
+    uri: str
+    token: str = field(repr=False)
+
+
+@dataclass
+class Registering:
+    """One flow's dynamic registration, for the tenant's egress: the management its answer
+    offered (``answered``), and the deletion of its client when the flow cannot use it
+    (``answered``) or another worker's registration was stored first (``discard``)."""
+
+    egress: Egress
+    tenant: str
+    server: str
+    """The MCP server's name in the Spec."""
+    issuer: str
+    offered: Management | None = None
+    registered: str | None = None
+    """The client id this flow's registration got (``answered``)."""
+
+    async def answered(self, response: httpx2.Response) -> None:
+        """Read a registration ``response``: refuse it (``registration_refused``), or keep
+        the management it offers, if any. A client the server created but the flow cannot
+        use is deleted there first, when its answer offered management (a failed deletion
+        logged, and told in the error).
+
+        Raises:
+            OAuthRegistrationError: the authorization server refused the registration, or
+                answered with no usable client (what became of it there named).
+        """
+        refused = await registration_refused(response, self.issuer)
+        answer = _read(await response.aread())
+        fields = ("client_id", "registration_client_uri", "registration_access_token")
+        said = [answer.get(name) if isinstance(answer, dict) else None for name in fields]
+        client_id, uri, token = (value if isinstance(value, str) else "" for value in said)
+        self.offered = Management(client_id, uri, token) if uri and token else None
+        self.registered = client_id or None
+        if refused is None:
+            return
+        if response.status_code in (200, 201):  # created there, but not usable here
+            self.registered = None
+            raise OAuthRegistrationError(f"{refused}; {await self._unusable_dropped(client_id)}")
+        raise refused
+
+    async def _unusable_dropped(self, client_id: str) -> str:
+        """Delete the unusable client ``client_id`` this flow registered (its answer's
+        management); what became of it, for the error."""
+        offered, self.offered = self.offered, None
+        if offered is None:
+            return "it stays registered there (its answer offered no RFC 7592 management)"
+        failed = await self._delete(offered)
+        if failed is None:
+            _log.info(
+                "deleted the unusable client %s of MCP server %r at the authorization server %s",
+                client_id or "(no client_id)",
+                self.server,
+                self.issuer,
+            )
+            return "it was deleted there (RFC 7592)"
+        _log.warning(
+            "the unusable client %s of MCP server %r stays registered at the authorization "
+            "server %s: deleting it at %s failed: %s",
+            client_id or "(no client_id)",
+            self.server,
+            self.issuer,
+            offered.uri,
+            failed,
+        )
+        return f"it stays registered there: deleting it at {offered.uri} failed: {failed}"
+
+    async def send(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` to the authorization server through the tenant's egress, as
+        the SDK's registration went (its body read).
+
+        Raises:
+            Exception: what the egress or the transport raises (refused, unreachable).
+        """
+        purpose = Purpose("mcp_oauth", f"the authorization server of MCP server {self.server!r}")
+        request.extensions[PURPOSE] = purpose
+        timeout = httpx2.Timeout(DISCARD_SECONDS)
+        async with self.egress.mcp_client(self.tenant, timeout=timeout) as http:
+            return await http.send(request)
+
+    async def probe(self, provider: OAuthClientProvider) -> httpx2.Response | None:
+        """The token endpoint's answer to the provider's client asking with a code that
+        cannot be valid (``invalid_client``: the server forgot the client; ``invalid_grant``:
+        it knows it); None, logged naming the client, when there is no telling (no
+        metadata, unreachable, refused by the egress, another answer)."""
+        context = provider.context
+        client, metadata = context.client_info, context.oauth_metadata
+        uris = context.client_metadata.redirect_uris
+        if client is None or metadata is None or not uris:  # neither is, when it registers
+            return None
+        data = {
+            "grant_type": "authorization_code",
+            "code": "psych-probe-" + secrets.token_urlsafe(24),
+            "redirect_uri": str(uris[0]),
+            "client_id": client.client_id,
+            "code_verifier": secrets.token_urlsafe(48),
+        }
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        data, headers = context.prepare_token_auth(data, headers)
+        url = str(metadata.token_endpoint)
+        try:
+            response = await self.send(httpx2.Request("POST", url, data=data, headers=headers))
+        except Exception as err:
+            told = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        else:
+            answer = _read(response.content)
+            error = answer.get("error") if isinstance(answer, dict) else None
+            if response.status_code in (400, 401) and error in ("invalid_client", "invalid_grant"):
+                return response
+            told = f"HTTP {response.status_code}{_error_said(response.content)}"
+        _log.warning(
+            "could not tell whether the authorization server %s still knows the client %s "
+            "of MCP server %r (its token endpoint %s: %s): the consent is asked with it",
+            self.issuer,
+            client.client_id,
+            self.server,
+            url,
+            told,
+        )
+        return None
+
+    async def discard(self, client_id: str) -> None:
+        """Delete ``client_id``, registered by this flow and left unused, at the
+        authorization server (RFC 7592 2.3: ``DELETE`` at its ``registration_client_uri``
+        with its registration access token as the bearer), through the tenant's egress as
+        the registration went. Best effort: a failure is logged naming the client, never
+        raised (the flow goes on with the stored registration)."""
+        offered, self.offered = self.offered, None
+        unused = (
+            f"the unused client {client_id} (another worker's registration for MCP server "
+            f"{self.server!r} was stored first) at the authorization server {self.issuer}"
+        )
+        if offered is None or offered.client_id != client_id:
+            _log.info("%s stays registered: its registration offered no management", unused)
+            return
+        failed = await self._delete(offered)
+        if failed is None:
+            _log.info("deleted %s", unused)
+            return
+        _log.warning(
+            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
+        )
+
+    async def _delete(self, offered: Management) -> str | None:
+        """RFC 7592 2.3: ``DELETE`` at the client's ``registration_client_uri`` with its
+        registration access token as the bearer, through the tenant's egress; None when the
+        server deleted it, else why not (never raised)."""
+        try:
+            request = httpx2.Request(
+                "DELETE", offered.uri, headers={"Authorization": f"Bearer {offered.token}"}
+            )
+            response = await self.send(request)
+        except Exception as err:
+            return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if response.is_success:
+            return None
+        return f"HTTP {response.status_code}{_error_said(response.content)}"
+
+
+async def registration_refused(
+    response: httpx2.Response, issuer: str
+) -> OAuthRegistrationError | None:
+    """The error of a registration ``response`` the authorization server refused (None:
+    it registered a client the flow can use), naming the server, the endpoint, the status
+    and the server's ``error`` and ``error_description`` (printable characters, bounded);
+    or, a success whose client cannot be read or used, what is wrong with it, never its
+    values (the SDK's message would quote the answer, a minted ``client_secret`` with it)."""
+    body = await response.aread()
+    if response.status_code in (200, 201):
+        return _unusable(body, issuer, response.request.url)
+    return OAuthRegistrationError(
+        f"the authorization server {issuer} refused the dynamic client registration at "
+        f"{response.request.url}: HTTP {response.status_code}{_error_said(body)}"
+    )
+
+
+async def client_refused(response: httpx2.Response) -> bool:
+    """Whether a token endpoint's ``response`` refused the client itself (RFC 6749 5.2
+    ``invalid_client``: unknown to the server, or its credentials no longer good)."""
+    if response.status_code not in (400, 401):
+        return False
+    answer = _read(await response.aread())
+    return isinstance(answer, dict) and answer.get("error") == "invalid_client"
+
+
+def _error_said(body: bytes) -> str:
+    """An OAuth error answer's ``error`` and ``error_description`` as repeated (printable
+    characters, bounded), after a space; empty when the answer names no error."""
+    answer = _read(body)
+    if not isinstance(answer, dict):
+        return ""
+    error, description = answer.get("error"), answer.get("error_description")
+    if not isinstance(error, str) or not error:
+        return ""
+    said = f" {_printable(error)}"
+    if isinstance(description, str) and description:
+        said += f": {_printable(description)}"
+    return said
+
+
+def _read(body: bytes) -> object:
+    """An authorization server's JSON answer, None when it does not read as JSON. The SDK's
+    parser (``from_json``), so an answer reads here as it does in the SDK's flow: one nested
+    past its depth is a ValueError, where ``json.loads`` raises RecursionError, which would
+    end the flow as no answer the server gave."""
+    try:
+        return from_json(body)
+    except ValueError:
+        return None
+
+
+def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError | None:
+    answer = _read(body)
+    if not isinstance(answer, dict):
+        wrong = "the answer is not a JSON object"
+    else:
+        answer.pop("issuer", None)  # the SDK's own field: it drops it from an answer too
+        try:
+            client = OAuthClientInformationFull.model_validate(answer)
+        except ValidationError as err:
+            wrong = "; ".join(
+                f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+                for item in err.errors(include_url=False, include_input=False)
+            )
+        else:
+            try:  # its message names the method, never a value of the answer's secrets
+                check_registration_usable(client)
+                return None
+            except OAuthRegistrationError as err:
+                wrong = str(err)
+    return OAuthRegistrationError(
+        f"the authorization server {issuer} answered the dynamic client registration at "
+        f"{url} with no usable client: {_printable(wrong)}"
+    )
+
+
+def _printable(text: str) -> str:
+    kept = "".join(char if char.isprintable() else " " for char in text)
+    return kept if len(kept) <= _SAID else kept[:_SAID] + "..."
