@@ -40,7 +40,13 @@ The SDK's provider registers the client itself, at the authorization server's
   redirects back. The check is a token request with the client's credentials and a code
   that cannot be valid (``Registering.probe``): ``invalid_client`` means forgotten (it is
   forgotten in the store and the flow registers again), ``invalid_grant`` known. RFC 7592's
-  read is not used: its registration access token is never stored.
+  read is not used: its registration access token is never stored. Some servers answer
+  ``invalid_client`` for any code they never issued: the client registered in place of a
+  forgotten one is probed too, and ``invalid_client`` for it (a moment after the server
+  registered it) makes the tenant remember the server's probe answers as untrusted
+  (``probe_untrusted``, a record in the store under ``untrusted_key``), logged as a
+  warning: its stored clients are not probed again, so one registration is replaced
+  needlessly per tenant and server, not one at every consent.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from mcp.client.auth.utils import create_client_registration_request, handle_reg
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from pydantic import BaseModel, ValidationError
 
-from psych_runtime.activities.mcp._registering import Registering
+from psych_runtime.activities.mcp._registering import Registering, client_refused
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 
 _log = logging.getLogger(__name__)
@@ -206,9 +212,40 @@ def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: b
         )
 
 
+UNTRUSTED = "psych:probe-untrusted"
+"""The client field of the key under which a tenant remembers an authorization server
+whose answer to ``Registering.probe`` cannot be trusted (``probe_untrusted``)."""
+
+
+def untrusted_key(tenant: str, issuer: str) -> TokenKey:
+    """Where ``tenant`` remembers that ``issuer`` answers ``invalid_client`` for a code it
+    never issued, also to a client it knows (the authorization server's, whatever MCP
+    server it serves)."""
+    return TokenKey(tenant, None, issuer, UNTRUSTED, issuer)
+
+
+class _Untrusted(BaseModel):
+    """The record under ``untrusted_key``: its key, and the client whose probe told."""
+
+    key: tuple[str, str | None, str, str, str]
+    client_id: str
+
+
+async def probe_untrusted(store: TokenStore, tenant: str, issuer: str) -> bool:
+    """Whether ``tenant`` remembers ``issuer``'s probe answers as untrusted (an unreadable
+    record, or one naming another key, as none)."""
+    key = untrusted_key(tenant, issuer)
+    data = await store.get(key)
+    try:
+        return data is not None and _Untrusted.model_validate_json(data).key == _fields(key)
+    except ValidationError:
+        return False
+
+
 class _Storage(Protocol):
     """What ``still_known`` needs of ``_oauth.StoredTokens``."""
 
+    store: TokenStore | None
     client: OAuthClientInformationFull | None
     registering: Registering | None
 
@@ -229,11 +266,20 @@ async def still_known(
     stored standing (``keep_registration``). A client this flow registered itself is
     not asked about.
 
+    The probe is asked of the client this flow registered in its place too: a server
+    cannot have forgotten a client it registered a moment ago, so ``invalid_client`` then
+    says its token endpoint answers so for any code it never issued (not RFC 6749's
+    ``invalid_grant``). The tenant remembers that of the authorization server
+    (``probe_untrusted``, logged as a warning) and probes no stored client there again:
+    one registration replaced needlessly, not one at every consent.
+
     Raises:
         OAuthRegistrationError: the new registration was refused, or unusable.
     """
-    client, registering = provider.context.client_info, storage.registering
+    client, registering, store = provider.context.client_info, storage.registering, storage.store
     if client is None or registering is None or client.client_id == registering.registered:
+        return client
+    if store is not None and await probe_untrusted(store, registering.tenant, registering.issuer):
         return client
     probed = await registering.probe(provider)
     if probed is None or not await storage.forgot(client, probed):
@@ -246,16 +292,60 @@ async def still_known(
         registering.server,
     )
     if storage.client is None:  # none registered since by another worker
-        context = provider.context
-        refuse_unregistrable(context.oauth_metadata, registering.issuer, True)
-        base = context.get_authorization_base_url(context.server_url)
-        request = create_client_registration_request(
-            context.oauth_metadata, context.client_metadata, base
-        )
-        response = await registering.send(request)
-        await registering.answered(response)
-        fresh = await handle_registration_response(response)
-        check_registration_usable(fresh)
-        fresh.issuer = provider._expected_issuer()  # as the SDK stamps its registration
-        await storage.set_client_info(fresh)
+        await _register_anew(provider, storage, registering)
     return storage.client
+
+
+async def _register_anew(
+    provider: OAuthClientProvider, storage: _Storage, registering: Registering
+) -> None:
+    """Register a client in place of one the probe said forgotten, as the SDK would,
+    through the tenant's egress; store it (the first stored standing), and, this one
+    standing, probe it too (``_probed_again``).
+
+    Raises:
+        OAuthRegistrationError: the registration was refused, or unusable.
+    """
+    context = provider.context
+    refuse_unregistrable(context.oauth_metadata, registering.issuer, True)
+    base = context.get_authorization_base_url(context.server_url)
+    request = create_client_registration_request(
+        context.oauth_metadata, context.client_metadata, base
+    )
+    response = await registering.send(request)
+    await registering.answered(response)
+    fresh = await handle_registration_response(response)
+    check_registration_usable(fresh)
+    fresh.issuer = provider._expected_issuer()  # as the SDK stamps its registration
+    await storage.set_client_info(fresh)
+    standing, store = storage.client, storage.store
+    if store is not None and standing is not None and standing.client_id == fresh.client_id:
+        await _probed_again(provider, standing, registering, store)
+
+
+async def _probed_again(
+    provider: OAuthClientProvider,
+    fresh: OAuthClientInformationFull,
+    registering: Registering,
+    store: TokenStore,
+) -> None:
+    """Probe ``fresh``, registered a moment ago in place of a client the probe said
+    forgotten; ``invalid_client`` again: the tenant remembers the authorization server's
+    probe answers as untrusted (``still_known``)."""
+    provider.context.client_info = fresh
+    again = await registering.probe(provider)
+    if again is None or not await client_refused(again):
+        return
+    key = untrusted_key(registering.tenant, registering.issuer)
+    record = _Untrusted(key=_fields(key), client_id=fresh.client_id)
+    await store.put(key, record.model_dump_json().encode())
+    _log.warning(
+        "the authorization server %s answers invalid_client for a code it never issued, "
+        "also to the client %s it registered a moment ago for MCP server %r (not RFC 6749's "
+        "invalid_grant): tenant %r no longer probes its stored clients before a consent "
+        "(one it really forgot is replaced when a refresh or a code exchange is refused)",
+        registering.issuer,
+        fresh.client_id,
+        registering.server,
+        registering.tenant,
+    )

@@ -14,6 +14,10 @@ server, which offers neither (``tests.mcp.consent_server --iss`` and
   authorization server forgets it), anything else is answered 401 ``invalid_token``.
   ``GET /control/consents`` lists each ``DELETE`` received (``deletions``: the client id
   of its path) and the clients deleted (``deleted``).
+- ``--unknown-code-invalid-client``: ``/token`` answers an ``authorization_code`` request
+  whose code it never issued (or spent) 400 ``invalid_client``, whatever the client, as
+  some servers do, not RFC 6749's ``invalid_grant``; other requests as the SDK answers
+  them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mcp.shared.auth import OAuthClientInformationFull
 from starlette.applications import Starlette
@@ -54,6 +58,8 @@ class Extensions:
     """Client id -> its registration access token."""
     deletions: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    codes: dict[str, Any] | None = None
+    """The provider's issued codes, when an unknown one is answered ``invalid_client``."""
 
     def __post_init__(self) -> None:
         self.reset_iss()
@@ -92,12 +98,43 @@ def extended(app: Any, ext: Extensions) -> Any:
             await app(scope, receive, _iss_added(send, ext.iss))
         elif path == "/register" and method == "POST" and ext.management_base is not None:
             await _edited(app, scope, receive, send, lambda status, body: _managed(ext, body))
+        elif path == "/token" and method == "POST" and ext.codes is not None:
+            await _unknown_code_refused(app, ext.codes, scope, receive, send)
         elif path.startswith("/register/") and method == "DELETE":
             await _delete(ext, path.removeprefix("/register/"), scope)(scope, receive, send)
         else:
             await app(scope, receive, send)
 
     return wrapped
+
+
+async def _unknown_code_refused(
+    app: Any, codes: dict[str, Any], scope: Any, receive: Any, send: Any
+) -> None:
+    """``/token``: an ``authorization_code`` request naming a code not in ``codes``
+    answered 400 ``invalid_client``; any other passed to ``app`` (its body replayed)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = b"".join(chunks)
+    form = parse_qs(body.decode())
+    if form.get("grant_type") == ["authorization_code"] and form.get("code", [""])[0] not in codes:
+        refused = {"error": "invalid_client", "error_description": "no such code"}
+        await JSONResponse(refused, status_code=400)(scope, receive, send)
+        return
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    await app(scope, replay, send)
 
 
 def _advertising(status: int, body: dict[str, Any]) -> dict[str, Any]:

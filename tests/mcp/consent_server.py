@@ -36,7 +36,8 @@ far, as an authorization server that lost or expired them does (its token endpoi
 answers their requests 401 ``invalid_client``, its ``/authorize`` refuses them).
 
 ``--iss`` and ``--registration-management`` (``--management-host``) add RFC 9207's ``iss``
-and RFC 7592's client management to the SDK's authorization server
+and RFC 7592's client management to the SDK's authorization server, and
+``--unknown-code-invalid-client`` answers a code it never issued ``invalid_client``
 (``tests.mcp.consent_extensions``).
 
 It prints ``ports <resource server> <authorization server>`` once both listen.
@@ -319,6 +320,7 @@ async def serve(
     registration: bool = False,
     advertise_iss: bool = False,
     management_host: str | None = None,
+    unknown_code_invalid_client: bool = False,
 ) -> None:
     """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
     ``as_host`` (it listens on 127.0.0.1 whatever the name). ``own_issuer``: the resource
@@ -326,8 +328,8 @@ async def serve(
     server of its own (``without_resource_metadata``), over the same provider.
     ``registration``: the authorization server takes dynamic client registrations;
     ``advertise_iss`` and ``management_host`` (where registrations are managed; None:
-    they are not): ``tests.mcp.consent_extensions``'s ``--iss`` and
-    ``--registration-management``."""
+    they are not), ``unknown_code_invalid_client``: ``tests.mcp.consent_extensions``'s
+    ``--iss``, ``--registration-management`` and ``--unknown-code-invalid-client``."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
@@ -346,6 +348,7 @@ async def serve(
         clients=provider.clients,
         advertise_iss=advertise_iss,
         management_base=None if management_host is None else f"http://{management_host}:{as_port}",
+        codes=provider.codes if unknown_code_invalid_client else None,
     )
     extra = revocations(provider, ext)
     more = iss_control(ext)
@@ -412,6 +415,11 @@ def main() -> None:
         "--registration-management", action="store_true", help="RFC 7592 client deletion"
     )
     parser.add_argument("--management-host", help="the registration_client_uri's host name")
+    parser.add_argument(
+        "--unknown-code-invalid-client",
+        action="store_true",
+        help="answer a code never issued invalid_client, not invalid_grant",
+    )
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
     managed = args.management_host or args.as_host if args.registration_management else None
@@ -424,6 +432,7 @@ def main() -> None:
             args.registration,
             advertise_iss=args.iss,
             management_host=managed,
+            unknown_code_invalid_client=args.unknown_code_invalid_client,
         )
     )
 
