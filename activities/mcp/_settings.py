@@ -4,6 +4,7 @@ then pay for)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -48,7 +49,8 @@ class McpSettings:
             notification). Default 1.
         oauth_issuers: client secret credential name -> the issuer URL of the
             authorization server that secret belongs to (``PSYCH_MCP_OAUTH_ISSUERS``:
-            ``name=https://issuer,...``). A server with ``oauth`` (client_credentials)
+            ``name=https://issuer,...``, or ``{"name": "https://issuer", ...}`` for names
+            holding a comma). A server with ``oauth`` (client_credentials)
             whose ``client_secret_credential`` has no issuer here is unavailable: the
             secret is sent to that issuer's token endpoint only, whatever server the MCP
             server points at. An ``authorization_code`` public client is named by its
@@ -102,15 +104,26 @@ _AT_LEAST_ZERO = frozenset(
 _ISSUER_START = re.compile(r"=https?://", re.IGNORECASE)
 """Where an entry's issuer starts (its last such place)."""
 
+_COMMA = (
+    "entries are separated by commas: a name holding a comma is written in the JSON form, "
+    'PSYCH_MCP_OAUTH_ISSUERS=\'{"<name>": "<issuer URL>", ...}\''
+)
+"""What a comma-separated entry's error adds: it may be a piece of a name cut at a comma."""
+
 
 def parse_oauth_issuers(text: str) -> dict[str, str]:
     """``PSYCH_MCP_OAUTH_ISSUERS``: ``name=https://issuer`` pairs, comma-separated (a name
-    with ``=`` of its own, an MCP server URL's query, ends at the last ``=http(s)://``).
+    with ``=`` of its own, an MCP server URL's query, ends at the last ``=http(s)://``);
+    or, when it starts with ``{``, a JSON object of name to issuer URL, for names holding
+    a comma (credential names, client ids and MCP server URLs may).
 
     Raises:
-        SpecError: a pair without ``=``, an empty name, a name given twice, or an issuer
-            that is not an http(s) URL or has a query or fragment (each named).
+        SpecError: a pair without ``=``, an empty name, a name given twice, an issuer that
+            is not an http(s) URL or has a query or fragment (each named), or JSON that
+            does not parse as an object of strings.
     """
+    if text.strip().startswith("{"):
+        return _parse_json(text)
     issuers: dict[str, str] = {}
     for part in text.split(","):
         pair = part.strip()
@@ -124,16 +137,66 @@ def parse_oauth_issuers(text: str) -> dict[str, str]:
         name, issuer = name.strip(), issuer.strip()
         where = f"PSYCH_MCP_OAUTH_ISSUERS entry {pair!r}"
         if not sep or not name:
-            raise SpecError(f"{where}: expected <credential name>=<issuer URL>")
-        if name in issuers:
-            raise SpecError(f"{where}: credential {name!r} is given twice")
-        parts = urlsplit(issuer)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise SpecError(f"{where}: the issuer must be an http(s) URL")
+            raise SpecError(f"{where}: expected <credential name>=<issuer URL> ({_COMMA})")
         # An issuer has no query or fragment (RFC 8414). One whose query holds "=http(s)://"
         # would be cut there: the name before it, not a URL, then holds the issuer's start.
         named_url = name.lower().startswith(("http://", "https://"))
-        if parts.query or parts.fragment or (not named_url and _ISSUER_START.search(name)):
-            raise SpecError(f"{where}: an issuer URL has no query or fragment (RFC 8414)")
-        issuers[name] = issuer
+        cut_query = not named_url and _ISSUER_START.search(name) is not None
+        _add(issuers, name, issuer, where, _COMMA, cut_query)
     return issuers
+
+
+class _Pairs(list[tuple[str, object]]):
+    """A JSON object's pairs, in order (``json.loads``' ``object_pairs_hook``)."""
+
+
+def _parse_json(text: str) -> dict[str, str]:
+    """``PSYCH_MCP_OAUTH_ISSUERS``'s JSON form.
+
+    Raises:
+        SpecError: not JSON, an issuer that is not a string, a name given twice, an
+            empty name, or an issuer that is not an http(s) URL without query or fragment
+            (each named).
+    """
+    try:  # every object as its pairs, in order: a name given twice is seen
+        decoded = json.loads(text, object_pairs_hook=_Pairs)
+    except ValueError as err:
+        raise SpecError(
+            f"PSYCH_MCP_OAUTH_ISSUERS starts with '{{': its JSON form does not parse ({err})"
+        ) from err
+    pairs: _Pairs = decoded  # the text starts with "{": an object, or no JSON at all
+    issuers: dict[str, str] = {}
+    for name, issuer in pairs:
+        where = f"PSYCH_MCP_OAUTH_ISSUERS entry {name!r}"
+        if not isinstance(issuer, str):
+            raise SpecError(f"{where}: the issuer must be a string (an http(s) URL)")
+        _add(issuers, name.strip(), issuer.strip(), where)
+    return issuers
+
+
+def _add(
+    issuers: dict[str, str],
+    name: str,
+    issuer: str,
+    where: str,
+    hint: str = "",
+    cut_query: bool = False,
+) -> None:
+    """Add ``name``'s ``issuer`` to ``issuers``.
+
+    Raises:
+        SpecError: an empty name, one given twice, or an issuer that is not an http(s) URL
+            or has a query or fragment (``cut_query``: an entry cut inside one).
+    """
+    said = f" ({hint})" if hint else ""
+    if not name:
+        expected = "expected <credential name>=<issuer URL>" if hint else "the name is empty"
+        raise SpecError(f"{where}: {expected}{said}")
+    if name in issuers:
+        raise SpecError(f"{where}: credential {name!r} is given twice")
+    parts = urlsplit(issuer)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SpecError(f"{where}: the issuer must be an http(s) URL{said}")
+    if parts.query or parts.fragment or cut_query:
+        raise SpecError(f"{where}: an issuer URL has no query or fragment (RFC 8414)")
+    issuers[name] = issuer

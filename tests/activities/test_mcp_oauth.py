@@ -131,9 +131,36 @@ def test_an_mcp_server_url_with_a_query_names_its_issuer() -> None:
     }
 
 
+def test_names_holding_commas_are_written_in_the_json_form() -> None:
+    # A credential name may hold a comma (the Spec bounds only its length), and so may a
+    # client id or an MCP server URL. Before the fix: no way to write one (split there).
+    text = '{"crm,eu": "https://auth.eu.test", "https://crm.test/mcp?ids=1,2": "https://a.test"}'
+    settings = WorkerSettings.from_env({"PSYCH_MCP_OAUTH_ISSUERS": f"  {text}"})
+    assert settings.mcp.oauth_issuers == {
+        "crm,eu": "https://auth.eu.test",
+        "https://crm.test/mcp?ids=1,2": "https://a.test",
+    }
+
+
+COMMA = "a name holding a comma is written in the JSON form"
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
+        # A name cut at its comma: the error says how to write it (before the fix, only
+        # "expected <credential name>=<issuer URL>").
+        ("crm,eu=https://auth.test", "entry 'crm': expected <credential name>=<issuer URL> ("),
+        ("https://crm.test/mcp?ids=1,2=https://a.test", "the issuer must be an http(s) URL ("),
+        (
+            '{"a": "https://a.test", "a": "https://b.test"}',
+            "entry 'a': credential 'a' is given twice",
+        ),
+        ('{"a": 1}', "entry 'a': the issuer must be a string"),
+        ('{"a": {"b": "https://a.test"}}', "entry 'a': the issuer must be a string"),
+        ('{" ": "https://a.test"}', "entry ' ': the name is empty"),
+        ('{"a": "https://a.test/?realm=acme"}', "no query or fragment (RFC 8414)"),
+        ('{"a": "ftp://a.test"}', "entry 'a': the issuer must be an http(s) URL"),
         ("crm_secret", "expected <credential name>=<issuer URL>"),
         ("=https://a.test", "expected <credential name>=<issuer URL>"),
         ("a=https://a.test,a=https://b.test", "given twice"),
@@ -148,6 +175,21 @@ def test_an_mcp_server_url_with_a_query_names_its_issuer() -> None:
 )
 def test_a_malformed_issuer_list_names_the_entry(text: str, problem: str) -> None:
     with pytest.raises(SpecError, match="PSYCH_MCP_OAUTH_ISSUERS entry") as caught:
+        parse_oauth_issuers(text)
+    assert problem in str(caught.value)
+    if problem.endswith("("):
+        assert COMMA in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"a": "https://a.test"', "starts with '{': its JSON form does not parse"),
+        ("{}x", "starts with '{': its JSON form does not parse"),
+    ],
+)
+def test_a_json_issuer_list_that_does_not_parse_says_so(text: str, problem: str) -> None:
+    with pytest.raises(SpecError, match="PSYCH_MCP_OAUTH_ISSUERS") as caught:
         parse_oauth_issuers(text)
     assert problem in str(caught.value)
 
