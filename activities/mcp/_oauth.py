@@ -170,11 +170,13 @@ class StoredTokens(TokenStorage):
             self._client(await read_registration(self.store, self.registration))
         return self.client
 
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+    async def set_client_info(
+        self, client_info: OAuthClientInformationFull, replacing: str | None = None
+    ) -> None:
         """Keeps a client-id metadata document's client (derived from the Spec, nothing to
-        store) or stores a dynamic registration (one stored first by another worker stands
-        and is used instead); refuses a registration for a client the Spec names
-        (``ConsentProvider`` refuses it before it is sent)."""
+        store) or stores a dynamic registration, in place of ``replacing``'s if given (one
+        stored first by another worker stands and is used instead); refuses a registration
+        for a client the Spec names (``ConsentProvider`` refuses it before it is sent)."""
         if client_info.client_id == self.key.client_id:
             self.client = client_info
             return
@@ -185,7 +187,7 @@ class StoredTokens(TokenStorage):
             )
         if self.store is not None:
             client_info = await keep_registration(
-                self.store, self.registration, client_info, self.registering
+                self.store, self.registration, client_info, self.registering, replacing
             )
         self._client(client_info)
 

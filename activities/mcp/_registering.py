@@ -68,6 +68,8 @@ class Registering:
     offered: Management | None = None
     registered: str | None = None
     """The client id this flow's registration got (``answered``)."""
+    asked: str | None = None
+    """The scope this flow's registration request asked (``answered``; None: none)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep
@@ -86,6 +88,9 @@ class Registering:
         client_id, uri, token = (value if isinstance(value, str) else "" for value in said)
         self.offered = Management(client_id, uri, token) if uri and token else None
         self.registered = client_id or None
+        sent = _read(response.request.content)
+        scope = sent.get("scope") if isinstance(sent, dict) else None
+        self.asked = scope if isinstance(scope, str) else None
         if refused is None:
             return
         if response.status_code in (200, 201):  # created there, but not usable here

@@ -47,6 +47,14 @@ The SDK's provider registers the client itself, at the authorization server's
   (``probe_untrusted``, a record in the store under ``untrusted_key``), logged as a
   warning: its stored clients are not probed again, so one registration is replaced
   needlessly per tenant and server, not one at every consent.
+- The scope: RFC 7591 makes it client metadata (the values the client may ask for), and
+  an authorization server may refuse an authorization asking more (``invalid_scope``).
+  No Spec names one: the SDK asks what the MCP server names (its challenge, its
+  protected-resource metadata, a step-up's union), known only after the registration is
+  read, so it is not in the key. The record keeps the scope its request asked; a stored
+  client whose registration names a scope that does not cover the one asked now is
+  replaced by one registered for both (``still_known``; the token records keep their
+  own client), unless its request asked for that already.
 """
 
 from __future__ import annotations
@@ -59,7 +67,11 @@ from typing import Protocol
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthRegistrationError
 from mcp.client.auth.oauth2 import check_registration_usable
-from mcp.client.auth.utils import create_client_registration_request, handle_registration_response
+from mcp.client.auth.utils import (
+    create_client_registration_request,
+    handle_registration_response,
+    union_scopes,
+)
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from pydantic import BaseModel, ValidationError
 
@@ -77,7 +89,8 @@ REGISTRATION = "psych:registration:"
 
 def metadata_digest(metadata: OAuthClientMetadata) -> str:
     """sha256 hex of the client metadata a registration sends (the scope aside: the flow
-    sets it from what the server asks for, and the key names the server already)."""
+    sets it from what the MCP server asks for, known only after the registration is read;
+    one registered for less than asked is replaced, ``still_known``)."""
     fields = metadata.model_dump(mode="json", exclude_none=True, exclude={"scope"})
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -111,10 +124,12 @@ def registration_of(key: TokenKey) -> TokenKey | None:
 
 
 class _Registration(BaseModel):
-    """A stored registration: the key it was stored under, and the client registered."""
+    """A stored registration: the key it was stored under, the client registered, and the
+    scope its request asked (None: none, or a record from before 12-06)."""
 
     key: tuple[str, str | None, str, str, str]
     client: OAuthClientInformationFull
+    asked: str | None = None
 
 
 def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
@@ -139,24 +154,49 @@ async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInfo
     return _client_in(await store.get(key), key)
 
 
+async def asked_before(store: TokenStore, key: TokenKey, client_id: str, scope: str) -> bool:
+    """Whether the registration under ``key`` is still ``client_id``'s and its request
+    asked for all of ``scope`` (the authorization server registered less: asking again
+    would not help)."""
+    data = await store.get(key)
+    try:
+        record = None if data is None else _Registration.model_validate_json(data)
+    except ValidationError:
+        return False
+    if record is None or record.key != _fields(key) or record.client.client_id != client_id:
+        return False
+    return covers(record.asked, scope)
+
+
+def covers(registered: str | None, scope: str | None) -> bool:
+    """Whether a client registered for ``registered`` (RFC 7591 2's ``scope``: the values
+    it may ask for) may ask ``scope``; a registration naming none sets no bound we know."""
+    if scope is None or registered is None:
+        return True
+    return set(scope.split()) <= set(registered.split())
+
+
 async def keep_registration(
     store: TokenStore,
     key: TokenKey,
     client: OAuthClientInformationFull,
     registering: Registering | None = None,
+    replacing: str | None = None,
 ) -> OAuthClientInformationFull:
-    """Store ``client`` under ``key`` unless a registration is stored there already
-    (another worker's, registered at the same time: the first stored stands); the client
-    that stands. ``client`` left unused is deleted at the authorization server
-    (``registering``), or logged as left there."""
-    record = _Registration(key=_fields(key), client=client).model_dump_json().encode()
+    """Store ``client`` under ``key`` unless a registration other than ``replacing``'s is
+    stored there already (another worker's, registered at the same time: the first stored
+    stands); the client that stands. ``client`` left unused is deleted at the
+    authorization server (``registering``), or logged as left there."""
+    asked = None if registering is None else registering.asked
+    record = _Registration(key=_fields(key), client=client, asked=asked)
+    encoded = record.model_dump_json().encode()
     standing = [client]
 
     def first(data: bytes | None) -> bytes:
         stored = _client_in(data, key)
-        if data is None or stored is None:
+        if data is None or stored is None or stored.client_id == replacing:
             standing[0] = client
-            return record
+            return encoded
         standing[0] = stored
         return data
 
@@ -247,19 +287,63 @@ class _Storage(Protocol):
 
     store: TokenStore | None
     client: OAuthClientInformationFull | None
+    registration: TokenKey | None
     registering: Registering | None
 
     async def forgot(
         self, client: OAuthClientInformationFull, response: httpx2.Response
     ) -> bool: ...
 
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None: ...
+    async def set_client_info(
+        self, client_info: OAuthClientInformationFull, replacing: str | None = None
+    ) -> None: ...
 
 
 async def still_known(
     provider: OAuthClientProvider, storage: _Storage
 ) -> OAuthClientInformationFull | None:
-    """The client a consent's URL is built with: the provider's (a stored registration)
+    """The client a consent's URL is built with (``_known``), registered for the scope the
+    flow asks: RFC 7591 makes ``scope`` client metadata, the values the client may ask
+    for, and an authorization server may refuse more. The scope is the MCP server's
+    (its challenge, the SDK's choice; a step-up's union), known only once the flow
+    discovered it, after the registration was read, so it is not in the registration's
+    key: a stored client whose registration names a scope that does not cover the one
+    asked now is replaced by one registered for both (``_widened``), unless its own
+    request asked for it already (the server registered less: asking again would not).
+
+    Raises:
+        OAuthRegistrationError: a new registration was refused, or unusable.
+    """
+    client, registering = await _known(provider, storage), storage.registering
+    asked = provider.context.client_metadata.scope
+    if client is None or registering is None or covers(client.scope, asked):
+        return client
+    if client.client_id == registering.registered or storage.registration is None:
+        return client
+    store = storage.store
+    if store is None or asked is None:
+        return client
+    if await asked_before(store, storage.registration, client.client_id, asked):
+        return client
+    wider = union_scopes(client.scope, asked)
+    _log.info(
+        "the client %s of MCP server %r is registered at %s for scope %r, not %r as asked "
+        "now: another is registered for %r",
+        client.client_id,
+        registering.server,
+        registering.issuer,
+        client.scope,
+        asked,
+        wider,
+    )
+    await register_anew(provider, storage, registering, wider, client.client_id)
+    return storage.client
+
+
+async def _known(
+    provider: OAuthClientProvider, storage: _Storage
+) -> OAuthClientInformationFull | None:
+    """The provider's client (a stored registration)
     while the authorization server knows it (``Registering.probe``); forgotten there, it
     is forgotten in the store and the one registered since by another worker is taken,
     else a new one is registered (through the tenant's egress) and stored, the first
@@ -292,16 +376,22 @@ async def still_known(
         registering.server,
     )
     if storage.client is None:  # none registered since by another worker
-        await _register_anew(provider, storage, registering)
+        fresh = await register_anew(provider, storage, registering)
+        if storage.store is not None and fresh is not None:
+            await _probed_again(provider, fresh, registering, storage.store)
     return storage.client
 
 
-async def _register_anew(
-    provider: OAuthClientProvider, storage: _Storage, registering: Registering
-) -> None:
-    """Register a client in place of one the probe said forgotten, as the SDK would,
-    through the tenant's egress; store it (the first stored standing), and, this one
-    standing, probe it too (``_probed_again``).
+async def register_anew(
+    provider: OAuthClientProvider,
+    storage: _Storage,
+    registering: Registering,
+    scope: str | None = None,
+    replacing: str | None = None,
+) -> OAuthClientInformationFull | None:
+    """Register a client as the SDK would (for ``scope``, else the one the flow asks),
+    through the tenant's egress, and store it in place of ``replacing``'s registration or
+    none (the first stored standing); it, if it stood (else None: another worker's did).
 
     Raises:
         OAuthRegistrationError: the registration was refused, or unusable.
@@ -309,18 +399,18 @@ async def _register_anew(
     context = provider.context
     refuse_unregistrable(context.oauth_metadata, registering.issuer, True)
     base = context.get_authorization_base_url(context.server_url)
-    request = create_client_registration_request(
-        context.oauth_metadata, context.client_metadata, base
-    )
+    metadata = context.client_metadata
+    if scope is not None:
+        metadata = metadata.model_copy(update={"scope": scope})
+    request = create_client_registration_request(context.oauth_metadata, metadata, base)
     response = await registering.send(request)
     await registering.answered(response)
     fresh = await handle_registration_response(response)
     check_registration_usable(fresh)
     fresh.issuer = provider._expected_issuer()  # as the SDK stamps its registration
-    await storage.set_client_info(fresh)
-    standing, store = storage.client, storage.store
-    if store is not None and standing is not None and standing.client_id == fresh.client_id:
-        await _probed_again(provider, standing, registering, store)
+    await storage.set_client_info(fresh, replacing)
+    standing = storage.client
+    return standing if standing is not None and standing.client_id == fresh.client_id else None
 
 
 async def _probed_again(

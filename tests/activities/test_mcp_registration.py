@@ -31,7 +31,11 @@ from psych_runtime.activities.mcp._registering import (
     client_refused,
     registration_refused,
 )
-from psych_runtime.activities.mcp._registration import forget_registration, read_registration
+from psych_runtime.activities.mcp._registration import (
+    asked_before,
+    forget_registration,
+    read_registration,
+)
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.tokens import TokenKey
 from psych_runtime.specs import McpOAuth, McpServer, Scope
@@ -129,6 +133,30 @@ async def test_the_registration_stored_first_stands_for_a_later_one(
         "registration offered no management"
     ) in caplog.text
     assert "minted-secret-2" not in caplog.text
+
+
+async def test_a_registration_keeps_the_scope_it_asked_and_replaces_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """``still_known``'s bound: a client whose registration asked for a scope is not
+    registered again for it (the server registered less); a replacement stands only in
+    place of the client it replaces (another worker's, stored since, stands)."""
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({URL: ISSUER}, store)
+    ann = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="ann"))
+    assert ann.registration is not None and ann.registering is not None
+    key = ann.registration
+    ann.registering.asked = "crm.read crm.write"
+    await ann.set_client_info(registered("client-1"))
+    assert await asked_before(store, key, "client-1", "crm.write")
+    assert not await asked_before(store, key, "client-1", "crm.write crm.admin")
+    assert not await asked_before(store, key, "client-2", "crm.write")
+    ann.registering.asked = "crm.admin"
+    await ann.set_client_info(registered("client-2"), replacing="client-1")
+    assert ann.client is not None and ann.client.client_id == "client-2"
+    await ann.set_client_info(registered("client-3"), replacing="client-1")
+    assert ann.client is not None and ann.client.client_id == "client-2"
+    assert await asked_before(store, key, "client-2", "crm.admin")
 
 
 async def test_a_registration_under_another_key_is_ignored(tmp_path: Path) -> None:

@@ -14,6 +14,12 @@ server, which offers neither (``tests.mcp.consent_server --iss`` and
   authorization server forgets it), anything else is answered 401 ``invalid_token``.
   ``GET /control/consents`` lists each ``DELETE`` received (``deletions``: the client id
   of its path) and the clients deleted (``deleted``).
+- ``POST /control/scopes`` ``{"scopes": [...]}`` makes the resource server's
+  protected-resource metadata name those ``scopes_supported`` (the scope a client asks,
+  as the SDK chooses it), ``{"scopes": null}`` none (the default). The SDK's
+  authorization server registers a client for the scope its registration asks, and
+  refuses an authorization asking a scope its client was not registered for
+  (``invalid_scope``). ``GET /control/consents``' ``registered`` names each one's scope.
 - ``--unknown-code-invalid-client``: ``/token`` answers an ``authorization_code`` request
   whose code it never issued (or spent) 400 ``invalid_client``, whatever the client, as
   some servers do, not RFC 6749's ``invalid_grant``; other requests as the SDK answers
@@ -37,7 +43,7 @@ from starlette.routing import Route
 
 METADATA = "/.well-known/oauth-authorization-server"
 
-CONTROLS = ("/control/authorize-iss",)
+CONTROLS = ("/control/authorize-iss", "/control/scopes")
 """The control paths ``iss_control`` answers."""
 
 
@@ -60,6 +66,8 @@ class Extensions:
     deleted: list[str] = field(default_factory=list)
     codes: dict[str, Any] | None = None
     """The provider's issued codes, when an unknown one is answered ``invalid_client``."""
+    scopes: list[str] | None = None
+    """The resource server's ``scopes_supported`` (``/control/scopes``)."""
 
     def __post_init__(self) -> None:
         self.reset_iss()
@@ -72,7 +80,11 @@ class Extensions:
 
 
 def iss_control(ext: Extensions) -> Starlette:
-    """``POST /control/authorize-iss``."""
+    """``POST /control/authorize-iss`` and ``POST /control/scopes``."""
+
+    async def scopes(request: Request) -> Response:
+        ext.scopes = (await request.json())["scopes"]
+        return JSONResponse({"scopes": ext.scopes})
 
     async def authorize_iss(request: Request) -> Response:
         body = await request.json()
@@ -82,7 +94,32 @@ def iss_control(ext: Extensions) -> Starlette:
             ext.reset_iss()
         return JSONResponse({"iss": ext.iss})
 
-    return Starlette(routes=[Route("/control/authorize-iss", authorize_iss, methods=["POST"])])
+    return Starlette(
+        routes=[
+            Route("/control/authorize-iss", authorize_iss, methods=["POST"]),
+            Route("/control/scopes", scopes, methods=["POST"]),
+        ]
+    )
+
+
+def scoped(app: Any, ext: Extensions) -> Any:
+    """The resource server ``app``, its protected-resource metadata naming ``ext.scopes``
+    as ``scopes_supported`` when set."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        path = str(scope.get("path", ""))
+        metadata = path.startswith("/.well-known/oauth-protected-resource")
+        named = ext.scopes
+        if scope["type"] != "http" or not metadata or named is None:
+            await app(scope, receive, send)
+            return
+
+        def edit(status: int, body: dict[str, Any]) -> dict[str, Any]:
+            return {**body, "scopes_supported": named}
+
+        await _edited(app, scope, receive, send, edit)
+
+    return wrapped
 
 
 def extended(app: Any, ext: Extensions) -> Any:

@@ -72,7 +72,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.mcp.consent_extensions import CONTROLS, Extensions, extended, iss_control
+from tests.mcp.consent_extensions import CONTROLS, Extensions, extended, iss_control, scoped
 from tests.mcp.oauth_server import (
     Issued,
     State,
@@ -378,7 +378,7 @@ async def serve(
             revocation_options=RevocationOptions(enabled=False),
         )
     )
-    served = observed(app, controls, state)
+    served = observed(scoped(app, ext), controls, state)
     authorization = extended(replying(authorization, state, provider), ext)
     if own_issuer:
         origin = f"http://127.0.0.1:{rs_port}"

@@ -121,6 +121,11 @@ class OAuthMcpServer:
         """``/authorize``'s redirects carry the issuer with ``--iss``, else no ``iss``."""
         self._control("POST", "authorize-iss", {})
 
+    def set_scopes(self, scopes: list[str] | None) -> None:
+        """Name ``scopes`` in the protected-resource metadata (None: none;
+        ``tests.mcp.consent_extensions``)."""
+        self._control("POST", "scopes", {"scopes": scopes})
+
     def deletions(self) -> list[str]:
         """The client id of each RFC 7592 ``DELETE`` received, deleted or not (consent
         server with ``--registration-management``)."""
