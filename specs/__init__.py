@@ -33,6 +33,7 @@ from psych_runtime.specs._errors import (
     RunFailed,
     SpecError,
     StoreDamaged,
+    StoreUnavailable,
     ValidationFailed,
     VersionMismatch,
 )
@@ -255,6 +256,7 @@ __all__ = [
     "SpecError",
     "StaticPermits",
     "StoreDamaged",
+    "StoreUnavailable",
     "SubagentRef",
     "SuspensionPolicy",
     "TASKS_SCHEMA",

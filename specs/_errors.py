@@ -16,7 +16,10 @@ Every exception the runtime raises on purpose is a `PsychError`::
     ├── BlobsUnavailable          a client was asked for stored content it cannot read
     ├── BadCursor                 a listing's cursor is damaged, or was made for another
                                   tenant or other filters (names which)
-    └── BlobUnreadable            a stored blob is there but does not open (damaged, other keys)
+    ├── BlobUnreadable            a stored blob is there but does not open (damaged, other keys)
+    └── StoreUnavailable          a store (blobs, tokens, Versions) did not answer or was
+                                  throttled; trying again later may succeed (names the store
+                                  kind and what was asked, never where the store is)
 
 Foreign exceptions (pydantic, PyYAML, httpx, temporalio) are mapped to these in one place
 per package and re-raised `from` the original.
@@ -146,3 +149,17 @@ class BlobUnreadable(PsychError):
     configuration that is not the workers'). Not a missing blob (``BlobsUnavailable``),
     nor the caller's to mend: the store's or the deployment's fault. The message names
     which, never a key, a tenant's keys or the store's location."""
+
+
+class StoreUnavailable(PsychError):
+    """A store (blobs, OAuth tokens, Versions) did not answer: its connection was refused,
+    reset or timed out, or it answered that it was throttled or failing (S3's 5xx,
+    ``SlowDown``), after the store client's own retries. Transient: an activity it escapes
+    from is retried under the activity's retry policy, and a model call it fails is a
+    transient failure (the Run's ``transient_retry_budget``). Not a refusal (a bucket that
+    does not exist, credentials refused), which no retry mends.
+
+    The message names the store's kind and what was asked (a blob by ref, a Version by
+    hash), never the store's location: an endpoint is an internal address, which the
+    store logs (a warning) where it raises this.
+    """

@@ -6,7 +6,9 @@ port (a seal that does not open: ``BlobSealRefused``), ``TenantSealedBlobs`` (se
 tenant the caller names, outside a Run) with its ``TenantCipher`` port, the conversation
 chain stored in them (``Conversations``), the store a worker's environment configures
 (``blob_store_from_env``), and a blob a reader in a Run cannot read, told by ref
-(``unreadable_blob``, ``read_by_ref``; the store's words for the log: ``blob_words``).
+(``unreadable_blob``, ``read_by_ref``; the store's words for the log: ``blob_words``), and
+the S3 client every S3 store opens, with what its errors mean (``s3_answering``: S3 not
+answering is ``StoreUnavailable``).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
@@ -14,13 +16,19 @@ from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlob
 from psych_runtime.activities.blobs._s3 import (
     CONFLICT_ATTEMPTS,
     S3BlobStore,
-    S3Location,
     conflict_delay,
-    open_s3_client,
     parse_s3_url,
+)
+from psych_runtime.activities.blobs._s3_client import (
+    STORE_ATTEMPTS,
+    S3Location,
+    open_s3_client,
+    s3_answering,
     s3_client_options,
     s3_error_code,
     s3_status,
+    s3_unanswered,
+    store_attempts,
 )
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
@@ -55,6 +63,7 @@ __all__ = [
     "RecentByRef",
     "S3BlobStore",
     "S3Location",
+    "STORE_ATTEMPTS",
     "TenantCipher",
     "TenantSealedBlobs",
     "blob_key",
@@ -67,8 +76,11 @@ __all__ = [
     "parse_s3_url",
     "read_by_ref",
     "ref_without_storing",
+    "s3_answering",
     "s3_client_options",
     "s3_error_code",
     "s3_status",
+    "s3_unanswered",
+    "store_attempts",
     "unreadable_blob",
 ]

@@ -10,14 +10,19 @@ instance metadata), never from the URL.
 from __future__ import annotations
 
 import asyncio
-import functools
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
+from psych_runtime.activities.blobs._s3_client import (
+    S3Location,
+    open_s3_client,
+    s3_answering,
+    s3_error_code,
+    s3_status,
+)
 from psych_runtime.activities.blobs._store import BlobNotFound, blob_key
 from psych_runtime.activities.contract import blob_ref
 from psych_runtime.specs import PsychError, SpecError
@@ -25,12 +30,12 @@ from psych_runtime.specs import PsychError, SpecError
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
 
-Addressing = Literal["auto", "path", "virtual"]
-
 URL_FORM = "s3://BUCKET[/PREFIX][?endpoint=URL&region=NAME&addressing=path|virtual|auto]"
 """What ``PSYCH_BLOB_URL`` looks like (``parse_s3_url``)."""
 
 _PARAMETERS = ("addressing", "endpoint", "region")
+STORE_KIND = "S3 blob store"
+"""How a ``StoreUnavailable`` of this store names it (never where it is)."""
 CONFLICT_ATTEMPTS = 5
 """Conditional writes of one key that collide (S3 answers 409) are tried this often."""
 
@@ -38,29 +43,6 @@ CONFLICT_ATTEMPTS = 5
 def conflict_delay(attempt: int) -> float:
     """Seconds to wait before trying again after the ``attempt``-th (from 0) 409."""
     return 0.05 * (attempt + 1)
-
-
-@dataclass(frozen=True)
-class S3Location:
-    """Where an ``S3BlobStore`` keeps its blobs, as ``PSYCH_BLOB_URL`` states it.
-
-    Attributes:
-        bucket: the bucket's name.
-        prefix: prepended to every key: empty, or ending in ``/``.
-        endpoint: an S3-compatible server's URL (None: AWS's endpoint for the region, or
-            ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` when set).
-        region: the signing region (None: ``AWS_REGION``/``AWS_DEFAULT_REGION`` or the
-            profile's).
-        addressing: ``path`` (``<endpoint>/<bucket>/<key>``, what most self-hosted
-            servers need), ``virtual`` (``<bucket>.<host>/<key>``) or ``auto``
-            (botocore's choice); None: ``path`` with an endpoint, ``auto`` without.
-    """
-
-    bucket: str
-    prefix: str = ""
-    endpoint: str | None = None
-    region: str | None = None
-    addressing: Addressing | None = None
 
 
 def parse_s3_url(url: str, *, setting: str = "PSYCH_BLOB_URL") -> S3Location:
@@ -127,7 +109,11 @@ class S3BlobStore:
     mends what ``get`` refuses as damaged. ``get`` of a
     missing object raises ``BlobNotFound`` naming the ref and the object; the worker's
     credentials need ``s3:ListBucket`` on the bucket for that, or S3 answers a missing
-    key with 403 AccessDenied, which is raised as the botocore error it is.
+    key with 403 AccessDenied, which is raised as the botocore error it is, as are other
+    refusals (``NoSuchBucket``, credentials refused). A request S3 did not answer, after
+    botocore's retries (a connection refused, reset or timed out; ``SlowDown`` or another
+    5xx) raises ``StoreUnavailable``, transient, naming the blob by ref and the store's
+    kind, never its endpoint, which is logged (``s3_answering``).
 
     The client (a connection pool) is opened on first use in the running event loop;
     ``aclose()`` it when done, or use the store as an ``async with`` block.
@@ -169,11 +155,19 @@ class S3BlobStore:
         return blob_ref(data)
 
     async def put(self, data: bytes) -> str:
-        """Store ``data`` unless an object with its ref exists; return its ref."""
-        from botocore.exceptions import ClientError
+        """Store ``data`` unless an object with its ref exists; return its ref.
 
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming the ref.
+        """
         ref = blob_ref(data)
         key = self._key(ref)
+        with s3_answering(STORE_KIND, f"blob {ref} cannot be stored", self.location, key):
+            return await self._put(ref, key, data)
+
+    async def _put(self, ref: str, key: str, data: bytes) -> str:
+        from botocore.exceptions import ClientError
+
         s3 = await self._s3()
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
@@ -222,6 +216,7 @@ class S3BlobStore:
 
         Raises:
             BlobNotFound: no object holds ``ref``, or it is not a blob ref.
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming the ref.
         """
         from botocore.exceptions import ClientError
 
@@ -231,9 +226,10 @@ class S3BlobStore:
             return data
         s3 = await self._s3()
         try:
-            response = await s3.get_object(Bucket=self.location.bucket, Key=key)
-            async with response["Body"] as body:
-                data = await body.read()
+            with s3_answering(STORE_KIND, f"blob {ref} cannot be read", self.location, key):
+                response = await s3.get_object(Bucket=self.location.bucket, Key=key)
+                async with response["Body"] as body:
+                    data = await body.read()
         except ClientError as err:
             if s3_error_code(err) in ("NoSuchKey", "404"):
                 raise BlobNotFound(
@@ -267,57 +263,3 @@ class S3BlobStore:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def s3_client_options(location: S3Location) -> dict[str, Any]:
-    """The botocore ``Config`` options of every S3 client psych opens on ``location`` (the
-    blob, token and version stores)."""
-    return {
-        "s3": {
-            "addressing_style": location.addressing or ("path" if location.endpoint else "auto")
-        },
-        # Unlike a model provider's client (whose retries Temporal and the Run's budget
-        # own), a store read is one step of an activity whose failure the workflow cannot
-        # tell from the model's: a throttled or dropped S3 request is retried here.
-        "retries": {"mode": "standard", "total_max_attempts": 5},
-        # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
-        # read unless told otherwise, which several S3-compatible servers refuse; a blob
-        # read is checked against its ref (S3BlobStore.get), a Version against its hash.
-        "request_checksum_calculation": "when_required",
-        "response_checksum_validation": "when_required",
-    }
-
-
-def open_s3_client(location: S3Location) -> Any:
-    """An aiobotocore S3 client for ``location`` as an async context manager (the
-    ``S3Client`` it yields is typed by the caller); ``S3BlobStore`` and the S3 token store
-    open theirs alike."""
-    # Imported here: aiobotocore and botocore take about a second to import on this
-    # machine, which no worker without an S3 store (and no workflow sandbox, which imports
-    # this package for its payload types) should pay.
-    from aiobotocore.config import AioConfig
-
-    config = AioConfig(**s3_client_options(location))
-    return _session().create_client(
-        "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
-    )
-
-
-@functools.cache
-def _session() -> Any:
-    """The one botocore session of the process: a session loads S3's service model (a few
-    megabytes of JSON) once, so every store after the first opens its client quickly."""
-    from aiobotocore.session import get_session
-
-    return get_session()
-
-
-def s3_error_code(err: Any) -> str:
-    """The error code of botocore's ``ClientError`` ``err`` ("" if none)."""
-    return str(err.response.get("Error", {}).get("Code", ""))
-
-
-def s3_status(err: Any) -> int | None:
-    """The HTTP status of botocore's ``ClientError`` ``err``, if it has one."""
-    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status if isinstance(status, int) else None

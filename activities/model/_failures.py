@@ -13,7 +13,7 @@ import httpx
 
 from psych_runtime.activities.blobs import unreadable_blob
 from psych_runtime.activities.contract import ModelCallResult, ModelFailure
-from psych_runtime.specs import NotFound
+from psych_runtime.specs import NotFound, StoreUnavailable
 
 _TRANSIENT_STATUSES = frozenset({408, 429})
 _PROVIDER_MESSAGE_LIMIT = 500
@@ -103,9 +103,11 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     """Decide whether a failed model call is transient, and describe it.
 
     Transient: HTTP 5xx, 429 and 408, connection errors and timeouts, a connection dropped
-    mid-response, a stalled stream, and an error the provider sent inside a 200 response
+    mid-response, a stalled stream, an error the provider sent inside a 200 response
     (``ProviderError``) whose code is one of those statuses or whose code or type names a
-    rate limit, overload or server-side trouble. Everything else (other 4xx such as 401 and 403, a
+    rate limit, overload or server-side trouble, and a store of the call's input or answer
+    that did not answer (``StoreUnavailable``: the blob by ref and the store's kind, its
+    endpoint only in the worker's log). Everything else (other 4xx such as 401 and 403, a
     host name that does not resolve, a response that is not a chat completion,
     configuration errors, a blob of the call's input that cannot be read: missing, its
     seal refused or its bytes damaged, said by ref with ``unreadable_blob``, where the store
@@ -144,6 +146,8 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         text = f"connection dropped mid-response ({_describe(cause)})"
     elif isinstance(cause, httpx.TimeoutException | httpx.NetworkError | httpx.ProxyError):
         text = _describe(cause)
+    elif isinstance(cause, StoreUnavailable):
+        text = str(cause)
     elif isinstance(cause, ProviderError):
         return ModelFailure(
             transient=_provider_error_transient(cause),

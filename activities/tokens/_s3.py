@@ -19,6 +19,7 @@ from psych_runtime.activities.blobs import (
     S3Location,
     open_s3_client,
     parse_s3_url,
+    s3_answering,
     s3_error_code,
     s3_status,
 )
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
 
 TOKENS_PREFIX = "tokens/"
+STORE_KIND = "S3 token store"
+"""How a ``StoreUnavailable`` of this store names it (never where it is)."""
 UPDATE_ATTEMPTS = 30
 """An ``update`` whose conditional write another writer beat is tried this often."""
 
@@ -80,7 +83,11 @@ class S3TokenStore:
         return self._client
 
     async def get(self, key: TokenKey) -> bytes | None:
-        """The record under ``key``, or None."""
+        """The record under ``key``, or None.
+
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming ``key``.
+        """
         return (await self._read(key))[0]
 
     async def _read(self, key: TokenKey) -> tuple[bytes | None, str | None]:
@@ -88,10 +95,14 @@ class S3TokenStore:
         from botocore.exceptions import ClientError
 
         s3 = await self._s3()
+        name = self.object_key(key)
         try:
-            response = await s3.get_object(Bucket=self.location.bucket, Key=self.object_key(key))
-            async with response["Body"] as body:
-                return await body.read(), response["ETag"]
+            with s3_answering(
+                STORE_KIND, f"the token record {key!r} cannot be read", self.location, name
+            ):
+                response = await s3.get_object(Bucket=self.location.bucket, Key=name)
+                async with response["Body"] as body:
+                    return await body.read(), response["ETag"]
         except ClientError as err:
             if s3_error_code(err) in ("NoSuchKey", "404"):
                 return None, None
@@ -104,8 +115,18 @@ class S3TokenStore:
         Raises:
             PsychError: other writers changed the record under each of ``UPDATE_ATTEMPTS``
                 tries.
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming ``key``.
             Exception: what ``change`` raises (nothing is written).
         """
+        with s3_answering(
+            STORE_KIND,
+            f"the token record {key!r} cannot be updated",
+            self.location,
+            self.object_key(key),
+        ):
+            await self._update(key, change)
+
+    async def _update(self, key: TokenKey, change: Change) -> None:
         from botocore.exceptions import ClientError
 
         s3 = await self._s3()
@@ -136,14 +157,30 @@ class S3TokenStore:
         )
 
     async def put(self, key: TokenKey, record: bytes) -> None:
-        """Store ``record`` under ``key``, replacing any record there."""
+        """Store ``record`` under ``key``, replacing any record there.
+
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming ``key``.
+        """
         s3 = await self._s3()
-        await s3.put_object(Bucket=self.location.bucket, Key=self.object_key(key), Body=record)
+        name = self.object_key(key)
+        with s3_answering(
+            STORE_KIND, f"the token record {key!r} cannot be stored", self.location, name
+        ):
+            await s3.put_object(Bucket=self.location.bucket, Key=name, Body=record)
 
     async def delete(self, key: TokenKey) -> None:
-        """Remove the record under ``key`` (S3 answers a missing one with success)."""
+        """Remove the record under ``key`` (S3 answers a missing one with success).
+
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming ``key``.
+        """
         s3 = await self._s3()
-        await s3.delete_object(Bucket=self.location.bucket, Key=self.object_key(key))
+        name = self.object_key(key)
+        with s3_answering(
+            STORE_KIND, f"the token record {key!r} cannot be deleted", self.location, name
+        ):
+            await s3.delete_object(Bucket=self.location.bucket, Key=name)
 
     async def aclose(self) -> None:
         """Close the client (a later call opens a new one)."""

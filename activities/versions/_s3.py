@@ -19,9 +19,11 @@ from psych_runtime.activities.blobs import (
     S3Location,
     conflict_delay,
     parse_s3_url,
+    s3_answering,
     s3_client_options,
     s3_error_code,
     s3_status,
+    store_attempts,
 )
 from psych_runtime.activities.versions._store import (
     digest_of,
@@ -39,6 +41,8 @@ from psych_runtime.specs import (
 )
 
 VERSIONS_PREFIX = "versions/"
+STORE_KIND = "S3 version store"
+"""How a ``StoreUnavailable`` of this store names it (never where it is)."""
 
 
 class S3VersionStore:
@@ -84,11 +88,21 @@ class S3VersionStore:
             return self._client
 
     def publish(self, spec: AgentSpec | WorkflowSpec) -> Version:
-        """Store ``spec``, or return the Version already stored with its hash."""
-        from botocore.exceptions import ClientError
+        """Store ``spec``, or return the Version already stored with its hash.
 
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming the hash.
+        """
         version = Version.of(spec)
         key = self.object_key(version.hash)
+        with s3_answering(
+            STORE_KIND, f"Version {version.hash} cannot be published", self.location, key
+        ):
+            return self._publish(spec, version, key)
+
+    def _publish(self, spec: AgentSpec | WorkflowSpec, version: Version, key: str) -> Version:
+        from botocore.exceptions import ClientError
+
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
                 self._s3().put_object(
@@ -137,32 +151,41 @@ class S3VersionStore:
         Raises:
             NotFound: nothing is stored under this hash.
             StoreDamaged: the stored document does not read back as written.
+            StoreUnavailable: S3 did not answer (``s3_answering``), naming the hash.
         """
         from botocore.exceptions import ClientError
 
         key = self.object_key(version_hash)
         try:
-            response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
+            with s3_answering(
+                STORE_KIND, f"Version {version_hash} cannot be read", self.location, key
+            ):
+                response = self._s3().get_object(Bucket=self.location.bucket, Key=key)
+                with response["Body"] as body:
+                    document = body.read()
         except ClientError as err:
             if s3_error_code(err) in ("NoSuchKey", "404"):
                 # Shown to API callers as is: it names no path of the store.
                 raise NotFound(f"no Version {version_hash}") from None
             raise
-        with response["Body"] as body:
-            document = body.read()
         return stored_version(document, version_hash)
 
     def hashes(self) -> list[str]:
-        """The hash of every stored Version, sorted (read off the object names)."""
+        """The hash of every stored Version, sorted (read off the object names).
+
+        Raises:
+            StoreUnavailable: S3 did not answer (``s3_answering``).
+        """
         start = self.location.prefix + VERSIONS_PREFIX
         found: list[str] = []
-        pages = self._s3().get_paginator("list_objects_v2")
-        for page in pages.paginate(Bucket=self.location.bucket, Prefix=start):
-            for item in page.get("Contents", []):
-                name = str(item["Key"])[len(start) :]
-                digest = name.removesuffix(".json")
-                if name.endswith(".json") and is_digest(digest):
-                    found.append(f"sha256:{digest}")
+        with s3_answering(STORE_KIND, "the Versions cannot be listed", self.location, start):
+            pages = self._s3().get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.location.bucket, Prefix=start):
+                for item in page.get("Contents", []):
+                    name = str(item["Key"])[len(start) :]
+                    digest = name.removesuffix(".json")
+                    if name.endswith(".json") and is_digest(digest):
+                        found.append(f"sha256:{digest}")
         return sorted(found)
 
     def close(self) -> None:
@@ -179,7 +202,8 @@ def _client(location: S3Location) -> Any:
     import botocore.session
     from botocore.config import Config
 
-    config = Config(**s3_client_options(location))
-    return botocore.session.get_session().create_client(
+    session = botocore.session.get_session()
+    config = Config(**s3_client_options(location, attempts=store_attempts(session)))
+    return session.create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )

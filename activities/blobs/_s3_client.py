@@ -1,0 +1,199 @@
+"""The S3 client every S3 store opens (blobs, tokens, Versions) on an ``S3Location``, and
+what its errors mean.
+
+``s3_client_options`` is the botocore configuration of all of them; ``open_s3_client``
+opens the asynchronous one (the version store opens botocore's synchronous one with the
+same options). ``s3_answering`` is where a store's request that S3 did not answer (a
+connection refused, reset or timed out; a throttled or failing server) becomes
+``StoreUnavailable``, transient and naming what was asked, the endpoint only in the log;
+a refusal (``AccessDenied``, ``NoSuchBucket``, credentials refused) passes as the botocore
+error it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from psych_runtime.specs import StoreUnavailable
+
+_log = logging.getLogger(__name__)
+
+Addressing = Literal["auto", "path", "virtual"]
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where an ``S3BlobStore`` keeps its blobs, as ``PSYCH_BLOB_URL`` states it.
+
+    Attributes:
+        bucket: the bucket's name.
+        prefix: prepended to every key: empty, or ending in ``/``.
+        endpoint: an S3-compatible server's URL (None: AWS's endpoint for the region, or
+            ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` when set).
+        region: the signing region (None: ``AWS_REGION``/``AWS_DEFAULT_REGION`` or the
+            profile's).
+        addressing: ``path`` (``<endpoint>/<bucket>/<key>``, what most self-hosted
+            servers need), ``virtual`` (``<bucket>.<host>/<key>``) or ``auto``
+            (botocore's choice); None: ``path`` with an endpoint, ``auto`` without.
+    """
+
+    bucket: str
+    prefix: str = ""
+    endpoint: str | None = None
+    region: str | None = None
+    addressing: Addressing | None = None
+
+
+STORE_ATTEMPTS = 5
+"""Attempts of one S3 request (botocore's standard retries) unless botocore's own setting
+(``AWS_MAX_ATTEMPTS``, or ``max_attempts`` in the profile) says otherwise."""
+
+# Error codes S3 and S3-compatible servers send for "not now": throttling, and a server
+# that timed out waiting for the request (botocore's standard retries take these too).
+_BUSY_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+    }
+)
+
+
+def s3_client_options(location: S3Location, *, attempts: int | None = None) -> dict[str, Any]:
+    """The botocore ``Config`` options of every S3 client psych opens on ``location`` (the
+    blob, token and version stores); ``attempts``: botocore's ``max_attempts`` setting
+    (None: ``STORE_ATTEMPTS``)."""
+    return {
+        "s3": {
+            "addressing_style": location.addressing or ("path" if location.endpoint else "auto")
+        },
+        # Unlike a model provider's client (whose retries Temporal and the Run's budget
+        # own), a store read is one step of an activity that may have done more before it
+        # (a model call's answer, paid for): a throttled or dropped S3 request is retried
+        # here first. What outlasts these is StoreUnavailable, retried by the activity's
+        # policy or the Run's transient budget.
+        "retries": {"mode": "standard", "total_max_attempts": attempts or STORE_ATTEMPTS},
+        # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
+        # read unless told otherwise, which several S3-compatible servers refuse; a blob
+        # read is checked against its ref (S3BlobStore.get), a Version against its hash.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
+
+
+def store_attempts(session: Any) -> int | None:
+    """botocore's ``max_attempts`` setting as ``session`` reads it (``AWS_MAX_ATTEMPTS``,
+    the profile's ``max_attempts``), None when unset."""
+    value = session.get_config_variable("max_attempts")
+    return int(value) if value else None
+
+
+def open_s3_client(location: S3Location) -> Any:
+    """An aiobotocore S3 client for ``location`` as an async context manager (the
+    ``S3Client`` it yields is typed by the caller); ``S3BlobStore`` and the S3 token store
+    open theirs alike."""
+    # Imported here: aiobotocore and botocore take about a second to import on this
+    # machine, which no worker without an S3 store (and no workflow sandbox, which imports
+    # this package for its payload types) should pay.
+    from aiobotocore.config import AioConfig
+
+    session = _session()
+    config = AioConfig(**s3_client_options(location, attempts=store_attempts(session)))
+    return session.create_client(
+        "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
+    )
+
+
+@functools.cache
+def _session() -> Any:
+    """The one botocore session of the process: a session loads S3's service model (a few
+    megabytes of JSON) once, so every store after the first opens its client quickly."""
+    from aiobotocore.session import get_session
+
+    return get_session()
+
+
+def s3_error_code(err: Any) -> str:
+    """The error code of botocore's ``ClientError`` ``err`` ("" if none)."""
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def s3_status(err: Any) -> int | None:
+    """The HTTP status of botocore's ``ClientError`` ``err``, if it has one."""
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
+
+
+def s3_unanswered(err: BaseException) -> str | None:
+    """How S3 did not answer, when ``err`` (from botocore) says it did not: no connection,
+    or one refused, reset, timed out or cut mid-response (``connection failed:
+    EndpointConnectionError``), a throttled request (``throttled: SlowDown, HTTP 503``) or
+    a failing server (``server error: InternalError, HTTP 500``); never the endpoint.
+    None for anything else: a refusal (``AccessDenied``, ``NoSuchBucket``, a credential
+    refused), a missing object, a configuration error, or not a botocore error at all.
+    """
+    if "botocore" not in type(err).__module__:
+        return None
+    from botocore.exceptions import (
+        ClientError,
+        HTTPClientError,
+        IncompleteReadError,
+        SSLError,
+    )
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    if isinstance(err, SSLError):
+        return None  # a certificate refused is the deployment's to mend, not a moment's
+    if isinstance(err, BotoConnectionError):
+        return f"connection failed: {type(err).__name__}"
+    if isinstance(err, HTTPClientError | IncompleteReadError):
+        return f"connection lost or timed out: {type(err).__name__}"
+    if isinstance(err, ClientError):
+        code, status = s3_error_code(err), s3_status(err)
+        said = ", ".join(part for part in (code, f"HTTP {status}" if status else "") if part)
+        if code in _BUSY_CODES or status in (429, 503):
+            return f"throttled: {said}"
+        if status is not None and status >= 500:
+            return f"server error: {said}"
+    return None
+
+
+@contextmanager
+def s3_answering(store: str, what: str, where: S3Location, key: str = "") -> Iterator[None]:
+    """The block's S3 requests; one that S3 did not answer (``s3_unanswered``) raises
+    ``StoreUnavailable`` saying ``<what>: the <store> did not answer (<how>)``, and logs
+    the store's own words (the endpoint, the bucket and ``key``) as a warning.
+
+    Raises:
+        StoreUnavailable: as said; transient.
+    """
+    try:
+        yield
+    except Exception as err:
+        how = s3_unanswered(err)
+        if how is None:
+            raise
+        place = f"s3://{where.bucket}/{key or where.prefix}"
+        _log.warning(
+            "%s: the %s did not answer at %s (%s): %s",
+            what,
+            store,
+            where.endpoint or "AWS",
+            place,
+            err,
+        )
+        # Not chained: botocore's words name the endpoint, an internal address, and an
+        # activity's failure carries its causes' messages into the Run's history.
+        raise StoreUnavailable(f"{what}: the {store} did not answer ({how})") from None

@@ -1,0 +1,88 @@
+"""A TCP relay on 127.0.0.1 in front of a loopback server, which a test closes and opens
+again: the server looks unreachable (connections refused, those open cut) while the
+relay is closed, and answers again on the same port once it is opened."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from tests._ports import free_port
+
+
+class TcpGate:
+    """Relays ``127.0.0.1:port`` to ``target_port`` while open (``open``/``close``)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>``: the relay's address."""
+        return f"http://127.0.0.1:{self.port}"
+
+    async def open(self) -> None:
+        """Listen again (on the same port): connections are relayed."""
+        if self._server is None:
+            self._server = await asyncio.start_server(
+                self._relay, "127.0.0.1", self.port, reuse_address=True
+            )
+
+    async def close(self) -> None:
+        """Stop listening (new connections are refused) and cut those open."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        pipes, self._pipes = self._pipes, set()
+        for pipe in pipes:
+            pipe.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._pipes.add(task)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            self._pipes.discard(task)
+            return
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            for side in (writer, up_writer):
+                side.close()
+                with contextlib.suppress(OSError):
+                    await side.wait_closed()
+            self._pipes.discard(task)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+    except OSError:
+        pass
+    finally:
+        if sink.can_write_eof():
+            with contextlib.suppress(OSError):
+                sink.write_eof()
+
+
+@asynccontextmanager
+async def tcp_gate(target_port: int) -> AsyncIterator[TcpGate]:
+    """An open ``TcpGate`` to ``target_port``, closed on leaving."""
+    gate = TcpGate(target_port)
+    await gate.open()
+    try:
+        yield gate
+    finally:
+        await gate.close()

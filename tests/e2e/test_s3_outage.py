@@ -1,0 +1,142 @@
+"""A Run whose S3 blob store (moto on loopback, behind a TCP relay the test closes) does not
+answer during a model call: each failed call is transient, so the Run retries it under its
+``transient_retry_budget`` and survives an outage shorter than that; one longer fails the
+Run naming the blob by ref and the store's kind, the endpoint only in the worker's log.
+
+The worker's S3 client makes one attempt per request (``AWS_MAX_ATTEMPTS=1``, botocore's
+own setting), so botocore's retries do not wait out the outage first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
+
+import pytest
+
+from psych_runtime.activities.blobs import S3BlobStore, parse_s3_url
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import Limits, RunFailed
+from psych_runtime.workers import run_worker
+from psych_runtime.workflows import ModelCallFailed, ModelCallFinished, RunHandle
+from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
+from tests._tcp_gate import TcpGate, tcp_gate
+
+from ._waiting import all_records, eventually
+from .conftest import Harness
+from .test_unreadable_blobs import refund_agent, until_approval
+
+pytestmark = pytest.mark.e2e
+
+UNANSWERED = (
+    r"model fake-model: blob sha256:[0-9a-f]{64} cannot be stored: the S3 blob store did not "
+    r"answer \(connection failed: EndpointConnectionError\)"
+)
+"""A model call's failure when the store refused its connection storing a blob."""
+
+
+@pytest.fixture(scope="module")
+async def s3() -> AsyncIterator[S3Server]:
+    async with s3_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def gate(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TcpGate]:
+    """A relay to the S3 server; the worker's clients make one attempt per request."""
+    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    port = urlsplit(s3.endpoint).port
+    assert port is not None
+    async with tcp_gate(port) as relay:
+        yield relay
+
+
+@asynccontextmanager
+async def worker_behind(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> AsyncIterator[S3BlobStore]:
+    """A worker of ``harness`` (asking before a destructive tool) whose blob store is a new
+    bucket reached through ``gate``, while the block runs; its store."""
+    bucket = await s3.new_bucket(versioned=False)
+    url = f"s3://{bucket}?endpoint={gate.endpoint}&region={REGION}"
+    async with S3BlobStore(parse_s3_url(url)) as blobs:
+        settings = dataclasses.replace(
+            harness.settings, blobs=blobs, policy=RulePolicy(destructive="ask")
+        )
+        async with run_worker(harness.env.client, settings):
+            yield blobs
+
+
+async def denied_behind_a_closed_gate(harness: Harness, gate: TcpGate, budget: int) -> RunHandle:
+    """A Run of ``refund_agent`` (``budget`` transient retries) whose first model call
+    asks to refund, denied once the gate is closed: its second model call is the next
+    request to the store (a denial runs no tool)."""
+    spec = refund_agent(harness).model_copy(
+        update={"limits": Limits(transient_retry_budget=budget)}
+    )
+    run = await harness.client.dispatch(spec, "Refund order 42", scope=harness.scope)
+    await until_approval(harness, harness.client, run)
+    await gate.close()
+    await harness.client.deny(run, "call-1", scope=harness.scope)
+    return run
+
+
+def logged_with_endpoint(caplog: pytest.LogCaptureFixture, gate: TcpGate, bucket: str) -> None:
+    """The worker's log gives the store's endpoint and bucket of each failure."""
+    logged = [r.getMessage() for r in caplog.records if "did not answer at" in r.getMessage()]
+    assert logged, "no failure logged"
+    assert all(gate.endpoint in line and bucket in line for line in logged), logged
+
+
+async def test_a_run_survives_a_short_blob_store_outage(
+    harness: Harness, s3: S3Server, gate: TcpGate, caplog: pytest.LogCaptureFixture
+) -> None:
+    # botocore's EndpointConnectionError failed the model call as not transient, naming
+    # the endpoint: "model fake-model: EndpointConnectionError: Could not connect to the
+    # endpoint URL: "http://127.0.0.1:<port>/<bucket>/<key>"", and the Run with it.
+    async with worker_behind(harness, s3, gate) as blobs:
+        run = await denied_behind_a_closed_gate(harness, gate, budget=8)
+
+        async def failed_once() -> bool:
+            records = await all_records(harness.client, run, harness.scope)
+            return any(isinstance(r, ModelCallFailed) for r in records)
+
+        await eventually(failed_once, what="a model call failed by the outage")
+        await gate.open()
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)  # a query: a worker
+
+    assert result.answer == "Refunded."
+    failed = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert failed and all(r.turn == 2 and r.transient for r in failed), failed
+    for record in failed:
+        assert re.fullmatch(UNANSWERED, record.message), record.message
+        assert str(gate.port) not in record.message
+    assert [r.turn for r in records if isinstance(r, ModelCallFinished)] == [1, 2]
+    assert len(harness.fake.requests) == 2  # each failure came before the model was asked
+    logged_with_endpoint(caplog, gate, blobs.location.bucket)
+
+
+async def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_blob(
+    harness: Harness, s3: S3Server, gate: TcpGate, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with worker_behind(harness, s3, gate) as blobs:
+        run = await denied_behind_a_closed_gate(harness, gate, budget=1)
+        with pytest.raises(RunFailed) as caught:
+            await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    reason = caught.value.reason
+    spent = "transient_retry_budget exhausted: 1 retries spent; last failure: "
+    assert re.fullmatch(re.escape(spent) + UNANSWERED, reason), reason
+    bucket = blobs.location.bucket
+    for private in (gate.endpoint, str(gate.port), bucket):
+        assert private not in reason
+    failed = [r for r in records if isinstance(r, ModelCallFailed)]
+    assert [(r.turn, r.transient, r.budget_left) for r in failed] == [(2, True, 0), (2, True, 0)]
+    assert len(harness.fake.requests) == 1  # turn 2's call never reached the model
+    logged_with_endpoint(caplog, gate, bucket)
