@@ -162,4 +162,13 @@ class StoreUnavailable(PsychError):
     The message names the store's kind and what was asked (a blob by ref, a Version by
     hash), never the store's location: an endpoint is an internal address, which the
     store logs (a warning) where it raises this.
+
+    Attributes:
+        detail: what the store's client said, with the endpoint, bucket and key: for the
+            log of the process that asked (a ``psych`` command prints it on its error
+            line), never for a Run's record or an API's answer.
     """
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail

@@ -174,7 +174,8 @@ def s3_unanswered(err: BaseException) -> str | None:
 def s3_answering(store: str, what: str, where: S3Location, key: str = "") -> Iterator[None]:
     """The block's S3 requests; one that S3 did not answer (``s3_unanswered``) raises
     ``StoreUnavailable`` saying ``<what>: the <store> did not answer (<how>)``, and logs
-    the store's own words (the endpoint, the bucket and ``key``) as a warning.
+    the store's own words (the endpoint, the bucket and ``key``: its ``detail``) as a
+    warning.
 
     Raises:
         StoreUnavailable: as said; transient.
@@ -185,15 +186,9 @@ def s3_answering(store: str, what: str, where: S3Location, key: str = "") -> Ite
         how = s3_unanswered(err)
         if how is None:
             raise
-        place = f"s3://{where.bucket}/{key or where.prefix}"
-        _log.warning(
-            "%s: the %s did not answer at %s (%s): %s",
-            what,
-            store,
-            where.endpoint or "AWS",
-            place,
-            err,
-        )
+        detail = f"at {where.endpoint or 'AWS'} (s3://{where.bucket}/{key or where.prefix}): {err}"
+        _log.warning("%s: the %s did not answer %s", what, store, detail)
         # Not chained: botocore's words name the endpoint, an internal address, and an
         # activity's failure carries its causes' messages into the Run's history.
-        raise StoreUnavailable(f"{what}: the {store} did not answer ({how})") from None
+        message = f"{what}: the {store} did not answer ({how})"
+        raise StoreUnavailable(message, detail=detail) from None

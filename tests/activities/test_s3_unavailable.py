@@ -136,6 +136,7 @@ async def test_a_refused_connection_is_unavailable_naming_what_not_where(
         f"{kind.what}: the {kind.name} did not answer (connection failed: EndpointConnectionError)"
     )
     assert caught.value.__cause__ is None  # botocore's words name the endpoint
+    assert endpoint in caught.value.detail  # for the log of the process that asked
     logged = [r.getMessage() for r in caplog.records if "did not answer at" in r.getMessage()]
     assert len(logged) == 1 and endpoint in logged[0] and BUCKET in logged[0], logged
 

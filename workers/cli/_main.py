@@ -52,10 +52,13 @@ def _psych_refusal(err: Exception) -> str | None:
     """
     if "psych_runtime.specs" not in sys.modules:
         return None
-    from psych_runtime.specs import PsychError, Refused
+    from psych_runtime.specs import PsychError, Refused, StoreUnavailable
 
     if isinstance(err, Refused):
         return f"psych: refused ({err.kind}): {err}"
+    if isinstance(err, StoreUnavailable) and err.detail:
+        # The operator's own command: where the store is helps, and no Run's caller sees it.
+        return f"psych: {err}; {err.detail}"
     if isinstance(err, PsychError):
         return f"psych: {err}"
     return None
