@@ -51,7 +51,10 @@ class S3VersionStore:
     ``publish`` writes with ``If-None-Match: *``: the first publisher of a hash wins and
     every later one (another worker, a retried activity) reads that Version back, so all
     agree on its ``published_at``. ``get`` re-verifies what it reads, as the file store does.
-    The client opens on first use (thread-safe; botocore clients are).
+    The client opens on first use (thread-safe; botocore clients are); ``close()`` ends its
+    connections when done (a keep-alive connection otherwise stays open until the client
+    is collected). A request S3 did not answer raises ``StoreUnavailable`` naming the
+    Version by hash, not the endpoint (``s3_answering``).
     """
 
     def __init__(self, location: S3Location) -> None:

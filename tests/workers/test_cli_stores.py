@@ -1,6 +1,7 @@
 """``psych worker``, ``dev``, ``oauth-callback``, ``validate --check-connections`` and ``psych
 report --inputs`` close the S3 stores they open, on a normal
-exit and on an error exit, as ``psych serve`` does at its shutdown.
+exit and on an error exit, as ``psych serve`` does at its shutdown; ``close_stores`` ends an
+S3 version store's connections too.
 
 An S3 store's client (an aiohttp session and its connection pool) opens on first use; one
 never closed is reported when it is collected: "Unclosed client session" on the
@@ -22,9 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from psych_runtime.activities.blobs import S3BlobStore
-from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.activities.blobs import S3BlobStore, S3Location
+from psych_runtime.activities.versions import S3VersionStore
+from psych_runtime.specs import AgentBuilder, NotFound, Scope
 from psych_runtime.testing import Reply
+from psych_runtime.workers.cli._stores import close_stores
 from tests._ports import free_port
 from tests._s3_server import S3_ENV, S3Server, s3_server
 from tests.mcp.oauth_fixture import start_oauth_server
@@ -197,3 +200,42 @@ async def test_validate_check_connections_closes_its_s3_token_store(
     assert child.returncode == 0, errors
     assert "no usable token is held for tenant 'acme'" in errors
     assert "unclosed" not in errors, errors
+
+
+async def test_close_stores_ends_an_s3_version_stores_connections() -> None:
+    # botocore's synchronous client (the version store's) keeps its keep-alive connection
+    # until the client is collected, and urllib3 then closes it without a warning: nothing
+    # a child process would report. What closing shows is the server seeing the
+    # connection end. Before, close_stores passed over an S3VersionStore (and `psych
+    # serve`, `worker`, `dev`, `run` and `publish` never closed theirs).
+    ended = asyncio.Event()
+    body = b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>"
+
+    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = f"HTTP/1.1 404 Not Found\r\nContent-Length: {len(body)}\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        await reader.read()  # b"" once the client closes its side
+        ended.set()
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(keep_alive, "127.0.0.1", port)
+    env = {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            store = S3VersionStore(
+                S3Location(bucket="b", endpoint=f"http://127.0.0.1:{port}", region="us-east-1")
+            )
+            with pytest.raises(NotFound):
+                await asyncio.to_thread(store.get, "sha256:" + "ab" * 32)
+        assert not ended.is_set()  # the connection is kept for the next request
+        await close_stores(store)
+        async with asyncio.timeout(10):
+            await ended.wait()
+    finally:
+        server.close()
+        await server.wait_closed()

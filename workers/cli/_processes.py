@@ -339,7 +339,7 @@ async def _worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # a bad --tools, --ask or script fails before connecting
     # The stores it built from the environment (S3's hold connections), closed once its
     # workers have stopped, or when it fails.
-    async with closing_stores(settings.blobs, settings.tokens):
+    async with closing_stores(settings.blobs, settings.tokens, settings.versions):
         await _work(args, settings)
     print("worker stopped", flush=True)
     return 0
@@ -418,7 +418,7 @@ async def _dev(args: argparse.Namespace) -> int:
         raise PsychError(f"--port {args.port} + 1000 is no port for the UI: give --ui-port")
     with db_lock(args.db) if args.db is not None else contextlib.nullcontext():
         # As `psych worker`, it closes the stores it built from the environment.
-        async with closing_stores(settings.blobs, settings.tokens):
+        async with closing_stores(settings.blobs, settings.tokens, settings.versions):
             return await _dev_on(args, settings, fake, ui_port)
 
 

@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.blobs import blob_store_from_env
 from psych_runtime.activities.versions import FileVersionStore, version_store_at
-from psych_runtime.specs import PsychError, Scope, SpecError, env_flag
+from psych_runtime.specs import PsychError, Scope, SpecError, VersionStore, env_flag
 from psych_runtime.workers._client import connect
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_blobs
@@ -159,9 +159,14 @@ def roles_apart_of(args: argparse.Namespace) -> bool:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    roles_apart = roles_apart_of(args)
     where, source = store_location(args)
     store = version_store_at(where, source=source)
+    async with closing_stores(store):  # an S3 version store's client
+        return await _run_on(args, store)
+
+
+async def _run_on(args: argparse.Namespace, store: VersionStore) -> int:
+    roles_apart = roles_apart_of(args)
     registry = load_registry(args)
     spec = checked_spec(args.file, registry)
     if spec is None:

@@ -199,7 +199,8 @@ async def serve_settings(
     """What ``psych serve`` builds its app from: its flags, its settings file's sections and
     the environment's stores, with the Temporal client ``connect`` makes once they are
     checked (nothing is connected to for settings that are refused). The blob and token
-    stores that hold connections (S3's) are closed by the app's shutdown (``at_shutdown``).
+    stores that hold connections (S3's) are closed by the app's shutdown (``at_shutdown``),
+    and so is an S3 version store.
 
     Raises:
         PsychError: a setting is wrong (names which), or no credential is accepted.
@@ -239,8 +240,9 @@ async def serve_settings(
         max_body_bytes=args.max_body_bytes or section.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         push_tokens=tenant_sealed_tokens(temporal, tokens),
         egress=egress,
-        # The S3 stores' clients and connection pools: nothing else closes them.
-        at_shutdown=(functools.partial(close_stores, blobs, tokens),),
+        # The S3 stores' clients and connection pools (the Versions' too): nothing else
+        # closes them.
+        at_shutdown=(functools.partial(close_stores, blobs, tokens, store),),
     )
 
 

@@ -334,7 +334,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return 1
     for warning in egress_warnings(spec, args):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
+    from psych_runtime.workers.cli._stores import close_version_store
+
     where, source = store_location(args)
-    version = version_store_at(where, source=source).publish(spec)
+    store = version_store_at(where, source=source)
+    try:
+        version = store.publish(spec)
+    finally:
+        close_version_store(store)
     print(f"{version.hash}  {spec.kind} {spec.name}  published {version.published_at.isoformat()}")
     return 0

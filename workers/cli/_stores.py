@@ -1,4 +1,4 @@
-"""The blob and token stores a ``psych`` command opens from its environment, closed by it.
+"""The stores a ``psych`` command opens from its environment, closed by it.
 
 An S3 store (``PSYCH_BLOB_URL``: the blob store, and the token store kept in the same
 bucket) opens a client, an aiohttp session and its connection pool, on first use, and
@@ -10,6 +10,11 @@ printed or refused, ``psych oauth-callback`` once its server stops, ``psych vali
 --check-connections`` once the check is done, in the event loop that used the store
 (``closing_stores``). Before, only ``psych serve`` did, and the others' sessions were
 reported "Unclosed client session" when collected.
+
+An S3 version store (``PSYCH_STORE=s3://...``) holds botocore's synchronous client, whose
+urllib3 pool closes its sockets when collected, silently; it is closed alike (``serve``,
+``worker``, ``dev``, ``run``; ``publish`` with ``close_version_store``) so its keep-alive
+connections end with the command rather than with the collector.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from psych_runtime.activities.blobs import S3BlobStore
 from psych_runtime.activities.tokens import S3TokenStore
+from psych_runtime.activities.versions import S3VersionStore
 
 
 async def close_stores(*stores: object) -> None:
-    """Close each of ``stores`` that holds connections (an ``S3BlobStore`` or
-    ``S3TokenStore``); the others (a directory's store, None) hold none.
+    """Close each of ``stores`` that holds connections (an ``S3BlobStore``,
+    ``S3TokenStore`` or ``S3VersionStore``); the others (a directory's store, None) hold
+    none.
 
     Each is closed even when closing another fails; the last failure is raised, chained
     to those before it.
@@ -32,6 +39,15 @@ async def close_stores(*stores: object) -> None:
         for store in stores:
             if isinstance(store, S3BlobStore | S3TokenStore):
                 closing.push_async_callback(store.aclose)
+            else:
+                closing.callback(close_version_store, store)
+
+
+def close_version_store(store: object) -> None:
+    """Close ``store`` if it is an ``S3VersionStore`` (its client's connections); a
+    directory's store holds none."""
+    if isinstance(store, S3VersionStore):
+        store.close()
 
 
 @asynccontextmanager
