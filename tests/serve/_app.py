@@ -17,7 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.activities.versions import FileVersionStore
-from psych_runtime.specs import TenantPermits, ToolRegistry
+from psych_runtime.specs import TenantPermits, ToolRegistry, VersionStore
 from psych_runtime.workers.serve import (
     ApiKey,
     AuthSettings,
@@ -41,16 +41,17 @@ async def api(
     tokens: TokenStore | None = None,
     jwt: JwtSettings | None = None,
     permits: TenantPermits | None = None,
+    versions: VersionStore | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client of the app (ASGI transport), with an acme and a globex API key (and
-    JWTs verified as ``jwt`` says; Runs dispatched within ``permits``)."""
+    JWTs verified as ``jwt`` says; Runs dispatched within ``permits``; Versions in
+    ``versions``, else a directory of ``home``)."""
     # Port 9 (discard) on loopback: lazy, so nothing is ever sent there.
     temporal = await Client.connect(
         "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
     )
-    client = PsychClient(
-        temporal, store=FileVersionStore(home / "versions"), registry=registry, permits=permits
-    )
+    store = versions or FileVersionStore(home / "versions")
+    client = PsychClient(temporal, store=store, registry=registry, permits=permits)
     settings = ServeSettings(
         client, AuthSettings(KEYS, jwt), max_body_bytes=max_body_bytes, tokens=tokens
     )

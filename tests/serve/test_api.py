@@ -13,7 +13,8 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.activities.blobs import S3Location
+from psych_runtime.activities.versions import FileVersionStore, S3VersionStore
 from psych_runtime.specs import (
     AgentBuilder,
     AgentSpec,
@@ -28,6 +29,8 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workers.serve import _run_routes as run_routes
 from psych_runtime.workflows import Record, TurnStarted
+from tests._ports import free_port
+from tests._s3_server import REGION, S3_ENV
 
 from ._app import ACME_KEY, GLOBEX_KEY, api, bearer
 
@@ -317,6 +320,32 @@ async def test_a_damaged_stored_version_is_the_servers_500_naming_no_path(tmp_pa
     assert problem["type"] == "urn:psych:problem:store-damaged"
     assert str(problem["detail"]).startswith(f"the stored Version {version.hash} is damaged")
     assert str(tmp_path) not in run.text
+
+
+async def test_a_version_store_that_does_not_answer_is_a_503_naming_no_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, StoreUnavailable (a PsychError) was answered 409 "conflict": a request that
+    # sent again cannot succeed, though it can once the store answers.
+    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    store = S3VersionStore(S3Location(bucket="versions-bucket", endpoint=nobody, region=REGION))
+    version = "sha256:" + "1" * 64
+    try:
+        async with api(tmp_path, versions=store) as http:
+            run = await http.post(
+                "/v1/runs", json={"version": version, "input": "hi"}, headers=bearer(GLOBEX_KEY)
+            )
+    finally:
+        store.close()
+    problem = assert_problem(run, 503)
+    assert problem["type"] == "urn:psych:problem:store-unavailable"
+    assert problem["detail"] == (
+        f"Version {version} cannot be read: the S3 version store did not answer "
+        "(connection failed: EndpointConnectionError)"
+    )
+    assert nobody not in run.text and "versions-bucket" not in run.text
 
 
 async def test_a_payload_json_cannot_carry_is_refused_not_sent_as_null(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ that does not open, damaged or sealed under other keys), Temporal's
 (no worker answered: 503), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
+``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
+answer; its message names what was asked and the store's kind, never where it is),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
 503 with ``Retry-After``: when they are fetched again) and ``NotPublisher`` (403); anything
 else is a 500 ``internal`` problem that says nothing of it (the server logs it). A
@@ -42,6 +44,7 @@ from psych_runtime.specs import (
     Refused,
     SpecError,
     StoreDamaged,
+    StoreUnavailable,
     ValidationFailed,
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
@@ -127,6 +130,9 @@ def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
             return problem(403, str(err), "not-publisher")
         case PermitsUnavailable():
             return problem(503, str(err), "permits-unavailable")
+        case StoreUnavailable():
+            # Sent again once the store answers, it may succeed (a 409 would say it cannot).
+            return problem(503, str(err), "store-unavailable")
         case NotPermitted():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
             return problem(403, str(err), "not-permitted", problems=problems)
