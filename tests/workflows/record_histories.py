@@ -1741,6 +1741,35 @@ async def a2a_cards_blob_lost(rig: Rig) -> RunHandle:
         return run
 
 
+async def a2a_cards_timed_out(rig: Rig) -> RunHandle:
+    # A peer whose card endpoint takes the connection and never answers, on a worker whose
+    # card fetch waits longer than psych.a2a.cards may run (60 s an attempt, three
+    # attempts): the local activity times out on its last attempt, about three minutes.
+    # Live that reaches the boundary as an ActivityError and the Run settles FAILED ("A2A
+    # cards: ..."); its marker replays as a bare TimeoutError, read the same with patch
+    # psych-a2a-cards-failure-settles (before, the history did not replay).
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    rig.settings.a2a = A2aSettings(card_timeout_seconds=600)
+    spec = rig.agent("a2a").a2a_peer("silent", f"http://127.0.0.1:{port}").build()
+    try:
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "Hello", scope=SCOPE)
+            async with asyncio.timeout(300):
+                with contextlib.suppress(RunFailed):
+                    await rig.client.result(run, scope=SCOPE)
+    finally:
+        for writer in held:
+            writer.close()
+        silent.close()
+    return run
+
+
 async def a2a_cards_blob_lost_before_patch(rig: Rig) -> RunHandle:
     # Recorded before the patch psych-a2a-cards-failure-settles: the workflow execution
     # failed at the boundary; the old branch, never re-recorded.
@@ -2936,6 +2965,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_required_unreachable),
     ("dev", a2a_cards_blob_lost_before_patch),
     ("dev", a2a_cards_blob_lost),
+    ("dev", a2a_cards_timed_out),
     ("dev", workflow_start_cards_settle),
     # A2A, the parts left (issue 24): a peer's question to the person; abort cancels
     ("dev", a2a_peer_question_answered),

@@ -118,10 +118,12 @@ class Peers(Feature):
                     known_hash=state.cards_hash,
                 )
             )
-        except (ActivityError, ApplicationError) as err:
-            # A local activity's non-retryable failure arrives as its own ApplicationError;
-            # a Run whose start did not ask psych-a2a-cards-failure-settles failed unsettled.
-            if isinstance(err, ApplicationError) and not run.patched(
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as err:
+            # A local activity's non-retryable failure (or its last retryable one) arrives
+            # as its own ApplicationError; one that timed out on its last attempt raises an
+            # ActivityError live and its bare TimeoutError where its marker replays. A Run
+            # whose start did not ask psych-a2a-cards-failure-settles raised either bare one.
+            if not isinstance(err, ActivityError) and not run.patched(
                 "psych-a2a-cards-failure-settles"
             ):
                 raise
