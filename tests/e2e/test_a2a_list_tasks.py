@@ -7,6 +7,7 @@ page tokens refused when forged, cut, an old offset, or made for another listing
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from a2a.client import Client
 from a2a.types import ListTasksRequest, ListTasksResponse, TaskState
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InternalError, InvalidParamsError
 from google.protobuf.timestamp_pb2 import Timestamp
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
@@ -362,3 +364,67 @@ async def test_list_tasks_with_include_artifacts_gives_ended_tasks_their_answers
         }
         plain_one = await client.list_tasks(ListTasksRequest(context_id=ids[0]))
         assert answers(plain_one) == {ids[0]: []}
+
+
+async def test_an_answer_that_cannot_be_read_fails_the_page_naming_its_task(
+    harness: Harness,
+) -> None:
+    # A Run shown completed whose workflow an operator then terminated (its result is the
+    # termination): the page failed with "unhandled errors in a TaskGroup (1
+    # sub-exception)", naming neither the task nor why.
+    agent = f"a2a_unread{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    tenant = harness.scope.tenant
+    workflow_id = f"psych-{tenant}-{agent}-0"
+    attributes = [
+        SearchAttributePair(SearchAttributeKey.for_keyword(name), value)
+        for name, value in (
+            ("PsychTenant", tenant),
+            ("PsychAgent", agent),
+            ("PsychStatus", "completed"),
+        )
+    ]
+    started = await harness.env.client.start_workflow(
+        "AgentRun",
+        id=workflow_id,
+        task_queue=f"nobody-{agent}",
+        search_attributes=TypedSearchAttributes(attributes),
+    )
+    await started.terminate("cut off")
+    closed = f"WorkflowId = '{workflow_id}' AND ExecutionStatus = 'Terminated'"
+
+    async def indexed() -> bool:
+        return (await harness.env.client.count_workflows(closed)).count == 1
+
+    await eventually(indexed, what="the terminated execution in visibility")
+    async with (
+        served(harness) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        with pytest.raises(InternalError) as failed:
+            await client.list_tasks(ListTasksRequest(include_artifacts=True))
+    task_id = workflow_id.split("-", 2)[2]
+    assert f"the answer of task {task_id} could not be read: " in failed.value.message
+    assert "terminated" in failed.value.message
+
+
+@pytest.mark.timeout(60)
+async def test_an_ended_task_whose_workflow_is_still_open_is_read_without_waiting_for_it(
+    harness: Harness,
+) -> None:
+    # A Run shows its terminal status before its workflow closes (the next Runs start in
+    # between; a worker lost there leaves it open until another takes it): the page waited
+    # for the workflow's result as long as it stayed open. Its state is read instead, as
+    # GetTask reads it, within the serve's query timeout; here no worker answers.
+    agent = f"a2a_open{uuid.uuid4().hex[:8]}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    async with (
+        started_runs(harness, harness.scope.tenant, agent, 1, [("completed", None)]) as ids,
+        served(harness, query_timeout_seconds=1) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        task_id = ids[0].split("-", 2)[2]
+        with pytest.raises(InternalError) as failed:
+            async with asyncio.timeout(20):
+                await client.list_tasks(ListTasksRequest(include_artifacts=True))
+    assert f"the answer of task {task_id} could not be read: " in failed.value.message

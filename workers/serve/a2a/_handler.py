@@ -108,7 +108,7 @@ class PsychRequestHandler(RequestHandler):
         list_scan: int = LIST_SCAN,
     ) -> None:
         self.client = client
-        self.lister = TaskLister(client, list_scan)
+        self.lister = TaskLister(client, list_scan, query_timeout)
         self.catalogue = catalogue
         self.pushes = pushes
         pushes.resumed = self._taken_over

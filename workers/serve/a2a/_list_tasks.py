@@ -24,8 +24,9 @@ first version.
 
 With ``includeArtifacts`` a page's ended tasks carry their answer artifact, as GetTask's
 do: each is read from its Run's result (Temporal's close event; a Run whose workflow was
-cancelled, its state), ``ANSWERS_AT_ONCE`` at a time; a failed Run has no answer, and an
-answer that cannot be read fails the page naming its task.
+cancelled, its state; a Run whose workflow is still open, its state within the query
+timeout), ``ANSWERS_AT_ONCE`` at a time; a failed Run has no answer, and an answer that
+cannot be read fails the page naming its task.
 """
 
 from __future__ import annotations
@@ -255,10 +256,13 @@ def _is_place(value: object) -> bool:
 
 @dataclass(frozen=True)
 class TaskLister:
-    """ListTasks of every agent, through ``client``; ``scan``: ``LIST_SCAN``."""
+    """ListTasks of every agent, through ``client``; ``scan``: ``LIST_SCAN``;
+    ``query_timeout``: how long an answer read from a Run's state waits for a worker (the
+    serve's, as GetTask's; None: the client's RPC timeout)."""
 
     client: PsychClient
     scan: int = LIST_SCAN
+    query_timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.scan < 1:
@@ -366,18 +370,35 @@ class TaskLister:
         async def read(task: Task, summary: RunSummary) -> None:
             async with gate:
                 try:
-                    result = await self.client.result(summary.workflow_id, scope=scope)
+                    answer = await self._answer(scope, summary)
                 except (PsychError, RPCError) as err:
                     raise InternalError(
                         f"the answer of task {task.id} could not be read: {err}"
                     ) from err
-            if result.answer:
-                task.artifacts.append(answer_artifact(result.answer))
+            if answer:
+                task.artifacts.append(answer_artifact(answer))
 
-        async with asyncio.TaskGroup() as group:
-            for task, summary in shown:
-                if _answered(summary):
-                    group.create_task(read(task, summary))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for task, summary in shown:
+                    if _answered(summary):
+                        group.create_task(read(task, summary))
+        except ExceptionGroup as failed:
+            # The first that failed (the others were cancelled), naming its task: the
+            # group itself said only "unhandled errors in a TaskGroup".
+            raise failed.exceptions[0] from failed
+
+    async def _answer(self, scope: Scope, summary: RunSummary) -> str | None:
+        """The answer of a listed Run that settled: its result once its workflow closed;
+        before (its status shows first, its next Runs start in between, and a worker lost
+        there leaves it open), its state, as GetTask reads it: the result would be waited
+        for as long as the workflow stays open."""
+        if summary.closed_at is None:
+            state = await self.client.status(
+                summary.workflow_id, scope=scope, query_timeout=self.query_timeout
+            )
+            return state.answer
+        return (await self.client.result(summary.workflow_id, scope=scope)).answer
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
         """How many of the agent's tasks are in state ``wanted`` (None: any), as
