@@ -46,6 +46,7 @@ from psych_runtime.activities import Deny, HookCall, Hooks
 from psych_runtime.activities.a2a import A2aSettings
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import PolicyDecision, ToolInfo
+from psych_runtime.activities.mcp import McpSettings
 from psych_runtime.activities.model import (
     ContextRequest,
     ContextSettings,
@@ -1856,6 +1857,44 @@ async def workflow_mcp_tool_step(rig: Rig) -> RunHandle:
         return await rig.run(spec, "go")
 
 
+async def workflow_mcp_discovery_timed_out(rig: Rig) -> RunHandle:
+    # A WorkflowRun's tool step names a tool of an MCP server that takes the connection and
+    # never answers, on a worker whose connect bound is longer than psych.mcp.list_tools
+    # may run (60 s an attempt, three attempts): the local activity times out on its last
+    # attempt, about three minutes. Live that reaches the step as an ActivityError and the
+    # Run settles FAILED ("MCP discovery failed: ..."); its marker replays as a bare
+    # TimeoutError, read the same with patch psych-a2a-cards-failure-settles (before, the
+    # history did not replay).
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    rig.settings.mcp = McpSettings(connect_timeout_seconds=600)
+    spec = WorkflowSpec.model_validate(
+        {
+            "name": "mcp-silent",
+            "mcp_servers": [{"name": "tools", "url": f"http://127.0.0.1:{port}/mcp"}],
+            "steps": [
+                {"kind": "tool", "name": "greet", "tool": "tools__echo", "arguments": {}},
+            ],
+        }
+    )
+    try:
+        async with rig.worker():
+            run = await rig.client.dispatch(spec, "go", scope=SCOPE)
+            async with asyncio.timeout(300):
+                with contextlib.suppress(RunFailed):
+                    await rig.client.result(run, scope=SCOPE)
+    finally:
+        for writer in held:
+            writer.close()
+        silent.close()
+    return run
+
+
 async def mcp_input_required_answered(rig: Rig) -> RunHandle:
     # A 2026-07-28 server asks how many before it orders: a question, then the retried call.
     server = start_modern_server()
@@ -2966,6 +3005,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_cards_blob_lost_before_patch),
     ("dev", a2a_cards_blob_lost),
     ("dev", a2a_cards_timed_out),
+    ("dev", workflow_mcp_discovery_timed_out),
     ("dev", workflow_start_cards_settle),
     # A2A, the parts left (issue 24): a peer's question to the person; abort cancels
     ("dev", a2a_peer_question_answered),

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -149,6 +150,7 @@ async def refresh(
     log: RecordLog,
     consent: Callable[[McpConsent, str], Awaitable[str | None]] | None = None,
     refused: Mapping[str, str] | None = None,
+    timeouts_settle: bool = False,
 ) -> Turn:
     """Resolve a workflow step's catalogue (the base one alone when the Run has no servers,
     or none but those whose consent a person ``refused``: the Run's own, as ``consent``
@@ -157,7 +159,10 @@ async def refresh(
     A server that needs a person's consent suspends the Run through ``consent`` (then
     discovery is asked again; a refused consent fails the Run naming it, unless the server
     is optional: then it is left out, as an agent's turn leaves it out); without it, that
-    fails the Run like an unreachable server.
+    fails the Run like an unreachable server. ``timeouts_settle``: the Run asked
+    ``psych-a2a-cards-failure-settles`` at its start, so a discovery that timed out on its
+    last attempt fails it too where its marker replays (there the SDK raises the bare
+    ``TimeoutError``; live, an ``ActivityError``).
 
     Raises:
         Stop: FAILED when a non-optional server is unreachable, refused, or discovery
@@ -181,8 +186,10 @@ async def refresh(
                 )
             )
             break
-        except (ActivityError, ApplicationError) as err:
-            needed = consent_of(err)
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as err:
+            if isinstance(err, TemporalTimeoutError) and not timeouts_settle:
+                raise  # a Run recorded before: the replayed timeout failed it unsettled
+            needed = None if isinstance(err, TemporalTimeoutError) else consent_of(err)
             if needed is None or consent is None:
                 raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
             why = await consent(needed, f"step-{turn}")
@@ -318,6 +325,7 @@ class Mcp(Feature):
             log=run.log,
             consent=run.await_consent,
             refused=run.suspensions.consents_refused,
+            timeouts_settle=run.patched("psych-a2a-cards-failure-settles"),
         )
 
     def carry(self) -> Any:

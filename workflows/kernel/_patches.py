@@ -44,8 +44,10 @@ class StartPatches:
     (``psych-a2a-cards-failure-settles``; ``features/_a2a.py``): before, a non-retryable
     failure of that local activity reached the Run as the activity's own error and failed
     the workflow unsettled (no ``RunSettled``), and one that timed out on its last attempt
-    settled live but replayed as its bare ``TimeoutError``, let through. Such a Run also
-    has every change of the patches below."""
+    settled live but replayed as its bare ``TimeoutError``, let through; the same holds for
+    a workflow tool step's MCP discovery (``psych.mcp.list_tools``, ``features/_mcp.py``),
+    whose timeout likewise settles FAILED on replay too. Such a Run also has every change of
+    the patches below."""
     outputs_bounded: bool
     """A workflow's outputs are bounded (``psych-workflow-outputs-bounded``): a step whose
     output would take them past ``runs/_step_output.MAX_OUTPUTS_BYTES`` fails the Run,
