@@ -9,18 +9,21 @@ Temporal's own contrib plugins do. So its place in a ``plugins=[...]`` list does
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self, cast
 
 from pydantic import ValidationError
+from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
+    ActivitySerializationContext,
     DataConverter,
     DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
     EncodingPayloadConverter,
     PayloadCodec,
+    SerializationContext,
 )
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
@@ -128,6 +131,43 @@ class PsychPayloadConverter(PydanticPayloadConverter):
         else:
             self.converters = shared
 
+    def with_context(self, context: SerializationContext) -> Self:
+        """For an activity's payloads, ``ActivityPayloadConverter``: a result the workflow
+        cannot read fails its workflow task, not the Run (see there)."""
+        mine = type(self) is PsychPayloadConverter  # a subclass of a user's is theirs
+        if mine and isinstance(context, ActivitySerializationContext):
+            return cast(Self, ActivityPayloadConverter())
+        return super().with_context(context)
+
+
+class ActivityPayloadConverter(PsychPayloadConverter):
+    """``PsychPayloadConverter`` for an activity's payloads (``ActivitySerializationContext``).
+
+    pydantic's ``ValidationError`` fails a workflow (``PsychPlugin``), so that a malformed
+    Run input fails the Run rather than its task retrying forever. An activity's result
+    that a workflow worker cannot read is another matter: during a rolling upgrade it is
+    one a worker of a later build sent, with a field this build does not know (the
+    contract forbids unknown fields; ``tests/workflows/histories/README.md``, compatibility
+    notes). It must fail the workflow task, retried until a worker of the later build
+    takes it, not the Run: the SDK fails the workflow on a failure type only, so the
+    error is raised as a ``RuntimeError`` (the activity worker, decoding its input, turns
+    any error into the activity's failure, as before).
+    """
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        try:
+            return super().from_payloads(payloads, type_hints)
+        except ValidationError as err:
+            raise RuntimeError(
+                f"an activity's payload this worker cannot read (a worker of a later build "
+                f"sent it?): {err}"
+            ) from err
+
+    def with_context(self, context: SerializationContext) -> Self:
+        return self
+
 
 PSYCH_DATA_CONVERTER = DataConverter(payload_converter_class=PsychPayloadConverter)
 """The data converter of a client the plugin is given none: pydantic's payloads."""
@@ -157,7 +197,8 @@ class PsychPlugin(SimplePlugin):
     than the workflow task (which Temporal would retry forever): a Run started with a
     malformed input (by hand, with the plain ``temporal`` CLI) fails at once, saying which
     field is wrong. A malformed signal is still only logged and dropped by the SDK, and a
-    malformed update rejected.
+    malformed update rejected. An activity's result the workflow cannot read fails only
+    the workflow task (``ActivityPayloadConverter``: a later build's field, mid-upgrade).
 
     Each setting extends what the client or worker already has (a payload codec, a failure
     converter, another plugin's passthrough modules, an unsandboxed runner), so the plugin
