@@ -136,7 +136,7 @@ class PsychPayloadConverter(PydanticPayloadConverter):
         cannot read fails its workflow task, not the Run (see there)."""
         mine = type(self) is PsychPayloadConverter  # a subclass of a user's is theirs
         if mine and isinstance(context, ActivitySerializationContext):
-            return cast(Self, ActivityPayloadConverter())
+            return cast(Self, _activity_converter())
         return super().with_context(context)
 
 
@@ -167,6 +167,17 @@ class ActivityPayloadConverter(PsychPayloadConverter):
 
     def with_context(self, context: SerializationContext) -> Self:
         return self
+
+
+_ACTIVITY_CONVERTER: list[ActivityPayloadConverter] = []
+
+
+def _activity_converter() -> ActivityPayloadConverter:
+    """The process's one ``ActivityPayloadConverter``: it holds no context, and the SDK asks
+    for one for every activity payload (its input, its result), a few times a turn."""
+    if not _ACTIVITY_CONVERTER:
+        _ACTIVITY_CONVERTER.append(ActivityPayloadConverter())
+    return _ACTIVITY_CONVERTER[0]
 
 
 PSYCH_DATA_CONVERTER = DataConverter(payload_converter_class=PsychPayloadConverter)
