@@ -2473,6 +2473,37 @@ async def spawn_with_unbudgeted_fallbacks(rig: Rig) -> RunHandle:
     return await rig.run(lead, "Where is order 42?")
 
 
+async def spawn_with_a_blank_envelope_model(rig: Rig) -> RunHandle:
+    """``spawn_and_wait`` by a lead whose spawn envelope lists a blank model beside its own
+    (valid until 9964667): the composed child, which inherits the envelope, is published
+    and started on the lead's model. Recorded at 4f66e43 with 9964667's blank-model check
+    taken out of specs/_validation.py: the old branch, never re-record."""
+    _spawn_wiring(rig)
+    lead = (
+        rig.agent("lead")
+        .instructions("You lead.")
+        .tool("lookup_order")
+        .spawn(tools=["lookup_order"], models=["fake-model", ""])
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if "You lead." in messages[0]["content"]:
+            if last["role"] == "user":
+                return Reply.tool_calls(_spawn_call(["lookup_order"]))
+            if last["content"].startswith('{"child"'):
+                return Reply.tool_calls(ToolCall("wait_children", {}))
+            return Reply.text("The finder says: " + last["content"])
+        if last["role"] == "user":
+            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
+        return Reply.text("Order 42 is delivered.")
+
+    rig.fake.responder = respond
+    return await rig.run(lead, "Where is order 42?")
+
+
 async def spawn_refused(rig: Rig) -> RunHandle:
     rig.fake.enqueue(
         Reply.tool_calls(_spawn_call(["flaky"])),  # outside the envelope: refused
@@ -3040,6 +3071,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", spawn_refused),
     # a lead Version with fallbacks under a transient budget of 0 spawns (before 12f58df)
     ("dev", spawn_with_unbudgeted_fallbacks),
+    # a lead Version with a blank spawn.models entry spawns (before 9964667)
+    ("dev", spawn_with_a_blank_envelope_model),
     # max_fanout_per_turn counts spawned children too (issue 26, item 5)
     ("dev", fanout_capped),
     # hot path (issue 15): the roles opt-in
