@@ -29,7 +29,14 @@ from a2a.types import (
 )
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
-from psych_runtime.specs import AgentSpec, NotFound, PsychError, Version, VersionStore
+from psych_runtime.specs import (
+    AgentSpec,
+    NotFound,
+    PsychError,
+    StoreUnavailable,
+    Version,
+    VersionStore,
+)
 from psych_runtime.workflows import is_spawned
 
 SECURITY_SCHEME = "bearer"
@@ -109,6 +116,11 @@ class AgentCatalogue:
             version = self.store.get(version_hash)
         except NotFound:
             return  # deleted since the listing: the next one will not list it
+        except StoreUnavailable:
+            # Not damaged: the store did not answer. Served as damaged, an older Version of
+            # its agent would stand in and run new tasks; the lookup fails instead (503),
+            # and the listing, not counted, is made again by the next request.
+            raise
         except PsychError as err:
             # Damaged (or of a newer schema): not served, and said so at every listing
             # until it is mended (publishing its Spec again does), without failing the
