@@ -44,6 +44,15 @@ class TcpGate:
             pipe.cancel()
         await asyncio.gather(*pipes, return_exceptions=True)
 
+    def shut(self) -> None:
+        """``close`` from synchronous code in the gate's loop (a fake model's responder):
+        new connections are refused at once, those open are cut as their pipes end."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None

@@ -84,9 +84,11 @@ class CompactResult(_Payload):
 
 
 class UnusedSummary(_Payload):
-    """The details of a ``CompactionFailed`` error raised after the summariser answered
-    (an empty summary): what its answer cost, which the Run's totals count though no
-    summary came of it."""
+    """What an answer that came to no use cost, which the Run's totals count all the same:
+    the details of a ``CompactionFailed`` error raised after the summariser answered (an
+    empty summary), and the second details of a ``ModelCallFailed`` error raised after the
+    model answered (its answer could not be stored, say; the first is the
+    ``ModelFailure``)."""
 
     usage: Usage
     cost: float | None = None

@@ -40,6 +40,7 @@ from psych_runtime.activities.contract import (
     SlimModelCallInput,
     SlimModelCallResult,
     ToolDefinition,
+    UnusedSummary,
     Usage,
     full_model_input,
     slim_model_result,
@@ -74,6 +75,7 @@ from psych_runtime.activities.model._wire import (
     _read_capped,
     _timeout,
     _too_large,
+    _unreported,
 )
 from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.telemetry import chat_span
@@ -239,16 +241,19 @@ class ModelActivities(ActivityClass):
 
         Raises:
             ApplicationError: type ``ModelCallFailed``, non-retryable, category BENIGN,
-                details a ``ModelFailure`` saying whether the failure is transient.
+                details a ``ModelFailure`` saying whether the failure is transient, then,
+                when the model answered before it, an ``UnusedSummary`` (what it billed).
         """
-        started = time.monotonic()
-        redact = Redactor()
+        started, redact = time.monotonic(), Redactor()
+        paid: list[UnusedSummary] = []  # what the answer cost, once one came (``_complete``)
         with chat_span(input) as span:
             try:
                 # Beats from the start: rebuilding a long conversation from a slow BlobStore
                 # happens before the request and must not look like a lost worker.
                 async with _heartbeating(None if deltas is None else deltas.details):
-                    answer = await self._complete(input, started, redact, deltas, remember, context)
+                    answer = await self._complete(
+                        input, started, redact, deltas, remember, context, paid
+                    )
                     return span.done(answer)
             except McpConsentRequired as err:
                 # Not the model's failure either: the Run suspends until a person consents.
@@ -282,6 +287,8 @@ class ModelActivities(ActivityClass):
                 raise ApplicationError(
                     failure.message,
                     failure.model_dump(mode="json"),
+                    # An answer came before the failure (storing it, say): it was billed.
+                    *(answer.model_dump(mode="json") for answer in paid),
                     type=ErrorType.MODEL_CALL_FAILED,
                     non_retryable=True,
                     category=ApplicationErrorCategory.BENIGN,
@@ -295,6 +302,7 @@ class ModelActivities(ActivityClass):
         deltas: AttemptDeltas | None,
         remember: bool,
         context: bool,
+        paid: list[UnusedSummary],
     ) -> ModelCallResult:
         endpoint = self.endpoints.for_model(input.model)
         if endpoint.api_key:
@@ -342,6 +350,8 @@ class ModelActivities(ActivityClass):
 
         reader = _Stream(started=started, deltas=deltas, redact=redact) if stream else None
         answer = await self._send(url, request, headers, input, started, reader)
+        usage, cost = answer.usage or Usage(), call_cost(self.pricing, input.model, answer.usage)
+        paid.append(UnusedSummary(usage=usage, cost=cost))  # billed, whatever follows
         answer = dataclasses.replace(
             answer,
             text=redact(answer.text),
@@ -370,8 +380,6 @@ class ModelActivities(ActivityClass):
             kept = self.conversations.cached(head)
             tail = None if kept is None else kept[-len(new_messages) - 1 :]
             self.requests.remember(context_ref, head, request, new_messages, tail)
-        usage = answer.usage or Usage()
-        cost = call_cost(self.pricing, input.model, answer.usage)
         info = activity.info()
         queue_wait = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
         result = ModelCallResult(
@@ -488,11 +496,3 @@ class ModelActivities(ActivityClass):
         except httpx.ReadTimeout as err:
             raise StreamIdle(idle, streamed=stream is not None) from err
         return stream.answer(input.turn)
-
-
-def _unreported(usage: Usage | None) -> bool:
-    """Whether a provider's ``usage`` tells nothing of the prompt's size: none came, or it
-    says zero input, cache-read and cache-write tokens (no request is that small)."""
-    return usage is None or not (
-        usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
-    )

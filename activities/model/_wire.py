@@ -353,3 +353,11 @@ async def _heartbeating(details: LiveAttempt | None = None) -> AsyncIterator[Non
         yield
     finally:
         timer.cancel()
+
+
+def _unreported(usage: Usage | None) -> bool:
+    """Whether a provider's ``usage`` tells nothing of the prompt's size: none came, or it
+    says zero input, cache-read and cache-write tokens (no request is that small)."""
+    return usage is None or not (
+        usage.input_tokens or usage.cache_read_tokens or usage.cache_write_tokens
+    )

@@ -21,6 +21,8 @@ from psych_runtime.activities.contract import (
     ChatMessage,
     ModelCallInput,
     ModelFailure,
+    UnusedSummary,
+    Usage,
 )
 from psych_runtime.activities.model import Endpoint, ModelActivities, ModelEndpoints
 from psych_runtime.activities.model._failures import MAX_RESULT_BYTES
@@ -80,7 +82,7 @@ async def failure(
         await ActivityEnvironment().run(acts.complete, input)
     error = caught.value
     assert error.type == MODEL_CALL_FAILED
-    (details,) = error.details
+    details = error.details[0]  # then, when the model answered first, what it billed
     return error, ModelFailure.model_validate(details)
 
 
@@ -203,9 +205,11 @@ async def test_an_answer_too_large_for_temporal_fails_at_once_naming_its_size(
 ) -> None:
     text = "x" * (MAX_RESULT_BYTES + 1000)
     with Upstream(lambda _: Answer(200, completion(text))) as upstream:
-        _, parsed = await failure(activities(upstream, blobs, http), call(stream=stream))
+        error, parsed = await failure(activities(upstream, blobs, http), call(stream=stream))
 
     assert not parsed.transient
+    (_, paid) = error.details  # the answer came, and was billed: the Run's totals count it
+    assert UnusedSummary.model_validate(paid).usage == Usage(input_tokens=3, output_tokens=2)
     assert "response too large: " in parsed.message
     assert f"more than the {MAX_RESULT_BYTES} bytes a model call may return" in parsed.message
     found = re.search(r"response too large: (\d+) bytes of result,", parsed.message)

@@ -19,7 +19,8 @@ import pytest
 
 from psych_runtime.activities.blobs import S3BlobStore, parse_s3_url
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.specs import Limits, RunFailed
+from psych_runtime.specs import AgentBuilder, Limits, RunFailed
+from psych_runtime.testing import Reply, Usage
 from psych_runtime.workers import run_worker
 from psych_runtime.workflows import ModelCallFailed, ModelCallFinished, RunHandle
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
@@ -140,3 +141,37 @@ async def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_blob(
     assert [(r.turn, r.transient, r.budget_left) for r in failed] == [(2, True, 0), (2, True, 0)]
     assert len(harness.fake.requests) == 1  # turn 2's call never reached the model
     logged_with_endpoint(caplog, gate, bucket)
+
+
+async def test_an_answer_the_store_could_not_keep_is_counted_in_the_runs_totals(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # The model answered (the provider billed it), then storing the answer found the store
+    # gone: a transient failure, so the call is made again once the store answers. Each
+    # answer the provider sent is in the Run's totals (until 12-06 the first was lost).
+    answered = Usage(input_tokens=100, output_tokens=10)
+    sent: list[str] = []
+
+    def respond(body: dict[str, object]) -> Reply:
+        if not sent:
+            gate.shut()  # the answer is on its way; the store it is kept in is gone
+        sent.append("answer")
+        return Reply.text("Hello.", usage=answered)
+
+    harness.fake.responder = respond
+    spec = AgentBuilder("greeter").model("fake-model").limits(transient_retry_budget=8).build()
+    async with worker_behind(harness, s3, gate):
+        run = await harness.client.dispatch(spec, "Hi", scope=harness.scope)
+
+        async def failed_once() -> bool:
+            records = await all_records(harness.client, run, harness.scope)
+            return any(isinstance(r, ModelCallFailed) for r in records)
+
+        await eventually(failed_once, what="a model call failed storing its answer")
+        await gate.open()
+        result = await harness.client.result(run, scope=harness.scope)
+
+    assert result.answer == "Hello."
+    usage = result.totals.usage
+    assert len(sent) >= 2
+    assert (usage.input_tokens, usage.output_tokens) == (100 * len(sent), 10 * len(sent))

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import CallDone, Feature, RunView
+    from psych_runtime.workflows.kernel._model_calls import paid_answer
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
 
@@ -118,7 +119,8 @@ def compacted(state: CompactionState, cut: int, result: CompactResult) -> Compac
 
 
 def unused_summary(err: ActivityError) -> UnusedSummary | None:
-    """What a summariser answer that could not be used cost (None: no answer came)."""
+    """What a summariser answer that could not be used cost (None: no answer came): an
+    empty summary's, or one the summariser call failed after (``paid_answer``)."""
     cause = err.__cause__
     if (
         isinstance(cause, ApplicationError)
@@ -126,7 +128,7 @@ def unused_summary(err: ActivityError) -> UnusedSummary | None:
         and cause.details
     ):
         return UnusedSummary.model_validate(cause.details[0])
-    return None
+    return paid_answer(err)
 
 
 class Compaction(Feature):

@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from psych_runtime.activities.contract import ErrorType, ModelFailure
+    from psych_runtime.activities.contract import ErrorType, ModelFailure, UnusedSummary
 
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
@@ -58,3 +58,16 @@ def model_failure(err: ActivityError, cause_text: str) -> ModelFailure:
             message=f"model call timed out ({cause.type.name if cause.type else 'timeout'})",
         )
     return ModelFailure(transient=True, message=f"model call failed: {cause_text}")
+
+
+def paid_answer(err: ActivityError) -> UnusedSummary | None:
+    """What the answer of a failed model call billed, when one came before the failure
+    (storing it, say: the ``ModelCallFailed`` error's second details); None: none came."""
+    cause = err.__cause__
+    if (
+        isinstance(cause, ApplicationError)
+        and cause.type == ErrorType.MODEL_CALL_FAILED
+        and len(cause.details) > 1
+    ):
+        return UnusedSummary.model_validate(cause.details[1])
+    return None

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._model_calls import (
         budget_left,
         model_failure,
+        paid_answer,
         ready_model,
         retry_delay,
     )
@@ -280,6 +281,9 @@ class TurnLoop(ToolBatches):
                     self._uncount()
                     raise Stop(RunStatus.FAILED, err.__cause__.message) from err
                 failure = model_failure(err, cause_text(err))
+                paid = paid_answer(err)
+                if paid is not None:  # the model answered (billed) before the call failed
+                    self.add_usage(paid.usage, paid.cost)
                 left = budget_left(self._budget, self._totals.transient_failures, failure)
                 self._log.add(
                     ModelCallFailed(
