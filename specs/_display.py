@@ -6,9 +6,7 @@ and both are bounded: every string is capped, every list is capped, and links mu
 http(s), because what the model writes ends up in a report and on a terminal that a person
 reads (a ``javascript:`` or ``file:`` link there is an attack, not a link, and so is an
 escape sequence: no string may hold a C0 or C1 control character, except newline and tab
-in the long text fields, ``body`` and ``value``; nor a bidirectional embedding, override or
-isolate, which reorders the text shown around it, so a title or label could show other
-words than it holds).
+in the long text fields, ``body`` and ``value``).
 
 The bounds are part of the contract (docs/guides/context.md):
 
@@ -68,28 +66,17 @@ def _http_only(url: str) -> str:
 # C0 controls, DEL and C1 controls: ESC starts ANSI and OSC 8 sequences (colours, cursor
 # moves, hidden hyperlinks) and C1 CSI/OSC do the same in one character, so a string
 # holding any of them would act on the terminal psych run/report/status print it to.
-# The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) do
-# not act on a terminal but reorder what is shown around them (CVE-2021-42574's "Trojan
-# Source"): a label could read otherwise than it is written, in a terminal or the console.
-# The marks (U+200E, U+200F, U+061C) change no order but a neutral's, and stay allowed.
-_BIDI = "\u202a-\u202e\u2066-\u2069"
-_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
-_CONTROL_BUT_LAYOUT = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _refuse_control(pattern: re.Pattern[str], allowed: str) -> Any:
     def check(value: str) -> str:
         found = pattern.search(value)
         if found is not None:
-            char = found.group()
-            does = (
-                "it would reorder the text shown around it"
-                if char >= "\u2000"
-                else "it would act on the terminal that prints it"
-            )
             raise ValueError(
-                f"control character U+{ord(char):04X} at position {found.start()} "
-                f"is not allowed ({allowed}): {does}"
+                f"control character U+{ord(found.group()):04X} at position {found.start()} "
+                f"is not allowed ({allowed}): it would act on the terminal that prints it"
             )
         return value
 

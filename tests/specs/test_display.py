@@ -156,30 +156,6 @@ def test_component_strings_with_control_characters_are_refused(
     assert f"{where}: Value error, control character {char}" in reason
 
 
-@pytest.mark.parametrize("char", ["\u202e", "\u202a", "\u2066", "\u2069"])
-def test_bidirectional_overrides_and_isolates_are_refused(char: str) -> None:
-    # A right-to-left override made a card's link text or a task title read otherwise
-    # than it was written ("Trojan Source"), in psych report and in the console alike.
-    for reason, where in (
-        (parse_tasks({"tasks": [{"title": f"pay {char}gnp.exe"}]}), "tasks.0.title"),
-        (
-            parse_component({"component": {"kind": "card", "title": "t", "body": f"a{char}b"}}),
-            "component.card.body",
-        ),
-    ):
-        assert isinstance(reason, str)
-        assert f"{where}: Value error, control character U+{ord(char):04X}" in reason
-        assert "it would reorder the text shown around it" in reason
-
-
-def test_bidirectional_marks_are_kept() -> None:
-    # A right-to-left mark orders only the neutral characters beside it: real text uses it.
-    card = parse_component(
-        {"component": {"kind": "card", "title": "\u05e9\u05dc\u05d5\u05dd\u200f!"}}
-    )
-    assert isinstance(card, Card)
-
-
 def test_newline_and_tab_are_kept_in_long_text_only() -> None:
     card = parse_component({"component": {"kind": "card", "title": "t", "body": "a\n\tb"}})
     assert isinstance(card, Card)
