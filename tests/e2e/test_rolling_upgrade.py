@@ -12,10 +12,20 @@ from typing import Any
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from psych_runtime.activities import activity_name
-from psych_runtime.activities.contract import TOOL_RUN_CODE, SlimCodeToolCall, role_task_queue
+from psych_runtime.activities.contract import (
+    MODEL_CALL,
+    TOOL_RUN_CODE,
+    ErrorType,
+    ModelFailure,
+    SlimCodeToolCall,
+    SlimModelCallInput,
+    SlimModelCallResult,
+    role_task_queue,
+)
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
@@ -97,6 +107,69 @@ async def test_an_outcome_with_a_field_of_a_later_build_fails_the_task_not_the_r
             # The SDK's words, then ours, naming the likely cause.
             assert failed[0].message == "Failed decoding arguments", failed[0]
             assert "a worker of a later build" in failed[0].cause.message, failed[0]
+            await handle.terminate("test over")
+    finally:
+        await egress.aclose()
+
+
+async def test_a_failure_with_a_field_of_a_later_build_fails_the_task_not_the_run(
+    harness: Harness,
+) -> None:
+    # A model worker of a later build fails the call with a ModelFailure holding a field
+    # this build does not know: its details are an activity's payload as its result is,
+    # read by the workflow (not the SDK), and must fail the workflow task as a result does,
+    # not the Run (until 12-06 pydantic's ValidationError failed it, unsettled).
+    spec = AgentBuilder("crates").model("fake-model").build()
+    settings = dataclasses.replace(harness.settings, roles=("workflows", "tools"), roles_apart=True)
+    egress = egress_for(harness.settings)
+    model = activities_of_role(activities_for(harness.settings, egress), "model")
+
+    @activity.defn(name=MODEL_CALL)
+    async def later_model_call(input: SlimModelCallInput) -> SlimModelCallResult:
+        """A later build's model call failing with a field of its ModelFailure."""
+        failure = ModelFailure(transient=True, message="upstream answered 503")
+        raise ApplicationError(
+            failure.message,
+            {**failure.model_dump(mode="json"), "said_by_a_later_build": True},
+            type=ErrorType.MODEL_CALL_FAILED,
+            non_retryable=True,
+        )
+
+    later = Worker(
+        harness.env.client,
+        task_queue=role_task_queue(settings.task_queue, "model"),
+        activities=[*(fn for fn in model if activity_name(fn) != MODEL_CALL), later_model_call],
+    )
+    client = PsychClient(
+        harness.env.client,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=settings.task_queue,
+        registry=harness.registry,
+        roles_apart=True,
+    )
+    try:
+        async with later, run_worker(harness.env.client, settings):
+            run = await client.dispatch(spec, "How many crates of pears?", scope=harness.scope)
+            handle = harness.env.client.get_workflow_handle(run.workflow_id)
+            ends = (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+            )
+
+            async def task_or_run_failed() -> bool:
+                events = [e async for e in handle.fetch_history_events()]
+                return any(e.event_type in ends for e in events)
+
+            await eventually(task_or_run_failed, what="the workflow task (or the Run) to fail")
+            events = [e async for e in handle.fetch_history_events()]
+            assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+            failed = [
+                e.workflow_task_failed_event_attributes.failure
+                for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            ]
+            assert "a worker of a later build" in failed[0].message, failed[0]
+            assert "ModelCallFailed" in failed[0].message, failed[0]
             await handle.terminate("test over")
     finally:
         await egress.aclose()

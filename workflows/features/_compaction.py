@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import CallDone, Feature, RunView
     from psych_runtime.workflows.kernel._model_calls import paid_answer
-    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._outcome import Stop, failure_details
     from psych_runtime.workflows.kernel._run_base import cause_text
 
 
@@ -127,7 +127,7 @@ def unused_summary(err: ActivityError) -> UnusedSummary | None:
         and cause.type == ErrorType.COMPACTION_FAILED
         and cause.details
     ):
-        return UnusedSummary.model_validate(cause.details[0])
+        return failure_details(UnusedSummary, cause.details[0], ErrorType.COMPACTION_FAILED)
     return paid_answer(err)
 
 

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._records import Pending, Totals
     from psych_runtime.workflows.kernel._activity_calls import run_input
+    from psych_runtime.workflows.kernel._outcome import failure_details
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 
@@ -92,7 +93,7 @@ def failed_totals(err: BaseException | None) -> Totals | None:
     it ended some other way (cancelled, terminated, timed out)."""
     cause = err.__cause__ if err is not None else None
     if isinstance(cause, ApplicationError) and cause.type == ErrorType.RUN_FAILED and cause.details:
-        return Totals.model_validate(cause.details[0])
+        return failure_details(Totals, cause.details[0], "child's RunFailed")
     return None
 
 

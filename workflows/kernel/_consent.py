@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import Scope
     from psych_runtime.workflows.contract._records import Pending, SuspensionReason
     from psych_runtime.workflows.kernel import _activity_calls as calls
-    from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._outcome import Stop, failure_details
     from psych_runtime.workflows.kernel._suspensions import Suspensions, expires_at
 
 
@@ -53,7 +53,7 @@ def consent_of(err: ActivityError | ApplicationError) -> McpConsent | None:
     if not isinstance(cause, ApplicationError) or cause.type != ErrorType.MCP_CONSENT_REQUIRED:
         return None
     details = cause.details[0] if cause.details else None
-    return McpConsent.model_validate(details)
+    return failure_details(McpConsent, details, ErrorType.MCP_CONSENT_REQUIRED)
 
 
 async def await_consent(

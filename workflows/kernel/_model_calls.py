@@ -15,6 +15,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ErrorType, ModelFailure, UnusedSummary
+    from psych_runtime.workflows.kernel._outcome import failure_details
 
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
@@ -51,7 +52,7 @@ def model_failure(err: ActivityError, cause_text: str) -> ModelFailure:
         and cause.type == ErrorType.MODEL_CALL_FAILED
         and cause.details
     ):
-        return ModelFailure.model_validate(cause.details[0])
+        return failure_details(ModelFailure, cause.details[0], ErrorType.MODEL_CALL_FAILED)
     if isinstance(cause, TemporalTimeoutError):
         return ModelFailure(
             transient=True,
@@ -69,5 +70,5 @@ def paid_answer(err: ActivityError) -> UnusedSummary | None:
         and cause.type == ErrorType.MODEL_CALL_FAILED
         and len(cause.details) > 1
     ):
-        return UnusedSummary.model_validate(cause.details[1])
+        return failure_details(UnusedSummary, cause.details[1], ErrorType.MODEL_CALL_FAILED)
     return None

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._records import RunStatus, Undelivered
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass
@@ -41,3 +45,25 @@ class Stop(Exception):
     def __init__(self, status: RunStatus, reason: str) -> None:
         super().__init__(reason)
         self.outcome = Outcome(status, reason)
+
+
+def failure_details(model: type[_M], details: Any, of: str) -> _M:
+    """``details``, of a failure of ``of`` (an activity's ``ErrorType``, a child's
+    ``RunFailed``), read as ``model``.
+
+    Failure details are a payload another worker wrote, as a result is, and the SDK hands
+    them over unread: during a rolling upgrade one may hold a field of a later build, which
+    the contract's models refuse. pydantic's ``ValidationError`` fails the Run
+    (``PsychPlugin``), so such details, like such a result (``ActivityPayloadConverter``),
+    fail the workflow task instead, retried until a worker that reads them takes it.
+
+    Raises:
+        RuntimeError: ``details`` do not validate as ``model`` (the workflow task fails).
+    """
+    try:
+        return model.model_validate(details)
+    except ValidationError as err:
+        raise RuntimeError(
+            f"the details of a {of} failure this worker cannot read as {model.__name__} "
+            f"(a worker of a later build sent them?): {err}"
+        ) from err
