@@ -159,8 +159,9 @@ class CompactionActivities(ActivityClass):
             ApplicationError: type ``ModelCallFailed`` (the summariser call failed, details
                 a ``ModelFailure``) or ``CompactionFailed`` (the conversation cannot be
                 read, a blob of it named by ref: ``unreadable_blob``; or cannot be
-                compacted as asked; or the summary came back empty, details an
-                ``UnusedSummary``: what the answer cost); never retried.
+                compacted as asked; or the summary came back empty or could not be
+                stored, details an ``UnusedSummary``: what the answer cost); never
+                retried.
         """
         conversations = self.model.conversations
         try:
@@ -226,9 +227,19 @@ class CompactionActivities(ActivityClass):
             text += note
             preview = preview[: SUMMARY_PREVIEW_CHARS - len(note)] + note
         summary = ChatMessage(role="user", content=SUMMARY_HEADER + text)
-        summary_ref = await conversations.put_message(summary)
-        first = await conversations.append(None, [summary_ref])
-        head = await conversations.append(first, refs[cut:])
+        try:
+            summary_ref = await conversations.put_message(summary)
+            first = await conversations.append(None, [summary_ref])
+            head = await conversations.append(first, refs[cut:])
+        except Exception as err:
+            # Paid for all the same, as an empty summary is: the details say what.
+            activity.logger.warning("summary not stored: %s%s", err, blob_words(err))
+            raise ApplicationError(
+                f"the summary could not be stored: {type(err).__name__}: {err}",
+                UnusedSummary(usage=answer.usage, cost=answer.cost).model_dump(mode="json"),
+                type=ErrorType.COMPACTION_FAILED,
+                non_retryable=True,
+            ) from err
         assert first is not None and head is not None  # both nodes hold messages
         result = CompactResult(
             context_ref=head,

@@ -17,6 +17,9 @@ from psych_runtime.activities import (
     ContextSettings,
     ContextSource,
 )
+from psych_runtime.activities.blobs import LocalBlobStore, blob_key
+from psych_runtime.activities.blobs._store import _stored_form
+from psych_runtime.activities.contract import ChatMessage
 from psych_runtime.activities.model import ModelPrice, TablePricing
 from psych_runtime.activities.model._compaction import CUT_OFF_NOTE, SUMMARY_HEADER
 from psych_runtime.specs import AgentBuilder, AgentSpec, WorkflowBuilder
@@ -479,3 +482,31 @@ async def test_a_provider_that_reports_zero_prompt_tokens_still_compacts(
     # Nothing estimated is counted: the totals are what the provider reported.
     assert result.totals.usage.input_tokens == 0
     assert result.totals.usage.output_tokens > 0
+
+
+async def test_a_summary_that_cannot_be_stored_is_recorded_and_its_cost_counted(
+    harness: Harness,
+) -> None:
+    # The summariser answers (billed), then storing its summary fails: here a directory
+    # stands where the summary's blob goes (a full or failing disk, an S3 outage, alike).
+    fake = harness.fake
+    fake.enqueue(lookup("1", BIG), lookup("2", BIG), Reply.text("Done.", usage=SMALL))
+    said = "Orders 1 and 2 were looked up."
+    fake.enqueue(
+        Reply.text(said, usage=FakeUsage(input_tokens=400, output_tokens=9)), model=SUMMARISER
+    )
+    summary = ChatMessage(role="user", content=SUMMARY_HEADER + said)
+    blobs = harness.home / "blobs"
+    (blobs / blob_key(LocalBlobStore(blobs).ref_of(_stored_form(summary)))).mkdir(parents=True)
+    client = harness.client
+    async with harness.worker():
+        run = await client.dispatch(agent(harness), "Check orders", scope=harness.scope)
+        result = await client.result(run, scope=harness.scope)
+        records = (await client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (failed,) = [r for r in records if isinstance(r, CompactionFailed)]
+    assert "the summary could not be stored: IsADirectoryError" in failed.error, failed.error
+    # The answer was billed though no summary came of it: the totals count it.
+    totals = result.totals
+    assert totals.usage.input_tokens == 300 + 300 + 10 + 400
+    assert totals.usage.output_tokens == 5 * 3 + 9
