@@ -195,8 +195,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
         connection: Connection | None = None
+        once = False  # connected, a message not safe to repeat may reach the peer
         try:
             connection = await connect(input.peer, input.scope, self.secrets)
+            once = input.report_through_client
             answer = await self._send(input, connection)
         except PeerUnavailable as err:
             answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
@@ -207,7 +209,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             # The Run's person answers (``questions_to_person``): the question is no answer
             # yet, so no post hook runs on it; they run on the answer to the reply.
-            return plan.stamp(await self._question(input, answer, redact, started))
+            return plan.stamp(await self._question(input, answer, redact, started, once))
         if isinstance(answer, Task):
             # Still working past the hold: the Run waits durably and polls (post hooks run
             # on the answer, in ``psych.a2a.poll``).
@@ -215,10 +217,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
                 f"Waiting for A2A peer {input.peer.name!r}: task {answer.id} is "
                 f"{state_name(answer.status.state)}."
             )
-            waiting = await self._store(input, "wait", text, started)
+            waiting = await self._store(input, "wait", text, started, once)
             return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
         final, shown = await plan.after(answer.status, redact(answer.text))
-        return plan.stamp(await self._store(input, final, shown, started))
+        return plan.stamp(await self._store(input, final, shown, started, once))
 
     @activity.defn(name=A2A_POLL)
     async def poll(self, input: A2aPollInput) -> ToolOutcome:
@@ -323,12 +325,13 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         task: Task,
         redact: Redactor,
         started: float,
+        once: bool = False,
     ) -> ToolOutcome:
         """A task asking for input, for the Run's person: a ``wait`` whose token is
         ``A2A_QUESTION_TOKEN`` + the task id and whose content is the question."""
         said = task.status.message.parts if task.status.HasField("message") else ()
         asked = await self._store(
-            input, "wait", redact(question_text(said) or "(no question text)"), started
+            input, "wait", redact(question_text(said) or "(no question text)"), started, once
         )
         return asked.model_copy(update={"wait_token": A2A_QUESTION_TOKEN + task.id})
 
@@ -338,7 +341,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         status: Literal["ok", "error", "wait", "denied"],
         text: str,
         started: float,
+        once: bool = False,
     ) -> ToolOutcome:
+        """``store_outcome`` (``once``: a message not safe to repeat may have been sent)."""
         return await store_outcome(
             self.blobs,
             input.call_id,
@@ -346,6 +351,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             text,
             started=started,
             limit=input.large_result_bytes,
+            once=once,
         )
 
     async def _send(self, input: A2aToolCall, connection: Connection) -> Answer | Task:

@@ -44,6 +44,10 @@ class ErrorType(StrEnum):
     """A model call not made because a required MCP server is down."""
     MODEL_CALL_FAILED = "ModelCallFailed"
     """Every failed model call; its details are a ``ModelFailure``."""
+    RESULT_NOT_KEPT = "ResultNotKept"
+    """A tool not safe to repeat ran, then its outcome could not be stored (the store did
+    not answer): never retried, the Run records the call ``unknown`` (it ran, its result
+    is lost), so the model is not invited to run it again (``store_outcome``)."""
     RUN_FAILED = "RunFailed"
     """A Run settled FAILED; its details are the Run's spent totals."""
     TOOL_NOT_REGISTERED = "ToolNotRegistered"

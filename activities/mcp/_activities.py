@@ -347,7 +347,9 @@ class McpActivities(Catalogues, ActivityClass):
         server = input.server
         redact = Redactor()
 
-        async def outcome(status: Literal["ok", "error"], text: str) -> ToolOutcome:
+        async def outcome(
+            status: Literal["ok", "error"], text: str, sent: bool = True
+        ) -> ToolOutcome:
             # Hooks see the result with the server's credential already redacted.
             final, shown = await plan.after(status, redact(text))
             stored = await store_outcome(
@@ -357,15 +359,18 @@ class McpActivities(Catalogues, ActivityClass):
                 shown,
                 started=started,
                 limit=input.large_result_bytes,
+                once=sent and input.report_through_client,  # set for a tool not safe to repeat
             )
             return plan.stamp(stored)
 
         try:
             connection = await self._connection(server, input.scope)
         except Unavailable as err:
-            return await outcome("error", f"MCP server {server.name!r} is unavailable: {err}")
+            said = f"MCP server {server.name!r} is unavailable: {err}"
+            return await outcome("error", said, sent=False)
         except Exception as err:  # a SecretResolver's or an OAuth store's own failure
-            return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))
+            said = unexpected(f"{server.name}__{input.tool}", err, redact)
+            return await outcome("error", said, sent=False)
         redact = connection.redact
         reports: asyncio.Queue[str] = asyncio.Queue()
 
@@ -388,10 +393,8 @@ class McpActivities(Catalogues, ActivityClass):
                     called = consents.unless_needed(connection.consent, called)
                 result = await self._heartbeating(called, reports)
         except BadAnswer as err:
-            return await outcome(
-                "error",
-                f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}",
-            )
+            said = f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}"
+            return await outcome("error", said, sent=False)
         except TimeoutError:
             return await outcome(
                 "error",
@@ -403,8 +406,7 @@ class McpActivities(Catalogues, ActivityClass):
             needed = await consent_needed(consents, connection.consent, server.name)
             if needed is not None:
                 self.sessions.retire(connection.key, "a person's consent is needed")
-                # The call never reached the tool (the server answered 401): it is run
-                # again once the person consented.
+                # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
             return await outcome(
                 "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"

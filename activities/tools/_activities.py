@@ -345,6 +345,7 @@ class ToolActivities(StoredResults):
         # bounded on its own (``permitted_by``), and the local activity leaves room for both.
         seconds = input.local_seconds
         bound = asyncio.timeout(seconds)  # None: no bound of its own
+        once = not tool.idempotent  # from here on, the tool has run
         try:
             async with bound:
                 with tool_call_scope(input.scope):  # tool_scope() inside the tool (its thread)
@@ -354,13 +355,12 @@ class ToolActivities(StoredResults):
                 raise local_timed_out(tool.name, seconds) from err
             activity.logger.warning("code tool %s raised", tool.name, exc_info=True)
             text = f"{type(err).__name__}: {err}"
-            return await self._outcome(input, "error", text, started, plan)
+            return await self._outcome(input, "error", text, started, plan, once=once)
         if isinstance(value, ExternalWait):
-            outcome = await self._outcome(
-                input, "wait", value.message or f"waiting for {value.token}", started, plan
-            )
+            waiting = value.message or f"waiting for {value.token}"
+            outcome = await self._outcome(input, "wait", waiting, started, plan, once=once)
             return outcome.model_copy(update={"wait_token": value.token})
-        return await self._outcome(input, "ok", render_result(value), started, plan)
+        return await self._outcome(input, "ok", render_result(value), started, plan, once=once)
 
     @activity.defn(name=TOOL_SEND_HTTP)
     async def send_http(self, input: SlimHttpToolCall) -> SlimToolOutcome:
@@ -412,18 +412,20 @@ class ToolActivities(StoredResults):
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
         client = self._client(input.scope.tenant)
+        unsafe, once = not http_safe_to_repeat(input.tool), False
         try:
             request = await build_request(client, self.secrets, input, redact)
+            once = unsafe  # built, it may be sent and take effect (egress refuses unsent)
             text = await send_request(client, input.tool, request)
         except EgressDenied as err:
             message = f"{input.tool.name}: {err}"
             return await self._outcome(input, "denied", redact(message), started, plan)
         except ToolError as err:
-            return await self._outcome(input, "error", redact(str(err)), started, plan)
+            return await self._outcome(input, "error", redact(str(err)), started, plan, once=once)
         except Exception as err:
             text = unexpected(input.tool.name, err, redact)
-            return await self._outcome(input, "error", text, started, plan)
-        return await self._outcome(input, "ok", redact(text), started, plan)
+            return await self._outcome(input, "error", text, started, plan, once=once)
+        return await self._outcome(input, "ok", redact(text), started, plan, once=once)
 
     @activity.defn(name=TOOL_READ_OUTPUT)
     async def read_output(self, input: ReadOutputInput) -> ToolOutcome:

@@ -11,10 +11,12 @@ import traceback
 from typing import Literal
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities.blobs import BlobStore, Conversations, ref_without_storing
 from psych_runtime.activities.contract import (
     ChatMessage,
+    ErrorType,
     Latency,
     PolicyDecision,
     ToolInfo,
@@ -23,6 +25,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.tools._policy import Policy
+from psych_runtime.specs import StoreUnavailable
 
 _PREVIEW_BYTES = 2048
 """Largest preview shown in place of a result over ``large_result_bytes``."""
@@ -40,6 +43,7 @@ async def store_outcome(
     *,
     started: float,
     limit: int | None,
+    once: bool = False,
 ) -> ToolOutcome:
     """Store the tool message the model is shown and, when it cannot show the result
     whole, the result.
@@ -53,7 +57,37 @@ async def store_outcome(
     would give, what the repeat guard and the records compare. Every tool activity (code,
     HTTP, MCP, the MCP search) stores its outcome through this one function. Call it
     inside the activity (its latency reads the activity's info).
+
+    ``once``: the outcome is of a tool not safe to repeat that ran. A store that does not
+    answer then fails the activity ``ResultNotKept``, non-retryable, which the Run records
+    as the call's ``unknown`` outcome (it ran; its result is lost), where a plain failure
+    would read as an error, inviting the model to call the tool again.
+
+    Raises:
+        StoreUnavailable: the store did not answer (retried as the activity's policy says).
+        ApplicationError: ``ResultNotKept`` (non-retryable), for ``once``, instead.
     """
+    try:
+        return await _stored(blobs, call_id, status, text, started=started, limit=limit)
+    except StoreUnavailable as err:
+        if not once:
+            raise
+        raise ApplicationError(
+            f"the tool ran, but its outcome ({status}) could not be kept: {err}",
+            type=ErrorType.RESULT_NOT_KEPT,
+            non_retryable=True,
+        ) from err
+
+
+async def _stored(
+    blobs: BlobStore,
+    call_id: str,
+    status: Literal["ok", "error", "wait", "denied"],
+    text: str,
+    *,
+    started: float,
+    limit: int | None,
+) -> ToolOutcome:
     try:
         data = text.encode()
     except UnicodeEncodeError:

@@ -20,9 +20,10 @@ import pytest
 from psych_runtime.activities.blobs import S3BlobStore, parse_s3_url
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, Limits, RunFailed
-from psych_runtime.testing import Reply, Usage
+from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workers import run_worker
-from psych_runtime.workflows import ModelCallFailed, ModelCallFinished, RunHandle
+from psych_runtime.workflows import ModelCallFailed, ModelCallFinished, RunHandle, ToolCallFinished
+from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
 from tests._tcp_gate import TcpGate, tcp_gate
 
@@ -58,15 +59,16 @@ async def gate(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[T
 
 @asynccontextmanager
 async def worker_behind(
-    harness: Harness, s3: S3Server, gate: TcpGate
+    harness: Harness, s3: S3Server, gate: TcpGate, policy: RulePolicy | None = None
 ) -> AsyncIterator[S3BlobStore]:
-    """A worker of ``harness`` (asking before a destructive tool) whose blob store is a new
-    bucket reached through ``gate``, while the block runs; its store."""
+    """A worker of ``harness`` (asking before a destructive tool unless ``policy`` says
+    otherwise) whose blob store is a new bucket reached through ``gate``, while the block
+    runs; its store."""
     bucket = await s3.new_bucket(versioned=False)
     url = f"s3://{bucket}?endpoint={gate.endpoint}&region={REGION}"
     async with S3BlobStore(parse_s3_url(url)) as blobs:
         settings = dataclasses.replace(
-            harness.settings, blobs=blobs, policy=RulePolicy(destructive="ask")
+            harness.settings, blobs=blobs, policy=policy or RulePolicy(destructive="ask")
         )
         async with run_worker(harness.env.client, settings):
             yield blobs
@@ -175,3 +177,48 @@ async def test_an_answer_the_store_could_not_keep_is_counted_in_the_runs_totals(
     usage = result.totals.usage
     assert len(sent) >= 2
     assert (usage.input_tokens, usage.output_tokens) == (100 * len(sent), 10 * len(sent))
+
+
+async def test_a_tool_not_safe_to_repeat_that_ran_but_whose_result_was_lost_is_unknown(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # The refund ran, then storing its outcome found the store gone. Until 12-06 the
+    # activity failed StoreUnavailable and the model read "the tool call failed: ...", an
+    # error inviting it to refund again: the effect would happen twice.
+    ran: list[str] = []
+
+    @harness.registry.register(destructive=True)
+    async def refund(order_id: str) -> str:
+        """Refund an order."""
+        ran.append(order_id)
+        gate.shut()  # refunded; the store its result is kept in is gone
+        return f"order {order_id} refunded"
+
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("refund", {"order_id": "42"}, id="call-1")),
+        Reply.text("I cannot tell whether it went through; please check."),
+    )
+    spec = (
+        AgentBuilder("refunds", registry=harness.registry)
+        .model("fake-model")
+        .tool("refund")
+        .limits(transient_retry_budget=8)
+        .build()
+    )
+    async with worker_behind(harness, s3, gate, RulePolicy()):
+        run = await harness.client.dispatch(spec, "Refund order 42", scope=harness.scope)
+
+        async def finished() -> bool:
+            records = await all_records(harness.client, run, harness.scope)
+            return any(isinstance(r, ToolCallFinished) for r in records)
+
+        await eventually(finished, what="the refund's call finished")
+        await gate.open()
+        await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    assert ran == ["42"]
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)

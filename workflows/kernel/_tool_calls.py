@@ -17,13 +17,14 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
         CatalogEntry,
         CodeToolCall,
+        ErrorType,
         HttpToolCall,
         McpInputAnswers,
         McpInputRequired,
@@ -71,6 +72,14 @@ UNKNOWN_OUTCOME = (
     "the call's heartbeat timeout), and the tool is not safe to repeat, so it was not run "
     "again. It may or may not have taken effect; check before relying on either."
 )
+RESULT_LOST = (
+    "This call ran, but its result was lost: the store that keeps tool results did not "
+    "answer when it was to be kept. The tool is not safe to repeat, so it was not run "
+    "again. Whatever it did has happened; check before calling it again or relying on it."
+)
+"""What the model reads of a call not safe to repeat whose activity ran it and failed
+``ResultNotKept`` (``store_outcome``): recorded ``unknown`` like a call lost, not an error
+inviting a retry. No earlier worker sent that error: no recorded history takes this path."""
 ABORTED_CALL = "The call was cancelled: the Run was aborted."
 
 
@@ -389,6 +398,8 @@ class ToolCalls(FeatureView):
                 return result
             if not entry.safe_to_repeat and isinstance(cause, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.RESULT_NOT_KEPT:
+                return inline(call, "unknown", RESULT_LOST, counts=False)
             return inline(call, "error", failure_text(entry, cause, cause_text(err)))
         return from_outcome(call, outcome)
 
