@@ -21,7 +21,9 @@ from psych_runtime.activities.blobs._s3 import (
 )
 from psych_runtime.activities.blobs._s3_client import (
     STORE_ATTEMPTS,
+    STORE_RETRY_MODE,
     S3Location,
+    configured_options,
     open_s3_client,
     s3_answering,
     s3_client_options,
@@ -29,6 +31,7 @@ from psych_runtime.activities.blobs._s3_client import (
     s3_status,
     s3_unanswered,
     store_attempts,
+    store_retry_mode,
 )
 from psych_runtime.activities.blobs._store import (
     BlobCipher,
@@ -64,6 +67,7 @@ __all__ = [
     "S3BlobStore",
     "S3Location",
     "STORE_ATTEMPTS",
+    "STORE_RETRY_MODE",
     "TenantCipher",
     "TenantSealedBlobs",
     "blob_key",
@@ -71,6 +75,7 @@ __all__ = [
     "blob_store_from_env",
     "blob_words",
     "canonical_json",
+    "configured_options",
     "conflict_delay",
     "open_s3_client",
     "parse_s3_url",
@@ -82,5 +87,6 @@ __all__ = [
     "s3_status",
     "s3_unanswered",
     "store_attempts",
+    "store_retry_mode",
     "unreadable_blob",
 ]

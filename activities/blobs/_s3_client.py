@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from psych_runtime.specs import StoreUnavailable
+from psych_runtime.specs import SpecError, StoreUnavailable
 
 _log = logging.getLogger(__name__)
 
@@ -71,10 +72,21 @@ _BUSY_CODES = frozenset(
 )
 
 
-def s3_client_options(location: S3Location, *, attempts: int | None = None) -> dict[str, Any]:
+STORE_RETRY_MODE = "standard"
+"""botocore's retry mode of every S3 client psych opens unless botocore's own setting
+(``AWS_RETRY_MODE``, or ``retry_mode`` in the profile) says otherwise: botocore's default,
+``legacy``, retries fewer errors and backs off less."""
+RETRY_MODES = ("standard", "adaptive", "legacy")
+"""botocore's retry modes."""
+
+
+def s3_client_options(
+    location: S3Location, *, attempts: int | None = None, mode: str | None = None
+) -> dict[str, Any]:
     """The botocore ``Config`` options of every S3 client psych opens on ``location`` (the
     blob, token and version stores); ``attempts``: botocore's ``max_attempts`` setting
-    (None: ``STORE_ATTEMPTS``)."""
+    (None: ``STORE_ATTEMPTS``); ``mode``: its ``retry_mode`` setting (None:
+    ``STORE_RETRY_MODE``). ``store_retries`` reads both."""
     return {
         "s3": {
             "addressing_style": location.addressing or ("path" if location.endpoint else "auto")
@@ -84,7 +96,10 @@ def s3_client_options(location: S3Location, *, attempts: int | None = None) -> d
         # (a model call's answer, paid for): a throttled or dropped S3 request is retried
         # here first. What outlasts these is StoreUnavailable, retried by the activity's
         # policy or the Run's transient budget.
-        "retries": {"mode": "standard", "total_max_attempts": attempts or STORE_ATTEMPTS},
+        "retries": {
+            "mode": mode or STORE_RETRY_MODE,
+            "total_max_attempts": attempts or STORE_ATTEMPTS,
+        },
         # botocore (1.36 on) adds a CRC checksum to every upload and asks for one on every
         # read unless told otherwise, which several S3-compatible servers refuse; a blob
         # read is checked against its ref (S3BlobStore.get), a Version against its hash.
@@ -94,10 +109,70 @@ def s3_client_options(location: S3Location, *, attempts: int | None = None) -> d
 
 
 def store_attempts(session: Any) -> int | None:
-    """botocore's ``max_attempts`` setting as ``session`` reads it (``AWS_MAX_ATTEMPTS``,
-    the profile's ``max_attempts``), None when unset."""
-    value = session.get_config_variable("max_attempts")
-    return int(value) if value else None
+    """botocore's ``max_attempts`` setting where one is made (``AWS_MAX_ATTEMPTS``, else
+    the profile's ``max_attempts``: botocore's order), None when none is.
+
+    Raises:
+        SpecError: it is not a whole number of at least 1, naming where it is set (botocore
+            itself raised a bare ``ValueError``, "invalid literal for int()").
+    """
+    said = _setting(session, "AWS_MAX_ATTEMPTS", "max_attempts")
+    if said is None or not said[1].strip():
+        return None
+    where, raw = said
+    try:
+        attempts = int(raw)
+    except ValueError:
+        attempts = 0
+    if attempts < 1:
+        raise SpecError(
+            f"{where} is {raw!r}: the attempts of one S3 request must be a whole number, "
+            f"at least 1 (unset: {STORE_ATTEMPTS})"
+        )
+    return attempts
+
+
+def store_retry_mode(session: Any) -> str | None:
+    """botocore's ``retry_mode`` setting where one is made (``AWS_RETRY_MODE``, else the
+    profile's ``retry_mode``: botocore's order), None when none is (botocore's default,
+    ``legacy``, is then not what the stores use: ``STORE_RETRY_MODE``).
+
+    Raises:
+        SpecError: it is not one of botocore's modes, naming where it is set.
+    """
+    said = _setting(session, "AWS_RETRY_MODE", "retry_mode")
+    if said is None or not said[1].strip():
+        return None
+    where, mode = said
+    if mode not in RETRY_MODES:
+        raise SpecError(
+            f"{where} is {mode!r}: botocore's retry mode is one of {', '.join(RETRY_MODES)} "
+            f"(unset: {STORE_RETRY_MODE})"
+        )
+    return mode
+
+
+def configured_options(location: S3Location, session: Any) -> dict[str, Any]:
+    """``s3_client_options`` with botocore's own retry settings as ``session`` finds them
+    (``store_attempts``, ``store_retry_mode``): what every S3 store's client opens with.
+
+    Raises:
+        SpecError: a setting is malformed, naming it.
+    """
+    attempts, mode = store_attempts(session), store_retry_mode(session)
+    return s3_client_options(location, attempts=attempts, mode=mode)
+
+
+def _setting(session: Any, variable: str, name: str) -> tuple[str, str] | None:
+    """Where botocore's setting is made and its raw text: the environment's ``variable``,
+    else ``name`` in the session's profile (None: neither)."""
+    if variable in os.environ:
+        return variable, os.environ[variable]
+    value = session.get_scoped_config().get(name)
+    if value is None:
+        return None
+    profile = session.get_config_variable("profile") or "default"
+    return f"{name} in AWS profile {profile!r}", str(value)
 
 
 def open_s3_client(location: S3Location) -> Any:
@@ -110,7 +185,7 @@ def open_s3_client(location: S3Location) -> Any:
     from aiobotocore.config import AioConfig
 
     session = _session()
-    config = AioConfig(**s3_client_options(location, attempts=store_attempts(session)))
+    config = AioConfig(**configured_options(location, session))
     return session.create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )

@@ -17,13 +17,12 @@ from typing import Any
 from psych_runtime.activities.blobs import (
     CONFLICT_ATTEMPTS,
     S3Location,
+    configured_options,
     conflict_delay,
     parse_s3_url,
     s3_answering,
-    s3_client_options,
     s3_error_code,
     s3_status,
-    store_attempts,
 )
 from psych_runtime.activities.versions._store import (
     digest_of,
@@ -206,7 +205,7 @@ def _client(location: S3Location) -> Any:
     from botocore.config import Config
 
     session = botocore.session.get_session()
-    config = Config(**s3_client_options(location, attempts=store_attempts(session)))
+    config = Config(**configured_options(location, session))
     return session.create_client(
         "s3", endpoint_url=location.endpoint, region_name=location.region, config=config
     )
