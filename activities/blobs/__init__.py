@@ -31,6 +31,7 @@ from psych_runtime.activities.blobs._s3_client import (
     s3_status,
     s3_unanswered,
     store_attempts,
+    store_conflict,
     store_retry_mode,
 )
 from psych_runtime.activities.blobs._store import (
@@ -87,6 +88,7 @@ __all__ = [
     "s3_status",
     "s3_unanswered",
     "store_attempts",
+    "store_conflict",
     "store_retry_mode",
     "unreadable_blob",
 ]

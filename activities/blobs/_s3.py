@@ -22,10 +22,11 @@ from psych_runtime.activities.blobs._s3_client import (
     s3_answering,
     s3_error_code,
     s3_status,
+    store_conflict,
 )
 from psych_runtime.activities.blobs._store import BlobNotFound, blob_key
 from psych_runtime.activities.contract import blob_ref
-from psych_runtime.specs import PsychError, SpecError
+from psych_runtime.specs import SpecError
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
@@ -192,10 +193,8 @@ class S3BlobStore:
                 if status != 409:
                     raise
                 await asyncio.sleep(conflict_delay(attempt))
-        raise PsychError(
-            f"blob {ref}: s3://{self.location.bucket}/{key} stayed in conflict for "
-            f"{CONFLICT_ATTEMPTS} conditional writes"
-        )
+        what = f"blob {ref} cannot be stored"
+        raise store_conflict(STORE_KIND, what, self.location, key, CONFLICT_ATTEMPTS)
 
     async def _holds(self, s3: S3Client, key: str, data: bytes) -> bool:
         """Whether the object ``key`` holds exactly ``data`` (False if it went meanwhile)."""

@@ -267,3 +267,16 @@ def s3_answering(store: str, what: str, where: S3Location, key: str = "") -> Ite
         # activity's failure carries its causes' messages into the Run's history.
         message = f"{what}: the {store} did not answer ({how})"
         raise StoreUnavailable(message, detail=detail) from None
+
+
+def store_conflict(
+    store: str, what: str, where: S3Location, key: str, attempts: int
+) -> StoreUnavailable:
+    """The error of a conditional write of ``key`` that S3 answered 409 (another write of
+    it under way) ``attempts`` times: ``StoreUnavailable`` saying ``<what>: the <store>
+    stayed in conflict (...)``, transient as a throttled request is, the bucket and key
+    logged as a warning (its ``detail``), never in the message, which may reach a Run."""
+    detail = f"at {where.endpoint or 'AWS'} (s3://{where.bucket}/{key})"
+    _log.warning("%s: the %s stayed in conflict %s", what, store, detail)
+    message = f"{what}: the {store} stayed in conflict ({attempts} conditional writes answered 409)"
+    return StoreUnavailable(message, detail=detail)

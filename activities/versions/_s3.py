@@ -23,6 +23,7 @@ from psych_runtime.activities.blobs import (
     s3_answering,
     s3_error_code,
     s3_status,
+    store_conflict,
 )
 from psych_runtime.activities.versions._store import (
     digest_of,
@@ -33,7 +34,6 @@ from psych_runtime.activities.versions._store import (
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
-    PsychError,
     StoreDamaged,
     Version,
     WorkflowSpec,
@@ -127,10 +127,8 @@ class S3VersionStore:
                 if status != 409:
                     raise
                 time.sleep(conflict_delay(attempt))
-        raise PsychError(
-            f"Version {version.hash}: s3://{self.location.bucket}/{key} stayed in conflict "
-            f"for {CONFLICT_ATTEMPTS} conditional writes"
-        )
+        what = f"Version {version.hash} cannot be published"
+        raise store_conflict(STORE_KIND, what, self.location, key, CONFLICT_ATTEMPTS)
 
     def _repair(self, spec: AgentSpec | WorkflowSpec, key: str) -> Version:
         """Write ``spec`` anew over its damaged object, unconditionally, with the time it

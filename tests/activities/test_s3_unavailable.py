@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from botocore.exceptions import ClientError
 from psych_runtime.activities.blobs import S3BlobStore, S3Location, blob_ref
 from psych_runtime.activities.tokens import S3TokenStore, TokenKey
 from psych_runtime.activities.versions import S3VersionStore
-from psych_runtime.specs import StoreUnavailable
+from psych_runtime.specs import AgentBuilder, StoreUnavailable
 from tests._ports import free_port
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
 
@@ -97,10 +98,14 @@ async def answering(status: int, code: str) -> AsyncIterator[Answering]:
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        for line in head.decode("latin-1").split("\r\n"):
+        fields: dict[str, str] = {}
+        for line in head.decode("latin-1").split("\r\n")[1:]:
             name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length" and int(value):
-                await reader.readexactly(int(value))
+            fields[name.strip().lower()] = value.strip()
+        if fields.get("expect", "").lower() == "100-continue":  # an upload waits for it
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if int(fields.get("content-length") or 0):
+            await reader.readexactly(int(fields["content-length"]))
         server.requests += 1
         writer.write(
             f"HTTP/1.1 {status} Scripted\r\nContent-Type: application/xml\r\n"
@@ -184,3 +189,50 @@ async def test_a_missing_bucket_is_a_refusal_not_an_outage(kind: Kind, s3: S3Ser
     with pytest.raises(ClientError) as caught:
         await kind.read(S3Location(bucket="no-such-bucket-here", endpoint=s3.endpoint))
     assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+async def _put_blob(where: S3Location) -> object:
+    async with S3BlobStore(where) as store:
+        return await store.put(b"x")
+
+
+async def _publish(where: S3Location) -> object:
+    store = S3VersionStore(where)
+    try:
+        spec = AgentBuilder("greeter").model("fake-model").build()
+        return await asyncio.to_thread(store.publish, spec)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("write", "what"),
+    [
+        (_put_blob, f"blob {REF} cannot be stored: the S3 blob store"),
+        (_publish, "Version sha256:[0-9a-f]{64} cannot be published: the S3 version store"),
+    ],
+    ids=["blob", "version"],
+)
+async def test_a_write_that_stays_in_conflict_is_unavailable_naming_what_not_where(
+    write: Callable[[S3Location], Awaitable[object]],
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: PsychError("blob sha256:...: s3://psych-bucket/<key> stayed in conflict for 5
+    # conditional writes"): the bucket, which a model call's failure carried into the Run.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    async with answering(409, "ConditionalRequestConflict") as server:
+        with caplog.at_level(logging.WARNING), pytest.raises(StoreUnavailable) as caught:
+            await write(at(server.endpoint))
+    said = str(caught.value)
+    assert re.fullmatch(
+        re.escape(what).replace(re.escape("[0-9a-f]{64}"), "[0-9a-f]{64}")
+        + re.escape(" stayed in conflict (5 conditional writes answered 409)"),
+        said,
+    ), said
+    assert server.requests == 5
+    assert BUCKET not in said and server.endpoint not in said
+    assert f"s3://{BUCKET}/" in caught.value.detail
+    logged = [r.getMessage() for r in caplog.records if "stayed in conflict at" in r.getMessage()]
+    assert len(logged) == 1 and BUCKET in logged[0] and server.endpoint in logged[0], logged
