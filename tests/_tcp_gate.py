@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from tests._ports import free_port
@@ -20,6 +20,9 @@ class TcpGate:
         self.port = free_port()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        self._cut_at: bytes | None = None
+        self.cuts = 0
+        """Connections cut by ``cut_when``."""
 
     @property
     def endpoint(self) -> str:
@@ -53,6 +56,22 @@ class TcpGate:
         for pipe in self._pipes:
             pipe.cancel()
 
+    def cut_when(self, marker: bytes) -> None:
+        """Cut each connection whose request bytes hold ``marker``, before they reach the
+        server (the gate stays open): those requests, and only they, fail as a connection
+        reset, wherever they come in a sequence of requests. Each, not the first only:
+        aiohttp sends an idempotent request (an S3 PUT) again, once, when a kept-alive
+        connection is cut before its answer."""
+        self._cut_at = marker
+
+    def _cuts(self, chunk: bytes) -> bool:
+        """Whether the request bytes ``chunk`` (with what came before on its connection:
+        see ``_relay``) are the ones to cut (``cut_when``)."""
+        if self._cut_at is None or self._cut_at not in chunk:
+            return False
+        self.cuts += 1
+        return True
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -64,7 +83,12 @@ class TcpGate:
             self._pipes.discard(task)
             return
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(
+                _pipe(reader, up_writer, self._cuts), _pipe(up_reader, writer, None)
+            )
+        except _Cut:
+            for side in (writer, up_writer):  # a reset, on both sides
+                side.transport.abort()
         finally:
             for side in (writer, up_writer):
                 side.close()
@@ -73,9 +97,22 @@ class TcpGate:
             self._pipes.discard(task)
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+class _Cut(Exception):
+    """A connection ``TcpGate.cut_when`` cuts."""
+
+
+async def _pipe(
+    source: asyncio.StreamReader,
+    sink: asyncio.StreamWriter,
+    cuts: Callable[[bytes], bool] | None,
+) -> None:
+    seen = b""  # the tail of what came before: a marker split across two reads is found
     try:
         while chunk := await source.read(65536):
+            if cuts is not None:
+                if cuts(seen + chunk):
+                    raise _Cut
+                seen = chunk[-4096:]
             sink.write(chunk)
             await sink.drain()
     except OSError:

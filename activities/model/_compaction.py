@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from psych_runtime.activities._activity_class import ActivityClass
 from psych_runtime.activities.blobs import blob_words, unreadable_blob
@@ -37,6 +37,7 @@ from psych_runtime.activities.contract import (
     UnusedSummary,
 )
 from psych_runtime.activities.model._activities import ModelActivities
+from psych_runtime.activities.model._failures import classify
 from psych_runtime.activities.model._threads import chain_nodes
 from psych_runtime.activities.tools import complete_through_client
 
@@ -231,15 +232,10 @@ class CompactionActivities(ActivityClass):
             summary_ref = await conversations.put_message(summary)
             first = await conversations.append(None, [summary_ref])
             head = await conversations.append(first, refs[cut:])
-        except Exception as err:
-            # Paid for all the same, as an empty summary is: the details say what.
-            activity.logger.warning("summary not stored: %s%s", err, blob_words(err))
-            raise ApplicationError(
-                f"the summary could not be stored: {type(err).__name__}: {err}",
-                UnusedSummary(usage=answer.usage, cost=answer.cost).model_dump(mode="json"),
-                type=ErrorType.COMPACTION_FAILED,
-                non_retryable=True,
-            ) from err
+        except Exception as err:  # not chained: a store's own words may say where it is
+            raise _paid_failure(
+                err, answer.model, UnusedSummary(usage=answer.usage, cost=answer.cost)
+            ) from None
         assert first is not None and head is not None  # both nodes hold messages
         result = CompactResult(
             context_ref=head,
@@ -258,3 +254,22 @@ class CompactionActivities(ActivityClass):
             # summary bought again.
             complete_through_client(result, activity.info().activity_id, what="summariser call")
         return result
+
+
+def _paid_failure(err: Exception, model: str, paid: UnusedSummary) -> ApplicationError:
+    """The failure of a summariser call whose answer came (and was billed) but whose
+    summary could not be stored (a store that did not answer: ``StoreUnavailable``,
+    transient): ``ModelCallFailed``, as the model activity fails after an answer, its
+    details a ``ModelFailure`` (``classify``) then ``paid``, which the Run's totals count
+    (``unused_summary``). Until 12-06 the store's error went as is, and the cost with it.
+    The store's words (where it is) go to the worker's log only, as the model call's do."""
+    failure = classify(err, model=model)
+    activity.logger.warning("compaction not made: %s%s", failure.message, blob_words(err))
+    return ApplicationError(
+        failure.message,
+        failure.model_dump(mode="json"),
+        paid.model_dump(mode="json"),
+        type=ErrorType.MODEL_CALL_FAILED,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )

@@ -18,17 +18,26 @@ from urllib.parse import urlsplit
 import pytest
 
 from psych_runtime.activities.blobs import S3BlobStore, parse_s3_url
+from psych_runtime.activities.model._compaction import SUMMARY_HEADER
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, Limits, RunFailed
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workers import run_worker
-from psych_runtime.workflows import ModelCallFailed, ModelCallFinished, RunHandle, ToolCallFinished
+from psych_runtime.workflows import (
+    CompactionFailed,
+    ModelCallFailed,
+    ModelCallFinished,
+    RunHandle,
+    ToolCallFinished,
+)
 from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
 from tests._tcp_gate import TcpGate, tcp_gate
 
 from ._waiting import all_records, eventually
 from .conftest import Harness
+from .test_compaction import BIG, SMALL, SUMMARISER, lookup
+from .test_compaction import agent as compacting_agent
 from .test_unreadable_blobs import refund_agent, until_approval
 
 pytestmark = pytest.mark.e2e
@@ -222,3 +231,33 @@ async def test_a_tool_not_safe_to_repeat_that_ran_but_whose_result_was_lost_is_u
     assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
     told = harness.fake.requests[-1]["messages"][-1]
     assert (told["role"], told["content"]) == ("tool", RESULT_LOST)
+
+
+async def test_a_summary_the_store_could_not_keep_is_counted_in_the_runs_totals(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # The summariser answered (billed), then storing its summary found the store not
+    # answering (the gate cuts the requests storing it): until 12-06 the activity failed with the
+    # store's error as is, and the Run's totals left out what that answer cost (a model
+    # call's own answer has counted since 1ca539f).
+    spent = Usage(input_tokens=400, output_tokens=64)
+    harness.fake.enqueue(lookup("1", BIG), lookup("2", BIG), Reply.text("Done.", usage=SMALL))
+    harness.fake.enqueue(Reply.text("Orders 1 and 2 shipped.", usage=spent), model=SUMMARISER)
+    gate.cut_when(SUMMARY_HEADER.split(",")[0].encode())  # the summary message's blob
+    async with worker_behind(harness, s3, gate, RulePolicy()):
+        run = await harness.client.dispatch(
+            compacting_agent(harness), "Check orders", scope=harness.scope
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    assert result.answer == "Done."
+    assert gate.cuts >= 1
+    usage = result.totals.usage
+    assert (usage.input_tokens, usage.output_tokens) == (300 + 300 + 10 + 400, 5 * 3 + 64)
+    [failed] = [r for r in records if isinstance(r, CompactionFailed)]
+    assert re.fullmatch(
+        rf"ModelCallFailed: model {SUMMARISER}: blob sha256:[0-9a-f]{{64}} cannot be stored: "
+        r"the S3 blob store did not answer \(connection lost or timed out: \w+\)",
+        failed.error,
+    ), failed.error
