@@ -77,7 +77,7 @@ from psych_runtime.activities.tools import (
     store_outcome,
     unexpected,
 )
-from psych_runtime.specs import NotFound, TenantPermits, matches
+from psych_runtime.specs import NotFound, StoreUnavailable, TenantPermits, matches
 
 _log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -411,7 +411,7 @@ class McpActivities(Catalogues, ActivityClass):
             return await outcome(
                 "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
             )
-        except McpConsentRequired:
+        except (McpConsentRequired, StoreUnavailable):  # a token store down: nothing sent
             raise
         except Exception as err:
             return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))

@@ -48,6 +48,7 @@ from psych_runtime.specs import (
     McpServer,
     PermitSource,
     Scope,
+    StoreUnavailable,
     TenantPermits,
     permitted_by,
     port_failure,
@@ -325,6 +326,8 @@ class Catalogues:
             connection = await self._connection(server, scope)
             redact = connection.redact
             tools, cached = await self._listing(server, connection)
+        except StoreUnavailable:
+            raise  # the worker's token store, not the server: transient, never "unavailable"
         except Exception as err:
             if connection is not None and connection.consent is not None:
                 consents = None if self.oauth is None else self.oauth.consents

@@ -41,7 +41,7 @@ from mcp.shared.exceptions import MCPError
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
 from psych_runtime.activities.mcp._told import TokenRefused, ToldAuth
-from psych_runtime.specs import Scope
+from psych_runtime.specs import Scope, StoreUnavailable
 
 _log = logging.getLogger(__name__)
 
@@ -184,10 +184,15 @@ def _token_refused(refused: list[Exception], since: int) -> TokenRefused | None:
     return None
 
 
+def _store_down(refused: list[Exception], since: int) -> StoreUnavailable | None:
+    """The token store's failure (``ToldAuth``), when it is the last told since ``since``."""
+    last = refused[-1] if len(refused) > since else None
+    return last if isinstance(last, StoreUnavailable) else None
+
+
 def refusal(refused: list[Exception], err: BaseException) -> str:
     """Why a session ended: the egress policy's refusal of a reply, or the OAuth flow's
-    failure, when there was one (the SDK's own error then says only that the connection
-    closed), else ``err``."""
+    failure, if any (the SDK's error then says only "connection closed"), else ``err``."""
     return str(refused[-1]) if refused else describe_error(err)
 
 
@@ -321,6 +326,7 @@ class McpSessions:
 
         Raises:
             McpUnavailable: connecting failed or timed out.
+            StoreUnavailable: the worker's token store did not answer (``ToldAuth``).
             SessionBroke: the session's transport failed during the lease (the pool
                 drops it, so the next lease connects again).
         """
@@ -351,6 +357,8 @@ class McpSessions:
             try:
                 yield client
             except MCPError as err:
+                if (down := _store_down(pooled.refused, told)) is not None:
+                    raise down from None  # the worker's store, not the server: as it is
                 refused = _token_refused(pooled.refused, told)
                 if refused is not None:
                     raise McpUnavailable(str(refused)) from err
@@ -414,12 +422,11 @@ class McpSessions:
                 await pooled.closing.wait()
                 if pooled.broken is None and not is_stateless(client):
                     # A cancelled call's notifications/cancelled is only queued when the call
-                    # returns; the transport POSTs messages in order, so the ping's answer
-                    # means it reached the server. Closing at once (a worker's shutdown right
-                    # after it cancelled its calls) would drop it with the connection. The
-                    # session's ping, not Client.send_ping, which warns that the 2026 wire
-                    # has no ping: this client speaks the legacy one (open_client). A stateless
-                    # session has neither ping nor queued notices to flush.
+                    # returns; messages are POSTed in order, so the ping's answer means it
+                    # reached the server (closing at once, a shutdown right after cancelling,
+                    # would drop it). The session's ping, not Client.send_ping, which warns
+                    # the 2026 wire has none: this client speaks the legacy one (open_client).
+                    # A stateless session has neither ping nor queued notices to flush.
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(_FLUSH_SECONDS):
                             await client.session.send_ping()
@@ -431,7 +438,7 @@ class McpSessions:
             reason = refusal(pooled.refused, err)
             pooled.broken = reason
             if not pooled.ready.done():
-                pooled.ready.set_exception(McpUnavailable(reason))
+                pooled.ready.set_exception(_store_down(pooled.refused, 0) or McpUnavailable(reason))
             else:
                 _log.warning("MCP session %r ended: %s", pooled.key, reason)
         finally:

@@ -1,5 +1,6 @@
 """An MCP session's OAuth provider whose failures are told to the session's owner, and one
-whose requests say whose authorization server they go to.
+whose requests say whose authorization server they go to. A token store that did not
+answer (``StoreUnavailable``) is told as it is.
 
 The MCP SDK runs a session's requests, and so the OAuth flow of each, in a task of its own,
 where an exception ends the session: the caller then sees only the SDK's "Connection
@@ -19,6 +20,7 @@ from mcp.client.auth.utils import extract_field_from_www_auth
 from pydantic import ValidationError
 
 from psych_runtime.activities.egress import PURPOSE, Purpose
+from psych_runtime.specs import StoreUnavailable
 
 
 class OAuthFailed(Exception):
@@ -87,6 +89,11 @@ class ToldAuth(_Forwarding):
         self.told = told
 
     def _failed(self, err: Exception) -> None:
+        if isinstance(err, StoreUnavailable):
+            # The worker's token store, not the server nor its authorization server: told
+            # as it is, so the session's owner raises it (transient, ``_pool.py``).
+            self.told(err)
+            return
         said = malformed_token_response(err) or (
             f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         )
