@@ -33,7 +33,9 @@ from psych_runtime.workflows import (
 from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
 from tests._tcp_gate import TcpGate, tcp_gate
+from tests.mcp.fixture import start_mcp_server
 
+from ._http_server import CountingServer, refund_tool
 from ._waiting import all_records, eventually
 from .conftest import Harness
 from .test_compaction import BIG, SMALL, SUMMARISER, lookup
@@ -261,3 +263,65 @@ async def test_a_summary_the_store_could_not_keep_is_counted_in_the_runs_totals(
         r"the S3 blob store did not answer \(connection lost or timed out: \w+\)",
         failed.error,
     ), failed.error
+
+
+async def test_a_post_whose_result_was_lost_is_unknown_and_sent_once(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # An HTTP tool with POST (not safe to repeat): the API refunded, then the store did not
+    # keep the answer (the gate cuts the requests storing it). Until 12-06 the model read
+    # "the tool call failed: ...", an error inviting it to POST again.
+    api = CountingServer(respond=lambda seen: (200, '{"refund": "REFUNDED-42"}')).start()
+    try:
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("refund", {"order_id": "42"}, id="call-1")),
+            Reply.text("I cannot tell whether it went through; please check."),
+        )
+        spec = (
+            AgentBuilder("refunds", registry=harness.registry)
+            .model("fake-model")
+            .http_tool("refund", **refund_tool(api.url))
+            .build()
+        )
+        gate.cut_when(b"REFUNDED-42")
+        async with worker_behind(harness, s3, gate, RulePolicy()):
+            run = await harness.client.dispatch(spec, "Refund order 42", scope=harness.scope)
+            await harness.client.result(run, scope=harness.scope)
+            records = await all_records(harness.client, run, harness.scope)
+    finally:
+        api.stop()
+
+    assert api.count("POST", "/orders/42/refund") == 1
+    assert gate.cuts >= 1
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)
+
+
+async def test_an_mcp_write_whose_result_was_lost_is_unknown_and_called_once(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # An unannotated MCP tool (a write, not safe to repeat) charged, then the store did not
+    # keep its result (the gate cuts the requests storing it): the model must not read an
+    # error inviting it to charge again.
+    server = start_mcp_server("streamable-http")
+    try:
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("tools__charge", {"amount": 4242}, id="call-1")),
+            Reply.text("I cannot tell whether it went through; please check."),
+        )
+        spec = AgentBuilder("payer").model("fake-model").mcp_server("tools", server.url).build()
+        gate.cut_when(b"charged 4242")
+        async with worker_behind(harness, s3, gate, RulePolicy()):
+            run = await harness.client.dispatch(spec, "Charge 4242", scope=harness.scope)
+            await harness.client.result(run, scope=harness.scope)
+            records = await all_records(harness.client, run, harness.scope)
+        charged = server.calls("charge")
+    finally:
+        server.stop()
+
+    assert charged == 1
+    assert gate.cuts >= 1
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
