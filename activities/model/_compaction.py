@@ -158,10 +158,11 @@ class CompactionActivities(ActivityClass):
 
         Raises:
             ApplicationError: type ``ModelCallFailed`` (the summariser call failed, details
-                a ``ModelFailure``) or ``CompactionFailed`` (the conversation cannot be
-                read, a blob of it named by ref: ``unreadable_blob``; or cannot be
-                compacted as asked; or the summary came back empty or could not be
-                stored, details an ``UnusedSummary``: what the answer cost); never
+                a ``ModelFailure``; or its summary could not be stored, the answer's
+                ``UnusedSummary`` second: ``_paid_failure``) or ``CompactionFailed`` (the
+                conversation cannot be read, a blob of it named by ref:
+                ``unreadable_blob``; or cannot be compacted as asked; or the summary came
+                back empty, details an ``UnusedSummary``: what the answer cost); never
                 retried.
         """
         conversations = self.model.conversations
