@@ -18,7 +18,9 @@ import uvicorn
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from psych_runtime.activities.egress import EgressSettings
+from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.workers.serve import ApiKey, AuthSettings, JwtSettings, ServeSettings, create_app
+from psych_runtime.workflows import PsychClient
 
 from ._waiting import eventually
 from .conftest import Harness
@@ -36,21 +38,25 @@ async def served(
     jwt_settings: JwtSettings | None = None,
     egress: EgressSettings | None = None,
     a2a_list_scan: int | None = None,
+    client: PsychClient | None = None,
+    push_tokens: TokenStore | None = None,
 ) -> AsyncIterator[str]:
-    """The API of the harness's client under a real uvicorn on 127.0.0.1 (a free port),
-    with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``; where push
-    notifications may go, with ``egress``; how many Runs an A2A ListTasks filtered after
-    reading looks at, with ``a2a_list_scan``)."""
+    """The API of the harness's client (or ``client``) under a real uvicorn on 127.0.0.1
+    (a free port), with the ``ACME`` and ``GLOBEX`` keys (and JWTs, with ``jwt_settings``;
+    where push notifications may go, with ``egress``; how many Runs an A2A ListTasks
+    filtered after reading looks at, with ``a2a_list_scan``; where push notification
+    configurations are kept, with ``push_tokens``)."""
     keys = (
         ApiKey.of("acme-key-e2e", harness.scope.tenant, "alice", publisher=True),
         ApiKey.of("globex-key-e2e", "globex", "mallory"),
     )
     settings = ServeSettings(
-        harness.client,
+        harness.client if client is None else client,
         AuthSettings(keys, jwt_settings),
         keepalive_seconds=0.2,
         query_timeout_seconds=query_timeout_seconds,
         egress=egress,
+        push_tokens=push_tokens,
     )
     if a2a_list_scan is not None:
         settings = dataclasses.replace(settings, a2a_list_scan=a2a_list_scan)

@@ -66,14 +66,19 @@ def bearer(key: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(
-    home: Path, *, max_body_bytes: int = 64 * 1024, push_tokens: TokenStore | None = None
+    home: Path,
+    *,
+    max_body_bytes: int = 64 * 1024,
+    push_tokens: TokenStore | None = None,
+    versions: VersionStore | None = None,
 ) -> AsyncIterator[tuple[str, FastAPI]]:
     """The app under a real uvicorn on 127.0.0.1 (a free port), with the acme and globex
-    API keys: its base URL and the app. Stopped after the block."""
+    API keys (Versions in ``versions``, else a directory of ``home``): its base URL and the
+    app. Stopped after the block."""
     temporal = await Client.connect(
         "127.0.0.1:9", lazy=True, data_converter=pydantic_data_converter
     )
-    client = PsychClient(temporal, store=FileVersionStore(home / "versions"))
+    client = PsychClient(temporal, store=versions or FileVersionStore(home / "versions"))
     settings = ServeSettings(
         client, AuthSettings(KEYS), max_body_bytes=max_body_bytes, push_tokens=push_tokens
     )

@@ -1,6 +1,7 @@
-"""The A2A mount without a Temporal server: the card where a company mounts the app, and
-the requests refused before any Run is touched (unknown agent, a field A2A requires
-missing, file parts, a push URL that is not http(s), a task id that cannot be one)."""
+"""The A2A mount without a Temporal server: the card where a company mounts the app, the
+requests refused before any Run is touched (unknown agent, a field A2A requires missing,
+file parts, a push URL that is not http(s), a task id that cannot be one), and a version
+store that does not answer (``a2a-sdk``'s own client against a real uvicorn)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,25 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import Message, Part, Role, SendMessageRequest
+from a2a.utils.constants import TransportProtocol
+from a2a.utils.errors import InternalError
 from fastapi import FastAPI
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.activities.blobs import S3Location
+from psych_runtime.activities.versions import FileVersionStore, S3VersionStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
+from psych_runtime.workers.serve.a2a import agent_card
 from psych_runtime.workflows import PsychClient
+from tests._ports import free_port
+from tests._s3_server import REGION, S3_ENV
 
-from ._app import ACME_KEY, KEYS, bearer
+from ._app import ACME_KEY, KEYS, bearer, served
 
 RPC_HEADERS = {**bearer(ACME_KEY), "A2A-Version": "1.0"}
 
@@ -102,3 +112,46 @@ async def test_requests_refused_before_any_run_is_touched(tmp_path: Path) -> Non
         assert anonymous.status_code == 401
         rest = await http.get("/psych/a2a/helper/tasks/x", headers={"A2A-Version": "1.0"})
         assert rest.status_code == 401
+
+
+@pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "http-json"])
+async def test_a_version_store_that_does_not_answer_is_an_internal_error_naming_no_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rest: bool
+) -> None:
+    # The catalogue's StoreUnavailable reached a2a-sdk unmapped: over JSON-RPC an internal
+    # error without REST's problem (store-unavailable, 503), over HTTP+JSON a bare 500
+    # "unknown exception"; REST's POST /v1/runs answers it 503.
+    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    store = S3VersionStore(S3Location(bucket="versions-bucket", endpoint=nobody, region=REGION))
+    # The card as the server gave it while the store answered.
+    version = FileVersionStore(tmp_path / "elsewhere").publish(
+        AgentBuilder("helper").model("m").build()
+    )
+    try:
+        async with (
+            served(tmp_path, versions=store) as (base, _),
+            httpx.AsyncClient(headers=bearer(ACME_KEY), timeout=30) as http,
+        ):
+            binding = TransportProtocol.HTTP_JSON if rest else TransportProtocol.JSONRPC
+            config = ClientConfig(
+                streaming=False, httpx_client=http, supported_protocol_bindings=[binding.value]
+            )
+            card = agent_card(version, f"{base}/a2a/helper", jwt=False)
+            client = ClientFactory(config).create(card)
+            message = Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hi")])
+            with pytest.raises(InternalError) as failed:
+                async for _ in client.send_message(SendMessageRequest(message=message)):
+                    pass
+            card_asked = await http.get(f"{base}/a2a/helper/.well-known/agent-card.json")
+    finally:
+        store.close()
+    assert failed.value.message.endswith(
+        "the S3 version store did not answer (connection failed: EndpointConnectionError)"
+    )
+    assert nobody not in failed.value.message and "versions-bucket" not in failed.value.message
+    assert failed.value.data == {"type": "urn:psych:problem:store-unavailable", "status": "503"}
+    # The card's route, as REST answers it.
+    assert card_asked.status_code == 503
+    assert card_asked.json()["type"] == "urn:psych:problem:store-unavailable"

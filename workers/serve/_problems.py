@@ -18,11 +18,14 @@ answer; its message names what was asked and the store's kind, never where it is
 503 with ``Retry-After``: when they are fetched again) and ``NotPublisher`` (403); anything
 else is a 500 ``internal`` problem that says nothing of it (the server logs it). A
 ``Retry-After`` is sent only where the server knows when (``problem(retry_after=)``).
+``problem_of`` says which problem answers an error (the A2A endpoint answers its errors
+after it, ``a2a/_errors.py``); ``problem_for`` is its response.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -52,6 +55,8 @@ from psych_runtime.workers.serve._auth import IssuerUnavailable, NotPublisher, U
 from psych_runtime.workflows import RefusalKind
 
 PROBLEM_JSON = "application/problem+json"
+INTERNAL_DETAIL = "the server failed on this request (an internal error: its log has the details)"
+"""The detail of the ``internal`` problem: nothing of the error, which the server logs."""
 
 _TITLES = {
     400: "Bad request",
@@ -117,81 +122,114 @@ def no_run(run_id: str) -> str:
 
 
 def problem_for(err: Exception, run_id: str | None = None) -> JSONResponse:
-    """The problem answering ``err`` (``run_id``: the Run the request named, if any)."""
+    """The problem answering ``err`` (``run_id``: the Run the request named, if any).
+
+    Raises:
+        Exception: ``err`` itself, when it is none the API answers (``problem_of``).
+    """
+    found = problem_of(err, run_id)
+    if found is None:
+        raise err
+    return problem(
+        found.status, found.detail, found.kind, retry_after=found.retry_after, **found.extra
+    )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a problem response says: its status, ``detail``, kind (its ``type``'s last
+    part, ``problem_type``), the seconds of its ``Retry-After``, and its other members."""
+
+    status: int
+    detail: str
+    kind: str | None = None
+    retry_after: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def type(self) -> str:
+        """Its ``type`` URI."""
+        return problem_type(self.status, self.kind)
+
+
+def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
+    """The problem the API answers ``err`` with (``run_id``: the Run the request named, if
+    any); None: ``err`` is none of psych's, Temporal's or the API's own errors, which the
+    API answers as an internal error that says nothing of it."""
     match err:
         case ApiProblem():
-            return problem(err.status, err.detail, err.kind, **err.extra)
+            return Problem(err.status, err.detail, err.kind, extra=err.extra)
         case IssuerUnavailable():  # before Unauthorized: it is one
             # Not fetched again before then: each token sent meanwhile gets this answer.
-            return problem(503, str(err), "issuer-unavailable", retry_after=err.retry_after)
+            return Problem(503, str(err), "issuer-unavailable", retry_after=err.retry_after)
         case Unauthorized():
-            return problem(401, str(err), "unauthorized")
+            return Problem(401, str(err), "unauthorized")
         case NotPublisher():
-            return problem(403, str(err), "not-publisher")
+            return Problem(403, str(err), "not-publisher")
         case PermitsUnavailable():
-            return problem(503, str(err), "permits-unavailable")
+            return Problem(503, str(err), "permits-unavailable")
         case StoreUnavailable():
             # Sent again once the store answers, it may succeed (a 409 would say it cannot).
-            return problem(503, str(err), "store-unavailable")
+            return Problem(503, str(err), "store-unavailable")
         case NotPermitted():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
-            return problem(403, str(err), "not-permitted", problems=problems)
+            return Problem(403, str(err), "not-permitted", extra={"problems": problems})
         case AccessDenied() | NotFound() if run_id is not None:
-            return problem(404, no_run(run_id), "not-found")
+            return Problem(404, no_run(run_id), "not-found")
         case NotFound():
-            return problem(404, str(err), "not-found")
+            return Problem(404, str(err), "not-found")
         case AccessDenied():
-            return problem(404, "not found", "not-found")
+            return Problem(404, "not found", "not-found")
         case Refused() if err.kind == RefusalKind.TOO_LARGE:
             # The request itself, not the Run's state: sent again it is refused again.
-            return problem(413, str(err), "too-large", refusal=err.kind)
+            return Problem(413, str(err), "too-large", extra={"refusal": err.kind})
         case Refused():
-            return problem(409, str(err), "refused", refusal=err.kind)
+            return Problem(409, str(err), "refused", extra={"refusal": err.kind})
         case ValidationFailed():
             problems = [{"path": p.path, "message": p.message} for p in err.problems]
-            return problem(422, str(err), "invalid-spec", problems=problems)
+            return Problem(422, str(err), "invalid-spec", extra={"problems": problems})
         case BlobUnreadable():
             # There, but damaged or sealed under other keys: the server's fault (its store or
             # its key configuration), not a missing Run or blob.
-            return problem(500, str(err), "blob-unreadable")
+            return Problem(500, str(err), "blob-unreadable")
         case BlobsUnavailable():
             # The server's blob store (none, or not the workers'): sent again, refused again.
-            return problem(503, str(err), "blobs-unavailable")
+            return Problem(503, str(err), "blobs-unavailable")
         case StoreDamaged():
             # Before SpecError: the store's fault, which the caller cannot mend.
-            return problem(500, str(err), "store-damaged")
+            return Problem(500, str(err), "store-damaged")
         case SpecError():
-            return problem(422, str(err), "invalid-spec")
+            return Problem(422, str(err), "invalid-spec")
         case BadCursor():
             # The request: another tenant's or other filters' cursor, a damaged one, or one
             # at a position Temporal refuses (while it reads the listing from its start).
-            return problem(422, str(err), "bad-cursor")
+            return Problem(422, str(err), "bad-cursor")
         case PsychError():
-            return problem(409, str(err), "conflict")
+            return Problem(409, str(err), "conflict")
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
-            return problem(
+            return Problem(
                 503,
                 f"{NOT_TAKEN_IN_TIME}, or send it again under the same Idempotency-Key",
                 "no-worker",
             )
         case WorkflowUpdateFailedError():
             cause = getattr(err.cause, "message", None) or str(err.cause or err)
-            return problem(409, f"the Run did not take it: {cause}", "refused")
+            return Problem(409, f"the Run did not take it: {cause}", "refused")
         case RPCError() if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-            return problem(503, "no worker answered for the Run in time", "no-worker")
+            return Problem(503, "no worker answered for the Run in time", "no-worker")
         case RPCError() if err.status == RPCStatusCode.NOT_FOUND and run_id is not None:
-            return problem(404, no_run(run_id), "not-found")
+            return Problem(404, no_run(run_id), "not-found")
         case RPCError() if err.status == RPCStatusCode.INVALID_ARGUMENT:
             # The request itself: sending it again cannot help (a 503 says it may).
             too_large = "size exceeds" in err.message.lower()
-            return problem(
+            return Problem(
                 413 if too_large else 422,
                 f"Temporal refused the request: {err.message}",
                 "too-large" if too_large else "invalid-request",
             )
         case RPCError():
-            return problem(503, f"Temporal refused: {err.message} ({err.status.name})", "temporal")
-    raise err
+            return Problem(503, f"Temporal refused: {err.message} ({err.status.name})", "temporal")
+    return None
 
 
 def _field(location: tuple[Any, ...]) -> str:
@@ -232,11 +270,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_unexpected(request: Request, err: Exception) -> JSONResponse:
         # Starlette's last resort (ServerErrorMiddleware): it sends this, then raises the
         # error on for the server to log. Nothing of it is the caller's to read.
-        return problem(
-            500,
-            "the server failed on this request (an internal error: its log has the details)",
-            "internal",
-        )
+        return problem(500, INTERNAL_DETAIL, "internal")
 
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)

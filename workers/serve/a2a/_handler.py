@@ -6,7 +6,10 @@ and until when its credential is accepted) and the agent come from the call cont
 (``_routes.py`` puts them there after authenticating); the ``tenant`` an A2A request may
 carry is never read. A stream ends when the caller's credential expires
 (``until_caller_expires``), and the caller subscribes again with a fresh one; a blocking
-SendMessage then answers with the task as it is (``wait_while_caller_may``).
+SendMessage then answers with the task as it is (``wait_while_caller_may``). Whatever an
+operation raises reaches the SDK as an A2A error, as REST answers it (``_errors.py``): a
+server's outage an ``InternalError``, the caller's mistake ``InvalidParamsError``, each
+carrying REST's problem type and status.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAG
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
-    InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -59,6 +61,12 @@ from psych_runtime.workers.serve.a2a._calls import (
     wait_while_caller_may,
 )
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
+from psych_runtime.workers.serve.a2a._errors import (
+    a2a_error,
+    answering,
+    internal_error,
+    streaming,
+)
 from psych_runtime.workers.serve.a2a._list_tasks import LIST_SCAN, TaskLister, wanted_state
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
@@ -117,6 +125,7 @@ class PsychRequestHandler(RequestHandler):
 
     # --- sending -------------------------------------------------------------------------
 
+    @answering
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
@@ -129,6 +138,7 @@ class PsychRequestHandler(RequestHandler):
         await wait_while_caller_may(events, context)
         return task_of(await self._state(workflow_id, scope, agent))
 
+    @streaming
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -164,16 +174,15 @@ class PsychRequestHandler(RequestHandler):
                 raise InvalidParamsError(f"no published agent {agent!r}")
             if not message.message_id:
                 raise InvalidParamsError("the message has no messageId")
-            try:
-                handle = await self.client.dispatch(
-                    version,
-                    task_input(said),
-                    scope=scope,
-                    # One message starts one task: a repeated send reaches the same Run.
-                    idempotency_key=f"a2a/{agent}/{message.message_id}",
-                )
-            except PsychError as err:
-                raise InvalidParamsError(str(err)) from err
+            # What it raises is answered as REST answers it (``a2a_error``): a tool not
+            # permitted is the caller's, a permits port or store that did not answer is not.
+            handle = await self.client.dispatch(
+                version,
+                task_input(said),
+                scope=scope,
+                # One message starts one task: a repeated send reaches the same Run.
+                idempotency_key=f"a2a/{agent}/{message.message_id}",
+            )
             workflow_id = handle.workflow_id
         if pushing:
             await self._register_push(
@@ -200,50 +209,46 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
-        try:
-            if pending.reason is SuspensionReason.QUESTION:
-                text = answer_text(said)
-                await self._bounded(
-                    self.client.answer(
-                        workflow_id, pending.id, text, scope=scope, idempotency_key=key
-                    )
-                )
-            else:
-                verdict = decision(said)
-                act = self.client.approve if verdict.approve else self.client.deny
-                await self._bounded(
-                    act(
-                        workflow_id, pending.id, scope=scope, note=verdict.note, idempotency_key=key
-                    )
-                )
-        except PsychError as err:
-            raise InvalidParamsError(str(err)) from err
+        # A refusal (answered already, expired) is the caller's, a store that did not
+        # answer is not: ``a2a_error`` answers either as REST does.
+        if pending.reason is SuspensionReason.QUESTION:
+            text = answer_text(said)
+            await self._bounded(
+                self.client.answer(workflow_id, pending.id, text, scope=scope, idempotency_key=key)
+            )
+        else:
+            verdict = decision(said)
+            act = self.client.approve if verdict.approve else self.client.deny
+            await self._bounded(
+                act(workflow_id, pending.id, scope=scope, note=verdict.note, idempotency_key=key)
+            )
 
     async def _taken(self, workflow_id: str, key: str, scope: Scope) -> bool:
-        """Whether the Run took a message under ``key`` already (its answer stands)."""
-        try:
-            return await self._bounded(self.client.taken(workflow_id, key, scope=scope)) is not None
-        except PsychError as err:  # taken, then refused: what the Run said of it
-            raise InvalidParamsError(str(err)) from err
+        """Whether the Run took a message under ``key`` already (its answer stands; taken,
+        then refused, it raises what the Run said of it, answered by ``a2a_error``)."""
+        return await self._bounded(self.client.taken(workflow_id, key, scope=scope)) is not None
 
     async def _bounded(self, call: Awaitable[T]) -> T:
         """``call`` (an update of the Run), waiting for its worker as long as a read does.
 
         Raises:
-            InternalError: no worker took it in time (it may still be applied).
+            InternalError: no worker took it in time (it may still be applied; its data:
+                REST's ``no-worker`` problem).
         """
         try:
             return await bounded(call, self.query_timeout.total_seconds())
         except NotTakenInTime as err:
-            raise InternalError(str(err)) from err
+            raise a2a_error(err) from err
 
     # --- reading -------------------------------------------------------------------------
 
+    @answering
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         scope, agent = caller_of(context)
         require_fields(params)
         return task_of(await self._owned(params.id, scope, agent))
 
+    @answering
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
@@ -289,6 +294,7 @@ class PsychRequestHandler(RequestHandler):
             tasks=tasks, next_page_token="", page_size=size, total_size=len(tasks)
         )
 
+    @streaming
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -305,6 +311,7 @@ class PsychRequestHandler(RequestHandler):
 
     # --- cancelling ----------------------------------------------------------------------
 
+    @answering
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
@@ -324,6 +331,7 @@ class PsychRequestHandler(RequestHandler):
 
     # --- push notifications --------------------------------------------------------------
 
+    @answering
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
@@ -396,6 +404,7 @@ class PsychRequestHandler(RequestHandler):
             return (answer_event(task.id, state.answer), status), state.last_seq
         return (status,), state.last_seq
 
+    @answering
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
@@ -404,6 +413,7 @@ class PsychRequestHandler(RequestHandler):
         await self._owned(params.task_id, scope, agent)
         return await self.pushes.get(scope, workflow_id_of(params.task_id, scope), params.id)
 
+    @answering
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
@@ -413,6 +423,7 @@ class PsychRequestHandler(RequestHandler):
         configs = await self.pushes.list(scope, workflow_id_of(params.task_id, scope))
         return ListTaskPushNotificationConfigsResponse(configs=configs)
 
+    @answering
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
@@ -421,6 +432,7 @@ class PsychRequestHandler(RequestHandler):
         await self._owned(params.task_id, scope, agent)
         await self.pushes.delete(scope, workflow_id_of(params.task_id, scope), params.id)
 
+    @answering
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
@@ -444,7 +456,7 @@ class PsychRequestHandler(RequestHandler):
         except (NotFound, AccessDenied) as err:
             raise TaskNotFoundError(f"no task {workflow_id.rpartition('-')[2]!r}") from err
         except RPCError as err:
-            raise InternalError(f"the Run could not be read: {err.message}") from err
+            raise a2a_error(err, "the Run could not be read") from err
         if state.agent != agent or state.kind != "agent":
             raise TaskNotFoundError(f"no task {state.run_id!r}")
         return state
@@ -471,4 +483,4 @@ class PsychRequestHandler(RequestHandler):
         except A2AError:
             raise
         except (PsychError, RPCError) as err:
-            raise InternalError(f"following the Run failed: {err}") from err
+            raise internal_error(err, "following the Run failed") from err

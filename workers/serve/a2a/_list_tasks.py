@@ -41,10 +41,11 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from a2a.types import ListTasksResponse, Task, TaskState
-from a2a.utils.errors import InternalError, InvalidParamsError
+from a2a.utils.errors import InvalidParamsError
 from temporalio.service import RPCError
 
 from psych_runtime.specs import BadCursor, PsychError, Scope
+from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workers.serve.a2a._tasks import answer_artifact, task_state
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
 
@@ -300,7 +301,7 @@ class TaskLister:
         except BadCursor as err:
             raise InvalidParamsError(f"pageToken is refused: {err} ({_AGAIN})") from err
         except RPCError as err:
-            raise InternalError(f"the tasks could not be listed: {err.message}") from err
+            raise internal_error(err, "the tasks could not be listed") from err
         return ListTasksResponse(
             tasks=[task for task, _ in shown],
             next_page_token="" if after is None else make_token(scope, agent, wanted, after),
@@ -372,8 +373,8 @@ class TaskLister:
                 try:
                     answer = await self._answer(scope, summary)
                 except (PsychError, RPCError) as err:
-                    raise InternalError(
-                        f"the answer of task {task.id} could not be read: {err}"
+                    raise internal_error(
+                        err, f"the answer of task {task.id} could not be read"
                     ) from err
             if answer:
                 task.artifacts.append(answer_artifact(answer))
