@@ -17,6 +17,7 @@ from a2a.client import Client
 from a2a.types import ListTasksRequest, ListTasksResponse, TaskState
 from a2a.utils.errors import InternalError, InvalidParamsError
 from google.protobuf.timestamp_pb2 import Timestamp
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from psych_runtime.specs import AgentBuilder
@@ -428,3 +429,49 @@ async def test_an_ended_task_whose_workflow_is_still_open_is_read_without_waitin
             async with asyncio.timeout(20):
                 await client.list_tasks(ListTasksRequest(include_artifacts=True))
     assert f"the answer of task {task_id} could not be read: " in failed.value.message
+
+
+@pytest.mark.timeout(60)
+async def test_a_task_whose_workflow_was_cancelled_is_read_within_the_query_timeout(
+    harness: Harness,
+) -> None:
+    # A Run whose workflow Temporal cancelled (not aborted through psych) has its answer
+    # in its state, not its close event: it was read through PsychClient.result, whose
+    # query waits CANCELLED_STATE_TIMEOUT (10 s), not the serve's, for a worker: with
+    # none, a page of such tasks took up to ~130 s (8 at a time).
+    agent = f"a2a_cancelled{uuid.uuid4().hex[:8]}"
+    version = harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(Reply.stall(30, after_chunks=1))
+    async with harness.worker():
+        run = await harness.client.dispatch(version, "hi", scope=harness.scope)
+
+        async def calling() -> bool:
+            return len(harness.fake.requests) == 1
+
+        await eventually(calling, what="the model call")
+        handle = harness.env.client.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await eventually(closed, what="the workflow to end cancelled")
+    listed = f"WorkflowId = '{run.workflow_id}' AND ExecutionStatus = 'Canceled'"
+
+    async def indexed() -> bool:
+        return (await harness.env.client.count_workflows(listed)).count == 1
+
+    await eventually(indexed, what="the cancelled execution in visibility")
+    # No worker polls now: its state cannot be read, within the serve's 1 s.
+    async with (
+        served(harness, query_timeout_seconds=1) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        plain = await client.list_tasks(ListTasksRequest())
+        assert [(t.id, t.status.state) for t in plain.tasks] == [(run.run_id, CANCELED)]
+        with pytest.raises(InternalError) as failed:
+            # Well under CANCELLED_STATE_TIMEOUT (10 s), well over the serve's 1 s.
+            async with asyncio.timeout(6):
+                await client.list_tasks(ListTasksRequest(include_artifacts=True))
+    assert f"the answer of task {run.run_id} could not be read: " in failed.value.message
+    assert "was cancelled; what it settled with could not be read" in failed.value.message

@@ -439,13 +439,15 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
 
         return await chain_page(query_execution, RecordsQuery(after=after, limit=limit))
 
-    async def result(self, run: RunHandle | str, *, scope: Scope) -> RunResult:
+    async def result(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunResult:
         """Wait for the Run to settle and return its result.
 
         A Run whose workflow was cancelled (by an operator, or by its parent) settles
         ABORTED before the cancellation ends it: its result is then read from its state
-        (one query, which a worker of its task queue answers within
-        ``CANCELLED_STATE_TIMEOUT``), without ``handles``.
+        (one query, which a worker of its task queue answers within ``query_timeout``,
+        ``CANCELLED_STATE_TIMEOUT`` when None), without ``handles``.
 
         Raises:
             RunFailed: the Run settled FAILED, or its workflow ended without settling
@@ -461,7 +463,10 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             if isinstance(cause, CancelledError):
                 try:
                     state = await self._state(
-                        workflow_id, scope, CANCELLED_STATE_TIMEOUT, as_shown=False
+                        workflow_id,
+                        scope,
+                        CANCELLED_STATE_TIMEOUT if query_timeout is None else query_timeout,
+                        as_shown=False,
                     )
                 except (PsychError, RPCError) as unread:
                     raise RunFailed(

@@ -24,9 +24,9 @@ first version.
 
 With ``includeArtifacts`` a page's ended tasks carry their answer artifact, as GetTask's
 do: each is read from its Run's result (Temporal's close event; a Run whose workflow was
-cancelled, its state; a Run whose workflow is still open, its state within the query
-timeout), ``ANSWERS_AT_ONCE`` at a time; a failed Run has no answer, and an answer that
-cannot be read fails the page naming its task.
+cancelled, or is still open, its state within the query timeout), ``ANSWERS_AT_ONCE``
+at a time; a failed Run has no answer, and an answer that cannot be read fails the page
+naming its task.
 """
 
 from __future__ import annotations
@@ -390,16 +390,21 @@ class TaskLister:
             raise failed.exceptions[0] from failed
 
     async def _answer(self, scope: Scope, summary: RunSummary) -> str | None:
-        """The answer of a listed Run that settled: its result once its workflow closed;
-        before (its status shows first, its next Runs start in between, and a worker lost
-        there leaves it open), its state, as GetTask reads it: the result would be waited
-        for as long as the workflow stays open."""
+        """The answer of a listed Run that settled: its result once its workflow closed
+        (a Run whose workflow was cancelled: its state, read within the query timeout,
+        not ``result``'s own ``CANCELLED_STATE_TIMEOUT``); before (its status shows first,
+        its next Runs start in between, and a worker lost there leaves it open), its
+        state, as GetTask reads it: the result would be waited for as long as the
+        workflow stays open."""
         if summary.closed_at is None:
             state = await self.client.status(
                 summary.workflow_id, scope=scope, query_timeout=self.query_timeout
             )
             return state.answer
-        return (await self.client.result(summary.workflow_id, scope=scope)).answer
+        result = await self.client.result(
+            summary.workflow_id, scope=scope, query_timeout=self.query_timeout
+        )
+        return result.answer
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
         """How many of the agent's tasks are in state ``wanted`` (None: any), as
