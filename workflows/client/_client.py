@@ -440,7 +440,12 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         return await chain_page(query_execution, RecordsQuery(after=after, limit=limit))
 
     async def result(
-        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        query_timeout: timedelta | None = None,
+        execution: str | None = None,
     ) -> RunResult:
         """Wait for the Run to settle and return its result.
 
@@ -449,15 +454,21 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         (one query, which a worker of its task queue answers within ``query_timeout``,
         ``CANCELLED_STATE_TIMEOUT`` when None), without ``handles``.
 
+        ``execution`` (``RunSummary.execution``): that execution's result, not followed
+        past it; without, the latest execution's, followed to its end (after an
+        operator's reset of a settled Run, the new execution's, waited for as it runs).
+
         Raises:
             RunFailed: the Run settled FAILED, or its workflow ended without settling
                 (terminated, timed out), or was cancelled and no worker told what it
                 settled with; ``reason`` says why.
         """
         workflow_id, _ = self._handle(run, scope)
-        handle = self.temporal.get_workflow_handle(workflow_id, result_type=RunResult)
+        handle = self.temporal.get_workflow_handle(
+            workflow_id, run_id=execution, result_type=RunResult
+        )
         try:
-            result: RunResult = await handle.result()
+            result: RunResult = await handle.result(follow_runs=execution is None)
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):

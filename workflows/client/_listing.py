@@ -99,6 +99,11 @@ class RunSummary:
     unreadable: str | None = None
     """Why ``list(suspended=True)`` could not read this Run's pending items (its state is a
     query a worker of its task queue answers: none may be polling); None when read."""
+    execution: str | None = None
+    """Temporal's run id of the workflow execution listed. A Run an operator reset after
+    it settled is listed twice under its workflow id: the execution it settled in
+    (closed) and the one it runs on in; this tells them apart, and reads the closed one's
+    result (``PsychClient.result(execution=)``) without waiting for the other."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,7 @@ def _summary(info: WorkflowExecutionInfo, run_id: str) -> RunSummary:
         closed_at=_utc(info, "close_time"),
         suspension=suspension,
         closed_as=closed_as,
+        execution=info.execution.run_id or None,
     )
 
 

@@ -391,7 +391,9 @@ class TaskLister:
 
     async def _answer(self, scope: Scope, summary: RunSummary) -> str | None:
         """The answer of a listed Run that settled: its result once its workflow closed
-        (a Run whose workflow was cancelled: its state, read within the query timeout,
+        (the result of the execution listed, not followed: one an operator reset since
+        runs on in a new execution, whose result would be waited for as long as it runs;
+        a Run whose workflow was cancelled: its state, read within the query timeout,
         not ``result``'s own ``CANCELLED_STATE_TIMEOUT``); before (its status shows first,
         its next Runs start in between, and a worker lost there leaves it open), its
         state, as GetTask reads it: the result would be waited for as long as the
@@ -402,7 +404,11 @@ class TaskLister:
             )
             return state.answer
         result = await self.client.result(
-            summary.workflow_id, scope=scope, query_timeout=self.query_timeout
+            summary.workflow_id,
+            scope=scope,
+            query_timeout=self.query_timeout,
+            # The execution listed: a settled Run reset since runs on in another.
+            execution=summary.execution,
         )
         return result.answer
 
