@@ -16,12 +16,20 @@ from psych_runtime.workflows import PsychClient
 
 @asynccontextmanager
 async def serve_app(
-    client: PsychClient, *, tokens: TokenStore, tenant: str = "acme"
+    client: PsychClient,
+    *,
+    tokens: TokenStore,
+    tenant: str = "acme",
+    query_timeout_seconds: float = 10.0,
 ) -> AsyncIterator[str]:
     """The app over ``client``, keeping push records in ``tokens`` (the workers' store),
-    accepting the API key ``acme-key-e2e`` for ``tenant``; its base URL for the block."""
+    accepting the API key ``acme-key-e2e`` for ``tenant``, waiting ``query_timeout_seconds``
+    for a Run's worker; its base URL for the block."""
     settings = ServeSettings(
-        client, AuthSettings((ApiKey.of("acme-key-e2e", tenant, "alice"),)), push_tokens=tokens
+        client,
+        AuthSettings((ApiKey.of("acme-key-e2e", tenant, "alice"),)),
+        push_tokens=tokens,
+        query_timeout_seconds=query_timeout_seconds,
     )
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))

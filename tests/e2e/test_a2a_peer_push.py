@@ -150,3 +150,39 @@ async def test_a_read_after_a_push_that_fails_leaves_the_run_waiting(harness: Ha
     # A failed read is no answer: the Run waited on and read the task's end.
     [call] = report.tool_calls
     assert call.status == "ok" and "done slowly" in (call.result or ""), call.result
+
+
+@pytest.mark.timeout(60)
+async def test_a_push_no_worker_takes_is_a_503_within_the_query_timeout(
+    harness: Harness,
+) -> None:
+    # The route completed the Run's wait with an update no bound held: with no worker
+    # polling, the peer's push waited for one for as long as its connection stayed open
+    # (and the server's shutdown behind it); a failure of Temporal's was a 409 "conflict",
+    # which a peer takes for a refusal not to send again.
+    served = serve_app(harness.client, tokens=harness.settings.tokens, query_timeout_seconds=1)
+    async with served as base, serve_peer(("book",), push=True) as peer:
+        harness.settings = dataclasses.replace(
+            harness.settings, a2a=A2aSettings(hold_seconds=0.5, push_url=f"{base}/a2a-push")
+        )
+        spec = AgentBuilder("pushed_unworked").model("fake-model").a2a_peer("travel", peer.url)
+        # The peer works on it past the test: only the push sent here reaches the route.
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("travel__book", {"message": "slow:120"})))
+        async with harness.worker():
+            run = await harness.client.dispatch(spec.build(), "Book it", scope=harness.scope)
+
+            async def waiting() -> bool:
+                state = await harness.client.status(run, scope=harness.scope)
+                return state.status is RunStatus.SUSPENDED
+
+            await eventually(waiting, within=30, what="the Run to wait on the peer's task")
+            [sent] = peer.requests
+        async with httpx.AsyncClient(timeout=20) as http:
+            body = {"statusUpdate": {"taskId": "task-1", "status": {"state": 3}}}
+            token = {"X-A2A-Notification-Token": sent.push_token}
+            async with asyncio.timeout(8):
+                unworked = await http.post(sent.push_url, json=body, headers=token)
+    assert unworked.status_code == 503, unworked.text
+    problem = unworked.json()
+    assert problem["type"] == "urn:psych:problem:no-worker"
+    assert problem["detail"].startswith("no worker answered for the Run in time")

@@ -162,5 +162,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
     if settings.push_tokens is not None:
         # Where A2A peers push updates of tasks this fleet's Runs wait on (the workers'
         # A2aSettings.push_url); authenticated by each push's own token, not a caller key.
-        app.router.routes.append(peer_push_route(settings.client, settings.push_tokens))
+        app.router.routes.append(
+            peer_push_route(
+                settings.client, settings.push_tokens, query_timeout=context.query_timeout
+            )
+        )
     return app

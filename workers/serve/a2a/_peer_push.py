@@ -14,13 +14,18 @@ through its own activity at once, rather than at its next poll. A push of a task
 working is acknowledged and ignored, and so is one for a wait that is over (already ended
 by an earlier push or a poll, the Run settled): a peer delivers at least once. Nothing the
 body says is believed beyond the task id and state: the answer is the peer's task as the
-Run reads it.
+Run reads it. Completing the wait waits for the Run's worker as long as ``psych serve``'s
+other updates do (``query_timeout``), then answers 503 ``no-worker`` (the wait may still
+end when a worker takes it; sent again, the push is answered 204 once it has); Temporal or
+a store that did not answer is a 503 too, as REST answers it (``problem_for``): a peer
+sends again what a 503 answered, not what a 409 did.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+from datetime import timedelta
 
 from a2a.types import StreamResponse, TaskState
 from google.protobuf.json_format import ParseDict, ParseError
@@ -33,7 +38,8 @@ from psych_runtime.activities.a2a import find_push
 from psych_runtime.activities.contract import A2A_PUSHED
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import PsychError, Refused, Scope
-from psych_runtime.workers.serve._problems import problem
+from psych_runtime.workers._bounded import NotTakenInTime, bounded
+from psych_runtime.workers.serve._problems import problem, problem_for
 from psych_runtime.workflows import PsychClient, RefusalKind
 
 PEER_PUSH_PATH = "/a2a-push/{tenant}/{push_id}"
@@ -56,8 +62,9 @@ _OVER = frozenset(
 """Refusals saying the Run no longer waits on the task: the push is answered 204."""
 
 
-def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
-    """The route (see the module docstring) over ``tokens``, the workers' TokenStore."""
+def peer_push_route(client: PsychClient, tokens: TokenStore, *, query_timeout: timedelta) -> Route:
+    """The route (see the module docstring) over ``tokens``, the workers' TokenStore;
+    ``query_timeout``: how long completing a wait waits for the Run's worker."""
 
     async def pushed(request: Request) -> Response:
         tenant = request.path_params["tenant"]
@@ -81,9 +88,17 @@ def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
             return Response(status_code=204)
         scope = Scope(tenant=push.tenant, principal=push.principal)
         try:
-            await client.complete(
-                push.workflow_id, f"a2a:{push.peer}:{task_id}", {A2A_PUSHED: task_id}, scope=scope
+            await bounded(
+                client.complete(
+                    push.workflow_id,
+                    f"a2a:{push.peer}:{task_id}",
+                    {A2A_PUSHED: task_id},
+                    scope=scope,
+                ),
+                query_timeout.total_seconds(),
             )
+        except NotTakenInTime as err:
+            return problem(503, str(err), "no-worker")
         except Refused as err:
             if err.kind in _OVER:
                 # The wait this push would end is over (a peer delivers at least once, and
@@ -93,7 +108,8 @@ def peer_push_route(client: PsychClient, tokens: TokenStore) -> Route:
                 return Response(status_code=204)
             return problem(409, str(err), "conflict")
         except (PsychError, RPCError) as err:
-            return problem(409, str(err), "conflict")
+            # As REST answers it: Temporal or a store that did not answer is a 503.
+            return problem_for(err)
         return Response(status_code=204)
 
     return Route(PEER_PUSH_PATH, pushed, methods=["POST"], name="a2a-peer-push")
