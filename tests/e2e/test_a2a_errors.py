@@ -11,12 +11,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from a2a.types import ListTaskPushNotificationConfigsRequest
+from a2a.types import GetTaskRequest, ListTaskPushNotificationConfigsRequest, TaskState
 from a2a.utils.errors import InternalError, InvalidParamsError
 
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, Permits, PermitSource, StaticPermits
-from psych_runtime.testing import Reply
+from psych_runtime.testing import Reply, ToolCall
 
 from ._permits import checking_client
 from ._serve import ACME, served
@@ -102,3 +102,30 @@ async def test_a_push_store_that_fails_names_no_directory(
         "the server failed on this request (an internal error: its log has the details)"
     )
     assert failed.value.data == {"type": "urn:psych:problem:internal", "status": "500"}
+
+
+async def test_a_task_no_worker_answers_for_is_an_internal_error_saying_so(
+    harness: Harness,
+) -> None:
+    # It was an InternalError with no data: a caller could not tell REST's no-worker (503,
+    # worth asking again) from a failure of the server's own.
+    agent = f"a2a_noworker{uuid.uuid4().hex[:8]}"
+    harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
+    )
+    async with (
+        served(harness, query_timeout_seconds=1) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        async with harness.worker():
+            (sent,) = await collect(client.send_message(user("book it")))
+        assert sent.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        with pytest.raises(InternalError) as unread:
+            await client.get_task(GetTaskRequest(id=sent.task.id))
+    assert unread.value.message == (
+        "the Run could not be read: no worker answered for the Run in time"
+    )
+    assert unread.value.data == {"type": "urn:psych:problem:no-worker", "status": "503"}
