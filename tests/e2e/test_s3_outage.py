@@ -33,10 +33,11 @@ from psych_runtime.workflows import (
 from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
 from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
 from tests._tcp_gate import TcpGate, tcp_gate
+from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import start_mcp_server
 
 from ._http_server import CountingServer, refund_tool
-from ._waiting import all_records, eventually
+from ._waiting import all_records, eventually, is_waiting, state_when
 from .conftest import Harness
 from .test_compaction import BIG, SMALL, SUMMARISER, lookup
 from .test_compaction import agent as compacting_agent
@@ -325,3 +326,41 @@ async def test_an_mcp_write_whose_result_was_lost_is_unknown_and_called_once(
     assert gate.cuts >= 1
     [call] = [r for r in records if isinstance(r, ToolCallFinished)]
     assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
+
+
+async def test_an_answer_sent_to_a_peer_whose_result_was_lost_is_unknown(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # The person's answer to an A2A peer's question went to the peer (a message, not safe
+    # to repeat), the peer completed its task, then the store did not keep the outcome (the
+    # gate cuts the requests storing it). The model must be told the call ran and its result
+    # is lost, as for the first message, not an error inviting it to message the peer again.
+    async with serve_peer(("ask",)) as peer:
+        harness.fake.enqueue(
+            Reply.tool_calls(ToolCall("helper__ask", {"message": "ask:which colour?"}, id="c1")),
+            Reply.text("I cannot tell whether the helper got it; please check."),
+        )
+        spec = (
+            AgentBuilder("asker")
+            .model("fake-model")
+            .suspension(may_ask_questions=True)
+            .a2a_peer("helper", peer.url)
+            .build()
+        )
+        gate.cut_when(b"answered: blue")
+        async with worker_behind(harness, s3, gate, RulePolicy()):
+            run = await harness.client.dispatch(spec, "Pick a colour", scope=harness.scope)
+            state = await state_when(
+                harness.client, run, harness.scope, is_waiting, what="the peer's question"
+            )
+            [pending] = state.pending
+            await harness.client.answer(run, pending.id, "blue", scope=harness.scope)
+            await harness.client.result(run, scope=harness.scope)
+            records = await all_records(harness.client, run, harness.scope)
+
+    assert peer.texts() == ["ask:which colour?", "blue"]
+    assert gate.cuts >= 1
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status, call.content) == ("c1", "unknown", RESULT_LOST)
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)

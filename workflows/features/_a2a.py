@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         A2aToolCall,
         CatalogEntry,
         ChatMessage,
+        ErrorType,
         ModelCallInput,
         ToolCallRequest,
         ToolOutcome,
@@ -80,7 +81,11 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import Feature, Handler, RunView
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
-    from psych_runtime.workflows.kernel._tool_calls import ABORTED_CALL, UNKNOWN_OUTCOME
+    from psych_runtime.workflows.kernel._tool_calls import (
+        ABORTED_CALL,
+        RESULT_LOST,
+        UNKNOWN_OUTCOME,
+    )
     from psych_runtime.workflows.kernel._tool_result import (
         ToolResult,
         from_outcome,
@@ -455,5 +460,9 @@ class Peers(Feature):
                 return inline(call, "aborted", ABORTED_CALL, counts=False)
             if isinstance(err.__cause__, TemporalTimeoutError):
                 return inline(call, "unknown", UNKNOWN_OUTCOME, counts=False)
+            cause = err.__cause__
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.RESULT_NOT_KEPT:
+                # Sent, then its outcome not kept: not an error inviting a second send.
+                return inline(call, "unknown", RESULT_LOST, counts=False)
             return inline(call, "error", f"sending the answer failed: {cause_text(err)}")
         return self._waited(turn, call, entry, arguments, outcome, answer)
