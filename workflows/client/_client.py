@@ -98,16 +98,14 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         registry: the ToolRegistry the workers load, when this process has it; ``publish``
             then checks code tools against its names at the moment of publishing.
         search_attributes: start Runs with psych's search attributes (``SEARCH_ATTRIBUTES``,
-            which the namespace must have registered) so ``list`` can find them. Pass
-            False for a server without them, such as the time-skipping test server; the
-            Run then never upserts one either, and ``list`` refuses.
-        roles_apart: the fleet runs worker roles in separate processes
-            (``psych worker --role ...``): the Runs it starts schedule each activity on its
-            role's task queue. Leave False for workers of role ``all`` (the default): every
-            activity then goes to the Run's own queue, where the SDK dispatches it eagerly.
+            registered in the namespace) so ``list`` finds them; False for a server without
+            them (the time-skipping test server): none upserted, ``list`` refuses.
+        roles_apart: the fleet runs worker roles in separate processes (``psych worker
+            --role ...``): each activity of its Runs goes to its role's task queue. False
+            for workers of role ``all`` (the default): to the Run's own queue, eagerly.
         permits: what each tenant may use (``TenantPermits``); dispatch refuses a Spec using more.
-        blobs: the workers' blob store (opened for each tenant when sealed), which a report
-            reads each model call's inputs from when asked (``report(..., inputs=...)``).
+        blobs: the workers' blob store (opened per tenant when sealed), a report's model
+            call inputs read from it when asked (``report(..., inputs=...)``).
     """
 
     def __init__(
@@ -352,12 +350,14 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             f"({what}); a key names one dispatch, so new input needs a new key"
         )
 
-    def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
+    def _handle(
+        self, run: RunHandle | str, scope: Scope, execution: str | None = None
+    ) -> tuple[str, WorkflowHandle[Any, Any]]:
         workflow_id = run.workflow_id if isinstance(run, RunHandle) else run
         tenant, _ = parse_workflow_id(workflow_id)
         if tenant != scope.tenant:
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
-        return workflow_id, self.temporal.get_workflow_handle(workflow_id)
+        return workflow_id, self.temporal.get_workflow_handle(workflow_id, run_id=execution)
 
     async def status(
         self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
@@ -393,10 +393,11 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         rpc_timeout: timedelta | None,
         *,
         as_shown: bool = True,
+        execution: str | None = None,
     ) -> RunState:
-        """The Run's state; ``as_shown``: one whose execution Temporal closed before it
-        settled shows failed (``_unsettled.py``), else as its execution was cut."""
-        workflow_id, handle = self._handle(run, scope)
+        """The Run's state (its latest execution's, or ``execution``'s); ``as_shown``: one
+        closed before it settled shows failed (``_unsettled.py``), else as it was cut."""
+        workflow_id, handle = self._handle(run, scope, execution)
         state: RunState
         try:
             state = await query_run(
@@ -408,8 +409,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 rpc_timeout=rpc_timeout,
                 reject_condition=REJECT_CLOSED if as_shown else None,
             )
-        except WorkflowQueryRejectedError:
-            # Closed other than cleanly (failed, cancelled, terminated, timed out).
+        except WorkflowQueryRejectedError:  # closed failed, cancelled, terminated, timed out
             state = await closed_state(self.temporal, workflow_id, rpc_timeout)
         if state.tenant != scope.tenant:
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
@@ -454,9 +454,9 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         (one query, which a worker of its task queue answers within ``query_timeout``,
         ``CANCELLED_STATE_TIMEOUT`` when None), without ``handles``.
 
-        ``execution`` (``RunSummary.execution``): that execution's result, not followed
-        past it; without, the latest execution's, followed to its end (after an
-        operator's reset of a settled Run, the new execution's, waited for as it runs).
+        ``execution`` (``RunSummary.execution``): that execution's result (or state, when
+        cancelled), not followed past it; without, the latest execution's, followed to its
+        end (after an operator's reset of a settled Run, the new execution's, as it runs).
 
         Raises:
             RunFailed: the Run settled FAILED, or its workflow ended without settling
@@ -478,6 +478,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                         scope,
                         CANCELLED_STATE_TIMEOUT if query_timeout is None else query_timeout,
                         as_shown=False,
+                        execution=execution,
                     )
                 except (PsychError, RPCError) as unread:
                     raise RunFailed(
