@@ -22,6 +22,7 @@ def test_error_type_values_never_change() -> None:
         "MCP_CONSENT_REQUIRED": "McpConsentRequired",
         "MCP_UNREACHABLE": "McpUnreachable",
         "MODEL_CALL_FAILED": "ModelCallFailed",
+        "RESULT_NOT_KEPT": "ResultNotKept",
         "RUN_FAILED": "RunFailed",
         "TOOL_NOT_REGISTERED": "ToolNotRegistered",
     }
