@@ -8,8 +8,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
+
+import pytest
 
 from tests._ports import free_port
+from tests._s3_server import S3_ENV
 
 
 class TcpGate:
@@ -132,3 +136,15 @@ async def tcp_gate(target_port: int) -> AsyncIterator[TcpGate]:
         yield gate
     finally:
         await gate.close()
+
+
+@asynccontextmanager
+async def s3_gate(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TcpGate]:
+    """A ``TcpGate`` to the S3 server at ``endpoint``, with the S3 test environment set
+    and the worker's clients making one attempt per request (``AWS_MAX_ATTEMPTS``)."""
+    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    port = urlsplit(endpoint).port
+    assert port is not None
+    async with tcp_gate(port) as relay:
+        yield relay

@@ -4,7 +4,9 @@ serve``'s does, and a port whose operator revokes permits while a Run works."""
 
 from __future__ import annotations
 
-from psych_runtime.specs import PermitSource, TenantPermits
+from collections.abc import Callable
+
+from psych_runtime.specs import AgentBuilder, AgentSpec, PermitSource, TenantPermits
 from psych_runtime.workflows import PsychClient
 
 from .conftest import Harness
@@ -33,3 +35,24 @@ class Revoking:
     async def permitted(self, tenant: str, source: PermitSource) -> tuple[str, ...] | None:
         self.asked.append((tenant, source.kind))
         return None if len(self.asked) <= self.until else ("echo", "lookup*")
+
+
+def mail_sender(sent: list[str]) -> Callable[[str], str]:
+    """A ``send_mail`` code tool that appends each address it mails to ``sent``."""
+
+    def send_mail(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return "sent"
+
+    return send_mail
+
+
+def mailer(harness: Harness, sent: list[str], *tools: Callable[..., str]) -> AgentSpec:
+    """An agent with ``tools``, ``send_mail`` (``mail_sender``) and the HTTP tool ``ping``
+    on port 9 (discard) on loopback: refused before a request is made, so none is."""
+    builder = AgentBuilder("mailer", registry=harness.registry).model("fake-model")
+    for tool in (*tools, mail_sender(sent)):
+        builder = builder.tool(tool)
+    ping = "http://127.0.0.1:9/ping"
+    return builder.http_tool("ping", description="Ping.", url=ping, method="GET").build()

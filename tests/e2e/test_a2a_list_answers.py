@@ -10,14 +10,12 @@ import uuid
 
 import pytest
 from a2a.types import ListTasksRequest, TaskState
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply
 
+from ._reset import reset_to_first_task
 from ._serve import ACME, served
 from ._waiting import eventually
 from .conftest import Harness
@@ -44,21 +42,7 @@ async def test_a_settled_task_reset_by_an_operator_is_read_from_its_own_executio
         run = await harness.client.dispatch(version, "which day?", scope=harness.scope)
         await harness.client.result(run, scope=harness.scope)
     temporal = harness.client.temporal
-    history = await temporal.get_workflow_handle(run.workflow_id).fetch_history()
-    first_task = next(
-        e.event_id
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    )
-    await temporal.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=temporal.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=run.workflow_id),
-            reason="an operator's reset",
-            workflow_task_finish_event_id=first_task,
-            request_id=str(uuid.uuid4()),
-        )
-    )
+    await reset_to_first_task(temporal, run.workflow_id)
     both = f"WorkflowId = '{run.workflow_id}'"
 
     async def indexed() -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,9 +16,6 @@ import pytest
 import uvicorn
 from a2a.types import ListTaskPushNotificationConfigsRequest, TaskPushNotificationConfig
 from fastapi import FastAPI
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder
@@ -31,6 +27,7 @@ from psych_runtime.workers.serve.a2a import PushStore, Watched
 from psych_runtime.workflows import PsychClient, RunStatus
 
 from ._http_server import CountingServer
+from ._reset import reset_to_first_task
 from ._serve import ACME
 from ._waiting import eventually, is_waiting
 from .conftest import Harness
@@ -222,22 +219,7 @@ async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
                 return "TASK_STATE_INPUT_REQUIRED" in states(webhook)
 
             await eventually(asked, what="input-required pushed")
-            temporal = harness.client.temporal
-            history = await temporal.get_workflow_handle(run).fetch_history()
-            first_task = next(
-                e.event_id
-                for e in history.events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-            )
-            await temporal.workflow_service.reset_workflow_execution(
-                ResetWorkflowExecutionRequest(
-                    namespace=temporal.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=run),
-                    reason="an operator's reset",
-                    workflow_task_finish_event_id=first_task,
-                    request_id=str(uuid.uuid4()),
-                )
-            )
+            await reset_to_first_task(harness.client.temporal, run)
 
             async def listed() -> list[str]:
                 async with a2a_client(base, "reset_notifier", ACME, streaming=False) as two:

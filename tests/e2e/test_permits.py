@@ -30,7 +30,7 @@ from psych_runtime.workflows import RunStatus
 from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import McpTestServer
 
-from ._permits import Revoking, checking_client
+from ._permits import Revoking, checking_client, mail_sender, mailer
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -176,23 +176,10 @@ async def test_a_run_started_otherwise_is_not_offered_unpermitted_code_and_http_
     # catalogue leaves out what the tenant may not call, as MCP discovery does, and a call
     # of it anyway is an unknown tool's; the tool never runs.
     ran: list[str] = []
-
-    def send_mail(to: str) -> str:
-        """Send an email."""
-        ran.append(to)
-        return "sent"
-
     settings = permitting(
         harness, {"tenants": {"acme": {"code_tools": ["lookup_*"], "http_tools": []}}}
     )
-    spec = (
-        AgentBuilder("mailer", registry=harness.registry)
-        .model("fake-model")
-        .tool(lookup_order)
-        .tool(send_mail)
-        # Port 9 (discard) on loopback: never offered, so never sent a request.
-        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
-    ).build()
+    spec = mailer(harness, ran, lookup_order)  # ping never offered, so never sent a request
     harness.fake.enqueue(
         Reply.tool_calls(
             ToolCall("send_mail", {"to": "a@example.test"}, id="c1"), ToolCall("ping", {}, id="c2")
@@ -215,19 +202,7 @@ async def test_a_code_or_http_call_after_its_permit_is_revoked_is_refused_before
     harness: Harness,
 ) -> None:
     ran: list[str] = []
-
-    def send_mail(to: str) -> str:
-        """Send an email."""
-        ran.append(to)
-        return "sent"
-
-    spec = (
-        AgentBuilder("mailer", registry=harness.registry)
-        .model("fake-model")
-        .tool(send_mail)
-        # Port 9 (discard) on loopback: refused before a request is made, so none is.
-        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
-    ).build()
+    spec = mailer(harness, ran)
     # The Run's catalogue asks once for code tools and once for HTTP tools; the calls after.
     permits = Revoking(until=2)
     settings = dataclasses.replace(harness.settings, permits=permits)
@@ -391,11 +366,7 @@ class Misanswering:
 
 async def test_a_port_answering_a_string_permits_nothing_and_says_so(harness: Harness) -> None:
     ran: list[str] = []
-
-    def send_mail(to: str) -> str:
-        """Send an email."""
-        ran.append(to)
-        return "sent"
+    send_mail = mail_sender(ran)
 
     spec = (
         AgentBuilder("mailer", registry=harness.registry).model("fake-model").tool(send_mail)
@@ -530,11 +501,7 @@ async def test_a_workflow_tool_step_of_an_unpermitted_code_tool_fails_without_ru
     # Started without the client's check: the Run's catalogue leaves the tool out, so the
     # step fails as one naming a tool the Run does not have, and the tool never runs.
     ran: list[str] = []
-
-    def send_mail(to: str) -> str:
-        """Send an email."""
-        ran.append(to)
-        return "sent"
+    send_mail = mail_sender(ran)
 
     spec = (
         WorkflowBuilder("mailing", registry=harness.registry)

@@ -14,7 +14,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import run_worker
 from psych_runtime.workflows import RunStatus
 
-from ._permits import Revoking
+from ._permits import Revoking, mailer
 from .conftest import Harness
 
 
@@ -42,20 +42,7 @@ async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_
     harness: Harness,
 ) -> None:
     ran: list[str] = []
-
-    def send_mail(to: str) -> str:
-        """Send an email."""
-        ran.append(to)
-        return "sent"
-
-    spec = (
-        AgentBuilder("mailer", registry=harness.registry)
-        .model("fake-model")
-        .tool(lookup_order)
-        .tool(send_mail)
-        # Port 9 (discard) on loopback: refused before a request is made, so none is.
-        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
-    ).build()
+    spec = mailer(harness, ran, lookup_order)
     # The catalogue asks once for code tools and once for HTTP tools; every ask after it
     # answers that only lookup* (and echo) are permitted.
     permits = Revoking(until=2)

@@ -7,15 +7,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply
 from psych_runtime.workflows import RunStatus
 
+from ._reset import reset_to_first_task
 from ._waiting import eventually
 from .conftest import Harness
 
@@ -47,21 +45,7 @@ async def test_a_cancelled_execution_reset_since_is_read_from_its_own_state(
 
         await eventually(closed, what="the workflow to end cancelled")
         cancelled = (await handle.describe()).run_id
-        history = await handle.fetch_history()
-        first_task = next(
-            e.event_id
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-        )
-        await temporal.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=temporal.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=run.workflow_id),
-                reason="an operator's reset",
-                workflow_task_finish_event_id=first_task,
-                request_id=str(uuid.uuid4()),
-            )
-        )
+        await reset_to_first_task(temporal, run.workflow_id)
         await eventually(lambda: calling(2), what="the reset execution's model call")
         try:
             result = await harness.client.result(

@@ -13,7 +13,6 @@ import dataclasses
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -31,8 +30,8 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
-from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
-from tests._tcp_gate import TcpGate, tcp_gate
+from tests._s3_server import REGION, S3Server, s3_server
+from tests._tcp_gate import TcpGate, s3_gate
 from tests.a2a.peer import serve_peer
 from tests.mcp.fixture import start_mcp_server
 
@@ -61,11 +60,7 @@ async def s3() -> AsyncIterator[S3Server]:
 @pytest.fixture
 async def gate(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TcpGate]:
     """A relay to the S3 server; the worker's clients make one attempt per request."""
-    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
-        monkeypatch.setenv(name, value)
-    port = urlsplit(s3.endpoint).port
-    assert port is not None
-    async with tcp_gate(port) as relay:
+    async with s3_gate(s3.endpoint, monkeypatch) as relay:
         yield relay
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,8 +19,8 @@ from psych_runtime.specs import AgentBuilder, McpOAuth
 from psych_runtime.testing import Reply
 from psych_runtime.workers import run_worker
 from psych_runtime.workflows import ModelCallFailed, RunSettled, RunStatus
-from tests._s3_server import REGION, S3_ENV, S3Server, s3_server
-from tests._tcp_gate import TcpGate, tcp_gate
+from tests._s3_server import REGION, S3Server, s3_server
+from tests._tcp_gate import TcpGate, s3_gate
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 from ._waiting import all_records, eventually
@@ -49,11 +48,7 @@ def oauth_server() -> Iterator[OAuthMcpServer]:
 @pytest.fixture
 async def gate(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TcpGate]:
     """A relay to the S3 server; the worker's clients make one attempt per request."""
-    for name, value in {**S3_ENV, "AWS_MAX_ATTEMPTS": "1"}.items():
-        monkeypatch.setenv(name, value)
-    port = urlsplit(s3.endpoint).port
-    assert port is not None
-    async with tcp_gate(port) as relay:
+    async with s3_gate(s3.endpoint, monkeypatch) as relay:
         yield relay
 
 
