@@ -1742,6 +1742,33 @@ async def a2a_cards_blob_lost(rig: Rig) -> RunHandle:
         return run
 
 
+@asynccontextmanager
+async def _silent_port() -> AsyncIterator[int]:
+    """A port on loopback whose server takes each connection and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield silent.sockets[0].getsockname()[1]
+    finally:
+        for writer in held:
+            writer.close()
+        silent.close()
+
+
+async def _run_until_timed_out(rig: Rig, spec: AgentSpec | WorkflowSpec, text: str) -> RunHandle:
+    """Dispatch ``spec`` and wait (up to 5 minutes) until it settles, FAILED included."""
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, text, scope=SCOPE)
+        async with asyncio.timeout(300):
+            with contextlib.suppress(RunFailed):
+                await rig.client.result(run, scope=SCOPE)
+    return run
+
+
 async def a2a_cards_timed_out(rig: Rig) -> RunHandle:
     # A peer whose card endpoint takes the connection and never answers, on a worker whose
     # card fetch waits longer than psych.a2a.cards may run (60 s an attempt, three
@@ -1749,26 +1776,10 @@ async def a2a_cards_timed_out(rig: Rig) -> RunHandle:
     # Live that reaches the boundary as an ActivityError and the Run settles FAILED ("A2A
     # cards: ..."); its marker replays as a bare TimeoutError, read the same with patch
     # psych-a2a-cards-failure-settles (before, the history did not replay).
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
-    port = silent.sockets[0].getsockname()[1]
-    rig.settings.a2a = A2aSettings(card_timeout_seconds=600)
-    spec = rig.agent("a2a").a2a_peer("silent", f"http://127.0.0.1:{port}").build()
-    try:
-        async with rig.worker():
-            run = await rig.client.dispatch(spec, "Hello", scope=SCOPE)
-            async with asyncio.timeout(300):
-                with contextlib.suppress(RunFailed):
-                    await rig.client.result(run, scope=SCOPE)
-    finally:
-        for writer in held:
-            writer.close()
-        silent.close()
-    return run
+    async with _silent_port() as port:
+        rig.settings.a2a = A2aSettings(card_timeout_seconds=600)
+        spec = rig.agent("a2a").a2a_peer("silent", f"http://127.0.0.1:{port}").build()
+        return await _run_until_timed_out(rig, spec, "Hello")
 
 
 async def a2a_cards_blob_lost_before_patch(rig: Rig) -> RunHandle:
@@ -1865,34 +1876,18 @@ async def workflow_mcp_discovery_timed_out(rig: Rig) -> RunHandle:
     # Run settles FAILED ("MCP discovery failed: ..."); its marker replays as a bare
     # TimeoutError, read the same with patch psych-a2a-cards-failure-settles (before, the
     # history did not replay).
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
-    port = silent.sockets[0].getsockname()[1]
-    rig.settings.mcp = McpSettings(connect_timeout_seconds=600)
-    spec = WorkflowSpec.model_validate(
-        {
-            "name": "mcp-silent",
-            "mcp_servers": [{"name": "tools", "url": f"http://127.0.0.1:{port}/mcp"}],
-            "steps": [
-                {"kind": "tool", "name": "greet", "tool": "tools__echo", "arguments": {}},
-            ],
-        }
-    )
-    try:
-        async with rig.worker():
-            run = await rig.client.dispatch(spec, "go", scope=SCOPE)
-            async with asyncio.timeout(300):
-                with contextlib.suppress(RunFailed):
-                    await rig.client.result(run, scope=SCOPE)
-    finally:
-        for writer in held:
-            writer.close()
-        silent.close()
-    return run
+    async with _silent_port() as port:
+        rig.settings.mcp = McpSettings(connect_timeout_seconds=600)
+        spec = WorkflowSpec.model_validate(
+            {
+                "name": "mcp-silent",
+                "mcp_servers": [{"name": "tools", "url": f"http://127.0.0.1:{port}/mcp"}],
+                "steps": [
+                    {"kind": "tool", "name": "greet", "tool": "tools__echo", "arguments": {}},
+                ],
+            }
+        )
+        return await _run_until_timed_out(rig, spec, "go")
 
 
 async def mcp_input_required_answered(rig: Rig) -> RunHandle:
@@ -2401,21 +2396,25 @@ async def delegate_large_answer_stored(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Where is order 42?")
 
 
-async def spawn_and_wait(rig: Rig) -> RunHandle:
-    def respond(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        last = messages[-1]
-        if "You lead." in messages[0]["content"]:
-            if last["role"] == "user":
-                return Reply.tool_calls(_spawn_call(["lookup_order"]))
-            if last["content"].startswith('{"child"'):
-                return Reply.tool_calls(ToolCall("wait_children", {}))
-            return Reply.text("The finder says: " + last["content"])
+def _lead_and_finder(body: dict[str, Any]) -> Reply:
+    """The fake model of the spawn-and-wait shapes: the lead ("You lead.") spawns a finder
+    with ``lookup_order``, waits for it and tells its answer; the finder looks order 42 up
+    and answers."""
+    messages = body["messages"]
+    last = messages[-1]
+    if "You lead." in messages[0]["content"]:
         if last["role"] == "user":
-            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
-        return Reply.text("Order 42 is delivered.")
+            return Reply.tool_calls(_spawn_call(["lookup_order"]))
+        if last["content"].startswith('{"child"'):
+            return Reply.tool_calls(ToolCall("wait_children", {}))
+        return Reply.text("The finder says: " + last["content"])
+    if last["role"] == "user":
+        return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
+    return Reply.text("Order 42 is delivered.")
 
-    rig.fake.responder = respond
+
+async def spawn_and_wait(rig: Rig) -> RunHandle:
+    rig.fake.responder = _lead_and_finder
     return await rig.run(_spawner(rig), "Where is order 42?")
 
 
@@ -2456,20 +2455,7 @@ async def spawn_with_unbudgeted_fallbacks(rig: Rig) -> RunHandle:
         .build()
     )
 
-    def respond(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        last = messages[-1]
-        if "You lead." in messages[0]["content"]:
-            if last["role"] == "user":
-                return Reply.tool_calls(_spawn_call(["lookup_order"]))
-            if last["content"].startswith('{"child"'):
-                return Reply.tool_calls(ToolCall("wait_children", {}))
-            return Reply.text("The finder says: " + last["content"])
-        if last["role"] == "user":
-            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
-        return Reply.text("Order 42 is delivered.")
-
-    rig.fake.responder = respond
+    rig.fake.responder = _lead_and_finder
     return await rig.run(lead, "Where is order 42?")
 
 
@@ -2487,20 +2473,7 @@ async def spawn_with_a_blank_envelope_model(rig: Rig) -> RunHandle:
         .build()
     )
 
-    def respond(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        last = messages[-1]
-        if "You lead." in messages[0]["content"]:
-            if last["role"] == "user":
-                return Reply.tool_calls(_spawn_call(["lookup_order"]))
-            if last["content"].startswith('{"child"'):
-                return Reply.tool_calls(ToolCall("wait_children", {}))
-            return Reply.text("The finder says: " + last["content"])
-        if last["role"] == "user":
-            return Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}))
-        return Reply.text("Order 42 is delivered.")
-
-    rig.fake.responder = respond
+    rig.fake.responder = _lead_and_finder
     return await rig.run(lead, "Where is order 42?")
 
 
