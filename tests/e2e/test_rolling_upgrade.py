@@ -11,7 +11,8 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.failure.v1 import Failure
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -29,7 +30,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers import activities_for, egress_for, run_worker
+from psych_runtime.workers import WorkerSettings, activities_for, egress_for, run_worker
 from psych_runtime.workers.fleet import activities_of_role
 from psych_runtime.workflows import PsychClient
 
@@ -44,6 +45,41 @@ def count_crates(sku: str) -> str:
         sku: The item.
     """
     return f"{sku}: 4 crates"
+
+
+def roles_apart_client(harness: Harness, settings: WorkerSettings) -> PsychClient:
+    """A client of the harness's Temporal and registry dispatching to ``settings``' fleet,
+    its roles apart."""
+    return PsychClient(
+        harness.env.client,
+        store=FileVersionStore(harness.home / "versions"),
+        task_queue=settings.task_queue,
+        registry=harness.registry,
+        roles_apart=True,
+    )
+
+
+async def task_failures_of_a_running_run(handle: WorkflowHandle[Any, Any]) -> list[Failure]:
+    """Wait until the Run's workflow task (or the Run) fails; check the Run is still
+    running (the task is retried, for a worker that reads the field) and return its
+    workflow tasks' failures."""
+    ends = (
+        EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    )
+
+    async def task_or_run_failed() -> bool:
+        events = [e async for e in handle.fetch_history_events()]
+        return any(e.event_type in ends for e in events)
+
+    await eventually(task_or_run_failed, what="the workflow task (or the Run) to fail")
+    events = [e async for e in handle.fetch_history_events()]
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    return [
+        e.workflow_task_failed_event_attributes.failure
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
 
 
 async def test_an_outcome_with_a_field_of_a_later_build_fails_the_task_not_the_run(
@@ -73,37 +109,13 @@ async def test_an_outcome_with_a_field_of_a_later_build_fails_the_task_not_the_r
         task_queue=role_task_queue(settings.task_queue, "tools"),
         activities=[*(fn for fn in tools if fn is not ours), later_run_code],
     )
-    client = PsychClient(
-        harness.env.client,
-        store=FileVersionStore(harness.home / "versions"),
-        task_queue=settings.task_queue,
-        registry=harness.registry,
-        roles_apart=True,
-    )
+    client = roles_apart_client(harness, settings)
     harness.fake.enqueue(Reply.tool_calls(ToolCall("count_crates", {"sku": "pear"})))
     try:
         async with later, run_worker(harness.env.client, settings):
             run = await client.dispatch(spec, "How many crates of pears?", scope=harness.scope)
             handle = harness.env.client.get_workflow_handle(run.workflow_id)
-
-            ends = (
-                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-            )
-
-            async def task_or_run_failed() -> bool:
-                events = [e async for e in handle.fetch_history_events()]
-                return any(e.event_type in ends for e in events)
-
-            await eventually(task_or_run_failed, what="the workflow task (or the Run) to fail")
-            events = [e async for e in handle.fetch_history_events()]
-            # Not failed: the task is retried, for a worker that reads the field.
-            assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
-            failed = [
-                e.workflow_task_failed_event_attributes.failure
-                for e in events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-            ]
+            failed = await task_failures_of_a_running_run(handle)
             # The SDK's words, then ours, naming the likely cause.
             assert failed[0].message == "Failed decoding arguments", failed[0]
             assert "a worker of a later build" in failed[0].cause.message, failed[0]
@@ -140,34 +152,12 @@ async def test_a_failure_with_a_field_of_a_later_build_fails_the_task_not_the_ru
         task_queue=role_task_queue(settings.task_queue, "model"),
         activities=[*(fn for fn in model if activity_name(fn) != MODEL_CALL), later_model_call],
     )
-    client = PsychClient(
-        harness.env.client,
-        store=FileVersionStore(harness.home / "versions"),
-        task_queue=settings.task_queue,
-        registry=harness.registry,
-        roles_apart=True,
-    )
+    client = roles_apart_client(harness, settings)
     try:
         async with later, run_worker(harness.env.client, settings):
             run = await client.dispatch(spec, "How many crates of pears?", scope=harness.scope)
             handle = harness.env.client.get_workflow_handle(run.workflow_id)
-            ends = (
-                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-            )
-
-            async def task_or_run_failed() -> bool:
-                events = [e async for e in handle.fetch_history_events()]
-                return any(e.event_type in ends for e in events)
-
-            await eventually(task_or_run_failed, what="the workflow task (or the Run) to fail")
-            events = [e async for e in handle.fetch_history_events()]
-            assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
-            failed = [
-                e.workflow_task_failed_event_attributes.failure
-                for e in events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-            ]
+            failed = await task_failures_of_a_running_run(handle)
             assert "a worker of a later build" in failed[0].message, failed[0]
             assert "ModelCallFailed" in failed[0].message, failed[0]
             await handle.terminate("test over")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import pytest
@@ -26,6 +26,7 @@ from psych_runtime.workflows import (
     CompactionFailed,
     ModelCallFailed,
     ModelCallFinished,
+    Record,
     RunHandle,
     ToolCallFinished,
 )
@@ -100,6 +101,15 @@ def logged_with_endpoint(caplog: pytest.LogCaptureFixture, gate: TcpGate, bucket
     logged = [r.getMessage() for r in caplog.records if "did not answer at" in r.getMessage()]
     assert logged, "no failure logged"
     assert all(gate.endpoint in line and bucket in line for line in logged), logged
+
+
+def recorded_unknown_and_told(harness: Harness, records: Sequence[Record]) -> None:
+    """The Run's one call, call-1, is recorded ``unknown`` (it ran; its result is lost),
+    and the model's next request told it so (``RESULT_LOST``), not an error."""
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)
 
 
 async def test_a_run_survives_a_short_blob_store_outage(
@@ -225,10 +235,7 @@ async def test_a_tool_not_safe_to_repeat_that_ran_but_whose_result_was_lost_is_u
         records = await all_records(harness.client, run, harness.scope)
 
     assert ran == ["42"]
-    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
-    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
-    told = harness.fake.requests[-1]["messages"][-1]
-    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)
+    recorded_unknown_and_told(harness, records)
 
 
 async def test_a_summary_the_store_could_not_keep_is_counted_in_the_runs_totals(
@@ -289,10 +296,7 @@ async def test_a_post_whose_result_was_lost_is_unknown_and_sent_once(
 
     assert api.count("POST", "/orders/42/refund") == 1
     assert gate.cuts >= 1
-    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
-    assert (call.call_id, call.status, call.content) == ("call-1", "unknown", RESULT_LOST)
-    told = harness.fake.requests[-1]["messages"][-1]
-    assert (told["role"], told["content"]) == ("tool", RESULT_LOST)
+    recorded_unknown_and_told(harness, records)
 
 
 async def test_an_mcp_write_whose_result_was_lost_is_unknown_and_called_once(
