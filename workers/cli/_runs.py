@@ -46,6 +46,7 @@ from psych_runtime.workers.console import (
     print_inputs,
     print_report,
     print_transcript,
+    printable,
     read_transcript,
     resume_command,
     runs_table,
@@ -359,7 +360,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _pending_lines(run: RunSummary, tenant: str, now: datetime) -> list[str]:
-    """What a suspended Run waits on, until when, and the command that resumes it."""
+    """What a suspended Run waits on, until when, and the command that resumes it
+    (``printable``: a question is the model's text)."""
+    return [printable(line) for line in _waits(run, tenant, now)]
+
+
+def _waits(run: RunSummary, tenant: str, now: datetime) -> list[str]:
     if run.unreadable is not None:
         return [f"  what it waits for cannot be read now: {run.unreadable}"]
     if not run.pending:

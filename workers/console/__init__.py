@@ -21,7 +21,7 @@ from psych_runtime.workers.console._inputs import (
     print_inputs,
     turns_without_calls,
 )
-from psych_runtime.workers.console._render import output_for, runs_table
+from psych_runtime.workers.console._render import output_for, printable, runs_table
 from psych_runtime.workers.console._transcript import read_transcript
 from psych_runtime.workers.console._transcript_render import print_transcript
 
@@ -38,6 +38,7 @@ __all__ = [
     "print_inputs",
     "print_report",
     "print_transcript",
+    "printable",
     "read_transcript",
     "resume_command",
     "runs_table",

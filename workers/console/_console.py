@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TextIO, assert_never
 
 from psych_runtime.workers.console._display import display_fields, format_display_record, state_rows
-from psych_runtime.workers.console._render import field_grid, output_for
+from psych_runtime.workers.console._render import field_grid, output_for, printable
 from psych_runtime.workers.console._report_children import child_fields, child_settled_line
 from psych_runtime.workflows import (
     AbortRequested,
@@ -173,13 +173,17 @@ def _hooked(record: ToolCallFinished) -> str:
 
 
 def format_record(record: Record, *, full: bool = False) -> str:
-    """One readable progress line for a Record (``Record`` union member).
+    """One readable progress line for a Record (``Record`` union member), ``printable``.
 
     Args:
         record: the record.
         full: show model text, tool arguments and tool results whole (on the lines below
             when they have several), instead of shortened to one line.
     """
+    return printable(_record_line(record, full))
+
+
+def _record_line(record: Record, full: bool) -> str:
     match record:
         case RunAdmitted():
             said = _short(" / ".join(record.messages), 80)
@@ -391,7 +395,11 @@ def _suspension_fields(report: RunReport) -> list[tuple[str, str]]:
 
 def report_fields(report: RunReport) -> list[tuple[str, str]]:
     """A report's summary as (name, value) rows: status, reason, answer, counts, usage,
-    cost (a name of "" continues the row above)."""
+    cost (a name of "" continues the row above); each value ``printable``."""
+    return [(name, printable(value)) for name, value in _report_rows(report)]
+
+
+def _report_rows(report: RunReport) -> list[tuple[str, str]]:
     failed = sum(1 for call in report.model_calls if call.ok is False)
     by_status: dict[str, int] = {}
     for call in report.tool_calls:
@@ -436,7 +444,11 @@ def print_report(report: RunReport, out: TextIO) -> None:
 
 
 def format_state(workflow_id: str, state: RunState) -> str:
-    """The answer of the state query, for ``psych status``."""
+    """The answer of the state query, for ``psych status`` (``printable``)."""
+    return printable(_state_text(workflow_id, state))
+
+
+def _state_text(workflow_id: str, state: RunState) -> str:
     lines = [
         _field("run", workflow_id),
         _field(state.kind, f"{state.agent} ({state.version_hash})"),

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from typing import TextIO
 
 from psych_runtime.activities.contract import ChatMessage
+from psych_runtime.workers.console._render import printable
 from psych_runtime.workflows import ModelCallReport, RunReport
 
 
@@ -46,8 +47,8 @@ def _turns(report: RunReport) -> list[int]:
 
 
 def print_inputs(report: RunReport, out: TextIO, turns: Collection[int] | None = None) -> None:
-    """Print ``format_inputs(report, turns)`` to ``out``."""
-    print(format_inputs(report, turns), file=out)
+    """Print ``format_inputs(report, turns)`` to ``out``, ``printable``."""
+    print(printable(format_inputs(report, turns)), file=out)
 
 
 def _append(lines: list[str], report: RunReport, where: str, turns: Collection[int] | None) -> None:

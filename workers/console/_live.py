@@ -21,7 +21,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from psych_runtime.workers.console._display import live_tasks
-from psych_runtime.workers.console._render import Output, command_text, styled_line
+from psych_runtime.workers.console._render import Output, command_text, printable, styled_line
 from psych_runtime.workflows import (
     AbortRequested,
     ChildSettled,
@@ -222,9 +222,10 @@ class RunProgress:
         for pieces in self.writing.values():
             text = "".join(pieces.text)
             for line in text.splitlines()[-WRITING_LINES:] if text.strip() else []:
-                lines.append(Text("  " + line[-WRITING_WIDTH:], style="italic"))
+                lines.append(Text("  " + printable(line[-WRITING_WIDTH:]), style="italic"))
             for name, arguments in pieces.calls.values():
-                lines.append(Text(f"  {name}({arguments[-WRITING_WIDTH:]}", style="dim italic"))
+                called = printable(f"  {name}({arguments[-WRITING_WIDTH:]}")
+                lines.append(Text(called, style="dim italic"))
         return lines
 
     def waiting_lines(self) -> list[Text]:
@@ -232,10 +233,10 @@ class RunProgress:
         lines = []
         for what, command in self.pending.values():
             line = Text("  waiting for ", style="yellow")
-            line.append(what)
+            line.append(printable(what))
             if command:
                 line.append("  ")
-                line.append_text(command_text(command))
+                line.append_text(command_text(printable(command)))
             lines.append(line)
         return lines
 
@@ -270,12 +271,12 @@ class RunView:
             console.print(styled_line(text, record), soft_wrap=True)
 
     def command(self, text: str) -> None:
-        """Print a command the user may run next."""
+        """Print a command the user may run next (it may quote what a server sent)."""
         console = self.output.console
         if console is None:
-            print(text, file=self.output.file, flush=True)
+            print(printable(text), file=self.output.file, flush=True)
         else:
-            console.print(command_text(text), soft_wrap=True)
+            console.print(command_text(printable(text)), soft_wrap=True)
 
     def record(
         self, record: Record, text: str, waiting: tuple[str, str | None] | None = None

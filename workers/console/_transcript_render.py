@@ -2,7 +2,9 @@
 
 Text the model saw is printed whole and as it was, never reflowed: the terminal wraps long
 lines to its width, and Markdown puts the system prompt, tool arguments and tool results
-in fences (longer than any backtick run inside them, so no content can close one).
+in fences (longer than any backtick run inside them, so no content can close one). Only
+what a terminal would act on, or what would reorder the text around it, is written as its
+escape (``printable``), in the lines and the Markdown alike.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, TextIO, assert_never
 
 from rich.text import Text
 
-from psych_runtime.workers.console._render import STATUS_STYLES, output_for
+from psych_runtime.workers.console._render import STATUS_STYLES, output_for, printable
 from psych_runtime.workers.console._transcript import Message, StepTranscript, Transcript, Wait
 from psych_runtime.workflows import SuspensionReason
 
@@ -241,11 +243,11 @@ def transcript_markdown(transcript: Transcript, level: int = 1) -> str:
 def print_transcript(transcript: Transcript, out: TextIO, *, markdown: bool) -> None:
     """Print a transcript: Markdown text, or lines (styled on a terminal)."""
     if markdown:
-        out.write(transcript_markdown(transcript))
+        out.write(printable(transcript_markdown(transcript)))
         out.flush()
         return
     console = output_for(out).console
-    lines = transcript_lines(transcript)
+    lines = [(printable(line), style) for line, style in transcript_lines(transcript)]
     if console is None:
         out.write("".join(line + "\n" for line, _ in lines))
         out.flush()
