@@ -1,4 +1,15 @@
-// Building DOM nodes from data: text always goes in as text nodes, never as HTML.
+// Building DOM nodes from data: text always goes in as text nodes, never as HTML, and
+// `visible`: model-written text is shown so that it cannot reorder the page around it.
+
+// Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069;
+// CVE-2021-42574) reorder the text shown after them: each is shown as its escape
+// (`\u202e`), as psych's terminal output does. The data keeps them (the API's JSON).
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` with each bidirectional embedding, override or isolate written as its escape. */
+export function visible(text) {
+  return String(text).replace(BIDI, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+}
 
 /** An element with properties (attributes, `class`, `on<event>` handlers) and children. */
 export function el(tag, props = {}, ...children) {
@@ -24,7 +35,7 @@ function append(node, children) {
     if (child === undefined || child === null || child === false) continue;
     if (Array.isArray(child)) append(node, child);
     else if (child instanceof Node) node.append(child);
-    else node.append(document.createTextNode(String(child)));
+    else node.append(document.createTextNode(visible(child)));
   }
 }
 

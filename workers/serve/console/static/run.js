@@ -3,7 +3,7 @@
 // transcript and a workflow's steps.
 
 import { actionKeys, api, runPath } from "./api.js";
-import { el, fill, short, when } from "./dom.js";
+import { el, fill, short, visible, when } from "./dom.js";
 import { renderPending } from "./pending.js";
 import { describe } from "./records.js";
 import { follow, isRefusal } from "./stream.js";
@@ -204,13 +204,13 @@ export function showRun(main, runId, onAuthFailure) {
       inflight.set(delta.call, block);
       live.append(node);
     }
-    if (delta.text) block.text.append(document.createTextNode(delta.text));
+    if (delta.text) block.text.append(document.createTextNode(visible(delta.text)));
     const piece = delta.tool_call;
     if (piece) {
       const call = (block.pieces[piece.index] ??= { name: "", arguments: "" });
       if (piece.name) call.name = piece.name;
       call.arguments += piece.arguments ?? "";
-      block.tools.textContent = block.pieces.filter(Boolean).map((c) => `${c.name}(${c.arguments})`).join("\n");
+      block.tools.textContent = visible(block.pieces.filter(Boolean).map((c) => `${c.name}(${c.arguments})`).join("\n"));
     }
   }
 
