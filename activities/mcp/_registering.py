@@ -13,7 +13,9 @@ own, each through the tenant's egress as the registration went.
   nobody uses is left behind; a failed deletion is logged naming the client, and the
   error says what became of it.
 - ``Registering.discard`` deletes, the same way, the client a flow registered but left
-  unused (another worker's registration was stored first).
+  unused (another worker's registration was stored first); ``Registering.retire`` the
+  stored client a flow's registration replaced (registered for less scope than asked),
+  with the management stored with it (``_registration.keep_registration``).
 - ``Registering.probe`` asks the token endpoint whether it still knows a stored client
   (``_registration.still_known``).
 """
@@ -46,8 +48,8 @@ still known, may take (the flow waits for it)."""
 @dataclass(frozen=True)
 class Management:
     """The RFC 7592 management a registration answer offered: where its client is read,
-    changed or deleted, and the bearer token that may (held in memory only, never stored
-    or logged)."""
+    changed or deleted, and the bearer token that may (never logged; stored only in the
+    registration's record, which the token store seals as it does the client's secret)."""
 
     client_id: str
     uri: str
@@ -198,6 +200,31 @@ class Registering:
             return
         _log.warning(
             "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
+        )
+
+    async def retire(self, client_id: str, management: Management | None) -> None:
+        """Delete ``client_id``, the stored client this flow's registration replaced, at
+        the authorization server with the ``management`` stored with it (None: its answer
+        offered none, or an earlier build stored none), as ``discard`` does. Best effort:
+        it stays registered there, logged naming it, never raised (the flow goes on with
+        the client that replaced it)."""
+        replaced = (
+            f"the replaced client {client_id} of MCP server {self.server!r} at the "
+            f"authorization server {self.issuer}"
+        )
+        if management is None:
+            _log.info(
+                "%s stays registered: no RFC 7592 management was stored with it (its "
+                "registration answer offered none, or a build before 12-06 stored it)",
+                replaced,
+            )
+            return
+        failed = await self._delete(management)
+        if failed is None:
+            _log.info("deleted %s", replaced)
+            return
+        _log.warning(
+            "%s stays registered: deleting it at %s failed: %s", replaced, management.uri, failed
         )
 
     async def _delete(self, offered: Management) -> str | None:

@@ -40,7 +40,7 @@ The SDK's provider registers the client itself, at the authorization server's
   redirects back. The check is a token request with the client's credentials and a code
   that cannot be valid (``Registering.probe``): ``invalid_client`` means forgotten (it is
   forgotten in the store and the flow registers again), ``invalid_grant`` known. RFC 7592's
-  read is not used: its registration access token is never stored. Some servers answer
+  read is not used: a record from before 12-06 holds no management. Some servers answer
   ``invalid_client`` for any code they never issued: the client registered in place of a
   forgotten one is probed too, and ``invalid_client`` for it (a moment after the server
   registered it) makes the tenant remember the server's probe answers as untrusted
@@ -55,6 +55,12 @@ The SDK's provider registers the client itself, at the authorization server's
   client whose registration names a scope that does not cover the one asked now is
   replaced by one registered for both (``still_known``; the token records keep their
   own client), unless its request asked for that already.
+- The record keeps the RFC 7592 management its answer offered (sealed with it, as the
+  client's secret is; a record of an earlier build, without it, still loads), so the
+  client a registration replaces is deleted at the authorization server
+  (``Registering.retire``: best effort, a failure logged naming the client). A token
+  issued to it then fails its refresh (``invalid_client``) and its person consents again,
+  to the client that replaced it.
 """
 
 from __future__ import annotations
@@ -73,9 +79,9 @@ from mcp.client.auth.utils import (
     union_scopes,
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from psych_runtime.activities.mcp._registering import Registering, client_refused
+from psych_runtime.activities.mcp._registering import Management, Registering, client_refused
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 
 _log = logging.getLogger(__name__)
@@ -123,29 +129,44 @@ def registration_of(key: TokenKey) -> TokenKey | None:
     return TokenKey(key.tenant, None, key.issuer, REGISTRATION + digest, key.resource)
 
 
+class _Managed(BaseModel):
+    """The RFC 7592 management of a stored registration's client (``Management``)."""
+
+    uri: str
+    token: str = Field(repr=False)
+
+
 class _Registration(BaseModel):
-    """A stored registration: the key it was stored under, the client registered, and the
-    scope its request asked (None: none, or a record from before 12-06)."""
+    """A stored registration: the key it was stored under, the client registered, the
+    scope its request asked (None: none, or a record from before 12-06), and the RFC 7592
+    management its answer offered (None: none, or a record from before it was kept; a
+    build before reads a record holding it, ignoring it), sealed with the record."""
 
     key: tuple[str, str | None, str, str, str]
     client: OAuthClientInformationFull
     asked: str | None = None
+    management: _Managed | None = None
 
 
 def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
     return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
 
 
-def _client_in(data: bytes | None, key: TokenKey) -> OAuthClientInformationFull | None:
-    """The client a registration record ``data`` of ``key`` holds (None: no record, an
-    unreadable one, or one naming another key)."""
+def _record_in(data: bytes | None, key: TokenKey) -> _Registration | None:
+    """The registration record ``data`` of ``key`` (None: no record, an unreadable one,
+    or one naming another key)."""
     if data is None:
         return None
     try:
         record = _Registration.model_validate_json(data)
     except ValidationError:
         return None
-    return record.client if record.key == _fields(key) else None
+    return record if record.key == _fields(key) else None
+
+
+def _client_in(data: bytes | None, key: TokenKey) -> OAuthClientInformationFull | None:
+    record = _record_in(data, key)
+    return None if record is None else record.client
 
 
 async def read_registration(store: TokenStore, key: TokenKey) -> OAuthClientInformationFull | None:
@@ -158,12 +179,8 @@ async def asked_before(store: TokenStore, key: TokenKey, client_id: str, scope: 
     """Whether the registration under ``key`` is still ``client_id``'s and its request
     asked for all of ``scope`` (the authorization server registered less: asking again
     would not help)."""
-    data = await store.get(key)
-    try:
-        record = None if data is None else _Registration.model_validate_json(data)
-    except ValidationError:
-        return False
-    if record is None or record.key != _fields(key) or record.client.client_id != client_id:
+    record = _record_in(await store.get(key), key)
+    if record is None or record.client.client_id != client_id:
         return False
     return covers(record.asked, scope)
 
@@ -183,26 +200,41 @@ async def keep_registration(
     registering: Registering | None = None,
     replacing: str | None = None,
 ) -> OAuthClientInformationFull:
-    """Store ``client`` under ``key`` unless a registration other than ``replacing``'s is
-    stored there already (another worker's, registered at the same time: the first stored
-    stands); the client that stands. ``client`` left unused is deleted at the
-    authorization server (``registering``), or logged as left there."""
-    asked = None if registering is None else registering.asked
-    record = _Registration(key=_fields(key), client=client, asked=asked)
+    """Store ``client`` under ``key``, with the management its answer offered
+    (``registering``), unless a registration other than ``replacing``'s is stored there
+    already (another worker's, registered at the same time: the first stored stands); the
+    client that stands. ``client`` left unused is deleted at the authorization server, or
+    logged as left there (``Registering.discard``); so is ``replacing``'s client, replaced,
+    with the management stored with it (``Registering.retire``)."""
+    asked = offered = None
+    if registering is not None:
+        asked, offered = registering.asked, registering.offered
+    managed = None
+    if offered is not None and offered.client_id == client.client_id:
+        managed = _Managed(uri=offered.uri, token=offered.token)
+    record = _Registration(key=_fields(key), client=client, asked=asked, management=managed)
     encoded = record.model_dump_json().encode()
-    standing = [client]
+    standing, replaced = [client], list[_Registration]()
 
     def first(data: bytes | None) -> bytes:
-        stored = _client_in(data, key)
-        if data is None or stored is None or stored.client_id == replacing:
+        stored, replaced[:] = _record_in(data, key), []
+        if data is None or stored is None or stored.client.client_id == replacing:
             standing[0] = client
+            replaced.extend([] if stored is None else [stored])
             return encoded
-        standing[0] = stored
+        standing[0] = stored.client
         return data
 
     await store.update(key, first)
-    if standing[0].client_id != client.client_id and registering is not None:
+    if registering is None:
+        return standing[0]
+    if standing[0].client_id != client.client_id:
         await registering.discard(client.client_id)
+    for gone in replaced:
+        gone_id, kept = gone.client.client_id, gone.management
+        if gone_id != client.client_id:
+            management = None if kept is None else Management(gone_id, kept.uri, kept.token)
+            await registering.retire(gone_id, management)
     return standing[0]
 
 
@@ -308,8 +340,10 @@ async def still_known(
     (its challenge, the SDK's choice; a step-up's union), known only once the flow
     discovered it, after the registration was read, so it is not in the registration's
     key: a stored client whose registration names a scope that does not cover the one
-    asked now is replaced by one registered for both (``_widened``), unless its own
-    request asked for it already (the server registered less: asking again would not).
+    asked now is replaced by one registered for both (``register_anew``; the replaced
+    one deleted at the server with its stored management, ``keep_registration``), unless
+    its own request asked for it already (the server registered less: asking again would
+    not).
 
     Raises:
         OAuthRegistrationError: a new registration was refused, or unusable.

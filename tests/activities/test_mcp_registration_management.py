@@ -1,0 +1,139 @@
+"""RFC 7592 management of a dynamically registered client kept with its registration
+(``mcp/_registration.py``): the stored client a registration for a wider scope replaces is
+deleted at the authorization server with the management stored with it (sealed with the
+record, as the client's secret is); a record of an earlier build, which stored none, still
+loads, and its client stays registered there (logged); a failed deletion is logged naming
+the client and is no failure of the flow. Against the consent server on loopback; the
+whole flow is ``tests/e2e/test_mcp_consent_registration_scope.py``'s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.shared.auth import OAuthClientInformationFull
+
+from psych_runtime.activities import LocalTokenStore
+from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
+from psych_runtime.activities.mcp._registering import Registering
+from psych_runtime.activities.mcp._registration import read_registration
+from psych_runtime.specs import Scope
+from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
+
+from .test_mcp_registration import SERVER, URL, grant_storage
+
+LOGGER = "psych_runtime.activities.mcp._registering"
+
+
+@pytest.fixture
+def managed() -> Iterator[OAuthMcpServer]:
+    server = start_oauth_server(
+        "streamable-http",
+        {},
+        module="tests.mcp.consent_server",
+        extra=("--registration", "--registration-management"),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def register(
+    server: OAuthMcpServer, registering: Registering | None, scope: str
+) -> tuple[OAuthClientInformationFull, str]:
+    """A client registered at ``server`` for ``scope``, its answer read by the flow's
+    ``registering``; and the answer's registration access token."""
+    assert registering is not None
+    sent = {
+        "redirect_uris": ["https://psych.test/cb"],
+        "token_endpoint_auth_method": "none",
+        "scope": scope,
+    }
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(f"{server.issuer}/register", json=sent)
+    await registering.answered(answer)
+    body = answer.json()
+    return OAuthClientInformationFull.model_validate(body), body["registration_access_token"]
+
+
+async def storages(tmp_path: Path, server: OAuthMcpServer) -> tuple[StoredTokens, StoredTokens]:
+    clients = OAuthClients({URL: server.issuer}, LocalTokenStore(tmp_path))
+    ann = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="ann"))
+    bob = await grant_storage(clients, SERVER, Scope(tenant="acme", principal="bob"))
+    return ann, bob
+
+
+async def edit_record(storage: StoredTokens, edit: Any) -> None:
+    """Rewrite the stored registration record's JSON with ``edit`` (a store not sealed)."""
+    assert storage.store is not None and storage.registration is not None
+    data = await storage.store.get(storage.registration)
+    assert data is not None
+    record = json.loads(data)
+    edit(record)
+    await storage.store.put(storage.registration, json.dumps(record).encode())
+
+
+async def test_a_replaced_client_is_deleted_with_the_management_stored_with_it(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    ann, bob = await storages(tmp_path, managed)
+    first, token = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    assert ann.store is not None and ann.registration is not None
+    data = await ann.store.get(ann.registration)
+    assert data is not None and token in data.decode()  # kept with it (the store seals it)
+    caplog.set_level("INFO", logger=LOGGER)
+    # Another flow asks more: its client, registered for both, replaces the stored one.
+    second, _ = await register(managed, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    assert bob.client is not None and bob.client.client_id == second.client_id
+    # Before the fix: the replaced client stayed registered at the authorization server.
+    assert managed.deleted() == [first.client_id]
+    assert (
+        f"deleted the replaced client {first.client_id} of MCP server 'crm' at the "
+        f"authorization server {managed.issuer}"
+    ) in caplog.text
+    assert token not in caplog.text
+    stored = await read_registration(ann.store, ann.registration)
+    assert stored is not None and stored.client_id == second.client_id
+
+
+async def test_a_replaced_client_without_stored_management_or_deletable_stays_logged(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    ann, bob = await storages(tmp_path, managed)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    # A record an earlier build stored: no management in it. It still loads.
+    await edit_record(ann, lambda record: record.pop("management", None))
+    assert ann.store is not None and ann.registration is not None
+    earlier = await read_registration(ann.store, ann.registration)
+    assert earlier is not None and earlier.client_id == first.client_id
+    caplog.set_level("INFO", logger=LOGGER)
+    second, token = await register(managed, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    assert bob.client is not None and bob.client.client_id == second.client_id
+    assert managed.deletions() == []
+    assert (
+        f"the replaced client {first.client_id} of MCP server 'crm' at the authorization "
+        f"server {managed.issuer} stays registered: no RFC 7592 management was stored "
+        "with it"
+    ) in caplog.text
+    # A deletion the server refuses (a token it does not take): logged naming the
+    # client, no failure of the flow, the new client stands.
+    await edit_record(bob, lambda record: record["management"].update(token="not-it"))
+    third, _ = await register(managed, ann.registering, "crm.read crm.write crm.admin")
+    await ann.set_client_info(third, replacing=second.client_id)
+    assert ann.client is not None and ann.client.client_id == third.client_id
+    assert managed.deleted() == []
+    assert (
+        f"the replaced client {second.client_id} of MCP server 'crm' at the authorization "
+        f"server {managed.issuer} stays registered: deleting it at {managed.issuer}/register/"
+        f"{second.client_id} failed: HTTP 401 invalid_token"
+    ) in caplog.text
+    assert token not in caplog.text
