@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx2
@@ -72,6 +74,9 @@ class Registering:
     """The client id this flow's registration got (``answered``)."""
     asked: str | None = None
     """The scope this flow's registration request asked (``answered``; None: none)."""
+    clock: Callable[[], float] = field(default=time.time, repr=False)
+    """Now, in ``time.time()`` seconds (whether a probe mark has expired, ``_untrusted``;
+    tests inject theirs)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep

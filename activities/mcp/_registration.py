@@ -44,9 +44,9 @@ The SDK's provider registers the client itself, at the authorization server's
   ``invalid_client`` for any code they never issued: the client registered in place of a
   forgotten one is probed too, and ``invalid_client`` for it (a moment after the server
   registered it) makes the tenant remember the server's probe answers as untrusted
-  (``probe_untrusted``, a record in the store under ``untrusted_key``), logged as a
-  warning: its stored clients are not probed again, so one registration is replaced
-  needlessly per tenant and server, not one at every consent.
+  (``_untrusted``: a record in the store), logged as a warning: its stored clients are
+  not probed again until the mark expires (``UNTRUSTED_SECONDS``), so one registration
+  is replaced needlessly per tenant, server and bound, not one at every consent.
 - The scope: RFC 7591 makes it client metadata (the values the client may ask for), and
   an authorization server may refuse an authorization asking more (``invalid_scope``).
   No Spec names one: the SDK asks what the MCP server names (its challenge, its
@@ -82,6 +82,11 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import BaseModel, Field, ValidationError
 
 from psych_runtime.activities.mcp._registering import Management, Registering, client_refused
+from psych_runtime.activities.mcp._untrusted import (
+    UNTRUSTED_SECONDS,
+    mark_untrusted,
+    probe_untrusted,
+)
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 
 _log = logging.getLogger(__name__)
@@ -284,36 +289,6 @@ def refuse_unregistrable(metadata: OAuthMetadata | None, issuer: str, dynamic: b
         )
 
 
-UNTRUSTED = "psych:probe-untrusted"
-"""The client field of the key under which a tenant remembers an authorization server
-whose answer to ``Registering.probe`` cannot be trusted (``probe_untrusted``)."""
-
-
-def untrusted_key(tenant: str, issuer: str) -> TokenKey:
-    """Where ``tenant`` remembers that ``issuer`` answers ``invalid_client`` for a code it
-    never issued, also to a client it knows (the authorization server's, whatever MCP
-    server it serves)."""
-    return TokenKey(tenant, None, issuer, UNTRUSTED, issuer)
-
-
-class _Untrusted(BaseModel):
-    """The record under ``untrusted_key``: its key, and the client whose probe told."""
-
-    key: tuple[str, str | None, str, str, str]
-    client_id: str
-
-
-async def probe_untrusted(store: TokenStore, tenant: str, issuer: str) -> bool:
-    """Whether ``tenant`` remembers ``issuer``'s probe answers as untrusted (an unreadable
-    record, or one naming another key, as none)."""
-    key = untrusted_key(tenant, issuer)
-    data = await store.get(key)
-    try:
-        return data is not None and _Untrusted.model_validate_json(data).key == _fields(key)
-    except ValidationError:
-        return False
-
-
 class _Storage(Protocol):
     """What ``still_known`` needs of ``_oauth.StoredTokens``."""
 
@@ -388,8 +363,9 @@ async def _known(
     cannot have forgotten a client it registered a moment ago, so ``invalid_client`` then
     says its token endpoint answers so for any code it never issued (not RFC 6749's
     ``invalid_grant``). The tenant remembers that of the authorization server
-    (``probe_untrusted``, logged as a warning) and probes no stored client there again:
-    one registration replaced needlessly, not one at every consent.
+    (``_untrusted``, logged as a warning) and probes no stored client there again until
+    the mark expires: one registration replaced needlessly per bound, not one at every
+    consent.
 
     Raises:
         OAuthRegistrationError: the new registration was refused, or unusable.
@@ -397,7 +373,9 @@ async def _known(
     client, registering, store = provider.context.client_info, storage.registering, storage.store
     if client is None or registering is None or client.client_id == registering.registered:
         return client
-    if store is not None and await probe_untrusted(store, registering.tenant, registering.issuer):
+    if store is not None and await probe_untrusted(
+        store, registering.tenant, registering.issuer, registering.clock()
+    ):
         return client
     probed = await registering.probe(provider)
     if probed is None or not await storage.forgot(client, probed):
@@ -460,16 +438,17 @@ async def _probed_again(
     again = await registering.probe(provider)
     if again is None or not await client_refused(again):
         return
-    key = untrusted_key(registering.tenant, registering.issuer)
-    record = _Untrusted(key=_fields(key), client_id=fresh.client_id)
-    await store.put(key, record.model_dump_json().encode())
+    tenant, issuer = registering.tenant, registering.issuer
+    await mark_untrusted(store, tenant, issuer, fresh.client_id, registering.clock())
     _log.warning(
         "the authorization server %s answers invalid_client for a code it never issued, "
         "also to the client %s it registered a moment ago for MCP server %r (not RFC 6749's "
         "invalid_grant): tenant %r no longer probes its stored clients before a consent "
-        "(one it really forgot is replaced when a refresh or a code exchange is refused)",
-        registering.issuer,
+        "for %d hours (one it really forgot is replaced when a refresh or a code exchange "
+        "is refused)",
+        issuer,
         fresh.client_id,
         registering.server,
-        registering.tenant,
+        tenant,
+        UNTRUSTED_SECONDS // 3600,
     )

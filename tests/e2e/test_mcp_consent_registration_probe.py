@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from psych_runtime.activities.mcp._registration import UNTRUSTED
+from psych_runtime.activities.mcp._untrusted import UNTRUSTED
 from psych_runtime.specs import Scope
 from psych_runtime.testing import Reply, ToolCall
 
