@@ -2844,6 +2844,41 @@ async def tool_permit_revoked(rig: Rig) -> RunHandle:
     return await rig.run(spec, "How many orders has Ada?")
 
 
+async def _permit_revoked_continued(rig: Rig, execution: int) -> ExecutionHandle:
+    """``count_orders`` revoked after the catalogue offered it, the Run continued as new
+    once: execution 1's call of it is denied by the worker's permits (the outcome marked
+    ``unpermitted``), then ``lookup_order`` runs and the history is long enough; 2's
+    catalogue leaves ``count_orders`` out, the model calls it anyway and then answers
+    (the next model call carries what it read)."""
+    rig.settings = dataclasses.replace(rig.settings, permits=_RevokedAfter(until=1))
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("count_orders", {"customer": "ada"}, id="c1")),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}, id="c2")),
+        Reply.tool_calls(ToolCall("count_orders", {"customer": "ada"}, id="c3")),
+        Reply.text("I may not count orders any more."),
+    )
+    spec = rig.agent("counter").tool("lookup_order").tool("count_orders").build()
+    async with rig.worker():
+        # Read where a turn's model call answered: past 18 events at execution 1's second
+        # answer, not at its first, nor at either of execution 2's.
+        run = await rig.client.dispatch(
+            spec, "How many orders has Ada?", scope=SCOPE, continue_after_events=18
+        )
+        await rig.settle(run)
+        page = await rig.client.records(run, scope=SCOPE, after=10_000)
+        current = await rig.env.client.get_workflow_handle(run.workflow_id).describe()
+    chain = [segment.run_id for segment in page.earlier] + [current.run_id]
+    assert len(chain) == 2, f"expected a chain of 2 executions, got {len(chain)}"
+    return ExecutionHandle(**dataclasses.asdict(run), execution=chain[execution - 1])
+
+
+async def tool_permit_revoked_continued_before_patch(rig: Rig) -> RunHandle:
+    """Recorded at 9d31192, before patch psych-unpermitted-told: the second execution's
+    catalogue leaves ``count_orders`` out, and the model's call of it reads as an unknown
+    tool's (an error)."""
+    return await _permit_revoked_continued(rig, 2)
+
+
 async def local_external_wait_beside_local_call(rig: Rig) -> RunHandle:
     """A local call that returns an external wait at once, beside a slower local call
     started before it: the wait's commands come only after both resolved; completed by
@@ -3131,6 +3166,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # a permit revoked mid-Run: the tool offered no more, the model told (no patch: only
     # an outcome marked unpermitted, which no earlier worker sent, takes that path)
     ("dev", tool_permit_revoked),
+    # ... and continued as new: the call of a tool the next catalogue left out for the
+    # permits read as an unknown tool's (the old branch of psych-unpermitted-told)
+    ("dev", tool_permit_revoked_continued_before_patch),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
