@@ -59,7 +59,11 @@ async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_
         run = await harness.client.dispatch(spec, "Mail", scope=harness.scope)
         result = await harness.client.result(run, scope=harness.scope)
         report = await harness.client.report(run, scope=harness.scope)
+        state = await harness.client.status(run, scope=harness.scope)
     assert result.status is RunStatus.COMPLETED, result.reason
+    # psych status names them, in the order the refusals came, apart from withheld tools.
+    assert state.withdrawn_tools == ("send_mail", "ping")
+    assert state.withheld_tools == ()
     first, second, third = harness.fake.requests
     assert offered(first) == ["lookup_order", "ping", "send_mail"]
     # Learned from the refusals: neither tool is offered again, and the model is told why.

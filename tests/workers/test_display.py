@@ -62,3 +62,19 @@ def test_status_shows_the_task_list() -> None:
         tasks=TASKS,
     )
     assert "tasks:        [x] look up\n              [~] refund" in format_state("w", state)
+
+
+def test_status_names_the_tools_the_tenants_permits_withdrew() -> None:
+    state = RunState(
+        run_id="r",
+        tenant="t",
+        agent="a",
+        version_hash="h",
+        status=RunStatus.RUNNING,
+        turn=2,
+        last_seq=9,
+        totals=Totals(),
+        withdrawn_tools=("send_mail", "ping"),
+    )
+    assert format_state("w", state).endswith("\nwithdrawn:    send_mail, ping")
+    assert "withdrawn" not in format_state("w", state.model_copy(update={"withdrawn_tools": ()}))

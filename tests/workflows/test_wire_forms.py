@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import to_json
 
 from psych_runtime.activities.contract import (
@@ -35,6 +35,7 @@ from psych_runtime.workflows import (
     Record,
     RunAdmitted,
     RunSettled,
+    RunState,
     RunStatus,
     Totals,
     Undelivered,
@@ -187,3 +188,33 @@ def test_model_call_finished_leaves_out_refs_it_does_not_have() -> None:
     data = json.loads(to_json(with_refs))
     assert (data["context_ref"], data["system_ref"]) == (head, system)
     assert TypeAdapter(Record).validate_json(to_json(with_refs)) == with_refs
+
+
+def test_run_state_leaves_out_withdrawn_tools_when_none_are() -> None:
+    # A client of a build before the field refuses fields it does not know (the state's
+    # fields of that build, ``extra="forbid"``): it still reads the state of every Run whose
+    # tenant's permits refuse none of its tools. A client of this build reads a state
+    # written before the field (no key) as withdrawing none.
+    before = {name: (field.annotation, field) for name, field in RunState.model_fields.items()}
+    del before["withdrawn_tools"]
+    old_client: type[BaseModel] = create_model(  # type: ignore[call-overload]  # fields at run time
+        "RunStateBefore", __config__=ConfigDict(frozen=True, extra="forbid"), **before
+    )
+    state = RunState(
+        run_id="r1",
+        tenant="acme",
+        agent="support",
+        version_hash="sha256:" + "0" * 64,
+        status=RunStatus.RUNNING,
+        turn=2,
+        last_seq=7,
+        totals=Totals(),
+    )
+    assert "withdrawn_tools" not in json.loads(to_json(state))
+    assert old_client.model_validate_json(to_json(state)).model_dump()["turn"] == 2
+    assert RunState.model_validate_json(to_json(state)) == state
+    withdrawn = state.model_copy(update={"withdrawn_tools": ("send_mail",)})
+    assert json.loads(to_json(withdrawn))["withdrawn_tools"] == ["send_mail"]
+    assert RunState.model_validate_json(to_json(withdrawn)) == withdrawn
+    with pytest.raises(ValidationError, match="withdrawn_tools"):  # the documented cost
+        old_client.model_validate_json(to_json(withdrawn))

@@ -468,6 +468,9 @@ def _state_text(workflow_id: str, state: RunState) -> str:
     ]
     if state.withheld_tools:
         lines.append(_field("withheld", ", ".join(state.withheld_tools)))
+    if state.withdrawn_tools:
+        # Not the failure streak's: the tenant's permits refuse them (RunState).
+        lines.append(_field("withdrawn", ", ".join(state.withdrawn_tools)))
     lines += [_field(name, value) for name, value in state_rows(state)]
     for item in state.pending:
         held = f", held by {item.run}" if item.run else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -50,6 +50,7 @@ from psych_runtime.workflows.contract._records import (
     RunStatus,
     Totals,
 )
+from psych_runtime.workflows.contract._status import _Sparse
 
 # --- stable names --------------------------------------------------------------------------
 
@@ -379,8 +380,10 @@ class RecordsPage(_Frozen):
     before this execution's first are read by querying those executions by run id."""
 
 
-class RunState(_Frozen):
+class RunState(_Sparse):
     """Answer of the ``psych.state`` query."""
+
+    _sparse: ClassVar[tuple[str, ...]] = ("withdrawn_tools",)
 
     run_id: str
     tenant: str
@@ -394,6 +397,12 @@ class RunState(_Frozen):
     last_seq: int
     totals: Totals
     withheld_tools: tuple[str, ...] = ()
+    withdrawn_tools: tuple[str, ...] = ()
+    """Code and HTTP tools of the Spec this execution does not offer because the tenant's
+    permits refuse them: withdrawn once a call of one was refused (a permit revoked while
+    the Run worked), then those its catalogue left out (a Run continued as new after that,
+    or one started without the permits check). Left out of the JSON when empty
+    (``_Sparse``), so a client of a build before it reads every state that does not use it."""
     pending: tuple[Pending, ...] = ()
     """What a suspended Run waits for, its children's items included (``Pending.run``)."""
     kind: Literal["agent", "workflow"] = "agent"

@@ -26,7 +26,7 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
     """
     spec = run._spec
     try:
-        return await calls.resolve_catalog(
+        catalog = await calls.resolve_catalog(
             CatalogInput(
                 run_id=run._input.run_id,
                 code_tools=tuple(t.name for t in spec.tools if t.kind == "code"),
@@ -45,3 +45,6 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
             raise
         # Its own text ("<type>: <message>"), as an ActivityError's cause reads above.
         raise Stop(RunStatus.FAILED, f"tools: {err}") from err
+    offered = {entry.name for entry in catalog.entries}
+    run._left_out = tuple(tool.name for tool in spec.tools if tool.name not in offered)
+    return catalog

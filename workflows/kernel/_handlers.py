@@ -98,6 +98,7 @@ class Handlers(RunBase):
             last_seq=self._log.last_seq,
             totals=self._totals,
             withheld_tools=tuple(self._guards.withheld),
+            withdrawn_tools=self._withdrawn_tools(),
             pending=self._suspensions.items(),
             kind="agent" if self.KIND == "agent" else "workflow",
             step=self._state_step(),
@@ -105,6 +106,10 @@ class Handlers(RunBase):
             conversation_ref=self._context_ref,
             **{key: value for f in self._features for key, value in f.run_state().items()},
         )
+
+    def _withdrawn_tools(self) -> tuple[str, ...]:
+        """The tools the tenant's permits refuse this execution (``ToolCalls`` knows)."""
+        return ()
 
     @workflow.query(name=QUERY_RECORDS)
     def records(self, query: RecordsQuery) -> RecordsPage:

@@ -103,6 +103,9 @@ class ToolCalls(FeatureView):
         revoked since the catalogue offered them), with the refusal: not offered again, a
         call of one refused here. Not carried: a continued execution resolves its catalogue
         again, which asks the permits (``_tool_batch``)."""
+        self._left_out: tuple[str, ...] = ()
+        """Code and HTTP tools of the Spec the Run's catalogue left out: the tenant's permits
+        refuse them (``_catalog.resolve``; the catalogue leaves a tool out for nothing else)."""
         self._features = tuple(kind(self) for kind in self.FEATURES)
         features = self._features
         self._at_boundary = overriding(features, "boundary")
@@ -122,6 +125,9 @@ class ToolCalls(FeatureView):
             for kind, handler in feature.tool_kinds().items()
         }
         """Entry kinds a feature runs (its own tools), by kind."""
+
+    def _withdrawn_tools(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self._revoked, *self._left_out]))
 
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
