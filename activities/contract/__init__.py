@@ -153,6 +153,7 @@ from psych_runtime.activities.contract._tools import (
     ToolInfo,
     ToolOutcome,
     invalid_arguments_message,
+    unpermitted_message,
 )
 from psych_runtime.activities.contract._usage import Latency, Usage
 from psych_runtime.activities.contract._versions import VersionPublishInput
@@ -278,6 +279,7 @@ __all__ = [
     "slim_model_result",
     "slim_outcome",
     "to_wire",
+    "unpermitted_message",
     "usual_finish_reason",
     "well_formed",
     "workflow_id_for",

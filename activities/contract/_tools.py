@@ -235,6 +235,13 @@ class StoreResultInput(_Payload):
 # --- texts both sides write ---------------------------------------------------------------
 
 
+def unpermitted_message(kind: str, name: str, tenant: str) -> str:
+    """Why ``tenant`` may not call the ``kind`` (code or HTTP) tool ``name``: the refusal a
+    tool activity answers when the tenant's permits refuse a call, and what the Run says of
+    a call of such a tool its catalogue left out. Pure, for the workflow to call."""
+    return f"{kind} tool {name!r} is not permitted to tenant {tenant!r}"
+
+
 def invalid_arguments_message(err: json.JSONDecodeError) -> str:
     """What the model reads when its tool-call arguments are not JSON.
 

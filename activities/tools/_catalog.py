@@ -17,6 +17,7 @@ from psych_runtime.activities.contract import (
     ToolDefinition,
     ToolInfo,
     ids_from,
+    unpermitted_message,
 )
 from psych_runtime.activities.tools._http import NOT_SAFE_TO_REPEAT
 from psych_runtime.specs import (
@@ -78,7 +79,7 @@ async def unpermitted(
     permitted = await permitted_by(permits, scope.tenant, PermitSource(kind))
     if permitted is None or matches(name, permitted):
         return None
-    return f"{kind} tool {name!r} is not permitted to tenant {scope.tenant!r}"
+    return unpermitted_message(kind, name, scope.tenant)
 
 
 def http_definition(tool: HttpTool) -> ToolDefinition:

@@ -174,7 +174,8 @@ async def test_a_run_started_otherwise_is_not_offered_unpermitted_code_and_http_
 ) -> None:
     # The harness's client knows no permits (as the temporal CLI would not): the worker's
     # catalogue leaves out what the tenant may not call, as MCP discovery does, and a call
-    # of it anyway is an unknown tool's; the tool never runs.
+    # of it anyway is denied with the permits' words (patch psych-unpermitted-told; an
+    # unknown tool's before); the tool never runs.
     ran: list[str] = []
     settings = permitting(
         harness, {"tenants": {"acme": {"code_tools": ["lookup_*"], "http_tools": []}}}
@@ -193,8 +194,14 @@ async def test_a_run_started_otherwise_is_not_offered_unpermitted_code_and_http_
     assert result.status is RunStatus.COMPLETED, result.reason
     assert offered(harness.fake.requests[0]) == ["lookup_order"]
     mail, ping = report.tool_calls
-    assert mail.status == "error" and "unknown tool 'send_mail'" in (mail.result or "")
-    assert ping.status == "error" and "unknown tool 'ping'" in (ping.result or "")
+    assert (mail.status, mail.result) == (
+        "denied",
+        "code tool 'send_mail' is not permitted to tenant 'acme'",
+    )
+    assert (ping.status, ping.result) == (
+        "denied",
+        "http tool 'ping' is not permitted to tenant 'acme'",
+    )
     assert ran == []
 
 

@@ -38,6 +38,15 @@ MAIL_REFUSED = "code tool 'send_mail' is not permitted to tenant 'acme'"
 PING_REFUSED = "http tool 'ping' is not permitted to tenant 'acme'"
 
 
+def withdrawn(tool: str, refusal: str) -> str:
+    """The note of a tool withdrawn for its permit (patch psych-unpermitted-told): true
+    across continue-as-new, whose catalogue offers a permit given back."""
+    return (
+        f"[runtime] The tool {tool} is no longer permitted ({refusal}) and is withdrawn: it "
+        "is not offered again unless its permit is given back. Continue without it."
+    )
+
+
 async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_model_told(
     harness: Harness,
 ) -> None:
@@ -69,10 +78,8 @@ async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_
     # Learned from the refusals: neither tool is offered again, and the model is told why.
     assert offered(second) == ["lookup_order"]
     assert said(second)[-2:] == [
-        f"[runtime] The tool send_mail is no longer permitted ({MAIL_REFUSED}) and is "
-        "withdrawn for the rest of this Run. Continue without it.",
-        f"[runtime] The tool ping is no longer permitted ({PING_REFUSED}) and is withdrawn "
-        "for the rest of this Run. Continue without it.",
+        withdrawn("send_mail", MAIL_REFUSED),
+        withdrawn("ping", PING_REFUSED),
     ]
     assert offered(third) == ["lookup_order"]
     assert [(c.status, c.result) for c in report.tool_calls] == [
@@ -83,6 +90,45 @@ async def test_a_tool_refused_for_its_revoked_permit_is_offered_no_more_and_the_
     assert ran == []
     # The catalogue's two asks and the first two calls': the third call never left the Run.
     assert permits.asked == [("acme", "code"), ("acme", "http"), ("acme", "code"), ("acme", "http")]
+
+
+async def test_a_tool_still_refused_after_continue_as_new_is_denied_as_not_permitted(
+    harness: Harness,
+) -> None:
+    ran: list[str] = []
+    spec = mailer(harness, ran, lookup_order)
+    permits = Revoking(until=2)  # the first catalogue's two asks, then only lookup*
+    settings = dataclasses.replace(harness.settings, permits=permits)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("send_mail", {"to": "a@example.test"}, id="c1")),
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}, id="c2")),
+        # A model that remembers the tool: the continued execution's catalogue left it out.
+        Reply.tool_calls(ToolCall("send_mail", {"to": "b@example.test"}, id="c3")),
+        Reply.text("I cannot send mail."),
+    )
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(
+            spec, "Mail", scope=harness.scope, continue_after_events=1
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
+        state = await harness.client.status(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    first, second, third, fourth = harness.fake.requests
+    assert offered(first) == ["lookup_order", "ping", "send_mail"]
+    assert said(second)[-1] == withdrawn("send_mail", MAIL_REFUSED)
+    assert offered(second) == offered(third) == ["lookup_order"]
+    # What the model reads of the call: the permits' refusal, not an unknown tool.
+    told = fourth["messages"][-1]
+    assert (told["role"], told["tool_call_id"], told["content"]) == ("tool", "c3", MAIL_REFUSED)
+    assert [(c.status, c.result) for c in report.tool_calls] == [
+        ("denied", MAIL_REFUSED),
+        ("ok", "order 42: delivered"),
+        ("denied", MAIL_REFUSED),
+    ]
+    # The last execution's catalogue left both out: status names them, in the Spec's order.
+    assert state.withdrawn_tools == ("ping", "send_mail")
+    assert ran == []
 
 
 class SlowToAnswer:

@@ -145,7 +145,7 @@ async def test_a_run_completes_with_a_process_per_role(
     ]
     # Every new Run asks the newest start patch (kernel/_patches.py) after the fleet's answer.
     fleet = [] if told else [ROLES_APART_PATCH]
-    assert [patch["id"] for patch in patches] == [*fleet, "psych-a2a-cards-failure-settles"]
+    assert [patch["id"] for patch in patches] == [*fleet, "psych-unpermitted-told"]
 
 
 @pytest.mark.timeout(300)

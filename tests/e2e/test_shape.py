@@ -1,7 +1,8 @@
 """A new Run records one patch marker, the newest of the patches every Run asks at its
-start (``psych-a2a-cards-failure-settles``, which stands for the older
-``psych-workflow-outputs-bounded``, ``psych-children-bounded``, ``psych-batch-accounting``,
-``psych-catalog-failure-settles`` and ``psych-local-resolution-safe``:
+start (``psych-unpermitted-told``, which stands for the older
+``psych-a2a-cards-failure-settles``, ``psych-workflow-outputs-bounded``,
+``psych-children-bounded``, ``psych-batch-accounting``, ``psych-catalog-failure-settles``
+and ``psych-local-resolution-safe``:
 workflows/kernel/_patches.py), an AgentRun as a WorkflowRun: the baseline asked none
 (each marker costs two events and a visibility write), and a later change adds one only as
 tests/workflows/histories/README.md, "Compatibility policy", says. It goes when the
@@ -58,4 +59,4 @@ async def test_a_new_run_records_only_the_local_resolution_patch(harness: Harnes
         and "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert upserts == [b'["psych-a2a-cards-failure-settles"]']
+    assert upserts == [b'["psych-unpermitted-told"]']

@@ -2872,6 +2872,19 @@ async def _permit_revoked_continued(rig: Rig, execution: int) -> ExecutionHandle
     return ExecutionHandle(**dataclasses.asdict(run), execution=chain[execution - 1])
 
 
+async def tool_permit_revoked_told(rig: Rig) -> RunHandle:
+    """``tool_permit_revoked`` recorded with patch psych-unpermitted-told (its marker at the
+    start): the note says the tool is not offered again unless its permit is given back."""
+    return await tool_permit_revoked(rig)
+
+
+async def tool_permit_revoked_continued(rig: Rig) -> RunHandle:
+    """The second execution of ``_permit_revoked_continued`` with patch
+    psych-unpermitted-told: the model's call of the tool its catalogue left out is denied
+    with the permits' words, not an unknown tool's."""
+    return await _permit_revoked_continued(rig, 2)
+
+
 async def tool_permit_revoked_continued_before_patch(rig: Rig) -> RunHandle:
     """Recorded at 9d31192, before patch psych-unpermitted-told: the second execution's
     catalogue leaves ``count_orders`` out, and the model's call of it reads as an unknown
@@ -3169,6 +3182,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # ... and continued as new: the call of a tool the next catalogue left out for the
     # permits read as an unknown tool's (the old branch of psych-unpermitted-told)
     ("dev", tool_permit_revoked_continued_before_patch),
+    # ... both behind psych-unpermitted-told: the note true across continue-as-new, and
+    # the call of a tool the catalogue left out for the permits denied as not permitted
+    ("dev", tool_permit_revoked_told),
+    ("dev", tool_permit_revoked_continued),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -3,7 +3,7 @@
 The baseline asked none: a new Run of a fleet on one queue recorded no patch marker
 (histories/README.md, "Compatibility policy"); since ``psych-local-resolution-safe`` every
 new Run records the newest start patch's marker, which stands for the older ones
-(``kernel/_patches.py``; now ``psych-a2a-cards-failure-settles``), until the policy's step 3
+(``kernel/_patches.py``; now ``psych-unpermitted-told``), until the policy's step 3
 removes it. A later change that breaks replay of a committed history adds its id to
 ``PATCHES`` here with the release that added it, beside the ``workflow.patched`` call;
 removing the id (policy step c) removes it here. An id asked but not listed, or asked in a
@@ -109,6 +109,13 @@ PATCHES: dict[str, str] = {
     # resolution), before psych-workflow-outputs-bounded, which it stands for with the older
     # start patches (kernel/_patches.py).
     "psych-a2a-cards-failure-settles": "0.1.0",
+    # What the model reads of a tool the tenant's permits refuse is true across
+    # continue-as-new (kernel/_guards.py ``revoked_note``, kernel/_tool_calls.py
+    # ``_told_unpermitted``); a Run recorded before read "withdrawn for the rest of this
+    # Run", and a call of a tool its catalogue left out as an unknown tool's. Asked at every
+    # Run's start (the note follows a tool call, maybe a local activity), before
+    # psych-a2a-cards-failure-settles, which it stands for with the older start patches.
+    "psych-unpermitted-told": "0.1.0",
     # A Run settling while its person has not answered an A2A peer's question asks the peer
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.

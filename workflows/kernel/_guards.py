@@ -189,9 +189,17 @@ def withheld_note(tool: str, streak: int) -> str:
     )
 
 
-def revoked_note(tool: str, refusal: str) -> str:
+def revoked_note(tool: str, refusal: str, *, told: bool) -> str:
     """What the model is told when a call of ``tool`` was refused by the tenant's permits
-    (``refusal``, the worker's words): the tool is withdrawn."""
+    (``refusal``, the worker's words): the tool is withdrawn. ``told`` (patch
+    ``psych-unpermitted-told``): for as long as the permit is refused, which is what holds
+    across continue-as-new (the next catalogue asks the permits again); a Run recorded
+    before read "for the rest of this Run"."""
+    if told:
+        return (
+            f"[runtime] The tool {tool} is no longer permitted ({refusal}) and is withdrawn: "
+            "it is not offered again unless its permit is given back. Continue without it."
+        )
     return (
         f"[runtime] The tool {tool} is no longer permitted ({refusal}) and is withdrawn for "
         "the rest of this Run. Continue without it."

@@ -39,6 +39,16 @@ where ``workflow.patched`` may answer otherwise on replay; a Run recorded before
 
 @dataclass(frozen=True)
 class StartPatches:
+    unpermitted_told: bool
+    """What the model reads of a tool the tenant's permits refuse is true across
+    continue-as-new (``psych-unpermitted-told``): the note of a tool withdrawn mid-Run says
+    it is offered again only if its permit is given back (before: "withdrawn for the rest
+    of this Run", yet a continued execution's catalogue offers a permit given back), and a
+    call of a code or HTTP tool of the Spec the execution's catalogue left out (the permits
+    refuse it) is denied as not permitted, where it read as an unknown tool's (an error,
+    counted toward the tool's failure streak). The note follows a tool call, which may be a
+    local activity, so it is asked here. Such a Run also has every change of the patches
+    below."""
     cards_settle: bool
     """A failure of the A2A cards at a boundary settles the Run FAILED
     (``psych-a2a-cards-failure-settles``; ``features/_a2a.py``): before, a non-retryable
@@ -84,6 +94,7 @@ class StartPatches:
         if patch_id in TAKEN_WITH_OUTPUTS_BOUNDED:
             return self.outputs_bounded or workflow.patched(patch_id)
         return {
+            "psych-unpermitted-told": self.unpermitted_told,
             "psych-a2a-cards-failure-settles": self.cards_settle,
             "psych-workflow-outputs-bounded": self.outputs_bounded,
             "psych-children-bounded": self.children_bounded,
@@ -94,6 +105,7 @@ class StartPatches:
 
 
 NOT_ASKED = StartPatches(
+    unpermitted_told=False,
     cards_settle=False,
     outputs_bounded=False,
     children_bounded=False,
@@ -106,10 +118,11 @@ NOT_ASKED = StartPatches(
 
 def ask_at_start() -> StartPatches:
     """Ask the start patches (before the Run schedules anything), newest first."""
-    cards = workflow.patched("psych-a2a-cards-failure-settles")
+    told = workflow.patched("psych-unpermitted-told")
+    cards = told or workflow.patched("psych-a2a-cards-failure-settles")
     outputs = cards or workflow.patched("psych-workflow-outputs-bounded")
     bounded = outputs or workflow.patched("psych-children-bounded")
     accounting = bounded or workflow.patched("psych-batch-accounting")
     settles = accounting or workflow.patched("psych-catalog-failure-settles")
     local_safe = settles or workflow.patched("psych-local-resolution-safe")
-    return StartPatches(cards, outputs, bounded, accounting, settles, local_safe)
+    return StartPatches(told, cards, outputs, bounded, accounting, settles, local_safe)

@@ -216,7 +216,12 @@ class ToolBatches(ToolCalls):
             # marks an outcome so: no recorded Run takes this path.
             self._revoked[call.name] = result.content
             notes.append(
-                ChatMessage(role="user", content=guards.revoked_note(call.name, result.content))
+                ChatMessage(
+                    role="user",
+                    content=guards.revoked_note(
+                        call.name, result.content, told=self._start.unpermitted_told
+                    ),
+                )
             )
         if verdict.hard_stop is not None:
             raise Stop(RunStatus.FAILED, verdict.hard_stop)

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolDefinition,
         ToolOutcome,
+        unpermitted_message,
     )
     from psych_runtime.specs import (
         AgentSpec,
@@ -129,6 +130,15 @@ class ToolCalls(FeatureView):
     def _withdrawn_tools(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*self._revoked, *self._left_out]))
 
+    def _told_unpermitted(self, name: str) -> bool:
+        """Whether a call of ``name``, not offered, reads as refused by the tenant's permits
+        (with their words, as a tool withdrawn mid-execution does, ``denied``) rather than
+        as an unknown tool's: an agent's code or HTTP tool its catalogue left out (an
+        execution continued as new after a revocation, or a Run started without the
+        client's check), since patch ``psych-unpermitted-told``. A workflow's tool step of
+        one still fails as naming a tool the Run does not have."""
+        return self.KIND == "agent" and name in self._left_out and self._start.unpermitted_told
+
     def _take_spec(self, spec: AgentSpec | WorkflowSpec) -> None:
         self._spec = spec
         self._tools = {tool.name: tool for tool in spec.tools}
@@ -159,6 +169,10 @@ class ToolCalls(FeatureView):
         if revoked is not None:
             return inline(call, "denied", revoked, counts=False)
         entry = offered.get(call.name)
+        if entry is None and self._told_unpermitted(call.name):
+            tool = self._tools[call.name]
+            why = unpermitted_message(tool.kind, tool.name, self._input.scope.tenant)
+            return inline(call, "denied", why, counts=False)
         if entry is None:
             left_out = [*withheld, *self._revoked]
             return unknown_tool(call, offered, left_out, self.why_not_offered(call.name))
