@@ -8,10 +8,12 @@ chain stored in them (``Conversations``), the store a worker's environment confi
 (``blob_store_from_env``), and a blob a reader in a Run cannot read, told by ref
 (``unreadable_blob``, ``read_by_ref``; the store's words for the log: ``blob_words``), and
 the S3 client every S3 store opens, with what its errors mean (``s3_answering``: S3 not
-answering is ``StoreUnavailable``).
+answering is ``StoreUnavailable``; a ``LocalBlobStore``'s disk error, ``LocalStoreFailed``,
+one too).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
+from psych_runtime.activities.blobs._disk import LocalStoreFailed
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs, RecentByRef
 from psych_runtime.activities.blobs._s3 import (
     CONFLICT_ATTEMPTS,
@@ -34,13 +36,12 @@ from psych_runtime.activities.blobs._s3_client import (
     store_conflict,
     store_retry_mode,
 )
+from psych_runtime.activities.blobs._sealed import BlobCipher, EncryptedBlobStore
 from psych_runtime.activities.blobs._store import (
-    BlobCipher,
     BlobNotFound,
     BlobSealRefused,
     BlobStore,
     Conversations,
-    EncryptedBlobStore,
     KnowsRefs,
     LocalBlobStore,
     blob_key,
@@ -62,6 +63,7 @@ __all__ = [
     "EncryptedBlobStore",
     "KnowsRefs",
     "LocalBlobStore",
+    "LocalStoreFailed",
     "RECENT_BLOB_BYTES",
     "RecentBlobs",
     "RecentByRef",

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._durable_files import sweep_temporary
+from psych_runtime.activities.blobs._disk import disk_answering
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
 from psych_runtime.specs import AccessDenied, NotFound
@@ -191,7 +192,8 @@ class LocalBlobStore:
     async def put(self, data: bytes) -> str:
         """Store ``data``; return its ref."""
         ref = blob_ref(data)
-        self._write(self._path(ref), data, ref)
+        with disk_answering(f"blob {ref} cannot be stored", ref, self._root):
+            self._write(self._path(ref), data, ref)
         self._recent.keep(ref, data)
         return ref
 
@@ -205,10 +207,11 @@ class LocalBlobStore:
         data = self._recent.get(ref)
         if data is not None:
             return data
-        try:
-            data = _read(path)
-        except FileNotFoundError:
-            raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
+        with disk_answering(f"blob {ref} cannot be read", ref, self._root):
+            try:
+                data = _read(path)
+            except FileNotFoundError:
+                raise BlobNotFound(ref, f"no blob {ref} in {self.root}") from None
         if blob_ref(data) != ref:
             # Cut short or emptied: written before a host crash and never synced (a put
             # of the same bytes replaces it), or changed behind the store's back. Never
@@ -334,60 +337,6 @@ _PUT_COUNTER = itertools.count()
 _PUT_TOKEN = secrets.token_hex(6)
 """This process's part of those names; a forked child draws its own."""
 os.register_at_fork(after_in_child=_new_token)
-
-
-@runtime_checkable
-class BlobCipher(Protocol):
-    """Port: seals and opens blob bytes (``workers.PsychCodec.blob_cipher()`` seals with
-    the payload keys, for the tenant of the Run whose activity runs now)."""
-
-    def seal(self, data: bytes) -> bytes:
-        """``data`` encrypted."""
-        ...
-
-    def open(self, sealed: bytes) -> bytes:
-        """What ``seal`` sealed.
-
-        Raises:
-            NotFound: sealed for another tenant than the running Run's.
-            AccessDenied: not sealed with this cipher's keys, or altered.
-        """
-        ...
-
-
-class EncryptedBlobStore:
-    """A BlobStore whose blobs are sealed by a ``BlobCipher`` before ``inner`` stores them.
-
-    Refs are ``inner``'s refs of the sealed bytes, so on disk (or in a bucket) neither a
-    blob nor its name says anything about its content to anyone without the key.
-    """
-
-    def __init__(self, inner: BlobStore, cipher: BlobCipher) -> None:
-        self.inner = inner
-        self.cipher = cipher
-
-    def ref_of(self, data: bytes) -> str | None:
-        """The ref of ``data`` sealed, if ``inner`` can tell (``KnowsRefs``): what ``put``
-        returns, as psych's cipher seals the same data alike under the same key."""
-        return ref_without_storing(self.inner, self.cipher.seal(data))
-
-    async def put(self, data: bytes) -> str:
-        """Seal and store ``data``; return the ref of the sealed bytes."""
-        return await self.inner.put(self.cipher.seal(data))
-
-    async def get(self, ref: str) -> bytes:
-        """The plaintext stored under ``ref``.
-
-        Raises:
-            NotFound: nothing is stored under ``ref`` for this Run's tenant.
-            BlobSealRefused: an ``AccessDenied`` naming ``ref``: the blob is not sealed
-                with the cipher's keys, or was altered (the cipher's refusal is its cause).
-        """
-        sealed = await self.inner.get(ref)
-        try:
-            return self.cipher.open(sealed)
-        except AccessDenied as err:
-            raise BlobSealRefused(ref) from err
 
 
 def canonical_json(value: object) -> bytes:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from psych_runtime.activities.blobs import unreadable_blob
+from psych_runtime.activities.blobs import LocalStoreFailed, unreadable_blob
 from psych_runtime.activities.contract import ModelCallResult, ModelFailure
 from psych_runtime.specs import NotFound, StoreUnavailable
 
@@ -107,7 +107,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     (``ProviderError``) whose code is one of those statuses or whose code or type names a
     rate limit, overload or server-side trouble, and a store of the call's input or answer
     that did not answer (``StoreUnavailable``: the blob by ref and the store's kind, its
-    endpoint only in the worker's log). Everything else (other 4xx such as 401 and 403, a
+    endpoint only in the worker's log; a local disk's error, ``LocalStoreFailed``, alike:
+    the errno's name and words, its path only in the log, transient unless it lasts: a
+    read-only or unwritable directory). Everything else (other 4xx such as 401 and 403, a
     host name that does not resolve, a response that is not a chat completion,
     configuration errors, a blob of the call's input that cannot be read: missing, its
     seal refused or its bytes damaged, said by ref with ``unreadable_blob``, where the store
@@ -147,6 +149,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     elif isinstance(cause, httpx.TimeoutException | httpx.NetworkError | httpx.ProxyError):
         text = _describe(cause)
     elif isinstance(cause, StoreUnavailable):
+        # A local disk's error that lasts (read-only, permission refused) is the
+        # deployment's to mend: the Run's budget would only delay saying so.
+        transient = not (isinstance(cause, LocalStoreFailed) and cause.lasting)
         text = str(cause)
     elif isinstance(cause, ProviderError):
         return ModelFailure(

@@ -1,0 +1,92 @@
+"""What a local blob store's disk error (an ``OSError``: a disk full, a read-only or
+unreadable directory, an I/O error) becomes: ``LocalStoreFailed``, a ``StoreUnavailable``
+naming the blob by ref, the store's kind and the errno, never the path (an ``OSError``'s
+words name it), which goes to the worker's log only, as an S3 store's endpoint does
+(``s3_answering``)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from psych_runtime.specs import StoreUnavailable
+
+_log = logging.getLogger(__name__)
+
+STORE_KIND = "local blob store"
+"""How a ``LocalStoreFailed`` names the store (never where it is)."""
+
+_PASSING = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EIO,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOMEM,
+        errno.EAGAIN,
+        errno.EINTR,
+        errno.EBUSY,
+        errno.ETIMEDOUT,
+        errno.ESTALE,
+    }
+)
+"""Errnos that may pass without anyone mending the store's configuration: space freed, a
+file handle or memory given back, a shared volume's server back. Any other (permission
+refused, read-only, not a directory) lasts until the deployment is mended."""
+
+
+class LocalStoreFailed(StoreUnavailable):
+    """A ``LocalBlobStore``'s disk refused a read or a write: ``<what>: the local blob store
+    failed (<errno name>: <strerror>)``, the path only in the worker's log (``detail``).
+
+    A ``StoreUnavailable``, so whatever handles a store that did not answer handles it (a
+    tool's outcome of a call not safe to repeat that ran: ``ResultNotKept``; a model call:
+    ``classify``). ``lasting``: the errno is not one that passes by itself (``_PASSING``):
+    a model call then fails not transient, as no retry of the Run's budget mends a
+    read-only or unwritable directory.
+
+    Attributes:
+        ref: the blob read or written.
+        errno_name: the errno's symbol (``ENOSPC``), or the exception's type without one.
+        lasting: as said.
+    """
+
+    def __init__(
+        self, message: str, *, ref: str, errno_name: str, lasting: bool, detail: str = ""
+    ) -> None:
+        super().__init__(message, detail=detail)
+        self.ref = ref
+        self.errno_name = errno_name
+        self.lasting = lasting
+
+
+@contextmanager
+def disk_answering(what: str, ref: str, root: str) -> Iterator[None]:
+    """The block's file operations on ``ref``'s file under ``root``; an ``OSError`` raises
+    ``LocalStoreFailed`` saying ``<what>: the local blob store failed (<errno>: <why>)``,
+    unchained (the ``OSError``'s words name the path, and an activity's failure carries
+    its causes' messages into the Run's history), and logs the path as a warning.
+
+    Raises:
+        LocalStoreFailed: as said.
+    """
+    try:
+        yield
+    except OSError as err:
+        code = err.errno
+        name = errno.errorcode.get(code) if code else None
+        if name is None:
+            name = type(err).__name__  # raised without an errno: its words may name a path
+        how = f"{name}: {err.strerror}" if err.strerror else name
+        detail = f"under {root}: {err}"
+        _log.warning("%s: the %s failed %s", what, STORE_KIND, detail)
+        raise LocalStoreFailed(
+            f"{what}: the {STORE_KIND} failed ({how})",
+            ref=ref,
+            errno_name=name,
+            lasting=code not in _PASSING,
+            detail=detail,
+        ) from None
