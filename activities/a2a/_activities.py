@@ -69,7 +69,7 @@ from psych_runtime.activities.contract import (
     A2aToolCall,
     ToolOutcome,
 )
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import Egress, never_sent
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
@@ -200,11 +200,14 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             connection = await connect(input.peer, input.scope, self.secrets)
             once = input.report_through_client
             answer = await self._send(input, connection)
-        except PeerUnavailable as err:
-            answer = Answer("error", f"A2A peer {input.peer.name!r} is unavailable: {err}")
+        except PeerUnavailable as err:  # before the message was sent (its card, say)
+            said = f"A2A peer {input.peer.name!r} is unavailable: {err}"
+            answer = Answer("error", said, sent=False)
         except Exception as err:  # a SecretResolver's own failure, a bug: sent at most once
             redact = connection.redact if connection is not None else Redactor()
             answer = Answer("error", unexpected(input.name, err, redact))
+        unsent = isinstance(answer, Answer) and not answer.sent
+        once = once and not unsent
         redact = connection.redact if connection is not None else Redactor()
         if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             # The Run's person answers (``questions_to_person``): the question is no answer
@@ -220,7 +223,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             waiting = await self._store(input, "wait", text, started, once)
             return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
         final, shown = await plan.after(answer.status, redact(answer.text))
-        return plan.stamp(await self._store(input, final, shown, started, once))
+        return plan.stamp(await self._store(input, final, shown, started, once, unsent))
 
     @activity.defn(name=A2A_POLL)
     async def poll(self, input: A2aPollInput) -> ToolOutcome:
@@ -342,8 +345,10 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         text: str,
         started: float,
         once: bool = False,
+        unsent: bool = False,
     ) -> ToolOutcome:
-        """``store_outcome`` (``once``: a message not safe to repeat may have been sent)."""
+        """``store_outcome`` (``once``: a message not safe to repeat may have been sent;
+        ``unsent``: it provably was not)."""
         return await store_outcome(
             self.blobs,
             input.call_id,
@@ -352,6 +357,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             started=started,
             limit=input.large_result_bytes,
             once=once,
+            unsent=unsent,
         )
 
     async def _send(self, input: A2aToolCall, connection: Connection) -> Answer | Task:
@@ -361,9 +367,11 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         text = input.arguments.get(A2A_MESSAGE_ARGUMENT)
         task_id = input.arguments.get(A2A_TASK_ARGUMENT)
         if not isinstance(text, str) or not text.strip():
-            return Answer("error", f"{input.name} needs {A2A_MESSAGE_ARGUMENT}: the text to send")
+            said = f"{input.name} needs {A2A_MESSAGE_ARGUMENT}: the text to send"
+            return Answer("error", said, sent=False)
         if task_id is not None and not isinstance(task_id, str):
-            return Answer("error", f"{A2A_TASK_ARGUMENT} must be a string (a task id)")
+            said = f"{A2A_TASK_ARGUMENT} must be a string (a task id)"
+            return Answer("error", said, sent=False)
         settings = self.settings
         fetched, _ = await self.peers.card(
             peer, input.scope, connection, fetch_seconds=settings.card_timeout_seconds
@@ -433,9 +441,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
                 # The peer took the message (the task exists): only a read in the hold
                 # failed. The Run waits on the task durably and reads it again.
                 return task
-            return Answer(
-                "error", f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
-            )
+            said = f"A2A peer {peer.name!r}, skill {input.skill!r}: {describe(err)}"
+            return Answer("error", said, sent=not never_sent(err))
         if input.questions_to_person and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return task
         if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:

@@ -51,6 +51,9 @@ class Answer:
 
     status: Literal["ok", "error"]
     text: str
+    sent: bool = True
+    """False: the message provably never left (the peer's card could not be had, the
+    message was malformed, its connection was refused: ``never_sent``)."""
 
 
 def state_name(state: int) -> str:

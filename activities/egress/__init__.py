@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         Refusal,
         blocked_kind,
     )
+    from psych_runtime.activities.egress._sent import never_sent
 
 _HOMES = {
     "DEFAULT_MAX_RESPONSE_BYTES": "psych_runtime.activities.egress._rules",
@@ -48,6 +49,7 @@ _HOMES = {
     "Resolver": "psych_runtime.activities.egress._guard",
     "ResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "blocked_kind": "psych_runtime.activities.egress._rules",
+    "never_sent": "psych_runtime.activities.egress._sent",
     "system_resolver": "psych_runtime.activities.egress._guard",
 }
 """Where each public name lives, imported on first use: the rules and the policy need no HTTP
@@ -81,5 +83,6 @@ __all__ = [
     "ResponseTooLarge",
     "Resolver",
     "blocked_kind",
+    "never_sent",
     "system_resolver",
 ]

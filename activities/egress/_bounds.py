@@ -27,6 +27,7 @@ import httpx
 import httpx2
 
 from psych_runtime.activities.egress._guard import PURPOSE, EgressDenied
+from psych_runtime.activities.egress._sent import ANSWERED
 
 _INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
 """Encodings decoded here (``zlib`` reads gzip and zlib-wrapped deflate alike)."""
@@ -205,6 +206,7 @@ Denied = Callable[[EgressDenied], None]
 
 def _denied(err: EgressDenied, request: Any, denied: Denied | None) -> EgressDenied:
     told = err.for_purpose(request.extensions.get(PURPOSE))
+    told.redirected = bool(request.extensions.get(ANSWERED))
     if denied is not None:
         denied(told)
     return told
@@ -227,6 +229,7 @@ class Bounded(httpx.AsyncBaseTransport):
             response = await self.inner.handle_async_request(request)
         except EgressDenied as err:
             raise _denied(err, request, self.denied) from None
+        request.extensions[ANSWERED] = True  # a redirect's request is built from these
         bounded: httpx.Response = await _bounded(
             httpx, request, response, self.limit, ResponseTooLarge, _Stream
         )

@@ -47,7 +47,11 @@ class Purpose:
 
 class EgressDenied(Exception):
     """A connection the egress policy refused; ``refusal.rule`` names the rule, and
-    ``purpose`` what the request was for, when its maker said (``PURPOSE``)."""
+    ``purpose`` what the request was for, when its maker said (``PURPOSE``).
+
+    ``redirected``: the refused request is a redirect the server answered an earlier
+    request with (set by the port's httpx transport): that earlier request was sent.
+    """
 
     def __init__(
         self, refusal: Refusal, url: str | None = None, purpose: Purpose | None = None
@@ -56,6 +60,7 @@ class EgressDenied(Exception):
         super().__init__(said if purpose is None else f"{purpose.said}: {said}")
         self.refusal = refusal
         self.purpose = purpose
+        self.redirected = False
 
     def for_purpose(self, purpose: object) -> EgressDenied:
         """This refusal naming ``purpose`` (a request's ``PURPOSE``; itself when the

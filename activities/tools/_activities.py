@@ -57,7 +57,7 @@ from psych_runtime.activities.contract import (
     full_http_call,
     slim_outcome,
 )
-from psych_runtime.activities.egress import Egress, EgressDenied
+from psych_runtime.activities.egress import Egress, EgressDenied, never_sent
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.telemetry import tool_span, traced_tool
@@ -67,6 +67,7 @@ from psych_runtime.activities.tools._catalog import (
     http_definition,
     http_info,
     http_safe_to_repeat,
+    registered_code_tool,
     unpermitted,
 )
 from psych_runtime.activities.tools._code import call_code, describe_invalid, render_result
@@ -88,7 +89,6 @@ from psych_runtime.activities.tools._reporting import OUTAGE_MARGIN, complete_th
 from psych_runtime.activities.tools._store_result import StoredResults
 from psych_runtime.specs import (
     ExternalWait,
-    RegistryError,
     TenantPermits,
     ToolDef,
     ToolRegistry,
@@ -132,7 +132,8 @@ class ToolActivities(StoredResults):
                 credential gets an error outcome.
             egress: the worker's egress port: HTTP tools are sent with its client for the
                 call's tenant, which refuses what the egress policy refuses (the call's
-                outcome is then ``denied``, naming the rule) and never retries (a POST is
+                outcome is then ``denied``, naming the rule; a redirect refused after the
+                request was sent, an ``error`` of a call that ran) and never retries (a POST is
                 not safe to repeat, and repeating is the workflow's decision). Without
                 one, one is made from the environment (``EgressSettings.from_env``) and
                 closed by ``aclose``.
@@ -412,20 +413,25 @@ class ToolActivities(StoredResults):
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
         client = self._client(input.scope.tenant)
-        unsafe, once = not http_safe_to_repeat(input.tool), False
+        unsafe, built = not http_safe_to_repeat(input.tool), False
         try:
             request = await build_request(client, self.secrets, input, redact)
-            once = unsafe  # built, it may be sent and take effect (egress refuses unsent)
+            built = True  # it may be sent and take effect, unless it provably never left
             text = await send_request(client, input.tool, request)
-        except EgressDenied as err:
-            message = f"{input.tool.name}: {err}"
-            return await self._outcome(input, "denied", redact(message), started, plan)
-        except ToolError as err:
-            return await self._outcome(input, "error", redact(str(err)), started, plan, once=once)
+        except EgressDenied as err:  # its connection refused: never sent
+            text = redact(f"{input.tool.name}: {err}")
+            return await self._outcome(input, "denied", text, started, plan, unsent=True)
         except Exception as err:
-            text = unexpected(input.tool.name, err, redact)
-            return await self._outcome(input, "error", text, started, plan, once=once)
-        return await self._outcome(input, "ok", redact(text), started, plan, once=once)
+            unsent = not built or never_sent(err)
+            if isinstance(err, ToolError):
+                text = redact(str(err))
+            else:
+                text = unexpected(input.tool.name, err, redact)
+            once = unsafe and not unsent
+            return await self._outcome(
+                input, "error", text, started, plan, once=once, unsent=unsent
+            )
+        return await self._outcome(input, "ok", redact(text), started, plan, once=unsafe)
 
     @activity.defn(name=TOOL_READ_OUTPUT)
     async def read_output(self, input: ReadOutputInput) -> ToolOutcome:
@@ -464,16 +470,7 @@ class ToolActivities(StoredResults):
         return outcome.model_copy(update={"unpermitted": True})
 
     def _code_tool(self, name: str) -> ToolDef:
-        try:
-            return self.registry.get(name)
-        except RegistryError as err:
-            # A deployment error, not the model's: retrying on this worker cannot help.
-            raise ApplicationError(
-                f"code tool {name!r} is not registered: it must be registered in the "
-                "worker's ToolRegistry (every worker polling this task queue needs it)",
-                type=ErrorType.TOOL_NOT_REGISTERED,
-                non_retryable=True,
-            ) from err
+        return registered_code_tool(self.registry, name)
 
     def _lost_after(self, safe_to_repeat: bool) -> float | None:
         """The heartbeat timeout a tool's calls get (None: the workflow's default)."""

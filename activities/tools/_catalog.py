@@ -1,5 +1,6 @@
 """What a Run's catalogue says of an HTTP tool and of a built-in: the definition the model
-is shown, and the facts the workflow and the Policy read (``ToolActivities.catalog``); and
+is shown, and the facts the workflow and the Policy read (``ToolActivities.catalog``); a
+code tool of the worker's registry, or ``ToolNotRegistered``; and
 which of its code and HTTP tools the Run's tenant is permitted (``catalogue_permits``), and
 whether it still is at a call (``unpermitted``)."""
 
@@ -24,8 +25,11 @@ from psych_runtime.specs import (
     HttpTool,
     PermitKind,
     PermitSource,
+    RegistryError,
     Scope,
     TenantPermits,
+    ToolDef,
+    ToolRegistry,
     matches,
     permitted_by,
 )
@@ -101,6 +105,24 @@ def http_info(tool: HttpTool) -> ToolInfo:
         read_only=tool.method == "GET" or None,
         destructive=tool.method == "DELETE" or None,
     )
+
+
+def registered_code_tool(registry: ToolRegistry, name: str) -> ToolDef:
+    """The code tool ``name`` of the worker's ``registry``.
+
+    Raises:
+        ApplicationError: ``ToolNotRegistered``, non-retryable: a deployment error, not
+            the model's, which retrying on this worker cannot help.
+    """
+    try:
+        return registry.get(name)
+    except RegistryError as err:
+        raise ApplicationError(
+            f"code tool {name!r} is not registered: it must be registered in the "
+            "worker's ToolRegistry (every worker polling this task queue needs it)",
+            type=ErrorType.TOOL_NOT_REGISTERED,
+            non_retryable=True,
+        ) from err
 
 
 def http_safe_to_repeat(tool: HttpTool) -> bool:

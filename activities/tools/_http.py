@@ -12,6 +12,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from psych_runtime.activities.contract import HttpToolCall
+from psych_runtime.activities.egress import EgressDenied, never_sent
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.telemetry import http_span
 from psych_runtime.specs import HttpTool, NotFound, host_placeholders
@@ -153,7 +154,9 @@ async def send_request(client: httpx.AsyncClient, tool: HttpTool, request: httpx
     """Send ``request`` within the tool's timeout; the response text.
 
     Raises:
-        ToolError: a timeout, a transport failure, an error status.
+        EgressDenied: the egress policy refused the request's connection (never sent).
+        ToolError: a timeout, a transport failure (``never_sent`` says whether the request
+            left), an error status, a redirect the egress policy refused (sent).
     """
     target = f"{request.method} {request.url.copy_with(query=None)}"
     try:
@@ -167,6 +170,13 @@ async def send_request(client: httpx.AsyncClient, tool: HttpTool, request: httpx
             ) as span:
                 response = await client.send(request)
                 span.status(response.status_code)
+    except EgressDenied as err:
+        if never_sent(err):
+            raise  # refused before it left: the call's outcome is "denied"
+        raise ToolError(
+            f"{tool.name}: {target} was sent; the server answered with a redirect that the "
+            f"egress policy refused: {err}"
+        ) from err
     except (TimeoutError, httpx.TimeoutException) as err:
         raise ToolError(
             f"{tool.name}: {target} timed out after {tool.timeout_seconds:g} s"

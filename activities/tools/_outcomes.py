@@ -44,6 +44,7 @@ async def store_outcome(
     started: float,
     limit: int | None,
     once: bool = False,
+    unsent: bool = False,
 ) -> ToolOutcome:
     """Store the tool message the model is shown and, when it cannot show the result
     whole, the result.
@@ -61,7 +62,10 @@ async def store_outcome(
     ``once``: the outcome is of a tool not safe to repeat that ran. A store that does not
     answer then fails the activity ``ResultNotKept``, non-retryable, which the Run records
     as the call's ``unknown`` outcome (it ran; its result is lost), where a plain failure
-    would read as an error, inviting the model to call the tool again.
+    would read as an error, inviting the model to call the tool again. ``unsent``: the
+    outcome is of a call whose request provably never left (refused before it was sent,
+    or never built: ``never_sent``); a store that does not answer then fails saying so,
+    which the model reads, where the store's words alone would leave it guessing.
 
     Raises:
         StoreUnavailable: the store did not answer (retried as the activity's policy says).
@@ -70,6 +74,12 @@ async def store_outcome(
     try:
         return await _stored(blobs, call_id, status, text, started=started, limit=limit)
     except StoreUnavailable as err:
+        if unsent and not once:
+            message = (
+                f"the call did not run (its request never left), and its outcome ({status}) "
+                f"could not be kept: {err}"
+            )
+            raise StoreUnavailable(message, detail=err.detail) from None
         if not once:
             raise
         raise ApplicationError(

@@ -79,13 +79,22 @@ class StoredResults(ActivityClass):
         plan: Interception,
         *,
         once: bool = False,
+        unsent: bool = False,
     ) -> ToolOutcome:
         """Run the post or on_error hooks, then store the whole result and the tool
         message the model is shown, stamped with what the hooks did (every tool activity's
-        last step; ``once``: a tool not safe to repeat ran, ``store_outcome``)."""
+        last step; ``once``: a tool not safe to repeat ran; ``unsent``: its request never
+        left; ``store_outcome``)."""
         status, text = await plan.after(status, text)
         limit = None if isinstance(input, ReadOutputInput) else input.large_result_bytes
         outcome = await store_outcome(
-            self.blobs, input.call_id, status, text, started=started, limit=limit, once=once
+            self.blobs,
+            input.call_id,
+            status,
+            text,
+            started=started,
+            limit=limit,
+            once=once,
+            unsent=unsent,
         )
         return plan.stamp(outcome)

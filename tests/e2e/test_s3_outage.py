@@ -31,6 +31,7 @@ from psych_runtime.workflows import (
     ToolCallFinished,
 )
 from psych_runtime.workflows.kernel._tool_calls import RESULT_LOST
+from tests._ports import free_port
 from tests._s3_server import REGION, S3Server, s3_server
 from tests._tcp_gate import TcpGate, s3_gate
 from tests.a2a.peer import serve_peer
@@ -297,6 +298,42 @@ async def test_a_post_whose_result_was_lost_is_unknown_and_sent_once(
     assert api.count("POST", "/orders/42/refund") == 1
     assert gate.cuts >= 1
     recorded_unknown_and_told(harness, records)
+
+
+async def test_a_post_that_never_left_whose_outcome_was_lost_is_told_it_did_not_run(
+    harness: Harness, s3: S3Server, gate: TcpGate
+) -> None:
+    # The API's port refuses the connection, so nothing was sent; then the store did not
+    # keep the error outcome (the gate cuts the request storing it). Until 12-06 the Run
+    # recorded the call unknown and told the model it ran (RESULT_LOST).
+    closed = f"http://127.0.0.1:{free_port()}"
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("refund", {"order_id": "42"}, id="call-1")),
+        Reply.text("The refund did not go through."),
+    )
+    spec = (
+        AgentBuilder("refunds", registry=harness.registry)
+        .model("fake-model")
+        .http_tool("refund", **refund_tool(closed))
+        .build()
+    )
+    gate.cut_when(b"ConnectError")
+    async with worker_behind(harness, s3, gate, RulePolicy()):
+        run = await harness.client.dispatch(spec, "Refund order 42", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        records = await all_records(harness.client, run, harness.scope)
+
+    assert gate.cuts >= 1
+    [call] = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert (call.call_id, call.status) == ("call-1", "error")
+    told = harness.fake.requests[-1]["messages"][-1]
+    assert told["role"] == "tool"
+    assert re.fullmatch(
+        r"the tool call failed: StoreUnavailable: the call did not run \(its request never "
+        r"left\), and its outcome \(error\) could not be kept: blob sha256:[0-9a-f]{64} "
+        r"cannot be stored: the S3 blob store did not answer \(.*\)",
+        told["content"],
+    ), told["content"]
 
 
 async def test_an_mcp_write_whose_result_was_lost_is_unknown_and_called_once(

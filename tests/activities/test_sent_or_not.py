@@ -1,0 +1,173 @@
+"""Whether an HTTP tool's request left decides what its outcome claims.
+
+A POST the server answered with a redirect the egress policy refused was sent: it is an
+``error`` of a call that ran (``once``: a store that then does not keep it fails
+``ResultNotKept``, which the Run records as run, result lost), never a ``denied`` call
+that never went out. A POST whose connection was refused never left: a store that then
+does not keep its outcome says the call did not run, never ``ResultNotKept``.
+
+Real loopback servers; names the test's resolver answers; the store's disk refuses for
+real (a file stands where its directory goes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from psych_runtime.activities.a2a import A2aActivities
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import A2aToolCall, ErrorType
+from psych_runtime.activities.egress import (
+    Egress,
+    EgressDenied,
+    EgressRules,
+    EgressSettings,
+    never_sent,
+)
+from psych_runtime.activities.tools import ToolActivities
+from psych_runtime.specs import A2APeer, HttpTool, Scope, StoreUnavailable, ToolRegistry
+from tests._ports import free_port
+from tests._upstream import Answer, Request, Upstream
+from tests.activities.test_tools import http_call
+
+
+async def resolver(host: str, port: int) -> list[str]:
+    assert host == "app.test", host  # nothing else is ever looked up
+    return ["127.0.0.1"]
+
+
+def broken_store(tmp_path: Path) -> LocalBlobStore:
+    """A store whose every write fails: a file stands where its directory goes."""
+    (tmp_path / "blobs").write_bytes(b"not a directory")
+    return LocalBlobStore(tmp_path / "blobs")
+
+
+def refund(url: str) -> HttpTool:
+    return HttpTool(name="refund", description="Refund an order.", url=url, method="POST")
+
+
+def redirected_to_loopback() -> Upstream:
+    """A server answering every request 307 to the loopback address, which only the name
+    ``app.test`` may reach."""
+
+    def moved(request: Request) -> Answer:
+        return Answer(307, "", headers=(("location", f"http://127.0.0.1:{free_port()}/x"),))
+
+    return Upstream(moved)
+
+
+@asynccontextmanager
+async def tools(blobs: LocalBlobStore, **rules: tuple[str, ...]) -> AsyncIterator[ToolActivities]:
+    egress = Egress(EgressSettings(rules=EgressRules(**rules)), resolver=resolver)
+    try:
+        yield ToolActivities(registry=ToolRegistry(), blobs=blobs, egress=egress)
+    finally:
+        await egress.aclose()
+
+
+async def test_a_post_whose_redirect_was_refused_ran(tmp_path: Path) -> None:
+    # Before: status "denied", "refund: egress refused: ...", as if never sent.
+    with redirected_to_loopback() as server:
+        port = server.url.rsplit(":", 1)[1]
+        tool = refund(f"http://app.test:{port}/orders/{{id}}/refund")
+        async with tools(LocalBlobStore(tmp_path / "blobs"), allow_hosts=("app.test",)) as acts:
+            outcome = await ActivityEnvironment().run(acts.http, http_call(tool, id="42"))
+    assert len(server.requests) == 1  # the POST reached the server
+    assert outcome.status == "error"
+    assert outcome.content.startswith(
+        f"refund: POST http://app.test:{port}/orders/42/refund was sent; the server "
+        "answered with a redirect that the egress policy refused: "
+    ), outcome.content
+
+
+async def test_a_post_whose_redirect_was_refused_is_kept_as_run_or_not_kept(
+    tmp_path: Path,
+) -> None:
+    # Before: the store's error as is (StoreUnavailable), which the Run read as the call
+    # failing, inviting a second POST.
+    with redirected_to_loopback() as server:
+        port = server.url.rsplit(":", 1)[1]
+        tool = refund(f"http://app.test:{port}/orders/{{id}}/refund")
+        async with tools(broken_store(tmp_path), allow_hosts=("app.test",)) as acts:
+            with pytest.raises(ApplicationError) as caught:
+                await ActivityEnvironment().run(acts.http, http_call(tool, id="42"))
+    assert len(server.requests) == 1
+    assert caught.value.type == ErrorType.RESULT_NOT_KEPT
+    assert caught.value.non_retryable
+
+
+async def test_a_post_whose_connection_was_refused_did_not_run(tmp_path: Path) -> None:
+    # Before: ResultNotKept, "the tool ran, but its outcome (error) could not be kept",
+    # which the Run records as run (RESULT_LOST) though nothing left the worker.
+    tool = refund(f"http://127.0.0.1:{free_port()}/orders/{{id}}/refund")  # nothing listens
+    async with tools(broken_store(tmp_path), allow_cidrs=("127.0.0.0/8",)) as acts:
+        with pytest.raises(StoreUnavailable) as caught:
+            await ActivityEnvironment().run(acts.http, http_call(tool, id="42"))
+    assert str(caught.value).startswith(
+        "the call did not run (its request never left), and its outcome (error) could not "
+        "be kept: blob sha256:"
+    ), caught.value
+
+
+async def test_a_post_the_egress_policy_refused_did_not_run(tmp_path: Path) -> None:
+    tool = refund(f"http://127.0.0.1:{free_port()}/orders/{{id}}/refund")
+    said = r"^the call did not run \(its request never left\), and its outcome \(denied\)"
+    async with tools(broken_store(tmp_path)) as acts:  # loopback refused
+        with pytest.raises(StoreUnavailable, match=said):
+            await ActivityEnvironment().run(acts.http, http_call(tool, id="42"))
+
+
+async def test_never_sent_tells_a_refused_connection_from_a_refused_redirect() -> None:
+    closed = f"http://127.0.0.1:{free_port()}/x"  # nothing listens
+    refusing = Egress(EgressSettings(), resolver=resolver)  # loopback refused
+    with pytest.raises(EgressDenied) as denied:
+        await refusing.http("acme").post(closed)
+    await refusing.aclose()
+    assert never_sent(denied.value) and not denied.value.redirected
+    allowing = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    with pytest.raises(httpx.ConnectError) as unreachable:
+        await allowing.http("acme").post(closed)
+    await allowing.aclose()
+    assert never_sent(unreachable.value)
+    with redirected_to_loopback() as server:
+        by_name = Egress(
+            EgressSettings(rules=EgressRules(allow_hosts=("app.test",))), resolver=resolver
+        )
+        port = server.url.rsplit(":", 1)[1]
+        with pytest.raises(EgressDenied) as redirected:
+            await by_name.http("acme").post(f"http://app.test:{port}/x")
+        await by_name.aclose()
+    assert redirected.value.redirected and not never_sent(redirected.value)
+    assert not never_sent(RuntimeError("anything else"))
+
+
+async def test_an_a2a_message_whose_peer_could_not_be_reached_did_not_run(
+    tmp_path: Path,
+) -> None:
+    # Before: ResultNotKept (the message may have reached the peer) though the peer's card
+    # could not even be fetched: nothing listens at its address.
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress)
+    call = A2aToolCall(
+        run_id="r1",
+        call_id="c1",
+        peer=A2APeer(name="desk", url=f"http://127.0.0.1:{free_port()}/"),
+        skill="refund",
+        name="desk__refund",
+        arguments={"message": "refund order 42"},
+        large_result_bytes=100_000,
+        scope=Scope(tenant="acme"),
+        report_through_client=True,
+    )
+    try:
+        with pytest.raises(StoreUnavailable, match=r"^the call did not run \(its request"):
+            await ActivityEnvironment().run(a2a.call, call)
+    finally:
+        await egress.aclose()
