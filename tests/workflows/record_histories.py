@@ -404,6 +404,13 @@ async def plain_answer(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("greeter").instructions("Greet.").build())
 
 
+async def answer_cut_off_before_patch(rig: Rig) -> RunHandle:
+    """A final answer the model cut at its output limit (``finish_reason: length``),
+    recorded before psych-cut-answer-named: the Run completed as "answered"."""
+    rig.fake.enqueue(Reply.text("The three steps are: first, open the", cut_off=True))
+    return await rig.run(rig.agent("greeter").instructions("Explain.").build())
+
+
 async def _refund_support(rig: Rig, *replies: Reply) -> RunHandle:
     """The support agent (``lookup_order`` and an HTTP POST ``refund`` tool) on a loopback
     API, answering ``replies`` to "Refund order 42"."""
@@ -3186,6 +3193,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # the call of a tool the catalogue left out for the permits denied as not permitted
     ("dev", tool_permit_revoked_told),
     ("dev", tool_permit_revoked_continued),
+    # a final answer cut at the model's output limit: "answered" before the patch
+    ("dev", answer_cut_off_before_patch),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
