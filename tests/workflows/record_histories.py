@@ -411,6 +411,11 @@ async def answer_cut_off_before_patch(rig: Rig) -> RunHandle:
     return await rig.run(rig.agent("greeter").instructions("Explain.").build())
 
 
+async def answer_cut_off(rig: Rig) -> RunHandle:
+    """The same, behind psych-cut-answer-named: the Run's reason names the cut."""
+    return await answer_cut_off_before_patch(rig)
+
+
 async def _refund_support(rig: Rig, *replies: Reply) -> RunHandle:
     """The support agent (``lookup_order`` and an HTTP POST ``refund`` tool) on a loopback
     API, answering ``replies`` to "Refund order 42"."""
@@ -3195,6 +3200,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", tool_permit_revoked_continued),
     # a final answer cut at the model's output limit: "answered" before the patch
     ("dev", answer_cut_off_before_patch),
+    # ... and behind psych-cut-answer-named: the Run's reason says the answer is cut
+    ("dev", answer_cut_off),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -116,6 +116,11 @@ PATCHES: dict[str, str] = {
     # Run's start (the note follows a tool call, maybe a local activity), before
     # psych-a2a-cards-failure-settles, which it stands for with the older start patches.
     "psych-unpermitted-told": "0.1.0",
+    # A final answer the model cut at its output limit (finish_reason length) completes
+    # the Run with a reason saying so (kernel/_turns.py ``_answered``); a Run recorded
+    # before completed as "answered". Asked only for such an answer, after the model
+    # call's activity (never a local one) resolves.
+    "psych-cut-answer-named": "0.1.0",
     # A Run settling while its person has not answered an A2A peer's question asks the peer
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.

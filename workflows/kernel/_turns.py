@@ -190,7 +190,7 @@ class TurnLoop(ToolBatches):
                 # Input that arrived for this turn, or for after it, continues the Run.
                 pending = self._take("steer") + self._take("follow_up")
                 if not pending:
-                    return Outcome(RunStatus.COMPLETED, "answered", answer=result.text)
+                    return Outcome(RunStatus.COMPLETED, _answered(result), answer=result.text)
                 spent = self._spent()
                 if spent is not None:
                     # No turn is left for the input: the Run stops here, as it would at
@@ -425,6 +425,23 @@ class TurnLoop(ToolBatches):
         self._context_ref = carry.context_ref
         self._suspensions.consents_refused.update(carry.consents_refused)
         continuing.restore_features(self._features, carry)
+
+
+CUT_ANSWER = (
+    "answered, cut short: the model stopped at its output token limit "
+    "(finish_reason length; raise the model's max_output_tokens)"
+)
+"""A Run's reason when its final answer was cut at the model's output limit."""
+
+
+def _answered(result: ModelCallResult) -> str:
+    """The reason of a Run its model's answer completes: a final answer the model cut at its
+    output limit (``finish_reason: length``) says so, so a caller does not take a cut text
+    for the whole one. Asked only for such an answer (a Run recorded before the patch
+    completed as "answered"; history ``answer_cut_off_before_patch``)."""
+    if result.finish_reason == "length" and workflow.patched("psych-cut-answer-named"):
+        return CUT_ANSWER
+    return "answered"
 
 
 def _steps_taken(max_steps: int) -> str:
