@@ -12,6 +12,11 @@ again, from its own mistake. An error none of psych's, Temporal's or the API's i
 problem: without this, a2a-sdk's JSON-RPC binding sent the error's own text (a store's
 directory, say) to the caller.
 
+CancelTask refused because the Run settled meanwhile is the one exception
+(``cancel_error``): A2A has an error for it, ``TaskNotCancelableError``, which both
+bindings send as such (JSON-RPC -32002, HTTP+JSON 409), so it is that, not
+``InvalidParamsError``, still carrying REST's problem as data.
+
 ``answering`` and ``streaming`` wrap each operation of the handler so: nothing it raises
 reaches the SDK but an A2A error.
 """
@@ -24,10 +29,12 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from a2a.utils.errors import A2AError, InternalError, InvalidParamsError
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotCancelableError
 
+from psych_runtime.specs import Refused
 from psych_runtime.workers._bounded import NotTakenInTime
 from psych_runtime.workers.serve._problems import INTERNAL_DETAIL, Problem, problem_of
+from psych_runtime.workflows import RefusalKind
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,18 @@ def a2a_error(err: Exception, doing: str | None = None) -> A2AError:
     if problem.status >= 500:
         return InternalError(_said(problem, doing), data=_data(problem))
     return InvalidParamsError(_said(problem, doing), data=_data(problem))
+
+
+def cancel_error(err: Exception) -> A2AError:
+    """The A2A error answering a CancelTask whose abort failed on ``err``. A Run that
+    refused it as settled (``NotSuspended``: it settled, or began to, after the task was
+    read as running) is ``TaskNotCancelableError``, A2A's error for a task in a terminal
+    state, carrying REST's problem (``refused``, 409) as data; anything else as
+    ``a2a_error`` answers it."""
+    if isinstance(err, Refused) and err.kind == RefusalKind.NOT_SUSPENDED:
+        problem = _problem(err)
+        return TaskNotCancelableError(problem.detail, data=_data(problem))
+    return a2a_error(err)
 
 
 def internal_error(err: Exception, doing: str) -> InternalError:

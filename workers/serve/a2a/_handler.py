@@ -53,7 +53,7 @@ from a2a.utils.errors import (
 )
 from temporalio.service import RPCError
 
-from psych_runtime.specs import AccessDenied, NotFound, PsychError, Scope
+from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
 from psych_runtime.workers.serve.a2a._calls import (
     caller_of,
@@ -64,6 +64,7 @@ from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
 from psych_runtime.workers.serve.a2a._errors import (
     a2a_error,
     answering,
+    cancel_error,
     internal_error,
     streaming,
 )
@@ -322,7 +323,10 @@ class PsychRequestHandler(RequestHandler):
             raise TaskNotCancelableError(f"task {params.id} has already ended")
         workflow_id = workflow_id_of(params.id, scope)
         reason = f"canceled over A2A by {scope.principal or 'the caller'}"
-        await self._bounded(self.client.abort(workflow_id, scope=scope, reason=reason))
+        try:
+            await self._bounded(self.client.abort(workflow_id, scope=scope, reason=reason))
+        except Refused as err:  # it settled after it was read: TaskNotCancelableError
+            raise cancel_error(err) from err
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.cancel_wait_seconds):
                 async for _ in self._events(workflow_id, scope, state.last_seq, through_input=True):

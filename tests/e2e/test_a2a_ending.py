@@ -1,0 +1,72 @@
+"""A2A requests that meet a task ending: CancelTask of a task that settled after it was
+read. Driven by ``a2a-sdk``'s own client (both bindings) against ``psych serve`` on
+loopback and the session's dev server."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from a2a.types import CancelTaskRequest
+from a2a.utils.errors import TaskNotCancelableError
+
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import PsychClient, RunHandle, RunState
+
+from ._serve import ACME, served
+from .conftest import Harness
+from .test_a2a_serve import a2a_client, collect, user
+
+pytestmark = pytest.mark.e2e
+
+
+class ReadBefore(PsychClient):
+    """A client whose next read of a Run in ``held`` answers the state kept there: a
+    request that read the Run just before it settled."""
+
+    held: dict[str, RunState]
+
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        if isinstance(run, str) and run in self.held:
+            return self.held.pop(run)
+        return await super().status(run, scope=scope, query_timeout=query_timeout)
+
+
+@pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "rest"])
+async def test_cancelling_a_task_that_settled_meanwhile_is_not_cancelable(
+    harness: Harness, rest: bool
+) -> None:
+    # The task read as waiting, then its Run settled before the abort reached it: the Run
+    # refused the abort, and the caller was told its request was invalid
+    # (InvalidParamsError, REST's "refused"), not that the task can no longer be canceled.
+    agent = f"a2a_race{uuid.uuid4().hex[:8]}"
+    harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
+    )
+    reading = ReadBefore(
+        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    reading.held = {}
+    async with (
+        harness.worker(),
+        served(harness, client=reading) as base,
+        a2a_client(base, agent, ACME, rest=rest) as client,
+    ):
+        asked = await collect(client.send_message(user("book it")))
+        task_id = asked[0].task.id
+        workflow_id = f"psych-acme-{task_id}"
+        reading.held[workflow_id] = await harness.client.status(workflow_id, scope=harness.scope)
+        await harness.client.abort(workflow_id, scope=harness.scope, reason="settled first")
+        await harness.client.result(workflow_id, scope=harness.scope)
+        with pytest.raises(TaskNotCancelableError) as refused:
+            await client.cancel_task(CancelTaskRequest(id=task_id))
+    assert not reading.held  # the stale read was the one CancelTask made
+    assert "has settled aborted" in refused.value.message
+    assert refused.value.data == {"type": "urn:psych:problem:refused", "status": "409"}
