@@ -18,6 +18,7 @@ from psych_runtime.workflows.client._report_types import (
     SuspensionReport,
     ToolCallReport,
 )
+from psych_runtime.workflows.client._unsettled import closed_without_settling
 from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
 from psych_runtime.workflows.contract._contract import (
     ABORT,
@@ -178,6 +179,7 @@ __all__ = [
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",
+    "closed_without_settling",
     "is_spawned",
     "parse_workflow_id",
     "workflow_id_for",

@@ -1,14 +1,18 @@
-"""A2A requests that meet a task ending: CancelTask of a task that settled after it was
-read. Driven by ``a2a-sdk``'s own client (both bindings) against ``psych serve`` on
-loopback and the session's dev server."""
+"""A2A requests that meet a task ending: a stream of a task whose Run's workflow an
+operator terminated while no worker polls ends at once, failed, as the listing shows it
+(it was held open for minutes); CancelTask of a task that settled after it was read is
+TaskNotCancelableError. Driven by ``a2a-sdk``'s own client (both bindings) against
+``psych serve`` on loopback and the session's dev server."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
-from a2a.types import CancelTaskRequest
+from a2a.types import CancelTaskRequest, SubscribeToTaskRequest, TaskState
 from a2a.utils.errors import TaskNotCancelableError
 
 from psych_runtime.specs import AgentBuilder, Scope
@@ -17,7 +21,7 @@ from psych_runtime.workflows import PsychClient, RunHandle, RunState
 
 from ._serve import ACME, served
 from .conftest import Harness
-from .test_a2a_serve import a2a_client, collect, user
+from .test_a2a_serve import a2a_client, collect, last_status, user
 
 pytestmark = pytest.mark.e2e
 
@@ -70,3 +74,41 @@ async def test_cancelling_a_task_that_settled_meanwhile_is_not_cancelable(
     assert not reading.held  # the stale read was the one CancelTask made
     assert "has settled aborted" in refused.value.message
     assert refused.value.data == {"type": "urn:psych:problem:refused", "status": "409"}
+
+
+@pytest.mark.timeout(60)
+async def test_a_stream_of_a_task_terminated_with_no_worker_ends_failed_at_once(
+    harness: Harness,
+) -> None:
+    # Its workflow terminated while the stream followed it and no worker ran: the stream
+    # asked for records no worker answered, for as long as it was held (seen past 250 s).
+    agent = f"a2a_term{uuid.uuid4().hex[:8]}"
+    harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
+    )
+    async with (
+        served(harness, query_timeout_seconds=2) as base,
+        a2a_client(base, agent, ACME) as client,
+    ):
+        async with harness.worker():
+            asked = await collect(client.send_message(user("book it")))
+            task_id = asked[0].task.id
+            stream = client.subscribe(SubscribeToTaskRequest(id=task_id))
+            first = await anext(stream)
+        assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        handle = harness.client.temporal.get_workflow_handle(f"psych-acme-{task_id}")
+        await handle.terminate(reason="an operator's terminate")
+        started = time.monotonic()
+        async with asyncio.timeout(15):
+            rest = await collect(stream)
+        # The records get the query timeout (2 s) to come once the execution closed.
+        assert time.monotonic() - started < 8
+    end = last_status(rest)
+    assert end.state == TaskState.TASK_STATE_FAILED
+    assert end.message.parts[0].text == (
+        "Temporal closed the Run's workflow execution (terminated) before the Run settled: "
+        "an operator's terminate"
+    )

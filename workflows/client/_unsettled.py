@@ -15,14 +15,15 @@ without asking a worker. Only then is the execution described and its state aske
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.common import QueryRejectCondition
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import QueryRejectCondition, SearchAttributeKey
 from temporalio.service import RPCError
 
 from psych_runtime.workflows.client._asked import mapped, query_run
-from psych_runtime.workflows.contract._contract import QUERY_STATE, RunState
+from psych_runtime.workflows.contract._contract import QUERY_STATE, SA_STATUS, RunState
 from psych_runtime.workflows.contract._records import RunStatus
 
 OPEN = (
@@ -88,6 +89,45 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
     )
     if closed_as is None:
         return state
+    reason = await _unsettled_reason(execution, closed_as, rpc_timeout)
+    return state.model_copy(update={"status": UNSETTLED_SHOWN, "reason": reason, "pending": ()})
+
+
+async def closed_without_settling(
+    client: Client, workflow_id: str, rpc_timeout: timedelta | None = None
+) -> str | None:
+    """Read without a worker: when the latest execution of the Run ``workflow_id`` closed
+    without the Run settling (its ``PsychStatus``, a search attribute, is not terminal,
+    and the execution is neither open nor continued as new), the ``reason`` its state is
+    shown ``failed`` with (``closed_state``'s, from the close event); None when the
+    execution is open, or the Run settled (its state, which a worker answers, says how).
+
+    Asking the Run's state of a closed execution needs a worker to replay it; this needs
+    none, so a reader with no worker polling (``psych serve``'s A2A stream of a Run an
+    operator terminated) still answers how it ended.
+
+    Raises:
+        NotFound: no such Run.
+        RPCError: Temporal could not describe it.
+    """
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+    status = described.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS))
+    execution_status = None if described.status is None else int(described.status)
+    closed_as = closed_unsettled(status, execution_status)
+    if closed_as is None:
+        return None
+    execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
+    return await _unsettled_reason(execution, closed_as, rpc_timeout)
+
+
+async def _unsettled_reason(
+    execution: WorkflowHandle[Any, Any], closed_as: str, rpc_timeout: timedelta | None
+) -> str:
+    """The reason of a Run shown failed whose ``execution`` Temporal closed (``closed_as``)
+    before it settled: how, and why (``result()``'s reason, read from its close event)."""
     why = ""
     try:
         await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
@@ -95,7 +135,4 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
         why = f": {failure_reason(err)}"
     except RPCError as err:
         why = f" (why could not be read: {err.message})"
-    reason = (
-        f"Temporal closed the Run's workflow execution ({closed_as}) before the Run settled{why}"
-    )
-    return state.model_copy(update={"status": UNSETTLED_SHOWN, "reason": reason, "pending": ()})
+    return f"Temporal closed the Run's workflow execution ({closed_as}) before the Run settled{why}"

@@ -482,6 +482,7 @@ class PsychRequestHandler(RequestHandler):
                 after=after,
                 deltas=deltas,
                 through_input=through_input,
+                grace=self.query_timeout,
             ):
                 yield event
         except A2AError:

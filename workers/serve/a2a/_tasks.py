@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from a2a.server.events.event_queue import Event
@@ -34,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
+from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
 from psych_runtime.workflows import (
     DeltasDropped,
     Pending,
@@ -46,6 +48,7 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionReason,
     TokenDelta,
+    closed_without_settling,
 )
 
 ANSWER_ARTIFACT = "answer"
@@ -197,12 +200,16 @@ async def task_events(
     after: int,
     deltas: bool,
     through_input: bool,
+    grace: timedelta,
 ) -> AsyncIterator[Event]:
     """The task's events from the Run's Records after ``after`` on, until it settles
     (``through_input`` False: or until it waits on its caller).
 
     Text streams as chunks of a ``draft-<attempt>`` artifact (``deltas``); the final answer
-    is the ``answer`` artifact, sent before the terminal status.
+    is the ``answer`` artifact, sent before the terminal status. Once the Run's workflow
+    execution has closed, its records get ``grace`` (how long a read waits for a worker)
+    to reach their end; past it (no worker answers) the task's end is told from Temporal
+    (``_closing.py``, ``_cut_short``).
     """
     task_id = task_id_of(workflow_id)
 
@@ -210,7 +217,12 @@ async def task_events(
         return TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=state)
 
     working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
-    async for item in client.stream(workflow_id, scope=scope, after=after, deltas=deltas):
+    records = client.stream(workflow_id, scope=scope, after=after, deltas=deltas)
+    async for item in until_closed(records, client.temporal, workflow_id, grace.total_seconds()):
+        if item is CUT:
+            async for event in _cut_short(client, workflow_id, scope, grace):
+                yield event
+            return
         if isinstance(item, TokenDelta):
             if item.text:
                 yield TaskArtifactUpdateEvent(
@@ -268,6 +280,29 @@ async def task_events(
             message=agent_message(task_id, "closed", "the Run ended without settling"),
         )
     )
+
+
+async def _cut_short(
+    client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta
+) -> AsyncIterator[Event]:
+    """The task's end once its Run's execution closed and its records did not come (no
+    worker answered): a Run that closed without settling is ``failed``, saying how and
+    why, as GetTask and the listing show it, read from Temporal with no worker; one that
+    settled, from its state, within ``query_timeout`` (no worker: the RPCError, which the
+    handler answers as REST's ``no-worker``); one that runs on since (reset), nothing.
+    """
+    task_id = task_id_of(workflow_id)
+    why = await closed_without_settling(client.temporal, workflow_id)
+    if why is not None:
+        status = _status(task_id, RunStatus.FAILED, why, ())
+        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+        return
+    state = await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
+    if state.status.terminal:
+        if state.answer:
+            yield answer_event(task_id, state.answer)
+        status = _status(task_id, state.status, state.reason, ())
+        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
 
 
 def ends_task(event: Event) -> bool:
