@@ -12,18 +12,30 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from a2a.types import CancelTaskRequest, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 from a2a.utils.errors import TaskNotCancelableError
+from temporalio.client import WorkflowExecutionStatus
 
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import PsychClient, RunHandle, RunState
 
+from ._reset import reset_to_first_task
 from ._serve import ACME, served
+from ._waiting import eventually, is_waiting, state_when
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, last_status, user
 
 pytestmark = pytest.mark.e2e
+
+CANCELED = TaskState.TASK_STATE_CANCELED
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 
 
 class ReadBefore(PsychClient):
@@ -112,3 +124,54 @@ async def test_a_stream_of_a_task_terminated_with_no_worker_ends_failed_at_once(
         "Temporal closed the Run's workflow execution (terminated) before the Run settled: "
         "an operator's terminate"
     )
+
+
+@pytest.mark.timeout(60)
+async def test_a_cancelled_then_reset_task_is_listed_once_as_get_task_reads_it(
+    harness: Harness,
+) -> None:
+    # Temporal cancelled the Run's workflow, then an operator reset it: visibility holds
+    # both executions under one workflow id, and ListTasks listed the task twice, its old
+    # execution as canceled, while GetTask (and every message, every cancel) reads the
+    # execution it runs on.
+    agent = f"a2a_rerun{uuid.uuid4().hex[:8]}"
+    version = harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.stall(30, after_chunks=1),
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1")),
+    )
+    temporal = harness.client.temporal
+    async with harness.worker():
+        run = await harness.client.dispatch(version, "book it", scope=harness.scope)
+
+        async def calling() -> bool:
+            return len(harness.fake.requests) == 1
+
+        await eventually(calling, what="the model call")
+        handle = temporal.get_workflow_handle(run.workflow_id)
+        await handle.cancel()
+
+        async def cancelled() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await eventually(cancelled, what="the workflow to end cancelled")
+        await reset_to_first_task(temporal, run.workflow_id)
+        await state_when(harness.client, run, harness.scope, is_waiting, what="the question")
+        both = f"WorkflowId = '{run.workflow_id}'"
+
+        async def indexed() -> bool:
+            return (await temporal.count_workflows(both)).count == 2
+
+        await eventually(indexed, what="both executions in visibility")
+        async with (
+            served(harness) as base,
+            a2a_client(base, agent, ACME, streaming=False) as client,
+        ):
+            got = await client.get_task(GetTaskRequest(id=run.run_id))
+            page = await client.list_tasks(ListTasksRequest())
+            canceled = await client.list_tasks(ListTasksRequest(status=CANCELED))
+    assert got.status.state == INPUT_REQUIRED
+    assert [(task.id, task.status.state) for task in page.tasks] == [(run.run_id, INPUT_REQUIRED)]
+    assert list(canceled.tasks) == []

@@ -42,7 +42,7 @@ from typing import cast
 
 from a2a.types import ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import BadCursor, PsychError, Scope
 from psych_runtime.workers.serve.a2a._errors import internal_error
@@ -340,14 +340,19 @@ class TaskLister:
                 limit=min(wants, self.scan - looked),
                 cursor=cursor,
             )
+            candidates: list[tuple[int, RunSummary, TaskState]] = []
             for index, summary in enumerate(page.runs):
-                looked += 1
                 if after is not None:
                     if place_of(summary) <= after:
                         continue
                     after = None
                 state = listed_state(summary)
-                if state is None or wanted not in (None, state):
+                if state is not None and wanted in (None, state):
+                    candidates.append((index, summary, state))
+            looked += len(page.runs)
+            replaced = await self._replaced([summary for _, summary, _ in candidates])
+            for index, summary, state in candidates:
+                if summary.execution in replaced:
                     continue
                 task_id = summary.run_id
                 task = Task(id=task_id, context_id=task_id, status={"state": state})
@@ -363,6 +368,36 @@ class TaskLister:
                 # over the rest up to it too.
                 return tasks, _at(page.next_cursor, after)
             cursor = page.next_cursor
+
+    async def _replaced(self, runs: list[RunSummary]) -> set[str]:
+        """The executions of ``runs`` that are not their Run's latest (an operator reset
+        the Run after it closed there: it runs on in another), which are not listed.
+
+        The task id names the Run, whose state is its latest execution's: GetTask, a
+        message and CancelTask all read or act on that one. The Run listing holds each
+        execution; an open one is its Run's latest (a workflow id has one open execution
+        at most), a closed one is asked of Temporal (a describe, ``ANSWERS_AT_ONCE`` at a
+        time; one gone past retention is kept, as listed)."""
+        gate = asyncio.Semaphore(ANSWERS_AT_ONCE)
+
+        async def latest(workflow_id: str) -> str | None:
+            async with gate:
+                try:
+                    handle = self.client.temporal.get_workflow_handle(workflow_id)
+                    return (await handle.describe()).run_id
+                except RPCError as err:
+                    if err.status is RPCStatusCode.NOT_FOUND:
+                        return None
+                    raise
+
+        closed = [run for run in runs if run.closed_at is not None and run.execution]
+        ids = sorted({run.workflow_id for run in closed})
+        latest_of = dict(zip(ids, await asyncio.gather(*map(latest, ids)), strict=True))
+        return {
+            run.execution
+            for run in closed
+            if run.execution and latest_of[run.workflow_id] not in (None, run.execution)
+        }
 
     async def _with_answers(self, scope: Scope, shown: list[tuple[Task, RunSummary]]) -> None:
         """Give each ended task of ``shown`` its answer artifact, when its Run has one."""
