@@ -1,8 +1,10 @@
 """A2A requests that meet a task ending: a stream of a task whose Run's workflow an
 operator terminated while no worker polls ends at once, failed, as the listing shows it
-(it was held open for minutes); CancelTask of a task that settled after it was read is
-TaskNotCancelableError. Driven by ``a2a-sdk``'s own client (both bindings) against
-``psych serve`` on loopback and the session's dev server."""
+(it was held open for minutes), and a subscription after it is told no worker answered,
+within the query timeout; CancelTask of a task that settled after it was read is
+TaskNotCancelableError; a task cancelled, then reset, is listed once, as GetTask reads
+it. Driven by ``a2a-sdk``'s own client (both bindings) against ``psych serve`` on
+loopback and the session's dev server."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import InternalError, TaskNotCancelableError
 from temporalio.client import WorkflowExecutionStatus
 
 from psych_runtime.specs import AgentBuilder, Scope
@@ -175,3 +177,38 @@ async def test_a_cancelled_then_reset_task_is_listed_once_as_get_task_reads_it(
     assert got.status.state == INPUT_REQUIRED
     assert [(task.id, task.status.state) for task in page.tasks] == [(run.run_id, INPUT_REQUIRED)]
     assert list(canceled.tasks) == []
+
+
+@pytest.mark.timeout(60)
+async def test_subscribing_to_a_task_terminated_with_no_worker_says_no_worker_answered(
+    harness: Harness,
+) -> None:
+    # Subscribing once the workflow was terminated, with no worker: the task's state (a
+    # worker replays the closed execution to answer it) is read as GetTask reads it, and
+    # the caller is told within the query timeout that no worker answered (REST's
+    # no-worker, worth asking again), not held.
+    agent = f"a2a_gone{uuid.uuid4().hex[:8]}"
+    harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
+    )
+    async with (
+        served(harness, query_timeout_seconds=2) as base,
+        a2a_client(base, agent, ACME) as client,
+    ):
+        async with harness.worker():
+            asked = await collect(client.send_message(user("book it")))
+        task_id = asked[0].task.id
+        handle = harness.client.temporal.get_workflow_handle(f"psych-acme-{task_id}")
+        await handle.terminate(reason="an operator's terminate")
+        started = time.monotonic()
+        with pytest.raises(InternalError) as unread:
+            async with asyncio.timeout(15):
+                await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+        assert time.monotonic() - started < 8
+    assert (
+        unread.value.message == "the Run could not be read: no worker answered for the Run in time"
+    )
+    assert unread.value.data == {"type": "urn:psych:problem:no-worker", "status": "503"}
