@@ -65,7 +65,7 @@ async def execution_closed(temporal: Client, workflow_id: str) -> None:
 
 async def until_closed(
     items: AsyncIterator[T], temporal: Client, workflow_id: str, grace: float
-) -> AsyncIterator[T | Cut]:
+) -> AsyncGenerator[T | Cut]:
     """``items`` until they end; or, once the workflow's execution closed
     (``execution_closed``) and they have not ended ``grace`` seconds after, ``CUT`` and
     no more. What ``items`` or the watch raise is raised here."""

@@ -9,6 +9,7 @@ context id is the task id: each task is one conversation.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -218,48 +219,51 @@ async def task_events(
 
     working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
     records = client.stream(workflow_id, scope=scope, after=after, deltas=deltas)
-    async for item in until_closed(records, client.temporal, workflow_id, grace.total_seconds()):
-        if item is CUT:
-            async for event in _cut_short(client, workflow_id, scope, grace):
-                yield event
-            return
-        if isinstance(item, TokenDelta):
-            if item.text:
-                yield TaskArtifactUpdateEvent(
-                    task_id=task_id,
-                    context_id=task_id,
-                    artifact=Artifact(
-                        artifact_id=f"draft-{item.call}",
-                        name="draft",
-                        parts=[Part(text=item.text)],
-                    ),
-                    append=item.n > 1,
-                )
-        elif isinstance(item, DeltasDropped):
-            note = f"a model call attempt ended without an answer ({item.reason}); "
-            note += f"its draft-{item.call} is void"
-            yield status(
-                TaskStatus(
-                    state=TaskState.TASK_STATE_WORKING,
-                    message=agent_message(task_id, f"dropped.{item.call}", note),
-                )
-            )
-        elif isinstance(item, RunAdmitted | Resumed):
-            yield status(working)
-        elif isinstance(item, Suspended) and asks(item.pending):
-            yield status(
-                TaskStatus(
-                    state=TaskState.TASK_STATE_INPUT_REQUIRED,
-                    message=ask_message(task_id, item.pending),
-                )
-            )
-            if not through_input:
+    following = until_closed(records, client.temporal, workflow_id, grace.total_seconds())
+    # Closed on every way out (a return mid-stream too): it holds the close watch's task.
+    async with contextlib.aclosing(following) as items:
+        async for item in items:
+            if item is CUT:
+                async for event in _cut_short(client, workflow_id, scope, grace):
+                    yield event
                 return
-        elif isinstance(item, RunSettled):
-            if item.answer:
-                yield answer_event(task_id, item.answer)
-            yield status(_status(task_id, item.status, item.reason, ()))
-            return
+            if isinstance(item, TokenDelta):
+                if item.text:
+                    yield TaskArtifactUpdateEvent(
+                        task_id=task_id,
+                        context_id=task_id,
+                        artifact=Artifact(
+                            artifact_id=f"draft-{item.call}",
+                            name="draft",
+                            parts=[Part(text=item.text)],
+                        ),
+                        append=item.n > 1,
+                    )
+            elif isinstance(item, DeltasDropped):
+                note = f"a model call attempt ended without an answer ({item.reason}); "
+                note += f"its draft-{item.call} is void"
+                yield status(
+                    TaskStatus(
+                        state=TaskState.TASK_STATE_WORKING,
+                        message=agent_message(task_id, f"dropped.{item.call}", note),
+                    )
+                )
+            elif isinstance(item, RunAdmitted | Resumed):
+                yield status(working)
+            elif isinstance(item, Suspended) and asks(item.pending):
+                yield status(
+                    TaskStatus(
+                        state=TaskState.TASK_STATE_INPUT_REQUIRED,
+                        message=ask_message(task_id, item.pending),
+                    )
+                )
+                if not through_input:
+                    return
+            elif isinstance(item, RunSettled):
+                if item.answer:
+                    yield answer_event(task_id, item.answer)
+                yield status(_status(task_id, item.status, item.reason, ()))
+                return
     # The stream ended without a RunSettled after ``after``: the Run had settled before
     # it, or its workflow closed without settling (terminated by an operator), which its
     # status answers failed, saying how; without a status, it ended unsettled.
