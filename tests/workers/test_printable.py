@@ -31,6 +31,7 @@ from psych_runtime.workflows import (
     Suspended,
     TasksUpdated,
     TokenDelta,
+    ToolCallStarted,
     Totals,
 )
 from psych_runtime.workflows.client._report import build_report
@@ -134,3 +135,17 @@ def test_the_live_line_shows_the_text_being_written_and_a_question_escaped() -> 
     assert [line.plain for line in progress.waiting_lines()] == [
         "  waiting for an answer to \\u202e  psych x"
     ]
+
+
+def test_the_live_status_line_shows_a_tool_name_the_model_wrote_escaped() -> None:
+    # The name is the model's as it called it (an unknown tool's too): the status line
+    # under the records says what runs now.
+    progress = RunProgress()
+    progress.add(
+        RunAdmitted(**stamp(1), version_hash="h", agent="a", messages=("go",), system_prompt="")
+    )
+    name = f"look{RLO}up\x1b[2J"
+    progress.add(ToolCallStarted(**stamp(2), turn=1, call_id="c", tool=name, arguments="{}"))
+    line = progress.status_line(AT).plain
+    assert line.endswith("running look\\u202eup\\x1b[2J")
+    assert RLO not in line and "\x1b" not in line

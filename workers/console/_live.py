@@ -200,7 +200,8 @@ class RunProgress:
         line.append(f"  {cost}  ", style="dim")
         if self.tasks is not None:
             line.append(f"tasks {self.tasks}  ", style="blue")
-        line.append(self.doing(), style="yellow" if self.pending else "")
+        # A tool's name is the model's as it called it (an unknown tool's too).
+        line.append(printable(self.doing()), style="yellow" if self.pending else "")
         return line
 
     def take(self, delta: TokenDelta | DeltasDropped) -> None:
