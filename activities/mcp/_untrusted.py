@@ -56,7 +56,9 @@ def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
 async def probe_untrusted(store: TokenStore, tenant: str, issuer: str, now: float) -> bool:
     """Whether ``tenant`` holds ``issuer``'s probe answers as untrusted at ``now``: a mark
     set less than ``UNTRUSTED_SECONDS`` before (an unreadable record, one naming another
-    key, or one holding no time, as none)."""
+    key, or one holding no time, as none). A mark dated after ``now`` (set by a worker
+    whose clock runs ahead) holds while it is less than the bound ahead: one dated further
+    (a clock years off) would otherwise hold for as long, as a mark that never expired."""
     key = untrusted_key(tenant, issuer)
     data = await store.get(key)
     try:
@@ -65,7 +67,7 @@ async def probe_untrusted(store: TokenStore, tenant: str, issuer: str, now: floa
         return False
     if mark is None or mark.key != _fields(key) or mark.at is None:
         return False
-    return now - mark.at < UNTRUSTED_SECONDS
+    return -UNTRUSTED_SECONDS < now - mark.at < UNTRUSTED_SECONDS
 
 
 async def mark_untrusted(

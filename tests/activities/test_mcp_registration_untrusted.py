@@ -100,3 +100,16 @@ async def test_an_untrusted_mark_expires_and_a_fixed_server_is_probed_again(
     assert not await probe_untrusted(store, "acme", server.issuer, T0)
     await store.put(key, json.dumps({**record, "at": T0}).encode())
     assert await probe_untrusted(store, "acme", server.issuer, T0)
+
+
+async def test_a_mark_dated_far_ahead_of_the_clock_counts_as_expired(tmp_path: Path) -> None:
+    store, issuer = LocalTokenStore(tmp_path), "https://as.test"
+    key = untrusted_key("acme", issuer)
+    record = {"key": ["acme", None, issuer, UNTRUSTED, issuer], "client_id": "c0"}
+    # Set by a worker whose clock ran a day ahead: it holds (for at most two bounds).
+    await store.put(key, json.dumps({**record, "at": T0 + 24 * 3600}).encode())
+    assert await probe_untrusted(store, "acme", issuer, T0)
+    # Set by one whose clock ran years ahead: before the fix it held for those years.
+    await store.put(key, json.dumps({**record, "at": T0 + 10 * 365 * 24 * 3600}).encode())
+    assert not await probe_untrusted(store, "acme", issuer, T0)
+    assert not await probe_untrusted(store, "acme", issuer, T0 + UNTRUSTED_SECONDS)
