@@ -186,7 +186,8 @@ class ToolActivities(StoredResults):
         The definitions (sorted by name) are stored as one blob, ``tools_ref``, which
         model calls refer to instead of carrying the list. A code or HTTP tool the Run's
         tenant is not permitted (``permits``) is left out: the model is never offered it,
-        and a call of it is an unknown tool's.
+        and the Run denies a call of it with the permits' words (an agent's, since patch
+        ``psych-unpermitted-told``; before, and a workflow's tool step, an unknown tool's).
 
         Raises:
             ApplicationError: ``ToolNotRegistered`` when a code tool is not in this

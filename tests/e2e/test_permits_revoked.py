@@ -9,12 +9,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from psych_runtime.specs import AgentBuilder, PermitSource
+from psych_runtime.specs import AgentBuilder, PermitSource, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import run_worker
 from psych_runtime.workflows import RunStatus
 
-from ._permits import Revoking, mailer
+from ._permits import Revoking, mail_sender, mailer
 from .conftest import Harness
 
 
@@ -127,6 +127,36 @@ async def test_a_tool_still_refused_after_continue_as_new_is_denied_as_not_permi
         ("denied", MAIL_REFUSED),
     ]
     # The last execution's catalogue left both out: status names them, in the Spec's order.
+    assert state.withdrawn_tools == ("ping", "send_mail")
+    assert ran == []
+
+
+async def test_a_continued_workflow_names_the_tools_its_carried_catalogue_left_out(
+    harness: Harness,
+) -> None:
+    # A WorkflowRun carries its catalogue across continue-as-new (it asks the permits once):
+    # each execution's state names the tools that catalogue left out for the permits, the
+    # last one's too (it resolves none of its own).
+    ran: list[str] = []
+    spec = (
+        WorkflowBuilder("mail-steps", registry=harness.registry)
+        .tool(lookup_order)
+        .tool(mail_sender(ran))
+        .http_tool("ping", description="Ping.", url="http://127.0.0.1:9/ping", method="GET")
+        .tool_step("first", "lookup_order", {"order_id": "1"})
+        .tool_step("second", "lookup_order", {"order_id": "2"})
+        .build()
+    )
+    settings = dataclasses.replace(harness.settings, permits=Revoking(until=0))
+    async with run_worker(harness.env.client, settings):
+        run = await harness.client.dispatch(
+            spec, "go", scope=harness.scope, continue_after_events=1
+        )
+        result = await harness.client.result(run, scope=harness.scope)
+        page = await harness.client.records(run, scope=harness.scope, after=10_000)
+        state = await harness.client.status(run, scope=harness.scope)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert len(page.earlier) == 1  # the second step ran in a continued execution
     assert state.withdrawn_tools == ("ping", "send_mail")
     assert ran == []
 

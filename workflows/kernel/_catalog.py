@@ -10,7 +10,7 @@ from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import CatalogInput, ToolCatalog
-    from psych_runtime.specs import HttpTool
+    from psych_runtime.specs import AgentSpec, HttpTool, WorkflowSpec
     from psych_runtime.workflows.contract._records import RunStatus
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._outcome import Stop
@@ -45,6 +45,13 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
             raise
         # Its own text ("<type>: <message>"), as an ActivityError's cause reads above.
         raise Stop(RunStatus.FAILED, f"tools: {err}") from err
-    offered = {entry.name for entry in catalog.entries}
-    run._left_out = tuple(tool.name for tool in spec.tools if tool.name not in offered)
+    run._left_out = left_out(spec, catalog)
     return catalog
+
+
+def left_out(spec: AgentSpec | WorkflowSpec, catalog: ToolCatalog) -> tuple[str, ...]:
+    """The code and HTTP tools of ``spec`` that ``catalog`` left out: the tenant's permits
+    refuse them (the catalogue leaves a tool out for nothing else). Read when a Run's
+    catalogue is resolved and when a continued WorkflowRun takes the one it carried."""
+    offered = {entry.name for entry in catalog.entries}
+    return tuple(tool.name for tool in spec.tools if tool.name not in offered)

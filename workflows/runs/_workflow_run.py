@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.features import FEATURES
     from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._activity_calls import runs_local
-    from psych_runtime.workflows.kernel._catalog import resolve
+    from psych_runtime.workflows.kernel._catalog import left_out, resolve
     from psych_runtime.workflows.kernel._children import failed_totals
     from psych_runtime.workflows.kernel._handlers import parse_input
     from psych_runtime.workflows.kernel._handles import handed_on
@@ -184,6 +184,8 @@ class WorkflowRun(StepRecords):
         done = carry.turn if carry is not None else 0
         if carry is not None and carry.catalog is not None:
             self._catalog = carry.catalog
+            # What the carried catalogue left out for the permits (``RunState``: a query's).
+            self._left_out = left_out(spec, carry.catalog)
         elif any(isinstance(step, ToolStep) for step in spec.steps[done:]):
             self._catalog = await resolve(self, builtins=False)
         catalog = self._catalog or ToolCatalog(tools_ref=None, entries=())
