@@ -1806,6 +1806,12 @@ async def workflow_start_cards_settle(rig: Rig) -> RunHandle:
     return await workflow_three_steps(rig)
 
 
+async def workflow_start_unpermitted_told(rig: Rig) -> RunHandle:
+    """A WorkflowRun recorded since ``psych-unpermitted-told``: its start records that
+    marker alone (it stands for the older start patches), then three steps."""
+    return await workflow_three_steps(rig)
+
+
 async def mcp_required_unreachable(rig: Rig) -> RunHandle:
     spec = rig.agent("mcp").mcp_server("crm", "http://127.0.0.1:9/mcp").build()
     return await rig.run(spec)
@@ -3198,6 +3204,8 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # the call of a tool the catalogue left out for the permits denied as not permitted
     ("dev", tool_permit_revoked_told),
     ("dev", tool_permit_revoked_continued),
+    # ... a WorkflowRun's start too: that marker alone, standing for the older start patches
+    ("dev", workflow_start_unpermitted_told),
     # a final answer cut at the model's output limit: "answered" before the patch
     ("dev", answer_cut_off_before_patch),
     # ... and behind psych-cut-answer-named: the Run's reason says the answer is cut
