@@ -12,7 +12,7 @@ from typing import Any
 from psych_runtime.specs import AgentBuilder, PermitSource, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import run_worker
-from psych_runtime.workflows import RunStatus
+from psych_runtime.workflows import QUERY_STATE, RunStatus
 
 from ._permits import Revoking, mail_sender, mailer
 from .conftest import Harness
@@ -158,6 +158,35 @@ async def test_a_continued_workflow_names_the_tools_its_carried_catalogue_left_o
     assert result.status is RunStatus.COMPLETED, result.reason
     assert len(page.earlier) == 1  # the second step ran in a continued execution
     assert state.withdrawn_tools == ("ping", "send_mail")
+    assert ran == []
+
+
+async def test_a_runs_state_over_the_wire_leaves_out_withdrawn_tools_while_it_has_none(
+    harness: Harness,
+) -> None:
+    # What a client of a build before RunState.withdrawn_tools reads (extra="forbid"): the
+    # worker's payload converter writes the state's JSON without the field while it is
+    # empty (the first Run), and with it when the permits refuse a tool (the second's
+    # catalogue leaves send_mail and ping out); test_wire_forms.py pins the model.
+    ran: list[str] = []
+    spec = mailer(harness, ran, lookup_order)
+    settings = dataclasses.replace(harness.settings, permits=Revoking(until=2))
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"}, id="c1")),
+        Reply.text("Delivered."),
+        Reply.tool_calls(ToolCall("send_mail", {"to": "a@example.test"}, id="c2")),
+        Reply.text("No mail."),
+    )
+    raw: list[dict[str, Any]] = []
+    async with run_worker(harness.env.client, settings):
+        for prompt in ("Look up 42", "Mail"):  # the second Run's catalogue: lookup* only
+            run = await harness.client.dispatch(spec, prompt, scope=harness.scope)
+            result = await harness.client.result(run, scope=harness.scope)
+            assert result.status is RunStatus.COMPLETED, result.reason
+            handle = harness.env.client.get_workflow_handle(run.workflow_id)
+            raw.append(await handle.query(QUERY_STATE, result_type=dict))
+    assert "withdrawn_tools" not in raw[0]
+    assert raw[1]["withdrawn_tools"] == ["ping", "send_mail"]
     assert ran == []
 
 
