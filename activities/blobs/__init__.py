@@ -8,12 +8,12 @@ chain stored in them (``Conversations``), the store a worker's environment confi
 (``blob_store_from_env``), and a blob a reader in a Run cannot read, told by ref
 (``unreadable_blob``, ``read_by_ref``; the store's words for the log: ``blob_words``), and
 the S3 client every S3 store opens, with what its errors mean (``s3_answering``: S3 not
-answering is ``StoreUnavailable``; a ``LocalBlobStore``'s disk error, ``LocalStoreFailed``,
-one too).
+answering is ``StoreUnavailable``; a local store's disk error, ``LocalStoreFailed``, one
+too: ``disk_answering``, which the local token and version stores use as well).
 """
 
 from psych_runtime.activities.blobs._config import blob_store_from_env
-from psych_runtime.activities.blobs._disk import LocalStoreFailed
+from psych_runtime.activities.blobs._disk import LocalStoreFailed, disk_answering
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs, RecentByRef
 from psych_runtime.activities.blobs._s3 import (
     CONFLICT_ATTEMPTS,
@@ -80,6 +80,7 @@ __all__ = [
     "canonical_json",
     "configured_options",
     "conflict_delay",
+    "disk_answering",
     "open_s3_client",
     "parse_s3_url",
     "read_by_ref",

@@ -1,8 +1,8 @@
-"""What a local blob store's disk error (an ``OSError``: a disk full, a read-only or
-unreadable directory, an I/O error) becomes: ``LocalStoreFailed``, a ``StoreUnavailable``
-naming the blob by ref, the store's kind and the errno, never the path (an ``OSError``'s
-words name it), which goes to the worker's log only, as an S3 store's endpoint does
-(``s3_answering``)."""
+"""What a local store's disk error (an ``OSError``: a disk full, a read-only or unreadable
+directory, an I/O error) becomes: ``LocalStoreFailed``, a ``StoreUnavailable`` naming what
+was asked (a blob by ref; for the other local stores, a Version by hash, a token record by
+key), the store's kind and the errno, never the path (an ``OSError``'s words name it), which
+goes to the worker's log only, as an S3 store's endpoint does (``s3_answering``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from psych_runtime.specs import StoreUnavailable
 _log = logging.getLogger(__name__)
 
 STORE_KIND = "local blob store"
-"""How a ``LocalStoreFailed`` names the store (never where it is)."""
+"""How a ``LocalStoreFailed`` of a ``LocalBlobStore`` names it (never where it is); the
+other local stores name themselves (``disk_answering``'s ``kind``)."""
 
 _PASSING = frozenset(
     {
@@ -39,8 +40,9 @@ refused, read-only, not a directory) lasts until the deployment is mended."""
 
 
 class LocalStoreFailed(StoreUnavailable):
-    """A ``LocalBlobStore``'s disk refused a read or a write: ``<what>: the local blob store
-    failed (<errno name>: <strerror>)``, the path only in the worker's log (``detail``).
+    """A local store's disk refused a read or a write (a ``LocalBlobStore``'s, a
+    ``LocalTokenStore``'s, a ``FileVersionStore``'s): ``<what>: the <kind> failed (<errno
+    name>: <strerror>)``, the path only in the worker's log (``detail``).
 
     A ``StoreUnavailable``, so whatever handles a store that did not answer handles it (a
     tool's outcome of a call not safe to repeat that ran: ``ResultNotKept``; a model call:
@@ -49,7 +51,7 @@ class LocalStoreFailed(StoreUnavailable):
     read-only or unwritable directory.
 
     Attributes:
-        ref: the blob read or written.
+        ref: what was read or written: a blob's ref, a Version's hash, a token record's key.
         errno_name: the errno's symbol (``ENOSPC``), or the exception's type without one.
         lasting: as said.
     """
@@ -64,11 +66,12 @@ class LocalStoreFailed(StoreUnavailable):
 
 
 @contextmanager
-def disk_answering(what: str, ref: str, root: str) -> Iterator[None]:
+def disk_answering(what: str, ref: str, root: str, *, kind: str = STORE_KIND) -> Iterator[None]:
     """The block's file operations on ``ref``'s file under ``root``; an ``OSError`` raises
-    ``LocalStoreFailed`` saying ``<what>: the local blob store failed (<errno>: <why>)``,
-    unchained (the ``OSError``'s words name the path, and an activity's failure carries
-    its causes' messages into the Run's history), and logs the path as a warning.
+    ``LocalStoreFailed`` saying ``<what>: the <kind> failed (<errno>: <why>)`` (``kind``:
+    the store's, ``local blob store`` by default), unchained (the ``OSError``'s words name
+    the path, and an activity's failure carries its causes' messages into the Run's
+    history), and logs the path as a warning.
 
     Raises:
         LocalStoreFailed: as said.
@@ -82,9 +85,9 @@ def disk_answering(what: str, ref: str, root: str) -> Iterator[None]:
             name = type(err).__name__  # raised without an errno: its words may name a path
         how = f"{name}: {err.strerror}" if err.strerror else name
         detail = f"under {root}: {err}"
-        _log.warning("%s: the %s failed %s", what, STORE_KIND, detail)
+        _log.warning("%s: the %s failed %s", what, kind, detail)
         raise LocalStoreFailed(
-            f"{what}: the {STORE_KIND} failed ({how})",
+            f"{what}: the {kind} failed ({how})",
             ref=ref,
             errno_name=name,
             lasting=code not in _PASSING,

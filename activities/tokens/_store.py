@@ -35,8 +35,11 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from psych_runtime.activities._durable_files import sweep_temporary, sync_directory
-from psych_runtime.activities.blobs import BlobCipher, TenantCipher
+from psych_runtime.activities.blobs import BlobCipher, TenantCipher, disk_answering
 from psych_runtime.specs import NotFound
+
+STORE_KIND = "local token store"
+"""How a ``LocalStoreFailed`` of a ``LocalTokenStore`` names it (never where it is)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -120,6 +123,11 @@ class LocalTokenStore:
     NFSv4). A ``put`` or ``delete`` holds it too, so neither lands between an update's
     read and its write to be lost under it. Reads take none (a record is replaced by a
     rename).
+
+    A disk error (an ``OSError``: a read-only or unwritable directory, a full disk) raises
+    ``LocalStoreFailed``, a ``StoreUnavailable`` naming the record by key, as an S3 token
+    store's does, the path only in its ``detail`` and the log: an MCP server's OAuth
+    failure carries it to the Run.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -128,9 +136,15 @@ class LocalTokenStore:
     def _path(self, key: TokenKey) -> Path:
         return self.root / key.location()
 
+    def _disk(self, key: TokenKey, done: str) -> contextlib.AbstractContextManager[None]:
+        """``disk_answering`` for the record of ``key``: "... cannot be <done>"."""
+        what = f"the token record {key!r} cannot be {done}"
+        return disk_answering(what, repr(key), os.fspath(self.root), kind=STORE_KIND)
+
     async def get(self, key: TokenKey) -> bytes | None:
         """The record under ``key``, or None."""
-        return self._read(self._path(key))
+        with self._disk(key, "read"):
+            return self._read(self._path(key))
 
     @staticmethod
     def _read(path: Path) -> bytes | None:
@@ -140,15 +154,19 @@ class LocalTokenStore:
             return None
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
-        """Hold the lock of ``path``'s shard (waiting for any other writer of it, in any
-        process). One file per shard, never removed: removing a lock file another
-        process waits on would let a third lock a new one beside it."""
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    def _locked(self, key: TokenKey, done: str) -> Iterator[Path]:
+        """Hold the lock of ``key``'s shard (waiting for any other writer of it, in any
+        process); the record's path. One file per shard, never removed: removing a lock
+        file another process waits on would let a third lock a new one beside it. Its
+        disk errors are ``_disk``'s; the block's own exceptions pass as they are."""
+        path = self._path(key)
+        with self._disk(key, done):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            with self._disk(key, done):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield path
         finally:
             os.close(fd)  # releases the lock
 
@@ -159,8 +177,7 @@ class LocalTokenStore:
         await asyncio.to_thread(self._put, key, record)
 
     def _put(self, key: TokenKey, record: bytes) -> None:
-        path = self._path(key)
-        with self._locked(path):
+        with self._locked(key, "stored") as path, self._disk(key, "stored"):
             self._write(path, record)
 
     async def update(self, key: TokenKey, change: Change) -> None:
@@ -169,16 +186,17 @@ class LocalTokenStore:
         await asyncio.to_thread(self._update, key, change)
 
     def _update(self, key: TokenKey, change: Change) -> None:
-        path = self._path(key)
-        with self._locked(path):
-            current = self._read(path)
-            new = change(current)
+        with self._locked(key, "updated") as path:
+            with self._disk(key, "updated"):
+                current = self._read(path)
+            new = change(current)  # what it raises is its own, never the disk's
             if new == current:
                 return
-            if new is None:
-                self._remove(path)
-            else:
-                self._write(path, new)
+            with self._disk(key, "updated"):
+                if new is None:
+                    self._remove(path)
+                else:
+                    self._write(path, new)
 
     @staticmethod
     def _write(path: Path, record: bytes) -> None:
@@ -202,10 +220,9 @@ class LocalTokenStore:
         await asyncio.to_thread(self._delete, key)
 
     def _delete(self, key: TokenKey) -> None:
-        path = self._path(key)
-        if not path.parent.is_dir():
+        if not self._path(key).parent.is_dir():
             return  # no record of the shard was ever written here: nothing to lock
-        with self._locked(path):
+        with self._locked(key, "deleted") as path, self._disk(key, "deleted"):
             self._remove(path)
 
     @staticmethod

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from psych_runtime.activities._durable_files import sweep_temporary, sync_directory
+from psych_runtime.activities.blobs import disk_answering
 from psych_runtime.specs import (
     AgentSpec,
     NotFound,
@@ -23,6 +24,8 @@ from psych_runtime.specs import (
     WorkflowSpec,
 )
 
+STORE_KIND = "local version store"
+"""How a ``LocalStoreFailed`` of this store names it (never where it is)."""
 _TEMPORARY = ".publish-"
 """A document being written, before it takes its name (a killed publisher's is swept)."""
 _PUBLISHED_AT = re.compile(rb'"published_at"\s*:\s*"([^"]{1,64})"')
@@ -105,31 +108,31 @@ class FileVersionStore:
         return self.root / f"{digest_of(version_hash)}.json"
 
     def publish(self, spec: AgentSpec | WorkflowSpec) -> Version:
-        """Store ``spec``, or return the Version already stored with its hash."""
+        """Store ``spec``, or return the Version already stored with its hash.
+
+        Raises:
+            LocalStoreFailed: the disk refused (a file on the directory's path, a directory
+                another user owns, a read-only mount, a full disk): a ``StoreUnavailable``
+                naming the Version by hash and the errno, the directory only in its
+                ``detail`` and the log (a Run spawning a child publishes through this, and
+                its failure reaches the model and the Run's record).
+        """
         version = Version.of(spec)
         path = self._path(version.hash)
-        damaged = False
-        if path.exists():
-            try:
-                return self.get(version.hash)
-            except StoreDamaged:
-                # Written anew below, in place of the damaged file, with the time it was
-                # first published: "the newest of its name" must not change by a repair.
-                damaged = True
-                first = path.stat().st_mtime
-                version = repaired(spec, path.read_bytes(), datetime.fromtimestamp(first, UTC))
-        try:
+        what = f"Version {version.hash} cannot be published"
+        with disk_answering(what, version.hash, os.fspath(self.root), kind=STORE_KIND):
+            damaged = False
+            if path.exists():
+                try:
+                    return self.get(version.hash)
+                except StoreDamaged:
+                    # Written anew below, in place of the damaged file, with the time it was
+                    # first published: "the newest of its name" must not change by a repair.
+                    damaged = True
+                    first = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+                    version = repaired(spec, path.read_bytes(), first)
             self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as err:  # a file on its path, no permission: the operator's to fix
-            raise SpecError(
-                f"cannot make the version store directory {self.root}: {err.strerror}"
-            ) from err
-        try:
             stored = self._write(version, path, replace=damaged)
-        except OSError as err:  # a directory another user owns, a read-only mount, a full disk
-            raise SpecError(
-                f"cannot write to the version store directory {self.root}: {err.strerror or err}"
-            ) from err
         return version if stored else self.get(version.hash)
 
     def _write(self, version: Version, path: Path, *, replace: bool) -> bool:
@@ -170,11 +173,14 @@ class FileVersionStore:
         Raises:
             NotFound: nothing is stored under this hash.
             StoreDamaged: the stored document does not read back as written.
+            LocalStoreFailed: the disk refused the read (as ``publish`` says).
         """
         path = self._path(version_hash)
-        try:
-            document = path.read_bytes()
-        except FileNotFoundError:
-            # Shown to API callers as is: it names no path of the store.
-            raise NotFound(f"no Version {version_hash}") from None
+        what = f"Version {version_hash} cannot be read"
+        with disk_answering(what, version_hash, os.fspath(self.root), kind=STORE_KIND):
+            try:
+                document = path.read_bytes()
+            except FileNotFoundError:
+                # Shown to API callers as is: it names no path of the store.
+                raise NotFound(f"no Version {version_hash}") from None
         return stored_version(document, version_hash)

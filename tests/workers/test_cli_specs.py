@@ -104,9 +104,15 @@ def test_a_version_store_it_cannot_write_to_is_one_line_naming_it(
     monkeypatch.setattr(tempfile, "mkstemp", refused)
     argv = ["publish", str(SUPPORT_SPEC), "--registry", TOOLS_REF, "--store", str(store)]
     assert main(argv) == 1
-    assert capsys.readouterr().err == (
-        f"psych: cannot write to the version store directory {store}: Permission denied\n"
-    )
+    # The Version by hash and the errno, as a Run that publishes a child's Spec is told;
+    # where the store is, after the ";", for the operator only (the error's detail).
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        r"psych: Version sha256:[0-9a-f]{64} cannot be published: the local version store "
+        rf"failed \(EACCES: Permission denied\); under {re.escape(str(store))}: "
+        r"\[Errno 13\] Permission denied: .*\n",
+        err,
+    ), err
 
 
 async def test_an_s3_store_that_refuses_or_cannot_be_reached_is_one_line(
