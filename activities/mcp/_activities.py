@@ -19,8 +19,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import mcp_types
 from mcp.shared.exceptions import MCPError
@@ -61,6 +60,7 @@ from psych_runtime.activities.mcp._input import (
     BadAnswer,
     Unanswerable,
     call_round,
+    heartbeating_round,
     input_required,
 )
 from psych_runtime.activities.mcp._oauth import OAuthClients
@@ -360,6 +360,7 @@ class McpActivities(Catalogues, ActivityClass):
                 started=started,
                 limit=input.large_result_bytes,
                 once=sent and input.report_through_client,  # set for a tool not safe to repeat
+                unsent=not sent,
             )
             return plan.stamp(stored)
 
@@ -381,17 +382,24 @@ class McpActivities(Catalogues, ActivityClass):
             # The server's words go to Temporal as heartbeat details: redacted, as results.
             reports.put_nowait(redact(f"{progress:g}{of} {message or ''}".strip()))
 
+        leased = False  # connecting failed before: the call was never sent
         try:
             async with self.sessions.client(
                 connection.key, server.url, connection.headers, connection.auth
             ) as c:
+                leased = True
                 # The SDK makes the client span of the request itself ("MCP send
                 # tools/call <tool>", under this call's execute_tool span).
                 consents = None if self.oauth is None else self.oauth.consents
                 called = call_round(c, input.tool, input.arguments, on_progress, input.input)
                 if consents is not None:
                     called = consents.unless_needed(connection.consent, called)
-                result = await self._heartbeating(called, reports)
+                result = await heartbeating_round(
+                    called,
+                    reports,
+                    within=self.settings.call_timeout_seconds,
+                    beat_every=self.settings.heartbeat_seconds,
+                )
         except BadAnswer as err:
             said = f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}"
             return await outcome("error", said, sent=False)
@@ -408,9 +416,8 @@ class McpActivities(Catalogues, ActivityClass):
                 self.sessions.retire(connection.key, "a person's consent is needed")
                 # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
-            return await outcome(
-                "error", f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
-            )
+            said = f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
+            return await outcome("error", said, sent=leased)
         except (McpConsentRequired, StoreUnavailable):  # a token store down: nothing sent
             raise
         except Exception as err:
@@ -457,44 +464,3 @@ class McpActivities(Catalogues, ActivityClass):
         return plan.stamp(
             stored.model_copy(update={"status": "input_required", "input_required": shown})
         )
-
-    async def _heartbeating(
-        self,
-        work: Coroutine[Any, Any, _R],
-        progress: asyncio.Queue[str],
-    ) -> _R:
-        """Await ``work`` within the call timeout, heartbeating on an interval and on each
-        progress notification. Cancellation (and the timeout) cancel it and wait for it,
-        so the SDK has queued its cancellation notice before this returns (the pool sends
-        it before closing the session: ``McpSessions._own``)."""
-        task = asyncio.create_task(work)
-        waiter: asyncio.Task[str] | None = None
-        deadline = time.monotonic() + self.settings.call_timeout_seconds
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                if waiter is None:
-                    waiter = asyncio.create_task(progress.get())
-                done, _ = await asyncio.wait(
-                    {task, waiter},
-                    timeout=min(self.settings.heartbeat_seconds, left),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if task in done:
-                    return task.result()
-                if waiter in done:
-                    activity.heartbeat(waiter.result())
-                    waiter = None
-                else:
-                    activity.heartbeat()
-        except BaseException:
-            task.cancel()
-            await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # retrieved, so asyncio does not log it as never retrieved
-            raise
-        finally:
-            if waiter is not None:
-                waiter.cancel()

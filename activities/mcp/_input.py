@@ -1,6 +1,7 @@
 """An MCP server asking for input (2026-07-28: an ``input_required`` result of
 ``tools/call``): what a person is asked, how their answers become ``inputResponses``, and
-the one ``tools/call`` round that sends them.
+the one ``tools/call`` round that sends them, awaited under heartbeats
+(``heartbeating_round``).
 
 The worker never waits for a person inside an activity: a round that ends in
 ``input_required`` is returned to the workflow as data (``McpInputRequired``), which
@@ -12,8 +13,11 @@ servers), so a call asking for one fails with a message saying so.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import mcp_types
 from mcp.client import Client
@@ -21,9 +25,11 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
+from temporalio import activity
 
 from psych_runtime.activities.contract import McpInputAnswers, McpInputRequired, McpQuestion
 
+_R = TypeVar("_R")
 _REQUEST = TypeAdapter[mcp_types.InputRequest](mcp_types.InputRequest)
 _REFUSALS = ("decline", "cancel")
 _RELIST_PAGES = 100
@@ -222,3 +228,48 @@ async def call_round(
         if cursor is None or any(listed.name == tool for listed in page.tools):
             break
     return await send()
+
+
+async def heartbeating_round(
+    work: Coroutine[Any, Any, _R],
+    progress: asyncio.Queue[str],
+    *,
+    within: float,
+    beat_every: float,
+) -> _R:
+    """Await ``work`` (a ``call_round``) within ``within`` seconds, heartbeating every
+    ``beat_every`` seconds and on each progress notification. Cancellation (and the
+    timeout, ``TimeoutError``) cancel it and wait for it, so the SDK has queued its
+    cancellation notice before this returns (the pool sends it before closing the
+    session: ``McpSessions._own``)."""
+    task = asyncio.create_task(work)
+    waiter: asyncio.Task[str] | None = None
+    deadline = time.monotonic() + within
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if waiter is None:
+                waiter = asyncio.create_task(progress.get())
+            done, _ = await asyncio.wait(
+                {task, waiter},
+                timeout=min(beat_every, left),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if task in done:
+                return task.result()
+            if waiter in done:
+                activity.heartbeat(waiter.result())
+                waiter = None
+            else:
+                activity.heartbeat()
+    except BaseException:
+        task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log it as never retrieved
+        raise
+    finally:
+        if waiter is not None:
+            waiter.cancel()

@@ -23,7 +23,7 @@ from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities.a2a import A2aActivities
 from psych_runtime.activities.blobs import LocalBlobStore
-from psych_runtime.activities.contract import A2aToolCall, ErrorType
+from psych_runtime.activities.contract import A2aToolCall, ErrorType, McpToolCall
 from psych_runtime.activities.egress import (
     Egress,
     EgressDenied,
@@ -31,8 +31,16 @@ from psych_runtime.activities.egress import (
     EgressSettings,
     never_sent,
 )
+from psych_runtime.activities.mcp import McpActivities, McpSettings
 from psych_runtime.activities.tools import ToolActivities
-from psych_runtime.specs import A2APeer, HttpTool, Scope, StoreUnavailable, ToolRegistry
+from psych_runtime.specs import (
+    A2APeer,
+    HttpTool,
+    McpServer,
+    Scope,
+    StoreUnavailable,
+    ToolRegistry,
+)
 from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream
 from tests.activities.test_tools import http_call
@@ -170,4 +178,35 @@ async def test_an_a2a_message_whose_peer_could_not_be_reached_did_not_run(
         with pytest.raises(StoreUnavailable, match=r"^the call did not run \(its request"):
             await ActivityEnvironment().run(a2a.call, call)
     finally:
+        await egress.aclose()
+
+
+async def test_an_mcp_call_whose_server_could_not_be_reached_did_not_run(
+    tmp_path: Path,
+) -> None:
+    # Before: ResultNotKept ("the tool ran, but its outcome (error) could not be kept")
+    # for a tool not safe to repeat whose server nothing listens at: connecting failed, so
+    # its tools/call was never sent.
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    mcp = McpActivities(
+        blobs=broken_store(tmp_path),
+        egress=egress,
+        settings=McpSettings(connect_timeout_seconds=5),
+    )
+    call = McpToolCall(
+        run_id="r1",
+        call_id="c1",
+        server=McpServer(name="crm", url=f"http://127.0.0.1:{free_port()}/mcp"),
+        tool="refund",
+        arguments={"order": "42"},
+        large_result_bytes=100_000,
+        scope=Scope(tenant="acme"),
+        report_through_client=True,
+    )
+    said = r"^the call did not run \(its request never left\), and its outcome \(error\)"
+    try:
+        with pytest.raises(StoreUnavailable, match=said):
+            await ActivityEnvironment().run(mcp.call, call)
+    finally:
+        await mcp.aclose()
         await egress.aclose()
