@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from google.protobuf.json_format import MessageToJson
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -43,6 +44,7 @@ from psych_runtime.specs import (
 )
 from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream
+from tests.a2a.peer import card
 from tests.activities.test_tools import http_call
 
 
@@ -209,4 +211,65 @@ async def test_an_mcp_call_whose_server_could_not_be_reached_did_not_run(
             await ActivityEnvironment().run(mcp.call, call)
     finally:
         await mcp.aclose()
+        await egress.aclose()
+
+
+def a2a_call(peer_url: str) -> A2aToolCall:
+    return A2aToolCall(
+        run_id="r1",
+        call_id="c1",
+        peer=A2APeer(name="desk", url=peer_url + "/"),
+        skill="refund",
+        name="desk__refund",
+        arguments={"message": "refund order 42"},
+        large_result_bytes=100_000,
+        scope=Scope(tenant="acme"),
+        report_through_client=True,
+    )
+
+
+def card_sending_to(url: str, *, refuse_posts: bool = False) -> Upstream:
+    """A peer serving its card, whose JSON-RPC interface is at ``url`` (``refuse_posts``:
+    it answers a message 500, after taking it)."""
+    document = MessageToJson(card(url, ("refund",)))
+
+    def respond(request: Request) -> Answer:
+        if request.method == "GET":
+            return Answer(200, document)
+        return Answer(500, "down") if refuse_posts else Answer(404, "")
+
+    return Upstream(respond)
+
+
+async def test_an_a2a_message_whose_connection_was_refused_did_not_run(tmp_path: Path) -> None:
+    # The card was had; the message's own connection was refused (nothing listens at the
+    # interface its card names): never_sent on the SDK's error, not the card's.
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress)
+    try:
+        said = r"^the call did not run \(its request"
+        with (
+            card_sending_to(f"http://127.0.0.1:{free_port()}") as peer,
+            pytest.raises(StoreUnavailable, match=said),
+        ):
+            await ActivityEnvironment().run(a2a.call, a2a_call(peer.url))
+        assert [r.method for r in peer.requests] == ["GET"]  # the card only
+    finally:
+        await egress.aclose()
+
+
+async def test_an_a2a_message_the_peer_took_and_failed_ran(tmp_path: Path) -> None:
+    # The converse: the peer answered the message 500, so it left; a store that does not
+    # keep the outcome is ResultNotKept (the Run says it ran), never "did not run".
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress)
+    try:
+        with card_sending_to("", refuse_posts=True) as peer:
+            # Its card names itself, whose address is known once it listens.
+            peer.respond = card_sending_to(peer.url, refuse_posts=True).respond
+            with pytest.raises(ApplicationError) as caught:
+                await ActivityEnvironment().run(a2a.call, a2a_call(peer.url))
+        assert [r.method for r in peer.requests] == ["GET", "POST"]  # the message left
+        assert caught.value.type == ErrorType.RESULT_NOT_KEPT
+    finally:
         await egress.aclose()
