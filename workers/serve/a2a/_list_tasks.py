@@ -350,19 +350,24 @@ class TaskLister:
                 if state is not None and wanted in (None, state):
                     candidates.append((index, summary, state))
             looked += len(page.runs)
-            replaced = await self._replaced([summary for _, summary, _ in candidates])
-            for index, summary, state in candidates:
-                if summary.execution in replaced:
-                    continue
-                task_id = summary.run_id
-                task = Task(id=task_id, context_id=task_id, status={"state": state})
-                tasks.append((task, summary))
-                if len(tasks) == size:
-                    if index + 1 < len(page.runs):
-                        # The cursor that reads the chunk again (a first chunk's keeps when
-                        # the listing started: see ``continued_since``).
-                        return tasks, Position(page.cursor, place_of(summary))
-                    return tasks, _at(page.next_cursor)
+            while candidates:
+                # As many as the page has places for: a closed one costs a describe
+                # (``_replaced``), so none past the page's end is asked about.
+                taken = candidates[: size - len(tasks)]
+                del candidates[: len(taken)]
+                replaced = await self._replaced([summary for _, summary, _ in taken])
+                for index, summary, state in taken:
+                    if summary.execution in replaced:
+                        continue
+                    task_id = summary.run_id
+                    task = Task(id=task_id, context_id=task_id, status={"state": state})
+                    tasks.append((task, summary))
+                    if len(tasks) == size:
+                        if index + 1 < len(page.runs):
+                            # The cursor that reads the chunk again (a first chunk's keeps
+                            # when the listing started: see ``continued_since``).
+                            return tasks, Position(page.cursor, place_of(summary))
+                        return tasks, _at(page.next_cursor)
             if page.next_cursor is None or looked >= self.scan:
                 # Still short of the place the page before ended on: the next page passes
                 # over the rest up to it too.
