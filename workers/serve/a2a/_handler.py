@@ -150,8 +150,9 @@ class PsychRequestHandler(RequestHandler):
         if stops(state):
             return
         events = self._events(workflow_id, scope, state.last_seq, through_input=False, deltas=True)
-        async for event in until_caller_expires(events, context):
-            yield event
+        async with contextlib.aclosing(until_caller_expires(events, context)) as bounded:
+            async for event in bounded:
+                yield event
 
     async def _send(
         self, params: SendMessageRequest, scope: Scope, agent: str
@@ -307,8 +308,9 @@ class PsychRequestHandler(RequestHandler):
         yield task_of(state)
         workflow_id = workflow_id_of(params.id, scope)
         events = self._events(workflow_id, scope, state.last_seq, through_input=True, deltas=True)
-        async for event in until_caller_expires(events, context):
-            yield event
+        async with contextlib.aclosing(until_caller_expires(events, context)) as bounded:
+            async for event in bounded:
+                yield event
 
     # --- cancelling ----------------------------------------------------------------------
 
@@ -368,9 +370,11 @@ class PsychRequestHandler(RequestHandler):
         while True:
             if after is not None:
                 ended = False
-                async for event in self._events(workflow_id, scope, after, through_input=True):
-                    ended = ends_task(event)
-                    yield event
+                following = self._events(workflow_id, scope, after, through_input=True)
+                async with contextlib.aclosing(following) as followed:
+                    async for event in followed:
+                        ended = ends_task(event)
+                        yield event
                 if ended:
                     return
             # The stream ends short of an end only when the workflow runs on (``task_events``
@@ -474,17 +478,21 @@ class PsychRequestHandler(RequestHandler):
         through_input: bool,
         deltas: bool = False,
     ) -> AsyncGenerator[Event]:
+        following = task_events(
+            self.client,
+            workflow_id,
+            scope=scope,
+            after=after,
+            deltas=deltas,
+            through_input=through_input,
+            grace=self.query_timeout,
+        )
+        # Each generator down to the close watch (``_closing.py``) is closed with the one
+        # above it: one left unclosed ends only when the loop's finalizer gets to it.
         try:
-            async for event in task_events(
-                self.client,
-                workflow_id,
-                scope=scope,
-                after=after,
-                deltas=deltas,
-                through_input=through_input,
-                grace=self.query_timeout,
-            ):
-                yield event
+            async with contextlib.aclosing(following) as events:
+                async for event in events:
+                    yield event
         except A2AError:
             raise
         except (PsychError, RPCError) as err:

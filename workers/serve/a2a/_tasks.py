@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -202,7 +202,7 @@ async def task_events(
     deltas: bool,
     through_input: bool,
     grace: timedelta,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event]:
     """The task's events from the Run's Records after ``after`` on, until it settles
     (``through_input`` False: or until it waits on its caller).
 
