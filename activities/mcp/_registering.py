@@ -13,9 +13,10 @@ own, each through the tenant's egress as the registration went.
   nobody uses is left behind; a failed deletion is logged naming the client, and the
   error says what became of it.
 - ``Registering.discard`` deletes, the same way, the client a flow registered but left
-  unused (another worker's registration was stored first); ``Registering.retire`` the
-  stored client a flow's registration replaced (registered for less scope than asked),
-  with the management stored with it (``_registration.keep_registration``).
+  unused (another worker's registration was stored first); ``Registering.retire`` a
+  stored client a registration replaced (registered for less scope than asked), with the
+  management stored with it, once its grace has passed (``_retiring``,
+  ``_registration.retire_due``).
 - ``Registering.probe`` asks the token endpoint whether it still knows a stored client
   (``_registration.still_known``).
 """
@@ -76,7 +77,8 @@ class Registering:
     """The scope this flow's registration request asked (``answered``; None: none)."""
     clock: Callable[[], float] = field(default=time.time, repr=False)
     """Now, in ``time.time()`` seconds (whether a probe mark has expired, ``_untrusted``;
-    tests inject theirs)."""
+    when a client was replaced and whether its grace has passed, ``_retiring``; tests
+    inject theirs)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep
@@ -208,11 +210,12 @@ class Registering:
         )
 
     async def retire(self, client_id: str, management: Management | None) -> None:
-        """Delete ``client_id``, the stored client this flow's registration replaced, at
-        the authorization server with the ``management`` stored with it (None: its answer
-        offered none, or an earlier build stored none), as ``discard`` does. Best effort:
-        it stays registered there, logged naming it, never raised (the flow goes on with
-        the client that replaced it)."""
+        """Delete ``client_id``, a stored client a registration replaced, whose grace has
+        passed (``_retiring``), at the authorization server with the ``management`` stored
+        with it (None: its answer offered none, or an earlier build stored none: logged
+        when it is replaced), as ``discard`` does. Best effort: it stays registered there,
+        logged naming it, never raised (the flow goes on with the client that replaced
+        it)."""
         replaced = (
             f"the replaced client {client_id} of MCP server {self.server!r} at the "
             f"authorization server {self.issuer}"

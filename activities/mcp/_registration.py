@@ -57,10 +57,12 @@ The SDK's provider registers the client itself, at the authorization server's
   own client), unless its request asked for that already.
 - The record keeps the RFC 7592 management its answer offered (sealed with it, as the
   client's secret is; a record of an earlier build, without it, still loads), so the
-  client a registration replaces is deleted at the authorization server
-  (``Registering.retire``: best effort, a failure logged naming the client). A token
-  issued to it then fails its refresh (``invalid_client``) and its person consents again,
-  to the client that replaced it.
+  client a registration replaces is deleted at the authorization server, not at once: it
+  stays in the record as retiring (``_retiring``: a consent link built with it must still
+  lead back), and the first consent flow that reads the record after
+  ``RETIRE_GRACE_SECONDS`` deletes it (``retire_due``; ``Registering.retire``: best effort,
+  a failure logged naming the client). A token issued to it then fails its refresh
+  (``invalid_client``) and its person consents again, to the client that replaced it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from typing import Protocol
 
 import httpx2
@@ -79,9 +82,10 @@ from mcp.client.auth.utils import (
     union_scopes,
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._registering import Management, Registering, client_refused
+from psych_runtime.activities.mcp._retiring import Managed, Retiring, is_due
 from psych_runtime.activities.mcp._untrusted import (
     UNTRUSTED_SECONDS,
     mark_untrusted,
@@ -134,23 +138,19 @@ def registration_of(key: TokenKey) -> TokenKey | None:
     return TokenKey(key.tenant, None, key.issuer, REGISTRATION + digest, key.resource)
 
 
-class _Managed(BaseModel):
-    """The RFC 7592 management of a stored registration's client (``Management``)."""
-
-    uri: str
-    token: str = Field(repr=False)
-
-
 class _Registration(BaseModel):
     """A stored registration: the key it was stored under, the client registered, the
     scope its request asked (None: none, or a record from before 12-06), and the RFC 7592
     management its answer offered (None: none, or a record from before it was kept; a
-    build before reads a record holding it, ignoring it), sealed with the record."""
+    build before reads a record holding it, ignoring it), and the clients it replaced
+    that are not deleted yet (``_retiring``; empty in an earlier build's record, which
+    ignores them), sealed with the record."""
 
     key: tuple[str, str | None, str, str, str]
     client: OAuthClientInformationFull
     asked: str | None = None
-    management: _Managed | None = None
+    management: Managed | None = None
+    retiring: list[Retiring] = []
 
 
 def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
@@ -209,24 +209,32 @@ async def keep_registration(
     (``registering``), unless a registration other than ``replacing``'s is stored there
     already (another worker's, registered at the same time: the first stored stands); the
     client that stands. ``client`` left unused is deleted at the authorization server, or
-    logged as left there (``Registering.discard``); so is ``replacing``'s client, replaced,
-    with the management stored with it (``Registering.retire``)."""
+    logged as left there (``Registering.discard``). ``replacing``'s client, replaced, is
+    kept in the record as retiring with the management stored with it (deleted later:
+    ``retire_due``), or, with none, logged as left there (``Registering.retire``)."""
     asked = offered = None
     if registering is not None:
         asked, offered = registering.asked, registering.offered
     managed = None
     if offered is not None and offered.client_id == client.client_id:
-        managed = _Managed(uri=offered.uri, token=offered.token)
+        managed = Managed(uri=offered.uri, token=offered.token)
     record = _Registration(key=_fields(key), client=client, asked=asked, management=managed)
-    encoded = record.model_dump_json().encode()
-    standing, replaced = [client], list[_Registration]()
+    now = time.time() if registering is None else registering.clock()
+    standing, unmanaged = [client], list[str]()
 
     def first(data: bytes | None) -> bytes:
-        stored, replaced[:] = _record_in(data, key), []
+        stored, unmanaged[:] = _record_in(data, key), []
         if data is None or stored is None or stored.client.client_id == replacing:
             standing[0] = client
-            replaced.extend([] if stored is None else [stored])
-            return encoded
+            if stored is None:
+                return record.model_dump_json().encode()
+            retiring = [r for r in stored.retiring if r.client_id != client.client_id]
+            gone, kept = stored.client.client_id, stored.management
+            if gone != client.client_id and kept is not None:
+                retiring.append(Retiring(client_id=gone, management=kept, replaced_at=now))
+            elif gone != client.client_id:
+                unmanaged.append(gone)
+            return record.model_copy(update={"retiring": retiring}).model_dump_json().encode()
         standing[0] = stored.client
         return data
 
@@ -235,12 +243,36 @@ async def keep_registration(
         return standing[0]
     if standing[0].client_id != client.client_id:
         await registering.discard(client.client_id)
-    for gone in replaced:
-        gone_id, kept = gone.client.client_id, gone.management
-        if gone_id != client.client_id:
-            management = None if kept is None else Management(gone_id, kept.uri, kept.token)
-            await registering.retire(gone_id, management)
+    for gone in unmanaged:
+        await registering.retire(gone, None)
     return standing[0]
+
+
+async def retire_due(store: TokenStore, key: TokenKey, registering: Registering) -> None:
+    """Delete at the authorization server the retiring clients of the registration under
+    ``key`` whose grace has passed (``_retiring``), after taking them out of the record in
+    one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
+    (``Registering.retire``); one read, no write, when none is due."""
+    now = registering.clock()
+    record = _record_in(await store.get(key), key)
+    if record is None or not any(is_due(r, now) for r in record.retiring):
+        return
+    due = list[Retiring]()
+
+    def take(data: bytes | None) -> bytes | None:
+        stored, due[:] = _record_in(data, key), []
+        if stored is None:
+            return data
+        due.extend(r for r in stored.retiring if is_due(r, now))
+        if not due:
+            return data
+        kept = [r for r in stored.retiring if not is_due(r, now)]
+        return stored.model_copy(update={"retiring": kept}).model_dump_json().encode()
+
+    await store.update(key, take)
+    for gone in due:
+        held = gone.management
+        await registering.retire(gone.client_id, Management(gone.client_id, held.uri, held.token))
 
 
 async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) -> None:
@@ -316,23 +348,25 @@ async def still_known(
     discovered it, after the registration was read, so it is not in the registration's
     key: a stored client whose registration names a scope that does not cover the one
     asked now is replaced by one registered for both (``register_anew``; the replaced
-    one deleted at the server with its stored management, ``keep_registration``), unless
-    its own request asked for it already (the server registered less: asking again would
-    not).
+    one kept as retiring, ``keep_registration``), unless its own request asked for it
+    already (the server registered less: asking again would not). Retiring clients whose
+    grace has passed are deleted at the server first (``retire_due``).
 
     Raises:
         OAuthRegistrationError: a new registration was refused, or unusable.
     """
     client, registering = await _known(provider, storage), storage.registering
+    store, registration = storage.store, storage.registration
+    if registering is not None and store is not None and registration is not None:
+        await retire_due(store, registration, registering)
     asked = provider.context.client_metadata.scope
     if client is None or registering is None or covers(client.scope, asked):
         return client
-    if client.client_id == registering.registered or storage.registration is None:
+    if client.client_id == registering.registered or registration is None:
         return client
-    store = storage.store
     if store is None or asked is None:
         return client
-    if await asked_before(store, storage.registration, client.client_id, asked):
+    if await asked_before(store, registration, client.client_id, asked):
         return client
     wider = union_scopes(client.scope, asked)
     _log.info(

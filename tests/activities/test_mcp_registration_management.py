@@ -1,14 +1,17 @@
 """RFC 7592 management of a dynamically registered client kept with its registration
 (``mcp/_registration.py``): the stored client a registration for a wider scope replaces is
-deleted at the authorization server with the management stored with it (sealed with the
-record, as the client's secret is); a record of an earlier build, which stored none, still
-loads, and its client stays registered there (logged); a failed deletion is logged naming
-the client and is no failure of the flow. Against the consent server on loopback; the
+kept in the record as retiring and deleted at the authorization server, with the
+management stored with it (sealed with the record, as the client's secret is), by a flow
+that reads the record once its grace has passed (``mcp/_retiring.py``), not before; a
+record of an earlier build, which stored none, still loads, and its client stays
+registered there (logged); a failed deletion is logged naming the client and is no
+failure of the flow. Against the consent server on loopback; the
 whole flow is ``tests/e2e/test_mcp_consent_registration_scope.py``'s."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from mcp.shared.auth import OAuthClientInformationFull
 from psych_runtime.activities import LocalTokenStore
 from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
 from psych_runtime.activities.mcp._registering import Registering
-from psych_runtime.activities.mcp._registration import read_registration
+from psych_runtime.activities.mcp._registration import read_registration, retire_due
+from psych_runtime.activities.mcp._retiring import RETIRE_GRACE_SECONDS
 from psych_runtime.specs import Scope
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
@@ -78,10 +82,14 @@ async def edit_record(storage: StoredTokens, edit: Any) -> None:
     await storage.store.put(storage.registration, json.dumps(record).encode())
 
 
-async def test_a_replaced_client_is_deleted_with_the_management_stored_with_it(
+async def test_a_replaced_client_is_deleted_once_its_grace_has_passed(
     tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     ann, bob = await storages(tmp_path, managed)
+    now = [1_000_000.0]
+    for storage in (ann, bob):
+        assert storage.registering is not None
+        storage.registering.clock = lambda: now[0]
     first, token = await register(managed, ann.registering, "crm.read")
     await ann.set_client_info(first)
     assert ann.store is not None and ann.registration is not None
@@ -92,13 +100,31 @@ async def test_a_replaced_client_is_deleted_with_the_management_stored_with_it(
     second, _ = await register(managed, bob.registering, "crm.read crm.write")
     await bob.set_client_info(second, replacing=first.client_id)
     assert bob.client is not None and bob.client.client_id == second.client_id
-    # Before the fix: the replaced client stayed registered at the authorization server.
+    # Before the fix: the replaced client was deleted at once, and a consent link built
+    # with it led to the authorization server's error page.
+    assert managed.deletions() == []
+    data = await ann.store.get(ann.registration)
+    assert data is not None
+    (retiring,) = json.loads(data)["retiring"]
+    assert (retiring["client_id"], retiring["replaced_at"]) == (first.client_id, now[0])
+    # A flow that reads the record before the grace has passed leaves it registered.
+    assert ann.registering is not None
+    now[0] += RETIRE_GRACE_SECONDS - 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == []
+    # One after it deletes it, and takes it out of the record: no flow deletes it again.
+    now[0] += 1
+    await retire_due(ann.store, ann.registration, ann.registering)
     assert managed.deleted() == [first.client_id]
     assert (
         f"deleted the replaced client {first.client_id} of MCP server 'crm' at the "
         f"authorization server {managed.issuer}"
     ) in caplog.text
     assert token not in caplog.text
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    data = await ann.store.get(ann.registration)
+    assert data is not None and json.loads(data)["retiring"] == []
     stored = await read_registration(ann.store, ann.registration)
     assert stored is not None and stored.client_id == second.client_id
 
@@ -109,8 +135,8 @@ async def test_a_replaced_client_without_stored_management_or_deletable_stays_lo
     ann, bob = await storages(tmp_path, managed)
     first, _ = await register(managed, ann.registering, "crm.read")
     await ann.set_client_info(first)
-    # A record an earlier build stored: no management in it. It still loads.
-    await edit_record(ann, lambda record: record.pop("management", None))
+    # A record an earlier build stored: no management, no retiring in it. It still loads.
+    await edit_record(ann, lambda record: [record.pop(f) for f in ("management", "retiring")])
     assert ann.store is not None and ann.registration is not None
     earlier = await read_registration(ann.store, ann.registration)
     assert earlier is not None and earlier.client_id == first.client_id
@@ -130,6 +156,11 @@ async def test_a_replaced_client_without_stored_management_or_deletable_stays_lo
     third, _ = await register(managed, ann.registering, "crm.read crm.write crm.admin")
     await ann.set_client_info(third, replacing=second.client_id)
     assert ann.client is not None and ann.client.client_id == third.client_id
+    assert ann.registering is not None
+    later = time.time() + RETIRE_GRACE_SECONDS
+    ann.registering.clock = lambda: later
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [second.client_id]
     assert managed.deleted() == []
     assert (
         f"the replaced client {second.client_id} of MCP server 'crm' at the authorization "

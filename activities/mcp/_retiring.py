@@ -1,0 +1,53 @@
+"""The clients a dynamic registration replaced, kept in its record until they may be deleted
+at the authorization server (``_registration.keep_registration`` keeps them,
+``_registration.retire_due`` deletes them).
+
+A client replaced by one registered for a wider scope may still be in use: a Run suspended
+for consent holds a link built with it, and the person who follows it must reach the
+consent page and be sent back, which an authorization server that deleted the client
+answers with its own error page instead ("Client ID not found"), so that Run would wait
+until its suspension expires. So the replaced client is only marked retiring, with its
+RFC 7592 management and when it was replaced, and the first flow that reads the record
+after ``RETIRE_GRACE_SECONDS`` deletes it there. Best effort: a failed deletion is logged
+naming the client (``Registering.retire``), never a failure of the flow.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+RETIRE_GRACE_SECONDS = 30 * 24 * 3600.0
+"""How long a replaced client stays registered (30 days) before a flow deletes it.
+
+What bounds a consent started with it: the Run's suspension for it expires after its
+Spec's ``suspension.approval_expires_seconds`` (a day by default; the Spec sets no upper
+bound); its parked flow and the callback's ``state`` index have no lifetime of their own
+(they are forgotten by the exchange, or when the wait ends). So no bound holds for every
+Spec: this one covers the default thirtyfold, and a Spec waiting longer than it for a
+consent may find the client deleted (its person then sees the authorization server's
+error page, as before 12-06). Grants issued to the client live as long (deleting it ends
+them, RFC 7592 2.3)."""
+
+
+class Managed(BaseModel):
+    """The RFC 7592 management of a stored registration's client (``Management``)."""
+
+    uri: str
+    token: str = Field(repr=False)
+
+
+class Retiring(BaseModel):
+    """A client a registration replaced, to be deleted at the authorization server once
+    ``RETIRE_GRACE_SECONDS`` have passed since ``replaced_at`` (``time.time()`` seconds,
+    the clock of the worker that replaced it)."""
+
+    client_id: str
+    management: Managed
+    replaced_at: float
+
+
+def is_due(retiring: Retiring, now: float) -> bool:
+    """Whether ``retiring`` may be deleted at ``now``. One dated after ``now`` (a worker
+    whose clock runs ahead) waits: deleting late costs a client left registered longer,
+    deleting early a consent stranded."""
+    return now - retiring.replaced_at >= RETIRE_GRACE_SECONDS
