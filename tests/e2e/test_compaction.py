@@ -506,8 +506,10 @@ async def test_a_summary_that_cannot_be_stored_is_recorded_and_its_cost_counted(
     assert result.status is RunStatus.COMPLETED, result.reason
     (failed,) = [r for r in records if isinstance(r, CompactionFailed)]
     # The summariser's failure, as a model call's after its answer (the answer's cost in
-    # its details).
-    assert failed.error.startswith("ModelCallFailed: model fake-other: IsADirectoryError")
+    # its details), naming the blob by ref and the disk's errno, never the store's path.
+    assert failed.error.startswith("ModelCallFailed: model fake-other: blob sha256:")
+    assert failed.error.endswith("the local blob store failed (EISDIR: Is a directory)")
+    assert str(blobs) not in failed.error
     # The answer was billed though no summary came of it: the totals count it.
     totals = result.totals
     assert totals.usage.input_tokens == 300 + 300 + 10 + 400

@@ -42,10 +42,11 @@ from typing import cast
 
 from a2a.types import ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from psych_runtime.specs import BadCursor, PsychError, Scope
 from psych_runtime.workers.serve.a2a._errors import internal_error
+from psych_runtime.workers.serve.a2a._latest import replaced_executions
 from psych_runtime.workers.serve.a2a._tasks import answer_artifact, task_state
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
 
@@ -352,10 +353,12 @@ class TaskLister:
             looked += len(page.runs)
             while candidates:
                 # As many as the page has places for: a closed one costs a describe
-                # (``_replaced``), so none past the page's end is asked about.
+                # (``replaced_executions``), so none past the page's end is asked about.
                 taken = candidates[: size - len(tasks)]
                 del candidates[: len(taken)]
-                replaced = await self._replaced([summary for _, summary, _ in taken])
+                replaced = await replaced_executions(
+                    self.client.temporal, [summary for _, summary, _ in taken], ANSWERS_AT_ONCE
+                )
                 for index, summary, state in taken:
                     if summary.execution in replaced:
                         continue
@@ -373,36 +376,6 @@ class TaskLister:
                 # over the rest up to it too.
                 return tasks, _at(page.next_cursor, after)
             cursor = page.next_cursor
-
-    async def _replaced(self, runs: list[RunSummary]) -> set[str]:
-        """The executions of ``runs`` that are not their Run's latest (an operator reset
-        the Run after it closed there: it runs on in another), which are not listed.
-
-        The task id names the Run, whose state is its latest execution's: GetTask, a
-        message and CancelTask all read or act on that one. The Run listing holds each
-        execution; an open one is its Run's latest (a workflow id has one open execution
-        at most), a closed one is asked of Temporal (a describe, ``ANSWERS_AT_ONCE`` at a
-        time; one gone past retention is kept, as listed)."""
-        gate = asyncio.Semaphore(ANSWERS_AT_ONCE)
-
-        async def latest(workflow_id: str) -> str | None:
-            async with gate:
-                try:
-                    handle = self.client.temporal.get_workflow_handle(workflow_id)
-                    return (await handle.describe()).run_id
-                except RPCError as err:
-                    if err.status is RPCStatusCode.NOT_FOUND:
-                        return None
-                    raise
-
-        closed = [run for run in runs if run.closed_at is not None and run.execution]
-        ids = sorted({run.workflow_id for run in closed})
-        latest_of = dict(zip(ids, await asyncio.gather(*map(latest, ids)), strict=True))
-        return {
-            run.execution
-            for run in closed
-            if run.execution and latest_of[run.workflow_id] not in (None, run.execution)
-        }
 
     async def _with_answers(self, scope: Scope, shown: list[tuple[Task, RunSummary]]) -> None:
         """Give each ended task of ``shown`` its answer artifact, when its Run has one."""

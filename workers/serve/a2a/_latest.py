@@ -1,0 +1,52 @@
+"""Which listed executions are not their Run's latest (ListTasks lists a task once)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.workflows import RunStatus, RunSummary
+
+
+async def replaced_executions(temporal: Client, runs: list[RunSummary], at_once: int) -> set[str]:
+    """The executions of ``runs`` that are not their Run's latest (an operator reset the Run
+    after it closed there: it runs on in another), which are not listed.
+
+    The task id names the Run, whose state is its latest execution's: GetTask, a message
+    and CancelTask all read or act on that one. The Run listing holds each execution; an
+    open one is its Run's latest (a workflow id has one open execution at most), a closed
+    one is asked of Temporal (a describe, ``at_once`` at a time; one gone past retention is
+    kept, as listed). An execution the Run continued as new from (closed, its status not
+    terminal and not closed unsettled) is its Run's too: a listing paging on lists it only
+    to stand for its Run, whose new execution went to the listing's head
+    (``continued_since``), so it is not asked about.
+    """
+    gate = asyncio.Semaphore(at_once)
+
+    async def latest(workflow_id: str) -> str | None:
+        async with gate:
+            try:
+                return (await temporal.get_workflow_handle(workflow_id).describe()).run_id
+            except RPCError as err:
+                if err.status is RPCStatusCode.NOT_FOUND:
+                    return None
+                raise
+
+    closed = [
+        run
+        for run in runs
+        if run.closed_at is not None and run.execution and (run.closed_as or not _went_on(run))
+    ]
+    ids = sorted({run.workflow_id for run in closed})
+    latest_of = dict(zip(ids, await asyncio.gather(*map(latest, ids)), strict=True))
+    return {
+        run.execution
+        for run in closed
+        if run.execution and latest_of[run.workflow_id] not in (None, run.execution)
+    }
+
+
+def _went_on(summary: RunSummary) -> bool:
+    return summary.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
