@@ -16,6 +16,7 @@ import pytest
 from a2a.client import Client
 from a2a.types import ListTasksRequest, ListTasksResponse, TaskState
 from a2a.utils.errors import InternalError, InvalidParamsError
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
@@ -94,9 +95,10 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             return [task for task in newest_first if state_of[task] == state]
 
         # At most 3 Runs looked at a request: short pages (even empty ones) that still go
-        # on, and together every task once.
+        # on, and together every task once. (No worker polls these Runs: a query timeout
+        # of 1 s, as an input-required task's state is read and cannot be.)
         async with (
-            served(harness, a2a_list_scan=3) as base,
+            served(harness, query_timeout_seconds=1, a2a_list_scan=3) as base,
             a2a_client(base, agent, ACME, streaming=False) as client,
         ):
             pages, listed = await walk(client, 2, WORKING)
@@ -116,7 +118,7 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             assert listed == newest_first
 
         async with (
-            served(harness) as base,
+            served(harness, query_timeout_seconds=1) as base,
             a2a_client(base, agent, ACME, streaming=False) as client,
         ):
             # Every task once, newest first, page after page; each page counts them all.
@@ -126,6 +128,15 @@ async def test_list_tasks_pages_by_cursor_and_filters_by_status(harness: Harness
             assert {page.total_size for page in pages} == {len(RUNS)}
             assert {task.id: task.status.state for p in pages for task in p.tasks} == state_of
             assert all(task.context_id == task.id for p in pages for task in p.tasks)
+            # An input-required task's question is read as GetTask reads it; with no worker
+            # it cannot be, which its message says, and the page is answered all the same.
+            asking = [t for p in pages for t in p.tasks if t.status.state == INPUT_REQUIRED]
+            assert len(asking) == len(having(INPUT_REQUIRED)) == 2
+            for task in asking:
+                said = task.status.message.parts[0].text
+                assert "what it asks could not be read now" in said, said
+                unread = MessageToDict(task.status.message.parts[1].data)["unread"]
+                assert unread["type"] == "urn:psych:problem:no-worker", unread
 
             # Each status: its tasks only, every one once, and how many there are.
             for state in (COMPLETED, CANCELED, INPUT_REQUIRED, WORKING, FAILED):

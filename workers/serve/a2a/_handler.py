@@ -211,18 +211,20 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
+        # A child's item (``pending.run``) is answered through the Run, which forwards it.
         # A refusal (answered already, expired) is the caller's, a store that did not
         # answer is not: ``a2a_error`` answers either as REST does.
+        keyed: dict[str, str | None] = {"idempotency_key": key, "held_by": pending.run}
         if pending.reason is SuspensionReason.QUESTION:
             text = answer_text(said)
             await self._bounded(
-                self.client.answer(workflow_id, pending.id, text, scope=scope, idempotency_key=key)
+                self.client.answer(workflow_id, pending.id, text, scope=scope, **keyed)
             )
         else:
             verdict = decision(said)
             act = self.client.approve if verdict.approve else self.client.deny
             await self._bounded(
-                act(workflow_id, pending.id, scope=scope, note=verdict.note, idempotency_key=key)
+                act(workflow_id, pending.id, scope=scope, note=verdict.note, **keyed)
             )
 
     async def _taken(self, workflow_id: str, key: str, scope: Scope) -> bool:

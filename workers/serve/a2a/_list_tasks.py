@@ -1,18 +1,18 @@
 """ListTasks: the caller's tasks of an agent, a page at a time, read through the Run
 listing (``PsychClient.list_page``) and counted by ``PsychClient.count``.
 
-A task's state in a listing comes from its Run's search attributes, not from a query of
-each Run: its status, and for a suspended Run whether it waits on a question or an
-approval (``PsychSuspension``, the reasons of its own items and its children's: the
-attribute does not say whose). The A2A ``status`` filter is the listing's own filter
-where one says it exactly (completed, canceled, input-required, no filter): the page is
-what Temporal's visibility query answers. Working (running, or suspended on anything
-else) and failed (four statuses) are no one filter of the listing: their Runs are read
-from the agent's whole listing and the others passed over, until the page is full, the
-listing ends, or ``scan`` Runs were looked at in this request; a page can then hold fewer
-tasks than asked, even none, and still have a next page token. ``scan`` bounds the exact
-filters' pages too (they end after ``scan`` Runs, with a token), which only a ``scan``
-below the page's size makes shorter than asked.
+A task's state in a listing comes from its Run's search attributes: its status, and for a
+suspended Run whether it waits on a question or an approval (``PsychSuspension``: its own
+items' reasons and its children's, which its caller answers alike). A task listed
+input-required is read as GetTask reads it (``statuses_now``: the question is in no
+attribute); in another state by then, a page for input-required passes it over. The A2A
+``status`` filter is the listing's own filter where one says it exactly (completed,
+canceled, input-required, no filter). Working (running, or suspended on anything else)
+and failed (four statuses) are no one filter: their Runs are read from the agent's whole
+listing and the others passed over, until the page is full, the listing ends, or ``scan``
+Runs were looked at in this request; a page can then hold fewer tasks than asked, even
+none, and still have a next page token. ``scan`` bounds the exact filters' pages too
+(they end after ``scan`` Runs, with a token).
 
 A page token holds psych's listing cursor (``_cursor.py``) where the page goes on, the
 place in the listing's order of the Run a page that filled halfway through a chunk ended
@@ -40,14 +40,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from a2a.types import ListTasksResponse, Task, TaskState
+from a2a.types import ListTasksResponse, Task, TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 from temporalio.service import RPCError
 
 from psych_runtime.specs import BadCursor, PsychError, Scope
 from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workers.serve.a2a._latest import replaced_executions
-from psych_runtime.workers.serve.a2a._tasks import answer_artifact, task_state
+from psych_runtime.workers.serve.a2a._tasks import answer_artifact, statuses_now, task_state
 from psych_runtime.workflows import PsychClient, RunStatus, RunSummary, SuspensionReason
 
 LIST_SCAN = 1000
@@ -61,7 +61,9 @@ ASKS = (SuspensionReason.APPROVAL, SuspensionReason.QUESTION)
 """What a task waits on while it is input-required."""
 
 ANSWERS_AT_ONCE = 8
-"""How many answers of a page's ended tasks one ListTasks reads at once."""
+"""How many Runs of a page one ListTasks reads at once (ended tasks' answers, asking
+tasks' states, closed executions' latest)."""
+_ASKING = TaskState.TASK_STATE_INPUT_REQUIRED
 
 _TOKEN_VERSION = 2
 _CHECK_CHARS = 16
@@ -359,11 +361,17 @@ class TaskLister:
                 replaced = await replaced_executions(
                     self.client.temporal, [summary for _, summary, _ in taken], ANSWERS_AT_ONCE
                 )
-                for index, summary, state in taken:
-                    if summary.execution in replaced:
-                        continue
+                kept = [c for c in taken if c[1].execution not in replaced]
+                asking = [run.workflow_id for _, run, state in kept if state == _ASKING]
+                now = await statuses_now(
+                    self.client, scope, asking, self.query_timeout, ANSWERS_AT_ONCE
+                )
+                for index, summary, state in kept:
+                    status = now.get(summary.workflow_id, TaskStatus(state=state))
+                    if wanted not in (None, status.state):
+                        continue  # answered since it was listed: in another state now
                     task_id = summary.run_id
-                    task = Task(id=task_id, context_id=task_id, status={"state": state})
+                    task = Task(id=task_id, context_id=task_id, status=status)
                     tasks.append((task, summary))
                     if len(tasks) == size:
                         if index + 1 < len(page.runs):

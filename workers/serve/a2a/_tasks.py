@@ -9,7 +9,9 @@ context id is the task id: each task is one conversation.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
@@ -37,6 +39,7 @@ from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
+from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workflows import (
     DeltasDropped,
     Pending,
@@ -54,6 +57,8 @@ from psych_runtime.workflows import (
 
 ANSWER_ARTIFACT = "answer"
 """The artifact id of a Run's final answer."""
+
+logger = logging.getLogger(__name__)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _ASKS = (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
@@ -91,9 +96,12 @@ def task_id_of(workflow_id: str) -> str:
 
 
 def asks(pending: Pending) -> bool:
-    """Whether the caller of the task answers ``pending`` (a question or an approval of
-    this Run; a child Run's items and external waits are not the caller's)."""
-    return pending.reason in _ASKS and pending.run is None
+    """Whether the caller of the task answers ``pending``: a question or an approval, of
+    this Run or of a child Run it holds (a subagent's, a spawned Run's, a step's agent's:
+    answered through this Run, which forwards it to the child, as REST answers it; the
+    listing's ``PsychSuspension`` counts them too). External waits, a child Run's end and
+    an MCP server's consent are not the caller's."""
+    return pending.reason in _ASKS
 
 
 def task_state(status: RunStatus | str, asking: bool) -> TaskState:
@@ -142,6 +150,7 @@ def ask_message(task_id: str, pending: Pending) -> Message:
         "arguments": pending.arguments,
         "question": pending.question,
         "expires_at": pending.expires_at.isoformat(),
+        "run": pending.run,  # the child Run that holds it; None: this task's own
     }
     return agent_message(task_id, f"ask.{pending.id}", text, {"pending": item})
 
@@ -180,6 +189,38 @@ def task_of(state: RunState) -> Task:
         artifacts=[answer_artifact(state.answer)] if state.answer else [],
         metadata=_struct({"agent": state.agent, "version_hash": state.version_hash}),
     )
+
+
+async def statuses_now(
+    client: PsychClient,
+    scope: Scope,
+    workflow_ids: list[str],
+    query_timeout: timedelta | None,
+    at_once: int,
+) -> dict[str, TaskStatus]:
+    """The status of each Run of ``workflow_ids`` (each waits on its caller, as a listing
+    shows it) as GetTask reads it: its state, within ``query_timeout``, ``at_once`` at a
+    time. A Run that cannot be read (no worker answered in time) is still shown waiting on
+    its caller, its message saying what it asks could not be read and why (the problem's
+    type and status as data, as an error's), and logged: one Run without a worker does
+    not fail the listing of every other."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def read(workflow_id: str) -> TaskStatus:
+        async with gate:
+            try:
+                state = await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
+            except (PsychError, RPCError) as err:
+                task_id = task_id_of(workflow_id)
+                unread = internal_error(err, "what it asks could not be read now")
+                logger.warning("task %s: %s", task_id, unread.message, exc_info=err)
+                said = f"The task waits for its caller's input; {unread.message} (GetTask reads it)"
+                message = agent_message(task_id, "unread", said, {"unread": unread.data})
+                return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=message)
+        return task_of(state).status
+
+    read_now = await asyncio.gather(*map(read, workflow_ids))
+    return dict(zip(workflow_ids, read_now, strict=True))
 
 
 def _struct(values: dict[str, Any]) -> Struct:

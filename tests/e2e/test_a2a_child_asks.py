@@ -1,0 +1,110 @@
+"""A task whose Run waits on a question its subagent asks, served over A2A: GetTask and
+ListTasks both show it ``input-required`` with the question as its status message, and
+the next message to the task answers it (through the parent Run, which forwards it to the
+child). Until 12-06 the listing said ``input-required`` (its search attribute holds its
+children's reasons) while GetTask said ``working`` (it counted only the Run's own items),
+and a message to the task was refused as "not waiting for input": the question could be
+found through the listing but neither read nor answered through A2A."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from a2a.types import (
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageConfiguration,
+    Task,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict
+
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
+
+from ._serve import ACME, served
+from ._waiting import eventually
+from .conftest import Harness
+from .test_a2a_serve import a2a_client, collect, user
+
+pytestmark = pytest.mark.e2e
+
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+QUESTION = "Which warehouse should I check?"
+LEAD, HELPER = "a2a_child_lead", "a2a_child_helper"  # apart from the suite's other agents
+
+
+def _who(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"]).split("You are ", 1)[1].split(".", 1)[0]
+
+
+def _respond(body: dict[str, Any]) -> Reply:
+    """The lead delegates, its helper asks, then each answers with what it was told."""
+    told = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    if _who(body) == LEAD:
+        if not told:
+            return Reply.tool_calls(ToolCall("delegate", {"agent": HELPER, "task": "find 42"}))
+        return Reply.text(f"lead: {told[-1]}")
+    if not told:
+        return Reply.tool_calls(ToolCall("ask_question", {"question": QUESTION}, id="q-child"))
+    return Reply.text(f"helper was told {told[-1]}")
+
+
+def _asks_the_question(task: Task) -> None:
+    assert task.status.state == INPUT_REQUIRED, TaskState.Name(task.status.state)
+    message = task.status.message
+    assert message.parts[0].text == QUESTION
+    pending = MessageToDict(message.parts[1].data)["pending"]
+    assert pending["reason"] == "question" and pending["id"] == "q-child"
+    assert pending["run"]  # the child Run that holds it
+
+
+async def test_a_subagents_question_is_input_required_everywhere_and_answered_by_message(
+    harness: Harness,
+) -> None:
+    helper = (
+        AgentBuilder(HELPER)
+        .model("fake-model")
+        .instructions(f"You are {HELPER}.")
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    spec = (
+        AgentBuilder(LEAD)
+        .model("fake-model")
+        .instructions(f"You are {LEAD}.")
+        .subagent(HELPER, "Finds orders, for tests only.", helper)
+        .build()
+    )
+    harness.client.publish(spec)
+    harness.fake.responder = _respond
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, LEAD, ACME, streaming=False) as client,
+    ):
+        sending = user("where is 42?")
+        sending.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        (sent,) = await collect(client.send_message(sending))
+        task_id = sent.task.id
+
+        async def listed_asking() -> bool:
+            asking = ListTasksRequest(status=INPUT_REQUIRED)
+            return [t.id for t in (await client.list_tasks(asking)).tasks] == [task_id]
+
+        # The listing reads Temporal's visibility store, which lags on a loaded machine.
+        await eventually(listed_asking, within=60, what="the task to be listed asking")
+        got = await client.get_task(GetTaskRequest(id=task_id, history_length=5))
+        _asks_the_question(got)
+        assert not got.history  # historyLength is taken; a task carries no history
+        for request in (ListTasksRequest(status=INPUT_REQUIRED), ListTasksRequest()):
+            (listed,) = [t for t in (await client.list_tasks(request)).tasks if t.id == task_id]
+            _asks_the_question(listed)
+        (by_context,) = (await client.list_tasks(ListTasksRequest(context_id=task_id))).tasks
+        _asks_the_question(by_context)
+
+        (answered,) = await collect(client.send_message(user("the north one", task_id=task_id)))
+        assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
+        (answer,) = answered.task.artifacts
+        assert "the north one" in answer.parts[0].text
