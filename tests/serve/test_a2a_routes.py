@@ -114,6 +114,29 @@ async def test_requests_refused_before_any_run_is_touched(tmp_path: Path) -> Non
         assert rest.status_code == 401
 
 
+async def test_a_negative_history_length_is_refused_before_any_run_is_touched(
+    tmp_path: Path,
+) -> None:
+    # A2A's historyLength is 0 or more (a2a-sdk's own handler refuses one below); a task
+    # here carries no history, so any other is taken (a lower limit, which A2A allows).
+    # Until 12-06 a negative one was taken too, as every other was ignored.
+    async with mounted(tmp_path) as http:
+        for method, params in (
+            ("GetTask", {"id": "t1", "historyLength": -1}),
+            ("ListTasks", {"historyLength": -1}),
+            ("SendMessage", send({"text": "hi"}, historyLength=-1)["params"]),
+        ):
+            response = await http.post(
+                "/psych/a2a/helper/", json=rpc(method, params), headers=RPC_HEADERS
+            )
+            error = response.json()["error"]
+            assert error["code"] == -32602, (method, error)
+            assert error["message"].startswith("historyLength -1 is negative"), method
+        rest = await http.get("/psych/a2a/helper/tasks?historyLength=-2", headers=RPC_HEADERS)
+        assert rest.status_code == 400, rest.text
+        assert "historyLength -2 is negative" in rest.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "http-json"])
 async def test_a_version_store_that_does_not_answer_is_an_internal_error_naming_no_endpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rest: bool

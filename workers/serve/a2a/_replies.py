@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from a2a.types import Message
+from a2a.types import Message, SendMessageRequest
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.json_format import MessageToDict
@@ -42,11 +42,21 @@ class Decision:
 def require_fields(params: ProtoMessage) -> None:
     """Refuse a request that lacks a field A2A marks required (as the SDK's own handler
     does), naming each, before anything reads it: a message with no role would start a
-    Run, a SendMessage with no message would be refused for its missing messageId.
+    Run, a SendMessage with no message would be refused for its missing messageId. And
+    one whose ``historyLength`` is negative (as the SDK's handler refuses it; any other
+    is taken, and a task carries no history: the README says why).
 
     Raises:
-        InvalidParamsError: a required field is missing or empty.
+        InvalidParamsError: a required field is missing or empty, or ``historyLength`` is
+            below 0.
     """
+    sent = params.configuration if isinstance(params, SendMessageRequest) else params
+    length = getattr(sent, "history_length", 0)  # left out: 0
+    if length < 0:
+        raise InvalidParamsError(
+            f"historyLength {length} is negative: send 0 or more, or leave it out (a task "
+            "here carries no history: what it asks and answers is its status and artifacts)"
+        )
     try:
         validate_proto_required_fields(params)
     except InvalidParamsError as err:
