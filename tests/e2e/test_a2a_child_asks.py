@@ -8,6 +8,7 @@ found through the listing but neither read nor answered through A2A."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -26,13 +27,13 @@ from psych_runtime.testing import Reply, ToolCall
 from ._serve import ACME, served
 from ._waiting import eventually
 from .conftest import Harness
-from .test_a2a_serve import a2a_client, collect, user
+from .test_a2a_serve import a2a_client, collect, last_status, states, user
 
 pytestmark = pytest.mark.e2e
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 QUESTION = "Which warehouse should I check?"
-LEAD, HELPER = "a2a_child_lead", "a2a_child_helper"  # apart from the suite's other agents
+LEAD = "a2a_child_lead"  # apart from the suite's other agents; its subagent: a2a_child_helper
 
 
 def _who(body: dict[str, Any]) -> str:
@@ -40,15 +41,38 @@ def _who(body: dict[str, Any]) -> str:
 
 
 def _respond(body: dict[str, Any]) -> Reply:
-    """The lead delegates, its helper asks, then each answers with what it was told."""
+    """A lead delegates, its helper asks, then each answers with what it was told."""
     told = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
-    if _who(body) == LEAD:
+    who = _who(body)
+    if who.startswith("a2a_child_lead"):
+        helper = who.replace("lead", "helper")
         if not told:
-            return Reply.tool_calls(ToolCall("delegate", {"agent": HELPER, "task": "find 42"}))
+            return Reply.tool_calls(ToolCall("delegate", {"agent": helper, "task": "find 42"}))
         return Reply.text(f"lead: {told[-1]}")
     if not told:
         return Reply.tool_calls(ToolCall("ask_question", {"question": QUESTION}, id="q-child"))
     return Reply.text(f"helper was told {told[-1]}")
+
+
+def _publish(harness: Harness, lead: str) -> None:
+    """Agent ``lead``, whose subagent (``lead`` with ``helper`` for ``lead``) may ask."""
+    helper = lead.replace("lead", "helper")
+    asker = (
+        AgentBuilder(helper)
+        .model("fake-model")
+        .instructions(f"You are {helper}.")
+        .suspension(may_ask_questions=True)
+        .build()
+    )
+    spec = (
+        AgentBuilder(lead)
+        .model("fake-model")
+        .instructions(f"You are {lead}.")
+        .subagent(helper, "Finds orders, for tests only.", asker)
+        .build()
+    )
+    harness.client.publish(spec)
+    harness.fake.responder = _respond
 
 
 def _asks_the_question(task: Task) -> None:
@@ -63,22 +87,7 @@ def _asks_the_question(task: Task) -> None:
 async def test_a_subagents_question_is_input_required_everywhere_and_answered_by_message(
     harness: Harness,
 ) -> None:
-    helper = (
-        AgentBuilder(HELPER)
-        .model("fake-model")
-        .instructions(f"You are {HELPER}.")
-        .suspension(may_ask_questions=True)
-        .build()
-    )
-    spec = (
-        AgentBuilder(LEAD)
-        .model("fake-model")
-        .instructions(f"You are {LEAD}.")
-        .subagent(HELPER, "Finds orders, for tests only.", helper)
-        .build()
-    )
-    harness.client.publish(spec)
-    harness.fake.responder = _respond
+    _publish(harness, LEAD)
     async with (
         harness.worker(),
         served(harness) as base,
@@ -108,3 +117,24 @@ async def test_a_subagents_question_is_input_required_everywhere_and_answered_by
         assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
         (answer,) = answered.task.artifacts
         assert "the north one" in answer.parts[0].text
+
+
+async def test_a_stream_and_a_blocking_send_stop_at_a_subagents_question(
+    harness: Harness,
+) -> None:
+    """A child's question reaches its parent by a signal, which writes no record there: a
+    stream following the task read its state only from records, so a streaming send went
+    on waiting (and a blocking one) until the question expired or the token did."""
+    lead = "a2a_child_lead_streamed"
+    _publish(harness, lead)
+    async with harness.worker(), served(harness) as base:
+        async with a2a_client(base, lead, ACME) as client, asyncio.timeout(60):
+            asked = await collect(client.send_message(user("where is 42?")))
+            task_id = asked[0].task.id
+            assert states(asked)[-1] == INPUT_REQUIRED
+            _asks_the_question(Task(id=task_id, status=last_status(asked)))
+            answered = await collect(client.send_message(user("north", task_id=task_id)))
+            assert states(answered)[-1] == TaskState.TASK_STATE_COMPLETED
+        async with a2a_client(base, lead, ACME, streaming=False) as client, asyncio.timeout(60):
+            (sent,) = await collect(client.send_message(user("where is 43?")))
+            _asks_the_question(sent.task)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a.server.events.event_queue import Event
 from a2a.types import (
@@ -62,6 +63,8 @@ logger = logging.getLogger(__name__)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _ASKS = (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
+_CHILDREN = SuspensionReason.CHILDREN
+T = TypeVar("T")
 
 _STATES = {
     RunStatus.RUNNING: TaskState.TASK_STATE_WORKING,
@@ -234,6 +237,73 @@ def stops(state: RunState) -> bool:
     return state.status.terminal or any(asks(p) for p in state.pending)
 
 
+CHILD_POLL_SECONDS = 3.0
+"""How often a followed task whose Run waits on a child Run reads the Run's state: a
+child's question or approval reaches the parent by a signal, which writes no record."""
+
+
+class _Done(enum.Enum):
+    DONE = "done"
+
+
+async def _child_polls(
+    task_id: str,
+    items: AsyncIterator[T],
+    read: Callable[[], Awaitable[RunState | None]],
+    every: float,
+) -> AsyncGenerator[T | TaskStatus]:
+    """``items``; and, when none came for ``every`` seconds while the Run may wait on a
+    child Run, its state read (``read``; None: it could not be), and the task's status
+    when a child's question or approval makes it differ (``input-required``, or
+    ``working`` once answered). The Run's own items and its end are left to its records.
+    It may wait on a child until a read says it does not (a stream may start during such
+    a wait), and again from a wait on children recorded."""
+    last = (TaskState.TASK_STATE_WORKING, "")
+    polling = True
+    nexting: asyncio.Future[T | _Done] | None = None
+    try:
+        while True:
+            if nexting is None:
+                nexting = asyncio.ensure_future(anext(items, _Done.DONE))
+            if polling:
+                done, _ = await asyncio.wait({nexting}, timeout=every)
+                if not done:
+                    state = await read()
+                    if state is None:
+                        continue  # the next read tries again
+                    polling = any(p.reason is _CHILDREN for p in state.pending)
+                    own = any(asks(p) and p.run is None for p in state.pending)
+                    theirs = [p for p in state.pending if asks(p) and p.run is not None]
+                    if state.status.terminal or own:
+                        continue
+                    shown = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+                    if theirs:
+                        shown = TaskStatus(
+                            state=TaskState.TASK_STATE_INPUT_REQUIRED,
+                            message=ask_message(task_id, theirs[0]),
+                        )
+                    key = (shown.state, shown.message.message_id)
+                    if key != last:
+                        last = key
+                        yield shown
+                    continue
+            # Taken first: what it raises is raised once, not again on the way out.
+            taken, nexting = nexting, None
+            item = await taken
+            if item is _Done.DONE:
+                return
+            if isinstance(item, Suspended) and item.pending.reason is _CHILDREN:
+                polling = True
+            elif isinstance(item, RunAdmitted | Resumed):
+                last = (TaskState.TASK_STATE_WORKING, "")  # as the stream shows it
+            yield item
+    finally:
+        if nexting is not None:
+            nexting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await nexting
+
+
 async def task_events(
     client: PsychClient,
     workflow_id: str,
@@ -261,13 +331,29 @@ async def task_events(
     working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
     records = client.stream(workflow_id, scope=scope, after=after, deltas=deltas)
     following = until_closed(records, client.temporal, workflow_id, grace.total_seconds())
+
+    async def read() -> RunState | None:
+        try:
+            return await client.status(workflow_id, scope=scope, query_timeout=grace)
+        except (PsychError, RPCError) as err:  # the next read tries again
+            logger.warning("task %s: its state could not be read: %s", task_id, err)
+            return None
+
     # Closed on every way out (a return mid-stream too): it holds the close watch's task.
-    async with contextlib.aclosing(following) as items:
+    async with (
+        contextlib.aclosing(following) as followed,
+        contextlib.aclosing(_child_polls(task_id, followed, read, CHILD_POLL_SECONDS)) as items,
+    ):
         async for item in items:
             if item is CUT:
                 async for event in _cut_short(client, workflow_id, scope, grace):
                     yield event
                 return
+            if isinstance(item, TaskStatus):  # read while a child Run works
+                yield status(item)
+                if item.state == TaskState.TASK_STATE_INPUT_REQUIRED and not through_input:
+                    return
+                continue
             if isinstance(item, TokenDelta):
                 if item.text:
                     yield TaskArtifactUpdateEvent(
