@@ -211,9 +211,8 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
-        # A child's item (``pending.run``) is answered through the Run, which forwards it.
-        # A refusal (answered already, expired) is the caller's, a store that did not
-        # answer is not: ``a2a_error`` answers either as REST does.
+        # A child's item (``pending.run``) is answered through the Run, which forwards it. A
+        # refusal is the caller's, a store that did not answer is not (``a2a_error``).
         keyed: dict[str, str | None] = {"idempotency_key": key, "held_by": pending.run}
         if pending.reason is SuspensionReason.QUESTION:
             text = answer_text(said)
