@@ -97,11 +97,13 @@ async def test_a_push_store_that_fails_names_no_directory(
             await client.list_task_push_notification_configs(
                 ListTaskPushNotificationConfigsRequest(task_id=sent.task.id)
             )
+    # Since 37a79e4 the local store's disk error is a StoreUnavailable naming the record and
+    # the errno, answered as REST answers a store that does not answer; never its path.
     assert str(tmp_path) not in failed.value.message
-    assert failed.value.message == (
-        "the server failed on this request (an internal error: its log has the details)"
+    assert failed.value.message.endswith(
+        "cannot be read: the local token store failed (ENOTDIR: Not a directory)"
     )
-    assert failed.value.data == {"type": "urn:psych:problem:internal", "status": "500"}
+    assert failed.value.data == {"type": "urn:psych:problem:store-unavailable", "status": "503"}
 
 
 async def test_a_task_no_worker_answers_for_is_an_internal_error_saying_so(
