@@ -42,7 +42,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -339,6 +339,14 @@ class PushRegistry:
             if self._watchers.get(key) is asyncio.current_task():
                 del self._watchers[key]
                 del self._principals[key]
+            if isinstance(events, AsyncGenerator):
+                # Stopped short of the end (a delivery failed, or ``aclose`` cancelled this
+                # mid-push): its close watch ends now, not when the loop's finalizer gets
+                # to it after this registry said its watchers had stopped.
+                try:
+                    await events.aclose()
+                except Exception:
+                    logger.exception("push notifications of %s: closing its events failed", key[1])
         if ended:  # the task ended: nothing more to push, and none may be registered
             try:
                 await self._forget(http, key, last)
