@@ -10,6 +10,7 @@ whole flow is ``tests/e2e/test_mcp_consent_registration_scope.py``'s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -168,3 +169,27 @@ async def test_a_replaced_client_without_stored_management_or_deletable_stays_lo
         f"{second.client_id} failed: HTTP 401 invalid_token"
     ) in caplog.text
     assert token not in caplog.text
+
+
+async def test_two_flows_past_the_grace_at_once_delete_the_replaced_client_once(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    # Both read the record and find the client due; only the one whose update took it out
+    # of the record deletes it (the other's update finds none due).
+    ann, bob = await storages(tmp_path, managed)
+    now = [1_000_000.0]
+    for storage in (ann, bob):
+        assert storage.registering is not None
+        storage.registering.clock = lambda: now[0]
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    second, _ = await register(managed, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    now[0] += RETIRE_GRACE_SECONDS
+    assert ann.store is not None and ann.registration is not None
+    assert ann.registering is not None and bob.registering is not None
+    await asyncio.gather(
+        retire_due(ann.store, ann.registration, ann.registering),
+        retire_due(ann.store, ann.registration, bob.registering),
+    )
+    assert managed.deletions() == [first.client_id]
