@@ -85,7 +85,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import BaseModel, ValidationError
 
 from psych_runtime.activities.mcp._registering import Management, Registering, client_refused
-from psych_runtime.activities.mcp._retiring import Managed, Retiring, is_due
+from psych_runtime.activities.mcp._retiring import Managed, Retiring, is_due, redated
 from psych_runtime.activities.mcp._untrusted import (
     UNTRUSTED_SECONDS,
     mark_untrusted,
@@ -252,10 +252,11 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
     """Delete at the authorization server the retiring clients of the registration under
     ``key`` whose grace has passed (``_retiring``), after taking them out of the record in
     one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
-    (``Registering.retire``); one read, no write, when none is due."""
+    (``Registering.retire``); one read, no write, when none is due (nor dated far ahead:
+    ``redated`` in the same update)."""
     now = registering.clock()
     record = _record_in(await store.get(key), key)
-    if record is None or not any(is_due(r, now) for r in record.retiring):
+    if record is None or all(redated(r, now) == r and not is_due(r, now) for r in record.retiring):
         return
     due = list[Retiring]()
 
@@ -264,9 +265,9 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
         if stored is None:
             return data
         due.extend(r for r in stored.retiring if is_due(r, now))
-        if not due:
+        kept = [redated(r, now) for r in stored.retiring if not is_due(r, now)]
+        if not due and kept == stored.retiring:
             return data
-        kept = [r for r in stored.retiring if not is_due(r, now)]
         return stored.model_copy(update={"retiring": kept}).model_dump_json().encode()
 
     await store.update(key, take)

@@ -49,5 +49,16 @@ class Retiring(BaseModel):
 def is_due(retiring: Retiring, now: float) -> bool:
     """Whether ``retiring`` may be deleted at ``now``. One dated after ``now`` (a worker
     whose clock runs ahead) waits: deleting late costs a client left registered longer,
-    deleting early a consent stranded."""
+    deleting early a consent stranded; but not past ``redated``."""
     return now - retiring.replaced_at >= RETIRE_GRACE_SECONDS
+
+
+def redated(retiring: Retiring, now: float) -> Retiring:
+    """``retiring``, dated ``now`` when its date is more than ``RETIRE_GRACE_SECONDS``
+    ahead of ``now`` (replaced by a worker whose clock ran that far ahead, years say: it
+    would wait as long, a client left registered with its grants). When it was really
+    replaced is unknown, so its grace runs from the first flow that reads it so: deleted
+    no earlier than a grace after, no consent started with it since is stranded."""
+    if retiring.replaced_at - now > RETIRE_GRACE_SECONDS:
+        return retiring.model_copy(update={"replaced_at": now})
+    return retiring

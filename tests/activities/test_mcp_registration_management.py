@@ -193,3 +193,33 @@ async def test_two_flows_past_the_grace_at_once_delete_the_replaced_client_once(
         retire_due(ann.store, ann.registration, bob.registering),
     )
     assert managed.deletions() == [first.client_id]
+
+
+async def test_a_replaced_client_dated_far_ahead_of_the_clock_is_deleted_a_grace_after_seen(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    # Replaced by a worker whose clock ran ten years ahead. Before: it waited those ten
+    # years (a client left registered, its grants alive). Now its grace runs from the
+    # first flow that reads it with a clock not that far behind.
+    ann, bob = await storages(tmp_path, managed)
+    now = [1_000_000.0]
+    ahead = 10 * 365 * 24 * 3600.0
+    assert ann.registering is not None and bob.registering is not None
+    ann.registering.clock = lambda: now[0]
+    bob.registering.clock = lambda: now[0] + ahead
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    second, _ = await register(managed, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    assert ann.store is not None and ann.registration is not None
+    await retire_due(ann.store, ann.registration, ann.registering)  # seen now: not due
+    assert managed.deletions() == []
+    data = await ann.store.get(ann.registration)
+    assert data is not None
+    assert [r["replaced_at"] for r in json.loads(data)["retiring"]] == [now[0]]
+    now[0] += RETIRE_GRACE_SECONDS - 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == []
+    now[0] += 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == [first.client_id]
