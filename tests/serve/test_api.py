@@ -24,6 +24,7 @@ from psych_runtime.specs import (
     Scope,
     StaticPermits,
     ToolRegistry,
+    Version,
     spec_to_data,
     spec_to_yaml,
 )
@@ -346,6 +347,27 @@ async def test_a_version_store_that_does_not_answer_is_a_503_naming_no_endpoint(
         "(connection failed: EndpointConnectionError)"
     )
     assert nobody not in run.text and "versions-bucket" not in run.text
+
+
+async def test_a_version_store_whose_disk_refuses_is_a_503_naming_no_directory(
+    tmp_path: Path,
+) -> None:
+    # 37a79e4: the local store's disk error is LocalStoreFailed, a StoreUnavailable, no
+    # longer a SpecError (422 invalid-spec, "cannot make the version store directory
+    # <root>: ...", as if the caller's Spec were at fault).
+    (tmp_path / "file").write_bytes(b"not a directory")
+    store = FileVersionStore(tmp_path / "file" / "versions")
+    async with api(tmp_path, versions=store) as http:
+        published = await http.post(
+            "/v1/versions", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
+        )
+    problem = assert_problem(published, 503)
+    assert problem["type"] == "urn:psych:problem:store-unavailable"
+    assert problem["detail"] == (
+        f"Version {Version.of(SPEC).hash} cannot be published: the local version store failed "
+        "(ENOTDIR: Not a directory)"
+    )
+    assert str(tmp_path) not in published.text
 
 
 async def test_a_payload_json_cannot_carry_is_refused_not_sent_as_null(tmp_path: Path) -> None:
