@@ -16,7 +16,7 @@ own, each through the tenant's egress as the registration went.
   unused (another worker's registration was stored first); ``Registering.retire`` a
   stored client a registration replaced (registered for less scope than asked), with the
   management stored with it, once its grace has passed (``_retiring``,
-  ``_registration.retire_due``).
+  ``_stored_registration.retire_due``), telling whether a failure is worth a later try.
 - ``Registering.probe`` asks the token endpoint whether it still knows a stored client
   (``_registration.still_known``).
 """
@@ -46,6 +46,19 @@ _SAID = 300
 DISCARD_SECONDS = 10.0
 """How long the deletion of an unused registration, or the check that a stored client is
 still known, may take (the flow waits for it)."""
+
+
+_FOR_NOW = frozenset({408, 425, 429})
+"""The statuses below 500 of a deletion that may succeed if tried later."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Why a ``DELETE`` of a client did not delete it, and whether trying it again later
+    may (unreachable, or a 5xx, 408, 425 or 429: not a refusal of the request itself)."""
+
+    said: str
+    again: bool
 
 
 @dataclass(frozen=True)
@@ -129,9 +142,9 @@ class Registering:
             self.server,
             self.issuer,
             offered.uri,
-            failed,
+            failed.said,
         )
-        return f"it stays registered there: deleting it at {offered.uri} failed: {failed}"
+        return f"it stays registered there: deleting it at {offered.uri} failed: {failed.said}"
 
     async def send(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` to the authorization server through the tenant's egress, as
@@ -206,16 +219,20 @@ class Registering:
             _log.info("deleted %s", unused)
             return
         _log.warning(
-            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed
+            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed.said
         )
 
-    async def retire(self, client_id: str, management: Management | None) -> None:
-        """Delete ``client_id``, a stored client a registration replaced, whose grace has
-        passed (``_retiring``), at the authorization server with the ``management`` stored
-        with it (None: its answer offered none, or an earlier build stored none: logged
-        when it is replaced), as ``discard`` does. Best effort: it stays registered there,
-        logged naming it, never raised (the flow goes on with the client that replaced
-        it)."""
+    async def retire(
+        self, client_id: str, management: Management | None, tries_left: int = 0
+    ) -> bool:
+        """Delete ``client_id``, a stored client a registration replaced, that is due
+        (``_retiring``), at the authorization server with the ``management`` stored with it
+        (None: its answer offered none, or an earlier build stored none: logged when it is
+        replaced), as ``discard`` does; whether a later flow should try again: its deletion
+        failed for now (unreachable, a 5xx, 408, 425 or 429) and ``tries_left`` is not 0. Best
+        effort: it stays registered there, logged naming it, never raised (the flow goes
+        on with the client that replaced it); a refusal for good (another 4xx: already
+        gone, or its management no longer good) is not tried again."""
         replaced = (
             f"the replaced client {client_id} of MCP server {self.server!r} at the "
             f"authorization server {self.issuer}"
@@ -226,16 +243,41 @@ class Registering:
                 "registration answer offered none, or a build before 12-06 stored it)",
                 replaced,
             )
-            return
+            return False
         failed = await self._delete(management)
         if failed is None:
             _log.info("deleted %s", replaced)
-            return
+            return False
+        uri = management.uri
+        if not failed.again:
+            _log.warning(
+                "%s is not tried again: the authorization server refused its deletion at "
+                "%s: %s (already gone, or its management no longer good)",
+                replaced,
+                uri,
+                failed.said,
+            )
+            return False
+        if tries_left <= 0:
+            _log.warning(
+                "%s stays registered: deleting it at %s failed: %s, and no try is left: it "
+                "is not tried again",
+                replaced,
+                uri,
+                failed.said,
+            )
+            return False
         _log.warning(
-            "%s stays registered: deleting it at %s failed: %s", replaced, management.uri, failed
+            "%s stays registered for now: deleting it at %s failed: %s; a later consent "
+            "flow tries again (%d tries left)",
+            replaced,
+            uri,
+            failed.said,
+            tries_left,
         )
+        return True
 
-    async def _delete(self, offered: Management) -> str | None:
+    async def _delete(self, offered: Management) -> Failed | None:
         """RFC 7592 2.3: ``DELETE`` at the client's ``registration_client_uri`` with its
         registration access token as the bearer, through the tenant's egress; None when the
         server deleted it, else why not (never raised)."""
@@ -245,10 +287,13 @@ class Registering:
             )
             response = await self.send(request)
         except Exception as err:
-            return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            return Failed(said, again=True)
         if response.is_success:
             return None
-        return f"HTTP {response.status_code}{_error_said(response.content)}"
+        status = response.status_code
+        again = status >= 500 or status in _FOR_NOW
+        return Failed(f"HTTP {status}{_error_said(response.content)}", again=again)
 
 
 async def registration_refused(

@@ -60,9 +60,12 @@ The SDK's provider registers the client itself, at the authorization server's
   client a registration replaces is deleted at the authorization server, not at once: it
   stays in the record as retiring (``_retiring``: a consent link built with it must still
   lead back), and the first consent flow that reads the record after
-  ``RETIRE_GRACE_SECONDS`` deletes it (``retire_due``; ``Registering.retire``: best effort,
-  a failure logged naming the client). A token issued to it then fails its refresh
-  (``invalid_client``) and its person consents again, to the client that replaced it.
+  ``RETIRE_GRACE_SECONDS`` deletes it (``_stored_registration.retire_due``;
+  ``Registering.retire``: best effort, a failure logged naming the client, tried again
+  by a later flow when it failed for now, up to ``RETIRE_ATTEMPTS`` tries). A token issued
+  to it then fails its refresh (``invalid_client``) and its person consents again, to the
+  client that replaced it. A registration forgotten keeps its retiring clients in a
+  record with no client, which the client registered next takes over.
 """
 
 from __future__ import annotations
@@ -82,10 +85,16 @@ from mcp.client.auth.utils import (
     union_scopes,
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from psych_runtime.activities.mcp._registering import Management, Registering, client_refused
-from psych_runtime.activities.mcp._retiring import Managed, Retiring, is_due, redated
+from psych_runtime.activities.mcp._registering import Registering, client_refused
+from psych_runtime.activities.mcp._retiring import Managed, Retiring
+from psych_runtime.activities.mcp._stored_registration import (
+    Registration,
+    fields,
+    record_in,
+    retire_due,
+)
 from psych_runtime.activities.mcp._untrusted import (
     UNTRUSTED_SECONDS,
     mark_untrusted,
@@ -138,39 +147,8 @@ def registration_of(key: TokenKey) -> TokenKey | None:
     return TokenKey(key.tenant, None, key.issuer, REGISTRATION + digest, key.resource)
 
 
-class _Registration(BaseModel):
-    """A stored registration: the key it was stored under, the client registered, the
-    scope its request asked (None: none, or a record from before 12-06), and the RFC 7592
-    management its answer offered (None: none, or a record from before it was kept; a
-    build before reads a record holding it, ignoring it), and the clients it replaced
-    that are not deleted yet (``_retiring``; empty in an earlier build's record, which
-    ignores them), sealed with the record."""
-
-    key: tuple[str, str | None, str, str, str]
-    client: OAuthClientInformationFull
-    asked: str | None = None
-    management: Managed | None = None
-    retiring: list[Retiring] = []
-
-
-def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
-    return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
-
-
-def _record_in(data: bytes | None, key: TokenKey) -> _Registration | None:
-    """The registration record ``data`` of ``key`` (None: no record, an unreadable one,
-    or one naming another key)."""
-    if data is None:
-        return None
-    try:
-        record = _Registration.model_validate_json(data)
-    except ValidationError:
-        return None
-    return record if record.key == _fields(key) else None
-
-
 def _client_in(data: bytes | None, key: TokenKey) -> OAuthClientInformationFull | None:
-    record = _record_in(data, key)
+    record = record_in(data, key)
     return None if record is None else record.client
 
 
@@ -184,8 +162,8 @@ async def asked_before(store: TokenStore, key: TokenKey, client_id: str, scope: 
     """Whether the registration under ``key`` is still ``client_id``'s and its request
     asked for all of ``scope`` (the authorization server registered less: asking again
     would not help)."""
-    record = _record_in(await store.get(key), key)
-    if record is None or record.client.client_id != client_id:
+    record = record_in(await store.get(key), key)
+    if record is None or record.client is None or record.client.client_id != client_id:
         return False
     return covers(record.asked, scope)
 
@@ -211,32 +189,36 @@ async def keep_registration(
     client that stands. ``client`` left unused is deleted at the authorization server, or
     logged as left there (``Registering.discard``). ``replacing``'s client, replaced, is
     kept in the record as retiring with the management stored with it (deleted later:
-    ``retire_due``), or, with none, logged as left there (``Registering.retire``)."""
+    ``retire_due``), or, with none, logged as left there (``Registering.retire``); the
+    retiring clients of the record are carried on, a record kept with no client
+    (``forget_registration``) included."""
     asked = offered = None
     if registering is not None:
         asked, offered = registering.asked, registering.offered
     managed = None
     if offered is not None and offered.client_id == client.client_id:
         managed = Managed(uri=offered.uri, token=offered.token)
-    record = _Registration(key=_fields(key), client=client, asked=asked, management=managed)
+    record = Registration(key=fields(key), client=client, asked=asked, management=managed)
     now = time.time() if registering is None else registering.clock()
     standing, unmanaged = [client], list[str]()
 
     def first(data: bytes | None) -> bytes:
-        stored, unmanaged[:] = _record_in(data, key), []
-        if data is None or stored is None or stored.client.client_id == replacing:
-            standing[0] = client
-            if stored is None:
-                return record.model_dump_json().encode()
-            retiring = [r for r in stored.retiring if r.client_id != client.client_id]
-            gone, kept = stored.client.client_id, stored.management
-            if gone != client.client_id and kept is not None:
-                retiring.append(Retiring(client_id=gone, management=kept, replaced_at=now))
-            elif gone != client.client_id:
-                unmanaged.append(gone)
-            return record.model_copy(update={"retiring": retiring}).model_dump_json().encode()
-        standing[0] = stored.client
-        return data
+        stored, unmanaged[:] = record_in(data, key), []
+        current = None if stored is None else stored.client
+        if data is not None and current is not None and current.client_id != replacing:
+            standing[0] = current
+            return data
+        standing[0] = client
+        if stored is None:
+            return record.model_dump_json().encode()
+        retiring = [r for r in stored.retiring if r.client_id != client.client_id]
+        gone = None if current is None else current.client_id
+        if gone is not None and gone != client.client_id and stored.management is not None:
+            management = stored.management
+            retiring.append(Retiring(client_id=gone, management=management, replaced_at=now))
+        elif gone is not None and gone != client.client_id:
+            unmanaged.append(gone)
+        return record.model_copy(update={"retiring": retiring}).model_dump_json().encode()
 
     await store.update(key, first)
     if registering is None:
@@ -248,46 +230,25 @@ async def keep_registration(
     return standing[0]
 
 
-async def retire_due(store: TokenStore, key: TokenKey, registering: Registering) -> None:
-    """Delete at the authorization server the retiring clients of the registration under
-    ``key`` whose grace has passed (``_retiring``), after taking them out of the record in
-    one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
-    (``Registering.retire``); one read, no write, when none is due (nor dated far ahead:
-    ``redated`` in the same update)."""
-    now = registering.clock()
-    record = _record_in(await store.get(key), key)
-    if record is None or all(redated(r, now) == r and not is_due(r, now) for r in record.retiring):
-        return
-    due = list[Retiring]()
-
-    def take(data: bytes | None) -> bytes | None:
-        stored, due[:] = _record_in(data, key), []
-        if stored is None:
-            return data
-        due.extend(r for r in stored.retiring if is_due(r, now))
-        kept = [redated(r, now) for r in stored.retiring if not is_due(r, now)]
-        if not due and kept == stored.retiring:
-            return data
-        return stored.model_copy(update={"retiring": kept}).model_dump_json().encode()
-
-    await store.update(key, take)
-    for gone in due:
-        held = gone.management
-        await registering.retire(gone.client_id, Management(gone.client_id, held.uri, held.token))
-
-
 async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) -> None:
     """Forget the registration under ``key`` if it is still ``client_id``'s (one another
-    worker registered since is kept)."""
+    worker registered since is kept). Its retiring clients stay registered at the
+    authorization server: a record with no client keeps them (``_stored_registration``),
+    for the client registered next to take over, and a flow to delete when due."""
 
     def change(data: bytes | None) -> bytes | None:
         if data is None:
             return None
         try:
-            record = _Registration.model_validate_json(data)
+            record = Registration.model_validate_json(data)
         except ValidationError:
             return data
-        return None if record.client.client_id == client_id else data
+        if record.client is None or record.client.client_id != client_id:
+            return data
+        if not record.retiring:
+            return None
+        emptied = {"client": None, "asked": None, "management": None}
+        return record.model_copy(update=emptied).model_dump_json().encode()
 
     await store.update(key, change)
 

@@ -1,6 +1,6 @@
 """The clients a dynamic registration replaced, kept in its record until they may be deleted
 at the authorization server (``_registration.keep_registration`` keeps them,
-``_registration.retire_due`` deletes them).
+``_stored_registration.retire_due`` deletes them).
 
 A client replaced by one registered for a wider scope may still be in use: a Run suspended
 for consent holds a link built with it, and the person who follows it must reach the
@@ -8,8 +8,14 @@ consent page and be sent back, which an authorization server that deleted the cl
 answers with its own error page instead ("Client ID not found"), so that Run would wait
 until its suspension expires. So the replaced client is only marked retiring, with its
 RFC 7592 management and when it was replaced, and the first flow that reads the record
-after ``RETIRE_GRACE_SECONDS`` deletes it there. Best effort: a failed deletion is logged
-naming the client (``Registering.retire``), never a failure of the flow.
+after ``RETIRE_GRACE_SECONDS`` deletes it there. Best effort, never a failure of the flow:
+a deletion that failed for now (the server unreachable, a 5xx, 408, 425 or 429) stays in the
+record, its tries counted, and is tried again by a flow ``retry_seconds`` after, at most
+``RETIRE_ATTEMPTS`` tries in all; one the server refused for good (another 4xx: 404 or 401
+``invalid_token``, the client already gone or its management no longer good) leaves it.
+Each is logged naming the client (``Registering.retire``). Its record keeps it even when
+the authorization server forgot the current client (``forget_registration`` keeps a
+record with no client, and the client registered next takes it over).
 """
 
 from __future__ import annotations
@@ -29,6 +35,21 @@ error page, as before 12-06). Grants issued to the client live as long (deleting
 them, RFC 7592 2.3)."""
 
 
+RETIRE_ATTEMPTS = 8
+"""How many times a replaced client's deletion is tried before it is given up (logged as
+a warning naming the client, left registered): with ``retry_seconds`` between tries,
+about five days and a quarter of an authorization server failing every deletion."""
+
+RETRY_SECONDS = 3600.0
+"""How long after a failed deletion it is tried again, doubled at each failure."""
+
+
+def retry_seconds(attempts: int) -> float:
+    """How long after the ``attempts``-th failed try (from 1) of a deletion the next may be
+    made: an hour, doubling."""
+    return RETRY_SECONDS * 2.0 ** (attempts - 1)
+
+
 class Managed(BaseModel):
     """The RFC 7592 management of a stored registration's client (``Management``)."""
 
@@ -39,18 +60,26 @@ class Managed(BaseModel):
 class Retiring(BaseModel):
     """A client a registration replaced, to be deleted at the authorization server once
     ``RETIRE_GRACE_SECONDS`` have passed since ``replaced_at`` (``time.time()`` seconds,
-    the clock of the worker that replaced it)."""
+    the clock of the worker that replaced it); ``attempts`` deletions of it failed for
+    now, the last at ``tried_at`` (an earlier build's record has neither, and an earlier
+    build ignores them)."""
 
     client_id: str
     management: Managed
     replaced_at: float
+    attempts: int = 0
+    tried_at: float | None = None
 
 
 def is_due(retiring: Retiring, now: float) -> bool:
     """Whether ``retiring`` may be deleted at ``now``. One dated after ``now`` (a worker
     whose clock runs ahead) waits: deleting late costs a client left registered longer,
-    deleting early a consent stranded; but not past ``redated``."""
-    return now - retiring.replaced_at >= RETIRE_GRACE_SECONDS
+    deleting early a consent stranded. One whose deletion failed waits ``retry_seconds``
+    from its last try."""
+    if now - retiring.replaced_at < RETIRE_GRACE_SECONDS:
+        return False
+    tried = retiring.tried_at
+    return tried is None or now - tried >= retry_seconds(max(retiring.attempts, 1))
 
 
 def redated(retiring: Retiring, now: float) -> Retiring:

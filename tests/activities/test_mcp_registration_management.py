@@ -5,13 +5,17 @@ management stored with it (sealed with the record, as the client's secret is), b
 that reads the record once its grace has passed (``mcp/_retiring.py``), not before; a
 record of an earlier build, which stored none, still loads, and its client stays
 registered there (logged); a failed deletion is logged naming the client and is no
-failure of the flow. Against the consent server on loopback; the
+failure of the flow: tried again by a later flow when it failed for now (unreachable, a
+5xx), a bounded number of times, not when the server refused it for good (404, 401);
+and a registration forgotten (its client unknown to the server) keeps its retiring
+clients for the one registered next. Against the consent server on loopback; the
 whole flow is ``tests/e2e/test_mcp_consent_registration_scope.py``'s."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +28,13 @@ from mcp.shared.auth import OAuthClientInformationFull
 from psych_runtime.activities import LocalTokenStore
 from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
 from psych_runtime.activities.mcp._registering import Registering
-from psych_runtime.activities.mcp._registration import read_registration, retire_due
-from psych_runtime.activities.mcp._retiring import RETIRE_GRACE_SECONDS
+from psych_runtime.activities.mcp._registration import forget_registration, read_registration
+from psych_runtime.activities.mcp._retiring import (
+    RETIRE_ATTEMPTS,
+    RETIRE_GRACE_SECONDS,
+    retry_seconds,
+)
+from psych_runtime.activities.mcp._stored_registration import retire_due
 from psych_runtime.specs import Scope
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
@@ -152,7 +161,7 @@ async def test_a_replaced_client_without_stored_management_or_deletable_stays_lo
         "with it"
     ) in caplog.text
     # A deletion the server refuses (a token it does not take): logged naming the
-    # client, no failure of the flow, the new client stands.
+    # client, no failure of the flow, the new client stands; not tried again.
     await edit_record(bob, lambda record: record["management"].update(token="not-it"))
     third, _ = await register(managed, ann.registering, "crm.read crm.write crm.admin")
     await ann.set_client_info(third, replacing=second.client_id)
@@ -165,10 +174,190 @@ async def test_a_replaced_client_without_stored_management_or_deletable_stays_lo
     assert managed.deleted() == []
     assert (
         f"the replaced client {second.client_id} of MCP server 'crm' at the authorization "
-        f"server {managed.issuer} stays registered: deleting it at {managed.issuer}/register/"
-        f"{second.client_id} failed: HTTP 401 invalid_token"
+        f"server {managed.issuer} is not tried again: the authorization server refused its "
+        f"deletion at {managed.issuer}/register/{second.client_id}: HTTP 401 invalid_token"
     ) in caplog.text
     assert token not in caplog.text
+    data = await ann.store.get(ann.registration)
+    assert data is not None and json.loads(data)["retiring"] == []
+
+
+async def replaced(
+    tmp_path: Path, server: OAuthMcpServer, now: list[float]
+) -> tuple[StoredTokens, OAuthClientInformationFull, OAuthClientInformationFull]:
+    """Ann's storage (its clock ``now``), the client first stored, and the one registered
+    for more scope by another flow that replaced it (kept as retiring since ``now``)."""
+    ann, bob = await storages(tmp_path, server)
+    for storage in (ann, bob):
+        assert storage.registering is not None
+        storage.registering.clock = lambda: now[0]
+    first, _ = await register(server, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    second, _ = await register(server, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    return ann, first, second
+
+
+async def retiring_in(storage: StoredTokens) -> list[dict[str, Any]]:
+    assert storage.store is not None and storage.registration is not None
+    data = await storage.store.get(storage.registration)
+    assert data is not None
+    retiring: list[dict[str, Any]] = json.loads(data)["retiring"]
+    return retiring
+
+
+async def test_a_forgotten_registration_hands_its_retiring_clients_to_the_next(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    now = [1_000_000.0]
+    ann, first, second = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None
+    # The authorization server forgot the current client: its registration is forgotten,
+    # but the client it replaced is still registered there and must still be deleted.
+    # Before the fix: the whole record went, and with it the retiring client, for good.
+    await forget_registration(ann.store, ann.registration, second.client_id)
+    assert await read_registration(ann.store, ann.registration) is None
+    assert [r["client_id"] for r in await retiring_in(ann)] == [first.client_id]
+    # A flow whose clock is past the grace, with no current client, deletes it...
+    later = [now[0] + RETIRE_GRACE_SECONDS]
+    assert ann.registering is not None
+    ann.registering.clock = lambda: later[0]
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == [first.client_id]
+    # ...and so does the record of the client registered next, which carries them on.
+    ann, first, second = await replaced(tmp_path / "again", managed, now)
+    assert ann.store is not None and ann.registration is not None
+    await forget_registration(ann.store, ann.registration, second.client_id)
+    third, _ = await register(managed, ann.registering, "crm.read crm.write")
+    await ann.set_client_info(third)
+    stored = await read_registration(ann.store, ann.registration)
+    assert stored is not None and stored.client_id == third.client_id
+    assert [r["client_id"] for r in await retiring_in(ann)] == [first.client_id]
+    assert ann.registering is not None
+    ann.registering.clock = lambda: later[0]
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted()[1:] == [first.client_id]
+    assert await retiring_in(ann) == []
+
+
+async def test_a_failed_deletion_is_tried_again_by_a_later_flow(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1_000_000.0]
+    ann, first, _ = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    caplog.set_level("INFO", logger=LOGGER)
+    uri = f"{managed.issuer}/register/{first.client_id}"
+    # The authorization server is down (nothing listens where its management is).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}/register/{first.client_id}"
+    await edit_record(ann, lambda record: record["retiring"][0]["management"].update(uri=down))
+    now[0] += RETIRE_GRACE_SECONDS
+    await retire_due(ann.store, ann.registration, ann.registering)
+    # Before the fix: taken out of the record before its DELETE, never tried again.
+    (kept,) = await retiring_in(ann)
+    assert (kept["client_id"], kept["attempts"], kept["tried_at"]) == (first.client_id, 1, now[0])
+    assert (
+        f"the replaced client {first.client_id} of MCP server 'crm' at the authorization "
+        f"server {managed.issuer} stays registered for now: deleting it at {down} failed: "
+        f"ConnectError"
+    ) in caplog.text
+    assert f"a later consent flow tries again ({RETIRE_ATTEMPTS - 1} tries left)" in caplog.text
+    # Back, but answering 503: a flow before the next try is due sends nothing.
+    await edit_record(ann, lambda record: record["retiring"][0]["management"].update(uri=uri))
+    managed.set_deletion_reply(503)
+    now[0] += retry_seconds(1) - 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == []
+    now[0] += 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    (kept,) = await retiring_in(ann)
+    assert (kept["attempts"], kept["tried_at"]) == (2, now[0])
+    assert f"deleting it at {uri} failed: HTTP 503 unavailable" in caplog.text
+    # Up again: the next try deletes it, and it leaves the record.
+    managed.set_deletion_reply(None)
+    now[0] += retry_seconds(2)
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == [first.client_id]
+    assert await retiring_in(ann) == []
+
+
+async def test_a_deletion_failing_every_try_is_given_up_naming_the_client(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1_000_000.0]
+    ann, first, _ = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    caplog.set_level("INFO", logger=LOGGER)
+    managed.set_deletion_reply(500)
+    now[0] += RETIRE_GRACE_SECONDS
+    for attempt in range(1, RETIRE_ATTEMPTS + 1):
+        await retire_due(ann.store, ann.registration, ann.registering)
+        assert managed.deletions() == [first.client_id] * attempt
+        now[0] += retry_seconds(attempt)
+    assert await retiring_in(ann) == []
+    assert (
+        f"the replaced client {first.client_id} of MCP server 'crm' at the authorization "
+        f"server {managed.issuer} stays registered: deleting it at {managed.issuer}/register/"
+        f"{first.client_id} failed: HTTP 500 unavailable, and no try is left"
+    ) in caplog.text
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert len(managed.deletions()) == RETIRE_ATTEMPTS
+
+
+async def test_a_deletion_refused_for_good_is_not_tried_again(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1_000_000.0]
+    ann, first, _ = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    caplog.set_level("INFO", logger=LOGGER)
+    managed.set_deletion_reply(404)  # the authorization server no longer has it
+    now[0] += RETIRE_GRACE_SECONDS
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    assert await retiring_in(ann) == []
+    assert (
+        f"the replaced client {first.client_id} of MCP server 'crm' at the authorization "
+        f"server {managed.issuer} is not tried again: the authorization server refused its "
+        f"deletion at {managed.issuer}/register/{first.client_id}: HTTP 404 not_found"
+    ) in caplog.text
+    now[0] += retry_seconds(RETIRE_ATTEMPTS)
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+
+
+async def test_a_failed_deletion_is_put_back_beside_what_another_flow_wrote_meanwhile(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    now = [1_000_000.0]
+    ann, first, second = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    other = await grant_storage(
+        OAuthClients({URL: managed.issuer}, LocalTokenStore(tmp_path)),
+        SERVER,
+        Scope(tenant="acme", principal="cy"),
+    )
+    managed.set_deletion_reply(503)
+    now[0] += RETIRE_GRACE_SECONDS
+    sending, third = ann.registering.send, list[str]()
+
+    async def send(request: httpx2.Request) -> httpx2.Response:
+        # While this flow's DELETE is under way, another flow replaces the current client.
+        if request.method == "DELETE" and not third:
+            fresh, _ = await register(managed, other.registering, "crm.read crm.write crm.x")
+            await other.set_client_info(fresh, replacing=second.client_id)
+            third.append(fresh.client_id)
+        return await sending(request)
+
+    ann.registering.send = send  # type: ignore[method-assign]
+    await retire_due(ann.store, ann.registration, ann.registering)
+    stored = await read_registration(ann.store, ann.registration)
+    assert stored is not None and [stored.client_id] == third
+    kept = {r["client_id"]: r["attempts"] for r in await retiring_in(ann)}
+    assert kept == {second.client_id: 0, first.client_id: 1}
 
 
 async def test_two_flows_past_the_grace_at_once_delete_the_replaced_client_once(

@@ -13,7 +13,10 @@ server, which offers neither (``tests.mcp.consent_server --iss`` and
   a ``DELETE`` there with that bearer deletes the client (204, RFC 7592 2.3: the
   authorization server forgets it), anything else is answered 401 ``invalid_token``.
   ``GET /control/consents`` lists each ``DELETE`` received (``deletions``: the client id
-  of its path) and the clients deleted (``deleted``).
+  of its path) and the clients deleted (``deleted``). ``POST /control/deletion-reply``
+  ``{"status": s}`` makes each ``DELETE`` answer ``s`` instead (an ``error`` named by the
+  status; nothing deleted), as a server down behind its proxy (503) or one that lost the
+  client (404) does; ``{"status": null}`` deletes again.
 - ``POST /control/scopes`` ``{"scopes": [...]}`` makes the resource server's
   protected-resource metadata name those ``scopes_supported`` (the scope a client asks,
   as the SDK chooses it), ``{"scopes": null}`` none (the default). The SDK's
@@ -43,7 +46,7 @@ from starlette.routing import Route
 
 METADATA = "/.well-known/oauth-authorization-server"
 
-CONTROLS = ("/control/authorize-iss", "/control/scopes")
+CONTROLS = ("/control/authorize-iss", "/control/scopes", "/control/deletion-reply")
 """The control paths ``iss_control`` answers."""
 
 
@@ -68,6 +71,8 @@ class Extensions:
     """The provider's issued codes, when an unknown one is answered ``invalid_client``."""
     scopes: list[str] | None = None
     """The resource server's ``scopes_supported`` (``/control/scopes``)."""
+    deletion_reply: int | None = None
+    """The status each ``DELETE`` answers instead (``/control/deletion-reply``)."""
 
     def __post_init__(self) -> None:
         self.reset_iss()
@@ -80,7 +85,12 @@ class Extensions:
 
 
 def iss_control(ext: Extensions) -> Starlette:
-    """``POST /control/authorize-iss`` and ``POST /control/scopes``."""
+    """``POST /control/authorize-iss``, ``POST /control/scopes`` and ``POST
+    /control/deletion-reply``."""
+
+    async def deletion_reply(request: Request) -> Response:
+        ext.deletion_reply = (await request.json())["status"]
+        return JSONResponse({"status": ext.deletion_reply})
 
     async def scopes(request: Request) -> Response:
         ext.scopes = (await request.json())["scopes"]
@@ -98,6 +108,7 @@ def iss_control(ext: Extensions) -> Starlette:
         routes=[
             Route("/control/authorize-iss", authorize_iss, methods=["POST"]),
             Route("/control/scopes", scopes, methods=["POST"]),
+            Route("/control/deletion-reply", deletion_reply, methods=["POST"]),
         ]
     )
 
@@ -192,6 +203,9 @@ def _managed(ext: Extensions, body: dict[str, Any]) -> dict[str, Any]:
 
 def _delete(ext: Extensions, client_id: str, scope: Any) -> Response:
     ext.deletions.append(client_id)
+    if ext.deletion_reply is not None:
+        error = {404: "not_found", 401: "invalid_token"}.get(ext.deletion_reply, "unavailable")
+        return JSONResponse({"error": error}, status_code=ext.deletion_reply)
     headers = dict(Request(scope).headers)
     expected = ext.tokens.get(client_id)
     if expected is None or headers.get("authorization") != f"Bearer {expected}":

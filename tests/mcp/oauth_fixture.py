@@ -132,6 +132,11 @@ class OAuthMcpServer:
         deletions: list[str] = self.consents()["deletions"]
         return deletions
 
+    def set_deletion_reply(self, status: int | None) -> None:
+        """Each RFC 7592 ``DELETE`` answers ``status`` instead, deleting nothing, from now
+        on (None: it deletes again; consent server with ``--registration-management``)."""
+        self._control("POST", "deletion-reply", {"status": status})
+
     def deleted(self) -> list[str]:
         """The clients a ``DELETE`` with their registration access token deleted."""
         deleted: list[str] = self.consents()["deleted"]

@@ -1,0 +1,135 @@
+"""A dynamic registration's record in the token store (``_registration`` says why it is
+kept there and by whom), and the deletion of the clients it replaced once they are due
+(``_retiring``: why they are kept, and when and how often they are tried).
+
+``retire_due`` takes the due ones out of the record in one ``TokenStore.update`` before
+deleting them, so only the flow whose update took one deletes it; one whose deletion
+failed for now is put back with another ``update`` (its tries counted), unless another
+flow put it back meanwhile, so the next flow due tries it again. A record whose current
+client the authorization server forgot keeps its retiring clients with no client
+(``_registration.forget_registration``) until a client registered next takes them over
+(``keep_registration``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mcp.shared.auth import OAuthClientInformationFull
+from pydantic import BaseModel, ValidationError
+
+from psych_runtime.activities.mcp._registering import Management, Registering
+from psych_runtime.activities.mcp._retiring import (
+    RETIRE_ATTEMPTS,
+    Managed,
+    Retiring,
+    is_due,
+    redated,
+)
+from psych_runtime.activities.tokens import TokenKey, TokenStore
+
+_log = logging.getLogger(__name__)
+
+
+class Registration(BaseModel):
+    """A stored registration: the key it was stored under, the client registered (None:
+    the authorization server forgot it, and the record is kept for its retiring clients;
+    an earlier build reads such a record as none), the scope its request asked (None:
+    none, or a record from before 12-06), and the RFC 7592 management its answer offered
+    (None: none, or a record from before it was kept; a build before reads a record
+    holding it, ignoring it), and the clients it replaced that are not deleted yet
+    (``_retiring``; empty in an earlier build's record, which ignores them), sealed with
+    the record."""
+
+    key: tuple[str, str | None, str, str, str]
+    client: OAuthClientInformationFull | None
+    asked: str | None = None
+    management: Managed | None = None
+    retiring: list[Retiring] = []
+
+
+def fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
+    """``key`` as a record names it."""
+    return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
+
+
+def record_in(data: bytes | None, key: TokenKey) -> Registration | None:
+    """The registration record ``data`` of ``key`` (None: no record, an unreadable one,
+    or one naming another key)."""
+    if data is None:
+        return None
+    try:
+        record = Registration.model_validate_json(data)
+    except ValidationError:
+        return None
+    return record if record.key == fields(key) else None
+
+
+async def retire_due(store: TokenStore, key: TokenKey, registering: Registering) -> None:
+    """Delete at the authorization server the retiring clients of the registration under
+    ``key`` that are due (``_retiring.is_due``), after taking them out of the record in
+    one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
+    (``Registering.retire``): one whose deletion failed for now, with tries left, is put
+    back with its tries counted (``_put_back``). One read, no write, when none is due (nor
+    dated far ahead: ``redated`` in the same update)."""
+    now = registering.clock()
+    record = record_in(await store.get(key), key)
+    if record is None or all(redated(r, now) == r and not is_due(r, now) for r in record.retiring):
+        return
+    due = list[Retiring]()
+
+    def take(data: bytes | None) -> bytes | None:
+        stored, due[:] = record_in(data, key), []
+        if stored is None:
+            return data
+        due.extend(r for r in stored.retiring if is_due(r, now))
+        kept = [redated(r, now) for r in stored.retiring if not is_due(r, now)]
+        if not due and kept == stored.retiring:
+            return data
+        return stored.model_copy(update={"retiring": kept}).model_dump_json().encode()
+
+    await store.update(key, take)
+    again = list[Retiring]()
+    for gone in due:
+        held, left = gone.management, RETIRE_ATTEMPTS - gone.attempts - 1
+        management = Management(gone.client_id, held.uri, held.token)
+        if await registering.retire(gone.client_id, management, left):
+            again.append(gone.model_copy(update={"attempts": gone.attempts + 1, "tried_at": now}))
+    if again:
+        await _put_back(store, key, again, registering)
+
+
+async def _put_back(
+    store: TokenStore, key: TokenKey, again: list[Retiring], registering: Registering
+) -> None:
+    """Put ``again`` back into the record under ``key`` in one ``TokenStore.update`` (the
+    record written since kept as it is, each of ``again`` added unless it holds it; no
+    record: one with no client holds them); a record that no longer reads as ``key``'s
+    is left as it is, and their deletion given up, logged naming each."""
+    lost = list[str]()
+
+    def put(data: bytes | None) -> bytes | None:
+        lost[:] = []
+        stored = record_in(data, key)
+        if data is None:
+            fresh = Registration(key=fields(key), client=None, retiring=again)
+            return fresh.model_dump_json().encode()
+        if stored is None:
+            lost.extend(r.client_id for r in again)
+            return data
+        held = {r.client_id for r in stored.retiring}
+        if stored.client is not None:
+            held.add(stored.client.client_id)
+        back = stored.retiring + [r for r in again if r.client_id not in held]
+        return stored.model_copy(update={"retiring": back}).model_dump_json().encode()
+
+    await store.update(key, put)
+    for client_id in lost:
+        _log.warning(
+            "the replaced client %s of MCP server %r stays registered at the authorization "
+            "server %s: its deletion failed, and the registration's record no longer reads "
+            "to put it back in: it is not tried again",
+            client_id,
+            registering.server,
+            registering.issuer,
+        )
