@@ -6,7 +6,9 @@ an operator terminated asks again and again for records that will not come until
 worker starts: an A2A stream of it was held open (seen at 250 s and more), though
 Temporal knows at once that the execution closed, and the listing shows such a Run
 ``failed``. So a task's stream also watches its workflow's latest execution close (a
-long-poll of its close event, as ``result()`` waits, no worker needed); once it has,
+long-poll of its close event, as ``result()`` waits, no worker needed; the event is not
+decoded, so a result or failure the serve's converter or codec cannot read does not
+fail the stream, and a large one is not decoded for nothing); once it has,
 the records get ``grace`` seconds (the serve's query timeout, what a read waits for a
 worker) to reach their end, and then the stream is cut (``CUT``) and the task's end is
 told from what Temporal holds (``_tasks.task_events``).
@@ -18,17 +20,11 @@ with the execution the workflow runs on in.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, TypeVar
 
-from temporalio.client import (
-    Client,
-    WorkflowContinuedAsNewError,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
 
 T = TypeVar("T")
 
@@ -58,9 +54,16 @@ async def execution_closed(temporal: Client, workflow_id: str) -> None:
         if described.status is not WorkflowExecutionStatus.RUNNING:
             return
         execution = temporal.get_workflow_handle(workflow_id, run_id=described.run_id)
-        # How it closed does not matter here: the next describe says whether it runs on.
-        with contextlib.suppress(WorkflowFailureError, WorkflowContinuedAsNewError):
-            await execution.result(follow_runs=False)
+        # How it closed does not matter here (the next describe says whether it runs on),
+        # so its close event is waited for and not read: ``result()`` would decode what it
+        # holds, and fail on what the serve's converter cannot read.
+        closes = execution.fetch_history_events(
+            wait_new_event=True,
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+            skip_archival=True,
+        )
+        async for _close in closes:
+            break
 
 
 async def until_closed(
