@@ -10,7 +10,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers._devserver import start_dev_server
-from psych_runtime.workers.cli._processes import ConsoleFormatter
+from psych_runtime.workers.cli._logging import ConsoleFormatter
 
 # The suite's HTTP tool and MCP servers run on loopback, which a Spec's URL may reach only
 # when the operator allows it: allowed here as `psych dev` allows it. Worker processes the

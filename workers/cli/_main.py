@@ -5,7 +5,7 @@ The parser is ``_parser`` (and ``_parser_serving``); commands live beside it: ``
 list), ``_resume`` (approve, deny, answer, complete, abort, steer), ``_processes`` (worker,
 dev), ``_serve_command`` (serve, the HTTP API), ``_fleet`` (replay, deploy promote),
 ``_hooks`` (hooks check) and ``codec/_server`` (codec-server). Each is imported only when
-its command runs.
+its command runs. ``_logging`` sets what every command logs before it runs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from psych_runtime.workers._exit import flush_for_exit
+from psych_runtime.workers.cli._logging import command_logging
 from psych_runtime.workers.cli._parser import build_parser
 
 
@@ -27,9 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A psych error (a Run's refusal names its kind), a Temporal RPC failure or an S3
     store's refusal prints one line and returns 1, never a traceback; an interrupt
-    returns 130.
+    returns 130. What the command logs is printed as ``_logging`` says (a one-shot
+    command: nothing, unless ``--verbose``).
     """
     args = build_parser().parse_args(argv)
+    command_logging(args)
     try:
         status: int = args.func(args)
     except KeyboardInterrupt:

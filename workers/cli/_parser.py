@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from psych_runtime.workers.cli._lazy import lazy
+from psych_runtime.workers.cli._logging import add_verbose_options
 from psych_runtime.workers.cli._parser_serving import (
     add_codec_server_command,
     add_fleet_commands,
@@ -386,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fleet_commands(commands, connection)
     add_hooks_command(commands)
     add_schema_command(commands)
+    add_verbose_options(parser)
     return parser
 
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
-import logging
 import os
 import re
 import signal
@@ -17,8 +16,6 @@ from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
-
-from temporalio import activity, workflow
 
 from psych_runtime.activities import (
     Endpoint,
@@ -42,6 +39,7 @@ from psych_runtime.workers._worker import (
     run_worker,
     run_workers,
 )
+from psych_runtime.workers.cli._logging import console_logging
 from psych_runtime.workers.cli._parser_serving import SCRIPTED_SUPPORT
 from psych_runtime.workers.cli._runs import temporal_client, temporal_target
 from psych_runtime.workers.cli._scripted_model import fake_model
@@ -128,57 +126,6 @@ def _until_stopped(command: Coroutine[Any, Any, int]) -> int:
         return asyncio.run(_terminable(command))
     except _Terminated:
         raise KeyboardInterrupt from None
-
-
-class ConsoleFormatter(logging.Formatter):
-    """One line per log record: time, level, message and the Run it concerns.
-
-    Expected failures (a model endpoint down, a tool raising) are logged with their
-    exception; on a console that meant a traceback per failed call, hundreds of lines for
-    one unreachable endpoint. Without ``verbose`` the exception is one clause of the line
-    (its type and message); with it the traceback follows the line.
-    """
-
-    def __init__(self, *, verbose: bool) -> None:
-        super().__init__()
-        self.verbose = verbose
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The record as one line (plus its traceback when verbose)."""
-        time = self.formatTime(record, "%H:%M:%S")
-        line = f"{time} {record.levelname.lower()}: {record.getMessage()}"
-        error = record.exc_info[1] if record.exc_info else None
-        if error is not None:
-            line += (
-                f": {type(error).__name__}: {error}" if str(error) else f": {type(error).__name__}"
-            )
-        context = getattr(record, "temporal_activity", None) or getattr(
-            record, "temporal_workflow", None
-        )
-        if isinstance(context, dict) and context.get("workflow_id"):
-            line += f" [{context['workflow_id']}]"
-        if error is not None and self.verbose and record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
-
-
-def console_logging(*, verbose: bool) -> None:
-    """Log to standard error one line per record (``ConsoleFormatter``), for this process.
-
-    The Run's id moves from the message (where the SDK appends its whole context dict) to
-    the line's end. ``verbose`` adds tracebacks and the SDK's debug records, among them
-    the tracebacks of failures it logs at debug level (a model call's, which the workflow
-    handles).
-    """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(ConsoleFormatter(verbose=verbose))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO if verbose else logging.WARNING)
-    for name in ("temporalio", "psych_runtime"):
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
-    activity.logger.activity_info_on_message = False
-    workflow.logger.workflow_info_on_message = False
 
 
 _FLAGS = {

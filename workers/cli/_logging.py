@@ -1,0 +1,110 @@
+"""How ``psych`` logs: one policy for every command, set by ``main`` before it runs.
+
+A command that serves until stopped (``SERVING``: ``worker``, ``dev``, ``serve``,
+``oauth-callback``, ``codec-server``) logs to its console as it sets up: ``worker`` and
+``dev`` one line per record (``console_logging``, ``--verbose`` adds tracebacks and the
+SDK's debug records); ``serve``, ``oauth-callback`` and ``codec-server`` through Python's
+default (a warning or worse, its message and traceback: an internal error's details).
+
+A one-shot command (every other) prints no log record unless ``--verbose``: its outcome
+and its failure are its own lines (a failure is the one ``psych:`` line, with what the
+operator needs), and a library's warning for the same failure was printed as a second,
+bare line by Python's last-resort handler (a version store's disk error, naming its
+path). With ``--verbose`` its records are printed as a worker's verbose console prints
+them: one line each, at info and worse (the SDK's and psych's debug records too), with
+tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+SERVING = frozenset({"worker", "dev", "serve", "oauth-callback", "codec-server"})
+"""The commands that serve until stopped, and log to their console as they set up."""
+
+_QUIET = logging.NullHandler()
+"""The root logger's handler for a one-shot command: found, it keeps Python's last-resort
+handler from printing a record no handler took."""
+
+VERBOSE_HELP = (
+    "print the log records of psych and the libraries it uses, one line each with "
+    "tracebacks (default: none; a failure is the one psych: line)"
+)
+
+
+def add_verbose_options(parser: argparse.ArgumentParser, skipped: frozenset[str] = SERVING) -> None:
+    """Give every one-shot command of ``parser`` (nested ones too: ``deploy promote``)
+    ``--verbose``; the ``SERVING`` commands (``skipped``) have their own options."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                if name not in skipped:
+                    add_verbose_options(command, frozenset())
+            return
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+
+
+def command_logging(args: argparse.Namespace) -> None:
+    """Set how the command ``args`` names logs (the module docstring); a ``SERVING``
+    command sets it up itself."""
+    if args.command in SERVING:
+        return
+    if args.verbose:
+        console_logging(verbose=True)
+    elif _QUIET not in logging.getLogger().handlers:
+        logging.getLogger().addHandler(_QUIET)
+
+
+class ConsoleFormatter(logging.Formatter):
+    """One line per log record: time, level, message and the Run it concerns.
+
+    Expected failures (a model endpoint down, a tool raising) are logged with their
+    exception; on a console that meant a traceback per failed call, hundreds of lines for
+    one unreachable endpoint. Without ``verbose`` the exception is one clause of the line
+    (its type and message); with it the traceback follows the line.
+    """
+
+    def __init__(self, *, verbose: bool) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line (plus its traceback when verbose)."""
+        time = self.formatTime(record, "%H:%M:%S")
+        line = f"{time} {record.levelname.lower()}: {record.getMessage()}"
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            line += (
+                f": {type(error).__name__}: {error}" if str(error) else f": {type(error).__name__}"
+            )
+        context = getattr(record, "temporal_activity", None) or getattr(
+            record, "temporal_workflow", None
+        )
+        if isinstance(context, dict) and context.get("workflow_id"):
+            line += f" [{context['workflow_id']}]"
+        if error is not None and self.verbose and record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def console_logging(*, verbose: bool) -> None:
+    """Log to standard error one line per record (``ConsoleFormatter``), for this process.
+
+    The Run's id moves from the message (where the SDK appends its whole context dict) to
+    the line's end. ``verbose`` adds tracebacks and the SDK's debug records, among them
+    the tracebacks of failures it logs at debug level (a model call's, which the workflow
+    handles).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ConsoleFormatter(verbose=verbose))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    for name in ("temporalio", "psych_runtime"):
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
+    from temporalio import activity, workflow  # a command's logs, not only a worker's
+
+    activity.logger.activity_info_on_message = False
+    workflow.logger.workflow_info_on_message = False
