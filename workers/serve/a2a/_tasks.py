@@ -202,28 +202,49 @@ async def statuses_now(
     at_once: int,
 ) -> dict[str, TaskStatus]:
     """The status of each Run of ``workflow_ids`` (each waits on its caller, as a listing
-    shows it) as GetTask reads it: its state, within ``query_timeout``, ``at_once`` at a
-    time. A Run that cannot be read (no worker answered in time) is still shown waiting on
-    its caller, its message saying what it asks could not be read and why (the problem's
-    type and status as data, as an error's), and logged: one Run without a worker does
-    not fail the listing of every other."""
+    shows it) as GetTask reads it: its state, ``at_once`` at a time, all of them within
+    ``query_timeout`` (one page's reads wait one timeout in all, not one a round: 100
+    Runs with no worker took 13). A Run that cannot be read (no worker answered in time,
+    or its read not done by then) is still shown waiting on its caller, its message saying
+    what it asks could not be read and why (the problem's type and status as data, as an
+    error's), and logged: one Run without a worker does not fail the listing of every
+    other."""
     gate = asyncio.Semaphore(at_once)
+
+    def unread(workflow_id: str, err: Exception) -> TaskStatus:
+        task_id = task_id_of(workflow_id)
+        problem = internal_error(err, "what it asks could not be read now")
+        logger.warning("task %s: %s", task_id, problem.message, exc_info=err)
+        said = f"The task waits for its caller's input; {problem.message} (GetTask reads it)"
+        message = agent_message(task_id, "unread", said, {"unread": problem.data})
+        return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=message)
 
     async def read(workflow_id: str) -> TaskStatus:
         async with gate:
             try:
                 state = await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
             except (PsychError, RPCError) as err:
-                task_id = task_id_of(workflow_id)
-                unread = internal_error(err, "what it asks could not be read now")
-                logger.warning("task %s: %s", task_id, unread.message, exc_info=err)
-                said = f"The task waits for its caller's input; {unread.message} (GetTask reads it)"
-                message = agent_message(task_id, "unread", said, {"unread": unread.data})
-                return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=message)
+                return unread(workflow_id, err)
         return task_of(state).status
 
-    read_now = await asyncio.gather(*map(read, workflow_ids))
-    return dict(zip(workflow_ids, read_now, strict=True))
+    reads = {workflow_id: asyncio.ensure_future(read(workflow_id)) for workflow_id in workflow_ids}
+    done: set[asyncio.Future[TaskStatus]] = set()
+    try:
+        if reads:
+            bound = None if query_timeout is None else query_timeout.total_seconds()
+            done, _ = await asyncio.wait(reads.values(), timeout=bound)
+    finally:
+        for reading in reads.values():
+            reading.cancel()  # not done within the bound (or the listing was cancelled)
+        await asyncio.gather(*reads.values(), return_exceptions=True)
+    # A read cut by the bound: what its own query says when no worker answers in time.
+    late = RPCError(
+        "no worker answered within the query timeout", RPCStatusCode.DEADLINE_EXCEEDED, b""
+    )
+    return {
+        workflow_id: reading.result() if reading in done else unread(workflow_id, late)
+        for workflow_id, reading in reads.items()
+    }
 
 
 def _struct(values: dict[str, Any]) -> Struct:
