@@ -9,6 +9,8 @@ found through the listing but neither read nor answered through A2A."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -16,6 +18,8 @@ from a2a.types import (
     GetTaskRequest,
     ListTasksRequest,
     SendMessageConfiguration,
+    StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -23,11 +27,12 @@ from google.protobuf.json_format import MessageToDict
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.serve.a2a._tasks import CHILD_POLL_SECONDS
 
 from ._serve import ACME, served
 from ._waiting import eventually
 from .conftest import Harness
-from .test_a2a_serve import a2a_client, collect, last_status, states, user
+from .test_a2a_serve import a2a_client, collect, last_status, states, status_of, user
 
 pytestmark = pytest.mark.e2e
 
@@ -138,3 +143,42 @@ async def test_a_stream_and_a_blocking_send_stop_at_a_subagents_question(
         async with a2a_client(base, lead, ACME, streaming=False) as client, asyncio.timeout(60):
             (sent,) = await collect(client.send_message(user("where is 43?")))
             _asks_the_question(sent.task)
+
+
+async def test_a_subscription_to_a_subagents_question_tells_it_once(harness: Harness) -> None:
+    """SubscribeToTask on a task already at its subagent's question starts with the task
+    (input-required, the question); its child poll then read the same question and sent it
+    again as an update, as if the child asked anew: it started from `working`."""
+    lead = "a2a_child_lead_subscribed"
+    _publish(harness, lead)
+    async with (
+        harness.worker(),
+        served(harness) as base,
+        a2a_client(base, lead, ACME, streaming=False) as client,
+        a2a_client(base, lead, ACME) as streaming,
+    ):
+        sending = user("where is 44?")
+        sending.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        (sent,) = await collect(client.send_message(sending))
+        task_id = sent.task.id
+
+        async def asking() -> bool:
+            got = await client.get_task(GetTaskRequest(id=task_id))
+            return got.status.state == INPUT_REQUIRED
+
+        await eventually(asking, within=60, what="the subagent to ask")
+        seen: list[StreamResponse] = []
+        stream = streaming.subscribe(SubscribeToTaskRequest(id=task_id))
+        assert isinstance(stream, AsyncGenerator)  # closed below, not left to the finalizer
+        # Past two child polls of the subscription: each reads the question again.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.5 * CHILD_POLL_SECONDS):
+                async for event in stream:
+                    seen.append(event)
+        await stream.aclose()
+        assert seen and seen[0].HasField("task")
+        _asks_the_question(seen[0].task)
+        assert [status_of(e).state for e in seen[1:]] == [], seen[1:]
+
+        (answered,) = await collect(client.send_message(user("the north one", task_id=task_id)))
+        assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -176,8 +176,7 @@ class PsychRequestHandler(RequestHandler):
                 raise InvalidParamsError(f"no published agent {agent!r}")
             if not message.message_id:
                 raise InvalidParamsError("the message has no messageId")
-            # What it raises is answered as REST answers it (``a2a_error``): a tool not
-            # permitted is the caller's, a permits port or store that did not answer is not.
+            # Answered as REST answers it (``a2a_error``): a tool not permitted, a store down.
             handle = await self.client.dispatch(
                 version,
                 task_input(said),
@@ -211,8 +210,7 @@ class PsychRequestHandler(RequestHandler):
         if not waiting:
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
-        # A child's item (``pending.run``) is answered through the Run, which forwards it. A
-        # refusal is the caller's, a store that did not answer is not (``a2a_error``).
+        # A child's item (``pending.run``) is answered through the Run, which forwards it.
         keyed: dict[str, str | None] = {"idempotency_key": key, "held_by": pending.run}
         if pending.reason is SuspensionReason.QUESTION:
             text = answer_text(said)
@@ -306,9 +304,11 @@ class PsychRequestHandler(RequestHandler):
         state = await self._owned(params.id, scope, agent)
         if state.status.terminal:
             raise UnsupportedOperationError(f"task {params.id} has ended: read it with GetTask")
-        yield task_of(state)
+        yield (told := task_of(state))
         workflow_id = workflow_id_of(params.id, scope)
-        events = self._events(workflow_id, scope, state.last_seq, through_input=True, deltas=True)
+        events = self._events(
+            workflow_id, scope, state.last_seq, through_input=True, deltas=True, told=told
+        )
         async with contextlib.aclosing(until_caller_expires(events, context)) as bounded:
             async for event in bounded:
                 yield event
@@ -378,8 +378,7 @@ class PsychRequestHandler(RequestHandler):
                         yield event
                 if ended:
                     return
-            # The stream ends short of an end only when the workflow runs on (``task_events``
-            # asked): follow it from its status now (None: gone meanwhile).
+            # Short of an end only when the workflow runs on: followed from its status now.
             now = await self._now(workflow_id, scope)
             if now is None:
                 return
@@ -478,6 +477,7 @@ class PsychRequestHandler(RequestHandler):
         *,
         through_input: bool,
         deltas: bool = False,
+        told: Task | None = None,
     ) -> AsyncGenerator[Event]:
         following = task_events(
             self.client,
@@ -487,9 +487,9 @@ class PsychRequestHandler(RequestHandler):
             deltas=deltas,
             through_input=through_input,
             grace=self.query_timeout,
+            told=told,
         )
-        # Each generator down to the close watch (``_closing.py``) is closed with the one
-        # above it: one left unclosed ends only when the loop's finalizer gets to it.
+        # Each generator down to the close watch (``_closing.py``) closes with the one above.
         try:
             async with contextlib.aclosing(following) as events:
                 async for event in events:

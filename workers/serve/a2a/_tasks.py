@@ -272,14 +272,16 @@ async def _child_polls(
     items: AsyncIterator[T],
     read: Callable[[], Awaitable[RunState | None]],
     every: float,
+    told: TaskStatus,
 ) -> AsyncGenerator[T | TaskStatus]:
     """``items``; and, when none came for ``every`` seconds while the Run may wait on a
     child Run, its state read (``read``; None: it could not be), and the task's status
     when a child's question or approval makes it differ (``input-required``, or
     ``working`` once answered). The Run's own items and its end are left to its records.
     It may wait on a child until a read says it does not (a stream may start during such
-    a wait), and again from a wait on children recorded."""
-    last = (TaskState.TASK_STATE_WORKING, "")
+    a wait), and again from a wait on children recorded. ``told``: the status the stream
+    started from (a child's question it holds is not told again)."""
+    last = (told.state, told.message.message_id)
     polling = True
     nexting: asyncio.Future[T | _Done] | None = None
     try:
@@ -334,6 +336,7 @@ async def task_events(
     deltas: bool,
     through_input: bool,
     grace: timedelta,
+    told: Task | None = None,
 ) -> AsyncGenerator[Event]:
     """The task's events from the Run's Records after ``after`` on, until it settles
     (``through_input`` False: or until it waits on its caller).
@@ -342,7 +345,8 @@ async def task_events(
     is the ``answer`` artifact, sent before the terminal status. Once the Run's workflow
     execution has closed, its records get ``grace`` (how long a read waits for a worker)
     to reach their end; past it (no worker answers) the task's end is told from Temporal
-    (``_closing.py``, ``_cut_short``).
+    (``_closing.py``, ``_cut_short``). ``told``: the task as the stream's caller was told it
+    before (None: working).
     """
     task_id = task_id_of(workflow_id)
 
@@ -350,6 +354,7 @@ async def task_events(
         return TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=state)
 
     working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+    shown = working if told is None else told.status
     records = client.stream(workflow_id, scope=scope, after=after, deltas=deltas)
     following = until_closed(records, client.temporal, workflow_id, grace.total_seconds())
 
@@ -363,7 +368,9 @@ async def task_events(
     # Closed on every way out (a return mid-stream too): it holds the close watch's task.
     async with (
         contextlib.aclosing(following) as followed,
-        contextlib.aclosing(_child_polls(task_id, followed, read, CHILD_POLL_SECONDS)) as items,
+        contextlib.aclosing(
+            _child_polls(task_id, followed, read, CHILD_POLL_SECONDS, shown)
+        ) as items,
     ):
         async for item in items:
             if item is CUT:
