@@ -292,8 +292,10 @@ async def _child_polls(
                 done, _ = await asyncio.wait({nexting}, timeout=every)
                 if not done:
                     state = await read()
-                    if state is None:
-                        continue  # the next read tries again
+                    if state is None or nexting.done():
+                        # Not read (tried again), or a record came meanwhile: it goes out
+                        # first, the read possibly older (a child's question answered).
+                        continue
                     polling = any(p.reason is _CHILDREN for p in state.pending)
                     own = any(asks(p) and p.run is None for p in state.pending)
                     theirs = [p for p in state.pending if asks(p) and p.run is not None]
