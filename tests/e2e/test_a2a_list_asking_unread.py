@@ -26,7 +26,9 @@ pytestmark = pytest.mark.e2e
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 ASKING = 17
 """Three rounds of ``ANSWERS_AT_ONCE`` (8) reads before: at least three query timeouts."""
-QUERY_TIMEOUT = 2.0
+QUERY_TIMEOUT = 4.0
+"""Long beside the listing's own reads, so the bound below holds under a loaded machine
+(CI's two shared cores): one timeout is 4 s, the three before were 12 s at least."""
 
 
 async def test_a_page_of_unanswered_asking_tasks_waits_one_query_timeout(
@@ -47,8 +49,8 @@ async def test_a_page_of_unanswered_asking_tasks_waits_one_query_timeout(
             began = time.monotonic()
             page = await client.list_tasks(request)
             took = time.monotonic() - began
-            # One query timeout and the listing's own reads; before, three timeouts (6 s).
-            assert took < 2.25 * QUERY_TIMEOUT, took
+            # One query timeout and the listing's own reads; before, three timeouts (12 s).
+            assert took < 2 * QUERY_TIMEOUT, took
             assert len(page.tasks) == ASKING and not page.next_page_token
             for task in page.tasks:
                 assert task.status.state == INPUT_REQUIRED
