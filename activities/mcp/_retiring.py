@@ -87,7 +87,14 @@ def redated(retiring: Retiring, now: float) -> Retiring:
     ahead of ``now`` (replaced by a worker whose clock ran that far ahead, years say: it
     would wait as long, a client left registered with its grants). When it was really
     replaced is unknown, so its grace runs from the first flow that reads it so: deleted
-    no earlier than a grace after, no consent started with it since is stranded."""
+    no earlier than a grace after, no consent started with it since is stranded. Its last
+    failed try (``tried_at``) more than its ``retry_seconds`` ahead is dated ``now`` too
+    (tried by a worker whose clock ran ahead: its next try would wait as long, never
+    given up): tried again ``retry_seconds`` after the first flow that reads it so."""
+    update = dict[str, float]()
     if retiring.replaced_at - now > RETIRE_GRACE_SECONDS:
-        return retiring.model_copy(update={"replaced_at": now})
-    return retiring
+        update["replaced_at"] = now
+    tried = retiring.tried_at
+    if tried is not None and tried - now > retry_seconds(max(retiring.attempts, 1)):
+        update["tried_at"] = now
+    return retiring.model_copy(update=update) if update else retiring

@@ -412,3 +412,35 @@ async def test_a_replaced_client_dated_far_ahead_of_the_clock_is_deleted_a_grace
     now[0] += 1
     await retire_due(ann.store, ann.registration, ann.registering)
     assert managed.deleted() == [first.client_id]
+
+
+async def test_a_failed_deletion_dated_far_ahead_of_the_clock_is_tried_again_after_seen(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    # Its deletion failed at a flow whose clock ran ten years ahead, which counted its try
+    # then. Before: every flow with a sane clock waited those ten years to try it again
+    # (never given up either: a client left registered, its grants alive). Now its next
+    # try is due retry_seconds after the first flow that reads it so.
+    now = [1_000_000.0]
+    ann, first, _ = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    ahead = 10 * 365 * 24 * 3600.0
+    managed.set_deletion_reply(503)
+    now[0] += RETIRE_GRACE_SECONDS
+    ann.registering.clock = lambda: now[0] + ahead
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    (kept,) = await retiring_in(ann)
+    assert (kept["attempts"], kept["tried_at"]) == (1, now[0] + ahead)
+    ann.registering.clock = lambda: now[0]
+    await retire_due(ann.store, ann.registration, ann.registering)  # seen now: not due
+    (kept,) = await retiring_in(ann)
+    assert (kept["attempts"], kept["tried_at"]) == (1, now[0])
+    managed.set_deletion_reply(None)
+    now[0] += retry_seconds(1) - 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    now[0] += 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == [first.client_id]
+    assert await retiring_in(ann) == []
