@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import TokenStore
+from psych_runtime.specs import AgentBuilder
+from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve import ApiKey, AuthSettings, JwtSettings, ServeSettings, create_app
 from psych_runtime.workflows import PsychClient
 
@@ -147,3 +150,16 @@ def jwks(key: rsa.RSAPrivateKey, kid: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def asking_agent(harness: Harness, prefix: str) -> str:
+    """Publish an agent that may ask questions, its model scripted to ask "Which day?"
+    (call ``q1``) first; answers its name, ``prefix`` and a random suffix."""
+    agent = f"{prefix}{uuid.uuid4().hex[:8]}"
+    harness.client.publish(
+        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
+    )
+    return agent

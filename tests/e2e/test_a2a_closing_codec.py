@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-import uuid
 from collections.abc import Sequence
 
 import pytest
@@ -26,7 +25,7 @@ from psych_runtime.workers.serve.a2a._closing import execution_closed
 from psych_runtime.workflows import PsychClient
 
 from ._reset import reset_to_first_task
-from ._serve import ACME, served
+from ._serve import ACME, asking_agent, served
 from ._waiting import is_waiting, state_when
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, last_status, user
@@ -70,13 +69,7 @@ async def test_a_stream_ends_when_the_serve_cannot_decode_the_terminated_executi
     # Terminated with details while no worker polls: the watch decoded the details (as
     # result() raises them), the codec refused, and the stream failed with its error
     # instead of ending failed, as the listing shows the task.
-    agent = f"a2a_codec{uuid.uuid4().hex[:8]}"
-    harness.client.publish(
-        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
-    )
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
-    )
+    agent = asking_agent(harness, "a2a_codec")
     codec = RefusingInTheWatch()
     serving = PsychClient(
         _with_codec(harness.client.temporal, codec),

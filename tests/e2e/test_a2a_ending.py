@@ -29,7 +29,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import PsychClient, RunHandle, RunState
 
 from ._reset import reset_to_first_task
-from ._serve import ACME, served
+from ._serve import ACME, asking_agent, served
 from ._waiting import eventually, is_waiting, state_when
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, last_status, user
@@ -61,13 +61,7 @@ async def test_cancelling_a_task_that_settled_meanwhile_is_not_cancelable(
     # The task read as waiting, then its Run settled before the abort reached it: the Run
     # refused the abort, and the caller was told its request was invalid
     # (InvalidParamsError, REST's "refused"), not that the task can no longer be canceled.
-    agent = f"a2a_race{uuid.uuid4().hex[:8]}"
-    harness.client.publish(
-        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
-    )
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
-    )
+    agent = asking_agent(harness, "a2a_race")
     reading = ReadBefore(
         harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
     )
@@ -96,13 +90,7 @@ async def test_a_stream_of_a_task_terminated_with_no_worker_ends_failed_at_once(
 ) -> None:
     # Its workflow terminated while the stream followed it and no worker ran: the stream
     # asked for records no worker answered, for as long as it was held (seen past 250 s).
-    agent = f"a2a_term{uuid.uuid4().hex[:8]}"
-    harness.client.publish(
-        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
-    )
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
-    )
+    agent = asking_agent(harness, "a2a_term")
     async with (
         served(harness, query_timeout_seconds=2) as base,
         a2a_client(base, agent, ACME) as client,
@@ -187,13 +175,7 @@ async def test_subscribing_to_a_task_terminated_with_no_worker_says_no_worker_an
     # worker replays the closed execution to answer it) is read as GetTask reads it, and
     # the caller is told within the query timeout that no worker answered (REST's
     # no-worker, worth asking again), not held.
-    agent = f"a2a_gone{uuid.uuid4().hex[:8]}"
-    harness.client.publish(
-        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
-    )
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
-    )
+    agent = asking_agent(harness, "a2a_gone")
     async with (
         served(harness, query_timeout_seconds=2) as base,
         a2a_client(base, agent, ACME) as client,

@@ -16,10 +16,10 @@ from a2a.utils.errors import InternalError, InvalidParamsError
 
 from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, Permits, PermitSource, StaticPermits
-from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.testing import Reply
 
 from ._permits import checking_client
-from ._serve import ACME, served
+from ._serve import ACME, asking_agent, served
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, user
 
@@ -111,13 +111,7 @@ async def test_a_task_no_worker_answers_for_is_an_internal_error_saying_so(
 ) -> None:
     # It was an InternalError with no data: a caller could not tell REST's no-worker (503,
     # worth asking again) from a failure of the server's own.
-    agent = f"a2a_noworker{uuid.uuid4().hex[:8]}"
-    harness.client.publish(
-        AgentBuilder(agent).model("fake-model").suspension(may_ask_questions=True).build()
-    )
-    harness.fake.enqueue(
-        Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id="q1"))
-    )
+    agent = asking_agent(harness, "a2a_noworker")
     async with (
         served(harness, query_timeout_seconds=1) as base,
         a2a_client(base, agent, ACME, streaming=False) as client,
