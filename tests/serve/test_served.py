@@ -18,6 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from psych_runtime.activities.blobs import S3BlobStore
 from psych_runtime.activities.tokens import S3TokenStore, TokenKey
+from psych_runtime.activities.versions import FileVersionStore
+from psych_runtime.specs import Version
 from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._serve_command import serve_settings
 from psych_runtime.workers.serve import SMALL_BODY_BYTES, Caller, create_app
@@ -209,12 +211,20 @@ async def test_a_client_sending_past_the_bound_gets_the_413_then_the_connection_
 async def test_an_unexpected_failure_is_a_500_problem_naming_nothing_of_the_server(
     tmp_path: Path,
 ) -> None:
-    # The version store broken under the server (a file where its directory should be):
-    # reading a Version fails with an error no route maps. It was Starlette's text/plain
-    # "Internal Server Error", the one answer of the API that is not a problem.
-    (tmp_path / "versions").write_text("not a directory")
+    # The version store fails under the server with an error no route maps (a store's
+    # own bug; a disk error is a mapped StoreUnavailable since 37a79e4). It was
+    # Starlette's text/plain "Internal Server Error", the one answer of the API that is
+    # not a problem.
+    class Broken(FileVersionStore):
+        def get(self, version_hash: str) -> Version:
+            raise RuntimeError(f"a bug reading {self.root} for {version_hash}")
+
     body = {"version": "sha256:" + "0" * 64, "input": "hello"}
-    async with served(tmp_path) as (base, _), httpx.AsyncClient(base_url=base) as http:
+    broken = Broken(tmp_path / "versions")
+    async with (
+        served(tmp_path, versions=broken) as (base, _),
+        httpx.AsyncClient(base_url=base) as http,
+    ):
         answer = await http.post("/v1/runs", json=body, headers=bearer(ACME_KEY))
         after = await http.get("/v1/runs/psych-globex-x", headers=bearer(ACME_KEY))
     assert answer.status_code == 500, answer.text
