@@ -3,6 +3,7 @@ and the check that refuses to join a queue whose live workers carry another."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -11,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeTaskQueueResponse
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -104,7 +105,7 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
             task_queue_type=task_type,
         )
         try:
-            response = await client.workflow_service.describe_task_queue(request)
+            response = await _described(client, request)
         except RPCError as err:
             # Temporal's time-skipping test server implements no DescribeTaskQueue; it
             # serves the one process that started it, so there is no fleet to compare.
@@ -130,3 +131,28 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
             f"A stopped worker drops out of this check {POLLER_LIVE_SECONDS:g} s after its "
             "last poll."
         )
+
+
+DESCRIBE_TRIES = 5
+"""How often a worker's start asks DescribeTaskQueue before a transient failure stops it."""
+_TRANSIENT = frozenset(
+    {RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED}
+)
+
+
+async def _described(
+    client: Client, request: DescribeTaskQueueRequest
+) -> DescribeTaskQueueResponse:
+    """The server's answer to ``request``, asked again (the client's own retries, then
+    ``DESCRIBE_TRIES`` in all, 0.2 s apart, doubling) while it fails transiently: a server
+    under load answered one with CANCELLED, and the worker's start failed for it (seen
+    in a CI run). A refusal, or a transient failure past the tries, is raised."""
+    tries = 1
+    while True:
+        try:
+            return await client.workflow_service.describe_task_queue(request, retry=True)
+        except RPCError as err:
+            if err.status not in _TRANSIENT or tries >= DESCRIBE_TRIES:
+                raise
+        await asyncio.sleep(0.2 * 2 ** (tries - 1))
+        tries += 1
