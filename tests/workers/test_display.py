@@ -49,8 +49,9 @@ def test_a_component_and_a_context_call_print_one_line_each() -> None:
     assert format_record(context) == "  context: crm 12 tokens of 2000; skipped slow timeout"
 
 
-def test_status_shows_the_task_list() -> None:
-    state = RunState(
+def _running(**fields: Any) -> RunState:
+    """A running Run's state with ``fields``."""
+    return RunState(
         run_id="r",
         tenant="t",
         agent="a",
@@ -59,22 +60,16 @@ def test_status_shows_the_task_list() -> None:
         turn=1,
         last_seq=3,
         totals=Totals(),
-        tasks=TASKS,
+        **fields,
     )
+
+
+def test_status_shows_the_task_list() -> None:
+    state = _running(tasks=TASKS)
     assert "tasks:        [x] look up\n              [~] refund" in format_state("w", state)
 
 
 def test_status_names_the_tools_the_tenants_permits_withdrew() -> None:
-    state = RunState(
-        run_id="r",
-        tenant="t",
-        agent="a",
-        version_hash="h",
-        status=RunStatus.RUNNING,
-        turn=2,
-        last_seq=9,
-        totals=Totals(),
-        withdrawn_tools=("send_mail", "ping"),
-    )
+    state = _running(withdrawn_tools=("send_mail", "ping"))
     assert format_state("w", state).endswith("\nwithdrawn:    send_mail, ping")
     assert "withdrawn" not in format_state("w", state.model_copy(update={"withdrawn_tools": ()}))
