@@ -11,6 +11,9 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities.contract import ErrorType
 from psych_runtime.specs import StoreUnavailable
 
 _log = logging.getLogger(__name__)
@@ -36,10 +39,14 @@ _PASSING = frozenset(
 )
 """Errnos that may pass without anyone mending the store's configuration: space freed, a
 file handle or memory given back, a shared volume's server back. Any other (permission
-refused, read-only, not a directory) lasts until the deployment is mended."""
+refused, read-only, not a directory) lasts until the deployment is mended. Why an I/O
+error passes: docs/decisions/activities.md ("One judgement of a local disk's error")."""
+
+_FULL = frozenset({"ENOSPC", "EDQUOT"})
+"""The errnos of a disk or a quota that is full (``LocalStoreFailed.full``)."""
 
 
-class LocalStoreFailed(StoreUnavailable):
+class LocalStoreFailed(ApplicationError, StoreUnavailable):
     """A local store's disk refused a read or a write (a ``LocalBlobStore``'s, a
     ``LocalTokenStore``'s, a ``FileVersionStore``'s): ``<what>: the <kind> failed (<errno
     name>: <strerror>)``, the path only in the worker's log (``detail``).
@@ -48,10 +55,15 @@ class LocalStoreFailed(StoreUnavailable):
     tool's outcome of a call not safe to repeat that ran: ``ResultNotKept``; a model call:
     ``classify``). ``lasting``: the errno is not one that passes by itself (``_PASSING``):
     a model call then fails not transient, as no retry of the Run's budget mends a
-    read-only or unwritable directory.
+    read-only or unwritable directory. And a Temporal ``ApplicationError`` of type
+    ``LocalStoreFailed`` (the type it travelled under as a plain exception), non-retryable
+    when it lasts: an activity it escapes from fails at once instead of after its retry
+    policy's attempts (the policies live in the workflow, which cannot know every errno).
+    ``psych serve`` answers it after the same judgement (``_problems.problem_of``).
 
     Attributes:
-        ref: what was read or written: a blob's ref, a Version's hash, a token record's key.
+        ref: what was read or written: a blob's ref, a Version's hash, a token record's key
+            (empty for a listing of Versions).
         errno_name: the errno's symbol (``ENOSPC``), or the exception's type without one.
         lasting: as said.
     """
@@ -59,10 +71,20 @@ class LocalStoreFailed(StoreUnavailable):
     def __init__(
         self, message: str, *, ref: str, errno_name: str, lasting: bool, detail: str = ""
     ) -> None:
-        super().__init__(message, detail=detail)
+        super().__init__(message, type=ErrorType.LOCAL_STORE_FAILED, non_retryable=lasting)
+        # Said as a StoreUnavailable is (an API's detail, the model's words, psych's error
+        # line), not as ApplicationError says itself ("LocalStoreFailed: <message>").
+        self.args = (message,)
+        self.detail = detail
         self.ref = ref
         self.errno_name = errno_name
         self.lasting = lasting
+
+    @property
+    def full(self) -> bool:
+        """Whether the disk or the store's quota is full (``ENOSPC``, ``EDQUOT``): it passes
+        once space is freed, by someone, not by itself within a client's retries."""
+        return self.errno_name in _FULL
 
 
 @contextmanager

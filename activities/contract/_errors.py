@@ -36,6 +36,11 @@ class ErrorType(StrEnum):
     LOCAL_RESULT_TOO_LARGE = "LocalResultTooLarge"
     """A local tool call's outcome is over its ``SlimCodeToolCall.local_bytes``: the
     workflow runs the call again as an activity (it is safe to repeat)."""
+    LOCAL_STORE_FAILED = "LocalStoreFailed"
+    """A local store's disk refused a read or a write (``LocalStoreFailed``, a
+    ``StoreUnavailable``; before it was an ``ApplicationError`` it travelled under its class
+    name, this same value). Non-retryable when its errno lasts (``lasting``: a read-only
+    or unwritable directory), which no retry on this worker mends."""
     MCP_CONSENT_REQUIRED = "McpConsentRequired"
     """An MCP server needs a person's consent (``authorization_code``); details are an
     ``McpConsent``. The request never reached the server's tool: the Run suspends and

@@ -19,6 +19,7 @@ def test_error_type_values_never_change() -> None:
         "LOCAL_CALL_HOOKED": "LocalCallHooked",
         "LOCAL_CALL_TIMED_OUT": "LocalCallTimedOut",
         "LOCAL_RESULT_TOO_LARGE": "LocalResultTooLarge",
+        "LOCAL_STORE_FAILED": "LocalStoreFailed",
         "MCP_CONSENT_REQUIRED": "McpConsentRequired",
         "MCP_UNREACHABLE": "McpUnreachable",
         "MODEL_CALL_FAILED": "ModelCallFailed",

@@ -13,12 +13,21 @@ goes; the tests run as root, so a permission bit would refuse nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.testing import ActivityEnvironment
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.worker import Worker
 
 from psych_runtime.activities import (
     FileVersionStore,
@@ -28,10 +37,11 @@ from psych_runtime.activities import (
     TokenKey,
 )
 from psych_runtime.activities.blobs import LocalBlobStore, LocalStoreFailed
-from psych_runtime.activities.contract import VersionPublishInput
+from psych_runtime.activities.contract import VERSION_PUBLISH, VersionPublishInput
 from psych_runtime.activities.mcp import McpActivities
 from psych_runtime.activities.versions import VersionActivities
 from psych_runtime.specs import AgentBuilder, AgentSpec, McpOAuth, McpServer, Version
+from psych_runtime.workers import PsychPlugin
 from tests.activities.test_mcp import call
 from tests.activities.test_mcp_oauth import oauth_server  # noqa: F401 (a fixture)
 from tests.mcp.oauth_fixture import OAuthMcpServer
@@ -137,3 +147,80 @@ async def test_an_mcp_call_whose_token_store_refuses_fails_naming_the_record(
         await mcp.aclose()
     assert "the local token store failed (" in str(caught.value), caught.value
     says_nothing_of(caught.value, tmp_path)
+
+
+@workflow.defn(name="PublishOnce", sandboxed=False)
+class _PublishOnce:
+    """``psych.version.publish`` under the retry policy the Runs give it (three attempts)."""
+
+    @workflow.run
+    async def run(self, spec: AgentSpec) -> str:
+        try:
+            await workflow.execute_activity(
+                VERSION_PUBLISH,
+                VersionPublishInput(run_id="r1", spec=spec),
+                result_type=Version,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    initial_interval=timedelta(milliseconds=50),
+                    backoff_coefficient=1.0,
+                ),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            state = err.retry_state.name if err.retry_state is not None else None
+            if not isinstance(cause, ApplicationError):
+                return f"not an ApplicationError: {cause!r}"
+            return f"{cause.type} {cause.non_retryable} {state}: {cause.message}"
+        return "published"
+
+
+class _Counted(FileVersionStore):
+    """A version store whose disk fails every write with ``code``, counting the attempts."""
+
+    def __init__(self, root: Path, code: int) -> None:
+        super().__init__(root)
+        self.code = code
+        self.attempts = 0
+
+    def _write(self, version: Version, path: Path, *, replace: bool) -> bool:
+        self.attempts += 1
+        raise OSError(self.code, os.strerror(self.code), str(path))
+
+
+@pytest.mark.parametrize(
+    ("code", "attempts", "ends"),
+    [
+        (errno.EROFS, 1, "LocalStoreFailed True NON_RETRYABLE_FAILURE"),
+        (errno.ENOSPC, 3, "LocalStoreFailed False MAXIMUM_ATTEMPTS_REACHED"),
+    ],
+    ids=["EROFS", "ENOSPC"],
+)
+async def test_an_activity_whose_disk_refuses_for_good_is_not_retried(
+    dev_env: WorkflowEnvironment, tmp_path: Path, code: int, attempts: int, ends: str
+) -> None:
+    # Until 12-06 LocalStoreFailed left its activity as a plain exception, retryable: a
+    # read-only directory was written again as often as the policy allowed (a tool's
+    # catalogue: five times), though a model call failing on it already failed not
+    # transient (``classify``). A full disk may be freed meanwhile: retried as before.
+    client = await Client.connect(
+        dev_env.client.service_client.config.target_host,
+        namespace=dev_env.client.namespace,
+        plugins=[PsychPlugin()],
+    )
+    store = _Counted(tmp_path / "versions", code)
+    spec = child_spec()
+    queue = f"publish-{code}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[_PublishOnce],
+        activities=VersionActivities(store).activities(),
+    ):
+        said = await client.execute_workflow(
+            _PublishOnce.run, spec, id=f"publish-once-{code}-{uuid.uuid4()}", task_queue=queue
+        )
+    assert said.startswith(f"{ends}: Version {Version.of(spec).hash} cannot be published")
+    assert store.attempts == attempts
+    assert str(tmp_path) not in said
