@@ -98,12 +98,13 @@ async def test_a_push_store_that_fails_names_no_directory(
                 ListTaskPushNotificationConfigsRequest(task_id=sent.task.id)
             )
     # Since 37a79e4 the local store's disk error is a StoreUnavailable naming the record and
-    # the errno, answered as REST answers a store that does not answer; never its path.
+    # the errno, answered as REST answers it; never its path. A directory on a file's path
+    # lasts: the server's 500 store-failed (until 12-06 a 503 store-unavailable, "retry").
     assert str(tmp_path) not in failed.value.message
     assert failed.value.message.endswith(
         "cannot be read: the local token store failed (ENOTDIR: Not a directory)"
     )
-    assert failed.value.data == {"type": "urn:psych:problem:store-unavailable", "status": "503"}
+    assert failed.value.data == {"type": "urn:psych:problem:store-failed", "status": "500"}
 
 
 async def test_a_task_no_worker_answers_for_is_an_internal_error_saying_so(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -349,25 +351,70 @@ async def test_a_version_store_that_does_not_answer_is_a_503_naming_no_endpoint(
     assert nobody not in run.text and "versions-bucket" not in run.text
 
 
-async def test_a_version_store_whose_disk_refuses_is_a_503_naming_no_directory(
+async def test_a_version_store_whose_disk_refuses_for_good_is_a_500_naming_no_directory(
     tmp_path: Path,
 ) -> None:
     # 37a79e4: the local store's disk error is LocalStoreFailed, a StoreUnavailable, no
     # longer a SpecError (422 invalid-spec, "cannot make the version store directory
-    # <root>: ...", as if the caller's Spec were at fault).
+    # <root>: ...", as if the caller's Spec were at fault). Until 12-06 every one was a 503
+    # store-unavailable, which tells a client to send it again: a directory on a file's
+    # path refuses every request until the server's deployment is mended.
     (tmp_path / "file").write_bytes(b"not a directory")
     store = FileVersionStore(tmp_path / "file" / "versions")
     async with api(tmp_path, versions=store) as http:
         published = await http.post(
             "/v1/versions", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
         )
-    problem = assert_problem(published, 503)
-    assert problem["type"] == "urn:psych:problem:store-unavailable"
+    problem = assert_problem(published, 500)
+    assert problem["type"] == "urn:psych:problem:store-failed"
     assert problem["detail"] == (
         f"Version {Version.of(SPEC).hash} cannot be published: the local version store failed "
         "(ENOTDIR: Not a directory)"
     )
     assert str(tmp_path) not in published.text
+
+
+class _FailingWrites(FileVersionStore):
+    """A version store whose disk fails every write with ``code``."""
+
+    def __init__(self, root: Path, code: int) -> None:
+        super().__init__(root)
+        self.code = code
+
+    def _write(self, version: Version, path: Path, *, replace: bool) -> bool:
+        raise OSError(self.code, os.strerror(self.code), str(path))
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind", "said"),
+    [
+        (errno.ENOSPC, 507, "store-full", "ENOSPC: No space left on device"),
+        (errno.EDQUOT, 507, "store-full", "EDQUOT: Disk quota exceeded"),
+        (errno.EIO, 503, "store-unavailable", "EIO: Input/output error"),
+        (errno.EROFS, 500, "store-failed", "EROFS: Read-only file system"),
+    ],
+    ids=["ENOSPC", "EDQUOT", "EIO", "EROFS"],
+)
+async def test_a_version_store_whose_disk_fails_is_answered_after_its_errno(
+    tmp_path: Path, code: int, status: int, kind: str, said: str
+) -> None:
+    # Until 12-06 each was a 503 store-unavailable: a full disk is freed by someone, not
+    # within a client's retries (507 says not to repeat the request of itself), a
+    # read-only one never by itself; an I/O error may pass (a shared volume back).
+    store = _FailingWrites(tmp_path / "versions", code)
+    async with api(tmp_path, versions=store) as http:
+        published = await http.post(
+            "/v1/versions", json={"spec": spec_to_data(SPEC)}, headers=bearer(ACME_KEY)
+        )
+    problem = assert_problem(published, status)
+    assert problem["type"] == f"urn:psych:problem:{kind}"
+    assert status != 507 or problem["title"] == "Insufficient storage"
+    assert problem["detail"] == (
+        f"Version {Version.of(SPEC).hash} cannot be published: the local version store failed "
+        f"({said})"
+    )
+    assert str(tmp_path) not in published.text
+    assert "Retry-After" not in published.headers
 
 
 async def test_a_payload_json_cannot_carry_is_refused_not_sent_as_null(tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ that does not open, damaged or sealed under other keys), Temporal's
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
-answer; its message names what was asked and the store's kind, never where it is),
+answer; its message names what was asked and the store's kind, never where it is; a local
+store's disk error, ``LocalStoreFailed``, after its errno: a full disk or quota is 507
+``store-full``, one that lasts, a read-only or unwritable directory, the server's 500
+``store-failed``, any other 503 ``store-unavailable``),
 ``Unauthorized`` (401; ``IssuerUnavailable``, a JWT whose issuer's keys could not be read,
 503 with ``Retry-After``: when they are fetched again) and ``NotPublisher`` (403); anything
 else is a 500 ``internal`` problem that says nothing of it (the server logs it). A
@@ -35,6 +38,7 @@ from starlette.exceptions import HTTPException
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities.blobs import LocalStoreFailed
 from psych_runtime.specs import (
     AccessDenied,
     BadCursor,
@@ -70,6 +74,7 @@ _TITLES = {
     422: "Invalid request",
     500: "Internal error",
     503: "Unavailable",
+    507: "Insufficient storage",
 }
 
 
@@ -168,6 +173,14 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
             return Problem(403, str(err), "not-publisher")
         case PermitsUnavailable():
             return Problem(503, str(err), "permits-unavailable")
+        case LocalStoreFailed() if err.full:
+            # It passes once someone frees space, not within a client's retries: 507, which
+            # says not to repeat the request of itself (RFC 4918 11.5), unlike a 503.
+            return Problem(507, str(err), "store-full")
+        case LocalStoreFailed() if err.lasting:
+            # Read-only, permission refused, not a directory: the server's to mend, and sent
+            # again the request fails again (a 503 would tell the client to retry).
+            return Problem(500, str(err), "store-failed")
         case StoreUnavailable():
             # Sent again once the store answers, it may succeed (a 409 would say it cannot).
             return Problem(503, str(err), "store-unavailable")
