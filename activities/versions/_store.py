@@ -161,10 +161,22 @@ class FileVersionStore:
 
     def hashes(self) -> list[str]:
         """The hash of every stored Version, sorted (read off the file names: what lists
-        the published agents, ``psych serve``'s A2A cards)."""
-        if not self.root.is_dir():
-            return []
-        digests = (path.stem for path in self.root.glob("*.json"))
+        the published agents, ``psych serve``'s A2A cards); none while the directory does
+        not exist (nothing published yet).
+
+        Raises:
+            LocalStoreFailed: the directory cannot be listed (a file on its path, one
+                another user owns, an I/O error), as ``publish`` says: a listing that read
+                empty would serve no agent, saying nothing of why.
+        """
+        what = "the Versions cannot be listed"
+        with disk_answering(what, "", os.fspath(self.root), kind=STORE_KIND):
+            try:
+                with os.scandir(self.root) as entries:
+                    names = [entry.name for entry in entries]
+            except FileNotFoundError:
+                return []
+        digests = (name.removesuffix(".json") for name in names if name.endswith(".json"))
         return sorted(f"sha256:{d}" for d in digests if is_digest(d))
 
     def get(self, version_hash: str) -> Version:

@@ -18,6 +18,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import Parse
 from google.protobuf.struct_pb2 import Value
 
+from psych_runtime.activities.blobs import LocalStoreFailed
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, Version, WorkflowBuilder
 from psych_runtime.workers.serve.a2a import AgentCatalogue, agent_card, instructions_summary
@@ -299,3 +300,24 @@ def test_the_approval_convention(said: Said, expected: Decision) -> None:
 def test_anything_else_is_no_decision(said: Said) -> None:
     with pytest.raises(InvalidParamsError, match="reply 'approve' or 'deny'"):
         decision(said)
+
+
+async def test_a_directory_that_cannot_be_listed_fails_the_lookup_not_reads_as_no_agent(
+    tmp_path: Path,
+) -> None:
+    # Until 12-06 the store's listing swallowed the error: a directory that could not be
+    # read listed no Version, and every agent was answered unknown (404), saying nothing
+    # of the store. A directory not made yet is no Version yet.
+    root = tmp_path / "versions"
+    assert FileVersionStore(root).hashes() == []
+    root.write_bytes(b"a file where the directory goes")
+    catalogue = AgentCatalogue(FileVersionStore(root), rescan_seconds=0)
+    with pytest.raises(LocalStoreFailed) as caught:
+        await catalogue.latest("helper")
+    assert str(caught.value) == (
+        "the Versions cannot be listed: the local version store failed (ENOTDIR: Not a directory)"
+    )
+    assert caught.value.lasting and str(tmp_path) not in str(caught.value)
+    root.unlink()
+    published = FileVersionStore(root).publish(helper().build())
+    assert await catalogue.latest("helper") == published

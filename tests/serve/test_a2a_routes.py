@@ -178,3 +178,39 @@ async def test_a_version_store_that_does_not_answer_is_an_internal_error_naming_
     # The card's route, as REST answers it.
     assert card_asked.status_code == 503
     assert card_asked.json()["type"] == "urn:psych:problem:store-unavailable"
+
+
+async def test_a_version_directory_that_cannot_be_listed_is_the_servers_500_not_no_agent(
+    tmp_path: Path,
+) -> None:
+    # Until 12-06 the local store's listing read as empty: the card 404 "no agent helper",
+    # a message to it refused as the caller's mistake, the store's fault said nowhere.
+    (tmp_path / "file").write_bytes(b"not a directory")
+    store = FileVersionStore(tmp_path / "file" / "versions")
+    version = FileVersionStore(tmp_path / "elsewhere").publish(
+        AgentBuilder("helper").model("m").build()
+    )
+    async with (
+        served(tmp_path, versions=store) as (base, _),
+        httpx.AsyncClient(headers=bearer(ACME_KEY), timeout=30) as http,
+    ):
+        card_asked = await http.get(f"{base}/a2a/helper/.well-known/agent-card.json")
+        config = ClientConfig(
+            streaming=False,
+            httpx_client=http,
+            supported_protocol_bindings=[TransportProtocol.JSONRPC.value],
+        )
+        client = ClientFactory(config).create(agent_card(version, f"{base}/a2a/helper", jwt=False))
+        message = Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hi")])
+        with pytest.raises(InternalError) as failed:
+            async for _ in client.send_message(SendMessageRequest(message=message)):
+                pass
+    said = (
+        "the Versions cannot be listed: the local version store failed (ENOTDIR: Not a directory)"
+    )
+    assert card_asked.status_code == 500, card_asked.text
+    assert card_asked.json()["type"] == "urn:psych:problem:store-failed"
+    assert card_asked.json()["detail"] == said
+    assert failed.value.message.endswith(said)
+    assert failed.value.data == {"type": "urn:psych:problem:store-failed", "status": "500"}
+    assert str(tmp_path) not in card_asked.text + failed.value.message
