@@ -58,6 +58,7 @@ from psych_runtime.workflows.client._client_report import RunReporting
 from psych_runtime.workflows.client._client_stream import RunStreaming
 from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
+from psych_runtime.workflows.client._same_input import check_same_input
 from psych_runtime.workflows.client._unsettled import REJECT_CLOSED, closed_state, failure_reason
 from psych_runtime.workflows.contract._contract import (
     QUERY_RECORDS,
@@ -162,6 +163,10 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
 
         Raises:
             ValidationFailed: with every problem found.
+            StoreUnavailable: the version store did not answer (S3: its message names the
+                Version by hash, the endpoint only in its ``detail``); a local store's disk
+                refused: ``LocalStoreFailed``, one too (its ``lasting``: whether sending it
+                again can help before the directory is mended).
         """
         context = context or self.context
         if self.registry is not None:
@@ -282,8 +287,13 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 )
         if idempotency_key is None:
             return handle
-        await self._check_same_input(
-            workflow_id, idempotency_key, version, messages, continued.run if continued else None
+        await check_same_input(
+            self.temporal,
+            workflow_id,
+            idempotency_key,
+            version,
+            messages,
+            continued.run if continued else None,
         )
         if not self.search_attributes:
             return handle
@@ -312,43 +322,6 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 f"(a {state.kind} Run that has made no model call)"
             )
         return ThreadRef(run=workflow_id, head=state.conversation_ref)
-
-    async def _check_same_input(
-        self,
-        workflow_id: str,
-        key: str,
-        version: Version,
-        messages: tuple[str, ...],
-        thread: str | None,
-    ) -> None:
-        """Refuse when the Run ``key`` reached was started with other input.
-
-        The Run's input is the first event of its history, which the server answers
-        without a worker; on a Run this dispatch has just started it is this input.
-        """
-        handle = self.temporal.get_workflow_handle(workflow_id)
-        started = None
-        async for event in handle.fetch_history_events(page_size=1):
-            started = event.workflow_execution_started_event_attributes
-            break
-        if started is None or not started.input.payloads:
-            raise PsychError(f"Run {workflow_id} has no input in its history to compare with")
-        input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput
-        (first,) = await self.temporal.data_converter.decode(
-            started.input.payloads[:1], [input_type]
-        )
-        if first.version.hash != version.hash:
-            what = f"Version {first.version.hash}, this dispatch {version.hash}"
-        elif tuple(first.messages) != messages:
-            what = "other messages"
-        elif (first.thread.run if first.thread else None) != thread:
-            what = "another thread"
-        else:
-            return
-        raise PsychError(
-            f"idempotency key {key!r} already started Run {workflow_id} with another input "
-            f"({what}); a key names one dispatch, so new input needs a new key"
-        )
 
     def _handle(
         self, run: RunHandle | str, scope: Scope, execution: str | None = None
