@@ -416,6 +416,53 @@ async def answer_cut_off(rig: Rig) -> RunHandle:
     return await answer_cut_off_before_patch(rig)
 
 
+async def answer_cut_off_stopped_before_patch(rig: Rig) -> RunHandle:
+    """A final answer cut at the model's output limit in the last turn ``max_turns`` allows,
+    with a follow-up waiting for it (sent while the turn before's tool ran): the Run stops
+    STOPPED keeping the cut answer, recorded before psych-cut-answer-stopped-named: its
+    reason says only ``max_turns``."""
+    GATES.clear()
+    spec = rig.agent("shop").tool("fetch").limits(max_turns=2).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("fetch", {"item": "book"})),
+        Reply.text("The book costs 11 EUR and ships", cut_off=True),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Price of the book?", scope=SCOPE)
+        gate = await rig.started("fetch")
+        await rig.client.steer(run, "And shipping?", scope=SCOPE, mode="follow_up")
+        gate.open.set()
+        await rig.settle(run)
+    return run
+
+
+async def answer_cut_off_stopped(rig: Rig) -> RunHandle:
+    """The same, behind psych-cut-answer-stopped-named: the reason names the cut too."""
+    return await answer_cut_off_stopped_before_patch(rig)
+
+
+async def workflow_step_cut_off_before_patch(rig: Rig) -> RunHandle:
+    """A workflow's agent step whose answer is cut at the model's output limit; the next
+    agent step reads it. Recorded before psych-workflow-cut-step-named: completed, its
+    reason "completed: 2 steps"."""
+    spec = (
+        _workflow(rig, "drafting")
+        .agent_step("draft", rig.agent("drafter").instructions("Draft.").build())
+        .agent_step("review", rig.agent("reviewer").instructions("Review.").build())
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.text("Dear Ada, your order", cut_off=True), Reply.text("The draft stops short.")
+    )
+    return await rig.run(spec, "Write to Ada")
+
+
+async def workflow_step_cut_off(rig: Rig) -> RunHandle:
+    """The same, behind psych-workflow-cut-step-named: the step's record and the Run's
+    reason name the cut step."""
+    return await workflow_step_cut_off_before_patch(rig)
+
+
 async def _refund_support(rig: Rig, *replies: Reply) -> RunHandle:
     """The support agent (``lookup_order`` and an HTTP POST ``refund`` tool) on a loopback
     API, answering ``replies`` to "Refund order 42"."""
@@ -3210,6 +3257,14 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", answer_cut_off_before_patch),
     # ... and behind psych-cut-answer-named: the Run's reason says the answer is cut
     ("dev", answer_cut_off),
+    # a cut answer in the last turn, a follow-up waiting: STOPPED max_turns before the patch
+    ("dev", answer_cut_off_stopped_before_patch),
+    # ... and behind psych-cut-answer-stopped-named: the reason names the cut too
+    ("dev", answer_cut_off_stopped),
+    # a workflow's agent step cut short: "completed: 2 steps" before the patch
+    ("dev", workflow_step_cut_off_before_patch),
+    # ... and behind psych-workflow-cut-step-named: the step record and reason name it
+    ("dev", workflow_step_cut_off),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
