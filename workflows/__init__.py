@@ -87,6 +87,7 @@ from psych_runtime.workflows.contract._records import (
     TurnStarted,
     Undelivered,
 )
+from psych_runtime.workflows.contract._status import answer_cut_short
 from psych_runtime.workflows.features._spawn_compose import is_spawned
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
 from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
@@ -179,6 +180,7 @@ __all__ = [
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",
+    "answer_cut_short",
     "closed_without_settling",
     "is_spawned",
     "parse_workflow_id",

@@ -458,8 +458,8 @@ async def workflow_step_cut_off_before_patch(rig: Rig) -> RunHandle:
 
 
 async def workflow_step_cut_off(rig: Rig) -> RunHandle:
-    """The same, behind psych-workflow-cut-step-named: the step's record and the Run's
-    reason name the cut step."""
+    """The same, behind psych-workflow-cut-step-named (its marker as the first step's
+    child ends): the Run's reason names the cut step."""
     return await workflow_step_cut_off_before_patch(rig)
 
 
@@ -3263,7 +3263,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", answer_cut_off_stopped),
     # a workflow's agent step cut short: "completed: 2 steps" before the patch
     ("dev", workflow_step_cut_off_before_patch),
-    # ... and behind psych-workflow-cut-step-named: the step record and reason name it
+    # ... and behind psych-workflow-cut-step-named: the Run's reason names the step
     ("dev", workflow_step_cut_off),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)

@@ -121,6 +121,16 @@ PATCHES: dict[str, str] = {
     # before completed as "answered". Asked only for such an answer, after the model
     # call's activity (never a local one) resolves.
     "psych-cut-answer-named": "0.1.0",
+    # A cut final answer a stopped Run keeps (input waited for a turn max_turns or
+    # max_steps left none for) is named in its reason too (kernel/_turns.py ``_kept_cut``);
+    # a Run recorded before said only the bound. Asked only for such an answer, after the
+    # model call's activity resolves.
+    "psych-cut-answer-stopped-named": "0.1.0",
+    # A workflow's agent (or nested workflow) step whose output is an answer cut at the
+    # model's output limit is named in the workflow's reason (runs/_workflow_run.py,
+    # ``_child_step``); a Run recorded before said "completed: N steps". Asked only for
+    # such a step, as its child's end arrives.
+    "psych-workflow-cut-step-named": "0.1.0",
     # A Run settling while its person has not answered an A2A peer's question asks the peer
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.

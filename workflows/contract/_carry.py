@@ -148,6 +148,9 @@ class RunCarry(JsonWithoutDefaults):
     held: tuple[str, ...] = ()
     """A WorkflowRun's stored results its steps' children handed back (``RunView.held``),
     for its later steps to read and hand on."""
+    cut_steps: tuple[str, ...] = ()
+    """A WorkflowRun's steps done whose output is an answer cut at the model's output
+    limit, in step order, for the Run's reason (``runs/_step_output.cut_note``)."""
     consents_refused: dict[str, str] = Field(default_factory=dict)
     """MCP server -> why a person refused its consent in this Run (``Suspensions``): the
     executions after the cut do not ask again, nor offer its tools."""

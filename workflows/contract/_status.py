@@ -68,6 +68,20 @@ class RunStatus(StrEnum):
         return self not in (RunStatus.RUNNING, RunStatus.SUSPENDED)
 
 
+CUT_SHORT = "cut short: the model stopped at its output token limit"
+"""What a Run's reason says of an answer it keeps that the model cut at its output limit
+(``finish_reason: length``): its own final answer, or a workflow step's output."""
+CUT_HINT = "(finish_reason length; raise the model's max_output_tokens)"
+"""What follows ``CUT_SHORT`` in a reason: how to get the whole answer."""
+
+
+def answer_cut_short(reason: str | None) -> bool:
+    """Whether a settled Run's ``reason`` says an answer it keeps was cut at the model's
+    output limit (``CUT_SHORT``): its final answer (completed, or stopped by a bound with
+    input still waiting for a turn), or a workflow step's output."""
+    return reason is not None and CUT_SHORT in reason
+
+
 class SuspensionReason(StrEnum):
     """What one pending item waits for. The one definition of the reasons: the values are
     wire strings (recorded histories, the ``PsychSuspension`` search attribute, the plain

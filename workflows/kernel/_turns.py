@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStarted,
         Undelivered,
     )
+    from psych_runtime.workflows.contract._status import CUT_HINT, CUT_SHORT
     from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._catalog import resolve
@@ -196,6 +197,7 @@ class TurnLoop(ToolBatches):
                     # No turn is left for the input: the Run stops here, as it would at
                     # the next boundary, keeping this answer (the input is undelivered).
                     spent.answer = result.text
+                    spent.reason += _kept_cut(result)
                     return spent
                 continue
             if self._past_deadline():
@@ -427,10 +429,7 @@ class TurnLoop(ToolBatches):
         continuing.restore_features(self._features, carry)
 
 
-CUT_ANSWER = (
-    "answered, cut short: the model stopped at its output token limit "
-    "(finish_reason length; raise the model's max_output_tokens)"
-)
+CUT_ANSWER = f"answered, {CUT_SHORT} {CUT_HINT}"
 """A Run's reason when its final answer was cut at the model's output limit."""
 
 
@@ -442,6 +441,16 @@ def _answered(result: ModelCallResult) -> str:
     if result.finish_reason == "length" and workflow.patched("psych-cut-answer-named"):
         return CUT_ANSWER
     return "answered"
+
+
+def _kept_cut(result: ModelCallResult) -> str:
+    """What a stopped Run's reason adds when the answer it keeps (input waited for a turn
+    none was left for) was cut at the model's output limit: that it is cut, as a completed
+    Run's reason says. Asked only for such an answer, after the model call's activity (a
+    Run recorded before said nothing; history ``answer_cut_off_stopped_before_patch``)."""
+    if result.finish_reason == "length" and workflow.patched("psych-cut-answer-stopped-named"):
+        return f"; the answer kept was {CUT_SHORT} {CUT_HINT}"
+    return ""
 
 
 def _steps_taken(max_steps: int) -> str:

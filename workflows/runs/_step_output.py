@@ -1,5 +1,5 @@
-"""What a WorkflowRun's tool step gives its later steps and its outputs, and the bound on
-its outputs' size."""
+"""What a WorkflowRun's tool step gives its later steps and its outputs, the bound on its
+outputs' size, and what its reason says of outputs cut at a model's output limit."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import well_formed
+    from psych_runtime.workflows.contract._status import CUT_HINT, CUT_SHORT
     from psych_runtime.workflows.kernel._run_base import RunBase
 
 MAX_OUTPUTS_BYTES = 1024 * 1024
@@ -96,3 +97,15 @@ def _well_formed(value: Any) -> Any:
     if isinstance(value, list):
         return [_well_formed(v) for v in value]
     return value
+
+
+def cut_note(steps: tuple[str, ...]) -> str:
+    """What a completed WorkflowRun's reason adds for ``steps``, the agent (or nested
+    workflow) steps whose output is an answer cut at the model's output limit: the steps
+    kept it, and their later steps read it, so the reason says so (empty: none was)."""
+    if not steps:
+        return ""
+    names = ", ".join(repr(step) for step in steps)
+    if len(steps) == 1:
+        return f"; the output of step {names} was {CUT_SHORT} {CUT_HINT}"
+    return f"; the outputs of steps {names} were {CUT_SHORT} {CUT_HINT}"

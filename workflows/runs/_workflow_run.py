@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
     )
     from psych_runtime.workflows.contract._records import RunAdmitted, RunStatus, StepKind
+    from psych_runtime.workflows.contract._status import answer_cut_short
     from psych_runtime.workflows.features import FEATURES
     from psych_runtime.workflows.kernel import _continue as continuing
     from psych_runtime.workflows.kernel._activity_calls import runs_local
@@ -57,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._outcome import Outcome, Stop
     from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._wind_down import take_totals, wind_down
-    from psych_runtime.workflows.runs._step_output import step_output
+    from psych_runtime.workflows.runs._step_output import cut_note, step_output
     from psych_runtime.workflows.runs._step_records import StepRecords
 
 
@@ -96,6 +97,8 @@ class WorkflowRun(StepRecords):
         step that was not a local activity ended (``_step_ended``)."""
         self._local_steps = 0
         """Steps run as local activities since that read."""
+        self._cut_steps: tuple[str, ...] = ()
+        """The steps done whose output is an answer cut at the model's output limit."""
 
     @workflow.run
     async def run(self, *args: Any) -> RunResult:
@@ -224,7 +227,8 @@ class WorkflowRun(StepRecords):
             # It came while the last step ran to its end (a call that cannot be cancelled
             # finishes): the Run settles ABORTED, as after any other step.
             self.check_abort()
-        return Outcome(RunStatus.COMPLETED, f"completed: {len(spec.steps)} steps")
+        done_note = f"completed: {len(spec.steps)} steps"
+        return Outcome(RunStatus.COMPLETED, done_note + cut_note(self._cut_steps))
 
     # --- continue-as-new between two steps (the mechanism is ``kernel/_continue.py``) ------
 
@@ -284,6 +288,7 @@ class WorkflowRun(StepRecords):
             features=continuing.features_carry(self._features),
             outputs=self._outputs,
             held=tuple(sorted(self._held)),
+            cut_steps=self._cut_steps,
             catalog=self._catalog,
             consents_refused=dict(self._suspensions.consents_refused),
         )
@@ -299,6 +304,7 @@ class WorkflowRun(StepRecords):
         self._outputs = dict(carry.outputs or {})
         self._count_outputs(self._outputs)
         self._held = set(carry.held)
+        self._cut_steps = carry.cut_steps
         self._suspensions.consents_refused.update(carry.consents_refused)
         continuing.restore_features(self._features, carry)
 
@@ -418,6 +424,12 @@ class WorkflowRun(StepRecords):
             self.check_abort()
             raise _StepFailed(too_large)
         if ok:
+            cut = answer_cut_short(result.reason)
+            if cut and workflow.patched("psych-workflow-cut-step-named"):
+                # The step keeps the cut answer, as its agent's Run does, and its later steps
+                # read it: the workflow's reason names it, as that Run's does. Asked only
+                # for such a step, as its child's end arrives (never a local activity's).
+                self._cut_steps = (*self._cut_steps, step.name)
             return output
         self.check_abort()
         if result.status is RunStatus.ABANDONED:
