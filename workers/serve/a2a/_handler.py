@@ -409,7 +409,7 @@ class PsychRequestHandler(RequestHandler):
             task_id=task.id, context_id=task.context_id, status=task.status
         )
         if state.status.terminal and state.answer:
-            return (answer_event(task.id, state.answer), status), state.last_seq
+            return (answer_event(task.id, state.answer, state.reason), status), state.last_seq
         return (status,), state.last_seq
 
     @answering

@@ -392,13 +392,13 @@ class TaskLister:
         async def read(task: Task, summary: RunSummary) -> None:
             async with gate:
                 try:
-                    answer = await self._answer(scope, summary)
+                    answer, reason = await self._answer(scope, summary)
                 except (PsychError, RPCError) as err:
                     raise internal_error(
                         err, f"the answer of task {task.id} could not be read"
                     ) from err
             if answer:
-                task.artifacts.append(answer_artifact(answer))
+                task.artifacts.append(answer_artifact(answer, reason))
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -410,9 +410,10 @@ class TaskLister:
             # group itself said only "unhandled errors in a TaskGroup".
             raise failed.exceptions[0] from failed
 
-    async def _answer(self, scope: Scope, summary: RunSummary) -> str | None:
-        """The answer of a listed Run that settled: its result once its workflow closed
-        (the result of the execution listed, not followed: one an operator reset since
+    async def _answer(self, scope: Scope, summary: RunSummary) -> tuple[str | None, str | None]:
+        """The answer of a listed Run that settled, and its reason (``answer_artifact``
+        marks an answer cut short): its result once its workflow closed (the result of
+        the execution listed, not followed: one an operator reset since
         runs on in a new execution, whose result would be waited for as long as it runs;
         a Run whose workflow was cancelled: its state, read within the query timeout,
         not ``result``'s own ``CANCELLED_STATE_TIMEOUT``); before (its status shows first,
@@ -423,7 +424,7 @@ class TaskLister:
             state = await self.client.status(
                 summary.workflow_id, scope=scope, query_timeout=self.query_timeout
             )
-            return state.answer
+            return state.answer, state.reason
         result = await self.client.result(
             summary.workflow_id,
             scope=scope,
@@ -431,7 +432,7 @@ class TaskLister:
             # The execution listed: a settled Run reset since runs on in another.
             execution=summary.execution,
         )
-        return result.answer
+        return result.answer, result.reason
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
         """How many of the agent's tasks are in state ``wanted`` (None: any), as

@@ -53,6 +53,7 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionReason,
     TokenDelta,
+    answer_cut_short,
     closed_without_settling,
 )
 
@@ -158,15 +159,22 @@ def ask_message(task_id: str, pending: Pending) -> Message:
     return agent_message(task_id, f"ask.{pending.id}", text, {"pending": item})
 
 
-def answer_artifact(answer: str) -> Artifact:
-    """The artifact of a Run's final answer."""
-    return Artifact(artifact_id=ANSWER_ARTIFACT, name="answer", parts=[Part(text=answer)])
+def answer_artifact(answer: str, reason: str | None) -> Artifact:
+    """The artifact of a Run's final answer, settled for ``reason``: one the model cut at
+    its output limit carries ``{"cut_short": true}`` as metadata (``answer_cut_short``)."""
+    artifact = Artifact(artifact_id=ANSWER_ARTIFACT, name="answer", parts=[Part(text=answer)])
+    if answer_cut_short(reason):
+        artifact.metadata.update({"cut_short": True})
+    return artifact
 
 
-def answer_event(task_id: str, answer: str) -> TaskArtifactUpdateEvent:
+def answer_event(task_id: str, answer: str, reason: str | None) -> TaskArtifactUpdateEvent:
     """The event that gives a task its final answer (sent before its terminal status)."""
     return TaskArtifactUpdateEvent(
-        task_id=task_id, context_id=task_id, artifact=answer_artifact(answer), last_chunk=True
+        task_id=task_id,
+        context_id=task_id,
+        artifact=answer_artifact(answer, reason),
+        last_chunk=True,
     )
 
 
@@ -177,7 +185,10 @@ def _status(
     state = task_state(status, bool(asking))
     if asking and status is RunStatus.SUSPENDED:
         return TaskStatus(state=state, message=ask_message(task_id, asking[0]))
-    if status.terminal and status is not RunStatus.COMPLETED and reason:
+    cut = answer_cut_short(reason)
+    if status.terminal and reason and (status is not RunStatus.COMPLETED or cut):
+        # A completed task says why only when its answer is cut short: the peer must not
+        # take a cut text for the whole one (its artifact says so too).
         return TaskStatus(state=state, message=agent_message(task_id, "settled", reason))
     return TaskStatus(state=state)
 
@@ -189,7 +200,7 @@ def task_of(state: RunState) -> Task:
         id=task_id,
         context_id=task_id,
         status=_status(task_id, state.status, state.reason, state.pending),
-        artifacts=[answer_artifact(state.answer)] if state.answer else [],
+        artifacts=[answer_artifact(state.answer, state.reason)] if state.answer else [],
         metadata=_struct({"agent": state.agent, "version_hash": state.version_hash}),
     )
 
@@ -418,7 +429,7 @@ async def task_events(
                     return
             elif isinstance(item, RunSettled):
                 if item.answer:
-                    yield answer_event(task_id, item.answer)
+                    yield answer_event(task_id, item.answer, item.reason)
                 yield status(_status(task_id, item.status, item.reason, ()))
                 return
     # The stream ended without a RunSettled after ``after``: the Run had settled before
@@ -430,7 +441,7 @@ async def task_events(
         state = None
     if state is not None and state.status.terminal:
         if state.answer:  # as a RunSettled read in the stream gives it
-            yield answer_event(task_id, state.answer)
+            yield answer_event(task_id, state.answer, state.reason)
         yield status(_status(task_id, state.status, state.reason, ()))
         return
     if await runs_on(client, workflow_id):
@@ -461,7 +472,7 @@ async def _cut_short(
     state = await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
     if state.status.terminal:
         if state.answer:
-            yield answer_event(task_id, state.answer)
+            yield answer_event(task_id, state.answer, state.reason)
         status = _status(task_id, state.status, state.reason, ())
         yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
 
