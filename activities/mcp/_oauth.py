@@ -47,6 +47,7 @@ from psych_runtime.activities.mcp._registration import (
     registration_key,
     registration_of,
 )
+from psych_runtime.activities.mcp._stored_registration import put_back
 from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore
@@ -107,6 +108,9 @@ class StoredTokens(TokenStorage):
         self.client = client
         self.registration = registration
         self.registering = registering
+        if registering is not None and store is not None and registration is not None:
+            # A client the flow drops whose deletion failed for now: kept for a later try.
+            registering.keep = lambda dropped: put_back(store, registration, [dropped], registering)
         self.metadata: OAuthMetadata | None = None
         """The issuing server's metadata, read with the token (or set before storing it)."""
         self._memory: bytes | None = None

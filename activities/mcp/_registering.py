@@ -16,7 +16,9 @@ own, each through the tenant's egress as the registration went.
   unused (another worker's registration was stored first); ``Registering.retire`` a
   stored client a registration replaced (registered for less scope than asked), with the
   management stored with it, once its grace has passed (``_retiring``,
-  ``_stored_registration.retire_due``), telling whether a failure is worth a later try.
+  ``_stored_registration.retire_due``), telling whether a failure is worth a later try;
+  a dropped client (unused, unusable) whose deletion failed for now is handed to ``keep``
+  for a later flow to try again.
 - ``Registering.probe`` asks the token endpoint whether it still knows a stored client
   (``_registration.still_known``).
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx2
@@ -37,6 +39,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from psych_runtime.activities.egress import PURPOSE, Egress, Purpose
+from psych_runtime.activities.mcp._retiring import RETIRE_ATTEMPTS, Retiring, unused
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +95,10 @@ class Registering:
     """Now, in ``time.time()`` seconds (whether a probe mark has expired, ``_untrusted``;
     when a client was replaced and whether its grace has passed, ``_retiring``; tests
     inject theirs)."""
+    keep: Callable[[Retiring], Awaitable[None]] | None = field(default=None, repr=False)
+    """Keeps a client this flow dropped, whose deletion failed for now, in the
+    registration's record for a later flow to try again (``_oauth.StoredTokens`` sets it:
+    ``_stored_registration.put_back``); None: no record (its deletion is tried once)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep
@@ -122,29 +129,22 @@ class Registering:
 
     async def _unusable_dropped(self, client_id: str) -> str:
         """Delete the unusable client ``client_id`` this flow registered (its answer's
-        management); what became of it, for the error."""
+        management; one failed for now kept for a later flow, ``_dropped``); what became
+        of it, for the error."""
         offered, self.offered = self.offered, None
         if offered is None:
             return "it stays registered there (its answer offered no RFC 7592 management)"
-        failed = await self._delete(offered)
-        if failed is None:
-            _log.info(
-                "deleted the unusable client %s of MCP server %r at the authorization server %s",
-                client_id or "(no client_id)",
-                self.server,
-                self.issuer,
-            )
-            return "it was deleted there (RFC 7592)"
-        _log.warning(
-            "the unusable client %s of MCP server %r stays registered at the authorization "
-            "server %s: deleting it at %s failed: %s",
-            client_id or "(no client_id)",
-            self.server,
-            self.issuer,
-            offered.uri,
-            failed.said,
+        named = (
+            f"the unusable client {client_id or '(no client_id)'} of MCP server "
+            f"{self.server!r} at the authorization server {self.issuer}"
         )
-        return f"it stays registered there: deleting it at {offered.uri} failed: {failed.said}"
+        failed, later = await self._dropped(named, offered)
+        if failed is None:
+            return "it was deleted there (RFC 7592)"
+        said = f"deleting it at {offered.uri} failed: {failed.said}"
+        if later:
+            return f"it stays registered there for now: {said}; a later consent flow tries again"
+        return f"it stays registered there: {said}"
 
     async def send(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` to the authorization server through the tenant's egress, as
@@ -205,22 +205,29 @@ class Registering:
         authorization server (RFC 7592 2.3: ``DELETE`` at its ``registration_client_uri``
         with its registration access token as the bearer), through the tenant's egress as
         the registration went. Best effort: a failure is logged naming the client, never
-        raised (the flow goes on with the stored registration)."""
+        raised (the flow goes on with the stored registration); one failed for now is kept
+        for a later flow to try again (``_dropped``)."""
         offered, self.offered = self.offered, None
-        unused = (
+        left = (
             f"the unused client {client_id} (another worker's registration for MCP server "
             f"{self.server!r} was stored first) at the authorization server {self.issuer}"
         )
         if offered is None or offered.client_id != client_id:
-            _log.info("%s stays registered: its registration offered no management", unused)
+            _log.info("%s stays registered: its registration offered no management", left)
             return
+        await self._dropped(left, offered)
+
+    async def _dropped(self, named: str, offered: Management) -> tuple[Failed | None, bool]:
+        """Delete ``named``, a client this flow registered and no consent used, with the
+        management its answer ``offered``; why it failed (None: deleted), and whether it
+        was kept (``keep``) for a later flow to try again: it failed for now. Kept dated a
+        grace back (``_retiring.unused``): no consent link was built with it."""
+        now, tries = self.clock(), RETIRE_ATTEMPTS - 1 if self.keep is not None else 0
         failed = await self._delete(offered)
-        if failed is None:
-            _log.info("deleted %s", unused)
-            return
-        _log.warning(
-            "%s stays registered: deleting it at %s failed: %s", unused, offered.uri, failed.said
-        )
+        later = self._told(named, offered.uri, failed, tries)
+        if later and self.keep is not None:
+            await self.keep(unused(offered.client_id, offered.uri, offered.token, now))
+        return failed, later
 
     async def retire(
         self, client_id: str, management: Management | None, tries_left: int = 0
@@ -244,16 +251,19 @@ class Registering:
                 replaced,
             )
             return False
-        failed = await self._delete(management)
+        return self._told(replaced, management.uri, await self._delete(management), tries_left)
+
+    def _told(self, named: str, uri: str, failed: Failed | None, tries_left: int) -> bool:
+        """Log what became of ``named``'s deletion at ``uri``; whether a later flow should
+        try again (``retire``)."""
         if failed is None:
-            _log.info("deleted %s", replaced)
+            _log.info("deleted %s", named)
             return False
-        uri = management.uri
         if not failed.again:
             _log.warning(
                 "%s is not tried again: the authorization server refused its deletion at "
                 "%s: %s (already gone, or its management no longer good)",
-                replaced,
+                named,
                 uri,
                 failed.said,
             )
@@ -262,7 +272,7 @@ class Registering:
             _log.warning(
                 "%s stays registered: deleting it at %s failed: %s, and no try is left: it "
                 "is not tried again",
-                replaced,
+                named,
                 uri,
                 failed.said,
             )
@@ -270,7 +280,7 @@ class Registering:
         _log.warning(
             "%s stays registered for now: deleting it at %s failed: %s; a later consent "
             "flow tries again (%d tries left)",
-            replaced,
+            named,
             uri,
             failed.said,
             tries_left,

@@ -33,7 +33,9 @@ The SDK's provider registers the client itself, at the authorization server's
   offered RFC 7592 management (``registration_access_token`` and
   ``registration_client_uri``: ``Registering.discard``, through the tenant's egress as the
   registration went); without management it stays registered there, unused. A failed
-  deletion is logged naming the client, and the flow goes on with the stored one.
+  deletion is logged naming the client, and the flow goes on with the stored one; one
+  failed for now is kept in the record for a later flow to try again, as a replaced
+  client is (below; ``Registering.keep``), and so is an unusable client's.
 - A stored client is checked before a consent's URL is built with it (``still_known``):
   no refused refresh or exchange tells a person with no token yet that the authorization
   server forgot it, and its consent page would be the server's error, which never

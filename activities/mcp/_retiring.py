@@ -15,7 +15,9 @@ record, its tries counted, and is tried again by a flow ``retry_seconds`` after,
 ``invalid_token``, the client already gone or its management no longer good) leaves it.
 Each is logged naming the client (``Registering.retire``). Its record keeps it even when
 the authorization server forgot the current client (``forget_registration`` keeps a
-record with no client, and the client registered next takes it over).
+record with no client, and the client registered next takes it over). A client a flow
+registered and dropped (``Registering.discard``, an unusable one in ``Registering.answered``) whose
+deletion failed for now is kept so as well, its grace already over (``unused``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ bound); its parked flow and the callback's ``state`` index have no lifetime of t
 (they are forgotten by the exchange, or when the wait ends). So no bound holds for every
 Spec: this one covers the default thirtyfold, and a Spec waiting longer than it for a
 consent may find the client deleted (its person then sees the authorization server's
-error page, as before 12-06). Grants issued to the client live as long (deleting it ends
-them, RFC 7592 2.3)."""
+error page, as before 12-06). The deleting flow cannot tell: the registration is shared
+by every Spec of the tenant using the server, the parked flow records no expiry, and the
+store lists no parked flows. The bound is told to operators (``docs/guides/mcp.md``: an
+``approval_expires_seconds`` at most this for a Spec with a dynamically registered
+server). Grants issued to the client live as long (deleting it ends them, RFC 7592
+2.3)."""
 
 
 RETIRE_ATTEMPTS = 8
@@ -69,6 +75,24 @@ class Retiring(BaseModel):
     replaced_at: float
     attempts: int = 0
     tried_at: float | None = None
+
+
+def unused(client_id: str, uri: str, token: str, now: float) -> Retiring:
+    """``client_id``, a client a flow registered and no consent used (left unused: another
+    worker's registration was stored first; or one the flow cannot use), whose deletion
+    with its management (``uri``, ``token``) failed for now at ``now``: kept to be tried
+    again as a replaced client is, dated a grace back (no consent link was built with it:
+    no grace to wait, only ``retry_seconds``; an earlier build, which ignores its tries,
+    deletes it at its next flow)."""
+    management = Managed(uri=uri, token=token)
+    replaced_at = now - RETIRE_GRACE_SECONDS
+    return Retiring(
+        client_id=client_id,
+        management=management,
+        replaced_at=replaced_at,
+        attempts=1,
+        tried_at=now,
+    )
 
 
 def is_due(retiring: Retiring, now: float) -> bool:

@@ -70,7 +70,7 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
     ``key`` that are due (``_retiring.is_due``), after taking them out of the record in
     one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
     (``Registering.retire``): one whose deletion failed for now, with tries left, is put
-    back with its tries counted (``_put_back``). One read, no write, when none is due (nor
+    back with its tries counted (``put_back``). One read, no write, when none is due (nor
     dated far ahead: ``redated`` in the same update)."""
     now = registering.clock()
     record = record_in(await store.get(key), key)
@@ -96,16 +96,18 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
         if await registering.retire(gone.client_id, management, left):
             again.append(gone.model_copy(update={"attempts": gone.attempts + 1, "tried_at": now}))
     if again:
-        await _put_back(store, key, again, registering)
+        await put_back(store, key, again, registering)
 
 
-async def _put_back(
+async def put_back(
     store: TokenStore, key: TokenKey, again: list[Retiring], registering: Registering
 ) -> None:
-    """Put ``again`` back into the record under ``key`` in one ``TokenStore.update`` (the
+    """Put ``again`` (back) into the record under ``key`` in one ``TokenStore.update`` (the
     record written since kept as it is, each of ``again`` added unless it holds it; no
     record: one with no client holds them); a record that no longer reads as ``key``'s
-    is left as it is, and their deletion given up, logged naming each."""
+    is left as it is, and their deletion given up, logged naming each. Also how a flow
+    keeps a client it registered and dropped whose deletion failed for now
+    (``Registering.keep``)."""
     lost = list[str]()
 
     def put(data: bytes | None) -> bytes | None:
@@ -126,9 +128,9 @@ async def _put_back(
     await store.update(key, put)
     for client_id in lost:
         _log.warning(
-            "the replaced client %s of MCP server %r stays registered at the authorization "
-            "server %s: its deletion failed, and the registration's record no longer reads "
-            "to put it back in: it is not tried again",
+            "the client %s of MCP server %r stays registered at the authorization server "
+            "%s: its deletion failed, and the registration's record no longer reads to put "
+            "it (back) in: it is not tried again",
             client_id,
             registering.server,
             registering.issuer,

@@ -300,7 +300,8 @@ async def test_an_unused_registration_is_deleted_with_its_management_token(
         assert (
             f"the unused client {offered.client_id} (another worker's registration for MCP "
             f"server 'crm' was stored first) at the authorization server {server.issuer} "
-            f"stays registered: deleting it at {offered.uri} failed: HTTP 401 invalid_token"
+            f"is not tried again: the authorization server refused its deletion at "
+            f"{offered.uri}: HTTP 401 invalid_token"
         ) in caplog.text
         assert server.deleted() == []
         registering.offered = offered

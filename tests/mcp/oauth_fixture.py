@@ -107,6 +107,10 @@ class OAuthMcpServer:
         on (consent server with ``--registration``)."""
         self._control("POST", "registration-reply", {"status": status, "body": body})
 
+    def reset_registration_reply(self) -> None:
+        """``/register`` registers again (after ``set_registration_reply``)."""
+        self._control("POST", "registration-reply", {})
+
     def forget_registrations(self) -> None:
         """The authorization server forgets every client registered so far, as one that
         lost or expired them does (consent server with ``--registration``)."""

@@ -1,0 +1,147 @@
+"""Every client a flow registered and no longer uses is deleted at the authorization server
+eventually, or the log says why not (``mcp/_registration.py``, ``mcp/_retiring.py``): one
+left unused (another worker's registration was stored first) and one the flow cannot use,
+whose deletion failed for now, are kept in the registration's record and tried again by a
+later flow, as a replaced client is. Against the consent server on loopback,
+the clock injected (``Registering.clock``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client.auth import OAuthRegistrationError
+
+from psych_runtime.activities import LocalTokenStore
+from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
+from psych_runtime.activities.mcp._registration import read_registration
+from psych_runtime.activities.mcp._retiring import (
+    RETIRE_ATTEMPTS,
+    retry_seconds,
+)
+from psych_runtime.activities.mcp._stored_registration import retire_due
+from psych_runtime.specs import Scope
+from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
+
+from .test_mcp_registration import SERVER, URL, grant_storage
+from .test_mcp_registration_management import register, retiring_in
+
+LOGGER = "psych_runtime.activities.mcp._registering"
+T0 = 1_000_000.0
+
+
+def started(*extra: str) -> Iterator[OAuthMcpServer]:
+    server = start_oauth_server(
+        "streamable-http",
+        {},
+        module="tests.mcp.consent_server",
+        extra=("--registration", "--registration-management", *extra),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def managed() -> Iterator[OAuthMcpServer]:
+    yield from started()
+
+
+async def storage_at(tmp_path: Path, server: OAuthMcpServer, who: str, now: list[float]) -> Any:
+    clients = OAuthClients({URL: server.issuer}, LocalTokenStore(tmp_path))
+    storage = await grant_storage(clients, SERVER, Scope(tenant="acme", principal=who))
+    assert storage.registering is not None
+    storage.registering.clock = lambda: now[0]
+    return storage
+
+
+async def test_an_unused_client_whose_deletion_failed_is_tried_again_by_a_later_flow(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    bob: StoredTokens = await storage_at(tmp_path, managed, "bob", now)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    # Bob's flow registered at the same time; Ann's stood, so Bob's is left unused, and
+    # the authorization server fails its deletion for now.
+    unused, token = await register(managed, bob.registering, "crm.read")
+    managed.set_deletion_reply(503)
+    caplog.set_level("INFO", logger=LOGGER)
+    await bob.set_client_info(unused)
+    assert bob.client is not None and bob.client.client_id == first.client_id
+    assert managed.deletions() == [unused.client_id]
+    assert (
+        f"the unused client {unused.client_id} (another worker's registration for MCP server "
+        f"'crm' was stored first) at the authorization server {managed.issuer} stays "
+        f"registered for now: deleting it at {managed.issuer}/register/{unused.client_id} "
+        f"failed: HTTP 503 unavailable; a later consent flow tries again "
+        f"({RETIRE_ATTEMPTS - 1} tries left)"
+    ) in caplog.text
+    assert token not in caplog.text
+    # Before the fix: tried once, then left registered for good, nobody using it.
+    (kept,) = await retiring_in(ann)
+    assert (kept["client_id"], kept["attempts"], kept["tried_at"]) == (unused.client_id, 1, T0)
+    # No consent ever used it: no grace to wait, only the retry's.
+    managed.set_deletion_reply(None)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    now[0] += retry_seconds(1) - 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [unused.client_id]
+    now[0] += 1
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == [unused.client_id]
+    assert await retiring_in(ann) == []
+    stored = await read_registration(ann.store, ann.registration)
+    assert stored is not None and stored.client_id == first.client_id
+
+
+async def test_an_unusable_client_whose_deletion_failed_is_tried_again_by_a_later_flow(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    assert ann.registering is not None
+    # The server registers a client the flow cannot use (private_key_jwt), offering its
+    # management, and fails its deletion for now.
+    reply = {
+        "client_id": "c-unusable",
+        "redirect_uris": ["https://psych.test/cb"],
+        "token_endpoint_auth_method": "private_key_jwt",
+    }
+    managed.set_registration_reply(201, json.dumps(reply))
+    managed.set_deletion_reply(503)
+    caplog.set_level("INFO", logger=LOGGER)
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(f"{managed.issuer}/register", json={"redirect_uris": []})
+    with pytest.raises(OAuthRegistrationError) as refused:
+        await ann.registering.answered(answer)
+    uri = f"{managed.issuer}/register/c-unusable"
+    assert str(refused.value).endswith(
+        f"it stays registered there for now: deleting it at {uri} failed: HTTP 503 "
+        "unavailable; a later consent flow tries again"
+    )
+    assert (
+        f"the unusable client c-unusable of MCP server 'crm' at the authorization server "
+        f"{managed.issuer} stays registered for now: deleting it at {uri} failed"
+    ) in caplog.text
+    # Before the fix: tried once, then left registered for good. Kept in a record with no
+    # client (none was ever stored), which the client registered next takes over.
+    assert ann.store is not None and ann.registration is not None
+    assert await read_registration(ann.store, ann.registration) is None
+    (kept,) = await retiring_in(ann)
+    assert (kept["client_id"], kept["attempts"]) == ("c-unusable", 1)
+    managed.reset_registration_reply()
+    managed.set_deletion_reply(None)
+    usable, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(usable)
+    assert [r["client_id"] for r in await retiring_in(ann)] == ["c-unusable"]
+    now[0] += retry_seconds(1)
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deleted() == ["c-unusable"]
+    assert await retiring_in(ann) == []
