@@ -208,7 +208,8 @@ class StoredTokens(TokenStorage):
             self.client = None
         if self.store is None:
             return True
-        await forget_registration(self.store, self.registration, client_id)
+        now = time.time() if self.registering is None else self.registering.clock()
+        await forget_registration(self.store, self.registration, client_id, now)
 
         def issued_to_it(data: bytes | None) -> bytes | None:
             try:

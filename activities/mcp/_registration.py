@@ -67,7 +67,8 @@ The SDK's provider registers the client itself, at the authorization server's
   by a later flow when it failed for now, up to ``RETIRE_ATTEMPTS`` tries). A token issued
   to it then fails its refresh (``invalid_client``) and its person consents again, to the
   client that replaced it. A registration forgotten keeps its retiring clients in a
-  record with no client, which the client registered next takes over.
+  record with no client, which the client registered next takes over, and the forgotten
+  client among them (the server's ``invalid_client`` may be wrong, ``_untrusted``).
 """
 
 from __future__ import annotations
@@ -232,11 +233,15 @@ async def keep_registration(
     return standing[0]
 
 
-async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) -> None:
+async def forget_registration(store: TokenStore, key: TokenKey, client_id: str, now: float) -> None:
     """Forget the registration under ``key`` if it is still ``client_id``'s (one another
     worker registered since is kept). Its retiring clients stay registered at the
     authorization server: a record with no client keeps them (``_stored_registration``),
-    for the client registered next to take over, and a flow to delete when due."""
+    for the client registered next to take over, and a flow to delete when due. So does
+    ``client_id`` itself, retiring from ``now``, with the management stored with it: the
+    server's ``invalid_client`` may be wrong (``_untrusted``: a probe answered so for a
+    client it knows), and a consent link built with it lead back; one really gone there
+    answers its deletion 404 or 401, and is dropped then (logged)."""
 
     def change(data: bytes | None) -> bytes | None:
         if data is None:
@@ -247,9 +252,13 @@ async def forget_registration(store: TokenStore, key: TokenKey, client_id: str) 
             return data
         if record.client is None or record.client.client_id != client_id:
             return data
-        if not record.retiring:
+        retiring, management = record.retiring, record.management
+        if management is not None and all(r.client_id != client_id for r in retiring):
+            gone = Retiring(client_id=client_id, management=management, replaced_at=now)
+            retiring = [*retiring, gone]
+        if not retiring:
             return None
-        emptied = {"client": None, "asked": None, "management": None}
+        emptied = {"client": None, "asked": None, "management": None, "retiring": retiring}
         return record.model_copy(update=emptied).model_dump_json().encode()
 
     await store.update(key, change)

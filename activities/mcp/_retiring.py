@@ -15,8 +15,9 @@ record, its tries counted, and is tried again by a flow ``retry_seconds`` after,
 ``invalid_token``, the client already gone or its management no longer good) leaves it.
 Each is logged naming the client (``Registering.retire``). Its record keeps it even when
 the authorization server forgot the current client (``forget_registration`` keeps a
-record with no client, and the client registered next takes it over). A client a flow
-registered and dropped (``Registering.discard``, an unusable one in ``Registering.answered``) whose
+record with no client, and the client registered next takes it over), and keeps that
+forgotten client too (the server's answer may be wrong). A client a flow registered and
+dropped (``Registering.discard``, an unusable one in ``Registering.answered``) whose
 deletion failed for now is kept so as well, its grace already over (``unused``).
 """
 

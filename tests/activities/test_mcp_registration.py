@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import httpx2
@@ -100,7 +101,7 @@ async def test_a_token_keeps_the_client_it_was_issued_to(tmp_path: Path) -> None
     # registered client-2).
     other = await grant_storage(clients, SERVER, scope)
     assert other.registration is not None
-    await forget_registration(store, other.registration, "client-1")
+    await forget_registration(store, other.registration, "client-1", time.time())
     await other.set_client_info(registered("client-2"))
     later = await grant_storage(clients, SERVER, scope)
     token = await later.get_tokens()

@@ -215,28 +215,32 @@ async def test_a_forgotten_registration_hands_its_retiring_clients_to_the_next(
     # The authorization server forgot the current client: its registration is forgotten,
     # but the client it replaced is still registered there and must still be deleted.
     # Before the fix: the whole record went, and with it the retiring client, for good.
-    await forget_registration(ann.store, ann.registration, second.client_id)
+    # The forgotten one is kept too: the server's answer may have been wrong (it is still
+    # registered here: forgotten in the store only).
+    await forget_registration(ann.store, ann.registration, second.client_id, now[0])
     assert await read_registration(ann.store, ann.registration) is None
-    assert [r["client_id"] for r in await retiring_in(ann)] == [first.client_id]
-    # A flow whose clock is past the grace, with no current client, deletes it...
+    both = [first.client_id, second.client_id]
+    assert [r["client_id"] for r in await retiring_in(ann)] == both
+    # A flow whose clock is past the grace, with no current client, deletes them...
     later = [now[0] + RETIRE_GRACE_SECONDS]
     assert ann.registering is not None
     ann.registering.clock = lambda: later[0]
     await retire_due(ann.store, ann.registration, ann.registering)
-    assert managed.deleted() == [first.client_id]
+    assert managed.deleted() == both
     # ...and so does the record of the client registered next, which carries them on.
     ann, first, second = await replaced(tmp_path / "again", managed, now)
     assert ann.store is not None and ann.registration is not None
-    await forget_registration(ann.store, ann.registration, second.client_id)
+    await forget_registration(ann.store, ann.registration, second.client_id, now[0])
     third, _ = await register(managed, ann.registering, "crm.read crm.write")
     await ann.set_client_info(third)
     stored = await read_registration(ann.store, ann.registration)
     assert stored is not None and stored.client_id == third.client_id
-    assert [r["client_id"] for r in await retiring_in(ann)] == [first.client_id]
+    both = [first.client_id, second.client_id]
+    assert [r["client_id"] for r in await retiring_in(ann)] == both
     assert ann.registering is not None
     ann.registering.clock = lambda: later[0]
     await retire_due(ann.store, ann.registration, ann.registering)
-    assert managed.deleted()[1:] == [first.client_id]
+    assert managed.deleted()[2:] == both
     assert await retiring_in(ann) == []
 
 

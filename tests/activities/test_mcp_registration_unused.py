@@ -2,7 +2,9 @@
 eventually, or the log says why not (``mcp/_registration.py``, ``mcp/_retiring.py``): one
 left unused (another worker's registration was stored first) and one the flow cannot use,
 whose deletion failed for now, are kept in the registration's record and tried again by a
-later flow, as a replaced client is. Against the consent server on loopback,
+later flow, as a replaced client is; a client the probe said forgotten, which the
+authorization server may still hold (its probe answers proved untrusted), is kept as
+retiring and deleted once its grace has passed. Against the consent server on loopback,
 the clock injected (``Registering.clock``)."""
 
 from __future__ import annotations
@@ -15,20 +17,24 @@ from typing import Any
 import httpx2
 import pytest
 from mcp.client.auth import OAuthRegistrationError
+from mcp.shared.auth import OAuthClientInformationFull
 
 from psych_runtime.activities import LocalTokenStore
 from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
-from psych_runtime.activities.mcp._registration import read_registration
+from psych_runtime.activities.mcp._registration import read_registration, still_known
 from psych_runtime.activities.mcp._retiring import (
     RETIRE_ATTEMPTS,
+    RETIRE_GRACE_SECONDS,
     retry_seconds,
 )
 from psych_runtime.activities.mcp._stored_registration import retire_due
+from psych_runtime.activities.mcp._untrusted import probe_untrusted
 from psych_runtime.specs import Scope
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 from .test_mcp_registration import SERVER, URL, grant_storage
 from .test_mcp_registration_management import register, retiring_in
+from .test_mcp_registration_untrusted import flow
 
 LOGGER = "psych_runtime.activities.mcp._registering"
 T0 = 1_000_000.0
@@ -50,6 +56,11 @@ def started(*extra: str) -> Iterator[OAuthMcpServer]:
 @pytest.fixture
 def managed() -> Iterator[OAuthMcpServer]:
     yield from started()
+
+
+@pytest.fixture
+def untrusted() -> Iterator[OAuthMcpServer]:
+    yield from started("--unknown-code-invalid-client")
 
 
 async def storage_at(tmp_path: Path, server: OAuthMcpServer, who: str, now: list[float]) -> Any:
@@ -145,3 +156,59 @@ async def test_an_unusable_client_whose_deletion_failed_is_tried_again_by_a_late
     await retire_due(ann.store, ann.registration, ann.registering)
     assert managed.deleted() == ["c-unusable"]
     assert await retiring_in(ann) == []
+
+
+async def test_a_client_the_untrusted_probe_said_forgotten_is_deleted_after_its_grace(
+    tmp_path: Path, untrusted: OAuthMcpServer
+) -> None:
+    store = LocalTokenStore(tmp_path)
+    clients = OAuthClients({untrusted.url: untrusted.issuer}, store)
+    _, ann = await flow(clients, untrusted, "ann", T0)
+    first, _ = await register(untrusted, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    # The server still knows it, but answers its probe invalid_client (as it does for any
+    # code it never issued): the flow replaces it, and finds the answer untrusted.
+    bob, bob_storage = await flow(clients, untrusted, "bob", T0)
+    replaced = await still_known(bob, bob_storage)
+    assert replaced is not None and replaced.client_id != first.client_id
+    assert await probe_untrusted(store, "acme", untrusted.issuer, T0)
+    # Before the fix: dropped from the record, never deleted, though still registered.
+    (kept,) = await retiring_in(bob_storage)
+    assert (kept["client_id"], kept["replaced_at"]) == (first.client_id, T0)
+    # A consent link built with it may still be followed: not deleted within its grace.
+    assert bob_storage.store is not None and bob_storage.registration is not None
+    assert bob_storage.registering is not None
+    later = [T0 + RETIRE_GRACE_SECONDS - 1]
+    bob_storage.registering.clock = lambda: later[0]
+    await retire_due(bob_storage.store, bob_storage.registration, bob_storage.registering)
+    assert untrusted.deletions() == []
+    later[0] += 1
+    await retire_due(bob_storage.store, bob_storage.registration, bob_storage.registering)
+    assert untrusted.deleted() == [first.client_id]
+    stored = await read_registration(bob_storage.store, bob_storage.registration)
+    assert stored is not None and stored.client_id == replaced.client_id
+    assert await retiring_in(bob_storage) == []
+
+
+async def test_a_client_really_forgotten_is_dropped_at_its_deletion_logged(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    managed.forget_registrations()
+    managed.set_deletion_reply(404)  # it is gone there
+    response = httpx2.Response(400, json={"error": "invalid_client"})
+    client: OAuthClientInformationFull = first
+    assert await ann.forgot(client, response)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    (kept,) = await retiring_in(ann)
+    assert kept["client_id"] == first.client_id
+    caplog.set_level("INFO", logger=LOGGER)
+    now[0] += RETIRE_GRACE_SECONDS
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    assert await retiring_in(ann) == []
+    assert f"{first.client_id} of MCP server 'crm'" in caplog.text
+    assert "is not tried again: the authorization server refused its deletion" in caplog.text
