@@ -13,7 +13,12 @@ from typing import Literal
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.activities.blobs import BlobStore, Conversations, ref_without_storing
+from psych_runtime.activities.blobs import (
+    BlobStore,
+    Conversations,
+    LocalStoreFailed,
+    ref_without_storing,
+)
 from psych_runtime.activities.contract import (
     ChatMessage,
     ErrorType,
@@ -65,10 +70,12 @@ async def store_outcome(
     would read as an error, inviting the model to call the tool again. ``unsent``: the
     outcome is of a call whose request provably never left (refused before it was sent,
     or never built: ``never_sent``); a store that does not answer then fails saying so,
-    which the model reads, where the store's words alone would leave it guessing.
+    which the model reads, where the store's words alone would leave it guessing (a local
+    disk's error stays a ``LocalStoreFailed``, non-retryable when it lasts).
 
     Raises:
-        StoreUnavailable: the store did not answer (retried as the activity's policy says).
+        StoreUnavailable: the store did not answer (retried as the activity's policy says;
+            a ``LocalStoreFailed`` that lasts is not retried).
         ApplicationError: ``ResultNotKept`` (non-retryable), for ``once``, instead.
     """
     try:
@@ -79,6 +86,15 @@ async def store_outcome(
                 f"the call did not run (its request never left), and its outcome ({status}) "
                 f"could not be kept: {err}"
             )
+            if isinstance(err, LocalStoreFailed):
+                # Still the disk's error: non-retryable when it lasts, as the store raised it.
+                raise LocalStoreFailed(
+                    message,
+                    ref=err.ref,
+                    errno_name=err.errno_name,
+                    lasting=err.lasting,
+                    detail=err.detail,
+                ) from None
             raise StoreUnavailable(message, detail=err.detail) from None
         if not once:
             raise

@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities.a2a import A2aActivities
-from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.blobs import LocalBlobStore, LocalStoreFailed
 from psych_runtime.activities.contract import A2aToolCall, ErrorType, McpToolCall
 from psych_runtime.activities.egress import (
     Egress,
@@ -124,6 +124,26 @@ async def test_a_post_whose_connection_was_refused_did_not_run(tmp_path: Path) -
         "the call did not run (its request never left), and its outcome (error) could not "
         "be kept: blob sha256:"
     ), caught.value
+
+
+async def test_an_unsent_call_whose_disk_refuses_for_good_is_not_retried(tmp_path: Path) -> None:
+    # Until 12-06 the unsent outcome's failure was built anew as a plain StoreUnavailable:
+    # a LocalStoreFailed that lasts (here ENOTDIR) lost its non-retryable ApplicationError,
+    # and the activity was tried again as often as its policy allowed, refused each time.
+    tool = refund(f"http://127.0.0.1:{free_port()}/orders/{{id}}/refund")  # nothing listens
+    async with tools(broken_store(tmp_path), allow_cidrs=("127.0.0.0/8",)) as acts:
+        with pytest.raises(LocalStoreFailed) as caught:
+            await ActivityEnvironment().run(acts.http, http_call(tool, id="42"))
+    err = caught.value
+    assert (err.type, err.non_retryable, err.lasting) == (ErrorType.LOCAL_STORE_FAILED, True, True)
+    assert err.errno_name == "ENOTDIR"
+    assert err.message == str(err)
+    assert str(err).startswith(
+        "the call did not run (its request never left), and its outcome (error) could not "
+        "be kept: blob sha256:"
+    ), err
+    assert str(tmp_path) not in str(err)
+    assert str(tmp_path) in err.detail  # the worker's log only
 
 
 async def test_a_post_the_egress_policy_refused_did_not_run(tmp_path: Path) -> None:
