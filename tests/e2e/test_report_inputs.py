@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from psych_runtime.activities import ContextRequest, ContextSettings, ContextSource
-from psych_runtime.activities.blobs import LocalBlobStore, TenantSealedBlobs
+from psych_runtime.activities.blobs import LocalBlobStore, TenantSealedBlobs, disk_answering
 from psych_runtime.activities.model._request import wire_message
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import (
@@ -59,7 +59,10 @@ class Unreadable(LocalBlobStore):
     """A store whose files this process may not open (written 0600 by another user)."""
 
     async def get(self, ref: str) -> bytes:
-        raise PermissionError(13, "Permission denied", str(self.root / ref))
+        # Said as the local store says its disk errors (LocalStoreFailed), path and all.
+        with disk_answering(f"blob {ref} cannot be read", ref, str(self.root)):
+            raise PermissionError(13, "Permission denied", str(self.root / ref))
+        raise AssertionError("unreachable")
 
 
 async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
@@ -104,8 +107,12 @@ async def test_each_call_reports_the_system_prompt_and_messages_it_was_sent(
         assert str(harness.home) not in str(err.value)  # the server's paths are its own
         # A store the client may not read (files of another user: 0600) is said, not raised.
         refused = reader(harness, Unreadable(harness.home / "elsewhere"))
-        with pytest.raises(BlobsUnavailable, match="could not be read: PermissionError"):
+        with pytest.raises(
+            BlobsUnavailable,
+            match=r"could not be read: blob .* the local blob store failed .EACCES",
+        ) as err:
             await refused.report(run, scope=harness.scope, inputs=True)
+        assert str(harness.home) not in str(err.value)
         # Asked for nothing, a client without a store reports as before.
         assert (await without.report(run, scope=harness.scope)).model_calls == plain.model_calls
 

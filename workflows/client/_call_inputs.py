@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from psych_runtime.activities.blobs import BlobNotFound, BlobStore, Conversations
+from psych_runtime.activities.blobs import (
+    BlobNotFound,
+    BlobStore,
+    Conversations,
+    LocalStoreFailed,
+)
 from psych_runtime.specs import (
     AccessDenied,
     BlobsUnavailable,
@@ -134,7 +139,13 @@ class _Reader:
                 "reads another store than the workers wrote (PSYCH_BLOB_DIR, "
                 "PSYCH_BLOB_URL), or the blob was removed since"
             ) from err
-        except OSError as err:  # e.g. files of another user, written 0600
+        except LocalStoreFailed as err:  # e.g. files of another user, written 0600
+            # Its words name the blob and the errno, never the path.
+            raise BlobsUnavailable(
+                f"{where} model call input could not be read: {err} (the client must be "
+                "able to read the workers' blob store)"
+            ) from err
+        except OSError as err:  # another store's disk error, raised as it is
             raise BlobsUnavailable(
                 f"{where} model call input could not be read: {type(err).__name__}: "
                 f"{err.strerror or 'an I/O error'} (the client must be able to read the "
