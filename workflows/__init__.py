@@ -8,6 +8,7 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
+from psych_runtime.workflows.client._closed import ClosedRun
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 from psych_runtime.workflows.client._listing import RunPage, RunSummary, parse_workflow_id
 from psych_runtime.workflows.client._report_types import (
@@ -104,6 +105,7 @@ __all__ = [
     "CallSuspensionReason",
     "ChildSettled",
     "ChildSpawned",
+    "ClosedRun",
     "CompactionApplied",
     "CompactionFailed",
     "ComponentShown",

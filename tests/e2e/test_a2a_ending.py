@@ -1,7 +1,7 @@
 """A2A requests that meet a task ending: a stream of a task whose Run's workflow an
 operator terminated while no worker polls ends at once, failed, as the listing shows it
-(it was held open for minutes), and a subscription after it is told no worker answered,
-within the query timeout; CancelTask of a task that settled after it was read is
+(it was held open for minutes), and a subscription after it is refused at once, the task
+read from the closed execution as ended; CancelTask of a task that settled after it was read is
 TaskNotCancelableError; a task cancelled, then reset, is listed once, as GetTask reads
 it. Driven by ``a2a-sdk``'s own client (both bindings) against ``psych serve`` on
 loopback and the session's dev server."""
@@ -21,12 +21,12 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import InternalError, TaskNotCancelableError
+from a2a.utils.errors import TaskNotCancelableError, UnsupportedOperationError
 from temporalio.client import WorkflowExecutionStatus
 
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workflows import PsychClient, RunHandle, RunState
+from psych_runtime.workflows import ClosedRun, PsychClient, RunHandle, RunState
 
 from ._reset import reset_to_first_task
 from ._serve import ACME, asking_agent, served
@@ -42,7 +42,7 @@ INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 
 class ReadBefore(PsychClient):
     """A client whose next read of a Run in ``held`` answers the state kept there: a
-    request that read the Run just before it settled."""
+    request that read the Run just before it settled (its execution open then)."""
 
     held: dict[str, RunState]
 
@@ -52,6 +52,13 @@ class ReadBefore(PsychClient):
         if isinstance(run, str) and run in self.held:
             return self.held.pop(run)
         return await super().status(run, scope=scope, query_timeout=query_timeout)
+
+    async def closed(
+        self, run: RunHandle | str, *, scope: Scope, rpc_timeout: timedelta | None = None
+    ) -> ClosedRun | None:
+        if isinstance(run, str) and run in self.held:
+            return None  # read while its execution was open
+        return await super().closed(run, scope=scope, rpc_timeout=rpc_timeout)
 
 
 @pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "rest"])
@@ -168,16 +175,16 @@ async def test_a_cancelled_then_reset_task_is_listed_once_as_get_task_reads_it(
 
 
 @pytest.mark.timeout(60)
-async def test_subscribing_to_a_task_terminated_with_no_worker_says_no_worker_answered(
+async def test_subscribing_to_a_task_terminated_with_no_worker_is_refused_at_once_as_ended(
     harness: Harness,
 ) -> None:
-    # Subscribing once the workflow was terminated, with no worker: the task's state (a
-    # worker replays the closed execution to answer it) is read as GetTask reads it, and
-    # the caller is told within the query timeout that no worker answered (REST's
-    # no-worker, worth asking again), not held.
+    # Subscribing once the workflow was terminated, with no worker: the task is read from
+    # the closed execution (``PsychClient.closed``), ended, and the subscription refused at
+    # once, as with a worker; before 12-06 its state was asked of a worker, and the caller
+    # told after the query timeout that none answered.
     agent = asking_agent(harness, "a2a_gone")
     async with (
-        served(harness, query_timeout_seconds=2) as base,
+        served(harness, query_timeout_seconds=5) as base,
         a2a_client(base, agent, ACME) as client,
     ):
         async with harness.worker():
@@ -186,11 +193,8 @@ async def test_subscribing_to_a_task_terminated_with_no_worker_says_no_worker_an
         handle = harness.client.temporal.get_workflow_handle(f"psych-acme-{task_id}")
         await handle.terminate(reason="an operator's terminate")
         started = time.monotonic()
-        with pytest.raises(InternalError) as unread:
+        with pytest.raises(UnsupportedOperationError) as refused:
             async with asyncio.timeout(15):
                 await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
-        assert time.monotonic() - started < 8
-    assert (
-        unread.value.message == "the Run could not be read: no worker answered for the Run in time"
-    )
-    assert unread.value.data == {"type": "urn:psych:problem:no-worker", "status": "503"}
+        assert time.monotonic() - started < 5
+    assert refused.value.message == f"task {task_id} has ended: read it with GetTask"

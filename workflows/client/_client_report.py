@@ -1,5 +1,6 @@
 """PsychClient's ``report``: a Run's records projected (``_report.py``), with the inputs
-of its model calls read from the blob store when asked (``_call_inputs.py``)."""
+of its model calls read from the blob store when asked (``_call_inputs.py``); and
+``closed``: how a Run that ended shows, read with no worker (``_closed.py``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import abc
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
-from psych_runtime.specs import Scope
+from psych_runtime.specs import AccessDenied, Scope
 from psych_runtime.workflows.client._call_inputs import Inputs, TenantBlobs, with_inputs
+from psych_runtime.workflows.client._closed import ClosedRun, closed_run
 from psych_runtime.workflows.client._report import build_report
 from psych_runtime.workflows.client._report_types import RunReport
 from psych_runtime.workflows.contract._contract import RecordsPage, RunHandle, RunState
@@ -21,6 +23,7 @@ class RunReporting(abc.ABC):
     """Reporting on a Run (PsychClient has it)."""
 
     blobs: TenantBlobs | None
+    temporal: Client
 
     @abc.abstractmethod
     def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
@@ -92,3 +95,22 @@ class RunReporting(abc.ABC):
         }
         report = build_report(workflow_id, state, records, children)
         return await with_inputs(report, self.blobs, inputs, scope.tenant, max_inputs)
+
+    async def closed(
+        self, run: RunHandle | str, *, scope: Scope, rpc_timeout: timedelta | None = None
+    ) -> ClosedRun | None:
+        """The Run as its closed latest execution shows it, read from Temporal with no
+        worker (its description and close event: ``_closed.py``), as ``status`` shows it;
+        None when the execution is open, or its close event does not carry what its state
+        shows (a cancelled workflow's, say): ask ``status``, which a worker answers.
+
+        Raises:
+            AccessDenied: the Run belongs to another tenant.
+            NotFound: no such Run.
+            RPCError: Temporal could not describe it or read its close event.
+        """
+        workflow_id, _ = self._handle(run, scope)
+        shown = await closed_run(self.temporal, workflow_id, rpc_timeout)
+        if shown is not None and shown.tenant != scope.tenant:
+            raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
+        return shown

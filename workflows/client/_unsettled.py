@@ -89,7 +89,7 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
     )
     if closed_as is None:
         return state
-    reason = await _unsettled_reason(execution, closed_as, rpc_timeout)
+    reason = await unsettled_reason(execution, closed_as, rpc_timeout)
     return state.model_copy(update={"status": UNSETTLED_SHOWN, "reason": reason, "pending": ()})
 
 
@@ -120,10 +120,10 @@ async def closed_without_settling(
     if closed_as is None:
         return None
     execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
-    return await _unsettled_reason(execution, closed_as, rpc_timeout)
+    return await unsettled_reason(execution, closed_as, rpc_timeout)
 
 
-async def _unsettled_reason(
+async def unsettled_reason(
     execution: WorkflowHandle[Any, Any], closed_as: str, rpc_timeout: timedelta | None
 ) -> str:
     """The reason of a Run shown failed whose ``execution`` Temporal closed (``closed_as``)

@@ -42,7 +42,6 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
@@ -68,7 +67,12 @@ from psych_runtime.workers.serve.a2a._errors import (
     internal_error,
     streaming,
 )
-from psych_runtime.workers.serve.a2a._list_tasks import LIST_SCAN, TaskLister, wanted_state
+from psych_runtime.workers.serve.a2a._list_tasks import (
+    LIST_SCAN,
+    TaskLister,
+    page_size,
+    wanted_state,
+)
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
     Said,
@@ -87,9 +91,10 @@ from psych_runtime.workers.serve.a2a._tasks import (
     task_of,
     workflow_id_of,
 )
-from psych_runtime.workflows import PsychClient, RunState, SuspensionReason
+from psych_runtime.workflows import ClosedRun, PsychClient, RunState, SuspensionReason
 
 T = TypeVar("T")
+R = TypeVar("R", RunState, ClosedRun | None)
 
 
 class PsychRequestHandler(RequestHandler):
@@ -166,8 +171,8 @@ class PsychRequestHandler(RequestHandler):
             await self.pushes.check(scope, config.task_push_notification_config.url)
         after = 0
         if message.task_id:
-            state = await self._owned(message.task_id, scope, agent)
             workflow_id = workflow_id_of(message.task_id, scope)
+            state = await self._state(workflow_id, scope, agent)
             await self._reply(workflow_id, state, said, scope, message.message_id)
             after = state.last_seq
         else:
@@ -255,19 +260,7 @@ class PsychRequestHandler(RequestHandler):
     ) -> ListTasksResponse:
         scope, agent = caller_of(context)
         require_fields(params)
-        # Left out, the default; sent, even as 0, it must be in range (as a2a-sdk checks).
-        size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
-        if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
-            raise InvalidParamsError(
-                f"pageSize {size} is out of range: it must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}, "
-                f"or left out for {DEFAULT_LIST_TASKS_PAGE_SIZE}"
-            )
-        if params.HasField("status_timestamp_after"):
-            # Refused, not ignored: ignored, every task would be listed as changed since.
-            raise InvalidParamsError(
-                "statusTimestampAfter is not supported: tasks are listed from Temporal's "
-                "visibility, which holds no task's last status change; list without it"
-            )
+        size = page_size(params)
         wanted = wanted_state(params.status)
         artifacts = params.include_artifacts
         if not params.context_id:
@@ -302,7 +295,7 @@ class PsychRequestHandler(RequestHandler):
         scope, agent = caller_of(context)
         require_fields(params)
         state = await self._owned(params.id, scope, agent)
-        if state.status.terminal:
+        if isinstance(state, ClosedRun) or state.status.terminal:
             raise UnsupportedOperationError(f"task {params.id} has ended: read it with GetTask")
         yield (told := task_of(state))
         workflow_id = workflow_id_of(params.id, scope)
@@ -322,7 +315,7 @@ class PsychRequestHandler(RequestHandler):
         scope, agent = caller_of(context)
         require_fields(params)
         state = await self._owned(params.id, scope, agent)
-        if state.status.terminal:
+        if isinstance(state, ClosedRun) or state.status.terminal:
             raise TaskNotCancelableError(f"task {params.id} has already ended")
         workflow_id = workflow_id_of(params.id, scope)
         reason = f"canceled over A2A by {scope.principal or 'the caller'}"
@@ -345,7 +338,7 @@ class PsychRequestHandler(RequestHandler):
         scope, agent = caller_of(context)
         require_fields(params)
         state = await self._owned(params.task_id, scope, agent)
-        if state.status.terminal:
+        if isinstance(state, ClosedRun) or state.status.terminal:
             raise UnsupportedOperationError(f"task {params.task_id} has ended: nothing to push")
         workflow_id = workflow_id_of(params.task_id, scope)
         return await self._register_push(scope, workflow_id, params, state.last_seq)
@@ -448,24 +441,31 @@ class PsychRequestHandler(RequestHandler):
 
     # --- the Run -------------------------------------------------------------------------
 
-    async def _owned(self, task_id: str, scope: Scope, agent: str) -> RunState:
-        """The state of the caller's task ``task_id`` of this agent.
+    async def _owned(self, task_id: str, scope: Scope, agent: str) -> RunState | ClosedRun:
+        """The caller's task ``task_id`` of this agent as it shows: its state, or, once its
+        execution closed, what Temporal holds of it (``PsychClient.closed``: no worker).
 
         Raises:
             TaskNotFoundError: no such task in the caller's tenant, or another agent's.
         """
-        return await self._state(workflow_id_of(task_id, scope), scope, agent)
+        workflow_id = workflow_id_of(task_id, scope)
+        read = self.client.closed(workflow_id, scope=scope, rpc_timeout=self.query_timeout)
+        closed = await self._read(workflow_id, read, agent)
+        return await self._state(workflow_id, scope, agent) if closed is None else closed
 
     async def _state(self, workflow_id: str, scope: Scope, agent: str) -> RunState:
+        read = self.client.status(workflow_id, scope=scope, query_timeout=self.query_timeout)
+        return await self._read(workflow_id, read, agent)
+
+    async def _read(self, workflow_id: str, read: Awaitable[R], agent: str) -> R:
+        """What ``read`` answers of the Run, when it is a task of this agent."""
         try:
-            state = await self.client.status(
-                workflow_id, scope=scope, query_timeout=self.query_timeout
-            )
+            state = await read
         except (NotFound, AccessDenied) as err:
             raise TaskNotFoundError(f"no task {workflow_id.rpartition('-')[2]!r}") from err
         except RPCError as err:
             raise a2a_error(err, "the Run could not be read") from err
-        if state.agent != agent or state.kind != "agent":
+        if state is not None and (state.agent != agent or state.kind != "agent"):
             raise TaskNotFoundError(f"no task {state.run_id!r}")
         return state
 

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from a2a.types import ListTasksResponse, Task, TaskState, TaskStatus
+from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState, TaskStatus
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import InvalidParamsError
 from temporalio.service import RPCError
 
@@ -81,6 +82,27 @@ def listed_state(summary: RunSummary) -> TaskState | None:
         return None
     reasons = set((summary.suspension or "").split(","))
     return task_state(status, bool(reasons & set(ASKS)))
+
+
+def page_size(params: ListTasksRequest) -> int:
+    """The size of the page ``params`` asks for (left out: a2a-sdk's default).
+
+    Raises:
+        InvalidParamsError: a size sent out of range (0 too, as a2a-sdk checks), or a
+            ``statusTimestampAfter`` (ignored, every task would be listed as changed since).
+    """
+    size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
+    if not 1 <= size <= MAX_LIST_TASKS_PAGE_SIZE:
+        raise InvalidParamsError(
+            f"pageSize {size} is out of range: it must be 1 to {MAX_LIST_TASKS_PAGE_SIZE}, "
+            f"or left out for {DEFAULT_LIST_TASKS_PAGE_SIZE}"
+        )
+    if params.HasField("status_timestamp_after"):
+        raise InvalidParamsError(
+            "statusTimestampAfter is not supported: tasks are listed from Temporal's "
+            "visibility, which holds no task's last status change; list without it"
+        )
+    return size
 
 
 def wanted_state(status: int) -> TaskState | None:

@@ -42,6 +42,7 @@ from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
 from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workflows import (
+    ClosedRun,
     DeltasDropped,
     Pending,
     PsychClient,
@@ -193,13 +194,14 @@ def _status(
     return TaskStatus(state=state)
 
 
-def task_of(state: RunState) -> Task:
-    """The Task a Run's state shows."""
+def task_of(state: RunState | ClosedRun) -> Task:
+    """The Task a Run's state shows (or its closed execution, which waits on nothing)."""
     task_id = state.run_id  # the Run id: the task id
+    pending = state.pending if isinstance(state, RunState) else ()
     return Task(
         id=task_id,
         context_id=task_id,
-        status=_status(task_id, state.status, state.reason, state.pending),
+        status=_status(task_id, state.status, state.reason, pending),
         artifacts=[answer_artifact(state.answer, state.reason)] if state.answer else [],
         metadata=_struct({"agent": state.agent, "version_hash": state.version_hash}),
     )

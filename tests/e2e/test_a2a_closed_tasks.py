@@ -1,0 +1,146 @@
+"""A2A reads of a task whose Run's workflow execution closed, with no worker polling: GetTask
+(and ListTasks by its context id, and SubscribeToTask's and CancelTask's first read)
+answers at once what Temporal holds of the closed execution (its close event), the task
+its state showed when a worker answered (as the serve read it before: a query); they
+waited the query timeout for a worker to replay the execution and answered no-worker. A
+workflow Temporal cancelled still needs its state read (the close event does not say what
+the Run settled with). Driven by ``a2a-sdk``'s own client against ``psych serve`` on
+loopback and the session's dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from a2a.client import Client
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import InternalError, TaskNotCancelableError, UnsupportedOperationError
+from temporalio.client import WorkflowExecutionStatus
+
+from psych_runtime.specs import Scope
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import ClosedRun, PsychClient, RunHandle
+
+from ._serve import ACME, asking_agent, served
+from ._waiting import eventually
+from .conftest import Harness
+from .test_a2a_serve import a2a_client, collect, user
+
+pytestmark = pytest.mark.e2e
+
+QUERY_TIMEOUT = 6.0
+"""The serve's query timeout: a read that waits for a worker takes this long at least."""
+
+
+class QueriesOnly(PsychClient):
+    """A client that reads every Run as the serve did before it read closed executions
+    from Temporal: its state, a query a worker answers."""
+
+    async def closed(
+        self, run: RunHandle | str, *, scope: Scope, rpc_timeout: timedelta | None = None
+    ) -> ClosedRun | None:
+        return None
+
+
+def _ask(call: str) -> Reply:
+    return Reply.tool_calls(ToolCall("ask_question", {"question": "Which day?"}, id=call))
+
+
+@pytest.mark.timeout(120)
+async def test_a_closed_tasks_reads_answer_without_a_worker_as_with_one(
+    harness: Harness,
+) -> None:
+    agent = asking_agent(harness, "a2a_closed")  # the first Run asks (q1)
+    harness.fake.enqueue(
+        _ask("q2"),
+        Reply.text("Order 42 ships today."),
+        Reply.error(400, message="bad request shape"),
+        _ask("q3"),
+    )
+    temporal = harness.client.temporal
+    querying = QueriesOnly(
+        temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    async with (
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+        a2a_client(base, agent, ACME) as streams,
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=querying) as queried,
+        a2a_client(queried, agent, ACME, streaming=False) as asking,
+    ):
+
+        async def sent(text: str) -> Task:
+            (event,) = await collect(client.send_message(user(text)))
+            return event.task
+
+        async def read(task_id: str, via: Client) -> tuple[Task, Task]:
+            got = await via.get_task(GetTaskRequest(id=task_id))
+            listed = await via.list_tasks(
+                ListTasksRequest(context_id=task_id, include_artifacts=True)
+            )
+            (row,) = listed.tasks
+            return got, row
+
+        async with harness.worker():
+            canceled = (await sent("book it")).id
+            await client.cancel_task(CancelTaskRequest(id=canceled))
+            terminated = (await sent("book it")).id
+            await temporal.get_workflow_handle(f"psych-acme-{terminated}").terminate(
+                reason="an operator's terminate"
+            )
+            completed = (await sent("when?")).id
+            failed = (await sent("when?")).id
+            cancelled = (await sent("book it")).id
+            handle = temporal.get_workflow_handle(f"psych-acme-{cancelled}")
+            await handle.cancel()
+
+            async def closed() -> bool:
+                return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+            await eventually(closed, what="the workflow to end cancelled")
+            ids = (canceled, terminated, completed, failed)
+            # As the serve read them before: each Run's state, which its worker answers.
+            with_worker = {task_id: await read(task_id, asking) for task_id in (*ids, cancelled)}
+
+        started = time.monotonic()
+        without = {task_id: await read(task_id, client) for task_id in ids}
+        with pytest.raises(UnsupportedOperationError, match="has ended"):
+            await streams.subscribe(SubscribeToTaskRequest(id=completed)).__anext__()
+        with pytest.raises(TaskNotCancelableError, match="has already ended"):
+            await client.cancel_task(CancelTaskRequest(id=terminated))
+        # Ten reads, none of which waited for a worker.
+        assert time.monotonic() - started < QUERY_TIMEOUT
+        # A workflow Temporal cancelled: its state (a worker replays it) says what the Run
+        # settled with, which its close event does not.
+        with pytest.raises(InternalError) as unread:
+            async with asyncio.timeout(QUERY_TIMEOUT + 10):
+                await client.get_task(GetTaskRequest(id=cancelled))
+    assert unread.value.data == {"type": "urn:psych:problem:no-worker", "status": "503"}
+    states = {task_id: with_worker[task_id][0].status.state for task_id in (*ids, cancelled)}
+    assert states == {
+        canceled: TaskState.TASK_STATE_CANCELED,
+        terminated: TaskState.TASK_STATE_FAILED,
+        completed: TaskState.TASK_STATE_COMPLETED,
+        failed: TaskState.TASK_STATE_FAILED,
+        cancelled: TaskState.TASK_STATE_CANCELED,
+    }
+    got, row = with_worker[completed]
+    assert [a.parts[0].text for a in got.artifacts] == ["Order 42 ships today."]
+    assert list(row.artifacts) == list(got.artifacts)
+    assert with_worker[terminated][0].status.message.parts[0].text == (
+        "Temporal closed the Run's workflow execution (terminated) before the Run settled: "
+        "an operator's terminate"
+    )
+    assert "model_error" in with_worker[failed][0].status.message.parts[0].text
+    assert "canceled over A2A" in with_worker[canceled][0].status.message.parts[0].text
+    # What each task shows, read with no worker, is what it showed read with one.
+    assert without == {task_id: with_worker[task_id] for task_id in ids}

@@ -1,0 +1,127 @@
+"""What a Run whose latest workflow execution closed shows, read with no worker.
+
+A Run's state is a query, which a worker answers for a closed execution too (it replays
+it): with no worker polling, a reader of a Run that ended (``psych serve``'s A2A GetTask)
+waited the query timeout and answered that no worker did, though Temporal holds how it
+ended. ``closed_run`` reads that instead: the latest execution's description (its search
+attributes name the tenant, the Spec and its Version, its workflow type the kind) and its
+close event:
+
+- completed: the ``RunResult`` it returned (status, reason, answer);
+- failed with ``RUN_FAILED``: the Run settled FAILED, the failure's message its reason;
+- closed before the Run settled (terminated, timed out...: ``closed_unsettled``): failed,
+  with the reason ``status`` gives it (``_unsettled.py``).
+
+Anything else is left to the query (None): a cancelled workflow (the Run settled ABORTED as
+it was cancelled, its reason counting the messages it did not deliver, or settled
+otherwise just before; only its state says which), an execution Temporal closed after the
+Run settled (its answer is in its state alone), another failure, or a Run started without
+psych's search attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from psych_runtime.activities.contract import ErrorType
+from psych_runtime.workflows.client._asked import mapped
+from psych_runtime.workflows.client._listing import parse_workflow_id
+from psych_runtime.workflows.client._unsettled import (
+    UNSETTLED_SHOWN,
+    closed_unsettled,
+    unsettled_reason,
+)
+from psych_runtime.workflows.contract._contract import (
+    AGENT_RUN,
+    SA_AGENT,
+    SA_STATUS,
+    SA_TENANT,
+    SA_VERSION,
+    WORKFLOW_RUN,
+    RunResult,
+)
+from psych_runtime.workflows.contract._records import RunStatus
+
+_KINDS: dict[str, Literal["agent", "workflow"]] = {AGENT_RUN: "agent", WORKFLOW_RUN: "workflow"}
+
+
+@dataclass(frozen=True)
+class ClosedRun:
+    """A Run whose latest workflow execution closed, as its state shows it (``RunState``'s
+    fields of the same names), read from Temporal with no worker (``PsychClient.closed``).
+    It waits on nothing."""
+
+    run_id: str
+    tenant: str
+    agent: str
+    """The Spec's name."""
+    version_hash: str
+    kind: Literal["agent", "workflow"]
+    status: RunStatus
+    """Terminal, always."""
+    reason: str | None
+    answer: str | None = None
+
+
+async def closed_run(
+    client: Client, workflow_id: str, rpc_timeout: timedelta | None = None
+) -> ClosedRun | None:
+    """The Run ``workflow_id`` as its closed latest execution shows it; None when that
+    execution is open, or its close event does not carry what its state shows (see the
+    module docstring: read the state, a query).
+
+    Raises:
+        NotFound: no such Run (or its history gone meanwhile).
+        RPCError: Temporal could not describe it or read its close event.
+    """
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+    closed = described.status
+    if closed in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        return None
+    attributes = described.typed_search_attributes
+    tenant, agent, version, status = (
+        attributes.get(SearchAttributeKey.for_keyword(name))
+        for name in (SA_TENANT, SA_AGENT, SA_VERSION, SA_STATUS)
+    )
+    kind = _KINDS.get(described.workflow_type)
+    if tenant is None or agent is None or version is None or status is None or kind is None:
+        return None
+    _, run_id = parse_workflow_id(workflow_id)
+    execution = client.get_workflow_handle(
+        workflow_id, run_id=described.run_id, result_type=RunResult
+    )
+
+    def shown(status: RunStatus, reason: str | None, answer: str | None = None) -> ClosedRun:
+        return ClosedRun(run_id, tenant, agent, version, kind, status, reason, answer)
+
+    if closed is WorkflowExecutionStatus.COMPLETED:  # the Run returned its result
+        try:
+            result: RunResult = await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
+        except RPCError as err:
+            raise mapped(err, workflow_id) from err
+        return shown(result.status, result.reason, result.answer)
+    closed_as = closed_unsettled(status, int(closed))
+    if closed_as is not None:
+        return shown(UNSETTLED_SHOWN, await unsettled_reason(execution, closed_as, rpc_timeout))
+    if closed is not WorkflowExecutionStatus.FAILED:
+        return None
+    failure: BaseException | None = None
+    try:
+        await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
+    except WorkflowFailureError as err:
+        failure = err.cause
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+    if isinstance(failure, ApplicationError) and failure.type == ErrorType.RUN_FAILED:
+        return shown(RunStatus.FAILED, failure.message)  # it settled FAILED, saying why
+    return None
