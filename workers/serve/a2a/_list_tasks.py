@@ -457,9 +457,9 @@ class TaskLister:
         return result.answer, result.reason
 
     async def count(self, scope: Scope, agent: str, wanted: TaskState | None) -> int:
-        """How many of the agent's tasks are in state ``wanted`` (None: any), as
-        Temporal's visibility counts them now: the listing's own filter's count, or the
-        counts of the filters whose sum or difference the state is."""
+        """How many of the agent's tasks are in state ``wanted`` (None: any), as visibility
+        counts executions now (a reset Run's each: README): the listing's filter's count,
+        or the counts of the filters whose sum or difference the state is."""
 
         async def counted(
             status: RunStatus | None = None, waiting_on: tuple[SuspensionReason, ...] = ()
