@@ -195,6 +195,43 @@ async def test_a_task_whose_run_is_gone_is_taken_over_as_ended(
         await eventually(forgotten, within=30, what="the gone task to be forgotten")
 
 
+async def test_a_task_that_ended_is_taken_over_with_no_worker_from_its_closed_execution(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # A process stopped while delivering a task that has ended since, and no worker polls:
+    # the next process pushes its end as its closed execution shows it, at once. Its status
+    # was a query a worker answers: the watcher waited the query timeout (10 s) and failed,
+    # again at every look, and nothing reached the webhook.
+    version = harness.client.publish(AgentBuilder("ended_notifier").model("fake-model").build())
+    harness.fake.enqueue(Reply.text("Tuesday it is."))
+    async with harness.worker():
+        run = await harness.client.dispatch(version, "Book a meeting", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+    tokens = tmp_path / "tokens"
+    store = PushStore(LocalTokenStore(tokens))
+    tenant = harness.scope.tenant
+    webhook = CountingServer().start()
+
+    def add(configs: dict[str, TaskPushNotificationConfig]) -> bool:
+        configs["c1"] = TaskPushNotificationConfig(url=f"{webhook.url}/hook", id="c1")
+        return True
+
+    await store.change(tenant, run.workflow_id, add)
+    await store.watch([Watched(tenant, "alice", run.workflow_id, owner="stopped", beat=0.0)])
+    try:
+        async with serving(harness, tokens) as (base, _):
+
+            async def pushed() -> bool:
+                async with a2a_client(base, "ended_notifier", ACME, streaming=False):
+                    pass  # fetching the card makes the process look for tasks to take over
+                return "TASK_STATE_COMPLETED" in states(webhook)
+
+            await eventually(pushed, within=8, what="the ended task's end to be pushed")
+        assert answers(webhook) == ["Tuesday it is."]
+    finally:
+        webhook.stop()
+
+
 async def test_a_reset_run_keeps_its_webhooks_until_its_real_end(
     harness: Harness, tmp_path: Path
 ) -> None:

@@ -40,7 +40,6 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
-    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
     A2AError,
@@ -73,6 +72,7 @@ from psych_runtime.workers.serve.a2a._list_tasks import (
     page_size,
     wanted_state,
 )
+from psych_runtime.workers.serve.a2a._now import task_now
 from psych_runtime.workers.serve.a2a._push import PushRegistry
 from psych_runtime.workers.serve.a2a._replies import (
     Said,
@@ -83,7 +83,6 @@ from psych_runtime.workers.serve.a2a._replies import (
     task_input,
 )
 from psych_runtime.workers.serve.a2a._tasks import (
-    answer_event,
     asks,
     ends_task,
     stops,
@@ -372,7 +371,7 @@ class PsychRequestHandler(RequestHandler):
                 if ended:
                     return
             # Short of an end only when the workflow runs on: followed from its status now.
-            now = await self._now(workflow_id, scope)
+            now = await task_now(self.client, workflow_id, scope, self.query_timeout)
             if now is None:
                 return
             events, after = now
@@ -386,24 +385,6 @@ class PsychRequestHandler(RequestHandler):
         happened while nobody watched), then what follows, until it ends (a Run no longer
         found, its history past the namespace's retention, has ended: nothing is pushed)."""
         return self._pushed(workflow_id, scope, None)
-
-    async def _now(self, workflow_id: str, scope: Scope) -> tuple[tuple[Event, ...], int] | None:
-        """The task's status as it is now (after its answer, when it ended with one: a
-        webhook that missed the end gets both, as a watcher that saw it pushes them) and
-        the last record seq it stands for; None: the Run is gone."""
-        try:
-            state = await self.client.status(
-                workflow_id, scope=scope, query_timeout=self.query_timeout
-            )
-        except NotFound:
-            return None
-        task = task_of(state)
-        status = TaskStatusUpdateEvent(
-            task_id=task.id, context_id=task.context_id, status=task.status
-        )
-        if state.status.terminal and state.answer:
-            return (answer_event(task.id, state.answer, state.reason), status), state.last_seq
-        return (status,), state.last_seq
 
     @answering
     async def on_get_task_push_notification_config(
