@@ -1,10 +1,11 @@
-"""Which listed executions are not their Run's latest (ListTasks lists a task once)."""
+"""Which listed executions are not their Run's latest (ListTasks lists a task once), and
+whether a Run's latest execution runs on (``runs_on``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.workflows import RunStatus, RunSummary
@@ -50,3 +51,20 @@ async def replaced_executions(temporal: Client, runs: list[RunSummary], at_once:
 
 def _went_on(summary: RunSummary) -> bool:
     return summary.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
+
+
+async def runs_on(temporal: Client, workflow_id: str) -> bool:
+    """Whether the workflow id's latest execution is running: after a Run's records ended
+    unsettled, that means an operator reset it (its execution closed, the workflow goes
+    on in a new one), not that it ended.
+
+    Raises:
+        RPCError: Temporal could not say (not found aside: that is not running).
+    """
+    try:
+        described = await temporal.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status is WorkflowExecutionStatus.RUNNING

@@ -33,7 +33,6 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
-from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.a2a import TERMINAL
@@ -41,6 +40,7 @@ from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
 from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
 from psych_runtime.workers.serve.a2a._errors import internal_error
+from psych_runtime.workers.serve.a2a._latest import runs_on
 from psych_runtime.workflows import (
     ClosedRun,
     DeltasDropped,
@@ -446,7 +446,7 @@ async def task_events(
             yield answer_event(task_id, state.answer, state.reason)
         yield status(_status(task_id, state.status, state.reason, ()))
         return
-    if await runs_on(client, workflow_id):
+    if await runs_on(client.temporal, workflow_id):
         return  # an operator reset the Run: not its end (the caller follows it again)
     yield status(
         TaskStatus(
@@ -482,20 +482,3 @@ async def _cut_short(
 def ends_task(event: Event) -> bool:
     """Whether ``event`` is a task's terminal status."""
     return isinstance(event, TaskStatusUpdateEvent) and event.status.state in TERMINAL
-
-
-async def runs_on(client: PsychClient, workflow_id: str) -> bool:
-    """Whether the workflow id's latest execution is running: after a Run's records ended
-    unsettled, that means an operator reset it (its execution closed, the workflow goes
-    on in a new one), not that it ended.
-
-    Raises:
-        RPCError: Temporal could not say (not found aside: that is not running).
-    """
-    try:
-        described = await client.temporal.get_workflow_handle(workflow_id).describe()
-    except RPCError as err:
-        if err.status is RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-    return described.status is WorkflowExecutionStatus.RUNNING
