@@ -27,7 +27,7 @@ from google.protobuf.json_format import MessageToDict
 
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
-from psych_runtime.workers.serve.a2a._tasks import CHILD_POLL_SECONDS
+from psych_runtime.workers.serve.a2a._child_polls import CHILD_POLL_SECONDS
 
 from ._serve import ACME, served
 from ._waiting import eventually

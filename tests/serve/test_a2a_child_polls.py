@@ -1,70 +1,242 @@
-"""A followed task's child poll (``_tasks._child_polls``): a record that came while the
-Run's state was read goes out before what that read found. The read may be older than the
-record (the child's question answered meanwhile, the Run gone on): sent first, its
-``input-required`` ended a send there (a blocking or streaming send stops at a question),
-and the record telling the Run went on was never sent."""
+"""A followed task's child poll (``_child_polls.child_polls``).
+
+- A record that came while the Run's state was read goes out before what that read found;
+  a read older than it is dropped and read again. Sent first, an older read's
+  ``input-required`` ended a send there (a blocking or streaming send stops at a
+  question), and the record telling the Run went on (the child's question answered
+  meanwhile) was never sent.
+- The Run is read while a child of it may run (12-06): from a record starting one to the
+  record of its end, and for one Temporal says runs when the stream starts; never for a
+  Run with none. Records coming all the while (a model call streaming) do not hold the
+  read off. Before, it was read only while it waited on children (``delegate``,
+  ``wait_children``), so a spawned child's question, asked while its parent worked on,
+  never reached a stream.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 from a2a.types import TaskState, TaskStatus
 
-from psych_runtime.workers.serve.a2a._tasks import _child_polls
-from psych_runtime.workflows import Pending, RunState, RunStatus, SuspensionReason, Totals
+from psych_runtime.specs import Scope
+from psych_runtime.workers.serve.a2a._child_polls import child_polls
+from psych_runtime.workers.serve.a2a._tasks import _child_status
+from psych_runtime.workflows import (
+    ChildSettled,
+    ChildSpawned,
+    ModelCallStarted,
+    Pending,
+    RunState,
+    RunStatus,
+    SuspensionReason,
+    TokenDelta,
+    Totals,
+)
 
 EVERY = 0.05
 WORKING = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+SCOPE = Scope(tenant="acme")
+AT = datetime(2026, 12, 6, tzinfo=UTC)
+CHILD = "psych-acme-lead-spawn1"
 CHILD_ASKS = Pending(
     reason=SuspensionReason.QUESTION,
     id="q-child",
     call_id="q-child",
     tool="ask_question",
     question="Which warehouse?",
-    expires_at=datetime(2026, 12, 6, tzinfo=UTC) + timedelta(days=1),
-    run="psych-acme-child",
-)
-ASKING = RunState(
-    run_id="lead",
-    tenant="acme",
-    agent="lead",
-    version_hash="sha256:abc",
-    status=RunStatus.SUSPENDED,
-    turn=1,
-    last_seq=4,
-    totals=Totals(turns=1),
-    pending=(CHILD_ASKS,),
+    expires_at=AT + timedelta(days=1),
+    run=CHILD,
 )
 
 
-async def test_a_record_that_came_during_a_read_goes_out_before_the_read() -> None:
-    records: asyncio.Queue[str] = asyncio.Queue()
-    reads = 0
+def _state(last_seq: int, *pending: Pending) -> RunState:
+    return RunState(
+        run_id="lead",
+        tenant="acme",
+        agent="lead",
+        version_hash="sha256:abc",
+        status=RunStatus.SUSPENDED if pending else RunStatus.RUNNING,
+        turn=1,
+        last_seq=last_seq,
+        totals=Totals(turns=1),
+        pending=pending,
+    )
 
-    async def items() -> AsyncGenerator[str]:
+
+def _working(seq: int) -> ModelCallStarted:
+    return ModelCallStarted(seq=seq, at=AT, scope=SCOPE, turn=2, model="m", attempt=1)
+
+
+def _spawned(seq: int) -> ChildSpawned:
+    return ChildSpawned(
+        seq=seq,
+        at=AT,
+        scope=SCOPE,
+        turn=1,
+        call_id="c1",
+        run=CHILD,
+        agent="asker",
+        version_hash="sha256:def",
+        model="m",
+    )
+
+
+def _settled(seq: int) -> ChildSettled:
+    return ChildSettled(
+        seq=seq,
+        at=AT,
+        scope=SCOPE,
+        turn=1,
+        call_id="c1",
+        run=CHILD,
+        agent="asker",
+        via="spawn",
+        version_hash="sha256:def",
+        status=RunStatus.COMPLETED,
+        reason="answered",
+        totals=Totals(),
+    )
+
+
+class _Run:
+    """The followed Run: its records (put as they come), its reads and its children."""
+
+    def __init__(self, running: set[str] | None = None) -> None:
+        self.records: asyncio.Queue[object] = asyncio.Queue()
+        self.states: list[RunState] = []
+        self.reads = 0
+        self.asked = 0
+        self.running = running or set()
+
+    async def items(self) -> AsyncGenerator[object]:
         while True:
-            yield await records.get()
+            yield await self.records.get()
+
+    async def read(self) -> RunState:
+        self.reads += 1
+        return self.states[min(self.reads, len(self.states)) - 1]
+
+    async def children(self) -> set[str]:
+        self.asked += 1
+        return set(self.running)
+
+    def polls(self, items: AsyncIterator[object], after: int = 0) -> AsyncGenerator[object]:
+        return child_polls(
+            items,
+            read=self.read,
+            children=self.children,
+            status=lambda state: _child_status("lead", state),
+            every=EVERY,
+            told=WORKING,
+            after=after,
+        )
+
+
+async def _take(run: _Run, count: int, after: int = 0) -> list[object]:
+    seen: list[object] = []
+    followed = run.items()
+    polls = run.polls(followed, after)
+    async with contextlib.aclosing(followed), contextlib.aclosing(polls), asyncio.timeout(5):
+        async for item in polls:
+            seen.append(item)
+            if len(seen) == count:
+                break
+    return seen
+
+
+async def _during(run: _Run, seconds: float, after: int = 0) -> list[object]:
+    """What the poll passes on in ``seconds``."""
+    seen: list[object] = []
+    followed = run.items()
+    polls = run.polls(followed, after)
+    async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                async for item in polls:
+                    seen.append(item)
+    return seen
+
+
+def _asks(item: object) -> bool:
+    return isinstance(item, TaskStatus) and item.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+async def test_a_record_newer_than_a_read_goes_out_first_and_the_read_is_read_again() -> None:
+    run = _Run(running={CHILD})
+    newer = _working(5)
 
     async def read() -> RunState:
-        nonlocal reads
-        reads += 1
-        if reads == 1:  # the Run goes on (a record) while its state is being read
-            await records.put("the Run went on")
+        run.reads += 1
+        if run.reads == 1:  # the Run goes on (a record) while its state is being read
+            await run.records.put(newer)
             await asyncio.sleep(EVERY)
-        return ASKING
+            return _state(4, CHILD_ASKS)
+        return _state(5, CHILD_ASKS)
 
-    seen: list[object] = []
-    followed = items()
-    polls = _child_polls("lead", followed, read, EVERY, WORKING)
-    async with contextlib.aclosing(followed), contextlib.aclosing(polls):
-        async with asyncio.timeout(5):
+    run.read = read  # type: ignore[method-assign]  # this Run's reads race its records
+    seen = await _take(run, 2, after=4)
+    assert seen[0] is newer, seen
+    assert _asks(seen[1]) and run.reads == 2, (seen, run.reads)
+
+
+async def test_a_record_older_than_a_read_goes_out_first_then_the_read() -> None:
+    run = _Run(running={CHILD})
+    older = _working(5)
+
+    async def read() -> RunState:
+        run.reads += 1
+        await run.records.put(older)  # written before the read: the read counts it
+        await asyncio.sleep(EVERY)
+        return _state(5, CHILD_ASKS)
+
+    run.read = read  # type: ignore[method-assign]
+    seen = await _take(run, 2, after=4)
+    assert seen[0] is older and _asks(seen[1]) and run.reads == 1, (seen, run.reads)
+
+
+async def test_a_run_with_no_child_running_is_not_read() -> None:
+    run = _Run()
+    run.states = [_state(3)]
+    assert await _during(run, 6 * EVERY, after=3) == []
+    assert (run.asked, run.reads) == (1, 0)  # Temporal asked once which children run
+
+
+async def test_a_spawned_childs_question_is_told_while_records_come_and_its_end_stops_it() -> None:
+    run = _Run()
+    run.states = [_state(1, CHILD_ASKS), _state(1)]
+    seen: list[TaskStatus] = []
+    followed = run.items()
+    polls = run.polls(followed)
+    await run.records.put(_spawned(1))
+
+    async def stream_text() -> None:  # the parent works on: its model call streams
+        for n in range(1, 1000):
+            await run.records.put(TokenDelta(call="2.m#1", turn=2, n=n, text="x"))
+            await asyncio.sleep(EVERY / 5)
+
+    streaming = asyncio.ensure_future(stream_text())
+    try:
+        async with contextlib.aclosing(followed), contextlib.aclosing(polls), asyncio.timeout(5):
             async for item in polls:
-                seen.append(item)
+                if isinstance(item, TaskStatus):
+                    seen.append(item)
                 if len(seen) == 2:
                     break
-    assert seen[0] == "the Run went on", seen
-    assert isinstance(seen[1], TaskStatus)
-    assert seen[1].state == TaskState.TASK_STATE_INPUT_REQUIRED
+    finally:
+        streaming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await streaming
+    assert _asks(seen[0]) and seen[1].state == TaskState.TASK_STATE_WORKING, seen
+
+    # Its end recorded, the Run is read no more.
+    run = _Run()
+    run.states = [_state(2)]
+    for record in (_spawned(1), _settled(2)):
+        await run.records.put(record)
+    taken = await _during(run, 6 * EVERY)
+    assert [type(r) for r in taken] == [ChildSpawned, ChildSettled]
+    assert run.reads == 0, run.reads

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from a2a.server.events.event_queue import Event
 from a2a.types import (
@@ -38,6 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
+from psych_runtime.workers.serve.a2a._child_polls import CHILD_POLL_SECONDS, child_polls
 from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
 from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workers.serve.a2a._latest import runs_on
@@ -65,8 +65,6 @@ logger = logging.getLogger(__name__)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _ASKS = (SuspensionReason.QUESTION, SuspensionReason.APPROVAL)
-_CHILDREN = SuspensionReason.CHILDREN
-T = TypeVar("T")
 
 _STATES = {
     RunStatus.RUNNING: TaskState.TASK_STATE_WORKING,
@@ -271,75 +269,18 @@ def stops(state: RunState) -> bool:
     return state.status.terminal or any(asks(p) for p in state.pending)
 
 
-CHILD_POLL_SECONDS = 3.0
-"""How often a followed task whose Run waits on a child Run reads the Run's state: a
-child's question or approval reaches the parent by a signal, which writes no record."""
-
-
-class _Done(enum.Enum):
-    DONE = "done"
-
-
-async def _child_polls(
-    task_id: str,
-    items: AsyncIterator[T],
-    read: Callable[[], Awaitable[RunState | None]],
-    every: float,
-    told: TaskStatus,
-) -> AsyncGenerator[T | TaskStatus]:
-    """``items``; and, when none came for ``every`` seconds while the Run may wait on a
-    child Run, its state read (``read``; None: it could not be), and the task's status
-    when a child's question or approval makes it differ (``input-required``, or
-    ``working`` once answered). The Run's own items and its end are left to its records.
-    It may wait on a child until a read says it does not (a stream may start during such
-    a wait), and again from a wait on children recorded. ``told``: the status the stream
-    started from (a child's question it holds is not told again)."""
-    last = (told.state, told.message.message_id)
-    polling = True
-    nexting: asyncio.Future[T | _Done] | None = None
-    try:
-        while True:
-            if nexting is None:
-                nexting = asyncio.ensure_future(anext(items, _Done.DONE))
-            if polling:
-                done, _ = await asyncio.wait({nexting}, timeout=every)
-                if not done:
-                    state = await read()
-                    if state is None or nexting.done():
-                        # Not read (tried again), or a record came meanwhile: it goes out
-                        # first, the read possibly older (a child's question answered).
-                        continue
-                    polling = any(p.reason is _CHILDREN for p in state.pending)
-                    own = any(asks(p) and p.run is None for p in state.pending)
-                    theirs = [p for p in state.pending if asks(p) and p.run is not None]
-                    if state.status.terminal or own:
-                        continue
-                    shown = TaskStatus(state=TaskState.TASK_STATE_WORKING)
-                    if theirs:
-                        shown = TaskStatus(
-                            state=TaskState.TASK_STATE_INPUT_REQUIRED,
-                            message=ask_message(task_id, theirs[0]),
-                        )
-                    key = (shown.state, shown.message.message_id)
-                    if key != last:
-                        last = key
-                        yield shown
-                    continue
-            # Taken first: what it raises is raised once, not again on the way out.
-            taken, nexting = nexting, None
-            item = await taken
-            if item is _Done.DONE:
-                return
-            if isinstance(item, Suspended) and item.pending.reason is _CHILDREN:
-                polling = True
-            elif isinstance(item, RunAdmitted | Resumed):
-                last = (TaskState.TASK_STATE_WORKING, "")  # as the stream shows it
-            yield item
-    finally:
-        if nexting is not None:
-            nexting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await nexting
+def _child_status(task_id: str, state: RunState) -> TaskStatus | None:
+    """The task's status a read of its Run shows when a child's item decides it: the
+    child's question (``input-required``), or ``working`` with none. None: its own items
+    or its end decide it, which its records tell."""
+    if state.status.terminal or any(asks(p) and p.run is None for p in state.pending):
+        return None
+    theirs = [p for p in state.pending if asks(p) and p.run is not None]
+    if not theirs:
+        return TaskStatus(state=TaskState.TASK_STATE_WORKING)
+    return TaskStatus(
+        state=TaskState.TASK_STATE_INPUT_REQUIRED, message=ask_message(task_id, theirs[0])
+    )
 
 
 async def task_events(
@@ -380,19 +321,32 @@ async def task_events(
             logger.warning("task %s: its state could not be read: %s", task_id, err)
             return None
 
+    async def children() -> set[str] | None:
+        try:
+            handle = client.temporal.get_workflow_handle(workflow_id)
+            described = await handle.describe(rpc_timeout=grace)
+        except RPCError as err:  # asked again next time
+            logger.warning("task %s: its running children could not be read: %s", task_id, err)
+            return None
+        return {child.workflow_id for child in described.raw_description.pending_children}
+
+    polls = child_polls(
+        following,
+        read=read,
+        children=children,
+        status=lambda state: _child_status(task_id, state),
+        every=CHILD_POLL_SECONDS,
+        told=shown,
+        after=after,
+    )
     # Closed on every way out (a return mid-stream too): it holds the close watch's task.
-    async with (
-        contextlib.aclosing(following) as followed,
-        contextlib.aclosing(
-            _child_polls(task_id, followed, read, CHILD_POLL_SECONDS, shown)
-        ) as items,
-    ):
+    async with contextlib.aclosing(following), contextlib.aclosing(polls) as items:
         async for item in items:
             if item is CUT:
                 async for event in _cut_short(client, workflow_id, scope, grace):
                     yield event
                 return
-            if isinstance(item, TaskStatus):  # read while a child Run works
+            if isinstance(item, TaskStatus):  # read while a child Run may run
                 yield status(item)
                 if item.state == TaskState.TASK_STATE_INPUT_REQUIRED and not through_input:
                     return

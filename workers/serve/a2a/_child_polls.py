@@ -1,0 +1,170 @@
+"""A followed task's child poll: what a child Run asks reaches its parent by a signal, which
+writes no record there, so a stream that follows the Run's records reads the Run's state
+while a child Run of it may be running, and tells the task's status when a child's item
+changes it (``input-required`` with the child's question, ``working`` once it is answered).
+
+Which children run, without a read of the Run for it (``RunState`` names none):
+- those its records start and end: a spawned child (``child_spawned`` .. ``child_settled``),
+  a subagent (its ``delegate`` wait, ``suspended`` on ``children`` with the child's workflow
+  id, .. ``child_settled``), a workflow step's Run (``step_started`` .. ``step_finished``);
+- those it started before the stream's first record: Temporal's pending children of its
+  workflow, described once, when the stream has followed it ``every`` seconds (a stream
+  that ends sooner costs nothing). A Run continues as new only with no child running, so
+  the execution described holds them all.
+- and any a read shows: an item a child holds, or a wait on children.
+
+A Run with none of them is not read at all. While one may run, the Run is read every
+``every`` seconds, whether or not records came meanwhile: a parent that works on (a model
+call streaming its text, its tools) while its child asks would otherwise never go idle long
+enough to be read. A read is told where the records reach it (its ``last_seq``): records it
+already counts go out first, and a read older than a record passed on is dropped (read
+again next time), so a status is never told before a record older than it, nor after a
+record newer than it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TypeVar, get_args
+
+from a2a.types import TaskState, TaskStatus
+
+from psych_runtime.workflows import (
+    ChildSettled,
+    ChildSpawned,
+    Record,
+    Resumed,
+    RunAdmitted,
+    RunState,
+    StepFinished,
+    StepStarted,
+    Suspended,
+    SuspensionReason,
+)
+
+CHILD_POLL_SECONDS = 3.0
+"""How often a followed task whose Run may have a child Run running reads the Run's state:
+a child's question or approval reaches the parent by a signal, which writes no record."""
+
+_CHILDREN = SuspensionReason.CHILDREN
+_RECORDS = get_args(Record)[0]  # the union of the record types (``Record`` is annotated)
+T = TypeVar("T")
+
+
+class _Done(enum.Enum):
+    DONE = "done"
+
+
+def _started(item: object) -> str | None:
+    """The workflow id of the child Run ``item`` starts (or waits on), if any."""
+    if isinstance(item, ChildSpawned):
+        return item.run
+    if isinstance(item, StepStarted):
+        return item.run
+    if isinstance(item, Suspended) and item.pending.reason is _CHILDREN:
+        # A subagent's wait names the child; ``wait_children``'s names none (its children
+        # were spawned, recorded already): the read that follows says what is left.
+        return item.pending.id if item.pending.tool == "delegate" else None
+    return None
+
+
+def _ended(item: object) -> str | None:
+    """The workflow id of the child Run ``item`` records the end of, if any."""
+    if isinstance(item, ChildSettled | StepFinished):
+        return item.run
+    return None
+
+
+def _near(state: RunState) -> bool:
+    """Whether ``state`` shows a child at work: an item a child holds, or a wait on one."""
+    return any(p.reason is _CHILDREN or p.run is not None for p in state.pending)
+
+
+async def child_polls(
+    items: AsyncIterator[T],
+    *,
+    read: Callable[[], Awaitable[RunState | None]],
+    children: Callable[[], Awaitable[set[str] | None]],
+    status: Callable[[RunState], TaskStatus | None],
+    every: float,
+    told: TaskStatus,
+    after: int,
+) -> AsyncGenerator[T | TaskStatus]:
+    """``items`` (the Run's records after ``after``, and what else its stream carries) and,
+    while a child Run may be running, the task's status a read of the Run shows when it
+    differs from what the stream shows.
+
+    ``read``: the Run's state (None: it could not be read, tried again next time).
+    ``children``: the workflow ids of the Run's running children, as Temporal holds them
+    (None: it could not say, asked again next time). ``status``: the task's status a read
+    shows when a child's item decides it (None: the Run's own items or its end decide it,
+    which its records tell). ``told``: the status the stream started from (a child's
+    question it holds is not told again).
+    """
+    loop = asyncio.get_running_loop()
+    last = (told.state, told.message.message_id)
+    running: set[str] = set()
+    unknown = True  # the children started before ``after``: not asked yet
+    near = False  # the last read showed a child at work
+    seen = after  # the seq of the last record passed on
+    heard: RunState | None = None  # a read not told yet: the records have not reached it
+    due: float | None = None
+    nexting: asyncio.Future[T | _Done] | None = None
+    try:
+        while True:
+            if nexting is None:
+                nexting = asyncio.ensure_future(anext(items, _Done.DONE))
+            if unknown or running or near:
+                due = loop.time() + every if due is None else due
+                await asyncio.wait({nexting}, timeout=max(0.0, due - loop.time()))
+            else:
+                due = None
+                await asyncio.wait({nexting})
+            if not nexting.done():  # due: ask which children run, and read the Run
+                due = loop.time() + every
+                if unknown:
+                    found = await children()
+                    if found is None:
+                        continue
+                    unknown = False
+                    running |= found
+                    if not (running or near):
+                        continue
+                state = await read()
+                if state is not None:
+                    near = _near(state)
+                    heard = state
+            else:
+                # Taken first: what it raises is raised once, not again on the way out.
+                taken, nexting = nexting, None
+                item = await taken
+                if item is _Done.DONE:
+                    return
+                if isinstance(item, _RECORDS):
+                    seen = item.seq
+                    if heard is not None and item.seq > heard.last_seq:
+                        heard = None  # older than this record: read again
+                if (child := _started(item)) is not None:
+                    running.add(child)
+                if (child := _ended(item)) is not None:
+                    running.discard(child)
+                if isinstance(item, RunAdmitted | Resumed):
+                    last = (TaskState.TASK_STATE_WORKING, "")  # as the stream shows it
+                yield item
+            if heard is None or seen < heard.last_seq or (nexting is not None and nexting.done()):
+                continue  # the records go out first
+            shown, heard = status(heard), None
+            if shown is None:
+                continue
+            key = (shown.state, shown.message.message_id)
+            if key != last:
+                last = key
+                yield shown
+    finally:
+        if nexting is not None:
+            nexting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await nexting
