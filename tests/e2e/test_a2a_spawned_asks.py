@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from a2a.types import SubscribeToTaskRequest, TaskState, TaskStatus
+from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState, TaskStatus
 from google.protobuf.json_format import MessageToDict
 
 from psych_runtime.activities.contract import workflow_id_for
@@ -20,6 +20,7 @@ from psych_runtime.workers.serve.a2a import _tasks
 from psych_runtime.workflows import ChildSpawned, ToolCallStarted
 
 from ._serve import ACME, served
+from ._waiting import eventually
 from .conftest import Harness
 from .test_a2a_serve import a2a_client, collect, last_status, states, status_of, user
 
@@ -94,9 +95,13 @@ async def test_a_stream_tells_a_spawned_childs_question_while_the_run_works_on(
         first = await anext(stream)
         task_id = first.task.id
         # A subscription beside it, which follows the task through the question.
-        subscribed = asyncio.ensure_future(
-            collect(streaming.subscribe(SubscribeToTaskRequest(id=task_id)))
-        )
+        seen: list[StreamResponse] = []
+
+        async def subscribe() -> None:
+            async for event in streaming.subscribe(SubscribeToTaskRequest(id=task_id)):
+                seen.append(event)
+
+        subscribed = asyncio.ensure_future(subscribe())
         asked = [first, *await collect(stream)]
         _asks_the_question(last_status(asked))
         assert states(asked).count(INPUT_REQUIRED) == 1, states(asked)
@@ -107,12 +112,16 @@ async def test_a_stream_tells_a_spawned_childs_question_while_the_run_works_on(
         tools = [r.tool for r in records if isinstance(r, ToolCallStarted)]
         assert "wait_children" not in tools, tools
 
+        async def subscription_asks() -> bool:  # it reads the Run apart from the send
+            return any(status_of(e).state == INPUT_REQUIRED for e in seen)
+
+        await eventually(subscription_asks, within=10 * POLL, what="the subscription to ask")
         (answered,) = await collect(client.send_message(user("the north one", task_id=task_id)))
         assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
         (answer,) = answered.task.artifacts
         assert "the north one" in answer.parts[0].text
 
-        seen = await subscribed
+        await subscribed
     statuses = [status_of(e) for e in seen if e.HasField("status_update") or e.HasField("task")]
     shown = [s.state for s in statuses]
     assert shown.count(INPUT_REQUIRED) == 1, shown  # told once
