@@ -124,14 +124,16 @@ class _Run:
         self.asked += 1
         return set(self.running)
 
-    def polls(self, items: AsyncIterator[object], after: int = 0) -> AsyncGenerator[object]:
+    def polls(
+        self, items: AsyncIterator[object], after: int = 0, told: TaskStatus = WORKING
+    ) -> AsyncGenerator[object]:
         return child_polls(
             items,
             read=self.read,
             children=self.children,
             status=lambda state: _child_status("lead", state),
             every=EVERY,
-            told=WORKING,
+            told=told,
             after=after,
         )
 
@@ -148,11 +150,13 @@ async def _take(run: _Run, count: int, after: int = 0) -> list[object]:
     return seen
 
 
-async def _during(run: _Run, seconds: float, after: int = 0) -> list[object]:
+async def _during(
+    run: _Run, seconds: float, after: int = 0, told: TaskStatus = WORKING
+) -> list[object]:
     """What the poll passes on in ``seconds``."""
     seen: list[object] = []
     followed = run.items()
-    polls = run.polls(followed, after)
+    polls = run.polls(followed, after, told)
     async with contextlib.aclosing(followed), contextlib.aclosing(polls):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
@@ -240,3 +244,16 @@ async def test_a_spawned_childs_question_is_told_while_records_come_and_its_end_
     taken = await _during(run, 6 * EVERY)
     assert [type(r) for r in taken] == [ChildSpawned, ChildSettled]
     assert run.reads == 0, run.reads
+
+
+async def test_a_stream_started_at_a_childs_question_reads_once_whether_it_still_stands() -> None:
+    """A subscription starts at a child's question (the task it starts with); the child
+    ended before its first record (its question expired, say): Temporal lists no child,
+    and one read tells the task ``working`` again."""
+    run = _Run()
+    run.states = [_state(3)]
+    asking = _child_status("lead", _state(3, CHILD_ASKS))
+    assert asking is not None and _asks(asking)
+    seen = await _during(run, 6 * EVERY, after=3, told=asking)
+    assert [s.state for s in seen if isinstance(s, TaskStatus)] == [WORKING.state], seen
+    assert run.reads == 1, run.reads

@@ -11,7 +11,8 @@ Which children run, without a read of the Run for it (``RunState`` names none):
   workflow, described once, when the stream has followed it ``every`` seconds (a stream
   that ends sooner costs nothing). A Run continues as new only with no child running, so
   the execution described holds them all.
-- and any a read shows: an item a child holds, or a wait on children.
+- and any a read shows: an item a child holds, or a wait on children (a stream that
+  starts at a question reads the Run once for it: the child that asked may have ended).
 
 A Run with none of them is not read at all. While one may run, the Run is read every
 ``every`` seconds, whether or not records came meanwhile: a parent that works on (a model
@@ -108,7 +109,9 @@ async def child_polls(
     last = (told.state, told.message.message_id)
     running: set[str] = set()
     unknown = True  # the children started before ``after``: not asked yet
-    near = False  # the last read showed a child at work
+    # The last read showed a child at work; at the start, a question the stream shows may
+    # be a child's whose end came before the stream's first record: one read says.
+    near = told.state == TaskState.TASK_STATE_INPUT_REQUIRED
     seen = after  # the seq of the last record passed on
     heard: RunState | None = None  # a read not told yet: the records have not reached it
     due: float | None = None
