@@ -154,3 +154,36 @@ async def test_a_continued_workflow_still_names_a_step_cut_before(harness: Harne
     assert any(isinstance(r, RunContinued) for r in records)
     assert result.status is RunStatus.COMPLETED
     assert result.reason.startswith(f"completed: 2 steps; the output of step 'draft' was {CUT}")
+
+
+async def test_a_workflow_that_ends_otherwise_names_its_cut_steps_too(harness: Harness) -> None:
+    # A workflow aborted (or past its deadline) after a step whose answer was cut still
+    # returns that step's output: its reason names the cut step, as a completed one's does.
+    # Before, only "completed: N steps" named it: an aborted one said only the abort's text.
+    started = asyncio.Event()
+
+    @harness.registry.register
+    async def settle_books() -> str:
+        """Settle the books (cannot be interrupted)."""
+        started.set()
+        await asyncio.sleep(1.5)
+        return "settled"
+
+    spec = (
+        WorkflowBuilder("drafting_aborted", registry=harness.registry)
+        .tool("settle_books", interruptible=False)
+        .agent_step("draft", AgentBuilder("drafter").model("fake-model").build())
+        .tool_step("settle", "settle_books", {})
+        .build()
+    )
+    harness.fake.enqueue(Reply.text("Dear Ada, your order", cut_off=True))
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "Write to Ada", scope=harness.scope)
+        await asyncio.wait_for(started.wait(), 30)
+        await harness.client.abort(run, scope=harness.scope, reason="stop now")
+        result = await harness.client.result(run, scope=harness.scope)
+    assert result.status is RunStatus.ABORTED, result.reason
+    assert result.outputs == {"draft": "Dear Ada, your order", "settle": "settled"}
+    said = "aborted by tester: stop now; the output of step 'draft' was"
+    assert result.reason.startswith(f"{said} {CUT}"), result.reason
+    assert answer_cut_short(result.reason)

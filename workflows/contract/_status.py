@@ -78,7 +78,9 @@ CUT_HINT = "(finish_reason length; raise the model's max_output_tokens)"
 def answer_cut_short(reason: str | None) -> bool:
     """Whether a settled Run's ``reason`` says an answer it keeps was cut at the model's
     output limit (``CUT_SHORT``): its final answer (completed, or stopped by a bound with
-    input still waiting for a turn), or a workflow step's output."""
+    input still waiting for a turn), or a workflow step's output. Read it of a Run that
+    did not fail: a FAILED workflow's reason may quote its failed step's, which says so of
+    an answer that step's Run kept and the workflow does not."""
     return reason is not None and CUT_SHORT in reason
 
 

@@ -100,9 +100,10 @@ def _well_formed(value: Any) -> Any:
 
 
 def cut_note(steps: tuple[str, ...]) -> str:
-    """What a completed WorkflowRun's reason adds for ``steps``, the agent (or nested
-    workflow) steps whose output is an answer cut at the model's output limit: the steps
-    kept it, and their later steps read it, so the reason says so (empty: none was)."""
+    """What a WorkflowRun's reason adds for ``steps``, the agent (or nested workflow) steps
+    whose output is an answer cut at the model's output limit, however it ends but FAILED
+    (``WorkflowRun._settle``): the steps kept it, and their later steps read it, so the
+    reason says so (empty: none was)."""
     if not steps:
         return ""
     names = ", ".join(repr(step) for step in steps)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -227,8 +228,16 @@ class WorkflowRun(StepRecords):
             # It came while the last step ran to its end (a call that cannot be cancelled
             # finishes): the Run settles ABORTED, as after any other step.
             self.check_abort()
-        done_note = f"completed: {len(spec.steps)} steps"
-        return Outcome(RunStatus.COMPLETED, done_note + cut_note(self._cut_steps))
+        return Outcome(RunStatus.COMPLETED, f"completed: {len(spec.steps)} steps")
+
+    async def _settle(self, outcome: Outcome) -> RunResult:
+        # However it ends but FAILED (completed, aborted, past its deadline, a step
+        # abandoned), the Run returns its steps' outputs: its reason names the ones cut at
+        # the model's output limit. Only a Run that asked psych-workflow-cut-step-named
+        # has any (``_child_step``): no other Run's reason changes.
+        if outcome.status is not RunStatus.FAILED and self._cut_steps:
+            outcome = replace(outcome, reason=outcome.reason + cut_note(self._cut_steps))
+        return await super()._settle(outcome)
 
     # --- continue-as-new between two steps (the mechanism is ``kernel/_continue.py``) ------
 
