@@ -4,13 +4,15 @@ answers at once what Temporal holds of the closed execution (its close event), t
 its state showed when a worker answered (as the serve read it before: a query); they
 waited the query timeout for a worker to replay the execution and answered no-worker. A
 workflow Temporal cancelled still needs its state read (the close event does not say what
-the Run settled with). Driven by ``a2a-sdk``'s own client against ``psych serve`` on
+the Run settled with), nor does one whose result the serve cannot decode (a key it does
+not hold). Driven by ``a2a-sdk``'s own client against ``psych serve`` on
 loopback and the session's dev server."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -24,15 +26,18 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import InternalError, TaskNotCancelableError, UnsupportedOperationError
+from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.converter import PayloadCodec
 
-from psych_runtime.specs import Scope
+from psych_runtime.specs import AccessDenied, AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import ClosedRun, PsychClient, RunHandle
 
 from ._serve import ACME, asking_agent, served
 from ._waiting import eventually
 from .conftest import Harness
+from .test_a2a_closing_codec import _with_codec
 from .test_a2a_serve import a2a_client, collect, user
 
 pytestmark = pytest.mark.e2e
@@ -144,3 +149,52 @@ async def test_a_closed_tasks_reads_answer_without_a_worker_as_with_one(
     assert "canceled over A2A" in with_worker[canceled][0].status.message.parts[0].text
     # What each task shows, read with no worker, is what it showed read with one.
     assert without == {task_id: with_worker[task_id] for task_id in ids}
+
+
+class HoldsNoKeyOfResults(PayloadCodec):
+    """Passes payloads through but refuses a Run's returned ``RunResult`` (the only payload
+    naming ``handles``), as a serve's codec refuses one sealed with a key it does not hold
+    (the Run's key before a rotation); a worker's answers it lets through."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if any(b'"handles"' in payload.data for payload in payloads):
+            self.refused += 1
+            raise AccessDenied("cannot decrypt a payload: its key is not held here")
+        return list(payloads)
+
+
+@pytest.mark.timeout(60)
+async def test_a_closed_task_whose_result_the_serve_cannot_decode_is_read_from_its_state(
+    harness: Harness,
+) -> None:
+    # The close event's result decoded with a codec that refuses it: the codec's
+    # AccessDenied was taken for another tenant's Run, and the task answered not found
+    # (ListTasks by its context left it out); its state, which a worker answers, says it.
+    version = harness.client.publish(AgentBuilder("a2a_closed_keys").model("fake-model").build())
+    harness.fake.enqueue(Reply.text("Order 42 ships today."))
+    codec = HoldsNoKeyOfResults()
+    serving = PsychClient(
+        _with_codec(harness.client.temporal, codec),
+        store=harness.client.store,
+        task_queue=harness.client.task_queue,
+        registry=harness.registry,
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(version, "when?", scope=harness.scope)
+        await harness.client.result(run, scope=harness.scope)
+        async with (
+            served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
+            a2a_client(base, "a2a_closed_keys", ACME, streaming=False) as client,
+        ):
+            got = await client.get_task(GetTaskRequest(id=run.run_id))
+            listed = await client.list_tasks(ListTasksRequest(context_id=run.run_id))
+    assert codec.refused == 2
+    assert got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [a.parts[0].text for a in got.artifacts] == ["Order 42 ships today."]
+    assert [task.status.state for task in listed.tasks] == [TaskState.TASK_STATE_COMPLETED]

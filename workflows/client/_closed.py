@@ -12,7 +12,10 @@ close event:
 - closed before the Run settled (terminated, timed out...: ``closed_unsettled``): failed,
   with the reason ``status`` gives it (``_unsettled.py``).
 
-Anything else is left to the query (None): a cancelled workflow (the Run settled ABORTED as
+Anything else is left to the query (None): a close event this client cannot decode (a
+result or failure sealed with a key its payload codec does not hold, say: the codec's
+refusal is an ``AccessDenied`` the caller would take for another tenant's Run, and a
+worker, which holds the keys, answers the state), a cancelled workflow (the Run settled ABORTED as
 it was cancelled, its reason counting the messages it did not deliver, or settled
 otherwise just before; only its state says which), an execution Temporal closed after the
 Run settled (its answer is in its state alone), another failure, or a Run started without
@@ -109,6 +112,8 @@ async def closed_run(
             result: RunResult = await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
         except RPCError as err:
             raise mapped(err, workflow_id) from err
+        except Exception:  # not decoded here: its state, as a worker decodes it, says
+            return None
         return shown(result.status, result.reason, result.answer)
     closed_as = closed_unsettled(status, int(closed))
     if closed_as is not None:
@@ -122,6 +127,8 @@ async def closed_run(
         failure = err.cause
     except RPCError as err:
         raise mapped(err, workflow_id) from err
+    except Exception:  # its failure not decoded here: as for a result, its state says
+        return None
     if isinstance(failure, ApplicationError) and failure.type == ErrorType.RUN_FAILED:
         return shown(RunStatus.FAILED, failure.message)  # it settled FAILED, saying why
     return None
