@@ -198,3 +198,47 @@ async def test_a_closed_task_whose_result_the_serve_cannot_decode_is_read_from_i
     assert got.status.state == TaskState.TASK_STATE_COMPLETED
     assert [a.parts[0].text for a in got.artifacts] == ["Order 42 ships today."]
     assert [task.status.state for task in listed.tasks] == [TaskState.TASK_STATE_COMPLETED]
+
+
+class HoldsNoKeyOfDetails(PayloadCodec):
+    """Passes payloads through but refuses the details an operator terminated with (sealed
+    with a key this serve does not hold)."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if any(b"sealed details" in payload.data for payload in payloads):
+            raise AccessDenied("cannot decrypt a payload: its key is not held here")
+        return list(payloads)
+
+
+@pytest.mark.timeout(60)
+async def test_a_task_terminated_with_details_the_serve_cannot_decode_is_failed_not_missing(
+    harness: Harness,
+) -> None:
+    # Its reason is read from the close event (``result()``, which decodes the details):
+    # the codec's AccessDenied was taken for another tenant's Run, and the task answered
+    # not found, with a worker or without.
+    agent = asking_agent(harness, "a2a_closed_details")
+    serving = PsychClient(
+        _with_codec(harness.client.temporal, HoldsNoKeyOfDetails()),
+        store=harness.client.store,
+        task_queue=harness.client.task_queue,
+        registry=harness.registry,
+    )
+    async with (
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        async with harness.worker():
+            (event,) = await collect(client.send_message(user("book it")))
+        task_id = event.task.id
+        handle = harness.client.temporal.get_workflow_handle(f"psych-acme-{task_id}")
+        await handle.terminate("sealed details", reason="an operator's terminate")
+        got = await client.get_task(GetTaskRequest(id=task_id))
+    assert got.status.state == TaskState.TASK_STATE_FAILED
+    assert got.status.message.parts[0].text == (
+        "Temporal closed the Run's workflow execution (terminated) before the Run settled: "
+        "an operator's terminate"
+    )

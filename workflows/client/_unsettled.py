@@ -9,7 +9,10 @@ the server answers an open or completed execution's query as before (so a live R
 costs nothing more), and refuses a closed one's otherwise at once, naming how it closed,
 without asking a worker. Only then is the execution described and its state asked again
 (a worker replays the closed execution), and, when that state is not terminal, the reason
-``result()`` gives read from its close event (``closed_state``).
+``result()`` gives read from its close event (``closed_state``). A close event whose
+payloads this client cannot decode (a terminate's details sealed with a key its codec
+does not hold) still gives the reason, read undecoded: the codec's refusal, an
+``AccessDenied``, made the Run read as another tenant's (A2A: task not found).
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistoryEventFilterType,
+)
 from temporalio.common import QueryRejectCondition, SearchAttributeKey
 from temporalio.service import RPCError
 
@@ -135,4 +143,24 @@ async def unsettled_reason(
         why = f": {failure_reason(err)}"
     except RPCError as err:
         why = f" (why could not be read: {err.message})"
+    except Exception:  # what it holds not decoded here (a codec's key not held, say)
+        why = await _undecoded_why(execution, rpc_timeout)
     return f"Temporal closed the Run's workflow execution ({closed_as}) before the Run settled{why}"
+
+
+async def _undecoded_why(execution: WorkflowHandle[Any, Any], rpc_timeout: timedelta | None) -> str:
+    """Why ``execution`` closed, read from its close event undecoded: a terminate's reason
+    is plain text (its details are not); a failure's message may be sealed, so is not told.
+    The codec's refusal is not: its words name keys and tenants."""
+    try:
+        async for event in execution.fetch_history_events(
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+            skip_archival=True,
+            rpc_timeout=rpc_timeout,
+        ):
+            if event.HasField("workflow_execution_terminated_event_attributes"):
+                reason = event.workflow_execution_terminated_event_attributes.reason
+                return f": {reason or 'Workflow terminated'}"
+    except RPCError as err:
+        return f" (why could not be read: {err.message})"
+    return " (why could not be read: its close event could not be decoded here)"
