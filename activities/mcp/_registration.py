@@ -66,9 +66,11 @@ The SDK's provider registers the client itself, at the authorization server's
   ``Registering.retire``: best effort, a failure logged naming the client, tried again
   by a later flow when it failed for now, up to ``RETIRE_ATTEMPTS`` tries). A token issued
   to it then fails its refresh (``invalid_client``) and its person consents again, to the
-  client that replaced it. A registration forgotten keeps its retiring clients in a
-  record with no client, which the client registered next takes over, and the forgotten
-  client among them (the server's ``invalid_client`` may be wrong, ``_untrusted``).
+  client that replaced it; a consent is never asked with a retiring client, even one a
+  person's token record still names (``_known``). A registration forgotten keeps its
+  retiring clients in a record with no client, which the client registered next takes
+  over, and the forgotten client among them (the server's ``invalid_client`` may be
+  wrong, ``_untrusted``).
 """
 
 from __future__ import annotations
@@ -302,6 +304,8 @@ class _Storage(Protocol):
     registration: TokenKey | None
     registering: Registering | None
 
+    async def get_client_info(self) -> OAuthClientInformationFull | None: ...
+
     async def forgot(
         self, client: OAuthClientInformationFull, response: httpx2.Response
     ) -> bool: ...
@@ -364,7 +368,9 @@ async def _known(
     is forgotten in the store and the one registered since by another worker is taken,
     else a new one is registered (through the tenant's egress) and stored, the first
     stored standing (``keep_registration``). A client this flow registered itself is
-    not asked about.
+    not asked about. One that is no longer the registration's (a token record's, for its
+    refresh: replaced or forgotten since, so retiring, deleted a grace after that) is not
+    used for a consent: the registration's is, else a new one.
 
     The probe is asked of the client this flow registered in its place too: a server
     cannot have forgotten a client it registered a moment ago, so ``invalid_client`` then
@@ -380,6 +386,22 @@ async def _known(
     client, registering, store = provider.context.client_info, storage.registering, storage.store
     if client is None or registering is None or client.client_id == registering.registered:
         return client
+    if store is not None and storage.registration is not None:
+        current = await read_registration(store, storage.registration)
+        if current is None or current.client_id != client.client_id:
+            # A token record's client (a refresh's), replaced or forgotten since: retiring,
+            # deleted a grace after that, never after a consent started with it now.
+            _log.info(
+                "the client %s of MCP server %r is no longer its registration's: a consent "
+                "is asked with the one that replaced it",
+                client.client_id,
+                registering.server,
+            )
+            storage.client = None
+            client = provider.context.client_info = await storage.get_client_info()
+            if client is None:
+                await register_anew(provider, storage, registering)
+                return storage.client
     if store is not None and await probe_untrusted(
         store, registering.tenant, registering.issuer, registering.clock()
     ):

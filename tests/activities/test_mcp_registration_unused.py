@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 from mcp.client.auth import OAuthRegistrationError
-from mcp.shared.auth import OAuthClientInformationFull
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from psych_runtime.activities import LocalTokenStore
 from psych_runtime.activities.mcp._oauth import OAuthClients, StoredTokens
@@ -212,3 +212,63 @@ async def test_a_client_really_forgotten_is_dropped_at_its_deletion_logged(
     assert await retiring_in(ann) == []
     assert f"{first.client_id} of MCP server 'crm'" in caplog.text
     assert "is not tried again: the authorization server refused its deletion" in caplog.text
+
+
+async def test_a_consent_is_never_asked_with_a_client_its_registration_retires(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    clients = OAuthClients({managed.url: managed.issuer}, LocalTokenStore(tmp_path))
+    _, ann = await flow(clients, managed, "ann", T0)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    # Carol holds a token issued to it (her token record names the client, for refreshes).
+    _, carol = await flow(clients, managed, "carol", T0)
+    await carol.set_tokens(OAuthToken(access_token="tok-c", refresh_token="ref-c"))
+    # Another Spec's flow asked more scope: replaced, retiring from T0 (so is a client the
+    # probe said forgotten, ``forget_registration``).
+    _, bob = await flow(clients, managed, "bob", T0)
+    second, _ = await register(managed, bob.registering, "crm.read crm.write")
+    await bob.set_client_info(second, replacing=first.client_id)
+    assert [r["client_id"] for r in await retiring_in(bob)] == [first.client_id]
+    # Near the end of its grace Carol's refresh is refused (invalid_grant: her grant
+    # expired), so she consents again: her token record still names the retiring client.
+    late = T0 + RETIRE_GRACE_SECONDS - 60
+    again, carol = await flow(clients, managed, "carol", late)
+    assert await carol.get_tokens() is not None
+    again.context.client_info = await carol.get_client_info()
+    assert again.context.client_info is not None
+    assert again.context.client_info.client_id == first.client_id
+    asked = await still_known(again, carol)
+    # Before the fix: the link was built with it, and a flow deleted it a minute later
+    # while Carol's consent waited (her person would meet the server's error page).
+    assert asked is not None and asked.client_id == second.client_id
+    assert carol.client is not None and carol.client.client_id == second.client_id
+    assert len(managed.registered()) == 2  # the current one taken, none registered
+
+
+async def test_a_consent_after_a_forgotten_registration_registers_anew(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    clients = OAuthClients({managed.url: managed.issuer}, LocalTokenStore(tmp_path))
+    _, ann = await flow(clients, managed, "ann", T0)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    _, carol = await flow(clients, managed, "carol", T0)
+    await carol.set_tokens(OAuthToken(access_token="tok-c", refresh_token="ref-c"))
+    # Ann's refresh was answered invalid_client (wrongly: the server still knows it): the
+    # registration is forgotten, the client retiring from T0 in a record with no client.
+    refused = httpx2.Response(400, json={"error": "invalid_client"})
+    assert await ann.forgot(first, refused)
+    assert clients.store is not None and ann.registration is not None
+    assert await read_registration(clients.store, ann.registration) is None
+    again, carol = await flow(clients, managed, "carol", T0 + RETIRE_GRACE_SECONDS - 60)
+    assert await carol.get_tokens() is not None
+    again.context.client_info = await carol.get_client_info()
+    assert again.context.client_info is not None
+    assert again.context.client_info.client_id == first.client_id
+    asked = await still_known(again, carol)
+    # Before the fix: asked with the retiring client (its probe answered as known).
+    assert asked is not None and asked.client_id != first.client_id
+    stored = await read_registration(clients.store, ann.registration)
+    assert stored is not None and stored.client_id == asked.client_id
+    assert [r["client_id"] for r in await retiring_in(carol)] == [first.client_id]
