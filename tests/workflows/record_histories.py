@@ -2483,6 +2483,50 @@ async def spawn_and_wait(rig: Rig) -> RunHandle:
     return await rig.run(_spawner(rig), "Where is order 42?")
 
 
+async def delegate_answer_cut_off_before_patch(rig: Rig) -> RunHandle:
+    """The subagent's answer is cut at its model's output limit (``finish_reason: length``):
+    the lead reads it. Recorded before psych-child-cut-answer-told: the lead read the cut
+    text as a whole answer, with nothing saying it is cut."""
+    # The rig's key "k" is redacted wherever a model sends it back, delegate's "task" too.
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "researcher", "task": "status of 42?"})),
+        Reply.text("Order 42 was shipped on Monday and", cut_off=True),  # the subagent
+        Reply.text("The researcher's answer stops short."),  # the lead
+    )
+    return await rig.run(_lead(rig), "Where is order 42?")
+
+
+async def delegate_answer_cut_off(rig: Rig) -> RunHandle:
+    """The same, behind psych-child-cut-answer-told (its marker as the child's ending
+    arrives): the delegate result the lead reads starts with a ``[runtime]`` note."""
+    return await delegate_answer_cut_off_before_patch(rig)
+
+
+def _lead_and_cut_finder(body: dict[str, Any]) -> Reply:
+    """``_lead_and_finder`` whose finder answers at once, cut at its output limit."""
+    messages = body["messages"]
+    if "You lead." not in messages[0]["content"] and messages[-1]["role"] == "user":
+        return Reply.text("Order 42 was shipped on Monday and", cut_off=True)
+    return _lead_and_finder(body)
+
+
+async def spawn_answer_cut_off_before_patch(rig: Rig) -> RunHandle:
+    """A spawned child's answer is cut at its model's output limit; the lead collects it
+    with wait_children. Recorded before psych-child-cut-answer-told: its ending carried
+    the cut text as a whole answer."""
+    rig.fake.responder = _lead_and_cut_finder
+    return await rig.run(_spawner(rig), "Where is order 42?")
+
+
+async def spawn_answer_cut_off(rig: Rig) -> RunHandle:
+    """The same, behind psych-child-cut-answer-told (its marker as wait_children returns the
+    ending): the ending carries ``cut_short``."""
+    return await spawn_answer_cut_off_before_patch(rig)
+
+
 async def spawn_parent_cancelled(rig: Rig) -> RunHandle:
     # Patch psych-children-wind-down (its marker as the cancellation arrives): the lead,
     # cancelled while it waits for its spawned child's search, ends its live children as
@@ -3265,6 +3309,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_step_cut_off_before_patch),
     # ... and behind psych-workflow-cut-step-named: the Run's reason names the step
     ("dev", workflow_step_cut_off),
+    # a child's answer cut short: the lead read it as whole before the patch
+    ("dev", delegate_answer_cut_off_before_patch),
+    ("dev", spawn_answer_cut_off_before_patch),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""
