@@ -3312,6 +3312,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # a child's answer cut short: the lead read it as whole before the patch
     ("dev", delegate_answer_cut_off_before_patch),
     ("dev", spawn_answer_cut_off_before_patch),
+    # ... and behind psych-child-cut-answer-told: the lead reads that it is cut
+    ("dev", delegate_answer_cut_off),
+    ("dev", spawn_answer_cut_off),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -131,6 +131,11 @@ PATCHES: dict[str, str] = {
     # ``_child_step``); a Run recorded before said "completed: N steps". Asked only for
     # such a step, as its child's end arrives.
     "psych-workflow-cut-step-named": "0.1.0",
+    # A child's answer cut at its model's output limit is told to the lead's model: a
+    # ``[runtime]`` note ahead of a delegate result, ``cut_short`` in a wait_children ending
+    # (features/_subagents.py ``cut_told``); a Run recorded before showed the cut text as a
+    # whole answer. Asked only for such an answer, as the child's ending reaches the model.
+    "psych-child-cut-answer-told": "0.1.0",
     # A Run settling while its person has not answered an A2A peer's question asks the peer
     # to cancel the task waiting there (features/_a2a.py, ``settling``); a Run recorded
     # before left it waiting at the peer.

@@ -2,11 +2,13 @@
 
 ``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
 until one or all of the named children have ended and returns their answers or typed
-endings; ``message_child`` (only with ``may_message``) steers a live child through the
-contract's ``psych.steer`` signal; ``end_spawned`` runs as the Run settles (its workflow
-cancelled too, since the patch ``psych-children-wind-down``) and ends the children still
-alive, so their endings and totals are recorded before ``run_settled``; a child that does
-not end in time is cancelled, and the Run's cost becomes unknown.
+endings (an answer the child's model cut at its output limit with ``cut_short`` saying so,
+since the patch ``psych-child-cut-answer-told``); ``message_child`` (only with
+``may_message``) steers a live child through the contract's ``psych.steer`` signal;
+``end_spawned`` runs as the Run settles (its workflow cancelled too, since the patch
+``psych-children-wind-down``) and ends the children still alive, so their endings and
+totals are recorded before ``run_settled``; a child that does not end in time is
+cancelled, and the Run's cost becomes unknown.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ with workflow.unsafe.imports_passed_through():
         spawn,
         spawn_definition,
     )
-    from psych_runtime.workflows.features._subagents import answer_result
+    from psych_runtime.workflows.features._subagents import (
+        CHILD_CUT_FIELD,
+        answer_result,
+        cut_told,
+    )
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
@@ -122,7 +128,10 @@ async def wait_children(
     for target in targets:
         child = spawned[target]
         if child.state == "settled":
-            endings.append(child.ending())
+            ending = child.ending()
+            if child.status is RunStatus.COMPLETED and cut_told(child.reason or ""):
+                ending["cut_short"] = CHILD_CUT_FIELD
+            endings.append(ending)
             # Its answer went to the model and is never read again: not kept for the rest
             # of the Run, nor carried into each later execution's input.
             spawned[target] = child.model_copy(update={"state": "collected", "answer": None})

@@ -24,7 +24,10 @@
   ``{"status", "reason", "run", "agent"}`` with call status ``error``. An answer over
   ``large_result_bytes`` is stored (``psych.tool.store_result``) and the model is shown a
   handle with a preview, as for any tool's result (``answer_result``; since the patch
-  ``psych-child-answers-stored``, a Run recorded before showed it whole).
+  ``psych-child-answers-stored``, a Run recorded before showed it whole). An answer the
+  child's model cut at its output limit (its reason says so: ``answer_cut_short``) comes
+  after a ``[runtime]`` note saying it is cut (``CHILD_CUT_NOTE``; since the patch
+  ``psych-child-cut-answer-told``, a Run recorded before showed the cut text alone).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         SuspensionReason,
         Totals,
     )
+    from psych_runtime.workflows.contract._status import CUT_SHORT, answer_cut_short
     from psych_runtime.workflows.features._child_limits import refused_child
     from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
     from psych_runtime.workflows.kernel import _activity_calls as calls
@@ -206,8 +210,31 @@ async def delegate(
     ending = ending_of(child)
     settled.took(ending)
     if ending.result is not None and ending.status is RunStatus.COMPLETED:
-        return await answer_result(run, call, ending.result.answer or "")
+        answer = ending.result.answer or ""
+        if cut_told(ending.reason):
+            # Ahead of the answer, so a preview of a stored one shows it too.
+            answer = f"{CHILD_CUT_NOTE}\n\n{answer}"
+        return await answer_result(run, call, answer)
     return settled.error_result(call, ending.status, ending.reason)
+
+
+CHILD_CUT_NOTE = (
+    f"[runtime] The subagent's answer was {CUT_SHORT}, so it is incomplete and may stop "
+    "mid-sentence. It follows as it came."
+)
+"""What the model reads ahead of a subagent's answer its model cut at its output limit."""
+CHILD_CUT_FIELD = f"{CUT_SHORT}, so this answer is incomplete and may stop mid-sentence"
+"""``cut_short`` of a spawned child's ending (``wait_children``) whose answer is cut."""
+
+
+def cut_told(reason: str) -> bool:
+    """Whether the model is told that a completed child's answer, ending with ``reason``,
+    was cut at its model's output limit. Until 12-06 it read the cut text as a whole
+    answer (histories ``delegate_answer_cut_off_before_patch`` and
+    ``spawn_answer_cut_off_before_patch``). The patch is asked only for such an answer, as
+    the child's ending reaches the model (an event's task: the child's completion, or the
+    model call's result, never a local activity's resolution)."""
+    return answer_cut_short(reason) and workflow.patched("psych-child-cut-answer-told")
 
 
 async def answer_result(run: RunView, call: ToolCallRequest, text: str) -> ToolResult:
