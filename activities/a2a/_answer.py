@@ -1,6 +1,8 @@
 """A peer's answer as the model reads it: the task's state, the peer's message, and each
 artifact (a large one stored as its own blob, shown as a handle ``read_tool_output``
-reads, plus a preview). An ``input-required`` task names the question and how to answer.
+reads, plus a preview; one whose metadata says ``cut_short``, as ``psych serve`` marks an
+answer its model cut at its output limit, after a ``[runtime]`` note saying so). An
+``input-required`` task names the question and how to answer.
 """
 
 from __future__ import annotations
@@ -91,16 +93,30 @@ def question_text(parts: Iterable[Part]) -> str:
     return parts_text(texts or listed)
 
 
+def _cut_short(artifact: Artifact) -> bool:
+    """Whether the peer marks ``artifact`` cut at its model's output limit: metadata
+    ``{"cut_short": true}``, as ``psych serve`` marks a Run's answer whose reason says so."""
+    value = artifact.metadata.fields.get("cut_short")
+    return value is not None and value.WhichOneof("kind") == "bool_value" and value.bool_value
+
+
 async def _artifact(artifact: Artifact, limit: int, store: Store) -> str:
     title = artifact.name or artifact.artifact_id or "artifact"
+    # Before the artifact, so the model reads it even when only a preview is shown.
+    note = (
+        f'[runtime] Artifact "{title}" was cut short: the peer\'s model stopped at its output '
+        "token limit, so it is incomplete and may stop mid-sentence.\n"
+        if _cut_short(artifact)
+        else ""
+    )
     body = parts_text(artifact.parts)
     data = body.encode()
     if len(data) <= limit:
-        return f'Artifact "{title}":\n{body}'
+        return f'{note}Artifact "{title}":\n{body}'
     ref = await store(data)
     preview = body[:PREVIEW_CHARS]
     return (
-        f'Artifact "{title}" is {len(data)} bytes, stored under handle {ref}; call '
+        f'{note}Artifact "{title}" is {len(data)} bytes, stored under handle {ref}; call '
         f'read_tool_output with handle "{ref}" to read it. It begins:\n{preview}'
     )
 

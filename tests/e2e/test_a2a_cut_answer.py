@@ -6,12 +6,17 @@ its whole answer and no message; only ``psych status`` showed the reason."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 import pytest
 from a2a.types import Artifact, GetTaskRequest, ListTasksRequest, Task, TaskState, TaskStatus
 from google.protobuf.json_format import MessageToDict
 
+from psych_runtime.activities.secrets import StaticSecretResolver
 from psych_runtime.specs import AgentBuilder
-from psych_runtime.testing import Reply
+from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workflows import RunStatus
 
 from ._serve import ACME, served
 from ._waiting import eventually
@@ -97,3 +102,46 @@ async def test_a_task_whose_answer_was_cut_says_so(harness: Harness) -> None:
     assert not whole.status.HasField("message")
     assert answers(list(whole.artifacts)) == [(WHOLE, {})]
     assert answers(list(tasks[whole.id].artifacts)) == [(WHOLE, {})]
+
+
+async def test_a_psych_peers_cut_answer_is_told_to_the_callers_model(harness: Harness) -> None:
+    # A psych agent calls one served over A2A whose answer was cut: the tool result the
+    # caller's model reads notes, before the answer artifact, that it is cut (the artifact's
+    # metadata), beside the task's status message (the served Run's reason).
+    harness.client.publish(
+        AgentBuilder("a2a_cut_desk")
+        .description("Explains things step by step.")
+        .model("fake-other")
+        .build()
+    )
+    harness.settings = dataclasses.replace(
+        harness.settings, secrets=StaticSecretResolver({"desk-key": "acme-key-e2e"})
+    )
+    harness.fake.enqueue(Reply.text(CUT_TEXT, cut_off=True), model="fake-other")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("desk__a2a_cut_desk", {"message": "How?"})),
+        Reply.text("The desk's answer stops short."),
+        model="fake-model",
+    )
+    async with harness.worker(), served(harness) as base:
+        caller = (
+            AgentBuilder("cut_caller")
+            .model("fake-model")
+            .a2a_peer("desk", f"{base}/a2a/a2a_cut_desk", credential="desk-key")
+            .build()
+        )
+        run = await harness.client.dispatch(caller, "Ask the desk", scope=harness.scope)
+        result = await asyncio.wait_for(harness.client.result(run, scope=harness.scope), 90)
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (last,) = [
+        body
+        for body in harness.fake.requests
+        if body.get("model") == "fake-model" and body["messages"][-1]["role"] == "tool"
+    ]
+    shown = str(last["messages"][-1]["content"])
+    note = (
+        '[runtime] Artifact "answer" was cut short: the peer\'s model stopped at its output '
+        "token limit, so it is incomplete and may stop mid-sentence.\n"
+        f'Artifact "answer":\n{CUT_TEXT}'
+    )
+    assert note in shown, shown
