@@ -257,3 +257,19 @@ async def test_a_stream_started_at_a_childs_question_reads_once_whether_it_still
     seen = await _during(run, 6 * EVERY, after=3, told=asking)
     assert [s.state for s in seen if isinstance(s, TaskStatus)] == [WORKING.state], seen
     assert run.reads == 1, run.reads
+
+
+async def test_a_child_the_records_started_is_read_for_while_temporal_cannot_say() -> None:
+    """Temporal's describe of the workflow fails (unavailable, refused): a child the records
+    started still has the Run read. Before, every failed describe skipped the read, so a
+    describe refused for good (a permission) hid the child's question for ever."""
+    run = _Run()
+    run.states = [_state(1, CHILD_ASKS)]
+
+    async def children() -> None:
+        run.asked += 1  # Temporal could not say: asked again next time
+
+    run.children = children  # type: ignore[assignment,method-assign]
+    await run.records.put(_spawned(1))
+    seen = await _during(run, 8 * EVERY)
+    assert any(_asks(item) for item in seen), (seen, run.asked, run.reads)

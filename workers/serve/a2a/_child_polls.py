@@ -100,7 +100,8 @@ async def child_polls(
 
     ``read``: the Run's state (None: it could not be read, tried again next time).
     ``children``: the workflow ids of the Run's running children, as Temporal holds them
-    (None: it could not say, asked again next time). ``status``: the task's status a read
+    (None: it could not say, asked again next time; a child the records show is read for
+    meanwhile). ``status``: the task's status a read
     shows when a child's item decides it (None: the Run's own items or its end decide it,
     which its records tell). ``told``: the status the stream started from (a child's
     question it holds is not told again).
@@ -129,11 +130,12 @@ async def child_polls(
             if not nexting.done():  # due: ask which children run, and read the Run
                 due = loop.time() + every
                 if unknown:
+                    # Not said (asked again next time): those the records started are
+                    # read for all the same.
                     found = await children()
-                    if found is None:
-                        continue
-                    unknown = False
-                    running |= found
+                    if found is not None:
+                        unknown = False
+                        running |= found
                     if not (running or near):
                         continue
                 state = await read()
