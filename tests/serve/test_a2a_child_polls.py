@@ -28,6 +28,7 @@ from psych_runtime.workers.serve.a2a._tasks import _child_status
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
+    DeltasDropped,
     ModelCallStarted,
     Pending,
     RunState,
@@ -273,3 +274,31 @@ async def test_a_child_the_records_started_is_read_for_while_temporal_cannot_say
     await run.records.put(_spawned(1))
     seen = await _during(run, 8 * EVERY)
     assert any(_asks(item) for item in seen), (seen, run.asked, run.reads)
+
+
+async def test_a_childs_question_still_standing_is_told_again_after_a_dropped_draft() -> None:
+    """A model call attempt of the parent ended without an answer while its child asked:
+    the stream tells that as ``working`` (its draft void), so the question, still standing,
+    is told again at the next read. Before, it was told once: the stream stayed working."""
+    run = _Run(running={CHILD})
+    run.states = [_state(1, CHILD_ASKS)]
+    await run.records.put(_spawned(1))
+    seen: list[object] = []
+    followed = run.items()
+    polls = run.polls(followed)
+    async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(20 * EVERY):
+                async for item in polls:
+                    seen.append(item)
+                    if _asks(item):
+                        if any(isinstance(s, DeltasDropped) for s in seen):
+                            break
+                        dropped = DeltasDropped(call="2.m#1", turn=2, reason="timeout")
+                        await run.records.put(dropped)
+    assert [type(s).__name__ for s in seen] == [
+        "ChildSpawned",
+        "TaskStatus",
+        "DeltasDropped",
+        "TaskStatus",
+    ], seen

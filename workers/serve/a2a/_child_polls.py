@@ -36,6 +36,7 @@ from a2a.types import TaskState, TaskStatus
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
+    DeltasDropped,
     Record,
     Resumed,
     RunAdmitted,
@@ -156,8 +157,9 @@ async def child_polls(
                     running.add(child)
                 if (child := _ended(item)) is not None:
                     running.discard(child)
-                if isinstance(item, RunAdmitted | Resumed):
-                    last = (TaskState.TASK_STATE_WORKING, "")  # as the stream shows it
+                if isinstance(item, RunAdmitted | Resumed | DeltasDropped):
+                    # As the stream shows it (a dropped draft: working, the draft void).
+                    last = (TaskState.TASK_STATE_WORKING, "")
                 yield item
             if heard is None or seen < heard.last_seq or (nexting is not None and nexting.done()):
                 continue  # the records go out first
