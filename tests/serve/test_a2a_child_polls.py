@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from a2a.types import TaskState, TaskStatus
 
 from psych_runtime.specs import Scope
@@ -302,3 +303,27 @@ async def test_a_childs_question_still_standing_is_told_again_after_a_dropped_dr
         "DeltasDropped",
         "TaskStatus",
     ], seen
+
+
+async def test_a_stream_failing_after_its_caller_left_at_a_question_does_not_fail_the_leaving(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A blocking send stops at a child's question; the record stream it no longer takes
+    fails meanwhile: the send ends as told (input-required), the failure logged. Before,
+    the poll's close raised it in place of the send's return (or of its cancel)."""
+    run = _Run(running={CHILD})
+    run.states = [_state(1, CHILD_ASKS)]
+
+    async def items() -> AsyncGenerator[object]:
+        yield _spawned(1)
+        await asyncio.sleep(4 * EVERY)
+        raise RuntimeError("the records could not be read")
+
+    followed = items()
+    polls = run.polls(followed)
+    async with contextlib.aclosing(followed), contextlib.aclosing(polls), asyncio.timeout(5):
+        async for item in polls:
+            if _asks(item):
+                await asyncio.sleep(8 * EVERY)  # its caller sends the status out meanwhile
+                break
+    assert "the records could not be read" in caplog.text

@@ -26,8 +26,8 @@ record newer than it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar, get_args
 
@@ -46,6 +46,8 @@ from psych_runtime.workflows import (
     Suspended,
     SuspensionReason,
 )
+
+logger = logging.getLogger(__name__)
 
 CHILD_POLL_SECONDS = 3.0
 """How often a followed task whose Run may have a child Run running reads the Run's state:
@@ -172,6 +174,9 @@ async def child_polls(
                 yield shown
     finally:
         if nexting is not None:
+            # Left for another reason (the caller's return or cancel, a raise here): what
+            # the item not taken raised meanwhile is logged, not raised in its place.
             nexting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await nexting
+            await asyncio.wait({nexting})
+            if not nexting.cancelled() and (err := nexting.exception()) is not None:
+                logger.warning("a followed stream failed after it was left: %r", err)
