@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -25,7 +26,7 @@ from a2a.types import TaskState, TaskStatus
 
 from psych_runtime.specs import Scope
 from psych_runtime.workers.serve.a2a._child_polls import child_polls
-from psych_runtime.workers.serve.a2a._tasks import _child_status
+from psych_runtime.workers.serve.a2a._tasks import Failing, _child_status
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
@@ -327,3 +328,24 @@ async def test_a_stream_failing_after_its_caller_left_at_a_question_does_not_fai
                 await asyncio.sleep(8 * EVERY)  # its caller sends the status out meanwhile
                 break
     assert "the records could not be read" in caplog.text
+
+
+def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failing = Failing("t1")
+    caplog.set_level(logging.DEBUG, logger="psych_runtime.workers.serve.a2a._tasks")
+    for _ in range(3):
+        failing.failed("running children", RuntimeError("permission denied"))
+    failing.failed("state", RuntimeError("no worker"))
+    failing.failing.discard("running children")  # read again
+    failing.failed("running children", RuntimeError("permission denied"))
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records]
+    children = "task t1: its running children could not be read: permission denied"
+    assert levels == [
+        (logging.WARNING, children),
+        (logging.DEBUG, children),
+        (logging.DEBUG, children),
+        (logging.WARNING, "task t1: its state could not be read: no worker"),
+        (logging.WARNING, children),
+    ]

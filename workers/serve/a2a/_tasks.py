@@ -283,6 +283,23 @@ def _child_status(task_id: str, state: RunState) -> TaskStatus | None:
     )
 
 
+class Failing:
+    """A followed task's reads that fail (its state, its running children), asked again
+    every poll: a failure that lasts (a permission refused) is warned of when it starts,
+    then logged at debug until a read of it succeeds (``failing.discard``), not every
+    poll of a stream that may last hours."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.failing: set[str] = set()
+
+    def failed(self, what: str, err: Exception) -> None:
+        """Log that the task's ``what`` could not be read."""
+        level = logging.DEBUG if what in self.failing else logging.WARNING
+        self.failing.add(what)
+        logger.log(level, "task %s: its %s could not be read: %s", self.task_id, what, err)
+
+
 async def task_events(
     client: PsychClient,
     workflow_id: str,
@@ -314,20 +331,26 @@ async def task_events(
     records = client.stream(workflow_id, scope=scope, after=after, deltas=deltas)
     following = until_closed(records, client.temporal, workflow_id, grace.total_seconds())
 
+    failing = Failing(task_id)
+    failed, read_again = failing.failed, failing.failing.discard
+
     async def read() -> RunState | None:
         try:
-            return await client.status(workflow_id, scope=scope, query_timeout=grace)
+            state = await client.status(workflow_id, scope=scope, query_timeout=grace)
         except (PsychError, RPCError) as err:  # the next read tries again
-            logger.warning("task %s: its state could not be read: %s", task_id, err)
+            failed("state", err)
             return None
+        read_again("state")
+        return state
 
     async def children() -> set[str] | None:
         try:
             handle = client.temporal.get_workflow_handle(workflow_id)
             described = await handle.describe(rpc_timeout=grace)
         except RPCError as err:  # asked again next time
-            logger.warning("task %s: its running children could not be read: %s", task_id, err)
+            failed("running children", err)
             return None
+        read_again("running children")
         return {child.workflow_id for child in described.raw_description.pending_children}
 
     polls = child_polls(
