@@ -127,3 +127,37 @@ async def test_a_spawned_childs_cut_answer_is_told_in_its_ending(harness: Harnes
     assert "output token limit" in cut["cut_short"]
     # A whole answer's ending is as it was: no such field.
     assert whole == {"status": "completed", "run": whole["run"], "agent": "finder", "answer": WHOLE}
+
+
+async def test_a_spawned_childs_cut_answer_stored_as_a_handle_shows_cut_short(
+    harness: Harness,
+) -> None:
+    # A cut answer is long by nature: the ending's JSON goes over large_result_bytes and
+    # the model reads a handle and a preview of its start. ``cut_short`` comes ahead of the
+    # answer, as the delegate note does, so the preview shows it.
+    long_cut = "word " * 400
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if _who(body) == "cutter":
+            return Reply.text(long_cut, cut_off=True)
+        tool = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+        calls = [
+            ToolCall("spawn", {"name": "cutter", "instructions": "You are cutter.", "task": "?"}),
+            ToolCall("wait_children", {}),
+        ]
+        if len(tool) < len(calls):
+            return Reply.tool_calls(calls[len(tool)])
+        shown.extend(tool)
+        return Reply.text("done")
+
+    spec = _agent("lead").spawn().limits(large_result_bytes=1000).build()
+    shown: list[str] = []
+    harness.fake.responder = respond
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+
+    assert result.status is RunStatus.COMPLETED
+    preview = shown[-1]
+    assert "too large to show whole" in preview, preview[:300]
+    assert '"cut_short": "cut short: the model stopped' in preview, preview

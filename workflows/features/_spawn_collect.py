@@ -2,7 +2,7 @@
 
 ``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
 until one or all of the named children have ended and returns their answers or typed
-endings (an answer the child's model cut at its output limit with ``cut_short`` saying so,
+endings (an answer the child's model cut at its output limit after ``cut_short`` saying so,
 since the patch ``psych-child-cut-answer-told``); ``message_child`` (only with
 ``may_message``) steers a live child through the contract's ``psych.steer`` signal;
 ``end_spawned`` runs as the Run settles (its workflow cancelled too, since the patch
@@ -130,7 +130,10 @@ async def wait_children(
         if child.state == "settled":
             ending = child.ending()
             if child.status is RunStatus.COMPLETED and cut_told(child.reason or ""):
-                ending["cut_short"] = CHILD_CUT_FIELD
+                # Ahead of the answer, so the preview of endings stored as a handle shows
+                # it too (a cut answer is long by nature).
+                answer = ending.pop("answer")
+                ending.update(cut_short=CHILD_CUT_FIELD, answer=answer)
             endings.append(ending)
             # Its answer went to the model and is never read again: not kept for the rest
             # of the Run, nor carried into each later execution's input.
