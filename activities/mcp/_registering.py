@@ -18,7 +18,8 @@ own, each through the tenant's egress as the registration went.
   management stored with it, once its grace has passed (``_retiring``,
   ``_stored_registration.retire_due``), telling whether a failure is worth a later try;
   a dropped client (unused, unusable) whose deletion failed for now is handed to ``keep``
-  for a later flow to try again.
+  for a later flow to try again (a token store that cannot keep it: logged, never raised;
+  a later try is told only once it was kept).
 - ``Registering.probe`` asks the token endpoint whether it still knows a stored client
   (``_registration.still_known``).
 """
@@ -40,6 +41,7 @@ from pydantic_core import from_json
 
 from psych_runtime.activities.egress import PURPOSE, Egress, Purpose
 from psych_runtime.activities.mcp._retiring import RETIRE_ATTEMPTS, Retiring, unused
+from psych_runtime.specs import PsychError
 
 _log = logging.getLogger(__name__)
 
@@ -95,10 +97,11 @@ class Registering:
     """Now, in ``time.time()`` seconds (whether a probe mark has expired, ``_untrusted``;
     when a client was replaced and whether its grace has passed, ``_retiring``; tests
     inject theirs)."""
-    keep: Callable[[Retiring], Awaitable[None]] | None = field(default=None, repr=False)
+    keep: Callable[[Retiring], Awaitable[bool]] | None = field(default=None, repr=False)
     """Keeps a client this flow dropped, whose deletion failed for now, in the
     registration's record for a later flow to try again (``_oauth.StoredTokens`` sets it:
-    ``_stored_registration.put_back``); None: no record (its deletion is tried once)."""
+    ``_stored_registration.put_back``); whether it was kept (not: logged by it; a store
+    failure raised, ``_kept``); None: no record (its deletion is tried once)."""
 
     async def answered(self, response: httpx2.Response) -> None:
         """Read a registration ``response``: refuse it (``registration_refused``), or keep
@@ -220,14 +223,44 @@ class Registering:
     async def _dropped(self, named: str, offered: Management) -> tuple[Failed | None, bool]:
         """Delete ``named``, a client this flow registered and no consent used, with the
         management its answer ``offered``; why it failed (None: deleted), and whether it
-        was kept (``keep``) for a later flow to try again: it failed for now. Kept dated a
-        grace back (``_retiring.unused``): no consent link was built with it."""
-        now, tries = self.clock(), RETIRE_ATTEMPTS - 1 if self.keep is not None else 0
+        was kept (``keep``, ``_kept``) for a later flow to try again: it failed for now, and
+        the record took it. Kept dated a grace back (``_retiring.unused``): no consent link
+        was built with it."""
+        now = self.clock()
         failed = await self._delete(offered)
-        later = self._told(named, offered.uri, failed, tries)
-        if later and self.keep is not None:
-            await self.keep(unused(offered.client_id, offered.uri, offered.token, now))
-        return failed, later
+        if failed is None or not failed.again or self.keep is None:
+            self._told(named, offered.uri, failed, 0)  # no record: tried once
+            return failed, False
+        return failed, await self._kept(named, offered, failed, self.keep, now)
+
+    async def _kept(
+        self,
+        named: str,
+        offered: Management,
+        failed: Failed,
+        keep: Callable[[Retiring], Awaitable[bool]],
+        now: float,
+    ) -> bool:
+        """Keep ``named``, whose deletion with ``offered`` ``failed`` for now, for a later
+        flow (``keep``); whether it was kept, logged either way. Never raised: a token store
+        that cannot keep it (``PsychError``: it did not answer, refused the record, or
+        other writers held it) leaves it registered there, logged naming the client, and
+        the flow goes on (the registration stored is not at stake)."""
+        try:
+            kept = await keep(unused(offered.client_id, offered.uri, offered.token, now))
+        except PsychError as err:
+            _log.warning(
+                "%s stays registered: deleting it at %s failed: %s, and the token store "
+                "could not keep it for a later try (%s): it is not tried again",
+                named,
+                offered.uri,
+                failed.said,
+                f"{type(err).__name__}: {err}" if str(err) else type(err).__name__,
+            )
+            return False
+        if kept:  # else ``keep`` logged why not
+            self._told(named, offered.uri, failed, RETIRE_ATTEMPTS - 1)
+        return kept
 
     async def retire(
         self, client_id: str, management: Management | None, tries_left: int = 0

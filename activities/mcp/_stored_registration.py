@@ -101,14 +101,18 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
 
 async def put_back(
     store: TokenStore, key: TokenKey, again: list[Retiring], registering: Registering
-) -> None:
+) -> bool:
     """Put ``again`` (back) into the record under ``key`` in one ``TokenStore.update`` (the
     record written since kept as it is, each of ``again`` added unless it holds it; no
-    record: one with no client holds them); a record that no longer reads as ``key``'s
-    is left as it is, and their deletion given up, logged naming each. Also how a flow
-    keeps a client it registered and dropped whose deletion failed for now
-    (``Registering.keep``)."""
-    lost = list[str]()
+    record: one with no client holds them); whether the record holds
+    them now. A record that no longer reads as ``key``'s is left as it is, and their
+    deletion given up, logged naming each. Also how a flow keeps a client it registered
+    and dropped whose deletion failed for now (``Registering.keep``).
+
+    Raises:
+        PsychError: what ``store.update`` raises (``StoreUnavailable``: it did not answer).
+    """
+    lost = list[Retiring]()
 
     def put(data: bytes | None) -> bytes | None:
         lost[:] = []
@@ -117,7 +121,7 @@ async def put_back(
             fresh = Registration(key=fields(key), client=None, retiring=again)
             return fresh.model_dump_json().encode()
         if stored is None:
-            lost.extend(r.client_id for r in again)
+            lost.extend(again)
             return data
         held = {r.client_id for r in stored.retiring}
         if stored.client is not None:
@@ -126,12 +130,13 @@ async def put_back(
         return stored.model_copy(update={"retiring": back}).model_dump_json().encode()
 
     await store.update(key, put)
-    for client_id in lost:
+    for gone in lost:
         _log.warning(
             "the client %s of MCP server %r stays registered at the authorization server "
             "%s: its deletion failed, and the registration's record no longer reads to put "
             "it (back) in: it is not tried again",
-            client_id,
+            gone.client_id,
             registering.server,
             registering.issuer,
         )
+    return not lost

@@ -1,0 +1,105 @@
+"""Keeping a client a flow registered and dropped, whose deletion failed for now, for a
+later flow (``Registering.keep``, ``_stored_registration.put_back``): a token store that
+cannot keep it never fails the flow, and the log says a later flow tries again only once
+it was kept. Against the consent server on loopback; the token store's disk refuses for
+real (the tests run as root: a permission bit would refuse nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp.client.auth import OAuthRegistrationError
+
+from psych_runtime.activities.mcp._oauth import StoredTokens
+from psych_runtime.activities.tokens import TokenKey
+from tests.mcp.oauth_fixture import OAuthMcpServer
+
+from .test_mcp_registration_management import register, retiring_in
+from .test_mcp_registration_unused import LOGGER, T0, started, storage_at
+
+
+@pytest.fixture
+def managed() -> Iterator[OAuthMcpServer]:
+    yield from started()
+
+
+def writes_refused(root: Path, key: TokenKey) -> None:
+    """The disk refuses every write of ``key``'s shard in the ``LocalTokenStore`` at
+    ``root``, not its reads: a stale temporary left as a directory, which the sweep before
+    each write cannot remove (``EISDIR``: ``LocalStoreFailed``, a ``StoreUnavailable``)."""
+    shard = (root / key.location()).parent
+    shard.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stuck = shard / ".put-stuck"
+    stuck.mkdir()
+    os.utime(stuck, (0, 0))
+
+
+async def test_an_unused_client_the_store_cannot_keep_leaves_the_flow_going(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    bob: StoredTokens = await storage_at(tmp_path, managed, "bob", now)
+    first, _ = await register(managed, ann.registering, "crm.read")
+    await ann.set_client_info(first)
+    unused, token = await register(managed, bob.registering, "crm.read")
+    managed.set_deletion_reply(503)
+    assert bob.registration is not None
+    writes_refused(tmp_path, bob.registration)
+    caplog.set_level("INFO", logger=LOGGER)
+    # Before the fix: LocalStoreFailed out of discard, the consent flow failed although
+    # the stored registration (Ann's) is fine, and the log had said a later flow tries.
+    await bob.set_client_info(unused)
+    assert bob.client is not None and bob.client.client_id == first.client_id
+    assert managed.deletions() == [unused.client_id]
+    assert (
+        f"the unused client {unused.client_id} (another worker's registration for MCP server "
+        f"'crm' was stored first) at the authorization server {managed.issuer} stays "
+        f"registered: deleting it at {managed.issuer}/register/{unused.client_id} failed: "
+        "HTTP 503 unavailable, and the token store could not keep it for a later try "
+        "(LocalStoreFailed: "
+    ) in caplog.text
+    assert "a later consent flow tries again" not in caplog.text
+    assert token not in caplog.text
+    ours = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert ours and all(str(tmp_path) not in said for said in ours)  # the store logs it
+    assert await retiring_in(ann) == []
+
+
+async def test_an_unusable_client_the_store_cannot_keep_is_told_in_the_error(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", [T0])
+    assert ann.registering is not None and ann.registration is not None
+    reply = {
+        "client_id": "c-unusable",
+        "redirect_uris": ["https://psych.test/cb"],
+        "token_endpoint_auth_method": "private_key_jwt",
+    }
+    managed.set_registration_reply(201, json.dumps(reply))
+    managed.set_deletion_reply(503)
+    writes_refused(tmp_path, ann.registration)
+    caplog.set_level("INFO", logger=LOGGER)
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(f"{managed.issuer}/register", json={"redirect_uris": []})
+    # Before the fix: LocalStoreFailed in place of the registration's error.
+    with pytest.raises(OAuthRegistrationError) as refused:
+        await ann.registering.answered(answer)
+    uri = f"{managed.issuer}/register/c-unusable"
+    said = str(refused.value)
+    assert "no usable client" in said
+    assert said.endswith(
+        f"it stays registered there: deleting it at {uri} failed: HTTP 503 unavailable"
+    )
+    assert (
+        f"the unusable client c-unusable of MCP server 'crm' at the authorization server "
+        f"{managed.issuer} stays registered: deleting it at {uri} failed: HTTP 503 "
+        "unavailable, and the token store could not keep it for a later try"
+    ) in caplog.text
+    assert "a later consent flow tries again" not in caplog.text
+    assert managed.deletions() == ["c-unusable"]
