@@ -274,8 +274,8 @@ class Registering:
         on with the client that replaced it); a refusal for good (another 4xx: already
         gone, or its management no longer good) is not tried again."""
         replaced = (
-            f"the replaced client {client_id} of MCP server {self.server!r} at the "
-            f"authorization server {self.issuer}"
+            f"the replaced client {client_id or '(no client_id)'} of MCP server "
+            f"{self.server!r} at the authorization server {self.issuer}"
         )
         if management is None:
             _log.info(

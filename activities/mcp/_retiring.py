@@ -69,7 +69,9 @@ class Retiring(BaseModel):
     ``RETIRE_GRACE_SECONDS`` have passed since ``replaced_at`` (``time.time()`` seconds,
     the clock of the worker that replaced it); ``attempts`` deletions of it failed for
     now, the last at ``tried_at`` (an earlier build's record has neither, and an earlier
-    build ignores them)."""
+    build ignores them). ``client_id`` is empty for an unusable client whose registration
+    answer named none: its management, which its deletion uses, tells it apart
+    (``_stored_registration.put_back``)."""
 
     client_id: str
     management: Managed

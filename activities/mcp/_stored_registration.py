@@ -103,8 +103,8 @@ async def put_back(
     store: TokenStore, key: TokenKey, again: list[Retiring], registering: Registering
 ) -> bool:
     """Put ``again`` (back) into the record under ``key`` in one ``TokenStore.update`` (the
-    record written since kept as it is, each of ``again`` added unless it holds it; no
-    record: one with no client holds them); whether the record holds
+    record written since kept as it is, each of ``again`` added unless it holds it,
+    ``_held_as``; no record: one with no client holds them); whether the record holds
     them now. A record that no longer reads as ``key``'s is left as it is, and their
     deletion given up, logged naming each. Also how a flow keeps a client it registered
     and dropped whose deletion failed for now (``Registering.keep``).
@@ -123,10 +123,10 @@ async def put_back(
         if stored is None:
             lost.extend(again)
             return data
-        held = {r.client_id for r in stored.retiring}
+        held = {_held_as(r) for r in stored.retiring}
         if stored.client is not None:
             held.add(stored.client.client_id)
-        back = stored.retiring + [r for r in again if r.client_id not in held]
+        back = stored.retiring + [r for r in again if _held_as(r) not in held]
         return stored.model_copy(update={"retiring": back}).model_dump_json().encode()
 
     await store.update(key, put)
@@ -135,8 +135,15 @@ async def put_back(
             "the client %s of MCP server %r stays registered at the authorization server "
             "%s: its deletion failed, and the registration's record no longer reads to put "
             "it (back) in: it is not tried again",
-            gone.client_id,
+            gone.client_id or f"(no client_id) at {gone.management.uri}",
             registering.server,
             registering.issuer,
         )
     return not lost
+
+
+def _held_as(retiring: Retiring) -> str:
+    """What tells ``retiring`` apart in a record: its client id; an unusable client's
+    answer that named none (``Registering.answered``), its ``registration_client_uri``,
+    which its deletion uses (RFC 7592 2.3, with its access token), one per client."""
+    return retiring.client_id or retiring.management.uri

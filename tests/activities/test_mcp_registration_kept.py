@@ -1,8 +1,10 @@
 """Keeping a client a flow registered and dropped, whose deletion failed for now, for a
 later flow (``Registering.keep``, ``_stored_registration.put_back``): a token store that
 cannot keep it never fails the flow, and the log says a later flow tries again only once
-it was kept. Against the consent server on loopback; the token store's disk refuses for
-real (the tests run as root: a permission bit would refuse nothing)."""
+it was kept; an unusable client whose answer named no ``client_id`` is kept by the
+management its deletion uses, each of them. Against the consent server on loopback; the
+token store's disk refuses for real (the tests run as root: a permission bit would refuse
+nothing)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import pytest
 from mcp.client.auth import OAuthRegistrationError
 
 from psych_runtime.activities.mcp._oauth import StoredTokens
+from psych_runtime.activities.mcp._retiring import retry_seconds
+from psych_runtime.activities.mcp._stored_registration import retire_due
 from psych_runtime.activities.tokens import TokenKey
 from tests.mcp.oauth_fixture import OAuthMcpServer
 
@@ -103,3 +107,43 @@ async def test_an_unusable_client_the_store_cannot_keep_is_told_in_the_error(
     ) in caplog.text
     assert "a later consent flow tries again" not in caplog.text
     assert managed.deletions() == ["c-unusable"]
+
+
+async def test_unusable_clients_with_no_client_id_are_each_kept_by_their_management(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    assert ann.registering is not None
+    assert ann.store is not None and ann.registration is not None
+    managed.set_deletion_reply(503)
+    for name in ("anon-1", "anon-2"):
+        # The answer names no client_id (RFC 7591 requires one: unusable), but offers the
+        # management its deletion uses (RFC 7592 2.3: its URI and access token).
+        reply = {
+            "redirect_uris": ["https://psych.test/cb"],
+            "token_endpoint_auth_method": "none",
+            "registration_client_uri": f"{managed.issuer}/register/{name}",
+            "registration_access_token": f"rat-{name}",
+        }
+        managed.set_registration_reply(201, json.dumps(reply))
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(f"{managed.issuer}/register", json={"redirect_uris": []})
+        with pytest.raises(OAuthRegistrationError, match="a later consent flow tries again"):
+            await ann.registering.answered(answer)
+    assert managed.deletions() == ["anon-1", "anon-2"]
+    # Before the fix: both kept under "", the second taken for the first and dropped
+    # (though its error and the log said a later flow tries again).
+    kept = await retiring_in(ann)
+    uris = [r["management"]["uri"] for r in kept]
+    assert uris == [f"{managed.issuer}/register/{name}" for name in ("anon-1", "anon-2")]
+    assert [r["client_id"] for r in kept] == ["", ""]
+    # A later flow tries each again, at its own management.
+    managed.set_deletion_reply(500)
+    caplog.set_level("INFO", logger=LOGGER)
+    now[0] += retry_seconds(1)
+    await retire_due(ann.store, ann.registration, ann.registering)
+    assert managed.deletions() == ["anon-1", "anon-2", "anon-1", "anon-2"]
+    assert "the replaced client (no client_id) of MCP server 'crm'" in caplog.text
+    assert "rat-anon" not in caplog.text
+    assert [r["attempts"] for r in await retiring_in(ann)] == [2, 2]
