@@ -413,15 +413,18 @@ async def task_events(
                 return
     # The stream ended without a RunSettled after ``after``: the Run had settled before
     # it, or its workflow closed without settling (terminated by an operator), which its
-    # status answers failed, saying how; without a status, it ended unsettled.
+    # closed execution (no worker), or else its status, answers failed, saying how;
+    # without either, it ended unsettled.
     try:
-        state = await client.status(workflow_id, scope=scope)
-    except (PsychError, RPCError):
+        state: RunState | ClosedRun | None = await _closed_or_state(
+            client, workflow_id, scope, None
+        )
+    except (PsychError, RPCError) as err:
+        failed("end", err)
         state = None
     if state is not None and state.status.terminal:
-        if state.answer:  # as a RunSettled read in the stream gives it
-            yield answer_event(task_id, state.answer, state.reason)
-        yield status(_status(task_id, state.status, state.reason, ()))
+        for event in _ended(task_id, state):  # as a RunSettled read in the stream gives it
+            yield event
         return
     if await runs_on(client.temporal, workflow_id):
         return  # an operator reset the Run: not its end (the caller follows it again)
@@ -433,27 +436,54 @@ async def task_events(
     )
 
 
+async def _closed_or_state(
+    client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta | None
+) -> RunState | ClosedRun:
+    """The Run as GetTask reads it: its closed execution, from Temporal with no worker
+    (``PsychClient.closed``), or, where the close event does not carry what its state
+    shows (open, cancelled by Temporal, not decoded here), its state within
+    ``query_timeout``."""
+    shown = await client.closed(workflow_id, scope=scope, rpc_timeout=query_timeout)
+    if shown is not None:
+        return shown
+    return await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
+
+
+def _ended(task_id: str, state: RunState | ClosedRun) -> list[Event]:
+    """The events that end a task whose Run settled as ``state`` shows: its answer (marked
+    cut short when the reason says so), then its terminal status."""
+    events: list[Event] = []
+    if state.answer:
+        events.append(answer_event(task_id, state.answer, state.reason))
+    status = _status(task_id, state.status, state.reason, ())
+    events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status))
+    return events
+
+
 async def _cut_short(
     client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta
 ) -> AsyncIterator[Event]:
     """The task's end once its Run's execution closed and its records did not come (no
-    worker answered): a Run that closed without settling is ``failed``, saying how and
-    why, as GetTask and the listing show it, read from Temporal with no worker; one that
-    settled, from its state, within ``query_timeout`` (no worker: the RPCError, which the
-    handler answers as REST's ``no-worker``); one that runs on since (reset), nothing.
+    worker answered): read from Temporal with no worker, as GetTask reads it
+    (``PsychClient.closed``: a completed Run's result, its answer too; a Run that closed
+    without settling, ``failed``, saying how and why, as the listing shows it); where the
+    close event does not say it, a Run that closed without settling by
+    ``closed_without_settling``, and one that settled from its state, within
+    ``query_timeout`` (no worker: the RPCError, which the handler answers as REST's
+    ``no-worker``); one that runs on since (reset), nothing.
     """
     task_id = task_id_of(workflow_id)
-    why = await closed_without_settling(client.temporal, workflow_id)
-    if why is not None:
-        status = _status(task_id, RunStatus.FAILED, why, ())
-        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
-        return
-    state = await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
+    shown = await client.closed(workflow_id, scope=scope, rpc_timeout=query_timeout)
+    if shown is None:
+        why = await closed_without_settling(client.temporal, workflow_id)
+        if why is not None:
+            status = _status(task_id, RunStatus.FAILED, why, ())
+            yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+            return
+    state = shown or await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
     if state.status.terminal:
-        if state.answer:
-            yield answer_event(task_id, state.answer, state.reason)
-        status = _status(task_id, state.status, state.reason, ())
-        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+        for event in _ended(task_id, state):
+            yield event
 
 
 def ends_task(event: Event) -> bool:

@@ -1,0 +1,117 @@
+"""A stream's end of a task whose Run completed while no worker answers its state: the
+task's final status and its answer artifact (marked ``cut_short``, the Run's reason
+saying so) reach the stream from the closed execution, as GetTask reads it
+(``PsychClient.closed``), whether the records were cut short once the execution closed
+(``_cut_short``) or ended without the Run's ``RunSettled``. Before, the stream's end
+queried the Run's state: cut short, it failed ``no-worker``; ended, it told the task
+``failed``, "the Run ended without settling", though GetTask answered it completed.
+Driven by ``a2a-sdk``'s own client against ``psych serve`` on loopback and the
+session's dev server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from a2a.types import GetTaskRequest, TaskState
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.testing import Reply
+from psych_runtime.workflows import Delta, PsychClient, Record, RunHandle, RunState
+
+from ._serve import ACME, served
+from .conftest import Harness
+from .test_a2a_cut_answer import CUT_TEXT, answers, told
+from .test_a2a_serve import a2a_client, collect, last_status, user
+
+pytestmark = pytest.mark.e2e
+
+QUERY_TIMEOUT = 2.0
+
+
+class RecordsLost(PsychClient):
+    """A serve client that gets none of a Run's records (as when its worker stopped after
+    the Run settled, before they were read): a stream of it waits for the Run's workflow
+    to close, then ends (``hang``: never ends), and from then on the Run's state is
+    never answered, as with no worker polling."""
+
+    hang: bool
+    settled: set[str]
+
+    # One signature for the overloads by ``deltas``: the serve calls it either way.
+    async def stream(  # type: ignore[override]
+        self,
+        run: RunHandle | str,
+        *,
+        scope: Scope,
+        after: int = 0,
+        deltas: bool = False,
+        after_delta: tuple[str, int] | None = None,
+    ) -> AsyncIterator[Record | Delta]:
+        workflow_id = run if isinstance(run, str) else run.workflow_id
+        await super().result(workflow_id, scope=scope)
+        self.settled.add(workflow_id)
+        if self.hang:
+            await asyncio.Event().wait()
+        nothing: tuple[Record | Delta, ...] = ()
+        for item in nothing:
+            yield item
+
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        workflow_id = run if isinstance(run, str) else run.workflow_id
+        if workflow_id in self.settled:
+            raise RPCError(
+                "no worker answered within the query timeout",
+                RPCStatusCode.DEADLINE_EXCEEDED,
+                b"",
+            )
+        return await super().status(run, scope=scope, query_timeout=query_timeout)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("hang", [True, False], ids=["cut-short", "records-ended"])
+async def test_a_streams_end_is_read_from_the_closed_execution(
+    harness: Harness, hang: bool
+) -> None:
+    agent = f"a2a_stream_end_{'cut' if hang else 'ended'}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    # Slow enough that the send reads the Run working (its stream then follows it); cut at
+    # the output limit twice, so the Run completes with the cut text, saying so.
+    harness.fake.enqueue(
+        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
+        Reply.text(CUT_TEXT, cut_off=True),
+    )
+    serving = RecordsLost(
+        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    serving.hang = hang
+    serving.settled = set()
+    async with (
+        harness.worker(),
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
+        a2a_client(base, agent, ACME) as streams,
+        a2a_client(base, agent, ACME, streaming=False) as client,
+    ):
+        async with asyncio.timeout(60):
+            events = await collect(streams.send_message(user("How?")))
+        task_id = events[0].task.id
+        got = await client.get_task(GetTaskRequest(id=task_id))
+    assert serving.settled == {f"psych-acme-{task_id}"}  # no record and no state was read
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+    streamed = [
+        e.artifact_update.artifact
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "answer"
+    ]
+    end = last_status(events)
+    assert end.state == TaskState.TASK_STATE_COMPLETED
+    assert told(end).startswith("answered, cut short:")
+    assert answers(streamed) == [(CUT_TEXT, {"cut_short": True})]
+    # As GetTask reads it.
+    assert end == got.status
+    assert list(streamed) == list(got.artifacts)
