@@ -27,6 +27,7 @@ from psych_runtime.activities.mcp._retiring import (
     redated,
 )
 from psych_runtime.activities.tokens import TokenKey, TokenStore
+from psych_runtime.specs import PsychError
 
 _log = logging.getLogger(__name__)
 
@@ -70,8 +71,14 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
     ``key`` that are due (``_retiring.is_due``), after taking them out of the record in
     one ``TokenStore.update``: only the flow whose update took one deletes it. Best effort
     (``Registering.retire``): one whose deletion failed for now, with tries left, is put
-    back with its tries counted (``put_back``). One read, no write, when none is due (nor
-    dated far ahead: ``redated`` in the same update)."""
+    back with its tries counted (``put_back``; a token store that cannot put it back
+    leaves it registered there, logged naming it, and the flow goes on). One read, no
+    write, when none is due (nor dated far ahead: ``redated`` in the same update).
+
+    Raises:
+        PsychError: the token store failed the first read or the update taking them out
+            (nothing was deleted then).
+    """
     now = registering.clock()
     record = record_in(await store.get(key), key)
     if record is None or all(redated(r, now) == r and not is_due(r, now) for r in record.retiring):
@@ -95,8 +102,24 @@ async def retire_due(store: TokenStore, key: TokenKey, registering: Registering)
         management = Management(gone.client_id, held.uri, held.token)
         if await registering.retire(gone.client_id, management, left):
             again.append(gone.model_copy(update={"attempts": gone.attempts + 1, "tried_at": now}))
-    if again:
+    if not again:
+        return
+    try:
         await put_back(store, key, again, registering)
+    except PsychError as err:
+        # Taken out of the record already: not raised, as the consent flow is not at stake
+        # (its registration is stored), but named, as each stays registered there.
+        why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        for gone in again:
+            _log.warning(
+                "the client %s of MCP server %r stays registered at the authorization "
+                "server %s: its deletion failed, and the token store could not put it back "
+                "in the registration's record for a later try (%s): it is not tried again",
+                gone.client_id or f"(no client_id) at {gone.management.uri}",
+                registering.server,
+                registering.issuer,
+                why,
+            )
 
 
 async def put_back(

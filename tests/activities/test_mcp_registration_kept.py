@@ -18,12 +18,12 @@ import pytest
 from mcp.client.auth import OAuthRegistrationError
 
 from psych_runtime.activities.mcp._oauth import StoredTokens
-from psych_runtime.activities.mcp._retiring import retry_seconds
+from psych_runtime.activities.mcp._retiring import RETIRE_GRACE_SECONDS, retry_seconds
 from psych_runtime.activities.mcp._stored_registration import retire_due
-from psych_runtime.activities.tokens import TokenKey
+from psych_runtime.activities.tokens import Change, TokenKey, TokenStore
 from tests.mcp.oauth_fixture import OAuthMcpServer
 
-from .test_mcp_registration_management import register, retiring_in
+from .test_mcp_registration_management import register, replaced, retiring_in
 from .test_mcp_registration_unused import LOGGER, T0, started, storage_at
 
 
@@ -147,3 +147,53 @@ async def test_unusable_clients_with_no_client_id_are_each_kept_by_their_managem
     assert "the replaced client (no client_id) of MCP server 'crm'" in caplog.text
     assert "rat-anon" not in caplog.text
     assert [r["attempts"] for r in await retiring_in(ann)] == [2, 2]
+
+
+class RefusingPutBack:
+    """``store``, whose disk refuses writes from its second ``update`` on (``writes_refused``):
+    ``retire_due`` takes the due clients out, and cannot put back one that failed."""
+
+    def __init__(self, store: TokenStore, root: Path) -> None:
+        self.store, self.root, self.updates = store, root, 0
+
+    async def get(self, key: TokenKey) -> bytes | None:
+        return await self.store.get(key)
+
+    async def put(self, key: TokenKey, record: bytes) -> None:
+        await self.store.put(key, record)
+
+    async def delete(self, key: TokenKey) -> None:
+        await self.store.delete(key)
+
+    async def update(self, key: TokenKey, change: Change) -> None:
+        self.updates += 1
+        if self.updates == 2:
+            writes_refused(self.root, key)
+        await self.store.update(key, change)
+
+
+async def test_a_retiring_client_the_store_cannot_put_back_is_named_and_the_flow_goes_on(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1_000_000.0]
+    ann, first, _ = await replaced(tmp_path, managed, now)
+    assert ann.store is not None and ann.registration is not None and ann.registering is not None
+    managed.set_deletion_reply(503)
+    caplog.set_level("INFO", logger=LOGGER)
+    now[0] += RETIRE_GRACE_SECONDS
+    # Before the fix: LocalStoreFailed out of retire_due (the consent flow failed), the
+    # client taken out of the record and its loss said nowhere.
+    await retire_due(RefusingPutBack(ann.store, tmp_path), ann.registration, ann.registering)
+    assert managed.deletions() == [first.client_id]
+    assert (
+        f"the client {first.client_id} of MCP server 'crm' stays registered at the "
+        f"authorization server {managed.issuer}: its deletion failed, and the token store "
+        "could not put it back in the registration's record for a later try "
+        "(LocalStoreFailed: "
+    ) in caplog.text
+    # The deletion's own line (a later flow tries again) came first; this one, after it,
+    # says what became of that.
+    assert caplog.text.index("a later consent flow tries again") < caplog.text.index(
+        "could not put it back"
+    )
+    assert await retiring_in(ann) == []
