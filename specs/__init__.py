@@ -75,6 +75,7 @@ from psych_runtime.specs._permits import (
     permitted_by,
     port_failure,
 )
+from psych_runtime.specs._printable import printable
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._prompt import TaskItem, system_prompt, with_context
 from psych_runtime.specs._registry import (
@@ -299,6 +300,7 @@ __all__ = [
     "permit_problems",
     "permitted_by",
     "port_failure",
+    "printable",
     "sanitise_tool_name",
     "spec_from_json",
     "spec_from_yaml",

@@ -202,6 +202,35 @@ async def test_a_suspended_runs_current_details_say_what_it_waits_for(
     assert after.current_details == "completed"
 
 
+async def test_current_details_escape_what_the_model_wrote(cli: Cli, tmp_path: Path) -> None:
+    """A pending call's arguments reach an operator's screen through the Temporal UI: a
+    bidirectional override, DEL and a C1 CSI in them are shown as their escapes."""
+    cli.settings.policy = RulePolicy(tools={"issue_refund": "ask"})
+    written = '{"order_id": "42", "reason": "\u202ebroken\u2066 \x9b2J\x7f"}'
+    cli.fake.enqueue(
+        Reply.tool_calls(ToolCall("issue_refund", written)), Reply.text("I refunded it.")
+    )
+    client = PsychClient(
+        cli.env.client,
+        store=FileVersionStore(tmp_path / "versions"),
+        task_queue=cli.task_queue,
+        registry=registry(),
+    )
+    scope = Scope(tenant="acme")
+    async with cli.worker():
+        run = await client.dispatch(load_spec_file(cli.spec_file), "Refund order 42", scope=scope)
+        handle = cli.env.client.get_workflow_handle(run.workflow_id)
+        state = await state_when(client, run, scope, is_waiting, what="the approval", within=30)
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert only_pending(state).arguments == written  # the data keeps the exact string
+        await client.deny(run, only_pending(state).id, scope=Scope(tenant="acme", principal="ops"))
+        await client.result(run, scope=scope)
+    assert metadata.current_details.startswith(
+        'waiting for approval of issue_refund({"order_id": "42", '
+        '"reason": "\\u202ebroken\\u2066 \\x9b2J\\x7f"}) until '
+    ), metadata.current_details
+
+
 async def test_a_settled_run_with_a_worker_answers_from_its_state(cli: Cli) -> None:
     cli.fake.enqueue(Reply.tool_calls(ToolCall("lookup_order", {"order_id": "42"})))
     cli.fake.enqueue(Reply.text("Order 42 is delivered."))

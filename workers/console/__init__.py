@@ -5,6 +5,7 @@ line, display components, the transcript built from records, child Runs in a rep
 the model calls' inputs a report read from the blob store.
 """
 
+from psych_runtime.specs import printable
 from psych_runtime.workers.console._console import (
     describe_pending,
     format_record,
@@ -21,7 +22,7 @@ from psych_runtime.workers.console._inputs import (
     print_inputs,
     turns_without_calls,
 )
-from psych_runtime.workers.console._render import output_for, printable, runs_table
+from psych_runtime.workers.console._render import output_for, runs_table
 from psych_runtime.workers.console._transcript import read_transcript
 from psych_runtime.workers.console._transcript_render import print_transcript
 

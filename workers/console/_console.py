@@ -12,8 +12,9 @@ import json
 from datetime import datetime
 from typing import TextIO, assert_never
 
+from psych_runtime.specs import printable
 from psych_runtime.workers.console._display import display_fields, format_display_record, state_rows
-from psych_runtime.workers.console._render import field_grid, output_for, printable
+from psych_runtime.workers.console._render import field_grid, output_for
 from psych_runtime.workers.console._report_children import child_fields, child_settled_line
 from psych_runtime.workflows import (
     AbortRequested,

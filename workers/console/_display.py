@@ -8,7 +8,7 @@ the model's strings are capped, hold no control character but newline and tab (n
 sequence reaches the terminal) and its links are http(s) (``specs._display``); a context
 provider's failure detail has its control characters escaped (``activities._context``).
 A bidirectional override they may hold is written as its escape where they are printed
-(``format_record``, ``report_fields``, ``format_state``: ``_render.printable``).
+(``format_record``, ``report_fields``, ``format_state``: ``specs.printable``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from typing import TextIO
 
 from psych_runtime.activities.contract import ChatMessage
-from psych_runtime.workers.console._render import printable
+from psych_runtime.specs import printable
 from psych_runtime.workflows import ModelCallReport, RunReport
 
 

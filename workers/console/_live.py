@@ -20,8 +20,9 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from psych_runtime.specs import printable
 from psych_runtime.workers.console._display import live_tasks
-from psych_runtime.workers.console._render import Output, command_text, printable, styled_line
+from psych_runtime.workers.console._render import Output, command_text, styled_line
 from psych_runtime.workflows import (
     AbortRequested,
     ChildSettled,

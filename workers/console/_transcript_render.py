@@ -15,7 +15,8 @@ from typing import Any, TextIO, assert_never
 
 from rich.text import Text
 
-from psych_runtime.workers.console._render import STATUS_STYLES, output_for, printable
+from psych_runtime.specs import printable
+from psych_runtime.workers.console._render import STATUS_STYLES, output_for
 from psych_runtime.workers.console._transcript import Message, StepTranscript, Transcript, Wait
 from psych_runtime.workflows import SuspensionReason
 

@@ -18,6 +18,7 @@ from typing import assert_never
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from psych_runtime.specs import printable
     from psych_runtime.workflows.contract._contract import (
         RefusalKind,
         ResumeInput,
@@ -100,7 +101,10 @@ class Suspensions:
         return own + tuple(item for items in self.children.values() for item in items)
 
     def details(self) -> str:
-        """What each pending item waits for, a line each (the Run's current details)."""
+        """What each pending item waits for, a line each (the Run's current details), ``printable``:
+        the Temporal UI shows them to an operator, and a tool call's arguments, a question or a
+        spawn's description are the model's text. Only a query reads them (Temporal's metadata
+        query): they are no command and no model input, so escaping them needs no patch."""
         waits: list[str] = []
         for item in self.items():
             match item.reason:
@@ -121,7 +125,7 @@ class Suspensions:
             where = f" in {item.run}" if item.run else ""
             until = item.expires_at.isoformat(timespec="seconds")
             waits.append(f"waiting for {what}{where} until {until} ({item.reason} {item.id})")
-        return "\n".join(waits)
+        return printable("\n".join(waits))
 
     def reasons(self) -> str | None:
         """The reasons waited on, sorted and comma-joined (the ``PsychSuspension`` value)."""
