@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -224,3 +228,41 @@ def test_check_connections_leaves_a_forgotten_registration_to_the_runs(
     assert said.startswith("no usable token is held for tenant 'acme': a person must consent.")
     assert len(registering_server.registered()) == 1
     assert {p: p.read_bytes() for p in tokens.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_record_logged_during_a_check_is_printed_once(
+    tmp_path: Path, consent_server: OAuthMcpServer, verbose: bool
+) -> None:
+    # With --verbose the record reached the check's handler and, propagating, the root's
+    # console handler: it was printed twice. In its own process: --verbose sets up the
+    # process's logging (and in-process, pytest's log handlers take the records).
+    tokens = tmp_path / "tokens"
+    key = TokenKey("acme", None, consent_server.issuer, CLIENT, consent_server.url)
+    client = OAuthClientInformationFull(client_id=CLIENT, token_endpoint_auth_method="none")
+    stored = StoredTokens(LocalTokenStore(tokens), key, TokensHeld(), client)
+    asyncio.run(stored.set_tokens(consented_token(consent_server)))
+    (record,) = [p for p in tokens.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    record.write_text("{cut short")  # logged at warning by the check's read of the token
+    env = {
+        **{name: value for name, value in os.environ.items() if name != "PSYCH_BLOB_URL"},
+        "PSYCH_TOKEN_DIR": str(tokens),
+        "PSYCH_MCP_OAUTH_ISSUERS": f"{CLIENT}={consent_server.issuer}",
+        "XDG_CONFIG_HOME": str(tmp_path),
+    }
+    file = spec_file(tmp_path, consent_server)
+    argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
+    done = subprocess.run(
+        [sys.executable, "-m", "psych_runtime.workers.cli", *argv, *["--verbose"] * verbose],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    logged = [line for line in done.stderr.splitlines() if "is unreadable: ignored" in line]
+    assert len(logged) == 1, done.stderr
+    if verbose:  # as every record of a verbose command, at its time and level
+        assert re.match(r"\d\d:\d\d:\d\d warning: the token record of ", logged[0]), logged
+    else:  # the file's warning, as every other line about it
+        assert logged[0].startswith(f"{file}: warning: the token record of "), logged

@@ -113,7 +113,7 @@ def checked_spec(
     peers = PeerReport()
     if check is not None and check.check_connections:
         scope = _check_scope(check.tenant)
-        with _check_logs(file):
+        with _check_logs(file, logged=check.verbose):
             connections, refused, peers = _check(spec, file, scope)
     context = ValidationContext(
         registered_tools=registry.names() if registry is not None else (),
@@ -189,17 +189,25 @@ def _check(
 
 
 @contextmanager
-def _check_logs(file: str) -> Iterator[None]:
-    """While a connection check runs, what psych logs is printed as ``file``'s warnings, in
-    the form of every other line (with no logging set up, Python printed the bare message).
-    The egress port's refusals are left out: each connection the check makes through it
-    reports its refusal at its path, as a problem or a warning."""
+def _check_logs(file: str, *, logged: bool) -> Iterator[None]:
+    """While a connection check runs, what psych logs at warning or worse is printed as
+    ``file``'s warnings, in the form of every other line (with no logging set up, Python
+    printed the bare message). The egress port's refusals are left out: each connection the
+    check makes through it reports its refusal at its path, as a problem or a warning.
+
+    Not when the command prints its log records itself (``logged``: ``--verbose``): each
+    record reached both handlers (this one's logger propagates to the root's), so it was
+    printed twice, and an info or debug record was printed as a warning."""
+    if logged:
+        yield
+        return
     from psych_runtime.activities.egress import EgressDenied
 
     def told_elsewhere(record: logging.LogRecord) -> bool:
         return not any(isinstance(arg, EgressDenied) for arg in _args(record))
 
     handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter(f"{file}: warning: %(message)s"))
     handler.addFilter(told_elsewhere)
     logger = logging.getLogger("psych_runtime")
