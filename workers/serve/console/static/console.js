@@ -2,7 +2,7 @@
 // routes `#/runs[?filters]` and `#/runs/<run id>`.
 
 import { api, credential } from "./api.js";
-import { el, fill } from "./dom.js";
+import { el, fill, visible } from "./dom.js";
 import { showRun } from "./run.js";
 import { showRuns } from "./runs.js";
 
@@ -25,7 +25,7 @@ function signIn(reason = "") {
     } catch (error) {
       credential.clear();
       message.className = "bad";
-      message.textContent = error.message;
+      message.textContent = visible(error.message);
     }
   };
   fill(

@@ -1,5 +1,7 @@
 // Building DOM nodes from data: text always goes in as text nodes, never as HTML, and
 // `visible`: model-written text is shown so that it cannot reorder the page around it.
+// Text set directly (`textContent`: a problem the API answered, which may quote what a
+// model or a caller wrote; the stream's state) goes through `visible` too.
 
 // Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069;
 // CVE-2021-42574) reorder the text shown after them: each is shown as its escape

@@ -3,7 +3,7 @@
 // consent page of an MCP server.
 
 import { actionKeys, api, runPath } from "./api.js";
-import { el, pretty, when } from "./dom.js";
+import { el, pretty, visible, when } from "./dom.js";
 import { pendingText } from "./records.js";
 
 function resultLine() {
@@ -22,7 +22,7 @@ async function send(runId, action, body, result, buttons, done, keys) {
     const idempotencyKey = keys.keyFor(action, body);
     const answer = await api(runPath(runId, `/${action}`), { method: "POST", body, idempotencyKey });
     keys.succeeded();
-    result.textContent = answer?.outcome ? `${answer.outcome} (${answer.id})` : "sent";
+    result.textContent = answer?.outcome ? visible(`${answer.outcome} (${answer.id})`) : "sent";
     result.classList.add("ok");
     done.read();
   } catch (error) {
@@ -30,7 +30,7 @@ async function send(runId, action, body, result, buttons, done, keys) {
       done.refused(error); // signed out, as a read's 401 does: saying why
       return;
     }
-    result.textContent = error.message;
+    result.textContent = visible(error.message);
     result.classList.add("bad");
     for (const button of buttons) button.disabled = false;
   }
@@ -79,7 +79,7 @@ function completeForm(runId, item, done) {
       parsed = payload.value.trim() ? JSON.parse(payload.value) : null;
     } catch (error) {
       result.className = "result bad";
-      result.textContent = `the payload is not JSON: ${error.message}`;
+      result.textContent = visible(`the payload is not JSON: ${error.message}`);
       return;
     }
     send(runId, "complete", held(item, { token: item.id, payload: parsed }), result, [submit], done, keys);

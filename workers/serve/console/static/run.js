@@ -75,11 +75,11 @@ export function showRun(main, runId, onAuthFailure) {
   function showProblem(error) {
     if (error.status === 401) onAuthFailure(error);
     problem.hidden = false;
-    problem.textContent = error.message;
+    problem.textContent = visible(error.message);
   }
 
   function showState(state) {
-    status.textContent = state.status;
+    status.textContent = visible(state.status);
     status.className = `badge status-${state.status}`;
     const totals = state.totals ?? {};
     const usage = totals.usage ?? {};
@@ -168,7 +168,7 @@ export function showRun(main, runId, onAuthFailure) {
     if (record.kind === "run_settled") {
       live.replaceChildren();
       inflight.clear();
-      status.textContent = record.status;
+      status.textContent = visible(record.status);
       status.className = `badge status-${record.status}`;
       if (record.answer) showAnswer(record.answer);
       showPending([]); // a settled Run waits for nothing
@@ -263,11 +263,11 @@ export function showRun(main, runId, onAuthFailure) {
       else if (event === "error") {
         // follow() reconnects after all but a refusal of the position (then it is fatal).
         const again = isRefusal(data) ? "" : "; reconnecting";
-        connection.textContent = `stream failed: ${data?.detail ?? data}${again}`;
+        connection.textContent = visible(`stream failed: ${data?.detail ?? data}${again}`);
       }
     },
     connection: (text) => {
-      connection.textContent = text;
+      connection.textContent = visible(text);
     },
     fatal: showProblem,
   });
@@ -298,7 +298,7 @@ function controls(runId, done, onAuthFailure) {
         return;
       }
       result.className = "result bad";
-      result.textContent = error.message;
+      result.textContent = visible(error.message);
     }
   };
   return el(

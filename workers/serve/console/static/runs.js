@@ -2,7 +2,7 @@
 // at a time: "More" loads the next page.
 
 import { api } from "./api.js";
-import { el, fill, when } from "./dom.js";
+import { el, fill, visible, when } from "./dom.js";
 
 const STATUSES = ["", "running", "suspended", "completed", "stopped", "failed", "force_settled", "aborted", "abandoned"];
 
@@ -100,7 +100,7 @@ export async function showRuns(main, query, onAuthFailure) {
     } catch (error) {
       if (error.status === 401) onAuthFailure(error);
       note.className = "bad";
-      note.textContent = error.message;
+      note.textContent = visible(error.message);
     } finally {
       more.disabled = false;
     }
