@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply
-from psych_runtime.workflows import Delta, PsychClient, Record, RunHandle, RunState
+from psych_runtime.workflows import ClosedRun, Delta, PsychClient, Record, RunHandle, RunState
 
 from ._serve import ACME, served
 from .conftest import Harness
@@ -115,3 +115,62 @@ async def test_a_streams_end_is_read_from_the_closed_execution(
     # As GetTask reads it.
     assert end == got.status
     assert list(streamed) == list(got.artifacts)
+
+
+class ClosedUnread(RecordsLost):
+    """A serve client that gets none of a Run's records (``RecordsLost``) and whose
+    read of the closed execution (``closed``) fails once the Run settled, as an RPC to
+    Temporal may (its history read refused for now); its state, a worker answers."""
+
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        return await PsychClient.status(self, run, scope=scope, query_timeout=query_timeout)
+
+    async def closed(
+        self, run: RunHandle | str, *, scope: Scope, rpc_timeout: timedelta | None = None
+    ) -> ClosedRun | None:
+        workflow_id = run if isinstance(run, str) else run.workflow_id
+        if workflow_id in self.settled:
+            raise RPCError("history read refused for now", RPCStatusCode.UNAVAILABLE, b"")
+        return await super().closed(run, scope=scope, rpc_timeout=rpc_timeout)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("hang", [True, False], ids=["cut-short", "records-ended"])
+async def test_a_streams_end_whose_closed_read_fails_is_read_from_the_state(
+    harness: Harness, hang: bool
+) -> None:
+    """A failed read of the closed execution is no end of its own: the Run's state, which
+    a worker answers, tells the task's end, as before the close event was read first.
+    Before: cut short, the stream failed with the RPCError; its records ended, the task
+    ended ``failed``, "the Run ended without settling"."""
+    agent = f"a2a_stream_end_unread_{'cut' if hang else 'ended'}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(
+        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
+        Reply.text(CUT_TEXT, cut_off=True),
+    )
+    serving = ClosedUnread(
+        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    serving.hang = hang
+    serving.settled = set()
+    async with (
+        harness.worker(),
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
+        a2a_client(base, agent, ACME) as streams,
+    ):
+        async with asyncio.timeout(60):
+            events = await collect(streams.send_message(user("How?")))
+    task_id = events[0].task.id
+    assert serving.settled == {f"psych-acme-{task_id}"}
+    streamed = [
+        e.artifact_update.artifact
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "answer"
+    ]
+    end = last_status(events)
+    assert end.state == TaskState.TASK_STATE_COMPLETED, told(end)
+    assert told(end).startswith("answered, cut short:")
+    assert answers(streamed) == [(CUT_TEXT, {"cut_short": True})]

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -366,7 +366,7 @@ async def task_events(
     async with contextlib.aclosing(following), contextlib.aclosing(polls) as items:
         async for item in items:
             if item is CUT:
-                async for event in _cut_short(client, workflow_id, scope, grace):
+                async for event in _cut_short(client, workflow_id, scope, grace, failed):
                     yield event
                 return
             if isinstance(item, TaskStatus):  # read while a child Run may run
@@ -416,9 +416,8 @@ async def task_events(
     # closed execution (no worker), or else its status, answers failed, saying how;
     # without either, it ended unsettled.
     try:
-        state: RunState | ClosedRun | None = await _closed_or_state(
-            client, workflow_id, scope, None
-        )
+        closed = await _closed(client, workflow_id, scope, None, failed)  # as GetTask reads it
+        state: RunState | ClosedRun | None = closed or await client.status(workflow_id, scope=scope)
     except (PsychError, RPCError) as err:
         failed("end", err)
         state = None
@@ -436,17 +435,22 @@ async def task_events(
     )
 
 
-async def _closed_or_state(
-    client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta | None
-) -> RunState | ClosedRun:
-    """The Run as GetTask reads it: its closed execution, from Temporal with no worker
-    (``PsychClient.closed``), or, where the close event does not carry what its state
-    shows (open, cancelled by Temporal, not decoded here), its state within
-    ``query_timeout``."""
-    shown = await client.closed(workflow_id, scope=scope, rpc_timeout=query_timeout)
-    if shown is not None:
-        return shown
-    return await client.status(workflow_id, scope=scope, query_timeout=query_timeout)
+async def _closed(
+    client: PsychClient,
+    workflow_id: str,
+    scope: Scope,
+    rpc_timeout: timedelta | None,
+    failed: Callable[[str, Exception], None],
+) -> ClosedRun | None:
+    """The Run's closed execution, from Temporal with no worker (``PsychClient.closed``);
+    None where its close event does not carry what its state shows (open, cancelled by
+    Temporal, not decoded here) or Temporal failed to read it (an RPCError, logged by
+    ``failed``): a worker may still answer its state, as before 12-06 it alone did."""
+    try:
+        return await client.closed(workflow_id, scope=scope, rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        failed("closed execution", err)
+        return None
 
 
 def _ended(task_id: str, state: RunState | ClosedRun) -> list[Event]:
@@ -461,7 +465,11 @@ def _ended(task_id: str, state: RunState | ClosedRun) -> list[Event]:
 
 
 async def _cut_short(
-    client: PsychClient, workflow_id: str, scope: Scope, query_timeout: timedelta
+    client: PsychClient,
+    workflow_id: str,
+    scope: Scope,
+    query_timeout: timedelta,
+    failed: Callable[[str, Exception], None],
 ) -> AsyncIterator[Event]:
     """The task's end once its Run's execution closed and its records did not come (no
     worker answered): read from Temporal with no worker, as GetTask reads it
@@ -473,7 +481,7 @@ async def _cut_short(
     ``no-worker``); one that runs on since (reset), nothing.
     """
     task_id = task_id_of(workflow_id)
-    shown = await client.closed(workflow_id, scope=scope, rpc_timeout=query_timeout)
+    shown = await _closed(client, workflow_id, scope, query_timeout, failed)
     if shown is None:
         why = await closed_without_settling(client.temporal, workflow_id)
         if why is not None:
