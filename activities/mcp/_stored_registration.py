@@ -148,7 +148,7 @@ async def put_back(
             return data
         held = {_held_as(r) for r in stored.retiring}
         if stored.client is not None:
-            held.add(stored.client.client_id)
+            held.add((stored.client.client_id,))
         back = stored.retiring + [r for r in again if _held_as(r) not in held]
         return stored.model_copy(update={"retiring": back}).model_dump_json().encode()
 
@@ -165,8 +165,11 @@ async def put_back(
     return not lost
 
 
-def _held_as(retiring: Retiring) -> str:
+def _held_as(retiring: Retiring) -> tuple[str, ...]:
     """What tells ``retiring`` apart in a record: its client id; an unusable client's
-    answer that named none (``Registering.answered``), its ``registration_client_uri``,
-    which its deletion uses (RFC 7592 2.3, with its access token), one per client."""
-    return retiring.client_id or retiring.management.uri
+    answer that named none (``Registering.answered``), its management, which its deletion
+    uses (RFC 7592 2.3): its ``registration_client_uri`` and access token (the URI alone
+    may be one for every client: RFC 7592 3 only recommends one per client)."""
+    if retiring.client_id:
+        return (retiring.client_id,)
+    return ("", retiring.management.uri, retiring.management.token)

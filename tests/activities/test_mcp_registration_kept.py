@@ -197,3 +197,31 @@ async def test_a_retiring_client_the_store_cannot_put_back_is_named_and_the_flow
         "could not put it back"
     )
     assert await retiring_in(ann) == []
+
+
+async def test_unusable_clients_with_no_client_id_at_one_management_uri_are_each_kept(
+    tmp_path: Path, managed: OAuthMcpServer
+) -> None:
+    """RFC 7592 only recommends a management URI per client: a server may give every
+    client one URI, its registration access token telling them apart (what a deletion
+    sends). Two unusable clients naming no client_id there are two clients, each kept.
+    Before: told apart by the URI alone, the second was taken for the first and dropped
+    (its error said a later consent flow tries again)."""
+    now = [T0]
+    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
+    assert ann.registering is not None
+    managed.set_deletion_reply(503)
+    for name in ("anon-1", "anon-2"):
+        reply = {
+            "redirect_uris": ["https://psych.test/cb"],
+            "token_endpoint_auth_method": "none",
+            "registration_client_uri": f"{managed.issuer}/register/shared",
+            "registration_access_token": f"rat-{name}",
+        }
+        managed.set_registration_reply(201, json.dumps(reply))
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(f"{managed.issuer}/register", json={"redirect_uris": []})
+        with pytest.raises(OAuthRegistrationError, match="a later consent flow tries again"):
+            await ann.registering.answered(answer)
+    kept = await retiring_in(ann)
+    assert [r["management"]["token"] for r in kept] == ["rat-anon-1", "rat-anon-2"]
