@@ -183,12 +183,14 @@ async def check_servers(
         finally:
             if oauth is not None and connection is not None and connection.token is not None:
                 key = connection.token
+                held, unread = await store.held(key)
                 oauth[server.name] = oauth_line(
                     server,
                     scope,
-                    held=await store.held(key),
+                    held=held,
                     sealed=key in store.sealed,
                     consent=consent,
+                    unread=unread,
                 )
         if tools is not None and not consent:
             tools[server.name] = offered

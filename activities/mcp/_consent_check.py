@@ -4,13 +4,16 @@ for the Scope, and what a person must do when none is.
 The check reads the workers' token store through ``ReadOnlyTokens``: a held token is used
 (and refreshed) as a Run would, but nothing the check obtains or parks is written back,
 so checking leaves the store as it found it. A record sealed with the payload keys cannot
-be opened outside a Run's activity; it is reported as held, not used.
+be opened outside a Run's activity; it is reported as held, not used. A record that cannot
+be read (damaged, or a store that did not answer) is said to be so, not to be refused: a
+person consenting again mends no store.
 """
 
 from __future__ import annotations
 
+from psych_runtime.activities.mcp._oauth import unreadable
 from psych_runtime.activities.tokens import Change, TokenKey, TokenStore
-from psych_runtime.specs import McpServer, Scope
+from psych_runtime.specs import McpServer, Scope, StoreUnavailable
 
 _SEALED = b"psych-blob-v1\0"
 
@@ -34,9 +37,20 @@ class ReadOnlyTokens:
             return None
         return record
 
-    async def held(self, key: TokenKey) -> bool:
-        """Whether the store held a record under ``key`` before the check."""
-        return self.inner is not None and await self.inner.get(key) is not None
+    async def held(self, key: TokenKey) -> tuple[bool, str | None]:
+        """Whether the store held a record under ``key`` before the check, and why it
+        cannot be read (None: it can, or none is held): damaged, or the store did not
+        answer (its message names the store's kind and the key, never where it is)."""
+        if self.inner is None:
+            return False, None
+        try:
+            record = await self.inner.get(key)
+        except StoreUnavailable as err:
+            return False, f"the token store did not answer ({err})"
+        if record is None or record.startswith(_SEALED):
+            return record is not None, None
+        why = unreadable(record, key)
+        return True, None if why is None else f"the token record held cannot be read ({why})"
 
     async def put(self, key: TokenKey, record: bytes) -> None:
         self._written[key] = record
@@ -53,17 +67,44 @@ def _whose(scope: Scope) -> str:
     return who if scope.principal is None else f"{who}, principal {scope.principal!r}"
 
 
-def oauth_line(server: McpServer, scope: Scope, *, held: bool, sealed: bool, consent: bool) -> str:
+def oauth_line(
+    server: McpServer,
+    scope: Scope,
+    *,
+    held: bool,
+    sealed: bool,
+    consent: bool,
+    unread: str | None = None,
+) -> str:
     """What ``--check-connections`` says of ``server``'s OAuth for ``scope``.
 
     Args:
         held: a token record was stored for the Scope before the check.
         sealed: that record is sealed with the payload keys (not opened here).
         consent: the server asked for a token the Scope does not hold (a person's consent).
+        unread: why the record could not be read (``ReadOnlyTokens.held``), if so.
     """
     oauth = server.oauth
     assert oauth is not None
     whose = _whose(scope)
+    if unread is not None and not held:
+        return (
+            f"{unread}: whether a token is held for {whose} is not known, and a Run "
+            "cannot reach this server until it answers. Mend the store (the log names "
+            "where it is) and check again; consenting again would not help"
+        )
+    if unread is not None:
+        then = (
+            f"the worker gets a new one with the client secret {oauth.client_secret_credential!r} "
+            "(no person needed)"
+            if oauth.grant == "client_credentials"
+            else "a person must consent once more (the first Run asks), and the new token "
+            "replaces it"
+        )
+        return (
+            f"{unread}, so a Run ignores it (no token was refused): {then}. If the store "
+            "should hold it intact, look at the store (its disk or bucket) first"
+        )
     if oauth.grant == "client_credentials":
         if held:
             return f"a token is held for {whose}"

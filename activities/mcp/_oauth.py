@@ -78,6 +78,27 @@ def _fields(key: TokenKey) -> tuple[str, str | None, str, str, str]:
     return (key.tenant, key.principal, key.issuer, key.client_id, key.resource)
 
 
+DAMAGED = "damaged: cut short, or not a token record"
+MIXED_UP = "it names another key: the store mixed records up"
+
+
+def _record_of(data: bytes, key: TokenKey) -> _Record | str:
+    """The token record ``data`` stored under ``key``, or why it cannot be used
+    (``DAMAGED``, ``MIXED_UP``)."""
+    try:
+        record = _Record.model_validate_json(data)
+    except ValidationError:
+        return DAMAGED
+    return MIXED_UP if record.key != _fields(key) else record
+
+
+def unreadable(data: bytes, key: TokenKey) -> str | None:
+    """Why the token record ``data`` stored under ``key`` cannot be used (a flow ignores
+    it as if absent), or None when it can."""
+    record = _record_of(data, key)
+    return record if isinstance(record, str) else None
+
+
 class StoredTokens(TokenStorage):
     """The SDK's ``TokenStorage`` for one ``TokenKey``, over the worker's ``TokenStore``.
 
@@ -125,15 +146,14 @@ class StoredTokens(TokenStorage):
         data = await self._read()
         if data is None:
             return None
-        try:
-            record = _Record.model_validate_json(data)
-        except ValidationError:
+        record = _record_of(data, self.key)
+        if isinstance(record, str):
             # Cut short by a crash of a store that did not sync, or written by hand: as if
             # absent, so the next token the flow gets replaces it (not a failure each use).
-            _log.warning("the token record of %r is unreadable: ignored", self.key)
-            return None
-        if record.key != _fields(self.key):
-            _log.warning("a token record under %r names another key: ignored", self.key)
+            if record == DAMAGED:
+                _log.warning("the token record of %r is unreadable: ignored", self.key)
+            else:
+                _log.warning("a token record under %r names another key: ignored", self.key)
             return None
         token = record.token
         self.metadata = self.metadata or record.metadata

@@ -266,3 +266,53 @@ def test_a_record_logged_during_a_check_is_printed_once(
         assert re.match(r"\d\d:\d\d:\d\d warning: the token record of ", logged[0]), logged
     else:  # the file's warning, as every other line about it
         assert logged[0].startswith(f"{file}: warning: the token record of "), logged
+
+
+@pytest.mark.parametrize("how", ["cut short", "store failed", "sealed"])
+def test_a_record_that_cannot_be_read_is_not_said_to_be_refused(
+    tmp_path: Path,
+    consent_server: OAuthMcpServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    # Before the fix: a damaged record was "the token held was refused (revoked or
+    # expired)", sending a person to consent for a store's fault; a store that failed
+    # ended the command with its error (and no oauth line). A sealed record was already
+    # said to be held (kept here so it stays so).
+    tokens = tmp_path / "tokens"
+    monkeypatch.setenv("PSYCH_TOKEN_DIR", str(tokens))
+    monkeypatch.delenv("PSYCH_BLOB_URL", raising=False)
+    monkeypatch.setenv("PSYCH_MCP_OAUTH_ISSUERS", f"{CLIENT}={consent_server.issuer}")
+    key = TokenKey("acme", None, consent_server.issuer, CLIENT, consent_server.url)
+    client = OAuthClientInformationFull(client_id=CLIENT, token_endpoint_auth_method="none")
+    stored = StoredTokens(LocalTokenStore(tokens), key, TokensHeld(), client)
+    asyncio.run(stored.set_tokens(consented_token(consent_server)))
+    record = tokens / key.location()
+    if how == "cut short":
+        record.write_text("{cut short")
+    elif how == "sealed":
+        record.write_bytes(b"psych-blob-v1\0not opened by the check")
+    else:  # the disk refuses the read (EISDIR), as a store that does not answer
+        record.unlink()
+        record.mkdir()
+    file = spec_file(tmp_path, consent_server)
+    done = main(["validate", str(file), "--check-connections", "--tenant", "acme"])
+    (said,) = oauth_lines(file, capsys.readouterr().err)
+    assert "revoked or expired" not in said
+    assert str(tmp_path) not in said
+    if how == "cut short":
+        assert done == 0
+        assert said.startswith(
+            "the token record held cannot be read (damaged: cut short, or not a token "
+            "record), so a Run ignores it (no token was refused): a person must consent"
+        )
+    elif how == "sealed":
+        assert done == 0
+        assert said.startswith("a token is held for tenant 'acme' (sealed")
+    else:  # a Run could not reach the server either: a problem
+        assert done == 1
+        assert said.startswith("the token store did not answer (the token record TokenKey(acme ")
+        assert "the local token store failed (EISDIR: Is a directory)" in said
+        assert "whether a token is held for tenant 'acme' is not known" in said
+        assert "consenting again would not help" in said
