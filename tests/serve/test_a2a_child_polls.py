@@ -25,8 +25,8 @@ import pytest
 from a2a.types import TaskState, TaskStatus
 
 from psych_runtime.specs import Scope
-from psych_runtime.workers.serve.a2a._child_polls import child_polls
-from psych_runtime.workers.serve.a2a._tasks import Failing, _child_status
+from psych_runtime.workers.serve.a2a._child_polls import Failing, child_polls
+from psych_runtime.workers.serve.a2a._tasks import _child_status
 from psych_runtime.workflows import (
     ChildSettled,
     ChildSpawned,
@@ -334,7 +334,7 @@ def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     failing = Failing("t1")
-    caplog.set_level(logging.DEBUG, logger="psych_runtime.workers.serve.a2a._tasks")
+    caplog.set_level(logging.DEBUG, logger="psych_runtime.workers.serve.a2a._child_polls")
     for _ in range(3):
         failing.failed("running children", RuntimeError("permission denied"))
     failing.failed("state", RuntimeError("no worker"))

@@ -87,6 +87,23 @@ def _near(state: RunState) -> bool:
     return any(p.reason is _CHILDREN or p.run is not None for p in state.pending)
 
 
+class Failing:
+    """A followed task's reads that fail (its state, its running children), asked again
+    every poll: a failure that lasts (a permission refused) is warned of when it starts,
+    then logged at debug until a read of it succeeds (``failing.discard``), not every
+    poll of a stream that may last hours."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.failing: set[str] = set()
+
+    def failed(self, what: str, err: Exception) -> None:
+        """Log that the task's ``what`` could not be read."""
+        level = logging.DEBUG if what in self.failing else logging.WARNING
+        self.failing.add(what)
+        logger.log(level, "task %s: its %s could not be read: %s", self.task_id, what, err)
+
+
 async def child_polls(
     items: AsyncIterator[T],
     *,

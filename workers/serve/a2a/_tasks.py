@@ -37,7 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.activities.contract import ids_from, workflow_id_for
 from psych_runtime.specs import PsychError, Scope
-from psych_runtime.workers.serve.a2a._child_polls import CHILD_POLL_SECONDS, child_polls
+from psych_runtime.workers.serve.a2a._child_polls import CHILD_POLL_SECONDS, Failing, child_polls
 from psych_runtime.workers.serve.a2a._closing import CUT, until_closed
 from psych_runtime.workers.serve.a2a._errors import internal_error
 from psych_runtime.workers.serve.a2a._latest import runs_on
@@ -281,23 +281,6 @@ def _child_status(task_id: str, state: RunState) -> TaskStatus | None:
     return TaskStatus(
         state=TaskState.TASK_STATE_INPUT_REQUIRED, message=ask_message(task_id, theirs[0])
     )
-
-
-class Failing:
-    """A followed task's reads that fail (its state, its running children), asked again
-    every poll: a failure that lasts (a permission refused) is warned of when it starts,
-    then logged at debug until a read of it succeeds (``failing.discard``), not every
-    poll of a stream that may last hours."""
-
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        self.failing: set[str] = set()
-
-    def failed(self, what: str, err: Exception) -> None:
-        """Log that the task's ``what`` could not be read."""
-        level = logging.DEBUG if what in self.failing else logging.WARNING
-        self.failing.add(what)
-        logger.log(level, "task %s: its %s could not be read: %s", self.task_id, what, err)
 
 
 async def task_events(
