@@ -5,8 +5,10 @@ saying so) reach the stream from the closed execution, as GetTask reads it
 (``_cut_short``) or ended without the Run's ``RunSettled``. Before, the stream's end
 queried the Run's state: cut short, it failed ``no-worker``; ended, it told the task
 ``failed``, "the Run ended without settling", though GetTask answered it completed.
-Driven by ``a2a-sdk``'s own client against ``psych serve`` on loopback and the
-session's dev server."""
+When every read of the end fails (the closed execution's and the state's), the stream
+fails with the read's error, never telling an end it does not know (before, its records
+ended, it told the task ``failed``). Driven by ``a2a-sdk``'s own client against
+``psych serve`` on loopback and the session's dev server."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from a2a.types import GetTaskRequest, TaskState
+from a2a.types import GetTaskRequest, StreamResponse, TaskState
+from a2a.utils.errors import InternalError
 from temporalio.service import RPCError, RPCStatusCode
 
+from psych_runtime.activities.a2a import TERMINAL
 from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply
 from psych_runtime.workflows import ClosedRun, Delta, PsychClient, Record, RunHandle, RunState
@@ -174,3 +178,66 @@ async def test_a_streams_end_whose_closed_read_fails_is_read_from_the_state(
     assert end.state == TaskState.TASK_STATE_COMPLETED, told(end)
     assert told(end).startswith("answered, cut short:")
     assert answers(streamed) == [(CUT_TEXT, {"cut_short": True})]
+
+
+class NothingRead(ClosedUnread):
+    """A serve client that gets none of a Run's records and none of its reads once the
+    Run settled: its closed execution's read fails (``ClosedUnread``) and its state is
+    never answered (``RecordsLost``), while Temporal still describes the execution (not
+    running)."""
+
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        return await RecordsLost.status(self, run, scope=scope, query_timeout=query_timeout)
+
+
+async def _into(events: list[StreamResponse], stream: AsyncIterator[StreamResponse]) -> None:
+    """Each event of ``stream`` into ``events``, until it ends (or fails)."""
+    async for event in stream:
+        events.append(event)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("hang", [True, False], ids=["cut-short", "records-ended"])
+async def test_a_streams_end_nothing_reads_is_an_error_not_a_failed_task(
+    harness: Harness, hang: bool
+) -> None:
+    """When every read of how the Run ended fails, the stream ends with the read's error
+    (an ``InternalError``, REST's ``no-worker``), as a cut-short stream's does: never a
+    terminal state it does not know. Before, its records ended, the task was told
+    ``failed``, "the Run ended without settling", though the Run completed: the peer
+    stopped following a task it took for failed."""
+    agent = f"a2a_stream_end_nothing_{'cut' if hang else 'ended'}"
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(
+        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
+        Reply.text(CUT_TEXT, cut_off=True),
+    )
+    serving = NothingRead(
+        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    serving.hang = hang
+    serving.settled = set()
+    events: list[StreamResponse] = []
+    async with (
+        harness.worker(),
+        served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
+        a2a_client(base, agent, ACME) as streams,
+    ):
+        async with asyncio.timeout(60):
+            with pytest.raises(InternalError) as unread:
+                await _into(events, streams.send_message(user("How?")))
+        task_id = events[0].task.id
+        # The Run did complete: GetTask, with its reads answered, says so.
+        serving.settled.clear()
+        async with a2a_client(base, agent, ACME, streaming=False) as client:
+            got = await client.get_task(GetTaskRequest(id=task_id))
+    assert got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+    said = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    assert not [state for state in said if state in TERMINAL], said
+    assert unread.value.message == (
+        "following the Run failed: no worker answered for the Run in time"
+    )
+    assert unread.value.data == {"type": "urn:psych:problem:no-worker", "status": "503"}

@@ -397,19 +397,24 @@ async def task_events(
     # The stream ended without a RunSettled after ``after``: the Run had settled before
     # it, or its workflow closed without settling (terminated by an operator), which its
     # closed execution (no worker), or else its status, answers failed, saying how;
-    # without either, it ended unsettled.
+    # read and neither, it ended unsettled. A read that fails is no end: unless the Run
+    # runs on, the stream fails with its error (the handler answers it, as a cut-short
+    # stream's), never telling the peer an end it does not know (it stops following).
+    unread: PsychError | RPCError | None = None
     try:
         closed = await _closed(client, workflow_id, scope, None, failed)  # as GetTask reads it
         state: RunState | ClosedRun | None = closed or await client.status(workflow_id, scope=scope)
     except (PsychError, RPCError) as err:
         failed("end", err)
-        state = None
+        state, unread = None, err
     if state is not None and state.status.terminal:
         for event in _ended(task_id, state):  # as a RunSettled read in the stream gives it
             yield event
         return
     if await runs_on(client.temporal, workflow_id):
         return  # an operator reset the Run: not its end (the caller follows it again)
+    if unread is not None:
+        raise unread
     yield status(
         TaskStatus(
             state=TaskState.TASK_STATE_FAILED,
