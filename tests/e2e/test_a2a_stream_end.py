@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
-from a2a.types import GetTaskRequest, StreamResponse, TaskState
+from a2a.types import Artifact, GetTaskRequest, StreamResponse, TaskState
 from a2a.utils.errors import InternalError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -77,24 +78,43 @@ class RecordsLost(PsychClient):
         return await super().status(run, scope=scope, query_timeout=query_timeout)
 
 
+Serving = TypeVar("Serving", bound=RecordsLost)
+
+
+def cut_twice(harness: Harness, agent: str, kind: type[Serving], hang: bool) -> Serving:
+    """``agent`` published, its model slow enough that a send reads the Run working (its
+    stream then follows it) and cut at the output limit twice, so the Run completes with
+    the cut text, saying so; and the serve client ``kind`` for it (``hang``: see
+    ``RecordsLost``)."""
+    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
+    harness.fake.enqueue(
+        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
+        Reply.text(CUT_TEXT, cut_off=True),
+    )
+    serving = kind(
+        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
+    )
+    serving.hang = hang
+    serving.settled = set()
+    return serving
+
+
+def answer_artifacts(events: list[StreamResponse]) -> list[Artifact]:
+    """The ``answer`` artifacts a stream's ``events`` carried."""
+    return [
+        e.artifact_update.artifact
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "answer"
+    ]
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("hang", [True, False], ids=["cut-short", "records-ended"])
 async def test_a_streams_end_is_read_from_the_closed_execution(
     harness: Harness, hang: bool
 ) -> None:
     agent = f"a2a_stream_end_{'cut' if hang else 'ended'}"
-    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
-    # Slow enough that the send reads the Run working (its stream then follows it); cut at
-    # the output limit twice, so the Run completes with the cut text, saying so.
-    harness.fake.enqueue(
-        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
-        Reply.text(CUT_TEXT, cut_off=True),
-    )
-    serving = RecordsLost(
-        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
-    )
-    serving.hang = hang
-    serving.settled = set()
+    serving = cut_twice(harness, agent, RecordsLost, hang)
     async with (
         harness.worker(),
         served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
@@ -107,11 +127,7 @@ async def test_a_streams_end_is_read_from_the_closed_execution(
         got = await client.get_task(GetTaskRequest(id=task_id))
     assert serving.settled == {f"psych-acme-{task_id}"}  # no record and no state was read
     assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
-    streamed = [
-        e.artifact_update.artifact
-        for e in events
-        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "answer"
-    ]
+    streamed = answer_artifacts(events)
     end = last_status(events)
     assert end.state == TaskState.TASK_STATE_COMPLETED
     assert told(end).startswith("answered, cut short:")
@@ -150,16 +166,7 @@ async def test_a_streams_end_whose_closed_read_fails_is_read_from_the_state(
     Before: cut short, the stream failed with the RPCError; its records ended, the task
     ended ``failed``, "the Run ended without settling"."""
     agent = f"a2a_stream_end_unread_{'cut' if hang else 'ended'}"
-    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
-    harness.fake.enqueue(
-        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
-        Reply.text(CUT_TEXT, cut_off=True),
-    )
-    serving = ClosedUnread(
-        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
-    )
-    serving.hang = hang
-    serving.settled = set()
+    serving = cut_twice(harness, agent, ClosedUnread, hang)
     async with (
         harness.worker(),
         served(harness, query_timeout_seconds=QUERY_TIMEOUT, client=serving) as base,
@@ -169,11 +176,7 @@ async def test_a_streams_end_whose_closed_read_fails_is_read_from_the_state(
             events = await collect(streams.send_message(user("How?")))
     task_id = events[0].task.id
     assert serving.settled == {f"psych-acme-{task_id}"}
-    streamed = [
-        e.artifact_update.artifact
-        for e in events
-        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "answer"
-    ]
+    streamed = answer_artifacts(events)
     end = last_status(events)
     assert end.state == TaskState.TASK_STATE_COMPLETED, told(end)
     assert told(end).startswith("answered, cut short:")
@@ -209,16 +212,7 @@ async def test_a_streams_end_nothing_reads_is_an_error_not_a_failed_task(
     ``failed``, "the Run ended without settling", though the Run completed: the peer
     stopped following a task it took for failed."""
     agent = f"a2a_stream_end_nothing_{'cut' if hang else 'ended'}"
-    harness.client.publish(AgentBuilder(agent).model("fake-model").build())
-    harness.fake.enqueue(
-        Reply.stall(2, then=Reply.text(CUT_TEXT, cut_off=True)),
-        Reply.text(CUT_TEXT, cut_off=True),
-    )
-    serving = NothingRead(
-        harness.client.temporal, store=harness.client.store, task_queue=harness.client.task_queue
-    )
-    serving.hang = hang
-    serving.settled = set()
+    serving = cut_twice(harness, agent, NothingRead, hang)
     events: list[StreamResponse] = []
     async with (
         harness.worker(),
