@@ -23,8 +23,8 @@ from psych_runtime.activities.mcp._stored_registration import retire_due
 from psych_runtime.activities.tokens import Change, TokenKey, TokenStore
 from tests.mcp.oauth_fixture import OAuthMcpServer
 
-from .test_mcp_registration_management import register, replaced, retiring_in
-from .test_mcp_registration_unused import LOGGER, T0, started, storage_at
+from .test_mcp_registration_management import replaced, retiring_in
+from .test_mcp_registration_unused import LOGGER, T0, raced, started, storage_at
 
 
 @pytest.fixture
@@ -47,12 +47,7 @@ async def test_an_unused_client_the_store_cannot_keep_leaves_the_flow_going(
     tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     now = [T0]
-    ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
-    bob: StoredTokens = await storage_at(tmp_path, managed, "bob", now)
-    first, _ = await register(managed, ann.registering, "crm.read")
-    await ann.set_client_info(first)
-    unused, token = await register(managed, bob.registering, "crm.read")
-    managed.set_deletion_reply(503)
+    ann, bob, first, unused, token = await raced(tmp_path, managed, now)
     assert bob.registration is not None
     writes_refused(tmp_path, bob.registration)
     caplog.set_level("INFO", logger=LOGGER)

@@ -71,18 +71,28 @@ async def storage_at(tmp_path: Path, server: OAuthMcpServer, who: str, now: list
     return storage
 
 
-async def test_an_unused_client_whose_deletion_failed_is_tried_again_by_a_later_flow(
-    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    now = [T0]
+async def raced(
+    tmp_path: Path, managed: OAuthMcpServer, now: list[float]
+) -> tuple[StoredTokens, StoredTokens, OAuthClientInformationFull, OAuthClientInformationFull, str]:
+    """Ann's and Bob's storages (their clock ``now``), Ann's client stored, and the client
+    Bob's flow registered at the same time, left unused as Ann's stood (with its
+    registration access token); the authorization server fails deletions for now."""
     ann: StoredTokens = await storage_at(tmp_path, managed, "ann", now)
     bob: StoredTokens = await storage_at(tmp_path, managed, "bob", now)
     first, _ = await register(managed, ann.registering, "crm.read")
     await ann.set_client_info(first)
-    # Bob's flow registered at the same time; Ann's stood, so Bob's is left unused, and
-    # the authorization server fails its deletion for now.
     unused, token = await register(managed, bob.registering, "crm.read")
     managed.set_deletion_reply(503)
+    return ann, bob, first, unused, token
+
+
+async def test_an_unused_client_whose_deletion_failed_is_tried_again_by_a_later_flow(
+    tmp_path: Path, managed: OAuthMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [T0]
+    # Bob's flow registered at the same time as Ann's; Ann's stood, so Bob's is left
+    # unused, and the authorization server fails its deletion for now.
+    ann, bob, first, unused, token = await raced(tmp_path, managed, now)
     caplog.set_level("INFO", logger=LOGGER)
     await bob.set_client_info(unused)
     assert bob.client is not None and bob.client.client_id == first.client_id
