@@ -65,7 +65,8 @@ KINDS = ("model_loop", "beating", "storing", "local_loop", "write", "local")
 
 BEAT_SECONDS = 70.0
 """``beating``: ModelLoop whose model activity has the heartbeat timeout AgentRun gives
-every model call (``MODEL_LOST_AFTER`` in ``workflows/kernel/_activity_calls.py``)."""
+every model call on a worker of the default ``outage_seconds`` (``MODEL_LOST_AFTER`` in
+``workflows/kernel/_model_lost.py``)."""
 
 
 @dataclass(frozen=True)

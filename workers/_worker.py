@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import (
+    Interceptor,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
 from psych_runtime.activities import role_task_queue
 from psych_runtime.activities.contract import MODEL_ROLE, WORKFLOWS_ROLE
@@ -54,7 +60,7 @@ from psych_runtime.workers.fleet import (
     runs_roles_apart,
     worker_identity,
 )
-from psych_runtime.workflows import AgentRun, WorkflowRun
+from psych_runtime.workflows import MODEL_LOST_EXTERN, AgentRun, WorkflowRun
 
 if TYPE_CHECKING:
     from psych_runtime.activities.mcp import McpActivities
@@ -62,6 +68,25 @@ if TYPE_CHECKING:
 HEARTBEAT_THROTTLE = timedelta(seconds=5)
 """The longest a worker holds back a tool call's heartbeat (the SDK's default, up to 60 s,
 would leave a call's last heartbeat that much older than an outage)."""
+
+
+class ModelLostInterceptor(Interceptor):
+    """Tells the workflows this worker runs the heartbeat timeout of the model calls they
+    schedule (the extern function ``MODEL_LOST_EXTERN``): the worker's ``outage_seconds``
+    plus ``OUTAGE_MARGIN``, as its tool calls get, so a model worker holding an answer
+    through an outage as long as the settings say is not given up on before it reports.
+    In a fleet running roles apart the workflows role's settings decide: give the roles
+    the same ``outage_seconds``."""
+
+    def __init__(self, outage_seconds: float) -> None:
+        lost_after = outage_seconds + OUTAGE_MARGIN
+        self._told = lambda: lost_after
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        input.unsafe_extern_functions[MODEL_LOST_EXTERN] = self._told
+        return None
 
 
 def _mcp_activities(settings: WorkerSettings, egress: Egress) -> McpActivities:
@@ -190,13 +215,16 @@ def build_worker(
     workflows: Sequence[type] = worker_options.pop("workflows", (AgentRun, WorkflowRun))
     if role != WORKFLOWS_ROLE:
         workflows = []
-    elif runs_roles_apart(settings.roles, settings.roles_apart):
-        interceptors = [*worker_options.get("interceptors", []), RolesApartInterceptor()]
-        worker_options["interceptors"] = interceptors
-    elif own_workflows and not settings.workflow_sandbox:
-        # psych's own workflows leave the sandbox (WorkerSettings.workflow_sandbox); the
-        # plugin keeps a runner that is not sandboxed as it is.
-        worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
+    else:
+        told: list[Interceptor] = [ModelLostInterceptor(settings.outage_seconds)]
+        apart = runs_roles_apart(settings.roles, settings.roles_apart)
+        if apart:
+            told.append(RolesApartInterceptor())
+        worker_options["interceptors"] = [*worker_options.get("interceptors", []), *told]
+        if not apart and own_workflows and not settings.workflow_sandbox:
+            # psych's own workflows leave the sandbox (WorkerSettings.workflow_sandbox);
+            # the plugin keeps a runner that is not sandboxed as it is.
+            worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
     identity = worker_identity(settings.policy, worker_options.pop("identity", None))
     worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
     for option, value in settings.concurrency.worker_options(role).items():

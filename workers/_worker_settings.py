@@ -77,7 +77,8 @@ class WorkerSettings:
         outage_seconds: how long the Temporal server may be unreachable without losing
             the result of a tool call not safe to repeat that finished meanwhile
             (``PSYCH_OUTAGE_SECONDS``, default 60; 0 turns this off). Such calls get a
-            heartbeat timeout of this plus ``OUTAGE_MARGIN`` (10 s), so a worker that dies
+            heartbeat timeout of this plus ``OUTAGE_MARGIN`` (10 s), and so do the model
+            calls of the Runs this worker's workflows role runs, so a worker that dies
             mid-call is noticed that much later: lower it where servers never go away
             for long and crashed calls should be settled sooner. The worker's client
             must retry that long (``outage_retry``; psych's ``connect`` does).

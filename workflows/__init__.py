@@ -91,6 +91,7 @@ from psych_runtime.workflows.contract._records import (
 from psych_runtime.workflows.contract._status import answer_cut_short
 from psych_runtime.workflows.features._spawn_compose import is_spawned
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
+from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_EXTERN
 from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
 from psych_runtime.workflows.runs._agent_run import AgentRun
 from psych_runtime.workflows.runs._workflow_run import WorkflowRun
@@ -117,6 +118,7 @@ __all__ = [
     "Displayed",
     "IDEMPOTENCY_KEY_MAX",
     "KeptAction",
+    "MODEL_LOST_EXTERN",
     "McpDiscovered",
     "McpDiscoveryReport",
     "ModelCallFailed",

@@ -35,7 +35,7 @@ from psych_runtime.workflows import (
     RunSettled,
     TokenDelta,
 )
-from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER
+from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_AFTER
 
 from ._crash import doomed_worker
 from ._delta_follower import spawn_follower

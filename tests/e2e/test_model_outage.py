@@ -25,7 +25,8 @@ from psych_runtime.workflows import (
     ModelCallFinished,
     RunStatus,
 )
-from psych_runtime.workflows.kernel._activity_calls import MODEL_LOST_AFTER, OPTIONS
+from psych_runtime.workflows.kernel._activity_calls import OPTIONS
+from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_AFTER
 
 from ._outage import through_an_outage
 from ._waiting import eventually

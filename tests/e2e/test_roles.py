@@ -177,7 +177,8 @@ async def test_killing_the_model_worker_mid_call_and_starting_another_completes_
                 target, task_queue, ("model",), tmp_path / "blobs", fake.base_url
             )
             try:
-                # The call is lost after its heartbeat timeout (MODEL_LOST_AFTER, 70 s).
+                # The call is lost after its heartbeat timeout: the workflows role's outage
+                # tolerance (PSYCH_OUTAGE_SECONDS=0 here) plus the 10 s margin.
                 result = await asyncio.wait_for(psych.result(run, scope=SCOPE), timeout=180)
             finally:
                 await stop(replacement)

@@ -95,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.specs import PERMITS_ANSWER_SECONDS, Version
     from psych_runtime.workflows.contract._contract import RunInput
+    from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_AFTER, model_lost_after
 
 _R = TypeVar("_R")
 
@@ -129,16 +130,6 @@ SAFE_TOOL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(sec
 """Infrastructure retries (a worker died, a timeout) of tools that are safe to repeat."""
 ONCE = RetryPolicy(maximum_attempts=1)
 """Model calls (the workflow counts retries) and tools not safe to repeat (never twice)."""
-
-
-MODEL_LOST_AFTER = timedelta(seconds=70)
-"""A model call's heartbeat timeout: a worker's documented outage tolerance (60 s,
-``DEFAULT_OUTAGE_SECONDS`` in workers) plus ``OUTAGE_MARGIN`` (10 s: the longest a worker
-holds a heartbeat back, and the server's restart). An answer that arrived while the server
-was away is then reported once it is back (the worker completes the call through its
-client) instead of the call timing out and being made, and paid for, again; the cost is
-that a model worker that died mid-call is noticed after 70 s instead of 30 s. Not read on
-replay (a heartbeat timeout is not compared), so histories recorded with 30 s replay."""
 
 
 @dataclass(frozen=True)
@@ -374,6 +365,7 @@ async def complete(call: ModelCallInput) -> ModelCallResult:
         SlimModelCallResult,
         summary=None,
         start_to_close=model_call_time(call.stream_idle_seconds),
+        heartbeat=model_lost_after(),
     )
     return full_model_result(answer, call)
 
@@ -383,7 +375,14 @@ async def compact(input: CompactInput) -> CompactResult:
     the Run uncompacted until the next trigger)."""
     summary = f"compact with {input.model}, after turn {input.turn}"
     time = model_call_time(input.stream_idle_seconds)
-    return await _execute(MODEL_COMPACT, input, CompactResult, summary=summary, start_to_close=time)
+    return await _execute(
+        MODEL_COMPACT,
+        input,
+        CompactResult,
+        summary=summary,
+        start_to_close=time,
+        heartbeat=model_lost_after(),
+    )
 
 
 async def decide(input: PolicyInput) -> PolicyDecision:
