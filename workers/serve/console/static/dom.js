@@ -1,16 +1,27 @@
 // Building DOM nodes from data: text always goes in as text nodes, never as HTML, and
-// `visible`: model-written text is shown so that it cannot reorder the page around it.
-// Text set directly (`textContent`: a problem the API answered, which may quote what a
-// model or a caller wrote; the stream's state) goes through `visible` too.
+// `visible`: model-written text is shown so that it cannot reorder the page around it nor
+// hide in it. Text set directly (`textContent`: a problem the API answered, which may quote
+// what a model or a caller wrote; the stream's state) goes through `visible` too.
 
-// Bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069;
-// CVE-2021-42574) reorder the text shown after them: each is shown as its escape
-// (`\u202e`), as psych's terminal output does. The data keeps them (the API's JSON).
-const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+// What a terminal or the page would act on is shown as its escape (`\x1b`, `\u202e`), as
+// psych's terminal output does (specs/_printable.py, the same set; a test holds the two
+// equal): C0 controls but tab and newline (and a carriage return ending a line), DEL and C1
+// controls (ESC, NUL, a lone CR: invisible, or moving what follows), and the bidirectional
+// embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069; CVE-2021-42574), which
+// reorder the text shown after them. The data keeps them (the API's JSON).
+const UNPRINTABLE = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)/g;
 
-/** `text` with each bidirectional embedding, override or isolate written as its escape. */
+function escaped(c) {
+  const code = c.charCodeAt(0);
+  return code < 0x100
+    ? `\\x${code.toString(16).padStart(2, "0")}`
+    : `\\u${code.toString(16).padStart(4, "0")}`;
+}
+
+/** `text` with each control character (but tab and newline) and each bidirectional
+ * embedding, override or isolate written as its escape. */
 export function visible(text) {
-  return String(text).replace(BIDI, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+  return String(text).replace(UNPRINTABLE, escaped);
 }
 
 /** An element with properties (attributes, `class`, `on<event>` handlers) and children. */
