@@ -22,6 +22,8 @@ import json
 from collections.abc import Mapping
 from urllib.parse import quote, quote_plus
 
+from temporalio.exceptions import ApplicationError, FailureError
+
 
 def _forms(value: str) -> set[str]:
     """The texts a server may echo ``value`` as."""
@@ -103,38 +105,79 @@ class Redactor:
         quoting the body, a protocol error quoting a header line) must be clean too. A link
         whose message cannot be rewritten in place (a class with its own ``__str__``, such
         as pydantic's ValidationError) is replaced by a ``RedactedError`` carrying the
-        redacted message; the rest of the chain is kept.
+        redacted message; the rest of the chain is kept. A Temporal ``FailureError`` (an
+        ``ApplicationError``, ``LocalStoreFailed``) keeps its class and fields, its
+        ``message`` and string ``details`` redacted (``_scrub_failure``).
         """
-        head = self._scrub_one(err)
+        head, changed = self._scrub_one(err)
+        chain = [head]
         seen = {id(head)}
         link = head
         while True:
             if link.__cause__ is not None:
-                link.__cause__ = nxt = self._scrub_one(link.__cause__)
+                nxt, hit = self._scrub_one(link.__cause__)
+                link.__cause__ = nxt
             elif link.__context__ is not None:
-                link.__context__ = nxt = self._scrub_one(link.__context__)
+                nxt, hit = self._scrub_one(link.__context__)
+                link.__context__ = nxt
             else:
-                return head
+                break
+            changed = changed or hit
             if id(nxt) in seen:  # a cycle (possible with __context__): every link is done
-                return head
+                break
             seen.add(id(nxt))
+            chain.append(nxt)
             link = nxt
+        if changed:
+            # A FailureError decoded from a Temporal failure keeps that proto, and the
+            # failure converter sends it as it is (its message, its causes) instead of the
+            # fields: dropped, so what is sent is the redacted chain (the proto's remote
+            # stack trace goes with it).
+            for link in chain:
+                if isinstance(link, FailureError) and link.failure is not None:
+                    link._failure = None
+        return head
 
-    def _scrub_one(self, err: BaseException) -> BaseException:
+    def _scrub_one(self, err: BaseException) -> tuple[BaseException, bool]:
+        """The link redacted, and whether anything in it was."""
+        failed = isinstance(err, FailureError) and self._scrub_failure(err)
         text = str(err)
         clean = self(text)
         if clean == text:
-            return err
+            return err, failed
         # Exception.__str__ shows args; classes computing their text differently keep it.
         err.args = (clean,)
         if str(err) == clean:
-            return err
+            return err, True
         replacement = RedactedError(f"{type(err).__name__}: {clean}")
         replacement.__cause__ = err.__cause__
         replacement.__context__ = err.__context__
         replacement.__suppress_context__ = err.__suppress_context__
         replacement.__traceback__ = err.__traceback__
-        return replacement
+        return replacement, True
+
+    def _scrub_failure(self, err: FailureError) -> bool:
+        """Redact a Temporal failure's ``message`` (what the failure converter sends and
+        ``ApplicationError.__str__`` does not show: it shows ``args``) and its details that
+        are strings (a ref, a quoted line); whether either held a secret.
+
+        In place, so its class (a ``StoreUnavailable`` that is an ``ApplicationError``) and
+        its ``type``, ``non_retryable`` and cause stay. temporalio gives neither field a
+        setter, hence the private names. Details that are not strings are structured data
+        the activity built, from text it redacted first (the model call's failure): walking
+        them would rebuild values it owns, for no text they do not already pass through.
+        """
+        changed = False
+        clean = self(err.message)
+        if clean != err.message:
+            err._message = clean
+            changed = True
+        if isinstance(err, ApplicationError):
+            details = tuple(self(d) if isinstance(d, str) else d for d in err.details)
+            if details != tuple(err.details):
+                err._details = details
+                changed = True
+        return changed
 
     def __repr__(self) -> str:
         return f"Redactor(names={list(self.names)!r})"

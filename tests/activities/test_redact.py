@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
 from pydantic import BaseModel, ValidationError
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DataConverter, DefaultFailureConverter
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from psych_runtime.activities.blobs import LocalStoreFailed
+from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.secrets import Redactor
 from psych_runtime.activities.secrets._redact import RedactedError
+from psych_runtime.specs import StoreUnavailable
 
 SECRET = 'tok/en+"with"<odd>&chars='
 
@@ -62,3 +69,70 @@ def test_scrub_rewrites_the_cause_chain_and_replaces_what_cannot_be_rewritten() 
     assert isinstance(outer.__cause__, RedactedError)  # ValidationError computes its text
     assert "alpha-1" not in str(outer.__cause__)
     assert "[REDACTED:a]" in str(outer.__cause__)
+
+
+def test_scrub_redacts_an_application_errors_message_and_keeps_its_fields() -> None:
+    try:
+        raise ValueError("read alpha-1") from None
+    except ValueError as raised:
+        cause = raised
+    structured = {"n": "alpha-1"}
+    err = ApplicationError(
+        "upstream said alpha-1",
+        "ref alpha-1",
+        structured,
+        type="Boom",
+        non_retryable=True,
+        next_retry_delay=timedelta(seconds=3),
+        category=ApplicationErrorCategory.BENIGN,
+    )
+    err.__cause__ = cause
+
+    clean = Redactor({"a": "alpha-1"}).scrub(err)
+
+    assert clean is err and err.__cause__ is cause
+    assert err.message == "upstream said [REDACTED:a]"
+    assert str(err) == "Boom: upstream said [REDACTED:a]"
+    assert str(cause) == "read [REDACTED:a]"
+    # A string detail is redacted; structured ones are the activity's to build clean.
+    assert tuple(err.details) == ("ref [REDACTED:a]", structured)
+    assert (err.type, err.non_retryable) == ("Boom", True)
+    assert err.next_retry_delay == timedelta(seconds=3)
+    assert err.category is ApplicationErrorCategory.BENIGN
+
+
+def test_scrub_keeps_a_local_store_failed_a_store_unavailable() -> None:
+    err = LocalStoreFailed(
+        "blob alpha-1: the local blob store failed (EIO: I/O error)",
+        ref="alpha-1",
+        errno_name="EIO",
+        lasting=False,
+        detail="under /srv: [Errno 5]",
+    )
+
+    clean = Redactor({"a": "alpha-1"}).scrub(err)
+
+    assert clean is err and isinstance(err, StoreUnavailable)
+    text = "blob [REDACTED:a]: the local blob store failed (EIO: I/O error)"
+    assert err.message == text and str(err) == text
+    assert (err.type, err.non_retryable) == (ErrorType.LOCAL_STORE_FAILED, False)
+    assert (err.errno_name, err.lasting, err.detail) == ("EIO", False, "under /srv: [Errno 5]")
+
+
+def test_what_temporal_records_of_a_scrubbed_failure_holds_no_secret() -> None:
+    converter = DefaultFailureConverter()
+    payloads = DataConverter.default.payload_converter
+    raised = Failure(message="upstream said alpha-1", stack_trace="at alpha-1")
+    raised.application_failure_info.type = "Upstream"
+    decoded = converter.from_failure(raised, payloads)  # keeps the proto, sent as it is
+    err = ApplicationError("call failed: alpha-1", "alpha-1", type="Boom")
+    err.__cause__ = decoded
+
+    Redactor({"a": "alpha-1"}).scrub(err)
+
+    sent = Failure()
+    converter.to_failure(err, payloads, sent)
+    assert b"alpha-1" not in sent.SerializeToString()
+    assert sent.message == "call failed: [REDACTED:a]"
+    assert sent.cause.message == "upstream said [REDACTED:a]"
+    assert sent.cause.application_failure_info.type == "Upstream"
