@@ -42,7 +42,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
-        StoreResultInput,
         ToolCallRequest,
         ToolDefinition,
     )
@@ -66,12 +65,16 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.contract._status import CUT_SHORT, answer_cut_short
     from psych_runtime.workflows.features._child_limits import refused_child
     from psych_runtime.workflows.features._fanout import fanout_refusal, over_fanout
-    from psych_runtime.workflows.kernel import _activity_calls as calls
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Stop
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, from_outcome, inline
+    from psych_runtime.workflows.kernel._tool_result import (
+        ToolResult,
+        inline,
+        over_bound,
+        stored,
+    )
     from psych_runtime.workflows.kernel._wind_down import (
         ChildEnding,
         ending_of,
@@ -247,15 +250,10 @@ async def answer_result(run: RunView, call: ToolCallRequest, text: str) -> ToolR
     answer over the bound, as the child's ending arrives (an event's task).
     """
     limit = run.limits.large_result_bytes
-    if len(text.encode(errors="replace")) <= limit or not workflow.patched(
-        "psych-child-answers-stored"
-    ):
+    if not over_bound(text, limit) or not workflow.patched("psych-child-answers-stored"):
         return inline(call, "ok", text)
-    outcome = await calls.store_result(
-        StoreResultInput(call_id=call.id, text=text, large_result_bytes=limit),
-        summary=f"store the answer {call.name} {call.id} returns",
-    )
-    return from_outcome(call, outcome)
+    summary = f"store the answer {call.name} {call.id} returns"
+    return await stored(call, text, limit, summary=summary)
 
 
 def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:

@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         ErrorType,
         McpConsent,
+        StoreResultInput,
         ToolCallRequest,
         ToolOutcome,
         invalid_arguments_message,
@@ -85,6 +86,22 @@ def from_outcome(call: ToolCallRequest, outcome: ToolOutcome) -> ToolResult:
         outcome=outcome,
         counts_as_failure=outcome.status == "error",
     )
+
+
+async def stored(call: ToolCallRequest, text: str, limit: int, *, summary: str) -> ToolResult:
+    """``text``, an ``ok`` result the workflow made itself (a child's answer, a skill's
+    body), stored by ``psych.tool.store_result`` as a tool activity stores its own: the
+    model is shown a handle with a preview (``limit``: the Run's ``large_result_bytes``),
+    which ``read_tool_output`` reads on, the handle the Run's own."""
+    outcome = await calls.store_result(
+        StoreResultInput(call_id=call.id, text=text, large_result_bytes=limit), summary=summary
+    )
+    return from_outcome(call, outcome)
+
+
+def over_bound(text: str, limit: int) -> bool:
+    """Whether ``text`` is over ``limit`` bytes (``large_result_bytes``) as stored."""
+    return len(text.encode(errors="replace")) > limit
 
 
 def failure_text(entry: CatalogEntry, cause: BaseException | None, said: str) -> str:
