@@ -528,6 +528,37 @@ async def skill_loaded(rig: Rig) -> RunHandle:
     return await rig.run(spec, "Can I get a refund?")
 
 
+async def load_skill_checked_before_patch(rig: Rig) -> RunHandle:
+    """``load_skill`` called for a skill whose body is over ``large_result_bytes`` (1000),
+    and with no name, a name that is no text, an argument it does not take and an unknown
+    name, recorded before psych-load-skill-checked: every call answered ``ok``, the body
+    whole and the bad calls as if for a skill named ''."""
+    body = "".join(f"Rule {n}: refunds within 30 days of delivery.\n" for n in range(40))
+    spec = (
+        rig.agent("skilled")
+        .skill("refunds", "How refunds work.", body=body)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(
+            ToolCall("load_skill", {"name": "refunds"}),
+            ToolCall("load_skill", {}),
+            ToolCall("load_skill", {"name": 7}),
+            ToolCall("load_skill", {"name": "refunds", "section": "gifts"}),
+            ToolCall("load_skill", {"name": "returns"}),
+        ),
+        Reply.text("Refunds are possible within 30 days."),
+    )
+    return await rig.run(spec, "Can I get a refund?")
+
+
+async def load_skill_checked(rig: Rig) -> RunHandle:
+    """The same, behind psych-load-skill-checked: the body stored and shown as a handle
+    with a preview, the bad calls errors naming what is wrong."""
+    return await load_skill_checked_before_patch(rig)
+
+
 async def malformed_and_unknown_tool_calls(rig: Rig) -> RunHandle:
     rig.fake.enqueue(
         Reply.malformed_tool_call("lookup_order", '{"order_id": '),
@@ -3315,6 +3346,10 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # ... and behind psych-child-cut-answer-told: the lead reads that it is cut
     ("dev", delegate_answer_cut_off),
     ("dev", spawn_answer_cut_off),
+    # load_skill's bad calls and a body over large_result_bytes: all "ok", whole, before
+    ("dev", load_skill_checked_before_patch),
+    # ... and behind psych-load-skill-checked: errors, and the body stored (a handle)
+    ("dev", load_skill_checked),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -208,6 +208,12 @@ PATCHES: dict[str, str] = {
     # (activities/contract/_slim.py), so a Run recorded before, sent no note, must not be
     # given one on replay. Asked only where such a refusal arrives.
     "psych-consent-refused-note": "0.1.0",
+    # load_skill's arguments that do not fit its schema and an unknown skill name are
+    # errors naming what is wrong, and a body over large_result_bytes is stored and shown
+    # as a handle with a preview (workflows/features/_skills.py); a Run recorded before
+    # answered every such call ok, the body whole. Asked only for such a call, as its
+    # turn's calls start.
+    "psych-load-skill-checked": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never
