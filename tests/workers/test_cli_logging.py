@@ -6,6 +6,8 @@ Python's last-resort handler printed)."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import re
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.workers.cli._logging import SERVING
+from psych_runtime.workers.cli._logging import SERVING, SHOWN
 from psych_runtime.workers.cli._parser import build_parser
 
 SPEC = "kind: agent\nname: notes\ninstructions: Take notes.\nmodel: {model: m}\n"
@@ -85,3 +87,11 @@ def test_every_command_takes_verbose(
     # oauth-callback and codec-server log as Python does (a warning and its traceback).
     own = command[0] in SERVING - {"worker", "dev"}
     assert ("--verbose" in parser._option_string_actions) is not own
+
+
+@pytest.mark.parametrize("name", SHOWN)
+def test_each_logger_shown_without_verbose_is_its_modules(name: str) -> None:
+    # Named, not imported, by the parser's module: a renamed module would silently hide
+    # its warnings again (tests/workers/test_cli_list_foreign.py prints the listing's).
+    logger = importlib.import_module(name).logger
+    assert isinstance(logger, logging.Logger) and logger.name == name

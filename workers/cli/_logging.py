@@ -12,7 +12,10 @@ operator needs), and a library's warning for the same failure was printed as a s
 bare line by Python's last-resort handler (a version store's disk error, naming its
 path). With ``--verbose`` its records are printed as a worker's verbose console prints
 them: one line each, at info and worse (the SDK's and psych's debug records too), with
-tracebacks.
+tracebacks. The exception: the warnings of the loggers in ``SHOWN``, which say what the
+command's output does not (a listing that read past other tenants' Runs and ended short
+prints a short page as any other), are printed without ``--verbose`` too, one
+``psych: warning:`` line each on standard error.
 """
 
 from __future__ import annotations
@@ -24,13 +27,41 @@ import sys
 SERVING = frozenset({"worker", "dev", "serve", "oauth-callback", "codec-server"})
 """The commands that serve until stopped, and log to their console as they set up."""
 
+SHOWN = ("psych_runtime.workflows.client._listing",)
+"""The loggers whose warnings a one-shot command prints without ``--verbose``: they say
+what the command's output does not (``PsychClient``'s listing: the visibility store
+answered other tenants' Runs, and the page ended short). By name: importing them here
+would import Temporal for every command (a test keeps each name its logger's)."""
+
 _QUIET = logging.NullHandler()
 """The root logger's handler for a one-shot command: found, it keeps Python's last-resort
 handler from printing a record no handler took."""
 
+
+class _ShownHandler(logging.Handler):
+    """A ``SHOWN`` logger's warning (or worse) as one ``psych: warning:`` line on standard
+    error: the one there when it is written (a test's capture, in-process), not when this
+    was made."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Print the record's line."""
+        try:
+            line = f"psych: {record.levelname.lower()}: {record.getMessage()}"
+            print(line, file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
+
+
+_SHOWN = _ShownHandler()
+"""Their handler, on each of them for a one-shot command without ``--verbose``."""
+
 VERBOSE_HELP = (
     "print the log records of psych and the libraries it uses, one line each with "
-    "tracebacks (default: none; a failure is the one psych: line)"
+    "tracebacks (default: only the warnings about what the command printed, such as a "
+    "listing cut short; a failure is the one psych: line)"
 )
 
 
@@ -53,8 +84,11 @@ def command_logging(args: argparse.Namespace) -> None:
         return
     if args.verbose:
         console_logging(verbose=True)
-    elif _QUIET not in logging.getLogger().handlers:
+        return
+    if _QUIET not in logging.getLogger().handlers:
         logging.getLogger().addHandler(_QUIET)
+    for name in SHOWN:
+        logging.getLogger(name).addHandler(_SHOWN)
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -101,6 +135,8 @@ def console_logging(*, verbose: bool) -> None:
     handler.setFormatter(ConsoleFormatter(verbose=verbose))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    for name in SHOWN:  # printed by this handler now, once
+        logging.getLogger(name).removeHandler(_SHOWN)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     for name in ("temporalio", "psych_runtime"):
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)

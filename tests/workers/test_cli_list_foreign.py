@@ -1,0 +1,93 @@
+"""``psych list`` when the visibility store answers other tenants' Runs to a tenant's
+listing (a store that matches ``PsychTenant`` loosely): the listing reads past them and
+warns, and the person listing sees that warning on stderr once, ``--verbose`` or not,
+apart from the table on stdout. Run as the executable is (a subprocess), against the
+session dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.testing import WorkflowEnvironment
+
+from psych_runtime.workflows.contract._contract import SA_TENANT
+
+# The real executable's entry, with the bound of other tenants' Runs a listing reads past
+# lowered from 1000 to 2, so three of them end the listing short.
+ENTRY = (
+    "import psych_runtime.workflows.client._listing as listing; listing.FOREIGN_MAX = 2; "
+    "from psych_runtime.workers.cli._main import entry; entry()"
+)
+WARNING = (
+    "the visibility store answered 3 Run(s) of other tenants to a listing of tenant {tenant!r} "
+    "(it matches PsychTenant loosely: a case-insensitive collation?); the listing ended "
+    "short at 1 of up to 100"
+)
+
+
+async def _start(client: Client, workflow_id: str, tenant: str) -> None:
+    """A Run no worker takes (its task queue has none), whose tenant attribute is
+    ``tenant`` whatever its id says: what a loosely matching store answers."""
+    await client.start_workflow(
+        "AgentRun",
+        id=workflow_id,
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(SearchAttributeKey.for_keyword(SA_TENANT), tenant)]
+        ),
+    )
+
+
+@pytest.fixture
+async def listed(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[str, str]]:
+    """A tenant with one Run of its own, and three of another tenant that the store
+    answers to its listing (started after, so newest first); (tenant, its Run's id)."""
+    client = dev_env.client
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    own = f"psych-{tenant}-{uuid.uuid4().hex}"
+    ids = [own, *(f"psych-x{tenant}-{uuid.uuid4().hex}" for _ in range(3))]
+    for workflow_id in ids:
+        await _start(client, workflow_id, tenant)
+    query = f"{SA_TENANT} = '{tenant}'"
+    for _ in range(80):  # the visibility store catches up shortly after
+        if (await client.count_workflows(query)).count == len(ids):
+            break
+        await asyncio.sleep(0.25)
+    try:
+        yield tenant, own
+    finally:
+        for workflow_id in ids:
+            await client.get_workflow_handle(workflow_id).terminate()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+async def test_a_listing_that_read_past_other_tenants_runs_says_so_once_on_stderr(
+    dev_env: WorkflowEnvironment, listed: tuple[str, str], verbose: bool
+) -> None:
+    tenant, own = listed
+    address = dev_env.client.service_client.config.target_host
+    argv = ["list", "--address", address, "--tenant", tenant, *(["--verbose"] * verbose)]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", ENTRY, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == ["RUN", "ID", "AGENT", "STATUS", "STARTED"]
+    assert [row.split()[0] for row in rows] == [own]  # the table alone, no warning in it
+    warned = [line for line in done.stderr.splitlines() if "visibility store" in line]
+    assert len(warned) == 1, done.stderr
+    expected = re.escape(WARNING.format(tenant=tenant))
+    form = r"\d\d:\d\d:\d\d warning: " if verbose else r"psych: warning: "
+    assert re.fullmatch(form + expected, warned[0]), warned[0]
