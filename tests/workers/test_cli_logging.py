@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.workers.cli._logging import SERVING, SHOWN
+from psych_runtime.workers.cli._logging import SHOWN
 from psych_runtime.workers.cli._parser import build_parser
 
 SPEC = "kind: agent\nname: notes\ninstructions: Take notes.\nmodel: {model: m}\n"
@@ -83,10 +83,8 @@ def _commands(
 def test_every_command_takes_verbose(
     command: tuple[str, ...], parser: argparse.ArgumentParser
 ) -> None:
-    # One-shot commands: this policy's; worker and dev: their console's. serve,
-    # oauth-callback and codec-server log as Python does (a warning and its traceback).
-    own = command[0] in SERVING - {"worker", "dev"}
-    assert ("--verbose" in parser._option_string_actions) is not own
+    # One-shot commands: this policy's; the serving ones: their console's.
+    assert "--verbose" in parser._option_string_actions
 
 
 @pytest.mark.parametrize("name", SHOWN)

@@ -1,10 +1,12 @@
 """How ``psych`` logs: one policy for every command, set by ``main`` before it runs.
 
 A command that serves until stopped (``SERVING``: ``worker``, ``dev``, ``serve``,
-``oauth-callback``, ``codec-server``) logs to its console as it sets up: ``worker`` and
-``dev`` one line per record (``console_logging``, ``--verbose`` adds tracebacks and the
-SDK's debug records); ``serve``, ``oauth-callback`` and ``codec-server`` through Python's
-default (a warning or worse, its message and traceback: an internal error's details).
+``oauth-callback``, ``codec-server``) logs to its console as it sets up, one line per
+record, warnings and worse (``console_logging``): ``worker`` and ``dev`` with an
+exception as a clause of its line (``--verbose`` adds tracebacks and the SDK's debug
+records); ``serve``, ``oauth-callback`` and ``codec-server`` with its traceback after the
+line, since an internal error's details are there (``serving_logging``; ``--verbose`` adds
+the info records, their HTTP server's among them, and psych's and the SDK's debug ones).
 
 A one-shot command (every other) prints no log record unless ``--verbose``: its outcome
 and its failure are its own lines (a failure is the one ``psych:`` line, with what the
@@ -123,16 +125,17 @@ class ConsoleFormatter(logging.Formatter):
         return line
 
 
-def console_logging(*, verbose: bool) -> None:
+def console_logging(*, verbose: bool, tracebacks: bool | None = None) -> None:
     """Log to standard error one line per record (``ConsoleFormatter``), for this process.
 
     The Run's id moves from the message (where the SDK appends its whole context dict) to
-    the line's end. ``verbose`` adds tracebacks and the SDK's debug records, among them
-    the tracebacks of failures it logs at debug level (a model call's, which the workflow
-    handles).
+    the line's end. ``verbose`` adds the info records and the SDK's and psych's debug
+    records, among them the tracebacks of failures the SDK logs at debug level (a model
+    call's, which the workflow handles); ``tracebacks`` (default: ``verbose``) prints an
+    exception's traceback after its line.
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(ConsoleFormatter(verbose=verbose))
+    handler.setFormatter(ConsoleFormatter(verbose=verbose if tracebacks is None else tracebacks))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     for name in SHOWN:  # printed by this handler now, once
@@ -144,3 +147,27 @@ def console_logging(*, verbose: bool) -> None:
 
     activity.logger.activity_info_on_message = False
     workflow.logger.workflow_info_on_message = False
+
+
+SERVING_VERBOSE_HELP = (
+    "also log the info records (the HTTP server's among them) and psych's and the SDK's "
+    "debug records (default: warnings and errors, each error with its traceback)"
+)
+"""``--verbose`` of ``serve``, ``oauth-callback`` and ``codec-server``."""
+
+
+def serving_logging(*, verbose: bool) -> None:
+    """How ``serve``, ``oauth-callback`` and ``codec-server`` log: ``console_logging``,
+    with tracebacks even without ``verbose``: what fails in them is an internal error (a
+    request's answer says no more than that), whose details are its log's.
+
+    Their uvicorn is given no logging config of its own (``log_config=None``), so its
+    records come here too, in the same form: see ``uvicorn_level``.
+    """
+    console_logging(verbose=verbose, tracebacks=True)
+
+
+def uvicorn_level(verbose: bool) -> str:
+    """The ``log_level`` of a serving command's uvicorn: its info records (its start, each
+    request) only with ``--verbose``."""
+    return "info" if verbose else "warning"

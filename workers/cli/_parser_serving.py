@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from psych_runtime.workers.cli._lazy import lazy
+from psych_runtime.workers.cli._logging import SERVING_VERBOSE_HELP
 
 WORKFLOW_TYPES = ("AgentRun", "WorkflowRun")
 """``fleet.WORKFLOW_TYPES``: the workflow types ``psych replay`` replays."""
@@ -234,6 +235,7 @@ def add_serve_command(
         action="append",
         help="an accepted signature algorithm (repeatable; default RS256 and ES256)",
     )
+    serve.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
     serve.set_defaults(func=lazy("psych_runtime.workers.cli._serve_command", "cmd_serve"))
     callback = commands.add_parser(
         "oauth-callback",
@@ -250,6 +252,7 @@ def add_serve_command(
         help="where to listen (env PSYCH_OAUTH_CALLBACK_LISTEN, default "
         f"{DEFAULT_CALLBACK_LISTEN})",
     )
+    callback.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
     callback.set_defaults(
         func=lazy("psych_runtime.workers.cli._oauth_callback_command", "cmd_oauth_callback")
     )
@@ -370,6 +373,7 @@ def add_codec_server_command(
     )
     cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
     cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
+    cmd.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
     cmd.set_defaults(func=lazy("psych_runtime.workers.codec", "cmd_codec_server"))
 
 

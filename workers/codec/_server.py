@@ -39,6 +39,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
 from psych_runtime.specs import AccessDenied, PsychError, SpecError
+from psych_runtime.workers.cli._logging import serving_logging
 from psych_runtime.workers.codec._codec import PsychCodec
 from psych_runtime.workers.codec._keys import (
     EnvKeyProvider,
@@ -289,6 +290,7 @@ async def _send(
 
 def cmd_codec_server(args: argparse.Namespace) -> int:
     """``psych codec-server``: serve until SIGINT or SIGTERM."""
+    serving_logging(verbose=args.verbose)
     keyring = (
         FileKeyProvider(Path(args.keys)).keyring()
         if args.keys
