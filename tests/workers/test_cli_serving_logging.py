@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
@@ -31,6 +32,7 @@ INVALID = "Invalid HTTP request received."
 STARTED = "Application startup complete."
 """What uvicorn logs, at info, once its app has started."""
 API_KEY = "serving-logging-test-key"
+CODE = "an-authorization-code-never-logged"
 # The codec server logs nothing of its own: this entry logs one record of each level
 # once its logging is set up (as its serving starts), one with an exception.
 CODEC_ENTRY = """
@@ -78,6 +80,10 @@ async def _served(
         seen = await read_until(stream, ready)
         if port is not None:
             await asyncio.to_thread(_not_http, port)
+            # A request's query is not logged (no access log): the callback's holds the
+            # authorization code.
+            async with httpx.AsyncClient() as http:
+                await http.get(f"http://127.0.0.1:{port}/oauth/callback?code={CODE}&state=x")
     finally:
         child.send_signal(signal.SIGTERM)
         async with asyncio.timeout(60):
@@ -121,6 +127,7 @@ async def test_the_uvicorn_commands_log_as_the_worker_does(
     warning = LINE.format(level="warning", message=re.escape(INVALID))
     assert len([line for line in lines if re.fullmatch(warning, line)]) == 1, err
     assert not [line for line in lines if INVALID in line and not re.fullmatch(warning, line)]
+    assert CODE not in err
     started = [line for line in lines if STARTED in line]
     if verbose:
         assert re.fullmatch(LINE.format(level="info", message=re.escape(STARTED)), started[0]), err

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TypedDict
 
 SERVING = frozenset({"worker", "dev", "serve", "oauth-callback", "codec-server"})
 """The commands that serve until stopped, and log to their console as they set up."""
@@ -162,12 +163,23 @@ def serving_logging(*, verbose: bool) -> None:
     request's answer says no more than that), whose details are its log's.
 
     Their uvicorn is given no logging config of its own (``log_config=None``), so its
-    records come here too, in the same form: see ``uvicorn_level``.
+    records come here too, in the same form: see ``uvicorn_options``.
     """
     console_logging(verbose=verbose, tracebacks=True)
 
 
-def uvicorn_level(verbose: bool) -> str:
-    """The ``log_level`` of a serving command's uvicorn: its info records (its start, each
-    request) only with ``--verbose``."""
-    return "info" if verbose else "warning"
+class UvicornLogging(TypedDict):
+    """The logging arguments of ``uvicorn.Config``."""
+
+    log_config: None
+    log_level: str
+    access_log: bool
+
+
+def uvicorn_options(verbose: bool) -> UvicornLogging:
+    """How a serving command's uvicorn logs: through this module's handler (no logging
+    config of its own), its info records (its start) only with ``--verbose``, and no
+    access log: a request's line holds its query, and the OAuth callback's holds the
+    authorization code."""
+    level = "info" if verbose else "warning"
+    return UvicornLogging(log_config=None, log_level=level, access_log=False)

@@ -16,7 +16,7 @@ from psych_runtime.activities.tokens import token_store_from_env
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.workers._oauth_callback import CALLBACK_PATH, oauth_callback_app
 from psych_runtime.workers._worker import DEFAULT_HOME
-from psych_runtime.workers.cli._logging import serving_logging, uvicorn_level
+from psych_runtime.workers.cli._logging import serving_logging, uvicorn_options
 from psych_runtime.workers.cli._parser_serving import DEFAULT_CALLBACK_LISTEN
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.cli._serve_command import listen_of, parse_listen
@@ -32,9 +32,7 @@ async def _serve(args: argparse.Namespace) -> int:
     # Only resumes go through this client: no Spec is published or read.
     client = PsychClient(temporal, store=FileVersionStore(Path(DEFAULT_HOME) / "versions"))
     app = oauth_callback_app(client, store)
-    config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, log_level=uvicorn_level(args.verbose)
-    )
+    config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
     server = uvicorn.Server(config)
     print(
         f"psych oauth-callback: http://{listen}{CALLBACK_PATH} (Ctrl-C to stop)",

@@ -31,7 +31,7 @@ from psych_runtime.workers._settings_file import default_global_settings
 from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers._worker_checks import tenant_sealed_blobs, tenant_sealed_tokens
 from psych_runtime.workers._worker_settings import permits_with_file
-from psych_runtime.workers.cli._logging import serving_logging, uvicorn_level
+from psych_runtime.workers.cli._logging import serving_logging, uvicorn_options
 from psych_runtime.workers.cli._parser import store_location
 from psych_runtime.workers.cli._parser_serving import DEFAULT_LISTEN
 from psych_runtime.workers.cli._runs import roles_apart_of, temporal_client
@@ -185,9 +185,7 @@ async def _serve(args: argparse.Namespace) -> int:
     host, port = parse_listen(listen)
     settings = await serve_settings(args)
     app = create_app(settings)
-    config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, log_level=uvicorn_level(args.verbose)
-    )
+    config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
     server = uvicorn.Server(config)
     print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     # Its shutdown (the app's lifespan) closes the push registry, its tasks' push
