@@ -15,6 +15,7 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentSpec, Scope, ToolRegistry
 from psych_runtime.testing import FakeModel
 from psych_runtime.workers import WorkerSettings, connect, run_worker, start_dev_server
+from psych_runtime.workers._worker_checks import DEFAULT_OUTAGE_SECONDS
 from psych_runtime.workflows import PsychClient, Record, RunResult
 from tests._ports import free_port
 
@@ -31,13 +32,15 @@ async def through_an_outage(
     outage: float,
     meanwhile: Callable[[], None] = lambda: None,
     settle_within: float = 120,
+    outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
 ) -> tuple[RunResult, list[Record]]:
-    """Run ``spec`` to its end on a worker of the default settings: once ``in_flight()``
-    returns, the server stops, ``meanwhile()`` runs, and ``outage`` seconds later the
-    server starts again; the Run's result and records."""
+    """Run ``spec`` to its end on a worker of the default settings but ``outage_seconds``:
+    once ``in_flight()`` returns, the server stops, ``meanwhile()`` runs, and ``outage``
+    seconds later the server starts again; the Run's result and records."""
     task_queue = f"outage-{uuid.uuid4().hex[:12]}"
     settings = WorkerSettings(
         task_queue=task_queue,
+        outage_seconds=outage_seconds,
         registry=registry,
         blobs=LocalBlobStore(tmp_path / "blobs"),
         endpoints=ModelEndpoints(
