@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -23,6 +24,30 @@ from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
     mcp_http_server,
     mcp_sse_server,
 )
+
+DEADLOCK_INTERRUPT = ("temporalio.worker._workflow", "_InterruptDeadlockError")
+"""The exception the Temporal SDK raises in a workflow thread that has not yielded for 2 s."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Pass over the SDK's deadlock interrupt where Python could not raise it.
+
+    On a loaded machine a workflow task can take over 2 s (a garbage collection in the
+    sandbox's set-up, say); the SDK then fails the task, which the server gives again (the
+    Run goes on, as any test's assertions check), and raises its interrupt in the workflow's
+    thread. When that lands inside a garbage collector's weakref callback, Python reports
+    it as unraisable, and pytest (after this hook, which wraps its own) failed the test
+    that happened to run then for a task the SDK had already handled. Every other
+    unraisable exception still reaches pytest."""
+    passed_on = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        kind = type(unraisable.exc_value)
+        if (kind.__module__, kind.__name__) != DEADLOCK_INTERRUPT:
+            passed_on(unraisable)
+
+    sys.unraisablehook = hook
 
 
 @pytest.fixture(autouse=True)
