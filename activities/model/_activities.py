@@ -136,9 +136,9 @@ class ModelActivities(ActivityClass):
                 above 0, ``call`` reports its answer through the worker's client, whose
                 retries must last that long (``outage_retry``), instead of the SDK's own
                 completion, which gives up after about 10 s. The workflow gives a model
-                call a heartbeat timeout that outlasts the documented outage
-                (``MODEL_CALL`` in ``workflows/kernel/_activity_calls.py``). 0: no such
-                care.
+                call a heartbeat timeout that outlasts the outage its workflows worker
+                tolerates (that worker's ``outage_seconds`` plus the margin,
+                ``workflows/kernel/_model_lost.py``). 0: no such care.
         """
         self.endpoints = endpoints
         self.blobs = blobs

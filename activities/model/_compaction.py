@@ -39,6 +39,7 @@ from psych_runtime.activities.contract import (
 from psych_runtime.activities.model._activities import ModelActivities
 from psych_runtime.activities.model._failures import classify
 from psych_runtime.activities.model._threads import chain_nodes
+from psych_runtime.activities.model._wire import _heartbeating
 from psych_runtime.activities.tools import complete_through_client
 
 SUMMARISER_PROMPT = (
@@ -165,6 +166,21 @@ class CompactionActivities(ActivityClass):
                 back empty, details an ``UnusedSummary``: what the answer cost); never
                 retried.
         """
+        # Beats from the start to the summary stored, not only while the summariser's
+        # request is open: the call's heartbeat timeout is the workflows worker's
+        # outage_seconds plus the margin (10 s at 0), and reading a long conversation from
+        # a slow store, the summariser's own input, must not look like a lost worker.
+        async with _heartbeating():
+            result = await self._compact(input)
+        if self.model.outage_seconds > 0:
+            # Paid for like any model answer: reported through the worker's client, whose
+            # retries last the outage, rather than lost with the SDK's completion and the
+            # summary bought again.
+            complete_through_client(result, activity.info().activity_id, what="summariser call")
+        return result
+
+    async def _compact(self, input: CompactInput) -> CompactResult:
+        """``compact``'s work, heartbeating."""
         conversations = self.model.conversations
         try:
             nodes = await chain_nodes(conversations.blobs, input.context_ref)
@@ -238,7 +254,7 @@ class CompactionActivities(ActivityClass):
                 err, answer.model, UnusedSummary(usage=answer.usage, cost=answer.cost)
             ) from None
         assert first is not None and head is not None  # both nodes hold messages
-        result = CompactResult(
+        return CompactResult(
             context_ref=head,
             marks=tuple(TurnMark(node=head, offset=at - cut) for at in found),
             summary_ref=summary_ref,
@@ -249,12 +265,6 @@ class CompactionActivities(ActivityClass):
             cost=answer.cost,
             latency=answer.latency,
         )
-        if self.model.outage_seconds > 0:
-            # Paid for like any model answer: reported through the worker's client, whose
-            # retries last the outage, rather than lost with the SDK's completion and the
-            # summary bought again.
-            complete_through_client(result, activity.info().activity_id, what="summariser call")
-        return result
 
 
 def _paid_failure(err: Exception, model: str, paid: UnusedSummary) -> ApplicationError:

@@ -3,7 +3,13 @@ loopback fake model."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import itertools
+import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -288,3 +294,55 @@ async def test_a_threaded_first_call_sees_the_earlier_conversation_by_reference(
     # The Run's own chain continues the prefix, so later calls see it through their head.
     nodes = await chain_nodes(model.blobs, first.context_ref)
     assert nodes[0][0] == prefix
+
+
+class SlowReads(LocalBlobStore):
+    """A local store whose reads take ``delay`` seconds once ``slow`` is set: a long
+    conversation read from a slow store."""
+
+    slow = False
+    delay = 0.3
+
+    async def get(self, ref: str) -> bytes:
+        if self.slow:
+            await asyncio.sleep(self.delay)
+        return await super().get(ref)
+
+
+async def test_the_summariser_beats_while_it_reads_the_conversation(
+    fake: FakeModel, tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """The call's heartbeat timeout is the workflows worker's ``outage_seconds`` plus the
+    margin, 10 s at 0: reading a long conversation from a slow store before the
+    summariser's request (and storing the summary after it) must not look like a lost
+    worker, as the model call's own reads do not."""
+    blobs = SlowReads(tmp_path / "blobs")
+    writer = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, "k")), blobs=blobs, http=http
+    )
+    _n1, n2, n3 = await chain_of(
+        writer,
+        [user("Find order 42"), calls("c1")],
+        [result("c1", "order 42: shipped"), calls("c2")],
+        [result("c2", "carrier: DHL"), answer("It ships with DHL.")],
+    )
+    fake.enqueue(Reply.text("Order 42 shipped."), model="tiny")
+    # A fresh worker's activities: nothing of the chain in their cache, every read slow.
+    model = ModelActivities(
+        endpoints=ModelEndpoints(default=Endpoint(fake.base_url, "k")), blobs=blobs, http=http
+    )
+    blobs.slow = True
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.3))
+    beats: list[float] = []
+    env.on_heartbeat = lambda *_: beats.append(time.monotonic())
+    marks = (TurnMark(node=n2, offset=1), TurnMark(node=n3, offset=1))
+    started = time.monotonic()
+    done = await env.run(CompactionActivities(model).compact, compact_input(n3, marks))
+    ended = time.monotonic()
+    assert done.replaced == 3
+    # Beats every tenth of a second (a third of the timeout); the reads took seconds.
+    assert ended - started > 1.5
+    moments = [started, *beats, ended]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(moments)]
+    assert max(gaps) < 1.0, gaps
