@@ -19,10 +19,23 @@ from __future__ import annotations
 import base64
 import html
 import json
+import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 from urllib.parse import quote, quote_plus
 
-from temporalio.exceptions import ApplicationError, FailureError
+if TYPE_CHECKING:
+    from temporalio.exceptions import FailureError
+
+
+def _temporal_failure(err: BaseException) -> FailureError | None:
+    """``err`` if it is a Temporal ``FailureError``. Looked up, not imported: a process
+    that never loaded temporalio has none, and a light command (``psych validate``) that
+    redacts must not pay for importing it."""
+    exceptions = sys.modules.get("temporalio.exceptions")
+    if exceptions is not None and isinstance(err, exceptions.FailureError):
+        return cast("FailureError", err)
+    return None
 
 
 def _forms(value: str) -> set[str]:
@@ -134,13 +147,15 @@ class Redactor:
             # fields: dropped, so what is sent is the redacted chain (the proto's remote
             # stack trace goes with it).
             for link in chain:
-                if isinstance(link, FailureError) and link.failure is not None:
-                    link._failure = None
+                failure = _temporal_failure(link)
+                if failure is not None and failure.failure is not None:
+                    failure._failure = None
         return head
 
     def _scrub_one(self, err: BaseException) -> tuple[BaseException, bool]:
         """The link redacted, and whether anything in it was."""
-        failed = isinstance(err, FailureError) and self._scrub_failure(err)
+        failure = _temporal_failure(err)
+        failed = failure is not None and self._scrub_failure(failure)
         text = str(err)
         clean = self(text)
         if clean == text:
@@ -172,7 +187,8 @@ class Redactor:
         if clean != err.message:
             err._message = clean
             changed = True
-        if isinstance(err, ApplicationError):
+        exceptions = sys.modules["temporalio.exceptions"]  # loaded: err is one of its failures
+        if isinstance(err, exceptions.ApplicationError):
             details = tuple(self(d) if isinstance(d, str) else d for d in err.details)
             if details != tuple(err.details):
                 err._details = details
