@@ -78,9 +78,21 @@ SERVER_FIXTURES = frozenset({"dev_env", "ts_env"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what needs a Temporal server (``make check`` runs the rest): the e2e and worker
-    suites, which start servers and workers of their own, and any test using one above."""
+    suites, which start servers and workers of their own, and any test using one above.
+
+    Then order the files longest first, as far as the directory tells (the e2e suite, the
+    worker suite and the rest; a file's tests stay together and in order): ``make unit``
+    hands files to its processes in this order (``--no-loadscope-reorder``), and a long
+    file started last was the run's tail (xdist's own order, most tests first, put the
+    minute-long e2e files of one or two tests at the end)."""
     for item in items:
         parts = item.path.parts
         in_server_suite = "e2e" in parts or "workers" in parts
         if in_server_suite or SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    parts = item.path.parts
+    return 0 if "e2e" in parts else 1 if "workers" in parts else 2
