@@ -1,8 +1,10 @@
 """The console's ``visible`` (``dom.js``) escapes what the terminal's ``printable`` escapes,
 the same way, in a real browser: C0 and C1 control characters (an ESC, a NUL, a lone CR)
 as well as the bidirectional overrides; newline, tab and a line-ending CR stay. And a
-model's text written with an ESC and a NUL is shown escaped on the run page. The
-bidirectional overrides in each place: ``tests/serve/test_console_bidi.py``.
+model's text written with an ESC and a NUL is shown escaped on the run page; a model's
+text streamed in deltas is shown as ``printable`` shows the whole of it, a CR at one
+delta's end and the LF at the next one's start a line ending too. The bidirectional
+overrides in each place: ``tests/serve/test_console_bidi.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from psych_runtime.specs import printable
-from psych_runtime.workflows import RunState, RunStatus, TokenDelta, Totals, TurnStarted
+from psych_runtime.workflows import (
+    RunState,
+    RunStatus,
+    TokenDelta,
+    ToolCallPiece,
+    Totals,
+    TurnStarted,
+)
 from tests.e2e._browser import browser_log, in_browser, require_browser, served
 from tests.serve._scripted_console import STAMP, admitted, event, open_run, scripted_app, until
 
@@ -88,3 +97,81 @@ async def test_visible_escapes_controls_as_printable_does(tmp_path: Path) -> Non
     require_browser()
     async with served(scripted_app(RUN, state=state, events=events)) as base:
         await asyncio.to_thread(in_browser, tmp_path / "profile", lambda d: _check(d, base))
+
+
+SPLIT_RUN = "psych-acme-visible2"
+TOOL = ToolCallPiece(index=0, id="t1", name="look", arguments="{}")
+SPLIT: dict[str, tuple[str | ToolCallPiece, ...]] = {
+    "act-1#1": ("one\r", "\ntwo"),  # a CR LF split between two deltas
+    "act-2#1": ("three\r", "four"),  # a lone CR at a delta's end, other text after it
+    "act-3#1": ("five\r",),  # a lone CR at the end of all the call wrote
+    "act-4#1": ("a\r", "\r", "\n", "b\r\n", "\r\n\r"),  # one after another
+    "act-5#1": ("x\r", TOOL, "\ny\r"),  # a tool call's piece between the CR and the LF
+}
+"""Each call's deltas (text, or a tool call's piece with no text)."""
+LAST = "act-6#1"
+
+
+def _split_state() -> RunState:
+    return _state().model_copy(update={"run_id": SPLIT_RUN})
+
+
+def _delta(call: str, n: int, piece: str | ToolCallPiece) -> bytes:
+    if isinstance(piece, str):
+        delta = TokenDelta(call=call, turn=1, n=n, text=piece)
+    else:
+        delta = TokenDelta(call=call, turn=1, n=n, tool_call=piece)
+    return event("delta", delta, f"2/{call}/{n}")
+
+
+async def _split_stream() -> AsyncIterator[bytes]:
+    yield b": connected\r\n\r\n"
+    yield event("record", admitted("writer", "hi"), "1")
+    yield event("record", TurnStarted(seq=2, **STAMP, turn=1), "2")
+    longest = max(len(pieces) for pieces in SPLIT.values())
+    for n in range(1, longest + 1):  # the calls' deltas interleaved
+        for call, pieces in SPLIT.items():
+            if n <= len(pieces):
+                yield _delta(call, n, pieces[n - 1])
+    yield _delta(LAST, 1, "done")  # shown once every delta before it is
+    await asyncio.Event().wait()
+
+
+async def split_state(request: Request) -> Response:
+    return JSONResponse(_split_state().model_dump(mode="json"))
+
+
+async def split_events(request: Request) -> Response:
+    return StreamingResponse(_split_stream(), media_type="text/event-stream")
+
+
+def _written(driver: Chrome, call: str) -> str | None:
+    found = driver.execute_script(
+        "return document.querySelector(arguments[0])?.textContent ?? null;",
+        f'#inflight li[data-call="{call}"] .delta-text',
+    )
+    assert found is None or isinstance(found, str)
+    return found
+
+
+def _check_split(driver: Chrome, base: str) -> None:
+    open_run(driver, base, SPLIT_RUN)
+    until(driver, lambda d: _written(d, LAST) == "done")
+    shown = {call: _written(driver, call) for call in SPLIT}
+    whole = {
+        call: "".join(p for p in pieces if isinstance(p, str)) for call, pieces in SPLIT.items()
+    }
+    assert shown == {call: printable(text) for call, text in whole.items()}
+    assert shown["act-1#1"] == "one\r\ntwo"
+    assert shown["act-2#1"] == "three\\x0dfour"
+    assert shown["act-3#1"] == "five\\x0d"
+    assert [e for e in browser_log(driver) if e.get("level") == "SEVERE"] == []
+
+
+async def test_visible_deltas_show_a_cr_split_from_its_lf_as_printable_does(
+    tmp_path: Path,
+) -> None:
+    require_browser()
+    app = scripted_app(SPLIT_RUN, state=split_state, events=split_events)
+    async with served(app) as base:
+        await asyncio.to_thread(in_browser, tmp_path / "profile", lambda d: _check_split(d, base))

@@ -45,6 +45,20 @@ function trackChildren(open, record) {
   else if (record.kind === "run_settled") open.clear();
 }
 
+// How `visible` shows a lone CR.
+const ESCAPED_CR = visible("\r");
+
+// Each delta is shown as it comes, so the text on the page is always `visible` of the
+// whole text so far. One character's meaning spans two deltas: a CR that ends a delta is
+// lone (shown `\x0d`) until the next text begins with LF, which makes it a line ending:
+// that CR is then put back. Nothing waits for the next delta, which may never come.
+function appendText(block, text) {
+  if (block.loneCR && text.startsWith("\n")) block.last.data = `${block.last.data.slice(0, -ESCAPED_CR.length)}\r`;
+  block.last = document.createTextNode(visible(text));
+  block.text.append(block.last);
+  block.loneCR = text.endsWith("\r");
+}
+
 /** Render the Run `runId` into `main`; returns a function that stops following it. */
 export function showRun(main, runId, onAuthFailure) {
   const records = [];
@@ -200,11 +214,11 @@ export function showRun(main, runId, onAuthFailure) {
         text,
         tools,
       );
-      block = { turn: delta.turn, node, text, tools, pieces: [] };
+      block = { turn: delta.turn, node, text, tools, pieces: [], last: null, loneCR: false };
       inflight.set(delta.call, block);
       live.append(node);
     }
-    if (delta.text) block.text.append(document.createTextNode(visible(delta.text)));
+    if (delta.text) appendText(block, delta.text);
     const piece = delta.tool_call;
     if (piece) {
       const call = (block.pieces[piece.index] ??= { name: "", arguments: "" });
