@@ -28,14 +28,36 @@ per package and re-raised `from` the original.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from psych_runtime.specs._problem import Problem
 
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _rebuilt(cls: type[_E], args: tuple[Any, ...], state: dict[str, Any]) -> _E:
+    """An exception of ``cls`` with ``args`` and the attributes ``state``, its ``__init__``
+    not run: how every `PsychError` unpickles and copies (``PsychError.__reduce__``)."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 class PsychError(Exception):
-    """Base of every error psych-runtime raises on purpose."""
+    """Base of every error psych-runtime raises on purpose.
+
+    Every one pickles and copies whole (class, ``args``, message, attributes), whatever
+    its constructor takes: Python rebuilds an exception by calling its class with its
+    ``args``, which a constructor building its message from its arguments (``Refused``,
+    ``NotPermitted``, ``ValidationFailed``) does not accept, or turns into another
+    message. So each is rebuilt without its ``__init__``, its ``args`` and attributes set
+    back.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
 class SpecError(PsychError, ValueError):

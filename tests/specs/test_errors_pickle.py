@@ -1,0 +1,117 @@
+"""Every ``PsychError`` pickles and unpickles (and copies) to an equal exception: class,
+``args``, message and attributes. By default an exception is rebuilt by calling its class
+with its ``args``, which those whose constructor builds the message from its arguments do
+not accept (``Refused``, ``NotPermitted``, ``UnknownPosition``: a TypeError) or turn into
+another message (``ValidationFailed``). Each class in ``specs/_errors.py`` has a case here,
+and so do the ones elsewhere with a constructor of their own (the blob stores' have theirs:
+``tests/activities/test_blob_errors_pickle.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from psych_runtime.activities.secrets import SecretNotFound
+from psych_runtime.specs import (
+    AccessDenied,
+    BadCursor,
+    BlobsUnavailable,
+    BlobUnreadable,
+    NotFound,
+    NotPermitted,
+    PermitsUnavailable,
+    Problem,
+    PsychError,
+    Refused,
+    RegistryError,
+    RunFailed,
+    SpecError,
+    StoreUnavailable,
+    ValidationFailed,
+    VersionMismatch,
+)
+from psych_runtime.specs import _errors as specs_errors
+from psych_runtime.specs._errors import StoreDamaged
+from psych_runtime.workers.serve._auth import CredentialExpired, IssuerUnavailable
+from psych_runtime.workflows.client._follow_hub import UnknownPosition
+
+HASH = "sha256:" + "ab" * 32
+PROBLEMS = (
+    Problem("limits.max_turns", "must be at least 1, not 0"),
+    Problem("tools[issue_refund].url", "'ftp://pay.example.test' is not an http(s) URL"),
+)
+NOT_PERMITTED = (
+    Problem("tools[shell]", "the code tool 'shell' is not permitted"),
+    Problem("mcp[https://mcp.example.test/mcp]", "the MCP server is not permitted"),
+)
+
+
+def case(cls: type[PsychError], *args: Any, **kwargs: Any) -> Any:
+    """A parameter making a new ``cls(*args, **kwargs)`` for each test (a note is added)."""
+    return pytest.param(functools.partial(cls, *args, **kwargs), id=cls.__name__)
+
+
+ERRORS = (
+    case(PsychError, "something went wrong on purpose"),
+    case(SpecError, "limits.max_turns: Input should be greater than or equal to 1"),
+    case(VersionMismatch, f"the document states {HASH}, its content hashes to another"),
+    case(StoreDamaged, f"the stored Version {HASH} no longer reads back as written"),
+    case(ValidationFailed, PROBLEMS),
+    case(RegistryError, "no tool registered as 'issue_refund'"),
+    case(NotFound, "no Run psych-acme-4f2a in tenant 'acme'"),
+    case(AccessDenied, "the Run psych-globex-1 is not tenant 'acme''s"),
+    case(NotPermitted, "acme", NOT_PERMITTED),
+    case(PermitsUnavailable, "the permits of tenant 'acme' could not be asked: TimeoutError()"),
+    case(Refused, "NotSuspended", "psych-acme-4f2a: the Run is not suspended"),
+    case(RunFailed, "max_turns (3) reached"),
+    case(BlobsUnavailable, f"no blob store to read {HASH} from"),
+    case(BadCursor, "the cursor was made for another tenant's listing"),
+    case(BlobUnreadable, f"the blob {HASH} no longer hashes to its ref"),
+    case(
+        StoreUnavailable,
+        f"the blob store did not answer (reading {HASH})",
+        detail="ConnectTimeout: http://127.0.0.1:9000/blobs/ab/abab",
+    ),
+    case(SecretNotFound, "no secret 'crm_token' for tenant 'acme'"),
+    case(CredentialExpired, expires_at=1_796_000_000.0),
+    case(IssuerUnavailable, "the issuer's keys could not be read", retry_after=30.0),
+    case(UnknownPosition, "psych-acme-4f2a", after=12, last_seq=9),
+)
+
+WAYS: dict[str, Callable[[PsychError], PsychError]] = {
+    "pickle": lambda err: pickle.loads(pickle.dumps(err)),
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+}
+
+
+def test_every_error_class_of_specs_has_a_case() -> None:
+    classes = {
+        value
+        for value in vars(specs_errors).values()
+        if isinstance(value, type) and issubclass(value, PsychError)
+    }
+    assert classes <= {param.values[0].func for param in ERRORS}
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("make", ERRORS)
+def test_an_error_pickles_and_copies_to_an_equal_one(
+    make: Callable[[], PsychError], way: str
+) -> None:
+    err = make()
+    err.add_note("a note added where it was caught")
+    back = WAYS[way](err)
+    assert type(back) is type(err) and back is not err
+    assert back.args == err.args
+    assert str(back) == str(err)
+    assert vars(back) == vars(err) and back.__notes__ == ["a note added where it was caught"]
+    if isinstance(err, OSError):  # AccessDenied, NotPermitted: a PermissionError
+        assert isinstance(back, OSError)
+        assert (back.errno, back.strerror, back.filename) == (err.errno, err.strerror, err.filename)
