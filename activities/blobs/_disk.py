@@ -10,7 +10,6 @@ import errno
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
 
 from temporalio.exceptions import ApplicationError
 
@@ -46,19 +45,6 @@ error passes: docs/decisions/activities.md ("One judgement of a local disk's err
 _FULL = frozenset({"ENOSPC", "EDQUOT"})
 """The errnos of a disk or a quota that is full (``LocalStoreFailed.full``)."""
 
-_E = TypeVar("_E", bound=BaseException)
-
-
-def rebuilt_error(cls: type[_E], args: tuple[Any, ...], state: dict[str, Any]) -> _E:
-    """An exception of ``cls`` with ``args`` and the attributes ``state``, its ``__init__``
-    not run: how the blob stores' exceptions unpickle (and copy). By default an exception is
-    rebuilt by calling its class with its ``args``, which theirs are not (keyword-only
-    arguments, a message built from a ref), so pickling failed or changed the message."""
-    err = cls.__new__(cls)
-    err.args = args
-    err.__dict__.update(state)
-    return err
-
 
 class LocalStoreFailed(ApplicationError, StoreUnavailable):
     """A local store's disk refused a read or a write (a ``LocalBlobStore``'s, a
@@ -93,9 +79,6 @@ class LocalStoreFailed(ApplicationError, StoreUnavailable):
         self.ref = ref
         self.errno_name = errno_name
         self.lasting = lasting
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (rebuilt_error, (type(self), self.args, self.__dict__))
 
     @property
     def full(self) -> bool:

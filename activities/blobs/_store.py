@@ -17,12 +17,12 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from temporalio.exceptions import ApplicationError
 
 from psych_runtime.activities._durable_files import sweep_temporary
-from psych_runtime.activities.blobs._disk import disk_answering, rebuilt_error
+from psych_runtime.activities.blobs._disk import disk_answering
 from psych_runtime.activities.blobs._recent import RECENT_BLOB_BYTES, RecentBlobs
 from psych_runtime.activities.contract import ChatMessage, ErrorType, blob_ref, is_blob_ref
 from psych_runtime.specs import AccessDenied, NotFound
@@ -48,9 +48,6 @@ class BlobNotFound(ApplicationError, NotFound):
         super().__init__(message, ref, type=ErrorType.BLOB_NOT_FOUND, non_retryable=True)
         self.ref = ref
         self.damaged = damaged
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (rebuilt_error, (type(self), self.args, self.__dict__))
 
 
 class BlobSealRefused(ApplicationError, AccessDenied):
@@ -79,9 +76,6 @@ class BlobSealRefused(ApplicationError, AccessDenied):
         )
         super().__init__(message, ref, type=ErrorType.BLOB_SEAL_REFUSED, non_retryable=True)
         self.ref = ref
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (rebuilt_error, (type(self), self.args, self.__dict__))
 
 
 def unreadable_blob(err: BaseException) -> str | None:
