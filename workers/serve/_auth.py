@@ -14,7 +14,7 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
   read from configurable claims. The caller carries when the token stops being accepted
   (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
-  ends then (``until_expiry``), so a revoked caller's expired token does not keep reading
+  ends then (``_expiry.until_expiry``), so a revoked caller's expired token does not keep reading
   a Run.
 
 Every refusal is ``Unauthorized`` with a reason safe to show the caller.
@@ -35,7 +35,7 @@ import hmac
 import math
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,15 +68,6 @@ tokens, good or made up, asks a failing issuer once in this long, not once each.
 
 class Unauthorized(PsychError):
     """The request carries no credential, or one no configured key or issuer vouches for."""
-
-
-class CredentialExpired(Unauthorized):
-    """The credential a stream was opened with is no longer accepted: the stream ends."""
-
-    def __init__(self, expires_at: float) -> None:
-        super().__init__("the token this stream was opened with has expired")
-        self.expires_at = expires_at
-        """When it stopped being accepted (``Caller.expires_at``)."""
 
 
 class IssuerUnavailable(Unauthorized):
@@ -406,38 +397,6 @@ class Authenticator:
         except jwt.InvalidTokenError as err:
             raise Unauthorized(f"the token was refused: {err}") from err
         return claims
-
-
-async def until_expiry(
-    items: AsyncGenerator[T, None], expires_at: float | None
-) -> AsyncGenerator[T, None]:
-    """``items``, for as long as the caller's credential is accepted (``expires_at``,
-    ``Caller.expires_at``; None: for good). Only each wait for the next item is bounded,
-    never what the consumer does with one: a deadline there would cancel a send half done.
-    ``items`` is closed when this ends or is closed.
-
-    Raises:
-        CredentialExpired: the credential expired while an item was awaited.
-    """
-    deadline = None
-    if expires_at is not None:
-        # The wall clock's moment on the loop's clock, which the timeout runs on.
-        deadline = asyncio.get_running_loop().time() + (expires_at - time.time())
-    try:
-        while True:
-            bound = asyncio.timeout_at(deadline)
-            try:
-                async with bound:
-                    item = await anext(items)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                if expires_at is None or not bound.expired():
-                    raise
-                raise CredentialExpired(expires_at) from None
-            yield item
-    finally:
-        await items.aclose()
 
 
 def api_keys_from(entries: Sequence[Any], source: str) -> tuple[ApiKey, ...]:

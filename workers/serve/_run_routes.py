@@ -21,7 +21,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.specs import NotFound, PsychError, Scope, Version, parse_spec
 from psych_runtime.workers.console import read_transcript, turns_without_calls
 from psych_runtime.workers.serve._auth import Caller as Who
-from psych_runtime.workers.serve._auth import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._context import ApiContext
 from psych_runtime.workers.serve._events import (
     EventIds,
@@ -29,6 +28,7 @@ from psych_runtime.workers.serve._events import (
     parse_event_id,
     run_events,
 )
+from psych_runtime.workers.serve._expiry import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._problems import ApiProblem, no_run, problem, problem_for
 from psych_runtime.workflows import (
     IDEMPOTENCY_KEY_MAX,

@@ -14,7 +14,8 @@ from a2a.server.events.event_queue import Event
 from a2a.utils.errors import InternalError
 
 from psych_runtime.specs import Scope
-from psych_runtime.workers.serve._auth import Caller, CredentialExpired, until_expiry
+from psych_runtime.workers.serve._auth import Caller
+from psych_runtime.workers.serve._expiry import CredentialExpired, until_expiry
 from psych_runtime.workers.serve._problems import problem_type
 
 CALLER_KEY = "psych.caller"
