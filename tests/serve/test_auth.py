@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import socket
 import threading
@@ -31,7 +32,9 @@ from psych_runtime.workers.serve import (
 )
 from psych_runtime.workers.serve._auth import (
     JWKS_COOLDOWN_SECONDS,
+    JWKS_LIFESPAN_SECONDS,
     JWKS_RETRY_SECONDS,
+    JWKS_STALE_MAX_SECONDS,
     JWKS_TIMEOUT_SECONDS,
     IssuerKeys,
     IssuerUnavailable,
@@ -422,6 +425,10 @@ class Issuer:
     def __init__(self, *keys: tuple[str, rsa.RSAPrivateKey]) -> None:
         self.status = 200
         self.fetches = 0
+        self.asked = threading.Event()
+        """Set by each fetch as it comes (a test clears it to wait for the next)."""
+        self.gate: threading.Event | None = None
+        """Set: each answer waits until it is (a fetch under way while a test looks)."""
         self.keys = keys
         self.url = ""
 
@@ -443,6 +450,9 @@ class Issuer:
         class Jwks(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 issuer.fetches += 1
+                issuer.asked.set()
+                if issuer.gate is not None:
+                    issuer.gate.wait(10)
                 body = issuer.document() if issuer.status == 200 else b"down"
                 self.send_response(issuer.status)
                 self.send_header("content-length", str(len(body)))
@@ -572,3 +582,94 @@ async def test_a_refetch_for_an_unknown_key_that_fails_keeps_the_keys_held(
         clock.now += JWKS_COOLDOWN_SECONDS
         assert (await keys.key_for(token(rotated, kid="k2"))).key_id == "k2"
         assert issuer.fetches == 4
+
+
+def jwks_log(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name.endswith("serve._auth")]
+
+
+async def test_a_stale_set_whose_refresh_fails_verifies_its_keys_for_a_bounded_time(
+    signing_key: rsa.RSAPrivateKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    # From a review: a set past its lifespan whose refresh failed answered every token 503,
+    # those of the keys it held too, so an issuer's outage of a minute took the API down
+    # for that minute though the keys held verified the tokens signed with them.
+    caplog.set_level(logging.INFO, logger="psych_runtime.workers.serve._auth")
+    clock = Clock()
+    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with Issuer(("k1", signing_key)).served() as issuer:
+        keys = IssuerKeys(issuer.url, clock=clock)
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        issuer.status = 503
+        clock.now += JWKS_LIFESPAN_SECONDS
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        assert issuer.fetches == 2
+        # The back-off holds: the keys held answer at once, an unknown key is a 503 (a key
+        # rotated in, maybe), and neither asks the issuer again.
+        for _ in range(3):
+            assert (await keys.key_for(token(signing_key))).key_id == "k1"
+            with pytest.raises(IssuerUnavailable, match="could not be read"):
+                await keys.key_for(token(rotated, kid="k2"))
+        assert issuer.fetches == 2
+        clock.now += JWKS_RETRY_SECONDS
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        assert issuer.fetches == 3
+        # One warning for the whole outage, not one per request or per fetch.
+        logged = jwks_log(caplog)
+        assert [level for level, _ in logged] == [logging.WARNING], logged
+        assert "cannot be fetched" in logged[0][1] and "3600 s more" in logged[0][1]
+
+        # To the bound, and no further: then every token is a 503, logged once as an error.
+        clock.now = 1000.0 + JWKS_LIFESPAN_SECONDS + JWKS_STALE_MAX_SECONDS - 1
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        clock.now += 1
+        with pytest.raises(IssuerUnavailable, match="could not be read") as refused:
+            await keys.key_for(token(signing_key))
+        # Answered by the fetch of a second ago, still in its back-off.
+        assert refused.value.retry_after == JWKS_RETRY_SECONDS - 1
+        with pytest.raises(IssuerUnavailable):
+            await keys.key_for(token(signing_key))
+        assert issuer.fetches == 4
+        assert [level for level, _ in jwks_log(caplog)] == [logging.WARNING, logging.ERROR]
+
+        # The issuer is back: its set is used, and the log says so once.
+        issuer.status = 200
+        issuer.keys = (("k2", rotated),)
+        clock.now += JWKS_RETRY_SECONDS
+        assert (await keys.key_for(token(rotated, kid="k2"))).key_id == "k2"
+        with pytest.raises(Unauthorized, match="no key 'k1'"):  # withdrawn meanwhile
+            await keys.key_for(token(signing_key))
+        assert issuer.fetches == 5
+        logged = jwks_log(caplog)
+        assert [level for level, _ in logged][2:] == [logging.INFO]
+        assert "fetched again" in logged[2][1]
+
+
+async def test_a_stale_sets_keys_answer_without_waiting_for_a_refresh_under_way(
+    signing_key: rsa.RSAPrivateKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hung issuer would otherwise hold every request queued behind each refresh for the
+    # fetch's whole bound, once every JWKS_RETRY_SECONDS for the length of its outage.
+    caplog.set_level(logging.INFO, logger="psych_runtime.workers.serve._auth")
+    clock = Clock()
+    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with Issuer(("k1", signing_key)).served() as issuer:
+        keys = IssuerKeys(issuer.url, clock=clock)
+        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        issuer.gate = threading.Event()
+        clock.now += JWKS_LIFESPAN_SECONDS
+        issuer.asked.clear()
+        refreshing = asyncio.create_task(keys.key_for(token(signing_key)))
+        assert await asyncio.to_thread(issuer.asked.wait, 5)
+        async with asyncio.timeout(1):  # answered while the fetch is held
+            assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        unknown = asyncio.create_task(keys.key_for(token(rotated, kid="k2")))
+        await asyncio.sleep(0.1)
+        assert not refreshing.done() and not unknown.done()  # these wait for the answer
+        issuer.keys = (("k1", signing_key), ("k2", rotated))
+        clock.now += 1  # the fetch ends after the waiting request came
+        issuer.gate.set()
+        assert (await refreshing).key_id == "k1"
+        assert (await unknown).key_id == "k2"
+        assert issuer.fetches == 2
+    assert jwks_log(caplog) == []  # a refresh that worked: nothing served stale

@@ -10,7 +10,8 @@ The operator configures the credentials; a caller never names its own tenant. Tw
   fetched on the event loop, one fetch at a time, ``JWKS_TIMEOUT_SECONDS`` at most from
   the first byte sent to the last read, kept ``JWKS_LIFESPAN_SECONDS``; after a failed
   fetch, none for ``JWKS_RETRY_SECONDS``, each ``IssuerUnavailable`` meanwhile saying how
-  long is left: its 503's ``Retry-After``), with the signature,
+  long is left: its 503's ``Retry-After``; the keys held verify their tokens through a
+  failing refresh for ``JWKS_STALE_MAX_SECONDS`` past the lifespan), with the signature,
   ``exp``/``nbf``, issuer, audience and algorithms checked; the tenant and principal are
   read from configurable claims. The caller carries when the token stops being accepted
   (``Caller.expires_at``): a stream opened with it (a Run's events, an A2A task's updates)
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import math
 import re
 import time
@@ -47,6 +49,8 @@ from psych_runtime.specs import PsychError, Scope
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 JWKS_TIMEOUT_SECONDS = 5.0
 """Most seconds a JWKS fetch takes, whole: an issuer that never answers, or sends a byte at
@@ -64,6 +68,11 @@ JWKS_RETRY_SECONDS = 10.0
 """After a fetch failed (no answer, not a 200, no key set), how long a token that would
 fetch again is answered with that failure at once (a 503), without a fetch: a flood of
 tokens, good or made up, asks a failing issuer once in this long, not once each."""
+JWKS_STALE_MAX_SECONDS = 3600.0
+"""How long past its lifespan a set whose refresh fails (the issuer down, a 5xx, a timeout)
+still verifies the tokens of the keys it holds: an issuer's outage shorter than this
+rejects none of them. A token of a key the set lacks is a 503 meanwhile (a key rotated in,
+maybe); past this, every token is (a key held may have been withdrawn since)."""
 
 
 class Unauthorized(PsychError):
@@ -213,7 +222,10 @@ class IssuerKeys:
     thread: one fetch at a time (requests arriving meanwhile wait for its answer), each
     ``JWKS_TIMEOUT_SECONDS`` at most, the set kept ``JWKS_LIFESPAN_SECONDS``. A failed
     fetch is not tried again for ``JWKS_RETRY_SECONDS``; the keys held meanwhile (a fetch
-    for an unknown key that failed) still verify the tokens they sign."""
+    for an unknown key that failed) still verify the tokens they sign, and so do those of
+    a set past its lifespan for ``JWKS_STALE_MAX_SECONDS`` more, whose refresh failed or is
+    under way (such a token does not wait for it). Serving a stale set is logged once (a
+    warning), its end too (past the bound: an error; fetched again: an info)."""
 
     def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         """``clock``: seconds, monotonic (a test's own, to pass the cooldowns unwaited)."""
@@ -223,6 +235,9 @@ class IssuerKeys:
         self._fetched = -math.inf
         self._failed: tuple[float, str] | None = None
         """When the last fetch failed, and why (None: it did not)."""
+        self._logged: str | None = None
+        """What the log was last told of a stale set: ``serving`` or ``expired`` (None:
+        nothing since the last fetch that worked)."""
         self._lock = asyncio.Lock()
 
     async def key_for(self, token: str) -> jwt.PyJWK:
@@ -231,7 +246,8 @@ class IssuerKeys:
         Raises:
             Unauthorized: the token is malformed, or its key is not in the set.
             IssuerUnavailable: the set could not be fetched or read (now, or by a fetch
-                less than ``JWKS_RETRY_SECONDS`` ago).
+                less than ``JWKS_RETRY_SECONDS`` ago), and holds no key for the token
+                within ``JWKS_STALE_MAX_SECONDS`` past its lifespan.
         """
         try:
             kid = jwt.get_unverified_header(token).get("kid")
@@ -240,33 +256,82 @@ class IssuerKeys:
         if not isinstance(kid, str) or not kid:
             raise Unauthorized("the token's header names no signing key ('kid')")
         now = self._clock()
-        stale = now - self._fetched >= JWKS_LIFESPAN_SECONDS
-        if stale or (kid not in self._keys and now - self._fetched >= JWKS_COOLDOWN_SECONDS):
-            self._raise_failed(now)  # answered at once, without queueing for the lock
-            async with self._lock:
-                # A fetch that ended while this request waited answers it too: a hung
-                # issuer costs the requests queued behind one fetch one bound, not one each.
-                self._raise_failed(now)
-                if self._fetched <= now:
-                    try:
-                        keys = await self._fetch()
-                    except IssuerUnavailable as err:
-                        self._failed = (self._clock(), str(err))
-                        raise
-                    self._keys, self._fetched, self._failed = keys, self._clock(), None
+        age = now - self._fetched
+        if age >= JWKS_LIFESPAN_SECONDS or (kid not in self._keys and age >= JWKS_COOLDOWN_SECONDS):
+            # A key of a stale set (a key held fetches only then), within the bound.
+            held = (
+                self._keys.get(kid)
+                if age < JWKS_LIFESPAN_SECONDS + JWKS_STALE_MAX_SECONDS
+                else None
+            )
+            if held is not None and self._lock.locked():
+                return held  # a refresh is under way: its answer is not waited for
+            failed = self._failure(now)  # answered at once, without queueing for the lock
+            if failed is None:
+                async with self._lock:
+                    # A fetch that ended while this request waited answers it too: a hung
+                    # issuer costs the requests queued behind one fetch one bound, not one each.
+                    failed = self._failure(now)
+                    if failed is None and self._fetched <= now:
+                        failed = await self._refresh()
+            if failed is not None:
+                if held is not None:
+                    self._log_stale(now, str(failed), expired=False)
+                    return held
+                if self._keys and age >= JWKS_LIFESPAN_SECONDS + JWKS_STALE_MAX_SECONDS:
+                    self._log_stale(now, str(failed), expired=True)
+                raise failed
         key = self._keys.get(kid)
         if key is None:
             raise Unauthorized(f"the token's signing key is not in the JWKS: no key {kid!r}")
         return key
 
-    def _raise_failed(self, now: float) -> None:
-        """Raise the last fetch's failure if it ended less than ``JWKS_RETRY_SECONDS``
-        before ``now`` (or after it: while this request waited)."""
-        if self._failed is not None and now < self._failed[0] + JWKS_RETRY_SECONDS:
-            # A new error each time: one instance raised by every request would grow its
-            # traceback by each raise.
-            failed_at, why = self._failed
-            raise IssuerUnavailable(why, failed_at + JWKS_RETRY_SECONDS - self._clock())
+    def _failure(self, now: float) -> IssuerUnavailable | None:
+        """The last fetch's failure if it ended less than ``JWKS_RETRY_SECONDS`` before
+        ``now`` (or after it: while this request waited)."""
+        if self._failed is None or now >= self._failed[0] + JWKS_RETRY_SECONDS:
+            return None
+        # A new error each time: one instance raised by every request would grow its
+        # traceback by each raise.
+        failed_at, why = self._failed
+        return IssuerUnavailable(why, failed_at + JWKS_RETRY_SECONDS - self._clock())
+
+    async def _refresh(self) -> IssuerUnavailable | None:
+        """Fetch the set: None when it worked, else why not (kept for the retry's wait)."""
+        try:
+            keys = await self._fetch()
+        except IssuerUnavailable as err:
+            self._failed = (self._clock(), str(err))
+            return err
+        self._keys, self._fetched, self._failed = keys, self._clock(), None
+        if self._logged is not None:
+            logger.info("the JWKS at %s was fetched again: its new key set is used", self.url)
+            self._logged = None
+        return None
+
+    def _log_stale(self, now: float, why: str, *, expired: bool) -> None:
+        """Log, once each, that a stale set's keys verify tokens though its refresh failed
+        (a warning), and that it is too old to (``expired``: an error)."""
+        state = "expired" if expired else "serving"
+        if state == self._logged:
+            return
+        self._logged = state
+        if expired:
+            logger.error(
+                "the JWKS at %s cannot be fetched (%s) and the set held is %.0f s past its "
+                "lifespan: every token is refused (503) until it is fetched",
+                self.url,
+                why,
+                now - self._fetched - JWKS_LIFESPAN_SECONDS,
+            )
+        else:
+            logger.warning(
+                "the JWKS at %s cannot be fetched (%s): the keys held are used past the "
+                "set's lifespan, for %.0f s more at most; tokens of other keys are refused (503)",
+                self.url,
+                why,
+                self._fetched + JWKS_LIFESPAN_SECONDS + JWKS_STALE_MAX_SECONDS - now,
+            )
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         import httpx  # here: a worker that serves no JWT issuer never needs it
