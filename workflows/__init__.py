@@ -5,6 +5,7 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
+from psych_runtime.workflows.client._asked import ClosedStateUnanswered
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
@@ -107,6 +108,7 @@ __all__ = [
     "ChildSettled",
     "ChildSpawned",
     "ClosedRun",
+    "ClosedStateUnanswered",
     "CompactionApplied",
     "CompactionFailed",
     "ComponentShown",

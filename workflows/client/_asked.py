@@ -96,6 +96,31 @@ async def _closed_since(
     return described.close_time is not None and described.close_time > asked_at
 
 
+class ClosedStateUnanswered(RPCError):
+    """No worker answered, in time, the state of a Run whose workflow execution closed other
+    than cleanly (cancelled, terminated, timed out, failed) where its close event does not
+    say how the Run settled (``PsychClient.closed`` answers the rest with no worker): only
+    its state says it, which a worker answers replaying the execution. An ``RPCError`` of
+    the query's status (a timeout), so a caller handles it as any query no worker answered;
+    ``why`` says it in words."""
+
+    def __init__(self, workflow_id: str, closed_as: str, err: RPCError) -> None:
+        self.closed_as = closed_as
+        """How Temporal closed the execution (``canceled``, ``terminated``...)."""
+        self.why = (
+            f"its workflow execution closed ({closed_as}), and its close event does not say "
+            "what its state does (how the Run settled), which a worker answers replaying it"
+        )
+        super().__init__(
+            f"Run {workflow_id}: {err.message}; {self.why}", err.status, err.raw_grpc_status
+        )
+
+
+def unanswered(err: RPCError) -> bool:
+    """Whether ``err`` says no worker answered a query in time."""
+    return err.status in _UNANSWERED
+
+
 def mapped(err: RPCError, workflow_id: str) -> Exception:
     """``err`` as this package raises it: NOT_FOUND as ``NotFound``, anything else as is."""
     if err.status == RPCStatusCode.NOT_FOUND:

@@ -355,7 +355,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
             RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``
-                (asked twice when the Run closed while the first waited: ``_asked.py``).
+                (asked twice when the Run closed while the first waited: ``_asked.py``);
+                ``ClosedStateUnanswered`` when its execution closed other than cleanly.
         """
         return await self._state(run, scope, query_timeout)
 

@@ -101,8 +101,9 @@ class RunReporting(abc.ABC):
     ) -> ClosedRun | None:
         """The Run as its closed latest execution shows it, read from Temporal with no
         worker (its description and close event: ``_closed.py``), as ``status`` shows it;
-        None when the execution is open, or its close event does not carry what its state
-        shows (a cancelled workflow's, say): ask ``status``, which a worker answers.
+        None when the execution is open, or its close event (and, cancelled, its history)
+        does not carry what its state shows (one closed after the Run settled, say): ask
+        ``status``, which a worker answers.
 
         Raises:
             AccessDenied: the Run belongs to another tenant.

@@ -10,16 +10,19 @@ close event:
 - completed: the ``RunResult`` it returned (status, reason, answer);
 - failed with ``RUN_FAILED``: the Run settled FAILED, the failure's message its reason;
 - closed before the Run settled (terminated, timed out...: ``closed_unsettled``): failed,
-  with the reason ``status`` gives it (``_unsettled.py``).
+  with the reason ``status`` gives it (``_unsettled.py``);
+- cancelled, the Run settling ABORTED as it was, with no message undelivered: aborted,
+  with the cancellation's reason (its history says so: ``_cancelled.py``).
 
 Anything else is left to the query (None): a close event this client cannot decode (a
 result or failure sealed with a key its payload codec does not hold, say: the codec's
 refusal is an ``AccessDenied`` the caller would take for another tenant's Run, and a
-worker, which holds the keys, answers the state), a cancelled workflow (the Run settled ABORTED as
-it was cancelled, its reason counting the messages it did not deliver, or settled
-otherwise just before; only its state says which), an execution Temporal closed after the
-Run settled (its answer is in its state alone), another failure, or a Run started without
-psych's search attributes.
+worker, which holds the keys, answers the state), a cancelled workflow whose Run took a
+steer (its reason counts the messages it did not deliver, which only its state says), an
+execution Temporal closed after the Run settled (cancelled, terminated, timed out: its
+reason and answer are in its state alone: with no worker, the state's read raises
+``ClosedStateUnanswered``, naming how it closed), another failure, or a Run started
+without psych's search attributes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ErrorType
 from psych_runtime.workflows.client._asked import mapped
+from psych_runtime.workflows.client._cancelled import cancelled_reason
 from psych_runtime.workflows.client._listing import parse_workflow_id
 from psych_runtime.workflows.client._unsettled import (
     UNSETTLED_SHOWN,
@@ -118,6 +122,9 @@ async def closed_run(
     closed_as = closed_unsettled(status, int(closed))
     if closed_as is not None:
         return shown(UNSETTLED_SHOWN, await unsettled_reason(execution, closed_as, rpc_timeout))
+    if closed is WorkflowExecutionStatus.CANCELED:  # settled ABORTED as it was, or before
+        reason = await cancelled_reason(client, execution, workflow_id, rpc_timeout)
+        return None if reason is None else shown(RunStatus.ABORTED, reason)
     if closed is not WorkflowExecutionStatus.FAILED:
         return None
     failure: BaseException | None = None

@@ -30,7 +30,12 @@ from temporalio.client import (
 from temporalio.common import QueryRejectCondition, SearchAttributeKey
 from temporalio.service import RPCError
 
-from psych_runtime.workflows.client._asked import mapped, query_run
+from psych_runtime.workflows.client._asked import (
+    ClosedStateUnanswered,
+    mapped,
+    query_run,
+    unanswered,
+)
 from psych_runtime.workflows.contract._contract import QUERY_STATE, SA_STATUS, RunState
 from psych_runtime.workflows.contract._records import RunStatus
 
@@ -82,16 +87,23 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
 
     Raises:
         NotFound: no such Run (its history gone meanwhile).
-        RPCError: Temporal or the query failed, as for ``query_run``.
+        ClosedStateUnanswered: no worker answered its state in time.
+        RPCError: Temporal or the query failed otherwise, as for ``query_run``.
     """
     try:
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
         raise mapped(err, workflow_id) from err
     execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
-    state: RunState = await query_run(
-        execution, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
-    )
+    try:
+        state: RunState = await query_run(
+            execution, workflow_id, QUERY_STATE, None, RunState, rpc_timeout=rpc_timeout
+        )
+    except RPCError as err:
+        closed = described.status
+        if not unanswered(err) or closed is None or int(closed) in OPEN:
+            raise  # open again meanwhile (a reset): a query no worker answered, no more
+        raise ClosedStateUnanswered(workflow_id, closed.name.lower(), err) from err
     closed_as = closed_unsettled(
         state.status, None if described.status is None else int(described.status)
     )

@@ -68,6 +68,10 @@ ABORT = "psych.abort"
 """Update and signal."""
 STEER = "psych.steer"
 """Update and signal."""
+CANCELLED_REASON = "cancelled: the workflow was cancelled by its parent or an operator"
+"""The reason of a Run that settled ABORTED as its workflow was cancelled (a parent's
+expiry or deadline, an operator's ``temporal workflow cancel``), before the note of the
+messages it did not deliver, if any (``PsychClient.closed`` reads it with no worker)."""
 CHILD_PENDING = "psych.child_pending"
 """Signal a child Run sends its parent whenever what it waits for changes (internal)."""
 

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from psych_runtime.workflows.contract._carry import KeptAction, Segment
     from psych_runtime.workflows.contract._contract import (
+        CANCELLED_REASON,
         SA_SUSPENSION,
         AbortInput,
         RunInput,
@@ -64,7 +65,6 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._suspensions import Suspensions
 
 _SUSPENSION_KEY = SearchAttributeKey.for_keyword(SA_SUSPENSION)
-_CANCELLED = "cancelled: the workflow was cancelled by its parent or an operator"
 
 
 class RunBase(abc.ABC):
@@ -107,7 +107,7 @@ class RunBase(abc.ABC):
         self._guards = Guards()
         self._limits = Limits()
         self._deadline_hit = False
-        self._cancel_reason = _CANCELLED  # why the body is cancelled (see _run)
+        self._cancel_reason = CANCELLED_REASON  # why the body is cancelled (see _run)
         self._winding_down: str | None = None  # RunView.winding_down (_children.winds_down)
         self._open_calls: dict[str, tuple[int, str]] = {}
         self._abort: AbortInput | None = None
@@ -251,7 +251,7 @@ class RunBase(abc.ABC):
                 for feature in self._features:
                     await feature.cancelled()
             self._status = RunStatus.ABORTED
-            outcome = Outcome(self._status, _CANCELLED).with_undelivered(self._undelivered())
+            outcome = Outcome(self._status, CANCELLED_REASON).with_undelivered(self._undelivered())
             self._reason = outcome.reason
             self._record_settled(outcome)
             self._show_status()

@@ -431,8 +431,8 @@ async def _closed(
     failed: Callable[[str, Exception], None],
 ) -> ClosedRun | None:
     """The Run's closed execution, from Temporal with no worker (``PsychClient.closed``);
-    None where its close event does not carry what its state shows (open, cancelled by
-    Temporal, not decoded here) or Temporal failed to read it (an RPCError, logged by
+    None where its close event does not carry what its state shows (open, closed after
+    the Run settled, not decoded here) or Temporal failed to read it (an RPCError, logged by
     ``failed``): a worker may still answer its state, as before 12-06 it alone did."""
     try:
         return await client.closed(workflow_id, scope=scope, rpc_timeout=rpc_timeout)
