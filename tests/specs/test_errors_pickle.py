@@ -38,7 +38,8 @@ from psych_runtime.specs import (
 )
 from psych_runtime.specs import _errors as specs_errors
 from psych_runtime.specs._errors import StoreDamaged
-from psych_runtime.workers.serve._auth import CredentialExpired, IssuerUnavailable
+from psych_runtime.workers.serve._auth import IssuerUnavailable
+from psych_runtime.workers.serve._expiry import CredentialExpired
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 
 HASH = "sha256:" + "ab" * 32
