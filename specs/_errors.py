@@ -34,14 +34,28 @@ if TYPE_CHECKING:
     from psych_runtime.specs._problem import Problem
 
 _E = TypeVar("_E", bound=BaseException)
+_OS_FIELDS = ("errno", "strerror", "filename", "filename2")
 
 
-def _rebuilt(cls: type[_E], args: tuple[Any, ...], state: dict[str, Any]) -> _E:
+def _rebuilt(
+    cls: type[_E],
+    args: tuple[Any, ...],
+    state: dict[str, Any],
+    os_fields: tuple[Any, ...] | None = None,
+) -> _E:
     """An exception of ``cls`` with ``args`` and the attributes ``state``, its ``__init__``
-    not run: how every `PsychError` unpickles and copies (``PsychError.__reduce__``)."""
+    not run: how every `PsychError` unpickles and copies (``PsychError.__reduce__``).
+    ``os_fields``: an ``OSError``'s ``errno``, ``strerror``, ``filename`` and ``filename2``
+    (``AccessDenied``, ``NotPermitted``), which are not attributes of its ``__dict__`` and
+    which ``OSError`` parses from its constructor's arguments alone."""
     err = cls.__new__(cls)
     err.args = args
     err.__dict__.update(state)
+    if os_fields is not None:
+        # Only those set: one set to None still counts as given (str() shows "None").
+        for name, value in zip(_OS_FIELDS, os_fields, strict=True):
+            if value is not None:
+                setattr(err, name, value)
     return err
 
 
@@ -53,10 +67,13 @@ class PsychError(Exception):
     ``args``, which a constructor building its message from its arguments (``Refused``,
     ``NotPermitted``, ``ValidationFailed``) does not accept, or turns into another
     message. So each is rebuilt without its ``__init__``, its ``args`` and attributes set
-    back.
+    back (and an ``OSError``'s fields: ``errno``, ``strerror``, ``filename``...).
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if isinstance(self, OSError):
+            os_fields = tuple(getattr(self, name) for name in _OS_FIELDS)
+            return (_rebuilt, (type(self), self.args, self.__dict__, os_fields))
         return (_rebuilt, (type(self), self.args, self.__dict__))
 
 

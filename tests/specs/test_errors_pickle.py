@@ -3,13 +3,16 @@
 with its ``args``, which those whose constructor builds the message from its arguments do
 not accept (``Refused``, ``NotPermitted``, ``UnknownPosition``: a TypeError) or turn into
 another message (``ValidationFailed``). Each class in ``specs/_errors.py`` has a case here,
-and so do the ones elsewhere with a constructor of their own (the blob stores' have theirs:
-``tests/activities/test_blob_errors_pickle.py``).
+and so do the ones elsewhere with a constructor of their own (the blob stores', through
+the same ``__reduce__``: ``tests/activities/test_blob_errors_pickle.py``). A PermissionError
+one built as an ``OSError`` (an errno, its text, a file name) keeps those fields, which
+are not in its ``__dict__``, and so its message.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import functools
 import pickle
 from collections.abc import Callable
@@ -54,8 +57,10 @@ NOT_PERMITTED = (
 
 
 def case(cls: type[PsychError], *args: Any, **kwargs: Any) -> Any:
-    """A parameter making a new ``cls(*args, **kwargs)`` for each test (a note is added)."""
-    return pytest.param(functools.partial(cls, *args, **kwargs), id=cls.__name__)
+    """A parameter making a new ``cls(*args, **kwargs)`` for each test (a note is added);
+    one built as an ``OSError`` (an errno first) is named so."""
+    name = f"{cls.__name__}-errno" if args and isinstance(args[0], int) else cls.__name__
+    return pytest.param(functools.partial(cls, *args, **kwargs), id=name)
 
 
 ERRORS = (
@@ -67,6 +72,7 @@ ERRORS = (
     case(RegistryError, "no tool registered as 'issue_refund'"),
     case(NotFound, "no Run psych-acme-4f2a in tenant 'acme'"),
     case(AccessDenied, "the Run psych-globex-1 is not tenant 'acme''s"),
+    case(AccessDenied, errno.EACCES, "Permission denied", "/srv/psych/blobs/ab/abab"),
     case(NotPermitted, "acme", NOT_PERMITTED),
     case(PermitsUnavailable, "the permits of tenant 'acme' could not be asked: TimeoutError()"),
     case(Refused, "NotSuspended", "psych-acme-4f2a: the Run is not suspended"),
@@ -115,4 +121,5 @@ def test_an_error_pickles_and_copies_to_an_equal_one(
     assert vars(back) == vars(err) and back.__notes__ == ["a note added where it was caught"]
     if isinstance(err, OSError):  # AccessDenied, NotPermitted: a PermissionError
         assert isinstance(back, OSError)
-        assert (back.errno, back.strerror, back.filename) == (err.errno, err.strerror, err.filename)
+        fields = ("errno", "strerror", "filename", "filename2")
+        assert [getattr(back, f) for f in fields] == [getattr(err, f) for f in fields]
