@@ -8,9 +8,11 @@ for one note: how many messages it took and did not deliver (``CANCELLED_REASON`
 - whether the Run settled as it was cancelled: its ``PsychStatus`` was last set (an upsert
   of its search attributes) after Temporal was asked to cancel it. Set terminal before,
   the Run had settled otherwise (its reason and answer are its state's alone);
-- that it left no message undelivered: its execution took no steer (an update or a signal)
-  and the execution it continued from, if any, handed it none (its input's ``carry``, read
-  only then). When it took one, only its state says whether a model read it.
+- that it left no message undelivered: its execution took no steer (an update or a signal;
+  an update a reset reapplied is in an ``UpdateAdmitted`` event, its ``UpdateAccepted``
+  holding no request) and the execution it continued from, if any, handed it none (its
+  input's ``carry``, read only then). When it took one, only its state says whether a
+  model read it.
 
 Anything else (or a history not read to its end here: an input this client cannot decode)
 is its state's to say (None).
@@ -92,12 +94,17 @@ async def _handed_messages(client: Client, started: HistoryEvent) -> bool:
 
 def _took_steer(event: HistoryEvent) -> bool:
     """Whether ``event`` delivered a steer to the execution (a signal, or an update it
-    accepted)."""
+    accepted), or may have: an update Temporal admitted durably (reapplied by a reset),
+    whose ``UpdateAccepted`` then holds no request, its ``UpdateAdmitted`` (earlier in the
+    same history) does."""
     if event.HasField("workflow_execution_signaled_event_attributes"):
         return event.workflow_execution_signaled_event_attributes.signal_name == STEER
+    if event.HasField("workflow_execution_update_admitted_event_attributes"):
+        admitted = event.workflow_execution_update_admitted_event_attributes
+        return admitted.request.input.name == STEER
     if event.HasField("workflow_execution_update_accepted_event_attributes"):
         accepted = event.workflow_execution_update_accepted_event_attributes
-        return accepted.accepted_request.input.name == STEER
+        return accepted.accepted_request.input.name == STEER  # none: judged as admitted
     return False
 
 
