@@ -10,8 +10,10 @@ reports 3.10, so nothing is installed.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,23 @@ def test_a_venv_made_of_an_older_python_is_named_with_the_way_out(checkout: Path
     assert ".venv was made with Python 3.10.12" in done.stderr
     assert "make clean, then make test PYTHON=python3.11" in done.stderr
     assert "a venv must not be made" not in done.stderr
+
+
+XDIST_OPTIONS_SINCE = {"--no-loadscope-reorder": (3, 8), "--loadscope-reorder": (3, 8)}
+"""pytest-xdist's options that came after 3.6, and the release each came in."""
+
+
+def test_the_xdist_options_make_passes_exist_in_the_lowest_xdist_allowed() -> None:
+    # An older pytest-xdist (a venv made before, a pinned mirror) answers make unit with
+    # "unrecognized arguments" before any test runs.
+    makefile = (ROOT / "Makefile").read_text()
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (requirement,) = [
+        r for r in dev["optional-dependencies"]["dev"] if r.startswith("pytest-xdist")
+    ]
+    found = re.search(r">=\s*([0-9]+)\.([0-9]+)", requirement)
+    assert found is not None, f"no lower bound in {requirement!r}"
+    lowest = (int(found[1]), int(found[2]))
+    for option, since in XDIST_OPTIONS_SINCE.items():
+        if option in makefile:
+            assert lowest >= since, f"the Makefile passes {option}, {requirement!r} allows older"
