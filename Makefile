@@ -48,10 +48,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy tests bench examples docs/_gen
 
-# Three processes, a module's tests in one of them (its module-scoped servers are shared),
+# Four processes, a module's tests in one of them (its module-scoped servers are shared),
 # the files in the order tests/conftest.py gives (longest first), not xdist's own.
 unit: $(STAMP)
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck docs unit
 
