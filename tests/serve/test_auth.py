@@ -588,6 +588,18 @@ def jwks_log(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name.endswith("serve._auth")]
 
 
+def rotated_key() -> rsa.RSAPrivateKey:
+    """A second signing key, for a key the issuer rotates in (``k2``)."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+async def fetched_once(issuer: Issuer, clock: Clock, signing_key: rsa.RSAPrivateKey) -> IssuerKeys:
+    """Keys for ``issuer`` on ``clock``, its set fetched once (``k1`` verifies)."""
+    keys = IssuerKeys(issuer.url, clock=clock)
+    assert (await keys.key_for(token(signing_key))).key_id == "k1"
+    return keys
+
+
 async def test_a_stale_set_whose_refresh_fails_verifies_its_keys_for_a_bounded_time(
     signing_key: rsa.RSAPrivateKey, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -595,11 +607,9 @@ async def test_a_stale_set_whose_refresh_fails_verifies_its_keys_for_a_bounded_t
     # those of the keys it held too, so an issuer's outage of a minute took the API down
     # for that minute though the keys held verified the tokens signed with them.
     caplog.set_level(logging.INFO, logger="psych_runtime.workers.serve._auth")
-    clock = Clock()
-    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    clock, rotated = Clock(), rotated_key()
     with Issuer(("k1", signing_key)).served() as issuer:
-        keys = IssuerKeys(issuer.url, clock=clock)
-        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        keys = await fetched_once(issuer, clock, signing_key)
         issuer.status = 503
         clock.now += JWKS_LIFESPAN_SECONDS
         assert (await keys.key_for(token(signing_key))).key_id == "k1"
@@ -651,11 +661,9 @@ async def test_a_stale_sets_keys_answer_without_waiting_for_a_refresh_under_way(
     # A hung issuer would otherwise hold every request queued behind each refresh for the
     # fetch's whole bound, once every JWKS_RETRY_SECONDS for the length of its outage.
     caplog.set_level(logging.INFO, logger="psych_runtime.workers.serve._auth")
-    clock = Clock()
-    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    clock, rotated = Clock(), rotated_key()
     with Issuer(("k1", signing_key)).served() as issuer:
-        keys = IssuerKeys(issuer.url, clock=clock)
-        assert (await keys.key_for(token(signing_key))).key_id == "k1"
+        keys = await fetched_once(issuer, clock, signing_key)
         issuer.gate = threading.Event()
         clock.now += JWKS_LIFESPAN_SECONDS
         issuer.asked.clear()
