@@ -71,3 +71,36 @@ async def test_a_terminated_waiting_run_answers_its_status_failed(harness: Harne
                 assert task.status.message.parts[0].text == state.reason
                 with pytest.raises(TaskNotCancelableError, match="has already ended"):
                     await client.cancel_task(CancelTaskRequest(id=handle.run_id))
+
+
+async def test_a_terminated_runs_status_with_no_worker_says_what_its_close_event_tells(
+    harness: Harness,
+) -> None:
+    # Its close event (and PsychStatus) says it did not settle, and why: the 503 says what
+    # is missing, the rest of its state (a worker's to answer), not that the close event
+    # does not tell how it settled.
+    _, spec = approval_agent(harness, "cut_unread")
+    scope = harness.scope
+    async with harness.worker():
+        harness.fake.enqueue(Reply.tool_calls(ToolCall("delete_order", {"order_id": "1"})))
+        handle = await harness.client.dispatch(spec.build(), "delete it", scope=scope)
+        await state_when(harness.client, handle, scope, is_suspended, what="approval")
+        await harness.env.client.get_workflow_handle(handle.workflow_id).terminate(
+            reason="terminated by an operator"
+        )
+        with pytest.raises(RunFailed, match="terminated by an operator"):
+            await harness.client.result(handle, scope=scope)
+    async with (
+        served(harness, query_timeout_seconds=2.0) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        answer = await http.get(f"/v1/runs/{handle.workflow_id}", headers=ACME)
+    assert answer.status_code == 503, answer.text
+    problem = answer.json()
+    assert problem["type"] == "urn:psych:problem:no-worker"
+    assert problem["detail"] == (
+        "no worker answered for the Run in time; its workflow execution closed (terminated) "
+        "before the Run settled, as its close event says, but the rest of its state (what the "
+        "Run did until then) is only in the workflow's memory, which a worker answers "
+        "replaying it"
+    )

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.secrets import SecretNotFound
 from psych_runtime.specs import (
@@ -43,6 +44,7 @@ from psych_runtime.specs import _errors as specs_errors
 from psych_runtime.specs._errors import StoreDamaged
 from psych_runtime.workers.serve._auth import IssuerUnavailable
 from psych_runtime.workers.serve._expiry import CredentialExpired
+from psych_runtime.workflows import ClosedStateUnanswered
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 
 HASH = "sha256:" + "ab" * 32
@@ -123,3 +125,46 @@ def test_an_error_pickles_and_copies_to_an_equal_one(
         assert isinstance(back, OSError)
         fields = ("errno", "strerror", "filename", "filename2")
         assert [getattr(back, f) for f in fields] == [getattr(err, f) for f in fields]
+
+
+def _timeout() -> RPCError:
+    return RPCError("Timeout expired", RPCStatusCode.CANCELLED, b"\x08\x01\x12\x0fTimeout expired")
+
+
+RPC_ERRORS = (
+    pytest.param(
+        lambda: ClosedStateUnanswered("psych-acme-4f2a", "canceled", _timeout()), id="closed"
+    ),
+    pytest.param(
+        lambda: ClosedStateUnanswered("psych-acme-4f2a", "terminated", _timeout(), unsettled=True),
+        id="closed-unsettled",
+    ),
+)
+
+
+RPC_WAYS: dict[str, Callable[[RPCError], RPCError]] = {
+    "pickle": lambda err: pickle.loads(pickle.dumps(err)),
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+}
+
+
+@pytest.mark.parametrize("way", RPC_WAYS)
+@pytest.mark.parametrize("make", RPC_ERRORS)
+def test_a_closed_runs_rpc_error_pickles_and_copies_to_an_equal_one(
+    make: Callable[[], RPCError], way: str
+) -> None:
+    # RPCErrors, not PsychErrors (a caller handles them as the query's or the read's
+    # timeout), built from a Run, a timeout and a cause: rebuilt by ``args`` they failed.
+    err = make()
+    err.add_note("a note added where it was caught")
+    back = RPC_WAYS[way](err)
+    assert type(back) is type(err) and back is not err
+    assert (back.args, str(back), vars(back)) == (err.args, str(err), vars(err))
+    assert (back.message, back.status, back.raw_grpc_status) == (
+        err.message,
+        err.status,
+        err.raw_grpc_status,
+    )
+    assert back.grpc_status == err.grpc_status
+    assert back.__notes__ == ["a note added where it was caught"]

@@ -102,18 +102,45 @@ class ClosedStateUnanswered(RPCError):
     say how the Run settled (``PsychClient.closed`` answers the rest with no worker): only
     its state says it, which a worker answers replaying the execution. An ``RPCError`` of
     the query's status (a timeout), so a caller handles it as any query no worker answered;
-    ``why`` says it in words."""
+    ``why`` says it in words. ``unsettled``: the execution closed before the Run settled
+    (its close event says that, and why), so what is missing is the rest of its state.
+    It pickles and copies whole (``_rebuilt``), as every ``PsychError`` does."""
 
-    def __init__(self, workflow_id: str, closed_as: str, err: RPCError) -> None:
+    def __init__(
+        self, workflow_id: str, closed_as: str, err: RPCError, *, unsettled: bool = False
+    ) -> None:
         self.closed_as = closed_as
         """How Temporal closed the execution (``canceled``, ``terminated``...)."""
-        self.why = (
-            f"its workflow execution closed ({closed_as}), and its close event does not say "
-            "what its state does (how the Run settled), which a worker answers replaying it"
-        )
+        self.unsettled = unsettled
+        """Whether it closed before the Run settled (``_unsettled.closed_unsettled``)."""
+        if unsettled:
+            self.why = (
+                f"its workflow execution closed ({closed_as}) before the Run settled, as its "
+                "close event says, but the rest of its state (what the Run did until then) "
+                "is only in the workflow's memory, which a worker answers replaying it"
+            )
+        else:
+            self.why = (
+                f"its workflow execution closed ({closed_as}), and its close event does not "
+                "say what its state does (how the Run settled), which a worker answers "
+                "replaying it"
+            )
         super().__init__(
             f"Run {workflow_id}: {err.message}; {self.why}", err.status, err.raw_grpc_status
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[RPCError], args: tuple[Any, ...], state: dict[str, Any]) -> RPCError:
+    """An error of ``cls`` with ``args`` and the attributes ``state``, its ``__init__`` not
+    run: the default rebuild calls ``cls(*args)``, which these constructors, building the
+    message from their arguments, do not accept."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 def unanswered(err: RPCError) -> bool:

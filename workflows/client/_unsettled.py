@@ -103,7 +103,11 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
         closed = described.status
         if not unanswered(err) or closed is None or int(closed) in OPEN:
             raise  # open again meanwhile (a reset): a query no worker answered, no more
-        raise ClosedStateUnanswered(workflow_id, closed.name.lower(), err) from err
+        status = described.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS))
+        unsettled = closed_unsettled(status, int(closed)) is not None  # its close event says
+        raise ClosedStateUnanswered(
+            workflow_id, closed.name.lower(), err, unsettled=unsettled
+        ) from err
     closed_as = closed_unsettled(
         state.status, None if described.status is None else int(described.status)
     )
