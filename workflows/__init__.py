@@ -5,7 +5,7 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
-from psych_runtime.workflows.client._asked import ClosedStateUnanswered
+from psych_runtime.workflows.client._asked import ClosedStateUnanswered, HistoryNotRead
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
@@ -118,6 +118,7 @@ __all__ = [
     "DeltasDropped",
     "DisplayRecord",
     "Displayed",
+    "HistoryNotRead",
     "IDEMPOTENCY_KEY_MAX",
     "KeptAction",
     "MODEL_LOST_EXTERN",

@@ -16,6 +16,7 @@ import errno
 import functools
 import pickle
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ from psych_runtime.specs import _errors as specs_errors
 from psych_runtime.specs._errors import StoreDamaged
 from psych_runtime.workers.serve._auth import IssuerUnavailable
 from psych_runtime.workers.serve._expiry import CredentialExpired
-from psych_runtime.workflows import ClosedStateUnanswered
+from psych_runtime.workflows import ClosedStateUnanswered, HistoryNotRead
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 
 HASH = "sha256:" + "ab" * 32
@@ -138,6 +139,10 @@ RPC_ERRORS = (
     pytest.param(
         lambda: ClosedStateUnanswered("psych-acme-4f2a", "terminated", _timeout(), unsettled=True),
         id="closed-unsettled",
+    ),
+    pytest.param(
+        lambda: HistoryNotRead("psych-acme-4f2a", 1000, timedelta(seconds=4), _timeout()),
+        id="history",
     ),
 )
 

@@ -133,6 +133,28 @@ class ClosedStateUnanswered(RPCError):
         return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
+class HistoryNotRead(RPCError):
+    """Temporal did not answer, within the read's RPC timeout (each page's), a page of the
+    history of a Run's closed execution read with no worker (``_cancelled.py``): an
+    ``RPCError`` of the timeout's status, whose ``why`` names the Run, how far its history
+    was read and the timeout. Pickles and copies whole (``_rebuilt``)."""
+
+    def __init__(
+        self, workflow_id: str, events_read: int, rpc_timeout: timedelta | None, err: RPCError
+    ) -> None:
+        self.events_read = events_read
+        """How many of the history's events were read before the page not answered."""
+        within = "" if rpc_timeout is None else f" within {rpc_timeout.total_seconds():g} s"
+        self.why = (
+            f"Temporal did not answer a page of the history of Run {workflow_id}{within} "
+            f"(after {events_read} events read: {err.message})"
+        )
+        super().__init__(self.why, err.status, err.raw_grpc_status)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
 def _rebuilt(cls: type[RPCError], args: tuple[Any, ...], state: dict[str, Any]) -> RPCError:
     """An error of ``cls`` with ``args`` and the attributes ``state``, its ``__init__`` not
     run: the default rebuild calls ``cls(*args)``, which these constructors, building the

@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
-from psych_runtime.workflows.client._asked import mapped
+from psych_runtime.workflows.client._asked import HistoryNotRead, mapped, unanswered
 from psych_runtime.workflows.contract._contract import (
     CANCELLED_REASON,
     SA_STATUS,
@@ -48,16 +48,22 @@ async def cancelled_reason(
     shows it settled ABORTED as it was cancelled with no message undelivered (the module
     docstring); None when only its state says how it settled.
 
+    Each page of the history is read within ``rpc_timeout`` (None: the client's default,
+    which may be none: give one).
+
     Raises:
         NotFound: its history gone meanwhile.
+        HistoryNotRead: Temporal did not answer a page within ``rpc_timeout``.
         RPCError: Temporal could not read its history.
     """
     cancel_asked = False
     settled_as_cancelled = False
+    read = 0
     try:
         async for event in execution.fetch_history_events(
             skip_archival=True, rpc_timeout=rpc_timeout
         ):
+            read += 1
             if event.HasField("workflow_execution_started_event_attributes"):
                 if await _handed_messages(client, event):
                     return None
@@ -70,6 +76,8 @@ async def cancelled_reason(
                     return None  # it settled before it was cancelled: its state says how
                 settled_as_cancelled = True
     except RPCError as err:
+        if unanswered(err):  # each page's read waits ``rpc_timeout`` at most
+            raise HistoryNotRead(workflow_id, read, rpc_timeout, err) from err
         raise mapped(err, workflow_id) from err
     return CANCELLED_REASON if settled_as_cancelled else None
 

@@ -471,7 +471,7 @@ async def _cut_short(
     task_id = task_id_of(workflow_id)
     shown = await _closed(client, workflow_id, scope, query_timeout, failed)
     if shown is None:
-        why = await closed_without_settling(client.temporal, workflow_id)
+        why = await closed_without_settling(client.temporal, workflow_id, query_timeout)
         if why is not None:
             status = _status(task_id, RunStatus.FAILED, why, ())
             yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
