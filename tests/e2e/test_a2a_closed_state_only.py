@@ -9,6 +9,7 @@ own client against ``psych serve`` on loopback and the session's dev server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Literal
@@ -212,3 +213,65 @@ async def test_a_continued_run_cancelled_is_read_from_its_history_and_carry(
     assert shown is not None
     assert (shown.status, shown.reason, shown.answer) == (state.status, state.reason, None)
     assert shown.status is RunStatus.ABORTED
+
+
+@pytest.mark.timeout(90)
+async def test_a_continued_run_handed_a_follow_up_then_cancelled_is_its_states_to_say(
+    harness: Harness,
+) -> None:
+    # The execution before the cut took a follow-up after its last answer and handed it on
+    # (its carry's ``unanswered``); the last one took no steer of its own, and Temporal
+    # cancelled it while the model read it. Its history shows PsychStatus set aborted
+    # after the cancel request, but the reason counts the message no model answered,
+    # which only its state says: ``closed`` leaves it to the state, not the bare
+    # cancellation's reason.
+    waited = asyncio.Event()
+
+    @harness.registry.register
+    async def wait_note() -> str:
+        """Wait for a note."""
+        await waited.wait()
+        return "waited"
+
+    spec = (
+        AgentBuilder(f"handed{uuid.uuid4().hex[:8]}", registry=harness.registry)
+        .model("fake-model")
+        .tool("wait_note")
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("wait_note", {}, id="w1")),
+        Reply.text("first answer"),
+        Reply.stall(60, after_chunks=0),  # the turn after the cut: its model call hangs
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(
+            spec, "hello", scope=harness.scope, continue_after_events=1
+        )
+        await harness.client.steer(run, "and now step 1", scope=harness.scope, mode="follow_up")
+        waited.set()
+        handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+
+        async def reading() -> bool:
+            return len(harness.fake.requests) >= 3
+
+        await eventually(reading, what="the turn after the cut to call the model")
+        await handle.cancel()
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+        await eventually(closed, what="the workflow to end cancelled")
+        state = await harness.client.status(run, scope=harness.scope)
+        shown = await harness.client.closed(run, scope=harness.scope)
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id  # it continued as new
+    carry = json.loads(started.input.payloads[0].data)["carry"]
+    assert [u["message"] for u in carry["unanswered"]] == ["and now step 1"]
+    assert state.status is RunStatus.ABORTED
+    assert state.reason == (
+        "cancelled: the workflow was cancelled by its parent or an operator; 1 message sent "
+        "during the Run not delivered (run_settled.undelivered)"
+    )
+    assert shown is None
