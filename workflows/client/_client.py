@@ -60,6 +60,7 @@ from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
 from psych_runtime.workflows.client._same_input import check_same_input
 from psych_runtime.workflows.client._unsettled import REJECT_CLOSED, closed_state, failure_reason
+from psych_runtime.workflows.client._visibility import Visibility
 from psych_runtime.workflows.contract._contract import (
     QUERY_RECORDS,
     QUERY_STATE,
@@ -137,6 +138,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         self.roles_apart = roles_apart
         self.permits = permits
         self.blobs = blobs
+        self._visibility = Visibility(client)
         self.follows = FollowHub(client)
         """The shared followers of this client's streams (one per followed Run)."""
         self._checked = CheckedVersions()

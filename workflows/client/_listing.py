@@ -15,17 +15,13 @@ from typing import Literal
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
-from temporalio.api.workflowservice.v1 import (
-    ListWorkflowExecutionsRequest,
-    ListWorkflowExecutionsResponse,
-)
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.converter import decode_typed_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ids_from
-from psych_runtime.specs import BadCursor, NotFound, Scope, SpecError
+from psych_runtime.specs import NotFound, Scope, SpecError
 from psych_runtime.workflows.client._cursor import (
     ListingFilters,
     Resumed,
@@ -40,6 +36,7 @@ from psych_runtime.workflows.client._unsettled import (
     UNSETTLED_SHOWN,
     closed_unsettled,
 )
+from psych_runtime.workflows.client._visibility import Visibility
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,
     SA_STATUS,
@@ -68,10 +65,6 @@ FOREIGN_MAX = 1000
 store may answer) before it ends short."""
 PAGE_MAX = 1000
 """The most Runs asked of Temporal at once (its default ``visibilityMaxPageSize``)."""
-_UNREADABLE_TOKEN = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
-"""How Temporal refuses a page token it cannot read: INVALID_ARGUMENT (Elasticsearch
-visibility), UNKNOWN (SQL visibility, the dev server's: its error is masked as "something
-went wrong, please retry"). The client retries UNKNOWN (about 10 s by default)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +213,7 @@ class RunListing(abc.ABC):
 
     temporal: Client
     search_attributes: bool
+    _visibility: Visibility
 
     @abc.abstractmethod
     async def _state(
@@ -359,17 +353,17 @@ class RunListing(abc.ABC):
         while len(found) < limit and foreign < FOREIGN_MAX:
             size = min(limit - len(found), PAGE_MAX)
             if resumed:
-                page = await self._resumed(query, size, token)
+                page = await self._visibility.resumed(query, size, token)
                 resumed = False
             else:
-                page = await self._fetch(query, size, token)
+                page = await self._visibility.page(query, size, token)
             for info in page.executions:
                 tenant, run_id = parse_workflow_id(info.execution.workflow_id)
                 if tenant != scope.tenant:
                     foreign += 1
                     continue
                 found.append(_summary(info, run_id))
-            token = page.next_page_token or None
+            token = page.token
             if token is None:
                 break
         if foreign:
@@ -387,8 +381,8 @@ class RunListing(abc.ABC):
         if token is not None and probe:
             # A full page's token may lead nowhere (Temporal answers one whenever a page
             # is full): look one Run ahead, so the last page has no cursor.
-            ahead = await self._fetch(query, 1, token)
-            if not ahead.executions and not ahead.next_page_token:
+            ahead = await self._visibility.page(query, 1, token)
+            if not ahead.executions and ahead.token is None:
                 token = None
         if filters.suspended:
             # Concurrently, a few at a time: one at a time, a page of Runs whose worker is
@@ -403,61 +397,6 @@ class RunListing(abc.ABC):
         cursor = None if token is None else make_cursor(scope.tenant, filters, token, at.since)
         again = make_cursor(scope.tenant, filters, at.token, at.since)
         return RunPage(runs=tuple(found), next_cursor=cursor, cursor=again)
-
-    async def _fetch(
-        self, query: str, size: int, token: bytes | None, *, retry: bool = True
-    ) -> ListWorkflowExecutionsResponse:
-        """One page of the visibility listing; ``retry``: with the client's retries.
-        (Asked of the service: ``Client.list_workflows``'s pages always retry, and the page
-        a cursor resumes must not.)"""
-        request = ListWorkflowExecutionsRequest(
-            namespace=self.temporal.namespace,
-            page_size=size,
-            next_page_token=token or b"",
-            query=query,
-        )
-        return await self.temporal.workflow_service.list_workflow_executions(request, retry=retry)
-
-    async def _resumed(
-        self, query: str, size: int, token: bytes | None
-    ) -> ListWorkflowExecutionsResponse:
-        """The first page read from a cursor's token: asked once without the client's
-        retries, so a token Temporal refuses is a ``BadCursor`` at once, not after the
-        retries of a code they take as transient (UNKNOWN: ~10 s, ~9 failing queries).
-
-        Raises:
-            BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
-                twice, while it reads the same listing from its start in between.
-        """
-        try:
-            return await self._fetch(query, size, token, retry=False)
-        except RPCError as err:
-            # UNKNOWN is also what a server in trouble may answer (SQL visibility: for any
-            # internal error): the token is to blame only when the listing reads without
-            # it and the token is refused again (two queries more, answered at once).
-            if err.status in _UNREADABLE_TOKEN and await self._reads(query):
-                try:
-                    return await self._fetch(query, size, token, retry=False)
-                except RPCError as again:
-                    if again.status in _UNREADABLE_TOKEN:
-                        raise BadCursor(
-                            "Temporal cannot read the position this cursor holds (it "
-                            f"answered {again.status.name}: {again.message!r}) though it "
-                            "reads the same listing from its start: the cursor was made up, "
-                            "or kept across a change of visibility store; start the listing "
-                            "again without a cursor"
-                        ) from again
-        # Transient (UNAVAILABLE...), or the listing fails without the cursor too: asked
-        # again as any page is, with the client's retries.
-        return await self._fetch(query, size, token)
-
-    async def _reads(self, query: str) -> bool:
-        """Whether Temporal answers ``query``'s first Run, asked once."""
-        try:
-            await self._fetch(query, 1, None, retry=False)
-        except RPCError:
-            return False
-        return True
 
     async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
         """The summary with what the Run waits for; one Run nobody can answer for (no

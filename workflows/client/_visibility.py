@@ -1,0 +1,164 @@
+"""How a listing reads Temporal's visibility: page by page, through the client's
+interceptors.
+
+Every page goes through ``Client.list_workflows``, so a client interceptor on it (auth
+metadata, a tenancy rewrite of the query, audit, tracing) sees each request of a listing
+and what it rewrites is what Temporal is asked. The page's iterator is fetched once
+(``fetch_next_page``), so Temporal's next page token is exactly where the page ends.
+
+The iterator's pages always take the client's retries, which a cursor's first page must
+not: a position Temporal cannot read is refused as UNKNOWN by SQL visibility, which the
+client retries as transient (~10 s by default, the outage window under
+``psych_runtime.workers.connect``). That page is asked once, without retries, of the
+request as the client's interceptors leave it: a copy of the client with a last
+(innermost) interceptor of ours reads the final ``ListWorkflowsInput`` and the request is
+made from it. An interceptor so sees that call and its rewrite applies; only what it would
+do when the returned iterator fetches (it never does) does not run for that one try.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
+from temporalio.client import (
+    Client,
+    Interceptor,
+    ListWorkflowsInput,
+    OutboundInterceptor,
+    WorkflowExecutionAsyncIterator,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from psych_runtime.specs import BadCursor
+
+_UNREADABLE_TOKEN = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
+"""How Temporal refuses a page token it cannot read: INVALID_ARGUMENT (Elasticsearch
+visibility), UNKNOWN (SQL visibility, the dev server's: its error is masked as "something
+went wrong, please retry"). The client retries UNKNOWN (about 10 s by default)."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a visibility listing."""
+
+    executions: Sequence[WorkflowExecutionInfo]
+    token: bytes | None
+    """Temporal's next page token; None on the last page."""
+
+
+class _Asked(Interceptor):
+    """The innermost interceptor of ``Visibility``'s copy of the client: keeps the last
+    ``list_workflows`` request as the interceptors before it left it."""
+
+    def __init__(self) -> None:
+        self.last: ListWorkflowsInput | None = None
+
+    def take(self) -> ListWorkflowsInput | None:
+        """The last request kept (None: none since the last taken)."""
+        last, self.last = self.last, None
+        return last
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _AskedOutbound(next, self)
+
+
+class _AskedOutbound(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, asked: _Asked) -> None:
+        super().__init__(next)
+        self._asked = asked
+
+    def list_workflows(self, input: ListWorkflowsInput) -> WorkflowExecutionAsyncIterator:
+        self._asked.last = input
+        return super().list_workflows(input)
+
+
+class Visibility:
+    """A client's visibility pages (``RunListing`` reads through one)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._asked = _Asked()
+        self._copy: Client | None = None
+
+    async def page(self, query: str, size: int, token: bytes | None) -> Page:
+        """One page, through ``Client.list_workflows`` (with the client's retries)."""
+        listed = self._client.list_workflows(query, page_size=size, next_page_token=token)
+        await listed.fetch_next_page()
+        return Page([e.raw_info for e in listed.current_page or ()], listed.next_page_token)
+
+    async def once(self, query: str, size: int, token: bytes | None) -> Page:
+        """One page asked once, without the client's retries, as its interceptors ask it."""
+        # Synchronous from the call to the read: no other listing's request comes between.
+        self._copied().list_workflows(query, page_size=size, next_page_token=token)
+        asked = self._asked.take()
+        if asked is None:
+            raise RuntimeError("the client's interceptors did not pass the listing on")
+        request = ListWorkflowExecutionsRequest(
+            namespace=self._client.namespace,
+            page_size=asked.page_size,
+            next_page_token=asked.next_page_token or b"",
+            query=asked.query or "",
+        )
+        answer = await self._client.workflow_service.list_workflow_executions(
+            request, retry=False, metadata=asked.rpc_metadata, timeout=asked.rpc_timeout
+        )
+        return Page(answer.executions, answer.next_page_token or None)
+
+    def _copied(self) -> Client:
+        """The client with the same connection and interceptors, and ``_Asked`` last."""
+        if self._copy is None:
+            # The active config: what the client's plugins made of it, applied once.
+            config = self._client.config(active_config=True)
+            self._copy = Client(
+                config["service_client"],
+                namespace=config["namespace"],
+                data_converter=config["data_converter"],
+                interceptors=[*config["interceptors"], self._asked],
+                default_workflow_query_reject_condition=config[
+                    "default_workflow_query_reject_condition"
+                ],
+                header_codec_behavior=config["header_codec_behavior"],
+            )
+        return self._copy
+
+    async def resumed(self, query: str, size: int, token: bytes | None) -> Page:
+        """The first page read from a cursor's token: asked once without the client's
+        retries, so a token Temporal refuses is a ``BadCursor`` at once, not after the
+        retries of a code they take as transient (UNKNOWN: ~10 s, ~9 failing queries).
+
+        Raises:
+            BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
+                twice, while it reads the same listing from its start in between.
+        """
+        try:
+            return await self.once(query, size, token)
+        except RPCError as err:
+            # UNKNOWN is also what a server in trouble may answer (SQL visibility: for any
+            # internal error): the token is to blame only when the listing reads without
+            # it and the token is refused again (two queries more, answered at once).
+            if err.status in _UNREADABLE_TOKEN and await self._reads(query):
+                try:
+                    return await self.once(query, size, token)
+                except RPCError as again:
+                    if again.status in _UNREADABLE_TOKEN:
+                        raise BadCursor(
+                            "Temporal cannot read the position this cursor holds (it "
+                            f"answered {again.status.name}: {again.message!r}) though it "
+                            "reads the same listing from its start: the cursor was made up, "
+                            "or kept across a change of visibility store; start the listing "
+                            "again without a cursor"
+                        ) from again
+        # Transient (UNAVAILABLE...), or the listing fails without the cursor too: asked
+        # again as any page is, with the client's retries.
+        return await self.page(query, size, token)
+
+    async def _reads(self, query: str) -> bool:
+        """Whether Temporal answers ``query``'s first Run, asked once."""
+        try:
+            await self.once(query, 1, None)
+        except RPCError:
+            return False
+        return True
