@@ -9,12 +9,15 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from psych_runtime.specs import BadCursor, Scope
 from psych_runtime.workflows.client._cursor import (
+    EPOCH,
     ListingFilters,
     Resumed,
     _check,
+    ceil_micros,
     continued_since,
     make_cursor,
     read_cursor,
@@ -66,7 +69,7 @@ def test_a_cursor_keeps_when_its_listing_started_and_one_made_before_reads_on() 
     cursor = make_cursor("acme", filters, b"position", since)
     assert read_resumed(cursor, "acme", filters) == Resumed(b"position", since)
     assert continued_since(since) == (
-        "(ExecutionStatus != 'ContinuedAsNew' OR CloseTime >= '2026-12-06T13:00:00.123456Z')"
+        "(ExecutionStatus != 'ContinuedAsNew' OR CloseTime > '2026-12-06T13:00:00.123456Z')"
     )
     # A cursor made before it held no time: it reads on, leaving out every continued one.
     older = make_cursor("acme", filters, b"position")
@@ -79,3 +82,23 @@ def test_a_cursor_keeps_when_its_listing_started_and_one_made_before_reads_on() 
         payload = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
         with pytest.raises(BadCursor, match="does not read as one"):
             read_resumed(f"{payload}.{_check(payload)}", "acme", filters)
+
+
+def test_a_listing_starts_just_past_a_close_time_temporal_answered() -> None:
+    # The close of the execution that continued as new last, rounded up to the microsecond
+    # a cursor keeps: that execution is not past it (``CloseTime >``), whatever precision
+    # the visibility store keeps, and one closed a microsecond later is.
+    closed = datetime(2026, 12, 6, 13, 0, 0, 123456, tzinfo=UTC)
+    stamp = Timestamp(seconds=int(closed.timestamp()), nanos=123_456_000)
+    assert ceil_micros(stamp) == closed
+    assert ceil_micros(Timestamp(seconds=stamp.seconds, nanos=123_456_001)) == closed.replace(
+        microsecond=123457
+    )
+    assert ceil_micros(Timestamp(seconds=stamp.seconds, nanos=999_999_999)) == closed.replace(
+        second=1, microsecond=0
+    )
+    # A tenant none of whose executions went on: every one that goes on is kept.
+    filters = ListingFilters("support", None, None, False)
+    cursor = make_cursor("acme", filters, b"", EPOCH)
+    assert read_resumed(cursor, "acme", filters) == Resumed(b"", EPOCH)
+    assert continued_since(EPOCH).endswith("OR CloseTime > '1970-01-01T00:00:00Z')")

@@ -3,7 +3,8 @@ the tenant and the filters it was made for.
 
 A cursor is ``<payload>.<check>``: the payload is base64url JSON holding a digest of the
 tenant, a digest of the filters, Temporal's page token (empty: the listing's start) and
-when the listing started (``since``, microseconds; absent in the cursors made before it);
+when the listing started (``since``, microseconds, by Temporal's clock: see
+``continued_since``; absent in the cursors made before it);
 the check is a digest of the payload, so a cursor cut short or edited by hand is refused
 as damaged before Temporal sees it. It is not a credential: the listing it continues is
 always queried with the caller's own tenant (and filters), so a cursor can only say where
@@ -22,6 +23,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from psych_runtime.specs import BadCursor
 from psych_runtime.workflows.contract._records import SuspensionReason
 
@@ -29,20 +32,31 @@ _VERSION = 1
 _CHECK_CHARS = 16
 _DIGEST_CHARS = 32
 _REFUSED = "start the listing again without a cursor"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""The start of a listing of a tenant none of whose executions continued as new."""
 
 
 def continued_since(since: datetime | None) -> str:
     """The visibility clause that leaves out the executions a Run continued as new from
-    (closed ``ContinuedAsNew``: the Run goes on in the next), but those closed since the
+    (closed ``ContinuedAsNew``: the Run goes on in the next), but those closed after the
     listing started at ``since`` (None: none of them). A Run that continues as new while a
     listing pages on starts its new execution at the listing's head, before the cursor:
     the one it left stays listed at its place then, so the Run is not skipped (a repeat
-    at most)."""
+    at most). ``since`` is Temporal's time (``ceil_micros`` of a close time it answered):
+    one of the client's clock would drop or repeat Runs by the clocks' difference."""
     every = "ExecutionStatus != 'ContinuedAsNew'"
     if since is None:
         return every
-    return f"({every} OR CloseTime >= '{since.isoformat().replace('+00:00', 'Z')}')"
+    return f"({every} OR CloseTime > '{since.isoformat().replace('+00:00', 'Z')}')"
+
+
+def ceil_micros(stamp: Timestamp) -> datetime:
+    """``stamp`` rounded up to the microsecond (what a cursor keeps): an execution closed
+    at ``stamp`` is not past it, whatever precision the visibility store keeps."""
+    micros = -(-stamp.nanos // 1000)
+    return datetime.fromtimestamp(stamp.seconds, UTC) + timedelta(microseconds=micros)
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,7 @@ def make_cursor(
         "token": base64.urlsafe_b64encode(token).decode(),
     }
     if since is not None:
-        data["since"] = (since - _EPOCH) // timedelta(microseconds=1)
+        data["since"] = (since - EPOCH) // timedelta(microseconds=1)
     raw = json.dumps(data, separators=(",", ":")).encode()
     payload = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     return f"{payload}.{_check(payload)}"
@@ -147,7 +161,7 @@ def read_resumed(cursor: str, tenant: str, filters: ListingFilters) -> Resumed:
         micros = data.get("since")
         if micros is not None and (type(micros) is not int or micros < 0):
             raise TypeError("since is not a time")
-        since = None if micros is None else _EPOCH + timedelta(microseconds=micros)
+        since = None if micros is None else EPOCH + timedelta(microseconds=micros)
     except (ValueError, TypeError, KeyError, OverflowError, binascii.Error, RecursionError) as err:
         # RecursionError: JSON nested past the parser's depth, which a made-up cursor with
         # a fresh check (no secret) may hold; OverflowError: a since past datetime's

@@ -23,8 +23,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities.contract import ids_from
 from psych_runtime.specs import NotFound, Scope, SpecError
 from psych_runtime.workflows.client._cursor import (
+    EPOCH,
     ListingFilters,
     Resumed,
+    ceil_micros,
     continued_since,
     make_cursor,
     read_resumed,
@@ -340,8 +342,13 @@ class RunListing(abc.ABC):
         read halfway is skipped or shown twice). ``probe``: when the page is full and
         Temporal has a token, ask whether anything follows it, so the last page says so.
         """
-        # A first page starts the listing: its cursors keep when (``continued_since``).
-        at = Resumed(b"", datetime.now(UTC)) if resume is None else resume
+        # A first page starts the listing: its cursors keep when (``continued_since``), by
+        # Temporal's clock, not this client's (``_started``).
+        if resume is None:
+            self._query(scope, filters, None)  # refused before any request, as any listing
+            at = Resumed(b"", await self._started(scope))
+        else:
+            at = resume
         query = self._query(scope, filters, at.since)
         found: list[RunSummary] = []
         # The filter named the tenant; a visibility store that compares it loosely (a
@@ -397,6 +404,31 @@ class RunListing(abc.ABC):
         cursor = None if token is None else make_cursor(scope.tenant, filters, token, at.since)
         again = make_cursor(scope.tenant, filters, at.token, at.since)
         return RunPage(runs=tuple(found), next_cursor=cursor, cursor=again)
+
+    async def _started(self, scope: Scope) -> datetime:
+        """When a listing starts, as ``continued_since`` reads it, by Temporal's clock:
+        just past the close of the tenant's execution that continued as new last (the
+        epoch when none did). Every execution that continued as new before is left out,
+        every one that does while the listing pages on is kept (Temporal closes it later),
+        whatever this client's clock says: one ahead of the server's dropped those, one
+        behind repeated the ones that went on before the listing."""
+        query = f"{SA_TENANT} = {_quote(scope.tenant)} AND ExecutionStatus = 'ContinuedAsNew'"
+        # Newest close first (visibility's order of closed executions); other tenants' a
+        # loosely matching store answers are read past, as the listing does.
+        foreign, size, token = 0, 1, None
+        while foreign < FOREIGN_MAX:
+            page = await self._visibility.page(query, size, token)
+            for info in page.executions:
+                tenant, _ = parse_workflow_id(info.execution.workflow_id)
+                if tenant == scope.tenant and info.HasField("close_time"):
+                    return ceil_micros(info.close_time)
+                foreign += 1
+            if page.token is None:
+                return EPOCH
+            size, token = max(1, min(FOREIGN_MAX - foreign, PAGE_MAX)), page.token
+        # Past the bound: its executions that went on before may be listed again (never
+        # one dropped).
+        return EPOCH
 
     async def _with_pending(self, summary: RunSummary, scope: Scope) -> RunSummary:
         """The summary with what the Run waits for; one Run nobody can answer for (no
