@@ -1,6 +1,6 @@
 """A paged listing keeps to Temporal's clock, not the client's: a client whose clock is
 an hour ahead of the server's or behind it lists a Run that continued as new before the
-listing once, and one that continues as new between its pages too (a clock ahead left
+listing (twice) once, and one that continues as new between its pages too (a clock ahead left
 the second out, one behind listed the first again). The client's clock is shifted where
 the listing could read it; the Runs are real, on the session dev server."""
 
@@ -44,12 +44,12 @@ async def test_a_listing_keeps_to_temporals_clock_whatever_the_clients_says(
     harness.fake.enqueue(
         *(
             Reply.tool_calls(ToolCall("delete_order", {"order_id": str(n)}, id=f"c{n}"))
-            for n in (1, 2, 3)
+            for n in (1, 2, 3, 4)
         )
     )
     async with harness.worker():
         run = await harness.client.dispatch(
-            spec.build(), "delete three", scope=scope, continue_after_events=1
+            spec.build(), "delete four", scope=scope, continue_after_events=1
         )
         executions = f"WorkflowId = '{run.workflow_id}'"
 
@@ -71,18 +71,20 @@ async def test_a_listing_keeps_to_temporals_clock_whatever_the_clients_says(
 
         await went_on(0)
         try:
-            # Once before the listing starts (its execution closed ContinuedAsNew)...
-            await harness.client.approve(run, "c1", scope=scope)
-            await went_on(1)
-            async with started_runs(harness, scope.tenant, agent, 2, first=2) as newer:
+            # Twice before the listing starts (its executions closed ContinuedAsNew: the
+            # listing starts after the later of the two, newest close first)...
+            for times in (1, 2):
+                await harness.client.approve(run, f"c{times}", scope=scope)
+                await went_on(times)
+            async with started_runs(harness, scope.tenant, agent, 2, first=3) as newer:
                 for module in (_listing, _cursor):
                     monkeypatch.setattr(module, "datetime", skewed(skew))
                 first = await harness.client.list_page(scope=scope, agent=agent, limit=1)
                 assert [r.workflow_id for r in first.runs] == [newer[1]]
                 assert first.next_cursor is not None
                 # ... and once between the pages.
-                await harness.client.approve(run, "c2", scope=scope)
-                await went_on(2)
+                await harness.client.approve(run, "c3", scope=scope)
+                await went_on(3)
                 rest = await harness.client.list_page(
                     scope=scope, agent=agent, limit=10, cursor=first.next_cursor
                 )
