@@ -4,9 +4,12 @@ for the Scope, and what a person must do when none is.
 The check reads the workers' token store through ``ReadOnlyTokens``: a held token is used
 (and refreshed) as a Run would, but nothing the check obtains or parks is written back,
 so checking leaves the store as it found it. A record sealed with the payload keys cannot
-be opened outside a Run's activity; it is reported as held, not used. A record that cannot
-be read (damaged, or a store that did not answer) is said to be so, not to be refused: a
-person consenting again mends no store.
+be opened here (the check holds no payload keys): it is reported as stored, whether it
+opens (one sealed with other keys, or damaged, does not) not known, and it is not used. A
+record that cannot be read (damaged, or a store that did not answer) is said to be so, not
+to be refused: a person consenting again mends no store. Where the store is (a path, a
+bucket) is never said: the store's own warnings naming it are the log's, which the check
+prints only with ``--verbose`` (``workers/cli/_specs.py``).
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ def oauth_line(
 
     Args:
         held: a token record was stored for the Scope before the check.
-        sealed: that record is sealed with the payload keys (not opened here).
+        sealed: that record is sealed with the payload keys (not opened here: the check
+            holds none, so it is said to be stored, not to hold a token).
         consent: the server asked for a token the Scope does not hold (a person's consent).
         unread: why the record could not be read (``ReadOnlyTokens.held``), if so.
     """
@@ -90,8 +94,9 @@ def oauth_line(
     if unread is not None and not held:
         return (
             f"{unread}: whether a token is held for {whose} is not known, and a Run "
-            "cannot reach this server until it answers. Mend the store (the log names "
-            "where it is) and check again; consenting again would not help"
+            "cannot reach this server until it answers. Mend the store (the workers' log "
+            "names where it is, as this check's does with --verbose) and check again; "
+            "consenting again would not help"
         )
     if unread is not None:
         then = (
@@ -105,6 +110,12 @@ def oauth_line(
             f"{unread}, so a Run ignores it (no token was refused): {then}. If the store "
             "should hold it intact, look at the store (its disk or bucket) first"
         )
+    if sealed:
+        return (
+            f"a token record is stored for {whose}, sealed with the payload keys, which this "
+            "check does not hold: whether it opens and holds a token the server accepts is "
+            "not checked here (a Run's worker opens it with its keys)"
+        )
     if oauth.grant == "client_credentials":
         if held:
             return f"a token is held for {whose}"
@@ -112,8 +123,6 @@ def oauth_line(
             f"no token is held for {whose}; the worker gets one with the client secret "
             f"{oauth.client_secret_credential!r} (no person needed)"
         )
-    if sealed:
-        return f"a token is held for {whose} (sealed with the payload keys: not opened here)"
     if held and not consent:
         return f"a token is held for {whose}"
     redirect = oauth.redirect_uris[0] if oauth.redirect_uris else "(no redirect URI)"

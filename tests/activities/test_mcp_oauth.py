@@ -65,6 +65,28 @@ async def test_a_check_gets_a_token_from_the_configured_issuer(
     assert issued["token"] in state["bearers"]
 
 
+async def test_a_sealed_record_is_said_to_be_stored_not_held(
+    oauth_server: OAuthMcpServer, tmp_path: Path
+) -> None:
+    # Was "a token is held": the check holds no payload keys, so a record sealed with other
+    # keys (here garbage behind the seal's prefix) cannot be told from a usable one.
+    settings = McpSettings(oauth_issuers={"crm_secret": oauth_server.issuer})
+    key = TokenKey("acme", None, oauth_server.issuer, "psych-worker", oauth_server.url)
+    store = LocalTokenStore(tmp_path)
+    await store.put(key, b"psych-blob-v1\0sealed with keys this check does not hold")
+    said: dict[str, str] = {}
+    answers = await check_servers(
+        [crm(oauth_server)], SCOPE, SECRETS, settings, tokens=store, oauth=said
+    )
+    assert answers == {"crm": None}
+    assert said["crm"].startswith(
+        "a token record is stored for tenant 'acme', sealed with the payload keys, which this "
+        "check does not hold: whether it opens and holds a token the server accepts is not "
+        "checked here"
+    ), said
+    assert await store.get(key) == b"psych-blob-v1\0sealed with keys this check does not hold"
+
+
 async def test_without_a_configured_issuer_the_secret_is_never_sent(
     oauth_server: OAuthMcpServer,
 ) -> None:

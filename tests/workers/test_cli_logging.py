@@ -17,6 +17,7 @@ import pytest
 
 from psych_runtime.workers.cli._logging import SHOWN
 from psych_runtime.workers.cli._parser import build_parser
+from psych_runtime.workers.cli._specs import STORE_LOGGERS
 
 SPEC = "kind: agent\nname: notes\ninstructions: Take notes.\nmodel: {model: m}\n"
 REFUSED = "the local version store failed (ENOTDIR: Not a directory)"
@@ -85,6 +86,13 @@ def test_every_command_takes_verbose(
 ) -> None:
     # One-shot commands: this policy's; the serving ones: their console's.
     assert "--verbose" in parser._option_string_actions
+
+
+@pytest.mark.parametrize("name", sorted(STORE_LOGGERS))
+def test_each_store_logger_a_check_leaves_out_is_its_modules(name: str) -> None:
+    # Named, not imported: a renamed module would print the store's path again.
+    logger = importlib.import_module(name)._log
+    assert isinstance(logger, logging.Logger) and logger.name == name
 
 
 @pytest.mark.parametrize("name", SHOWN)

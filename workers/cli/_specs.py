@@ -188,12 +188,23 @@ def _check(
     return connections, refused, peers
 
 
+STORE_LOGGERS = frozenset(
+    {"psych_runtime.activities.blobs._disk", "psych_runtime.activities.blobs._s3_client"}
+)
+"""The loggers of a store that did not answer (a local one's disk, S3), whose warnings
+name where it is; by name, as importing them would import the stores for every command (a
+test keeps each name its logger's)."""
+
+
 @contextmanager
 def _check_logs(file: str, *, logged: bool) -> Iterator[None]:
     """While a connection check runs, what psych logs at warning or worse is printed as
     ``file``'s warnings, in the form of every other line (with no logging set up, Python
     printed the bare message). The egress port's refusals are left out: each connection the
-    check makes through it reports its refusal at its path, as a problem or a warning.
+    check makes through it reports its refusal at its path, as a problem or a warning. So
+    are the stores' own warnings (``STORE_LOGGERS``), which name where the store is (its
+    directory, its bucket and endpoint): the check's line for the server says what failed,
+    naming the store's kind and the record's key, and where a store is is for its log.
 
     Not when the command prints its log records itself (``logged``: ``--verbose``): each
     record reached both handlers (this one's logger propagates to the root's), so it was
@@ -204,6 +215,8 @@ def _check_logs(file: str, *, logged: bool) -> Iterator[None]:
     from psych_runtime.activities.egress import EgressDenied
 
     def told_elsewhere(record: logging.LogRecord) -> bool:
+        if record.name in STORE_LOGGERS:
+            return False
         return not any(isinstance(arg, EgressDenied) for arg in _args(record))
 
     handler = logging.StreamHandler(sys.stderr)
