@@ -417,5 +417,10 @@ def _unusable(body: bytes, issuer: str, url: object) -> OAuthRegistrationError |
 
 
 def _printable(text: str) -> str:
+    # Not specs.printable, on purpose: an authorization server's words (its error, its
+    # error_description, a registration it answered) are quoted in an error a Run records
+    # and a person reads, so they are bounded (_SAID) and kept to one plain line: every
+    # character Python would not print (controls, line breaks, format characters such as
+    # the bidi overrides) is a space, since no escape of it tells the reader more.
     kept = "".join(char if char.isprintable() else " " for char in text)
     return kept if len(kept) <= _SAID else kept[:_SAID] + "..."

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from psych_runtime.activities.blobs import BlobStore
 from psych_runtime.activities.contract import ChatMessage, ContextShown, ContextSkipped, ContextTurn
-from psych_runtime.specs import Scope
+from psych_runtime.specs import Scope, printable
 
 CHARS_PER_TOKEN = 4
 DEFAULT_BUDGET_TOKENS = 2000
@@ -48,13 +48,18 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_LINE_BREAKS = re.compile(r"[\t\n\r]")
 
 
-def _printable(text: str) -> str:
-    # A failure's message may quote what a remote service sent; psych run and report print
-    # the detail, so a control character (an escape sequence) is shown escaped, not sent.
-    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+def _one_line(text: str) -> str:
+    """``printable`` (``specs/_printable.py``), with the tab, newline and carriage return it
+    keeps escaped too (as ``\\x0a``).
+
+    Not ``printable`` alone, on purpose: a skipped provider's detail is one line (psych
+    run's and report's), and its failure's message may quote what a remote service sent,
+    line breaks too. ``printable`` escapes the rest: a terminal's controls, as this module's
+    own escaping did, and the bidi overrides, which it let through (until 12-07)."""
+    return _LINE_BREAKS.sub(lambda found: f"\\x{ord(found.group()):02x}", printable(text))
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ async def _ask(
             return ContextSkipped(
                 provider=source.name,
                 reason="failed",
-                detail=_printable(f"{type(err).__name__}: {err}")[:500],
+                detail=_one_line(f"{type(err).__name__}: {err}")[:500],
             )
         return ContextSkipped(
             provider=source.name, reason="timeout", detail=f"no answer within {timeout:g} s"
@@ -169,13 +174,13 @@ async def _ask(
         return ContextSkipped(
             provider=source.name,
             reason="failed",
-            detail=_printable(f"{type(err).__name__}: {err}")[:500],
+            detail=_one_line(f"{type(err).__name__}: {err}")[:500],
         )
     except Exception as err:  # a consumer's provider: any failure skips it, reported
         return ContextSkipped(
             provider=source.name,
             reason="failed",
-            detail=_printable(f"{type(err).__name__}: {err}")[:500],
+            detail=_one_line(f"{type(err).__name__}: {err}")[:500],
         )
     if answer is None or answer == "":
         return None

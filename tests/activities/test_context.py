@@ -140,6 +140,19 @@ async def test_a_failure_detail_has_its_control_characters_escaped(tmp_path: Pat
     )
 
 
+async def test_a_failure_detail_is_one_line_and_shows_no_bidi_override(tmp_path: Path) -> None:
+    # specs.printable's escapes (the bidi overrides were let through), and the line breaks
+    # and tab it keeps escaped as before: the detail is one line.
+    async def hostile(request: ContextRequest) -> str:
+        raise ValueError("crm said\r\n\tpaid \u202eten\u202c")
+
+    _, turn = await ContextProviders(
+        ContextSettings((ContextSource("crm", hostile),)), LocalBlobStore(tmp_path)
+    ).gather(REQUEST)
+    assert turn is not None
+    assert turn.skipped[0].detail == "ValueError: crm said\\x0d\\x0a\\x09paid \\u202eten\\u202c"
+
+
 async def test_a_providers_own_timeout_error_is_a_failure_not_our_timeout(tmp_path: Path) -> None:
     async def gives_up(request: ContextRequest) -> str:
         raise TimeoutError("crm read timed out")
