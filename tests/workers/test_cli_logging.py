@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from psych_runtime.workers.cli._logging import SHOWN
+from psych_runtime.workers.cli._logging import SERVING, SHOWN
 from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._specs import STORE_LOGGERS
 
@@ -86,6 +86,19 @@ def test_every_command_takes_verbose(
 ) -> None:
     # One-shot commands: this policy's; the serving ones: their console's.
     assert "--verbose" in parser._option_string_actions
+
+
+@pytest.mark.parametrize("command", sorted(SERVING))
+def test_a_serving_command_takes_quiet_but_not_with_verbose(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser()
+    assert parser.parse_args([command, "--quiet"]).quiet
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args([command, "--verbose", "--quiet"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--quiet" in err and "--verbose" in err and "not allowed" in err, err
 
 
 @pytest.mark.parametrize("name", sorted(STORE_LOGGERS))

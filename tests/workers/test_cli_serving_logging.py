@@ -20,8 +20,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import WorkflowSerializationContext
 from temporalio.testing import WorkflowEnvironment
 
+from psych_runtime.workers import Key, Keyring, PsychCodec
 from tests._ports import free_port
 
 from .conftest import read_until
@@ -31,10 +35,12 @@ INVALID = "Invalid HTTP request received."
 """What uvicorn logs, a warning, for a request that is not HTTP."""
 STARTED = "Application startup complete."
 """What uvicorn logs, at info, once its app has started."""
+BAD_BODY = 'the body is not {"payloads": [...]}'
+"""The reason the codec server logs for a body it cannot read (the answer's quotes it)."""
 API_KEY = "serving-logging-test-key"
 CODE = "an-authorization-code-never-logged"
-# The codec server logs nothing of its own: this entry logs one record of each level
-# once its logging is set up (as its serving starts), one with an exception.
+# This entry logs one record of each level once the codec server's logging is set up (as
+# its serving starts), one with an exception.
 CODEC_ENTRY = """
 import logging
 import psych_runtime.workers.codec._server as codec_server
@@ -44,6 +50,7 @@ async def logging_serve(server):
     log = logging.getLogger("psych_runtime.workers.codec.probe")
     log.debug("probe debug")
     log.info("probe info")
+    logging.getLogger("a_library").info("probe library info")
     log.warning("probe warning")
     log.error("probe error", exc_info=ValueError("probe failure"))
     return await serve(server)
@@ -61,10 +68,11 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 async def _served(
-    argv: list[str], env: dict[str, str], ready: str, port: int | None, *, python: list[str]
+    argv: list[str], env: dict[str, str], ready: str | None, port: int | None, *, python: list[str]
 ) -> str:
-    """Start the command, wait for ``ready`` on its stderr, send ``port`` a request that is
-    not HTTP (when given), stop it by SIGTERM; its whole stderr."""
+    """Start the command, wait for ``ready`` on its stderr (None: for nothing printed; a
+    request waits for ``port`` to listen), send ``port`` a request that is not HTTP (when
+    given), stop it by SIGTERM; its whole stderr."""
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         *python,
@@ -76,8 +84,7 @@ async def _served(
     )
     try:
         assert child.stdout is not None and child.stderr is not None
-        stream = child.stderr if port is not None else child.stdout
-        seen = await read_until(stream, ready)
+        seen = "" if ready is None else await read_until(child.stderr, ready)
         if port is not None:
             await asyncio.to_thread(_not_http, port)
             # A request's query is not logged (no access log): the callback's holds the
@@ -88,7 +95,7 @@ async def _served(
         child.send_signal(signal.SIGTERM)
         async with asyncio.timeout(60):
             _, err = await child.communicate()
-    return (seen if port is not None else "") + err.decode()
+    return seen + err.decode()
 
 
 def _not_http(port: int) -> None:
@@ -107,49 +114,61 @@ def _not_http(port: int) -> None:
     raise AssertionError(f"nothing listens on port {port}")
 
 
-@pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.parametrize("level", ["", "--verbose", "--quiet"])
 @pytest.mark.parametrize("command", ["serve", "oauth-callback"])
 async def test_the_uvicorn_commands_log_as_the_worker_does(
-    dev_env: WorkflowEnvironment, tmp_path: Path, command: str, verbose: bool
+    dev_env: WorkflowEnvironment, tmp_path: Path, command: str, level: str
 ) -> None:
     port = free_port()
     address = dev_env.client.service_client.config.target_host
     argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
     if command == "serve":
         argv += ["--store", str(tmp_path / "versions")]
-    argv += ["--verbose"] * verbose
+    argv += [level] if level else []
     keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
     env = _env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys))
-    err = await _served(
-        argv, env, f"psych {command}: http://", port, python=["-m", "psych_runtime.workers.cli"]
-    )
+    # Where it listens is psych's info line, not printed with --quiet.
+    ready = None if level == "--quiet" else f"psych {command}: http://127.0.0.1:{port}"
+    err = await _served(argv, env, ready, port, python=["-m", "psych_runtime.workers.cli"])
     lines = err.splitlines()
     warning = LINE.format(level="warning", message=re.escape(INVALID))
     assert len([line for line in lines if re.fullmatch(warning, line)]) == 1, err
     assert not [line for line in lines if INVALID in line and not re.fullmatch(warning, line)]
     assert CODE not in err
     started = [line for line in lines if STARTED in line]
-    if verbose:
+    if level == "--verbose":
         assert re.fullmatch(LINE.format(level="info", message=re.escape(STARTED)), started[0]), err
     else:
         assert not started, err
+    listening = [line for line in lines if f"psych {command}: http://" in line]
+    if level == "--quiet":
+        assert not listening and " info: " not in err, err
+    else:
+        assert re.fullmatch(LINE.format(level="info", message=".*Ctrl-C to stop.*"), listening[0])
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-async def test_the_codec_server_logs_as_the_worker_does(tmp_path: Path, verbose: bool) -> None:
+@pytest.mark.parametrize("level", ["", "--verbose", "--quiet"])
+async def test_the_codec_server_logs_as_the_worker_does(tmp_path: Path, level: str) -> None:
     secret = base64.b64encode(b"k" * 32).decode()
     keys = {"current": {"acme": "a1"}, "keys": [{"id": "a1", "tenant": "acme", "secret": secret}]}
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     argv = ["codec-server", "--port", "0", "--keys", str(tmp_path / "keys.json")]
     env = _env(tmp_path, PSYCH_CODEC_TOKEN="codec-token")
+    # --quiet prints no line of where it listens: the probe's warning, then, once logged.
+    ready = "probe warning" if level == "--quiet" else "codec server at"
     err = await _served(
-        [*argv, *["--verbose"] * verbose], env, "codec server at", None, python=["-c", CODEC_ENTRY]
+        [*argv, *[level] * bool(level)], env, ready, None, python=["-c", CODEC_ENTRY]
     )
     lines = [line for line in err.splitlines() if "probe" in line]
-    if verbose:
-        debug, info, *lines = lines
+    if level == "--verbose":
+        debug, *lines = lines
         assert re.fullmatch(LINE.format(level="debug", message="probe debug"), debug), err
+    if level != "--quiet":  # psych's info records; a library's only with --verbose
+        info, *lines = lines
         assert re.fullmatch(LINE.format(level="info", message="probe info"), info), err
+    if level == "--verbose":
+        library, *lines = lines
+        assert re.fullmatch(LINE.format(level="info", message="probe library info"), library)
     warning, error, traceback = lines
     assert re.fullmatch(LINE.format(level="warning", message="probe warning"), warning), err
     # A failure's traceback follows its line, --verbose or not: its details are there.
@@ -157,3 +176,57 @@ async def test_the_codec_server_logs_as_the_worker_does(tmp_path: Path, verbose:
         LINE.format(level="error", message="probe error: ValueError: probe failure"), error
     ), err
     assert traceback == "ValueError: probe failure", err
+    assert ("codec server at" in err) is (level != "--quiet"), err
+
+
+async def test_the_codec_server_logs_where_it_listens_and_each_refusal(tmp_path: Path) -> None:
+    secret = base64.b64encode(os.urandom(32)).decode()
+    keys = {"current": {"acme": "a1"}, "keys": [{"id": "a1", "tenant": "acme", "secret": secret}]}
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
+    # A payload sealed for a tenant whose keys the server does not hold.
+    globex = Keyring([Key("g1", "globex", os.urandom(32))], {"globex": "g1"})
+    context = WorkflowSerializationContext(namespace="default", workflow_id="psych-globex-r1")
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'"globex-plaintext"')
+    (payload,) = await PsychCodec(globex).with_context(context).encode([plain])
+    sealed = json_format.MessageToDict(payload)
+    port = free_port()
+    argv = ["codec-server", "--port", str(port), "--keys", str(tmp_path / "keys.json")]
+    argv += ["--tenant", "acme", "--origin", "http://localhost:8233"]
+    child = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "psych_runtime.workers.cli", *argv],
+        env=_env(tmp_path, PSYCH_CODEC_TOKEN="codec-token-never-logged"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    good = {"Authorization": "Bearer codec-token-never-logged"}
+    try:
+        assert child.stderr is not None
+        seen = await read_until(child.stderr, "codec server at")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            wrong = {"Authorization": "Bearer a-wrong-token-never-logged"}
+            assert (await http.post("/decode", json={}, headers=wrong)).status_code == 401
+            body = b'{"a-body-field-never-logged": 1}'
+            assert (await http.post("/decode", content=body, headers=good)).status_code == 400
+            refused = await http.post("/decode", json={"payloads": [sealed]}, headers=good)
+            assert refused.status_code == 403
+    finally:
+        child.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            _, err = await child.communicate()
+    logged = seen + err.decode()
+    listening = (
+        f"codec server at http://127.0.0.1:{port} (tenant: acme; browser origins: "
+        "http://localhost:8233; namespace: any); Ctrl-C to stop"
+    )
+    assert re.fullmatch(LINE.format(level="info", message=re.escape(listening)), seen.strip())
+    refusal = LINE.format(
+        level="warning", message=r"codec server refused POST '/decode' \({}\): {}"
+    )
+    warnings = [line for line in logged.splitlines() if " warning: " in line]
+    assert len(warnings) == 3, logged
+    assert re.fullmatch(refusal.format(401, "missing or wrong .*token"), warnings[0]), logged
+    assert re.fullmatch(refusal.format(400, re.escape(BAD_BODY)), warnings[1]), logged
+    assert re.fullmatch(refusal.format(403, ".*tenant 'globex'.*"), warnings[2]), logged
+    for never in ("never-logged", secret, "globex-plaintext", sealed["data"]):
+        assert never not in logged, never

@@ -187,9 +187,9 @@ async def test_the_psych_codec_server_command_serves_until_sigterm(tmp_path: Pat
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        assert child.stdout is not None
-        async with asyncio.timeout(30):
-            line = (await child.stdout.readline()).decode()
+        assert child.stderr is not None
+        async with asyncio.timeout(30):  # its info line, on the console (standard error)
+            line = (await child.stderr.readline()).decode()
         assert "tenant: acme" in line, line
         url = line.split("codec server at ", 1)[1].split(" ", 1)[0]
         async with httpx.AsyncClient(base_url=url) as http:

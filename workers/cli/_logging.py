@@ -2,11 +2,13 @@
 
 A command that serves until stopped (``SERVING``: ``worker``, ``dev``, ``serve``,
 ``oauth-callback``, ``codec-server``) logs to its console as it sets up, one line per
-record, warnings and worse (``console_logging``): ``worker`` and ``dev`` with an
-exception as a clause of its line (``--verbose`` adds tracebacks and the SDK's debug
-records); ``serve``, ``oauth-callback`` and ``codec-server`` with its traceback after the
-line, since an internal error's details are there (``serving_logging``; ``--verbose`` adds
-the info records, their HTTP server's among them, and psych's and the SDK's debug ones).
+record: psych's own info records (where it listens, for whom) and every library's warnings
+and worse (``console_logging``): ``worker`` and ``dev`` with an exception as a clause of
+its line (``--verbose`` adds tracebacks and the SDK's debug records); ``serve``,
+``oauth-callback`` and ``codec-server`` with its traceback after the line, since an
+internal error's details are there (``serving_logging``; ``--verbose`` adds the info
+records, their HTTP server's among them, and psych's and the SDK's debug ones). Each takes
+``--quiet`` too (``add_serving_log_options``): warnings and worse only, psych's as well.
 
 A one-shot command (every other) prints no log record unless ``--verbose``: its outcome
 and its failure are its own lines (a failure is the one ``psych:`` line, with what the
@@ -126,15 +128,22 @@ class ConsoleFormatter(logging.Formatter):
         return line
 
 
-def console_logging(*, verbose: bool, tracebacks: bool | None = None) -> None:
+def console_logging(*, verbose: bool, quiet: bool = False, tracebacks: bool | None = None) -> None:
     """Log to standard error one line per record (``ConsoleFormatter``), for this process.
 
     The Run's id moves from the message (where the SDK appends its whole context dict) to
-    the line's end. ``verbose`` adds the info records and the SDK's and psych's debug
-    records, among them the tracebacks of failures the SDK logs at debug level (a model
-    call's, which the workflow handles); ``tracebacks`` (default: ``verbose``) prints an
-    exception's traceback after its line.
+    the line's end. psych's own info records are printed (a serving command's: where it
+    listens), a library's only from warning up. ``verbose`` adds the libraries' info
+    records and the SDK's and psych's debug records, among them the tracebacks of failures
+    the SDK logs at debug level (a model call's, which the workflow handles); ``quiet``
+    leaves only warnings and worse, psych's too; ``tracebacks`` (default: ``verbose``)
+    prints an exception's traceback after its line.
+
+    Raises:
+        ValueError: both ``verbose`` and ``quiet`` (the parser refuses them together).
     """
+    if verbose and quiet:
+        raise ValueError("console_logging: verbose and quiet together")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(ConsoleFormatter(verbose=verbose if tracebacks is None else tracebacks))
     root = logging.getLogger()
@@ -142,8 +151,9 @@ def console_logging(*, verbose: bool, tracebacks: bool | None = None) -> None:
     for name in SHOWN:  # printed by this handler now, once
         logging.getLogger(name).removeHandler(_SHOWN)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
-    for name in ("temporalio", "psych_runtime"):
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.NOTSET)
+    logging.getLogger("temporalio").setLevel(logging.DEBUG if verbose else logging.NOTSET)
+    own = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.getLogger("psych_runtime").setLevel(own)
     from temporalio import activity, workflow  # a command's logs, not only a worker's
 
     activity.logger.activity_info_on_message = False
@@ -151,13 +161,30 @@ def console_logging(*, verbose: bool, tracebacks: bool | None = None) -> None:
 
 
 SERVING_VERBOSE_HELP = (
-    "also log the info records (the HTTP server's among them) and psych's and the SDK's "
-    "debug records (default: warnings and errors, each error with its traceback)"
+    "also log the libraries' info records (the HTTP server's among them) and psych's and "
+    "the SDK's debug records (default: psych's info records, such as where it listens, and "
+    "every warning and error, each error with its traceback)"
 )
 """``--verbose`` of ``serve``, ``oauth-callback`` and ``codec-server``."""
 
 
-def serving_logging(*, verbose: bool) -> None:
+QUIET_HELP = (
+    "log only warnings and errors (default: psych's info records too, such as where it listens)"
+)
+"""``--quiet`` of every ``SERVING`` command."""
+
+
+def add_serving_log_options(
+    parser: argparse.ArgumentParser, verbose_help: str = SERVING_VERBOSE_HELP
+) -> None:
+    """Give a ``SERVING`` command (or the parent parser of ``worker`` and ``dev``)
+    ``--verbose`` and ``--quiet``, which argparse refuses together, naming both."""
+    levels = parser.add_mutually_exclusive_group()
+    levels.add_argument("--verbose", action="store_true", help=verbose_help)
+    levels.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+
+
+def serving_logging(*, verbose: bool, quiet: bool = False) -> None:
     """How ``serve``, ``oauth-callback`` and ``codec-server`` log: ``console_logging``,
     with tracebacks even without ``verbose``: what fails in them is an internal error (a
     request's answer says no more than that), whose details are its log's.
@@ -165,7 +192,7 @@ def serving_logging(*, verbose: bool) -> None:
     Their uvicorn is given no logging config of its own (``log_config=None``), so its
     records come here too, in the same form: see ``uvicorn_options``.
     """
-    console_logging(verbose=verbose, tracebacks=True)
+    console_logging(verbose=verbose, quiet=quiet, tracebacks=True)
 
 
 class UvicornLogging(TypedDict):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-import sys
 from pathlib import Path
 
 import uvicorn
@@ -23,6 +23,8 @@ from psych_runtime.workers.cli._serve_command import listen_of, parse_listen
 from psych_runtime.workers.cli._stores import closing_stores
 from psych_runtime.workflows import PsychClient
 
+_log = logging.getLogger(__name__)
+
 
 async def _serve(args: argparse.Namespace) -> int:
     listen = listen_of(args, "PSYCH_OAUTH_CALLBACK_LISTEN", DEFAULT_CALLBACK_LISTEN)
@@ -34,11 +36,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = oauth_callback_app(client, store)
     config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
     server = uvicorn.Server(config)
-    print(
-        f"psych oauth-callback: http://{listen}{CALLBACK_PATH} (Ctrl-C to stop)",
-        file=sys.stderr,
-        flush=True,
-    )
+    _log.info("psych oauth-callback: http://%s%s (Ctrl-C to stop)", listen, CALLBACK_PATH)
     # The token store's S3 client and connections (PSYCH_BLOB_URL): closed however the
     # server stops (uvicorn raises a SIGINT again once it has shut down).
     async with closing_stores(store):
@@ -48,5 +46,5 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def cmd_oauth_callback(args: argparse.Namespace) -> int:
     """Serve the OAuth callback until SIGINT/SIGTERM."""
-    serving_logging(verbose=args.verbose)
+    serving_logging(verbose=args.verbose, quiet=args.quiet)
     return asyncio.run(_serve(args))

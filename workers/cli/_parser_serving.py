@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from psych_runtime.workers.cli._lazy import lazy
-from psych_runtime.workers.cli._logging import SERVING_VERBOSE_HELP
+from psych_runtime.workers.cli._logging import add_serving_log_options
 
 WORKFLOW_TYPES = ("AgentRun", "WorkflowRun")
 """``fleet.WORKFLOW_TYPES``: the workflow types ``psych replay`` replays."""
@@ -50,10 +50,8 @@ def add_process_commands(
         "alone, the scripted support model the demo uses; with SCRIPT, a .json/.yaml file "
         "of replies answered in order (see workers/README.md)",
     )
-    wiring.add_argument(
-        "--verbose",
-        action="store_true",
-        help="log tracebacks and the SDK's debug records (default: one line per failure)",
+    add_serving_log_options(
+        wiring, "log tracebacks and the SDK's debug records (default: one line per failure)"
     )
     wiring.add_argument(
         "--task-queue", help="the task queue to poll (overrides PSYCH_TASK_QUEUE, default psych)"
@@ -235,7 +233,7 @@ def add_serve_command(
         action="append",
         help="an accepted signature algorithm (repeatable; default RS256 and ES256)",
     )
-    serve.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
+    add_serving_log_options(serve)
     serve.set_defaults(func=lazy("psych_runtime.workers.cli._serve_command", "cmd_serve"))
     callback = commands.add_parser(
         "oauth-callback",
@@ -252,7 +250,7 @@ def add_serve_command(
         help="where to listen (env PSYCH_OAUTH_CALLBACK_LISTEN, default "
         f"{DEFAULT_CALLBACK_LISTEN})",
     )
-    callback.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
+    add_serving_log_options(callback)
     callback.set_defaults(
         func=lazy("psych_runtime.workers.cli._oauth_callback_command", "cmd_oauth_callback")
     )
@@ -373,7 +371,7 @@ def add_codec_server_command(
     )
     cmd.add_argument("--keys", help=f"keyring JSON file (default: {ENV_KEYS} or {ENV_KEY_FILE})")
     cmd.add_argument("--token-file", help="file holding the token (default: PSYCH_CODEC_TOKEN)")
-    cmd.add_argument("--verbose", action="store_true", help=SERVING_VERBOSE_HELP)
+    add_serving_log_options(cmd)
     cmd.set_defaults(func=lazy("psych_runtime.workers.codec", "cmd_codec_server"))
 
 

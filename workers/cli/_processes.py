@@ -282,7 +282,7 @@ def _print_policy(settings: WorkerSettings) -> None:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    console_logging(verbose=args.verbose)
+    console_logging(verbose=args.verbose, quiet=args.quiet)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before connecting
     # The stores it built from the environment (S3's hold connections), closed once its
     # workers have stopped, or when it fails.
@@ -344,7 +344,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _dev(args: argparse.Namespace) -> int:
-    console_logging(verbose=args.verbose)
+    console_logging(verbose=args.verbose, quiet=args.quiet)
     settings = settings_from(args)  # a bad --tools, --ask or script fails before the server
     # The OTEL_* variables, as `psych worker` reads them when it connects: the dev server's
     # client is not connected through `connect`, and its worker adds the plugins itself.

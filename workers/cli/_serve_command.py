@@ -13,8 +13,8 @@ import asyncio
 import dataclasses
 import functools
 import json
+import logging
 import os
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +51,8 @@ from psych_runtime.workflows import PsychClient
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+
+_log = logging.getLogger(__name__)
 
 
 def parse_listen(text: str, source: str = "--listen") -> tuple[str, int]:
@@ -187,7 +189,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
     server = uvicorn.Server(config)
-    print(f"psych serve: http://{listen} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    _log.info("psych serve: http://%s (Ctrl-C to stop)", listen)
     # Its shutdown (the app's lifespan) closes the push registry, its tasks' push
     # notifications left for the next process to take over, then the stores opened here.
     await server.serve()
@@ -250,5 +252,5 @@ async def serve_settings(
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API until SIGINT/SIGTERM."""
-    serving_logging(verbose=args.verbose)
+    serving_logging(verbose=args.verbose, quiet=args.quiet)
     return asyncio.run(_serve(args))

@@ -15,6 +15,10 @@ protocol names no workflow, so ``/encode`` must be told its tenant). Without a t
 decodes for every tenant whose keys it holds and refuses ``/encode``. Payloads that are not
 encrypted are returned unchanged; one it cannot open is refused (403) with the reason.
 
+Logging (the console of ``psych``'s serving commands): where it listens and for whom at
+info, and each refused request at warning with why (the status and the reason, never the
+token or the payload).
+
 The server is an asyncio socket server driven by h11 (as ``psych_runtime.testing``'s fake
 model is): no web framework to install or configure for one small JSON protocol.
 """
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import os
 import signal
 from collections.abc import Sequence
@@ -52,11 +57,16 @@ payload at 2 MB)."""
 
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class _Answer:
     status: int
     body: dict[str, Any] | None = None
+    logged: str | None = None
+    """The reason a refusal's log line gives, when not its answer's message (which may
+    quote what the request sent)."""
 
 
 class CodecServer:
@@ -153,11 +163,16 @@ class CodecServer:
                     break
                 request, body = received
                 origin, answer = self._answer(request, body)
+                if answer.status >= 400:
+                    _log_refusal(request, answer)
                 await _send(conn, writer, answer, self._cors(origin, request.method == b"OPTIONS"))
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
         except _TooLarge:
+            _log.warning(
+                "codec server refused a request: its body is over %d bytes (413)", MAX_BODY_BYTES
+            )
             with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
                 await _send(conn, writer, _Answer(413, _error("request body too large")), [])
         except (ConnectionError, h11.ProtocolError):
@@ -212,7 +227,11 @@ class CodecServer:
         try:
             payloads = json_format.Parse(body or b"{}", Payloads())
         except (json_format.ParseError, ValueError) as err:  # ValueError: not UTF-8
-            return origin, _Answer(400, _error(f'not {{"payloads": [...]}}: {err}'))
+            return origin, _Answer(
+                400,
+                _error(f'not {{"payloads": [...]}}: {err}'),
+                'the body is not {"payloads": [...]}',
+            )
         try:
             if action == "decode":
                 opened = [self.codec.open(p, self.tenant) for p in payloads.payloads]
@@ -230,6 +249,20 @@ class CodecServer:
 
 def _error(message: str) -> dict[str, Any]:
     return {"message": message}
+
+
+def _log_refusal(request: h11.Request, answer: _Answer) -> None:
+    """The warning for a refused request: its method, path and why (never its token, its
+    body, or a reason quoting the body)."""
+    reason = answer.logged or (answer.body or {}).get("message", "")
+    target = request.target.decode("latin-1").split("?", 1)[0]
+    _log.warning(
+        "codec server refused %s %r (%d): %s",
+        request.method.decode("latin-1"),
+        target,
+        answer.status,
+        reason,
+    )
 
 
 class _TooLarge(Exception):
@@ -290,7 +323,7 @@ async def _send(
 
 def cmd_codec_server(args: argparse.Namespace) -> int:
     """``psych codec-server``: serve until SIGINT or SIGTERM."""
-    serving_logging(verbose=args.verbose)
+    serving_logging(verbose=args.verbose, quiet=args.quiet)
     keyring = (
         FileKeyProvider(Path(args.keys)).keyring()
         if args.keys
@@ -322,10 +355,13 @@ async def _serve(server: CodecServer) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with server:
         origins = ", ".join(sorted(server.origins)) or "none (CLI only)"
-        print(
-            f"codec server at {server.url} (tenant: {server.tenant or 'every tenant of the keys'}; "
-            f"browser origins: {origins}); Ctrl-C to stop",
-            flush=True,
+        _log.info(
+            "codec server at %s (tenant: %s; browser origins: %s; namespace: %s); Ctrl-C to stop",
+            server.url,
+            server.tenant
+            or f"every tenant of its keys: {', '.join(sorted(server.codec.keyring.tenants))}",
+            origins,
+            server.namespace or "any",
         )
         await stop.wait()
     return 0
