@@ -195,19 +195,20 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
         connection: Connection | None = None
-        once = False  # connected, a message not safe to repeat may reach the peer
+        sending = False  # the message's request built: from here it may reach the peer
         try:
             connection = await connect(input.peer, input.scope, self.secrets)
-            once = input.report_through_client
-            answer = await self._send(input, connection)
+            built = await self._request(input, connection)
+            sending = not isinstance(built, Answer)
+            answer = built if isinstance(built, Answer) else await self._send(input, *built)
         except PeerUnavailable as err:  # before the message was sent (its card, say)
             said = f"A2A peer {input.peer.name!r} is unavailable: {err}"
             answer = Answer("error", said, sent=False)
-        except Exception as err:  # a SecretResolver's own failure, a bug: sent at most once
+        except Exception as err:  # a SecretResolver's own failure, a bug: sent if sending
             redact = connection.redact if connection is not None else Redactor()
-            answer = Answer("error", unexpected(input.name, err, redact))
+            answer = Answer("error", unexpected(input.name, err, redact), sent=sending)
         unsent = isinstance(answer, Answer) and not answer.sent
-        once = once and not unsent
+        once = input.report_through_client and sending and not unsent
         redact = connection.redact if connection is not None else Redactor()
         if isinstance(answer, Task) and answer.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             # The Run's person answers (``questions_to_person``): the question is no answer
@@ -360,9 +361,11 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             unsent=unsent,
         )
 
-    async def _send(self, input: A2aToolCall, connection: Connection) -> Answer | Task:
-        """Send the message; the answer, or the task when the peer still works on it past
-        ``hold_seconds``."""
+    async def _request(
+        self, input: A2aToolCall, connection: Connection
+    ) -> Answer | tuple[Connection, ClientTransport, SendMessageRequest]:
+        """What ``_send`` sends, or why nothing is sent (an ``Answer``, ``sent`` false):
+        the peer's card is read here, before any of the message leaves."""
         peer = input.peer
         text = input.arguments.get(A2A_MESSAGE_ARGUMENT)
         task_id = input.arguments.get(A2A_TASK_ARGUMENT)
@@ -390,7 +393,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         request = SendMessageRequest(
             tenant=peer.tenant or "",
             message=message,
-            # The peer answers at once; a task it is still working on is read below, then
+            # The peer answers at once; a task it is still working on is read in ``_send``, then
             # (past the hold) on the Run's timer, so no HTTP request or activity slot is
             # held while a peer works for hours.
             configuration=SendMessageConfiguration(return_immediately=True),
@@ -398,6 +401,18 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
         push = await self._push_config(input, fetched.card)
         if push is not None:
             request.configuration.task_push_notification_config.CopyFrom(push)
+        return connection, transport, request
+
+    async def _send(
+        self,
+        input: A2aToolCall,
+        connection: Connection,
+        transport: ClientTransport,
+        request: SendMessageRequest,
+    ) -> Answer | Task:
+        """Send the message; the answer, or the task when the peer still works on it past
+        ``hold_seconds``."""
+        peer, settings = input.peer, self.settings
         deadline = time.monotonic() + settings.call_timeout_seconds
         hold_until = time.monotonic() + settings.hold_seconds
         context = connection.context(settings.call_timeout_seconds)

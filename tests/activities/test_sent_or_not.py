@@ -12,6 +12,7 @@ real (a file stands where its directory goes).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -290,6 +291,69 @@ async def test_an_a2a_message_the_peer_took_and_failed_ran(tmp_path: Path) -> No
             with pytest.raises(ApplicationError) as caught:
                 await ActivityEnvironment().run(a2a.call, a2a_call(peer.url))
         assert [r.method for r in peer.requests] == ["GET", "POST"]  # the message left
+        assert caught.value.type == ErrorType.RESULT_NOT_KEPT
+    finally:
+        await egress.aclose()
+
+
+class FailingVault:
+    """A SecretResolver whose own backend fails (not a missing secret)."""
+
+    async def resolve(self, scope: Scope, name: str) -> str:
+        raise RuntimeError("vault sealed")
+
+
+async def test_an_a2a_message_whose_credential_could_not_be_resolved_did_not_run(
+    tmp_path: Path,
+) -> None:
+    # Before: the plain store error (no "did not run"): a failure other than
+    # PeerUnavailable before the message was built was taken as a message that may have
+    # left, though nothing was sent (the card not even fetched).
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.1/32",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress, secrets=FailingVault())
+    call = a2a_call(f"http://127.0.0.1:{free_port()}")
+    call = call.model_copy(update={"peer": call.peer.model_copy(update={"credential": "desk"})})
+    try:
+        with pytest.raises(StoreUnavailable, match=r"^the call did not run \(its request"):
+            await ActivityEnvironment().run(a2a.call, call)
+    finally:
+        await egress.aclose()
+
+
+@asynccontextmanager
+async def reading_then_dropping() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A server that reads each request whole, then closes the connection unanswered; its
+    base URL and the requests it read."""
+    read: list[bytes] = []
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        )
+        read.append(head + await reader.readexactly(length))
+        writer.transport.abort()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", read
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_an_a2a_message_the_peer_read_and_dropped_may_have_run(tmp_path: Path) -> None:
+    # The converse of a refused connection: the message was read whole, the connection
+    # then dropped unanswered; the peer may act on it, so the outcome is ResultNotKept.
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress)
+    try:
+        async with reading_then_dropping() as (url, read):
+            with card_sending_to(url) as peer, pytest.raises(ApplicationError) as caught:
+                await ActivityEnvironment().run(a2a.call, a2a_call(peer.url))
+        assert len(read) >= 1 and b"refund order 42" in read[0]
         assert caught.value.type == ErrorType.RESULT_NOT_KEPT
     finally:
         await egress.aclose()
