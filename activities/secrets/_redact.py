@@ -20,8 +20,8 @@ import base64
 import html
 import json
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
@@ -120,7 +120,15 @@ class Redactor:
         as pydantic's ValidationError) is replaced by a ``RedactedError`` carrying the
         redacted message; the rest of the chain is kept. A Temporal ``FailureError`` (an
         ``ApplicationError``, ``LocalStoreFailed``) keeps its class and fields, its
-        ``message`` and string ``details`` redacted (``_scrub_failure``).
+        ``message`` and details redacted (``_scrub_failure``).
+
+        A failure decoded from Temporal (a child's, an activity's) keeps the proto it was
+        decoded from, which the failure converter sends as it is, unredacted; when the
+        chain held a secret it is dropped, and with it the remote stack trace. That trace
+        cannot be kept without the proto: the converter takes a failure's stack trace from
+        its proto or else from its Python ``__traceback__`` only, and a proto rebuilt here
+        would bypass the worker's failure converter (the codec's, which encrypts messages
+        and stack traces as encoded attributes) for every cause beneath it.
         """
         head, changed = self._scrub_one(err)
         chain = [head]
@@ -145,7 +153,7 @@ class Redactor:
             # A FailureError decoded from a Temporal failure keeps that proto, and the
             # failure converter sends it as it is (its message, its causes) instead of the
             # fields: dropped, so what is sent is the redacted chain (the proto's remote
-            # stack trace goes with it).
+            # stack trace goes with it: see above).
             for link in chain:
                 failure = _temporal_failure(link)
                 if failure is not None and failure.failure is not None:
@@ -173,14 +181,14 @@ class Redactor:
 
     def _scrub_failure(self, err: FailureError) -> bool:
         """Redact a Temporal failure's ``message`` (what the failure converter sends and
-        ``ApplicationError.__str__`` does not show: it shows ``args``) and its details that
-        are strings (a ref, a quoted line); whether either held a secret.
+        ``ApplicationError.__str__`` does not show: it shows ``args``) and its details (an
+        ``ApplicationError``'s or a ``CancelledError``'s; a ``TimeoutError``'s last
+        heartbeat details), strings and the strings inside dicts, lists and tuples (``_walk``);
+        whether any held a secret.
 
         In place, so its class (a ``StoreUnavailable`` that is an ``ApplicationError``) and
         its ``type``, ``non_retryable`` and cause stay. temporalio gives neither field a
-        setter, hence the private names. Details that are not strings are structured data
-        the activity built, from text it redacted first (the model call's failure): walking
-        them would rebuild values it owns, for no text they do not already pass through.
+        setter, hence the private names.
         """
         changed = False
         clean = self(err.message)
@@ -188,12 +196,52 @@ class Redactor:
             err._message = clean
             changed = True
         exceptions = sys.modules["temporalio.exceptions"]  # loaded: err is one of its failures
-        if isinstance(err, exceptions.ApplicationError):
-            details = tuple(self(d) if isinstance(d, str) else d for d in err.details)
-            if details != tuple(err.details):
+        if isinstance(err, exceptions.ApplicationError | exceptions.CancelledError):
+            details = self._walked(err.details)
+            if details is not None:
                 err._details = details
                 changed = True
+        if isinstance(err, exceptions.TimeoutError):
+            beat = self._walked(err.last_heartbeat_details)
+            if beat is not None:
+                err._last_heartbeat_details = beat
+                changed = True
         return changed
+
+    def _walked(self, details: Sequence[Any]) -> tuple[Any, ...] | None:
+        """``details`` redacted (``_walk``), or None when none held a secret."""
+        given = tuple(details)
+        walked = self._walk(given, set())
+        return None if walked is given else walked
+
+    def _walk(self, value: Any, open_: set[int]) -> Any:
+        """``value`` redacted: a string, or the strings in dicts (keys too), lists and
+        tuples, nested; other values as they are. The very object when nothing in it
+        changed (``open_``: the containers being walked, so a cycle is left as it is)."""
+        if isinstance(value, str):
+            clean = self(value)
+            return value if clean == value else clean
+        if not isinstance(value, dict | list | tuple) or id(value) in open_:
+            return value
+        open_.add(id(value))
+        try:
+            if isinstance(value, dict):
+                pairs = [(self._walk(k, open_), self._walk(v, open_)) for k, v in value.items()]
+                same = all(
+                    k is k0 and v is v0
+                    for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)
+                )
+                return value if same else dict(pairs)
+            items = [self._walk(item, open_) for item in value]
+            if all(item is old for item, old in zip(items, value, strict=True)):
+                return value
+            if isinstance(value, list):
+                return items
+            if hasattr(value, "_fields"):  # a named tuple
+                return type(value)(*items)
+            return tuple(items)
+        finally:
+            open_.discard(id(value))
 
     def __repr__(self) -> str:
         return f"Redactor(names={list(self.names)!r})"
