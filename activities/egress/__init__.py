@@ -30,7 +30,12 @@ if TYPE_CHECKING:
         Refusal,
         blocked_kind,
     )
-    from psych_runtime.activities.egress._sent import never_sent
+    from psych_runtime.activities.egress._sent import (
+        Attempt,
+        attempts,
+        never_sent,
+        untracked,
+    )
 
 _HOMES = {
     "DEFAULT_MAX_RESPONSE_BYTES": "psych_runtime.activities.egress._rules",
@@ -50,6 +55,9 @@ _HOMES = {
     "ResponseTooLarge": "psych_runtime.activities.egress._bounds",
     "blocked_kind": "psych_runtime.activities.egress._rules",
     "never_sent": "psych_runtime.activities.egress._sent",
+    "Attempt": "psych_runtime.activities.egress._sent",
+    "attempts": "psych_runtime.activities.egress._sent",
+    "untracked": "psych_runtime.activities.egress._sent",
     "system_resolver": "psych_runtime.activities.egress._guard",
 }
 """Where each public name lives, imported on first use: the rules and the policy need no HTTP
@@ -68,6 +76,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "Attempt",
     "LOOPBACK",
     "Egress",
     "EgressDenied",
@@ -82,7 +91,9 @@ __all__ = [
     "Refusal",
     "ResponseTooLarge",
     "Resolver",
+    "attempts",
     "blocked_kind",
     "never_sent",
     "system_resolver",
+    "untracked",
 ]

@@ -27,7 +27,7 @@ import httpx
 import httpx2
 
 from psych_runtime.activities.egress._guard import PURPOSE, EgressDenied
-from psych_runtime.activities.egress._sent import ANSWERED
+from psych_runtime.activities.egress._sent import ANSWERED, attempting, failed
 
 _INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
 """Encodings decoded here (``zlib`` reads gzip and zlib-wrapped deflate alike)."""
@@ -258,10 +258,16 @@ class Bounded2(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
+        attempt = attempting(request)  # for the call that asked (``attempts``)
         try:
             response = await self.inner.handle_async_request(request)
         except EgressDenied as err:
-            raise _denied(err, request, self.denied) from None
+            told = _denied(err, request, self.denied)
+            failed(attempt, request, told)
+            raise told from None
+        except httpx2.TransportError as err:
+            failed(attempt, request, err)
+            raise
         # An event stream passes whole only where the request asked for one (a session's
         # stream): a body read whole (an OAuth document, a reply) labelled so is bounded.
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -43,7 +43,7 @@ from psych_runtime.activities.contract import (
     McpToolCall,
     ToolOutcome,
 )
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import Attempt, Egress, attempts
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
 from psych_runtime.activities.mcp._catalog import (
     CatalogCache,
@@ -52,7 +52,7 @@ from psych_runtime.activities.mcp._catalog import (
     found_text,
     search,
 )
-from psych_runtime.activities.mcp._connect import Unavailable, failure_reason
+from psych_runtime.activities.mcp._connect import Unavailable, failure_reason, never_called
 from psych_runtime.activities.mcp._consent import ConsentInterrupted, consent_needed, exchange
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired, consent_error
 from psych_runtime.activities.mcp._discovery import Catalogues
@@ -383,23 +383,25 @@ class McpActivities(Catalogues, ActivityClass):
             reports.put_nowait(redact(f"{progress:g}{of} {message or ''}".strip()))
 
         leased = False  # connecting failed before: the call was never sent
+        tried: list[Attempt] = []  # after: what became of its tools/call requests
         try:
-            async with self.sessions.client(
-                connection.key, server.url, connection.headers, connection.auth
-            ) as c:
-                leased = True
-                # The SDK makes the client span of the request itself ("MCP send
-                # tools/call <tool>", under this call's execute_tool span).
-                consents = None if self.oauth is None else self.oauth.consents
-                called = call_round(c, input.tool, input.arguments, on_progress, input.input)
-                if consents is not None:
-                    called = consents.unless_needed(connection.consent, called)
-                result = await heartbeating_round(
-                    called,
-                    reports,
-                    within=self.settings.call_timeout_seconds,
-                    beat_every=self.settings.heartbeat_seconds,
-                )
+            with attempts(tried):
+                async with self.sessions.client(
+                    connection.key, server.url, connection.headers, connection.auth
+                ) as c:
+                    leased = True
+                    # The SDK makes the client span of the request itself ("MCP send
+                    # tools/call <tool>", under this call's execute_tool span).
+                    consents = None if self.oauth is None else self.oauth.consents
+                    called = call_round(c, input.tool, input.arguments, on_progress, input.input)
+                    if consents is not None:
+                        called = consents.unless_needed(connection.consent, called)
+                    result = await heartbeating_round(
+                        called,
+                        reports,
+                        within=self.settings.call_timeout_seconds,
+                        beat_every=self.settings.heartbeat_seconds,
+                    )
         except BadAnswer as err:
             said = f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}"
             return await outcome("error", said, sent=False)
@@ -417,7 +419,8 @@ class McpActivities(Catalogues, ActivityClass):
                 # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
             said = f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
-            return await outcome("error", said, sent=leased)
+            # Leased, its tools/call may still have never left (its connection refused).
+            return await outcome("error", said, sent=leased and not never_called(tried, input.tool))
         except (McpConsentRequired, StoreUnavailable):  # a token store down: nothing sent
             raise
         except Exception as err:

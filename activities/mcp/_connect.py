@@ -5,13 +5,14 @@ check of a Spec's servers."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx2
 from mcp.client import Client
 
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import Attempt, Egress
 from psych_runtime.activities.mcp._consent_check import ReadOnlyTokens, oauth_line
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable
 from psych_runtime.activities.mcp._pool import (
@@ -106,6 +107,24 @@ async def resolve_credential(
         return await resolve_secret(secrets, scope, server.credential)
     except NotFound as err:
         raise Unavailable(f"credential {server.credential!r} is not available") from err
+
+
+def never_called(tried: Sequence[Attempt], tool: str) -> bool:
+    """Whether a call of ``tool`` provably never reached its server: each ``tools/call``
+    of it ``tried`` holds (there is one at least) never left (``attempts``). A request that
+    may have left, or none seen at all, says it may have run."""
+    calls = [attempt for attempt in tried if _calls(attempt, tool)]
+    return bool(calls) and all(attempt.unsent for attempt in calls)
+
+
+def _calls(attempt: Attempt, tool: str) -> bool:
+    try:
+        message = json.loads(attempt.body or b"")
+    except ValueError:
+        return False
+    params = message.get("params") if isinstance(message, dict) else None
+    named = isinstance(params, dict) and params.get("name") == tool
+    return attempt.method == "POST" and message.get("method") == "tools/call" and named
 
 
 def failure_reason(err: BaseException) -> str:

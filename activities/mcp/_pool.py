@@ -38,7 +38,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from psych_runtime.activities.egress import Egress
+from psych_runtime.activities.egress import Egress, untracked
 from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
 from psych_runtime.activities.mcp._told import TokenRefused, ToldAuth
 from psych_runtime.specs import Scope, StoreUnavailable
@@ -381,9 +381,8 @@ class McpSessions:
         loop = asyncio.get_running_loop()
         pooled = _Pooled(key=key, ready=loop.create_future())
         self._sessions[key] = pooled
-        pooled.task = asyncio.create_task(
-            self._own(pooled, url, dict(headers), auth), name=f"mcp-session {key!r}"
-        )
+        owner = self._own(pooled, url, dict(headers), auth)  # outlives the opening call's attempts
+        pooled.task = asyncio.create_task(owner, name=f"mcp-session {key!r}", context=untracked())
         self._tasks.add(pooled.task)
         pooled.task.add_done_callback(self._tasks.discard)
         if self._reaper is None or self._reaper.done():

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -47,6 +48,7 @@ from tests._ports import free_port
 from tests._upstream import Answer, Request, Upstream
 from tests.a2a.peer import card
 from tests.activities.test_tools import http_call
+from tests.mcp.fixture import start_mcp_server
 
 
 async def resolver(host: str, port: int) -> list[str]:
@@ -321,9 +323,9 @@ async def test_an_a2a_message_whose_credential_could_not_be_resolved_did_not_run
 
 
 @asynccontextmanager
-async def reading_then_dropping() -> AsyncIterator[tuple[str, list[bytes]]]:
-    """A server that reads each request whole, then closes the connection unanswered; its
-    base URL and the requests it read."""
+async def reading_then_dropping(port: int = 0) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A server (on ``port``, else a free one) that reads each request whole, then closes
+    the connection unanswered; its base URL and the requests it read."""
     read: list[bytes] = []
 
     async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -336,7 +338,7 @@ async def reading_then_dropping() -> AsyncIterator[tuple[str, list[bytes]]]:
         read.append(head + await reader.readexactly(length))
         writer.transport.abort()
 
-    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    server = await asyncio.start_server(drop, "127.0.0.1", port)
     try:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", read
     finally:
@@ -357,3 +359,62 @@ async def test_an_a2a_message_the_peer_read_and_dropped_may_have_run(tmp_path: P
         assert caught.value.type == ErrorType.RESULT_NOT_KEPT
     finally:
         await egress.aclose()
+
+
+@asynccontextmanager
+async def pooled_mcp_session(tmp_path: Path) -> AsyncIterator[tuple[McpActivities, McpServer, int]]:
+    """MCP activities holding a session to a streamable-HTTP server that has then stopped
+    (its port free again), whose store fails every write; the server's spec and port."""
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    mcp = McpActivities(blobs=LocalBlobStore(tmp_path / "ok"), egress=egress)
+    served = start_mcp_server("streamable-http")
+    server = McpServer(name="crm", url=served.url, transport="http")
+    try:
+        first = await ActivityEnvironment().run(mcp.call, mcp_call(server, "echo", text="hi"))
+        assert (first.status, first.content) == ("ok", "hi")
+        served.stop()
+        assert len(mcp.sessions.keys) == 1  # kept: the next call is sent on it
+        mcp.blobs = broken_store(tmp_path)
+        yield mcp, server, served.port
+    finally:
+        served.stop()
+        await mcp.aclose()
+        await egress.aclose()
+
+
+def mcp_call(server: McpServer, tool: str, **arguments: Any) -> McpToolCall:
+    return McpToolCall(
+        run_id="r1",
+        call_id="c1",
+        server=server,
+        tool=tool,
+        arguments=arguments,
+        large_result_bytes=100_000,
+        scope=Scope(tenant="acme"),
+        report_through_client=True,
+    )
+
+
+async def test_an_mcp_call_on_a_pooled_session_whose_connection_was_refused_did_not_run(
+    tmp_path: Path,
+) -> None:
+    # Before: ResultNotKept. The session was leased, so its failure ("the session broke:
+    # Connection closed", the SDK's words for the refused POST) was taken as a call that
+    # may have run, though its tools/call never connected.
+    said = r"^the call did not run \(its request never left\), and its outcome \(error\)"
+    async with pooled_mcp_session(tmp_path) as (mcp, server, _):
+        with pytest.raises(StoreUnavailable, match=said):
+            await ActivityEnvironment().run(mcp.call, mcp_call(server, "charge", amount=1))
+
+
+async def test_an_mcp_call_the_server_read_and_dropped_may_have_run(tmp_path: Path) -> None:
+    # The converse: on the same pooled session, the tools/call is read whole by whatever
+    # listens at the server's port now, and its connection dropped unanswered.
+    async with (
+        pooled_mcp_session(tmp_path) as (mcp, server, port),
+        reading_then_dropping(port) as (_, read),
+    ):
+        with pytest.raises(ApplicationError) as caught:
+            await ActivityEnvironment().run(mcp.call, mcp_call(server, "charge", amount=1))
+    assert any(b'"tools/call"' in request for request in read)
+    assert caught.value.type == ErrorType.RESULT_NOT_KEPT
