@@ -281,6 +281,24 @@ async def test_an_a2a_message_whose_connection_was_refused_did_not_run(tmp_path:
         await egress.aclose()
 
 
+async def test_an_a2a_message_whose_tls_handshake_failed_did_not_run(tmp_path: Path) -> None:
+    # Its card names an https interface where a plain HTTP server listens: the handshake
+    # fails (the server reads a ClientHello, no request), so nothing of the message left.
+    egress = Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+    a2a = A2aActivities(blobs=broken_store(tmp_path), egress=egress)
+    try:
+        with (
+            card_sending_to("") as plain,
+            card_sending_to(plain.url.replace("http:", "https:")) as peer,
+            pytest.raises(StoreUnavailable, match=r"^the call did not run \(its request"),
+        ):
+            await ActivityEnvironment().run(a2a.call, a2a_call(peer.url))
+        assert [r.method for r in peer.requests] == ["GET"]  # the card only
+        assert plain.requests == []  # a handshake, never a request
+    finally:
+        await egress.aclose()
+
+
 async def test_an_a2a_message_the_peer_took_and_failed_ran(tmp_path: Path) -> None:
     # The converse: the peer answered the message 500, so it left; a store that does not
     # keep the outcome is ResultNotKept (the Run says it ran), never "did not run".
