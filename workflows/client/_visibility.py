@@ -13,7 +13,10 @@ client retries as transient (~10 s by default, the outage window under
 request as the client's interceptors leave it: a copy of the client with a last
 (innermost) interceptor of ours reads the final ``ListWorkflowsInput`` and the request is
 made from it. An interceptor so sees that call and its rewrite applies; only what it would
-do when the returned iterator fetches (it never does) does not run for that one try.
+do when the returned iterator fetches (it never does) does not run for that one try. One
+that passes the call on only as the page is fetched (it awaits a credential first, say:
+``list_workflows`` is synchronous) leaves no request to read: that page is then fetched
+as any other, with the retries (a position Temporal cannot read is refused after them).
 """
 
 from __future__ import annotations
@@ -89,13 +92,16 @@ class Visibility:
         await listed.fetch_next_page()
         return Page([e.raw_info for e in listed.current_page or ()], listed.next_page_token)
 
-    async def once(self, query: str, size: int, token: bytes | None) -> Page:
-        """One page asked once, without the client's retries, as its interceptors ask it."""
+    async def once(self, query: str, size: int, token: bytes | None) -> Page | None:
+        """One page asked once, without the client's retries, as its interceptors ask it;
+        None when they pass the call on only as its page is fetched (one that awaits a
+        credential first, say: ``list_workflows`` is synchronous), which only the client's
+        iterator, with its retries, asks."""
         # Synchronous from the call to the read: no other listing's request comes between.
         self._copied().list_workflows(query, page_size=size, next_page_token=token)
         asked = self._asked.take()
         if asked is None:
-            raise RuntimeError("the client's interceptors did not pass the listing on")
+            return None
         request = ListWorkflowExecutionsRequest(
             namespace=self._client.namespace,
             page_size=asked.page_size,
@@ -133,15 +139,16 @@ class Visibility:
             BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
                 twice, while it reads the same listing from its start in between.
         """
+        page: Page | None = None
         try:
-            return await self.once(query, size, token)
+            page = await self.once(query, size, token)
         except RPCError as err:
             # UNKNOWN is also what a server in trouble may answer (SQL visibility: for any
             # internal error): the token is to blame only when the listing reads without
             # it and the token is refused again (two queries more, answered at once).
             if err.status in _UNREADABLE_TOKEN and await self._reads(query):
                 try:
-                    return await self.once(query, size, token)
+                    page = await self.once(query, size, token)
                 except RPCError as again:
                     if again.status in _UNREADABLE_TOKEN:
                         raise BadCursor(
@@ -151,14 +158,16 @@ class Visibility:
                             "or kept across a change of visibility store; start the listing "
                             "again without a cursor"
                         ) from again
-        # Transient (UNAVAILABLE...), or the listing fails without the cursor too: asked
+        # Transient (UNAVAILABLE...), the listing fails without the cursor too, or the
+        # interceptors pass the call on only as a page is fetched (``once``: None): asked
         # again as any page is, with the client's retries.
-        return await self.page(query, size, token)
+        return page if page is not None else await self.page(query, size, token)
 
     async def _reads(self, query: str) -> bool:
-        """Whether Temporal answers ``query``'s first Run, asked once."""
+        """Whether Temporal answers ``query``'s first Run, asked once (False: not asked so,
+        ``once``'s None)."""
         try:
-            await self.once(query, 1, None)
+            read = await self.once(query, 1, None)
         except RPCError:
             return False
-        return True
+        return read is not None
