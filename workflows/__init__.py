@@ -5,7 +5,11 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
-from psych_runtime.workflows.client._asked import ClosedStateUnanswered, HistoryNotRead
+from psych_runtime.workflows.client._asked import (
+    ClosedStateUnanswered,
+    HistoryNotRead,
+    TemporalUnanswered,
+)
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
@@ -173,6 +177,7 @@ __all__ = [
     "SuspensionReport",
     "TRACING_EXTERN",
     "TasksUpdated",
+    "TemporalUnanswered",
     "TenantBlobs",
     "TokenDelta",
     "ToolCallFinished",

@@ -23,7 +23,7 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._tasks import _cut_short
-from psych_runtime.workflows import HistoryNotRead, PsychClient, RunStatus
+from psych_runtime.workflows import HistoryNotRead, PsychClient, RunStatus, TemporalUnanswered
 from psych_runtime.workflows.client._cancelled import cancelled_reason
 
 from ._waiting import eventually
@@ -165,7 +165,17 @@ async def test_a_streams_end_waits_on_temporal_the_timeout_at_most(harness: Harn
         )
         relay.stop()
         started = time.monotonic()
-        with pytest.raises(RPCError):
+        with pytest.raises(RPCError) as ended:
             await asyncio.wait_for(_drained(ending), 15)
     assert time.monotonic() - started < 10
     assert [what for what, _ in failures] == ["closed execution"]
+    # Each read needs no worker: Temporal's silence, said so (REST and A2A: 503 temporal),
+    # not a query no worker answered (review 12-07: both were bare timeouts).
+    for err in (failures[0][1], ended.value):
+        assert isinstance(err, TemporalUnanswered), repr(err)
+        assert err.why.startswith(
+            f"Temporal did not answer a describe of Run {workflow_id} within 1 s ("
+        )
+        problem = problem_of(err)
+        assert problem is not None
+        assert (problem.status, problem.kind, problem.detail) == (503, "temporal", err.why)

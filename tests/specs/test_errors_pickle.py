@@ -45,7 +45,7 @@ from psych_runtime.specs import _errors as specs_errors
 from psych_runtime.specs._errors import StoreDamaged
 from psych_runtime.workers.serve._auth import IssuerUnavailable
 from psych_runtime.workers.serve._expiry import CredentialExpired
-from psych_runtime.workflows import ClosedStateUnanswered, HistoryNotRead
+from psych_runtime.workflows import ClosedStateUnanswered, HistoryNotRead, TemporalUnanswered
 from psych_runtime.workflows.client._follow_hub import UnknownPosition
 
 HASH = "sha256:" + "ab" * 32
@@ -143,6 +143,10 @@ RPC_ERRORS = (
     pytest.param(
         lambda: HistoryNotRead("psych-acme-4f2a", 1000, timedelta(seconds=4), _timeout()),
         id="history",
+    ),
+    pytest.param(
+        lambda: TemporalUnanswered("psych-acme-4f2a", "a describe", None, _timeout()),
+        id="describe",
     ),
 )
 

@@ -56,7 +56,7 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
 from psych_runtime.workers.serve._auth import IssuerUnavailable, NotPublisher, Unauthorized
-from psych_runtime.workflows import ClosedStateUnanswered, HistoryNotRead, RefusalKind
+from psych_runtime.workflows import ClosedStateUnanswered, RefusalKind, TemporalUnanswered
 
 PROBLEM_JSON = "application/problem+json"
 INTERNAL_DETAIL = "the server failed on this request (an internal error: its log has the details)"
@@ -230,7 +230,7 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
             return Problem(409, f"the Run did not take it: {cause}", "refused")
         case ClosedStateUnanswered():  # a closed execution's state: its close event says less
             return Problem(503, f"no worker answered for the Run in time; {err.why}", "no-worker")
-        case HistoryNotRead():  # Temporal, not a worker, did not answer in time
+        case TemporalUnanswered():  # Temporal, not a worker, did not answer in time
             return Problem(503, err.why, "temporal")
         case RPCError() if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             return Problem(503, "no worker answered for the Run in time", "no-worker")

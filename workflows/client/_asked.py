@@ -133,11 +133,29 @@ class ClosedStateUnanswered(RPCError):
         return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
-class HistoryNotRead(RPCError):
+class TemporalUnanswered(RPCError):
+    """Temporal did not answer, within the read's RPC timeout, a read of a Run's execution
+    that needs no worker (its description, its close event: ``read_mapped``): an
+    ``RPCError`` of the timeout's status, so callers that handle a timeout still do, whose
+    ``why`` names what was read, of which Run, and the timeout, so it is not taken for a
+    query no worker answered. Pickles and copies whole (``_rebuilt``)."""
+
+    def __init__(
+        self, workflow_id: str, what: str, rpc_timeout: timedelta | None, err: RPCError
+    ) -> None:
+        within = "" if rpc_timeout is None else f" within {rpc_timeout.total_seconds():g} s"
+        self.why = f"Temporal did not answer {what} of Run {workflow_id}{within} ({err.message})"
+        super().__init__(self.why, err.status, err.raw_grpc_status)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+class HistoryNotRead(TemporalUnanswered):
     """Temporal did not answer, within the read's RPC timeout (each page's), a page of the
     history of a Run's closed execution read with no worker (``_cancelled.py``): an
     ``RPCError`` of the timeout's status, whose ``why`` names the Run, how far its history
-    was read and the timeout. Pickles and copies whole (``_rebuilt``)."""
+    was read and the timeout. A ``TemporalUnanswered``; pickles and copies whole."""
 
     def __init__(
         self, workflow_id: str, events_read: int, rpc_timeout: timedelta | None, err: RPCError
@@ -149,10 +167,7 @@ class HistoryNotRead(RPCError):
             f"Temporal did not answer a page of the history of Run {workflow_id}{within} "
             f"(after {events_read} events read: {err.message})"
         )
-        super().__init__(self.why, err.status, err.raw_grpc_status)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuilt, (type(self), self.args, self.__dict__))
+        RPCError.__init__(self, self.why, err.status, err.raw_grpc_status)
 
 
 def _rebuilt(cls: type[RPCError], args: tuple[Any, ...], state: dict[str, Any]) -> RPCError:
@@ -175,3 +190,14 @@ def mapped(err: RPCError, workflow_id: str) -> Exception:
     if err.status == RPCStatusCode.NOT_FOUND:
         return NotFound(f"no Run {workflow_id}")
     return err
+
+
+def read_mapped(
+    err: RPCError, workflow_id: str, what: str, rpc_timeout: timedelta | None
+) -> Exception:
+    """``err`` of a read no worker answers (``what``: a describe, a close event), as this
+    package raises it: its timeout as ``TemporalUnanswered`` (Temporal's silence, not a
+    worker's), else as ``mapped``."""
+    if unanswered(err):
+        return TemporalUnanswered(workflow_id, what, rpc_timeout, err)
+    return mapped(err, workflow_id)

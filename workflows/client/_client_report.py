@@ -108,6 +108,8 @@ class RunReporting(abc.ABC):
         Raises:
             AccessDenied: the Run belongs to another tenant.
             NotFound: no such Run.
+            TemporalUnanswered: Temporal did not answer a read within ``rpc_timeout``
+                (``HistoryNotRead``: a page of a cancelled Run's history).
             RPCError: Temporal could not describe it or read its close event.
         """
         workflow_id, _ = self._handle(run, scope)

@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ErrorType
-from psych_runtime.workflows.client._asked import mapped
+from psych_runtime.workflows.client._asked import read_mapped
 from psych_runtime.workflows.client._cancelled import cancelled_reason
 from psych_runtime.workflows.client._listing import parse_workflow_id
 from psych_runtime.workflows.client._unsettled import (
@@ -86,12 +86,14 @@ async def closed_run(
 
     Raises:
         NotFound: no such Run (or its history gone meanwhile).
+        TemporalUnanswered: Temporal did not answer a read within ``rpc_timeout``
+            (``HistoryNotRead``: a page of a cancelled one's history).
         RPCError: Temporal could not describe it or read its close event.
     """
     try:
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
-        raise mapped(err, workflow_id) from err
+        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
     closed = described.status
     if closed in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
         return None
@@ -115,7 +117,7 @@ async def closed_run(
         try:
             result: RunResult = await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
         except RPCError as err:
-            raise mapped(err, workflow_id) from err
+            raise read_mapped(err, workflow_id, "its close event", rpc_timeout) from err
         except Exception:  # not decoded here: its state, as a worker decodes it, says
             return None
         return shown(result.status, result.reason, result.answer)
@@ -133,7 +135,7 @@ async def closed_run(
     except WorkflowFailureError as err:
         failure = err.cause
     except RPCError as err:
-        raise mapped(err, workflow_id) from err
+        raise read_mapped(err, workflow_id, "its close event", rpc_timeout) from err
     except Exception:  # its failure not decoded here: as for a result, its state says
         return None
     if isinstance(failure, ApplicationError) and failure.type == ErrorType.RUN_FAILED:

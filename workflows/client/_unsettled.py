@@ -32,8 +32,8 @@ from temporalio.service import RPCError
 
 from psych_runtime.workflows.client._asked import (
     ClosedStateUnanswered,
-    mapped,
     query_run,
+    read_mapped,
     unanswered,
 )
 from psych_runtime.workflows.contract._contract import QUERY_STATE, SA_STATUS, RunState
@@ -87,13 +87,14 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
 
     Raises:
         NotFound: no such Run (its history gone meanwhile).
+        TemporalUnanswered: Temporal did not answer its describe within ``rpc_timeout``.
         ClosedStateUnanswered: no worker answered its state in time.
         RPCError: Temporal or the query failed otherwise, as for ``query_run``.
     """
     try:
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
-        raise mapped(err, workflow_id) from err
+        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
     execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
     try:
         state: RunState = await query_run(
@@ -132,12 +133,13 @@ async def closed_without_settling(
 
     Raises:
         NotFound: no such Run.
+        TemporalUnanswered: Temporal did not answer its describe within ``rpc_timeout``.
         RPCError: Temporal could not describe it.
     """
     try:
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
-        raise mapped(err, workflow_id) from err
+        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
     status = described.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS))
     execution_status = None if described.status is None else int(described.status)
     closed_as = closed_unsettled(status, execution_status)
