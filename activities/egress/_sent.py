@@ -76,7 +76,9 @@ def attempts(into: list[Attempt]) -> Iterator[list[Attempt]]:
     """Append to ``into`` each request an MCP session's client (``Bounded2``) makes in
     this context until the block ends, in tasks started from it too: the MCP SDK sends a
     request from its session's writer task in the context of the task that asked for it.
-    A task outliving the block (a session's owner) starts in ``untracked()``."""
+    A task outliving the block (a session's owner, the pool's reaper) starts in
+    ``untracked()``; one that holds the context anyway (the SDK's writer keeps its last
+    sender's) holds ``into``, which its caller empties once read (the bodies it keeps)."""
     token = _ATTEMPTS.set(into)
     try:
         yield into

@@ -425,6 +425,10 @@ class McpActivities(Catalogues, ActivityClass):
             raise
         except Exception as err:
             return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))
+        finally:
+            # Read: let the bodies (the arguments) go. Tasks started in this context keep
+            # the list as long as they run (the SDK's writer keeps the last sender's).
+            tried.clear()
         if isinstance(result, mcp_types.InputRequiredResult):
             try:
                 asked = input_required(result)

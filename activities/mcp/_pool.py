@@ -378,15 +378,16 @@ class McpSessions:
     def _open(
         self, key: SessionKey, url: str, headers: dict[str, str], auth: httpx2.Auth | None
     ) -> _Pooled:
-        loop = asyncio.get_running_loop()
-        pooled = _Pooled(key=key, ready=loop.create_future())
+        pooled = _Pooled(key=key, ready=asyncio.get_running_loop().create_future())
         self._sessions[key] = pooled
-        owner = self._own(pooled, url, dict(headers), auth)  # outlives the opening call's attempts
+        # The owner and the reaper outlive the opening call: neither in its attempts block.
+        owner = self._own(pooled, url, dict(headers), auth)
         pooled.task = asyncio.create_task(owner, name=f"mcp-session {key!r}", context=untracked())
         self._tasks.add(pooled.task)
         pooled.task.add_done_callback(self._tasks.discard)
         if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.create_task(self._reap(), name="mcp-session-reaper")
+            reap, name = self._reap(), "mcp-session-reaper"
+            self._reaper = asyncio.create_task(reap, name=name, context=untracked())
         return pooled
 
     async def _own(
