@@ -114,6 +114,8 @@ class _Run:
         self.reads = 0
         self.asked = 0
         self.running = running or set()
+        self.every = EVERY
+        self.earlier = True
 
     async def items(self) -> AsyncGenerator[object]:
         while True:
@@ -135,9 +137,10 @@ class _Run:
             read=self.read,
             children=self.children,
             status=lambda state: _child_status("lead", state),
-            every=EVERY,
+            every=self.every,
             told=told,
             after=after,
+            earlier=self.earlier,
         )
 
 
@@ -349,3 +352,14 @@ def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(
         (logging.WARNING, "task t1: its state could not be read: no worker"),
         (logging.WARNING, children),
     ]
+
+
+async def test_a_stream_whose_run_made_no_tool_call_asks_temporal_nothing() -> None:
+    """A stream that starts where the Run has made no tool call (a new task's first
+    message): an agent starts a child only from one, so no child can run from before the
+    stream's first record. Until 12-07 each such stream living ``every`` seconds described
+    the workflow once."""
+    run = _Run()
+    run.earlier = False
+    seen = await _during(run, 6 * EVERY, after=3)
+    assert (seen, run.asked, run.reads) == ([], 0, 0)

@@ -10,7 +10,8 @@ Which children run, without a read of the Run for it (``RunState`` names none):
 - those it started before the stream's first record: Temporal's pending children of its
   workflow, described once, when the stream has followed it ``every`` seconds (a stream
   that ends sooner costs nothing). A Run continues as new only with no child running, so
-  the execution described holds them all.
+  the execution described holds them all. Not asked when the Run's state where the
+  stream starts says it made no tool call (``children_before``).
 - and any a read shows: an item a child holds, or a wait on children (a stream that
   starts at a question reads the Run once for it: the child that asked may have ended).
 
@@ -87,6 +88,13 @@ def _near(state: RunState) -> bool:
     return any(p.reason is _CHILDREN or p.run is not None for p in state.pending)
 
 
+def children_before(state: RunState) -> bool:
+    """Whether a child Run of the Run may have started by ``state``: an agent starts one only
+    from its model's tool calls (``delegate``, ``spawn``), counted before they run, so one
+    that made no tool call has none (a workflow's steps start theirs)."""
+    return state.kind != "agent" or state.totals.tool_calls > 0
+
+
 class Failing:
     """A followed task's reads that fail (its state, its running children), asked again
     every poll: a failure that lasts (a permission refused) is warned of when it starts,
@@ -113,6 +121,7 @@ async def child_polls(
     every: float,
     told: TaskStatus,
     after: int,
+    earlier: bool = True,
 ) -> AsyncGenerator[T | TaskStatus]:
     """``items`` (the Run's records after ``after``, and what else its stream carries) and,
     while a child Run may be running, the task's status a read of the Run shows when it
@@ -124,12 +133,13 @@ async def child_polls(
     meanwhile). ``status``: the task's status a read
     shows when a child's item decides it (None: the Run's own items or its end decide it,
     which its records tell). ``told``: the status the stream started from (a child's
-    question it holds is not told again).
+    question it holds is not told again). ``earlier``: whether a child may have started
+    before ``after`` (False: the Run's state there says none did; Temporal is not asked).
     """
     loop = asyncio.get_running_loop()
     last = (told.state, told.message.message_id)
     running: set[str] = set()
-    unknown = True  # the children started before ``after``: not asked yet
+    unknown = earlier  # the children started before ``after``: not asked yet
     # The last read showed a child at work; at the start, a question the stream shows may
     # be a child's whose end came before the stream's first record: one read says.
     near = told.state == TaskState.TASK_STATE_INPUT_REQUIRED

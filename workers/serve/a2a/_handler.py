@@ -59,6 +59,7 @@ from psych_runtime.workers.serve.a2a._calls import (
     wait_while_caller_may,
 )
 from psych_runtime.workers.serve.a2a._cards import AgentCatalogue
+from psych_runtime.workers.serve.a2a._child_polls import children_before
 from psych_runtime.workers.serve.a2a._errors import (
     a2a_error,
     answering,
@@ -139,7 +140,7 @@ class PsychRequestHandler(RequestHandler):
         workflow_id, state = await self._send(params, scope, agent)
         if params.configuration.return_immediately or stops(state):
             return task_of(state)
-        events = self._events(workflow_id, scope, state.last_seq, through_input=False)
+        events = self._events(workflow_id, scope, state.last_seq, through_input=False, of=state)
         await wait_while_caller_may(events, context)
         return task_of(await self._state(workflow_id, scope, agent))
 
@@ -153,7 +154,9 @@ class PsychRequestHandler(RequestHandler):
         yield task_of(state)
         if stops(state):
             return
-        events = self._events(workflow_id, scope, state.last_seq, through_input=False, deltas=True)
+        events = self._events(
+            workflow_id, scope, state.last_seq, through_input=False, deltas=True, of=state
+        )
         async with contextlib.aclosing(until_caller_expires(events, context)) as bounded:
             async for event in bounded:
                 yield event
@@ -299,7 +302,7 @@ class PsychRequestHandler(RequestHandler):
         yield (told := task_of(state))
         workflow_id = workflow_id_of(params.id, scope)
         events = self._events(
-            workflow_id, scope, state.last_seq, through_input=True, deltas=True, told=told
+            workflow_id, scope, state.last_seq, through_input=True, deltas=True, told=told, of=state
         )
         async with contextlib.aclosing(until_caller_expires(events, context)) as bounded:
             async for event in bounded:
@@ -324,7 +327,10 @@ class PsychRequestHandler(RequestHandler):
             raise cancel_error(err) from err
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.cancel_wait_seconds):
-                async for _ in self._events(workflow_id, scope, state.last_seq, through_input=True):
+                following = self._events(
+                    workflow_id, scope, state.last_seq, through_input=True, of=state
+                )
+                async for _ in following:
                     pass
         return task_of(await self._state(workflow_id, scope, agent))
 
@@ -459,7 +465,10 @@ class PsychRequestHandler(RequestHandler):
         through_input: bool,
         deltas: bool = False,
         told: Task | None = None,
+        of: RunState | None = None,
     ) -> AsyncGenerator[Event]:
+        """The task's events after ``after`` (``task_events``); ``of``: the Run's state
+        there, which may say no child of it can be running yet (None: not read)."""
         following = task_events(
             self.client,
             workflow_id,
@@ -469,6 +478,7 @@ class PsychRequestHandler(RequestHandler):
             through_input=through_input,
             grace=self.query_timeout,
             told=told,
+            earlier=of is None or children_before(of),
         )
         # Each generator down to the close watch (``_closing.py``) closes with the one above.
         try:

@@ -293,6 +293,7 @@ async def task_events(
     through_input: bool,
     grace: timedelta,
     told: Task | None = None,
+    earlier: bool = True,
 ) -> AsyncGenerator[Event]:
     """The task's events from the Run's Records after ``after`` on, until it settles
     (``through_input`` False: or until it waits on its caller).
@@ -302,7 +303,8 @@ async def task_events(
     execution has closed, its records get ``grace`` (how long a read waits for a worker)
     to reach their end; past it (no worker answers) the task's end is told from Temporal
     (``_closing.py``, ``_cut_short``). ``told``: the task as the stream's caller was told it
-    before (None: working).
+    before (None: working). ``earlier``: whether a child Run may have started before
+    ``after`` (``children_before``; False: Temporal is not asked which run).
     """
     task_id = task_id_of(workflow_id)
 
@@ -344,6 +346,7 @@ async def task_events(
         every=CHILD_POLL_SECONDS,
         told=shown,
         after=after,
+        earlier=earlier,
     )
     # Closed on every way out (a return mid-stream too): it holds the close watch's task.
     async with contextlib.aclosing(following), contextlib.aclosing(polls) as items:
