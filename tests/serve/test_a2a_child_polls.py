@@ -363,3 +363,16 @@ async def test_a_stream_whose_run_made_no_tool_call_asks_temporal_nothing() -> N
     run.earlier = False
     seen = await _during(run, 6 * EVERY, after=3)
     assert (seen, run.asked, run.reads) == ([], 0, 0)
+
+
+async def test_a_child_whose_end_was_recorded_is_not_read_for_when_temporal_lists_it() -> None:
+    """A settling parent that cancels a spawned child records its end at once; the child
+    closes later. Temporal, asked after that record went out, still lists it running:
+    until 12-07 the stream then read the Run every ``every`` seconds until the Run ended."""
+    run = _Run(running={CHILD})  # Temporal lists it: it has not closed yet
+    run.states = [_state(2)]
+    for record in (_spawned(1), _settled(2)):
+        await run.records.put(record)
+    taken = await _during(run, 8 * EVERY)
+    assert [type(r) for r in taken] == [ChildSpawned, ChildSettled]
+    assert (run.asked, run.reads) == (1, 0), (run.asked, run.reads)

@@ -9,9 +9,10 @@ Which children run, without a read of the Run for it (``RunState`` names none):
   id, .. ``child_settled``), a workflow step's Run (``step_started`` .. ``step_finished``);
 - those it started before the stream's first record: Temporal's pending children of its
   workflow, described once, when the stream has followed it ``every`` seconds (a stream
-  that ends sooner costs nothing). A Run continues as new only with no child running, so
-  the execution described holds them all. Not asked when the Run's state where the
-  stream starts says it made no tool call (``children_before``).
+  that ends sooner costs nothing), less those whose end the records told (a child a
+  settling parent cancelled is recorded ended before it closes). A Run continues as new
+  only with no child running, so the execution described holds them all. Not asked when
+  the Run's state where the stream starts says it made no tool call (``children_before``).
 - and any a read shows: an item a child holds, or a wait on children (a stream that
   starts at a question reads the Run once for it: the child that asked may have ended).
 
@@ -139,6 +140,7 @@ async def child_polls(
     loop = asyncio.get_running_loop()
     last = (told.state, told.message.message_id)
     running: set[str] = set()
+    ended: set[str] = set()  # children whose end a record passed on told
     unknown = earlier  # the children started before ``after``: not asked yet
     # The last read showed a child at work; at the start, a question the stream shows may
     # be a child's whose end came before the stream's first record: one read says.
@@ -165,7 +167,9 @@ async def child_polls(
                     found = await children()
                     if found is not None:
                         unknown = False
-                        running |= found
+                        # Less those whose end was recorded: a child a settling parent
+                        # cancelled is recorded ended before it closes.
+                        running |= found - ended
                     if not (running or near):
                         continue
                 state = await read()
@@ -184,8 +188,10 @@ async def child_polls(
                         heard = None  # older than this record: read again
                 if (child := _started(item)) is not None:
                     running.add(child)
+                    ended.discard(child)
                 if (child := _ended(item)) is not None:
                     running.discard(child)
+                    ended.add(child)
                 if isinstance(item, RunAdmitted | Resumed | DeltasDropped):
                     # As the stream shows it (a dropped draft: working, the draft void).
                     last = (TaskState.TASK_STATE_WORKING, "")
