@@ -376,3 +376,50 @@ async def test_a_child_whose_end_was_recorded_is_not_read_for_when_temporal_list
     taken = await _during(run, 8 * EVERY)
     assert [type(r) for r in taken] == [ChildSpawned, ChildSettled]
     assert (run.asked, run.reads) == (1, 0), (run.asked, run.reads)
+
+
+async def test_a_read_dropped_for_a_newer_record_is_read_again_at_once() -> None:
+    """Until 12-07 a read dropped because a record newer than it went out was read again a
+    period later (3 s in production): the child's question waited that long."""
+    every = 1.0
+    run = _Run(running={CHILD})
+    newer = _working(5)
+    loop = asyncio.get_running_loop()
+    reads: list[float] = []
+
+    async def read() -> RunState:
+        reads.append(loop.time())
+        if len(reads) == 1:  # the Run goes on (a record) while its state is being read
+            await run.records.put(newer)
+            await asyncio.sleep(0.05)
+            return _state(4, CHILD_ASKS)
+        return _state(5, CHILD_ASKS)
+
+    run.read = read  # type: ignore[method-assign]
+    run.every = every
+    seen = await _take(run, 2, after=4)
+    assert seen[0] is newer and len(reads) == 2, (seen, reads)
+    assert reads[1] - reads[0] < every / 4, reads  # measured: 1.0 s before, ~0.05 s now
+
+
+async def test_a_run_outrunning_every_read_is_read_again_at_once_only_twice() -> None:
+    """Every read dropped (a record newer than each): read again at once twice, then once a
+    period, not in a loop."""
+    every = 0.5
+    run = _Run(running={CHILD})
+    seq = 4
+
+    async def read() -> RunState:
+        nonlocal seq
+        run.reads += 1
+        seq += 1
+        await run.records.put(_working(seq))  # each read outrun by a record
+        await asyncio.sleep(0.01)
+        return _state(seq - 1, CHILD_ASKS)
+
+    run.read = read  # type: ignore[method-assign]
+    run.every = every
+    seen = await _during(run, every * 1.5, after=4)
+    assert not any(_asks(s) for s in seen), seen
+    # The first at ``every``, two again at once, then the next period's: 3 in 1.5 periods.
+    assert run.reads == 3, run.reads

@@ -21,8 +21,8 @@ A Run with none of them is not read at all. While one may run, the Run is read e
 call streaming its text, its tools) while its child asks would otherwise never go idle long
 enough to be read. A read is told where the records reach it (its ``last_seq``): records it
 already counts go out first, and a read older than a record passed on is dropped (read
-again next time), so a status is never told before a record older than it, nor after a
-record newer than it.
+again at once, ``REREADS`` times in a row at most, then next time), so a status is never
+told before a record older than it, nor after a record newer than it.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 CHILD_POLL_SECONDS = 3.0
 """How often a followed task whose Run may have a child Run running reads the Run's state:
 a child's question or approval reaches the parent by a signal, which writes no record."""
+
+REREADS = 2
+"""How many times in a row a read dropped for a record newer than it is read again at once
+(a Run writing records faster than it is read: then every ``every`` seconds, as before)."""
 
 _CHILDREN = SuspensionReason.CHILDREN
 _RECORDS = get_args(Record)[0]  # the union of the record types (``Record`` is annotated)
@@ -148,6 +152,7 @@ async def child_polls(
     seen = after  # the seq of the last record passed on
     heard: RunState | None = None  # a read not told yet: the records have not reached it
     due: float | None = None
+    again = 0  # reads made again at once since the last one that was not dropped
     nexting: asyncio.Future[T | _Done] | None = None
     try:
         while True:
@@ -186,6 +191,9 @@ async def child_polls(
                     seen = item.seq
                     if heard is not None and item.seq > heard.last_seq:
                         heard = None  # older than this record: read again
+                        if again < REREADS:  # at once, not a period later
+                            again += 1
+                            due = loop.time()
                 if (child := _started(item)) is not None:
                     running.add(child)
                     ended.discard(child)
@@ -198,7 +206,7 @@ async def child_polls(
                 yield item
             if heard is None or seen < heard.last_seq or (nexting is not None and nexting.done()):
                 continue  # the records go out first
-            shown, heard = status(heard), None
+            shown, heard, again = status(heard), None, 0
             if shown is None:
                 continue
             key = (shown.state, shown.message.message_id)
