@@ -423,3 +423,16 @@ async def test_a_run_outrunning_every_read_is_read_again_at_once_only_twice() ->
     assert not any(_asks(s) for s in seen), seen
     # The first at ``every``, two again at once, then the next period's: 3 in 1.5 periods.
     assert run.reads == 3, run.reads
+
+
+def test_two_childrens_questions_with_the_same_id_are_two_messages() -> None:
+    """Two children asking hold their own ids, which may be the same (their models' call
+    ids): until 12-07 both were the message ``lead.ask.q-child``, so a stream that had told
+    the first child's question did not tell the second's once the first was answered."""
+    other = CHILD_ASKS.model_copy(update={"run": "psych-acme-lead-spawn2", "question": "Why?"})
+    first = _child_status("lead", _state(3, CHILD_ASKS, other))
+    second = _child_status("lead", _state(4, other))
+    assert first is not None and second is not None
+    assert first.message.parts[0].text == "Which warehouse?"  # the one a reply answers
+    assert first.message.message_id == "lead.ask.lead-spawn1.q-child"
+    assert second.message.message_id == "lead.ask.lead-spawn2.q-child"

@@ -155,7 +155,10 @@ def ask_message(task_id: str, pending: Pending) -> Message:
         "expires_at": pending.expires_at.isoformat(),
         "run": pending.run,  # the child Run that holds it; None: this task's own
     }
-    return agent_message(task_id, f"ask.{pending.id}", text, {"pending": item})
+    # A child's item ids are its own (its model's call ids): two children asking may hold
+    # the same one, so its message id names the child, each question its own message.
+    held = "" if pending.run is None else f"{task_id_of(pending.run)}."
+    return agent_message(task_id, f"ask.{held}{pending.id}", text, {"pending": item})
 
 
 def answer_artifact(answer: str, reason: str | None) -> Artifact:
