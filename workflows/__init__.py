@@ -6,9 +6,11 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
 from psych_runtime.workflows.client._asked import (
+    TEMPORAL_READ_TIMEOUT,
     ClosedStateUnanswered,
     HistoryNotRead,
     TemporalUnanswered,
+    describe_within,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
@@ -175,6 +177,7 @@ __all__ = [
     "SuspensionExpired",
     "SuspensionReason",
     "SuspensionReport",
+    "TEMPORAL_READ_TIMEOUT",
     "TRACING_EXTERN",
     "TasksUpdated",
     "TemporalUnanswered",
@@ -194,6 +197,7 @@ __all__ = [
     "WorkflowRunInput",
     "answer_cut_short",
     "closed_without_settling",
+    "describe_within",
     "is_spawned",
     "parse_workflow_id",
     "workflow_id_for",

@@ -2,10 +2,13 @@
 count what a client asked and how each ask was answered, or make the server look in
 trouble for a few asks: every unary call is passed on as bytes (its metadata too), and
 its answer (or status) passed back and recorded; ``fail_next`` answers the next calls of
-one method with a status of the test's instead, without asking the server."""
+one method with a status of the test's instead, without asking the server; ``hang`` holds
+every call of one method unanswered (a server that accepts the call and never answers),
+until the caller gives up or the relay stops."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,11 +27,19 @@ class Relay:
     """Each call's method (its last part: ``ListWorkflowExecutions``) and its status, in
     the order they were answered."""
     _failures: dict[str, list[grpc.StatusCode]] = field(default_factory=dict)
+    hung: set[str] = field(default_factory=set)
+    """The methods whose calls are held unanswered (``hang``)."""
+    held: list[str] = field(default_factory=list)
+    """Each call held unanswered, by method, in the order they came."""
 
     def fail_next(self, method: str, status: grpc.StatusCode, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with ``status`` (not asked of the
         server)."""
         self._failures.setdefault(method, []).extend([status] * times)
+
+    def hang(self, method: str) -> None:
+        """Hold every call of ``method`` from now on, unanswered and not asked of the server."""
+        self.hung.add(method)
 
     def of(self, method: str) -> list[grpc.StatusCode]:
         """The statuses of ``method``'s calls so far, in order."""
@@ -51,6 +62,9 @@ class _Forward(grpc.GenericRpcHandler):
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             name = path.rpartition("/")[2]
+            if name in self.relay.hung:
+                self.relay.held.append(name)
+                await asyncio.Event().wait()  # never set: the caller's deadline ends it
             failure = self.relay.failure_for(name)
             if failure is not None:
                 self.relay.answered.append((name, failure))

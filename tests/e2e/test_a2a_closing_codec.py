@@ -22,7 +22,7 @@ from temporalio.converter import PayloadCodec
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve.a2a._closing import execution_closed
-from psych_runtime.workflows import PsychClient
+from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, PsychClient
 
 from ._reset import reset_to_first_task
 from ._serve import ACME, asking_agent, served
@@ -114,7 +114,9 @@ async def test_the_close_watch_of_a_completed_run_does_not_decode_its_result(
     temporal = _with_codec(harness.client.temporal, codec)
     async with harness.worker():
         run = await harness.client.dispatch(version, "a long answer", scope=harness.scope)
-        watch = asyncio.create_task(execution_closed(temporal, run.workflow_id))
+        watch = asyncio.create_task(
+            execution_closed(temporal, run.workflow_id, TEMPORAL_READ_TIMEOUT)
+        )
         async with asyncio.timeout(30):
             result = await harness.client.result(run, scope=harness.scope)
             await watch
@@ -140,7 +142,7 @@ async def test_the_close_watch_goes_on_past_a_reset_to_the_execution_it_runs_on(
     async with harness.worker():
         run = await harness.client.dispatch(version, "book it", scope=harness.scope)
         await state_when(harness.client, run, harness.scope, is_waiting, what="the question")
-    watch = asyncio.create_task(execution_closed(temporal, run.workflow_id))
+    watch = asyncio.create_task(execution_closed(temporal, run.workflow_id, TEMPORAL_READ_TIMEOUT))
     try:
         await asyncio.sleep(0.5)  # the watch waits on the first execution's close
         await reset_to_first_task(temporal, run.workflow_id)

@@ -145,7 +145,9 @@ RPC_ERRORS = (
         id="history",
     ),
     pytest.param(
-        lambda: TemporalUnanswered("psych-acme-4f2a", "a describe", None, _timeout()),
+        lambda: TemporalUnanswered(
+            "psych-acme-4f2a", "a describe", timedelta(seconds=10), _timeout()
+        ),
         id="describe",
     ),
 )

@@ -16,7 +16,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -133,18 +137,33 @@ class ClosedStateUnanswered(RPCError):
         return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
+TEMPORAL_READ_TIMEOUT = timedelta(seconds=10)
+"""How long a read Temporal answers with no worker (a describe, a page of history) waits
+for it, where the caller gives no timeout of its own: past it, ``TemporalUnanswered``."""
+
+
 class TemporalUnanswered(RPCError):
-    """Temporal did not answer, within the read's RPC timeout, a read of a Run's execution
-    that needs no worker (its description, its close event: ``read_mapped``): an
-    ``RPCError`` of the timeout's status, so callers that handle a timeout still do, whose
-    ``why`` names what was read, of which Run, and the timeout, so it is not taken for a
-    query no worker answered. Pickles and copies whole (``_rebuilt``)."""
+    """Temporal did not answer, within the read's RPC timeout, a read of a Run that needs
+    no worker (a describe, a page of its history): an ``RPCError`` of the timeout's
+    status (callers that handle a timeout still do), whose ``why`` names the Run, what
+    was not read and the timeout. Pickles and copies whole (``_rebuilt``)."""
 
     def __init__(
-        self, workflow_id: str, what: str, rpc_timeout: timedelta | None, err: RPCError
+        self,
+        workflow_id: str,
+        what: str,
+        rpc_timeout: timedelta | None,
+        err: RPCError,
+        *,
+        detail: str | None = None,
     ) -> None:
+        self.workflow_id = workflow_id
+        self.what = what
+        """What was not read (``a describe``, ``a page of the history``)."""
         within = "" if rpc_timeout is None else f" within {rpc_timeout.total_seconds():g} s"
-        self.why = f"Temporal did not answer {what} of Run {workflow_id}{within} ({err.message})"
+        self.why = (
+            f"Temporal did not answer {what} of Run {workflow_id}{within} ({detail or err.message})"
+        )
         super().__init__(self.why, err.status, err.raw_grpc_status)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -153,21 +172,39 @@ class TemporalUnanswered(RPCError):
 
 class HistoryNotRead(TemporalUnanswered):
     """Temporal did not answer, within the read's RPC timeout (each page's), a page of the
-    history of a Run's closed execution read with no worker (``_cancelled.py``): an
-    ``RPCError`` of the timeout's status, whose ``why`` names the Run, how far its history
-    was read and the timeout. A ``TemporalUnanswered``; pickles and copies whole."""
+    history of a Run read with no worker (a closed execution's, ``_cancelled.py``; the
+    input a dispatch compares, ``_same_input.py``): ``why`` also says how far its
+    history was read."""
 
     def __init__(
         self, workflow_id: str, events_read: int, rpc_timeout: timedelta | None, err: RPCError
     ) -> None:
         self.events_read = events_read
         """How many of the history's events were read before the page not answered."""
-        within = "" if rpc_timeout is None else f" within {rpc_timeout.total_seconds():g} s"
-        self.why = (
-            f"Temporal did not answer a page of the history of Run {workflow_id}{within} "
-            f"(after {events_read} events read: {err.message})"
+        super().__init__(
+            workflow_id,
+            "a page of the history",
+            rpc_timeout,
+            err,
+            detail=f"after {events_read} events read: {err.message}",
         )
-        RPCError.__init__(self, self.why, err.status, err.raw_grpc_status)
+
+
+async def describe_within(
+    handle: WorkflowHandle[Any, Any], workflow_id: str, rpc_timeout: timedelta
+) -> WorkflowExecutionDescription:
+    """``handle``'s describe, waited for ``rpc_timeout`` at most.
+
+    Raises:
+        TemporalUnanswered: Temporal did not answer in time.
+        RPCError: Temporal refused (NOT_FOUND too: callers tell it apart).
+    """
+    try:
+        return await handle.describe(rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        if unanswered(err):
+            raise TemporalUnanswered(workflow_id, "a describe", rpc_timeout, err) from err
+        raise
 
 
 def _rebuilt(cls: type[RPCError], args: tuple[Any, ...], state: dict[str, Any]) -> RPCError:

@@ -22,6 +22,7 @@ from psych_runtime.specs import (
     permit_problems,
     port_failure,
 )
+from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, describe_within
 
 MAX_CHECKED = 4096
 """How many hashes a client remembers, the oldest forgotten first (and checked again if it
@@ -103,7 +104,7 @@ async def _started(keyed: WorkflowHandle[Any, Any] | None) -> bool:
     if keyed is None:
         return False
     try:
-        await keyed.describe()
+        await describe_within(keyed, keyed.id, TEMPORAL_READ_TIMEOUT)
         return True
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:

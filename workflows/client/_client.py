@@ -49,7 +49,12 @@ from psych_runtime.specs import (
     WorkflowSpec,
     validate,
 )
-from psych_runtime.workflows.client._asked import mapped, query_run
+from psych_runtime.workflows.client._asked import (
+    TEMPORAL_READ_TIMEOUT,
+    describe_within,
+    mapped,
+    query_run,
+)
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._chain import chain_page
 from psych_runtime.workflows.client._checked import CheckedVersions, check_permitted
@@ -300,8 +305,9 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         if not self.search_attributes:
             return handle
         # The key may have reached an existing Run: answer with what that Run runs.
+        keyed = self.temporal.get_workflow_handle(workflow_id)
         attributes = (
-            await self.temporal.get_workflow_handle(workflow_id).describe()
+            await describe_within(keyed, workflow_id, TEMPORAL_READ_TIMEOUT)
         ).typed_search_attributes
         return dataclasses.replace(
             handle,

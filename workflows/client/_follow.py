@@ -35,6 +35,7 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError
+from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, describe_within
 from psych_runtime.workflows.client._chain import holder
 from psych_runtime.workflows.contract._contract import QUERY_RECORDS, RecordsPage, RecordsQuery
 from psych_runtime.workflows.contract._records import Record
@@ -214,7 +215,8 @@ class RecordFollower:
     async def _latest(self) -> str:
         """The run id of the workflow id's latest execution."""
         try:
-            run_id = (await self.client.get_workflow_handle(self.workflow_id).describe()).run_id
+            handle = self.client.get_workflow_handle(self.workflow_id)
+            run_id = (await describe_within(handle, self.workflow_id, TEMPORAL_READ_TIMEOUT)).run_id
         except RPCError as err:
             raise _mapped(err, self.workflow_id) from err
         if run_id is None:

@@ -23,6 +23,7 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from psych_runtime.activities.contract import MODEL_CALL, LiveAttempt, RelayLine
+from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, describe_within
 from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta, ToolCallPiece
 
 FIRST_DESCRIBE_SECONDS = 0.01
@@ -159,14 +160,15 @@ class LiveCall:
         the call is no longer pending, the Run has closed, or its worker offers no
         deltas."""
         self.describes += 1
-        described = await self.client.get_workflow_handle(self.workflow_id).describe()
-        if described.status != WorkflowExecutionStatus.RUNNING:
+        handle = self.client.get_workflow_handle(self.workflow_id)
+        description = await describe_within(handle, self.workflow_id, TEMPORAL_READ_TIMEOUT)
+        if description.status != WorkflowExecutionStatus.RUNNING:
             # A closed Run still lists the call its end cut short (an abort, a cancel, a
             # deadline: cancelled, not waited for) as pending: none is in flight.
             raise _Gone
         pending = [
             activity
-            for activity in described.raw_description.pending_activities
+            for activity in description.raw_description.pending_activities
             if activity.activity_type.name == MODEL_CALL
             and self._activity_id in (None, activity.activity_id)
         ]
@@ -229,12 +231,13 @@ async def attempt_standing(client: Client, workflow_id: str, call: str) -> Attem
     """Where the attempt ``call`` is: a follower starting now can still read it only
     ``in_flight``, and only a ``cut`` one ended with the Run's end rather than a record
     of its own (``ModelCallFinished``, ``ModelCallFailed``)."""
-    described = await client.get_workflow_handle(workflow_id).describe()
-    for activity in described.raw_description.pending_activities:
+    handle = client.get_workflow_handle(workflow_id)
+    description = await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
+    for activity in description.raw_description.pending_activities:
         if activity.activity_type.name == MODEL_CALL:
             attempt = await live_attempt(client, activity)
             if attempt is not None and attempt.call == call:
-                running = described.status == WorkflowExecutionStatus.RUNNING
+                running = description.status == WorkflowExecutionStatus.RUNNING
                 return "in_flight" if running else "cut"
     return "ended"
 

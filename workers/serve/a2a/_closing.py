@@ -22,9 +22,12 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
+
+from psych_runtime.workflows import describe_within
 
 T = TypeVar("T")
 
@@ -42,18 +45,21 @@ class _End(enum.Enum):
     END = "end"
 
 
-async def execution_closed(temporal: Client, workflow_id: str) -> None:
+async def execution_closed(temporal: Client, workflow_id: str, rpc_timeout: timedelta) -> None:
     """Return once the latest execution of ``workflow_id`` is closed and no other runs on
-    in its place (reset, continue-as-new: the watch moves to the new one).
+    in its place (reset, continue-as-new: the watch moves to the new one). Each describe
+    waits ``rpc_timeout`` at most.
 
     Raises:
+        TemporalUnanswered: Temporal did not answer a describe in time.
         RPCError: Temporal could not say (the stream fails with it, as its following does).
     """
     while True:
-        described = await temporal.get_workflow_handle(workflow_id).describe()
-        if described.status is not WorkflowExecutionStatus.RUNNING:
+        latest = temporal.get_workflow_handle(workflow_id)
+        description = await describe_within(latest, workflow_id, rpc_timeout)
+        if description.status is not WorkflowExecutionStatus.RUNNING:
             return
-        execution = temporal.get_workflow_handle(workflow_id, run_id=described.run_id)
+        execution = temporal.get_workflow_handle(workflow_id, run_id=description.run_id)
         # How it closed does not matter here (the next describe says whether it runs on),
         # so its close event is waited for and not read: ``result()`` would decode what it
         # holds, and fail on what the serve's converter cannot read.
@@ -71,7 +77,8 @@ async def until_closed(
 ) -> AsyncGenerator[T | Cut]:
     """``items`` until they end; or, once the workflow's execution closed
     (``execution_closed``) and they have not ended ``grace`` seconds after, ``CUT`` and
-    no more. What ``items`` or the watch raise is raised here."""
+    no more. What ``items`` or the watch raise is raised here (the watch's describes wait
+    ``grace`` at most: the serve's query timeout, what any of its reads waits)."""
     queue: asyncio.Queue[T | _End | BaseException] = asyncio.Queue(maxsize=1)
 
     async def pump() -> None:
@@ -88,7 +95,7 @@ async def until_closed(
 
     loop = asyncio.get_running_loop()
     pumping = asyncio.create_task(pump())
-    closing = asyncio.create_task(execution_closed(temporal, workflow_id))
+    closing = asyncio.create_task(execution_closed(temporal, workflow_id, timedelta(seconds=grace)))
     getting: asyncio.Task[Any] | None = None
     deadline: float | None = None
     try:

@@ -8,7 +8,12 @@ import asyncio
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.workflows import RunStatus, RunSummary
+from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
+    RunStatus,
+    RunSummary,
+    describe_within,
+)
 
 
 async def replaced_executions(temporal: Client, runs: list[RunSummary], at_once: int) -> set[str]:
@@ -18,18 +23,24 @@ async def replaced_executions(temporal: Client, runs: list[RunSummary], at_once:
     The task id names the Run, whose state is its latest execution's: GetTask, a message
     and CancelTask all read or act on that one. The Run listing holds each execution; an
     open one is its Run's latest (a workflow id has one open execution at most), a closed
-    one is asked of Temporal (a describe, ``at_once`` at a time; one gone past retention is
-    kept, as listed). An execution the Run continued as new from (closed, its status not
-    terminal and not closed unsettled) is its Run's too: a listing paging on lists it only
+    one is asked of Temporal (a describe, ``at_once`` at a time, each within
+    ``TEMPORAL_READ_TIMEOUT``; one gone past retention is kept, as listed). An execution
+    the Run continued as new from (closed, its status not terminal and not closed
+    unsettled) is its Run's too: a listing paging on lists it only
     to stand for its Run, whose new execution went to the listing's head
     (``continued_since``), so it is not asked about.
+
+    Raises:
+        TemporalUnanswered: Temporal did not answer a describe in time.
+        RPCError: Temporal refused one.
     """
     gate = asyncio.Semaphore(at_once)
 
     async def latest(workflow_id: str) -> str | None:
         async with gate:
             try:
-                return (await temporal.get_workflow_handle(workflow_id).describe()).run_id
+                handle = temporal.get_workflow_handle(workflow_id)
+                return (await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)).run_id
             except RPCError as err:
                 if err.status is RPCStatusCode.NOT_FOUND:
                     return None
@@ -59,10 +70,12 @@ async def runs_on(temporal: Client, workflow_id: str) -> bool:
     on in a new one), not that it ended.
 
     Raises:
+        TemporalUnanswered: Temporal did not answer within ``TEMPORAL_READ_TIMEOUT``.
         RPCError: Temporal could not say (not found aside: that is not running).
     """
+    handle = temporal.get_workflow_handle(workflow_id)
     try:
-        described = await temporal.get_workflow_handle(workflow_id).describe()
+        described = await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
         if err.status is RPCStatusCode.NOT_FOUND:
             return False
