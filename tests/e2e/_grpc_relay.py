@@ -27,8 +27,9 @@ class Relay:
     """Each call's method (its last part: ``ListWorkflowExecutions``) and its status, in
     the order they were answered."""
     _failures: dict[str, list[grpc.StatusCode]] = field(default_factory=dict)
-    hung: set[str] = field(default_factory=set)
-    """The methods whose calls are held unanswered (``hang``)."""
+    hung: dict[str, int] = field(default_factory=dict)
+    """The methods whose calls are held unanswered (``hang``), each with how many of its
+    calls are still passed on first."""
     held: list[str] = field(default_factory=list)
     """Each call held unanswered, by method, in the order they came."""
 
@@ -37,9 +38,10 @@ class Relay:
         server)."""
         self._failures.setdefault(method, []).extend([status] * times)
 
-    def hang(self, method: str) -> None:
-        """Hold every call of ``method`` from now on, unanswered and not asked of the server."""
-        self.hung.add(method)
+    def hang(self, method: str, after: int = 0) -> None:
+        """Hold every call of ``method`` from now on (past its next ``after``), unanswered
+        and not asked of the server."""
+        self.hung[method] = after
 
     def of(self, method: str) -> list[grpc.StatusCode]:
         """The statuses of ``method``'s calls so far, in order."""
@@ -62,7 +64,9 @@ class _Forward(grpc.GenericRpcHandler):
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             name = path.rpartition("/")[2]
-            if name in self.relay.hung:
+            if self.relay.hung.get(name, 0) > 0:
+                self.relay.hung[name] -= 1
+            elif name in self.relay.hung:
                 self.relay.held.append(name)
                 await asyncio.Event().wait()  # never set: the caller's deadline ends it
             failure = self.relay.failure_for(name)

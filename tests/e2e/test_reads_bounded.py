@@ -14,8 +14,10 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
+from a2a.types import TaskState, TaskStatusUpdateEvent
 from temporalio.client import Client
 
 from psych_runtime.activities.versions import FileVersionStore
@@ -24,6 +26,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._closing import until_closed
 from psych_runtime.workers.serve.a2a._latest import replaced_executions, runs_on
+from psych_runtime.workers.serve.a2a._tasks import task_events
 from psych_runtime.workflows import (
     TEMPORAL_READ_TIMEOUT,
     HistoryNotRead,
@@ -201,6 +204,35 @@ async def test_a_dispatch_sent_again_whose_reads_are_not_answered_says_which(
                 await client.dispatch(spec, "go", scope=harness.scope, idempotency_key=key)
         _says_temporal(unasked.value, "a describe", workflow_id)
         assert relay.held == [DESCRIBE]
+
+
+@pytest.mark.timeout(120)
+async def test_an_a2a_streams_end_reads_within_the_grace(harness: Harness) -> None:
+    workflow_id, _ = await _settled_run(harness)
+    grace = timedelta(seconds=2)
+    async with harness.worker(), relayed_client(harness) as (relay, client):
+        last = (await client.records(workflow_id, scope=harness.scope)).last_seq
+        # Past the follower's and the close watch's describes, the one of its end's
+        # closed read (``PsychClient.closed``) is held; its state, a query, is answered.
+        relay.hang(DESCRIBE, after=2)
+        events = task_events(
+            client,
+            workflow_id,
+            scope=harness.scope,
+            after=last,
+            deltas=False,
+            through_input=False,
+            grace=grace,
+        )
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND):
+            ended = [event async for event in events]
+        # The grace, not ``TEMPORAL_READ_TIMEOUT``: the serve's query timeout bounds it.
+        assert time.monotonic() - started < TEMPORAL_READ_TIMEOUT.total_seconds() - 2
+    assert relay.held == [DESCRIBE]
+    final = ended[-1]
+    assert isinstance(final, TaskStatusUpdateEvent)
+    assert final.status.state == TaskState.TASK_STATE_COMPLETED
 
 
 class _Down:

@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ErrorType
-from psych_runtime.workflows.client._asked import read_mapped
+from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, read_mapped
 from psych_runtime.workflows.client._cancelled import cancelled_reason
 from psych_runtime.workflows.client._listing import parse_workflow_id
 from psych_runtime.workflows.client._unsettled import (
@@ -87,13 +87,15 @@ async def closed_run(
     Raises:
         NotFound: no such Run (or its history gone meanwhile).
         TemporalUnanswered: Temporal did not answer a read within ``rpc_timeout``
-            (``HistoryNotRead``: a page of a cancelled one's history).
+            (None: ``TEMPORAL_READ_TIMEOUT`` for the describe; ``HistoryNotRead``: a page
+            of a cancelled one's history).
         RPCError: Temporal could not describe it or read its close event.
     """
     try:
-        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
+        raise read_mapped(err, workflow_id, "a describe", bound) from err
     closed = described.status
     if closed in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
         return None

@@ -31,6 +31,7 @@ from temporalio.common import QueryRejectCondition, SearchAttributeKey
 from temporalio.service import RPCError
 
 from psych_runtime.workflows.client._asked import (
+    TEMPORAL_READ_TIMEOUT,
     ClosedStateUnanswered,
     query_run,
     read_mapped,
@@ -92,9 +93,10 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
         RPCError: Temporal or the query failed otherwise, as for ``query_run``.
     """
     try:
-        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
+        raise read_mapped(err, workflow_id, "a describe", bound) from err
     execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
     try:
         state: RunState = await query_run(
@@ -133,13 +135,15 @@ async def closed_without_settling(
 
     Raises:
         NotFound: no such Run.
-        TemporalUnanswered: Temporal did not answer its describe within ``rpc_timeout``.
+        TemporalUnanswered: Temporal did not answer its describe within ``rpc_timeout``
+            (None: ``TEMPORAL_READ_TIMEOUT``).
         RPCError: Temporal could not describe it.
     """
     try:
-        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
+        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", rpc_timeout) from err
+        raise read_mapped(err, workflow_id, "a describe", bound) from err
     status = described.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS))
     execution_status = None if described.status is None else int(described.status)
     closed_as = closed_unsettled(status, execution_status)

@@ -408,8 +408,12 @@ async def task_events(
     # stream's), never telling the peer an end it does not know (it stops following).
     unread: PsychError | RPCError | None = None
     try:
-        closed = await _closed(client, workflow_id, scope, None, failed)  # as GetTask reads it
-        state: RunState | ClosedRun | None = closed or await client.status(workflow_id, scope=scope)
+        # As GetTask reads it; each read waits ``grace`` at most (a Temporal that hangs
+        # would hold the stream's end for ever).
+        closed = await _closed(client, workflow_id, scope, grace, failed)
+        state: RunState | ClosedRun | None = closed or await client.status(
+            workflow_id, scope=scope, query_timeout=grace
+        )
     except (PsychError, RPCError) as err:
         failed("end", err)
         state, unread = None, err
