@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import httpx
 import pytest
 from a2a.types import TaskState, TaskStatusUpdateEvent
 from temporalio.client import Client
@@ -23,6 +24,7 @@ from temporalio.client import Client
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, PermitSource, TenantPermits
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._closing import until_closed
 from psych_runtime.workers.serve.a2a._latest import replaced_executions, runs_on
@@ -37,6 +39,7 @@ from psych_runtime.workflows import (
 from psych_runtime.workflows.client._follow import RecordFollower
 from psych_runtime.workflows.client._live import attempt_standing
 
+from ..serve._app import ACME_KEY, KEYS, bearer
 from ._grpc_relay import Relay, relayed
 from ._waiting import eventually
 from .conftest import Harness
@@ -233,6 +236,26 @@ async def test_an_a2a_streams_end_reads_within_the_grace(harness: Harness) -> No
     final = ended[-1]
     assert isinstance(final, TaskStatusUpdateEvent)
     assert final.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+@pytest.mark.timeout(120)
+async def test_a_rest_event_stream_whose_run_is_not_described_is_a_503(harness: Harness) -> None:
+    workflow_id, _ = await _settled_run(harness)
+    async with relayed_client(harness) as (relay, client):
+        relay.hang(DESCRIBE)
+        settings = ServeSettings(client, AuthSettings(KEYS), query_timeout_seconds=1.0)
+        transport = httpx.ASGITransport(app=create_app(settings))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+            started = time.monotonic()
+            async with asyncio.timeout(BOUND):
+                answer = await http.get(f"/v1/runs/{workflow_id}/events", headers=bearer(ACME_KEY))
+        assert time.monotonic() - started < 8
+    assert answer.status_code == 503
+    problem = answer.json()
+    assert problem["detail"].startswith(
+        f"Temporal did not answer a describe of Run {workflow_id} within 1 s ("
+    )
+    assert problem["type"].endswith("temporal")
 
 
 class _Down:

@@ -38,6 +38,7 @@ from psych_runtime.workflows import (
     RunSummary,
     TokenDelta,
     UnknownPosition,
+    describe_within,
     parse_workflow_id,
 )
 
@@ -257,9 +258,12 @@ STREAM_FAILED = (
 
 
 async def _exists(context: ApiContext, run_id: str) -> None:
-    """Refuse a Run Temporal does not know before the stream starts (a 404, not an event)."""
+    """Refuse a Run Temporal does not know before the stream starts (a 404, not an event).
+    The describe waits the query timeout at most: past it, ``TemporalNotAnswered`` (503
+    ``temporal``)."""
+    handle = context.client.temporal.get_workflow_handle(run_id)
     try:
-        await context.client.temporal.get_workflow_handle(run_id).describe()
+        await describe_within(handle, run_id, context.query_timeout)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise  # Temporal unreachable or refusing: a 503, which a follower retries
