@@ -24,6 +24,8 @@ from temporalio.client import Client
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import AgentBuilder, AgentSpec, PermitSource, TenantPermits
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.cli._resume import _warn_without_worker
+from psych_runtime.workers.cli._run_facts import run_facts
 from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._closing import until_closed
@@ -256,6 +258,23 @@ async def test_a_rest_event_stream_whose_run_is_not_described_is_a_503(harness: 
         f"Temporal did not answer a describe of Run {workflow_id} within 1 s ("
     )
     assert problem["type"].endswith("temporal")
+
+
+@pytest.mark.timeout(120)
+async def test_the_clis_describes_of_a_run_are_bounded(harness: Harness) -> None:
+    workflow_id, _ = await _settled_run(harness)
+    async with relayed_client(harness) as (relay, client):
+        relay.hang(DESCRIBE)
+        with pytest.raises(TemporalUnanswered) as facts:
+            async with asyncio.timeout(BOUND):
+                await run_facts(client.temporal, workflow_id, scope=harness.scope)
+        _says_temporal(facts.value, "a describe", workflow_id)
+        # Whether a worker polls, before a resume: not said when Temporal does not answer.
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND):
+            await _warn_without_worker(client.temporal, workflow_id)
+        assert time.monotonic() - started < BOUND - 5
+        assert relay.held == [DESCRIBE, DESCRIBE]
 
 
 class _Down:

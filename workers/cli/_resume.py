@@ -27,7 +27,12 @@ from psych_runtime.workers.cli._runs import (
     scope_of,
     temporal_client,
 )
-from psych_runtime.workflows import PsychClient, ResumeResult
+from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
+    PsychClient,
+    ResumeResult,
+    describe_within,
+)
 
 
 async def _client(args: argparse.Namespace) -> tuple[PsychClient, Client]:
@@ -37,9 +42,11 @@ async def _client(args: argparse.Namespace) -> tuple[PsychClient, Client]:
 
 
 async def _warn_without_worker(temporal: Client, workflow_id: str) -> None:
-    """Say so when no worker polls the Run's task queue: an update waits for one."""
+    """Say so when no worker polls the Run's task queue: an update waits for one. The
+    describe waits ``TEMPORAL_READ_TIMEOUT`` at most (past it, nothing is said)."""
+    handle = temporal.get_workflow_handle(workflow_id)
     try:
-        description = await temporal.get_workflow_handle(workflow_id).describe()
+        description = await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
         if description.close_time is not None:
             return  # settled: the client refuses at once
         if not await has_worker(temporal, description.task_queue):

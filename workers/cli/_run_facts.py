@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, Scope
 from psych_runtime.workers.fleet import POLLER_LIVE_SECONDS
-from psych_runtime.workflows import parse_workflow_id
+from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, describe_within, parse_workflow_id
 
 QUERY_TIMEOUT = timedelta(seconds=3)
 """How long ``status``/``report`` wait for each query before they fall back to
@@ -89,12 +89,15 @@ async def run_facts(client: Client, workflow_id: str, *, scope: Scope) -> RunFac
     Raises:
         NotFound: no such Run (or not a psych Run id).
         AccessDenied: the Run belongs to another tenant than ``scope``'s.
+        TemporalUnanswered: Temporal did not answer its describe within
+            ``TEMPORAL_READ_TIMEOUT``.
     """
     tenant, _ = parse_workflow_id(workflow_id)
     if tenant != scope.tenant:
         raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
     try:
-        description = await client.get_workflow_handle(workflow_id).describe()
+        handle = client.get_workflow_handle(workflow_id)
+        description = await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise NotFound(f"no Run {workflow_id}") from err

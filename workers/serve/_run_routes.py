@@ -259,7 +259,7 @@ STREAM_FAILED = (
 
 async def _exists(context: ApiContext, run_id: str) -> None:
     """Refuse a Run Temporal does not know before the stream starts (a 404, not an event).
-    The describe waits the query timeout at most: past it, ``TemporalNotAnswered`` (503
+    The describe waits the query timeout at most: past it, ``TemporalUnanswered`` (503
     ``temporal``)."""
     handle = context.client.temporal.get_workflow_handle(run_id)
     try:
