@@ -437,7 +437,7 @@ async def test_temporal_unavailable_is_a_503_not_a_missing_run(
 ) -> None:
     # The console follows a Run with this stream and gives up on a 4xx: an outage must
     # not read as "no such Run".
-    async def describe(self: WorkflowHandle[Any, Any]) -> None:
+    async def describe(self: WorkflowHandle[Any, Any], **_: object) -> None:
         raise RPCError("the frontend is down", status, b"")
 
     monkeypatch.setattr(WorkflowHandle, "describe", describe)
@@ -451,7 +451,7 @@ async def test_a_stream_failing_on_the_servers_fault_ends_with_an_error_event(
 ) -> None:
     # From an audit: an error other than psych's or Temporal's cut the stream with no
     # event, which a follower could not tell from the Run's end or a dropped connection.
-    async def describe(self: WorkflowHandle[Any, Any]) -> None:
+    async def describe(self: WorkflowHandle[Any, Any], **_: object) -> None:
         return None
 
     async def events(*args: object, **kwargs: object) -> AsyncIterator[Record]:

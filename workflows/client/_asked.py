@@ -234,7 +234,9 @@ def read_mapped(
 ) -> Exception:
     """``err`` of a read no worker answers (``what``: a describe, a close event), as this
     package raises it: its timeout as ``TemporalUnanswered`` (Temporal's silence, not a
-    worker's), else as ``mapped``."""
+    worker's; one already so, as it is), else as ``mapped``."""
+    if isinstance(err, TemporalUnanswered):
+        return err
     if unanswered(err):
         return TemporalUnanswered(workflow_id, what, rpc_timeout, err)
     return mapped(err, workflow_id)
