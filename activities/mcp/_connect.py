@@ -13,14 +13,10 @@ import httpx2
 from mcp.client import Client
 
 from psych_runtime.activities.egress import Attempt, Egress
+from psych_runtime.activities.mcp._client import describe_error, open_client
 from psych_runtime.activities.mcp._consent_check import ReadOnlyTokens, oauth_line
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable
-from psych_runtime.activities.mcp._pool import (
-    McpUnavailable,
-    SessionKey,
-    describe_error,
-    open_client,
-)
+from psych_runtime.activities.mcp._pool import McpUnavailable, SessionKey
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore

@@ -15,7 +15,8 @@ the SDK tells the server with ``notifications/cancelled``).
 
 The pool is bounded (``max_sessions``; the least recently used idle session is closed to
 make room), closes sessions idle for ``idle_seconds``, and drops a session whose transport
-failed, so the next use connects again. ``aclose`` closes every session.
+failed, so the next use connects again. ``aclose`` closes every session. Connecting one
+session, and what its failures say, is ``_client.py``'s.
 """
 
 from __future__ import annotations
@@ -27,27 +28,34 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import httpx2
 import mcp_types
 from mcp.client import Client
-from mcp.client.session import ClientRequestContext, IncomingMessage
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress, untracked
-from psych_runtime.activities.mcp._era import handshake_refused, is_stateless
-from psych_runtime.activities.mcp._told import TokenRefused, ToldAuth
+from psych_runtime.activities.mcp._client import describe_error, open_client, refusal
+from psych_runtime.activities.mcp._era import is_stateless
+from psych_runtime.activities.mcp._told import TokenRefused
 from psych_runtime.specs import Scope, StoreUnavailable
 
-_log = logging.getLogger(__name__)
+__all__ = [
+    "McpSessions",
+    "McpUnavailable",
+    "SessionBroke",
+    "SessionKey",
+    "describe_error",
+    "open_client",
+    "refusal",
+]
+"""What the pool offers; the session's connecting half (``open_client``, ``describe_error``,
+``refusal``) lives in ``_client.py`` and is named here too, for the pool's callers."""
 
-_SSE_READ_SECONDS = 300.0
-"""How long an open event stream may stay silent before the transport gives up on it (the
-SDK's default; a pooled session idles longer than any call)."""
+_log = logging.getLogger(__name__)
 
 _FLUSH_SECONDS = 5.0
 """Bound on the ping a closing session sends first (the SDK's own bound on a courtesy
@@ -98,80 +106,6 @@ class SessionBroke(McpUnavailable):
         self.reused = reused
 
 
-def describe_error(err: BaseException) -> str:
-    """One line naming what failed: the innermost meaningful exceptions of a group.
-
-    anyio task groups wrap a transport's failure in ``ExceptionGroup``s; the model and the
-    operator want the ``ConnectError: ...`` inside, not the wrapping.
-    """
-    if isinstance(err, BaseExceptionGroup):
-        parts = [describe_error(inner) for inner in err.exceptions]
-        return "; ".join(dict.fromkeys(parts))
-    if isinstance(err, MCPError):
-        return f"MCP error {err.code}: {err.message}"
-    if isinstance(err, TimeoutError):
-        return "timed out"
-    text = str(err)
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-@asynccontextmanager
-async def open_client(
-    url: str,
-    transport: str,
-    headers: dict[str, str],
-    *,
-    connect_timeout: float,
-    egress: Egress,
-    tenant: str,
-    on_message: Callable[[IncomingMessage], None] | None = None,
-    auth: httpx2.Auth | None = None,
-    on_refused: Callable[[Exception], None] | None = None,
-) -> AsyncIterator[Client]:
-    """Connect to an MCP server: the ``initialize`` handshake, or the stateless 2026-07-28
-    protocol when the server refuses the handshake (``_era.py`` says why in that order).
-
-    ``on_refused`` is told of each reply the egress policy refused (``McpResponseTooLarge``:
-    over ``max_response_bytes``) and of each failure of the OAuth provider ``auth`` (a
-    token the authorization server refused: ``ToldAuth``), since the SDK then ends the
-    session saying only "Connection closed": whoever owns the session says why instead
-    (``refusal``).
-
-    ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
-    (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
-
-    The SDK's response cache is off because the worker keeps its own catalogue cache,
-    keyed by session and dropped on ``tools/list_changed``; an elicitation callback is
-    given only so the client declares the elicitation capability, which servers check
-    before they ask for input (``_input.py`` answers through the Run, never inside a
-    call). Enter and exit it in one task.
-    """
-    options = _Options(
-        url, transport, headers, connect_timeout, egress, tenant, on_message, auth, on_refused
-    )
-    async with AsyncExitStack() as stack:
-        try:
-            client = await stack.enter_async_context(_open(options, "legacy"))
-        except Exception as err:
-            if transport == "sse" or not handshake_refused(err):
-                raise
-            client = await stack.enter_async_context(_open(options, "auto"))
-        yield client
-
-
-@dataclass(frozen=True)
-class _Options:
-    url: str
-    transport: str
-    headers: dict[str, str]
-    connect_timeout: float
-    egress: Egress
-    tenant: str
-    on_message: Callable[[IncomingMessage], None] | None
-    auth: httpx2.Auth | None
-    on_refused: Callable[[Exception], None] | None
-
-
 def _token_refused(refused: list[Exception], since: int) -> TokenRefused | None:
     """The MCP server's refusal of a just-obtained token told since entry ``since`` (a
     lease's own), taken out of ``refused``: the session goes on, and a later end of it
@@ -188,64 +122,6 @@ def _store_down(refused: list[Exception], since: int) -> StoreUnavailable | None
     """The token store's failure (``ToldAuth``), when it is the last told since ``since``."""
     last = refused[-1] if len(refused) > since else None
     return last if isinstance(last, StoreUnavailable) else None
-
-
-def refusal(refused: list[Exception], err: BaseException) -> str:
-    """Why a session ended: the egress policy's refusal of a reply, or the OAuth flow's
-    failure, if any (the SDK's error then says only "connection closed"), else ``err``."""
-    return str(refused[-1]) if refused else describe_error(err)
-
-
-async def _refuse_elicitation(
-    context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-) -> mcp_types.ElicitResult | mcp_types.ErrorData:
-    """A handshake-era server asking mid-call: refused as the SDK's default refuses it
-    (input is asked of a person through the Run, between calls, never inside one)."""
-    return mcp_types.ErrorData(
-        code=mcp_types.INVALID_REQUEST,
-        message="Elicitation inside a call is not supported; this client answers "
-        "input_required results (MCP 2026-07-28)",
-    )
-
-
-@asynccontextmanager
-async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
-    async def handler(message: IncomingMessage) -> None:
-        if options.on_message is not None:
-            options.on_message(message)
-
-    auth = options.auth
-    if auth is not None and options.on_refused is not None:
-        auth = ToldAuth(auth, options.on_refused)
-    async with AsyncExitStack() as stack:
-        if options.transport == "sse":
-            streams = sse_client(
-                options.url,
-                headers=options.headers,
-                timeout=options.connect_timeout,
-                sse_read_timeout=_SSE_READ_SECONDS,
-                httpx_client_factory=options.egress.mcp_factory(options.tenant, options.on_refused),
-                auth=auth,
-            )
-        else:
-            http = await stack.enter_async_context(
-                options.egress.mcp_client(
-                    options.tenant,
-                    headers=options.headers,
-                    timeout=httpx2.Timeout(options.connect_timeout, read=_SSE_READ_SECONDS),
-                    auth=auth,
-                    on_refused=options.on_refused,
-                )
-            )
-            streams = streamable_http_client(options.url, http_client=http)
-        client = Client(
-            streams,
-            mode=mode,
-            cache=None,
-            message_handler=handler,
-            elicitation_callback=_refuse_elicitation,
-        )
-        yield await stack.enter_async_context(client)
 
 
 @dataclass(eq=False)
