@@ -64,7 +64,7 @@ from psych_runtime.activities.mcp._input import (
     input_required,
 )
 from psych_runtime.activities.mcp._oauth import OAuthClients
-from psych_runtime.activities.mcp._pool import McpSessions, McpUnavailable
+from psych_runtime.activities.mcp._pool import McpSessions, McpUnavailable, SessionBroke
 from psych_runtime.activities.mcp._results import result_text
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
@@ -419,8 +419,12 @@ class McpActivities(Catalogues, ActivityClass):
                 # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
             said = f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
-            # Leased, its tools/call may still have never left (its connection refused).
-            return await outcome("error", said, sent=leased and not never_called(tried, input.tool))
+            # Leased, its tools/call may still have never left: its connection refused, or
+            # the SDK refused it unsent on a session that had ended (nothing handed over).
+            unsent = never_called(tried, input.tool) or (
+                isinstance(err, SessionBroke) and err.nothing_handed
+            )
+            return await outcome("error", said, sent=leased and not unsent)
         except (McpConsentRequired, StoreUnavailable):  # a token store down: nothing sent
             raise
         except Exception as err:

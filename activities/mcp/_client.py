@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused
+from psych_runtime.activities.mcp._streams import StreamWatch, watched
 from psych_runtime.activities.mcp._told import ToldAuth
 
 _SSE_READ_SECONDS = 300.0
@@ -58,6 +59,7 @@ async def open_client(
     on_message: Callable[[IncomingMessage], None] | None = None,
     auth: httpx2.Auth | None = None,
     on_refused: Callable[[Exception], None] | None = None,
+    watch: StreamWatch | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to an MCP server: the ``initialize`` handshake, or the stateless 2026-07-28
     protocol when the server refuses the handshake (``_era.py`` says why in that order).
@@ -67,6 +69,10 @@ async def open_client(
     token the authorization server refused: ``ToldAuth``), since the SDK then ends the
     session saying only "Connection closed": whoever owns the session says why instead
     (``refusal``).
+
+    ``watch`` (``_streams.py``) is told when the server ends the connected session, and
+    counts the messages handed to its transport (a handshake refused before the fallback
+    ends no session it is told of).
 
     ``auth`` (an OAuth provider) is attached to the session's own client, so its requests
     (metadata discovery, the token endpoint) go through ``egress`` like the MCP ones.
@@ -78,7 +84,16 @@ async def open_client(
     call). Enter and exit it in one task.
     """
     options = _Options(
-        url, transport, headers, connect_timeout, egress, tenant, on_message, auth, on_refused
+        url,
+        transport,
+        headers,
+        connect_timeout,
+        egress,
+        tenant,
+        on_message,
+        auth,
+        on_refused,
+        watch,
     )
     async with AsyncExitStack() as stack:
         try:
@@ -87,6 +102,8 @@ async def open_client(
             if transport == "sse" or not handshake_refused(err):
                 raise
             client = await stack.enter_async_context(_open(options, "auto"))
+        if watch is not None:
+            watch.live = True
         yield client
 
 
@@ -101,6 +118,7 @@ class _Options:
     on_message: Callable[[IncomingMessage], None] | None
     auth: httpx2.Auth | None
     on_refused: Callable[[Exception], None] | None
+    watch: StreamWatch | None
 
 
 def refusal(refused: list[Exception], err: BaseException) -> str:
@@ -151,6 +169,8 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                 )
             )
             streams = streamable_http_client(options.url, http_client=http)
+        if options.watch is not None:
+            streams = watched(streams, options.watch)
         client = Client(
             streams,
             mode=mode,

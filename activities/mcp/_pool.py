@@ -15,8 +15,10 @@ the SDK tells the server with ``notifications/cancelled``).
 
 The pool is bounded (``max_sessions``; the least recently used idle session is closed to
 make room), closes sessions idle for ``idle_seconds``, and drops a session whose transport
-failed, so the next use connects again. ``aclose`` closes every session. Connecting one
-session, and what its failures say, is ``_client.py``'s.
+failed, or whose server ended it (an SSE server shut down cleanly ends its event stream,
+after which the SDK refuses every request unsent: ``_streams.py``), so the next use
+connects again. ``aclose`` closes every session. Connecting one session, and what its
+failure says, is ``_client.py``'s.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mcp.shared.exceptions import MCPError
 from psych_runtime.activities.egress import Egress, untracked
 from psych_runtime.activities.mcp._client import describe_error, open_client, refusal
 from psych_runtime.activities.mcp._era import is_stateless
+from psych_runtime.activities.mcp._streams import StreamWatch
 from psych_runtime.activities.mcp._told import TokenRefused
 from psych_runtime.specs import Scope, StoreUnavailable
 
@@ -61,6 +64,9 @@ _FLUSH_SECONDS = 5.0
 """Bound on the ping a closing session sends first (the SDK's own bound on a courtesy
 cancel's write), so an unresponsive server delays a worker's shutdown by no more."""
 
+
+_ENDED = "the server ended the session"
+"""Why a session whose server ended its stream cannot be used (``_streams.py``)."""
 
 _SESSION_GONE = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.INVALID_REQUEST})
 """Errors after which a session is dropped: the connection closed, or the server no longer
@@ -99,11 +105,14 @@ class McpUnavailable(Exception):
 class SessionBroke(McpUnavailable):
     """A pooled session's transport failed during a lease (the pool has dropped it)."""
 
-    def __init__(self, reason: str, *, reused: bool) -> None:
+    def __init__(self, reason: str, *, reused: bool, nothing_handed: bool = False) -> None:
         """``reused``: the session had served earlier leases (it was not new to this one),
-        so a fresh session may well work where it failed."""
+        so a fresh session may well work where it failed. ``nothing_handed``: no message
+        reached the session's transport during the lease (the SDK refused them unsent), so
+        nothing the lease asked for left the worker."""
         super().__init__(f"the session broke: {reason}")
         self.reused = reused
+        self.nothing_handed = nothing_handed
 
 
 def _token_refused(refused: list[Exception], since: int) -> TokenRefused | None:
@@ -139,6 +148,21 @@ class _Pooled:
     session ended, if it did."""
     listening: bool = False
     """Connected on a handshake-era session, which is told of ``tools/list_changed``."""
+    watch: StreamWatch = field(init=False)
+    """Its transport's streams: the server's end of it, and the messages handed over."""
+
+    def __post_init__(self) -> None:
+        self.watch = StreamWatch(on_end=self._ended)
+
+    def _ended(self) -> None:
+        if self.closing.is_set():  # the owner's own close
+            return
+        self.broken = self.broken or _ENDED
+        _log.warning("MCP session %r ended: %s", self.key, self.broken)
+        if self.users == 0:
+            # Else its last lease closes it (``_drop``): closed now, a lease's next request
+            # would meet a Client no longer entered, not the SDK's "Connection closed".
+            self.closing.set()
 
 
 class McpSessions:
@@ -229,6 +253,9 @@ class McpSessions:
             except McpUnavailable:
                 self._drop(pooled)
                 raise
+            if pooled.broken is not None:  # ended while this lease waited: nothing sent
+                raise SessionBroke(pooled.broken, reused=reused, nothing_handed=True)
+            handed = pooled.watch.handed
             told = len(pooled.refused)
             try:
                 yield client
@@ -240,9 +267,11 @@ class McpSessions:
                     raise McpUnavailable(str(refused)) from err
                 if err.code not in _SESSION_GONE:
                     raise
-                pooled.broken = refusal(pooled.refused, err)
-                raise SessionBroke(pooled.broken, reused=reused) from err
-            if pooled.broken is not None:
+                if pooled.refused or pooled.broken is None:
+                    pooled.broken = refusal(pooled.refused, err)
+                unsent = pooled.watch.handed == handed
+                raise SessionBroke(pooled.broken, reused=reused, nothing_handed=unsent) from err
+            if pooled.broken not in (None, _ENDED):  # ended after its answers: they stand
                 raise SessionBroke(pooled.broken, reused=reused)
         finally:
             pooled.users -= 1
@@ -290,6 +319,7 @@ class McpSessions:
                 on_message=on_message,
                 auth=auth,
                 on_refused=pooled.refused.append,
+                watch=pooled.watch,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected
                 pooled.listening = not is_stateless(client)
@@ -338,11 +368,16 @@ class McpSessions:
             self._drop(pooled)
 
     def _drop(self, pooled: _Pooled) -> None:
+        """Take ``pooled`` out of the pool; close it now, or, while leases still hold its
+        client, when the last of them ends (its ``finally`` drops it again)."""
         if self._sessions.get(pooled.key) is pooled:
             del self._sessions[pooled.key]
-        pooled.closing.set()
-        if not pooled.ready.done() and pooled.task is not None:
-            pooled.task.cancel()  # still connecting: nothing to wait for
+        if not pooled.ready.done():
+            pooled.closing.set()
+            if pooled.task is not None:
+                pooled.task.cancel()  # still connecting: nothing to wait for
+        elif pooled.users == 0:
+            pooled.closing.set()
 
     def _trim(self) -> None:
         """Close idle sessions past the bound, least recently used first."""

@@ -1,0 +1,148 @@
+"""A pooled MCP session whose server ended its stream is not lent again.
+
+An SSE server that shuts down cleanly ends the session's event stream; the SDK then
+refuses every request on that session ("Connection closed") before sending it. Lent
+again, such a session failed a call not safe to repeat as one that may have run, though
+its ``tools/call`` never left. The pool notices the end and connects afresh instead; a
+call on a session that ended while lent says it did not run when nothing was handed to
+the transport during its lease.
+
+Real MCP test servers in their own processes on loopback; the store's disk refuses for
+real (a file stands where its directory goes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from psych_runtime.activities.blobs import LocalBlobStore
+from psych_runtime.activities.contract import ErrorType
+from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
+from psych_runtime.activities.mcp import McpActivities
+from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke, SessionKey
+from psych_runtime.specs import McpServer, Scope, StoreUnavailable
+from tests.activities.test_mcp import eventually
+from tests.activities.test_sent_or_not import broken_store, mcp_call
+from tests.mcp.fixture import McpTestServer, start_mcp_server
+
+DID_NOT_RUN = r"^the call did not run \(its request never left\), and its outcome \(error\)"
+
+
+def loopback() -> Egress:
+    return Egress(EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.0/8",))))
+
+
+def pool(egress: Egress) -> McpSessions:
+    return McpSessions(
+        max_sessions=4,
+        idle_seconds=60,
+        connect_timeout=10,
+        on_tools_changed=lambda key: None,
+        egress=egress,
+    )
+
+
+def key_of(served: McpTestServer) -> SessionKey:
+    return SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
+
+
+async def test_an_sse_session_whose_server_shut_down_is_not_lent_again(tmp_path: Path) -> None:
+    # Before: the pool kept the ended session and lent it; the SDK failed the tools/call
+    # with "Connection closed" before any POST, and with no attempt seen the call was
+    # taken as one that may have run: ResultNotKept, though nothing left the worker.
+    egress = loopback()
+    mcp = McpActivities(blobs=LocalBlobStore(tmp_path / "ok"), egress=egress)
+    served = start_mcp_server("sse")
+    server = McpServer(name="crm", url=served.url, transport="sse")
+    try:
+        first = await ActivityEnvironment().run(mcp.call, mcp_call(server, "echo", text="hi"))
+        assert (first.status, first.content) == ("ok", "hi")
+        served.stop()  # SIGTERM: the server ends its event streams and exits
+        await eventually(lambda: not mcp.sessions.keys, within=10)  # the pool noticed
+        mcp.blobs = broken_store(tmp_path)
+        with pytest.raises(StoreUnavailable, match=DID_NOT_RUN):
+            await ActivityEnvironment().run(mcp.call, mcp_call(server, "charge", amount=1))
+    finally:
+        served.stop()
+        await mcp.aclose()
+        await egress.aclose()
+
+
+async def charge_once_ended(sessions: McpSessions, served: McpTestServer) -> None:
+    """Lease the session of ``served``, stop the server, and once the session saw it end,
+    call ``charge`` on it."""
+    key = key_of(served)
+    async with sessions.client(key, served.url, {}) as client:
+        served.stop()
+        await eventually(lambda: sessions._sessions[key].watch.ended, within=10)
+        await client.call_tool("charge", {"amount": 1})
+
+
+async def test_a_request_on_a_session_that_ended_while_lent_was_not_handed_over() -> None:
+    # The session ends while a lease holds it: its tools/call is refused by the SDK
+    # before it reaches the transport, which the lease's failure says (nothing handed).
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    try:
+        async with sessions.client(key_of(served), served.url, {}) as client:
+            assert (await client.call_tool("echo", {"text": "a"})).is_error is False
+        with pytest.raises(SessionBroke) as caught:
+            await charge_once_ended(sessions, served)
+        assert caught.value.nothing_handed
+        assert str(caught.value) == "the session broke: the server ended the session"
+        await eventually(lambda: not sessions.keys, within=10)  # closed as its lease ended
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def slow_while_stopping(sessions: McpSessions, served: McpTestServer) -> None:
+    """Lease the session of ``served``, call ``slow`` and stop the server once it runs."""
+    async with sessions.client(key_of(served), served.url, {}) as client:
+        slow = asyncio.create_task(client.call_tool("slow", {"seconds": 30}))
+        await eventually(lambda: served.calls("slow") == 1, within=10)
+        served.stop()
+        await slow
+
+
+async def test_a_request_the_transport_took_may_have_left() -> None:
+    # The converse: a request handed to the transport before the end is never claimed
+    # unsent (the server read a tools/call, then went away mid-call).
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    try:
+        with pytest.raises(SessionBroke) as caught:
+            await slow_while_stopping(sessions, served)
+        assert not caught.value.nothing_handed
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_a_call_the_server_read_before_it_shut_down_may_have_run(tmp_path: Path) -> None:
+    # The activity's view of the same: a write the server took may have run.
+    egress = loopback()
+    mcp = McpActivities(blobs=broken_store(tmp_path), egress=egress)
+    served = start_mcp_server("sse")
+    server = McpServer(name="crm", url=served.url, transport="sse")
+    charge = mcp_call(server, "charge", amount=1, sleep_seconds=30)
+    try:
+        call = asyncio.create_task(ActivityEnvironment().run(mcp.call, charge))
+        await eventually(lambda: served.calls("charge") == 1, within=20)
+        served.stop()
+        with pytest.raises(ApplicationError) as caught:
+            await call
+        assert caught.value.type == ErrorType.RESULT_NOT_KEPT
+    finally:
+        served.stop()
+        await mcp.aclose()
+        await egress.aclose()
