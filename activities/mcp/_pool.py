@@ -19,6 +19,11 @@ failed, or whose server ended it (an SSE server shut down cleanly ends its event
 after which the SDK refuses every request unsent: ``_streams.py``), so the next use
 connects again. ``aclose`` closes every session. Connecting one session, and what its
 failure says, is ``_client.py``'s.
+
+What a failed OAuth flow or a refused reply told the session (``refused``) is also told to
+the lease whose request it was (the SDK sends a request in its asker's context), so a
+lease raises only its own: a token store that failed another call's flow on the same
+session is not this call's, which may well have reached the server.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import httpx2
@@ -67,6 +73,9 @@ cancel's write), so an unresponsive server delays a worker's shutdown by no more
 
 _ENDED = "the server ended the session"
 """Why a session whose server ended its stream cannot be used (``_streams.py``)."""
+
+_TOLD: ContextVar[list[Exception] | None] = ContextVar("psych_mcp_lease_told", default=None)
+"""What was told (``refused``) for the requests of the lease in whose context they ran."""
 
 _SESSION_GONE = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.INVALID_REQUEST})
 """Errors after which a session is dropped: the connection closed, or the server no longer
@@ -115,21 +124,21 @@ class SessionBroke(McpUnavailable):
         self.nothing_handed = nothing_handed
 
 
-def _token_refused(refused: list[Exception], since: int) -> TokenRefused | None:
-    """The MCP server's refusal of a just-obtained token told since entry ``since`` (a
-    lease's own), taken out of ``refused``: the session goes on, and a later end of it
-    must not be blamed on this."""
-    for index in range(len(refused) - 1, since - 1, -1):
-        found = refused[index]
+def _token_refused(told: list[Exception], refused: list[Exception]) -> TokenRefused | None:
+    """The MCP server's refusal of a just-obtained token ``told`` a lease, taken out of the
+    session's ``refused``: the session goes on, and a later end of it must not be blamed
+    on this."""
+    for found in reversed(told):
         if isinstance(found, TokenRefused):
-            del refused[index]
+            if found in refused:
+                refused.remove(found)
             return found
     return None
 
 
-def _store_down(refused: list[Exception], since: int) -> StoreUnavailable | None:
-    """The token store's failure (``ToldAuth``), when it is the last told since ``since``."""
-    last = refused[-1] if len(refused) > since else None
+def _store_down(told: list[Exception]) -> StoreUnavailable | None:
+    """The token store's failure (``ToldAuth``), when it is the last ``told``."""
+    last = told[-1] if told else None
     return last if isinstance(last, StoreUnavailable) else None
 
 
@@ -163,6 +172,12 @@ class _Pooled:
             # Else its last lease closes it (``_drop``): closed now, a lease's next request
             # would meet a Client no longer entered, not the SDK's "Connection closed".
             self.closing.set()
+
+    def tell(self, err: Exception) -> None:
+        """``err`` was told: the session's, and the asking lease's (``_TOLD``)."""
+        self.refused.append(err)
+        if (told := _TOLD.get()) is not None:
+            told.append(err)
 
 
 class McpSessions:
@@ -256,13 +271,14 @@ class McpSessions:
             if pooled.broken is not None:  # ended while this lease waited: nothing sent
                 raise SessionBroke(pooled.broken, reused=reused, nothing_handed=True)
             handed = pooled.watch.handed
-            told = len(pooled.refused)
+            told: list[Exception] = []
+            telling = _TOLD.set(told)
             try:
                 yield client
             except MCPError as err:
-                if (down := _store_down(pooled.refused, told)) is not None:
+                if (down := _store_down(told)) is not None:
                     raise down from None  # the worker's store, not the server: as it is
-                refused = _token_refused(pooled.refused, told)
+                refused = _token_refused(told, pooled.refused)
                 if refused is not None:
                     raise McpUnavailable(str(refused)) from err
                 if err.code not in _SESSION_GONE:
@@ -271,6 +287,8 @@ class McpSessions:
                     pooled.broken = refusal(pooled.refused, err)
                 unsent = pooled.watch.handed == handed
                 raise SessionBroke(pooled.broken, reused=reused, nothing_handed=unsent) from err
+            finally:
+                _TOLD.reset(telling)
             if pooled.broken not in (None, _ENDED):  # ended after its answers: they stand
                 raise SessionBroke(pooled.broken, reused=reused)
         finally:
@@ -299,6 +317,7 @@ class McpSessions:
         self, pooled: _Pooled, url: str, headers: dict[str, str], auth: httpx2.Auth | None
     ) -> None:
         """The owner task: enter the transport and session, wait, exit them here."""
+        _TOLD.set(None)  # the session's own requests are no lease's (its context is its own)
 
         def on_message(message: IncomingMessage) -> None:
             if isinstance(message, Exception):
@@ -318,7 +337,7 @@ class McpSessions:
                 tenant=pooled.key.tenant,
                 on_message=on_message,
                 auth=auth,
-                on_refused=pooled.refused.append,
+                on_refused=pooled.tell,
                 watch=pooled.watch,
             ) as client:
                 headers.clear()  # the owner keeps no credential once connected
@@ -344,7 +363,7 @@ class McpSessions:
             reason = refusal(pooled.refused, err)
             pooled.broken = reason
             if not pooled.ready.done():
-                pooled.ready.set_exception(_store_down(pooled.refused, 0) or McpUnavailable(reason))
+                pooled.ready.set_exception(_store_down(pooled.refused) or McpUnavailable(reason))
             else:
                 _log.warning("MCP session %r ended: %s", pooled.key, reason)
         finally:

@@ -5,7 +5,8 @@ refuses every request on that session ("Connection closed") before sending it. L
 again, such a session failed a call not safe to repeat as one that may have run, though
 its ``tools/call`` never left. The pool notices the end and connects afresh instead; a
 call on a session that ended while lent says it did not run when nothing was handed to
-the transport during its lease.
+the transport during its lease. A session a token store's failure ended (for one call's
+OAuth flow) is that call's ``StoreUnavailable`` only, never another call's on it.
 
 Real MCP test servers in their own processes on loopback; the store's disk refuses for
 real (a file stands where its directory goes).
@@ -14,8 +15,10 @@ real (a file stands where its directory goes).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
+import httpx2
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -145,4 +148,49 @@ async def test_a_call_the_server_read_before_it_shut_down_may_have_run(tmp_path:
     finally:
         served.stop()
         await mcp.aclose()
+        await egress.aclose()
+
+
+class StoreDownFor(httpx2.Auth):
+    """An OAuth provider whose token store fails for a request carrying ``marker``."""
+
+    requires_request_body = True
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.marker in request.content:
+            raise StoreUnavailable("the token store did not answer")
+        yield request
+
+
+async def test_a_token_store_failure_is_blamed_on_its_own_call_only() -> None:
+    # Before: a call whose tools/call the server was running got the other call's
+    # StoreUnavailable (the last failure the session was told of), which the activity
+    # takes as a call never sent and retries: a write run twice. Its own failure is the
+    # session's end, a SessionBroke that may have run.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("streamable-http")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "http", "token")
+    auth = StoreDownFor(b"needs-a-token")
+
+    async def call(tool: str, arguments: dict[str, object]) -> None:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            await client.call_tool(tool, arguments)
+
+    try:
+        slow = asyncio.create_task(call("slow", {"seconds": 30}))
+        await eventually(lambda: served.calls("slow") == 1, within=20)
+        with pytest.raises(StoreUnavailable):
+            await call("echo", {"text": "needs-a-token"})
+        with pytest.raises(SessionBroke) as caught:
+            await slow
+        assert not caught.value.nothing_handed
+    finally:
+        served.stop()
+        await sessions.aclose()
         await egress.aclose()
