@@ -94,8 +94,10 @@ class _Writing(Generic[T]):
     """The transport's write stream, counting in ``watch`` what may have reached it.
 
     A write after this side closed provably did not (the SDK closes it when the session
-    ends); one the stream raised ``BrokenResourceError`` for was not consumed (anyio says
-    so); any other, cancelled ones included, may have been."""
+    ends); nor did one the stream refused: ``BrokenResourceError`` (no receiver took it) or
+    ``ClosedResourceError`` (the transport closed the stream first, as the SSE transport's
+    writer does when one POST fails; or while the write waited, which anyio withdraws
+    undelivered); any other, cancelled ones included, may have been."""
 
     def __init__(self, inner: Any, watch: StreamWatch) -> None:
         self._inner = inner
@@ -108,8 +110,11 @@ class _Writing(Generic[T]):
         self._watch.handed += 1
         try:
             await self._inner.send(item)
-        except anyio.BrokenResourceError:
-            self._watch.handed -= 1  # not consumed: no receiver took it
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # Not consumed: no receiver took it, or the stream was closed before (or while
+            # waiting: withdrawn) by the transport. Until 12-07 a ClosedResourceError counted,
+            # and a call the SDK could not hand over was taken as one that may have run.
+            self._watch.handed -= 1
             raise
 
     def close(self) -> None:

@@ -15,9 +15,11 @@ real (a file stands where its directory goes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -28,6 +30,7 @@ from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp import McpActivities
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke, SessionKey
+from psych_runtime.activities.mcp._streams import StreamWatch, _Writing
 from psych_runtime.specs import McpServer, Scope, StoreUnavailable
 from tests.activities.test_mcp import eventually
 from tests.activities.test_sent_or_not import broken_store, mcp_call
@@ -194,3 +197,51 @@ async def test_a_token_store_failure_is_blamed_on_its_own_call_only() -> None:
         served.stop()
         await sessions.aclose()
         await egress.aclose()
+
+
+async def test_a_request_the_transport_refused_after_its_writer_ended_was_not_handed() -> None:
+    # An SSE session's writer (the SDK's post_writer) ends when one POST fails, here a
+    # token store failing that call's OAuth flow; it closes the stream requests are handed
+    # through. A later tools/call on the session is refused unsent (anyio's
+    # ClosedResourceError, never delivered). Before: counted as handed over, so the call
+    # was reported as one that may have run (the server saw no charge).
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", "token")
+    auth = StoreDownFor(b"needs-a-token")
+
+    async def call(tool: str, arguments: dict[str, object]) -> None:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            await client.call_tool(tool, arguments)
+
+    try:
+        await call("echo", {"text": "connects"})
+        with contextlib.suppress(TimeoutError, StoreUnavailable):
+            async with asyncio.timeout(2):  # its POST failed: its answer never comes
+                await call("echo", {"text": "needs-a-token"})
+        with pytest.raises(SessionBroke) as caught:
+            await call("charge", {"amount": 1})
+        assert served.calls("charge") == 0
+        assert caught.value.nothing_handed
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_a_write_the_transport_withdrew_undelivered_is_not_counted() -> None:
+    # anyio withdraws a write waiting on a stream its transport then closes (its item never
+    # delivered) and raises ClosedResourceError: not handed over, as one refused at once.
+    send, receive = anyio.create_memory_object_stream[str](0)
+    watch = StreamWatch(on_end=lambda: None)
+    writing = _Writing[str](send, watch)
+    waiting = asyncio.create_task(writing.send("tools/call"))
+    await asyncio.sleep(0.05)  # it waits: nobody receives
+    send.close()  # the transport's writer ends
+    with pytest.raises(anyio.ClosedResourceError):
+        await waiting
+    with pytest.raises(anyio.ClosedResourceError):
+        await writing.send("tools/call")
+    receive.close()
+    assert watch.handed == 0
