@@ -150,7 +150,23 @@ RPC_ERRORS = (
         ),
         id="describe",
     ),
+    pytest.param(
+        lambda: TemporalUnanswered(
+            None,
+            "a page",
+            timedelta(seconds=10),
+            _timeout(),
+            subject="tenant 'acme''s Run listing",
+        ),
+        id="listing",
+    ),
 )
+
+
+def test_a_temporal_unanswered_names_a_run_or_a_subject_not_both_nor_neither() -> None:
+    for run, subject in ((None, None), ("psych-acme-4f2a", "task queue 'orders'")):
+        with pytest.raises(ValueError, match="give a Run's workflow id or a subject"):
+            TemporalUnanswered(run, "a describe", None, _timeout(), subject=subject)
 
 
 RPC_WAYS: dict[str, Callable[[RPCError], RPCError]] = {

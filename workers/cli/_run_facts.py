@@ -12,18 +12,20 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, Scope
-from psych_runtime.workers.fleet import POLLER_LIVE_SECONDS
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, describe_within, parse_workflow_id
+from psych_runtime.workers.fleet._pollers import has_live_poller
+from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
+    describe_within,
+    parse_workflow_id,
+)
 
 QUERY_TIMEOUT = timedelta(seconds=3)
 """How long ``status``/``report`` wait for each query before they fall back to
@@ -69,18 +71,12 @@ async def has_worker(client: Client, task_queue: str) -> bool:
     A poller the server last saw more than ``POLLER_LIVE_SECONDS`` ago is a stopped
     worker's (a live one polls again within about a minute); a worker stopped more
     recently than that still counts.
+
+    Raises:
+        TemporalUnanswered: Temporal did not answer the task queue's describe within
+            ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the task queue).
     """
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-    response = await client.workflow_service.describe_task_queue(request)
-    now = datetime.now(UTC)
-    live = timedelta(seconds=POLLER_LIVE_SECONDS)
-    return any(
-        now - poller.last_access_time.ToDatetime(tzinfo=UTC) <= live for poller in response.pollers
-    )
+    return await has_live_poller(client, task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
 
 
 async def run_facts(client: Client, workflow_id: str, *, scope: Scope) -> RunFacts:

@@ -15,6 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities import ACTIVITY_ROLES, ROLES, role_task_queue
 from psych_runtime.activities.contract import WORKFLOWS_ROLE
 from psych_runtime.workers.fleet._policy import POLLER_LIVE_SECONDS
+from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered, describe_within
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,14 @@ async def unpolled_queues(client: Client, workflow_id: str) -> list[UnpolledQueu
     Only tasks not yet started count: an activity a worker runs has its worker. A server
     without DescribeTaskQueue (the time-skipping test server) gives no answer, nor does a
     Run that does not exist: empty.
+
+    Raises:
+        TemporalUnanswered: Temporal did not answer the Run's describe, or a task queue's,
+            within ``TEMPORAL_READ_TIMEOUT``.
     """
     try:
-        description = await client.get_workflow_handle(workflow_id).describe()
+        handle = client.get_workflow_handle(workflow_id)
+        description = await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
         # No such Run: the caller's own read of it says so in its words.
         if err.status is RPCStatusCode.NOT_FOUND:
@@ -84,7 +90,7 @@ async def unpolled_queues(client: Client, workflow_id: str) -> list[UnpolledQueu
     found: list[UnpolledQueue] = []
     for (queue, task_type), queue_role in sorted(wanted.items()):
         try:
-            polled = await _has_live_poller(client, queue, task_type)
+            polled = await has_live_poller(client, queue, task_type)
         except RPCError as err:
             if err.status is RPCStatusCode.UNIMPLEMENTED:
                 return []
@@ -102,13 +108,31 @@ def _role_of(queue: str, base: str) -> str | None:
     return None
 
 
-async def _has_live_poller(client: Client, queue: str, task_type: int) -> bool:
+async def has_live_poller(client: Client, queue: str, task_type: int) -> bool:
+    """Whether a worker polls ``queue`` for tasks of ``task_type`` now (seen within
+    ``POLLER_LIVE_SECONDS``: a live one polls again within about a minute; a worker
+    stopped more recently than that still counts).
+
+    Raises:
+        TemporalUnanswered: Temporal did not answer the queue's describe within
+            ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the task queue).
+    """
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
         task_queue_type=task_type,  # type: ignore[arg-type]  # an enum member's int value
     )
-    response = await client.workflow_service.describe_task_queue(request)
+    try:
+        response = await client.workflow_service.describe_task_queue(
+            request, timeout=TEMPORAL_READ_TIMEOUT
+        )
+    except RPCError as err:
+        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            raise
+        subject = f"task queue {queue!r}"
+        raise TemporalUnanswered(
+            None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
+        ) from err
     now = datetime.now(UTC)
     live = timedelta(seconds=POLLER_LIVE_SECONDS)
     return any(now - p.last_access_time.ToDatetime(tzinfo=UTC) <= live for p in response.pollers)

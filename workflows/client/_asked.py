@@ -143,26 +143,36 @@ for it, where the caller gives no timeout of its own: past it, ``TemporalUnanswe
 
 
 class TemporalUnanswered(RPCError):
-    """Temporal did not answer, within the read's RPC timeout, a read of a Run that needs
-    no worker (a describe, a page of its history): an ``RPCError`` of the timeout's
-    status (callers that handle a timeout still do), whose ``why`` names the Run, what
-    was not read and the timeout. Pickles and copies whole (``_rebuilt``)."""
+    """Temporal did not answer, within the read's RPC timeout, a read that needs no worker
+    (a describe, a page of a Run's history; a page of a Run listing, a task queue's
+    pollers): an ``RPCError`` of the timeout's status (callers that handle a timeout still
+    do), whose ``why`` names what was read of (the Run, else ``subject``), what was not
+    read and the timeout. Pickles and copies whole (``_rebuilt``)."""
 
     def __init__(
         self,
-        workflow_id: str,
+        workflow_id: str | None,
         what: str,
         rpc_timeout: timedelta | None,
         err: RPCError,
         *,
         detail: str | None = None,
+        subject: str | None = None,
     ) -> None:
+        if (workflow_id is None) == (subject is None):
+            raise ValueError(
+                f"TemporalUnanswered of {what}: give a Run's workflow id or a subject "
+                f"(workflow_id={workflow_id!r}, subject={subject!r}), one of them"
+            )
         self.workflow_id = workflow_id
+        """The Run read; None for a read of no single Run (``subject`` says what)."""
+        self.subject = subject or f"Run {workflow_id}"
+        """What was read of, in words (``Run <id>``, ``tenant 'acme''s Run listing``)."""
         self.what = what
         """What was not read (``a describe``, ``a page of the history``)."""
         within = "" if rpc_timeout is None else f" within {rpc_timeout.total_seconds():g} s"
         self.why = (
-            f"Temporal did not answer {what} of Run {workflow_id}{within} ({detail or err.message})"
+            f"Temporal did not answer {what} of {self.subject}{within} ({detail or err.message})"
         )
         super().__init__(self.why, err.status, err.raw_grpc_status)
 

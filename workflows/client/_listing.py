@@ -38,7 +38,7 @@ from psych_runtime.workflows.client._unsettled import (
     UNSETTLED_SHOWN,
     closed_unsettled,
 )
-from psych_runtime.workflows.client._visibility import Visibility
+from psych_runtime.workflows.client._visibility import Visibility, listing_read
 from psych_runtime.workflows.contract._contract import (
     SA_AGENT,
     SA_STATUS,
@@ -61,6 +61,9 @@ _SUSPENSION = SearchAttributeKey.for_keyword(SA_SUSPENSION)
 
 
 logger = logging.getLogger(__name__)
+
+_FIRST = "the first request (where it starts)"
+"""What a listing asks first (``_started``), as ``TemporalUnanswered`` names it."""
 
 FOREIGN_MAX = 1000
 """How many other tenants' Runs a listing reads past (what a loosely matching visibility
@@ -244,6 +247,8 @@ class RunListing(abc.ABC):
 
         Raises:
             SpecError: this client starts Runs without search attributes.
+            TemporalUnanswered: Temporal did not answer one of its requests within
+                ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the tenant's listing).
             ValueError: ``waiting_on`` names something that is not a suspension reason.
         """
         filters = _filters(agent, version_hash, status, suspended, waiting_on)
@@ -268,6 +273,8 @@ class RunListing(abc.ABC):
 
         Raises:
             SpecError: this client starts Runs without search attributes.
+            TemporalUnanswered: Temporal did not answer one of its requests within
+                ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the tenant's listing).
             BadCursor: ``cursor`` is damaged, or was made for another tenant's listing or
                 one with other filters, or Temporal cannot read the position it holds.
             ValueError: ``limit`` is under 1, or ``waiting_on`` names something that is
@@ -297,11 +304,15 @@ class RunListing(abc.ABC):
 
         Raises:
             SpecError: this client starts Runs without search attributes.
+            TemporalUnanswered: Temporal did not answer one of its requests within
+                ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the tenant's listing).
             ValueError: ``waiting_on`` names something that is not a suspension reason.
         """
         filters = _filters(agent, version_hash, status, suspended, waiting_on)
-        counted = await self.temporal.count_workflows(self._query(scope, filters, None))
-        return counted.count
+        wait = self._visibility.rpc_timeout
+        query = self._query(scope, filters, None)
+        asked = self.temporal.count_workflows(query, rpc_timeout=wait)
+        return (await listing_read(scope.tenant, "the count", wait, asked)).count
 
     def _query(self, scope: Scope, filters: ListingFilters, since: datetime | None) -> str:
         """The visibility query of the tenant's Runs with ``filters``, of a listing that
@@ -351,6 +362,7 @@ class RunListing(abc.ABC):
             at = resume
         query = self._query(scope, filters, at.since)
         found: list[RunSummary] = []
+        wait = self._visibility.rpc_timeout
         # The filter named the tenant; a visibility store that compares it loosely (a
         # case-insensitive collation) must still show no other tenant's Run, and those it
         # answers must not take the caller's places: read on past them, up to a bound.
@@ -360,10 +372,11 @@ class RunListing(abc.ABC):
         while len(found) < limit and foreign < FOREIGN_MAX:
             size = min(limit - len(found), PAGE_MAX)
             if resumed:
-                page = await self._visibility.resumed(query, size, token)
+                asked = self._visibility.resumed(query, size, token)
                 resumed = False
             else:
-                page = await self._visibility.page(query, size, token)
+                asked = self._visibility.page(query, size, token)
+            page = await listing_read(scope.tenant, "a page", wait, asked)
             for info in page.executions:
                 tenant, run_id = parse_workflow_id(info.execution.workflow_id)
                 if tenant != scope.tenant:
@@ -388,7 +401,8 @@ class RunListing(abc.ABC):
         if token is not None and probe:
             # A full page's token may lead nowhere (Temporal answers one whenever a page
             # is full): look one Run ahead, so the last page has no cursor.
-            ahead = await self._visibility.page(query, 1, token)
+            asked = self._visibility.page(query, 1, token)
+            ahead = await listing_read(scope.tenant, "the look past a full page", wait, asked)
             if not ahead.executions and ahead.token is None:
                 token = None
         if filters.suspended:
@@ -417,7 +431,8 @@ class RunListing(abc.ABC):
         # loosely matching store answers are read past, as the listing does.
         foreign, size, token = 0, 1, None
         while foreign < FOREIGN_MAX:
-            page = await self._visibility.page(query, size, token)
+            asked = self._visibility.page(query, size, token)
+            page = await listing_read(scope.tenant, _FIRST, self._visibility.rpc_timeout, asked)
             for info in page.executions:
                 tenant, _ = parse_workflow_id(info.execution.workflow_id)
                 if tenant == scope.tenant and info.HasField("close_time"):

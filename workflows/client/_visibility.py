@@ -17,12 +17,19 @@ do when the returned iterator fetches (it never does) does not run for that one 
 that passes the call on only as the page is fetched (it awaits a credential first, say:
 ``list_workflows`` is synchronous) leaves no request to read: that page is then fetched
 as any other, with the retries (a position Temporal cannot read is refused after them).
+
+Every request waits ``rpc_timeout`` at most (``TEMPORAL_READ_TIMEOUT``), each try of a
+retried one: ``listing_read`` makes Temporal's silence a ``TemporalUnanswered`` naming the
+listing (a listing names no single Run: its ``subject`` is the tenant's Run listing), which
+REST answers 503 ``temporal`` and ``psych list`` prints as one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
 
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
@@ -36,6 +43,13 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import BadCursor
+from psych_runtime.workflows.client._asked import (
+    TEMPORAL_READ_TIMEOUT,
+    TemporalUnanswered,
+    unanswered,
+)
+
+T = TypeVar("T")
 
 _UNREADABLE_TOKEN = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
 """How Temporal refuses a page token it cannot read: INVALID_ARGUMENT (Elasticsearch
@@ -78,17 +92,37 @@ class _AskedOutbound(OutboundInterceptor):
         return super().list_workflows(input)
 
 
-class Visibility:
-    """A client's visibility pages (``RunListing`` reads through one)."""
+async def listing_read(tenant: str, what: str, rpc_timeout: timedelta, read: Awaitable[T]) -> T:
+    """``read``, a request of a listing of ``tenant``'s Runs made with ``rpc_timeout``.
 
-    def __init__(self, client: Client) -> None:
+    Raises:
+        TemporalUnanswered: Temporal did not answer it in time; its ``why`` names the
+            listing and ``what`` was not read.
+    """
+    try:
+        return await read
+    except RPCError as err:
+        if unanswered(err) and not isinstance(err, TemporalUnanswered):
+            listing = f"tenant {tenant!r}'s Run listing"
+            raise TemporalUnanswered(None, what, rpc_timeout, err, subject=listing) from err
+        raise
+
+
+class Visibility:
+    """A client's visibility pages (``RunListing`` reads through one), each request
+    waiting ``rpc_timeout`` at most."""
+
+    def __init__(self, client: Client, rpc_timeout: timedelta = TEMPORAL_READ_TIMEOUT) -> None:
         self._client = client
+        self.rpc_timeout = rpc_timeout
         self._asked = _Asked()
         self._copy: Client | None = None
 
     async def page(self, query: str, size: int, token: bytes | None) -> Page:
         """One page, through ``Client.list_workflows`` (with the client's retries)."""
-        listed = self._client.list_workflows(query, page_size=size, next_page_token=token)
+        listed = self._client.list_workflows(
+            query, page_size=size, next_page_token=token, rpc_timeout=self.rpc_timeout
+        )
         await listed.fetch_next_page()
         return Page([e.raw_info for e in listed.current_page or ()], listed.next_page_token)
 
@@ -98,7 +132,9 @@ class Visibility:
         credential first, say: ``list_workflows`` is synchronous), which only the client's
         iterator, with its retries, asks."""
         # Synchronous from the call to the read: no other listing's request comes between.
-        self._copied().list_workflows(query, page_size=size, next_page_token=token)
+        self._copied().list_workflows(
+            query, page_size=size, next_page_token=token, rpc_timeout=self.rpc_timeout
+        )
         asked = self._asked.take()
         if asked is None:
             return None
@@ -109,7 +145,10 @@ class Visibility:
             query=asked.query or "",
         )
         answer = await self._client.workflow_service.list_workflow_executions(
-            request, retry=False, metadata=asked.rpc_metadata, timeout=asked.rpc_timeout
+            request,
+            retry=False,
+            metadata=asked.rpc_metadata,
+            timeout=asked.rpc_timeout or self.rpc_timeout,
         )
         return Page(answer.executions, answer.next_page_token or None)
 
@@ -138,11 +177,15 @@ class Visibility:
         Raises:
             BadCursor: Temporal refused the token as unreadable (``_UNREADABLE_TOKEN``)
                 twice, while it reads the same listing from its start in between.
+            RPCError: Temporal did not answer the first try in time (``unanswered``),
+                or refused the page asked again.
         """
         page: Page | None = None
         try:
             page = await self.once(query, size, token)
         except RPCError as err:
+            if unanswered(err):
+                raise  # Temporal's silence: asked again with the retries, twice the wait
             # UNKNOWN is also what a server in trouble may answer (SQL visibility: for any
             # internal error): the token is to blame only when the listing reads without
             # it and the token is refused again (two queries more, answered at once).
