@@ -4,14 +4,16 @@ count), the CLI's describe of a task queue (whether a worker polls it) and ``psy
 status``'s describe of the Run whose unpolled queues it names wait
 ``TEMPORAL_READ_TIMEOUT`` at most, then say what Temporal did not answer of what
 (``TemporalUnanswered`` whose ``subject`` is the tenant's Run listing, or the task queue),
-which REST answers 503 ``temporal`` and ``psych list`` prints as one line. Temporal is the
-session's dev server behind a gRPC relay that holds one method's calls unanswered on cue;
-each test is bounded, as each read was not before."""
+which REST answers 503 ``temporal`` and ``psych list`` prints as one line. A live call
+whose describe Temporal does not answer says so in the log (it raised nothing, and no drop
+said it). Temporal is the session's dev server behind a gRPC relay that holds one
+method's calls unanswered on cue; each test is bounded, as each read was not before."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,10 +33,12 @@ from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, PsychClient, TemporalUnanswered
+from psych_runtime.workflows.client._live import LiveCall, RelayClients
 from psych_runtime.workflows.contract._contract import SA_TENANT
 
 from ..serve._app import ACME_KEY, KEYS, bearer
 from ._grpc_relay import Relay, relayed
+from ._waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -205,3 +209,34 @@ async def test_whether_a_worker_polls_not_answered_names_what_was_not_read(
         assert undescribed.value.why.startswith(
             f"Temporal did not answer a describe of Run {workflow_id} within {SECONDS:g} s ("
         ), undescribed.value.why
+
+
+@pytest.mark.timeout(120)
+async def test_a_live_calls_describe_not_answered_is_logged(
+    dev_env: WorkflowEnvironment, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="psych_runtime.workflows.client._live")
+    workflow_id = f"psych-acme-{uuid.uuid4().hex}"  # never asked of Temporal: held
+    emitted: list[object] = []
+    async with relayed_client(dev_env, tmp_path) as (relay, client):
+        relay.hang("DescribeWorkflowExecution")
+        http = RelayClients()
+        live = LiveCall(client.temporal, workflow_id, None, emitted.append, http)
+
+        async def ended() -> bool:
+            return live.done
+
+        try:
+            await eventually(ended, within=BOUND, what="the live call to end")
+        finally:
+            await live.finish(0)
+            await http.aclose()
+    assert emitted == []  # no attempt was found: no drop says it
+    why = f"Temporal did not answer a describe of Run {workflow_id} within {SECONDS:g} s ("
+    (logged,) = [r for r in caplog.records if r.name == "psych_runtime.workflows.client._live"]
+    assert logged.levelno == logging.WARNING
+    assert logged.getMessage().startswith(
+        f"following the deltas of Run {workflow_id}'s pending model call failed; its "
+        f"records go on without them: {why}"
+    ), logged.getMessage()
+    assert live.failure is not None and live.failure.startswith(why), live.failure

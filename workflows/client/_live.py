@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import ssl
 from collections.abc import Callable
 from typing import Literal
@@ -21,6 +22,7 @@ from typing import Literal
 import httpx
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import MODEL_CALL, LiveAttempt, RelayLine
 from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, describe_within
@@ -34,6 +36,8 @@ END_WAIT_SECONDS = 2.0
 """How long the call's record waits for the relay's end line (it normally arrived first:
 the activity ends its attempt before it returns)."""
 _CONNECT_SECONDS = 5.0
+
+logger = logging.getLogger(__name__)
 
 
 class RelayClients:
@@ -99,6 +103,8 @@ class LiveCall:
         """Describe calls made (what finding the address cost)."""
         self.reading: str | None = None
         """The attempt being read and not yet ended, if any."""
+        self.failure: str | None = None
+        """Why following the call failed (logged too), if it did; None otherwise."""
         self._activity_id: str | None = None
         self._task = asyncio.create_task(self._run())
 
@@ -143,6 +149,18 @@ class LiveCall:
         except _Gone:
             return
         except Exception as err:  # deltas are a view: the records go on without them
+            # Not raised: nothing awaits this task's end but ``finish``, and the follower's
+            # streams read on. Logged, as it may be before any attempt was found (the
+            # describe Temporal did not answer, say), when no drop says it to a stream.
+            self.failure = str(err) or type(err).__name__
+            call = "pending model call" if self.turn is None else f"model call of turn {self.turn}"
+            logger.warning(
+                "following the deltas of Run %s's %s failed; its records go on without them: %s",
+                self.workflow_id,
+                call,
+                self.failure,
+                exc_info=not isinstance(err, RPCError),  # a timeout's why says it all
+            )
             if self.reading is not None:
                 self._dropped(self.reading, f"following the call failed: {err}")
 
