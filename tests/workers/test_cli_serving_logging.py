@@ -154,8 +154,9 @@ async def test_the_codec_server_logs_as_the_worker_does(tmp_path: Path, level: s
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     argv = ["codec-server", "--port", "0", "--keys", str(tmp_path / "keys.json")]
     env = _env(tmp_path, PSYCH_CODEC_TOKEN="codec-token")
-    # --quiet prints no line of where it listens: the probe's warning, then, once logged.
-    ready = "probe warning" if level == "--quiet" else "codec server at"
+    # --quiet prints no line of where it listens: the probe's failure's last line, then,
+    # once logged (the warning alone raced the error and its traceback against SIGTERM).
+    ready = "ValueError: probe failure" if level == "--quiet" else "codec server at"
     err = await _served(
         [*argv, *[level] * bool(level)], env, ready, None, python=["-c", CODEC_ENTRY]
     )
