@@ -84,6 +84,11 @@ def _temporal_refusal(err: Exception) -> str | None:
         if isinstance(err, TemporalUnanswered):  # not a refusal: no answer in time
             return f"psych: {err.why}"
     if isinstance(err, RPCError):
+        if "psych_runtime.workflows" in sys.modules:
+            from psych_runtime.workflows import TemporalUnanswered
+
+            if isinstance(err, TemporalUnanswered):  # not a refusal: its silence
+                return f"psych: {err.why}"
         return f"psych: Temporal refused: {err.message} ({err.status.name})"
     if isinstance(err, WorkflowUpdateFailedError):
         cause = err.cause

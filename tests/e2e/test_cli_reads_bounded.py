@@ -1,0 +1,79 @@
+"""``psych status`` against a Temporal that accepts its calls and does not answer some:
+it ends within ``TEMPORAL_READ_TIMEOUT`` saying so, and never says a worker did not answer
+when Temporal did not (a review of the bounded reads, 12-07). The command's coroutine in
+this process, through the gRPC relay in front of the session dev server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._runs import _status
+from psych_runtime.workflows import TemporalUnanswered
+
+from ._grpc_relay import Relay
+from .conftest import Harness
+from .test_reads_bounded import BOUND, DESCRIBE, _asking_run, _settled_run, relayed_client
+
+pytestmark = pytest.mark.e2e
+
+
+def _status_args(relay: Relay, harness: Harness, workflow_id: str) -> argparse.Namespace:
+    """``psych status RUN --address RELAY --tenant acme``'s arguments."""
+    return argparse.Namespace(
+        run_id=workflow_id,
+        address=relay.target,
+        namespace=harness.env.client.namespace,
+        tenant=harness.scope.tenant,
+        json=False,
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_psych_status_whose_describes_are_not_answered_ends_saying_so(
+    harness: Harness,
+) -> None:
+    # Its first read, which queues of the Run no worker polls, described the Run with no
+    # timeout: the command hung (``run_facts``'s describe, after it, was bounded).
+    workflow_id, _ = await _settled_run(harness)
+    async with relayed_client(harness) as (relay, _client):
+        relay.hang(DESCRIBE)
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await _status(_status_args(relay, harness, workflow_id))
+        assert time.monotonic() - started < BOUND - 5
+    assert relay.held[:1] == [DESCRIBE]
+    assert unanswered.value.why.startswith(
+        f"Temporal did not answer a describe of Run {workflow_id} within 10 s ("
+    )
+    # The command's one line says it as it is: Temporal did not answer (it refused nothing).
+    assert _temporal_refusal(unanswered.value) == f"psych: {unanswered.value.why}"
+
+
+@pytest.mark.timeout(150)
+async def test_psych_status_does_not_call_temporals_silence_a_workers(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Run Temporal closed unsettled (terminated), a worker polling its queue: its state
+    # query is refused at once and its closed execution described. That describe not
+    # answered was printed as "no worker ... answered within 3 s" and the command's
+    # fallback, though the worker polls and it was Temporal that did not answer.
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    await harness.env.client.get_workflow_handle(workflow_id).terminate(reason="by a test")
+    async with relayed_client(harness) as (relay, _client):
+        # Past the describes of the unpolled queues' check and of ``run_facts``.
+        relay.hang(DESCRIBE, after=2)
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await _status(_status_args(relay, harness, workflow_id))
+    assert relay.held == [DESCRIBE]
+    assert unanswered.value.why.startswith(
+        f"Temporal did not answer a describe of Run {workflow_id} within 3 s ("
+    )
+    assert "cannot answer" not in capsys.readouterr().err
