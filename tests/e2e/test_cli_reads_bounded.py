@@ -12,15 +12,20 @@ import uuid
 
 import pytest
 
+from psych_runtime.specs import AgentBuilder
 from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._resume import _warn_without_worker
 from psych_runtime.workers.cli._runs import _status
-from psych_runtime.workflows import TemporalUnanswered
+from psych_runtime.workers.fleet import unpolled_queues
+from psych_runtime.workflows import PsychClient, TemporalUnanswered
 
 from ._grpc_relay import Relay
 from .conftest import Harness
 from .test_reads_bounded import BOUND, DESCRIBE, _asking_run, _settled_run, relayed_client
 
 pytestmark = pytest.mark.e2e
+
+DESCRIBE_QUEUE = "DescribeTaskQueue"
 
 
 def _status_args(relay: Relay, harness: Harness, workflow_id: str) -> argparse.Namespace:
@@ -77,3 +82,52 @@ async def test_psych_status_does_not_call_temporals_silence_a_workers(
         f"Temporal did not answer a describe of Run {workflow_id} within 3 s ("
     )
     assert "cannot answer" not in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+async def test_psych_status_and_resumes_task_queue_describes_are_bounded(
+    harness: Harness,
+) -> None:
+    # Whether a worker polls the Run's queue (DescribeTaskQueue) was asked with no
+    # timeout: with its describes answered and that one not, the command still hung. A
+    # Run waiting on its caller (a resume asks only of an open one).
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    async with relayed_client(harness) as (relay, client):
+        relay.hang(DESCRIBE_QUEUE)
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await _status(_status_args(relay, harness, workflow_id))
+        assert time.monotonic() - started < BOUND - 5
+        assert unanswered.value.why.startswith(
+            f"Temporal did not answer a describe of its task queue "
+            f"{harness.settings.task_queue!r} of Run {workflow_id} within 10 s ("
+        ), unanswered.value.why
+        # Before a resume: nothing said of the worker when Temporal does not answer.
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND):
+            await _warn_without_worker(client.temporal, workflow_id)
+        assert time.monotonic() - started < BOUND - 5
+    assert relay.held == [DESCRIBE_QUEUE, DESCRIBE_QUEUE]
+
+
+@pytest.mark.timeout(120)
+async def test_the_check_of_a_runs_unpolled_queues_is_bounded(harness: Harness) -> None:
+    # A Run whose workflow task waits on a queue: ``psych status`` asks whether a worker
+    # polls it (DescribeTaskQueue), which had no timeout.
+    queue = f"nobody-{uuid.uuid4().hex[:12]}"
+    spec = AgentBuilder(f"bounded{uuid.uuid4().hex[:8]}").model("fake-model").build()
+    async with relayed_client(harness) as (relay, client):
+        unpolled = PsychClient(client.temporal, store=client.store, task_queue=queue)
+        run = await unpolled.dispatch(spec, "go", scope=harness.scope)
+        relay.hang(DESCRIBE_QUEUE)
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await unpolled_queues(client.temporal, run.workflow_id)
+        assert time.monotonic() - started < BOUND - 5
+    assert relay.held == [DESCRIBE_QUEUE]
+    assert unanswered.value.why.startswith(
+        f"Temporal did not answer a describe of its task queue {queue!r} of Run "
+        f"{run.workflow_id} within 10 s ("
+    ), unanswered.value.why
