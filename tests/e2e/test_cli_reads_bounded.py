@@ -100,8 +100,8 @@ async def test_psych_status_and_resumes_task_queue_describes_are_bounded(
                 await _status(_status_args(relay, harness, workflow_id))
         assert time.monotonic() - started < BOUND - 5
         assert unanswered.value.why.startswith(
-            f"Temporal did not answer a describe of its task queue "
-            f"{harness.settings.task_queue!r} of Run {workflow_id} within 10 s ("
+            f"Temporal did not answer a describe of task queue "
+            f"{harness.settings.task_queue!r} within 10 s ("
         ), unanswered.value.why
         # Before a resume: nothing said of the worker when Temporal does not answer.
         started = time.monotonic()
@@ -128,6 +128,5 @@ async def test_the_check_of_a_runs_unpolled_queues_is_bounded(harness: Harness) 
         assert time.monotonic() - started < BOUND - 5
     assert relay.held == [DESCRIBE_QUEUE]
     assert unanswered.value.why.startswith(
-        f"Temporal did not answer a describe of its task queue {queue!r} of Run "
-        f"{run.workflow_id} within 10 s ("
+        f"Temporal did not answer a describe of task queue {queue!r} within 10 s ("
     ), unanswered.value.why
