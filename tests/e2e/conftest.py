@@ -23,6 +23,8 @@ from psych_runtime.workers import start_time_skipping_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
+from ._short_reads import shorten_reads
+
 MODELS = ("fake-model", "fake-fallback", "fake-other")
 
 
@@ -112,3 +114,9 @@ def harness(
         settings=settings,
         home=tmp_path,
     )
+
+
+@pytest.fixture
+def short_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads of Temporal bounded by ``SHORT_READ`` instead of 10 s (``_short_reads.py``)."""
+    shorten_reads(monkeypatch)

@@ -20,10 +20,13 @@ from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workflows import PsychClient, TemporalUnanswered
 
 from ._grpc_relay import Relay
+from ._short_reads import SHORT_READ
 from .conftest import Harness
 from .test_reads_bounded import BOUND, DESCRIBE, _asking_run, _settled_run, relayed_client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("short_reads")]
+
+SECONDS = SHORT_READ.total_seconds()
 
 DESCRIBE_QUEUE = "DescribeTaskQueue"
 
@@ -55,7 +58,7 @@ async def test_psych_status_whose_describes_are_not_answered_ends_saying_so(
         assert time.monotonic() - started < BOUND - 5
     assert relay.held[:1] == [DESCRIBE]
     assert unanswered.value.why.startswith(
-        f"Temporal did not answer a describe of Run {workflow_id} within 10 s ("
+        f"Temporal did not answer a describe of Run {workflow_id} within {SECONDS:g} s ("
     )
     # The command's one line says it as it is: Temporal did not answer (it refused nothing).
     assert _temporal_refusal(unanswered.value) == f"psych: {unanswered.value.why}"
@@ -101,7 +104,7 @@ async def test_psych_status_and_resumes_task_queue_describes_are_bounded(
         assert time.monotonic() - started < BOUND - 5
         assert unanswered.value.why.startswith(
             f"Temporal did not answer a describe of task queue "
-            f"{harness.settings.task_queue!r} within 10 s ("
+            f"{harness.settings.task_queue!r} within {SECONDS:g} s ("
         ), unanswered.value.why
         # Before a resume: nothing said of the worker when Temporal does not answer.
         started = time.monotonic()
@@ -128,5 +131,5 @@ async def test_the_check_of_a_runs_unpolled_queues_is_bounded(harness: Harness) 
         assert time.monotonic() - started < BOUND - 5
     assert relay.held == [DESCRIBE_QUEUE]
     assert unanswered.value.why.startswith(
-        f"Temporal did not answer a describe of task queue {queue!r} within 10 s ("
+        f"Temporal did not answer a describe of task queue {queue!r} within {SECONDS:g} s ("
     ), unanswered.value.why

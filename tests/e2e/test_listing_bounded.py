@@ -32,19 +32,20 @@ from psych_runtime.workers.cli._run_facts import has_worker
 from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve._problems import problem_of
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, PsychClient, TemporalUnanswered
+from psych_runtime.workflows import PsychClient, TemporalUnanswered
 from psych_runtime.workflows.client._live import LiveCall, RelayClients
 from psych_runtime.workflows.contract._contract import SA_TENANT
 
 from ..serve._app import ACME_KEY, KEYS, bearer
 from ._grpc_relay import Relay, relayed
+from ._short_reads import SHORT_READ
 from ._waiting import eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("short_reads")]
 
 LIST = "ListWorkflowExecutions"
 COUNT = "CountWorkflowExecutions"
-SECONDS = TEMPORAL_READ_TIMEOUT.total_seconds()
+SECONDS = SHORT_READ.total_seconds()
 BOUND = SECONDS + 15
 """How long a test waits for a read that should end within ``TEMPORAL_READ_TIMEOUT``."""
 FIRST = "the first request (where it starts)"

@@ -43,6 +43,7 @@ from psych_runtime.workflows.client._live import attempt_standing
 
 from ..serve._app import ACME_KEY, KEYS, bearer
 from ._grpc_relay import Relay, relayed
+from ._short_reads import SHORT_READ
 from ._waiting import eventually
 from .conftest import Harness
 
@@ -123,7 +124,7 @@ async def _asking_run(harness: Harness, key: str) -> tuple[str, AgentSpec]:
 def _says_temporal(err: TemporalUnanswered, what: str, workflow_id: str) -> None:
     assert err.why.startswith(
         f"Temporal did not answer {what} of Run {workflow_id} within "
-        f"{TEMPORAL_READ_TIMEOUT.total_seconds():g} s ("
+        f"{SHORT_READ.total_seconds():g} s ("
     ), err.why
     problem = problem_of(err)
     assert problem is not None
@@ -131,6 +132,7 @@ def _says_temporal(err: TemporalUnanswered, what: str, workflow_id: str) -> None
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("short_reads")
 async def test_a_streams_close_watch_describe_not_answered_fails_the_stream(
     harness: Harness,
 ) -> None:
@@ -154,6 +156,7 @@ async def test_a_streams_close_watch_describe_not_answered_fails_the_stream(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("short_reads")
 async def test_a_followers_describe_not_answered_says_so_within_the_timeout(
     harness: Harness,
 ) -> None:
@@ -176,6 +179,7 @@ async def test_a_followers_describe_not_answered_says_so_within_the_timeout(
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.usefixtures("short_reads")
 async def test_a_dispatch_sent_again_whose_reads_are_not_answered_says_which(
     harness: Harness,
 ) -> None:
@@ -241,6 +245,7 @@ async def test_an_a2a_streams_end_reads_within_the_grace(harness: Harness) -> No
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("short_reads")
 async def test_a_rest_event_stream_whose_run_is_not_described_is_a_503(harness: Harness) -> None:
     workflow_id, _ = await _settled_run(harness)
     async with relayed_client(harness) as (relay, client):
@@ -261,6 +266,7 @@ async def test_a_rest_event_stream_whose_run_is_not_described_is_a_503(harness: 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("short_reads")
 async def test_the_clis_describes_of_a_run_are_bounded(harness: Harness) -> None:
     workflow_id, _ = await _settled_run(harness)
     async with relayed_client(harness) as (relay, client):
@@ -285,6 +291,7 @@ class _Down:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("short_reads")
 async def test_a2a_describes_of_a_runs_latest_execution_not_answered_say_so(
     harness: Harness,
 ) -> None:
