@@ -156,17 +156,11 @@ class Visibility:
         """The client with the same connection and interceptors, and ``_Asked`` last."""
         if self._copy is None:
             # The active config: what the client's plugins made of it, applied once.
+            # Every key of it, so one a later SDK adds is kept; its plugins not run again.
             config = self._client.config(active_config=True)
-            self._copy = Client(
-                config["service_client"],
-                namespace=config["namespace"],
-                data_converter=config["data_converter"],
-                interceptors=[*config["interceptors"], self._asked],
-                default_workflow_query_reject_condition=config[
-                    "default_workflow_query_reject_condition"
-                ],
-                header_codec_behavior=config["header_codec_behavior"],
-            )
+            config["plugins"] = []
+            config["interceptors"] = [*config["interceptors"], self._asked]
+            self._copy = Client(**config)
         return self._copy
 
     async def resumed(self, query: str, size: int, token: bytes | None) -> Page:
