@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
 from a2a.types import TaskState, TaskStatus
 
@@ -331,6 +332,35 @@ async def test_a_stream_failing_after_its_caller_left_at_a_question_does_not_fai
                 await asyncio.sleep(8 * EVERY)  # its caller sends the status out meanwhile
                 break
     assert "the records could not be read" in caplog.text
+
+
+async def test_a_stream_its_server_cancels_closes_its_records_once_their_read_ended() -> None:
+    """A served stream ends by an anyio cancel scope (sse-starlette's, when its caller
+    leaves), which cancels its task at every await until the task leaves the scope: the
+    poll's wait for its pending read of the records was cancelled again, the records'
+    generator closed while that read still ran it, and the close's "asynchronous
+    generator is already running" replaced the cancel (logged as the request's failure,
+    12-07 CI)."""
+    run = _Run()
+    closed: list[str] = []
+
+    async def items() -> AsyncGenerator[object]:
+        try:
+            yield _working(1)
+            await asyncio.sleep(3600)
+        finally:  # a close that takes a few turns of the loop (the close watch's)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            closed.append("records")
+
+    followed = items()
+    polls = run.polls(followed)
+    with anyio.CancelScope() as scope:
+        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+            async for _ in polls:
+                scope.cancel()
+    assert scope.cancelled_caught
+    assert closed == ["records"]
 
 
 def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(

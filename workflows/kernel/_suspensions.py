@@ -96,7 +96,8 @@ class Suspensions:
         answers could name their holder."""
 
     def items(self) -> tuple[Pending, ...]:
-        """Every pending item, this Run's first, then each child's in start order."""
+        """Every pending item, this Run's first, then each child's, the children in the
+        order they began waiting (a child that waited, then did not, goes last)."""
         own = tuple(w.item for w in self.waits.values())
         return own + tuple(item for items in self.children.values() for item in items)
 

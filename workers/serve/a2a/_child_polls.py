@@ -31,7 +31,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TypeVar, get_args
+from typing import Any, TypeVar, get_args
 
 from a2a.types import TaskState, TaskStatus
 
@@ -218,6 +218,22 @@ async def child_polls(
             # Left for another reason (the caller's return or cancel, a raise here): what
             # the item not taken raised meanwhile is logged, not raised in its place.
             nexting.cancel()
-            await asyncio.wait({nexting})
+            await _until_done(nexting)
             if not nexting.cancelled() and (err := nexting.exception()) is not None:
                 logger.warning("a followed stream failed after it was left: %r", err)
+
+
+async def _until_done(task: asyncio.Future[Any]) -> None:
+    """Wait for ``task`` to end even when this wait is cancelled again meanwhile (an anyio
+    cancel scope, as a served stream's, cancels at every await until its task leaves it),
+    then raise that cancel: ``task`` runs the records' generator, which its caller closes
+    next; closed while ``task`` still ran it, the close failed with "asynchronous generator
+    is already running" in place of the cancel (logged as the request's failure)."""
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as err:
+            cancelled = err
+    if cancelled is not None:
+        raise cancelled
