@@ -112,7 +112,8 @@ class McpUnavailable(Exception):
 
 
 class SessionBroke(McpUnavailable):
-    """A pooled session's transport failed during a lease (the pool has dropped it)."""
+    """A pooled session broke during a lease before the lease's request had its answer
+    (the pool has dropped it)."""
 
     def __init__(self, reason: str, *, reused: bool, nothing_handed: bool = False) -> None:
         """``reused``: the session had served earlier leases (it was not new to this one),
@@ -242,8 +243,9 @@ class McpSessions:
         Raises:
             McpUnavailable: connecting failed or timed out.
             StoreUnavailable: the worker's token store did not answer (``ToldAuth``).
-            SessionBroke: the session's transport failed during the lease (the pool
-                drops it, so the next lease connects again).
+            SessionBroke: the session broke before a request of the lease had its answer
+                (the pool drops it, so the next lease connects again). A lease whose body
+                returned raises none: its answers arrived, so they stand.
         """
         if self._closed:
             raise McpUnavailable("the worker's MCP sessions are closed")
@@ -289,8 +291,10 @@ class McpSessions:
                 raise SessionBroke(pooled.broken, reused=reused, nothing_handed=unsent) from err
             finally:
                 _TOLD.reset(telling)
-            if pooled.broken not in (None, _ENDED):  # ended after its answers: they stand
-                raise SessionBroke(pooled.broken, reused=reused)
+            # Returned: every request of the lease had its answer, which stands whatever
+            # broke the session since (another lease's fault, a retire, the server's end);
+            # the session itself is dropped below and lent no more. Until 12-07 a session
+            # broken by another lease failed this one too, its answer dropped as may have run.
         finally:
             pooled.users -= 1
             pooled.last_used = time.monotonic()

@@ -1,0 +1,130 @@
+"""A call whose answer arrived keeps it, whatever another lease did to the session after.
+
+Two leases share one pooled session; the first has its ``tools/call`` answered and, before
+its lease ends, another lease breaks the session for a reason other than the server ending
+it: a token store failing that lease's OAuth flow (the SDK ends the session), a request
+refused on it as "Connection closed", or the session retired. Before: the first lease's
+exit raised ``SessionBroke`` (not ``nothing_handed``), so its answer was dropped and the
+call reported as one that may have run (a tool not safe to repeat could run twice). The
+session itself is still lent no more; a call that had not had its answer when the session
+broke is still one that may have run.
+
+Real MCP test servers in their own processes on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from psych_runtime.activities.mcp._pool import _ENDED, McpSessions, SessionBroke, SessionKey
+from psych_runtime.specs import Scope, StoreUnavailable
+from tests.activities.test_mcp import eventually
+from tests.activities.test_mcp_ended_sessions import StoreDownFor, loopback, pool
+from tests.mcp.fixture import McpTestServer, start_mcp_server
+
+
+def text_of(result: object) -> str:
+    content = getattr(result, "content", None)
+    assert content, result
+    return str(content[0].text)
+
+
+async def lent_afresh(sessions: McpSessions, key: SessionKey, served: McpTestServer) -> None:
+    """The next lease of ``key`` connects a new session, which works."""
+    auth = StoreDownFor(b"needs-a-token")
+    async with sessions.client(key, served.url, {}, auth) as client:
+        assert text_of(await client.call_tool("echo", {"text": "again"})) == "again"
+
+
+async def test_an_answered_call_keeps_its_answer_when_another_lease_broke_the_session() -> None:
+    # Streamable HTTP: a token store fails the second lease's OAuth flow, the SDK ends the
+    # session (a transport fault the pool is told of) while the first lease, answered,
+    # still holds it and a third has its tools/call with the server.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("streamable-http")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "http", "token")
+    auth = StoreDownFor(b"needs-a-token")
+
+    async def call(tool: str, arguments: dict[str, object]) -> object:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            return await client.call_tool(tool, arguments)
+
+    try:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            answered = await client.call_tool("echo", {"text": "kept"})
+            pooled = sessions._sessions[key]
+            slow = asyncio.create_task(call("slow", {"seconds": 30}))
+            await eventually(lambda: served.calls("slow") == 1, within=20)
+            with pytest.raises(StoreUnavailable):
+                await call("echo", {"text": "needs-a-token"})
+            await eventually(lambda: pooled.broken is not None, within=10)
+            assert pooled.broken != _ENDED  # broken by a lease, not ended by the server
+        assert text_of(answered) == "kept"  # its lease ended without raising
+        with pytest.raises(SessionBroke) as caught:  # the converse: no answer, may have run
+            await slow
+        assert not caught.value.nothing_handed
+        assert key not in sessions.keys or sessions._sessions[key] is not pooled
+        await lent_afresh(sessions, key, served)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_an_answered_sse_call_keeps_its_answer_when_another_call_met_the_break() -> None:
+    # SSE: a token store failing one POST ends the transport's writer without telling the
+    # pool; a later call is refused unsent ("Connection closed") and its lease marks the
+    # session broken, while the first lease, answered, still holds it.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", "token")
+    auth = StoreDownFor(b"needs-a-token")
+
+    async def call(tool: str, arguments: dict[str, object]) -> object:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            return await client.call_tool(tool, arguments)
+
+    try:
+        async with sessions.client(key, served.url, {}, auth) as client:
+            answered = await client.call_tool("echo", {"text": "kept"})
+            pooled = sessions._sessions[key]
+            with contextlib.suppress(TimeoutError, StoreUnavailable):
+                async with asyncio.timeout(2):  # its POST failed: its answer never comes
+                    await call("echo", {"text": "needs-a-token"})
+            with pytest.raises(SessionBroke) as caught:
+                await call("charge", {"amount": 1})
+            assert caught.value.nothing_handed
+            assert pooled.broken not in (None, _ENDED)
+        assert text_of(answered) == "kept"  # its lease ended without raising
+        assert served.calls("charge") == 0
+        await lent_afresh(sessions, key, served)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_an_answered_call_keeps_its_answer_when_its_session_was_retired() -> None:
+    # A call needing a person's consent retires the session (McpActivities._call) while
+    # another lease, answered, holds it.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("streamable-http")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "http", "token")
+    try:
+        async with sessions.client(key, served.url, {}) as client:
+            answered = await client.call_tool("echo", {"text": "kept"})
+            pooled = sessions._sessions[key]
+            sessions.retire(key, "a person's consent is needed")
+        assert text_of(answered) == "kept"  # its lease ended without raising
+        await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
