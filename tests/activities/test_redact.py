@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
+from collections import OrderedDict, defaultdict
 from datetime import timedelta
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -23,7 +25,7 @@ from temporalio.exceptions import (
 from psych_runtime.activities.blobs import LocalStoreFailed
 from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.secrets import Redactor
-from psych_runtime.activities.secrets._redact import RedactedError
+from psych_runtime.activities.secrets._redact import _TOO_DEEP, MAX_DETAIL_DEPTH, RedactedError
 from psych_runtime.specs import StoreUnavailable
 
 SECRET = 'tok/en+"with"<odd>&chars='
@@ -155,7 +157,7 @@ def test_scrub_walks_structured_details_nested() -> None:
     # Until 12-07 only string details were redacted: a dict or list detail carrying a
     # secret (a response quoted into a structured failure) went to history as it was.
     kept = {"fine": [1, 2.5, None, True]}
-    blob = b"alpha-1"
+    blob = b"alpha"
     err = ApplicationError(
         "failed",
         {"body": {"lines": ["ok", ("said alpha-1", 3)]}, "alpha-1": "as a key"},
@@ -172,17 +174,132 @@ def test_scrub_walks_structured_details_nested() -> None:
     }
     assert second == [Pair("[REDACTED:a]", 2), blob]
     assert isinstance(second[0], Pair)  # a named tuple stays one
-    assert second[1] is blob  # not a string: left as it is
+    assert second[1] is blob  # no secret in it: the very object
     assert third is kept  # nothing to redact: the very object
 
 
-def test_scrub_leaves_a_cyclic_detail_to_end() -> None:
+def test_scrub_ends_on_a_cyclic_detail_and_rebuilds_the_cycle() -> None:
+    # Until 12-07 the copy referred back to the original, secret and all.
     looped: list[Any] = ["alpha-1"]
     looped.append(looped)
-    err = ApplicationError("failed", looped)
+    looped_tuple: list[Any] = []
+    looped_tuple.append(("alpha-1", looped_tuple))
+    err = ApplicationError("failed", looped, looped_tuple)
     Redactor({"a": "alpha-1"}).scrub(err)
-    walked = err.details[0]
-    assert walked[0] == "[REDACTED:a]" and walked[1] is looped
+    walked, walked_tuple = err.details
+    assert walked[0] == "[REDACTED:a]" and walked[1] is walked
+    assert walked_tuple[0][0] == "[REDACTED:a]" and walked_tuple[0][1] is walked_tuple
+    # A tuple referred back to from inside itself cannot be: marked instead.
+    inner: list[Any] = ["alpha-1"]
+    cyclic_tuple = (inner,)
+    inner.append(cyclic_tuple)
+    err = ApplicationError("failed", cyclic_tuple)
+    Redactor({"a": "alpha-1"}).scrub(err)
+    assert err.details[0] == (["[REDACTED:a]", "[TRUNCATED:cycle]"],)
+    assert looped[0] == inner[0] == "alpha-1"  # the activity's own values are not rewritten
+
+
+def test_scrub_truncates_details_nested_too_deep_without_recursing() -> None:
+    # Until 12-07 the walk recursed: details nested ~1,000 deep raised RecursionError out
+    # of scrub (a model call's failure then went out retryable, not MODEL_CALL_FAILED), and
+    # nested half as deep the failure converter could not encode them either.
+    def nested(levels: int, bottom: str) -> Any:
+        value: Any = [bottom]
+        for _ in range(levels):
+            value = {"down": [value]}
+        return value
+
+    def bottom(value: Any) -> Any:
+        levels = 1
+        while isinstance(value, dict):
+            value, levels = value["down"][0], levels + 2
+        return value, levels
+
+    deep = nested(5 * sys.getrecursionlimit(), "at the bottom alpha-1")
+    clean = nested(300, "nothing here")
+    shallow = nested(MAX_DETAIL_DEPTH // 2 - 1, "at the bottom alpha-1")
+    err = ApplicationError("failed", deep, clean, shallow)
+
+    Redactor({"a": "alpha-1"}).scrub(err)
+
+    walked, kept, walked_shallow = err.details
+    assert bottom(walked) == bottom(kept) == (_TOO_DEEP, MAX_DETAIL_DEPTH + 1)
+    assert bottom(walked_shallow) == (["at the bottom [REDACTED:a]"], MAX_DETAIL_DEPTH - 1)
+    sent = Failure()
+    DefaultFailureConverter().to_failure(err, DataConverter.default.payload_converter, sent)
+    assert b"alpha-1" not in sent.SerializeToString()
+
+
+class _Counting(Redactor):
+    def __init__(self, secrets: dict[str, str]) -> None:
+        super().__init__(secrets)
+        self.scanned: list[str] = []
+
+    def __call__(self, text: str) -> str:
+        self.scanned.append(text)
+        return super().__call__(text)
+
+
+def test_scrub_scans_each_distinct_text_once() -> None:
+    # Until 12-07 every key of every dict was scanned again, every container walked
+    # through a call per item: 100k dicts took over a second on the event loop.
+    rows = [{"kind": "row", "status": "ok", "n": n} for n in range(1000)]
+    quoted = {"kind": "row", "status": "alpha-1", "n": 1000}
+    redact = _Counting({"a": "alpha-1"})
+    redact.scrub(ApplicationError("failed", [*rows, quoted], rows, type="Boom"))
+    # The message (str(err) and .message) and each distinct text in the details, once.
+    texts = ["Boom: failed", "alpha-1", "failed", "kind", "n", "ok", "row", "status"]
+    assert sorted(redact.scanned) == texts
+
+
+class _Headers(dict[str, Any]):
+    source = "upstream"
+
+
+class _Lines(list[Any]):
+    pass
+
+
+class _Uncopyable(dict[str, Any]):
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("not copied")
+
+
+def test_scrub_keeps_dict_and_list_subclasses() -> None:
+    # Until 12-07 a dict or list subclass that held a secret came back a plain dict, list.
+    headers = _Headers({"auth": "Bearer alpha-1", "n": 1})
+    headers.source = "echo"
+    counts: defaultdict[str, list[str]] = defaultdict(list, {"seen": ["alpha-1"]})
+    ordered = OrderedDict([("z", "alpha-1"), ("a", "fine")])
+    err = ApplicationError("failed", headers, counts, ordered, _Lines(["alpha-1"]))
+    Redactor({"a": "alpha-1"}).scrub(err)
+    walked, walked_counts, walked_ordered, lines = err.details
+    assert type(walked) is _Headers and walked == {"auth": "Bearer [REDACTED:a]", "n": 1}
+    assert walked.source == "echo" and walked is not headers
+    assert type(walked_counts) is defaultdict and walked_counts.default_factory is list
+    assert walked_counts == {"seen": ["[REDACTED:a]"]}
+    assert type(walked_ordered) is OrderedDict
+    assert list(walked_ordered.items()) == [("z", "[REDACTED:a]"), ("a", "fine")]
+    assert type(lines) is _Lines and lines == ["[REDACTED:a]"]
+    assert headers["auth"] == "Bearer alpha-1"  # the activity's own value is not rewritten
+    # One copy.copy fails for comes back a plain dict (the docstring says so).
+    err = ApplicationError("failed", _Uncopyable(auth="alpha-1"))
+    Redactor({"a": "alpha-1"}).scrub(err)
+    assert type(err.details[0]) is dict and err.details[0] == {"auth": "[REDACTED:a]"}
+
+
+def test_scrub_redacts_bytes_details() -> None:
+    # Until 12-07 bytes were left as they were, a secret in a body quoted as bytes too.
+    body = b"\xff\xfe said alpha-1 \x80"  # not UTF-8: the rest comes back byte for byte
+    fine = b"fine"
+    err = ApplicationError("failed", b"key alpha-1", {"body": body}, [fine])
+    Redactor({"a": "alpha-1"}).scrub(err)
+    assert tuple(err.details) == (
+        b"key [REDACTED:a]",
+        {"body": b"\xff\xfe said [REDACTED:a] \x80"},
+        [fine],
+    )
+    assert err.details[2][0] is fine
 
 
 def test_scrub_walks_cancelled_and_timeout_details() -> None:
