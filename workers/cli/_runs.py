@@ -54,9 +54,11 @@ from psych_runtime.workers.console import (
 )
 from psych_runtime.workers.fleet import unpolled_queues
 from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
     PsychClient,
     RunStatus,
     RunSummary,
+    TemporalUnanswered,
     TenantBlobs,
     parse_workflow_id,
 )
@@ -107,13 +109,23 @@ async def _check_namespace(client: Client, args: argparse.Namespace) -> None:
     Every later call would fail NOT_FOUND, which the commands read as "no such Run" (a
     wrong --namespace said the Run was missing) and a worker as nothing to poll.
 
+    Asked with ``TEMPORAL_READ_TIMEOUT``: a server that accepts the call and never answers
+    it hung every command here.
+
     Raises:
         PsychError: the namespace does not exist (naming where it was given).
+        TemporalUnanswered: Temporal did not answer within ``TEMPORAL_READ_TIMEOUT`` (its
+            ``why`` names the namespace; the command prints it as one line).
     """
     request = DescribeNamespaceRequest(namespace=client.namespace)
     try:
-        await client.workflow_service.describe_namespace(request)
+        await client.workflow_service.describe_namespace(request, timeout=TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            subject = f"namespace {client.namespace!r}"
+            raise TemporalUnanswered(
+                None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
+            ) from err
         if err.status == RPCStatusCode.PERMISSION_DENIED:
             return  # a key may be allowed its namespace's workflows and not this: it exists
         if err.status != RPCStatusCode.NOT_FOUND:

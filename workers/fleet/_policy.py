@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import socket
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.tools import Policy, policy_description, policy_digest
 from psych_runtime.specs import PsychError
+from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered
 
 POLLER_LIVE_SECONDS = 90.0
 """A poller the server last saw longer ago than this is taken for a stopped worker. An
@@ -91,6 +93,8 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
     Raises:
         PsychError: another live worker's digest differs; the message names it and both
             digests, and this policy's description.
+        TemporalUnanswered: Temporal did not answer a describe of the queue within
+            ``TEMPORAL_READ_TIMEOUT`` (``_described``).
     """
     ours = policy_digest(policy)
     now = datetime.now(UTC)
@@ -146,12 +150,31 @@ async def _described(
     """The server's answer to ``request``, asked again (the client's own retries, then
     ``DESCRIBE_TRIES`` in all, 0.2 s apart, doubling) while it fails transiently: a server
     under load answered one with CANCELLED, and the worker's start failed for it (seen
-    in a CI run). A refusal, or a transient failure past the tries, is raised."""
+    in a CI run). A refusal, or a transient failure past the tries, is raised.
+
+    Each try waits ``TEMPORAL_READ_TIMEOUT`` at most: one not answered in that time is
+    Temporal's silence, not asked again (the client's timeout is a CANCELLED too, told
+    apart by how long the try took: most of its timeout, against a server's transient
+    answer at once).
+
+    Raises:
+        TemporalUnanswered: a try was not answered within ``TEMPORAL_READ_TIMEOUT``.
+    """
     tries = 1
     while True:
+        asked_at = time.monotonic()
         try:
-            return await client.workflow_service.describe_task_queue(request, retry=True)
+            return await client.workflow_service.describe_task_queue(
+                request, retry=True, timeout=TEMPORAL_READ_TIMEOUT
+            )
         except RPCError as err:
+            waited = time.monotonic() - asked_at
+            timed_out = err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+            if timed_out and waited >= TEMPORAL_READ_TIMEOUT.total_seconds() * 0.9:
+                subject = f"task queue {request.task_queue.name!r}"
+                raise TemporalUnanswered(
+                    None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
+                ) from err
             if err.status not in _TRANSIENT or tries >= DESCRIBE_TRIES:
                 raise
         await asyncio.sleep(0.2 * 2 ** (tries - 1))

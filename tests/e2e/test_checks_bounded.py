@@ -1,0 +1,71 @@
+"""The reads of Temporal the bounded reads of 12-07 left unbounded (a review of them): every
+CLI command's namespace check, a worker's start's check of its fleet's approval policy (its
+DescribeTaskQueue). Each against the session dev server behind the gRPC
+relay, which holds one method's calls unanswered; each bounded, as the read was not."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import pytest
+from temporalio.client import Client
+
+from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._runs import temporal_client
+from psych_runtime.workers.fleet._policy import check_fleet_policy
+from psych_runtime.workflows import TemporalUnanswered
+
+from ._grpc_relay import relayed
+from ._short_reads import SHORT_READ
+from .conftest import Harness
+from .test_reads_bounded import BOUND
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("short_reads")]
+
+SECONDS = SHORT_READ.total_seconds()
+
+
+@pytest.mark.timeout(120)
+async def test_a_commands_namespace_check_not_answered_ends_saying_so(harness: Harness) -> None:
+    # Every command connects through ``temporal_client``, which describes the namespace
+    # with no timeout: a server that accepted the call and never answered hung it.
+    namespace = harness.env.client.namespace
+    async with relayed(harness.env.client.service_client.config.target_host) as relay:
+        relay.hang("DescribeNamespace")
+        args = argparse.Namespace(address=relay.target, namespace=namespace)
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await temporal_client(args)
+        assert time.monotonic() - started < BOUND - 5
+    assert relay.held == ["DescribeNamespace"]
+    assert unanswered.value.why.startswith(
+        f"Temporal did not answer a describe of namespace {namespace!r} within {SECONDS:g} s ("
+    ), unanswered.value.why
+    # One line, saying it as it is: Temporal did not answer (it refused nothing).
+    assert _temporal_refusal(unanswered.value) == f"psych: {unanswered.value.why}"
+
+
+@pytest.mark.timeout(120)
+async def test_a_workers_fleet_policy_check_not_answered_ends_saying_so(
+    harness: Harness,
+) -> None:
+    # A worker's start asks which workers poll its queues (DescribeTaskQueue), with no
+    # timeout and again on a timeout's status: the start hung.
+    queue = harness.settings.task_queue
+    async with relayed(harness.env.client.service_client.config.target_host) as relay:
+        client = await Client.connect(relay.target, namespace=harness.env.client.namespace)
+        relay.hang("DescribeTaskQueue")
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as unanswered:
+            async with asyncio.timeout(BOUND):
+                await check_fleet_policy(client, queue, RulePolicy())
+        assert time.monotonic() - started < BOUND - 5
+    # Asked once: Temporal's silence is not a transient failure to ask again of.
+    assert relay.held == ["DescribeTaskQueue"]
+    assert unanswered.value.why.startswith(
+        f"Temporal did not answer a describe of task queue {queue!r} within {SECONDS:g} s ("
+    ), unanswered.value.why
