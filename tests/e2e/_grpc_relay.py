@@ -4,12 +4,13 @@ trouble for a few asks: every unary call is passed on as bytes (its metadata too
 its answer (or status) passed back and recorded; ``fail_next`` answers the next calls of
 one method with a status of the test's instead, without asking the server; ``hang`` holds
 every call of one method unanswered (a server that accepts the call and never answers),
-until the caller gives up or the relay stops."""
+until the caller gives up or the relay stops; ``before_next`` does something of the test's
+(closes a Run) before the next call of one method is passed on."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,11 @@ class Relay:
     calls are still passed on first."""
     held: list[str] = field(default_factory=list)
     """Each call held unanswered, by method, in the order they came."""
+    _before: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+
+    def before_next(self, method: str, action: Callable[[], Awaitable[None]]) -> None:
+        """Await ``action()`` before the next call of ``method`` is passed on (once)."""
+        self._before[method] = action
 
     def fail_next(self, method: str, status: grpc.StatusCode, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with ``status`` (not asked of the
@@ -69,6 +75,9 @@ class _Forward(grpc.GenericRpcHandler):
             elif name in self.relay.hung:
                 self.relay.held.append(name)
                 await asyncio.Event().wait()  # never set: the caller's deadline ends it
+            action = self.relay._before.pop(name, None)
+            if action is not None:
+                await action()
             failure = self.relay.failure_for(name)
             if failure is not None:
                 self.relay.answered.append((name, failure))

@@ -1,6 +1,7 @@
 """The reads of Temporal the bounded reads of 12-07 left unbounded (a review of them): every
 CLI command's namespace check, a worker's start's check of its fleet's approval policy (its
-DescribeTaskQueue). Each against the session dev server behind the gRPC
+DescribeTaskQueue), and a suspended listing's reads of a Run's state, which said "no worker
+answered" of Temporal's own silence. Each against the session dev server behind the gRPC
 relay, which holds one method's calls unanswered; each bounded, as the read was not."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+import uuid
 
 import pytest
 from temporalio.client import Client
@@ -17,11 +19,12 @@ from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.fleet._policy import check_fleet_policy
 from psych_runtime.workflows import TemporalUnanswered
+from psych_runtime.workflows.client._listing import LIST_QUERY_SECONDS
 
 from ._grpc_relay import relayed
 from ._short_reads import SHORT_READ
 from .conftest import Harness
-from .test_reads_bounded import BOUND
+from .test_reads_bounded import BOUND, DESCRIBE, _asking_run, relayed_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("short_reads")]
 
@@ -69,3 +72,30 @@ async def test_a_workers_fleet_policy_check_not_answered_ends_saying_so(
     assert unanswered.value.why.startswith(
         f"Temporal did not answer a describe of task queue {queue!r} within {SECONDS:g} s ("
     ), unanswered.value.why
+
+
+@pytest.mark.timeout(150)
+async def test_a_suspended_listing_says_temporal_did_not_answer_not_a_worker(
+    harness: Harness,
+) -> None:
+    # A suspended Run, listed open, closed (terminated) as its state is asked: the query
+    # is refused at once and the closed execution described. That describe not answered
+    # was worded "no worker answered within 5 s", though it was Temporal that did not.
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+
+    async def terminated() -> None:
+        handle = harness.env.client.get_workflow_handle(workflow_id)
+        await handle.terminate(reason="by a test")
+
+    async with relayed_client(harness) as (relay, client):
+        relay.before_next("QueryWorkflow", terminated)
+        relay.hang(DESCRIBE)
+        async with asyncio.timeout(BOUND):
+            listed = await client.list(scope=harness.scope, suspended=True, limit=100)
+    assert DESCRIBE in relay.held
+    [summary] = [s for s in listed if s.workflow_id == workflow_id]
+    assert summary.unreadable is not None
+    assert summary.unreadable.startswith(
+        f"Temporal did not answer a describe of Run {workflow_id} within {LIST_QUERY_SECONDS:g} s ("
+    ), summary.unreadable
+    assert "worker" not in summary.unreadable
