@@ -19,6 +19,7 @@ callers in)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,8 @@ class ServeSettings:
             small bodies accept at most ``SMALL_BODY_BYTES`` (256 KiB) below it.
         keepalive_seconds: how often an idle event stream sends a comment.
         query_timeout_seconds: how long status, report, transcript and records wait for
-            the Run's worker to answer (then 503).
+            the Run's worker to answer (then 503); positive (zero would be no timeout at
+            all: ValueError).
         push_tokens: where A2A push notification configurations are kept: the fleet's
             TokenStore (``psych serve`` gives its workers' one, sealed like theirs), so
             every process sharing it serves and delivers them, across restarts; None: in
@@ -89,6 +91,17 @@ class ServeSettings:
     egress: EgressSettings | None = None
     a2a_list_scan: int = LIST_SCAN
     at_shutdown: tuple[Callable[[], Awaitable[None]], ...] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse a ``query_timeout_seconds`` that is not positive: the SDK takes a zero RPC
+        timeout as none at all (every read would wait forever); NaN and infinity are no
+        time either."""
+        seconds = self.query_timeout_seconds
+        if not 0 < seconds < math.inf:
+            raise ValueError(
+                f"ServeSettings.query_timeout_seconds: a positive number of seconds, not "
+                f"{seconds!r} (a zero RPC timeout is none at all to Temporal's SDK)"
+            )
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,21 @@ def _rebuilt(cls: type[RPCError], args: tuple[Any, ...], state: dict[str, Any]) 
     return err
 
 
+def given_timeout(value: timedelta | None, setting: str) -> timedelta | None:
+    """``value``, a read's timeout a caller gave as ``setting`` (None: the read's default).
+
+    Raises:
+        ValueError: zero or negative, naming ``setting``: the SDK takes a zero RPC timeout
+            as none at all (the read waits forever), and a negative one is no wait.
+    """
+    if value is not None and value <= timedelta(0):
+        raise ValueError(
+            f"{setting}: a positive time to wait, not {value.total_seconds():g} s (a zero "
+            "RPC timeout is none at all to Temporal's SDK: the read would wait forever)"
+        )
+    return value
+
+
 def unanswered(err: RPCError) -> bool:
     """Whether ``err`` says no worker answered a query in time."""
     return err.status in _UNANSWERED

@@ -52,6 +52,7 @@ from psych_runtime.specs import (
 from psych_runtime.workflows.client._asked import (
     TEMPORAL_READ_TIMEOUT,
     describe_within,
+    given_timeout,
     mapped,
     query_run,
 )
@@ -365,8 +366,9 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             RPCError: ``DEADLINE_EXCEEDED`` when no worker answered within ``query_timeout``
                 (asked twice when the Run closed while the first waited: ``_asked.py``);
                 ``ClosedStateUnanswered`` when its execution closed other than cleanly.
+            ValueError: ``query_timeout`` is zero or negative (``given_timeout``).
         """
-        return await self._state(run, scope, query_timeout)
+        return await self._state(run, scope, given_timeout(query_timeout, "query_timeout"))
 
     async def _state(
         self,
@@ -411,6 +413,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         answers from whichever of its executions holds them (``_chain.py``), so ``seq``
         runs from 1 without a gap across the chain."""
         workflow_id, _ = self._handle(run, scope)
+        given_timeout(query_timeout, "query_timeout")
 
         async def query_execution(run_id: str | None, query: RecordsQuery) -> RecordsPage:
             handle = self.temporal.get_workflow_handle(workflow_id, run_id=run_id)
@@ -446,6 +449,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 settled with; ``reason`` says why.
         """
         workflow_id, _ = self._handle(run, scope)
+        given_timeout(query_timeout, "query_timeout")
         handle = self.temporal.get_workflow_handle(
             workflow_id, run_id=execution, result_type=RunResult
         )

@@ -11,6 +11,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from psych_runtime.specs import AccessDenied, Scope
+from psych_runtime.workflows.client._asked import given_timeout
 from psych_runtime.workflows.client._call_inputs import Inputs, TenantBlobs, with_inputs
 from psych_runtime.workflows.client._closed import ClosedRun, closed_run
 from psych_runtime.workflows.client._report import build_report
@@ -111,8 +112,10 @@ class RunReporting(abc.ABC):
             TemporalUnanswered: Temporal did not answer a read within ``rpc_timeout``
                 (``HistoryNotRead``: a page of a cancelled Run's history).
             RPCError: Temporal could not describe it or read its close event.
+            ValueError: ``rpc_timeout`` is zero or negative (``given_timeout``).
         """
         workflow_id, _ = self._handle(run, scope)
+        rpc_timeout = given_timeout(rpc_timeout, "rpc_timeout")
         shown = await closed_run(self.temporal, workflow_id, rpc_timeout)
         if shown is not None and shown.tenant != scope.tenant:
             raise AccessDenied(f"Run {workflow_id} does not belong to tenant {scope.tenant!r}")
