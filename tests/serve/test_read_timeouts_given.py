@@ -42,6 +42,20 @@ async def test_serve_settings_refuse_a_query_timeout_that_is_no_timeout(
     assert ServeSettings(client, AuthSettings(KEYS), query_timeout_seconds=0.5)
 
 
+@pytest.mark.parametrize("seconds", [4e-7, 1e14])
+async def test_serve_settings_refuse_a_query_timeout_no_read_can_be_given(
+    tmp_path: Path, seconds: float
+) -> None:
+    # Positive and finite, but the routes wait ``timedelta(seconds=...)``: under half a
+    # microsecond that is timedelta(0), no timeout at all to the SDK (a Run's event
+    # stream's describe waited forever); past ~2.7 million years it overflows (every read
+    # failed, a 500). Refused where given, as zero is.
+    client = await _client(tmp_path)
+    with pytest.raises(ValueError, match=r"^ServeSettings\.query_timeout_seconds: a positive"):
+        ServeSettings(client, AuthSettings(KEYS), query_timeout_seconds=seconds)
+    assert ServeSettings(client, AuthSettings(KEYS), query_timeout_seconds=1e-6)
+
+
 @pytest.mark.parametrize("seconds", [0, -3])
 async def test_a_clients_reads_refuse_a_timeout_that_is_no_timeout(
     tmp_path: Path, seconds: int

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from psych_runtime.activities.egress import EgressSettings
@@ -50,8 +51,8 @@ class ServeSettings:
             small bodies accept at most ``SMALL_BODY_BYTES`` (256 KiB) below it.
         keepalive_seconds: how often an idle event stream sends a comment.
         query_timeout_seconds: how long status, report, transcript and records wait for
-            the Run's worker to answer (then 503); positive (zero would be no timeout at
-            all: ValueError).
+            the Run's worker to answer (then 503); positive, a microsecond at least (zero
+            would be no timeout at all: ValueError).
         push_tokens: where A2A push notification configurations are kept: the fleet's
             TokenStore (``psych serve`` gives its workers' one, sealed like theirs), so
             every process sharing it serves and delivers them, across restarts; None: in
@@ -95,12 +96,18 @@ class ServeSettings:
     def __post_init__(self) -> None:
         """Refuse a ``query_timeout_seconds`` that is not positive: the SDK takes a zero RPC
         timeout as none at all (every read would wait forever); NaN and infinity are no
-        time either."""
+        time either. The routes wait it as a ``timedelta``: one under half a microsecond is
+        ``timedelta(0)`` (zero again), one past its range does not make one."""
         seconds = self.query_timeout_seconds
-        if not 0 < seconds < math.inf:
+        try:
+            given = 0 < seconds < math.inf and timedelta(seconds=seconds) > timedelta(0)
+        except OverflowError:
+            given = False
+        if not given:
             raise ValueError(
-                f"ServeSettings.query_timeout_seconds: a positive number of seconds, not "
-                f"{seconds!r} (a zero RPC timeout is none at all to Temporal's SDK)"
+                f"ServeSettings.query_timeout_seconds: a positive number of seconds (a "
+                f"microsecond at least, {timedelta.max.days} days at most), not {seconds!r} "
+                "(a zero RPC timeout is none at all to Temporal's SDK)"
             )
 
 
