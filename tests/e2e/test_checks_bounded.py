@@ -11,8 +11,10 @@ import asyncio
 import time
 import uuid
 
+import grpc
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.workers.cli._main import _temporal_refusal
@@ -50,6 +52,27 @@ async def test_a_commands_namespace_check_not_answered_ends_saying_so(harness: H
     ), unanswered.value.why
     # One line, saying it as it is: Temporal did not answer (it refused nothing).
     assert _temporal_refusal(unanswered.value) == f"psych: {unanswered.value.why}"
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_a_namespace_check_answered_at_once_is_not_called_silence(
+    harness: Harness, status: grpc.StatusCode
+) -> None:
+    # A server under load answers CANCELLED (or DEADLINE_EXCEEDED) at once: that is its
+    # answer, not its silence, and is not worded "did not answer ... within 4 s".
+    namespace = harness.env.client.namespace
+    async with relayed(harness.env.client.service_client.config.target_host) as relay:
+        relay.fail_next("DescribeNamespace", status)
+        args = argparse.Namespace(address=relay.target, namespace=namespace)
+        with pytest.raises(RPCError) as failed:
+            async with asyncio.timeout(BOUND):
+                await temporal_client(args)
+    assert relay.of("DescribeNamespace") == [status]
+    assert not isinstance(failed.value, TemporalUnanswered), failed.value
+    assert failed.value.status.name == status.name
+    assert _temporal_refusal(failed.value) == (
+        f"psych: Temporal refused: {failed.value.message} ({status.name})"
+    )
 
 
 @pytest.mark.timeout(120)
