@@ -245,7 +245,9 @@ class _DetailsWalk:
 
     ``bytes`` are read as UTF-8; bytes that are not valid UTF-8 are kept as they are around
     what is replaced (``surrogateescape``), so a secret in a binary body is redacted too and
-    the rest comes back byte for byte. ``bytearray`` and other types are left as they are.
+    the rest comes back byte for byte. A ``str`` or ``bytes`` subclass is read through its
+    base class (its own ``__hash__``, ``__eq__`` or ``decode`` may fail or hide a secret).
+    ``bytearray`` and other types are left as they are.
 
     A rebuilt ``dict`` or ``list`` subclass (``OrderedDict``, ``defaultdict``, a class of
     the activity's) keeps its class and its attributes: a shallow ``copy.copy``, its
@@ -273,18 +275,23 @@ class _DetailsWalk:
     def _leaf(self, value: str | bytes) -> str | bytes:
         """A text redacted (the very object when it held no secret; ``bytes`` as UTF-8 with
         ``surrogateescape``), each distinct text scanned once."""
+        # A subclass is read through its base class (its contents, what the payload
+        # converter encodes): its own __hash__ may be None (it defines __eq__), and its
+        # own __eq__, __contains__ or decode may hide a secret.
         if isinstance(value, str):
-            text = self._texts.get(value, _UNSEEN)
+            plain = value if type(value) is str else str.__str__(value)
+            text = self._texts.get(plain, _UNSEEN)
             if text is _UNSEEN:
-                clean = self._redact(value)
-                text = self._texts[value] = None if clean == value else clean
+                clean = self._redact(plain)
+                text = self._texts[plain] = None if clean == plain else clean
             return value if text is None else text
-        blob = self._blobs.get(value, _UNSEEN)
+        raw = value if type(value) is bytes else bytes.__bytes__(value)
+        blob = self._blobs.get(raw, _UNSEEN)
         if blob is _UNSEEN:
-            decoded = value.decode("utf-8", "surrogateescape")
+            decoded = raw.decode("utf-8", "surrogateescape")
             clean = self._redact(decoded)
             blob = None if clean == decoded else clean.encode("utf-8", "surrogateescape")
-            self._blobs[value] = blob
+            self._blobs[raw] = blob
         return value if blob is None else blob
 
     def _dirty(self, root: tuple[Any, ...]) -> set[int]:

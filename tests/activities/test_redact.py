@@ -302,6 +302,45 @@ def test_scrub_redacts_bytes_details() -> None:
     assert err.details[2][0] is fine
 
 
+class _Word(str):
+    """A str subclass defining ``__eq__`` (so unhashable) whose own methods lie."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __contains__(self, part: object) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return "nothing here"
+
+
+class _Blob(bytes):
+    """A bytes subclass defining ``__eq__`` (so unhashable) whose own decode lies."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def decode(self, *args: Any, **kwargs: Any) -> str:
+        return "nothing here"
+
+
+def test_scrub_redacts_unhashable_str_and_bytes_subclasses_by_their_contents() -> None:
+    # Until 12-07 (the walk's cache of texts) such a detail raised TypeError ("unhashable
+    # type") out of scrub; a subclass's own __eq__/__contains__/decode must not hide one.
+    fine = _Word("fine")
+    err = ApplicationError("failed", _Word("key alpha-1"), [_Blob(b"key alpha-1")], {"a": fine})
+    Redactor({"a": "alpha-1"}).scrub(err)
+    word, (blob,), kept = err.details
+    assert type(word) is str and word == "key [REDACTED:a]"
+    assert type(blob) is bytes and blob == b"key [REDACTED:a]"
+    assert kept["a"] is fine  # no secret: the very object
+
+
 def test_scrub_walks_cancelled_and_timeout_details() -> None:
     cancelled = CancelledError("stopped", {"why": "alpha-1"})
     timed_out = TimeoutError(
