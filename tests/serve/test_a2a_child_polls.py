@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -361,6 +362,35 @@ async def test_a_stream_its_server_cancels_closes_its_records_once_their_read_en
                 scope.cancel()
     assert scope.cancelled_caught
     assert closed == ["records"]
+
+
+async def test_a_read_failing_as_its_cancelled_stream_leaves_is_logged_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The records' read, cancelled as the served stream leaves by its cancel scope, fails
+    on its way out: the failure is logged as a followed stream's failure. Before, the
+    cancel raised past the check, the read's task was never asked for it, and asyncio
+    logged "Task exception was never retrieved" (or nothing) in its place."""
+    run = _Run()
+
+    async def items() -> AsyncGenerator[object]:
+        try:
+            yield _working(1)
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0)
+            raise RuntimeError("the records' read failed on its way out")
+
+    followed = items()
+    polls = run.polls(followed)
+    with anyio.CancelScope() as scope:
+        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+            async for _ in polls:
+                scope.cancel()
+    assert scope.cancelled_caught
+    gc.collect()  # an unretrieved task's failure is logged by asyncio here, not mid-assert
+    assert "a followed stream failed after it was left" in caplog.text
+    assert "the records' read failed on its way out" in caplog.text
 
 
 def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(

@@ -218,9 +218,11 @@ async def child_polls(
             # Left for another reason (the caller's return or cancel, a raise here): what
             # the item not taken raised meanwhile is logged, not raised in its place.
             nexting.cancel()
-            await _until_done(nexting)
-            if not nexting.cancelled() and (err := nexting.exception()) is not None:
-                logger.warning("a followed stream failed after it was left: %r", err)
+            try:
+                await _until_done(nexting)
+            finally:  # a cancel it raises comes once the read ended: its failure logged too
+                if not nexting.cancelled() and (err := nexting.exception()) is not None:
+                    logger.warning("a followed stream failed after it was left: %r", err)
 
 
 async def _until_done(task: asyncio.Future[Any]) -> None:
