@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -391,6 +392,34 @@ async def test_a_read_failing_as_its_cancelled_stream_leaves_is_logged_not_lost(
     gc.collect()  # an unretrieved task's failure is logged by asyncio here, not mid-assert
     assert "a followed stream failed after it was left" in caplog.text
     assert "the records' read failed on its way out" in caplog.text
+
+
+async def test_a_stream_its_server_cancels_waits_out_its_records_read_without_spinning() -> None:
+    """The anyio scope cancelling a served stream delivers its cancel again at every turn
+    of the loop while the task waits: the wait for the records' read (its clean-up taking
+    a second here) spun the CPU for as long (12-07: ~100% of a core), now it sleeps."""
+    run = _Run()
+    closed: list[str] = []
+
+    async def items() -> AsyncGenerator[object]:
+        try:
+            yield _working(1)
+            await asyncio.sleep(3600)
+        finally:  # a clean-up cancels do not cut short (a follower's stop, say)
+            await asyncio.shield(asyncio.sleep(1.0))
+            closed.append("records")
+
+    followed = items()
+    polls = run.polls(followed)
+    cpu = time.process_time()
+    with anyio.CancelScope() as scope:
+        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+            async for _ in polls:
+                scope.cancel()
+    spent = time.process_time() - cpu
+    assert scope.cancelled_caught
+    assert closed == ["records"]
+    assert spent < 0.2, f"{spent:.2f} s of CPU waiting 1 s for the records' read"
 
 
 def test_a_read_failing_at_every_poll_is_warned_of_once_until_it_reads_again(

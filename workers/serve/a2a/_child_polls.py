@@ -33,6 +33,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, get_args
 
+import anyio
 from a2a.types import TaskState, TaskStatus
 
 from psych_runtime.workflows import (
@@ -230,12 +231,16 @@ async def _until_done(task: asyncio.Future[Any]) -> None:
     cancel scope, as a served stream's, cancels at every await until its task leaves it),
     then raise that cancel: ``task`` runs the records' generator, which its caller closes
     next; closed while ``task`` still ran it, the close failed with "asynchronous generator
-    is already running" in place of the cancel (logged as the request's failure)."""
+    is already running" in place of the cancel (logged as the request's failure). The
+    wait is shielded from an enclosing anyio scope, so it sleeps rather than spins."""
     cancelled: asyncio.CancelledError | None = None
     while not task.done():
         try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as err:
+            # Shielded from an enclosing anyio scope's cancel, which it would deliver
+            # again at every turn of the loop while ``task`` ends: a busy loop (12-07).
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({task})
+        except asyncio.CancelledError as err:  # asyncio's own cancel (task.cancel())
             cancelled = err
     if cancelled is not None:
         raise cancelled
