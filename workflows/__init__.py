@@ -6,6 +6,7 @@ on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
 from psych_runtime.workflows.client._asked import (
+    HISTORY_LONG_POLL_TIMEOUT,
     TEMPORAL_READ_TIMEOUT,
     ClosedStateUnanswered,
     HistoryNotRead,
@@ -124,6 +125,7 @@ __all__ = [
     "DeltasDropped",
     "DisplayRecord",
     "Displayed",
+    "HISTORY_LONG_POLL_TIMEOUT",
     "HistoryNotRead",
     "IDEMPOTENCY_KEY_MAX",
     "KeptAction",

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT
+from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, TEMPORAL_READ_TIMEOUT
 from psych_runtime.workflows.client._visibility import Visibility
 
 SHORT_READ = timedelta(seconds=4)
@@ -28,3 +28,18 @@ def shorten_reads(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setattr(module, "TEMPORAL_READ_TIMEOUT", SHORT_READ)
     assert Visibility.__init__.__defaults__ == (TEMPORAL_READ_TIMEOUT,)
     monkeypatch.setattr(Visibility.__init__, "__defaults__", (SHORT_READ,))
+
+
+SHORT_LONG_POLL = timedelta(seconds=4)
+"""The history long polls' bound the tests holding one unanswered run with
+(``shorten_long_polls``): Temporal answers a long poll empty 1 s before a caller's
+deadline sooner than its own interval, so a poll it answers still ends in time."""
+
+
+def shorten_long_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HISTORY_LONG_POLL_TIMEOUT`` (30 s) as ``SHORT_LONG_POLL`` in every loaded psych
+    module holding it, as ``shorten_reads`` does for the reads."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("psych_runtime") and hasattr(module, "HISTORY_LONG_POLL_TIMEOUT"):
+            assert module.HISTORY_LONG_POLL_TIMEOUT == HISTORY_LONG_POLL_TIMEOUT, name
+            monkeypatch.setattr(module, "HISTORY_LONG_POLL_TIMEOUT", SHORT_LONG_POLL)

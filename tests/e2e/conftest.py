@@ -23,7 +23,7 @@ from psych_runtime.workers import start_time_skipping_server
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
 
-from ._short_reads import shorten_reads
+from ._short_reads import shorten_long_polls, shorten_reads
 
 MODELS = ("fake-model", "fake-fallback", "fake-other")
 
@@ -120,3 +120,9 @@ def harness(
 def short_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads of Temporal bounded by ``SHORT_READ`` instead of 10 s (``_short_reads.py``)."""
     shorten_reads(monkeypatch)
+
+
+@pytest.fixture
+def short_long_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """History long polls bounded by ``SHORT_LONG_POLL`` instead of 30 s (``_short_reads.py``)."""
+    shorten_long_polls(monkeypatch)

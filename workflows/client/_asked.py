@@ -142,6 +142,17 @@ TEMPORAL_READ_TIMEOUT = timedelta(seconds=10)
 for it, where the caller gives no timeout of its own: past it, ``TemporalUnanswered``."""
 
 
+HISTORY_LONG_POLL_TIMEOUT = timedelta(seconds=20) + TEMPORAL_READ_TIMEOUT
+"""How long a history long poll (``wait_new_event``: a follower's watch, the close watch's
+wait for the close event) waits for Temporal's answer: past it, ``TemporalUnanswered``.
+Temporal answers such a poll empty when nothing was written for its own interval
+(``history.longPollExpirationInterval``, 20 s by default; Server 1.32 measured: 20.0 s),
+or, for a caller whose deadline comes sooner, 1 s before that deadline (its frontend's
+tail room: 4.0 s for a 5 s deadline). A proxy between may not pass the deadline on, so
+the bound is that interval and ``TEMPORAL_READ_TIMEOUT`` more: an empty answer at 20 s is
+no silence (tests/e2e/test_long_polls_bounded.py)."""
+
+
 class TemporalUnanswered(RPCError):
     """Temporal did not answer, within the read's RPC timeout, a read that needs no worker
     (a describe, a page of a Run's history; a page of a Run listing, a task queue's

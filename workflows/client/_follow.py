@@ -35,7 +35,13 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound, PsychError
-from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, describe_within
+from psych_runtime.workflows.client._asked import (
+    HISTORY_LONG_POLL_TIMEOUT,
+    TEMPORAL_READ_TIMEOUT,
+    HistoryNotRead,
+    describe_within,
+    unanswered,
+)
 from psych_runtime.workflows.client._chain import holder
 from psych_runtime.workflows.contract._contract import QUERY_RECORDS, RecordsPage, RecordsQuery
 from psych_runtime.workflows.contract._records import Record
@@ -83,7 +89,9 @@ def successor(close: HistoryEvent) -> str | None:
 @dataclass
 class _HistoryWatch:
     """Long-polls one execution's history; sets ``changed`` when a workflow task completed
-    or the execution closed, and keeps its close event."""
+    or the execution closed, and keeps its close event. Each poll waits
+    ``HISTORY_LONG_POLL_TIMEOUT`` at most (past Temporal's own interval, after which it
+    answers empty): past it, ``HistoryNotRead``, which the follower raises."""
 
     client: Client
     execution: WorkflowExecution
@@ -93,6 +101,7 @@ class _HistoryWatch:
 
     async def run(self) -> None:
         token = b""
+        events_read = 0
         try:
             while True:
                 request = GetWorkflowExecutionHistoryRequest(
@@ -103,9 +112,20 @@ class _HistoryWatch:
                     wait_new_event=True,
                     history_event_filter_type=HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT,
                 )
-                answer = await self.client.workflow_service.get_workflow_execution_history(
-                    request, retry=True
-                )
+                try:
+                    answer = await self.client.workflow_service.get_workflow_execution_history(
+                        request, retry=True, timeout=HISTORY_LONG_POLL_TIMEOUT
+                    )
+                except RPCError as err:
+                    if unanswered(err):
+                        raise HistoryNotRead(
+                            self.execution.workflow_id,
+                            events_read,
+                            HISTORY_LONG_POLL_TIMEOUT,
+                            err,
+                        ) from err
+                    raise
+                events_read += len(answer.history.events)
                 for event in answer.history.events:
                     if event.event_type in CLOSE_EVENTS:
                         self.closed = event

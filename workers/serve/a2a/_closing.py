@@ -26,8 +26,9 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
+from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.workflows import describe_within
+from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, TemporalUnanswered, describe_within
 
 T = TypeVar("T")
 
@@ -48,10 +49,12 @@ class _End(enum.Enum):
 async def execution_closed(temporal: Client, workflow_id: str, rpc_timeout: timedelta) -> None:
     """Return once the latest execution of ``workflow_id`` is closed and no other runs on
     in its place (reset, continue-as-new: the watch moves to the new one). Each describe
-    waits ``rpc_timeout`` at most.
+    waits ``rpc_timeout`` at most, each long poll of the close event
+    ``HISTORY_LONG_POLL_TIMEOUT`` (Temporal answers it empty sooner: the SDK asks again).
 
     Raises:
-        TemporalUnanswered: Temporal did not answer a describe in time.
+        TemporalUnanswered: Temporal did not answer a describe, or a long poll of the
+            close event, in time.
         RPCError: Temporal could not say (the stream fails with it, as its following does).
     """
     while True:
@@ -67,9 +70,17 @@ async def execution_closed(temporal: Client, workflow_id: str, rpc_timeout: time
             wait_new_event=True,
             event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
             skip_archival=True,
+            rpc_timeout=HISTORY_LONG_POLL_TIMEOUT,
         )
-        async for _close in closes:
-            break
+        try:
+            async for _close in closes:
+                break
+        except RPCError as err:
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise TemporalUnanswered(
+                    workflow_id, "a long poll of the close event", HISTORY_LONG_POLL_TIMEOUT, err
+                ) from err
+            raise
 
 
 async def until_closed(
@@ -78,7 +89,8 @@ async def until_closed(
     """``items`` until they end; or, once the workflow's execution closed
     (``execution_closed``) and they have not ended ``grace`` seconds after, ``CUT`` and
     no more. What ``items`` or the watch raise is raised here (the watch's describes wait
-    ``grace`` at most: the serve's query timeout, what any of its reads waits)."""
+    ``grace`` at most: the serve's query timeout, what any of its reads waits; its long
+    polls ``HISTORY_LONG_POLL_TIMEOUT``, which must outlast Temporal's own interval)."""
     queue: asyncio.Queue[T | _End | BaseException] = asyncio.Queue(maxsize=1)
 
     async def pump() -> None:
