@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from psych_runtime.activities.tools import RulePolicy
+from psych_runtime.specs import PsychError
 from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.fleet._policy import check_fleet_policy
@@ -72,6 +73,29 @@ async def test_a_namespace_check_answered_at_once_is_not_called_silence(
     assert failed.value.status.name == status.name
     assert _temporal_refusal(failed.value) == (
         f"psych: Temporal refused: {failed.value.message} ({status.name})"
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_a_connect_whose_first_call_is_not_answered_ends_saying_so(
+    harness: Harness,
+) -> None:
+    # ``Client.connect`` asks GetSystemInfo once connected: the SDK bounds it (30 s,
+    # measured; a CANCELLED "Timeout expired" it does not retry). The command says so, not
+    # "is a server running?": something accepted the connection.
+    async with relayed(harness.env.client.service_client.config.target_host) as relay:
+        relay.hang("GetSystemInfo")
+        args = argparse.Namespace(address=relay.target, namespace=harness.env.client.namespace)
+        started = time.monotonic()
+        with pytest.raises(PsychError) as unanswered:
+            async with asyncio.timeout(60):
+                await temporal_client(args)
+        assert time.monotonic() - started < 45
+    assert relay.held == ["GetSystemInfo"]
+    assert str(unanswered.value) == (
+        f"cannot connect to Temporal at {relay.target}: Temporal did not answer its first "
+        "call (GetSystemInfo) in time (Timeout expired); the connection was accepted, so a "
+        "server or a proxy listens there but does not answer"
     )
 
 

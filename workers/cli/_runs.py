@@ -65,6 +65,12 @@ from psych_runtime.workflows import (
 )
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
+_SYSTEM_INFO = "`get_system_info` call error after connection"
+"""How the SDK's bridge says the connect's first call (GetSystemInfo) failed."""
+_UNANSWERED_CONNECT = ('message: "Timeout expired"', "code: DeadlineExceeded")
+"""How that failure reads when its timeout ran out: the client transport's (measured: a
+held GetSystemInfo, ``code: Cancelled, message: "Timeout expired"`` after 30 s), or a
+deadline status."""
 
 
 def temporal_target(args: argparse.Namespace) -> str:
@@ -96,6 +102,14 @@ async def temporal_client(args: argparse.Namespace, **connect_options: Any) -> C
         text = str(err)
         found = _OS_MESSAGE.search(text)
         reason = found.group(1) if found else text.removeprefix("Failed client connect: ")
+        if _SYSTEM_INFO in text and any(said in text for said in _UNANSWERED_CONNECT):
+            # Something accepted the connection and never answered the SDK's first call:
+            # the SDK waits a bound of its own (30 s measured, temporalio 1.35), then this.
+            raise PsychError(
+                f"cannot connect to Temporal at {temporal_target(args)}: Temporal did not "
+                f"answer its first call (GetSystemInfo) in time ({reason}); the connection "
+                "was accepted, so a server or a proxy listens there but does not answer"
+            ) from err
         raise PsychError(
             f"cannot connect to Temporal at {temporal_target(args)}: {reason} "
             "(is a server running? `psych dev` starts one)"
