@@ -45,6 +45,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.egress import Attempt, Egress, attempts
 from psych_runtime.activities.hooks import HookCall, Hooks, Interception
+from psych_runtime.activities.mcp._call import Round, call_round
 from psych_runtime.activities.mcp._catalog import (
     CatalogCache,
     NamedTool,
@@ -59,7 +60,6 @@ from psych_runtime.activities.mcp._discovery import Catalogues
 from psych_runtime.activities.mcp._input import (
     BadAnswer,
     Unanswerable,
-    call_round,
     heartbeating_round,
     input_required,
 )
@@ -384,6 +384,7 @@ class McpActivities(Catalogues, ActivityClass):
 
         leased = False  # connecting failed before: the call was never sent
         tried: list[Attempt] = []  # after: what became of its tools/call requests
+        made = Round()  # not sent: only the tool's listing was, which runs no tool
         try:
             with attempts(tried):
                 async with self.sessions.client(
@@ -393,7 +394,9 @@ class McpActivities(Catalogues, ActivityClass):
                     # The SDK makes the client span of the request itself ("MCP send
                     # tools/call <tool>", under this call's execute_tool span).
                     consents = None if self.oauth is None else self.oauth.consents
-                    called = call_round(c, input.tool, input.arguments, on_progress, input.input)
+                    called = call_round(
+                        c, input.tool, input.arguments, on_progress, input.input, made
+                    )
                     if consents is not None:
                         called = consents.unless_needed(connection.consent, called)
                     result = await heartbeating_round(
@@ -410,6 +413,7 @@ class McpActivities(Catalogues, ActivityClass):
                 "error",
                 f"{server.name}__{input.tool}: no result within "
                 f"{self.settings.call_timeout_seconds:g} s (the call was cancelled)",
+                sent=made.sent,
             )
         except (McpUnavailable, MCPError, ConsentInterrupted) as err:
             consents = None if self.oauth is None else self.oauth.consents
@@ -419,16 +423,20 @@ class McpActivities(Catalogues, ActivityClass):
                 # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
             said = f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
-            # Leased, its tools/call may still have never left: its connection refused, or
-            # the SDK refused it unsent on a session that had ended (nothing handed over).
-            unsent = never_called(tried, input.tool) or (
-                isinstance(err, SessionBroke) and err.nothing_handed
+            # Leased, its tools/call may still have never left: not yet sent (the listing
+            # before it failed), its connection refused, or the SDK refused it unsent on a
+            # session that had ended (nothing handed over).
+            unsent = (
+                not made.sent
+                or never_called(tried, input.tool)
+                or (isinstance(err, SessionBroke) and err.nothing_handed)
             )
             return await outcome("error", said, sent=leased and not unsent)
         except (McpConsentRequired, StoreUnavailable):  # a token store down: nothing sent
             raise
         except Exception as err:
-            return await outcome("error", unexpected(f"{server.name}__{input.tool}", err, redact))
+            said = unexpected(f"{server.name}__{input.tool}", err, redact)
+            return await outcome("error", said, sent=made.sent)
         finally:
             # Read: let the bodies (the arguments) go. Tasks started in this context keep
             # the list as long as they run (the SDK's writer keeps the last sender's).

@@ -1,7 +1,7 @@
 """An MCP server asking for input (2026-07-28: an ``input_required`` result of
 ``tools/call``): what a person is asked, how their answers become ``inputResponses``, and
-the one ``tools/call`` round that sends them, awaited under heartbeats
-(``heartbeating_round``).
+a ``tools/call`` round (``_call.py``'s ``call_round``, which sends them) awaited under
+heartbeats (``heartbeating_round``).
 
 The worker never waits for a person inside an activity: a round that ends in
 ``input_required`` is returned to the workflow as data (``McpInputRequired``), which
@@ -20,10 +20,6 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import mcp_types
-from mcp.client import Client
-from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 from temporalio import activity
 
@@ -32,8 +28,6 @@ from psych_runtime.activities.contract import McpInputAnswers, McpInputRequired,
 _R = TypeVar("_R")
 _REQUEST = TypeAdapter[mcp_types.InputRequest](mcp_types.InputRequest)
 _REFUSALS = ("decline", "cancel")
-_RELIST_PAGES = 100
-"""Bound on the pages re-listed after a ``HEADER_MISMATCH`` (as the SDK's own client)."""
 
 
 class Unanswerable(Exception):
@@ -181,53 +175,6 @@ def _boolean(value: Any) -> bool:
     if word in ("false", "no", "n"):
         return False
     raise ValueError(word)
-
-
-async def call_round(
-    client: Client,
-    tool: str,
-    arguments: dict[str, Any],
-    progress: ProgressFnT,
-    answers: McpInputAnswers | None,
-) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-    """One ``tools/call`` round: the first request, or a retry carrying ``answers``.
-
-    The session's own ``call_tool`` with ``allow_input_required``: ``Client.call_tool``
-    would answer the server's input requests itself, through callbacks, inside the call. On
-    a 2026-07-28 session a ``HEADER_MISMATCH`` (the tool's listing is missing or stale on
-    this client) re-lists and resends once, as ``Client.call_tool`` does.
-
-    Raises:
-        BadAnswer: ``answers`` do not fit the server's requests (nothing was sent).
-    """
-    sent = None if answers is None else responses(answers)
-    state = None if answers is None else answers.request_state
-
-    async def send() -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        return await client.session.call_tool(
-            tool,
-            arguments,
-            progress_callback=progress,
-            input_responses=sent,
-            request_state=state,
-            allow_input_required=True,
-        )
-
-    try:
-        return await send()
-    except MCPError as mismatch:
-        if (
-            mismatch.code != mcp_types.HEADER_MISMATCH
-            or client.protocol_version not in MODERN_PROTOCOL_VERSIONS
-        ):
-            raise
-    cursor: str | None = None
-    for _ in range(_RELIST_PAGES):
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        cursor = page.next_cursor
-        if cursor is None or any(listed.name == tool for listed in page.tools):
-            break
-    return await send()
 
 
 async def heartbeating_round(
