@@ -1,9 +1,10 @@
 """A history long poll (``wait_new_event``) waits ``HISTORY_LONG_POLL_TIMEOUT`` at most, then
 says which Run and what Temporal did not answer: a follower's watch (``_follow.py``,
-``HistoryNotRead``; a REST event stream ends with its 503 ``temporal`` event) and the close
-watch of an A2A stream (``_closing.py``, ``TemporalUnanswered``). Temporal is the session's
-dev server behind a gRPC relay that holds the history reads unanswered on cue; and a long
-poll Temporal answers empty after its own interval is not taken for its silence."""
+``HistoryNotRead``; a REST event stream ends with its 503 ``temporal`` event), the close
+watch of an A2A stream (``_closing.py``) and ``PsychClient.result`` (``TemporalUnanswered``).
+Temporal is the session's dev server behind a gRPC relay that holds the history reads
+unanswered on cue; and a long poll Temporal answers empty after its own interval is not
+taken for its silence."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ async def test_a_followers_long_poll_not_answered_says_so(harness: Harness) -> N
 
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("short_long_polls")
-async def test_a_streams_close_watch_long_poll_not_answered_fails_the_stream(
+async def test_a_close_events_long_poll_not_answered_says_so(
     harness: Harness,
 ) -> None:
     async with harness.worker():
@@ -145,9 +146,18 @@ async def test_a_streams_close_watch_long_poll_not_answered_fails_the_stream(
         stream = until_closed(never(), client.temporal, workflow_id, grace=1.0)
         with pytest.raises(TemporalUnanswered) as unanswered:
             await _read(stream, BOUND, [])
-    assert time.monotonic() - started < BOUND - 5
-    assert relay.held == [HISTORY]
-    _says_temporal(unanswered.value, "a long poll of the close event", workflow_id)
+        assert time.monotonic() - started < BOUND - 5
+        assert relay.held == [HISTORY]
+        _says_temporal(unanswered.value, "a long poll of the close event", workflow_id)
+
+        # ``PsychClient.result`` waits for the same close event.
+        started = time.monotonic()
+        with pytest.raises(TemporalUnanswered) as waited:
+            async with asyncio.timeout(BOUND):
+                await client.result(workflow_id, scope=harness.scope)
+        assert time.monotonic() - started < BOUND - 5
+        assert relay.held == [HISTORY, HISTORY]
+        _says_temporal(waited.value, "a long poll of the close event", workflow_id)
 
 
 @pytest.mark.timeout(150)

@@ -50,11 +50,12 @@ from psych_runtime.specs import (
     validate,
 )
 from psych_runtime.workflows.client._asked import (
+    HISTORY_LONG_POLL_TIMEOUT,
     TEMPORAL_READ_TIMEOUT,
     describe_within,
     given_timeout,
-    mapped,
     query_run,
+    read_mapped,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._chain import chain_page
@@ -443,10 +444,15 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         cancelled), not followed past it; without, the latest execution's, followed to its
         end (after an operator's reset of a settled Run, the new execution's, as it runs).
 
+        Each long poll of its close event waits ``HISTORY_LONG_POLL_TIMEOUT`` at most
+        (Temporal answers it empty sooner while the Run runs: it is asked again).
+
         Raises:
             RunFailed: the Run settled FAILED, or its workflow ended without settling
                 (terminated, timed out), or was cancelled and no worker told what it
                 settled with; ``reason`` says why.
+            TemporalUnanswered: Temporal did not answer a long poll of the close event
+                in time.
         """
         workflow_id, _ = self._handle(run, scope)
         given_timeout(query_timeout, "query_timeout")
@@ -454,7 +460,9 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             workflow_id, run_id=execution, result_type=RunResult
         )
         try:
-            result: RunResult = await handle.result(follow_runs=execution is None)
+            result: RunResult = await handle.result(
+                follow_runs=execution is None, rpc_timeout=HISTORY_LONG_POLL_TIMEOUT
+            )
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
@@ -482,5 +490,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                     )
             raise RunFailed(failure_reason(err)) from err
         except RPCError as err:
-            raise mapped(err, workflow_id) from err
+            raise read_mapped(
+                err, workflow_id, "a long poll of the close event", HISTORY_LONG_POLL_TIMEOUT
+            ) from err
         return result
