@@ -169,9 +169,14 @@ class _Pooled:
             return
         self.broken = self.broken or _ENDED
         _log.warning("MCP session %r ended: %s", self.key, self.broken)
+        self.close_when_unused()
+
+    def close_when_unused(self) -> None:
+        """Close it now if no lease holds it. Else its last lease closes it (``_drop``):
+        closed now, a lease's next request would meet a Client no longer entered, not the
+        SDK's "Connection closed", and a request another lease has with the server (each
+        its own POST on streamable HTTP) would be cut off before its answer."""
         if self.users == 0:
-            # Else its last lease closes it (``_drop``): closed now, a lease's next request
-            # would meet a Client no longer entered, not the SDK's "Connection closed".
             self.closing.set()
 
     def tell(self, err: Exception) -> None:
@@ -326,8 +331,12 @@ class McpSessions:
         def on_message(message: IncomingMessage) -> None:
             if isinstance(message, Exception):
                 # A transport fault: the stream is gone or garbled; connect afresh next time.
+                # The transport reads on after a message it could not read, so the requests
+                # of leases holding the session still get their answers (12-07: it was
+                # closed at once, failing them as may have run); a stream that is gone
+                # ends, and the SDK fails them at once.
                 pooled.broken = refusal(pooled.refused, message)
-                pooled.closing.set()
+                pooled.close_when_unused()
             elif isinstance(message, mcp_types.ToolListChangedNotification):
                 self._on_tools_changed(pooled.key)
 

@@ -128,3 +128,28 @@ async def test_an_answered_call_keeps_its_answer_when_its_session_was_retired() 
         served.stop()
         await sessions.aclose()
         await egress.aclose()
+
+
+async def test_a_call_in_flight_gets_its_answer_after_the_server_garbled_a_message() -> None:
+    # A server message the SSE transport cannot read reaches the pool as a transport
+    # fault; the transport reads on. Before: the pool closed the session at once, cutting
+    # off ``slow``, which the server was running (SessionBroke: may have run). Now the
+    # session is lent no more and closed once its last lease ends.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
+    try:
+        async with sessions.client(key, served.url, {}) as client:
+            slow = asyncio.create_task(client.call_tool("slow", {"seconds": 2}))
+            await eventually(lambda: served.calls("slow") == 1, within=20)
+            pooled = sessions._sessions[key]
+            assert served.garble() == 1
+            await eventually(lambda: pooled.broken is not None, within=10)
+            assert text_of(await slow).startswith("slept 2")
+        await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()

@@ -99,6 +99,14 @@ class McpTestServer:
         notified: int = response.json()["notified"]
         return notified
 
+    def garble(self) -> int:
+        """Write an event no client can read on every open event stream of a GET (SSE's
+        ``/sse``); return on how many."""
+        response = self._control.post("/control/garble")
+        response.raise_for_status()
+        garbled: int = response.json()["garbled"]
+        return garbled
+
     def reset(self) -> None:
         """Forget calls, bearers, cancellations and added tools."""
         self._control.post("/control/reset").raise_for_status()

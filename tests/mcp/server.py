@@ -31,6 +31,8 @@ A plain-HTTP JSON control surface on the same port lets a test observe and steer
 - ``POST /control/add_tool`` ``{"name": ...}``: registers a tool ``name`` (it echoes
   ``text``) and sends ``notifications/tools/list_changed`` to every open session.
 - ``POST /control/reset``: forgets calls, bearers, cancellations and added tools.
+- ``POST /control/garble``: writes an event whose data is not JSON-RPC (``GARBLED``) on
+  every open event stream of a GET (SSE's ``/sse``): a server message a client cannot read.
 
 With ``--require-bearer`` every MCP request without ``Authorization: Bearer <token>`` is
 answered 401; the control surface never asks for one.
@@ -105,6 +107,8 @@ class State:
     # Per MCP session id, the latest request's session proxy (the SDK builds one per
     # request): list_changed goes out on each one's standalone channel.
     sessions: dict[str, ServerSession] = field(default_factory=dict)
+    # The send of every GET's event stream open now (``/control/garble`` writes on them).
+    event_streams: list[Send] = field(default_factory=list)
 
     def saw_bearer(self, session_id: str, token: str) -> None:
         seen = self.bearers.setdefault(session_id, [])
@@ -117,6 +121,10 @@ class State:
         self.cancellations.clear()
         self.interrupted.clear()
         self.requested.clear()
+
+
+GARBLED = b"event: message\ndata: {not json-rpc\n\n"
+"""What ``/control/garble`` writes on an event stream."""
 
 
 def _filler_description(index: int) -> str:
@@ -275,9 +283,15 @@ def control_app(server: MCPServer, state: State) -> Starlette:
         state.reset()
         return JSONResponse({"ok": True})
 
+    async def control_garble(request: Request) -> Response:
+        for stream in list(state.event_streams):
+            await stream({"type": "http.response.body", "body": GARBLED, "more_body": True})
+        return JSONResponse({"garbled": len(state.event_streams)})
+
     return Starlette(
         routes=[
             Route("/control/state", control_state, methods=["GET"]),
+            Route("/control/garble", control_garble, methods=["POST"]),
             Route("/control/add_tool", control_add_tool, methods=["POST"]),
             Route("/control/reset", control_reset, methods=["POST"]),
         ]
@@ -342,8 +356,14 @@ def guard(app: Asgi, control: Asgi, state: State, *, require_bearer: bool) -> As
                     if bytes(key).lower() == b"mcp-session-id":
                         state.saw_bearer(bytes(value).decode("latin-1"), token)
             await send(message)
+            if message["type"] == "http.response.start" and scope.get("method") == "GET":
+                state.event_streams.append(send)
 
-        await app(scope, receive, send_noting_session)
+        try:
+            await app(scope, receive, send_noting_session)
+        finally:
+            if send in state.event_streams:
+                state.event_streams.remove(send)
 
     return wrapped
 
