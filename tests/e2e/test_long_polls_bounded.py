@@ -30,7 +30,9 @@ from psych_runtime.workflows import (
     RunStatus,
     TemporalUnanswered,
 )
+from psych_runtime.workflows.client import _follow
 from psych_runtime.workflows.client._follow import RecordFollower
+from psych_runtime.workflows.contract._contract import RecordsQuery
 
 from ..serve._app import ACME_KEY, KEYS, bearer
 from ._short_reads import SHORT_LONG_POLL
@@ -201,3 +203,40 @@ async def test_a_long_poll_answered_empty_is_no_silence(harness: Harness) -> Non
     # Each watch's first poll and its empty answer at 20 s, all answered.
     assert relay.of(HISTORY).count(grpc.StatusCode.OK) >= 3, relay.answered
     assert set(relay.of(HISTORY)) == {grpc.StatusCode.OK}, relay.answered
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.usefixtures("short_long_polls")
+async def test_a_watch_that_failed_while_records_were_read_page_by_page_is_raised(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's failure sets ``changed``, which the follower clears before each records
+    query: one that failed while the follower read on page by page (more records than a
+    page) was cleared unseen, and the follower, its records read, waited for a change that
+    no watch would ever tell (checked: the read hung until its own timeout, TimeoutError)."""
+    pages: list[int] = []
+
+    def one_a_page(*, after: int = 0, limit: int = 1) -> RecordsQuery:
+        pages.append(after)
+        return RecordsQuery(after=after, limit=1)
+
+    monkeypatch.setattr(_follow, "RecordsQuery", one_a_page)
+    async with harness.worker():
+        workflow_id = await _waiting_run(harness)
+        async with relayed_client(harness) as (relay, client):
+            relay.hang(HISTORY, after=1)
+            follower = RecordFollower(client.temporal, workflow_id)
+            seen: list[object] = []
+
+            async def slowly() -> None:
+                async for record in follower.records():
+                    seen.append(record)
+                    if len(seen) == 1:  # the watch's held poll runs out meanwhile
+                        await asyncio.sleep(SHORT_LONG_POLL.total_seconds() + 3)
+
+            with pytest.raises(HistoryNotRead):
+                async with asyncio.timeout(BOUND + SHORT_LONG_POLL.total_seconds() + 3):
+                    await slowly()
+            assert relay.held == [HISTORY]
+            assert len(seen) > 1, "records past the first page are read"
+            assert len(pages) >= len(seen)

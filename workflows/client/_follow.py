@@ -144,8 +144,12 @@ class _HistoryWatch:
             self.changed.set()
 
     async def wait(self) -> None:
-        """Until the next change; raises what stopped the long-poll."""
-        await self.changed.wait()
+        """Until the next change; raises what stopped the long-poll, at once when it has
+        stopped: the follower clears ``changed`` before each records query, so the change
+        its failure set may be cleared unseen (12-07: a watch failed while records were
+        read page by page left the follower waiting for a change no watch would tell)."""
+        if self.error is None:
+            await self.changed.wait()
         if self.error is not None:
             raise _mapped(self.error, self.execution.workflow_id)
 
