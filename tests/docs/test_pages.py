@@ -122,6 +122,45 @@ def test_the_check_finds_a_command_or_option_that_does_not_exist() -> None:
     )
 
 
+# Code that starts with `psych <word>`: an inline code span, or a line of a shell block.
+CODE_COMMAND = re.compile(r"`psych ([a-z][\w-]*)|^[ \t]*psych ([a-z][\w-]*)", re.MULTILINE)
+SHELL_BLOCK = re.compile(r"^```(?:sh|bash|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def commands_in_code_that_do_not_exist(text: str) -> list[str]:
+    """The ``psych <word>`` that ``text`` writes as code (an inline code span, a shell
+    block's line) whose word is no command: prose may say "psych runtime", code may not."""
+    commands = subcommands(build_parser())
+    assert commands is not None
+    spans = [m.group(1) for m in CODE_COMMAND.finditer(text) if m.group(1)]
+    lines = [
+        m.group(2)
+        for block in SHELL_BLOCK.findall(text)
+        for m in CODE_COMMAND.finditer(block)
+        if m.group(2)
+    ]
+    return [f"psych {word}: no such command" for word in [*spans, *lines] if word not in commands]
+
+
+def test_every_psych_command_written_as_code_in_the_pages_exists() -> None:
+    # docs/guides/a2a.md told operators to complete a peer's wait with `psych resume`,
+    # which psych never had: the check above takes an unknown first word for prose.
+    for page in pages():
+        wrong = commands_in_code_that_do_not_exist(page.read_text())
+        assert not wrong, f"{page.relative_to(ROOT)}: {wrong}"
+
+
+def test_the_code_check_finds_a_command_that_does_not_exist() -> None:
+    text = (
+        "Complete it with `psych resume`, or `psych complete`; psych runtime is prose.\n"
+        "```sh\npsych approve r c\n  psych approvee r c\n```\nnot code: psych nope\n"
+    )
+    assert commands_in_code_that_do_not_exist(text) == [
+        "psych resume: no such command",
+        "psych approvee: no such command",
+    ]
+
+
 EXAMPLE_SPEC = re.compile(r"(?<![\w/.-])(examples/[\w-]+\.ya?ml)")
 
 
