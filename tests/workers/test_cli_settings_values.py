@@ -3,9 +3,11 @@ never a traceback of every command, never a silent default (from an audit of the
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import PsychError
 from psych_runtime.workers import start_dev_server
 from psych_runtime.workers.cli import main
+from psych_runtime.workers.cli._parser import build_parser
 from tests._ports import free_port
 
 from .conftest import SUPPORT_SPEC, TOOLS_REF
@@ -344,3 +347,31 @@ def test_a_worker_flag_given_empty_is_refused_naming_it(
     assert capsys.readouterr().err == (
         f"psych: {flag}: an empty value (give one, or leave {flag} out)\n"
     )
+
+
+def _env_read() -> list[str]:
+    """The variables the parser modules read (``os.environ.get("X"``, ``env("X"``)."""
+    cli = Path(build_parser.__code__.co_filename).parent
+    sources = "".join(p.read_text() for p in sorted(cli.glob("_parser*.py")))
+    return sorted(set(re.findall(r'(?:environ\.get|env)\("(PSYCH_[A-Z_]+)"', sources)))
+
+
+ENV_READ = _env_read()
+
+
+def test_every_option_an_environment_variable_sets_names_it_in_its_help(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Until 12-07 `psych serve --help` named none of the six PSYCH_SERVE_JWT*/JWKS
+    # variables its JWT options read; the other options each name theirs.
+    for name in ENV_READ:
+        monkeypatch.setenv(name, f"from-{name}")
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    unnamed = []
+    for command, sub in commands.items():
+        for action in sub._actions:
+            for name in ENV_READ:
+                if action.default == f"from-{name}" and name not in (action.help or ""):
+                    unnamed.append(f"psych {command} {action.option_strings[0]}: {name}")
+    assert unnamed == [], unnamed

@@ -209,24 +209,36 @@ def add_serve_command(
         f"{DEFAULT_MAX_BODY_BYTES})",
     )
     jwt = serve.add_argument_group("JWT verification (over the settings file's serve.jwt)")
-    jwt.add_argument("--jwks-url", default=env("PSYCH_SERVE_JWKS_URL"), help="the JWKS URL")
-    jwt.add_argument("--jwt-issuer", default=env("PSYCH_SERVE_JWT_ISSUER"), help="required iss")
-    jwt.add_argument("--jwt-audience", default=env("PSYCH_SERVE_JWT_AUDIENCE"), help="required aud")
+    jwt.add_argument(
+        "--jwks-url",
+        default=env("PSYCH_SERVE_JWKS_URL"),
+        help="the JWKS URL (env PSYCH_SERVE_JWKS_URL)",
+    )
+    jwt.add_argument(
+        "--jwt-issuer",
+        default=env("PSYCH_SERVE_JWT_ISSUER"),
+        help="required iss (env PSYCH_SERVE_JWT_ISSUER)",
+    )
+    jwt.add_argument(
+        "--jwt-audience",
+        default=env("PSYCH_SERVE_JWT_AUDIENCE"),
+        help="required aud (env PSYCH_SERVE_JWT_AUDIENCE)",
+    )
     jwt.add_argument(
         "--jwt-tenant-claim",
         default=env("PSYCH_SERVE_JWT_TENANT_CLAIM"),
-        help="the claim holding the tenant (default tenant)",
+        help="the claim holding the tenant (env PSYCH_SERVE_JWT_TENANT_CLAIM, default tenant)",
     )
     jwt.add_argument(
         "--jwt-principal-claim",
         default=env("PSYCH_SERVE_JWT_PRINCIPAL_CLAIM"),
-        help="the claim holding the principal (default sub)",
+        help="the claim holding the principal (env PSYCH_SERVE_JWT_PRINCIPAL_CLAIM, default sub)",
     )
     jwt.add_argument(
         "--jwt-publisher-claim",
         default=env("PSYCH_SERVE_JWT_PUBLISHER_CLAIM"),
         help="a claim that is true in the tokens of callers who may publish Versions "
-        "(default: no token's caller may)",
+        "(env PSYCH_SERVE_JWT_PUBLISHER_CLAIM; default: no token's caller may)",
     )
     jwt.add_argument(
         "--jwt-algorithm",
