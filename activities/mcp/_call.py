@@ -45,8 +45,9 @@ class Round:
     """How far a round got, for its caller to read when it failed."""
 
     sent: bool = False
-    """Its ``tools/call`` was given to the session. Before, only listings were sent, so a
-    failure left nothing of the call (the tool did not run)."""
+    """Its ``tools/call`` was given to the session, and not refused unrun since
+    (``HEADER_MISMATCH``). Before, only listings were sent, or the server refused every
+    ``tools/call`` sent, so a failure left nothing of the call (the tool did not run)."""
 
 
 def listed(client: Client, tool: str) -> bool:
@@ -66,6 +67,16 @@ async def list_until(client: Client, tool: str) -> None:
             return
 
 
+def refused(client: Client, err: MCPError) -> bool:
+    """Whether ``err`` is a 2026-07-28 server refusing a request with ``HEADER_MISMATCH``:
+    its transport checks a request's headers against its body before dispatching it, so a
+    ``tools/call`` so refused ran no tool."""
+    return (
+        err.code == mcp_types.HEADER_MISMATCH
+        and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+    )
+
+
 async def call_round(
     client: Client,
     tool: str,
@@ -80,7 +91,9 @@ async def call_round(
     (``Client.call_tool`` would answer the server's input requests itself, through
     callbacks, inside the call), the tool listed first as the module docstring says. On a
     2026-07-28 session a ``HEADER_MISMATCH`` (the tool's listing is stale on this client)
-    re-lists and resends once, as ``Client.call_tool`` does.
+    re-lists and resends once, as ``Client.call_tool`` does. The server refused that
+    request unrun, so ``tracked.sent`` is False again until the resend (and after it, when
+    the resend is refused too).
 
     Raises:
         BadAnswer: ``answers`` do not fit the server's requests (nothing was sent).
@@ -99,17 +112,22 @@ async def call_round(
 
     async def send() -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         tracked.sent = True
-        return await client.session.send_request(request, _ANSWER, progress_callback=progress)
+        try:
+            return await client.session.send_request(request, _ANSWER, progress_callback=progress)
+        except MCPError as err:
+            if refused(client, err):
+                # The server's answer to this request, given before any tool ran: nothing
+                # of the call is left on the server (the request was answered, so it has
+                # nothing to cancel either).
+                tracked.sent = False
+            raise
 
     try:
         result = await send()
     except MCPError as mismatch:
-        if (
-            mismatch.code != mcp_types.HEADER_MISMATCH
-            or client.protocol_version not in MODERN_PROTOCOL_VERSIONS
-        ):
+        if not refused(client, mismatch):
             raise
-        await list_until(client, tool)
+        await list_until(client, tool)  # its failure leaves the call unsent, as before it
         result = await send()
     if isinstance(result, mcp_types.CallToolResult) and not result.is_error:
         if listed(client, tool):

@@ -46,6 +46,17 @@ class ModernMcpServer:
         """Forget what the server saw."""
         self._control.post("/control/reset").raise_for_status()
 
+    def mismatch(self, calls: int = 1) -> None:
+        """Refuse the next ``calls`` ``tools/call`` requests with ``HEADER_MISMATCH``
+        (the tool does not run)."""
+        self._control.post("/control/mismatch", json={"calls": calls}).raise_for_status()
+
+    def fault_lists(self, *, passing: int = 0, failing: int = 0, delay: float = 0.0) -> None:
+        """After ``passing`` more ``tools/list`` requests, fail the next ``failing``;
+        delay every one ``delay`` seconds (until ``reset``)."""
+        fault = {"pass": passing, "fail": failing, "delay_seconds": delay}
+        self._control.post("/control/lists", json=fault).raise_for_status()
+
     def stderr(self) -> str:
         """What the server wrote to stderr so far."""
         return server_stderr(self.log)

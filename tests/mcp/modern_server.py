@@ -24,7 +24,18 @@ Control surface (plain JSON, same port): ``GET /control/state`` -> ``refused`` (
 requests refused), ``lists`` (``tools/list`` requests), ``calls`` (tool -> ``tools/call``
 requests, every round), ``orders`` (each completed order), ``responses`` (each round's
 ``inputResponses`` and ``requestState`` as received), ``bearers`` (each request's bearer
-token, in order); ``POST /control/reset`` forgets them.
+token, in order), ``mismatched`` (``tools/call`` requests refused with ``HEADER_MISMATCH``),
+``lists_failed``; ``POST /control/reset`` forgets them and ends every fault below.
+
+Faults, each set by a ``POST`` and ended by ``/control/reset``:
+
+- ``/control/mismatch {"calls": n}``: the next ``n`` ``tools/call`` requests are refused with
+  JSON-RPC error -32020 (``HEADER_MISMATCH``, HTTP 400), as the SDK's transport refuses a
+  request whose headers disagree with its body: before any tool runs.
+- ``/control/lists {"pass": k, "fail": n, "delay_seconds": s}``: after ``k`` more
+  ``tools/list`` requests served, the next ``n`` are answered with JSON-RPC error -32603
+  (internal error); every ``tools/list`` waits ``s`` seconds before it is served (each
+  key optional, 0 by default).
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ from mcp.types import (
     InputRequiredResult,
     ToolAnnotations,
 )
-from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import HEADER_MISMATCH, INTERNAL_ERROR, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -79,9 +90,18 @@ class State:
     orders: list[dict[str, Any]] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)
     bearers: list[str] = field(default_factory=list)
+    mismatched: int = 0
+    lists_failed: int = 0
+    mismatch_calls: int = 0
+    """Faults (``/control/mismatch``, ``/control/lists``): how many to come."""
+    lists_to_pass: int = 0
+    lists_to_fail: int = 0
+    list_delay: float = 0.0
 
     def reset(self) -> None:
-        self.refused = self.lists = 0
+        self.refused = self.lists = self.mismatched = self.lists_failed = 0
+        self.mismatch_calls = self.lists_to_pass = self.lists_to_fail = 0
+        self.list_delay = 0.0
         self.calls.clear()
         self.orders.clear()
         self.responses.clear()
@@ -151,6 +171,8 @@ def control_app(state: State) -> Starlette:
                 "orders": state.orders,
                 "responses": state.responses,
                 "bearers": state.bearers,
+                "mismatched": state.mismatched,
+                "lists_failed": state.lists_failed,
             }
         )
 
@@ -158,10 +180,23 @@ def control_app(state: State) -> Starlette:
         state.reset()
         return JSONResponse({"reset": True})
 
+    async def control_mismatch(request: Request) -> Response:
+        state.mismatch_calls = int((await request.json())["calls"])
+        return JSONResponse({"calls": state.mismatch_calls})
+
+    async def control_lists(request: Request) -> Response:
+        fault = await request.json()
+        state.lists_to_pass = int(fault.get("pass", 0))
+        state.lists_to_fail = int(fault.get("fail", 0))
+        state.list_delay = float(fault.get("delay_seconds", 0))
+        return JSONResponse(fault)
+
     return Starlette(
         routes=[
             Route("/control/state", control_state, methods=["GET"]),
             Route("/control/reset", control_reset, methods=["POST"]),
+            Route("/control/mismatch", control_mismatch, methods=["POST"]),
+            Route("/control/lists", control_lists, methods=["POST"]),
         ]
     )
 
@@ -171,6 +206,71 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key.lower() == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+async def _body(receive: Receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body"):
+            return body
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, already read, given again first."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _error(request_id: Any, code: int, message: str, status: int) -> Response:
+    error = {"code": code, "message": message}
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=status)
+
+
+def faulty(app: Asgi, state: State) -> Asgi:
+    """``app`` with the faults the control surface sets: a ``tools/call`` refused with
+    ``HEADER_MISMATCH``, a ``tools/list`` failed or delayed."""
+
+    async def faulted(scope: Scope, receive: Receive, send: Send) -> None:
+        armed = state.mismatch_calls or state.lists_to_fail or state.list_delay
+        if scope["type"] != "http" or scope["method"] != "POST" or not armed:
+            await app(scope, receive, send)
+            return
+        body = await _body(receive)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        method = message.get("method") if isinstance(message, dict) else None
+        request_id = message.get("id") if isinstance(message, dict) else None
+        if method == "tools/call" and state.mismatch_calls > 0:
+            state.mismatch_calls -= 1
+            state.mismatched += 1
+            said = "Mcp-Name header does not match the request body's 'name' parameter"
+            await _error(request_id, HEADER_MISMATCH, said, 400)(scope, receive, send)
+            return
+        if method == "tools/list":
+            await asyncio.sleep(state.list_delay)
+            if state.lists_to_pass > 0:
+                state.lists_to_pass -= 1
+            elif state.lists_to_fail > 0:
+                state.lists_to_fail -= 1
+                state.lists_failed += 1
+                said = "tools/list failed (a fault set on the control surface)"
+                await _error(request_id, INTERNAL_ERROR, said, 200)(scope, receive, send)
+                return
+        await app(scope, _replaying(body, receive), send)
+
+    return faulted
 
 
 def modern_only(app: Asgi, control: Asgi, state: State) -> Asgi:
@@ -191,12 +291,7 @@ def modern_only(app: Asgi, control: Asgi, state: State) -> Asgi:
             await app(scope, receive, send)
             return
         state.refused += 1
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await _body(receive)
         try:
             request_id = json.loads(body).get("id") if body else None
         except (ValueError, AttributeError):
@@ -222,7 +317,8 @@ async def serve(hint: CacheHint | None) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    app = modern_only(server.streamable_http_app(stateless_http=True), control_app(state), state)
+    mcp = faulty(server.streamable_http_app(stateless_http=True), state)
+    app = modern_only(mcp, control_app(state), state)
     web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     serving = asyncio.create_task(web.serve(sockets=[sock]))
     while not web.started:
