@@ -409,12 +409,14 @@ class McpActivities(Catalogues, ActivityClass):
             said = f"MCP server {server.name!r}, tool {input.tool!r}: not sent, {err}"
             return await outcome("error", said, sent=False)
         except TimeoutError:
-            return await outcome(
-                "error",
-                f"{server.name}__{input.tool}: no result within "
-                f"{self.settings.call_timeout_seconds:g} s (the call was cancelled)",
-                sent=made.sent,
+            within = f"{self.settings.call_timeout_seconds:g} s"
+            said = (
+                f"no result within {within} (the call was cancelled)"
+                if made.sent
+                else f"not sent within {within}: its tool was still being listed (the tool "
+                "did not run)"
             )
+            return await outcome("error", f"{server.name}__{input.tool}: {said}", sent=made.sent)
         except (McpUnavailable, MCPError, ConsentInterrupted) as err:
             consents = None if self.oauth is None else self.oauth.consents
             needed = await consent_needed(consents, connection.consent, server.name)

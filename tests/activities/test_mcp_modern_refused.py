@@ -21,7 +21,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from psych_runtime.activities.blobs import LocalBlobStore
-from psych_runtime.activities.mcp import McpActivities
+from psych_runtime.activities.mcp import McpActivities, McpSettings
 from psych_runtime.specs import McpServer, StoreUnavailable
 from tests.activities.test_mcp_ended_sessions import DID_NOT_RUN
 from tests.activities.test_sent_or_not import broken_store, mcp_call
@@ -91,3 +91,22 @@ async def test_a_refused_call_is_resent_after_its_tool_is_listed_again(
     assert (outcome.status, outcome.content) == ("ok", "hi")
     state = served.state()
     assert (state["mismatched"], state["lists"], state["calls"]) == (1, 2, {"echo": 1})
+
+
+async def test_a_call_out_of_time_while_its_tool_was_listed_says_it_was_not_sent(
+    served: ModernMcpServer, blobs: LocalBlobStore
+) -> None:
+    # Before: "no result within 0.5 s (the call was cancelled)", of a call never sent.
+    served.fault_lists(delay=3.0)
+    mcp = McpActivities(blobs=blobs, settings=McpSettings(call_timeout_seconds=0.5))
+    try:
+        outcome = await ActivityEnvironment().run(
+            mcp.call, mcp_call(shop(served), "echo", text="hi")
+        )
+    finally:
+        await mcp.aclose()
+    assert outcome.status == "error"
+    assert outcome.content == (
+        "shop__echo: not sent within 0.5 s: its tool was still being listed (the tool did not run)"
+    )
+    assert served.state()["calls"] == {}
