@@ -12,6 +12,7 @@ from psych_runtime.workflows.client._asked import (
     HistoryNotRead,
     TemporalUnanswered,
     describe_within,
+    waited_out,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
@@ -202,5 +203,6 @@ __all__ = [
     "describe_within",
     "is_spawned",
     "parse_workflow_id",
+    "waited_out",
     "workflow_id_for",
 ]

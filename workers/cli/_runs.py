@@ -62,6 +62,7 @@ from psych_runtime.workflows import (
     TemporalUnanswered,
     TenantBlobs,
     parse_workflow_id,
+    waited_out,
 )
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
@@ -138,11 +139,9 @@ async def _check_namespace(client: Client, args: argparse.Namespace) -> None:
     try:
         await client.workflow_service.describe_namespace(request, timeout=TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
-        # The client's timeout is a CANCELLED; one the server answered at once (under
-        # load) is its answer, raised as any other, not its silence (as _policy.py tells).
-        waited = time.monotonic() - asked_at
-        timed_out = err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
-        if timed_out and waited >= TEMPORAL_READ_TIMEOUT.total_seconds() * 0.9:
+        # A CANCELLED the server answered at once (under load) is its answer, raised as
+        # any other, not its silence.
+        if waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
             subject = f"namespace {client.namespace!r}"
             raise TemporalUnanswered(
                 None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject

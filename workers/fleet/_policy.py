@@ -25,7 +25,7 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.tools import Policy, policy_description, policy_digest
 from psych_runtime.specs import PsychError
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered
+from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered, waited_out
 
 POLLER_LIVE_SECONDS = 90.0
 """A poller the server last saw longer ago than this is taken for a stopped worker. An
@@ -168,9 +168,7 @@ async def _described(
                 request, retry=True, timeout=TEMPORAL_READ_TIMEOUT
             )
         except RPCError as err:
-            waited = time.monotonic() - asked_at
-            timed_out = err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
-            if timed_out and waited >= TEMPORAL_READ_TIMEOUT.total_seconds() * 0.9:
+            if waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
                 subject = f"task queue {request.task_queue.name!r}"
                 raise TemporalUnanswered(
                     None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject

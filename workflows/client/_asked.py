@@ -13,6 +13,7 @@ that runs ahead misses the second question (as before this module).
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -251,6 +252,15 @@ def given_timeout(value: timedelta | None, setting: str) -> timedelta | None:
             "RPC timeout is none at all to Temporal's SDK: the read would wait forever)"
         )
     return value
+
+
+def waited_out(err: RPCError, asked_at: float, bound: timedelta) -> bool:
+    """Whether ``err`` ended a call asked at ``asked_at`` (``time.monotonic()``) that waited
+    ``bound``: Temporal's silence, not its answer. The client's own timeout is a
+    DEADLINE_EXCEEDED or a CANCELLED, told from a CANCELLED a server under load answers at
+    once by the time it took (most of ``bound``)."""
+    waited = time.monotonic() - asked_at
+    return err.status in _UNANSWERED and waited >= bound.total_seconds() * 0.9
 
 
 def unanswered(err: RPCError) -> bool:
