@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,7 +24,7 @@ from psych_runtime.activities.mcp._pool import _ENDED, McpSessions, SessionBroke
 from psych_runtime.specs import Scope, StoreUnavailable
 from tests.activities.test_mcp import eventually
 from tests.activities.test_mcp_ended_sessions import StoreDownFor, loopback, pool
-from tests.mcp.fixture import McpTestServer, start_mcp_server
+from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 
 
 def text_of(result: object) -> str:
@@ -39,21 +40,35 @@ async def lent_afresh(sessions: McpSessions, key: SessionKey, served: McpTestSer
         assert text_of(await client.call_tool("echo", {"text": "again"})) == "again"
 
 
+@contextlib.asynccontextmanager
+async def pooled_server(
+    transport: Transport, wire: str, secret: str | None
+) -> AsyncIterator[tuple[McpSessions, McpTestServer, SessionKey]]:
+    """A real MCP server on ``transport``, a session pool through a loopback egress, and
+    the pool's key for it (``secret``: the credential it is keyed by); all stopped and
+    closed after."""
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server(transport)
+    try:
+        yield sessions, served, SessionKey.of(Scope(tenant="acme"), served.url, wire, secret)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
 async def test_an_answered_call_keeps_its_answer_when_another_lease_broke_the_session() -> None:
     # Streamable HTTP: a token store fails the second lease's OAuth flow, the SDK ends the
     # session (a transport fault the pool is told of) while the first lease, answered,
     # still holds it and a third has its tools/call with the server.
-    egress = loopback()
-    sessions = pool(egress)
-    served = start_mcp_server("streamable-http")
-    key = SessionKey.of(Scope(tenant="acme"), served.url, "http", "token")
-    auth = StoreDownFor(b"needs-a-token")
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
+        auth = StoreDownFor(b"needs-a-token")
 
-    async def call(tool: str, arguments: dict[str, object]) -> object:
-        async with sessions.client(key, served.url, {}, auth) as client:
-            return await client.call_tool(tool, arguments)
+        async def call(tool: str, arguments: dict[str, object]) -> object:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                return await client.call_tool(tool, arguments)
 
-    try:
         async with sessions.client(key, served.url, {}, auth) as client:
             answered = await client.call_tool("echo", {"text": "kept"})
             pooled = sessions._sessions[key]
@@ -69,27 +84,19 @@ async def test_an_answered_call_keeps_its_answer_when_another_lease_broke_the_se
         assert not caught.value.nothing_handed
         assert key not in sessions.keys or sessions._sessions[key] is not pooled
         await lent_afresh(sessions, key, served)
-    finally:
-        served.stop()
-        await sessions.aclose()
-        await egress.aclose()
 
 
 async def test_an_answered_sse_call_keeps_its_answer_when_another_call_met_the_break() -> None:
     # SSE: a token store failing one POST ends the transport's writer without telling the
     # pool; a later call is refused unsent ("Connection closed") and its lease marks the
     # session broken, while the first lease, answered, still holds it.
-    egress = loopback()
-    sessions = pool(egress)
-    served = start_mcp_server("sse")
-    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", "token")
-    auth = StoreDownFor(b"needs-a-token")
+    async with pooled_server("sse", "sse", "token") as (sessions, served, key):
+        auth = StoreDownFor(b"needs-a-token")
 
-    async def call(tool: str, arguments: dict[str, object]) -> object:
-        async with sessions.client(key, served.url, {}, auth) as client:
-            return await client.call_tool(tool, arguments)
+        async def call(tool: str, arguments: dict[str, object]) -> object:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                return await client.call_tool(tool, arguments)
 
-    try:
         async with sessions.client(key, served.url, {}, auth) as client:
             answered = await client.call_tool("echo", {"text": "kept"})
             pooled = sessions._sessions[key]
@@ -103,20 +110,12 @@ async def test_an_answered_sse_call_keeps_its_answer_when_another_call_met_the_b
         assert text_of(answered) == "kept"  # its lease ended without raising
         assert served.calls("charge") == 0
         await lent_afresh(sessions, key, served)
-    finally:
-        served.stop()
-        await sessions.aclose()
-        await egress.aclose()
 
 
 async def test_an_answered_call_keeps_its_answer_when_its_session_was_retired() -> None:
     # A call needing a person's consent retires the session (McpActivities._call) while
     # another lease, answered, holds it.
-    egress = loopback()
-    sessions = pool(egress)
-    served = start_mcp_server("streamable-http")
-    key = SessionKey.of(Scope(tenant="acme"), served.url, "http", "token")
-    try:
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
         async with sessions.client(key, served.url, {}) as client:
             answered = await client.call_tool("echo", {"text": "kept"})
             pooled = sessions._sessions[key]
@@ -124,10 +123,6 @@ async def test_an_answered_call_keeps_its_answer_when_its_session_was_retired() 
         assert text_of(answered) == "kept"  # its lease ended without raising
         await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
         await lent_afresh(sessions, key, served)
-    finally:
-        served.stop()
-        await sessions.aclose()
-        await egress.aclose()
 
 
 async def test_a_call_in_flight_gets_its_answer_after_the_server_garbled_a_message() -> None:
@@ -135,11 +130,7 @@ async def test_a_call_in_flight_gets_its_answer_after_the_server_garbled_a_messa
     # fault; the transport reads on. Before: the pool closed the session at once, cutting
     # off ``slow``, which the server was running (SessionBroke: may have run). Now the
     # session is lent no more and closed once its last lease ends.
-    egress = loopback()
-    sessions = pool(egress)
-    served = start_mcp_server("sse")
-    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
-    try:
+    async with pooled_server("sse", "sse", None) as (sessions, served, key):
         async with sessions.client(key, served.url, {}) as client:
             slow = asyncio.create_task(client.call_tool("slow", {"seconds": 2}))
             await eventually(lambda: served.calls("slow") == 1, within=20)
@@ -149,7 +140,3 @@ async def test_a_call_in_flight_gets_its_answer_after_the_server_garbled_a_messa
             assert text_of(await slow).startswith("slept 2")
         await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
         await lent_afresh(sessions, key, served)
-    finally:
-        served.stop()
-        await sessions.aclose()
-        await egress.aclose()
