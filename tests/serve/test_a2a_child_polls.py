@@ -336,6 +336,17 @@ async def test_a_stream_failing_after_its_caller_left_at_a_question_does_not_fai
     assert "the records could not be read" in caplog.text
 
 
+async def _cancelled_at_first_item(run: _Run, followed: AsyncGenerator[object]) -> None:
+    """``run``'s poll of ``followed`` under an anyio cancel scope (as sse-starlette ends a
+    served stream) cancelled at its first item; the scope must have caught the cancel."""
+    polls = run.polls(followed)
+    with anyio.CancelScope() as scope:
+        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
+            async for _ in polls:
+                scope.cancel()
+    assert scope.cancelled_caught
+
+
 async def test_a_stream_its_server_cancels_closes_its_records_once_their_read_ended() -> None:
     """A served stream ends by an anyio cancel scope (sse-starlette's, when its caller
     leaves), which cancels its task at every await until the task leaves the scope: the
@@ -355,13 +366,7 @@ async def test_a_stream_its_server_cancels_closes_its_records_once_their_read_en
                 await asyncio.sleep(0)
             closed.append("records")
 
-    followed = items()
-    polls = run.polls(followed)
-    with anyio.CancelScope() as scope:
-        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
-            async for _ in polls:
-                scope.cancel()
-    assert scope.cancelled_caught
+    await _cancelled_at_first_item(run, items())
     assert closed == ["records"]
 
 
@@ -382,13 +387,7 @@ async def test_a_read_failing_as_its_cancelled_stream_leaves_is_logged_not_lost(
             await asyncio.sleep(0)
             raise RuntimeError("the records' read failed on its way out")
 
-    followed = items()
-    polls = run.polls(followed)
-    with anyio.CancelScope() as scope:
-        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
-            async for _ in polls:
-                scope.cancel()
-    assert scope.cancelled_caught
+    await _cancelled_at_first_item(run, items())
     gc.collect()  # an unretrieved task's failure is logged by asyncio here, not mid-assert
     assert "a followed stream failed after it was left" in caplog.text
     assert "the records' read failed on its way out" in caplog.text
@@ -409,15 +408,9 @@ async def test_a_stream_its_server_cancels_waits_out_its_records_read_without_sp
             await asyncio.shield(asyncio.sleep(1.0))
             closed.append("records")
 
-    followed = items()
-    polls = run.polls(followed)
     cpu = time.process_time()
-    with anyio.CancelScope() as scope:
-        async with contextlib.aclosing(followed), contextlib.aclosing(polls):
-            async for _ in polls:
-                scope.cancel()
+    await _cancelled_at_first_item(run, items())
     spent = time.process_time() - cpu
-    assert scope.cancelled_caught
     assert closed == ["records"]
     assert spent < 0.2, f"{spent:.2f} s of CPU waiting 1 s for the records' read"
 
