@@ -17,14 +17,14 @@ do by default: ``\\/`` for ``/``; ``\\u0026``, ``\\u003c``, ``\\u003e`` for ``&`
 from __future__ import annotations
 
 import base64
-import copy
 import html
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, quote_plus
+
+from psych_runtime.activities.secrets._details import _DetailsWalk
 
 if TYPE_CHECKING:
     from temporalio.exceptions import FailureError
@@ -185,9 +185,9 @@ class Redactor:
         """Redact a Temporal failure's ``message`` (what the failure converter sends and
         ``ApplicationError.__str__`` does not show: it shows ``args``) and its details (an
         ``ApplicationError``'s or a ``CancelledError``'s; a ``TimeoutError``'s last
-        heartbeat details), strings and bytes and those inside dicts, lists and tuples, nested
-        (``_DetailsWalk``, which also cuts details nested too deep to encode); whether any of
-        it changed.
+        heartbeat details), every secret in them (``_details``: strings and bytes, inside
+        dicts, lists, tuples, sets, dataclasses and pydantic models, nested), cutting details
+        nested too deep to encode; whether any of it changed.
 
         In place, so its class (a ``StoreUnavailable`` that is an ``ApplicationError``) and
         its ``type``, ``non_retryable`` and cause stay. temporalio gives neither field a
@@ -224,224 +224,3 @@ class Redactor:
 
 class RedactedError(Exception):
     """Stands in, in a failure's cause chain, for an exception whose text held a secret."""
-
-
-class _DetailsWalk:
-    """One walk of a failure's details for ``Redactor._walked``: the strings and ``bytes``
-    in them redacted, inside dicts (keys too), lists and tuples, nested.
-
-    Without recursion (an explicit stack), so it never raises ``RecursionError``; and a
-    container nested deeper than ``MAX_DETAIL_DEPTH`` is replaced by ``_TOO_DEEP`` whether
-    or not it held a secret, so what the walk returns is something the payload converter
-    can encode (until 12-07 details ~1,000 deep raised ``RecursionError`` out of ``scrub``).
-
-    Two passes. The first visits each container once (by identity, so a cycle or a shared
-    container costs one visit) and finds the ones that hold, at any depth, a text a secret
-    is in or a container too deep; a text met again (a key in each of 100k dicts) is looked
-    up, not scanned again. The second rebuilds those containers only: the rest, and every
-    text without a secret, stay the very objects. (A container shared by several parents is
-    walked once, at the depth the walk meets it first: met too deep anywhere, it is replaced
-    everywhere; met again only somewhat deeper, what is under it may nest past the bound.)
-
-    ``bytes`` are read as UTF-8; bytes that are not valid UTF-8 are kept as they are around
-    what is replaced (``surrogateescape``), so a secret in a binary body is redacted too and
-    the rest comes back byte for byte. A ``str`` or ``bytes`` subclass is read through its
-    base class (its own ``__hash__``, ``__eq__`` or ``decode`` may fail or hide a secret).
-    ``bytearray`` and other types are left as they are.
-
-    A rebuilt ``dict`` or ``list`` subclass (``OrderedDict``, ``defaultdict``, a class of
-    the activity's) keeps its class and its attributes: a shallow ``copy.copy``, its
-    contents then replaced through ``dict``'s or ``list``'s own methods, not the subclass's
-    (the attributes are not walked). One ``copy.copy`` fails for comes back a plain
-    ``dict`` or ``list``. A named tuple stays one (one that cannot be built from its items
-    becomes a plain tuple, as does any other tuple subclass). A cycle through a rebuilt
-    ``dict`` or ``list`` is rebuilt too (the copy refers to the copy); a reference back to
-    a tuple still being rebuilt (met only through a cycle) cannot be filled in afterwards
-    and becomes ``_CYCLE``.
-    """
-
-    def __init__(self, redact: Callable[[str], str]) -> None:
-        self._redact = redact
-        self._texts: dict[str, str | None] = {}
-        self._blobs: dict[bytes, bytes | None] = {}
-        self._too_deep: set[int] = set()
-
-    def __call__(self, root: tuple[Any, ...]) -> tuple[Any, ...]:
-        """``root`` redacted; ``root`` itself when nothing in it held a secret or nested
-        too deep."""
-        dirty = self._dirty(root)
-        return root if id(root) not in dirty else self._rebuild(root, dirty)
-
-    def _leaf(self, value: str | bytes) -> str | bytes:
-        """A text redacted (the very object when it held no secret; ``bytes`` as UTF-8 with
-        ``surrogateescape``), each distinct text scanned once."""
-        # A subclass is read through its base class (its contents, what the payload
-        # converter encodes): its own __hash__ may be None (it defines __eq__), and its
-        # own __eq__, __contains__ or decode may hide a secret.
-        if isinstance(value, str):
-            plain = value if type(value) is str else str.__str__(value)
-            text = self._texts.get(plain, _UNSEEN)
-            if text is _UNSEEN:
-                clean = self._redact(plain)
-                text = self._texts[plain] = None if clean == plain else clean
-            return value if text is None else text
-        raw = value if type(value) is bytes else bytes.__bytes__(value)
-        blob = self._blobs.get(raw, _UNSEEN)
-        if blob is _UNSEEN:
-            decoded = raw.decode("utf-8", "surrogateescape")
-            clean = self._redact(decoded)
-            blob = None if clean == decoded else clean.encode("utf-8", "surrogateescape")
-            self._blobs[raw] = blob
-        return value if blob is None else blob
-
-    def _dirty(self, root: tuple[Any, ...]) -> set[int]:
-        """The ids of the containers under ``root`` (itself too) holding a secret, at any
-        depth: those holding one themselves, then whatever contains one of them."""
-        # id -> the id of the container it was met in, or a list of them when several;
-        # also the containers seen. The hot loop: numbers are skipped before anything else.
-        parents: dict[int, Any] = {id(root): []}
-        holding: list[int] = []
-        stack: list[tuple[Any, int]] = [(root, 0)]
-        texts = self._texts
-        while stack:
-            node, depth = stack.pop()
-            here = id(node)
-            hit = False
-            for child in _children(node):
-                kind = type(child)
-                if kind in _SCALARS:
-                    continue
-                if kind is str:
-                    text = texts.get(child, _UNSEEN)
-                    if text is not None and self._leaf(child) is not child:
-                        hit = True
-                elif isinstance(child, _TEXTS):
-                    hit = hit or self._leaf(child) is not child
-                elif isinstance(child, _CONTAINERS):
-                    key = id(child)
-                    if depth == MAX_DETAIL_DEPTH:
-                        self._too_deep.add(key)
-                        hit = True
-                        continue
-                    seen = parents.get(key)
-                    if seen is None:
-                        parents[key] = here
-                        stack.append((child, depth + 1))
-                    elif type(seen) is list:
-                        seen.append(here)
-                    else:
-                        parents[key] = [seen, here]
-            if hit:
-                holding.append(here)
-        dirty = set(holding)
-        while holding:
-            up = parents[holding.pop()]
-            for parent in up if type(up) is list else (up,):
-                if parent not in dirty:
-                    dirty.add(parent)
-                    holding.append(parent)
-        return dirty
-
-    def _rebuild(self, root: tuple[Any, ...], dirty: set[int]) -> tuple[Any, ...]:
-        """The copies of the ``dirty`` containers under ``root``, children first."""
-        built: dict[int, Any] = {}  # a dict's or list's copy exists (empty) while it is open
-        open_tuples: set[int] = set()
-        stack: list[tuple[Any, bool]] = [(root, False)]
-        while stack:
-            node, children_done = stack.pop()
-            here = id(node)
-            if children_done:
-                built[here] = self._fill(node, built.get(here), built, dirty)
-                open_tuples.discard(here)
-                continue
-            if here in built or here in open_tuples:
-                continue
-            stack.append((node, True))
-            if isinstance(node, tuple):
-                open_tuples.add(here)
-            else:
-                built[here] = _shell(node)
-            for child in _children(node):
-                key = id(child)
-                if (
-                    key in dirty
-                    and key not in built
-                    and key not in open_tuples
-                    and key not in self._too_deep
-                ):
-                    stack.append((child, False))
-        return cast("tuple[Any, ...]", built[id(root)])
-
-    def _fill(self, node: Any, shell: Any, built: dict[int, Any], dirty: set[int]) -> Any:
-        """``node``'s copy: its ``shell`` (a dict's or list's) filled, or a tuple built."""
-
-        def copied(child: Any) -> Any:
-            if isinstance(child, _TEXTS):
-                return self._leaf(child)
-            key = id(child)
-            if key in self._too_deep:
-                return _TOO_DEEP
-            return built.get(key, _CYCLE) if key in dirty else child
-
-        if isinstance(node, dict):
-            dict.update(shell, [(copied(k), copied(v)) for k, v in dict.items(node)])
-            return shell
-        items = [copied(item) for item in node]
-        if isinstance(node, list):
-            list.extend(shell, items)
-            return shell
-        if hasattr(node, "_fields"):  # a named tuple
-            try:
-                return type(node)(*items)
-            except Exception:  # its class's own constructor refused: a plain tuple (above)
-                return tuple(items)
-        return tuple(items)
-
-
-_SCALARS = frozenset({int, float, bool, type(None)})
-"""What a walk skips at once (no text in it)."""
-_TEXTS = (str, bytes)
-_CONTAINERS = (dict, list, tuple)
-
-MAX_DETAIL_DEPTH = 100
-"""How deep a failure's details may nest (a detail itself is at depth 1): deeper, a
-container becomes ``_TOO_DEEP``. Well within what the payload converter's JSON encoder
-(recursion-limited, ~1,000 frames less the worker's own) and a decoding workflow can take:
-a failure whose details it cannot encode goes out as "Failed building exception result",
-retryable and without its type."""
-
-_TOO_DEEP = f"[TRUNCATED:deeper than {MAX_DETAIL_DEPTH}]"
-"""What a rebuilt container holds instead of a container nested deeper than
-``MAX_DETAIL_DEPTH``."""
-
-_UNSEEN: Any = object()
-"""A text the walk has not scanned yet."""
-
-_CYCLE = "[TRUNCATED:cycle]"
-"""What a rebuilt container holds instead of a reference back to a tuple still being
-rebuilt (``_DetailsWalk``)."""
-
-
-def _children(node: Any) -> Iterable[Any]:
-    """A container's keys and values (a dict's, interleaved) or items."""
-    return chain.from_iterable(dict.items(node)) if isinstance(node, dict) else node
-
-
-def _shell(node: dict[Any, Any] | list[Any]) -> dict[Any, Any] | list[Any]:
-    """An empty container of ``node``'s class (with its attributes) to fill with its
-    redacted contents; a plain one when the class is ``dict``/``list`` or cannot be
-    copied."""
-    if type(node) is dict or type(node) is list:
-        return type(node)()
-    plain: dict[Any, Any] | list[Any] = {} if isinstance(node, dict) else []
-    try:
-        shell = copy.copy(node)
-    except Exception:  # the subclass's own copying failed: a plain one (_DetailsWalk)
-        return plain
-    if not isinstance(shell, type(plain)):  # a copy that is no dict (list) at all
-        return plain
-    if isinstance(shell, dict):
-        dict.clear(shell)
-    else:
-        list.clear(shell)
-    return shell

@@ -25,7 +25,8 @@ from temporalio.exceptions import (
 from psych_runtime.activities.blobs import LocalStoreFailed
 from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.secrets import Redactor
-from psych_runtime.activities.secrets._redact import _TOO_DEEP, MAX_DETAIL_DEPTH, RedactedError
+from psych_runtime.activities.secrets._details import _TOO_DEEP, MAX_DETAIL_DEPTH
+from psych_runtime.activities.secrets._redact import RedactedError
 from psych_runtime.specs import StoreUnavailable
 
 SECRET = 'tok/en+"with"<odd>&chars='

@@ -1,0 +1,408 @@
+"""The walk of a failure's details for ``Redactor.scrub``: every secret out, nested, bounded.
+
+What a kind of value comes back as, when something in it held a secret (otherwise it is the
+very object), is chosen so the failure converter can still encode it and encodes it as it
+would have, less the secret. The worker's payload converter is pydantic's
+(``pydantic_core.to_json``); the SDK's default JSON one is checked against too:
+
+- ``str`` and ``bytes``: redacted (``bytes`` as UTF-8, see ``_DetailsWalk._leaf``).
+- ``dict``, ``list``, ``tuple``: rebuilt of redacted items, keys too (``_DetailsWalk``).
+- ``set``, ``frozenset``: a ``set`` (``frozenset``) of the redacted items, a subclass
+  becoming its base; when an item can no longer be hashed once redacted (a pydantic model
+  become its dump), a ``list`` of them: both converters send a set as a list anyway.
+- A dataclass instance: a shallow copy of the same class with its fields redacted (both
+  converters send its fields, as a dict, and nothing else of it); set through
+  ``object.__setattr__``, so a frozen one too, and ``__post_init__`` does not run again.
+  One ``copy.copy`` fails for becomes a dict of its fields.
+- A pydantic (v2) model: its dumped form, ``model_dump(mode="json", by_alias=True)``,
+  redacted: exactly what pydantic's converter sends for it (a field serializer, a computed
+  field, an alias, a ``SecretStr`` applied), where a model rebuilt with redacted fields
+  would run its own serializers again on whatever they read besides the fields. As a dict
+  key, which pydantic's converter writes as ``str(model)``, its text, redacted.
+- A dataclass whose fields cannot be read or a model that cannot be dumped (neither
+  converter could encode it): ``[UNENCODABLE:<class>]``.
+- A key that cannot be hashed once redacted: its text (``str``), redacted.
+- Anything else is left as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from collections.abc import Callable, Iterable
+from itertools import chain
+from typing import Any, cast
+
+MAX_DETAIL_DEPTH = 100
+"""How deep a failure's details may nest (a detail itself is at depth 1): deeper, a
+container becomes ``_TOO_DEEP``. Well within what the payload converter's JSON encoder
+(recursion-limited, ~1,000 frames less the worker's own) and a decoding workflow can take:
+a failure whose details it cannot encode goes out as "Failed building exception result",
+retryable and without its type."""
+
+_TOO_DEEP = f"[TRUNCATED:deeper than {MAX_DETAIL_DEPTH}]"
+"""What a rebuilt container holds instead of a container nested deeper than
+``MAX_DETAIL_DEPTH``."""
+
+_CYCLE = "[TRUNCATED:cycle]"
+"""What a rebuilt container holds instead of a reference back to a tuple or set still
+being rebuilt (``_DetailsWalk``)."""
+
+_UNSEEN: Any = object()
+"""A text the walk has not scanned yet."""
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+"""What a walk skips at once (no text in it)."""
+_TEXTS = (str, bytes)
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_PLAIN = frozenset({str, bytes, dict, list, tuple, set, frozenset})
+"""Types read as they are (no model, no dataclass): skipped by ``_stand_in`` at once."""
+_BUILT_LAST = (tuple, set, frozenset)
+"""Containers built once their items are (the others get an empty copy first)."""
+
+
+class _DetailsWalk:
+    """One walk of a failure's details for ``Redactor._walked`` (the module says what each
+    kind of value comes back as).
+
+    Without recursion (an explicit stack), so it never raises ``RecursionError``; and a
+    container nested deeper than ``MAX_DETAIL_DEPTH`` is replaced by ``_TOO_DEEP`` whether
+    or not it held a secret, so what the walk returns is something the payload converter
+    can encode (until 12-07 details ~1,000 deep raised ``RecursionError`` out of ``scrub``).
+
+    Three passes. The first visits each container once (by identity, so a cycle or a shared
+    container costs one visit) down to the bound, and finds the ones that hold a text a
+    secret is in; a text met again (a key in each of 100k dicts) is looked up, not scanned
+    again. The second, when a container was met more than once or too deep (in a tree, the
+    first pass met each at its only depth), takes each container's depth as the longest
+    chain of containers leading to it (a reference back up a cycle aside): one shared by
+    several parents is one object wherever it is met, so one met deeper than the bound
+    anywhere is replaced everywhere, and none kept is deeper than the bound wherever it is
+    met (until 12-07 one was walked at the depth it was met first only, and what was under
+    it could nest past the bound where it was met again deeper). The third rebuilds the containers
+    holding, at any depth, a secret or one too deep: the rest, and every text without a
+    secret, stay the very objects. A cycle is no depth: details with one cannot be encoded
+    (JSON has none) whatever the walk does, and their secrets are redacted all the same.
+
+    ``bytes`` are read as UTF-8; bytes that are not valid UTF-8 are kept as they are around
+    what is replaced (``surrogateescape``), so a secret in a binary body is redacted too and
+    the rest comes back byte for byte. A ``str`` or ``bytes`` subclass is read through its
+    base class (its own ``__hash__``, ``__eq__`` or ``decode`` may fail or hide a secret).
+
+    A rebuilt ``dict`` or ``list`` subclass (``OrderedDict``, ``defaultdict``, a class of
+    the activity's) keeps its class and its attributes: a shallow ``copy.copy``, its
+    contents then replaced through ``dict``'s or ``list``'s own methods, not the subclass's
+    (the attributes are not walked). One ``copy.copy`` fails for comes back a plain
+    ``dict`` or ``list``. A named tuple stays one (one that cannot be built from its items
+    becomes a plain tuple, as does any other tuple subclass). A cycle through a rebuilt
+    dict, list or dataclass is rebuilt too (the copy refers to the copy); a reference back
+    to a tuple or set still being rebuilt (met only through a cycle) cannot be filled in
+    afterwards and becomes ``_CYCLE``.
+    """
+
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        self._redact = redact
+        self._texts: dict[str, str | None] = {}
+        self._blobs: dict[bytes, bytes | None] = {}
+        self._too_deep: set[int] = set()
+        # A model's (or an unreadable dataclass's) id -> what stands for it: its dump (or
+        # the [UNENCODABLE:<class>] text), its text redacted (None when it held no secret),
+        # whether it could not be read.
+        self._views: dict[int, tuple[Any, str | None, bool]] = {}
+        self._fields: dict[int, tuple[tuple[str, Any], ...]] = {}  # a dataclass's fields
+        main = sys.modules.get("pydantic.main")  # not loaded: no model exists
+        self._model: type | None = getattr(main, "BaseModel", None)
+
+    def __call__(self, root: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``root`` redacted; ``root`` itself when nothing in it held a secret or nested
+        too deep."""
+        parents, holding, shared = self._explore(root)
+        if shared:  # in a tree, each container is where the first pass met it: in bound
+            self._bound(root, parents)
+            for key in self._too_deep:  # each place it is met holds _TOO_DEEP instead
+                up = parents.get(key, [])
+                holding.extend(up if type(up) is list else (up,))
+        dirty = set(holding)
+        while holding:
+            up = parents[holding.pop()]
+            for parent in up if type(up) is list else (up,):
+                if parent not in dirty:
+                    dirty.add(parent)
+                    holding.append(parent)
+        return root if id(root) not in dirty else self._rebuild(root, dirty)
+
+    def _leaf(self, value: str | bytes) -> str | bytes:
+        """A text redacted (the very object when it held no secret; ``bytes`` as UTF-8 with
+        ``surrogateescape``), each distinct text scanned once."""
+        # A subclass is read through its base class (its contents, what the payload
+        # converter encodes): its own __hash__ may be None (it defines __eq__), and its
+        # own __eq__, __contains__ or decode may hide a secret.
+        if isinstance(value, str):
+            plain = value if type(value) is str else str.__str__(value)
+            text = self._texts.get(plain, _UNSEEN)
+            if text is _UNSEEN:
+                clean = self._redact(plain)
+                text = self._texts[plain] = None if clean == plain else clean
+            return value if text is None else text
+        raw = value if type(value) is bytes else bytes.__bytes__(value)
+        blob = self._blobs.get(raw, _UNSEEN)
+        if blob is _UNSEEN:
+            decoded = raw.decode("utf-8", "surrogateescape")
+            clean = self._redact(decoded)
+            blob = None if clean == decoded else clean.encode("utf-8", "surrogateescape")
+            self._blobs[raw] = blob
+        return value if blob is None else blob
+
+    def _stand_in(self, value: Any) -> Any:
+        """What the walk reads in ``value``'s place: a model's dump, or the
+        ``[UNENCODABLE:<class>]`` text for a model that cannot be dumped or a dataclass
+        whose fields cannot be read; else ``value`` itself. A dataclass's fields are read
+        here, once, and each model's dump made once."""
+        if isinstance(value, _TEXTS):
+            return value
+        key = id(value)
+        view = self._views.get(key)
+        if view is not None:
+            return view[0]
+        if key in self._fields or isinstance(value, _CONTAINERS):
+            return value
+        model = self._model
+        if model is not None and isinstance(value, model):
+            try:
+                dump = cast("Any", value).model_dump(mode="json", by_alias=True)
+            except Exception:  # pydantic's converter cannot encode it either (module doc)
+                self._views[key] = (_unencodable(value), self._text(value), True)
+            else:
+                self._views[key] = (dump, self._text(value), False)
+            return self._views[key][0]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            try:
+                fields = tuple((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+            except Exception:  # an unset field: neither converter can encode it (module doc)
+                self._views[key] = (_unencodable(value), self._text(value), True)
+                return self._views[key][0]
+            self._fields[key] = fields
+        return value
+
+    def _text(self, value: Any) -> str | None:
+        """``str(value)`` redacted, None when it held no secret."""
+        try:
+            text = str(value)
+        except Exception:  # no text to leak, none to use as a key: its marker
+            return _unencodable(value)
+        clean = self._leaf(text)
+        return None if clean is text else cast("str", clean)
+
+    def _items(self, node: Any) -> Iterable[Any]:
+        """A container's keys and values (a dict's, interleaved), items or fields' values."""
+        if isinstance(node, dict):
+            return chain.from_iterable(dict.items(node))
+        if isinstance(node, _CONTAINERS):
+            return cast("Iterable[Any]", node)
+        return [value for _, value in self._fields[id(node)]]
+
+    def _nodes(self, node: Any) -> Iterable[Any]:
+        """The containers right in ``node`` (a model's dump for the model), as met first."""
+        views = self._views
+        for child in self._items(node):
+            if type(child) in _SCALARS or isinstance(child, _TEXTS):
+                continue
+            if views and id(child) in views:
+                child = views[id(child)][0]
+            if isinstance(child, _CONTAINERS) or id(child) in self._fields:
+                yield child
+
+    def _explore(self, root: tuple[Any, ...]) -> tuple[dict[int, Any], list[int], bool]:
+        """The parents of each container under ``root`` met within the bound (an id, or a
+        list of them when several; ``root`` has none); the containers holding a text a
+        secret is in, a model that cannot be dumped or a container met too deep; whether a
+        container is met more than once (shared, or in a cycle)."""
+        # The hot loop: numbers are skipped before anything else.
+        parents: dict[int, Any] = {id(root): []}
+        holding: list[int] = []
+        shared = False
+        stack: list[tuple[Any, int]] = [(root, 0)]
+        texts = self._texts
+        fields = self._fields
+        while stack:
+            node, depth = stack.pop()
+            here = id(node)
+            hit = False
+            for child in self._items(node):
+                kind = type(child)
+                if kind in _SCALARS:
+                    continue
+                if kind is str:
+                    text = texts.get(child, _UNSEEN)
+                    if text is not None and self._leaf(child) is not child:
+                        hit = True
+                    continue
+                if kind not in _PLAIN:
+                    stand_in = self._stand_in(child)
+                    if stand_in is not child:  # a model: its dump, or a marker
+                        _, text, failed = self._views[id(child)]
+                        hit = hit or text is not None or failed
+                        child = stand_in
+                if isinstance(child, _TEXTS):
+                    hit = hit or self._leaf(child) is not child
+                elif isinstance(child, _CONTAINERS) or id(child) in fields:
+                    key = id(child)
+                    if depth == MAX_DETAIL_DEPTH:
+                        self._too_deep.add(key)
+                        hit = shared = True  # met elsewhere within the bound too? (_bound)
+                        continue
+                    seen = parents.get(key)
+                    if seen is None:
+                        parents[key] = here
+                        stack.append((child, depth + 1))
+                    elif type(seen) is list:
+                        seen.append(here)
+                        shared = True
+                    else:
+                        parents[key] = [seen, here]
+                        shared = True
+            if hit:
+                holding.append(here)
+        return parents, holding, shared
+
+    def _bound(self, root: tuple[Any, ...], parents: dict[int, Any]) -> None:
+        """Add to ``_too_deep`` each container (of those ``_explore`` went into: ``parents``)
+        some chain of containers reaches deeper than ``MAX_DETAIL_DEPTH``."""
+        # Depth first, for an order with every container after each of its parents but the
+        # ones it is an ancestor of (through a cycle): its depth is final when it comes.
+        finished: list[Any] = []
+        entered: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                finished.append(node)
+            elif id(node) not in entered:
+                entered.add(id(node))
+                stack.append((node, True))
+                stack.extend((child, False) for child in self._nodes(node) if id(child) in parents)
+        at = {id(node): index for index, node in enumerate(finished)}
+        depth = {id(root): 0}
+        for node in reversed(finished):
+            here = id(node)
+            if depth[here] > MAX_DETAIL_DEPTH:
+                self._too_deep.add(here)
+            below = depth[here] + 1
+            for child in self._nodes(node):
+                key = id(child)
+                if key in at and at[key] < at[here] and depth.get(key, -1) < below:
+                    depth[key] = below
+
+    def _rebuild(self, root: tuple[Any, ...], dirty: set[int]) -> tuple[Any, ...]:
+        """The copies of the ``dirty`` containers under ``root``, children first."""
+        built: dict[int, Any] = {}  # a dict's, list's or dataclass's copy exists while open
+        open_last: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            here = id(node)
+            if children_done:
+                built[here] = self._fill(node, built.get(here), built, dirty)
+                open_last.discard(here)
+                continue
+            if here in built or here in open_last:
+                continue
+            stack.append((node, True))
+            if isinstance(node, _BUILT_LAST):
+                open_last.add(here)
+            else:
+                built[here] = _shell(node)
+            for child in self._nodes(node):
+                key = id(child)
+                if (
+                    key in dirty
+                    and key not in built
+                    and key not in open_last
+                    and key not in self._too_deep
+                ):
+                    stack.append((child, False))
+        return cast("tuple[Any, ...]", built[id(root)])
+
+    def _fill(self, node: Any, shell: Any, built: dict[int, Any], dirty: set[int]) -> Any:
+        """``node``'s copy: its ``shell`` (a dict's, list's or dataclass's) filled, or a
+        tuple or set built."""
+
+        views = self._views
+
+        def copied(child: Any, as_key: bool = False) -> Any:
+            if isinstance(child, _TEXTS):
+                return self._leaf(child)
+            key = id(child)
+            view = views.get(key) if views else None
+            if view is not None:
+                stand_in, text, failed = view
+                if as_key:
+                    return child if text is None else text
+                out = copied(stand_in)
+                return child if out is stand_in and text is None and not failed else out
+            if key in self._too_deep:
+                return _TOO_DEEP
+            return built.get(key, _CYCLE) if key in dirty else child
+
+        def copied_key(child: Any) -> Any:
+            out = copied(child, as_key=True)
+            if out is not child:
+                try:
+                    hash(out)
+                except TypeError:  # a tuple holding a model's dump: its text (module doc)
+                    return self._text(child) or str(child)
+            return out
+
+        if isinstance(node, dict):
+            dict.update(shell, [(copied_key(k), copied(v)) for k, v in dict.items(node)])
+            return shell
+        if not isinstance(node, _CONTAINERS):  # a dataclass: a copy of it, or a dict
+            fields = [(name, copied(value)) for name, value in self._fields[id(node)]]
+            if isinstance(shell, dict):
+                dict.update(shell, fields)
+            else:
+                for name, value in fields:
+                    object.__setattr__(shell, name, value)
+            return shell
+        items = [copied(item) for item in node]
+        if isinstance(node, list):
+            list.extend(shell, items)
+            return shell
+        if isinstance(node, set | frozenset):
+            try:
+                return set(items) if isinstance(node, set) else frozenset(items)
+            except TypeError:  # an item unhashable once redacted: a list (module doc)
+                return items
+        if hasattr(node, "_fields"):  # a named tuple
+            try:
+                return type(node)(*items)
+            except Exception:  # its class's own constructor refused: a plain tuple (above)
+                return tuple(items)
+        return tuple(items)
+
+
+def _unencodable(value: Any) -> str:
+    """What stands for a value neither payload converter can encode (module doc)."""
+    return f"[UNENCODABLE:{type(value).__qualname__}]"
+
+
+def _shell(node: Any) -> Any:
+    """An empty container of ``node``'s class (with its attributes) to fill with its
+    redacted contents; a plain one when the class is ``dict``/``list`` or cannot be
+    copied. A dataclass's copy (its fields set by ``_fill``), or a dict when it cannot
+    be copied."""
+    if type(node) is dict or type(node) is list:
+        return type(node)()
+    plain: Any = [] if isinstance(node, list) else {}
+    try:
+        shell = copy.copy(node)
+    except Exception:  # the class's own copying failed: a plain one (_DetailsWalk)
+        return plain
+    if not isinstance(shell, type(plain) if isinstance(node, dict | list) else type(node)):
+        return plain  # a copy that is no dict (list, dataclass) at all
+    if isinstance(shell, dict):
+        dict.clear(shell)
+    elif isinstance(shell, list):
+        list.clear(shell)
+    return shell

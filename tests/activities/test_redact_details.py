@@ -1,0 +1,170 @@
+"""Redactor.scrub on details beyond dicts, lists and tuples, and the exact depth bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from temporalio.api.failure.v1 import Failure
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverter
+from temporalio.exceptions import ApplicationError
+
+from psych_runtime.activities.secrets import Redactor
+from psych_runtime.activities.secrets._details import _TOO_DEEP, MAX_DETAIL_DEPTH
+
+CONVERTERS = [
+    pytest.param(pydantic_data_converter, id="pydantic"),  # the worker's (PsychPlugin)
+    pytest.param(DataConverter.default, id="default-json"),
+]
+
+
+def sent(err: ApplicationError, converter: DataConverter) -> bytes:
+    """What the failure converter sends for ``err``."""
+    failure = Failure()
+    with warnings.catch_warnings():  # the default converter warns on a pydantic model
+        warnings.simplefilter("ignore")
+        DefaultFailureConverter().to_failure(err, converter.payload_converter, failure)
+    return failure.SerializeToString()
+
+
+@dataclasses.dataclass(frozen=True)
+class Echo:
+    said: str
+    parts: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(slots=True)
+class Page:
+    lines: list[Any]
+    status: int = 200
+
+
+class Key(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str = Field(alias="Name")
+
+
+class Body(BaseModel):
+    text: str
+    tags: set[str]
+    raw: bytes = b""
+
+    @field_serializer("raw")
+    def _raw(self, raw: bytes) -> str:
+        return f"raw: {raw.decode()}"  # what is sent is not the field itself
+
+
+class Broken(BaseModel):
+    text: str
+
+    @field_serializer("text")
+    def _text(self, text: str) -> str:
+        raise ValueError(f"cannot serialise {text}")
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_walks_sets_dataclasses_and_pydantic_models(converter: DataConverter) -> None:
+    # Until 12-07 a secret in a set, a frozenset, a dataclass or a pydantic model left in
+    # the failure as it was (only dicts, lists and tuples were walked).
+    fine_body = Body(text="ok", tags={"x"})
+    fine_echo = Echo("ok")
+    err = ApplicationError(
+        "failed",
+        {"alpha-1", "ok"},
+        frozenset({("alpha-1", 1)}),
+        Echo("said alpha-1", ("alpha-1",)),
+        Page([Echo("alpha-1"), fine_echo]),
+        Body(text="said alpha-1", tags={"alpha-1"}, raw=b"alpha-1"),
+        {Key(Name="alpha-1")},
+        {Key(Name="alpha-1"): 1, ("alpha-1", Key(Name="alpha-1")): 2},
+        Broken(text="alpha-1"),
+        [fine_body, fine_echo],
+        type="Boom",
+    )
+    Redactor({"a": "alpha-1"}).scrub(err)
+
+    words, pairs, echo, page, body, keys, keyed, broken, kept = err.details
+    assert words == {"[REDACTED:a]", "ok"}
+    assert type(pairs) is frozenset and pairs == {("[REDACTED:a]", 1)}
+    assert echo == Echo("said [REDACTED:a]", ("[REDACTED:a]",))  # a frozen one too
+    assert type(page) is Page and page.lines == [Echo("[REDACTED:a]"), fine_echo]
+    assert page.lines[1] is fine_echo
+    # A model: what pydantic's converter sends for it (its serializer ran), redacted.
+    assert body == {
+        "text": "said [REDACTED:a]",
+        "tags": ["[REDACTED:a]"],
+        "raw": "raw: [REDACTED:a]",
+    }
+    assert keys == [{"Name": "[REDACTED:a]"}]  # a model's dump is no set item: a list
+    assert keyed == {
+        "name='[REDACTED:a]'": 1,  # as pydantic's converter writes a model key: its text
+        "('[REDACTED:a]', Key(name='[REDACTED:a]'))": 2,
+    }
+    assert broken == "[UNENCODABLE:Broken]"
+    assert kept[0] is fine_body and kept[1] is fine_echo  # no secret: the very objects
+    assert b"alpha-1" not in sent(err, converter)
+
+
+def test_scrub_leaves_details_without_a_secret_as_they_are() -> None:
+    details = ({"ok"}, frozenset({"ok"}), Echo("ok"), Body(text="ok", tags={"ok"}))
+    err = ApplicationError("failed", *details)
+    Redactor({"a": "alpha-1"}).scrub(err)
+    assert all(walked is given for walked, given in zip(err.details, details, strict=True))
+
+
+def depth_of(value: Any) -> int:
+    """How deep containers nest in ``value`` (a container itself is at depth 1)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((child, depth + 1) for child in node)
+        else:
+            continue
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def chain_of(levels: int, bottom: Any) -> Any:
+    value = bottom
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_scrub_bounds_a_shared_container_wherever_it_is_met() -> None:
+    # Until 12-07 a container met twice was walked at the depth met first only: shared at
+    # depth 1 and again at depth 80, what was under it reached depth 139 at the second place.
+    shared = chain_of(60, ["said alpha-1"])
+    deep_place = chain_of(80, shared)
+    err = ApplicationError("failed", deep_place, shared)  # the shallow place walked first
+    Redactor({"a": "alpha-1"}).scrub(err)
+
+    walked_deep, walked_shallow = err.details
+    assert depth_of(walked_deep) == MAX_DETAIL_DEPTH
+    # One object wherever it is met, so cut where the deeper place needs it cut.
+    inner = walked_deep
+    for _ in range(79):
+        inner = inner[0]
+    assert inner is walked_shallow
+    assert depth_of(walked_shallow) == MAX_DETAIL_DEPTH - 79
+    assert walked_shallow == chain_of(MAX_DETAIL_DEPTH - 78, _TOO_DEEP)
+    assert b"alpha-1" not in sent(err, DataConverter.default)
+
+
+def test_scrub_keeps_a_shared_container_that_fits_everywhere() -> None:
+    # The bound is exact, not stricter: nesting to MAX_DETAIL_DEPTH at the deepest place
+    # is kept whole, the secret at the bottom redacted.
+    shared = chain_of(21, "alpha-1")  # 20 lists
+    err = ApplicationError("failed", shared, chain_of(MAX_DETAIL_DEPTH - 19, shared))
+    Redactor({"a": "alpha-1"}).scrub(err)
+    walked_shallow, walked_deep = err.details
+    assert depth_of(walked_deep) == MAX_DETAIL_DEPTH
+    assert walked_shallow == chain_of(21, "[REDACTED:a]")
+    assert b"alpha-1" not in sent(err, DataConverter.default)
