@@ -13,6 +13,7 @@ import uuid
 
 import grpc
 import pytest
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -21,7 +22,8 @@ from psych_runtime.specs import PsychError
 from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.fleet._policy import check_fleet_policy
-from psych_runtime.workflows import TemporalUnanswered
+from psych_runtime.workers.fleet._pollers import has_live_poller
+from psych_runtime.workflows import TemporalUnanswered, describe_within
 from psych_runtime.workflows.client._listing import LIST_QUERY_SECONDS
 
 from ._grpc_relay import relayed
@@ -71,6 +73,40 @@ async def test_a_namespace_check_answered_at_once_is_not_called_silence(
     assert relay.of("DescribeNamespace") == [status]
     assert not isinstance(failed.value, TemporalUnanswered), failed.value
     assert failed.value.status.name == status.name
+    assert _temporal_refusal(failed.value) == (
+        f"psych: Temporal refused: {failed.value.message} ({status.name})"
+    )
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_a_runs_describe_answered_at_once_is_not_called_silence(
+    harness: Harness, status: grpc.StatusCode
+) -> None:
+    # ``describe_within`` took every timeout's status for Temporal's silence: one answered
+    # at once was worded "did not answer a describe ... within 4 s".
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next(DESCRIBE, status)
+        handle = client.temporal.get_workflow_handle("psych-acme-r1")
+        with pytest.raises(RPCError) as failed:
+            async with asyncio.timeout(BOUND):
+                await describe_within(handle, "psych-acme-r1", SHORT_READ)
+    assert relay.of(DESCRIBE) == [status]
+    assert not isinstance(failed.value, TemporalUnanswered), failed.value
+    assert failed.value.status.name == status.name
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_a_queues_pollers_answered_at_once_are_not_called_silence(
+    harness: Harness, status: grpc.StatusCode
+) -> None:
+    # ``has_live_poller`` (``psych status``'s and a resume's check of a worker) did the same.
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next("DescribeTaskQueue", status)
+        with pytest.raises(RPCError) as failed:
+            async with asyncio.timeout(BOUND):
+                await has_live_poller(client.temporal, "q", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+    assert relay.of("DescribeTaskQueue") == [status]
+    assert not isinstance(failed.value, TemporalUnanswered), failed.value
     assert _temporal_refusal(failed.value) == (
         f"psych: Temporal refused: {failed.value.message} ({status.name})"
     )

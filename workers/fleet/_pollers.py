@@ -3,6 +3,7 @@ waits silently otherwise (Temporal holds its tasks until a worker asks for them)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +16,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.activities import ACTIVITY_ROLES, ROLES, role_task_queue
 from psych_runtime.activities.contract import WORKFLOWS_ROLE
 from psych_runtime.workers.fleet._policy import POLLER_LIVE_SECONDS
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered, describe_within
+from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
+    TemporalUnanswered,
+    describe_within,
+    waited_out,
+)
 
 
 @dataclass(frozen=True)
@@ -116,18 +122,21 @@ async def has_live_poller(client: Client, queue: str, task_type: int) -> bool:
     Raises:
         TemporalUnanswered: Temporal did not answer the queue's describe within
             ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the task queue).
+        RPCError: Temporal refused; a timeout's status it answered at once (a CANCELLED
+            under load) is its answer, as it is, not its silence.
     """
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
         task_queue_type=task_type,  # type: ignore[arg-type]  # an enum member's int value
     )
+    asked_at = time.monotonic()
     try:
         response = await client.workflow_service.describe_task_queue(
             request, timeout=TEMPORAL_READ_TIMEOUT
         )
     except RPCError as err:
-        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+        if not waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
             raise
         subject = f"task queue {queue!r}"
         raise TemporalUnanswered(

@@ -219,12 +219,14 @@ async def describe_within(
 
     Raises:
         TemporalUnanswered: Temporal did not answer in time.
-        RPCError: Temporal refused (NOT_FOUND too: callers tell it apart).
+        RPCError: Temporal refused (NOT_FOUND too: callers tell it apart); a timeout's
+            status it answered at once (a CANCELLED under load) is its answer, as it is.
     """
+    asked_at = time.monotonic()
     try:
         return await handle.describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
-        if unanswered(err):
+        if waited_out(err, asked_at, rpc_timeout):
             raise TemporalUnanswered(workflow_id, "a describe", rpc_timeout, err) from err
         raise
 
