@@ -14,6 +14,8 @@ from typing import TypeVar
 
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
+from psych_runtime.workflows import UpdateUnanswered
+
 T = TypeVar("T")
 
 NOT_TAKEN_IN_TIME = (
@@ -43,7 +45,8 @@ async def bounded(call: Awaitable[T], seconds: float) -> T:
         raise NotTakenInTime from err
     except WorkflowUpdateRPCTimeoutOrCancelledError as err:
         # The SDK turns the cancellation of its wait into this error: the bound's, or the
-        # request's own (a caller that went away), which is not ours to answer.
-        if timeout.expired():
+        # request's own (a caller that went away), which is not ours to answer. The
+        # client's own bound (its ``update_timeout``, given the same length) says it too.
+        if timeout.expired() or isinstance(err, UpdateUnanswered):
             raise NotTakenInTime from err
         raise

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -130,7 +131,12 @@ async def _resume(client: PsychClient, waiting: Waiting, refused: str | None) ->
         note=None if refused is None else f"the authorization server answered {refused}",
     )
     try:
-        resumed = client.resume(waiting.workflow_id, request, scope=Scope(tenant=waiting.tenant))
+        resumed = client.resume(
+            waiting.workflow_id,
+            request,
+            scope=Scope(tenant=waiting.tenant),
+            update_timeout=timedelta(seconds=RESUME_WAIT_SECONDS),
+        )
         await bounded(resumed, RESUME_WAIT_SECONDS)
     except (Refused, NotFound, AccessDenied) as err:
         return Completed(False, f"the Run could not be resumed: {err}", waiting.workflow_id)

@@ -29,6 +29,7 @@ from psych_runtime.workflows.client._report_types import (
     ToolCallReport,
 )
 from psych_runtime.workflows.client._unsettled import closed_without_settling
+from psych_runtime.workflows.client._update_wait import UPDATE_TIMEOUT, UpdateUnanswered
 from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
 from psych_runtime.workflows.contract._contract import (
     ABORT,
@@ -193,8 +194,10 @@ __all__ = [
     "ToolWithheld",
     "Totals",
     "TurnStarted",
+    "UPDATE_TIMEOUT",
     "Undelivered",
     "UnknownPosition",
+    "UpdateUnanswered",
     "WORKFLOW_RUN",
     "WorkflowRun",
     "WorkflowRunInput",

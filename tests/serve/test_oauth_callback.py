@@ -6,6 +6,7 @@ is answered 400 naming what is wrong, and nothing reaches Temporal."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,12 @@ class Stuck:
 
     def __init__(self, refused: RPCStatusCode | None = None) -> None:
         self.refused = refused
+        self.update_timeout: timedelta | None = None
 
-    async def resume(self, run: str, request: ResumeInput, *, scope: Scope) -> None:
+    async def resume(
+        self, run: str, request: ResumeInput, *, scope: Scope, update_timeout: timedelta | None
+    ) -> None:
+        self.update_timeout = update_timeout  # the client's bound, as long as the page's
         if self.refused is not None:
             raise RPCError("refused", self.refused, b"")
         await asyncio.Event().wait()
@@ -73,3 +78,4 @@ async def test_a_resume_nobody_takes_is_answered_not_waited_on_for_ever(
     assert not done.ok
     assert said in done.message
     assert done.workflow_id == "psych-acme-r1"
+    assert client.update_timeout == timedelta(seconds=0.2)

@@ -79,9 +79,10 @@ def _temporal_refusal(err: Exception) -> str | None:
     from temporalio.service import RPCError
 
     if "psych_runtime.workflows" in sys.modules:
-        from psych_runtime.workflows import TemporalUnanswered
+        from psych_runtime.workflows import TemporalUnanswered, UpdateUnanswered
 
-        if isinstance(err, TemporalUnanswered):  # not a refusal: no answer in time
+        # Not a refusal: no answer in time (an update's: no worker took it).
+        if isinstance(err, TemporalUnanswered | UpdateUnanswered):
             return f"psych: {err.why}"
     if isinstance(err, RPCError):
         if "psych_runtime.workflows" in sys.modules:

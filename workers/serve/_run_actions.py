@@ -115,6 +115,7 @@ def action_routes(context: ApiContext) -> APIRouter:
                 note=body.note,
                 idempotency_key=key,
                 held_by=body.held_by,
+                update_timeout=context.query_timeout,
             )
         )
         return result.model_dump(mode="json")
@@ -133,6 +134,7 @@ def action_routes(context: ApiContext) -> APIRouter:
                 scope=scope,
                 idempotency_key=key,
                 held_by=body.held_by,
+                update_timeout=context.query_timeout,
             )
         )
         return result.model_dump(mode="json")
@@ -151,6 +153,7 @@ def action_routes(context: ApiContext) -> APIRouter:
                 scope=scope,
                 idempotency_key=key,
                 held_by=body.held_by,
+                update_timeout=context.query_timeout,
             )
         )
         return result.model_dump(mode="json")
@@ -160,7 +163,15 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Abort the Run (it settles once non-interruptible calls finish)."""
         reason = body.reason or f"aborted by {scope.principal or 'request'}"
         run = tenant_run(run_id, scope)
-        await bounded(client.abort(run, scope=scope, reason=reason, idempotency_key=key))
+        await bounded(
+            client.abort(
+                run,
+                scope=scope,
+                reason=reason,
+                idempotency_key=key,
+                update_timeout=context.query_timeout,
+            )
+        )
         return JSONResponse({}, status_code=202)
 
     @router.post("/steer", status_code=202)
@@ -168,7 +179,14 @@ def action_routes(context: ApiContext) -> APIRouter:
         """Give the Run's model a message."""
         run = tenant_run(run_id, scope)
         await bounded(
-            client.steer(run, body.message, scope=scope, mode=body.mode, idempotency_key=key)
+            client.steer(
+                run,
+                body.message,
+                scope=scope,
+                mode=body.mode,
+                idempotency_key=key,
+                update_timeout=context.query_timeout,
+            )
         )
         return JSONResponse({}, status_code=202)
 

@@ -39,6 +39,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
+from psych_runtime.workflows.client._update_wait import update_timeout_given, update_wait
 from psych_runtime.workflows.contract._carry import KeptAction
 from psych_runtime.workflows.contract._contract import (
     ABORT,
@@ -161,7 +162,9 @@ class RunActions(abc.ABC):
         arg: Any,
         result_type: type[Any],
         idempotency_key: str | None,
+        update_timeout: timedelta | None,
     ) -> Any:
+        timeout = update_timeout_given(update_timeout)
         # One id for every attempt (a fresh one without a key): a retried update the
         # server did take is answered once, not applied twice.
         keyed = update_id(name, idempotency_key)
@@ -171,16 +174,18 @@ class RunActions(abc.ABC):
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
-            for delay in (*NOT_READY_DELAYS, None):
-                try:
-                    with _refusals(workflow_id):
-                        return await handle.execute_update(
-                            name, arg, id=id, result_type=result_type
-                        )
-                except RPCError as err:
-                    if delay is None or not _not_ready(err):
-                        raise
-                await asyncio.sleep(delay)
+            # One bound for every attempt: the caller waits ``timeout`` in all.
+            async with update_wait(workflow_id, f"the update {name}", timeout, idempotency_key):
+                for delay in (*NOT_READY_DELAYS, None):
+                    try:
+                        with _refusals(workflow_id):
+                            return await handle.execute_update(
+                                name, arg, id=id, result_type=result_type
+                            )
+                    except RPCError as err:
+                        if delay is None or not _not_ready(err):
+                            raise
+                    await asyncio.sleep(delay)
             raise AssertionError("unreachable: the last attempt returns or raises")
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
@@ -207,12 +212,18 @@ class RunActions(abc.ABC):
         *,
         scope: Scope,
         idempotency_key: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult:
         """Answer what a suspended Run waits for; see ``approve``, ``answer``, ``complete``.
-        ``idempotency_key``: see the module docstring.
+        ``idempotency_key``: see the module docstring. ``update_timeout``: how long to wait
+        for the Run's worker to take and answer it (None: ``UPDATE_TIMEOUT``, 10 s), as every
+        action here waits.
 
         Raises:
-            ValueError: an empty ``idempotency_key`` or one over 256 characters.
+            ValueError: an empty ``idempotency_key`` or one over 256 characters; an
+                ``update_timeout`` zero or negative.
+            UpdateUnanswered: no worker took and answered it within ``update_timeout``
+                (it may still be applied when one does; its ``why`` says how to learn).
             PsychError: ``idempotency_key`` already answered another item, or this one
                 with the other verdict.
             Refused: not suspended, settled, unknown or stale id, expired, already answered;
@@ -230,7 +241,7 @@ class RunActions(abc.ABC):
                     "payload holds NaN or Infinity, which JSON cannot carry",
                 ) from None
         result: ResumeResult = await self._update(
-            run, scope, RESUME, request, ResumeResult, idempotency_key
+            run, scope, RESUME, request, ResumeResult, idempotency_key, update_timeout
         )
         if not _answers(result, request):
             # Only under a key: the first request's outcome, and this is another request.
@@ -241,7 +252,12 @@ class RunActions(abc.ABC):
         return result
 
     async def taken(
-        self, run: RunHandle | str, idempotency_key: str, *, scope: Scope
+        self,
+        run: RunHandle | str,
+        idempotency_key: str,
+        *,
+        scope: Scope,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult | None:
         """The outcome of the approve, deny, answer or complete sent to ``run`` under
         ``idempotency_key``, waiting for it if the Run has not answered it yet; None when
@@ -251,15 +267,21 @@ class RunActions(abc.ABC):
         Raises:
             Refused: the Run took it, then refused it (answered meanwhile, expired).
             AccessDenied: another tenant's Run.
+            UpdateUnanswered: the Run did not answer it within ``update_timeout`` (None:
+                ``UPDATE_TIMEOUT``); ask again later.
+            ValueError: an ``update_timeout`` zero or negative.
         """
+        timeout = update_timeout_given(update_timeout)
         workflow_id, handle = self._handle(run, scope)
         id = update_id(RESUME, idempotency_key)
         assert id is not None
+        what = "the outcome of the request"
         try:
-            with _refusals(workflow_id):
-                result: ResumeResult = await handle.get_update_handle(
-                    id, result_type=ResumeResult
-                ).result()
+            async with update_wait(workflow_id, what, timeout, idempotency_key):
+                with _refusals(workflow_id):
+                    result: ResumeResult = await handle.get_update_handle(
+                        id, result_type=ResumeResult
+                    ).result()
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 kept = await _kept_action(handle, id)
@@ -276,10 +298,18 @@ class RunActions(abc.ABC):
         note: str | None = None,
         idempotency_key: str | None = None,
         held_by: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult:
         """Approve a pending tool call; it runs. ``held_by``: the Run holding it
         (``Pending.run``), needed only when its id is pending in more than one Run."""
-        return await self._decide(run, call_id, True, scope, note, idempotency_key, held_by)
+        request = self._decision(call_id, True, scope, note, held_by)
+        return await self.resume(
+            run,
+            request,
+            scope=scope,
+            idempotency_key=idempotency_key,
+            update_timeout=update_timeout,
+        )
 
     async def deny(
         self,
@@ -290,22 +320,24 @@ class RunActions(abc.ABC):
         note: str | None = None,
         idempotency_key: str | None = None,
         held_by: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult:
         """Reject a pending tool call; it settles rejected and the model is told (with note).
         ``held_by``: as for ``approve``."""
-        return await self._decide(run, call_id, False, scope, note, idempotency_key, held_by)
+        request = self._decision(call_id, False, scope, note, held_by)
+        return await self.resume(
+            run,
+            request,
+            scope=scope,
+            idempotency_key=idempotency_key,
+            update_timeout=update_timeout,
+        )
 
-    async def _decide(
-        self,
-        run: RunHandle | str,
-        call_id: str,
-        approved: bool,
-        scope: Scope,
-        note: str | None,
-        idempotency_key: str | None,
-        held_by: str | None,
-    ) -> ResumeResult:
-        request = ResumeInput(
+    @staticmethod
+    def _decision(
+        call_id: str, approved: bool, scope: Scope, note: str | None, held_by: str | None
+    ) -> ResumeInput:
+        return ResumeInput(
             reason=SuspensionReason.APPROVAL,
             id=call_id,
             tenant=scope.tenant,
@@ -314,7 +346,6 @@ class RunActions(abc.ABC):
             note=note,
             run=held_by,
         )
-        return await self.resume(run, request, scope=scope, idempotency_key=idempotency_key)
 
     async def answer(
         self,
@@ -325,6 +356,7 @@ class RunActions(abc.ABC):
         scope: Scope,
         idempotency_key: str | None = None,
         held_by: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult:
         """Answer a pending ``ask_question`` call. ``held_by``: as for ``approve``."""
         return await self.resume(
@@ -339,6 +371,7 @@ class RunActions(abc.ABC):
             ),
             scope=scope,
             idempotency_key=idempotency_key,
+            update_timeout=update_timeout,
         )
 
     async def complete(
@@ -350,6 +383,7 @@ class RunActions(abc.ABC):
         scope: Scope,
         idempotency_key: str | None = None,
         held_by: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> ResumeResult:
         """Complete an external wait: ``payload`` becomes the waiting tool's result.
         ``held_by``: as for ``approve``."""
@@ -365,6 +399,7 @@ class RunActions(abc.ABC):
             ),
             scope=scope,
             idempotency_key=idempotency_key,
+            update_timeout=update_timeout,
         )
 
     async def abort(
@@ -374,8 +409,10 @@ class RunActions(abc.ABC):
         scope: Scope,
         reason: str = "aborted by request",
         idempotency_key: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> None:
-        """Abort the Run (it settles ABORTED once non-interruptible calls finish)."""
+        """Abort the Run (it settles ABORTED once non-interruptible calls finish).
+        ``update_timeout``: as for ``resume``."""
         await self._update(
             run,
             scope,
@@ -383,6 +420,7 @@ class RunActions(abc.ABC):
             AbortInput(tenant=scope.tenant, by=scope.principal, reason=reason),
             type(None),
             idempotency_key,
+            update_timeout,
         )
 
     async def steer(
@@ -393,8 +431,10 @@ class RunActions(abc.ABC):
         scope: Scope,
         mode: Literal["steer", "follow_up", "next_run"] = "steer",
         idempotency_key: str | None = None,
+        update_timeout: timedelta | None = None,
     ) -> None:
-        """Give the Run a message: into this turn, after it, or for the next Run."""
+        """Give the Run a message: into this turn, after it, or for the next Run.
+        ``update_timeout``: as for ``resume``."""
         await self._update(
             run,
             scope,
@@ -402,4 +442,5 @@ class RunActions(abc.ABC):
             SteerInput(tenant=scope.tenant, message=message, mode=mode, by=scope.principal),
             type(None),
             idempotency_key,
+            update_timeout,
         )

@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -218,7 +218,12 @@ class PsychRequestHandler(RequestHandler):
             raise InvalidParamsError(f"task {state.run_id} is not waiting for input")
         pending = waiting[0]
         # A child's item (``pending.run``) is answered through the Run, which forwards it.
-        keyed: dict[str, str | None] = {"idempotency_key": key, "held_by": pending.run}
+        # The client's bound as long as ``_bounded``'s.
+        keyed: dict[str, Any] = {
+            "idempotency_key": key,
+            "held_by": pending.run,
+            "update_timeout": self.query_timeout,
+        }
         if pending.reason is SuspensionReason.QUESTION:
             text = answer_text(said)
             await self._bounded(
@@ -234,7 +239,8 @@ class PsychRequestHandler(RequestHandler):
     async def _taken(self, workflow_id: str, key: str, scope: Scope) -> bool:
         """Whether the Run took a message under ``key`` already (its answer stands; taken,
         then refused, it raises what the Run said of it, answered by ``a2a_error``)."""
-        return await self._bounded(self.client.taken(workflow_id, key, scope=scope)) is not None
+        taken = self.client.taken(workflow_id, key, scope=scope, update_timeout=self.query_timeout)
+        return await self._bounded(taken) is not None
 
     async def _bounded(self, call: Awaitable[T]) -> T:
         """``call`` (an update of the Run), waiting for its worker as long as a read does.
@@ -322,7 +328,10 @@ class PsychRequestHandler(RequestHandler):
         workflow_id = workflow_id_of(params.id, scope)
         reason = f"canceled over A2A by {scope.principal or 'the caller'}"
         try:
-            await self._bounded(self.client.abort(workflow_id, scope=scope, reason=reason))
+            abort = self.client.abort(
+                workflow_id, scope=scope, reason=reason, update_timeout=self.query_timeout
+            )
+            await self._bounded(abort)
         except Refused as err:  # it settled after it was read: TaskNotCancelableError
             raise cancel_error(err) from err
         with contextlib.suppress(TimeoutError):

@@ -94,6 +94,7 @@ def peer_push_route(client: PsychClient, tokens: TokenStore, *, query_timeout: t
                     f"a2a:{push.peer}:{task_id}",
                     {A2A_PUSHED: task_id},
                     scope=scope,
+                    update_timeout=query_timeout,
                 ),
                 query_timeout.total_seconds(),
             )

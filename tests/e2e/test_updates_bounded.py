@@ -1,0 +1,159 @@
+"""An update of a Run (answer, approve, abort, steer...; ``taken``'s wait for a keyed
+request's outcome) waits its ``update_timeout`` for the Run's worker at most, then says so
+(``UpdateUnanswered``: it may still be applied, and how to learn its outcome), as REST's
+503 ``no-worker`` and the CLI's one line. With no worker polling the Run's queue, or a
+Temporal that accepts the call and never answers it (the gRPC relay holding it), each
+waited for ever before. The session dev server; each test bounded, as each wait was not."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pickle
+import time
+import uuid
+from collections.abc import Awaitable
+from datetime import timedelta
+
+import pytest
+
+from psych_runtime.testing import Reply
+from psych_runtime.workers._bounded import NotTakenInTime, bounded
+from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._resume import _resume
+from psych_runtime.workers.serve._problems import problem_of
+from psych_runtime.workflows import UPDATE_TIMEOUT, RunStatus, UpdateUnanswered
+from psych_runtime.workflows.client import _update_wait
+
+from .conftest import Harness
+from .test_reads_bounded import _asking_run, relayed_client
+
+pytestmark = pytest.mark.e2e
+
+SHORT = timedelta(seconds=2)
+BOUND = 20.0
+"""How long a test waits for an update that should end within ``SHORT``."""
+
+
+async def _unanswered(call: Awaitable[object]) -> UpdateUnanswered:
+    """The ``UpdateUnanswered`` ``call`` ends in, within ``BOUND``, having
+    waited ``SHORT`` at least."""
+    started = time.monotonic()
+    with pytest.raises(UpdateUnanswered) as raised:
+        async with asyncio.timeout(BOUND):
+            await call
+    waited = time.monotonic() - started
+    assert SHORT.total_seconds() * 0.9 <= waited < SHORT.total_seconds() + 5, waited
+    return raised.value
+
+
+@pytest.mark.timeout(120)
+async def test_an_answer_no_worker_takes_ends_saying_so_and_is_applied_later(
+    harness: Harness,
+) -> None:
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    # No worker polls the Run's queue now: the answer is held until one does.
+    key = f"a-{uuid.uuid4().hex[:8]}"
+    err = await _unanswered(
+        harness.client.answer(
+            workflow_id,
+            "q1",
+            "Monday",
+            scope=harness.scope,
+            idempotency_key=key,
+            update_timeout=SHORT,
+        )
+    )
+    assert err.why == (
+        f"Run {workflow_id}: no worker took and answered the update psych.resume within 2 s "
+        "(none polls the Run's task queue, or Temporal did not answer); it may still be "
+        f"applied when a worker takes it: send it again under the same idempotency key "
+        f"({key!r}), or ask `taken` with it, to learn its outcome: it is applied at most once"
+    )
+    assert str(err) == err.why
+    assert _temporal_refusal(err) == f"psych: {err.why}"
+    problem = problem_of(err)
+    assert problem is not None and (problem.status, problem.kind) == (503, "no-worker")
+    copy = pickle.loads(pickle.dumps(err))
+    assert (type(copy), copy.why, copy.timeout) == (UpdateUnanswered, err.why, SHORT)
+    # The outcome's wait is bounded the same.
+    taken = await _unanswered(
+        harness.client.taken(workflow_id, key, scope=harness.scope, update_timeout=SHORT)
+    )
+    assert taken.why.startswith(
+        f"Run {workflow_id}: no worker took and answered the outcome of the request within 2 s"
+    )
+    # Without a key: say to read the Run before sending it again.
+    aborted = await _unanswered(
+        harness.client.abort(workflow_id, scope=harness.scope, update_timeout=SHORT)
+    )
+    assert aborted.why.endswith(
+        "read the Run's state before sending it again (sent under an idempotency key, it "
+        "could be sent again safely)"
+    )
+    harness.fake.enqueue(Reply.text("Monday it is"))
+    async with harness.worker():
+        # The answer was sent: a worker takes it (and the abort after it).
+        result = await harness.client.taken(workflow_id, key, scope=harness.scope)
+        assert result is not None and (result.id, result.outcome) == ("q1", "answered")
+        final = await harness.client.result(workflow_id, scope=harness.scope)
+        assert final.status is RunStatus.ABORTED, final
+
+
+@pytest.mark.timeout(120)
+async def test_an_update_temporal_does_not_answer_ends_saying_so(harness: Harness) -> None:
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    async with harness.worker(), relayed_client(harness) as (relay, client):
+        relay.hang("UpdateWorkflowExecution")
+        err = await _unanswered(
+            client.steer(workflow_id, "hurry", scope=harness.scope, update_timeout=SHORT)
+        )
+        assert relay.held == ["UpdateWorkflowExecution"]
+        assert err.why.startswith(
+            f"Run {workflow_id}: no worker took and answered the update psych.steer within 2 s"
+        )
+        # The serve's bound gives the client its own: whichever runs out first, its 503.
+        with pytest.raises(NotTakenInTime):
+            await bounded(
+                client.steer(workflow_id, "hurry", scope=harness.scope, update_timeout=SHORT),
+                SHORT.total_seconds() + 3,
+            )
+
+
+@pytest.mark.timeout(120)
+async def test_psych_answer_with_no_worker_ends_in_one_line(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The CLI gives no timeout: the client's default, ``UPDATE_TIMEOUT`` (shortened here).
+    assert timedelta(seconds=10) == UPDATE_TIMEOUT
+    monkeypatch.setattr(_update_wait, "UPDATE_TIMEOUT", SHORT)
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    args = argparse.Namespace(
+        command="answer",
+        run_id=workflow_id,
+        call_id="q1",
+        text="Monday",
+        address=harness.env.client.service_client.config.target_host,
+        namespace=harness.env.client.namespace,
+        tenant=harness.scope.tenant,
+        principal="ops",
+        idempotency_key=None,
+        held_by=None,
+    )
+    err = await _unanswered(_resume(args))
+    line = _temporal_refusal(err)
+    assert line is not None and "\n" not in line
+    assert line.startswith(
+        f"psych: Run {workflow_id}: no worker took and answered the update psych.resume within 2 s"
+    )
+
+
+@pytest.mark.parametrize("seconds", [0, -1])
+async def test_an_update_timeout_not_positive_is_refused_naming_it(
+    harness: Harness, seconds: int
+) -> None:
+    given = timedelta(seconds=seconds)
+    with pytest.raises(ValueError, match=r"^update_timeout: a positive time to wait"):
+        await harness.client.steer("psych-acme-x", "hi", scope=harness.scope, update_timeout=given)
+    with pytest.raises(ValueError, match=r"^update_timeout: a positive time to wait"):
+        await harness.client.taken("psych-acme-x", "k", scope=harness.scope, update_timeout=given)

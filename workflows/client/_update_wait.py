@@ -1,0 +1,109 @@
+"""How long an update of a Run (resume, approve, deny, answer, complete, abort, steer; the
+wait for a keyed request's outcome, ``taken``) waits for the Run's worker.
+
+Temporal holds an update until a worker of the Run's task queue takes and answers it, for
+as long as the caller waits. The SDK's ``rpc_timeout`` does not bound that wait
+(temporalio 1.35, ``client/_impl.py`` ``start_workflow_update``): it is each RPC's; the
+SDK sends ``UpdateWorkflowExecution`` again while the server answers it "not accepted
+yet", then polls ``PollWorkflowExecutionUpdate`` for the outcome with no timeout at all
+(``execute_update`` does not pass it on), again after each empty answer (``result``'s
+``rpc_timeout`` is each poll's: measured on the dev server with no worker, 3 s ended after
+two polls, 6.1 s). So the whole wait is bounded here, ``asyncio.timeout`` around it: the
+SDK turns the cancellation into its ``WorkflowUpdateRPCTimeoutOrCancelledError``, raised
+as ``UpdateUnanswered`` when the bound ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+
+from psych_runtime.workflows.client._asked import given_timeout
+
+UPDATE_TIMEOUT = timedelta(seconds=10)
+"""How long an update of a Run waits for the Run's worker to take and answer it, where the
+caller gives no ``update_timeout`` (the serve's query timeout's default)."""
+
+
+class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
+    """The Run's worker did not take and answer an update within its ``update_timeout``
+    (none polls the Run's task queue, or Temporal did not answer). The request was sent:
+    it may still be applied when a worker takes it. The SDK's error for an update's wait
+    that ended (callers handling that still do); ``why`` says it in words, with how to
+    learn the outcome. Pickles and copies whole (``__reduce__``)."""
+
+    def __init__(
+        self, workflow_id: str, what: str, timeout: timedelta, idempotency_key: str | None
+    ) -> None:
+        self.workflow_id = workflow_id
+        """The Run the update was sent to."""
+        self.what = what
+        """The request, in words (``the update psych.resume``)."""
+        self.timeout = timeout
+        """How long it waited."""
+        self.idempotency_key = idempotency_key
+        """The key it was sent under (None: none)."""
+        if idempotency_key is None:
+            after = (
+                "read the Run's state before sending it again (sent under an idempotency "
+                "key, it could be sent again safely)"
+            )
+        else:
+            after = (
+                f"send it again under the same idempotency key ({idempotency_key!r}), or ask "
+                "`taken` with it, to learn its outcome: it is applied at most once"
+            )
+        self.why = (
+            f"Run {workflow_id}: no worker took and answered {what} within "
+            f"{timeout.total_seconds():g} s (none polls the Run's task queue, or Temporal "
+            f"did not answer); it may still be applied when a worker takes it: {after}"
+        )
+        Exception.__init__(self, self.why)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (self.args, self.__dict__))
+
+
+def _rebuilt(args: tuple[Any, ...], state: dict[str, Any]) -> UpdateUnanswered:
+    """An ``UpdateUnanswered`` of ``args`` and ``state``, its ``__init__`` not run (it builds
+    the message from its arguments, which the default rebuild does not pass)."""
+    err = UpdateUnanswered.__new__(UpdateUnanswered)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+def update_timeout_given(value: timedelta | None) -> timedelta:
+    """The bound of an update's wait: ``value``, else ``UPDATE_TIMEOUT``.
+
+    Raises:
+        ValueError: zero or negative, naming ``update_timeout`` (``given_timeout``).
+    """
+    return given_timeout(value, "update_timeout") or UPDATE_TIMEOUT
+
+
+@contextlib.asynccontextmanager
+async def update_wait(
+    workflow_id: str, what: str, wait: timedelta, idempotency_key: str | None
+) -> AsyncIterator[None]:
+    """Bound the update waited for in the block by ``wait``.
+
+    Raises:
+        UpdateUnanswered: the bound ran out (the SDK's error for it, or a sleep between
+            attempts cut short).
+    """
+    bound = asyncio.timeout(wait.total_seconds())
+    try:
+        async with bound:
+            yield
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+        # The SDK turns any cancellation of its wait into its error: the bound's, or the
+        # caller's own (a task cancelled), which is not ours to answer.
+        if not bound.expired():
+            raise
+        raise UpdateUnanswered(workflow_id, what, wait, idempotency_key) from err
