@@ -28,6 +28,7 @@ from pydantic import TypeAdapter
 
 from psych_runtime.activities.contract import McpInputAnswers
 from psych_runtime.activities.mcp._input import responses
+from psych_runtime.activities.mcp._lease import unless_told
 
 _log = logging.getLogger(__name__)
 
@@ -95,11 +96,27 @@ async def call_round(
     request unrun, so ``tracked.sent`` is False again until the resend (and after it, when
     the resend is refused too).
 
+    A request of the round failing on an SSE session (its OAuth flow) is never answered
+    there: the round stops at once with the failure (``_lease.unless_told``).
+
     Raises:
         BadAnswer: ``answers`` do not fit the server's requests (nothing was sent).
         RuntimeError: a successful result does not fit the tool's output schema (the
             SDK's words).
+        RequestFailed, StoreUnavailable: a request of the round failed on an SSE session
+            (``_pool.py``).
     """
+    return await unless_told(_round(client, tool, arguments, progress, answers, tracked))
+
+
+async def _round(
+    client: Client,
+    tool: str,
+    arguments: dict[str, Any],
+    progress: ProgressFnT,
+    answers: McpInputAnswers | None,
+    tracked: Round,
+) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
     sent = None if answers is None else responses(answers)
     state = None if answers is None else answers.request_state
     if not listed(client, tool):

@@ -23,7 +23,11 @@ failure says, is ``_client.py``'s.
 What a failed OAuth flow or a refused reply told the session (``refused``) is also told to
 the lease whose request it was (the SDK sends a request in its asker's context), so a
 lease raises only its own: a token store that failed another call's flow on the same
-session is not this call's, which may well have reached the server.
+session is not this call's, which may well have reached the server. On an SSE session the
+SDK's writer task ends with the POST that failed, leaving that request unanswered and the
+session sending nothing more: the session is lent no more, and a lease waiting in
+``unless_told`` stops at once with the failure (``_told_failure``); requests other leases
+had POSTed still get their answers on the event stream.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import httpx2
@@ -48,18 +51,21 @@ from mcp.shared.exceptions import MCPError
 from psych_runtime.activities.egress import Egress, untracked
 from psych_runtime.activities.mcp._client import describe_error, open_client, refusal
 from psych_runtime.activities.mcp._era import is_stateless
+from psych_runtime.activities.mcp._lease import TOLD, Told, store_down, token_refused, unless_told
 from psych_runtime.activities.mcp._streams import StreamWatch
-from psych_runtime.activities.mcp._told import TokenRefused
+from psych_runtime.activities.mcp._told import OAuthFailed
 from psych_runtime.specs import Scope, StoreUnavailable
 
 __all__ = [
     "McpSessions",
     "McpUnavailable",
+    "RequestFailed",
     "SessionBroke",
     "SessionKey",
     "describe_error",
     "open_client",
     "refusal",
+    "unless_told",
 ]
 """What the pool offers; the session's connecting half (``open_client``, ``describe_error``,
 ``refusal``) lives in ``_client.py`` and is named here too, for the pool's callers."""
@@ -73,9 +79,6 @@ cancel's write), so an unresponsive server delays a worker's shutdown by no more
 
 _ENDED = "the server ended the session"
 """Why a session whose server ended its stream cannot be used (``_streams.py``)."""
-
-_TOLD: ContextVar[list[Exception] | None] = ContextVar("psych_mcp_lease_told", default=None)
-"""What was told (``refused``) for the requests of the lease in whose context they ran."""
 
 _SESSION_GONE = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.INVALID_REQUEST})
 """Errors after which a session is dropped: the connection closed, or the server no longer
@@ -125,22 +128,23 @@ class SessionBroke(McpUnavailable):
         self.nothing_handed = nothing_handed
 
 
-def _token_refused(told: list[Exception], refused: list[Exception]) -> TokenRefused | None:
-    """The MCP server's refusal of a just-obtained token ``told`` a lease, taken out of the
-    session's ``refused``: the session goes on, and a later end of it must not be blamed
-    on this."""
-    for found in reversed(told):
-        if isinstance(found, TokenRefused):
-            if found in refused:
-                refused.remove(found)
-            return found
-    return None
+class RequestFailed(SessionBroke):
+    """A request of the lease failed on an SSE session before it left or was answered
+    (its OAuth flow failed, or the server refused the token just obtained for it): the
+    failure's own words. The SDK's SSE writer ended with that POST, so the session broke
+    too (``nothing_handed``: the flow failed before sending the request)."""
+
+    def __init__(self, told: Exception) -> None:
+        McpUnavailable.__init__(self, str(told))
+        self.reused = False  # a fresh session would meet the same flow
+        self.nothing_handed = isinstance(told, OAuthFailed) and told.unsent
 
 
-def _store_down(told: list[Exception]) -> StoreUnavailable | None:
-    """The token store's failure (``ToldAuth``), when it is the last ``told``."""
-    last = told[-1] if told else None
-    return last if isinstance(last, StoreUnavailable) else None
+def _told_failure(told: list[Exception]) -> Exception:
+    """What a lease whose request failed on an SSE session raises: the token store's
+    ``StoreUnavailable`` as it is (transient, nothing sent), else ``RequestFailed``."""
+    last = told[-1]
+    return last if isinstance(last, StoreUnavailable) else RequestFailed(last)
 
 
 @dataclass(eq=False)
@@ -180,10 +184,19 @@ class _Pooled:
             self.closing.set()
 
     def tell(self, err: Exception) -> None:
-        """``err`` was told: the session's, and the asking lease's (``_TOLD``)."""
+        """``err`` was told: the session's, and the asking lease's (``TOLD``)."""
         self.refused.append(err)
-        if (told := _TOLD.get()) is not None:
+        told = TOLD.get()
+        if told is not None:
             told.append(err)
+        if self.key.transport == "sse":
+            # The SDK's SSE writer ends with the POST that failed (its flow's exception, or
+            # the error status of a refused token): nothing more is sent on the session, and
+            # that request is never answered (12-07: its call waited out its timeout).
+            self.broken = self.broken or str(err)
+            self.close_when_unused()
+            if told is not None:
+                told.unanswerable(_told_failure(told))
 
 
 class McpSessions:
@@ -278,14 +291,14 @@ class McpSessions:
             if pooled.broken is not None:  # ended while this lease waited: nothing sent
                 raise SessionBroke(pooled.broken, reused=reused, nothing_handed=True)
             handed = pooled.watch.handed
-            told: list[Exception] = []
-            telling = _TOLD.set(told)
+            told = Told()
+            telling = TOLD.set(told)
             try:
                 yield client
             except MCPError as err:
-                if (down := _store_down(told)) is not None:
+                if (down := store_down(told)) is not None:
                     raise down from None  # the worker's store, not the server: as it is
-                refused = _token_refused(told, pooled.refused)
+                refused = token_refused(told, pooled.refused)
                 if refused is not None:
                     raise McpUnavailable(str(refused)) from err
                 if err.code not in _SESSION_GONE:
@@ -295,7 +308,7 @@ class McpSessions:
                 unsent = pooled.watch.handed == handed
                 raise SessionBroke(pooled.broken, reused=reused, nothing_handed=unsent) from err
             finally:
-                _TOLD.reset(telling)
+                TOLD.reset(telling)
             # Returned: every request of the lease had its answer, which stands whatever
             # broke the session since (another lease's fault, a retire, the server's end);
             # the session itself is dropped below and lent no more. Until 12-07 a session
@@ -326,7 +339,7 @@ class McpSessions:
         self, pooled: _Pooled, url: str, headers: dict[str, str], auth: httpx2.Auth | None
     ) -> None:
         """The owner task: enter the transport and session, wait, exit them here."""
-        _TOLD.set(None)  # the session's own requests are no lease's (its context is its own)
+        TOLD.set(None)  # the session's own requests are no lease's (its context is its own)
 
         def on_message(message: IncomingMessage) -> None:
             if isinstance(message, Exception):
@@ -376,7 +389,7 @@ class McpSessions:
             reason = refusal(pooled.refused, err)
             pooled.broken = reason
             if not pooled.ready.done():
-                pooled.ready.set_exception(_store_down(pooled.refused) or McpUnavailable(reason))
+                pooled.ready.set_exception(store_down(pooled.refused) or McpUnavailable(reason))
             else:
                 _log.warning("MCP session %r ended: %s", pooled.key, reason)
         finally:

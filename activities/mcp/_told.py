@@ -26,6 +26,12 @@ from psych_runtime.specs import StoreUnavailable
 class OAuthFailed(Exception):
     """What ``ToldAuth`` tells of a failed OAuth flow (the message names why)."""
 
+    def __init__(self, message: str, *, unsent: bool = False) -> None:
+        """``unsent``: the flow failed before it sent the request it was for, so that
+        request never left the worker."""
+        super().__init__(message)
+        self.unsent = unsent
+
 
 class TokenRefused(OAuthFailed):
     """What ``ToldAuth`` tells when the MCP server refused the token its flow had just
@@ -45,8 +51,8 @@ class _Forwarding(httpx2.Auth):
     def _sending(self, request: httpx2.Request, sent: httpx2.Request) -> None:
         """``sent`` goes out in the flow of ``request``."""
 
-    def _failed(self, err: Exception) -> None:
-        """The flow ends raising ``err``."""
+    def _failed(self, err: Exception, unsent: bool) -> None:
+        """The flow ends raising ``err``; ``unsent``: before it sent the request itself."""
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
         """The flow ends with ``response`` to the request; ``renewed``: the flow made
@@ -58,10 +64,12 @@ class _Forwarding(httpx2.Auth):
         flow = self.inner.async_auth_flow(request)
         answer: httpx2.Response | None = None
         renewed = False
+        unsent = True
         try:
             sent = await flow.__anext__()
             while True:
                 self._sending(request, sent)
+                unsent = unsent and sent is not request
                 response = yield sent
                 if sent is request:
                     answer = response
@@ -73,7 +81,7 @@ class _Forwarding(httpx2.Auth):
                 self._answered(answer, renewed)
             return
         except Exception as err:
-            self._failed(err)
+            self._failed(err, unsent)
             raise
         finally:
             await flow.aclose()
@@ -88,7 +96,7 @@ class ToldAuth(_Forwarding):
         super().__init__(inner)
         self.told = told
 
-    def _failed(self, err: Exception) -> None:
+    def _failed(self, err: Exception, unsent: bool) -> None:
         if isinstance(err, StoreUnavailable):
             # The worker's token store, not the server nor its authorization server: told
             # as it is, so the session's owner raises it (transient, ``_pool.py``).
@@ -97,7 +105,7 @@ class ToldAuth(_Forwarding):
         said = malformed_token_response(err) or (
             f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         )
-        self.told(OAuthFailed(f"getting an OAuth token failed: {said}"))
+        self.told(OAuthFailed(f"getting an OAuth token failed: {said}", unsent=unsent))
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
         if response.status_code not in (401, 403) or not renewed:

@@ -23,7 +23,13 @@ import pytest
 from psych_runtime.activities.mcp._pool import _ENDED, McpSessions, SessionBroke, SessionKey
 from psych_runtime.specs import Scope, StoreUnavailable
 from tests.activities.test_mcp import eventually
-from tests.activities.test_mcp_ended_sessions import StoreDownFor, loopback, pool
+from tests.activities.test_mcp_ended_sessions import (
+    StoreDownFor,
+    charge_after_the_break,
+    echo_round,
+    loopback,
+    pool,
+)
 from tests.mcp.fixture import McpTestServer, Transport, start_mcp_server
 
 
@@ -87,24 +93,29 @@ async def test_an_answered_call_keeps_its_answer_when_another_lease_broke_the_se
 
 
 async def test_an_answered_sse_call_keeps_its_answer_when_another_call_met_the_break() -> None:
-    # SSE: a token store failing one POST ends the transport's writer without telling the
-    # pool; a later call is refused unsent ("Connection closed") and its lease marks the
-    # session broken, while the first lease, answered, still holds it.
+    # SSE: a token store failing one POST ends the transport's writer (that call fails at
+    # once, and the session is lent no more); a later call by a lease holding it is
+    # refused unsent ("Connection closed"), while the first lease, answered, still holds it.
     async with pooled_server("sse", "sse", "token") as (sessions, served, key):
-        auth = StoreDownFor(b"needs-a-token")
-
-        async def call(tool: str, arguments: dict[str, object]) -> object:
-            async with sessions.client(key, served.url, {}, auth) as client:
-                return await client.call_tool(tool, arguments)
-
+        gate, broke = asyncio.Event(), asyncio.Event()
+        auth = StoreDownFor(b"needs-a-token", gate)
         async with sessions.client(key, served.url, {}, auth) as client:
             answered = await client.call_tool("echo", {"text": "kept"})
             pooled = sessions._sessions[key]
-            with contextlib.suppress(TimeoutError, StoreUnavailable):
-                async with asyncio.timeout(2):  # its POST failed: its answer never comes
-                    await call("echo", {"text": "needs-a-token"})
+            failing = asyncio.create_task(
+                echo_round(sessions, key, served.url, auth, "needs-a-token")
+            )
+            await eventually(lambda: auth.waiting, within=10)  # its POST's flow has begun
+            charging = asyncio.create_task(
+                charge_after_the_break(sessions, key, served.url, auth, broke)
+            )
+            await eventually(lambda: pooled.users == 3, within=10)
+            gate.set()
+            with pytest.raises(StoreUnavailable):
+                await failing
+            broke.set()
             with pytest.raises(SessionBroke) as caught:
-                await call("charge", {"amount": 1})
+                await charging
             assert caught.value.nothing_handed
             assert pooled.broken not in (None, _ENDED)
         assert text_of(answered) == "kept"  # its lease ended without raising

@@ -15,7 +15,6 @@ real (a file stands where its directory goes).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.contract import ErrorType
 from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
 from psych_runtime.activities.mcp import McpActivities
+from psych_runtime.activities.mcp._call import Round, call_round
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke, SessionKey
 from psych_runtime.activities.mcp._streams import StreamWatch, _Writing
 from psych_runtime.specs import McpServer, Scope, StoreUnavailable
@@ -155,17 +155,23 @@ async def test_a_call_the_server_read_before_it_shut_down_may_have_run(tmp_path:
 
 
 class StoreDownFor(httpx2.Auth):
-    """An OAuth provider whose token store fails for a request carrying ``marker``."""
+    """An OAuth provider whose token store fails for a request carrying ``marker`` (once
+    ``gate`` is set, when one is given; ``waiting`` meanwhile)."""
 
     requires_request_body = True
 
-    def __init__(self, marker: bytes) -> None:
+    def __init__(self, marker: bytes, gate: asyncio.Event | None = None) -> None:
         self.marker = marker
+        self.gate = gate
+        self.waiting = False
 
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         if self.marker in request.content:
+            if self.gate is not None:
+                self.waiting = True
+                await self.gate.wait()
             raise StoreUnavailable("the token store did not answer")
         yield request
 
@@ -199,29 +205,56 @@ async def test_a_token_store_failure_is_blamed_on_its_own_call_only() -> None:
         await egress.aclose()
 
 
+async def nothing(progress: float, total: float | None, message: str | None) -> None:
+    """A round's progress callback that ignores progress."""
+
+
+async def echo_round(
+    sessions: McpSessions, key: SessionKey, url: str, auth: httpx2.Auth, text: str
+) -> object:
+    """One ``echo`` round (``call_round``, as the activity's) on a lease of ``key``: a
+    request failing on an SSE session fails it at once (``_lease.unless_told``)."""
+    async with sessions.client(key, url, {}, auth) as client:
+        async with asyncio.timeout(5):  # the SDK would leave it waiting for 300 s
+            return await call_round(client, "echo", {"text": text}, nothing, None, Round())
+
+
+async def charge_after_the_break(
+    sessions: McpSessions, key: SessionKey, url: str, auth: httpx2.Auth, broke: asyncio.Event
+) -> None:
+    """Lease ``key``'s session, and call ``charge`` on it once ``broke`` is set."""
+    async with sessions.client(key, url, {}, auth) as client:
+        await broke.wait()
+        await client.call_tool("charge", {"amount": 1})
+
+
 async def test_a_request_the_transport_refused_after_its_writer_ended_was_not_handed() -> None:
     # An SSE session's writer (the SDK's post_writer) ends when one POST fails, here a
     # token store failing that call's OAuth flow; it closes the stream requests are handed
-    # through. A later tools/call on the session is refused unsent (anyio's
-    # ClosedResourceError, never delivered). Before: counted as handed over, so the call
-    # was reported as one that may have run (the server saw no charge).
+    # through. A later tools/call on the session (by a lease that held it before: it is
+    # lent no more) is refused unsent (anyio's ClosedResourceError, never delivered).
+    # Before: counted as handed over, so the call was reported as one that may have run
+    # (the server saw no charge).
     egress = loopback()
     sessions = pool(egress)
     served = start_mcp_server("sse")
     key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", "token")
-    auth = StoreDownFor(b"needs-a-token")
-
-    async def call(tool: str, arguments: dict[str, object]) -> None:
-        async with sessions.client(key, served.url, {}, auth) as client:
-            await client.call_tool(tool, arguments)
-
+    gate, broke = asyncio.Event(), asyncio.Event()
+    auth = StoreDownFor(b"needs-a-token", gate)
     try:
-        await call("echo", {"text": "connects"})
-        with contextlib.suppress(TimeoutError, StoreUnavailable):
-            async with asyncio.timeout(2):  # its POST failed: its answer never comes
-                await call("echo", {"text": "needs-a-token"})
+        await echo_round(sessions, key, served.url, auth, "connects")
+        failing = asyncio.create_task(echo_round(sessions, key, served.url, auth, "needs-a-token"))
+        await eventually(lambda: auth.waiting, within=10)  # its POST's flow has begun
+        charging = asyncio.create_task(
+            charge_after_the_break(sessions, key, served.url, auth, broke)
+        )
+        await eventually(lambda: sessions._sessions[key].users == 2, within=10)
+        gate.set()
+        with pytest.raises(StoreUnavailable):
+            await failing
+        broke.set()
         with pytest.raises(SessionBroke) as caught:
-            await call("charge", {"amount": 1})
+            await charging
         assert served.calls("charge") == 0
         assert caught.value.nothing_handed
     finally:
