@@ -424,7 +424,8 @@ class McpActivities(Catalogues, ActivityClass):
                 self.sessions.retire(connection.key, "a person's consent is needed")
                 # Never reached the tool (a 401): run again once the person consented.
                 raise needed from None
-            said = f"MCP server {server.name!r}, tool {input.tool!r}: {failure_reason(err)}"
+            why = made.failure(failure_reason(err))
+            said = f"MCP server {server.name!r}, tool {input.tool!r}: {why}"
             # Leased, its tools/call may still have never left: not yet sent (the listing
             # before it failed), its connection refused, or the SDK refused it unsent on a
             # session that had ended (nothing handed over).

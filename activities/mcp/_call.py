@@ -27,6 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
 from psych_runtime.activities.contract import McpInputAnswers
+from psych_runtime.activities.mcp._client import describe_error
 from psych_runtime.activities.mcp._input import responses
 from psych_runtime.activities.mcp._lease import unless_told
 
@@ -49,6 +50,19 @@ class Round:
     """Its ``tools/call`` was given to the session, and not refused unrun since
     (``HEADER_MISMATCH``). Before, only listings were sent, or the server refused every
     ``tools/call`` sent, so a failure left nothing of the call (the tool did not run)."""
+    refusal: MCPError | None = None
+    """The ``HEADER_MISMATCH`` refusal after which listing the tool again failed: what
+    the round's failure is (``failure``), the listing's only why it was not resent."""
+
+    def failure(self, said: str) -> str:
+        """What a failed round says, ``said`` naming the failure raised: the refusal first
+        when the failure was the re-list's after it (12-07: only the listing's error)."""
+        if self.refusal is None:
+            return said
+        return (
+            f"{describe_error(self.refusal)} (the call was refused unrun; listing its tool "
+            f"again to resend it failed: {said})"
+        )
 
 
 def listed(client: Client, tool: str) -> bool:
@@ -144,7 +158,11 @@ async def _round(
     except MCPError as mismatch:
         if not refused(client, mismatch):
             raise
-        await list_until(client, tool)  # its failure leaves the call unsent, as before it
+        try:
+            await list_until(client, tool)  # its failure leaves the call unsent, as before it
+        except Exception:
+            tracked.refusal = mismatch
+            raise
         result = await send()
     if isinstance(result, mcp_types.CallToolResult) and not result.is_error:
         if listed(client, tool):

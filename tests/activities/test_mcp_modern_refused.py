@@ -64,6 +64,30 @@ async def test_a_refused_call_whose_relisting_failed_did_not_run(
     assert (state["mismatched"], state["lists_failed"], state["calls"]) == (1, 1, {})
 
 
+async def test_a_refused_call_whose_relisting_failed_shows_the_refusal(
+    served: ModernMcpServer, blobs: LocalBlobStore
+) -> None:
+    # Before: the model read only the listing's error ("MCP error -32603: tools/list
+    # failed ..."), as if listing were what the call had asked.
+    served.mismatch(calls=1)
+    served.fault_lists(passing=1, failing=1)
+    mcp = McpActivities(blobs=blobs)
+    try:
+        outcome = await ActivityEnvironment().run(
+            mcp.call, mcp_call(shop(served), "echo", text="hi")
+        )
+    finally:
+        await mcp.aclose()
+    assert outcome.status == "error"
+    assert outcome.content == (
+        "MCP server 'shop', tool 'echo': MCP error -32020: Mcp-Name header does not match "
+        "the request body's 'name' parameter (the call was refused unrun; listing its tool "
+        "again to resend it failed: MCP error -32603: tools/list failed (a fault set on the "
+        "control surface))"
+    ), outcome.content
+    assert served.state()["calls"] == {}
+
+
 async def test_a_call_refused_twice_did_not_run(served: ModernMcpServer, tmp_path: Path) -> None:
     # The resend after the re-listing is refused too: neither request ran the tool.
     served.mismatch(calls=2)
