@@ -153,8 +153,11 @@ class Egress:
         timeout: httpx2.Timeout | None = None,
         auth: httpx2.Auth | None = None,
         on_refused: Callable[[Exception], None] | None = None,
+        make: Callable[..., httpx2.AsyncClient] = httpx2.AsyncClient,
     ) -> httpx2.AsyncClient:
-        """A new httpx2 client for an MCP session of ``tenant`` (its owner closes it).
+        """A new httpx2 client for an MCP session of ``tenant`` (its owner closes it),
+        made by ``make`` (``httpx2.AsyncClient`` or a subclass's maker) with this port's
+        transport and options.
 
         Redirects are left to the MCP SDK, which follows them within the server's origin.
         Bodies are bounded by ``max_response_bytes`` as ``http``'s are, but for event
@@ -172,7 +175,7 @@ class Egress:
             max_keepalive_connections=_MAX_KEEPALIVE,
             keepalive_expiry=_KEEPALIVE_SECONDS,
         )
-        return httpx2.AsyncClient(
+        return make(
             transport=Bounded2(
                 transport, self.settings.max_response_bytes, on_refused, self.report
             ),

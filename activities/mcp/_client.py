@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import httpx2
 import mcp_types
@@ -22,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused
+from psych_runtime.activities.mcp._posts import OnePostFails
 from psych_runtime.activities.mcp._streams import StreamWatch, watched
 from psych_runtime.activities.mcp._told import ToldAuth
 
@@ -139,6 +141,20 @@ async def _refuse_elicitation(
     )
 
 
+def _posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
+    """The maker of a streamable-HTTP session's client: for a pooled session (one
+    ``watch``ed), one whose POSTs fail alone once it is connected (``_posts.py``)."""
+    watch = options.watch
+    if watch is None:
+        return httpx2.AsyncClient
+
+    def fault(err: Exception) -> None:
+        if options.on_message is not None:
+            options.on_message(err)
+
+    return partial(OnePostFails, live=lambda: watch.live, on_fault=fault)
+
+
 @asynccontextmanager
 async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
     async def handler(message: IncomingMessage) -> None:
@@ -166,6 +182,7 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                     timeout=httpx2.Timeout(options.connect_timeout, read=_SSE_READ_SECONDS),
                     auth=auth,
                     on_refused=options.on_refused,
+                    make=_posting(options),
                 )
             )
             streams = streamable_http_client(options.url, http_client=http)

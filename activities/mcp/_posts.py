@@ -1,0 +1,99 @@
+"""A pooled streamable-HTTP session's client, on which one POST's transport fault is that
+message's failure alone, not the session's end.
+
+The SDK's streamable HTTP transport sends each request as its own POST, in a task of the
+transport's task group: an exception there (a connection refused or reset, a read timeout,
+an egress refusal, a JSON body cut short or over the egress bound) ends the whole session,
+and every other request in flight with it ("Connection closed"), answers the server was
+about to send lost. ``OnePostFails`` turns such a fault, once the session is connected,
+into what a server's error would be:
+
+- a request's POST is answered with a JSON-RPC error of ``CONNECTION_CLOSED`` naming the
+  fault, for that request alone (the pool's lease then raises ``SessionBroke``; whether it
+  left is the ``attempts`` record's, as before);
+- a notification's or a response's POST, which nobody waits for, is dropped with a warning
+  (a 202, which the SDK takes as delivered);
+
+and either tells the session (``on_fault``, the pool's ``on_message``), which is lent no
+more and closed when its last lease ends, as for any transport fault it is told of.
+
+Only transport faults: ``httpx2.RequestError`` (the egress bound's ``McpResponseTooLarge``
+is one) and ``EgressDenied``. What an OAuth provider raises on purpose (a person's consent
+needed, a token store down, a token the authorization server refused) is raised as
+before, and ends the session as before: it must reach the session's owner as it is.
+Before the session is connected (the handshake, the era's fallback), a fault fails the
+connecting as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import mcp_types
+
+from psych_runtime.activities.egress import EgressDenied
+
+_log = logging.getLogger(__name__)
+
+_FAULTS = (httpx2.RequestError, EgressDenied)
+"""A POST's transport faults (the egress port's own refusals included)."""
+
+
+class OnePostFails(httpx2.AsyncClient):
+    """An httpx2 client whose POSTs (MCP messages) fail alone on a transport fault while
+    ``live()`` (the module docstring); ``on_fault`` is told of each such fault."""
+
+    def __init__(
+        self, *, live: Callable[[], bool], on_fault: Callable[[Exception], None], **options: Any
+    ) -> None:
+        super().__init__(**options)
+        self._live = live
+        self._on_fault = on_fault
+
+    async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        if request.method != "POST" or not self._live():
+            return await super().send(request, **options)
+        try:
+            response = await super().send(request, **options)
+            if _event_stream(response):
+                return response  # its faults are the SDK's (it fails the request alone)
+            try:
+                # Read here, where a fault is caught: the SDK reads a JSON body in the
+                # POST's task, where it would end the session (bounded: not a stream).
+                await response.aread()
+            except BaseException:
+                await response.aclose()
+                raise
+            return response
+        except _FAULTS as err:
+            return self._failed(request, err)
+
+    def _failed(self, request: httpx2.Request, err: Exception) -> httpx2.Response:
+        said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        self._on_fault(err)
+        message = _message(request)
+        if "method" in message and "id" in message:
+            error = {"code": mcp_types.CONNECTION_CLOSED, "message": said}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+            return httpx2.Response(200, json=answer, request=request)
+        what = message.get("method", "a response")
+        _log.warning("an MCP message (%s) was not delivered: %s", what, said)
+        return httpx2.Response(202, request=request)
+
+
+def _event_stream(response: httpx2.Response) -> bool:
+    media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media == "text/event-stream"
+
+
+def _message(request: httpx2.Request) -> dict[str, Any]:
+    """The JSON-RPC message ``request`` carries (the SDK's body, read whole)."""
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return {}
+    return message if isinstance(message, dict) else {}
