@@ -72,11 +72,12 @@ class _DetailsWalk:
     can encode (until 12-07 details ~1,000 deep raised ``RecursionError`` out of ``scrub``).
 
     Three passes. The first visits each container once (by identity, so a cycle or a shared
-    container costs one visit) down to the bound, and finds the ones that hold a text a
+    container costs one visit), past the bound too, and finds the ones that hold a text a
     secret is in; a text met again (a key in each of 100k dicts) is looked up, not scanned
-    again. The second, when a container was met more than once or too deep (in a tree, the
+    again. The second, when a container was met more than once (in a tree, the
     first pass met each at its only depth), takes each container's depth as the longest
-    chain of containers leading to it (a reference back up a cycle aside): one shared by
+    chain of containers leading to it (a reference back up a cycle aside, and none through
+    a container cut: what is under a cut is not met through it): one shared by
     several parents is one object wherever it is met, so one met deeper than the bound
     anywhere is replaced everywhere, and none kept is deeper than the bound wherever it is
     met (until 12-07 one was walked at the depth it was met first only, and what was under
@@ -214,10 +215,10 @@ class _DetailsWalk:
                 yield child
 
     def _explore(self, root: tuple[Any, ...]) -> tuple[dict[int, Any], list[int], bool]:
-        """The parents of each container under ``root`` met within the bound (an id, or a
-        list of them when several; ``root`` has none); the containers holding a text a
-        secret is in, a model that cannot be dumped or a container met too deep; whether a
-        container is met more than once (shared, or in a cycle)."""
+        """The parents of each container under ``root`` (an id, or a list of them when
+        several; ``root`` has none); the containers holding a text a secret is in, a model
+        that cannot be dumped or a container met first too deep (``_too_deep`` then holds
+        it); whether a container is met more than once (shared, or in a cycle)."""
         # The hot loop: numbers are skipped before anything else.
         parents: dict[int, Any] = {id(root): []}
         holding: list[int] = []
@@ -248,14 +249,13 @@ class _DetailsWalk:
                     hit = hit or self._leaf(child) is not child
                 elif isinstance(child, _CONTAINERS) or id(child) in fields:
                     key = id(child)
-                    if depth == MAX_DETAIL_DEPTH:
-                        self._too_deep.add(key)
-                        hit = shared = True  # met elsewhere within the bound too? (_bound)
-                        continue
                     seen = parents.get(key)
                     if seen is None:
                         parents[key] = here
                         stack.append((child, depth + 1))
+                        if depth >= MAX_DETAIL_DEPTH:  # exact in a tree; else _bound's
+                            self._too_deep.add(key)
+                            hit = True
                     elif type(seen) is list:
                         seen.append(here)
                         shared = True
@@ -267,8 +267,8 @@ class _DetailsWalk:
         return parents, holding, shared
 
     def _bound(self, root: tuple[Any, ...], parents: dict[int, Any]) -> None:
-        """Add to ``_too_deep`` each container (of those ``_explore`` went into: ``parents``)
-        some chain of containers reaches deeper than ``MAX_DETAIL_DEPTH``."""
+        """``_too_deep`` made each container some chain of containers not cut reaches
+        deeper than ``MAX_DETAIL_DEPTH`` (``parents``: what ``_explore`` met)."""
         # Depth first, for an order with every container after each of its parents but the
         # ones it is an ancestor of (through a cycle): its depth is final when it comes.
         finished: list[Any] = []
@@ -284,11 +284,18 @@ class _DetailsWalk:
                 stack.extend((child, False) for child in self._nodes(node) if id(child) in parents)
         at = {id(node): index for index, node in enumerate(finished)}
         depth = {id(root): 0}
+        self._too_deep.clear()  # _explore's, by the depth each was met at first
         for node in reversed(finished):
             here = id(node)
-            if depth[here] > MAX_DETAIL_DEPTH:
+            level = depth.get(here)
+            if level is None:  # met only under containers cut: not in what is sent
+                continue
+            if level > MAX_DETAIL_DEPTH:
+                # Cut, so what is under it is not met through it (until 12-07 a container
+                # met shallow was cut too for being under a cut one elsewhere).
                 self._too_deep.add(here)
-            below = depth[here] + 1
+                continue
+            below = level + 1
             for child in self._nodes(node):
                 key = id(child)
                 if key in at and at[key] < at[here] and depth.get(key, -1) < below:

@@ -168,3 +168,37 @@ def test_scrub_keeps_a_shared_container_that_fits_everywhere() -> None:
     assert depth_of(walked_deep) == MAX_DETAIL_DEPTH
     assert walked_shallow == chain_of(21, "[REDACTED:a]")
     assert b"alpha-1" not in sent(err, DataConverter.default)
+
+
+def test_scrub_keeps_what_is_met_deep_only_under_a_container_cut() -> None:
+    # Until 12-07 a container under one cut (met deeper than the bound somewhere) was cut
+    # everywhere too, even where it is met shallow: a detail 10 lists deep became _TOO_DEEP.
+    # What is under a cut container is not met through it, so it counts for no depth.
+    below = chain_of(10, "said alpha-1")
+    cut = [below]
+    err = ApplicationError("failed", below, cut, chain_of(MAX_DETAIL_DEPTH + 1, cut))
+    Redactor({"a": "alpha-1"}).scrub(err)
+    walked_below, walked_cut, walked_deep = err.details
+    assert walked_cut == _TOO_DEEP
+    assert walked_below == chain_of(10, "said [REDACTED:a]")
+    assert depth_of(walked_deep) == MAX_DETAIL_DEPTH
+    assert b"alpha-1" not in sent(err, DataConverter.default)
+
+
+def test_scrub_walks_what_was_met_first_too_deep_under_a_container_cut() -> None:
+    # The walk met ``inner`` first at the bound, through ``cut`` (99 lists down one way,
+    # 101 another, so cut everywhere), and so never went into what ``inner`` holds; met
+    # again 2 deep, it was not walked again, and what it holds was cut as too deep there.
+    leaf = ["said alpha-1"]
+    inner = [leaf]
+    cut = [inner]
+    err = ApplicationError(
+        "failed",
+        [inner],
+        chain_of(MAX_DETAIL_DEPTH + 1, cut),
+        chain_of(MAX_DETAIL_DEPTH - 1, cut),  # walked first
+    )
+    Redactor({"a": "alpha-1"}).scrub(err)
+    wrapped = err.details[0]
+    assert wrapped == [[["said [REDACTED:a]"]]]
+    assert b"alpha-1" not in sent(err, DataConverter.default)
