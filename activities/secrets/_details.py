@@ -10,11 +10,13 @@ would have, less the secret. The worker's payload converter is pydantic's
 - ``set``, ``frozenset``: a ``set`` (``frozenset``) of the redacted items, a subclass
   becoming its base; when an item can no longer be hashed once redacted (a pydantic model
   become its dump), a ``list`` of them: both converters send a set as a list anyway.
-- A dataclass instance: a shallow copy of the same class with its fields redacted (both
+- A dataclass instance (a pydantic one: below): a shallow copy of its class, fields redacted (both
   converters send its fields, as a dict, and nothing else of it); set through
   ``object.__setattr__``, so a frozen one too, and ``__post_init__`` does not run again.
   One ``copy.copy`` fails for becomes a dict of its fields.
-- A pydantic (v2) model: its dumped form, ``model_dump(mode="json", by_alias=True)``,
+- A pydantic (v2) model, or a pydantic dataclass instance (its class's serializer, not
+  its fields alone, is what pydantic's converter sends): its dumped form,
+  ``model_dump(mode="json", by_alias=True)`` (the same through a dataclass's serializer),
   redacted: exactly what pydantic's converter sends for it (a field serializer, a computed
   field, an alias, a ``SecretStr`` applied), where a model rebuilt with redacted fields
   would run its own serializers again on whatever they read besides the fields. As a dict
@@ -169,9 +171,15 @@ class _DetailsWalk:
         if key in self._fields or isinstance(value, _CONTAINERS):
             return value
         model = self._model
-        if model is not None and isinstance(value, model):
-            try:
-                dump = cast("Any", value).model_dump(mode="json", by_alias=True)
+        if model is not None and (isinstance(value, model) or _pydantic_dataclass(value)):
+            try:  # a pydantic dataclass: what model_dump does for a model, through its class's
+                dump = (  # serializer (pydantic's converter uses it, not its fields alone)
+                    cast("Any", value).model_dump(mode="json", by_alias=True)
+                    if isinstance(value, model)
+                    else type(value).__pydantic_serializer__.to_python(
+                        value, mode="json", by_alias=True
+                    )
+                )
             except Exception:  # pydantic's converter cannot encode it either (module doc)
                 self._views[key] = (_unencodable(value), self._text(value), True)
             else:
@@ -387,6 +395,17 @@ class _DetailsWalk:
             except Exception:  # its class's own constructor refused: a plain tuple (above)
                 return tuple(items)
         return tuple(items)
+
+
+def _pydantic_dataclass(value: Any) -> bool:
+    """Whether ``value`` is an instance of a pydantic dataclass (its module loaded, then)."""
+    module = sys.modules.get("pydantic.dataclasses")
+    return (
+        module is not None
+        and dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and module.is_pydantic_dataclass(type(value))
+    )
 
 
 def _unencodable(value: Any) -> str:

@@ -7,7 +7,8 @@ import warnings
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverter
@@ -202,3 +203,33 @@ def test_scrub_walks_what_was_met_first_too_deep_under_a_container_cut() -> None
     wrapped = err.details[0]
     assert wrapped == [[["said [REDACTED:a]"]]]
     assert b"alpha-1" not in sent(err, DataConverter.default)
+
+
+@pydantic_dataclass
+class Reply:
+    status: int
+    token: dataclasses.InitVar[str] = ""
+
+    def __post_init__(self, token: str) -> None:
+        self._token = token
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sent_with(self) -> str:
+        return f"Bearer {self._token}"
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_sends_a_pydantic_dataclass_as_its_serializer_does(
+    converter: DataConverter,
+) -> None:
+    # Until 12-07 a pydantic dataclass was copied with its fields redacted, as a standard
+    # one, and pydantic's converter sent what its serializer made of the copy: a computed
+    # field reading the unredacted state besides the fields.
+    fine = Reply(200, "ok")
+    err = ApplicationError("failed", Reply(401, "alpha-1"), fine, type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    reply, kept = err.details
+    assert reply == {"status": 401, "sent_with": "Bearer [REDACTED:a]"}
+    assert kept is fine
+    assert b"alpha-1" not in sent(err, converter)
