@@ -74,19 +74,20 @@ class _DetailsWalk:
     can encode (until 12-07 details ~1,000 deep raised ``RecursionError`` out of ``scrub``).
 
     Three passes. The first visits each container once (by identity, so a cycle or a shared
-    container costs one visit), past the bound too, and finds the ones that hold a text a
-    secret is in; a text met again (a key in each of 100k dicts) is looked up, not scanned
-    again. The second, when a container was met more than once (in a tree, the
-    first pass met each at its only depth), takes each container's depth as the longest
-    chain of containers leading to it (a reference back up a cycle aside, and none through
-    a container cut: what is under a cut is not met through it): one shared by
+    container costs one visit), past the bound too once one is met twice, and finds the ones
+    that hold a text a secret is in; a text met again (a key in each of 100k dicts) is
+    looked up, not scanned again. The second, when a container was met more than once (in a
+    tree, the first pass met each at its only depth), takes each container's depth as the
+    longest chain of containers leading to it (a reference back up a cycle aside, and none
+    through a container cut: what is under a cut is not met through it): one shared by
     several parents is one object wherever it is met, so one met deeper than the bound
     anywhere is replaced everywhere, and none kept is deeper than the bound wherever it is
     met (until 12-07 one was walked at the depth it was met first only, and what was under
-    it could nest past the bound where it was met again deeper). The third rebuilds the containers
-    holding, at any depth, a secret or one too deep: the rest, and every text without a
-    secret, stay the very objects. A cycle is no depth: details with one cannot be encoded
-    (JSON has none) whatever the walk does, and their secrets are redacted all the same.
+    it could nest past the bound where it was met again deeper). The third rebuilds the
+    containers holding, at any depth, a secret or one too deep: the rest, and every text
+    without a secret, stay the very objects. A cycle is no depth: details with one cannot be
+    encoded (JSON has none) whatever the walk does, and their secrets are redacted all the
+    same.
 
     ``bytes`` are read as UTF-8; bytes that are not valid UTF-8 are kept as they are around
     what is replaced (``surrogateescape``), so a secret in a binary body is redacted too and
@@ -232,9 +233,14 @@ class _DetailsWalk:
         holding: list[int] = []
         shared = False
         stack: list[tuple[Any, int]] = [(root, 0)]
+        # Met first past the bound: walked only once some container is met twice, for
+        # _bound (in a tree, all of it is under the container cut where the bound is).
+        later: list[tuple[Any, int]] = []
         texts = self._texts
         fields = self._fields
-        while stack:
+        while stack or (shared and later):
+            if not stack:
+                stack = later  # the same list from now on: past the bound, walked at once
             node, depth = stack.pop()
             here = id(node)
             hit = False
@@ -260,8 +266,11 @@ class _DetailsWalk:
                     seen = parents.get(key)
                     if seen is None:
                         parents[key] = here
-                        stack.append((child, depth + 1))
-                        if depth >= MAX_DETAIL_DEPTH:  # exact in a tree; else _bound's
+                        if depth < MAX_DETAIL_DEPTH:
+                            stack.append((child, depth + 1))
+                            continue
+                        later.append((child, depth + 1))
+                        if depth == MAX_DETAIL_DEPTH:  # exact in a tree; else _bound's
                             self._too_deep.add(key)
                             hit = True
                     elif type(seen) is list:
