@@ -115,6 +115,7 @@ class _DetailsWalk:
         # whether it could not be read.
         self._views: dict[int, tuple[Any, str | None, bool]] = {}
         self._fields: dict[int, tuple[tuple[str, Any], ...]] = {}  # a dataclass's fields
+        self._opaque: set[type] = set()  # types _stand_in found neither (datetime, Enum)
         main = sys.modules.get("pydantic.main")  # not loaded: no model exists
         self._model: type | None = getattr(main, "BaseModel", None)
 
@@ -193,6 +194,8 @@ class _DetailsWalk:
                 self._views[key] = (_unencodable(value), self._text(value), True)
                 return self._views[key][0]
             self._fields[key] = fields
+            return value
+        self._opaque.add(type(value))  # no model, no dataclass: nor any value of its type
         return value
 
     def _text(self, value: Any) -> str | None:
@@ -238,6 +241,7 @@ class _DetailsWalk:
         later: list[tuple[Any, int]] = []
         texts = self._texts
         fields = self._fields
+        opaque = self._opaque
         while stack or (shared and later):
             if not stack:
                 stack = later  # the same list from now on: past the bound, walked at once
@@ -253,7 +257,7 @@ class _DetailsWalk:
                     if text is not None and self._leaf(child) is not child:
                         hit = True
                     continue
-                if kind not in _PLAIN:
+                if kind not in _PLAIN and kind not in opaque:
                     stand_in = self._stand_in(child)
                     if stand_in is not child:  # a model: its dump, or a marker
                         _, text, failed = self._views[id(child)]
