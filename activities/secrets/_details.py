@@ -15,8 +15,9 @@ would have, less the secret. The worker's payload converter is pydantic's
   ``object.__setattr__``, so a frozen one too, and ``__post_init__`` does not run again.
   One ``copy.copy`` fails for becomes a dict of its fields.
 - A pydantic (v2) model, or a pydantic dataclass instance (its class's serializer, not
-  its fields alone, is what pydantic's converter sends): its dumped form,
-  ``model_dump(mode="json", by_alias=True)`` (the same through a dataclass's serializer),
+  its fields alone, is what pydantic's converter sends): its dumped form, what
+  ``model_dump(mode="json", by_alias=True)`` makes unless the class overrides it (its
+  class's ``__pydantic_serializer__``, which pydantic's converter uses too),
   redacted: exactly what pydantic's converter sends for it (a field serializer, a computed
   field, an alias, a ``SecretStr`` applied), where a model rebuilt with redacted fields
   would run its own serializers again on whatever they read besides the fields. As a dict
@@ -174,13 +175,10 @@ class _DetailsWalk:
             return value
         model = self._model
         if model is not None and (isinstance(value, model) or _pydantic_dataclass(value)):
-            try:  # a pydantic dataclass: what model_dump does for a model, through its class's
-                dump = (  # serializer (pydantic's converter uses it, not its fields alone)
-                    cast("Any", value).model_dump(mode="json", by_alias=True)
-                    if isinstance(value, model)
-                    else type(value).__pydantic_serializer__.to_python(
-                        value, mode="json", by_alias=True
-                    )
+            try:  # its class's serializer, as pydantic's converter (not model_dump, which a
+                # class may override; a dataclass's fields alone would miss what it computes)
+                dump = type(value).__pydantic_serializer__.to_python(
+                    value, mode="json", by_alias=True
                 )
             except Exception:  # pydantic's converter cannot encode it either (module doc)
                 self._views[key] = (_unencodable(value), self._text(value), True)

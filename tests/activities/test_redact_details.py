@@ -232,4 +232,25 @@ def test_scrub_sends_a_pydantic_dataclass_as_its_serializer_does(
     reply, kept = err.details
     assert reply == {"status": 401, "sent_with": "Bearer [REDACTED:a]"}
     assert kept is fine
-    assert b"alpha-1" not in sent(err, converter)
+    assert b"alpha-1" not in sent(err, pydantic_data_converter)
+
+
+class Tidy(BaseModel):
+    text: str
+
+    def model_dump(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"tidy": True}  # pydantic's converter never calls it
+
+
+def test_scrub_dumps_a_model_as_pydantic_sends_it_whatever_its_model_dump() -> None:
+    # Until 12-07 a model was dumped through its own model_dump: one its class overrides
+    # (here without the keywords) became [UNENCODABLE:Tidy], secret or not, although
+    # pydantic's converter (its class's serializer) sends it. (The SDK's default JSON
+    # converter calls model_dump with keywords: it cannot send Tidy at all.)
+    fine = Tidy(text="ok")
+    err = ApplicationError("failed", Tidy(text="said alpha-1"), fine, type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    tidy, kept = err.details
+    assert tidy == {"text": "said [REDACTED:a]"}
+    assert kept is fine
+    assert b"alpha-1" not in sent(err, pydantic_data_converter)
