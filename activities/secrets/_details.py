@@ -7,6 +7,8 @@ would have, less the secret. The worker's payload converter is pydantic's
 
 - ``str`` and ``bytes``: redacted (``bytes`` as UTF-8, see ``_DetailsWalk._leaf``).
 - ``dict``, ``list``, ``tuple``: rebuilt of redacted items, keys too (``_DetailsWalk``).
+- ``collections.deque`` (both converters send it as a list): a ``deque`` of the redacted
+  items, its ``maxlen`` kept, a subclass becoming its base.
 - ``set``, ``frozenset``: a ``set`` (``frozenset``) of the redacted items, a subclass
   becoming its base; when an item can no longer be hashed once redacted (a pydantic model
   become its dump), a ``list`` of them: both converters send a set as a list anyway.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any, cast
@@ -58,10 +61,10 @@ _UNSEEN: Any = object()
 _SCALARS = frozenset({int, float, bool, type(None)})
 """What a walk skips at once (no text in it)."""
 _TEXTS = (str, bytes)
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-_PLAIN = frozenset({str, bytes, dict, list, tuple, set, frozenset})
+_CONTAINERS = (dict, list, tuple, set, frozenset, deque)
+_PLAIN = frozenset({str, bytes, dict, list, tuple, set, frozenset, deque})
 """Types read as they are (no model, no dataclass): skipped by ``_stand_in`` at once."""
-_BUILT_LAST = (tuple, set, frozenset)
+_BUILT_LAST = (tuple, set, frozenset, deque)
 """Containers built once their items are (the others get an empty copy first)."""
 
 
@@ -400,6 +403,8 @@ class _DetailsWalk:
                 return set(items) if isinstance(node, set) else frozenset(items)
             except TypeError:  # an item unhashable once redacted: a list (module doc)
                 return items
+        if isinstance(node, deque):
+            return deque(items, node.maxlen)
         if hasattr(node, "_fields"):  # a named tuple
             try:
                 return type(node)(*items)

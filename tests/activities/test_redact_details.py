@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections import deque
 from typing import Any
 
 import pytest
@@ -254,3 +255,19 @@ def test_scrub_dumps_a_model_as_pydantic_sends_it_whatever_its_model_dump() -> N
     assert tidy == {"text": "said [REDACTED:a]"}
     assert kept is fine
     assert b"alpha-1" not in sent(err, pydantic_data_converter)
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_walks_a_deque(converter: DataConverter) -> None:
+    # Until 12-07 a deque (the last lines of a server's output, say) was left as it was,
+    # and both converters send one as a list of its items: the secret went out.
+    fine = deque(["ok"])
+    tail = deque(["line 1", "said alpha-1", {"key": "alpha-1"}], maxlen=3)
+    err = ApplicationError("failed", tail, fine, [tail], type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    walked, kept, (again,) = err.details
+    assert type(walked) is deque and walked.maxlen == 3
+    assert list(walked) == ["line 1", "said [REDACTED:a]", {"key": "[REDACTED:a]"}]
+    assert again is walked
+    assert kept is fine
+    assert b"alpha-1" not in sent(err, converter)
