@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pickle
 import time
 import uuid
 
 import grpc
+import httpx
 import pytest
+from a2a.utils.errors import InternalError
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -23,9 +26,12 @@ from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.cli._runs import temporal_client
 from psych_runtime.workers.fleet._policy import check_fleet_policy
 from psych_runtime.workers.fleet._pollers import has_live_poller
-from psych_runtime.workflows import TemporalUnanswered, describe_within
+from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
+from psych_runtime.workers.serve.a2a._errors import a2a_error
+from psych_runtime.workflows import TemporalCancelled, TemporalUnanswered, describe_within
 from psych_runtime.workflows.client._listing import LIST_QUERY_SECONDS
 
+from ..serve._app import ACME_KEY, KEYS, bearer
 from ._grpc_relay import relayed
 from ._short_reads import SHORT_READ
 from .conftest import Harness
@@ -93,6 +99,50 @@ async def test_a_runs_describe_answered_at_once_is_not_called_silence(
     assert relay.of(DESCRIBE) == [status]
     assert not isinstance(failed.value, TemporalUnanswered), failed.value
     assert failed.value.status.name == status.name
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_a_describe_answered_at_once_is_a_503_saying_temporal_cancelled_it(
+    harness: Harness, status: grpc.StatusCode
+) -> None:
+    # Raised as a bare RPCError, REST's problems took its status for a query's timeout:
+    # 503 ``no-worker``, "no worker answered", of a describe no worker answers (here the
+    # event stream's check that the Run exists).
+    workflow_id = f"psych-acme-{uuid.uuid4().hex[:8]}"
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next(DESCRIBE, status)
+        settings = ServeSettings(client, AuthSettings(KEYS), query_timeout_seconds=SECONDS)
+        transport = httpx.ASGITransport(app=create_app(settings))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+            async with asyncio.timeout(BOUND):
+                answer = await http.get(f"/v1/runs/{workflow_id}/events", headers=bearer(ACME_KEY))
+    assert relay.of(DESCRIBE) == [status]
+    assert answer.status_code == 503, answer.text
+    problem = answer.json()
+    assert problem["type"] == "urn:psych:problem:temporal", problem
+    assert problem["detail"].startswith(
+        f"Temporal cancelled a describe of Run {workflow_id} at once ({status.name}: "
+    ), problem
+    assert problem["detail"].endswith(
+        "): it gave the read up (under load, say) rather than not answering; send the request again"
+    ), problem
+    # The error itself: the same words as the CLI's one line and A2A's error.
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next(DESCRIBE, status)
+        handle = client.temporal.get_workflow_handle(workflow_id)
+        with pytest.raises(TemporalCancelled) as failed:
+            await describe_within(handle, workflow_id, SHORT_READ)
+    assert failed.value.why == problem["detail"]
+    assert _temporal_refusal(failed.value) == f"psych: {problem['detail']}"
+    said = a2a_error(failed.value)
+    assert isinstance(said, InternalError) and said.message == problem["detail"]
+    assert said.data == {"type": "urn:psych:problem:temporal", "status": "503"}
+    copy = pickle.loads(pickle.dumps(failed.value))
+    assert (type(copy), copy.why, copy.status) == (
+        TemporalCancelled,
+        failed.value.why,
+        failed.value.status,
+    )
 
 
 @pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])

@@ -79,10 +79,15 @@ def _temporal_refusal(err: Exception) -> str | None:
     from temporalio.service import RPCError
 
     if "psych_runtime.workflows" in sys.modules:
-        from psych_runtime.workflows import TemporalUnanswered, UpdateUnanswered
+        from psych_runtime.workflows import (
+            TemporalCancelled,
+            TemporalUnanswered,
+            UpdateUnanswered,
+        )
 
-        # Not a refusal: no answer in time (an update's: no worker took it).
-        if isinstance(err, TemporalUnanswered | UpdateUnanswered):
+        # Not a refusal: no answer in time (an update's: no worker took it), or a read
+        # Temporal gave up at once.
+        if isinstance(err, TemporalUnanswered | UpdateUnanswered | TemporalCancelled):
             return f"psych: {err.why}"
     if isinstance(err, RPCError):
         if "psych_runtime.workflows" in sys.modules:

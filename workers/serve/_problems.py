@@ -9,7 +9,8 @@ damaged, made for another tenant or other filters, or at a position Temporal can
 Version that no longer reads back, ``BlobsUnavailable`` 503: a report's model-call inputs
 asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: one it holds
 that does not open, damaged or sealed under other keys), Temporal's
-(no worker answered: 503), request validation (422, each field named),
+(no worker answered: 503 ``no-worker``; Temporal did not answer a read that needs no
+worker, or cancelled it at once: 503 ``temporal``), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
@@ -56,7 +57,12 @@ from psych_runtime.specs import (
 )
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
 from psych_runtime.workers.serve._auth import IssuerUnavailable, NotPublisher, Unauthorized
-from psych_runtime.workflows import ClosedStateUnanswered, RefusalKind, TemporalUnanswered
+from psych_runtime.workflows import (
+    ClosedStateUnanswered,
+    RefusalKind,
+    TemporalCancelled,
+    TemporalUnanswered,
+)
 
 PROBLEM_JSON = "application/problem+json"
 INTERNAL_DETAIL = "the server failed on this request (an internal error: its log has the details)"
@@ -231,6 +237,8 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
         case ClosedStateUnanswered():  # a closed execution's state: its close event says less
             return Problem(503, f"no worker answered for the Run in time; {err.why}", "no-worker")
         case TemporalUnanswered():  # Temporal, not a worker, did not answer in time
+            return Problem(503, err.why, "temporal")
+        case TemporalCancelled():  # Temporal gave up a read no worker answers, at once
             return Problem(503, err.why, "temporal")
         case RPCError() if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             return Problem(503, "no worker answered for the Run in time", "no-worker")

@@ -212,6 +212,29 @@ class HistoryNotRead(TemporalUnanswered):
         )
 
 
+class TemporalCancelled(RPCError):
+    """Temporal answered a read that needs no worker (a describe) at once with a timeout's
+    status, CANCELLED (a server under load) or DEADLINE_EXCEEDED: it gave the read up,
+    which is neither its silence (``TemporalUnanswered``) nor a worker's (no worker
+    answers a describe), and asked again it may answer. An ``RPCError`` of that status;
+    ``why`` says it in words (REST's 503 ``temporal``). Pickles and copies whole."""
+
+    def __init__(self, workflow_id: str, what: str, err: RPCError) -> None:
+        self.workflow_id = workflow_id
+        """The Run read."""
+        self.what = what
+        """What was not read (``a describe``)."""
+        self.why = (
+            f"Temporal cancelled {what} of Run {workflow_id} at once ({err.status.name}: "
+            f"{err.message}): it gave the read up (under load, say) rather than not "
+            "answering; send the request again"
+        )
+        super().__init__(self.why, err.status, err.raw_grpc_status)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
 async def describe_within(
     handle: WorkflowHandle[Any, Any], workflow_id: str, rpc_timeout: timedelta
 ) -> WorkflowExecutionDescription:
@@ -219,8 +242,8 @@ async def describe_within(
 
     Raises:
         TemporalUnanswered: Temporal did not answer in time.
-        RPCError: Temporal refused (NOT_FOUND too: callers tell it apart); a timeout's
-            status it answered at once (a CANCELLED under load) is its answer, as it is.
+        TemporalCancelled: it answered a timeout's status at once (a CANCELLED under load).
+        RPCError: Temporal refused (NOT_FOUND too: callers tell it apart).
     """
     asked_at = time.monotonic()
     try:
@@ -228,6 +251,8 @@ async def describe_within(
     except RPCError as err:
         if waited_out(err, asked_at, rpc_timeout):
             raise TemporalUnanswered(workflow_id, "a describe", rpc_timeout, err) from err
+        if unanswered(err):
+            raise TemporalCancelled(workflow_id, "a describe", err) from err
         raise
 
 
