@@ -30,7 +30,11 @@ from psych_runtime.workflows.client._report_types import (
     ToolCallReport,
 )
 from psych_runtime.workflows.client._unsettled import closed_without_settling
-from psych_runtime.workflows.client._update_wait import UPDATE_TIMEOUT, UpdateUnanswered
+from psych_runtime.workflows.client._update_wait import (
+    UPDATE_TIMEOUT,
+    UpdateEndedByTemporal,
+    UpdateUnanswered,
+)
 from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
 from psych_runtime.workflows.contract._contract import (
     ABORT,
@@ -199,6 +203,7 @@ __all__ = [
     "UPDATE_TIMEOUT",
     "Undelivered",
     "UnknownPosition",
+    "UpdateEndedByTemporal",
     "UpdateUnanswered",
     "WORKFLOW_RUN",
     "WorkflowRun",

@@ -15,14 +15,21 @@ import uuid
 from collections.abc import Awaitable
 from datetime import timedelta
 
+import grpc
 import pytest
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from psych_runtime.testing import Reply
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
-from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._main import _temporal_refusal, main
 from psych_runtime.workers.cli._resume import _resume
 from psych_runtime.workers.serve._problems import problem_of
-from psych_runtime.workflows import UPDATE_TIMEOUT, RunStatus, UpdateUnanswered
+from psych_runtime.workflows import (
+    UPDATE_TIMEOUT,
+    RunStatus,
+    UpdateEndedByTemporal,
+    UpdateUnanswered,
+)
 from psych_runtime.workflows.client import _update_wait
 
 from .conftest import Harness
@@ -157,3 +164,54 @@ async def test_an_update_timeout_not_positive_is_refused_naming_it(
         await harness.client.steer("psych-acme-x", "hi", scope=harness.scope, update_timeout=given)
     with pytest.raises(ValueError, match=r"^update_timeout: a positive time to wait"):
         await harness.client.taken("psych-acme-x", "k", scope=harness.scope, update_timeout=given)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_an_update_temporal_ends_with_a_timeouts_status_is_said_so(
+    harness: Harness, status: grpc.StatusCode, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The SDK raises its bare WorkflowUpdateRPCTimeoutOrCancelledError for a CANCELLED (a
+    # server under load) or DEADLINE_EXCEEDED Temporal answers an update with: the CLI
+    # printed a traceback, REST said "no worker answered for the Run in time".
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next("UpdateWorkflowExecution", status)
+        with pytest.raises(WorkflowUpdateRPCTimeoutOrCancelledError) as ended:
+            async with asyncio.timeout(BOUND):
+                await client.steer(workflow_id, "hurry", scope=harness.scope)
+        assert not isinstance(ended.value, UpdateUnanswered)
+        problem = problem_of(ended.value)
+        relay.fail_next("UpdateWorkflowExecution", status)
+        argv = ["steer", workflow_id, "hurry", "--address", relay.target, "--tenant", "acme"]
+        async with asyncio.timeout(BOUND):
+            exit_status = await asyncio.to_thread(main, [*argv, "--idempotency-key", "s1"])
+    assert relay.of("UpdateWorkflowExecution") == [status, status]
+    said = (
+        f"Temporal ended the update psych.steer ({status.name}: "
+        "the relay answers " + status.name + " (scripted)) before the Run answered it"
+    )
+    assert isinstance(ended.value, UpdateEndedByTemporal), ended.value
+    assert ended.value.why == (
+        f"Run {workflow_id}: {said}; it may still be applied: read the Run's state before "
+        "sending it again (sent under an idempotency key, it could be sent again safely)"
+    )
+    copy = pickle.loads(pickle.dumps(ended.value))
+    assert (type(copy), copy.why, copy.status) == (
+        UpdateEndedByTemporal,
+        ended.value.why,
+        ended.value.status,
+    )
+    assert problem is not None, ended.value
+    assert (problem.status, problem.kind) == (503, "temporal"), problem
+    assert problem.detail == (
+        f"{said}; it may still be applied: read the Run before sending it again, or send it "
+        "again under the same Idempotency-Key"
+    )
+    assert exit_status == 1
+    line = capsys.readouterr().err
+    assert line == (
+        f"psych: Run {workflow_id}: {said}; it may still be applied: send it again under the "
+        "same idempotency key ('s1'), or ask `taken` with it, to learn its outcome: it is "
+        "applied at most once\n"
+    ), line

@@ -82,12 +82,14 @@ def _temporal_refusal(err: Exception) -> str | None:
         from psych_runtime.workflows import (
             TemporalCancelled,
             TemporalUnanswered,
+            UpdateEndedByTemporal,
             UpdateUnanswered,
         )
 
-        # Not a refusal: no answer in time (an update's: no worker took it), or a read
-        # Temporal gave up at once.
-        if isinstance(err, TemporalUnanswered | UpdateUnanswered | TemporalCancelled):
+        # Not a refusal: no answer in time (an update's: no worker took it), or a read or
+        # an update Temporal ended with a timeout's status.
+        said = TemporalUnanswered | UpdateUnanswered | TemporalCancelled | UpdateEndedByTemporal
+        if isinstance(err, said):
             return f"psych: {err.why}"
     if isinstance(err, RPCError):
         if "psych_runtime.workflows" in sys.modules:

@@ -10,7 +10,8 @@ Version that no longer reads back, ``BlobsUnavailable`` 503: a report's model-ca
 asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: one it holds
 that does not open, damaged or sealed under other keys), Temporal's
 (no worker answered: 503 ``no-worker``; Temporal did not answer a read that needs no
-worker, or cancelled it at once: 503 ``temporal``), request validation (422, each field named),
+worker, or cancelled it at once, or ended an update with a timeout's status: 503
+``temporal``), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
@@ -62,6 +63,7 @@ from psych_runtime.workflows import (
     RefusalKind,
     TemporalCancelled,
     TemporalUnanswered,
+    UpdateEndedByTemporal,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -225,6 +227,13 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
             return Problem(422, str(err), "bad-cursor")
         case PsychError():
             return Problem(409, str(err), "conflict")
+        case UpdateEndedByTemporal():  # Temporal's timeout status, not a worker's silence
+            return Problem(
+                503,
+                f"{err.said}; it may still be applied: read the Run before sending it again, "
+                "or send it again under the same Idempotency-Key",
+                "temporal",
+            )
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
             return Problem(
                 503,

@@ -10,7 +10,8 @@ yet", then polls ``PollWorkflowExecutionUpdate`` for the outcome with no timeout
 ``rpc_timeout`` is each poll's: measured on the dev server with no worker, 3 s ended after
 two polls, 6.1 s). So the whole wait is bounded here, ``asyncio.timeout`` around it: the
 SDK turns the cancellation into its ``WorkflowUpdateRPCTimeoutOrCancelledError``, raised
-as ``UpdateUnanswered`` when the bound ran out.
+as ``UpdateUnanswered`` when the bound ran out; the same error of a timeout's status
+Temporal answered (a CANCELLED under load) as ``UpdateEndedByTemporal``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError
 
 from psych_runtime.workflows.client._asked import given_timeout
 
@@ -48,31 +50,66 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
         """How long it waited."""
         self.idempotency_key = idempotency_key
         """The key it was sent under (None: none)."""
-        if idempotency_key is None:
-            after = (
-                "read the Run's state before sending it again (sent under an idempotency "
-                "key, it could be sent again safely)"
-            )
-        else:
-            after = (
-                f"send it again under the same idempotency key ({idempotency_key!r}), or ask "
-                "`taken` with it, to learn its outcome: it is applied at most once"
-            )
         self.why = (
             f"Run {workflow_id}: no worker took and answered {what} within "
             f"{timeout.total_seconds():g} s (none polls the Run's task queue, or Temporal "
-            f"did not answer); it may still be applied when a worker takes it: {after}"
+            "did not answer); it may still be applied when a worker takes it: "
+            f"{_learn(idempotency_key)}"
         )
         Exception.__init__(self, self.why)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuilt, (self.args, self.__dict__))
+        return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
-def _rebuilt(args: tuple[Any, ...], state: dict[str, Any]) -> UpdateUnanswered:
-    """An ``UpdateUnanswered`` of ``args`` and ``state``, its ``__init__`` not run (it builds
+class UpdateEndedByTemporal(WorkflowUpdateRPCTimeoutOrCancelledError):
+    """Temporal ended an update's call (its send, or the wait for its outcome) with a
+    timeout's status before the Run answered it: a CANCELLED a server under load answers,
+    a DEADLINE_EXCEEDED of its own, not the caller's ``update_timeout`` (that is
+    ``UpdateUnanswered``). The SDK's error for it (its bare one, whose cause is the
+    ``RPCError``), ``why`` in words; the request may have been taken, and may still be
+    applied. Pickles and copies whole (``__reduce__``)."""
+
+    def __init__(
+        self, workflow_id: str, what: str, cause: RPCError, idempotency_key: str | None
+    ) -> None:
+        self.workflow_id = workflow_id
+        """The Run the update was sent to."""
+        self.status = cause.status
+        """The status Temporal answered."""
+        self.said = (
+            f"Temporal ended {what} ({cause.status.name}: {cause.message}) before the Run "
+            "answered it"
+        )
+        """What happened, without the Run's id or what to do (REST's detail starts so)."""
+        self.idempotency_key = idempotency_key
+        """The key it was sent under (None: none)."""
+        self.why = (
+            f"Run {workflow_id}: {self.said}; it may still be applied: {_learn(idempotency_key)}"
+        )
+        Exception.__init__(self, self.why)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _learn(idempotency_key: str | None) -> str:
+    """How the caller of an update whose outcome it did not learn learns it."""
+    if idempotency_key is None:
+        return (
+            "read the Run's state before sending it again (sent under an idempotency "
+            "key, it could be sent again safely)"
+        )
+    return (
+        f"send it again under the same idempotency key ({idempotency_key!r}), or ask "
+        "`taken` with it, to learn its outcome: it is applied at most once"
+    )
+
+
+def _rebuilt(cls: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Exception:
+    """An error of ``cls`` with ``args`` and ``state``, its ``__init__`` not run (it builds
     the message from its arguments, which the default rebuild does not pass)."""
-    err = UpdateUnanswered.__new__(UpdateUnanswered)
+    err = cls.__new__(cls)
     err.args = args
     err.__dict__.update(state)
     return err
@@ -96,14 +133,20 @@ async def update_wait(
     Raises:
         UpdateUnanswered: the bound ran out (the SDK's error for it, or a sleep between
             attempts cut short).
+        UpdateEndedByTemporal: Temporal ended a call with a timeout's status first.
     """
     bound = asyncio.timeout(wait.total_seconds())
     try:
         async with bound:
             yield
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-        # The SDK turns any cancellation of its wait into its error: the bound's, or the
-        # caller's own (a task cancelled), which is not ours to answer.
-        if not bound.expired():
-            raise
-        raise UpdateUnanswered(workflow_id, what, wait, idempotency_key) from err
+        if bound.expired():
+            raise UpdateUnanswered(workflow_id, what, wait, idempotency_key) from err
+        # The SDK turns a CANCELLED or DEADLINE_EXCEEDED Temporal answers into its error
+        # too (its cause); any other is the caller's own cancellation, not ours to answer.
+        cause = err.__cause__
+        if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError) and isinstance(
+            cause, RPCError
+        ):
+            raise UpdateEndedByTemporal(workflow_id, what, cause, idempotency_key) from err
+        raise
