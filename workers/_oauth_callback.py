@@ -37,7 +37,12 @@ from temporalio.service import RPCError
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import AccessDenied, NotFound, Refused, Scope
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
-from psych_runtime.workflows import PsychClient, ResumeInput, SuspensionReason
+from psych_runtime.workflows import (
+    PsychClient,
+    ResumeInput,
+    SuspensionReason,
+    UpdateEndedByTemporal,
+)
 
 if TYPE_CHECKING:
     from psych_runtime.activities.mcp import Waiting
@@ -144,6 +149,12 @@ async def _resume(client: PsychClient, waiting: Waiting, refused: str | None) ->
         said = (
             f"the answer arrived, but no worker answered for the Run within "
             f"{RESUME_WAIT_SECONDS:g} s: the Run may go on if one takes it later"
+        )
+        return Completed(False, said, waiting.workflow_id)
+    except UpdateEndedByTemporal as err:  # a CANCELLED under load: taken or not
+        said = (
+            f"the answer arrived, but Temporal ended the Run's update ({err.status.name}) "
+            "before the Run answered it: the Run may go on if it was taken"
         )
         return Completed(False, said, waiting.workflow_id)
     except RPCError as err:

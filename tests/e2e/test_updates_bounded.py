@@ -19,11 +19,14 @@ import grpc
 import pytest
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
+from psych_runtime.activities.mcp._consent_callback import Waiting, index_key
 from psych_runtime.testing import Reply
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
+from psych_runtime.workers._oauth_callback import complete_authorization
 from psych_runtime.workers.cli._main import _temporal_refusal, main
 from psych_runtime.workers.cli._resume import _resume
 from psych_runtime.workers.serve._problems import problem_of
+from psych_runtime.workers.serve.a2a import MemoryTokenStore
 from psych_runtime.workflows import (
     UPDATE_TIMEOUT,
     RunStatus,
@@ -215,3 +218,24 @@ async def test_an_update_temporal_ends_with_a_timeouts_status_is_said_so(
         "same idempotency key ('s1'), or ask `taken` with it, to learn its outcome: it is "
         "applied at most once\n"
     ), line
+
+
+@pytest.mark.timeout(120)
+async def test_an_oauth_callbacks_resume_temporal_ends_is_a_page_saying_so(
+    harness: Harness,
+) -> None:
+    # The callback's page knew NotTakenInTime and RPCError, not the SDK's error of a
+    # CANCELLED Temporal answers the update with: the person got a bare 500.
+    store = MemoryTokenStore()
+    waiting = Waiting(workflow_id=f"psych-acme-{uuid.uuid4().hex[:8]}", tenant="acme", id="c-1")
+    await store.put(index_key("s1"), waiting.model_dump_json().encode())
+    async with relayed_client(harness) as (relay, client):
+        relay.fail_next("UpdateWorkflowExecution", grpc.StatusCode.CANCELLED)
+        async with asyncio.timeout(BOUND):
+            done = await complete_authorization(client, store, {"code": "c", "state": "s1"})
+    assert relay.of("UpdateWorkflowExecution") == [grpc.StatusCode.CANCELLED]
+    assert (done.ok, done.workflow_id) == (False, waiting.workflow_id)
+    assert done.message == (
+        "the answer arrived, but Temporal ended the Run's update (CANCELLED) before the Run "
+        "answered it: the Run may go on if it was taken"
+    )
