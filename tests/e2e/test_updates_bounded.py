@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from psych_runtime.activities.mcp._consent_callback import Waiting, index_key
+from psych_runtime.specs import Refused
 from psych_runtime.testing import Reply
 from psych_runtime.workers._bounded import NotTakenInTime, bounded
 from psych_runtime.workers._oauth_callback import complete_authorization
@@ -29,6 +30,7 @@ from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a import MemoryTokenStore
 from psych_runtime.workflows import (
     UPDATE_TIMEOUT,
+    RefusalKind,
     RunStatus,
     UpdateEndedByTemporal,
     UpdateUnanswered,
@@ -36,7 +38,7 @@ from psych_runtime.workflows import (
 from psych_runtime.workflows.client import _update_wait
 
 from .conftest import Harness
-from .test_reads_bounded import _asking_run, relayed_client
+from .test_reads_bounded import _asking_run, _settled_run, relayed_client
 
 pytestmark = pytest.mark.e2e
 
@@ -239,3 +241,35 @@ async def test_an_oauth_callbacks_resume_temporal_ends_is_a_page_saying_so(
         "the answer arrived, but Temporal ended the Run's update (CANCELLED) before the Run "
         "answered it: the Run may go on if it was taken"
     )
+
+
+@pytest.mark.timeout(120)
+async def test_an_update_of_a_settled_run_no_worker_reads_waits_its_bound(
+    harness: Harness,
+) -> None:
+    # Temporal refuses the update of a settled Run NOT_FOUND at once; the client then asked
+    # what the Run kept of it (10 s) and its state (the server's default, ~30 s): with no
+    # worker, 39 s past the 2 s bound, ending in "no poller seen ..." (DEADLINE_EXCEEDED).
+    workflow_id, _ = await _settled_run(harness)
+    started = time.monotonic()
+    with pytest.raises(Refused) as refused:
+        async with asyncio.timeout(BOUND):
+            await harness.client.steer(
+                workflow_id, "hi", scope=harness.scope, idempotency_key="s1", update_timeout=SHORT
+            )
+    waited = time.monotonic() - started
+    assert waited < SHORT.total_seconds() + 3, waited
+    assert refused.value.kind == RefusalKind.NOT_SUSPENDED
+    assert str(refused.value) == (
+        f"{workflow_id} has settled (no worker answered how within 2 s: `status` says it "
+        "once one polls the Run's task queue)"
+    )
+    # ``taken`` asked what the Run kept of it 10 s, whatever its bound.
+    started = time.monotonic()
+    async with asyncio.timeout(BOUND):
+        taken = await harness.client.taken(
+            workflow_id, "s1", scope=harness.scope, update_timeout=SHORT
+        )
+    assert taken is None
+    waited = time.monotonic() - started
+    assert waited < SHORT.total_seconds() + 3, waited

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -39,6 +40,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
+from psych_runtime.workflows.client._asked import unanswered
 from psych_runtime.workflows.client._update_wait import update_timeout_given, update_wait
 from psych_runtime.workflows.contract._carry import KeptAction
 from psych_runtime.workflows.contract._contract import (
@@ -120,13 +122,15 @@ _KEPT_OR_NONE: Any = KeptAction | None
 """The query's result type (the SDK types it as a class; a union decodes the same)."""
 
 
-async def _kept_action(handle: WorkflowHandle[Any, Any], id: str) -> KeptAction | None:
+async def _kept_action(
+    handle: WorkflowHandle[Any, Any], id: str, wait: timedelta
+) -> KeptAction | None:
     """What the Run keeps of the update ``id`` it took in an execution it continued from
-    (``psych.kept_action``); None if nothing, or if it cannot say (a worker of a build
-    before the query, none answering in time, the Run gone)."""
+    (``psych.kept_action``), waited for ``wait`` at most; None if nothing, or if it cannot
+    say (a worker of a build before the query, none answering in time, the Run gone)."""
     try:
         kept: KeptAction | None = await handle.query(
-            QUERY_KEPT_ACTION, id, result_type=_KEPT_OR_NONE, rpc_timeout=KEPT_QUERY_TIMEOUT
+            QUERY_KEPT_ACTION, id, result_type=_KEPT_OR_NONE, rpc_timeout=wait
         )
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         return None
@@ -143,6 +147,25 @@ def _answers(result: ResumeResult, request: ResumeInput) -> bool:
     return True
 
 
+def _left(deadline: float, most: timedelta | None = None) -> timedelta | None:
+    """The time left until ``deadline`` (``time.monotonic()``), ``most`` at most; None when
+    under 10 ms are left (a zero RPC timeout is none at all to the SDK)."""
+    left = timedelta(seconds=deadline - time.monotonic())
+    if left < timedelta(milliseconds=10):
+        return None
+    return left if most is None else min(left, most)
+
+
+def _settled_unread(workflow_id: str, timeout: timedelta) -> Refused:
+    """The refusal of an update Temporal refused because the Run settled, when no worker
+    said how it settled within the update's ``timeout``."""
+    return Refused(
+        RefusalKind.NOT_SUSPENDED,
+        f"{workflow_id} has settled (no worker answered how within "
+        f"{timeout.total_seconds():g} s: `status` says it once one polls the Run's task queue)",
+    )
+
+
 class RunActions(abc.ABC):
     """The calls that act on a Run (PsychClient has them all)."""
 
@@ -151,8 +174,10 @@ class RunActions(abc.ABC):
         """The Run's workflow id and handle, after checking the caller's tenant owns it."""
 
     @abc.abstractmethod
-    async def status(self, run: RunHandle | str, *, scope: Scope) -> RunState:
-        """The Run's state (the ``psych.state`` query)."""
+    async def status(
+        self, run: RunHandle | str, *, scope: Scope, query_timeout: timedelta | None = None
+    ) -> RunState:
+        """The Run's state (the ``psych.state`` query), waited for ``query_timeout``."""
 
     async def _update(
         self,
@@ -165,6 +190,7 @@ class RunActions(abc.ABC):
         update_timeout: timedelta | None,
     ) -> Any:
         timeout = update_timeout_given(update_timeout)
+        deadline = time.monotonic() + timeout.total_seconds()
         # One id for every attempt (a fresh one without a key): a retried update the
         # server did take is answered once, not applied twice.
         keyed = update_id(name, idempotency_key)
@@ -191,14 +217,25 @@ class RunActions(abc.ABC):
             if err.status == RPCStatusCode.NOT_FOUND:
                 # A settled Run has no handlers left. If it continued as new after taking
                 # this request, its last execution keeps the answer: the first outcome.
-                kept = None if keyed is None else await _kept_action(handle, keyed)
+                # Both reads need a worker: within what is left of ``timeout``.
+                left = _left(deadline, KEPT_QUERY_TIMEOUT)
+                kept = None
+                if keyed is not None and left is not None:
+                    kept = await _kept_action(handle, keyed, left)
                 if kept is not None and (kept.answer is not None or name != RESUME):
                     return kept.answer
                 # Say how it settled.
                 try:
-                    state = await self.status(workflow_id, scope=scope)
+                    left = _left(deadline)
+                    if left is None:
+                        raise _settled_unread(workflow_id, timeout) from err
+                    state = await self.status(workflow_id, scope=scope, query_timeout=left)
                 except NotFound:
                     raise NotFound(f"no Run {workflow_id}") from err
+                except RPCError as unread:
+                    if not unanswered(unread):
+                        raise
+                    raise _settled_unread(workflow_id, timeout) from unread
                 raise Refused(
                     RefusalKind.NOT_SUSPENDED,
                     f"{workflow_id} has settled {state.status.value}: {state.reason}",
@@ -226,8 +263,9 @@ class RunActions(abc.ABC):
                 (it may still be applied when one does; its ``why`` says how to learn).
             PsychError: ``idempotency_key`` already answered another item, or this one
                 with the other verdict.
-            Refused: not suspended, settled, unknown or stale id, expired, already answered;
-                a payload holding NaN or Infinity.
+            Refused: not suspended, settled (how, read within what is left of
+                ``update_timeout``), unknown or stale id, expired, already answered; a
+                payload holding NaN or Infinity.
             AccessDenied: another tenant's Run.
         """
         if request.tenant != scope.tenant:
@@ -272,6 +310,7 @@ class RunActions(abc.ABC):
             ValueError: an ``update_timeout`` zero or negative.
         """
         timeout = update_timeout_given(update_timeout)
+        deadline = time.monotonic() + timeout.total_seconds()
         workflow_id, handle = self._handle(run, scope)
         id = update_id(RESUME, idempotency_key)
         assert id is not None
@@ -284,7 +323,8 @@ class RunActions(abc.ABC):
                     ).result()
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                kept = await _kept_action(handle, id)
+                left = _left(deadline, KEPT_QUERY_TIMEOUT)
+                kept = None if left is None else await _kept_action(handle, id, left)
                 return None if kept is None else kept.answer
             raise
         return result
