@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pickle
+import re
 import time
 import uuid
 
@@ -178,10 +179,19 @@ async def test_a_connect_whose_first_call_is_not_answered_ends_saying_so(
                 await temporal_client(args)
         assert time.monotonic() - started < 45
     assert relay.held == ["GetSystemInfo"]
-    assert str(unanswered.value) == (
-        f"cannot connect to Temporal at {relay.target}: Temporal did not answer its first "
-        "call (GetSystemInfo) in time (Timeout expired); the connection was accepted, so a "
-        "server or a proxy listens there but does not answer"
+    # The parenthesis is the SDK's own words for its deadline, which vary ("Timeout
+    # expired", "Deadline Exceeded": seen under load), so only its place is checked.
+    assert re.fullmatch(
+        re.escape(
+            f"cannot connect to Temporal at {relay.target}: Temporal did not answer its first "
+            "call (GetSystemInfo) in time ("
+        )
+        + r"[^()]+"
+        + re.escape(
+            "); the connection was accepted, so a server or a proxy listens there but does "
+            "not answer"
+        ),
+        str(unanswered.value),
     )
 
 
