@@ -186,9 +186,13 @@ class Egress:
         )
 
     def mcp_factory(
-        self, tenant: str | None, on_refused: Callable[[Exception], None] | None = None
+        self,
+        tenant: str | None,
+        on_refused: Callable[[Exception], None] | None = None,
+        make: Callable[..., httpx2.AsyncClient] = httpx2.AsyncClient,
     ) -> Any:
-        """``mcp_client`` as the MCP SDK's ``httpx_client_factory`` (the SSE transport)."""
+        """``mcp_client`` as the MCP SDK's ``httpx_client_factory`` (the SSE transport),
+        its client made by ``make``."""
 
         def factory(
             headers: dict[str, str] | None = None,
@@ -196,7 +200,12 @@ class Egress:
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
             return self.mcp_client(
-                tenant, headers=headers, timeout=timeout, auth=auth, on_refused=on_refused
+                tenant,
+                headers=headers,
+                timeout=timeout,
+                auth=auth,
+                on_refused=on_refused,
+                make=make,
             )
 
         return factory

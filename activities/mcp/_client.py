@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from psych_runtime.activities.egress import Egress
 from psych_runtime.activities.mcp._era import handshake_refused
-from psych_runtime.activities.mcp._posts import OnePostFails
+from psych_runtime.activities.mcp._posts import OnePostFails, ToldPosts
 from psych_runtime.activities.mcp._streams import StreamWatch, watched
 from psych_runtime.activities.mcp._told import ToldAuth
 
@@ -155,6 +155,16 @@ def _posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
     return partial(OnePostFails, live=lambda: watch.live, on_fault=fault)
 
 
+def _sse_posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
+    """The maker of an SSE session's client: for a pooled session told of failures (one
+    ``watch``ed, with ``on_refused``), one telling it of a failed POST, which ends the
+    SDK's writer once it is connected (``_posts.py``)."""
+    watch, told = options.watch, options.on_refused
+    if watch is None or told is None:
+        return httpx2.AsyncClient
+    return partial(ToldPosts, live=lambda: watch.live, on_fault=told)
+
+
 @asynccontextmanager
 async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
     async def handler(message: IncomingMessage) -> None:
@@ -171,7 +181,9 @@ async def _open(options: _Options, mode: str) -> AsyncIterator[Client]:
                 headers=options.headers,
                 timeout=options.connect_timeout,
                 sse_read_timeout=_SSE_READ_SECONDS,
-                httpx_client_factory=options.egress.mcp_factory(options.tenant, options.on_refused),
+                httpx_client_factory=options.egress.mcp_factory(
+                    options.tenant, options.on_refused, make=_sse_posting(options)
+                ),
                 auth=auth,
             )
         else:

@@ -27,7 +27,8 @@ session is not this call's, which may well have reached the server. On an SSE se
 SDK's writer task ends with the POST that failed, leaving that request unanswered and the
 session sending nothing more: the session is lent no more, and a lease waiting in
 ``unless_told`` stops at once with the failure (``_told_failure``); requests other leases
-had POSTed still get their answers on the event stream.
+had POSTed still get their answers on the event stream. A POST failing outside its OAuth
+flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from psych_runtime.activities.egress import Egress, untracked
 from psych_runtime.activities.mcp._client import describe_error, open_client, refusal
 from psych_runtime.activities.mcp._era import is_stateless
 from psych_runtime.activities.mcp._lease import TOLD, Told, store_down, token_refused, unless_told
+from psych_runtime.activities.mcp._posts import PostFailed
 from psych_runtime.activities.mcp._streams import StreamWatch
 from psych_runtime.activities.mcp._told import OAuthFailed
 from psych_runtime.specs import Scope, StoreUnavailable
@@ -185,8 +187,10 @@ class _Pooled:
 
     def tell(self, err: Exception) -> None:
         """``err`` was told: the session's, and the asking lease's (``TOLD``)."""
-        self.refused.append(err)
         told = TOLD.get()
+        if isinstance(err, PostFailed) and told is not None and told.unanswered.is_set():
+            return  # the POST of a request already told why (its OAuth flow, its token)
+        self.refused.append(err)
         if told is not None:
             told.append(err)
         if self.key.transport == "sse":

@@ -23,6 +23,14 @@ needed, a token store down, a token the authorization server refused) is raised 
 before, and ends the session as before: it must reach the session's owner as it is.
 Before the session is connected (the handshake, the era's fallback), a fault fails the
 connecting as before.
+
+An SSE session's POSTs run in the SDK's one writer task, which ends with the first POST
+that raises (a transport fault, or ``raise_for_status`` on an error status): that request
+is never answered and nothing more is sent. ``ToldPosts`` tells the session of such a POST
+(``PostFailed``, in the asking lease's context) before the SDK sees it, so the pool fails
+that lease at once and lends the session no more (``_pool.py``), as for a failed OAuth
+flow; a fault the session was already told of (an egress refusal of a reply, a token
+refused) is not told twice.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from typing import Any
 import httpx2
 import mcp_types
 
-from psych_runtime.activities.egress import EgressDenied
+from psych_runtime.activities.egress import EgressDenied, McpResponseTooLarge
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +91,39 @@ class OnePostFails(httpx2.AsyncClient):
         what = message.get("method", "a response")
         _log.warning("an MCP message (%s) was not delivered: %s", what, said)
         return httpx2.Response(202, request=request)
+
+
+class PostFailed(Exception):
+    """An SSE session's POST failed (``ToldPosts``); the message names why."""
+
+
+class ToldPosts(httpx2.AsyncClient):
+    """A pooled SSE session's client: a POST failing (a transport fault, or an error
+    status, which the SDK's writer raises) while ``live()`` is told to
+    ``on_fault`` as ``PostFailed`` before the SDK sees it (the module docstring)."""
+
+    def __init__(
+        self, *, live: Callable[[], bool], on_fault: Callable[[Exception], None], **options: Any
+    ) -> None:
+        super().__init__(**options)
+        self._live = live
+        self._on_fault = on_fault
+
+    async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        if request.method != "POST" or not self._live():
+            return await super().send(request, **options)
+        try:
+            response = await super().send(request, **options)
+        except _FAULTS as err:
+            if not isinstance(err, McpResponseTooLarge):  # the egress bound told it itself
+                said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+                self._on_fault(PostFailed(f"sending an MCP message failed: {said}"))
+            raise
+        if response.status_code >= 400:  # a redirect is the SDK's to follow (same origin)
+            self._on_fault(
+                PostFailed(f"the MCP server answered a message with HTTP {response.status_code}")
+            )
+        return response
 
 
 def _event_stream(response: httpx2.Response) -> bool:

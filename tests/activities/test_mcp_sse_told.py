@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from pathlib import Path
 
 import httpx2
@@ -27,12 +27,13 @@ from mcp.client.auth import OAuthTokenError
 from psych_runtime.activities import LocalTokenStore, McpSettings
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.mcp import McpActivities
-from psych_runtime.activities.mcp._pool import SessionBroke
-from psych_runtime.specs import McpOAuth, McpServer, StoreUnavailable
+from psych_runtime.activities.mcp._pool import SessionBroke, SessionKey
+from psych_runtime.specs import McpOAuth, McpServer, Scope, StoreUnavailable
 from tests.activities.test_mcp import call, eventually
 from tests.activities.test_mcp_answered_leases import lent_afresh, pooled_server, text_of
-from tests.activities.test_mcp_ended_sessions import StoreDownFor, echo_round
+from tests.activities.test_mcp_ended_sessions import StoreDownFor, echo_round, loopback, pool
 from tests.activities.test_mcp_oauth import SECRET, SECRETS
+from tests.mcp.fixture import start_mcp_server
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 QUICK = 5.0
@@ -125,3 +126,72 @@ async def test_an_sse_call_whose_new_token_was_refused_fails_at_once(
     finally:
         served.set_clients({"psych-worker": SECRET})
         await mcp.aclose()
+
+
+class TokenEndpointDown(httpx2.Auth):
+    """An OAuth provider whose flow, for a request carrying ``marker``, first asks a token
+    endpoint nobody listens on (an authorization server down): httpx2 raises its
+    ``ConnectError`` from the POST itself, never into the flow, so ``ToldAuth`` sees none."""
+
+    requires_request_body = True
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.marker in request.content:
+            yield httpx2.Request("POST", "http://127.0.0.1:9/token", content=b"grant_type=x")
+        yield request
+
+
+async def test_an_sse_call_whose_token_endpoint_is_unreachable_fails_at_once() -> None:
+    # Before: the SDK's writer ended with the POST's ConnectError, told to nobody: the call
+    # waited out its timeout (then read as one that may have run) and the session, its
+    # writer gone, stayed in the pool to be lent again.
+    async with pooled_server("sse", "sse", "token") as (sessions, served, key):
+        started = time.monotonic()
+        with pytest.raises(SessionBroke) as caught:
+            await echo_round(sessions, key, served.url, TokenEndpointDown(b"down"), "down")
+        assert time.monotonic() - started < QUICK
+        assert str(caught.value).startswith("sending an MCP message failed: ConnectError")
+        assert served.calls("echo") == 0
+        assert key not in sessions.keys  # lent no more
+        await lent_afresh(sessions, key, served)
+
+
+class BearerUnlessMarked(httpx2.Auth):
+    """A bearer token on every request but one carrying ``marker`` (as a credential the
+    server stopped taking)."""
+
+    requires_request_body = True
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response]:
+        if self.marker not in request.content:
+            request.headers["Authorization"] = "Bearer good"
+        yield request
+
+
+async def test_an_sse_call_whose_post_the_server_refused_fails_at_once() -> None:
+    # The SDK's writer raises the 401 of the POST (raise_for_status) and ends: before, the
+    # call waited out its timeout, and the session was lent again.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse", require_bearer=True)
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", "token")
+    auth = BearerUnlessMarked(b"no-bearer")
+    try:
+        started = time.monotonic()
+        with pytest.raises(SessionBroke, match="answered a message with HTTP 401"):
+            await echo_round(sessions, key, served.url, auth, "no-bearer")
+        assert time.monotonic() - started < QUICK
+        assert key not in sessions.keys
+        assert text_of(await echo_round(sessions, key, served.url, auth, "again")) == "again"
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
