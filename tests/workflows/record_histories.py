@@ -1872,6 +1872,13 @@ async def a2a_cards_timed_out(rig: Rig) -> RunHandle:
         return await _run_until_timed_out(rig, spec, "Hello")
 
 
+async def a2a_cards_timed_out_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at 8fbf618's code, before the patch psych-a2a-cards-failure-settles: the Run
+    # settled FAILED live on the ActivityError (the boundary caught it alone), and its
+    # marker replays as the bare TimeoutError; the old branch, never re-recorded.
+    return await a2a_cards_timed_out(rig)
+
+
 async def a2a_cards_blob_lost_before_patch(rig: Rig) -> RunHandle:
     # Recorded before the patch psych-a2a-cards-failure-settles: the workflow execution
     # failed at the boundary; the old branch, never re-recorded.
@@ -1984,6 +1991,13 @@ async def workflow_mcp_discovery_timed_out(rig: Rig) -> RunHandle:
             }
         )
         return await _run_until_timed_out(rig, spec, "go")
+
+
+async def workflow_mcp_discovery_timed_out_before_patch(rig: Rig) -> RunHandle:
+    # Recorded at 8fbf618's code, before the patch psych-a2a-cards-failure-settles: the Run
+    # settled FAILED live on the ActivityError ("MCP discovery failed: ..."), and its marker
+    # replays as the bare TimeoutError; the old branch, never re-recorded.
+    return await workflow_mcp_discovery_timed_out(rig)
 
 
 async def mcp_input_required_answered(rig: Rig) -> RunHandle:
@@ -3197,7 +3211,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", a2a_cards_blob_lost_before_patch),
     ("dev", a2a_cards_blob_lost),
     ("dev", a2a_cards_timed_out),
+    ("dev", a2a_cards_timed_out_before_patch),
     ("dev", workflow_mcp_discovery_timed_out),
+    ("dev", workflow_mcp_discovery_timed_out_before_patch),
     ("dev", workflow_start_cards_settle),
     # A2A, the parts left (issue 24): a peer's question to the person; abort cancels
     ("dev", a2a_peer_question_answered),

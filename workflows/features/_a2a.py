@@ -125,10 +125,13 @@ class Peers(Feature):
             )
         except (ActivityError, ApplicationError, TemporalTimeoutError) as err:
             # A local activity's non-retryable failure (or its last retryable one) arrives
-            # as its own ApplicationError; one that timed out on its last attempt raises an
-            # ActivityError live and its bare TimeoutError where its marker replays. A Run
-            # whose start did not ask psych-a2a-cards-failure-settles raised either bare one.
-            if not isinstance(err, ActivityError) and not run.patched(
+            # as its own ApplicationError, live and on replay: a Run whose start did not ask
+            # psych-a2a-cards-failure-settles raised it (the workflow failed unsettled). One
+            # that timed out on its last attempt is an ActivityError live and its bare
+            # TimeoutError where its marker replays; live the Run settled FAILED on the
+            # ActivityError, patch or not, so the bare one settles every Run the same
+            # (history a2a_cards_timed_out_before_patch).
+            if isinstance(err, ApplicationError) and not run.patched(
                 "psych-a2a-cards-failure-settles"
             ):
                 raise

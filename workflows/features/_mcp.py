@@ -150,7 +150,6 @@ async def refresh(
     log: RecordLog,
     consent: Callable[[McpConsent, str], Awaitable[str | None]] | None = None,
     refused: Mapping[str, str] | None = None,
-    timeouts_settle: bool = False,
 ) -> Turn:
     """Resolve a workflow step's catalogue (the base one alone when the Run has no servers,
     or none but those whose consent a person ``refused``: the Run's own, as ``consent``
@@ -159,10 +158,9 @@ async def refresh(
     A server that needs a person's consent suspends the Run through ``consent`` (then
     discovery is asked again; a refused consent fails the Run naming it, unless the server
     is optional: then it is left out, as an agent's turn leaves it out); without it, that
-    fails the Run like an unreachable server. ``timeouts_settle``: the Run asked
-    ``psych-a2a-cards-failure-settles`` at its start, so a discovery that timed out on its
-    last attempt fails it too where its marker replays (there the SDK raises the bare
-    ``TimeoutError``; live, an ``ActivityError``).
+    fails the Run like an unreachable server. A discovery that timed out on its last
+    attempt fails it too, whether it arrives as the ``ActivityError`` it is live or as the
+    bare ``TimeoutError`` its marker replays as.
 
     Raises:
         Stop: FAILED when a non-optional server is unreachable, refused, or discovery
@@ -187,8 +185,11 @@ async def refresh(
             )
             break
         except (ActivityError, ApplicationError, TemporalTimeoutError) as err:
-            if isinstance(err, TemporalTimeoutError) and not timeouts_settle:
-                raise  # a Run recorded before: the replayed timeout failed it unsettled
+            # A last attempt that timed out is an ActivityError live and its bare
+            # TimeoutError where its marker replays; live the Run settled FAILED on the
+            # ActivityError, psych-a2a-cards-failure-settles asked or not, so the bare one
+            # settles every Run the same (history
+            # workflow_mcp_discovery_timed_out_before_patch).
             needed = None if isinstance(err, TemporalTimeoutError) else consent_of(err)
             if needed is None or consent is None:
                 raise Stop(RunStatus.FAILED, f"MCP discovery failed: {cause_text(err)}") from err
@@ -325,7 +326,6 @@ class Mcp(Feature):
             log=run.log,
             consent=run.await_consent,
             refused=run.suspensions.consents_refused,
-            timeouts_settle=run.patched("psych-a2a-cards-failure-settles"),
         )
 
     def carry(self) -> Any:

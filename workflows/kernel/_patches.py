@@ -53,11 +53,11 @@ class StartPatches:
     """A failure of the A2A cards at a boundary settles the Run FAILED
     (``psych-a2a-cards-failure-settles``; ``features/_a2a.py``): before, a non-retryable
     failure of that local activity reached the Run as the activity's own error and failed
-    the workflow unsettled (no ``RunSettled``), and one that timed out on its last attempt
-    settled live but replayed as its bare ``TimeoutError``, let through; the same holds for
-    a workflow tool step's MCP discovery (``psych.mcp.list_tools``, ``features/_mcp.py``),
-    whose timeout likewise settles FAILED on replay too. Such a Run also has every change of
-    the patches below."""
+    the workflow unsettled (no ``RunSettled``). (One that timed out on its last attempt
+    settles FAILED whether the Run asked this or not: live it is an ``ActivityError``,
+    which the old code caught too, and its marker replays as the bare ``TimeoutError``,
+    read the same; likewise a workflow tool step's MCP discovery, ``features/_mcp.py``.)
+    Such a Run also has every change of the patches below."""
     outputs_bounded: bool
     """A workflow's outputs are bounded (``psych-workflow-outputs-bounded``): a step whose
     output would take them past ``runs/_step_output.MAX_OUTPUTS_BYTES`` fails the Run,
