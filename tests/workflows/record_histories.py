@@ -2274,6 +2274,30 @@ async def catalog_tool_not_registered(rig: Rig) -> RunHandle:
     return run
 
 
+class _StalledBlobs(LocalBlobStore):
+    """A blob store whose every put waits until cancelled (a store holding the connection)."""
+
+    async def put(self, data: bytes) -> str:
+        await asyncio.Event().wait()
+        raise AssertionError("never set")
+
+
+async def catalog_timed_out_before_settles(rig: Rig) -> RunHandle:
+    """A Run on one queue whose blob store never answers: the local catalogue cannot store
+    the tool definitions and times out on each of its five attempts (about five minutes).
+    Live that is an ActivityError and the Run settles FAILED, "tools: Activity timed out";
+    its marker replays as the bare TimeoutError. Recorded at 8e73b53, before
+    ``psych-catalog-failure-settles``: the old branch, never re-recorded."""
+    rig.settings.blobs = _StalledBlobs(rig.home / "blobs")
+    spec = rig.agent("stalled").tool("lookup_order").build()
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Hello", scope=SCOPE)
+        async with asyncio.timeout(480):
+            with contextlib.suppress(RunFailed):
+                await rig.client.result(run, scope=SCOPE)
+    return run
+
+
 async def over_the_per_turn_call_cap_no_streak(rig: Rig) -> RunHandle:
     """Eight calls with ``max_tool_calls_per_turn=1``: the seven not run count toward no
     failure streak (patch ``psych-batch-accounting``, asked at the Run's start; before it
@@ -3279,6 +3303,7 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", workflow_continued_first_execution),
     ("dev", workflow_continued_last_execution),
     ("dev", catalog_tool_not_registered),
+    ("dev", catalog_timed_out_before_settles),
     # two calls of one turn under one id (suspensions audit 12-05)
     ("dev", approval_under_a_repeated_id),
     # limits audit 12-05: calls the Run does not run are no failures of their tool

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import CatalogInput, ToolCatalog
@@ -40,8 +41,10 @@ async def resolve(run: ToolCalls, *, builtins: bool = True) -> ToolCatalog:
         # A local catalogue's failure reaches the workflow as the activity's own error (a
         # ToolNotRegistered ApplicationError), not an ActivityError: before the patch it
         # failed the workflow unsettled (no run_settled, the status left running), and a
-        # Run recorded so replays so.
-        if not run._start.catalog_settles:
+        # Run recorded so replays so. A last attempt that timed out is an ActivityError
+        # live (above, patch or not) and its bare TimeoutError where its marker replays:
+        # that settles every Run as it did live (history catalog_timed_out_before_settles).
+        if not run._start.catalog_settles and not isinstance(err, TemporalTimeoutError):
             raise
         # Its own text ("<type>: <message>"), as an ActivityError's cause reads above.
         raise Stop(RunStatus.FAILED, f"tools: {err}") from err
