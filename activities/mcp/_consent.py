@@ -64,7 +64,7 @@ from psych_runtime.activities.mcp._consent_callback import (
 )
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.mcp._registration import refuse_unregistrable, still_known
-from psych_runtime.activities.mcp._told import malformed_token_response
+from psych_runtime.activities.mcp._told import ConsentNeeded, malformed_token_response
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
 _log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ class ConsentProvider(OAuthClientProvider):
         # The token comes into the store through another provider (the Run's exchange):
         # this one reads it again before its next request instead of sending the old one.
         self._initialized = False
-        raise OAuthFlowError("a person's consent is needed (the Run suspends for it)")
+        raise ConsentNeeded("a person's consent is needed (the Run suspends for it)")
 
 
 @dataclass

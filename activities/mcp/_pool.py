@@ -28,7 +28,9 @@ SDK's writer task ends with the POST that failed, leaving that request unanswere
 session sending nothing more: the session is lent no more, and a lease waiting in
 ``unless_told`` stops at once with the failure (``_told_failure``); requests other leases
 had POSTed still get their answers on the event stream. A POST failing outside its OAuth
-flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``).
+flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``). On
+streamable HTTP such a request fails alone (``_posts.OnePostFails``; not a consent need,
+which ends the session), the session lent no more.
 """
 
 from __future__ import annotations

@@ -17,12 +17,15 @@ into what a server's error would be:
 and either tells the session (``on_fault``, the pool's ``on_message``), which is lent no
 more and closed when its last lease ends, as for any transport fault it is told of.
 
-Only transport faults: ``httpx2.RequestError`` (the egress bound's ``McpResponseTooLarge``
-is one) and ``EgressDenied``. What an OAuth provider raises on purpose (a person's consent
-needed, a token store down, a token the authorization server refused) is raised as
-before, and ends the session as before: it must reach the session's owner as it is.
-Before the session is connected (the handshake, the era's fallback), a fault fails the
-connecting as before.
+Transport faults: ``httpx2.RequestError`` (the egress bound's ``McpResponseTooLarge`` is
+one, told by the bound itself) and ``EgressDenied``. Likewise what an OAuth provider
+raised on purpose in the request's own flow, which ``ToldAuth`` told already
+(``_told.flow_told``: a token store's ``StoreUnavailable``, a token the authorization
+server refused, a failed flow): the asking lease raises what it was told, as it did when
+the fault ended the session. Not a flow stopped for a person's consent, which still ends
+the session as before (12-07: a first try answering it alone lost the consent need), nor
+any other exception. Before the session is connected (the handshake, the era's
+fallback), a fault fails the connecting as before.
 
 An SSE session's POSTs run in the SDK's one writer task, which ends with the first POST
 that raises (a transport fault, or ``raise_for_status`` on an error status): that request
@@ -44,6 +47,7 @@ import httpx2
 import mcp_types
 
 from psych_runtime.activities.egress import EgressDenied, McpResponseTooLarge
+from psych_runtime.activities.mcp._told import flow_told
 
 _log = logging.getLogger(__name__)
 
@@ -52,8 +56,9 @@ _FAULTS = (httpx2.RequestError, EgressDenied)
 
 
 class OnePostFails(httpx2.AsyncClient):
-    """An httpx2 client whose POSTs (MCP messages) fail alone on a transport fault while
-    ``live()`` (the module docstring); ``on_fault`` is told of each such fault."""
+    """An httpx2 client whose POSTs (MCP messages) fail alone on a transport fault or a
+    failed OAuth flow while ``live()`` (the module docstring); ``on_fault`` is told of
+    each (of what ``ToldAuth`` told, for a failed flow)."""
 
     def __init__(
         self, *, live: Callable[[], bool], on_fault: Callable[[Exception], None], **options: Any
@@ -77,12 +82,17 @@ class OnePostFails(httpx2.AsyncClient):
                 await response.aclose()
                 raise
             return response
-        except _FAULTS as err:
-            return self._failed(request, err)
+        except Exception as err:
+            told = flow_told(request, err)
+            if told is None and not isinstance(err, _FAULTS):
+                raise
+            return self._failed(request, err, told)
 
-    def _failed(self, request: httpx2.Request, err: Exception) -> httpx2.Response:
+    def _failed(
+        self, request: httpx2.Request, err: Exception, told: Exception | None
+    ) -> httpx2.Response:
         said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        self._on_fault(err)
+        self._on_fault(err if told is None else told)
         message = _message(request)
         if "method" in message and "id" in message:
             error = {"code": mcp_types.CONNECTION_CLOSED, "message": said}

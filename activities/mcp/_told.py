@@ -8,6 +8,11 @@ closed". ``ToldAuth`` tells the pool (``_pool.py``) of the failure as it is rais
 call's error and the server's unavailability say why: the token the authorization server
 refused, and its answer. Likewise of a token the MCP server refused right after the flow
 obtained it, where the SDK says only "Server returned an error response".
+
+The request whose flow failed carries what was told of it (``flow_told``): a pooled
+streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``).
+Not a flow stopped for a person's consent (``ConsentNeeded``), which still ends the session
+as before: the activity meets it as a consent need.
 """
 
 from __future__ import annotations
@@ -15,12 +20,21 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 
 import httpx2
-from mcp.client.auth import OAuthTokenError
+from mcp.client.auth import OAuthFlowError, OAuthTokenError
 from mcp.client.auth.utils import extract_field_from_www_auth
 from pydantic import ValidationError
 
 from psych_runtime.activities.egress import PURPOSE, Purpose
 from psych_runtime.specs import StoreUnavailable
+
+_TOLD = "psych_oauth_told"
+"""The request extension ``ToldAuth`` sets on a request whose flow failed: the exception
+that ended the flow, and what was told of it."""
+
+
+class ConsentNeeded(OAuthFlowError):
+    """A flow stopped for a person's consent (``_consent.py``): told, but never marked on
+    its request (``flow_told``), so it ends a streamable-HTTP session as before."""
 
 
 class OAuthFailed(Exception):
@@ -51,8 +65,9 @@ class _Forwarding(httpx2.Auth):
     def _sending(self, request: httpx2.Request, sent: httpx2.Request) -> None:
         """``sent`` goes out in the flow of ``request``."""
 
-    def _failed(self, err: Exception, unsent: bool) -> None:
-        """The flow ends raising ``err``; ``unsent``: before it sent the request itself."""
+    def _failed(self, request: httpx2.Request, err: Exception, unsent: bool) -> None:
+        """The flow of ``request`` ends raising ``err``; ``unsent``: before it sent
+        ``request`` itself."""
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
         """The flow ends with ``response`` to the request; ``renewed``: the flow made
@@ -81,7 +96,7 @@ class _Forwarding(httpx2.Auth):
                 self._answered(answer, renewed)
             return
         except Exception as err:
-            self._failed(err, unsent)
+            self._failed(request, err, unsent)
             raise
         finally:
             await flow.aclose()
@@ -96,16 +111,20 @@ class ToldAuth(_Forwarding):
         super().__init__(inner)
         self.told = told
 
-    def _failed(self, err: Exception, unsent: bool) -> None:
+    def _failed(self, request: httpx2.Request, err: Exception, unsent: bool) -> None:
+        told: Exception
         if isinstance(err, StoreUnavailable):
             # The worker's token store, not the server nor its authorization server: told
             # as it is, so the session's owner raises it (transient, ``_pool.py``).
-            self.told(err)
-            return
-        said = malformed_token_response(err) or (
-            f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        )
-        self.told(OAuthFailed(f"getting an OAuth token failed: {said}", unsent=unsent))
+            told = err
+        else:
+            said = malformed_token_response(err) or (
+                f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            )
+            told = OAuthFailed(f"getting an OAuth token failed: {said}", unsent=unsent)
+        self.told(told)
+        if not isinstance(err, ConsentNeeded):
+            request.extensions = {**request.extensions, _TOLD: (err, told)}
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
         if response.status_code not in (401, 403) or not renewed:
@@ -119,6 +138,16 @@ class ToldAuth(_Forwarding):
                 "another resource or scope)"
             )
         )
+
+
+def flow_told(request: httpx2.Request, err: BaseException) -> Exception | None:
+    """What ``ToldAuth`` told of ``err``, when ``err`` ended ``request``'s OAuth flow
+    (None: it did not, or it was a consent need)."""
+    marked = request.extensions.get(_TOLD)
+    if marked is None or marked[0] is not err:
+        return None
+    told: Exception = marked[1]
+    return told
 
 
 def malformed_token_response(err: Exception) -> str | None:

@@ -1,0 +1,107 @@
+"""A pooled streamable-HTTP session: a request whose own OAuth flow failed fails alone.
+
+The SDK runs each streamable-HTTP POST in its transport's task group, and the request's
+OAuth flow inside it: a flow raising on purpose (a token store down, a token the
+authorization server refused) ended the whole session. Before: another lease's call the
+server was running lost its answer (``SessionBroke``, may have run). Now the asking lease
+raises what it did before (``StoreUnavailable`` as it is; ``SessionBroke`` with the flow's
+words, may have run), the others keep their answers, and the session is lent no more and
+closed after its last lease. A flow stopped for a person's consent (``ConsentNeeded``)
+still ends the session, as before (tests/e2e/test_mcp_consent.py: the Run asks again).
+
+Real MCP test servers in their own processes on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import httpx2
+import pytest
+
+from psych_runtime.activities.mcp._pool import _ENDED, SessionBroke
+from psych_runtime.activities.mcp._told import ConsentNeeded
+from psych_runtime.specs import StoreUnavailable
+from tests.activities.test_mcp import eventually
+from tests.activities.test_mcp_answered_leases import lent_afresh, pooled_server, text_of
+from tests.activities.test_mcp_ended_sessions import StoreDownFor
+from tests.activities.test_mcp_sse_told import RefusedFor
+
+
+async def test_a_call_in_flight_keeps_its_answer_when_another_calls_token_store_failed() -> None:
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
+        auth = StoreDownFor(b"needs-a-token")
+
+        async def call(tool: str, arguments: dict[str, object]) -> object:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                return await client.call_tool(tool, arguments)
+
+        assert text_of(await call("echo", {"text": "connected"})) == "connected"
+        pooled = sessions._sessions[key]
+        slow = asyncio.create_task(call("slow", {"seconds": 2}))
+        await eventually(lambda: served.calls("slow") == 1, within=20)
+        with pytest.raises(StoreUnavailable, match="the token store did not answer"):
+            await call("echo", {"text": "needs-a-token"})  # its own failure, as before
+        assert pooled.broken not in (None, _ENDED)  # lent no more
+        assert key not in sessions.keys
+        assert text_of(await slow).startswith("slept 2")  # before: SessionBroke, lost
+        await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
+
+
+async def test_a_call_whose_oauth_flow_failed_says_so_and_others_keep_theirs() -> None:
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
+        auth = RefusedFor(b"refused-token")
+
+        async def call(tool: str, arguments: dict[str, object]) -> object:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                return await client.call_tool(tool, arguments)
+
+        assert text_of(await call("echo", {"text": "connected"})) == "connected"
+        pooled = sessions._sessions[key]
+        slow = asyncio.create_task(call("slow", {"seconds": 2}))
+        await eventually(lambda: served.calls("slow") == 1, within=20)
+        with pytest.raises(SessionBroke) as caught:
+            await call("echo", {"text": "refused-token"})
+        said = "the session broke: getting an OAuth token failed: OAuthTokenError: invalid_client"
+        assert str(caught.value) == said  # its own words, as before
+        assert not caught.value.nothing_handed  # as before: handed to the transport
+        assert served.calls("echo") == 1  # the first only
+        assert text_of(await slow).startswith("slept 2")  # before: SessionBroke, lost
+        await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
+
+
+class ConsentFor(httpx2.Auth):
+    """An OAuth provider whose flow stops for a person's consent for a request carrying
+    ``marker`` (as ``_consent.py``'s does)."""
+
+    requires_request_body = True
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.marker in request.content:
+            raise ConsentNeeded("a person's consent is needed (the Run suspends for it)")
+        yield request
+
+
+async def test_a_consent_need_still_ends_the_session() -> None:
+    # Left as it was: the activity meets the consent need through the session's end.
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
+        auth = ConsentFor(b"needs-consent")
+
+        async def call(tool: str, arguments: dict[str, object]) -> object:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                return await client.call_tool(tool, arguments)
+
+        assert text_of(await call("echo", {"text": "connected"})) == "connected"
+        pooled = sessions._sessions[key]
+        with pytest.raises(SessionBroke, match="a person's consent is needed"):
+            await call("echo", {"text": "needs-consent"})
+        await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
