@@ -142,17 +142,18 @@ async def _refuse_elicitation(
 
 
 def _posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
-    """The maker of a streamable-HTTP session's client: for a pooled session (one
-    ``watch``ed), one whose POSTs fail alone once it is connected (``_posts.py``)."""
-    watch = options.watch
-    if watch is None:
+    """The maker of a streamable-HTTP session's client: for a pooled session told of
+    failures (one ``watch``ed, with ``on_refused``), one whose POSTs fail alone once it is
+    connected (``_posts.py``)."""
+    watch, told = options.watch, options.on_refused
+    if watch is None or told is None:
         return httpx2.AsyncClient
 
     def fault(err: Exception) -> None:
         if options.on_message is not None:
             options.on_message(err)
 
-    return partial(OnePostFails, live=lambda: watch.live, on_fault=fault)
+    return partial(OnePostFails, live=lambda: watch.live, tell=told, on_fault=fault)
 
 
 def _sse_posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:

@@ -30,7 +30,8 @@ session sending nothing more: the session is lent no more, and a lease waiting i
 had POSTed still get their answers on the event stream. A POST failing outside its OAuth
 flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``). On
 streamable HTTP such a request fails alone (``_posts.OnePostFails``; not a consent need,
-which ends the session), the session lent no more.
+which ends the session), the session lent no more, and a lease's ``SessionBroke`` names
+its own fault, the session's only when it was told none.
 """
 
 from __future__ import annotations
@@ -311,8 +312,11 @@ class McpSessions:
                     raise
                 if pooled.refused or pooled.broken is None:
                     pooled.broken = refusal(pooled.refused, err)
+                # Its own fault when it was told one: the session's last (``broken``) may
+                # be another lease's (12-07: told "response too large" for its ConnectError).
+                reason = refusal(told, err) if told else pooled.broken
                 unsent = pooled.watch.handed == handed
-                raise SessionBroke(pooled.broken, reused=reused, nothing_handed=unsent) from err
+                raise SessionBroke(reason, reused=reused, nothing_handed=unsent) from err
             finally:
                 TOLD.reset(telling)
             # Returned: every request of the lease had its answer, which stands whatever

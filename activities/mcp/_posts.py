@@ -14,8 +14,11 @@ into what a server's error would be:
 - a notification's or a response's POST, which nobody waits for, is dropped with a warning
   (a 202, which the SDK takes as delivered);
 
-and either tells the session (``on_fault``, the pool's ``on_message``), which is lent no
-more and closed when its last lease ends, as for any transport fault it is told of.
+and either tells the session: the asking lease and the session of the fault (``tell``, the
+pool's ``tell``: ``PostFailed``, so that lease's error names its own fault, not another's
+the session was told of), and the session's owner (``on_fault``, the pool's
+``on_message``), which lends it no more and closes it when its last lease ends, as for
+any transport fault it is told of.
 
 Transport faults: ``httpx2.RequestError`` (the egress bound's ``McpResponseTooLarge`` is
 one, told by the bound itself) and ``EgressDenied``. Likewise what an OAuth provider
@@ -57,14 +60,20 @@ _FAULTS = (httpx2.RequestError, EgressDenied)
 
 class OnePostFails(httpx2.AsyncClient):
     """An httpx2 client whose POSTs (MCP messages) fail alone on a transport fault or a
-    failed OAuth flow while ``live()`` (the module docstring); ``on_fault`` is told of
-    each (of what ``ToldAuth`` told, for a failed flow)."""
+    failed OAuth flow while ``live()`` (the module docstring): ``tell`` is told of the
+    fault, unless told already, then ``on_fault`` of what was told."""
 
     def __init__(
-        self, *, live: Callable[[], bool], on_fault: Callable[[Exception], None], **options: Any
+        self,
+        *,
+        live: Callable[[], bool],
+        tell: Callable[[Exception], None],
+        on_fault: Callable[[Exception], None],
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         self._live = live
+        self._tell = tell
         self._on_fault = on_fault
 
     async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
@@ -92,10 +101,16 @@ class OnePostFails(httpx2.AsyncClient):
         self, request: httpx2.Request, err: Exception, told: Exception | None
     ) -> httpx2.Response:
         said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        self._on_fault(err if told is None else told)
+        if told is None:
+            if isinstance(err, McpResponseTooLarge):
+                told = err  # the egress bound told it itself
+            else:
+                told = PostFailed(f"sending an MCP message failed: {said}")
+                self._tell(told)
+        self._on_fault(told)
         message = _message(request)
         if "method" in message and "id" in message:
-            error = {"code": mcp_types.CONNECTION_CLOSED, "message": said}
+            error = {"code": mcp_types.CONNECTION_CLOSED, "message": str(told)}
             answer = {"jsonrpc": "2.0", "id": message["id"], "error": error}
             return httpx2.Response(200, json=answer, request=request)
         what = message.get("method", "a response")

@@ -1,4 +1,5 @@
-"""A pooled streamable-HTTP session: a request whose own OAuth flow failed fails alone.
+"""A pooled streamable-HTTP session: a request whose own OAuth flow failed fails alone, and
+each lease is told its own fault.
 
 The SDK runs each streamable-HTTP POST in its transport's task group, and the request's
 OAuth flow inside it: a flow raising on purpose (a token store down, a token the
@@ -8,6 +9,10 @@ raises what it did before (``StoreUnavailable`` as it is; ``SessionBroke`` with 
 words, may have run), the others keep their answers, and the session is lent no more and
 closed after its last lease. A flow stopped for a person's consent (``ConsentNeeded``)
 still ends the session, as before (tests/e2e/test_mcp_consent.py: the Run asks again).
+
+Since sessions outlive a fault, a lease's ``SessionBroke`` named the session's last
+failure, which could be another lease's: one lease's reply over the egress bound, then
+another's own ``ConnectError``, told "response too large".
 
 Real MCP test servers in their own processes on loopback.
 """
@@ -26,6 +31,7 @@ from psych_runtime.specs import StoreUnavailable
 from tests.activities.test_mcp import eventually
 from tests.activities.test_mcp_answered_leases import lent_afresh, pooled_server, text_of
 from tests.activities.test_mcp_ended_sessions import StoreDownFor
+from tests.activities.test_mcp_failed_posts import _BOUND, bounded_json_server
 from tests.activities.test_mcp_sse_told import RefusedFor
 
 
@@ -105,3 +111,33 @@ async def test_a_consent_need_still_ends_the_session() -> None:
             await call("echo", {"text": "needs-consent"})
         await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
         await lent_afresh(sessions, key, served)
+
+
+async def test_each_lease_is_told_its_own_fault() -> None:
+    # One lease's reply is over the egress bound; another lease, holding the session from
+    # before, then meets its own ConnectError (the server gone). Before: it was told
+    # "response too large", the session's last failure.
+    async with bounded_json_server() as (sessions, served, key):
+        leased, gone = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with sessions.client(key, served.url, {}) as held:
+                assert text_of(await held.call_tool("echo", {"text": "on"})) == "on"
+                leased.set()
+                await gone.wait()
+                await held.call_tool("echo", {"text": "gone"})
+
+        holding = asyncio.create_task(hold())
+        await leased.wait()
+        pooled = sessions._sessions[key]
+        with pytest.raises(SessionBroke, match="response too large"):
+            async with sessions.client(key, served.url, {}) as other:
+                await other.call_tool("big", {"size": 2 * _BOUND})
+        assert pooled.broken is not None and "response too large" in pooled.broken
+        served.stop()
+        gone.set()
+        with pytest.raises(SessionBroke) as caught:
+            await holding
+        assert str(caught.value).startswith(
+            "the session broke: sending an MCP message failed: ConnectError"
+        ), caught.value
