@@ -13,6 +13,7 @@ from psych_runtime.workflows.client._asked import (
     TemporalCancelled,
     TemporalUnanswered,
     describe_within,
+    history_events,
     waited_out,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
@@ -211,6 +212,7 @@ __all__ = [
     "answer_cut_short",
     "closed_without_settling",
     "describe_within",
+    "history_events",
     "is_spawned",
     "parse_workflow_id",
     "waited_out",

@@ -14,13 +14,16 @@ that runs ahead misses the second question (as before this module).
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowHistoryEventAsyncIterator,
 )
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
@@ -213,21 +216,38 @@ class HistoryNotRead(TemporalUnanswered):
 
 
 class TemporalCancelled(RPCError):
-    """Temporal answered a read that needs no worker (a describe) at once with a timeout's
-    status, CANCELLED (a server under load) or DEADLINE_EXCEEDED: it gave the read up,
-    which is neither its silence (``TemporalUnanswered``) nor a worker's (no worker
-    answers a describe), and asked again it may answer. An ``RPCError`` of that status;
-    ``why`` says it in words (REST's 503 ``temporal``). Pickles and copies whole."""
+    """Temporal answered a read that needs no worker (a describe, a page of a history or
+    of a Run listing, a long poll) at once with a timeout's status, CANCELLED (a server
+    under load) or DEADLINE_EXCEEDED: it gave the read up, which is neither its silence
+    (``TemporalUnanswered``) nor a worker's (no worker answers such a read), and asked
+    again it may answer. An ``RPCError`` of that status; ``why`` says it in words, naming
+    the Run read (else ``subject``) and what was not read (REST's 503 ``temporal``).
+    Pickles and copies whole."""
 
-    def __init__(self, workflow_id: str, what: str, err: RPCError) -> None:
+    def __init__(
+        self,
+        workflow_id: str | None,
+        what: str,
+        err: RPCError,
+        *,
+        detail: str | None = None,
+        subject: str | None = None,
+    ) -> None:
+        if (workflow_id is None) == (subject is None):
+            raise ValueError(
+                f"TemporalCancelled of {what}: give a Run's workflow id or a subject "
+                f"(workflow_id={workflow_id!r}, subject={subject!r}), one of them"
+            )
         self.workflow_id = workflow_id
-        """The Run read."""
+        """The Run read; None for a read of no single Run (``subject`` says what)."""
+        self.subject = subject or f"Run {workflow_id}"
+        """What was read of, in words."""
         self.what = what
         """What was not read (``a describe``)."""
         self.why = (
-            f"Temporal cancelled {what} of Run {workflow_id} at once ({err.status.name}: "
-            f"{err.message}): it gave the read up (under load, say) rather than not "
-            "answering; send the request again"
+            f"Temporal cancelled {what} of {self.subject} at once ({err.status.name}: "
+            f"{detail or err.message}): it gave the read up (under load, say) rather than "
+            "not answering; send the request again"
         )
         super().__init__(self.why, err.status, err.raw_grpc_status)
 
@@ -249,10 +269,10 @@ async def describe_within(
     try:
         return await handle.describe(rpc_timeout=rpc_timeout)
     except RPCError as err:
-        if waited_out(err, asked_at, rpc_timeout):
-            raise TemporalUnanswered(workflow_id, "a describe", rpc_timeout, err) from err
         if unanswered(err):
-            raise TemporalCancelled(workflow_id, "a describe", err) from err
+            raise read_mapped(
+                err, workflow_id, "a describe", rpc_timeout, asked_at=asked_at
+            ) from err
         raise
 
 
@@ -303,13 +323,87 @@ def mapped(err: RPCError, workflow_id: str) -> Exception:
 
 
 def read_mapped(
-    err: RPCError, workflow_id: str, what: str, rpc_timeout: timedelta | None
+    err: RPCError,
+    workflow_id: str | None,
+    what: str,
+    rpc_timeout: timedelta | None,
+    *,
+    asked_at: float,
+    subject: str | None = None,
+    detail: str | None = None,
 ) -> Exception:
-    """``err`` of a read no worker answers (``what``: a describe, a close event), as this
-    package raises it: its timeout as ``TemporalUnanswered`` (Temporal's silence, not a
-    worker's; one already so, as it is), else as ``mapped``."""
-    if isinstance(err, TemporalUnanswered):
+    """``err`` of one request of a read no worker answers (``what``: a describe, a close
+    event, a page), asked at ``asked_at`` (``time.monotonic()``) with ``rpc_timeout``, as
+    this package raises it: its timeout's status when it waited most of ``rpc_timeout``
+    (``waited_out``) as ``TemporalUnanswered`` (Temporal's silence, not a worker's), the
+    same status answered sooner as ``TemporalCancelled`` (Temporal gave the read up), one
+    already so as it is, else as ``mapped``. With no ``rpc_timeout`` (the client's default,
+    which may be none) nothing tells the two apart: its timeout is ``TemporalUnanswered``.
+    ``subject`` names what was read of when no single Run was (``workflow_id`` None, and
+    NOT_FOUND is then as it is); ``detail`` says more than ``err``'s message."""
+    if isinstance(err, TemporalUnanswered | TemporalCancelled):
         return err
     if unanswered(err):
-        return TemporalUnanswered(workflow_id, what, rpc_timeout, err)
-    return mapped(err, workflow_id)
+        if rpc_timeout is None or waited_out(err, asked_at, rpc_timeout):
+            return TemporalUnanswered(
+                workflow_id, what, rpc_timeout, err, detail=detail, subject=subject
+            )
+        return TemporalCancelled(workflow_id, what, err, detail=detail, subject=subject)
+    return err if workflow_id is None else mapped(err, workflow_id)
+
+
+def history_read(
+    err: RPCError,
+    workflow_id: str,
+    events_read: int,
+    rpc_timeout: timedelta | None,
+    *,
+    asked_at: float,
+) -> Exception:
+    """``err`` of a page of a Run's history (``events_read`` events read before it) asked
+    at ``asked_at`` with ``rpc_timeout``, as ``read_mapped`` raises it: Temporal's silence
+    as ``HistoryNotRead``, a timeout's status it answered sooner as ``TemporalCancelled``
+    saying how far the history was read."""
+    if unanswered(err) and (rpc_timeout is None or waited_out(err, asked_at, rpc_timeout)):
+        return HistoryNotRead(workflow_id, events_read, rpc_timeout, err)
+    detail = f"after {events_read} events read: {err.message}"
+    return read_mapped(
+        err, workflow_id, "a page of the history", rpc_timeout, asked_at=asked_at, detail=detail
+    )
+
+
+async def history_events(
+    events: WorkflowHistoryEventAsyncIterator,
+    workflow_id: str,
+    rpc_timeout: timedelta | None,
+    *,
+    what: str | None = None,
+) -> AsyncIterator[HistoryEvent]:
+    """The events of ``events`` (a ``fetch_history_events`` of the Run ``workflow_id`` made
+    with ``rpc_timeout``), read page by page as its own iteration reads them, but each
+    page's request timed on its own: that iteration asks again, unseen, after every empty
+    answer of a long poll (Temporal's at its own interval), so the time the whole of it
+    took is not the time the request that failed waited.
+
+    Raises:
+        HistoryNotRead | TemporalCancelled: a page's timeout's status, as ``history_read``
+            (``what`` given: as ``read_mapped`` of ``what``, ``TemporalUnanswered`` for
+            Temporal's silence).
+        RPCError: any other failure of a page, as it is.
+    """
+    read = 0
+    while True:
+        asked_at = time.monotonic()
+        try:
+            await events.fetch_next_page()
+        except RPCError as err:
+            if not unanswered(err):
+                raise
+            if what is None:
+                raise history_read(err, workflow_id, read, rpc_timeout, asked_at=asked_at) from err
+            raise read_mapped(err, workflow_id, what, rpc_timeout, asked_at=asked_at) from err
+        for event in events.current_page or ():
+            read += 1
+            yield event
+        if events.next_page_token is None:
+            return

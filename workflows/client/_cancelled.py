@@ -28,7 +28,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
-from psych_runtime.workflows.client._asked import HistoryNotRead, mapped, unanswered
+from psych_runtime.workflows.client._asked import (
+    HistoryNotRead,
+    TemporalCancelled,
+    history_events,
+    mapped,
+)
 from psych_runtime.workflows.contract._contract import (
     CANCELLED_REASON,
     SA_STATUS,
@@ -54,16 +59,14 @@ async def cancelled_reason(
     Raises:
         NotFound: its history gone meanwhile.
         HistoryNotRead: Temporal did not answer a page within ``rpc_timeout``.
+        TemporalCancelled: it gave a page up at once (a CANCELLED under load).
         RPCError: Temporal could not read its history.
     """
     cancel_asked = False
     settled_as_cancelled = False
-    read = 0
     try:
-        async for event in execution.fetch_history_events(
-            skip_archival=True, rpc_timeout=rpc_timeout
-        ):
-            read += 1
+        pages = execution.fetch_history_events(skip_archival=True, rpc_timeout=rpc_timeout)
+        async for event in history_events(pages, workflow_id, rpc_timeout):
             if event.HasField("workflow_execution_started_event_attributes"):
                 if await _handed_messages(client, event):
                     return None
@@ -75,9 +78,9 @@ async def cancelled_reason(
                 if not cancel_asked or status != RunStatus.ABORTED:
                     return None  # it settled before it was cancelled: its state says how
                 settled_as_cancelled = True
+    except (HistoryNotRead, TemporalCancelled):  # each page's read waits ``rpc_timeout``
+        raise
     except RPCError as err:
-        if unanswered(err):  # each page's read waits ``rpc_timeout`` at most
-            raise HistoryNotRead(workflow_id, read, rpc_timeout, err) from err
         raise mapped(err, workflow_id) from err
     return CANCELLED_REASON if settled_as_cancelled else None
 

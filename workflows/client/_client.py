@@ -50,12 +50,10 @@ from psych_runtime.specs import (
     validate,
 )
 from psych_runtime.workflows.client._asked import (
-    HISTORY_LONG_POLL_TIMEOUT,
     TEMPORAL_READ_TIMEOUT,
     describe_within,
     given_timeout,
     query_run,
-    read_mapped,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._chain import chain_page
@@ -63,6 +61,7 @@ from psych_runtime.workflows.client._checked import CheckedVersions, check_permi
 from psych_runtime.workflows.client._client_actions import RunActions
 from psych_runtime.workflows.client._client_report import RunReporting
 from psych_runtime.workflows.client._client_stream import RunStreaming
+from psych_runtime.workflows.client._closed import awaited_result
 from psych_runtime.workflows.client._follow_hub import FollowHub
 from psych_runtime.workflows.client._listing import RunListing, parse_workflow_id
 from psych_runtime.workflows.client._same_input import check_same_input
@@ -453,6 +452,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                 settled with; ``reason`` says why.
             TemporalUnanswered: Temporal did not answer a long poll of the close event
                 in time.
+            TemporalCancelled: it gave one up at once (a CANCELLED under load).
         """
         workflow_id, _ = self._handle(run, scope)
         given_timeout(query_timeout, "query_timeout")
@@ -460,9 +460,7 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             workflow_id, run_id=execution, result_type=RunResult
         )
         try:
-            result: RunResult = await handle.result(
-                follow_runs=execution is None, rpc_timeout=HISTORY_LONG_POLL_TIMEOUT
-            )
+            result = await awaited_result(handle, workflow_id)
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
@@ -489,8 +487,4 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
                         outputs=state.outputs,
                     )
             raise RunFailed(failure_reason(err)) from err
-        except RPCError as err:
-            raise read_mapped(
-                err, workflow_id, "a long poll of the close event", HISTORY_LONG_POLL_TIMEOUT
-            ) from err
         return result

@@ -27,17 +27,33 @@ without psych's search attributes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowContinuedAsNewError,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistoryEventFilterType,
+)
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from psych_runtime.activities.contract import ErrorType
-from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, read_mapped
+from psych_runtime.workflows.client._asked import (
+    HISTORY_LONG_POLL_TIMEOUT,
+    TEMPORAL_READ_TIMEOUT,
+    TemporalCancelled,
+    TemporalUnanswered,
+    history_events,
+    mapped,
+    read_mapped,
+)
 from psych_runtime.workflows.client._cancelled import cancelled_reason
 from psych_runtime.workflows.client._listing import parse_workflow_id
 from psych_runtime.workflows.client._unsettled import (
@@ -91,11 +107,12 @@ async def closed_run(
             of a cancelled one's history).
         RPCError: Temporal could not describe it or read its close event.
     """
+    bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+    asked_at = time.monotonic()
     try:
-        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", bound) from err
+        raise read_mapped(err, workflow_id, "a describe", bound, asked_at=asked_at) from err
     closed = described.status
     if closed in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
         return None
@@ -116,10 +133,13 @@ async def closed_run(
         return ClosedRun(run_id, tenant, agent, version, kind, status, reason, answer)
 
     if closed is WorkflowExecutionStatus.COMPLETED:  # the Run returned its result
+        asked_at = time.monotonic()  # one request: the execution closed
         try:
             result: RunResult = await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
         except RPCError as err:
-            raise read_mapped(err, workflow_id, "its close event", rpc_timeout) from err
+            raise read_mapped(
+                err, workflow_id, "its close event", rpc_timeout, asked_at=asked_at
+            ) from err
         except Exception:  # not decoded here: its state, as a worker decodes it, says
             return None
         return shown(result.status, result.reason, result.answer)
@@ -132,14 +152,69 @@ async def closed_run(
     if closed is not WorkflowExecutionStatus.FAILED:
         return None
     failure: BaseException | None = None
+    asked_at = time.monotonic()  # one request: the execution closed
     try:
         await execution.result(follow_runs=False, rpc_timeout=rpc_timeout)
     except WorkflowFailureError as err:
         failure = err.cause
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "its close event", rpc_timeout) from err
+        raise read_mapped(
+            err, workflow_id, "its close event", rpc_timeout, asked_at=asked_at
+        ) from err
     except Exception:  # its failure not decoded here: as for a result, its state says
         return None
     if isinstance(failure, ApplicationError) and failure.type == ErrorType.RUN_FAILED:
         return shown(RunStatus.FAILED, failure.message)  # it settled FAILED, saying why
     return None
+
+
+async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: str) -> RunResult:
+    """What ``handle``'s execution returned, once it closed (its ``result()``): of the
+    latest execution followed past each continue-as-new when ``handle`` names none, else of
+    the one it names (``WorkflowContinuedAsNewError`` when that one continued as new).
+
+    ``result()`` asks again, unseen, after each empty answer of its long poll (Temporal's,
+    at its own interval), so the time it took is not the time its failed request waited:
+    the close event is waited for here, each long poll timed on its own and waiting
+    ``HISTORY_LONG_POLL_TIMEOUT`` at most, and then read, which Temporal answers at once.
+    (A reset between the two has ``result()`` wait for the new execution: its time is then
+    of more than one request, and a timeout's status it ends with is taken for silence.)
+
+    Raises:
+        WorkflowFailureError: the execution failed, was cancelled, terminated, timed out.
+        TemporalUnanswered: Temporal did not answer a long poll of the close event in time.
+        TemporalCancelled: it gave one up at once (a CANCELLED under load).
+        NotFound: no such Run.
+        RPCError: Temporal refused otherwise.
+    """
+    what = "a long poll of the close event"
+    while True:
+        closes = handle.fetch_history_events(
+            wait_new_event=True,
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+            skip_archival=True,
+            rpc_timeout=HISTORY_LONG_POLL_TIMEOUT,
+        )
+        try:
+            async for _close in history_events(
+                closes, workflow_id, HISTORY_LONG_POLL_TIMEOUT, what=what
+            ):
+                break
+        except (TemporalUnanswered, TemporalCancelled):
+            raise
+        except RPCError as err:
+            raise mapped(err, workflow_id) from err
+        asked_at = time.monotonic()
+        try:
+            result: RunResult = await handle.result(
+                follow_runs=False, rpc_timeout=HISTORY_LONG_POLL_TIMEOUT
+            )
+        except WorkflowContinuedAsNewError:
+            if handle.run_id is not None:
+                raise
+            continue  # the latest execution is now the one it continued as
+        except RPCError as err:
+            raise read_mapped(
+                err, workflow_id, what, HISTORY_LONG_POLL_TIMEOUT, asked_at=asked_at
+            ) from err
+        return result

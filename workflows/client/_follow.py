@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -38,8 +39,8 @@ from psych_runtime.specs import NotFound, PsychError
 from psych_runtime.workflows.client._asked import (
     HISTORY_LONG_POLL_TIMEOUT,
     TEMPORAL_READ_TIMEOUT,
-    HistoryNotRead,
     describe_within,
+    history_read,
     unanswered,
 )
 from psych_runtime.workflows.client._chain import holder
@@ -91,7 +92,8 @@ class _HistoryWatch:
     """Long-polls one execution's history; sets ``changed`` when a workflow task completed
     or the execution closed, and keeps its close event. Each poll waits
     ``HISTORY_LONG_POLL_TIMEOUT`` at most (past Temporal's own interval, after which it
-    answers empty): past it, ``HistoryNotRead``, which the follower raises."""
+    answers empty): past it, ``HistoryNotRead``, which the follower raises; a timeout's
+    status Temporal answers sooner (a CANCELLED under load), ``TemporalCancelled``."""
 
     client: Client
     execution: WorkflowExecution
@@ -112,17 +114,19 @@ class _HistoryWatch:
                     wait_new_event=True,
                     history_event_filter_type=HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT,
                 )
+                asked_at = time.monotonic()  # of this one request (its retries too)
                 try:
                     answer = await self.client.workflow_service.get_workflow_execution_history(
                         request, retry=True, timeout=HISTORY_LONG_POLL_TIMEOUT
                     )
                 except RPCError as err:
                     if unanswered(err):
-                        raise HistoryNotRead(
+                        raise history_read(
+                            err,
                             self.execution.workflow_id,
                             events_read,
                             HISTORY_LONG_POLL_TIMEOUT,
-                            err,
+                            asked_at=asked_at,
                         ) from err
                     raise
                 events_read += len(answer.history.events)

@@ -22,7 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.activities.contract import ids_from
 from psych_runtime.specs import NotFound, Scope, SpecError
-from psych_runtime.workflows.client._asked import TemporalUnanswered
+from psych_runtime.workflows.client._asked import TemporalCancelled, TemporalUnanswered
 from psych_runtime.workflows.client._cursor import (
     EPOCH,
     ListingFilters,
@@ -454,8 +454,9 @@ class RunListing(abc.ABC):
             state = await self._state(summary.workflow_id, scope, wait)
         except NotFound as err:
             return dataclasses.replace(summary, unreadable=str(err))
-        except TemporalUnanswered as err:
-            # Temporal's own silence (a closed Run's describe), not a worker's.
+        except (TemporalUnanswered, TemporalCancelled) as err:
+            # Temporal's own silence (a closed Run's describe), or its giving the read up
+            # at once, not a worker's silence.
             return dataclasses.replace(summary, unreadable=err.why)
         except RPCError as err:
             if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):

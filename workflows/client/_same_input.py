@@ -4,10 +4,9 @@ key started (``PsychClient.dispatch``)."""
 from __future__ import annotations
 
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from psych_runtime.specs import PsychError, Version
-from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, HistoryNotRead, unanswered
+from psych_runtime.workflows.client._asked import TEMPORAL_READ_TIMEOUT, history_events
 from psych_runtime.workflows.contract._contract import AgentRunInput, WorkflowRunInput
 
 
@@ -29,19 +28,14 @@ async def check_same_input(
         PsychError: the Run was started with another Version, other messages or another
             thread (the message says which), or its history holds no input.
         HistoryNotRead: Temporal did not answer its history's first page in time.
+        TemporalCancelled: it gave that page up at once (a CANCELLED under load).
     """
     handle = temporal.get_workflow_handle(workflow_id)
     started = None
-    try:
-        async for event in handle.fetch_history_events(
-            page_size=1, rpc_timeout=TEMPORAL_READ_TIMEOUT
-        ):
-            started = event.workflow_execution_started_event_attributes
-            break
-    except RPCError as err:
-        if unanswered(err):
-            raise HistoryNotRead(workflow_id, 0, TEMPORAL_READ_TIMEOUT, err) from err
-        raise
+    pages = handle.fetch_history_events(page_size=1, rpc_timeout=TEMPORAL_READ_TIMEOUT)
+    async for event in history_events(pages, workflow_id, TEMPORAL_READ_TIMEOUT):
+        started = event.workflow_execution_started_event_attributes
+        break
     if started is None or not started.input.payloads:
         raise PsychError(f"Run {workflow_id} has no input in its history to compare with")
     input_type = AgentRunInput if version.spec.kind == "agent" else WorkflowRunInput

@@ -17,6 +17,7 @@ does not hold) still gives the reason, read undecoded: the codec's refusal, an
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -92,11 +93,12 @@ async def closed_state(client: Client, workflow_id: str, rpc_timeout: timedelta 
         ClosedStateUnanswered: no worker answered its state in time.
         RPCError: Temporal or the query failed otherwise, as for ``query_run``.
     """
+    bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+    asked_at = time.monotonic()
     try:
-        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", bound) from err
+        raise read_mapped(err, workflow_id, "a describe", bound, asked_at=asked_at) from err
     execution = client.get_workflow_handle(workflow_id, run_id=described.run_id)
     try:
         state: RunState = await query_run(
@@ -139,11 +141,12 @@ async def closed_without_settling(
             (None: ``TEMPORAL_READ_TIMEOUT``).
         RPCError: Temporal could not describe it.
     """
+    bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
+    asked_at = time.monotonic()
     try:
-        bound = rpc_timeout or TEMPORAL_READ_TIMEOUT
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=bound)
     except RPCError as err:
-        raise read_mapped(err, workflow_id, "a describe", bound) from err
+        raise read_mapped(err, workflow_id, "a describe", bound, asked_at=asked_at) from err
     status = described.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS))
     execution_status = None if described.status is None else int(described.status)
     closed_as = closed_unsettled(status, execution_status)

@@ -20,12 +20,14 @@ as any other, with the retries (a position Temporal cannot read is refused after
 
 Every request waits ``rpc_timeout`` at most (``TEMPORAL_READ_TIMEOUT``), each try of a
 retried one: ``listing_read`` makes Temporal's silence a ``TemporalUnanswered`` naming the
-listing (a listing names no single Run: its ``subject`` is the tenant's Run listing), which
-REST answers 503 ``temporal`` and ``psych list`` prints as one line.
+listing (a listing names no single Run: its ``subject`` is the tenant's Run listing), and a
+timeout's status it answers at once (a CANCELLED under load) a ``TemporalCancelled`` saying
+so, which REST answers 503 ``temporal`` and ``psych list`` prints as one line.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,7 +47,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.specs import BadCursor
 from psych_runtime.workflows.client._asked import (
     TEMPORAL_READ_TIMEOUT,
+    TemporalCancelled,
     TemporalUnanswered,
+    read_mapped,
     unanswered,
 )
 
@@ -93,18 +97,27 @@ class _AskedOutbound(OutboundInterceptor):
 
 
 async def listing_read(tenant: str, what: str, rpc_timeout: timedelta, read: Awaitable[T]) -> T:
-    """``read``, a request of a listing of ``tenant``'s Runs made with ``rpc_timeout``.
+    """``read``, a request of a listing of ``tenant``'s Runs made with ``rpc_timeout``, not
+    started before it is awaited here (a coroutine: its time is the request's). A cursor's
+    first page (``Visibility.resumed``) may ask more than once; the time is then of all of
+    them, each answered before the last failed: a timeout's status it ends with after
+    another ask Temporal left unanswered is taken for silence, as that one was.
 
     Raises:
         TemporalUnanswered: Temporal did not answer it in time; its ``why`` names the
             listing and ``what`` was not read.
+        TemporalCancelled: Temporal answered it at once with a timeout's status (a
+            CANCELLED under load), saying the same.
     """
+    asked_at = time.monotonic()
     try:
         return await read
     except RPCError as err:
-        if unanswered(err) and not isinstance(err, TemporalUnanswered):
+        if unanswered(err) and not isinstance(err, TemporalUnanswered | TemporalCancelled):
             listing = f"tenant {tenant!r}'s Run listing"
-            raise TemporalUnanswered(None, what, rpc_timeout, err, subject=listing) from err
+            raise read_mapped(
+                err, None, what, rpc_timeout, asked_at=asked_at, subject=listing
+            ) from err
         raise
 
 

@@ -26,9 +26,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
-from temporalio.service import RPCError, RPCStatusCode
 
-from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, TemporalUnanswered, describe_within
+from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, describe_within, history_events
 
 T = TypeVar("T")
 
@@ -55,6 +54,7 @@ async def execution_closed(temporal: Client, workflow_id: str, rpc_timeout: time
     Raises:
         TemporalUnanswered: Temporal did not answer a describe, or a long poll of the
             close event, in time.
+        TemporalCancelled: it gave one of them up at once (a CANCELLED under load).
         RPCError: Temporal could not say (the stream fails with it, as its following does).
     """
     while True:
@@ -72,15 +72,12 @@ async def execution_closed(temporal: Client, workflow_id: str, rpc_timeout: time
             skip_archival=True,
             rpc_timeout=HISTORY_LONG_POLL_TIMEOUT,
         )
-        try:
-            async for _close in closes:
-                break
-        except RPCError as err:
-            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-                raise TemporalUnanswered(
-                    workflow_id, "a long poll of the close event", HISTORY_LONG_POLL_TIMEOUT, err
-                ) from err
-            raise
+        # Each long poll timed on its own (an empty answer is asked again unseen).
+        what = "a long poll of the close event"
+        async for _close in history_events(
+            closes, workflow_id, HISTORY_LONG_POLL_TIMEOUT, what=what
+        ):
+            break
 
 
 async def until_closed(
