@@ -23,11 +23,11 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
-from psych_runtime.specs import Scope
+from psych_runtime.specs import Refused, Scope
 from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._closing import until_closed
-from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, TemporalCancelled
+from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, RefusalKind, TemporalCancelled
 from psych_runtime.workflows.client._follow import RecordFollower
 from psych_runtime.workflows.client._unsettled import closed_state, closed_without_settling
 from psych_runtime.workflows.contract._contract import SA_TENANT
@@ -217,3 +217,26 @@ async def test_results_long_poll_cancelled_after_empty_answers_is_timed_on_its_o
         )
     finally:
         await dev_env.client.get_workflow_handle(workflow_id).terminate()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.usefixtures("short_reads")
+async def test_an_update_of_a_settled_run_whose_describe_is_cancelled_says_so(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # Temporal refuses the update of a closed Run NOT_FOUND; how it settled is then read
+    # (its state query rejected at once, its describe): a describe Temporal cancelled was
+    # said "no worker answered how within 10 s".
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:10]}")
+    workflow_id = await _run(dev_env.client, scope.tenant, close=True)
+    async with relayed_client(dev_env, tmp_path) as (relay, client):
+        relay.fail_next(DESCRIBE, grpc.StatusCode.CANCELLED)
+        err = await _raised(client.steer(workflow_id, "hi", scope=scope))
+    assert relay.of(DESCRIBE) == [grpc.StatusCode.CANCELLED]
+    assert isinstance(err, Refused) and err.kind == RefusalKind.NOT_SUSPENDED, repr(err)
+    assert str(err) == (
+        f"{workflow_id} has settled (how could not be read: Temporal cancelled a describe "
+        f"of Run {workflow_id} at once (CANCELLED: the relay answers CANCELLED (scripted)): "
+        "it gave the read up (under load, say) rather than not answering; send the request "
+        "again)"
+    )

@@ -40,7 +40,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import AccessDenied, NotFound, PsychError, Refused, Scope
-from psych_runtime.workflows.client._asked import unanswered
+from psych_runtime.workflows.client._asked import (
+    TemporalCancelled,
+    TemporalUnanswered,
+    unanswered,
+)
 from psych_runtime.workflows.client._update_wait import update_timeout_given, update_wait
 from psych_runtime.workflows.contract._carry import KeptAction
 from psych_runtime.workflows.contract._contract import (
@@ -232,6 +236,12 @@ class RunActions(abc.ABC):
                     state = await self.status(workflow_id, scope=scope, query_timeout=left)
                 except NotFound:
                     raise NotFound(f"no Run {workflow_id}") from err
+                except (TemporalUnanswered, TemporalCancelled) as unread:
+                    # Temporal's silence, or its giving the read up: no worker's.
+                    raise Refused(
+                        RefusalKind.NOT_SUSPENDED,
+                        f"{workflow_id} has settled (how could not be read: {unread.why})",
+                    ) from unread
                 except RPCError as unread:
                     if not unanswered(unread):
                         raise
