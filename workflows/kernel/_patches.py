@@ -79,8 +79,9 @@ class StartPatches:
     ``psych-batch-accounting``). Such a Run also has every change of the patches below."""
     catalog_settles: bool
     """A catalogue that fails settles the Run FAILED (``_catalog.resolve``): before, a local
-    catalogue's failure reached the Run as the activity's own error and failed the workflow
-    unsettled. Such a Run also takes ``FEATURE_PATCHES`` without asking."""
+    catalogue's non-retryable failure reached the Run as the activity's own error and failed
+    the workflow unsettled (one that timed out on its last attempt settled it FAILED live,
+    and replays so either way). Such a Run also takes ``FEATURE_PATCHES`` without asking."""
     local_safe: bool
     """What the Run does after a local activity resolves is the same whichever workflow
     task the resolution reached it in (patch ``psych-local-resolution-safe``,
