@@ -19,9 +19,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.specs import Refused, Scope
 from psych_runtime.workers.cli._main import _temporal_refusal
@@ -32,6 +33,7 @@ from psych_runtime.workflows.client._follow import RecordFollower
 from psych_runtime.workflows.client._unsettled import closed_state, closed_without_settling
 from psych_runtime.workflows.contract._contract import SA_TENANT
 
+from ._continuing_run import ContinuesWhenTold
 from ._short_reads import SHORT_READ
 from .test_listing_bounded import COUNT, FIRST, LIST, relayed_client
 from .test_reads_bounded import DESCRIBE, HISTORY
@@ -217,6 +219,62 @@ async def test_results_long_poll_cancelled_after_empty_answers_is_timed_on_its_o
         )
     finally:
         await dev_env.client.get_workflow_handle(workflow_id).terminate()
+
+
+@pytest.mark.timeout(150)
+async def test_results_long_poll_after_a_continue_as_new_is_timed_on_its_own(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A Run that continues as new while ``result()`` waits: the next execution's close
+    event is waited for as the first one's was, each long poll timed on its own. Read by
+    the SDK's ``result()`` instead, which asks again unseen after each empty answer (20 s),
+    a CANCELLED answered at once ~40 s after the continue-as-new was taken for Temporal's
+    silence ("did not answer ... within 30 s")."""
+    assert HISTORY_LONG_POLL_TIMEOUT.total_seconds() < 38
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:10]}")
+    workflow_id = f"psych-{scope.tenant}-{uuid.uuid4().hex}"
+    queue = f"continuing-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        dev_env.client,
+        task_queue=queue,
+        workflows=[ContinuesWhenTold],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        first = await dev_env.client.start_workflow(
+            ContinuesWhenTold.run, 1, id=workflow_id, task_queue=queue
+        )
+        try:
+            async with relayed_client(dev_env, tmp_path) as (relay, client):
+                told_at: list[float] = []
+
+                # Every long poll passed on until ~35 s after the continue-as-new; the
+                # next one (of the new execution, Temporal's empty answers at 20 s
+                # between) answered CANCELLED by the relay.
+                async def each() -> None:
+                    if told_at and time.monotonic() - told_at[0] > 35:
+                        relay.fail_next(HISTORY, grpc.StatusCode.CANCELLED)
+                    else:
+                        relay.before_next(HISTORY, each)
+
+                relay.before_next(HISTORY, each)
+                waiting = asyncio.create_task(client.result(workflow_id, scope=scope))
+                await asyncio.sleep(2)  # its first long poll asked, of the first execution
+                await first.signal(ContinuesWhenTold.told)
+                told_at.append(time.monotonic())
+                with pytest.raises(TemporalCancelled) as failed:
+                    async with asyncio.timeout(120):
+                        await waiting
+            assert relay.of(HISTORY)[-1] == grpc.StatusCode.CANCELLED
+            execution = dev_env.client.get_workflow_handle(workflow_id, run_id=first.result_run_id)
+            assert (await execution.describe()).status is WorkflowExecutionStatus.CONTINUED_AS_NEW
+            _says_cancelled(
+                failed.value,
+                grpc.StatusCode.CANCELLED,
+                "a long poll of the close event",
+                f"Run {workflow_id}",
+            )
+        finally:
+            await dev_env.client.get_workflow_handle(workflow_id).terminate()
 
 
 @pytest.mark.timeout(90)

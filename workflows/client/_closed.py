@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
     WorkflowContinuedAsNewError,
@@ -177,6 +178,9 @@ async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: st
     at its own interval), so the time it took is not the time its failed request waited:
     the close event is waited for here, each long poll timed on its own and waiting
     ``HISTORY_LONG_POLL_TIMEOUT`` at most, and then read, which Temporal answers at once.
+    A close event naming the execution it went on as (a continue-as-new), ``handle``
+    naming none, is not read: the latest execution, that one, open, is waited for the
+    same way (``result()`` would wait for it, unseen).
     (A reset between the two has ``result()`` wait for the new execution: its time is then
     of more than one request, and a timeout's status it ends with is taken for silence.)
 
@@ -195,15 +199,21 @@ async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: st
             skip_archival=True,
             rpc_timeout=HISTORY_LONG_POLL_TIMEOUT,
         )
+        close: HistoryEvent | None = None
         try:
-            async for _close in history_events(
+            async for event in history_events(
                 closes, workflow_id, HISTORY_LONG_POLL_TIMEOUT, what=what
             ):
+                close = event
                 break
         except (TemporalUnanswered, TemporalCancelled):
             raise
         except RPCError as err:
             raise mapped(err, workflow_id) from err
+        if handle.run_id is None and close is not None and _went_on(close):
+            # The latest execution is now the one it went on as, open: its close event
+            # waited for as this one's was (``result()`` would wait for it unseen).
+            continue
         asked_at = time.monotonic()
         try:
             result: RunResult = await handle.result(
@@ -218,3 +228,18 @@ async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: st
                 err, workflow_id, what, HISTORY_LONG_POLL_TIMEOUT, asked_at=asked_at
             ) from err
         return result
+
+
+_WENT_ON_FROM = (
+    "workflow_execution_continued_as_new_event_attributes",
+    "workflow_execution_completed_event_attributes",
+    "workflow_execution_failed_event_attributes",
+    "workflow_execution_timed_out_event_attributes",
+)
+
+
+def _went_on(close: HistoryEvent) -> bool:
+    """Whether the close event ``close`` names an execution its workflow went on as (a
+    continue-as-new; a retry or a cron's next run, which ``result()`` follows too)."""
+    attributes = close.WhichOneof("attributes")
+    return attributes in _WENT_ON_FROM and bool(getattr(close, attributes).new_execution_run_id)
