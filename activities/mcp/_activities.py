@@ -54,7 +54,12 @@ from psych_runtime.activities.mcp._catalog import (
     search,
 )
 from psych_runtime.activities.mcp._connect import Unavailable, failure_reason, never_called
-from psych_runtime.activities.mcp._consent import ConsentInterrupted, consent_needed, exchange
+from psych_runtime.activities.mcp._consent import (
+    ConsentInterrupted,
+    asking,
+    consent_needed,
+    exchange,
+)
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired, consent_error
 from psych_runtime.activities.mcp._discovery import Catalogues
 from psych_runtime.activities.mcp._input import (
@@ -327,7 +332,8 @@ class McpActivities(Catalogues, ActivityClass):
             return plan.stamp(stored)
         if plan.rewritten:
             input = input.model_copy(update={"arguments": plan.arguments})
-        return await self._call(input, started, plan)
+        with asking():  # a consent this call's requests need is its own, none other's
+            return await self._call(input, started, plan)
 
     async def _denied(self, input: McpToolCall, plan: Interception) -> str | None:
         """Why the call is not sent: refused by ``allow`` or the tenant's permits, or by a
@@ -398,7 +404,7 @@ class McpActivities(Catalogues, ActivityClass):
                         c, input.tool, input.arguments, on_progress, input.input, made
                     )
                     if consents is not None:
-                        called = consents.unless_needed(connection.consent, called)
+                        called = consents.unless_needed(called)
                     result = await heartbeating_round(
                         called,
                         reports,

@@ -36,8 +36,9 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -322,45 +323,66 @@ class ConsentProvider(OAuthClientProvider):
         raise ConsentNeeded("a person's consent is needed (the Run suspends for it)")
 
 
+class Asker:
+    """One activity's requests (``asking``) and the flows parked for them: the SDK runs a
+    request's OAuth flow in its asker's context (as ``_lease.TOLD`` relies on), so such a
+    flow's request was not sent, or refused (401/403) before it reached the tool."""
+
+    def __init__(self) -> None:
+        self.flows: dict[TokenKey, Flow] = {}
+        self.needed = asyncio.Event()  # one of them needs consent (``unless_needed``)
+
+
+_ASKER: ContextVar[Asker | None] = ContextVar("psych_mcp_consent_asker", default=None)
+"""Whose requests run in this context; a session's owner task keeps its opener's."""
+
+
+@contextlib.contextmanager
+def asking() -> Iterator[Asker]:
+    """Requests made inside are one asker's: a consent their flows need is theirs only
+    (until 12-07 it was the key's, taken by any call of it: docs/decisions)."""
+    token = _ASKER.set(asker := Asker())
+    try:
+        yield asker
+    finally:
+        _ASKER.reset(token)
+
+
 @dataclass
 class Consents:
-    """Flows waiting for a person, between the provider and the activity that parks them.
-
-    ``needed`` is keyed by ``TokenKey``: the provider of a pooled session may belong to
-    an earlier connection than the activity that meets its failure, and both name the
-    same key.
-    """
+    """Flows waiting for a person, between the provider and the activity that parks them:
+    an asker's (``asking``) only it takes; ``needed`` holds, by ``TokenKey``, those of
+    requests made outside any asker (a publish-time check, ``_connect.py``)."""
 
     store: TokenStore | None
     needed: dict[TokenKey, Flow]
-    events: dict[TokenKey, asyncio.Event] = field(default_factory=dict)
-    """Set when a flow of the key needs consent (a call waiting on a session whose
-    transport swallows the failure, SSE's, stops waiting). An unset one is kept only while
-    a call of the key waits on it; a set one until its flow is taken."""
-    _waiting: dict[TokenKey, int] = field(default_factory=dict, init=False, repr=False)
-    """Calls of each key inside ``unless_needed``."""
 
     def saw(self, flow: Flow) -> None:
         key = token_key(flow.key)
-        self.needed[key] = flow
-        self.events.setdefault(key, asyncio.Event()).set()
+        asker = _ASKER.get()
+        if asker is None:
+            self.needed[key] = flow
+            return
+        asker.flows[key] = flow
+        asker.needed.set()
 
     def take(self, key: TokenKey | None) -> Flow | None:
-        """The flow a failed request of ``key`` left, if any (taken once)."""
+        """The flow a failed request of ``key`` made in this context left, if any (taken
+        once); never another asker's."""
         if key is None:
             return None
-        self.events.pop(key, None)
-        return self.needed.pop(key, None)
+        asker = _ASKER.get()
+        return (self.needed if asker is None else asker.flows).pop(key, None)
 
-    async def unless_needed(self, key: TokenKey | None, work: Awaitable[T]) -> T:
-        """``work``, unless a flow of ``key`` needs consent first: then it is cancelled
-        and ``ConsentInterrupted`` raised (the caller takes the flow)."""
-        if key is None:
+    async def unless_needed(self, work: Awaitable[T]) -> T:
+        """``work``, unless a flow of this context's own requests needs consent first: then
+        it is cancelled and ``ConsentInterrupted`` raised (the caller takes the flow). A
+        call of the same key waiting on its own answer is not stopped by another's need."""
+        asker = _ASKER.get()
+        if asker is None:
             return await work
-        event = self.events.setdefault(key, asyncio.Event())
         task = asyncio.ensure_future(work)
-        waiter = asyncio.ensure_future(event.wait())
-        self._waiting[key] = self._waiting.get(key, 0) + 1
+        waiter = asyncio.ensure_future(asker.needed.wait())
         try:
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -369,24 +391,9 @@ class Consents:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self._done_waiting(key)
         if task.cancelled():
             raise ConsentInterrupted
         return task.result()
-
-    def _done_waiting(self, key: TokenKey) -> None:
-        """One call of ``key`` stopped waiting; the last one forgets the key's event if it
-        is unset (a worker serving many principals keeps none per key it ever called for).
-        That may not be the event it waited on: a set one it waited on can have been taken,
-        and a later call of the key made a new one and left first."""
-        left = self._waiting[key] - 1
-        if left:
-            self._waiting[key] = left
-            return
-        del self._waiting[key]
-        current = self.events.get(key)
-        if current is not None and not current.is_set():
-            del self.events[key]
 
     async def park(self, flow: Flow, server: str, workflow_id: str) -> McpConsentRequired:
         """Keep ``flow`` for its callback; the exception the activity raises for it."""
@@ -482,7 +489,8 @@ async def consent_needed(
     consents: Consents | None, key: TokenKey | None, server: str
 ) -> McpConsentRequired | None:
     """After a failed request on a connection of ``key``: the consent it needs, parked for
-    the Run whose activity runs now (None: the failure was something else)."""
+    the Run whose activity runs now (None: the failure was something else, or the consent
+    is another asker's: ``asking``)."""
     flow = None if consents is None else consents.take(key)
     if flow is None or consents is None:
         return None

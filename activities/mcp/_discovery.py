@@ -37,7 +37,7 @@ from psych_runtime.activities.mcp._catalog import (
     search_definition,
 )
 from psych_runtime.activities.mcp._connect import Connection, Unavailable, connect, failure_reason
-from psych_runtime.activities.mcp._consent import consent_needed
+from psych_runtime.activities.mcp._consent import asking, consent_needed
 from psych_runtime.activities.mcp._names import allowed_tools, name_tools
 from psych_runtime.activities.mcp._oauth import OAuthClients
 from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
@@ -322,21 +322,22 @@ class Catalogues:
             return _Discovered(server=server, tools=(), cached=False, listing=(), unmatched=())
         redact = Redactor()
         connection: Connection | None = None
-        try:
-            connection = await self._connection(server, scope)
-            redact = connection.redact
-            tools, cached = await self._listing(server, connection)
-        except StoreUnavailable:
-            raise  # the worker's token store, not the server: transient, never "unavailable"
-        except Exception as err:
-            if connection is not None and connection.consent is not None:
-                consents = None if self.oauth is None else self.oauth.consents
-                needed = await consent_needed(consents, connection.consent, server.name)
-                if needed is not None:
-                    raise needed from None
-            reason = redact(failure_reason(err))
-            _log.warning("MCP server %s is unavailable: %s", server.name, reason)
-            return reason
+        with asking():  # the listing's own consent, never a call's of the same key
+            try:
+                connection = await self._connection(server, scope)
+                redact = connection.redact
+                tools, cached = await self._listing(server, connection)
+            except StoreUnavailable:
+                raise  # the worker's token store, not the server: transient, never "unavailable"
+            except Exception as err:
+                if connection is not None and connection.consent is not None:
+                    consents = None if self.oauth is None else self.oauth.consents
+                    needed = await consent_needed(consents, connection.consent, server.name)
+                    if needed is not None:
+                        raise needed from None
+                reason = redact(failure_reason(err))
+                _log.warning("MCP server %s is unavailable: %s", server.name, reason)
+                return reason
         names = [tool.tool for tool in tools]
         allowed = set(allowed_tools(names, server.allow, permitted))
         narrowed = tuple(tool for tool in tools if tool.tool in allowed)

@@ -1,18 +1,39 @@
-"""A call's wait for consent (``Consents.unless_needed``) keeps nothing per key once the
-calls of that key are done, unless a consent is needed and its flow not yet taken."""
+"""A call's wait for consent (``Consents.unless_needed``): a flow parked for one asker's
+request (``asking``) stops that asker's wait and is taken by it alone; another call of the
+same key goes on waiting for its own answer and takes nothing; nothing is kept per key
+once the calls are done. Against real servers: ``test_mcp_consent_owner.py``."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 
-from psych_runtime.activities.mcp._consent import ConsentInterrupted, Consents
+from psych_runtime.activities.mcp._consent import ConsentInterrupted, Consents, Flow, asking
 from psych_runtime.activities.tokens import TokenKey
+
+URL = "http://127.0.0.1:9/mcp"
 
 
 def key(principal: str) -> TokenKey:
-    return TokenKey("acme", principal, "http://127.0.0.1:9", "psych", "http://127.0.0.1:9/mcp")
+    return TokenKey("acme", principal, "http://127.0.0.1:9", "psych", URL)  # ``flow``'s
+
+
+def flow(principal: str) -> Flow:
+    redirect = "http://127.0.0.1:9/cb"
+    return Flow(
+        key=("acme", principal, "http://127.0.0.1:9", "psych", URL),
+        url="http://127.0.0.1:9/authorize?state=s",
+        state="s",
+        verifier="v",
+        server_url=URL,
+        client_metadata=OAuthClientMetadata.model_validate({"redirect_uris": [redirect]}),
+        client_info=OAuthClientInformationFull(client_id="psych", redirect_uris=None),
+        oauth_metadata=None,
+        protected_resource=None,
+        protocol_version=None,
+    )
 
 
 async def answer(value: str, delay: float = 0.0) -> str:
@@ -20,56 +41,46 @@ async def answer(value: str, delay: float = 0.0) -> str:
     return value
 
 
-async def test_calls_of_many_keys_leave_no_event_behind() -> None:
+async def test_calls_of_many_keys_leave_nothing_behind() -> None:
     consents = Consents(None, {})
     for n in range(50):
-        assert await consents.unless_needed(key(f"user-{n}"), answer("ok")) == "ok"
-    assert consents.events == {}
+        with asking():
+            assert await consents.unless_needed(answer(f"ok-{n}")) == f"ok-{n}"
+    assert consents.needed == {}
 
 
-async def test_the_event_stays_while_another_call_of_the_key_waits() -> None:
+async def test_a_consent_needed_stops_its_own_call_only_and_is_taken_by_it() -> None:
     consents = Consents(None, {})
-    slow = asyncio.ensure_future(consents.unless_needed(key("a"), answer("slow", 0.05)))
-    assert await consents.unless_needed(key("a"), answer("fast")) == "fast"
-    assert key("a") in consents.events
-    assert await slow == "slow"
-    assert consents.events == {}
+    started = asyncio.Event()
 
+    async def other_call() -> str:  # B: already with the server, answered later
+        with asking():
+            started.set()
+            got = await consents.unless_needed(answer("done", 0.2))
+            assert consents.take(key("a")) is None  # never another's flow
+            return got
 
-async def test_a_consent_needed_midway_interrupts_and_is_kept_for_take() -> None:
-    consents = Consents(None, {})
-
-    async def needs_consent() -> str:
-        consents.events[key("a")].set()  # what `saw` does when the provider meets it
-        await asyncio.sleep(1)
+    async def needs_consent() -> str:  # A: its own request's flow parks (``saw``)
+        consents.saw(flow("a"))
+        await asyncio.sleep(5)
         return "never"
 
-    with pytest.raises(ConsentInterrupted):
-        await consents.unless_needed(key("a"), needs_consent())
-    assert consents.events[key("a")].is_set()
-    assert consents.take(key("a")) is None  # no flow was kept in this test
-    assert consents.events == {}
+    other = asyncio.ensure_future(other_call())
+    await started.wait()
+    with asking():
+        with pytest.raises(ConsentInterrupted):
+            await consents.unless_needed(needs_consent())
+        taken = consents.take(key("a"))
+        assert taken is not None and taken.state == "s"
+    assert await other == "done"
+    assert consents.needed == {}
 
 
-async def test_a_call_waiting_on_a_taken_event_leaves_none_behind() -> None:
-    # A waits on E1; a consent sets it and another call takes it while A is still leaving;
-    # B comes and goes with a new event E2 in that time. A, the last to leave, drops E2.
+async def test_a_flow_outside_any_asker_is_the_keys() -> None:
+    # A publish-time check (``_connect.py``) makes its requests outside any asker.
     consents = Consents(None, {})
-    leaving = asyncio.Event()
-
-    async def needs_consent() -> str:
-        consents.events[key("a")].set()
-        try:
-            await asyncio.sleep(1)
-        finally:
-            await leaving.wait()  # A's cancelled work takes a while to stop
-        return "never"
-
-    first = asyncio.ensure_future(consents.unless_needed(key("a"), needs_consent()))
-    await asyncio.sleep(0.01)  # A saw the consent and is cancelling its work
-    consents.take(key("a"))
-    assert await consents.unless_needed(key("a"), answer("ok")) == "ok"  # B, with E2
-    leaving.set()
-    with pytest.raises(ConsentInterrupted):
-        await first
-    assert consents.events == {}
+    consents.saw(flow("a"))
+    with asking():
+        assert consents.take(key("a")) is None
+    taken = consents.take(key("a"))
+    assert taken is not None and consents.needed == {}

@@ -16,13 +16,15 @@ constant time; opaque random tokens bound to the requested resource).
 It prints ``ports <resource server> <authorization server>`` once both listen. MCP is at
 ``/mcp`` (streamable HTTP) or ``/sse``. Tools: ``whoami()`` returns the client id of the
 token the call carried; ``leak()`` returns that token itself (a server echoing a
-credential, which the worker must redact).
+credential, which the worker must redact); ``slow(seconds)`` sleeps that long, then
+returns ``done`` (a write not safe to repeat: ``calls`` counts each start, ``finished``
+each end).
 
 Control surface (plain JSON, no auth) on the resource server's port:
 
 - ``GET /control/state``: ``{"issued": [{"token", "client_id", "resource"}],
   "token_requests": [{"client_id", "ok"}], "bearers": [token, ...] (every bearer an MCP
-  request carried, in order), "calls": {tool: n}}``.
+  request carried, in order), "calls": {tool: n}, "finished": {tool: n}}``.
 - ``POST /control/revoke``: every token issued so far stops being accepted (the next MCP
   request answers 401).
 - ``POST /control/lifetime`` ``{"seconds": n}``: the ``expires_in`` of tokens issued next.
@@ -79,6 +81,8 @@ class State:
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     bearers: list[str] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
+    finished: Counter[str] = field(default_factory=Counter)
+    """Calls of slow tools that ran to their end."""
     reply: dict[str, Any] | None = None
     """What the token endpoint answers in place of a token (``/control/token-reply``)."""
 
@@ -195,6 +199,14 @@ def resource_server(state: State, auth: AuthSettings) -> MCPServer:
         token = get_access_token()
         return "none" if token is None else f"your token is {token.token}"
 
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Sleeps ``seconds``, then answers (a slow write, not safe to repeat)."""
+        state.calls["slow"] += 1
+        await asyncio.sleep(seconds)
+        state.finished["slow"] += 1
+        return "done"
+
     return server
 
 
@@ -210,6 +222,7 @@ def control(state: State) -> Starlette:
                 "token_requests": state.token_requests,
                 "bearers": state.bearers,
                 "calls": dict(state.calls),
+                "finished": dict(state.finished),
             }
         )
 
