@@ -29,8 +29,8 @@ session sending nothing more: the session is lent no more, and a lease waiting i
 ``unless_told`` stops at once with the failure (``_told_failure``); requests other leases
 had POSTed still get their answers on the event stream. A POST failing outside its OAuth
 flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``). On
-streamable HTTP such a request fails alone (``_posts.OnePostFails``; not a consent need,
-which ends the session), the session lent no more, and a lease's ``SessionBroke`` names
+streamable HTTP such a request fails alone (``_posts.OnePostFails``; a consent need too,
+its asker's: ``_consent.asking``), the session lent no more, and a lease's ``SessionBroke`` names
 its own fault, the session's only when it was told none.
 """
 

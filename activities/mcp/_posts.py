@@ -25,10 +25,11 @@ one, told by the bound itself) and ``EgressDenied``. Likewise what an OAuth prov
 raised on purpose in the request's own flow, which ``ToldAuth`` told already
 (``_told.flow_told``: a token store's ``StoreUnavailable``, a token the authorization
 server refused, a failed flow): the asking lease raises what it was told, as it did when
-the fault ended the session. Not a flow stopped for a person's consent, which still ends
-the session as before (12-07: a first try answering it alone lost the consent need), nor
-any other exception. Before the session is connected (the handshake, the era's
-fallback), a fault fails the connecting as before.
+the fault ended the session; a flow stopped for a person's consent too (its asker takes
+the parked flow, ``_consent.asking``; until 12-07 it ended the session, and with it the
+answers of other calls already with the server). Not any other exception. Before the
+session is connected (the handshake, the era's fallback), a fault fails the connecting as
+before.
 
 An SSE session's POSTs run in the SDK's one writer task, which ends with the first POST
 that raises (a transport fault, or ``raise_for_status`` on an error status): that request

@@ -10,9 +10,10 @@ refused, and its answer. Likewise of a token the MCP server refused right after 
 obtained it, where the SDK says only "Server returned an error response".
 
 The request whose flow failed carries what was told of it (``flow_told``): a pooled
-streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``).
-Not a flow stopped for a person's consent (``ConsentNeeded``), which still ends the session
-as before: the activity meets it as a consent need.
+streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``),
+a flow stopped for a person's consent (``ConsentNeeded``) too: its asker meets it as a
+consent need (``_consent.asking``), other leases keep their answers (12-07: it ended the
+session, and their answers with it).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ that ended the flow, and what was told of it."""
 
 
 class ConsentNeeded(OAuthFlowError):
-    """A flow stopped for a person's consent (``_consent.py``): told, but never marked on
-    its request (``flow_told``), so it ends a streamable-HTTP session as before."""
+    """A flow stopped for a person's consent (``_consent.py``): told and marked on its
+    request (``flow_told``) as any failed flow; the flow parked is its asker's."""
 
 
 class OAuthFailed(Exception):
@@ -123,8 +124,7 @@ class ToldAuth(_Forwarding):
             )
             told = OAuthFailed(f"getting an OAuth token failed: {said}", unsent=unsent)
         self.told(told)
-        if not isinstance(err, ConsentNeeded):
-            request.extensions = {**request.extensions, _TOLD: (err, told)}
+        request.extensions = {**request.extensions, _TOLD: (err, told)}
 
     def _answered(self, response: httpx2.Response, renewed: bool) -> None:
         if response.status_code not in (401, 403) or not renewed:
@@ -142,7 +142,7 @@ class ToldAuth(_Forwarding):
 
 def flow_told(request: httpx2.Request, err: BaseException) -> Exception | None:
     """What ``ToldAuth`` told of ``err``, when ``err`` ended ``request``'s OAuth flow
-    (None: it did not, or it was a consent need)."""
+    (None: it did not)."""
     marked = request.extensions.get(_TOLD)
     if marked is None or marked[0] is not err:
         return None
