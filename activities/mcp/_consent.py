@@ -66,6 +66,7 @@ from psych_runtime.activities.mcp._consent_callback import (
 from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.mcp._registration import refuse_unregistrable, still_known
 from psych_runtime.activities.mcp._told import ConsentNeeded, malformed_token_response
+from psych_runtime.activities.mcp._until import until_set
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
 
 _log = logging.getLogger(__name__)
@@ -381,16 +382,7 @@ class Consents:
         asker = _ASKER.get()
         if asker is None:
             return await work
-        task = asyncio.ensure_future(work)
-        waiter = asyncio.ensure_future(asker.needed.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        task = await until_set(work, asker.needed)
         if task.cancelled():
             raise ConsentInterrupted
         return task.result()

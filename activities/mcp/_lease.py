@@ -10,12 +10,12 @@ lease's ``Told`` unanswerable, and ``unless_told`` stops the lease's wait at onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from contextvars import ContextVar
 from typing import TypeVar
 
 from psych_runtime.activities.mcp._told import TokenRefused
+from psych_runtime.activities.mcp._until import until_set
 from psych_runtime.specs import StoreUnavailable
 
 T = TypeVar("T")
@@ -48,16 +48,7 @@ async def unless_told(work: Awaitable[T]) -> T:
     told = TOLD.get()
     if told is None:
         return await work
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(told.unanswered.wait())
-    try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    task = await until_set(work, told.unanswered)
     answered = not task.cancelled() and task.exception() is None
     if answered or told.failure is None:
         return task.result()
