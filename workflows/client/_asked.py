@@ -157,6 +157,16 @@ the bound is that interval and ``TEMPORAL_READ_TIMEOUT`` more: an empty answer a
 no silence (tests/e2e/test_long_polls_bounded.py)."""
 
 
+def _subject(kind: str, what: str, workflow_id: str | None, subject: str | None) -> str:
+    """What a read was of, in words: ``Run <workflow_id>`` or ``subject``, exactly one given."""
+    if (workflow_id is None) == (subject is None):
+        raise ValueError(
+            f"{kind} of {what}: give a Run's workflow id or a subject "
+            f"(workflow_id={workflow_id!r}, subject={subject!r}), one of them"
+        )
+    return subject or f"Run {workflow_id}"
+
+
 class TemporalUnanswered(RPCError):
     """Temporal did not answer, within the read's RPC timeout, a read that needs no worker
     (a describe, a page of a Run's history; a page of a Run listing, a task queue's
@@ -174,14 +184,10 @@ class TemporalUnanswered(RPCError):
         detail: str | None = None,
         subject: str | None = None,
     ) -> None:
-        if (workflow_id is None) == (subject is None):
-            raise ValueError(
-                f"TemporalUnanswered of {what}: give a Run's workflow id or a subject "
-                f"(workflow_id={workflow_id!r}, subject={subject!r}), one of them"
-            )
+        subject = _subject("TemporalUnanswered", what, workflow_id, subject)
         self.workflow_id = workflow_id
         """The Run read; None for a read of no single Run (``subject`` says what)."""
-        self.subject = subject or f"Run {workflow_id}"
+        self.subject = subject
         """What was read of, in words (``Run <id>``, ``tenant 'acme''s Run listing``)."""
         self.what = what
         """What was not read (``a describe``, ``a page of the history``)."""
@@ -233,14 +239,10 @@ class TemporalCancelled(RPCError):
         detail: str | None = None,
         subject: str | None = None,
     ) -> None:
-        if (workflow_id is None) == (subject is None):
-            raise ValueError(
-                f"TemporalCancelled of {what}: give a Run's workflow id or a subject "
-                f"(workflow_id={workflow_id!r}, subject={subject!r}), one of them"
-            )
+        subject = _subject("TemporalCancelled", what, workflow_id, subject)
         self.workflow_id = workflow_id
         """The Run read; None for a read of no single Run (``subject`` says what)."""
-        self.subject = subject or f"Run {workflow_id}"
+        self.subject = subject
         """What was read of, in words."""
         self.what = what
         """What was not read (``a describe``)."""
