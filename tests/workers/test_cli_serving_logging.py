@@ -99,8 +99,9 @@ async def _served(
 
 
 def _not_http(port: int) -> None:
-    """Send ``port`` a request that is not HTTP, once it listens (its ready line is printed
-    just before), and read uvicorn's answer (400, sent once it has logged)."""
+    """Send ``port`` a request that is not HTTP, once it listens (at once after its ready
+    line, which is printed once it listens; with ``--quiet`` none is), and read uvicorn's
+    answer (400, sent once it has logged)."""
     for _ in range(100):
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -231,3 +232,36 @@ async def test_the_codec_server_logs_where_it_listens_and_each_refusal(tmp_path:
     assert re.fullmatch(refusal.format(403, ".*tenant 'globex'.*"), warnings[2]), logged
     for never in ("never-logged", secret, "globex-plaintext", sealed["data"]):
         assert never not in logged, never
+
+
+@pytest.mark.parametrize("command", ["serve", "oauth-callback"])
+async def test_a_uvicorn_command_whose_port_is_taken_never_says_it_listens(
+    dev_env: WorkflowEnvironment, tmp_path: Path, command: str
+) -> None:
+    """Its "Ctrl-C to stop" line is printed once it listens: it was printed before the
+    bind, so a caller that waited for it could be refused (seen under load) and a command
+    whose port was taken printed it, then exited."""
+    address = dev_env.client.service_client.config.target_host
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
+        if command == "serve":
+            argv += ["--store", str(tmp_path / "versions")]
+        keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "psych_runtime.workers.cli",
+            *argv,
+            env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(60):
+            out, err = await child.communicate()
+    assert child.returncode != 0, err
+    assert "address already in use" in err.decode().lower(), err
+    assert "Ctrl-C to stop" not in (out + err).decode(), err

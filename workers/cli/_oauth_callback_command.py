@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 from pathlib import Path
@@ -19,7 +20,7 @@ from psych_runtime.workers._worker import DEFAULT_HOME
 from psych_runtime.workers.cli._logging import serving_logging, uvicorn_options
 from psych_runtime.workers.cli._parser_serving import DEFAULT_CALLBACK_LISTEN
 from psych_runtime.workers.cli._runs import temporal_client
-from psych_runtime.workers.cli._serve_command import listen_of, parse_listen
+from psych_runtime.workers.cli._serve_command import AnnouncedServer, listen_of, parse_listen
 from psych_runtime.workers.cli._stores import closing_stores
 from psych_runtime.workflows import PsychClient
 
@@ -35,8 +36,12 @@ async def _serve(args: argparse.Namespace) -> int:
     client = PsychClient(temporal, store=FileVersionStore(Path(DEFAULT_HOME) / "versions"))
     app = oauth_callback_app(client, store)
     config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
-    server = uvicorn.Server(config)
-    _log.info("psych oauth-callback: http://%s%s (Ctrl-C to stop)", listen, CALLBACK_PATH)
+    server = AnnouncedServer(
+        config,
+        functools.partial(
+            _log.info, "psych oauth-callback: http://%s%s (Ctrl-C to stop)", listen, CALLBACK_PATH
+        ),
+    )
     # The token store's S3 client and connections (PSYCH_BLOB_URL): closed however the
     # server stops (uvicorn raises a SIGINT again once it has shut down).
     async with closing_stores(store):

@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -188,12 +189,28 @@ async def _serve(args: argparse.Namespace) -> int:
     settings = await serve_settings(args)
     app = create_app(settings)
     config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(args.verbose))
-    server = uvicorn.Server(config)
-    _log.info("psych serve: http://%s (Ctrl-C to stop)", listen)
+    server = AnnouncedServer(
+        config, functools.partial(_log.info, "psych serve: http://%s (Ctrl-C to stop)", listen)
+    )
     # Its shutdown (the app's lifespan) closes the push registry, its tasks' push
     # notifications left for the next process to take over, then the stores opened here.
     await server.serve()
     return 0
+
+
+class AnnouncedServer(uvicorn.Server):
+    """A serving command's uvicorn server that calls ``announce`` (its "Ctrl-C to stop"
+    line) once it listens: a line logged before the bind sent callers to a port not yet
+    open, and was logged by a server whose port was taken too, just before it exited."""
+
+    def __init__(self, config: uvicorn.Config, announce: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._announce()
 
 
 async def serve_settings(
