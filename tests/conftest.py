@@ -84,7 +84,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker suite and the rest; a file's tests stay together and in order): ``make unit``
     hands files to its processes in this order (``--no-loadscope-reorder``), and a long
     file started last was the run's tail (xdist's own order, most tests first, put the
-    minute-long e2e files of one or two tests at the end)."""
+    minute-long e2e files of one or two tests at the end). Within a directory's group, a
+    file marked ``long`` goes first: the replay gate started last was the tail too."""
     for item in items:
         parts = item.path.parts
         in_server_suite = "e2e" in parts or "workers" in parts
@@ -93,6 +94,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_longest_first)
 
 
-def _longest_first(item: pytest.Item) -> int:
+def _longest_first(item: pytest.Item) -> tuple[int, bool]:
     parts = item.path.parts
-    return 0 if "e2e" in parts else 1 if "workers" in parts else 2
+    group = 0 if "e2e" in parts else 1 if "workers" in parts else 2
+    return group, item.get_closest_marker("long") is None

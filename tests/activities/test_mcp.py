@@ -41,6 +41,8 @@ from tests.mcp.server import PIXEL_PNG, RESOURCE_TEXT, RESOURCE_URI
 
 from ._hooks import noting_hooks
 
+pytestmark = pytest.mark.long
+
 SCOPE = Scope(tenant="acme")
 TRANSPORTS = ["streamable-http", "sse"]
 SECRET_ACME = "acme-bearer-5ecret-value"

@@ -31,6 +31,8 @@ from psych_runtime.specs import McpServer, Scope, StoreUnavailable
 from tests.activities.test_sent_or_not import broken_store
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
+pytestmark = pytest.mark.long
+
 ARGUMENT = "an order's whole history " * 400
 """An argument of some size, as a tool's arguments may be."""
 

@@ -40,6 +40,8 @@ from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 from .test_mcp_registration import SERVER, URL, grant_storage
 
+pytestmark = pytest.mark.long
+
 LOGGER = "psych_runtime.activities.mcp._registering"
 
 

@@ -16,6 +16,8 @@ from mcp.client.sse import sse_client
 from tests.mcp.fixture import Transport
 from tests.mcp.published import TOOLS, PublishedMcpServer, start_published_mcp_server
 
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(params=["streamable-http", "sse"])
 async def published(request: pytest.FixtureRequest) -> AsyncIterator[PublishedMcpServer]:

@@ -26,6 +26,8 @@ from tests.e2e._waiting import eventually
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 from tests.mcp.server import PIXEL_PNG, RESOURCE_TEXT, RESOURCE_URI
 
+pytestmark = pytest.mark.long
+
 TRANSPORTS = ["streamable-http", "sse"]
 
 

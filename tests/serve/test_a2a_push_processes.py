@@ -26,6 +26,8 @@ from psych_runtime.workers import Key, Keyring, PsychCodec
 from psych_runtime.workers.serve.a2a import PushStore
 from tests._s3_server import S3_ENV, S3Server, s3_server
 
+pytestmark = pytest.mark.long
+
 # Four writers of 8 changes each still interleave many times over (each change holds the
 # shard's lock across a read, a seal and two fsyncs); 15 each took most of a minute sealed.
 PROCESSES = 4

@@ -43,6 +43,8 @@ from psych_runtime.workers.serve._problems import problem_for
 
 from ._app import api
 
+pytestmark = pytest.mark.long
+
 ISSUER = "https://idp.acme.test/"
 AUDIENCE = "psych"
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,8 @@ from psych_runtime.specs import (
     version_hash,
     version_wire_data,
 )
+
+pytestmark = pytest.mark.long
 
 SETTINGS = settings(
     max_examples=40,

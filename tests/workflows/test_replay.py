@@ -21,6 +21,8 @@ from psych_runtime.workflows import AgentRun, WorkflowRun
 
 from .record_histories import HISTORIES, SHAPES
 
+pytestmark = pytest.mark.long
+
 COMMITTED = sorted(HISTORIES.glob("*.json"))
 
 
