@@ -24,21 +24,58 @@ would have, less the secret. The worker's payload converter is pydantic's
   field, an alias, a ``SecretStr`` applied), where a model rebuilt with redacted fields
   would run its own serializers again on whatever they read besides the fields. As a dict
   key, which pydantic's converter writes as ``str(model)``, its text, redacted.
+- Also through its class's serializer, so its dumped form, redacted: anything else whose
+  class has a ``__pydantic_serializer__`` (pydantic's ``AnyUrl``, ``HttpUrl``, DSNs: their
+  text, a password or a token in it redacted). ``pydantic_core``'s ``Url`` and
+  ``MultiHostUrl``, a ``pathlib`` path and a ``collections.UserString``: their text
+  (``str``), redacted (pydantic's converter sends the first three so; neither converter
+  can send a ``UserString``). As a dict key, each is its text, redacted, as a model.
+- A ``bytearray``, a ``memoryview``, an ``array.array`` of bytes (``b``, ``B``) or of
+  characters (``u``): one of its class holding the redacted bytes (characters), a
+  subclass becoming its base; a ``memoryview`` of bytes (format ``B``, one dimension).
+  Pydantic's converter sends a ``bytearray`` as its text; the default JSON one sends each
+  as the list of its items (bytes or characters). An array of numbers is left as it is.
+- An ``enum.Enum`` member that is no ``str``, ``int`` or ``float`` (those are read as
+  such): its value, walked as any value, so a value holding a secret becomes the value
+  redacted (pydantic's converter sends its value; the default JSON one cannot send it).
+  As a dict key, its value, redacted (what pydantic's converter writes). A compiled
+  ``re`` pattern: its ``pattern`` (as text), likewise, as pydantic's converter sends it.
+- A dict's ``keys()``, ``values()`` or ``items()``, a generator, and any other iterable
+  none of the above is (a ``range``, a ``UserList``, a ``MappingProxyType``, a class of the
+  activity's with ``__iter__``): the ``list`` of its items, redacted, which is what the
+  default JSON converter sends for it (``AdvancedJSONEncoder.default`` turns any iterable
+  it does not encode itself into a list; a mapping other than a ``dict`` so becomes its
+  keys) and what pydantic's converter sends for an iterator (it cannot send the others).
+  Read once (``list``): an iterator is used up, so it becomes that list whether or not a
+  secret was in it; an iterable whose reading raises becomes ``[UNENCODABLE:<class>]``.
+  One with a callable ``dict`` attribute is left as it is: the default JSON converter
+  sends what ``dict()`` makes instead.
 - A dataclass whose fields cannot be read or a model that cannot be dumped (neither
   converter could encode it): ``[UNENCODABLE:<class>]``.
 - A key that cannot be hashed once redacted: its text (``str``), redacted.
-- Anything else is left as it is.
+- Anything else is left as it is: a ``datetime``, ``Decimal``, ``UUID``, IP address or
+  complex number (their text is digits and fixed symbols), pydantic's ``SecretStr`` (sent
+  masked), or what neither converter can send.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any, cast
+
+from psych_runtime.activities.secrets._stand_ins import (
+    KEYED_AS_TEXT,
+    Kind,
+    blob_made,
+    blob_read,
+    kind_of,
+    stand_in,
+    unencodable,
+)
 
 MAX_DETAIL_DEPTH = 100
 """How deep a failure's details may nest (a detail itself is at depth 1): deeper, a
@@ -62,7 +99,7 @@ _SCALARS = frozenset({int, float, bool, type(None)})
 """What a walk skips at once (no text in it)."""
 _TEXTS = (str, bytes)
 _CONTAINERS = (dict, list, tuple, set, frozenset, deque)
-_PLAIN = frozenset({str, bytes, dict, list, tuple, set, frozenset, deque})
+_PLAIN = frozenset({*_TEXTS, *_CONTAINERS})
 """Types read as they are (no model, no dataclass): skipped by ``_stand_in`` at once."""
 _BUILT_LAST = (tuple, set, frozenset, deque)
 """Containers built once their items are (the others get an empty copy first)."""
@@ -114,14 +151,14 @@ class _DetailsWalk:
         self._texts: dict[str, str | None] = {}
         self._blobs: dict[bytes, bytes | None] = {}
         self._too_deep: set[int] = set()
-        # A model's (or an unreadable dataclass's) id -> what stands for it: its dump (or
-        # the [UNENCODABLE:<class>] text), its text redacted (None when it held no secret),
-        # whether it could not be read.
-        self._views: dict[int, tuple[Any, str | None, bool]] = {}
+        # A value's id -> what stands for it (_stand_ins; an unreadable dataclass's
+        # [UNENCODABLE:<class>] text), its text redacted (None when it held no secret, or
+        # as a key it is its stand-in), whether it is replaced by its stand-in even
+        # without a secret, whether as a key it is its stand-in.
+        self._views: dict[int, tuple[Any, str | None, bool, bool]] = {}
         self._fields: dict[int, tuple[tuple[str, Any], ...]] = {}  # a dataclass's fields
-        self._opaque: set[type] = set()  # types _stand_in found neither (datetime, Enum)
-        main = sys.modules.get("pydantic.main")  # not loaded: no model exists
-        self._model: type | None = getattr(main, "BaseModel", None)
+        self._kinds: dict[type, Kind | None] = {}
+        self._opaque: set[type] = set()  # classes of no kind (datetime, UUID): left as is
 
     def __call__(self, root: tuple[Any, ...]) -> tuple[Any, ...]:
         """``root`` redacted; ``root`` itself when nothing in it held a secret or nested
@@ -164,10 +201,10 @@ class _DetailsWalk:
         return value if blob is None else blob
 
     def _stand_in(self, value: Any) -> Any:
-        """What the walk reads in ``value``'s place: a model's dump, or the
-        ``[UNENCODABLE:<class>]`` text for a model that cannot be dumped or a dataclass
-        whose fields cannot be read; else ``value`` itself. A dataclass's fields are read
-        here, once, and each model's dump made once."""
+        """What the walk reads in ``value``'s place (``_stand_ins``: a model's dump, an
+        Enum's value, a URL's text, an iterable's items), or the ``[UNENCODABLE:<class>]``
+        text; else ``value`` itself (a dataclass's fields read here, once). Each value's
+        stand-in is made once, each class's kind found once."""
         if isinstance(value, _TEXTS):
             return value
         key = id(value)
@@ -176,35 +213,43 @@ class _DetailsWalk:
             return view[0]
         if key in self._fields or isinstance(value, _CONTAINERS):
             return value
-        model = self._model
-        if model is not None and (isinstance(value, model) or _pydantic_dataclass(value)):
-            try:  # its class's serializer, as pydantic's converter (not model_dump, which a
-                # class may override; a dataclass's fields alone would miss what it computes)
-                dump = type(value).__pydantic_serializer__.to_python(
-                    value, mode="json", by_alias=True
-                )
-            except Exception:  # pydantic's converter cannot encode it either (module doc)
-                self._views[key] = (_unencodable(value), self._text(value), True)
-            else:
-                self._views[key] = (dump, self._text(value), False)
-            return self._views[key][0]
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        kind = self._kinds.get(cls, _UNSEEN)
+        if kind is _UNSEEN:
+            kind = self._kinds[cls] = None if isinstance(value, type) else kind_of(cls)
+        if kind is None:
+            self._opaque.add(cls)  # nor any value of its class
+            return value
+        if kind == "dataclass":
             try:
                 fields = tuple((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
             except Exception:  # an unset field: neither converter can encode it (module doc)
-                self._views[key] = (_unencodable(value), self._text(value), True)
+                self._views[key] = (unencodable(value), self._text(value), True, False)
                 return self._views[key][0]
             self._fields[key] = fields
             return value
-        self._opaque.add(type(value))  # no model, no dataclass: nor any value of its type
-        return value
+        if kind == "blob":  # no view when nothing in it changes: it would stand for itself
+            raw = blob_read(value)
+            clean = raw if raw is None else self._leaf(raw)
+            if clean is raw or clean is None:
+                return value
+            self._views[key] = (blob_made(value, clean), None, True, True)
+            return self._views[key][0]
+        read, replace = stand_in(kind, value)
+        if kind == "enum" and not replace:
+            read = self._stand_in(read)  # its value as any other (a dataclass, a model)
+        if kind in KEYED_AS_TEXT:
+            self._views[key] = (read, self._text(value), replace, False)
+        else:
+            self._views[key] = (read, None, replace, True)
+        return read
 
     def _text(self, value: Any) -> str | None:
         """``str(value)`` redacted, None when it held no secret."""
         try:
             text = str(value)
         except Exception:  # no text to leak, none to use as a key: its marker
-            return _unencodable(value)
+            return unencodable(value)
         clean = self._leaf(text)
         return None if clean is text else cast("str", clean)
 
@@ -259,11 +304,11 @@ class _DetailsWalk:
                         hit = True
                     continue
                 if kind not in _PLAIN and kind not in opaque:
-                    stand_in = self._stand_in(child)
-                    if stand_in is not child:  # a model: its dump, or a marker
-                        _, text, failed = self._views[id(child)]
+                    read = self._stand_in(child)
+                    if read is not child:  # a model's dump, an Enum's value, a marker...
+                        _, text, failed, _ = self._views[id(child)]
                         hit = hit or text is not None or failed
-                        child = stand_in
+                        child = read
                 if isinstance(child, _TEXTS):
                     hit = hit or self._leaf(child) is not child
                 elif isinstance(child, _CONTAINERS) or id(child) in fields:
@@ -360,16 +405,18 @@ class _DetailsWalk:
         views = self._views
 
         def copied(child: Any, as_key: bool = False) -> Any:
+            if type(child) in _SCALARS:
+                return child
             if isinstance(child, _TEXTS):
                 return self._leaf(child)
             key = id(child)
             view = views.get(key) if views else None
             if view is not None:
-                stand_in, text, failed = view
-                if as_key:
+                read, text, failed, keyed = view
+                if as_key and not keyed:
                     return child if text is None else text
-                out = copied(stand_in)
-                return child if out is stand_in and text is None and not failed else out
+                out = copied(read)
+                return child if out is read and text is None and not failed else out
             if key in self._too_deep:
                 return _TOO_DEEP
             return built.get(key, _CYCLE) if key in dirty else child
@@ -411,22 +458,6 @@ class _DetailsWalk:
             except Exception:  # its class's own constructor refused: a plain tuple (above)
                 return tuple(items)
         return tuple(items)
-
-
-def _pydantic_dataclass(value: Any) -> bool:
-    """Whether ``value`` is an instance of a pydantic dataclass (its module loaded, then)."""
-    module = sys.modules.get("pydantic.dataclasses")
-    return (
-        module is not None
-        and dataclasses.is_dataclass(value)
-        and not isinstance(value, type)
-        and module.is_pydantic_dataclass(type(value))
-    )
-
-
-def _unencodable(value: Any) -> str:
-    """What stands for a value neither payload converter can encode (module doc)."""
-    return f"[UNENCODABLE:{type(value).__qualname__}]"
 
 
 def _shell(node: Any) -> Any:

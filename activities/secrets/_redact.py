@@ -186,7 +186,8 @@ class Redactor:
         ``ApplicationError.__str__`` does not show: it shows ``args``) and its details (an
         ``ApplicationError``'s or a ``CancelledError``'s; a ``TimeoutError``'s last
         heartbeat details), every secret in them (``_details``: strings and bytes, inside
-        dicts, lists, tuples, sets, dataclasses and pydantic models, nested), cutting details
+        dicts, lists, tuples, sets, dataclasses, pydantic models, Enum members, URLs and
+        any iterable, nested), cutting details
         nested too deep to encode; whether any of it changed.
 
         In place, so its class (a ``StoreUnavailable`` that is an ``ApplicationError``) and

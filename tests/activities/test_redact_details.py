@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+import re
 import warnings
-from collections import deque
+from array import array
+from collections import UserList, UserString, deque
+from pathlib import PurePosixPath
 from typing import Any
 
+import pydantic_core
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
+from pydantic import (
+    AnyUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PostgresDsn,
+    TypeAdapter,
+    computed_field,
+    field_serializer,
+)
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -271,3 +285,116 @@ def test_scrub_walks_a_deque(converter: DataConverter) -> None:
     assert again is walked
     assert kept is fine
     assert b"alpha-1" not in sent(err, converter)
+
+
+class Status(enum.Enum):
+    DENIED = "denied for alpha-1"
+    PAIR = ("pair", "alpha-1")
+    FINE = "ok"
+
+
+def sent_clean(err: ApplicationError, converter: DataConverter) -> None:
+    """Nothing ``err`` sends holds ``alpha-1``: as text, nor as the JSON list of its bytes
+    or of its characters (how the default JSON converter sends a ``bytearray``, a
+    ``memoryview`` or an ``array``)."""
+    payload = sent(err, converter)
+    assert b"alpha-1" not in payload
+    assert ",".join(str(byte) for byte in b"alpha-1").encode() not in payload
+    assert ",".join(f'"{char}"' for char in "alpha-1").encode() not in payload
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_walks_enum_members_and_bytearrays(converter: DataConverter) -> None:
+    # Until 12-07 an Enum member (pydantic's converter sends its value), a bytearray, a
+    # memoryview and an array of bytes or characters (pydantic's sends a bytearray as
+    # text, the default JSON one each as the list of its bytes or characters) were left
+    # as they were: a secret in them went out.
+    fine = bytearray(b"ok")
+    err = ApplicationError(
+        "failed",
+        Status.DENIED,
+        {Status.PAIR: [Status.FINE]},
+        bytearray(b"said alpha-1"),
+        memoryview(b"said alpha-1"),
+        array("b", b"said alpha-1 \xff"),
+        array("u", "said alpha-1"),
+        UserString("said alpha-1"),  # neither converter sends one: its text, once redacted
+        fine,
+        type="Boom",
+    )
+    Redactor({"a": "alpha-1"}).scrub(err)
+    denied, keyed, blob, view, signed, chars, user, kept = err.details
+    assert denied == "denied for [REDACTED:a]"  # its value, redacted
+    # As a key, which pydantic's converter writes as its value: its value, redacted.
+    assert keyed == {("pair", "[REDACTED:a]"): [Status.FINE]}
+    assert keyed[("pair", "[REDACTED:a]")][0] is Status.FINE  # no secret: the member
+    assert type(blob) is bytearray and blob == b"said [REDACTED:a]"
+    assert type(view) is memoryview and view.tobytes() == b"said [REDACTED:a]"
+    assert signed == array("b", b"said [REDACTED:a] \xff")
+    assert chars == array("u", "said [REDACTED:a]")
+    assert user == "said [REDACTED:a]"
+    assert kept is fine
+    if converter is pydantic_data_converter:  # it cannot send a memoryview or an array
+        err = ApplicationError("failed", denied, keyed, blob, user, type="Boom")
+    else:  # nor this one a key that is no text
+        err = ApplicationError("failed", denied, blob, view, signed, chars, user, type="Boom")
+    sent_clean(err, converter)
+
+
+def test_scrub_sends_urls_with_credentials_as_their_text_redacted() -> None:
+    # Until 12-07 a pydantic URL (AnyUrl, a DSN, pydantic_core's Url), which pydantic's
+    # converter sends as its text, was left as it was: a password or a token in it too.
+    url = TypeAdapter(AnyUrl).validate_python("https://user:alpha-1@host/p?token=alpha-1")
+    dsn = TypeAdapter(PostgresDsn).validate_python("postgres://u:alpha-1@h1,h2/db")
+    fine = TypeAdapter(AnyUrl).validate_python("https://host/p")
+    err = ApplicationError(
+        "failed",
+        url,
+        {url: dsn},
+        pydantic_core.Url("https://host/?key=alpha-1"),
+        re.compile("key=alpha-1"),
+        PurePosixPath("/keys/alpha-1"),
+        fine,
+        type="Boom",
+    )
+    Redactor({"a": "alpha-1"}).scrub(err)
+    text, keyed, core, pattern, path, kept = err.details
+    assert text == "https://user:[REDACTED:a]@host/p?token=[REDACTED:a]"
+    assert keyed == {text: "postgres://u:[REDACTED:a]@h1,h2/db"}
+    assert core == "https://host/?key=[REDACTED:a]"
+    assert pattern == "key=[REDACTED:a]"
+    assert path == "/keys/[REDACTED:a]"
+    assert kept is fine
+    sent_clean(err, pydantic_data_converter)
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_walks_dict_views_and_other_iterables(converter: DataConverter) -> None:
+    # Until 12-07 a dict's keys(), values() or items(), a generator or any other iterable
+    # (the default JSON converter sends each as a list of its items; pydantic's an
+    # iterator) was left as it was, and a secret in it went out.
+    headers = {"Authorization": "Bearer alpha-1", "alpha-1": "ok"}
+    fine = {"ok": "ok"}.values()
+    err = ApplicationError(
+        "failed",
+        headers.keys(),
+        headers.values(),
+        headers.items(),
+        (line for line in ["said alpha-1"]),
+        iter(["ok"]),
+        UserList(["said alpha-1"]),
+        fine,
+        type="Boom",
+    )
+    Redactor({"a": "alpha-1"}).scrub(err)
+    keys, values, items, lines, used, user, kept = err.details
+    assert keys == ["Authorization", "[REDACTED:a]"]
+    assert values == ["Bearer [REDACTED:a]", "ok"]
+    assert items == [("Authorization", "Bearer [REDACTED:a]"), ("[REDACTED:a]", "ok")]
+    assert lines == ["said [REDACTED:a]"]
+    assert used == ["ok"]  # an iterator is used up by reading it: its items, secret or not
+    assert user == ["said [REDACTED:a]"]
+    assert kept is fine
+    if converter is pydantic_data_converter:  # it cannot send a kept dict view at all
+        err = ApplicationError("failed", *err.details[:-1], type="Boom")
+    sent_clean(err, converter)

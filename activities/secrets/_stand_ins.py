@@ -1,0 +1,110 @@
+"""What the details walk (``_details``) reads in place of a value that is no text and no
+plain container: the kind of each class, found once per class, and a value's stand-in.
+
+Each kind's stand-in is what the payload converters send for such a value (pydantic's,
+the worker's; else the SDK's default JSON one, whose encoder sends any iterable it does not
+know as a list), so a value whose stand-in holds a secret can be replaced by the stand-in
+redacted and still be encoded as it would have been, less the secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import sys
+from array import array
+from collections import UserString
+from collections.abc import Iterable, Iterator
+from pathlib import PurePath
+from typing import Any, Literal, cast
+
+Kind = Literal["model", "dataclass", "blob", "text", "enum", "pattern", "items", "iterator"]
+"""How the walk reads a value (``kind_of``); a class of none of these is left as it is."""
+
+KEYED_AS_TEXT = frozenset({"model", "text"})
+"""Kinds pydantic's converter writes as ``str(value)`` when a dict key (the others: as
+their stand-in)."""
+
+
+def kind_of(cls: type) -> Kind | None:
+    """How the walk reads a value of class ``cls`` (neither ``str``, ``bytes`` nor a
+    container it walks itself), None when it leaves it as it is."""
+    if hasattr(cls, "__pydantic_serializer__"):
+        return "model"  # a pydantic model or dataclass, an ``AnyUrl``: its class's serializer
+    if dataclasses.is_dataclass(cls):
+        return "dataclass"
+    if issubclass(cls, bytearray | memoryview | array):
+        return "blob"  # read by the walk itself, as bytes (an array of bytes or characters)
+    if issubclass(cls, enum.Enum):
+        return "enum"
+    core = sys.modules.get("pydantic_core")  # not loaded: none of its URLs exists
+    if core is not None and issubclass(cls, core.Url | core.MultiHostUrl):
+        return "text"
+    if issubclass(cls, PurePath | UserString):
+        return "text"  # a UserString: iterated, each character would be one again
+    if issubclass(cls, re.Pattern):
+        return "pattern"
+    if callable(getattr(cls, "dict", None)):
+        return None  # the default JSON converter sends what its dict() makes, not its items
+    if issubclass(cls, Iterator):
+        return "iterator"
+    if issubclass(cls, Iterable):
+        return "items"
+    return None
+
+
+def stand_in(kind: Kind, value: Any) -> tuple[Any, bool]:
+    """What the walk reads in ``value``'s place (for a kind other than ``dataclass`` and
+    ``blob``), and
+    whether ``value`` must be replaced by it even when it holds no secret: it cannot be
+    encoded (its stand-in then the ``[UNENCODABLE:<class>]`` text) or it was used up
+    (an iterator, read here)."""
+    try:
+        if kind == "model":  # its class's serializer, as pydantic's converter (not
+            # model_dump, which a class may override; a dataclass's fields alone miss
+            # what it computes)
+            serializer = type(value).__pydantic_serializer__
+            return serializer.to_python(value, mode="json", by_alias=True), False
+        if kind == "text":
+            return str(value), False
+        if kind == "enum":
+            return value.value, False
+        if kind == "pattern":
+            return str(value.pattern), False  # a bytes pattern as pydantic writes it
+        return list(value), kind == "iterator"
+    except Exception:  # neither converter can encode it (the _details module doc)
+        return unencodable(value), True
+
+
+def blob_read(value: bytearray | memoryview | array[Any]) -> str | bytes | None:
+    """What the walk reads of a ``blob``: its bytes, an array of characters' text; None when
+    it has none (an array of numbers, a released ``memoryview``: neither converter can
+    send that)."""
+    if isinstance(value, array):
+        if value.typecode == "u":
+            return value.tounicode()
+        return value.tobytes() if value.typecode in "bB" else None
+    try:
+        return bytes(value) if isinstance(value, bytearray) else value.tobytes()
+    except ValueError:  # released
+        return None
+
+
+def blob_made(value: bytearray | memoryview | array[Any], clean: str | bytes) -> Any:
+    """A blob of ``value``'s (base) class holding ``clean``, what ``blob_read`` read of it
+    redacted."""
+    if isinstance(value, array):
+        made = array(value.typecode)
+        if isinstance(clean, str):
+            made.fromunicode(clean)
+        else:
+            made.frombytes(clean)
+        return made
+    blob = cast(bytes, clean)  # read of a bytearray or memoryview: bytes
+    return bytearray(blob) if isinstance(value, bytearray) else memoryview(blob)
+
+
+def unencodable(value: Any) -> str:
+    """What stands for a value neither payload converter can encode (``_details``)."""
+    return f"[UNENCODABLE:{type(value).__qualname__}]"
