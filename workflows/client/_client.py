@@ -441,7 +441,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
 
         ``execution`` (``RunSummary.execution``): that execution's result (or state, when
         cancelled), not followed past it; without, the latest execution's, followed to its
-        end (after an operator's reset of a settled Run, the new execution's, as it runs).
+        end past each continue-as-new and each operator's reset (a reset while it waits, or
+        of a settled Run: the new execution's, as it runs).
 
         Each long poll of its close event waits ``HISTORY_LONG_POLL_TIMEOUT`` at most
         (Temporal answers it empty sooner while the Run runs: it is asked again).
@@ -456,11 +457,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
         """
         workflow_id, _ = self._handle(run, scope)
         given_timeout(query_timeout, "query_timeout")
-        handle = self.temporal.get_workflow_handle(
-            workflow_id, run_id=execution, result_type=RunResult
-        )
         try:
-            result = await awaited_result(handle, workflow_id)
+            result = await awaited_result(self.temporal, workflow_id, execution)
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):

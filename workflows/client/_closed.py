@@ -30,15 +30,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
-    WorkflowContinuedAsNewError,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
-    WorkflowHandle,
     WorkflowHistoryEventFilterType,
 )
 from temporalio.common import SearchAttributeKey
@@ -51,6 +50,7 @@ from psych_runtime.workflows.client._asked import (
     TEMPORAL_READ_TIMEOUT,
     TemporalCancelled,
     TemporalUnanswered,
+    describe_within,
     history_events,
     mapped,
     read_mapped,
@@ -169,30 +169,37 @@ async def closed_run(
     return None
 
 
-async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: str) -> RunResult:
-    """What ``handle``'s execution returned, once it closed (its ``result()``): of the
-    latest execution followed past each continue-as-new when ``handle`` names none, else of
-    the one it names (``WorkflowContinuedAsNewError`` when that one continued as new).
+async def awaited_result(client: Client, workflow_id: str, execution: str | None) -> RunResult:
+    """What the Run's execution returned, once it closed (its ``result()``): of the latest
+    execution, followed past each continue-as-new and each reset, when ``execution`` (a
+    Temporal run id) is None, else of that one (``WorkflowContinuedAsNewError`` when it
+    continued as new; terminated, when reset).
 
     ``result()`` asks again, unseen, after each empty answer of its long poll (Temporal's,
     at its own interval), so the time it took is not the time its failed request waited:
-    the close event is waited for here, each long poll timed on its own and waiting
-    ``HISTORY_LONG_POLL_TIMEOUT`` at most, and then read, which Temporal answers at once.
-    A close event naming the execution it went on as (a continue-as-new), ``handle``
-    naming none, is not read: the latest execution, that one, open, is waited for the
-    same way (``result()`` would wait for it, unseen).
-    (A reset between the two has ``result()`` wait for the new execution: its time is then
-    of more than one request, and a timeout's status it ends with is taken for silence.)
+    the close event of one execution, named by its run id, is waited for here, each long
+    poll timed on its own and waiting ``HISTORY_LONG_POLL_TIMEOUT`` at most, and then read,
+    which Temporal answers at once. The latest execution is described first for its run
+    id; a close event naming the execution it went on as (a continue-as-new, a retry, a
+    cron's next run) has that one's waited for the same way, as does a termination by a
+    reset: its close event names no new execution (Temporal records the reset's reason,
+    the identity ``history-resetter``), but the terminated execution's description does
+    (``workflow_extended_info.reset_run_id``: the latest reset's new run).
 
     Raises:
         WorkflowFailureError: the execution failed, was cancelled, terminated, timed out.
-        TemporalUnanswered: Temporal did not answer a long poll of the close event in time.
+        TemporalUnanswered: Temporal did not answer a long poll of the close event (or a
+            describe, within ``TEMPORAL_READ_TIMEOUT``) in time.
         TemporalCancelled: it gave one up at once (a CANCELLED under load).
         NotFound: no such Run.
         RPCError: Temporal refused otherwise.
     """
     what = "a long poll of the close event"
+    run_id = execution
+    if run_id is None:
+        run_id = (await _described(client, workflow_id, None)).run_id
     while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunResult)
         closes = handle.fetch_history_events(
             wait_new_event=True,
             event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
@@ -210,24 +217,47 @@ async def awaited_result(handle: WorkflowHandle[Any, RunResult], workflow_id: st
             raise
         except RPCError as err:
             raise mapped(err, workflow_id) from err
-        if handle.run_id is None and close is not None and _went_on(close):
-            # The latest execution is now the one it went on as, open: its close event
-            # waited for as this one's was (``result()`` would wait for it unseen).
-            continue
+        if execution is None and close is not None:
+            went_on = _went_on(close) or await _reset_to(client, workflow_id, run_id, close)
+            if went_on:
+                run_id = went_on  # its close event waited for as this one's was
+                continue
         asked_at = time.monotonic()
-        try:
+        try:  # one request: the execution, named, closed
             result: RunResult = await handle.result(
                 follow_runs=False, rpc_timeout=HISTORY_LONG_POLL_TIMEOUT
             )
-        except WorkflowContinuedAsNewError:
-            if handle.run_id is not None:
-                raise
-            continue  # the latest execution is now the one it continued as
         except RPCError as err:
             raise read_mapped(
                 err, workflow_id, what, HISTORY_LONG_POLL_TIMEOUT, asked_at=asked_at
             ) from err
         return result
+
+
+async def _described(
+    client: Client, workflow_id: str, run_id: str | None
+) -> WorkflowExecutionDescription:
+    """The execution ``run_id`` (None: the latest) of the Run described, within
+    ``TEMPORAL_READ_TIMEOUT`` (``describe_within``; NOT_FOUND as ``NotFound``)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    try:
+        return await describe_within(handle, workflow_id, TEMPORAL_READ_TIMEOUT)
+    except (TemporalUnanswered, TemporalCancelled):
+        raise
+    except RPCError as err:
+        raise mapped(err, workflow_id) from err
+
+
+async def _reset_to(
+    client: Client, workflow_id: str, run_id: str, close: HistoryEvent
+) -> str | None:
+    """The run id of the execution a reset started from ``run_id``, when ``close``, its
+    close event, is a termination and a reset made one (its description says so)."""
+    if not close.HasField("workflow_execution_terminated_event_attributes"):
+        return None
+    described = await _described(client, workflow_id, run_id)
+    reset = described.raw_description.workflow_extended_info.reset_run_id
+    return reset if reset and reset != run_id else None
 
 
 _WENT_ON_FROM = (
@@ -238,8 +268,10 @@ _WENT_ON_FROM = (
 )
 
 
-def _went_on(close: HistoryEvent) -> bool:
-    """Whether the close event ``close`` names an execution its workflow went on as (a
-    continue-as-new; a retry or a cron's next run, which ``result()`` follows too)."""
+def _went_on(close: HistoryEvent) -> str | None:
+    """The run id of the execution the close event ``close`` names its workflow went on as
+    (a continue-as-new; a retry or a cron's next run, which ``result()`` follows too)."""
     attributes = close.WhichOneof("attributes")
-    return attributes in _WENT_ON_FROM and bool(getattr(close, attributes).new_execution_run_id)
+    if attributes not in _WENT_ON_FROM:
+        return None
+    return getattr(close, attributes).new_execution_run_id or None
