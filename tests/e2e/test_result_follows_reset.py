@@ -14,15 +14,20 @@ from pathlib import Path
 
 import grpc
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowHistoryEventFilterType
+from temporalio.client import (
+    WorkflowContinuedAsNewError,
+    WorkflowExecutionStatus,
+    WorkflowHistoryEventFilterType,
+)
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from psych_runtime.specs import Scope
+from psych_runtime.specs import RunFailed, Scope
 from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, TemporalCancelled
 
 from ._continuing_run import ContinuesWhenTold
 from ._reset import reset_to_first_task
+from ._waiting import eventually
 from .test_listing_bounded import relayed_client
 from .test_reads_bounded import HISTORY
 
@@ -92,3 +97,54 @@ async def test_results_long_poll_after_a_reset_is_timed_on_its_own(
             ), failed.value.why
         finally:
             await temporal.get_workflow_handle(workflow_id).terminate()
+
+
+@pytest.mark.timeout(60)
+async def test_a_named_execution_is_not_followed_past_a_reset_or_a_continue_as_new(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """``result(execution=)`` reads that execution's close event only: one a reset
+    terminated is a ``RunFailed`` saying so, one that continued as new has no result of
+    its own (``WorkflowContinuedAsNewError`` naming the next); neither waits."""
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:10]}")
+    temporal = dev_env.client
+    queue = f"named-{uuid.uuid4().hex[:8]}"
+    reset_id, continued_id = (f"psych-{scope.tenant}-{uuid.uuid4().hex}" for _ in range(2))
+    async with (
+        Worker(
+            temporal,
+            task_queue=queue,
+            workflows=[ContinuesWhenTold],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ),
+        relayed_client(dev_env, tmp_path) as (_relay, client),
+    ):
+        reset = await temporal.start_workflow(
+            ContinuesWhenTold.run, 0, id=reset_id, task_queue=queue
+        )
+        continued = await temporal.start_workflow(
+            ContinuesWhenTold.run, 1, id=continued_id, task_queue=queue
+        )
+        try:
+            await asyncio.sleep(1)  # each one's first workflow task completed
+            await reset_to_first_task(temporal, reset_id)
+            await continued.signal(ContinuesWhenTold.told)
+            async with asyncio.timeout(10):
+                with pytest.raises(RunFailed, match="an operator's reset"):
+                    await client.result(reset_id, scope=scope, execution=reset.result_run_id)
+                first = temporal.get_workflow_handle(continued_id, run_id=continued.result_run_id)
+
+                async def went_on_now() -> bool:
+                    described = await first.describe()
+                    return described.status is WorkflowExecutionStatus.CONTINUED_AS_NEW
+
+                await eventually(went_on_now, what="the first execution to continue as new")
+                with pytest.raises(WorkflowContinuedAsNewError) as went_on:
+                    await client.result(
+                        continued_id, scope=scope, execution=continued.result_run_id
+                    )
+            latest = await temporal.get_workflow_handle(continued_id).describe()
+            assert went_on.value.new_execution_run_id == latest.run_id
+        finally:
+            for workflow_id in (reset_id, continued_id):
+                await temporal.get_workflow_handle(workflow_id).terminate()

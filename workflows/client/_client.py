@@ -454,6 +454,8 @@ class PsychClient(RunActions, RunStreaming, RunListing, RunReporting):
             TemporalUnanswered: Temporal did not answer a long poll of the close event
                 in time.
             TemporalCancelled: it gave one up at once (a CANCELLED under load).
+            WorkflowContinuedAsNewError: ``execution`` continued as new: it has no result
+                of its own (``new_execution_run_id`` names the next).
         """
         workflow_id, _ = self._handle(run, scope)
         given_timeout(query_timeout, "query_timeout")
