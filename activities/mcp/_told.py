@@ -7,7 +7,9 @@ where an exception ends the session: the caller then sees only the SDK's "Connec
 closed". ``ToldAuth`` tells the pool (``_pool.py``) of the failure as it is raised, so the
 call's error and the server's unavailability say why: the token the authorization server
 refused, and its answer. Likewise of a token the MCP server refused right after the flow
-obtained it, where the SDK says only "Server returned an error response".
+obtained it, where the SDK says only "Server returned an error response". A token store
+failing the flow of a resumed event stream (``resuming``: the request it answers had left)
+is told as a failed flow, not as the store's "nothing sent".
 
 The request whose flow failed carries what was told of it (``flow_told``): a pooled
 streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``),
@@ -114,7 +116,14 @@ class ToldAuth(_Forwarding):
 
     def _failed(self, request: httpx2.Request, err: Exception, unsent: bool) -> None:
         told: Exception
-        if isinstance(err, StoreUnavailable):
+        if isinstance(err, StoreUnavailable) and resuming(request):
+            # The request whose stream it resumes had left (the tool may have run): not the
+            # store's "nothing sent" (12-07: the call was retried as unsent).
+            told = OAuthFailed(
+                f"getting an OAuth token to resume an event stream failed: {err} (its request "
+                "had been sent)"
+            )
+        elif isinstance(err, StoreUnavailable):
             # The worker's token store, not the server nor its authorization server: told
             # as it is, so the session's owner raises it (transient, ``_pool.py``).
             told = err
@@ -138,6 +147,13 @@ class ToldAuth(_Forwarding):
                 "another resource or scope)"
             )
         )
+
+
+def resuming(request: httpx2.Request) -> bool:
+    """Whether ``request`` resumes an event stream (a streamable-HTTP GET carrying
+    ``Last-Event-ID``): the SDK sends one when a request's stream dropped, the request
+    itself sent."""
+    return request.method == "GET" and "last-event-id" in request.headers
 
 
 def flow_told(request: httpx2.Request, err: BaseException) -> Exception | None:

@@ -149,6 +149,7 @@ def start_mcp_server(
     filler: int = 0,
     require_bearer: bool = False,
     json_response: bool = False,
+    resumable: bool = False,
 ) -> McpTestServer:
     """Start ``tests.mcp.server`` on 127.0.0.1 and a free port; return once it listens.
 
@@ -158,6 +159,8 @@ def start_mcp_server(
         require_bearer: Answer 401 to MCP requests without a bearer token.
         json_response: Answer streamable HTTP POSTs with a JSON body (read whole, so bounded
             by the egress policy's ``max_response_bytes``), not an event stream.
+        resumable: Keep events so a client resumes a dropped event stream (streamable
+            HTTP), and offer ``dropped(seconds)``, which drops its own.
 
     The caller stops it with ``stop()``.
     """
@@ -167,6 +170,8 @@ def start_mcp_server(
         command.append("--require-bearer")
     if json_response:
         command.append("--json-response")
+    if resumable:
+        command.append("--resumable")
     log = tempfile.NamedTemporaryFile(prefix="mcp-server-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
     try:

@@ -1,6 +1,7 @@
 """A scriptable MCP server for tests, run as its own process on loopback.
 
     python -m tests.mcp.server --transport streamable-http|sse [--filler N] [--require-bearer]
+        [--resumable]
 
 Built with the official ``mcp`` SDK's ``MCPServer``, so any stock MCP client can use it with
 the ``initialize`` handshake. It binds 127.0.0.1 on a free port and prints one line
@@ -22,6 +23,9 @@ Tools (the names, arguments and annotations tests rely on):
 - ``image()``: one PNG image block; ``resource()``: one embedded text resource;
   ``big(size)``: ``size`` characters of text.
 - ``filler_000`` ... with ``--filler N``: N tools with long descriptions.
+- ``dropped(seconds)``, only with ``--resumable`` (streamable HTTP): closes its call's event
+  stream, sleeps, then returns ``resumed after <seconds>``: the client resumes the stream
+  with a GET carrying ``Last-Event-ID`` (events kept in ``tests.mcp.events``; retry 100 ms).
 
 A plain-HTTP JSON control surface on the same port lets a test observe and steer it:
 
@@ -64,6 +68,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.mcp.events import MemoryEvents
+
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 
@@ -71,6 +77,8 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 PIXEL_PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
+RETRY_MS = 100
+"""The retry interval a ``--resumable`` server gives its clients (SSE ``retry``)."""
 RESOURCE_URI = "test://resource/readme"
 RESOURCE_TEXT = "The embedded resource's text."
 FILLER_DESCRIPTION_CHARS = 1000
@@ -134,8 +142,9 @@ def _filler_description(index: int) -> str:
     return (head + body)[:FILLER_DESCRIPTION_CHARS]
 
 
-def build_server(state: State, filler: int) -> MCPServer:
-    """The MCP server with every test tool registered, observing into ``state``."""
+def build_server(state: State, filler: int, resumable: bool = False) -> MCPServer:
+    """The MCP server with every test tool registered, observing into ``state``
+    (``dropped`` only when ``resumable``)."""
 
     async def observe(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         session_id = _session_id(ctx)
@@ -232,6 +241,15 @@ def build_server(state: State, filler: int) -> MCPServer:
 
     for index in range(filler):
         _add_echo_tool(server, f"filler_{index:03d}", _filler_description(index))
+
+    if resumable:
+
+        @server.tool()
+        async def dropped(seconds: float, ctx: Context) -> str:
+            """Close this call's event stream, sleep, then return."""
+            await ctx.close_sse_stream()
+            await anyio.sleep(seconds)
+            return f"resumed after {seconds:g}"
 
     return server
 
@@ -368,12 +386,19 @@ def guard(app: Asgi, control: Asgi, state: State, *, require_bearer: bool) -> As
     return wrapped
 
 
-async def serve(transport: str, filler: int, require_bearer: bool, json_response: bool) -> None:
+async def serve(
+    transport: str, filler: int, require_bearer: bool, json_response: bool, resumable: bool
+) -> None:
     """Serve until killed; print ``port <N>`` once listening."""
     state = State()
-    server = build_server(state, filler)
+    server = build_server(state, filler, resumable)
     if transport == "sse":
         app = server.sse_app()
+    elif resumable:
+        events = MemoryEvents()
+        app = server.streamable_http_app(
+            json_response=json_response, event_store=events, retry_interval=RETRY_MS
+        )
     else:
         app = server.streamable_http_app(json_response=json_response)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -404,8 +429,13 @@ def main() -> None:
     parser.add_argument(
         "--json-response", action="store_true", help="answer POSTs with JSON, not event streams"
     )
+    parser.add_argument(
+        "--resumable", action="store_true", help="keep events: a client resumes a dropped stream"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.transport, args.filler, args.require_bearer, args.json_response))
+    asyncio.run(
+        serve(args.transport, args.filler, args.require_bearer, args.json_response, args.resumable)
+    )
 
 
 if __name__ == "__main__":
