@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from contextvars import ContextVar
 from typing import TypeVar
 
-from psych_runtime.activities.mcp._told import TokenRefused
+from psych_runtime.activities.mcp._told import OAuthFailed, TokenRefused
 from psych_runtime.activities.mcp._until import until_set
 from psych_runtime.specs import StoreUnavailable
 
@@ -71,3 +71,11 @@ def store_down(told: list[Exception]) -> StoreUnavailable | None:
     """The token store's failure (``ToldAuth``), when it is the last ``told``."""
     last = told[-1] if told else None
     return last if isinstance(last, StoreUnavailable) else None
+
+
+def flow_unsent(told: list[Exception], said: str) -> bool:
+    """Whether the error saying ``said`` is of a request whose OAuth flow failed before it
+    sent the request (``OAuthFailed.unsent``), the last ``told``: the request never left
+    (``_posts.OnePostFails`` answers it with what was told)."""
+    last = told[-1] if told else None
+    return isinstance(last, OAuthFailed) and last.unsent and said == str(last)

@@ -31,7 +31,8 @@ had POSTed still get their answers on the event stream. A POST failing outside i
 flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``). On
 streamable HTTP such a request fails alone (``_posts.OnePostFails``; a consent need too,
 its asker's: ``_consent.asking``), the session lent no more, and a lease's ``SessionBroke`` names
-its own fault, the session's only when it was told none.
+its own fault, the session's only when it was told none; a request whose OAuth flow failed
+before sending it did not leave (``nothing_handed``), as over SSE.
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ from mcp.shared.exceptions import MCPError
 from psych_runtime.activities.egress import Egress, untracked
 from psych_runtime.activities.mcp._client import describe_error, open_client, refusal
 from psych_runtime.activities.mcp._era import is_stateless
-from psych_runtime.activities.mcp._lease import TOLD, Told, store_down, token_refused, unless_told
+from psych_runtime.activities.mcp._lease import (
+    TOLD,
+    Told,
+    flow_unsent,
+    store_down,
+    token_refused,
+    unless_told,
+)
 from psych_runtime.activities.mcp._posts import PostFailed
 from psych_runtime.activities.mcp._streams import StreamWatch
 from psych_runtime.activities.mcp._told import OAuthFailed
@@ -126,8 +134,9 @@ class SessionBroke(McpUnavailable):
     def __init__(self, reason: str, *, reused: bool, nothing_handed: bool = False) -> None:
         """``reused``: the session had served earlier leases (it was not new to this one),
         so a fresh session may well work where it failed. ``nothing_handed``: no message
-        reached the session's transport during the lease (the SDK refused them unsent), so
-        nothing the lease asked for left the worker."""
+        reached the session's transport during the lease (the SDK refused them unsent), or
+        the request that failed it did not leave (its OAuth flow failed before sending
+        it), so nothing the lease asked for reached the server."""
         super().__init__(f"the session broke: {reason}")
         self.reused = reused
         self.nothing_handed = nothing_handed
@@ -315,7 +324,9 @@ class McpSessions:
                 # Its own fault when it was told one: the session's last (``broken``) may
                 # be another lease's (12-07: told "response too large" for its ConnectError).
                 reason = refusal(told, err) if told else pooled.broken
-                unsent = pooled.watch.handed == handed
+                # Nothing handed to the transport, or its OAuth flow failed before its request
+                # left (12-07: handed, so read "may have run" where SSE said "did not run").
+                unsent = pooled.watch.handed == handed or flow_unsent(told, err.message)
                 raise SessionBroke(reason, reused=reused, nothing_handed=unsent) from err
             finally:
                 TOLD.reset(telling)

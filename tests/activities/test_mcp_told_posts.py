@@ -6,7 +6,9 @@ OAuth flow inside it: a flow raising on purpose (a token store down, a token the
 authorization server refused) ended the whole session. Before: another lease's call the
 server was running lost its answer (``SessionBroke``, may have run). Now the asking lease
 raises what it did before (``StoreUnavailable`` as it is; ``SessionBroke`` with the flow's
-words, may have run), the others keep their answers, and the session is lent no more and
+words: a call that did not run when the flow failed before its request left, as over SSE,
+``nothing_handed``, until 12-07 one that may have run; after it left, may have run), the
+others keep their answers, and the session is lent no more and
 closed after its last lease. A flow stopped for a person's consent (``ConsentNeeded``)
 still ends the session, as before (tests/e2e/test_mcp_consent.py: the Run asks again).
 
@@ -24,6 +26,7 @@ from collections.abc import AsyncGenerator
 
 import httpx2
 import pytest
+from mcp.client.auth import OAuthTokenError
 
 from psych_runtime.activities.mcp._pool import _ENDED, SessionBroke
 from psych_runtime.activities.mcp._told import ConsentNeeded
@@ -72,10 +75,42 @@ async def test_a_call_whose_oauth_flow_failed_says_so_and_others_keep_theirs() -
             await call("echo", {"text": "refused-token"})
         said = "the session broke: getting an OAuth token failed: OAuthTokenError: invalid_client"
         assert str(caught.value) == said  # its own words, as before
-        assert not caught.value.nothing_handed  # as before: handed to the transport
+        # The flow failed before its request left: did not run, as over SSE (until 12-07 it
+        # read "handed to the transport", a call that may have run).
+        assert caught.value.nothing_handed
         assert served.calls("echo") == 1  # the first only
         assert text_of(await slow).startswith("slept 2")  # before: SessionBroke, lost
         await eventually(lambda: pooled.task is not None and pooled.task.done(), within=10)
+        await lent_afresh(sessions, key, served)
+
+
+class RefusedAfterSending(httpx2.Auth):
+    """An OAuth provider whose flow, for a request carrying ``marker``, sends it, then fails
+    (as one whose authorization server refused a new token after the server's 401)."""
+
+    requires_request_body = True
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        yield request
+        if self.marker in request.content:
+            raise OAuthTokenError("invalid_client")
+
+
+async def test_a_call_whose_oauth_flow_failed_after_sending_may_have_run() -> None:
+    # The converse: the request left before the flow failed, so the server may have run it.
+    async with pooled_server("streamable-http", "http", "token") as (sessions, served, key):
+        auth = RefusedAfterSending(b"sent-then-refused")
+        with pytest.raises(SessionBroke) as caught:
+            async with sessions.client(key, served.url, {}, auth) as client:
+                await client.call_tool("echo", {"text": "sent-then-refused"})
+        assert str(caught.value).endswith("OAuthTokenError: invalid_client"), caught.value
+        assert not caught.value.nothing_handed
+        assert served.calls("echo") == 1  # it did run
         await lent_afresh(sessions, key, served)
 
 
