@@ -18,6 +18,8 @@ from psych_runtime.activities.mcp._consent_check import ReadOnlyTokens, oauth_li
 from psych_runtime.activities.mcp._oauth import OAuthClients, OAuthUnavailable
 from psych_runtime.activities.mcp._pool import McpUnavailable, SessionKey
 from psych_runtime.activities.mcp._settings import McpSettings
+from psych_runtime.activities.mcp._streams import StreamWatch
+from psych_runtime.activities.mcp._until import until_set
 from psych_runtime.activities.secrets import Redactor, SecretResolver, resolve_secret
 from psych_runtime.activities.tokens import TokenKey, TokenStore
 from psych_runtime.specs import McpServer, NotFound, Scope
@@ -151,7 +153,8 @@ async def check_servers(
     ``oauth_line`` says of its token for ``scope``.
 
     Each server gets a fresh connection, closed before returning (nothing is pooled), and
-    the servers are tried concurrently, each bounded by the connect and list timeouts.
+    the servers are tried concurrently, each bounded by the connect and list timeouts; an
+    SSE server's check fails at once when a POST of it failed (never answered: ``_posts``).
     A server behind OAuth gets a token as a Run would (``settings.oauth_issuers``), kept
     only for the check. Messages name credentials, never their values. Connections go
     through ``egress`` (default: the environment's policy, ``EgressSettings.from_env``).
@@ -171,23 +174,39 @@ async def check_servers(
         connection: Connection | None = None
         consent = False
         refused: list[Exception] = []
+        unanswered = asyncio.Event()
         offered: tuple[str, ...] = ()
+
+        def told(err: Exception) -> None:
+            refused.append(err)
+            if server.transport == "sse":
+                # The SDK's SSE writer ended with the POST that failed: its request is never
+                # answered (12-07: the check waited out its bound, then said "timed out").
+                unanswered.set()
+
+        async def listed(connection: Connection) -> tuple[str, ...]:
+            async with open_client(
+                server.url,
+                server.transport,
+                connection.headers,
+                connect_timeout=chosen.connect_timeout_seconds,
+                egress=port,
+                tenant=scope.tenant,
+                auth=connection.auth,
+                on_refused=told,
+                watch=StreamWatch(on_end=lambda: None),  # its POSTs' faults told (_posts)
+            ) as client:
+                return await _tool_names(client, chosen.max_list_pages)
+
         try:
             connection = await connect(server, scope, secrets, clients)
             redact = connection.redact
             bound = chosen.connect_timeout_seconds + chosen.list_timeout_seconds
             async with asyncio.timeout(bound):
-                async with open_client(
-                    server.url,
-                    server.transport,
-                    connection.headers,
-                    connect_timeout=chosen.connect_timeout_seconds,
-                    egress=port,
-                    tenant=scope.tenant,
-                    auth=connection.auth,
-                    on_refused=refused.append,
-                ) as client:
-                    offered = await _tool_names(client, chosen.max_list_pages)
+                listing = await until_set(listed(connection), unanswered)
+            if listing.cancelled():
+                raise McpUnavailable(str(refused[-1]))
+            offered = listing.result()
         except Exception as err:
             consent = connection is not None and (
                 clients.consents.take(connection.consent) is not None

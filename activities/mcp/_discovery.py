@@ -40,7 +40,7 @@ from psych_runtime.activities.mcp._connect import Connection, Unavailable, conne
 from psych_runtime.activities.mcp._consent import asking, consent_needed
 from psych_runtime.activities.mcp._names import allowed_tools, name_tools
 from psych_runtime.activities.mcp._oauth import OAuthClients
-from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke
+from psych_runtime.activities.mcp._pool import McpSessions, SessionBroke, unless_told
 from psych_runtime.activities.mcp._settings import McpSettings
 from psych_runtime.activities.secrets import Redactor, SecretResolver
 from psych_runtime.activities.tools import OUTAGE_MARGIN, Policy, fixed_decision
@@ -380,7 +380,9 @@ class Catalogues:
         ) as client:
             try:
                 async with asyncio.timeout(bound):
-                    return await self._all_pages(client)
+                    # A POST of it failing on an SSE session is never answered: stopped at
+                    # once with its own error (12-07: it waited out the bound).
+                    return await unless_told(self._all_pages(client))
             except TimeoutError:
                 raise Unavailable(
                     f"tools/list gave no complete answer within {bound:g} s"

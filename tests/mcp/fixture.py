@@ -107,6 +107,11 @@ class McpTestServer:
         garbled: int = response.json()["garbled"]
         return garbled
 
+    def refuse(self, *methods: str) -> None:
+        """Answer 503 to every MCP POST carrying one of ``methods`` (none: end it)."""
+        body = json.dumps({"methods": list(methods)})
+        self._control.post("/control/refuse", content=body).raise_for_status()
+
     def reset(self) -> None:
         """Forget calls, bearers, cancellations and added tools."""
         self._control.post("/control/reset").raise_for_status()

@@ -35,6 +35,8 @@ A plain-HTTP JSON control surface on the same port lets a test observe and steer
 - ``POST /control/add_tool`` ``{"name": ...}``: registers a tool ``name`` (it echoes
   ``text``) and sends ``notifications/tools/list_changed`` to every open session.
 - ``POST /control/reset``: forgets calls, bearers, cancellations and added tools.
+- ``POST /control/refuse`` ``{"methods": [...]}``: answers 503 to every MCP POST carrying
+  one of those JSON-RPC methods (``[]`` ends it; reset too).
 - ``POST /control/garble``: writes an event whose data is not JSON-RPC (``GARBLED``) on
   every open event stream of a GET (SSE's ``/sse``): a server message a client cannot read.
 
@@ -69,6 +71,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.mcp.events import MemoryEvents
+from tests.mcp.refusals import refused
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
@@ -117,6 +120,8 @@ class State:
     sessions: dict[str, ServerSession] = field(default_factory=dict)
     # The send of every GET's event stream open now (``/control/garble`` writes on them).
     event_streams: list[Send] = field(default_factory=list)
+    # JSON-RPC methods whose POSTs are answered 503 (``/control/refuse``).
+    refused: set[str] = field(default_factory=set)
 
     def saw_bearer(self, session_id: str, token: str) -> None:
         seen = self.bearers.setdefault(session_id, [])
@@ -129,6 +134,7 @@ class State:
         self.cancellations.clear()
         self.interrupted.clear()
         self.requested.clear()
+        self.refused.clear()
 
 
 GARBLED = b"event: message\ndata: {not json-rpc\n\n"
@@ -301,6 +307,11 @@ def control_app(server: MCPServer, state: State) -> Starlette:
         state.reset()
         return JSONResponse({"ok": True})
 
+    async def control_refuse(request: Request) -> Response:
+        methods = json.loads(await request.body())["methods"]
+        state.refused = {str(method) for method in methods}
+        return JSONResponse({"refused": sorted(state.refused)})
+
     async def control_garble(request: Request) -> Response:
         for stream in list(state.event_streams):
             await stream({"type": "http.response.body", "body": GARBLED, "more_body": True})
@@ -312,6 +323,7 @@ def control_app(server: MCPServer, state: State) -> Starlette:
             Route("/control/garble", control_garble, methods=["POST"]),
             Route("/control/add_tool", control_add_tool, methods=["POST"]),
             Route("/control/reset", control_reset, methods=["POST"]),
+            Route("/control/refuse", control_refuse, methods=["POST"]),
         ]
     )
 
@@ -367,6 +379,11 @@ def guard(app: Asgi, control: Asgi, state: State, *, require_bearer: bool) -> As
             session_id = query["session_id"][0] if query.get("session_id") else None
         if token is not None and session_id is not None:
             state.saw_bearer(session_id, token)
+        if scope.get("method") == "POST" and state.refused:
+            replay = await refused(scope, receive, send, state.refused)
+            if replay is None:
+                return
+            receive = replay
 
         async def send_noting_session(message: Message) -> None:
             if token is not None and message["type"] == "http.response.start":

@@ -1,0 +1,49 @@
+"""MCP messages the test server refuses on request (``POST /control/refuse``): a POST whose
+JSON-RPC method was named is answered 503 unread by the MCP app, as a server failing that
+request alone (a listing's POST after the session connected, say)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+async def refused(
+    scope: MutableMapping[str, Any], receive: Receive, send: Send, methods: set[str]
+) -> Receive | None:
+    """Read a POST's body; when its method is in ``methods``, answer 503 and return None,
+    else return a ``receive`` that gives the app the body read."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(bytes(message.get("body", b"")))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    try:
+        method = json.loads(body).get("method")
+    except (ValueError, AttributeError):
+        method = None
+    if method in methods:
+        answer = JSONResponse({"error": f"{method} refused by the test"}, status_code=503)
+        await answer(scope, receive, send)
+        return None
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
