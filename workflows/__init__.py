@@ -14,6 +14,7 @@ from psych_runtime.workflows.client._asked import (
     TemporalUnanswered,
     describe_within,
     history_events,
+    read_mapped,
     waited_out,
 )
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
@@ -215,6 +216,7 @@ __all__ = [
     "history_events",
     "is_spawned",
     "parse_workflow_id",
+    "read_mapped",
     "waited_out",
     "workflow_id_for",
 ]

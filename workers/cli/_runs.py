@@ -59,10 +59,9 @@ from psych_runtime.workflows import (
     PsychClient,
     RunStatus,
     RunSummary,
-    TemporalUnanswered,
     TenantBlobs,
     parse_workflow_id,
-    waited_out,
+    read_mapped,
 )
 
 _OS_MESSAGE = re.compile(r'(?:message|error): "([^"]+)"')
@@ -132,20 +131,21 @@ async def _check_namespace(client: Client, args: argparse.Namespace) -> None:
         PsychError: the namespace does not exist (naming where it was given).
         TemporalUnanswered: Temporal did not answer within ``TEMPORAL_READ_TIMEOUT`` (its
             ``why`` names the namespace; the command prints it as one line).
-        RPCError: any other failure (a timeout's status the server answered at once too).
+        TemporalCancelled: it answered a timeout's status at once (a CANCELLED under
+            load): it gave the describe up, which is not its silence.
+        RPCError: any other failure.
     """
     request = DescribeNamespaceRequest(namespace=client.namespace)
     asked_at = time.monotonic()
     try:
         await client.workflow_service.describe_namespace(request, timeout=TEMPORAL_READ_TIMEOUT)
     except RPCError as err:
-        # A CANCELLED the server answered at once (under load) is its answer, raised as
-        # any other, not its silence.
-        if waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
-            subject = f"namespace {client.namespace!r}"
-            raise TemporalUnanswered(
-                None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
-            ) from err
+        subject = f"namespace {client.namespace!r}"
+        said = read_mapped(
+            err, None, "a describe", TEMPORAL_READ_TIMEOUT, asked_at=asked_at, subject=subject
+        )
+        if said is not err:  # Temporal's silence, or a timeout's status it answered at once
+            raise said from err
         if err.status == RPCStatusCode.PERMISSION_DENIED:
             return  # a key may be allowed its namespace's workflows and not this: it exists
         if err.status != RPCStatusCode.NOT_FOUND:

@@ -18,9 +18,8 @@ from psych_runtime.activities.contract import WORKFLOWS_ROLE
 from psych_runtime.workers.fleet._policy import POLLER_LIVE_SECONDS
 from psych_runtime.workflows import (
     TEMPORAL_READ_TIMEOUT,
-    TemporalUnanswered,
     describe_within,
-    waited_out,
+    read_mapped,
 )
 
 
@@ -122,8 +121,9 @@ async def has_live_poller(client: Client, queue: str, task_type: int) -> bool:
     Raises:
         TemporalUnanswered: Temporal did not answer the queue's describe within
             ``TEMPORAL_READ_TIMEOUT`` (its ``why`` names the task queue).
-        RPCError: Temporal refused; a timeout's status it answered at once (a CANCELLED
-            under load) is its answer, as it is, not its silence.
+        TemporalCancelled: it answered a timeout's status at once (a CANCELLED under
+            load): it gave the describe up, which is not its silence.
+        RPCError: Temporal refused.
     """
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
@@ -136,11 +136,9 @@ async def has_live_poller(client: Client, queue: str, task_type: int) -> bool:
             request, timeout=TEMPORAL_READ_TIMEOUT
         )
     except RPCError as err:
-        if not waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
-            raise
         subject = f"task queue {queue!r}"
-        raise TemporalUnanswered(
-            None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
+        raise read_mapped(
+            err, None, "a describe", TEMPORAL_READ_TIMEOUT, asked_at=asked_at, subject=subject
         ) from err
     now = datetime.now(UTC)
     live = timedelta(seconds=POLLER_LIVE_SECONDS)
