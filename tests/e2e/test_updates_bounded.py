@@ -151,6 +151,7 @@ async def test_psych_answer_with_no_worker_ends_in_one_line(
         principal="ops",
         idempotency_key=None,
         held_by=None,
+        update_timeout=None,
     )
     err = await _unanswered(_resume(args))
     line = _temporal_refusal(err)
@@ -158,6 +159,47 @@ async def test_psych_answer_with_no_worker_ends_in_one_line(
     assert line.startswith(
         f"psych: Run {workflow_id}: no worker took and answered the update psych.resume within 2 s"
     )
+
+
+@pytest.mark.timeout(120)
+async def test_psych_steer_waits_its_update_timeout(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The CLI had no way to set the bound: every update command waited the client's 10 s.
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    argv = [
+        *("steer", workflow_id, "hurry", "--tenant", harness.scope.tenant),
+        *("--address", harness.env.client.service_client.config.target_host),
+        *("--namespace", harness.env.client.namespace, "--update-timeout", "2"),
+    ]
+    started = time.monotonic()
+    async with asyncio.timeout(BOUND):
+        exit_status = await asyncio.to_thread(main, argv)
+    waited = time.monotonic() - started
+    assert exit_status == 1
+    assert SHORT.total_seconds() * 0.9 <= waited < SHORT.total_seconds() + 5, waited
+    *_, line = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"psych: Run {workflow_id}: no worker took and answered the update psych.steer within 2 s "
+    ), line
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf", "1e-9", "1e12", "soon"])
+@pytest.mark.parametrize("command", ["approve", "deny", "answer", "complete", "abort", "steer"])
+def test_psych_update_timeout_not_a_time_to_wait_is_refused_naming_it(
+    command: str, seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused before anything is connected to (127.0.0.1:9 answers nothing).
+    given = {"approve": ["c1"], "deny": ["c1"], "answer": ["q1", "Monday"], "complete": ["t1"]}
+    argv = [command, "psych-acme-x", *given.get(command, ["hi"] if command == "steer" else [])]
+    with pytest.raises(SystemExit) as ended:
+        main([*argv, "--address", "127.0.0.1:9", "--update-timeout", seconds])
+    assert ended.value.code == 2
+    *_, line = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        f"error: argument --update-timeout: {seconds!r} is not a time to wait (a number of "
+        "seconds, at least 0.000001 and at most 1e+09)"
+    ), line
 
 
 @pytest.mark.parametrize("seconds", [0, -1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
@@ -102,9 +103,10 @@ def test_the_parsers_copies_of_defaults_equal_their_sources() -> None:
     from psych_runtime.workers.cli import _parser, _parser_serving
     from psych_runtime.workers.fleet import WORKFLOW_TYPES
     from psych_runtime.workers.serve import DEFAULT_MAX_BODY_BYTES
-    from psych_runtime.workflows import RunStatus
+    from psych_runtime.workflows import UPDATE_TIMEOUT, RunStatus
 
     assert tuple(status.value for status in RunStatus) == _parser.RUN_STATUSES
+    assert timedelta(seconds=_parser.UPDATE_SECONDS) == UPDATE_TIMEOUT
     assert _parser_serving.WORKFLOW_TYPES == WORKFLOW_TYPES
     assert _parser_serving.ENV_KEYS == codec.ENV_KEYS
     assert _parser_serving.ENV_KEY_FILE == codec.ENV_KEY_FILE

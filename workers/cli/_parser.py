@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import os
 from pathlib import Path
 
@@ -250,6 +251,14 @@ def add_resume_commands(
         help="your name for this request: run again with the same key (after a timeout, an "
         "interrupt), it is applied at most once and prints the first outcome",
     )
+    actor.add_argument(
+        "--update-timeout",
+        metavar="SECONDS",
+        type=_update_seconds,
+        help="how long to wait for the Run's worker to take and answer the request (default "
+        f"{UPDATE_SECONDS:g} s); past it the command ends saying so, and the request may still "
+        "be applied when a worker takes it",
+    )
     parents = [connection, tenant_arguments(), actor]
     holder = argparse.ArgumentParser(add_help=False)
     holder.add_argument(
@@ -332,6 +341,32 @@ def _idempotency_key(text: str) -> str:
     if not 0 < len(text) <= IDEMPOTENCY_KEY_MAX:
         raise argparse.ArgumentTypeError(f"must have 1 to {IDEMPOTENCY_KEY_MAX} characters")
     return text
+
+
+UPDATE_SECONDS = 10.0
+"""``UPDATE_TIMEOUT``'s seconds, for the help (workflows' constant imports Temporal; a test
+keeps them equal)."""
+
+
+def _update_seconds(text: str) -> float:
+    """``--update-timeout``: a positive, finite number of seconds. Zero is refused, not
+    taken as "no bound": the client refuses it (``given_timeout``), as it does a time too
+    short for a ``timedelta`` (under a microsecond, which becomes zero)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1e-6) or value > _MAX_UPDATE_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time to wait (a number of seconds, at least 0.000001 and at "
+            f"most {_MAX_UPDATE_SECONDS:g})"
+        )
+    return value
+
+
+_MAX_UPDATE_SECONDS = 10.0**9
+"""The most ``--update-timeout`` takes (~31 years): ``timedelta`` and asyncio's timer take
+it, where they fail on a larger one (``timedelta``'s range ends at ~2.7e12 s)."""
 
 
 def _spec_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,8 @@ Each is one update of the Run's workflow (``psych.resume``, ``psych.abort``,
 the Run and ``--principal`` is recorded as who acted. A refusal (nothing pending with that
 id, expired, already answered, settled) is a ``Refused`` error: one line, exit 1.
 ``--idempotency-key`` names the request: run again with the same key, it is applied at most
-once (``PsychClient``'s ``idempotency_key``).
+once (``PsychClient``'s ``idempotency_key``). ``--update-timeout`` bounds the wait for the
+Run's worker (``PsychClient``'s ``update_timeout``; default ``UPDATE_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -60,6 +62,12 @@ async def _warn_without_worker(temporal: Client, workflow_id: str) -> None:
         return  # not found, or not ours to describe: the update itself says what is wrong
 
 
+def _update_timeout(args: argparse.Namespace) -> timedelta | None:
+    """``--update-timeout`` as the client takes it (None: its default)."""
+    seconds: float | None = args.update_timeout
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
 def _print_result(workflow_id: str, result: ResumeResult, principal: str | None) -> None:
     by = f" by {principal}" if principal else ""
     print(f"{workflow_id}: {result.reason} {result.id} {result.outcome}{by}")
@@ -70,6 +78,7 @@ async def _resume(args: argparse.Namespace) -> int:
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
     key = args.idempotency_key
+    bound = _update_timeout(args)
     result: ResumeResult
     if args.command == "approve":
         result = await client.approve(
@@ -79,6 +88,7 @@ async def _resume(args: argparse.Namespace) -> int:
             note=args.note,
             idempotency_key=key,
             held_by=args.held_by,
+            update_timeout=bound,
         )
     elif args.command == "deny":
         result = await client.deny(
@@ -88,6 +98,7 @@ async def _resume(args: argparse.Namespace) -> int:
             note=args.note,
             idempotency_key=key,
             held_by=args.held_by,
+            update_timeout=bound,
         )
     elif args.command == "answer":
         result = await client.answer(
@@ -97,6 +108,7 @@ async def _resume(args: argparse.Namespace) -> int:
             scope=scope,
             idempotency_key=key,
             held_by=args.held_by,
+            update_timeout=bound,
         )
     else:
         payload = parse_payload(args.payload)
@@ -107,6 +119,7 @@ async def _resume(args: argparse.Namespace) -> int:
             scope=scope,
             idempotency_key=key,
             held_by=args.held_by,
+            update_timeout=bound,
         )
     _print_result(args.run_id, result, scope.principal)
     return 0
@@ -138,7 +151,13 @@ async def _abort(args: argparse.Namespace) -> int:
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
     key = args.idempotency_key
-    await client.abort(args.run_id, scope=scope, reason=args.reason, idempotency_key=key)
+    await client.abort(
+        args.run_id,
+        scope=scope,
+        reason=args.reason,
+        idempotency_key=key,
+        update_timeout=_update_timeout(args),
+    )
     print(
         f"{args.run_id}: abort requested; it settles aborted once its calls that cannot be "
         "interrupted finish"
@@ -163,7 +182,14 @@ async def _steer(args: argparse.Namespace) -> int:
     client, temporal = await _client(args)
     await _warn_without_worker(temporal, args.run_id)
     key = args.idempotency_key
-    await client.steer(args.run_id, args.message, scope=scope, mode=args.mode, idempotency_key=key)
+    await client.steer(
+        args.run_id,
+        args.message,
+        scope=scope,
+        mode=args.mode,
+        idempotency_key=key,
+        update_timeout=_update_timeout(args),
+    )
     print(f"{args.run_id}: {args.mode} message taken; the model sees it {_WHEN[args.mode]}")
     return 0
 
