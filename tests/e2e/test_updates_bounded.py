@@ -36,6 +36,7 @@ from psych_runtime.workflows import (
     UpdateUnanswered,
 )
 from psych_runtime.workflows.client import _update_wait
+from psych_runtime.workflows.client._update_wait import HELD_READ_TIMEOUT
 
 from .conftest import Harness
 from .test_reads_bounded import _asking_run, _settled_run, relayed_client
@@ -76,9 +77,12 @@ async def test_an_answer_no_worker_takes_ends_saying_so_and_is_applied_later(
             update_timeout=SHORT,
         )
     )
+    # Temporal, asked once the bound ran out, holds the update (admitted): no worker took
+    # it. It was said "none polls the Run's task queue, or Temporal did not answer".
+    assert err.held == "admitted"
     assert err.why == (
-        f"Run {workflow_id}: no worker took and answered the update psych.resume within 2 s "
-        "(none polls the Run's task queue, or Temporal did not answer); it may still be "
+        f"Run {workflow_id}: no worker took the update psych.resume within 2 s (Temporal "
+        "holds it: none polls the Run's task queue, or its worker is busy); it may still be "
         f"applied when a worker takes it: send it again under the same idempotency key "
         f"({key!r}), or ask `taken` with it, to learn its outcome: it is applied at most once"
     )
@@ -87,7 +91,12 @@ async def test_an_answer_no_worker_takes_ends_saying_so_and_is_applied_later(
     problem = problem_of(err)
     assert problem is not None and (problem.status, problem.kind) == (503, "no-worker")
     copy = pickle.loads(pickle.dumps(err))
-    assert (type(copy), copy.why, copy.timeout) == (UpdateUnanswered, err.why, SHORT)
+    assert (type(copy), copy.why, copy.timeout, copy.held) == (
+        UpdateUnanswered,
+        err.why,
+        SHORT,
+        "admitted",
+    )
     # The outcome's wait is bounded the same.
     taken = await _unanswered(
         harness.client.taken(workflow_id, key, scope=harness.scope, update_timeout=SHORT)
@@ -121,8 +130,29 @@ async def test_an_update_temporal_does_not_answer_ends_saying_so(harness: Harnes
             client.steer(workflow_id, "hurry", scope=harness.scope, update_timeout=SHORT)
         )
         assert relay.held == ["UpdateWorkflowExecution"]
-        assert err.why.startswith(
-            f"Run {workflow_id}: no worker took and answered the update psych.steer within 2 s"
+        # Asked after, Temporal holds no such update: its silence, not a worker's (one
+        # polls the Run's queue here). It was said "no worker took and answered".
+        assert err.held == "unknown"
+        assert err.why == (
+            f"Run {workflow_id}: Temporal did not answer the update psych.steer within 2 s, "
+            "and, asked after, holds no such update (it most likely never received it; no "
+            "worker is waited for): read the Run's state before sending it again (sent under "
+            "an idempotency key, it could be sent again safely)"
+        )
+        # Not answered that either (HELD_READ_TIMEOUT more): said as before, both named.
+        relay.hang("PollWorkflowExecutionUpdate")
+        started = time.monotonic()
+        with pytest.raises(UpdateUnanswered) as unsaid:
+            async with asyncio.timeout(BOUND):
+                await client.steer(workflow_id, "hurry", scope=harness.scope, update_timeout=SHORT)
+        waited = time.monotonic() - started
+        limit = (SHORT + HELD_READ_TIMEOUT).total_seconds()
+        assert limit * 0.9 <= waited < limit + 5, waited
+        assert relay.held[-1] == "PollWorkflowExecutionUpdate"
+        assert unsaid.value.held is None
+        assert unsaid.value.why.startswith(
+            f"Run {workflow_id}: no worker took and answered the update psych.steer within 2 s "
+            "(none polls the Run's task queue, or Temporal did not answer); "
         )
         # The serve's bound gives the client its own: whichever runs out first, its 503.
         with pytest.raises(NotTakenInTime):
@@ -157,8 +187,9 @@ async def test_psych_answer_with_no_worker_ends_in_one_line(
     line = _temporal_refusal(err)
     assert line is not None and "\n" not in line
     assert line.startswith(
-        f"psych: Run {workflow_id}: no worker took and answered the update psych.resume within 2 s"
-    )
+        f"psych: Run {workflow_id}: no worker took the update psych.resume within 2 s (Temporal "
+        "holds it: "
+    ), line
 
 
 @pytest.mark.timeout(120)
@@ -180,7 +211,8 @@ async def test_psych_steer_waits_its_update_timeout(
     assert SHORT.total_seconds() * 0.9 <= waited < SHORT.total_seconds() + 5, waited
     *_, line = capsys.readouterr().err.splitlines()
     assert line.startswith(
-        f"psych: Run {workflow_id}: no worker took and answered the update psych.steer within 2 s "
+        f"psych: Run {workflow_id}: no worker took the update psych.steer within 2 s (Temporal "
+        "holds it: "
     ), line
 
 

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio.client import (
+    Client,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
@@ -173,6 +174,8 @@ def _settled_unread(workflow_id: str, timeout: timedelta) -> Refused:
 class RunActions(abc.ABC):
     """The calls that act on a Run (PsychClient has them all)."""
 
+    temporal: Client
+
     @abc.abstractmethod
     def _handle(self, run: RunHandle | str, scope: Scope) -> tuple[str, WorkflowHandle[Any, Any]]:
         """The Run's workflow id and handle, after checking the caller's tenant owns it."""
@@ -205,7 +208,9 @@ class RunActions(abc.ABC):
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
             # One bound for every attempt: the caller waits ``timeout`` in all.
-            async with update_wait(workflow_id, f"the update {name}", timeout, idempotency_key):
+            async with update_wait(
+                workflow_id, f"the update {name}", timeout, idempotency_key, (self.temporal, id)
+            ):
                 for delay in (*NOT_READY_DELAYS, None):
                     try:
                         with _refusals(workflow_id):
@@ -269,13 +274,12 @@ class RunActions(abc.ABC):
         Raises:
             ValueError: an empty ``idempotency_key`` or one over 256 characters; an
                 ``update_timeout`` zero or negative.
-            UpdateUnanswered: no worker took and answered it within ``update_timeout``
-                (it may still be applied when one does; its ``why`` says how to learn).
+            UpdateUnanswered: not answered within ``update_timeout`` (its ``why`` says
+                whose silence, when Temporal told, and how to learn the outcome).
             PsychError: ``idempotency_key`` already answered another item, or this one
                 with the other verdict.
-            Refused: not suspended, settled (how, read within what is left of
-                ``update_timeout``), unknown or stale id, expired, already answered; a
-                payload holding NaN or Infinity.
+            Refused: not suspended, settled (how, read in what is left of ``update_timeout``),
+                unknown or stale id, expired, already answered; a payload with NaN or Infinity.
             AccessDenied: another tenant's Run.
         """
         if request.tenant != scope.tenant:

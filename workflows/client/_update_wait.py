@@ -12,6 +12,12 @@ two polls, 6.1 s). So the whole wait is bounded here, ``asyncio.timeout`` around
 SDK turns the cancellation into its ``WorkflowUpdateRPCTimeoutOrCancelledError``, raised
 as ``UpdateUnanswered`` when the bound ran out; the same error of a timeout's status
 Temporal answered (a CANCELLED under load) as ``UpdateEndedByTemporal``.
+
+Past the bound nothing the SDK saw tells "no worker took it" (Temporal admitted the update
+and holds it) from "Temporal did not answer" (its send never answered): its loop swallows
+the answers short of ACCEPTED. So Temporal is asked once more, how far it has the update
+(``held_stage``: one PollWorkflowExecutionUpdate waiting for no stage past ADMITTED, which
+it answers at once, 2 ms measured on the dev server), and ``UpdateUnanswered`` says which.
 """
 
 from __future__ import annotations
@@ -22,8 +28,12 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.service import RPCError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage as Stage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.workflows.client._asked import given_timeout
 
@@ -37,10 +47,17 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
     (none polls the Run's task queue, or Temporal did not answer). The request was sent:
     it may still be applied when a worker takes it. The SDK's error for an update's wait
     that ended (callers handling that still do); ``why`` says it in words, with how to
-    learn the outcome. Pickles and copies whole (``__reduce__``)."""
+    learn the outcome, and which of the two it was when Temporal said how far it has the
+    update (``held``). Pickles and copies whole (``__reduce__``)."""
 
     def __init__(
-        self, workflow_id: str, what: str, timeout: timedelta, idempotency_key: str | None
+        self,
+        workflow_id: str,
+        what: str,
+        timeout: timedelta,
+        idempotency_key: str | None,
+        *,
+        held: str | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         """The Run the update was sent to."""
@@ -50,12 +67,35 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
         """How long it waited."""
         self.idempotency_key = idempotency_key
         """The key it was sent under (None: none)."""
-        self.why = (
-            f"Run {workflow_id}: no worker took and answered {what} within "
-            f"{timeout.total_seconds():g} s (none polls the Run's task queue, or Temporal "
-            "did not answer); it may still be applied when a worker takes it: "
-            f"{_learn(idempotency_key)}"
-        )
+        self.held = held
+        """How far Temporal had the update, asked once the bound ran out (``held_stage``):
+        ``admitted``, ``accepted``, ``completed``, ``unknown``; None: not asked, or no
+        answer."""
+        within = f"within {timeout.total_seconds():g} s"
+        learn = _learn(idempotency_key)
+        if held == "admitted":
+            said = (
+                f"no worker took {what} {within} (Temporal holds it: none polls the Run's "
+                f"task queue, or its worker is busy); it may still be applied when a worker "
+                f"takes it: {learn}"
+            )
+        elif held in ("accepted", "completed"):
+            said = (
+                f"the Run's worker took {what} but had not answered it {within}; it may "
+                f"still be applied: {learn}"
+            )
+        elif held == "unknown":
+            said = (
+                f"Temporal did not answer {what} {within}, and, asked after, holds no such "
+                f"update (it most likely never received it; no worker is waited for): {learn}"
+            )
+        else:
+            said = (
+                f"no worker took and answered {what} {within} (none polls the Run's task "
+                f"queue, or Temporal did not answer); it may still be applied when a worker "
+                f"takes it: {learn}"
+            )
+        self.why = f"Run {workflow_id}: {said}"
         Exception.__init__(self, self.why)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -124,11 +164,53 @@ def update_timeout_given(value: timedelta | None) -> timedelta:
     return given_timeout(value, "update_timeout") or UPDATE_TIMEOUT
 
 
+HELD_READ_TIMEOUT = timedelta(seconds=2)
+"""How long ``held_stage`` waits for Temporal's answer (one it gives at once), past the
+update's own bound."""
+
+_HELD = {
+    Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED: "admitted",
+    Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED: "accepted",
+    Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_COMPLETED: "completed",
+}
+
+
+async def held_stage(client: Client, workflow_id: str, update_id: str) -> str | None:
+    """How far Temporal has the update ``update_id`` of the Run ``workflow_id`` (its latest
+    execution): ``admitted`` (it holds it, no worker took it), ``accepted`` (the Run's
+    worker took it and has not answered), ``completed``, or ``unknown`` (NOT_FOUND: it
+    holds no such update). None when it did not answer within ``HELD_READ_TIMEOUT`` or
+    failed otherwise: the caller then says what it knew before asking."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id), update_id=update_id
+        ),
+        identity=client.identity,
+        wait_policy=WaitPolicy(
+            lifecycle_stage=Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    try:
+        answer = await client.workflow_service.poll_workflow_execution_update(
+            request, timeout=HELD_READ_TIMEOUT
+        )
+    except RPCError as err:
+        return "unknown" if err.status == RPCStatusCode.NOT_FOUND else None
+    return _HELD.get(answer.stage)
+
+
 @contextlib.asynccontextmanager
 async def update_wait(
-    workflow_id: str, what: str, wait: timedelta, idempotency_key: str | None
+    workflow_id: str,
+    what: str,
+    wait: timedelta,
+    idempotency_key: str | None,
+    sent: tuple[Client, str] | None = None,
 ) -> AsyncIterator[None]:
-    """Bound the update waited for in the block by ``wait``.
+    """Bound the update waited for in the block by ``wait``. ``sent``: the client that
+    sent it and its update id, for ``held_stage`` once the bound ran out (up to
+    ``HELD_READ_TIMEOUT`` more).
 
     Raises:
         UpdateUnanswered: the bound ran out (the SDK's error for it, or a sleep between
@@ -141,7 +223,8 @@ async def update_wait(
             yield
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
         if bound.expired():
-            raise UpdateUnanswered(workflow_id, what, wait, idempotency_key) from err
+            held = None if sent is None else await held_stage(sent[0], workflow_id, sent[1])
+            raise UpdateUnanswered(workflow_id, what, wait, idempotency_key, held=held) from err
         # The SDK turns a CANCELLED or DEADLINE_EXCEEDED Temporal answers into its error
         # too (its cause); any other is the caller's own cancellation, not ours to answer.
         cause = err.__cause__
