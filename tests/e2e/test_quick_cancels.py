@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.specs import Refused, Scope
-from psych_runtime.workers.cli._main import _temporal_refusal
+from psych_runtime.workers.cli._main import _temporal_refusal, main
 from psych_runtime.workers.serve._problems import problem_of
 from psych_runtime.workers.serve.a2a._closing import until_closed
 from psych_runtime.workflows import HISTORY_LONG_POLL_TIMEOUT, RefusalKind, TemporalCancelled
@@ -298,3 +298,47 @@ async def test_an_update_of_a_settled_run_whose_describe_is_cancelled_says_so(
         "it gave the read up (under load, say) rather than not answering; send the request "
         "again)"
     )
+
+
+@pytest.mark.timeout(90)
+async def test_psych_status_says_a_describe_temporal_cancelled_not_that_no_worker_answered(
+    dev_env: WorkflowEnvironment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A closed execution's status is its describe once the query is refused (a worker
+    # polls its queue): a CANCELLED Temporal answered that describe with at once was taken
+    # by `psych status` for a query no worker answered ("no worker of task queue ...
+    # answered within 5 s"), and the facts printed, exit 0.
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:10]}")
+    workflow_id = await _run(dev_env.client, scope.tenant, close=True)
+    queue = (await dev_env.client.get_workflow_handle(workflow_id).describe()).task_queue
+    async with (
+        Worker(
+            dev_env.client,
+            task_queue=queue,
+            workflows=[ContinuesWhenTold],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ),
+        relayed_client(dev_env, tmp_path) as (relay, _),
+    ):
+
+        async def then_cancel_the_describe() -> None:
+            relay.fail_next(DESCRIBE, grpc.StatusCode.CANCELLED)
+
+        # The Run's describes (its queues', its facts') pass; the one after the query is
+        # cancelled at once.
+        relay.before_next("QueryWorkflow", then_cancel_the_describe)
+        argv = ["status", workflow_id, "--address", relay.target, "--tenant", scope.tenant]
+        async with asyncio.timeout(AT_ONCE + 20):
+            exit_status = await asyncio.to_thread(
+                main, [*argv, "--namespace", dev_env.client.namespace]
+            )
+    assert relay.of("QueryWorkflow") == [grpc.StatusCode.OK]
+    assert relay.of(DESCRIBE)[-1] == grpc.StatusCode.CANCELLED
+    assert exit_status == 1
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        f"psych: Temporal cancelled a describe of Run {workflow_id} at once (CANCELLED: the "
+        "relay answers CANCELLED (scripted)): it gave the read up (under load, say) rather "
+        "than not answering; send the request again\n"
+    ), said.err

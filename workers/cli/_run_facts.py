@@ -23,6 +23,7 @@ from psych_runtime.specs import AccessDenied, NotFound, Scope
 from psych_runtime.workers.fleet._pollers import has_live_poller
 from psych_runtime.workflows import (
     TEMPORAL_READ_TIMEOUT,
+    TemporalCancelled,
     TemporalUnanswered,
     describe_within,
     parse_workflow_id,
@@ -168,8 +169,10 @@ def facts_json(facts: RunFacts) -> str:
 def unanswered(err: RPCError) -> bool:
     """Whether a failed query means no worker answered (rather than a real refusal). Not
     a ``TemporalUnanswered`` (a read Temporal itself did not answer: a closed Run's
-    describe), though its status is a timeout's: the command says that, not "no worker"."""
-    return not isinstance(err, TemporalUnanswered) and err.status in (
+    describe) nor a ``TemporalCancelled`` (one it gave up at once), though their status is
+    a timeout's: the command says that, not "no worker"."""
+    said_by_temporal = isinstance(err, TemporalUnanswered | TemporalCancelled)
+    return not said_by_temporal and err.status in (
         RPCStatusCode.DEADLINE_EXCEEDED,
         RPCStatusCode.CANCELLED,
         RPCStatusCode.FAILED_PRECONDITION,  # the server's word for "no poller took it"
