@@ -11,10 +11,13 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 
-async def reset_to_first_task(temporal: Client, workflow_id: str) -> None:
-    """Reset the latest execution of ``workflow_id`` to the end of its first workflow
-    task: Temporal terminates that execution (when open) and starts a new one from there."""
-    history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+async def reset_to_first_task(
+    temporal: Client, workflow_id: str, run_id: str | None = None
+) -> None:
+    """Reset the execution ``run_id`` (None: the latest) of ``workflow_id`` to the end of
+    its first workflow task: Temporal terminates the latest execution (when open) and
+    starts a new one from there."""
+    history = await temporal.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     first_task = next(
         e.event_id
         for e in history.events
@@ -23,7 +26,7 @@ async def reset_to_first_task(temporal: Client, workflow_id: str) -> None:
     await temporal.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=temporal.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=workflow_id),
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
             reason="an operator's reset",
             workflow_task_finish_event_id=first_task,
             request_id=str(uuid.uuid4()),

@@ -1,9 +1,9 @@
 """``PsychClient.result`` of a Run an operator resets while it waits follows the reset as
 it follows a continue-as-new: the reset's new execution's close event is waited for each
 long poll timed on its own. Temporal records no new run id in the terminated close event
-of a reset (its reason, the identity ``history-resetter``): the terminated execution's
-description names it (``workflow_extended_info.reset_run_id``). Real dev server behind
-the gRPC relay, which answers a call with a status on cue."""
+of a reset (its reason, the identity ``history-resetter``): the latest execution,
+described, is the reset's. Real dev server behind the gRPC relay, which answers a call
+with a status on cue."""
 
 from __future__ import annotations
 

@@ -183,8 +183,11 @@ async def awaited_result(client: Client, workflow_id: str, execution: str | None
     id; a close event naming the execution it went on as (a continue-as-new, a retry, a
     cron's next run) has that one's waited for the same way, as does a termination by a
     reset: its close event names no new execution (Temporal records the reset's reason,
-    the identity ``history-resetter``), but the terminated execution's description does
-    (``workflow_extended_info.reset_run_id``: the latest reset's new run).
+    the identity ``history-resetter``), nor does the terminated execution's description
+    when the reset was made from an earlier execution (``reset_run_id`` is the base's):
+    the latest execution, described, is the reset's when it is another of the same chain
+    (its first run id the one the Run's first describe read: a terminate alone starts
+    none, and a workflow id reused starts another chain).
 
     Raises:
         WorkflowFailureError: the execution failed, was cancelled, terminated, timed out.
@@ -196,8 +199,10 @@ async def awaited_result(client: Client, workflow_id: str, execution: str | None
     """
     what = "a long poll of the close event"
     run_id = execution
+    chain = ""
     if run_id is None:
-        run_id = (await _described(client, workflow_id, None)).run_id
+        latest = await _described(client, workflow_id, None)
+        run_id, chain = latest.run_id, _first_run_id(latest)
     while True:
         handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunResult)
         closes = handle.fetch_history_events(
@@ -218,7 +223,7 @@ async def awaited_result(client: Client, workflow_id: str, execution: str | None
         except RPCError as err:
             raise mapped(err, workflow_id) from err
         if execution is None and close is not None:
-            went_on = _went_on(close) or await _reset_to(client, workflow_id, run_id, close)
+            went_on = _went_on(close) or await _reset_to(client, workflow_id, run_id, close, chain)
             if went_on:
                 run_id = went_on  # its close event waited for as this one's was
                 continue
@@ -249,15 +254,23 @@ async def _described(
 
 
 async def _reset_to(
-    client: Client, workflow_id: str, run_id: str, close: HistoryEvent
+    client: Client, workflow_id: str, run_id: str, close: HistoryEvent, chain: str
 ) -> str | None:
-    """The run id of the execution a reset started from ``run_id``, when ``close``, its
-    close event, is a termination and a reset made one (its description says so)."""
+    """The run id of the execution a reset started, when ``close``, the close event of
+    ``run_id``, is a termination and the latest execution is another of the chain whose
+    first run is ``chain``. Not ``run_id``'s ``workflow_extended_info.reset_run_id``:
+    Temporal sets it on the reset's base execution, which is an earlier one when the reset
+    was made from before a continue-as-new (the latest, terminated, then names none)."""
     if not close.HasField("workflow_execution_terminated_event_attributes"):
         return None
-    described = await _described(client, workflow_id, run_id)
-    reset = described.raw_description.workflow_extended_info.reset_run_id
-    return reset if reset and reset != run_id else None
+    latest = await _described(client, workflow_id, None)
+    return latest.run_id if latest.run_id != run_id and _first_run_id(latest) == chain else None
+
+
+def _first_run_id(described: WorkflowExecutionDescription) -> str:
+    """The run id of the first execution of ``described``'s chain (continue-as-new, retry,
+    cron and reset keep it)."""
+    return described.raw_description.workflow_execution_info.first_run_id
 
 
 _WENT_ON_FROM = (
