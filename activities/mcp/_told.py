@@ -9,7 +9,8 @@ call's error and the server's unavailability say why: the token the authorizatio
 refused, and its answer. Likewise of a token the MCP server refused right after the flow
 obtained it, where the SDK says only "Server returned an error response". A token store
 failing the flow of a resumed event stream (``resuming``: the request it answers had left)
-is told as a failed flow, not as the store's "nothing sent".
+is told as a failed flow, not as the store's "nothing sent"; a consent such a flow needs is
+parked for nobody (``flow_resumes``: after it was given the Run would run the call again).
 
 The request whose flow failed carries what was told of it (``flow_told``): a pooled
 streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``),
@@ -20,7 +21,9 @@ session, and their answers with it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextvars import ContextVar
+from typing import TypeVar
 
 import httpx2
 from mcp.client.auth import OAuthFlowError, OAuthTokenError
@@ -29,6 +32,11 @@ from pydantic import ValidationError
 
 from psych_runtime.activities.egress import PURPOSE, Purpose
 from psych_runtime.specs import StoreUnavailable
+
+T = TypeVar("T")
+
+_RESUMING: ContextVar[bool] = ContextVar("psych_oauth_resuming", default=False)
+"""Set while a step of the OAuth flow of a request resuming an event stream runs."""
 
 _TOLD = "psych_oauth_told"
 """The request extension ``ToldAuth`` sets on a request whose flow failed: the exception
@@ -83,8 +91,9 @@ class _Forwarding(httpx2.Auth):
         answer: httpx2.Response | None = None
         renewed = False
         unsent = True
+        resumes = resuming(request)
         try:
-            sent = await flow.__anext__()
+            sent = await _stepped(flow.__anext__(), resumes)
             while True:
                 self._sending(request, sent)
                 unsent = unsent and sent is not request
@@ -93,7 +102,7 @@ class _Forwarding(httpx2.Auth):
                     answer = response
                 else:
                     renewed = True
-                sent = await flow.asend(response)
+                sent = await _stepped(flow.asend(response), resumes)
         except StopAsyncIteration:
             if answer is not None:
                 self._answered(answer, renewed)
@@ -154,6 +163,22 @@ def resuming(request: httpx2.Request) -> bool:
     ``Last-Event-ID``): the SDK sends one when a request's stream dropped, the request
     itself sent."""
     return request.method == "GET" and "last-event-id" in request.headers
+
+
+def flow_resumes() -> bool:
+    """Whether the OAuth flow running now (in this task, under a ``_Forwarding``) is that
+    of a request resuming an event stream (``resuming``): the request it answers had been
+    sent, so its tool may have run."""
+    return _RESUMING.get()
+
+
+async def _stepped(step: Awaitable[T], resumes: bool) -> T:
+    """One step of an inner flow, ``flow_resumes`` saying ``resumes`` while it runs."""
+    token = _RESUMING.set(resumes)
+    try:
+        return await step
+    finally:
+        _RESUMING.reset(token)
 
 
 def flow_told(request: httpx2.Request, err: BaseException) -> Exception | None:

@@ -40,6 +40,11 @@ and RFC 7592's client management to the SDK's authorization server, and
 ``--unknown-code-invalid-client`` answers a code it never issued ``invalid_client``
 (``tests.mcp.consent_extensions``).
 
+``--resumable`` (streamable HTTP) keeps every event (``tests.mcp.events``), tells clients
+to retry after 100 ms, and adds ``dropped(seconds)``: it revokes every access and refresh
+token, closes its call's event stream, sleeps, then returns ``resumed after <seconds>``, so
+the client's GET resuming that stream (``Last-Event-ID``) meets a 401 and needs consent.
+
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """
 
@@ -73,6 +78,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.mcp.consent_extensions import CONTROLS, Extensions, extended, iss_control, scoped
+from tests.mcp.events import MemoryEvents
 from tests.mcp.oauth_server import (
     Issued,
     State,
@@ -82,6 +88,7 @@ from tests.mcp.oauth_server import (
     observed,
     resource_server,
 )
+from tests.mcp.server import RETRY_MS
 
 
 class Provider:
@@ -195,6 +202,12 @@ class Provider:
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
         return None
 
+    def revoke_all(self) -> None:
+        """Every access and refresh token issued so far stops working."""
+        for item in self.state.issued.values():
+            item.revoked = True
+        self.refresh.clear()
+
     async def exchange_identity_assertion(self, *args: Any, **kwargs: Any) -> OAuthToken:
         raise TokenError("unsupported_grant_type", "identity assertions are not supported")
 
@@ -203,9 +216,7 @@ def revocations(provider: Provider, ext: Extensions) -> Starlette:
     """``POST /control/revoke-all``: access and refresh tokens alike stop working."""
 
     async def revoke_all(request: Request) -> Response:
-        for item in provider.state.issued.values():
-            item.revoked = True
-        provider.refresh.clear()
+        provider.revoke_all()
         return JSONResponse({"revoked": len(provider.state.issued)})
 
     async def consents(request: Request) -> Response:
@@ -321,6 +332,7 @@ async def serve(
     advertise_iss: bool = False,
     management_host: str | None = None,
     unknown_code_invalid_client: bool = False,
+    resumable: bool = False,
 ) -> None:
     """Serve until killed; print ``ports <rs> <as>`` once both listen. The issuer names
     ``as_host`` (it listens on 127.0.0.1 whatever the name). ``own_issuer``: the resource
@@ -329,7 +341,8 @@ async def serve(
     ``registration``: the authorization server takes dynamic client registrations;
     ``advertise_iss`` and ``management_host`` (where registrations are managed; None:
     they are not), ``unknown_code_invalid_client``: ``tests.mcp.consent_extensions``'s
-    ``--iss``, ``--registration-management`` and ``--unknown-code-invalid-client``."""
+    ``--iss``, ``--registration-management`` and ``--unknown-code-invalid-client``.
+    ``resumable`` (streamable HTTP): ``--resumable``."""
     state = State(clients={})
     provider = Provider(state, clients)
     rs_sock, as_sock = _listening(), _listening()
@@ -341,8 +354,13 @@ async def serve(
         resource_server_url=AnyHttpUrl(f"http://127.0.0.1:{rs_port}{path}"),
         validate_token_resource=True,
     )
-    mcp = resource_server(state, auth)
-    app = mcp.sse_app() if transport == "sse" else mcp.streamable_http_app()
+    mcp = resource_server(state, auth, provider.revoke_all if resumable else None)
+    if transport == "sse":
+        app = mcp.sse_app()
+    elif resumable:
+        app = mcp.streamable_http_app(event_store=MemoryEvents(), retry_interval=RETRY_MS)
+    else:
+        app = mcp.streamable_http_app()
     ext = Extensions(
         issuer=str(AnyHttpUrl(issuer)),
         clients=provider.clients,
@@ -420,6 +438,9 @@ def main() -> None:
         action="store_true",
         help="answer a code never issued invalid_client, not invalid_grant",
     )
+    parser.add_argument(
+        "--resumable", action="store_true", help="keep events; a dropped() that revokes"
+    )
     args = parser.parse_args()
     clients = dict(item.split("=", 1) for item in args.client)
     managed = args.management_host or args.as_host if args.registration_management else None
@@ -433,6 +454,7 @@ def main() -> None:
             advertise_iss=args.iss,
             management_host=managed,
             unknown_code_invalid_client=args.unknown_code_invalid_client,
+            resumable=args.resumable,
         )
     )
 

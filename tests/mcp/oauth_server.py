@@ -45,6 +45,7 @@ import secrets
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -55,7 +56,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_metadata
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -182,7 +183,12 @@ def authorization_server(state: State, issuer: AuthSettings) -> Starlette:
     )
 
 
-def resource_server(state: State, auth: AuthSettings) -> MCPServer:
+def resource_server(
+    state: State, auth: AuthSettings, on_dropped: Callable[[], None] | None = None
+) -> MCPServer:
+    """The resource server's tools; with ``on_dropped`` also ``dropped(seconds)``, which
+    calls it, closes its call's event stream, sleeps, then returns ``resumed after
+    <seconds>`` (served with an event store: ``tests.mcp.consent_server --resumable``)."""
     server = MCPServer("psych-oauth-test-mcp", auth=auth, token_verifier=Verifier(state))
 
     @server.tool()
@@ -206,6 +212,19 @@ def resource_server(state: State, auth: AuthSettings) -> MCPServer:
         await asyncio.sleep(seconds)
         state.finished["slow"] += 1
         return "done"
+
+    if on_dropped is not None:
+        dropping = on_dropped
+
+        @server.tool()
+        async def dropped(seconds: float, ctx: Context) -> str:
+            """Calls ``on_dropped``, closes this call's event stream, sleeps, returns."""
+            state.calls["dropped"] += 1
+            dropping()
+            await ctx.close_sse_stream()
+            await asyncio.sleep(seconds)
+            state.finished["dropped"] += 1
+            return f"resumed after {seconds:g}"
 
     return server
 
